@@ -1,0 +1,35 @@
+// CoordinatorService: the chief's gRPC face for workers and the evaluator
+// (proto/coordination.proto). Hands out the plan once SetPlan() was called
+// and records progress in a ProgressTracker. Thread-safe; the tracker is
+// borrowed and must outlive the service.
+#ifndef PSCLUSTER_CHIEF_COORDINATOR_SERVICE_H_
+#define PSCLUSTER_CHIEF_COORDINATOR_SERVICE_H_
+
+#include "absl/synchronization/mutex.h"
+#include "chief/progress_tracker.h"
+#include "proto/coordination.grpc.pb.h"
+
+namespace pscluster {
+
+class CoordinatorService final : public Coordinator::Service {
+ public:
+  explicit CoordinatorService(ProgressTracker* tracker) : tracker_(tracker) {}
+
+  void SetPlan(const TrainingPlan& plan);
+
+  grpc::Status GetPlan(grpc::ServerContext*, const GetPlanRequest*,
+                       GetPlanResponse*) override;
+  grpc::Status ReportProgress(grpc::ServerContext*, const ProgressReport*,
+                              ProgressAck*) override;
+  grpc::Status ReportEval(grpc::ServerContext*, const EvalReport*, EvalAck*) override;
+
+ private:
+  ProgressTracker* const tracker_;
+  absl::Mutex mu_;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  TrainingPlan plan_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_COORDINATOR_SERVICE_H_

@@ -1,0 +1,144 @@
+// chief: coordinates a training run over the ps, worker and evaluator tasks
+// named in TF_CONFIG, and ends it: every task exits when the run is over.
+// Prints one line at the end:
+//   final: test_accuracy=0.9912 test_loss=0.0290 steps=N epochs=N wall_s=N
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "chief/chief.h"
+#include "common/daemon.h"
+#include "common/logging.h"
+#include "common/model_spec.h"
+#include "common/task_server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, tf_config, "",
+          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
+ABSL_FLAG(std::string, model, "cnn", "Model to train: cnn (the seeds' CNN) or mlp");
+ABSL_FLAG(int, epochs, 5, "Passes over the training set");
+ABSL_FLAG(int, batch_size, 128, "Examples per worker per step");
+ABSL_FLAG(std::string, mode, "sync", "sync or async");
+ABSL_FLAG(std::string, optimizer, "adam", "adam, sgd or momentum");
+ABSL_FLAG(double, learning_rate, 0.001, "Optimizer learning rate");
+ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer=momentum)");
+ABSL_FLAG(int, replicas_to_aggregate, 0,
+          "sync: gradients averaged per step; fewer than the workers makes the "
+          "slowest ones backup workers. 0: every worker");
+ABSL_FLAG(int, max_staleness, 8, "async: gradients staler than this many versions are dropped");
+ABSL_FLAG(uint64_t, seed, 1, "Seed for initial weights and data shuffling");
+ABSL_FLAG(int64_t, min_shard_bytes, 64 << 10,
+          "Variables are split over the ps in pieces of at least this many bytes");
+ABSL_FLAG(int, num_ps, 0, "If set, must equal the number of ps tasks in TF_CONFIG");
+ABSL_FLAG(int, num_workers, 0, "If set, must equal the number of workers in TF_CONFIG");
+ABSL_FLAG(int, wait_for_cluster_s, 120, "How long to wait for every task to answer");
+ABSL_FLAG(double, log_every_s, 2, "Seconds between progress lines");
+ABSL_FLAG(int, worker_silence_s, 60,
+          "A worker silent and unreachable this long fails the run");
+
+namespace {
+
+[[noreturn]] void Bad(const std::string& flag, const std::string& value, const std::string& want) {
+  pscluster::ExitWithUsageError(absl::StrCat("--", flag, "=", value, ": ", want));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace pscluster;
+  absl::SetProgramUsageMessage(
+      "Chief task: coordinates training. Usage: TF_CONFIG='{...\"task\":{\"type\":"
+      "\"chief\",\"index\":0}}' chief [--epochs=N] [--mode=sync|async] ...");
+  absl::ParseCommandLine(argc, argv);
+  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
+                                       std::getenv("TF_CONFIG"), kChiefJob);
+  ChiefOptions opt;
+  opt.config = config;
+  TrainingPlan& plan = opt.plan;
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (!ModelByName(model).ok()) {
+    Bad("model", model, "unknown; known: " + absl::StrJoin(KnownModels(), ", "));
+  }
+  plan.set_model(model);
+  const int epochs = absl::GetFlag(FLAGS_epochs);
+  if (epochs < 1 || epochs > 100000) Bad("epochs", std::to_string(epochs), "must be in [1, 100000]");
+  plan.set_epochs(epochs);
+  const int batch = absl::GetFlag(FLAGS_batch_size);
+  if (batch < 1 || batch > 65536) Bad("batch_size", std::to_string(batch), "must be in [1, 65536]");
+  plan.set_batch_size(batch);
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "sync") {
+    plan.set_mode(SYNC);
+  } else if (mode == "async") {
+    plan.set_mode(ASYNC);
+  } else {
+    Bad("mode", mode, "must be sync or async");
+  }
+  plan.set_seed(absl::GetFlag(FLAGS_seed));
+  const int64_t min_shard = absl::GetFlag(FLAGS_min_shard_bytes);
+  if (min_shard < 4) Bad("min_shard_bytes", std::to_string(min_shard), "must be >= 4");
+  plan.set_min_shard_bytes(min_shard);
+  plan.set_report_interval_s(1.0f);
+
+  const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (optimizer != "adam" && optimizer != "sgd" && optimizer != "momentum") {
+    Bad("optimizer", optimizer, "must be adam, sgd or momentum");
+  }
+  const double lr = absl::GetFlag(FLAGS_learning_rate);
+  if (!(lr > 0 && lr < 1e6)) Bad("learning_rate", std::to_string(lr), "must be > 0");
+  const double momentum = absl::GetFlag(FLAGS_momentum);
+  if (!(momentum >= 0 && momentum < 1)) Bad("momentum", std::to_string(momentum), "must be in [0, 1)");
+  opt.optimizer.set_name(optimizer);
+  opt.optimizer.set_learning_rate(static_cast<float>(lr));
+  opt.optimizer.set_momentum(static_cast<float>(momentum));
+  opt.optimizer.set_beta1(0.9f);
+  opt.optimizer.set_beta2(0.999f);
+  opt.optimizer.set_epsilon(1e-7f);
+
+  const int num_workers = config.cluster.num_tasks(kWorkerJob);
+  const int num_ps = config.cluster.num_tasks(kPsJob);
+  const int want_ps = absl::GetFlag(FLAGS_num_ps);
+  const int want_workers = absl::GetFlag(FLAGS_num_workers);
+  if (want_ps != 0 && want_ps != num_ps) {
+    Bad("num_ps", std::to_string(want_ps),
+        absl::StrCat(config.source, " lists ", num_ps, " ps tasks"));
+  }
+  if (want_workers != 0 && want_workers != num_workers) {
+    Bad("num_workers", std::to_string(want_workers),
+        absl::StrCat(config.source, " lists ", num_workers, " workers"));
+  }
+  const int replicas = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  if (replicas < 0 || replicas > num_workers) {
+    Bad("replicas_to_aggregate", std::to_string(replicas),
+        absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source, ")"));
+  }
+  opt.replicas_to_aggregate = replicas;
+  const int staleness = absl::GetFlag(FLAGS_max_staleness);
+  if (staleness < 0) Bad("max_staleness", std::to_string(staleness), "must be >= 0");
+  opt.max_staleness = staleness;
+  const int wait = absl::GetFlag(FLAGS_wait_for_cluster_s);
+  if (wait < 1) Bad("wait_for_cluster_s", std::to_string(wait), "must be >= 1");
+  opt.wait_for_cluster = absl::Seconds(wait);
+  const double log_every = absl::GetFlag(FLAGS_log_every_s);
+  if (!(log_every > 0)) Bad("log_every_s", std::to_string(log_every), "must be > 0");
+  opt.log_every = absl::Seconds(log_every);
+  const int silence = absl::GetFlag(FLAGS_worker_silence_s);
+  if (silence < 1) Bad("worker_silence_s", std::to_string(silence), "must be >= 1");
+  opt.worker_silence = absl::Seconds(silence);
+
+  InitLogging(TaskName(config.task));
+  Chief chief(opt);
+  HandleTerminationSignals([&](const std::string& s) { chief.RequestStop(s); });
+  absl::StatusOr<RunResult> result = chief.Run();
+  if (!result.ok()) {
+    spdlog::error("{}", std::string(result.status().message()));
+    return absl::IsCancelled(result.status()) ? 130 : 1;
+  }
+  std::printf("%s\n", FinalLine(*result).c_str());
+  std::fflush(stdout);
+  return 0;
+}

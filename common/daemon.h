@@ -1,0 +1,26 @@
+// Start-up helpers for the daemons' mains: read TF_CONFIG and check that it
+// names the role the binary plays. Errors print one line and exit with
+// code 2 (bad input), as every daemon documents.
+#ifndef PSCLUSTER_COMMON_DAEMON_H_
+#define PSCLUSTER_COMMON_DAEMON_H_
+
+#include <string>
+
+#include "common/cluster_spec.h"
+
+namespace pscluster {
+
+// Prints "error: <message>" to stderr and exits with code 2.
+[[noreturn]] void ExitWithUsageError(const std::string& message);
+
+// Reads --tf_config=FILE when given, else `env_value` (the TF_CONFIG
+// variable), and checks that task.type is `expected_type`.
+TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
+                            const std::string& expected_type);
+
+// "ps:0" for logs.
+std::string TaskName(const TaskId& task);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMMON_DAEMON_H_

@@ -1,0 +1,115 @@
+#include "common/task_server.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+
+class TaskServer::ControlService final : public TaskControl::Service {
+ public:
+  ControlService(TaskServer* owner, EvaluateFn evaluate)
+      : owner_(owner), evaluate_(std::move(evaluate)) {}
+
+  grpc::Status Shutdown(grpc::ServerContext*, const ShutdownRequest* req,
+                        ShutdownResponse*) override {
+    owner_->RequestShutdown(req->reason().empty() ? "Shutdown RPC" : req->reason());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Evaluate(grpc::ServerContext*, const EvaluateRequest* req,
+                        EvalReport* resp) override {
+    if (!evaluate_) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "this task is not an evaluator");
+    }
+    return evaluate_(*req, resp);
+  }
+
+ private:
+  TaskServer* const owner_;  // owns this service
+  const EvaluateFn evaluate_;
+};
+
+absl::StatusOr<std::unique_ptr<TaskServer>> TaskServer::Start(
+    int port, const std::vector<grpc::Service*>& services, EvaluateFn evaluate,
+    const RpcOptions& options) {
+  std::unique_ptr<TaskServer> ts(new TaskServer());
+  ts->control_ = std::make_unique<ControlService>(ts.get(), std::move(evaluate));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureServer(builder, options);
+  int bound_port = 0;
+  const std::string address = absl::StrCat("0.0.0.0:", port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(ts->control_.get());
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  ts->server_ = builder.BuildAndStart();
+  if (!ts->server_ || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, " (port in use or not permitted)"));
+  }
+  return ts;
+}
+
+TaskServer::~TaskServer() { Stop(absl::ZeroDuration()); }
+
+std::string TaskServer::WaitForShutdownRequest() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&shutdown_requested_));
+  return reason_;
+}
+
+void TaskServer::RequestShutdown(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_requested_) return;
+  shutdown_requested_ = true;
+  reason_ = reason;
+}
+
+bool TaskServer::shutdown_requested() const {
+  absl::MutexLock lock(&mu_);
+  return shutdown_requested_;
+}
+
+void TaskServer::Stop(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  if (server_) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Wait();
+  }
+}
+
+void HandleTerminationSignals(std::function<void(const std::string&)> on_signal) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, on_signal = std::move(on_signal)] {
+    int count = 0;
+    while (true) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      if (++count > 1) {
+        spdlog::warn("second {}: exiting now", name);
+        std::_Exit(128 + sig);
+      }
+      spdlog::info("{} received: shutting down", name);
+      on_signal(name);
+    }
+  }).detach();
+}
+
+}  // namespace pscluster

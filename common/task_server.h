@@ -1,0 +1,67 @@
+// TaskServer: the gRPC server every daemon runs on its TF_CONFIG address.
+// It always serves the standard grpc.health.v1 service and TaskControl
+// (Shutdown, and Evaluate where an evaluate function is given), plus the
+// daemon's own services. The daemon's main blocks in
+// WaitForShutdownRequest() and then calls Stop().
+//
+// Thread-safe. The services passed to Start are borrowed and must outlive
+// the TaskServer.
+#ifndef PSCLUSTER_COMMON_TASK_SERVER_H_
+#define PSCLUSTER_COMMON_TASK_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc.h"
+#include "proto/coordination.grpc.pb.h"
+
+namespace pscluster {
+
+class TaskServer {
+ public:
+  using EvaluateFn =
+      std::function<grpc::Status(const EvaluateRequest&, EvalReport*)>;
+
+  // Binds 0.0.0.0:port (all interfaces, as TensorFlow's servers do).
+  // Unavailable naming the port when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<TaskServer>> Start(
+      int port, const std::vector<grpc::Service*>& services,
+      EvaluateFn evaluate = nullptr, const RpcOptions& options = {});
+
+  ~TaskServer();
+
+  // Blocks until a Shutdown RPC arrives or RequestShutdown is called;
+  // returns the reason.
+  std::string WaitForShutdownRequest();
+  void RequestShutdown(const std::string& reason);
+  bool shutdown_requested() const;
+
+  // Stops serving: in-flight calls get `grace` to finish.
+  void Stop(absl::Duration grace = absl::Seconds(2));
+
+ private:
+  class ControlService;
+  TaskServer() = default;
+
+  std::unique_ptr<ControlService> control_;
+  std::unique_ptr<grpc::Server> server_;
+  mutable absl::Mutex mu_;
+  bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Blocks SIGINT and SIGTERM in the calling thread (call first in main, so
+// every thread inherits the mask) and starts a thread that turns them into
+// `on_signal(signal_name)`. The second signal exits the process at once.
+void HandleTerminationSignals(std::function<void(const std::string&)> on_signal);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMMON_TASK_SERVER_H_

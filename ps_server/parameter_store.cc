@@ -1,0 +1,245 @@
+#include "ps_server/parameter_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace pscluster {
+namespace {
+
+bool AllFinite(const float* x, int64_t n) {
+  // Summing x*0 yields NaN iff some element is NaN or Inf; one pass, no
+  // branches, vectorises.
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += x[i] * 0.0f;
+  return acc == 0.0f;
+}
+
+}  // namespace
+
+absl::Status ParameterStore::Init(const StoreConfig& config, const float* values,
+                                  bool* already) {
+  absl::MutexLock lock(&mu_);
+  *already = false;
+  if (initialized_) {
+    if (config.layout_fingerprint != config_.layout_fingerprint ||
+        config.num_floats != config_.num_floats) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "already initialised with layout ", config_.layout_fingerprint, " (",
+          config_.num_floats, " floats); refusing layout ",
+          config.layout_fingerprint, " (", config.num_floats, " floats)"));
+    }
+    *already = true;
+    return absl::OkStatus();
+  }
+  if (config.num_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers must be at least 1, got ", config.num_workers));
+  }
+  if (config.rule == UpdateRule::kSync &&
+      (config.replicas_to_aggregate < 1 ||
+       config.replicas_to_aggregate > config.num_workers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicas_to_aggregate must be in [1, ", config.num_workers, "], got ",
+        config.replicas_to_aggregate));
+  }
+  if (config.rule == UpdateRule::kAsync && config.max_staleness < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_staleness must be >= 0, got ", config.max_staleness));
+  }
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+      Optimizer::Create(config.optimizer, config.num_floats);
+  if (!opt.ok()) return opt.status();
+  optimizer_ = *std::move(opt);
+  config_ = config;
+  values_.assign(values, values + config.num_floats);
+  seen_.assign(config.num_workers, {});
+  pending_.assign(config.num_workers, {});
+  pending_examples_.assign(config.num_workers, -1);
+  pending_count_ = 0;
+  active_.assign(config.num_workers, true);
+  retiring_.assign(config.num_workers, false);
+  sum_.assign(config.num_floats, 0.0f);
+  version_ = 0;
+  initialized_ = true;
+  version_advanced_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::CheckLayout(uint64_t fingerprint) const {
+  if (fingerprint != config_.layout_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layout fingerprint ", fingerprint, " does not match this ps's ",
+        config_.layout_fingerprint,
+        " (model, number of ps or shard size differ between tasks)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_version,
+                                  absl::Time deadline, std::string* out,
+                                  int64_t* version) {
+  absl::MutexLock lock(&mu_);
+  while (!cancelled_ && (!initialized_ || version_ < min_version)) {
+    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (cancelled_) return absl::CancelledError("parameter server is shutting down");
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (version_ < min_version) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "waited for version ", min_version, "; still at ", version_));
+  }
+  out->resize(values_.size() * sizeof(float));
+  std::memcpy(out->data(), values_.data(), out->size());
+  *version = version_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  auto reject = [this](absl::Status s) {
+    ++stats_.pushes_rejected;
+    return s;
+  };
+  if (absl::Status s = CheckLayout(args.layout_fingerprint); !s.ok()) {
+    return reject(s);
+  }
+  if (args.worker < 0 || args.worker >= config_.num_workers) {
+    return reject(absl::InvalidArgumentError(
+        absl::StrCat("worker index ", args.worker, " is out of range: ",
+                     config_.num_workers, " workers")));
+  }
+  if (args.num_floats != config_.num_floats) {
+    return reject(absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", args.num_floats, " floats; this ps holds ",
+                     config_.num_floats)));
+  }
+  if (args.num_examples < 0) {
+    return reject(absl::InvalidArgumentError(
+        absl::StrCat("num_examples must be >= 0, got ", args.num_examples)));
+  }
+  if (args.version > version_) {
+    return reject(absl::InvalidArgumentError(
+        absl::StrCat("gradient version ", args.version,
+                     " is from the future: this ps is at version ", version_)));
+  }
+  if (!AllFinite(args.gradients, args.num_floats)) {
+    return reject(absl::InvalidArgumentError(
+        absl::StrCat("gradient from worker ", args.worker,
+                     " holds NaN or Inf; not applied")));
+  }
+  std::deque<SeenPush>& seen = seen_[args.worker];
+  if (args.request_id != 0) {
+    for (const SeenPush& p : seen) {
+      if (p.request_id == args.request_id) {
+        ++stats_.pushes_duplicate;
+        return p.result;
+      }
+    }
+  }
+  absl::StatusOr<PushResult> result = config_.rule == UpdateRule::kSync
+                                          ? PushSync(args)
+                                          : PushAsync(args);
+  if (result.ok() && args.request_id != 0) {
+    seen.push_back({args.request_id, *result});
+    if (seen.size() > kDedupWindow) seen.pop_front();
+  }
+  return result;
+}
+
+absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args) {
+  const int w = args.worker;
+  PushResult r;
+  r.staleness = version_ - args.version;
+  if (args.version < version_ || pending_examples_[w] >= 0) {
+    // A backup worker's late gradient, or a second one for this step.
+    ++stats_.pushes_dropped_stale;
+    if (args.last) active_[w] = false;
+    MaybeAggregate();
+    r.version = version_;
+    return r;
+  }
+  pending_[w].assign(args.gradients, args.gradients + args.num_floats);
+  pending_examples_[w] = args.num_examples;
+  ++pending_count_;
+  if (args.last) retiring_[w] = true;
+  ++stats_.pushes_applied;
+  r.applied = true;
+  MaybeAggregate();
+  r.version = version_;
+  return r;
+}
+
+void ParameterStore::MaybeAggregate() {
+  if (pending_count_ == 0) return;
+  const int active = static_cast<int>(std::count(active_.begin(), active_.end(), true));
+  if (pending_count_ < std::min(config_.replicas_to_aggregate, active)) return;
+  int64_t total = 0;
+  for (int n : pending_examples_) total += std::max(n, 0);
+  const int64_t n = config_.num_floats;
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  if (total > 0) {
+    // Fixed worker-index order: the sum is the same bits whatever the
+    // arrival order was.
+    for (int w = 0; w < config_.num_workers; ++w) {
+      if (pending_examples_[w] <= 0) continue;
+      const float weight = static_cast<float>(pending_examples_[w]) / total;
+      const float* g = pending_[w].data();
+      float* s = sum_.data();
+      for (int64_t i = 0; i < n; ++i) s[i] += weight * g[i];
+    }
+    optimizer_->Apply(sum_.data(), values_.data());
+  }
+  for (int w = 0; w < config_.num_workers; ++w) {
+    pending_examples_[w] = -1;
+    if (retiring_[w]) {
+      active_[w] = false;
+      retiring_[w] = false;
+    }
+  }
+  pending_count_ = 0;
+  ++version_;
+  ++stats_.steps_applied;
+  version_advanced_.SignalAll();
+}
+
+absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args) {
+  PushResult r;
+  r.staleness = version_ - args.version;
+  if (r.staleness > config_.max_staleness) {
+    ++stats_.pushes_dropped_stale;
+    r.version = version_;
+    return r;
+  }
+  if (args.num_examples > 0) optimizer_->Apply(args.gradients, values_.data());
+  ++version_;
+  ++stats_.pushes_applied;
+  ++stats_.steps_applied;
+  version_advanced_.SignalAll();
+  r.applied = true;
+  r.version = version_;
+  return r;
+}
+
+StoreStats ParameterStore::stats() const {
+  absl::MutexLock lock(&mu_);
+  StoreStats s = stats_;
+  s.version = version_;
+  return s;
+}
+
+void ParameterStore::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  version_advanced_.SignalAll();
+}
+
+}  // namespace pscluster

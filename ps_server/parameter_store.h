@@ -1,0 +1,136 @@
+// ParameterStore: the shards one parameter server holds, their optimizer
+// state, and the rule that turns pushed gradients into updates.
+//
+//   sync:  gradients tagged with the current version are kept per worker
+//          until `replicas_to_aggregate` of them (fewer once workers have
+//          sent their last push) have arrived; they are then averaged in
+//          worker-index order, weighted by their example counts (bitwise
+//          reproducible whatever the arrival order), applied once, and the
+//          version advances. Gradients for an older version are dropped and
+//          counted (backup workers); a newer version is an error.
+//   async: each gradient is applied on arrival unless it is staler than
+//          `max_staleness` versions, in which case it is dropped and counted.
+//
+// A push whose request id the store has seen from that worker recently is
+// answered with the first answer and not applied again.
+//
+// Thread-safe: every method may be called from any thread. Knows nothing
+// about gRPC; ps_service.h adapts it.
+#ifndef PSCLUSTER_PS_SERVER_PARAMETER_STORE_H_
+#define PSCLUSTER_PS_SERVER_PARAMETER_STORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps_server/optimizer.h"
+
+namespace pscluster {
+
+enum class UpdateRule { kSync, kAsync };
+
+struct StoreConfig {
+  uint64_t layout_fingerprint = 0;
+  int64_t num_floats = 0;
+  UpdateRule rule = UpdateRule::kSync;
+  int num_workers = 1;
+  int replicas_to_aggregate = 1;  // sync
+  int max_staleness = 0;          // async
+  OptimizerOptions optimizer;
+};
+
+struct PushArgs {
+  uint64_t layout_fingerprint = 0;
+  int worker = 0;
+  int64_t version = 0;
+  uint64_t request_id = 0;  // 0: no id, never treated as a duplicate
+  int num_examples = 0;
+  const float* gradients = nullptr;
+  int64_t num_floats = 0;
+  bool last = false;
+};
+
+struct PushResult {
+  bool applied = false;    // accumulated or applied; false when dropped
+  int64_t version = 0;     // the store's version after the push
+  int64_t staleness = 0;   // versions between the gradient and the store
+};
+
+struct StoreStats {
+  int64_t version = 0;
+  int64_t pushes_applied = 0;
+  int64_t pushes_dropped_stale = 0;
+  int64_t pushes_rejected = 0;
+  int64_t pushes_duplicate = 0;
+  int64_t steps_applied = 0;
+};
+
+class ParameterStore {
+ public:
+  ParameterStore() = default;
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  // Sets the initial values. Returns true in *already when the store was
+  // initialised before with the same layout (the call then changes
+  // nothing); FailedPrecondition for another layout.
+  absl::Status Init(const StoreConfig& config, const float* values, bool* already);
+
+  // Copies the values into *out once the version is at least min_version.
+  // Unavailable when not initialised by `deadline`; DeadlineExceeded when
+  // the version is not reached by then; Cancelled after Cancel().
+  absl::Status Pull(uint64_t layout_fingerprint, int64_t min_version,
+                    absl::Time deadline, std::string* out, int64_t* version);
+
+  absl::StatusOr<PushResult> Push(const PushArgs& args);
+
+  StoreStats stats() const;
+
+  // Wakes every waiting Pull with Cancelled (shutdown).
+  void Cancel();
+
+ private:
+  absl::Status CheckLayout(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushSync(const PushArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushAsync(const PushArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sync: applies the pending gradients once enough have arrived.
+  void MaybeAggregate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Recent request ids per worker and what was answered to them.
+  struct SeenPush {
+    uint64_t request_id;
+    PushResult result;
+  };
+  static constexpr size_t kDedupWindow = 256;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar version_advanced_;  // signalled on Init, apply, Cancel
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  StoreConfig config_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  StoreStats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::deque<SeenPush>> seen_ ABSL_GUARDED_BY(mu_);
+
+  // Sync state for the current version. pending_examples_[w] < 0: nothing
+  // from worker w yet. A worker whose last push is pending stays counted
+  // until that step is applied (retiring_), then leaves active_.
+  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
+  int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> retiring_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_PS_SERVER_PARAMETER_STORE_H_

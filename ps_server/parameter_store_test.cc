@@ -1,0 +1,200 @@
+#include "ps_server/parameter_store.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+constexpr uint64_t kLayout = 42;
+
+StoreConfig SgdConfig(UpdateRule rule, int workers, int replicas, int staleness = 0) {
+  StoreConfig c;
+  c.layout_fingerprint = kLayout;
+  c.num_floats = 3;
+  c.rule = rule;
+  c.num_workers = workers;
+  c.replicas_to_aggregate = replicas;
+  c.max_staleness = staleness;
+  c.optimizer.name = "sgd";
+  c.optimizer.learning_rate = 1.0f;
+  return c;
+}
+
+std::vector<float> Values(ParameterStore& store, int64_t* version = nullptr) {
+  std::string bytes;
+  int64_t v = 0;
+  absl::Status s = store.Pull(kLayout, 0, absl::Now() + absl::Seconds(1), &bytes, &v);
+  EXPECT_TRUE(s.ok()) << s;
+  if (version) *version = v;
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+absl::StatusOr<PushResult> PushGrad(ParameterStore& store, int worker, int64_t version,
+                                    std::vector<float> g, int examples = 1,
+                                    uint64_t id = 0, bool last = false) {
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.worker = worker;
+  a.version = version;
+  a.request_id = id;
+  a.num_examples = examples;
+  a.gradients = g.data();
+  a.num_floats = static_cast<int64_t>(g.size());
+  a.last = last;
+  return store.Push(a);
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void InitStore(const StoreConfig& c) {
+    bool already = true;
+    std::vector<float> init = {1.0f, 2.0f, 3.0f};
+    ASSERT_TRUE(store_.Init(c, init.data(), &already).ok());
+    EXPECT_FALSE(already);
+  }
+  ParameterStore store_;
+};
+
+TEST_F(StoreTest, SyncWaitsForAllReplicasThenAppliesWeightedMean) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {4, 4, 4}, /*examples=*/3).ok());
+  int64_t v = -1;
+  EXPECT_EQ(Values(store_, &v), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(v, 0);
+  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {0, 8, -4}, /*examples=*/1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->version, 1);
+  // mean = (1*g0 + 3*g1) / 4 = {3, 5, 2}; sgd lr 1.
+  EXPECT_EQ(Values(store_, &v), (std::vector<float>{-2, -3, 1}));
+  EXPECT_EQ(v, 1);
+}
+
+TEST_F(StoreTest, SyncResultDoesNotDependOnArrivalOrder) {
+  std::vector<float> a = {0.1f, 0.7f, 1e-3f}, b = {0.3f, -0.2f, 7.0f}, c = {1e4f, 3.3f, 0.01f};
+  auto run = [&](std::vector<int> order) {
+    ParameterStore store;
+    bool already;
+    std::vector<float> init = {1, 2, 3};
+    EXPECT_TRUE(store.Init(SgdConfig(UpdateRule::kSync, 3, 3), init.data(), &already).ok());
+    std::vector<std::vector<float>> g = {a, b, c};
+    for (int w : order) EXPECT_TRUE(PushGrad(store, w, 0, g[w], w + 1).ok());
+    return Values(store);
+  };
+  std::vector<float> first = run({0, 1, 2});
+  EXPECT_EQ(first, run({2, 0, 1}));
+  EXPECT_EQ(first, run({1, 2, 0}));
+}
+
+TEST_F(StoreTest, SyncBackupWorkerGradientIsDroppedAndCounted) {
+  InitStore(SgdConfig(UpdateRule::kSync, 3, 2));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 0, {1, 1, 1}).ok());
+  absl::StatusOr<PushResult> late = PushGrad(store_, 1, 0, {100, 100, 100});
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->applied);
+  EXPECT_EQ(late->staleness, 1);
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(store_.stats().pushes_dropped_stale, 1);
+  EXPECT_EQ(store_.stats().steps_applied, 1);
+}
+
+TEST_F(StoreTest, SyncStopsWaitingForWorkersThatFinished) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  // Worker 0's last push belongs to step 0: step 0 still waits for worker 1.
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}, 1, 0, /*last=*/true).ok());
+  EXPECT_EQ(store_.stats().steps_applied, 0);
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {1, 1, 1}).ok());
+  EXPECT_EQ(store_.stats().steps_applied, 1);
+  // Worker 1 goes on alone: every push is a step.
+  ASSERT_TRUE(PushGrad(store_, 1, 1, {1, 1, 1}).ok());
+  EXPECT_EQ(store_.stats().steps_applied, 2);
+}
+
+TEST_F(StoreTest, FutureVersionWrongSizeAndNonFiniteAreRejectedAndChangeNothing) {
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 5, {1, 1, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("version 5"), std::string::npos);
+  r = PushGrad(store_, 0, 0, {1, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 0, 0, {1, std::nanf(""), 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 0, 0, {1, INFINITY, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 7, 0, {1, 1, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(store_.stats().pushes_rejected, 5);
+}
+
+TEST_F(StoreTest, DuplicateRequestIdIsAppliedOnce) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1, 10));
+  absl::StatusOr<PushResult> a = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);
+  absl::StatusOr<PushResult> b = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->version, b->version);
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(store_.stats().pushes_duplicate, 1);
+}
+
+TEST_F(StoreTest, AsyncAppliesOnArrivalAndDropsTooStale) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 2, 1, /*staleness=*/1));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 0, 0}).ok());  // staleness 0
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {0, 1, 0}).ok());  // staleness 1
+  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {0, 0, 1});  // 2
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 3}));
+  EXPECT_EQ(store_.stats().pushes_dropped_stale, 1);
+  EXPECT_EQ(store_.stats().version, 2);
+}
+
+TEST_F(StoreTest, PullWaitsForVersion) {
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  std::thread pusher([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  });
+  std::string bytes;
+  int64_t v = 0;
+  absl::Status s = store_.Pull(kLayout, 1, absl::Now() + absl::Seconds(30), &bytes, &v);
+  pusher.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(v, 1);
+  s = store_.Pull(kLayout, 5, absl::Now() + absl::Milliseconds(10), &bytes, &v);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(StoreTest, PullBeforeInitIsUnavailableAndWrongLayoutRefused) {
+  std::string bytes;
+  int64_t v;
+  EXPECT_EQ(store_.Pull(kLayout, 0, absl::Now(), &bytes, &v).code(),
+            absl::StatusCode::kUnavailable);
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  EXPECT_EQ(store_.Pull(kLayout + 1, 0, absl::Now(), &bytes, &v).code(),
+            absl::StatusCode::kFailedPrecondition);
+  bool already = false;
+  std::vector<float> init = {9, 9, 9};
+  ASSERT_TRUE(store_.Init(SgdConfig(UpdateRule::kSync, 1, 1), init.data(), &already).ok());
+  EXPECT_TRUE(already);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+  StoreConfig other = SgdConfig(UpdateRule::kSync, 1, 1);
+  other.layout_fingerprint = 7;
+  EXPECT_EQ(store_.Init(other, init.data(), &already).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(StoreTest, BadReplicasRefused) {
+  bool already;
+  std::vector<float> init = {1, 2, 3};
+  absl::Status s = store_.Init(SgdConfig(UpdateRule::kSync, 2, 3), init.data(), &already);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("got 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pscluster

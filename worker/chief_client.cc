@@ -1,0 +1,65 @@
+#include "worker/chief_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+
+namespace pscluster {
+
+absl::StatusOr<std::unique_ptr<ChiefClient>> ChiefClient::Create(
+    const ClusterSpec& cluster) {
+  absl::StatusOr<std::string> address = cluster.address(kChiefJob, 0);
+  if (!address.ok()) {
+    return absl::FailedPreconditionError(
+        "the cluster has no chief: workers and the evaluator need one to plan the run");
+  }
+  std::unique_ptr<ChiefClient> c(new ChiefClient());
+  c->address_ = *address;
+  c->stub_ = Coordinator::NewStub(MakeChannel(*address));
+  return c;
+}
+
+absl::StatusOr<TrainingPlan> ChiefClient::WaitForPlan(const TaskId& task,
+                                                      absl::Duration timeout,
+                                                      const std::atomic<bool>* stop) {
+  const absl::Time give_up = absl::Now() + timeout;
+  grpc::Status last;
+  while (absl::Now() < give_up) {
+    if (stop != nullptr && *stop) return absl::CancelledError("stop requested");
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    GetPlanRequest req;
+    req.set_task_type(task.type);
+    req.set_task_index(task.index);
+    GetPlanResponse resp;
+    last = stub_->GetPlan(&ctx, req, &resp);
+    if (last.ok() && resp.ready()) return resp.plan();
+    if (!last.ok() && last.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return FromGrpcStatus(last, absl::StrCat("asking the chief (", address_, ") for the plan"));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "no training plan from the chief at ", address_, " within ",
+      absl::FormatDuration(timeout),
+      last.ok() ? " (it answered: not ready)" : " (last error: " + last.error_message() + ")"));
+}
+
+absl::StatusOr<bool> ChiefClient::Report(const ProgressReport& report) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  ProgressAck ack;
+  grpc::Status s = stub_->ReportProgress(&ctx, report, &ack);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("reporting to the chief (", address_, ")"));
+  return ack.stop();
+}
+
+absl::Status ChiefClient::ReportEval(const EvalReport& report) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  EvalAck ack;
+  return FromGrpcStatus(stub_->ReportEval(&ctx, report, &ack),
+                        absl::StrCat("reporting to the chief (", address_, ")"));
+}
+
+}  // namespace pscluster

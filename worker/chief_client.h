@@ -1,0 +1,39 @@
+// ChiefClient: a worker's or evaluator's calls to the chief's Coordinator
+// service. Not thread-safe; one owner.
+#ifndef PSCLUSTER_WORKER_CHIEF_CLIENT_H_
+#define PSCLUSTER_WORKER_CHIEF_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "proto/coordination.grpc.pb.h"
+
+namespace pscluster {
+
+class ChiefClient {
+ public:
+  // FailedPrecondition when the cluster has no chief.
+  static absl::StatusOr<std::unique_ptr<ChiefClient>> Create(const ClusterSpec& cluster);
+
+  // Polls the chief until it hands out a ready plan; retries while the
+  // chief is unreachable. DeadlineExceeded naming the chief after
+  // `timeout`; Cancelled once *stop turns true.
+  absl::StatusOr<TrainingPlan> WaitForPlan(const TaskId& task, absl::Duration timeout,
+                                           const std::atomic<bool>* stop);
+
+  // Returns whether the chief asks the worker to stop.
+  absl::StatusOr<bool> Report(const ProgressReport& report);
+  absl::Status ReportEval(const EvalReport& report);
+
+ private:
+  ChiefClient() = default;
+  std::string address_;
+  std::unique_ptr<Coordinator::Stub> stub_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_WORKER_CHIEF_CLIENT_H_

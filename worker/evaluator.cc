@@ -1,0 +1,106 @@
+#include "worker/evaluator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+namespace {
+constexpr int kEvalBatch = 500;
+}  // namespace
+
+absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
+  absl::StatusOr<std::unique_ptr<ChiefClient>> chief =
+      ChiefClient::Create(options_.config.cluster);
+  if (!chief.ok()) return chief.status();
+  absl::StatusOr<TrainingPlan> plan =
+      (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, stop);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<ModelSpec> spec = ModelByName(plan->model());
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<Dataset> test = LoadMnist(options_.data_dir, Split::kTest);
+  if (!test.ok()) return test.status();
+  PlacementOptions popt;
+  popt.min_shard_bytes = plan->min_shard_bytes();
+  auto placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));
+  absl::StatusOr<std::unique_ptr<PsClient>> ps =
+      PsClient::Create(options_.config.cluster, placement.get());
+  if (!ps.ok()) return ps.status();
+  NetworkOptions nopt;
+  nopt.max_batch = kEvalBatch;
+  nopt.num_threads = options_.threads;
+  absl::StatusOr<std::unique_ptr<Network>> net = Network::Create(*spec, nopt);
+  if (!net.ok()) return net.status();
+
+  absl::MutexLock lock(&mu_);
+  spec_ = *std::move(spec);
+  placement_ = std::move(placement);
+  test_ = *std::move(test);
+  chief_ = *std::move(chief);
+  ps_ = *std::move(ps);
+  net_ = *std::move(net);
+  params_.resize(spec_.num_parameters);
+  ready_ = true;
+  spdlog::info("evaluating {} on {} test examples", spec_.name, test_.count);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalReport> Evaluator::Evaluate(int64_t min_version, bool final) {
+  absl::MutexLock lock(&mu_);
+  return EvaluateLocked(min_version, final, /*only_if_new=*/false);
+}
+
+absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool final,
+                                                     bool only_if_new) {
+  if (!ready_) return absl::UnavailableError("the evaluator is still starting");
+  absl::Status s = ps_->PullAll(min_version, params_.data(), absl::Minutes(5));
+  if (!s.ok()) return s;
+  if (only_if_new && ps_->version() == last_version_) {
+    return absl::AlreadyExistsError("no new weights since the last evaluation");
+  }
+  const int pixels = test_.height * test_.width;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int begin = 0; begin < test_.count; begin += kEvalBatch) {
+    const int n = std::min(kEvalBatch, test_.count - begin);
+    double batch_loss = 0;
+    int batch_correct = 0;
+    s = net_->Evaluate(params_.data(), &test_.images[size_t(begin) * pixels],
+                       &test_.labels[begin], n, &batch_loss, &batch_correct);
+    if (!s.ok()) return s;
+    loss_sum += batch_loss;
+    correct += batch_correct;
+  }
+  EvalReport r;
+  r.set_version(ps_->version());
+  r.set_examples(test_.count);
+  r.set_accuracy(static_cast<float>(double(correct) / test_.count));
+  r.set_loss(static_cast<float>(loss_sum / test_.count));
+  r.set_final(final);
+  last_version_ = r.version();
+  spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f}{}", r.version(), r.accuracy(),
+               r.loss(), final ? " (final)" : "");
+  if (absl::Status rs = chief_->ReportEval(r); !rs.ok() && !final) {
+    spdlog::warn("{}", std::string(rs.message()));
+  }
+  return r;
+}
+
+void Evaluator::RunPeriodic(const std::atomic<bool>* stop) {
+  absl::Time next = absl::Now() + options_.interval;
+  while (!*stop) {
+    if (absl::Now() < next) {
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
+    next = absl::Now() + options_.interval;
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<EvalReport> r = EvaluateLocked(0, false, /*only_if_new=*/true);
+    if (!r.ok() && !absl::IsAlreadyExists(r.status())) {
+      spdlog::warn("periodic evaluation failed: {}", std::string(r.status().message()));
+    }
+  }
+}
+
+}  // namespace pscluster

@@ -1,0 +1,70 @@
+// Evaluator: the side-car that scores the newest weights on held-out data.
+// Periodically (and on request from the chief) it pulls the weights from
+// every ps, runs the model forward over the whole test set and reports
+// accuracy and loss. Thread-safe: Evaluate() may be called from RPC threads
+// while RunPeriodic() runs; evaluations are serialised.
+#ifndef PSCLUSTER_WORKER_EVALUATOR_H_
+#define PSCLUSTER_WORKER_EVALUATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "common/idx_dataset.h"
+#include "common/model_spec.h"
+#include "common/placement.h"
+#include "proto/coordination.pb.h"
+#include "worker/chief_client.h"
+#include "worker/network.h"
+#include "worker/ps_client.h"
+
+namespace pscluster {
+
+struct EvaluatorOptions {
+  TfConfig config;
+  std::string data_dir;
+  int threads = 1;
+  absl::Duration interval = absl::Seconds(30);
+  absl::Duration startup_timeout = absl::Minutes(2);
+};
+
+class Evaluator {
+ public:
+  explicit Evaluator(EvaluatorOptions options) : options_(std::move(options)) {}
+
+  // Waits for the chief's plan, loads the test set, connects to the ps.
+  absl::Status Prepare(const std::atomic<bool>* stop);
+
+  // Evaluates every `interval` while the weights changed, until *stop.
+  void RunPeriodic(const std::atomic<bool>* stop);
+
+  // Evaluates weights of at least `min_version` (waits for them).
+  // Unavailable before Prepare() finished.
+  absl::StatusOr<EvalReport> Evaluate(int64_t min_version, bool final);
+
+ private:
+  absl::StatusOr<EvalReport> EvaluateLocked(int64_t min_version, bool final,
+                                            bool only_if_new)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const EvaluatorOptions options_;
+  absl::Mutex mu_;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  ModelSpec spec_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Placement> placement_ ABSL_GUARDED_BY(mu_);
+  Dataset test_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ChiefClient> chief_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PsClient> ps_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Network> net_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> params_ ABSL_GUARDED_BY(mu_);
+  int64_t last_version_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_WORKER_EVALUATOR_H_

@@ -1,0 +1,83 @@
+// evaluator: side-car that periodically evaluates the newest weights on the
+// test set and, at the end, runs the final evaluation the chief asks for.
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/daemon.h"
+#include "common/logging.h"
+#include "common/rpc.h"
+#include "common/task_server.h"
+#include "spdlog/spdlog.h"
+#include "worker/evaluator.h"
+
+ABSL_FLAG(std::string, tf_config, "",
+          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
+ABSL_FLAG(std::string, data_dir, "", "Folder with the MNIST-format IDX files (required)");
+ABSL_FLAG(int, threads, 1, "Compute threads");
+ABSL_FLAG(double, eval_interval_s, 30, "Seconds between periodic evaluations");
+ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
+
+int main(int argc, char** argv) {
+  using namespace pscluster;
+  absl::SetProgramUsageMessage(
+      "Evaluator task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"evaluator\","
+      "\"index\":0}}' evaluator --data_dir=DIR [--eval_interval_s=S]");
+  absl::ParseCommandLine(argc, argv);
+  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
+                                       std::getenv("TF_CONFIG"), kEvaluatorJob);
+  EvaluatorOptions opt;
+  opt.config = config;
+  opt.data_dir = absl::GetFlag(FLAGS_data_dir);
+  opt.threads = absl::GetFlag(FLAGS_threads);
+  const double interval = absl::GetFlag(FLAGS_eval_interval_s);
+  if (opt.data_dir.empty()) ExitWithUsageError("--data_dir is required");
+  if (opt.threads < 1 || opt.threads > 256) {
+    ExitWithUsageError("--threads must be in [1, 256], got " + std::to_string(opt.threads));
+  }
+  if (!(interval > 0)) {
+    ExitWithUsageError("--eval_interval_s must be > 0, got " + std::to_string(interval));
+  }
+  opt.interval = absl::Seconds(interval);
+  opt.startup_timeout = absl::Seconds(std::max(1, absl::GetFlag(FLAGS_startup_timeout_s)));
+  if (!config.has_own_address()) {
+    ExitWithUsageError(config.source +
+                       ": the evaluator must be listed in cluster.evaluator so the chief can "
+                       "ask it for the final evaluation");
+  }
+  InitLogging(TaskName(config.task));
+
+  Evaluator evaluator(opt);
+  auto evaluate = [&](const EvaluateRequest& req, EvalReport* resp) {
+    absl::StatusOr<EvalReport> r = evaluator.Evaluate(req.min_version(), /*final=*/true);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *resp = *r;
+    return grpc::Status::OK;
+  };
+  absl::StatusOr<std::unique_ptr<TaskServer>> server =
+      TaskServer::Start(config.own_port(), {}, evaluate);
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  std::atomic<bool> stop{false};
+  HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
+  std::thread watcher([&] {
+    (*server)->WaitForShutdownRequest();
+    stop = true;
+  });
+  int code = 0;
+  absl::Status s = evaluator.Prepare(&stop);
+  if (s.ok()) {
+    evaluator.RunPeriodic(&stop);
+  } else if (!absl::IsCancelled(s)) {
+    spdlog::error("{}", std::string(s.message()));
+    code = 1;
+    (*server)->RequestShutdown("evaluator failed");
+  }
+  watcher.join();
+  (*server)->Stop();
+  return code;
+}

@@ -1,0 +1,81 @@
+// worker: pulls weights from the parameter servers, computes gradients on
+// its shard of the training data and pushes them back, under the plan the
+// chief hands out. Stays up after training until the chief ends the run.
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/daemon.h"
+#include "common/logging.h"
+#include "common/task_server.h"
+#include "spdlog/spdlog.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, tf_config, "",
+          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
+ABSL_FLAG(std::string, data_dir, "", "Folder with the MNIST-format IDX files (required)");
+ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
+ABSL_FLAG(int, startup_timeout_s, 120,
+          "How long to wait for the chief's plan and the parameter servers");
+ABSL_FLAG(int, linger_s, 600,
+          "After training, how long to wait for the chief's shutdown before exiting");
+
+int main(int argc, char** argv) {
+  using namespace pscluster;
+  absl::SetProgramUsageMessage(
+      "Worker task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":0}}' "
+      "worker --data_dir=DIR [--threads=N]");
+  absl::ParseCommandLine(argc, argv);
+  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
+                                       std::getenv("TF_CONFIG"), kWorkerJob);
+  TrainerOptions opt;
+  opt.config = config;
+  opt.data_dir = absl::GetFlag(FLAGS_data_dir);
+  opt.threads = absl::GetFlag(FLAGS_threads);
+  if (opt.data_dir.empty()) ExitWithUsageError("--data_dir is required");
+  if (opt.threads < 1 || opt.threads > 256) {
+    ExitWithUsageError("--threads must be in [1, 256], got " + std::to_string(opt.threads));
+  }
+  const int startup = absl::GetFlag(FLAGS_startup_timeout_s);
+  if (startup < 1) ExitWithUsageError("--startup_timeout_s must be >= 1, got " + std::to_string(startup));
+  opt.startup_timeout = absl::Seconds(startup);
+  InitLogging(TaskName(config.task));
+
+  Trainer trainer(opt);
+  absl::StatusOr<std::unique_ptr<TaskServer>> server =
+      TaskServer::Start(config.own_port(), {});
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
+  // A shutdown (from the chief or a signal) also stops training.
+  std::thread watcher([&] {
+    (*server)->WaitForShutdownRequest();
+    trainer.RequestStop();
+  });
+  absl::Status s = trainer.Run();
+  int code = 0;
+  if (s.ok()) {
+    // Wait for the chief to end the run, so the evaluator and the chief can
+    // still reach every task; give up after --linger_s.
+    const absl::Time give_up = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_linger_s));
+    while (!(*server)->shutdown_requested() && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (!(*server)->shutdown_requested()) {
+      spdlog::warn("no shutdown from the chief within --linger_s; exiting");
+    }
+  } else if (absl::IsCancelled(s)) {
+    spdlog::info("training stopped: {}", std::string(s.message()));
+  } else {
+    spdlog::error("{}", std::string(s.message()));
+    code = 1;
+  }
+  (*server)->RequestShutdown("worker exiting");
+  watcher.join();
+  (*server)->Stop();
+  return code;
+}

@@ -1,0 +1,165 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/idx_dataset.h"
+#include "common/model_spec.h"
+#include "common/placement.h"
+#include "common/rpc.h"
+#include "proto/coordination.grpc.pb.h"
+#include "spdlog/spdlog.h"
+#include "worker/chief_client.h"
+#include "worker/network.h"
+#include "worker/ps_client.h"
+
+namespace pscluster {
+namespace {
+
+// Running sums between two progress reports.
+struct Window {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t examples = 0;
+  double compute_s = 0;
+  double comm_s = 0;
+};
+
+}  // namespace
+
+absl::Status Trainer::Run() {
+  // The worker's rank among the cluster's workers (TF_CONFIG's sparse form
+  // may skip indices); ps slots and data shards go by rank.
+  const std::vector<int> indices = options_.config.cluster.task_indices(kWorkerJob);
+  const int worker = static_cast<int>(
+      std::find(indices.begin(), indices.end(), options_.config.task.index) - indices.begin());
+  absl::StatusOr<std::unique_ptr<ChiefClient>> chief =
+      ChiefClient::Create(options_.config.cluster);
+  if (!chief.ok()) return chief.status();
+  absl::StatusOr<TrainingPlan> plan =
+      (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, &stop_);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<ModelSpec> spec = ModelByName(plan->model());
+  if (!spec.ok()) return spec.status();
+  if (plan->num_workers() != options_.config.cluster.num_tasks(kWorkerJob)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the chief plans for ", plan->num_workers(), " workers but this worker's ",
+        options_.config.source, " lists ", options_.config.cluster.num_tasks(kWorkerJob)));
+  }
+
+  absl::StatusOr<Dataset> data = LoadMnist(options_.data_dir, Split::kTrain);
+  if (!data.ok()) return data.status();
+  const int pixels = data->height * data->width;
+  if (data->height != spec->input_height || data->width != spec->input_width) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "images in ", options_.data_dir, " are ", data->height, "x", data->width,
+        "; model ", spec->name, " wants ", spec->input_height, "x", spec->input_width));
+  }
+  const int num_workers = plan->num_workers();
+  const int batch = plan->batch_size();
+  const int64_t shard_max = (data->count + num_workers - 1) / num_workers;
+  const int steps_per_epoch = static_cast<int>((shard_max + batch - 1) / batch);
+
+  PlacementOptions popt;
+  popt.min_shard_bytes = plan->min_shard_bytes();
+  const Placement placement = PlaceVariables(*spec, plan->num_ps(), popt);
+  absl::StatusOr<std::unique_ptr<PsClient>> ps =
+      PsClient::Create(options_.config.cluster, &placement);
+  if (!ps.ok()) return ps.status();
+  NetworkOptions nopt;
+  nopt.max_batch = batch;
+  nopt.num_threads = options_.threads;
+  absl::StatusOr<std::unique_ptr<Network>> net = Network::Create(*spec, nopt);
+  if (!net.ok()) return net.status();
+
+  std::vector<float> params(spec->num_parameters);
+  std::vector<float> grads(spec->num_parameters);
+  std::vector<float> images(static_cast<size_t>(batch) * pixels);
+  std::vector<uint8_t> labels(batch);
+  if (absl::Status s = (*ps)->PullAll(0, params.data(), options_.startup_timeout); !s.ok()) {
+    return s;
+  }
+  spdlog::info("training {} on {} examples: {} epochs x {} steps of {} (worker {}/{}, {} ps, {} threads)",
+               spec->name, data->count, plan->epochs(), steps_per_epoch, batch, worker,
+               num_workers, plan->num_ps(), options_.threads);
+
+  const absl::Duration report_every =
+      absl::Seconds(std::max(0.1f, plan->report_interval_s()));
+  absl::Time next_report = absl::Now() + report_every;
+  Window window;
+  int64_t steps_done = 0;
+  int64_t examples_done = 0;
+  auto report = [&](int epoch, bool done) {
+    ProgressReport r;
+    r.set_worker_index(worker);
+    r.set_epoch(epoch);
+    r.set_step(steps_done);
+    r.set_examples(examples_done);
+    r.set_loss(window.examples ? window.loss_sum / window.examples : 0);
+    r.set_accuracy(window.examples ? double(window.correct) / window.examples : 0);
+    r.set_global_version((*ps)->version());
+    r.set_done(done);
+    r.set_compute_s(window.compute_s);
+    r.set_comm_s(window.comm_s);
+    r.set_steps_per_epoch(steps_per_epoch);
+    r.set_epoch_examples(data->count);
+    window = Window();
+    return (*chief)->Report(r);
+  };
+
+  const int total_steps = plan->epochs() * steps_per_epoch;
+  for (int epoch = 0; epoch < plan->epochs(); ++epoch) {
+    const std::vector<int32_t> shard =
+        ShardOf(EpochPermutation(data->count, plan->seed(), epoch), worker, num_workers);
+    for (int step = 0; step < steps_per_epoch; ++step) {
+      if (stop_) return absl::CancelledError("stop requested");
+      // A short (possibly empty) last batch still takes part in the step:
+      // the ps weights every gradient by its example count.
+      const int begin = std::min<int>(step * batch, shard.size());
+      const int n = std::min<int>(batch, shard.size() - begin);
+      for (int i = 0; i < n; ++i) {
+        const int32_t e = shard[begin + i];
+        std::memcpy(&images[size_t(i) * pixels], &data->images[size_t(e) * pixels],
+                    pixels * sizeof(float));
+        labels[i] = data->labels[e];
+      }
+      absl::Time t0 = absl::Now();
+      float loss = 0;
+      int correct = 0;
+      if (n > 0) {
+        absl::Status s = (*net)->TrainStep(params.data(), images.data(), labels.data(), n,
+                                           grads.data(), &loss, &correct);
+        if (!s.ok()) return s;
+      } else {
+        std::fill(grads.begin(), grads.end(), 0.0f);
+      }
+      absl::Time t1 = absl::Now();
+      const bool last = steps_done + 1 == total_steps;
+      absl::Status s = (*ps)->PushPullAll(worker, n, last, grads.data(), params.data(),
+                                          options_.step_timeout);
+      if (!s.ok()) return s;
+      absl::Time t2 = absl::Now();
+      ++steps_done;
+      examples_done += n;
+      window.loss_sum += double(loss) * n;
+      window.correct += correct;
+      window.examples += n;
+      window.compute_s += absl::ToDoubleSeconds(t1 - t0);
+      window.comm_s += absl::ToDoubleSeconds(t2 - t1);
+      if (t2 >= next_report) {
+        next_report = t2 + report_every;
+        absl::StatusOr<bool> stop = report(epoch, false);
+        if (stop.ok() && *stop) return absl::CancelledError("the chief asked to stop");
+      }
+    }
+  }
+  spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale",
+               steps_done, examples_done, (*ps)->pushes_dropped());
+  absl::StatusOr<bool> ack = report(plan->epochs() - 1, true);
+  if (!ack.ok()) return ack.status();
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

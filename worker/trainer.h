@@ -1,0 +1,45 @@
+// Trainer: a worker's training loop. It asks the chief for the training
+// plan, loads its data, then for every step pulls the weights (fused with
+// the previous push), computes gradients on its shard's next batch and
+// pushes them to every ps; it reports progress to the chief as it goes.
+//
+// Not thread-safe: Run() is called once, from one thread; RequestStop() may
+// be called from any thread.
+#ifndef PSCLUSTER_WORKER_TRAINER_H_
+#define PSCLUSTER_WORKER_TRAINER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+
+namespace pscluster {
+
+struct TrainerOptions {
+  TfConfig config;          // this worker's place in the cluster
+  std::string data_dir;     // holds the MNIST-format IDX files
+  int threads = 1;          // compute threads
+  absl::Duration startup_timeout = absl::Minutes(2);
+  absl::Duration step_timeout = absl::Minutes(5);
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options) : options_(std::move(options)) {}
+
+  // Trains until the plan's epochs are done (OK) or a stop is requested
+  // (Cancelled), or fails with a status naming what went wrong.
+  absl::Status Run();
+  void RequestStop() { stop_ = true; }
+
+ private:
+  const TrainerOptions options_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_WORKER_TRAINER_H_
