@@ -6,8 +6,6 @@
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "chief/chief.h"
@@ -50,10 +48,9 @@ namespace {
 
 int main(int argc, char** argv) {
   using namespace pscluster;
-  absl::SetProgramUsageMessage(
+  ParseFlagsOrExit(argc, argv, 
       "Chief task: coordinates training. Usage: TF_CONFIG='{...\"task\":{\"type\":"
       "\"chief\",\"index\":0}}' chief [--epochs=N] [--mode=sync|async] ...");
-  absl::ParseCommandLine(argc, argv);
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kChiefJob);
   ChiefOptions opt;

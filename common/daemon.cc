@@ -3,9 +3,49 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <cstring>
+#include <iostream>
+#include <vector>
+
+#include "absl/flags/internal/program_name.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace pscluster {
+
+void ParseFlagsOrExit(int argc, char** argv, const std::string& usage) {
+  absl::flags_internal::SetProgramInvocationName(argv[0]);
+  absl::SetProgramUsageMessage(usage);
+  absl::FlagsUsageConfig config;
+  // Our flags live in the mains; list those, not Abseil's own.
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "main.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  config.normalize_filename = [](absl::string_view f) { return std::string(f); };
+  absl::SetFlagsUsageConfig(config);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
+        std::strcmp(argv[i], "-help") == 0) {
+      // Abseil's own --help exits 1; asking for help is not an error.
+      absl::flags_internal::SetFlagsHelpMode(absl::flags_internal::HelpMode::kShort);
+      absl::flags_internal::FlagsHelp(std::cout, "main",
+                                      absl::flags_internal::HelpFormat::kHumanReadable,
+                                      usage);
+      std::exit(0);
+    }
+  }
+  // Abseil names a bad flag or value itself (and exits 1).
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    ExitWithUsageError(absl::StrCat("unexpected argument '", rest[1],
+                                    "' (flags look like --name=value; try --help)"));
+  }
+}
 
 void ExitWithUsageError(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());

@@ -10,6 +10,10 @@
 
 namespace pscluster {
 
+// Parses the command line with Abseil flags. --help (or -h) prints the
+// usage and every flag, then exits 0; a bad flag exits 2 naming it.
+void ParseFlagsOrExit(int argc, char** argv, const std::string& usage);
+
 // Prints "error: <message>" to stderr and exits with code 2.
 [[noreturn]] void ExitWithUsageError(const std::string& message);
 

@@ -6,8 +6,6 @@
 #include <memory>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/task_server.h"
@@ -21,10 +19,9 @@ ABSL_FLAG(int, max_message_mb, 512, "Largest gRPC message accepted, in MiB");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
-  absl::SetProgramUsageMessage(
+  ParseFlagsOrExit(argc, argv, 
       "Parameter server task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"ps\","
       "\"index\":0}}' ps_server [--tf_config=FILE]");
-  absl::ParseCommandLine(argc, argv);
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kPsJob);
   const int max_mb = absl::GetFlag(FLAGS_max_message_mb);

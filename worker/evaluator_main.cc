@@ -4,8 +4,6 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/rpc.h"
@@ -22,10 +20,9 @@ ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
-  absl::SetProgramUsageMessage(
+  ParseFlagsOrExit(argc, argv, 
       "Evaluator task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"evaluator\","
       "\"index\":0}}' evaluator --data_dir=DIR [--eval_interval_s=S]");
-  absl::ParseCommandLine(argc, argv);
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kEvaluatorJob);
   EvaluatorOptions opt;

@@ -5,8 +5,6 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/task_server.h"
@@ -24,10 +22,9 @@ ABSL_FLAG(int, linger_s, 600,
 
 int main(int argc, char** argv) {
   using namespace pscluster;
-  absl::SetProgramUsageMessage(
+  ParseFlagsOrExit(argc, argv, 
       "Worker task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":0}}' "
       "worker --data_dir=DIR [--threads=N]");
-  absl::ParseCommandLine(argc, argv);
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kWorkerJob);
   TrainerOptions opt;
