@@ -17,6 +17,8 @@ ABSL_FLAG(std::string, data_dir, "", "Folder with the MNIST-format IDX files (re
 ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
 ABSL_FLAG(int, startup_timeout_s, 120,
           "How long to wait for the chief's plan and the parameter servers");
+ABSL_FLAG(int, straggle_ms, 0,
+          "Sleep this long before every push (simulates a slow worker, for tests)");
 ABSL_FLAG(int, linger_s, 600,
           "After training, how long to wait for the chief's shutdown before exiting");
 
@@ -38,6 +40,9 @@ int main(int argc, char** argv) {
   const int startup = absl::GetFlag(FLAGS_startup_timeout_s);
   if (startup < 1) ExitWithUsageError("--startup_timeout_s must be >= 1, got " + std::to_string(startup));
   opt.startup_timeout = absl::Seconds(startup);
+  const int straggle = absl::GetFlag(FLAGS_straggle_ms);
+  if (straggle < 0) ExitWithUsageError("--straggle_ms must be >= 0, got " + std::to_string(straggle));
+  opt.straggle = absl::Milliseconds(straggle);
   InitLogging(TaskName(config.task));
 
   Trainer trainer(opt);

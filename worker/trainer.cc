@@ -135,6 +135,7 @@ absl::Status Trainer::Run() {
       } else {
         std::fill(grads.begin(), grads.end(), 0.0f);
       }
+      if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
       absl::Time t1 = absl::Now();
       const bool last = steps_done + 1 == total_steps;
       absl::Status s = (*ps)->PushPullAll(worker, n, last, grads.data(), params.data(),

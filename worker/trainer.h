@@ -24,6 +24,9 @@ struct TrainerOptions {
   int threads = 1;          // compute threads
   absl::Duration startup_timeout = absl::Minutes(2);
   absl::Duration step_timeout = absl::Minutes(5);
+  // Sleeps this long before every push: makes this worker a straggler, to
+  // exercise backup workers and staleness.
+  absl::Duration straggle = absl::ZeroDuration();
 };
 
 class Trainer {

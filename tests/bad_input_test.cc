@@ -1,0 +1,141 @@
+// Every daemon refuses bad TF_CONFIG and bad flags with exit code 2 and a
+// message naming the bad value, and answers --help with exit code 0.
+#include <string>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace testing {
+namespace {
+
+struct Binary {
+  const char* path;
+  const char* task_type;
+  std::vector<std::string> good_args;  // valid flags, so only TF_CONFIG is wrong
+};
+const Binary kBinaries[] = {{"ps_server/ps_server", "ps", {}},
+                            {"worker/worker", "worker", {"--data_dir=/nonexistent"}},
+                            {"worker/evaluator", "evaluator", {"--data_dir=/nonexistent"}},
+                            {"chief/chief", "chief", {}}};
+
+struct BadConfig {
+  const char* name;
+  const char* json;       // %s is replaced by the binary's task type
+  const char* expected;   // must appear in the output
+};
+const BadConfig kBadConfigs[] = {
+    {"NotJson", "{\"cluster\": ", "TF_CONFIG"},
+    {"IndexOutOfRange",
+     "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:2\"], \"worker\": [\"h:3\"], "
+     "\"evaluator\": [\"h:4\"]}, \"task\": {\"type\": \"%s\", \"index\": 7}}",
+     "task.index 7"},
+    {"UnknownJob",
+     "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:2\"], \"trainer\": [\"h:3\"]}, "
+     "\"task\": {\"type\": \"%s\", \"index\": 0}}",
+     "trainer"},
+    {"BadPort",
+     "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:99999\"], \"worker\": [\"h:3\"], "
+     "\"evaluator\": [\"h:4\"]}, \"task\": {\"type\": \"%s\", \"index\": 0}}",
+     "h:99999"},
+    {"DuplicateAddress",
+     "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:2\"], \"worker\": [\"h:2\"], "
+     "\"evaluator\": [\"h:4\"]}, \"task\": {\"type\": \"%s\", \"index\": 0}}",
+     "h:2"},
+    {"WorkersWithoutPs",
+     "{\"cluster\": {\"chief\": [\"h:1\"], \"worker\": [\"h:3\"], \"evaluator\": [\"h:4\"]}, "
+     "\"task\": {\"type\": \"%s\", \"index\": 0}}",
+     "ps"},
+    {"MissingTask", "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:2\"]}}", "task"},
+};
+
+std::string Format(const char* json, const char* type) {
+  std::string s = json;
+  size_t p = s.find("%s");
+  if (p != std::string::npos) s.replace(p, 2, type);
+  return s;
+}
+
+class BadConfigTest
+    : public ::testing::TestWithParam<std::tuple<Binary, BadConfig>> {};
+
+TEST_P(BadConfigTest, ExitsTwoNamingTheBadValue) {
+  const auto& [binary, bad] = GetParam();
+  ProcessResult r = RunBinary(binary.path, binary.good_args,
+                              Format(bad.json, binary.task_type), absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(bad.expected), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllBinaries, BadConfigTest,
+    ::testing::Combine(::testing::ValuesIn(kBinaries), ::testing::ValuesIn(kBadConfigs)),
+    [](const ::testing::TestParamInfo<BadConfigTest::ParamType>& info) {
+      std::string bin = std::get<0>(info.param).task_type;
+      return bin + "_" + std::get<1>(info.param).name;
+    });
+
+class PerBinaryTest : public ::testing::TestWithParam<Binary> {};
+
+TEST_P(PerBinaryTest, HelpExitsZeroAndListsFlags) {
+  ProcessResult r = RunBinary(GetParam().path, {"--help"}, "", absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--tf_config"), std::string::npos) << r.output;
+}
+
+TEST_P(PerBinaryTest, NoTfConfigIsAnError) {
+  ProcessResult r = RunBinary(GetParam().path, GetParam().good_args, "", absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("TF_CONFIG"), std::string::npos) << r.output;
+}
+
+TEST_P(PerBinaryTest, WrongTaskTypeIsAnError) {
+  const char* other = std::string(GetParam().task_type) == "ps" ? "worker" : "ps";
+  std::string json = absl::StrCat(
+      "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:2\"], \"worker\": [\"h:3\"]}, "
+      "\"task\": {\"type\": \"", other, "\", \"index\": 0}}");
+  ProcessResult r = RunBinary(GetParam().path, GetParam().good_args, json, absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(absl::StrCat("task.type is \"", other, "\"")), std::string::npos)
+      << r.output;
+}
+
+TEST_P(PerBinaryTest, TfConfigFileThatDoesNotExistIsNamed) {
+  ProcessResult r = RunBinary(GetParam().path, {"--tf_config=/no/such/file.json"}, "",
+                              absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("/no/such/file.json"), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBinaries, PerBinaryTest, ::testing::ValuesIn(kBinaries),
+                         [](const ::testing::TestParamInfo<Binary>& info) {
+                           return std::string(info.param.task_type);
+                         });
+
+TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
+  const std::string json =
+      "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:2\"], \"worker\": [\"h:3\", \"h:4\"]}, "
+      "\"task\": {\"type\": \"chief\", \"index\": 0}}";
+  struct Case {
+    const char* flag;
+    const char* expected;
+  } cases[] = {{"--mode=fast", "--mode=fast"},
+               {"--epochs=0", "--epochs=0"},
+               {"--model=resnet", "--model=resnet"},
+               {"--optimizer=rmsprop", "--optimizer=rmsprop"},
+               {"--replicas_to_aggregate=3", "--replicas_to_aggregate=3"},
+               {"--num_workers=5", "lists 2 workers"},
+               {"--batch_size=-4", "--batch_size=-4"}};
+  for (const Case& c : cases) {
+    ProcessResult r = RunBinary("chief/chief", {c.flag}, json, absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << c.flag << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.flag << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pscluster

@@ -1,0 +1,273 @@
+#include "tests/local_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+extern char** environ;
+
+namespace pscluster {
+namespace testing {
+namespace {
+
+bool HasMnist(const std::string& dir) {
+  struct stat st;
+  return !dir.empty() &&
+         (stat((dir + "/train-images-idx3-ubyte.gz").c_str(), &st) == 0 ||
+          stat((dir + "/train-images-idx3-ubyte").c_str(), &st) == 0);
+}
+
+std::string TempDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  std::string base = t ? t : "/tmp";
+  std::string tmpl = base + "/cluster.XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char* d = mkdtemp(buf.data());
+  return d ? d : base;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts `binary` with its output in `log`. TF_CONFIG replaces any
+// inherited one; OpenBLAS is told to detect the CPU and use one thread.
+pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
+            const std::string& tf_config, const std::string& log) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    if (kv.rfind("TF_CONFIG=", 0) == 0 || kv.rfind("OPENBLAS_", 0) == 0) continue;
+    env_strings.push_back(kv);
+  }
+  env_strings.push_back("OPENBLAS_NUM_THREADS=1");
+  if (!tf_config.empty()) env_strings.push_back("TF_CONFIG=" + tf_config);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = {binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), envp.data()) != 0) {
+    pid = -1;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+int DecodeStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// Waits for `pid` until `deadline`; kills it then. Returns the exit code.
+int WaitUntil(pid_t pid, absl::Time deadline) {
+  int status = 0;
+  while (true) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return DecodeStatus(status);
+    if (r < 0) return -1;
+    if (absl::Now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return 137;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+}  // namespace
+
+std::string TestDataDir() {
+  const char* env = std::getenv("PSCLUSTER_DATA_DIR");
+  if (env != nullptr && HasMnist(env)) return env;
+  // Under `bazel test` a data file of ours is a symlink into the workspace;
+  // the shared folder sits beside the workspace.
+  char buf[4096];
+  ssize_t n = readlink("tests/local_cluster.h", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    std::string target(buf, n);
+    std::string workspace = target.substr(0, target.rfind("/tests/"));
+    std::string dir = workspace + "/../shared/data/mnist";
+    if (HasMnist(dir)) return dir;
+  }
+  return "";
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+ProcessResult RunBinary(const std::string& binary, const std::vector<std::string>& args,
+                        const std::string& tf_config, absl::Duration timeout) {
+  std::string log = TempDir() + "/run.log";
+  ProcessResult r;
+  pid_t pid = Spawn(binary, args, tf_config, log);
+  if (pid < 0) {
+    r.output = "could not start " + binary;
+    return r;
+  }
+  r.exit_code = WaitUntil(pid, absl::Now() + timeout);
+  r.output = ReadFile(log);
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const ClusterOptions& options) {
+  std::unique_ptr<LocalCluster> c(new LocalCluster());
+  c->dir_ = TempDir();
+  auto list = [](int n) {
+    std::vector<std::string> a;
+    for (int i = 0; i < n; ++i) a.push_back(absl::StrCat("\"127.0.0.1:", FreePort(), "\""));
+    return absl::StrCat("[", absl::StrJoin(a, ", "), "]");
+  };
+  std::string cluster = absl::StrCat("\"chief\": ", list(1), ", \"ps\": ", list(options.num_ps),
+                                     ", \"worker\": ", list(options.num_workers));
+  if (options.evaluator) absl::StrAppend(&cluster, ", \"evaluator\": ", list(1));
+  auto tf_config = [&](const std::string& type, int index) {
+    return absl::StrCat("{\"cluster\": {", cluster, "}, \"task\": {\"type\": \"", type,
+                        "\", \"index\": ", index, "}}");
+  };
+  auto start = [&](const std::string& type, int index, const std::string& binary,
+                   std::vector<std::string> args) -> absl::Status {
+    const std::string name = absl::StrCat(type, ":", index);
+    for (const std::string& skip : options.not_started) {
+      if (skip == name) return absl::OkStatus();
+    }
+    Proc p;
+    p.name = name;
+    p.log = absl::StrCat(c->dir_, "/", type, index, ".log");
+    p.pid = Spawn(binary, args, tf_config(type, index), p.log);
+    if (p.pid < 0) return absl::InternalError("could not start " + binary);
+    c->procs_.push_back(std::move(p));
+    return absl::OkStatus();
+  };
+  // The chief goes first: Wait() reaps it first.
+  absl::Status s = start("chief", 0, "chief/chief", options.chief_args);
+  for (int i = 0; s.ok() && i < options.num_ps; ++i) {
+    s = start("ps", i, "ps_server/ps_server", {});
+  }
+  for (int i = 0; s.ok() && i < options.num_workers; ++i) {
+    std::vector<std::string> args = {"--data_dir=" + options.data_dir};
+    args.insert(args.end(), options.worker_args.begin(), options.worker_args.end());
+    auto it = options.one_worker_args.find(i);
+    if (it != options.one_worker_args.end()) {
+      args.insert(args.end(), it->second.begin(), it->second.end());
+    }
+    s = start("worker", i, "worker/worker", args);
+  }
+  if (s.ok() && options.evaluator) {
+    s = start("evaluator", 0, "worker/evaluator",
+              {"--data_dir=" + options.data_dir, "--eval_interval_s=2"});
+  }
+  if (!s.ok()) return s;
+  return c;
+}
+
+LocalCluster::~LocalCluster() {
+  for (Proc& p : procs_) {
+    if (!p.exit_code.has_value() && p.pid > 0) {
+      kill(p.pid, SIGKILL);
+      int status;
+      waitpid(p.pid, &status, 0);
+    }
+  }
+}
+
+void LocalCluster::Reap(Proc& p, absl::Time deadline) {
+  if (!p.exit_code.has_value()) p.exit_code = WaitUntil(p.pid, deadline);
+}
+
+std::map<std::string, int> LocalCluster::Wait(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::map<std::string, int> codes;
+  for (Proc& p : procs_) {
+    // Others get a little time after the chief to wind down.
+    Reap(p, p.name == "chief:0" ? deadline : std::max(deadline, absl::Now() + absl::Seconds(15)));
+    codes[p.name] = *p.exit_code;
+  }
+  return codes;
+}
+
+std::string LocalCluster::Log(const std::string& task) const {
+  for (const Proc& p : procs_) {
+    if (p.name == task) return ReadFile(p.log);
+  }
+  return "";
+}
+
+std::string LocalCluster::AllLogs() const {
+  std::string out;
+  for (const Proc& p : procs_) {
+    std::string log = ReadFile(p.log);
+    // The tail is what explains a failure.
+    if (log.size() > 6000) log = "...\n" + log.substr(log.size() - 6000);
+    absl::StrAppend(&out, "===== ", p.name, " =====\n", log, "\n");
+  }
+  return out;
+}
+
+std::optional<FinalFigures> ParseFinalLine(const std::string& log) {
+  size_t pos = log.rfind("final: ");
+  if (pos == std::string::npos) return std::nullopt;
+  std::string line = log.substr(pos, log.find('\n', pos) - pos);
+  FinalFigures f;
+  for (absl::string_view field : absl::StrSplit(line, ' ')) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+    if (kv.first == "test_accuracy") f.test_accuracy = std::atof(kv.second.c_str());
+    if (kv.first == "test_loss") f.test_loss = std::atof(kv.second.c_str());
+    if (kv.first == "steps") f.steps = std::atol(kv.second.c_str());
+  }
+  return f;
+}
+
+std::optional<long> FindCounter(const std::string& log, const std::string& marker,
+                                const std::string& key) {
+  std::optional<long> value;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (line.find(marker) == absl::string_view::npos) continue;
+    size_t k = line.find(" " + key + "=");
+    if (k == absl::string_view::npos) continue;
+    value = std::atol(std::string(line.substr(k + key.size() + 2)).c_str());
+  }
+  return value;
+}
+
+}  // namespace testing
+}  // namespace pscluster

@@ -1,0 +1,96 @@
+// Test harness that runs the real daemons (declared as `data` of the test)
+// as child processes on 127.0.0.1, each with its own TF_CONFIG, like
+// TensorFlow's TestCluster. Each process's output goes to a log file that
+// tests read. Not thread-safe; one test owns a cluster. The destructor
+// kills whatever still runs.
+#ifndef PSCLUSTER_TESTS_LOCAL_CLUSTER_H_
+#define PSCLUSTER_TESTS_LOCAL_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pscluster {
+namespace testing {
+
+// Folder of the MNIST IDX files for tests: $PSCLUSTER_DATA_DIR, else the
+// workspace's ../shared/data/mnist. Empty when neither has the files.
+std::string TestDataDir();
+
+// A free TCP port on 127.0.0.1 (bound, then released).
+int FreePort();
+
+struct ProcessResult {
+  int exit_code = -1;  // 128 + signal when killed by one
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `binary` (a path relative to the runfiles root, e.g.
+// "ps_server/ps_server") with `args` and TF_CONFIG set to `tf_config`
+// (unset when empty); kills it after `timeout`.
+ProcessResult RunBinary(const std::string& binary, const std::vector<std::string>& args,
+                        const std::string& tf_config, absl::Duration timeout);
+
+struct ClusterOptions {
+  int num_ps = 2;
+  int num_workers = 2;
+  bool evaluator = true;
+  std::string data_dir;
+  std::vector<std::string> chief_args;
+  std::vector<std::string> worker_args;               // every worker
+  std::map<int, std::vector<std::string>> one_worker_args;  // by index
+  // Tasks listed in TF_CONFIG but not started ("worker:1").
+  std::vector<std::string> not_started;
+};
+
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const ClusterOptions& options);
+  ~LocalCluster();
+
+  // Waits for the chief, then for the others; each gets until `deadline`
+  // (measured from the call). Returns exit codes by task name ("ps:0");
+  // tasks still running at the deadline are killed and get 137.
+  std::map<std::string, int> Wait(absl::Duration timeout);
+
+  std::string Log(const std::string& task) const;
+  // Every task's log, for failure messages.
+  std::string AllLogs() const;
+
+ private:
+  struct Proc {
+    std::string name;
+    pid_t pid = -1;
+    std::string log;
+    std::optional<int> exit_code;
+  };
+  LocalCluster() = default;
+  void Reap(Proc& p, absl::Time deadline);
+
+  std::vector<Proc> procs_;
+  std::string dir_;
+};
+
+// Parses "final: test_accuracy=A test_loss=L steps=S ..." from a log.
+struct FinalFigures {
+  double test_accuracy = -1;
+  double test_loss = -1;
+  long steps = -1;
+};
+std::optional<FinalFigures> ParseFinalLine(const std::string& log);
+
+// The number after "key=" in the last line of `log` that contains `marker`.
+std::optional<long> FindCounter(const std::string& log, const std::string& marker,
+                                const std::string& key);
+
+}  // namespace testing
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_TESTS_LOCAL_CLUSTER_H_
