@@ -110,6 +110,9 @@ absl::Status Trainer::Run() {
   };
 
   const int total_steps = plan->epochs() * steps_per_epoch;
+  const absl::Time train_start = absl::Now();
+  double total_compute_s = 0;
+  double total_comm_s = 0;
   for (int epoch = 0; epoch < plan->epochs(); ++epoch) {
     const std::vector<int32_t> shard =
         ShardOf(EpochPermutation(data->count, plan->seed(), epoch), worker, num_workers);
@@ -149,6 +152,8 @@ absl::Status Trainer::Run() {
       window.examples += n;
       window.compute_s += absl::ToDoubleSeconds(t1 - t0);
       window.comm_s += absl::ToDoubleSeconds(t2 - t1);
+      total_compute_s += absl::ToDoubleSeconds(t1 - t0);
+      total_comm_s += absl::ToDoubleSeconds(t2 - t1);
       if (t2 >= next_report) {
         next_report = t2 + report_every;
         absl::StatusOr<bool> stop = report(epoch, false);
@@ -156,8 +161,11 @@ absl::Status Trainer::Run() {
       }
     }
   }
-  spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale",
-               steps_done, examples_done, (*ps)->pushes_dropped());
+  const double wall_s = absl::ToDoubleSeconds(absl::Now() - train_start);
+  spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale; "
+               "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f}",
+               steps_done, examples_done, (*ps)->pushes_dropped(),
+               wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s, total_comm_s, wall_s);
   absl::StatusOr<bool> ack = report(plan->epochs() - 1, true);
   if (!ack.ok()) return ack.status();
   return absl::OkStatus();
