@@ -90,12 +90,26 @@ void TaskServer::Stop(absl::Duration grace) {
   }
 }
 
-void HandleTerminationSignals(std::function<void(const std::string&)> on_signal) {
+namespace {
+
+sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  return set;
+}
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+void HandleTerminationSignals(std::function<void(const std::string&)> on_signal) {
+  sigset_t set = TerminationSignals();
   std::thread([set, on_signal = std::move(on_signal)] {
     int count = 0;
     while (true) {

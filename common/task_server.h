@@ -57,9 +57,14 @@ class TaskServer {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Blocks SIGINT and SIGTERM in the calling thread (call first in main, so
-// every thread inherits the mask) and starts a thread that turns them into
+// Call first in main, before any thread starts (gRPC starts some): blocks
+// SIGINT and SIGTERM so that every thread inherits the mask, and ignores
+// SIGPIPE (a closed log pipe must not kill a daemon).
+void BlockTerminationSignals();
+
+// Starts a thread that turns SIGINT and SIGTERM into
 // `on_signal(signal_name)`. The second signal exits the process at once.
+// Requires BlockTerminationSignals() earlier in main.
 void HandleTerminationSignals(std::function<void(const std::string&)> on_signal);
 
 }  // namespace pscluster

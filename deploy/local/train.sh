@@ -125,8 +125,10 @@ start() {  # start NAME TYPE INDEX BINARY ARGS...
   local name="$1" type="$2" index="$3"; shift 3
   local log="$RUN_DIR/$name.log"
   [ -n "$LOGDIR" ] && log="$LOGDIR/$name.log"
-  TF_CONFIG="$(tf_config "$type" "$index")" "$@" \
-    > >(tee "$log" | sed -u "s/^/[$name] /") 2>&1 &
+  # setsid: a Ctrl-C in the terminal reaches only this script, which then
+  # stops every task once, in order.
+  TF_CONFIG="$(tf_config "$type" "$index")" setsid "$@" \
+    > >(trap '' INT TERM; tee "$log" | sed -u "s/^/[$name] /") 2>&1 &
   PIDS[$name]=$!
   ORDER+=("$name")
 }
@@ -140,13 +142,14 @@ fi
 start chief chief 0 "$BIN/chief/chief" "${CHIEF_ARGS[@]}"
 echo "train.sh: started ${#ORDER[@]} tasks (${NUM_PS} ps, ${NUM_WORKERS} workers, chief$([ "$EVALUATOR" = 1 ] && echo ", evaluator")); data $DATA_DIR" >&2
 
-# Ctrl-C / TERM: pass it on; the chief then tells every task to exit.
+# Ctrl-C / TERM: pass it on; the chief then tells every task to exit. (The
+# log pipes ignore both, so they drain until their task ends.)
 INTERRUPTED=0
 forward() {
+  [ "$INTERRUPTED" = 1 ] && return
   INTERRUPTED=1
   echo "train.sh: interrupted; stopping the tasks" >&2
-  kill -INT "${PIDS[chief]}" 2>/dev/null
-  for n in "${ORDER[@]}"; do [ "$n" = chief ] || kill -TERM "${PIDS[$n]}" 2>/dev/null; done
+  for n in "${ORDER[@]}"; do kill -INT "${PIDS[$n]}" 2>/dev/null; done
 }
 trap forward INT TERM
 
