@@ -1,0 +1,155 @@
+// Benchmark (not a test): images/s of Network::TrainStep on synthetic data.
+//
+//   bazel run //tests/bench:worker_compute -- [--model=cnn] [--batch=128]
+//       [--threads=1,2] [--seconds=3] [--runs=5] [--keep_blas_env]
+//
+// For each thread count: warm-up, then --runs timed runs of about --seconds
+// each; prints the median and the range of images/s. Unless --keep_blas_env,
+// first re-executes itself without OPENBLAS_CORETYPE and with
+// OPENBLAS_NUM_THREADS=1 (see worker/kernels/blas_env.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/model_spec.h"
+#include "worker/kernels/blas_env.h"
+#include "worker/kernels/cpu_blas.h"
+#include "worker/network.h"
+
+namespace pscluster {
+namespace {
+
+struct Flags {
+  std::string model = "cnn";
+  int batch = 128;
+  std::vector<int> threads = {1, 2};
+  double seconds = 3.0;
+  int runs = 5;
+  bool keep_blas_env = false;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    bool ok = true;
+    if (name == "--model") {
+      flags->model = value;
+    } else if (name == "--batch") {
+      ok = absl::SimpleAtoi(value, &flags->batch) && flags->batch > 0;
+    } else if (name == "--threads") {
+      flags->threads.clear();
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        int t = 0;
+        ok = ok && absl::SimpleAtoi(part, &t) && t > 0;
+        flags->threads.push_back(t);
+      }
+    } else if (name == "--seconds") {
+      ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
+    } else if (name == "--runs") {
+      ok = absl::SimpleAtoi(value, &flags->runs) && flags->runs > 0;
+    } else if (name == "--keep_blas_env") {
+      flags->keep_blas_env = true;
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bad flag %s\n", arg.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+// Times TrainStep at one thread count; returns 1 on a failed step.
+int Measure(const ModelSpec& spec, const Flags& flags, int threads) {
+  NetworkOptions options;
+  options.max_batch = flags.batch;
+  options.num_threads = threads;
+  auto net = Network::Create(spec, options);
+  if (!net.ok()) {
+    std::fprintf(stderr, "%s\n", net.status().ToString().c_str());
+    return 1;
+  }
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  const int64_t image_size =
+      int64_t{spec.input_height} * spec.input_width * spec.input_channels;
+  std::vector<float> images(flags.batch * image_size);
+  for (float& v : images) v = pixel(rng);
+  std::vector<uint8_t> labels(flags.batch);
+  for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % spec.num_classes);
+  std::vector<float> params = InitialParameters(spec, 1);
+  std::vector<float> grads(spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  auto step = [&] {
+    absl::Status st = (*net)->TrainStep(params.data(), images.data(),
+                                        labels.data(), flags.batch,
+                                        grads.data(), &loss, &correct);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+  };
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  const Clock::time_point warm = Clock::now();
+  while (seconds_since(warm) < std::min(1.0, flags.seconds)) step();
+  std::vector<double> rates;
+  for (int r = 0; r < flags.runs; ++r) {
+    int steps = 0;
+    const Clock::time_point t0 = Clock::now();
+    double elapsed = 0;
+    do {
+      step();
+      ++steps;
+      elapsed = seconds_since(t0);
+    } while (elapsed < flags.seconds);
+    rates.push_back(steps * flags.batch / elapsed);
+  }
+  std::sort(rates.begin(), rates.end());
+  std::printf(
+      "model=%s batch=%d threads=%d: %.0f images/s median of %d runs "
+      "(min %.0f, max %.0f); loss %.4f\n",
+      spec.name.c_str(), flags.batch, threads, rates[rates.size() / 2],
+      flags.runs, rates.front(), rates.back(), loss);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pscluster
+
+int main(int argc, char** argv) {
+  pscluster::Flags flags;
+  if (!pscluster::ParseFlags(argc, argv, &flags)) return 2;
+  if (!flags.keep_blas_env) {
+    absl::Status st = pscluster::kernels::ReexecWithBlasEnvironment(argv);
+    if (!st.ok()) std::fprintf(stderr, "warning: %s\n", st.ToString().c_str());
+  }
+  auto spec = pscluster::ModelByName(flags.model);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().ToString().c_str());
+    return 2;
+  }
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("OpenBLAS core: %s (OPENBLAS_CORETYPE %s)\n",
+              pscluster::kernels::BlasCoreName().c_str(),
+              coretype == nullptr ? "unset" : coretype);
+  for (int threads : flags.threads) {
+    if (pscluster::Measure(*spec, flags, threads) != 0) return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,564 @@
+#include "worker/network.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/kernels/bias_activation.h"
+#include "worker/kernels/conv2d.h"
+#include "worker/kernels/conv2d_maxpool.h"
+#include "worker/kernels/cpu_blas.h"
+#include "worker/kernels/dense.h"
+#include "worker/kernels/device.h"
+#include "worker/kernels/maxpool2d.h"
+#include "worker/kernels/softmax_xent.h"
+
+namespace pscluster {
+namespace {
+
+using kernels::CpuDevice;
+
+// Images per forward/backward pass inside a replica. Small enough that a
+// pass's activations stay in cache, large enough that the GEMMs stay
+// efficient. Weight gradients are summed over the micro-batches.
+constexpr int kMicroBatch = 8;
+constexpr int kMaxThreads = 256;
+
+// A zero-filled, 64-byte aligned array, allocated once. Zero-filling touches
+// every page up front, so the first step does not pay the page faults.
+template <typename T>
+class AlignedArray {
+ public:
+  AlignedArray() = default;
+  explicit AlignedArray(int64_t n)
+      : data_(static_cast<T*>(::operator new[](
+            std::max<int64_t>(n, 1) * sizeof(T), std::align_val_t{64}))) {
+    std::memset(data_.get(), 0, std::max<int64_t>(n, 1) * sizeof(T));
+  }
+  T* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<T, Free> data_;
+};
+
+}  // namespace
+
+// One layer as run: Flatten is implicit (NHWC is already flat) and is not an
+// op. Shapes are per call with batch filled in at run time.
+struct Network::Op {
+  LayerKind kind = LayerKind::kDense;  // kConv2D, kMaxPool2D or kDense
+  bool relu = false;
+  kernels::Conv2DShape conv;
+  kernels::MaxPool2DShape pool;
+  kernels::DenseShape dense;
+  int64_t in_size = 0;   // floats per example in
+  int64_t out_size = 0;  // floats per example out
+  int64_t kernel_offset = 0;  // in the flat parameter vector (conv, dense)
+  int64_t bias_offset = 0;
+  bool needs_input_grad = false;  // some earlier op has parameters
+  // A conv whose output only feeds the next op, a max pool, and that needs
+  // no input gradient: both run as one fused kernel and this op's own
+  // output is never materialised.
+  bool fused_with_pool = false;
+};
+
+// Runs a persistent group of threads in lock step: Run(task) calls task(i)
+// for every i in [0, n), task(0) on the caller's thread, and returns when all
+// calls have returned. Run is called by one thread at a time.
+class Network::ThreadGang {
+ public:
+  explicit ThreadGang(int n) {
+    for (int i = 1; i < n; ++i) threads_.emplace_back([this, i] { Loop(i); });
+  }
+
+  ~ThreadGang() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  void Run(const std::function<void(int)>& task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = &task;
+      pending_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    start_.notify_all();
+    task(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    task_ = nullptr;
+  }
+
+ private:
+  void Loop(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+        task = task_;
+      }
+      (*task)(index);
+      bool last;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        last = --pending_ == 0;
+      }
+      if (last) done_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable start_;  // signalled when generation_ or stopping_ change
+  std::condition_variable done_;   // signalled when pending_ reaches 0
+  const std::function<void(int)>* task_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // one per Run
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;  // threads still in the current task
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // const after construction
+};
+
+// The buffers and passes of one thread: runs a contiguous slice of a batch in
+// micro-batches of up to `chunk` examples.
+class Network::Replica {
+ public:
+  Replica(const std::vector<Op>& ops, int64_t num_parameters, int chunk,
+          bool owns_grads)
+      : ops_(ops), chunk_(chunk) {
+    int64_t widest = 0;
+    for (const Op& op : ops_) {
+      acts_.emplace_back(op.fused_with_pool ? 0 : chunk * op.out_size);
+      argmax_.emplace_back(op.kind == LayerKind::kMaxPool2D ? chunk * op.out_size : 0);
+      int64_t ws = 0;
+      if (op.kind == LayerKind::kConv2D) {
+        kernels::Conv2DShape s = op.conv;
+        s.batch = chunk;
+        ws = kernels::Conv2DForward<CpuDevice>::WorkspaceSize(s);
+        if (op.needs_input_grad) {
+          ws = std::max(ws, kernels::Conv2DBackwardInput<CpuDevice>::WorkspaceSize(s));
+        }
+      }
+      workspace_.emplace_back(ws);
+      widest = std::max({widest, op.in_size, op.out_size});
+    }
+    grad_a_ = AlignedArray<float>(chunk * widest);
+    grad_b_ = AlignedArray<float>(chunk * widest);
+    if (owns_grads) own_grads_ = AlignedArray<float>(num_parameters);
+  }
+
+  float* own_grads() const { return own_grads_.data(); }
+  double loss_sum() const { return loss_sum_; }
+  int correct() const { return correct_; }
+
+  // Runs examples [0, count) of `images`/`labels`. With `grads` non-null,
+  // writes there the gradient of grad_scale * (sum of their losses).
+  // Afterwards loss_sum() and correct() describe these examples.
+  void Run(const float* params, const float* images, const uint8_t* labels,
+           int count, float grad_scale, float* grads) {
+    const CpuDevice d;
+    const int64_t in_size = ops_.front().in_size;
+    const int classes = static_cast<int>(ops_.back().out_size);
+    loss_sum_ = 0.0;
+    correct_ = 0;
+    for (int first = 0; first < count; first += chunk_) {
+      const int n = std::min(chunk_, count - first);
+      const float* x = images + first * in_size;
+      Forward(params, x, n);
+      double loss = 0.0;
+      int right = 0;
+      kernels::SoftmaxCrossEntropy<CpuDevice>()(
+          d, n, classes, acts_.back().data(), labels + first, grad_scale,
+          grads != nullptr ? grad_a_.data() : nullptr, &loss, &right);
+      loss_sum_ += loss;
+      correct_ += right;
+      if (grads != nullptr) Backward(params, x, n, /*accumulate=*/first > 0, grads);
+    }
+  }
+
+ private:
+  void Forward(const float* params, const float* x, int n) {
+    const CpuDevice d;
+    const float* in = x;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const Op& op = ops_[i];
+      float* out = acts_[i].data();
+      if (op.fused_with_pool) {
+        kernels::Conv2DShape s = op.conv;
+        s.batch = n;
+        ++i;  // the pool
+        out = acts_[i].data();
+        kernels::Conv2DMaxPoolForward<CpuDevice>()(
+            d, s, ops_[i].pool.pool, in, params + op.kernel_offset,
+            params + op.bias_offset, op.relu, out, argmax_[i].data());
+        in = out;
+        continue;
+      }
+      switch (op.kind) {
+        case LayerKind::kConv2D: {
+          kernels::Conv2DShape s = op.conv;
+          s.batch = n;
+          kernels::Conv2DForward<CpuDevice>()(
+              d, s, in, params + op.kernel_offset, params + op.bias_offset,
+              op.relu, out, workspace_[i].data());
+          break;
+        }
+        case LayerKind::kMaxPool2D: {
+          kernels::MaxPool2DShape s = op.pool;
+          s.batch = n;
+          kernels::MaxPool2DForward<CpuDevice>()(d, s, in, out, argmax_[i].data());
+          break;
+        }
+        case LayerKind::kDense: {
+          kernels::DenseShape s = op.dense;
+          s.batch = n;
+          kernels::DenseForward<CpuDevice>()(d, s, in, params + op.kernel_offset,
+                                             params + op.bias_offset, op.relu, out);
+          break;
+        }
+        case LayerKind::kFlatten:
+          break;  // never planned
+      }
+      in = out;
+    }
+  }
+
+  // Expects dLoss/dlogits in grad_a_. Writes (or with `accumulate` adds)
+  // the parameter gradients into `grads`.
+  void Backward(const float* params, const float* x, int n, bool accumulate,
+                float* grads) {
+    const CpuDevice d;
+    float* g = grad_a_.data();      // dLoss/d(output of op i)
+    float* next = grad_b_.data();   // becomes dLoss/d(input of op i)
+    bool relu_applied = false;      // g already has op i's ReLU gradient
+    for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
+      const Op& op = ops_[i];
+      const float* in = i == 0 ? x : acts_[i - 1].data();
+      const float* out = acts_[i].data();
+      float* dx = op.needs_input_grad ? next : nullptr;
+      if (op.relu && !relu_applied) {
+        kernels::ReluGrad<CpuDevice>()(d, n * op.out_size, out, g);
+      }
+      relu_applied = false;
+      switch (op.kind) {
+        case LayerKind::kConv2D: {
+          kernels::Conv2DShape s = op.conv;
+          s.batch = n;
+          kernels::Conv2DBackwardFilter<CpuDevice>()(
+              d, s, in, g, accumulate, /*columns_ready=*/true,
+              grads + op.kernel_offset, grads + op.bias_offset,
+              workspace_[i].data());
+          if (dx != nullptr) {
+            kernels::Conv2DBackwardInput<CpuDevice>()(
+                d, s, params + op.kernel_offset, g, dx, workspace_[i].data());
+          }
+          break;
+        }
+        case LayerKind::kMaxPool2D: {
+          if (dx == nullptr) break;
+          // max and ReLU commute, and only a window's winner gets gradient,
+          // so the ReLU below can be applied to the 4x smaller pooled
+          // output: winner > 0 exactly when the pooled value is.
+          if (i > 0 && ops_[i - 1].relu) {
+            kernels::ReluGrad<CpuDevice>()(d, n * op.out_size, out, g);
+            relu_applied = true;
+          }
+          if (ops_[i - 1].fused_with_pool) {
+            const Op& conv = ops_[i - 1];
+            kernels::Conv2DShape s = conv.conv;
+            s.batch = n;
+            kernels::Conv2DMaxPoolBackwardFilter<CpuDevice>()(
+                d, s, op.pool.pool, i == 1 ? x : acts_[i - 2].data(), g,
+                argmax_[i].data(), accumulate, grads + conv.kernel_offset,
+                grads + conv.bias_offset);
+            return;  // the conv needs no input gradient
+          }
+          kernels::MaxPool2DShape s = op.pool;
+          s.batch = n;
+          kernels::MaxPool2DBackward<CpuDevice>()(d, s, g, argmax_[i].data(), dx);
+          break;
+        }
+        case LayerKind::kDense: {
+          kernels::DenseShape s = op.dense;
+          s.batch = n;
+          kernels::DenseBackward<CpuDevice>()(
+              d, s, in, params + op.kernel_offset, g, accumulate,
+              grads + op.kernel_offset, grads + op.bias_offset, dx);
+          break;
+        }
+        case LayerKind::kFlatten:
+          break;
+      }
+      if (dx == nullptr) break;  // nothing below has parameters
+      std::swap(g, next);
+    }
+  }
+
+  const std::vector<Op>& ops_;  // owned by the Network, outlives this
+  const int chunk_;
+  std::vector<AlignedArray<float>> acts_;         // output of op i
+  std::vector<AlignedArray<int32_t>> argmax_;     // pooling ops only
+  std::vector<AlignedArray<float>> workspace_;    // conv ops only
+  AlignedArray<float> grad_a_, grad_b_;
+  AlignedArray<float> own_grads_;  // replicas after the first
+  double loss_sum_ = 0.0;
+  int correct_ = 0;
+};
+
+absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
+  const std::string where = absl::StrCat("model \"", spec.name, "\"");
+  if (spec.input_height <= 0 || spec.input_width <= 0 || spec.input_channels <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": input shape ", spec.input_height, "x", spec.input_width, "x",
+        spec.input_channels, " is not positive"));
+  }
+  if (spec.num_classes < 1 || spec.num_classes > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": num_classes ", spec.num_classes,
+        " is not in [1, 256] (labels are bytes)"));
+  }
+  std::map<std::string, const VariableSpec*> vars;
+  for (const VariableSpec& v : spec.variables) vars[v.name] = &v;
+  // Finds `name` with `shape` inside the flat vector, or says why not.
+  auto find = [&](const std::string& name, std::vector<int64_t> shape,
+                  int64_t* offset) -> absl::Status {
+    auto it = vars.find(name);
+    if (it == vars.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": variable ", name, " is missing"));
+    }
+    const VariableSpec& v = *it->second;
+    if (v.shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": variable ", name, " has shape [", absl::StrJoin(v.shape, ","),
+          "], the layers need [", absl::StrJoin(shape, ","), "]"));
+    }
+    if (v.offset < 0 || v.offset + v.size > spec.num_parameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": variable ", name, " at offset ", v.offset, " size ", v.size,
+          " lies outside the ", spec.num_parameters, " parameters"));
+    }
+    *offset = v.offset;
+    return absl::OkStatus();
+  };
+
+  std::vector<Op> ops;
+  int h = spec.input_height, w = spec.input_width, c = spec.input_channels;
+  bool flat = false;  // after Flatten: features = h * w * c
+  for (const LayerSpec& l : spec.layers) {
+    const std::string layer = absl::StrCat(where, ": layer ", l.name);
+    Op op;
+    op.kind = l.kind;
+    op.relu = l.activation == Activation::kRelu;
+    op.in_size = static_cast<int64_t>(h) * w * c;
+    switch (l.kind) {
+      case LayerKind::kConv2D: {
+        const int k = l.kernel_size;
+        if (flat || k < 1 || k > h || k > w || l.units < 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              layer, ": Conv2D kernel ", k, " with ", l.units,
+              " filters does not fit its ", h, "x", w, "x", c, " input",
+              flat ? " (after Flatten)" : ""));
+        }
+        op.conv = {0, h, w, c, k, l.units};
+        absl::Status st = find(l.name + "/kernel", {k, k, c, l.units}, &op.kernel_offset);
+        if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
+        if (!st.ok()) return st;
+        h = op.conv.out_h();
+        w = op.conv.out_w();
+        c = l.units;
+        break;
+      }
+      case LayerKind::kMaxPool2D: {
+        const int p = l.pool_size;
+        if (flat || p < 1 || p > h || p > w || op.relu) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              layer, ": MaxPool2D window ", p, " does not fit its ", h, "x", w,
+              " input", flat ? " (after Flatten)" : "",
+              op.relu ? " or has an activation" : ""));
+        }
+        op.pool = {0, h, w, c, p};
+        h = op.pool.out_h();
+        w = op.pool.out_w();
+        break;
+      }
+      case LayerKind::kFlatten:
+        flat = true;
+        continue;  // a no-op on NHWC
+      case LayerKind::kDense: {
+        if (!flat || l.units < 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              layer, ": Dense with ", l.units, " units needs a Flatten before it"));
+        }
+        const int features = h * w * c;
+        op.dense = {0, features, l.units};
+        absl::Status st = find(l.name + "/kernel", {features, l.units}, &op.kernel_offset);
+        if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
+        if (!st.ok()) return st;
+        h = w = 1;
+        c = l.units;
+        break;
+      }
+    }
+    op.out_size = static_cast<int64_t>(h) * w * c;
+    ops.push_back(op);
+  }
+  if (ops.empty() || ops.back().kind != LayerKind::kDense ||
+      ops.back().dense.out != spec.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": the last layer must be a Dense layer with num_classes (",
+        spec.num_classes, ") units"));
+  }
+  bool params_below = false;
+  for (Op& op : ops) {
+    op.needs_input_grad = params_below;
+    params_below |= op.kind != LayerKind::kMaxPool2D;
+  }
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    ops[i].fused_with_pool =
+        ops[i].kind == LayerKind::kConv2D && !ops[i].needs_input_grad &&
+        ops[i + 1].kind == LayerKind::kMaxPool2D &&
+        kernels::Conv2DMaxPoolForward<CpuDevice>::Supports(ops[i].conv,
+                                                           ops[i + 1].pool.pool);
+  }
+  return ops;
+}
+
+absl::StatusOr<std::unique_ptr<Network>> Network::Create(
+    const ModelSpec& spec, const NetworkOptions& options) {
+  if (options.max_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NetworkOptions.max_batch ", options.max_batch, " must be at least 1"));
+  }
+  if (options.num_threads < 1 || options.num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NetworkOptions.num_threads ", options.num_threads,
+                     " is not in [1, ", kMaxThreads, "]"));
+  }
+  absl::StatusOr<std::vector<Op>> ops = Plan(spec);
+  if (!ops.ok()) return ops.status();
+  // The batch is split across our threads; BLAS must not add its own.
+  kernels::UseSingleThreadedBlas();
+  return std::unique_ptr<Network>(new Network(spec, options, *std::move(ops)));
+}
+
+Network::Network(const ModelSpec& spec, const NetworkOptions& options,
+                 std::vector<Op> ops)
+    : spec_(spec), options_(options), ops_(std::move(ops)) {
+  // Each replica gets at most its share of max_batch, in micro-batches.
+  const int threads = std::min(options_.num_threads, options_.max_batch);
+  const int share = (options_.max_batch + threads - 1) / threads;
+  const int chunk = std::min(kMicroBatch, share);
+  for (int t = 0; t < threads; ++t) {
+    replicas_.push_back(std::make_unique<Replica>(ops_, spec_.num_parameters,
+                                                  chunk, /*owns_grads=*/t > 0));
+  }
+  if (threads > 1) gang_ = std::make_unique<ThreadGang>(threads);
+}
+
+Network::~Network() = default;
+
+absl::Status Network::CheckArguments(const void* params, const void* images,
+                                     const uint8_t* labels, int batch,
+                                     const void* out1, const void* out2) const {
+  if (params == nullptr || images == nullptr || labels == nullptr ||
+      out1 == nullptr || out2 == nullptr) {
+    return absl::InvalidArgumentError("Network: a required pointer is null");
+  }
+  if (batch < 1 || batch > options_.max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Network: batch ", batch, " is not in [1, max_batch ",
+                     options_.max_batch, "]"));
+  }
+  for (int i = 0; i < batch; ++i) {
+    if (labels[i] >= spec_.num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Network: label ", static_cast<int>(labels[i]), " of example ", i,
+          " is out of range: model \"", spec_.name, "\" has ",
+          spec_.num_classes, " classes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Network::Run(const float* params, const float* images,
+                  const uint8_t* labels, int batch, float* grads,
+                  double* loss_sum, int* correct) {
+  const int threads = std::min(static_cast<int>(replicas_.size()), batch);
+  const float grad_scale = 1.0f / static_cast<float>(batch);
+  const int64_t in_size = ops_.front().in_size;
+  // Replica t takes a contiguous slice; the first batch % threads get one
+  // more example. Replica 0 writes straight into `grads`.
+  auto task = [&](int t) {
+    if (t >= threads) return;
+    const int base = batch / threads, extra = batch % threads;
+    const int first = t * base + std::min(t, extra);
+    const int count = base + (t < extra ? 1 : 0);
+    float* out = grads == nullptr ? nullptr
+                 : t == 0         ? grads
+                                  : replicas_[t]->own_grads();
+    replicas_[t]->Run(params, images + first * in_size, labels + first, count,
+                      grad_scale, out);
+  };
+  if (gang_ != nullptr && threads > 1) {
+    gang_->Run(task);
+  } else {
+    task(0);
+  }
+  // Partial gradients and metrics summed in replica order: deterministic.
+  double loss = 0.0;
+  int right = 0;
+  for (int t = 0; t < threads; ++t) {
+    loss += replicas_[t]->loss_sum();
+    right += replicas_[t]->correct();
+    if (grads == nullptr || t == 0) continue;
+    const float* part = replicas_[t]->own_grads();
+    for (int64_t i = 0; i < spec_.num_parameters; ++i) grads[i] += part[i];
+  }
+  *loss_sum = loss;
+  *correct = right;
+}
+
+absl::Status Network::TrainStep(const float* params, const float* images,
+                                const uint8_t* labels, int batch, float* grads,
+                                float* loss, int* correct) {
+  absl::Status st = CheckArguments(params, images, labels, batch, grads, loss);
+  if (st.ok() && correct == nullptr) {
+    st = absl::InvalidArgumentError("Network: `correct` is null");
+  }
+  if (!st.ok()) return st;
+  double loss_sum = 0.0;
+  Run(params, images, labels, batch, grads, &loss_sum, correct);
+  *loss = static_cast<float>(loss_sum / batch);
+  return absl::OkStatus();
+}
+
+absl::Status Network::Evaluate(const float* params, const float* images,
+                               const uint8_t* labels, int batch,
+                               double* loss_sum, int* correct) {
+  absl::Status st = CheckArguments(params, images, labels, batch, loss_sum, correct);
+  if (!st.ok()) return st;
+  Run(params, images, labels, batch, /*grads=*/nullptr, loss_sum, correct);
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

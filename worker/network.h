@@ -1,0 +1,96 @@
+// Runs a whole model (common/model_spec.h) forward and backward on the CPU
+// kernels (worker/kernels/), producing the flat gradient the worker pushes
+// to the parameter servers.
+//
+// Not thread-safe: one caller at a time. A Network owns all of its buffers
+// (allocated once in Create, reused every step) and, with num_threads > 1,
+// num_threads - 1 persistent threads; the caller's thread is the first of
+// them. Pointers passed to TrainStep/Evaluate are borrowed for the call.
+//
+// Create makes OpenBLAS single-threaded for the whole process (the batch is
+// split across this class's threads instead); see worker/kernels/blas_env.h
+// for the environment a binary should run under.
+#ifndef PSCLUSTER_WORKER_NETWORK_H_
+#define PSCLUSTER_WORKER_NETWORK_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model_spec.h"
+
+namespace pscluster {
+
+struct NetworkOptions {
+  int max_batch = 128;  // largest batch TrainStep/Evaluate accept
+  int num_threads = 1;  // threads a step runs on, the caller's included
+};
+
+class Network {
+ public:
+  // InvalidArgument when the options are out of range or the spec has a
+  // layer sequence this backend cannot run (it needs Conv2D/MaxPool2D
+  // layers, then Flatten, then Dense layers, the last one num_classes wide).
+  static absl::StatusOr<std::unique_ptr<Network>> Create(
+      const ModelSpec& spec, const NetworkOptions& options);
+
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+  ~Network();
+
+  // One training step on `batch` examples:
+  //   params: spec.num_parameters floats, the flat model layout;
+  //   images: batch * H * W * C floats in [0, 1], NHWC;
+  //   labels: batch class indices, each < spec.num_classes.
+  // Writes d(mean loss over the batch)/d(params) into `grads`
+  // (spec.num_parameters floats), the mean loss into *loss and the number of
+  // correct (arg-max) predictions into *correct. InvalidArgument, with
+  // nothing written, when batch is not in [1, max_batch] or a label is out
+  // of range. Deterministic for a given num_threads.
+  absl::Status TrainStep(const float* params, const float* images,
+                         const uint8_t* labels, int batch, float* grads,
+                         float* loss, int* correct);
+
+  // Forward only: writes the sum (not the mean) of the per-example losses
+  // and the number correct, for accumulating over many batches. Same
+  // argument contract as TrainStep.
+  absl::Status Evaluate(const float* params, const float* images,
+                        const uint8_t* labels, int batch, double* loss_sum,
+                        int* correct);
+
+  const ModelSpec& spec() const { return spec_; }
+  const NetworkOptions& options() const { return options_; }
+
+ private:
+  struct Op;
+  class Replica;
+  class ThreadGang;
+
+  Network(const ModelSpec& spec, const NetworkOptions& options,
+          std::vector<Op> ops);
+
+  // The ops for `spec`, or InvalidArgument naming the offending layer.
+  static absl::StatusOr<std::vector<Op>> Plan(const ModelSpec& spec);
+
+  absl::Status CheckArguments(const void* params, const void* images,
+                              const uint8_t* labels, int batch,
+                              const void* out1, const void* out2) const;
+
+  // Runs the batch split across the replicas: the gradient of the mean loss
+  // into `grads` when it is not null, else forward only.
+  void Run(const float* params, const float* images, const uint8_t* labels,
+           int batch, float* grads, double* loss_sum, int* correct);
+
+  // Const after construction.
+  const ModelSpec spec_;
+  const NetworkOptions options_;
+  const std::vector<Op> ops_;  // the layers to run; Flatten is implicit
+  std::vector<std::unique_ptr<Replica>> replicas_;  // one per thread
+  std::unique_ptr<ThreadGang> gang_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_WORKER_NETWORK_H_

@@ -1,0 +1,374 @@
+#include "worker/network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+// A small CNN on 12x12x1 inputs, built by hand like common/model_spec.cc
+// does: conv(filters1, 3, relu) pool 2 conv(8, 3, relu) pool 2 flatten
+// dense(10). With filters1 a multiple of 8 the first conv and pool run as
+// one fused kernel; otherwise they run unfused, and the second conv's input
+// gradient takes the GEMM + col2im path (in_c not a multiple of 8).
+ModelSpec SmallCnn(int filters1) {
+  ModelSpec spec;
+  spec.name = "small_cnn";
+  spec.input_height = spec.input_width = 12;
+  spec.input_channels = 1;
+  spec.num_classes = 10;
+  auto layer = [](LayerKind kind, const char* name, int units, int k, int pool,
+                  Activation act) {
+    LayerSpec l;
+    l.kind = kind;
+    l.name = name;
+    l.units = units;
+    l.kernel_size = k;
+    l.pool_size = pool;
+    l.activation = act;
+    return l;
+  };
+  spec.layers = {
+      layer(LayerKind::kConv2D, "conv1", filters1, 3, 0, Activation::kRelu),
+      layer(LayerKind::kMaxPool2D, "pool1", 0, 0, 2, Activation::kNone),
+      layer(LayerKind::kConv2D, "conv2", 8, 3, 0, Activation::kRelu),
+      layer(LayerKind::kMaxPool2D, "pool2", 0, 0, 2, Activation::kNone),
+      layer(LayerKind::kFlatten, "flatten", 0, 0, 0, Activation::kNone),
+      layer(LayerKind::kDense, "dense", 10, 0, 0, Activation::kNone)};
+  // 12 -conv-> 10 -pool-> 5 -conv-> 3 -pool-> 1: 8 features.
+  auto add = [&](const std::string& name, std::vector<int64_t> shape,
+                 Initializer init, int64_t fan_in, int64_t fan_out) {
+    VariableSpec v;
+    v.name = name;
+    v.shape = shape;
+    v.initializer = init;
+    v.fan_in = fan_in;
+    v.fan_out = fan_out;
+    v.size = 1;
+    for (int64_t d : shape) v.size *= d;
+    v.offset = spec.num_parameters;
+    spec.num_parameters += v.size;
+    spec.variables.push_back(v);
+  };
+  add("conv1/kernel", {3, 3, 1, filters1}, Initializer::kGlorotUniform, 9, 9 * filters1);
+  add("conv1/bias", {filters1}, Initializer::kZeros, 0, 0);
+  add("conv2/kernel", {3, 3, filters1, 8}, Initializer::kGlorotUniform, 9 * filters1, 72);
+  add("conv2/bias", {8}, Initializer::kZeros, 0, 0);
+  add("dense/kernel", {8, 10}, Initializer::kGlorotUniform, 8, 10);
+  add("dense/bias", {10}, Initializer::kZeros, 0, 0);
+  return spec;
+}
+
+// A model, its parameters and a random batch for it.
+struct Problem {
+  Problem(const std::string& model, int batch, uint64_t seed)
+      : Problem(*ModelByName(model), batch, seed) {}
+
+  Problem(const ModelSpec& model, int batch, uint64_t seed) : batch(batch) {
+    spec = model;
+    params = InitialParameters(spec, seed);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+    std::uniform_real_distribution<float> bias(-0.1f, 0.1f);
+    // Non-zero biases, so their gradients are exercised in a generic state.
+    for (const VariableSpec& v : spec.variables) {
+      if (v.initializer == Initializer::kZeros) {
+        for (int64_t i = 0; i < v.size; ++i) params[v.offset + i] = bias(rng);
+      }
+    }
+    images.resize(int64_t{batch} * spec.input_height * spec.input_width *
+                  spec.input_channels);
+    for (float& p : images) p = pixel(rng);
+    labels.resize(batch);
+    for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % spec.num_classes);
+  }
+
+  std::unique_ptr<Network> Make(int threads, int max_batch = 64) const {
+    NetworkOptions options;
+    options.max_batch = max_batch;
+    options.num_threads = threads;
+    auto net = Network::Create(spec, options);
+    EXPECT_TRUE(net.ok()) << net.status();
+    return net.ok() ? *std::move(net) : nullptr;
+  }
+
+  ModelSpec spec;
+  int batch;
+  std::vector<float> params, images;
+  std::vector<uint8_t> labels;
+};
+
+// Runs TrainStep and returns the gradient.
+std::vector<float> Gradient(Network& net, const Problem& p, float* loss = nullptr,
+                            int* correct = nullptr) {
+  std::vector<float> grads(p.spec.num_parameters, NAN);
+  float l = 0;
+  int c = 0;
+  absl::Status st = net.TrainStep(p.params.data(), p.images.data(),
+                                  p.labels.data(), p.batch, grads.data(), &l, &c);
+  EXPECT_TRUE(st.ok()) << st;
+  if (loss != nullptr) *loss = l;
+  if (correct != nullptr) *correct = c;
+  return grads;
+}
+
+// An independent, naive double-precision forward pass over the spec's
+// layers: the oracle for the loss and, through finite differences with a
+// tiny step, for the gradient.
+double ReferenceMeanLoss(const Problem& p, const std::vector<double>& params) {
+  const ModelSpec& spec = p.spec;
+  auto var = [&](const std::string& name) {
+    for (const VariableSpec& v : spec.variables) {
+      if (v.name == name) return params.data() + v.offset;
+    }
+    ADD_FAILURE() << "no variable " << name;
+    return params.data();
+  };
+  double total = 0;
+  const int64_t image_size =
+      int64_t{spec.input_height} * spec.input_width * spec.input_channels;
+  for (int n = 0; n < p.batch; ++n) {
+    int h = spec.input_height, w = spec.input_width, c = spec.input_channels;
+    std::vector<double> a(p.images.begin() + n * image_size,
+                          p.images.begin() + (n + 1) * image_size);
+    for (const LayerSpec& l : spec.layers) {
+      const bool relu = l.activation == Activation::kRelu;
+      std::vector<double> out;
+      if (l.kind == LayerKind::kConv2D) {
+        const int k = l.kernel_size, oh = h - k + 1, ow = w - k + 1;
+        const double* kernel = var(l.name + "/kernel");
+        const double* bias = var(l.name + "/bias");
+        out.assign(int64_t{oh} * ow * l.units, 0.0);
+        for (int i = 0; i < oh; ++i)
+          for (int j = 0; j < ow; ++j)
+            for (int o = 0; o < l.units; ++o) {
+              double z = bias[o];
+              for (int kh = 0; kh < k; ++kh)
+                for (int kw = 0; kw < k; ++kw)
+                  for (int ci = 0; ci < c; ++ci)
+                    z += a[((i + kh) * w + j + kw) * c + ci] *
+                         kernel[((kh * k + kw) * c + ci) * l.units + o];
+              out[(i * ow + j) * l.units + o] = relu ? std::max(z, 0.0) : z;
+            }
+        h = oh, w = ow, c = l.units;
+      } else if (l.kind == LayerKind::kMaxPool2D) {
+        const int q = l.pool_size, oh = h / q, ow = w / q;
+        out.assign(int64_t{oh} * ow * c, -1e300);
+        for (int i = 0; i < oh * q; ++i)
+          for (int j = 0; j < ow * q; ++j)
+            for (int ci = 0; ci < c; ++ci) {
+              double& m = out[((i / q) * ow + j / q) * c + ci];
+              m = std::max(m, a[(i * w + j) * c + ci]);
+            }
+        h = oh, w = ow;
+      } else if (l.kind == LayerKind::kDense) {
+        const int in = h * w * c;
+        const double* kernel = var(l.name + "/kernel");
+        const double* bias = var(l.name + "/bias");
+        out.assign(l.units, 0.0);
+        for (int o = 0; o < l.units; ++o) {
+          double z = bias[o];
+          for (int i = 0; i < in; ++i) z += a[i] * kernel[i * l.units + o];
+          out[o] = relu ? std::max(z, 0.0) : z;
+        }
+        h = w = 1, c = l.units;
+      } else {
+        continue;  // Flatten: NHWC is already flat
+      }
+      a = std::move(out);
+    }
+    double zmax = a[0], sum = 0;
+    for (double z : a) zmax = std::max(zmax, z);
+    for (double z : a) sum += std::exp(z - zmax);
+    total += std::log(sum) + zmax - a[p.labels[n]];
+  }
+  return total / p.batch;
+}
+
+// Checks about 2 * per_variable parameters spread over every variable (from
+// both ends) against central differences of the double-precision reference
+// loss. The step is tiny, so crossing a ReLU or max-pool kink is unlikely,
+// and the tolerance is that of a float gradient.
+void CheckAgainstFiniteDifferences(const Problem& p, int per_variable) {
+  auto net = p.Make(1);
+  ASSERT_NE(net, nullptr);
+  float loss = 0;
+  const std::vector<float> grads = Gradient(*net, p, &loss);
+  std::vector<double> params(p.params.begin(), p.params.end());
+  EXPECT_NEAR(loss, ReferenceMeanLoss(p, params), 1e-5);
+  const double eps = 1e-6;
+  int checked = 0, bad = 0;
+  for (const VariableSpec& v : p.spec.variables) {
+    const int64_t stride = std::max<int64_t>(1, v.size / per_variable);
+    for (int64_t j = 0; j < v.size; j += stride) {
+      for (int64_t i : {v.offset + j, v.offset + (v.size - 1 - j)}) {
+        const double saved = params[i];
+        params[i] = saved + eps;
+        const double up = ReferenceMeanLoss(p, params);
+        params[i] = saved - eps;
+        const double down = ReferenceMeanLoss(p, params);
+        params[i] = saved;
+        const double numeric = (up - down) / (2 * eps);
+        ++checked;
+        if (std::fabs(grads[i] - numeric) > 2e-5 + 1e-3 * std::fabs(numeric)) {
+          ++bad;
+          ADD_FAILURE() << v.name << "[" << i - v.offset << "]: analytic "
+                        << grads[i] << " numeric " << numeric;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << checked;
+  EXPECT_GE(checked, 2 * static_cast<int>(p.spec.variables.size()) * std::min(per_variable, 10));
+}
+
+TEST(NetworkTest, MlpGradientMatchesFiniteDifferences) {
+  CheckAgainstFiniteDifferences(Problem("mlp", 5, 1), 16);
+}
+
+TEST(NetworkTest, CnnGradientMatchesFiniteDifferences) {
+  CheckAgainstFiniteDifferences(Problem("cnn", 2, 2), 8);
+}
+
+TEST(NetworkTest, UnfusedFirstLayerMatchesFiniteDifferences) {
+  CheckAgainstFiniteDifferences(Problem(SmallCnn(6), 3, 10), 12);
+}
+
+TEST(NetworkTest, FusedFirstLayerMatchesFiniteDifferences) {
+  CheckAgainstFiniteDifferences(Problem(SmallCnn(8), 3, 11), 12);
+}
+
+// The gradient of the batch is the size-weighted mean of its halves': tests
+// the sum over micro-batches and the 1 / batch scaling.
+TEST(NetworkTest, GradientIsMeanOverExamples) {
+  Problem whole("cnn", 40, 3);
+  Problem first = whole, second = whole;
+  first.batch = second.batch = 20;
+  const int64_t image = 28 * 28;
+  first.images.resize(20 * image);
+  second.images.erase(second.images.begin(), second.images.begin() + 20 * image);
+  first.labels.resize(20);
+  second.labels.erase(second.labels.begin(), second.labels.begin() + 20);
+  auto net = whole.Make(1);
+  float loss = 0, loss1 = 0, loss2 = 0;
+  const std::vector<float> g = Gradient(*net, whole, &loss);
+  const std::vector<float> g1 = Gradient(*net, first, &loss1);
+  const std::vector<float> g2 = Gradient(*net, second, &loss2);
+  EXPECT_NEAR(loss, (loss1 + loss2) / 2, 1e-5);
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_NEAR(g[i], (g1[i] + g2[i]) / 2, 1e-6 + 1e-4 * std::fabs(g[i])) << i;
+  }
+}
+
+TEST(NetworkTest, TwoThreadsMatchOne) {
+  for (const char* model : {"cnn", "mlp"}) {
+    Problem p(model, 37, 4);  // odd: uneven shares, several micro-batches
+    auto one = p.Make(1);
+    auto two = p.Make(2);
+    float loss1 = 0, loss2 = 0;
+    int correct1 = 0, correct2 = 0;
+    const std::vector<float> g1 = Gradient(*one, p, &loss1, &correct1);
+    const std::vector<float> g2 = Gradient(*two, p, &loss2, &correct2);
+    EXPECT_NEAR(loss1, loss2, 1e-5) << model;
+    EXPECT_EQ(correct1, correct2) << model;
+    for (size_t i = 0; i < g1.size(); ++i) {
+      ASSERT_NEAR(g1[i], g2[i], 1e-6 + 1e-4 * std::fabs(g1[i])) << model << " " << i;
+    }
+  }
+}
+
+TEST(NetworkTest, MoreThreadsThanExamples) {
+  Problem p("cnn", 2, 5);
+  auto one = p.Make(1);
+  auto three = p.Make(3);
+  const std::vector<float> g1 = Gradient(*one, p);
+  const std::vector<float> g3 = Gradient(*three, p);
+  for (size_t i = 0; i < g1.size(); ++i) {
+    ASSERT_NEAR(g1[i], g3[i], 1e-6 + 1e-4 * std::fabs(g1[i])) << i;
+  }
+}
+
+TEST(NetworkTest, RepeatedStepsAreBitIdentical) {
+  Problem p("cnn", 33, 6);
+  auto net = p.Make(2);
+  EXPECT_EQ(Gradient(*net, p), Gradient(*net, p));
+}
+
+TEST(NetworkTest, EvaluateMatchesTrainStep) {
+  Problem p("cnn", 24, 7);
+  auto net = p.Make(2);
+  float loss = 0;
+  int correct = 0;
+  Gradient(*net, p, &loss, &correct);
+  double loss_sum = 0;
+  int eval_correct = -1;
+  ASSERT_TRUE(net->Evaluate(p.params.data(), p.images.data(), p.labels.data(),
+                            p.batch, &loss_sum, &eval_correct).ok());
+  EXPECT_NEAR(loss_sum / p.batch, loss, 1e-5);
+  EXPECT_GT(loss, 1.0);  // about log(10) at initialisation
+  EXPECT_EQ(eval_correct, correct);
+}
+
+TEST(NetworkTest, BatchAboveMaxIsInvalidArgument) {
+  Problem p("mlp", 9, 8);
+  auto net = p.Make(2, /*max_batch=*/8);
+  std::vector<float> grads(p.spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  absl::Status st = net->TrainStep(p.params.data(), p.images.data(), p.labels.data(),
+                                   9, grads.data(), &loss, &correct);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("9"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("8"), std::string::npos) << st;
+  double loss_sum = 0;
+  EXPECT_EQ(net->Evaluate(p.params.data(), p.images.data(), p.labels.data(), 9,
+                          &loss_sum, &correct).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 0,
+                           grads.data(), &loss, &correct).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NetworkTest, LabelOutOfRangeIsInvalidArgument) {
+  Problem p("mlp", 4, 9);
+  p.labels[2] = 10;
+  auto net = p.Make(1);
+  std::vector<float> grads(p.spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  absl::Status st = net->TrainStep(p.params.data(), p.images.data(), p.labels.data(),
+                                   p.batch, grads.data(), &loss, &correct);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("label 10"), std::string::npos) << st;
+}
+
+TEST(NetworkTest, CreateRejectsBadOptionsAndSpecs) {
+  const ModelSpec cnn = *ModelByName("cnn");
+  NetworkOptions options;
+  options.max_batch = 0;
+  EXPECT_EQ(Network::Create(cnn, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options = NetworkOptions();
+  options.num_threads = 0;
+  EXPECT_EQ(Network::Create(cnn, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  ModelSpec no_flatten = *ModelByName("mlp");
+  no_flatten.layers.erase(no_flatten.layers.begin());  // Flatten
+  EXPECT_EQ(Network::Create(no_flatten, NetworkOptions()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  ModelSpec bad_shape = cnn;
+  bad_shape.variables[0].shape = {3, 3, 1, 31};
+  auto st = Network::Create(bad_shape, NetworkOptions()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("conv1/kernel"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace pscluster
