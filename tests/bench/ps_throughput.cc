@@ -1,0 +1,363 @@
+// Benchmark (not a test): one parameter server's fused PushPull throughput
+// against the ceiling of a bare gRPC echo, in one process over loopback.
+//
+//   bazel run //tests/bench:ps_throughput -- [--sizes=4K,1M,16M] [--seconds=2.5]
+//
+// For each size N (bytes; K and M suffixes are KiB and MiB): a fresh
+// ParameterStore behind a PsService (async, sgd, one worker, no staleness
+// limit in practice), Init'ed with N/4 floats, and an echo service (bytes in,
+// the same bytes out), each on its own grpc::Server on 127.0.0.1 (ephemeral
+// port) set up by ConfigureServer, each called through its own MakeChannel
+// channel: the daemons' configuration. After a warm-up, calls are made back
+// to back for --seconds per service, in slices alternating between the two;
+// the table gives the median latency per call, 2N / median as GB/s (N bytes
+// up, N bytes down; 1 GB = 1e9 bytes), and the CPU time client and server
+// spent per call.
+//
+// The echo handler copies the request bytes into the response once, as the
+// ps's pull must copy its values once; everything else the ps does beyond
+// the echo (the gradient check, the optimizer, locking) shows in the ratio.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <sys/resource.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/rpc.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/parameter_store.h"
+#include "ps_server/ps_service.h"
+#include "tests/bench/echo.grpc.pb.h"
+
+namespace pscluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kLayout = 0x5eed;
+constexpr std::chrono::seconds kCallTimeout(60);
+
+struct Flags {
+  std::vector<int64_t> sizes = {4 << 10, 1 << 20, 16 << 20};
+  double seconds = 2.5;  // per size and service, after the warm-up
+};
+
+// "4096", "4K", "4KiB", "16M", "16MiB".
+bool ParseSize(absl::string_view text, int64_t* bytes) {
+  int64_t unit = 1;
+  for (const auto& [suffix, scale] :
+       {std::pair<const char*, int64_t>{"KiB", 1 << 10}, {"MiB", 1 << 20},
+        {"K", 1 << 10}, {"M", 1 << 20}}) {
+    if (absl::EndsWith(text, suffix)) {
+      text.remove_suffix(std::strlen(suffix));
+      unit = scale;
+      break;
+    }
+  }
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(text, &n) || n <= 0) return false;
+  *bytes = n * unit;
+  return true;
+}
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    bool ok = true;
+    if (name == "--sizes") {
+      flags->sizes.clear();
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        int64_t bytes = 0;
+        ok = ok && ParseSize(part, &bytes) && bytes % sizeof(float) == 0 &&
+             bytes <= RpcOptions().max_message_bytes / 2;
+        flags->sizes.push_back(bytes);
+      }
+    } else if (name == "--seconds") {
+      ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr,
+                   "bad flag %s\nusage: ps_throughput [--sizes=4K,1M,16M] "
+                   "[--seconds=2.5]\n(sizes: positive multiples of 4 bytes)\n",
+                   arg.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string SizeName(int64_t bytes) {
+  if (bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
+  if (bytes % (1 << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
+  return absl::StrCat(bytes, " B");
+}
+
+class EchoService final : public bench::Echo::Service {
+ public:
+  grpc::Status Echo(grpc::ServerContext*, const bench::EchoMessage* req,
+                    bench::EchoMessage* resp) override {
+    resp->set_data(req->data());  // the one copy a ps's pull also makes
+    return grpc::Status::OK;
+  }
+};
+
+// A server on 127.0.0.1 with the daemons' configuration. The service is
+// borrowed and must outlive the server.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::Service* service,
+                                                          std::string* address) {
+  grpc::ServerBuilder builder;
+  ConfigureServer(builder);
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    return absl::UnavailableError("cannot listen on 127.0.0.1 (ephemeral port)");
+  }
+  *address = absl::StrCat("127.0.0.1:", port);
+  return server;
+}
+
+// One service under test: its server and a client with its own channel.
+class Target {
+ public:
+  virtual ~Target() = default;
+  // One call of N bytes up and N bytes down, checked.
+  virtual absl::Status Call() = 0;
+};
+
+class PsTarget final : public Target {
+ public:
+  static absl::StatusOr<std::unique_ptr<PsTarget>> Create(int64_t bytes) {
+    std::unique_ptr<PsTarget> t(new PsTarget(bytes));
+    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+        StartServer(&t->service_, &t->address_);
+    if (!server.ok()) return server.status();
+    t->server_ = *std::move(server);
+    t->stub_ = ParameterServer::NewStub(MakeChannel(t->address_));
+    if (absl::Status s = t->Init(); !s.ok()) return s;
+    return t;
+  }
+
+  ~PsTarget() override {
+    store_.Cancel();
+    server_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  absl::Status Call() override {
+    req_.set_version(version_);
+    req_.set_request_id(++request_id_);
+    PushPullResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(kCallTimeout));
+    grpc::Status s = stub_->PushPull(&ctx, req_, &resp);
+    if (!s.ok()) return FromGrpcStatus(s, "PushPull");
+    if (!resp.push().applied() ||
+        static_cast<int64_t>(resp.pull().values().size()) != bytes_) {
+      return absl::InternalError(absl::StrCat(
+          "PushPull: applied=", resp.push().applied(), ", pulled ",
+          resp.pull().values().size(), " bytes, expected ", bytes_));
+    }
+    version_ = resp.pull().version();
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit PsTarget(int64_t bytes) : bytes_(bytes), service_(&store_) {}
+
+  // Async sgd for one worker, as a worker's first Init would set it up;
+  // then the push request every call re-sends (small gradients keep the
+  // weights finite however many steps run).
+  absl::Status Init() {
+    const int64_t n = bytes_ / static_cast<int64_t>(sizeof(float));
+    InitRequest init;
+    init.set_layout_fingerprint(kLayout);
+    ShardSpec* shard = init.add_shards();
+    shard->set_variable("bench/w");
+    shard->set_size(n);
+    const std::vector<float> initial(n, 0.5f);
+    init.set_values(initial.data(), bytes_);
+    init.mutable_optimizer()->set_name("sgd");
+    init.mutable_optimizer()->set_learning_rate(1e-3f);
+    init.set_mode(ASYNC);
+    init.set_num_workers(1);
+    init.set_replicas_to_aggregate(1);
+    init.set_max_staleness(1 << 30);
+    InitResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(kCallTimeout));
+    grpc::Status s = stub_->Init(&ctx, init, &resp);
+    if (!s.ok()) return FromGrpcStatus(s, "Init");
+    version_ = resp.version();
+    req_.set_layout_fingerprint(kLayout);
+    req_.set_worker_index(0);
+    req_.set_num_examples(1);
+    const std::vector<float> grads(n, 1e-3f);
+    req_.set_gradients(grads.data(), bytes_);
+    return absl::OkStatus();
+  }
+
+  const int64_t bytes_;
+  ParameterStore store_;
+  PsService service_;  // borrows store_
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;  // serves service_
+  std::unique_ptr<ParameterServer::Stub> stub_;
+  PushRequest req_;
+  int64_t version_ = 0;
+  uint64_t request_id_ = 0;
+};
+
+class EchoTarget final : public Target {
+ public:
+  static absl::StatusOr<std::unique_ptr<EchoTarget>> Create(int64_t bytes) {
+    std::unique_ptr<EchoTarget> t(new EchoTarget(bytes));
+    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+        StartServer(&t->service_, &t->address_);
+    if (!server.ok()) return server.status();
+    t->server_ = *std::move(server);
+    t->stub_ = bench::Echo::NewStub(MakeChannel(t->address_));
+    t->req_.mutable_data()->assign(bytes, '\x01');
+    return t;
+  }
+
+  ~EchoTarget() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  absl::Status Call() override {
+    bench::EchoMessage resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(kCallTimeout));
+    grpc::Status s = stub_->Echo(&ctx, req_, &resp);
+    if (!s.ok()) return FromGrpcStatus(s, "Echo");
+    if (static_cast<int64_t>(resp.data().size()) != bytes_) {
+      return absl::InternalError(absl::StrCat("Echo: got ", resp.data().size(),
+                                              " bytes, expected ", bytes_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit EchoTarget(int64_t bytes) : bytes_(bytes) {}
+
+  const int64_t bytes_;
+  EchoService service_;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;  // serves service_
+  std::unique_ptr<bench::Echo::Stub> stub_;
+  bench::EchoMessage req_;
+};
+
+struct Timing {
+  double median_s = 0;  // wall time per call
+  double cpu_s = 0;     // process CPU time (all threads) per call, mean
+  int64_t calls = 0;
+};
+
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
+// After a warm-up of each target, calls each back to back for `seconds` in
+// all, in kSlices alternating slices: the process's state (the heap above
+// all: freshly mapped pages cost page faults) and other load on the machine
+// then weigh on every target alike. Per target: the median of the per-call
+// times, and the CPU time both ends spent per call (less sensitive than
+// wall time to other processes on a shared machine). Stops at the first
+// failed call.
+absl::StatusOr<std::vector<Timing>> Measure(const std::vector<Target*>& targets,
+                                            double seconds) {
+  constexpr int kSlices = 8;
+  auto since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  for (Target* t : targets) {
+    const Clock::time_point warm = Clock::now();
+    for (int i = 0; i < 3 || since(warm) < std::min(0.5, seconds / 4); ++i) {
+      if (absl::Status s = t->Call(); !s.ok()) return s;
+    }
+  }
+  std::vector<std::vector<double>> times(targets.size());
+  std::vector<double> cpu(targets.size(), 0.0);
+  for (int slice = 0; slice < kSlices; ++slice) {
+    for (size_t k = 0; k < targets.size(); ++k) {
+      const double cpu0 = ProcessCpuSeconds();
+      const Clock::time_point start = Clock::now();
+      do {
+        const Clock::time_point t0 = Clock::now();
+        if (absl::Status s = targets[k]->Call(); !s.ok()) return s;
+        times[k].push_back(since(t0));
+      } while (since(start) < seconds / kSlices);
+      cpu[k] += ProcessCpuSeconds() - cpu0;
+    }
+  }
+  std::vector<Timing> result;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    std::vector<double>& t = times[k];
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    const int64_t calls = static_cast<int64_t>(t.size());
+    result.push_back(Timing{t[t.size() / 2], cpu[k] / calls, calls});
+  }
+  return result;
+}
+
+int Run(const Flags& flags) {
+  std::printf("%-8s  %-29s  %-29s  %7s\n", "", "ps PushPull", "echo", "");
+  std::printf("%-8s  %7s %10s %10s  %7s %10s %10s  %7s\n", "size", "GB/s",
+              "median us", "cpu us", "GB/s", "median us", "cpu us", "ps/echo");
+  std::fflush(stdout);
+  for (int64_t bytes : flags.sizes) {
+    auto fail = [&](const absl::Status& s) {
+      std::fprintf(stderr, "%s: %s\n", SizeName(bytes).c_str(), s.ToString().c_str());
+      return 1;
+    };
+    absl::StatusOr<std::unique_ptr<PsTarget>> ps = PsTarget::Create(bytes);
+    if (!ps.ok()) return fail(ps.status());
+    absl::StatusOr<std::unique_ptr<EchoTarget>> echo = EchoTarget::Create(bytes);
+    if (!echo.ok()) return fail(echo.status());
+    absl::StatusOr<std::vector<Timing>> timings =
+        Measure({ps->get(), echo->get()}, flags.seconds);
+    if (!timings.ok()) return fail(timings.status());
+    const Timing& ps_t = (*timings)[0];
+    const Timing& echo_t = (*timings)[1];
+    const double ps_gbs = 2.0 * bytes / ps_t.median_s / 1e9;
+    const double echo_gbs = 2.0 * bytes / echo_t.median_s / 1e9;
+    std::printf("%-8s  %7.3f %10.1f %10.1f  %7.3f %10.1f %10.1f  %7.2f\n",
+                SizeName(bytes).c_str(), ps_gbs, ps_t.median_s * 1e6, ps_t.cpu_s * 1e6,
+                echo_gbs, echo_t.median_s * 1e6, echo_t.cpu_s * 1e6, ps_gbs / echo_gbs);
+    std::fflush(stdout);
+  }
+  std::printf(
+      "GB/s = 2 x size / median call time (bytes up and down), 1 GB = 1e9 B;\n"
+      "cpu us = CPU time of the whole process (client and server) per call\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pscluster
+
+int main(int argc, char** argv) {
+  pscluster::Flags flags;
+  if (!pscluster::ParseFlags(argc, argv, &flags)) return 2;
+  return pscluster::Run(flags);
+}
