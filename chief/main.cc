@@ -49,6 +49,7 @@ namespace {
 int main(int argc, char** argv) {
   using namespace pscluster;
   BlockTerminationSignals();
+  TuneAllocator();
   ParseFlagsOrExit(argc, argv, 
       "Chief task: coordinates training. Usage: TF_CONFIG='{...\"task\":{\"type\":"
       "\"chief\",\"index\":0}}' chief [--epochs=N] [--mode=sync|async] ...");

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <malloc.h>
+
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -45,6 +47,13 @@ void ParseFlagsOrExit(int argc, char** argv, const std::string& usage) {
     ExitWithUsageError(absl::StrCat("unexpected argument '", rest[1],
                                     "' (flags look like --name=value; try --help)"));
   }
+}
+
+void TuneAllocator() {
+  // Buffers up to 64 MiB come from the heap and stay mapped; freed memory
+  // is returned only when 1 GiB sits unused at the top of the heap.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 void ExitWithUsageError(const std::string& message) {

@@ -14,6 +14,11 @@ namespace pscluster {
 // usage and every flag, then exits 0; a bad flag exits 2 naming it.
 void ParseFlagsOrExit(int argc, char** argv, const std::string& usage);
 
+// Keeps glibc malloc from handing large buffers back to the system after
+// every message (millions of page faults per run otherwise): raises the
+// mmap and trim thresholds. Call early in main.
+void TuneAllocator();
+
 // Prints "error: <message>" to stderr and exits with code 2.
 [[noreturn]] void ExitWithUsageError(const std::string& message);
 

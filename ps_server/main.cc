@@ -20,6 +20,7 @@ ABSL_FLAG(int, max_message_mb, 512, "Largest gRPC message accepted, in MiB");
 int main(int argc, char** argv) {
   using namespace pscluster;
   BlockTerminationSignals();
+  TuneAllocator();
   ParseFlagsOrExit(argc, argv, 
       "Parameter server task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"ps\","
       "\"index\":0}}' ps_server [--tf_config=FILE]");

@@ -131,6 +131,34 @@ TEST_F(StoreTest, FutureVersionWrongSizeAndNonFiniteAreRejectedAndChangeNothing)
   EXPECT_EQ(store_.stats().pushes_rejected, 5);
 }
 
+TEST(StoreNonFiniteTest, LongGradientsAreScannedEverywhere) {
+  // Long enough for the blocked scan and its tail.
+  const int n = 1000;
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    for (int pos : {0, 15, 16, 500, 991, 999}) {
+      ParameterStore store;
+      StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+      c.num_floats = n;
+      std::vector<float> init(n, 1.0f);
+      bool already;
+      ASSERT_TRUE(store.Init(c, init.data(), &already).ok());
+      std::vector<float> g(n, 1e30f);
+      g[pos] = -0.0f;
+      PushArgs a;
+      a.layout_fingerprint = kLayout;
+      a.num_examples = 1;
+      a.gradients = g.data();
+      a.num_floats = n;
+      EXPECT_TRUE(store.Push(a).ok()) << "finite values refused, pos " << pos;
+      g[pos] = bad;
+      a.version = 1;
+      absl::StatusOr<PushResult> r = store.Push(a);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+          << bad << " at " << pos;
+    }
+  }
+}
+
 TEST_F(StoreTest, DuplicateRequestIdIsAppliedOnce) {
   InitStore(SgdConfig(UpdateRule::kAsync, 1, 1, 10));
   absl::StatusOr<PushResult> a = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);

@@ -21,6 +21,7 @@ ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
 int main(int argc, char** argv) {
   using namespace pscluster;
   BlockTerminationSignals();
+  TuneAllocator();
   ParseFlagsOrExit(argc, argv, 
       "Evaluator task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"evaluator\","
       "\"index\":0}}' evaluator --data_dir=DIR [--eval_interval_s=S]");

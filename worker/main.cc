@@ -25,6 +25,7 @@ ABSL_FLAG(int, linger_s, 600,
 int main(int argc, char** argv) {
   using namespace pscluster;
   BlockTerminationSignals();
+  TuneAllocator();
   ParseFlagsOrExit(argc, argv, 
       "Worker task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":0}}' "
       "worker --data_dir=DIR [--threads=N]");

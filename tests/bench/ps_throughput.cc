@@ -36,6 +36,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/daemon.h"
 #include "common/rpc.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/parameter_store.h"
@@ -359,5 +360,7 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   pscluster::Flags flags;
   if (!pscluster::ParseFlags(argc, argv, &flags)) return 2;
+  // The allocator settings the daemons run with (common/daemon.h).
+  pscluster::TuneAllocator();
   return pscluster::Run(flags);
 }
