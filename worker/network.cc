@@ -48,7 +48,9 @@ class AlignedArray {
 
  private:
   struct Free {
-    void operator()(T* p) const { ::operator delete[](p, std::align_val_t{64}); }
+    void operator()(T* p) const {
+      ::operator delete[](p, std::align_val_t{64});
+    }
   };
   std::unique_ptr<T, Free> data_;
 };
@@ -63,8 +65,8 @@ struct Network::Op {
   kernels::Conv2DShape conv;
   kernels::MaxPool2DShape pool;
   kernels::DenseShape dense;
-  int64_t in_size = 0;   // floats per example in
-  int64_t out_size = 0;  // floats per example out
+  int64_t in_size = 0;        // floats per example in
+  int64_t out_size = 0;       // floats per example out
   int64_t kernel_offset = 0;  // in the flat parameter vector (conv, dense)
   int64_t bias_offset = 0;
   bool needs_input_grad = false;  // some earlier op has parameters
@@ -129,8 +131,9 @@ class Network::ThreadGang {
   }
 
   std::mutex mu_;
-  std::condition_variable start_;  // signalled when generation_ or stopping_ change
-  std::condition_variable done_;   // signalled when pending_ reaches 0
+  std::condition_variable
+      start_;  // signalled when generation_ or stopping_ change
+  std::condition_variable done_;  // signalled when pending_ reaches 0
   const std::function<void(int)>* task_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // one per Run
   int pending_ ABSL_GUARDED_BY(mu_) = 0;  // threads still in the current task
@@ -148,14 +151,16 @@ class Network::Replica {
     int64_t widest = 0;
     for (const Op& op : ops_) {
       acts_.emplace_back(op.fused_with_pool ? 0 : chunk * op.out_size);
-      argmax_.emplace_back(op.kind == LayerKind::kMaxPool2D ? chunk * op.out_size : 0);
+      argmax_.emplace_back(
+          op.kind == LayerKind::kMaxPool2D ? chunk * op.out_size : 0);
       int64_t ws = 0;
       if (op.kind == LayerKind::kConv2D) {
         kernels::Conv2DShape s = op.conv;
         s.batch = chunk;
         ws = kernels::Conv2DForward<CpuDevice>::WorkspaceSize(s);
         if (op.needs_input_grad) {
-          ws = std::max(ws, kernels::Conv2DBackwardInput<CpuDevice>::WorkspaceSize(s));
+          ws = std::max(
+              ws, kernels::Conv2DBackwardInput<CpuDevice>::WorkspaceSize(s));
         }
       }
       workspace_.emplace_back(ws);
@@ -191,7 +196,8 @@ class Network::Replica {
           grads != nullptr ? grad_a_.data() : nullptr, &loss, &right);
       loss_sum_ += loss;
       correct_ += right;
-      if (grads != nullptr) Backward(params, x, n, /*accumulate=*/first > 0, grads);
+      if (grads != nullptr)
+        Backward(params, x, n, /*accumulate=*/first > 0, grads);
     }
   }
 
@@ -225,14 +231,16 @@ class Network::Replica {
         case LayerKind::kMaxPool2D: {
           kernels::MaxPool2DShape s = op.pool;
           s.batch = n;
-          kernels::MaxPool2DForward<CpuDevice>()(d, s, in, out, argmax_[i].data());
+          kernels::MaxPool2DForward<CpuDevice>()(d, s, in, out,
+                                                 argmax_[i].data());
           break;
         }
         case LayerKind::kDense: {
           kernels::DenseShape s = op.dense;
           s.batch = n;
-          kernels::DenseForward<CpuDevice>()(d, s, in, params + op.kernel_offset,
-                                             params + op.bias_offset, op.relu, out);
+          kernels::DenseForward<CpuDevice>()(
+              d, s, in, params + op.kernel_offset, params + op.bias_offset,
+              op.relu, out);
           break;
         }
         case LayerKind::kFlatten:
@@ -247,9 +255,9 @@ class Network::Replica {
   void Backward(const float* params, const float* x, int n, bool accumulate,
                 float* grads) {
     const CpuDevice d;
-    float* g = grad_a_.data();      // dLoss/d(output of op i)
-    float* next = grad_b_.data();   // becomes dLoss/d(input of op i)
-    bool relu_applied = false;      // g already has op i's ReLU gradient
+    float* g = grad_a_.data();     // dLoss/d(output of op i)
+    float* next = grad_b_.data();  // becomes dLoss/d(input of op i)
+    bool relu_applied = false;     // g already has op i's ReLU gradient
     for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
       const Op& op = ops_[i];
       const float* in = i == 0 ? x : acts_[i - 1].data();
@@ -294,7 +302,8 @@ class Network::Replica {
           }
           kernels::MaxPool2DShape s = op.pool;
           s.batch = n;
-          kernels::MaxPool2DBackward<CpuDevice>()(d, s, g, argmax_[i].data(), dx);
+          kernels::MaxPool2DBackward<CpuDevice>()(d, s, g, argmax_[i].data(),
+                                                  dx);
           break;
         }
         case LayerKind::kDense: {
@@ -315,9 +324,9 @@ class Network::Replica {
 
   const std::vector<Op>& ops_;  // owned by the Network, outlives this
   const int chunk_;
-  std::vector<AlignedArray<float>> acts_;         // output of op i
-  std::vector<AlignedArray<int32_t>> argmax_;     // pooling ops only
-  std::vector<AlignedArray<float>> workspace_;    // conv ops only
+  std::vector<AlignedArray<float>> acts_;       // output of op i
+  std::vector<AlignedArray<int32_t>> argmax_;   // pooling ops only
+  std::vector<AlignedArray<float>> workspace_;  // conv ops only
   AlignedArray<float> grad_a_, grad_b_;
   AlignedArray<float> own_grads_;  // replicas after the first
   double loss_sum_ = 0.0;
@@ -326,15 +335,16 @@ class Network::Replica {
 
 absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
   const std::string where = absl::StrCat("model \"", spec.name, "\"");
-  if (spec.input_height <= 0 || spec.input_width <= 0 || spec.input_channels <= 0) {
+  if (spec.input_height <= 0 || spec.input_width <= 0 ||
+      spec.input_channels <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": input shape ", spec.input_height, "x", spec.input_width, "x",
         spec.input_channels, " is not positive"));
   }
   if (spec.num_classes < 1 || spec.num_classes > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": num_classes ", spec.num_classes,
-        " is not in [1, 256] (labels are bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": num_classes ", spec.num_classes,
+                     " is not in [1, 256] (labels are bytes)"));
   }
   std::map<std::string, const VariableSpec*> vars;
   for (const VariableSpec& v : spec.variables) vars[v.name] = &v;
@@ -348,9 +358,10 @@ absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
     }
     const VariableSpec& v = *it->second;
     if (v.shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": variable ", name, " has shape [", absl::StrJoin(v.shape, ","),
-          "], the layers need [", absl::StrJoin(shape, ","), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": variable ", name, " has shape [",
+                       absl::StrJoin(v.shape, ","), "], the layers need [",
+                       absl::StrJoin(shape, ","), "]"));
     }
     if (v.offset < 0 || v.offset + v.size > spec.num_parameters) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -374,13 +385,14 @@ absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
       case LayerKind::kConv2D: {
         const int k = l.kernel_size;
         if (flat || k < 1 || k > h || k > w || l.units < 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              layer, ": Conv2D kernel ", k, " with ", l.units,
-              " filters does not fit its ", h, "x", w, "x", c, " input",
-              flat ? " (after Flatten)" : ""));
+          return absl::InvalidArgumentError(
+              absl::StrCat(layer, ": Conv2D kernel ", k, " with ", l.units,
+                           " filters does not fit its ", h, "x", w, "x", c,
+                           " input", flat ? " (after Flatten)" : ""));
         }
         op.conv = {0, h, w, c, k, l.units};
-        absl::Status st = find(l.name + "/kernel", {k, k, c, l.units}, &op.kernel_offset);
+        absl::Status st =
+            find(l.name + "/kernel", {k, k, c, l.units}, &op.kernel_offset);
         if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
         if (!st.ok()) return st;
         h = op.conv.out_h();
@@ -406,12 +418,14 @@ absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
         continue;  // a no-op on NHWC
       case LayerKind::kDense: {
         if (!flat || l.units < 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              layer, ": Dense with ", l.units, " units needs a Flatten before it"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(layer, ": Dense with ", l.units,
+                           " units needs a Flatten before it"));
         }
         const int features = h * w * c;
         op.dense = {0, features, l.units};
-        absl::Status st = find(l.name + "/kernel", {features, l.units}, &op.kernel_offset);
+        absl::Status st =
+            find(l.name + "/kernel", {features, l.units}, &op.kernel_offset);
         if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
         if (!st.ok()) return st;
         h = w = 1;
@@ -434,11 +448,11 @@ absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
     params_below |= op.kind != LayerKind::kMaxPool2D;
   }
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
-    ops[i].fused_with_pool =
-        ops[i].kind == LayerKind::kConv2D && !ops[i].needs_input_grad &&
-        ops[i + 1].kind == LayerKind::kMaxPool2D &&
-        kernels::Conv2DMaxPoolForward<CpuDevice>::Supports(ops[i].conv,
-                                                           ops[i + 1].pool.pool);
+    ops[i].fused_with_pool = ops[i].kind == LayerKind::kConv2D &&
+                             !ops[i].needs_input_grad &&
+                             ops[i + 1].kind == LayerKind::kMaxPool2D &&
+                             kernels::Conv2DMaxPoolForward<CpuDevice>::Supports(
+                                 ops[i].conv, ops[i + 1].pool.pool);
   }
   return ops;
 }
@@ -485,16 +499,16 @@ absl::Status Network::CheckArguments(const void* params, const void* images,
     return absl::InvalidArgumentError("Network: a required pointer is null");
   }
   if (batch < 1 || batch > options_.max_batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Network: batch ", batch, " is not in [1, max_batch ",
-                     options_.max_batch, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("Network: batch ", batch,
+                                                   " is not in [1, max_batch ",
+                                                   options_.max_batch, "]"));
   }
   for (int i = 0; i < batch; ++i) {
     if (labels[i] >= spec_.num_classes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Network: label ", static_cast<int>(labels[i]), " of example ", i,
-          " is out of range: model \"", spec_.name, "\" has ",
-          spec_.num_classes, " classes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Network: label ", static_cast<int>(labels[i]),
+                       " of example ", i, " is out of range: model \"",
+                       spec_.name, "\" has ", spec_.num_classes, " classes"));
     }
   }
   return absl::OkStatus();
@@ -555,7 +569,8 @@ absl::Status Network::TrainStep(const float* params, const float* images,
 absl::Status Network::Evaluate(const float* params, const float* images,
                                const uint8_t* labels, int batch,
                                double* loss_sum, int* correct) {
-  absl::Status st = CheckArguments(params, images, labels, batch, loss_sum, correct);
+  absl::Status st =
+      CheckArguments(params, images, labels, batch, loss_sum, correct);
   if (!st.ok()) return st;
   Run(params, images, labels, batch, /*grads=*/nullptr, loss_sum, correct);
   return absl::OkStatus();

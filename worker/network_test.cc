@@ -55,9 +55,11 @@ ModelSpec SmallCnn(int filters1) {
     spec.num_parameters += v.size;
     spec.variables.push_back(v);
   };
-  add("conv1/kernel", {3, 3, 1, filters1}, Initializer::kGlorotUniform, 9, 9 * filters1);
+  add("conv1/kernel", {3, 3, 1, filters1}, Initializer::kGlorotUniform, 9,
+      9 * filters1);
   add("conv1/bias", {filters1}, Initializer::kZeros, 0, 0);
-  add("conv2/kernel", {3, 3, filters1, 8}, Initializer::kGlorotUniform, 9 * filters1, 72);
+  add("conv2/kernel", {3, 3, filters1, 8}, Initializer::kGlorotUniform,
+      9 * filters1, 72);
   add("conv2/bias", {8}, Initializer::kZeros, 0, 0);
   add("dense/kernel", {8, 10}, Initializer::kGlorotUniform, 8, 10);
   add("dense/bias", {10}, Initializer::kZeros, 0, 0);
@@ -85,7 +87,8 @@ struct Problem {
                   spec.input_channels);
     for (float& p : images) p = pixel(rng);
     labels.resize(batch);
-    for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % spec.num_classes);
+    for (uint8_t& l : labels)
+      l = static_cast<uint8_t>(rng() % spec.num_classes);
   }
 
   std::unique_ptr<Network> Make(int threads, int max_batch = 64) const {
@@ -104,13 +107,14 @@ struct Problem {
 };
 
 // Runs TrainStep and returns the gradient.
-std::vector<float> Gradient(Network& net, const Problem& p, float* loss = nullptr,
-                            int* correct = nullptr) {
+std::vector<float> Gradient(Network& net, const Problem& p,
+                            float* loss = nullptr, int* correct = nullptr) {
   std::vector<float> grads(p.spec.num_parameters, NAN);
   float l = 0;
   int c = 0;
-  absl::Status st = net.TrainStep(p.params.data(), p.images.data(),
-                                  p.labels.data(), p.batch, grads.data(), &l, &c);
+  absl::Status st =
+      net.TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                    grads.data(), &l, &c);
   EXPECT_TRUE(st.ok()) << st;
   if (loss != nullptr) *loss = l;
   if (correct != nullptr) *correct = c;
@@ -224,7 +228,8 @@ void CheckAgainstFiniteDifferences(const Problem& p, int per_variable) {
     }
   }
   EXPECT_EQ(bad, 0) << "of " << checked;
-  EXPECT_GE(checked, 2 * static_cast<int>(p.spec.variables.size()) * std::min(per_variable, 10));
+  EXPECT_GE(checked, 2 * static_cast<int>(p.spec.variables.size()) *
+                         std::min(per_variable, 10));
 }
 
 TEST(NetworkTest, MlpGradientMatchesFiniteDifferences) {
@@ -251,7 +256,8 @@ TEST(NetworkTest, GradientIsMeanOverExamples) {
   first.batch = second.batch = 20;
   const int64_t image = 28 * 28;
   first.images.resize(20 * image);
-  second.images.erase(second.images.begin(), second.images.begin() + 20 * image);
+  second.images.erase(second.images.begin(),
+                      second.images.begin() + 20 * image);
   first.labels.resize(20);
   second.labels.erase(second.labels.begin(), second.labels.begin() + 20);
   auto net = whole.Make(1);
@@ -277,7 +283,8 @@ TEST(NetworkTest, TwoThreadsMatchOne) {
     EXPECT_NEAR(loss1, loss2, 1e-5) << model;
     EXPECT_EQ(correct1, correct2) << model;
     for (size_t i = 0; i < g1.size(); ++i) {
-      ASSERT_NEAR(g1[i], g2[i], 1e-6 + 1e-4 * std::fabs(g1[i])) << model << " " << i;
+      ASSERT_NEAR(g1[i], g2[i], 1e-6 + 1e-4 * std::fabs(g1[i]))
+          << model << " " << i;
     }
   }
 }
@@ -308,7 +315,8 @@ TEST(NetworkTest, EvaluateMatchesTrainStep) {
   double loss_sum = 0;
   int eval_correct = -1;
   ASSERT_TRUE(net->Evaluate(p.params.data(), p.images.data(), p.labels.data(),
-                            p.batch, &loss_sum, &eval_correct).ok());
+                            p.batch, &loss_sum, &eval_correct)
+                  .ok());
   EXPECT_NEAR(loss_sum / p.batch, loss, 1e-5);
   EXPECT_GT(loss, 1.0);  // about log(10) at initialisation
   EXPECT_EQ(eval_correct, correct);
@@ -320,17 +328,20 @@ TEST(NetworkTest, BatchAboveMaxIsInvalidArgument) {
   std::vector<float> grads(p.spec.num_parameters);
   float loss = 0;
   int correct = 0;
-  absl::Status st = net->TrainStep(p.params.data(), p.images.data(), p.labels.data(),
-                                   9, grads.data(), &loss, &correct);
+  absl::Status st =
+      net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 9,
+                     grads.data(), &loss, &correct);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("9"), std::string::npos) << st;
   EXPECT_NE(st.message().find("8"), std::string::npos) << st;
   double loss_sum = 0;
   EXPECT_EQ(net->Evaluate(p.params.data(), p.images.data(), p.labels.data(), 9,
-                          &loss_sum, &correct).code(),
+                          &loss_sum, &correct)
+                .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 0,
-                           grads.data(), &loss, &correct).code(),
+                           grads.data(), &loss, &correct)
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -341,8 +352,9 @@ TEST(NetworkTest, LabelOutOfRangeIsInvalidArgument) {
   std::vector<float> grads(p.spec.num_parameters);
   float loss = 0;
   int correct = 0;
-  absl::Status st = net->TrainStep(p.params.data(), p.images.data(), p.labels.data(),
-                                   p.batch, grads.data(), &loss, &correct);
+  absl::Status st =
+      net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                     grads.data(), &loss, &correct);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("label 10"), std::string::npos) << st;
 }

@@ -93,9 +93,9 @@ int Measure(const ModelSpec& spec, const Flags& flags, int threads) {
   float loss = 0;
   int correct = 0;
   auto step = [&] {
-    absl::Status st = (*net)->TrainStep(params.data(), images.data(),
-                                        labels.data(), flags.batch,
-                                        grads.data(), &loss, &correct);
+    absl::Status st =
+        (*net)->TrainStep(params.data(), images.data(), labels.data(),
+                          flags.batch, grads.data(), &loss, &correct);
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.ToString().c_str());
       std::exit(1);

@@ -19,8 +19,8 @@ void BiasActivationForward<CpuDevice>::operator()(const CpuDevice&,
 #if defined(__AVX2__)
     const __m256 zero = _mm256_setzero_ps();
     for (; c + 8 <= cols; c += 8) {
-      __m256 v = _mm256_add_ps(_mm256_loadu_ps(row + c),
-                               _mm256_loadu_ps(bias + c));
+      __m256 v =
+          _mm256_add_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(bias + c));
       if (relu) v = _mm256_max_ps(v, zero);
       _mm256_storeu_ps(row + c, v);
     }
@@ -52,8 +52,8 @@ void BiasGrad<CpuDevice>::operator()(const CpuDevice&, int64_t rows, int cols,
     for (; r < rows; ++r) {
       s0 = _mm256_add_ps(s0, _mm256_loadu_ps(dy + r * cols + c));
     }
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(s0, s1),
-                                     _mm256_add_ps(s2, s3));
+    const __m256 sum =
+        _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
     _mm256_storeu_ps(db + c, _mm256_add_ps(_mm256_loadu_ps(db + c), sum));
   }
 #endif

@@ -18,8 +18,8 @@ struct BiasActivationForward;
 
 template <>
 struct BiasActivationForward<CpuDevice> {
-  void operator()(const CpuDevice& d, int64_t rows, int cols,
-                  const float* bias, bool relu, float* y) const;
+  void operator()(const CpuDevice& d, int64_t rows, int cols, const float* bias,
+                  bool relu, float* y) const;
 };
 
 // db[c] = sum_r dy[r, c], or db[c] += ... when `accumulate`.

@@ -47,7 +47,7 @@ TEST(BiasGradTest, SumsRowsAndAccumulates) {
 }
 
 TEST(ReluGradTest, ZeroesWhereOutputIsNotPositive) {
-  const int n = 19;  // vector body and scalar tail
+  const int n = 19;                               // vector body and scalar tail
   std::vector<float> y = Ramp(n, -1.0f, 0.125f);  // includes exactly 0
   y[3] = 0.0f;
   std::vector<float> dy = Ramp(n, 1.0f, 1.0f);

@@ -66,8 +66,9 @@ void Col2Im(const Conv2DShape& s, const float* cols, float* dx) {
       for (int ow = 0; ow < ow_n; ++ow) {
         for (int kh = 0; kh < k; ++kh) {
           float* dst =
-              dx + ((static_cast<int64_t>(n) * s.in_h + oh + kh) * s.in_w + ow) *
-                       s.in_c;
+              dx +
+              ((static_cast<int64_t>(n) * s.in_h + oh + kh) * s.in_w + ow) *
+                  s.in_c;
           AddTo(in, seg, dst);
           in += seg;
         }
@@ -80,8 +81,8 @@ void Col2Im(const Conv2DShape& s, const float* cols, float* dx) {
 
 // Scalar reference for one output pixel and channels [c0, c1).
 void DirectForwardPixelScalar(const Conv2DShape& s, const float* x_at,
-                              const float* w, const float* b, bool relu,
-                              int c0, int c1, float* y_at) {
+                              const float* w, const float* b, bool relu, int c0,
+                              int c1, float* y_at) {
   for (int c = c0; c < c1; ++c) {
     float acc = b[c];
     for (int kh = 0; kh < s.kernel; ++kh) {
@@ -139,14 +140,18 @@ inline void DirectForwardTile(const Conv2DShape& s, const float* x_at,
 // Runs DirectForwardTile over `pixels` (< 6) pixels via the right template.
 template <int NV>
 void DirectForwardTail(int pixels, const Conv2DShape& s, const float* x_at,
-                       const float* w, const float* b, bool relu,
-                       float* y_at) {
+                       const float* w, const float* b, bool relu, float* y_at) {
   switch (pixels) {
-    case 1: return DirectForwardTile<1, NV>(s, x_at, w, b, relu, y_at);
-    case 2: return DirectForwardTile<2, NV>(s, x_at, w, b, relu, y_at);
-    case 3: return DirectForwardTile<3, NV>(s, x_at, w, b, relu, y_at);
-    case 4: return DirectForwardTile<4, NV>(s, x_at, w, b, relu, y_at);
-    case 5: return DirectForwardTile<5, NV>(s, x_at, w, b, relu, y_at);
+    case 1:
+      return DirectForwardTile<1, NV>(s, x_at, w, b, relu, y_at);
+    case 2:
+      return DirectForwardTile<2, NV>(s, x_at, w, b, relu, y_at);
+    case 3:
+      return DirectForwardTile<3, NV>(s, x_at, w, b, relu, y_at);
+    case 4:
+      return DirectForwardTile<4, NV>(s, x_at, w, b, relu, y_at);
+    case 5:
+      return DirectForwardTile<5, NV>(s, x_at, w, b, relu, y_at);
   }
 }
 
@@ -251,12 +256,18 @@ void DirectFilterTaps(int taps, const Conv2DShape& s, const float* x,
                       const float* dy, const int* tap_offset,
                       const int* tap_row, int c0, float* dw) {
   switch (taps) {
-    case 1: return DirectFilterTile<1, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
-    case 2: return DirectFilterTile<2, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
-    case 3: return DirectFilterTile<3, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
-    case 4: return DirectFilterTile<4, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
-    case 5: return DirectFilterTile<5, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
-    case 6: return DirectFilterTile<6, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
+    case 1:
+      return DirectFilterTile<1, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
+    case 2:
+      return DirectFilterTile<2, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
+    case 3:
+      return DirectFilterTile<3, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
+    case 4:
+      return DirectFilterTile<4, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
+    case 5:
+      return DirectFilterTile<5, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
+    case 6:
+      return DirectFilterTile<6, NV>(s, x, dy, tap_offset, tap_row, c0, dw);
   }
 }
 #endif  // PSCLUSTER_CONV_AVX2
@@ -291,12 +302,14 @@ void DirectFilter(const Conv2DShape& s, const float* x, const float* dy,
   for (int n = 0; n < s.batch; ++n) {
     for (int oh = 0; oh < oh_n; ++oh) {
       for (int ow = 0; ow < ow_n; ++ow) {
-        const float* x_at = x + (static_cast<int64_t>(n) * s.in_h + oh) * s.in_w + ow;
+        const float* x_at =
+            x + (static_cast<int64_t>(n) * s.in_h + oh) * s.in_w + ow;
         const float* g =
             dy + ((static_cast<int64_t>(n) * oh_n + oh) * ow_n + ow) * s.out_c;
         for (int t = 0; t < taps; ++t) {
           const float xv = x_at[(t / k) * s.in_w + t % k];
-          for (int cc = c; cc < s.out_c; ++cc) dw[t * s.out_c + cc] += xv * g[cc];
+          for (int cc = c; cc < s.out_c; ++cc)
+            dw[t * s.out_c + cc] += xv * g[cc];
         }
       }
     }
@@ -331,12 +344,14 @@ inline void ScatterTile(int out_c, int in_c, const float* dy_at,
   for (int co = 0; co < out_c; ++co) {
     __m256 wv[NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(wt_tap + co * in_c + 8 * v);
+    for (int v = 0; v < NV; ++v)
+      wv[v] = _mm256_loadu_ps(wt_tap + co * in_c + 8 * v);
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) {
       const __m256 g = _mm256_broadcast_ss(dy_at + p * out_c + co);
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[p][v] = _mm256_fmadd_ps(g, wv[v], acc[p][v]);
+      for (int v = 0; v < NV; ++v)
+        acc[p][v] = _mm256_fmadd_ps(g, wv[v], acc[p][v]);
     }
   }
 #pragma GCC unroll 8
@@ -353,11 +368,16 @@ template <int NV>
 void ScatterTail(int pixels, int out_c, int in_c, const float* dy_at,
                  const float* wt_tap, float* dx_at) {
   switch (pixels) {
-    case 1: return ScatterTile<1, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
-    case 2: return ScatterTile<2, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
-    case 3: return ScatterTile<3, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
-    case 4: return ScatterTile<4, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
-    case 5: return ScatterTile<5, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
+    case 1:
+      return ScatterTile<1, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
+    case 2:
+      return ScatterTile<2, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
+    case 3:
+      return ScatterTile<3, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
+    case 4:
+      return ScatterTile<4, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
+    case 5:
+      return ScatterTile<5, NV>(out_c, in_c, dy_at, wt_tap, dx_at);
   }
 }
 
@@ -372,8 +392,10 @@ void ScatterTap(const Conv2DShape& s, const float* dy, const float* wt_tap,
       const float* dy_row =
           dy + ((static_cast<int64_t>(n) * oh_n + oh) * ow_n) * s.out_c;
       float* dx_row =
-          dx + ((static_cast<int64_t>(n) * s.in_h + oh + kh) * s.in_w + kw) *
-                   s.in_c + c0;
+          dx +
+          ((static_cast<int64_t>(n) * s.in_h + oh + kh) * s.in_w + kw) *
+              s.in_c +
+          c0;
       int ow = 0;
       for (; ow + kP <= ow_n; ow += kP) {
         ScatterTile<kP, NV>(s.out_c, s.in_c, dy_row + ow * s.out_c, wt_tap + c0,
@@ -438,8 +460,8 @@ void Conv2DForward<CpuDevice>::operator()(const CpuDevice& d,
   const int64_t m = s.out_pixels();
   const int k = s.patch_size();
   Im2Col(s, x, workspace);
-  CpuGemm(false, false, static_cast<int>(m), s.out_c, k, 1.0f, workspace, k,
-          w, s.out_c, 0.0f, y, s.out_c);
+  CpuGemm(false, false, static_cast<int>(m), s.out_c, k, 1.0f, workspace, k, w,
+          s.out_c, 0.0f, y, s.out_c);
   BiasActivationForward<CpuDevice>()(d, m, s.out_c, b, relu, y);
 }
 
@@ -455,14 +477,15 @@ void Conv2DBackwardFilter<CpuDevice>::operator()(
   const int k = s.patch_size();
   BiasGrad<CpuDevice>()(d, m, s.out_c, dy, accumulate, db);
   if (UsesDirectPath(s)) {
-    if (!accumulate) std::fill(dw, dw + static_cast<int64_t>(k) * s.out_c, 0.0f);
+    if (!accumulate)
+      std::fill(dw, dw + static_cast<int64_t>(k) * s.out_c, 0.0f);
     DirectFilter(s, x, dy, dw);
     return;
   }
   if (!columns_ready) Im2Col(s, x, workspace);
   // dw[k, out_c] (+)= cols^T[k, m] * dy[m, out_c].
-  CpuGemm(true, false, k, s.out_c, static_cast<int>(m), 1.0f, workspace, k,
-          dy, s.out_c, accumulate ? 1.0f : 0.0f, dw, s.out_c);
+  CpuGemm(true, false, k, s.out_c, static_cast<int>(m), 1.0f, workspace, k, dy,
+          s.out_c, accumulate ? 1.0f : 0.0f, dw, s.out_c);
 }
 
 int64_t Conv2DBackwardInput<CpuDevice>::WorkspaceSize(const Conv2DShape& s) {
@@ -474,8 +497,8 @@ int64_t Conv2DBackwardInput<CpuDevice>::WorkspaceSize(const Conv2DShape& s) {
 
 void Conv2DBackwardInput<CpuDevice>::operator()(const CpuDevice&,
                                                 const Conv2DShape& s,
-                                                const float* w,
-                                                const float* dy, float* dx,
+                                                const float* w, const float* dy,
+                                                float* dx,
                                                 float* workspace) const {
   if (UsesScatterInputGrad(s)) {
     ScatterInputGrad(s, w, dy, dx, workspace);

@@ -43,7 +43,8 @@ void Conv2DMaxPoolForward<CpuDevice>::operator()(
   // while every pooling window of every image streams past.
   for (int c0 = 0; c0 < s.out_c; c0 += 8) {
     __m256 wv[kK * kK];
-    for (int t = 0; t < kK * kK; ++t) wv[t] = _mm256_loadu_ps(w + t * s.out_c + c0);
+    for (int t = 0; t < kK * kK; ++t)
+      wv[t] = _mm256_loadu_ps(w + t * s.out_c + c0);
     const __m256 bias = _mm256_loadu_ps(b + c0);
     for (int n = 0; n < s.batch; ++n) {
       const float* xn = x + static_cast<int64_t>(n) * s.in_h * s.in_w;
@@ -81,7 +82,8 @@ void Conv2DMaxPoolForward<CpuDevice>::operator()(
             best_at = _mm256_blendv_epi8(best_at, _mm256_set1_epi32(q),
                                          _mm256_castps_si256(gt));
           }
-          const int64_t o = ((static_cast<int64_t>(n) * ph + i) * pw + j) * s.out_c + c0;
+          const int64_t o =
+              ((static_cast<int64_t>(n) * ph + i) * pw + j) * s.out_c + c0;
           _mm256_storeu_ps(pooled + o, best);
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(argmax + o), best_at);
         }
@@ -106,7 +108,8 @@ void Conv2DMaxPoolBackwardFilter<CpuDevice>::operator()(
       const float* xn = x + static_cast<int64_t>(n) * s.in_h * s.in_w;
       for (int i = 0; i < ph; ++i) {
         for (int j = 0; j < pw; ++j) {
-          const int64_t o = ((static_cast<int64_t>(n) * ph + i) * pw + j) * s.out_c + c0;
+          const int64_t o =
+              ((static_cast<int64_t>(n) * ph + i) * pw + j) * s.out_c + c0;
           const __m256 g = _mm256_loadu_ps(dpooled + o);
           const __m256i at =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(argmax + o));
@@ -115,8 +118,8 @@ void Conv2DMaxPoolBackwardFilter<CpuDevice>::operator()(
           __m256 gq[kP * kP];
 #pragma GCC unroll 4
           for (int q = 0; q < kP * kP; ++q) {
-            gq[q] = _mm256_and_ps(
-                g, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(q))));
+            gq[q] = _mm256_and_ps(g, _mm256_castsi256_ps(_mm256_cmpeq_epi32(
+                                         at, _mm256_set1_epi32(q))));
           }
           const float* patch = xn + (kP * i) * s.in_w + kP * j;
 #pragma GCC unroll 4
@@ -141,7 +144,8 @@ void Conv2DMaxPoolBackwardFilter<CpuDevice>::operator()(
     }
     for (int t = 0; t < kK * kK; ++t) {
       float* row = dw + t * s.out_c + c0;
-      const __m256 prior = accumulate ? _mm256_loadu_ps(row) : _mm256_setzero_ps();
+      const __m256 prior =
+          accumulate ? _mm256_loadu_ps(row) : _mm256_setzero_ps();
       _mm256_storeu_ps(row, _mm256_add_ps(prior, acc[t]));
     }
   }

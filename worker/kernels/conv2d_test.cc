@@ -11,8 +11,8 @@ namespace pscluster {
 namespace kernels {
 // Readable test names for the shape parameter.
 void PrintTo(const Conv2DShape& s, std::ostream* os) {
-  *os << "{batch " << s.batch << ", " << s.in_h << "x" << s.in_w << "x" << s.in_c
-      << ", kernel " << s.kernel << ", out_c " << s.out_c << "}";
+  *os << "{batch " << s.batch << ", " << s.in_h << "x" << s.in_w << "x"
+      << s.in_c << ", kernel " << s.kernel << ", out_c " << s.out_c << "}";
 }
 
 namespace {
@@ -35,8 +35,11 @@ std::vector<double> NaiveConv(const Conv2DShape& s, const std::vector<float>& x,
           for (int kh = 0; kh < s.kernel; ++kh)
             for (int kw = 0; kw < s.kernel; ++kw)
               for (int c = 0; c < s.in_c; ++c) {
-                sum += double{x[((n * s.in_h + i + kh) * s.in_w + j + kw) * s.in_c + c]} *
-                       w[((kh * s.kernel + kw) * s.in_c + c) * s.out_c + o];
+                sum +=
+                    double{
+                        x[((n * s.in_h + i + kh) * s.in_w + j + kw) * s.in_c +
+                          c]} *
+                    w[((kh * s.kernel + kw) * s.in_c + c) * s.out_c + o];
               }
           y[((n * s.out_h() + i) * s.out_w() + j) * s.out_c + o] =
               relu ? std::max(sum, 0.0) : sum;
@@ -91,15 +94,18 @@ TEST_P(Conv2DTest, BackwardMatchesFiniteDifferences) {
   };
   std::vector<float> dw(f.w.size()), db(f.b.size()), dx(f.x.size());
   loss();  // leaves the columns of x in the workspace
-  Conv2DBackwardFilter<CpuDevice>()(CpuDevice(), s, f.x.data(), r.data(),
-                                    false, /*columns_ready=*/true, dw.data(),
+  Conv2DBackwardFilter<CpuDevice>()(CpuDevice(), s, f.x.data(), r.data(), false,
+                                    /*columns_ready=*/true, dw.data(),
                                     db.data(), f.workspace.data());
   Conv2DBackwardInput<CpuDevice>()(CpuDevice(), s, f.w.data(), r.data(),
                                    dx.data(), f.workspace.data());
   const float eps = 1e-2f;
-  EXPECT_TRUE(GradientsNear(dw.data(), NumericalGradient(loss, &f.w, eps), 2e-3, 1e-3));
-  EXPECT_TRUE(GradientsNear(db.data(), NumericalGradient(loss, &f.b, eps), 2e-3, 1e-3));
-  EXPECT_TRUE(GradientsNear(dx.data(), NumericalGradient(loss, &f.x, eps), 2e-3, 1e-3));
+  EXPECT_TRUE(
+      GradientsNear(dw.data(), NumericalGradient(loss, &f.w, eps), 2e-3, 1e-3));
+  EXPECT_TRUE(
+      GradientsNear(db.data(), NumericalGradient(loss, &f.b, eps), 2e-3, 1e-3));
+  EXPECT_TRUE(
+      GradientsNear(dx.data(), NumericalGradient(loss, &f.x, eps), 2e-3, 1e-3));
 }
 
 TEST_P(Conv2DTest, FilterGradAccumulatesAndRebuildsColumns) {
@@ -114,11 +120,13 @@ TEST_P(Conv2DTest, FilterGradAccumulatesAndRebuildsColumns) {
   // Wipe the workspace: columns_ready = false must rebuild them.
   std::fill(f.workspace.begin(), f.workspace.end(), 123.0f);
   std::vector<float> dw2 = dw1, db2 = db1;
-  Conv2DBackwardFilter<CpuDevice>()(CpuDevice(), s, f.x.data(), dy.data(),
-                                    true, false, dw2.data(), db2.data(),
+  Conv2DBackwardFilter<CpuDevice>()(CpuDevice(), s, f.x.data(), dy.data(), true,
+                                    false, dw2.data(), db2.data(),
                                     f.workspace.data());
-  for (size_t i = 0; i < dw1.size(); ++i) EXPECT_NEAR(dw2[i], 2 * dw1[i], 1e-4) << i;
-  for (size_t i = 0; i < db1.size(); ++i) EXPECT_NEAR(db2[i], 2 * db1[i], 1e-4) << i;
+  for (size_t i = 0; i < dw1.size(); ++i)
+    EXPECT_NEAR(dw2[i], 2 * dw1[i], 1e-4) << i;
+  for (size_t i = 0; i < db1.size(); ++i)
+    EXPECT_NEAR(db2[i], 2 * db1[i], 1e-4) << i;
 }
 
 // {batch, in_h, in_w, in_c, kernel, out_c}. in_c == 1 takes the direct
@@ -126,16 +134,15 @@ TEST_P(Conv2DTest, FilterGradAccumulatesAndRebuildsColumns) {
 // tail; 28x28 rows: full 6-pixel tiles and a tail); the rest im2col + GEMM.
 // The input gradient scatters for in_c = 8 (one 8-wide block), 32 (two
 // 16-wide blocks) and 24 (one of each), else uses GEMM + col2im.
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, Conv2DTest,
-    ::testing::Values(Conv2DShape{2, 9, 8, 1, 3, 32},
-                      Conv2DShape{1, 7, 11, 1, 2, 13},
-                      Conv2DShape{1, 28, 28, 1, 3, 8},
-                      Conv2DShape{2, 6, 5, 3, 3, 5},
-                      Conv2DShape{1, 7, 7, 8, 2, 16},
-                      Conv2DShape{2, 6, 9, 32, 3, 5},
-                      Conv2DShape{1, 5, 8, 24, 3, 7},
-                      Conv2DShape{1, 3, 3, 2, 3, 4}));
+INSTANTIATE_TEST_SUITE_P(Shapes, Conv2DTest,
+                         ::testing::Values(Conv2DShape{2, 9, 8, 1, 3, 32},
+                                           Conv2DShape{1, 7, 11, 1, 2, 13},
+                                           Conv2DShape{1, 28, 28, 1, 3, 8},
+                                           Conv2DShape{2, 6, 5, 3, 3, 5},
+                                           Conv2DShape{1, 7, 7, 8, 2, 16},
+                                           Conv2DShape{2, 6, 9, 32, 3, 5},
+                                           Conv2DShape{1, 5, 8, 24, 3, 7},
+                                           Conv2DShape{1, 3, 3, 2, 3, 4}));
 
 }  // namespace
 }  // namespace kernels

@@ -19,8 +19,10 @@ TEST(CpuGemmTest, MatchesNaiveProduct) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       // op(A) is m x k; stored as k x m when transposed.
-      const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-      std::vector<float> a((ta ? k : m) * lda), b((tb ? n : k) * ldb), c(m * ldc);
+      const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad,
+                ldc = n + pad;
+      std::vector<float> a((ta ? k : m) * lda), b((tb ? n : k) * ldb),
+          c(m * ldc);
       for (float& v : a) v = dist(rng);
       for (float& v : b) v = dist(rng);
       for (float& v : c) v = dist(rng);
@@ -39,7 +41,8 @@ TEST(CpuGemmTest, MatchesNaiveProduct) {
       CpuGemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f,
               c.data(), ldc);
       for (int i = 0; i < m * ldc; ++i) {
-        EXPECT_NEAR(c[i], want[i], 1e-5) << "ta=" << ta << " tb=" << tb << " i=" << i;
+        EXPECT_NEAR(c[i], want[i], 1e-5)
+            << "ta=" << ta << " tb=" << tb << " i=" << i;
       }
     }
   }

@@ -30,12 +30,13 @@ TEST_P(DenseTest, ForwardMatchesNaive) {
   const auto b = RandomFloats(s.out, 3);
   for (bool relu : {false, true}) {
     std::vector<float> y(s.batch * s.out);
-    DenseForward<CpuDevice>()(CpuDevice(), s, x.data(), w.data(), b.data(), relu,
-                              y.data());
+    DenseForward<CpuDevice>()(CpuDevice(), s, x.data(), w.data(), b.data(),
+                              relu, y.data());
     for (int n = 0; n < s.batch; ++n) {
       for (int o = 0; o < s.out; ++o) {
         double sum = b[o];
-        for (int i = 0; i < s.in; ++i) sum += double{x[n * s.in + i]} * w[i * s.out + o];
+        for (int i = 0; i < s.in; ++i)
+          sum += double{x[n * s.in + i]} * w[i * s.out + o];
         if (relu) sum = std::max(sum, 0.0);
         EXPECT_NEAR(y[n * s.out + o], sum, 1e-5) << n << "," << o;
       }
@@ -61,9 +62,12 @@ TEST_P(DenseTest, BackwardMatchesFiniteDifferences) {
   DenseBackward<CpuDevice>()(CpuDevice(), s, x.data(), w.data(), r.data(),
                              false, dw.data(), db.data(), dx.data());
   const float eps = 1e-2f;
-  EXPECT_TRUE(GradientsNear(dw.data(), NumericalGradient(loss, &w, eps), 1e-3, 1e-3));
-  EXPECT_TRUE(GradientsNear(db.data(), NumericalGradient(loss, &b, eps), 1e-3, 1e-3));
-  EXPECT_TRUE(GradientsNear(dx.data(), NumericalGradient(loss, &x, eps), 1e-3, 1e-3));
+  EXPECT_TRUE(
+      GradientsNear(dw.data(), NumericalGradient(loss, &w, eps), 1e-3, 1e-3));
+  EXPECT_TRUE(
+      GradientsNear(db.data(), NumericalGradient(loss, &b, eps), 1e-3, 1e-3));
+  EXPECT_TRUE(
+      GradientsNear(dx.data(), NumericalGradient(loss, &x, eps), 1e-3, 1e-3));
 }
 
 TEST_P(DenseTest, AccumulateAddsAndNullDxIsSkipped) {

@@ -20,8 +20,8 @@ void MaxPool2DForward<CpuDevice>::operator()(const CpuDevice&,
       for (int j = 0; j < s.out_w(); ++j) {
         // Window origin in x and the output element for channel 0.
         const float* win =
-            x + ((static_cast<int64_t>(n) * s.in_h + i * p) * s.in_w + j * p) *
-                    c_n;
+            x +
+            ((static_cast<int64_t>(n) * s.in_h + i * p) * s.in_w + j * p) * c_n;
         const int64_t o =
             ((static_cast<int64_t>(n) * s.out_h() + i) * s.out_w() + j) * c_n;
         int c = 0;
@@ -32,16 +32,19 @@ void MaxPool2DForward<CpuDevice>::operator()(const CpuDevice&,
           for (int dh = 0; dh < p; ++dh) {
             for (int dw = 0; dw < p; ++dw) {
               if (dh == 0 && dw == 0) continue;
-              const __m256 v = _mm256_loadu_ps(win + dh * row_stride + dw * c_n + c);
+              const __m256 v =
+                  _mm256_loadu_ps(win + dh * row_stride + dw * c_n + c);
               // Strictly greater, so the first maximum wins ties.
               const __m256 gt = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
               best = _mm256_blendv_ps(best, v, gt);
-              best_at = _mm256_blendv_epi8(
-                  best_at, _mm256_set1_epi32(dh * p + dw), _mm256_castps_si256(gt));
+              best_at =
+                  _mm256_blendv_epi8(best_at, _mm256_set1_epi32(dh * p + dw),
+                                     _mm256_castps_si256(gt));
             }
           }
           _mm256_storeu_ps(y + o + c, best);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(argmax + o + c), best_at);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(argmax + o + c),
+                              best_at);
         }
 #endif
         for (; c < c_n; ++c) {

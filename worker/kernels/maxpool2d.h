@@ -43,8 +43,8 @@ struct MaxPool2DBackward;
 
 template <>
 struct MaxPool2DBackward<CpuDevice> {
-  void operator()(const CpuDevice& d, const MaxPool2DShape& s,
-                  const float* dy, const int32_t* argmax, float* dx) const;
+  void operator()(const CpuDevice& d, const MaxPool2DShape& s, const float* dy,
+                  const int32_t* argmax, float* dx) const;
 };
 
 }  // namespace kernels

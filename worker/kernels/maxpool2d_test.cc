@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
-#include <random>
 #include <ostream>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -13,8 +13,8 @@ namespace pscluster {
 namespace kernels {
 // Readable test names for the shape parameter.
 void PrintTo(const MaxPool2DShape& s, std::ostream* os) {
-  *os << "{batch " << s.batch << ", " << s.in_h << "x" << s.in_w << "x" << s.channels
-      << ", pool " << s.pool << "}";
+  *os << "{batch " << s.batch << ", " << s.in_h << "x" << s.in_w << "x"
+      << s.channels << ", pool " << s.pool << "}";
 }
 
 namespace {
@@ -44,7 +44,8 @@ TEST_P(MaxPool2DTest, ForwardMatchesNaive) {
   const auto x = DistinctValues(InSize(s), 1);
   std::vector<float> y(s.out_size());
   std::vector<int32_t> argmax(s.out_size());
-  MaxPool2DForward<CpuDevice>()(CpuDevice(), s, x.data(), y.data(), argmax.data());
+  MaxPool2DForward<CpuDevice>()(CpuDevice(), s, x.data(), y.data(),
+                                argmax.data());
   for (int n = 0; n < s.batch; ++n)
     for (int i = 0; i < s.out_h(); ++i)
       for (int j = 0; j < s.out_w(); ++j)
@@ -54,10 +55,13 @@ TEST_P(MaxPool2DTest, ForwardMatchesNaive) {
           for (int dh = 0; dh < s.pool; ++dh)
             for (int dw = 0; dw < s.pool; ++dw) {
               const float v = x[((n * s.in_h + i * s.pool + dh) * s.in_w +
-                                 j * s.pool + dw) * s.channels + c];
+                                 j * s.pool + dw) *
+                                    s.channels +
+                                c];
               if (v > best) best = v, best_at = dh * s.pool + dw;
             }
-          const int64_t o = ((n * s.out_h() + i) * s.out_w() + j) * s.channels + c;
+          const int64_t o =
+              ((n * s.out_h() + i) * s.out_w() + j) * s.channels + c;
           EXPECT_EQ(y[o], best) << o;
           EXPECT_EQ(argmax[o], best_at) << o;
         }
@@ -72,13 +76,16 @@ TEST_P(MaxPool2DTest, BackwardMatchesFiniteDifferences) {
   std::vector<float> y(s.out_size());
   std::vector<int32_t> argmax(s.out_size());
   auto loss = [&] {
-    MaxPool2DForward<CpuDevice>()(CpuDevice(), s, x.data(), y.data(), argmax.data());
+    MaxPool2DForward<CpuDevice>()(CpuDevice(), s, x.data(), y.data(),
+                                  argmax.data());
     return Dot(r, y.data());
   };
   loss();
   std::vector<float> dx(x.size(), 99.0f);  // every element must be written
-  MaxPool2DBackward<CpuDevice>()(CpuDevice(), s, r.data(), argmax.data(), dx.data());
-  EXPECT_TRUE(GradientsNear(dx.data(), NumericalGradient(loss, &x, 1e-3f), 1e-3, 1e-3));
+  MaxPool2DBackward<CpuDevice>()(CpuDevice(), s, r.data(), argmax.data(),
+                                 dx.data());
+  EXPECT_TRUE(
+      GradientsNear(dx.data(), NumericalGradient(loss, &x, 1e-3f), 1e-3, 1e-3));
 }
 
 // {batch, in_h, in_w, channels, pool}: 11x11 drops an edge; 11 channels is
@@ -94,7 +101,8 @@ TEST(MaxPool2DTieTest, FirstMaximumWins) {
   std::vector<float> x(4 * 9, 1.0f);      // all equal
   std::vector<float> y(9);
   std::vector<int32_t> argmax(9, -1);
-  MaxPool2DForward<CpuDevice>()(CpuDevice(), s, x.data(), y.data(), argmax.data());
+  MaxPool2DForward<CpuDevice>()(CpuDevice(), s, x.data(), y.data(),
+                                argmax.data());
   for (int c = 0; c < 9; ++c) EXPECT_EQ(argmax[c], 0) << c;
 }
 

@@ -39,7 +39,8 @@ TEST(SoftmaxCrossEntropyTest, HugeLogitsDoNotOverflow) {
   double loss = 0;
   int correct = 0;
   SoftmaxCrossEntropy<CpuDevice>()(CpuDevice(), 1, 3, logits.data(),
-                                   labels.data(), 1.0f, nullptr, &loss, &correct);
+                                   labels.data(), 1.0f, nullptr, &loss,
+                                   &correct);
   EXPECT_NEAR(loss, std::log1p(std::exp(-1.0)) + 1.0, 1e-6);
   EXPECT_EQ(correct, 0);
 }
@@ -53,7 +54,8 @@ TEST(SoftmaxCrossEntropyTest, GradientMatchesFiniteDifferences) {
     double loss = 0;
     int correct = 0;
     SoftmaxCrossEntropy<CpuDevice>()(CpuDevice(), batch, classes, logits.data(),
-                                     labels.data(), 1.0f, nullptr, &loss, &correct);
+                                     labels.data(), 1.0f, nullptr, &loss,
+                                     &correct);
     return loss / batch;
   };
   std::vector<float> dlogits(batch * classes);
@@ -62,8 +64,9 @@ TEST(SoftmaxCrossEntropyTest, GradientMatchesFiniteDifferences) {
   SoftmaxCrossEntropy<CpuDevice>()(CpuDevice(), batch, classes, logits.data(),
                                    labels.data(), 1.0f / batch, dlogits.data(),
                                    &loss, &correct);
-  EXPECT_TRUE(GradientsNear(dlogits.data(), NumericalGradient(mean_loss, &logits, 1e-3f),
-                            1e-4, 1e-3));
+  EXPECT_TRUE(GradientsNear(dlogits.data(),
+                            NumericalGradient(mean_loss, &logits, 1e-3f), 1e-4,
+                            1e-3));
 }
 
 }  // namespace
