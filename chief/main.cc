@@ -19,10 +19,14 @@ ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, model, "cnn", "Model to train: cnn (the seeds' CNN) or mlp");
 ABSL_FLAG(int, epochs, 5, "Passes over the training set");
-ABSL_FLAG(int, batch_size, 128, "Examples per worker per step");
+ABSL_FLAG(int, batch_size, 128,
+          "Global batch: examples per step over all workers, split evenly between them");
 ABSL_FLAG(std::string, mode, "sync", "sync or async");
 ABSL_FLAG(std::string, optimizer, "adam", "adam, sgd or momentum");
-ABSL_FLAG(double, learning_rate, 0.001, "Optimizer learning rate");
+ABSL_FLAG(double, learning_rate, 0.002, "Optimizer learning rate");
+ABSL_FLAG(double, lr_decay_rate, 0.5,
+          "Learning rate decay: multiplied by this every --lr_decay_steps updates (smoothly)");
+ABSL_FLAG(int64_t, lr_decay_steps, 1000, "Updates per --lr_decay_rate factor; 0: no decay");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer=momentum)");
 ABSL_FLAG(int, replicas_to_aggregate, 0,
           "sync: gradients averaged per step; fewer than the workers makes the "
@@ -67,8 +71,7 @@ int main(int argc, char** argv) {
   if (epochs < 1 || epochs > 100000) Bad("epochs", std::to_string(epochs), "must be in [1, 100000]");
   plan.set_epochs(epochs);
   const int batch = absl::GetFlag(FLAGS_batch_size);
-  if (batch < 1 || batch > 65536) Bad("batch_size", std::to_string(batch), "must be in [1, 65536]");
-  plan.set_batch_size(batch);
+  if (batch < 1 || batch > 1 << 20) Bad("batch_size", std::to_string(batch), "must be in [1, 1048576]");
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "sync") {
     plan.set_mode(SYNC);
@@ -91,6 +94,14 @@ int main(int argc, char** argv) {
   if (!(lr > 0 && lr < 1e6)) Bad("learning_rate", std::to_string(lr), "must be > 0");
   const double momentum = absl::GetFlag(FLAGS_momentum);
   if (!(momentum >= 0 && momentum < 1)) Bad("momentum", std::to_string(momentum), "must be in [0, 1)");
+  const double decay_rate = absl::GetFlag(FLAGS_lr_decay_rate);
+  if (!(decay_rate > 0 && decay_rate <= 1)) {
+    Bad("lr_decay_rate", std::to_string(decay_rate), "must be in (0, 1]");
+  }
+  const int64_t decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
+  if (decay_steps < 0) Bad("lr_decay_steps", std::to_string(decay_steps), "must be >= 0");
+  opt.optimizer.set_decay_rate(static_cast<float>(decay_rate));
+  opt.optimizer.set_decay_steps(decay_steps);
   opt.optimizer.set_name(optimizer);
   opt.optimizer.set_learning_rate(static_cast<float>(lr));
   opt.optimizer.set_momentum(static_cast<float>(momentum));
@@ -109,6 +120,17 @@ int main(int argc, char** argv) {
   if (want_workers != 0 && want_workers != num_workers) {
     Bad("num_workers", std::to_string(want_workers),
         absl::StrCat(config.source, " lists ", num_workers, " workers"));
+  }
+  if (batch < num_workers) {
+    Bad("batch_size", std::to_string(batch),
+        absl::StrCat("a global batch needs at least one example for each of the ", num_workers,
+                     " workers"));
+  }
+  // Each worker takes an equal share; a remainder is dropped (and said).
+  plan.set_batch_size(batch / num_workers);
+  if (batch % num_workers != 0) {
+    std::fprintf(stderr, "warning: --batch_size=%d is not a multiple of %d workers: %d per worker, %d per step\n",
+                 batch, num_workers, batch / num_workers, batch / num_workers * num_workers);
   }
   const int replicas = absl::GetFlag(FLAGS_replicas_to_aggregate);
   if (replicas < 0 || replicas > num_workers) {

@@ -49,7 +49,7 @@ class SgdOptimizer final : public Optimizer {
       : Optimizer(options, num_params, {}) {}
 
   void Apply(const float* grad, float* params) override {
-    SgdKernel(num_params(), grad, params, options().learning_rate);
+    SgdKernel(num_params(), grad, params, current_learning_rate());
     increment_iterations();
   }
 };
@@ -61,7 +61,7 @@ class MomentumOptimizer final : public Optimizer {
 
   void Apply(const float* grad, float* params) override {
     MomentumKernel(num_params(), grad, params, mutable_slot(0),
-                   options().learning_rate, options().momentum);
+                   current_learning_rate(), options().momentum);
     increment_iterations();
   }
 };
@@ -78,7 +78,7 @@ class AdamOptimizer final : public Optimizer {
     const double beta1_power = std::pow(static_cast<double>(o.beta1), t);
     const double beta2_power = std::pow(static_cast<double>(o.beta2), t);
     const float lr_t = static_cast<float>(
-        o.learning_rate * std::sqrt(1.0 - beta2_power) / (1.0 - beta1_power));
+        current_learning_rate() * std::sqrt(1.0 - beta2_power) / (1.0 - beta1_power));
     AdamKernel(num_params(), grad, params, mutable_slot(0), mutable_slot(1),
                1.0f - o.beta1, 1.0f - o.beta2, lr_t, o.epsilon);
     increment_iterations();
@@ -104,6 +104,13 @@ absl::Status Validate(const OptimizerOptions& o, int64_t num_params) {
     return BadOption(o, "learning_rate", o.learning_rate,
                      "must be finite and > 0");
   }
+  if (!(o.decay_rate > 0.0f && o.decay_rate <= 1.0f)) {
+    return BadOption(o, "decay_rate", o.decay_rate, "must be in (0, 1]");
+  }
+  if (o.decay_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer \"", o.name, "\": decay_steps ", o.decay_steps, " must be >= 0"));
+  }
   if (num_params < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer \"", o.name, "\": num_params ", num_params, " is negative"));
@@ -126,6 +133,15 @@ absl::Status Validate(const OptimizerOptions& o, int64_t num_params) {
 }
 
 }  // namespace
+
+float Optimizer::current_learning_rate() const {
+  if (options_.decay_steps <= 0 || options_.decay_rate == 1.0f) {
+    return options_.learning_rate;
+  }
+  const double exponent = static_cast<double>(iterations_) / options_.decay_steps;
+  return static_cast<float>(options_.learning_rate *
+                            std::pow(static_cast<double>(options_.decay_rate), exponent));
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const OptimizerOptions& options, int64_t num_params) {

@@ -25,6 +25,10 @@ struct OptimizerOptions {
   float beta1 = 0.9f;     // "adam" only
   float beta2 = 0.999f;   // "adam" only
   float epsilon = 1e-7f;  // "adam" only; Keras's default
+  // Keras's ExponentialDecay: the rate at update t (0-based) is
+  // learning_rate * decay_rate^(t / decay_steps). decay_steps 0: constant.
+  float decay_rate = 1.0f;
+  int64_t decay_steps = 0;
 };
 
 // One named slot buffer, num_params floats.
@@ -65,6 +69,8 @@ class Optimizer {
   int64_t iterations() const { return iterations_; }
   int64_t num_params() const { return num_params_; }
   const OptimizerOptions& options() const { return options_; }
+  // The scheduled learning rate for the next update.
+  float current_learning_rate() const;
 
   // Slot names, fixed per optimizer: none for sgd, {"momentum"} for
   // momentum, {"m", "v"} for adam.

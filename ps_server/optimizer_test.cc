@@ -341,3 +341,43 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace pscluster
+
+namespace pscluster {
+namespace {
+
+TEST(OptimizerDecayTest, ExponentialDecayFollowsKeras) {
+  OptimizerOptions o;
+  o.name = "sgd";
+  o.learning_rate = 1.0f;
+  o.decay_rate = 0.25f;
+  o.decay_steps = 2;
+  std::unique_ptr<Optimizer> opt = *Optimizer::Create(o, 1);
+  float p = 0.0f;
+  const float g = 1.0f;
+  // t = 0, 1, 2: lr = 0.25^(t/2) = 1, 0.5, 0.25.
+  EXPECT_FLOAT_EQ(opt->current_learning_rate(), 1.0f);
+  opt->Apply(&g, &p);
+  EXPECT_FLOAT_EQ(p, -1.0f);
+  opt->Apply(&g, &p);
+  EXPECT_FLOAT_EQ(p, -1.5f);
+  opt->Apply(&g, &p);
+  EXPECT_FLOAT_EQ(p, -1.75f);
+}
+
+TEST(OptimizerDecayTest, BadDecayIsRefusedNamingIt) {
+  OptimizerOptions o;
+  o.name = "adam";
+  o.learning_rate = 0.1f;
+  o.decay_rate = 1.5f;
+  absl::StatusOr<std::unique_ptr<Optimizer>> r = Optimizer::Create(o, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("decay_rate"), std::string::npos);
+  o.decay_rate = 0.5f;
+  o.decay_steps = -1;
+  r = Optimizer::Create(o, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("decay_steps -1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pscluster

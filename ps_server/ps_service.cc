@@ -51,6 +51,8 @@ grpc::Status PsService::Init(grpc::ServerContext*, const InitRequest* req,
   c.optimizer.beta1 = o.beta1();
   c.optimizer.beta2 = o.beta2();
   c.optimizer.epsilon = o.epsilon();
+  c.optimizer.decay_rate = o.decay_steps() > 0 ? o.decay_rate() : 1.0f;
+  c.optimizer.decay_steps = o.decay_steps();
   // The bytes may not be float-aligned inside the protobuf string.
   std::vector<float> values(c.num_floats);
   std::memcpy(values.data(), req->values().data(), req->values().size());

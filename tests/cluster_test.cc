@@ -45,10 +45,10 @@ TEST_F(ClusterTest, SyncTrainsToLossThreshold) {
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
   EXPECT_LT(f->test_loss, 0.45) << c->Log("chief:0");
   EXPECT_GT(f->test_accuracy, 0.88);
-  // 60000 examples, 2 workers, batch 128: ceil(30000 / 128) steps.
-  EXPECT_EQ(f->steps, 235);
+  // 60000 examples, 2 workers, global batch 128: ceil(30000 / 64) steps.
+  EXPECT_EQ(f->steps, 469);
   EXPECT_EQ(FindCounter(c->Log("chief:0"), "ps:0 version=", "dropped_stale"), 0);
-  EXPECT_NE(c->Log("evaluator:0").find("eval: step=235 accuracy="), std::string::npos)
+  EXPECT_NE(c->Log("evaluator:0").find("eval: step=469 accuracy="), std::string::npos)
       << c->Log("evaluator:0");
 }
 
@@ -60,11 +60,11 @@ TEST_F(ClusterTest, AsyncTrainsToLossThreshold) {
   std::optional<FinalFigures> f = ParseFinalLine(c->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
   EXPECT_LT(f->test_loss, 0.45) << c->Log("chief:0");
-  // Every applied push is a step: up to 2 x 235.
+  // Every push is applied (a step) or dropped: 2 workers x 469 pushes.
   std::optional<long> applied = FindCounter(c->Log("chief:0"), "ps:0 version=", "applied");
   ASSERT_TRUE(applied.has_value());
   std::optional<long> dropped = FindCounter(c->Log("chief:0"), "ps:0 version=", "dropped_stale");
-  EXPECT_EQ(*applied + *dropped, 470);
+  EXPECT_EQ(*applied + *dropped, 938);
 }
 
 TEST_F(ClusterTest, BackupWorkerGradientsAreDroppedAndTrainingConverges) {

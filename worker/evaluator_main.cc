@@ -1,5 +1,6 @@
 // evaluator: side-car that periodically evaluates the newest weights on the
 // test set and, at the end, runs the final evaluation the chief asks for.
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -9,6 +10,7 @@
 #include "common/rpc.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
+#include "worker/kernels/blas_env.h"
 #include "worker/evaluator.h"
 
 ABSL_FLAG(std::string, tf_config, "",
@@ -20,6 +22,11 @@ ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
+  // OpenBLAS reads its environment when it loads; a preset core type or
+  // thread count would slow the kernels (worker/kernels/blas_env.h).
+  if (absl::Status s = kernels::ReexecWithBlasEnvironment(argv); !s.ok()) {
+    std::fprintf(stderr, "warning: %s\n", std::string(s.message()).c_str());
+  }
   BlockTerminationSignals();
   TuneAllocator();
   ParseFlagsOrExit(argc, argv, 

@@ -1,6 +1,7 @@
 // worker: pulls weights from the parameter servers, computes gradients on
 // its shard of the training data and pushes them back, under the plan the
 // chief hands out. Stays up after training until the chief ends the run.
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -9,6 +10,7 @@
 #include "common/logging.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
+#include "worker/kernels/blas_env.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, tf_config, "",
@@ -24,6 +26,11 @@ ABSL_FLAG(int, linger_s, 600,
 
 int main(int argc, char** argv) {
   using namespace pscluster;
+  // OpenBLAS reads its environment when it loads; a preset core type or
+  // thread count would slow the kernels (worker/kernels/blas_env.h).
+  if (absl::Status s = kernels::ReexecWithBlasEnvironment(argv); !s.ok()) {
+    std::fprintf(stderr, "warning: %s\n", std::string(s.message()).c_str());
+  }
   BlockTerminationSignals();
   TuneAllocator();
   ParseFlagsOrExit(argc, argv, 
