@@ -18,7 +18,7 @@
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, model, "cnn", "Model to train: cnn (the seeds' CNN) or mlp");
-ABSL_FLAG(int, epochs, 5, "Passes over the training set");
+ABSL_FLAG(int, epochs, 6, "Passes over the training set");
 ABSL_FLAG(int, batch_size, 128,
           "Global batch: examples per step over all workers, split evenly between them");
 ABSL_FLAG(std::string, mode, "sync", "sync or async");
