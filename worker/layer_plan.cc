@@ -1,0 +1,128 @@
+#include "worker/layer_plan.h"
+
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pscluster {
+
+absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec) {
+  const std::string where = absl::StrCat("model \"", spec.name, "\"");
+  if (spec.input_height <= 0 || spec.input_width <= 0 ||
+      spec.input_channels <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": input shape ", spec.input_height, "x", spec.input_width, "x",
+        spec.input_channels, " is not positive"));
+  }
+  if (spec.num_classes < 1 || spec.num_classes > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": num_classes ", spec.num_classes,
+                     " is not in [1, 256] (labels are bytes)"));
+  }
+  std::map<std::string, const VariableSpec*> vars;
+  for (const VariableSpec& v : spec.variables) vars[v.name] = &v;
+  // Finds `name` with `shape` inside the flat vector, or says why not.
+  auto find = [&](const std::string& name, std::vector<int64_t> shape,
+                  int64_t* offset) -> absl::Status {
+    auto it = vars.find(name);
+    if (it == vars.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": variable ", name, " is missing"));
+    }
+    const VariableSpec& v = *it->second;
+    if (v.shape != shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": variable ", name, " has shape [",
+                       absl::StrJoin(v.shape, ","), "], the layers need [",
+                       absl::StrJoin(shape, ","), "]"));
+    }
+    if (v.offset < 0 || v.offset + v.size > spec.num_parameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": variable ", name, " at offset ", v.offset, " size ", v.size,
+          " lies outside the ", spec.num_parameters, " parameters"));
+    }
+    *offset = v.offset;
+    return absl::OkStatus();
+  };
+
+  std::vector<PlannedLayer> ops;
+  int h = spec.input_height, w = spec.input_width, c = spec.input_channels;
+  bool flat = false;  // after Flatten: features = h * w * c
+  for (const LayerSpec& l : spec.layers) {
+    const std::string layer = absl::StrCat(where, ": layer ", l.name);
+    PlannedLayer op;
+    op.kind = l.kind;
+    op.relu = l.activation == Activation::kRelu;
+    op.in_size = static_cast<int64_t>(h) * w * c;
+    switch (l.kind) {
+      case LayerKind::kConv2D: {
+        const int k = l.kernel_size;
+        if (flat || k < 1 || k > h || k > w || l.units < 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(layer, ": Conv2D kernel ", k, " with ", l.units,
+                           " filters does not fit its ", h, "x", w, "x", c,
+                           " input", flat ? " (after Flatten)" : ""));
+        }
+        op.conv = {0, h, w, c, k, l.units};
+        absl::Status st =
+            find(l.name + "/kernel", {k, k, c, l.units}, &op.kernel_offset);
+        if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
+        if (!st.ok()) return st;
+        h = op.conv.out_h();
+        w = op.conv.out_w();
+        c = l.units;
+        break;
+      }
+      case LayerKind::kMaxPool2D: {
+        const int p = l.pool_size;
+        if (flat || p < 1 || p > h || p > w || op.relu) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              layer, ": MaxPool2D window ", p, " does not fit its ", h, "x", w,
+              " input", flat ? " (after Flatten)" : "",
+              op.relu ? " or has an activation" : ""));
+        }
+        op.pool = {0, h, w, c, p};
+        h = op.pool.out_h();
+        w = op.pool.out_w();
+        break;
+      }
+      case LayerKind::kFlatten:
+        flat = true;
+        continue;  // a no-op on NHWC
+      case LayerKind::kDense: {
+        if (!flat || l.units < 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(layer, ": Dense with ", l.units,
+                           " units needs a Flatten before it"));
+        }
+        const int features = h * w * c;
+        op.dense = {0, features, l.units};
+        absl::Status st =
+            find(l.name + "/kernel", {features, l.units}, &op.kernel_offset);
+        if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
+        if (!st.ok()) return st;
+        h = w = 1;
+        c = l.units;
+        break;
+      }
+    }
+    op.out_size = static_cast<int64_t>(h) * w * c;
+    ops.push_back(op);
+  }
+  if (ops.empty() || ops.back().kind != LayerKind::kDense ||
+      ops.back().dense.out != spec.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": the last layer must be a Dense layer with num_classes (",
+        spec.num_classes, ") units"));
+  }
+  bool params_below = false;
+  for (PlannedLayer& op : ops) {
+    op.needs_input_grad = params_below;
+    params_below |= op.kind != LayerKind::kMaxPool2D;
+  }
+  return ops;
+}
+
+}  // namespace pscluster

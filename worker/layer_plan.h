@@ -1,0 +1,42 @@
+// The layer sequence a compute backend runs for a model spec, with every
+// shape and every variable's place in the flat parameter vector resolved and
+// checked once. Shared by the CPU network (worker/network.h) and the CUDA
+// backend (worker/cuda_backend.h), so both accept and reject the same specs.
+// Plain values: safe to share between threads.
+#ifndef PSCLUSTER_WORKER_LAYER_PLAN_H_
+#define PSCLUSTER_WORKER_LAYER_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_spec.h"
+#include "worker/kernels/conv2d.h"
+#include "worker/kernels/dense.h"
+#include "worker/kernels/maxpool2d.h"
+
+namespace pscluster {
+
+// One layer as run. Flatten is a no-op on NHWC activations and is never
+// planned. Shapes have batch 0; a backend fills it in per call.
+struct PlannedLayer {
+  LayerKind kind = LayerKind::kDense;  // kConv2D, kMaxPool2D or kDense
+  bool relu = false;
+  kernels::Conv2DShape conv;     // kConv2D
+  kernels::MaxPool2DShape pool;  // kMaxPool2D
+  kernels::DenseShape dense;     // kDense
+  int64_t in_size = 0;           // floats per example in
+  int64_t out_size = 0;          // floats per example out
+  int64_t kernel_offset = 0;     // in the flat parameter vector (conv, dense)
+  int64_t bias_offset = 0;
+  bool needs_input_grad = false;  // some earlier layer has parameters
+};
+
+// The layers for `spec`: Conv2D/MaxPool2D layers, then Flatten, then Dense
+// layers, the last one num_classes (at most 256) wide. InvalidArgument naming
+// the model and the offending layer or variable otherwise.
+absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_WORKER_LAYER_PLAN_H_
