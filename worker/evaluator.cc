@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "worker/backend_factory.h"
 
 namespace pscluster {
 namespace {
@@ -27,11 +28,12 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, placement.get());
   if (!ps.ok()) return ps.status();
-  NetworkOptions nopt;
-  nopt.max_batch = kEvalBatch;
-  nopt.num_threads = options_.threads;
-  absl::StatusOr<std::unique_ptr<Network>> net = Network::Create(*spec, nopt);
-  if (!net.ok()) return net.status();
+  BackendOptions bopt;
+  bopt.device = options_.device;
+  bopt.max_batch = kEvalBatch;
+  bopt.num_threads = options_.threads;
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(*spec, bopt);
+  if (!backend.ok()) return backend.status();
 
   absl::MutexLock lock(&mu_);
   spec_ = *std::move(spec);
@@ -39,10 +41,11 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   test_ = *std::move(test);
   chief_ = *std::move(chief);
   ps_ = *std::move(ps);
-  net_ = *std::move(net);
+  backend_ = *std::move(backend);
   params_.resize(spec_.num_parameters);
   ready_ = true;
-  spdlog::info("evaluating {} on {} test examples", spec_.name, test_.count);
+  spdlog::info("evaluating {} on {} test examples on {}", spec_.name, test_.count,
+               backend_->name());
   return absl::OkStatus();
 }
 
@@ -66,8 +69,8 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
     const int n = std::min(kEvalBatch, test_.count - begin);
     double batch_loss = 0;
     int batch_correct = 0;
-    s = net_->Evaluate(params_.data(), &test_.images[size_t(begin) * pixels],
-                       &test_.labels[begin], n, &batch_loss, &batch_correct);
+    const Batch b{&test_.images[size_t(begin) * pixels], &test_.labels[begin], n};
+    s = backend_->Evaluate(params_.data(), b, &batch_loss, &batch_correct);
     if (!s.ok()) return s;
     loss_sum += batch_loss;
     correct += batch_correct;

@@ -20,7 +20,8 @@
 #include "common/placement.h"
 #include "proto/coordination.pb.h"
 #include "worker/chief_client.h"
-#include "worker/network.h"
+#include "worker/compute_backend.h"
+#include "worker/device_choice.h"
 #include "worker/ps_client.h"
 
 namespace pscluster {
@@ -28,7 +29,8 @@ namespace pscluster {
 struct EvaluatorOptions {
   TfConfig config;
   std::string data_dir;
-  int threads = 1;
+  int threads = 1;     // CPU backend
+  DeviceChoice device;  // main resolves kAuto first, to log the choice
   absl::Duration interval = absl::Seconds(30);
   absl::Duration startup_timeout = absl::Minutes(2);
 };
@@ -60,7 +62,7 @@ class Evaluator {
   Dataset test_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ChiefClient> chief_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PsClient> ps_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Network> net_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ComputeBackend> backend_ ABSL_GUARDED_BY(mu_);
   std::vector<float> params_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = -1;
 };

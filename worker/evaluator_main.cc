@@ -10,6 +10,8 @@
 #include "common/rpc.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
+#include "worker/backend_factory.h"
+#include "worker/device_choice.h"
 #include "worker/kernels/blas_env.h"
 #include "worker/evaluator.h"
 
@@ -17,6 +19,9 @@ ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, data_dir, "", "Folder with the MNIST-format IDX files (required)");
 ABSL_FLAG(int, threads, 1, "Compute threads");
+ABSL_FLAG(std::string, device, "auto",
+          "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
+          "cpu, cuda (= cuda:0) or cuda:N");
 ABSL_FLAG(double, eval_interval_s, 30, "Seconds between periodic evaluations");
 ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
 
@@ -31,7 +36,7 @@ int main(int argc, char** argv) {
   TuneAllocator();
   ParseFlagsOrExit(argc, argv, 
       "Evaluator task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"evaluator\","
-      "\"index\":0}}' evaluator --data_dir=DIR [--eval_interval_s=S]");
+      "\"index\":0}}' evaluator --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--eval_interval_s=S]");
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kEvaluatorJob);
   EvaluatorOptions opt;
@@ -53,7 +58,19 @@ int main(int argc, char** argv) {
                        ": the evaluator must be listed in cluster.evaluator so the chief can "
                        "ask it for the final evaluation");
   }
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<DeviceChoice> device = ParseDevice(device_flag);
+  if (!device.ok()) {
+    ExitWithUsageError("--device=" + device_flag + ": " + std::string(device.status().message()));
+  }
+  absl::StatusOr<ResolvedDevice> resolved = ResolveDevice(*device);
+  if (!resolved.ok()) {
+    ExitWithUsageError("--device=" + device_flag + ": " +
+                       std::string(resolved.status().message()));
+  }
+  opt.device = resolved->device;
   InitLogging(TaskName(config.task));
+  spdlog::info("compute device: {} ({})", resolved->device.ToString(), resolved->reason);
 
   Evaluator evaluator(opt);
   auto evaluate = [&](const EvaluateRequest& req, EvalReport* resp) {
@@ -78,7 +95,7 @@ int main(int argc, char** argv) {
   absl::Status s = evaluator.Prepare(&stop);
   if (s.ok()) {
     evaluator.RunPeriodic(&stop);
-  } else if (!absl::IsCancelled(s)) {
+  } else if (!absl::IsCancelled(s) && !(*server)->shutdown_requested()) {
     spdlog::error("{}", std::string(s.message()));
     code = 1;
     (*server)->RequestShutdown("evaluator failed");

@@ -10,6 +10,8 @@
 #include "common/logging.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
+#include "worker/backend_factory.h"
+#include "worker/device_choice.h"
 #include "worker/kernels/blas_env.h"
 #include "worker/trainer.h"
 
@@ -17,6 +19,9 @@ ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, data_dir, "", "Folder with the MNIST-format IDX files (required)");
 ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
+ABSL_FLAG(std::string, device, "auto",
+          "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
+          "cpu, cuda (= cuda:0) or cuda:N");
 ABSL_FLAG(int, startup_timeout_s, 120,
           "How long to wait for the chief's plan and the parameter servers");
 ABSL_FLAG(int, straggle_ms, 0,
@@ -35,7 +40,7 @@ int main(int argc, char** argv) {
   TuneAllocator();
   ParseFlagsOrExit(argc, argv, 
       "Worker task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":0}}' "
-      "worker --data_dir=DIR [--threads=N]");
+      "worker --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--threads=N]");
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kWorkerJob);
   TrainerOptions opt;
@@ -52,7 +57,19 @@ int main(int argc, char** argv) {
   const int straggle = absl::GetFlag(FLAGS_straggle_ms);
   if (straggle < 0) ExitWithUsageError("--straggle_ms must be >= 0, got " + std::to_string(straggle));
   opt.straggle = absl::Milliseconds(straggle);
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<DeviceChoice> device = ParseDevice(device_flag);
+  if (!device.ok()) {
+    ExitWithUsageError("--device=" + device_flag + ": " + std::string(device.status().message()));
+  }
+  absl::StatusOr<ResolvedDevice> resolved = ResolveDevice(*device);
+  if (!resolved.ok()) {
+    ExitWithUsageError("--device=" + device_flag + ": " +
+                       std::string(resolved.status().message()));
+  }
+  opt.device = resolved->device;
   InitLogging(TaskName(config.task));
+  spdlog::info("compute device: {} ({})", resolved->device.ToString(), resolved->reason);
 
   Trainer trainer(opt);
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
@@ -79,7 +96,9 @@ int main(int argc, char** argv) {
     if (!(*server)->shutdown_requested()) {
       spdlog::warn("no shutdown from the chief within --linger_s; exiting");
     }
-  } else if (absl::IsCancelled(s)) {
+  } else if (absl::IsCancelled(s) || (*server)->shutdown_requested()) {
+    // Asked to stop: the ps may be gone already, so a failed push or pull
+    // is part of stopping, not an error.
     spdlog::info("training stopped: {}", std::string(s.message()));
   } else {
     spdlog::error("{}", std::string(s.message()));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,8 +12,9 @@
 #include "common/rpc.h"
 #include "proto/coordination.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "worker/backend_factory.h"
 #include "worker/chief_client.h"
-#include "worker/network.h"
+#include "worker/compute_backend.h"
 #include "worker/ps_client.h"
 
 namespace pscluster {
@@ -26,6 +28,11 @@ struct Window {
   double compute_s = 0;
   double comm_s = 0;
 };
+
+// "cuda:0" of "cuda:0 (NVIDIA H200, ...)": one token for the done line.
+std::string DeviceLabel(const std::string& name) {
+  return name.substr(0, name.find(' '));
+}
 
 }  // namespace
 
@@ -68,22 +75,32 @@ absl::Status Trainer::Run() {
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, &placement);
   if (!ps.ok()) return ps.status();
-  NetworkOptions nopt;
-  nopt.max_batch = batch;
-  nopt.num_threads = options_.threads;
-  absl::StatusOr<std::unique_ptr<Network>> net = Network::Create(*spec, nopt);
-  if (!net.ok()) return net.status();
+  BackendOptions bopt;
+  bopt.device = options_.device;
+  bopt.max_batch = batch;
+  bopt.num_threads = options_.threads;
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(*spec, bopt);
+  if (!backend.ok()) return backend.status();
 
   std::vector<float> params(spec->num_parameters);
   std::vector<float> grads(spec->num_parameters);
-  std::vector<float> images(static_cast<size_t>(batch) * pixels);
-  std::vector<uint8_t> labels(batch);
+  // Two batch buffers: while step i computes on one, the other already
+  // holds step i + 1's batch, which a GPU backend copies to the device
+  // meanwhile (ComputeBackend::TrainStep's `next`).
+  std::vector<float> images[2];
+  std::vector<uint8_t> labels[2];
+  for (int b = 0; b < 2; ++b) {
+    images[b].resize(static_cast<size_t>(batch) * pixels);
+    labels[b].resize(batch);
+  }
+  const absl::Time pull_start = absl::Now();
   if (absl::Status s = (*ps)->PullAll(0, params.data(), options_.startup_timeout); !s.ok()) {
     return s;
   }
-  spdlog::info("training {} on {} examples: {} epochs x {} steps of {} (worker {}/{}, {} ps, {} threads)",
+  const double pull_s = absl::ToDoubleSeconds(absl::Now() - pull_start);
+  spdlog::info("training {} on {} examples: {} epochs x {} steps of {} (worker {}/{}, {} ps) on {}",
                spec->name, data->count, plan->epochs(), steps_per_epoch, batch, worker,
-               num_workers, plan->num_ps(), options_.threads);
+               num_workers, plan->num_ps(), (*backend)->name());
 
   const absl::Duration report_every =
       absl::Seconds(std::max(0.1f, plan->report_interval_s()));
@@ -110,31 +127,59 @@ absl::Status Trainer::Run() {
   };
 
   const int total_steps = plan->epochs() * steps_per_epoch;
+  // This worker's shard of an epoch; the current and the next one are kept.
+  std::map<int, std::vector<int32_t>> shards;
+  auto shard_of = [&](int epoch) -> const std::vector<int32_t>& {
+    auto it = shards.find(epoch);
+    if (it == shards.end()) {
+      while (!shards.empty() && shards.begin()->first < epoch - 1) shards.erase(shards.begin());
+      it = shards.emplace(epoch, ShardOf(EpochPermutation(data->count, plan->seed(), epoch),
+                                         worker, num_workers)).first;
+    }
+    return it->second;
+  };
+  // Copies the batch of global step `g` into buffer `b`; returns its size.
+  // A short (possibly empty) last batch of an epoch still takes part in the
+  // step: the ps weights every gradient by its example count.
+  auto fill = [&](int g, int b) {
+    const std::vector<int32_t>& shard = shard_of(g / steps_per_epoch);
+    const int step = g % steps_per_epoch;
+    const int begin = std::min<int>(step * batch, shard.size());
+    const int n = std::min<int>(batch, shard.size() - begin);
+    for (int i = 0; i < n; ++i) {
+      const int32_t e = shard[begin + i];
+      std::memcpy(&images[b][size_t(i) * pixels], &data->images[size_t(e) * pixels],
+                  pixels * sizeof(float));
+      labels[b][i] = data->labels[e];
+    }
+    return n;
+  };
+
   const absl::Time train_start = absl::Now();
   double total_compute_s = 0;
   double total_comm_s = 0;
+  StepTimes split;  // summed over the steps
+  int cur = 0;      // the buffer holding this step's batch
+  int n = total_steps > 0 ? fill(0, cur) : 0;
   for (int epoch = 0; epoch < plan->epochs(); ++epoch) {
-    const std::vector<int32_t> shard =
-        ShardOf(EpochPermutation(data->count, plan->seed(), epoch), worker, num_workers);
     for (int step = 0; step < steps_per_epoch; ++step) {
       if (stop_) return absl::CancelledError("stop requested");
-      // A short (possibly empty) last batch still takes part in the step:
-      // the ps weights every gradient by its example count.
-      const int begin = std::min<int>(step * batch, shard.size());
-      const int n = std::min<int>(batch, shard.size() - begin);
-      for (int i = 0; i < n; ++i) {
-        const int32_t e = shard[begin + i];
-        std::memcpy(&images[size_t(i) * pixels], &data->images[size_t(e) * pixels],
-                    pixels * sizeof(float));
-        labels[i] = data->labels[e];
-      }
+      const int g = epoch * steps_per_epoch + step;
+      const int n_next = g + 1 < total_steps ? fill(g + 1, 1 - cur) : 0;
       absl::Time t0 = absl::Now();
       float loss = 0;
       int correct = 0;
       if (n > 0) {
-        absl::Status s = (*net)->TrainStep(params.data(), images.data(), labels.data(), n,
-                                           grads.data(), &loss, &correct);
+        const Batch this_batch{images[cur].data(), labels[cur].data(), n};
+        const Batch next_batch{images[1 - cur].data(), labels[1 - cur].data(), n_next};
+        absl::Status s = (*backend)->TrainStep(params.data(), this_batch,
+                                               n_next > 0 ? next_batch : Batch(),
+                                               grads.data(), &loss, &correct);
         if (!s.ok()) return s;
+        const StepTimes t = (*backend)->last_step_times();
+        split.h2d_s += t.h2d_s;
+        split.compute_s += t.compute_s;
+        split.d2h_s += t.d2h_s;
       } else {
         std::fill(grads.begin(), grads.end(), 0.0f);
       }
@@ -154,6 +199,8 @@ absl::Status Trainer::Run() {
       window.comm_s += absl::ToDoubleSeconds(t2 - t1);
       total_compute_s += absl::ToDoubleSeconds(t1 - t0);
       total_comm_s += absl::ToDoubleSeconds(t2 - t1);
+      cur = 1 - cur;
+      n = n_next;
       if (t2 >= next_report) {
         next_report = t2 + report_every;
         absl::StatusOr<bool> stop = report(epoch, false);
@@ -162,10 +209,18 @@ absl::Status Trainer::Run() {
     }
   }
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - train_start);
+  // compute_s is the whole of TrainStep; the split below divides it (the
+  // device's own copy and kernel times) and the ps round trips. Pull and
+  // push travel in one fused RPC per ps per step (push_pull_s); pull_s is
+  // the initial pull.
   spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale; "
-               "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f}",
+               "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f} "
+               "device={} split: pull_s={:.3f} h2d_s={:.3f} device_compute_s={:.3f} "
+               "d2h_s={:.3f} push_pull_s={:.3f}",
                steps_done, examples_done, (*ps)->pushes_dropped(),
-               wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s, total_comm_s, wall_s);
+               wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s, total_comm_s, wall_s,
+               DeviceLabel((*backend)->name()), pull_s, split.h2d_s, split.compute_s, split.d2h_s,
+               total_comm_s);
   absl::StatusOr<bool> ack = report(plan->epochs() - 1, true);
   if (!ack.ok()) return ack.status();
   return absl::OkStatus();

@@ -15,13 +15,17 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "worker/device_choice.h"
 
 namespace pscluster {
 
 struct TrainerOptions {
   TfConfig config;          // this worker's place in the cluster
   std::string data_dir;     // holds the MNIST-format IDX files
-  int threads = 1;          // compute threads
+  int threads = 1;          // compute threads (CPU backend)
+  // Where to compute; main resolves kAuto first (worker/backend_factory.h)
+  // so that it can log the choice, but kAuto works here too.
+  DeviceChoice device;
   absl::Duration startup_timeout = absl::Minutes(2);
   absl::Duration step_timeout = absl::Minutes(5);
   // Sleeps this long before every push: makes this worker a straggler, to

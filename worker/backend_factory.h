@@ -1,0 +1,49 @@
+// Turns a --device choice into a ComputeBackend (worker/compute_backend.h):
+// resolves "auto" on this machine, checks that a requested GPU exists, and
+// creates the CPU or the CUDA backend. Whether the CUDA backend is compiled
+// in is decided at build time (third_party/cuda/cuda_configure.bzl); this
+// file is the only code that knows.
+#ifndef PSCLUSTER_WORKER_BACKEND_FACTORY_H_
+#define PSCLUSTER_WORKER_BACKEND_FACTORY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model_spec.h"
+#include "worker/compute_backend.h"
+#include "worker/device_choice.h"
+
+namespace pscluster {
+
+// Whether this binary has the CUDA backend.
+bool BuiltWithCuda();
+
+// CUDA devices this process can use. 0, saying why in *why_none, when the
+// binary was built without CUDA or the driver reports none or fails (no
+// driver installed, a driver older than the CUDA runtime, ...).
+int CudaDevicesAvailable(std::string* why_none);
+
+struct ResolvedDevice {
+  DeviceChoice device;  // kCpu or kCuda
+  std::string reason;   // one line for the log: why this device
+};
+
+// kCpu: the CPU. kAuto: cuda:0 when CudaDevicesAvailable() > 0, else the
+// CPU. kCuda: that device, or FailedPrecondition saying why it cannot be
+// used (built without CUDA, no device, an ordinal beyond the devices).
+absl::StatusOr<ResolvedDevice> ResolveDevice(const DeviceChoice& requested);
+
+struct BackendOptions {
+  DeviceChoice device;  // resolved by CreateBackend when kAuto
+  int max_batch = 128;  // largest batch TrainStep/Evaluate accept
+  int num_threads = 1;  // CPU backend: threads per step
+};
+
+// ResolveDevice(options.device), then that backend; errors from either.
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
+    const ModelSpec& spec, const BackendOptions& options);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_WORKER_BACKEND_FACTORY_H_

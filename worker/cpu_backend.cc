@@ -1,0 +1,60 @@
+#include "worker/cpu_backend.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/kernels/cpu_blas.h"
+#include "worker/network.h"
+
+namespace pscluster {
+namespace {
+
+class CpuBackend final : public ComputeBackend {
+ public:
+  explicit CpuBackend(std::unique_ptr<Network> net) : net_(std::move(net)) {}
+
+  absl::Status TrainStep(const float* params, const Batch& batch, const Batch&,
+                         float* grads, float* loss, int* correct) override {
+    const absl::Time start = absl::Now();
+    absl::Status s = net_->TrainStep(params, batch.images, batch.labels,
+                                     batch.size, grads, loss, correct);
+    if (s.ok()) {
+      times_ = StepTimes();
+      times_.compute_s = absl::ToDoubleSeconds(absl::Now() - start);
+    }
+    return s;
+  }
+
+  absl::Status Evaluate(const float* params, const Batch& batch,
+                        double* loss_sum, int* correct) override {
+    return net_->Evaluate(params, batch.images, batch.labels, batch.size,
+                          loss_sum, correct);
+  }
+
+  StepTimes last_step_times() const override { return times_; }
+
+  std::string name() const override {
+    const int threads = net_->options().num_threads;
+    return absl::StrCat("cpu (", threads, threads == 1 ? " thread" : " threads",
+                        ", OpenBLAS ", kernels::BlasCoreName(), ")");
+  }
+
+ private:
+  const std::unique_ptr<Network> net_;
+  StepTimes times_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCpuBackend(
+    const ModelSpec& spec, int max_batch, int num_threads) {
+  NetworkOptions options;
+  options.max_batch = max_batch;
+  options.num_threads = num_threads;
+  absl::StatusOr<std::unique_ptr<Network>> net = Network::Create(spec, options);
+  if (!net.ok()) return net.status();
+  return std::unique_ptr<ComputeBackend>(new CpuBackend(*std::move(net)));
+}
+
+}  // namespace pscluster
