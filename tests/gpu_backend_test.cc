@@ -1,0 +1,291 @@
+// The CUDA compute backend against the CPU one through ComputeBackend: a
+// whole training step (every gradient element, loss, correct count), with
+// and without the prefetched next batch, evaluation, argument errors, and a
+// short training run on MNIST that must converge. Every test runs on the
+// CPU too ("Cpu" instances of the training run), which checks the test
+// itself on machines without a GPU; the CUDA cases skip there, saying why
+// (no device, or a binary built without CUDA).
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/idx_dataset.h"
+#include "common/model_spec.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+#include "worker/backend_factory.h"
+#include "worker/compute_backend.h"
+
+namespace pscluster {
+namespace {
+
+// Why the CUDA cases cannot run here; empty when they can.
+std::string NoGpuReason() {
+  std::string why;
+  if (CudaDevicesAvailable(&why) > 0) return "";
+  return "no CUDA device: " + why;
+}
+
+std::unique_ptr<ComputeBackend> Make(const std::string& device,
+                                     const ModelSpec& spec, int max_batch) {
+  BackendOptions o;
+  o.device = *ParseDevice(device);
+  o.max_batch = max_batch;
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> b = CreateBackend(spec, o);
+  EXPECT_TRUE(b.ok()) << device << ": " << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+// Random examples and non-trivial parameters for a model.
+struct Problem {
+  Problem(const ModelSpec& s, int batch, uint32_t seed) : spec(s), batch(batch) {
+    params = InitialParameters(spec, seed);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (const VariableSpec& v : spec.variables) {
+      if (v.initializer == Initializer::kZeros) {
+        for (int64_t i = 0; i < v.size; ++i) params[v.offset + i] = u(rng) - 0.5f;
+      }
+    }
+    images.resize(int64_t{batch} * spec.input_height * spec.input_width *
+                  spec.input_channels);
+    for (float& p : images) p = u(rng);
+    labels.resize(batch);
+    for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % spec.num_classes);
+  }
+  Batch AsBatch() const { return Batch{images.data(), labels.data(), batch}; }
+
+  ModelSpec spec;
+  int batch;
+  std::vector<float> params, images;
+  std::vector<uint8_t> labels;
+};
+
+struct StepOut {
+  std::vector<float> grads;
+  float loss = NAN;
+  int correct = -1;
+};
+
+// One TrainStep into NaN-poisoned outputs.
+StepOut Step(ComputeBackend& b, const Problem& p, const Batch& next = Batch()) {
+  StepOut out;
+  out.grads.assign(p.spec.num_parameters, NAN);
+  absl::Status s = b.TrainStep(p.params.data(), p.AsBatch(), next,
+                               out.grads.data(), &out.loss, &out.correct);
+  EXPECT_TRUE(s.ok()) << b.name() << ": " << s;
+  return out;
+}
+
+// Each variable's gradient within 1e-4 relative error (max |diff| over max
+// |cpu|), nothing unwritten, the same loss and correct count.
+void ExpectSameStep(const StepOut& gpu, const StepOut& cpu, const ModelSpec& spec,
+                    const std::string& what) {
+  for (const VariableSpec& v : spec.variables) {
+    double scale = 0, worst = 0;
+    for (int64_t i = v.offset; i < v.offset + v.size; ++i) {
+      ASSERT_FALSE(std::isnan(gpu.grads[i])) << what << " " << v.name << "[" << i - v.offset
+                                             << "] not written";
+      scale = std::max(scale, std::fabs(double{cpu.grads[i]}));
+      worst = std::max(worst, std::fabs(double{gpu.grads[i]} - cpu.grads[i]));
+    }
+    EXPECT_LE(worst, 1e-4 * std::max(scale, 1e-30)) << what << " " << v.name;
+  }
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * std::fabs(cpu.loss)) << what;
+  EXPECT_EQ(gpu.correct, cpu.correct) << what;
+}
+
+class GpuBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = NoGpuReason();
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_F(GpuBackendTest, FullTrainingStepMatchesCpu) {
+  for (const char* model : {"cnn", "mlp"}) {
+    const ModelSpec spec = *ModelByName(model);
+    for (int batch : {1, 37, 128}) {
+      const Problem p(spec, batch, 11);
+      auto gpu = Make("cuda", spec, 128);
+      auto cpu = Make("cpu", spec, 128);
+      ASSERT_TRUE(gpu && cpu);
+      ExpectSameStep(Step(*gpu, p), Step(*cpu, p), spec,
+                     absl::StrCat(model, " batch ", batch));
+      // Repeated steps reuse the same buffers and give the same answer.
+      const StepOut again = Step(*gpu, p);
+      ExpectSameStep(again, Step(*cpu, p), spec, absl::StrCat(model, " again"));
+    }
+  }
+}
+
+TEST_F(GpuBackendTest, LargeBatchMatchesCpu) {
+  const ModelSpec spec = *ModelByName("cnn");
+  const Problem p(spec, 1024, 12);
+  auto gpu = Make("cuda", spec, 1024);
+  auto cpu = Make("cpu", spec, 1024);
+  ASSERT_TRUE(gpu && cpu);
+  ExpectSameStep(Step(*gpu, p), Step(*cpu, p), spec, "cnn batch 1024");
+}
+
+TEST_F(GpuBackendTest, PrefetchedNextBatchIsTheOneUsed) {
+  const ModelSpec spec = *ModelByName("cnn");
+  const Problem a(spec, 64, 13), b(spec, 64, 14), c(spec, 50, 15);
+  auto gpu = Make("cuda", spec, 64);
+  auto cpu = Make("cpu", spec, 64);
+  ASSERT_TRUE(gpu && cpu);
+  // a (staging b); b (prefetched; staging a); c (a is staged but not asked
+  // for; staging b); b (prefetched while c ran).
+  ExpectSameStep(Step(*gpu, a, b.AsBatch()), Step(*cpu, a), spec, "a");
+  ExpectSameStep(Step(*gpu, b, a.AsBatch()), Step(*cpu, b), spec, "b (prefetched)");
+  ExpectSameStep(Step(*gpu, c, b.AsBatch()), Step(*cpu, c), spec, "c (not the staged one)");
+  ExpectSameStep(Step(*gpu, b), Step(*cpu, b), spec, "b (staged during c)");
+  const StepTimes t = gpu->last_step_times();
+  EXPECT_GT(t.compute_s, 0.0);
+  EXPECT_GT(t.h2d_s, 0.0);
+  EXPECT_GT(t.d2h_s, 0.0);
+}
+
+TEST_F(GpuBackendTest, EvaluateMatchesCpu) {
+  const ModelSpec spec = *ModelByName("cnn");
+  const Problem p(spec, 500, 16);
+  auto gpu = Make("cuda", spec, 500);
+  auto cpu = Make("cpu", spec, 500);
+  ASSERT_TRUE(gpu && cpu);
+  double gpu_loss = NAN, cpu_loss = NAN;
+  int gpu_correct = -1, cpu_correct = -1;
+  ASSERT_TRUE(gpu->Evaluate(p.params.data(), p.AsBatch(), &gpu_loss, &gpu_correct).ok());
+  ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.AsBatch(), &cpu_loss, &cpu_correct).ok());
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * cpu_loss);
+  EXPECT_EQ(gpu_correct, cpu_correct);
+}
+
+TEST_F(GpuBackendTest, BadArgumentsAreInvalidArgumentAndLeaveItUsable) {
+  const ModelSpec spec = *ModelByName("mlp");
+  Problem p(spec, 8, 17);
+  auto gpu = Make("cuda", spec, 4);
+  ASSERT_TRUE(gpu);
+  std::vector<float> grads(spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  absl::Status s = gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(), grads.data(),
+                                  &loss, &correct);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  p.batch = 4;
+  p.labels[2] = 10;
+  s = gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(), grads.data(), &loss, &correct);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("label 10"), std::string::npos) << s;
+  p.labels[2] = 1;
+  EXPECT_TRUE(gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(), grads.data(), &loss,
+                             &correct)
+                  .ok());
+}
+
+TEST_F(GpuBackendTest, EveryGpuComputesTheSameStep) {
+  std::string why;
+  const int gpus = CudaDevicesAvailable(&why);
+  const ModelSpec spec = *ModelByName("cnn");
+  const Problem p(spec, 32, 18);
+  auto cpu = Make("cpu", spec, 32);
+  ASSERT_TRUE(cpu);
+  const StepOut want = Step(*cpu, p);
+  for (int i = 0; i < gpus; ++i) {
+    auto gpu = Make(absl::StrCat("cuda:", i), spec, 32);
+    ASSERT_TRUE(gpu);
+    EXPECT_EQ(gpu->name().rfind(absl::StrCat("cuda:", i, " ("), 0), 0u) << gpu->name();
+    ExpectSameStep(Step(*gpu, p), want, spec, gpu->name());
+  }
+  BackendOptions o;
+  o.device = *ParseDevice(absl::StrCat("cuda:", gpus));
+  EXPECT_EQ(CreateBackend(spec, o).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A few hundred steps of plain SGD with momentum on MNIST, computed by the
+// backend under test: the loss must fall well below its starting ~2.3 and
+// the model must classify held-out digits.
+class TrainingRunTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
+  const std::string device = GetParam();
+  if (device != "cpu") {
+    const std::string why = NoGpuReason();
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+  const std::string dir = testing::TestDataDir();
+  if (dir.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  absl::StatusOr<Dataset> train = LoadMnist(dir, Split::kTrain);
+  absl::StatusOr<Dataset> test = LoadMnist(dir, Split::kTest);
+  ASSERT_TRUE(train.ok() && test.ok());
+  const ModelSpec spec = *ModelByName("cnn");
+  constexpr int kBatch = 64, kSteps = 300;
+  auto backend = Make(device, spec, 500);
+  ASSERT_TRUE(backend);
+  std::vector<float> params = InitialParameters(spec, 1);
+  std::vector<float> grads(spec.num_parameters), velocity(spec.num_parameters);
+  const std::vector<int32_t> order = EpochPermutation(train->count, 1, 0);
+  const int pixels = train->height * train->width;
+  std::vector<float> images[2];
+  std::vector<uint8_t> labels[2];
+  auto fill = [&](int step, int buf) {
+    images[buf].resize(size_t{kBatch} * pixels);
+    labels[buf].resize(kBatch);
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = order[step * kBatch + i];
+      std::copy_n(&train->images[size_t(e) * pixels], pixels, &images[buf][size_t(i) * pixels]);
+      labels[buf][i] = train->labels[e];
+    }
+  };
+  double late_loss = 0;
+  fill(0, 0);
+  for (int step = 0; step < kSteps; ++step) {
+    const int cur = step % 2;
+    if (step + 1 < kSteps) fill(step + 1, 1 - cur);
+    const Batch next = step + 1 < kSteps
+                           ? Batch{images[1 - cur].data(), labels[1 - cur].data(), kBatch}
+                           : Batch();
+    float loss = 0;
+    int correct = 0;
+    ASSERT_TRUE(backend
+                    ->TrainStep(params.data(), Batch{images[cur].data(), labels[cur].data(), kBatch},
+                                next, grads.data(), &loss, &correct)
+                    .ok());
+    ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
+    if (step >= kSteps - 50) late_loss += loss / 50;
+    for (int64_t i = 0; i < spec.num_parameters; ++i) {
+      velocity[i] = 0.9f * velocity[i] + grads[i];
+      params[i] -= 0.02f * velocity[i];
+    }
+  }
+  double loss_sum = 0;
+  int correct = 0;
+  for (int begin = 0; begin < 2000; begin += 500) {
+    double l = 0;
+    int c = 0;
+    const int pixels_test = test->height * test->width;
+    ASSERT_TRUE(backend
+                    ->Evaluate(params.data(),
+                               Batch{&test->images[size_t(begin) * pixels_test],
+                                     &test->labels[begin], 500},
+                               &l, &c)
+                    .ok());
+    loss_sum += l;
+    correct += c;
+  }
+  EXPECT_LT(late_loss, 0.35) << device;
+  EXPECT_GT(correct / 2000.0, 0.9) << device << ": test loss " << loss_sum / 2000;
+  std::printf("%s: mean loss of the last 50 steps %.3f, test accuracy %.3f on 2000\n",
+              backend->name().c_str(), late_loss, correct / 2000.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, TrainingRunTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "cpu" ? "Cpu" : "Cuda";
+                         });
+
+}  // namespace
+}  // namespace pscluster
