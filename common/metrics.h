@@ -1,0 +1,130 @@
+// A daemon's Prometheus metrics (prometheus-cpp), served in the text
+// exposition format at http://<bind_address>/metrics.
+//
+// Metrics owns the registry, the HTTP server and a fixed set of metrics the
+// daemons share, all labelled task="<task>". The accessors return references
+// that stay valid for the Metrics object's lifetime: look them up once and
+// keep the reference on hot paths. Every method is thread-safe, and so are
+// Counter::Increment, Gauge::Set and Histogram::Observe (prometheus-cpp's
+// counters and gauges are atomics; a histogram takes a short lock).
+// /metrics also shows prometheus-cpp's own exposer_* scrape statistics.
+#ifndef PSCLUSTER_COMMON_METRICS_H_
+#define PSCLUSTER_COMMON_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+
+namespace prometheus {
+class Exposer;
+class Registry;
+}  // namespace prometheus
+
+namespace pscluster {
+
+class Metrics {
+ public:
+  // Registers the standard metrics and serves them on `bind_address`
+  // ("0.0.0.0:9100"; port 0 picks a free port, see port()); an empty
+  // `bind_address` serves nothing, and the metrics still work (Serialize()).
+  // `task` is the value of every metric's "task" label, e.g. "worker:1".
+  // InvalidArgument for an address that is not "host:port"; Unavailable
+  // naming the address when it cannot be bound (port in use, unknown host).
+  static absl::StatusOr<std::unique_ptr<Metrics>> Start(
+      const std::string& bind_address, const std::string& task);
+
+  // Stops the HTTP server (within ~20 ms for an IPv4 address).
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The port /metrics is served on (the bound one when 0 was asked for);
+  // 0 when not serving.
+  int port() const { return port_; }
+
+  // Counters (monotonic).
+  prometheus::Counter& steps() { return *steps_; }  // pscluster_steps_total
+  prometheus::Counter& examples() {
+    return *examples_;
+  }  // pscluster_examples_total
+  prometheus::Counter& push_bytes() {
+    return *push_bytes_;
+  }  // pscluster_push_bytes_total
+  prometheus::Counter& pull_bytes() {
+    return *pull_bytes_;
+  }  // pscluster_pull_bytes_total
+  // pscluster_stale_gradients_dropped_total: async gradients older than
+  // max_staleness, and sync gradients of backup workers that came too late.
+  prometheus::Counter& stale_gradients_dropped() { return *stale_dropped_; }
+  // pscluster_pushes_rejected_total: pushes refused as invalid (bad shape,
+  // NaN/Inf, unknown variable).
+  prometheus::Counter& pushes_rejected() { return *pushes_rejected_; }
+
+  // Gauges (current value).
+  prometheus::Gauge& examples_per_second() { return *examples_per_second_; }
+  prometheus::Gauge& pending_workers() { return *pending_workers_; }
+  prometheus::Gauge& model_version() { return *model_version_; }  // global step
+  prometheus::Gauge& loss() { return *loss_; }                    // latest
+  prometheus::Gauge& accuracy() { return *accuracy_; }  // latest, 0..1
+
+  // Histograms. Latencies in seconds, buckets 100 us .. 10 s; staleness in
+  // versions behind the current one, buckets 0 .. 64.
+  prometheus::Histogram& push_latency_seconds() { return *push_latency_; }
+  prometheus::Histogram& pull_latency_seconds() { return *pull_latency_; }
+  prometheus::Histogram& gradient_staleness() { return *staleness_; }
+
+  // Further metrics, labelled like the others. Asking again for a name of
+  // the same kind returns the same metric (help and buckets of the first
+  // call stay). InvalidArgument naming `name` when it is not a valid
+  // Prometheus name, is already used by another kind of metric, or when
+  // `bucket_bounds` are not finite and strictly increasing.
+  absl::StatusOr<prometheus::Counter*> AddCounter(const std::string& name,
+                                                  const std::string& help);
+  absl::StatusOr<prometheus::Gauge*> AddGauge(const std::string& name,
+                                              const std::string& help);
+  absl::StatusOr<prometheus::Histogram*> AddHistogram(
+      const std::string& name, const std::string& help,
+      const std::vector<double>& bucket_bounds);
+
+  // Every metric in the text exposition format: what /metrics returns.
+  std::string Serialize() const;
+
+ private:
+  explicit Metrics(const std::string& task);
+
+  // Registers the fixed set; throws prometheus-cpp's exceptions, which
+  // Start() turns into a status.
+  void RegisterStandardMetrics();
+
+  const std::string task_;
+  // The registry outlives the exposer, which holds a weak_ptr to it.
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;  // null when not serving
+  int port_ = 0;
+  std::string wake_address_;  // IPv4 address the destructor connects to
+
+  // Owned by registry_; set once in Start(), then only read.
+  prometheus::Counter* steps_ = nullptr;
+  prometheus::Counter* examples_ = nullptr;
+  prometheus::Counter* push_bytes_ = nullptr;
+  prometheus::Counter* pull_bytes_ = nullptr;
+  prometheus::Counter* stale_dropped_ = nullptr;
+  prometheus::Counter* pushes_rejected_ = nullptr;
+  prometheus::Gauge* examples_per_second_ = nullptr;
+  prometheus::Gauge* pending_workers_ = nullptr;
+  prometheus::Gauge* model_version_ = nullptr;
+  prometheus::Gauge* loss_ = nullptr;
+  prometheus::Gauge* accuracy_ = nullptr;
+  prometheus::Histogram* push_latency_ = nullptr;
+  prometheus::Histogram* pull_latency_ = nullptr;
+  prometheus::Histogram* staleness_ = nullptr;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMMON_METRICS_H_

@@ -1,0 +1,239 @@
+#include "common/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A plain HTTP/1.0 GET of http://127.0.0.1:<port><path>; returns the whole
+// response (status line, headers, body), or "" if the connection fails.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string request = "GET " + path +
+                              " HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+                              "Connection: close\r\n\r\n";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return "";
+  }
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, n);
+  ::close(fd);
+  return response;
+}
+
+std::string Body(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
+}
+
+TEST(Metrics, ServesTheStandardMetricsOverHttp) {
+  auto metrics = Metrics::Start("127.0.0.1:0", "worker:1");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  Metrics& m = **metrics;
+  ASSERT_GT(m.port(), 0);
+
+  m.steps().Increment(3);
+  m.examples().Increment(384);
+  m.push_bytes().Increment(1 << 20);
+  m.pull_bytes().Increment(2048);
+  m.stale_gradients_dropped().Increment();
+  m.pushes_rejected().Increment(2);
+  m.examples_per_second().Set(1234.5);
+  m.pending_workers().Set(2);
+  m.model_version().Set(17);
+  m.loss().Set(0.25);
+  m.accuracy().Set(0.75);
+  m.push_latency_seconds().Observe(0.003);
+  m.pull_latency_seconds().Observe(0.5);
+  m.pull_latency_seconds().Observe(20);  // above every bucket
+  m.gradient_staleness().Observe(2);
+
+  const std::string response = HttpGet(m.port(), "/metrics");
+  ASSERT_THAT(response, HasSubstr("200 OK"));
+  const std::string body = Body(response);
+  const std::vector<std::string> expected = {
+      "# TYPE pscluster_steps_total counter",
+      "pscluster_steps_total{task=\"worker:1\"} 3\n",
+      "pscluster_examples_total{task=\"worker:1\"} 384\n",
+      "pscluster_push_bytes_total{task=\"worker:1\"} 1048576\n",
+      "pscluster_pull_bytes_total{task=\"worker:1\"} 2048\n",
+      "pscluster_stale_gradients_dropped_total{task=\"worker:1\"} 1\n",
+      "pscluster_pushes_rejected_total{task=\"worker:1\"} 2\n",
+      "# TYPE pscluster_examples_per_second gauge",
+      "pscluster_examples_per_second{task=\"worker:1\"} 1234.5\n",
+      "pscluster_pending_workers{task=\"worker:1\"} 2\n",
+      "pscluster_model_version{task=\"worker:1\"} 17\n",
+      "pscluster_loss{task=\"worker:1\"} 0.25\n",
+      "pscluster_accuracy{task=\"worker:1\"} 0.75\n",
+      "# TYPE pscluster_push_latency_seconds histogram",
+      "pscluster_push_latency_seconds_count{task=\"worker:1\"} 1\n",
+      "pscluster_push_latency_seconds_bucket{task=\"worker:1\",le=\"0.0025\"} "
+      "0\n",
+      "pscluster_push_latency_seconds_bucket{task=\"worker:1\",le=\"0.005\"} "
+      "1\n",
+      "pscluster_pull_latency_seconds_count{task=\"worker:1\"} 2\n",
+      "pscluster_pull_latency_seconds_sum{task=\"worker:1\"} 20.5\n",
+      "pscluster_pull_latency_seconds_bucket{task=\"worker:1\",le=\"10\"} 1\n",
+      "pscluster_pull_latency_seconds_bucket{task=\"worker:1\",le=\"+Inf\"} "
+      "2\n",
+      "pscluster_gradient_staleness_bucket{task=\"worker:1\",le=\"1\"} 0\n",
+      "pscluster_gradient_staleness_bucket{task=\"worker:1\",le=\"2\"} 1\n",
+  };
+  for (const std::string& line : expected) {
+    EXPECT_THAT(body, HasSubstr(line)) << body;
+  }
+  // The HTTP body holds Serialize()'s text, after prometheus-cpp's own
+  // exposer_* metrics.
+  EXPECT_THAT(body, HasSubstr(m.Serialize()));
+  EXPECT_THAT(body, HasSubstr("exposer_scrapes_total"));
+
+  // Only /metrics is served.
+  EXPECT_THAT(HttpGet(m.port(), "/other"),
+              Not(HasSubstr("pscluster_steps_total")));
+}
+
+TEST(Metrics, WithoutAnAddressNothingIsServedButMetricsWork) {
+  auto metrics = Metrics::Start("", "chief:0");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ((*metrics)->port(), 0);
+  (*metrics)->steps().Increment(5);
+  EXPECT_THAT((*metrics)->Serialize(),
+              HasSubstr("pscluster_steps_total{task=\"chief:0\"} 5\n"));
+}
+
+TEST(Metrics, ExtraMetricsAreCachedByNameAndChecked) {
+  auto metrics = Metrics::Start("", "evaluator:0");
+  ASSERT_TRUE(metrics.ok());
+  Metrics& m = **metrics;
+  auto c1 = m.AddCounter("pscluster_evals_total", "Evaluations run.");
+  auto c2 = m.AddCounter("pscluster_evals_total", "Other help.");
+  ASSERT_TRUE(c1.ok() && c2.ok()) << c1.status() << c2.status();
+  EXPECT_EQ(*c1, *c2);
+  (*c1)->Increment(4);
+  auto g = m.AddGauge("pscluster_eval_accuracy", "Eval accuracy.");
+  ASSERT_TRUE(g.ok());
+  (*g)->Set(0.5);
+  auto h = m.AddHistogram("pscluster_eval_seconds", "Eval time.", {0.1, 1, 10});
+  ASSERT_TRUE(h.ok());
+  (*h)->Observe(0.2);
+  // The standard metrics are reachable by name as well.
+  auto steps = m.AddCounter("pscluster_steps_total", "x");
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, &m.steps());
+
+  const std::string text = m.Serialize();
+  EXPECT_THAT(text, HasSubstr("# HELP pscluster_evals_total Evaluations run."));
+  EXPECT_THAT(text,
+              HasSubstr("pscluster_evals_total{task=\"evaluator:0\"} 4\n"));
+  EXPECT_THAT(text,
+              HasSubstr("pscluster_eval_accuracy{task=\"evaluator:0\"} 0.5\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "pscluster_eval_seconds_bucket{task=\"evaluator:0\",le=\"1\"} 1\n"));
+
+  auto bad_name = m.AddCounter("1bad-name", "x");
+  EXPECT_EQ(bad_name.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_name.status().message()),
+              HasSubstr("'1bad-name'"));
+  auto other_kind = m.AddGauge("pscluster_evals_total", "x");
+  EXPECT_EQ(other_kind.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(other_kind.status().message()),
+              HasSubstr("pscluster_evals_total"));
+  auto unsorted = m.AddHistogram("pscluster_h", "x", {1, 0.5});
+  EXPECT_EQ(unsorted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unsorted.status().message()),
+              HasSubstr("bucket bound 1"));
+}
+
+TEST(Metrics, RejectsMalformedAddresses) {
+  for (const std::string address :
+       {"9100", "host:", ":9100", "127.0.0.1:70000", "127.0.0.1:9100s",
+        "127.0.0.1:1,127.0.0.1:2", "127.0.0.1:-1", "127.0.0.1:1234567"}) {
+    auto metrics = Metrics::Start(address, "ps:0");
+    EXPECT_EQ(metrics.status().code(), absl::StatusCode::kInvalidArgument)
+        << address;
+    EXPECT_THAT(std::string(metrics.status().message()), HasSubstr(address));
+  }
+}
+
+TEST(Metrics, PortInUseIsUnavailable) {
+  auto first = Metrics::Start("127.0.0.1:0", "ps:0");
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string address = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = Metrics::Start(address, "ps:1");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(address));
+}
+
+TEST(Metrics, StopsServingWhenDestroyed) {
+  auto metrics = Metrics::Start("127.0.0.1:0", "ps:0");
+  ASSERT_TRUE(metrics.ok());
+  const int port = (*metrics)->port();
+  ASSERT_THAT(HttpGet(port, "/metrics"), HasSubstr("200 OK"));
+  metrics->reset();
+  EXPECT_EQ(HttpGet(port, "/metrics"), "");
+}
+
+TEST(Metrics, ConcurrentUpdatesAndScrapes) {
+  auto metrics = Metrics::Start("127.0.0.1:0", "worker:0");
+  ASSERT_TRUE(metrics.ok());
+  Metrics& m = **metrics;
+  constexpr int kThreads = 4, kEach = 20000;
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    while (!done.load()) {
+      EXPECT_THAT(HttpGet(m.port(), "/metrics"), HasSubstr("200 OK"));
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      prometheus::Counter& steps = m.steps();  // cached, as on a hot path
+      for (int i = 0; i < kEach; ++i) {
+        steps.Increment();
+        m.push_latency_seconds().Observe(0.001);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  done = true;
+  scraper.join();
+  const std::string body = Body(HttpGet(m.port(), "/metrics"));
+  EXPECT_THAT(body,
+              HasSubstr("pscluster_steps_total{task=\"worker:0\"} 80000\n"));
+  EXPECT_THAT(
+      body,
+      HasSubstr(
+          "pscluster_push_latency_seconds_count{task=\"worker:0\"} 80000\n"));
+}
+
+}  // namespace
+}  // namespace pscluster
