@@ -160,6 +160,10 @@ while true; do
   # wait returns >128 when a trapped signal interrupted it; the chief may still run.
   kill -0 "${PIDS[chief]}" 2>/dev/null || break
 done
+# A chief that failed may not have told the others to stop: do it now.
+if [ "$CHIEF_RC" -ne 0 ] && [ "$INTERRUPTED" = 0 ]; then
+  for n in "${ORDER[@]}"; do [ "$n" = chief ] || kill -INT "${PIDS[$n]}" 2>/dev/null; done
+fi
 FAILED=()
 for n in "${ORDER[@]}"; do
   [ "$n" = chief ] && continue
