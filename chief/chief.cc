@@ -1,5 +1,6 @@
 #include "chief/chief.h"
 
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "common/model_spec.h"
 #include "common/placement.h"
 #include "common/rpc.h"
+#include "common/safetensors.h"
+#include "common/tensorboard_writer.h"
 #include "common/task_server.h"
 #include "proto/coordination.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
@@ -27,6 +30,46 @@ struct Task {
 
 std::string Name(const Task& t) {
   return absl::StrCat(t.id.type, ":", t.id.index, " (", t.address, ")");
+}
+
+// Pulls every ps's shards of version >= min_version into one flat vector.
+absl::StatusOr<std::vector<float>> PullAll(
+    std::vector<std::unique_ptr<ParameterServer::Stub>>& ps, const Placement& placement,
+    int64_t num_parameters, int64_t min_version) {
+  std::vector<float> flat(num_parameters);
+  for (int i = 0; i < static_cast<int>(ps.size()); ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(60)));
+    PullRequest req;
+    req.set_layout_fingerprint(placement.fingerprint);
+    req.set_min_version(min_version);
+    req.set_worker_index(-1);
+    PullResponse resp;
+    grpc::Status s = ps[i]->Pull(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("pulling the weights from ps:", i));
+    if (static_cast<int64_t>(resp.values().size()) != placement.floats_of_ps[i] * 4) {
+      return absl::DataLossError(absl::StrCat("ps:", i, " sent ", resp.values().size(),
+                                              " bytes; expected ",
+                                              placement.floats_of_ps[i] * 4));
+    }
+    std::vector<float> wire(placement.floats_of_ps[i]);
+    std::memcpy(wire.data(), resp.values().data(), resp.values().size());
+    ScatterFromPs(placement, i, wire.data(), flat.data());
+  }
+  return flat;
+}
+
+// The flat weights as one tensor per variable, Keras names and layouts.
+std::vector<NamedTensor> ToTensors(const ModelSpec& spec, const std::vector<float>& flat) {
+  std::vector<NamedTensor> out;
+  for (const VariableSpec& v : spec.variables) {
+    NamedTensor t;
+    t.name = v.name;
+    t.shape = v.shape;
+    t.values.assign(flat.begin() + v.offset, flat.begin() + v.offset + v.size);
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace
@@ -168,6 +211,47 @@ absl::StatusOr<RunResult> Chief::Run() {
                plan.num_workers(), plan.batch_size(), plan.epochs());
   coordinator.SetPlan(plan);
 
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (!options_.logdir.empty()) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> w =
+        TensorBoardWriter::Create(options_.logdir, ".chief");
+    if (!w.ok()) return fail(w.status());
+    tensorboard = *std::move(w);
+    spdlog::info("TensorBoard events: {}", tensorboard->path());
+  }
+  // Mean staleness since the last progress line, from ps:0's counters.
+  int64_t stale_sum_before = 0, pushes_before = 0;
+  auto mean_staleness = [&]() -> double {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
+    PsStatsResponse st;
+    if (!ps[0]->GetStats(&ctx, PsStatsRequest(), &st).ok()) return -1;
+    const int64_t pushes = st.pushes_applied() + st.pushes_dropped_stale();
+    const double mean = pushes > pushes_before
+                            ? double(st.staleness_sum() - stale_sum_before) / (pushes - pushes_before)
+                            : 0.0;
+    stale_sum_before = st.staleness_sum();
+    pushes_before = pushes;
+    return mean;
+  };
+  auto record = [&](const Progress& p) {
+    const double staleness = mean_staleness();
+    metrics_->model_version().Set(static_cast<double>(p.global_step));
+    metrics_->examples_per_second().Set(p.examples_per_s);
+    metrics_->loss().Set(p.loss);
+    metrics_->accuracy().Set(p.accuracy);
+    metrics_->pending_workers().Set(p.num_workers - p.workers_done);
+    if (tensorboard && p.examples > 0) {
+      std::vector<std::pair<std::string, float>> scalars = {
+          {"train/loss", static_cast<float>(p.loss)},
+          {"train/accuracy", static_cast<float>(p.accuracy)},
+          {"train/examples_per_second", static_cast<float>(p.examples_per_s)}};
+      if (staleness >= 0) scalars.push_back({"train/staleness", static_cast<float>(staleness)});
+      absl::Status s = tensorboard->AddScalars(p.global_step, scalars);
+      if (!s.ok()) spdlog::warn("TensorBoard: {}", std::string(s.message()));
+    }
+  };
+
   // 3. Watch progress until every worker is done.
   absl::Time next_log = absl::Now() + options_.log_every;
   const absl::Time training_start = absl::Now();
@@ -181,6 +265,7 @@ absl::StatusOr<RunResult> Chief::Run() {
       next_log = now + options_.log_every;
       Progress p = tracker.Snapshot(now);
       spdlog::info("{}", ProgressTracker::Format(p));
+      record(p);
       // A worker that went silent and no longer answers is lost.
       const absl::Time quiet_since = std::max(training_start, now - options_.worker_silence);
       if (now - training_start > options_.worker_silence) {
@@ -201,6 +286,7 @@ absl::StatusOr<RunResult> Chief::Run() {
   }
   Progress last = tracker.Snapshot(absl::Now());
   spdlog::info("{}", ProgressTracker::Format(last));
+  record(last);
 
   // 4. Final figures: the ps versions, then the evaluator's verdict.
   RunResult result;
@@ -243,6 +329,24 @@ absl::StatusOr<RunResult> Chief::Run() {
       absl::SleepFor(absl::Milliseconds(500));
     }
     break;
+  }
+  if (tensorboard && result.has_eval) {
+    (void)tensorboard->AddScalars(result.steps, {{"final/test_accuracy", result.test_accuracy},
+                                                 {"final/test_loss", result.test_loss}});
+  }
+  if (tensorboard) (void)tensorboard->Close();
+
+  // 5. Export the trained weights.
+  if (!options_.export_path.empty()) {
+    absl::StatusOr<std::vector<float>> flat = PullAll(ps, placement, spec->num_parameters, result.steps);
+    if (!flat.ok()) return fail(flat.status());
+    std::map<std::string, std::string> meta = {
+        {"model", spec->name}, {"steps", absl::StrCat(result.steps)},
+        {"epochs", absl::StrCat(result.epochs)}, {"layout", "keras"}};
+    if (result.has_eval) meta["test_accuracy"] = absl::StrCat(result.test_accuracy);
+    absl::Status s = WriteSafetensors(options_.export_path, ToTensors(*spec, *flat), meta);
+    if (!s.ok()) return fail(s);
+    spdlog::info("trained weights written to {}", options_.export_path);
   }
   result.wall_s = absl::ToDoubleSeconds(absl::Now() - start);
   shutdown_all("training finished");

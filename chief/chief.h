@@ -3,7 +3,7 @@
 // the ps tasks and initialises them, hands the plan to workers and the
 // evaluator (Coordinator service), logs progress, and when every worker is
 // done asks the evaluator for the final evaluation, prints the `final:`
-// line and tells every task to exit.
+// line, exports the weights (safetensors) and tells every task to exit.
 //
 // Run() is called once; RequestStop() may be called from any thread.
 #ifndef PSCLUSTER_CHIEF_CHIEF_H_
@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/metrics.h"
 #include "proto/coordination.pb.h"
 #include "proto/ps.pb.h"
 
@@ -33,6 +34,12 @@ struct ChiefOptions {
   // declared lost and the run fails.
   absl::Duration worker_silence = absl::Seconds(60);
   absl::Duration final_eval_timeout = absl::Minutes(10);
+  // TensorBoard event files (scalars: loss, accuracy, examples/s,
+  // staleness) go here; empty: none.
+  std::string logdir;
+  // The trained weights are written here in safetensors format; empty:
+  // not exported.
+  std::string export_path;
 };
 
 // The figures of the final line.
@@ -47,7 +54,9 @@ struct RunResult {
 
 class Chief {
  public:
-  explicit Chief(ChiefOptions options) : options_(std::move(options)) {}
+  // `metrics` is borrowed and must outlive the Chief.
+  Chief(ChiefOptions options, Metrics* metrics)
+      : options_(std::move(options)), metrics_(metrics) {}
 
   absl::StatusOr<RunResult> Run();
   void RequestStop(const std::string& why);
@@ -55,6 +64,7 @@ class Chief {
  private:
   class Impl;
   const ChiefOptions options_;
+  Metrics* const metrics_;
   std::atomic<bool> stop_{false};
 };
 

@@ -39,6 +39,12 @@ ABSL_FLAG(int, num_ps, 0, "If set, must equal the number of ps tasks in TF_CONFI
 ABSL_FLAG(int, num_workers, 0, "If set, must equal the number of workers in TF_CONFIG");
 ABSL_FLAG(int, wait_for_cluster_s, 120, "How long to wait for every task to answer");
 ABSL_FLAG(double, log_every_s, 2, "Seconds between progress lines");
+ABSL_FLAG(std::string, logdir, "",
+          "Write TensorBoard event files (loss, accuracy, examples/s, staleness) here");
+ABSL_FLAG(std::string, export_path, "",
+          "Write the trained weights here (safetensors); default: <logdir>/model.safetensors "
+          "when --logdir is set");
+ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(int, worker_silence_s, 60,
           "A worker silent and unreachable this long fails the run");
 
@@ -151,8 +157,16 @@ int main(int argc, char** argv) {
   if (silence < 1) Bad("worker_silence_s", std::to_string(silence), "must be >= 1");
   opt.worker_silence = absl::Seconds(silence);
 
+  opt.logdir = absl::GetFlag(FLAGS_logdir);
+  opt.export_path = absl::GetFlag(FLAGS_export_path);
+  if (opt.export_path.empty() && !opt.logdir.empty()) {
+    opt.export_path = opt.logdir + "/model.safetensors";
+  }
+
   InitLogging(TaskName(config.task));
-  Chief chief(opt);
+  std::unique_ptr<Metrics> metrics =
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
+  Chief chief(opt, metrics.get());
   HandleTerminationSignals([&](const std::string& s) { chief.RequestStop(s); });
   absl::StatusOr<RunResult> result = chief.Run();
   if (!result.ok()) {

@@ -73,6 +73,20 @@ TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
   return *std::move(config);
 }
 
+std::unique_ptr<Metrics> StartMetricsOrExit(int port, const std::string& task) {
+  if (port < 0 || port > 65535) {
+    ExitWithUsageError(absl::StrCat("--metrics_port=", port, ": must be in [0, 65535]"));
+  }
+  absl::StatusOr<std::unique_ptr<Metrics>> m =
+      Metrics::Start(port == 0 ? "" : absl::StrCat("0.0.0.0:", port), task);
+  if (!m.ok()) {
+    std::fprintf(stderr, "error: --metrics_port=%d: %s\n", port,
+                 std::string(m.status().message()).c_str());
+    std::exit(1);
+  }
+  return *std::move(m);
+}
+
 std::string TaskName(const TaskId& task) {
   return absl::StrCat(task.type, ":", task.index);
 }

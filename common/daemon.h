@@ -6,7 +6,10 @@
 
 #include <string>
 
+#include <memory>
+
 #include "common/cluster_spec.h"
+#include "common/metrics.h"
 
 namespace pscluster {
 
@@ -26,6 +29,11 @@ void TuneAllocator();
 // variable), and checks that task.type is `expected_type`.
 TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
                             const std::string& expected_type);
+
+// Serves Prometheus /metrics on 0.0.0.0:port labelled with `task`, or
+// nothing when port is 0 (the metrics then still count). A port outside
+// [0, 65535] exits 2; one that cannot be bound exits 1, naming it.
+std::unique_ptr<Metrics> StartMetricsOrExit(int port, const std::string& task);
 
 // "ps:0" for logs.
 std::string TaskName(const TaskId& task);

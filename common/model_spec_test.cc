@@ -39,7 +39,9 @@ TEST(ModelSpecTest, InitialParametersAreGlorotAndZeroBiases) {
       max_abs = std::max(max_abs, std::fabs(double(p[v.offset + i])));
     }
     EXPECT_LE(max_abs, limit) << v.name;
-    if (limit > 0) EXPECT_GT(max_abs, 0.9 * limit) << v.name;
+    if (limit > 0) {
+      EXPECT_GT(max_abs, 0.9 * limit) << v.name;
+    }
   }
   EXPECT_EQ(p, InitialParameters(spec, 7));
   EXPECT_NE(p, InitialParameters(spec, 8));

@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/task_server.h"
 #include "ps_server/parameter_store.h"
 #include "ps_server/ps_service.h"
@@ -16,6 +17,7 @@
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(int, max_message_mb, 512, "Largest gRPC message accepted, in MiB");
+ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
@@ -31,9 +33,11 @@ int main(int argc, char** argv) {
     ExitWithUsageError("--max_message_mb must be in [1, 2047], got " + std::to_string(max_mb));
   }
   InitLogging(TaskName(config.task));
+  std::unique_ptr<Metrics> metrics = StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port),
+                                                        TaskName(config.task));
 
   ParameterStore store;
-  PsService service(&store);
+  PsService service(&store, metrics.get());
   RpcOptions rpc;
   rpc.max_message_bytes = max_mb << 20;
   absl::StatusOr<std::unique_ptr<TaskServer>> server =

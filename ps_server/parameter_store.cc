@@ -157,6 +157,7 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   absl::StatusOr<PushResult> result = config_.rule == UpdateRule::kSync
                                           ? PushSync(args)
                                           : PushAsync(args);
+  if (result.ok()) stats_.staleness_sum += result->staleness;
   if (result.ok() && args.request_id != 0) {
     seen.push_back({args.request_id, *result});
     if (seen.size() > kDedupWindow) seen.pop_front();

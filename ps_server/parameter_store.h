@@ -69,6 +69,9 @@ struct StoreStats {
   int64_t pushes_rejected = 0;
   int64_t pushes_duplicate = 0;
   int64_t steps_applied = 0;
+  // Sum of the staleness of every push applied or dropped as stale: with
+  // their count, the mean staleness.
+  int64_t staleness_sum = 0;
 };
 
 class ParameterStore {

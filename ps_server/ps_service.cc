@@ -71,11 +71,15 @@ grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
     deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
   }
   int64_t version = 0;
+  const absl::Time start = absl::Now();
   absl::Status s = store_->Pull(fingerprint, min_version, deadline,
                                 resp->mutable_values(), &version);
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(version);
   bytes_pulled_ += static_cast<int64_t>(resp->values().size());
+  // Includes the wait for min_version: how long pulls are held.
+  metrics_->pull_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->pull_bytes().Increment(static_cast<double>(resp->values().size()));
   return grpc::Status::OK;
 }
 
@@ -105,9 +109,20 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   a.gradients = grads;
   a.num_floats = static_cast<int64_t>(g.size() / sizeof(float));
   a.last = req.last();
+  const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
-  if (!r.ok()) return ToGrpcStatus(r.status());
+  if (!r.ok()) {
+    if (absl::IsInvalidArgument(r.status()) || absl::IsFailedPrecondition(r.status())) {
+      metrics_->pushes_rejected().Increment();
+    }
+    return ToGrpcStatus(r.status());
+  }
   bytes_pushed_ += static_cast<int64_t>(g.size());
+  metrics_->push_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->push_bytes().Increment(static_cast<double>(g.size()));
+  metrics_->gradient_staleness().Observe(static_cast<double>(r->staleness));
+  metrics_->model_version().Set(static_cast<double>(r->version));
+  if (!r->applied) metrics_->stale_gradients_dropped().Increment();
   resp->set_applied(r->applied);
   resp->set_version(r->version);
   return grpc::Status::OK;
@@ -136,6 +151,7 @@ grpc::Status PsService::GetStats(grpc::ServerContext*, const PsStatsRequest*,
   resp->set_pushes_rejected(s.pushes_rejected);
   resp->set_pushes_duplicate(s.pushes_duplicate);
   resp->set_steps_applied(s.steps_applied);
+  resp->set_staleness_sum(s.staleness_sum);
   resp->set_bytes_pulled(bytes_pulled_.load());
   resp->set_bytes_pushed(bytes_pushed_.load());
   return grpc::Status::OK;

@@ -1,11 +1,13 @@
 // PsService: the gRPC face of a ParameterStore (proto/ps.proto). It only
 // converts messages and statuses; every rule lives in the store.
-// Thread-safe; the store is borrowed and must outlive the service.
+// Thread-safe; the store and the metrics are borrowed and must outlive the
+// service.
 #ifndef PSCLUSTER_PS_SERVER_PS_SERVICE_H_
 #define PSCLUSTER_PS_SERVER_PS_SERVICE_H_
 
 #include <atomic>
 
+#include "common/metrics.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/parameter_store.h"
 
@@ -13,7 +15,8 @@ namespace pscluster {
 
 class PsService final : public ParameterServer::Service {
  public:
-  explicit PsService(ParameterStore* store) : store_(store) {}
+  PsService(ParameterStore* store, Metrics* metrics)
+      : store_(store), metrics_(metrics) {}
 
   grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse*) override;
   grpc::Status Pull(grpc::ServerContext*, const PullRequest*, PullResponse*) override;
@@ -29,6 +32,7 @@ class PsService final : public ParameterServer::Service {
                       int64_t min_version, PullResponse* resp);
 
   ParameterStore* const store_;
+  Metrics* const metrics_;
   std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> bytes_pushed_{0};
 };

@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/daemon.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/parameter_store.h"
@@ -182,7 +183,9 @@ class PsTarget final : public Target {
   }
 
  private:
-  explicit PsTarget(int64_t bytes) : bytes_(bytes), service_(&store_) {}
+  // Metrics counted but not served, as a ps_server without --metrics_port.
+  explicit PsTarget(int64_t bytes)
+      : bytes_(bytes), metrics_(*Metrics::Start("", "ps:0")), service_(&store_, metrics_.get()) {}
 
   // Async sgd for one worker, as a worker's first Init would set it up;
   // then the push request every call re-sends (small gradients keep the
@@ -218,7 +221,8 @@ class PsTarget final : public Target {
 
   const int64_t bytes_;
   ParameterStore store_;
-  PsService service_;  // borrows store_
+  std::unique_ptr<Metrics> metrics_;
+  PsService service_;  // borrows store_ and metrics_
   std::string address_;
   std::unique_ptr<grpc::Server> server_;  // serves service_
   std::unique_ptr<ParameterServer::Stub> stub_;

@@ -1,0 +1,153 @@
+// What a run leaves for people to look at: TensorBoard event files and the
+// safetensors export from the chief, Prometheus /metrics and the gRPC health
+// service on the daemons.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+#include "common/safetensors.h"
+#include "common/tensorboard_writer.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace testing {
+namespace {
+
+// GET http://127.0.0.1:port/metrics with a plain socket; "" on failure.
+std::string FetchMetrics(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+std::string TmpDir(const std::string& name) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(t ? t : "/tmp", "/", name);
+}
+
+TEST(ObservabilityTest, ChiefWritesTensorBoardEventsAndSafetensors) {
+  const std::string data = TestDataDir();
+  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  const std::string logdir = TmpDir("tb");
+  ClusterOptions o;
+  o.data_dir = data;
+  o.chief_args = {"--model=mlp", "--epochs=1", "--log_every_s=0.2", "--logdir=" + logdir};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::map<std::string, int> codes = (*c)->Wait(absl::Minutes(5));
+  ASSERT_EQ(codes["chief:0"], 0) << (*c)->AllLogs();
+
+  // Event files: every record's CRCs check out (ReadEventFile verifies).
+  absl::StatusOr<std::vector<std::string>> files = ListEventFiles(logdir);
+  ASSERT_TRUE(files.ok()) << files.status();
+  std::string chief_file;
+  for (const std::string& f : *files) {
+    if (f.find(".chief") != std::string::npos) chief_file = f;
+  }
+  ASSERT_FALSE(chief_file.empty()) << "no chief event file in " << logdir;
+  absl::StatusOr<std::vector<tensorflow::Event>> events = ReadEventFile(chief_file);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_GE(events->size(), 3u);
+  EXPECT_EQ((*events)[0].file_version(), "brain.Event:2");
+  std::map<std::string, int> tags;
+  int64_t last_step = -1;
+  for (size_t i = 1; i < events->size(); ++i) {
+    const tensorflow::Event& e = (*events)[i];
+    EXPECT_GE(e.step(), last_step);
+    last_step = e.step();
+    EXPECT_GT(e.wall_time(), 1.6e9);
+    for (const auto& v : e.summary().value()) {
+      tags[v.tag()]++;
+      EXPECT_TRUE(std::isfinite(v.simple_value())) << v.tag();
+    }
+  }
+  for (const char* tag : {"train/loss", "train/accuracy", "train/examples_per_second",
+                          "train/staleness", "final/test_accuracy", "final/test_loss"}) {
+    EXPECT_GT(tags[tag], 0) << "no " << tag << " scalar";
+  }
+  EXPECT_EQ(last_step, 469);
+
+  // The exported weights: every variable, its Keras shape, finite values.
+  std::map<std::string, std::string> meta;
+  absl::StatusOr<std::vector<NamedTensor>> tensors =
+      ReadSafetensors(logdir + "/model.safetensors", &meta);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const NamedTensor& t : *tensors) {
+    shapes[t.name] = t.shape;
+    for (float x : t.values) ASSERT_TRUE(std::isfinite(x)) << t.name;
+  }
+  EXPECT_EQ(shapes["dense1/kernel"], (std::vector<int64_t>{784, 32}));
+  EXPECT_EQ(shapes["dense1/bias"], (std::vector<int64_t>{32}));
+  EXPECT_EQ(shapes["dense2/kernel"], (std::vector<int64_t>{32, 10}));
+  EXPECT_EQ(shapes["dense2/bias"], (std::vector<int64_t>{10}));
+  EXPECT_EQ(meta["model"], "mlp");
+  EXPECT_EQ(meta["steps"], "469");
+}
+
+TEST(ObservabilityTest, PsServesHealthAndMetrics) {
+  const int grpc_port = FreePort();
+  const int metrics_port = FreePort();
+  const std::string tf_config = absl::StrCat(
+      "{\"cluster\": {\"ps\": [\"127.0.0.1:", grpc_port, "\"]}, \"task\": {\"type\": \"ps\", "
+      "\"index\": 0}}");
+  // Runs until killed; RunBinary's timeout ends it.
+  std::string metrics;
+  bool serving = false;
+  std::thread probe([&] {
+    auto channel = MakeChannel(absl::StrCat("127.0.0.1:", grpc_port));
+    for (int i = 0; i < 100 && !serving; ++i) {
+      serving = IsServing(*channel, std::chrono::milliseconds(200));
+      if (!serving) usleep(100000);
+    }
+    metrics = FetchMetrics(metrics_port);
+  });
+  ProcessResult r = RunBinary("ps_server/ps_server",
+                              {absl::StrCat("--metrics_port=", metrics_port)}, tf_config,
+                              absl::Seconds(8));
+  probe.join();
+  EXPECT_TRUE(serving) << r.output;
+  for (const char* name :
+       {"pscluster_push_bytes_total{task=\"ps:0\"}", "pscluster_pull_bytes_total",
+        "pscluster_stale_gradients_dropped_total", "pscluster_gradient_staleness_bucket",
+        "pscluster_push_latency_seconds_bucket", "pscluster_model_version"}) {
+    EXPECT_NE(metrics.find(name), std::string::npos) << name << "\n" << metrics;
+  }
+}
+
+TEST(ObservabilityTest, BadMetricsPortIsNamed) {
+  const std::string tf_config =
+      "{\"cluster\": {\"ps\": [\"127.0.0.1:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}";
+  ProcessResult r = RunBinary("ps_server/ps_server", {"--metrics_port=70000"}, tf_config,
+                              absl::Seconds(10));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--metrics_port=70000"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pscluster
