@@ -34,6 +34,43 @@ passed=0
 failed=0
 skipped=0
 
+# 0. The CPU-only configuration, as a machine without nvcc builds it
+#    (PSCLUSTER_CUDA=0, see third_party/cuda/cuda_configure.bzl): build the
+#    worker and the tests, and run the tests whose expectations change
+#    without CUDA. Its own output directory (--platform_suffix) and no
+#    bazel-* symlinks, so step 1's build and reports are left alone. The
+#    build counts as one test case; the tests count their cases.
+CPU_ONLY=(--repo_env=PSCLUSTER_CUDA=0 --platform_suffix=cpuonly --symlink_prefix=/)
+if bazel build "${CPU_ONLY[@]}" --keep_going //worker/... //tests/...; then
+  echo "run_all: CPU-only build (PSCLUSTER_CUDA=0) of //worker/... //tests/...: OK"
+  passed=$((passed + 1))
+  cpu_logs="$(bazel info "${CPU_ONLY[@]}" bazel-testlogs 2>/dev/null)"
+  [ -n "$cpu_logs" ] && rm -rf "$cpu_logs/worker" "$cpu_logs/tests"
+  bazel test "${CPU_ONLY[@]}" --test_output=errors \
+    //worker:backend_factory_test //worker:device_choice_test //tests:device_flag_test
+  cpu_rc=$?
+  cpu_counted=0
+  while IFS= read -r xml; do
+    read -r p f s < <(awk '
+      /<testcase / { open = 1; bad = 0; skip = ($0 ~ /result="skipped"/);
+                     if ($0 ~ /\/>[[:space:]]*$/) { closecase() } }
+      open && /<failure|<error/ { bad = 1 }
+      open && /<skipped/ { skip = 1 }
+      open && /<\/testcase>/ { closecase() }
+      function closecase() { if (bad) f++; else if (skip) s++; else p++; open = 0 }
+      END { print p + 0, f + 0, s + 0 }' "$xml")
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    cpu_counted=$((cpu_counted + p + f + s))
+  done < <(find -L "$cpu_logs/worker" "$cpu_logs/tests" -name test.xml 2>/dev/null)
+  if [ "$cpu_rc" -ne 0 ] && [ "$cpu_rc" -ne 3 ] || [ "$cpu_counted" -eq 0 ]; then
+    echo "run_all: CPU-only tests: bazel exited $cpu_rc" >&2
+    failed=$((failed + 1))
+  fi
+else
+  echo "run_all: FAIL: the CPU-only build (bazel build ${CPU_ONLY[*]} //worker/... //tests/...) failed" >&2
+  failed=$((failed + 1))
+fi
+
 # 1. Bazel: build everything, run every test target.
 rm -rf "$ROOT/bazel-testlogs/" 2>/dev/null
 bazel test //... --keep_going --test_output=errors \
