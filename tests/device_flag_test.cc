@@ -31,16 +31,19 @@ std::string TfConfig(const char* type) {
 class DeviceFlagTest : public ::testing::TestWithParam<Binary> {
  protected:
   ProcessResult Run(const std::string& device) {
-    return RunBinary(GetParam().path, {"--data_dir=/nonexistent", "--device=" + device},
+    return RunBinary(GetParam().path,
+                     {"--data_dir=/nonexistent", "--device=" + device},
                      TfConfig(GetParam().task_type), absl::Seconds(30));
   }
 };
 
 TEST_P(DeviceFlagTest, BadValuesExitTwoNamingThem) {
-  for (const char* bad : {"gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:1000"}) {
+  for (const char* bad :
+       {"gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:1000"}) {
     const ProcessResult r = Run(bad);
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
-    EXPECT_NE(r.output.find(absl::StrCat("error: --device=", bad, ":")), std::string::npos)
+    EXPECT_NE(r.output.find(absl::StrCat("error: --device=", bad, ":")),
+              std::string::npos)
         << r.output;
   }
 }
@@ -50,23 +53,27 @@ TEST_P(DeviceFlagTest, CudaWithoutAGpuExitsTwoSayingWhy) {
   if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "this machine has a GPU";
   const ProcessResult r = Run("cuda");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--device=cuda: cuda:0 cannot be used: "), std::string::npos)
+  EXPECT_NE(r.output.find("--device=cuda: cuda:0 cannot be used: "),
+            std::string::npos)
       << r.output;
 }
 
 TEST_P(DeviceFlagTest, GpuBeyondTheMachinesExitsTwo) {
   const ProcessResult r = Run("cuda:200");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--device=cuda:200: cuda:200 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--device=cuda:200: cuda:200 "), std::string::npos)
+      << r.output;
 }
 
 TEST_P(DeviceFlagTest, HelpListsTheFlag) {
-  const ProcessResult r = RunBinary(GetParam().path, {"--help"}, "", absl::Seconds(30));
+  const ProcessResult r =
+      RunBinary(GetParam().path, {"--help"}, "", absl::Seconds(30));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("--device"), std::string::npos) << r.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(WorkerAndEvaluator, DeviceFlagTest, ::testing::ValuesIn(kBinaries),
+INSTANTIATE_TEST_SUITE_P(WorkerAndEvaluator, DeviceFlagTest,
+                         ::testing::ValuesIn(kBinaries),
                          [](const ::testing::TestParamInfo<Binary>& info) {
                            return std::string(info.param.task_type);
                          });

@@ -41,20 +41,23 @@ std::unique_ptr<ComputeBackend> Make(const std::string& device,
 
 // Random examples and non-trivial parameters for a model.
 struct Problem {
-  Problem(const ModelSpec& s, int batch, uint32_t seed) : spec(s), batch(batch) {
+  Problem(const ModelSpec& s, int batch, uint32_t seed)
+      : spec(s), batch(batch) {
     params = InitialParameters(spec, seed);
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (const VariableSpec& v : spec.variables) {
       if (v.initializer == Initializer::kZeros) {
-        for (int64_t i = 0; i < v.size; ++i) params[v.offset + i] = u(rng) - 0.5f;
+        for (int64_t i = 0; i < v.size; ++i)
+          params[v.offset + i] = u(rng) - 0.5f;
       }
     }
     images.resize(int64_t{batch} * spec.input_height * spec.input_width *
                   spec.input_channels);
     for (float& p : images) p = u(rng);
     labels.resize(batch);
-    for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % spec.num_classes);
+    for (uint8_t& l : labels)
+      l = static_cast<uint8_t>(rng() % spec.num_classes);
   }
   Batch AsBatch() const { return Batch{images.data(), labels.data(), batch}; }
 
@@ -82,13 +85,13 @@ StepOut Step(ComputeBackend& b, const Problem& p, const Batch& next = Batch()) {
 
 // Each variable's gradient within 1e-4 relative error (max |diff| over max
 // |cpu|), nothing unwritten, the same loss and correct count.
-void ExpectSameStep(const StepOut& gpu, const StepOut& cpu, const ModelSpec& spec,
-                    const std::string& what) {
+void ExpectSameStep(const StepOut& gpu, const StepOut& cpu,
+                    const ModelSpec& spec, const std::string& what) {
   for (const VariableSpec& v : spec.variables) {
     double scale = 0, worst = 0;
     for (int64_t i = v.offset; i < v.offset + v.size; ++i) {
-      ASSERT_FALSE(std::isnan(gpu.grads[i])) << what << " " << v.name << "[" << i - v.offset
-                                             << "] not written";
+      ASSERT_FALSE(std::isnan(gpu.grads[i]))
+          << what << " " << v.name << "[" << i - v.offset << "] not written";
       scale = std::max(scale, std::fabs(double{cpu.grads[i]}));
       worst = std::max(worst, std::fabs(double{gpu.grads[i]} - cpu.grads[i]));
     }
@@ -141,8 +144,10 @@ TEST_F(GpuBackendTest, PrefetchedNextBatchIsTheOneUsed) {
   // a (staging b); b (prefetched; staging a); c (a is staged but not asked
   // for; staging b); b (prefetched while c ran).
   ExpectSameStep(Step(*gpu, a, b.AsBatch()), Step(*cpu, a), spec, "a");
-  ExpectSameStep(Step(*gpu, b, a.AsBatch()), Step(*cpu, b), spec, "b (prefetched)");
-  ExpectSameStep(Step(*gpu, c, b.AsBatch()), Step(*cpu, c), spec, "c (not the staged one)");
+  ExpectSameStep(Step(*gpu, b, a.AsBatch()), Step(*cpu, b), spec,
+                 "b (prefetched)");
+  ExpectSameStep(Step(*gpu, c, b.AsBatch()), Step(*cpu, c), spec,
+                 "c (not the staged one)");
   ExpectSameStep(Step(*gpu, b), Step(*cpu, b), spec, "b (staged during c)");
   const StepTimes t = gpu->last_step_times();
   EXPECT_GT(t.compute_s, 0.0);
@@ -158,8 +163,12 @@ TEST_F(GpuBackendTest, EvaluateMatchesCpu) {
   ASSERT_TRUE(gpu && cpu);
   double gpu_loss = NAN, cpu_loss = NAN;
   int gpu_correct = -1, cpu_correct = -1;
-  ASSERT_TRUE(gpu->Evaluate(p.params.data(), p.AsBatch(), &gpu_loss, &gpu_correct).ok());
-  ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.AsBatch(), &cpu_loss, &cpu_correct).ok());
+  ASSERT_TRUE(
+      gpu->Evaluate(p.params.data(), p.AsBatch(), &gpu_loss, &gpu_correct)
+          .ok());
+  ASSERT_TRUE(
+      cpu->Evaluate(p.params.data(), p.AsBatch(), &cpu_loss, &cpu_correct)
+          .ok());
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * cpu_loss);
   EXPECT_EQ(gpu_correct, cpu_correct);
 }
@@ -172,17 +181,18 @@ TEST_F(GpuBackendTest, BadArgumentsAreInvalidArgumentAndLeaveItUsable) {
   std::vector<float> grads(spec.num_parameters);
   float loss = 0;
   int correct = 0;
-  absl::Status s = gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(), grads.data(),
-                                  &loss, &correct);
+  absl::Status s = gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(),
+                                  grads.data(), &loss, &correct);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   p.batch = 4;
   p.labels[2] = 10;
-  s = gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(), grads.data(), &loss, &correct);
+  s = gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(), grads.data(), &loss,
+                     &correct);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("label 10"), std::string::npos) << s;
   p.labels[2] = 1;
-  EXPECT_TRUE(gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(), grads.data(), &loss,
-                             &correct)
+  EXPECT_TRUE(gpu->TrainStep(p.params.data(), p.AsBatch(), Batch(),
+                             grads.data(), &loss, &correct)
                   .ok());
 }
 
@@ -197,12 +207,14 @@ TEST_F(GpuBackendTest, EveryGpuComputesTheSameStep) {
   for (int i = 0; i < gpus; ++i) {
     auto gpu = Make(absl::StrCat("cuda:", i), spec, 32);
     ASSERT_TRUE(gpu);
-    EXPECT_EQ(gpu->name().rfind(absl::StrCat("cuda:", i, " ("), 0), 0u) << gpu->name();
+    EXPECT_EQ(gpu->name().rfind(absl::StrCat("cuda:", i, " ("), 0), 0u)
+        << gpu->name();
     ExpectSameStep(Step(*gpu, p), want, spec, gpu->name());
   }
   BackendOptions o;
   o.device = *ParseDevice(absl::StrCat("cuda:", gpus));
-  EXPECT_EQ(CreateBackend(spec, o).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CreateBackend(spec, o).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 // A few hundred steps of plain SGD with momentum on MNIST, computed by the
@@ -236,7 +248,8 @@ TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
     labels[buf].resize(kBatch);
     for (int i = 0; i < kBatch; ++i) {
       const int e = order[step * kBatch + i];
-      std::copy_n(&train->images[size_t(e) * pixels], pixels, &images[buf][size_t(i) * pixels]);
+      std::copy_n(&train->images[size_t(e) * pixels], pixels,
+                  &images[buf][size_t(i) * pixels]);
       labels[buf][i] = train->labels[e];
     }
   };
@@ -245,15 +258,17 @@ TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
   for (int step = 0; step < kSteps; ++step) {
     const int cur = step % 2;
     if (step + 1 < kSteps) fill(step + 1, 1 - cur);
-    const Batch next = step + 1 < kSteps
-                           ? Batch{images[1 - cur].data(), labels[1 - cur].data(), kBatch}
-                           : Batch();
+    const Batch next = step + 1 < kSteps ? Batch{images[1 - cur].data(),
+                                                 labels[1 - cur].data(), kBatch}
+                                         : Batch();
     float loss = 0;
     int correct = 0;
-    ASSERT_TRUE(backend
-                    ->TrainStep(params.data(), Batch{images[cur].data(), labels[cur].data(), kBatch},
-                                next, grads.data(), &loss, &correct)
-                    .ok());
+    ASSERT_TRUE(
+        backend
+            ->TrainStep(params.data(),
+                        Batch{images[cur].data(), labels[cur].data(), kBatch},
+                        next, grads.data(), &loss, &correct)
+            .ok());
     ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
     if (step >= kSteps - 50) late_loss += loss / 50;
     for (int64_t i = 0; i < spec.num_parameters; ++i) {
@@ -277,14 +292,18 @@ TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
     correct += c;
   }
   EXPECT_LT(late_loss, 0.35) << device;
-  EXPECT_GT(correct / 2000.0, 0.9) << device << ": test loss " << loss_sum / 2000;
-  std::printf("%s: mean loss of the last 50 steps %.3f, test accuracy %.3f on 2000\n",
-              backend->name().c_str(), late_loss, correct / 2000.0);
+  EXPECT_GT(correct / 2000.0, 0.9)
+      << device << ": test loss " << loss_sum / 2000;
+  std::printf(
+      "%s: mean loss of the last 50 steps %.3f, test accuracy %.3f on 2000\n",
+      backend->name().c_str(), late_loss, correct / 2000.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, TrainingRunTest, ::testing::Values("cpu", "cuda"),
+INSTANTIATE_TEST_SUITE_P(Devices, TrainingRunTest,
+                         ::testing::Values("cpu", "cuda"),
                          [](const auto& info) {
-                           return std::string(info.param) == "cpu" ? "Cpu" : "Cuda";
+                           return std::string(info.param) == "cpu" ? "Cpu"
+                                                                   : "Cuda";
                          });
 
 }  // namespace

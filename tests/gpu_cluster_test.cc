@@ -39,11 +39,13 @@ TEST(GpuClusterTest, WorkersOnCudaTrainTheCnn) {
   EXPECT_GT(f->test_accuracy, 0.97) << (*c)->Log("chief:0");
   for (int i = 0; i < o.num_workers; ++i) {
     const std::string log = (*c)->Log(absl::StrCat("worker:", i));
-    EXPECT_NE(log.find(absl::StrCat("device=cuda:", i % gpus, " split:")), std::string::npos)
+    EXPECT_NE(log.find(absl::StrCat("device=cuda:", i % gpus, " split:")),
+              std::string::npos)
         << log;
   }
   // The evaluator runs with the default --device=auto: the first GPU.
-  EXPECT_NE((*c)->Log("evaluator:0").find("test examples on cuda:0 ("), std::string::npos)
+  EXPECT_NE((*c)->Log("evaluator:0").find("test examples on cuda:0 ("),
+            std::string::npos)
       << (*c)->Log("evaluator:0");
 }
 

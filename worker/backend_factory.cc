@@ -55,8 +55,9 @@ absl::StatusOr<ResolvedDevice> ResolveDevice(const DeviceChoice& requested) {
   }
   if (requested.ordinal >= count) {
     const std::string have =
-        count == 1 ? "1 device (cuda:0)"
-                   : absl::StrCat(count, " devices (cuda:0 to cuda:", count - 1, ")");
+        count == 1
+            ? "1 device (cuda:0)"
+            : absl::StrCat(count, " devices (cuda:0 to cuda:", count - 1, ")");
     return absl::FailedPreconditionError(
         absl::StrCat(requested.ToString(),
                      " does not exist: the CUDA driver reports ", have));

@@ -67,7 +67,8 @@ TEST(CreateBackendTest, CpuBackendTrainsAndNamesItself) {
   BackendOptions options;
   options.device = Parse("cpu");
   options.max_batch = 4;
-  absl::StatusOr<std::unique_ptr<ComputeBackend>> b = CreateBackend(spec, options);
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> b =
+      CreateBackend(spec, options);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ((*b)->name().rfind("cpu (1 thread", 0), 0u) << (*b)->name();
   const std::vector<float> params = InitialParameters(spec, 1);
@@ -76,8 +77,8 @@ TEST(CreateBackendTest, CpuBackendTrainsAndNamesItself) {
   Batch batch{images.data(), labels.data(), 4};
   float loss = 0;
   int correct = -1;
-  ASSERT_TRUE((*b)->TrainStep(params.data(), batch, Batch(), grads.data(), &loss,
-                              &correct)
+  ASSERT_TRUE((*b)->TrainStep(params.data(), batch, Batch(), grads.data(),
+                              &loss, &correct)
                   .ok());
   EXPECT_GT(loss, 0.0f);
   EXPECT_GE(correct, 0);

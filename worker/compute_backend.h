@@ -26,7 +26,7 @@ struct Batch {
 // Where the time of one TrainStep went, in seconds. A CPU backend reports
 // it all as compute.
 struct StepTimes {
-  double h2d_s = 0;      // weights and (unless prefetched) the batch to the device
+  double h2d_s = 0;  // weights and (unless prefetched) the batch to the device
   double compute_s = 0;  // forward, loss, backward
   double d2h_s = 0;      // gradients and metrics back to the host
 };

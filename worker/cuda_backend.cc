@@ -49,8 +49,10 @@ using BlasHandle =
     std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, DestroyBlas>;
 
 std::string Bytes(int64_t n) {
-  if (n >= (int64_t{1} << 30)) return absl::StrFormat("%.1f GiB", n / 1073741824.0);
-  if (n >= (int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", n / 1048576.0);
+  if (n >= (int64_t{1} << 30))
+    return absl::StrFormat("%.1f GiB", n / 1073741824.0);
+  if (n >= (int64_t{1} << 20))
+    return absl::StrFormat("%.1f MiB", n / 1048576.0);
   return absl::StrFormat("%.1f KiB", n / 1024.0);
 }
 
@@ -89,20 +91,23 @@ class CudaBackend final : public ComputeBackend {
     const std::string description = CudaDeviceDescription(ordinal_);
     name_ = absl::StrCat("cuda:", ordinal_, " (", description, ")");
     cudaStream_t stream = nullptr;
-    if (absl::Status s = Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                               "cudaStreamCreateWithFlags (compute)");
+    if (absl::Status s =
+            Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags (compute)");
         !s.ok()) {
       return s;
     }
     compute_.reset(stream);
-    if (absl::Status s = Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                               "cudaStreamCreateWithFlags (copy)");
+    if (absl::Status s =
+            Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags (copy)");
         !s.ok()) {
       return s;
     }
     copy_.reset(stream);
     cublasHandle_t handle = nullptr;
-    if (absl::Status s = CheckBlas(cublasCreate(&handle), "cublasCreate"); !s.ok()) {
+    if (absl::Status s = CheckBlas(cublasCreate(&handle), "cublasCreate");
+        !s.ok()) {
       return s;
     }
     blas_.reset(handle);
@@ -113,8 +118,9 @@ class CudaBackend final : public ComputeBackend {
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = CheckBlas(cublasSetMathMode(blas_.get(), CUBLAS_DEFAULT_MATH),
-                                   "cublasSetMathMode");
+    if (absl::Status s =
+            CheckBlas(cublasSetMathMode(blas_.get(), CUBLAS_DEFAULT_MATH),
+                      "cublasSetMathMode");
         !s.ok()) {
       return s;
     }
@@ -122,7 +128,8 @@ class CudaBackend final : public ComputeBackend {
       if (absl::Status s = MakeEvent(cudaEventDefault, e); !s.ok()) return s;
     }
     const int64_t params_bytes = spec_.num_parameters * int64_t{sizeof(float)};
-    absl::Status s = AllocDevice(graph_.arena_bytes(), "activations and workspaces", &arena_);
+    absl::Status s = AllocDevice(graph_.arena_bytes(),
+                                 "activations and workspaces", &arena_);
     if (s.ok()) s = AllocDevice(params_bytes, "weights", &params_d_);
     if (s.ok()) s = AllocDevice(params_bytes, "gradients", &grads_d_);
     if (s.ok()) s = AllocDevice(sizeof(StepResult), "step result", &result_d_);
@@ -147,7 +154,8 @@ class CudaBackend final : public ComputeBackend {
                          int* correct) override {
     if (params == nullptr || grads == nullptr || loss == nullptr ||
         correct == nullptr) {
-      return absl::InvalidArgumentError("CudaBackend: a required pointer is null");
+      return absl::InvalidArgumentError(
+          "CudaBackend: a required pointer is null");
     }
     if (absl::Status s = CheckBatch(batch, "batch"); !s.ok()) return s;
     if (next.size != 0) {
@@ -158,8 +166,10 @@ class CudaBackend final : public ComputeBackend {
     absl::Status s = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
     // Weights through the pinned buffer, on the compute stream.
     if (s.ok()) {
-      std::memcpy(params_h_.get(), params, spec_.num_parameters * sizeof(float));
-      s = Check(cudaEventRecord(start_.get(), compute_.get()), "cudaEventRecord");
+      std::memcpy(params_h_.get(), params,
+                  spec_.num_parameters * sizeof(float));
+      s = Check(cudaEventRecord(start_.get(), compute_.get()),
+                "cudaEventRecord");
     }
     if (s.ok()) {
       s = Check(cudaMemcpyAsync(params_d_.get(), params_h_.get(),
@@ -173,9 +183,9 @@ class CudaBackend final : public ComputeBackend {
       if (staged_slot_ >= 0 && staged_.images == batch.images &&
           staged_.labels == batch.labels && staged_.size == batch.size) {
         slot = staged_slot_;
-        ++prefetch_hits_;
-        s = Check(cudaStreamWaitEvent(compute_.get(), slots_[slot].ready.get(), 0),
-                  "cudaStreamWaitEvent (prefetched batch)");
+        s = Check(
+            cudaStreamWaitEvent(compute_.get(), slots_[slot].ready.get(), 0),
+            "cudaStreamWaitEvent (prefetched batch)");
       } else {
         // Not the slot a copy may still be filling.
         slot = staged_slot_ == 0 ? 1 : 0;
@@ -184,7 +194,9 @@ class CudaBackend final : public ComputeBackend {
       staged_slot_ = -1;
     }
     const double host_h2d_s = absl::ToDoubleSeconds(absl::Now() - begin);
-    if (s.ok()) s = Check(cudaEventRecord(h2d_done_.get(), compute_.get()), "cudaEventRecord");
+    if (s.ok())
+      s = Check(cudaEventRecord(h2d_done_.get(), compute_.get()),
+                "cudaEventRecord");
     StepResult* result_d = static_cast<StepResult*>(result_d_.get());
     if (s.ok()) {
       errors_.Clear();
@@ -195,7 +207,9 @@ class CudaBackend final : public ComputeBackend {
                  &result_d->loss_sum, &result_d->correct);
       s = KernelStatus();
     }
-    if (s.ok()) s = Check(cudaEventRecord(compute_done_.get(), compute_.get()), "cudaEventRecord");
+    if (s.ok())
+      s = Check(cudaEventRecord(compute_done_.get(), compute_.get()),
+                "cudaEventRecord");
     if (s.ok()) {
       s = Check(cudaMemcpyAsync(grads_h_.get(), grads_d_.get(),
                                 spec_.num_parameters * sizeof(float),
@@ -203,11 +217,14 @@ class CudaBackend final : public ComputeBackend {
                 "cudaMemcpyAsync (gradients to the host)");
     }
     if (s.ok()) {
-      s = Check(cudaMemcpyAsync(result_h_.get(), result_d_.get(), sizeof(StepResult),
-                                cudaMemcpyDeviceToHost, compute_.get()),
-                "cudaMemcpyAsync (loss to the host)");
+      s = Check(
+          cudaMemcpyAsync(result_h_.get(), result_d_.get(), sizeof(StepResult),
+                          cudaMemcpyDeviceToHost, compute_.get()),
+          "cudaMemcpyAsync (loss to the host)");
     }
-    if (s.ok()) s = Check(cudaEventRecord(d2h_done_.get(), compute_.get()), "cudaEventRecord");
+    if (s.ok())
+      s = Check(cudaEventRecord(d2h_done_.get(), compute_.get()),
+                "cudaEventRecord");
     // While the GPU computes: the next batch, on the copy stream, into the
     // other slot (whose last reader, the previous step, has finished).
     if (s.ok() && next.size != 0) {
@@ -218,7 +235,9 @@ class CudaBackend final : public ComputeBackend {
         staged_slot_ = other;
       }
     }
-    if (s.ok()) s = Check(cudaStreamSynchronize(compute_.get()), "cudaStreamSynchronize (step)");
+    if (s.ok())
+      s = Check(cudaStreamSynchronize(compute_.get()),
+                "cudaStreamSynchronize (step)");
     if (!s.ok()) return Broken(s);
     const absl::Time copy_out = absl::Now();
     std::memcpy(grads, grads_h_.get(), spec_.num_parameters * sizeof(float));
@@ -235,13 +254,15 @@ class CudaBackend final : public ComputeBackend {
   absl::Status Evaluate(const float* params, const Batch& batch,
                         double* loss_sum, int* correct) override {
     if (params == nullptr || loss_sum == nullptr || correct == nullptr) {
-      return absl::InvalidArgumentError("CudaBackend: a required pointer is null");
+      return absl::InvalidArgumentError(
+          "CudaBackend: a required pointer is null");
     }
     if (absl::Status s = CheckBatch(batch, "batch"); !s.ok()) return s;
     if (!broken_.ok()) return broken_;
     absl::Status s = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
     if (s.ok()) {
-      std::memcpy(params_h_.get(), params, spec_.num_parameters * sizeof(float));
+      std::memcpy(params_h_.get(), params,
+                  spec_.num_parameters * sizeof(float));
       s = Check(cudaMemcpyAsync(params_d_.get(), params_h_.get(),
                                 spec_.num_parameters * sizeof(float),
                                 cudaMemcpyHostToDevice, compute_.get()),
@@ -260,11 +281,14 @@ class CudaBackend final : public ComputeBackend {
       s = KernelStatus();
     }
     if (s.ok()) {
-      s = Check(cudaMemcpyAsync(result_h_.get(), result_d_.get(), sizeof(StepResult),
-                                cudaMemcpyDeviceToHost, compute_.get()),
-                "cudaMemcpyAsync (loss to the host)");
+      s = Check(
+          cudaMemcpyAsync(result_h_.get(), result_d_.get(), sizeof(StepResult),
+                          cudaMemcpyDeviceToHost, compute_.get()),
+          "cudaMemcpyAsync (loss to the host)");
     }
-    if (s.ok()) s = Check(cudaStreamSynchronize(compute_.get()), "cudaStreamSynchronize (evaluation)");
+    if (s.ok())
+      s = Check(cudaStreamSynchronize(compute_.get()),
+                "cudaStreamSynchronize (evaluation)");
     if (!s.ok()) return Broken(s);
     const StepResult* r = static_cast<const StepResult*>(result_h_.get());
     *loss_sum = r->loss_sum;
@@ -297,16 +321,16 @@ class CudaBackend final : public ComputeBackend {
           absl::StrCat("CudaBackend: the ", what, " has a null pointer"));
     }
     if (b.size < 1 || b.size > max_batch_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CudaBackend: ", what, " size ", b.size, " is not in [1, max_batch ",
-          max_batch_, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaBackend: ", what, " size ", b.size,
+                       " is not in [1, max_batch ", max_batch_, "]"));
     }
     for (int i = 0; i < b.size; ++i) {
       if (b.labels[i] >= spec_.num_classes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "CudaBackend: label ", static_cast<int>(b.labels[i]), " of example ",
-            i, " is out of range: model \"", spec_.name, "\" has ",
-            spec_.num_classes, " classes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("CudaBackend: label ", static_cast<int>(b.labels[i]),
+                         " of example ", i, " is out of range: model \"",
+                         spec_.name, "\" has ", spec_.num_classes, " classes"));
       }
     }
     return absl::OkStatus();
@@ -331,30 +355,33 @@ class CudaBackend final : public ComputeBackend {
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync (labels to the device)");
     }
-    if (s.ok()) s = Check(cudaEventRecord(sl.ready.get(), stream), "cudaEventRecord");
+    if (s.ok())
+      s = Check(cudaEventRecord(sl.ready.get(), stream), "cudaEventRecord");
     return s;
   }
 
   absl::Status AllocDevice(int64_t bytes, const char* what, DeviceMemory* out) {
     void* p = nullptr;
-    absl::Status s = Check(cudaMalloc(&p, std::max<int64_t>(bytes, 1)),
-                           absl::StrCat("cudaMalloc (", what, ", ", Bytes(bytes), ")"));
+    absl::Status s =
+        Check(cudaMalloc(&p, std::max<int64_t>(bytes, 1)),
+              absl::StrCat("cudaMalloc (", what, ", ", Bytes(bytes), ")"));
     if (s.ok()) out->reset(p);
     return s;
   }
 
   absl::Status AllocPinned(int64_t bytes, const char* what, PinnedMemory* out) {
     void* p = nullptr;
-    absl::Status s =
-        Check(cudaMallocHost(&p, std::max<int64_t>(bytes, 1)),
-              absl::StrCat("cudaMallocHost (pinned ", what, ", ", Bytes(bytes), ")"));
+    absl::Status s = Check(
+        cudaMallocHost(&p, std::max<int64_t>(bytes, 1)),
+        absl::StrCat("cudaMallocHost (pinned ", what, ", ", Bytes(bytes), ")"));
     if (s.ok()) out->reset(p);
     return s;
   }
 
   absl::Status MakeEvent(unsigned flags, Event* out) {
     cudaEvent_t e = nullptr;
-    absl::Status s = Check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreateWithFlags");
+    absl::Status s =
+        Check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreateWithFlags");
     if (s.ok()) out->reset(e);
     return s;
   }
@@ -363,31 +390,36 @@ class CudaBackend final : public ComputeBackend {
   absl::Status Check(cudaError_t e, const std::string& call) const {
     if (e == cudaSuccess) return absl::OkStatus();
     cudaGetLastError();  // clears a non-sticky error for the next call
-    const std::string message =
-        absl::StrCat("cuda:", ordinal_, ": ", kernels::CudaErrorMessage(call, e));
-    return e == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(message)
-                                          : absl::InternalError(message);
+    const std::string message = absl::StrCat(
+        "cuda:", ordinal_, ": ", kernels::CudaErrorMessage(call, e));
+    return e == cudaErrorMemoryAllocation
+               ? absl::ResourceExhaustedError(message)
+               : absl::InternalError(message);
   }
 
   absl::Status CheckBlas(cublasStatus_t status, const std::string& call) const {
     if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
     const std::string message = absl::StrCat(
         "cuda:", ordinal_, ": ", kernels::CublasErrorMessage(call, status));
-    return status == CUBLAS_STATUS_ALLOC_FAILED ? absl::ResourceExhaustedError(message)
-                                                : absl::InternalError(message);
+    return status == CUBLAS_STATUS_ALLOC_FAILED
+               ? absl::ResourceExhaustedError(message)
+               : absl::InternalError(message);
   }
 
   // The first failed kernel launch or cuBLAS call of the last Run.
   absl::Status KernelStatus() const {
     if (errors_.ok()) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("cuda:", ordinal_, ": ", errors_.first()));
+    return absl::InternalError(
+        absl::StrCat("cuda:", ordinal_, ": ", errors_.first()));
   }
 
   // A failed step may leave the device unusable (CUDA's errors during a
   // kernel are sticky): later calls report this one.
   absl::Status Broken(absl::Status s) {
     broken_ = absl::Status(
-        s.code(), absl::StrCat(s.message(), " (the GPU backend is unusable after this error)"));
+        s.code(),
+        absl::StrCat(s.message(),
+                     " (the GPU backend is unusable after this error)"));
     staged_slot_ = -1;
     return broken_;
   }
@@ -401,11 +433,11 @@ class CudaBackend final : public ComputeBackend {
   std::string name_;
 
   // Declared before what uses them, so destroyed after.
-  Stream compute_;  // the step: copies in, kernels, copies out
-  Stream copy_;     // the next batch, concurrently
+  Stream compute_;   // the step: copies in, kernels, copies out
+  Stream copy_;      // the next batch, concurrently
   BlasHandle blas_;  // bound to compute_
   Event start_, h2d_done_, compute_done_, d2h_done_;  // on compute_
-  DeviceMemory arena_;  // graph_'s buffers
+  DeviceMemory arena_;                                // graph_'s buffers
   DeviceMemory params_d_, grads_d_, result_d_;
   PinnedMemory params_h_, grads_h_, result_h_;
   Slot slots_[2];
@@ -413,7 +445,6 @@ class CudaBackend final : public ComputeBackend {
   kernels::KernelErrors errors_;  // of the Run in progress
   Batch staged_;                  // the batch copied into slots_[staged_slot_]
   int staged_slot_ = -1;          // -1: nothing staged
-  int64_t prefetch_hits_ = 0;
   StepTimes times_;
   absl::Status broken_;  // OK until a device failure
 };
@@ -448,14 +479,15 @@ std::string CudaDeviceDescription(int ordinal) {
     return kernels::CudaErrorMessage("cudaGetDeviceProperties", e);
   }
   return absl::StrFormat("%s, compute capability %d.%d, %s", p.name, p.major,
-                         p.minor, Bytes(static_cast<int64_t>(p.totalGlobalMem)));
+                         p.minor,
+                         Bytes(static_cast<int64_t>(p.totalGlobalMem)));
 }
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
     const ModelSpec& spec, int max_batch, int ordinal) {
   if (max_batch < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaBackend: max_batch ", max_batch, " must be at least 1"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaBackend: max_batch ", max_batch, " must be at least 1"));
   }
   absl::StatusOr<std::vector<PlannedLayer>> layers = PlanLayers(spec);
   if (!layers.ok()) return layers.status();

@@ -44,8 +44,9 @@ TEST(ParseDeviceTest, RejectsOtherTextNamingIt) {
               std::string::npos)
         << d.status();
   }
-  EXPECT_NE(ParseDevice("gpu").status().message().find("auto, cpu, cuda, cuda:N"),
-            std::string::npos);
+  EXPECT_NE(
+      ParseDevice("gpu").status().message().find("auto, cpu, cuda, cuda:N"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ class DeviceGraph {
       : layers_(std::move(layers)), max_batch_(max_batch) {
     auto reserve = [this](int64_t bytes) {
       const int64_t at = arena_bytes_;
-      arena_bytes_ += (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+      arena_bytes_ +=
+          (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
       return at;
     };
     int64_t widest = 0;
@@ -54,9 +55,7 @@ class DeviceGraph {
   }
 
   int max_batch() const { return max_batch_; }
-  int num_classes() const {
-    return static_cast<int>(layers_.back().out_size);
-  }
+  int num_classes() const { return static_cast<int>(layers_.back().out_size); }
   // Bytes Bind() needs, a multiple of 256.
   int64_t arena_bytes() const { return arena_bytes_; }
 
@@ -116,9 +115,8 @@ class DeviceGraph {
               /*columns_ready=*/true, grads + l.kernel_offset,
               grads + l.bias_offset, Workspace(i));
           if (dx != nullptr) {
-            kernels::Conv2DBackwardInput<Device>()(d, Conv(l, n),
-                                                   params + l.kernel_offset, g,
-                                                   dx, Workspace(i));
+            kernels::Conv2DBackwardInput<Device>()(
+                d, Conv(l, n), params + l.kernel_offset, g, dx, Workspace(i));
           }
           break;
         case LayerKind::kMaxPool2D:
@@ -176,9 +174,10 @@ class DeviceGraph {
     switch (l.kind) {
       case LayerKind::kConv2D: {
         const kernels::Conv2DShape s = Conv(l, n);
-        return std::max({kernels::Conv2DForward<Device>::WorkspaceSize(s),
-                         kernels::Conv2DBackwardFilter<Device>::WorkspaceSize(s),
-                         kernels::Conv2DBackwardInput<Device>::WorkspaceSize(s)});
+        return std::max(
+            {kernels::Conv2DForward<Device>::WorkspaceSize(s),
+             kernels::Conv2DBackwardFilter<Device>::WorkspaceSize(s),
+             kernels::Conv2DBackwardInput<Device>::WorkspaceSize(s)});
       }
       case LayerKind::kDense:
         return kernels::DenseBackward<Device>::WorkspaceSize(Dense(l, n));

@@ -30,14 +30,16 @@ struct Problem {
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (const VariableSpec& v : spec.variables) {  // non-zero biases
       if (v.initializer == Initializer::kZeros) {
-        for (int64_t i = 0; i < v.size; ++i) params[v.offset + i] = u(rng) - 0.5f;
+        for (int64_t i = 0; i < v.size; ++i)
+          params[v.offset + i] = u(rng) - 0.5f;
       }
     }
     images.resize(int64_t{batch} * spec.input_height * spec.input_width *
                   spec.input_channels);
     for (float& p : images) p = u(rng);
     labels.resize(batch);
-    for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % spec.num_classes);
+    for (uint8_t& l : labels)
+      l = static_cast<uint8_t>(rng() % spec.num_classes);
   }
   ModelSpec spec;
   int batch;
@@ -57,7 +59,8 @@ double RelativeError(const std::vector<float>& got,
   return worst / std::max(scale, 1e-30);
 }
 
-class DeviceGraphTest : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+class DeviceGraphTest
+    : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
 TEST_P(DeviceGraphTest, TrainStepMatchesCpuNetwork) {
   const auto [model, batch] = GetParam();
@@ -71,9 +74,9 @@ TEST_P(DeviceGraphTest, TrainStepMatchesCpuNetwork) {
   std::vector<float> want(p.spec.num_parameters);
   float want_loss = 0;
   int want_correct = 0;
-  ASSERT_TRUE((*net)->TrainStep(p.params.data(), p.images.data(),
-                                p.labels.data(), batch, want.data(), &want_loss,
-                                &want_correct)
+  ASSERT_TRUE((*net)
+                  ->TrainStep(p.params.data(), p.images.data(), p.labels.data(),
+                              batch, want.data(), &want_loss, &want_correct)
                   .ok());
 
   absl::StatusOr<std::vector<PlannedLayer>> layers = PlanLayers(p.spec);
@@ -106,14 +109,16 @@ TEST_P(DeviceGraphTest, TrainStepMatchesCpuNetwork) {
   EXPECT_TRUE(errors.ok()) << errors.first();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, DeviceGraphTest,
-    ::testing::Values(std::make_tuple("cnn", 1), std::make_tuple("cnn", 9),
-                      std::make_tuple("mlp", 1), std::make_tuple("mlp", 33)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param)) + "_batch" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Models, DeviceGraphTest,
+                         ::testing::Values(std::make_tuple("cnn", 1),
+                                           std::make_tuple("cnn", 9),
+                                           std::make_tuple("mlp", 1),
+                                           std::make_tuple("mlp", 33)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) +
+                                  "_batch" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(DeviceGraphArenaTest, EveryBufferIsAlignedAndSizedForMaxBatch) {
   absl::StatusOr<std::vector<PlannedLayer>> layers =

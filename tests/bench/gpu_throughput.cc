@@ -5,7 +5,8 @@
 // pull, host->device, compute, device->host, push (pull and push of a step
 // travel in one fused RPC and are reported together).
 //
-//   bazel run //tests/bench:gpu_throughput -- [--device=cuda] [--batches=128,1024]
+//   bazel run //tests/bench:gpu_throughput -- [--device=cuda]
+//   [--batches=128,1024]
 //       [--seconds=5] [--epochs=1] [--mode=sync] [--no_cluster]
 //
 // --device=cpu runs the same measurement on the CPU backend, for comparison.
@@ -69,10 +70,11 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr,
-                   "bad flag %s (flags: --device --batches --seconds --epochs --mode "
-                   "--no_cluster)\n",
-                   arg.c_str());
+      std::fprintf(
+          stderr,
+          "bad flag %s (flags: --device --batches --seconds --epochs --mode "
+          "--no_cluster)\n",
+          arg.c_str());
       return false;
     }
   }
@@ -87,14 +89,17 @@ struct ComputeFigures {
 
 // TrainStep over consecutive real batches for `seconds`, the next batch
 // prefetched as the trainer does; false on a failed step.
-bool ComputeOnly(const Flags& flags, int batch, const Dataset& data, ComputeFigures* out) {
+bool ComputeOnly(const Flags& flags, int batch, const Dataset& data,
+                 ComputeFigures* out) {
   const ModelSpec spec = *ModelByName("cnn");
   BackendOptions o;
   o.device = *ParseDevice(flags.device);
   o.max_batch = batch;
-  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(spec, o);
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =
+      CreateBackend(spec, o);
   if (!backend.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
+    std::fprintf(stderr, "%s\n",
+                 std::string(backend.status().message()).c_str());
     return false;
   }
   out->backend = (*backend)->name();
@@ -106,7 +111,8 @@ bool ComputeOnly(const Flags& flags, int batch, const Dataset& data, ComputeFigu
   std::vector<uint8_t> labels[2];
   auto fill = [&](int b, int buf) {
     const size_t first = size_t(b % batches) * batch;
-    images[buf].assign(&data.images[first * pixels], &data.images[(first + batch) * pixels]);
+    images[buf].assign(&data.images[first * pixels],
+                       &data.images[(first + batch) * pixels]);
     labels[buf].assign(&data.labels[first], &data.labels[first + batch]);
   };
   int cur = 0;
@@ -119,8 +125,8 @@ bool ComputeOnly(const Flags& flags, int batch, const Dataset& data, ComputeFigu
     int correct;
     absl::Status s = (*backend)->TrainStep(
         params.data(), Batch{images[cur].data(), labels[cur].data(), batch},
-        Batch{images[1 - cur].data(), labels[1 - cur].data(), batch}, grads.data(), &loss,
-        &correct);
+        Batch{images[1 - cur].data(), labels[1 - cur].data(), batch},
+        grads.data(), &loss, &correct);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
       return false;
@@ -179,14 +185,17 @@ int Run(const Flags& flags) {
     std::fprintf(stderr, "%s\n", std::string(data.status().message()).c_str());
     return 1;
   }
-  std::printf("cnn on %s, MNIST from %s\n", resolved->device.ToString().c_str(), dir.c_str());
-  std::printf("%-22s %6s %12s %10s %10s %10s %10s %10s\n", "", "batch", "images/s", "pull ms",
-              "h2d ms", "compute ms", "d2h ms", "push ms");
+  std::printf("cnn on %s, MNIST from %s\n", resolved->device.ToString().c_str(),
+              dir.c_str());
+  std::printf("%-22s %6s %12s %10s %10s %10s %10s %10s\n", "", "batch",
+              "images/s", "pull ms", "h2d ms", "compute ms", "d2h ms",
+              "push ms");
   for (int batch : flags.batches) {
     ComputeFigures c;
     if (!ComputeOnly(flags, batch, *data, &c)) return 1;
-    std::printf("%-22s %6d %12.0f %10s %10.3f %10.3f %10.3f %10s   per step\n", "compute only", batch,
-                c.images_per_s, "-", c.per_step.h2d_s * 1e3, c.per_step.compute_s * 1e3,
+    std::printf("%-22s %6d %12.0f %10s %10.3f %10.3f %10.3f %10s   per step\n",
+                "compute only", batch, c.images_per_s, "-",
+                c.per_step.h2d_s * 1e3, c.per_step.compute_s * 1e3,
                 c.per_step.d2h_s * 1e3, "-");
     std::fflush(stdout);
     if (!flags.cluster) continue;
@@ -196,37 +205,44 @@ int Run(const Flags& flags) {
     o.num_workers = 1;
     o.evaluator = false;
     o.data_dir = dir;
-    o.chief_args = {absl::StrCat("--epochs=", flags.epochs), absl::StrCat("--batch_size=", batch),
+    o.chief_args = {absl::StrCat("--epochs=", flags.epochs),
+                    absl::StrCat("--batch_size=", batch),
                     "--mode=" + flags.mode};
     o.worker_args = {"--device=" + resolved->device.ToString()};
     absl::StatusOr<std::unique_ptr<testing::LocalCluster>> cluster =
         testing::LocalCluster::Start(o);
     if (!cluster.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(cluster.status().message()).c_str());
+      std::fprintf(stderr, "%s\n",
+                   std::string(cluster.status().message()).c_str());
       return 1;
     }
     std::map<std::string, int> codes = (*cluster)->Wait(absl::Minutes(30));
     const std::string log = (*cluster)->Log("worker:0");
     const double rate = DoneFigure(log, "images_per_s");
     if (rate < 0 || codes["chief:0"] != 0) {
-      std::fprintf(stderr, "the cluster run failed:\n%s\n", (*cluster)->AllLogs().c_str());
+      std::fprintf(stderr, "the cluster run failed:\n%s\n",
+                   (*cluster)->AllLogs().c_str());
       return 1;
     }
     // "done: N steps": the step count comes before the first "=".
     long n_steps = 0;
     {
       const size_t at = log.rfind("done: ");
-      if (at != std::string::npos) n_steps = std::strtol(log.c_str() + at + 6, nullptr, 10);
+      if (at != std::string::npos)
+        n_steps = std::strtol(log.c_str() + at + 6, nullptr, 10);
     }
     const double per = n_steps > 0 ? 1e3 / n_steps : 0;
-    std::printf("%-22s %6d %12.0f %10.3f %10.3f %10.3f %10.3f %10.3f   per step (%s; pull = "
-                "the initial pull, push = push+pull RPC)\n",
-                absl::StrCat("1 ps + 1 worker (", flags.mode, ")").c_str(), batch, rate,
-                DoneFigure(log, "pull_s") * 1e3, DoneFigure(log, "h2d_s") * per,
-                DoneFigure(log, "device_compute_s") * per, DoneFigure(log, "d2h_s") * per,
-                DoneFigure(log, "push_pull_s") * per,
-                absl::StrCat(n_steps, " steps").c_str());
-    std::printf("%-22s %6d %12.2f\n", "ratio cluster/compute", batch, rate / c.images_per_s);
+    std::printf(
+        "%-22s %6d %12.0f %10.3f %10.3f %10.3f %10.3f %10.3f   per step (%s; "
+        "pull = "
+        "the initial pull, push = push+pull RPC)\n",
+        absl::StrCat("1 ps + 1 worker (", flags.mode, ")").c_str(), batch, rate,
+        DoneFigure(log, "pull_s") * 1e3, DoneFigure(log, "h2d_s") * per,
+        DoneFigure(log, "device_compute_s") * per,
+        DoneFigure(log, "d2h_s") * per, DoneFigure(log, "push_pull_s") * per,
+        absl::StrCat(n_steps, " steps").c_str());
+    std::printf("%-22s %6d %12.2f\n", "ratio cluster/compute", batch,
+                rate / c.images_per_s);
     std::fflush(stdout);
   }
   return 0;

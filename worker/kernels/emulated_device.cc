@@ -27,12 +27,11 @@ class HostExec {
     const int b_rows = g.trans_b ? g.n : g.k;
     if (g.m < 0 || g.n < 0 || g.k < 0 || g.lda < std::max(1, a_rows) ||
         g.ldb < std::max(1, b_rows) || g.ldc < std::max(1, g.m)) {
-      d_.errors->Record("cublasSgemm (emulated): invalid value: m=" +
-                        std::to_string(g.m) + " n=" + std::to_string(g.n) +
-                        " k=" + std::to_string(g.k) +
-                        " lda=" + std::to_string(g.lda) +
-                        " ldb=" + std::to_string(g.ldb) +
-                        " ldc=" + std::to_string(g.ldc));
+      d_.errors->Record(
+          "cublasSgemm (emulated): invalid value: m=" + std::to_string(g.m) +
+          " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+          " lda=" + std::to_string(g.lda) + " ldb=" + std::to_string(g.ldb) +
+          " ldc=" + std::to_string(g.ldc));
       return;
     }
     for (int j = 0; j < g.n; ++j) {
@@ -84,8 +83,7 @@ void ReluGrad<EmulatedGpuDevice>::operator()(const EmulatedGpuDevice& d,
 
 void DenseForward<EmulatedGpuDevice>::operator()(const EmulatedGpuDevice& d,
                                                  const DenseShape& s,
-                                                 const float* x,
-                                                 const float* w,
+                                                 const float* x, const float* w,
                                                  const float* b, bool relu,
                                                  float* y) const {
   parallel::DenseForward(HostExec(d), s, x, w, b, relu, y);
@@ -138,9 +136,10 @@ void Conv2DBackwardInput<EmulatedGpuDevice>::operator()(
   parallel::Conv2DBackwardInput(HostExec(d), s, w, dy, dx, workspace);
 }
 
-void MaxPool2DForward<EmulatedGpuDevice>::operator()(
-    const EmulatedGpuDevice& d, const MaxPool2DShape& s, const float* x,
-    float* y, int32_t* argmax) const {
+void MaxPool2DForward<EmulatedGpuDevice>::operator()(const EmulatedGpuDevice& d,
+                                                     const MaxPool2DShape& s,
+                                                     const float* x, float* y,
+                                                     int32_t* argmax) const {
   parallel::MaxPool2DForward(HostExec(d), s, x, y, argmax);
 }
 

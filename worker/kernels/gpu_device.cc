@@ -8,8 +8,7 @@ std::string CudaErrorMessage(const std::string& call, cudaError_t error) {
          cudaGetErrorName(error) + ")";
 }
 
-std::string CublasErrorMessage(const std::string& call,
-                               cublasStatus_t status) {
+std::string CublasErrorMessage(const std::string& call, cublasStatus_t status) {
   return call + ": " + cublasGetStatusString(status) + " (" +
          cublasGetStatusName(status) + ")";
 }

@@ -1,10 +1,9 @@
 // The GpuDevice layer kernels: parallel_kernels.h's algorithms on a CUDA
 // executor (one grid-stride kernel per element functor, cuBLAS sgemm).
-#include "worker/kernels/gpu_kernels.h"
-
 #include <algorithm>
 #include <string>
 
+#include "worker/kernels/gpu_kernels.h"
 #include "worker/kernels/parallel_kernels.h"
 
 #ifndef PSCLUSTER_CUDA_ARCHS
@@ -51,14 +50,14 @@ class CudaExec {
   }
 
   void Gemm(const parallel::ColumnMajorGemm& g) const {
-    const cublasStatus_t s = cublasSgemm(
-        d_.blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-        g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &g.alpha, g.a,
-        g.lda, g.b, g.ldb, &g.beta, g.c, g.ldc);
+    const cublasStatus_t s =
+        cublasSgemm(d_.blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k,
+                    &g.alpha, g.a, g.lda, g.b, g.ldb, &g.beta, g.c, g.ldc);
     if (s != CUBLAS_STATUS_SUCCESS) {
       d_.errors->Record(CublasErrorMessage(
-          "cublasSgemm(m=" + std::to_string(g.m) + ", n=" +
-              std::to_string(g.n) + ", k=" + std::to_string(g.k) + ")",
+          "cublasSgemm(m=" + std::to_string(g.m) +
+              ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + ")",
           s));
     }
   }
@@ -80,10 +79,9 @@ int64_t BiasGrad<GpuDevice>::WorkspaceSize(int64_t rows) {
   return parallel::BiasGradWorkspace(rows);
 }
 
-void BiasGrad<GpuDevice>::operator()(const GpuDevice& d, int64_t rows,
-                                     int cols, const float* dy,
-                                     bool accumulate, float* db,
-                                     float* workspace) const {
+void BiasGrad<GpuDevice>::operator()(const GpuDevice& d, int64_t rows, int cols,
+                                     const float* dy, bool accumulate,
+                                     float* db, float* workspace) const {
   parallel::BiasGrad(CudaExec(d), rows, cols, dy, accumulate, db, workspace);
 }
 
@@ -106,9 +104,8 @@ int64_t DenseBackward<GpuDevice>::WorkspaceSize(const DenseShape& s) {
 void DenseBackward<GpuDevice>::operator()(const GpuDevice& d,
                                           const DenseShape& s, const float* x,
                                           const float* w, const float* dy,
-                                          bool accumulate, float* dw,
-                                          float* db, float* dx,
-                                          float* workspace) const {
+                                          bool accumulate, float* dw, float* db,
+                                          float* dx, float* workspace) const {
   parallel::DenseBackward(CudaExec(d), s, x, w, dy, accumulate, dw, db, dx,
                           workspace);
 }
@@ -143,8 +140,8 @@ int64_t Conv2DBackwardInput<GpuDevice>::WorkspaceSize(const Conv2DShape& s) {
 
 void Conv2DBackwardInput<GpuDevice>::operator()(const GpuDevice& d,
                                                 const Conv2DShape& s,
-                                                const float* w,
-                                                const float* dy, float* dx,
+                                                const float* w, const float* dy,
+                                                float* dx,
                                                 float* workspace) const {
   parallel::Conv2DBackwardInput(CudaExec(d), s, w, dy, dx, workspace);
 }

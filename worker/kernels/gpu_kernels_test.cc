@@ -1,6 +1,8 @@
 // The GpuDevice layer kernels on a real GPU against the CPU kernels
 // (kernel_conformance.h). Skips, saying why, where no usable CUDA device is
 // present. CUDA builds only.
+#include "worker/kernels/gpu_kernels.h"
+
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/kernels/gpu_kernels.h"
 #include "worker/kernels/kernel_conformance.h"
 
 namespace pscluster {
@@ -25,7 +26,8 @@ class CudaHarness {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
-      return "no usable CUDA device: " + CudaErrorMessage("cudaGetDeviceCount", e);
+      return "no usable CUDA device: " +
+             CudaErrorMessage("cudaGetDeviceCount", e);
     }
     if (count == 0) return "no CUDA device: the driver reports none";
     if (cudaError_t s = cudaSetDevice(0); s != cudaSuccess) {

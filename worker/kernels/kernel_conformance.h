@@ -176,7 +176,8 @@ TYPED_TEST_P(KernelConformanceTest, DenseForwardMatchesCpu) {
 
 TYPED_TEST_P(KernelConformanceTest, DenseBackwardMatchesCpu) {
   using D = typename TypeParam::Device;
-  for (const DenseShape& s : {DenseShape{7, 50, 13}, DenseShape{128, 1600, 64}}) {
+  for (const DenseShape& s :
+       {DenseShape{7, 50, 13}, DenseShape{128, 1600, 64}}) {
     for (int mode = 0; mode < 3; ++mode) {  // plain, accumulate, no dx
       const bool accumulate = mode == 1;
       const bool with_dx = mode != 2;
@@ -191,16 +192,17 @@ TYPED_TEST_P(KernelConformanceTest, DenseBackwardMatchesCpu) {
                              : h.template Poisoned<float>(want_dw.size());
       float* db = accumulate ? h.Upload(want_db)
                              : h.template Poisoned<float>(want_db.size());
-      float* dx = with_dx ? h.template Poisoned<float>(want_dx.size()) : nullptr;
+      float* dx =
+          with_dx ? h.template Poisoned<float>(want_dx.size()) : nullptr;
       DenseBackward<D>()(
-          h.device(), s, h.Upload(x), h.Upload(w), h.Upload(dy), accumulate,
-          dw, db, dx,
+          h.device(), s, h.Upload(x), h.Upload(w), h.Upload(dy), accumulate, dw,
+          db, dx,
           h.template Poisoned<float>(DenseBackward<D>::WorkspaceSize(s)));
       DenseBackward<CpuDevice>()(CpuDevice(), s, x.data(), w.data(), dy.data(),
                                  accumulate, want_dw.data(), want_db.data(),
                                  with_dx ? want_dx.data() : nullptr);
-      const std::string what = "batch " + std::to_string(s.batch) + " mode " +
-                               std::to_string(mode);
+      const std::string what =
+          "batch " + std::to_string(s.batch) + " mode " + std::to_string(mode);
       EXPECT_TRUE(Close(h.Download(dw, want_dw.size()), want_dw, "dw")) << what;
       EXPECT_TRUE(Close(h.Download(db, want_db.size()), want_db, "db")) << what;
       if (with_dx) {
@@ -215,9 +217,9 @@ TYPED_TEST_P(KernelConformanceTest, DenseBackwardMatchesCpu) {
 // Single-channel (the CPU's direct path), few channels, the CNN's second
 // layer at a small batch, and other kernel sizes.
 inline std::vector<Conv2DShape> ConvShapes() {
-  return {Conv2DShape{3, 12, 10, 1, 3, 8},  Conv2DShape{2, 28, 28, 1, 3, 32},
-          Conv2DShape{2, 9, 9, 5, 3, 7},    Conv2DShape{2, 13, 13, 32, 3, 64},
-          Conv2DShape{3, 6, 7, 4, 1, 5},    Conv2DShape{1, 9, 8, 3, 5, 6}};
+  return {Conv2DShape{3, 12, 10, 1, 3, 8}, Conv2DShape{2, 28, 28, 1, 3, 32},
+          Conv2DShape{2, 9, 9, 5, 3, 7},   Conv2DShape{2, 13, 13, 32, 3, 64},
+          Conv2DShape{3, 6, 7, 4, 1, 5},   Conv2DShape{1, 9, 8, 3, 5, 6}};
 }
 
 inline std::string Describe(const Conv2DShape& s) {
@@ -232,7 +234,8 @@ TYPED_TEST_P(KernelConformanceTest, Conv2DForwardMatchesCpu) {
     for (bool relu : {false, true}) {
       const std::vector<float> x =
           Random(int64_t{s.batch} * s.in_h * s.in_w * s.in_c, 15, 0.0f, 1.0f);
-      const std::vector<float> w = Random(int64_t{s.patch_size()} * s.out_c, 16);
+      const std::vector<float> w =
+          Random(int64_t{s.patch_size()} * s.out_c, 16);
       const std::vector<float> b = Random(s.out_c, 17);
       std::vector<float> want(s.out_pixels() * s.out_c);
       std::vector<float> cpu_ws(
@@ -260,7 +263,8 @@ TYPED_TEST_P(KernelConformanceTest, Conv2DBackwardFilterMatchesCpu) {
       const bool accumulate = mode == 2;
       const std::vector<float> x =
           Random(int64_t{s.batch} * s.in_h * s.in_w * s.in_c, 18, 0.0f, 1.0f);
-      const std::vector<float> w = Random(int64_t{s.patch_size()} * s.out_c, 19);
+      const std::vector<float> w =
+          Random(int64_t{s.patch_size()} * s.out_c, 19);
       const std::vector<float> b = Random(s.out_c, 20);
       const std::vector<float> dy = Random(s.out_pixels() * s.out_c, 21);
       const std::vector<float> prior_dw =
@@ -273,8 +277,8 @@ TYPED_TEST_P(KernelConformanceTest, Conv2DBackwardFilterMatchesCpu) {
       float* ws = h.template Poisoned<float>(ws_size);
       const float* dev_x = h.Upload(x);
       if (columns_ready) {
-        Conv2DForward<D>()(h.device(), s, dev_x, h.Upload(w), h.Upload(b),
-                           true, h.template Poisoned<float>(dy.size()), ws);
+        Conv2DForward<D>()(h.device(), s, dev_x, h.Upload(w), h.Upload(b), true,
+                           h.template Poisoned<float>(dy.size()), ws);
       }
       float* dw = accumulate ? h.Upload(prior_dw)
                              : h.template Poisoned<float>(prior_dw.size());
@@ -303,8 +307,8 @@ TYPED_TEST_P(KernelConformanceTest, Conv2DBackwardInputMatchesCpu) {
     const std::vector<float> w = Random(int64_t{s.patch_size()} * s.out_c, 24);
     const std::vector<float> dy = Random(s.out_pixels() * s.out_c, 25);
     std::vector<float> want(int64_t{s.batch} * s.in_h * s.in_w * s.in_c);
-    std::vector<float> cpu_ws(std::max<int64_t>(
-        1, Conv2DBackwardInput<CpuDevice>::WorkspaceSize(s)));
+    std::vector<float> cpu_ws(
+        std::max<int64_t>(1, Conv2DBackwardInput<CpuDevice>::WorkspaceSize(s)));
     Conv2DBackwardInput<CpuDevice>()(CpuDevice(), s, w.data(), dy.data(),
                                      want.data(), cpu_ws.data());
     TypeParam h;
@@ -374,9 +378,9 @@ TYPED_TEST_P(KernelConformanceTest, SoftmaxCrossEntropyMatchesCpu) {
     int batch, classes;
     bool with_grad;
   };
-  for (const Case& c : {Case{1, 10, true}, Case{33, 10, true},
-                        Case{100, 3, true}, Case{500, 10, false},
-                        Case{1024, 10, true}}) {
+  for (const Case& c :
+       {Case{1, 10, true}, Case{33, 10, true}, Case{100, 3, true},
+        Case{500, 10, false}, Case{1024, 10, true}}) {
     const int64_t n = int64_t{c.batch} * c.classes;
     const std::vector<float> logits = Random(n, 30, -4.0f, 4.0f);
     std::mt19937 rng(31);
@@ -396,7 +400,8 @@ TYPED_TEST_P(KernelConformanceTest, SoftmaxCrossEntropyMatchesCpu) {
     SoftmaxCrossEntropy<D>()(
         h.device(), c.batch, c.classes, h.Upload(logits), h.Upload(labels),
         scale, dlogits, loss, correct,
-        h.template Poisoned<char>(SoftmaxCrossEntropy<D>::WorkspaceBytes(c.batch)));
+        h.template Poisoned<char>(
+            SoftmaxCrossEntropy<D>::WorkspaceBytes(c.batch)));
     const std::string what = "batch " + std::to_string(c.batch);
     if (c.with_grad) {
       EXPECT_TRUE(Close(h.Download(dlogits, n), want, "dlogits")) << what;
@@ -408,18 +413,11 @@ TYPED_TEST_P(KernelConformanceTest, SoftmaxCrossEntropyMatchesCpu) {
 }
 
 REGISTER_TYPED_TEST_SUITE_P(
-    KernelConformanceTest,
-    BiasActivationForwardMatchesCpu,
-    BiasGradMatchesCpu,
-    ReluGradMatchesCpu,
-    DenseForwardMatchesCpu,
-    DenseBackwardMatchesCpu,
-    Conv2DForwardMatchesCpu,
-    Conv2DBackwardFilterMatchesCpu,
-    Conv2DBackwardInputMatchesCpu,
-    MaxPool2DForwardMatchesCpu,
-    MaxPool2DBackwardMatchesCpu,
-    SoftmaxCrossEntropyMatchesCpu);
+    KernelConformanceTest, BiasActivationForwardMatchesCpu, BiasGradMatchesCpu,
+    ReluGradMatchesCpu, DenseForwardMatchesCpu, DenseBackwardMatchesCpu,
+    Conv2DForwardMatchesCpu, Conv2DBackwardFilterMatchesCpu,
+    Conv2DBackwardInputMatchesCpu, MaxPool2DForwardMatchesCpu,
+    MaxPool2DBackwardMatchesCpu, SoftmaxCrossEntropyMatchesCpu);
 
 }  // namespace conformance
 }  // namespace kernels

@@ -172,11 +172,11 @@ struct MaxPoolForwardFn {
     t /= out_w;
     const int row = static_cast<int>(t % out_h);
     const int64_t n = t / out_h;
-    const float* win =
-        x + ((n * in_h + static_cast<int64_t>(row) * pool) * in_w +
-             static_cast<int64_t>(j) * pool) *
-                channels +
-            c;
+    const float* win = x +
+                       ((n * in_h + static_cast<int64_t>(row) * pool) * in_w +
+                        static_cast<int64_t>(j) * pool) *
+                           channels +
+                       c;
     float best = win[0];
     int32_t best_at = 0;
     for (int dh = 0; dh < pool; ++dh) {
@@ -213,8 +213,8 @@ struct MaxPoolBackwardFn {
       return;
     }
     const int64_t o = ((n * out_h + row) * out_w + col) * channels + c;
-    dx[i] = argmax[o] == (h - row * pool) * pool + (w - col * pool) ? dy[o]
-                                                                    : 0.0f;
+    dx[i] =
+        argmax[o] == (h - row * pool) * pool + (w - col * pool) ? dy[o] : 0.0f;
   }
 };
 
@@ -288,7 +288,8 @@ void Gemm(const Exec& e, bool transpose_a, bool transpose_b, int m, int n,
 template <typename Exec>
 void BiasActivationForward(const Exec& e, int64_t rows, int cols,
                            const float* bias, bool relu, float* y) {
-  e.ForEach("BiasActivation", rows * cols, BiasActivationFn{bias, cols, relu, y});
+  e.ForEach("BiasActivation", rows * cols,
+            BiasActivationFn{bias, cols, relu, y});
 }
 
 // Floats of workspace BiasGrad needs: a vector of ones.
@@ -350,8 +351,8 @@ inline int64_t Conv2DBackwardInputWorkspace(const Conv2DShape& s) {
 }
 
 inline Im2ColFn MakeIm2Col(const Conv2DShape& s, const float* x, float* cols) {
-  return Im2ColFn{s.in_h, s.in_w, s.in_c, s.kernel, s.out_h(), s.out_w(),
-                  x,      cols};
+  return Im2ColFn{s.in_h,    s.in_w,    s.in_c, s.kernel,
+                  s.out_h(), s.out_w(), x,      cols};
 }
 
 // Conv2DForward<CpuDevice>'s contract: leaves im2col(x) at the start of
@@ -392,8 +393,7 @@ void Conv2DBackwardInput(const Exec& e, const Conv2DShape& s, const float* w,
   const int k = s.patch_size();
   Gemm(e, false, true, static_cast<int>(m), k, s.out_c, 1.0f, dy, s.out_c, w,
        s.out_c, 0.0f, workspace, k);
-  e.ForEach("Col2Im",
-            static_cast<int64_t>(s.batch) * s.in_h * s.in_w * s.in_c,
+  e.ForEach("Col2Im", static_cast<int64_t>(s.batch) * s.in_h * s.in_w * s.in_c,
             Col2ImFn{s.in_h, s.in_w, s.in_c, s.kernel, s.out_h(), s.out_w(),
                      workspace, dx});
 }
@@ -443,8 +443,8 @@ void SoftmaxCrossEntropy(const Exec& e, int batch, int classes,
   int32_t* row_correct = reinterpret_cast<int32_t*>(group_loss + groups);
   int32_t* group_correct = row_correct + batch;
   e.ForEach("SoftmaxRows", batch,
-            SoftmaxRowFn{classes, logits, labels, grad_scale, dlogits,
-                         row_loss, row_correct});
+            SoftmaxRowFn{classes, logits, labels, grad_scale, dlogits, row_loss,
+                         row_correct});
   e.ForEach("SoftmaxGroupSums", groups,
             SoftmaxSumFn{batch, kSoftmaxGroup, row_loss, row_correct,
                          group_loss, group_correct});
