@@ -45,8 +45,10 @@ if [ -n "$glibc" ] && [ -n "$needed" ] && \
   echo "0 passed, 1 failed"
   exit 1
 fi
+gpus=0
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>&1
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
 else
   echo "nvidia-smi not found: is the NVIDIA driver installed? (the GPU cases will skip)"
 fi
@@ -83,6 +85,13 @@ if [ "$RUN_TESTS" -eq 1 ]; then
     if [ "$f" -gt 0 ]; then grep -E '^\[  FAILED  \]|Failure|error' "results/$name.log" | head -20; fi
     if [ "$s" -gt 0 ]; then grep -m1 -iE 'CUDA device|no MNIST|built without' "results/$name.log"; fi
   done < tests.txt
+  # A GPU the driver shows but CUDA cannot use (a driver older than the
+  # packed CUDA runtime, say) must not pass as "skipped".
+  if [ "$gpus" -gt 0 ] && grep -lqE 'no usable CUDA device|no CUDA device' results/*.log 2>/dev/null; then
+    echo "run.sh: FAIL: nvidia-smi lists $gpus GPU(s) but the CUDA cases skipped:" >&2
+    grep -hm1 -E 'no usable CUDA device|no CUDA device' results/*.log | head -1 >&2
+    failed=$((failed + 1))
+  fi
 fi
 
 if [ "$RUN_BENCH" -eq 1 ]; then
