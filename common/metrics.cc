@@ -1,13 +1,16 @@
 #include "common/metrics.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <thread>
 #include <utility>
@@ -16,15 +19,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/check_names.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 
 namespace pscluster {
 namespace {
-
-// Civetweb threads answering scrapes; scrapes are rare and cheap.
-constexpr int kServerThreads = 2;
 
 std::vector<double> LatencyBuckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -57,20 +56,6 @@ absl::Status CheckBindAddress(const std::string& address) {
   return absl::OkStatus();
 }
 
-// Opens and closes a TCP connection to ipv4:port; errors are ignored.
-void Knock(const std::string& ipv4, int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (ipv4.empty() || ::inet_pton(AF_INET, ipv4.c_str(), &addr.sin_addr) != 1) {
-    return;
-  }
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-  ::close(fd);
-}
-
 absl::Status CheckName(const std::string& name) {
   if (!prometheus::CheckMetricName(name)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -84,23 +69,104 @@ absl::Status CheckName(const std::string& name) {
 Metrics::Metrics(const std::string& task)
     : task_(task), registry_(std::make_shared<prometheus::Registry>()) {}
 
-Metrics::~Metrics() {
-  if (exposer_ == nullptr) return;
-  // Civetweb's listener polls in 2-second quanta and checks its stop flag
-  // only between polls, so a plain reset() takes 2 s. A connection wakes
-  // the poll: knock until the server is gone (each knock is accepted and
-  // closed, or refused once the listener has closed).
-  std::atomic<bool> stopped{false};
-  std::thread knocker([this, &stopped] {
-    while (!stopped.load()) {
-      Knock(wake_address_, port_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// A minimal HTTP/1.0 endpoint for GET /metrics on one thread of ours.
+// (prometheus-cpp's civetweb Exposer starts threads with a fixed 100 KiB
+// stack, too small once a library with a large static TLS block, such as
+// cuBLAS, is loaded: pthread_create fails with EINVAL.) Scrapes are rare
+// and small: one connection at a time is plenty.
+class Metrics::HttpEndpoint {
+ public:
+  // Binds and listens; the serving thread starts in Start().
+  static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Bind(const std::string& address) {
+    const size_t colon = address.rfind(':');
+    const std::string host = address.substr(0, colon);
+    int port = 0;
+    (void)absl::SimpleAtoi(address.substr(colon + 1), &port);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics address '", address, "': '", host, "' is not an IPv4 address"));
     }
-  });
-  exposer_.reset();
-  stopped.store(true);
-  knocker.join();
-}
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(fd, 16) != 0) {
+      const std::string why = std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ", why));
+    }
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    auto e = std::unique_ptr<HttpEndpoint>(new HttpEndpoint());
+    e->fd_ = fd;
+    e->port_ = ntohs(addr.sin_port);
+    return e;
+  }
+
+  void Start(const Metrics* metrics) {
+    thread_ = std::thread([this, metrics] { Serve(*metrics); });
+  }
+
+  ~HttpEndpoint() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  int port() const { return port_; }
+
+ private:
+  HttpEndpoint() = default;
+
+  void Serve(const Metrics& metrics) {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;  // wakes to check stop_
+      const int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) continue;
+      Answer(conn, metrics);
+      ::close(conn);
+    }
+  }
+
+  // Reads the request head (bounded in size and time), answers it.
+  static void Answer(int conn, const Metrics& metrics) {
+    timeval tv{2, 0};
+    ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    std::string head;
+    char buf[1024];
+    while (head.find("\r\n\r\n") == std::string::npos && head.size() < 8192) {
+      const ssize_t n = ::read(conn, buf, sizeof(buf));
+      if (n <= 0) break;
+      head.append(buf, n);
+    }
+    std::string status = "404 Not Found", type = "text/plain", body = "not found\n";
+    if (head.rfind("GET /metrics ", 0) == 0 || head.rfind("GET /metrics?", 0) == 0) {
+      status = "200 OK";
+      type = "text/plain; version=0.0.4; charset=utf-8";
+      body = metrics.Serialize();
+    }
+    const std::string reply = absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
+                                           "\r\nContent-Length: ", body.size(),
+                                           "\r\nConnection: close\r\n\r\n", body);
+    size_t off = 0;
+    while (off < reply.size()) {
+      const ssize_t n = ::send(conn, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      off += n;
+    }
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+Metrics::~Metrics() = default;
 
 void Metrics::RegisterStandardMetrics() {
   const prometheus::Labels labels = {{"task", task_}};
@@ -174,23 +240,11 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(
         absl::StrCat("cannot register the standard metrics: ", e.what()));
   }
   if (bind_address.empty()) return metrics;
-  try {
-    metrics->exposer_ =
-        std::make_unique<prometheus::Exposer>(bind_address, kServerThreads);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", bind_address, ": ", e.what()));
-  }
-  metrics->exposer_->RegisterCollectable(metrics->registry_);
-  const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(absl::StrCat(
-        "metrics server on ", bind_address, " reports no listening port"));
-  }
-  metrics->port_ = ports.front();
-  // Where the destructor knocks: the bound IPv4 address, loopback for any.
-  const std::string host = bind_address.substr(0, bind_address.rfind(':'));
-  metrics->wake_address_ = host == "0.0.0.0" ? "127.0.0.1" : host;
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint = HttpEndpoint::Bind(bind_address);
+  if (!endpoint.ok()) return endpoint.status();
+  metrics->endpoint_ = *std::move(endpoint);
+  metrics->port_ = metrics->endpoint_->port();
+  metrics->endpoint_->Start(metrics.get());
   return metrics;
 }
 

@@ -7,7 +7,8 @@
 // keep the reference on hot paths. Every method is thread-safe, and so are
 // Counter::Increment, Gauge::Set and Histogram::Observe (prometheus-cpp's
 // counters and gauges are atomics; a histogram takes a short lock).
-// /metrics also shows prometheus-cpp's own exposer_* scrape statistics.
+// The HTTP endpoint is a small one of ours on one thread (see metrics.cc
+// for why not prometheus-cpp's civetweb Exposer); IPv4 addresses only.
 #ifndef PSCLUSTER_COMMON_METRICS_H_
 #define PSCLUSTER_COMMON_METRICS_H_
 
@@ -21,7 +22,6 @@
 #include "prometheus/histogram.h"
 
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -102,11 +102,11 @@ class Metrics {
   void RegisterStandardMetrics();
 
   const std::string task_;
-  // The registry outlives the exposer, which holds a weak_ptr to it.
+  // Declared before endpoint_, so it outlives the thread that serves it.
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;  // null when not serving
+  class HttpEndpoint;
+  std::unique_ptr<HttpEndpoint> endpoint_;  // null when not serving
   int port_ = 0;
-  std::string wake_address_;  // IPv4 address the destructor connects to
 
   // Owned by registry_; set once in Start(), then only read.
   prometheus::Counter* steps_ = nullptr;

@@ -45,13 +45,16 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
 else
   # A real run: every task's lines are prefixed, progress is shown, the last
   # line is the chief's final line, and the script exits 0.
-  out="$("$train" --no_build --data_dir="$data" --model=mlp --epochs=1 2>&1)"; rc=$?
+  out="$("$train" --no_build --data_dir="$data" --model=mlp --epochs=1 --logdir="$tmp/run1" 2>&1)"; rc=$?
   last="$(tail -n 1 <<<"$out")"
   if [ "$rc" -eq 0 ] && [[ "$last" =~ ^final:\ test_accuracy=0\.(8[5-9]|9[0-9]) ]] &&
      grep -q '^\[worker1\] ' <<<"$out" && grep -q '^\[ps1\] ' <<<"$out" &&
      grep -qE '^\[chief\] .* epoch 1/1 step [0-9]+ .*examples/s .* loss .* acc .* eta ' <<<"$out" &&
-     grep -q '^\[evaluator\] .*eval: step=' <<<"$out" && ! grep -q 'exited [1-9]' <<<"$out"; then
-    pass "a one-epoch run ends with '$last' and exit 0"
+     grep -q '^\[evaluator\] .*eval: step=' <<<"$out" && ! grep -q 'exited [1-9]' <<<"$out" &&
+     [ -f "$tmp/run1/model.safetensors" ] && ls "$tmp"/run1/events.out.tfevents.*.chief >/dev/null &&
+     ls "$tmp"/run1/events.out.tfevents.*.evaluator >/dev/null &&
+     grep -qE 'Prometheus metrics on 127.0.0.1:ps0:[0-9]+ ' <<<"$out"; then
+    pass "a one-epoch run ends with '$last' and exit 0, leaving TensorBoard events and model.safetensors"
   else
     fail "a one-epoch run (exit $rc, last line '$last')"; echo "$out" | tail -n 30
   fi
@@ -59,7 +62,7 @@ else
   # Ctrl-C: SIGINT to the launcher stops every task; the chief exits 130.
   # (A background job starts with SIGINT ignored; perl, essential on Debian,
   # restores the default before exec, as a terminal's foreground job has it.)
-  perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die "exec: $!"' -- "$train" --no_build --data_dir="$data" --model=mlp --epochs=1000 --logdir="$tmp/logs" \
+  perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die "exec: $!"' -- "$train" --no_build --data_dir="$data" --model=mlp --epochs=1000 --task_logs="$tmp/logs" --logdir="$tmp/runs" \
     > "$tmp/ctrlc.out" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do

@@ -43,6 +43,13 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   ps_ = *std::move(ps);
   backend_ = *std::move(backend);
   params_.resize(spec_.num_parameters);
+  if (!options_.logdir.empty()) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> w =
+        TensorBoardWriter::Create(options_.logdir, ".evaluator");
+    if (!w.ok()) return w.status();
+    tensorboard_ = *std::move(w);
+    spdlog::info("TensorBoard events: {}", tensorboard_->path());
+  }
   ready_ = true;
   spdlog::info("evaluating {} on {} test examples on {}", spec_.name, test_.count,
                backend_->name());
@@ -84,6 +91,16 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
   last_version_ = r.version();
   spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f}{}", r.version(), r.accuracy(),
                r.loss(), final ? " (final)" : "");
+  if (options_.metrics != nullptr) {
+    options_.metrics->accuracy().Set(r.accuracy());
+    options_.metrics->loss().Set(r.loss());
+    options_.metrics->model_version().Set(static_cast<double>(r.version()));
+  }
+  if (tensorboard_) {
+    absl::Status ts = tensorboard_->AddScalars(
+        r.version(), {{"eval/accuracy", r.accuracy()}, {"eval/loss", r.loss()}});
+    if (!ts.ok()) spdlog::warn("TensorBoard: {}", std::string(ts.message()));
+  }
   if (absl::Status rs = chief_->ReportEval(r); !rs.ok() && !final) {
     spdlog::warn("{}", std::string(rs.message()));
   }

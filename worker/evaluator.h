@@ -17,7 +17,9 @@
 #include "common/cluster_spec.h"
 #include "common/idx_dataset.h"
 #include "common/model_spec.h"
+#include "common/metrics.h"
 #include "common/placement.h"
+#include "common/tensorboard_writer.h"
 #include "proto/coordination.pb.h"
 #include "worker/chief_client.h"
 #include "worker/compute_backend.h"
@@ -33,6 +35,9 @@ struct EvaluatorOptions {
   DeviceChoice device;  // main resolves kAuto first, to log the choice
   absl::Duration interval = absl::Seconds(30);
   absl::Duration startup_timeout = absl::Minutes(2);
+  // TensorBoard scalars eval/accuracy and eval/loss go here; empty: none.
+  std::string logdir;
+  Metrics* metrics = nullptr;  // borrowed; outlives the Evaluator
 };
 
 class Evaluator {
@@ -65,6 +70,7 @@ class Evaluator {
   std::unique_ptr<ComputeBackend> backend_ ABSL_GUARDED_BY(mu_);
   std::vector<float> params_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = -1;
+  std::unique_ptr<TensorBoardWriter> tensorboard_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster

@@ -23,6 +23,8 @@ ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
           "cpu, cuda (= cuda:0) or cuda:N");
 ABSL_FLAG(double, eval_interval_s, 30, "Seconds between periodic evaluations");
+ABSL_FLAG(std::string, logdir, "", "Write TensorBoard event files (eval/accuracy, eval/loss) here");
+ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
 
 int main(int argc, char** argv) {
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     ExitWithUsageError("--eval_interval_s must be > 0, got " + std::to_string(interval));
   }
   opt.interval = absl::Seconds(interval);
+  opt.logdir = absl::GetFlag(FLAGS_logdir);
   opt.startup_timeout = absl::Seconds(std::max(1, absl::GetFlag(FLAGS_startup_timeout_s)));
   if (!config.has_own_address()) {
     ExitWithUsageError(config.source +
@@ -71,6 +74,9 @@ int main(int argc, char** argv) {
   opt.device = resolved->device;
   InitLogging(TaskName(config.task));
   spdlog::info("compute device: {} ({})", resolved->device.ToString(), resolved->reason);
+  std::unique_ptr<Metrics> metrics =
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
+  opt.metrics = metrics.get();
 
   Evaluator evaluator(opt);
   auto evaluate = [&](const EvaluateRequest& req, EvalReport* resp) {

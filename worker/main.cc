@@ -22,6 +22,7 @@ ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
 ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
           "cpu, cuda (= cuda:0) or cuda:N");
+ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(int, startup_timeout_s, 120,
           "How long to wait for the chief's plan and the parameter servers");
 ABSL_FLAG(int, straggle_ms, 0,
@@ -70,6 +71,9 @@ int main(int argc, char** argv) {
   opt.device = resolved->device;
   InitLogging(TaskName(config.task));
   spdlog::info("compute device: {} ({})", resolved->device.ToString(), resolved->reason);
+  std::unique_ptr<Metrics> metrics =
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
+  opt.metrics = metrics.get();
 
   Trainer trainer(opt);
   absl::StatusOr<std::unique_ptr<TaskServer>> server =

@@ -190,6 +190,16 @@ absl::Status Trainer::Run() {
                                           options_.step_timeout);
       if (!s.ok()) return s;
       absl::Time t2 = absl::Now();
+      if (Metrics* m = options_.metrics) {
+        const double bytes = static_cast<double>(spec->num_parameters) * sizeof(float);
+        m->steps().Increment();
+        m->examples().Increment(n);
+        m->push_bytes().Increment(bytes);
+        if (!last) m->pull_bytes().Increment(bytes);
+        // One fused RPC per ps: push and pull share the latency.
+        m->push_latency_seconds().Observe(absl::ToDoubleSeconds(t2 - t1));
+        m->model_version().Set(static_cast<double>((*ps)->version()));
+      }
       ++steps_done;
       examples_done += n;
       window.loss_sum += double(loss) * n;

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/metrics.h"
 #include "worker/device_choice.h"
 
 namespace pscluster {
@@ -31,6 +32,7 @@ struct TrainerOptions {
   // Sleeps this long before every push: makes this worker a straggler, to
   // exercise backup workers and staleness.
   absl::Duration straggle = absl::ZeroDuration();
+  Metrics* metrics = nullptr;  // borrowed; outlives the Trainer
 };
 
 class Trainer {

@@ -14,8 +14,12 @@
 #   --eval_interval_s=S   seconds between the evaluator's evaluations (default 10)
 #   --no_evaluator        run without the evaluator task
 #   --no_build            use the binaries already in bazel-bin
-#   --logdir=DIR          also write each task's log to DIR/<task>.log
+#   --logdir=DIR          TensorBoard event files (chief and evaluator) and the
+#                         trained weights (model.safetensors); default
+#                         runs/<date-time>
+#   --task_logs=DIR       also keep each task's log in DIR/<task>.log
 #   --help
+# Every task serves Prometheus /metrics on a free port (listed at start).
 # Every other flag goes to the chief (and --num_ps/--num_workers too), e.g.
 #   --epochs=5 --mode=sync|async --batch_size=128 --optimizer=adam
 #   --learning_rate=0.001 --replicas_to_aggregate=N --max_staleness=N
@@ -34,6 +38,7 @@ EVAL_INTERVAL=10
 EVALUATOR=1
 BUILD=1
 LOGDIR=""
+TASK_LOGS=""
 CHIEF_ARGS=()
 
 die() { echo "train.sh: $*" >&2; exit 2; }
@@ -41,7 +46,7 @@ is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
 for arg in "$@"; do
   case "$arg" in
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --num_ps=*) NUM_PS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
     --num_workers=*) NUM_WORKERS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
     --data_dir=*) DATA_DIR="${arg#*=}" ;;
@@ -50,6 +55,7 @@ for arg in "$@"; do
     --no_evaluator) EVALUATOR=0 ;;
     --no_build) BUILD=0 ;;
     --logdir=*) LOGDIR="${arg#*=}" ;;
+    --task_logs=*) TASK_LOGS="${arg#*=}" ;;
     --*) CHIEF_ARGS+=("$arg") ;;
     *) die "unexpected argument '$arg' (flags look like --name=value; try --help)" ;;
   esac
@@ -93,11 +99,12 @@ DATA_DIR="$(cd "$DATA_DIR" && pwd)"
 
 # 3. Free ports on 127.0.0.1, one per task.
 TOTAL=$((NUM_PS + NUM_WORKERS + 1 + EVALUATOR))
+NEEDED=$((2 * TOTAL))  # a gRPC port and a metrics port per task
 declare -A USED=()
 while read -r port; do USED[$port]=1; done < <(
   awk 'NR > 1 { split($2, a, ":"); print strtonum("0x" a[2]) }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
 PORTS=()
-while [ ${#PORTS[@]} -lt "$TOTAL" ]; do
+while [ ${#PORTS[@]} -lt "$NEEDED" ]; do
   p=$((20000 + RANDOM % 40000))
   [ -n "${USED[$p]:-}" ] && continue
   USED[$p]=1
@@ -118,13 +125,22 @@ tf_config() { echo "{\"cluster\": {$CLUSTER}, \"task\": {\"type\": \"$1\", \"ind
 unset OPENBLAS_CORETYPE
 export OPENBLAS_NUM_THREADS=1
 RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/pscluster.XXXXXX")"
-[ -n "$LOGDIR" ] && mkdir -p "$LOGDIR"
+[ -n "$TASK_LOGS" ] && mkdir -p "$TASK_LOGS"
+[ -z "$LOGDIR" ] && LOGDIR="$ROOT/runs/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$LOGDIR" || die "--logdir=$LOGDIR: cannot create it"
+LOGDIR="$(cd "$LOGDIR" && pwd)"
 declare -A PIDS=()
 ORDER=()
+METRICS=""
+NEXT_METRICS_PORT=$TOTAL
 start() {  # start NAME TYPE INDEX BINARY ARGS...
   local name="$1" type="$2" index="$3"; shift 3
   local log="$RUN_DIR/$name.log"
-  [ -n "$LOGDIR" ] && log="$LOGDIR/$name.log"
+  [ -n "$TASK_LOGS" ] && log="$TASK_LOGS/$name.log"
+  local mport="${PORTS[$NEXT_METRICS_PORT]}"
+  NEXT_METRICS_PORT=$((NEXT_METRICS_PORT + 1))
+  METRICS+=" $name:$mport"
+  set -- "$@" --metrics_port="$mport"
   # setsid: a Ctrl-C in the terminal reaches only this script, which then
   # stops every task once, in order.
   TF_CONFIG="$(tf_config "$type" "$index")" setsid "$@" \
@@ -137,9 +153,11 @@ for ((i = 0; i < NUM_WORKERS; i++)); do
   start "worker$i" worker "$i" "$BIN/worker/worker" --data_dir="$DATA_DIR" --threads="$WORKER_THREADS"
 done
 if [ "$EVALUATOR" = 1 ]; then
-  start evaluator evaluator 0 "$BIN/worker/evaluator" --data_dir="$DATA_DIR" --eval_interval_s="$EVAL_INTERVAL"
+  start evaluator evaluator 0 "$BIN/worker/evaluator" --data_dir="$DATA_DIR" \
+    --eval_interval_s="$EVAL_INTERVAL" --logdir="$LOGDIR"
 fi
-start chief chief 0 "$BIN/chief/chief" "${CHIEF_ARGS[@]}"
+start chief chief 0 "$BIN/chief/chief" --logdir="$LOGDIR" "${CHIEF_ARGS[@]}"
+echo "train.sh: Prometheus metrics on 127.0.0.1:${METRICS# } (name:port, path /metrics)" >&2
 echo "train.sh: started ${#ORDER[@]} tasks (${NUM_PS} ps, ${NUM_WORKERS} workers, chief$([ "$EVALUATOR" = 1 ] && echo ", evaluator")); data $DATA_DIR" >&2
 
 # Ctrl-C / TERM: pass it on; the chief then tells every task to exit. (The
@@ -179,9 +197,12 @@ done
 sleep 0.2  # let the log pipes drain
 [ ${#FAILED[@]} -gt 0 ] && echo "train.sh: ${FAILED[*]}" >&2
 CHIEF_LOG="$RUN_DIR/chief.log"
-[ -n "$LOGDIR" ] && CHIEF_LOG="$LOGDIR/chief.log"
+[ -n "$TASK_LOGS" ] && CHIEF_LOG="$TASK_LOGS/chief.log"
 FINAL="$(grep '^final:' "$CHIEF_LOG" | tail -n 1)"
-[ -z "$LOGDIR" ] && rm -rf "$RUN_DIR"
+rm -rf "$RUN_DIR"
+if [ -f "$LOGDIR/model.safetensors" ]; then
+  echo "train.sh: TensorBoard: tensorboard --logdir $LOGDIR; trained weights: $LOGDIR/model.safetensors" >&2
+fi
 if [ -n "$FINAL" ]; then
   echo "$FINAL"
 else
