@@ -330,6 +330,24 @@ absl::StatusOr<RunResult> Chief::Run() {
     }
     break;
   }
+  if (cluster.num_tasks(kEvaluatorJob) == 0 && coordinator.evaluator_seen()) {
+    // An evaluator outside the cluster (TensorFlow's and the Kubeflow
+    // operator's layout) reports on its own: wait for its verdict on the
+    // final weights, which it evaluates within its interval.
+    spdlog::info("waiting for the evaluator's report on step {}", result.steps);
+    const absl::Time give_up = absl::Now() + options_.final_eval_timeout;
+    while (absl::Now() < give_up && !stop_) {
+      Progress p = tracker.Snapshot(absl::Now());
+      if (p.last_eval_step >= result.steps) {
+        result.has_eval = true;
+        result.test_accuracy = p.last_eval_accuracy;
+        result.test_loss = p.last_eval_loss;
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (!result.has_eval) spdlog::warn("no evaluation of the final weights arrived");
+  }
   if (tensorboard && result.has_eval) {
     (void)tensorboard->AddScalars(result.steps, {{"final/test_accuracy", result.test_accuracy},
                                                  {"final/test_loss", result.test_loss}});

@@ -11,9 +11,15 @@ void CoordinatorService::SetPlan(const TrainingPlan& plan) {
   ready_ = true;
 }
 
-grpc::Status CoordinatorService::GetPlan(grpc::ServerContext*, const GetPlanRequest*,
+bool CoordinatorService::evaluator_seen() const {
+  absl::MutexLock lock(&mu_);
+  return evaluator_seen_;
+}
+
+grpc::Status CoordinatorService::GetPlan(grpc::ServerContext*, const GetPlanRequest* req,
                                          GetPlanResponse* resp) {
   absl::MutexLock lock(&mu_);
+  if (req->task_type() == "evaluator") evaluator_seen_ = true;
   resp->set_ready(ready_);
   if (ready_) *resp->mutable_plan() = plan_;
   return grpc::Status::OK;

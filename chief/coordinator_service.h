@@ -16,6 +16,9 @@ class CoordinatorService final : public Coordinator::Service {
   explicit CoordinatorService(ProgressTracker* tracker) : tracker_(tracker) {}
 
   void SetPlan(const TrainingPlan& plan);
+  // Whether an evaluator has asked for the plan (one outside the cluster
+  // is known only this way).
+  bool evaluator_seen() const;
 
   grpc::Status GetPlan(grpc::ServerContext*, const GetPlanRequest*,
                        GetPlanResponse*) override;
@@ -25,8 +28,9 @@ class CoordinatorService final : public Coordinator::Service {
 
  private:
   ProgressTracker* const tracker_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool evaluator_seen_ ABSL_GUARDED_BY(mu_) = false;
   TrainingPlan plan_ ABSL_GUARDED_BY(mu_);
 };
 

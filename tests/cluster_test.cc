@@ -84,6 +84,20 @@ TEST_F(ClusterTest, BackupWorkerGradientsAreDroppedAndTrainingConverges) {
   EXPECT_NE(c->Log("worker:2").find("pushes dropped as stale"), std::string::npos);
 }
 
+TEST_F(ClusterTest, EvaluatorOutsideTheClusterAsTheKubeflowOperatorSetsItUp) {
+  ClusterOptions o;
+  o.evaluator_unlisted = true;
+  o.chief_args = {"--model=mlp", "--epochs=1"};
+  std::unique_ptr<LocalCluster> c = RunToEnd(o);
+  ASSERT_NE(c, nullptr);
+  std::optional<FinalFigures> f = ParseFinalLine(c->Log("chief:0"));
+  ASSERT_TRUE(f.has_value()) << c->AllLogs();
+  // The final figures come from the unlisted evaluator's own report.
+  EXPECT_GT(f->test_accuracy, 0.88) << c->AllLogs();
+  EXPECT_NE(c->Log("evaluator:0").find("the chief no longer answers"), std::string::npos)
+      << c->Log("evaluator:0");
+}
+
 TEST_F(ClusterTest, ChiefNamesTheTaskThatNeverAnswers) {
   ClusterOptions o;
   o.data_dir = data_dir_;

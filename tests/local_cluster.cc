@@ -159,7 +159,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   };
   std::string cluster = absl::StrCat("\"chief\": ", list(1), ", \"ps\": ", list(options.num_ps),
                                      ", \"worker\": ", list(options.num_workers));
-  if (options.evaluator) absl::StrAppend(&cluster, ", \"evaluator\": ", list(1));
+  if (options.evaluator && !options.evaluator_unlisted) {
+    absl::StrAppend(&cluster, ", \"evaluator\": ", list(1));
+  }
   auto tf_config = [&](const std::string& type, int index) {
     return absl::StrCat("{\"cluster\": {", cluster, "}, \"task\": {\"type\": \"", type,
                         "\", \"index\": ", index, "}}");

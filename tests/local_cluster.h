@@ -42,6 +42,9 @@ struct ClusterOptions {
   int num_ps = 2;
   int num_workers = 2;
   bool evaluator = true;
+  // Starts the evaluator without listing it in cluster.evaluator, as
+  // TensorFlow and the Kubeflow operator do.
+  bool evaluator_unlisted = false;
   std::string data_dir;
   std::vector<std::string> chief_args;
   std::vector<std::string> worker_args;               // every worker

@@ -62,4 +62,12 @@ absl::Status ChiefClient::ReportEval(const EvalReport& report) {
                         absl::StrCat("reporting to the chief (", address_, ")"));
 }
 
+bool ChiefClient::Alive(absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  GetPlanRequest req;
+  GetPlanResponse resp;
+  return stub_->GetPlan(&ctx, req, &resp).ok();
+}
+
 }  // namespace pscluster

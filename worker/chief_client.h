@@ -27,6 +27,8 @@ class ChiefClient {
   // Returns whether the chief asks the worker to stop.
   absl::StatusOr<bool> Report(const ProgressReport& report);
   absl::Status ReportEval(const EvalReport& report);
+  // Whether the chief answers within `timeout`.
+  bool Alive(absl::Duration timeout);
 
  private:
   ChiefClient() = default;

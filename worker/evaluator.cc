@@ -58,13 +58,14 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
 
 absl::StatusOr<EvalReport> Evaluator::Evaluate(int64_t min_version, bool final) {
   absl::MutexLock lock(&mu_);
-  return EvaluateLocked(min_version, final, /*only_if_new=*/false);
+  return EvaluateLocked(min_version, final, /*only_if_new=*/false, absl::Minutes(5));
 }
 
 absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool final,
-                                                     bool only_if_new) {
+                                                     bool only_if_new,
+                                                     absl::Duration pull_timeout) {
   if (!ready_) return absl::UnavailableError("the evaluator is still starting");
-  absl::Status s = ps_->PullAll(min_version, params_.data(), absl::Minutes(5));
+  absl::Status s = ps_->PullAll(min_version, params_.data(), pull_timeout);
   if (!s.ok()) return s;
   if (only_if_new && ps_->version() == last_version_) {
     return absl::AlreadyExistsError("no new weights since the last evaluation");
@@ -116,9 +117,14 @@ void Evaluator::RunPeriodic(const std::atomic<bool>* stop) {
     }
     next = absl::Now() + options_.interval;
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<EvalReport> r = EvaluateLocked(0, false, /*only_if_new=*/true);
+    absl::StatusOr<EvalReport> r = EvaluateLocked(
+        0, false, /*only_if_new=*/true, std::max(options_.interval, absl::Seconds(10)));
     if (!r.ok() && !absl::IsAlreadyExists(r.status())) {
       spdlog::warn("periodic evaluation failed: {}", std::string(r.status().message()));
+    }
+    if (options_.stop_when_chief_gone && !r.ok() && !chief_->Alive(absl::Seconds(5))) {
+      spdlog::info("the chief no longer answers: training is over");
+      return;
     }
   }
 }

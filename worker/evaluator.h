@@ -38,6 +38,10 @@ struct EvaluatorOptions {
   // TensorBoard scalars eval/accuracy and eval/loss go here; empty: none.
   std::string logdir;
   Metrics* metrics = nullptr;  // borrowed; outlives the Evaluator
+  // An evaluator not listed in the cluster (as TensorFlow and the Kubeflow
+  // operator set it up) has no server the chief could stop: it ends its
+  // periodic loop itself once the chief no longer answers.
+  bool stop_when_chief_gone = false;
 };
 
 class Evaluator {
@@ -47,7 +51,8 @@ class Evaluator {
   // Waits for the chief's plan, loads the test set, connects to the ps.
   absl::Status Prepare(const std::atomic<bool>* stop);
 
-  // Evaluates every `interval` while the weights changed, until *stop.
+  // Evaluates every `interval` while the weights changed, until *stop (or,
+  // with stop_when_chief_gone, until the chief stops answering).
   void RunPeriodic(const std::atomic<bool>* stop);
 
   // Evaluates weights of at least `min_version` (waits for them).
@@ -56,7 +61,7 @@ class Evaluator {
 
  private:
   absl::StatusOr<EvalReport> EvaluateLocked(int64_t min_version, bool final,
-                                            bool only_if_new)
+                                            bool only_if_new, absl::Duration pull_timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const EvaluatorOptions options_;

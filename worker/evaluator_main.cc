@@ -56,11 +56,9 @@ int main(int argc, char** argv) {
   opt.interval = absl::Seconds(interval);
   opt.logdir = absl::GetFlag(FLAGS_logdir);
   opt.startup_timeout = absl::Seconds(std::max(1, absl::GetFlag(FLAGS_startup_timeout_s)));
-  if (!config.has_own_address()) {
-    ExitWithUsageError(config.source +
-                       ": the evaluator must be listed in cluster.evaluator so the chief can "
-                       "ask it for the final evaluation");
-  }
+  // Not listed in cluster.evaluator (TensorFlow's and the Kubeflow
+  // operator's way): no server; evaluate until the chief is gone.
+  opt.stop_when_chief_gone = !config.has_own_address();
   const std::string device_flag = absl::GetFlag(FLAGS_device);
   absl::StatusOr<DeviceChoice> device = ParseDevice(device_flag);
   if (!device.ok()) {
@@ -85,13 +83,25 @@ int main(int argc, char** argv) {
     *resp = *r;
     return grpc::Status::OK;
   };
+  std::atomic<bool> stop{false};
+  if (!config.has_own_address()) {
+    spdlog::info("not listed in cluster.evaluator: evaluating without a server until the chief "
+                 "is gone");
+    HandleTerminationSignals([&](const std::string&) { stop = true; });
+    absl::Status s = evaluator.Prepare(&stop);
+    if (s.ok()) evaluator.RunPeriodic(&stop);
+    if (!s.ok() && !absl::IsCancelled(s)) {
+      spdlog::error("{}", std::string(s.message()));
+      return 1;
+    }
+    return 0;
+  }
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
       TaskServer::Start(config.own_port(), {}, evaluate);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
-  std::atomic<bool> stop{false};
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
   std::thread watcher([&] {
     (*server)->WaitForShutdownRequest();
