@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-dev libeigen3-dev zlib1g-dev
   prometheus-cpp-dev
   ca-certificates curl
+  docker-compose python3-yaml jq
 )
 
 case "${1:-}" in

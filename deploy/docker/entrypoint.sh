@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Entrypoint of the pscluster images (installed as
+# /usr/local/bin/pscluster-entrypoint): runs one daemon with its TF_CONFIG.
+#
+#   pscluster-entrypoint ROLE [FLAGS...]    ROLE: ps | worker | evaluator | chief
+#   pscluster-entrypoint COMMAND [ARGS...]  anything else is run as it is (bash, ...)
+#
+# TF_CONFIG is passed on unchanged when it names its task, as Compose files
+# and Kubeflow's TFJob give it. Where it lacks task.index (a StatefulSet whose
+# pods share one ConfigMap'd TF_CONFIG holding only the cluster), the index
+# is filled in, and task.type too when absent (ROLE's job):
+#   PSCLUSTER_TASK_INDEX   the index, when set;
+#   else the pod ordinal:  the number that ends the hostname (worker-3 -> 3).
+# With neither, TF_CONFIG is left alone (the daemons then take index 0).
+#
+# Also read:
+#   PSCLUSTER_DONE_FILE=PATH  (meant for the chief of a StatefulSet, which
+#       Kubernetes restarts even after exit 0) after the daemon exits 0, write
+#       PATH and wait until stopped; when PATH exists at start, do not run
+#       again but wait. Remove PATH to train again.
+#   PSCLUSTER_BIN_DIR      where the daemons are (default /usr/local/bin).
+# A --tf_config=FILE flag wins over TF_CONFIG in the daemons; it is left alone.
+set -euo pipefail
+
+me=pscluster-entrypoint
+die() { echo "$me: error: $*" >&2; exit 2; }
+
+if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+  [ $# -eq 0 ] && exit 2
+  exit 0
+fi
+
+role="$1"
+case "$role" in
+  ps|ps_server) job="ps"; binary="ps_server" ;;
+  worker) job=worker; binary=worker ;;
+  evaluator) job=evaluator; binary=evaluator ;;
+  chief) job=chief; binary=chief ;;
+  *) exec "$@" ;;
+esac
+shift
+bin="${PSCLUSTER_BIN_DIR:-/usr/local/bin}/$binary"
+[ -x "$bin" ] || die "$bin: no such executable"
+
+# The index of this task: PSCLUSTER_TASK_INDEX, else the pod ordinal.
+index=""
+if [ -n "${PSCLUSTER_TASK_INDEX:-}" ]; then
+  [[ "$PSCLUSTER_TASK_INDEX" =~ ^[0-9]+$ ]] ||
+    die "PSCLUSTER_TASK_INDEX='$PSCLUSTER_TASK_INDEX' is not a non-negative integer"
+  index="$PSCLUSTER_TASK_INDEX"
+  index_from="PSCLUSTER_TASK_INDEX"
+else
+  host="${HOSTNAME:-$(hostname 2>/dev/null || true)}"
+  if [[ "$host" =~ -([0-9]+)$ ]]; then
+    index="$((10#${BASH_REMATCH[1]}))"
+    index_from="the pod ordinal of hostname '$host'"
+  fi
+fi
+
+has_tf_config_flag=0
+for a in "$@"; do
+  case "$a" in --tf_config=*|--tf_config) has_tf_config_flag=1 ;; esac
+done
+
+# Edits TF_CONFIG only when it is valid JSON; the daemons report bad JSON
+# themselves, with its position.
+if [ "$has_tf_config_flag" = 0 ] && [ -n "${TF_CONFIG:-}" ]; then
+  command -v jq >/dev/null 2>&1 || die "jq is needed to read TF_CONFIG"
+  if jq -e 'type == "object"' >/dev/null 2>&1 <<<"$TF_CONFIG"; then
+    if [ -n "$index" ] && jq -e '(.task | type) != "object" or (.task.index == null)' \
+        >/dev/null <<<"$TF_CONFIG"; then
+      TF_CONFIG="$(jq -c --arg job "$job" --argjson index "$index" \
+        '.task = ((if (.task | type) == "object" then .task else {} end)
+                  | .type //= $job | .index = $index)' <<<"$TF_CONFIG")"
+      echo "$me: task.index $index from $index_from" >&2
+    fi
+    export TF_CONFIG
+  fi
+fi
+
+if [ -z "${PSCLUSTER_DONE_FILE:-}" ]; then
+  exec "$bin" "$@"
+fi
+
+# Run-once mode: wait (until stopped) instead of exiting or running again.
+idle() {
+  echo "$me: $1; waiting until stopped (remove $PSCLUSTER_DONE_FILE to run again)" >&2
+  sleeper=""
+  trap 'kill $sleeper 2>/dev/null; wait $sleeper 2>/dev/null || true; exit 0' TERM INT
+  sleep infinity &
+  sleeper=$!
+  wait "$sleeper" || true
+  exit 0
+}
+if [ -e "$PSCLUSTER_DONE_FILE" ]; then
+  idle "not running $binary: $PSCLUSTER_DONE_FILE exists ($(head -c 200 "$PSCLUSTER_DONE_FILE"))"
+fi
+"$bin" "$@" &
+pid=$!
+stopped=0
+interrupted=0
+trap 'stopped=1; interrupted=1; kill -TERM "$pid" 2>/dev/null || true' TERM INT
+# `wait` returns early when a trapped signal arrives; wait again for the
+# daemon's own status.
+while :; do
+  interrupted=0
+  wait "$pid" && rc=0 || rc=$?
+  [ "$interrupted" = 1 ] || break
+done
+trap - TERM INT
+# A daemon stopped by a signal did not finish its run, whatever its status.
+if [ "$rc" -ne 0 ] || [ "$stopped" = 1 ]; then
+  exit "$rc"
+fi
+mkdir -p "$(dirname "$PSCLUSTER_DONE_FILE")"
+echo "$binary exited 0 at $(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$PSCLUSTER_DONE_FILE"
+idle "$binary exited 0; wrote $PSCLUSTER_DONE_FILE"

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Checks deploy/compose without a Docker engine: `docker-compose config`
+# renders docker-compose.yml alone and with docker-compose.gpu.yml; in the
+# rendered files every TF_CONFIG is valid JSON, all services share one
+# cluster, each task's (type, index) is its service's, every address is a
+# service name and the port that service listens on, every task of the
+# cluster has a service; the commands (role, flags the daemons have, data and
+# logdir on volumes), restart policies, gRPC health checks, metrics ports, the
+# GPU reservations; the entrypoint passes each TF_CONFIG on unchanged and the
+# built daemons accept it with the service's flags.
+#
+# Usage: tests/deploy_compose_test.sh [MNIST_DIR]   (MNIST is not needed)
+# Exit status 0 when every check passed.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/deploy_common.sh"
+
+COMPOSE="$repo/deploy/compose"
+if [ -z "$PY" ]; then
+  fail "python3 with PyYAML (Debian: python3-yaml, in deploy/install_deps.sh) is needed to read the Compose files"
+  echo "deploy_compose_test: $passed passed, $failed failed, $skipped skipped"
+  exit 1
+fi
+command -v jq >/dev/null 2>&1 ||
+  fail "jq (in deploy/install_deps.sh) is needed by deploy/docker/entrypoint.sh"
+
+# Render with Compose itself: v1 (Debian's docker-compose) or the v2 plugin.
+# Neither needs a Docker engine for `config`. Fixed paths for the variables
+# the files read, so the output does not depend on this shell.
+render=()
+if command -v docker-compose >/dev/null 2>&1; then
+  render=(docker-compose)
+elif docker compose version >/dev/null 2>&1; then
+  render=(docker compose)
+fi
+export PSCLUSTER_DATA_DIR=/srv/mnist
+unset PSCLUSTER_IMAGE PSCLUSTER_CUDA_IMAGE PSCLUSTER_EPOCHS PSCLUSTER_WORKER0_GPU PSCLUSTER_WORKER1_GPU
+if [ ${#render[@]} -eq 0 ]; then
+  skip "docker-compose config: neither docker-compose (Debian 12 package docker-compose) nor" \
+    "'docker compose' is installed; checking the files as written, the GPU override merged by this test"
+else
+  for variant in base gpu; do
+    files=(-f "$COMPOSE/docker-compose.yml")
+    [ "$variant" = gpu ] && files+=(-f "$COMPOSE/docker-compose.gpu.yml")
+    if (cd "$tmp" && "${render[@]}" --project-directory "$COMPOSE" "${files[@]}" config) \
+        >"$tmp/rendered-$variant.yml" 2>"$tmp/config.err"; then
+      pass "${render[*]} config renders docker-compose.yml$([ $variant = gpu ] && echo ' + docker-compose.gpu.yml')"
+    else
+      fail "${render[*]} config ($variant): $(tail -5 "$tmp/config.err")"
+      rm -f "$tmp/rendered-$variant.yml"
+    fi
+  done
+fi
+
+run_checks "compose checks" "$PY" - "$repo" "$tmp" <<'EOF'
+import json, os, re, sys
+import yaml
+repo, tmp = sys.argv[1], sys.argv[2]
+sys.path.insert(0, tmp)
+from deploylib import *
+
+COMPOSE = os.path.join(repo, "deploy/compose")
+ROLE_SERVICES = {"ps": 2, "worker": 2, "evaluator": 1, "chief": 1}
+
+def raw(name):
+    """A Compose file with ${VAR}, ${VAR:-default} interpolated as Compose does."""
+    with open(os.path.join(COMPOSE, name)) as f:
+        text = f.read()
+    text = re.sub(r"\$\{(\w+)(?::?-([^}]*))?\}",
+                  lambda m: os.environ.get(m.group(1)) or m.group(2) or "", text)
+    return yaml.safe_load(text)
+
+def merged_by_hand():
+    """The files as written, GPU override merged per service (no Compose here)."""
+    base, gpu = raw("docker-compose.yml"), raw("docker-compose.gpu.yml")
+    out = json.loads(json.dumps(base))
+    for name, svc in gpu["services"].items():
+        out["services"][name].update(svc)
+    return base, out
+
+rendered = {}
+for variant in ("base", "gpu"):
+    path = os.path.join(tmp, "rendered-%s.yml" % variant)
+    if os.path.exists(path):
+        with open(path) as f:
+            rendered[variant] = yaml.safe_load(f)
+if len(rendered) < 2:
+    try:
+        base, gpu = merged_by_hand()
+        rendered.setdefault("base", base)
+        rendered.setdefault("gpu", gpu)
+    except Exception as e:
+        bad("the Compose files parse: %s" % e)
+        sys.exit(1)
+
+def env_of(svc):
+    env = svc.get("environment", {})
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) for e in env)
+    return env
+
+def mounts_of(svc):
+    """[(target, read_only)] in either the short (v1) or long (v2) syntax."""
+    out = []
+    for v in svc.get("volumes", []):
+        if isinstance(v, str):
+            parts = v.split(":")
+            out.append((parts[1], len(parts) > 2 and "ro" in parts[2].split(",")))
+        else:
+            out.append((v["target"], bool(v.get("read_only"))))
+    return out
+
+def command_of(svc):
+    cmd = svc.get("command", [])
+    return cmd.split() if isinstance(cmd, str) else list(cmd)
+
+flags = known_flags(repo)
+fake_bin = make_fake_bin(tmp)
+real_bin = make_real_bin(repo, tmp)
+if real_bin is None:
+    skip("the built daemons' own TF_CONFIG and flag checks: bazel-bin lacks them "
+         "(bazel build //ps_server:ps_server //worker:worker //worker:evaluator //chief:chief)")
+
+for variant, cfg in sorted(rendered.items()):
+    services = cfg["services"]
+    what = "docker-compose.yml" + (" + docker-compose.gpu.yml" if variant == "gpu" else "")
+    # The cluster, every TF_CONFIG and its task.
+    g = Group("%s: TF_CONFIGs" % what)
+    tf = {}
+    for name, svc in sorted(services.items()):
+        try:
+            tf[name] = json.loads(env_of(svc)["TF_CONFIG"])
+        except Exception as e:
+            g(False, "%s has a TF_CONFIG that is valid JSON" % name, repr(e))
+    g(len(tf) == len(services), "every service's TF_CONFIG is valid JSON")
+    clusters = {json.dumps(t.get("cluster"), sort_keys=True) for t in tf.values()}
+    g(len(clusters) == 1, "all share one cluster", str(clusters))
+    cluster = next(iter(tf.values()))["cluster"] if tf else {}
+    g({j: len(cluster.get(j, [])) for j in ROLE_SERVICES} == ROLE_SERVICES,
+      "the cluster has 2 ps, 2 workers, a chief and an evaluator", json.dumps(cluster))
+    listens = {}  # service -> port it listens on (its own TF_CONFIG entry)
+    for name, t in sorted(tf.items()):
+        task = t.get("task", {})
+        job, index = task.get("type"), task.get("index", 0)
+        want = name if job in ("chief", "evaluator") else "%s-%s" % (job, index)
+        g(want == name and job in ROLES, "%s runs task %s:%s" % (name, job, index))
+        try:
+            host, port = split_address(cluster[job][index])
+            listens[name] = port
+            g(host == name, "%s's own address %s names the service" % (name, cluster[job][index]))
+        except Exception as e:
+            g(False, "%s is in the cluster" % name, repr(e))
+    tasks = cluster_tasks(cluster)
+    owners = {}
+    for job, index, address in tasks:
+        host, port = split_address(address)
+        owners.setdefault(host, []).append((job, index))
+        g(host in services and listens.get(host) == port,
+          "%s:%d -> service %s listening on %d" % (job, index, host, port))
+    g(all(len(v) == 1 for v in owners.values()) and set(owners) == set(services),
+      "one service per task, one task per service", str(owners))
+    g.report()
+    # What each service runs.
+    for name, svc in sorted(services.items()):
+        g = Group("%s: service %s" % (what, name))
+        cmd = command_of(svc)
+        job = tf.get(name, {}).get("task", {}).get("type")
+        g(cmd[:1] == [job], "command starts with its role '%s'" % job, str(cmd[:1]))
+        if job not in ROLES:
+            g.report()
+            continue
+        binary = ROLES[job][1]
+        probs = flag_problems(binary, cmd[1:], flags)
+        g(not probs, "flags are %s's" % binary, "; ".join(probs))
+        g(flag_value(cmd, "metrics_port") is not None, "--metrics_port set")
+        want_restart = "no" if job == "chief" else "on-failure"
+        g(svc.get("restart") == want_restart, "restart: %s" % want_restart, str(svc.get("restart")))
+        test = svc.get("healthcheck", {}).get("test", [])
+        g(test[:2] == ["CMD", "pscluster-health-probe"] and len(test) == 3 and
+          split_address(test[2]) == ("127.0.0.1", listens.get(name)),
+          "healthcheck: gRPC health of 127.0.0.1:%s" % listens.get(name), str(test))
+        mounts = mounts_of(svc)
+        for flag in ("data_dir", "logdir"):
+            path = flag_value(cmd, flag)
+            if path is None:
+                continue
+            cover = [(t, ro) for t, ro in mounts if path == t or path.startswith(t.rstrip("/") + "/")]
+            g(cover and (flag == "data_dir" or not cover[0][1]),
+              "--%s=%s on a %s volume" % (flag, path, "mounted" if flag == "data_dir" else "writable"),
+              str(mounts))
+        if job in ("worker", "evaluator"):
+            g(flag_value(cmd, "data_dir") == "/data/mnist", "--data_dir=/data/mnist")
+        if job == "chief":
+            g(flag_value(cmd, "logdir") == "/runs", "--logdir=/runs")
+        gpu_devices = (svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", []))
+        if variant == "gpu" and job == "worker":
+            g(any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in gpu_devices)
+              and "cuda" in svc.get("image", "") and svc.get("build", {}).get("dockerfile", "").endswith("Dockerfile.cuda")
+              and flag_value(cmd, "device") == "cuda",
+              "an nvidia GPU reserved, the CUDA image, --device=cuda",
+              "devices=%s image=%s cmd=%s" % (gpu_devices, svc.get("image"), cmd))
+        else:
+            g(not gpu_devices and flag_value(cmd, "device") in (None, "cpu"), "no GPU")
+        g.report()
+    # The entrypoint passes each TF_CONFIG on unchanged (a container's
+    # hostname is its id: no ordinal); the built daemons accept it.
+    g = Group("%s: entrypoint and daemons" % what)
+    for name, svc in sorted(services.items()):
+        cmd, env = command_of(svc), env_of(svc)
+        try:
+            got, args = task_view(repo, fake_bin, cmd, env, "3f2a9c1b7d4e")
+            g(got == tf.get(name) and args == cmd[1:], "%s gets its TF_CONFIG and flags unchanged" % name,
+              json.dumps(got))
+        except Exception as e:
+            g(False, "%s: entrypoint runs" % name, str(e))
+        if real_bin:
+            accepted, msg = daemon_accepts(repo, real_bin, cmd, env, "3f2a9c1b7d4e")
+            g(accepted, "the built %s accepts %s's" % (ROLES[cmd[0]][1], name), msg)
+    g.report()
+
+# The GPU override changes only the workers' image, command and devices.
+if "base" in rendered and "gpu" in rendered:
+    b, gp = rendered["base"]["services"], rendered["gpu"]["services"]
+    changed = sorted(n for n in b if b[n] != gp.get(n))
+    check(changed == ["worker-0", "worker-1"] and
+          all(env_of(b[n]) == env_of(gp[n]) for n in changed),
+          "docker-compose.gpu.yml changes only the workers (not their TF_CONFIG)", str(changed))
+sys.exit(1 if results["fail"] else 0)
+EOF
+
+echo "deploy_compose_test: checked deploy/compose (rendered config, TF_CONFIGs, services): $passed passed," \
+  "$failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
