@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/errno_status.h"
 #include "nlohmann/json.hpp"
 
 namespace pscluster {
@@ -26,25 +27,6 @@ constexpr char kMetadataKey[] = "__metadata__";
 constexpr char kF32[] = "F32";
 // The reference implementation's limit; a larger header means corruption.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    case EISDIR:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
-}
 
 // product(shape), or false when a dimension is negative or the product
 // exceeds `limit`.

@@ -15,31 +15,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/errno_status.h"
 #include "common/tfrecord.h"
 
 namespace pscluster {
 namespace {
 
 constexpr char kEventFilePrefix[] = "events.out.tfevents.";
-
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EEXIST:
-      return absl::AlreadyExistsError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
-}
 
 std::string Hostname() {
   char name[256] = {};
