@@ -12,6 +12,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
 #include "worker/device_choice.h"
+#include "worker/device_flag.h"
 #include "worker/kernels/blas_env.h"
 #include "worker/evaluator.h"
 
@@ -59,19 +60,10 @@ int main(int argc, char** argv) {
   // Not listed in cluster.evaluator (TensorFlow's and the Kubeflow
   // operator's way): no server; evaluate until the chief is gone.
   opt.stop_when_chief_gone = !config.has_own_address();
-  const std::string device_flag = absl::GetFlag(FLAGS_device);
-  absl::StatusOr<DeviceChoice> device = ParseDevice(device_flag);
-  if (!device.ok()) {
-    ExitWithUsageError("--device=" + device_flag + ": " + std::string(device.status().message()));
-  }
-  absl::StatusOr<ResolvedDevice> resolved = ResolveDevice(*device);
-  if (!resolved.ok()) {
-    ExitWithUsageError("--device=" + device_flag + ": " +
-                       std::string(resolved.status().message()));
-  }
-  opt.device = resolved->device;
+  const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
+  opt.device = resolved.device;
   InitLogging(TaskName(config.task));
-  spdlog::info("compute device: {} ({})", resolved->device.ToString(), resolved->reason);
+  spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
   std::unique_ptr<Metrics> metrics =
       StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
   opt.metrics = metrics.get();

@@ -12,6 +12,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
 #include "worker/device_choice.h"
+#include "worker/device_flag.h"
 #include "worker/kernels/blas_env.h"
 #include "worker/trainer.h"
 
@@ -58,19 +59,10 @@ int main(int argc, char** argv) {
   const int straggle = absl::GetFlag(FLAGS_straggle_ms);
   if (straggle < 0) ExitWithUsageError("--straggle_ms must be >= 0, got " + std::to_string(straggle));
   opt.straggle = absl::Milliseconds(straggle);
-  const std::string device_flag = absl::GetFlag(FLAGS_device);
-  absl::StatusOr<DeviceChoice> device = ParseDevice(device_flag);
-  if (!device.ok()) {
-    ExitWithUsageError("--device=" + device_flag + ": " + std::string(device.status().message()));
-  }
-  absl::StatusOr<ResolvedDevice> resolved = ResolveDevice(*device);
-  if (!resolved.ok()) {
-    ExitWithUsageError("--device=" + device_flag + ": " +
-                       std::string(resolved.status().message()));
-  }
-  opt.device = resolved->device;
+  const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
+  opt.device = resolved.device;
   InitLogging(TaskName(config.task));
-  spdlog::info("compute device: {} ({})", resolved->device.ToString(), resolved->reason);
+  spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
   std::unique_ptr<Metrics> metrics =
       StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
   opt.metrics = metrics.get();
