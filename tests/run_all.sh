@@ -34,6 +34,25 @@ passed=0
 failed=0
 skipped=0
 
+# count_reports DIR...: adds the test cases of every gtest XML report under
+# the folders to passed/failed/skipped, and sets COUNTED to how many.
+count_reports() {
+  local xml p f s
+  COUNTED=0
+  while IFS= read -r xml; do
+    read -r p f s < <(awk '
+      /<testcase / { open = 1; bad = 0; skip = ($0 ~ /result="skipped"/);
+                     if ($0 ~ /\/>[[:space:]]*$/) { closecase() } }
+      open && /<failure|<error/ { bad = 1 }
+      open && /<skipped/ { skip = 1 }
+      open && /<\/testcase>/ { closecase() }
+      function closecase() { if (bad) f++; else if (skip) s++; else p++; open = 0 }
+      END { print p + 0, f + 0, s + 0 }' "$xml")
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    COUNTED=$((COUNTED + p + f + s))
+  done < <(find -L "$@" -name test.xml 2>/dev/null)
+}
+
 # 0. The CPU-only configuration, as a machine without nvcc builds it
 #    (PSCLUSTER_CUDA=0, see third_party/cuda/cuda_configure.bzl): build the
 #    worker and the tests, and run the tests whose expectations change
@@ -49,19 +68,8 @@ if bazel build "${CPU_ONLY[@]}" --keep_going //worker/... //tests/...; then
   bazel test "${CPU_ONLY[@]}" --test_output=errors \
     //worker:backend_factory_test //worker:device_choice_test //tests:device_flag_test
   cpu_rc=$?
-  cpu_counted=0
-  while IFS= read -r xml; do
-    read -r p f s < <(awk '
-      /<testcase / { open = 1; bad = 0; skip = ($0 ~ /result="skipped"/);
-                     if ($0 ~ /\/>[[:space:]]*$/) { closecase() } }
-      open && /<failure|<error/ { bad = 1 }
-      open && /<skipped/ { skip = 1 }
-      open && /<\/testcase>/ { closecase() }
-      function closecase() { if (bad) f++; else if (skip) s++; else p++; open = 0 }
-      END { print p + 0, f + 0, s + 0 }' "$xml")
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-    cpu_counted=$((cpu_counted + p + f + s))
-  done < <(find -L "$cpu_logs/worker" "$cpu_logs/tests" -name test.xml 2>/dev/null)
+  count_reports "$cpu_logs/worker" "$cpu_logs/tests"
+  cpu_counted=$COUNTED
   if [ "$cpu_rc" -ne 0 ] && [ "$cpu_rc" -ne 3 ] || [ "$cpu_counted" -eq 0 ]; then
     echo "run_all: CPU-only tests: bazel exited $cpu_rc" >&2
     failed=$((failed + 1))
@@ -79,17 +87,7 @@ bazel_rc=${PIPESTATUS[0]}
 
 # Count test cases in every report; a test target that crashed gets a
 # report from Bazel with one failed case.
-while IFS= read -r xml; do
-  read -r p f s < <(awk '
-    /<testcase / { open = 1; bad = 0; skip = ($0 ~ /result="skipped"/);
-                   if ($0 ~ /\/>[[:space:]]*$/) { closecase() } }
-    open && /<failure|<error/ { bad = 1 }
-    open && /<skipped/ { skip = 1 }
-    open && /<\/testcase>/ { closecase() }
-    function closecase() { if (bad) f++; else if (skip) s++; else p++; open = 0 }
-    END { print p + 0, f + 0, s + 0 }' "$xml")
-  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-done < <(find -L "$ROOT/bazel-testlogs/" -name test.xml 2>/dev/null)
+count_reports "$ROOT/bazel-testlogs/"
 
 # Targets that did not build or run have no report: one failure each.
 nobuild=$(grep -cE '^//[^ ]+ +(FAILED TO BUILD|NO STATUS)' /tmp/run_all_bazel.$$ || true)
