@@ -25,7 +25,53 @@ bool AllFinite(const float* x, int64_t n) {
   return sum == 0.0f;
 }
 
+absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version) {
+  return absl::AbortedError(absl::StrCat(
+      "the parameters were restored from a checkpoint (generation ", ours, ", version ",
+      version, "); the caller's are of generation ", theirs, ": pull again"));
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
+    const StoreConfig& config) const {
+  if (config.num_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers must be at least 1, got ", config.num_workers));
+  }
+  if (config.rule == UpdateRule::kSync &&
+      (config.replicas_to_aggregate < 1 ||
+       config.replicas_to_aggregate > config.num_workers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicas_to_aggregate must be in [1, ", config.num_workers, "], got ",
+        config.replicas_to_aggregate));
+  }
+  if (config.rule == UpdateRule::kAsync && config.max_staleness < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_staleness must be >= 0, got ", config.max_staleness));
+  }
+  if (config.generation < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation must be >= 0, got ", config.generation));
+  }
+  return Optimizer::Create(config.optimizer, config.num_floats);
+}
+
+absl::Status ParameterStore::Configure(const StoreConfig& config,
+                                       std::unique_ptr<Optimizer> optimizer) {
+  optimizer_ = std::move(optimizer);
+  config_ = config;
+  seen_.assign(config.num_workers, {});
+  pending_.assign(config.num_workers, {});
+  pending_examples_.assign(config.num_workers, -1);
+  pending_count_ = 0;
+  pending_nonfinite_ = false;
+  active_.assign(config.num_workers, true);
+  retiring_.assign(config.num_workers, false);
+  sum_.assign(config.num_floats, 0.0f);
+  generation_ = config.generation;
+  return absl::OkStatus();
+}
 
 absl::Status ParameterStore::Init(const StoreConfig& config, const float* values,
                                   bool* already) {
@@ -42,38 +88,90 @@ absl::Status ParameterStore::Init(const StoreConfig& config, const float* values
     *already = true;
     return absl::OkStatus();
   }
-  if (config.num_workers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_workers must be at least 1, got ", config.num_workers));
-  }
-  if (config.rule == UpdateRule::kSync &&
-      (config.replicas_to_aggregate < 1 ||
-       config.replicas_to_aggregate > config.num_workers)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replicas_to_aggregate must be in [1, ", config.num_workers, "], got ",
-        config.replicas_to_aggregate));
-  }
-  if (config.rule == UpdateRule::kAsync && config.max_staleness < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_staleness must be >= 0, got ", config.max_staleness));
-  }
-  absl::StatusOr<std::unique_ptr<Optimizer>> opt =
-      Optimizer::Create(config.optimizer, config.num_floats);
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
   if (!opt.ok()) return opt.status();
-  optimizer_ = *std::move(opt);
-  config_ = config;
+  if (absl::Status s = Configure(config, *std::move(opt)); !s.ok()) return s;
   values_.assign(values, values + config.num_floats);
-  seen_.assign(config.num_workers, {});
-  pending_.assign(config.num_workers, {});
-  pending_examples_.assign(config.num_workers, -1);
-  pending_count_ = 0;
-  active_.assign(config.num_workers, true);
-  retiring_.assign(config.num_workers, false);
-  sum_.assign(config.num_floats, 0.0f);
   version_ = 0;
   initialized_ = true;
   version_advanced_.SignalAll();
   return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnapshot& state) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
+  if (!opt.ok()) return opt.status();
+  if (static_cast<int64_t>(state.values.size()) != config.num_floats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint holds ", state.values.size(), " values; the layout has ",
+        config.num_floats));
+  }
+  if (state.version < 0 || state.generation < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint version ", state.version, " / generation ", state.generation,
+        " must be >= 0"));
+  }
+  if (absl::Status s = (*opt)->RestoreState(state.optimizer); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
+                       config.num_floats != config_.num_floats)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "holds layout ", config_.layout_fingerprint, " (", config_.num_floats,
+        " floats); refusing to restore layout ", config.layout_fingerprint, " (",
+        config.num_floats, " floats)"));
+  }
+  StoreConfig c = config;
+  c.generation = state.generation;
+  if (absl::Status s = Configure(c, *std::move(opt)); !s.ok()) return s;
+  values_ = state.values;
+  version_ = state.version;
+  initialized_ = true;
+  version_advanced_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot* out) const {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  out->version = version_;
+  out->generation = generation_;
+  out->values = values_;
+  out->optimizer = optimizer_->SaveState();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
+                                              const std::vector<bool>& active) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (static_cast<int>(active.size()) != config_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker set has ", active.size(), " entries; this ps serves ",
+        config_.num_workers, " workers"));
+  }
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (!active[w] && pending_examples_[w] >= 0) {
+      // A lost worker's half-done step: its data is handed to another
+      // worker, so its gradient must not count.
+      pending_examples_[w] = -1;
+      --pending_count_;
+    }
+    if (!active[w]) retiring_[w] = false;
+    active_[w] = active[w];
+  }
+  MaybeAggregate();
+  return absl::OkStatus();
+}
+
+bool ParameterStore::is_sync() const {
+  absl::MutexLock lock(&mu_);
+  return config_.rule == UpdateRule::kSync;
 }
 
 absl::Status ParameterStore::CheckLayout(uint64_t fingerprint) const {
@@ -88,9 +186,13 @@ absl::Status ParameterStore::CheckLayout(uint64_t fingerprint) const {
 
 absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_version,
                                   absl::Time deadline, std::string* out,
-                                  int64_t* version) {
+                                  int64_t* version, int64_t generation,
+                                  int64_t* out_generation) {
   absl::MutexLock lock(&mu_);
-  while (!cancelled_ && (!initialized_ || version_ < min_version)) {
+  auto other_generation = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return initialized_ && generation >= 0 && generation != generation_;
+  };
+  while (!cancelled_ && !other_generation() && (!initialized_ || version_ < min_version)) {
     if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
   }
   if (cancelled_) return absl::CancelledError("parameter server is shutting down");
@@ -98,6 +200,7 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
     return absl::UnavailableError("parameter server is not initialised yet");
   }
   if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (other_generation()) return GenerationMismatch(generation, generation_, version_);
   if (version_ < min_version) {
     return absl::DeadlineExceededError(absl::StrCat(
         "waited for version ", min_version, "; still at ", version_));
@@ -106,6 +209,7 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
   out->assign(reinterpret_cast<const char*>(values_.data()),
               values_.size() * sizeof(float));
   *version = version_;
+  if (out_generation != nullptr) *out_generation = generation_;
   return absl::OkStatus();
 }
 
@@ -121,6 +225,7 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   if (absl::Status s = CheckLayout(args.layout_fingerprint); !s.ok()) {
     return reject(s);
   }
+  if (args.generation != generation_) return GenerationMismatch(args.generation, generation_, version_);
   if (args.worker < 0 || args.worker >= config_.num_workers) {
     return reject(absl::InvalidArgumentError(
         absl::StrCat("worker index ", args.worker, " is out of range: ",
@@ -140,7 +245,8 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
         absl::StrCat("gradient version ", args.version,
                      " is from the future: this ps is at version ", version_)));
   }
-  if (!AllFinite(args.gradients, args.num_floats)) {
+  const bool finite = AllFinite(args.gradients, args.num_floats);
+  if (!finite && !config_.skip_nonfinite) {
     return reject(absl::InvalidArgumentError(
         absl::StrCat("gradient from worker ", args.worker,
                      " holds NaN or Inf; not applied")));
@@ -155,8 +261,8 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
     }
   }
   absl::StatusOr<PushResult> result = config_.rule == UpdateRule::kSync
-                                          ? PushSync(args)
-                                          : PushAsync(args);
+                                          ? PushSync(args, finite)
+                                          : PushAsync(args, finite);
   if (result.ok()) stats_.staleness_sum += result->staleness;
   if (result.ok() && args.request_id != 0) {
     seen.push_back({args.request_id, *result});
@@ -165,12 +271,14 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   return result;
 }
 
-absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args) {
+absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool finite) {
   const int w = args.worker;
   PushResult r;
   r.staleness = version_ - args.version;
-  if (args.version < version_ || pending_examples_[w] >= 0) {
-    // A backup worker's late gradient, or a second one for this step.
+  if (args.version < version_ || pending_examples_[w] >= 0 || !active_[w]) {
+    // A backup worker's late gradient, a second one for this step, or one
+    // from a worker the chief took out of the step (it rejoins through
+    // the chief).
     ++stats_.pushes_dropped_stale;
     if (args.last) active_[w] = false;
     MaybeAggregate();
@@ -179,6 +287,7 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args) {
   }
   pending_[w].assign(args.gradients, args.gradients + args.num_floats);
   pending_examples_[w] = args.num_examples;
+  if (!finite) pending_nonfinite_ = true;
   ++pending_count_;
   if (args.last) retiring_[w] = true;
   ++stats_.pushes_applied;
@@ -196,7 +305,9 @@ void ParameterStore::MaybeAggregate() {
   for (int n : pending_examples_) total += std::max(n, 0);
   const int64_t n = config_.num_floats;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
-  if (total > 0) {
+  if (pending_nonfinite_) {
+    ++stats_.steps_skipped_nonfinite;
+  } else if (total > 0) {
     // Fixed worker-index order: the sum is the same bits whatever the
     // arrival order was.
     for (int w = 0; w < config_.num_workers; ++w) {
@@ -216,12 +327,13 @@ void ParameterStore::MaybeAggregate() {
     }
   }
   pending_count_ = 0;
+  pending_nonfinite_ = false;
   ++version_;
   ++stats_.steps_applied;
   version_advanced_.SignalAll();
 }
 
-absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args) {
+absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool finite) {
   PushResult r;
   r.staleness = version_ - args.version;
   if (r.staleness > config_.max_staleness) {
@@ -229,7 +341,18 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args) {
     r.version = version_;
     return r;
   }
-  if (args.num_examples > 0) optimizer_->Apply(args.gradients, values_.data());
+  if (!finite) {
+    ++stats_.steps_skipped_nonfinite;
+    r.version = version_;
+    return r;
+  }
+  if (args.num_examples == 0) {
+    // Nothing learned (an idle worker's or a final empty push).
+    r.applied = true;
+    r.version = version_;
+    return r;
+  }
+  optimizer_->Apply(args.gradients, values_.data());
   ++version_;
   ++stats_.pushes_applied;
   ++stats_.steps_applied;
@@ -243,6 +366,9 @@ StoreStats ParameterStore::stats() const {
   absl::MutexLock lock(&mu_);
   StoreStats s = stats_;
   s.version = version_;
+  s.generation = generation_;
+  s.initialized = initialized_;
+  s.active_workers = active_;
   return s;
 }
 

@@ -14,6 +14,12 @@
 // A push whose request id the store has seen from that worker recently is
 // answered with the first answer and not applied again.
 //
+// Fault tolerance: the chief sets which workers a sync step waits for
+// (SetActiveWorkers) when one dies or comes back, and takes and restores
+// checkpoints (Snapshot, Restore). Every restore raises the generation;
+// pushes and waiting pulls of another generation are Aborted, so no
+// gradient computed on weights from before a restore is ever applied.
+//
 // Thread-safe: every method may be called from any thread. Knows nothing
 // about gRPC; ps_service.h adapts it.
 #ifndef PSCLUSTER_PS_SERVER_PARAMETER_STORE_H_
@@ -43,6 +49,10 @@ struct StoreConfig {
   int replicas_to_aggregate = 1;  // sync
   int max_staleness = 0;          // async
   OptimizerOptions optimizer;
+  // NaN/Inf gradients: false = reject the push (InvalidArgument, counted);
+  // true = accept it and skip the update it belongs to (counted).
+  bool skip_nonfinite = false;
+  int64_t generation = 0;  // of the initial values
 };
 
 struct PushArgs {
@@ -54,6 +64,7 @@ struct PushArgs {
   const float* gradients = nullptr;
   int64_t num_floats = 0;
   bool last = false;
+  int64_t generation = 0;  // of the weights the gradient was computed on
 };
 
 struct PushResult {
@@ -72,6 +83,19 @@ struct StoreStats {
   // Sum of the staleness of every push applied or dropped as stale: with
   // their count, the mean staleness.
   int64_t staleness_sum = 0;
+  int64_t steps_skipped_nonfinite = 0;
+  int64_t generation = 0;
+  bool initialized = false;
+  std::vector<bool> active_workers;  // sync: whom a step waits for
+};
+
+// Values and optimizer state at one version: what a checkpoint holds of a
+// ps.
+struct StoreSnapshot {
+  int64_t version = 0;
+  int64_t generation = 0;
+  std::vector<float> values;
+  OptimizerState optimizer;
 };
 
 class ParameterStore {
@@ -87,21 +111,42 @@ class ParameterStore {
 
   // Copies the values into *out once the version is at least min_version.
   // Unavailable when not initialised by `deadline`; DeadlineExceeded when
-  // the version is not reached by then; Cancelled after Cancel().
+  // the version is not reached by then; Cancelled after Cancel(); Aborted
+  // when `generation` >= 0 and the store's generation is another (a
+  // restore happened).
   absl::Status Pull(uint64_t layout_fingerprint, int64_t min_version,
-                    absl::Time deadline, std::string* out, int64_t* version);
+                    absl::Time deadline, std::string* out, int64_t* version,
+                    int64_t generation = -1, int64_t* out_generation = nullptr);
 
   absl::StatusOr<PushResult> Push(const PushArgs& args);
 
   StoreStats stats() const;
+  bool is_sync() const;
+
+  // Sync: the workers a step waits for (one entry per worker). A worker
+  // taken out has its gradient for the current step discarded; the step
+  // may then complete. InvalidArgument for a wrong count.
+  absl::Status SetActiveWorkers(uint64_t layout_fingerprint, const std::vector<bool>& active);
+
+  // A copy of the values and optimizer state at the current version.
+  absl::Status Snapshot(uint64_t layout_fingerprint, StoreSnapshot* out) const;
+
+  // Replaces the whole state with `state` under `config` (initialising an
+  // empty store). FailedPrecondition for another layout on an initialised
+  // store; InvalidArgument (and no change) for a state that does not fit.
+  absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state);
 
   // Wakes every waiting Pull with Cancelled (shutdown).
   void Cancel();
 
  private:
   absl::Status CheckLayout(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<PushResult> PushSync(const PushArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<PushResult> PushAsync(const PushArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Validates `config` and installs it with fresh per-worker state.
+  absl::Status Configure(const StoreConfig& config, std::unique_ptr<Optimizer> optimizer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::unique_ptr<Optimizer>> CheckConfig(const StoreConfig& config) const;
+  absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sync: applies the pending gradients once enough have arrived.
   void MaybeAggregate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -120,6 +165,7 @@ class ParameterStore {
   std::vector<float> values_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   StoreStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::deque<SeenPush>> seen_ ABSL_GUARDED_BY(mu_);
 
@@ -129,6 +175,7 @@ class ParameterStore {
   std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
   int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
+  bool pending_nonfinite_ ABSL_GUARDED_BY(mu_) = false;  // skip this step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> retiring_ ABSL_GUARDED_BY(mu_);
   std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch

@@ -1,5 +1,7 @@
 #include "ps_server/parameter_store.h"
 
+#include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -222,6 +224,144 @@ TEST_F(StoreTest, BadReplicasRefused) {
   absl::Status s = store_.Init(SgdConfig(UpdateRule::kSync, 2, 3), init.data(), &already);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("got 3"), std::string::npos);
+}
+
+// --- Fault tolerance: membership, generations, checkpoints --------------
+
+TEST_F(StoreTest, SyncStepCompletesWhenTheChiefTakesALostWorkerOut) {
+  InitStore(SgdConfig(UpdateRule::kSync, 3, 3));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {3, 3, 3}).ok());  // worker 1 then dies
+  EXPECT_EQ(store_.stats().version, 0);                 // waits for worker 2
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {true, false, true}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 0, {1, 1, 1}).ok());
+  int64_t version = 0;
+  // Worker 1's half-done gradient was discarded: the mean of 0 and 2 only.
+  EXPECT_EQ(Values(store_, &version), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(version, 1);
+  // While out, its pushes are dropped; once back, steps wait for it again.
+  absl::StatusOr<PushResult> r = PushGrad(store_, 1, 1, {5, 5, 5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {true, true, true}).ok());
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {0, 0, 0}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 1, {0, 0, 0}).ok());
+  EXPECT_EQ(store_.stats().version, 1);
+  ASSERT_TRUE(PushGrad(store_, 1, 1, {3, 3, 3}).ok());
+  EXPECT_EQ(store_.stats().version, 2);
+  EXPECT_EQ(store_.SetActiveWorkers(kLayout, {true}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, RemovingTheLastMissingWorkerAppliesThePendingStep) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {true, false}).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+}
+
+TEST_F(StoreTest, RestoreRollsBackValuesSlotsAndVersionAndAbortsOldGenerations) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+  c.optimizer.name = "adam";
+  c.optimizer.learning_rate = 0.1f;
+  c.optimizer.beta1 = 0.9f;
+  c.optimizer.beta2 = 0.999f;
+  c.optimizer.epsilon = 1e-7f;
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, -1, 2}).ok());
+  StoreSnapshot snap;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
+  EXPECT_EQ(snap.version, 1);
+  ASSERT_EQ(snap.optimizer.slots.size(), 2u);
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {3, 3, 3}).ok());
+  const std::vector<float> after_two = Values(store_);
+
+  // Roll back to the snapshot under a new generation.
+  snap.generation = 1;
+  ASSERT_TRUE(store_.Restore(c, snap).ok());
+  int64_t version = -1;
+  EXPECT_EQ(Values(store_, &version), snap.values);
+  EXPECT_EQ(version, 1);
+  // A gradient of the old generation is refused, not applied.
+  absl::StatusOr<PushResult> old = PushGrad(store_, 0, 1, {3, 3, 3});
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(store_.stats().version, 1);
+  // The same gradient of the new generation gives the same weights as
+  // before the rollback: the optimizer's slots came back too.
+  std::vector<float> g = {3, 3, 3};
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.num_examples = 1;
+  a.version = 1;
+  a.generation = 1;
+  a.gradients = g.data();
+  a.num_floats = 3;
+  ASSERT_TRUE(store_.Push(a).ok());
+  EXPECT_EQ(Values(store_), after_two);
+}
+
+TEST_F(StoreTest, RestoreInitialisesAnEmptyStoreAndRefusesAnotherLayout) {
+  StoreSnapshot snap;
+  snap.version = 7;
+  snap.generation = 2;
+  snap.values = {4, 5, 6};
+  const StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1, 3);
+  ASSERT_TRUE(store_.Restore(c, snap).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(store_, &version), (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(version, 7);
+  EXPECT_EQ(store_.stats().generation, 2);
+  StoreConfig other = c;
+  other.layout_fingerprint = kLayout + 1;
+  EXPECT_EQ(store_.Restore(other, snap).code(), absl::StatusCode::kFailedPrecondition);
+  snap.values = {1, 2};
+  EXPECT_EQ(store_.Restore(c, snap).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values(store_), (std::vector<float>{4, 5, 6}));
+}
+
+TEST_F(StoreTest, PullOfAnOldGenerationIsAbortedWhenARestoreHappens) {
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  StoreSnapshot snap;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
+  snap.generation = 1;
+  std::thread restorer([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(store_.Restore(SgdConfig(UpdateRule::kSync, 1, 1), snap).ok());
+  });
+  std::string bytes;
+  int64_t version = 0;
+  absl::Status s = store_.Pull(kLayout, 5, absl::Now() + absl::Seconds(10), &bytes, &version,
+                               /*generation=*/0);
+  restorer.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+}
+
+TEST_F(StoreTest, SkipPolicySkipsTheWholeSyncStepWithANonFiniteGradient) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
+  c.skip_nonfinite = true;
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {NAN, 1, 1}).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(store_, &version), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 1);
+  EXPECT_EQ(store_.stats().pushes_rejected, 0);
+  // The next step applies normally.
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 1, {1, 1, 1}).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+}
+
+TEST_F(StoreTest, SkipPolicyInAsyncSkipsThatPushOnly) {
+  StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1, 4);
+  c.skip_nonfinite = true;
+  InitStore(c);
+  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {INFINITY, 0, 0});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 1);
 }
 
 }  // namespace

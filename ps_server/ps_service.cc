@@ -1,6 +1,7 @@
 #include "ps_server/ps_service.h"
 
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -19,20 +20,34 @@ grpc::Status BadBytes(const char* what, size_t n) {
                                    " bytes, not a whole number of float32s"));
 }
 
-}  // namespace
+grpc::Status InvalidArgument(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
 
-grpc::Status PsService::Init(grpc::ServerContext*, const InitRequest* req,
-                             InitResponse* resp) {
-  if (req->values().size() % sizeof(float) != 0) return BadBytes("values", req->values().size());
-  StoreConfig c;
+// Float32 values from protobuf bytes (which may not be float-aligned).
+bool ToFloats(const std::string& bytes, std::vector<float>* out) {
+  if (bytes.size() % sizeof(float) != 0) return false;
+  out->resize(bytes.size() / sizeof(float));
+  if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+  return true;
+}
+
+// The store configuration an Init (or a Restore's init) asks for, for
+// `num_floats` values.
+grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats, StoreConfig* out) {
+  StoreConfig& c = *out;
   c.layout_fingerprint = req->layout_fingerprint();
-  c.num_floats = static_cast<int64_t>(req->values().size() / sizeof(float));
+  c.num_floats = num_floats;
   int64_t expected = 0;
-  for (const ShardSpec& s : req->shards()) expected += s.size();
+  for (const ShardSpec& s : req->shards()) {
+    if (s.size() < 0) {
+      return InvalidArgument(absl::StrCat("shard ", s.variable(), " has size ", s.size()));
+    }
+    expected += s.size();
+  }
   if (expected != c.num_floats) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("shards add up to ", expected,
-                                     " floats but values hold ", c.num_floats));
+    return InvalidArgument(absl::StrCat("shards add up to ", expected,
+                                        " floats but values hold ", c.num_floats));
   }
   switch (req->mode()) {
     case SYNC: c.rule = UpdateRule::kSync; break;
@@ -53,29 +68,89 @@ grpc::Status PsService::Init(grpc::ServerContext*, const InitRequest* req,
   c.optimizer.epsilon = o.epsilon();
   c.optimizer.decay_rate = o.decay_steps() > 0 ? o.decay_rate() : 1.0f;
   c.optimizer.decay_steps = o.decay_steps();
-  // The bytes may not be float-aligned inside the protobuf string.
-  std::vector<float> values(c.num_floats);
-  std::memcpy(values.data(), req->values().data(), req->values().size());
+  switch (req->nonfinite()) {
+    case NONFINITE_REJECT: c.skip_nonfinite = false; break;
+    case NONFINITE_SKIP_STEP: c.skip_nonfinite = true; break;
+    default:
+      return InvalidArgument(absl::StrCat("unknown non-finite policy ", req->nonfinite()));
+  }
+  c.generation = req->generation();
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+PsService::PsService(ParameterStore* store, Metrics* metrics)
+    : store_(store),
+      metrics_(metrics),
+      incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {}
+
+grpc::Status PsService::Init(grpc::ServerContext*, const InitRequest* req,
+                             InitResponse* resp) {
+  std::vector<float> values;
+  if (!ToFloats(req->values(), &values)) return BadBytes("values", req->values().size());
+  StoreConfig c;
+  if (grpc::Status s = ConfigFromInit(req, static_cast<int64_t>(values.size()), &c); !s.ok()) {
+    return s;
+  }
   bool already = false;
   absl::Status s = store_->Init(c, values.data(), &already);
   if (!s.ok()) return ToGrpcStatus(s);
+  if (!already) {
+    absl::MutexLock lock(&shards_mu_);
+    shards_.assign(req->shards().begin(), req->shards().end());
+  }
+  const StoreStats st = store_->stats();
   resp->set_already_initialized(already);
-  resp->set_version(store_->stats().version);
+  resp->set_version(st.version);
+  resp->set_generation(st.generation);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::CheckShards(
+    const google::protobuf::RepeatedPtrField<ShardSpec>& shards) {
+  absl::MutexLock lock(&shards_mu_);
+  if (shards_.empty()) return grpc::Status::OK;  // nothing held yet
+  for (const ShardSpec& s : shards) {
+    bool known = false;
+    for (const ShardSpec& mine : shards_) {
+      if (mine.variable() == s.variable() && mine.part() == s.part()) {
+        if (mine.offset() != s.offset() || mine.size() != s.size()) {
+          return InvalidArgument(absl::StrCat(
+              "variable ", s.variable(), " part ", s.part(), " is [", s.offset(), ", +",
+              s.size(), ") in the request but [", mine.offset(), ", +", mine.size(),
+              ") on this ps"));
+        }
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument(absl::StrCat("unknown variable ", s.variable(), " part ",
+                                          s.part(), ": this ps does not hold it"));
+    }
+  }
+  if (shards.size() != static_cast<int>(shards_.size())) {
+    return InvalidArgument(absl::StrCat("the request names ", shards.size(),
+                                        " shards; this ps holds ", shards_.size()));
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
-                               int64_t min_version, PullResponse* resp) {
+                               int64_t min_version, int64_t generation,
+                               PullResponse* resp) {
   absl::Time deadline = absl::Now() + kMaxPullWait;
   if (ctx != nullptr) {
     deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
   }
   int64_t version = 0;
+  int64_t current_generation = 0;
   const absl::Time start = absl::Now();
-  absl::Status s = store_->Pull(fingerprint, min_version, deadline,
-                                resp->mutable_values(), &version);
+  absl::Status s = store_->Pull(fingerprint, min_version, deadline, resp->mutable_values(),
+                                &version, generation, &current_generation);
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(version);
+  resp->set_generation(current_generation);
   bytes_pulled_ += static_cast<int64_t>(resp->values().size());
   // Includes the wait for min_version: how long pulls are held.
   metrics_->pull_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
@@ -85,11 +160,18 @@ grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
 
 grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
                              PullResponse* resp) {
-  return DoPull(ctx, req->layout_fingerprint(), req->min_version(), resp);
+  // Proto3 cannot tell an unset generation from 0; readers that do not
+  // care (the evaluator, the chief) send -1.
+  return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(), resp);
 }
 
 grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   const std::string& g = req.gradients();
+  if (!req.dtype().empty() && req.dtype() != "float32") {
+    metrics_->pushes_rejected().Increment();
+    return InvalidArgument(absl::StrCat("gradients of dtype '", req.dtype(),
+                                        "': this ps holds float32 only"));
+  }
   if (g.size() % sizeof(float) != 0) return BadBytes("gradients", g.size());
   // Protobuf strings come from the allocator, 16-byte aligned in practice;
   // copy only if not.
@@ -109,6 +191,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   a.gradients = grads;
   a.num_floats = static_cast<int64_t>(g.size() / sizeof(float));
   a.last = req.last();
+  a.generation = req.generation();
   const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
   if (!r.ok()) {
@@ -138,7 +221,8 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
   grpc::Status s = DoPush(*req, resp->mutable_push());
   if (!s.ok()) return s;
   // Sync: the weights of the step this gradient feeds. Async: the newest.
-  return DoPull(ctx, req->layout_fingerprint(), req->version() + 1,
+  const int64_t min_version = store_->is_sync() ? req->version() + 1 : 0;
+  return DoPull(ctx, req->layout_fingerprint(), min_version, req->generation(),
                 resp->mutable_pull());
 }
 
@@ -154,6 +238,81 @@ grpc::Status PsService::GetStats(grpc::ServerContext*, const PsStatsRequest*,
   resp->set_staleness_sum(s.staleness_sum);
   resp->set_bytes_pulled(bytes_pulled_.load());
   resp->set_bytes_pushed(bytes_pushed_.load());
+  resp->set_generation(s.generation);
+  resp->set_initialized(s.initialized);
+  resp->set_incarnation(incarnation_);
+  resp->set_steps_skipped_nonfinite(s.steps_skipped_nonfinite);
+  for (bool a : s.active_workers) resp->add_active_workers(a);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::SetWorkers(grpc::ServerContext*, const SetWorkersRequest* req,
+                                   SetWorkersResponse* resp) {
+  std::vector<bool> active(req->active().begin(), req->active().end());
+  absl::Status s = store_->SetActiveWorkers(req->layout_fingerprint(), active);
+  if (!s.ok()) return ToGrpcStatus(s);
+  resp->set_version(store_->stats().version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::Snapshot(grpc::ServerContext*, const SnapshotRequest* req,
+                                 ShardState* resp) {
+  StoreSnapshot snap;
+  absl::Status s = store_->Snapshot(req->layout_fingerprint(), &snap);
+  if (!s.ok()) return ToGrpcStatus(s);
+  resp->set_layout_fingerprint(req->layout_fingerprint());
+  {
+    absl::MutexLock lock(&shards_mu_);
+    for (const ShardSpec& sh : shards_) *resp->add_shards() = sh;
+  }
+  resp->set_version(snap.version);
+  resp->set_generation(snap.generation);
+  resp->set_values(snap.values.data(), snap.values.size() * sizeof(float));
+  for (const OptimizerSlot& slot : snap.optimizer.slots) {
+    SlotValues* v = resp->add_slots();
+    v->set_name(slot.name);
+    v->set_values(slot.values.data(), slot.values.size() * sizeof(float));
+  }
+  resp->set_optimizer_iterations(snap.optimizer.iterations);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::Restore(grpc::ServerContext*, const RestoreRequest* req,
+                                RestoreResponse* resp) {
+  const ShardState& state = req->state();
+  StoreSnapshot snap;
+  if (!ToFloats(state.values(), &snap.values)) {
+    return BadBytes("values", state.values().size());
+  }
+  if (state.layout_fingerprint() != req->init().layout_fingerprint()) {
+    return InvalidArgument(absl::StrCat("the state's layout ", state.layout_fingerprint(),
+                                        " differs from the configuration's ",
+                                        req->init().layout_fingerprint()));
+  }
+  StoreConfig c;
+  if (grpc::Status s = ConfigFromInit(&req->init(), static_cast<int64_t>(snap.values.size()), &c);
+      !s.ok()) {
+    return s;
+  }
+  if (grpc::Status s = CheckShards(state.shards()); !s.ok()) return s;
+  if (grpc::Status s = CheckShards(req->init().shards()); !s.ok()) return s;
+  snap.version = state.version();
+  snap.generation = state.generation();
+  snap.optimizer.iterations = state.optimizer_iterations();
+  for (const SlotValues& v : state.slots()) {
+    OptimizerSlot slot;
+    slot.name = v.name();
+    if (!ToFloats(v.values(), &slot.values)) return BadBytes("slot values", v.values().size());
+    snap.optimizer.slots.push_back(std::move(slot));
+  }
+  absl::Status s = store_->Restore(c, snap);
+  if (!s.ok()) return ToGrpcStatus(s);
+  {
+    absl::MutexLock lock(&shards_mu_);
+    shards_.assign(req->init().shards().begin(), req->init().shards().end());
+  }
+  metrics_->model_version().Set(static_cast<double>(snap.version));
+  resp->set_version(snap.version);
   return grpc::Status::OK;
 }
 

@@ -6,7 +6,9 @@
 #define PSCLUSTER_PS_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/parameter_store.h"
@@ -15,8 +17,7 @@ namespace pscluster {
 
 class PsService final : public ParameterServer::Service {
  public:
-  PsService(ParameterStore* store, Metrics* metrics)
-      : store_(store), metrics_(metrics) {}
+  PsService(ParameterStore* store, Metrics* metrics);
 
   grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse*) override;
   grpc::Status Pull(grpc::ServerContext*, const PullRequest*, PullResponse*) override;
@@ -25,16 +26,27 @@ class PsService final : public ParameterServer::Service {
                         PushPullResponse*) override;
   grpc::Status GetStats(grpc::ServerContext*, const PsStatsRequest*,
                         PsStatsResponse*) override;
+  grpc::Status SetWorkers(grpc::ServerContext*, const SetWorkersRequest*,
+                          SetWorkersResponse*) override;
+  grpc::Status Snapshot(grpc::ServerContext*, const SnapshotRequest*, ShardState*) override;
+  grpc::Status Restore(grpc::ServerContext*, const RestoreRequest*, RestoreResponse*) override;
 
  private:
   grpc::Status DoPush(const PushRequest& req, PushResponse* resp);
-  grpc::Status DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
-                      int64_t min_version, PullResponse* resp);
+  grpc::Status DoPull(grpc::ServerContext* ctx, uint64_t fingerprint, int64_t min_version,
+                      int64_t generation, PullResponse* resp);
+  // The shards this ps holds (from Init or Restore); checked against a
+  // restore's so that a checkpoint of another layout or variable is refused.
+  grpc::Status CheckShards(const google::protobuf::RepeatedPtrField<ShardSpec>& shards);
 
   ParameterStore* const store_;
   Metrics* const metrics_;
   std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> bytes_pushed_{0};
+  // Random per process: tells the chief a restarted ps from the old one.
+  const uint64_t incarnation_;
+  absl::Mutex shards_mu_;
+  std::vector<ShardSpec> shards_ ABSL_GUARDED_BY(shards_mu_);
 };
 
 }  // namespace pscluster
