@@ -1,9 +1,26 @@
 // Chief: coordinates one training run. It waits until every task of the
 // cluster answers the health service, places the model's variables over
 // the ps tasks and initialises them, hands the plan to workers and the
-// evaluator (Coordinator service), logs progress, and when every worker is
-// done asks the evaluator for the final evaluation, prints the `final:`
-// line, exports the weights (safetensors) and tells every task to exit.
+// evaluator (Coordinator service) and the data to workers one chunk at a
+// time (Dispatcher), logs progress, and when every worker is done asks the
+// evaluator for the final evaluation, prints the `final:` line, exports the
+// weights (safetensors) and tells every task to exit.
+//
+// Faults it rides out:
+//   worker lost  no heartbeat within heartbeat_timeout: its unfinished
+//                chunks go to the others and sync steps stop waiting for
+//                it until it is back (it rejoins by asking for work).
+//   ps lost      it stops answering, or answers as a new process: workers
+//                are paused; once it is back every ps is restored from the
+//                newest checkpoint (a new generation) and the data position
+//                rewinds to the checkpoint's; steps since it are lost.
+//   chief lost   a restarted chief finds the ps initialised and keeps their
+//                parameters; the data position comes from the newest
+//                checkpoint in checkpoint_dir.
+// Checkpoints: every checkpoint_every_steps / checkpoint_every and at the
+// end, with workers paused between steps so that every shard's values and
+// optimizer slots belong to one consistent cut. The newest is also kept in
+// memory, so ps recovery never depends on a disk.
 //
 // Run() is called once; RequestStop() may be called from any thread.
 #ifndef PSCLUSTER_CHIEF_CHIEF_H_
@@ -30,9 +47,21 @@ struct ChiefOptions {
   int max_staleness = 0;
   absl::Duration wait_for_cluster = absl::Minutes(2);
   absl::Duration log_every = absl::Seconds(2);
-  // A worker that neither reports nor answers health checks this long is
-  // declared lost and the run fails.
-  absl::Duration worker_silence = absl::Seconds(60);
+  // Workers beat every heartbeat_interval; one silent for heartbeat_timeout
+  // is lost.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // How often every ps is asked whether it is the same live process.
+  absl::Duration ps_check_every = absl::Milliseconds(500);
+  // How long a lost ps may take to come back before the run fails.
+  absl::Duration ps_recovery_timeout = absl::Minutes(5);
+  NonFinitePolicy nonfinite = NONFINITE_REJECT;
+  // Checkpoints go here (none on disk when empty; the newest is always
+  // kept in memory). 0 steps / zero duration: not by that measure.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 200;
+  absl::Duration checkpoint_every = absl::ZeroDuration();
+  int keep_checkpoints = 3;
   absl::Duration final_eval_timeout = absl::Minutes(10);
   // TensorBoard event files (scalars: loss, accuracy, examples/s,
   // staleness) go here; empty: none.

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/rpc.h"
+#include "common/security.h"
 
 namespace pscluster {
 
@@ -16,8 +18,9 @@ bool CoordinatorService::evaluator_seen() const {
   return evaluator_seen_;
 }
 
-grpc::Status CoordinatorService::GetPlan(grpc::ServerContext*, const GetPlanRequest* req,
+grpc::Status CoordinatorService::GetPlan(grpc::ServerContext* ctx, const GetPlanRequest* req,
                                          GetPlanResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (req->task_type() == "evaluator") evaluator_seen_ = true;
   resp->set_ready(ready_);
@@ -25,8 +28,9 @@ grpc::Status CoordinatorService::GetPlan(grpc::ServerContext*, const GetPlanRequ
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,
                                                 const ProgressReport* req, ProgressAck*) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   if (!tracker_->Record(*req, absl::Now())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("worker index ", req->worker_index(),
@@ -35,10 +39,26 @@ grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ReportEval(grpc::ServerContext*, const EvalReport* req,
+grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* ctx, const EvalReport* req,
                                             EvalAck*) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   tracker_->RecordEval(*req);
   return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetWork(grpc::ServerContext* ctx, const WorkRequest* req,
+                                         WorkResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  absl::StatusOr<WorkResponse> r = dispatcher_->GetWork(*req, absl::Now());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
+                                           const HeartbeatRequest* req, HeartbeatResponse*) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  return ToGrpcStatus(dispatcher_->Heartbeat(*req, absl::Now()));
 }
 
 }  // namespace pscluster

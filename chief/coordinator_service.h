@@ -6,6 +6,7 @@
 #define PSCLUSTER_CHIEF_COORDINATOR_SERVICE_H_
 
 #include "absl/synchronization/mutex.h"
+#include "chief/dispatcher.h"
 #include "chief/progress_tracker.h"
 #include "proto/coordination.grpc.pb.h"
 
@@ -13,7 +14,9 @@ namespace pscluster {
 
 class CoordinatorService final : public Coordinator::Service {
  public:
-  explicit CoordinatorService(ProgressTracker* tracker) : tracker_(tracker) {}
+  // `dispatcher` answers GetWork and Heartbeat; both are borrowed.
+  CoordinatorService(ProgressTracker* tracker, Dispatcher* dispatcher)
+      : tracker_(tracker), dispatcher_(dispatcher) {}
 
   void SetPlan(const TrainingPlan& plan);
   // Whether an evaluator has asked for the plan (one outside the cluster
@@ -25,9 +28,13 @@ class CoordinatorService final : public Coordinator::Service {
   grpc::Status ReportProgress(grpc::ServerContext*, const ProgressReport*,
                               ProgressAck*) override;
   grpc::Status ReportEval(grpc::ServerContext*, const EvalReport*, EvalAck*) override;
+  grpc::Status GetWork(grpc::ServerContext*, const WorkRequest*, WorkResponse*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest*,
+                         HeartbeatResponse*) override;
 
  private:
   ProgressTracker* const tracker_;
+  Dispatcher* const dispatcher_;
   mutable absl::Mutex mu_;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool evaluator_seen_ ABSL_GUARDED_BY(mu_) = false;

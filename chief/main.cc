@@ -45,8 +45,21 @@ ABSL_FLAG(std::string, export_path, "",
           "Write the trained weights here (safetensors); default: <logdir>/model.safetensors "
           "when --logdir is set");
 ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
-ABSL_FLAG(int, worker_silence_s, 60,
-          "A worker silent and unreachable this long fails the run");
+ABSL_FLAG(double, heartbeat_timeout_s, 3,
+          "A worker without a heartbeat this long is lost: its unfinished data goes to the "
+          "others and sync steps stop waiting for it until it is back");
+ABSL_FLAG(int, ps_recovery_timeout_s, 300,
+          "How long a lost ps may take to come back (restarted by the launcher, Compose or "
+          "Kubernetes) before the run fails");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Write checkpoints here (default: <logdir>/checkpoints when --logdir is set); a "
+          "restarted chief resumes from the newest");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 200, "Checkpoint every this many steps; 0: not by steps");
+ABSL_FLAG(double, checkpoint_every_secs, 0, "Checkpoint every this many seconds; 0: not by time");
+ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept on disk (the newest)");
+ABSL_FLAG(std::string, nonfinite_gradients, "reject",
+          "A gradient with NaN or Inf: reject (refuse the push and count it) or skip_step "
+          "(accept it and skip the update it belongs to)");
 
 namespace {
 
@@ -65,6 +78,7 @@ int main(int argc, char** argv) {
       "\"chief\",\"index\":0}}' chief [--epochs=N] [--mode=sync|async] ...");
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kChiefJob);
+  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
   ChiefOptions opt;
   opt.config = config;
   TrainingPlan& plan = opt.plan;
@@ -153,14 +167,41 @@ int main(int argc, char** argv) {
   const double log_every = absl::GetFlag(FLAGS_log_every_s);
   if (!(log_every > 0)) Bad("log_every_s", std::to_string(log_every), "must be > 0");
   opt.log_every = absl::Seconds(log_every);
-  const int silence = absl::GetFlag(FLAGS_worker_silence_s);
-  if (silence < 1) Bad("worker_silence_s", std::to_string(silence), "must be >= 1");
-  opt.worker_silence = absl::Seconds(silence);
+  const double heartbeat = absl::GetFlag(FLAGS_heartbeat_timeout_s);
+  if (!(heartbeat >= 0.5 && heartbeat <= 3600)) {
+    Bad("heartbeat_timeout_s", std::to_string(heartbeat), "must be in [0.5, 3600]");
+  }
+  opt.heartbeat_timeout = absl::Seconds(heartbeat);
+  opt.heartbeat_interval = std::min(absl::Milliseconds(500), opt.heartbeat_timeout / 4);
+  const int recovery = absl::GetFlag(FLAGS_ps_recovery_timeout_s);
+  if (recovery < 1) Bad("ps_recovery_timeout_s", std::to_string(recovery), "must be >= 1");
+  opt.ps_recovery_timeout = absl::Seconds(recovery);
+  const int64_t every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  if (every_steps < 0) Bad("checkpoint_every_steps", std::to_string(every_steps), "must be >= 0");
+  opt.checkpoint_every_steps = every_steps;
+  const double every_secs = absl::GetFlag(FLAGS_checkpoint_every_secs);
+  if (!(every_secs >= 0)) Bad("checkpoint_every_secs", std::to_string(every_secs), "must be >= 0");
+  opt.checkpoint_every = absl::Seconds(every_secs);
+  const int keep = absl::GetFlag(FLAGS_keep_checkpoints);
+  if (keep < 1) Bad("keep_checkpoints", std::to_string(keep), "must be >= 1");
+  opt.keep_checkpoints = keep;
+  const std::string nonfinite = absl::GetFlag(FLAGS_nonfinite_gradients);
+  if (nonfinite == "reject") {
+    opt.nonfinite = NONFINITE_REJECT;
+  } else if (nonfinite == "skip_step") {
+    opt.nonfinite = NONFINITE_SKIP_STEP;
+  } else {
+    Bad("nonfinite_gradients", nonfinite, "must be reject or skip_step");
+  }
 
   opt.logdir = absl::GetFlag(FLAGS_logdir);
   opt.export_path = absl::GetFlag(FLAGS_export_path);
   if (opt.export_path.empty() && !opt.logdir.empty()) {
     opt.export_path = opt.logdir + "/model.safetensors";
+  }
+  opt.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (opt.checkpoint_dir.empty() && !opt.logdir.empty()) {
+    opt.checkpoint_dir = opt.logdir + "/checkpoints";
   }
 
   InitLogging(TaskName(config.task));

@@ -45,10 +45,16 @@ TEST_F(ClusterTest, SyncTrainsToLossThreshold) {
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
   EXPECT_LT(f->test_loss, 0.45) << c->Log("chief:0");
   EXPECT_GT(f->test_accuracy, 0.88);
-  // 60000 examples, 2 workers, global batch 128: ceil(30000 / 64) steps.
-  EXPECT_EQ(f->steps, 469);
+  // 60000 examples in batches of 64: 938 chunks, two per step: 469 steps,
+  // plus at most a few where a worker with nothing left pushed an empty
+  // gradient so as not to hold the other up.
+  EXPECT_NE(c->Log("chief:0").find("938 of 938 chunks trained"), std::string::npos)
+      << c->Log("chief:0");
+  EXPECT_GE(f->steps, 469);
+  EXPECT_LE(f->steps, 472);
   EXPECT_EQ(FindCounter(c->Log("chief:0"), "ps:0 version=", "dropped_stale"), 0);
-  EXPECT_NE(c->Log("evaluator:0").find("eval: step=469 accuracy="), std::string::npos)
+  EXPECT_NE(c->Log("evaluator:0").find(absl::StrCat("eval: step=", f->steps, " accuracy=")),
+            std::string::npos)
       << c->Log("evaluator:0");
 }
 

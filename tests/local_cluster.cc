@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -172,10 +173,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     for (const std::string& skip : options.not_started) {
       if (skip == name) return absl::OkStatus();
     }
+    args.insert(args.end(), options.all_args.begin(), options.all_args.end());
     Proc p;
     p.name = name;
     p.log = absl::StrCat(c->dir_, "/", type, index, ".log");
-    p.pid = Spawn(binary, args, tf_config(type, index), p.log);
+    p.binary = binary;
+    p.args = args;
+    p.tf_config = tf_config(type, index);
+    p.pid = Spawn(binary, args, p.tf_config, p.log);
     if (p.pid < 0) return absl::InternalError("could not start " + binary);
     c->procs_.push_back(std::move(p));
     return absl::OkStatus();
@@ -227,9 +232,68 @@ std::map<std::string, int> LocalCluster::Wait(absl::Duration timeout) {
   return codes;
 }
 
+LocalCluster::Proc* LocalCluster::Find(const std::string& task) {
+  for (Proc& p : procs_) {
+    if (p.name == task) return &p;
+  }
+  return nullptr;
+}
+
+absl::Status LocalCluster::Kill(const std::string& task) {
+  Proc* p = Find(task);
+  if (p == nullptr) return absl::NotFoundError("no task " + task);
+  if (p->exit_code.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(task, " already exited with ",
+                                                      *p->exit_code));
+  }
+  kill(p->pid, SIGKILL);
+  int status = 0;
+  waitpid(p->pid, &status, 0);
+  p->exit_code = DecodeStatus(status);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::KillAndRestart(const std::string& task, absl::Duration down_for) {
+  if (absl::Status s = Kill(task); !s.ok()) return s;
+  absl::SleepFor(down_for);
+  Proc* p = Find(task);
+  ++p->lives;
+  p->pid = Spawn(p->binary, p->args, p->tf_config, absl::StrCat(p->log, ".", p->lives));
+  if (p->pid < 0) return absl::InternalError("could not restart " + task);
+  p->exit_code.reset();
+  return absl::OkStatus();
+}
+
+bool LocalCluster::WaitForChunks(int64_t chunks, absl::Duration timeout) const {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (absl::Now() < give_up) {
+    const std::string log = Log("chief:0");
+    const size_t at = log.rfind(" chunks ");
+    int64_t done = 0;
+    if (at != std::string::npos) {
+      const size_t slash = log.find('/', at);
+      if (slash != std::string::npos &&
+          absl::SimpleAtoi(log.substr(at + 8, slash - at - 8), &done) && done >= chunks) {
+        return true;
+      }
+    }
+    for (const Proc& p : procs_) {
+      if (p.name == "chief:0" && p.exit_code.has_value()) return false;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
 std::string LocalCluster::Log(const std::string& task) const {
   for (const Proc& p : procs_) {
-    if (p.name == task) return ReadFile(p.log);
+    if (p.name != task) continue;
+    std::string out = ReadFile(p.log);
+    for (int life = 2; life <= p.lives; ++life) {
+      absl::StrAppend(&out, "----- ", task, " restarted (life ", life, ") -----\n",
+                      ReadFile(absl::StrCat(p.log, ".", life)));
+    }
+    return out;
   }
   return "";
 }

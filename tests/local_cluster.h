@@ -51,6 +51,8 @@ struct ClusterOptions {
   std::map<int, std::vector<std::string>> one_worker_args;  // by index
   // Tasks listed in TF_CONFIG but not started ("worker:1").
   std::vector<std::string> not_started;
+  // Appended to every daemon's arguments (e.g. TLS and token flags).
+  std::vector<std::string> all_args;
 };
 
 class LocalCluster {
@@ -63,6 +65,16 @@ class LocalCluster {
   // tasks still running at the deadline are killed and get 137.
   std::map<std::string, int> Wait(absl::Duration timeout);
 
+  // Fault injection: kill -9 `task` ("ps:1"), wait `down_for`, and start
+  // it again as the launcher would (same TF_CONFIG, flags and port; its log
+  // continues in the same Log()). NotFound for an unknown task.
+  absl::Status KillAndRestart(const std::string& task, absl::Duration down_for);
+  // kill -9 only; the task stays down.
+  absl::Status Kill(const std::string& task);
+  // Waits until the chief's progress lines report at least `chunks` chunks
+  // done ("chunks N/M"); false on timeout or when the chief exited.
+  bool WaitForChunks(int64_t chunks, absl::Duration timeout) const;
+
   std::string Log(const std::string& task) const;
   // Every task's log, for failure messages.
   std::string AllLogs() const;
@@ -73,7 +85,12 @@ class LocalCluster {
     pid_t pid = -1;
     std::string log;
     std::optional<int> exit_code;
+    std::string binary;
+    std::vector<std::string> args;
+    std::string tf_config;
+    int lives = 1;  // log of life n > 1: log + "." + n
   };
+  Proc* Find(const std::string& task);
   LocalCluster() = default;
   void Reap(Proc& p, absl::Time deadline);
 

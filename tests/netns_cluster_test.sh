@@ -3,7 +3,10 @@
 # namespace with its own address (10.213.0.0/24, only inside namespaces this
 # test creates: a veth pair per host into a bridge in a "switch" namespace),
 # TF_CONFIG naming those addresses, training the mlp for one epoch to a loss
-# threshold. Needs root and iproute2; skips saying why otherwise.
+# threshold. A second run cuts ps:1 off the network for a few seconds (its
+# link on the switch goes down) and checks that the cluster waits, then
+# carries on with nothing lost. Needs root and iproute2; skips saying why
+# otherwise.
 #
 # Usage: tests/netns_cluster_test.sh [MNIST_DIR]
 # Needs the daemons in bazel-bin (tests/run_all.sh builds them first).
@@ -65,39 +68,71 @@ for h in "${hosts[@]}"; do
 done
 
 cluster="\"cluster\": {\"chief\": [\"${addr[chief]}:2222\"], \"ps\": [\"${addr[ps0]}:2222\", \"${addr[ps1]}:2222\"], \"worker\": [\"${addr[w0]}:2222\", \"${addr[w1]}:2222\"], \"evaluator\": [\"${addr[ev]}:2222\"]}"
-run_on() {  # run_on HOST TYPE INDEX BINARY ARGS...
-  local h="$1" type="$2" index="$3"; shift 3
+run_on() {  # run_on RUN HOST TYPE INDEX BINARY ARGS...
+  local run="$1" h="$2" type="$3" index="$4"; shift 4
   TF_CONFIG="{$cluster, \"task\": {\"type\": \"$type\", \"index\": $index}}" \
-    ip netns exec "${tag}$h" "$@" > "$tmp/$h.log" 2>&1 &
+    ip netns exec "${tag}$h" "$@" > "$tmp/$run.$h.log" 2>&1 &
   pids+=($!)
 }
 unset OPENBLAS_CORETYPE
-run_on ps0 ps 0 "$bin/ps_server/ps_server"
-run_on ps1 ps 1 "$bin/ps_server/ps_server"
-run_on w0 worker 0 "$bin/worker/worker" --data_dir="$data"
-run_on w1 worker 1 "$bin/worker/worker" --data_dir="$data"
-run_on ev evaluator 0 "$bin/worker/evaluator" --data_dir="$data" --eval_interval_s=2
-run_on chief chief 0 "$bin/chief/chief" --model=mlp --epochs=1 --wait_for_cluster_s=60
-chief_pid="${pids[-1]}"
+start_cluster() {  # start_cluster RUN CHIEF_ARGS...
+  local run="$1"; shift
+  pids=()
+  run_on "$run" ps0 ps 0 "$bin/ps_server/ps_server"
+  run_on "$run" ps1 ps 1 "$bin/ps_server/ps_server"
+  run_on "$run" w0 worker 0 "$bin/worker/worker" --data_dir="$data"
+  run_on "$run" w1 worker 1 "$bin/worker/worker" --data_dir="$data"
+  run_on "$run" ev evaluator 0 "$bin/worker/evaluator" --data_dir="$data" --eval_interval_s=2
+  run_on "$run" chief chief 0 "$bin/chief/chief" --model=mlp --wait_for_cluster_s=60 "$@"
+}
+wait_cluster() {  # sets codes
+  codes=()
+  for p in "${pids[@]}"; do
+    for _ in $(seq 1 1800); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$p" 2>/dev/null && kill -KILL "$p"
+    wait "$p"; codes+=($?)
+  done
+}
+check_run() {  # check_run RUN WHAT
+  local run="$1" what="$2"
+  final="$(grep '^final:' "$tmp/$run.chief.log" | tail -n 1)"
+  loss="$(sed -n 's/.*test_loss=\([0-9.]*\).*/\1/p' <<<"$final")"
+  if [ -n "$loss" ] && awk -v l="$loss" 'BEGIN { exit !(l < 0.45) }'; then
+    pass "$what trained the mlp to test_loss $loss < 0.45 ($final)"
+  else
+    fail "$what: no final line with test_loss < 0.45: '$final'"; tail -n 20 "$tmp/$run.chief.log"
+  fi
+  if [ "${codes[*]}" = "0 0 0 0 0 0" ]; then
+    pass "$what: every daemon exited 0"
+  else
+    fail "$what: exit codes ${codes[*]} (ps0 ps1 w0 w1 ev chief)"
+    for h in "${hosts[@]}"; do echo "== $h"; tail -n 5 "$tmp/$run.$h.log"; done
+  fi
+}
 
-codes=()
-for p in "${pids[@]}"; do
-  for _ in $(seq 1 1800); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$p" 2>/dev/null && kill -KILL "$p"
-  wait "$p"; codes+=($?)
+# 1. Six hosts. All six listen on port 2222: only separate network stacks
+#    allow that.
+start_cluster plain --epochs=1
+wait_cluster
+check_run plain "six hosts, each on its own address and port 2222,"
+
+# 2. ps:1 cut off the network for 4 s in the middle of a run.
+start_cluster cut --epochs=2 --checkpoint_every_steps=100
+for _ in $(seq 1 600); do
+  done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/cut.chief.log" | tail -n 1)"
+  [ "${done_chunks:-0}" -ge 300 ] && break
+  sleep 0.1
 done
-final="$(grep '^final:' "$tmp/chief.log" | tail -n 1)"
-loss="$(sed -n 's/.*test_loss=\([0-9.]*\).*/\1/p' <<<"$final")"
-if [ -n "$loss" ] && awk -v l="$loss" 'BEGIN { exit !(l < 0.45) }'; then
-  # All six listen on port 2222: only separate network stacks allow that.
-  pass "six hosts, each on its own address and port 2222, trained the mlp to test_loss $loss < 0.45 ($final)"
+ip -n "$sw" link set pps1 down
+cut_at=$(date +%s.%N)
+sleep 4
+ip -n "$sw" link set pps1 up
+wait_cluster
+check_run cut "with ps:1 cut off for 4 s after $done_chunks chunks, the cluster"
+if grep -q "ps:1 lost" "$tmp/cut.chief.log" &&
+   grep -q "ps:1 answers again (the same process" "$tmp/cut.chief.log"; then
+  pass "the chief saw ps:1 go and come back, and lost nothing: $(grep -o 'ps:1 answers again.*' "$tmp/cut.chief.log" | head -n 1)"
 else
-  fail "no final line with test_loss < 0.45: '$final'"; tail -n 20 "$tmp/chief.log"
-fi
-if [ "${codes[*]}" = "0 0 0 0 0 0" ]; then
-  pass "every daemon exited 0"
-else
-  fail "exit codes ${codes[*]} (chief ps0 ps1 w0 w1 ev order: ${hosts[*]})"
-  for h in "${hosts[@]}"; do echo "== $h"; tail -n 5 "$tmp/$h.log"; done
+  fail "no 'ps:1 lost' / 'answers again' in the chief's log"; grep -E "lost|answers|restored" "$tmp/cut.chief.log" | head
 fi
 finish

@@ -1,6 +1,7 @@
 #include "worker/chief_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/retry.h"
 #include "common/rpc.h"
 
 namespace pscluster {
@@ -45,13 +46,46 @@ absl::StatusOr<TrainingPlan> ChiefClient::WaitForPlan(const TaskId& task,
       last.ok() ? " (it answered: not ready)" : " (last error: " + last.error_message() + ")"));
 }
 
-absl::StatusOr<bool> ChiefClient::Report(const ProgressReport& report) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+absl::StatusOr<bool> ChiefClient::Report(const ProgressReport& report,
+                                         absl::Duration timeout) {
+  RetryPolicy policy;
+  policy.attempt_timeout = absl::Seconds(5);
+  policy.total_timeout = timeout;
   ProgressAck ack;
-  grpc::Status s = stub_->ReportProgress(&ctx, report, &ack);
-  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("reporting to the chief (", address_, ")"));
+  absl::Status s = RetryRpc(absl::StrCat("reporting to the chief (", address_, ")"), policy,
+                            [&](absl::Time deadline) {
+                              grpc::ClientContext ctx;
+                              ctx.set_deadline(absl::ToChronoTime(deadline));
+                              return stub_->ReportProgress(&ctx, report, &ack);
+                            });
+  if (!s.ok()) return s;
   return ack.stop();
+}
+
+absl::StatusOr<WorkResponse> ChiefClient::GetWork(const WorkRequest& request,
+                                                  absl::Duration timeout,
+                                                  const std::atomic<bool>* stop) {
+  RetryPolicy policy;
+  policy.attempt_timeout = absl::Seconds(5);
+  policy.total_timeout = timeout;
+  WorkResponse resp;
+  absl::Status s = RetryRpc(absl::StrCat("asking the chief (", address_, ") for work"), policy,
+                            [&](absl::Time deadline) {
+                              grpc::ClientContext ctx;
+                              ctx.set_deadline(absl::ToChronoTime(deadline));
+                              return stub_->GetWork(&ctx, request, &resp);
+                            },
+                            stop);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::Status ChiefClient::Heartbeat(const HeartbeatRequest& request) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  HeartbeatResponse resp;
+  return FromGrpcStatus(stub_->Heartbeat(&ctx, request, &resp),
+                        absl::StrCat("heartbeat to the chief (", address_, ")"));
 }
 
 absl::Status ChiefClient::ReportEval(const EvalReport& report) {

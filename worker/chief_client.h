@@ -24,8 +24,16 @@ class ChiefClient {
   absl::StatusOr<TrainingPlan> WaitForPlan(const TaskId& task, absl::Duration timeout,
                                            const std::atomic<bool>* stop);
 
-  // Returns whether the chief asks the worker to stop.
-  absl::StatusOr<bool> Report(const ProgressReport& report);
+  // Returns whether the chief asks the worker to stop. Retries while the
+  // chief is down or restarting, up to `timeout`.
+  absl::StatusOr<bool> Report(const ProgressReport& report,
+                              absl::Duration timeout = absl::Seconds(10));
+  // The next piece of work; retries while the chief is down or restarting
+  // (workers hold meanwhile), up to `timeout`; the error names the chief.
+  absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Duration timeout,
+                                       const std::atomic<bool>* stop);
+  // One heartbeat, one attempt (the next one follows soon).
+  absl::Status Heartbeat(const HeartbeatRequest& request);
   absl::Status ReportEval(const EvalReport& report);
   // Whether the chief answers within `timeout`.
   bool Alive(absl::Duration timeout);

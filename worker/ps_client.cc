@@ -11,36 +11,36 @@
 namespace pscluster {
 namespace {
 
-bool Retryable(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-}
+// finish() asks for the ps to be called again (an injected fault, or a ps
+// of an older generation than wanted).
+absl::Status CallAgain(const std::string& why) { return absl::UnavailableError(why); }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     const ClusterSpec& cluster, const Placement* placement,
-    const RpcOptions& options) {
+    const PsClientOptions& options) {
   if (cluster.num_tasks(kPsJob) != placement->num_ps) {
     return absl::InvalidArgumentError(
         absl::StrCat("the cluster lists ", cluster.num_tasks(kPsJob),
                      " ps tasks but the training plan has ", placement->num_ps));
   }
   std::unique_ptr<PsClient> c(new PsClient());
+  c->options_ = options;
   c->placement_ = placement;
-  int i = 0;
   for (int index : cluster.task_indices(kPsJob)) {
     absl::StatusOr<std::string> address = cluster.address(kPsJob, index);
     if (!address.ok()) return address.status();
     PerPs p;
     p.address = *address;
-    p.stub = ParameterServer::NewStub(MakeChannel(*address, options));
+    p.stub = ParameterServer::NewStub(MakeChannel(*address, options.rpc));
     p.pull_req.set_layout_fingerprint(placement->fingerprint);
+    p.pull_req.set_worker_index(-1);
     p.push_req.set_layout_fingerprint(placement->fingerprint);
     c->ps_.push_back(std::move(p));
-    ++i;
   }
   c->versions_.assign(c->ps_.size(), 0);
+  c->generations_.assign(c->ps_.size(), 0);
   int64_t largest = 0;
   for (int64_t n : placement->floats_of_ps) largest = std::max(largest, n);
   c->wire_.resize(largest);
@@ -54,54 +54,96 @@ int64_t PsClient::version() const {
   return versions_.empty() ? 0 : *std::min_element(versions_.begin(), versions_.end());
 }
 
-absl::Status PsClient::PullAll(int64_t min_version, float* params,
-                               absl::Duration timeout) {
-  const absl::Time give_up = absl::Now() + timeout;
+int64_t PsClient::generation() const {
+  for (int64_t g : generations_) {
+    if (g != generations_.front()) return -1;
+  }
+  return generations_.empty() ? 0 : generations_.front();
+}
+
+absl::Status PsClient::CallAll(
+    const std::string& what, absl::Duration timeout,
+    const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
+        issue,
+    const std::function<absl::Status(int)>& finish) {
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = start + timeout;
   const int n = static_cast<int>(ps_.size());
   std::vector<bool> done(n, false);
-  absl::Duration backoff = absl::Milliseconds(50);
+  std::vector<int> attempts(n, 0);
+  std::vector<grpc::Status> last(n);
+  Backoff backoff(options_.retry);
   while (true) {
     std::vector<grpc::Status> status(n);
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
-    int pending = static_cast<int>(std::count(done.begin(), done.end(), false));
+    const int pending = static_cast<int>(std::count(done.begin(), done.end(), false));
     absl::BlockingCounter counter(pending);
+    const absl::Time deadline =
+        std::min(absl::Now() + options_.retry.attempt_timeout,
+                 std::max(give_up, absl::Now() + absl::Milliseconds(100)));
     for (int i = 0; i < n; ++i) {
       if (done[i]) continue;
       ctx[i] = std::make_unique<grpc::ClientContext>();
-      ctx[i]->set_deadline(absl::ToChronoTime(
-          std::max(absl::Now() + absl::Seconds(1), give_up)));
-      ctx[i]->set_wait_for_ready(true);
-      ps_[i].pull_req.set_min_version(min_version);
-      ps_[i].stub->async()->Pull(ctx[i].get(), &ps_[i].pull_req, &ps_[i].pull_resp,
-                                 [&status, &counter, i](grpc::Status s) {
-                                   status[i] = std::move(s);
-                                   counter.DecrementCount();
-                                 });
+      ctx[i]->set_deadline(absl::ToChronoTime(deadline));
+      if (attempts[i] > 0) ++resends_;
+      ++attempts[i];
+      issue(i, ctx[i].get(), [&status, &counter, i](grpc::Status s) {
+        status[i] = std::move(s);
+        counter.DecrementCount();
+      });
     }
     counter.Wait();
     for (int i = 0; i < n; ++i) {
       if (done[i]) continue;
       if (status[i].ok()) {
-        const std::string& v = ps_[i].pull_resp.values();
-        if (static_cast<int64_t>(v.size()) != placement_->floats_of_ps[i] * 4) {
-          return absl::InternalError(absl::StrCat(
-              "ps ", i, " (", ps_[i].address, ") sent ", v.size(), " bytes; expected ",
-              placement_->floats_of_ps[i] * 4));
+        absl::Status f = finish(i);
+        if (f.ok()) {
+          done[i] = true;
+          continue;
         }
-        ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(v.data()), params);
-        versions_[i] = ps_[i].pull_resp.version();
-        done[i] = true;
-      } else if (!Retryable(status[i]) || absl::Now() >= give_up) {
-        return FromGrpcStatus(status[i],
-                              absl::StrCat("pull from ps:", i, " (", ps_[i].address, ")"));
+        if (!absl::IsUnavailable(f)) return f;
+        status[i] = ToGrpcStatus(f);
+      }
+      last[i] = status[i];
+      const std::string target = absl::StrCat(what, " ps:", i, " (", ps_[i].address, ")");
+      if (!IsRetryable(status[i])) return FromGrpcStatus(status[i], target);
+      if (absl::Now() >= give_up) {
+        return RetryExhausted(target, absl::Now() - start, attempts[i], last[i]);
       }
     }
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
       return absl::OkStatus();
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    absl::SleepFor(std::min(backoff.Next(), std::max(give_up - absl::Now(), absl::ZeroDuration())));
   }
+}
+
+absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duration timeout,
+                               int64_t generation) {
+  auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+    ctx->set_wait_for_ready(true);
+    ps_[i].pull_req.set_min_version(min_version);
+    ps_[i].pull_req.set_generation(-1);
+    ps_[i].stub->async()->Pull(ctx, &ps_[i].pull_req, &ps_[i].pull_resp, std::move(done));
+  };
+  auto finish = [&](int i) -> absl::Status {
+    const PullResponse& r = ps_[i].pull_resp;
+    if (generation >= 0 && r.generation() != generation) {
+      return CallAgain(absl::StrCat("generation ", r.generation(), ", waiting for ",
+                                    generation, " (a restore is under way)"));
+    }
+    const std::string& v = r.values();
+    if (static_cast<int64_t>(v.size()) != placement_->floats_of_ps[i] * 4) {
+      return absl::InternalError(absl::StrCat(
+          "ps ", i, " (", ps_[i].address, ") sent ", v.size(), " bytes; expected ",
+          placement_->floats_of_ps[i] * 4));
+    }
+    ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(v.data()), params);
+    versions_[i] = r.version();
+    generations_[i] = r.generation();
+    return absl::OkStatus();
+  };
+  return CallAll("pull from", timeout, issue, finish);
 }
 
 absl::Status PsClient::PushPullAll(int worker, int num_examples, bool last,
@@ -109,38 +151,39 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples, bool last,
                                    absl::Duration timeout) {
   const int n = static_cast<int>(ps_.size());
   const uint64_t request_id = ++next_request_id_;
-  std::vector<grpc::Status> status(n);
-  std::vector<grpc::ClientContext> ctx(n);
-  absl::BlockingCounter counter(n);
+  ++pushes_sent_;
+  const bool lose_reply =
+      options_.lose_reply_every > 0 && pushes_sent_ % options_.lose_reply_every == 0;
+  const bool duplicate =
+      options_.duplicate_every > 0 && pushes_sent_ % options_.duplicate_every == 0;
+  std::vector<int> answers(n, 0);
   for (int i = 0; i < n; ++i) {
     PushRequest& req = ps_[i].push_req;
     req.set_worker_index(worker);
     req.set_version(versions_[i]);
+    req.set_generation(generations_[i]);
     req.set_request_id(request_id);
     req.set_num_examples(num_examples);
     req.set_last(last);
     std::string* g = req.mutable_gradients();
     g->resize(placement_->floats_of_ps[i] * sizeof(float));
     GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
-    ctx[i].set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    auto done = [&status, &counter, i](grpc::Status s) {
-      status[i] = std::move(s);
-      counter.DecrementCount();
-    };
-    if (last) {
-      ps_[i].stub->async()->Push(&ctx[i], &req, ps_[i].push_resp.mutable_push(), done);
-    } else {
-      ps_[i].stub->async()->PushPull(&ctx[i], &req, &ps_[i].push_resp, done);
-    }
   }
-  counter.Wait();
-  for (int i = 0; i < n; ++i) {
-    if (!status[i].ok()) {
-      return FromGrpcStatus(status[i],
-                            absl::StrCat("push to ps:", i, " (", ps_[i].address, ")"));
+  auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+    if (last) {
+      ps_[i].stub->async()->Push(ctx, &ps_[i].push_req, ps_[i].push_resp.mutable_push(),
+                                 std::move(done));
+    } else {
+      ps_[i].stub->async()->PushPull(ctx, &ps_[i].push_req, &ps_[i].push_resp,
+                                     std::move(done));
     }
+  };
+  auto finish = [&](int i) -> absl::Status {
+    ++answers[i];
+    if (answers[i] == 1 && lose_reply) return CallAgain("injected fault: reply lost");
+    if (answers[i] == 1 && duplicate) return CallAgain("injected fault: push duplicated");
     if (!ps_[i].push_resp.push().applied()) ++pushes_dropped_;
-    if (last) continue;
+    if (last) return absl::OkStatus();
     const PullResponse& pull = ps_[i].push_resp.pull();
     if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
       return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
@@ -149,8 +192,10 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples, bool last,
     ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
                   params);
     versions_[i] = pull.version();
-  }
-  return absl::OkStatus();
+    generations_[i] = pull.generation();
+    return absl::OkStatus();
+  };
+  return CallAll("push to", timeout, issue, finish);
 }
 
 }  // namespace pscluster

@@ -3,12 +3,19 @@
 // that ps's shards as raw float32 bytes, gathered from and scattered into
 // the model's flat parameter vector by the shared placement.
 //
+// Every call retries a ps that is down or slow (UNAVAILABLE, an attempt's
+// deadline) with back-off and jitter, resending the same request: a push
+// keeps its request id, so a ps that already applied it answers with the
+// first answer instead of applying it twice (exactly once). The total wait
+// is bounded; the error then names the ps.
+//
 // Not thread-safe: one training loop (or the evaluator) owns it. Message
 // buffers are reused from call to call.
 #ifndef PSCLUSTER_WORKER_PS_CLIENT_H_
 #define PSCLUSTER_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,10 +25,23 @@
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/placement.h"
+#include "common/retry.h"
 #include "common/rpc.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace pscluster {
+
+struct PsClientOptions {
+  RpcOptions rpc;
+  // attempt_timeout bounds one RPC; the timeout given to each call bounds
+  // the whole call.
+  RetryPolicy retry;
+  // Fault injection, for tests of exactly-once updates: every Nth push
+  // (0: never) has its reply thrown away as if lost on the way back, so the
+  // push is sent again; every Mth push is sent twice (a duplicated packet).
+  int lose_reply_every = 0;
+  int duplicate_every = 0;
+};
 
 class PsClient {
  public:
@@ -29,16 +49,20 @@ class PsClient {
   // when the cluster's ps count differs from the placement's.
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       const ClusterSpec& cluster, const Placement* placement,
-      const RpcOptions& options = {});
+      const PsClientOptions& options = {});
 
   // Fills `params` (the flat vector) from every ps once each is at version
-  // >= min_version. Retries while a ps is unreachable or not initialised,
-  // up to `timeout`; the error then names the ps.
-  absl::Status PullAll(int64_t min_version, float* params, absl::Duration timeout);
+  // >= min_version and, when `generation` >= 0, holds that generation (a ps
+  // not restored yet is asked again). Retries while a ps is unreachable or
+  // not initialised, up to `timeout`; the error then names the ps.
+  absl::Status PullAll(int64_t min_version, float* params, absl::Duration timeout,
+                       int64_t generation = -1);
 
   // Pushes `grads` (flat), computed on the weights of versions(), to every
   // ps and, unless `last`, fetches the weights of the next step into
-  // `params`. Sync: waits until the step is applied.
+  // `params`. Sync: waits until the step is applied. Aborted when a ps was
+  // restored from a checkpoint meanwhile: the gradient is void and the
+  // caller pulls again.
   absl::Status PushPullAll(int worker, int num_examples, bool last,
                            const float* grads, float* params, absl::Duration timeout);
 
@@ -46,8 +70,11 @@ class PsClient {
   const std::vector<int64_t>& versions() const { return versions_; }
   // The smallest of versions(): the global step the weights belong to.
   int64_t version() const;
+  // The generation of `params` when every ps's agrees; -1 otherwise.
+  int64_t generation() const;
   int64_t pushes_dropped() const { return pushes_dropped_; }
-
+  // Attempts sent again (retries and injected faults), over all calls.
+  int64_t resends() const { return resends_; }
 
  private:
   PsClient() = default;
@@ -60,12 +87,25 @@ class PsClient {
     PushPullResponse push_resp;
   };
 
+  // Runs `issue(i, ctx, done)` for every ps at once and `finish(i)` for
+  // each answer; retries the ps whose attempt failed in a retryable way or
+  // whose finish() asks for it (returns Unavailable), until `timeout`.
+  // `what` names the call in errors ("push to").
+  absl::Status CallAll(const std::string& what, absl::Duration timeout,
+                       const std::function<void(int, grpc::ClientContext*,
+                                                std::function<void(grpc::Status)>)>& issue,
+                       const std::function<absl::Status(int)>& finish);
+
+  PsClientOptions options_;
   const Placement* placement_ = nullptr;  // borrowed
   std::vector<PerPs> ps_;
   std::vector<int64_t> versions_;
+  std::vector<int64_t> generations_;
   std::vector<float> wire_;  // gather/scatter scratch
   uint64_t next_request_id_ = 0;
   int64_t pushes_dropped_ = 0;
+  int64_t resends_ = 0;
+  int64_t pushes_sent_ = 0;
 };
 
 }  // namespace pscluster

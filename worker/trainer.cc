@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/idx_dataset.h"
 #include "common/model_spec.h"
 #include "common/placement.h"
@@ -48,6 +51,33 @@ absl::Status Trainer::Run() {
   absl::StatusOr<TrainingPlan> plan =
       (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, &stop_);
   if (!plan.ok()) return plan.status();
+  // Heartbeats from a thread of their own: a worker blocked in a sync step
+  // (waiting for a lost peer) is alive all the same.
+  const uint64_t incarnation =
+      std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  const absl::Duration beat_every =
+      absl::Seconds(plan->heartbeat_interval_s() > 0 ? plan->heartbeat_interval_s() : 0.5f);
+  absl::Notification beats_done;
+  std::thread beats([&] {
+    absl::StatusOr<std::unique_ptr<ChiefClient>> beat_client =
+        ChiefClient::Create(options_.config.cluster);
+    if (!beat_client.ok()) return;
+    HeartbeatRequest hb;
+    hb.set_worker_index(worker);
+    hb.set_incarnation(incarnation);
+    do {
+      hb.set_done(finished_);
+      (void)(*beat_client)->Heartbeat(hb);
+    } while (!beats_done.WaitForNotificationWithTimeout(beat_every));
+  });
+  struct StopBeats {
+    absl::Notification& done;
+    std::thread& thread;
+    ~StopBeats() {
+      done.Notify();
+      thread.join();
+    }
+  } stop_beats{beats_done, beats};
   absl::StatusOr<ModelSpec> spec = ModelByName(plan->model());
   if (!spec.ok()) return spec.status();
   if (plan->num_workers() != options_.config.cluster.num_tasks(kWorkerJob)) {
@@ -66,14 +96,19 @@ absl::Status Trainer::Run() {
   }
   const int num_workers = plan->num_workers();
   const int batch = plan->batch_size();
-  const int64_t shard_max = (data->count + num_workers - 1) / num_workers;
-  const int steps_per_epoch = static_cast<int>((shard_max + batch - 1) / batch);
+  const int chunks_per_epoch = static_cast<int>((data->count + batch - 1) / batch);
+  // For progress reports: sync steps per epoch with every worker alive.
+  const int steps_per_epoch = (chunks_per_epoch + num_workers - 1) / num_workers;
 
   PlacementOptions popt;
   popt.min_shard_bytes = plan->min_shard_bytes();
   const Placement placement = PlaceVariables(*spec, plan->num_ps(), popt);
+  PsClientOptions psopt;
+  psopt.retry.total_timeout = options_.step_timeout;
+  psopt.lose_reply_every = options_.lose_reply_every;
+  psopt.duplicate_every = options_.duplicate_every;
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
-      PsClient::Create(options_.config.cluster, &placement);
+      PsClient::Create(options_.config.cluster, &placement, psopt);
   if (!ps.ok()) return ps.status();
   BackendOptions bopt;
   bopt.device = options_.device;
@@ -84,23 +119,17 @@ absl::Status Trainer::Run() {
 
   std::vector<float> params(spec->num_parameters);
   std::vector<float> grads(spec->num_parameters);
-  // Two batch buffers: while step i computes on one, the other already
-  // holds step i + 1's batch, which a GPU backend copies to the device
-  // meanwhile (ComputeBackend::TrainStep's `next`).
-  std::vector<float> images[2];
-  std::vector<uint8_t> labels[2];
-  for (int b = 0; b < 2; ++b) {
-    images[b].resize(static_cast<size_t>(batch) * pixels);
-    labels[b].resize(batch);
-  }
+  std::vector<float> images(static_cast<size_t>(batch) * pixels);
+  std::vector<uint8_t> labels(batch);
   const absl::Time pull_start = absl::Now();
   if (absl::Status s = (*ps)->PullAll(0, params.data(), options_.startup_timeout); !s.ok()) {
     return s;
   }
   const double pull_s = absl::ToDoubleSeconds(absl::Now() - pull_start);
-  spdlog::info("training {} on {} examples: {} epochs x {} steps of {} (worker {}/{}, {} ps) on {}",
-               spec->name, data->count, plan->epochs(), steps_per_epoch, batch, worker,
-               num_workers, plan->num_ps(), (*backend)->name());
+  spdlog::info("training {} on {} examples: {} epochs x {} chunks of {} shared by {} workers "
+               "(this is worker {}), {} ps, on {}",
+               spec->name, data->count, plan->epochs(), chunks_per_epoch, batch, num_workers,
+               worker, plan->num_ps(), (*backend)->name());
 
   const absl::Duration report_every =
       absl::Seconds(std::max(0.1f, plan->report_interval_s()));
@@ -108,7 +137,8 @@ absl::Status Trainer::Run() {
   Window window;
   int64_t steps_done = 0;
   int64_t examples_done = 0;
-  auto report = [&](int epoch, bool done) {
+  int epoch = 0;
+  auto report = [&](bool done) {
     ProgressReport r;
     r.set_worker_index(worker);
     r.set_epoch(epoch);
@@ -123,34 +153,29 @@ absl::Status Trainer::Run() {
     r.set_steps_per_epoch(steps_per_epoch);
     r.set_epoch_examples(data->count);
     window = Window();
-    return (*chief)->Report(r);
+    return (*chief)->Report(r, done ? options_.step_timeout : absl::Seconds(10));
   };
 
-  const int total_steps = plan->epochs() * steps_per_epoch;
-  // This worker's shard of an epoch; the current and the next one are kept.
-  std::map<int, std::vector<int32_t>> shards;
-  auto shard_of = [&](int epoch) -> const std::vector<int32_t>& {
-    auto it = shards.find(epoch);
-    if (it == shards.end()) {
-      while (!shards.empty() && shards.begin()->first < epoch - 1) shards.erase(shards.begin());
-      it = shards.emplace(epoch, ShardOf(EpochPermutation(data->count, plan->seed(), epoch),
-                                         worker, num_workers)).first;
+  // This epoch's permutation (the chief hands out chunks mostly in order).
+  std::map<int, std::vector<int32_t>> permutations;
+  auto permutation = [&](int e) -> const std::vector<int32_t>& {
+    auto it = permutations.find(e);
+    if (it == permutations.end()) {
+      if (permutations.size() > 2) permutations.erase(permutations.begin());
+      it = permutations.emplace(e, EpochPermutation(data->count, plan->seed(), e)).first;
     }
     return it->second;
   };
-  // Copies the batch of global step `g` into buffer `b`; returns its size.
-  // A short (possibly empty) last batch of an epoch still takes part in the
-  // step: the ps weights every gradient by its example count.
-  auto fill = [&](int g, int b) {
-    const std::vector<int32_t>& shard = shard_of(g / steps_per_epoch);
-    const int step = g % steps_per_epoch;
-    const int begin = std::min<int>(step * batch, shard.size());
-    const int n = std::min<int>(batch, shard.size() - begin);
+  // Copies chunk k's examples into the batch buffer; returns how many.
+  auto fill = [&](int64_t k) {
+    const std::vector<int32_t>& perm = permutation(static_cast<int>(k / chunks_per_epoch));
+    const int64_t begin = (k % chunks_per_epoch) * batch;
+    const int n = static_cast<int>(std::min<int64_t>(batch, perm.size() - begin));
     for (int i = 0; i < n; ++i) {
-      const int32_t e = shard[begin + i];
-      std::memcpy(&images[b][size_t(i) * pixels], &data->images[size_t(e) * pixels],
+      const int32_t e = perm[begin + i];
+      std::memcpy(&images[size_t(i) * pixels], &data->images[size_t(e) * pixels],
                   pixels * sizeof(float));
-      labels[b][i] = data->labels[e];
+      labels[i] = data->labels[e];
     }
     return n;
   };
@@ -159,79 +184,112 @@ absl::Status Trainer::Run() {
   double total_compute_s = 0;
   double total_comm_s = 0;
   StepTimes split;  // summed over the steps
-  int cur = 0;      // the buffer holding this step's batch
-  int n = total_steps > 0 ? fill(0, cur) : 0;
-  for (int epoch = 0; epoch < plan->epochs(); ++epoch) {
-    for (int step = 0; step < steps_per_epoch; ++step) {
-      if (stop_) return absl::CancelledError("stop requested");
-      const int g = epoch * steps_per_epoch + step;
-      const int n_next = g + 1 < total_steps ? fill(g + 1, 1 - cur) : 0;
-      absl::Time t0 = absl::Now();
-      float loss = 0;
-      int correct = 0;
-      if (n > 0) {
-        const Batch this_batch{images[cur].data(), labels[cur].data(), n};
-        const Batch next_batch{images[1 - cur].data(), labels[1 - cur].data(), n_next};
-        absl::Status s = (*backend)->TrainStep(params.data(), this_batch,
-                                               n_next > 0 ? next_batch : Batch(),
-                                               grads.data(), &loss, &correct);
-        if (!s.ok()) return s;
-        const StepTimes t = (*backend)->last_step_times();
-        split.h2d_s += t.h2d_s;
-        split.compute_s += t.compute_s;
-        split.d2h_s += t.d2h_s;
-      } else {
-        std::fill(grads.begin(), grads.end(), 0.0f);
-      }
-      if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
-      absl::Time t1 = absl::Now();
-      const bool last = steps_done + 1 == total_steps;
-      absl::Status s = (*ps)->PushPullAll(worker, n, last, grads.data(), params.data(),
-                                          options_.step_timeout);
-      if (!s.ok()) return s;
-      absl::Time t2 = absl::Now();
-      if (Metrics* m = options_.metrics) {
-        const double bytes = static_cast<double>(spec->num_parameters) * sizeof(float);
-        m->steps().Increment();
-        m->examples().Increment(n);
-        m->push_bytes().Increment(bytes);
-        if (!last) m->pull_bytes().Increment(bytes);
-        // One fused RPC per ps: push and pull share the latency.
-        m->push_latency_seconds().Observe(absl::ToDoubleSeconds(t2 - t1));
-        m->model_version().Set(static_cast<double>((*ps)->version()));
-      }
-      ++steps_done;
-      examples_done += n;
-      window.loss_sum += double(loss) * n;
-      window.correct += correct;
-      window.examples += n;
-      window.compute_s += absl::ToDoubleSeconds(t1 - t0);
-      window.comm_s += absl::ToDoubleSeconds(t2 - t1);
-      total_compute_s += absl::ToDoubleSeconds(t1 - t0);
-      total_comm_s += absl::ToDoubleSeconds(t2 - t1);
-      cur = 1 - cur;
-      n = n_next;
-      if (t2 >= next_report) {
-        next_report = t2 + report_every;
-        absl::StatusOr<bool> stop = report(epoch, false);
-        if (stop.ok() && *stop) return absl::CancelledError("the chief asked to stop");
+  int64_t restores_seen = 0;
+  WorkRequest request;
+  request.set_worker_index(worker);
+  request.set_incarnation(incarnation);
+  request.set_chunks_per_epoch(chunks_per_epoch);
+  while (true) {
+    if (stop_) return absl::CancelledError("stop requested");
+    request.set_completed_generation((*ps)->generation());
+    absl::StatusOr<WorkResponse> work = (*chief)->GetWork(request, options_.step_timeout, &stop_);
+    if (!work.ok()) return work.status();
+    request.clear_completed();
+    if (work->generation() != (*ps)->generation()) {
+      // The ps were restored from a checkpoint: continue from its weights.
+      ++restores_seen;
+      spdlog::warn("the parameters were restored (generation {}); pulling them again",
+                   work->generation());
+      if (absl::Status s = (*ps)->PullAll(0, params.data(), options_.step_timeout,
+                                          work->generation());
+          !s.ok()) {
+        if (absl::IsAborted(s)) continue;
+        return s;
       }
     }
+    if (work->kind() == WorkResponse::PAUSE ||
+        (work->kind() == WorkResponse::IDLE && plan->mode() == ASYNC)) {
+      absl::SleepFor(absl::Milliseconds(20));
+      continue;
+    }
+    if (work->kind() == WorkResponse::DONE) break;
+    // A chunk, or (sync, IDLE) an empty gradient so that the others' step
+    // is not kept waiting for this worker.
+    int n = 0;
+    absl::Time t0 = absl::Now();
+    float loss = 0;
+    int correct = 0;
+    if (work->kind() == WorkResponse::CHUNK) {
+      epoch = static_cast<int>(work->chunk() / chunks_per_epoch);
+      n = fill(work->chunk());
+    }
+    if (n > 0) {
+      const Batch this_batch{images.data(), labels.data(), n};
+      absl::Status s = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
+                                             &loss, &correct);
+      if (!s.ok()) return s;
+      const StepTimes t = (*backend)->last_step_times();
+      split.h2d_s += t.h2d_s;
+      split.compute_s += t.compute_s;
+      split.d2h_s += t.d2h_s;
+    } else {
+      std::fill(grads.begin(), grads.end(), 0.0f);
+    }
+    if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
+    absl::Time t1 = absl::Now();
+    absl::Status s = (*ps)->PushPullAll(worker, n, /*last=*/false, grads.data(), params.data(),
+                                        options_.step_timeout);
+    if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
+    if (!s.ok()) return s;
+    absl::Time t2 = absl::Now();
+    if (work->kind() == WorkResponse::CHUNK) request.add_completed(work->chunk());
+    if (n == 0) continue;
+    if (Metrics* m = options_.metrics) {
+      const double bytes = static_cast<double>(spec->num_parameters) * sizeof(float);
+      m->steps().Increment();
+      m->examples().Increment(n);
+      m->push_bytes().Increment(bytes);
+      m->pull_bytes().Increment(bytes);
+      // One fused RPC per ps: push and pull share the latency.
+      m->push_latency_seconds().Observe(absl::ToDoubleSeconds(t2 - t1));
+      m->model_version().Set(static_cast<double>((*ps)->version()));
+    }
+    ++steps_done;
+    examples_done += n;
+    window.loss_sum += double(loss) * n;
+    window.correct += correct;
+    window.examples += n;
+    window.compute_s += absl::ToDoubleSeconds(t1 - t0);
+    window.comm_s += absl::ToDoubleSeconds(t2 - t1);
+    total_compute_s += absl::ToDoubleSeconds(t1 - t0);
+    total_comm_s += absl::ToDoubleSeconds(t2 - t1);
+    if (t2 >= next_report) {
+      next_report = t2 + report_every;
+      absl::StatusOr<bool> stop = report(false);
+      if (stop.ok() && *stop) return absl::CancelledError("the chief asked to stop");
+    }
   }
+  // Sync: the last push retires this worker, so steps stop waiting for it.
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  absl::Status last = (*ps)->PushPullAll(worker, 0, /*last=*/true, grads.data(), params.data(),
+                                         options_.step_timeout);
+  if (!last.ok() && !absl::IsAborted(last)) return last;
+  finished_ = true;
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - train_start);
   // compute_s is the whole of TrainStep; the split below divides it (the
   // device's own copy and kernel times) and the ps round trips. Pull and
   // push travel in one fused RPC per ps per step (push_pull_s); pull_s is
   // the initial pull.
-  spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale; "
+  spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale, "
+               "{} resent, {} restore(s) followed; "
                "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f} "
                "device={} split: pull_s={:.3f} h2d_s={:.3f} device_compute_s={:.3f} "
                "d2h_s={:.3f} push_pull_s={:.3f}",
-               steps_done, examples_done, (*ps)->pushes_dropped(),
-               wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s, total_comm_s, wall_s,
-               DeviceLabel((*backend)->name()), pull_s, split.h2d_s, split.compute_s, split.d2h_s,
-               total_comm_s);
-  absl::StatusOr<bool> ack = report(plan->epochs() - 1, true);
+               steps_done, examples_done, (*ps)->pushes_dropped(), (*ps)->resends(),
+               restores_seen, wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s,
+               total_comm_s, wall_s, DeviceLabel((*backend)->name()), pull_s, split.h2d_s,
+               split.compute_s, split.d2h_s, total_comm_s);
+  absl::StatusOr<bool> ack = report(true);
   if (!ack.ok()) return ack.status();
   return absl::OkStatus();
 }

@@ -1,7 +1,13 @@
 // Trainer: a worker's training loop. It asks the chief for the training
-// plan, loads its data, then for every step pulls the weights (fused with
-// the previous push), computes gradients on its shard's next batch and
-// pushes them to every ps; it reports progress to the chief as it goes.
+// plan, loads its data, then asks the chief for one chunk (batch) at a
+// time, computes gradients on it and pushes them to every ps, fetching the
+// next weights in the same round trip; it reports progress and beats a
+// heartbeat (its own thread) as it goes.
+//
+// Faults: every RPC retries with back-off (worker/ps_client.h); a push
+// aborted because the ps were restored from a checkpoint is dropped, the
+// weights pulled again and the chief's (rewound) work continued. A
+// restarted worker simply starts again: the chief hands it new chunks.
 //
 // Not thread-safe: Run() is called once, from one thread; RequestStop() may
 // be called from any thread.
@@ -28,7 +34,12 @@ struct TrainerOptions {
   // so that it can log the choice, but kAuto works here too.
   DeviceChoice device;
   absl::Duration startup_timeout = absl::Minutes(2);
+  // Longest one step's push-pull (retries included) or a request for work
+  // may take, e.g. while a ps or the chief restarts.
   absl::Duration step_timeout = absl::Minutes(5);
+  // Fault injection for tests (PsClientOptions).
+  int lose_reply_every = 0;
+  int duplicate_every = 0;
   // Sleeps this long before every push: makes this worker a straggler, to
   // exercise backup workers and staleness.
   absl::Duration straggle = absl::ZeroDuration();
@@ -47,6 +58,9 @@ class Trainer {
  private:
   const TrainerOptions options_;
   std::atomic<bool> stop_{false};
+  // Set once the last push is sent: heartbeats then say so, and the chief
+  // stops counting on this worker.
+  std::atomic<bool> finished_{false};
 };
 
 }  // namespace pscluster

@@ -1,0 +1,183 @@
+#include "chief/dispatcher.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pscluster {
+
+Dispatcher::Dispatcher(int num_workers, int epochs, absl::Time now)
+    : queue_(num_workers, epochs), workers_(num_workers) {
+  for (Worker& w : workers_) w.last_contact = now;
+}
+
+void Dispatcher::ResetContact(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (Worker& w : workers_) w.last_contact = now;
+}
+
+void Dispatcher::ChangeMembership() { ++membership_number_; }
+
+void Dispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
+  Worker& worker = workers_[w];
+  if (worker.incarnation != 0 && incarnation != worker.incarnation && worker.alive) {
+    // Restarted faster than the heartbeat timeout: the old process's
+    // leases are void all the same.
+    const int released = queue_.Release(w);
+    events_.push_back(absl::StrCat("worker ", w, " restarted (a new process answers); ",
+                                   released, " unfinished chunk(s) of its previous run go "
+                                   "back to the queue"));
+    worker.alive = false;
+  }
+  worker.incarnation = incarnation;
+  worker.last_contact = now;
+}
+
+absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::Time now) {
+  const int w = req.worker_index();
+  absl::MutexLock lock(&mu_);
+  if (w < 0 || w >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
+  }
+  if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
+  Touch(w, req.incarnation(), now);
+  Worker& worker = workers_[w];
+  if (!worker.alive) {
+    worker.alive = true;
+    worker.finished = false;
+    ChangeMembership();
+    worker.admitted_at = membership_number_;
+    events_.push_back(absl::StrCat("worker ", w, " is back and gets work again"));
+  }
+  if (req.completed_generation() == generation_) {
+    for (int64_t k : req.completed()) queue_.Complete(w, k);
+  }
+  WorkResponse resp;
+  resp.set_generation(generation_);
+  if (paused_) {
+    worker.parked = true;
+    resp.set_kind(WorkResponse::PAUSE);
+    return resp;
+  }
+  if (membership_applied_ < worker.admitted_at) {
+    resp.set_kind(WorkResponse::PAUSE);  // the ps do not wait for it yet
+    return resp;
+  }
+  if (queue_.AllDone()) {
+    if (!worker.finished) {
+      worker.finished = true;
+      ChangeMembership();
+    }
+    resp.set_kind(WorkResponse::DONE);
+    return resp;
+  }
+  if (std::optional<int64_t> k = queue_.Lease(w)) {
+    resp.set_kind(WorkResponse::CHUNK);
+    resp.set_chunk(*k);
+  } else {
+    resp.set_kind(WorkResponse::IDLE);
+  }
+  return resp;
+}
+
+absl::Status Dispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) {
+  const int w = req.worker_index();
+  absl::MutexLock lock(&mu_);
+  if (w < 0 || w >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
+  }
+  Touch(w, req.incarnation(), now);
+  if (req.done() && !workers_[w].finished) {
+    workers_[w].finished = true;
+    ChangeMembership();
+  }
+  return absl::OkStatus();
+}
+
+std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Lost> lost;
+  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+    Worker& worker = workers_[w];
+    if (!worker.alive || worker.finished || now - worker.last_contact <= timeout) continue;
+    worker.alive = false;
+    ChangeMembership();
+    lost.push_back({w, queue_.Release(w), now - worker.last_contact});
+  }
+  return lost;
+}
+
+std::vector<bool> Dispatcher::Membership(int64_t* number) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<bool> active;
+  for (const Worker& w : workers_) active.push_back(w.alive && !w.finished);
+  *number = membership_number_;
+  return active;
+}
+
+void Dispatcher::MembershipApplied(int64_t number) {
+  absl::MutexLock lock(&mu_);
+  membership_applied_ = std::max(membership_applied_, number);
+}
+
+void Dispatcher::Pause() {
+  absl::MutexLock lock(&mu_);
+  paused_ = true;
+  for (Worker& w : workers_) w.parked = false;
+}
+
+void Dispatcher::Resume() {
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+}
+
+bool Dispatcher::AllParked() const {
+  absl::MutexLock lock(&mu_);
+  for (const Worker& w : workers_) {
+    if (w.alive && !w.finished && !w.parked) return false;
+  }
+  return true;
+}
+
+int64_t Dispatcher::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+void Dispatcher::set_generation(int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  generation_ = generation;
+}
+
+absl::Status Dispatcher::Rewind(int chunks_per_epoch, const std::string& done_ranges,
+                                int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  if (chunks_per_epoch > 0) {
+    if (absl::Status s = queue_.SetChunksPerEpoch(chunks_per_epoch); !s.ok()) return s;
+  }
+  if (queue_.chunks_per_epoch() > 0) {
+    if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+  }
+  generation_ = generation;
+  return absl::OkStatus();
+}
+
+bool Dispatcher::AllFinished() const {
+  absl::MutexLock lock(&mu_);
+  // A worker lost for good does not hold up the end: its chunks were done
+  // by the others.
+  if (!queue_.AllDone()) return false;
+  for (const Worker& w : workers_) {
+    if (w.alive && !w.finished) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> Dispatcher::TakeEvents() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  out.swap(events_);
+  return out;
+}
+
+}  // namespace pscluster

@@ -1,0 +1,103 @@
+// Dispatcher: the chief's view of its workers and the work it hands them.
+// It answers GetWork and Heartbeat (through CoordinatorService), leases
+// chunks from a WorkQueue, notices lost workers (no heartbeat within a
+// timeout, or a new process in their place) and gives their unfinished
+// chunks back, re-admits them when they return, and pauses every worker
+// between steps while the chief takes a checkpoint or restores one.
+//
+// The sync worker set (whom a step waits for) follows liveness; the chief
+// pushes it to the ps (SetWorkers) and a re-admitted worker gets work only
+// once the ps know it is back.
+//
+// Pure logic, no RPC. Thread-safe.
+#ifndef PSCLUSTER_CHIEF_DISPATCHER_H_
+#define PSCLUSTER_CHIEF_DISPATCHER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chief/work_queue.h"
+#include "proto/coordination.pb.h"
+
+namespace pscluster {
+
+class Dispatcher {
+ public:
+  // Every worker counts as alive from `now` (a restarted chief does not
+  // know better; a worker that is gone is noticed after the timeout).
+  Dispatcher(int num_workers, int epochs, absl::Time now);
+
+  // Counts every worker as heard from at `now` (when the plan goes out).
+  void ResetContact(absl::Time now);
+
+  // CoordinatorService's handlers. InvalidArgument for a worker index out
+  // of range; FailedPrecondition when workers disagree about the data.
+  absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Time now);
+  absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now);
+
+  struct Lost {
+    int worker;
+    int chunks_released;
+    absl::Duration silent_for;
+  };
+  // Workers alive and not finished whose last word is older than
+  // `timeout`: marked lost, their leases released.
+  std::vector<Lost> FindLost(absl::Time now, absl::Duration timeout);
+
+  // The sync worker set (alive and not finished), with a number that grows
+  // at every change; MembershipApplied(n) says the ps hold set n.
+  std::vector<bool> Membership(int64_t* number) const;
+  void MembershipApplied(int64_t number);
+
+  // Between Pause and Resume every GetWork answers PAUSE. AllParked: every
+  // live, unfinished worker has asked since Pause (so none of them is in
+  // the middle of a step).
+  void Pause();
+  void Resume();
+  bool AllParked() const;
+
+  int64_t generation() const;
+  // A restore: leases are forgotten, the done set becomes `done_ranges`
+  // (WorkQueue::SaveDone's form) and the generation `generation`.
+  absl::Status Rewind(int chunks_per_epoch, const std::string& done_ranges,
+                      int64_t generation);
+  void set_generation(int64_t generation);
+
+  bool AllFinished() const;
+  int chunks_per_epoch() const { return queue_.chunks_per_epoch(); }
+  std::string SaveDone() const { return queue_.SaveDone(); }
+  int64_t done_chunks() const { return queue_.done_count(); }
+  int64_t total_chunks() const { return queue_.total(); }
+  // Log lines about workers lost and back, taken by the chief's loop.
+  std::vector<std::string> TakeEvents();
+
+ private:
+  struct Worker {
+    bool alive = true;
+    bool finished = false;
+    uint64_t incarnation = 0;  // 0: not heard from yet
+    absl::Time last_contact;
+    int64_t admitted_at = 0;  // membership number it is part of
+    bool parked = false;
+  };
+  // Records contact; a new incarnation means the old process died.
+  void Touch(int w, uint64_t incarnation, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChangeMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  WorkQueue queue_;
+  mutable absl::Mutex mu_;
+  std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t membership_number_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t membership_applied_ ABSL_GUARDED_BY(mu_) = 0;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_DISPATCHER_H_

@@ -1,0 +1,147 @@
+#include "chief/work_queue.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace pscluster {
+
+WorkQueue::WorkQueue(int num_workers, int epochs)
+    : num_workers_(num_workers), epochs_(epochs) {}
+
+absl::Status WorkQueue::SetChunksPerEpoch(int chunks_per_epoch) {
+  absl::MutexLock lock(&mu_);
+  if (chunks_per_epoch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunks per epoch must be at least 1, got ", chunks_per_epoch));
+  }
+  if (chunks_per_epoch_ != 0 && chunks_per_epoch_ != chunks_per_epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a worker counts ", chunks_per_epoch, " batches per epoch but another counted ",
+        chunks_per_epoch_, ": their training data differ"));
+  }
+  chunks_per_epoch_ = chunks_per_epoch;
+  EnsureSized();
+  return absl::OkStatus();
+}
+
+void WorkQueue::EnsureSized() {
+  const size_t total = static_cast<size_t>(chunks_per_epoch_) * epochs_;
+  if (state_.size() != total) {
+    state_.assign(total, State::kTodo);
+    owner_.assign(total, -1);
+    first_todo_ = 0;
+    done_ = 0;
+  }
+}
+
+int WorkQueue::chunks_per_epoch() const {
+  absl::MutexLock lock(&mu_);
+  return chunks_per_epoch_;
+}
+
+int64_t WorkQueue::total() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(state_.size());
+}
+
+std::optional<int64_t> WorkQueue::Lease(int worker) {
+  absl::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(state_.size());
+  while (first_todo_ < n && state_[first_todo_] != State::kTodo) ++first_todo_;
+  if (first_todo_ >= n || worker < 0 || worker >= num_workers_) return std::nullopt;
+  const int64_t k = first_todo_++;
+  state_[k] = State::kLeased;
+  owner_[k] = worker;
+  return k;
+}
+
+void WorkQueue::Complete(int worker, int64_t chunk) {
+  absl::MutexLock lock(&mu_);
+  if (chunk < 0 || chunk >= static_cast<int64_t>(state_.size())) return;
+  if (state_[chunk] != State::kLeased || owner_[chunk] != worker) return;
+  state_[chunk] = State::kDone;
+  owner_[chunk] = -1;
+  ++done_;
+}
+
+int WorkQueue::Release(int worker) {
+  absl::MutexLock lock(&mu_);
+  int released = 0;
+  for (size_t k = 0; k < state_.size(); ++k) {
+    if (state_[k] == State::kLeased && owner_[k] == worker) {
+      state_[k] = State::kTodo;
+      owner_[k] = -1;
+      first_todo_ = std::min<int64_t>(first_todo_, k);
+      ++released;
+    }
+  }
+  return released;
+}
+
+void WorkQueue::ReleaseAll() {
+  absl::MutexLock lock(&mu_);
+  for (size_t k = 0; k < state_.size(); ++k) {
+    if (state_[k] == State::kLeased) {
+      state_[k] = State::kTodo;
+      owner_[k] = -1;
+      first_todo_ = std::min<int64_t>(first_todo_, k);
+    }
+  }
+}
+
+bool WorkQueue::AllDone() const {
+  absl::MutexLock lock(&mu_);
+  return !state_.empty() && done_ == static_cast<int64_t>(state_.size());
+}
+
+int64_t WorkQueue::done_count() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+std::string WorkQueue::SaveDone() const {
+  absl::MutexLock lock(&mu_);
+  std::string out;
+  const int64_t n = static_cast<int64_t>(state_.size());
+  for (int64_t k = 0; k < n;) {
+    if (state_[k] != State::kDone) {
+      ++k;
+      continue;
+    }
+    int64_t end = k;
+    while (end + 1 < n && state_[end + 1] == State::kDone) ++end;
+    absl::StrAppend(&out, out.empty() ? "" : ",", k, "-", end);
+    k = end + 1;
+  }
+  return out;
+}
+
+absl::Status WorkQueue::RestoreDone(const std::string& ranges) {
+  absl::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(state_.size());
+  std::vector<State> state(n, State::kTodo);
+  int64_t done = 0;
+  for (absl::string_view range : absl::StrSplit(ranges, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
+    int64_t first = 0, last = 0;
+    if (ends.size() != 2 || !absl::SimpleAtoi(ends[0], &first) ||
+        !absl::SimpleAtoi(ends[1], &last) || first < 0 || last < first || last >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "done-chunk range '", range, "' is malformed or beyond the run's ", n, " chunks"));
+    }
+    for (int64_t k = first; k <= last; ++k) {
+      if (state[k] != State::kDone) ++done;
+      state[k] = State::kDone;
+    }
+  }
+  state_ = std::move(state);
+  owner_.assign(n, -1);
+  first_todo_ = 0;
+  done_ = done;
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

@@ -1,0 +1,67 @@
+// WorkQueue: which chunks of the run's data are done, leased to a worker,
+// or still to do. A chunk is one worker batch: chunk k is batch
+// k % chunks_per_epoch of epoch k / chunks_per_epoch (see WorkRequest in
+// proto/coordination.proto). The chief leases chunks in order, takes back
+// a lost worker's unfinished ones first, and saves and restores the done
+// set with its checkpoints, so that every epoch covers each example once.
+//
+// Pure logic, no RPC. Thread-safe.
+#ifndef PSCLUSTER_CHIEF_WORK_QUEUE_H_
+#define PSCLUSTER_CHIEF_WORK_QUEUE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace pscluster {
+
+class WorkQueue {
+ public:
+  WorkQueue(int num_workers, int epochs);
+
+  // Set by the first worker that asks for work; every later worker must
+  // agree (FailedPrecondition naming both values otherwise: their data
+  // differs). InvalidArgument for a value < 1.
+  absl::Status SetChunksPerEpoch(int chunks_per_epoch);
+  int chunks_per_epoch() const;  // 0 until set
+  int64_t total() const;         // chunks in the whole run
+
+  // The next chunk for `worker`: the lowest one to do. nullopt when none is
+  // left to hand out (some may still be leased).
+  std::optional<int64_t> Lease(int worker);
+  // `worker` finished `chunk`; ignored unless it is leased to that worker.
+  void Complete(int worker, int64_t chunk);
+  // `worker` is lost: its leased chunks are to do again. Returns how many.
+  int Release(int worker);
+  // Every lease is forgotten (a restore: nobody's work counts any more).
+  void ReleaseAll();
+
+  bool AllDone() const;
+  int64_t done_count() const;
+  // The done chunks as ranges, "0-99,120-130" (for a checkpoint), and back.
+  // Restore forgets every lease; InvalidArgument for a malformed string or
+  // a chunk beyond total().
+  std::string SaveDone() const;
+  absl::Status RestoreDone(const std::string& ranges);
+
+ private:
+  enum class State : uint8_t { kTodo, kLeased, kDone };
+  void EnsureSized() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  const int num_workers_;
+  const int epochs_;
+  int chunks_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<State> state_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> owner_ ABSL_GUARDED_BY(mu_);  // for kLeased
+  int64_t first_todo_ ABSL_GUARDED_BY(mu_) = 0;  // no kTodo below this
+  int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_WORK_QUEUE_H_

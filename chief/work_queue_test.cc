@@ -1,0 +1,90 @@
+#include "chief/work_queue.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+TEST(WorkQueueTest, LeasesEveryChunkOnceInOrder) {
+  WorkQueue q(2, 2);
+  ASSERT_TRUE(q.SetChunksPerEpoch(3).ok());
+  EXPECT_EQ(q.total(), 6);
+  std::vector<int64_t> got;
+  for (int i = 0; i < 6; ++i) got.push_back(*q.Lease(i % 2));
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_FALSE(q.Lease(0).has_value());
+  for (int i = 0; i < 6; ++i) q.Complete(i % 2, i);
+  EXPECT_TRUE(q.AllDone());
+}
+
+TEST(WorkQueueTest, ALostWorkersUnfinishedChunksGoToOthersFirst) {
+  WorkQueue q(2, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(6).ok());
+  ASSERT_EQ(*q.Lease(0), 0);
+  ASSERT_EQ(*q.Lease(1), 1);
+  q.Complete(1, 1);
+  ASSERT_EQ(*q.Lease(1), 2);
+  EXPECT_EQ(q.Release(1), 1);  // chunk 2 was unfinished; chunk 1 stays done
+  EXPECT_EQ(*q.Lease(0), 2);
+  EXPECT_EQ(*q.Lease(0), 3);
+  // The lost worker's late completion does not count.
+  q.Complete(1, 2);
+  EXPECT_EQ(q.done_count(), 1);
+  // Every chunk ends up done exactly once.
+  std::set<int64_t> done = {1};
+  for (int64_t k : {0, 2, 3}) q.Complete(0, k), done.insert(k);
+  while (auto k = q.Lease(0)) q.Complete(0, *k), done.insert(*k);
+  EXPECT_EQ(done.size(), 6u);
+  EXPECT_TRUE(q.AllDone());
+}
+
+TEST(WorkQueueTest, CompletionByAnotherWorkerIsIgnored) {
+  WorkQueue q(2, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(2).ok());
+  ASSERT_EQ(*q.Lease(0), 0);
+  q.Complete(1, 0);
+  q.Complete(0, 7);
+  EXPECT_EQ(q.done_count(), 0);
+}
+
+TEST(WorkQueueTest, DoneSetRoundTripsAndRestoreForgetsLeases) {
+  WorkQueue q(1, 3);
+  ASSERT_TRUE(q.SetChunksPerEpoch(4).ok());
+  for (int i = 0; i < 7; ++i) q.Lease(0);
+  for (int64_t k : {0, 1, 2, 4, 5}) q.Complete(0, k);
+  const std::string saved = q.SaveDone();
+  EXPECT_EQ(saved, "0-2,4-5");
+  // Chunks 3 and 6 were leased when the checkpoint was taken.
+  WorkQueue r(1, 3);
+  ASSERT_TRUE(r.SetChunksPerEpoch(4).ok());
+  ASSERT_TRUE(r.RestoreDone(saved).ok());
+  EXPECT_EQ(r.done_count(), 5);
+  EXPECT_EQ(*r.Lease(0), 3);
+  EXPECT_EQ(*r.Lease(0), 6);
+  EXPECT_EQ(r.SaveDone(), saved);
+}
+
+TEST(WorkQueueTest, RejectsBadInput) {
+  WorkQueue q(1, 1);
+  EXPECT_EQ(q.SetChunksPerEpoch(0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(q.SetChunksPerEpoch(5).ok());
+  EXPECT_EQ(q.SetChunksPerEpoch(6).code(), absl::StatusCode::kFailedPrecondition);
+  for (const char* bad : {"x", "1-", "3-2", "0-5", "-1-2"}) {
+    EXPECT_EQ(q.RestoreDone(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_TRUE(q.RestoreDone("").ok());
+}
+
+TEST(WorkQueueTest, ReleaseAllReturnsEveryLease) {
+  WorkQueue q(2, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(3).ok());
+  q.Lease(0);
+  q.Lease(1);
+  q.ReleaseAll();
+  EXPECT_EQ(*q.Lease(1), 0);
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,174 @@
+// Exactly-once updates: a worker whose replies get lost (so it sends the
+// same push again) or whose pushes arrive twice must leave the parameters
+// bit for bit where a clean run leaves them. Real gRPC servers (two ps, in
+// this process) and the worker's own PsClient, with its fault injection.
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/model_spec.h"
+#include "common/placement.h"
+#include "common/task_server.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/parameter_store.h"
+#include "ps_server/ps_service.h"
+#include "tests/local_cluster.h"
+#include "worker/ps_client.h"
+
+namespace pscluster {
+namespace {
+
+struct PsProcessInside {
+  ParameterStore store;
+  std::unique_ptr<Metrics> metrics = *Metrics::Start("", "ps");
+  std::unique_ptr<PsService> service;
+  std::unique_ptr<TaskServer> server;
+  int port = 0;
+};
+
+struct Outcome {
+  std::vector<float> params;
+  int64_t duplicates = 0;
+  int64_t resends = 0;
+  int64_t version = 0;
+};
+
+// Trains `steps` steps of two workers with seeded pseudo-gradients against
+// two fresh ps and returns the final parameters.
+Outcome Train(UpdateMode mode, int lose_every, int duplicate_every) {
+  const ModelSpec spec = *ModelByName("mlp");
+  const Placement placement = PlaceVariables(spec, 2, PlacementOptions());
+  std::vector<std::unique_ptr<PsProcessInside>> ps;
+  std::string cluster = "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"worker\": "
+                        "[\"127.0.0.1:2\", \"127.0.0.1:3\"], \"ps\": [";
+  for (int i = 0; i < 2; ++i) {
+    auto p = std::make_unique<PsProcessInside>();
+    p->service = std::make_unique<PsService>(&p->store, p->metrics.get());
+    p->port = testing::FreePort();
+    absl::StatusOr<std::unique_ptr<TaskServer>> server =
+        TaskServer::Start(p->port, {p->service.get()});
+    EXPECT_TRUE(server.ok()) << server.status();
+    p->server = *std::move(server);
+    cluster += absl::StrCat(i ? ", " : "", "\"127.0.0.1:", p->port, "\"");
+    ps.push_back(std::move(p));
+  }
+  cluster += "]}, \"task\": {\"type\": \"worker\", \"index\": 0}}";
+  absl::StatusOr<TfConfig> config = ParseTfConfig(cluster, "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+
+  const std::vector<float> initial = InitialParameters(spec, 7);
+  for (int i = 0; i < 2; ++i) {
+    InitRequest req;
+    req.set_layout_fingerprint(placement.fingerprint);
+    std::vector<float> wire(placement.floats_of_ps[i]);
+    GatherForPs(placement, i, initial.data(), wire.data());
+    for (int s : placement.shards_of_ps[i]) {
+      ShardSpec* sh = req.add_shards();
+      sh->set_variable(placement.shards[s].variable);
+      sh->set_size(placement.shards[s].size);
+    }
+    req.set_values(wire.data(), wire.size() * sizeof(float));
+    req.mutable_optimizer()->set_name("adam");
+    req.mutable_optimizer()->set_learning_rate(0.01f);
+    req.mutable_optimizer()->set_beta1(0.9f);
+    req.mutable_optimizer()->set_beta2(0.999f);
+    req.mutable_optimizer()->set_epsilon(1e-7f);
+    req.set_mode(mode);
+    req.set_num_workers(2);
+    req.set_replicas_to_aggregate(2);
+    req.set_max_staleness(100);
+    auto stub = ParameterServer::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", ps[i]->port)));
+    grpc::ClientContext ctx;
+    InitResponse resp;
+    EXPECT_TRUE(stub->Init(&ctx, req, &resp).ok());
+  }
+
+  // Two workers, stepping alternately from one thread each: their pushes
+  // interleave the same way in every run, as sync needs.
+  PsClientOptions faulty;
+  faulty.retry.initial_backoff = absl::Milliseconds(1);
+  faulty.lose_reply_every = lose_every;
+  faulty.duplicate_every = duplicate_every;
+  Outcome out;
+  std::vector<std::unique_ptr<PsClient>> workers;
+  for (int w = 0; w < 2; ++w) {
+    absl::StatusOr<std::unique_ptr<PsClient>> c =
+        PsClient::Create(config->cluster, &placement, faulty);
+    EXPECT_TRUE(c.ok());
+    workers.push_back(*std::move(c));
+  }
+  std::vector<std::vector<float>> params(2, std::vector<float>(spec.num_parameters));
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_TRUE(workers[w]->PullAll(0, params[w].data(), absl::Seconds(10)).ok());
+  }
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.01f);
+  std::vector<std::vector<float>> grads(2, std::vector<float>(spec.num_parameters));
+  constexpr int kSteps = 40;
+  for (int step = 0; step < kSteps; ++step) {
+    for (auto& g : grads) {
+      for (float& x : g) x = normal(rng);
+    }
+    if (mode == ASYNC) {
+      for (int w = 0; w < 2; ++w) {
+        absl::Status s = workers[w]->PushPullAll(w, 64, false, grads[w].data(),
+                                                 params[w].data(), absl::Seconds(20));
+        EXPECT_TRUE(s.ok()) << s;
+      }
+    } else {
+      // Both pushes of a sync step must be in flight together.
+      std::vector<absl::Status> st(2);
+      std::thread other([&] {
+        st[1] = workers[1]->PushPullAll(1, 64, false, grads[1].data(), params[1].data(),
+                                        absl::Seconds(20));
+      });
+      st[0] = workers[0]->PushPullAll(0, 64, false, grads[0].data(), params[0].data(),
+                                      absl::Seconds(20));
+      other.join();
+      EXPECT_TRUE(st[0].ok()) << st[0];
+      EXPECT_TRUE(st[1].ok()) << st[1];
+    }
+  }
+  EXPECT_TRUE(workers[0]->PullAll(0, params[0].data(), absl::Seconds(10)).ok());
+  out.params = params[0];
+  out.version = workers[0]->version();
+  for (int w = 0; w < 2; ++w) out.resends += workers[w]->resends();
+  for (auto& p : ps) {
+    out.duplicates += p->store.stats().pushes_duplicate;
+    p->store.Cancel();
+    p->server->Stop(absl::ZeroDuration());
+  }
+  return out;
+}
+
+void ExpectBitForBit(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+      << "the parameters differ from the clean run's";
+}
+
+TEST(ExactlyOnceTest, SyncLostRepliesAndDuplicatesChangeNothing) {
+  const Outcome clean = Train(SYNC, 0, 0);
+  const Outcome faulty = Train(SYNC, 3, 5);
+  EXPECT_EQ(clean.duplicates, 0);
+  EXPECT_GT(faulty.resends, 20);
+  // Every resend reached a ps that had the push already.
+  EXPECT_EQ(faulty.duplicates, faulty.resends);
+  EXPECT_EQ(faulty.version, clean.version);
+  ExpectBitForBit(faulty.params, clean.params);
+}
+
+TEST(ExactlyOnceTest, AsyncLostRepliesAndDuplicatesChangeNothing) {
+  const Outcome clean = Train(ASYNC, 0, 0);
+  const Outcome faulty = Train(ASYNC, 2, 3);
+  EXPECT_GT(faulty.resends, 30);
+  EXPECT_EQ(faulty.duplicates, faulty.resends);
+  EXPECT_EQ(faulty.version, clean.version);
+  ExpectBitForBit(faulty.params, clean.params);
+}
+
+}  // namespace
+}  // namespace pscluster

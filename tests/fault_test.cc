@@ -1,0 +1,120 @@
+// Kill -9 a worker, a ps and the chief in the middle of sync and async runs
+// and restart them as the launcher would: every run must finish, within 0.5
+// points of the test accuracy of an undisturbed run, with the detection and
+// the recovery in the chief's log. The relevant log lines are printed, for
+// the figures (detection and recovery times, steps lost).
+#include <iostream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace testing {
+namespace {
+
+constexpr int kChunks = 938 * 2;  // MNIST in batches of 64, two epochs
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_dir_ = TestDataDir();
+    if (data_dir_.empty()) GTEST_SKIP() << "no MNIST data (set PSCLUSTER_DATA_DIR)";
+  }
+
+  ClusterOptions Options(const std::string& mode, const std::string& name) {
+    ClusterOptions o;
+    o.data_dir = data_dir_;
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    o.chief_args = {"--model=mlp", "--epochs=2", "--mode=" + mode,
+                    "--checkpoint_every_steps=100", "--heartbeat_timeout_s=2",
+                    absl::StrCat("--checkpoint_dir=", tmp ? tmp : "/tmp", "/ckpt-", name, "-",
+                                 mode)};
+    return o;
+  }
+
+  // Runs to the end; the final line's figures, or nullopt (test failed).
+  std::optional<FinalFigures> Finish(LocalCluster& c) {
+    std::map<std::string, int> codes = c.Wait(absl::Minutes(4));
+    for (const auto& [task, code] : codes) {
+      EXPECT_EQ(code, 0) << task << " exited with " << code << "\n" << c.AllLogs();
+    }
+    std::optional<FinalFigures> f = ParseFinalLine(c.Log("chief:0"));
+    EXPECT_TRUE(f.has_value()) << c.AllLogs();
+    return f;
+  }
+
+  double Baseline(const std::string& mode) {
+    static std::map<std::string, double> cache;
+    auto it = cache.find(mode);
+    if (it != cache.end()) return it->second;
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c =
+        LocalCluster::Start(Options(mode, "baseline"));
+    EXPECT_TRUE(c.ok()) << c.status();
+    std::optional<FinalFigures> f = Finish(**c);
+    const double accuracy = f ? f->test_accuracy : -1;
+    std::cout << "undisturbed " << mode << " run: test_accuracy=" << accuracy
+              << " steps=" << (f ? f->steps : -1) << "\n";
+    cache[mode] = accuracy;
+    return accuracy;
+  }
+
+  // Kills `task` once a quarter of the data is done, restarts it after
+  // `down_for`, and checks the run ends well and logs `expect` (a regex).
+  void KillOne(const std::string& mode, const std::string& task, const std::string& expect) {
+    const double baseline = Baseline(mode);
+    ASSERT_GT(baseline, 0.8);
+    std::string name = task;
+    name.erase(name.find(':'), 1);
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(Options(mode, name));
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->WaitForChunks(kChunks / 4, absl::Minutes(2))) << (*c)->AllLogs();
+    const absl::Time killed = absl::Now();
+    ASSERT_TRUE((*c)->KillAndRestart(task, absl::Seconds(1)).ok());
+    std::optional<FinalFigures> f = Finish(**c);
+    ASSERT_TRUE(f.has_value());
+    const std::string chief = (*c)->Log("chief:0");
+    EXPECT_TRUE(std::regex_search(chief, std::regex(expect))) << chief;
+    EXPECT_NE(chief.find(absl::StrCat(kChunks, " of ", kChunks, " chunks trained")),
+              std::string::npos)
+        << chief;
+    EXPECT_NEAR(f->test_accuracy, baseline, 0.005) << chief;
+    std::cout << "kill -9 " << task << " (" << mode << ") at +0 s, restarted at +1 s: "
+              << "test_accuracy=" << f->test_accuracy << " (undisturbed " << baseline
+              << ") steps=" << f->steps << " wall since the kill "
+              << absl::ToDoubleSeconds(absl::Now() - killed) << " s\n";
+    std::regex interesting("(lost|restarted|is back|restored|resuming|answers again)[^\n]*");
+    for (std::sregex_iterator it(chief.begin(), chief.end(), interesting), end; it != end; ++it) {
+      std::cout << "  chief: " << it->str() << "\n";
+    }
+  }
+
+  std::string data_dir_;
+};
+
+TEST_F(FaultTest, SyncWorkerKilled) {
+  KillOne("sync", "worker:1", "worker 1 (lost|restarted)[^]*worker 1 is back");
+}
+TEST_F(FaultTest, AsyncWorkerKilled) {
+  KillOne("async", "worker:1", "worker 1 (lost|restarted)[^]*worker 1 is back");
+}
+TEST_F(FaultTest, SyncPsKilled) {
+  KillOne("sync", "ps:1", "ps:1 lost[^]*restored from the checkpoint of step");
+}
+TEST_F(FaultTest, AsyncPsKilled) {
+  KillOne("async", "ps:1", "ps:1 lost[^]*restored from the checkpoint of step");
+}
+TEST_F(FaultTest, SyncChiefKilled) {
+  KillOne("sync", "chief:0", "resuming a run in progress");
+}
+TEST_F(FaultTest, AsyncChiefKilled) {
+  KillOne("async", "chief:0", "resuming a run in progress");
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace pscluster

@@ -1,0 +1,232 @@
+// A parameter server refuses every malformed or hostile request with a
+// clear status, and the refusal changes nothing: same values, same version.
+// Real gRPC on loopback against a PsService in this process.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+#include "common/task_server.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/parameter_store.h"
+#include "ps_server/ps_service.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace {
+
+constexpr uint64_t kLayout = 1234;
+constexpr int kFloats = 1000;
+
+class PsBadInputTest : public ::testing::Test {
+ protected:
+  void Start(NonFinitePolicy policy = NONFINITE_REJECT, int max_message_bytes = 1 << 20) {
+    metrics_ = *Metrics::Start("", "ps:0");
+    service_ = std::make_unique<PsService>(&store_, metrics_.get());
+    const int port = testing::FreePort();
+    RpcOptions rpc;
+    rpc.max_message_bytes = max_message_bytes;
+    server_ = *TaskServer::Start(port, {service_.get()}, nullptr, rpc);
+    RpcOptions client;
+    client.max_message_bytes = 64 << 20;  // lets the client send what the ps must refuse
+    stub_ = ParameterServer::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), client));
+    InitRequest init = Init(policy);
+    std::vector<float> values(kFloats, 0.5f);
+    init.set_values(values.data(), values.size() * sizeof(float));
+    grpc::ClientContext ctx;
+    InitResponse resp;
+    ASSERT_TRUE(stub_->Init(&ctx, init, &resp).ok());
+    before_ = Pull();
+  }
+  void TearDown() override {
+    if (server_) {
+      store_.Cancel();
+      server_->Stop(absl::ZeroDuration());
+    }
+  }
+
+  static InitRequest Init(NonFinitePolicy policy) {
+    InitRequest init;
+    init.set_layout_fingerprint(kLayout);
+    ShardSpec* a = init.add_shards();
+    a->set_variable("dense/kernel");
+    a->set_size(900);
+    ShardSpec* b = init.add_shards();
+    b->set_variable("dense/bias");
+    b->set_offset(900);
+    b->set_size(100);
+    init.mutable_optimizer()->set_name("sgd");
+    init.mutable_optimizer()->set_learning_rate(0.1f);
+    init.set_mode(SYNC);
+    init.set_num_workers(2);
+    init.set_replicas_to_aggregate(1);
+    init.set_nonfinite(policy);
+    return init;
+  }
+
+  PushRequest GoodPush() const {
+    PushRequest p;
+    p.set_layout_fingerprint(kLayout);
+    p.set_worker_index(0);
+    p.set_num_examples(8);
+    std::vector<float> g(kFloats, 1.0f);
+    p.set_gradients(g.data(), g.size() * sizeof(float));
+    return p;
+  }
+
+  grpc::Status Push(const PushRequest& p) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+    PushResponse resp;
+    return stub_->Push(&ctx, p, &resp);
+  }
+
+  PullResponse Pull() {
+    grpc::ClientContext ctx;
+    PullRequest req;
+    req.set_layout_fingerprint(kLayout);
+    req.set_generation(-1);
+    PullResponse resp;
+    EXPECT_TRUE(stub_->Pull(&ctx, req, &resp).ok());
+    return resp;
+  }
+
+  PsStatsResponse Stats() {
+    grpc::ClientContext ctx;
+    PsStatsResponse st;
+    EXPECT_TRUE(stub_->GetStats(&ctx, PsStatsRequest(), &st).ok());
+    return st;
+  }
+
+  // The refusal left the parameters and the version alone.
+  void ExpectUnchanged() {
+    const PullResponse now = Pull();
+    EXPECT_EQ(now.version(), before_.version());
+    EXPECT_EQ(now.values(), before_.values());
+    EXPECT_EQ(Stats().pushes_applied(), 0);
+  }
+
+  void ExpectRefused(const grpc::Status& s, grpc::StatusCode code, const std::string& text) {
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(text), std::string::npos) << s.error_message();
+    ExpectUnchanged();
+  }
+
+  ParameterStore store_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<TaskServer> server_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+  PullResponse before_;
+};
+
+TEST_F(PsBadInputTest, WrongShape) {
+  Start();
+  PushRequest p = GoodPush();
+  std::vector<float> g(kFloats - 1, 1.0f);
+  p.set_gradients(g.data(), g.size() * sizeof(float));
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "999 floats");
+  p.mutable_gradients()->push_back('x');  // not a whole number of floats
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "not a whole number");
+  EXPECT_GE(Stats().pushes_rejected(), 1);
+}
+
+TEST_F(PsBadInputTest, WrongDtype) {
+  Start();
+  PushRequest p = GoodPush();
+  p.set_dtype("float16");
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "dtype 'float16'");
+}
+
+TEST_F(PsBadInputTest, UnknownVariable) {
+  Start();
+  RestoreRequest r;
+  *r.mutable_init() = Init(NONFINITE_REJECT);
+  ShardState* s = r.mutable_state();
+  s->set_layout_fingerprint(kLayout);
+  std::vector<float> v(kFloats, 9.0f);
+  s->set_values(v.data(), v.size() * sizeof(float));
+  *s->mutable_shards() = r.init().shards();
+  s->mutable_shards(1)->set_variable("conv9/bias");
+  grpc::ClientContext ctx;
+  RestoreResponse resp;
+  ExpectRefused(stub_->Restore(&ctx, r, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+                "unknown variable conv9/bias");
+}
+
+TEST_F(PsBadInputTest, VersionFromTheFuture) {
+  Start();
+  PushRequest p = GoodPush();
+  p.set_version(5);
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "from the future");
+}
+
+TEST_F(PsBadInputTest, NonFiniteGradientRejectedAndCounted) {
+  Start(NONFINITE_REJECT);
+  PushRequest p = GoodPush();
+  std::vector<float> g(kFloats, 1.0f);
+  g[17] = std::nanf("");
+  p.set_gradients(g.data(), g.size() * sizeof(float));
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "NaN or Inf");
+  g[17] = INFINITY;
+  p.set_gradients(g.data(), g.size() * sizeof(float));
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "NaN or Inf");
+  EXPECT_EQ(Stats().pushes_rejected(), 2);
+}
+
+TEST_F(PsBadInputTest, NonFiniteGradientSkipsTheStepUnderTheSkipPolicy) {
+  Start(NONFINITE_SKIP_STEP);
+  PushRequest p = GoodPush();
+  std::vector<float> g(kFloats, 1.0f);
+  g[3] = -INFINITY;
+  p.set_gradients(g.data(), g.size() * sizeof(float));
+  EXPECT_TRUE(Push(p).ok());
+  const PullResponse now = Pull();
+  EXPECT_EQ(now.values(), before_.values());  // the step happened but changed nothing
+  EXPECT_EQ(now.version(), before_.version() + 1);
+  EXPECT_EQ(Stats().steps_skipped_nonfinite(), 1);
+}
+
+TEST_F(PsBadInputTest, OversizedMessageRefusedByTheConfiguredLimit) {
+  Start(NONFINITE_REJECT, /*max_message_bytes=*/64 << 10);
+  PushRequest p = GoodPush();
+  std::vector<float> g(100000, 1.0f);  // 400 KB against a 64 KiB limit
+  p.set_gradients(g.data(), g.size() * sizeof(float));
+  ExpectRefused(Push(p), grpc::StatusCode::RESOURCE_EXHAUSTED, "");
+}
+
+TEST_F(PsBadInputTest, PushFromATaskNotInTheCluster) {
+  Start();
+  PushRequest p = GoodPush();
+  p.set_worker_index(7);
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "worker index 7 is out of range");
+  p.set_worker_index(-1);
+  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "worker index -1");
+}
+
+TEST_F(PsBadInputTest, OtherLayoutOrGeneration) {
+  Start();
+  PushRequest p = GoodPush();
+  p.set_layout_fingerprint(kLayout + 1);
+  ExpectRefused(Push(p), grpc::StatusCode::FAILED_PRECONDITION, "layout fingerprint");
+  p = GoodPush();
+  p.set_generation(3);
+  ExpectRefused(Push(p), grpc::StatusCode::ABORTED, "restored from a checkpoint");
+}
+
+TEST_F(PsBadInputTest, MembershipOfTheWrongSize) {
+  Start();
+  SetWorkersRequest r;
+  r.set_layout_fingerprint(kLayout);
+  r.add_active(true);
+  grpc::ClientContext ctx;
+  SetWorkersResponse resp;
+  ExpectRefused(stub_->SetWorkers(&ctx, r, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+                "1 entries");
+}
+
+}  // namespace
+}  // namespace pscluster
