@@ -1,0 +1,130 @@
+#include "chief/dispatcher.h"
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+WorkRequest Ask(int worker, uint64_t incarnation, std::vector<int64_t> completed = {},
+                int64_t generation = 0) {
+  WorkRequest r;
+  r.set_worker_index(worker);
+  r.set_incarnation(incarnation);
+  r.set_chunks_per_epoch(4);
+  r.set_completed_generation(generation);
+  for (int64_t k : completed) r.add_completed(k);
+  return r;
+}
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  DispatcherTest() : d_(2, 1, kT0) {
+    int64_t n = 0;
+    d_.Membership(&n);
+    d_.MembershipApplied(n);
+  }
+  WorkResponse Get(const WorkRequest& r, absl::Time t = kT0) {
+    absl::StatusOr<WorkResponse> w = d_.GetWork(r, t);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return *w;
+  }
+  Dispatcher d_;
+};
+
+TEST_F(DispatcherTest, HandsOutChunksThenDone) {
+  EXPECT_EQ(Get(Ask(0, 1)).chunk(), 0);
+  EXPECT_EQ(Get(Ask(1, 2)).chunk(), 1);
+  EXPECT_EQ(Get(Ask(0, 1, {0})).chunk(), 2);
+  EXPECT_EQ(Get(Ask(1, 2, {1})).chunk(), 3);
+  EXPECT_EQ(Get(Ask(0, 1, {2})).kind(), WorkResponse::IDLE);  // chunk 3 still out
+  EXPECT_EQ(Get(Ask(1, 2, {3})).kind(), WorkResponse::DONE);
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::DONE);
+  EXPECT_TRUE(d_.AllFinished());
+}
+
+TEST_F(DispatcherTest, ALostWorkersChunkGoesToTheOtherAndItRejoinsOnceThePsKnow) {
+  EXPECT_EQ(Get(Ask(0, 1)).chunk(), 0);
+  EXPECT_EQ(Get(Ask(1, 2)).chunk(), 1);
+  ASSERT_TRUE(d_.Heartbeat([] { HeartbeatRequest h; h.set_incarnation(1); return h; }(),
+                           kT0 + absl::Seconds(4)).ok());
+  std::vector<Dispatcher::Lost> lost = d_.FindLost(kT0 + absl::Seconds(5), absl::Seconds(3));
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].worker, 1);
+  EXPECT_EQ(lost[0].chunks_released, 1);
+  int64_t n = 0;
+  EXPECT_EQ(d_.Membership(&n), (std::vector<bool>{true, false}));
+  d_.MembershipApplied(n);
+  EXPECT_EQ(Get(Ask(0, 1, {0})).chunk(), 1);  // the lost worker's chunk first
+  // Worker 1 comes back: no work until the ps wait for it again.
+  EXPECT_EQ(Get(Ask(1, 3)).kind(), WorkResponse::PAUSE);
+  EXPECT_EQ(d_.Membership(&n), (std::vector<bool>{true, true}));
+  d_.MembershipApplied(n);
+  EXPECT_EQ(Get(Ask(1, 3)).chunk(), 2);
+  EXPECT_FALSE(d_.TakeEvents().empty());
+}
+
+TEST_F(DispatcherTest, ANewIncarnationVoidsTheOldLeases) {
+  EXPECT_EQ(Get(Ask(1, 2)).chunk(), 0);
+  // Restarted within the timeout: same index, new process.
+  WorkResponse w = Get(Ask(1, 9));
+  EXPECT_EQ(w.kind(), WorkResponse::PAUSE);
+  int64_t n = 0;
+  d_.Membership(&n);
+  d_.MembershipApplied(n);
+  EXPECT_EQ(Get(Ask(1, 9)).chunk(), 0);
+}
+
+TEST_F(DispatcherTest, PauseParksEveryLiveWorker) {
+  d_.Pause();
+  EXPECT_FALSE(d_.AllParked());
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::PAUSE);
+  EXPECT_FALSE(d_.AllParked());
+  EXPECT_EQ(Get(Ask(1, 2)).kind(), WorkResponse::PAUSE);
+  EXPECT_TRUE(d_.AllParked());
+  d_.Resume();
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::CHUNK);
+}
+
+TEST_F(DispatcherTest, RewindRestoresTheDoneSetAndIgnoresOldGenerations) {
+  EXPECT_EQ(Get(Ask(0, 1)).chunk(), 0);
+  EXPECT_EQ(Get(Ask(0, 1, {0})).chunk(), 1);
+  const std::string saved = d_.SaveDone();
+  EXPECT_EQ(Get(Ask(0, 1, {1})).chunk(), 2);
+  ASSERT_TRUE(d_.Rewind(4, saved, 1).ok());
+  // A completion from before the restore does not count.
+  WorkResponse w = Get(Ask(0, 1, {2}, /*generation=*/0));
+  EXPECT_EQ(w.generation(), 1);
+  EXPECT_EQ(w.chunk(), 1);
+  EXPECT_EQ(d_.done_chunks(), 1);
+}
+
+TEST_F(DispatcherTest, AWorkerLostForGoodDoesNotHoldUpTheEnd) {
+  for (int64_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(Get(Ask(0, 1, k ? std::vector<int64_t>{k - 1} : std::vector<int64_t>{})).chunk(), k);
+  }
+  EXPECT_EQ(d_.FindLost(kT0 + absl::Seconds(10), absl::Seconds(3)).size(), 2u);
+  EXPECT_FALSE(d_.AllFinished());  // chunk 3 is not done yet
+  // Worker 0 was lost too by the clock: its late completion of chunk 3
+  // does not count, and once re-admitted it trains chunk 3 again.
+  EXPECT_EQ(Get(Ask(0, 1, {3}), kT0 + absl::Seconds(10)).kind(), WorkResponse::PAUSE);
+  int64_t n = 0;
+  d_.Membership(&n);
+  d_.MembershipApplied(n);
+  EXPECT_EQ(Get(Ask(0, 1), kT0 + absl::Seconds(10)).chunk(), 3);
+  EXPECT_EQ(Get(Ask(0, 1, {3}), kT0 + absl::Seconds(10)).kind(), WorkResponse::DONE);
+  EXPECT_TRUE(d_.AllFinished());
+}
+
+TEST_F(DispatcherTest, RefusesStrangers) {
+  EXPECT_EQ(d_.GetWork(Ask(5, 1), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  WorkRequest r = Ask(0, 1);
+  r.set_chunks_per_epoch(4);
+  ASSERT_TRUE(d_.GetWork(r, kT0).ok());
+  r.set_chunks_per_epoch(5);
+  EXPECT_EQ(d_.GetWork(r, kT0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace pscluster
