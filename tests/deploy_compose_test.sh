@@ -172,7 +172,7 @@ for variant, cfg in sorted(rendered.items()):
         probs = flag_problems(binary, cmd[1:], flags)
         g(not probs, "flags are %s's" % binary, "; ".join(probs))
         g(flag_value(cmd, "metrics_port") is not None, "--metrics_port set")
-        want_restart = "no" if job == "chief" else "on-failure"
+        want_restart = "on-failure:3" if job == "chief" else "on-failure"
         g(svc.get("restart") == want_restart, "restart: %s" % want_restart, str(svc.get("restart")))
         test = svc.get("healthcheck", {}).get("test", [])
         g(test[:2] == ["CMD", "pscluster-health-probe"] and len(test) == 3 and
