@@ -1,6 +1,9 @@
 // Start-up helpers for the daemons' mains: read TF_CONFIG and check that it
-// names the role the binary plays. Errors print one line and exit with
-// code 2 (bad input), as every daemon documents.
+// names the role the binary plays, set up transport security. Errors print
+// one line and exit with code 2 (bad input), as every daemon documents.
+//
+// Linking this library defines the security flags every daemon takes:
+// --tls_cert, --tls_key, --tls_ca, --tls_server_name, --auth_token_file.
 #ifndef PSCLUSTER_COMMON_DAEMON_H_
 #define PSCLUSTER_COMMON_DAEMON_H_
 
@@ -29,6 +32,12 @@ void TuneAllocator();
 // variable), and checks that task.type is `expected_type`.
 TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
                             const std::string& expected_type);
+
+// Reads the security flags and `config`'s rpc_layer (LoadSecurityConfig,
+// common/security.h) and installs the result for every channel and server
+// of the process (SetProcessSecurity). Call right after the TF_CONFIG is
+// loaded, before any channel or server exists. Exits 2 naming the flag.
+void ConfigureSecurityOrExit(const TfConfig& config);
 
 // Serves Prometheus /metrics on 0.0.0.0:port labelled with `task`, or
 // nothing when port is 0 (the metrics then still count). A port outside

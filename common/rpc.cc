@@ -1,9 +1,88 @@
 #include "common/rpc.h"
 
+#include <mutex>
+#include <thread>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "proto/health.grpc.pb.h"
 
 namespace pscluster {
+namespace {
+
+// Drives the connection attempts of TLS channels while no call is in
+// flight. gRPC performs a channel's I/O only on threads that poll for it: a
+// call under way, or a connectivity watch on a completion queue that some
+// thread drains. After a failed attempt a channel stays in
+// TRANSIENT_FAILURE, where calls without wait_for_ready fail at once
+// without polling; a plaintext connect then still completes on gRPC's 5 s
+// backup poll, but a TLS handshake needs several reads within one attempt's
+// deadline (at most 1 s here) and never would: a worker that asked before
+// the chief was up would wait forever. This one thread watches each
+// CONNECTING or TRANSIENT_FAILURE channel for 100 ms at a time and polls
+// meanwhile; a READY channel is left alone, so calls do their own I/O.
+class ConnectionKeeper {
+ public:
+  static ConnectionKeeper& Get() {
+    // Lives as long as the process: channels may be made until exit.
+    static ConnectionKeeper* const keeper = new ConnectionKeeper();
+    return *keeper;
+  }
+
+  void Add(const std::shared_ptr<grpc::Channel>& channel) {
+    absl::MutexLock lock(&mu_);
+    channels_.push_back(channel);
+    std::call_once(started_, [this] { std::thread([this] { Run(); }).detach(); });
+  }
+
+ private:
+  ConnectionKeeper() = default;
+
+  void Run() {
+    constexpr auto kWatch = std::chrono::milliseconds(100);
+    while (true) {
+      // Holds the channels for one round only; dropped ones are forgotten.
+      std::vector<std::shared_ptr<grpc::Channel>> connecting;
+      {
+        absl::MutexLock lock(&mu_);
+        std::vector<std::weak_ptr<grpc::Channel>> alive;
+        for (const std::weak_ptr<grpc::Channel>& w : channels_) {
+          std::shared_ptr<grpc::Channel> c = w.lock();
+          if (c == nullptr) continue;
+          alive.push_back(w);
+          const grpc_connectivity_state s = c->GetState(/*try_to_connect=*/false);
+          if (s == GRPC_CHANNEL_CONNECTING || s == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+            connecting.push_back(std::move(c));
+          }
+        }
+        channels_ = std::move(alive);
+      }
+      if (connecting.empty()) {
+        absl::SleepFor(absl::Milliseconds(100));
+        continue;
+      }
+      const auto deadline = std::chrono::system_clock::now() + kWatch;
+      for (const auto& c : connecting) {
+        c->NotifyOnStateChange(c->GetState(false), deadline, &cq_, nullptr);
+      }
+      // Draining the queue polls the watched channels' sockets.
+      for (size_t i = 0; i < connecting.size(); ++i) {
+        void* tag = nullptr;
+        bool ok = false;
+        cq_.Next(&tag, &ok);
+      }
+    }
+  }
+
+  grpc::CompletionQueue cq_;  // only the keeper's thread uses it
+  std::once_flag started_;
+  absl::Mutex mu_;
+  std::vector<std::weak_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const RpcOptions& options) {
@@ -14,8 +93,21 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
+  std::shared_ptr<const SecurityConfig> security =
+      options.security ? options.security : ProcessSecurity();
+  AddSecurityChannelArgs(*security, &args);
+  auto interceptors = MakeClientInterceptors(*security);
+  std::shared_ptr<grpc::Channel> channel =
+      interceptors.empty()
+          ? grpc::CreateCustomChannel(address, MakeChannelCredentials(*security), args)
+          : grpc::experimental::CreateCustomChannelWithInterceptors(
+                address, MakeChannelCredentials(*security), args, std::move(interceptors));
+  if (security->tls) ConnectionKeeper::Get().Add(channel);
+  return channel;
+}
+
+std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(const RpcOptions& options) {
+  return MakeServerCredentials(options.security ? *options.security : *ProcessSecurity());
 }
 
 void ConfigureServer(grpc::ServerBuilder& builder, const RpcOptions& options) {

@@ -8,6 +8,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/security.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
@@ -17,14 +18,16 @@ class TaskServer::ControlService final : public TaskControl::Service {
   ControlService(TaskServer* owner, EvaluateFn evaluate)
       : owner_(owner), evaluate_(std::move(evaluate)) {}
 
-  grpc::Status Shutdown(grpc::ServerContext*, const ShutdownRequest* req,
+  grpc::Status Shutdown(grpc::ServerContext* ctx, const ShutdownRequest* req,
                         ShutdownResponse*) override {
+    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
     owner_->RequestShutdown(req->reason().empty() ? "Shutdown RPC" : req->reason());
     return grpc::Status::OK;
   }
 
-  grpc::Status Evaluate(grpc::ServerContext*, const EvaluateRequest* req,
+  grpc::Status Evaluate(grpc::ServerContext* ctx, const EvaluateRequest* req,
                         EvalReport* resp) override {
+    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
     if (!evaluate_) {
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                           "this task is not an evaluator");
@@ -47,7 +50,7 @@ absl::StatusOr<std::unique_ptr<TaskServer>> TaskServer::Start(
   ConfigureServer(builder, options);
   int bound_port = 0;
   const std::string address = absl::StrCat("0.0.0.0:", port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(address, ListeningCredentials(options), &bound_port);
   builder.RegisterService(ts->control_.get());
   for (grpc::Service* s : services) builder.RegisterService(s);
   ts->server_ = builder.BuildAndStart();
@@ -55,6 +58,8 @@ absl::StatusOr<std::unique_ptr<TaskServer>> TaskServer::Start(
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, " (port in use or not permitted)"));
   }
+  spdlog::info("gRPC on {}: {}", address,
+               DescribeSecurity(options.security ? *options.security : *ProcessSecurity()));
   return ts;
 }
 

@@ -1,8 +1,10 @@
 // TaskServer: the gRPC server every daemon runs on its TF_CONFIG address.
 // It always serves the standard grpc.health.v1 service and TaskControl
 // (Shutdown, and Evaluate where an evaluate function is given), plus the
-// daemon's own services. The daemon's main blocks in
-// WaitForShutdownRequest() and then calls Stop().
+// daemon's own services, over TLS or plaintext as options.security (or the
+// process's, common/security.h) says. TaskControl checks the cluster token
+// (CheckAuth); the health service stays open to probes. The daemon's main
+// blocks in WaitForShutdownRequest() and then calls Stop().
 //
 // Thread-safe. The services passed to Start are borrowed and must outlive
 // the TaskServer.

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
       "\"index\":0}}' ps_server [--tf_config=FILE]");
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kPsJob);
+  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
   const int max_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_mb < 1 || max_mb > 2047) {
     ExitWithUsageError("--max_message_mb must be in [1, 2047], got " + std::to_string(max_mb));

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/rpc.h"
+#include "common/security.h"
 
 namespace pscluster {
 namespace {
@@ -85,8 +86,9 @@ PsService::PsService(ParameterStore* store, Metrics* metrics)
       metrics_(metrics),
       incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {}
 
-grpc::Status PsService::Init(grpc::ServerContext*, const InitRequest* req,
+grpc::Status PsService::Init(grpc::ServerContext* ctx, const InitRequest* req,
                              InitResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   std::vector<float> values;
   if (!ToFloats(req->values(), &values)) return BadBytes("values", req->values().size());
   StoreConfig c;
@@ -160,6 +162,7 @@ grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
 
 grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
                              PullResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   // Proto3 cannot tell an unset generation from 0; readers that do not
   // care (the evaluator, the chief) send -1.
   return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(), resp);
@@ -211,13 +214,15 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::Push(grpc::ServerContext*, const PushRequest* req,
+grpc::Status PsService::Push(grpc::ServerContext* ctx, const PushRequest* req,
                              PushResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   return DoPush(*req, resp);
 }
 
 grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* req,
                                  PushPullResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   grpc::Status s = DoPush(*req, resp->mutable_push());
   if (!s.ok()) return s;
   // Sync: the weights of the step this gradient feeds. Async: the newest.
@@ -226,8 +231,9 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
                 resp->mutable_pull());
 }
 
-grpc::Status PsService::GetStats(grpc::ServerContext*, const PsStatsRequest*,
+grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*,
                                  PsStatsResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   StoreStats s = store_->stats();
   resp->set_version(s.version);
   resp->set_pushes_applied(s.pushes_applied);
@@ -246,8 +252,9 @@ grpc::Status PsService::GetStats(grpc::ServerContext*, const PsStatsRequest*,
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::SetWorkers(grpc::ServerContext*, const SetWorkersRequest* req,
+grpc::Status PsService::SetWorkers(grpc::ServerContext* ctx, const SetWorkersRequest* req,
                                    SetWorkersResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   std::vector<bool> active(req->active().begin(), req->active().end());
   absl::Status s = store_->SetActiveWorkers(req->layout_fingerprint(), active);
   if (!s.ok()) return ToGrpcStatus(s);
@@ -255,8 +262,9 @@ grpc::Status PsService::SetWorkers(grpc::ServerContext*, const SetWorkersRequest
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::Snapshot(grpc::ServerContext*, const SnapshotRequest* req,
+grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest* req,
                                  ShardState* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   StoreSnapshot snap;
   absl::Status s = store_->Snapshot(req->layout_fingerprint(), &snap);
   if (!s.ok()) return ToGrpcStatus(s);
@@ -277,8 +285,9 @@ grpc::Status PsService::Snapshot(grpc::ServerContext*, const SnapshotRequest* re
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::Restore(grpc::ServerContext*, const RestoreRequest* req,
+grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* req,
                                 RestoreResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   const ShardState& state = req->state();
   StoreSnapshot snap;
   if (!ToFloats(state.values(), &snap.values)) {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Tests deploy/local/train.sh, the README's main command, end to end: its
 # flag handling, a short real run (the mlp, one epoch) that must end with the
-# `final:` line and exit 0, and Ctrl-C, which must stop every task.
+# `final:` line and exit 0, Ctrl-C, which must stop every task, and the
+# restart of a task that died (the evaluator, killed with SIGKILL): started
+# again by default, not with --no_restart, the run stopped once the task has
+# no restarts left.
 #
 # Usage: tests/train_sh_test.sh [MNIST_DIR]
 # Needs the daemons built in bazel-bin (tests/run_all.sh builds them first).
@@ -38,6 +41,12 @@ expect "--help exits 0 and lists the launcher flags" 0 "--num_workers=N" --help
 expect "a bad --num_ps exits 2 naming it" 2 "--num_ps=x" --num_ps=x
 expect "a stray argument exits 2 naming it" 2 "unexpected argument 'epochs'" epochs
 expect "a --data_dir without MNIST exits 2 naming it" 2 "--data_dir=$tmp does not hold" --data_dir="$tmp"
+expect "--help lists the restart flags" 0 "--max_restarts=N .*default 5" --help
+expect "a bad --max_restarts exits 2 naming it" 2 "--max_restarts=abc: must be" --max_restarts=abc
+expect "a bad --restart_delay_s exits 2 naming it" 2 "--restart_delay_s=-1: must be" --restart_delay_s=-1
+# Accepted: checked before the data, which is what the launcher then names.
+expect "--no_restart, --max_restarts and --restart_delay_s are accepted" 2 "--data_dir=$tmp does not hold" \
+  --no_restart --max_restarts=0 --restart_delay_s=0.5 --data_dir="$tmp"
 expect "a bad chief flag stops the run with the chief's message" 2 "--mode=fast" --mode=fast --data_dir="$data"
 
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
@@ -83,6 +92,93 @@ else
     else
       fail "Ctrl-C (exit $rc)"; tail -n 20 "$tmp/ctrlc.out"
     fi
+  fi
+
+  # Restarts. Each run has its own --logdir, which its evaluator's command
+  # line carries: that finds the evaluator's process.
+  evaluator_pid() {  # evaluator_pid LOGDIR
+    local d args
+    for d in /proc/[0-9]*; do
+      mapfile -d '' -t args 2>/dev/null < "$d/cmdline" || continue
+      [[ " ${args[*]} " == *"/worker/evaluator "*" --logdir=$1 "* ]] && { echo "${d#/proc/}"; return 0; }
+    done
+    return 1
+  }
+  # kill_evaluator OUT LOGDIR: once training is under way (the chief's first
+  # progress line), SIGKILL to the evaluator; prints its pid.
+  kill_evaluator() {
+    local p
+    for _ in $(seq 1 300); do
+      grep -q '^\[chief\] .* epoch 1/[0-9]* step ' "$1" 2>/dev/null && break
+      sleep 0.1
+    done
+    p="$(evaluator_pid "$2")" || return 1
+    kill -KILL "$p" && echo "$p"
+  }
+  # wait_for PID: waits (at most 60 s) for a launcher in the background;
+  # sets rc to its exit status, or 124 after killing it.
+  wait_for() {
+    for _ in $(seq 1 600); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$1" 2>/dev/null; then kill -TERM "$1"; sleep 5; rc=124; return; fi
+    wait "$1"; rc=$?
+  }
+
+  # Default: the killed evaluator is started again (same TF_CONFIG and port:
+  # the chief's final evaluation reaches it), and the run ends as usual.
+  "$train" --no_build --data_dir="$data" --model=mlp --epochs=2 \
+    --log_every_s=0.5 --logdir="$tmp/restart" > "$tmp/restart.out" 2>&1 &
+  pid=$!
+  killed="$(kill_evaluator "$tmp/restart.out" "$tmp/restart")"
+  wait_for "$pid"
+  last="$(tail -n 1 "$tmp/restart.out")"
+  if [ -n "$killed" ] && [ "$rc" -eq 0 ] && [[ "$last" =~ ^final:\ test_accuracy= ]] &&
+     grep -q '^\[launcher\] evaluator:0 exited (killed by SIGKILL); restarting (1/5)$' "$tmp/restart.out" &&
+     [ "$(grep -c '^\[evaluator\] .*compute device: ' "$tmp/restart.out")" -eq 2 ] &&
+     grep -q '^\[evaluator\] .*eval: step=.*(final)' "$tmp/restart.out" &&
+     grep -q 'restarted evaluator 1x' "$tmp/restart.out" &&
+     ! grep -qE 'exited [1-9]|Killed' "$tmp/restart.out"; then
+    pass "an evaluator killed with SIGKILL is restarted and the run ends with '$last' and exit 0"
+  else
+    fail "restarting a killed evaluator (killed pid '$killed', exit $rc, last line '$last')"
+    tail -n 30 "$tmp/restart.out"
+  fi
+
+  # --no_restart: the launcher notes the death and starts nothing; TERM
+  # then stops the run as Ctrl-C does.
+  "$train" --no_build --no_restart --data_dir="$data" --model=mlp --epochs=1000 \
+    --log_every_s=0.5 --logdir="$tmp/norestart" > "$tmp/norestart.out" 2>&1 &
+  pid=$!
+  killed="$(kill_evaluator "$tmp/norestart.out" "$tmp/norestart")"
+  for _ in $(seq 1 50); do
+    grep -q '^\[launcher\] evaluator:0 exited' "$tmp/norestart.out" && break
+    sleep 0.1
+  done
+  sleep 2  # twice the restart delay
+  evaluator_pid "$tmp/norestart" >/dev/null && again=1 || again=0
+  kill -TERM "$pid"
+  wait_for "$pid"
+  if [ -n "$killed" ] && [ "$again" = 0 ] && [ "$rc" -eq 130 ] &&
+     grep -q '^\[launcher\] evaluator:0 exited (killed by SIGKILL); not restarting it (--no_restart)$' "$tmp/norestart.out" &&
+     ! grep -q 'restarting (' "$tmp/norestart.out" &&
+     [ "$(grep -c '^\[evaluator\] .*compute device: ' "$tmp/norestart.out")" -eq 1 ]; then
+    pass "with --no_restart a killed evaluator is not restarted; TERM still stops the run (exit 130)"
+  else
+    fail "--no_restart (killed pid '$killed', evaluator running again: $again, exit $rc)"
+    tail -n 30 "$tmp/norestart.out"
+  fi
+
+  # No restarts left: the launcher says so and stops the run, exit 1.
+  "$train" --no_build --max_restarts=0 --data_dir="$data" --model=mlp --epochs=1000 \
+    --log_every_s=0.5 --logdir="$tmp/budget" > "$tmp/budget.out" 2>&1 &
+  pid=$!
+  killed="$(kill_evaluator "$tmp/budget.out" "$tmp/budget")"
+  wait_for "$pid"
+  if [ -n "$killed" ] && [ "$rc" -eq 1 ] &&
+     grep -q '^\[launcher\] evaluator:0 exited (killed by SIGKILL); no restarts left (--max_restarts=0); stopping the run$' "$tmp/budget.out" &&
+     ! grep -q 'restarting (' "$tmp/budget.out"; then
+    pass "a task with no restarts left stops the whole run (exit 1)"
+  else
+    fail "--max_restarts=0 (killed pid '$killed', exit $rc)"; tail -n 30 "$tmp/budget.out"
   fi
 fi
 

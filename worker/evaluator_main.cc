@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
       "\"index\":0}}' evaluator --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--eval_interval_s=S]");
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kEvaluatorJob);
+  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
   EvaluatorOptions opt;
   opt.config = config;
   opt.data_dir = absl::GetFlag(FLAGS_data_dir);

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
       "worker --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--threads=N]");
   TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
                                        std::getenv("TF_CONFIG"), kWorkerJob);
+  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
   TrainerOptions opt;
   opt.config = config;
   opt.data_dir = absl::GetFlag(FLAGS_data_dir);

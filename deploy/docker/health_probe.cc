@@ -3,6 +3,11 @@
 // check of its own, and Debian 12 packages no grpc_health_probe).
 //
 //   pscluster-health-probe [HOST:]PORT [--timeout_ms=N]
+//       [--tls_cert=F --tls_key=F [--tls_ca=F] [--tls_server_name=NAME]]
+//
+// The health service needs no cluster token; with TLS on (README,
+// "Security") the probe needs the daemons' TLS flags: a mutual-TLS server
+// accepts no connection without a client certificate.
 //
 // Exit status: 0 SERVING; 1 anything else (not serving, unreachable,
 // timeout), with the reason on stderr; 2 bad arguments.
@@ -12,15 +17,25 @@
 #include <string>
 
 #include "common/rpc.h"
+#include "common/security.h"
 
 namespace {
 
+constexpr char kUsage[] =
+    "usage: pscluster-health-probe [HOST:]PORT [--timeout_ms=N]\n"
+    "           [--tls_cert=FILE --tls_key=FILE [--tls_ca=FILE] [--tls_server_name=NAME]]\n";
+
 int Usage(const std::string& message) {
-  std::fprintf(
-      stderr,
-      "error: %s\nusage: pscluster-health-probe [HOST:]PORT [--timeout_ms=N]\n",
-      message.c_str());
+  std::fprintf(stderr, "error: %s\n%s", message.c_str(), kUsage);
   return 2;
+}
+
+// The value of "--name=value" in `arg` when it is that flag.
+bool FlagValue(const std::string& arg, const std::string& name, std::string* value) {
+  const std::string prefix = "--" + name + "=";
+  if (arg.rfind(prefix, 0) != 0) return false;
+  *value = arg.substr(prefix.size());
+  return true;
 }
 
 }  // namespace
@@ -28,14 +43,23 @@ int Usage(const std::string& message) {
 int main(int argc, char** argv) {
   std::string address;
   long timeout_ms = 2000;
+  pscluster::SecurityFlags tls;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::printf(
-          "usage: pscluster-health-probe [HOST:]PORT [--timeout_ms=N]\n"
+          "%s"
           "Exit 0 when the grpc.health.v1 service at HOST:PORT (default host\n"
-          "127.0.0.1) answers SERVING within N ms (default 2000), else 1.\n");
+          "127.0.0.1) answers SERVING within N ms (default 2000), else 1.\n"
+          "With TLS on, give the daemons' --tls_cert, --tls_key, --tls_ca (and\n"
+          "--tls_server_name); the health service needs no cluster token.\n",
+          kUsage);
       return 0;
+    }
+    if (FlagValue(arg, "tls_cert", &tls.tls_cert) || FlagValue(arg, "tls_key", &tls.tls_key) ||
+        FlagValue(arg, "tls_ca", &tls.tls_ca) ||
+        FlagValue(arg, "tls_server_name", &tls.tls_server_name)) {
+      continue;
     }
     if (arg.rfind("--timeout_ms=", 0) == 0) {
       char* end = nullptr;
@@ -53,7 +77,12 @@ int main(int argc, char** argv) {
   if (address.empty()) return Usage("no address");
   if (address.find(':') == std::string::npos) address = "127.0.0.1:" + address;
 
-  std::shared_ptr<grpc::Channel> channel = pscluster::MakeChannel(address);
+  absl::StatusOr<pscluster::SecurityConfig> security =
+      pscluster::LoadSecurityConfig(tls, "grpc", "the command line");
+  if (!security.ok()) return Usage(std::string(security.status().message()));
+  pscluster::RpcOptions options;
+  options.security = std::make_shared<const pscluster::SecurityConfig>(*std::move(security));
+  std::shared_ptr<grpc::Channel> channel = pscluster::MakeChannel(address, options);
   if (!pscluster::IsServing(*channel, std::chrono::milliseconds(timeout_ms))) {
     std::fprintf(stderr, "%s: not serving (no SERVING answer within %ld ms)\n",
                  address.c_str(), timeout_ms);

@@ -18,15 +18,26 @@
 #                         trained weights (model.safetensors); default
 #                         runs/<date-time>
 #   --task_logs=DIR       also keep each task's log in DIR/<task>.log
+#   --no_restart          do not start a task again when it dies
+#   --max_restarts=N      restarts per task before the run is stopped (default 5)
+#   --restart_delay_s=S   seconds before a dead task is started again (default 1)
 #   --help
 # Every task serves Prometheus /metrics on a free port (listed at start).
+# Like Compose's `restart: on-failure`, a ps, worker or evaluator that exits
+# non-zero or is killed by a signal while the run goes on is started again
+# with the same TF_CONFIG, flags, ports and log:
+#   [launcher] ps:1 exited (killed by SIGKILL); restarting (1/5)
+# The chief is started again only when a signal the launcher did not send
+# killed it (kill -9); when it exits with a status (130 when SIGINT or SIGTERM
+# stopped it), the run ends. A task that dies once more after --max_restarts
+# restarts stops the run (exit status 1).
 # Every other flag goes to the chief (and --num_ps/--num_workers too), e.g.
 #   --epochs=5 --mode=sync|async --batch_size=128 --optimizer=adam
 #   --learning_rate=0.001 --replicas_to_aggregate=N --max_staleness=N
 #
 # Ends with the chief's line
 #   final: test_accuracy=... test_loss=... steps=N epochs=N wall_s=N
-# and exits with the chief's exit status.
+# and exits with the chief's exit status (130 after Ctrl-C).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -39,6 +50,9 @@ EVALUATOR=1
 BUILD=1
 LOGDIR=""
 TASK_LOGS=""
+RESTART=1
+MAX_RESTARTS=5
+RESTART_DELAY=1
 CHIEF_ARGS=()
 
 die() { echo "train.sh: $*" >&2; exit 2; }
@@ -46,7 +60,7 @@ is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
 for arg in "$@"; do
   case "$arg" in
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/ s/^# \{0,1\}//p' "$0"; exit 0 ;;
     --num_ps=*) NUM_PS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
     --num_workers=*) NUM_WORKERS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
     --data_dir=*) DATA_DIR="${arg#*=}" ;;
@@ -56,6 +70,9 @@ for arg in "$@"; do
     --no_build) BUILD=0 ;;
     --logdir=*) LOGDIR="${arg#*=}" ;;
     --task_logs=*) TASK_LOGS="${arg#*=}" ;;
+    --no_restart) RESTART=0 ;;
+    --max_restarts=*) MAX_RESTARTS="${arg#*=}" ;;
+    --restart_delay_s=*) RESTART_DELAY="${arg#*=}" ;;
     --*) CHIEF_ARGS+=("$arg") ;;
     *) die "unexpected argument '$arg' (flags look like --name=value; try --help)" ;;
   esac
@@ -63,6 +80,13 @@ done
 is_uint "$NUM_PS" && [ "$NUM_PS" -ge 1 ] || die "--num_ps=$NUM_PS: must be a whole number >= 1"
 is_uint "$NUM_WORKERS" && [ "$NUM_WORKERS" -ge 1 ] || die "--num_workers=$NUM_WORKERS: must be a whole number >= 1"
 is_uint "$WORKER_THREADS" && [ "$WORKER_THREADS" -ge 1 ] || die "--worker_threads=$WORKER_THREADS: must be a whole number >= 1"
+[[ "$MAX_RESTARTS" =~ ^[0-9]{1,9}$ ]] || die "--max_restarts=$MAX_RESTARTS: must be a whole number >= 0"
+[[ "$RESTART_DELAY" =~ ^[0-9]{1,6}(\.[0-9]+)?$ ]] || die "--restart_delay_s=$RESTART_DELAY: must be a number of seconds >= 0"
+MAX_RESTARTS=$((10#$MAX_RESTARTS))
+# The delay in microseconds: whole seconds, then the first six decimals.
+RESTART_DELAY_US="${RESTART_DELAY#*.}000000"
+[[ "$RESTART_DELAY" == *.* ]] || RESTART_DELAY_US=000000
+RESTART_DELAY_US=$((10#${RESTART_DELAY%%.*} * 1000000 + 10#${RESTART_DELAY_US:0:6}))
 
 # 1. Packages and binaries.
 "$ROOT/deploy/install_deps.sh" || exit 1
@@ -129,24 +153,53 @@ RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/pscluster.XXXXXX")"
 [ -z "$LOGDIR" ] && LOGDIR="$ROOT/runs/$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$LOGDIR" || die "--logdir=$LOGDIR: cannot create it"
 LOGDIR="$(cd "$LOGDIR" && pwd)"
-declare -A PIDS=()
+# The launcher's own messages go to $STDERR: while it watches the tasks its
+# fd 2 is /dev/null, which keeps bash's notices of killed jobs out.
+exec {STDERR}>&2
+# The run ends (STOPPING=1, and nothing is started again) when the chief
+# ends, when a task has no restarts left, or on Ctrl-C / TERM.
+STOPPING=0
+OUT_OF_RESTARTS=0
+INTERRUPTED=0
+# Per task (by name: ps0, worker1, chief, ...): what starts it, the same on
+# every start, and the state of its current process.
+declare -A TASK_ID=() TASK_CMD=() TASK_LOG=()  # ps:0; command line; log file
+declare -A PIDS=()        # the current process
+declare -A ENDED=()       # exit status of the current process, once it ended
+declare -A RESTARTS=()    # how often it was started again
+declare -A RESTART_AT=()  # set while a restart waits: when, in µs since the epoch
 ORDER=()
 METRICS=""
 NEXT_METRICS_PORT=$TOTAL
+# launch NAME: starts the task's process. Its output is prefixed with its
+# name and copied to its log, which a restart appends to.
+launch() {
+  local name="$1" append=()
+  [ "${RESTARTS[$name]}" -gt 0 ] && append=(-a)
+  eval "set -- ${TASK_CMD[$name]}"
+  # setsid: a Ctrl-C in the terminal reaches only this script, which then
+  # stops every task once, in order.
+  TF_CONFIG="$(tf_config "${TASK_ID[$name]%:*}" "${TASK_ID[$name]#*:}")" setsid "$@" \
+    > >(trap '' INT TERM; tee "${append[@]}" "${TASK_LOG[$name]}" | sed -u "s/^/[$name] /") 2>&1 \
+    {STDERR}>&- &
+  PIDS[$name]=$!
+  unset 'ENDED[$name]'
+  if [ "$STOPPING" = 1 ]; then  # Ctrl-C came while it started
+    kill -INT "${PIDS[$name]}" 2>/dev/null
+  fi
+}
 start() {  # start NAME TYPE INDEX BINARY ARGS...
   local name="$1" type="$2" index="$3"; shift 3
-  local log="$RUN_DIR/$name.log"
-  [ -n "$TASK_LOGS" ] && log="$TASK_LOGS/$name.log"
   local mport="${PORTS[$NEXT_METRICS_PORT]}"
   NEXT_METRICS_PORT=$((NEXT_METRICS_PORT + 1))
   METRICS+=" $name:$mport"
-  set -- "$@" --metrics_port="$mport"
-  # setsid: a Ctrl-C in the terminal reaches only this script, which then
-  # stops every task once, in order.
-  TF_CONFIG="$(tf_config "$type" "$index")" setsid "$@" \
-    > >(trap '' INT TERM; tee "$log" | sed -u "s/^/[$name] /") 2>&1 &
-  PIDS[$name]=$!
+  TASK_ID[$name]="$type:$index"
+  TASK_CMD[$name]="$(printf '%q ' "$@" --metrics_port="$mport")"
+  TASK_LOG[$name]="$RUN_DIR/$name.log"
+  [ -n "$TASK_LOGS" ] && TASK_LOG[$name]="$TASK_LOGS/$name.log"
+  RESTARTS[$name]=0
   ORDER+=("$name")
+  launch "$name"
 }
 for ((i = 0; i < NUM_PS; i++)); do start "ps$i" ps "$i" "$BIN/ps_server/ps_server"; done
 for ((i = 0; i < NUM_WORKERS; i++)); do
@@ -160,45 +213,131 @@ start chief chief 0 "$BIN/chief/chief" --logdir="$LOGDIR" "${CHIEF_ARGS[@]}"
 echo "train.sh: Prometheus metrics on 127.0.0.1:${METRICS# } (name:port, path /metrics)" >&2
 echo "train.sh: started ${#ORDER[@]} tasks (${NUM_PS} ps, ${NUM_WORKERS} workers, chief$([ "$EVALUATOR" = 1 ] && echo ", evaluator")); data $DATA_DIR" >&2
 
+alive() { [ -z "${ENDED[$1]+x}" ] && [ -z "${RESTART_AT[$1]+x}" ]; }
+stop_tasks() {  # stop_tasks [chief]: SIGINT to every task still running; the chief too if asked
+  for n in "${ORDER[@]}"; do
+    [ "$n" = chief ] && [ "${1:-}" != chief ] && continue
+    alive "$n" && kill -INT "${PIDS[$n]}" 2>/dev/null
+  done
+}
 # Ctrl-C / TERM: pass it on; the chief then tells every task to exit. (The
 # log pipes ignore both, so they drain until their task ends.)
-INTERRUPTED=0
 forward() {
   [ "$INTERRUPTED" = 1 ] && return
   INTERRUPTED=1
-  echo "train.sh: interrupted; stopping the tasks" >&2
-  for n in "${ORDER[@]}"; do kill -INT "${PIDS[$n]}" 2>/dev/null; done
+  STOPPING=1
+  echo "train.sh: interrupted; stopping the tasks" >&"$STDERR"
+  stop_tasks chief
 }
 trap forward INT TERM
 
-# 5. Wait for the chief, then for everyone else (bounded).
-CHIEF_RC=0
-while true; do
-  wait "${PIDS[chief]}"; CHIEF_RC=$?
-  # wait returns >128 when a trapped signal interrupted it; the chief may still run.
-  kill -0 "${PIDS[chief]}" 2>/dev/null || break
-done
+how_it_ended() {  # how_it_ended STATUS -> "status 1" or "killed by SIGKILL"
+  local sig
+  if [ "$1" -gt 128 ] && sig="$(kill -l $(($1 - 128)) 2>/dev/null)"; then
+    echo "killed by SIG$sig"
+  else
+    echo "status $1"
+  fi
+}
+# schedule_restart NAME STATUS: starts the task again after the delay, or,
+# when its restarts are used up, stops the run. Returns 1 in that case.
+schedule_restart() {
+  local name="$1" id="${TASK_ID[$1]}" how
+  how="$(how_it_ended "$2")"
+  if [ "${RESTARTS[$name]}" -ge "$MAX_RESTARTS" ]; then
+    echo "[launcher] $id exited ($how); no restarts left (--max_restarts=$MAX_RESTARTS); stopping the run" >&"$STDERR"
+    STOPPING=1
+    OUT_OF_RESTARTS=1
+    stop_tasks chief
+    return 1
+  fi
+  RESTARTS[$name]=$((RESTARTS[$name] + 1))
+  echo "[launcher] $id exited ($how); restarting (${RESTARTS[$name]}/$MAX_RESTARTS)" >&"$STDERR"
+  RESTART_AT[$name]=$((${EPOCHREALTIME//[!0-9]/} + RESTART_DELAY_US))
+}
+# task_ended NAME: decides what follows the end of a task's process.
+task_ended() {
+  local name="$1" rc="${ENDED[$1]}"
+  if [ "$name" = chief ]; then
+    # Exit statuses end the run; only a signal from elsewhere restarts it.
+    # 130 is the chief's own status when SIGINT or SIGTERM stopped it (it
+    # catches both), not a death by signal.
+    if [ "$rc" -gt 128 ] && [ "$rc" -ne 130 ] && [ "$STOPPING" = 0 ] && [ "$RESTART" = 1 ] &&
+       schedule_restart chief "$rc"; then
+      return
+    fi
+    CHIEF_RC="$rc"
+    return
+  fi
+  if [ "$rc" -eq 0 ] || [ "$STOPPING" = 1 ]; then
+    return  # done, or stopped by the chief or by us
+  fi
+  if [ "$RESTART" = 0 ]; then
+    echo "[launcher] ${TASK_ID[$name]} exited ($(how_it_ended "$rc")); not restarting it (--no_restart)" >&"$STDERR"
+    return
+  fi
+  schedule_restart "$name" "$rc"
+}
+
+# 5. Watch the tasks until the chief has ended, restarting those that died.
+# (Polled: bash's wait can lose an exit status when a trapped signal
+# interrupts it.)
+CHIEF_RC=""
+while [ -z "$CHIEF_RC" ]; do
+  sleep 0.2
+  for n in "${ORDER[@]}"; do
+    if [ -n "${RESTART_AT[$n]+x}" ]; then
+      if [ "$STOPPING" = 1 ]; then  # the run ends: no restart
+        unset 'RESTART_AT[$n]'
+        if [ "$n" = chief ]; then
+          CHIEF_RC="${ENDED[chief]}"
+          [ "$INTERRUPTED" = 1 ] && CHIEF_RC=130
+        fi
+      elif [ "${EPOCHREALTIME//[!0-9]/}" -ge "${RESTART_AT[$n]}" ]; then
+        unset 'RESTART_AT[$n]'
+        launch "$n"
+      fi
+      continue
+    fi
+    [ -n "${ENDED[$n]+x}" ] && continue
+    kill -0 "${PIDS[$n]}" 2>/dev/null && continue
+    wait "${PIDS[$n]}"; ENDED[$n]=$?
+    task_ended "$n"
+  done
+done 2>/dev/null
+STOPPING=1
 # A chief that failed may not have told the others to stop: do it now.
-if [ "$CHIEF_RC" -ne 0 ] && [ "$INTERRUPTED" = 0 ]; then
-  for n in "${ORDER[@]}"; do [ "$n" = chief ] || kill -INT "${PIDS[$n]}" 2>/dev/null; done
+if [ "$CHIEF_RC" -ne 0 ] && [ "$INTERRUPTED" = 0 ] && [ "$OUT_OF_RESTARTS" = 0 ]; then
+  stop_tasks
 fi
+# Then wait for everyone else, 30 s in all.
 FAILED=()
+GIVE_UP=$((${EPOCHREALTIME//[!0-9]/} + 30000000))
 for n in "${ORDER[@]}"; do
   [ "$n" = chief ] && continue
-  pid="${PIDS[$n]}"
-  for ((t = 0; t < 300; t++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "train.sh: $n still running 30 s after the chief ended; terminating it" >&2
-    kill -TERM "$pid" 2>/dev/null; sleep 1; kill -KILL "$pid" 2>/dev/null
+  unset 'RESTART_AT[$n]'
+  if [ -z "${ENDED[$n]+x}" ]; then
+    pid="${PIDS[$n]}"
+    while kill -0 "$pid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$GIVE_UP" ]; do sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "train.sh: $n still running 30 s after the chief ended; terminating it" >&2
+      kill -TERM "$pid" 2>/dev/null; sleep 1; kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid"; ENDED[$n]=$?
   fi
-  wait "$pid"; rc=$?
-  [ "$rc" -ne 0 ] && FAILED+=("$n exited $rc")
+  [ "${ENDED[$n]}" -ne 0 ] && FAILED+=("$n exited ${ENDED[$n]}")
 done
 sleep 0.2  # let the log pipes drain
 [ ${#FAILED[@]} -gt 0 ] && echo "train.sh: ${FAILED[*]}" >&2
-CHIEF_LOG="$RUN_DIR/chief.log"
-[ -n "$TASK_LOGS" ] && CHIEF_LOG="$TASK_LOGS/chief.log"
-FINAL="$(grep '^final:' "$CHIEF_LOG" | tail -n 1)"
+RESTARTED=()
+for n in "${ORDER[@]}"; do
+  [ "${RESTARTS[$n]}" -gt 0 ] && RESTARTED+=("$n ${RESTARTS[$n]}x")
+done
+if [ ${#RESTARTED[@]} -gt 0 ]; then
+  printf -v list '%s, ' "${RESTARTED[@]}"
+  echo "train.sh: restarted ${list%, }" >&2
+fi
+FINAL="$(grep '^final:' "${TASK_LOG[chief]}" | tail -n 1)"
 rm -rf "$RUN_DIR"
 if [ -f "$LOGDIR/model.safetensors" ]; then
   echo "train.sh: TensorBoard: tensorboard --logdir $LOGDIR; trained weights: $LOGDIR/model.safetensors" >&2
@@ -209,4 +348,5 @@ else
   echo "train.sh: the chief exited with status $CHIEF_RC without a final line" >&2
 fi
 [ "$INTERRUPTED" = 1 ] && [ "$CHIEF_RC" = 0 ] && CHIEF_RC=130
+[ "$OUT_OF_RESTARTS" = 1 ] && [ "$INTERRUPTED" = 0 ] && CHIEF_RC=1
 exit "$CHIEF_RC"

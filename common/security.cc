@@ -1,0 +1,341 @@
+#include "common/security.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace pscluster {
+namespace {
+
+constexpr size_t kMaxTokenBytes = 4096;
+constexpr size_t kMaxPemBytes = 1 << 20;
+constexpr char kBearer[] = "Bearer ";
+
+absl::Status FlagError(absl::string_view flag, absl::string_view value, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": ", problem));
+}
+
+// The whole file, or an error naming the flag and the file.
+absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag, const std::string& path,
+                                          size_t max_bytes) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return FlagError(flag, path,
+                     absl::StrCat("cannot read: ", errno ? std::strerror(errno) : "open failed"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return FlagError(flag, path, "cannot read: I/O error");
+  std::string text = ss.str();
+  if (text.size() > max_bytes) {
+    return FlagError(flag, path,
+                     absl::StrCat("is ", text.size(), " bytes; at most ", max_bytes, " expected"));
+  }
+  return text;
+}
+
+// OpenSSL's queued errors as one string (and clears the queue).
+std::string OpenSslErrors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "not valid PEM" : out;
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct StoreFree {
+  void operator()(X509_STORE* s) const { X509_STORE_free(s); }
+};
+struct StoreCtxFree {
+  void operator()(X509_STORE_CTX* c) const { X509_STORE_CTX_free(c); }
+};
+
+std::unique_ptr<BIO, BioFree> MemBio(const std::string& pem) {
+  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// Checks what gRPC would otherwise only report as a failed handshake (or
+// a port it "cannot bind"): the PEM parses, the key is the certificate's,
+// and the CA, when given, signed the certificate.
+absl::Status CheckTlsMaterial(const SecurityFlags& flags, const SecurityConfig& c) {
+  ERR_clear_error();
+  std::unique_ptr<X509, X509Free> cert(
+      PEM_read_bio_X509(MemBio(c.cert_pem).get(), nullptr, nullptr, nullptr));
+  if (!cert) {
+    return FlagError("tls_cert", flags.tls_cert,
+                     absl::StrCat("no PEM certificate in it (", OpenSslErrors(), ")"));
+  }
+  std::unique_ptr<EVP_PKEY, KeyFree> key(
+      PEM_read_bio_PrivateKey(MemBio(c.key_pem).get(), nullptr, nullptr, nullptr));
+  if (!key) {
+    return FlagError("tls_key", flags.tls_key,
+                     absl::StrCat("no unencrypted PEM private key in it (", OpenSslErrors(), ")"));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return FlagError("tls_key", flags.tls_key,
+                     absl::StrCat("is not the private key of --tls_cert=", flags.tls_cert));
+  }
+  if (c.ca_pem.empty()) return absl::OkStatus();
+  std::unique_ptr<X509_STORE, StoreFree> store(X509_STORE_new());
+  std::unique_ptr<BIO, BioFree> ca_bio = MemBio(c.ca_pem);
+  int num_ca = 0;
+  while (X509* ca = PEM_read_bio_X509(ca_bio.get(), nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store.get(), ca);
+    X509_free(ca);
+    ++num_ca;
+  }
+  ERR_clear_error();  // the end of the PEM stream reads as an error
+  if (num_ca == 0) {
+    return FlagError("tls_ca", flags.tls_ca, "no PEM certificate in it");
+  }
+  // The chain the task presents: its certificate plus any intermediates.
+  STACK_OF(X509)* chain = sk_X509_new_null();
+  std::unique_ptr<BIO, BioFree> chain_bio = MemBio(c.cert_pem);
+  X509_free(PEM_read_bio_X509(chain_bio.get(), nullptr, nullptr, nullptr));  // the leaf
+  while (X509* extra = PEM_read_bio_X509(chain_bio.get(), nullptr, nullptr, nullptr)) {
+    sk_X509_push(chain, extra);
+  }
+  ERR_clear_error();
+  std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
+  X509_STORE_CTX_init(ctx.get(), store.get(), cert.get(), chain);
+  const int ok = X509_verify_cert(ctx.get());
+  const int err = X509_STORE_CTX_get_error(ctx.get());
+  sk_X509_pop_free(chain, X509_free);
+  ERR_clear_error();
+  if (ok != 1) {
+    return FlagError("tls_cert", flags.tls_cert,
+                     absl::StrCat("does not verify against --tls_ca=", flags.tls_ca, ": ",
+                                  X509_verify_cert_error_string(err)));
+  }
+  return absl::OkStatus();
+}
+
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(const std::string* header) : header_(header) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({kAuthMetadataKey, *header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* const header_;  // owned by the factory, which outlives calls
+};
+
+class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(const std::string& token)
+      : header_(absl::StrCat(kBearer, token)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new TokenInterceptor(&header_);  // gRPC owns and deletes it
+  }
+
+ private:
+  const std::string header_;
+};
+
+absl::Mutex process_mu;
+std::shared_ptr<const SecurityConfig>* process_config ABSL_GUARDED_BY(process_mu) = nullptr;
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  if (path.empty()) return FlagError("auth_token_file", path, "no file named");
+  absl::StatusOr<std::string> text = ReadSmallFile("auth_token_file", path, kMaxTokenBytes);
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) return FlagError("auth_token_file", path, "the file is empty");
+  for (char ch : token) {
+    if (ch < 0x20 || ch > 0x7e) {
+      return FlagError("auth_token_file", path,
+                       "holds a character other than printable ASCII (gRPC metadata "
+                       "cannot carry it); use e.g. `openssl rand -hex 32`");
+    }
+  }
+  return token;
+}
+
+absl::StatusOr<SecurityConfig> LoadSecurityConfig(const SecurityFlags& flags,
+                                                  absl::string_view rpc_layer,
+                                                  absl::string_view source) {
+  SecurityConfig c;
+  const bool tls_flags = !flags.tls_cert.empty() || !flags.tls_key.empty() ||
+                         !flags.tls_ca.empty() || !flags.tls_server_name.empty();
+  c.tls = rpc_layer == "grpc+tls" || tls_flags;
+  if (c.tls) {
+    // Every task is a server and a client, so each needs its own pair.
+    const std::string why = tls_flags ? std::string("TLS flags are given")
+                                      : absl::StrCat(source, " sets rpc_layer \"grpc+tls\"");
+    if (flags.tls_cert.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls_cert is required: ", why,
+                       " (give --tls_cert, --tls_key and --tls_ca; "
+                       "deploy/tls/make_test_ca.sh makes a test set)"));
+    }
+    if (flags.tls_key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_key is required: ", why, " (the key of --tls_cert=", flags.tls_cert, ")"));
+    }
+    absl::StatusOr<std::string> pem = ReadSmallFile("tls_cert", flags.tls_cert, kMaxPemBytes);
+    if (!pem.ok()) return pem.status();
+    c.cert_pem = *std::move(pem);
+    pem = ReadSmallFile("tls_key", flags.tls_key, kMaxPemBytes);
+    if (!pem.ok()) return pem.status();
+    c.key_pem = *std::move(pem);
+    if (!flags.tls_ca.empty()) {
+      pem = ReadSmallFile("tls_ca", flags.tls_ca, kMaxPemBytes);
+      if (!pem.ok()) return pem.status();
+      c.ca_pem = *std::move(pem);
+    }
+    c.server_name = flags.tls_server_name;
+    if (absl::Status s = CheckTlsMaterial(flags, c); !s.ok()) return s;
+  }
+  if (!flags.auth_token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(flags.auth_token_file);
+    if (!token.ok()) return token.status();
+    c.token = *std::move(token);
+  }
+  return c;
+}
+
+std::string DescribeSecurity(const SecurityConfig& config) {
+  std::string out = config.mutual_tls() ? "mutual TLS"
+                    : config.tls        ? "TLS (servers only are verified)"
+                                        : "plaintext";
+  if (!config.server_name.empty()) {
+    absl::StrAppend(&out, " checking server name \"", config.server_name, "\"");
+  }
+  absl::StrAppend(&out, config.token.empty() ? ", no cluster token" : ", cluster token required");
+  return out;
+}
+
+void SetProcessSecurity(SecurityConfig config) {
+  auto value = std::make_shared<const SecurityConfig>(std::move(config));
+  absl::MutexLock lock(&process_mu);
+  // Never freed: handlers may still read it while the process exits.
+  if (process_config == nullptr) {
+    process_config = new std::shared_ptr<const SecurityConfig>(std::move(value));
+  } else {
+    *process_config = std::move(value);
+  }
+}
+
+std::shared_ptr<const SecurityConfig> ProcessSecurity() {
+  {
+    absl::ReaderMutexLock lock(&process_mu);
+    if (process_config != nullptr) return *process_config;
+  }
+  static const auto* const kNone =
+      new std::shared_ptr<const SecurityConfig>(std::make_shared<const SecurityConfig>());
+  return *kNone;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const SecurityConfig& config) {
+  if (!config.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = config.ca_pem;  // empty: the system's roots
+  o.pem_private_key = config.key_pem;
+  o.pem_cert_chain = config.cert_pem;
+  return grpc::SslCredentials(o);
+}
+
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const SecurityConfig& config) {
+  if (!config.tls) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions o(
+      config.mutual_tls() ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                          : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  o.pem_root_certs = config.ca_pem;
+  o.pem_key_cert_pairs.push_back({config.key_pem, config.cert_pem});
+  return grpc::SslServerCredentials(o);
+}
+
+void AddSecurityChannelArgs(const SecurityConfig& config, grpc::ChannelArguments* args) {
+  if (config.tls && !config.server_name.empty()) {
+    args->SetSslTargetNameOverride(config.server_name);
+  }
+}
+
+std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+MakeClientInterceptors(const SecurityConfig& config) {
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> v;
+  if (!config.token.empty()) {
+    v.push_back(std::make_unique<TokenInterceptorFactory>(config.token));
+  }
+  return v;
+}
+
+bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
+  // Every byte of `expected` is visited whatever `given` holds; a shorter
+  // `given` is read cyclically so no index depends on where they differ.
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  const size_t n = given.size();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = n == 0 ? 0 : static_cast<unsigned char>(given[i % n]);
+    diff |= static_cast<unsigned char>(g ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
+}
+
+grpc::Status CheckBearerToken(const absl::string_view* header, absl::string_view expected) {
+  if (expected.empty()) return grpc::Status::OK;
+  if (header == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this cluster requires a token: the call carries no "
+                        "authorization metadata (give --auth_token_file)");
+  }
+  absl::string_view given = *header;
+  if (!absl::StartsWith(given, kBearer) ||
+      !ConstantTimeEquals(given.substr(sizeof(kBearer) - 1), expected)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "the call's cluster token is wrong (check --auth_token_file)");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckAuth(const grpc::ServerContextBase* ctx) {
+  std::shared_ptr<const SecurityConfig> config = ProcessSecurity();
+  if (config->token.empty()) return grpc::Status::OK;
+  if (ctx == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no call context to check");
+  }
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kAuthMetadataKey);
+  if (it == md.end()) return CheckBearerToken(nullptr, config->token);
+  const absl::string_view header(it->second.data(), it->second.size());
+  return CheckBearerToken(&header, config->token);
+}
+
+}  // namespace pscluster

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# make_test_ca.sh: makes what TLS and the cluster token need, for tests and
+# trials (README, "Security"): a test CA, one task certificate that every
+# daemon uses as server and as client, and a random cluster token.
+#
+#   make_test_ca.sh [--san SAN]... [--days N] [--force] DIR
+#
+# Writes into DIR (made if missing):
+#   ca.pem      the CA certificate           -> --tls_ca on every daemon
+#   ca.key      the CA's private key (keep it to sign more certificates)
+#   task.pem    the task certificate         -> --tls_cert
+#   task.key    its private key              -> --tls_key
+#   token       64 hex digits                -> --auth_token_file
+#
+# --san SAN   a subject alternative name of task.pem: IP:ADDRESS or
+#             DNS:NAME (DNS:*.domain for a wildcard); repeat the flag or
+#             separate names by commas. Clients check the host of each
+#             TF_CONFIG address against these names, so list every one
+#             (Compose service names, StatefulSet pod names such as
+#             DNS:ps-0.ps), or give every daemon --tls_server_name=NAME
+#             with DNS:NAME here. Default: IP:127.0.0.1 and DNS:localhost.
+# --days N    validity in days (default 30)
+# --force     overwrite files already in DIR
+#
+# Exit status: 0 done; 2 bad arguments, existing files or no openssl;
+# 1 openssl failed.
+set -euo pipefail
+
+me=make_test_ca.sh
+die() { echo "$me: error: $*" >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+
+sans=()
+days=30
+force=0
+out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --san) [ $# -ge 2 ] || die "--san needs a value (IP:ADDRESS or DNS:NAME)"
+           sans+=("$2"); shift 2 ;;
+    --san=*) sans+=("${1#--san=}"); shift ;;
+    --days) [ $# -ge 2 ] || die "--days needs a value"; days="$2"; shift 2 ;;
+    --days=*) days="${1#--days=}"; shift ;;
+    --force) force=1; shift ;;
+    --) shift; [ $# -gt 0 ] && { [ -z "$out" ] || die "more than one folder"; out="$1"; shift; } ;;
+    -*) die "unknown option '$1' (see --help)" ;;
+    *) [ -z "$out" ] || die "more than one folder ('$out', '$1')"; out="$1"; shift ;;
+  esac
+done
+[ -n "$out" ] || { usage >&2; die "no output folder given"; }
+[[ "$days" =~ ^[0-9]+$ ]] && [ "$days" -ge 1 ] || die "--days=$days: must be a whole number >= 1"
+command -v openssl >/dev/null 2>&1 || die "openssl not found (Debian: apt-get install openssl)"
+
+[ ${#sans[@]} -gt 0 ] || sans=("IP:127.0.0.1" "DNS:localhost")
+san_list=()
+for group in "${sans[@]}"; do
+  IFS=',' read -r -a parts <<< "$group"
+  for san in "${parts[@]}"; do
+    [ -n "$san" ] || continue
+    if [[ "$san" =~ ^IP:[0-9A-Fa-f:.]+$ ]] || [[ "$san" =~ ^DNS:(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]]; then
+      san_list+=("$san")
+    else
+      die "--san '$san': expected IP:ADDRESS or DNS:NAME (e.g. IP:10.0.0.5, DNS:ps-0.ps)"
+    fi
+  done
+done
+[ ${#san_list[@]} -gt 0 ] || die "--san: no names given"
+san_csv="$(IFS=','; echo "${san_list[*]}")"
+
+mkdir -p "$out" || die "cannot make folder '$out'"
+[ -d "$out" ] && [ -w "$out" ] || die "'$out' is not a writable folder"
+if [ "$force" -eq 0 ]; then
+  for f in ca.pem ca.key task.pem task.key token; do
+    [ ! -e "$out/$f" ] || die "$out/$f exists (give --force to overwrite)"
+  done
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+umask 077
+cat > "$work/openssl.cnf" <<CNF
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = pscluster test CA
+[v3_ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[v3_task]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = $san_csv
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+CNF
+
+run() {
+  if ! "$@" >"$work/log" 2>&1; then
+    cat "$work/log" >&2
+    echo "$me: error: failed: $*" >&2
+    exit 1
+  fi
+}
+export OPENSSL_CONF="$work/openssl.cnf"
+run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/ca.key"
+run openssl req -x509 -new -config "$work/openssl.cnf" -extensions v3_ca -key "$work/ca.key" \
+  -sha256 -days "$days" -out "$work/ca.pem"
+run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/task.key"
+run openssl req -new -config "$work/openssl.cnf" -subj "/CN=pscluster task" \
+  -key "$work/task.key" -out "$work/task.csr"
+run openssl x509 -req -in "$work/task.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
+  -set_serial "0x$(openssl rand -hex 16)" -sha256 -days "$days" \
+  -extfile "$work/openssl.cnf" -extensions v3_task -out "$work/task.pem"
+run openssl verify -CAfile "$work/ca.pem" "$work/task.pem"
+openssl rand -hex 32 > "$work/token"
+
+# Keys and token readable by the owner only; certificates by anyone.
+for f in ca.pem task.pem; do install -m 644 "$work/$f" "$out/$f"; done
+for f in ca.key task.key token; do install -m 600 "$work/$f" "$out/$f"; done
+cat <<MSG
+$me: wrote $out/{ca.pem,ca.key,task.pem,task.key,token}
+  task.pem names: $san_csv; valid $days days
+  every daemon: --tls_cert=$out/task.pem --tls_key=$out/task.key --tls_ca=$out/ca.pem \\
+                --auth_token_file=$out/token
+MSG

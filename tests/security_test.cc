@@ -1,0 +1,474 @@
+// Security end to end: the real daemons with mutual TLS and the cluster
+// token (README, "Security"). Certificates come from
+// deploy/tls/make_test_ca.sh; every case skips, saying why, without openssl.
+#include "common/security.h"
+
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/coordination.grpc.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Binary {
+  const char* path;
+  const char* task_type;
+  std::vector<std::string> good_args;  // valid flags besides the ones under test
+};
+const Binary kBinaries[] = {{"ps_server/ps_server", "ps", {}},
+                            {"worker/worker", "worker", {"--data_dir=/nonexistent"}},
+                            {"worker/evaluator", "evaluator", {"--data_dir=/nonexistent"}},
+                            {"chief/chief", "chief", {}}};
+
+std::string TempDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+// Runs the test CA script into TEST_TMPDIR/<name>. Empty on failure.
+std::string MakeCa(const std::string& name, const std::string& san_args = "") {
+  const std::string dir = TempDir() + "/" + name;
+  const std::string cmd = absl::StrCat("deploy/tls/make_test_ca.sh --force ", san_args, " ", dir,
+                                       " >", dir, ".log 2>&1");
+  return std::system(cmd.c_str()) == 0 ? dir : "";
+}
+
+// A daemon run in the background (RunBinary on a thread) until it exits
+// or `timeout` passes.
+class Background {
+ public:
+  Background(const std::string& binary, std::vector<std::string> args, const std::string& tf_config,
+             absl::Duration timeout)
+      : result_(std::async(std::launch::async,
+                           [=] { return RunBinary(binary, args, tf_config, timeout); })) {}
+  ProcessResult Wait() { return result_.get(); }
+
+ private:
+  std::future<ProcessResult> result_;
+};
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::system("openssl version >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "no openssl on PATH to make the test certificates";
+    }
+    pki_ = MakeCa("pki");
+    ASSERT_FALSE(pki_.empty()) << "deploy/tls/make_test_ca.sh failed; see " << TempDir()
+                               << "/pki.log";
+  }
+
+  // The flags every daemon of the secured cluster gets.
+  std::vector<std::string> SecureArgs() const {
+    return {"--tls_cert=" + pki_ + "/task.pem", "--tls_key=" + pki_ + "/task.key",
+            "--tls_ca=" + pki_ + "/ca.pem", "--auth_token_file=" + pki_ + "/token"};
+  }
+
+  // A client's security: this CA's cert and key, plus `token` (may be "").
+  std::shared_ptr<const SecurityConfig> Client(const std::string& dir,
+                                               const std::string& token) const {
+    SecurityFlags f;
+    f.tls_cert = dir + "/task.pem";
+    f.tls_key = dir + "/task.key";
+    f.tls_ca = dir + "/ca.pem";
+    absl::StatusOr<SecurityConfig> c = LoadSecurityConfig(f, "grpc+tls", "test");
+    EXPECT_TRUE(c.ok()) << c.status();
+    c->token = token;
+    return std::make_shared<const SecurityConfig>(*c);
+  }
+
+  std::string Token() const {
+    std::ifstream in(pki_ + "/token");
+    std::string t;
+    in >> t;
+    return t;
+  }
+
+  std::shared_ptr<grpc::Channel> Channel(const std::string& address,
+                                         std::shared_ptr<const SecurityConfig> security) {
+    RpcOptions o;
+    o.security = std::move(security);
+    return MakeChannel(address, o);
+  }
+
+  // Starts a ps_server alone with `args` and waits until its health
+  // service answers `probe` (default: this CA's TLS, no token).
+  std::unique_ptr<Background> StartPs(const std::vector<std::string>& args, std::string* address,
+                                      std::shared_ptr<const SecurityConfig> probe = nullptr) {
+    *address = absl::StrCat("127.0.0.1:", FreePort());
+    const std::string tf_config = absl::StrCat(R"({"cluster": {"ps": [")", *address,
+                                               R"("]}, "task": {"type": "ps", "index": 0}})");
+    auto ps =
+        std::make_unique<Background>("ps_server/ps_server", args, tf_config, absl::Seconds(90));
+    auto channel = Channel(*address, probe ? probe : Client(pki_, ""));
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (!IsServing(*channel, std::chrono::milliseconds(500)) && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return ps;
+  }
+
+  // Ends a daemon with a Shutdown that carries the token.
+  void Shutdown(const std::string& address) {
+    auto stub = TaskControl::NewStub(Channel(address, Client(pki_, Token())));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+    ShutdownRequest req;
+    req.set_reason("test over");
+    ShutdownResponse resp;
+    grpc::Status s = stub->Shutdown(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+
+  std::string pki_;
+};
+
+TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
+  const std::string data_dir = TestDataDir();
+  if (data_dir.empty()) {
+    GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
+                    "../shared/data/mnist beside the workspace";
+  }
+  ClusterOptions o;
+  o.num_ps = 1;
+  o.num_workers = 2;
+  o.data_dir = data_dir;
+  o.chief_args = {"--model=mlp", "--epochs=1"};
+  o.all_args = SecureArgs();
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::map<std::string, int> codes = (*c)->Wait(absl::Minutes(5));
+  for (const auto& [task, code] : codes) {
+    EXPECT_EQ(code, 0) << task << " exited " << code << "\n" << (*c)->AllLogs();
+  }
+  std::optional<FinalFigures> f = ParseFinalLine((*c)->Log("chief:0"));
+  ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
+  EXPECT_GT(f->test_accuracy, 0.85) << (*c)->Log("chief:0");
+  EXPECT_THAT((*c)->Log("ps:0"), HasSubstr("mutual TLS, cluster token required"));
+}
+
+InitRequest SmallInit() {
+  InitRequest req;
+  req.set_layout_fingerprint(42);
+  ShardSpec* shard = req.add_shards();
+  shard->set_variable("v");
+  shard->set_size(4);
+  const float values[4] = {1, 2, 3, 4};
+  req.set_values(std::string(reinterpret_cast<const char*>(values), sizeof(values)));
+  req.mutable_optimizer()->set_name("sgd");
+  req.mutable_optimizer()->set_learning_rate(0.1f);
+  req.set_mode(ASYNC);
+  req.set_num_workers(1);
+  req.set_max_staleness(8);
+  return req;
+}
+
+PushRequest SmallPush(uint64_t request_id) {
+  PushRequest req;
+  req.set_layout_fingerprint(42);
+  req.set_worker_index(0);
+  req.set_version(0);
+  req.set_request_id(request_id);
+  req.set_num_examples(1);
+  const float grads[4] = {1, 1, 1, 1};
+  req.set_gradients(std::string(reinterpret_cast<const char*>(grads), sizeof(grads)));
+  return req;
+}
+
+grpc::Status Push(ParameterServer::Stub& stub, const PushRequest& req) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  PushResponse resp;
+  return stub.Push(&ctx, req, &resp);
+}
+
+PsStatsResponse Stats(ParameterServer::Stub& stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  PsStatsResponse resp;
+  grpc::Status s = stub.GetStats(&ctx, PsStatsRequest(), &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
+TEST_F(SecurityTest, PushWithoutOrWithWrongTokenIsRefusedAndNothingApplied) {
+  std::string address;
+  std::unique_ptr<Background> ps = StartPs(SecureArgs(), &address);
+  auto good = ParameterServer::NewStub(Channel(address, Client(pki_, Token())));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+    InitResponse resp;
+    grpc::Status s = good->Init(&ctx, SmallInit(), &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  auto no_token = ParameterServer::NewStub(Channel(address, Client(pki_, "")));
+  auto wrong_token = ParameterServer::NewStub(Channel(address, Client(pki_, Token() + "x")));
+  grpc::Status s = Push(*no_token, SmallPush(1));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  s = Push(*wrong_token, SmallPush(2));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  {
+    grpc::ClientContext ctx;
+    PsStatsResponse resp;
+    s = no_token->GetStats(&ctx, PsStatsRequest(), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  }
+  PsStatsResponse stats = Stats(*good);
+  EXPECT_EQ(stats.pushes_applied(), 0);
+  EXPECT_EQ(stats.pushes_rejected(), 0);
+  EXPECT_EQ(stats.pushes_duplicate(), 0);
+  EXPECT_EQ(stats.version(), 0);
+  // The same push with the token is applied: the refusals were the token's.
+  s = Push(*good, SmallPush(1));
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Stats(*good).pushes_applied(), 1);
+
+  Shutdown(address);
+  ProcessResult r = ps->Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Calls `method` ("/pscluster.Coordinator/GetPlan") with an empty request.
+grpc::Status CallEmpty(grpc::Channel& channel, const std::string& method) {
+  grpc::GenericStub stub(std::shared_ptr<grpc::Channel>(&channel, [](grpc::Channel*) {}));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
+}
+
+// Every method of `service` (from the proto descriptors, so handlers added
+// later are covered) refuses a call without the token. A method the server
+// does not implement answers gRPC's own UNIMPLEMENTED with no message.
+void ExpectEveryMethodNeedsTheToken(grpc::Channel& channel, const std::string& service) {
+  const google::protobuf::ServiceDescriptor* d =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service);
+  ASSERT_NE(d, nullptr) << service;
+  for (int i = 0; i < d->method_count(); ++i) {
+    const std::string method = absl::StrCat("/", service, "/", d->method(i)->name());
+    grpc::Status s = CallEmpty(channel, method);
+    const bool unimplemented_by_grpc =
+        s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty();
+    EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAUTHENTICATED || unimplemented_by_grpc)
+        << method << " without a token answered " << s.error_code() << " " << s.error_message()
+        << ": its handler must start with CheckAuth(ctx)";
+  }
+}
+
+TEST_F(SecurityTest, EveryMethodOfOurServicesChecksTheToken) {
+  std::string ps_address;
+  std::unique_ptr<Background> ps = StartPs(SecureArgs(), &ps_address);
+  auto no_token = Channel(ps_address, Client(pki_, ""));
+  ExpectEveryMethodNeedsTheToken(*no_token, "pscluster.ParameterServer");
+  ExpectEveryMethodNeedsTheToken(*no_token, "pscluster.TaskControl");
+
+  // A chief waiting for a cluster that never comes serves the Coordinator.
+  const std::string chief_address = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string tf_config = absl::StrCat(
+      R"({"cluster": {"chief": [")", chief_address, R"("], "ps": [")", ps_address,
+      R"("], "worker": ["127.0.0.1:)", FreePort(), R"("]}, "task": {"type": "chief"}})");
+  std::vector<std::string> args = SecureArgs();
+  args.push_back("--wait_for_cluster_s=10");
+  Background chief("chief/chief", args, tf_config, absl::Seconds(60));
+  auto to_chief = Channel(chief_address, Client(pki_, ""));
+  const absl::Time give_up = absl::Now() + absl::Seconds(15);
+  while (!IsServing(*to_chief, std::chrono::milliseconds(500)) && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ExpectEveryMethodNeedsTheToken(*to_chief, "pscluster.Coordinator");
+  ExpectEveryMethodNeedsTheToken(*to_chief, "pscluster.TaskControl");
+  // With the token the chief answers.
+  {
+    auto stub = Coordinator::NewStub(Channel(chief_address, Client(pki_, Token())));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+    GetPlanRequest req;
+    req.set_task_type("worker");
+    GetPlanResponse resp;
+    grpc::Status s = stub->GetPlan(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  Shutdown(chief_address);
+  Shutdown(ps_address);
+  chief.Wait();
+  ProcessResult r = ps->Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(SecurityTest, ClientsWithoutTheRightTlsCannotConnect) {
+  std::string address;
+  std::unique_ptr<Background> ps = StartPs(SecureArgs(), &address);
+  const std::string token = Token();
+  auto get_stats = [&](std::shared_ptr<const SecurityConfig> security) {
+    auto stub = ParameterServer::NewStub(Channel(address, std::move(security)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+    PsStatsResponse resp;
+    return stub->GetStats(&ctx, PsStatsRequest(), &resp);
+  };
+  // The health service needs no token, but TLS all the same.
+  EXPECT_TRUE(IsServing(*Channel(address, Client(pki_, "")), std::chrono::seconds(5)));
+
+  SecurityConfig plaintext;
+  plaintext.token = token;
+  grpc::Status s = get_stats(std::make_shared<const SecurityConfig>(plaintext));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << "plaintext: " << s.error_message();
+  EXPECT_FALSE(IsServing(*Channel(address, std::make_shared<const SecurityConfig>(plaintext)),
+                         std::chrono::seconds(2)));
+
+  // TLS that verifies the server, but no client certificate.
+  SecurityConfig no_cert = *Client(pki_, token);
+  no_cert.cert_pem.clear();
+  no_cert.key_pem.clear();
+  s = get_stats(std::make_shared<const SecurityConfig>(no_cert));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "no client cert: " << s.error_message();
+
+  // A certificate from another CA: each side refuses the other.
+  const std::string other = MakeCa("other");
+  ASSERT_FALSE(other.empty());
+  s = get_stats(Client(other, token));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << "other CA: " << s.error_message();
+
+  // The right credentials work.
+  s = get_stats(Client(pki_, token));
+  EXPECT_TRUE(s.ok()) << s.error_message();
+
+  Shutdown(address);
+  ProcessResult r = ps->Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(SecurityTest, ServerNameOverrideForCertificatesWithoutTheAddress) {
+  // A certificate that names neither 127.0.0.1 nor localhost.
+  const std::string named = MakeCa("named", "--san DNS:pscluster");
+  ASSERT_FALSE(named.empty());
+  SecurityConfig client = *Client(named, "");
+  client.server_name = "pscluster";
+  std::string address;
+  std::unique_ptr<Background> ps =
+      StartPs({"--tls_cert=" + named + "/task.pem", "--tls_key=" + named + "/task.key",
+               "--tls_ca=" + named + "/ca.pem"},
+              &address, std::make_shared<const SecurityConfig>(client));
+  client.server_name.clear();
+  EXPECT_FALSE(IsServing(*Channel(address, std::make_shared<const SecurityConfig>(client)),
+                         std::chrono::seconds(3)))
+      << "the certificate does not name 127.0.0.1";
+  client.server_name = "pscluster";
+  auto channel = Channel(address, std::make_shared<const SecurityConfig>(client));
+  EXPECT_TRUE(IsServing(*channel, std::chrono::seconds(5)));
+  auto stub = TaskControl::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+  ShutdownResponse resp;
+  EXPECT_TRUE(stub->Shutdown(&ctx, ShutdownRequest(), &resp).ok());
+  ProcessResult r = ps->Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(SecurityTest, TokenWithoutTls) {
+  std::string address;
+  std::unique_ptr<Background> ps = StartPs({"--auth_token_file=" + pki_ + "/token"}, &address,
+                                           std::make_shared<const SecurityConfig>());
+  SecurityConfig plaintext;
+  auto no_token =
+      ParameterServer::NewStub(Channel(address, std::make_shared<const SecurityConfig>(plaintext)));
+  grpc::Status s = Push(*no_token, SmallPush(1));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  plaintext.token = Token();
+  auto good =
+      ParameterServer::NewStub(Channel(address, std::make_shared<const SecurityConfig>(plaintext)));
+  EXPECT_EQ(Stats(*good).pushes_applied(), 0);
+  auto stub =
+      TaskControl::NewStub(Channel(address, std::make_shared<const SecurityConfig>(plaintext)));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+  ShutdownResponse resp;
+  EXPECT_TRUE(stub->Shutdown(&ctx, ShutdownRequest(), &resp).ok());
+  ProcessResult r = ps->Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("plaintext, cluster token required"));
+}
+
+class PerBinaryTest : public ::testing::TestWithParam<Binary> {
+ protected:
+  std::string TfConfig(const std::string& rpc_layer) const {
+    return absl::StrCat(
+        R"({"cluster": {"chief": ["h:1"], "ps": ["h:2"], "worker": ["h:3"], "evaluator": ["h:4"]},)",
+        R"( "task": {"type": ")", GetParam().task_type, R"(", "index": 0}, "rpc_layer": ")",
+        rpc_layer, R"("})");
+  }
+  ProcessResult Run(std::vector<std::string> args, const std::string& rpc_layer) const {
+    std::vector<std::string> all = GetParam().good_args;
+    all.insert(all.end(), args.begin(), args.end());
+    return RunBinary(GetParam().path, all, TfConfig(rpc_layer), absl::Seconds(30));
+  }
+};
+
+TEST_P(PerBinaryTest, GrpcTlsWithoutFlagsExitsTwoNamingTheFlag) {
+  ProcessResult r = Run({}, "grpc+tls");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("error: --tls_cert is required"));
+  EXPECT_THAT(r.output, HasSubstr("rpc_layer \"grpc+tls\""));
+  r = Run({"--tls_cert=/etc/hostname"}, "grpc+tls");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("error: --tls_key is required"));
+}
+
+TEST_P(PerBinaryTest, MissingOrEmptyTokenFileExitsTwoNamingIt) {
+  ProcessResult r = Run({"--auth_token_file=/no/such/token"}, "grpc");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--auth_token_file=/no/such/token: cannot read"));
+  const std::string empty = TempDir() + "/empty_token";
+  std::ofstream(empty) << "\n  \n";
+  r = Run({"--auth_token_file=" + empty}, "grpc");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--auth_token_file=" + empty + ": the file is empty"));
+}
+
+TEST_P(PerBinaryTest, MissingCertificateFileExitsTwoNamingIt) {
+  ProcessResult r = Run({"--tls_cert=/no/cert.pem", "--tls_key=/no/key.pem"}, "grpc");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--tls_cert=/no/cert.pem: cannot read"));
+}
+
+TEST_P(PerBinaryTest, HelpListsTheSecurityFlags) {
+  ProcessResult r = RunBinary(GetParam().path, {"--help"}, "", absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* flag : {"--tls_cert", "--tls_key", "--tls_ca", "--tls_server_name",
+                           "--auth_token_file", "--tf_config"}) {
+    EXPECT_THAT(r.output, HasSubstr(flag));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBinaries, PerBinaryTest, ::testing::ValuesIn(kBinaries),
+                         [](const ::testing::TestParamInfo<Binary>& info) {
+                           return std::string(info.param.task_type);
+                         });
+
+}  // namespace
+}  // namespace testing
+}  // namespace pscluster
