@@ -23,6 +23,10 @@ absl::StatusOr<TrainingPlan> ChiefClient::WaitForPlan(const TaskId& task,
                                                       absl::Duration timeout,
                                                       const std::atomic<bool>* stop) {
   const absl::Time give_up = absl::Now() + timeout;
+  RetryPolicy policy;
+  policy.initial_backoff = absl::Milliseconds(100);
+  policy.max_backoff = absl::Seconds(1);
+  Backoff backoff(policy);
   grpc::Status last;
   while (absl::Now() < give_up) {
     if (stop != nullptr && *stop) return absl::CancelledError("stop requested");
@@ -34,11 +38,10 @@ absl::StatusOr<TrainingPlan> ChiefClient::WaitForPlan(const TaskId& task,
     GetPlanResponse resp;
     last = stub_->GetPlan(&ctx, req, &resp);
     if (last.ok() && resp.ready()) return resp.plan();
-    if (!last.ok() && last.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    if (!last.ok() && !IsRetryable(last)) {
       return FromGrpcStatus(last, absl::StrCat("asking the chief (", address_, ") for the plan"));
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    absl::SleepFor(backoff.Next());
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "no training plan from the chief at ", address_, " within ",
@@ -89,11 +92,16 @@ absl::Status ChiefClient::Heartbeat(const HeartbeatRequest& request) {
 }
 
 absl::Status ChiefClient::ReportEval(const EvalReport& report) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  RetryPolicy policy;
+  policy.attempt_timeout = absl::Seconds(5);
+  policy.total_timeout = absl::Seconds(10);
   EvalAck ack;
-  return FromGrpcStatus(stub_->ReportEval(&ctx, report, &ack),
-                        absl::StrCat("reporting to the chief (", address_, ")"));
+  return RetryRpc(absl::StrCat("reporting an evaluation to the chief (", address_, ")"), policy,
+                  [&](absl::Time deadline) {
+                    grpc::ClientContext ctx;
+                    ctx.set_deadline(absl::ToChronoTime(deadline));
+                    return stub_->ReportEval(&ctx, report, &ack);
+                  });
 }
 
 bool ChiefClient::Alive(absl::Duration timeout) {

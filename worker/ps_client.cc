@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
@@ -74,10 +75,15 @@ absl::Status PsClient::CallAll(
   std::vector<grpc::Status> last(n);
   Backoff backoff(options_.retry);
   while (true) {
+    if (options_.stop != nullptr && *options_.stop) {
+      return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
+    }
     std::vector<grpc::Status> status(n);
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
     const int pending = static_cast<int>(std::count(done.begin(), done.end(), false));
     absl::BlockingCounter counter(pending);
+    absl::Notification all_answered;
+    std::atomic<int> outstanding{pending};
     const absl::Time deadline =
         std::min(absl::Now() + options_.retry.attempt_timeout,
                  std::max(give_up, absl::Now() + absl::Milliseconds(100)));
@@ -87,12 +93,26 @@ absl::Status PsClient::CallAll(
       ctx[i]->set_deadline(absl::ToChronoTime(deadline));
       if (attempts[i] > 0) ++resends_;
       ++attempts[i];
-      issue(i, ctx[i].get(), [&status, &counter, i](grpc::Status s) {
+      issue(i, ctx[i].get(), [&status, &counter, &outstanding, &all_answered, i](grpc::Status s) {
         status[i] = std::move(s);
+        if (--outstanding == 0) all_answered.Notify();
         counter.DecrementCount();
       });
     }
+    // A sync push-pull may wait long for the other workers: look at the
+    // stop flag meanwhile, and cancel what is in flight when it turns.
+    while (!all_answered.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      if (options_.stop != nullptr && *options_.stop) {
+        for (int i = 0; i < n; ++i) {
+          if (ctx[i]) ctx[i]->TryCancel();
+        }
+        break;
+      }
+    }
     counter.Wait();
+    if (options_.stop != nullptr && *options_.stop) {
+      return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
+    }
     for (int i = 0; i < n; ++i) {
       if (done[i]) continue;
       if (status[i].ok()) {
@@ -114,7 +134,11 @@ absl::Status PsClient::CallAll(
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
       return absl::OkStatus();
     }
-    absl::SleepFor(std::min(backoff.Next(), std::max(give_up - absl::Now(), absl::ZeroDuration())));
+    const absl::Time wake =
+        absl::Now() + std::min(backoff.Next(), std::max(give_up - absl::Now(), absl::ZeroDuration()));
+    while (absl::Now() < wake && !(options_.stop != nullptr && *options_.stop)) {
+      absl::SleepFor(std::min(absl::Milliseconds(50), wake - absl::Now()));
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 #ifndef PSCLUSTER_WORKER_PS_CLIENT_H_
 #define PSCLUSTER_WORKER_PS_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,6 +42,9 @@ struct PsClientOptions {
   // push is sent again; every Mth push is sent twice (a duplicated packet).
   int lose_reply_every = 0;
   int duplicate_every = 0;
+  // When set and turned true (the worker is told to stop), calls in flight
+  // are cancelled and return Cancelled instead of retrying on.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 class PsClient {

@@ -107,6 +107,7 @@ absl::Status Trainer::Run() {
   psopt.retry.total_timeout = options_.step_timeout;
   psopt.lose_reply_every = options_.lose_reply_every;
   psopt.duplicate_every = options_.duplicate_every;
+  psopt.stop = &stop_;
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, &placement, psopt);
   if (!ps.ok()) return ps.status();
