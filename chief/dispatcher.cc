@@ -44,6 +44,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
   if (!worker.alive) {
     worker.alive = true;
     worker.finished = false;
+    worker.idle = false;
     ChangeMembership();
     worker.admitted_at = membership_number_;
     events_.push_back(absl::StrCat("worker ", w, " is back and gets work again"));
@@ -71,9 +72,24 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     return resp;
   }
   if (std::optional<int64_t> k = queue_.Lease(w)) {
+    if (worker.idle) {
+      // Back from idling: the ps must wait for it again before it pushes.
+      queue_.Release(w);
+      worker.idle = false;
+      ChangeMembership();
+      worker.admitted_at = membership_number_;
+      resp.set_kind(WorkResponse::PAUSE);
+      return resp;
+    }
     resp.set_kind(WorkResponse::CHUNK);
     resp.set_chunk(*k);
   } else {
+    // Nothing to hand out until others finish (or fail): sync steps stop
+    // waiting for this worker meanwhile.
+    if (!worker.idle) {
+      worker.idle = true;
+      ChangeMembership();
+    }
     resp.set_kind(WorkResponse::IDLE);
   }
   return resp;
@@ -110,7 +126,7 @@ std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duratio
 std::vector<bool> Dispatcher::Membership(int64_t* number) const {
   absl::MutexLock lock(&mu_);
   std::vector<bool> active;
-  for (const Worker& w : workers_) active.push_back(w.alive && !w.finished);
+  for (const Worker& w : workers_) active.push_back(w.alive && !w.finished && !w.idle);
   *number = membership_number_;
   return active;
 }

@@ -48,7 +48,7 @@ class Dispatcher {
   // `timeout`: marked lost, their leases released.
   std::vector<Lost> FindLost(absl::Time now, absl::Duration timeout);
 
-  // The sync worker set (alive and not finished), with a number that grows
+  // The sync worker set (alive, not finished, not idle), with a number that grows
   // at every change; MembershipApplied(n) says the ps hold set n.
   std::vector<bool> Membership(int64_t* number) const;
   void MembershipApplied(int64_t number);
@@ -79,6 +79,7 @@ class Dispatcher {
   struct Worker {
     bool alive = true;
     bool finished = false;
+    bool idle = false;  // nothing to hand it lately; not in the sync set
     uint64_t incarnation = 0;  // 0: not heard from yet
     absl::Time last_contact;
     int64_t admitted_at = 0;  // membership number it is part of

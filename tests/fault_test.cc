@@ -31,7 +31,7 @@ class FaultTest : public ::testing::Test {
     o.data_dir = data_dir_;
     const char* tmp = std::getenv("TEST_TMPDIR");
     o.chief_args = {"--model=mlp", "--epochs=2", "--mode=" + mode,
-                    "--checkpoint_every_steps=100", "--heartbeat_timeout_s=2",
+                    "--checkpoint_every_steps=100", "--heartbeat_timeout_s=2", "--log_every_s=0.2",
                     absl::StrCat("--checkpoint_dir=", tmp ? tmp : "/tmp", "/ckpt-", name, "-",
                                  mode)};
     return o;

@@ -208,8 +208,7 @@ absl::Status Trainer::Run() {
         return s;
       }
     }
-    if (work->kind() == WorkResponse::PAUSE ||
-        (work->kind() == WorkResponse::IDLE && plan->mode() == ASYNC)) {
+    if (work->kind() == WorkResponse::PAUSE || work->kind() == WorkResponse::IDLE) {
       absl::SleepFor(absl::Milliseconds(20));
       continue;
     }
@@ -270,11 +269,7 @@ absl::Status Trainer::Run() {
       if (stop.ok() && *stop) return absl::CancelledError("the chief asked to stop");
     }
   }
-  // Sync: the last push retires this worker, so steps stop waiting for it.
-  std::fill(grads.begin(), grads.end(), 0.0f);
-  absl::Status last = (*ps)->PushPullAll(worker, 0, /*last=*/true, grads.data(), params.data(),
-                                         options_.step_timeout);
-  if (!last.ok() && !absl::IsAborted(last)) return last;
+  // (The chief took this worker out of the sync set when it answered DONE.)
   finished_ = true;
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - train_start);
   // compute_s is the whole of TrainStep; the split below divides it (the
