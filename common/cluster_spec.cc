@@ -90,8 +90,17 @@ absl::StatusOr<json> ParseJson(std::string_view text,
   };
   std::vector<Level> levels;
   std::string duplicate;
-  json::parser_callback_t track = [&](int /*depth*/, json::parse_event_t event,
+  // TF_CONFIG is three levels deep; anything far deeper is refused, and its
+  // values are not even kept (a deep value would overflow the stack when
+  // printed or freed).
+  constexpr int kMaxDepth = 64;
+  bool too_deep = false;
+  json::parser_callback_t track = [&](int depth, json::parse_event_t event,
                                       json& parsed) {
+    if (depth > kMaxDepth) {
+      too_deep = true;
+      return false;
+    }
     switch (event) {
       case json::parse_event_t::object_start:
         levels.emplace_back();
@@ -129,6 +138,10 @@ absl::StatusOr<json> ParseJson(std::string_view text,
     if (bracket != std::string::npos) what = what.substr(bracket + 2);
     return Invalid(source,
                    absl::StrCat("invalid JSON at byte ", e.byte, ": ", what));
+  }
+  if (too_deep) {
+    return Invalid(source, absl::StrCat("JSON nested deeper than ", kMaxDepth,
+                                        " levels; a TF_CONFIG has three"));
   }
   if (!duplicate.empty()) {
     return Invalid(source, absl::StrCat("duplicate key ", Quote(duplicate)));

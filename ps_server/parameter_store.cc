@@ -35,9 +35,9 @@ absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version) {
 
 absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
     const StoreConfig& config) const {
-  if (config.num_workers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_workers must be at least 1, got ", config.num_workers));
+  if (config.num_workers < 1 || config.num_workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers must be in [1, ", kMaxWorkers, "], got ", config.num_workers));
   }
   if (config.rule == UpdateRule::kSync &&
       (config.replicas_to_aggregate < 1 ||
@@ -50,9 +50,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
     return absl::InvalidArgumentError(absl::StrCat(
         "max_staleness must be >= 0, got ", config.max_staleness));
   }
-  if (config.generation < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("generation must be >= 0, got ", config.generation));
+  if (config.generation < 0 || config.generation > kMaxVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation must be in [0, ", kMaxVersion, "], got ", config.generation));
   }
   return Optimizer::Create(config.optimizer, config.num_floats);
 }
@@ -65,7 +65,7 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   pending_.assign(config.num_workers, {});
   pending_examples_.assign(config.num_workers, -1);
   pending_count_ = 0;
-  pending_nonfinite_ = false;
+  pending_nonfinite_.assign(config.num_workers, false);
   active_.assign(config.num_workers, true);
   retiring_.assign(config.num_workers, false);
   sum_.assign(config.num_floats, 0.0f);
@@ -106,10 +106,11 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
         "checkpoint holds ", state.values.size(), " values; the layout has ",
         config.num_floats));
   }
-  if (state.version < 0 || state.generation < 0) {
+  if (state.version < 0 || state.version > kMaxVersion || state.generation < 0 ||
+      state.generation > kMaxVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint version ", state.version, " / generation ", state.generation,
-        " must be >= 0"));
+        " must be in [0, ", kMaxVersion, "]"));
   }
   if (absl::Status s = (*opt)->RestoreState(state.optimizer); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
@@ -160,6 +161,7 @@ absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
       // A lost worker's half-done step: its data is handed to another
       // worker, so its gradient must not count.
       pending_examples_[w] = -1;
+      pending_nonfinite_[w] = false;
       --pending_count_;
     }
     if (!active[w]) retiring_[w] = false;
@@ -218,7 +220,7 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   if (!initialized_) {
     return absl::UnavailableError("parameter server is not initialised yet");
   }
-  auto reject = [this](absl::Status s) {
+  auto reject = [this](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++stats_.pushes_rejected;
     return s;
   };
@@ -239,6 +241,10 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   if (args.num_examples < 0) {
     return reject(absl::InvalidArgumentError(
         absl::StrCat("num_examples must be >= 0, got ", args.num_examples)));
+  }
+  if (args.version < 0) {
+    return reject(absl::InvalidArgumentError(
+        absl::StrCat("gradient version ", args.version, " is negative")));
   }
   if (args.version > version_) {
     return reject(absl::InvalidArgumentError(
@@ -287,7 +293,7 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
   }
   pending_[w].assign(args.gradients, args.gradients + args.num_floats);
   pending_examples_[w] = args.num_examples;
-  if (!finite) pending_nonfinite_ = true;
+  pending_nonfinite_[w] = !finite;
   ++pending_count_;
   if (args.last) retiring_[w] = true;
   ++stats_.pushes_applied;
@@ -305,7 +311,8 @@ void ParameterStore::MaybeAggregate() {
   for (int n : pending_examples_) total += std::max(n, 0);
   const int64_t n = config_.num_floats;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
-  if (pending_nonfinite_) {
+  if (std::find(pending_nonfinite_.begin(), pending_nonfinite_.end(), true) !=
+      pending_nonfinite_.end()) {
     ++stats_.steps_skipped_nonfinite;
   } else if (total > 0) {
     // Fixed worker-index order: the sum is the same bits whatever the
@@ -327,7 +334,7 @@ void ParameterStore::MaybeAggregate() {
     }
   }
   pending_count_ = 0;
-  pending_nonfinite_ = false;
+  std::fill(pending_nonfinite_.begin(), pending_nonfinite_.end(), false);
   ++version_;
   ++stats_.steps_applied;
   version_advanced_.SignalAll();

@@ -156,6 +156,10 @@ class ParameterStore {
     PushResult result;
   };
   static constexpr size_t kDedupWindow = 256;
+  // Bounds that keep every counter far from overflow and the per-worker
+  // state small whatever a request says.
+  static constexpr int kMaxWorkers = 1 << 16;
+  static constexpr int64_t kMaxVersion = int64_t{1} << 60;
 
   mutable absl::Mutex mu_;
   absl::CondVar version_advanced_;  // signalled on Init, apply, Cancel
@@ -175,7 +179,7 @@ class ParameterStore {
   std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
   int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
-  bool pending_nonfinite_ ABSL_GUARDED_BY(mu_) = false;  // skip this step
+  std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // any: skip this step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> retiring_ ABSL_GUARDED_BY(mu_);
   std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -362,6 +363,36 @@ TEST_F(StoreTest, SkipPolicyInAsyncSkipsThatPushOnly) {
   EXPECT_FALSE(r->applied);
   EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 1);
+}
+
+TEST_F(StoreTest, ADiscardedNonFiniteGradientDoesNotSkipTheStep) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 3, 3);
+  c.skip_nonfinite = true;
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {-INFINITY, 0, 0}).ok());
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {false, true, true}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 0, {1, 1, 1}).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 0);
+}
+
+TEST_F(StoreTest, RefusesValuesThatWouldOverflow) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+  c.num_workers = 1 << 30;
+  c.replicas_to_aggregate = 1;
+  bool already = false;
+  std::vector<float> init = {1, 2, 3};
+  EXPECT_EQ(store_.Init(c, init.data(), &already).code(), absl::StatusCode::kInvalidArgument);
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1, 4));
+  EXPECT_EQ(PushGrad(store_, 0, std::numeric_limits<int64_t>::min(), {1, 1, 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  StoreSnapshot snap;
+  snap.values = {1, 2, 3};
+  snap.version = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1, 4), snap).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
 }
 
 }  // namespace

@@ -41,8 +41,10 @@ grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats, StoreCon
   c.num_floats = num_floats;
   int64_t expected = 0;
   for (const ShardSpec& s : req->shards()) {
-    if (s.size() < 0) {
-      return InvalidArgument(absl::StrCat("shard ", s.variable(), " has size ", s.size()));
+    if (s.size() < 0 || s.size() > c.num_floats - expected) {
+      return InvalidArgument(absl::StrCat("shard ", s.variable(), " has size ", s.size(),
+                                          ": the shards must add up to the ", c.num_floats,
+                                          " values"));
     }
     expected += s.size();
   }
