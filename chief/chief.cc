@@ -64,6 +64,7 @@ struct Snapshot {
   std::string done_chunks;
   int chunks_per_epoch = 0;
   int64_t generation = 0;
+  int64_t run_started_unix_ms = 0;  // when the run's first chief started
 };
 
 // A Snapshot as checkpoint tensors "ps<i>/values", "ps<i>/slot/<name>" and
@@ -77,6 +78,7 @@ Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode 
   c.metadata["done_chunks"] = snap.done_chunks;
   c.metadata["chunks_per_epoch"] = absl::StrCat(snap.chunks_per_epoch);
   c.metadata["num_ps"] = absl::StrCat(snap.ps.size());
+  c.metadata["run_started_unix_ms"] = absl::StrCat(snap.run_started_unix_ms);
   for (size_t i = 0; i < snap.ps.size(); ++i) {
     const ShardState& s = snap.ps[i];
     const std::string prefix = absl::StrCat("ps", i);
@@ -134,6 +136,9 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
   snap.generation = *generation;
   snap.chunks_per_epoch = static_cast<int>(*chunks);
   snap.done_chunks = *done;
+  if (absl::StatusOr<int64_t> started = number("run_started_unix_ms"); started.ok()) {
+    snap.run_started_unix_ms = *started;
+  }
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& t : c.tensors) by_name[t.name] = &t;
   for (int i = 0; i < placement.num_ps; ++i) {
@@ -199,8 +204,9 @@ class Chief::Impl {
   absl::Status WaitForCluster();
   InitRequest MakeInit(int ps) const;
   absl::Status InitParameterServers();
-  // Membership changes go to every ps (sync mode).
-  void ApplyMembership();
+  // Membership changes go to every ps (sync mode); `force`: also when the
+  // ps should have it already (a restored or restarted ps does not).
+  void ApplyMembership(bool force = false);
   void CheckWorkers();
   // Asks every ps whether it is the same live process; recovers when not.
   absl::Status CheckParameterServers();
@@ -240,6 +246,7 @@ class Chief::Impl {
   int64_t last_checkpoint_step_ = 0;
   absl::Time last_checkpoint_time_;
   int64_t highest_version_ = 0;  // seen on any ps
+  int64_t membership_sent_ = -1;  // the sync set every ps holds
   int64_t stale_sum_before_ = 0, pushes_before_ = 0;
 };
 
@@ -351,6 +358,10 @@ absl::Status Chief::Impl::InitParameterServers() {
       }
       latest_ = *std::move(snap);
       last_checkpoint_step_ = latest_->step;
+      if (latest_->run_started_unix_ms > 0) {
+        // wall_s in the final line covers the whole run, not this life.
+        start_ = std::min(start_, absl::FromUnixMillis(latest_->run_started_unix_ms));
+      }
       spdlog::warn("resuming a run in progress: the ps are at version {} (generation {}); "
                    "data position from the checkpoint of step {} ({} chunks done)",
                    highest_version_, generation, latest_->step, dispatcher_->done_chunks());
@@ -364,9 +375,10 @@ absl::Status Chief::Impl::InitParameterServers() {
   return TakeCheckpoint("resumed", /*workers_idle=*/true);
 }
 
-void Chief::Impl::ApplyMembership() {
+void Chief::Impl::ApplyMembership(bool force) {
   int64_t number = 0;
   const std::vector<bool> active = dispatcher_->Membership(&number);
+  if (number == membership_sent_ && !force) return;
   if (plan_.mode() != SYNC) {
     dispatcher_->MembershipApplied(number);
     return;
@@ -379,8 +391,9 @@ void Chief::Impl::ApplyMembership() {
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
     SetWorkersResponse resp;
     grpc::Status s = ps_[i]->SetWorkers(&ctx, req, &resp);
-    if (!s.ok()) return;  // a ps down: recovery applies the set again
+    if (!s.ok()) return;  // a ps down: sent again on the next tick
   }
+  membership_sent_ = number;
   dispatcher_->MembershipApplied(number);
 }
 
@@ -458,7 +471,7 @@ absl::Status Chief::Impl::RecoverParameterServer(int i, const std::string& why) 
                  absl::ToDoubleSeconds(absl::Now() - back));
     highest_version_ = latest_->step;
   }
-  ApplyMembership();
+  ApplyMembership(/*force=*/true);
   dispatcher_->Resume();
   return absl::OkStatus();
 }
@@ -508,6 +521,7 @@ absl::StatusOr<Snapshot> Chief::Impl::TakeSnapshot(bool workers_idle) {
   }
   for (int attempt = 0;; ++attempt) {
     Snapshot snap;
+    snap.run_started_unix_ms = absl::ToUnixMillis(start_);
     snap.generation = dispatcher_->generation();
     snap.done_chunks = dispatcher_->SaveDone();
     snap.chunks_per_epoch = dispatcher_->chunks_per_epoch();
@@ -739,7 +753,7 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
                spec_->name, spec_->num_parameters, plan_.mode() == SYNC ? "sync" : "async",
                plan_.num_workers(), plan_.batch_size(), plan_.epochs());
   dispatcher_->ResetContact(absl::Now());
-  ApplyMembership();
+  ApplyMembership(/*force=*/true);
   coordinator_->SetPlan(plan_);
   dispatcher_->Resume();
 
@@ -754,6 +768,7 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   // 3. Hand out work and watch over the cluster until every worker is done.
   absl::Time next_log = absl::Now() + options_.log_every;
   absl::Time next_ps_check = absl::Now() + options_.ps_check_every;
+  absl::Time next_version_check = absl::Now();
   while (!dispatcher_->AllFinished()) {
     if (stop_ || server_->shutdown_requested()) {
       return Fail(absl::CancelledError("training interrupted"));
@@ -765,8 +780,9 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
       next_ps_check = now + options_.ps_check_every;
       if (absl::Status s = CheckParameterServers(); !s.ok()) return Fail(s);
     }
-    if (options_.checkpoint_every_steps > 0) {
+    if (options_.checkpoint_every_steps > 0 && now >= next_version_check) {
       // Steps can be fast (hundreds a second in async): look at ps:0 often.
+      next_version_check = now + absl::Milliseconds(50);
       if (absl::StatusOr<PsStatsResponse> st = Stats(0, absl::Milliseconds(200)); st.ok()) {
         highest_version_ = std::max(highest_version_, st->version());
       }

@@ -70,6 +70,7 @@ class FaultTest : public ::testing::Test {
     ASSERT_GT(baseline, 0.8);
     std::string name = task;
     name.erase(name.find(':'), 1);
+    const absl::Time started = absl::Now();
     absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(Options(mode, name));
     ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE((*c)->WaitForChunks(kChunks / 4, absl::Minutes(2))) << (*c)->AllLogs();
@@ -83,6 +84,12 @@ class FaultTest : public ::testing::Test {
               std::string::npos)
         << chief;
     EXPECT_NEAR(f->test_accuracy, baseline, 0.005) << chief;
+    // wall_s covers the whole run, also when the chief that prints it is a
+    // restarted one (the run's start travels in the checkpoints).
+    const std::optional<long> wall = FindCounter(chief, "final:", "wall_s");
+    ASSERT_TRUE(wall.has_value());
+    EXPECT_GE(*wall + 1, static_cast<long>(absl::ToDoubleSeconds(absl::Now() - started)) - 1)
+        << chief;
     std::cout << "kill -9 " << task << " (" << mode << ") at +0 s, restarted at +1 s: "
               << "test_accuracy=" << f->test_accuracy << " (undisturbed " << baseline
               << ") steps=" << f->steps << " wall since the kill "
