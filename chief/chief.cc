@@ -207,6 +207,8 @@ class Chief::Impl {
   // Membership changes go to every ps (sync mode); `force`: also when the
   // ps should have it already (a restored or restarted ps does not).
   void ApplyMembership(bool force = false);
+  // Sync: waits (workers paused) until every ps is at one version.
+  bool WaitForOneVersion(absl::Duration timeout);
   void CheckWorkers();
   // Asks every ps whether it is the same live process; recovers when not.
   absl::Status CheckParameterServers();
@@ -247,6 +249,7 @@ class Chief::Impl {
   absl::Time last_checkpoint_time_;
   int64_t highest_version_ = 0;  // seen on any ps
   int64_t membership_sent_ = -1;  // the sync set every ps holds
+  std::vector<bool> sent_active_;
   int64_t stale_sum_before_ = 0, pushes_before_ = 0;
 };
 
@@ -383,6 +386,25 @@ void Chief::Impl::ApplyMembership(bool force) {
     dispatcher_->MembershipApplied(number);
     return;
   }
+  // Adding a worker to the set must happen at the same step on every ps,
+  // or the ps would count steps out of phase for good: pause the workers
+  // until every ps is at one version first. (Taking one out needs no
+  // pause: every ps then completes the step without it.)
+  bool adds = false;
+  for (size_t w = 0; w < active.size() && !sent_active_.empty(); ++w) {
+    adds |= active[w] && !sent_active_[w];
+  }
+  struct Resume {
+    Dispatcher* d;
+    ~Resume() {
+      if (d != nullptr) d->Resume();
+    }
+  } resume{nullptr};
+  if (adds) {
+    dispatcher_->Pause();
+    resume.d = dispatcher_.get();
+    WaitForOneVersion(absl::Seconds(2));
+  }
   SetWorkersRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
   for (bool a : active) req.add_active(a);
@@ -394,7 +416,27 @@ void Chief::Impl::ApplyMembership(bool force) {
     if (!s.ok()) return;  // a ps down: sent again on the next tick
   }
   membership_sent_ = number;
+  sent_active_ = active;
   dispatcher_->MembershipApplied(number);
+}
+
+bool Chief::Impl::WaitForOneVersion(absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  int settled = 0;
+  while (absl::Now() < give_up && !stop_) {
+    int64_t version = -1;
+    bool equal = true;
+    for (int i = 0; i < plan_.num_ps() && equal; ++i) {
+      absl::StatusOr<PsStatsResponse> st = Stats(i, absl::Milliseconds(500));
+      if (!st.ok()) return false;
+      if (version >= 0 && st->version() != version) equal = false;
+      version = st->version();
+    }
+    settled = equal ? settled + 1 : 0;
+    if (settled == 2) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return false;
 }
 
 void Chief::Impl::CheckWorkers() {
@@ -545,7 +587,7 @@ absl::StatusOr<Snapshot> Chief::Impl::TakeSnapshot(bool workers_idle) {
       for (const ShardState& s : snap.ps) snap.step = std::min(snap.step, s.version());
       return snap;
     }
-    if (attempt == 500 || stop_) {
+    if (attempt == 100 || stop_) {
       return absl::DeadlineExceededError("the ps did not settle on one version");
     }
     absl::SleepFor(absl::Milliseconds(2));
@@ -557,6 +599,9 @@ absl::Status Chief::Impl::TakeCheckpoint(const char* why, bool workers_idle) {
   absl::StatusOr<Snapshot> snap = TakeSnapshot(workers_idle);
   if (!snap.ok()) {
     spdlog::warn("checkpoint ({}) skipped: {}", why, std::string(snap.status().message()));
+    // Try again after another interval, not at once.
+    last_checkpoint_step_ = highest_version_;
+    last_checkpoint_time_ = absl::Now();
     return absl::OkStatus();
   }
   const absl::Duration paused = absl::Now() - t0;

@@ -26,6 +26,8 @@ void Dispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
                                    released, " unfinished chunk(s) of its previous run go "
                                    "back to the queue"));
     worker.alive = false;
+    ChangeMembership();
+    worker.excluded_at = membership_number_;
   }
   worker.incarnation = incarnation;
   worker.last_contact = now;
@@ -41,6 +43,15 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
   if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];
+  WorkResponse resp;
+  resp.set_generation(generation_);
+  if (!worker.alive && membership_applied_ < worker.excluded_at) {
+    // The ps must first drop what its previous life left half done (a
+    // gradient for the current step), or that gradient would count and
+    // this life's first one would be dropped as a second for the step.
+    resp.set_kind(WorkResponse::PAUSE);
+    return resp;
+  }
   if (!worker.alive) {
     worker.alive = true;
     worker.finished = false;
@@ -51,9 +62,8 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
   }
   if (req.completed_generation() == generation_) {
     for (int64_t k : req.completed()) queue_.Complete(w, k);
+    for (int64_t k : req.abandoned()) queue_.Return(w, k);
   }
-  WorkResponse resp;
-  resp.set_generation(generation_);
   if (paused_) {
     worker.parked = true;
     resp.set_kind(WorkResponse::PAUSE);
@@ -118,6 +128,7 @@ std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duratio
     if (!worker.alive || worker.finished || now - worker.last_contact <= timeout) continue;
     worker.alive = false;
     ChangeMembership();
+    worker.excluded_at = membership_number_;
     lost.push_back({w, queue_.Release(w), now - worker.last_contact});
   }
   return lost;

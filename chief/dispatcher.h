@@ -83,6 +83,7 @@ class Dispatcher {
     uint64_t incarnation = 0;  // 0: not heard from yet
     absl::Time last_contact;
     int64_t admitted_at = 0;  // membership number it is part of
+    int64_t excluded_at = 0;  // membership number it was last taken out by
     bool parked = false;
   };
   // Records contact; a new incarnation means the old process died.

@@ -65,13 +65,17 @@ TEST_F(DispatcherTest, ALostWorkersChunkGoesToTheOtherAndItRejoinsOnceThePsKnow)
   EXPECT_FALSE(d_.TakeEvents().empty());
 }
 
-TEST_F(DispatcherTest, ANewIncarnationVoidsTheOldLeases) {
+TEST_F(DispatcherTest, ANewIncarnationVoidsTheOldLeasesAndIsFirstTakenOutOfTheStep) {
   EXPECT_EQ(Get(Ask(1, 2)).chunk(), 0);
-  // Restarted within the timeout: same index, new process.
-  WorkResponse w = Get(Ask(1, 9));
-  EXPECT_EQ(w.kind(), WorkResponse::PAUSE);
+  // Restarted within the timeout: same index, new process. The ps must
+  // first see it out of the sync set (dropping its old life's gradient).
+  EXPECT_EQ(Get(Ask(1, 9)).kind(), WorkResponse::PAUSE);
   int64_t n = 0;
-  d_.Membership(&n);
+  EXPECT_EQ(d_.Membership(&n), (std::vector<bool>{true, false}));
+  EXPECT_EQ(Get(Ask(1, 9)).kind(), WorkResponse::PAUSE);  // not applied yet
+  d_.MembershipApplied(n);
+  EXPECT_EQ(Get(Ask(1, 9)).kind(), WorkResponse::PAUSE);  // now readmitted
+  EXPECT_EQ(d_.Membership(&n), (std::vector<bool>{true, true}));
   d_.MembershipApplied(n);
   EXPECT_EQ(Get(Ask(1, 9)).chunk(), 0);
 }
@@ -111,7 +115,10 @@ TEST_F(DispatcherTest, AWorkerLostForGoodDoesNotHoldUpTheEnd) {
   EXPECT_EQ(Get(Ask(0, 1, {3}), kT0 + absl::Seconds(10)).kind(), WorkResponse::PAUSE);
   int64_t n = 0;
   d_.Membership(&n);
-  d_.MembershipApplied(n);
+  d_.MembershipApplied(n);  // the ps know it is out
+  EXPECT_EQ(Get(Ask(0, 1), kT0 + absl::Seconds(10)).kind(), WorkResponse::PAUSE);
+  d_.Membership(&n);
+  d_.MembershipApplied(n);  // and back in
   EXPECT_EQ(Get(Ask(0, 1), kT0 + absl::Seconds(10)).chunk(), 3);
   EXPECT_EQ(Get(Ask(0, 1, {3}), kT0 + absl::Seconds(10)).kind(), WorkResponse::DONE);
   EXPECT_TRUE(d_.AllFinished());

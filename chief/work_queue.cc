@@ -67,6 +67,15 @@ void WorkQueue::Complete(int worker, int64_t chunk) {
   ++done_;
 }
 
+void WorkQueue::Return(int worker, int64_t chunk) {
+  absl::MutexLock lock(&mu_);
+  if (chunk < 0 || chunk >= static_cast<int64_t>(state_.size())) return;
+  if (state_[chunk] != State::kLeased || owner_[chunk] != worker) return;
+  state_[chunk] = State::kTodo;
+  owner_[chunk] = -1;
+  first_todo_ = std::min(first_todo_, chunk);
+}
+
 int WorkQueue::Release(int worker) {
   absl::MutexLock lock(&mu_);
   int released = 0;

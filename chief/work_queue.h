@@ -35,6 +35,8 @@ class WorkQueue {
   std::optional<int64_t> Lease(int worker);
   // `worker` finished `chunk`; ignored unless it is leased to that worker.
   void Complete(int worker, int64_t chunk);
+  // `worker` gives `chunk` back undone; ignored unless leased to it.
+  void Return(int worker, int64_t chunk);
   // `worker` is lost: its leased chunks are to do again. Returns how many.
   int Release(int worker);
   // Every lease is forgotten (a restore: nobody's work counts any more).

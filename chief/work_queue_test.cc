@@ -86,5 +86,16 @@ TEST(WorkQueueTest, ReleaseAllReturnsEveryLease) {
   EXPECT_EQ(*q.Lease(1), 0);
 }
 
+TEST(WorkQueueTest, AReturnedChunkIsHandedOutAgain) {
+  WorkQueue q(2, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(3).ok());
+  ASSERT_EQ(*q.Lease(0), 0);
+  ASSERT_EQ(*q.Lease(0), 1);
+  q.Return(1, 0);  // not its lease: ignored
+  q.Return(0, 0);
+  EXPECT_EQ(*q.Lease(1), 0);
+  EXPECT_EQ(*q.Lease(1), 2);
+}
+
 }  // namespace
 }  // namespace pscluster

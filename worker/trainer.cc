@@ -196,6 +196,7 @@ absl::Status Trainer::Run() {
     absl::StatusOr<WorkResponse> work = (*chief)->GetWork(request, options_.step_timeout, &stop_);
     if (!work.ok()) return work.status();
     request.clear_completed();
+    request.clear_abandoned();
     if (work->generation() != (*ps)->generation()) {
       // The ps were restored from a checkpoint: continue from its weights.
       ++restores_seen;
@@ -237,12 +238,21 @@ absl::Status Trainer::Run() {
     }
     if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
     absl::Time t1 = absl::Now();
+    const int64_t dropped_before = (*ps)->pushes_dropped();
     absl::Status s = (*ps)->PushPullAll(worker, n, /*last=*/false, grads.data(), params.data(),
                                         options_.step_timeout);
     if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
     if (!s.ok()) return s;
     absl::Time t2 = absl::Now();
-    if (work->kind() == WorkResponse::CHUNK) request.add_completed(work->chunk());
+    if (work->kind() == WorkResponse::CHUNK) {
+      // A ps that dropped the gradient (stale: computed on weights older
+      // than its step) did not learn from the chunk: it is to do again.
+      if ((*ps)->pushes_dropped() == dropped_before) {
+        request.add_completed(work->chunk());
+      } else {
+        request.add_abandoned(work->chunk());
+      }
+    }
     if (n == 0) continue;
     if (Metrics* m = options_.metrics) {
       const double bytes = static_cast<double>(spec->num_parameters) * sizeof(float);
