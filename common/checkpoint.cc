@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/crc32c.h"
 #include "common/errno_status.h"
+#include "common/file_io.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -127,26 +128,6 @@ absl::StatusOr<Listing> ScanDir(const std::string& dir) {
   return listing;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open " + path);
-  std::string bytes;
-  char buf[1 << 14];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, "cannot read " + path);
-    }
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return bytes;
-}
-
 // The manifest's entries, newest first. NotFound when there is no manifest
 // (or no directory); another error when there is one that cannot be read or
 // does not hold a non-empty list of distinct, well-named checkpoints with
@@ -157,7 +138,7 @@ absl::StatusOr<std::vector<Entry>> ReadManifest(const std::string& dir) {
       (errno == ENOENT || errno == ENOTDIR)) {
     return absl::NotFoundError(absl::StrCat("no ", path));
   }
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
   if (!text.ok()) return text.status();
   auto bad = [&path](auto&&... parts) {
     return absl::DataLossError(absl::StrCat(path, ": ", parts...));
@@ -216,54 +197,6 @@ absl::StatusOr<std::vector<Entry>> Candidates(const std::string& dir) {
   absl::StatusOr<Listing> listing = ScanDir(dir);
   if (!listing.ok()) return listing.status();
   return std::move(listing->checkpoints);
-}
-
-void SyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);  // best effort: some file systems refuse it
-    ::close(fd);
-  }
-}
-
-// Replaces `path` with `contents`: path + ".tmp", fsync, rename, fsync `dir`.
-// On error `path` is as it was and the temporary file is gone.
-absl::Status WriteFileAtomically(const std::string& dir,
-                                 const std::string& path,
-                                 const std::string& contents) {
-  const std::string tmp = path + kTempSuffix;
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "cannot create " + tmp);
-  absl::Status status;
-  const char* data = contents.data();
-  size_t left = contents.size();
-  while (status.ok() && left > 0) {
-    const ssize_t w = ::write(fd, data, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      status = ErrnoStatus(w < 0 ? errno : EIO, "cannot write " + tmp);
-      break;
-    }
-    data += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = ErrnoStatus(errno, "cannot fsync " + tmp);
-  }
-  if (::close(fd) != 0 && status.ok()) {
-    status = ErrnoStatus(errno, "cannot close " + tmp);
-  }
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status =
-        ErrnoStatus(errno, absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  SyncDir(dir);
-  return absl::OkStatus();
 }
 
 std::string ManifestJson(const std::vector<Entry>& kept) {
@@ -352,8 +285,8 @@ absl::Status WriteCheckpoint(const std::string& dir, const Checkpoint& ckpt,
       kept.push_back(e);
     }
   }
-  status = WriteFileAtomically(dir, JoinPath(dir, kManifestName),
-                               ManifestJson(kept));
+  const std::string manifest = ManifestJson(kept);
+  status = WriteFileAtomically(JoinPath(dir, kManifestName), {manifest});
   if (!status.ok()) return status;
 
   // Prune what the manifest no longer lists, including files a crash left

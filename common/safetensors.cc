@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/errno_status.h"
+#include "common/file_io.h"
 #include "nlohmann/json.hpp"
 
 namespace pscluster {
@@ -110,18 +111,6 @@ absl::StatusOr<std::string> EncodeHeader(
   return out;
 }
 
-absl::Status WriteAllTo(int fd, const char* data, size_t n,
-                        const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return ErrnoStatus(w < 0 ? errno : EIO, "cannot write " + path);
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
-
 // Reads a JSON integer that must be >= 0.
 bool GetUnsigned(const nlohmann::json& j, uint64_t* out) {
   if (j.is_number_unsigned()) {
@@ -163,42 +152,14 @@ absl::Status WriteSafetensors(
     return absl::Status(header.status().code(),
                         absl::StrCat(path, ": ", header.status().message()));
   }
-  const std::string tmp = path + ".tmp";
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "cannot create " + tmp);
   // Tensor data goes straight from the caller's vectors: no second copy of
   // the model in memory.
-  absl::Status status = WriteAllTo(fd, header->data(), header->size(), tmp);
-  for (size_t i = 0; status.ok() && i < tensors.size(); ++i) {
-    status =
-        WriteAllTo(fd, reinterpret_cast<const char*>(tensors[i].values.data()),
-                   tensors[i].values.size() * sizeof(float), tmp);
+  std::vector<std::string_view> pieces = {*header};
+  for (const NamedTensor& t : tensors) {
+    pieces.emplace_back(reinterpret_cast<const char*>(t.values.data()),
+                        t.values.size() * sizeof(float));
   }
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = ErrnoStatus(errno, "cannot fsync " + tmp);
-  }
-  if (::close(fd) != 0 && status.ok()) {
-    status = ErrnoStatus(errno, "cannot close " + tmp);
-  }
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status =
-        ErrnoStatus(errno, absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  // Make the rename itself durable.
-  const size_t slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);  // best effort: some file systems refuse it
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, pieces);
 }
 
 absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(
@@ -341,27 +302,9 @@ absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(
 
 absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(
     const std::string& path, std::map<std::string, std::string>* metadata) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open " + path);
-  std::string bytes;
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    bytes.reserve(static_cast<size_t>(st.st_size));
-  }
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, "cannot read " + path);
-    }
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return ParseSafetensors(bytes, path, metadata);
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return ParseSafetensors(*bytes, path, metadata);
 }
 
 }  // namespace pscluster

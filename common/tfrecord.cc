@@ -1,15 +1,12 @@
 #include "common/tfrecord.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "common/file_io.h"
 
 namespace pscluster {
 namespace {
@@ -17,15 +14,6 @@ namespace {
 void PutLE(uint64_t v, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i)
     out->push_back(static_cast<char>(v >> (8 * i)));
-}
-
-absl::Status ErrnoStatus(int err, const std::string& path, const char* what) {
-  std::string message =
-      absl::StrCat(path, ": ", what, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(message);
-  if (err == EACCES) return absl::PermissionDeniedError(message);
-  if (err == EISDIR) return absl::InvalidArgumentError(message);
-  return absl::UnavailableError(message);
 }
 
 uint64_t GetLE(const char* p, int bytes) {
@@ -93,23 +81,9 @@ absl::StatusOr<std::vector<std::string>> ParseTFRecords(
 
 absl::StatusOr<std::vector<std::string>> ReadTFRecordFile(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, path, "cannot open");
-  std::string contents;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, path, "read failed");
-    }
-    if (n == 0) break;
-    contents.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return ParseTFRecords(contents, path);
+  absl::StatusOr<std::string> contents = ReadWholeFile(path);
+  if (!contents.ok()) return contents.status();
+  return ParseTFRecords(*contents, path);
 }
 
 }  // namespace pscluster
