@@ -5,6 +5,28 @@
 #include "common/rpc.h"
 
 namespace pscluster {
+namespace {
+
+// One Coordinator call with retries: 5 s per attempt, `timeout` in all.
+template <typename Request, typename Response>
+absl::Status CallWithRetries(
+    const std::string& what, absl::Duration timeout, Coordinator::Stub* stub,
+    grpc::Status (Coordinator::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request, Response* response, const std::atomic<bool>* stop = nullptr) {
+  RetryPolicy policy;
+  policy.attempt_timeout = absl::Seconds(5);
+  policy.total_timeout = timeout;
+  return RetryRpc(
+      what, policy,
+      [&](absl::Time deadline) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(deadline));
+        return (stub->*method)(&ctx, request, response);
+      },
+      stop);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ChiefClient>> ChiefClient::Create(
     const ClusterSpec& cluster) {
@@ -51,16 +73,10 @@ absl::StatusOr<TrainingPlan> ChiefClient::WaitForPlan(const TaskId& task,
 
 absl::StatusOr<bool> ChiefClient::Report(const ProgressReport& report,
                                          absl::Duration timeout) {
-  RetryPolicy policy;
-  policy.attempt_timeout = absl::Seconds(5);
-  policy.total_timeout = timeout;
   ProgressAck ack;
-  absl::Status s = RetryRpc(absl::StrCat("reporting to the chief (", address_, ")"), policy,
-                            [&](absl::Time deadline) {
-                              grpc::ClientContext ctx;
-                              ctx.set_deadline(absl::ToChronoTime(deadline));
-                              return stub_->ReportProgress(&ctx, report, &ack);
-                            });
+  absl::Status s = CallWithRetries(absl::StrCat("reporting to the chief (", address_, ")"),
+                                   timeout, stub_.get(), &Coordinator::Stub::ReportProgress,
+                                   report, &ack);
   if (!s.ok()) return s;
   return ack.stop();
 }
@@ -68,17 +84,10 @@ absl::StatusOr<bool> ChiefClient::Report(const ProgressReport& report,
 absl::StatusOr<WorkResponse> ChiefClient::GetWork(const WorkRequest& request,
                                                   absl::Duration timeout,
                                                   const std::atomic<bool>* stop) {
-  RetryPolicy policy;
-  policy.attempt_timeout = absl::Seconds(5);
-  policy.total_timeout = timeout;
   WorkResponse resp;
-  absl::Status s = RetryRpc(absl::StrCat("asking the chief (", address_, ") for work"), policy,
-                            [&](absl::Time deadline) {
-                              grpc::ClientContext ctx;
-                              ctx.set_deadline(absl::ToChronoTime(deadline));
-                              return stub_->GetWork(&ctx, request, &resp);
-                            },
-                            stop);
+  absl::Status s = CallWithRetries(absl::StrCat("asking the chief (", address_, ") for work"),
+                                   timeout, stub_.get(), &Coordinator::Stub::GetWork, request,
+                                   &resp, stop);
   if (!s.ok()) return s;
   return resp;
 }
@@ -92,16 +101,10 @@ absl::Status ChiefClient::Heartbeat(const HeartbeatRequest& request) {
 }
 
 absl::Status ChiefClient::ReportEval(const EvalReport& report) {
-  RetryPolicy policy;
-  policy.attempt_timeout = absl::Seconds(5);
-  policy.total_timeout = absl::Seconds(10);
   EvalAck ack;
-  return RetryRpc(absl::StrCat("reporting an evaluation to the chief (", address_, ")"), policy,
-                  [&](absl::Time deadline) {
-                    grpc::ClientContext ctx;
-                    ctx.set_deadline(absl::ToChronoTime(deadline));
-                    return stub_->ReportEval(&ctx, report, &ack);
-                  });
+  return CallWithRetries(absl::StrCat("reporting an evaluation to the chief (", address_, ")"),
+                         absl::Seconds(10), stub_.get(), &Coordinator::Stub::ReportEval, report,
+                         &ack);
 }
 
 bool ChiefClient::Alive(absl::Duration timeout) {
