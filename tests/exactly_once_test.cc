@@ -114,7 +114,7 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every) {
     }
     if (mode == ASYNC) {
       for (int w = 0; w < 2; ++w) {
-        absl::Status s = workers[w]->PushPullAll(w, 64, false, grads[w].data(),
+        absl::Status s = workers[w]->PushPullAll(w, 64, grads[w].data(),
                                                  params[w].data(), absl::Seconds(20));
         EXPECT_TRUE(s.ok()) << s;
       }
@@ -122,10 +122,10 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every) {
       // Both pushes of a sync step must be in flight together.
       std::vector<absl::Status> st(2);
       std::thread other([&] {
-        st[1] = workers[1]->PushPullAll(1, 64, false, grads[1].data(), params[1].data(),
+        st[1] = workers[1]->PushPullAll(1, 64, grads[1].data(), params[1].data(),
                                         absl::Seconds(20));
       });
-      st[0] = workers[0]->PushPullAll(0, 64, false, grads[0].data(), params[0].data(),
+      st[0] = workers[0]->PushPullAll(0, 64, grads[0].data(), params[0].data(),
                                       absl::Seconds(20));
       other.join();
       EXPECT_TRUE(st[0].ok()) << st[0];

@@ -5,7 +5,6 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "spdlog/spdlog.h"
 
@@ -81,7 +80,6 @@ absl::Status PsClient::CallAll(
     std::vector<grpc::Status> status(n);
     std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
     const int pending = static_cast<int>(std::count(done.begin(), done.end(), false));
-    absl::BlockingCounter counter(pending);
     absl::Notification all_answered;
     std::atomic<int> outstanding{pending};
     const absl::Time deadline =
@@ -93,10 +91,9 @@ absl::Status PsClient::CallAll(
       ctx[i]->set_deadline(absl::ToChronoTime(deadline));
       if (attempts[i] > 0) ++resends_;
       ++attempts[i];
-      issue(i, ctx[i].get(), [&status, &counter, &outstanding, &all_answered, i](grpc::Status s) {
+      issue(i, ctx[i].get(), [&status, &outstanding, &all_answered, i](grpc::Status s) {
         status[i] = std::move(s);
         if (--outstanding == 0) all_answered.Notify();
-        counter.DecrementCount();
       });
     }
     // A sync push-pull may wait long for the other workers: look at the
@@ -106,10 +103,10 @@ absl::Status PsClient::CallAll(
         for (int i = 0; i < n; ++i) {
           if (ctx[i]) ctx[i]->TryCancel();
         }
+        all_answered.WaitForNotification();  // the cancelled calls still answer
         break;
       }
     }
-    counter.Wait();
     if (options_.stop != nullptr && *options_.stop) {
       return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
     }
@@ -170,7 +167,7 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
   return CallAll("pull from", timeout, issue, finish);
 }
 
-absl::Status PsClient::PushPullAll(int worker, int num_examples, bool last,
+absl::Status PsClient::PushPullAll(int worker, int num_examples,
                                    const float* grads, float* params,
                                    absl::Duration timeout) {
   const int n = static_cast<int>(ps_.size());
@@ -188,26 +185,18 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples, bool last,
     req.set_generation(generations_[i]);
     req.set_request_id(request_id);
     req.set_num_examples(num_examples);
-    req.set_last(last);
     std::string* g = req.mutable_gradients();
     g->resize(placement_->floats_of_ps[i] * sizeof(float));
     GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
   }
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-    if (last) {
-      ps_[i].stub->async()->Push(ctx, &ps_[i].push_req, ps_[i].push_resp.mutable_push(),
-                                 std::move(done));
-    } else {
-      ps_[i].stub->async()->PushPull(ctx, &ps_[i].push_req, &ps_[i].push_resp,
-                                     std::move(done));
-    }
+    ps_[i].stub->async()->PushPull(ctx, &ps_[i].push_req, &ps_[i].push_resp, std::move(done));
   };
   auto finish = [&](int i) -> absl::Status {
     ++answers[i];
     if (answers[i] == 1 && lose_reply) return CallAgain("injected fault: reply lost");
     if (answers[i] == 1 && duplicate) return CallAgain("injected fault: push duplicated");
     if (!ps_[i].push_resp.push().applied()) ++pushes_dropped_;
-    if (last) return absl::OkStatus();
     const PullResponse& pull = ps_[i].push_resp.pull();
     if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
       return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),

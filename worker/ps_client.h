@@ -63,12 +63,11 @@ class PsClient {
                        int64_t generation = -1);
 
   // Pushes `grads` (flat), computed on the weights of versions(), to every
-  // ps and, unless `last`, fetches the weights of the next step into
-  // `params`. Sync: waits until the step is applied. Aborted when a ps was
-  // restored from a checkpoint meanwhile: the gradient is void and the
-  // caller pulls again.
-  absl::Status PushPullAll(int worker, int num_examples, bool last,
-                           const float* grads, float* params, absl::Duration timeout);
+  // ps and fetches the weights of the next step into `params`. Sync: waits
+  // until the step is applied. Aborted when a ps was restored from a
+  // checkpoint meanwhile: the gradient is void and the caller pulls again.
+  absl::Status PushPullAll(int worker, int num_examples, const float* grads, float* params,
+                           absl::Duration timeout);
 
   // Version of each ps's shards in `params` after the last call.
   const std::vector<int64_t>& versions() const { return versions_; }

@@ -239,7 +239,7 @@ absl::Status Trainer::Run() {
     if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
     absl::Time t1 = absl::Now();
     const int64_t dropped_before = (*ps)->pushes_dropped();
-    absl::Status s = (*ps)->PushPullAll(worker, n, /*last=*/false, grads.data(), params.data(),
+    absl::Status s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(),
                                         options_.step_timeout);
     if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
     if (!s.ok()) return s;
