@@ -56,6 +56,20 @@ std::vector<float> BytesToFloats(const std::string& bytes) {
   return out;
 }
 
+// Workers get no new step while one of these lives.
+class PausedWorkers {
+ public:
+  explicit PausedWorkers(Dispatcher* dispatcher) : dispatcher_(dispatcher) {
+    dispatcher_->Pause();
+  }
+  ~PausedWorkers() { dispatcher_->Resume(); }
+  PausedWorkers(const PausedWorkers&) = delete;
+  PausedWorkers& operator=(const PausedWorkers&) = delete;
+
+ private:
+  Dispatcher* const dispatcher_;
+};
+
 // What the chief keeps of a checkpoint: every ps's state, the data
 // position and the generation.
 struct Snapshot {
@@ -394,15 +408,9 @@ void Chief::Impl::ApplyMembership(bool force) {
   for (size_t w = 0; w < active.size() && !sent_active_.empty(); ++w) {
     adds |= active[w] && !sent_active_[w];
   }
-  struct Resume {
-    Dispatcher* d;
-    ~Resume() {
-      if (d != nullptr) d->Resume();
-    }
-  } resume{nullptr};
+  std::optional<PausedWorkers> paused;
   if (adds) {
-    dispatcher_->Pause();
-    resume.d = dispatcher_.get();
+    paused.emplace(dispatcher_.get());
     WaitForOneVersion(absl::Seconds(2));
   }
   SetWorkersRequest req;
@@ -547,11 +555,7 @@ absl::Status Chief::Impl::RestoreAll(const Snapshot& snap, int64_t generation) {
 }
 
 absl::StatusOr<Snapshot> Chief::Impl::TakeSnapshot(bool workers_idle) {
-  dispatcher_->Pause();
-  struct Resume {
-    Dispatcher* d;
-    ~Resume() { d->Resume(); }
-  } resume{dispatcher_.get()};
+  PausedWorkers paused(dispatcher_.get());
   // Async: wait until no worker is in the middle of a step. Sync: a step
   // completes on every ps or on none, so equal versions suffice.
   const absl::Time give_up = absl::Now() + absl::Seconds(10);

@@ -58,10 +58,14 @@ std::optional<int64_t> WorkQueue::Lease(int worker) {
   return k;
 }
 
+bool WorkQueue::LeasedTo(int worker, int64_t chunk) const {
+  return chunk >= 0 && chunk < static_cast<int64_t>(state_.size()) &&
+         state_[chunk] == State::kLeased && owner_[chunk] == worker;
+}
+
 void WorkQueue::Complete(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
-  if (chunk < 0 || chunk >= static_cast<int64_t>(state_.size())) return;
-  if (state_[chunk] != State::kLeased || owner_[chunk] != worker) return;
+  if (!LeasedTo(worker, chunk)) return;
   state_[chunk] = State::kDone;
   owner_[chunk] = -1;
   ++done_;
@@ -69,8 +73,7 @@ void WorkQueue::Complete(int worker, int64_t chunk) {
 
 void WorkQueue::Return(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
-  if (chunk < 0 || chunk >= static_cast<int64_t>(state_.size())) return;
-  if (state_[chunk] != State::kLeased || owner_[chunk] != worker) return;
+  if (!LeasedTo(worker, chunk)) return;
   state_[chunk] = State::kTodo;
   owner_[chunk] = -1;
   first_todo_ = std::min(first_todo_, chunk);

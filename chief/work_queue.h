@@ -53,6 +53,7 @@ class WorkQueue {
  private:
   enum class State : uint8_t { kTodo, kLeased, kDone };
   void EnsureSized() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LeasedTo(int worker, int64_t chunk) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   const int num_workers_;
