@@ -7,8 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,6 +17,7 @@
 #include "common/crc32c.h"
 #include "common/safetensors.h"
 #include "gmock/gmock.h"
+#include "common/test_files.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/ostream_sink.h"
@@ -42,15 +41,8 @@ std::string TestDir() {
   return dir;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using testing::ReadAll;
+using testing::WriteAll;
 
 // The names in `dir`, sorted.
 std::vector<std::string> Files(const std::string& dir) {

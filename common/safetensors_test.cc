@@ -7,14 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "common/test_files.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -29,15 +28,8 @@ std::string TestPath(const std::string& name) {
   return dir + "/" + name;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using testing::ReadAll;
+using testing::WriteAll;
 
 uint64_t GetLE64(const std::string& s) {
   uint64_t v = 0;

@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <regex>
 #include <set>
 #include <string>
@@ -20,6 +18,7 @@
 #include "common/crc32c.h"
 #include "common/tfrecord.h"
 #include "gmock/gmock.h"
+#include "common/test_files.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -34,15 +33,8 @@ std::string TestDir(const std::string& name) {
   return dir;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using testing::ReadAll;
+using testing::WriteAll;
 
 uint64_t GetLE(const std::string& s, size_t at, int bytes) {
   uint64_t v = 0;
