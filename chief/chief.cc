@@ -858,8 +858,10 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   }
   Progress last = tracker_->Snapshot(absl::Now());
   spdlog::info("{}", ProgressTracker::Format(last));
-  spdlog::info("every worker is done: {} of {} chunks trained", dispatcher_->done_chunks(),
-               dispatcher_->total_chunks());
+  spdlog::info("every worker is done: {} of {} chunks trained; handed_out_again={} (a ps "
+               "dropped their gradient as stale)",
+               dispatcher_->done_chunks(), dispatcher_->total_chunks(),
+               dispatcher_->returned_chunks());
   Record(last);
   if (absl::Status s = TakeCheckpoint("final"); !s.ok()) return Fail(s);
 

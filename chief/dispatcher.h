@@ -71,6 +71,8 @@ class Dispatcher {
   int chunks_per_epoch() const { return queue_.chunks_per_epoch(); }
   std::string SaveDone() const { return queue_.SaveDone(); }
   int64_t done_chunks() const { return queue_.done_count(); }
+  // Chunks handed out again because a ps dropped their gradient.
+  int64_t returned_chunks() const { return queue_.returned_count(); }
   int64_t total_chunks() const { return queue_.total(); }
   // Log lines about workers lost and back, taken by the chief's loop.
   std::vector<std::string> TakeEvents();

@@ -74,6 +74,7 @@ void WorkQueue::Complete(int worker, int64_t chunk) {
 void WorkQueue::Return(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
   if (!LeasedTo(worker, chunk)) return;
+  ++returned_;
   state_[chunk] = State::kTodo;
   owner_[chunk] = -1;
   first_todo_ = std::min(first_todo_, chunk);
@@ -107,6 +108,11 @@ void WorkQueue::ReleaseAll() {
 bool WorkQueue::AllDone() const {
   absl::MutexLock lock(&mu_);
   return !state_.empty() && done_ == static_cast<int64_t>(state_.size());
+}
+
+int64_t WorkQueue::returned_count() const {
+  absl::MutexLock lock(&mu_);
+  return returned_;
 }
 
 int64_t WorkQueue::done_count() const {

@@ -44,6 +44,8 @@ class WorkQueue {
 
   bool AllDone() const;
   int64_t done_count() const;
+  // Chunks given back undone by Return() so far.
+  int64_t returned_count() const;
   // The done chunks as ranges, "0-99,120-130" (for a checkpoint), and back.
   // Restore forgets every lease; InvalidArgument for a malformed string or
   // a chunk beyond total().
@@ -63,6 +65,7 @@ class WorkQueue {
   std::vector<int> owner_ ABSL_GUARDED_BY(mu_);  // for kLeased
   int64_t first_todo_ ABSL_GUARDED_BY(mu_) = 0;  // no kTodo below this
   int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t returned_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pscluster

@@ -92,7 +92,9 @@ TEST(WorkQueueTest, AReturnedChunkIsHandedOutAgain) {
   ASSERT_EQ(*q.Lease(0), 0);
   ASSERT_EQ(*q.Lease(0), 1);
   q.Return(1, 0);  // not its lease: ignored
+  EXPECT_EQ(q.returned_count(), 0);
   q.Return(0, 0);
+  EXPECT_EQ(q.returned_count(), 1);
   EXPECT_EQ(*q.Lease(1), 0);
   EXPECT_EQ(*q.Lease(1), 2);
 }
