@@ -102,6 +102,21 @@ class Dispatcher {
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
 };
 
+// Workers get no new step while one of these lives. The dispatcher is
+// borrowed and must outlive it.
+class PausedWorkers {
+ public:
+  explicit PausedWorkers(Dispatcher* dispatcher) : dispatcher_(dispatcher) {
+    dispatcher_->Pause();
+  }
+  ~PausedWorkers() { dispatcher_->Resume(); }
+  PausedWorkers(const PausedWorkers&) = delete;
+  PausedWorkers& operator=(const PausedWorkers&) = delete;
+
+ private:
+  Dispatcher* const dispatcher_;
+};
+
 }  // namespace pscluster
 
 #endif  // PSCLUSTER_CHIEF_DISPATCHER_H_

@@ -1,0 +1,113 @@
+#include "chief/checkpointer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/checkpoint.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+
+Checkpointer::Checkpointer(const CheckpointerOptions& options, const ModelSpec* spec,
+                           const Placement* placement, PsFleet* fleet, Dispatcher* dispatcher,
+                           const std::atomic<bool>* stop, absl::Time run_started)
+    : options_(options),
+      spec_(spec),
+      placement_(placement),
+      fleet_(fleet),
+      dispatcher_(dispatcher),
+      stop_(*stop),
+      run_started_(run_started),
+      last_time_(absl::Now()) {}
+
+bool Checkpointer::Due(absl::Time now, int64_t highest_version) const {
+  const bool steps_due =
+      options_.every_steps > 0 && highest_version - last_step_ >= options_.every_steps;
+  const bool time_due = options_.every > absl::ZeroDuration() && now - last_time_ >= options_.every;
+  return steps_due || time_due;
+}
+
+absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle) {
+  PausedWorkers paused(dispatcher_);
+  // Async: wait until no worker is in the middle of a step. Sync: a step
+  // completes on every ps or on none, so equal versions suffice.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!workers_idle && options_.mode == ASYNC && !dispatcher_->AllParked()) {
+    if (absl::Now() >= give_up || stop_) {
+      return absl::DeadlineExceededError("workers did not pause within 10 s");
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  for (int attempt = 0;; ++attempt) {
+    Snapshot snap;
+    snap.run_started_unix_ms = absl::ToUnixMillis(run_started_);
+    snap.generation = dispatcher_->generation();
+    snap.done_chunks = dispatcher_->SaveDone();
+    snap.chunks_per_epoch = dispatcher_->chunks_per_epoch();
+    bool consistent = true;
+    for (int i = 0; i < fleet_->num_ps(); ++i) {
+      // Short: an unreachable ps must not hold the chief (and the paused
+      // workers) here; the checkpoint is skipped and the ps checks notice.
+      // Values and slots (3x the shard for Adam) at 100 MB/s or better.
+      const absl::Duration timeout =
+          absl::Seconds(2) + absl::Seconds(3.0 * placement_->floats_of_ps[i] * 4 / 100e6);
+      absl::StatusOr<ShardState> state = fleet_->Snapshot(i, timeout);
+      if (!state.ok()) return state.status();
+      if (state->generation() != snap.generation ||
+          (i > 0 && options_.mode == SYNC && state->version() != snap.ps[0].version())) {
+        consistent = false;
+      }
+      snap.ps.push_back(*std::move(state));
+    }
+    if (consistent) {
+      snap.step = snap.ps[0].version();
+      for (const ShardState& s : snap.ps) snap.step = std::min(snap.step, s.version());
+      return snap;
+    }
+    if (attempt == 100 || stop_) {
+      return absl::DeadlineExceededError("the ps did not settle on one version");
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
+absl::Status Checkpointer::Take(const char* why, int64_t highest_version, bool workers_idle) {
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<Snapshot> snap = TakeSnapshot(workers_idle);
+  if (!snap.ok()) {
+    spdlog::warn("checkpoint ({}) skipped: {}", why, std::string(snap.status().message()));
+    // Try again after another interval, not at once.
+    last_step_ = highest_version;
+    last_time_ = absl::Now();
+    return absl::OkStatus();
+  }
+  const absl::Duration paused = absl::Now() - t0;
+  latest_ = *std::move(snap);
+  last_step_ = latest_->step;
+  last_time_ = absl::Now();
+  if (options_.dir.empty()) {
+    spdlog::info("checkpoint ({}) at step {} kept in memory (workers paused {:.1f} ms)", why,
+                 latest_->step, absl::ToDoubleMilliseconds(paused));
+    return absl::OkStatus();
+  }
+  absl::Status s =
+      WriteCheckpoint(options_.dir, ToCheckpoint(*latest_, *spec_, options_.mode), options_.keep);
+  if (!s.ok()) return s;
+  spdlog::info("checkpoint ({}) at step {} written to {} in {:.1f} ms (workers paused {:.1f} ms)",
+               why, latest_->step, options_.dir, absl::ToDoubleMilliseconds(absl::Now() - t0),
+               absl::ToDoubleMilliseconds(paused));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const Snapshot*> Checkpointer::ReadNewestFromDisk() {
+  if (options_.dir.empty()) return absl::NotFoundError("no checkpoint directory");
+  absl::StatusOr<Checkpoint> c = ReadLatestCheckpoint(options_.dir);
+  if (!c.ok()) return c.status();
+  absl::StatusOr<Snapshot> snap = FromCheckpoint(*c, *placement_);
+  if (!snap.ok()) return snap.status();
+  latest_ = *std::move(snap);
+  last_step_ = latest_->step;
+  return &*latest_;
+}
+
+}  // namespace pscluster

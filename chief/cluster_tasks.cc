@@ -1,0 +1,103 @@
+#include "chief/cluster_tasks.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/retry.h"
+#include "common/rpc.h"
+#include "proto/coordination.grpc.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+
+ClusterTasks::ClusterTasks(const ClusterSpec& cluster, const std::atomic<bool>* stop)
+    : stop_(stop),
+      num_ps_(cluster.num_tasks(kPsJob)),
+      num_workers_(cluster.num_tasks(kWorkerJob)),
+      num_evaluators_(cluster.num_tasks(kEvaluatorJob)) {
+  for (const char* job : {kPsJob, kWorkerJob, kEvaluatorJob}) {
+    for (int index : cluster.task_indices(job)) {
+      Task t;
+      t.id = {job, index};
+      t.address = *cluster.address(job, index);
+      t.channel = MakeChannel(t.address);
+      tasks_.push_back(std::move(t));
+    }
+  }
+}
+
+std::string ClusterTasks::Name(const Task& t) {
+  return absl::StrCat(t.id.type, ":", t.id.index, " (", t.address, ")");
+}
+
+std::vector<std::shared_ptr<grpc::Channel>> ClusterTasks::ps_channels() const {
+  std::vector<std::shared_ptr<grpc::Channel>> out;
+  for (const Task& t : tasks_) {
+    if (t.id.type == kPsJob) out.push_back(t.channel);
+  }
+  return out;
+}
+
+absl::Status ClusterTasks::WaitUntilServing(absl::Duration timeout) {
+  spdlog::info("waiting for {} tasks: {} ps, {} workers, {} evaluator", tasks_.size(), num_ps_,
+               num_workers_, num_evaluators_);
+  const absl::Time give_up = absl::Now() + timeout;
+  std::vector<bool> up(tasks_.size(), false);
+  while (true) {
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < tasks_.size(); ++i) {
+      if (!up[i]) up[i] = IsServing(*tasks_[i].channel, std::chrono::milliseconds(500));
+      if (!up[i]) missing.push_back(Name(tasks_[i]));
+    }
+    if (missing.empty()) break;
+    if (*stop_) return absl::CancelledError("stopped while waiting for the cluster");
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat("these tasks did not answer within ",
+                                                      absl::FormatDuration(timeout), ": ",
+                                                      absl::StrJoin(missing, ", ")));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  spdlog::info("all tasks answer");
+  return absl::OkStatus();
+}
+
+bool ClusterTasks::has_evaluator() const { return num_evaluators_ > 0; }
+
+absl::StatusOr<EvalReport> ClusterTasks::Evaluate(int64_t min_version, absl::Duration timeout) {
+  for (const Task& t : tasks_) {
+    if (t.id.type != kEvaluatorJob) continue;
+    auto stub = TaskControl::NewStub(t.channel);
+    EvaluateRequest req;
+    req.set_min_version(min_version);
+    EvalReport r;
+    RetryPolicy policy;
+    policy.attempt_timeout = timeout;
+    policy.total_timeout = timeout;
+    absl::Status s = RetryRpc(
+        absl::StrCat("final evaluation by ", Name(t)), policy,
+        [&](absl::Time d) {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(d));
+          return stub->Evaluate(&ctx, req, &r);
+        },
+        stop_);
+    if (!s.ok()) return s;
+    return r;
+  }
+  return absl::NotFoundError("the cluster lists no evaluator");
+}
+
+void ClusterTasks::ShutdownAll(const std::string& reason) {
+  for (const Task& t : tasks_) {
+    auto stub = TaskControl::NewStub(t.channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+    ShutdownRequest req;
+    req.set_reason(reason);
+    ShutdownResponse resp;
+    grpc::Status s = stub->Shutdown(&ctx, req, &resp);
+    if (!s.ok()) spdlog::warn("could not tell {} to exit: {}", Name(t), s.error_message());
+  }
+}
+
+}  // namespace pscluster

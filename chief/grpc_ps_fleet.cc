@@ -1,0 +1,116 @@
+#include "chief/grpc_ps_fleet.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/retry.h"
+#include "common/rpc.h"
+
+namespace pscluster {
+
+GrpcPsFleet::GrpcPsFleet(const Placement* placement,
+                         const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+                         const std::atomic<bool>* stop)
+    : placement_(placement), stop_(stop) {
+  for (const auto& channel : channels) ps_.push_back(ParameterServer::NewStub(channel));
+}
+
+absl::StatusOr<PsStatsResponse> GrpcPsFleet::Stats(int i, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  PsStatsResponse st;
+  grpc::Status s = ps_[i]->GetStats(&ctx, PsStatsRequest(), &st);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("stats of ps:", i));
+  return st;
+}
+
+absl::Status GrpcPsFleet::SetWorkers(int i, const std::vector<bool>& active,
+                                     absl::Duration timeout) {
+  SetWorkersRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  for (bool a : active) req.add_active(a);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  SetWorkersResponse resp;
+  grpc::Status s = ps_[i]->SetWorkers(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("setting the workers of ps:", i));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardState> GrpcPsFleet::Snapshot(int i, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  SnapshotRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  ShardState state;
+  grpc::Status s = ps_[i]->Snapshot(&ctx, req, &state);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("snapshot of ps:", i));
+  return state;
+}
+
+absl::StatusOr<InitResponse> GrpcPsFleet::Init(int i, const InitRequest& req,
+                                               absl::Duration total_timeout) {
+  InitResponse resp;
+  RetryPolicy policy;
+  policy.total_timeout = total_timeout;
+  absl::Status s = RetryRpc(
+      absl::StrCat("initialising ps:", i), policy,
+      [&](absl::Time d) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(d));
+        return ps_[i]->Init(&ctx, req, &resp);
+      },
+      stop_);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::Status GrpcPsFleet::Restore(int i, const RestoreRequest& req, absl::Duration total_timeout) {
+  RetryPolicy policy;
+  policy.total_timeout = total_timeout;
+  return RetryRpc(
+      absl::StrCat("restoring ps:", i), policy,
+      [&](absl::Time d) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(d));
+        RestoreResponse resp;
+        return ps_[i]->Restore(&ctx, req, &resp);
+      },
+      stop_);
+}
+
+absl::StatusOr<std::vector<float>> GrpcPsFleet::PullAll(int64_t min_version) {
+  // Every parameter sits on exactly one ps.
+  std::vector<float> flat(std::accumulate(placement_->floats_of_ps.begin(),
+                                          placement_->floats_of_ps.end(), int64_t{0}));
+  for (int i = 0; i < num_ps(); ++i) {
+    PullRequest req;
+    req.set_layout_fingerprint(placement_->fingerprint);
+    req.set_min_version(min_version);
+    req.set_worker_index(-1);
+    req.set_generation(-1);
+    PullResponse resp;
+    RetryPolicy policy;
+    absl::Status s = RetryRpc(
+        absl::StrCat("pulling the weights from ps:", i), policy,
+        [&](absl::Time d) {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(d));
+          return ps_[i]->Pull(&ctx, req, &resp);
+        },
+        stop_);
+    if (!s.ok()) return s;
+    if (static_cast<int64_t>(resp.values().size()) != placement_->floats_of_ps[i] * 4) {
+      return absl::DataLossError(absl::StrCat("ps:", i, " sent ", resp.values().size(),
+                                              " bytes; expected ",
+                                              placement_->floats_of_ps[i] * 4));
+    }
+    std::vector<float> wire(placement_->floats_of_ps[i]);
+    if (!wire.empty()) std::memcpy(wire.data(), resp.values().data(), wire.size() * sizeof(float));
+    ScatterFromPs(*placement_, i, wire.data(), flat.data());
+  }
+  return flat;
+}
+
+}  // namespace pscluster

@@ -1,0 +1,53 @@
+#include "chief/membership.h"
+
+#include <optional>
+
+namespace pscluster {
+
+void MembershipSync::Apply(bool force) {
+  int64_t number = 0;
+  const std::vector<bool> active = dispatcher_->Membership(&number);
+  if (number == sent_number_ && !force) return;
+  if (options_.mode != SYNC) {
+    dispatcher_->MembershipApplied(number);
+    return;
+  }
+  bool adds = false;
+  for (size_t w = 0; w < active.size() && !sent_active_.empty(); ++w) {
+    adds |= active[w] && !sent_active_[w];
+  }
+  std::optional<PausedWorkers> paused;
+  if (adds) {
+    paused.emplace(dispatcher_);
+    WaitForOneVersion();
+  }
+  for (int i = 0; i < fleet_->num_ps(); ++i) {
+    if (!fleet_->SetWorkers(i, active, options_.set_workers_timeout).ok()) {
+      return;  // a ps down: sent again on the next call
+    }
+  }
+  sent_number_ = number;
+  sent_active_ = active;
+  dispatcher_->MembershipApplied(number);
+}
+
+bool MembershipSync::WaitForOneVersion() {
+  const absl::Time give_up = absl::Now() + options_.settle_timeout;
+  int settled = 0;
+  while (absl::Now() < give_up && !stop_) {
+    int64_t version = -1;
+    bool equal = true;
+    for (int i = 0; i < fleet_->num_ps() && equal; ++i) {
+      absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, options_.stats_timeout);
+      if (!st.ok()) return false;
+      if (version >= 0 && st->version() != version) equal = false;
+      version = st->version();
+    }
+    settled = equal ? settled + 1 : 0;
+    if (settled == 2) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return false;
+}
+
+}  // namespace pscluster

@@ -1,0 +1,46 @@
+// PsFleet: the chief's calls to its parameter servers, each addressed by ps
+// task index. An interface with no gRPC in it, so that the steps built on it
+// (membership, ps set-up and recovery, checkpoints, progress) can be tested
+// with fakes; GrpcPsFleet (chief/grpc_ps_fleet.h) talks to the real ps.
+//
+// The fleet fills in the layout fingerprint of the run's placement where a
+// request carries one the caller did not build (SetWorkers, Snapshot).
+// Errors name the ps ("stats of ps:1: ..."). Implementations say which calls
+// are thread-safe; the chief makes them from its one loop.
+#ifndef PSCLUSTER_CHIEF_PS_FLEET_H_
+#define PSCLUSTER_CHIEF_PS_FLEET_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/ps.pb.h"
+
+namespace pscluster {
+
+class PsFleet {
+ public:
+  virtual ~PsFleet() = default;
+
+  virtual int num_ps() const = 0;
+
+  // One attempt each, bounded by `timeout`.
+  virtual absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration timeout) = 0;
+  // Tells the ps whom sync steps wait for (active[w]: worker w).
+  virtual absl::Status SetWorkers(int ps, const std::vector<bool>& active,
+                                  absl::Duration timeout) = 0;
+  // The ps's values, slots, version and generation.
+  virtual absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration timeout) = 0;
+
+  // Retried while the ps is unreachable (common/retry.h) for up to
+  // `total_timeout`; Cancelled once the chief is asked to stop.
+  virtual absl::StatusOr<InitResponse> Init(int ps, const InitRequest& request,
+                                            absl::Duration total_timeout) = 0;
+  virtual absl::Status Restore(int ps, const RestoreRequest& request,
+                               absl::Duration total_timeout) = 0;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_PS_FLEET_H_

@@ -1,0 +1,114 @@
+#include "chief/ps_recovery.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+
+PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
+                       absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
+                       MembershipSync* membership, const std::atomic<bool>* stop)
+    : setup_(setup),
+      recovery_timeout_(recovery_timeout),
+      fleet_(fleet),
+      dispatcher_(dispatcher),
+      membership_(membership),
+      stop_(*stop),
+      incarnation_(std::move(incarnations)),
+      failures_(fleet->num_ps(), 0) {}
+
+absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version) {
+  for (int i = 0; i < fleet_->num_ps(); ++i) {
+    absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(1));
+    if (!st.ok()) {
+      if (++failures_[i] >= 2) {
+        return Recover(i, std::string(st.status().message()), latest, highest_version);
+      }
+      continue;
+    }
+    failures_[i] = 0;
+    *highest_version = std::max(*highest_version, st->version());
+    if (!st->initialized() || st->incarnation() != incarnation_[i]) {
+      return Recover(i, "it restarted and lost its parameters", latest, highest_version);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* latest,
+                                 int64_t* highest_version) {
+  const absl::Time t0 = absl::Now();
+  spdlog::warn("ps:{} lost ({}); pausing the workers until it is back", i, why);
+  dispatcher_->Pause();
+  const absl::Time give_up = t0 + recovery_timeout_;
+  absl::StatusOr<PsStatsResponse> st;
+  while (true) {
+    if (stop_) return absl::CancelledError("stopped while waiting for a ps");
+    st = fleet_->Stats(i, absl::Seconds(1));
+    if (st.ok()) break;
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat("ps:", i, " did not come back within ",
+                                                 absl::FormatDuration(recovery_timeout_), ": ",
+                                                 st.status().message()));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  const absl::Time back = absl::Now();
+  failures_[i] = 0;
+  if (st->initialized() && st->incarnation() == incarnation_[i]) {
+    // Cut off, not restarted: its state is intact and the workers' retried
+    // pushes reach it now.
+    spdlog::warn(
+        "ps:{} answers again (the same process, {:.1f} s after it was found "
+        "unreachable); nothing lost, resuming",
+        i, absl::ToDoubleSeconds(back - t0));
+  } else {
+    int64_t generation = dispatcher_->generation();
+    for (int j = 0; j < fleet_->num_ps(); ++j) {
+      absl::StatusOr<PsStatsResponse> s = fleet_->Stats(j, absl::Seconds(2));
+      if (s.ok()) generation = std::max(generation, s->generation());
+    }
+    ++generation;
+    if (latest == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ps:", i, " restarted but there is no checkpoint to restore it from"));
+    }
+    const int64_t lost = std::max<int64_t>(0, *highest_version - latest->step);
+    if (absl::Status s = RestoreAll(*latest, generation); !s.ok()) return s;
+    spdlog::warn(
+        "ps:{} restarted: every ps restored from the checkpoint of step {} "
+        "(generation {}); {} step(s) since that checkpoint are lost and redone; "
+        "detected and back after {:.1f} s, restored in {:.2f} s",
+        i, latest->step, generation, lost, absl::ToDoubleSeconds(back - t0),
+        absl::ToDoubleSeconds(absl::Now() - back));
+    *highest_version = latest->step;
+  }
+  membership_->Apply(/*force=*/true);
+  dispatcher_->Resume();
+  return absl::OkStatus();
+}
+
+absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
+  // The data position first, so that no worker gets a chunk of the old
+  // generation once a ps holds the new one.
+  if (absl::Status s = dispatcher_->Rewind(snap.chunks_per_epoch, snap.done_chunks, generation);
+      !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < fleet_->num_ps(); ++i) {
+    RestoreRequest req;
+    *req.mutable_init() = MakeInitRequest(*setup_, i);
+    *req.mutable_state() = snap.ps[i];
+    req.mutable_state()->set_generation(generation);
+    if (absl::Status s = fleet_->Restore(i, req, recovery_timeout_); !s.ok()) return s;
+    absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
+    if (!st.ok()) return st.status();
+    incarnation_[i] = st->incarnation();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

@@ -1,0 +1,63 @@
+// PsRecovery: keeps the ps the processes the chief set up. Every check asks
+// each ps for its stats; a ps that fails twice in a row, or answers as a
+// new process (another incarnation) or uninitialised, is lost: the workers
+// are paused until it answers again. The same process (cut off, not
+// restarted) resumes as it was; a restarted one has lost its parameters,
+// so every ps is restored from the newest checkpoint under a new
+// generation and the data position rewinds to the checkpoint's. The sync
+// worker set is then sent to every ps again.
+//
+// Not thread-safe: the chief's loop calls it. Everything borrowed must
+// outlive it.
+#ifndef PSCLUSTER_CHIEF_PS_RECOVERY_H_
+#define PSCLUSTER_CHIEF_PS_RECOVERY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "chief/dispatcher.h"
+#include "chief/membership.h"
+#include "chief/ps_fleet.h"
+#include "chief/ps_setup.h"
+#include "chief/snapshot.h"
+
+namespace pscluster {
+
+class PsRecovery {
+ public:
+  // `incarnations`: each ps's process identity when it was initialised
+  // (PsStart). A lost ps may take `recovery_timeout` to come back.
+  PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
+             absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
+             MembershipSync* membership, const std::atomic<bool>* stop);
+
+  // One round of checks. Raises *highest_version to every version seen
+  // (lowers it to the checkpoint's step after a restore). `latest` is the
+  // checkpoint to restore from (null: none yet). Errors end the run: a ps
+  // not back within the timeout (Unavailable), a restarted ps with no
+  // checkpoint (FailedPrecondition), a stop request (Cancelled), a failed
+  // restore.
+  absl::Status Check(const Snapshot* latest, int64_t* highest_version);
+
+ private:
+  absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
+                       int64_t* highest_version);
+  absl::Status RestoreAll(const Snapshot& snap, int64_t generation);
+
+  const PsSetup* const setup_;
+  const absl::Duration recovery_timeout_;
+  PsFleet* const fleet_;
+  Dispatcher* const dispatcher_;
+  MembershipSync* const membership_;
+  const std::atomic<bool>& stop_;
+  std::vector<uint64_t> incarnation_;
+  std::vector<int> failures_;  // consecutive failed checks, per ps
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_PS_RECOVERY_H_

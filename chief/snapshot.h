@@ -1,0 +1,48 @@
+// Snapshot: what the chief keeps of a checkpoint (every ps's state at one
+// consistent cut, the data position and the generation), and its encoding
+// as a checkpoint file's tensors and metadata (common/checkpoint.h):
+//
+//   tensors   ps<i>/values, ps<i>/slot/<name>   (float32, flat)
+//   metadata  model, mode, generation, done_chunks, chunks_per_epoch,
+//             num_ps, run_started_unix_ms, ps<i>/version,
+//             ps<i>/optimizer_iterations, ps<i>/layout
+//
+// Pure functions, no I/O: thread-safe.
+#ifndef PSCLUSTER_CHIEF_SNAPSHOT_H_
+#define PSCLUSTER_CHIEF_SNAPSHOT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/checkpoint.h"
+#include "common/model_spec.h"
+#include "common/placement.h"
+#include "proto/ps.pb.h"
+
+namespace pscluster {
+
+struct Snapshot {
+  int64_t step = 0;            // the smallest ps version
+  std::vector<ShardState> ps;  // indexed by ps task index
+  std::string done_chunks;     // WorkQueue::SaveDone's form
+  int chunks_per_epoch = 0;
+  int64_t generation = 0;
+  int64_t run_started_unix_ms = 0;  // when the run's first chief started
+};
+
+// `snap` as checkpoint tensors and metadata; `spec` and `mode` are recorded
+// for people reading the file.
+Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode mode);
+
+// The inverse of ToCheckpoint for a cluster placed as `placement`:
+// DataLoss naming the key when metadata is missing or not a number, or when
+// a ps's values have another size; FailedPrecondition when the checkpoint
+// holds another number of ps or another variable layout. Every ShardState
+// gets the placement's fingerprint and the checkpoint's generation.
+absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& placement);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_SNAPSHOT_H_
