@@ -57,13 +57,19 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
     }
     return it->second;
   };
-  auto number = [&](const std::string& key) -> absl::StatusOr<int64_t> {
+  // Signed (versions, counts) or unsigned (the layout fingerprint, a
+  // uint64 whose top bit is often set).
+  auto parse = [&](const std::string& key, auto* n) -> absl::Status {
     absl::StatusOr<std::string> v = meta(key);
     if (!v.ok()) return v.status();
-    int64_t n = 0;
-    if (!absl::SimpleAtoi(*v, &n)) {
+    if (!absl::SimpleAtoi(*v, n)) {
       return absl::DataLossError(absl::StrCat("checkpoint ", key, " '", *v, "' is not a number"));
     }
+    return absl::OkStatus();
+  };
+  auto number = [&](const std::string& key) -> absl::StatusOr<int64_t> {
+    int64_t n = 0;
+    if (absl::Status s = parse(key, &n); !s.ok()) return s;
     return n;
   };
   Snapshot snap;
@@ -96,11 +102,12 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
     s.set_layout_fingerprint(placement.fingerprint);
     absl::StatusOr<int64_t> version = number(prefix + "/version");
     absl::StatusOr<int64_t> iterations = number(prefix + "/optimizer_iterations");
-    absl::StatusOr<int64_t> layout = number(prefix + "/layout");
-    for (const absl::Status& st : {version.status(), iterations.status(), layout.status()}) {
+    uint64_t layout = 0;
+    const absl::Status layout_status = parse(prefix + "/layout", &layout);
+    for (const absl::Status& st : {version.status(), iterations.status(), layout_status}) {
       if (!st.ok()) return st;
     }
-    if (static_cast<uint64_t>(*layout) != placement.fingerprint) {
+    if (layout != placement.fingerprint) {
       return absl::FailedPreconditionError(
           absl::StrCat("the checkpoint of step ", c.step,
                        " has another variable layout (model, ps count "
