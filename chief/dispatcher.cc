@@ -64,7 +64,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     for (int64_t k : req.completed()) queue_.Complete(w, k);
     for (int64_t k : req.abandoned()) queue_.Return(w, k);
   }
-  if (paused_) {
+  if (pauses_ > 0) {
     worker.parked = true;
     resp.set_kind(WorkResponse::PAUSE);
     return resp;
@@ -149,13 +149,15 @@ void Dispatcher::MembershipApplied(int64_t number) {
 
 void Dispatcher::Pause() {
   absl::MutexLock lock(&mu_);
-  paused_ = true;
-  for (Worker& w : workers_) w.parked = false;
+  // A worker parked under an outer pause has started no step since.
+  if (pauses_++ == 0) {
+    for (Worker& w : workers_) w.parked = false;
+  }
 }
 
 void Dispatcher::Resume() {
   absl::MutexLock lock(&mu_);
-  paused_ = false;
+  if (pauses_ > 0) --pauses_;
 }
 
 bool Dispatcher::AllParked() const {

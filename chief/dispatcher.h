@@ -53,9 +53,12 @@ class Dispatcher {
   std::vector<bool> Membership(int64_t* number) const;
   void MembershipApplied(int64_t number);
 
-  // Between Pause and Resume every GetWork answers PAUSE. AllParked: every
-  // live, unfinished worker has asked since Pause (so none of them is in
-  // the middle of a step).
+  // Between Pause and Resume every GetWork answers PAUSE. Pauses nest (a
+  // checkpoint or a membership change inside a ps recovery or the
+  // start-up): work is handed out again only once every Pause has had its
+  // Resume. A Resume without a Pause is ignored. AllParked: every live,
+  // unfinished worker has asked since the outermost Pause (so none of them
+  // is in the middle of a step).
   void Pause();
   void Resume();
   bool AllParked() const;
@@ -97,13 +100,13 @@ class Dispatcher {
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t membership_number_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t membership_applied_ ABSL_GUARDED_BY(mu_) = 0;
-  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  int pauses_ ABSL_GUARDED_BY(mu_) = 0;  // Pause calls not yet resumed
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
 };
 
-// Workers get no new step while one of these lives. The dispatcher is
-// borrowed and must outlive it.
+// Workers get no new step while one of these lives; it nests with other
+// pauses. The dispatcher is borrowed and must outlive it.
 class PausedWorkers {
  public:
   explicit PausedWorkers(Dispatcher* dispatcher) : dispatcher_(dispatcher) {

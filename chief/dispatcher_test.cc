@@ -91,6 +91,35 @@ TEST_F(DispatcherTest, PauseParksEveryLiveWorker) {
   EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::CHUNK);
 }
 
+// A checkpoint or a membership change (inner pause) inside a ps recovery or
+// the start-up (outer pause): the inner one's end must not hand out work.
+TEST_F(DispatcherTest, PausesNest) {
+  d_.Pause();  // outer
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::PAUSE);
+  EXPECT_EQ(Get(Ask(1, 2)).kind(), WorkResponse::PAUSE);
+  EXPECT_TRUE(d_.AllParked());
+  d_.Pause();  // inner
+  // Parked under the outer pause, no worker has started a step since.
+  EXPECT_TRUE(d_.AllParked());
+  d_.Resume();  // the inner one ends
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::PAUSE);
+  EXPECT_EQ(Get(Ask(1, 2)).kind(), WorkResponse::PAUSE);
+  d_.Resume();  // the outer one ends
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::CHUNK);
+  d_.Resume();  // unmatched: ignored, the next Pause still pauses
+  d_.Pause();
+  EXPECT_EQ(Get(Ask(1, 2)).kind(), WorkResponse::PAUSE);
+}
+
+TEST_F(DispatcherTest, PausedWorkersGuardsNest) {
+  {
+    PausedWorkers outer(&d_);
+    { PausedWorkers inner(&d_); }
+    EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::PAUSE);
+  }
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::CHUNK);
+}
+
 TEST_F(DispatcherTest, RewindRestoresTheDoneSetAndIgnoresOldGenerations) {
   EXPECT_EQ(Get(Ask(0, 1)).chunk(), 0);
   EXPECT_EQ(Get(Ask(0, 1, {0})).chunk(), 1);

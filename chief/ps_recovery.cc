@@ -42,6 +42,8 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
                                  int64_t* highest_version) {
   const absl::Time t0 = absl::Now();
   spdlog::warn("ps:{} lost ({}); pausing the workers until it is back", i, why);
+  // Resumed at the end; on an error the workers stay paused, as the run
+  // ends. The checkpoint restore and the membership change inside nest.
   dispatcher_->Pause();
   const absl::Time give_up = t0 + recovery_timeout_;
   absl::StatusOr<PsStatsResponse> st;
