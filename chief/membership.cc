@@ -4,13 +4,15 @@
 
 namespace pscluster {
 
-void MembershipSync::Apply(bool force) {
+bool MembershipSync::Apply(bool force) {
+  force_pending_ |= force;
   int64_t number = 0;
   const std::vector<bool> active = dispatcher_->Membership(&number);
-  if (number == sent_number_ && !force) return;
+  if (number == sent_number_ && !force_pending_) return true;
   if (options_.mode != SYNC) {
+    force_pending_ = false;
     dispatcher_->MembershipApplied(number);
-    return;
+    return true;
   }
   bool adds = false;
   for (size_t w = 0; w < active.size() && !sent_active_.empty(); ++w) {
@@ -19,16 +21,21 @@ void MembershipSync::Apply(bool force) {
   std::optional<PausedWorkers> paused;
   if (adds) {
     paused.emplace(dispatcher_);
-    WaitForOneVersion();
+    // Sent to ps at different versions, the new member would be waited for
+    // from different steps on different ps: resume the workers and try
+    // again on the next call instead.
+    if (!WaitForOneVersion()) return false;
   }
   for (int i = 0; i < fleet_->num_ps(); ++i) {
     if (!fleet_->SetWorkers(i, active, options_.set_workers_timeout).ok()) {
-      return;  // a ps down: sent again on the next call
+      return false;  // a ps down: sent again on the next call
     }
   }
   sent_number_ = number;
   sent_active_ = active;
+  force_pending_ = false;
   dispatcher_->MembershipApplied(number);
+  return true;
 }
 
 bool MembershipSync::WaitForOneVersion() {

@@ -41,8 +41,11 @@ class MembershipSync {
 
   // Sends the current set when it changed since the last one every ps
   // took, or when `force` (a restored or restarted ps does not hold it).
-  // A set that does not reach every ps is sent again on the next call.
-  void Apply(bool force = false);
+  // True when every ps holds the current set. False when it was not sent
+  // to every ps (a ps did not answer, or, adding a worker, the ps did not
+  // reach one version within settle_timeout): the workers are resumed and
+  // the next call tries again, forced again if this one was.
+  bool Apply(bool force = false);
 
  private:
   // Sync: waits until every ps is at one version (twice in a row), up to
@@ -55,6 +58,7 @@ class MembershipSync {
   const std::atomic<bool>& stop_;
   int64_t sent_number_ = -1;       // the set every ps holds
   std::vector<bool> sent_active_;  // its members
+  bool force_pending_ = false;     // a forced set has not reached every ps
 };
 
 }  // namespace pscluster
