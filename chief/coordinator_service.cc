@@ -31,7 +31,7 @@ grpc::Status CoordinatorService::GetPlan(grpc::ServerContext* ctx, const GetPlan
 grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,
                                                 const ProgressReport* req, ProgressAck*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  if (!tracker_->Record(*req, absl::Now())) {
+  if (!tracker_->Record(*req)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("worker index ", req->worker_index(),
                                      " is not in this cluster"));

@@ -9,13 +9,12 @@ namespace pscluster {
 ProgressTracker::ProgressTracker(int num_workers, int epochs, absl::Time start)
     : epochs_(epochs), start_(start), workers_(num_workers), snapshot_time_(start) {}
 
-bool ProgressTracker::Record(const ProgressReport& report, absl::Time now) {
+bool ProgressTracker::Record(const ProgressReport& report) {
   absl::MutexLock lock(&mu_);
   const int w = report.worker_index();
   if (w < 0 || w >= static_cast<int>(workers_.size())) return false;
   workers_[w].reported = true;
   workers_[w].latest = report;
-  workers_[w].last_seen = now;
   return true;
 }
 
@@ -70,25 +69,6 @@ Progress ProgressTracker::Snapshot(absl::Time now) {
     p.last_eval_loss = last_eval_.loss();
   }
   return p;
-}
-
-bool ProgressTracker::AllDone() const {
-  absl::MutexLock lock(&mu_);
-  for (const Worker& w : workers_) {
-    if (!w.reported || !w.latest.done()) return false;
-  }
-  return true;
-}
-
-std::vector<int> ProgressTracker::SilentSince(absl::Time since) const {
-  absl::MutexLock lock(&mu_);
-  std::vector<int> out;
-  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-    const Worker& w = workers_[i];
-    if (w.reported && w.latest.done()) continue;
-    if (!w.reported || w.last_seen < since) out.push_back(i);
-  }
-  return out;
 }
 
 std::string ProgressTracker::Format(const Progress& p) {

@@ -36,14 +36,11 @@ class ProgressTracker {
 
   // InvalidArgument-style problems (an index out of range) are ignored and
   // reported as false.
-  bool Record(const ProgressReport& report, absl::Time now);
+  bool Record(const ProgressReport& report);
   void RecordEval(const EvalReport& report);
 
   // The rate covers the time since the previous Snapshot().
   Progress Snapshot(absl::Time now);
-  bool AllDone() const;
-  // Workers not done that have not reported since `since`.
-  std::vector<int> SilentSince(absl::Time since) const;
 
   // "epoch 2/5 step 468 examples/s 5123 loss 0.0412 acc 0.9871 eta 23s"
   static std::string Format(const Progress& p);
@@ -52,7 +49,6 @@ class ProgressTracker {
   struct Worker {
     bool reported = false;
     ProgressReport latest;
-    absl::Time last_seen;
   };
   mutable absl::Mutex mu_;
   const int epochs_;

@@ -21,8 +21,8 @@ ProgressReport Report(int worker, int epoch, int64_t examples, float loss, bool 
 TEST(ProgressTrackerTest, AggregatesWorkersAndEstimatesEta) {
   absl::Time t0 = absl::UnixEpoch();
   ProgressTracker t(2, 2, t0);
-  EXPECT_TRUE(t.Record(Report(0, 0, 250, 1.0f, false), t0 + absl::Seconds(1)));
-  EXPECT_TRUE(t.Record(Report(1, 0, 250, 3.0f, false), t0 + absl::Seconds(1)));
+  EXPECT_TRUE(t.Record(Report(0, 0, 250, 1.0f, false)));
+  EXPECT_TRUE(t.Record(Report(1, 0, 250, 3.0f, false)));
   Progress p = t.Snapshot(t0 + absl::Seconds(1));
   EXPECT_EQ(p.epoch, 1);
   EXPECT_EQ(p.examples, 500);
@@ -30,23 +30,27 @@ TEST(ProgressTrackerTest, AggregatesWorkersAndEstimatesEta) {
   EXPECT_DOUBLE_EQ(p.examples_per_s, 500.0);
   // 1500 examples left at 500/s.
   EXPECT_DOUBLE_EQ(p.eta_s, 3.0);
-  EXPECT_FALSE(t.AllDone());
+  EXPECT_EQ(p.workers_done, 0);
 }
 
-TEST(ProgressTrackerTest, DoneWhenEveryWorkerSaysSo) {
+TEST(ProgressTrackerTest, CountsTheWorkersDone) {
   absl::Time t0 = absl::UnixEpoch();
   ProgressTracker t(2, 1, t0);
-  t.Record(Report(0, 0, 500, 1.0f, true), t0);
-  EXPECT_FALSE(t.AllDone());
-  EXPECT_EQ(t.SilentSince(t0 + absl::Seconds(1)), std::vector<int>{1});
-  t.Record(Report(1, 0, 500, 1.0f, true), t0);
-  EXPECT_TRUE(t.AllDone());
-  EXPECT_TRUE(t.SilentSince(t0 + absl::Seconds(1)).empty());
+  t.Record(Report(0, 0, 500, 1.0f, true));
+  Progress p = t.Snapshot(t0 + absl::Seconds(1));
+  EXPECT_EQ(p.workers_done, 1);
+  EXPECT_EQ(p.epoch, 1);
+  t.Record(Report(1, 0, 500, 1.0f, true));
+  p = t.Snapshot(t0 + absl::Seconds(2));
+  EXPECT_EQ(p.workers_done, 2);
+  EXPECT_EQ(ProgressTracker::Format(p),
+            "epoch 1/1 step 50 examples 1000 examples/s 500 loss 1.0000 acc 0.5000 eta 0s "
+            "(2/2 workers done)");
 }
 
 TEST(ProgressTrackerTest, RejectsOutOfRangeWorker) {
   ProgressTracker t(1, 1, absl::UnixEpoch());
-  EXPECT_FALSE(t.Record(Report(3, 0, 1, 1, false), absl::UnixEpoch()));
+  EXPECT_FALSE(t.Record(Report(3, 0, 1, 1, false)));
 }
 
 TEST(ProgressTrackerTest, FormatNamesEveryFigure) {
