@@ -12,6 +12,7 @@
 #include "common/task_server.h"
 #include "ps_server/parameter_store.h"
 #include "ps_server/ps_service.h"
+#include "ps_server/step_broadcaster.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, tf_config, "",
@@ -37,10 +38,26 @@ int main(int argc, char** argv) {
   std::unique_ptr<Metrics> metrics = StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port),
                                                         TaskName(config.task));
 
+  // Sync steps with several ps are decided by ps 0 (the first in
+  // TF_CONFIG's list) for all; it sends its decisions to the others.
+  const std::vector<int> ps_indices = config.cluster.task_indices(kPsJob);
+  const bool decides = ps_indices.empty() || config.task.index == ps_indices.front();
+  PsServiceOptions options;
+  options.step_role = decides ? StepRole::kDecide : StepRole::kFollow;
   ParameterStore store;
-  PsService service(&store, metrics.get());
+  PsService service(&store, metrics.get(), options);
   RpcOptions rpc;
   rpc.max_message_bytes = max_mb << 20;
+  std::unique_ptr<StepBroadcaster> broadcaster;
+  if (decides && ps_indices.size() > 1) {
+    std::vector<std::string> followers;
+    for (size_t i = 1; i < ps_indices.size(); ++i) {
+      absl::StatusOr<std::string> address = config.cluster.address(kPsJob, ps_indices[i]);
+      if (!address.ok()) ExitWithUsageError(std::string(address.status().message()));
+      followers.push_back(*address);
+    }
+    broadcaster = std::make_unique<StepBroadcaster>(&store, followers, rpc);
+  }
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
       TaskServer::Start(config.own_port(), {&service}, nullptr, rpc);
   if (!server.ok()) {
@@ -51,10 +68,13 @@ int main(int argc, char** argv) {
   spdlog::info("serving on {}", config.own_address());
   std::string reason = (*server)->WaitForShutdownRequest();
   StoreStats st = store.stats();
-  spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} duplicate={}",
+  spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} "
+               "duplicate={} torn_steps={} applied_digest={:016x}",
                reason, st.version, st.pushes_applied, st.pushes_dropped_stale,
-               st.pushes_rejected, st.pushes_duplicate);
+               service.pushes_rejected(), st.pushes_duplicate, st.steps_torn,
+               st.applied_digest);
   store.Cancel();
+  broadcaster.reset();
   (*server)->Stop();
   return 0;
 }

@@ -25,6 +25,16 @@ bool AllFinite(const float* x, int64_t n) {
   return sum == 0.0f;
 }
 
+// Mixes (version, worker) into 64 bits (splitmix64's finaliser), for the
+// applied-gradients digest.
+uint64_t GradientHash(int64_t version, int worker) {
+  uint64_t z = static_cast<uint64_t>(version) * 0x10001ull + static_cast<uint64_t>(worker) +
+               0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version) {
   return absl::AbortedError(absl::StrCat(
       "the parameters were restored from a checkpoint (generation ", ours, ", version ",
@@ -67,8 +77,10 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   pending_count_ = 0;
   pending_nonfinite_.assign(config.num_workers, false);
   active_.assign(config.num_workers, true);
-  retiring_.assign(config.num_workers, false);
   sum_.assign(config.num_floats, 0.0f);
+  outcome_.assign(config.num_workers, {-1, false});
+  decisions_.clear();
+  commit_.reset();
   generation_ = config.generation;
   return absl::OkStatus();
 }
@@ -157,17 +169,20 @@ absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
         config_.num_workers, " workers"));
   }
   for (int w = 0; w < config_.num_workers; ++w) {
-    if (!active[w] && pending_examples_[w] >= 0) {
-      // A lost worker's half-done step: its data is handed to another
-      // worker, so its gradient must not count.
-      pending_examples_[w] = -1;
-      pending_nonfinite_[w] = false;
-      --pending_count_;
+    // A lost worker's half-done step: its data is handed to another
+    // worker, so its gradient must not count. A following store keeps it
+    // until the decision says whether the deciding store took it.
+    if (!active[w] && pending_examples_[w] >= 0 &&
+        config_.step_role == StepRole::kDecide) {
+      DropPending(w);
     }
-    if (!active[w]) retiring_[w] = false;
     active_[w] = active[w];
   }
-  MaybeAggregate();
+  if (config_.step_role == StepRole::kDecide) {
+    MaybeCloseStep();
+  } else {
+    MaybeApplyCommit();
+  }
   return absl::OkStatus();
 }
 
@@ -220,10 +235,8 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   if (!initialized_) {
     return absl::UnavailableError("parameter server is not initialised yet");
   }
-  auto reject = [this](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ++stats_.pushes_rejected;
-    return s;
-  };
+  // Refusals are counted by the caller (the ps service), in one place.
+  auto reject = [](absl::Status s) { return s; };
   if (absl::Status s = CheckLayout(args.layout_fingerprint); !s.ok()) {
     return reject(s);
   }
@@ -238,9 +251,10 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
         absl::StrCat("gradient has ", args.num_floats, " floats; this ps holds ",
                      config_.num_floats)));
   }
-  if (args.num_examples < 0) {
-    return reject(absl::InvalidArgumentError(
-        absl::StrCat("num_examples must be >= 0, got ", args.num_examples)));
+  if (args.num_examples < 1) {
+    return reject(absl::InvalidArgumentError(absl::StrCat(
+        "num_examples must be >= 1 (a gradient of no example teaches nothing), got ",
+        args.num_examples)));
   }
   if (args.version < 0) {
     return reject(absl::InvalidArgumentError(
@@ -281,13 +295,14 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
   const int w = args.worker;
   PushResult r;
   r.staleness = version_ - args.version;
-  if (args.version < version_ || pending_examples_[w] >= 0 || !active_[w]) {
-    // A backup worker's late gradient, a second one for this step, or one
-    // from a worker the chief took out of the step (it rejoins through
-    // the chief).
+  // A backup worker's late gradient, a second one for this step, one from
+  // a worker the chief took out of the step (it rejoins through the
+  // chief), or (following store) one the step's decision left out.
+  const bool left_out = commit_.has_value() && !commit_->members[w];
+  if (args.version < version_ || pending_examples_[w] >= 0 || !active_[w] || left_out) {
     ++stats_.pushes_dropped_stale;
-    if (args.last) active_[w] = false;
-    MaybeAggregate();
+    // A second push for this step leaves the first one's fate alone.
+    if (pending_examples_[w] < 0) outcome_[w] = {args.version, false};
     r.version = version_;
     return r;
   }
@@ -295,30 +310,79 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
   pending_examples_[w] = args.num_examples;
   pending_nonfinite_[w] = !finite;
   ++pending_count_;
-  if (args.last) retiring_[w] = true;
-  ++stats_.pushes_applied;
+  outcome_[w] = {args.version, false};
   r.applied = true;
-  MaybeAggregate();
+  if (config_.step_role == StepRole::kDecide) {
+    MaybeCloseStep();
+  } else {
+    MaybeApplyCommit();
+  }
   r.version = version_;
   return r;
 }
 
-void ParameterStore::MaybeAggregate() {
+void ParameterStore::DropPending(int w) {
+  pending_examples_[w] = -1;
+  pending_nonfinite_[w] = false;
+  --pending_count_;
+  outcome_[w] = {version_, false};
+  ++stats_.pushes_dropped_stale;
+}
+
+void ParameterStore::MaybeCloseStep() {
   if (pending_count_ == 0) return;
   const int active = static_cast<int>(std::count(active_.begin(), active_.end(), true));
   if (pending_count_ < std::min(config_.replicas_to_aggregate, active)) return;
-  int64_t total = 0;
-  for (int n : pending_examples_) total += std::max(n, 0);
+  StepDecision d;
+  d.layout_fingerprint = config_.layout_fingerprint;
+  d.generation = generation_;
+  d.version = version_;
+  d.sequence = next_sequence_++;
+  d.members.resize(config_.num_workers);
+  for (int w = 0; w < config_.num_workers; ++w) d.members[w] = pending_examples_[w] >= 0;
+  d.skip = ApplyStep(d.members, /*skip=*/false);
+  decisions_.push_back(std::move(d));
+  if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+}
+
+void ParameterStore::MaybeApplyCommit() {
+  if (!commit_.has_value()) return;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    // A member's gradient still on its way: wait, unless the chief took
+    // the worker out (it died after reaching the deciding ps only).
+    if (commit_->members[w] && pending_examples_[w] < 0 && active_[w]) return;
+  }
+  std::vector<bool> members = commit_->members;
+  bool torn = false;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (members[w] && pending_examples_[w] < 0) {
+      members[w] = false;
+      torn = true;
+    }
+  }
+  if (torn) ++stats_.steps_torn;
+  const bool skip = commit_->skip;
+  commit_.reset();
+  ApplyStep(members, skip);
+}
+
+bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
   const int64_t n = config_.num_floats;
+  int64_t total = 0;
+  bool nonfinite = skip;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (!members[w]) continue;
+    total += pending_examples_[w];
+    nonfinite = nonfinite || pending_nonfinite_[w];
+  }
   std::fill(sum_.begin(), sum_.end(), 0.0f);
-  if (std::find(pending_nonfinite_.begin(), pending_nonfinite_.end(), true) !=
-      pending_nonfinite_.end()) {
+  if (nonfinite) {
     ++stats_.steps_skipped_nonfinite;
   } else if (total > 0) {
     // Fixed worker-index order: the sum is the same bits whatever the
     // arrival order was.
     for (int w = 0; w < config_.num_workers; ++w) {
-      if (pending_examples_[w] <= 0) continue;
+      if (!members[w]) continue;
       const float weight = static_cast<float>(pending_examples_[w]) / total;
       const float* g = pending_[w].data();
       float* s = sum_.data();
@@ -327,17 +391,82 @@ void ParameterStore::MaybeAggregate() {
     optimizer_->Apply(sum_.data(), values_.data());
   }
   for (int w = 0; w < config_.num_workers; ++w) {
-    pending_examples_[w] = -1;
-    if (retiring_[w]) {
-      active_[w] = false;
-      retiring_[w] = false;
+    if (members[w]) {
+      ++stats_.pushes_applied;
+      stats_.applied_digest += GradientHash(version_, w);
+      outcome_[w] = {version_, true};
+    } else if (pending_examples_[w] >= 0) {
+      outcome_[w] = {version_, false};
+      ++stats_.pushes_dropped_stale;
     }
+    pending_examples_[w] = -1;
   }
   pending_count_ = 0;
   std::fill(pending_nonfinite_.begin(), pending_nonfinite_.end(), false);
   ++version_;
   ++stats_.steps_applied;
   version_advanced_.SignalAll();
+  return nonfinite;
+}
+
+std::optional<bool> ParameterStore::StepOutcome(int worker, int64_t version) const {
+  absl::MutexLock lock(&mu_);
+  if (worker < 0 || worker >= static_cast<int>(outcome_.size())) return std::nullopt;
+  if (outcome_[worker].first != version) return std::nullopt;
+  // Taken into the step being gathered: not decided yet.
+  if (version == version_ && pending_examples_[worker] >= 0) return std::nullopt;
+  return outcome_[worker].second;
+}
+
+bool ParameterStore::NextDecision(int64_t after_sequence, absl::Time deadline,
+                                  StepDecision* out) {
+  absl::MutexLock lock(&mu_);
+  while (!cancelled_) {
+    for (const StepDecision& d : decisions_) {
+      if (d.sequence > after_sequence) {
+        *out = d;
+        return true;
+      }
+    }
+    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) return false;
+  }
+  return false;
+}
+
+absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (config_.rule != UpdateRule::kSync || config_.step_role != StepRole::kFollow) {
+    return absl::FailedPreconditionError(
+        "this ps decides its steps itself; it takes no step decisions");
+  }
+  if (static_cast<int>(d.members.size()) != config_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step decision names ", d.members.size(), " workers; this ps serves ",
+        config_.num_workers));
+  }
+  if (d.generation != generation_) {
+    return GenerationMismatch(d.generation, generation_, version_);
+  }
+  if (d.version < version_) return absl::OkStatus();  // applied already
+  if (d.version > version_) {
+    return absl::UnavailableError(absl::StrCat("step decision for version ", d.version,
+                                               "; this ps is at version ", version_));
+  }
+  if (std::find(d.members.begin(), d.members.end(), true) == d.members.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step decision for version ", d.version, " names no member"));
+  }
+  if (commit_.has_value()) return absl::OkStatus();  // resent while waiting
+  commit_ = d;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (!d.members[w] && pending_examples_[w] >= 0) DropPending(w);
+  }
+  MaybeApplyCommit();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool finite) {
@@ -353,13 +482,8 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool 
     r.version = version_;
     return r;
   }
-  if (args.num_examples == 0) {
-    // Nothing learned (an idle worker's or a final empty push).
-    r.applied = true;
-    r.version = version_;
-    return r;
-  }
   optimizer_->Apply(args.gradients, values_.data());
+  stats_.applied_digest += GradientHash(version_, args.worker);
   ++version_;
   ++stats_.pushes_applied;
   ++stats_.steps_applied;

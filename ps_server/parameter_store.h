@@ -2,12 +2,20 @@
 // state, and the rule that turns pushed gradients into updates.
 //
 //   sync:  gradients tagged with the current version are kept per worker
-//          until `replicas_to_aggregate` of them (fewer once workers have
-//          sent their last push) have arrived; they are then averaged in
+//          until the step closes; the step's members are then averaged in
 //          worker-index order, weighted by their example counts (bitwise
 //          reproducible whatever the arrival order), applied once, and the
-//          version advances. Gradients for an older version are dropped and
-//          counted (backup workers); a newer version is an error.
+//          version advances. Gradients for an older version, and those left
+//          out of the step, are dropped and counted (backup workers); a
+//          newer version is an error.
+//          Who closes a step: with several ps, one decides for all, so that
+//          a gradient is applied on every ps or on none. The deciding store
+//          (StepRole::kDecide: ps 0, or the only ps) closes a step once
+//          `replicas_to_aggregate` of the active workers' gradients are in,
+//          and records the members as a StepDecision; the ps service sends
+//          it to the others (StepRole::kFollow), which Commit it: they apply
+//          exactly those members' gradients, waiting for any still on its
+//          way, and drop the rest.
 //   async: each gradient is applied on arrival unless it is staler than
 //          `max_staleness` versions, in which case it is dropped and counted.
 //
@@ -28,6 +36,8 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -41,6 +51,10 @@ namespace pscluster {
 
 enum class UpdateRule { kSync, kAsync };
 
+// Sync, several ps: whether this store closes steps itself or applies the
+// steps another store closed (see the top of this file).
+enum class StepRole { kDecide, kFollow };
+
 struct StoreConfig {
   uint64_t layout_fingerprint = 0;
   int64_t num_floats = 0;
@@ -53,6 +67,7 @@ struct StoreConfig {
   // true = accept it and skip the update it belongs to (counted).
   bool skip_nonfinite = false;
   int64_t generation = 0;  // of the initial values
+  StepRole step_role = StepRole::kDecide;  // sync only
 };
 
 struct PushArgs {
@@ -63,27 +78,53 @@ struct PushArgs {
   int num_examples = 0;
   const float* gradients = nullptr;
   int64_t num_floats = 0;
-  bool last = false;
   int64_t generation = 0;  // of the weights the gradient was computed on
 };
 
 struct PushResult {
-  bool applied = false;    // accumulated or applied; false when dropped
+  // Async: applied. Sync: taken into the step being gathered (whether it
+  // ends up among the step's members is StepOutcome's answer); false when
+  // dropped at once.
+  bool applied = false;
   int64_t version = 0;     // the store's version after the push
   int64_t staleness = 0;   // versions between the gradient and the store
 };
 
+// Sync: which workers' gradients make up the step that takes the store
+// from `version` to version + 1.
+struct StepDecision {
+  uint64_t layout_fingerprint = 0;
+  int64_t generation = 0;
+  int64_t version = 0;
+  std::vector<bool> members;  // one per worker
+  // The deciding store skipped the step (skip policy: a member's gradient
+  // held NaN or Inf there); the others skip it too.
+  bool skip = false;
+  // Increases with every decision a deciding store makes (restores too).
+  int64_t sequence = 0;
+};
+
+// Refused pushes are not counted here: the ps service counts them, the
+// ones it refuses itself (bytes, dtype) and the store's alike.
 struct StoreStats {
   int64_t version = 0;
+  // Sync: gradients that were members of an applied (or skipped) step;
+  // async: gradients applied.
   int64_t pushes_applied = 0;
+  // Too stale, a backup worker's left out of its step, or a lost worker's.
   int64_t pushes_dropped_stale = 0;
-  int64_t pushes_rejected = 0;
   int64_t pushes_duplicate = 0;
   int64_t steps_applied = 0;
   // Sum of the staleness of every push applied or dropped as stale: with
   // their count, the mean staleness.
   int64_t staleness_sum = 0;
   int64_t steps_skipped_nonfinite = 0;
+  // Sync, following store: steps applied without a member's gradient
+  // because the member was taken out (lost) before it arrived here.
+  int64_t steps_torn = 0;
+  // Sum of a hash of (version, worker) over every gradient applied (sync:
+  // every step member): ps that applied the same gradients agree on it.
+  uint64_t applied_digest = 0;
   int64_t generation = 0;
   bool initialized = false;
   std::vector<bool> active_workers;  // sync: whom a step waits for
@@ -118,14 +159,40 @@ class ParameterStore {
                     absl::Time deadline, std::string* out, int64_t* version,
                     int64_t generation = -1, int64_t* out_generation = nullptr);
 
+  // Validates and takes one gradient. InvalidArgument or
+  // FailedPrecondition (nothing changed) for a push that is not valid;
+  // Aborted for another generation; Unavailable before Init.
   absl::StatusOr<PushResult> Push(const PushArgs& args);
+
+  // Sync: the fate of `worker`'s gradient for `version`, once its step is
+  // decided (true: a member, applied with the step; false: dropped).
+  // Unknown (nullopt) while undecided or when the store no longer knows.
+  std::optional<bool> StepOutcome(int worker, int64_t version) const;
+
+  // Deciding store: the oldest decision with a sequence above
+  // `after_sequence`, waiting for one until `deadline`. False on the
+  // deadline or after Cancel(). Decisions are kept until newer ones push
+  // them out (a follower needs each one, and cannot fall behind by more
+  // than one: its workers would wait for it).
+  bool NextDecision(int64_t after_sequence, absl::Time deadline, StepDecision* out);
+
+  // Following store: applies the step `decision` closed, now or as soon as
+  // the members' gradients are here. OK when applied, queued, or already
+  // applied (a resent decision); Aborted for another generation;
+  // Unavailable when this store is behind (not initialised, or not yet at
+  // that version: try again); InvalidArgument for a malformed decision or
+  // FailedPrecondition for a store that decides itself.
+  absl::Status Commit(uint64_t layout_fingerprint, const StepDecision& decision);
 
   StoreStats stats() const;
   bool is_sync() const;
 
-  // Sync: the workers a step waits for (one entry per worker). A worker
-  // taken out has its gradient for the current step discarded; the step
-  // may then complete. InvalidArgument for a wrong count.
+  // Sync: the workers a step waits for (one entry per worker). Deciding
+  // store: a worker taken out has its gradient for the current step
+  // dropped, and the step may then close. Following store: a step member
+  // taken out before its gradient arrived is applied without it (a torn
+  // step, counted). Pushes from a worker that is out are dropped.
+  // InvalidArgument for a wrong count.
   absl::Status SetActiveWorkers(uint64_t layout_fingerprint, const std::vector<bool>& active);
 
   // A copy of the values and optimizer state at the current version.
@@ -147,8 +214,17 @@ class ParameterStore {
   absl::StatusOr<std::unique_ptr<Optimizer>> CheckConfig(const StoreConfig& config) const;
   absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sync: applies the pending gradients once enough have arrived.
-  void MaybeAggregate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deciding store: closes the step once enough gradients have arrived.
+  void MaybeCloseStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Following store: applies commit_ once its members' gradients are here
+  // (or their workers were taken out).
+  void MaybeApplyCommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the step made of `members`' pending gradients (skips it when
+  // `skip` or when one of them holds NaN/Inf: returns whether it skipped),
+  // drops the others' and advances the version.
+  bool ApplyStep(const std::vector<bool>& members, bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops worker w's pending gradient (its fate: dropped).
+  void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Recent request ids per worker and what was answered to them.
   struct SeenPush {
@@ -174,15 +250,21 @@ class ParameterStore {
   std::vector<std::deque<SeenPush>> seen_ ABSL_GUARDED_BY(mu_);
 
   // Sync state for the current version. pending_examples_[w] < 0: nothing
-  // from worker w yet. A worker whose last push is pending stays counted
-  // until that step is applied (retiring_), then leaves active_.
+  // from worker w yet.
   std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
   int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // any: skip this step
+  std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> retiring_ ABSL_GUARDED_BY(mu_);
   std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch
+  // The fate of each worker's newest sync gradient: {version, applied}.
+  std::vector<std::pair<int64_t, bool>> outcome_ ABSL_GUARDED_BY(mu_);
+  // Deciding store: the newest decisions, oldest first.
+  static constexpr size_t kKeptDecisions = 16;
+  std::deque<StepDecision> decisions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // Following store: the decision for the current version, once it came.
+  std::optional<StepDecision> commit_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster

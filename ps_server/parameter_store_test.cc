@@ -38,7 +38,7 @@ std::vector<float> Values(ParameterStore& store, int64_t* version = nullptr) {
 
 absl::StatusOr<PushResult> PushGrad(ParameterStore& store, int worker, int64_t version,
                                     std::vector<float> g, int examples = 1,
-                                    uint64_t id = 0, bool last = false) {
+                                    uint64_t id = 0, int64_t generation = 0) {
   PushArgs a;
   a.layout_fingerprint = kLayout;
   a.worker = worker;
@@ -47,7 +47,7 @@ absl::StatusOr<PushResult> PushGrad(ParameterStore& store, int worker, int64_t v
   a.num_examples = examples;
   a.gradients = g.data();
   a.num_floats = static_cast<int64_t>(g.size());
-  a.last = last;
+  a.generation = generation;
   return store.Push(a);
 }
 
@@ -105,18 +105,6 @@ TEST_F(StoreTest, SyncBackupWorkerGradientIsDroppedAndCounted) {
   EXPECT_EQ(store_.stats().steps_applied, 1);
 }
 
-TEST_F(StoreTest, SyncStopsWaitingForWorkersThatFinished) {
-  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
-  // Worker 0's last push belongs to step 0: step 0 still waits for worker 1.
-  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}, 1, 0, /*last=*/true).ok());
-  EXPECT_EQ(store_.stats().steps_applied, 0);
-  ASSERT_TRUE(PushGrad(store_, 1, 0, {1, 1, 1}).ok());
-  EXPECT_EQ(store_.stats().steps_applied, 1);
-  // Worker 1 goes on alone: every push is a step.
-  ASSERT_TRUE(PushGrad(store_, 1, 1, {1, 1, 1}).ok());
-  EXPECT_EQ(store_.stats().steps_applied, 2);
-}
-
 TEST_F(StoreTest, FutureVersionWrongSizeAndNonFiniteAreRejectedAndChangeNothing) {
   InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
   absl::StatusOr<PushResult> r = PushGrad(store_, 0, 5, {1, 1, 1});
@@ -130,8 +118,12 @@ TEST_F(StoreTest, FutureVersionWrongSizeAndNonFiniteAreRejectedAndChangeNothing)
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   r = PushGrad(store_, 7, 0, {1, 1, 1});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 0, 0, {1, 1, 1}, /*examples=*/0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("num_examples must be >= 1"), std::string::npos);
   EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
-  EXPECT_EQ(store_.stats().pushes_rejected, 5);
+  const StoreStats st = store_.stats();
+  EXPECT_EQ(st.pushes_applied + st.pushes_dropped_stale + st.steps_applied, 0);
 }
 
 TEST(StoreNonFiniteTest, LongGradientsAreScannedEverywhere) {
@@ -347,7 +339,7 @@ TEST_F(StoreTest, SkipPolicySkipsTheWholeSyncStepWithANonFiniteGradient) {
   EXPECT_EQ(Values(store_, &version), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(version, 1);
   EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 1);
-  EXPECT_EQ(store_.stats().pushes_rejected, 0);
+  EXPECT_EQ(store_.stats().pushes_applied, 2);
   // The next step applies normally.
   ASSERT_TRUE(PushGrad(store_, 0, 1, {1, 1, 1}).ok());
   ASSERT_TRUE(PushGrad(store_, 1, 1, {1, 1, 1}).ok());
@@ -393,6 +385,189 @@ TEST_F(StoreTest, RefusesValuesThatWouldOverflow) {
   EXPECT_EQ(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1, 4), snap).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+}
+
+// --- Sync with several ps: one store decides, the others follow ---------
+
+class DecideFollowTest : public ::testing::Test {
+ protected:
+  // Three workers, two replicas per step: one backup worker.
+  void Init(int workers = 3, int replicas = 2, bool skip_nonfinite = false) {
+    StoreConfig c = SgdConfig(UpdateRule::kSync, workers, replicas);
+    c.skip_nonfinite = skip_nonfinite;
+    std::vector<float> init = {1.0f, 2.0f, 3.0f};
+    bool already = false;
+    ASSERT_TRUE(leader_.Init(c, init.data(), &already).ok());
+    c.step_role = StepRole::kFollow;
+    ASSERT_TRUE(follower_.Init(c, init.data(), &already).ok());
+  }
+  // The leader's decision with a sequence above `after`.
+  StepDecision Decision(int64_t after = 0) {
+    StepDecision d;
+    EXPECT_TRUE(leader_.NextDecision(after, absl::Now() + absl::Seconds(1), &d));
+    return d;
+  }
+  ParameterStore leader_;
+  ParameterStore follower_;
+};
+
+TEST_F(DecideFollowTest, FollowerAppliesExactlyTheMembersTheLeaderChose) {
+  Init();
+  // Worker 1's gradient reaches the follower first and the leader last:
+  // each store on its own would have put a different pair in the step.
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {9, 9, 9}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 2, 0, {2, 2, 2}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {4, 4, 4}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 2, 0, {2, 2, 2}).ok());
+  EXPECT_EQ(follower_.stats().version, 0) << "a following store closed a step on its own";
+  const StepDecision d = Decision();
+  EXPECT_EQ(d.version, 0);
+  EXPECT_EQ(d.members, (std::vector<bool>{true, false, true}));
+  absl::StatusOr<PushResult> late = PushGrad(leader_, 1, 0, {9, 9, 9});
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->applied);
+  // Worker 0's gradient has not reached the follower yet: it waits.
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());
+  EXPECT_EQ(follower_.stats().version, 0);
+  EXPECT_EQ(follower_.StepOutcome(1, 0), std::optional<bool>(false));
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {4, 4, 4}).ok());
+  int64_t version = 0;
+  // mean of workers 0 and 2 = {3, 3, 3}; sgd lr 1: the same on both.
+  EXPECT_EQ(Values(follower_, &version), (std::vector<float>{-2, -1, 0}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(Values(leader_), (std::vector<float>{-2, -1, 0}));
+  for (ParameterStore* s : {&leader_, &follower_}) {
+    EXPECT_EQ(s->StepOutcome(0, 0), std::optional<bool>(true));
+    EXPECT_EQ(s->StepOutcome(1, 0), std::optional<bool>(false));
+    EXPECT_EQ(s->StepOutcome(2, 0), std::optional<bool>(true));
+  }
+  const StoreStats a = leader_.stats(), b = follower_.stats();
+  EXPECT_EQ(a.pushes_applied, 2);
+  EXPECT_EQ(b.pushes_applied, 2);
+  EXPECT_EQ(a.pushes_dropped_stale, 1);
+  EXPECT_EQ(b.pushes_dropped_stale, 1);
+  EXPECT_EQ(a.applied_digest, b.applied_digest);
+  EXPECT_NE(a.applied_digest, 0u);
+  EXPECT_EQ(b.steps_torn, 0);
+}
+
+TEST_F(DecideFollowTest, AGradientLeftOutArrivingAfterTheDecisionIsDroppedAtOnce) {
+  Init();
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, Decision()).ok());
+  absl::StatusOr<PushResult> r = PushGrad(follower_, 2, 0, {5, 5, 5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  EXPECT_EQ(Values(follower_), Values(leader_));
+  EXPECT_EQ(follower_.stats().applied_digest, leader_.stats().applied_digest);
+}
+
+TEST_F(DecideFollowTest, AMemberLostBeforeItsGradientArrivedIsLeftOutAndCounted) {
+  Init(2, 2);
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 1, 0, {3, 3, 3}).ok());  // worker 1 then dies
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, Decision()).ok());
+  EXPECT_EQ(follower_.stats().version, 0);  // waits for worker 1
+  ASSERT_TRUE(follower_.SetActiveWorkers(kLayout, {true, false}).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(follower_, &version), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(follower_.stats().steps_torn, 1);
+}
+
+TEST_F(DecideFollowTest, SetWorkersDoesNotDropAFollowersPendingGradient) {
+  Init(3, 3);
+  // Worker 2 is lost after its push reached both; the leader had already
+  // closed the step with it (all three were in).
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(PushGrad(follower_, w, 0, {1, 1, 1}).ok());
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(PushGrad(leader_, w, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.SetActiveWorkers(kLayout, {true, true, false}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, Decision()).ok());
+  EXPECT_EQ(follower_.stats().pushes_applied, 3);
+  EXPECT_EQ(follower_.stats().steps_torn, 0);
+  EXPECT_EQ(follower_.stats().applied_digest, leader_.stats().applied_digest);
+}
+
+TEST_F(DecideFollowTest, TheLeadersSkipIsFollowed) {
+  Init(2, 2, /*skip_nonfinite=*/true);
+  // Only the leader's shard of worker 1's gradient holds a NaN.
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 1, 0, {NAN, 1, 1}).ok());
+  const StepDecision d = Decision();
+  EXPECT_TRUE(d.skip);
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(follower_, &version), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(follower_.stats().steps_skipped_nonfinite, 1);
+}
+
+TEST_F(DecideFollowTest, CommitChecksItsDecision) {
+  Init(2, 2);
+  StepDecision d;
+  d.layout_fingerprint = kLayout;
+  d.members = {true, true};
+  d.version = 1;
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kUnavailable);  // ahead
+  d.version = 0;
+  d.generation = 3;
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kAborted);
+  d.generation = 0;
+  EXPECT_EQ(follower_.Commit(kLayout + 1, d).code(), absl::StatusCode::kFailedPrecondition);
+  d.members = {true};
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kInvalidArgument);
+  d.members = {false, false};
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kInvalidArgument);
+  d.members = {true, true};
+  EXPECT_EQ(leader_.Commit(kLayout, d).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());  // resent while waiting
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {1, 1, 1}).ok());
+  EXPECT_EQ(follower_.stats().version, 1);
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());  // resent after it was applied
+  EXPECT_EQ(follower_.stats().version, 1);
+  EXPECT_EQ(follower_.stats().steps_applied, 1);
+}
+
+TEST_F(DecideFollowTest, DecisionsComeInOrderAndCancelEndsTheWait) {
+  Init(1, 1);
+  for (int v = 0; v < 3; ++v) ASSERT_TRUE(PushGrad(leader_, 0, v, {1, 1, 1}).ok());
+  StepDecision d = Decision();
+  EXPECT_EQ(d.version, 0);
+  d = Decision(d.sequence);
+  EXPECT_EQ(d.version, 1);
+  d = Decision(d.sequence);
+  EXPECT_EQ(d.version, 2);
+  std::thread canceller([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    leader_.Cancel();
+  });
+  EXPECT_FALSE(leader_.NextDecision(d.sequence, absl::Now() + absl::Seconds(30), &d));
+  canceller.join();
+}
+
+TEST_F(DecideFollowTest, ARestoreStartsAfreshButSequencesKeepRising) {
+  Init(1, 1);
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  const StepDecision first = Decision();
+  StoreSnapshot snap;
+  ASSERT_TRUE(leader_.Snapshot(kLayout, &snap).ok());
+  snap.generation = 1;
+  ASSERT_TRUE(leader_.Restore(SgdConfig(UpdateRule::kSync, 1, 1), snap).ok());
+  StepDecision d;
+  EXPECT_FALSE(leader_.NextDecision(first.sequence, absl::Now(), &d));
+  ASSERT_TRUE(PushGrad(leader_, 0, 1, {1, 1, 1}, 1, 0, /*generation=*/1).ok());
+  d = Decision(first.sequence);
+  EXPECT_GT(d.sequence, first.sequence);
+  EXPECT_EQ(d.generation, 1);
+  EXPECT_EQ(d.version, 1);
 }
 
 }  // namespace

@@ -33,10 +33,14 @@ bool ToFloats(const std::string& bytes, std::vector<float>* out) {
   return true;
 }
 
+}  // namespace
+
 // The store configuration an Init (or a Restore's init) asks for, for
 // `num_floats` values.
-grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats, StoreConfig* out) {
+grpc::Status PsService::ConfigFromInit(const InitRequest* req, int64_t num_floats,
+                                       StoreConfig* out) const {
   StoreConfig& c = *out;
+  c.step_role = options_.step_role;
   c.layout_fingerprint = req->layout_fingerprint();
   c.num_floats = num_floats;
   int64_t expected = 0;
@@ -81,11 +85,10 @@ grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats, StoreCon
   return grpc::Status::OK;
 }
 
-}  // namespace
-
-PsService::PsService(ParameterStore* store, Metrics* metrics)
+PsService::PsService(ParameterStore* store, Metrics* metrics, const PsServiceOptions& options)
     : store_(store),
       metrics_(metrics),
+      options_(options),
       incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {}
 
 grpc::Status PsService::Init(grpc::ServerContext* ctx, const InitRequest* req,
@@ -170,14 +173,19 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
   return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(), resp);
 }
 
+grpc::Status PsService::Refused(grpc::Status s) {
+  ++pushes_rejected_;
+  metrics_->pushes_rejected().Increment();
+  return s;
+}
+
 grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   const std::string& g = req.gradients();
   if (!req.dtype().empty() && req.dtype() != "float32") {
-    metrics_->pushes_rejected().Increment();
-    return InvalidArgument(absl::StrCat("gradients of dtype '", req.dtype(),
-                                        "': this ps holds float32 only"));
+    return Refused(InvalidArgument(absl::StrCat("gradients of dtype '", req.dtype(),
+                                                "': this ps holds float32 only")));
   }
-  if (g.size() % sizeof(float) != 0) return BadBytes("gradients", g.size());
+  if (g.size() % sizeof(float) != 0) return Refused(BadBytes("gradients", g.size()));
   // Protobuf strings come from the allocator, 16-byte aligned in practice;
   // copy only if not.
   std::vector<float> copy;
@@ -195,13 +203,15 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   a.num_examples = req.num_examples();
   a.gradients = grads;
   a.num_floats = static_cast<int64_t>(g.size() / sizeof(float));
-  a.last = req.last();
   a.generation = req.generation();
   const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
   if (!r.ok()) {
+    // Not valid (shape, NaN/Inf, worker, version, layout): refused. Another
+    // generation (a restore) or a store not initialised is not the push's
+    // fault.
     if (absl::IsInvalidArgument(r.status()) || absl::IsFailedPrecondition(r.status())) {
-      metrics_->pushes_rejected().Increment();
+      return Refused(ToGrpcStatus(r.status()));
     }
     return ToGrpcStatus(r.status());
   }
@@ -227,10 +237,20 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   grpc::Status s = DoPush(*req, resp->mutable_push());
   if (!s.ok()) return s;
-  // Sync: the weights of the step this gradient feeds. Async: the newest.
-  const int64_t min_version = store_->is_sync() ? req->version() + 1 : 0;
-  return DoPull(ctx, req->layout_fingerprint(), min_version, req->generation(),
-                resp->mutable_pull());
+  if (!store_->is_sync()) {
+    return DoPull(ctx, req->layout_fingerprint(), 0, req->generation(), resp->mutable_pull());
+  }
+  // Sync: the weights of the step this gradient feeds; by then that step
+  // is decided, and with it whether the gradient was one of its members.
+  s = DoPull(ctx, req->layout_fingerprint(), req->version() + 1, req->generation(),
+             resp->mutable_pull());
+  if (!s.ok()) return s;
+  if (resp->push().applied() &&
+      !store_->StepOutcome(req->worker_index(), req->version()).value_or(true)) {
+    resp->mutable_push()->set_applied(false);  // left out of its step
+    metrics_->stale_gradients_dropped().Increment();
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*,
@@ -240,7 +260,9 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_version(s.version);
   resp->set_pushes_applied(s.pushes_applied);
   resp->set_pushes_dropped_stale(s.pushes_dropped_stale);
-  resp->set_pushes_rejected(s.pushes_rejected);
+  resp->set_pushes_rejected(pushes_rejected_.load());
+  resp->set_steps_torn(s.steps_torn);
+  resp->set_applied_digest(s.applied_digest);
   resp->set_pushes_duplicate(s.pushes_duplicate);
   resp->set_steps_applied(s.steps_applied);
   resp->set_staleness_sum(s.staleness_sum);
@@ -324,6 +346,21 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
   }
   metrics_->model_version().Set(static_cast<double>(snap.version));
   resp->set_version(snap.version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::CommitStep(grpc::ServerContext* ctx, const StepCommitRequest* req,
+                                   StepCommitResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  StepDecision d;
+  d.layout_fingerprint = req->layout_fingerprint();
+  d.generation = req->generation();
+  d.version = req->version();
+  d.members.assign(req->members().begin(), req->members().end());
+  d.skip = req->skip();
+  absl::Status s = store_->Commit(req->layout_fingerprint(), d);
+  if (!s.ok()) return ToGrpcStatus(s);
+  resp->set_version(store_->stats().version);
   return grpc::Status::OK;
 }
 

@@ -1,5 +1,7 @@
-// PsService: the gRPC face of a ParameterStore (proto/ps.proto). It only
-// converts messages and statuses; every rule lives in the store.
+// PsService: the gRPC face of a ParameterStore (proto/ps.proto). It
+// converts messages and statuses, and counts refused pushes (one counter
+// for every reason, in GetStats and /metrics); every rule lives in the
+// store.
 // Thread-safe; the store and the metrics are borrowed and must outlive the
 // service.
 #ifndef PSCLUSTER_PS_SERVER_PS_SERVICE_H_
@@ -15,9 +17,15 @@
 
 namespace pscluster {
 
+struct PsServiceOptions {
+  // Sync with several ps: kFollow on every ps but ps 0, which decides the
+  // steps for all (ps_server/step_broadcaster.h sends its decisions).
+  StepRole step_role = StepRole::kDecide;
+};
+
 class PsService final : public ParameterServer::Service {
  public:
-  PsService(ParameterStore* store, Metrics* metrics);
+  PsService(ParameterStore* store, Metrics* metrics, const PsServiceOptions& options = {});
 
   grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse*) override;
   grpc::Status Pull(grpc::ServerContext*, const PullRequest*, PullResponse*) override;
@@ -30,9 +38,18 @@ class PsService final : public ParameterServer::Service {
                           SetWorkersResponse*) override;
   grpc::Status Snapshot(grpc::ServerContext*, const SnapshotRequest*, ShardState*) override;
   grpc::Status Restore(grpc::ServerContext*, const RestoreRequest*, RestoreResponse*) override;
+  grpc::Status CommitStep(grpc::ServerContext*, const StepCommitRequest*,
+                          StepCommitResponse*) override;
+
+  // Pushes refused as invalid so far (what GetStats reports).
+  int64_t pushes_rejected() const { return pushes_rejected_.load(); }
 
  private:
   grpc::Status DoPush(const PushRequest& req, PushResponse* resp);
+  // Counts a refused push (GetStats and /metrics) and returns `s`.
+  grpc::Status Refused(grpc::Status s);
+  grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats,
+                              StoreConfig* out) const;
   grpc::Status DoPull(grpc::ServerContext* ctx, uint64_t fingerprint, int64_t min_version,
                       int64_t generation, PullResponse* resp);
   // The shards this ps holds (from Init or Restore); checked against a
@@ -41,6 +58,8 @@ class PsService final : public ParameterServer::Service {
 
   ParameterStore* const store_;
   Metrics* const metrics_;
+  const PsServiceOptions options_;
+  std::atomic<int64_t> pushes_rejected_{0};
   std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> bytes_pushed_{0};
   // Random per process: tells the chief a restarted ps from the old one.

@@ -101,17 +101,32 @@ class PsBadInputTest : public ::testing::Test {
     return st;
   }
 
-  // The refusal left the parameters and the version alone.
+  // The refusal left the parameters and the version alone, and the
+  // refused pushes so far are counted exactly, alike in GetStats and in
+  // /metrics.
   void ExpectUnchanged() {
     const PullResponse now = Pull();
     EXPECT_EQ(now.version(), before_.version());
     EXPECT_EQ(now.values(), before_.values());
-    EXPECT_EQ(Stats().pushes_applied(), 0);
+    const PsStatsResponse st = Stats();
+    EXPECT_EQ(st.pushes_applied(), 0);
+    EXPECT_EQ(st.pushes_rejected(), rejected_);
+    EXPECT_EQ(metrics_->pushes_rejected().Value(), static_cast<double>(rejected_));
   }
 
   void ExpectRefused(const grpc::Status& s, grpc::StatusCode code, const std::string& text) {
     EXPECT_EQ(s.error_code(), code) << s.error_message();
     EXPECT_NE(s.error_message().find(text), std::string::npos) << s.error_message();
+    ExpectUnchanged();
+  }
+
+  // A push refused as invalid: exactly `message`, and counted once.
+  void ExpectPushRefused(const PushRequest& p, grpc::StatusCode code,
+                         const std::string& message) {
+    const grpc::Status s = Push(p);
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_EQ(s.error_message(), message);
+    ++rejected_;
     ExpectUnchanged();
   }
 
@@ -121,6 +136,7 @@ class PsBadInputTest : public ::testing::Test {
   std::unique_ptr<TaskServer> server_;
   std::unique_ptr<ParameterServer::Stub> stub_;
   PullResponse before_;
+  int64_t rejected_ = 0;  // pushes refused so far
 };
 
 TEST_F(PsBadInputTest, WrongShape) {
@@ -128,17 +144,28 @@ TEST_F(PsBadInputTest, WrongShape) {
   PushRequest p = GoodPush();
   std::vector<float> g(kFloats - 1, 1.0f);
   p.set_gradients(g.data(), g.size() * sizeof(float));
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "999 floats");
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradient has 999 floats; this ps holds 1000");
   p.mutable_gradients()->push_back('x');  // not a whole number of floats
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "not a whole number");
-  EXPECT_GE(Stats().pushes_rejected(), 1);
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradients has 3997 bytes, not a whole number of float32s");
+}
+
+TEST_F(PsBadInputTest, NoExamples) {
+  Start();
+  PushRequest p = GoodPush();
+  p.set_num_examples(0);
+  ExpectPushRefused(
+      p, grpc::StatusCode::INVALID_ARGUMENT,
+      "num_examples must be >= 1 (a gradient of no example teaches nothing), got 0");
 }
 
 TEST_F(PsBadInputTest, WrongDtype) {
   Start();
   PushRequest p = GoodPush();
   p.set_dtype("float16");
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "dtype 'float16'");
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradients of dtype 'float16': this ps holds float32 only");
 }
 
 TEST_F(PsBadInputTest, UnknownVariable) {
@@ -161,7 +188,8 @@ TEST_F(PsBadInputTest, VersionFromTheFuture) {
   Start();
   PushRequest p = GoodPush();
   p.set_version(5);
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "from the future");
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradient version 5 is from the future: this ps is at version 0");
 }
 
 TEST_F(PsBadInputTest, NonFiniteGradientRejectedAndCounted) {
@@ -170,10 +198,12 @@ TEST_F(PsBadInputTest, NonFiniteGradientRejectedAndCounted) {
   std::vector<float> g(kFloats, 1.0f);
   g[17] = std::nanf("");
   p.set_gradients(g.data(), g.size() * sizeof(float));
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "NaN or Inf");
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradient from worker 0 holds NaN or Inf; not applied");
   g[17] = INFINITY;
   p.set_gradients(g.data(), g.size() * sizeof(float));
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "NaN or Inf");
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradient from worker 0 holds NaN or Inf; not applied");
   EXPECT_EQ(Stats().pushes_rejected(), 2);
 }
 
@@ -188,6 +218,7 @@ TEST_F(PsBadInputTest, NonFiniteGradientSkipsTheStepUnderTheSkipPolicy) {
   EXPECT_EQ(now.values(), before_.values());  // the step happened but changed nothing
   EXPECT_EQ(now.version(), before_.version() + 1);
   EXPECT_EQ(Stats().steps_skipped_nonfinite(), 1);
+  EXPECT_EQ(Stats().pushes_rejected(), 0);  // accepted, not refused
 }
 
 TEST_F(PsBadInputTest, OversizedMessageRefusedByTheConfiguredLimit) {
@@ -195,23 +226,32 @@ TEST_F(PsBadInputTest, OversizedMessageRefusedByTheConfiguredLimit) {
   PushRequest p = GoodPush();
   std::vector<float> g(100000, 1.0f);  // 400 KB against a 64 KiB limit
   p.set_gradients(g.data(), g.size() * sizeof(float));
+  // gRPC refuses it before the ps sees it: not among the refused pushes
+  // the ps counts (the README says so).
   ExpectRefused(Push(p), grpc::StatusCode::RESOURCE_EXHAUSTED, "");
+  EXPECT_EQ(Stats().pushes_rejected(), 0);
 }
 
 TEST_F(PsBadInputTest, PushFromATaskNotInTheCluster) {
   Start();
   PushRequest p = GoodPush();
   p.set_worker_index(7);
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "worker index 7 is out of range");
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "worker index 7 is out of range: 2 workers");
   p.set_worker_index(-1);
-  ExpectRefused(Push(p), grpc::StatusCode::INVALID_ARGUMENT, "worker index -1");
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "worker index -1 is out of range: 2 workers");
 }
 
 TEST_F(PsBadInputTest, OtherLayoutOrGeneration) {
   Start();
   PushRequest p = GoodPush();
   p.set_layout_fingerprint(kLayout + 1);
-  ExpectRefused(Push(p), grpc::StatusCode::FAILED_PRECONDITION, "layout fingerprint");
+  ExpectPushRefused(p, grpc::StatusCode::FAILED_PRECONDITION,
+                    "layout fingerprint 1235 does not match this ps's 1234 (model, number of "
+                    "ps or shard size differ between tasks)");
+  // Another generation is not the push's fault (a restore happened): not
+  // counted as refused.
   p = GoodPush();
   p.set_generation(3);
   ExpectRefused(Push(p), grpc::StatusCode::ABORTED, "restored from a checkpoint");

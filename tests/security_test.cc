@@ -146,11 +146,13 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
     GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
                     "../shared/data/mnist beside the workspace";
   }
+  // Two ps, sync: ps:0's step decisions travel to ps:1 over the same
+  // mutual TLS with the token.
   ClusterOptions o;
-  o.num_ps = 1;
+  o.num_ps = 2;
   o.num_workers = 2;
   o.data_dir = data_dir;
-  o.chief_args = {"--model=mlp", "--epochs=1"};
+  o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync"};
   o.all_args = SecureArgs();
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -162,6 +164,9 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
   ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
   EXPECT_GT(f->test_accuracy, 0.85) << (*c)->Log("chief:0");
   EXPECT_THAT((*c)->Log("ps:0"), HasSubstr("mutual TLS, cluster token required"));
+  EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("mutual TLS, cluster token required"));
+  EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
+  EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("version=469 applied=938 "));
 }
 
 InitRequest SmallInit() {

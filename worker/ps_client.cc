@@ -178,10 +178,11 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
   const bool duplicate =
       options_.duplicate_every > 0 && pushes_sent_ % options_.duplicate_every == 0;
   std::vector<int> answers(n, 0);
+  const int64_t step = version();
   for (int i = 0; i < n; ++i) {
     PushRequest& req = ps_[i].push_req;
     req.set_worker_index(worker);
-    req.set_version(versions_[i]);
+    req.set_version(options_.sync ? step : versions_[i]);
     req.set_generation(generations_[i]);
     req.set_request_id(request_id);
     req.set_num_examples(num_examples);
@@ -196,7 +197,6 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     ++answers[i];
     if (answers[i] == 1 && lose_reply) return CallAgain("injected fault: reply lost");
     if (answers[i] == 1 && duplicate) return CallAgain("injected fault: push duplicated");
-    if (!ps_[i].push_resp.push().applied()) ++pushes_dropped_;
     const PullResponse& pull = ps_[i].push_resp.pull();
     if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
       return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
@@ -208,7 +208,20 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     generations_[i] = pull.generation();
     return absl::OkStatus();
   };
-  return CallAll("push to", timeout, issue, finish);
+  absl::Status s = CallAll("push to", timeout, issue, finish);
+  if (!s.ok()) return s;
+  last_push_applied_ = ps_[0].push_resp.push().applied();
+  if (!last_push_applied_) ++pushes_dropped_;
+  for (int i = 1; i < n; ++i) {
+    if (ps_[i].push_resp.push().applied() != last_push_applied_) {
+      ++pushes_disputed_;
+      spdlog::warn("ps:0 {} this worker's gradient of version {} but ps:{} {} it",
+                   last_push_applied_ ? "applied" : "dropped", step, i,
+                   last_push_applied_ ? "dropped" : "applied");
+      break;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pscluster

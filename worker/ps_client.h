@@ -45,6 +45,10 @@ struct PsClientOptions {
   // When set and turned true (the worker is told to stop), calls in flight
   // are cancelled and return Cancelled instead of retrying on.
   const std::atomic<bool>* stop = nullptr;
+  // Sync: every ps's push is tagged with version() (the global step the
+  // weights belong to), so that every ps judges a gradient computed on
+  // weights of mixed versions alike: as stale.
+  bool sync = false;
 };
 
 class PsClient {
@@ -66,6 +70,7 @@ class PsClient {
   // ps and fetches the weights of the next step into `params`. Sync: waits
   // until the step is applied. Aborted when a ps was restored from a
   // checkpoint meanwhile: the gradient is void and the caller pulls again.
+  // last_push_applied() then tells whether the gradient was applied.
   absl::Status PushPullAll(int worker, int num_examples, const float* grads, float* params,
                            absl::Duration timeout);
 
@@ -75,7 +80,13 @@ class PsClient {
   int64_t version() const;
   // The generation of `params` when every ps's agrees; -1 otherwise.
   int64_t generation() const;
+  // Whether the last push's gradient was applied: ps 0's answer. In sync
+  // mode every ps answers the same (ps 0 decides each step for all), but
+  // for a step torn by a lost worker.
+  bool last_push_applied() const { return last_push_applied_; }
+  // Pushes dropped (by ps 0), and pushes the ps answered differently.
   int64_t pushes_dropped() const { return pushes_dropped_; }
+  int64_t pushes_disputed() const { return pushes_disputed_; }
   // Attempts sent again (retries and injected faults), over all calls.
   int64_t resends() const { return resends_; }
 
@@ -106,7 +117,9 @@ class PsClient {
   std::vector<int64_t> generations_;
   std::vector<float> wire_;  // gather/scatter scratch
   uint64_t next_request_id_ = 0;
+  bool last_push_applied_ = false;
   int64_t pushes_dropped_ = 0;
+  int64_t pushes_disputed_ = 0;
   int64_t resends_ = 0;
   int64_t pushes_sent_ = 0;
 };

@@ -108,6 +108,7 @@ absl::Status Trainer::Run() {
   psopt.lose_reply_every = options_.lose_reply_every;
   psopt.duplicate_every = options_.duplicate_every;
   psopt.stop = &stop_;
+  psopt.sync = plan->mode() == SYNC;
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, &placement, psopt);
   if (!ps.ok()) return ps.status();
@@ -214,46 +215,39 @@ absl::Status Trainer::Run() {
       continue;
     }
     if (work->kind() == WorkResponse::DONE) break;
-    // A chunk, or (sync, IDLE) an empty gradient so that the others' step
-    // is not kept waiting for this worker.
-    int n = 0;
+    if (work->kind() != WorkResponse::CHUNK) {
+      return absl::InternalError(absl::StrCat("unknown work kind ", work->kind()));
+    }
     absl::Time t0 = absl::Now();
     float loss = 0;
     int correct = 0;
-    if (work->kind() == WorkResponse::CHUNK) {
-      epoch = static_cast<int>(work->chunk() / chunks_per_epoch);
-      n = fill(work->chunk());
+    epoch = static_cast<int>(work->chunk() / chunks_per_epoch);
+    const int n = fill(work->chunk());
+    const Batch this_batch{images.data(), labels.data(), n};
+    if (absl::Status s = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
+                                               &loss, &correct);
+        !s.ok()) {
+      return s;
     }
-    if (n > 0) {
-      const Batch this_batch{images.data(), labels.data(), n};
-      absl::Status s = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
-                                             &loss, &correct);
-      if (!s.ok()) return s;
-      const StepTimes t = (*backend)->last_step_times();
-      split.h2d_s += t.h2d_s;
-      split.compute_s += t.compute_s;
-      split.d2h_s += t.d2h_s;
-    } else {
-      std::fill(grads.begin(), grads.end(), 0.0f);
-    }
+    const StepTimes t = (*backend)->last_step_times();
+    split.h2d_s += t.h2d_s;
+    split.compute_s += t.compute_s;
+    split.d2h_s += t.d2h_s;
     if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
     absl::Time t1 = absl::Now();
-    const int64_t dropped_before = (*ps)->pushes_dropped();
     absl::Status s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(),
                                         options_.step_timeout);
     if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
     if (!s.ok()) return s;
     absl::Time t2 = absl::Now();
-    if (work->kind() == WorkResponse::CHUNK) {
-      // A ps that dropped the gradient (stale: computed on weights older
-      // than its step) did not learn from the chunk: it is to do again.
-      if ((*ps)->pushes_dropped() == dropped_before) {
-        request.add_completed(work->chunk());
-      } else {
-        request.add_abandoned(work->chunk());
-      }
+    // A dropped gradient (stale, or a backup worker's left out of its
+    // step) taught the ps nothing: the chunk is to do again. Sync: every
+    // ps applied it or none did.
+    if ((*ps)->last_push_applied()) {
+      request.add_completed(work->chunk());
+    } else {
+      request.add_abandoned(work->chunk());
     }
-    if (n == 0) continue;
     if (Metrics* m = options_.metrics) {
       const double bytes = static_cast<double>(spec->num_parameters) * sizeof(float);
       m->steps().Increment();
@@ -287,11 +281,12 @@ absl::Status Trainer::Run() {
   // push travel in one fused RPC per ps per step (push_pull_s); pull_s is
   // the initial pull.
   spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale, "
-               "{} resent, {} restore(s) followed; "
+               "{} answered differently by the ps, {} resent, {} restore(s) followed; "
                "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f} "
                "device={} split: pull_s={:.3f} h2d_s={:.3f} device_compute_s={:.3f} "
                "d2h_s={:.3f} push_pull_s={:.3f}",
-               steps_done, examples_done, (*ps)->pushes_dropped(), (*ps)->resends(),
+               steps_done, examples_done, (*ps)->pushes_dropped(), (*ps)->pushes_disputed(),
+               (*ps)->resends(),
                restores_seen, wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s,
                total_comm_s, wall_s, DeviceLabel((*backend)->name()), pull_s, split.h2d_s,
                split.compute_s, split.d2h_s, total_comm_s);

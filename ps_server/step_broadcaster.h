@@ -1,0 +1,48 @@
+// StepBroadcaster: on ps 0 of a sync cluster with several ps, sends each
+// step decision of the local (deciding) store to every other ps
+// (ParameterServer.CommitStep), so that they apply the same workers'
+// gradients (ps_server/parameter_store.h).
+//
+// One thread per other ps, each sending the decisions in order, each one
+// until it is taken: a ps that is down or behind is asked again with
+// back-off. A decision is given up when the local store was restored from
+// a checkpoint since (its generation moved on: the step is void) or the
+// other ps refuses it for good (another layout; logged).
+//
+// Thread-safe to construct and destroy from one thread; the store is
+// borrowed and must outlive the broadcaster.
+#ifndef PSCLUSTER_PS_SERVER_STEP_BROADCASTER_H_
+#define PSCLUSTER_PS_SERVER_STEP_BROADCASTER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/rpc.h"
+#include "ps_server/parameter_store.h"
+
+namespace pscluster {
+
+class StepBroadcaster {
+ public:
+  // Starts sending to `followers` (host:port of the other ps).
+  StepBroadcaster(ParameterStore* store, const std::vector<std::string>& followers,
+                  const RpcOptions& rpc = {});
+  ~StepBroadcaster();  // stops the senders and joins them
+
+  StepBroadcaster(const StepBroadcaster&) = delete;
+  StepBroadcaster& operator=(const StepBroadcaster&) = delete;
+
+ private:
+  void SendAll(const std::string& address, const RpcOptions& rpc);
+
+  ParameterStore* const store_;  // borrowed
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> senders_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_PS_SERVER_STEP_BROADCASTER_H_

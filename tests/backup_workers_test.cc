@@ -1,0 +1,79 @@
+// Sync training with backup workers over several ps: a gradient is applied
+// on every ps or on none, and each chunk of the epoch is applied exactly
+// once (issue: with 2 ps, 3 workers and --replicas_to_aggregate=2, a push
+// late on one ps but in time on the other was applied there and its chunk
+// trained again, so that ps applied that data twice).
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace testing {
+namespace {
+
+// The value after "key=" on the ps's "shutting down" line, as text.
+std::string ShutdownField(const std::string& log, const std::string& key) {
+  const size_t line = log.rfind("shutting down");
+  if (line == std::string::npos) return "";
+  const size_t at = log.find(key + "=", line);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size() + 1;
+  return log.substr(begin, log.find_first_of(" \n", begin) - begin);
+}
+
+class BackupWorkersTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
+  const std::string data_dir = TestDataDir();
+  if (data_dir.empty()) {
+    GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
+                    "../shared/data/mnist beside the workspace";
+  }
+  ClusterOptions o;
+  o.data_dir = data_dir;
+  o.num_ps = 2;
+  o.num_workers = 3;
+  o.evaluator = false;
+  o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--replicas_to_aggregate=2"};
+  const int straggle_ms = GetParam();
+  if (straggle_ms > 0) o.one_worker_args[2] = {absl::StrCat("--straggle_ms=", straggle_ms)};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
+    EXPECT_EQ(code, 0) << task << " exited " << code << "\n" << (*c)->AllLogs();
+  }
+  const std::string chief = (*c)->Log("chief:0");
+  // 60000 examples in worker batches of 128 / 3 = 42: 1429 chunks.
+  ASSERT_NE(chief.find("1429 of 1429 chunks trained"), std::string::npos) << chief;
+  const std::string ps0 = (*c)->Log("ps:0"), ps1 = (*c)->Log("ps:1");
+  // Each chunk's gradient applied once on each ps: dropped ones were
+  // trained again, and applied there once.
+  EXPECT_EQ(ShutdownField(ps0, "applied"), "1429") << ps0;
+  EXPECT_EQ(ShutdownField(ps1, "applied"), "1429") << ps1;
+  // The same (version, worker) gradients on both, and the same drops.
+  EXPECT_NE(ShutdownField(ps0, "applied_digest"), "");
+  EXPECT_EQ(ShutdownField(ps0, "applied_digest"), ShutdownField(ps1, "applied_digest"));
+  EXPECT_EQ(ShutdownField(ps0, "dropped_stale"), ShutdownField(ps1, "dropped_stale"));
+  EXPECT_EQ(ShutdownField(ps0, "version"), ShutdownField(ps1, "version"));
+  EXPECT_EQ(ShutdownField(ps1, "torn_steps"), "0");
+  for (int w = 0; w < 3; ++w) {
+    const std::string log = (*c)->Log(absl::StrCat("worker:", w));
+    EXPECT_NE(log.find(" 0 answered differently by the ps"), std::string::npos) << log;
+  }
+  if (straggle_ms > 0) {
+    // The straggler's late gradients were dropped (and their chunks redone).
+    EXPECT_NE(ShutdownField(ps0, "dropped_stale"), "0") << ps0;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Straggler, BackupWorkersTest, ::testing::Values(0, 40),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("NoStraggler")
+                                                  : absl::StrCat("Straggler", info.param, "ms");
+                         });
+
+}  // namespace
+}  // namespace testing
+}  // namespace pscluster
