@@ -19,6 +19,7 @@
 #include "chief/weights_export.h"
 #include "common/model_spec.h"
 #include "common/placement.h"
+#include "common/ps_client.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
 
@@ -360,10 +361,17 @@ absl::Status Chief::Impl::FinalEvaluation(RunResult* result) {
 
 absl::Status Chief::Impl::Export(const RunResult& result) {
   if (options_.export_path.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<float>> flat = ps_->PullAll(result.steps);
-  if (!flat.ok()) return flat.status();
+  PsClientOptions popt;
+  popt.stop = &stop_;
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Create(options_.config.cluster, &*placement_, popt);
+  if (!client.ok()) return client.status();
+  std::vector<float> flat(spec_->num_parameters);
+  if (absl::Status s = (*client)->PullAll(result.steps, flat.data(), absl::Minutes(2)); !s.ok()) {
+    return s;
+  }
   absl::Status s =
-      ExportWeights(options_.export_path, *spec_, *flat, result.steps, result.epochs,
+      ExportWeights(options_.export_path, *spec_, flat, result.steps, result.epochs,
                     result.has_eval ? std::optional<double>(result.test_accuracy) : std::nullopt);
   if (!s.ok()) return s;
   spdlog::info("trained weights written to {}", options_.export_path);

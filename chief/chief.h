@@ -23,12 +23,14 @@
 // memory, so ps recovery never depends on a disk.
 //
 // Its parts, one concern each (chief.cc holds them together): ClusterTasks
-// (health wait, final evaluation, shutdown), GrpcPsFleet (the calls to the
-// ps, behind the PsFleet interface), PsSetup (initialisation), PsRecovery
-// (a lost ps), MembershipSync (the sync worker set), Checkpointer and
-// Snapshot (checkpoints and their encoding), ProgressRecorder (metrics and
-// TensorBoard), ExportWeights; the workers' side is Dispatcher (work,
-// pauses, liveness), ProgressTracker and CoordinatorService.
+// (health wait, final evaluation, shutdown), GrpcPsFleet (the chief's own
+// calls to the ps, behind the PsFleet interface), PsSetup (initialisation),
+// PsRecovery (a lost ps), MembershipSync (the sync worker set),
+// Checkpointer and Snapshot (checkpoints and their encoding),
+// ProgressRecorder (metrics and TensorBoard), ExportWeights (pulled with
+// common/ps_client.h, the workers' client); the workers' side is
+// Dispatcher (work, pauses, liveness), ProgressTracker and
+// CoordinatorService.
 //
 // Run() is called once; RequestStop() may be called from any thread.
 #ifndef PSCLUSTER_CHIEF_CHIEF_H_

@@ -8,12 +8,12 @@
 #ifndef PSCLUSTER_CHIEF_CLUSTER_TASKS_H_
 #define PSCLUSTER_CHIEF_CLUSTER_TASKS_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

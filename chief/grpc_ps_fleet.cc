@@ -1,8 +1,5 @@
 #include "chief/grpc_ps_fleet.h"
 
-#include <cstring>
-#include <numeric>
-
 #include "absl/strings/str_cat.h"
 #include "common/retry.h"
 #include "common/rpc.h"
@@ -78,39 +75,6 @@ absl::Status GrpcPsFleet::Restore(int i, const RestoreRequest& req, absl::Durati
         return ps_[i]->Restore(&ctx, req, &resp);
       },
       stop_);
-}
-
-absl::StatusOr<std::vector<float>> GrpcPsFleet::PullAll(int64_t min_version) {
-  // Every parameter sits on exactly one ps.
-  std::vector<float> flat(std::accumulate(placement_->floats_of_ps.begin(),
-                                          placement_->floats_of_ps.end(), int64_t{0}));
-  for (int i = 0; i < num_ps(); ++i) {
-    PullRequest req;
-    req.set_layout_fingerprint(placement_->fingerprint);
-    req.set_min_version(min_version);
-    req.set_worker_index(-1);
-    req.set_generation(-1);
-    PullResponse resp;
-    RetryPolicy policy;
-    absl::Status s = RetryRpc(
-        absl::StrCat("pulling the weights from ps:", i), policy,
-        [&](absl::Time d) {
-          grpc::ClientContext ctx;
-          ctx.set_deadline(absl::ToChronoTime(d));
-          return ps_[i]->Pull(&ctx, req, &resp);
-        },
-        stop_);
-    if (!s.ok()) return s;
-    if (static_cast<int64_t>(resp.values().size()) != placement_->floats_of_ps[i] * 4) {
-      return absl::DataLossError(absl::StrCat("ps:", i, " sent ", resp.values().size(),
-                                              " bytes; expected ",
-                                              placement_->floats_of_ps[i] * 4));
-    }
-    std::vector<float> wire(placement_->floats_of_ps[i]);
-    if (!wire.empty()) std::memcpy(wire.data(), resp.values().data(), wire.size() * sizeof(float));
-    ScatterFromPs(*placement_, i, wire.data(), flat.data());
-  }
-  return flat;
 }
 
 }  // namespace pscluster

@@ -1,17 +1,17 @@
 // GrpcPsFleet: PsFleet over gRPC, one stub per ps on the channels it is
-// given (the chief's one channel per task). Also pulls every ps's values
-// into the flat parameter vector (for the export of the trained weights).
+// given (the chief's one channel per task). Pulling the weights is not
+// here: the chief's export uses common/ps_client.h like the workers.
 //
 // Thread-safe (gRPC stubs are); the placement and the stop flag are
 // borrowed and must outlive the fleet.
 #ifndef PSCLUSTER_CHIEF_GRPC_PS_FLEET_H_
 #define PSCLUSTER_CHIEF_GRPC_PS_FLEET_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <atomic>
 #include <memory>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "chief/ps_fleet.h"
 #include "common/placement.h"
@@ -34,11 +34,6 @@ class GrpcPsFleet final : public PsFleet {
                                     absl::Duration total_timeout) override;
   absl::Status Restore(int ps, const RestoreRequest& request,
                        absl::Duration total_timeout) override;
-
-  // The flat parameter vector from every ps, each at version >=
-  // min_version (retried with the default policy); DataLoss when a ps
-  // sends another number of values than the placement gives it.
-  absl::StatusOr<std::vector<float>> PullAll(int64_t min_version);
 
  private:
   const Placement* const placement_;

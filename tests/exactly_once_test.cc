@@ -10,13 +10,13 @@
 
 #include "common/model_spec.h"
 #include "common/placement.h"
+#include "common/ps_client.h"
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
-#include "worker/ps_client.h"
 
 namespace pscluster {
 namespace {

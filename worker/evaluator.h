@@ -19,12 +19,12 @@
 #include "common/model_spec.h"
 #include "common/metrics.h"
 #include "common/placement.h"
+#include "common/ps_client.h"
 #include "common/tensorboard_writer.h"
 #include "proto/coordination.pb.h"
 #include "worker/chief_client.h"
 #include "worker/compute_backend.h"
 #include "worker/device_choice.h"
-#include "worker/ps_client.h"
 
 namespace pscluster {
 

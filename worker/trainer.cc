@@ -12,13 +12,13 @@
 #include "common/idx_dataset.h"
 #include "common/model_spec.h"
 #include "common/placement.h"
+#include "common/ps_client.h"
 #include "common/rpc.h"
 #include "proto/coordination.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
 #include "worker/chief_client.h"
 #include "worker/compute_backend.h"
-#include "worker/ps_client.h"
 
 namespace pscluster {
 namespace {

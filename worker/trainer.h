@@ -4,7 +4,7 @@
 // next weights in the same round trip; it reports progress and beats a
 // heartbeat (its own thread) as it goes.
 //
-// Faults: every RPC retries with back-off (worker/ps_client.h); a push
+// Faults: every RPC retries with back-off (common/ps_client.h); a push
 // aborted because the ps were restored from a checkpoint is dropped, the
 // weights pulled again and the chief's (rewound) work continued. A
 // restarted worker simply starts again: the chief hands it new chunks.

@@ -9,10 +9,13 @@
 // first answer instead of applying it twice (exactly once). The total wait
 // is bounded; the error then names the ps.
 //
-// Not thread-safe: one training loop (or the evaluator) owns it. Message
-// buffers are reused from call to call.
-#ifndef PSCLUSTER_WORKER_PS_CLIENT_H_
-#define PSCLUSTER_WORKER_PS_CLIENT_H_
+// Shared by the daemons that read or train the model's weights: the worker
+// (pull, push-pull), the evaluator and the chief's export (pull only).
+//
+// Not thread-safe: one training loop (or the evaluator, or the chief's
+// export) owns it. Message buffers are reused from call to call.
+#ifndef PSCLUSTER_COMMON_PS_CLIENT_H_
+#define PSCLUSTER_COMMON_PS_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -126,4 +129,4 @@ class PsClient {
 
 }  // namespace pscluster
 
-#endif  // PSCLUSTER_WORKER_PS_CLIENT_H_
+#endif  // PSCLUSTER_COMMON_PS_CLIENT_H_

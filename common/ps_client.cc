@@ -1,4 +1,4 @@
-#include "worker/ps_client.h"
+#include "common/ps_client.h"
 
 #include <algorithm>
 #include <cstring>
