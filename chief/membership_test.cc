@@ -57,9 +57,8 @@ class MembershipTest : public ::testing::Test {
   MembershipTest() : fleet_({5, 5}), dispatcher_(2, 1, kT0) {}
 
   MembershipSync Make(UpdateMode mode) {
-    MembershipOptions opt;
+    MembershipOptions opt;  // the chief's: the ps get 2 s to reach one version
     opt.mode = mode;
-    opt.settle_timeout = absl::Milliseconds(50);
     return MembershipSync(opt, &fleet_, &dispatcher_, &stop_);
   }
   WorkResponse::Kind Get(int worker) {
