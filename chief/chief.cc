@@ -122,7 +122,7 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   dispatcher_->ResetContact(absl::Now());
   membership_->Apply(/*force=*/true);
   coordinator_->SetPlan(plan_);
-  dispatcher_->Resume();
+  dispatcher_->Resume();  // ServeCoordinator's pause
   absl::StatusOr<std::unique_ptr<ProgressRecorder>> recorder =
       ProgressRecorder::Create(options_.logdir, metrics_, ps_.get());
   if (!recorder.ok()) return Fail(recorder.status());
@@ -178,7 +178,7 @@ absl::Status Chief::Impl::MakePlan() {
 absl::Status Chief::Impl::ServeCoordinator() {
   tracker_ = std::make_unique<ProgressTracker>(plan_.num_workers(), plan_.epochs(), start_);
   dispatcher_ = std::make_unique<Dispatcher>(plan_.num_workers(), plan_.epochs(), start_);
-  dispatcher_->Pause();  // until the plan is out
+  dispatcher_->Pause();  // until the plan is out (Run resumes)
   coordinator_ = std::make_unique<CoordinatorService>(tracker_.get(), dispatcher_.get());
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
       TaskServer::Start(options_.config.own_port(), {coordinator_.get()});
