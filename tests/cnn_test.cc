@@ -81,7 +81,7 @@ TEST_F(CnnTest, OneEpochReachesTheHeadlineAccuracyInExactly469Steps) {
   std::printf("cnn, 1 epoch, 2 ps, 2 workers, sync: test_accuracy=%.4f test_loss=%.4f steps=%ld\n",
               f->test_accuracy, f->test_loss, f->steps);
   // Measured on the 2-core machine: 0.9825 in every run with the default
-  // seed (sync with two workers is deterministic: 7 runs, each 0.9825,
+  // seed (sync with two workers is deterministic: 8 runs, each 0.9825,
   // loss 0.0556); --seed=2..5 gave 0.9849, 0.9832, 0.9845, 0.9811. A
   // change that reorders the arithmetic moves the figure within that spread,
   // so the bar sits just under its lowest value: 0.98, the README's claim.
