@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the build and the tests need, if any is
 # missing. Idempotent: does nothing (and needs no root) when all are there.
-#   deploy/install_deps.sh [--check]    --check: only list what is missing
+#   deploy/install_deps.sh [--build_only] [--check]
+#     --build_only  only what building and running the daemons needs (the
+#                   local launcher and the Docker build stage); without it,
+#                   also everything tests/run_all.sh's tests call
+#     --check       install nothing; list what is missing (exit 1 if any)
 set -euo pipefail
 
-PACKAGES=(
+# Building and running the daemons.
+BUILD_PACKAGES=(
   bazel-bootstrap g++ git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
@@ -12,19 +17,54 @@ PACKAGES=(
   libopenblas-dev libeigen3-dev zlib1g-dev
   prometheus-cpp-dev
   ca-certificates curl
-  docker-compose python3-yaml jq
+)
+# What the tests call, beyond the build (each checked against Debian 12's
+# apt sources with apt-cache policy):
+#   clang, libclang-rt-14-dev  tests/fuzz_test.sh: clang -fsanitize=fuzzer;
+#                              libFuzzer and the sanitizer runtimes are in
+#                              libclang-rt-14-dev, only a Recommends of clang
+#   iproute2                   tests/netns_cluster_test.sh (ip netns)
+#   kubernetes-client          tests/deploy_k8s_test.sh (kubectl kustomize);
+#                              not needed when a kubectl is on PATH (e.g.
+#                              the kubectl package of Google's Cloud SDK
+#                              repository, which conflicts with it)
+#   docker-compose             tests/deploy_compose_test.sh (config)
+#   python3-yaml               tests/deploy_*_test.sh (reading the manifests)
+#   python3-numpy              tests/keras_forward.py (cnn_export_test)
+#   jq                         deploy/docker/entrypoint.sh under the deploy tests
+#   openssl                    test certificates (security tests, deploy/tls)
+#   perl                       tests/train_sh_test.sh (Ctrl-C of a background job)
+TEST_PACKAGES=(
+  clang libclang-rt-14-dev
+  iproute2
+  kubernetes-client
+  docker-compose python3-yaml python3-numpy jq
+  openssl perl
 )
 
-case "${1:-}" in
-  -h|--help)
-    sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'
-    exit 0 ;;
-  --check|"") ;;
-  *) echo "install_deps.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-esac
+build_only=0
+check=0
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help)
+      sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+      exit 0 ;;
+    --build_only) build_only=1 ;;
+    --check) check=1 ;;
+    *) echo "install_deps.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+PACKAGES=("${BUILD_PACKAGES[@]}")
+[ "$build_only" = 1 ] || PACKAGES+=("${TEST_PACKAGES[@]}")
+
+# A package that a command of the same use, found on PATH, stands in for.
+declare -A COMMAND_FOR=([kubernetes-client]=kubectl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
+  if [ -n "${COMMAND_FOR[$p]:-}" ] && command -v "${COMMAND_FOR[$p]}" >/dev/null 2>&1; then
+    continue
+  fi
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
@@ -33,7 +73,7 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-if [ "${1:-}" = "--check" ]; then
+if [ "$check" = 1 ]; then
   echo "missing: ${missing[*]}"
   exit 1
 fi

@@ -1,5 +1,6 @@
 // Integration tests: the real ps_server, worker, evaluator and chief
 // binaries as separate processes on 127.0.0.1, training on real MNIST.
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,12 @@ class ClusterTest : public ::testing::Test {
   std::string data_dir_;
 };
 
+// The figures behind the thresholds below, in the test's output.
+void Print(const char* what, const FinalFigures& f) {
+  std::printf("%s: test_accuracy=%.4f test_loss=%.4f steps=%ld\n", what, f.test_accuracy,
+              f.test_loss, f.steps);
+}
+
 TEST_F(ClusterTest, SyncTrainsToLossThreshold) {
   ClusterOptions o;
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync"};
@@ -43,15 +50,20 @@ TEST_F(ClusterTest, SyncTrainsToLossThreshold) {
   ASSERT_NE(c, nullptr);
   std::optional<FinalFigures> f = ParseFinalLine(c->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
-  EXPECT_LT(f->test_loss, 0.45) << c->Log("chief:0");
-  EXPECT_GT(f->test_accuracy, 0.88);
-  // 60000 examples in batches of 64: 938 chunks, two per step: 469 steps,
-  // plus at most a few where a worker with nothing left pushed an empty
-  // gradient so as not to hold the other up.
+  Print("mlp, 1 epoch, sync", *f);
+  // Sync with two workers is deterministic: 0.9256 and 0.2611 in every run
+  // (5 of this test, 5 of the unlisted evaluator's below, 5 of
+  // security_test's, 2 through train.sh); --seed=2..5 gave accuracy
+  // 0.9275-0.9350, loss 0.2204-0.2533. A change that reorders the
+  // arithmetic moves the figures within that spread: the bars sit just
+  // beyond its worst values.
+  EXPECT_LT(f->test_loss, 0.27) << c->Log("chief:0");
+  EXPECT_GT(f->test_accuracy, 0.92) << c->Log("chief:0");
+  // 60000 examples in batches of 64: 938 chunks (the last of 32), and both
+  // workers in every step's set: two chunks per step, 469 steps.
   EXPECT_NE(c->Log("chief:0").find("938 of 938 chunks trained"), std::string::npos)
       << c->Log("chief:0");
-  EXPECT_GE(f->steps, 469);
-  EXPECT_LE(f->steps, 472);
+  EXPECT_EQ(f->steps, 469) << c->Log("chief:0");
   EXPECT_EQ(FindCounter(c->Log("chief:0"), "ps:0 version=", "dropped_stale"), 0);
   EXPECT_NE(c->Log("evaluator:0").find(absl::StrCat("eval: step=", f->steps, " accuracy=")),
             std::string::npos)
@@ -65,7 +77,11 @@ TEST_F(ClusterTest, AsyncTrainsToLossThreshold) {
   ASSERT_NE(c, nullptr);
   std::optional<FinalFigures> f = ParseFinalLine(c->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
-  EXPECT_LT(f->test_loss, 0.45) << c->Log("chief:0");
+  Print("mlp, 1 epoch, async", *f);
+  // Measured over 10 runs (the order of the pushes varies): accuracy
+  // 0.9311-0.9341, loss 0.2301-0.2395.
+  EXPECT_LT(f->test_loss, 0.25) << c->Log("chief:0");
+  EXPECT_GT(f->test_accuracy, 0.925) << c->Log("chief:0");
   // Every push is applied (a step) or dropped: one per chunk (938), plus
   // one more for each chunk handed out again because a ps dropped it.
   std::optional<long> applied = FindCounter(c->Log("chief:0"), "ps:0 version=", "applied");
@@ -87,7 +103,14 @@ TEST_F(ClusterTest, BackupWorkerGradientsAreDroppedAndTrainingConverges) {
   const std::string chief = c->Log("chief:0");
   std::optional<FinalFigures> f = ParseFinalLine(chief);
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
-  EXPECT_LT(f->test_loss, 0.5) << chief;
+  Print("mlp, 1 epoch, sync, 3 workers, 2 aggregated, worker:2 straggling", *f);
+  // Measured over 5 runs: accuracy 0.9322-0.9344, loss 0.2315-0.2395, in
+  // ~715 steps: chunks that one ps dropped and the other applied were
+  // trained again (issue 9, item 1). Applied once each, the run takes
+  // two chunks per step like the plain sync run above (loss 0.2611 with
+  // this seed, 0.22-0.26 over seeds): the bars allow that too.
+  EXPECT_LT(f->test_loss, 0.28) << chief;
+  EXPECT_GT(f->test_accuracy, 0.92) << chief;
   std::optional<long> dropped = FindCounter(chief, "ps:0 version=", "dropped_stale");
   ASSERT_TRUE(dropped.has_value()) << chief;
   EXPECT_GT(*dropped, 0) << chief;
@@ -102,8 +125,10 @@ TEST_F(ClusterTest, EvaluatorOutsideTheClusterAsTheKubeflowOperatorSetsItUp) {
   ASSERT_NE(c, nullptr);
   std::optional<FinalFigures> f = ParseFinalLine(c->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
-  // The final figures come from the unlisted evaluator's own report.
-  EXPECT_GT(f->test_accuracy, 0.88) << c->AllLogs();
+  Print("mlp, 1 epoch, sync, evaluator not in the cluster", *f);
+  // The final figures come from the unlisted evaluator's own report: the
+  // same training as SyncTrainsToLossThreshold, 0.9256 in every run.
+  EXPECT_GT(f->test_accuracy, 0.92) << c->AllLogs();
   EXPECT_NE(c->Log("evaluator:0").find("the chief no longer answers"), std::string::npos)
       << c->Log("evaluator:0");
 }

@@ -73,7 +73,9 @@ for kdir in ["", "base", "cpu"]:
     if not g(os.path.exists(kfile), "%s exists" % name):
         continue
     k = load(kfile)[0]
-    missing = [r for r in k.get("resources", []) if not os.path.exists(os.path.join(K8S, kdir, r))]
+    listed = (k.get("resources", []) + k.get("bases", []) +
+              [p["path"] for p in k.get("patchesJson6902", [])])
+    missing = [r for r in listed if not os.path.exists(os.path.join(K8S, kdir, r))]
     g(not missing, "%s lists only what exists" % name, str(missing))
     if kdir == "base":
         g(k.get("namespace") == "pscluster", "base/kustomization.yaml sets namespace pscluster")

@@ -50,7 +50,8 @@ TEST_P(DeviceFlagTest, BadValuesExitTwoNamingThem) {
 
 TEST_P(DeviceFlagTest, CudaWithoutAGpuExitsTwoSayingWhy) {
   std::string why;
-  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "this machine has a GPU";
+  // "[gpu] ": a skip that depends on the machine's GPUs (tests/run_all.sh).
+  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "[gpu] this machine has a GPU";
   const ProcessResult r = Run("cuda");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--device=cuda: cuda:0 cannot be used: "),

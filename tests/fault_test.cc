@@ -67,7 +67,9 @@ class FaultTest : public ::testing::Test {
   // `down_for`, and checks the run ends well and logs `expect` (a regex).
   void KillOne(const std::string& mode, const std::string& task, const std::string& expect) {
     const double baseline = Baseline(mode);
-    ASSERT_GT(baseline, 0.8);
+    // Two epochs of the mlp: sync 0.9363 in every run, async 0.9427-0.9437
+    // (3 runs).
+    ASSERT_GT(baseline, 0.93);
     std::string name = task;
     name.erase(name.find(':'), 1);
     const absl::Time started = absl::Now();

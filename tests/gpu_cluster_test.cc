@@ -18,7 +18,8 @@ namespace {
 TEST(GpuClusterTest, WorkersOnCudaTrainTheCnn) {
   std::string why;
   const int gpus = CudaDevicesAvailable(&why);
-  if (gpus == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  // "[gpu] ": a skip for want of a GPU (tests/run_all.sh).
+  if (gpus == 0) GTEST_SKIP() << "[gpu] no CUDA device: " << why;
   ClusterOptions o;
   o.data_dir = TestDataDir();
   if (o.data_dir.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";

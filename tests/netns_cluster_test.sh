@@ -97,10 +97,12 @@ check_run() {  # check_run RUN WHAT
   local run="$1" what="$2"
   final="$(grep '^final:' "$tmp/$run.chief.log" | tail -n 1)"
   loss="$(sed -n 's/.*test_loss=\([0-9.]*\).*/\1/p' <<<"$final")"
-  if [ -n "$loss" ] && awk -v l="$loss" 'BEGIN { exit !(l < 0.45) }'; then
-    pass "$what trained the mlp to test_loss $loss < 0.45 ($final)"
+  # The mlp, sync, 2 workers: one epoch gives 0.2611 in every run
+  # (tests/cluster_test.cc), more epochs less; the bar sits just above it.
+  if [ -n "$loss" ] && awk -v l="$loss" 'BEGIN { exit !(l < 0.27) }'; then
+    pass "$what trained the mlp to test_loss $loss < 0.27 ($final)"
   else
-    fail "$what: no final line with test_loss < 0.45: '$final'"; tail -n 20 "$tmp/$run.chief.log"
+    fail "$what: no final line with test_loss < 0.27: '$final'"; tail -n 20 "$tmp/$run.chief.log"
   fi
   if [ "${codes[*]}" = "0 0 0 0 0 0" ]; then
     pass "$what: every daemon exited 0"
@@ -117,12 +119,16 @@ wait_cluster
 check_run plain "six hosts, each on its own address and port 2222,"
 
 # 2. ps:1 cut off the network for 8 s in the middle of a run.
-start_cluster cut --epochs=2 --checkpoint_every_steps=100
+#    Progress every 0.2 s finds the moment: at the default 2 s the two-epoch
+#    run (2.2 s) had ended before its first line past 300 chunks, and the
+#    cut missed it. Three epochs leave room on a faster machine too.
+start_cluster cut --epochs=3 --checkpoint_every_steps=100 --log_every_s=0.2
 for _ in $(seq 1 600); do
   done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/cut.chief.log" | tail -n 1)"
   [ "${done_chunks:-0}" -ge 300 ] && break
   sleep 0.1
 done
+[ "${done_chunks:-0}" -ge 300 ] || fail "the cut run reported no progress past 300 chunks before the cut"
 ip -n "$sw" link set pps1 down
 cut_at=$(date +%s.%N)
 sleep 8

@@ -7,14 +7,127 @@
 #   tests/run_all.sh [extra bazel test flags]
 # MNIST for the tests: $PSCLUSTER_DATA_DIR, else data/mnist, else
 # ../shared/data/mnist; tests that need it skip and say why without it.
+# With CI=true a skip counts as a failure unless its reason starts with
+# "[gpu] " (it depends on the GPUs this machine has or lacks).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 case "${1:-}" in
-  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
+
+# Counting rules. A test case passes, fails, or skips saying why (gtest's
+# GTEST_SKIP() message, a shell test's "SKIP: " line). A skip whose reason
+# starts with GPU_SKIP_MARKER depends only on the machine's GPUs (no GPU for
+# a CUDA case, a GPU present for a case about its absence); on CI (CI=true)
+# any other skip -- missing data, a missing tool, no root -- is a failure,
+# since CI is the machine that must run everything.
+GPU_SKIP_MARKER='[gpu] '
+ON_CI=0
+[ "${CI:-}" = true ] && ON_CI=1
+passed=0
+failed=0
+skipped=0
+PROBLEMS=()  # one line per failure and skip, printed before the totals
+
+# record pass|fail|skip WHAT [REASON]: counts one test case.
+record() {
+  case "$1" in
+    pass) passed=$((passed + 1)) ;;
+    fail) failed=$((failed + 1)); PROBLEMS+=("FAILED  $2: $3") ;;
+    skip)
+      if [ "$ON_CI" = 1 ] && [[ "$3" != "$GPU_SKIP_MARKER"* ]]; then
+        failed=$((failed + 1)); PROBLEMS+=("FAILED  $2: skipped on CI, not for the GPU: $3")
+      else
+        skipped=$((skipped + 1)); PROBLEMS+=("skipped $2: $3")
+      fi ;;
+  esac
+}
+
+# count_reports TESTLOGS [PACKAGE...]: records every test case of the gtest
+# XML reports under the Bazel testlogs folder (only under the packages'
+# folders when given; Bazel writes a report with one failed case for a
+# target that crashed or timed out), and sets COUNTED to how many.
+count_reports() {
+  local kind what reason
+  COUNTED=0
+  while IFS=$'\t' read -r kind what reason; do
+    record "$kind" "$what" "$reason"
+    COUNTED=$((COUNTED + 1))
+  done < <(python3 - "$@" <<'EOF'
+import os, re, sys
+import xml.etree.ElementTree as ET
+
+def one_line(text):
+    return " | ".join(l.strip() for l in (text or "").strip().splitlines() if l.strip())[:400]
+
+root = sys.argv[1]
+for top in [os.path.join(root, p) for p in sys.argv[2:]] or [root]:
+    for dirpath, _, files in sorted(os.walk(top, followlinks=True)):
+        if "test.xml" not in files:
+            continue
+        path = os.path.join(dirpath, "test.xml")
+        # bazel-testlogs/tests/cnn_test[/run_1_of_3] -> //tests:cnn_test
+        parts = [p for p in os.path.relpath(dirpath, root).split(os.sep)
+                 if not re.fullmatch(r"(run|shard)_\d+_of_\d+", p)]
+        target = "//%s:%s" % ("/".join(parts[:-1]), parts[-1]) if parts else path
+        try:
+            cases = list(ET.parse(path).getroot().iter("testcase"))
+        except (ET.ParseError, OSError) as e:
+            print("fail\t%s\tunreadable report %s: %s" % (target, path, e))
+            continue
+        for tc in cases:
+            case = ".".join(n for n in (tc.get("classname"), tc.get("name")) if n)
+            name = "%s %s" % (target, case)
+            bad = [c for c in tc if c.tag in ("failure", "error")]
+            skip = tc.find("skipped")
+            if bad:
+                print("fail\t%s\t%s" % (name, one_line(bad[0].get("message") or bad[0].text)))
+            elif skip is not None or tc.get("result") == "skipped":
+                msg = (skip.get("message") or skip.text or "") if skip is not None else ""
+                lines = msg.split("\n")
+                if len(lines) > 1 and re.fullmatch(r"\S+:\d+", lines[0].strip()):
+                    lines = lines[1:]  # gtest's "file:line"
+                print("skip\t%s\t%s" % (name, one_line("\n".join(lines)) or "no reason given"))
+            elif tc.get("status") == "notrun":
+                print("skip\t%s\tdisabled (DISABLED_ prefix)" % name)
+            else:
+                print("pass\t%s\t" % name)
+EOF
+  )
+}
+
+# run_shell_tests: runs every tests/*_test.sh and records the PASS:/FAIL:/
+# SKIP: lines it prints. A script that is not executable, that exits
+# non-zero without a FAIL line, or that prints no result at all is a failure.
+run_shell_tests() {
+  local t name out rc line p f s
+  for t in "$ROOT"/tests/*_test.sh; do
+    [ -e "$t" ] || continue
+    name="tests/$(basename "$t")"
+    if [ ! -x "$t" ]; then
+      record fail "$name" "not executable (chmod +x; in git: git update-index --chmod=+x $name)"
+      continue
+    fi
+    out="$("$t" "$PSCLUSTER_DATA_DIR" 2>&1)"; rc=$?
+    echo "$out"
+    p=0; f=0; s=0
+    while IFS= read -r line; do
+      case "$line" in
+        "PASS: "*) record pass "$name"; p=$((p + 1)) ;;
+        "FAIL: "*) record fail "$name" "${line#FAIL: }"; f=$((f + 1)) ;;
+        "SKIP: "*) record skip "$name" "${line#SKIP: }"; s=$((s + 1)) ;;
+      esac
+    done <<<"$out"
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+      record fail "$name" "exited $rc without a FAIL: line"
+    elif [ $((p + f + s)) -eq 0 ]; then
+      record fail "$name" "printed no PASS:, FAIL: or SKIP: line"
+    fi
+  done
+}
 
 "$ROOT/deploy/install_deps.sh" || { echo "0 passed, 1 failed"; exit 1; }
 
@@ -30,83 +143,54 @@ export PSCLUSTER_DATA_DIR="${PSCLUSTER_DATA_DIR:-}"
 # speed; tests and benchmarks let OpenBLAS detect the CPU.
 unset OPENBLAS_CORETYPE
 
-passed=0
-failed=0
-skipped=0
-
-# count_reports DIR...: adds the test cases of every gtest XML report under
-# the folders to passed/failed/skipped, and sets COUNTED to how many.
-count_reports() {
-  local xml p f s
-  COUNTED=0
-  while IFS= read -r xml; do
-    read -r p f s < <(awk '
-      /<testcase / { open = 1; bad = 0; skip = ($0 ~ /result="skipped"/);
-                     if ($0 ~ /\/>[[:space:]]*$/) { closecase() } }
-      open && /<failure|<error/ { bad = 1 }
-      open && /<skipped/ { skip = 1 }
-      open && /<\/testcase>/ { closecase() }
-      function closecase() { if (bad) f++; else if (skip) s++; else p++; open = 0 }
-      END { print p + 0, f + 0, s + 0 }' "$xml")
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-    COUNTED=$((COUNTED + p + f + s))
-  done < <(find -L "$@" -name test.xml 2>/dev/null)
-}
-
 # 0. The CPU-only configuration, as a machine without nvcc builds it
 #    (PSCLUSTER_CUDA=0, see third_party/cuda/cuda_configure.bzl): build the
 #    worker and the tests, and run the tests whose expectations change
 #    without CUDA. Its own output directory (--platform_suffix) and no
 #    bazel-* symlinks, so step 1's build and reports are left alone. The
-#    build counts as one test case; the tests count their cases.
+#    build is not a test case: a failed build counts as one failure, a good
+#    one counts nothing; the tests count their cases.
 CPU_ONLY=(--repo_env=PSCLUSTER_CUDA=0 --platform_suffix=cpuonly --symlink_prefix=/)
 if bazel build "${CPU_ONLY[@]}" --keep_going //worker/... //tests/...; then
   echo "run_all: CPU-only build (PSCLUSTER_CUDA=0) of //worker/... //tests/...: OK"
-  passed=$((passed + 1))
   cpu_logs="$(bazel info "${CPU_ONLY[@]}" bazel-testlogs 2>/dev/null)"
   [ -n "$cpu_logs" ] && rm -rf "$cpu_logs/worker" "$cpu_logs/tests"
   bazel test "${CPU_ONLY[@]}" --test_output=errors \
     //worker:backend_factory_test //worker:device_choice_test //tests:device_flag_test
   cpu_rc=$?
-  count_reports "$cpu_logs/worker" "$cpu_logs/tests"
-  cpu_counted=$COUNTED
-  if [ "$cpu_rc" -ne 0 ] && [ "$cpu_rc" -ne 3 ] || [ "$cpu_counted" -eq 0 ]; then
-    echo "run_all: CPU-only tests: bazel exited $cpu_rc" >&2
-    failed=$((failed + 1))
+  COUNTED=0
+  [ -n "$cpu_logs" ] && count_reports "$cpu_logs" worker tests
+  if [ "$cpu_rc" -ne 0 ] && [ "$cpu_rc" -ne 3 ] || [ "$COUNTED" -eq 0 ]; then
+    record fail "CPU-only tests" "bazel test exited $cpu_rc with $COUNTED test cases reported"
   fi
 else
-  echo "run_all: FAIL: the CPU-only build (bazel build ${CPU_ONLY[*]} //worker/... //tests/...) failed" >&2
-  failed=$((failed + 1))
+  record fail "CPU-only build" "bazel build ${CPU_ONLY[*]} //worker/... //tests/... failed"
 fi
 
 # 1. Bazel: build everything, run every test target.
 rm -rf "$ROOT/bazel-testlogs/" 2>/dev/null
+bazel_out="$(mktemp)"
 bazel test //... --keep_going --test_output=errors \
-  --test_env=PSCLUSTER_DATA_DIR="$PSCLUSTER_DATA_DIR" "$@" 2>&1 | tee /tmp/run_all_bazel.$$ 
+  --test_env=PSCLUSTER_DATA_DIR="$PSCLUSTER_DATA_DIR" "$@" 2>&1 | tee "$bazel_out"
 bazel_rc=${PIPESTATUS[0]}
+failed_before=$failed
 
-# Count test cases in every report; a test target that crashed gets a
-# report from Bazel with one failed case.
+# Count test cases in every report.
 count_reports "$ROOT/bazel-testlogs/"
 
 # Targets that did not build or run have no report: one failure each.
-nobuild=$(grep -cE '^//[^ ]+ +(FAILED TO BUILD|NO STATUS)' /tmp/run_all_bazel.$$ || true)
-failed=$((failed + nobuild))
-if [ "$bazel_rc" -ne 0 ] && [ "$bazel_rc" -ne 3 ] && [ "$failed" -eq 0 ]; then
-  echo "run_all: bazel exited $bazel_rc" >&2
-  failed=$((failed + 1))
+while read -r target status; do
+  record fail "$target" "$status"
+done < <(sed -nE 's#^(//[^ ]+) +(FAILED TO BUILD|NO STATUS).*#\1 \2#p' "$bazel_out")
+if [ "$bazel_rc" -ne 0 ] && [ "$bazel_rc" -ne 3 ] && [ "$failed" -eq "$failed_before" ]; then
+  record fail "bazel test //..." "exited $bazel_rc"
 fi
-rm -f /tmp/run_all_bazel.$$
+rm -f "$bazel_out"
 
 # 2. Shell tests, run directly: they count their own checks.
-for t in "$ROOT"/tests/*_test.sh; do
-  [ -x "$t" ] || continue
-  out="$(bash "$t" "$PSCLUSTER_DATA_DIR" 2>&1)"
-  echo "$out"
-  p=$(grep -c '^PASS: ' <<<"$out"); f=$(grep -c '^FAIL: ' <<<"$out"); s=$(grep -c '^SKIP: ' <<<"$out")
-  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-done
+run_shell_tests
 
+[ ${#PROBLEMS[@]} -gt 0 ] && printf 'run_all: %s\n' "${PROBLEMS[@]}"
 line="$passed passed, $failed failed"
 [ "$skipped" -gt 0 ] && line+=", $skipped skipped"
 echo "$line"

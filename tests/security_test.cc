@@ -6,6 +6,7 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <future>
@@ -162,7 +163,11 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
   }
   std::optional<FinalFigures> f = ParseFinalLine((*c)->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
-  EXPECT_GT(f->test_accuracy, 0.85) << (*c)->Log("chief:0");
+  std::printf("mlp, 1 epoch, 1 ps, 2 workers, mutual TLS: test_accuracy=%.4f test_loss=%.4f\n",
+              f->test_accuracy, f->test_loss);
+  // The same training as cluster_test's sync run (one ps holds every
+  // variable; the arithmetic is the same): 0.9256 in every run (5 here).
+  EXPECT_GT(f->test_accuracy, 0.92) << (*c)->Log("chief:0");
   EXPECT_THAT((*c)->Log("ps:0"), HasSubstr("mutual TLS, cluster token required"));
   EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("mutual TLS, cluster token required"));
   EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");

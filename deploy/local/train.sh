@@ -89,7 +89,7 @@ RESTART_DELAY_US="${RESTART_DELAY#*.}000000"
 RESTART_DELAY_US=$((10#${RESTART_DELAY%%.*} * 1000000 + 10#${RESTART_DELAY_US:0:6}))
 
 # 1. Packages and binaries.
-"$ROOT/deploy/install_deps.sh" || exit 1
+"$ROOT/deploy/install_deps.sh" --build_only || exit 1
 if [ "$BUILD" = 1 ]; then
   echo "train.sh: building (bazel build //ps_server:ps_server //worker:worker //worker:evaluator //chief:chief)" >&2
   (cd "$ROOT" && bazel build --noshow_progress --ui_event_filters=-info \
