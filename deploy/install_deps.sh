@@ -70,19 +70,32 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
+# tests/deploy_docker_test.sh asks apt-cache whether the runtime image's
+# packages exist: that needs apt's package lists, which a fresh machine or
+# image may not have.
+need_lists=0
+if [ "$build_only" = 0 ] && ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+  need_lists=1
+fi
+
+if [ ${#missing[@]} -eq 0 ] && [ "$need_lists" = 0 ]; then
   exit 0
 fi
 if [ "$check" = 1 ]; then
-  echo "missing: ${missing[*]}"
+  [ ${#missing[@]} -gt 0 ] && echo "missing: ${missing[*]}"
+  [ "$need_lists" = 1 ] && echo "missing: apt package lists (apt-get update)"
   exit 1
 fi
-echo "install_deps: installing ${missing[*]}" >&2
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install_deps: installing ${missing[*]}" >&2
+else
+  echo "install_deps: fetching apt's package lists" >&2
+fi
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then
     SUDO=sudo
   else
-    echo "install_deps: these Debian packages are missing: ${missing[*]}" >&2
+    echo "install_deps: missing: ${missing[*]:-} $([ "$need_lists" = 1 ] && echo "(and apt package lists)")" >&2
     echo "install_deps: run this script as root (or install them with apt-get)" >&2
     exit 1
   fi
@@ -91,5 +104,7 @@ else
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >/dev/null
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
 echo "install_deps: done" >&2

@@ -163,10 +163,9 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
   }
   std::optional<FinalFigures> f = ParseFinalLine((*c)->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
-  std::printf("mlp, 1 epoch, 1 ps, 2 workers, mutual TLS: test_accuracy=%.4f test_loss=%.4f\n",
+  std::printf("mlp, 1 epoch, 2 ps, 2 workers, sync, mutual TLS: test_accuracy=%.4f test_loss=%.4f\n",
               f->test_accuracy, f->test_loss);
-  // The same training as cluster_test's sync run (one ps holds every
-  // variable; the arithmetic is the same): 0.9256 in every run (5 here).
+  // The same training as cluster_test's sync run: 0.9256 in every run.
   EXPECT_GT(f->test_accuracy, 0.92) << (*c)->Log("chief:0");
   EXPECT_THAT((*c)->Log("ps:0"), HasSubstr("mutual TLS, cluster token required"));
   EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("mutual TLS, cluster token required"));

@@ -38,7 +38,7 @@ TEST(ResolveDeviceTest, AutoTakesTheFirstGpuElseTheCpuSayingWhy) {
 
 TEST(ResolveDeviceTest, CudaWithoutAGpuIsAClearError) {
   std::string why;
-  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "this machine has a GPU";
+  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "[gpu] this machine has a GPU";
   absl::StatusOr<ResolvedDevice> r = ResolveDevice(Parse("cuda"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -55,7 +55,7 @@ TEST(ResolveDeviceTest, OrdinalBeyondTheDevicesIsAnError) {
   std::string why;
   const int gpus = CudaDevicesAvailable(&why);
   absl::StatusOr<ResolvedDevice> r = ResolveDevice(Parse("cuda:255"));
-  if (gpus > 255) GTEST_SKIP() << "256 GPUs";
+  if (gpus > 255) GTEST_SKIP() << "[gpu] 256 GPUs";
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("cuda:255"), std::string::npos)
@@ -93,7 +93,7 @@ TEST(CreateBackendTest, CpuBackendTrainsAndNamesItself) {
 
 TEST(CreateBackendTest, CudaWithoutAGpuFailsBeforeCreatingAnything) {
   std::string why;
-  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "this machine has a GPU";
+  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "[gpu] this machine has a GPU";
   BackendOptions options;
   options.device = Parse("cuda:0");
   absl::StatusOr<std::unique_ptr<ComputeBackend>> b =

@@ -125,8 +125,10 @@ DATA_DIR="$(cd "$DATA_DIR" && pwd)"
 TOTAL=$((NUM_PS + NUM_WORKERS + 1 + EVALUATOR))
 NEEDED=$((2 * TOTAL))  # a gRPC port and a metrics port per task
 declare -A USED=()
-while read -r port; do USED[$port]=1; done < <(
-  awk 'NR > 1 { split($2, a, ":"); print strtonum("0x" a[2]) }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+# Local ports in use, from the hex "address:port" column (bash converts the
+# hex: Debian's awk, mawk, has no strtonum).
+while read -r port; do USED[$((16#$port))]=1; done < <(
+  awk 'NR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
 PORTS=()
 while [ ${#PORTS[@]} -lt "$NEEDED" ]; do
   p=$((20000 + RANDOM % 40000))

@@ -97,7 +97,7 @@ class KernelConformanceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string why = H::SkipReason();
-    if (!why.empty()) GTEST_SKIP() << why;
+    if (!why.empty()) GTEST_SKIP() << "[gpu] " << why;
   }
 };
 
