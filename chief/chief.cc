@@ -688,6 +688,7 @@ void Chief::Impl::Record(const Progress& p) {
 }
 
 void Chief::Impl::ShutdownAll(const std::string& reason) {
+  if (server_) server_->RequestShutdown(reason);  // not ready from here on
   for (const Task& t : tasks_) {
     auto stub = TaskControl::NewStub(t.channel);
     grpc::ClientContext ctx;
@@ -810,6 +811,7 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   ApplyMembership(/*force=*/true);
   coordinator_->SetPlan(plan_);
   dispatcher_->Resume();
+  server_->SetReady(true);  // the cluster is up (health: kReadyService)
 
   if (!options_.logdir.empty()) {
     absl::StatusOr<std::unique_ptr<TensorBoardWriter>> w =

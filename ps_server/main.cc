@@ -4,6 +4,7 @@
 // tells it to exit.
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "common/daemon.h"
@@ -49,12 +50,17 @@ int main(int argc, char** argv) {
   }
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
   spdlog::info("serving on {}", config.own_address());
+  // Ready once the chief has initialised or restored the store.
+  std::thread readiness([&] {
+    if (store.AwaitInitialized()) (*server)->SetReady(true);
+  });
   std::string reason = (*server)->WaitForShutdownRequest();
   StoreStats st = store.stats();
   spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} duplicate={}",
                reason, st.version, st.pushes_applied, st.pushes_dropped_stale,
                st.pushes_rejected, st.pushes_duplicate);
   store.Cancel();
+  readiness.join();
   (*server)->Stop();
   return 0;
 }

@@ -153,15 +153,20 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const ClusterOptions& options) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->dir_ = TempDir();
-  auto list = [](int n) {
+  auto list = [&c](const std::string& job, int n) {
     std::vector<std::string> a;
-    for (int i = 0; i < n; ++i) a.push_back(absl::StrCat("\"127.0.0.1:", FreePort(), "\""));
+    for (int i = 0; i < n; ++i) {
+      const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+      c->addresses_[absl::StrCat(job, ":", i)] = address;
+      a.push_back(absl::StrCat("\"", address, "\""));
+    }
     return absl::StrCat("[", absl::StrJoin(a, ", "), "]");
   };
-  std::string cluster = absl::StrCat("\"chief\": ", list(1), ", \"ps\": ", list(options.num_ps),
-                                     ", \"worker\": ", list(options.num_workers));
+  std::string cluster =
+      absl::StrCat("\"chief\": ", list("chief", 1), ", \"ps\": ", list("ps", options.num_ps),
+                   ", \"worker\": ", list("worker", options.num_workers));
   if (options.evaluator && !options.evaluator_unlisted) {
-    absl::StrAppend(&cluster, ", \"evaluator\": ", list(1));
+    absl::StrAppend(&cluster, ", \"evaluator\": ", list("evaluator", 1));
   }
   auto tf_config = [&](const std::string& type, int index) {
     return absl::StrCat("{\"cluster\": {", cluster, "}, \"task\": {\"type\": \"", type,
@@ -174,12 +179,23 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       if (skip == name) return absl::OkStatus();
     }
     args.insert(args.end(), options.all_args.begin(), options.all_args.end());
+    if (options.metrics) {
+      const int port = FreePort();
+      c->metrics_ports_[name] = port;
+      args.push_back(absl::StrCat("--metrics_port=", port));
+    }
     Proc p;
     p.name = name;
     p.log = absl::StrCat(c->dir_, "/", type, index, ".log");
     p.binary = binary;
     p.args = args;
     p.tf_config = tf_config(type, index);
+    for (const std::string& later : options.start_later) {
+      if (later == name) {
+        c->later_.push_back(std::move(p));
+        return absl::OkStatus();
+      }
+    }
     p.pid = Spawn(binary, args, p.tf_config, p.log);
     if (p.pid < 0) return absl::InternalError("could not start " + binary);
     c->procs_.push_back(std::move(p));
@@ -262,6 +278,29 @@ absl::Status LocalCluster::KillAndRestart(const std::string& task, absl::Duratio
   if (p->pid < 0) return absl::InternalError("could not restart " + task);
   p->exit_code.reset();
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartTask(const std::string& task) {
+  for (auto it = later_.begin(); it != later_.end(); ++it) {
+    if (it->name != task) continue;
+    it->pid = Spawn(it->binary, it->args, it->tf_config, it->log);
+    if (it->pid < 0) return absl::InternalError("could not start " + task);
+    // Wait() reaps the chief first.
+    procs_.insert(task == "chief:0" ? procs_.begin() : procs_.end(), std::move(*it));
+    later_.erase(it);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(task, " is not waiting in start_later"));
+}
+
+std::string LocalCluster::Address(const std::string& task) const {
+  auto it = addresses_.find(task);
+  return it == addresses_.end() ? "" : it->second;
+}
+
+int LocalCluster::MetricsPort(const std::string& task) const {
+  auto it = metrics_ports_.find(task);
+  return it == metrics_ports_.end() ? 0 : it->second;
 }
 
 bool LocalCluster::WaitForChunks(int64_t chunks, absl::Duration timeout) const {

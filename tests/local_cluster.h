@@ -51,6 +51,10 @@ struct ClusterOptions {
   std::map<int, std::vector<std::string>> one_worker_args;  // by index
   // Tasks listed in TF_CONFIG but not started ("worker:1").
   std::vector<std::string> not_started;
+  // Tasks listed in TF_CONFIG and started only by StartTask().
+  std::vector<std::string> start_later;
+  // Every task serves Prometheus /metrics on a free port (MetricsPort()).
+  bool metrics = false;
   // Appended to every daemon's arguments (e.g. TLS and token flags).
   std::vector<std::string> all_args;
 };
@@ -75,6 +79,14 @@ class LocalCluster {
   // done ("chunks N/M"); false on timeout or when the chief exited.
   bool WaitForChunks(int64_t chunks, absl::Duration timeout) const;
 
+  // Starts a task named in ClusterOptions::start_later. NotFound when it is
+  // not one, or was started already.
+  absl::Status StartTask(const std::string& task);
+  // `task`'s host:port in TF_CONFIG; "" for a task not in the cluster.
+  std::string Address(const std::string& task) const;
+  // The port of `task`'s /metrics (ClusterOptions::metrics); 0 when none.
+  int MetricsPort(const std::string& task) const;
+
   std::string Log(const std::string& task) const;
   // Every task's log, for failure messages.
   std::string AllLogs() const;
@@ -95,6 +107,9 @@ class LocalCluster {
   void Reap(Proc& p, absl::Time deadline);
 
   std::vector<Proc> procs_;
+  std::vector<Proc> later_;  // ClusterOptions::start_later, not spawned yet
+  std::map<std::string, std::string> addresses_;
+  std::map<std::string, int> metrics_ports_;
   std::string dir_;
 };
 

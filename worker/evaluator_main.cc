@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
   int code = 0;
   absl::Status s = evaluator.Prepare(&stop);
   if (s.ok()) {
+    // Ready for its role: it has the chief's plan and the test set, and
+    // answers Evaluate.
+    (*server)->SetReady(true);
     evaluator.RunPeriodic(&stop);
   } else if (!absl::IsCancelled(s) && !(*server)->shutdown_requested()) {
     spdlog::error("{}", std::string(s.message()));

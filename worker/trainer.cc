@@ -51,6 +51,7 @@ absl::Status Trainer::Run() {
   absl::StatusOr<TrainingPlan> plan =
       (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, &stop_);
   if (!plan.ok()) return plan.status();
+  if (options_.on_plan) options_.on_plan();
   // Heartbeats from a thread of their own: a worker blocked in a sync step
   // (waiting for a lost peer) is alive all the same.
   const uint64_t incarnation =
