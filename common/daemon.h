@@ -16,8 +16,13 @@
 
 namespace pscluster {
 
-// Parses the command line with Abseil flags. --help (or -h) prints the
-// usage and every flag, then exits 0; a bad flag exits 2 naming it.
+// Parses the command line into the Abseil flags of the daemon's main and
+// of this library, in Abseil's syntax. --help (or -h) prints `usage` and
+// those flags, then exits 0. Any bad input exits 2 with one line naming it:
+// an unknown flag, a value that does not parse (Abseil's own message,
+// e.g. "Illegal value 'abc' specified for flag 'epochs'"), a missing value,
+// an argument that is not a flag. Abseil's own flags (--flagfile, ...) are
+// not taken.
 void ParseFlagsOrExit(int argc, char** argv, const std::string& usage);
 
 // Keeps glibc malloc from handing large buffers back to the system after
