@@ -171,12 +171,17 @@ void ConfigureSecurityOrExit(const TfConfig& config) {
   SetProcessSecurity(*std::move(security));
 }
 
-std::unique_ptr<Metrics> StartMetricsOrExit(int port, const std::string& task) {
+std::unique_ptr<Metrics> StartMetricsOrExit(int port, const TaskId& task) {
   if (port < 0 || port > 65535) {
     ExitWithUsageError(absl::StrCat("--metrics_port=", port, ": must be in [0, 65535]"));
   }
+  // LoadTfConfigOrExit has checked that the type is the binary's role.
+  const MetricsRole role = task.type == kPsJob       ? MetricsRole::kPs
+                           : task.type == kWorkerJob ? MetricsRole::kWorker
+                           : task.type == kChiefJob  ? MetricsRole::kChief
+                                                     : MetricsRole::kEvaluator;
   absl::StatusOr<std::unique_ptr<Metrics>> m =
-      Metrics::Start(port == 0 ? "" : absl::StrCat("0.0.0.0:", port), task);
+      Metrics::Start(port == 0 ? "" : absl::StrCat("0.0.0.0:", port), TaskName(task), role);
   if (!m.ok()) {
     std::fprintf(stderr, "error: --metrics_port=%d: %s\n", port,
                  std::string(m.status().message()).c_str());

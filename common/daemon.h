@@ -44,10 +44,11 @@ TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
 // loaded, before any channel or server exists. Exits 2 naming the flag.
 void ConfigureSecurityOrExit(const TfConfig& config);
 
-// Serves Prometheus /metrics on 0.0.0.0:port labelled with `task`, or
-// nothing when port is 0 (the metrics then still count). A port outside
-// [0, 65535] exits 2; one that cannot be bound exits 1, naming it.
-std::unique_ptr<Metrics> StartMetricsOrExit(int port, const std::string& task);
+// Serves Prometheus /metrics on 0.0.0.0:port: the standard metrics of
+// `task`'s role (common/metrics.h), labelled task="ps:0" etc.; or nothing
+// when port is 0 (the metrics then still count). A port outside [0, 65535]
+// exits 2; one that cannot be bound exits 1, naming it.
+std::unique_ptr<Metrics> StartMetricsOrExit(int port, const TaskId& task);
 
 // "ps:0" for logs.
 std::string TaskName(const TaskId& task);

@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
     ExitWithUsageError("--max_message_mb must be in [1, 2047], got " + std::to_string(max_mb));
   }
   InitLogging(TaskName(config.task));
-  std::unique_ptr<Metrics> metrics = StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port),
-                                                        TaskName(config.task));
+  std::unique_ptr<Metrics> metrics =
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
 
   ParameterStore store;
   PsService service(&store, metrics.get());

@@ -27,6 +27,10 @@ std::string TestDataDir();
 // A free TCP port on 127.0.0.1 (bound, then released).
 int FreePort();
 
+// GET http://127.0.0.1:port/metrics: the whole HTTP response (status line,
+// headers, body), or "" when nothing answers.
+std::string ScrapeMetrics(int port);
+
 struct ProcessResult {
   int exit_code = -1;  // 128 + signal when killed by one
   std::string output;  // stdout and stderr together

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   InitLogging(TaskName(config.task));
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
   std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   opt.metrics = metrics.get();
 
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
