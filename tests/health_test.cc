@@ -125,8 +125,11 @@ class Watcher {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// A ps alone, initialised by the test in the chief's place.
-TEST(HealthTest, PsIsReadyOnceInitialisedAndNotWhileShuttingDown) {
+// A ps alone, initialised (Init) or restored from a checkpoint (Restore) by
+// the test in the chief's place.
+class PsHealthTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsHealthTest, ReadyOnceInitialisedAndNotWhileShuttingDown) {
   ClusterOptions o;
   o.num_ps = 1;
   o.num_workers = 1;
@@ -147,22 +150,36 @@ TEST(HealthTest, PsIsReadyOnceInitialisedAndNotWhileShuttingDown) {
   auto channel = MakeChannel(ps);
   {
     auto stub = ParameterServer::NewStub(channel);
-    InitRequest req;
-    req.set_layout_fingerprint(7);
-    ShardSpec* shard = req.add_shards();
+    InitRequest init;
+    init.set_layout_fingerprint(7);
+    ShardSpec* shard = init.add_shards();
     shard->set_variable("v");
     shard->set_size(4);
     const float values[4] = {1, 2, 3, 4};
-    req.set_values(values, sizeof(values));
-    req.mutable_optimizer()->set_name("sgd");
-    req.mutable_optimizer()->set_learning_rate(0.1f);
-    req.set_mode(SYNC);
-    req.set_num_workers(1);
-    req.set_replicas_to_aggregate(1);
+    init.mutable_optimizer()->set_name("sgd");
+    init.mutable_optimizer()->set_learning_rate(0.1f);
+    init.set_mode(SYNC);
+    init.set_num_workers(1);
+    init.set_replicas_to_aggregate(1);
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
-    InitResponse resp;
-    grpc::Status s = stub->Init(&ctx, req, &resp);
+    grpc::Status s;
+    if (GetParam() == "Init") {
+      init.set_values(values, sizeof(values));
+      InitResponse resp;
+      s = stub->Init(&ctx, init, &resp);
+    } else {
+      RestoreRequest req;
+      *req.mutable_init() = init;
+      ShardState* state = req.mutable_state();
+      state->set_layout_fingerprint(7);
+      *state->add_shards() = *shard;
+      state->set_version(5);
+      state->set_generation(1);
+      state->set_values(values, sizeof(values));
+      RestoreResponse resp;
+      s = stub->Restore(&ctx, req, &resp);
+    }
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   EXPECT_TRUE(WaitFor(ps, kReady, "SERVING", absl::Seconds(10))) << (*c)->AllLogs();
@@ -186,6 +203,11 @@ TEST(HealthTest, PsIsReadyOnceInitialisedAndNotWhileShuttingDown) {
   EXPECT_EQ(watch.Seen(), (std::vector<int>{kNotServing, kServing, kNotServing}))
       << watch.SeenText();
 }
+
+INSTANTIATE_TEST_SUITE_P(InitOrRestore, PsHealthTest, ::testing::Values("Init", "Restore"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 // A whole cluster whose worker:1 starts late: until it does, the cluster is
 // not up and no task is ready; then every task is, until the chief ends the
