@@ -123,6 +123,7 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   membership_->Apply(/*force=*/true);
   coordinator_->SetPlan(plan_);
   dispatcher_->Resume();  // ServeCoordinator's pause
+  server_->SetReady(true);  // the cluster is up (health: kReadyService)
   absl::StatusOr<std::unique_ptr<ProgressRecorder>> recorder =
       ProgressRecorder::Create(options_.logdir, metrics_, ps_.get());
   if (!recorder.ok()) return Fail(recorder.status());
@@ -379,6 +380,7 @@ absl::Status Chief::Impl::Export(const RunResult& result) {
 }
 
 void Chief::Impl::ShutdownAll(const std::string& reason) {
+  if (server_) server_->RequestShutdown(reason);  // not ready from here on
   if (tasks_) tasks_->ShutdownAll(reason);
   if (server_) server_->Stop();
 }

@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
 
   InitLogging(TaskName(config.task));
   std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   Chief chief(opt, metrics.get());
   HandleTerminationSignals([&](const std::string& s) { chief.RequestStop(s); });
   absl::StatusOr<RunResult> result = chief.Run();

@@ -5,18 +5,17 @@
 
 #include <malloc.h>
 
-#include <cstring>
+#include <algorithm>
 #include <iostream>
+#include <optional>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/program_name.h"
-#include "absl/flags/internal/usage.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/security.h"
 
 // Transport security, the same on every daemon (README, "Security").
@@ -36,40 +35,102 @@ ABSL_FLAG(std::string, auth_token_file, "",
 
 namespace pscluster {
 
-void ParseFlagsOrExit(int argc, char** argv, const std::string& usage) {
-  absl::flags_internal::SetProgramInvocationName(argv[0]);
-  absl::SetProgramUsageMessage(usage);
-  absl::FlagsUsageConfig config;
-  // Our flags live in the mains and, shared by every main, in this file
-  // (security); list those, not Abseil's own. FlagsHelp below keeps files
-  // whose name, as normalize_filename gives it, contains "main".
-  config.normalize_filename = [](absl::string_view f) {
-    if (absl::EndsWith(f, "common/daemon.cc")) {
-      return std::string("common/daemon.cc (shared by every daemon main)");
+namespace {
+
+// This file's flags (the security flags), shared by every daemon.
+bool IsShared(const absl::CommandLineFlag& flag) {
+  return absl::EndsWith(flag.Filename(), "common/daemon.cc");
+}
+
+// The flags a daemon takes: those of its main and the shared ones. Abseil's
+// own (--flagfile, --fromenv, --helpfull, ...) are not among them.
+bool IsOurs(const absl::CommandLineFlag& flag) {
+  return !flag.IsRetired() && (IsShared(flag) || absl::StrContains(flag.Filename(), "main"));
+}
+
+absl::CommandLineFlag* FindOurFlag(absl::string_view name) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  return flag != nullptr && IsOurs(*flag) ? flag : nullptr;
+}
+
+// --help: the usage line, then the main's flags and the shared ones.
+void PrintHelp(const char* argv0, const std::string& usage) {
+  std::vector<const absl::CommandLineFlag*> own, shared;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (IsOurs(*flag)) (IsShared(*flag) ? shared : own).push_back(flag);
+  }
+  auto by_name = [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+    return a->Name() < b->Name();
+  };
+  std::sort(own.begin(), own.end(), by_name);
+  std::sort(shared.begin(), shared.end(), by_name);
+  auto list = [](const std::vector<const absl::CommandLineFlag*>& flags) {
+    for (const absl::CommandLineFlag* f : flags) {
+      std::cout << "  --" << f->Name() << "  " << f->Help() << " (default: \""
+                << f->DefaultValue() << "\")\n";
     }
-    return std::string(f);
   };
-  config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "main");
-  };
-  config.contains_helpshort_flags = config.contains_help_flags;
-  absl::SetFlagsUsageConfig(config);
+  std::string program = argv0;
+  program = program.substr(program.rfind('/') + 1);
+  std::cout << program << ": " << usage << "\n\nFlags (--name=value):\n";
+  list(own);
+  std::cout << "\nTransport security, shared by every daemon (README, \"Security\"):\n";
+  list(shared);
+}
+
+bool IsHelp(absl::string_view arg) {
+  return arg == "--help" || arg == "-help" || arg == "-h" || arg == "--helpshort" ||
+         arg == "--helpfull";
+}
+
+}  // namespace
+
+void ParseFlagsOrExit(int argc, char** argv, const std::string& usage) {
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
-        std::strcmp(argv[i], "-help") == 0) {
-      // Abseil's own --help exits 1; asking for help is not an error.
-      absl::flags_internal::SetFlagsHelpMode(absl::flags_internal::HelpMode::kShort);
-      absl::flags_internal::FlagsHelp(std::cout, "main",
-                                      absl::flags_internal::HelpFormat::kHumanReadable,
-                                      usage);
-      std::exit(0);
+    if (IsHelp(argv[i])) {
+      PrintHelp(argv[0], usage);
+      std::exit(0);  // asking for help is not an error
     }
   }
-  // Abseil names a bad flag or value itself (and exits 1).
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    ExitWithUsageError(absl::StrCat("unexpected argument '", rest[1],
-                                    "' (flags look like --name=value; try --help)"));
+  // Abseil's syntax (--name=value, -name=value, --name value, --name and
+  // --noname for bools), parsed with Abseil's public reflection API: its
+  // ParseCommandLine exits 1 on a bad flag, and bad input exits 2 here.
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') {
+      const char* unexpected = arg == "--" ? (i + 1 < argc ? argv[i + 1] : nullptr) : argv[i];
+      if (unexpected == nullptr) break;
+      ExitWithUsageError(absl::StrCat("unexpected argument '", unexpected,
+                                      "' (flags look like --name=value; try --help)"));
+    }
+    const absl::string_view body = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t eq = body.find('=');
+    const absl::string_view name = body.substr(0, eq);
+    std::optional<std::string> value;
+    if (eq != absl::string_view::npos) value = std::string(body.substr(eq + 1));
+    absl::CommandLineFlag* flag = FindOurFlag(name);
+    if (flag == nullptr && !value.has_value() && absl::StartsWith(name, "no")) {
+      flag = FindOurFlag(name.substr(2));
+      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
+      if (flag != nullptr) value = "false";
+    }
+    if (flag == nullptr) {
+      ExitWithUsageError(absl::StrCat("unknown flag '", arg, "' (try --help)"));
+    }
+    if (!value.has_value()) {
+      if (flag->IsOfType<bool>()) {
+        value = "true";
+      } else if (i + 1 < argc && !absl::StartsWith(argv[i + 1], "--")) {
+        value = argv[++i];
+      } else {
+        ExitWithUsageError(absl::StrCat("missing value for flag '--", name,
+                                        "' (flags look like --name=value; try --help)"));
+      }
+    }
+    std::string error;
+    if (!flag->ParseFrom(*value, &error)) {
+      ExitWithUsageError(absl::StrCat(error, " (try --help)"));  // names flag and value
+    }
   }
 }
 
@@ -110,12 +171,17 @@ void ConfigureSecurityOrExit(const TfConfig& config) {
   SetProcessSecurity(*std::move(security));
 }
 
-std::unique_ptr<Metrics> StartMetricsOrExit(int port, const std::string& task) {
+std::unique_ptr<Metrics> StartMetricsOrExit(int port, const TaskId& task) {
   if (port < 0 || port > 65535) {
     ExitWithUsageError(absl::StrCat("--metrics_port=", port, ": must be in [0, 65535]"));
   }
+  // LoadTfConfigOrExit has checked that the type is the binary's role.
+  const MetricsRole role = task.type == kPsJob       ? MetricsRole::kPs
+                           : task.type == kWorkerJob ? MetricsRole::kWorker
+                           : task.type == kChiefJob  ? MetricsRole::kChief
+                                                     : MetricsRole::kEvaluator;
   absl::StatusOr<std::unique_ptr<Metrics>> m =
-      Metrics::Start(port == 0 ? "" : absl::StrCat("0.0.0.0:", port), task);
+      Metrics::Start(port == 0 ? "" : absl::StrCat("0.0.0.0:", port), TaskName(task), role);
   if (!m.ok()) {
     std::fprintf(stderr, "error: --metrics_port=%d: %s\n", port,
                  std::string(m.status().message()).c_str());

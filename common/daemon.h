@@ -16,8 +16,13 @@
 
 namespace pscluster {
 
-// Parses the command line with Abseil flags. --help (or -h) prints the
-// usage and every flag, then exits 0; a bad flag exits 2 naming it.
+// Parses the command line into the Abseil flags of the daemon's main and
+// of this library, in Abseil's syntax. --help (or -h) prints `usage` and
+// those flags, then exits 0. Any bad input exits 2 with one line naming it:
+// an unknown flag, a value that does not parse (Abseil's own message,
+// e.g. "Illegal value 'abc' specified for flag 'epochs'"), a missing value,
+// an argument that is not a flag. Abseil's own flags (--flagfile, ...) are
+// not taken.
 void ParseFlagsOrExit(int argc, char** argv, const std::string& usage);
 
 // Keeps glibc malloc from handing large buffers back to the system after
@@ -39,10 +44,11 @@ TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
 // loaded, before any channel or server exists. Exits 2 naming the flag.
 void ConfigureSecurityOrExit(const TfConfig& config);
 
-// Serves Prometheus /metrics on 0.0.0.0:port labelled with `task`, or
-// nothing when port is 0 (the metrics then still count). A port outside
-// [0, 65535] exits 2; one that cannot be bound exits 1, naming it.
-std::unique_ptr<Metrics> StartMetricsOrExit(int port, const std::string& task);
+// Serves Prometheus /metrics on 0.0.0.0:port: the standard metrics of
+// `task`'s role (common/metrics.h), labelled task="ps:0" etc.; or nothing
+// when port is 0 (the metrics then still count). A port outside [0, 65535]
+// exits 2; one that cannot be bound exits 1, naming it.
+std::unique_ptr<Metrics> StartMetricsOrExit(int port, const TaskId& task);
 
 // "ps:0" for logs.
 std::string TaskName(const TaskId& task);

@@ -67,7 +67,9 @@ absl::Status CheckName(const std::string& name) {
 }  // namespace
 
 Metrics::Metrics(const std::string& task)
-    : task_(task), registry_(std::make_shared<prometheus::Registry>()) {}
+    : task_(task),
+      registry_(std::make_shared<prometheus::Registry>()),
+      unserved_(std::make_shared<prometheus::Registry>()) {}
 
 // A minimal HTTP/1.0 endpoint for GET /metrics on one thread of ours.
 // (prometheus-cpp's civetweb Exposer starts threads with a fixed 100 KiB
@@ -168,73 +170,110 @@ class Metrics::HttpEndpoint {
 
 Metrics::~Metrics() = default;
 
-void Metrics::RegisterStandardMetrics() {
+void Metrics::RegisterStandardMetrics(MetricsRole role) {
+  const bool ps = role == MetricsRole::kPs;
+  const bool worker = role == MetricsRole::kWorker;
+  const bool chief = role == MetricsRole::kChief;
+  const bool evaluator = role == MetricsRole::kEvaluator;
   const prometheus::Labels labels = {{"task", task_}};
-  auto counter = [&](const char* name, const char* help) {
-    return &prometheus::BuildCounter()
-                .Name(name)
-                .Help(help)
-                .Labels(labels)
-                .Register(*registry_)
-                .Add({});
+  // `served`: the role updates it, so it goes in the registry /metrics shows.
+  auto registry = [&](bool served) -> prometheus::Registry& {
+    return served ? *registry_ : *unserved_;
   };
-  auto gauge = [&](const char* name, const char* help) {
-    return &prometheus::BuildGauge()
-                .Name(name)
-                .Help(help)
-                .Labels(labels)
-                .Register(*registry_)
-                .Add({});
+  auto counter = [&](bool served, const char* name, const std::string& help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Labels(labels)
+                .Register(registry(served)).Add({});
   };
-  auto histogram = [&](const char* name, const char* help,
+  auto gauge = [&](bool served, const char* name, const std::string& help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Labels(labels)
+                .Register(registry(served)).Add({});
+  };
+  auto histogram = [&](bool served, const char* name, const std::string& help,
                        const std::vector<double>& buckets) {
-    return &prometheus::BuildHistogram()
-                .Name(name)
-                .Help(help)
-                .Labels(labels)
-                .Register(*registry_)
-                .Add({}, buckets);
+    return &prometheus::BuildHistogram().Name(name).Help(help).Labels(labels)
+                .Register(registry(served)).Add({}, buckets);
   };
-  steps_ = counter("pscluster_steps_total", "Training steps completed.");
-  examples_ =
-      counter("pscluster_examples_total", "Training examples processed.");
-  push_bytes_ = counter("pscluster_push_bytes_total",
-                        "Gradient bytes pushed to (worker) or received by (ps) "
-                        "parameter servers.");
+  // One help text per role that serves the metric ("" where none does).
+  auto help = [&](const char* on_ps, const char* on_worker, const char* on_chief,
+                  const char* on_evaluator) {
+    return std::string(ps ? on_ps : worker ? on_worker : chief ? on_chief : on_evaluator);
+  };
+
+  steps_ = counter(worker, "pscluster_steps_total",
+                   "Training steps this worker completed: chunks trained and pushed.");
+  examples_ = counter(worker, "pscluster_examples_total",
+                      "Training examples this worker trained on.");
+  push_bytes_ = counter(
+      ps || worker, "pscluster_push_bytes_total",
+      help("Gradient bytes (payload) of the pushes this ps took, applied or dropped as stale.",
+           "Bytes this worker sent to the parameter servers: serialized PushPull (gradients) "
+           "and Pull requests, every attempt counted.",
+           "", ""));
   pull_bytes_ = counter(
-      "pscluster_pull_bytes_total",
-      "Weight bytes pulled from (worker) or served by (ps) parameter servers.");
-  stale_dropped_ = counter("pscluster_stale_gradients_dropped_total",
-                           "Gradients dropped as too stale or too late.");
-  pushes_rejected_ = counter("pscluster_pushes_rejected_total",
-                             "Gradient pushes rejected as invalid.");
-  examples_per_second_ =
-      gauge("pscluster_examples_per_second", "Recent training throughput.");
-  pending_workers_ = gauge("pscluster_pending_workers",
-                           "Workers not yet heard from in the current step.");
-  model_version_ = gauge("pscluster_model_version",
-                         "Version (global step) of the model's weights.");
-  loss_ = gauge("pscluster_loss", "Latest loss.");
-  accuracy_ = gauge("pscluster_accuracy", "Latest accuracy, 0..1.");
-  push_latency_ = histogram("pscluster_push_latency_seconds",
-                            "Latency of gradient pushes.", LatencyBuckets());
-  pull_latency_ = histogram("pscluster_pull_latency_seconds",
-                            "Latency of weight pulls.", LatencyBuckets());
-  staleness_ =
-      histogram("pscluster_gradient_staleness",
-                "Versions a gradient's weights were behind when it arrived.",
-                StalenessBuckets());
+      ps || worker, "pscluster_pull_bytes_total",
+      help("Weight bytes (payload) this ps served in Pull and PushPull answers.",
+           "Bytes this worker received from the parameter servers: serialized PushPull and "
+           "Pull responses (weights).",
+           "", ""));
+  stale_dropped_ = counter(ps, "pscluster_stale_gradients_dropped_total",
+                           "Gradients this ps dropped without applying them: async ones staler "
+                           "than max_staleness, sync ones for a step already applied (backup "
+                           "workers).");
+  pushes_rejected_ = counter(ps, "pscluster_pushes_rejected_total",
+                             "Pushes this ps refused as invalid; nothing of them was applied.");
+  examples_per_second_ = gauge(chief, "pscluster_examples_per_second",
+                               "Training examples per second over every worker, between the "
+                               "chief's last two progress lines.");
+  pending_workers_ = gauge(chief, "pscluster_pending_workers",
+                           "Workers that have not finished their part of the run: the "
+                           "cluster's workers minus those that reported their last step "
+                           "(lost ones count as pending).");
+  model_version_ = gauge(
+      true, "pscluster_model_version",
+      help("Version of this ps's shards: updates applied.",
+           "Version of the weights this worker computes on (the smallest over the ps).",
+           "Global step: the newest version the workers reported.",
+           "Version of the weights of the latest evaluation."));
+  loss_ = gauge(chief || evaluator, "pscluster_loss",
+                help("", "", "Training loss, mean of the workers' latest reports.",
+                     "Test-set loss of the latest evaluation."));
+  accuracy_ = gauge(chief || evaluator, "pscluster_accuracy",
+                    help("", "", "Training accuracy (0..1), mean of the workers' latest reports.",
+                         "Test-set accuracy (0..1) of the latest evaluation."));
+  push_latency_ = histogram(
+      ps || worker, "pscluster_push_latency_seconds",
+      help("Seconds this ps took to take a push (validation, aggregation or update).",
+           "Seconds per PushPull over every ps (one fused call carries the gradients and "
+           "brings the next weights; sync: waits for the step), retries included.",
+           "", ""),
+      LatencyBuckets());
+  pull_latency_ = histogram(
+      ps || worker, "pscluster_pull_latency_seconds",
+      help("Seconds this ps held a pull, waiting for its version included.",
+           "Seconds to get the weights from every ps: each Pull, and each PushPull (which "
+           "brings them: the same call as in pscluster_push_latency_seconds), retries included.",
+           "", ""),
+      LatencyBuckets());
+  staleness_ = histogram(
+      ps || worker, "pscluster_gradient_staleness",
+      help("Staleness of the pushes this ps took: its version minus the version the gradient "
+           "was computed on.",
+           "Staleness of this worker's pushes: the ps's version when it took the push minus "
+           "the version the gradient was computed on (the largest over the ps); dropped "
+           "pushes included.",
+           "", ""),
+      StalenessBuckets());
 }
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(
-    const std::string& bind_address, const std::string& task) {
+    const std::string& bind_address, const std::string& task, MetricsRole role) {
   if (!bind_address.empty()) {
     absl::Status status = CheckBindAddress(bind_address);
     if (!status.ok()) return status;
   }
   std::unique_ptr<Metrics> metrics(new Metrics(task));
   try {
-    metrics->RegisterStandardMetrics();
+    metrics->RegisterStandardMetrics(role);
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("cannot register the standard metrics: ", e.what()));

@@ -1,10 +1,12 @@
 // A daemon's Prometheus metrics (prometheus-cpp), served in the text
 // exposition format at http://<bind_address>/metrics.
 //
-// Metrics owns the registry, the HTTP server and a fixed set of metrics the
-// daemons share, all labelled task="<task>". The accessors return references
-// that stay valid for the Metrics object's lifetime: look them up once and
-// keep the reference on hot paths. Every method is thread-safe, and so are
+// Metrics owns the registry, the HTTP server and the standard metrics, all
+// labelled task="<task>". Each daemon registers, and so serves, only the
+// standard metrics its role updates (the table below); their help text says
+// what they count on that role. The accessors return references that stay
+// valid for the Metrics object's lifetime: look them up once and keep the
+// reference on hot paths. Every method is thread-safe, and so are
 // Counter::Increment, Gauge::Set and Histogram::Observe (prometheus-cpp's
 // counters and gauges are atomics; a histogram takes a short lock).
 // The HTTP endpoint is a small one of ours on one thread (see metrics.cc
@@ -27,16 +29,28 @@ class Registry;
 
 namespace pscluster {
 
+// The daemon a Metrics object serves. Standard metrics per role:
+//   ps         push_bytes, pull_bytes, stale_gradients_dropped,
+//              pushes_rejected, model_version, push_latency_seconds,
+//              pull_latency_seconds, gradient_staleness
+//   worker     steps, examples, push_bytes, pull_bytes, model_version,
+//              push_latency_seconds, pull_latency_seconds,
+//              gradient_staleness
+//   chief      examples_per_second, pending_workers, model_version, loss,
+//              accuracy
+//   evaluator  model_version, loss, accuracy
+enum class MetricsRole { kPs, kWorker, kChief, kEvaluator };
+
 class Metrics {
  public:
-  // Registers the standard metrics and serves them on `bind_address`
+  // Registers `role`'s standard metrics and serves them on `bind_address`
   // ("0.0.0.0:9100"; port 0 picks a free port, see port()); an empty
   // `bind_address` serves nothing, and the metrics still work (Serialize()).
   // `task` is the value of every metric's "task" label, e.g. "worker:1".
   // InvalidArgument for an address that is not "host:port"; Unavailable
   // naming the address when it cannot be bound (port in use, unknown host).
   static absl::StatusOr<std::unique_ptr<Metrics>> Start(
-      const std::string& bind_address, const std::string& task);
+      const std::string& bind_address, const std::string& task, MetricsRole role);
 
   // Stops the HTTP server (within ~20 ms for an IPv4 address).
   ~Metrics();
@@ -47,33 +61,29 @@ class Metrics {
   // 0 when not serving.
   int port() const { return port_; }
 
+  // The standard metrics (names and meanings per role in metrics.cc). A
+  // metric that the role does not register is still returned, but counts
+  // where nothing serves it: a daemon must update only its role's.
+
   // Counters (monotonic).
-  prometheus::Counter& steps() { return *steps_; }  // pscluster_steps_total
-  prometheus::Counter& examples() {
-    return *examples_;
-  }  // pscluster_examples_total
-  prometheus::Counter& push_bytes() {
-    return *push_bytes_;
-  }  // pscluster_push_bytes_total
-  prometheus::Counter& pull_bytes() {
-    return *pull_bytes_;
-  }  // pscluster_pull_bytes_total
-  // pscluster_stale_gradients_dropped_total: async gradients older than
-  // max_staleness, and sync gradients of backup workers that came too late.
+  prometheus::Counter& steps() { return *steps_; }        // pscluster_steps_total
+  prometheus::Counter& examples() { return *examples_; }  // pscluster_examples_total
+  prometheus::Counter& push_bytes() { return *push_bytes_; }  // pscluster_push_bytes_total
+  prometheus::Counter& pull_bytes() { return *pull_bytes_; }  // pscluster_pull_bytes_total
+  // pscluster_stale_gradients_dropped_total
   prometheus::Counter& stale_gradients_dropped() { return *stale_dropped_; }
-  // pscluster_pushes_rejected_total: pushes refused as invalid (bad shape,
-  // NaN/Inf, unknown variable).
+  // pscluster_pushes_rejected_total
   prometheus::Counter& pushes_rejected() { return *pushes_rejected_; }
 
   // Gauges (current value).
   prometheus::Gauge& examples_per_second() { return *examples_per_second_; }
   prometheus::Gauge& pending_workers() { return *pending_workers_; }
-  prometheus::Gauge& model_version() { return *model_version_; }  // global step
-  prometheus::Gauge& loss() { return *loss_; }                    // latest
-  prometheus::Gauge& accuracy() { return *accuracy_; }  // latest, 0..1
+  prometheus::Gauge& model_version() { return *model_version_; }
+  prometheus::Gauge& loss() { return *loss_; }
+  prometheus::Gauge& accuracy() { return *accuracy_; }  // 0..1
 
   // Histograms. Latencies in seconds, buckets 100 us .. 10 s; staleness in
-  // versions behind the current one, buckets 0 .. 64.
+  // versions, buckets 0 .. 64.
   prometheus::Histogram& push_latency_seconds() { return *push_latency_; }
   prometheus::Histogram& pull_latency_seconds() { return *pull_latency_; }
   prometheus::Histogram& gradient_staleness() { return *staleness_; }
@@ -97,18 +107,21 @@ class Metrics {
  private:
   explicit Metrics(const std::string& task);
 
-  // Registers the fixed set; throws prometheus-cpp's exceptions, which
-  // Start() turns into a status.
-  void RegisterStandardMetrics();
+  // Registers `role`'s standard metrics in registry_ and the others in
+  // unserved_; throws prometheus-cpp's exceptions, which Start() turns into
+  // a status.
+  void RegisterStandardMetrics(MetricsRole role);
 
   const std::string task_;
   // Declared before endpoint_, so it outlives the thread that serves it.
   std::shared_ptr<prometheus::Registry> registry_;
+  // The standard metrics of other roles: never serialized.
+  std::shared_ptr<prometheus::Registry> unserved_;
   class HttpEndpoint;
   std::unique_ptr<HttpEndpoint> endpoint_;  // null when not serving
   int port_ = 0;
 
-  // Owned by registry_; set once in Start(), then only read.
+  // Owned by registry_ or unserved_; set once in Start(), then only read.
   prometheus::Counter* steps_ = nullptr;
   prometheus::Counter* examples_ = nullptr;
   prometheus::Counter* push_bytes_ = nullptr;

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,7 +56,7 @@ std::string Body(const std::string& response) {
 }
 
 TEST(Metrics, ServesTheStandardMetricsOverHttp) {
-  auto metrics = Metrics::Start("127.0.0.1:0", "worker:1");
+  auto metrics = Metrics::Start("127.0.0.1:0", "worker:1", MetricsRole::kWorker);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   Metrics& m = **metrics;
   ASSERT_GT(m.port(), 0);
@@ -63,13 +65,7 @@ TEST(Metrics, ServesTheStandardMetricsOverHttp) {
   m.examples().Increment(384);
   m.push_bytes().Increment(1 << 20);
   m.pull_bytes().Increment(2048);
-  m.stale_gradients_dropped().Increment();
-  m.pushes_rejected().Increment(2);
-  m.examples_per_second().Set(1234.5);
-  m.pending_workers().Set(2);
   m.model_version().Set(17);
-  m.loss().Set(0.25);
-  m.accuracy().Set(0.75);
   m.push_latency_seconds().Observe(0.003);
   m.pull_latency_seconds().Observe(0.5);
   m.pull_latency_seconds().Observe(20);  // above every bucket
@@ -84,14 +80,8 @@ TEST(Metrics, ServesTheStandardMetricsOverHttp) {
       "pscluster_examples_total{task=\"worker:1\"} 384\n",
       "pscluster_push_bytes_total{task=\"worker:1\"} 1048576\n",
       "pscluster_pull_bytes_total{task=\"worker:1\"} 2048\n",
-      "pscluster_stale_gradients_dropped_total{task=\"worker:1\"} 1\n",
-      "pscluster_pushes_rejected_total{task=\"worker:1\"} 2\n",
-      "# TYPE pscluster_examples_per_second gauge",
-      "pscluster_examples_per_second{task=\"worker:1\"} 1234.5\n",
-      "pscluster_pending_workers{task=\"worker:1\"} 2\n",
+      "# TYPE pscluster_model_version gauge",
       "pscluster_model_version{task=\"worker:1\"} 17\n",
-      "pscluster_loss{task=\"worker:1\"} 0.25\n",
-      "pscluster_accuracy{task=\"worker:1\"} 0.75\n",
       "# TYPE pscluster_push_latency_seconds histogram",
       "pscluster_push_latency_seconds_count{task=\"worker:1\"} 1\n",
       "pscluster_push_latency_seconds_bucket{task=\"worker:1\",le=\"0.0025\"} "
@@ -117,17 +107,63 @@ TEST(Metrics, ServesTheStandardMetricsOverHttp) {
               Not(HasSubstr("pscluster_steps_total")));
 }
 
+// The metric families in `text`, from its "# TYPE name kind" lines.
+std::set<std::string> Families(const std::string& text) {
+  std::set<std::string> out;
+  size_t at = 0;
+  while ((at = text.find("# TYPE ", at)) != std::string::npos) {
+    at += 7;
+    out.insert(text.substr(at, text.find(' ', at) - at));
+  }
+  return out;
+}
+
+TEST(Metrics, EachRoleServesOnlyTheMetricsItUpdates) {
+  const std::map<MetricsRole, std::set<std::string>> expected = {
+      {MetricsRole::kPs,
+       {"pscluster_push_bytes_total", "pscluster_pull_bytes_total",
+        "pscluster_stale_gradients_dropped_total", "pscluster_pushes_rejected_total",
+        "pscluster_model_version", "pscluster_push_latency_seconds",
+        "pscluster_pull_latency_seconds", "pscluster_gradient_staleness"}},
+      {MetricsRole::kWorker,
+       {"pscluster_steps_total", "pscluster_examples_total", "pscluster_push_bytes_total",
+        "pscluster_pull_bytes_total", "pscluster_model_version",
+        "pscluster_push_latency_seconds", "pscluster_pull_latency_seconds",
+        "pscluster_gradient_staleness"}},
+      {MetricsRole::kChief,
+       {"pscluster_examples_per_second", "pscluster_pending_workers", "pscluster_model_version",
+        "pscluster_loss", "pscluster_accuracy"}},
+      {MetricsRole::kEvaluator,
+       {"pscluster_model_version", "pscluster_loss", "pscluster_accuracy"}},
+  };
+  for (const auto& [role, families] : expected) {
+    auto metrics = Metrics::Start("", "task:0", role);
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    Metrics& m = **metrics;
+    EXPECT_EQ(Families(m.Serialize()), families) << m.Serialize();
+    // Every help text is the role's own, never empty.
+    for (const std::string& f : families) {
+      EXPECT_THAT(m.Serialize(), Not(HasSubstr("# HELP " + f + " \n"))) << f;
+    }
+    // Another role's metric counts, but is not served.
+    m.steps().Increment();
+    m.pending_workers().Set(3);
+    m.stale_gradients_dropped().Increment();
+    EXPECT_EQ(Families(m.Serialize()), families) << m.Serialize();
+  }
+}
+
 TEST(Metrics, WithoutAnAddressNothingIsServedButMetricsWork) {
-  auto metrics = Metrics::Start("", "chief:0");
+  auto metrics = Metrics::Start("", "chief:0", MetricsRole::kChief);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ((*metrics)->port(), 0);
-  (*metrics)->steps().Increment(5);
+  (*metrics)->pending_workers().Set(5);
   EXPECT_THAT((*metrics)->Serialize(),
-              HasSubstr("pscluster_steps_total{task=\"chief:0\"} 5\n"));
+              HasSubstr("pscluster_pending_workers{task=\"chief:0\"} 5\n"));
 }
 
 TEST(Metrics, ExtraMetricsAreCachedByNameAndChecked) {
-  auto metrics = Metrics::Start("", "evaluator:0");
+  auto metrics = Metrics::Start("", "evaluator:0", MetricsRole::kEvaluator);
   ASSERT_TRUE(metrics.ok());
   Metrics& m = **metrics;
   auto c1 = m.AddCounter("pscluster_evals_total", "Evaluations run.");
@@ -141,10 +177,10 @@ TEST(Metrics, ExtraMetricsAreCachedByNameAndChecked) {
   auto h = m.AddHistogram("pscluster_eval_seconds", "Eval time.", {0.1, 1, 10});
   ASSERT_TRUE(h.ok());
   (*h)->Observe(0.2);
-  // The standard metrics are reachable by name as well.
-  auto steps = m.AddCounter("pscluster_steps_total", "x");
-  ASSERT_TRUE(steps.ok());
-  EXPECT_EQ(*steps, &m.steps());
+  // The role's standard metrics are reachable by name as well.
+  auto loss = m.AddGauge("pscluster_loss", "x");
+  ASSERT_TRUE(loss.ok());
+  EXPECT_EQ(*loss, &m.loss());
 
   const std::string text = m.Serialize();
   EXPECT_THAT(text, HasSubstr("# HELP pscluster_evals_total Evaluations run."));
@@ -175,7 +211,7 @@ TEST(Metrics, RejectsMalformedAddresses) {
   for (const std::string address :
        {"9100", "host:", ":9100", "127.0.0.1:70000", "127.0.0.1:9100s",
         "127.0.0.1:1,127.0.0.1:2", "127.0.0.1:-1", "127.0.0.1:1234567"}) {
-    auto metrics = Metrics::Start(address, "ps:0");
+    auto metrics = Metrics::Start(address, "ps:0", MetricsRole::kPs);
     EXPECT_EQ(metrics.status().code(), absl::StatusCode::kInvalidArgument)
         << address;
     EXPECT_THAT(std::string(metrics.status().message()), HasSubstr(address));
@@ -183,16 +219,16 @@ TEST(Metrics, RejectsMalformedAddresses) {
 }
 
 TEST(Metrics, PortInUseIsUnavailable) {
-  auto first = Metrics::Start("127.0.0.1:0", "ps:0");
+  auto first = Metrics::Start("127.0.0.1:0", "ps:0", MetricsRole::kPs);
   ASSERT_TRUE(first.ok()) << first.status();
   const std::string address = "127.0.0.1:" + std::to_string((*first)->port());
-  auto second = Metrics::Start(address, "ps:1");
+  auto second = Metrics::Start(address, "ps:1", MetricsRole::kPs);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr(address));
 }
 
 TEST(Metrics, StopsServingWhenDestroyed) {
-  auto metrics = Metrics::Start("127.0.0.1:0", "ps:0");
+  auto metrics = Metrics::Start("127.0.0.1:0", "ps:0", MetricsRole::kPs);
   ASSERT_TRUE(metrics.ok());
   const int port = (*metrics)->port();
   ASSERT_THAT(HttpGet(port, "/metrics"), HasSubstr("200 OK"));
@@ -201,7 +237,7 @@ TEST(Metrics, StopsServingWhenDestroyed) {
 }
 
 TEST(Metrics, ConcurrentUpdatesAndScrapes) {
-  auto metrics = Metrics::Start("127.0.0.1:0", "worker:0");
+  auto metrics = Metrics::Start("127.0.0.1:0", "worker:0", MetricsRole::kWorker);
   ASSERT_TRUE(metrics.ok());
   Metrics& m = **metrics;
   constexpr int kThreads = 4, kEach = 20000;

@@ -141,14 +141,18 @@ absl::Status PsClient::CallAll(
 
 absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duration timeout,
                                int64_t generation) {
+  last_call_ = CallStats();
+  const absl::Time start = absl::Now();
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
     ctx->set_wait_for_ready(true);
     ps_[i].pull_req.set_min_version(min_version);
     ps_[i].pull_req.set_generation(-1);
+    last_call_.bytes_sent += static_cast<int64_t>(ps_[i].pull_req.ByteSizeLong());
     ps_[i].stub->async()->Pull(ctx, &ps_[i].pull_req, &ps_[i].pull_resp, std::move(done));
   };
   auto finish = [&](int i) -> absl::Status {
     const PullResponse& r = ps_[i].pull_resp;
+    last_call_.bytes_received += static_cast<int64_t>(r.ByteSizeLong());
     if (generation >= 0 && r.generation() != generation) {
       return CallAgain(absl::StrCat("generation ", r.generation(), ", waiting for ",
                                     generation, " (a restore is under way)"));
@@ -164,7 +168,9 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
     generations_[i] = r.generation();
     return absl::OkStatus();
   };
-  return CallAll("pull from", timeout, issue, finish);
+  absl::Status s = CallAll("pull from", timeout, issue, finish);
+  last_call_.duration = absl::Now() - start;
+  return s;
 }
 
 absl::Status PsClient::PushPullAll(int worker, int num_examples,
@@ -179,6 +185,8 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       options_.duplicate_every > 0 && pushes_sent_ % options_.duplicate_every == 0;
   std::vector<int> answers(n, 0);
   const int64_t step = version();
+  last_call_ = CallStats();
+  const absl::Time start = absl::Now();
   for (int i = 0; i < n; ++i) {
     PushRequest& req = ps_[i].push_req;
     req.set_worker_index(worker);
@@ -191,12 +199,15 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
   }
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+    last_call_.bytes_sent += static_cast<int64_t>(ps_[i].push_req.ByteSizeLong());
     ps_[i].stub->async()->PushPull(ctx, &ps_[i].push_req, &ps_[i].push_resp, std::move(done));
   };
   auto finish = [&](int i) -> absl::Status {
     ++answers[i];
     if (answers[i] == 1 && lose_reply) return CallAgain("injected fault: reply lost");
     if (answers[i] == 1 && duplicate) return CallAgain("injected fault: push duplicated");
+    last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong());
+    last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
     const PullResponse& pull = ps_[i].push_resp.pull();
     if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
       return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
@@ -209,6 +220,7 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     return absl::OkStatus();
   };
   absl::Status s = CallAll("push to", timeout, issue, finish);
+  last_call_.duration = absl::Now() - start;
   if (!s.ok()) return s;
   last_push_applied_ = ps_[0].push_resp.push().applied();
   if (!last_push_applied_) ++pushes_dropped_;

@@ -93,6 +93,17 @@ class PsClient {
   // Attempts sent again (retries and injected faults), over all calls.
   int64_t resends() const { return resends_; }
 
+  // What the last PullAll or PushPullAll cost, over every ps, whatever its
+  // outcome: for the worker's metrics.
+  struct CallStats {
+    int64_t bytes_sent = 0;      // serialized requests, every attempt
+    int64_t bytes_received = 0;  // serialized responses taken
+    absl::Duration duration;     // the whole call, retries included
+    // PushPullAll: the largest PushResponse.staleness over the ps.
+    int64_t staleness = 0;
+  };
+  const CallStats& last_call() const { return last_call_; }
+
  private:
   PsClient() = default;
   struct PerPs {
@@ -125,6 +136,7 @@ class PsClient {
   int64_t pushes_disputed_ = 0;
   int64_t resends_ = 0;
   int64_t pushes_sent_ = 0;
+  CallStats last_call_;
 };
 
 }  // namespace pscluster

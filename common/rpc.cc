@@ -139,12 +139,14 @@ absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& conte
                       absl::StrCat(context, ": ", status.error_message()));
 }
 
-bool IsServing(grpc::Channel& channel, std::chrono::milliseconds timeout) {
+bool IsServing(grpc::Channel& channel, std::chrono::milliseconds timeout,
+               const std::string& service) {
   auto stub = grpc::health::v1::Health::NewStub(
       std::shared_ptr<grpc::Channel>(&channel, [](grpc::Channel*) {}));
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout));
   grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status s = stub->Check(&ctx, req, &resp);
   return s.ok() &&

@@ -48,8 +48,12 @@ inline std::chrono::system_clock::time_point DeadlineIn(
   return std::chrono::system_clock::now() + timeout;
 }
 
-// Asks the standard grpc.health.v1 service at `address` whether it serves.
-bool IsServing(grpc::Channel& channel, std::chrono::milliseconds timeout);
+// Asks the standard grpc.health.v1 service behind `channel` whether
+// `service` serves: "" (the process is up) or kReadyService
+// (common/task_server.h: the task is ready for its role). False when it
+// answers anything but SERVING, or not within `timeout`.
+bool IsServing(grpc::Channel& channel, std::chrono::milliseconds timeout,
+               const std::string& service = "");
 
 }  // namespace pscluster
 

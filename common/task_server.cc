@@ -58,6 +58,12 @@ absl::StatusOr<std::unique_ptr<TaskServer>> TaskServer::Start(
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, " (port in use or not permitted)"));
   }
+  {
+    // "" is SERVING already (gRPC's default); until this line a check of
+    // kReadyService gets NOT_FOUND, which probes take as not ready too.
+    absl::MutexLock lock(&ts->mu_);
+    ts->SetReadyLocked(false);
+  }
   spdlog::info("gRPC on {}: {}", address,
                DescribeSecurity(options.security ? *options.security : *ProcessSecurity()));
   return ts;
@@ -76,6 +82,19 @@ void TaskServer::RequestShutdown(const std::string& reason) {
   if (shutdown_requested_) return;
   shutdown_requested_ = true;
   reason_ = reason;
+  SetReadyLocked(false);
+}
+
+void TaskServer::SetReady(bool ready) {
+  absl::MutexLock lock(&mu_);
+  SetReadyLocked(ready && !shutdown_requested_ && !stopped_);
+}
+
+void TaskServer::SetReadyLocked(bool ready) {
+  if (!server_) return;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(kReadyService, ready);
+  }
 }
 
 bool TaskServer::shutdown_requested() const {
@@ -88,6 +107,7 @@ void TaskServer::Stop(absl::Duration grace) {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
+    SetReadyLocked(false);
   }
   if (server_) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));

@@ -6,6 +6,14 @@
 // (CheckAuth); the health service stays open to probes. The daemon's main
 // blocks in WaitForShutdownRequest() and then calls Stop().
 //
+// Health has two names (README, "Observability"):
+//   ""               the process is up: SERVING from Start() until Stop().
+//                    The chief waits for every task on this one.
+//   kReadyService    the task is ready for its role: NOT_SERVING from
+//                    Start() until SetReady(true), and again from the
+//                    moment a shutdown is requested (RequestShutdown, a
+//                    Shutdown RPC, Stop) on; readiness probes use it.
+//
 // Thread-safe. The services passed to Start are borrowed and must outlive
 // the TaskServer.
 #ifndef PSCLUSTER_COMMON_TASK_SERVER_H_
@@ -25,6 +33,9 @@
 
 namespace pscluster {
 
+// The health service name that means "ready for its role".
+inline constexpr char kReadyService[] = "pscluster.Ready";
+
 class TaskServer {
  public:
   using EvaluateFn =
@@ -41,15 +52,24 @@ class TaskServer {
   // Blocks until a Shutdown RPC arrives or RequestShutdown is called;
   // returns the reason.
   std::string WaitForShutdownRequest();
+  // Also marks kReadyService NOT_SERVING for good.
   void RequestShutdown(const std::string& reason);
   bool shutdown_requested() const;
 
-  // Stops serving: in-flight calls get `grace` to finish.
+  // Marks kReadyService SERVING (true) or NOT_SERVING (false). Once a
+  // shutdown is requested it stays NOT_SERVING whatever is asked.
+  void SetReady(bool ready);
+
+  // Stops serving: kReadyService turns NOT_SERVING, then in-flight calls
+  // get `grace` to finish.
   void Stop(absl::Duration grace = absl::Seconds(2));
 
  private:
   class ControlService;
   TaskServer() = default;
+  // Sets kReadyService's status. Called with mu_ held, so that a
+  // SetReady(true) racing a shutdown cannot leave the task SERVING.
+  void SetReadyLocked(bool ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;

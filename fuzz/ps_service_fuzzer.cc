@@ -66,7 +66,7 @@ void Require(bool condition, const std::string& what) {
 // One registry for the whole run: the services only add to its metrics.
 Metrics& SharedMetrics() {
   static Metrics* metrics = [] {
-    absl::StatusOr<std::unique_ptr<Metrics>> m = Metrics::Start("", "ps:0");
+    absl::StatusOr<std::unique_ptr<Metrics>> m = Metrics::Start("", "ps:0", MetricsRole::kPs);
     Require(m.ok(), "Metrics::Start");
     return m->release();  // lives as long as the process, on purpose
   }();

@@ -4,6 +4,7 @@
 // tells it to exit.
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "common/daemon.h"
@@ -35,8 +36,8 @@ int main(int argc, char** argv) {
     ExitWithUsageError("--max_message_mb must be in [1, 2047], got " + std::to_string(max_mb));
   }
   InitLogging(TaskName(config.task));
-  std::unique_ptr<Metrics> metrics = StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port),
-                                                        TaskName(config.task));
+  std::unique_ptr<Metrics> metrics =
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
 
   // Sync steps with several ps are decided by ps 0 (the first in
   // TF_CONFIG's list) for all; it sends its decisions to the others.
@@ -66,6 +67,10 @@ int main(int argc, char** argv) {
   }
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
   spdlog::info("serving on {}", config.own_address());
+  // Ready once the chief has initialised or restored the store.
+  std::thread readiness([&] {
+    if (store.AwaitInitialized()) (*server)->SetReady(true);
+  });
   std::string reason = (*server)->WaitForShutdownRequest();
   StoreStats st = store.stats();
   spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} "
@@ -75,6 +80,7 @@ int main(int argc, char** argv) {
                st.applied_digest);
   store.Cancel();
   broadcaster.reset();
+  readiness.join();
   (*server)->Stop();
   return 0;
 }

@@ -509,4 +509,11 @@ void ParameterStore::Cancel() {
   version_advanced_.SignalAll();
 }
 
+bool ParameterStore::AwaitInitialized() const {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return initialized_ || cancelled_; };
+  mu_.Await(absl::Condition(&done));
+  return initialized_ && !cancelled_;
+}
+
 }  // namespace pscluster

@@ -206,6 +206,10 @@ class ParameterStore {
   // Wakes every waiting Pull with Cancelled (shutdown).
   void Cancel();
 
+  // Blocks until the store is initialised (Init or Restore): true; or
+  // until Cancel(): false. The ps is ready for its role from then on.
+  bool AwaitInitialized() const;
+
  private:
   absl::Status CheckLayout(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates `config` and installs it with fresh per-worker state.

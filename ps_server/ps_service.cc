@@ -223,6 +223,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   if (!r->applied) metrics_->stale_gradients_dropped().Increment();
   resp->set_applied(r->applied);
   resp->set_version(r->version);
+  resp->set_staleness(r->staleness);
   return grpc::Status::OK;
 }
 

@@ -1,7 +1,9 @@
 // Every daemon refuses bad TF_CONFIG and bad flags with exit code 2 and a
 // message naming the bad value, and answers --help with exit code 0.
+#include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -108,6 +110,77 @@ TEST_P(PerBinaryTest, TfConfigFileThatDoesNotExistIsNamed) {
                               absl::Seconds(30));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("/no/such/file.json"), std::string::npos) << r.output;
+}
+
+// Bad flag syntax: exit 2 (not Abseil's 1) with one line naming the flag
+// and value, before anything else is looked at.
+struct BadFlag {
+  const char* name;
+  std::vector<std::string> args;  // %f: an integer flag of the binary
+  const char* expected;           // must appear in the output; %f as above
+};
+
+class BadFlagSyntaxTest : public ::testing::TestWithParam<std::tuple<Binary, BadFlag>> {};
+
+TEST_P(BadFlagSyntaxTest, ExitsTwoWithTheMessage) {
+  const auto& [binary, bad] = GetParam();
+  // A flag of each binary that takes an integer.
+  const std::map<std::string, std::string> int_flag = {{"ps", "max_message_mb"},
+                                                       {"worker", "threads"},
+                                                       {"evaluator", "threads"},
+                                                       {"chief", "epochs"}};
+  auto fill = [&](std::string s) {
+    const size_t p = s.find("%f");
+    if (p != std::string::npos) s.replace(p, 2, int_flag.at(binary.task_type));
+    return s;
+  };
+  std::vector<std::string> args;
+  for (const std::string& a : bad.args) args.push_back(fill(a));
+  // No TF_CONFIG: a daemon that got past its flags would exit 2 too, but
+  // naming TF_CONFIG, not the flag.
+  ProcessResult r = RunBinary(binary.path, args, "", absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(absl::StrCat("error: ", fill(bad.expected))), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("TF_CONFIG"), std::string::npos) << r.output;
+}
+
+const BadFlag kBadFlags[] = {
+    {"UnknownFlag", {"--nosuch"}, "unknown flag '--nosuch'"},
+    {"UnknownFlagWithValue", {"--nosuch=1"}, "unknown flag '--nosuch=1'"},
+    {"NotANumber", {"--%f=abc"}, "Illegal value 'abc' specified for flag '%f'"},
+    {"EmptyValue", {"--%f="}, "Illegal value '' specified for flag '%f'"},
+    {"OutOfRangeForType", {"--%f=99999999999"}, "Illegal value '99999999999' specified for flag '%f'"},
+    {"MissingValue", {"--%f"}, "missing value for flag '--%f'"},
+    {"NotAFlag", {"stray"}, "unexpected argument 'stray'"},
+    {"AfterDoubleDash", {"--", "stray"}, "unexpected argument 'stray'"},
+    {"AbseilsOwnFlag", {"--flagfile=/tmp/flags"}, "unknown flag '--flagfile=/tmp/flags'"},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    AllBinaries, BadFlagSyntaxTest,
+    ::testing::Combine(::testing::ValuesIn(kBinaries), ::testing::ValuesIn(kBadFlags)),
+    [](const ::testing::TestParamInfo<BadFlagSyntaxTest::ParamType>& info) {
+      return std::string(std::get<0>(info.param).task_type) + "_" +
+             std::get<1>(info.param).name;
+    });
+
+TEST(HealthProbeFlagsTest, BadSyntaxExitsTwoNamingIt) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* expected;
+  } cases[] = {{{"127.0.0.1:1", "--nosuch"}, "unknown flag '--nosuch'"},
+               {{"127.0.0.1:1", "--timeout_ms=abc"}, "bad value in '--timeout_ms=abc'"},
+               {{"127.0.0.1:1", "--timeout_ms="}, "bad value in '--timeout_ms='"},
+               {{"127.0.0.1:1", "--service"}, "unknown flag '--service'"},
+               {{"127.0.0.1:1", "127.0.0.1:2"}, "more than one address"},
+               {{}, "no address"}};
+  for (const Case& c : cases) {
+    ProcessResult r = RunBinary("deploy/docker/health_probe", c.args, "", absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << c.expected << "\n" << r.output;
+    EXPECT_NE(r.output.find(absl::StrCat("error: ", c.expected)), std::string::npos)
+        << r.output;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBinaries, PerBinaryTest, ::testing::ValuesIn(kBinaries),

@@ -175,9 +175,11 @@ for variant, cfg in sorted(rendered.items()):
         want_restart = "on-failure:3" if job == "chief" else "on-failure"
         g(svc.get("restart") == want_restart, "restart: %s" % want_restart, str(svc.get("restart")))
         test = svc.get("healthcheck", {}).get("test", [])
-        g(test[:2] == ["CMD", "pscluster-health-probe"] and len(test) == 3 and
-          split_address(test[2]) == ("127.0.0.1", listens.get(name)),
-          "healthcheck: gRPC health of 127.0.0.1:%s" % listens.get(name), str(test))
+        g(test[:2] == ["CMD", "pscluster-health-probe"] and len(test) == 4 and
+          split_address(test[2]) == ("127.0.0.1", listens.get(name)) and
+          test[3] == "--service=pscluster.Ready",
+          "healthcheck: gRPC health 'pscluster.Ready' (ready for its role) of 127.0.0.1:%s"
+          % listens.get(name), str(test))
         mounts = mounts_of(svc)
         for flag in ("data_dir", "logdir"):
             path = flag_value(cmd, flag)

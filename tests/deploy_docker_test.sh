@@ -369,6 +369,13 @@ else
   else
     fail "pscluster-health-probe $port"
   fi
+  # No chief initialised it: up, but not ready for its role.
+  out="$("$probe" "127.0.0.1:$port" --service=pscluster.Ready 2>&1)"; rc=$?
+  if [ $rc -eq 1 ] && grep -q '"pscluster.Ready" not serving' <<<"$out"; then
+    pass "pscluster-health-probe --service=pscluster.Ready: exit 1 for a ps not initialised"
+  else
+    fail "pscluster-health-probe --service=pscluster.Ready on an uninitialised ps: exit $rc: $out"
+  fi
   kill -TERM "$ps_pid"; wait "$ps_pid" 2>/dev/null
   out="$("$probe" "127.0.0.1:$other" --timeout_ms=500 2>&1)"; rc=$?
   if [ $rc -eq 1 ] && grep -q "not serving" <<<"$out"; then

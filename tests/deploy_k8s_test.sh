@@ -135,11 +135,18 @@ def check_pod_spec(where, template, role, is_tfjob=False):
     else:
         port_name = "tfjob-port" if is_tfjob else "grpc"
         g(ports.get(port_name) == GRPC_PORT, "container port %s %d" % (port_name, GRPC_PORT), str(ports))
-        g(ready and ready.get("grpc", {}).get("port") == GRPC_PORT,
-          "readiness: gRPC health on %d" % GRPC_PORT, str(ready))
+        # Readiness asks "pscluster.Ready" (ready for its role); a TFJob's
+        # asks "" (up), since the operator's per-pod Services publish only
+        # ready pods and the chief must reach every task first. Liveness
+        # asks "" (the process is up).
+        want_service = "" if is_tfjob else "pscluster.Ready"
+        g(ready and ready.get("grpc", {}).get("port") == GRPC_PORT
+          and ready["grpc"].get("service", "") == want_service,
+          "readiness: gRPC health of service '%s' on %d" % (want_service, GRPC_PORT), str(ready))
         if role != "chief" or is_tfjob:
-            g(live and live.get("grpc", {}).get("port") == GRPC_PORT,
-              "liveness: gRPC health on %d" % GRPC_PORT, str(live))
+            g(live and live.get("grpc", {}).get("port") == GRPC_PORT
+              and live["grpc"].get("service", "") == "",
+              "liveness: gRPC health of service '' (the process is up) on %d" % GRPC_PORT, str(live))
         else:
             g(live is None and "PSCLUSTER_DONE_FILE" in [e["name"] for e in c.get("env", [])],
               "runs once (PSCLUSTER_DONE_FILE), no liveness probe to restart it")

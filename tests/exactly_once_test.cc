@@ -23,7 +23,7 @@ namespace {
 
 struct PsProcessInside {
   ParameterStore store;
-  std::unique_ptr<Metrics> metrics = *Metrics::Start("", "ps");
+  std::unique_ptr<Metrics> metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
   std::unique_ptr<PsService> service;
   std::unique_ptr<TaskServer> server;
   int port = 0;

@@ -12,12 +12,14 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 
 extern char** environ;
 
@@ -123,16 +125,51 @@ std::string TestDataDir() {
 }
 
 int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  // The kernel may hand out a port it handed out a moment ago (it is free
+  // again once released): never return one twice in a process, or two
+  // tasks of a cluster could get the same address.
+  static absl::Mutex mu(absl::kConstInit);
+  static std::set<int>* given = new std::set<int>();
+  absl::MutexLock lock(&mu);
+  while (true) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    const int port = ntohs(addr.sin_port);
+    if (given->insert(port).second) return port;
+  }
+}
+
+std::string ScrapeMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  timeval tv{5, 0};  // a daemon that stops mid-answer does not hang the test
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
   close(fd);
-  return ntohs(addr.sin_port);
+  return out;
 }
 
 ProcessResult RunBinary(const std::string& binary, const std::vector<std::string>& args,
@@ -153,15 +190,20 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const ClusterOptions& options) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->dir_ = TempDir();
-  auto list = [](int n) {
+  auto list = [&c](const std::string& job, int n) {
     std::vector<std::string> a;
-    for (int i = 0; i < n; ++i) a.push_back(absl::StrCat("\"127.0.0.1:", FreePort(), "\""));
+    for (int i = 0; i < n; ++i) {
+      const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+      c->addresses_[absl::StrCat(job, ":", i)] = address;
+      a.push_back(absl::StrCat("\"", address, "\""));
+    }
     return absl::StrCat("[", absl::StrJoin(a, ", "), "]");
   };
-  std::string cluster = absl::StrCat("\"chief\": ", list(1), ", \"ps\": ", list(options.num_ps),
-                                     ", \"worker\": ", list(options.num_workers));
+  std::string cluster =
+      absl::StrCat("\"chief\": ", list("chief", 1), ", \"ps\": ", list("ps", options.num_ps),
+                   ", \"worker\": ", list("worker", options.num_workers));
   if (options.evaluator && !options.evaluator_unlisted) {
-    absl::StrAppend(&cluster, ", \"evaluator\": ", list(1));
+    absl::StrAppend(&cluster, ", \"evaluator\": ", list("evaluator", 1));
   }
   auto tf_config = [&](const std::string& type, int index) {
     return absl::StrCat("{\"cluster\": {", cluster, "}, \"task\": {\"type\": \"", type,
@@ -174,12 +216,23 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       if (skip == name) return absl::OkStatus();
     }
     args.insert(args.end(), options.all_args.begin(), options.all_args.end());
+    if (options.metrics) {
+      const int port = FreePort();
+      c->metrics_ports_[name] = port;
+      args.push_back(absl::StrCat("--metrics_port=", port));
+    }
     Proc p;
     p.name = name;
     p.log = absl::StrCat(c->dir_, "/", type, index, ".log");
     p.binary = binary;
     p.args = args;
     p.tf_config = tf_config(type, index);
+    for (const std::string& later : options.start_later) {
+      if (later == name) {
+        c->later_.push_back(std::move(p));
+        return absl::OkStatus();
+      }
+    }
     p.pid = Spawn(binary, args, p.tf_config, p.log);
     if (p.pid < 0) return absl::InternalError("could not start " + binary);
     c->procs_.push_back(std::move(p));
@@ -262,6 +315,29 @@ absl::Status LocalCluster::KillAndRestart(const std::string& task, absl::Duratio
   if (p->pid < 0) return absl::InternalError("could not restart " + task);
   p->exit_code.reset();
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartTask(const std::string& task) {
+  for (auto it = later_.begin(); it != later_.end(); ++it) {
+    if (it->name != task) continue;
+    it->pid = Spawn(it->binary, it->args, it->tf_config, it->log);
+    if (it->pid < 0) return absl::InternalError("could not start " + task);
+    // Wait() reaps the chief first.
+    procs_.insert(task == "chief:0" ? procs_.begin() : procs_.end(), std::move(*it));
+    later_.erase(it);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(task, " is not waiting in start_later"));
+}
+
+std::string LocalCluster::Address(const std::string& task) const {
+  auto it = addresses_.find(task);
+  return it == addresses_.end() ? "" : it->second;
+}
+
+int LocalCluster::MetricsPort(const std::string& task) const {
+  auto it = metrics_ports_.find(task);
+  return it == metrics_ports_.end() ? 0 : it->second;
 }
 
 bool LocalCluster::WaitForChunks(int64_t chunks, absl::Duration timeout) const {

@@ -24,8 +24,13 @@ namespace testing {
 // workspace's ../shared/data/mnist. Empty when neither has the files.
 std::string TestDataDir();
 
-// A free TCP port on 127.0.0.1 (bound, then released).
+// A free TCP port on 127.0.0.1 (bound, then released); never the same one
+// twice in a process. Thread-safe.
 int FreePort();
+
+// GET http://127.0.0.1:port/metrics: the whole HTTP response (status line,
+// headers, body), or "" when nothing answers.
+std::string ScrapeMetrics(int port);
 
 struct ProcessResult {
   int exit_code = -1;  // 128 + signal when killed by one
@@ -51,6 +56,10 @@ struct ClusterOptions {
   std::map<int, std::vector<std::string>> one_worker_args;  // by index
   // Tasks listed in TF_CONFIG but not started ("worker:1").
   std::vector<std::string> not_started;
+  // Tasks listed in TF_CONFIG and started only by StartTask().
+  std::vector<std::string> start_later;
+  // Every task serves Prometheus /metrics on a free port (MetricsPort()).
+  bool metrics = false;
   // Appended to every daemon's arguments (e.g. TLS and token flags).
   std::vector<std::string> all_args;
 };
@@ -75,6 +84,14 @@ class LocalCluster {
   // done ("chunks N/M"); false on timeout or when the chief exited.
   bool WaitForChunks(int64_t chunks, absl::Duration timeout) const;
 
+  // Starts a task named in ClusterOptions::start_later. NotFound when it is
+  // not one, or was started already.
+  absl::Status StartTask(const std::string& task);
+  // `task`'s host:port in TF_CONFIG; "" for a task not in the cluster.
+  std::string Address(const std::string& task) const;
+  // The port of `task`'s /metrics (ClusterOptions::metrics); 0 when none.
+  int MetricsPort(const std::string& task) const;
+
   std::string Log(const std::string& task) const;
   // Every task's log, for failure messages.
   std::string AllLogs() const;
@@ -95,6 +112,9 @@ class LocalCluster {
   void Reap(Proc& p, absl::Time deadline);
 
   std::vector<Proc> procs_;
+  std::vector<Proc> later_;  // ClusterOptions::start_later, not spawned yet
+  std::map<std::string, std::string> addresses_;
+  std::map<std::string, int> metrics_ports_;
   std::string dir_;
 };
 

@@ -1,10 +1,6 @@
 // What a run leaves for people to look at: TensorBoard event files and the
 // safetensors export from the chief, Prometheus /metrics and the gRPC health
 // service on the daemons.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -22,27 +18,6 @@
 namespace pscluster {
 namespace testing {
 namespace {
-
-// GET http://127.0.0.1:port/metrics with a plain socket; "" on failure.
-std::string FetchMetrics(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(fd);
-  return out;
-}
 
 std::string TmpDir(const std::string& name) {
   const char* t = std::getenv("TEST_TMPDIR");
@@ -124,7 +99,7 @@ TEST(ObservabilityTest, PsServesHealthAndMetrics) {
       serving = IsServing(*channel, std::chrono::milliseconds(200));
       if (!serving) usleep(100000);
     }
-    metrics = FetchMetrics(metrics_port);
+    metrics = ScrapeMetrics(metrics_port);
   });
   ProcessResult r = RunBinary("ps_server/ps_server",
                               {absl::StrCat("--metrics_port=", metrics_port)}, tf_config,

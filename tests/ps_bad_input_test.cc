@@ -24,7 +24,7 @@ constexpr int kFloats = 1000;
 class PsBadInputTest : public ::testing::Test {
  protected:
   void Start(NonFinitePolicy policy = NONFINITE_REJECT, int max_message_bytes = 1 << 20) {
-    metrics_ = *Metrics::Start("", "ps:0");
+    metrics_ = *Metrics::Start("", "ps:0", MetricsRole::kPs);
     service_ = std::make_unique<PsService>(&store_, metrics_.get());
     const int port = testing::FreePort();
     RpcOptions rpc;

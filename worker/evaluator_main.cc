@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   InitLogging(TaskName(config.task));
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
   std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   opt.metrics = metrics.get();
 
   Evaluator evaluator(opt);
@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
   int code = 0;
   absl::Status s = evaluator.Prepare(&stop);
   if (s.ok()) {
+    // Ready for its role: it has the chief's plan and the test set, and
+    // answers Evaluate.
+    (*server)->SetReady(true);
     evaluator.RunPeriodic(&stop);
   } else if (!absl::IsCancelled(s) && !(*server)->shutdown_requested()) {
     spdlog::error("{}", std::string(s.message()));

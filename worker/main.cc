@@ -65,16 +65,18 @@ int main(int argc, char** argv) {
   InitLogging(TaskName(config.task));
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
   std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), TaskName(config.task));
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   opt.metrics = metrics.get();
 
-  Trainer trainer(opt);
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
       TaskServer::Start(config.own_port(), {});
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
+  // Ready for its role once the chief's plan has arrived.
+  opt.on_plan = [&server] { (*server)->SetReady(true); };
+  Trainer trainer(opt);
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
   // A shutdown (from the chief or a signal) also stops training.
   std::thread watcher([&] {

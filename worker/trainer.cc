@@ -51,6 +51,7 @@ absl::Status Trainer::Run() {
   absl::StatusOr<TrainingPlan> plan =
       (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, &stop_);
   if (!plan.ok()) return plan.status();
+  if (options_.on_plan) options_.on_plan();
   // Heartbeats from a thread of their own: a worker blocked in a sync step
   // (waiting for a lost peer) is alive all the same.
   const uint64_t incarnation =
@@ -123,10 +124,28 @@ absl::Status Trainer::Run() {
   std::vector<float> grads(spec->num_parameters);
   std::vector<float> images(static_cast<size_t>(batch) * pixels);
   std::vector<uint8_t> labels(batch);
+  // The metrics of one call to the ps (PsClient::last_call()): its bytes
+  // whatever the outcome, its time and staleness when it succeeded. A
+  // PushPull carries the push and brings the next weights: its time counts
+  // as both.
+  auto record_call = [&](bool push, bool ok) {
+    Metrics* m = options_.metrics;
+    if (m == nullptr) return;
+    const PsClient::CallStats& call = (*ps)->last_call();
+    m->push_bytes().Increment(static_cast<double>(call.bytes_sent));
+    m->pull_bytes().Increment(static_cast<double>(call.bytes_received));
+    if (!ok) return;
+    m->pull_latency_seconds().Observe(absl::ToDoubleSeconds(call.duration));
+    if (push) {
+      m->push_latency_seconds().Observe(absl::ToDoubleSeconds(call.duration));
+      m->gradient_staleness().Observe(static_cast<double>(call.staleness));
+    }
+    m->model_version().Set(static_cast<double>((*ps)->version()));
+  };
   const absl::Time pull_start = absl::Now();
-  if (absl::Status s = (*ps)->PullAll(0, params.data(), options_.startup_timeout); !s.ok()) {
-    return s;
-  }
+  absl::Status first_pull = (*ps)->PullAll(0, params.data(), options_.startup_timeout);
+  record_call(/*push=*/false, first_pull.ok());
+  if (!first_pull.ok()) return first_pull;
   const double pull_s = absl::ToDoubleSeconds(absl::Now() - pull_start);
   spdlog::info("training {} on {} examples: {} epochs x {} chunks of {} shared by {} workers "
                "(this is worker {}), {} ps, on {}",
@@ -203,9 +222,10 @@ absl::Status Trainer::Run() {
       ++restores_seen;
       spdlog::warn("the parameters were restored (generation {}); pulling them again",
                    work->generation());
-      if (absl::Status s = (*ps)->PullAll(0, params.data(), options_.step_timeout,
-                                          work->generation());
-          !s.ok()) {
+      absl::Status s =
+          (*ps)->PullAll(0, params.data(), options_.step_timeout, work->generation());
+      record_call(/*push=*/false, s.ok());
+      if (!s.ok()) {
         if (absl::IsAborted(s)) continue;
         return s;
       }
@@ -237,6 +257,7 @@ absl::Status Trainer::Run() {
     absl::Time t1 = absl::Now();
     absl::Status s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(),
                                         options_.step_timeout);
+    record_call(/*push=*/true, s.ok());
     if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
     if (!s.ok()) return s;
     absl::Time t2 = absl::Now();
@@ -249,14 +270,8 @@ absl::Status Trainer::Run() {
       request.add_abandoned(work->chunk());
     }
     if (Metrics* m = options_.metrics) {
-      const double bytes = static_cast<double>(spec->num_parameters) * sizeof(float);
       m->steps().Increment();
       m->examples().Increment(n);
-      m->push_bytes().Increment(bytes);
-      m->pull_bytes().Increment(bytes);
-      // One fused RPC per ps: push and pull share the latency.
-      m->push_latency_seconds().Observe(absl::ToDoubleSeconds(t2 - t1));
-      m->model_version().Set(static_cast<double>((*ps)->version()));
     }
     ++steps_done;
     examples_done += n;

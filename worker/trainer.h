@@ -15,6 +15,7 @@
 #define PSCLUSTER_WORKER_TRAINER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,6 +45,9 @@ struct TrainerOptions {
   // exercise backup workers and staleness.
   absl::Duration straggle = absl::ZeroDuration();
   Metrics* metrics = nullptr;  // borrowed; outlives the Trainer
+  // Called once, from Run(), when the chief's plan has arrived: the worker
+  // is then ready for its role (main marks its health). May be empty.
+  std::function<void()> on_plan;
 };
 
 class Trainer {

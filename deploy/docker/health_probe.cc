@@ -2,8 +2,12 @@
 // daemon whether it serves, for container health checks (Compose has no gRPC
 // check of its own, and Debian 12 packages no grpc_health_probe).
 //
-//   pscluster-health-probe [HOST:]PORT [--timeout_ms=N]
+//   pscluster-health-probe [HOST:]PORT [--service=NAME] [--timeout_ms=N]
 //       [--tls_cert=F --tls_key=F [--tls_ca=F] [--tls_server_name=NAME]]
+//
+// --service: "" (the default) asks whether the process is up;
+// "pscluster.Ready" whether the task is ready for its role
+// (common/task_server.h, README "Observability").
 //
 // The health service needs no cluster token; with TLS on (README,
 // "Security") the probe needs the daemons' TLS flags: a mutual-TLS server
@@ -22,7 +26,7 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: pscluster-health-probe [HOST:]PORT [--timeout_ms=N]\n"
+    "usage: pscluster-health-probe [HOST:]PORT [--service=NAME] [--timeout_ms=N]\n"
     "           [--tls_cert=FILE --tls_key=FILE [--tls_ca=FILE] [--tls_server_name=NAME]]\n";
 
 int Usage(const std::string& message) {
@@ -42,6 +46,7 @@ bool FlagValue(const std::string& arg, const std::string& name, std::string* val
 
 int main(int argc, char** argv) {
   std::string address;
+  std::string service;
   long timeout_ms = 2000;
   pscluster::SecurityFlags tls;
   for (int i = 1; i < argc; ++i) {
@@ -50,7 +55,9 @@ int main(int argc, char** argv) {
       std::printf(
           "%s"
           "Exit 0 when the grpc.health.v1 service at HOST:PORT (default host\n"
-          "127.0.0.1) answers SERVING within N ms (default 2000), else 1.\n"
+          "127.0.0.1) answers SERVING for --service within N ms (default 2000),\n"
+          "else 1. --service=\"\" (the default): the process is up;\n"
+          "--service=pscluster.Ready: the task is ready for its role.\n"
           "With TLS on, give the daemons' --tls_cert, --tls_key, --tls_ca (and\n"
           "--tls_server_name); the health service needs no cluster token.\n",
           kUsage);
@@ -58,7 +65,8 @@ int main(int argc, char** argv) {
     }
     if (FlagValue(arg, "tls_cert", &tls.tls_cert) || FlagValue(arg, "tls_key", &tls.tls_key) ||
         FlagValue(arg, "tls_ca", &tls.tls_ca) ||
-        FlagValue(arg, "tls_server_name", &tls.tls_server_name)) {
+        FlagValue(arg, "tls_server_name", &tls.tls_server_name) ||
+        FlagValue(arg, "service", &service)) {
       continue;
     }
     if (arg.rfind("--timeout_ms=", 0) == 0) {
@@ -83,9 +91,9 @@ int main(int argc, char** argv) {
   pscluster::RpcOptions options;
   options.security = std::make_shared<const pscluster::SecurityConfig>(*std::move(security));
   std::shared_ptr<grpc::Channel> channel = pscluster::MakeChannel(address, options);
-  if (!pscluster::IsServing(*channel, std::chrono::milliseconds(timeout_ms))) {
-    std::fprintf(stderr, "%s: not serving (no SERVING answer within %ld ms)\n",
-                 address.c_str(), timeout_ms);
+  if (!pscluster::IsServing(*channel, std::chrono::milliseconds(timeout_ms), service)) {
+    std::fprintf(stderr, "%s: service \"%s\" not serving (no SERVING answer within %ld ms)\n",
+                 address.c_str(), service.c_str(), timeout_ms);
     return 1;
   }
   return 0;

@@ -185,7 +185,7 @@ class PsTarget final : public Target {
  private:
   // Metrics counted but not served, as a ps_server without --metrics_port.
   explicit PsTarget(int64_t bytes)
-      : bytes_(bytes), metrics_(*Metrics::Start("", "ps:0")), service_(&store_, metrics_.get()) {}
+      : bytes_(bytes), metrics_(*Metrics::Start("", "ps:0", MetricsRole::kPs)), service_(&store_, metrics_.get()) {}
 
   // Async sgd for one worker, as a worker's first Init would set it up;
   // then the push request every call re-sends (small gradients keep the
