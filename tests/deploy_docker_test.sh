@@ -63,6 +63,11 @@ def stages(ins):
 
 for name, cuda in (("Dockerfile", False), ("Dockerfile.cuda", True)):
     g = Group("deploy/docker/" + name)
+    # A "# syntax=" directive makes BuildKit pull a frontend image from a
+    # registry: the build must need Debian's apt repositories only.
+    first = [l for l in open(os.path.join(D, name)) if l.strip()][:1]
+    g(not (first and re.match(r"#\s*syntax\s*=", first[0], re.I)),
+      "no '# syntax=' directive (it would pull a frontend image)", first[0].strip() if first else "")
     st = stages(instructions(os.path.join(D, name)))
     g(list(st)[-1] == "runtime", "the last stage is 'runtime'", str(list(st)))
     build, runtime = st.get("build", ("", [])), st.get("runtime", ("", []))
