@@ -46,11 +46,23 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
   // ends. The checkpoint restore and the membership change inside nest.
   dispatcher_->Pause();
   const absl::Time give_up = t0 + recovery_timeout_;
+  absl::Time next_report = t0 + kWaitReportEvery;
   absl::StatusOr<PsStatsResponse> st;
   while (true) {
     if (stop_) return absl::CancelledError("stopped while waiting for a ps");
     st = fleet_->Stats(i, absl::Seconds(1));
     if (st.ok()) break;
+    if (absl::Now() >= next_report) {
+      // An operator sees what the run waits for, and for how long: a ps
+      // stopped by hand (docker kill, docker stop) is not restarted by
+      // Docker, so someone must start it again.
+      next_report = absl::Now() + kWaitReportEvery;
+      spdlog::warn(
+          "training paused: still waiting for ps:{} to answer ({:.0f} s of "
+          "--ps_recovery_timeout_s={:.0f} s; the run fails after that): {}",
+          i, absl::ToDoubleSeconds(absl::Now() - t0), absl::ToDoubleSeconds(recovery_timeout_),
+          std::string(st.status().message()));
+    }
     if (absl::Now() >= give_up) {
       return absl::UnavailableError(absl::StrCat("ps:", i, " did not come back within ",
                                                  absl::FormatDuration(recovery_timeout_), ": ",

@@ -44,6 +44,9 @@ class PsRecovery {
   absl::Status Check(const Snapshot* latest, int64_t* highest_version);
 
  private:
+  // While a ps is lost, the chief logs what it waits for this often.
+  static constexpr absl::Duration kWaitReportEvery = absl::Seconds(5);
+
   absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
                        int64_t* highest_version);
   absl::Status RestoreAll(const Snapshot& snap, int64_t generation);

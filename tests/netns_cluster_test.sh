@@ -141,4 +141,12 @@ if grep -q "ps:1 lost" "$tmp/cut.chief.log" &&
 else
   fail "no 'ps:1 lost' / 'answers again' in the chief's log"; grep -E "lost|answers|restored" "$tmp/cut.chief.log" | head
 fi
+# Found unreachable about 1 s into the 8 s cut: the chief says at least once
+# (every 5 s) what it waits for and how long it will.
+if grep -q "training paused: still waiting for ps:1 to answer (5 s of --ps_recovery_timeout_s=" \
+    "$tmp/cut.chief.log"; then
+  pass "while ps:1 was cut off the chief said what it waited for: $(grep -o 'training paused: still waiting for ps:1[^:]*' "$tmp/cut.chief.log" | head -n 1)"
+else
+  fail "no 'still waiting for ps:1' line from the chief during the cut"
+fi
 finish
