@@ -46,6 +46,7 @@ class Chief::Impl {
       : options_(options), metrics_(metrics), stop_(*stop) {}
 
   absl::StatusOr<RunResult> Run();
+  bool gave_up() const { return gave_up_; }
 
  private:
   // The steps of Run(), in order.
@@ -63,15 +64,19 @@ class Chief::Impl {
   absl::StatusOr<int64_t> FinalSteps();
   absl::Status FinalEvaluation(RunResult* result);
   absl::Status Export(const RunResult& result);
-  void ShutdownAll(const std::string& reason);
+  void ShutdownAll(const std::string& reason, bool run_failed = false);
+  // Ends a run that cannot go on: every task is told to stop, as failed
+  // (exit kExitRunFailed) unless the chief was itself told to stop.
   absl::Status Fail(absl::Status s) {
-    ShutdownAll(absl::StrCat("the chief failed: ", s.message()));
+    gave_up_ = !absl::IsCancelled(s);
+    ShutdownAll(absl::StrCat("the chief failed: ", s.message()), gave_up_);
     return s;
   }
 
   const ChiefOptions& options_;
   Metrics* const metrics_;
   std::atomic<bool>& stop_;
+  bool gave_up_ = false;  // Fail() stopped every task as failed
   absl::Time start_;
   TrainingPlan plan_;
   std::optional<ModelSpec> spec_;
@@ -92,7 +97,9 @@ class Chief::Impl {
 
 absl::StatusOr<RunResult> Chief::Run() {
   Impl impl(options_, metrics_, &stop_);
-  return impl.Run();
+  absl::StatusOr<RunResult> result = impl.Run();
+  gave_up_ = impl.gave_up();
+  return result;
 }
 
 absl::StatusOr<RunResult> Chief::Impl::Run() {
@@ -379,9 +386,9 @@ absl::Status Chief::Impl::Export(const RunResult& result) {
   return absl::OkStatus();
 }
 
-void Chief::Impl::ShutdownAll(const std::string& reason) {
-  if (server_) server_->RequestShutdown(reason);  // not ready from here on
-  if (tasks_) tasks_->ShutdownAll(reason);
+void Chief::Impl::ShutdownAll(const std::string& reason, bool run_failed) {
+  if (server_) server_->RequestShutdown(reason, run_failed);  // not ready from here on
+  if (tasks_) tasks_->ShutdownAll(reason, run_failed);
   if (server_) server_->Stop();
 }
 

@@ -99,12 +99,17 @@ class Chief {
 
   absl::StatusOr<RunResult> Run();
   void RequestStop(const std::string& why);
+  // After Run() failed: whether it gave the run up and stopped every task
+  // as failed (the chief then exits kExitRunFailed: starting it again would
+  // find no one), rather than failing before the cluster was touched.
+  bool gave_up() const { return gave_up_; }
 
  private:
   class Impl;
   const ChiefOptions options_;
   Metrics* const metrics_;
   std::atomic<bool> stop_{false};
+  bool gave_up_ = false;
 };
 
 // "final: test_accuracy=0.9912 test_loss=0.0290 steps=N epochs=N wall_s=N"

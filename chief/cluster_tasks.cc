@@ -87,13 +87,14 @@ absl::StatusOr<EvalReport> ClusterTasks::Evaluate(int64_t min_version, absl::Dur
   return absl::NotFoundError("the cluster lists no evaluator");
 }
 
-void ClusterTasks::ShutdownAll(const std::string& reason) {
+void ClusterTasks::ShutdownAll(const std::string& reason, bool run_failed) {
   for (const Task& t : tasks_) {
     auto stub = TaskControl::NewStub(t.channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
     ShutdownRequest req;
     req.set_reason(reason);
+    req.set_run_failed(run_failed);
     ShutdownResponse resp;
     grpc::Status s = stub->Shutdown(&ctx, req, &resp);
     if (!s.ok()) spdlog::warn("could not tell {} to exit: {}", Name(t), s.error_message());

@@ -44,8 +44,9 @@ class ClusterTasks {
   absl::StatusOr<EvalReport> Evaluate(int64_t min_version, absl::Duration timeout);
 
   // Tells every task to exit, giving `reason`; a task that does not answer
-  // within 5 s is logged and left.
-  void ShutdownAll(const std::string& reason);
+  // within 5 s is logged and left. `run_failed`: the run was given up, and
+  // the tasks exit with kExitRunFailed (common/exit_codes.h).
+  void ShutdownAll(const std::string& reason, bool run_failed = false);
 
  private:
   struct Task {

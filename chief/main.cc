@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "chief/chief.h"
 #include "common/daemon.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/model_spec.h"
 #include "common/task_server.h"
@@ -212,7 +213,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<RunResult> result = chief.Run();
   if (!result.ok()) {
     spdlog::error("{}", std::string(result.status().message()));
-    return absl::IsCancelled(result.status()) ? 130 : 1;
+    if (absl::IsCancelled(result.status())) return kExitInterrupted;
+    if (chief.gave_up()) {
+      spdlog::error("the run failed; every task was told to stop (exit code {})",
+                    kExitRunFailed);
+      return kExitRunFailed;
+    }
+    return kExitError;
   }
   std::printf("%s\n", FinalLine(*result).c_str());
   std::fflush(stdout);

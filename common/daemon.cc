@@ -143,7 +143,12 @@ void TuneAllocator() {
 
 void ExitWithUsageError(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
-  std::exit(2);
+  std::exit(kExitBadInput);
+}
+
+void ExitWithDataError(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::exit(kExitBadData);
 }
 
 TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,

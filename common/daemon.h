@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "common/cluster_spec.h"
+#include "common/exit_codes.h"
 #include "common/metrics.h"
 
 namespace pscluster {
@@ -32,6 +33,10 @@ void TuneAllocator();
 
 // Prints "error: <message>" to stderr and exits with code 2.
 [[noreturn]] void ExitWithUsageError(const std::string& message);
+
+// Prints "error: <message>" to stderr and exits with kExitBadData (the
+// data is missing or unreadable: starting again changes nothing).
+[[noreturn]] void ExitWithDataError(const std::string& message);
 
 // Reads --tf_config=FILE when given, else `env_value` (the TF_CONFIG
 // variable), and checks that task.type is `expected_type`.

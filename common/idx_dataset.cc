@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <utility>
 
@@ -210,6 +211,23 @@ absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path) {
 absl::StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
   std::vector<uint32_t> dims;
   return ReadIdx(path, kLabelsMagic, 1, &dims);
+}
+
+absl::Status CheckMnistFiles(const std::string& dir, Split split) {
+  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
+  const std::string split_name = split == Split::kTrain ? "train" : "test";
+  for (const auto& [stem, what] :
+       {std::pair<std::string, std::string>{prefix + "-images-idx3-ubyte", split_name + " images"},
+        {prefix + "-labels-idx1-ubyte", split_name + " labels"}}) {
+    absl::StatusOr<std::string> path = Find(dir, stem, what);
+    if (!path.ok()) return path.status();
+    std::ifstream file(*path, std::ios::binary);
+    if (!file) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("MNIST ", what, " in ", *path, " cannot be read: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Dataset> LoadMnist(const std::string& dir, Split split) {

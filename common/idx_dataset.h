@@ -41,6 +41,11 @@ enum class Split { kTrain, kTest };
 // file is absent, InvalidArgument naming the file otherwise.
 absl::StatusOr<Dataset> LoadMnist(const std::string& dir, Split split);
 
+// Cheap check of what LoadMnist needs, for start-up: both files of `split`
+// are there (NotFound, as LoadMnist says it) and can be opened for reading
+// (PermissionDenied naming the file). Their contents are not read.
+absl::Status CheckMnistFiles(const std::string& dir, Split split);
+
 // A permutation of 0..count-1 for `epoch`: the same on every machine and
 // compiler (splitmix64 and Fisher-Yates with unbiased rejection sampling,
 // no <random> distributions). Different epochs and seeds shuffle

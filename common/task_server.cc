@@ -21,7 +21,8 @@ class TaskServer::ControlService final : public TaskControl::Service {
   grpc::Status Shutdown(grpc::ServerContext* ctx, const ShutdownRequest* req,
                         ShutdownResponse*) override {
     if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-    owner_->RequestShutdown(req->reason().empty() ? "Shutdown RPC" : req->reason());
+    owner_->RequestShutdown(req->reason().empty() ? "Shutdown RPC" : req->reason(),
+                            req->run_failed());
     return grpc::Status::OK;
   }
 
@@ -77,10 +78,11 @@ std::string TaskServer::WaitForShutdownRequest() {
   return reason_;
 }
 
-void TaskServer::RequestShutdown(const std::string& reason) {
+void TaskServer::RequestShutdown(const std::string& reason, bool run_failed) {
   absl::MutexLock lock(&mu_);
   if (shutdown_requested_) return;
   shutdown_requested_ = true;
+  run_failed_ = run_failed;
   reason_ = reason;
   SetReadyLocked(false);
 }
@@ -95,6 +97,11 @@ void TaskServer::SetReadyLocked(bool ready) {
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(kReadyService, ready);
   }
+}
+
+bool TaskServer::run_failed() const {
+  absl::MutexLock lock(&mu_);
+  return run_failed_;
 }
 
 bool TaskServer::shutdown_requested() const {

@@ -52,9 +52,13 @@ class TaskServer {
   // Blocks until a Shutdown RPC arrives or RequestShutdown is called;
   // returns the reason.
   std::string WaitForShutdownRequest();
-  // Also marks kReadyService NOT_SERVING for good.
-  void RequestShutdown(const std::string& reason);
+  // Also marks kReadyService NOT_SERVING for good. `run_failed`: the chief
+  // gave the run up (the first request decides).
+  void RequestShutdown(const std::string& reason, bool run_failed = false);
   bool shutdown_requested() const;
+  // The shutdown came from a chief that gave the run up: exit with
+  // kExitRunFailed (common/exit_codes.h).
+  bool run_failed() const;
 
   // Marks kReadyService SERVING (true) or NOT_SERVING (false). Once a
   // shutdown is requested it stays NOT_SERVING whatever is asked.
@@ -75,6 +79,7 @@ class TaskServer {
   std::unique_ptr<grpc::Server> server_;
   mutable absl::Mutex mu_;
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool run_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::string reason_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   store.Cancel();
   broadcaster.reset();
   readiness.join();
+  const bool run_failed = (*server)->run_failed();
   (*server)->Stop();
-  return 0;
+  return run_failed ? kExitRunFailed : kExitOk;
 }

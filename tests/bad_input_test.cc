@@ -209,6 +209,31 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
   }
 }
 
+// Missing data is not worth a restart: the worker and the evaluator exit
+// with their own code (4, common/exit_codes.h) at once, naming the folder,
+// before they wait for the chief.
+TEST(DataErrorTest, MissingDataExitsFourNamingIt) {
+  const std::string cluster =
+      "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:2\"], "
+      "\"worker\": [\"127.0.0.1:3\"], \"evaluator\": [\"127.0.0.1:4\"]}, ";
+  const std::string empty = ::testing::TempDir();
+  for (const auto& [binary, type, what] :
+       {std::tuple<const char*, const char*, const char*>{"worker/worker", "worker", "train"},
+        {"worker/evaluator", "evaluator", "test"}}) {
+    for (const std::string& dir : {std::string("/nonexistent/mnist"), empty}) {
+      ProcessResult r = RunBinary(
+          binary, {"--data_dir=" + dir, "--startup_timeout_s=1"},
+          cluster + "\"task\": {\"type\": \"" + type + "\", \"index\": 0}}",
+          absl::Seconds(30));
+      EXPECT_EQ(r.exit_code, 4) << binary << " " << dir << "\n" << r.output;
+      EXPECT_NE(r.output.find(absl::StrCat("error: --data_dir=", dir, ": MNIST ", what,
+                                           " images not found in ", dir)),
+                std::string::npos)
+          << r.output;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace pscluster

@@ -187,12 +187,17 @@ def make_real_bin(repo, tmp):
 
 
 def entrypoint(repo, bin_dir, argv, env, hostname, timeout=20):
-    """Runs deploy/docker/entrypoint.sh ARGV in a clean environment."""
-    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOSTNAME": hostname,
-         "PSCLUSTER_BIN_DIR": bin_dir}
-    e.update(env)
-    return subprocess.run(["bash", os.path.join(repo, "deploy/docker/entrypoint.sh")] + argv,
-                          env=e, capture_output=True, text=True, timeout=timeout)
+    """Runs deploy/docker/entrypoint.sh ARGV in a clean environment, as in a
+    fresh container: a state folder of its own for every run (a final exit
+    code kept there would make the next run exit at once)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as state:
+        e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOSTNAME": hostname,
+             "PSCLUSTER_BIN_DIR": bin_dir}
+        e.update(env)
+        e["PSCLUSTER_STATE_DIR"] = state  # never the manifests' path on this machine
+        return subprocess.run(["bash", os.path.join(repo, "deploy/docker/entrypoint.sh")] + argv,
+                              env=e, capture_output=True, text=True, timeout=timeout)
 
 
 def task_view(repo, fake_bin, argv, env, hostname):

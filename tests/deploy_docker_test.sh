@@ -266,7 +266,8 @@ EOS
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
     local out rc
-    out="$(env -i PATH="$PATH" PSCLUSTER_BIN_DIR="$fake" "${envs[@]}" bash "$ENTRY" "$@" 2>"$tmp/ep.err")"
+    out="$(env -i PATH="$PATH" PSCLUSTER_BIN_DIR="$fake" PSCLUSTER_STATE_DIR="$tmp/state" \
+      "${envs[@]}" bash "$ENTRY" "$@" 2>"$tmp/ep.err")"
     rc=$?
     if [ $rc -ne "$want_rc" ]; then
       fail "entrypoint: $name: exit $rc, expected $want_rc: $out $(cat "$tmp/ep.err")"
@@ -293,7 +294,19 @@ EOS
   ep "--tf_config=FILE: TF_CONFIG left alone" 0 "={$CL}|--tf_config=/x.json" \
     TF_CONFIG="{$CL}" HOSTNAME=ps-1 -- ps --tf_config=/x.json
   ep "a bad PSCLUSTER_TASK_INDEX is a usage error" 2 '^$' TF_CONFIG="{$CL}" PSCLUSTER_TASK_INDEX=x -- ps
-  ep "the daemon's exit status is the entrypoint's" 3 '' TF_CONFIG="$full" FAKE_RC=3 -- ps
+  ep "the daemon's exit status is the entrypoint's" 1 '' TF_CONFIG="$full" FAKE_RC=1 -- ps
+  ep "after an exit 1 the daemon is started again" 0 "=$full|" TF_CONFIG="$full" -- ps
+  # Final codes: 2 bad input, 3 run given up, 4 bad data. The next start in
+  # the same container exits with the code at once, the daemon not started.
+  for code in 2 3 4; do
+    rm -rf "$tmp/state"
+    ep "exit $code is passed on and kept" "$code" "=$full|" TF_CONFIG="$full" FAKE_RC="$code" -- ps
+    ep "after a final exit $code the container's next start exits $code without starting the daemon" \
+      "$code" '^$' TF_CONFIG="$full" -- ps
+    grep -q "not starting ps_server again: $code ps_server exited $code" "$tmp/ep.err" ||
+      fail "entrypoint: no 'not starting ps_server again' line after exit $code: $(cat "$tmp/ep.err")"
+  done
+  rm -rf "$tmp/state"
   ep "another command runs as it is" 0 '^hello$' -- echo hello
   ep "no arguments: usage, exit 2" 2 'ROLE' --
   ep "--help" 0 'PSCLUSTER_DONE_FILE' -- --help
@@ -303,7 +316,8 @@ EOS
   # write nothing.
   done_file="$tmp/runs/.pscluster-done"
   runonce() {  # runonce ENV...: starts the entrypoint in the background, sets $bg
-    env -i PATH="$PATH" PSCLUSTER_BIN_DIR="$fake" PSCLUSTER_DONE_FILE="$done_file" TF_CONFIG="$full" "$@" \
+    env -i PATH="$PATH" PSCLUSTER_BIN_DIR="$fake" PSCLUSTER_DONE_FILE="$done_file" \
+      PSCLUSTER_STATE_DIR="$tmp/state" TF_CONFIG="$full" "$@" \
       bash "$ENTRY" chief --epochs=1 >"$tmp/bg.out" 2>"$tmp/bg.err" &
     bg=$!
   }

@@ -168,6 +168,13 @@ def check_pod_spec(where, template, role, is_tfjob=False):
     mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
     undeclared = [m["name"] for m in mounts.values() if m["name"] not in vols]
     g(not undeclared, "mounts name volumes of the pod", str(undeclared))
+    # A final exit code (2, 3, 4) outlives a container restart in the pod,
+    # so the restarted container exits with it at once (as under Compose).
+    state = {e["name"]: e.get("value") for e in c.get("env", [])}.get("PSCLUSTER_STATE_DIR")
+    m = mounts.get(state or "")
+    g(state and m and "emptyDir" in vols.get(m["name"], {}),
+      "PSCLUSTER_STATE_DIR on an emptyDir (a final exit code outlives a container restart)",
+      "PSCLUSTER_STATE_DIR=%s mounts=%s" % (state, list(mounts)))
     claims = [v["persistentVolumeClaim"]["claimName"] for v in vols.values() if "persistentVolumeClaim" in v]
     missing = [x for x in claims if x not in pvcs]
     g(not missing, "claims exist (%s)" % (", ".join(claims) or "none"), str(missing))

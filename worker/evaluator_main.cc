@@ -5,7 +5,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/daemon.h"
+#include "common/idx_dataset.h"
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/task_server.h"
@@ -67,6 +69,10 @@ int main(int argc, char** argv) {
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
   std::unique_ptr<Metrics> metrics =
       StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
+  // The data last: every flag and TF_CONFIG check comes first (exit 2).
+  if (absl::Status s = CheckMnistFiles(opt.data_dir, Split::kTest); !s.ok()) {
+    ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
+  }
   opt.metrics = metrics.get();
 
   Evaluator evaluator(opt);
@@ -113,6 +119,8 @@ int main(int argc, char** argv) {
     (*server)->RequestShutdown("evaluator failed");
   }
   watcher.join();
+  // Stopped by a chief that gave the run up: the failure shows here too.
+  if (code == 0 && (*server)->run_failed()) code = kExitRunFailed;
   (*server)->Stop();
   return code;
 }

@@ -6,7 +6,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/daemon.h"
+#include "common/idx_dataset.h"
 #include "common/logging.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
@@ -66,6 +68,10 @@ int main(int argc, char** argv) {
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
   std::unique_ptr<Metrics> metrics =
       StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
+  // The data last: every flag and TF_CONFIG check comes first (exit 2).
+  if (absl::Status s = CheckMnistFiles(opt.data_dir, Split::kTrain); !s.ok()) {
+    ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
+  }
   opt.metrics = metrics.get();
 
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
@@ -105,6 +111,8 @@ int main(int argc, char** argv) {
   }
   (*server)->RequestShutdown("worker exiting");
   watcher.join();
+  // Stopped by a chief that gave the run up: the failure shows here too.
+  if (code == kExitOk && (*server)->run_failed()) code = kExitRunFailed;
   (*server)->Stop();
   return code;
 }

@@ -19,6 +19,9 @@
 #       PATH and wait until stopped; when PATH exists at start, do not run
 #       again but wait. Remove PATH to train again.
 #   PSCLUSTER_BIN_DIR      where the daemons are (default /usr/local/bin).
+#   PSCLUSTER_STATE_DIR    where a final exit code is kept (default /tmp):
+#       a daemon that exits 2 (bad input), 3 (run given up) or 4 (bad data)
+#       is not started again in this container; it exits with that code.
 # A --tf_config=FILE flag wins over TF_CONFIG in the daemons; it is left alone.
 set -euo pipefail
 
@@ -26,7 +29,7 @@ me=pscluster-entrypoint
 die() { echo "$me: error: $*" >&2; exit 2; }
 
 if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
   [ $# -eq 0 ] && exit 2
   exit 0
 fi
@@ -79,8 +82,19 @@ if [ "$has_tf_config_flag" = 0 ] && [ -n "${TF_CONFIG:-}" ]; then
   fi
 fi
 
-if [ -z "${PSCLUSTER_DONE_FILE:-}" ]; then
-  exec "$bin" "$@"
+# Exit codes 2 (bad flags or TF_CONFIG), 3 (the chief gave the run up) and
+# 4 (data missing or unreadable) are final: starting the daemon again would
+# change nothing. They are kept in $final_file, and a container started again
+# (Docker's and Kubernetes' restart policies) exits with the same code at
+# once instead of waiting for a run that is over. The file lives as long as
+# the container's file system (Docker) or PSCLUSTER_STATE_DIR (a pod's
+# emptyDir in Kubernetes); recreate the container, or remove it, to start over.
+final_file="${PSCLUSTER_STATE_DIR:-/tmp}/pscluster-final-exit"
+if [ -f "$final_file" ]; then
+  code="$(head -n 1 "$final_file" | cut -d' ' -f1)"
+  [[ "$code" =~ ^[234]$ ]] || code=3
+  echo "$me: not starting $binary again: $(head -c 300 "$final_file") (final; remove $final_file or recreate the container to start over)" >&2
+  exit "$code"
 fi
 
 # Run-once mode: wait (until stopped) instead of exiting or running again.
@@ -93,7 +107,7 @@ idle() {
   wait "$sleeper" || true
   exit 0
 }
-if [ -e "$PSCLUSTER_DONE_FILE" ]; then
+if [ -n "${PSCLUSTER_DONE_FILE:-}" ] && [ -e "$PSCLUSTER_DONE_FILE" ]; then
   idle "not running $binary: $PSCLUSTER_DONE_FILE exists ($(head -c 200 "$PSCLUSTER_DONE_FILE"))"
 fi
 "$bin" "$@" &
@@ -109,8 +123,19 @@ while :; do
   [ "$interrupted" = 1 ] || break
 done
 trap - TERM INT
+case "$rc" in
+  2) why="bad flags or TF_CONFIG" ;;
+  3) why="the chief gave the run up" ;;
+  4) why="the data is missing or unreadable" ;;
+  *) why="" ;;
+esac
+if [ -n "$why" ] && [ "$stopped" = 0 ]; then
+  mkdir -p "$(dirname "$final_file")" 2>/dev/null || true
+  echo "$rc $binary exited $rc ($why) at $(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$final_file" 2>/dev/null ||
+    echo "$me: cannot write $final_file" >&2
+fi
 # A daemon stopped by a signal did not finish its run, whatever its status.
-if [ "$rc" -ne 0 ] || [ "$stopped" = 1 ]; then
+if [ "$rc" -ne 0 ] || [ "$stopped" = 1 ] || [ -z "${PSCLUSTER_DONE_FILE:-}" ]; then
   exit "$rc"
 fi
 mkdir -p "$(dirname "$PSCLUSTER_DONE_FILE")"

@@ -24,8 +24,9 @@
 #   --help
 # Every task serves Prometheus /metrics on a free port (listed at start).
 # Like Compose's `restart: on-failure`, a ps, worker or evaluator that exits
-# non-zero or is killed by a signal while the run goes on is started again
-# with the same TF_CONFIG, flags, ports and log:
+# non-zero (but for the final codes 2 bad input, 3 run given up, 4 bad data)
+# or is killed by a signal while the run goes on is started again with the
+# same TF_CONFIG, flags, ports and log:
 #   [launcher] ps:1 exited (killed by SIGKILL); restarting (1/5)
 # The chief is started again only when a signal the launcher did not send
 # killed it (kill -9); when it exits with a status (130 when SIGINT or SIGTERM
@@ -273,6 +274,12 @@ task_ended() {
   fi
   if [ "$rc" -eq 0 ] || [ "$STOPPING" = 1 ]; then
     return  # done, or stopped by the chief or by us
+  fi
+  # 2 (bad flags or TF_CONFIG), 3 (the chief gave the run up) and 4 (data
+  # missing or unreadable): starting it again would change nothing.
+  if [ "$rc" -ge 2 ] && [ "$rc" -le 4 ]; then
+    echo "[launcher] ${TASK_ID[$name]} exited ($(how_it_ended "$rc")); not restarting it (exit codes 2-4 are final)" >&"$STDERR"
+    return
   fi
   if [ "$RESTART" = 0 ]; then
     echo "[launcher] ${TASK_ID[$name]} exited ($(how_it_ended "$rc")); not restarting it (--no_restart)" >&"$STDERR"
