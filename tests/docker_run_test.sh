@@ -377,6 +377,13 @@ compose_run() {
       fail "$name: ps:1 was never killed (the chief was not seen training)"
     elif [ "${count:-0}" -ge 1 ] && [ "$starts" -ge 2 ]; then
       pass "$name: the ps:1 process killed (kill -9, $killed) was restarted by Docker ($count restart(s), $starts starts in its log) and the run finished"
+      # The chief saw the new process and restored every ps from its
+      # newest checkpoint (chief/ps_recovery.cc).
+      local restored
+      restored="$("$DOCKER" logs "$(cid chief)" 2>&1 | grep -E 'ps:1 restarted: every ps restored' | tail -1 | sed 's/^.*\] //')"
+      [ -n "$restored" ] && pass "$name: the chief restored the restarted ps:1: $restored" ||
+        fail "$name: the chief never logged restoring the restarted ps:1 ('ps:1 restarted: every ps restored ...'); its ps:1 lines: $(
+          "$DOCKER" logs "$(cid chief)" 2>&1 | grep 'ps:1' | tail -5 | tr '\n' ' ')"
     else
       fail "$name: ps:1 killed ($killed) but not restarted: RestartCount=${count:-?}, $starts starts in its log"
     fi
