@@ -91,7 +91,7 @@ unset DOCKER_CONTEXT DOCKER_CONFIG DOCKER_TLS_VERIFY DOCKER_CERT_PATH
 export DOCKER_CONFIG="$tmp/client"     # no user credentials or CLI config
 mkdir -p "$DOCKER_CONFIG"
 compose_files=(-f "$repo/deploy/compose/docker-compose.yml" -f "$tmp/override.yml")
-compose() { docker-compose --no-ansi -p "$PROJECT" "${compose_files[@]}" "$@"; }
+compose() { docker-compose --ansi never -p "$PROJECT" "${compose_files[@]}" "$@"; }
 # What dockerd changes on the host, restored at the end: its chains, the
 # FORWARD policy (it sets DROP) and IPv4 forwarding (it turns it on).
 chains_before="$(iptables -S 2>/dev/null; iptables -t nat -S 2>/dev/null)"
@@ -109,7 +109,7 @@ stop_pid() {
 }
 cleanup() {
   if [ -n "$dockerd_pid" ] && kill -0 "$dockerd_pid" 2>/dev/null; then
-    timeout 60 docker-compose --no-ansi -p "$PROJECT" "${compose_files[@]}" down -v --remove-orphans -t 5 \
+    timeout 60 docker-compose --ansi never -p "$PROJECT" "${compose_files[@]}" down -v --remove-orphans -t 5 \
       >/dev/null 2>&1
     local c
     c="$("$DOCKER" ps -aq 2>/dev/null)"
@@ -257,7 +257,11 @@ else
   tail -40 "$tmp/build.log"
   finish
 fi
-"$DOCKER" image prune -f >/dev/null 2>&1   # the images earlier builds left untagged
+# What earlier builds left: untagged images, and build cache beyond 8 GB
+# (the least recently used first; the Bazel cache mount of the last build
+# is the newest).
+"$DOCKER" image prune -f >/dev/null 2>&1
+"$DOCKER" builder prune -f --keep-storage 8GB >/dev/null 2>&1
 
 # --- 3, 4. The Compose runs. ---
 services=(ps-0 ps-1 worker-0 worker-1 evaluator chief)
