@@ -28,7 +28,14 @@ BUILD_PACKAGES=(
 #                              not needed when a kubectl is on PATH (e.g.
 #                              the kubectl package of Google's Cloud SDK
 #                              repository, which conflicts with it)
-#   docker-compose             tests/deploy_compose_test.sh (config)
+#   docker-compose             tests/deploy_compose_test.sh (config) and
+#                              tests/docker_run_test.sh (up: Compose v1, 1.29)
+#   docker.io                  tests/docker_run_test.sh: dockerd 20.10, its
+#                              containerd and runc, and the docker CLI
+#                              (/usr/bin/docker); the test starts a private
+#                              daemon, the package's own service is not used
+#   debootstrap                tests/docker_run_test.sh (the debian:12 base
+#                              image, made from Debian's mirror)
 #   python3-yaml               tests/deploy_*_test.sh (reading the manifests)
 #   python3-numpy              tests/keras_forward.py (cnn_export_test)
 #   jq                         deploy/docker/entrypoint.sh under the deploy tests
@@ -38,7 +45,7 @@ TEST_PACKAGES=(
   clang libclang-rt-14-dev
   iproute2
   kubernetes-client
-  docker-compose python3-yaml python3-numpy jq
+  docker-compose docker.io debootstrap python3-yaml python3-numpy jq
   openssl perl
 )
 

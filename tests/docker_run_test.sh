@@ -1,0 +1,404 @@
+#!/usr/bin/env bash
+# Runs the containers for real, on a private Docker daemon this test starts
+# and stops itself (Debian 12's docker.io: dockerd 20.10, its own containerd,
+# data root, sockets, pid files and bridge, so a user's Docker is never
+# touched):
+#   1. makes the debian:12 base image (and its debian:12-slim tag) when the
+#      private daemon lacks it: debootstrap --variant=minbase bookworm from
+#      the Debian mirror apt uses here, then docker import;
+#   2. builds the CPU image from deploy/docker/Dockerfile (BuildKit, Debian's
+#      CLI, DOCKER_BUILDKIT=1);
+#   3. runs deploy/compose/docker-compose.yml with Debian's docker-compose
+#      (1.29) for 1 epoch on the MNIST given, and checks the chief's final:
+#      line (test accuracy >= 0.98), every container's exit code 0, every
+#      service's health check reaching healthy during the run, and
+#      /metrics answering on worker-0 mid-run;
+#   4. runs it again, kill -9's the ps:1 process mid-run (from the host, by
+#      its pid: Docker sees the task die, not a manual stop, and restarts it
+#      under restart: on-failure) and checks that the run still finishes
+#      with final: and every exit code 0.
+# It prints how long each step took. The base image, the build cache (the
+# Bazel cache mount) and the images stay in the daemon's data root,
+# $PSCLUSTER_DOCKER_CACHE (default ~/.cache/pscluster-docker), between runs;
+# everything else (containers, networks, volumes, the daemon, its bridge
+# and iptables rules) is removed at the end, whatever happened.
+# The one change to the deployment: an override file sets the health
+# checks' interval to 1 s (Compose's own file: 10 s), so that a run of one
+# epoch (about 10 s of training) is probed while it trains.
+#
+# Needs root, x86-64 with AVX2 (the image's .bazelrc), kernel support for
+# overlayfs, bridges and iptables, dockerd, containerd, Debian's docker CLI
+# (/usr/bin/docker), docker-compose and debootstrap (deploy/install_deps.sh
+# installs them), the network to Debian's mirror (for the base image and
+# the image's apt-get), and MNIST; skips saying why otherwise.
+#
+# Usage: tests/docker_run_test.sh [MNIST_DIR]
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
+cache="${PSCLUSTER_DOCKER_CACHE:-$HOME/.cache/pscluster-docker}"
+passed=0; failed=0; skipped=0
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+note() { echo "docker_run_test: $*"; }
+finish() {
+  echo "docker_run_test: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]; exit
+}
+
+# What this test's daemon owns. The bridge and the address pool are used by
+# no other test (tests/netns_cluster_test.sh: 10.213.0.0/24).
+BRIDGE=pscdt0
+BRIDGE_CIDR=10.231.0.1/24
+POOL=10.231.16.0/20        # Compose's networks, a /24 each
+PROJECT=pscdt              # the Compose project
+IMAGE=pscluster-dockertest:latest
+DOCKER=/usr/bin/docker     # Debian's CLI (20.10), whatever else is on PATH
+MIN_ACCURACY=0.98          # one epoch of the CNN, sync, 2 workers: 0.9825
+RUN_LIMIT_S=300            # a run that takes longer is hung (it takes ~15 s)
+
+# --- Can it run here? ---
+if [ "$(id -u)" -ne 0 ]; then skip "a private Docker daemon needs root"; finish; fi
+[ "$(uname -m)" = x86_64 ] || { skip "the image is x86-64 only, this is $(uname -m)"; finish; }
+grep -qw avx2 /proc/cpuinfo || { skip "the image's build needs AVX2 (.bazelrc: x86-64-v3); this CPU lacks it"; finish; }
+for c in /usr/sbin/dockerd:docker.io /usr/bin/containerd:containerd "$DOCKER":docker.io \
+         docker-compose:docker-compose debootstrap:debootstrap ip:iproute2 iptables:iptables \
+         curl:curl; do
+  cmd="${c%%:*}"; pkg="${c#*:}"
+  command -v "$cmd" >/dev/null 2>&1 ||
+    { skip "no $cmd (Debian package $pkg; deploy/install_deps.sh installs it)"; finish; }
+done
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then skip "no MNIST in '$data'"; finish; fi
+data="$(cd "$data" && pwd)"
+grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null ||
+  { skip "no kernel support for overlayfs (Docker's overlay2 storage)"; finish; }
+if ! iptables -t nat -S >/dev/null 2>&1; then
+  skip "iptables cannot read the nat table here (no kernel support for NAT): $(iptables -t nat -S 2>&1 | head -1)"
+  finish
+fi
+
+mkdir -p "$cache" || { fail "cannot create the cache $cache"; finish; }
+# One run at a time per cache (its data root) and per bridge name.
+exec 9>"$cache/lock"
+if ! flock -w 900 9; then fail "another docker_run_test holds $cache/lock for 15 minutes"; finish; fi
+
+tmp="$(mktemp -d /tmp/pscdt.XXXXXX)"   # short: it holds unix sockets
+export DOCKER_HOST="unix://$tmp/docker.sock"
+export DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
+unset DOCKER_CONTEXT DOCKER_CONFIG DOCKER_TLS_VERIFY DOCKER_CERT_PATH
+export DOCKER_CONFIG="$tmp/client"     # no user credentials or CLI config
+mkdir -p "$DOCKER_CONFIG"
+compose_files=(-f "$repo/deploy/compose/docker-compose.yml" -f "$tmp/override.yml")
+compose() { docker-compose --ansi never -p "$PROJECT" "${compose_files[@]}" "$@"; }
+# What dockerd changes on the host, restored at the end: its chains, the
+# FORWARD policy (it sets DROP) and IPv4 forwarding (it turns it on).
+chains_before="$(iptables -S 2>/dev/null; iptables -t nat -S 2>/dev/null)"
+forward_policy="$(iptables -S FORWARD 2>/dev/null | sed -n 's/^-P FORWARD //p')"
+ip_forward="$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null)"
+ctd_pid=""; dockerd_pid=""
+
+# stop_pid PID SECONDS: TERM, then KILL after SECONDS.
+stop_pid() {
+  local pid="$1" i
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for ((i = 0; i < $2 * 5; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null; sleep 0.5
+}
+cleanup() {
+  if [ -n "$dockerd_pid" ] && kill -0 "$dockerd_pid" 2>/dev/null; then
+    timeout 60 docker-compose --ansi never -p "$PROJECT" "${compose_files[@]}" down -v --remove-orphans -t 5 \
+      >/dev/null 2>&1
+    local c
+    c="$("$DOCKER" ps -aq 2>/dev/null)"
+    [ -n "$c" ] && "$DOCKER" rm -f -v $c >/dev/null 2>&1
+    "$DOCKER" network prune -f >/dev/null 2>&1
+    "$DOCKER" volume prune -f >/dev/null 2>&1
+  fi
+  stop_pid "$dockerd_pid" 20
+  stop_pid "$ctd_pid" 10
+  ip link del "$BRIDGE" 2>/dev/null
+  # dockerd leaves its bridge's NAT and filter rules, and the DOCKER chains
+  # it created, behind: remove ours (the lock keeps other runs of this test
+  # away; rules of any other daemon stay).
+  local t rule chain
+  for t in nat filter; do
+    iptables -t "$t" -S 2>/dev/null | grep -E -- "$BRIDGE|10\.231\." | sed 's/^-A /-D /' |
+      while read -r rule; do eval "iptables -t $t $rule" 2>/dev/null; done
+    for chain in $(iptables -t "$t" -S 2>/dev/null | sed -n 's/^-N //p'); do
+      case "$chain" in DOCKER*) ;; *) continue ;; esac
+      grep -qx -- "-N $chain" <<<"$chains_before" && continue
+      iptables -t "$t" -S 2>/dev/null | grep -q -- "-j $chain\b" &&
+        iptables -t "$t" -S | grep -- "-j $chain\b" | sed 's/^-A /-D /' |
+          while read -r rule; do eval "iptables -t $t $rule" 2>/dev/null; done
+      iptables -t "$t" -F "$chain" 2>/dev/null; iptables -t "$t" -X "$chain" 2>/dev/null
+    done
+  done
+  [ -n "$forward_policy" ] && iptables -P FORWARD "$forward_policy" 2>/dev/null
+  [ -n "$ip_forward" ] && echo "$ip_forward" >/proc/sys/net/ipv4/ip_forward 2>/dev/null
+  # Mounts the daemon may have left under its exec root.
+  grep -o " $tmp/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- The private daemon: its own containerd, data root, exec root, sockets,
+# pid files, config files (never /etc/docker/daemon.json) and bridge. ---
+ip link del "$BRIDGE" 2>/dev/null   # left by a run that was killed
+if ! ip link add "$BRIDGE" type bridge 2>"$tmp/err"; then
+  skip "cannot create a bridge here (no kernel support?): $(cat "$tmp/err")"; finish
+fi
+ip addr add "$BRIDGE_CIDR" dev "$BRIDGE" && ip link set "$BRIDGE" up ||
+  { fail "cannot set up the bridge $BRIDGE ($BRIDGE_CIDR)"; finish; }
+mkdir -p "$cache/data-root" "$tmp/containerd"
+cat >"$tmp/containerd.toml" <<EOF
+version = 2
+root = "$tmp/containerd/root"
+state = "$tmp/containerd/state"
+[grpc]
+  address = "$tmp/containerd.sock"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+EOF
+/usr/bin/containerd --config "$tmp/containerd.toml" >"$tmp/containerd.log" 2>&1 &
+ctd_pid=$!
+echo '{}' >"$tmp/daemon.json"
+t0=$SECONDS
+for ((i = 0; i < 100; i++)); do [ -S "$tmp/containerd.sock" ] && break; sleep 0.1; done
+/usr/sbin/dockerd --config-file "$tmp/daemon.json" \
+  --data-root "$cache/data-root" --exec-root "$tmp/exec" \
+  --host "$DOCKER_HOST" --pidfile "$tmp/dockerd.pid" \
+  --bridge "$BRIDGE" --default-address-pool "base=$POOL,size=24" \
+  --iptables --ip-forward >"$tmp/dockerd.log" 2>&1 &
+dockerd_pid=$!
+up=0
+for ((i = 0; i < 120; i++)); do
+  "$DOCKER" version >/dev/null 2>&1 && { up=1; break; }
+  kill -0 "$dockerd_pid" 2>/dev/null || break
+  sleep 0.5
+done
+if [ "$up" = 0 ]; then
+  log="$(grep -E 'level=(error|fatal)|failed' "$tmp/dockerd.log" | tail -3 | tr '\n' ' ')"
+  if grep -qiE 'overlay|iptables|bridge|operation not permitted|not supported' <<<"$log"; then
+    skip "the private dockerd did not start here (kernel support?): $log"
+  else
+    fail "the private dockerd did not start within 60 s: $log $(tail -3 "$tmp/containerd.log" | tr '\n' ' ')"
+  fi
+  finish
+fi
+note "private dockerd $("$DOCKER" version -f '{{.Server.Version}}') up in $((SECONDS - t0)) s (data root $cache/data-root, bridge $BRIDGE $BRIDGE_CIDR, pool $POOL)"
+
+# --- 1. The base image. ---
+# debian_mirror SUITE: the URI apt uses here for Debian's SUITE.
+debian_mirror() {
+  local suite="$1" f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk -v suite="$suite" '
+      function flush() { if (uri != "" && (" " suites " ") ~ (" " suite " ")) { print uri; exit } uri = ""; suites = "" }
+      /^[ \t]*$/ { flush(); next }
+      /^URIs:/ { uri = $2 } /^Suites:/ { $1 = ""; suites = $0 }
+      END { flush() }' "$f"
+  done
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk -v suite="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) while ($i !~ /\]$/) i++; if ($2 ~ /^\[/) i++; if ($(i + 1) == suite) print $i }'
+}
+if "$DOCKER" image inspect debian:12 >/dev/null 2>&1; then
+  note "base image debian:12: cached in $cache/data-root"
+else
+  mirror="$(debian_mirror bookworm | head -1)"; mirror="${mirror:-http://deb.debian.org/debian}"
+  security="$(debian_mirror bookworm-security | head -1)"
+  security="${security:-http://deb.debian.org/debian-security}"
+  t0=$SECONDS
+  if debootstrap --variant=minbase bookworm "$tmp/rootfs" "$mirror" >"$tmp/debootstrap.log" 2>&1; then
+    # The sources the official image has: bookworm, -updates, -security.
+    rm -f "$tmp/rootfs/etc/apt/sources.list"
+    cat >"$tmp/rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $mirror
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: $security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    rm -rf "$tmp/rootfs/var/lib/apt/lists/"* "$tmp/rootfs/var/cache/apt/"*.bin
+    if tar -C "$tmp/rootfs" -c . | "$DOCKER" import -c 'CMD ["bash"]' - debian:12 >/dev/null 2>"$tmp/err"; then
+      pass "base image debian:12 made with debootstrap (minbase, $mirror) and docker import in $((SECONDS - t0)) s"
+    else
+      fail "docker import of the debootstrap tree: $(tail -3 "$tmp/err")"; finish
+    fi
+  else
+    fail "debootstrap --variant=minbase bookworm from $mirror: $(tail -3 "$tmp/debootstrap.log" | tr '\n' ' ')"; finish
+  fi
+  rm -rf "$tmp/rootfs"
+fi
+# The Dockerfile's runtime stage starts from debian:12-slim.
+"$DOCKER" tag debian:12 debian:12-slim
+
+# --- 2. The CPU image. ---
+t0=$SECONDS
+if "$DOCKER" build --progress=plain -f "$repo/deploy/docker/Dockerfile" -t "$IMAGE" "$repo" \
+    >"$tmp/build.log" 2>&1; then
+  build_s=$((SECONDS - t0))
+  cached=$(grep -c '^#[0-9]* CACHED' "$tmp/build.log")
+  pass "image $IMAGE built from deploy/docker/Dockerfile with Debian's docker $("$DOCKER" version -f '{{.Client.Version}}') (DOCKER_BUILDKIT=1) in $build_s s ($cached steps cached)"
+else
+  fail "docker build -f deploy/docker/Dockerfile: $(grep -E 'ERROR|error' "$tmp/build.log" | tail -5 | tr '\n' ' ')"
+  tail -40 "$tmp/build.log"
+  finish
+fi
+# What earlier builds left: untagged images, and build cache beyond 8 GB
+# (the least recently used first; the Bazel cache mount of the last build
+# is the newest).
+"$DOCKER" image prune -f >/dev/null 2>&1
+"$DOCKER" builder prune -f --keep-storage 8GB >/dev/null 2>&1
+
+# --- 3, 4. The Compose runs. ---
+services=(ps-0 ps-1 worker-0 worker-1 evaluator chief)
+{
+  echo "services:"
+  for s in "${services[@]}"; do
+    echo "  $s:"
+    echo "    healthcheck: {interval: 1s}"
+  done
+} >"$tmp/override.yml"
+export PSCLUSTER_IMAGE="$IMAGE" PSCLUSTER_EPOCHS=1 PSCLUSTER_DATA_DIR="$data"
+
+# cid SERVICE: the id of SERVICE's container.
+cid() { "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
+          --filter "label=com.docker.compose.service=$1" | head -1; }
+
+# compose_run NAME KILL: one run of the deployment (KILL=1: kill -9 the
+# ps:1 process once the chief trains); checks it and prints its figures.
+compose_run() {
+  local name="$1" kill_ps="$2" log="$tmp/$1.up.log" t0 up_pid s c st h rc out
+  local -A healthy=()
+  local metrics_ok=0 metrics_msg="not asked (worker-0 never trained while polled)" killed="" deadline
+  compose down -v --remove-orphans >/dev/null 2>&1
+  t0=$SECONDS
+  compose up --no-build --no-color >"$log" 2>&1 &
+  up_pid=$!
+  deadline=$((SECONDS + RUN_LIMIT_S))
+  while kill -0 "$up_pid" 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      fail "$name: docker-compose up did not return within $RUN_LIMIT_S s (the run takes ~15 s); states: $(
+        for s in "${services[@]}"; do c="$(cid "$s")"; [ -n "$c" ] &&
+          echo -n "$s=$("$DOCKER" inspect -f '{{.State.Status}}/{{.State.ExitCode}}/restarts {{.RestartCount}}' "$c") "; done)"
+      kill -TERM "$up_pid" 2>/dev/null
+      compose stop -t 5 >/dev/null 2>&1
+      wait "$up_pid" 2>/dev/null
+      echo "--- $name: last lines of docker-compose up"; tail -30 "$log"
+      return
+    fi
+    for s in "${services[@]}"; do
+      [ -n "${healthy[$s]:-}" ] && continue
+      c="$(cid "$s")"; [ -n "$c" ] || continue
+      h="$("$DOCKER" inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$c" 2>/dev/null)"
+      [ "$h" = healthy ] && healthy[$s]=$((SECONDS - t0))
+    done
+    c="$(cid chief)"
+    # "epoch 1/1 step N ..." with N > 0: the chief trains.
+    if [ -n "$c" ] && "$DOCKER" logs "$c" 2>&1 | grep -qE 'epoch [0-9]+/[0-9]+ step [1-9]'; then
+      if [ "$metrics_ok" = 0 ] && c="$(cid worker-0)" && [ -n "$c" ]; then
+        ip="$("$DOCKER" inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$c")"
+        if out="$(curl -sS -m 5 "http://$ip:9100/metrics" 2>&1)"; then
+          if grep -qE '^pscluster_examples_total\{task="worker:0"\} [1-9]' <<<"$out"; then
+            metrics_ok=1
+            metrics_msg="$(grep -E '^pscluster_examples_total\{task="worker:0"\}' <<<"$out") at $((SECONDS - t0)) s"
+          else
+            metrics_ok=2
+            metrics_msg="http://$ip:9100/metrics answered without a non-zero pscluster_examples_total{task=\"worker:0\"}: $(head -c 300 <<<"$out")"
+          fi
+        else
+          metrics_msg="http://$ip:9100/metrics: $out"
+        fi
+      fi
+      if [ "$kill_ps" = 1 ] && [ -z "$killed" ]; then
+        c="$(cid ps-1)"
+        pid="$("$DOCKER" inspect -f '{{.State.Pid}}' "$c" 2>/dev/null)"
+        if [ -n "$pid" ] && [ "$pid" != 0 ] && kill -KILL "$pid"; then
+          killed="pid $pid at $((SECONDS - t0)) s: $("$DOCKER" logs "$(cid chief)" 2>&1 | grep -E 'epoch [0-9]+/[0-9]+ step' | tail -1 | sed 's/^.*\] //')"
+          note "$name: kill -9 of ps:1's process, $killed"
+        fi
+      fi
+    fi
+    sleep 0.5
+  done
+  wait "$up_pid"; rc=$?
+  local wall=$((SECONDS - t0))
+
+  c="$(cid chief)"
+  local final
+  final="$("$DOCKER" logs "$c" 2>&1 | grep '^final:' | tail -1)"
+  if [ -z "$final" ]; then
+    fail "$name: no final: line from the chief; its last lines: $("$DOCKER" logs "$c" 2>&1 | tail -5 | tr '\n' ' ')"
+  else
+    local acc="${final#*test_accuracy=}"; acc="${acc%% *}"
+    if awk -v a="$acc" -v m="$MIN_ACCURACY" 'BEGIN { exit !(a + 0 >= m) }'; then
+      pass "$name: the chief's $final (>= $MIN_ACCURACY)"
+    else
+      fail "$name: the chief's $final: test accuracy below $MIN_ACCURACY"
+    fi
+  fi
+  [ "$rc" -eq 0 ] && pass "$name: docker-compose up exited 0" ||
+    fail "$name: docker-compose up exited $rc"
+  local bad="" restarts=""
+  for s in "${services[@]}"; do
+    c="$(cid "$s")"
+    if [ -z "$c" ]; then bad+="$s: no container; "; continue; fi
+    st="$("$DOCKER" inspect -f '{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}' "$c")"
+    read -r status code count <<<"$st"
+    [ "$status" = exited ] && [ "$code" = 0 ] || bad+="$s: $status, exit code $code; "
+    [ "$count" != 0 ] && restarts+="$s restarted $count time(s); "
+  done
+  [ -z "$bad" ] && pass "$name: every container exited with code 0 (${restarts:-no restarts})" ||
+    fail "$name: ${bad}(${restarts:-no restarts})"
+  local not_healthy=""
+  for s in "${services[@]}"; do [ -n "${healthy[$s]:-}" ] || not_healthy+=" $s"; done
+  if [ -z "$not_healthy" ]; then
+    pass "$name: every service's health check reached healthy ($(for s in "${services[@]}"; do echo -n "$s ${healthy[$s]} s, "; done | sed 's/, $//') after up)"
+  else
+    fail "$name: never healthy while polled:$not_healthy"
+  fi
+  if [ "$kill_ps" = 0 ]; then
+    [ "$metrics_ok" = 1 ] && pass "$name: /metrics on worker-0 mid-run: $metrics_msg" ||
+      fail "$name: /metrics on worker-0: $metrics_msg"
+  else
+    c="$(cid ps-1)"
+    local count; count="$("$DOCKER" inspect -f '{{.RestartCount}}' "$c" 2>/dev/null)"
+    local starts; starts="$("$DOCKER" logs "$c" 2>&1 | grep -c 'gRPC on')"
+    if [ -z "$killed" ]; then
+      fail "$name: ps:1 was never killed (the chief was not seen training)"
+    elif [ "${count:-0}" -ge 1 ] && [ "$starts" -ge 2 ]; then
+      pass "$name: the ps:1 process killed (kill -9, $killed) was restarted by Docker ($count restart(s), $starts starts in its log) and the run finished"
+      # The chief saw the new process and restored every ps from its
+      # newest checkpoint (chief/ps_recovery.cc).
+      local restored
+      restored="$("$DOCKER" logs "$(cid chief)" 2>&1 | grep -E 'ps:1 restarted: every ps restored' | tail -1 | sed 's/^.*\] //')"
+      [ -n "$restored" ] && pass "$name: the chief restored the restarted ps:1: $restored" ||
+        fail "$name: the chief never logged restoring the restarted ps:1 ('ps:1 restarted: every ps restored ...'); its ps:1 lines: $(
+          "$DOCKER" logs "$(cid chief)" 2>&1 | grep 'ps:1' | tail -5 | tr '\n' ' ')"
+    else
+      fail "$name: ps:1 killed ($killed) but not restarted: RestartCount=${count:-?}, $starts starts in its log"
+    fi
+  fi
+  note "$name: wall time of docker-compose up: $wall s; ${final:-no final line}"
+  if [ "$failed" -gt 0 ]; then
+    echo "--- $name: last lines of docker-compose up"; tail -40 "$log"
+  fi
+  compose down -v --remove-orphans >/dev/null 2>&1
+}
+
+compose_run "run 1 (1 epoch)" 0
+compose_run "run 2 (1 epoch, kill -9 of ps:1)" 1
+finish
