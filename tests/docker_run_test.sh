@@ -16,7 +16,13 @@
 #   4. runs it again, kill -9's the ps:1 process mid-run (from the host, by
 #      its pid: Docker sees the task die, not a manual stop, and restarts it
 #      under restart: on-failure) and checks that the run still finishes
-#      with final: and every exit code 0.
+#      with final: and every exit code 0;
+#   5. runs that cannot finish end promptly, every container with the exit
+#      code that says why: ps:1 stopped by hand (docker stop, not restarted:
+#      the chief logs what it waits for, gives up, and every task exits 3),
+#      a data folder without MNIST (the workers and the evaluator exit 4,
+#      the rest 3), a data folder that does not exist (up refuses; no
+#      folder is created).
 # It prints how long each step took. The base image, the build cache (the
 # Bazel cache mount) and the images stay in the daemon's data root,
 # $PSCLUSTER_DOCKER_CACHE (default ~/.cache/pscluster-docker), between runs;
@@ -399,6 +405,119 @@ compose_run() {
   compose down -v --remove-orphans >/dev/null 2>&1
 }
 
+# expect_codes NAME SERVICE=CODE...: every container exited with its code,
+# restarted no more often than Compose allows (5, the chief 3).
+expect_codes() {
+  local name="$1" bad="" got="" c status code count limit sc s want; shift
+  for sc in "$@"; do
+    s="${sc%%=*}"; want="${sc#*=}"
+    c="$(cid "$s")"
+    if [ -z "$c" ]; then bad+="$s: no container; "; continue; fi
+    read -r status code count <<<"$("$DOCKER" inspect -f '{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}' "$c")"
+    limit=5; [ "$s" = chief ] && limit=3
+    got+="$s $code (${count} restarts), "
+    [ "$status" = exited ] && [ "$code" = "$want" ] && [ "$count" -le "$limit" ] ||
+      bad+="$s: $status, exit code $code (want $want), $count restarts (at most $limit); "
+  done
+  [ -z "$bad" ] && pass "$name: exit codes ${got%, }" || fail "$name: $bad"
+}
+
+# failure_run NAME MODE: a run that cannot finish must end promptly and
+# visibly, every container with the exit code that says why.
+#   stop:      ps:1 stopped by hand (docker stop: not restarted) mid-run; the
+#              chief says what it waits for every 5 s, gives up after
+#              --ps_recovery_timeout_s=8 and stops every task as failed (3).
+#   emptydata: a data folder without MNIST: the workers and the evaluator
+#              exit 4 (restarts exit 4 at once), the chief gives up after
+#              --wait_for_cluster_s=10 (3).
+failure_run() {
+  local name="$1" mode="$2" log="$tmp/$1.up.log" t0 up_pid rc c deadline stopped=""
+  local -a envs=()
+  compose down -v --remove-orphans >/dev/null 2>&1
+  case "$mode" in
+    stop) envs=(PSCLUSTER_PS_RECOVERY_TIMEOUT_S=8) ;;
+    emptydata) mkdir -p "$tmp/emptydata"
+               envs=(PSCLUSTER_DATA_DIR="$tmp/emptydata" PSCLUSTER_WAIT_FOR_CLUSTER_S=10) ;;
+  esac
+  t0=$SECONDS
+  ( for e in "${envs[@]}"; do export "${e?}"; done; compose up --no-build --no-color ) >"$log" 2>&1 &
+  up_pid=$!
+  deadline=$((SECONDS + RUN_LIMIT_S))
+  while kill -0 "$up_pid" 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      fail "$name: docker-compose up did not return within $RUN_LIMIT_S s"
+      kill -TERM "$up_pid" 2>/dev/null; compose stop -t 5 >/dev/null 2>&1; wait "$up_pid" 2>/dev/null
+      tail -30 "$log"; compose down -v --remove-orphans >/dev/null 2>&1
+      return
+    fi
+    if [ "$mode" = stop ] && [ -z "$stopped" ] && c="$(cid chief)" && [ -n "$c" ] &&
+       "$DOCKER" logs "$c" 2>&1 | grep -qE 'epoch [0-9]+/[0-9]+ step [1-9]'; then
+      "$DOCKER" stop -t 10 "$(cid ps-1)" >/dev/null && stopped=$SECONDS &&
+        note "$name: docker stop of ps-1 at $((SECONDS - t0)) s"
+    fi
+    sleep 0.5
+  done
+  wait "$up_pid"; rc=$?
+  # v1's up returns once every container has stopped a first time; Docker
+  # may still be spending the allowed restarts (each one exits at once with
+  # the kept code). Wait until every container is down for good.
+  local settle_t0=$SECONDS busy
+  while :; do
+    busy=""
+    for s in "${services[@]}"; do
+      c="$(cid "$s")"
+      [ -n "$c" ] && [ "$("$DOCKER" inspect -f '{{.State.Status}}' "$c")" != exited ] && busy+=" $s"
+    done
+    [ -z "$busy" ] && break
+    if [ $((SECONDS - settle_t0)) -ge 120 ]; then
+      fail "$name: still not down 120 s after up returned:$busy"; break
+    fi
+    sleep 0.5
+  done
+  note "$name: every container down for good $((SECONDS - settle_t0)) s after up returned"
+  local chief_log; chief_log="$("$DOCKER" logs "$(cid chief)" 2>&1)"
+  case "$mode" in
+    stop)
+      if [ -z "$stopped" ]; then
+        fail "$name: ps-1 was never stopped (the chief was not seen training)"
+      else
+        note "$name: docker-compose up returned $((SECONDS - stopped)) s after the stop (exit $rc)"
+        local waiting; waiting="$(grep -o 'training paused: still waiting for ps:1 to answer ([^)]*)' <<<"$chief_log" | head -1)"
+        [ -n "$waiting" ] && pass "$name: the chief said what it waited for: $waiting" ||
+          fail "$name: no 'training paused: still waiting for ps:1' line from the chief"
+        grep -q 'the run failed; every task was told to stop (exit code 3)' <<<"$chief_log" &&
+          pass "$name: the chief gave the run up and said so" ||
+          fail "$name: no 'the run failed' line from the chief: $(tail -3 <<<"$chief_log" | tr '\n' ' ')"
+        # ps-1 was stopped by hand: exited, never restarted (Docker's rule).
+        local st; st="$("$DOCKER" inspect -f '{{.State.Status}} {{.RestartCount}}' "$(cid ps-1)")"
+        [ "$st" = "exited 0" ] && pass "$name: ps-1, stopped by hand, was not restarted" ||
+          fail "$name: ps-1 after docker stop: $st (want 'exited 0': not restarted)"
+        expect_codes "$name" chief=3 ps-0=3 worker-0=3 worker-1=3 evaluator=3
+      fi ;;
+    emptydata)
+      note "$name: docker-compose up returned after $((SECONDS - t0)) s (exit $rc)"
+      local w; w="$("$DOCKER" logs "$(cid worker-0)" 2>&1 | grep -o 'error: --data_dir=/data/mnist: MNIST train images not found[^:]*' | head -1)"
+      [ -n "$w" ] && pass "$name: worker-0 named the missing data: $w" ||
+        fail "$name: worker-0 did not name the missing data: $("$DOCKER" logs "$(cid worker-0)" 2>&1 | tail -2 | tr '\n' ' ')"
+      expect_codes "$name" chief=3 ps-0=3 ps-1=3 worker-0=4 worker-1=4 evaluator=4 ;;
+  esac
+  compose down -v --remove-orphans >/dev/null 2>&1
+}
+
 compose_run "run 1 (1 epoch)" 0
 compose_run "run 2 (1 epoch, kill -9 of ps:1)" 1
+failure_run "run 3 (ps:1 stopped by hand, never back)" stop
+failure_run "run 4 (no MNIST in the data folder)" emptydata
+
+# A data folder that does not exist: up refuses to start (long-syntax bind
+# mount), and Docker creates no empty, root-owned folder in its place.
+missing="$tmp/nodata/mnist"
+if PSCLUSTER_DATA_DIR="$missing" compose up --no-build --no-color >"$tmp/nodata.up.log" 2>&1; then
+  fail "run 5 (data folder missing): docker-compose up exited 0"
+elif [ -e "$tmp/nodata" ]; then
+  fail "run 5 (data folder missing): Docker created $(ls -ld "$tmp/nodata")"
+else
+  pass "run 5 (data folder missing): up refused at once and created nothing: $(grep -io 'bind source path does not exist[^"]*' "$tmp/nodata.up.log" | head -1)"
+fi
+compose down -v --remove-orphans >/dev/null 2>&1
 finish
