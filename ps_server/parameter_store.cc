@@ -212,7 +212,10 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
   while (!cancelled_ && !other_generation() && (!initialized_ || version_ < min_version)) {
     if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
   }
-  if (cancelled_) return absl::CancelledError("parameter server is shutting down");
+  // Unavailable, not Cancelled: to a worker, a ps that goes away is a ps
+  // that is down (retried until it or a restarted one answers, or the chief
+  // ends the run), not a request to stop training.
+  if (cancelled_) return absl::UnavailableError("parameter server is shutting down");
   if (!initialized_) {
     return absl::UnavailableError("parameter server is not initialised yet");
   }

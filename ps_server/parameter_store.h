@@ -152,7 +152,8 @@ class ParameterStore {
 
   // Copies the values into *out once the version is at least min_version.
   // Unavailable when not initialised by `deadline`; DeadlineExceeded when
-  // the version is not reached by then; Cancelled after Cancel(); Aborted
+  // the version is not reached by then; Unavailable after Cancel() (the ps
+  // is going away: callers retry, as with any ps that is down); Aborted
   // when `generation` >= 0 and the store's generation is another (a
   // restore happened).
   absl::Status Pull(uint64_t layout_fingerprint, int64_t min_version,
@@ -203,7 +204,7 @@ class ParameterStore {
   // store; InvalidArgument (and no change) for a state that does not fit.
   absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state);
 
-  // Wakes every waiting Pull with Cancelled (shutdown).
+  // Wakes every waiting Pull with Unavailable (shutdown).
   void Cancel();
 
   // Blocks until the store is initialised (Init or Restore): true; or

@@ -387,6 +387,22 @@ TEST_F(StoreTest, RefusesValuesThatWouldOverflow) {
   EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
 }
 
+TEST_F(StoreTest, AWaitingPullOfAStoreShuttingDownIsUnavailableNotCancelled) {
+  // A worker must retry a ps that goes away (it may come back, or the chief
+  // ends the run), not take it as a request to stop training.
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  std::thread canceller([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    store_.Cancel();
+  });
+  std::string bytes;
+  int64_t version = 0;
+  absl::Status s = store_.Pull(kLayout, 1, absl::Now() + absl::Seconds(30), &bytes, &version);
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(s.message(), "parameter server is shutting down");
+}
+
 // --- Sync with several ps: one store decides, the others follow ---------
 
 class DecideFollowTest : public ::testing::Test {

@@ -416,8 +416,10 @@ expect_codes() {
     read -r status code count <<<"$("$DOCKER" inspect -f '{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}' "$c")"
     limit=5; [ "$s" = chief ] && limit=3
     got+="$s $code (${count} restarts), "
-    [ "$status" = exited ] && [ "$code" = "$want" ] && [ "$count" -le "$limit" ] ||
+    if ! { [ "$status" = exited ] && [ "$code" = "$want" ] && [ "$count" -le "$limit" ]; }; then
       bad+="$s: $status, exit code $code (want $want), $count restarts (at most $limit); "
+      echo "--- $name: last lines of $s"; "$DOCKER" logs "$c" 2>&1 | tail -12
+    fi
   done
   [ -z "$bad" ] && pass "$name: exit codes ${got%, }" || fail "$name: $bad"
 }
