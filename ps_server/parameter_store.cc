@@ -178,11 +178,7 @@ absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
     }
     active_[w] = active[w];
   }
-  if (config_.step_role == StepRole::kDecide) {
-    MaybeCloseStep();
-  } else {
-    MaybeApplyCommit();
-  }
+  MaybeFinishStep();
   return absl::OkStatus();
 }
 
@@ -239,40 +235,39 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
     return absl::UnavailableError("parameter server is not initialised yet");
   }
   // Refusals are counted by the caller (the ps service), in one place.
-  auto reject = [](absl::Status s) { return s; };
   if (absl::Status s = CheckLayout(args.layout_fingerprint); !s.ok()) {
-    return reject(s);
+    return s;
   }
   if (args.generation != generation_) return GenerationMismatch(args.generation, generation_, version_);
   if (args.worker < 0 || args.worker >= config_.num_workers) {
-    return reject(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat("worker index ", args.worker, " is out of range: ",
-                     config_.num_workers, " workers")));
+                     config_.num_workers, " workers"));
   }
   if (args.num_floats != config_.num_floats) {
-    return reject(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat("gradient has ", args.num_floats, " floats; this ps holds ",
-                     config_.num_floats)));
+                     config_.num_floats));
   }
   if (args.num_examples < 1) {
-    return reject(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "num_examples must be >= 1 (a gradient of no example teaches nothing), got ",
-        args.num_examples)));
+        args.num_examples));
   }
   if (args.version < 0) {
-    return reject(absl::InvalidArgumentError(
-        absl::StrCat("gradient version ", args.version, " is negative")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient version ", args.version, " is negative"));
   }
   if (args.version > version_) {
-    return reject(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat("gradient version ", args.version,
-                     " is from the future: this ps is at version ", version_)));
+                     " is from the future: this ps is at version ", version_));
   }
   const bool finite = AllFinite(args.gradients, args.num_floats);
   if (!finite && !config_.skip_nonfinite) {
-    return reject(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat("gradient from worker ", args.worker,
-                     " holds NaN or Inf; not applied")));
+                     " holds NaN or Inf; not applied"));
   }
   std::deque<SeenPush>& seen = seen_[args.worker];
   if (args.request_id != 0) {
@@ -315,11 +310,7 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
   ++pending_count_;
   outcome_[w] = {args.version, false};
   r.applied = true;
-  if (config_.step_role == StepRole::kDecide) {
-    MaybeCloseStep();
-  } else {
-    MaybeApplyCommit();
-  }
+  MaybeFinishStep();
   r.version = version_;
   return r;
 }
@@ -330,6 +321,14 @@ void ParameterStore::DropPending(int w) {
   --pending_count_;
   outcome_[w] = {version_, false};
   ++stats_.pushes_dropped_stale;
+}
+
+void ParameterStore::MaybeFinishStep() {
+  if (config_.step_role == StepRole::kDecide) {
+    MaybeCloseStep();
+  } else {
+    MaybeApplyCommit();
+  }
 }
 
 void ParameterStore::MaybeCloseStep() {

@@ -219,6 +219,9 @@ class ParameterStore {
   absl::StatusOr<std::unique_ptr<Optimizer>> CheckConfig(const StoreConfig& config) const;
   absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes (deciding store) or applies (following store) the step being
+  // gathered, if it can be now.
+  void MaybeFinishStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deciding store: closes the step once enough gradients have arrived.
   void MaybeCloseStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Following store: applies commit_ once its members' gradients are here
