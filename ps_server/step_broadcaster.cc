@@ -1,13 +1,24 @@
 #include "ps_server/step_broadcaster.h"
 
-#include <algorithm>
-
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/retry.h"
 #include "proto/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
+namespace {
+
+// Resending a decision: at once at first (a follower answers in
+// microseconds when it is up), at most every 200 ms while it is down.
+RetryPolicy ResendPolicy() {
+  RetryPolicy p;
+  p.initial_backoff = absl::Milliseconds(1);
+  p.max_backoff = absl::Milliseconds(200);
+  return p;
+}
+
+}  // namespace
 
 StepBroadcaster::StepBroadcaster(ParameterStore* store,
                                  const std::vector<std::string>& followers,
@@ -36,7 +47,7 @@ void StepBroadcaster::SendAll(const std::string& address, const RpcOptions& rpc)
     req.set_version(d.version);
     for (bool m : d.members) req.add_members(m);
     req.set_skip(d.skip);
-    absl::Duration backoff = absl::Milliseconds(1);
+    Backoff backoff(ResendPolicy());
     while (!stop_) {
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
@@ -52,8 +63,7 @@ void StepBroadcaster::SendAll(const std::string& address, const RpcOptions& rpc)
       }
       // Restored since: the step is void, and so is telling anyone of it.
       if (store_->stats().generation != d.generation) break;
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Milliseconds(200));
+      absl::SleepFor(backoff.Next());
     }
     sent = d.sequence;
   }
