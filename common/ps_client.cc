@@ -66,7 +66,18 @@ absl::Status PsClient::CallAll(
     const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
         issue,
     const std::function<absl::Status(int)>& finish) {
+  last_call_ = CallStats();
   const absl::Time start = absl::Now();
+  absl::Status s = CallAllRetrying(what, start, timeout, issue, finish);
+  last_call_.duration = absl::Now() - start;
+  return s;
+}
+
+absl::Status PsClient::CallAllRetrying(
+    const std::string& what, absl::Time start, absl::Duration timeout,
+    const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
+        issue,
+    const std::function<absl::Status(int)>& finish) {
   const absl::Time give_up = start + timeout;
   const int n = static_cast<int>(ps_.size());
   std::vector<bool> done(n, false);
@@ -141,8 +152,6 @@ absl::Status PsClient::CallAll(
 
 absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duration timeout,
                                int64_t generation) {
-  last_call_ = CallStats();
-  const absl::Time start = absl::Now();
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
     ctx->set_wait_for_ready(true);
     ps_[i].pull_req.set_min_version(min_version);
@@ -168,9 +177,7 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
     generations_[i] = r.generation();
     return absl::OkStatus();
   };
-  absl::Status s = CallAll("pull from", timeout, issue, finish);
-  last_call_.duration = absl::Now() - start;
-  return s;
+  return CallAll("pull from", timeout, issue, finish);
 }
 
 absl::Status PsClient::PushPullAll(int worker, int num_examples,
@@ -185,8 +192,6 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       options_.duplicate_every > 0 && pushes_sent_ % options_.duplicate_every == 0;
   std::vector<int> answers(n, 0);
   const int64_t step = version();
-  last_call_ = CallStats();
-  const absl::Time start = absl::Now();
   for (int i = 0; i < n; ++i) {
     PushRequest& req = ps_[i].push_req;
     req.set_worker_index(worker);
@@ -220,7 +225,6 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     return absl::OkStatus();
   };
   absl::Status s = CallAll("push to", timeout, issue, finish);
-  last_call_.duration = absl::Now() - start;
   if (!s.ok()) return s;
   last_push_applied_ = ps_[0].push_resp.push().applied();
   if (!last_push_applied_) ++pushes_dropped_;

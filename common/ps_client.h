@@ -118,11 +118,18 @@ class PsClient {
   // Runs `issue(i, ctx, done)` for every ps at once and `finish(i)` for
   // each answer; retries the ps whose attempt failed in a retryable way or
   // whose finish() asks for it (returns Unavailable), until `timeout`.
-  // `what` names the call in errors ("push to").
+  // `what` names the call in errors ("push to"). Starts last_call_ afresh
+  // and times the whole call into it; issue() and finish() add the bytes.
   absl::Status CallAll(const std::string& what, absl::Duration timeout,
                        const std::function<void(int, grpc::ClientContext*,
                                                 std::function<void(grpc::Status)>)>& issue,
                        const std::function<absl::Status(int)>& finish);
+  // CallAll's attempts and retries, from `start`.
+  absl::Status CallAllRetrying(
+      const std::string& what, absl::Time start, absl::Duration timeout,
+      const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
+          issue,
+      const std::function<absl::Status(int)>& finish);
 
   PsClientOptions options_;
   const Placement* placement_ = nullptr;  // borrowed
