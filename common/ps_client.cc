@@ -134,7 +134,14 @@ absl::Status PsClient::CallAllRetrying(
       }
       last[i] = status[i];
       const std::string target = absl::StrCat(what, " ps:", i, " (", ps_[i].address, ")");
-      if (!IsRetryable(status[i])) return FromGrpcStatus(status[i], target);
+      // This client cancels its calls only when told to stop (checked
+      // above): a CANCELLED now came from the ps, a server going away
+      // (shut down with the call still waiting), and is retried like any
+      // ps that is down, not taken for a stop.
+      const bool server_cancelled = status[i].error_code() == grpc::StatusCode::CANCELLED;
+      if (!IsRetryable(status[i]) && !server_cancelled) {
+        return FromGrpcStatus(status[i], target);
+      }
       if (absl::Now() >= give_up) {
         return RetryExhausted(target, absl::Now() - start, attempts[i], last[i]);
       }
