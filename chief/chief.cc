@@ -1,6 +1,7 @@
 #include "chief/chief.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -31,6 +32,25 @@ std::string FinalLine(const RunResult& r) {
                                 : "test_accuracy=nan test_loss=nan";
   return absl::StrFormat("final: %s steps=%d epochs=%d wall_s=%.1f", eval, r.steps, r.epochs,
                          r.wall_s);
+}
+
+OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode,
+                                   int num_workers, AsyncLrScaling scaling, std::string* why) {
+  OptimizerConfig o = given;
+  if (mode != ASYNC || num_workers <= 1) return o;
+  const double w = num_workers;
+  const double factor = scaling == AsyncLrScaling::kSqrt     ? 1.0 / std::sqrt(w)
+                        : scaling == AsyncLrScaling::kLinear ? 1.0 / w
+                                                             : 1.0;
+  o.set_learning_rate(static_cast<float>(given.learning_rate() * factor));
+  o.set_decay_steps(given.decay_steps() * num_workers);
+  if (why != nullptr) {
+    *why = absl::StrFormat(
+        "async with %d workers: each update's learning rate is %g (%g x %.4f, "
+        "--async_lr_scaling); the decay counts %d updates per step of --lr_decay_steps",
+        num_workers, o.learning_rate(), given.learning_rate(), factor, num_workers);
+  }
+  return o;
 }
 
 void Chief::RequestStop(const std::string& why) {
@@ -174,18 +194,26 @@ absl::Status Chief::Impl::MakePlan() {
   popt.min_shard_bytes = plan_.min_shard_bytes();
   placement_ = PlaceVariables(*spec_, plan_.num_ps(), popt);
   ps_setup_.placement = &*placement_;
-  ps_setup_.optimizer = options_.optimizer;
+  std::string why;
+  ps_setup_.optimizer = EffectiveOptimizer(options_.optimizer, plan_.mode(),
+                                           plan_.num_workers(), options_.async_lr_scaling, &why);
+  if (!why.empty()) spdlog::info("{}", why);
   ps_setup_.mode = plan_.mode();
   ps_setup_.num_workers = plan_.num_workers();
   ps_setup_.replicas_to_aggregate = replicas;
-  ps_setup_.max_staleness = options_.max_staleness;
   ps_setup_.nonfinite = options_.nonfinite;
   return absl::OkStatus();
 }
 
 absl::Status Chief::Impl::ServeCoordinator() {
   tracker_ = std::make_unique<ProgressTracker>(plan_.num_workers(), plan_.epochs(), start_);
-  dispatcher_ = std::make_unique<Dispatcher>(plan_.num_workers(), plan_.epochs(), start_);
+  // Async, bounded delay: no chunk more than max_staleness rounds (one
+  // chunk per worker) past the lowest unfinished one.
+  const int64_t window = plan_.mode() == ASYNC ? int64_t{options_.max_staleness + 1} *
+                                                     plan_.num_workers()
+                                               : 0;
+  dispatcher_ =
+      std::make_unique<Dispatcher>(plan_.num_workers(), plan_.epochs(), start_, window);
   dispatcher_->Pause();  // until the plan is out (Run resumes)
   coordinator_ = std::make_unique<CoordinatorService>(tracker_.get(), dispatcher_.get());
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
@@ -303,8 +331,10 @@ absl::StatusOr<RunResult> Chief::Impl::Finish() {
   spdlog::info("{}", ProgressTracker::Format(last));
   spdlog::info(
       "every worker is done: {} of {} chunks trained; handed_out_again={} (a ps "
-      "dropped their gradient as stale)",
-      dispatcher_->done_chunks(), dispatcher_->total_chunks(), dispatcher_->returned_chunks());
+      "dropped their gradient as stale); bound_answers={} (async: a worker told to wait, "
+      "max_staleness)",
+      dispatcher_->done_chunks(), dispatcher_->total_chunks(), dispatcher_->returned_chunks(),
+      dispatcher_->bound_answers());
   recorder_->Record(last);
   if (absl::Status s = checkpointer_->Take("final", highest_version_); !s.ok()) return s;
 
@@ -327,12 +357,18 @@ absl::StatusOr<int64_t> Chief::Impl::FinalSteps() {
   for (int i = 0; i < plan_.num_ps(); ++i) {
     absl::StatusOr<PsStatsResponse> st = ps_->Stats(i, absl::Seconds(10));
     if (!st.ok()) return st.status();
+    const double mean_staleness =
+        st->pushes_applied() > 0
+            ? static_cast<double>(st->staleness_sum()) / static_cast<double>(st->pushes_applied())
+            : 0.0;
     spdlog::info(
         "ps:{} version={} generation={} pushes applied={} dropped_stale={} rejected={} "
-        "duplicate={} skipped_nonfinite={} pulled={:.1f} MB pushed={:.1f} MB",
+        "duplicate={} skipped_nonfinite={} staleness_mean={:.2f} staleness_max={} "
+        "digest={:016x} pulled={:.1f} MB pushed={:.1f} MB",
         i, st->version(), st->generation(), st->pushes_applied(), st->pushes_dropped_stale(),
         st->pushes_rejected(), st->pushes_duplicate(), st->steps_skipped_nonfinite(),
-        st->bytes_pulled() / 1e6, st->bytes_pushed() / 1e6);
+        mean_staleness, st->staleness_max(), st->applied_digest(), st->bytes_pulled() / 1e6,
+        st->bytes_pushed() / 1e6);
     steps = steps < 0 ? st->version() : std::min(steps, st->version());
   }
   return std::max<int64_t>(steps, 0);

@@ -49,12 +49,23 @@
 
 namespace pscluster {
 
+// Async: how an update's learning rate follows from --learning_rate, each
+// update carrying 1/num_workers of the global batch (see chief/main.cc).
+enum class AsyncLrScaling { kSqrt, kLinear, kNone };
+
+// The optimizer the ps run: `given` in sync mode; in async mode its
+// learning rate scaled by `scaling` for `num_workers` and its decay counted
+// in rounds of num_workers updates. `why` (may be null) gets a line saying
+// what changed.
+OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode,
+                                   int num_workers, AsyncLrScaling scaling, std::string* why);
+
 struct ChiefOptions {
   TfConfig config;
   TrainingPlan plan;            // model, batch, epochs, mode, seed, ...
   OptimizerConfig optimizer;
   int replicas_to_aggregate = 0;  // 0: every worker
-  int max_staleness = 0;
+  int max_staleness = 8;  // async: see chief/main.cc's --max_staleness
   absl::Duration wait_for_cluster = absl::Minutes(2);
   absl::Duration log_every = absl::Seconds(2);
   // Workers beat every heartbeat_interval; one silent for heartbeat_timeout
@@ -66,6 +77,7 @@ struct ChiefOptions {
   // How long a lost ps may take to come back before the run fails.
   absl::Duration ps_recovery_timeout = absl::Minutes(5);
   NonFinitePolicy nonfinite = NONFINITE_REJECT;
+  AsyncLrScaling async_lr_scaling = AsyncLrScaling::kSqrt;
   // Checkpoints go here (none on disk when empty; the newest is always
   // kept in memory). 0 steps / zero duration: not by that measure.
   std::string checkpoint_dir;

@@ -4,8 +4,8 @@
 
 namespace pscluster {
 
-Dispatcher::Dispatcher(int num_workers, int epochs, absl::Time now)
-    : queue_(num_workers, epochs), workers_(num_workers) {
+Dispatcher::Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window)
+    : queue_(num_workers, epochs), lease_window_(lease_window), workers_(num_workers) {
   for (Worker& w : workers_) w.last_contact = now;
 }
 
@@ -81,7 +81,8 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     resp.set_kind(WorkResponse::DONE);
     return resp;
   }
-  if (std::optional<int64_t> k = queue_.Lease(w)) {
+  bool bounded = false;
+  if (std::optional<int64_t> k = queue_.Lease(w, lease_window_, &bounded)) {
     if (worker.idle) {
       // Back from idling: the ps must wait for it again before it pushes.
       queue_.Release(w);
@@ -93,6 +94,11 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     }
     resp.set_kind(WorkResponse::CHUNK);
     resp.set_chunk(*k);
+  } else if (bounded) {
+    // Async: the slowest chunk is too far behind; this worker waits (and
+    // stays in the set: it is not out of work).
+    ++bound_answers_;
+    resp.set_kind(WorkResponse::BOUND);
   } else {
     // Nothing to hand out until others finish (or fail): sync steps stop
     // waiting for this worker meanwhile.
@@ -166,6 +172,11 @@ bool Dispatcher::AllParked() const {
     if (w.alive && !w.finished && !w.parked) return false;
   }
   return true;
+}
+
+int64_t Dispatcher::bound_answers() const {
+  absl::MutexLock lock(&mu_);
+  return bound_answers_;
 }
 
 int64_t Dispatcher::generation() const {

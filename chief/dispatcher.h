@@ -29,7 +29,10 @@ class Dispatcher {
  public:
   // Every worker counts as alive from `now` (a restarted chief does not
   // know better; a worker that is gone is noticed after the timeout).
-  Dispatcher(int num_workers, int epochs, absl::Time now);
+  // `lease_window` > 0 (async): chunk k is handed out only while
+  // k < m + lease_window, m the lowest chunk not done; otherwise GetWork
+  // answers BOUND (see WorkQueue::Lease).
+  Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window = 0);
 
   // Counts every worker as heard from at `now` (when the plan goes out).
   void ResetContact(absl::Time now);
@@ -76,6 +79,8 @@ class Dispatcher {
   int64_t done_chunks() const { return queue_.done_count(); }
   // Chunks handed out again because a ps dropped their gradient.
   int64_t returned_chunks() const { return queue_.returned_count(); }
+  // GetWork answers of BOUND so far.
+  int64_t bound_answers() const;
   int64_t total_chunks() const { return queue_.total(); }
   // Log lines about workers lost and back, taken by the chief's loop.
   std::vector<std::string> TakeEvents();
@@ -96,7 +101,9 @@ class Dispatcher {
   void ChangeMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   WorkQueue queue_;
+  const int64_t lease_window_;
   mutable absl::Mutex mu_;
+  int64_t bound_answers_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t membership_number_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t membership_applied_ ABSL_GUARDED_BY(mu_) = 0;

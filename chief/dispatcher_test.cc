@@ -162,5 +162,35 @@ TEST_F(DispatcherTest, RefusesStrangers) {
   EXPECT_EQ(d_.GetWork(r, kT0).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Async bounded delay: with a window of 3 chunks, the fast worker 1 waits
+// (BOUND) while worker 0 holds chunk 0, and goes on once it is done;
+// waiting does not take it out of the worker set.
+TEST(DispatcherBoundTest, AFastWorkerWaitsForTheSlowestChunk) {
+  Dispatcher d(2, 2, kT0, /*lease_window=*/3);
+  int64_t n = 0;
+  d.Membership(&n);
+  d.MembershipApplied(n);
+  auto get = [&](const WorkRequest& r) {
+    absl::StatusOr<WorkResponse> w = d.GetWork(r, kT0);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return *w;
+  };
+  EXPECT_EQ(get(Ask(0, 1)).chunk(), 0);
+  EXPECT_EQ(get(Ask(1, 2)).chunk(), 1);
+  EXPECT_EQ(get(Ask(1, 2, {1})).chunk(), 2);
+  const WorkResponse wait = get(Ask(1, 2, {2}));
+  EXPECT_EQ(wait.kind(), WorkResponse::BOUND);
+  EXPECT_EQ(d.bound_answers(), 1);
+  int64_t number = 0;
+  EXPECT_EQ(d.Membership(&number), (std::vector<bool>{true, true}));
+  EXPECT_EQ(number, n);  // no membership change
+  const WorkResponse w0 = get(Ask(0, 1, {0}));
+  EXPECT_EQ(w0.kind(), WorkResponse::CHUNK);
+  EXPECT_EQ(w0.chunk(), 3);
+  EXPECT_EQ(get(Ask(1, 2)).chunk(), 4);
+  EXPECT_EQ(get(Ask(1, 2)).chunk(), 5);                   // 5 < 3 + 3
+  EXPECT_EQ(get(Ask(1, 2)).kind(), WorkResponse::BOUND);  // 6 >= 3 + 3
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -32,7 +32,9 @@ ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer=momentum)");
 ABSL_FLAG(int, replicas_to_aggregate, 0,
           "sync: gradients averaged per step; fewer than the workers makes the "
           "slowest ones backup workers. 0: every worker");
-ABSL_FLAG(int, max_staleness, 8, "async: gradients staler than this many versions are dropped");
+ABSL_FLAG(int, max_staleness, 8,
+          "async: no worker starts a chunk more than this many steps (rounds of one chunk per "
+          "worker) ahead of the slowest unfinished chunk; it waits instead. Nothing is dropped");
 ABSL_FLAG(uint64_t, seed, 1, "Seed for initial weights and data shuffling");
 ABSL_FLAG(int64_t, min_shard_bytes, 64 << 10,
           "Variables are split over the ps in pieces of at least this many bytes");
@@ -58,6 +60,11 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int64_t, checkpoint_every_steps, 200, "Checkpoint every this many steps; 0: not by steps");
 ABSL_FLAG(double, checkpoint_every_secs, 0, "Checkpoint every this many seconds; 0: not by time");
 ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept on disk (the newest)");
+ABSL_FLAG(std::string, async_lr_scaling, "sqrt",
+          "async: each update carries 1/num_workers of the global batch; its learning rate is "
+          "--learning_rate times 1/sqrt(num_workers) (sqrt, Adam's batch-size rule), "
+          "1/num_workers (linear, SGD's) or 1 (none), and --lr_decay_steps counts rounds of "
+          "num_workers updates, so that an epoch decays the rate as in sync mode");
 ABSL_FLAG(std::string, nonfinite_gradients, "reject",
           "A gradient with NaN or Inf: reject (refuse the push and count it) or skip_step "
           "(accept it and skip the update it belongs to)");
@@ -186,6 +193,16 @@ int main(int argc, char** argv) {
   const int keep = absl::GetFlag(FLAGS_keep_checkpoints);
   if (keep < 1) Bad("keep_checkpoints", std::to_string(keep), "must be >= 1");
   opt.keep_checkpoints = keep;
+  const std::string lr_scaling = absl::GetFlag(FLAGS_async_lr_scaling);
+  if (lr_scaling == "sqrt") {
+    opt.async_lr_scaling = pscluster::AsyncLrScaling::kSqrt;
+  } else if (lr_scaling == "linear") {
+    opt.async_lr_scaling = pscluster::AsyncLrScaling::kLinear;
+  } else if (lr_scaling == "none") {
+    opt.async_lr_scaling = pscluster::AsyncLrScaling::kNone;
+  } else {
+    Bad("async_lr_scaling", lr_scaling, "must be sqrt, linear or none");
+  }
   const std::string nonfinite = absl::GetFlag(FLAGS_nonfinite_gradients);
   if (nonfinite == "reject") {
     opt.nonfinite = NONFINITE_REJECT;

@@ -23,7 +23,6 @@ InitRequest MakeInitRequest(const PsSetup& setup, int ps) {
   req.set_mode(setup.mode);
   req.set_num_workers(setup.num_workers);
   req.set_replicas_to_aggregate(setup.replicas_to_aggregate);
-  req.set_max_staleness(setup.max_staleness);
   req.set_nonfinite(setup.nonfinite);
   return req;
 }

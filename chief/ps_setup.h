@@ -26,7 +26,6 @@ struct PsSetup {
   UpdateMode mode = SYNC;
   int num_workers = 0;
   int replicas_to_aggregate = 0;  // sync: gradients per step
-  int max_staleness = 0;          // async
   NonFinitePolicy nonfinite = NONFINITE_REJECT;
 };
 

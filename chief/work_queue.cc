@@ -33,6 +33,7 @@ void WorkQueue::EnsureSized() {
     state_.assign(total, State::kTodo);
     owner_.assign(total, -1);
     first_todo_ = 0;
+    first_undone_ = 0;
     done_ = 0;
   }
 }
@@ -47,11 +48,17 @@ int64_t WorkQueue::total() const {
   return static_cast<int64_t>(state_.size());
 }
 
-std::optional<int64_t> WorkQueue::Lease(int worker) {
+std::optional<int64_t> WorkQueue::Lease(int worker, int64_t window, bool* bounded) {
   absl::MutexLock lock(&mu_);
+  if (bounded != nullptr) *bounded = false;
   const int64_t n = static_cast<int64_t>(state_.size());
   while (first_todo_ < n && state_[first_todo_] != State::kTodo) ++first_todo_;
   if (first_todo_ >= n || worker < 0 || worker >= num_workers_) return std::nullopt;
+  while (first_undone_ < n && state_[first_undone_] == State::kDone) ++first_undone_;
+  if (window > 0 && first_todo_ - first_undone_ >= window) {
+    if (bounded != nullptr) *bounded = true;
+    return std::nullopt;
+  }
   const int64_t k = first_todo_++;
   state_[k] = State::kLeased;
   owner_[k] = worker;
@@ -158,6 +165,7 @@ absl::Status WorkQueue::RestoreDone(const std::string& ranges) {
   state_ = std::move(state);
   owner_.assign(n, -1);
   first_todo_ = 0;
+  first_undone_ = 0;
   done_ = done;
   return absl::OkStatus();
 }

@@ -31,8 +31,10 @@ class WorkQueue {
   int64_t total() const;         // chunks in the whole run
 
   // The next chunk for `worker`: the lowest one to do. nullopt when none is
-  // left to hand out (some may still be leased).
-  std::optional<int64_t> Lease(int worker);
+  // left to hand out (some may still be leased), or when `window` > 0 and
+  // that chunk lies `window` or more chunks past the lowest one not done
+  // (bounded delay, Li et al. OSDI'14: *bounded is then set to true).
+  std::optional<int64_t> Lease(int worker, int64_t window = 0, bool* bounded = nullptr);
   // `worker` finished `chunk`; ignored unless it is leased to that worker.
   void Complete(int worker, int64_t chunk);
   // `worker` gives `chunk` back undone; ignored unless leased to it.
@@ -64,6 +66,7 @@ class WorkQueue {
   std::vector<State> state_ ABSL_GUARDED_BY(mu_);
   std::vector<int> owner_ ABSL_GUARDED_BY(mu_);  // for kLeased
   int64_t first_todo_ ABSL_GUARDED_BY(mu_) = 0;  // no kTodo below this
+  int64_t first_undone_ ABSL_GUARDED_BY(mu_) = 0;  // every chunk below is kDone
   int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t returned_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -99,5 +99,55 @@ TEST(WorkQueueTest, AReturnedChunkIsHandedOutAgain) {
   EXPECT_EQ(*q.Lease(1), 2);
 }
 
+TEST(WorkQueueTest, ALeaseWindowHoldsChunksFarPastTheLowestUnfinished) {
+  WorkQueue q(2, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(10).ok());
+  bool bounded = true;
+  EXPECT_EQ(q.Lease(0, 3, &bounded), 0);  // lowest unfinished: 0
+  EXPECT_FALSE(bounded);
+  EXPECT_EQ(q.Lease(1, 3, &bounded), 1);
+  EXPECT_EQ(q.Lease(1, 3, &bounded), 2);
+  EXPECT_FALSE(q.Lease(1, 3, &bounded).has_value());  // 3 >= 0 + 3
+  EXPECT_TRUE(bounded);
+  q.Complete(1, 1);
+  q.Complete(1, 2);
+  EXPECT_FALSE(q.Lease(1, 3, &bounded).has_value());  // 0, the slowest, holds it
+  EXPECT_TRUE(bounded);
+  EXPECT_EQ(q.Lease(1, 0, &bounded), 3);  // no window: no bound
+  q.Complete(0, 0);
+  EXPECT_EQ(q.Lease(0, 3, &bounded), 4);  // lowest unfinished: 3
+  EXPECT_EQ(q.Lease(0, 3, &bounded), 5);
+  EXPECT_FALSE(q.Lease(0, 3, &bounded).has_value());
+  EXPECT_TRUE(bounded);
+  // A lost worker's chunk goes back: it is the lowest, never bounded.
+  EXPECT_EQ(q.Release(1), 1);  // chunk 3
+  EXPECT_EQ(q.Lease(0, 3, &bounded), 3);
+  EXPECT_FALSE(bounded);
+  // Out of chunks is not a bound.
+  for (int64_t k = 3; k < 6; ++k) q.Complete(0, k);
+  for (int64_t k = 6; k < 9; ++k) EXPECT_EQ(q.Lease(0, 3, &bounded), k) << k;
+  EXPECT_FALSE(q.Lease(0, 3, &bounded).has_value());  // 9 >= 6 + 3
+  EXPECT_TRUE(bounded);
+  for (int64_t k = 6; k < 9; ++k) q.Complete(0, k);
+  EXPECT_EQ(q.Lease(0, 3, &bounded), 9);
+  EXPECT_FALSE(q.Lease(1, 3, &bounded).has_value());
+  EXPECT_FALSE(bounded);
+}
+
+TEST(WorkQueueTest, RestoringTheDoneSetMovesTheWindowBack) {
+  WorkQueue q(1, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(10).ok());
+  for (int64_t k = 0; k < 6; ++k) {
+    ASSERT_EQ(q.Lease(0, 2), k);
+    q.Complete(0, k);
+  }
+  ASSERT_TRUE(q.RestoreDone("0-1").ok());
+  bool bounded = false;
+  EXPECT_EQ(q.Lease(0, 2, &bounded), 2);
+  EXPECT_EQ(q.Lease(0, 2, &bounded), 3);
+  EXPECT_FALSE(q.Lease(0, 2, &bounded).has_value());
+  EXPECT_TRUE(bounded);
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -31,7 +31,7 @@ std::vector<double> LatencyBuckets() {
 }
 
 std::vector<double> StalenessBuckets() {
-  return {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+  return {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024};
 }
 
 // "host:port" with a decimal port in [0, 65535]. Civetweb itself would also
@@ -216,9 +216,9 @@ void Metrics::RegisterStandardMetrics(MetricsRole role) {
            "Pull responses (weights).",
            "", ""));
   stale_dropped_ = counter(ps, "pscluster_stale_gradients_dropped_total",
-                           "Gradients this ps dropped without applying them: async ones staler "
-                           "than max_staleness, sync ones for a step already applied (backup "
-                           "workers).");
+                           "Sync gradients this ps dropped without applying them: ones for a "
+                           "step already applied (backup workers) or from a worker out of the "
+                           "step. Async gradients are never dropped.");
   pushes_rejected_ = counter(ps, "pscluster_pushes_rejected_total",
                              "Pushes this ps refused as invalid; nothing of them was applied.");
   examples_per_second_ = gauge(chief, "pscluster_examples_per_second",
@@ -256,8 +256,8 @@ void Metrics::RegisterStandardMetrics(MetricsRole role) {
       LatencyBuckets());
   staleness_ = histogram(
       ps || worker, "pscluster_gradient_staleness",
-      help("Staleness of the pushes this ps took: its version minus the version the gradient "
-           "was computed on.",
+      help("Staleness of the pushes this ps applied (sync: took into a step): its version "
+           "minus the version the gradient was computed on.",
            "Staleness of this worker's pushes: the ps's version when it took the push minus "
            "the version the gradient was computed on (the largest over the ps); dropped "
            "pushes included.",

@@ -83,7 +83,7 @@ class Metrics {
   prometheus::Gauge& accuracy() { return *accuracy_; }  // 0..1
 
   // Histograms. Latencies in seconds, buckets 100 us .. 10 s; staleness in
-  // versions, buckets 0 .. 64.
+  // versions, buckets 0 .. 1024.
   prometheus::Histogram& push_latency_seconds() { return *push_latency_; }
   prometheus::Histogram& pull_latency_seconds() { return *pull_latency_; }
   prometheus::Histogram& gradient_staleness() { return *staleness_; }

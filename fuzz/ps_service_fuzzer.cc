@@ -208,7 +208,6 @@ class Harness {
                                          : in.Pick(kModes));
     r.set_num_workers(static_cast<int32_t>(in.IntInRange(-1, 4)));
     r.set_replicas_to_aggregate(static_cast<int32_t>(in.IntInRange(-1, 5)));
-    r.set_max_staleness(static_cast<int32_t>(in.IntInRange(-1, 3)));
     static constexpr NonFinitePolicy kPolicies[] = {NONFINITE_REJECT, NONFINITE_SKIP_STEP};
     r.set_nonfinite(in.IntInRange(0, 15) == 0 ? static_cast<NonFinitePolicy>(in.Raw<int8_t>())
                                               : in.Pick(kPolicies));

@@ -25,10 +25,11 @@ bool AllFinite(const float* x, int64_t n) {
   return sum == 0.0f;
 }
 
-// Mixes (version, worker) into 64 bits (splitmix64's finaliser), for the
-// applied-gradients digest.
-uint64_t GradientHash(int64_t version, int worker) {
-  uint64_t z = static_cast<uint64_t>(version) * 0x10001ull + static_cast<uint64_t>(worker) +
+// Mixes (what names a gradient, worker) into 64 bits (splitmix64's
+// finaliser), for the applied-gradients digest: sync names a gradient by
+// its version, async by its request id.
+uint64_t GradientHash(uint64_t name, int worker) {
+  uint64_t z = name * 0x10001ull + static_cast<uint64_t>(worker) +
                0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -55,10 +56,6 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
     return absl::InvalidArgumentError(absl::StrCat(
         "replicas_to_aggregate must be in [1, ", config.num_workers, "], got ",
         config.replicas_to_aggregate));
-  }
-  if (config.rule == UpdateRule::kAsync && config.max_staleness < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_staleness must be >= 0, got ", config.max_staleness));
   }
   if (config.generation < 0 || config.generation > kMaxVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -281,7 +278,10 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   absl::StatusOr<PushResult> result = config_.rule == UpdateRule::kSync
                                           ? PushSync(args, finite)
                                           : PushAsync(args, finite);
-  if (result.ok()) stats_.staleness_sum += result->staleness;
+  if (result.ok() && result->applied) {
+    stats_.staleness_sum += result->staleness;
+    stats_.staleness_max = std::max(stats_.staleness_max, result->staleness);
+  }
   if (result.ok() && args.request_id != 0) {
     seen.push_back({args.request_id, *result});
     if (seen.size() > kDedupWindow) seen.pop_front();
@@ -395,7 +395,7 @@ bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
   for (int w = 0; w < config_.num_workers; ++w) {
     if (members[w]) {
       ++stats_.pushes_applied;
-      stats_.applied_digest += GradientHash(version_, w);
+      stats_.applied_digest += GradientHash(static_cast<uint64_t>(version_), w);
       outcome_[w] = {version_, true};
     } else if (pending_examples_[w] >= 0) {
       outcome_[w] = {version_, false};
@@ -472,20 +472,17 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
 }
 
 absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool finite) {
+  // Never dropped for staleness: the chief bounds it before the gradient is
+  // computed (WorkResponse.BOUND), so every ps applies every push.
   PushResult r;
   r.staleness = version_ - args.version;
-  if (r.staleness > config_.max_staleness) {
-    ++stats_.pushes_dropped_stale;
-    r.version = version_;
-    return r;
-  }
   if (!finite) {
     ++stats_.steps_skipped_nonfinite;
     r.version = version_;
     return r;
   }
   optimizer_->Apply(args.gradients, values_.data());
-  stats_.applied_digest += GradientHash(version_, args.worker);
+  stats_.applied_digest += GradientHash(args.request_id, args.worker);
   ++version_;
   ++stats_.pushes_applied;
   ++stats_.steps_applied;

@@ -16,8 +16,12 @@
 //          it to the others (StepRole::kFollow), which Commit it: they apply
 //          exactly those members' gradients, waiting for any still on its
 //          way, and drop the rest.
-//   async: each gradient is applied on arrival unless it is staler than
-//          `max_staleness` versions, in which case it is dropped and counted.
+//   async: each gradient is applied on arrival, however stale: every ps
+//          applies every push, so a gradient is applied on every ps or on
+//          none (the worker resends a push until each ps has it; request
+//          ids keep it from being applied twice). Staleness is bounded
+//          before the gradient is computed, by the chief (bounded delay:
+//          WorkResponse.BOUND), not by dropping work already done.
 //
 // A push whose request id the store has seen from that worker recently is
 // answered with the first answer and not applied again.
@@ -61,7 +65,6 @@ struct StoreConfig {
   UpdateRule rule = UpdateRule::kSync;
   int num_workers = 1;
   int replicas_to_aggregate = 1;  // sync
-  int max_staleness = 0;          // async
   OptimizerOptions optimizer;
   // NaN/Inf gradients: false = reject the push (InvalidArgument, counted);
   // true = accept it and skip the update it belongs to (counted).
@@ -111,19 +114,22 @@ struct StoreStats {
   // Sync: gradients that were members of an applied (or skipped) step;
   // async: gradients applied.
   int64_t pushes_applied = 0;
-  // Too stale, a backup worker's left out of its step, or a lost worker's.
+  // Sync: too stale, a backup worker's left out of its step, or a lost
+  // worker's. Async: none.
   int64_t pushes_dropped_stale = 0;
   int64_t pushes_duplicate = 0;
   int64_t steps_applied = 0;
-  // Sum of the staleness of every push applied or dropped as stale: with
-  // their count, the mean staleness.
+  // Sum and maximum of the staleness of every push applied (sync: taken
+  // into a step): with pushes_applied, the mean staleness.
   int64_t staleness_sum = 0;
+  int64_t staleness_max = 0;
   int64_t steps_skipped_nonfinite = 0;
   // Sync, following store: steps applied without a member's gradient
   // because the member was taken out (lost) before it arrived here.
   int64_t steps_torn = 0;
-  // Sum of a hash of (version, worker) over every gradient applied (sync:
-  // every step member): ps that applied the same gradients agree on it.
+  // Sum of a hash over every gradient applied (sync: every step member, by
+  // (version, worker); async: by (request id, worker)): ps that applied
+  // the same gradients agree on it.
   uint64_t applied_digest = 0;
   int64_t generation = 0;
   bool initialized = false;

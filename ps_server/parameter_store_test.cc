@@ -12,14 +12,13 @@ namespace {
 
 constexpr uint64_t kLayout = 42;
 
-StoreConfig SgdConfig(UpdateRule rule, int workers, int replicas, int staleness = 0) {
+StoreConfig SgdConfig(UpdateRule rule, int workers, int replicas) {
   StoreConfig c;
   c.layout_fingerprint = kLayout;
   c.num_floats = 3;
   c.rule = rule;
   c.num_workers = workers;
   c.replicas_to_aggregate = replicas;
-  c.max_staleness = staleness;
   c.optimizer.name = "sgd";
   c.optimizer.learning_rate = 1.0f;
   return c;
@@ -155,7 +154,7 @@ TEST(StoreNonFiniteTest, LongGradientsAreScannedEverywhere) {
 }
 
 TEST_F(StoreTest, DuplicateRequestIdIsAppliedOnce) {
-  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1, 10));
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
   absl::StatusOr<PushResult> a = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);
   absl::StatusOr<PushResult> b = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -164,16 +163,52 @@ TEST_F(StoreTest, DuplicateRequestIdIsAppliedOnce) {
   EXPECT_EQ(store_.stats().pushes_duplicate, 1);
 }
 
-TEST_F(StoreTest, AsyncAppliesOnArrivalAndDropsTooStale) {
-  InitStore(SgdConfig(UpdateRule::kAsync, 2, 1, /*staleness=*/1));
+TEST_F(StoreTest, AsyncAppliesEveryPushHoweverStale) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 2, 1));
   ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 0, 0}).ok());  // staleness 0
   ASSERT_TRUE(PushGrad(store_, 1, 0, {0, 1, 0}).ok());  // staleness 1
-  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {0, 0, 1});  // 2
-  ASSERT_TRUE(r.ok());
-  EXPECT_FALSE(r->applied);
-  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 3}));
-  EXPECT_EQ(store_.stats().pushes_dropped_stale, 1);
-  EXPECT_EQ(store_.stats().version, 2);
+  for (int i = 0; i < 40; ++i) {
+    absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {0, 0, 1});  // 2 .. 41
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->applied);
+    EXPECT_EQ(r->staleness, 2 + i);
+  }
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 3 - 40}));  // sgd, lr 1, from {1, 2, 3}
+  const StoreStats st = store_.stats();
+  EXPECT_EQ(st.pushes_dropped_stale, 0);
+  EXPECT_EQ(st.pushes_applied, 42);
+  EXPECT_EQ(st.version, 42);
+  EXPECT_EQ(st.staleness_max, 41);
+  EXPECT_EQ(st.staleness_sum, 1 + (2 + 41) * 40 / 2);
+}
+
+// Two ps get the same async pushes in opposite orders (so at other
+// versions): they apply the same set, and their digests agree; a set that
+// differs by one push does not.
+TEST(AsyncDigestTest, SamePushesAnyOrderSameDigest) {
+  ParameterStore a, b, c;
+  for (ParameterStore* s : {&a, &b, &c}) {
+    bool already = false;
+    std::vector<float> zeros(3, 0.0f);
+    ASSERT_TRUE(s->Init(SgdConfig(UpdateRule::kAsync, 3, 1), zeros.data(), &already).ok());
+  }
+  struct P {
+    int worker;
+    uint64_t id;
+  };
+  const std::vector<P> pushes = {{0, 11}, {1, 21}, {2, 31}, {0, 12}, {1, 22}};
+  for (const P& p : pushes) ASSERT_TRUE(PushGrad(a, p.worker, 0, {1, 1, 1}, 1, p.id).ok());
+  for (auto it = pushes.rbegin(); it != pushes.rend(); ++it) {
+    ASSERT_TRUE(PushGrad(b, it->worker, 0, {1, 1, 1}, 1, it->id).ok());
+  }
+  for (size_t i = 0; i + 1 < pushes.size(); ++i) {
+    ASSERT_TRUE(PushGrad(c, pushes[i].worker, 0, {1, 1, 1}, 1, pushes[i].id).ok());
+  }
+  ASSERT_TRUE(PushGrad(c, 2, 0, {1, 1, 1}, 1, 22).ok());  // worker 2, not 1
+  EXPECT_EQ(a.stats().applied_digest, b.stats().applied_digest);
+  EXPECT_NE(a.stats().applied_digest, c.stats().applied_digest);
+  EXPECT_EQ(a.stats().pushes_applied, 5);
+  EXPECT_EQ(c.stats().pushes_applied, 5);
 }
 
 TEST_F(StoreTest, PullWaitsForVersion) {
@@ -298,7 +333,7 @@ TEST_F(StoreTest, RestoreInitialisesAnEmptyStoreAndRefusesAnotherLayout) {
   snap.version = 7;
   snap.generation = 2;
   snap.values = {4, 5, 6};
-  const StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1, 3);
+  const StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1);
   ASSERT_TRUE(store_.Restore(c, snap).ok());
   int64_t version = 0;
   EXPECT_EQ(Values(store_, &version), (std::vector<float>{4, 5, 6}));
@@ -347,7 +382,7 @@ TEST_F(StoreTest, SkipPolicySkipsTheWholeSyncStepWithANonFiniteGradient) {
 }
 
 TEST_F(StoreTest, SkipPolicyInAsyncSkipsThatPushOnly) {
-  StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1, 4);
+  StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1);
   c.skip_nonfinite = true;
   InitStore(c);
   absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {INFINITY, 0, 0});
@@ -376,13 +411,13 @@ TEST_F(StoreTest, RefusesValuesThatWouldOverflow) {
   bool already = false;
   std::vector<float> init = {1, 2, 3};
   EXPECT_EQ(store_.Init(c, init.data(), &already).code(), absl::StatusCode::kInvalidArgument);
-  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1, 4));
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
   EXPECT_EQ(PushGrad(store_, 0, std::numeric_limits<int64_t>::min(), {1, 1, 1}).status().code(),
             absl::StatusCode::kInvalidArgument);
   StoreSnapshot snap;
   snap.values = {1, 2, 3};
   snap.version = std::numeric_limits<int64_t>::max();
-  EXPECT_EQ(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1, 4), snap).code(),
+  EXPECT_EQ(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1), snap).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
 }

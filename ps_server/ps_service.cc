@@ -65,7 +65,6 @@ grpc::Status PsService::ConfigFromInit(const InitRequest* req, int64_t num_float
   }
   c.num_workers = req->num_workers();
   c.replicas_to_aggregate = req->replicas_to_aggregate();
-  c.max_staleness = req->max_staleness();
   const OptimizerConfig& o = req->optimizer();
   c.optimizer.name = o.name();
   c.optimizer.learning_rate = o.learning_rate();
@@ -218,7 +217,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   bytes_pushed_ += static_cast<int64_t>(g.size());
   metrics_->push_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
   metrics_->push_bytes().Increment(static_cast<double>(g.size()));
-  metrics_->gradient_staleness().Observe(static_cast<double>(r->staleness));
+  if (r->applied) metrics_->gradient_staleness().Observe(static_cast<double>(r->staleness));
   metrics_->model_version().Set(static_cast<double>(r->version));
   if (!r->applied) metrics_->stale_gradients_dropped().Increment();
   resp->set_applied(r->applied);
@@ -267,6 +266,7 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_pushes_duplicate(s.pushes_duplicate);
   resp->set_steps_applied(s.steps_applied);
   resp->set_staleness_sum(s.staleness_sum);
+  resp->set_staleness_max(s.staleness_max);
   resp->set_bytes_pulled(bytes_pulled_.load());
   resp->set_bytes_pushed(bytes_pushed_.load());
   resp->set_generation(s.generation);

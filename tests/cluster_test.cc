@@ -1,6 +1,8 @@
 // Integration tests: the real ps_server, worker, evaluator and chief
 // binaries as separate processes on 127.0.0.1, training on real MNIST.
 #include <cstdio>
+#include <map>
+#include <regex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -78,19 +80,25 @@ TEST_F(ClusterTest, AsyncTrainsToLossThreshold) {
   std::optional<FinalFigures> f = ParseFinalLine(c->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << c->AllLogs();
   Print("mlp, 1 epoch, async", *f);
-  // Measured over 10 runs (the order of the pushes varies): accuracy
-  // 0.9311-0.9341, loss 0.2301-0.2395.
-  EXPECT_LT(f->test_loss, 0.25) << c->Log("chief:0");
+  // Measured over 7 runs (the order of the pushes varies): accuracy
+  // 0.9275-0.9290, loss 0.2515-0.2535 (sync: 0.9256, 0.2611).
+  EXPECT_LT(f->test_loss, 0.26) << c->Log("chief:0");
   EXPECT_GT(f->test_accuracy, 0.925) << c->Log("chief:0");
-  // Every push is applied (a step) or dropped: one per chunk (938), plus
-  // one more for each chunk handed out again because a ps dropped it.
-  std::optional<long> applied = FindCounter(c->Log("chief:0"), "ps:0 version=", "applied");
-  ASSERT_TRUE(applied.has_value());
-  std::optional<long> dropped = FindCounter(c->Log("chief:0"), "ps:0 version=", "dropped_stale");
-  std::optional<long> again = FindCounter(c->Log("chief:0"), "every worker is done",
-                                          "handed_out_again");
-  ASSERT_TRUE(again.has_value()) << c->Log("chief:0");
-  EXPECT_EQ(*applied + *dropped, 938 + *again);
+  // Every push is applied on every ps, one per chunk (938): none dropped,
+  // none handed out again, the same pushes on both ps.
+  const std::string chief = c->Log("chief:0");
+  for (const char* ps : {"ps:0 version=", "ps:1 version="}) {
+    EXPECT_EQ(FindCounter(chief, ps, "applied"), 938) << ps << chief;
+    EXPECT_EQ(FindCounter(chief, ps, "dropped_stale"), 0) << ps;
+  }
+  EXPECT_EQ(FindCounter(chief, "every worker is done", "handed_out_again"), 0) << chief;
+  const std::regex digest("ps:([01]) version=.* digest=([0-9a-f]+)");
+  std::map<std::string, std::string> digests;
+  for (std::sregex_iterator it(chief.begin(), chief.end(), digest), end; it != end; ++it) {
+    digests[(*it)[1]] = (*it)[2];
+  }
+  ASSERT_EQ(digests.size(), 2u) << chief;
+  EXPECT_EQ(digests["0"], digests["1"]) << chief;
 }
 
 TEST_F(ClusterTest, BackupWorkerGradientsAreDroppedAndTrainingConverges) {

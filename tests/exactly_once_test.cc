@@ -79,7 +79,6 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every) {
     req.set_mode(mode);
     req.set_num_workers(2);
     req.set_replicas_to_aggregate(2);
-    req.set_max_staleness(100);
     auto stub = ParameterServer::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", ps[i]->port)));
     grpc::ClientContext ctx;
     InitResponse resp;

@@ -185,7 +185,6 @@ InitRequest SmallInit() {
   req.mutable_optimizer()->set_learning_rate(0.1f);
   req.set_mode(ASYNC);
   req.set_num_workers(1);
-  req.set_max_staleness(8);
   return req;
 }
 

@@ -206,6 +206,10 @@ absl::Status Trainer::Run() {
   double total_comm_s = 0;
   StepTimes split;  // summed over the steps
   int64_t restores_seen = 0;
+  // Async: time spent told to wait (BOUND) because this worker was
+  // max_staleness steps ahead of the slowest chunk, and how often.
+  absl::Duration bound_wait;
+  int64_t bound_waits = 0;
   WorkRequest request;
   request.set_worker_index(worker);
   request.set_incarnation(incarnation);
@@ -233,6 +237,31 @@ absl::Status Trainer::Run() {
     if (work->kind() == WorkResponse::PAUSE || work->kind() == WorkResponse::IDLE) {
       absl::SleepFor(absl::Milliseconds(20));
       continue;
+    }
+    if (work->kind() == WorkResponse::BOUND) {
+      // Ask again soon: the slowest chunk may be done any moment. Backs off
+      // to 16 ms so that many waiting workers do not crowd the chief.
+      const absl::Time wait_start = absl::Now();
+      int tries = 0;
+      do {
+        absl::SleepFor(absl::Milliseconds(1 << std::min(tries++, 4)));
+        if (stop_) return absl::CancelledError("stop requested");
+        work = (*chief)->GetWork(request, options_.step_timeout, &stop_);
+        if (!work.ok()) return work.status();
+      } while (work->kind() == WorkResponse::BOUND);
+      bound_wait += absl::Now() - wait_start;
+      ++bound_waits;
+      if (work->generation() != (*ps)->generation() || work->kind() != WorkResponse::CHUNK) {
+        // Anything but a chunk (or a restore meanwhile): the loop's top
+        // handles it, asking once more.
+        continue;
+      }
+      // The weights in hand aged while this worker waited: train on the
+      // newest, or the bound would not bound the gradient's staleness.
+      absl::Status s = (*ps)->PullAll(0, params.data(), options_.step_timeout);
+      record_call(/*push=*/false, s.ok());
+      if (absl::IsAborted(s)) continue;  // restored meanwhile: the chief re-leases
+      if (!s.ok()) return s;
     }
     if (work->kind() == WorkResponse::DONE) break;
     if (work->kind() != WorkResponse::CHUNK) {
@@ -298,12 +327,14 @@ absl::Status Trainer::Run() {
   spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale, "
                "{} answered differently by the ps, {} resent, {} restore(s) followed; "
                "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f} "
+               "bound_wait_s={:.3f} bound_waits={} "
                "device={} split: pull_s={:.3f} h2d_s={:.3f} device_compute_s={:.3f} "
                "d2h_s={:.3f} push_pull_s={:.3f}",
                steps_done, examples_done, (*ps)->pushes_dropped(), (*ps)->pushes_disputed(),
                (*ps)->resends(),
                restores_seen, wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s,
-               total_comm_s, wall_s, DeviceLabel((*backend)->name()), pull_s, split.h2d_s,
+               total_comm_s, wall_s, absl::ToDoubleSeconds(bound_wait), bound_waits,
+               DeviceLabel((*backend)->name()), pull_s, split.h2d_s,
                split.compute_s, split.d2h_s, total_comm_s);
   absl::StatusOr<bool> ack = report(true);
   if (!ack.ok()) return ack.status();

@@ -204,7 +204,6 @@ class PsTarget final : public Target {
     init.set_mode(ASYNC);
     init.set_num_workers(1);
     init.set_replicas_to_aggregate(1);
-    init.set_max_staleness(1 << 30);
     InitResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(kCallTimeout));
