@@ -173,6 +173,56 @@ TEST(ClusterMetricsTest, EveryRoleServesItsOwnMetricsWithTheWorkDone) {
   if (HasFailure()) ADD_FAILURE() << "the tasks' logs:\n" << (*c)->AllLogs();
 }
 
+// Async (issue 16): each ps's staleness histogram counts the pushes it
+// applied, one per version (nothing dropped), and with 4 workers most of
+// them are stale by a few versions.
+TEST(ClusterMetricsTest, AsyncPsStalenessHistogramCountsEveryAppliedPush) {
+  const std::string data = TestDataDir();
+  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  ClusterOptions o;
+  o.data_dir = data;
+  o.num_ps = 2;
+  o.num_workers = 4;
+  o.evaluator = false;
+  o.metrics = true;
+  o.worker_args = {"--straggle_ms=10"};  // several seconds to scrape mid-run
+  o.chief_args = {"--model=mlp", "--epochs=1", "--mode=async"};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->WaitForChunks(100, absl::Minutes(3))) << (*c)->AllLogs();
+  for (const std::string t : {"ps:0", "ps:1"}) {
+    const std::string body = Body(ScrapeMetrics((*c)->MetricsPort(t)));
+    ASSERT_FALSE(body.empty()) << t;
+    std::optional<double> count = Sample(body, "pscluster_gradient_staleness_count", t);
+    std::optional<double> sum = Sample(body, "pscluster_gradient_staleness_sum", t);
+    std::optional<double> version = Sample(body, "pscluster_model_version", t);
+    std::optional<double> fresh = std::nullopt;
+    const std::string zero = absl::StrCat("pscluster_gradient_staleness_bucket{task=\"", t,
+                                          "\",le=\"0\"} ");
+    for (absl::string_view line : absl::StrSplit(body, '\n')) {
+      double v = 0;
+      if (absl::StartsWith(line, zero) && absl::SimpleAtod(line.substr(zero.size()), &v)) {
+        fresh = v;
+      }
+    }
+    ASSERT_TRUE(count && sum && version && fresh) << t << "\n" << body;
+    EXPECT_GE(*count, 100) << t;
+    // Each applied push is a version (the gauge lags the count by the
+    // pushes applied between the two reads of one scrape at most).
+    EXPECT_NEAR(*count, *version, 4) << t << "\n" << body;
+    EXPECT_GT(*sum, 0) << t;
+    EXPECT_LT(*fresh, *count) << t;
+  }
+  std::map<std::string, int> codes = (*c)->Wait(absl::Minutes(5));
+  for (const auto& [task, code] : codes) EXPECT_EQ(code, 0) << task;
+  const std::string chief = (*c)->Log("chief:0");
+  for (const char* ps : {"ps:0 version=", "ps:1 version="}) {
+    EXPECT_EQ(FindCounter(chief, ps, "applied"), 1875) << chief;  // 60000 / 32 per worker
+    EXPECT_EQ(FindCounter(chief, ps, "dropped_stale"), 0) << chief;
+  }
+  if (HasFailure()) ADD_FAILURE() << "the tasks' logs:\n" << (*c)->AllLogs();
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace pscluster
