@@ -17,6 +17,7 @@
 #include "chief/progress_tracker.h"
 #include "chief/ps_recovery.h"
 #include "chief/ps_setup.h"
+#include "chief/test_evaluation.h"
 #include "chief/weights_export.h"
 #include "common/model_spec.h"
 #include "common/placement.h"
@@ -27,9 +28,13 @@
 namespace pscluster {
 
 std::string FinalLine(const RunResult& r) {
-  std::string eval = r.has_eval ? absl::StrFormat("test_accuracy=%.4f test_loss=%.4f",
-                                                  r.test_accuracy, r.test_loss)
-                                : "test_accuracy=nan test_loss=nan";
+  std::string eval;
+  if (r.has_eval) {
+    eval = absl::StrFormat("test_accuracy=%.4f test_loss=%.4f", r.test_accuracy, r.test_loss);
+  } else {
+    eval = "not evaluated";
+    if (!r.not_evaluated_why.empty()) absl::StrAppend(&eval, " (", r.not_evaluated_why, ")");
+  }
   return absl::StrFormat("final: %s steps=%d epochs=%d wall_s=%.1f", eval, r.steps, r.epochs,
                          r.wall_s);
 }
@@ -83,6 +88,12 @@ class Chief::Impl {
   // Logs every ps's counters; the smallest version is the run's steps.
   absl::StatusOr<int64_t> FinalSteps();
   absl::Status FinalEvaluation(RunResult* result);
+  // No evaluator: the chief scores the final weights on the test set in
+  // options_.data_dir (chief/test_evaluation.h).
+  absl::Status EvaluateHere(RunResult* result);
+  // The weights of `steps` (or newer), pulled once for the evaluation and
+  // the export.
+  absl::StatusOr<const std::vector<float>*> FinalWeights(int64_t steps);
   absl::Status Export(const RunResult& result);
   void ShutdownAll(const std::string& reason, bool run_failed = false);
   // Ends a run that cannot go on: every task is told to stop, as failed
@@ -113,6 +124,8 @@ class Chief::Impl {
   std::unique_ptr<PsRecovery> recovery_;
   std::unique_ptr<ProgressRecorder> recorder_;
   int64_t highest_version_ = 0;  // seen on any ps
+  // The pull of FinalWeights(), kept for the export.
+  std::optional<std::vector<float>> final_weights_;
 };
 
 absl::StatusOr<RunResult> Chief::Run() {
@@ -383,39 +396,78 @@ absl::Status Chief::Impl::FinalEvaluation(RunResult* result) {
     result->test_loss = r->loss();
     return absl::OkStatus();
   }
-  if (!coordinator_->evaluator_seen()) return absl::OkStatus();
-  // An evaluator outside the cluster (TensorFlow's and the Kubeflow
-  // operator's layout) reports on its own: wait for its verdict on the
-  // final weights, which it evaluates within its interval.
-  spdlog::info("waiting for the evaluator's report on step {}", result->steps);
-  const absl::Time give_up = absl::Now() + options_.final_eval_timeout;
-  while (absl::Now() < give_up && !stop_) {
-    Progress p = tracker_->Snapshot(absl::Now());
-    if (p.last_eval_step >= result->steps) {
-      result->has_eval = true;
-      result->test_accuracy = p.last_eval_accuracy;
-      result->test_loss = p.last_eval_loss;
-      break;
+  if (coordinator_->evaluator_seen()) {
+    // An evaluator outside the cluster (TensorFlow's and the Kubeflow
+    // operator's layout) reports on its own: wait for its verdict on the
+    // final weights, which it evaluates within its interval.
+    spdlog::info("waiting for the evaluator's report on step {}", result->steps);
+    const absl::Time give_up = absl::Now() + options_.final_eval_timeout;
+    while (absl::Now() < give_up && !stop_) {
+      Progress p = tracker_->Snapshot(absl::Now());
+      if (p.last_eval_step >= result->steps) {
+        result->has_eval = true;
+        result->test_accuracy = p.last_eval_accuracy;
+        result->test_loss = p.last_eval_loss;
+        return absl::OkStatus();
+      }
+      absl::SleepFor(absl::Milliseconds(100));
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    spdlog::warn("no evaluation of the final weights arrived");
+    result->not_evaluated_why =
+        absl::StrFormat("the evaluator outside TF_CONFIG sent no report on step %d within %.0f s",
+                        result->steps, absl::ToDoubleSeconds(options_.final_eval_timeout));
+  } else {
+    result->not_evaluated_why = "no evaluator in TF_CONFIG; give the chief --data_dir to evaluate";
   }
-  if (!result->has_eval) spdlog::warn("no evaluation of the final weights arrived");
+  if (options_.data_dir.empty() || stop_) return absl::OkStatus();
+  return EvaluateHere(result);
+}
+
+absl::Status Chief::Impl::EvaluateHere(RunResult* result) {
+  absl::StatusOr<const std::vector<float>*> weights = FinalWeights(result->steps);
+  if (!weights.ok()) return weights.status();
+  spdlog::info("the chief evaluates the weights of step {} itself, on the test set in {}",
+               result->steps, options_.data_dir);
+  absl::StatusOr<TestScore> score =
+      EvaluateOnTestSet(*spec_, (*weights)->data(), options_.data_dir);
+  if (!score.ok()) {
+    // The run itself went well and its weights are kept (checkpoint,
+    // export): the final line says why they were not scored.
+    result->not_evaluated_why =
+        absl::StrCat("--data_dir=", options_.data_dir, ": ", score.status().message());
+    spdlog::error("evaluating the final weights failed: {}", result->not_evaluated_why);
+    return absl::OkStatus();
+  }
+  result->has_eval = true;
+  result->test_accuracy = score->accuracy;
+  result->test_loss = score->loss;
+  result->not_evaluated_why.clear();
+  spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f} (final, by the chief on {} examples)",
+               result->steps, score->accuracy, score->loss, score->examples);
   return absl::OkStatus();
 }
 
-absl::Status Chief::Impl::Export(const RunResult& result) {
-  if (options_.export_path.empty()) return absl::OkStatus();
+absl::StatusOr<const std::vector<float>*> Chief::Impl::FinalWeights(int64_t steps) {
+  if (final_weights_.has_value()) return &*final_weights_;
   PsClientOptions popt;
   popt.stop = &stop_;
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Create(options_.config.cluster, &*placement_, popt);
   if (!client.ok()) return client.status();
   std::vector<float> flat(spec_->num_parameters);
-  if (absl::Status s = (*client)->PullAll(result.steps, flat.data(), absl::Minutes(2)); !s.ok()) {
+  if (absl::Status s = (*client)->PullAll(steps, flat.data(), absl::Minutes(2)); !s.ok()) {
     return s;
   }
+  final_weights_ = std::move(flat);
+  return &*final_weights_;
+}
+
+absl::Status Chief::Impl::Export(const RunResult& result) {
+  if (options_.export_path.empty()) return absl::OkStatus();
+  absl::StatusOr<const std::vector<float>*> weights = FinalWeights(result.steps);
+  if (!weights.ok()) return weights.status();
   absl::Status s =
-      ExportWeights(options_.export_path, *spec_, flat, result.steps, result.epochs,
+      ExportWeights(options_.export_path, *spec_, **weights, result.steps, result.epochs,
                     result.has_eval ? std::optional<double>(result.test_accuracy) : std::nullopt);
   if (!s.ok()) return s;
   spdlog::info("trained weights written to {}", options_.export_path);

@@ -3,8 +3,9 @@
 // the ps tasks and initialises them, hands the plan to workers and the
 // evaluator (Coordinator service) and the data to workers one chunk at a
 // time (Dispatcher), logs progress, and when every worker is done asks the
-// evaluator for the final evaluation, prints the `final:` line, exports the
-// weights (safetensors) and tells every task to exit.
+// evaluator for the final evaluation (or, with no evaluator and a data_dir,
+// makes it itself), prints the `final:` line, exports the weights
+// (safetensors) and tells every task to exit.
 //
 // Faults it rides out:
 //   worker lost  no heartbeat within heartbeat_timeout: its unfinished
@@ -91,11 +92,16 @@ struct ChiefOptions {
   // The trained weights are written here in safetensors format; empty:
   // not exported.
   std::string export_path;
+  // MNIST folder: with no evaluator in the cluster (none listed, none
+  // reporting on its own), the chief scores the final weights on its test
+  // set itself. Empty: the final line says that no evaluation was made.
+  std::string data_dir;
 };
 
 // The figures of the final line.
 struct RunResult {
   bool has_eval = false;
+  std::string not_evaluated_why;  // when !has_eval, for the final line
   double test_accuracy = 0;
   double test_loss = 0;
   int64_t steps = 0;
@@ -124,7 +130,9 @@ class Chief {
   bool gave_up_ = false;
 };
 
-// "final: test_accuracy=0.9912 test_loss=0.0290 steps=N epochs=N wall_s=N"
+// "final: test_accuracy=0.9912 test_loss=0.0290 steps=N epochs=N wall_s=N",
+// or without an evaluation
+// "final: not evaluated (<why>) steps=N epochs=N wall_s=N".
 std::string FinalLine(const RunResult& r);
 
 }  // namespace pscluster

@@ -2,6 +2,8 @@
 // named in TF_CONFIG, and ends it: every task exits when the run is over.
 // Prints one line at the end:
 //   final: test_accuracy=0.9912 test_loss=0.0290 steps=N epochs=N wall_s=N
+// or, with no evaluator in the cluster and no --data_dir,
+//   final: not evaluated (no evaluator in TF_CONFIG; ...) steps=N ...
 #include <cstdio>
 #include <cstdlib>
 
@@ -11,6 +13,7 @@
 #include "chief/chief.h"
 #include "common/daemon.h"
 #include "common/exit_codes.h"
+#include "common/idx_dataset.h"
 #include "common/logging.h"
 #include "common/model_spec.h"
 #include "common/task_server.h"
@@ -47,6 +50,9 @@ ABSL_FLAG(std::string, logdir, "",
 ABSL_FLAG(std::string, export_path, "",
           "Write the trained weights here (safetensors); default: <logdir>/model.safetensors "
           "when --logdir is set");
+ABSL_FLAG(std::string, data_dir, "",
+          "Folder with the MNIST test files: with no evaluator in the cluster, the chief "
+          "evaluates the final weights on them itself; default: no evaluation then");
 ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(double, heartbeat_timeout_s, 3,
           "A worker without a heartbeat this long is lost: its unfinished data goes to the "
@@ -220,6 +226,15 @@ int main(int argc, char** argv) {
   opt.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   if (opt.checkpoint_dir.empty() && !opt.logdir.empty()) {
     opt.checkpoint_dir = opt.logdir + "/checkpoints";
+  }
+
+  opt.data_dir = absl::GetFlag(FLAGS_data_dir);
+  // The data last: every flag and TF_CONFIG check comes first (exit 2);
+  // missing test files exit 4, like a worker's or the evaluator's.
+  if (!opt.data_dir.empty()) {
+    if (absl::Status s = CheckMnistFiles(opt.data_dir, Split::kTest); !s.ok()) {
+      ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
+    }
   }
 
   InitLogging(TaskName(config.task));

@@ -41,12 +41,14 @@ BUILD_PACKAGES=(
 #   jq                         deploy/docker/entrypoint.sh under the deploy tests
 #   openssl                    test certificates (security tests, deploy/tls)
 #   perl                       tests/train_sh_test.sh (Ctrl-C of a background job)
+#   gnuplot-nox                tests/bench/async_scale.cc (its PNG of images/s
+#                              and accuracy against the worker count)
 TEST_PACKAGES=(
   clang libclang-rt-14-dev
   iproute2
   kubernetes-client
   docker-compose docker.io debootstrap python3-yaml python3-numpy jq
-  openssl perl
+  openssl perl gnuplot-nox
 )
 
 build_only=0

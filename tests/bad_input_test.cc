@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
 
@@ -211,25 +212,38 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
 
 // Missing data is not worth a restart: the worker and the evaluator exit
 // with their own code (4, common/exit_codes.h) at once, naming the folder,
-// before they wait for the chief.
+// before they wait for the chief; so does the chief given --data_dir (the
+// test set for its own final evaluation), before anything trains.
 TEST(DataErrorTest, MissingDataExitsFourNamingIt) {
   const std::string cluster =
       "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:2\"], "
       "\"worker\": [\"127.0.0.1:3\"], \"evaluator\": [\"127.0.0.1:4\"]}, ";
   const std::string empty = ::testing::TempDir();
-  for (const auto& [binary, type, what] :
-       {std::tuple<const char*, const char*, const char*>{"worker/worker", "worker", "train"},
-        {"worker/evaluator", "evaluator", "test"}}) {
+  struct Case {
+    const char* binary;
+    const char* type;
+    const char* what;                // the split named in the message
+    std::vector<std::string> args;   // besides --data_dir
+  };
+  const Case cases[] = {{"worker/worker", "worker", "train", {"--startup_timeout_s=1"}},
+                        {"worker/evaluator", "evaluator", "test", {"--startup_timeout_s=1"}},
+                        {"chief/chief", "chief", "test", {"--wait_for_cluster_s=1"}}};
+  for (const Case& c : cases) {
     for (const std::string& dir : {std::string("/nonexistent/mnist"), empty}) {
-      ProcessResult r = RunBinary(
-          binary, {"--data_dir=" + dir, "--startup_timeout_s=1"},
-          cluster + "\"task\": {\"type\": \"" + type + "\", \"index\": 0}}",
-          absl::Seconds(30));
-      EXPECT_EQ(r.exit_code, 4) << binary << " " << dir << "\n" << r.output;
-      EXPECT_NE(r.output.find(absl::StrCat("error: --data_dir=", dir, ": MNIST ", what,
+      std::vector<std::string> args = c.args;
+      args.push_back("--data_dir=" + dir);
+      const absl::Time start = absl::Now();
+      ProcessResult r = RunBinary(c.binary, args,
+                                  cluster + "\"task\": {\"type\": \"" + c.type +
+                                      "\", \"index\": 0}}",
+                                  absl::Seconds(30));
+      EXPECT_EQ(r.exit_code, 4) << c.binary << " " << dir << "\n" << r.output;
+      EXPECT_NE(r.output.find(absl::StrCat("error: --data_dir=", dir, ": MNIST ", c.what,
                                            " images not found in ", dir)),
                 std::string::npos)
           << r.output;
+      // At once: nothing was waited for (the cluster's tasks do not exist).
+      EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << c.binary << "\n" << r.output;
     }
   }
 }

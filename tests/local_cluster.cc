@@ -253,8 +253,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     s = start("worker", i, "worker/worker", args);
   }
   if (s.ok() && options.evaluator) {
-    s = start("evaluator", 0, "worker/evaluator",
-              {"--data_dir=" + options.data_dir, "--eval_interval_s=2"});
+    std::vector<std::string> args = {"--data_dir=" + options.data_dir, "--eval_interval_s=2"};
+    args.insert(args.end(), options.evaluator_args.begin(), options.evaluator_args.end());
+    s = start("evaluator", 0, "worker/evaluator", args);
   }
   if (!s.ok()) return s;
   return c;

@@ -54,6 +54,8 @@ struct ClusterOptions {
   std::vector<std::string> chief_args;
   std::vector<std::string> worker_args;               // every worker
   std::map<int, std::vector<std::string>> one_worker_args;  // by index
+  // The evaluator's, after its --eval_interval_s=2 (a later flag wins).
+  std::vector<std::string> evaluator_args;
   // Tasks listed in TF_CONFIG but not started ("worker:1").
   std::vector<std::string> not_started;
   // Tasks listed in TF_CONFIG and started only by StartTask().

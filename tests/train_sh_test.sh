@@ -70,6 +70,18 @@ else
     fail "a one-epoch run (exit $rc, last line '$last')"; echo "$out" | tail -n 30
   fi
 
+  # --no_evaluator: the chief, given the data folder, scores the final
+  # weights itself (the same 0.9256).
+  out="$("$train" --no_build --no_evaluator --data_dir="$data" --model=mlp --epochs=1 --logdir="$tmp/run0" 2>&1)"; rc=$?
+  last="$(tail -n 1 <<<"$out")"
+  if [ "$rc" -eq 0 ] && [[ "$last" =~ ^final:\ test_accuracy=0\.9[2-9] ]] &&
+     grep -q '^\[chief\] .*eval: step=.*(final, by the chief' <<<"$out" &&
+     ! grep -q '^\[evaluator\]' <<<"$out"; then
+    pass "--no_evaluator: the chief evaluates, the run ends with '$last'"
+  else
+    fail "--no_evaluator (exit $rc, last line '$last')"; echo "$out" | tail -n 30
+  fi
+
   # Ctrl-C: SIGINT to the launcher stops every task; the chief exits 130.
   # (A background job starts with SIGINT ignored; perl, essential on Debian,
   # restores the default before exec, as a terminal's foreground job has it.)

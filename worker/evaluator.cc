@@ -5,11 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
+#include "worker/test_scoring.h"
 
 namespace pscluster {
-namespace {
-constexpr int kEvalBatch = 500;
-}  // namespace
 
 absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   absl::StatusOr<std::unique_ptr<ChiefClient>> chief =
@@ -30,7 +28,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   if (!ps.ok()) return ps.status();
   BackendOptions bopt;
   bopt.device = options_.device;
-  bopt.max_batch = kEvalBatch;
+  bopt.max_batch = kScoringBatch;
   bopt.num_threads = options_.threads;
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(*spec, bopt);
   if (!backend.ok()) return backend.status();
@@ -70,24 +68,14 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
   if (only_if_new && ps_->version() == last_version_) {
     return absl::AlreadyExistsError("no new weights since the last evaluation");
   }
-  const int pixels = test_.height * test_.width;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (int begin = 0; begin < test_.count; begin += kEvalBatch) {
-    const int n = std::min(kEvalBatch, test_.count - begin);
-    double batch_loss = 0;
-    int batch_correct = 0;
-    const Batch b{&test_.images[size_t(begin) * pixels], &test_.labels[begin], n};
-    s = backend_->Evaluate(params_.data(), b, &batch_loss, &batch_correct);
-    if (!s.ok()) return s;
-    loss_sum += batch_loss;
-    correct += batch_correct;
-  }
+  double accuracy = 0, loss = 0;
+  s = ScoreOnDataset(*backend_, params_.data(), test_, &accuracy, &loss);
+  if (!s.ok()) return s;
   EvalReport r;
   r.set_version(ps_->version());
   r.set_examples(test_.count);
-  r.set_accuracy(static_cast<float>(double(correct) / test_.count));
-  r.set_loss(static_cast<float>(loss_sum / test_.count));
+  r.set_accuracy(static_cast<float>(accuracy));
+  r.set_loss(static_cast<float>(loss));
   r.set_final(final);
   last_version_ = r.version();
   spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f}{}", r.version(), r.accuracy(),

@@ -12,7 +12,8 @@
 #                         ../shared/data/mnist, else they are downloaded
 #   --worker_threads=N    compute threads per worker (default 1)
 #   --eval_interval_s=S   seconds between the evaluator's evaluations (default 10)
-#   --no_evaluator        run without the evaluator task
+#   --no_evaluator        run without the evaluator task (the chief then
+#                         evaluates the final weights itself on --data_dir)
 #   --no_build            use the binaries already in bazel-bin
 #   --logdir=DIR          TensorBoard event files (chief and evaluator) and the
 #                         trained weights (model.safetensors); default
@@ -212,7 +213,10 @@ if [ "$EVALUATOR" = 1 ]; then
   start evaluator evaluator 0 "$BIN/worker/evaluator" --data_dir="$DATA_DIR" \
     --eval_interval_s="$EVAL_INTERVAL" --logdir="$LOGDIR"
 fi
-start chief chief 0 "$BIN/chief/chief" --logdir="$LOGDIR" "${CHIEF_ARGS[@]}"
+# Without the evaluator the chief scores the final weights on the test set.
+CHIEF_DATA=()
+[ "$EVALUATOR" = 0 ] && CHIEF_DATA=(--data_dir="$DATA_DIR")
+start chief chief 0 "$BIN/chief/chief" --logdir="$LOGDIR" "${CHIEF_DATA[@]}" "${CHIEF_ARGS[@]}"
 echo "train.sh: Prometheus metrics on 127.0.0.1:${METRICS# } (name:port, path /metrics)" >&2
 echo "train.sh: started ${#ORDER[@]} tasks (${NUM_PS} ps, ${NUM_WORKERS} workers, chief$([ "$EVALUATOR" = 1 ] && echo ", evaluator")); data $DATA_DIR" >&2
 
