@@ -23,8 +23,12 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   PlacementOptions popt;
   popt.min_shard_bytes = plan->min_shard_bytes();
   auto placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));
+  // A stop (the chief ends the run) cancels a pull in flight: the ps may
+  // be gone already, and the evaluator would wait out the pull's deadline.
+  PsClientOptions psopt;
+  psopt.stop = stop;
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
-      PsClient::Create(options_.config.cluster, placement.get());
+      PsClient::Create(options_.config.cluster, placement.get(), psopt);
   if (!ps.ok()) return ps.status();
   BackendOptions bopt;
   bopt.device = options_.device;

@@ -49,6 +49,8 @@ class Evaluator {
   explicit Evaluator(EvaluatorOptions options) : options_(std::move(options)) {}
 
   // Waits for the chief's plan, loads the test set, connects to the ps.
+  // `stop` must outlive the Evaluator: once true, it also cancels a pull
+  // from the ps in flight.
   absl::Status Prepare(const std::atomic<bool>* stop);
 
   // Evaluates every `interval` while the weights changed, until *stop (or,
