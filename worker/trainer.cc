@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "common/idx_dataset.h"
 #include "common/model_spec.h"
 #include "common/placement.h"
+#include "common/retry.h"
 #include "common/ps_client.h"
 #include "common/rpc.h"
 #include "proto/coordination.grpc.pb.h"
@@ -31,6 +33,14 @@ struct Window {
   double compute_s = 0;
   double comm_s = 0;
 };
+
+// Async: how often a worker told BOUND asks again.
+RetryPolicy BoundPollPolicy() {
+  RetryPolicy p;
+  p.initial_backoff = absl::Milliseconds(1);
+  p.max_backoff = absl::Milliseconds(16);
+  return p;
+}
 
 // "cuda:0" of "cuda:0 (NVIDIA H200, ...)": one token for the done line.
 std::string DeviceLabel(const std::string& name) {
@@ -210,6 +220,8 @@ absl::Status Trainer::Run() {
   // max_staleness steps ahead of the slowest chunk, and how often.
   absl::Duration bound_wait;
   int64_t bound_waits = 0;
+  std::optional<Backoff> bound_backoff;  // while told BOUND
+  absl::Time bound_since;
   WorkRequest request;
   request.set_worker_index(worker);
   request.set_incarnation(incarnation);
@@ -240,28 +252,27 @@ absl::Status Trainer::Run() {
     }
     if (work->kind() == WorkResponse::BOUND) {
       // Ask again soon: the slowest chunk may be done any moment. Backs off
-      // to 16 ms so that many waiting workers do not crowd the chief.
-      const absl::Time wait_start = absl::Now();
-      int tries = 0;
-      do {
-        absl::SleepFor(absl::Milliseconds(1 << std::min(tries++, 4)));
-        if (stop_) return absl::CancelledError("stop requested");
-        work = (*chief)->GetWork(request, options_.step_timeout, &stop_);
-        if (!work.ok()) return work.status();
-      } while (work->kind() == WorkResponse::BOUND);
-      bound_wait += absl::Now() - wait_start;
-      ++bound_waits;
-      if (work->generation() != (*ps)->generation() || work->kind() != WorkResponse::CHUNK) {
-        // Anything but a chunk (or a restore meanwhile): the loop's top
-        // handles it, asking once more.
-        continue;
+      // to 16 ms (with jitter) so that many waiting workers do not crowd
+      // the chief.
+      if (!bound_backoff.has_value()) {
+        bound_since = absl::Now();
+        bound_backoff.emplace(BoundPollPolicy());
+        ++bound_waits;
       }
-      // The weights in hand aged while this worker waited: train on the
-      // newest, or the bound would not bound the gradient's staleness.
-      absl::Status s = (*ps)->PullAll(0, params.data(), options_.step_timeout);
-      record_call(/*push=*/false, s.ok());
-      if (absl::IsAborted(s)) continue;  // restored meanwhile: the chief re-leases
-      if (!s.ok()) return s;
+      absl::SleepFor(bound_backoff->Next());
+      continue;
+    }
+    if (bound_backoff.has_value()) {
+      bound_backoff.reset();
+      bound_wait += absl::Now() - bound_since;
+      if (work->kind() == WorkResponse::CHUNK) {
+        // The weights in hand aged while this worker waited: train on the
+        // newest, or the bound would not bound the gradient's staleness.
+        absl::Status s = (*ps)->PullAll(0, params.data(), options_.step_timeout);
+        record_call(/*push=*/false, s.ok());
+        if (absl::IsAborted(s)) continue;  // restored meanwhile: the chief re-leases
+        if (!s.ok()) return s;
+      }
     }
     if (work->kind() == WorkResponse::DONE) break;
     if (work->kind() != WorkResponse::CHUNK) {

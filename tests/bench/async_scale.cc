@@ -27,10 +27,6 @@
 // Exit status: 0 when every run finished (every task exited 0 and the
 // chief printed its accuracy), 1 when one did not (each is named), 2 for a
 // bad flag. MNIST from $PSCLUSTER_DATA_DIR or ../shared/data/mnist.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -51,10 +48,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/file_io.h"
 #include "common/model_spec.h"
 #include "tests/local_cluster.h"
 
-extern char** environ;
 
 namespace pscluster {
 namespace {
@@ -250,28 +247,23 @@ void ReadFigures(const testing::LocalCluster& c, int num_ps, Figures* f) {
 
 // ---- Files ------------------------------------------------------------------
 
-// mkdir -p.
-bool MakeDirs(const std::string& path) {
-  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
-    const std::string prefix = path.substr(0, slash);
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
-    if (slash == std::string::npos) break;
-  }
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+// mkdir -p. "" when `path` is a folder afterwards, else why not.
+std::string MakeDirs(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return ec.message();
+  return std::filesystem::is_directory(path) ? "" : "not a folder";
 }
 
 bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  return static_cast<bool>(out);
+  return WriteFileAtomically(path, {text}).ok();
 }
 
 // Keeps every task's log of one run under out_dir/logs/W<w>-<mode>/.
 void SaveLogs(const testing::LocalCluster& c, const std::string& out_dir, const Figures& f,
               int num_ps) {
   const std::string dir = absl::StrCat(out_dir, "/logs/W", f.workers, "-", f.mode);
-  if (!MakeDirs(dir)) return;
+  if (!MakeDirs(dir).empty()) return;
   std::vector<std::string> tasks = {"chief:0", "evaluator:0"};
   for (int i = 0; i < num_ps; ++i) tasks.push_back(absl::StrCat("ps:", i));
   for (int i = 0; i < f.workers; ++i) tasks.push_back(absl::StrCat("worker:", i));
@@ -291,25 +283,6 @@ std::string OnPath(const std::string& program) {
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
-}
-
-// Runs `argv` with its output in `log`; its exit code, -1 if it did not start.
-int RunCommand(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // The 1-minute load average (/proc/loadavg): other work on the machine
@@ -514,9 +487,9 @@ int Run(Flags flags) {
       return 1;
     }
     flags.out_dir = tmpl;
-  } else if (!MakeDirs(flags.out_dir)) {
+  } else if (const std::string why = MakeDirs(flags.out_dir); !why.empty()) {
     std::fprintf(stderr, "error: --out_dir=%s: cannot create it: %s\n", flags.out_dir.c_str(),
-                 std::strerror(errno));
+                 why.c_str());
     return 2;
   }
   const int total = 2 * static_cast<int>(flags.workers.size());
@@ -577,7 +550,10 @@ int Run(Flags flags) {
         script.c_str());
   } else {
     const std::string log = flags.out_dir + "/gnuplot.log";
-    const int rc = RunCommand({gnuplot, script}, log);
+    const testing::ProcessResult r =
+        testing::RunBinary(gnuplot, {script}, /*tf_config=*/"", absl::Minutes(2));
+    WriteFile(log, r.output);
+    const int rc = r.exit_code;
     if (rc == 0) {
       std::printf("plot: %s\n", png.c_str());
     } else {
