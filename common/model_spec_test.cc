@@ -31,7 +31,7 @@ TEST(ModelSpecTest, InitialParametersAreGlorotAndZeroBiases) {
   std::vector<float> p = InitialParameters(spec, 7);
   ASSERT_EQ(p.size(), 121930u);
   for (const VariableSpec& v : spec.variables) {
-    double limit = v.initializer == Initializer::kZeros
+    double limit = v.initializer.kind == Initializer::Kind::kZeros
                        ? 0.0
                        : std::sqrt(6.0 / (v.fan_in + v.fan_out));
     double max_abs = 0;

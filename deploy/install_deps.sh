@@ -8,13 +8,15 @@
 #     --check       install nothing; list what is missing (exit 1 if any)
 set -euo pipefail
 
-# Building and running the daemons.
+# Building and running the daemons (libzip: NumPy .npz data and .keras
+# model archives).
 BUILD_PACKAGES=(
   bazel-bootstrap g++ git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libopenblas-dev libeigen3-dev zlib1g-dev
+  libzip-dev
   prometheus-cpp-dev
   ca-certificates curl
 )

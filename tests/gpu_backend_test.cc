@@ -48,7 +48,7 @@ struct Problem {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (const VariableSpec& v : spec.variables) {
-      if (v.initializer == Initializer::kZeros) {
+      if (v.initializer.kind == Initializer::Kind::kZeros) {
         for (int64_t i = 0; i < v.size; ++i)
           params[v.offset + i] = u(rng) - 0.5f;
       }

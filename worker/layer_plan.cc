@@ -58,7 +58,7 @@ absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec) {
     op.in_size = static_cast<int64_t>(h) * w * c;
     switch (l.kind) {
       case LayerKind::kConv2D: {
-        const int k = l.kernel_size;
+        const int k = l.window_h;
         if (flat || k < 1 || k > h || k > w || l.units < 1) {
           return absl::InvalidArgumentError(
               absl::StrCat(layer, ": Conv2D kernel ", k, " with ", l.units,
@@ -76,7 +76,7 @@ absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec) {
         break;
       }
       case LayerKind::kMaxPool2D: {
-        const int p = l.pool_size;
+        const int p = l.window_h;
         if (flat || p < 1 || p > h || p > w || op.relu) {
           return absl::InvalidArgumentError(absl::StrCat(
               layer, ": MaxPool2D window ", p, " does not fit its ", h, "x", w,

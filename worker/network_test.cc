@@ -28,8 +28,8 @@ ModelSpec SmallCnn(int filters1) {
     l.kind = kind;
     l.name = name;
     l.units = units;
-    l.kernel_size = k;
-    l.pool_size = pool;
+    l.window_h = l.window_w = k > 0 ? k : pool;
+    if (pool > 0) l.stride_h = l.stride_w = pool;
     l.activation = act;
     return l;
   };
@@ -55,14 +55,14 @@ ModelSpec SmallCnn(int filters1) {
     spec.num_parameters += v.size;
     spec.variables.push_back(v);
   };
-  add("conv1/kernel", {3, 3, 1, filters1}, Initializer::kGlorotUniform, 9,
+  add("conv1/kernel", {3, 3, 1, filters1}, Initializer::GlorotUniform(), 9,
       9 * filters1);
-  add("conv1/bias", {filters1}, Initializer::kZeros, 0, 0);
-  add("conv2/kernel", {3, 3, filters1, 8}, Initializer::kGlorotUniform,
+  add("conv1/bias", {filters1}, Initializer::Zeros(), 0, 0);
+  add("conv2/kernel", {3, 3, filters1, 8}, Initializer::GlorotUniform(),
       9 * filters1, 72);
-  add("conv2/bias", {8}, Initializer::kZeros, 0, 0);
-  add("dense/kernel", {8, 10}, Initializer::kGlorotUniform, 8, 10);
-  add("dense/bias", {10}, Initializer::kZeros, 0, 0);
+  add("conv2/bias", {8}, Initializer::Zeros(), 0, 0);
+  add("dense/kernel", {8, 10}, Initializer::GlorotUniform(), 8, 10);
+  add("dense/bias", {10}, Initializer::Zeros(), 0, 0);
   return spec;
 }
 
@@ -79,7 +79,7 @@ struct Problem {
     std::uniform_real_distribution<float> bias(-0.1f, 0.1f);
     // Non-zero biases, so their gradients are exercised in a generic state.
     for (const VariableSpec& v : spec.variables) {
-      if (v.initializer == Initializer::kZeros) {
+      if (v.initializer.kind == Initializer::Kind::kZeros) {
         for (int64_t i = 0; i < v.size; ++i) params[v.offset + i] = bias(rng);
       }
     }
@@ -144,7 +144,7 @@ double ReferenceMeanLoss(const Problem& p, const std::vector<double>& params) {
       const bool relu = l.activation == Activation::kRelu;
       std::vector<double> out;
       if (l.kind == LayerKind::kConv2D) {
-        const int k = l.kernel_size, oh = h - k + 1, ow = w - k + 1;
+        const int k = l.window_h, oh = h - k + 1, ow = w - k + 1;
         const double* kernel = var(l.name + "/kernel");
         const double* bias = var(l.name + "/bias");
         out.assign(int64_t{oh} * ow * l.units, 0.0);
@@ -161,7 +161,7 @@ double ReferenceMeanLoss(const Problem& p, const std::vector<double>& params) {
             }
         h = oh, w = ow, c = l.units;
       } else if (l.kind == LayerKind::kMaxPool2D) {
-        const int q = l.pool_size, oh = h / q, ow = w / q;
+        const int q = l.window_h, oh = h / q, ow = w / q;
         out.assign(int64_t{oh} * ow * c, -1e300);
         for (int i = 0; i < oh * q; ++i)
           for (int j = 0; j < ow * q; ++j)
