@@ -18,6 +18,8 @@ InitRequest MakeInitRequest(const PsSetup& setup, int ps) {
     spec->set_part(sh.part);
     spec->set_offset(sh.offset);
     spec->set_size(sh.size);
+    spec->set_moving_statistic(sh.moving_statistic);
+    spec->set_momentum(sh.momentum);
   }
   *req.mutable_optimizer() = setup.optimizer;
   req.set_mode(setup.mode);

@@ -37,6 +37,8 @@ Placement PlaceVariables(const ModelSpec& spec, int num_ps,
       s.num_parts = static_cast<int>(parts);
       s.offset = v.offset + row * row_size;
       s.size = n_rows * row_size;
+      s.moving_statistic = v.role != VariableRole::kTrainable;
+      s.momentum = v.momentum;
       row += n_rows;
       s.ps = static_cast<int>(std::min_element(p.floats_of_ps.begin(),
                                                p.floats_of_ps.end()) -

@@ -22,6 +22,11 @@ struct Shard {
   int64_t offset = 0;    // first element in the flat parameter vector
   int64_t size = 0;      // elements
   int ps = 0;            // task index of the ps that holds it
+  // A BatchNormalization moving statistic (common/model_spec.h
+  // VariableRole): the ps averages it with `momentum` instead of applying
+  // the optimizer.
+  bool moving_statistic = false;
+  float momentum = 0.0f;
 };
 
 struct Placement {

@@ -24,6 +24,32 @@ TEST(PlacementTest, EveryParameterIsPlacedExactlyOnce) {
   }
 }
 
+TEST(PlacementTest, BatchNormMovingStatisticsAreMarkedWithTheirMomentum) {
+  LayerSpec flatten, bn, dense;
+  flatten.kind = LayerKind::kFlatten;
+  flatten.name = "flatten";
+  bn.kind = LayerKind::kBatchNorm;
+  bn.name = "bn";
+  bn.momentum = 0.9f;
+  dense.kind = LayerKind::kDense;
+  dense.name = "dense";
+  dense.units = 10;
+  absl::StatusOr<ModelSpec> spec =
+      BuildModelSpec("bn_mlp", 4, 4, 1, 10, {flatten, bn, dense});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  Placement p = PlaceVariables(*spec, 2);
+  int moving = 0;
+  for (const Shard& s : p.shards) {
+    const bool stat = s.variable == "bn/moving_mean" || s.variable == "bn/moving_variance";
+    EXPECT_EQ(s.moving_statistic, stat) << s.variable;
+    if (stat) {
+      EXPECT_EQ(s.momentum, 0.9f);
+      ++moving;
+    }
+  }
+  EXPECT_EQ(moving, 2);
+}
+
 TEST(PlacementTest, LargeVariableIsSplitAlongFirstAxis) {
   ModelSpec spec = *ModelByName("cnn");
   Placement p = PlaceVariables(spec, 2);

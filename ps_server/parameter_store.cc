@@ -61,7 +61,44 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
     return absl::InvalidArgumentError(absl::StrCat(
         "generation must be in [0, ", kMaxVersion, "], got ", config.generation));
   }
+  int64_t end = 0;  // of the previous range: ranges are sorted, disjoint
+  for (const MovingStatistic& m : config.moving_statistics) {
+    if (m.offset < end || m.size < 0 || m.size > config.num_floats - m.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moving statistic [", m.offset, ", +", m.size, ") overlaps another or lies outside the ",
+          config.num_floats, " values"));
+    }
+    if (!(m.momentum >= 0.0f && m.momentum <= 1.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moving statistic at ", m.offset, ": momentum ", m.momentum, " is not in [0, 1]"));
+    }
+    end = m.offset + m.size;
+  }
   return Optimizer::Create(config.optimizer, config.num_floats);
+}
+
+void ParameterStore::Update(const float* grad) {
+  // The optimizer runs over everything (its rules are element-wise); the
+  // moving statistics' values are then put back and averaged instead. What
+  // the optimizer's slots hold for them is never read.
+  int64_t saved = 0;
+  for (const MovingStatistic& m : config_.moving_statistics) saved += m.size;
+  moving_.resize(saved);
+  float* keep = moving_.data();
+  for (const MovingStatistic& m : config_.moving_statistics) {
+    std::copy(values_.data() + m.offset, values_.data() + m.offset + m.size, keep);
+    keep += m.size;
+  }
+  optimizer_->Apply(grad, values_.data());
+  keep = moving_.data();
+  for (const MovingStatistic& m : config_.moving_statistics) {
+    float* v = values_.data() + m.offset;
+    const float* g = grad + m.offset;
+    for (int64_t i = 0; i < m.size; ++i) {
+      v[i] = m.momentum * keep[i] + (1.0f - m.momentum) * g[i];
+    }
+    keep += m.size;
+  }
 }
 
 absl::Status ParameterStore::Configure(const StoreConfig& config,
@@ -390,7 +427,7 @@ bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
       float* s = sum_.data();
       for (int64_t i = 0; i < n; ++i) s[i] += weight * g[i];
     }
-    optimizer_->Apply(sum_.data(), values_.data());
+    Update(sum_.data());
   }
   for (int w = 0; w < config_.num_workers; ++w) {
     if (members[w]) {
@@ -481,7 +518,7 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool 
     r.version = version_;
     return r;
   }
-  optimizer_->Apply(args.gradients, values_.data());
+  Update(args.gradients);
   stats_.applied_digest += GradientHash(args.request_id, args.worker);
   ++version_;
   ++stats_.pushes_applied;

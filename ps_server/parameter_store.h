@@ -59,6 +59,15 @@ enum class UpdateRule { kSync, kAsync };
 // steps another store closed (see the top of this file).
 enum class StepRole { kDecide, kFollow };
 
+// Values [offset, offset + size) of the store that are a BatchNormalization
+// moving statistic: updated as v = momentum * v + (1 - momentum) * g from
+// the pushed (sync: averaged) values g, never by the optimizer.
+struct MovingStatistic {
+  int64_t offset = 0;
+  int64_t size = 0;
+  float momentum = 0.0f;
+};
+
 struct StoreConfig {
   uint64_t layout_fingerprint = 0;
   int64_t num_floats = 0;
@@ -71,6 +80,7 @@ struct StoreConfig {
   bool skip_nonfinite = false;
   int64_t generation = 0;  // of the initial values
   StepRole step_role = StepRole::kDecide;  // sync only
+  std::vector<MovingStatistic> moving_statistics;  // disjoint, in range
 };
 
 struct PushArgs {
@@ -237,6 +247,9 @@ class ParameterStore {
   // `skip` or when one of them holds NaN/Inf: returns whether it skipped),
   // drops the others' and advances the version.
   bool ApplyStep(const std::vector<bool>& members, bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One update of values_ from `grad`: the optimizer on the trainable
+  // values, the moving average on the moving statistics.
+  void Update(const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops worker w's pending gradient (its fate: dropped).
   void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -271,6 +284,7 @@ class ParameterStore {
   std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
   std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch
+  std::vector<float> moving_ ABSL_GUARDED_BY(mu_);  // Update's scratch
   // The fate of each worker's newest sync gradient: {version, applied}.
   std::vector<std::pair<int64_t, bool>> outcome_ ABSL_GUARDED_BY(mu_);
   // Deciding store: the newest decisions, oldest first.

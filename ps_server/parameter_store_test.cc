@@ -75,6 +75,46 @@ TEST_F(StoreTest, SyncWaitsForAllReplicasThenAppliesWeightedMean) {
   EXPECT_EQ(v, 1);
 }
 
+TEST_F(StoreTest, MovingStatisticsAreAveragedWithTheirMomentumNotTrained) {
+  // Value 1 is a BatchNormalization moving statistic with momentum 0.75:
+  // the step's (example-weighted) mean of the pushed values moves it a
+  // quarter of the way; values 0 and 2 take the optimizer's (sgd, lr 1).
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
+  c.moving_statistics = {{1, 1, 0.75f}};
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 10, 1}, /*examples=*/1).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {1, 30, 1}, /*examples=*/3).ok());
+  // mean pushed statistic (10 + 3 * 30) / 4 = 25; 0.75 * 2 + 0.25 * 25.
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 0.75f * 2 + 0.25f * 25, 2}));
+}
+
+TEST_F(StoreTest, AsyncMovesAMovingStatisticOnEveryPush) {
+  StoreConfig c = SgdConfig(UpdateRule::kAsync, 2, 1);
+  c.optimizer.name = "adam";  // slots for the statistic are never read
+  c.optimizer.learning_rate = 0.5f;
+  c.moving_statistics = {{0, 2, 0.5f}};
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {5, 6, 0}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {-1, 2, 0}).ok());
+  // 1 -> 3 -> 1; 2 -> 4 -> 3; the trainable value 3 sees zero gradients.
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 3, 3}));
+}
+
+TEST(StoreConfigTest, RefusesOverlappingOrOutOfRangeMovingStatistics) {
+  for (std::vector<MovingStatistic> bad :
+       {std::vector<MovingStatistic>{{2, 2, 0.9f}}, {{0, 2, 0.9f}, {1, 1, 0.9f}},
+        {{0, 1, 1.5f}}, {{0, 1, std::numeric_limits<float>::quiet_NaN()}}}) {
+    ParameterStore store;
+    StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+    c.moving_statistics = bad;
+    std::vector<float> init = {1, 2, 3};
+    bool already = false;
+    absl::Status s = store.Init(c, init.data(), &already);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("moving statistic"), std::string::npos) << s;
+  }
+}
+
 TEST_F(StoreTest, SyncResultDoesNotDependOnArrivalOrder) {
   std::vector<float> a = {0.1f, 0.7f, 1e-3f}, b = {0.3f, -0.2f, 7.0f}, c = {1e4f, 3.3f, 0.01f};
   auto run = [&](std::vector<int> order) {

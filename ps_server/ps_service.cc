@@ -50,6 +50,9 @@ grpc::Status PsService::ConfigFromInit(const InitRequest* req, int64_t num_float
                                           ": the shards must add up to the ", c.num_floats,
                                           " values"));
     }
+    if (s.moving_statistic()) {
+      c.moving_statistics.push_back({expected, s.size(), s.momentum()});
+    }
     expected += s.size();
   }
   if (expected != c.num_floats) {
