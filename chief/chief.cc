@@ -20,6 +20,7 @@
 #include "chief/test_evaluation.h"
 #include "chief/weights_export.h"
 #include "common/model_spec.h"
+#include "common/keras_model.h"
 #include "common/placement.h"
 #include "common/ps_client.h"
 #include "common/task_server.h"
@@ -200,7 +201,7 @@ absl::Status Chief::Impl::MakePlan() {
                                                    " exceeds the ", plan_.num_workers(),
                                                    " workers in ", config.source));
   }
-  absl::StatusOr<ModelSpec> spec = ModelByName(plan_.model());
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan_.model(), plan_.model_json());
   if (!spec.ok()) return spec.status();
   spec_ = *std::move(spec);
   PlacementOptions popt;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "chief/chief.h"
 #include "common/daemon.h"
+#include "common/keras_model.h"
 #include "common/exit_codes.h"
 #include "common/idx_dataset.h"
 #include "common/logging.h"
@@ -21,7 +22,10 @@
 
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
-ABSL_FLAG(std::string, model, "cnn", "Model to train: cnn (the seeds' CNN) or mlp");
+ABSL_FLAG(std::string, model, "cnn",
+          "Model to train: a built-in model (cnn: the seeds' CNN; mlp; vgg_fashion; mlp_large) "
+          "or the path of a Keras model file (model.to_json()'s .json, TensorFlow.js's "
+          "model.json, or a .keras archive); it travels to every task in the plan");
 ABSL_FLAG(int, epochs, 6, "Passes over the training set");
 ABSL_FLAG(int, batch_size, 128,
           "Global batch: examples per step over all workers, split evenly between them");
@@ -97,10 +101,12 @@ int main(int argc, char** argv) {
   opt.config = config;
   TrainingPlan& plan = opt.plan;
   const std::string model = absl::GetFlag(FLAGS_model);
-  if (!ModelByName(model).ok()) {
-    Bad("model", model, "unknown; known: " + absl::StrJoin(KnownModels(), ", "));
-  }
+  absl::StatusOr<std::string> model_json = ReadModelFile(model);
+  absl::StatusOr<ModelSpec> model_spec =
+      model_json.ok() ? ParseKerasModel(*model_json, model) : model_json.status();
+  if (!model_spec.ok()) Bad("model", model, std::string(model_spec.status().message()));
   plan.set_model(model);
+  plan.set_model_json(*model_json);
   const int epochs = absl::GetFlag(FLAGS_epochs);
   if (epochs < 1 || epochs > 100000) Bad("epochs", std::to_string(epochs), "must be in [1, 100000]");
   plan.set_epochs(epochs);

@@ -590,6 +590,12 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
   return spec;
 }
 
+absl::StatusOr<ModelSpec> PlanModelSpec(const std::string& model,
+                                        const std::string& model_json) {
+  if (model_json.empty()) return ModelByName(model);
+  return ParseKerasModel(model_json, model);
+}
+
 std::vector<std::string> BuiltinModelNames() {
   std::vector<std::string> names;
   for (const BuiltinModel& m : BuiltinModels()) names.push_back(m.name);

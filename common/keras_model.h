@@ -31,6 +31,11 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view json,
 // NotFound / InvalidArgument naming the path otherwise.
 absl::StatusOr<std::string> ReadModelFile(const std::string& name_or_path);
 
+// The spec a training plan names: ParseKerasModel(model_json, model), or,
+// for a plan without model_json (older chiefs), ModelByName(model).
+absl::StatusOr<ModelSpec> PlanModelSpec(const std::string& model,
+                                        const std::string& model_json);
+
 // The models shipped in models/ and built into every binary:
 // cnn, mlp, vgg_fashion, mlp_large.
 std::vector<std::string> BuiltinModelNames();

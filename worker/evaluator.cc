@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/keras_model.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
 #include "worker/test_scoring.h"
@@ -16,7 +17,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   absl::StatusOr<TrainingPlan> plan =
       (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, stop);
   if (!plan.ok()) return plan.status();
-  absl::StatusOr<ModelSpec> spec = ModelByName(plan->model());
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json());
   if (!spec.ok()) return spec.status();
   absl::StatusOr<Dataset> test = LoadMnist(options_.data_dir, Split::kTest);
   if (!test.ok()) return test.status();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/idx_dataset.h"
+#include "common/keras_model.h"
 #include "common/model_spec.h"
 #include "common/placement.h"
 #include "common/retry.h"
@@ -89,7 +90,7 @@ absl::Status Trainer::Run() {
       thread.join();
     }
   } stop_beats{beats_done, beats};
-  absl::StatusOr<ModelSpec> spec = ModelByName(plan->model());
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json());
   if (!spec.ok()) return spec.status();
   if (plan->num_workers() != options_.config.cluster.num_tasks(kWorkerJob)) {
     return absl::FailedPreconditionError(absl::StrCat(
