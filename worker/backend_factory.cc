@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
   absl::StatusOr<ResolvedDevice> resolved = ResolveDevice(options.device);
   if (!resolved.ok()) return resolved.status();
   if (resolved->device.kind == DeviceChoice::Kind::kCpu) {
-    return CreateCpuBackend(spec, options.max_batch, options.num_threads);
+    return CreateCpuBackend(spec, options.max_batch, options.num_threads, options.seed);
   }
 #ifdef PSCLUSTER_WITH_CUDA
   return CreateCudaBackend(spec, options.max_batch, resolved->device.ordinal);

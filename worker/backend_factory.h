@@ -38,6 +38,7 @@ struct BackendOptions {
   DeviceChoice device;  // resolved by CreateBackend when kAuto
   int max_batch = 128;  // largest batch TrainStep/Evaluate accept
   int num_threads = 1;  // CPU backend: threads per step
+  uint64_t seed = 0;    // the run's seed (Dropout's masks)
 };
 
 // ResolveDevice(options.device), then that backend; errors from either.

@@ -21,6 +21,9 @@ struct Batch {
   const float* images = nullptr;
   const uint8_t* labels = nullptr;
   int size = 0;
+  // Names the step for Dropout's masks (with the run's seed,
+  // BackendOptions.seed): the trainer passes the chunk's number.
+  uint64_t key = 0;
 };
 
 // Where the time of one TrainStep went, in seconds. A CPU backend reports

@@ -18,7 +18,7 @@ class CpuBackend final : public ComputeBackend {
                          float* grads, float* loss, int* correct) override {
     const absl::Time start = absl::Now();
     absl::Status s = net_->TrainStep(params, batch.images, batch.labels,
-                                     batch.size, grads, loss, correct);
+                                     batch.size, grads, loss, correct, batch.key);
     if (s.ok()) {
       times_ = StepTimes();
       times_.compute_s = absl::ToDoubleSeconds(absl::Now() - start);
@@ -48,8 +48,9 @@ class CpuBackend final : public ComputeBackend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCpuBackend(
-    const ModelSpec& spec, int max_batch, int num_threads) {
+    const ModelSpec& spec, int max_batch, int num_threads, uint64_t seed) {
   NetworkOptions options;
+  options.seed = seed;
   options.max_batch = max_batch;
   options.num_threads = num_threads;
   absl::StatusOr<std::unique_ptr<Network>> net = Network::Create(spec, options);

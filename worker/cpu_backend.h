@@ -14,7 +14,7 @@ namespace pscluster {
 // InvalidArgument as Network::Create (options out of range, a spec the
 // kernels cannot run).
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCpuBackend(
-    const ModelSpec& spec, int max_batch, int num_threads);
+    const ModelSpec& spec, int max_batch, int num_threads, uint64_t seed = 0);
 
 }  // namespace pscluster
 

@@ -490,6 +490,13 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
         "CudaBackend: max_batch ", max_batch, " must be at least 1"));
   }
   absl::StatusOr<std::vector<PlannedLayer>> layers = PlanLayers(spec);
+  if (!layers.ok() && layers.status().code() == absl::StatusCode::kUnimplemented) {
+    // The CUDA kernels cover the seeds' layers only (issue 11 left the
+    // general layers CPU-only): say so instead of training wrong.
+    return absl::UnimplementedError(absl::StrCat(
+        "the CUDA backend does not run this model yet (", layers.status().message(),
+        "); train it with --device=cpu"));
+  }
   if (!layers.ok()) return layers.status();
   if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
     cudaGetLastError();

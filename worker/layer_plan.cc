@@ -52,6 +52,26 @@ absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec) {
   bool flat = false;  // after Flatten: features = h * w * c
   for (const LayerSpec& l : spec.layers) {
     const std::string layer = absl::StrCat(where, ": layer ", l.name);
+    // What the fast kernels do not run goes to the general path
+    // (worker/keras_network.h on the CPU).
+    const bool plain_conv = l.kind == LayerKind::kConv2D && l.window_h == l.window_w &&
+                            l.stride_h == 1 && l.stride_w == 1 && l.padding == Padding::kValid;
+    const bool plain_pool = l.kind == LayerKind::kMaxPool2D && l.window_h == l.window_w &&
+                            l.stride_h == l.window_h && l.stride_w == l.window_w &&
+                            l.padding == Padding::kValid;
+    const bool plain_act = l.activation == Activation::kNone ||
+                           l.activation == Activation::kRelu ||
+                           (l.activation == Activation::kSoftmax && &l == &spec.layers.back() &&
+                            l.kind == LayerKind::kDense);
+    const bool fast = (plain_conv || plain_pool || l.kind == LayerKind::kFlatten ||
+                       l.kind == LayerKind::kDense) &&
+                      plain_act && l.use_bias;
+    if (!fast) {
+      return absl::UnimplementedError(absl::StrCat(
+          layer, ": not on the fast path (it runs Conv2D with square kernels, stride 1 and "
+                 "valid padding, MaxPooling2D with stride = window, Flatten and Dense, with "
+                 "relu or linear activations and biases)"));
+    }
     PlannedLayer op;
     op.kind = l.kind;
     op.relu = l.activation == Activation::kRelu;

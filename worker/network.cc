@@ -351,16 +351,35 @@ absl::StatusOr<std::unique_ptr<Network>> Network::Create(
         absl::StrCat("NetworkOptions.num_threads ", options.num_threads,
                      " is not in [1, ", kMaxThreads, "]"));
   }
-  absl::StatusOr<std::vector<Op>> ops = Plan(spec);
-  if (!ops.ok()) return ops.status();
   // The batch is split across our threads; BLAS must not add its own.
   kernels::UseSingleThreadedBlas();
-  return std::unique_ptr<Network>(new Network(spec, options, *std::move(ops)));
+  absl::StatusOr<std::vector<Op>> ops = Plan(spec);
+  if (ops.ok()) return std::unique_ptr<Network>(new Network(spec, options, *std::move(ops)));
+  // Not the seeds' kind of model: the general path, on the same threads.
+  std::unique_ptr<Network> net(new Network(spec, options, {}));
+  const int threads = std::min(options.num_threads, options.max_batch);
+  if (threads > 1) net->gang_ = std::make_unique<ThreadGang>(threads);
+  Network* self = net.get();
+  absl::StatusOr<std::unique_ptr<KerasNetwork>> general = KerasNetwork::Create(
+      spec, options.max_batch, threads, options.seed,
+      [self](int n, const std::function<void(int)>& task) {
+        if (self->gang_ == nullptr || n == 1) {
+          for (int i = 0; i < n; ++i) task(i);
+          return;
+        }
+        self->gang_->Run([&](int t) {
+          if (t < n) task(t);
+        });
+      });
+  if (!general.ok()) return general.status();
+  net->general_ = *std::move(general);
+  return net;
 }
 
 Network::Network(const ModelSpec& spec, const NetworkOptions& options,
                  std::vector<Op> ops)
     : spec_(spec), options_(options), ops_(std::move(ops)) {
+  if (ops_.empty()) return;  // the general path: Create sets it up
   // Each replica gets at most its share of max_batch, in micro-batches.
   const int threads = std::min(options_.num_threads, options_.max_batch);
   const int share = (options_.max_batch + threads - 1) / threads;
@@ -437,14 +456,18 @@ void Network::Run(const float* params, const float* images,
 
 absl::Status Network::TrainStep(const float* params, const float* images,
                                 const uint8_t* labels, int batch, float* grads,
-                                float* loss, int* correct) {
+                                float* loss, int* correct, uint64_t step_key) {
   absl::Status st = CheckArguments(params, images, labels, batch, grads, loss);
   if (st.ok() && correct == nullptr) {
     st = absl::InvalidArgumentError("Network: `correct` is null");
   }
   if (!st.ok()) return st;
   double loss_sum = 0.0;
-  Run(params, images, labels, batch, grads, &loss_sum, correct);
+  if (general_ != nullptr) {
+    general_->TrainStep(params, images, labels, batch, step_key, grads, &loss_sum, correct);
+  } else {
+    Run(params, images, labels, batch, grads, &loss_sum, correct);
+  }
   *loss = static_cast<float>(loss_sum / batch);
   return absl::OkStatus();
 }
@@ -455,7 +478,11 @@ absl::Status Network::Evaluate(const float* params, const float* images,
   absl::Status st =
       CheckArguments(params, images, labels, batch, loss_sum, correct);
   if (!st.ok()) return st;
-  Run(params, images, labels, batch, /*grads=*/nullptr, loss_sum, correct);
+  if (general_ != nullptr) {
+    general_->Evaluate(params, images, labels, batch, loss_sum, correct);
+  } else {
+    Run(params, images, labels, batch, /*grads=*/nullptr, loss_sum, correct);
+  }
   return absl::OkStatus();
 }
 

@@ -20,19 +20,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
+#include "worker/keras_network.h"
 
 namespace pscluster {
 
 struct NetworkOptions {
   int max_batch = 128;  // largest batch TrainStep/Evaluate accept
   int num_threads = 1;  // threads a step runs on, the caller's included
+  uint64_t seed = 0;    // the run's seed: Dropout's masks derive from it
 };
 
 class Network {
  public:
-  // InvalidArgument when the options are out of range or the spec has a
-  // layer sequence this backend cannot run (it needs Conv2D/MaxPool2D
-  // layers, then Flatten, then Dense layers, the last one num_classes wide).
+  // InvalidArgument when the options are out of range or the spec does not
+  // describe a runnable model. The seeds' layers (Conv2D with square
+  // kernels, stride 1, "valid"; MaxPooling2D with stride = window; Flatten;
+  // Dense; relu or linear) run on fast fused kernels in micro-batches; any
+  // other model runs on the general path (worker/keras_network.h).
   static absl::StatusOr<std::unique_ptr<Network>> Create(
       const ModelSpec& spec, const NetworkOptions& options);
 
@@ -49,9 +53,13 @@ class Network {
   // correct (arg-max) predictions into *correct. InvalidArgument, with
   // nothing written, when batch is not in [1, max_batch] or a label is out
   // of range. Deterministic for a given num_threads.
+  // `step_key` names the step for Dropout's masks (the trainer passes the
+  // chunk's number): the same step key and seed give the same masks.
+  // BatchNormalization layers write their batch mean and biased variance
+  // into `grads` at their moving statistics (common/model_spec.h).
   absl::Status TrainStep(const float* params, const float* images,
                          const uint8_t* labels, int batch, float* grads,
-                         float* loss, int* correct);
+                         float* loss, int* correct, uint64_t step_key = 0);
 
   // Forward only: writes the sum (not the mean) of the per-example losses
   // and the number correct, for accumulating over many batches. Same
@@ -61,6 +69,8 @@ class Network {
                         int* correct);
 
   const ModelSpec& spec() const { return spec_; }
+  // Whether the model runs on the general path rather than the fast one.
+  bool general() const { return general_ != nullptr; }
   const NetworkOptions& options() const { return options_; }
 
  private:
@@ -89,6 +99,7 @@ class Network {
   const std::vector<Op> ops_;  // the layers to run; Flatten is implicit
   std::vector<std::unique_ptr<Replica>> replicas_;  // one per thread
   std::unique_ptr<ThreadGang> gang_;
+  std::unique_ptr<KerasNetwork> general_;  // set for the general path
 };
 
 }  // namespace pscluster

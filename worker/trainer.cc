@@ -128,6 +128,7 @@ absl::Status Trainer::Run() {
   bopt.device = options_.device;
   bopt.max_batch = batch;
   bopt.num_threads = options_.threads;
+  bopt.seed = plan->seed();
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(*spec, bopt);
   if (!backend.ok()) return backend.status();
 
@@ -284,7 +285,8 @@ absl::Status Trainer::Run() {
     int correct = 0;
     epoch = static_cast<int>(work->chunk() / chunks_per_epoch);
     const int n = fill(work->chunk());
-    const Batch this_batch{images.data(), labels.data(), n};
+    const Batch this_batch{images.data(), labels.data(), n,
+                           static_cast<uint64_t>(work->chunk())};
     if (absl::Status s = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
                                                &loss, &correct);
         !s.ok()) {

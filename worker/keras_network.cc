@@ -1,0 +1,518 @@
+#include "worker/keras_network.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/kernels/activation.h"
+#include "worker/kernels/batch_norm.h"
+#include "worker/kernels/cpu_blas.h"
+#include "worker/kernels/device.h"
+#include "worker/kernels/dropout.h"
+#include "worker/kernels/general_layers.h"
+#include "worker/kernels/softmax_xent.h"
+
+namespace pscluster {
+
+using kernels::CpuDevice;
+
+// One layer as run. Flatten is not an op (NHWC rows are already flat).
+struct KerasNetwork::Op {
+  LayerKind kind = LayerKind::kDense;
+  std::string name;
+  kernels::WindowShape win;  // conv, pools (batch set per call)
+  int dense_in = 0, dense_out = 0;
+  bool has_act = false;
+  kernels::ActivationFn act = kernels::ActivationFn::kRelu;
+  int channels = 0;    // BN, GAP
+  int pixels = 0;      // BN rows per example; GAP pixels
+  float rate = 0.0f;   // Dropout
+  float epsilon = 0.0f;
+  int64_t kernel = -1, bias = -1, gamma = -1, beta = -1, mean = -1, var = -1;
+  int64_t in_size = 0, out_size = 0;  // floats per example
+  bool needs_input_grad = false;
+  int64_t columns_per_example = 0;    // conv
+  // BN: this step's statistics and, in training, the backward's sums.
+  std::vector<float> batch_mean, batch_var;
+  std::vector<double> sum_dy, sum_dy_xhat;
+};
+
+// One thread's share of the batch and its buffers.
+struct KerasNetwork::Slice {
+  int first = 0, count = 0;            // examples of the batch
+  std::vector<std::vector<float>> acts;  // output of op i, count * out_size
+  std::vector<std::vector<float>> columns;  // conv ops: im2col of the input
+  std::vector<std::vector<int64_t>> argmax;  // max pooling ops
+  std::vector<float> logits_grad, grad_a, grad_b, dcolumns;
+  std::vector<float> grads;  // slices after the first: their own
+  std::vector<std::vector<double>> sums;  // BN partial sums (2 * channels)
+  double loss = 0;
+  int correct = 0;
+};
+
+namespace {
+
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KerasNetwork>> KerasNetwork::Create(
+    const ModelSpec& spec, int max_batch, int num_threads, uint64_t seed,
+    std::function<void(int, const std::function<void(int)>&)> run_on_threads) {
+  const std::string where = absl::StrCat("model \"", spec.name, "\"");
+  if (spec.num_classes < 1 || spec.num_classes > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": num_classes ", spec.num_classes, " is not in [1, 256]"));
+  }
+  std::map<std::string, const VariableSpec*> vars;
+  for (const VariableSpec& v : spec.variables) vars[v.name] = &v;
+  auto find = [&](const std::string& name, std::vector<int64_t> shape,
+                  int64_t* offset) -> absl::Status {
+    auto it = vars.find(name);
+    if (it == vars.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": variable ", name, " is missing"));
+    }
+    if (it->second->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": variable ", name, " has shape [", absl::StrJoin(it->second->shape, ","),
+          "], the layers need [", absl::StrJoin(shape, ","), "]"));
+    }
+    if (it->second->offset < 0 || it->second->offset + it->second->size > spec.num_parameters) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": variable ", name, " lies outside the parameters"));
+    }
+    *offset = it->second->offset;
+    return absl::OkStatus();
+  };
+  auto fn = [](Activation a, bool* has, kernels::ActivationFn* f) {
+    *has = a == Activation::kRelu || a == Activation::kSigmoid || a == Activation::kTanh;
+    *f = a == Activation::kSigmoid ? kernels::ActivationFn::kSigmoid
+         : a == Activation::kTanh  ? kernels::ActivationFn::kTanh
+                                   : kernels::ActivationFn::kRelu;
+  };
+  std::unique_ptr<KerasNetwork> net(new KerasNetwork);
+  int h = spec.input_height, w = spec.input_width, c = spec.input_channels;
+  if (h < 1 || w < 1 || c < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": input shape is not positive"));
+  }
+  bool params_below = false;
+  for (const LayerSpec& l : spec.layers) {
+    const std::string layer = absl::StrCat(where, ": layer ", l.name);
+    Op op;
+    op.kind = l.kind;
+    op.name = l.name;
+    op.in_size = int64_t{h} * w * c;
+    op.needs_input_grad = params_below;
+    absl::Status st;
+    switch (l.kind) {
+      case LayerKind::kFlatten:
+        c = h * w * c;
+        h = w = 1;
+        continue;
+      case LayerKind::kConv2D:
+      case LayerKind::kMaxPool2D:
+      case LayerKind::kAvgPool2D: {
+        kernels::WindowShape& s = op.win;
+        s.in_h = h, s.in_w = w, s.in_c = c;
+        s.window_h = l.window_h, s.window_w = l.window_w;
+        s.stride_h = l.stride_h, s.stride_w = l.stride_w;
+        const bool same = l.padding == Padding::kSame;
+        kernels::KerasWindow(h, l.window_h, l.stride_h, same, &s.out_h, &s.pad_top);
+        kernels::KerasWindow(w, l.window_w, l.stride_w, same, &s.out_w, &s.pad_left);
+        if (s.out_h < 1 || s.out_w < 1 || l.stride_h < 1 || l.stride_w < 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(layer, ": window ", l.window_h, "x", l.window_w,
+                           " does not fit its ", h, "x", w, "x", c, " input"));
+        }
+        s.out_c = l.kind == LayerKind::kConv2D ? l.units : c;
+        if (l.kind == LayerKind::kConv2D) {
+          st = find(l.name + "/kernel", {l.window_h, l.window_w, c, l.units}, &op.kernel);
+          if (st.ok() && l.use_bias) st = find(l.name + "/bias", {l.units}, &op.bias);
+          fn(l.activation, &op.has_act, &op.act);
+          op.columns_per_example = int64_t{s.out_h} * s.out_w * s.patch_size();
+          params_below = true;
+        }
+        h = s.out_h, w = s.out_w, c = s.out_c;
+        break;
+      }
+      case LayerKind::kGlobalAvgPool2D:
+        op.channels = c;
+        op.pixels = h * w;
+        h = w = 1;
+        break;
+      case LayerKind::kDense:
+        if (h != 1 || w != 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(layer, ": Dense needs a Flatten before it"));
+        }
+        op.dense_in = c;
+        op.dense_out = l.units;
+        st = find(l.name + "/kernel", {c, l.units}, &op.kernel);
+        if (st.ok() && l.use_bias) st = find(l.name + "/bias", {l.units}, &op.bias);
+        fn(l.activation, &op.has_act, &op.act);
+        c = l.units;
+        params_below = true;
+        break;
+      case LayerKind::kDropout:
+        op.rate = l.rate;
+        break;
+      case LayerKind::kActivation:
+        fn(l.activation, &op.has_act, &op.act);
+        break;
+      case LayerKind::kBatchNorm:
+        op.channels = c;
+        op.pixels = h * w;
+        op.epsilon = l.epsilon;
+        if (l.scale) st = find(l.name + "/gamma", {c}, &op.gamma);
+        if (st.ok() && l.center) st = find(l.name + "/beta", {c}, &op.beta);
+        if (st.ok()) st = find(l.name + "/moving_mean", {c}, &op.mean);
+        if (st.ok()) st = find(l.name + "/moving_variance", {c}, &op.var);
+        op.batch_mean.resize(c);
+        op.batch_var.resize(c);
+        op.sum_dy.resize(c);
+        op.sum_dy_xhat.resize(c);
+        params_below = true;
+        break;
+    }
+    if (!st.ok()) return st;
+    op.out_size = int64_t{h} * w * c;
+    net->ops_.push_back(std::move(op));
+  }
+  if (net->ops_.empty() || h != 1 || w != 1 || c != spec.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": the model must end in num_classes (", spec.num_classes, ") logits"));
+  }
+  net->spec_ = spec;
+  net->max_batch_ = max_batch;
+  net->threads_ = std::max(1, std::min(num_threads, max_batch));
+  net->seed_ = seed;
+  net->run_ = std::move(run_on_threads);
+  const int share = (max_batch + net->threads_ - 1) / net->threads_;
+  int64_t widest = spec.num_classes;
+  for (const Op& op : net->ops_) widest = std::max({widest, op.in_size, op.out_size});
+  for (int t = 0; t < net->threads_; ++t) {
+    auto s = std::make_unique<Slice>();
+    for (const Op& op : net->ops_) {
+      s->acts.emplace_back(share * op.out_size);
+      s->columns.emplace_back(share * op.columns_per_example);
+      s->argmax.emplace_back(op.kind == LayerKind::kMaxPool2D ? share * op.out_size : 0);
+      s->sums.emplace_back(2 * op.channels);
+    }
+    int64_t cols = 0;
+    for (const Op& op : net->ops_) cols = std::max(cols, share * op.columns_per_example);
+    s->dcolumns.resize(cols);
+    s->grad_a.resize(share * widest);
+    s->grad_b.resize(share * widest);
+    if (t > 0) s->grads.resize(spec.num_parameters);
+    net->slices_.push_back(std::move(s));
+  }
+  return net;
+}
+
+KerasNetwork::~KerasNetwork() = default;
+
+void KerasNetwork::Forward(const float* params, const float* images, int batch, bool training,
+                           uint64_t step_key, float* grads) {
+  const CpuDevice d;
+  const int threads = std::min(threads_, batch);
+  for (int t = 0; t < threads; ++t) {
+    const int base = batch / threads, extra = batch % threads;
+    slices_[t]->first = t * base + std::min(t, extra);
+    slices_[t]->count = base + (t < extra ? 1 : 0);
+  }
+  const int64_t in0 = ops_.front().in_size;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    Op& op = ops_[i];
+    auto input = [&](Slice& s) {
+      return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
+    };
+    if (op.kind == LayerKind::kBatchNorm) {
+      const int c = op.channels;
+      const float* mean = params + op.mean;
+      const float* var = params + op.var;
+      if (training) {
+        run_(threads, [&](int t) {
+          Slice& s = *slices_[t];
+          std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
+          kernels::BatchNormSums<CpuDevice>()(d, {int64_t{s.count} * op.pixels, c}, input(s),
+                                              s.sums[i].data(), s.sums[i].data() + c);
+        });
+        const double rows = static_cast<double>(batch) * op.pixels;
+        for (int ch = 0; ch < c; ++ch) {
+          double sum = 0, sq = 0;
+          for (int t = 0; t < threads; ++t) {
+            sum += slices_[t]->sums[i][ch];
+            sq += slices_[t]->sums[i][c + ch];
+          }
+          const double m = sum / rows;
+          op.batch_mean[ch] = static_cast<float>(m);
+          op.batch_var[ch] = static_cast<float>(std::max(sq / rows - m * m, 0.0));
+        }
+        mean = op.batch_mean.data();
+        var = op.batch_var.data();
+        if (grads != nullptr) {
+          std::copy(op.batch_mean.begin(), op.batch_mean.end(), grads + op.mean);
+          std::copy(op.batch_var.begin(), op.batch_var.end(), grads + op.var);
+        }
+      }
+      run_(threads, [&](int t) {
+        Slice& s = *slices_[t];
+        kernels::BatchNormForward<CpuDevice>()(
+            d, {int64_t{s.count} * op.pixels, c}, input(s), mean, var,
+            op.gamma >= 0 ? params + op.gamma : nullptr,
+            op.beta >= 0 ? params + op.beta : nullptr, op.epsilon, s.acts[i].data());
+      });
+      continue;
+    }
+    run_(threads, [&](int t) {
+      Slice& s = *slices_[t];
+      const float* x = input(s);
+      float* y = s.acts[i].data();
+      const int n = s.count;
+      switch (op.kind) {
+        case LayerKind::kConv2D: {
+          kernels::WindowShape w = op.win;
+          w.batch = n;
+          kernels::ConvGeneralForward(w, x, params + op.kernel,
+                                      op.bias >= 0 ? params + op.bias : nullptr,
+                                      s.columns[i].data(), y);
+          break;
+        }
+        case LayerKind::kMaxPool2D: {
+          kernels::WindowShape w = op.win;
+          w.batch = n;
+          kernels::MaxPoolGeneralForward(w, x, y, s.argmax[i].data());
+          break;
+        }
+        case LayerKind::kAvgPool2D: {
+          kernels::WindowShape w = op.win;
+          w.batch = n;
+          kernels::AvgPoolGeneralForward(w, x, y);
+          break;
+        }
+        case LayerKind::kGlobalAvgPool2D:
+          kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
+          break;
+        case LayerKind::kDense:
+          kernels::CpuGemm(false, false, n, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
+                           params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
+          if (op.bias >= 0) {
+            for (int r = 0; r < n; ++r) {
+              float* row = y + int64_t{r} * op.dense_out;
+              for (int o = 0; o < op.dense_out; ++o) row[o] += params[op.bias + o];
+            }
+          }
+          break;
+        case LayerKind::kDropout:
+          if (training && op.rate > 0.0f) {
+            kernels::DropoutForward<CpuDevice>()(
+                d, {s.first * op.out_size, n * op.out_size, op.rate,
+                    Mix(Mix(seed_, step_key), i)},
+                x, y);
+          } else {
+            std::copy(x, x + n * op.out_size, y);
+          }
+          break;
+        case LayerKind::kActivation:
+          std::copy(x, x + n * op.out_size, y);
+          break;
+        default:
+          break;
+      }
+      if (op.has_act) {
+        kernels::ActivationForward<CpuDevice>()(d, n * op.out_size, op.act, y);
+      }
+    });
+  }
+}
+
+void KerasNetwork::Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum,
+                        int* correct) {
+  const CpuDevice d;
+  const int threads = std::min(threads_, batch);
+  const int classes = spec_.num_classes;
+  const size_t last = ops_.size() - 1;
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    s.loss = 0;
+    s.correct = 0;
+    kernels::SoftmaxCrossEntropy<CpuDevice>()(
+        d, s.count, classes, s.acts[last].data(), labels + s.first, 1.0f / batch,
+        want_grad ? s.grad_a.data() : nullptr, &s.loss, &s.correct);
+  });
+  double loss = 0;
+  int right = 0;
+  for (int t = 0; t < threads; ++t) {
+    loss += slices_[t]->loss;
+    right += slices_[t]->correct;
+  }
+  *loss_sum = loss;
+  *correct = right;
+}
+
+void KerasNetwork::Backward(const float* params, const float* images, int batch,
+                            uint64_t step_key, float* grads) {
+  const CpuDevice d;
+  const int threads = std::min(threads_, batch);
+  const int64_t in0 = ops_.front().in_size;
+  // Slice t's gradient of the parameters goes to grads (t = 0) or its own.
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    float* g = t == 0 ? grads : s.grads.data();
+    std::fill(g, g + spec_.num_parameters, 0.0f);
+  });
+  // grad_a holds dLoss/d(output of op i); the input gradient goes to grad_b
+  // and the two swap.
+  std::vector<float*> cur(threads), next(threads);
+  for (int t = 0; t < threads; ++t) {
+    cur[t] = slices_[t]->grad_a.data();
+    next[t] = slices_[t]->grad_b.data();
+  }
+  for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
+    Op& op = ops_[i];
+    auto input = [&](Slice& s) {
+      return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
+    };
+    const bool dx_wanted = op.needs_input_grad;
+    if (op.kind == LayerKind::kBatchNorm) {
+      const int c = op.channels;
+      run_(threads, [&](int t) {
+        Slice& s = *slices_[t];
+        std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
+        kernels::BatchNormGradSums<CpuDevice>()(
+            d, {int64_t{s.count} * op.pixels, c}, input(s), cur[t], op.batch_mean.data(),
+            op.batch_var.data(), op.epsilon, s.sums[i].data(), s.sums[i].data() + c);
+      });
+      for (int ch = 0; ch < c; ++ch) {
+        double dy = 0, dyx = 0;
+        for (int t = 0; t < threads; ++t) {
+          dy += slices_[t]->sums[i][ch];
+          dyx += slices_[t]->sums[i][c + ch];
+        }
+        op.sum_dy[ch] = dy;
+        op.sum_dy_xhat[ch] = dyx;
+      }
+      if (dx_wanted) {
+        run_(threads, [&](int t) {
+          Slice& s = *slices_[t];
+          kernels::BatchNormBackwardInput<CpuDevice>()(
+              d, {int64_t{s.count} * op.pixels, c}, input(s), cur[t], op.batch_mean.data(),
+              op.batch_var.data(), op.gamma >= 0 ? params + op.gamma : nullptr, op.epsilon,
+              op.sum_dy.data(), op.sum_dy_xhat.data(), int64_t{batch} * op.pixels, next[t]);
+        });
+      }
+    } else {
+      run_(threads, [&](int t) {
+        Slice& s = *slices_[t];
+        const int n = s.count;
+        float* gy = cur[t];
+        float* gx = next[t];
+        float* pg = t == 0 ? grads : s.grads.data();
+        const float* x = input(s);
+        if (op.has_act) {
+          kernels::ActivationGrad<CpuDevice>()(d, n * op.out_size, op.act, s.acts[i].data(), gy);
+        }
+        switch (op.kind) {
+          case LayerKind::kConv2D: {
+            kernels::WindowShape w = op.win;
+            w.batch = n;
+            kernels::ConvGeneralBackward(w, s.columns[i].data(), params + op.kernel, gy,
+                                         /*accumulate=*/false, pg + op.kernel,
+                                         op.bias >= 0 ? pg + op.bias : nullptr,
+                                         s.dcolumns.data(), dx_wanted ? gx : nullptr);
+            break;
+          }
+          case LayerKind::kMaxPool2D:
+            if (dx_wanted) {
+              kernels::WindowShape w = op.win;
+              w.batch = n;
+              kernels::MaxPoolGeneralBackward(w, gy, s.argmax[i].data(), gx);
+            }
+            break;
+          case LayerKind::kAvgPool2D:
+            if (dx_wanted) {
+              kernels::WindowShape w = op.win;
+              w.batch = n;
+              kernels::AvgPoolGeneralBackward(w, gy, gx);
+            }
+            break;
+          case LayerKind::kGlobalAvgPool2D:
+            if (dx_wanted) kernels::GlobalAvgPoolBackward(n, op.pixels, op.channels, gy, gx);
+            break;
+          case LayerKind::kDense:
+            kernels::CpuGemm(true, false, op.dense_in, op.dense_out, n, 1.0f, x, op.dense_in, gy,
+                             op.dense_out, 0.0f, pg + op.kernel, op.dense_out);
+            if (op.bias >= 0) {
+              float* db = pg + op.bias;
+              for (int r = 0; r < n; ++r) {
+                const float* row = gy + int64_t{r} * op.dense_out;
+                for (int o = 0; o < op.dense_out; ++o) db[o] += row[o];
+              }
+            }
+            if (dx_wanted) {
+              kernels::CpuGemm(false, true, n, op.dense_in, op.dense_out, 1.0f, gy, op.dense_out,
+                               params + op.kernel, op.dense_out, 0.0f, gx, op.dense_in);
+            }
+            break;
+          case LayerKind::kDropout:
+            if (dx_wanted && op.rate > 0.0f) {
+              kernels::DropoutBackward<CpuDevice>()(
+                  d, {s.first * op.out_size, n * op.out_size, op.rate,
+                      Mix(Mix(seed_, step_key), i)},
+                  gy, gx);
+            } else if (dx_wanted) {
+              std::copy(gy, gy + n * op.out_size, gx);
+            }
+            break;
+          case LayerKind::kActivation:
+            if (dx_wanted) std::copy(gy, gy + n * op.out_size, gx);
+            break;
+          default:
+            break;
+        }
+      });
+    }
+    if (!dx_wanted) break;  // nothing below has parameters
+    std::swap(cur, next);
+  }
+  // Partial gradients summed in slice order: deterministic.
+  for (int t = 1; t < threads; ++t) {
+    const float* part = slices_[t]->grads.data();
+    for (int64_t j = 0; j < spec_.num_parameters; ++j) grads[j] += part[j];
+  }
+  // Whole-batch quantities, written once: BN's gamma/beta gradients and its
+  // batch statistics in the moving statistics' slots.
+  for (const Op& op : ops_) {
+    if (op.kind != LayerKind::kBatchNorm) continue;
+    for (int ch = 0; ch < op.channels; ++ch) {
+      if (op.gamma >= 0) grads[op.gamma + ch] = static_cast<float>(op.sum_dy_xhat[ch]);
+      if (op.beta >= 0) grads[op.beta + ch] = static_cast<float>(op.sum_dy[ch]);
+      grads[op.mean + ch] = op.batch_mean[ch];
+      grads[op.var + ch] = op.batch_var[ch];
+    }
+  }
+}
+
+void KerasNetwork::TrainStep(const float* params, const float* images, const uint8_t* labels,
+                             int batch, uint64_t step_key, float* grads, double* loss_sum,
+                             int* correct) {
+  Forward(params, images, batch, /*training=*/true, step_key, nullptr);
+  Loss(labels, batch, /*want_grad=*/true, loss_sum, correct);
+  Backward(params, images, batch, step_key, grads);
+}
+
+void KerasNetwork::Evaluate(const float* params, const float* images, const uint8_t* labels,
+                            int batch, double* loss_sum, int* correct) {
+  Forward(params, images, batch, /*training=*/false, 0, nullptr);
+  Loss(labels, batch, /*want_grad=*/false, loss_sum, correct);
+}
+
+}  // namespace pscluster

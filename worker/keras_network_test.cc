@@ -1,0 +1,264 @@
+// The general CPU path (worker/keras_network.h, through Network): gradients
+// of whole models holding every layer of issue 11 against central finite
+// differences of the training loss, independence from the thread count,
+// BatchNormalization's statistics in the moving slots, and inference with
+// the moving values.
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/kernels/gradient_check.h"
+#include "worker/network.h"
+
+namespace pscluster {
+namespace {
+
+using kernels::testing::GradientsNear;
+using kernels::testing::RandomFloats;
+
+LayerSpec L(LayerKind kind, const char* name) {
+  LayerSpec l;
+  l.kind = kind;
+  l.name = name;
+  return l;
+}
+LayerSpec Conv(const char* name, int filters, int kh, int kw, int stride, Padding p,
+               Activation a, bool bias = true) {
+  LayerSpec l = L(LayerKind::kConv2D, name);
+  l.units = filters;
+  l.window_h = kh, l.window_w = kw;
+  l.stride_h = l.stride_w = stride;
+  l.padding = p;
+  l.activation = a;
+  l.use_bias = bias;
+  return l;
+}
+LayerSpec Pool(LayerKind kind, const char* name, int window, int stride, Padding p) {
+  LayerSpec l = L(kind, name);
+  l.window_h = l.window_w = window;
+  l.stride_h = l.stride_w = stride;
+  l.padding = p;
+  return l;
+}
+LayerSpec Act(const char* name, Activation a) {
+  LayerSpec l = L(LayerKind::kActivation, name);
+  l.activation = a;
+  return l;
+}
+LayerSpec Drop(const char* name, float rate) {
+  LayerSpec l = L(LayerKind::kDropout, name);
+  l.rate = rate;
+  return l;
+}
+LayerSpec Dense(const char* name, int units, Activation a) {
+  LayerSpec l = L(LayerKind::kDense, name);
+  l.units = units;
+  l.activation = a;
+  return l;
+}
+LayerSpec Bn(const char* name, bool center = true, bool scale = true) {
+  LayerSpec l = L(LayerKind::kBatchNorm, name);
+  l.center = center;
+  l.scale = scale;
+  l.momentum = 0.9f;
+  return l;
+}
+
+// Every new layer: strided "same" and rectangular convolutions, BN on 4-D
+// and 2-D activations, max and average pooling with overlapping windows
+// and padding, Dropout, global average pooling, sigmoid and tanh.
+ModelSpec EveryLayer() {
+  return *BuildModelSpec(
+      "every_layer", 7, 6, 2, 3,
+      {Conv("conv_a", 3, 3, 2, 2, Padding::kSame, Activation::kTanh), Bn("bn_a"),
+       Pool(LayerKind::kMaxPool2D, "max", 3, 1, Padding::kSame),
+       Conv("conv_b", 4, 2, 2, 1, Padding::kValid, Activation::kNone, /*bias=*/false),
+       Act("sig", Activation::kSigmoid),
+       Pool(LayerKind::kAvgPool2D, "avg", 2, 1, Padding::kSame), Drop("drop", 0.3f),
+       L(LayerKind::kGlobalAvgPool2D, "gap"), Dense("fc", 5, Activation::kTanh),
+       Bn("bn_fc", /*center=*/false), Dense("out", 3, Activation::kSoftmax)});
+}
+
+// Flatten, a ReLU layer, BN without gamma, and Dense straight on a
+// Flatten of a "same" convolution.
+ModelSpec FlattenModel() {
+  return *BuildModelSpec("flatten_model", 5, 5, 1, 4,
+                         {Conv("conv", 3, 3, 3, 1, Padding::kSame, Activation::kNone),
+                          Bn("bn", true, /*scale=*/false), Act("relu", Activation::kRelu),
+                          L(LayerKind::kFlatten, "flatten"), Drop("drop", 0.5f),
+                          Dense("out", 4, Activation::kNone)});
+}
+
+struct Problem {
+  ModelSpec spec;
+  std::vector<float> params, images;
+  std::vector<uint8_t> labels;
+  int batch;
+};
+
+Problem Make(ModelSpec spec, int batch, uint32_t seed) {
+  Problem p{std::move(spec), {}, {}, {}, batch};
+  p.params = InitialParameters(p.spec, seed);
+  // Non-trivial gammas, betas and moving statistics.
+  for (const VariableSpec& v : p.spec.variables) {
+    if (v.initializer.kind == Initializer::Kind::kVarianceScaling) continue;
+    std::vector<float> r = RandomFloats(v.size, seed + static_cast<uint32_t>(v.offset), 0.5f,
+                                        1.5f);
+    for (int64_t i = 0; i < v.size; ++i) {
+      p.params[v.offset + i] =
+          v.role == VariableRole::kMovingMean ? r[i] - 1.0f : r[i];
+    }
+  }
+  const int64_t in = int64_t{p.spec.input_height} * p.spec.input_width * p.spec.input_channels;
+  p.images = RandomFloats(batch * in, seed + 1, 0.0f, 1.0f);
+  for (int i = 0; i < batch; ++i) p.labels.push_back(static_cast<uint8_t>(i % p.spec.num_classes));
+  return p;
+}
+
+std::unique_ptr<Network> Net(const ModelSpec& spec, int max_batch, int threads) {
+  NetworkOptions o;
+  o.max_batch = max_batch;
+  o.num_threads = threads;
+  o.seed = 17;
+  absl::StatusOr<std::unique_ptr<Network>> net = Network::Create(spec, o);
+  EXPECT_TRUE(net.ok()) << net.status();
+  EXPECT_TRUE((*net)->general());
+  return *std::move(net);
+}
+
+// eps: small enough that no ReLU input crosses zero between the two sides.
+void CheckGradients(const ModelSpec& spec, float eps) {
+  Problem p = Make(spec, 6, 3);
+  std::unique_ptr<Network> net = Net(p.spec, 6, 2);
+  std::vector<float> grads(p.spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  constexpr uint64_t kStep = 5;
+  ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                             grads.data(), &loss, &correct, kStep)
+                  .ok());
+  std::vector<float> scratch(p.spec.num_parameters);
+  auto objective = [&]() {
+    float l = 0;
+    int c = 0;
+    EXPECT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                               scratch.data(), &l, &c, kStep)
+                    .ok());
+    return static_cast<double>(l);
+  };
+  std::vector<double> numeric =
+      kernels::testing::NumericalGradient(objective, &p.params, eps);
+  for (const VariableSpec& v : p.spec.variables) {
+    if (v.role != VariableRole::kTrainable) continue;
+    std::vector<double> part(numeric.begin() + v.offset, numeric.begin() + v.offset + v.size);
+    EXPECT_TRUE(GradientsNear(grads.data() + v.offset, part, 2e-3, 3e-2)) << v.name;
+  }
+}
+
+TEST(KerasNetworkTest, GradientsOfEveryLayerMatchFiniteDifferences) {
+  CheckGradients(EveryLayer(), 1e-2f);
+}
+
+TEST(KerasNetworkTest, GradientsWithFlattenReluAndBnWithoutGamma) {
+  CheckGradients(FlattenModel(), 1e-3f);
+}
+
+TEST(KerasNetworkTest, ThreadCountChangesOnlyRounding) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel()}) {
+    Problem p = Make(spec, 11, 9);
+    std::vector<std::vector<float>> all;
+    std::vector<float> losses;
+    for (int threads : {1, 2, 3}) {
+      std::unique_ptr<Network> net = Net(p.spec, 11, threads);
+      std::vector<float> grads(p.spec.num_parameters);
+      float loss = 0;
+      int correct = 0;
+      ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                                 grads.data(), &loss, &correct, 123)
+                      .ok());
+      all.push_back(grads);
+      losses.push_back(loss);
+    }
+    for (size_t k = 1; k < all.size(); ++k) {
+      EXPECT_NEAR(losses[k], losses[0], 1e-5) << spec.name;
+      for (int64_t i = 0; i < p.spec.num_parameters; ++i) {
+        ASSERT_NEAR(all[k][i], all[0][i], 1e-5 + 1e-4 * std::fabs(all[0][i]))
+            << spec.name << " parameter " << i << " with " << k + 1 << " threads";
+      }
+    }
+  }
+}
+
+// The BN layer right after the input sees the images themselves: its
+// moving slots must hold their per-channel mean and biased variance.
+TEST(KerasNetworkTest, BatchStatisticsGoToTheMovingSlots) {
+  ModelSpec spec = *BuildModelSpec(
+      "bn_first", 3, 2, 2, 2,
+      {Bn("bn"), L(LayerKind::kFlatten, "flatten"), Dense("out", 2, Activation::kNone)});
+  Problem p = Make(spec, 5, 4);
+  std::unique_ptr<Network> net = Net(spec, 5, 2);
+  std::vector<float> grads(spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 5, grads.data(),
+                             &loss, &correct)
+                  .ok());
+  for (int ch = 0; ch < 2; ++ch) {
+    double sum = 0, sq = 0;
+    const int n = 5 * 3 * 2;
+    for (int i = 0; i < n; ++i) sum += p.images[i * 2 + ch];
+    const double mean = sum / n;
+    for (int i = 0; i < n; ++i) sq += (p.images[i * 2 + ch] - mean) * (p.images[i * 2 + ch] - mean);
+    EXPECT_NEAR(grads[spec.variables[2].offset + ch], mean, 1e-6);    // bn/moving_mean
+    EXPECT_NEAR(grads[spec.variables[3].offset + ch], sq / n, 1e-6);  // bn/moving_variance
+  }
+}
+
+// Inference normalises with the moving values and drops no unit: computed
+// here by hand for a BN + Dropout + Dense model.
+TEST(KerasNetworkTest, EvaluateUsesMovingStatisticsAndNoDropout) {
+  ModelSpec spec = *BuildModelSpec(
+      "eval", 1, 1, 3, 2,
+      {Bn("bn"), Drop("drop", 0.9f), Dense("out", 2, Activation::kNone)});
+  Problem p = Make(spec, 4, 8);
+  std::unique_ptr<Network> net = Net(spec, 4, 2);
+  double loss_sum = 0;
+  int correct = 0;
+  ASSERT_TRUE(net->Evaluate(p.params.data(), p.images.data(), p.labels.data(), 4, &loss_sum,
+                            &correct)
+                  .ok());
+  auto var = [&](int i) { return p.params.data() + spec.variables[i].offset; };
+  double expect = 0;
+  for (int n = 0; n < 4; ++n) {
+    double z[2] = {var(5)[0], var(5)[1]};
+    for (int c = 0; c < 3; ++c) {
+      const double x = (p.images[n * 3 + c] - var(2)[c]) / std::sqrt(var(3)[c] + 1e-3) *
+                           var(0)[c] + var(1)[c];
+      for (int o = 0; o < 2; ++o) z[o] += x * var(4)[c * 2 + o];
+    }
+    const double m = std::max(z[0], z[1]);
+    expect += m + std::log(std::exp(z[0] - m) + std::exp(z[1] - m)) - z[p.labels[n]];
+  }
+  EXPECT_NEAR(loss_sum, expect, 1e-4);
+}
+
+// The same step key gives the same masks; another key, others.
+TEST(KerasNetworkTest, DropoutIsKeyedByTheStep) {
+  Problem p = Make(FlattenModel(), 8, 2);
+  std::unique_ptr<Network> net = Net(p.spec, 8, 1);
+  auto step = [&](uint64_t key) {
+    std::vector<float> grads(p.spec.num_parameters);
+    float loss = 0;
+    int correct = 0;
+    EXPECT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 8,
+                               grads.data(), &loss, &correct, key)
+                    .ok());
+    return grads;
+  };
+  EXPECT_EQ(step(1), step(1));
+  EXPECT_NE(step(1), step(2));
+}
+
+}  // namespace
+}  // namespace pscluster
