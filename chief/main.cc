@@ -14,6 +14,7 @@
 #include "common/daemon.h"
 #include "common/keras_model.h"
 #include "common/exit_codes.h"
+#include "common/dataset.h"
 #include "common/idx_dataset.h"
 #include "common/logging.h"
 #include "common/model_spec.h"
@@ -55,7 +56,8 @@ ABSL_FLAG(std::string, export_path, "",
           "Write the trained weights here (safetensors); default: <logdir>/model.safetensors "
           "when --logdir is set");
 ABSL_FLAG(std::string, data_dir, "",
-          "Folder with the MNIST test files: with no evaluator in the cluster, the chief "
+          "The data (IDX folder, .npy folder or .npz; its test split): with no evaluator "
+          "in the cluster, the chief "
           "evaluates the final weights on them itself; default: no evaluation then");
 ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(double, heartbeat_timeout_s, 3,
@@ -238,7 +240,7 @@ int main(int argc, char** argv) {
   // The data last: every flag and TF_CONFIG check comes first (exit 2);
   // missing test files exit 4, like a worker's or the evaluator's.
   if (!opt.data_dir.empty()) {
-    if (absl::Status s = CheckMnistFiles(opt.data_dir, Split::kTest); !s.ok()) {
+    if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTest); !s.ok()) {
       ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
     }
   }

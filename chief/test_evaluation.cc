@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "common/dataset.h"
 #include "common/idx_dataset.h"
 #include "worker/compute_backend.h"
 #include "worker/cpu_backend.h"
@@ -11,8 +12,9 @@ namespace pscluster {
 
 absl::StatusOr<TestScore> EvaluateOnTestSet(const ModelSpec& spec, const float* params,
                                             const std::string& data_dir, int threads) {
-  absl::StatusOr<Dataset> test = LoadMnist(data_dir, Split::kTest);
+  absl::StatusOr<Dataset> test = LoadDataset(data_dir, Split::kTest);
   if (!test.ok()) return test.status();
+  if (absl::Status s = CheckDatasetFitsModel(*test, data_dir, spec); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =
       CreateCpuBackend(spec, kScoringBatch, threads);
   if (!backend.ok()) return backend.status();

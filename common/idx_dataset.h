@@ -28,9 +28,9 @@ absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path);
 absl::StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path);
 
 struct Dataset {
-  int count = 0, height = 0, width = 0;
-  std::vector<float> images;    // count * height * width, pixel / 255
-  std::vector<uint8_t> labels;  // count, each in [0, 9]
+  int count = 0, height = 0, width = 0, channels = 1;
+  std::vector<float> images;    // count * height * width * channels, NHWC
+  std::vector<uint8_t> labels;  // count class indices
 };
 
 enum class Split { kTrain, kTest };

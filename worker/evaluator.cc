@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/dataset.h"
 #include "common/keras_model.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
@@ -19,8 +20,11 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   if (!plan.ok()) return plan.status();
   absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json());
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<Dataset> test = LoadMnist(options_.data_dir, Split::kTest);
-  if (!test.ok()) return test.status();
+  absl::StatusOr<Dataset> test = LoadDataset(options_.data_dir, Split::kTest);
+  if (!test.ok()) return absl::DataLossError(test.status().message());
+  if (absl::Status s = CheckDatasetFitsModel(*test, options_.data_dir, *spec); !s.ok()) {
+    return absl::DataLossError(s.message());  // the evaluator exits kExitBadData
+  }
   PlacementOptions popt;
   popt.min_shard_bytes = plan->min_shard_bytes();
   auto placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));

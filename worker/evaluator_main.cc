@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
+#include "common/dataset.h"
 #include "common/idx_dataset.h"
 #include "common/logging.h"
 #include "common/rpc.h"
@@ -20,7 +21,9 @@
 
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
-ABSL_FLAG(std::string, data_dir, "", "Folder with the MNIST-format IDX files (required)");
+ABSL_FLAG(std::string, data_dir, "",
+          "The data (required): a folder of MNIST-style IDX files, a folder of "
+          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, or an .npz holding them");
 ABSL_FLAG(int, threads, 1, "Compute threads");
 ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
@@ -70,7 +73,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Metrics> metrics =
       StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   // The data last: every flag and TF_CONFIG check comes first (exit 2).
-  if (absl::Status s = CheckMnistFiles(opt.data_dir, Split::kTest); !s.ok()) {
+  if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTest); !s.ok()) {
     ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
   }
   opt.metrics = metrics.get();
@@ -91,7 +94,7 @@ int main(int argc, char** argv) {
     if (s.ok()) evaluator.RunPeriodic(&stop);
     if (!s.ok() && !absl::IsCancelled(s)) {
       spdlog::error("{}", std::string(s.message()));
-      return 1;
+      return absl::IsDataLoss(s) ? kExitBadData : 1;
     }
     return 0;
   }
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
     evaluator.RunPeriodic(&stop);
   } else if (!absl::IsCancelled(s) && !(*server)->shutdown_requested()) {
     spdlog::error("{}", std::string(s.message()));
-    code = 1;
+    code = absl::IsDataLoss(s) ? kExitBadData : 1;  // data that does not fit: final
     (*server)->RequestShutdown("evaluator failed");
   }
   watcher.join();

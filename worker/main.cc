@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
+#include "common/dataset.h"
 #include "common/idx_dataset.h"
 #include "common/logging.h"
 #include "common/task_server.h"
@@ -20,7 +21,9 @@
 
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
-ABSL_FLAG(std::string, data_dir, "", "Folder with the MNIST-format IDX files (required)");
+ABSL_FLAG(std::string, data_dir, "",
+          "The data (required): a folder of MNIST-style IDX files, a folder of "
+          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, or an .npz holding them");
 ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
 ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
@@ -69,7 +72,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Metrics> metrics =
       StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   // The data last: every flag and TF_CONFIG check comes first (exit 2).
-  if (absl::Status s = CheckMnistFiles(opt.data_dir, Split::kTrain); !s.ok()) {
+  if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTrain); !s.ok()) {
     ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
   }
   opt.metrics = metrics.get();
@@ -105,6 +108,10 @@ int main(int argc, char** argv) {
     // Asked to stop: the ps may be gone already, so a failed push or pull
     // is part of stopping, not an error.
     spdlog::info("training stopped: {}", std::string(s.message()));
+  } else if (absl::IsDataLoss(s)) {
+    // The data does not fit the model: starting again changes nothing.
+    spdlog::error("{}", std::string(s.message()));
+    code = kExitBadData;
   } else {
     spdlog::error("{}", std::string(s.message()));
     code = 1;

@@ -13,7 +13,7 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const float* params, const 
     return absl::InvalidArgumentError(
         absl::StrCat("cannot score on an empty data set (", data.count, " examples)"));
   }
-  const size_t pixels = size_t(data.height) * data.width;
+  const size_t pixels = size_t(data.height) * data.width * data.channels;
   double loss_sum = 0;
   int64_t correct = 0;
   for (int begin = 0; begin < data.count; begin += kScoringBatch) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/dataset.h"
 #include "common/idx_dataset.h"
 #include "common/keras_model.h"
 #include "common/model_spec.h"
@@ -98,14 +99,12 @@ absl::Status Trainer::Run() {
         options_.config.source, " lists ", options_.config.cluster.num_tasks(kWorkerJob)));
   }
 
-  absl::StatusOr<Dataset> data = LoadMnist(options_.data_dir, Split::kTrain);
-  if (!data.ok()) return data.status();
-  const int pixels = data->height * data->width;
-  if (data->height != spec->input_height || data->width != spec->input_width) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "images in ", options_.data_dir, " are ", data->height, "x", data->width,
-        "; model ", spec->name, " wants ", spec->input_height, "x", spec->input_width));
+  absl::StatusOr<Dataset> data = LoadDataset(options_.data_dir, Split::kTrain);
+  if (!data.ok()) return absl::DataLossError(data.status().message());
+  if (absl::Status s = CheckDatasetFitsModel(*data, options_.data_dir, *spec); !s.ok()) {
+    return absl::DataLossError(s.message());  // the worker exits kExitBadData
   }
+  const int pixels = data->height * data->width * data->channels;
   const int num_workers = plan->num_workers();
   const int batch = plan->batch_size();
   const int chunks_per_epoch = static_cast<int>((data->count + batch - 1) / batch);

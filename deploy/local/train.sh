@@ -8,8 +8,11 @@
 # Launcher flags:
 #   --num_ps=N            parameter servers (default 2)
 #   --num_workers=N       workers (default 2)
-#   --data_dir=DIR        MNIST IDX files; default data/mnist, then
-#                         ../shared/data/mnist, else they are downloaded
+#   --data=PATH           the data: a folder of MNIST-style IDX files, a folder
+#                         of x_train.npy/y_train.npy/x_test.npy/y_test.npy,
+#                         or an .npz holding them (--data_dir=PATH is the
+#                         same); default data/mnist, then
+#                         ../shared/data/mnist, else MNIST is downloaded
 #   --worker_threads=N    compute threads per worker (default 1)
 #   --eval_interval_s=S   seconds between the evaluator's evaluations (default 10)
 #   --no_evaluator        run without the evaluator task (the chief then
@@ -65,7 +68,12 @@ for arg in "$@"; do
     -h|--help) sed -n '2,/^[^#]/ s/^# \{0,1\}//p' "$0"; exit 0 ;;
     --num_ps=*) NUM_PS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
     --num_workers=*) NUM_WORKERS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
-    --data_dir=*) DATA_DIR="${arg#*=}" ;;
+    --data_dir=*|--data=*) DATA_DIR="${arg#*=}" ;;
+    --model=*)
+      # A model file's path is resolved here: the chief starts elsewhere.
+      m="${arg#*=}"
+      if [ -f "$m" ]; then m="$(cd "$(dirname "$m")" && pwd)/$(basename "$m")"; fi
+      CHIEF_ARGS+=("--model=$m") ;;
     --worker_threads=*) WORKER_THREADS="${arg#*=}" ;;
     --eval_interval_s=*) EVAL_INTERVAL="${arg#*=}" ;;
     --no_evaluator) EVALUATOR=0 ;;
@@ -109,8 +117,14 @@ have_mnist() {
     [ -f "$1/$f.gz" ] || [ -f "$1/$f" ] || return 1
   done
 }
-if [ -n "$DATA_DIR" ]; then
-  have_mnist "$DATA_DIR" || die "--data_dir=$DATA_DIR does not hold the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...)"
+have_npy() { [ -f "$1/x_train.npy" ] && [ -f "$1/y_train.npy" ] && [ -f "$1/x_test.npy" ] && [ -f "$1/y_test.npy" ]; }
+if [ -n "$DATA_DIR" ] && [ -f "$DATA_DIR" ]; then
+  case "$DATA_DIR" in
+    *.npz) ;;
+    *) die "--data=$DATA_DIR is a file but not a NumPy .npz archive" ;;
+  esac
+elif [ -n "$DATA_DIR" ]; then
+  have_mnist "$DATA_DIR" || have_npy "$DATA_DIR" || die "--data=$DATA_DIR holds neither the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...) nor x_train.npy, y_train.npy, x_test.npy and y_test.npy"
 elif have_mnist "$ROOT/data/mnist"; then
   DATA_DIR="$ROOT/data/mnist"
 elif have_mnist "$ROOT/../shared/data/mnist"; then
@@ -121,7 +135,11 @@ else
     die "could not get MNIST: put the four IDX .gz files in data/mnist or pass --data_dir"
   DATA_DIR="$ROOT/data/mnist"
 fi
-DATA_DIR="$(cd "$DATA_DIR" && pwd)"
+if [ -f "$DATA_DIR" ]; then
+  DATA_DIR="$(cd "$(dirname "$DATA_DIR")" && pwd)/$(basename "$DATA_DIR")"
+else
+  DATA_DIR="$(cd "$DATA_DIR" && pwd)"
+fi
 
 # 3. Free ports on 127.0.0.1, one per task.
 TOTAL=$((NUM_PS + NUM_WORKERS + 1 + EVALUATOR))

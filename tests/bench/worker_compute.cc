@@ -1,7 +1,13 @@
 // Benchmark (not a test): images/s of Network::TrainStep on synthetic data.
 //
-//   bazel run //tests/bench:worker_compute -- [--model=cnn] [--batch=128]
-//       [--threads=1,2] [--seconds=3] [--runs=5] [--keep_blas_env]
+//   bazel run //tests/bench:worker_compute -- [--model=cnn|NAME|FILE]
+//       [--batch=128] [--threads=1,2] [--seconds=3] [--runs=5]
+//       [--keep_blas_env] [--peer=torch]
+//
+// --model takes a built-in model or a Keras model file (common/
+// keras_model.h). --peer=torch runs tests/bench/torch_compute.py (Debian's
+// python3-torch) on the same model file, batch and threads right after each
+// of our measurements and prints the ratio.
 //
 // For each thread count: warm-up, then --runs timed runs of about --seconds
 // each; prints the median and the range of images/s. Unless --keep_blas_env,
@@ -18,6 +24,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
+#include "common/keras_model.h"
 #include "common/model_spec.h"
 #include "worker/kernels/blas_env.h"
 #include "worker/kernels/cpu_blas.h"
@@ -33,6 +41,7 @@ struct Flags {
   double seconds = 3.0;
   int runs = 5;
   bool keep_blas_env = false;
+  std::string peer;  // "" or "torch"
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -57,6 +66,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
     } else if (name == "--runs") {
       ok = absl::SimpleAtoi(value, &flags->runs) && flags->runs > 0;
+    } else if (name == "--peer") {
+      flags->peer = value;
+      ok = value == "torch";
     } else if (name == "--keep_blas_env") {
       flags->keep_blas_env = true;
     } else {
@@ -71,7 +83,7 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
 }
 
 // Times TrainStep at one thread count; returns 1 on a failed step.
-int Measure(const ModelSpec& spec, const Flags& flags, int threads) {
+int Measure(const ModelSpec& spec, const Flags& flags, int threads, double* median) {
   NetworkOptions options;
   options.max_batch = flags.batch;
   options.num_threads = threads;
@@ -92,10 +104,11 @@ int Measure(const ModelSpec& spec, const Flags& flags, int threads) {
   std::vector<float> grads(spec.num_parameters);
   float loss = 0;
   int correct = 0;
+  uint64_t key = 0;
   auto step = [&] {
     absl::Status st =
         (*net)->TrainStep(params.data(), images.data(), labels.data(),
-                          flags.batch, grads.data(), &loss, &correct);
+                          flags.batch, grads.data(), &loss, &correct, ++key);
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.ToString().c_str());
       std::exit(1);
@@ -120,10 +133,12 @@ int Measure(const ModelSpec& spec, const Flags& flags, int threads) {
     rates.push_back(steps * flags.batch / elapsed);
   }
   std::sort(rates.begin(), rates.end());
+  *median = rates[rates.size() / 2];
   std::printf(
-      "model=%s batch=%d threads=%d: %.0f images/s median of %d runs "
+      "model=%s (%s path) batch=%d threads=%d: %.0f images/s median of %d runs "
       "(min %.0f, max %.0f); loss %.4f\n",
-      spec.name.c_str(), flags.batch, threads, rates[rates.size() / 2],
+      spec.name.c_str(), (*net)->general() ? "general" : "fast", flags.batch, threads,
+      rates[rates.size() / 2],
       flags.runs, rates.front(), rates.back(), loss);
   std::fflush(stdout);
   return 0;
@@ -139,7 +154,9 @@ int main(int argc, char** argv) {
     absl::Status st = pscluster::kernels::ReexecWithBlasEnvironment(argv);
     if (!st.ok()) std::fprintf(stderr, "warning: %s\n", st.ToString().c_str());
   }
-  auto spec = pscluster::ModelByName(flags.model);
+  absl::StatusOr<std::string> text = pscluster::ReadModelFile(flags.model);
+  absl::StatusOr<pscluster::ModelSpec> spec =
+      text.ok() ? pscluster::ParseKerasModel(*text, flags.model) : text.status();
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().ToString().c_str());
     return 2;
@@ -148,8 +165,40 @@ int main(int argc, char** argv) {
   std::printf("OpenBLAS core: %s (OPENBLAS_CORETYPE %s)\n",
               pscluster::kernels::BlasCoreName().c_str(),
               coretype == nullptr ? "unset" : coretype);
+  // The peer reads a file: a built-in model's text goes to a temporary one.
+  std::string model_file = flags.model;
+  if (!flags.peer.empty() && model_file.find('/') == std::string::npos &&
+      model_file.find(".json") == std::string::npos) {
+    model_file = "/tmp/worker_compute_" + flags.model + ".json";
+    if (FILE* f = std::fopen(model_file.c_str(), "w")) {
+      std::fputs(text->c_str(), f);
+      std::fclose(f);
+    }
+  }
   for (int threads : flags.threads) {
-    if (pscluster::Measure(*spec, flags, threads) != 0) return 1;
+    double ours = 0;
+    if (pscluster::Measure(*spec, flags, threads, &ours) != 0) return 1;
+    if (flags.peer.empty()) continue;
+    const std::string cmd = absl::StrCat(
+        "/usr/bin/python3 tests/bench/torch_compute.py --model=", model_file,
+        " --batch=", flags.batch, " --threads=", threads, " --seconds=", flags.seconds,
+        " --runs=", flags.runs, " 2>&1");
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    const int rc = p == nullptr ? -1 : pclose(p);
+    const size_t at = out.find("images_per_s=");
+    double theirs = 0;
+    if (rc != 0 || at == std::string::npos ||
+        !absl::SimpleAtod(out.substr(at + 13, out.find(' ', at) - at - 13), &theirs) ||
+        theirs <= 0) {
+      std::fprintf(stderr, "peer torch measured nothing (%s): %s\n", cmd.c_str(), out.c_str());
+      return 1;
+    }
+    std::printf("  pytorch %s threads=%d: %.0f images/s; ours / pytorch = %.2fx\n",
+                flags.model.c_str(), threads, theirs, ours / theirs);
+    std::fflush(stdout);
   }
   return 0;
 }
