@@ -243,6 +243,13 @@ int main(int argc, char** argv) {
     if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTest); !s.ok()) {
       ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
     }
+    // Data that does not fit the model is refused before anything trains.
+    absl::StatusOr<Dataset> test = LoadDataset(opt.data_dir, Split::kTest);
+    absl::Status fits = test.ok() ? CheckDatasetFitsModel(*test, opt.data_dir, *model_spec)
+                                  : test.status();
+    if (!fits.ok()) {
+      ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", fits.message()));
+    }
   }
 
   InitLogging(TaskName(config.task));

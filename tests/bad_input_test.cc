@@ -202,12 +202,32 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
                {"--optimizer=rmsprop", "--optimizer=rmsprop"},
                {"--replicas_to_aggregate=3", "--replicas_to_aggregate=3"},
                {"--num_workers=5", "lists 2 workers"},
-               {"--batch_size=-4", "--batch_size=-4"}};
+               {"--batch_size=-4", "--batch_size=-4"},
+               // A model file the workers cannot run: refused before
+               // anything trains, naming the layer and the option.
+               {"--model=tests/fixtures/keras/bad_dilation.json",
+                "layer 'conv2d' (Conv2D): option 'dilation_rate' = [2,2] is not supported"},
+               {"--model=/nonexistent/model.json", "/nonexistent/model.json"}};
   for (const Case& c : cases) {
     ProcessResult r = RunBinary("chief/chief", {c.flag}, json, absl::Seconds(30));
     EXPECT_EQ(r.exit_code, 2) << c.flag << "\n" << r.output;
     EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.flag << "\n" << r.output;
   }
+}
+
+// Data that does not fit the model: the chief given --data_dir refuses
+// it at start-up with the data's code (4), naming the file and the shapes.
+TEST(ChiefFlagsTest, DataThatDoesNotFitTheModelExits4) {
+  const std::string json =
+      "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:2\"], "
+      "\"worker\": [\"127.0.0.1:3\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}";
+  ProcessResult r = RunBinary("chief/chief",
+                              {"--model=mlp", "--data_dir=tests/fixtures/npy/flat.npz"}, json,
+                              absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("flat.npz: examples are 1x1x16 but model \"mlp\" wants 28x28x1"),
+            std::string::npos)
+      << r.output;
 }
 
 // Missing data is not worth a restart: the worker and the evaluator exit
