@@ -4,10 +4,13 @@
 // BatchNormalization's statistics in the moving slots, and inference with
 // the moving values.
 #include <cmath>
+#include <fstream>
 #include <memory>
 #include <vector>
 
+#include "common/keras_model.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "worker/kernels/gradient_check.h"
 #include "worker/network.h"
 
@@ -258,6 +261,51 @@ TEST(KerasNetworkTest, DropoutIsKeyedByTheStep) {
   };
   EXPECT_EQ(step(1), step(1));
   EXPECT_NE(step(1), step(2));
+}
+
+// Keras semantics from an independent implementation: TensorFlow.js
+// computed these models' losses (tests/fixtures/tfjs_reference) for fixed
+// weights and inputs, in inference mode (moving statistics) and training
+// mode (batch statistics): "same" convolutions and pooling with strides on
+// odd sizes, rectangular windows, overlapping max pooling, average pooling
+// that does not count the padding, global average pooling, sigmoid, tanh.
+TEST(KerasNetworkTest, LossesMatchTensorFlowJs) {
+  std::ifstream in("tests/fixtures/tfjs_reference/reference.json");
+  ASSERT_TRUE(in.good());
+  nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_EQ(ref["models"].size(), 2u);
+  for (const nlohmann::json& m : ref["models"]) {
+    absl::StatusOr<ModelSpec> spec = ParseKerasModel(m["model_json"].dump(), "ref");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    std::vector<float> params(spec->num_parameters, 0.0f);
+    for (const VariableSpec& v : spec->variables) {
+      ASSERT_TRUE(m["weights"].contains(v.name)) << v.name;
+      std::vector<float> w = m["weights"][v.name].get<std::vector<float>>();
+      ASSERT_EQ(static_cast<int64_t>(w.size()), v.size) << v.name;
+      std::copy(w.begin(), w.end(), params.begin() + v.offset);
+    }
+    std::vector<float> images = m["images"].get<std::vector<float>>();
+    std::vector<uint8_t> labels;
+    for (int l : m["labels"]) labels.push_back(static_cast<uint8_t>(l));
+    const int batch = static_cast<int>(labels.size());
+    for (int threads : {1, 2}) {
+      std::unique_ptr<Network> net = Net(*spec, batch, threads);
+      double eval_sum = 0;
+      int correct = 0;
+      ASSERT_TRUE(
+          net->Evaluate(params.data(), images.data(), labels.data(), batch, &eval_sum, &correct)
+              .ok());
+      const double want_eval = m["inference_loss_sum"].get<double>();
+      EXPECT_NEAR(eval_sum, want_eval, 1e-4 * std::fabs(want_eval)) << spec->name;
+      std::vector<float> grads(spec->num_parameters);
+      float loss = 0;
+      ASSERT_TRUE(net->TrainStep(params.data(), images.data(), labels.data(), batch,
+                                 grads.data(), &loss, &correct)
+                      .ok());
+      const double want_train = m["training_loss_sum"].get<double>();
+      EXPECT_NEAR(loss * batch, want_train, 1e-4 * std::fabs(want_train)) << spec->name;
+    }
+  }
 }
 
 }  // namespace
