@@ -39,7 +39,8 @@ BUILD_PACKAGES=(
 #   debootstrap                tests/docker_run_test.sh (the debian:12 base
 #                              image, made from Debian's mirror)
 #   python3-yaml               tests/deploy_*_test.sh (reading the manifests)
-#   python3-numpy              tests/keras_forward.py (cnn_export_test)
+#   python3-numpy              tests/keras_model_forward.py (cnn_test, keras_model_test),
+#                              tests/fixtures/npy, keras_model_test's .npz
 #   jq                         deploy/docker/entrypoint.sh under the deploy tests
 #   openssl                    test certificates (security tests, deploy/tls)
 #   perl                       tests/train_sh_test.sh (Ctrl-C of a background job)

@@ -100,44 +100,17 @@ TEST_F(CnnTest, OneEpochReachesTheHeadlineAccuracyInExactly469Steps) {
   }
 }
 
-// tests/keras_forward.py evaluates the exported weights on the test set with
-// a numpy forward pass of its own (Keras layouts: HWIO conv kernels, [in,
-// out] Dense kernels, Flatten in height-width-channel order) and must count
-// the same correct predictions as the evaluator did on the same weights.
-// Read with a wrong Flatten order the same file scores ~0.12, with the conv
-// kernels' height and width swapped ~0.07.
+// tests/keras_model_forward.py evaluates the exported weights on the test
+// set with a numpy forward pass of its own over models/cnn.json (Keras
+// layouts: HWIO conv kernels, [in, out] Dense kernels, Flatten in
+// height-width-channel order) and must count the same correct predictions
+// as the evaluator did on the same weights. Read with a wrong Flatten order
+// the same file scores ~0.12, with the conv kernels' height and width
+// swapped ~0.07.
 TEST_F(CnnTest, ExportInKerasLayoutReproducesTheEvaluatorsAccuracy) {
   std::optional<FinalFigures> f = ParseFinalLine(run_->chief_log);
   ASSERT_TRUE(f.has_value()) << run_->all_logs;
-  const ProcessResult py =
-      RunBinary("/usr/bin/python3", {"tests/keras_forward.py", run_->export_path, *data_dir_}, "",
-                absl::Minutes(5));
-  ASSERT_EQ(py.exit_code, 0) << "/usr/bin/python3 tests/keras_forward.py " << run_->export_path
-                             << " " << *data_dir_ << ":\n"
-                             << py.output;
-  std::printf("%s", py.output.c_str());
-  // "keras_forward: correct=N of M loss=L ambiguous=A"
-  std::map<std::string, double> got;
-  for (const char* key : {"correct", "of", "loss", "ambiguous"}) {
-    const std::string k = absl::StrCat(" ", key, key == std::string("of") ? " " : "=");
-    const size_t at = py.output.find(k);
-    ASSERT_NE(at, std::string::npos) << key << " in " << py.output;
-    const size_t end = py.output.find_first_of(" \n", at + k.size());
-    ASSERT_TRUE(absl::SimpleAtod(py.output.substr(at + k.size(), end - at - k.size()), &got[key]))
-        << key << " in " << py.output;
-  }
-  ASSERT_EQ(got["of"], 10000) << py.output;
-  // The chief prints the evaluator's accuracy with four decimals: on 10000
-  // examples, the exact count of correct predictions.
-  const long evaluator_correct = std::lround(f->test_accuracy * 10000);
-  EXPECT_LE(std::abs(static_cast<long>(got["correct"]) - evaluator_correct),
-            static_cast<long>(got["ambiguous"]))
-      << "numpy counts " << got["correct"] << " correct, the evaluator " << evaluator_correct
-      << " (" << got["ambiguous"] << " examples too close to call)\n"
-      << run_->chief_log;
-  // The loss is printed with four decimals; float32 against float64 adds
-  // far less than that.
-  EXPECT_NEAR(got["loss"], f->test_loss, 0.00005 + 1e-5) << py.output << run_->chief_log;
+  ExpectExportReproducesEvaluator("models/cnn.json", run_->export_path, *data_dir_, *f);
 }
 
 }  // namespace

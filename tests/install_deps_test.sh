@@ -7,7 +7,7 @@
 # docker-compose, dockerd, containerd, docker and debootstrap
 # (docker_run_test.sh), jq, openssl, perl, curl, gnuplot (the async_scale
 # benchmark's PNG), and Debian's python3 with numpy (cnn_test's
-# keras_forward.py) and yaml (deploy tests).
+# keras_model_forward.py) and yaml (deploy tests).
 #
 # Usage: tests/install_deps_test.sh [IGNORED]   (run_all.sh passes the MNIST folder)
 # Prints PASS:/FAIL:/SKIP: lines; exit status 0 when nothing failed.

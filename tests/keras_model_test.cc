@@ -14,7 +14,6 @@
 #include <optional>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
@@ -52,31 +51,6 @@ TrainedRun Train(const std::string& data, const std::string& model, const std::s
   return run;
 }
 
-// Runs keras_model_forward.py and checks it counts what the evaluator did.
-void ExpectExportReproducesEvaluator(const TrainedRun& run, const std::string& model,
-                                     const std::string& data, double accuracy, double loss) {
-  const ProcessResult py = RunBinary(
-      "/usr/bin/python3", {"tests/keras_model_forward.py", model, run.export_path, data}, "",
-      absl::Minutes(5));
-  ASSERT_EQ(py.exit_code, 0) << py.output;
-  std::printf("%s", py.output.c_str());
-  std::map<std::string, double> got;
-  for (const char* key : {"correct", "of", "loss", "ambiguous"}) {
-    const std::string k = absl::StrCat(" ", key, key == std::string("of") ? " " : "=");
-    const size_t at = py.output.find(k);
-    ASSERT_NE(at, std::string::npos) << key << " in " << py.output;
-    const size_t end = py.output.find_first_of(" \n", at + k.size());
-    ASSERT_TRUE(absl::SimpleAtod(py.output.substr(at + k.size(), end - at - k.size()), &got[key]))
-        << key << " in " << py.output;
-  }
-  ASSERT_EQ(got["of"], 10000) << py.output;
-  const long evaluator_correct = std::lround(accuracy * 10000);
-  EXPECT_LE(std::abs(static_cast<long>(got["correct"]) - evaluator_correct),
-            static_cast<long>(got["ambiguous"]))
-      << "numpy counts " << got["correct"] << " correct, the evaluator " << evaluator_correct;
-  EXPECT_NEAR(got["loss"], loss, 0.00005 + 1e-4) << py.output;
-}
-
 class KerasModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -103,7 +77,7 @@ TEST_F(KerasModelTest, Keras3ArchiveWithBatchNormTrainsSyncAndItsExportReadsBack
   // Measured 0.9759 on 2 cores (sync; which worker takes which chunk varies
   // from run to run, and with it the last digits).
   EXPECT_GE(f->test_accuracy, 0.97) << run.chief_log;
-  ExpectExportReproducesEvaluator(run, model, data_, f->test_accuracy, f->test_loss);
+  ExpectExportReproducesEvaluator(model, run.export_path, data_, *f);
 }
 
 TEST_F(KerasModelTest, TensorFlowJsModelTrainsAsyncFromNpz) {
@@ -135,7 +109,7 @@ TEST_F(KerasModelTest, TensorFlowJsModelTrainsAsyncFromNpz) {
   // layer) after one async epoch: measured 0.4367 (chance: 0.1); async
   // orders the updates differently in every run.
   EXPECT_GE(f->test_accuracy, 0.35) << run.chief_log;
-  ExpectExportReproducesEvaluator(run, model, npz, f->test_accuracy, f->test_loss);
+  ExpectExportReproducesEvaluator(model, run.export_path, npz, *f);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -20,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
 
 extern char** environ;
 
@@ -410,6 +413,39 @@ std::optional<long> FindCounter(const std::string& log, const std::string& marke
     value = std::atol(std::string(line.substr(k + key.size() + 2)).c_str());
   }
   return value;
+}
+
+void ExpectExportReproducesEvaluator(const std::string& model_file,
+                                     const std::string& export_path, const std::string& data,
+                                     const FinalFigures& evaluator) {
+  const ProcessResult py = RunBinary(
+      "/usr/bin/python3", {"tests/keras_model_forward.py", model_file, export_path, data}, "",
+      absl::Minutes(5));
+  ASSERT_EQ(py.exit_code, 0) << "/usr/bin/python3 tests/keras_model_forward.py " << model_file
+                             << " " << export_path << " " << data << ":\n"
+                             << py.output;
+  std::printf("%s", py.output.c_str());
+  // "keras_model_forward: correct=N of M loss=L ambiguous=A"
+  std::map<std::string, double> got;
+  for (const char* key : {"correct", "of", "loss", "ambiguous"}) {
+    const std::string k = absl::StrCat(" ", key, key == std::string("of") ? " " : "=");
+    const size_t at = py.output.find(k);
+    ASSERT_NE(at, std::string::npos) << key << " in " << py.output;
+    const size_t end = py.output.find_first_of(" \n", at + k.size());
+    ASSERT_TRUE(absl::SimpleAtod(py.output.substr(at + k.size(), end - at - k.size()), &got[key]))
+        << key << " in " << py.output;
+  }
+  ASSERT_EQ(got["of"], 10000) << py.output;
+  // The chief prints the evaluator's accuracy with four decimals: on 10000
+  // examples, the exact count of correct predictions.
+  const long evaluator_correct = std::lround(evaluator.test_accuracy * 10000);
+  EXPECT_LE(std::abs(static_cast<long>(got["correct"]) - evaluator_correct),
+            static_cast<long>(got["ambiguous"]))
+      << "numpy counts " << got["correct"] << " correct, the evaluator " << evaluator_correct
+      << " (" << got["ambiguous"] << " examples too close to call)";
+  // The loss is printed with four decimals; float32 against float64 adds
+  // far less than that.
+  EXPECT_NEAR(got["loss"], evaluator.test_loss, 0.00005 + 1e-5) << py.output;
 }
 
 }  // namespace testing

@@ -128,6 +128,15 @@ struct FinalFigures {
 };
 std::optional<FinalFigures> ParseFinalLine(const std::string& log);
 
+// Runs tests/keras_model_forward.py (an independent numpy forward pass over
+// the model file and the exported weights; the test declares it, the model
+// file and the data as its data) and checks, with gtest expectations, that
+// it counts the evaluator's correct predictions (within the examples too
+// close to call) and its loss, from the chief's `final:` figures.
+void ExpectExportReproducesEvaluator(const std::string& model_file,
+                                     const std::string& export_path, const std::string& data,
+                                     const FinalFigures& evaluator);
+
 // The number after "key=" in the last line of `log` that contains `marker`.
 std::optional<long> FindCounter(const std::string& log, const std::string& marker,
                                 const std::string& key);
