@@ -49,6 +49,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NUM_PS=2
 NUM_WORKERS=2
 DATA_DIR=""
+DATA_FLAG=--data
 WORKER_THREADS=1
 EVAL_INTERVAL=10
 EVALUATOR=1
@@ -68,7 +69,7 @@ for arg in "$@"; do
     -h|--help) sed -n '2,/^[^#]/ s/^# \{0,1\}//p' "$0"; exit 0 ;;
     --num_ps=*) NUM_PS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
     --num_workers=*) NUM_WORKERS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
-    --data_dir=*|--data=*) DATA_DIR="${arg#*=}" ;;
+    --data_dir=*|--data=*) DATA_DIR="${arg#*=}"; DATA_FLAG="${arg%%=*}" ;;
     --model=*)
       # A model file's path is resolved here: the chief starts elsewhere.
       m="${arg#*=}"
@@ -121,10 +122,10 @@ have_npy() { [ -f "$1/x_train.npy" ] && [ -f "$1/y_train.npy" ] && [ -f "$1/x_te
 if [ -n "$DATA_DIR" ] && [ -f "$DATA_DIR" ]; then
   case "$DATA_DIR" in
     *.npz) ;;
-    *) die "--data=$DATA_DIR is a file but not a NumPy .npz archive" ;;
+    *) die "$DATA_FLAG=$DATA_DIR is a file but not a NumPy .npz archive" ;;
   esac
 elif [ -n "$DATA_DIR" ]; then
-  have_mnist "$DATA_DIR" || have_npy "$DATA_DIR" || die "--data=$DATA_DIR holds neither the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...) nor x_train.npy, y_train.npy, x_test.npy and y_test.npy"
+  have_mnist "$DATA_DIR" || have_npy "$DATA_DIR" || die "$DATA_FLAG=$DATA_DIR does not hold the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...), nor x_train.npy, y_train.npy, x_test.npy and y_test.npy"
 elif have_mnist "$ROOT/data/mnist"; then
   DATA_DIR="$ROOT/data/mnist"
 elif have_mnist "$ROOT/../shared/data/mnist"; then
