@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/idx_dataset.h"
+#include "common/keras_model.h"
 #include "common/model_spec.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
@@ -124,6 +125,28 @@ TEST_F(GpuBackendTest, FullTrainingStepMatchesCpu) {
       const StepOut again = Step(*gpu, p);
       ExpectSameStep(again, Step(*cpu, p), spec, absl::StrCat(model, " again"));
     }
+  }
+}
+
+// A model beyond the seeds' layers (the general path: "same" and strided
+// windows, BatchNormalization, Dropout) trains and evaluates as on the CPU,
+// its batch statistics in the moving slots included.
+TEST_F(GpuBackendTest, GeneralModelMatchesCpu) {
+  const ModelSpec spec =
+      *ParseKerasModel(*ReadModelFile("vgg_fashion"), "vgg_fashion");
+  for (int batch : {1, 37, 128}) {
+    Problem p(spec, batch, 5);
+    auto gpu = Make("cuda", spec, 128);
+    auto cpu = Make("cpu", spec, 128);
+    ASSERT_TRUE(gpu && cpu);
+    ExpectSameStep(Step(*gpu, p), Step(*cpu, p), spec,
+                   absl::StrCat("vgg_fashion batch ", batch));
+    double gpu_sum = NAN, cpu_sum = NAN;
+    int gpu_right = -1, cpu_right = -2;
+    ASSERT_TRUE(gpu->Evaluate(p.params.data(), p.AsBatch(), &gpu_sum, &gpu_right).ok());
+    ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.AsBatch(), &cpu_sum, &cpu_right).ok());
+    EXPECT_NEAR(gpu_sum, cpu_sum, 1e-5 * std::fabs(cpu_sum));
+    EXPECT_EQ(gpu_right, cpu_right);
   }
 }
 

@@ -76,7 +76,8 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
     return CreateCpuBackend(spec, options.max_batch, options.num_threads, options.seed);
   }
 #ifdef PSCLUSTER_WITH_CUDA
-  return CreateCudaBackend(spec, options.max_batch, resolved->device.ordinal);
+  return CreateCudaBackend(spec, options.max_batch, resolved->device.ordinal,
+                           options.seed);
 #else
   // ResolveDevice refuses CUDA devices in this build.
   return absl::FailedPreconditionError("built without CUDA");

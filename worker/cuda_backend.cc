@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "worker/device_graph.h"
+#include "worker/keras_device_graph.h"
 #include "worker/kernels/gpu_device.h"
 #include "worker/kernels/gpu_kernels.h"
 #include "worker/kernels/kernel_errors.h"
@@ -70,14 +71,19 @@ struct StepResult {
 
 class CudaBackend final : public ComputeBackend {
  public:
-  CudaBackend(const ModelSpec& spec, std::vector<PlannedLayer> layers,
-              int max_batch, int ordinal)
+  // Exactly one of `fast` (the seeds' layers, worker/device_graph.h) and
+  // `general` (any other model, worker/keras_device_graph.h) is set.
+  CudaBackend(const ModelSpec& spec,
+              std::unique_ptr<DeviceGraph<GpuDevice>> fast,
+              std::unique_ptr<KerasDeviceGraph> general, int max_batch,
+              int ordinal)
       : spec_(spec),
         max_batch_(max_batch),
         ordinal_(ordinal),
         pixels_(int64_t{spec.input_height} * spec.input_width *
                 spec.input_channels),
-        graph_(std::move(layers), max_batch) {}
+        fast_(std::move(fast)),
+        general_(std::move(general)) {}
 
   ~CudaBackend() override {
     // Resources belong to the device; finish queued work before freeing.
@@ -128,7 +134,9 @@ class CudaBackend final : public ComputeBackend {
       if (absl::Status s = MakeEvent(cudaEventDefault, e); !s.ok()) return s;
     }
     const int64_t params_bytes = spec_.num_parameters * int64_t{sizeof(float)};
-    absl::Status s = AllocDevice(graph_.arena_bytes(),
+    const int64_t arena_bytes =
+        fast_ != nullptr ? fast_->arena_bytes() : general_->arena_bytes();
+    absl::Status s = AllocDevice(arena_bytes,
                                  "activations and workspaces", &arena_);
     if (s.ok()) s = AllocDevice(params_bytes, "weights", &params_d_);
     if (s.ok()) s = AllocDevice(params_bytes, "gradients", &grads_d_);
@@ -145,7 +153,12 @@ class CudaBackend final : public ComputeBackend {
       if (s.ok()) s = MakeEvent(cudaEventDisableTiming, &slot.ready);
     }
     if (!s.ok()) return s;
-    graph_.Bind(arena_.get());
+    if (fast_ != nullptr) {
+      fast_->Bind(arena_.get());
+    } else {
+      general_->Bind(arena_.get());
+      general_kernels_ = kernels::MakeGpuGeneralKernels(Device());
+    }
     return absl::OkStatus();
   }
 
@@ -200,11 +213,7 @@ class CudaBackend final : public ComputeBackend {
     StepResult* result_d = static_cast<StepResult*>(result_d_.get());
     if (s.ok()) {
       errors_.Clear();
-      graph_.Run(Device(), static_cast<const float*>(params_d_.get()),
-                 static_cast<const float*>(slots_[slot].images_d.get()),
-                 static_cast<const uint8_t*>(slots_[slot].labels_d.get()),
-                 batch.size, static_cast<float*>(grads_d_.get()),
-                 &result_d->loss_sum, &result_d->correct);
+      RunGraph(slot, batch, static_cast<float*>(grads_d_.get()), result_d);
       s = KernelStatus();
     }
     if (s.ok())
@@ -273,11 +282,7 @@ class CudaBackend final : public ComputeBackend {
     StepResult* result_d = static_cast<StepResult*>(result_d_.get());
     if (s.ok()) {
       errors_.Clear();
-      graph_.Run(Device(), static_cast<const float*>(params_d_.get()),
-                 static_cast<const float*>(slots_[slot].images_d.get()),
-                 static_cast<const uint8_t*>(slots_[slot].labels_d.get()),
-                 batch.size, /*grads=*/nullptr, &result_d->loss_sum,
-                 &result_d->correct);
+      RunGraph(slot, batch, /*grads=*/nullptr, result_d);
       s = KernelStatus();
     }
     if (s.ok()) {
@@ -306,6 +311,23 @@ class CudaBackend final : public ComputeBackend {
     PinnedMemory images_h, labels_h;
     Event ready;  // recorded after the last copy into this slot
   };
+
+  // Queues the model on the batch in `slot`: training when grads is set.
+  void RunGraph(int slot, const Batch& batch, float* grads,
+                StepResult* result_d) {
+    const float* params = static_cast<const float*>(params_d_.get());
+    const float* images = static_cast<const float*>(slots_[slot].images_d.get());
+    const uint8_t* labels =
+        static_cast<const uint8_t*>(slots_[slot].labels_d.get());
+    if (fast_ != nullptr) {
+      fast_->Run(Device(), params, images, labels, batch.size, grads,
+                 &result_d->loss_sum, &result_d->correct);
+    } else {
+      general_->Run(*general_kernels_, params, images, labels, batch.size,
+                    batch.key, grads, &result_d->loss_sum,
+                    &result_d->correct);
+    }
+  }
 
   GpuDevice Device() {
     GpuDevice d;
@@ -429,7 +451,8 @@ class CudaBackend final : public ComputeBackend {
   const int max_batch_;
   const int ordinal_;
   const int64_t pixels_;  // floats per image
-  DeviceGraph<GpuDevice> graph_;
+  const std::unique_ptr<DeviceGraph<GpuDevice>> fast_;
+  const std::unique_ptr<KerasDeviceGraph> general_;
   std::string name_;
 
   // Declared before what uses them, so destroyed after.
@@ -437,7 +460,9 @@ class CudaBackend final : public ComputeBackend {
   Stream copy_;      // the next batch, concurrently
   BlasHandle blas_;  // bound to compute_
   Event start_, h2d_done_, compute_done_, d2h_done_;  // on compute_
-  DeviceMemory arena_;                                // graph_'s buffers
+  DeviceMemory arena_;                                // the graph's buffers
+  // The general graph's kernels on compute_ and blas_ (general_ only).
+  std::unique_ptr<kernels::GeneralKernels> general_kernels_;
   DeviceMemory params_d_, grads_d_, result_d_;
   PinnedMemory params_h_, grads_h_, result_h_;
   Slot slots_[2];
@@ -484,20 +509,27 @@ std::string CudaDeviceDescription(int ordinal) {
 }
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
-    const ModelSpec& spec, int max_batch, int ordinal) {
+    const ModelSpec& spec, int max_batch, int ordinal, uint64_t seed) {
   if (max_batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaBackend: max_batch ", max_batch, " must be at least 1"));
   }
+  // The seeds' layers run on their own graph; any other model (PlanLayers
+  // says Unimplemented) on the general one, as on the CPU.
+  std::unique_ptr<DeviceGraph<GpuDevice>> fast;
+  std::unique_ptr<KerasDeviceGraph> general;
   absl::StatusOr<std::vector<PlannedLayer>> layers = PlanLayers(spec);
-  if (!layers.ok() && layers.status().code() == absl::StatusCode::kUnimplemented) {
-    // The CUDA kernels cover the seeds' layers only (issue 11 left the
-    // general layers CPU-only): say so instead of training wrong.
-    return absl::UnimplementedError(absl::StrCat(
-        "the CUDA backend does not run this model yet (", layers.status().message(),
-        "); train it with --device=cpu"));
+  if (layers.ok()) {
+    fast = std::make_unique<DeviceGraph<GpuDevice>>(*std::move(layers),
+                                                    max_batch);
+  } else if (layers.status().code() == absl::StatusCode::kUnimplemented) {
+    absl::StatusOr<std::unique_ptr<KerasDeviceGraph>> g =
+        KerasDeviceGraph::Create(spec, max_batch, seed);
+    if (!g.ok()) return g.status();
+    general = *std::move(g);
+  } else {
+    return layers.status();
   }
-  if (!layers.ok()) return layers.status();
   if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
     cudaGetLastError();
     return absl::FailedPreconditionError(absl::StrCat(
@@ -511,8 +543,8 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
         kernels::GpuKernelArchs(), " (rebuild with --define=cuda_arch=...): ",
         kernels::CudaErrorMessage("cudaFuncGetAttributes", e)));
   }
-  auto backend = std::make_unique<CudaBackend>(spec, *std::move(layers),
-                                               max_batch, ordinal);
+  auto backend = std::make_unique<CudaBackend>(
+      spec, std::move(fast), std::move(general), max_batch, ordinal);
   if (absl::Status s = backend->Init(); !s.ok()) return s;
   return std::unique_ptr<ComputeBackend>(std::move(backend));
 }

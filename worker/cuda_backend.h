@@ -1,6 +1,7 @@
 // The CUDA compute backend: ComputeBackend on one GPU, running the model
 // through DeviceGraph (worker/device_graph.h) on the GpuDevice kernels
-// (worker/kernels/gpu_kernels.h). Weights, gradients, activations and
+// (worker/kernels/gpu_kernels.h), or, for models beyond the seeds' layers,
+// through KerasDeviceGraph (worker/keras_device_graph.h). Weights, gradients, activations and
 // workspaces live in device memory allocated once at creation; weights and
 // batches reach it through pinned host buffers; the batch of the next step
 // is copied on a second stream while the current step computes.
@@ -11,6 +12,7 @@
 #ifndef PSCLUSTER_WORKER_CUDA_BACKEND_H_
 #define PSCLUSTER_WORKER_CUDA_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -28,13 +30,14 @@ int CudaDeviceCount(std::string* why_none);
 // "NVIDIA H200, compute capability 9.0, 139.8 GiB", or the error text.
 std::string CudaDeviceDescription(int ordinal);
 
-// A backend on CUDA device `ordinal` for batches of up to max_batch.
+// A backend on CUDA device `ordinal` for batches of up to max_batch;
+// `seed` (the run's) keys Dropout's masks, as on the CPU.
 // FailedPrecondition when the device cannot run this binary's kernels
 // (built for other compute capabilities); ResourceExhausted when its memory
 // is too small; InvalidArgument for a spec the kernels cannot run; other
 // CUDA and cuBLAS failures as Internal, naming the call and CUDA's error.
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
-    const ModelSpec& spec, int max_batch, int ordinal);
+    const ModelSpec& spec, int max_batch, int ordinal, uint64_t seed);
 
 }  // namespace pscluster
 

@@ -4,13 +4,11 @@
 // BatchNormalization's statistics in the moving slots, and inference with
 // the moving values.
 #include <cmath>
-#include <fstream>
 #include <memory>
 #include <vector>
 
-#include "common/keras_model.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "worker/keras_test_models.h"
 #include "worker/kernels/gradient_check.h"
 #include "worker/network.h"
 
@@ -18,106 +16,16 @@ namespace pscluster {
 namespace {
 
 using kernels::testing::GradientsNear;
-using kernels::testing::RandomFloats;
-
-LayerSpec L(LayerKind kind, const char* name) {
-  LayerSpec l;
-  l.kind = kind;
-  l.name = name;
-  return l;
-}
-LayerSpec Conv(const char* name, int filters, int kh, int kw, int stride, Padding p,
-               Activation a, bool bias = true) {
-  LayerSpec l = L(LayerKind::kConv2D, name);
-  l.units = filters;
-  l.window_h = kh, l.window_w = kw;
-  l.stride_h = l.stride_w = stride;
-  l.padding = p;
-  l.activation = a;
-  l.use_bias = bias;
-  return l;
-}
-LayerSpec Pool(LayerKind kind, const char* name, int window, int stride, Padding p) {
-  LayerSpec l = L(kind, name);
-  l.window_h = l.window_w = window;
-  l.stride_h = l.stride_w = stride;
-  l.padding = p;
-  return l;
-}
-LayerSpec Act(const char* name, Activation a) {
-  LayerSpec l = L(LayerKind::kActivation, name);
-  l.activation = a;
-  return l;
-}
-LayerSpec Drop(const char* name, float rate) {
-  LayerSpec l = L(LayerKind::kDropout, name);
-  l.rate = rate;
-  return l;
-}
-LayerSpec Dense(const char* name, int units, Activation a) {
-  LayerSpec l = L(LayerKind::kDense, name);
-  l.units = units;
-  l.activation = a;
-  return l;
-}
-LayerSpec Bn(const char* name, bool center = true, bool scale = true) {
-  LayerSpec l = L(LayerKind::kBatchNorm, name);
-  l.center = center;
-  l.scale = scale;
-  l.momentum = 0.9f;
-  return l;
-}
-
-// Every new layer: strided "same" and rectangular convolutions, BN on 4-D
-// and 2-D activations, max and average pooling with overlapping windows
-// and padding, Dropout, global average pooling, sigmoid and tanh.
-ModelSpec EveryLayer() {
-  return *BuildModelSpec(
-      "every_layer", 7, 6, 2, 3,
-      {Conv("conv_a", 3, 3, 2, 2, Padding::kSame, Activation::kTanh), Bn("bn_a"),
-       Pool(LayerKind::kMaxPool2D, "max", 3, 1, Padding::kSame),
-       Conv("conv_b", 4, 2, 2, 1, Padding::kValid, Activation::kNone, /*bias=*/false),
-       Act("sig", Activation::kSigmoid),
-       Pool(LayerKind::kAvgPool2D, "avg", 2, 1, Padding::kSame), Drop("drop", 0.3f),
-       L(LayerKind::kGlobalAvgPool2D, "gap"), Dense("fc", 5, Activation::kTanh),
-       Bn("bn_fc", /*center=*/false), Dense("out", 3, Activation::kSoftmax)});
-}
-
-// Flatten, a ReLU layer, BN without gamma, and Dense straight on a
-// Flatten of a "same" convolution.
-ModelSpec FlattenModel() {
-  return *BuildModelSpec("flatten_model", 5, 5, 1, 4,
-                         {Conv("conv", 3, 3, 3, 1, Padding::kSame, Activation::kNone),
-                          Bn("bn", true, /*scale=*/false), Act("relu", Activation::kRelu),
-                          L(LayerKind::kFlatten, "flatten"), Drop("drop", 0.5f),
-                          Dense("out", 4, Activation::kNone)});
-}
-
-struct Problem {
-  ModelSpec spec;
-  std::vector<float> params, images;
-  std::vector<uint8_t> labels;
-  int batch;
-};
-
-Problem Make(ModelSpec spec, int batch, uint32_t seed) {
-  Problem p{std::move(spec), {}, {}, {}, batch};
-  p.params = InitialParameters(p.spec, seed);
-  // Non-trivial gammas, betas and moving statistics.
-  for (const VariableSpec& v : p.spec.variables) {
-    if (v.initializer.kind == Initializer::Kind::kVarianceScaling) continue;
-    std::vector<float> r = RandomFloats(v.size, seed + static_cast<uint32_t>(v.offset), 0.5f,
-                                        1.5f);
-    for (int64_t i = 0; i < v.size; ++i) {
-      p.params[v.offset + i] =
-          v.role == VariableRole::kMovingMean ? r[i] - 1.0f : r[i];
-    }
-  }
-  const int64_t in = int64_t{p.spec.input_height} * p.spec.input_width * p.spec.input_channels;
-  p.images = RandomFloats(batch * in, seed + 1, 0.0f, 1.0f);
-  for (int i = 0; i < batch; ++i) p.labels.push_back(static_cast<uint8_t>(i % p.spec.num_classes));
-  return p;
-}
+using testing_models::Bn;
+using testing_models::Dense;
+using testing_models::Drop;
+using testing_models::EveryLayer;
+using testing_models::FlattenModel;
+using testing_models::L;
+using testing_models::LoadTfjsReference;
+using testing_models::Make;
+using testing_models::Problem;
+using testing_models::ReferenceCase;
 
 std::unique_ptr<Network> Net(const ModelSpec& spec, int max_batch, int threads) {
   NetworkOptions o;
@@ -165,6 +73,10 @@ TEST(KerasNetworkTest, GradientsOfEveryLayerMatchFiniteDifferences) {
 
 TEST(KerasNetworkTest, GradientsWithFlattenReluAndBnWithoutGamma) {
   CheckGradients(FlattenModel(), 1e-3f);
+}
+
+TEST(KerasNetworkTest, GradientsThroughStridedWindows) {
+  CheckGradients(testing_models::StridedModel(), 1e-3f);
 }
 
 TEST(KerasNetworkTest, ThreadCountChangesOnlyRounding) {
@@ -270,23 +182,13 @@ TEST(KerasNetworkTest, DropoutIsKeyedByTheStep) {
 // odd sizes, rectangular windows, overlapping max pooling, average pooling
 // that does not count the padding, global average pooling, sigmoid, tanh.
 TEST(KerasNetworkTest, LossesMatchTensorFlowJs) {
-  std::ifstream in("tests/fixtures/tfjs_reference/reference.json");
-  ASSERT_TRUE(in.good());
-  nlohmann::json ref = nlohmann::json::parse(in);
-  ASSERT_EQ(ref["models"].size(), 2u);
-  for (const nlohmann::json& m : ref["models"]) {
-    absl::StatusOr<ModelSpec> spec = ParseKerasModel(m["model_json"].dump(), "ref");
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    std::vector<float> params(spec->num_parameters, 0.0f);
-    for (const VariableSpec& v : spec->variables) {
-      ASSERT_TRUE(m["weights"].contains(v.name)) << v.name;
-      std::vector<float> w = m["weights"][v.name].get<std::vector<float>>();
-      ASSERT_EQ(static_cast<int64_t>(w.size()), v.size) << v.name;
-      std::copy(w.begin(), w.end(), params.begin() + v.offset);
-    }
-    std::vector<float> images = m["images"].get<std::vector<float>>();
-    std::vector<uint8_t> labels;
-    for (int l : m["labels"]) labels.push_back(static_cast<uint8_t>(l));
+  std::vector<ReferenceCase> cases = LoadTfjsReference();
+  ASSERT_EQ(cases.size(), 2u);
+  for (const ReferenceCase& m : cases) {
+    const ModelSpec* spec = &m.spec;
+    const std::vector<float>& params = m.params;
+    const std::vector<float>& images = m.images;
+    const std::vector<uint8_t>& labels = m.labels;
     const int batch = static_cast<int>(labels.size());
     for (int threads : {1, 2}) {
       std::unique_ptr<Network> net = Net(*spec, batch, threads);
@@ -295,14 +197,14 @@ TEST(KerasNetworkTest, LossesMatchTensorFlowJs) {
       ASSERT_TRUE(
           net->Evaluate(params.data(), images.data(), labels.data(), batch, &eval_sum, &correct)
               .ok());
-      const double want_eval = m["inference_loss_sum"].get<double>();
+      const double want_eval = m.inference_loss_sum;
       EXPECT_NEAR(eval_sum, want_eval, 1e-4 * std::fabs(want_eval)) << spec->name;
       std::vector<float> grads(spec->num_parameters);
       float loss = 0;
       ASSERT_TRUE(net->TrainStep(params.data(), images.data(), labels.data(), batch,
                                  grads.data(), &loss, &correct)
                       .ok());
-      const double want_train = m["training_loss_sum"].get<double>();
+      const double want_train = m.training_loss_sum;
       EXPECT_NEAR(loss * batch, want_train, 1e-4 * std::fabs(want_train)) << spec->name;
     }
   }

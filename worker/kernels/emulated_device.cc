@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "worker/kernels/parallel_general.h"
 #include "worker/kernels/parallel_kernels.h"
 
 namespace pscluster {
@@ -11,7 +12,7 @@ namespace {
 
 using parallel::ColumnMajorGemm;
 
-// parallel_kernels.h's executor on the host; borrows the device.
+// parallel_kernels.h's executor on the host; holds a copy of the device.
 class HostExec {
  public:
   explicit HostExec(const EmulatedGpuDevice& d) : d_(d) {}
@@ -52,7 +53,7 @@ class HostExec {
   }
 
  private:
-  const EmulatedGpuDevice& d_;
+  const EmulatedGpuDevice d_;
 };
 
 }  // namespace
@@ -160,6 +161,11 @@ void SoftmaxCrossEntropy<EmulatedGpuDevice>::operator()(
   parallel::SoftmaxCrossEntropy(HostExec(d), batch, classes, logits, labels,
                                 grad_scale, dlogits, loss_sum, correct,
                                 workspace);
+}
+
+std::unique_ptr<GeneralKernels> MakeEmulatedGeneralKernels(
+    const EmulatedGpuDevice& d) {
+  return std::make_unique<parallel::ExecGeneralKernels<HostExec>>(HostExec(d));
 }
 
 }  // namespace kernels

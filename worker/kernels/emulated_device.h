@@ -11,10 +11,12 @@
 #define PSCLUSTER_WORKER_KERNELS_EMULATED_DEVICE_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "worker/kernels/bias_activation.h"
 #include "worker/kernels/conv2d.h"
 #include "worker/kernels/dense.h"
+#include "worker/kernels/general_device.h"
 #include "worker/kernels/kernel_errors.h"
 #include "worker/kernels/maxpool2d.h"
 #include "worker/kernels/softmax_xent.h"
@@ -109,6 +111,10 @@ struct SoftmaxCrossEntropy<EmulatedGpuDevice> {
                   float* dlogits, double* loss_sum, int* correct,
                   void* workspace) const;
 };
+
+// The general layers' kernels (general_device.h) on `d`, which is copied.
+std::unique_ptr<GeneralKernels> MakeEmulatedGeneralKernels(
+    const EmulatedGpuDevice& d);
 
 }  // namespace kernels
 }  // namespace pscluster

@@ -1,9 +1,11 @@
 // The GpuDevice layer kernels: parallel_kernels.h's algorithms on a CUDA
 // executor (one grid-stride kernel per element functor, cuBLAS sgemm).
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "worker/kernels/gpu_kernels.h"
+#include "worker/kernels/parallel_general.h"
 #include "worker/kernels/parallel_kernels.h"
 
 #ifndef PSCLUSTER_CUDA_ARCHS
@@ -30,7 +32,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 __global__ void ProbeKernel() {}
 
-// parallel_kernels.h's executor on a GpuDevice; borrows it for one call.
+// parallel_kernels.h's executor on a GpuDevice; holds a copy of it (its
+// stream, handle and error sink stay the owner's).
 class CudaExec {
  public:
   explicit CudaExec(const GpuDevice& d) : d_(d) {}
@@ -63,7 +66,7 @@ class CudaExec {
   }
 
  private:
-  const GpuDevice& d_;
+  const GpuDevice d_;
 };
 
 }  // namespace
@@ -180,6 +183,10 @@ cudaError_t GpuKernelsLoadable() {
 }
 
 const char* GpuKernelArchs() { return PSCLUSTER_CUDA_ARCHS; }
+
+std::unique_ptr<GeneralKernels> MakeGpuGeneralKernels(const GpuDevice& d) {
+  return std::make_unique<parallel::ExecGeneralKernels<CudaExec>>(CudaExec(d));
+}
 
 }  // namespace kernels
 }  // namespace pscluster

@@ -14,10 +14,12 @@
 #define PSCLUSTER_WORKER_KERNELS_GPU_KERNELS_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "worker/kernels/bias_activation.h"
 #include "worker/kernels/conv2d.h"
 #include "worker/kernels/dense.h"
+#include "worker/kernels/general_device.h"
 #include "worker/kernels/gpu_device.h"
 #include "worker/kernels/maxpool2d.h"
 #include "worker/kernels/softmax_xent.h"
@@ -106,6 +108,10 @@ struct SoftmaxCrossEntropy<GpuDevice> {
 // Whether this binary holds kernels the current CUDA device can run:
 // cudaSuccess, or the error (cudaErrorNoKernelImageForDevice, ...) to report.
 cudaError_t GpuKernelsLoadable();
+
+// The general layers' kernels (general_device.h) on `d`, which is copied:
+// its stream, cuBLAS handle and error sink must outlive the result.
+std::unique_ptr<GeneralKernels> MakeGpuGeneralKernels(const GpuDevice& d);
 
 // The compute capabilities the kernels were built for ("90", "80,90").
 const char* GpuKernelArchs();
