@@ -160,6 +160,16 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   spdlog::info("model {}: {} parameters; {} training, {} workers, batch {} per worker, {} epochs",
                spec_->name, spec_->num_parameters, plan_.mode() == SYNC ? "sync" : "async",
                plan_.num_workers(), plan_.batch_size(), plan_.epochs());
+  if (!plan_.push_codec().empty() || !plan_.pull_codec().empty()) {
+    spdlog::info("wire: gradients {}{}, weights {} (tensors under {} values as fp32)",
+                 plan_.push_codec().empty() ? "fp32" : plan_.push_codec(),
+                 plan_.push_codec() == "topk"
+                     ? absl::StrCat(" (", plan_.topk_fraction(), " of each, error feedback)")
+                 : plan_.push_codec() == "sign" ? std::string(" (error feedback)")
+                                                : std::string(),
+                 plan_.pull_codec().empty() ? "fp32" : plan_.pull_codec(),
+                 plan_.codec_min_elements());
+  }
   dispatcher_->ResetContact(absl::Now());
   membership_->Apply(/*force=*/true);
   coordinator_->SetPlan(plan_);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "chief/chief.h"
 #include "common/daemon.h"
+#include "common/codec.h"
 #include "common/keras_model.h"
 #include "common/exit_codes.h"
 #include "common/dataset.h"
@@ -46,6 +47,16 @@ ABSL_FLAG(int, max_staleness, 8,
 ABSL_FLAG(uint64_t, seed, 1, "Seed for initial weights and data shuffling");
 ABSL_FLAG(int64_t, min_shard_bytes, 64 << 10,
           "Variables are split over the ps in pieces of at least this many bytes");
+ABSL_FLAG(std::string, push_codec, "fp32",
+          "Wire encoding of the workers' gradients: fp32, bf16, fp16 (scaled), int8 (a scale per "
+          "block of 256), topk (the --topk_fraction largest, with error feedback) or sign (1 bit "
+          "and a scale, with error feedback); README \"Communication settings\"");
+ABSL_FLAG(std::string, pull_codec, "fp32",
+          "Wire encoding of the weights the workers pull each step: fp32, bf16 or fp16 (the ps "
+          "keeps fp32 masters; the evaluator and the export always read fp32)");
+ABSL_FLAG(double, topk_fraction, 0.01, "--push_codec=topk: the fraction of each tensor sent");
+ABSL_FLAG(int64_t, codec_min_elements, 1024,
+          "Tensors (shards) of fewer values go as fp32 whatever the codecs");
 ABSL_FLAG(int, num_ps, 0, "If set, must equal the number of ps tasks in TF_CONFIG");
 ABSL_FLAG(int, num_workers, 0, "If set, must equal the number of workers in TF_CONFIG");
 ABSL_FLAG(int, wait_for_cluster_s, 120, "How long to wait for every task to answer");
@@ -127,6 +138,24 @@ int main(int argc, char** argv) {
   if (min_shard < 4) Bad("min_shard_bytes", std::to_string(min_shard), "must be >= 4");
   plan.set_min_shard_bytes(min_shard);
   plan.set_report_interval_s(1.0f);
+  const std::string push_codec = absl::GetFlag(FLAGS_push_codec);
+  if (absl::StatusOr<Codec> c = ParseCodec(push_codec); !c.ok()) {
+    Bad("push_codec", push_codec, std::string(c.status().message()));
+  }
+  const std::string pull_codec = absl::GetFlag(FLAGS_pull_codec);
+  if (pull_codec != "fp32" && pull_codec != "bf16" && pull_codec != "fp16") {
+    Bad("pull_codec", pull_codec,
+        "must be fp32, bf16 or fp16 (weights are pulled whole; a sparse or 1-bit code of "
+        "them would be their change, which pulls do not send yet)");
+  }
+  const double topk = absl::GetFlag(FLAGS_topk_fraction);
+  if (!(topk > 0.0 && topk <= 1.0)) Bad("topk_fraction", std::to_string(topk), "must be in (0, 1]");
+  const int64_t codec_min = absl::GetFlag(FLAGS_codec_min_elements);
+  if (codec_min < 0) Bad("codec_min_elements", std::to_string(codec_min), "must be >= 0");
+  plan.set_push_codec(push_codec);
+  plan.set_pull_codec(pull_codec);
+  plan.set_topk_fraction(topk);
+  plan.set_codec_min_elements(codec_min);
 
   const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
   if (optimizer != "adam" && optimizer != "sgd" && optimizer != "momentum") {

@@ -44,10 +44,19 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   int64_t largest = 0;
   for (int64_t n : placement->floats_of_ps) largest = std::max(largest, n);
   c->wire_.resize(largest);
+  if (options.push_codec.codec == Codec::kTopK || options.push_codec.codec == Codec::kSign) {
+    int64_t total = 0;
+    for (const Shard& sh : placement->shards) total = std::max(total, sh.offset + sh.size);
+    c->feedback_ = std::make_unique<ErrorFeedback>(total);
+  }
   // Request ids only need to be unique per worker; a random base keeps a
   // restarted worker's ids apart from its previous life's.
   c->next_request_id_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   return c;
+}
+
+void PsClient::ResetErrorFeedback() {
+  if (feedback_ != nullptr) feedback_->Reset();
 }
 
 int64_t PsClient::version() const {
@@ -207,8 +216,31 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     req.set_request_id(request_id);
     req.set_num_examples(num_examples);
     std::string* g = req.mutable_gradients();
-    g->resize(placement_->floats_of_ps[i] * sizeof(float));
-    GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
+    if (options_.push_codec.codec == Codec::kFloat32) {
+      g->resize(placement_->floats_of_ps[i] * sizeof(float));
+      GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
+    } else {
+      // Shard by shard, in the ps's order, as the ps decodes them; moving
+      // statistics exact. Encoded once per push: a resend repeats these
+      // bytes, so error feedback counts each gradient once.
+      g->clear();
+      const CodecOptions exact;
+      for (int k : placement_->shards_of_ps[i]) {
+        const Shard& sh = placement_->shards[k];
+        const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
+        if (feedback_ != nullptr && !sh.moving_statistic) {
+          feedback_->Encode(o, grads + sh.offset, sh.offset, sh.size, g);
+        } else {
+          Encode(o, grads + sh.offset, sh.size, g);
+        }
+      }
+      req.set_dtype(CodecName(options_.push_codec.codec));
+    }
+    req.set_codec_min_elements(
+        std::max(options_.push_codec.min_elements, options_.pull_codec.min_elements));
+    if (options_.pull_codec.codec != Codec::kFloat32) {
+      req.set_pull_dtype(CodecName(options_.pull_codec.codec));
+    }
   }
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
     last_call_.bytes_sent += static_cast<int64_t>(ps_[i].push_req.ByteSizeLong());
@@ -221,12 +253,29 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong());
     last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
     const PullResponse& pull = ps_[i].push_resp.pull();
-    if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
+    if (options_.pull_codec.codec != Codec::kFloat32) {
+      absl::string_view in(pull.values());
+      const CodecOptions exact;
+      for (int k : placement_->shards_of_ps[i]) {
+        const Shard& sh = placement_->shards[k];
+        absl::Status d = Decode(sh.moving_statistic ? exact : options_.pull_codec, &in, sh.size,
+                                params + sh.offset);
+        if (!d.ok()) {
+          return absl::InternalError(absl::StrCat("ps ", i, " sent weights ", sh.variable, ": ",
+                                                  d.message()));
+        }
+      }
+      if (!in.empty()) {
+        return absl::InternalError(
+            absl::StrCat("ps ", i, " sent ", in.size(), " bytes of weights too many"));
+      }
+    } else if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
       return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
                                               " bytes of weights"));
+    } else {
+      ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
+                    params);
     }
-    ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
-                  params);
     versions_[i] = pull.version();
     generations_[i] = pull.generation();
     return absl::OkStatus();

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/codec.h"
 #include "common/placement.h"
 #include "common/retry.h"
 #include "common/rpc.h"
@@ -52,6 +53,12 @@ struct PsClientOptions {
   // weights belong to), so that every ps judges a gradient computed on
   // weights of mixed versions alike: as stale.
   bool sync = false;
+  // Wire encodings (common/codec.h) of PushPullAll's gradients and of the
+  // weights it pulls back; PullAll always pulls exact fp32. topk and sign
+  // pushes carry error feedback: what a push left out is added to the
+  // next one.
+  CodecOptions push_codec;
+  CodecOptions pull_codec;
 };
 
 class PsClient {
@@ -76,6 +83,10 @@ class PsClient {
   // last_push_applied() then tells whether the gradient was applied.
   absl::Status PushPullAll(int worker, int num_examples, const float* grads, float* params,
                            absl::Duration timeout);
+
+  // Forgets the error-feedback residual (after a restore from a checkpoint:
+  // the gradients it belongs to are void).
+  void ResetErrorFeedback();
 
   // Version of each ps's shards in `params` after the last call.
   const std::vector<int64_t>& versions() const { return versions_; }
@@ -137,6 +148,7 @@ class PsClient {
   std::vector<int64_t> versions_;
   std::vector<int64_t> generations_;
   std::vector<float> wire_;  // gather/scatter scratch
+  std::unique_ptr<ErrorFeedback> feedback_;  // topk and sign pushes
   uint64_t next_request_id_ = 0;
   bool last_push_applied_ = false;
   int64_t pushes_dropped_ = 0;

@@ -145,9 +145,30 @@ grpc::Status PsService::CheckShards(
   return grpc::Status::OK;
 }
 
+namespace {
+
+// The codec a request's dtype names: empty and "float32" (older workers)
+// mean fp32.
+absl::StatusOr<Codec> WireCodec(const std::string& dtype) {
+  if (dtype.empty() || dtype == "float32") return Codec::kFloat32;
+  return ParseCodec(dtype);
+}
+
+}  // namespace
+
+std::vector<WirePiece> PsService::Pieces() {
+  absl::MutexLock lock(&shards_mu_);
+  std::vector<WirePiece> pieces;
+  for (const ShardSpec& s : shards_) pieces.push_back({s.size(), s.moving_statistic()});
+  return pieces;
+}
+
 grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
                                int64_t min_version, int64_t generation,
+                               const std::string& dtype, int64_t min_elements,
                                PullResponse* resp) {
+  absl::StatusOr<Codec> codec = WireCodec(dtype);
+  if (!codec.ok()) return InvalidArgument(absl::StrCat("pull: ", codec.status().message()));
   absl::Time deadline = absl::Now() + kMaxPullWait;
   if (ctx != nullptr) {
     deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
@@ -158,6 +179,14 @@ grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
   absl::Status s = store_->Pull(fingerprint, min_version, deadline, resp->mutable_values(),
                                 &version, generation, &current_generation);
   if (!s.ok()) return ToGrpcStatus(s);
+  if (*codec != Codec::kFloat32) {
+    CodecOptions o;
+    o.codec = *codec;
+    o.min_elements = min_elements;
+    std::string encoded;
+    EncodePieces(o, Pieces(), reinterpret_cast<const float*>(resp->values().data()), &encoded);
+    resp->mutable_values()->swap(encoded);
+  }
   resp->set_version(version);
   resp->set_generation(current_generation);
   bytes_pulled_ += static_cast<int64_t>(resp->values().size());
@@ -172,7 +201,8 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   // Proto3 cannot tell an unset generation from 0; readers that do not
   // care (the evaluator, the chief) send -1.
-  return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(), resp);
+  return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(),
+                req->dtype(), req->codec_min_elements(), resp);
 }
 
 grpc::Status PsService::Refused(grpc::Status s) {
@@ -183,19 +213,38 @@ grpc::Status PsService::Refused(grpc::Status s) {
 
 grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   const std::string& g = req.gradients();
-  if (!req.dtype().empty() && req.dtype() != "float32") {
-    return Refused(InvalidArgument(absl::StrCat("gradients of dtype '", req.dtype(),
-                                                "': this ps holds float32 only")));
+  absl::StatusOr<Codec> codec = WireCodec(req.dtype());
+  if (!codec.ok()) {
+    return Refused(InvalidArgument(absl::StrCat("gradients: ", codec.status().message())));
   }
-  if (g.size() % sizeof(float) != 0) return Refused(BadBytes("gradients", g.size()));
-  // Protobuf strings come from the allocator, 16-byte aligned in practice;
-  // copy only if not.
   std::vector<float> copy;
   const float* grads = reinterpret_cast<const float*>(g.data());
-  if (reinterpret_cast<uintptr_t>(g.data()) % alignof(float) != 0) {
-    copy.resize(g.size() / sizeof(float));
-    std::memcpy(copy.data(), g.data(), g.size());
+  int64_t num_floats = static_cast<int64_t>(g.size() / sizeof(float));
+  const std::vector<WirePiece> pieces =
+      *codec == Codec::kFloat32 ? std::vector<WirePiece>() : Pieces();
+  if (!pieces.empty()) {
+    // Decoded shard by shard into fp32 (before Init there are no shards:
+    // the store then says it is not initialised).
+    num_floats = 0;
+    for (const WirePiece& p : pieces) num_floats += p.size;
+    copy.resize(num_floats);
+    CodecOptions o;
+    o.codec = *codec;
+    o.min_elements = req.codec_min_elements();
+    if (absl::Status s = DecodePieces(o, pieces, g, copy.data()); !s.ok()) {
+      return Refused(InvalidArgument(
+          absl::StrCat("gradients encoded as ", req.dtype(), ": ", s.message())));
+    }
     grads = copy.data();
+  } else {
+    if (g.size() % sizeof(float) != 0) return Refused(BadBytes("gradients", g.size()));
+    // Protobuf strings come from the allocator, 16-byte aligned in
+    // practice; copy only if not.
+    if (reinterpret_cast<uintptr_t>(g.data()) % alignof(float) != 0) {
+      copy.resize(g.size() / sizeof(float));
+      std::memcpy(copy.data(), g.data(), g.size());
+      grads = copy.data();
+    }
   }
   PushArgs a;
   a.layout_fingerprint = req.layout_fingerprint();
@@ -204,7 +253,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   a.request_id = req.request_id();
   a.num_examples = req.num_examples();
   a.gradients = grads;
-  a.num_floats = static_cast<int64_t>(g.size() / sizeof(float));
+  a.num_floats = num_floats;
   a.generation = req.generation();
   const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
@@ -241,12 +290,13 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
   grpc::Status s = DoPush(*req, resp->mutable_push());
   if (!s.ok()) return s;
   if (!store_->is_sync()) {
-    return DoPull(ctx, req->layout_fingerprint(), 0, req->generation(), resp->mutable_pull());
+    return DoPull(ctx, req->layout_fingerprint(), 0, req->generation(), req->pull_dtype(),
+                  req->codec_min_elements(), resp->mutable_pull());
   }
   // Sync: the weights of the step this gradient feeds; by then that step
   // is decided, and with it whether the gradient was one of its members.
   s = DoPull(ctx, req->layout_fingerprint(), req->version() + 1, req->generation(),
-             resp->mutable_pull());
+             req->pull_dtype(), req->codec_min_elements(), resp->mutable_pull());
   if (!s.ok()) return s;
   if (resp->push().applied() &&
       !store_->StepOutcome(req->worker_index(), req->version()).value_or(true)) {

@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/codec.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/parameter_store.h"
 
@@ -50,8 +51,13 @@ class PsService final : public ParameterServer::Service {
   grpc::Status Refused(grpc::Status s);
   grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats,
                               StoreConfig* out) const;
+  // The weights into resp, encoded with `dtype` (PullRequest.dtype).
   grpc::Status DoPull(grpc::ServerContext* ctx, uint64_t fingerprint, int64_t min_version,
-                      int64_t generation, PullResponse* resp);
+                      int64_t generation, const std::string& dtype, int64_t min_elements,
+                      PullResponse* resp);
+  // This ps's shards as the pieces of an encoded message; empty before
+  // Init.
+  std::vector<WirePiece> Pieces();
   // The shards this ps holds (from Init or Restore); checked against a
   // restore's so that a checkpoint of another layout or variable is refused.
   grpc::Status CheckShards(const google::protobuf::RepeatedPtrField<ShardSpec>& shards);

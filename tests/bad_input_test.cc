@@ -207,7 +207,11 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
                // anything trains, naming the layer and the option.
                {"--model=tests/fixtures/keras/bad_dilation.json",
                 "layer 'conv2d' (Conv2D): option 'dilation_rate' = [2,2] is not supported"},
-               {"--model=/nonexistent/model.json", "/nonexistent/model.json"}};
+               {"--model=/nonexistent/model.json", "/nonexistent/model.json"},
+               {"--push_codec=int4", "--push_codec=int4: 'int4' is not a wire encoding"},
+               {"--pull_codec=topk", "--pull_codec=topk: must be fp32, bf16 or fp16"},
+               {"--topk_fraction=0", "--topk_fraction=0"},
+               {"--codec_min_elements=-1", "--codec_min_elements=-1"}};
   for (const Case& c : cases) {
     ProcessResult r = RunBinary("chief/chief", {c.flag}, json, absl::Seconds(30));
     EXPECT_EQ(r.exit_code, 2) << c.flag << "\n" << r.output;

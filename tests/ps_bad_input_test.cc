@@ -164,8 +164,35 @@ TEST_F(PsBadInputTest, WrongDtype) {
   Start();
   PushRequest p = GoodPush();
   p.set_dtype("float16");
+  ExpectPushRefused(
+      p, grpc::StatusCode::INVALID_ARGUMENT,
+      "gradients: 'float16' is not a wire encoding: fp32, bf16, fp16, int8, topk or sign");
+}
+
+// Encoded gradients (common/codec.h) that do not decode to this ps's
+// shards (900 and 100 values): refused, naming the shard and the problem.
+TEST_F(PsBadInputTest, MalformedEncodedGradients) {
+  Start();
+  PushRequest p = GoodPush();
+  p.set_dtype("bf16");
+  p.set_gradients(std::string(1800 + 150, '\0'));  // the second shard 25 values short
   ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
-                    "gradients of dtype 'float16': this ps holds float32 only");
+                    "gradients encoded as bf16: tensor 1: malformed bf16 tensor: 150 bytes, "
+                    "200 needed for 100 values");
+  p.set_gradients(std::string(2000 + 2, '\0'));
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradients encoded as bf16: 2 bytes left over after the 2 tensors");
+  // Top-k with an index beyond its shard.
+  std::string topk;
+  auto put = [&topk](uint32_t v) { topk.append(reinterpret_cast<const char*>(&v), 4); };
+  put(1);
+  put(950);
+  put(0);
+  p.set_dtype("topk");
+  p.set_gradients(topk + std::string(4 + 800, '\0'));
+  ExpectPushRefused(p, grpc::StatusCode::INVALID_ARGUMENT,
+                    "gradients encoded as topk: tensor 0: malformed topk tensor: index 950 out "
+                    "of order or range");
 }
 
 TEST_F(PsBadInputTest, UnknownVariable) {

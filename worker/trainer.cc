@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/codec.h"
 #include "common/dataset.h"
 #include "common/idx_dataset.h"
 #include "common/keras_model.h"
@@ -120,6 +121,15 @@ absl::Status Trainer::Run() {
   psopt.duplicate_every = options_.duplicate_every;
   psopt.stop = &stop_;
   psopt.sync = plan->mode() == SYNC;
+  for (auto [name, codec] : {std::pair{plan->push_codec(), &psopt.push_codec},
+                             std::pair{plan->pull_codec(), &psopt.pull_codec}}) {
+    if (name.empty()) continue;  // fp32
+    absl::StatusOr<Codec> c = ParseCodec(name);
+    if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("the plan's ", c.status().message()));
+    codec->codec = *c;
+    codec->topk_fraction = plan->topk_fraction();
+    codec->min_elements = plan->codec_min_elements();
+  }
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, &placement, psopt);
   if (!ps.ok()) return ps.status();
@@ -239,6 +249,7 @@ absl::Status Trainer::Run() {
       ++restores_seen;
       spdlog::warn("the parameters were restored (generation {}); pulling them again",
                    work->generation());
+      (*ps)->ResetErrorFeedback();  // it belonged to gradients now void
       absl::Status s =
           (*ps)->PullAll(0, params.data(), options_.step_timeout, work->generation());
       record_call(/*push=*/false, s.ok());

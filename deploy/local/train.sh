@@ -148,7 +148,10 @@ NEEDED=$((2 * TOTAL))  # a gRPC port and a metrics port per task
 declare -A USED=()
 # Local ports in use, from the hex "address:port" column (bash converts the
 # hex: Debian's awk, mawk, has no strtonum).
-while read -r port; do USED[$((16#$port))]=1; done < <(
+# A line torn by a concurrent change of the table yields no port: skip it.
+while read -r port; do
+  [[ "$port" =~ ^[0-9A-Fa-f]+$ ]] && USED[$((16#$port))]=1
+done < <(
   awk 'NR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
 PORTS=()
 while [ ${#PORTS[@]} -lt "$NEEDED" ]; do

@@ -1,0 +1,117 @@
+// Wire encodings of float32 tensors for pushes and pulls (README
+// "Communication settings"): what a worker sends of a gradient, and what a
+// ps sends of the weights, when the run trades precision for bytes. The ps
+// keeps fp32 master weights and optimizer state whatever the wire carries.
+//
+//   kFloat32   4 bytes a value, exact.
+//   kBfloat16  2 bytes: the top half of the float32, rounded to nearest
+//              even; relative error <= 2^-8.
+//   kFloat16   4-byte scale + 2 bytes a value: x * s in IEEE half, s the
+//              power of two that brings the largest |x| to [2^14, 2^15), so
+//              nothing overflows (65504) and the largest values keep half's
+//              full precision; relative error <= 2^-11 for values within
+//              2^-24 / s of the largest's scale, absolute error <= 2^-25 / s
+//              below that.
+//   kInt8      per block of kInt8Block values, a float32 scale (the block's
+//              largest |x| / 127) and one signed byte a value, rounded to
+//              nearest: error <= scale / 2 per value.
+//   kTopK      4-byte count k, then k (uint32 index, float32 value) pairs:
+//              the k = ceil(fraction * n) largest |x| (ties: lower index
+//              first), in index order; the rest decode to 0.
+//   kSign      4-byte scale (the mean |x|) + one bit a value (1: x >= 0):
+//              decodes to +-scale (BytePS's onebit).
+//
+// kTopK and kSign lose most of the signal on each call; they are used with
+// ErrorFeedback, which keeps what was not sent and adds it to the next call.
+// Tensors of fewer than `min_elements` values go as kFloat32 whatever the
+// codec (BytePS's size threshold): their bytes are few, their values often
+// matter most (biases, BatchNormalization).
+#ifndef PSCLUSTER_COMMON_CODEC_H_
+#define PSCLUSTER_COMMON_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace pscluster {
+
+enum class Codec { kFloat32, kBfloat16, kFloat16, kInt8, kTopK, kSign };
+
+constexpr int64_t kInt8Block = 256;
+
+struct CodecOptions {
+  Codec codec = Codec::kFloat32;
+  double topk_fraction = 0.01;  // kTopK: in (0, 1]
+  int64_t min_elements = 0;     // smaller tensors go as kFloat32
+};
+
+// "fp32", "bf16", "fp16", "int8", "topk", "sign".
+const char* CodecName(Codec c);
+// The codec a name (CodecName's) stands for; InvalidArgument naming the
+// value and the choices otherwise.
+absl::StatusOr<Codec> ParseCodec(absl::string_view name);
+
+// The codec a tensor of n values is actually sent with under `o`.
+Codec EffectiveCodec(const CodecOptions& o, int64_t n);
+
+// Bytes Encode appends for n values.
+int64_t EncodedBytes(const CodecOptions& o, int64_t n);
+
+// Appends the encoding of x[0, n) to *out.
+void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out);
+
+// Decodes exactly EncodedBytes(o, n) bytes at the front of `in` into
+// y[0, n), and drops them from `in`. InvalidArgument, y unspecified, when
+// `in` is too short or the bytes are malformed (an index out of range or
+// out of order, a count above n, a scale that is not finite).
+absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, float* y);
+
+// One tensor of a message holding several, encoded one after another (a
+// ps's shards): `size` values, sent as fp32 whatever the codec when
+// `exact` (BatchNormalization's moving statistics: batch statistics, not
+// gradients, that a sparse or coarse code would corrupt).
+struct WirePiece {
+  int64_t size = 0;
+  bool exact = false;
+};
+
+// Encodes x (the pieces' values, concatenated) piece by piece onto *out.
+void EncodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces, const float* x,
+                  std::string* out);
+// Decodes `bytes`, the pieces' encodings concatenated, into out (the
+// pieces' values, concatenated). InvalidArgument naming the piece when the
+// bytes are malformed or are not exactly that.
+absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces,
+                          absl::string_view bytes, float* out);
+
+// Error feedback for one sender: Encode(x) sends c = x + r (r the residual
+// from earlier calls, 0 at first) and keeps r = c - decode(encode(c))
+// exactly as the receiver will decode it. Ranges [offset, offset + n) of a
+// tensor of `size` values are independent, so a sender can encode shards
+// separately. Not thread-safe.
+class ErrorFeedback {
+ public:
+  explicit ErrorFeedback(int64_t size) : residual_(size, 0.0f), scratch_(0) {}
+
+  // Appends the encoding of x + residual[offset, offset + n) to *out and
+  // updates that part of the residual.
+  void Encode(const CodecOptions& o, const float* x, int64_t offset, int64_t n,
+              std::string* out);
+
+  const std::vector<float>& residual() const { return residual_; }
+  // Forgets every residual (after a restore: the gradients they belong to
+  // are void).
+  void Reset();
+
+ private:
+  std::vector<float> residual_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMMON_CODEC_H_

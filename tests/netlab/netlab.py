@@ -1,0 +1,523 @@
+#!/usr/bin/python3
+"""The communication lab: a real cluster on shaped links, over a grid of
+cells (model x workers x ps x link rate x communication setting).
+
+Every daemon runs in its own network namespace, on a veth pair into a
+bridge (as tests/netns_cluster_test.sh), and each host's link is shaped
+with tc's token bucket (tbf) in both directions: the host's egress (its
+uploads) and the bridge port's egress (its downloads). Added delay needs
+netem, which this kernel lacks: the lab shapes rates only and says so.
+
+Per cell it prints, from the daemons' own logs and the kernel's counters:
+  - images/s of the cluster (every worker's examples over the slowest
+    worker's training time);
+  - seconds per step split into compute, push+pull (one fused call per ps
+    per step) and waiting (everything else: the chief's answers, barriers);
+  - bytes sent and received per worker per step on its network interface
+    (TCP/IP headers included), beside the setting's theoretical minimum
+    (fp32: 4 bytes per parameter each way) and their ratio;
+  - test accuracy when the cell trains whole epochs (--epochs).
+and, once per link rate, the bare TCP limit of the shaped link measured in
+the same run (one stream between two hosts). It writes results.json,
+results.tsv and PNG figures (gnuplot): images/s against link rate per
+model and setting, and, for cells that train epochs, test accuracy
+against wall time (time to target accuracy).
+
+Needs root, iproute2 (ip, tc), gnuplot, numpy, MNIST and the daemons in
+bazel-bin. Usage: tests/netlab/netlab.py --help
+"""
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(REPO, "bazel-bin")
+DAEMONS = {
+    "ps": "ps_server/ps_server",
+    "worker": "worker/worker",
+    "evaluator": "worker/evaluator",
+    "chief": "chief/chief",
+}
+# Communication settings the cluster has; more come with the compression
+# work (README "Communication lab").
+SETTINGS = {"fp32": 4.0}  # name -> wire bytes per parameter, each way
+SUBNET = "10.214.0."
+PORT = 2222
+
+
+class UsageError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[netlab] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd, check=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def parse_rate(text):
+    """'1gbit' -> bits/s; also mbit, kbit and bare numbers (bits/s)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(gbit|mbit|kbit)?", text.strip().lower())
+    if not m:
+        raise UsageError(f"--links: '{text}' is not a rate like 100mbit, 1gbit or 10gbit")
+    value = float(m.group(1)) * {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3, None: 1.0}[m.group(2)]
+    if value < 1e6:
+        raise UsageError(f"--links: '{text}' is below 1mbit")
+    return value
+
+
+def int_list(flag, text, lo):
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UsageError(f"{flag}: '{text}' is not a comma-separated list of integers")
+    bad = [v for v in values if v < lo]
+    if bad:
+        raise UsageError(f"{flag}: {bad[0]} is below {lo}")
+    return values
+
+
+# ---- Data -----------------------------------------------------------------
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    dims = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def write_subset(mnist_dir, train_examples, path):
+    """MNIST's first train_examples training images and its whole test set,
+    as an .npz the daemons read (common/dataset.h)."""
+    x = read_idx(os.path.join(mnist_dir, "train-images-idx3-ubyte.gz"))
+    y = read_idx(os.path.join(mnist_dir, "train-labels-idx1-ubyte.gz"))
+    xt = read_idx(os.path.join(mnist_dir, "t10k-images-idx3-ubyte.gz"))
+    yt = read_idx(os.path.join(mnist_dir, "t10k-labels-idx1-ubyte.gz"))
+    n = min(train_examples, len(x))
+    np.savez(path, x_train=x[:n], y_train=y[:n], x_test=xt, y_test=yt)
+
+
+# ---- The network ----------------------------------------------------------
+
+class Network:
+    """A bridge in a switch namespace and one namespace per host."""
+
+    def __init__(self, hosts):
+        self.tag = f"nl{os.getpid() % 100000}"
+        self.switch = f"{self.tag}sw"
+        self.hosts = list(hosts)
+        self.addr = {}
+        self.made = []
+        run(["ip", "netns", "add", self.switch])
+        self.made.append(self.switch)
+        run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
+        run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
+        for i, h in enumerate(self.hosts, start=1):
+            ns = self.ns(h)
+            self.addr[h] = f"{SUBNET}{i}"
+            run(["ip", "netns", "add", ns])
+            self.made.append(ns)
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            run(["ip", "link", "add", f"{self.tag}{h}", "netns", ns, "type", "veth",
+                 "peer", "name", self.port(h), "netns", self.switch])
+            run(["ip", "-n", ns, "link", "set", f"{self.tag}{h}", "name", "eth0"])
+            run(["ip", "-n", ns, "addr", "add", f"{self.addr[h]}/24", "dev", "eth0"])
+            run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            run(["ip", "-n", self.switch, "link", "set", self.port(h), "master", "br0"])
+            run(["ip", "-n", self.switch, "link", "set", self.port(h), "up"])
+
+    def ns(self, host):
+        return f"{self.tag}{host}"
+
+    @staticmethod
+    def port(host):
+        return f"p{host}"
+
+    def shape(self, rate_bps):
+        """Every host's link at rate_bps both ways (tbf), or unshaped (0)."""
+        # tbf needs a bucket of at least one timer tick's worth of bytes
+        # and of the largest (GSO) packet.
+        burst = max(int(rate_bps / 8 / 100), 256 * 1024)
+        for h in self.hosts:
+            for ns, dev in ((self.ns(h), "eth0"), (self.switch, self.port(h))):
+                run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
+                if rate_bps > 0:
+                    run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf",
+                         "rate", f"{int(rate_bps)}bit", "burst", str(burst),
+                         "latency", "50ms"])
+
+    def counters(self, host):
+        """(tx_bytes, rx_bytes) of the host's eth0."""
+        out = run(["ip", "netns", "exec", self.ns(host), "cat",
+                   "/sys/class/net/eth0/statistics/tx_bytes",
+                   "/sys/class/net/eth0/statistics/rx_bytes"]).stdout.split()
+        return int(out[0]), int(out[1])
+
+    def tcp_limit(self, sender, receiver, seconds=2.0):
+        """Bytes/s one TCP stream moves from sender to receiver."""
+        recv_code = (
+            "import socket,sys,time\n"
+            "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+            f"s.bind(('{self.addr[receiver]}',5999)); s.listen(1); print('up',flush=True)\n"
+            "c,_=s.accept(); n=0; t0=None\n"
+            "while True:\n"
+            "  b=c.recv(1<<20)\n"
+            "  if not b: break\n"
+            "  if t0 is None: t0=time.time()\n"
+            "  n+=len(b)\n"
+            "print(n/(time.time()-t0))\n")
+        send_code = (
+            "import socket,time\n"
+            f"s=socket.create_connection(('{self.addr[receiver]}',5999))\n"
+            "buf=b'x'*(1<<20); end=time.time()+" + str(seconds) + "\n"
+            "while time.time()<end: s.sendall(buf)\n"
+            "s.close()\n")
+        rx = subprocess.Popen(["ip", "netns", "exec", self.ns(receiver), sys.executable, "-c",
+                               recv_code], stdout=subprocess.PIPE, text=True)
+        rx.stdout.readline()
+        run(["ip", "netns", "exec", self.ns(sender), sys.executable, "-c", send_code])
+        out = rx.communicate(timeout=60)[0].strip()
+        return float(out)
+
+    def close(self):
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.made = []
+
+
+# ---- One cell -------------------------------------------------------------
+
+DONE_RE = re.compile(
+    r"done: (\d+) steps, (\d+) examples.*?compute_s=([\d.]+) comm_s=([\d.]+) wall_s=([\d.]+)")
+PARAMS_RE = re.compile(r"model \S+: (\d+) parameters")
+FINAL_RE = re.compile(r"final: test_accuracy=([\d.]+) test_loss=([\d.]+) .*wall_s=([\d.]+)")
+EVAL_RE = re.compile(r"^\[([\d-]+ [\d:.]+)\].*eval: step=(\d+) accuracy=([\d.]+)")
+
+
+def spd_time(stamp):
+    """Seconds since the epoch of an spdlog time stamp (local time)."""
+    whole, _, frac = stamp.partition(".")
+    return time.mktime(time.strptime(whole, "%Y-%m-%d %H:%M:%S")) + float("0." + (frac or "0"))
+
+
+def run_cell(net, cell, args, data, tmp):
+    model, workers, ps, rate, setting = (cell[k] for k in
+                                         ("model", "workers", "ps", "rate", "setting"))
+    hosts = {"chief": ["chief"], "ps": [f"ps{i}" for i in range(ps)],
+             "worker": [f"w{i}" for i in range(workers)]}
+    evaluate = args.epochs > 0
+    if evaluate:
+        hosts["evaluator"] = ["ev"]
+    spec = {job: [f"{net.addr[h]}:{PORT}" for h in hs] for job, hs in hosts.items()}
+    name = f"{os.path.splitext(os.path.basename(model))[0]}-w{workers}-ps{ps}-{rate['name']}-{setting}"
+    procs = []
+    logs = {}
+    chief_args = [f"--model={model}", f"--mode={args.mode}", "--wait_for_cluster_s=90",
+                  f"--epochs={max(args.epochs, 1)}", f"--batch_size={args.batch_size}",
+                  f"--seed={args.seed}", "--log_every_s=5"]
+    if not evaluate:
+        chief_args.append(f"--data_dir={data}")  # the chief's own final evaluation
+    extra = {
+        "ps": [],
+        "worker": [f"--data_dir={data}", f"--threads={args.threads}", "--linger_s=30"],
+        "evaluator": [f"--data_dir={data}", "--eval_interval_s=3"],
+        "chief": chief_args,
+    }
+    before = {h: net.counters(h) for h in hosts["worker"]}
+    start = time.time()
+    for job in ("ps", "worker", "evaluator", "chief"):
+        for index, h in enumerate(hosts.get(job, [])):
+            tf_config = json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
+            path = os.path.join(tmp, f"{name}.{h}.log")
+            logs[h] = path
+            env = dict(os.environ, TF_CONFIG=tf_config)
+            env.pop("OPENBLAS_CORETYPE", None)
+            with open(path, "w") as out:
+                procs.append((h, subprocess.Popen(
+                    ["ip", "netns", "exec", net.ns(h), os.path.join(BIN, DAEMONS[job])]
+                    + extra[job], stdout=out, stderr=subprocess.STDOUT, env=env)))
+    chief = dict(procs)["chief"]
+    try:
+        chief.wait(timeout=args.cell_timeout_s)
+    except subprocess.TimeoutExpired:
+        log(f"{name}: no end after {args.cell_timeout_s} s; stopping it")
+    for _, p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    after = {h: net.counters(h) for h in hosts["worker"]}
+    text = {h: open(p).read() for h, p in logs.items()}
+    result = dict(cell)
+    del result["rate"]
+    result.update(name=name, rate_name=rate["name"], rate_bps=rate["bps"], ok=False)
+    done = [DONE_RE.search(text[h]) for h in hosts["worker"]]
+    if not all(done):
+        result["error"] = "a worker did not finish: " + "; ".join(
+            text[h].strip().splitlines()[-1] if text[h].strip() else f"{h}: no output"
+            for h, d in zip(hosts["worker"], done) if not d)
+        return result
+    steps = sum(int(d.group(1)) for d in done)
+    examples = sum(int(d.group(2)) for d in done)
+    compute = sum(float(d.group(3)) for d in done)
+    comm = sum(float(d.group(4)) for d in done)
+    wall = max(float(d.group(5)) for d in done)
+    wall_sum = sum(float(d.group(5)) for d in done)
+    tx = sum(after[h][0] - before[h][0] for h in hosts["worker"])
+    rx = sum(after[h][1] - before[h][1] for h in hosts["worker"])
+    params = PARAMS_RE.search(text["chief"])
+    if not params:
+        result["error"] = "the chief did not say the model's size"
+        return result
+    result["parameters"] = int(params.group(1))
+    minimum = SETTINGS[setting] * result["parameters"]
+    result.update(
+        ok=True, steps_per_worker=steps / workers, images_per_s=examples / wall,
+        compute_s_per_step=compute / steps, push_pull_s_per_step=comm / steps,
+        waiting_s_per_step=max(wall_sum - compute - comm, 0.0) / steps,
+        sent_bytes_per_step=tx / steps, received_bytes_per_step=rx / steps,
+        minimum_bytes_each_way=minimum,
+        sent_ratio=tx / steps / minimum, received_ratio=rx / steps / minimum)
+    final = FINAL_RE.search(text["chief"])
+    if final and evaluate:
+        result["test_accuracy"] = float(final.group(1))
+    if evaluate:
+        curve = []
+        for line in text.get("ev", "").splitlines():
+            m = EVAL_RE.match(line)
+            if m:
+                curve.append((spd_time(m.group(1)) - start, float(m.group(3))))
+        result["accuracy_curve"] = curve
+    return result
+
+
+# ---- Output ---------------------------------------------------------------
+
+COLUMNS = [
+    ("cell", "name", "{}"), ("img/s", "images_per_s", "{:.0f}"),
+    ("compute s/step", "compute_s_per_step", "{:.4f}"),
+    ("push+pull s/step", "push_pull_s_per_step", "{:.4f}"),
+    ("waiting s/step", "waiting_s_per_step", "{:.4f}"),
+    ("sent MB/step", "sent_bytes_per_step", lambda v: f"{v / 1e6:.3f}"),
+    ("recv MB/step", "received_bytes_per_step", lambda v: f"{v / 1e6:.3f}"),
+    ("min MB each way", "minimum_bytes_each_way", lambda v: f"{v / 1e6:.3f}"),
+    ("sent/min", "sent_ratio", "{:.3f}"), ("recv/min", "received_ratio", "{:.3f}"),
+    ("test acc", "test_accuracy", "{:.4f}"),
+]
+
+
+def fmt(spec, value):
+    if value is None:
+        return "-"
+    return spec(value) if callable(spec) else spec.format(value)
+
+
+def print_table(results, limits):
+    print("link limits (one TCP stream between two hosts, measured in this run): " +
+          ", ".join(f"{name}: {bps * 8 / 1e9:.2f} Gbit/s" for name, bps in limits.items()))
+    widths = [max(len(h), 10) for h, _, _ in COLUMNS]
+    print("  ".join(h.rjust(w) for (h, _, _), w in zip(COLUMNS, widths)))
+    for r in results:
+        if not r.get("ok"):
+            print(f"{r['name']}: FAILED: {r.get('error', '?')}")
+            continue
+        print("  ".join(fmt(f, r.get(k)).rjust(w) for (_, k, f), w in zip(COLUMNS, widths)))
+    sys.stdout.flush()
+
+
+def write_outputs(out, results, limits):
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"link_limits_bytes_per_s": limits, "cells": results}, f, indent=1)
+    with open(os.path.join(out, "results.tsv"), "w") as f:
+        f.write("\t".join(k for _, k, _ in COLUMNS) + "\n")
+        for r in results:
+            if r.get("ok"):
+                f.write("\t".join(str(r.get(k, "")) for _, k, _ in COLUMNS) + "\n")
+    if shutil.which("gnuplot") is None:
+        log("no gnuplot: no figures")
+        return []
+    pngs = []
+    # images/s against link rate, one line per (model, workers, ps, setting).
+    series = {}
+    for r in results:
+        if r.get("ok"):
+            key = f"{r['model']} {r['workers']}w {r['ps']}ps {r['setting']}"
+            series.setdefault(key, []).append((r["rate_bps"] / 1e9, r["images_per_s"]))
+    if series:
+        by_model = {}
+        for key, pts in series.items():
+            by_model.setdefault(key.split()[0], []).append((key, sorted(pts)))
+        for model, lines in by_model.items():
+            dat = []
+            for i, (key, pts) in enumerate(lines):
+                path = os.path.join(out, f"rate_{model}_{i}.dat")
+                with open(path, "w") as f:
+                    f.writelines(f"{x} {y}\n" for x, y in pts)
+                dat.append((key, path))
+            png = os.path.join(out, f"images_per_s_vs_link_{model}.png")
+            plots = ", ".join(f"'{p}' using 1:2 with linespoints title '{k}'" for k, p in dat)
+            script = (f"set terminal pngcairo size 900,560\nset output '{png}'\n"
+                      f"set title '{model}: images/s against link rate (tc tbf, no added delay)'\n"
+                      "set logscale x\nset xlabel 'link rate (Gbit/s)'\n"
+                      "set ylabel 'images/s (cluster)'\nset key left top\nset grid\n"
+                      f"plot {plots}\n")
+            subprocess.run(["gnuplot"], input=script, text=True, check=True)
+            pngs.append(png)
+    # Test accuracy against wall time, cells that trained epochs.
+    curves = [(r["name"], r["accuracy_curve"]) for r in results
+              if r.get("ok") and r.get("accuracy_curve")]
+    if curves:
+        dat = []
+        for i, (name, pts) in enumerate(curves):
+            path = os.path.join(out, f"curve_{i}.dat")
+            with open(path, "w") as f:
+                f.writelines(f"{t:.2f} {a}\n" for t, a in pts)
+            dat.append((name, path))
+        png = os.path.join(out, "accuracy_vs_time.png")
+        plots = ", ".join(f"'{p}' using 1:2 with linespoints title '{n}'" for n, p in dat)
+        script = (f"set terminal pngcairo size 900,560\nset output '{png}'\n"
+                  "set title 'test accuracy against wall time'\n"
+                  "set xlabel 'seconds since the cell started'\nset ylabel 'test accuracy'\n"
+                  "set key right bottom\nset grid\n"
+                  f"plot {plots}\n")
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+        pngs.append(png)
+    return pngs
+
+
+# ---- Main -----------------------------------------------------------------
+
+def main():
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Grid: every combination of --models, --workers, --ps, --links and "
+               "--settings. The default is the reduced grid (under 10 minutes on 2 cores).")
+    p.add_argument("--models", default="cnn,mlp_large",
+                   help="built-in model names or model files (the chief's --model)")
+    p.add_argument("--workers", default="2")
+    p.add_argument("--ps", default="1,2")
+    p.add_argument("--links", default="1gbit,10gbit",
+                   help="link rates (tbf), e.g. 100mbit,1gbit,10gbit")
+    p.add_argument("--settings", default="fp32",
+                   help=f"communication settings: {', '.join(SETTINGS)}")
+    p.add_argument("--mode", default="sync", choices=["sync", "async"])
+    p.add_argument("--steps", type=int, default=20,
+                   help="steps per cell when --epochs is 0: a training set of "
+                        "steps x batch_size examples, one epoch")
+    p.add_argument("--epochs", type=int, default=0,
+                   help="train this many epochs of the whole of MNIST per cell, with an "
+                        "evaluator (accuracy and the accuracy-time curve); 0: --steps")
+    p.add_argument("--batch_size", type=int, default=128)
+    p.add_argument("--threads", type=int, default=1, help="compute threads per worker")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cell_timeout_s", type=int, default=600)
+    p.add_argument("--data", default=os.environ.get(
+        "PSCLUSTER_DATA_DIR", os.path.join(REPO, "..", "shared", "data", "mnist")))
+    p.add_argument("--out", default=os.path.join(REPO, "netlab-results"))
+    args = p.parse_args()
+    try:
+        models = args.models.split(",")
+        workers = int_list("--workers", args.workers, 1)
+        pss = int_list("--ps", args.ps, 1)
+        links = [{"name": l, "bps": parse_rate(l)} for l in args.links.split(",")]
+        settings = args.settings.split(",")
+        for s in settings:
+            if s not in SETTINGS:
+                raise UsageError(f"--settings: '{s}' is not one of {', '.join(SETTINGS)}")
+        for flag in ("steps", "batch_size", "threads", "cell_timeout_s"):
+            if getattr(args, flag) < 1:
+                raise UsageError(f"--{flag}={getattr(args, flag)} must be at least 1")
+        if args.epochs < 0:
+            raise UsageError(f"--epochs={args.epochs} must be at least 0")
+        if not os.path.isfile(os.path.join(args.data, "train-images-idx3-ubyte.gz")):
+            raise UsageError(f"--data={args.data} holds no MNIST (train-images-idx3-ubyte.gz)")
+    except UsageError as e:
+        print(f"netlab: {e}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("netlab: network namespaces and tc need root", file=sys.stderr)
+        return 2
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            print(f"netlab: '{tool}' (iproute2) is missing", file=sys.stderr)
+            return 2
+    for job, path in DAEMONS.items():
+        if not os.access(os.path.join(BIN, path), os.X_OK):
+            print(f"netlab: missing {os.path.join(BIN, path)}: run bazel build //... first",
+                  file=sys.stderr)
+            return 2
+
+    os.makedirs(args.out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="netlab.")
+    if args.epochs > 0:
+        data = os.path.abspath(args.data)
+    else:
+        data = os.path.join(tmp, "subset.npz")
+        write_subset(args.data, args.steps * args.batch_size, data)
+    hosts = ["chief", "ev"] + [f"ps{i}" for i in range(max(pss))] + \
+            [f"w{i}" for i in range(max(workers))]
+    net = None
+    stop = {"now": False}
+
+    def interrupt(signum, frame):
+        stop["now"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    results = []
+    limits = {}
+    cells = [dict(model=m, workers=w, ps=s, rate=l, setting=c)
+             for l in links for m in models for w in workers for s in pss for c in settings]
+    log(f"{len(cells)} cells; shaping with tc tbf (rates only: no netem here, so no added "
+        f"delay); logs in {tmp}")
+    try:
+        net = Network(hosts)
+        for link in links:
+            net.shape(link["bps"])
+            limits[link["name"]] = net.tcp_limit("ps0", "w0")
+            log(f"link {link['name']}: one TCP stream moves "
+                f"{limits[link['name']] * 8 / 1e9:.2f} Gbit/s")
+            for cell in [c for c in cells if c["rate"] is link]:
+                t0 = time.time()
+                r = run_cell(net, cell, args, data, tmp)
+                r["cell_wall_s"] = time.time() - t0
+                results.append(r)
+                log(f"{r['name']}: " + (f"{r['images_per_s']:.0f} images/s, "
+                                        f"{r['cell_wall_s']:.0f} s" if r["ok"]
+                                        else "FAILED: " + r.get("error", "?")))
+    except KeyboardInterrupt:
+        log("interrupted: writing what was measured")
+    finally:
+        if net is not None:
+            net.close()
+    print_table(results, limits)
+    pngs = write_outputs(args.out, results, limits)
+    for png in pngs:
+        log(f"wrote {png}")
+    log(f"wrote {os.path.join(args.out, 'results.json')} and results.tsv; logs kept in {tmp}")
+    failed = [r for r in results if not r.get("ok")]
+    return 1 if failed or not results or stop["now"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
