@@ -14,8 +14,10 @@ Per cell it prints, from the daemons' own logs and the kernel's counters:
   - seconds per step split into compute, push+pull (one fused call per ps
     per step) and waiting (everything else: the chief's answers, barriers);
   - bytes sent and received per worker per step on its network interface
-    (TCP/IP headers included), beside the setting's theoretical minimum
-    (fp32: 4 bytes per parameter each way) and their ratio;
+    (TCP/IP and gRPC headers included; the one exact pull of the whole model
+    before the first step left out), beside the setting's theoretical
+    minimum (parameters x the codec's bytes per value: fp32 4, bf16 and
+    fp16 2, int8 1 + 4/256, top-k 8 x fraction, sign 1/8) and their ratio;
   - test accuracy when the cell trains whole epochs (--epochs).
 and, once per link rate, the bare TCP limit of the shaped link measured in
 the same run (one stream between two hosts). It writes results.json,
@@ -50,9 +52,10 @@ DAEMONS = {
     "evaluator": "worker/evaluator",
     "chief": "chief/chief",
 }
-# Communication settings the cluster has; more come with the compression
-# work (README "Communication lab").
-SETTINGS = {"fp32": 4.0}  # name -> wire bytes per parameter, each way
+# Wire bytes per value of each codec (common/codec.h), headers aside.
+CODEC_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0 + 4.0 / 256,
+               "topk": None, "sign": 1.0 / 8}
+PULL_CODECS = ("fp32", "bf16", "fp16")
 SUBNET = "10.214.0."
 PORT = 2222
 
@@ -81,6 +84,22 @@ def parse_rate(text):
     if value < 1e6:
         raise UsageError(f"--links: '{text}' is below 1mbit")
     return value
+
+
+def parse_setting(text, topk_fraction):
+    """'PUSH[+PULL]' (the chief's --push_codec and --pull_codec) -> dict.
+    PULL defaults to PUSH when that is a pull codec, else fp32."""
+    push, _, pull = text.partition("+")
+    if push not in CODEC_BYTES:
+        raise UsageError(f"--settings: '{text}': push codec '{push}' is not one of "
+                         f"{', '.join(CODEC_BYTES)}")
+    pull = pull or (push if push in PULL_CODECS else "fp32")
+    if pull not in PULL_CODECS:
+        raise UsageError(f"--settings: '{text}': pull codec '{pull}' is not one of "
+                         f"{', '.join(PULL_CODECS)}")
+    push_bytes = CODEC_BYTES[push] if push != "topk" else 8.0 * topk_fraction
+    return {"name": f"{push}+{pull}" if pull != push else push, "push": push, "pull": pull,
+            "push_bytes": push_bytes, "pull_bytes": CODEC_BYTES[pull]}
 
 
 def int_list(flag, text, lo):
@@ -155,7 +174,9 @@ class Network:
         """Every host's link at rate_bps both ways (tbf), or unshaped (0)."""
         # tbf needs a bucket of at least one timer tick's worth of bytes
         # and of the largest (GSO) packet.
-        burst = max(int(rate_bps / 8 / 100), 256 * 1024)
+        # 1 ms of the rate, or the largest GSO packet (64 KB): a bucket that
+        # refills while a worker computes lets that much pass at once.
+        burst = max(int(rate_bps / 8 / 1000), 66 * 1024)
         for h in self.hosts:
             for ns, dev in ((self.ns(h), "eth0"), (self.switch, self.port(h))):
                 run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
@@ -227,10 +248,13 @@ def run_cell(net, cell, args, data, tmp):
     if evaluate:
         hosts["evaluator"] = ["ev"]
     spec = {job: [f"{net.addr[h]}:{PORT}" for h in hs] for job, hs in hosts.items()}
-    name = f"{os.path.splitext(os.path.basename(model))[0]}-w{workers}-ps{ps}-{rate['name']}-{setting}"
+    name = (f"{os.path.splitext(os.path.basename(model))[0]}-w{workers}-ps{ps}-{rate['name']}-"
+            f"{setting['name']}")
     procs = []
     logs = {}
     chief_args = [f"--model={model}", f"--mode={args.mode}", "--wait_for_cluster_s=90",
+                  f"--push_codec={setting['push']}", f"--pull_codec={setting['pull']}",
+                  f"--topk_fraction={args.topk_fraction}",
                   f"--epochs={max(args.epochs, 1)}", f"--batch_size={args.batch_size}",
                   f"--seed={args.seed}", "--log_every_s=5"]
     if not evaluate:
@@ -269,7 +293,8 @@ def run_cell(net, cell, args, data, tmp):
     text = {h: open(p).read() for h, p in logs.items()}
     result = dict(cell)
     del result["rate"]
-    result.update(name=name, rate_name=rate["name"], rate_bps=rate["bps"], ok=False)
+    result.update(name=name, rate_name=rate["name"], rate_bps=rate["bps"],
+                  setting=setting["name"], ok=False)
     done = [DONE_RE.search(text[h]) for h in hosts["worker"]]
     if not all(done):
         result["error"] = "a worker did not finish: " + "; ".join(
@@ -289,14 +314,19 @@ def run_cell(net, cell, args, data, tmp):
         result["error"] = "the chief did not say the model's size"
         return result
     result["parameters"] = int(params.group(1))
-    minimum = SETTINGS[setting] * result["parameters"]
+    P = result["parameters"]
+    # Each worker pulls the whole model once, exact, before its first step:
+    # not a per-step cost.
+    rx -= workers * 4 * P
+    push_min = setting["push_bytes"] * P
+    pull_min = setting["pull_bytes"] * P
     result.update(
         ok=True, steps_per_worker=steps / workers, images_per_s=examples / wall,
         compute_s_per_step=compute / steps, push_pull_s_per_step=comm / steps,
         waiting_s_per_step=max(wall_sum - compute - comm, 0.0) / steps,
         sent_bytes_per_step=tx / steps, received_bytes_per_step=rx / steps,
-        minimum_bytes_each_way=minimum,
-        sent_ratio=tx / steps / minimum, received_ratio=rx / steps / minimum)
+        minimum_sent_bytes=push_min, minimum_received_bytes=pull_min,
+        sent_ratio=tx / steps / push_min, received_ratio=rx / steps / pull_min)
     final = FINAL_RE.search(text["chief"])
     if final and evaluate:
         result["test_accuracy"] = float(final.group(1))
@@ -319,7 +349,8 @@ COLUMNS = [
     ("waiting s/step", "waiting_s_per_step", "{:.4f}"),
     ("sent MB/step", "sent_bytes_per_step", lambda v: f"{v / 1e6:.3f}"),
     ("recv MB/step", "received_bytes_per_step", lambda v: f"{v / 1e6:.3f}"),
-    ("min MB each way", "minimum_bytes_each_way", lambda v: f"{v / 1e6:.3f}"),
+    ("min sent MB", "minimum_sent_bytes", lambda v: f"{v / 1e6:.3f}"),
+    ("min recv MB", "minimum_received_bytes", lambda v: f"{v / 1e6:.3f}"),
     ("sent/min", "sent_ratio", "{:.3f}"), ("recv/min", "received_ratio", "{:.3f}"),
     ("test acc", "test_accuracy", "{:.4f}"),
 ]
@@ -418,8 +449,12 @@ def main():
     p.add_argument("--ps", default="1,2")
     p.add_argument("--links", default="1gbit,10gbit",
                    help="link rates (tbf), e.g. 100mbit,1gbit,10gbit")
-    p.add_argument("--settings", default="fp32",
-                   help=f"communication settings: {', '.join(SETTINGS)}")
+    p.add_argument("--settings", default="fp32,topk+bf16",
+                   help="communication settings PUSH[+PULL], the chief's --push_codec and "
+                        f"--pull_codec: push {', '.join(CODEC_BYTES)}; pull "
+                        f"{', '.join(PULL_CODECS)} (default: the push codec when it is one, "
+                        "else fp32)")
+    p.add_argument("--topk_fraction", type=float, default=0.01)
     p.add_argument("--mode", default="sync", choices=["sync", "async"])
     p.add_argument("--steps", type=int, default=20,
                    help="steps per cell when --epochs is 0: a training set of "
@@ -440,10 +475,9 @@ def main():
         workers = int_list("--workers", args.workers, 1)
         pss = int_list("--ps", args.ps, 1)
         links = [{"name": l, "bps": parse_rate(l)} for l in args.links.split(",")]
-        settings = args.settings.split(",")
-        for s in settings:
-            if s not in SETTINGS:
-                raise UsageError(f"--settings: '{s}' is not one of {', '.join(SETTINGS)}")
+        if not 0 < args.topk_fraction <= 1:
+            raise UsageError(f"--topk_fraction={args.topk_fraction} must be in (0, 1]")
+        settings = [parse_setting(t, args.topk_fraction) for t in args.settings.split(",")]
         for flag in ("steps", "batch_size", "threads", "cell_timeout_s"):
             if getattr(args, flag) < 1:
                 raise UsageError(f"--{flag}={getattr(args, flag)} must be at least 1")
