@@ -52,8 +52,10 @@ ABSL_FLAG(std::string, push_codec, "fp32",
           "block of 256), topk (the --topk_fraction largest, with error feedback) or sign (1 bit "
           "and a scale, with error feedback); README \"Communication settings\"");
 ABSL_FLAG(std::string, pull_codec, "fp32",
-          "Wire encoding of the weights the workers pull each step: fp32, bf16 or fp16 (the ps "
-          "keeps fp32 masters; the evaluator and the export always read fp32)");
+          "Wire encoding of the weights the workers pull each step: fp32, bf16 or fp16 (the "
+          "weights), or int8, topk or sign (their change since the worker's weights, the error "
+          "kept by the ps and sent later); the ps keeps fp32 masters, and the evaluator and the "
+          "export always read fp32");
 ABSL_FLAG(double, topk_fraction, 0.01, "--push_codec=topk: the fraction of each tensor sent");
 ABSL_FLAG(int64_t, codec_min_elements, 1024,
           "Tensors (shards) of fewer values go as fp32 whatever the codecs");
@@ -143,10 +145,8 @@ int main(int argc, char** argv) {
     Bad("push_codec", push_codec, std::string(c.status().message()));
   }
   const std::string pull_codec = absl::GetFlag(FLAGS_pull_codec);
-  if (pull_codec != "fp32" && pull_codec != "bf16" && pull_codec != "fp16") {
-    Bad("pull_codec", pull_codec,
-        "must be fp32, bf16 or fp16 (weights are pulled whole; a sparse or 1-bit code of "
-        "them would be their change, which pulls do not send yet)");
+  if (absl::StatusOr<Codec> c = ParseCodec(pull_codec); !c.ok()) {
+    Bad("pull_codec", pull_codec, std::string(c.status().message()));
   }
   const double topk = absl::GetFlag(FLAGS_topk_fraction);
   if (!(topk > 0.0 && topk <= 1.0)) Bad("topk_fraction", std::to_string(topk), "must be in (0, 1]");

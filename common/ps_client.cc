@@ -39,6 +39,16 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     p.push_req.set_layout_fingerprint(placement->fingerprint);
     c->ps_.push_back(std::move(p));
   }
+  const Codec pull = options.pull_codec.codec;
+  c->change_pulls_ = options.worker_index >= 0 &&
+                     (pull == Codec::kInt8 || pull == Codec::kTopK || pull == Codec::kSign);
+  if (c->change_pulls_) {
+    for (PerPs& p : c->ps_) {
+      p.pull_req.set_worker_index(options.worker_index);
+      p.pull_req.set_delta_reset(true);
+    }
+  }
+  c->pull_base_.assign(c->ps_.size(), 0);
   c->versions_.assign(c->ps_.size(), 0);
   c->generations_.assign(c->ps_.size(), 0);
   int64_t largest = 0;
@@ -189,6 +199,7 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
           placement_->floats_of_ps[i] * 4));
     }
     ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(v.data()), params);
+    pull_base_[i] = r.delta_seq();  // change pulls: these weights are the base
     versions_[i] = r.version();
     generations_[i] = r.generation();
     return absl::OkStatus();
@@ -241,6 +252,7 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     if (options_.pull_codec.codec != Codec::kFloat32) {
       req.set_pull_dtype(CodecName(options_.pull_codec.codec));
     }
+    req.set_pull_base(change_pulls_ ? pull_base_[i] : 0);
   }
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
     last_call_.bytes_sent += static_cast<int64_t>(ps_[i].push_req.ByteSizeLong());
@@ -253,7 +265,41 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong());
     last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
     const PullResponse& pull = ps_[i].push_resp.pull();
-    if (options_.pull_codec.codec != Codec::kFloat32) {
+    if (change_pulls_ && pull.delta()) {
+      // The change since pull_base_[i]: added shard by shard, except the
+      // shards sent as fp32 values (small ones, moving statistics).
+      absl::string_view in(pull.values());
+      const CodecOptions exact;
+      for (int k : placement_->shards_of_ps[i]) {
+        const Shard& sh = placement_->shards[k];
+        float* w = params + sh.offset;
+        if (sh.moving_statistic ||
+            EffectiveCodec(options_.pull_codec, sh.size) == Codec::kFloat32) {
+          absl::Status d = Decode(exact, &in, sh.size, w);
+          if (!d.ok()) return absl::InternalError(absl::StrCat("ps ", i, ": ", d.message()));
+          continue;
+        }
+        change_.resize(sh.size);
+        absl::Status d = Decode(options_.pull_codec, &in, sh.size, change_.data());
+        if (!d.ok()) {
+          return absl::InternalError(absl::StrCat("ps ", i, " sent a change of ", sh.variable,
+                                                  ": ", d.message()));
+        }
+        for (int64_t j = 0; j < sh.size; ++j) w[j] += change_[j];
+      }
+      if (!in.empty()) {
+        return absl::InternalError(
+            absl::StrCat("ps ", i, " sent ", in.size(), " bytes of change too many"));
+      }
+    } else if (change_pulls_) {
+      // No common base (the ps restarted, ...): the weights, in fp32.
+      if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
+        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
+                                                " bytes of weights"));
+      }
+      ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
+                    params);
+    } else if (options_.pull_codec.codec != Codec::kFloat32) {
       absl::string_view in(pull.values());
       const CodecOptions exact;
       for (int k : placement_->shards_of_ps[i]) {
@@ -278,6 +324,7 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     }
     versions_[i] = pull.version();
     generations_[i] = pull.generation();
+    pull_base_[i] = pull.delta_seq();
     return absl::OkStatus();
   };
   absl::Status s = CallAll("push to", timeout, issue, finish);

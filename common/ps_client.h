@@ -57,8 +57,13 @@ struct PsClientOptions {
   // weights it pulls back; PullAll always pulls exact fp32. topk and sign
   // pushes carry error feedback: what a push left out is added to the
   // next one.
+  // pull_codec int8, topk or sign: each PushPullAll pulls the change since
+  // the weights this worker holds (the ps keeps a copy of them and the
+  // change's error exactly), after a PullAll of the whole weights.
   CodecOptions push_codec;
   CodecOptions pull_codec;
+  // The worker's index, for change pulls; -1 for readers that do not push.
+  int worker_index = -1;
 };
 
 class PsClient {
@@ -149,6 +154,9 @@ class PsClient {
   std::vector<int64_t> generations_;
   std::vector<float> wire_;  // gather/scatter scratch
   std::unique_ptr<ErrorFeedback> feedback_;  // topk and sign pushes
+  bool change_pulls_ = false;
+  std::vector<int64_t> pull_base_;  // change pulls: per ps, delta_seq held
+  std::vector<float> change_;       // change pulls: decoded scratch
   uint64_t next_request_id_ = 0;
   bool last_push_applied_ = false;
   int64_t pushes_dropped_ = 0;

@@ -1,5 +1,6 @@
 #include "ps_server/ps_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -163,11 +164,81 @@ std::vector<WirePiece> PsService::Pieces() {
   return pieces;
 }
 
+// Codecs that pulls send as the change since the worker's weights: their
+// loss on the weights themselves would be too coarse.
+bool IsChangeCodec(Codec c) {
+  return c == Codec::kInt8 || c == Codec::kTopK || c == Codec::kSign;
+}
+
+PsService::ChangeState* PsService::Changes(int worker) {
+  absl::MutexLock lock(&changes_mu_);
+  std::unique_ptr<ChangeState>& st = changes_[worker];
+  if (st == nullptr) st = std::make_unique<ChangeState>();
+  return st.get();
+}
+
+void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
+                             PullResponse* resp) {
+  const std::vector<WirePiece> pieces = Pieces();
+  const float* w = reinterpret_cast<const float*>(resp->values().data());
+  const int64_t n = static_cast<int64_t>(resp->values().size() / sizeof(float));
+  ChangeState* st = Changes(enc.worker);
+  absl::MutexLock lock(&st->mu);
+  if (enc.base > 0 && enc.base == st->seq - 1 && !st->last.empty()) {
+    // The worker did not get the last answer (a resend): the same again.
+    *resp->mutable_values() = st->last;
+    resp->set_version(st->last_version);
+    resp->set_generation(st->last_generation);
+    resp->set_delta(true);
+    resp->set_delta_seq(st->seq);
+    return;
+  }
+  ++st->seq;
+  resp->set_delta_seq(st->seq);
+  if (enc.reset || enc.base <= 0 || enc.base != st->seq - 1 ||
+      static_cast<int64_t>(st->shadow.size()) != n) {
+    // No common base (a new worker, a restarted ps, a restore): the weights
+    // themselves, in fp32, become the base.
+    st->shadow.assign(w, w + n);
+    st->last.clear();
+    resp->set_delta(false);
+    return;
+  }
+  // d = w - shadow, encoded; shadow += decode(d), exactly as the worker
+  // will add it, so that what is not sent now is sent later. Pieces sent
+  // as fp32 carry the values themselves.
+  std::string out;
+  std::vector<float> d, sent;
+  const CodecOptions exact;
+  float* shadow = st->shadow.data();
+  for (const WirePiece& p : pieces) {
+    if (p.exact || EffectiveCodec(codec, p.size) == Codec::kFloat32) {
+      Encode(exact, w, p.size, &out);
+      std::copy(w, w + p.size, shadow);
+    } else {
+      d.resize(p.size);
+      for (int64_t i = 0; i < p.size; ++i) d[i] = w[i] - shadow[i];
+      const size_t start = out.size();
+      Encode(codec, d.data(), p.size, &out);
+      sent.resize(p.size);
+      absl::string_view bytes(out.data() + start, out.size() - start);
+      if (!Decode(codec, &bytes, p.size, sent.data()).ok()) std::fill(sent.begin(), sent.end(), 0.0f);
+      for (int64_t i = 0; i < p.size; ++i) shadow[i] += sent[i];
+    }
+    w += p.size;
+    shadow += p.size;
+  }
+  resp->mutable_values()->swap(out);
+  st->last = resp->values();
+  st->last_version = resp->version();
+  st->last_generation = resp->generation();
+  resp->set_delta(true);
+}
+
 grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
                                int64_t min_version, int64_t generation,
-                               const std::string& dtype, int64_t min_elements,
-                               PullResponse* resp) {
-  absl::StatusOr<Codec> codec = WireCodec(dtype);
+                               const PullEncoding& enc, PullResponse* resp) {
+  absl::StatusOr<Codec> codec = WireCodec(enc.dtype);
   if (!codec.ok()) return InvalidArgument(absl::StrCat("pull: ", codec.status().message()));
   absl::Time deadline = absl::Now() + kMaxPullWait;
   if (ctx != nullptr) {
@@ -179,16 +250,18 @@ grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
   absl::Status s = store_->Pull(fingerprint, min_version, deadline, resp->mutable_values(),
                                 &version, generation, &current_generation);
   if (!s.ok()) return ToGrpcStatus(s);
-  if (*codec != Codec::kFloat32) {
-    CodecOptions o;
-    o.codec = *codec;
-    o.min_elements = min_elements;
+  resp->set_version(version);
+  resp->set_generation(current_generation);
+  CodecOptions o;
+  o.codec = *codec;
+  o.min_elements = enc.min_elements;
+  if (enc.worker >= 0 && (enc.reset || IsChangeCodec(*codec))) {
+    EncodeChange(enc, o, resp);
+  } else if (*codec != Codec::kFloat32) {
     std::string encoded;
     EncodePieces(o, Pieces(), reinterpret_cast<const float*>(resp->values().data()), &encoded);
     resp->mutable_values()->swap(encoded);
   }
-  resp->set_version(version);
-  resp->set_generation(current_generation);
   bytes_pulled_ += static_cast<int64_t>(resp->values().size());
   // Includes the wait for min_version: how long pulls are held.
   metrics_->pull_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
@@ -201,8 +274,13 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   // Proto3 cannot tell an unset generation from 0; readers that do not
   // care (the evaluator, the chief) send -1.
-  return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(),
-                req->dtype(), req->codec_min_elements(), resp);
+  PullEncoding enc;
+  enc.dtype = req->dtype();
+  enc.min_elements = req->codec_min_elements();
+  enc.worker = req->worker_index();
+  enc.reset = req->delta_reset();
+  return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(), enc,
+                resp);
 }
 
 grpc::Status PsService::Refused(grpc::Status s) {
@@ -289,14 +367,19 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   grpc::Status s = DoPush(*req, resp->mutable_push());
   if (!s.ok()) return s;
+  PullEncoding enc;
+  enc.dtype = req->pull_dtype();
+  enc.min_elements = req->codec_min_elements();
+  enc.worker = req->worker_index();
+  enc.base = req->pull_base();
   if (!store_->is_sync()) {
-    return DoPull(ctx, req->layout_fingerprint(), 0, req->generation(), req->pull_dtype(),
-                  req->codec_min_elements(), resp->mutable_pull());
+    return DoPull(ctx, req->layout_fingerprint(), 0, req->generation(), enc,
+                  resp->mutable_pull());
   }
   // Sync: the weights of the step this gradient feeds; by then that step
   // is decided, and with it whether the gradient was one of its members.
-  s = DoPull(ctx, req->layout_fingerprint(), req->version() + 1, req->generation(),
-             req->pull_dtype(), req->codec_min_elements(), resp->mutable_pull());
+  s = DoPull(ctx, req->layout_fingerprint(), req->version() + 1, req->generation(), enc,
+             resp->mutable_pull());
   if (!s.ok()) return s;
   if (resp->push().applied() &&
       !store_->StepOutcome(req->worker_index(), req->version()).value_or(true)) {

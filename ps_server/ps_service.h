@@ -8,6 +8,9 @@
 #define PSCLUSTER_PS_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -51,10 +54,21 @@ class PsService final : public ParameterServer::Service {
   grpc::Status Refused(grpc::Status s);
   grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats,
                               StoreConfig* out) const;
-  // The weights into resp, encoded with `dtype` (PullRequest.dtype).
+  // How a pull's answer is encoded (PullRequest / PushRequest fields).
+  struct PullEncoding {
+    std::string dtype;  // empty: fp32
+    int64_t min_elements = 0;
+    int worker = -1;      // -1: not a worker (no change pulls)
+    bool reset = false;   // PullRequest.delta_reset
+    int64_t base = 0;     // PushRequest.pull_base
+  };
+  // The weights into resp, encoded as `enc` says.
   grpc::Status DoPull(grpc::ServerContext* ctx, uint64_t fingerprint, int64_t min_version,
-                      int64_t generation, const std::string& dtype, int64_t min_elements,
-                      PullResponse* resp);
+                      int64_t generation, const PullEncoding& enc, PullResponse* resp);
+  // Change pulls: turns resp's fp32 weights into the change since the
+  // weights `enc.worker` holds, keeping what it will hold (a shadow of its
+  // weights) and the answer, for a resend.
+  void EncodeChange(const PullEncoding& enc, const CodecOptions& codec, PullResponse* resp);
   // This ps's shards as the pieces of an encoded message; empty before
   // Init.
   std::vector<WirePiece> Pieces();
@@ -72,6 +86,20 @@ class PsService final : public ParameterServer::Service {
   const uint64_t incarnation_;
   absl::Mutex shards_mu_;
   std::vector<ShardSpec> shards_ ABSL_GUARDED_BY(shards_mu_);
+
+  // Per worker that pulls changes: the weights it holds once it applied
+  // answer `seq`, and that answer.
+  struct ChangeState {
+    absl::Mutex mu;
+    int64_t seq ABSL_GUARDED_BY(mu) = 0;
+    std::vector<float> shadow ABSL_GUARDED_BY(mu);
+    std::string last ABSL_GUARDED_BY(mu);  // answer `seq`'s values, when a change
+    int64_t last_version ABSL_GUARDED_BY(mu) = 0;
+    int64_t last_generation ABSL_GUARDED_BY(mu) = 0;
+  };
+  ChangeState* Changes(int worker);
+  absl::Mutex changes_mu_;
+  std::map<int, std::unique_ptr<ChangeState>> changes_ ABSL_GUARDED_BY(changes_mu_);
 };
 
 }  // namespace pscluster

@@ -209,7 +209,7 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
                 "layer 'conv2d' (Conv2D): option 'dilation_rate' = [2,2] is not supported"},
                {"--model=/nonexistent/model.json", "/nonexistent/model.json"},
                {"--push_codec=int4", "--push_codec=int4: 'int4' is not a wire encoding"},
-               {"--pull_codec=topk", "--pull_codec=topk: must be fp32, bf16 or fp16"},
+               {"--pull_codec=fp8", "--pull_codec=fp8: 'fp8' is not a wire encoding"},
                {"--topk_fraction=0", "--topk_fraction=0"},
                {"--codec_min_elements=-1", "--codec_min_elements=-1"}};
   for (const Case& c : cases) {

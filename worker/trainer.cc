@@ -121,6 +121,7 @@ absl::Status Trainer::Run() {
   psopt.duplicate_every = options_.duplicate_every;
   psopt.stop = &stop_;
   psopt.sync = plan->mode() == SYNC;
+  psopt.worker_index = worker;
   for (auto [name, codec] : {std::pair{plan->push_codec(), &psopt.push_codec},
                              std::pair{plan->pull_codec(), &psopt.pull_codec}}) {
     if (name.empty()) continue;  // fp32

@@ -55,7 +55,7 @@ DAEMONS = {
 # Wire bytes per value of each codec (common/codec.h), headers aside.
 CODEC_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0 + 4.0 / 256,
                "topk": None, "sign": 1.0 / 8}
-PULL_CODECS = ("fp32", "bf16", "fp16")
+PULL_CODECS = tuple(CODEC_BYTES)  # int8, topk, sign: the change since the worker's weights
 SUBNET = "10.214.0."
 PORT = 2222
 
@@ -88,18 +88,19 @@ def parse_rate(text):
 
 def parse_setting(text, topk_fraction):
     """'PUSH[+PULL]' (the chief's --push_codec and --pull_codec) -> dict.
-    PULL defaults to PUSH when that is a pull codec, else fp32."""
+    PULL defaults to PUSH when that is bf16 or fp16, else fp32."""
     push, _, pull = text.partition("+")
     if push not in CODEC_BYTES:
         raise UsageError(f"--settings: '{text}': push codec '{push}' is not one of "
                          f"{', '.join(CODEC_BYTES)}")
-    pull = pull or (push if push in PULL_CODECS else "fp32")
+    pull = pull or (push if push in ("bf16", "fp16") else "fp32")
     if pull not in PULL_CODECS:
         raise UsageError(f"--settings: '{text}': pull codec '{pull}' is not one of "
                          f"{', '.join(PULL_CODECS)}")
-    push_bytes = CODEC_BYTES[push] if push != "topk" else 8.0 * topk_fraction
+    def per_value(codec):
+        return CODEC_BYTES[codec] if codec != "topk" else 8.0 * topk_fraction
     return {"name": f"{push}+{pull}" if pull != push else push, "push": push, "pull": pull,
-            "push_bytes": push_bytes, "pull_bytes": CODEC_BYTES[pull]}
+            "push_bytes": per_value(push), "pull_bytes": per_value(pull)}
 
 
 def int_list(flag, text, lo):
@@ -452,7 +453,7 @@ def main():
     p.add_argument("--settings", default="fp32,topk+bf16",
                    help="communication settings PUSH[+PULL], the chief's --push_codec and "
                         f"--pull_codec: push {', '.join(CODEC_BYTES)}; pull "
-                        f"{', '.join(PULL_CODECS)} (default: the push codec when it is one, "
+                        f"{', '.join(PULL_CODECS)} (default: the push codec when bf16 or fp16, "
                         "else fp32)")
     p.add_argument("--topk_fraction", type=float, default=0.01)
     p.add_argument("--mode", default="sync", choices=["sync", "async"])
