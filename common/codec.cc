@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -196,8 +197,6 @@ void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out) 
       return;
     case Codec::kTopK: {
       const int64_t k = TopKCount(o, n);
-      std::vector<uint32_t> index(n);
-      std::iota(index.begin(), index.end(), 0u);
       auto key = [x](uint32_t i) {
         const float a = std::fabs(x[i]);
         return std::isnan(a) ? INFINITY : a;
@@ -206,7 +205,30 @@ void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out) 
         const float ka = key(a), kb = key(b);
         return ka > kb || (ka == kb && a < b);
       };
-      if (k < n) std::nth_element(index.begin(), index.begin() + k, index.end(), before);
+      // The exact top k, found without sorting all n: a threshold from an
+      // evenly spaced sample (as DGC does) keeps the candidates at or above
+      // it; when they are at least k, the top k are among them (everything
+      // left out is below every candidate). Else, all n.
+      std::vector<uint32_t> index;
+      if (k < n && n >= 65536) {
+        const int64_t m = std::min<int64_t>(n, std::max<int64_t>(4096, 40 * n / k));
+        std::vector<float> sample(m);
+        for (int64_t j = 0; j < m; ++j) sample[j] = key(static_cast<uint32_t>(j * n / m));
+        // Twice the expected share, so that the candidates rarely fall short.
+        const int64_t rank = std::min<int64_t>(m - 1, 2 * k * m / n + 1);
+        std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<>());
+        const float threshold = sample[rank];
+        for (int64_t i = 0; i < n; ++i) {
+          if (key(static_cast<uint32_t>(i)) >= threshold) index.push_back(static_cast<uint32_t>(i));
+        }
+      }
+      if (static_cast<int64_t>(index.size()) < k) {
+        index.resize(n);
+        std::iota(index.begin(), index.end(), 0u);
+      }
+      if (static_cast<int64_t>(index.size()) > k) {
+        std::nth_element(index.begin(), index.begin() + k, index.end(), before);
+      }
       std::sort(index.begin(), index.begin() + k);
       Put<uint32_t>(out, static_cast<uint32_t>(k));
       for (int64_t j = 0; j < k; ++j) {

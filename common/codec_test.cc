@@ -3,6 +3,7 @@
 // malformed input, and error feedback carries the residual exactly.
 #include "common/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -123,6 +124,31 @@ TEST(CodecTest, TopKSendsTheLargestExactlyAndZeroElsewhere) {
   EXPECT_EQ(sent, 10);
   EXPECT_EQ(y[400], -60.0f);
   EXPECT_EQ(EncodedBytes(o, 1000), 4 + 8 * 10);
+}
+
+// Large tensors take the sampled-threshold path: still exactly the top k
+// (ties to the lower index), whatever the distribution.
+TEST(CodecTest, TopKOfLargeTensorsIsExact) {
+  for (int shape = 0; shape < 3; ++shape) {
+    std::vector<float> x = Values(200000, 20 + shape);
+    if (shape == 1) {
+      for (size_t i = 0; i < x.size(); i += 7) x[i] = 0.5f;  // many ties
+    } else if (shape == 2) {
+      for (size_t i = 150000; i < x.size(); ++i) x[i] *= 1000.0f;  // a dense tail of big ones
+    }
+    CodecOptions o = With(Codec::kTopK);
+    o.topk_fraction = 0.003;  // k = 600
+    const std::vector<float> y = RoundTrip(o, x);
+    std::vector<uint32_t> order(x.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+    std::vector<bool> top(x.size(), false);
+    for (int j = 0; j < 600; ++j) top[order[j]] = true;
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(y[i], top[i] ? x[i] : 0.0f) << "shape " << shape << " index " << i;
+    }
+  }
 }
 
 TEST(CodecTest, SignSendsTheMeanMagnitudeWithEachSign) {
