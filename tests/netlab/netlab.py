@@ -18,6 +18,9 @@ Per cell it prints, from the daemons' own logs and the kernel's counters:
     before the first step left out), beside the setting's theoretical
     minimum (parameters x the codec's bytes per value: fp32 4, bf16 and
     fp16 2, int8 1 + 4/256, top-k 8 x fraction, sign 1/8) and their ratio;
+  - CPU seconds the ps and the workers used per step, all of them
+    together (from their exit status: start-up and the end included), to
+    tell a link-bound cell from a CPU-bound one;
   - test accuracy when the cell trains whole epochs (--epochs).
 and, once per link rate, the bare TCP limit of the shaped link measured in
 the same run (one stream between two hosts). It writes results.json,
@@ -279,17 +282,30 @@ def run_cell(net, cell, args, data, tmp):
                 procs.append((h, subprocess.Popen(
                     ["ip", "netns", "exec", net.ns(h), os.path.join(BIN, DAEMONS[job])]
                     + extra[job], stdout=out, stderr=subprocess.STDOUT, env=env)))
-    chief = dict(procs)["chief"]
-    try:
-        chief.wait(timeout=args.cell_timeout_s)
-    except subprocess.TimeoutExpired:
-        log(f"{name}: no end after {args.cell_timeout_s} s; stopping it")
-    for _, p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    # CPU seconds (user + system) each daemon used, from its exit status
+    # (ip netns exec execs the daemon: the child is the daemon itself).
+    cpu = {}
+
+    def reap(h, p, deadline):
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid == 0 and time.time() < deadline:
+                time.sleep(0.05)
+                continue
+            if pid == 0:
+                if h == "chief":
+                    log(f"{name}: no end after {args.cell_timeout_s} s; stopping it")
+                p.kill()
+                _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            cpu[h] = usage.ru_utime + usage.ru_stime
+            return
+
+    reap("chief", dict(procs)["chief"], time.time() + args.cell_timeout_s)
+    deadline = time.time() + 20
+    for h, p in procs:
+        if h != "chief":
+            reap(h, p, deadline)
     after = {h: net.counters(h) for h in hosts["worker"]}
     text = {h: open(p).read() for h, p in logs.items()}
     result = dict(cell)
@@ -327,6 +343,8 @@ def run_cell(net, cell, args, data, tmp):
         waiting_s_per_step=max(wall_sum - compute - comm, 0.0) / steps,
         sent_bytes_per_step=tx / steps, received_bytes_per_step=rx / steps,
         minimum_sent_bytes=push_min, minimum_received_bytes=pull_min,
+        ps_cpu_s_per_step=sum(cpu.get(h, 0.0) for h in hosts["ps"]) / (steps / workers),
+        worker_cpu_s_per_step=sum(cpu.get(h, 0.0) for h in hosts["worker"]) / (steps / workers),
         sent_ratio=tx / steps / push_min, received_ratio=rx / steps / pull_min)
     final = FINAL_RE.search(text["chief"])
     if final and evaluate:
@@ -348,6 +366,8 @@ COLUMNS = [
     ("compute s/step", "compute_s_per_step", "{:.4f}"),
     ("push+pull s/step", "push_pull_s_per_step", "{:.4f}"),
     ("waiting s/step", "waiting_s_per_step", "{:.4f}"),
+    ("ps CPU s/step", "ps_cpu_s_per_step", "{:.3f}"),
+    ("workers CPU s/step", "worker_cpu_s_per_step", "{:.3f}"),
     ("sent MB/step", "sent_bytes_per_step", lambda v: f"{v / 1e6:.3f}"),
     ("recv MB/step", "received_bytes_per_step", lambda v: f"{v / 1e6:.3f}"),
     ("min sent MB", "minimum_sent_bytes", lambda v: f"{v / 1e6:.3f}"),
@@ -407,7 +427,7 @@ def write_outputs(out, results, limits):
                 dat.append((key, path))
             png = os.path.join(out, f"images_per_s_vs_link_{model}.png")
             plots = ", ".join(f"'{p}' using 1:2 with linespoints title '{k}'" for k, p in dat)
-            script = (f"set terminal pngcairo size 900,560\nset output '{png}'\n"
+            script = (f"set terminal pngcairo size 900,560 noenhanced\nset output '{png}'\n"
                       f"set title '{model}: images/s against link rate (tc tbf, no added delay)'\n"
                       "set logscale x\nset xlabel 'link rate (Gbit/s)'\n"
                       "set ylabel 'images/s (cluster)'\nset key left top\nset grid\n"
@@ -426,7 +446,7 @@ def write_outputs(out, results, limits):
             dat.append((name, path))
         png = os.path.join(out, "accuracy_vs_time.png")
         plots = ", ".join(f"'{p}' using 1:2 with linespoints title '{n}'" for n, p in dat)
-        script = (f"set terminal pngcairo size 900,560\nset output '{png}'\n"
+        script = (f"set terminal pngcairo size 900,560 noenhanced\nset output '{png}'\n"
                   "set title 'test accuracy against wall time'\n"
                   "set xlabel 'seconds since the cell started'\nset ylabel 'test accuracy'\n"
                   "set key right bottom\nset grid\n"
