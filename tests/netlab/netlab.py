@@ -42,7 +42,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -523,7 +522,9 @@ def main():
             return 2
 
     os.makedirs(args.out, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="netlab.")
+    tmp = os.path.join(args.out, "logs")  # every daemon's log, per cell
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     if args.epochs > 0:
         data = os.path.abspath(args.data)
     else:

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The communication lab (tests/netlab/netlab.py) on a one-cell grid: the
+# CNN, 2 workers, 1 ps, links shaped to 200 Mbit/s, top-k pushes with int8
+# change pulls, 10 steps. Checks that the cell trained, that the bytes each
+# worker sent and received per step are within 10 % of the setting's
+# minimum plus headers (the CNN's small tensors go as fp32: the pushes'
+# minimum is top-k's 8 x 1 % a value, so they are judged against their own
+# fp32 share below), and that the tables and the figure were written.
+# Needs root and iproute2; skips saying why otherwise.
+#
+# Usage: tests/netlab_test.sh [MNIST_DIR]
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
+passed=0; failed=0; skipped=0
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+finish() {
+  echo "netlab_test: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]; exit
+}
+
+if [ "$(id -u)" -ne 0 ]; then skip "network namespaces and tc need root"; finish; fi
+for tool in ip tc gnuplot; do
+  command -v "$tool" >/dev/null || { skip "no '$tool'"; finish; }
+done
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then skip "no MNIST in '$data'"; finish; fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+# Bad input: exit 2 naming the value.
+msg="$("$repo/tests/netlab/netlab.py" --settings=topk+int4 --data="$data" 2>&1)"; rc=$?
+if [ "$rc" -eq 2 ] && grep -q "'int4'" <<<"$msg"; then
+  pass "a bad setting exits 2 naming it: $msg"
+else
+  fail "--settings=topk+int4: exit $rc, '$msg'"
+fi
+
+log="$("$repo/tests/netlab/netlab.py" --models=cnn --workers=2 --ps=1 --links=200mbit \
+  --settings=topk+int8 --steps=10 --data="$data" --out="$out" 2>&1)"; rc=$?
+echo "$log" | tail -n 6
+if [ "$rc" -ne 0 ]; then fail "netlab.py exited $rc"; finish; fi
+check="$(/usr/bin/python3 - "$out/results.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+cells = d["cells"]
+if len(cells) != 1 or not cells[0].get("ok"):
+    print("FAIL: the one cell did not train: %s" % cells)
+    sys.exit()
+c = cells[0]
+limit = d["link_limits_bytes_per_s"]["200mbit"] * 8 / 1e6
+print(("PASS" if 20 < limit < 215 else "FAIL") +
+      ": the shaped link moved %.0f Mbit/s in one TCP stream (200 asked: shaped, not faster)" % limit)
+print(("PASS" if c["steps_per_worker"] == 10 else "FAIL") +
+      ": each worker ran %s steps" % c["steps_per_worker"])
+# Pulls: int8 changes of every tensor of 1024 values or more, the rest fp32.
+r = c["received_ratio"]
+print(("PASS" if 1.0 <= r <= 1.1 else "FAIL") +
+      ": received %.0f bytes per step, %.3f x the int8 minimum (headers and "
+      "small fp32 tensors included)" % (c["received_bytes_per_step"], r))
+sent = c["sent_bytes_per_step"]
+print(("PASS" if c["minimum_sent_bytes"] <= sent < 0.1 * 4 * c["parameters"] else "FAIL") +
+      ": sent %.0f bytes per step: above top-k's minimum %.0f, below a tenth of fp32's %.0f"
+      % (sent, c["minimum_sent_bytes"], 4 * c["parameters"]))
+PY
+)"
+while IFS= read -r line; do
+  case "$line" in
+    "PASS: "*) pass "${line#PASS: }" ;;
+    "FAIL: "*) fail "${line#FAIL: }" ;;
+  esac
+done <<<"$check"
+if [ -s "$out/images_per_s_vs_link_cnn.png" ] && [ -s "$out/results.tsv" ]; then
+  pass "results.tsv and images_per_s_vs_link_cnn.png written"
+else
+  fail "missing results.tsv or the figure in $out: $(ls "$out")"
+fi
+finish
