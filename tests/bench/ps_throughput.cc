@@ -1,5 +1,6 @@
 // Benchmark (not a test): one parameter server's fused PushPull throughput
-// against the ceiling of a bare gRPC echo, in one process over loopback.
+// against a bare gRPC echo and the physical limit, a bare TCP ping-pong of
+// the same sizes, in one process over loopback.
 //
 //   bazel run //tests/bench:ps_throughput -- [--sizes=4K,1M,16M] [--seconds=2.5]
 //
@@ -26,7 +27,13 @@
 #include <string>
 #include <vector>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -269,6 +276,93 @@ class EchoTarget final : public Target {
   bench::EchoMessage req_;
 };
 
+// The limit: a bare TCP ping-pong over loopback. A server thread reads N
+// bytes from one persistent connection and writes them back (its own
+// buffer, one copy each way, as the echo); the client writes N bytes and
+// reads N. No framing, no serialization, no threads handing work over.
+class TcpTarget final : public Target {
+ public:
+  static absl::StatusOr<std::unique_ptr<TcpTarget>> Create(int64_t bytes) {
+    std::unique_ptr<TcpTarget> t(new TcpTarget(bytes));
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    if (listener < 0) return absl::InternalError("socket failed");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      close(listener);
+      return absl::InternalError("bind/listen on 127.0.0.1 failed");
+    }
+    t->client_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (t->client_ < 0 ||
+        connect(t->client_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(listener);
+      return absl::InternalError("connect to the TCP echo failed");
+    }
+    const int server = accept(listener, nullptr, nullptr);
+    close(listener);
+    if (server < 0) return absl::InternalError("accept failed");
+    for (int fd : {t->client_, server}) {
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    t->server_ = server;
+    t->thread_ = std::thread([fd = server, bytes] {
+      std::vector<char> buf(bytes);
+      while (ReadAll(fd, buf.data(), bytes) && WriteAll(fd, buf.data(), bytes)) {
+      }
+    });
+    t->up_.assign(bytes, '\x01');
+    t->down_.resize(bytes);
+    return t;
+  }
+
+  ~TcpTarget() override {
+    shutdown(client_, SHUT_RDWR);
+    close(client_);
+    thread_.join();
+    close(server_);
+  }
+
+  absl::Status Call() override {
+    if (!WriteAll(client_, up_.data(), bytes_) || !ReadAll(client_, down_.data(), bytes_)) {
+      return absl::InternalError("TCP ping-pong: the connection failed");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit TcpTarget(int64_t bytes) : bytes_(bytes) {}
+
+  static bool ReadAll(int fd, char* p, int64_t n) {
+    while (n > 0) {
+      const ssize_t r = read(fd, p, static_cast<size_t>(n));
+      if (r <= 0) return false;
+      p += r;
+      n -= r;
+    }
+    return true;
+  }
+  static bool WriteAll(int fd, const char* p, int64_t n) {
+    while (n > 0) {
+      const ssize_t w = write(fd, p, static_cast<size_t>(n));
+      if (w <= 0) return false;
+      p += w;
+      n -= w;
+    }
+    return true;
+  }
+
+  const int64_t bytes_;
+  int client_ = -1;
+  int server_ = -1;
+  std::thread thread_;
+  std::vector<char> up_, down_;
+};
+
 struct Timing {
   double median_s = 0;  // wall time per call
   double cpu_s = 0;     // process CPU time (all threads) per call, mean
@@ -326,9 +420,11 @@ absl::StatusOr<std::vector<Timing>> Measure(const std::vector<Target*>& targets,
 }
 
 int Run(const Flags& flags) {
-  std::printf("%-8s  %-29s  %-29s  %7s\n", "", "ps PushPull", "echo", "");
-  std::printf("%-8s  %7s %10s %10s  %7s %10s %10s  %7s\n", "size", "GB/s",
-              "median us", "cpu us", "GB/s", "median us", "cpu us", "ps/echo");
+  std::printf("%-8s  %-29s  %-29s  %-29s  %7s %7s\n", "", "ps PushPull", "gRPC echo",
+              "bare TCP ping-pong", "", "");
+  std::printf("%-8s  %7s %10s %10s  %7s %10s %10s  %7s %10s %10s  %7s %7s\n", "size", "GB/s",
+              "median us", "cpu us", "GB/s", "median us", "cpu us", "GB/s", "median us",
+              "cpu us", "ps/echo", "ps/tcp");
   std::fflush(stdout);
   for (int64_t bytes : flags.sizes) {
     auto fail = [&](const absl::Status& s) {
@@ -339,16 +435,21 @@ int Run(const Flags& flags) {
     if (!ps.ok()) return fail(ps.status());
     absl::StatusOr<std::unique_ptr<EchoTarget>> echo = EchoTarget::Create(bytes);
     if (!echo.ok()) return fail(echo.status());
+    absl::StatusOr<std::unique_ptr<TcpTarget>> tcp = TcpTarget::Create(bytes);
+    if (!tcp.ok()) return fail(tcp.status());
     absl::StatusOr<std::vector<Timing>> timings =
-        Measure({ps->get(), echo->get()}, flags.seconds);
+        Measure({ps->get(), echo->get(), tcp->get()}, flags.seconds);
     if (!timings.ok()) return fail(timings.status());
     const Timing& ps_t = (*timings)[0];
     const Timing& echo_t = (*timings)[1];
+    const Timing& tcp_t = (*timings)[2];
     const double ps_gbs = 2.0 * bytes / ps_t.median_s / 1e9;
     const double echo_gbs = 2.0 * bytes / echo_t.median_s / 1e9;
-    std::printf("%-8s  %7.3f %10.1f %10.1f  %7.3f %10.1f %10.1f  %7.2f\n",
+    const double tcp_gbs = 2.0 * bytes / tcp_t.median_s / 1e9;
+    std::printf("%-8s  %7.3f %10.1f %10.1f  %7.3f %10.1f %10.1f  %7.3f %10.1f %10.1f  %7.2f %7.2f\n",
                 SizeName(bytes).c_str(), ps_gbs, ps_t.median_s * 1e6, ps_t.cpu_s * 1e6,
-                echo_gbs, echo_t.median_s * 1e6, echo_t.cpu_s * 1e6, ps_gbs / echo_gbs);
+                echo_gbs, echo_t.median_s * 1e6, echo_t.cpu_s * 1e6, tcp_gbs,
+                tcp_t.median_s * 1e6, tcp_t.cpu_s * 1e6, ps_gbs / echo_gbs, ps_gbs / tcp_gbs);
     std::fflush(stdout);
   }
   std::printf(
