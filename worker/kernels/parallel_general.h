@@ -70,6 +70,40 @@ PSCLUSTER_HD inline void Covering(int in, int window, int stride, int pad,
   if (*last > out - 1) *last = out - 1;
 }
 
+// Element i of an NHWC tensor [batch, height, width, channels].
+struct Pixel {
+  int64_t n;
+  int y, x, c;
+};
+PSCLUSTER_HD inline Pixel Unflatten(int64_t i, int height, int width, int channels) {
+  Pixel p;
+  p.c = static_cast<int>(i % channels);
+  int64_t t = i / channels;
+  p.x = static_cast<int>(t % width);
+  t /= width;
+  p.y = static_cast<int>(t % height);
+  p.n = t / height;
+  return p;
+}
+
+// Calls f(p, oh, ow, k) for every output window holding input element i
+// (of any channel): p = (n * out_h + oh) * out_w + ow the output pixel,
+// k = kh * window_w + kw the input's cell in that window. In (oh, ow) order.
+template <typename F>
+PSCLUSTER_HD void ForWindowsHolding(const WindowGeometry& g, int64_t i, const F& f) {
+  const Pixel px = Unflatten(i, g.in_h, g.in_w, g.in_c);
+  int oh0, oh1, ow0, ow1;
+  Covering(px.y, g.window_h, g.stride_h, g.pad_top, g.out_h, &oh0, &oh1);
+  Covering(px.x, g.window_w, g.stride_w, g.pad_left, g.out_w, &ow0, &ow1);
+  for (int oh = oh0; oh <= oh1; ++oh) {
+    const int kh = px.y + g.pad_top - oh * g.stride_h;
+    for (int ow = ow0; ow <= ow1; ++ow) {
+      const int kw = px.x + g.pad_left - ow * g.stride_w;
+      f((px.n * g.out_h + oh) * g.out_w + ow, oh, ow, kh * g.window_w + kw);
+    }
+  }
+}
+
 // Im2ColGeneral as a gather: columns[p, (kh * window_w + kw) * in_c + ci] =
 // x[n, oh * stride_h - pad_top + kh, ow * stride_w - pad_left + kw, ci] for
 // output pixel p = (n, oh, ow), 0 in the padding. One call per element.
@@ -104,25 +138,12 @@ struct Col2ImGeneralFn {
   const float* dcolumns;
   float* dx;
   PSCLUSTER_HD void operator()(int64_t i) const {
-    const int ci = static_cast<int>(i % g.in_c);
-    int64_t t = i / g.in_c;
-    const int iw = static_cast<int>(t % g.in_w);
-    t /= g.in_w;
-    const int ih = static_cast<int>(t % g.in_h);
-    const int64_t n = t / g.in_h;
     const int64_t patch = int64_t{g.window_h} * g.window_w * g.in_c;
-    int oh0, oh1, ow0, ow1;
-    Covering(ih, g.window_h, g.stride_h, g.pad_top, g.out_h, &oh0, &oh1);
-    Covering(iw, g.window_w, g.stride_w, g.pad_left, g.out_w, &ow0, &ow1);
+    const int c = static_cast<int>(i % g.in_c);
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; ++oh) {
-      const int kh = ih + g.pad_top - oh * g.stride_h;
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        const int kw = iw + g.pad_left - ow * g.stride_w;
-        sum += dcolumns[((n * g.out_h + oh) * g.out_w + ow) * patch +
-                        (kh * g.window_w + kw) * g.in_c + ci];
-      }
-    }
+    ForWindowsHolding(g, i, [&](int64_t p, int, int, int k) {
+      sum += dcolumns[p * patch + int64_t{k} * g.in_c + c];
+    });
     dx[i] = sum;
   }
 };
@@ -137,12 +158,9 @@ struct MaxPoolGeneralForwardFn {
   float* y;
   int32_t* argmax;
   PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % g.in_c);
-    int64_t t = i / g.in_c;
-    const int ow = static_cast<int>(t % g.out_w);
-    t /= g.out_w;
-    const int oh = static_cast<int>(t % g.out_h);
-    const int64_t n = t / g.out_h;
+    const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
+    const int c = px.c, ow = px.x, oh = px.y;
+    const int64_t n = px.n;
     float best = 0.0f;
     int32_t at = -1;
     for (int kh = 0; kh < g.window_h; ++kh) {
@@ -172,23 +190,11 @@ struct MaxPoolGeneralBackwardFn {
   float* dx;
   PSCLUSTER_HD void operator()(int64_t i) const {
     const int c = static_cast<int>(i % g.in_c);
-    int64_t t = i / g.in_c;
-    const int iw = static_cast<int>(t % g.in_w);
-    t /= g.in_w;
-    const int ih = static_cast<int>(t % g.in_h);
-    const int64_t n = t / g.in_h;
-    int oh0, oh1, ow0, ow1;
-    Covering(ih, g.window_h, g.stride_h, g.pad_top, g.out_h, &oh0, &oh1);
-    Covering(iw, g.window_w, g.stride_w, g.pad_left, g.out_w, &ow0, &ow1);
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; ++oh) {
-      const int kh = ih + g.pad_top - oh * g.stride_h;
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        const int kw = iw + g.pad_left - ow * g.stride_w;
-        const int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * g.in_c + c;
-        if (argmax[o] == kh * g.window_w + kw) sum += dy[o];
-      }
-    }
+    ForWindowsHolding(g, i, [&](int64_t p, int, int, int k) {
+      const int64_t o = p * g.in_c + c;
+      if (argmax[o] == k) sum += dy[o];
+    });
     dx[i] = sum;
   }
 };
@@ -210,12 +216,9 @@ struct AvgPoolGeneralForwardFn {
   const float* x;
   float* y;
   PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % g.in_c);
-    int64_t t = i / g.in_c;
-    const int ow = static_cast<int>(t % g.out_w);
-    t /= g.out_w;
-    const int oh = static_cast<int>(t % g.out_h);
-    const int64_t n = t / g.out_h;
+    const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
+    const int c = px.c, ow = px.x, oh = px.y;
+    const int64_t n = px.n;
     float sum = 0.0f;
     for (int kh = 0; kh < g.window_h; ++kh) {
       const int ih = oh * g.stride_h - g.pad_top + kh;
@@ -239,22 +242,11 @@ struct AvgPoolGeneralBackwardFn {
   float* dx;
   PSCLUSTER_HD void operator()(int64_t i) const {
     const int c = static_cast<int>(i % g.in_c);
-    int64_t t = i / g.in_c;
-    const int iw = static_cast<int>(t % g.in_w);
-    t /= g.in_w;
-    const int ih = static_cast<int>(t % g.in_h);
-    const int64_t n = t / g.in_h;
-    int oh0, oh1, ow0, ow1;
-    Covering(ih, g.window_h, g.stride_h, g.pad_top, g.out_h, &oh0, &oh1);
-    Covering(iw, g.window_w, g.stride_w, g.pad_left, g.out_w, &ow0, &ow1);
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; ++oh) {
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        // A covering window holds this cell, so its count is positive.
-        sum += dy[((n * g.out_h + oh) * g.out_w + ow) * g.in_c + c] *
-               (1.0f / CellsInside(g, oh, ow));
-      }
-    }
+    // A window holding this cell counts at least it: no division by 0.
+    ForWindowsHolding(g, i, [&](int64_t p, int oh, int ow, int) {
+      sum += dy[p * g.in_c + c] * (1.0f / CellsInside(g, oh, ow));
+    });
     dx[i] = sum;
   }
 };
