@@ -233,13 +233,14 @@ DONE_RE = re.compile(
     r"done: (\d+) steps, (\d+) examples.*?compute_s=([\d.]+) comm_s=([\d.]+) wall_s=([\d.]+)")
 PARAMS_RE = re.compile(r"model \S+: (\d+) parameters")
 FINAL_RE = re.compile(r"final: test_accuracy=([\d.]+) test_loss=([\d.]+) .*wall_s=([\d.]+)")
-EVAL_RE = re.compile(r"^\[([\d-]+ [\d:.]+)\].*eval: step=(\d+) accuracy=([\d.]+)")
+STAMP_RE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) ")
+EVAL_RE = re.compile(r"eval: step=(\d+) accuracy=([\d.]+)")
 
 
-def spd_time(stamp):
-    """Seconds since the epoch of an spdlog time stamp (local time)."""
-    whole, _, frac = stamp.partition(".")
-    return time.mktime(time.strptime(whole, "%Y-%m-%d %H:%M:%S")) + float("0." + (frac or "0"))
+def stamp_seconds(line):
+    """Seconds since midnight of a daemon log line's time stamp, or None."""
+    m = STAMP_RE.match(line)
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else None
 
 
 def run_cell(net, cell, args, data, tmp):
@@ -269,7 +270,6 @@ def run_cell(net, cell, args, data, tmp):
         "chief": chief_args,
     }
     before = {h: net.counters(h) for h in hosts["worker"]}
-    start = time.time()
     for job in ("ps", "worker", "evaluator", "chief"):
         for index, h in enumerate(hosts.get(job, [])):
             tf_config = json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
@@ -349,11 +349,14 @@ def run_cell(net, cell, args, data, tmp):
     if final and evaluate:
         result["test_accuracy"] = float(final.group(1))
     if evaluate:
+        # Seconds since the chief's first line, on the daemons' own clock.
+        t0 = next((t for t in map(stamp_seconds, text["chief"].splitlines()) if t is not None),
+                  None)
         curve = []
         for line in text.get("ev", "").splitlines():
-            m = EVAL_RE.match(line)
-            if m:
-                curve.append((spd_time(m.group(1)) - start, float(m.group(3))))
+            m, t = EVAL_RE.search(line), stamp_seconds(line)
+            if m and t is not None and t0 is not None:
+                curve.append(((t - t0) % 86400, float(m.group(2))))
         result["accuracy_curve"] = curve
     return result
 
@@ -407,51 +410,44 @@ def write_outputs(out, results, limits):
         log("no gnuplot: no figures")
         return []
     pngs = []
+
+    def plot(png, stem, lines, settings):
+        """Draws `lines` [(title, [(x, y), ...])] into png with gnuplot;
+        `settings`: its title, axes and key lines."""
+        dat = []
+        for i, (title, pts) in enumerate(lines):
+            path = os.path.join(out, f"{stem}_{i}.dat")
+            with open(path, "w") as f:
+                f.writelines(f"{x} {y}\n" for x, y in pts)
+            dat.append((title, path))
+        plots = ", ".join(f"'{p}' using 1:2 with linespoints title '{t}'" for t, p in dat)
+        script = (f"set terminal pngcairo size 900,560 noenhanced\nset output '{png}'\n"
+                  f"{settings}set grid\nplot {plots}\n")
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+        pngs.append(png)
+
     # images/s against link rate, one line per (model, workers, ps, setting).
-    series = {}
+    by_model = {}
     for r in results:
         if r.get("ok"):
             key = f"{r['model']} {r['workers']}w {r['ps']}ps {r['setting']}"
-            series.setdefault(key, []).append((r["rate_bps"] / 1e9, r["images_per_s"]))
-    if series:
-        by_model = {}
-        for key, pts in series.items():
-            by_model.setdefault(key.split()[0], []).append((key, sorted(pts)))
-        for model, lines in by_model.items():
-            dat = []
-            for i, (key, pts) in enumerate(lines):
-                path = os.path.join(out, f"rate_{model}_{i}.dat")
-                with open(path, "w") as f:
-                    f.writelines(f"{x} {y}\n" for x, y in pts)
-                dat.append((key, path))
-            png = os.path.join(out, f"images_per_s_vs_link_{model}.png")
-            plots = ", ".join(f"'{p}' using 1:2 with linespoints title '{k}'" for k, p in dat)
-            script = (f"set terminal pngcairo size 900,560 noenhanced\nset output '{png}'\n"
-                      f"set title '{model}: images/s against link rate (tc tbf, no added delay)'\n"
-                      "set logscale x\nset xlabel 'link rate (Gbit/s)'\n"
-                      "set ylabel 'images/s (cluster)'\nset key left top\nset grid\n"
-                      f"plot {plots}\n")
-            subprocess.run(["gnuplot"], input=script, text=True, check=True)
-            pngs.append(png)
+            by_model.setdefault(r["model"], {}).setdefault(key, []).append(
+                (r["rate_bps"] / 1e9, r["images_per_s"]))
+    for model, series in by_model.items():
+        stem = os.path.splitext(os.path.basename(model))[0]
+        plot(os.path.join(out, f"images_per_s_vs_link_{stem}.png"), f"rate_{stem}",
+             [(key, sorted(pts)) for key, pts in series.items()],
+             f"set title '{stem}: images/s against link rate (tc tbf, no added delay)'\n"
+             "set logscale x\nset xlabel 'link rate (Gbit/s)'\n"
+             "set ylabel 'images/s (cluster)'\nset key left top\n")
     # Test accuracy against wall time, cells that trained epochs.
-    curves = [(r["name"], r["accuracy_curve"]) for r in results
-              if r.get("ok") and r.get("accuracy_curve")]
+    curves = [(r["name"], [(round(t, 2), a) for t, a in r["accuracy_curve"]])
+              for r in results if r.get("ok") and r.get("accuracy_curve")]
     if curves:
-        dat = []
-        for i, (name, pts) in enumerate(curves):
-            path = os.path.join(out, f"curve_{i}.dat")
-            with open(path, "w") as f:
-                f.writelines(f"{t:.2f} {a}\n" for t, a in pts)
-            dat.append((name, path))
-        png = os.path.join(out, "accuracy_vs_time.png")
-        plots = ", ".join(f"'{p}' using 1:2 with linespoints title '{n}'" for n, p in dat)
-        script = (f"set terminal pngcairo size 900,560 noenhanced\nset output '{png}'\n"
-                  "set title 'test accuracy against wall time'\n"
-                  "set xlabel 'seconds since the cell started'\nset ylabel 'test accuracy'\n"
-                  "set key right bottom\nset grid\n"
-                  f"plot {plots}\n")
-        subprocess.run(["gnuplot"], input=script, text=True, check=True)
-        pngs.append(png)
+        plot(os.path.join(out, "accuracy_vs_time.png"), "curve", curves,
+             "set title 'test accuracy against wall time'\n"
+             "set xlabel 'seconds since the cell started'\nset ylabel 'test accuracy'\n"
+             "set key right bottom\n")
     return pngs
 
 
