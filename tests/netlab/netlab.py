@@ -462,17 +462,17 @@ def main():
     p.add_argument("--models", default="cnn,mlp_large",
                    help="built-in model names or model files (the chief's --model)")
     p.add_argument("--workers", default="2")
-    p.add_argument("--ps", default="1,2")
+    p.add_argument("--ps", default="2")
     p.add_argument("--links", default="1gbit,10gbit",
                    help="link rates (tbf), e.g. 100mbit,1gbit,10gbit")
-    p.add_argument("--settings", default="fp32,topk+bf16",
+    p.add_argument("--settings", default="fp32,topk+int8",
                    help="communication settings PUSH[+PULL], the chief's --push_codec and "
                         f"--pull_codec: push {', '.join(CODEC_BYTES)}; pull "
                         f"{', '.join(PULL_CODECS)} (default: the push codec when bf16 or fp16, "
                         "else fp32)")
     p.add_argument("--topk_fraction", type=float, default=0.01)
     p.add_argument("--mode", default="sync", choices=["sync", "async"])
-    p.add_argument("--steps", type=int, default=20,
+    p.add_argument("--steps", type=int, default=12,
                    help="steps per cell when --epochs is 0: a training set of "
                         "steps x batch_size examples, one epoch")
     p.add_argument("--epochs", type=int, default=0,
