@@ -150,10 +150,16 @@ absl::Status Trainer::Run() {
   // whatever the outcome, its time and staleness when it succeeded. A
   // PushPull carries the push and brings the next weights: its time counts
   // as both.
+  // Bytes of the PushPull calls (every attempt), for the done line.
+  int64_t step_bytes_sent = 0, step_bytes_received = 0;
   auto record_call = [&](bool push, bool ok) {
+    const PsClient::CallStats& call = (*ps)->last_call();
+    if (push) {
+      step_bytes_sent += call.bytes_sent;
+      step_bytes_received += call.bytes_received;
+    }
     Metrics* m = options_.metrics;
     if (m == nullptr) return;
-    const PsClient::CallStats& call = (*ps)->last_call();
     m->push_bytes().Increment(static_cast<double>(call.bytes_sent));
     m->pull_bytes().Increment(static_cast<double>(call.bytes_received));
     if (!ok) return;
@@ -354,13 +360,15 @@ absl::Status Trainer::Run() {
                "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f} "
                "bound_wait_s={:.3f} bound_waits={} "
                "device={} split: pull_s={:.3f} h2d_s={:.3f} device_compute_s={:.3f} "
-               "d2h_s={:.3f} push_pull_s={:.3f}",
+               "d2h_s={:.3f} push_pull_s={:.3f} bytes_per_step: sent={:.0f} received={:.0f}",
                steps_done, examples_done, (*ps)->pushes_dropped(), (*ps)->pushes_disputed(),
                (*ps)->resends(),
                restores_seen, wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s,
                total_comm_s, wall_s, absl::ToDoubleSeconds(bound_wait), bound_waits,
                DeviceLabel((*backend)->name()), pull_s, split.h2d_s,
-               split.compute_s, split.d2h_s, total_comm_s);
+               split.compute_s, split.d2h_s, total_comm_s,
+               steps_done > 0 ? static_cast<double>(step_bytes_sent) / steps_done : 0.0,
+               steps_done > 0 ? static_cast<double>(step_bytes_received) / steps_done : 0.0);
   absl::StatusOr<bool> ack = report(true);
   if (!ack.ok()) return ack.status();
   return absl::OkStatus();
