@@ -134,6 +134,10 @@ absl::StatusOr<Codec> ParseCodec(absl::string_view name) {
       "'", name, "' is not a wire encoding: fp32, bf16, fp16, int8, topk or sign"));
 }
 
+bool HasErrorFeedback(Codec c) { return c == Codec::kTopK || c == Codec::kSign; }
+
+bool PullsChanges(Codec c) { return c == Codec::kInt8 || HasErrorFeedback(c); }
+
 Codec EffectiveCodec(const CodecOptions& o, int64_t n) {
   return n < o.min_elements ? Codec::kFloat32 : o.codec;
 }
@@ -347,17 +351,21 @@ absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& p
   return absl::OkStatus();
 }
 
+void EncodeSeen(const CodecOptions& o, const float* x, int64_t n, std::string* out, float* seen) {
+  const size_t start = out->size();
+  Encode(o, x, n, out);
+  absl::string_view sent(out->data() + start, out->size() - start);
+  // Decoding what was just encoded cannot fail.
+  if (!Decode(o, &sent, n, seen).ok()) std::fill(seen, seen + n, 0.0f);
+}
+
 void ErrorFeedback::Encode(const CodecOptions& o, const float* x, int64_t offset, int64_t n,
                            std::string* out) {
   scratch_.resize(n);
   float* r = residual_.data() + offset;
   for (int64_t i = 0; i < n; ++i) scratch_[i] = x[i] + r[i];
-  const size_t start = out->size();
-  pscluster::Encode(o, scratch_.data(), n, out);
-  absl::string_view sent(out->data() + start, out->size() - start);
-  // Decoding what was just encoded cannot fail; r is then exactly what the
-  // receiver lacks.
-  if (!pscluster::Decode(o, &sent, n, r).ok()) std::fill(r, r + n, 0.0f);
+  // r becomes exactly what the receiver lacks.
+  EncodeSeen(o, scratch_.data(), n, out, r);
   for (int64_t i = 0; i < n; ++i) r[i] = scratch_[i] - r[i];
 }
 

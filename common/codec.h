@@ -55,6 +55,12 @@ const char* CodecName(Codec c);
 // value and the choices otherwise.
 absl::StatusOr<Codec> ParseCodec(absl::string_view name);
 
+// Whether pushes of `c` carry error feedback (ErrorFeedback): topk, sign.
+bool HasErrorFeedback(Codec c);
+// Whether pulls of `c` send the change since the weights the worker holds
+// rather than the weights: int8, topk, sign (too coarse for the weights).
+bool PullsChanges(Codec c);
+
 // The codec a tensor of n values is actually sent with under `o`.
 Codec EffectiveCodec(const CodecOptions& o, int64_t n);
 
@@ -63,6 +69,9 @@ int64_t EncodedBytes(const CodecOptions& o, int64_t n);
 
 // Appends the encoding of x[0, n) to *out.
 void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out);
+
+// Encode, and writes to seen[0, n) what the receiver will Decode from it.
+void EncodeSeen(const CodecOptions& o, const float* x, int64_t n, std::string* out, float* seen);
 
 // Decodes exactly EncodedBytes(o, n) bytes at the front of `in` into
 // y[0, n), and drops them from `in`. InvalidArgument, y unspecified, when

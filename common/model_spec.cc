@@ -265,4 +265,24 @@ std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed) {
   return params;
 }
 
+absl::StatusOr<int64_t> VariableOffset(const ModelSpec& spec, const std::string& where,
+                                       const std::string& name,
+                                       const std::vector<int64_t>& shape) {
+  for (const VariableSpec& v : spec.variables) {
+    if (v.name != name) continue;
+    if (v.shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": variable ", name, " has shape [", absl::StrJoin(v.shape, ","),
+          "], the layers need [", absl::StrJoin(shape, ","), "]"));
+    }
+    if (v.offset < 0 || v.offset + v.size > spec.num_parameters) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": variable ", name, " at offset ", v.offset, " size ", v.size,
+                       " lies outside the ", spec.num_parameters, " parameters"));
+    }
+    return v.offset;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(where, ": variable ", name, " is missing"));
+}
+
 }  // namespace pscluster

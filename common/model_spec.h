@@ -162,6 +162,13 @@ absl::StatusOr<ModelSpec> ModelByName(const std::string& name);
 // written in the model file is ignored: the run's seed decides.
 std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed);
 
+// Where variable `name` starts in the flat parameter vector, checked to
+// have `shape` and to lie inside the parameters: what a backend's plan of
+// the layers looks up. InvalidArgument beginning with `where` otherwise.
+absl::StatusOr<int64_t> VariableOffset(const ModelSpec& spec, const std::string& where,
+                                       const std::string& name,
+                                       const std::vector<int64_t>& shape);
+
 }  // namespace pscluster
 
 #endif  // PSCLUSTER_COMMON_MODEL_SPEC_H_

@@ -39,9 +39,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     p.push_req.set_layout_fingerprint(placement->fingerprint);
     c->ps_.push_back(std::move(p));
   }
-  const Codec pull = options.pull_codec.codec;
-  c->change_pulls_ = options.worker_index >= 0 &&
-                     (pull == Codec::kInt8 || pull == Codec::kTopK || pull == Codec::kSign);
+  c->change_pulls_ = options.worker_index >= 0 && PullsChanges(options.pull_codec.codec);
   if (c->change_pulls_) {
     for (PerPs& p : c->ps_) {
       p.pull_req.set_worker_index(options.worker_index);
@@ -54,7 +52,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   int64_t largest = 0;
   for (int64_t n : placement->floats_of_ps) largest = std::max(largest, n);
   c->wire_.resize(largest);
-  if (options.push_codec.codec == Codec::kTopK || options.push_codec.codec == Codec::kSign) {
+  if (HasErrorFeedback(options.push_codec.codec)) {
     int64_t total = 0;
     for (const Shard& sh : placement->shards) total = std::max(total, sh.offset + sh.size);
     c->feedback_ = std::make_unique<ErrorFeedback>(total);
@@ -265,62 +263,40 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong());
     last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
     const PullResponse& pull = ps_[i].push_resp.pull();
-    if (change_pulls_ && pull.delta()) {
-      // The change since pull_base_[i]: added shard by shard, except the
-      // shards sent as fp32 values (small ones, moving statistics).
-      absl::string_view in(pull.values());
-      const CodecOptions exact;
-      for (int k : placement_->shards_of_ps[i]) {
-        const Shard& sh = placement_->shards[k];
-        float* w = params + sh.offset;
-        if (sh.moving_statistic ||
-            EffectiveCodec(options_.pull_codec, sh.size) == Codec::kFloat32) {
-          absl::Status d = Decode(exact, &in, sh.size, w);
-          if (!d.ok()) return absl::InternalError(absl::StrCat("ps ", i, ": ", d.message()));
-          continue;
-        }
-        change_.resize(sh.size);
-        absl::Status d = Decode(options_.pull_codec, &in, sh.size, change_.data());
-        if (!d.ok()) {
-          return absl::InternalError(absl::StrCat("ps ", i, " sent a change of ", sh.variable,
-                                                  ": ", d.message()));
-        }
-        for (int64_t j = 0; j < sh.size; ++j) w[j] += change_[j];
-      }
-      if (!in.empty()) {
-        return absl::InternalError(
-            absl::StrCat("ps ", i, " sent ", in.size(), " bytes of change too many"));
-      }
-    } else if (change_pulls_) {
-      // No common base (the ps restarted, ...): the weights, in fp32.
+    if (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta())) {
+      // The weights in fp32 (change pulls without a common base too: the
+      // ps restarted, ...).
       if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
         return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
                                                 " bytes of weights"));
       }
       ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
                     params);
-    } else if (options_.pull_codec.codec != Codec::kFloat32) {
+    } else {
+      // Shard by shard, in the ps's order. A change (pull.delta()) is added
+      // to the weights held, but for the shards sent as fp32 values (small
+      // ones, moving statistics).
       absl::string_view in(pull.values());
       const CodecOptions exact;
       for (int k : placement_->shards_of_ps[i]) {
         const Shard& sh = placement_->shards[k];
-        absl::Status d = Decode(sh.moving_statistic ? exact : options_.pull_codec, &in, sh.size,
-                                params + sh.offset);
+        const CodecOptions& o = sh.moving_statistic ? exact : options_.pull_codec;
+        const bool add = pull.delta() && EffectiveCodec(o, sh.size) != Codec::kFloat32;
+        float* w = params + sh.offset;
+        if (add) change_.resize(sh.size);
+        absl::Status d = Decode(o, &in, sh.size, add ? change_.data() : w);
         if (!d.ok()) {
-          return absl::InternalError(absl::StrCat("ps ", i, " sent weights ", sh.variable, ": ",
+          return absl::InternalError(absl::StrCat("ps ", i, " sent ", sh.variable, ": ",
                                                   d.message()));
+        }
+        if (add) {
+          for (int64_t j = 0; j < sh.size; ++j) w[j] += change_[j];
         }
       }
       if (!in.empty()) {
         return absl::InternalError(
             absl::StrCat("ps ", i, " sent ", in.size(), " bytes of weights too many"));
       }
-    } else if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
-      return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
-                                              " bytes of weights"));
-    } else {
-      ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
-                    params);
     }
     versions_[i] = pull.version();
     generations_[i] = pull.generation();

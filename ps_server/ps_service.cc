@@ -164,12 +164,6 @@ std::vector<WirePiece> PsService::Pieces() {
   return pieces;
 }
 
-// Codecs that pulls send as the change since the worker's weights: their
-// loss on the weights themselves would be too coarse.
-bool IsChangeCodec(Codec c) {
-  return c == Codec::kInt8 || c == Codec::kTopK || c == Codec::kSign;
-}
-
 PsService::ChangeState* PsService::Changes(int worker) {
   absl::MutexLock lock(&changes_mu_);
   std::unique_ptr<ChangeState>& st = changes_[worker];
@@ -218,11 +212,8 @@ void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
     } else {
       d.resize(p.size);
       for (int64_t i = 0; i < p.size; ++i) d[i] = w[i] - shadow[i];
-      const size_t start = out.size();
-      Encode(codec, d.data(), p.size, &out);
       sent.resize(p.size);
-      absl::string_view bytes(out.data() + start, out.size() - start);
-      if (!Decode(codec, &bytes, p.size, sent.data()).ok()) std::fill(sent.begin(), sent.end(), 0.0f);
+      EncodeSeen(codec, d.data(), p.size, &out, sent.data());
       for (int64_t i = 0; i < p.size; ++i) shadow[i] += sent[i];
     }
     w += p.size;
@@ -255,7 +246,7 @@ grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
   CodecOptions o;
   o.codec = *codec;
   o.min_elements = enc.min_elements;
-  if (enc.worker >= 0 && (enc.reset || IsChangeCodec(*codec))) {
+  if (enc.worker >= 0 && (enc.reset || PullsChanges(*codec))) {
     EncodeChange(enc, o, resp);
   } else if (*codec != Codec::kFloat32) {
     std::string encoded;

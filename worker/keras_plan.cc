@@ -1,11 +1,9 @@
 #include "worker/keras_plan.h"
 
-#include <map>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace pscluster {
 namespace {
@@ -29,25 +27,11 @@ absl::StatusOr<std::vector<KerasOp>> PlanKerasOps(const ModelSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": num_classes ", spec.num_classes, " is not in [1, 256]"));
   }
-  std::map<std::string, const VariableSpec*> vars;
-  for (const VariableSpec& v : spec.variables) vars[v.name] = &v;
   auto find = [&](const std::string& name, std::vector<int64_t> shape,
                   int64_t* offset) -> absl::Status {
-    auto it = vars.find(name);
-    if (it == vars.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": variable ", name, " is missing"));
-    }
-    if (it->second->shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": variable ", name, " has shape [", absl::StrJoin(it->second->shape, ","),
-          "], the layers need [", absl::StrJoin(shape, ","), "]"));
-    }
-    if (it->second->offset < 0 || it->second->offset + it->second->size > spec.num_parameters) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": variable ", name, " lies outside the parameters"));
-    }
-    *offset = it->second->offset;
-    return absl::OkStatus();
+    absl::StatusOr<int64_t> at = VariableOffset(spec, where, name, shape);
+    if (at.ok()) *offset = *at;
+    return at.status();
   };
   auto fn = [](Activation a, bool* has, kernels::ActivationFn* f) {
     *has = a == Activation::kRelu || a == Activation::kSigmoid || a == Activation::kTanh;

@@ -1,10 +1,8 @@
 #include "worker/layer_plan.h"
 
-#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace pscluster {
 
@@ -21,30 +19,11 @@ absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec) {
         absl::StrCat(where, ": num_classes ", spec.num_classes,
                      " is not in [1, 256] (labels are bytes)"));
   }
-  std::map<std::string, const VariableSpec*> vars;
-  for (const VariableSpec& v : spec.variables) vars[v.name] = &v;
-  // Finds `name` with `shape` inside the flat vector, or says why not.
   auto find = [&](const std::string& name, std::vector<int64_t> shape,
                   int64_t* offset) -> absl::Status {
-    auto it = vars.find(name);
-    if (it == vars.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": variable ", name, " is missing"));
-    }
-    const VariableSpec& v = *it->second;
-    if (v.shape != shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": variable ", name, " has shape [",
-                       absl::StrJoin(v.shape, ","), "], the layers need [",
-                       absl::StrJoin(shape, ","), "]"));
-    }
-    if (v.offset < 0 || v.offset + v.size > spec.num_parameters) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": variable ", name, " at offset ", v.offset, " size ", v.size,
-          " lies outside the ", spec.num_parameters, " parameters"));
-    }
-    *offset = v.offset;
-    return absl::OkStatus();
+    absl::StatusOr<int64_t> at = VariableOffset(spec, where, name, shape);
+    if (at.ok()) *offset = *at;
+    return at.status();
   };
 
   std::vector<PlannedLayer> ops;

@@ -104,6 +104,23 @@ PSCLUSTER_HD void ForWindowsHolding(const WindowGeometry& g, int64_t i, const F&
   }
 }
 
+// Calls f(v, k) for every cell of output element i's window (of its
+// channel) that lies inside the input: v its value in x, k = kh * window_w
+// + kw its place in the window. In row-major window order.
+template <typename F>
+PSCLUSTER_HD void ForCellsInside(const WindowGeometry& g, const float* x, int64_t i, const F& f) {
+  const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
+  for (int kh = 0; kh < g.window_h; ++kh) {
+    const int ih = px.y * g.stride_h - g.pad_top + kh;
+    if (ih < 0 || ih >= g.in_h) continue;
+    for (int kw = 0; kw < g.window_w; ++kw) {
+      const int iw = px.x * g.stride_w - g.pad_left + kw;
+      if (iw < 0 || iw >= g.in_w) continue;
+      f(x[((px.n * g.in_h + ih) * g.in_w + iw) * g.in_c + px.c], kh * g.window_w + kw);
+    }
+  }
+}
+
 // Im2ColGeneral as a gather: columns[p, (kh * window_w + kw) * in_c + ci] =
 // x[n, oh * stride_h - pad_top + kh, ow * stride_w - pad_left + kw, ci] for
 // output pixel p = (n, oh, ow), 0 in the padding. One call per element.
@@ -158,24 +175,14 @@ struct MaxPoolGeneralForwardFn {
   float* y;
   int32_t* argmax;
   PSCLUSTER_HD void operator()(int64_t i) const {
-    const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
-    const int c = px.c, ow = px.x, oh = px.y;
-    const int64_t n = px.n;
     float best = 0.0f;
     int32_t at = -1;
-    for (int kh = 0; kh < g.window_h; ++kh) {
-      const int ih = oh * g.stride_h - g.pad_top + kh;
-      if (ih < 0 || ih >= g.in_h) continue;
-      for (int kw = 0; kw < g.window_w; ++kw) {
-        const int iw = ow * g.stride_w - g.pad_left + kw;
-        if (iw < 0 || iw >= g.in_w) continue;
-        const float v = x[((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c];
-        if (at < 0 || v > best) {
-          best = v;
-          at = kh * g.window_w + kw;
-        }
+    ForCellsInside(g, x, i, [&](float v, int k) {
+      if (at < 0 || v > best) {
+        best = v;
+        at = k;
       }
-    }
+    });
     y[i] = best;
     argmax[i] = at;
   }
@@ -216,20 +223,10 @@ struct AvgPoolGeneralForwardFn {
   const float* x;
   float* y;
   PSCLUSTER_HD void operator()(int64_t i) const {
-    const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
-    const int c = px.c, ow = px.x, oh = px.y;
-    const int64_t n = px.n;
     float sum = 0.0f;
-    for (int kh = 0; kh < g.window_h; ++kh) {
-      const int ih = oh * g.stride_h - g.pad_top + kh;
-      if (ih < 0 || ih >= g.in_h) continue;
-      for (int kw = 0; kw < g.window_w; ++kw) {
-        const int iw = ow * g.stride_w - g.pad_left + kw;
-        if (iw < 0 || iw >= g.in_w) continue;
-        sum += x[((n * g.in_h + ih) * g.in_w + iw) * g.in_c + c];
-      }
-    }
-    const int count = CellsInside(g, oh, ow);
+    ForCellsInside(g, x, i, [&](float v, int) { sum += v; });
+    const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
+    const int count = CellsInside(g, px.y, px.x);
     y[i] = count > 0 ? sum * (1.0f / count) : 0.0f;
   }
 };
