@@ -170,6 +170,9 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
                  plan_.pull_codec().empty() ? "fp32" : plan_.pull_codec(),
                  plan_.codec_min_elements());
   }
+  if (plan_.transport() == "tcp") {
+    spdlog::info("transport: push-pulls over each ps's tcp data plane");
+  }
   dispatcher_->ResetContact(absl::Now());
   membership_->Apply(/*force=*/true);
   coordinator_->SetPlan(plan_);

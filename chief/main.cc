@@ -13,6 +13,7 @@
 #include "chief/chief.h"
 #include "common/daemon.h"
 #include "common/codec.h"
+#include "common/data_plane.h"
 #include "common/keras_model.h"
 #include "common/exit_codes.h"
 #include "common/dataset.h"
@@ -59,6 +60,9 @@ ABSL_FLAG(std::string, pull_codec, "fp32",
 ABSL_FLAG(double, topk_fraction, 0.01, "--push_codec=topk: the fraction of each tensor sent");
 ABSL_FLAG(int64_t, codec_min_elements, 1024,
           "Tensors (shards) of fewer values go as fp32 whatever the codecs");
+ABSL_FLAG(std::string, transport, "grpc",
+          "How the workers' push-pulls travel: grpc, or tcp (each ps's own data plane: one "
+          "frame each way, no copies beyond the kernel's; TLS and the token as for gRPC)");
 ABSL_FLAG(int, num_ps, 0, "If set, must equal the number of ps tasks in TF_CONFIG");
 ABSL_FLAG(int, num_workers, 0, "If set, must equal the number of workers in TF_CONFIG");
 ABSL_FLAG(int, wait_for_cluster_s, 120, "How long to wait for every task to answer");
@@ -156,6 +160,11 @@ int main(int argc, char** argv) {
   plan.set_pull_codec(pull_codec);
   plan.set_topk_fraction(topk);
   plan.set_codec_min_elements(codec_min);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (absl::StatusOr<Transport> t = ParseTransport(transport); !t.ok()) {
+    Bad("transport", transport, std::string(t.status().message()));
+  }
+  plan.set_transport(transport);
 
   const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
   if (optimizer != "adam" && optimizer != "sgd" && optimizer != "momentum") {

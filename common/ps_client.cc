@@ -37,6 +37,23 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     p.pull_req.set_layout_fingerprint(placement->fingerprint);
     p.pull_req.set_worker_index(-1);
     p.push_req.set_layout_fingerprint(placement->fingerprint);
+    if (options.transport == Transport::kTcp) {
+      // Asks the ps for its data port before every dial.
+      ParameterServer::Stub* stub = p.stub.get();
+      auto port_of = [stub, address = *address](absl::Time deadline) -> absl::StatusOr<int> {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(deadline));
+        PsStatsResponse stats;
+        grpc::Status s = stub->GetStats(&ctx, PsStatsRequest(), &stats);
+        if (!s.ok()) return FromGrpcStatus(s, "ask ps " + address + " for its data port");
+        if (stats.data_port() <= 0) {
+          return absl::FailedPreconditionError("ps " + address + " serves no tcp data plane");
+        }
+        return stats.data_port();
+      };
+      p.data = std::make_unique<DataChannel>(
+          *address, port_of, options.rpc.security ? options.rpc.security : ProcessSecurity());
+    }
     c->ps_.push_back(std::move(p));
   }
   c->change_pulls_ = options.worker_index >= 0 && PullsChanges(options.pull_codec.codec);
@@ -130,6 +147,7 @@ absl::Status PsClient::CallAllRetrying(
       if (options_.stop != nullptr && *options_.stop) {
         for (int i = 0; i < n; ++i) {
           if (ctx[i]) ctx[i]->TryCancel();
+          if (ctx[i] && ps_[i].data) ps_[i].data->Cancel();
         }
         all_answered.WaitForNotification();  // the cancelled calls still answer
         break;
@@ -252,15 +270,28 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     }
     req.set_pull_base(change_pulls_ ? pull_base_[i] : 0);
   }
+  // The tcp data plane's frames carry a header beside each message.
+  const int64_t framing = ps_[0].data ? static_cast<int64_t>(sizeof(FrameHeader)) : 0;
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-    last_call_.bytes_sent += static_cast<int64_t>(ps_[i].push_req.ByteSizeLong());
-    ps_[i].stub->async()->PushPull(ctx, &ps_[i].push_req, &ps_[i].push_resp, std::move(done));
+    PerPs& p = ps_[i];
+    last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + framing;
+    if (p.data) {
+      p.data->Start(
+          DataKind::kPushPull, &p.push_req, p.push_req.mutable_gradients(), &p.push_resp,
+          [](google::protobuf::Message* m) {
+            return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
+          },
+          absl::FromChrono(ctx->deadline()), std::move(done));
+      return;
+    }
+    p.stub->async()->PushPull(ctx, &p.push_req, &p.push_resp, std::move(done));
   };
   auto finish = [&](int i) -> absl::Status {
     ++answers[i];
     if (answers[i] == 1 && lose_reply) return CallAgain("injected fault: reply lost");
     if (answers[i] == 1 && duplicate) return CallAgain("injected fault: push duplicated");
-    last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong());
+    last_call_.bytes_received +=
+        static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong()) + framing;
     last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
     const PullResponse& pull = ps_[i].push_resp.pull();
     if (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta())) {

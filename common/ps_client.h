@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/codec.h"
+#include "common/data_plane.h"
 #include "common/placement.h"
 #include "common/retry.h"
 #include "common/rpc.h"
@@ -64,6 +65,10 @@ struct PsClientOptions {
   CodecOptions pull_codec;
   // The worker's index, for change pulls; -1 for readers that do not push.
   int worker_index = -1;
+  // kTcp: PushPullAll's calls go over the ps's tcp data plane
+  // (common/data_plane.h), with the same retries and answers; every other
+  // call stays on gRPC.
+  Transport transport = Transport::kGrpc;
 };
 
 class PsClient {
@@ -129,6 +134,7 @@ class PsClient {
     PullResponse pull_resp;
     PushRequest push_req;
     PushPullResponse push_resp;
+    std::unique_ptr<DataChannel> data;  // transport kTcp
   };
 
   // Runs `issue(i, ctx, done)` for every ps at once and `finish(i)` for

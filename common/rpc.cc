@@ -1,6 +1,8 @@
 #include "common/rpc.h"
 
 #include <mutex>
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -34,15 +36,29 @@ class ConnectionKeeper {
   void Add(const std::shared_ptr<grpc::Channel>& channel) {
     absl::MutexLock lock(&mu_);
     channels_.push_back(channel);
-    std::call_once(started_, [this] { std::thread([this] { Run(); }).detach(); });
+    std::call_once(started_, [this] {
+      thread_ = std::thread([this] { Run(); });
+      // At exit the thread must be gone before static destructors run: it
+      // drops channels (the last reference to one may be its) and polls,
+      // and gRPC's own state is torn down among those destructors (a
+      // chief exiting with its peers gone died of a double free, 1 run in
+      // about 25). atexit handlers run before the destructors of statics
+      // made earlier, gRPC's among them.
+      std::atexit([] { Get().Stop(); });
+    });
   }
 
  private:
   ConnectionKeeper() = default;
 
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
   void Run() {
     constexpr auto kWatch = std::chrono::milliseconds(100);
-    while (true) {
+    while (!stop_) {
       // Holds the channels for one round only; dropped ones are forgotten.
       std::vector<std::shared_ptr<grpc::Channel>> connecting;
       {
@@ -78,6 +94,8 @@ class ConnectionKeeper {
 
   grpc::CompletionQueue cq_;  // only the keeper's thread uses it
   std::once_flag started_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
   absl::Mutex mu_;
   std::vector<std::weak_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
 };

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/task_server.h"
+#include "ps_server/data_plane_server.h"
 #include "ps_server/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "ps_server/step_broadcaster.h"
@@ -19,6 +20,12 @@
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(int, max_message_mb, 512, "Largest gRPC message accepted, in MiB");
+ABSL_FLAG(int, data_port, 0,
+          "Port of the tcp data plane (PushPull's tensor bytes, when the chief runs with "
+          "--transport=tcp); 0: any free port (clients ask for it over gRPC)");
+ABSL_FLAG(int, update_threads, 0,
+          "Cores a large shard's update (its gradient check, sync's sum, the optimizer) may "
+          "use at once; 0: every core. Results do not depend on it");
 ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 
 int main(int argc, char** argv) {
@@ -35,6 +42,15 @@ int main(int argc, char** argv) {
   if (max_mb < 1 || max_mb > 2047) {
     ExitWithUsageError("--max_message_mb must be in [1, 2047], got " + std::to_string(max_mb));
   }
+  const int data_port = absl::GetFlag(FLAGS_data_port);
+  if (data_port < 0 || data_port > 65535) {
+    ExitWithUsageError("--data_port must be in [0, 65535], got " + std::to_string(data_port));
+  }
+  const int update_threads = absl::GetFlag(FLAGS_update_threads);
+  if (update_threads < 0 || update_threads > 1024) {
+    ExitWithUsageError("--update_threads must be in [0, 1024], got " +
+                       std::to_string(update_threads));
+  }
   InitLogging(TaskName(config.task));
   std::unique_ptr<Metrics> metrics =
       StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
@@ -45,7 +61,7 @@ int main(int argc, char** argv) {
   const bool decides = ps_indices.empty() || config.task.index == ps_indices.front();
   PsServiceOptions options;
   options.step_role = decides ? StepRole::kDecide : StepRole::kFollow;
-  ParameterStore store;
+  ParameterStore store(update_threads > 0 ? update_threads : HardwareThreads());
   PsService service(&store, metrics.get(), options);
   RpcOptions rpc;
   rpc.max_message_bytes = max_mb << 20;
@@ -65,8 +81,17 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
+  absl::StatusOr<std::unique_ptr<DataPlaneServer>> data_plane =
+      DataPlaneServer::Start(data_port, &service, nullptr, uint64_t{rpc.max_message_bytes});
+  if (!data_plane.ok()) {
+    spdlog::error("{}", std::string(data_plane.status().message()));
+    (*server)->Stop();
+    return 1;
+  }
+  service.set_data_port((*data_plane)->port());
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
-  spdlog::info("serving on {}", config.own_address());
+  spdlog::info("serving on {} (tcp data plane on port {})", config.own_address(),
+               (*data_plane)->port());
   // Ready once the chief has initialised or restored the store.
   std::thread readiness([&] {
     if (store.AwaitInitialized()) (*server)->SetReady(true);
@@ -79,6 +104,7 @@ int main(int argc, char** argv) {
                service.pushes_rejected(), st.pushes_duplicate, st.steps_torn,
                st.applied_digest);
   store.Cancel();
+  data_plane->reset();
   broadcaster.reset();
   readiness.join();
   const bool run_failed = (*server)->run_failed();

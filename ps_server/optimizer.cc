@@ -49,7 +49,8 @@ class SgdOptimizer final : public Optimizer {
       : Optimizer(options, num_params, {}) {}
 
   void Apply(const float* grad, float* params) override {
-    SgdKernel(num_params(), grad, params, current_learning_rate());
+    const float lr = current_learning_rate();
+    ForRanges([&](int64_t b, int64_t e) { SgdKernel(e - b, grad + b, params + b, lr); });
     increment_iterations();
   }
 };
@@ -60,8 +61,12 @@ class MomentumOptimizer final : public Optimizer {
       : Optimizer(options, num_params, {"momentum"}) {}
 
   void Apply(const float* grad, float* params) override {
-    MomentumKernel(num_params(), grad, params, mutable_slot(0),
-                   current_learning_rate(), options().momentum);
+    const float lr = current_learning_rate();
+    const float momentum = options().momentum;
+    float* velocity = mutable_slot(0);
+    ForRanges([&](int64_t b, int64_t e) {
+      MomentumKernel(e - b, grad + b, params + b, velocity + b, lr, momentum);
+    });
     increment_iterations();
   }
 };
@@ -79,8 +84,12 @@ class AdamOptimizer final : public Optimizer {
     const double beta2_power = std::pow(static_cast<double>(o.beta2), t);
     const float lr_t = static_cast<float>(
         current_learning_rate() * std::sqrt(1.0 - beta2_power) / (1.0 - beta1_power));
-    AdamKernel(num_params(), grad, params, mutable_slot(0), mutable_slot(1),
-               1.0f - o.beta1, 1.0f - o.beta2, lr_t, o.epsilon);
+    float* m = mutable_slot(0);
+    float* v = mutable_slot(1);
+    ForRanges([&](int64_t b, int64_t e) {
+      AdamKernel(e - b, grad + b, params + b, m + b, v + b, 1.0f - o.beta1, 1.0f - o.beta2,
+                 lr_t, o.epsilon);
+    });
     increment_iterations();
   }
 };

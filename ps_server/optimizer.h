@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/parallel_for.h"
 
 namespace pscluster {
 
@@ -86,14 +88,25 @@ class Optimizer {
   // optimizer's slots, each of num_params floats, and iterations >= 0.
   absl::Status RestoreState(const OptimizerState& state);
 
+  // Apply's loop runs on up to `threads` cores for large models
+  // (common/parallel_for.h); the result is the same whatever the number.
+  void set_threads(int threads) { threads_ = threads; }
+
  protected:
   Optimizer(const OptimizerOptions& options, int64_t num_params,
             std::vector<std::string> slot_names);
 
   float* mutable_slot(size_t i) { return slots_[i].data(); }
   void increment_iterations() { ++iterations_; }
+  // Runs the kernel `fn(begin, end)` over [0, num_params()) on threads().
+  template <typename Fn>
+  void ForRanges(Fn&& fn) {
+    ParallelFor(num_params_, kMinRange, threads_, std::forward<Fn>(fn));
+  }
 
  private:
+  static constexpr int64_t kMinRange = 256 << 10;
+  int threads_ = 1;
   const OptimizerOptions options_;
   const int64_t num_params_;
   const std::vector<std::string> slot_names_;

@@ -1,9 +1,11 @@
 #include "ps_server/parameter_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallel_for.h"
 
 namespace pscluster {
 namespace {
@@ -104,6 +106,7 @@ void ParameterStore::Update(const float* grad) {
 absl::Status ParameterStore::Configure(const StoreConfig& config,
                                        std::unique_ptr<Optimizer> optimizer) {
   optimizer_ = std::move(optimizer);
+  optimizer_->set_threads(threads_);
   config_ = config;
   seen_.assign(config.num_workers, {});
   pending_.assign(config.num_workers, {});
@@ -297,7 +300,14 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
         absl::StrCat("gradient version ", args.version,
                      " is from the future: this ps is at version ", version_));
   }
-  const bool finite = AllFinite(args.gradients, args.num_floats);
+  // Checked on every core: a range's verdict each, joined after.
+  std::vector<char> range_finite(threads_, 1);
+  std::atomic<int> next_range{0};
+  ParallelFor(args.num_floats, kMinRange, threads_, [&](int64_t b, int64_t e) {
+    range_finite[next_range++] = AllFinite(args.gradients + b, e - b);
+  });
+  const bool finite =
+      std::all_of(range_finite.begin(), range_finite.end(), [](char f) { return f != 0; });
   if (!finite && !config_.skip_nonfinite) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient from worker ", args.worker,
@@ -425,7 +435,9 @@ bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
       const float weight = static_cast<float>(pending_examples_[w]) / total;
       const float* g = pending_[w].data();
       float* s = sum_.data();
-      for (int64_t i = 0; i < n; ++i) s[i] += weight * g[i];
+      ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) s[i] += weight * g[i];
+      });
     }
     Update(sum_.data());
   }

@@ -37,6 +37,7 @@
 #ifndef PSCLUSTER_PS_SERVER_PARAMETER_STORE_H_
 #define PSCLUSTER_PS_SERVER_PARAMETER_STORE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -49,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/parallel_for.h"
 #include "ps_server/optimizer.h"
 
 namespace pscluster {
@@ -157,7 +159,11 @@ struct StoreSnapshot {
 
 class ParameterStore {
  public:
-  ParameterStore() = default;
+  // `update_threads`: the cores a step's passes over the values (the
+  // finiteness check, sync's weighted sum, the optimizer) may use when the
+  // shard is large (common/parallel_for.h); results do not depend on it.
+  explicit ParameterStore(int update_threads = HardwareThreads())
+      : threads_(std::max(1, update_threads)) {}
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -264,6 +270,9 @@ class ParameterStore {
   static constexpr int kMaxWorkers = 1 << 16;
   static constexpr int64_t kMaxVersion = int64_t{1} << 60;
 
+  // Below 2 x this many values a pass runs on one thread.
+  static constexpr int64_t kMinRange = 256 << 10;
+  const int threads_;
   mutable absl::Mutex mu_;
   absl::CondVar version_advanced_;  // signalled on Init, apply, Cancel
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;

@@ -193,6 +193,50 @@ TEST(StoreNonFiniteTest, LongGradientsAreScannedEverywhere) {
   }
 }
 
+// A shard large enough for its passes to run on several threads: a bad
+// value in any thread's range is found, and sync steps with adam end bit
+// for bit where one thread ends them.
+TEST(StoreThreadsTest, LargeShardsSplitOverThreadsGiveTheSameBits) {
+  const int n = (256 << 10) * 3 + 17;  // three ranges and a tail
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 3, 4}) {
+    ParameterStore store(threads);
+    StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
+    c.num_floats = n;
+    c.optimizer.name = "adam";
+    c.optimizer.learning_rate = 0.01f;
+    std::vector<float> init(n);
+    for (int i = 0; i < n; ++i) init[i] = std::sin(0.001f * i);
+    bool already;
+    ASSERT_TRUE(store.Init(c, init.data(), &already).ok());
+    for (int pos : {0, n / 3 + 5, n - 1}) {
+      std::vector<float> bad(n, 0.5f);
+      bad[pos] = std::nanf("");
+      PushArgs a;
+      a.layout_fingerprint = kLayout;
+      a.num_examples = 1;
+      a.gradients = bad.data();
+      a.num_floats = n;
+      EXPECT_EQ(store.Push(a).status().code(), absl::StatusCode::kInvalidArgument)
+          << "NaN at " << pos << " with " << threads << " threads";
+    }
+    for (int64_t step = 0; step < 3; ++step) {
+      for (int w = 0; w < 2; ++w) {
+        std::vector<float> g(n);
+        for (int i = 0; i < n; ++i) g[i] = std::cos(0.01f * i + w + step);
+        ASSERT_TRUE(PushGrad(store, w, step, g, 1 + w).ok());
+      }
+    }
+    int64_t version = 0;
+    results.push_back(Values(store, &version));
+    EXPECT_EQ(version, 3);
+  }
+  for (size_t k = 1; k < results.size(); ++k) {
+    EXPECT_EQ(std::memcmp(results[k].data(), results[0].data(), n * sizeof(float)), 0)
+        << "threads changed the result";
+  }
+}
+
 TEST_F(StoreTest, DuplicateRequestIdIsAppliedOnce) {
   InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
   absl::StatusOr<PushResult> a = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);

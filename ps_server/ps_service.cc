@@ -226,15 +226,12 @@ void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
   resp->set_delta(true);
 }
 
-grpc::Status PsService::DoPull(grpc::ServerContext* ctx, uint64_t fingerprint,
+grpc::Status PsService::DoPull(absl::Time deadline, uint64_t fingerprint,
                                int64_t min_version, int64_t generation,
                                const PullEncoding& enc, PullResponse* resp) {
   absl::StatusOr<Codec> codec = WireCodec(enc.dtype);
   if (!codec.ok()) return InvalidArgument(absl::StrCat("pull: ", codec.status().message()));
-  absl::Time deadline = absl::Now() + kMaxPullWait;
-  if (ctx != nullptr) {
-    deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
-  }
+  deadline = std::min(deadline, absl::Now() + kMaxPullWait);
   int64_t version = 0;
   int64_t current_generation = 0;
   const absl::Time start = absl::Now();
@@ -270,8 +267,8 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
   enc.min_elements = req->codec_min_elements();
   enc.worker = req->worker_index();
   enc.reset = req->delta_reset();
-  return DoPull(ctx, req->layout_fingerprint(), req->min_version(), req->generation(), enc,
-                resp);
+  return DoPull(absl::FromChrono(ctx->deadline()), req->layout_fingerprint(),
+                req->min_version(), req->generation(), enc, resp);
 }
 
 grpc::Status PsService::Refused(grpc::Status s) {
@@ -356,24 +353,29 @@ grpc::Status PsService::Push(grpc::ServerContext* ctx, const PushRequest* req,
 grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* req,
                                  PushPullResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  grpc::Status s = DoPush(*req, resp->mutable_push());
+  return DoPushPull(*req, absl::FromChrono(ctx->deadline()), resp);
+}
+
+grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
+                                   PushPullResponse* resp) {
+  grpc::Status s = DoPush(req, resp->mutable_push());
   if (!s.ok()) return s;
   PullEncoding enc;
-  enc.dtype = req->pull_dtype();
-  enc.min_elements = req->codec_min_elements();
-  enc.worker = req->worker_index();
-  enc.base = req->pull_base();
+  enc.dtype = req.pull_dtype();
+  enc.min_elements = req.codec_min_elements();
+  enc.worker = req.worker_index();
+  enc.base = req.pull_base();
   if (!store_->is_sync()) {
-    return DoPull(ctx, req->layout_fingerprint(), 0, req->generation(), enc,
+    return DoPull(deadline, req.layout_fingerprint(), 0, req.generation(), enc,
                   resp->mutable_pull());
   }
   // Sync: the weights of the step this gradient feeds; by then that step
   // is decided, and with it whether the gradient was one of its members.
-  s = DoPull(ctx, req->layout_fingerprint(), req->version() + 1, req->generation(), enc,
+  s = DoPull(deadline, req.layout_fingerprint(), req.version() + 1, req.generation(), enc,
              resp->mutable_pull());
   if (!s.ok()) return s;
   if (resp->push().applied() &&
-      !store_->StepOutcome(req->worker_index(), req->version()).value_or(true)) {
+      !store_->StepOutcome(req.worker_index(), req.version()).value_or(true)) {
     resp->mutable_push()->set_applied(false);  // left out of its step
     metrics_->stale_gradients_dropped().Increment();
   }
@@ -394,6 +396,7 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_steps_applied(s.steps_applied);
   resp->set_staleness_sum(s.staleness_sum);
   resp->set_staleness_max(s.staleness_max);
+  resp->set_data_port(data_port_.load());
   resp->set_bytes_pulled(bytes_pulled_.load());
   resp->set_bytes_pushed(bytes_pushed_.load());
   resp->set_generation(s.generation);

@@ -45,6 +45,12 @@ class PsService final : public ParameterServer::Service {
   grpc::Status CommitStep(grpc::ServerContext*, const StepCommitRequest*,
                           StepCommitResponse*) override;
 
+  // PushPull without gRPC: the tcp data plane's (ps_server/data_plane_server.h)
+  // handler, after its own token check. The pull waits until `deadline`.
+  grpc::Status DoPushPull(const PushRequest& req, absl::Time deadline, PushPullResponse* resp);
+  // The tcp data plane's port, for GetStats (0: none).
+  void set_data_port(int port) { data_port_ = port; }
+
   // Pushes refused as invalid so far (what GetStats reports).
   int64_t pushes_rejected() const { return pushes_rejected_.load(); }
 
@@ -62,8 +68,9 @@ class PsService final : public ParameterServer::Service {
     bool reset = false;   // PullRequest.delta_reset
     int64_t base = 0;     // PushRequest.pull_base
   };
-  // The weights into resp, encoded as `enc` says.
-  grpc::Status DoPull(grpc::ServerContext* ctx, uint64_t fingerprint, int64_t min_version,
+  // The weights into resp, encoded as `enc` says, waiting for min_version
+  // until `deadline`.
+  grpc::Status DoPull(absl::Time deadline, uint64_t fingerprint, int64_t min_version,
                       int64_t generation, const PullEncoding& enc, PullResponse* resp);
   // Change pulls: turns resp's fp32 weights into the change since the
   // weights `enc.worker` holds, keeping what it will hold (a shadow of its
@@ -82,6 +89,7 @@ class PsService final : public ParameterServer::Service {
   std::atomic<int64_t> pushes_rejected_{0};
   std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> bytes_pushed_{0};
+  std::atomic<int> data_port_{0};
   // Random per process: tells the chief a restarted ps from the old one.
   const uint64_t incarnation_;
   absl::Mutex shards_mu_;

@@ -211,12 +211,33 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
                {"--push_codec=int4", "--push_codec=int4: 'int4' is not a wire encoding"},
                {"--pull_codec=fp8", "--pull_codec=fp8: 'fp8' is not a wire encoding"},
                {"--topk_fraction=0", "--topk_fraction=0"},
-               {"--codec_min_elements=-1", "--codec_min_elements=-1"}};
+               {"--codec_min_elements=-1", "--codec_min_elements=-1"},
+               {"--transport=udp", "--transport=udp: unknown transport 'udp' (grpc or tcp)"}};
   for (const Case& c : cases) {
     ProcessResult r = RunBinary("chief/chief", {c.flag}, json, absl::Seconds(30));
     EXPECT_EQ(r.exit_code, 2) << c.flag << "\n" << r.output;
     EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.flag << "\n" << r.output;
   }
+}
+
+// The ps's own flags, past their syntax: a data port that no socket has,
+// a negative thread count.
+TEST(PsFlagsTest, DataPortOrThreadsOutOfRangeExitsTwo) {
+  const std::string json =
+      "{\"cluster\": {\"ps\": [\"127.0.0.1:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}";
+  for (const char* port : {"-1", "65536"}) {
+    ProcessResult r = RunBinary("ps_server/ps_server", {absl::StrCat("--data_port=", port)}, json,
+                                absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(absl::StrCat("--data_port must be in [0, 65535], got ", port)),
+              std::string::npos)
+        << r.output;
+  }
+  ProcessResult r = RunBinary("ps_server/ps_server", {"--update_threads=-2"}, json,
+                              absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--update_threads must be in [0, 1024], got -2"), std::string::npos)
+      << r.output;
 }
 
 // Data that does not fit the model: the chief given --data_dir refuses

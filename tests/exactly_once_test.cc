@@ -17,6 +17,8 @@
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
+#include "common/data_plane.h"
+#include "ps_server/data_plane_server.h"
 #include "ps_server/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
@@ -29,6 +31,7 @@ struct PsProcessInside {
   std::unique_ptr<Metrics> metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
   std::unique_ptr<PsService> service;
   std::unique_ptr<TaskServer> server;
+  std::unique_ptr<DataPlaneServer> data;  // transport kTcp
   int port = 0;
 };
 
@@ -42,9 +45,10 @@ struct Outcome {
 
 // Trains `steps` steps of two workers with seeded pseudo-gradients against
 // two fresh ps and returns the final parameters. `push` and `pull`: the
-// wire encodings (common/codec.h).
+// wire encodings (common/codec.h); `transport`: the push-pulls' path.
 Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
-              Codec push = Codec::kFloat32, Codec pull = Codec::kFloat32) {
+              Codec push = Codec::kFloat32, Codec pull = Codec::kFloat32,
+              Transport transport = Transport::kGrpc) {
   const ModelSpec spec = *ModelByName("mlp");
   const Placement placement = PlaceVariables(spec, 2, PlacementOptions());
   std::vector<std::unique_ptr<PsProcessInside>> ps;
@@ -58,6 +62,13 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
         TaskServer::Start(p->port, {p->service.get()});
     EXPECT_TRUE(server.ok()) << server.status();
     p->server = *std::move(server);
+    if (transport == Transport::kTcp) {
+      absl::StatusOr<std::unique_ptr<DataPlaneServer>> data =
+          DataPlaneServer::Start(0, p->service.get(), nullptr, uint64_t{1} << 30);
+      EXPECT_TRUE(data.ok()) << data.status();
+      p->data = *std::move(data);
+      p->service->set_data_port(p->data->port());
+    }
     cluster += absl::StrCat(i ? ", " : "", "\"127.0.0.1:", p->port, "\"");
     ps.push_back(std::move(p));
   }
@@ -99,6 +110,7 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
   faulty.duplicate_every = duplicate_every;
   faulty.push_codec.codec = push;
   faulty.pull_codec.codec = pull;
+  faulty.transport = transport;
   faulty.push_codec.min_elements = faulty.pull_codec.min_elements = 1024;
   Outcome out;
   std::vector<std::unique_ptr<PsClient>> workers;
@@ -149,6 +161,7 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
   for (auto& p : ps) {
     out.duplicates += p->store.stats().pushes_duplicate;
     p->store.Cancel();
+    p->data.reset();
     p->server->Stop(absl::ZeroDuration());
   }
   return out;
@@ -203,6 +216,26 @@ TEST(ExactlyOnceTest, CompressedPushesAndChangePullsSurviveResends) {
     }
     std::printf("change pulls: largest |worker - ps| weight %.3g\n", worst);
     EXPECT_LT(worst, 1e-4) << "change pulls drifted from the ps's weights";
+  }
+}
+
+// The tcp data plane (--transport=tcp) carries the same calls: with lost
+// replies and duplicates, fp32 and compressed, it ends bit for bit where a
+// clean gRPC run ends.
+TEST(ExactlyOnceTest, TcpDataPlaneEndsWhereGrpcEnds) {
+  for (UpdateMode mode : {SYNC, ASYNC}) {
+    for (auto [push, pull] : {std::pair{Codec::kFloat32, Codec::kFloat32},
+                              std::pair{Codec::kTopK, Codec::kInt8}}) {
+      SCOPED_TRACE(absl::StrCat(mode == SYNC ? "sync " : "async ", CodecName(push), "/",
+                                CodecName(pull)));
+      const Outcome grpc = Train(mode, 0, 0, push, pull, Transport::kGrpc);
+      const Outcome tcp = Train(mode, 3, 5, push, pull, Transport::kTcp);
+      EXPECT_GT(tcp.resends, 20);
+      EXPECT_EQ(tcp.duplicates, tcp.resends);
+      EXPECT_EQ(tcp.version, grpc.version);
+      ExpectBitForBit(tcp.params, grpc.params);
+      ExpectBitForBit(tcp.worker_params, grpc.worker_params);
+    }
   }
 }
 

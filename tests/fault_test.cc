@@ -26,7 +26,8 @@ class FaultTest : public ::testing::Test {
     if (data_dir_.empty()) GTEST_SKIP() << "no MNIST data (set PSCLUSTER_DATA_DIR)";
   }
 
-  ClusterOptions Options(const std::string& mode, const std::string& name) {
+  ClusterOptions Options(const std::string& mode, const std::string& name,
+                         const std::vector<std::string>& extra = {}) {
     ClusterOptions o;
     o.data_dir = data_dir_;
     const char* tmp = std::getenv("TEST_TMPDIR");
@@ -34,6 +35,7 @@ class FaultTest : public ::testing::Test {
                     "--checkpoint_every_steps=100", "--heartbeat_timeout_s=2", "--log_every_s=0.2",
                     absl::StrCat("--checkpoint_dir=", tmp ? tmp : "/tmp", "/ckpt-", name, "-",
                                  mode)};
+    o.chief_args.insert(o.chief_args.end(), extra.begin(), extra.end());
     return o;
   }
 
@@ -65,15 +67,19 @@ class FaultTest : public ::testing::Test {
 
   // Kills `task` once a quarter of the data is done, restarts it after
   // `down_for`, and checks the run ends well and logs `expect` (a regex).
-  void KillOne(const std::string& mode, const std::string& task, const std::string& expect) {
+  // `extra`: chief flags of this run only (the baseline runs without).
+  void KillOne(const std::string& mode, const std::string& task, const std::string& expect,
+               const std::vector<std::string>& extra = {}) {
     const double baseline = Baseline(mode);
     // Two epochs of the mlp: sync 0.9363 in every run, async 0.9414 (its
     // learning rate scaled by 1/sqrt(2), --async_lr_scaling).
     ASSERT_GT(baseline, 0.93);
     std::string name = task;
     name.erase(name.find(':'), 1);
+    if (!extra.empty()) name += "-extra";
     const absl::Time started = absl::Now();
-    absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(Options(mode, name));
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c =
+        LocalCluster::Start(Options(mode, name, extra));
     ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE((*c)->WaitForChunks(kChunks / 4, absl::Minutes(2))) << (*c)->AllLogs();
     const absl::Time killed = absl::Now();
@@ -120,6 +126,12 @@ TEST_F(FaultTest, SyncPsKilled) {
 }
 TEST_F(FaultTest, AsyncPsKilled) {
   KillOne("async", "ps:1", "ps:1 lost[^]*restored from the checkpoint of step");
+}
+// Over the tcp data plane: the restarted ps listens on another port, which
+// the workers learn by asking it again before they dial.
+TEST_F(FaultTest, SyncPsKilledUnderTcpTransport) {
+  KillOne("sync", "ps:1", "ps:1 lost[^]*restored from the checkpoint of step",
+          {"--transport=tcp"});
 }
 TEST_F(FaultTest, SyncChiefKilled) {
   KillOne("sync", "chief:0", "resuming a run in progress");

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The communication lab (tests/netlab/netlab.py) on a one-cell grid: the
 # CNN, 2 workers, 1 ps, links shaped to 200 Mbit/s, top-k pushes with int8
-# change pulls, 10 steps. Checks that the cell trained, that the bytes each
-# worker sent and received per step are within 10 % of the setting's
-# minimum plus headers (the CNN's small tensors go as fp32: the pushes'
-# minimum is top-k's 8 x 1 % a value, so they are judged against their own
-# fp32 share below), and that the tables and the figure were written.
+# change pulls over the ps's tcp data plane (--transport=tcp), 10 steps.
+# Checks that the cell trained, that the bytes each worker sent and
+# received per step are within 10 % of the setting's minimum plus headers
+# (the CNN's small tensors go as fp32: the pushes' minimum is top-k's
+# 8 x 1 % a value, so they are judged against their own fp32 share
+# below), and that the tables and the figure were written.
 # Needs root and iproute2; skips saying why otherwise.
 #
 # Usage: tests/netlab_test.sh [MNIST_DIR]
@@ -39,7 +40,7 @@ else
 fi
 
 log="$("$repo/tests/netlab/netlab.py" --models=cnn --workers=2 --ps=1 --links=200mbit \
-  --settings=topk+int8 --steps=10 --data="$data" --out="$out" 2>&1)"; rc=$?
+  --settings=topk+int8@tcp --steps=10 --data="$data" --out="$out" 2>&1)"; rc=$?
 echo "$log" | tail -n 6
 if [ "$rc" -ne 0 ]; then fail "netlab.py exited $rc"; finish; fi
 check="$(/usr/bin/python3 - "$out/results.json" <<'PY'

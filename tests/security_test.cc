@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_plane.h"
 #include "common/rpc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -148,29 +149,37 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
                     "../shared/data/mnist beside the workspace";
   }
   // Two ps, sync: ps:0's step decisions travel to ps:1 over the same
-  // mutual TLS with the token.
-  ClusterOptions o;
-  o.num_ps = 2;
-  o.num_workers = 2;
-  o.data_dir = data_dir;
-  o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync"};
-  o.all_args = SecureArgs();
-  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  std::map<std::string, int> codes = (*c)->Wait(absl::Minutes(5));
-  for (const auto& [task, code] : codes) {
-    EXPECT_EQ(code, 0) << task << " exited " << code << "\n" << (*c)->AllLogs();
+  // mutual TLS with the token; the push-pulls over gRPC, then over the ps's
+  // tcp data plane (its own TLS connection and token check).
+  for (const std::string transport : {"grpc", "tcp"}) {
+    SCOPED_TRACE("--transport=" + transport);
+    ClusterOptions o;
+    o.num_ps = 2;
+    o.num_workers = 2;
+    o.data_dir = data_dir;
+    o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--transport=" + transport};
+    o.all_args = SecureArgs();
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    std::map<std::string, int> codes = (*c)->Wait(absl::Minutes(5));
+    for (const auto& [task, code] : codes) {
+      EXPECT_EQ(code, 0) << task << " exited " << code << "\n" << (*c)->AllLogs();
+    }
+    std::optional<FinalFigures> f = ParseFinalLine((*c)->Log("chief:0"));
+    ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
+    std::printf("mlp, 1 epoch, 2 ps, 2 workers, sync, mutual TLS, --transport=%s: "
+                "test_accuracy=%.4f test_loss=%.4f\n",
+                transport.c_str(), f->test_accuracy, f->test_loss);
+    // The same training as cluster_test's sync run: 0.9256 in every run.
+    EXPECT_GT(f->test_accuracy, 0.92) << (*c)->Log("chief:0");
+    EXPECT_THAT((*c)->Log("ps:0"), HasSubstr("mutual TLS, cluster token required"));
+    EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("mutual TLS, cluster token required"));
+    EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
+    EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("version=469 applied=938 "));
+    if (transport == "tcp") {
+      EXPECT_THAT((*c)->Log("chief:0"), HasSubstr("push-pulls over each ps's tcp data plane"));
+    }
   }
-  std::optional<FinalFigures> f = ParseFinalLine((*c)->Log("chief:0"));
-  ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
-  std::printf("mlp, 1 epoch, 2 ps, 2 workers, sync, mutual TLS: test_accuracy=%.4f test_loss=%.4f\n",
-              f->test_accuracy, f->test_loss);
-  // The same training as cluster_test's sync run: 0.9256 in every run.
-  EXPECT_GT(f->test_accuracy, 0.92) << (*c)->Log("chief:0");
-  EXPECT_THAT((*c)->Log("ps:0"), HasSubstr("mutual TLS, cluster token required"));
-  EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("mutual TLS, cluster token required"));
-  EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
-  EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("version=469 applied=938 "));
 }
 
 InitRequest SmallInit() {
@@ -364,6 +373,66 @@ TEST_F(SecurityTest, ClientsWithoutTheRightTlsCannotConnect) {
   // The right credentials work.
   s = get_stats(Client(pki_, token));
   EXPECT_TRUE(s.ok()) << s.error_message();
+
+  Shutdown(address);
+  ProcessResult r = ps->Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// The tcp data plane takes the same credentials as gRPC: mutual TLS
+// against the cluster's CA, then the token; anything less is refused and
+// nothing is applied.
+TEST_F(SecurityTest, TcpDataPlaneChecksTlsAndToken) {
+  std::string address;
+  std::unique_ptr<Background> ps = StartPs(SecureArgs(), &address);
+  const std::string token = Token();
+  auto stub = ParameterServer::NewStub(Channel(address, Client(pki_, token)));
+  {
+    grpc::ClientContext ctx;
+    InitResponse resp;
+    ASSERT_TRUE(stub->Init(&ctx, SmallInit(), &resp).ok());
+  }
+  const int port = Stats(*stub).data_port();
+  ASSERT_GT(port, 0);
+  uint64_t request_id = 0;
+  auto push = [&](std::shared_ptr<const SecurityConfig> security) {
+    DataChannel channel(
+        address, [port](absl::Time) -> absl::StatusOr<int> { return port; }, security);
+    PushRequest req = SmallPush(++request_id);
+    PushPullResponse resp;
+    std::promise<grpc::Status> done;
+    channel.Start(
+        DataKind::kPushPull, &req, req.mutable_gradients(), &resp,
+        [](google::protobuf::Message* m) {
+          return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
+        },
+        absl::Now() + absl::Seconds(10), [&done](grpc::Status s) { done.set_value(s); });
+    return done.get_future().get();
+  };
+  SecurityConfig plaintext;
+  plaintext.token = token;
+  grpc::Status s = push(std::make_shared<const SecurityConfig>(plaintext));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << "plaintext: " << s.error_message();
+  SecurityConfig no_cert = *Client(pki_, token);
+  no_cert.cert_pem.clear();
+  no_cert.key_pem.clear();
+  s = push(std::make_shared<const SecurityConfig>(no_cert));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << "no client cert: "
+                                                           << s.error_message();
+  const std::string other = MakeCa("other");
+  ASSERT_FALSE(other.empty());
+  s = push(Client(other, token));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << "other CA: " << s.error_message();
+  EXPECT_NE(s.error_message().find("tls handshake"), std::string::npos) << s.error_message();
+  for (const std::string wrong : {"", "not-the-token"}) {
+    s = push(Client(pki_, wrong));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << "token '" << wrong << "': " << s.error_message();
+  }
+  EXPECT_EQ(Stats(*stub).pushes_applied(), 0);
+  s = push(Client(pki_, token));
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Stats(*stub).pushes_applied(), 1);
 
   Shutdown(address);
   ProcessResult r = ps->Wait();

@@ -131,6 +131,11 @@ absl::Status Trainer::Run() {
     codec->topk_fraction = plan->topk_fraction();
     codec->min_elements = plan->codec_min_elements();
   }
+  absl::StatusOr<Transport> transport = ParseTransport(plan->transport());
+  if (!transport.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan's ", transport.status().message()));
+  }
+  psopt.transport = *transport;
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, &placement, psopt);
   if (!ps.ok()) return ps.status();

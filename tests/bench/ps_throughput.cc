@@ -1,12 +1,15 @@
-// Benchmark (not a test): one parameter server's fused PushPull throughput
-// against a bare gRPC echo and the physical limit, a bare TCP ping-pong of
-// the same sizes, in one process over loopback.
+// Benchmark (not a test): one parameter server's fused PushPull throughput,
+// over its tcp data plane (common/data_plane.h) and over gRPC, against a
+// bare gRPC echo and the physical limit, a bare TCP ping-pong of the same
+// sizes, in one process over loopback.
 //
 //   bazel run //tests/bench:ps_throughput -- [--sizes=4K,1M,16M] [--seconds=2.5]
 //
 // For each size N (bytes; K and M suffixes are KiB and MiB): a fresh
 // ParameterStore behind a PsService (async, sgd, one worker, no staleness
-// limit in practice), Init'ed with N/4 floats, and an echo service (bytes in,
+// limit in practice), Init'ed with N/4 floats, twice: once served by a
+// DataPlaneServer and called through a DataChannel (what --transport=tcp
+// runs), once through gRPC; and an echo service (bytes in,
 // the same bytes out), each on its own grpc::Server on 127.0.0.1 (ephemeral
 // port) set up by ConfigureServer, each called through its own MakeChannel
 // channel: the daemons' configuration. After a warm-up, calls are made back
@@ -33,6 +36,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <future>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -47,6 +51,8 @@
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "proto/ps.grpc.pb.h"
+#include "common/data_plane.h"
+#include "ps_server/data_plane_server.h"
 #include "ps_server/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/bench/echo.grpc.pb.h"
@@ -155,29 +161,54 @@ class Target {
 
 class PsTarget final : public Target {
  public:
-  static absl::StatusOr<std::unique_ptr<PsTarget>> Create(int64_t bytes) {
+  static absl::StatusOr<std::unique_ptr<PsTarget>> Create(int64_t bytes, Transport transport) {
     std::unique_ptr<PsTarget> t(new PsTarget(bytes));
     absl::StatusOr<std::unique_ptr<grpc::Server>> server =
         StartServer(&t->service_, &t->address_);
     if (!server.ok()) return server.status();
     t->server_ = *std::move(server);
     t->stub_ = ParameterServer::NewStub(MakeChannel(t->address_));
+    if (transport == Transport::kTcp) {
+      absl::StatusOr<std::unique_ptr<DataPlaneServer>> data =
+          DataPlaneServer::Start(0, &t->service_, nullptr, uint64_t{1} << 31);
+      if (!data.ok()) return data.status();
+      t->data_server_ = *std::move(data);
+      const int port = t->data_server_->port();
+      t->data_ = std::make_unique<DataChannel>(
+          t->address_, [port](absl::Time) -> absl::StatusOr<int> { return port; },
+          ProcessSecurity());
+    }
     if (absl::Status s = t->Init(); !s.ok()) return s;
     return t;
   }
 
   ~PsTarget() override {
     store_.Cancel();
+    data_.reset();
+    data_server_.reset();
     server_->Shutdown(std::chrono::system_clock::now());
   }
 
   absl::Status Call() override {
     req_.set_version(version_);
     req_.set_request_id(++request_id_);
-    PushPullResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(kCallTimeout));
-    grpc::Status s = stub_->PushPull(&ctx, req_, &resp);
+    grpc::Status s;
+    if (data_ != nullptr) {
+      std::promise<grpc::Status> done;
+      data_->Start(
+          DataKind::kPushPull, &req_, req_.mutable_gradients(), &resp_,
+          [](google::protobuf::Message* m) {
+            return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
+          },
+          absl::Now() + absl::FromChrono(kCallTimeout),
+          [&done](grpc::Status st) { done.set_value(std::move(st)); });
+      s = done.get_future().get();
+    } else {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(kCallTimeout));
+      s = stub_->PushPull(&ctx, req_, &resp_);
+    }
+    const PushPullResponse& resp = resp_;
     if (!s.ok()) return FromGrpcStatus(s, "PushPull");
     if (!resp.push().applied() ||
         static_cast<int64_t>(resp.pull().values().size()) != bytes_) {
@@ -226,13 +257,16 @@ class PsTarget final : public Target {
   }
 
   const int64_t bytes_;
-  ParameterStore store_;
+  ParameterStore store_;  // on every core, as ps_server by default
   std::unique_ptr<Metrics> metrics_;
   PsService service_;  // borrows store_ and metrics_
   std::string address_;
   std::unique_ptr<grpc::Server> server_;  // serves service_
   std::unique_ptr<ParameterServer::Stub> stub_;
+  std::unique_ptr<DataPlaneServer> data_server_;  // tcp: serves service_
+  std::unique_ptr<DataChannel> data_;             // tcp: the client's end
   PushRequest req_;
+  PushPullResponse resp_;  // reused, as PsClient does
   int64_t version_ = 0;
   uint64_t request_id_ = 0;
 };
@@ -420,36 +454,39 @@ absl::StatusOr<std::vector<Timing>> Measure(const std::vector<Target*>& targets,
 }
 
 int Run(const Flags& flags) {
-  std::printf("%-8s  %-29s  %-29s  %-29s  %7s %7s\n", "", "ps PushPull", "gRPC echo",
-              "bare TCP ping-pong", "", "");
-  std::printf("%-8s  %7s %10s %10s  %7s %10s %10s  %7s %10s %10s  %7s %7s\n", "size", "GB/s",
-              "median us", "cpu us", "GB/s", "median us", "cpu us", "GB/s", "median us",
-              "cpu us", "ps/echo", "ps/tcp");
+  const char* names[] = {"PushPull, tcp data plane", "PushPull, gRPC", "gRPC echo",
+                         "bare TCP ping-pong"};
+  std::printf("%-8s", "");
+  for (const char* n : names) std::printf("  %-29s", n);
+  std::printf("  %12s %12s\n", "tcp-ps/TCP", "grpc-ps/TCP");
+  std::printf("%-8s", "size");
+  for (int k = 0; k < 4; ++k) std::printf("  %7s %10s %10s", "GB/s", "median us", "cpu us");
+  std::printf("\n");
   std::fflush(stdout);
   for (int64_t bytes : flags.sizes) {
     auto fail = [&](const absl::Status& s) {
       std::fprintf(stderr, "%s: %s\n", SizeName(bytes).c_str(), s.ToString().c_str());
       return 1;
     };
-    absl::StatusOr<std::unique_ptr<PsTarget>> ps = PsTarget::Create(bytes);
+    absl::StatusOr<std::unique_ptr<PsTarget>> ps_tcp = PsTarget::Create(bytes, Transport::kTcp);
+    if (!ps_tcp.ok()) return fail(ps_tcp.status());
+    absl::StatusOr<std::unique_ptr<PsTarget>> ps = PsTarget::Create(bytes, Transport::kGrpc);
     if (!ps.ok()) return fail(ps.status());
     absl::StatusOr<std::unique_ptr<EchoTarget>> echo = EchoTarget::Create(bytes);
     if (!echo.ok()) return fail(echo.status());
     absl::StatusOr<std::unique_ptr<TcpTarget>> tcp = TcpTarget::Create(bytes);
     if (!tcp.ok()) return fail(tcp.status());
     absl::StatusOr<std::vector<Timing>> timings =
-        Measure({ps->get(), echo->get(), tcp->get()}, flags.seconds);
+        Measure({ps_tcp->get(), ps->get(), echo->get(), tcp->get()}, flags.seconds);
     if (!timings.ok()) return fail(timings.status());
-    const Timing& ps_t = (*timings)[0];
-    const Timing& echo_t = (*timings)[1];
-    const Timing& tcp_t = (*timings)[2];
-    const double ps_gbs = 2.0 * bytes / ps_t.median_s / 1e9;
-    const double echo_gbs = 2.0 * bytes / echo_t.median_s / 1e9;
-    const double tcp_gbs = 2.0 * bytes / tcp_t.median_s / 1e9;
-    std::printf("%-8s  %7.3f %10.1f %10.1f  %7.3f %10.1f %10.1f  %7.3f %10.1f %10.1f  %7.2f %7.2f\n",
-                SizeName(bytes).c_str(), ps_gbs, ps_t.median_s * 1e6, ps_t.cpu_s * 1e6,
-                echo_gbs, echo_t.median_s * 1e6, echo_t.cpu_s * 1e6, tcp_gbs,
-                tcp_t.median_s * 1e6, tcp_t.cpu_s * 1e6, ps_gbs / echo_gbs, ps_gbs / tcp_gbs);
+    double gbs[4];
+    std::printf("%-8s", SizeName(bytes).c_str());
+    for (int k = 0; k < 4; ++k) {
+      const Timing& t = (*timings)[k];
+      gbs[k] = 2.0 * bytes / t.median_s / 1e9;
+      std::printf("  %7.3f %10.1f %10.1f", gbs[k], t.median_s * 1e6, t.cpu_s * 1e6);
+    }
+    std::printf("  %12.2f %12.2f\n", gbs[0] / gbs[3], gbs[1] / gbs[3]);
     std::fflush(stdout);
   }
   std::printf(

@@ -89,9 +89,14 @@ def parse_rate(text):
 
 
 def parse_setting(text, topk_fraction):
-    """'PUSH[+PULL]' (the chief's --push_codec and --pull_codec) -> dict.
-    PULL defaults to PUSH when that is bf16 or fp16, else fp32."""
-    push, _, pull = text.partition("+")
+    """'PUSH[+PULL][@TRANSPORT]' (the chief's --push_codec, --pull_codec and
+    --transport) -> dict. PULL defaults to PUSH when that is bf16 or fp16,
+    else fp32; TRANSPORT to grpc."""
+    codecs, _, transport = text.partition("@")
+    transport = transport or "grpc"
+    if transport not in ("grpc", "tcp"):
+        raise UsageError(f"--settings: '{text}': transport '{transport}' is not grpc or tcp")
+    push, _, pull = codecs.partition("+")
     if push not in CODEC_BYTES:
         raise UsageError(f"--settings: '{text}': push codec '{push}' is not one of "
                          f"{', '.join(CODEC_BYTES)}")
@@ -101,7 +106,10 @@ def parse_setting(text, topk_fraction):
                          f"{', '.join(PULL_CODECS)}")
     def per_value(codec):
         return CODEC_BYTES[codec] if codec != "topk" else 8.0 * topk_fraction
-    return {"name": f"{push}+{pull}" if pull != push else push, "push": push, "pull": pull,
+    name = f"{push}+{pull}" if pull != push else push
+    if transport != "grpc":
+        name += f"@{transport}"
+    return {"name": name, "push": push, "pull": pull, "transport": transport,
             "push_bytes": per_value(push), "pull_bytes": per_value(pull)}
 
 
@@ -258,6 +266,7 @@ def run_cell(net, cell, args, data, tmp):
     logs = {}
     chief_args = [f"--model={model}", f"--mode={args.mode}", "--wait_for_cluster_s=90",
                   f"--push_codec={setting['push']}", f"--pull_codec={setting['pull']}",
+                  f"--transport={setting['transport']}",
                   f"--topk_fraction={args.topk_fraction}",
                   f"--epochs={max(args.epochs, 1)}", f"--batch_size={args.batch_size}",
                   f"--seed={args.seed}", "--log_every_s=5"]
@@ -466,10 +475,11 @@ def main():
     p.add_argument("--links", default="1gbit,10gbit",
                    help="link rates (tbf), e.g. 100mbit,1gbit,10gbit")
     p.add_argument("--settings", default="fp32,topk+int8",
-                   help="communication settings PUSH[+PULL], the chief's --push_codec and "
-                        f"--pull_codec: push {', '.join(CODEC_BYTES)}; pull "
-                        f"{', '.join(PULL_CODECS)} (default: the push codec when bf16 or fp16, "
-                        "else fp32)")
+                   help="communication settings PUSH[+PULL][@TRANSPORT], the chief's "
+                        f"--push_codec, --pull_codec and --transport: push "
+                        f"{', '.join(CODEC_BYTES)}; pull {', '.join(PULL_CODECS)} (default: the "
+                        "push codec when bf16 or fp16, else fp32); transport grpc (default) "
+                        "or tcp, e.g. fp32@tcp")
     p.add_argument("--topk_fraction", type=float, default=0.01)
     p.add_argument("--mode", default="sync", choices=["sync", "async"])
     p.add_argument("--steps", type=int, default=12,

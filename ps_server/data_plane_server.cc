@@ -1,0 +1,185 @@
+#include "ps_server/data_plane_server.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+namespace {
+
+// How long a new connection may take to finish its TLS handshake and
+// hello; a peer that says nothing is dropped.
+constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
+    int port, PsService* service, std::shared_ptr<const SecurityConfig> security,
+    uint64_t max_payload_bytes) {
+  std::unique_ptr<DataPlaneServer> s(new DataPlaneServer());
+  s->service_ = service;
+  s->security_ = security != nullptr ? std::move(security) : ProcessSecurity();
+  s->max_payload_ = max_payload_bytes;
+  absl::StatusOr<SslCtxPtr> tls = MakeServerSslCtx(*s->security_);
+  if (!tls.ok()) return tls.status();
+  s->tls_ = std::move(*tls);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("data plane: socket: ", strerror(errno)));
+  s->listen_fd_ = fd;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 64) != 0) {
+    return absl::UnavailableError(absl::StrCat("data plane: cannot listen on 0.0.0.0:", port,
+                                               ": ", strerror(errno)));
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  s->port_ = ntohs(addr.sin_port);
+  if (pipe2(s->wake_fd_, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("data plane: pipe: ", strerror(errno)));
+  }
+  s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  return s;
+}
+
+DataPlaneServer::~DataPlaneServer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    for (auto& c : connections_) c->Shutdown();
+  }
+  if (wake_fd_[1] >= 0) {
+    const char byte = 0;
+    (void)!write(wake_fd_[1], &byte, 1);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    // The connections' threads end once their sockets are shut down (a
+    // call waiting in the store ends when the store is cancelled).
+    std::unique_lock<std::mutex> l(mu_);
+    threads_done_.wait(l, [this] { return serving_ == 0; });
+  }
+  for (int fd : {listen_fd_, wake_fd_[0], wake_fd_[1]}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void DataPlaneServer::AcceptLoop() {
+  while (true) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("data plane: poll: {}", strerror(errno));
+      return;
+    }
+    if (p[1].revents != 0) return;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;  // the peer gave up already, or out of descriptors
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) {
+      close(fd);
+      return;
+    }
+    // Detached: a connection's thread ends with it, and the destructor
+    // waits for serving_ to reach 0.
+    ++serving_;
+    std::thread([this, fd] {
+      absl::StatusOr<std::unique_ptr<DataSocket>> s =
+          DataSocket::Accept(fd, tls_.get(), absl::Now() + kHelloTimeout);
+      std::shared_ptr<DataSocket> socket;
+      if (!s.ok()) {
+        spdlog::warn("data plane: refused a connection: {}", std::string(s.status().message()));
+      } else {
+        socket = std::move(*s);
+        std::lock_guard<std::mutex> l(mu_);
+        if (!stopping_) connections_.push_back(socket);
+      }
+      if (socket != nullptr) {
+        Serve(socket);
+        std::lock_guard<std::mutex> l(mu_);
+        connections_.remove(socket);
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      if (--serving_ == 0) threads_done_.notify_all();
+    }).detach();
+  }
+}
+
+void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
+  FrameHeader h;
+  std::string meta, payload, out;
+  // The hello: the cluster token, compared as CheckAuth does.
+  socket->SetDeadline(absl::Now() + kHelloTimeout);
+  if (!socket->ReadFrame(&h, &meta, &payload, 0).ok()) return;
+  FrameHeader answer;
+  answer.kind = static_cast<uint32_t>(DataKind::kHello);
+  if (h.kind != static_cast<uint32_t>(DataKind::kHello) ||
+      !ConstantTimeEquals(meta, security_->token)) {
+    const std::string why = h.kind != static_cast<uint32_t>(DataKind::kHello)
+                                ? "a data-plane connection must start with a hello"
+                                : "missing or wrong cluster token";
+    answer.code = h.kind != static_cast<uint32_t>(DataKind::kHello) ? grpc::INVALID_ARGUMENT
+                                                                     : grpc::UNAUTHENTICATED;
+    answer.meta_size = static_cast<uint32_t>(why.size());
+    (void)socket->WriteFrame(answer, why, {});
+    return;
+  }
+  if (!socket->WriteFrame(answer, {}, {}).ok()) return;
+  socket->SetDeadline(absl::InfiniteFuture());
+  // Reused from call to call, with their strings' capacity.
+  PushRequest req;
+  PushPullResponse resp;
+  while (true) {
+    absl::Status r = socket->ReadFrame(&h, &meta, &payload, max_payload_);
+    if (!r.ok()) {
+      if (absl::IsResourceExhausted(r) || absl::IsInvalidArgument(r)) {
+        spdlog::warn("data plane: dropped a connection: {}", std::string(r.message()));
+      }
+      return;  // the client hung up, or the server stops
+    }
+    grpc::Status status;
+    if (h.kind != static_cast<uint32_t>(DataKind::kPushPull)) {
+      status = grpc::Status(grpc::INVALID_ARGUMENT,
+                            absl::StrCat("unknown data-plane call ", h.kind));
+    } else if (!req.ParseFromString(meta)) {
+      status = grpc::Status(grpc::INVALID_ARGUMENT, "cannot parse the PushRequest");
+    } else {
+      req.mutable_gradients()->swap(payload);
+      resp.Clear();
+      status = service_->DoPushPull(
+          req, absl::Now() + absl::Microseconds(std::max<int64_t>(h.timeout_us, 0)), &resp);
+      req.mutable_gradients()->swap(payload);
+    }
+    answer = FrameHeader();
+    answer.kind = h.kind;
+    bool written;
+    if (!status.ok()) {
+      answer.code = static_cast<uint32_t>(status.error_code());
+      answer.meta_size = static_cast<uint32_t>(status.error_message().size());
+      written = socket->WriteFrame(answer, status.error_message(), {}).ok();
+    } else {
+      std::string* values = resp.mutable_pull()->mutable_values();
+      out.swap(*values);
+      resp.SerializeToString(&meta);
+      answer.meta_size = static_cast<uint32_t>(meta.size());
+      answer.payload_size = out.size();
+      written = socket->WriteFrame(answer, meta, out).ok();
+      out.swap(*values);
+    }
+    if (!written) return;
+  }
+}
+
+}  // namespace pscluster

@@ -1,0 +1,64 @@
+// DataPlaneServer: the ps's end of the tcp data plane (common/data_plane.h).
+// It listens on its own port beside the gRPC server, takes each connection
+// on a thread of its own (a connection carries one worker's calls, one at a
+// time), checks the cluster token in the hello frame, and answers every
+// PushPull through PsService::DoPushPull: the same rules, counters and
+// exactly-once answers as the gRPC method.
+//
+// The port is told to clients through GetStats (PsStatsResponse.data_port),
+// so by default it is any free one; --data_port on ps_server fixes it (for
+// a firewall, a container's published ports or a Kubernetes Service).
+#ifndef PSCLUSTER_PS_SERVER_DATA_PLANE_SERVER_H_
+#define PSCLUSTER_PS_SERVER_DATA_PLANE_SERVER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "common/data_plane.h"
+#include "common/security.h"
+#include "ps_server/ps_service.h"
+
+namespace pscluster {
+
+class DataPlaneServer {
+ public:
+  // Listens on 0.0.0.0:`port` (0: any free port). `service` is borrowed
+  // and must outlive the server; a payload above `max_payload_bytes` is
+  // refused (the gRPC server's message limit).
+  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
+      int port, PsService* service, std::shared_ptr<const SecurityConfig> security,
+      uint64_t max_payload_bytes);
+  // Stops: closes the port and every connection, and joins the threads.
+  ~DataPlaneServer();
+
+  int port() const { return port_; }
+
+ private:
+  DataPlaneServer() : tls_(nullptr, [](SSL_CTX*) {}) {}
+  void AcceptLoop();
+  void Serve(std::shared_ptr<DataSocket> socket);
+
+  PsService* service_ = nullptr;
+  std::shared_ptr<const SecurityConfig> security_;
+  SslCtxPtr tls_;
+  uint64_t max_payload_ = 0;
+  int listen_fd_ = -1;
+  int wake_fd_[2] = {-1, -1};  // a byte here ends AcceptLoop's poll
+  int port_ = 0;
+  std::thread acceptor_;
+
+  std::mutex mu_;
+  bool stopping_ = false;                                // guarded by mu_
+  std::list<std::shared_ptr<DataSocket>> connections_;  // guarded by mu_
+  int serving_ = 0;  // connections' threads running; guarded by mu_
+  std::condition_variable threads_done_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_PS_SERVER_DATA_PLANE_SERVER_H_

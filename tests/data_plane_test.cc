@@ -1,0 +1,294 @@
+// The tcp data plane (common/data_plane.h, ps_server/data_plane_server.h)
+// against a PsService in this process: its PushPull answers what the gRPC
+// method answers, exactly once; the token is checked; a hostile or broken
+// peer loses its connection and nothing else; deadlines and a stopping
+// server end calls instead of hanging them.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/data_plane.h"
+#include "common/rpc.h"
+#include "common/task_server.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/data_plane_server.h"
+#include "ps_server/parameter_store.h"
+#include "ps_server/ps_service.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace {
+
+constexpr uint64_t kLayout = 77;
+constexpr int kFloats = 300000;  // 1.2 MB a call: many socket reads
+
+std::shared_ptr<const SecurityConfig> WithToken(const std::string& token) {
+  auto c = std::make_shared<SecurityConfig>();
+  c->token = token;
+  return c;
+}
+
+class DataPlaneTest : public ::testing::Test {
+ protected:
+  // A ps (gRPC and data plane) that wants `token`; sgd at rate 0.5 from
+  // weights 1.0, `workers` workers, sync or async.
+  void Start(UpdateMode mode, int workers = 1, const std::string& token = "sesame") {
+    security_ = WithToken(token);
+    metrics_ = *Metrics::Start("", "ps:0", MetricsRole::kPs);
+    service_ = std::make_unique<PsService>(&store_, metrics_.get());
+    const int port = testing::FreePort();
+    RpcOptions rpc;
+    rpc.security = security_;
+    server_ = *TaskServer::Start(port, {service_.get()}, nullptr, rpc);
+    address_ = absl::StrCat("127.0.0.1:", port);
+    absl::StatusOr<std::unique_ptr<DataPlaneServer>> data =
+        DataPlaneServer::Start(0, service_.get(), security_, 4 << 20);
+    ASSERT_TRUE(data.ok()) << data.status();
+    data_ = *std::move(data);
+    service_->set_data_port(data_->port());
+    stub_ = ParameterServer::NewStub(MakeChannel(address_, rpc));
+    InitRequest init;
+    init.set_layout_fingerprint(kLayout);
+    ShardSpec* sh = init.add_shards();
+    sh->set_variable("dense/kernel");
+    sh->set_size(kFloats);
+    const std::vector<float> ones(kFloats, 1.0f);
+    init.set_values(ones.data(), ones.size() * sizeof(float));
+    init.mutable_optimizer()->set_name("sgd");
+    init.mutable_optimizer()->set_learning_rate(0.5f);
+    init.set_mode(mode);
+    init.set_num_workers(workers);
+    init.set_replicas_to_aggregate(workers);
+    grpc::ClientContext ctx;
+    InitResponse resp;
+    ASSERT_TRUE(stub_->Init(&ctx, init, &resp).ok());
+  }
+
+  void TearDown() override {
+    store_.Cancel();
+    data_.reset();
+    if (server_) server_->Stop(absl::ZeroDuration());
+  }
+
+  // A channel to the ps that asks GetStats for the port, as PsClient does.
+  std::unique_ptr<DataChannel> Channel(const std::string& token) {
+    RpcOptions rpc;
+    rpc.security = WithToken(token);
+    std::shared_ptr<ParameterServer::Stub> stub =
+        ParameterServer::NewStub(MakeChannel(address_, rpc));
+    auto port_of = [stub](absl::Time deadline) -> absl::StatusOr<int> {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(deadline));
+      PsStatsResponse st;
+      grpc::Status s = stub->GetStats(&ctx, PsStatsRequest(), &st);
+      if (!s.ok()) return FromGrpcStatus(s, "GetStats");
+      return st.data_port();
+    };
+    return std::make_unique<DataChannel>(address_, port_of, rpc.security);
+  }
+
+  static PushRequest Push(int worker, uint64_t request_id, int64_t version, float grad) {
+    PushRequest p;
+    p.set_layout_fingerprint(kLayout);
+    p.set_worker_index(worker);
+    p.set_request_id(request_id);
+    p.set_version(version);
+    p.set_num_examples(1);
+    const std::vector<float> g(kFloats, grad);
+    p.set_gradients(g.data(), g.size() * sizeof(float));
+    return p;
+  }
+
+  static grpc::Status Call(DataChannel& channel, PushRequest& req, PushPullResponse* resp,
+                           absl::Duration timeout = absl::Seconds(30)) {
+    std::promise<grpc::Status> done;
+    channel.Start(
+        DataKind::kPushPull, &req, req.mutable_gradients(), resp,
+        [](google::protobuf::Message* m) {
+          return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
+        },
+        absl::Now() + timeout, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+    return done.get_future().get();
+  }
+
+  PsStatsResponse Stats() {
+    grpc::ClientContext ctx;
+    PsStatsResponse st;
+    EXPECT_TRUE(stub_->GetStats(&ctx, PsStatsRequest(), &st).ok());
+    return st;
+  }
+
+  static std::vector<float> Values(const PushPullResponse& r) {
+    std::vector<float> v(r.pull().values().size() / sizeof(float));
+    std::memcpy(v.data(), r.pull().values().data(), v.size() * sizeof(float));
+    return v;
+  }
+
+  ParameterStore store_;
+  std::shared_ptr<const SecurityConfig> security_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<TaskServer> server_;
+  std::unique_ptr<DataPlaneServer> data_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+  std::string address_;
+};
+
+TEST_F(DataPlaneTest, PushPullAnswersAsGrpcAndAppliesOnce) {
+  Start(ASYNC);
+  std::unique_ptr<DataChannel> channel = Channel("sesame");
+  PushRequest req = Push(0, 1, 0, 0.25f);
+  const std::string sent = req.gradients();
+  PushPullResponse resp;
+  ASSERT_TRUE(Call(*channel, req, &resp).ok());
+  EXPECT_EQ(req.gradients(), sent) << "the request's bytes must be left as they were";
+  EXPECT_TRUE(resp.push().applied());
+  EXPECT_EQ(resp.pull().version(), 1);
+  std::vector<float> v = Values(resp);
+  ASSERT_EQ(v.size(), static_cast<size_t>(kFloats));
+  EXPECT_EQ(v.front(), 1.0f - 0.5f * 0.25f);
+  EXPECT_EQ(v.back(), 1.0f - 0.5f * 0.25f);
+
+  // The same request again (its reply lost): the first answer, not a
+  // second update, over the data plane as over gRPC.
+  PushPullResponse again;
+  ASSERT_TRUE(Call(*channel, req, &again).ok());
+  EXPECT_EQ(again.pull().version(), 1);
+  EXPECT_EQ(again.pull().values(), resp.pull().values());
+  PushRequest via_grpc = req;
+  PushPullResponse grpc_resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->PushPull(&ctx, via_grpc, &grpc_resp).ok());
+  EXPECT_EQ(grpc_resp.pull().values(), resp.pull().values());
+  const PsStatsResponse st = Stats();
+  EXPECT_EQ(st.pushes_applied(), 1);
+  EXPECT_EQ(st.pushes_duplicate(), 2);
+  EXPECT_EQ(st.data_port(), data_->port());
+
+  // A next push on the same connection.
+  PushRequest next = Push(0, 2, 1, 1.0f);
+  ASSERT_TRUE(Call(*channel, next, &resp).ok());
+  EXPECT_EQ(resp.pull().version(), 2);
+  EXPECT_EQ(Values(resp)[7], 1.0f - 0.5f * 0.25f - 0.5f);
+}
+
+TEST_F(DataPlaneTest, MissingOrWrongTokenIsRefusedAndNothingApplied) {
+  Start(ASYNC);
+  for (const std::string token : {"", "sesamE", "sesame-and-more"}) {
+    // GetStats needs the right token too: ask it with the right one, dial
+    // the data plane with the wrong one.
+    RpcOptions rpc;
+    rpc.security = security_;
+    std::shared_ptr<ParameterServer::Stub> stub =
+        ParameterServer::NewStub(MakeChannel(address_, rpc));
+    const int port = data_->port();
+    DataChannel channel(
+        address_, [port](absl::Time) -> absl::StatusOr<int> { return port; }, WithToken(token));
+    PushRequest req = Push(0, 1, 0, 0.25f);
+    PushPullResponse resp;
+    const grpc::Status s = Call(channel, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::UNAUTHENTICATED) << "token '" << token << "': "
+                                                    << s.error_message();
+    EXPECT_EQ(s.error_message().find("sesame"), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(Stats().pushes_applied(), 0);
+  EXPECT_EQ(Stats().version(), 0);
+}
+
+// Raw bytes at the port: not a frame, a frame too large, a first frame that
+// is not a hello. Each loses its connection; the ps serves on.
+TEST_F(DataPlaneTest, HostilePeersLoseTheirConnectionOnly) {
+  Start(ASYNC);
+  auto raw = [&](const std::string& bytes) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(data_->port()));
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+    // Whatever the ps answers, it then hangs up: read to the end.
+    char buf[4096];
+    std::string answer;
+    ssize_t r;
+    while ((r = recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, r);
+    close(fd);
+    return answer;
+  };
+  EXPECT_EQ(raw(std::string(32, 'x')), "");  // bad magic: dropped unanswered
+  FrameHeader huge;
+  huge.kind = static_cast<uint32_t>(DataKind::kHello);
+  huge.meta_size = kMaxMetaBytes + 1;
+  EXPECT_EQ(raw(std::string(reinterpret_cast<char*>(&huge), sizeof(huge))), "");
+  FrameHeader not_hello;
+  not_hello.kind = static_cast<uint32_t>(DataKind::kPushPull);
+  const std::string answer =
+      raw(std::string(reinterpret_cast<char*>(&not_hello), sizeof(not_hello)));
+  ASSERT_GE(answer.size(), sizeof(FrameHeader));
+  FrameHeader h;
+  std::memcpy(&h, answer.data(), sizeof(h));
+  EXPECT_EQ(h.code, static_cast<uint32_t>(grpc::INVALID_ARGUMENT));
+  EXPECT_NE(answer.find("must start with a hello"), std::string::npos);
+
+  // A payload above the ps's limit (4 MiB here) after a good hello: the
+  // connection is dropped, the channel says so, and redials for the next.
+  std::unique_ptr<DataChannel> channel = Channel("sesame");
+  PushRequest big = Push(0, 1, 0, 0.25f);
+  big.mutable_gradients()->resize(5 << 20);
+  PushPullResponse resp;
+  const grpc::Status s = Call(*channel, big, &resp);
+  EXPECT_EQ(s.error_code(), grpc::UNAVAILABLE) << s.error_message();
+  PushRequest good = Push(0, 2, 0, 0.25f);
+  const grpc::Status ok = Call(*channel, good, &resp);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(Stats().pushes_applied(), 1);
+}
+
+// Sync, two workers, only one pushes: its call waits for a step that never
+// comes. Its deadline ends it; then the ps stopping ends a second one.
+TEST_F(DataPlaneTest, DeadlineAndStopEndAWaitingCall) {
+  Start(SYNC, 2);
+  std::unique_ptr<DataChannel> channel = Channel("sesame");
+  PushRequest req = Push(0, 1, 0, 0.25f);
+  PushPullResponse resp;
+  const grpc::Status late = Call(*channel, req, &resp, absl::Milliseconds(300));
+  EXPECT_EQ(late.error_code(), grpc::DEADLINE_EXCEEDED) << late.error_message();
+
+  std::future<grpc::Status> waiting = std::async(std::launch::async, [&] {
+    PushPullResponse r;
+    return Call(*channel, req, &r, absl::Minutes(5));
+  });
+  // Stops once the call is in: the resend is then a known duplicate
+  // waiting for its step.
+  while (Stats().pushes_duplicate() < 1) absl::SleepFor(absl::Milliseconds(20));
+  store_.Cancel();
+  data_.reset();
+  const grpc::Status ended = waiting.get();
+  EXPECT_FALSE(ended.ok());
+  EXPECT_NE(ended.error_code(), grpc::DEADLINE_EXCEEDED) << ended.error_message();
+}
+
+TEST(DataPlaneParseTest, TransportNamesAndHosts) {
+  EXPECT_EQ(*ParseTransport(""), Transport::kGrpc);
+  EXPECT_EQ(*ParseTransport("grpc"), Transport::kGrpc);
+  EXPECT_EQ(*ParseTransport("tcp"), Transport::kTcp);
+  const absl::StatusOr<Transport> bad = ParseTransport("rdma");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'rdma'"), std::string::npos);
+  EXPECT_EQ(HostOf("127.0.0.1:2222"), "127.0.0.1");
+  EXPECT_EQ(HostOf("ps-0.ps.default.svc:2222"), "ps-0.ps.default.svc");
+  EXPECT_EQ(HostOf("[::1]:2222"), "::1");
+  EXPECT_EQ(HostOf("localhost"), "localhost");
+}
+
+}  // namespace
+}  // namespace pscluster
