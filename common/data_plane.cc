@@ -483,10 +483,16 @@ grpc::Status DataChannel::Run(Call& call) {
     return broken(s);
   }
   if (a.code != 0) return grpc::Status(static_cast<grpc::StatusCode>(a.code), meta_);
+  // Parsing clears resp, and clearing a proto3 message deletes its
+  // sub-messages, strings and all: keep the last answer's buffer aside for
+  // the next payload, so that no call allocates (and faults in) megabytes.
+  std::string spare;
+  spare.swap(*call.resp_bytes(call.resp));
   if (!call.resp->ParseFromString(meta_)) {
     return grpc::Status(grpc::INTERNAL, "cannot parse the data plane's answer");
   }
   call.resp_bytes(call.resp)->swap(payload_);
+  payload_.swap(spare);
   return grpc::Status::OK;
 }
 

@@ -157,7 +157,11 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
       status = grpc::Status(grpc::INVALID_ARGUMENT, "cannot parse the PushRequest");
     } else {
       req.mutable_gradients()->swap(payload);
+      // Clear() deletes resp's sub-messages, strings and all: the pulled
+      // values' buffer is kept aside and put back, so the pull reuses it.
+      out.swap(*resp.mutable_pull()->mutable_values());
       resp.Clear();
+      resp.mutable_pull()->mutable_values()->swap(out);
       status = service_->DoPushPull(
           req, absl::Now() + absl::Microseconds(std::max<int64_t>(h.timeout_us, 0)), &resp);
       req.mutable_gradients()->swap(payload);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/parallel_for.h"
@@ -11,20 +12,17 @@ namespace pscluster {
 namespace {
 
 bool AllFinite(const float* x, int64_t n) {
-  // Summing x*0 yields NaN iff some element is NaN or Inf. Sixteen
-  // independent sums, because the compiler may not reorder one float sum
-  // into vector lanes (at -O2 that left a scalar loop bound by the add's
-  // latency); any order gives the same answer here.
-  constexpr int kLanes = 16;
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j] * 0.0f;
+  // A float is NaN or Inf iff its exponent bits are all ones. The largest
+  // exponent field is a max-reduction over integers, which -O3 (the BUILD
+  // rule) vectorises; a float sum of x * 0 had compiled into one scalar
+  // FMA chain, 4 cycles a value: a third of the ps's work at 16 MiB.
+  uint32_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    worst = std::max(worst, bits & 0x7f800000u);
   }
-  for (; i < n; ++i) acc[0] += x[i] * 0.0f;
-  float sum = 0.0f;
-  for (int j = 0; j < kLanes; ++j) sum += acc[j];
-  return sum == 0.0f;
+  return worst != 0x7f800000u;
 }
 
 // Mixes (what names a gradient, worker) into 64 bits (splitmix64's
