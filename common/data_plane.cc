@@ -28,16 +28,7 @@ namespace {
 
 void FreeCtx(SSL_CTX* ctx) { SSL_CTX_free(ctx); }
 
-std::string SslErrors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out.empty() ? "no detail" : out;
-}
+std::string SslErrors() { return OpenSslErrors("no detail"); }
 
 // Loads a PEM certificate chain and key into `ctx`.
 absl::Status UseCertificate(SSL_CTX* ctx, const SecurityConfig& config) {
@@ -231,6 +222,14 @@ absl::StatusOr<std::unique_ptr<DataSocket>> DataSocket::Accept(int fd, SSL_CTX* 
                                                                absl::Time deadline) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // The ps waits for a connection's next call without a deadline: a peer
+  // whose host vanished (no FIN, no RST) is found by keepalive probes
+  // instead, within 10 + 3 x 5 s.
+  const int idle_s = 10, interval_s = 5, probes = 3;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
   SSL* ssl = nullptr;
   if (tls != nullptr) {
     ssl = SSL_new(tls);

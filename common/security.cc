@@ -48,17 +48,6 @@ absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag, const std::str
   return text;
 }
 
-// OpenSSL's queued errors as one string (and clears the queue).
-std::string OpenSslErrors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out.empty() ? "not valid PEM" : out;
-}
 
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
@@ -89,13 +78,15 @@ absl::Status CheckTlsMaterial(const SecurityFlags& flags, const SecurityConfig& 
       PEM_read_bio_X509(MemBio(c.cert_pem).get(), nullptr, nullptr, nullptr));
   if (!cert) {
     return FlagError("tls_cert", flags.tls_cert,
-                     absl::StrCat("no PEM certificate in it (", OpenSslErrors(), ")"));
+                     absl::StrCat("no PEM certificate in it (",
+                                  OpenSslErrors("not valid PEM"), ")"));
   }
   std::unique_ptr<EVP_PKEY, KeyFree> key(
       PEM_read_bio_PrivateKey(MemBio(c.key_pem).get(), nullptr, nullptr, nullptr));
   if (!key) {
     return FlagError("tls_key", flags.tls_key,
-                     absl::StrCat("no unencrypted PEM private key in it (", OpenSslErrors(), ")"));
+                     absl::StrCat("no unencrypted PEM private key in it (",
+                                  OpenSslErrors("not valid PEM"), ")"));
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();
@@ -336,6 +327,17 @@ grpc::Status CheckAuth(const grpc::ServerContextBase* ctx) {
   if (it == md.end()) return CheckBearerToken(nullptr, config->token);
   const absl::string_view header(it->second.data(), it->second.size());
   return CheckBearerToken(&header, config->token);
+}
+
+std::string OpenSslErrors(absl::string_view if_none) {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? std::string(if_none) : out;
 }
 
 }  // namespace pscluster
