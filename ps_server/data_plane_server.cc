@@ -158,7 +158,8 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     } else {
       req.mutable_gradients()->swap(payload);
       // Clear() deletes resp's sub-messages, strings and all: the pulled
-      // values' buffer is kept aside and put back, so the pull reuses it.
+      // values' buffer is kept aside and put back, with its size, so the
+      // pull copies into it on every core (ParameterStore::Pull).
       out.swap(*resp.mutable_pull()->mutable_values());
       resp.Clear();
       resp.mutable_pull()->mutable_values()->swap(out);

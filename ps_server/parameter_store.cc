@@ -256,9 +256,20 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
     return absl::DeadlineExceededError(absl::StrCat(
         "waited for version ", min_version, "; still at ", version_));
   }
-  // assign, not resize + memcpy: one pass over the bytes, not two.
-  out->assign(reinterpret_cast<const char*>(values_.data()),
-              values_.size() * sizeof(float));
+  const size_t bytes = values_.size() * sizeof(float);
+  if (out->size() == bytes) {
+    // A buffer of the right size already (the data plane keeps its answer
+    // buffers): copied on every core, as the update was made.
+    const float* from = values_.data();
+    char* to = out->data();
+    ParallelFor(static_cast<int64_t>(values_.size()), kMinRange, threads_,
+                [&](int64_t b, int64_t e) {
+                  std::memcpy(to + b * sizeof(float), from + b, (e - b) * sizeof(float));
+                });
+  } else {
+    // assign, not resize + memcpy: one pass over the bytes, not two.
+    out->assign(reinterpret_cast<const char*>(values_.data()), bytes);
+  }
   *version = version_;
   if (out_generation != nullptr) *out_generation = generation_;
   return absl::OkStatus();
