@@ -230,6 +230,12 @@ TEST(StoreThreadsTest, LargeShardsSplitOverThreadsGiveTheSameBits) {
     int64_t version = 0;
     results.push_back(Values(store, &version));
     EXPECT_EQ(version, 3);
+    // A pull into a buffer of the right size copies on every thread.
+    std::string sized(n * sizeof(float), '\x7f');
+    int64_t v = 0;
+    ASSERT_TRUE(store.Pull(kLayout, 0, absl::Now() + absl::Seconds(1), &sized, &v).ok());
+    EXPECT_EQ(std::memcmp(sized.data(), results.back().data(), sized.size()), 0)
+        << threads << " threads";
   }
   for (size_t k = 1; k < results.size(); ++k) {
     EXPECT_EQ(std::memcmp(results[k].data(), results[0].data(), n * sizeof(float)), 0)
