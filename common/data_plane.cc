@@ -395,6 +395,16 @@ void DataChannel::Start(DataKind kind, google::protobuf::Message* req, std::stri
   cv_.notify_all();
 }
 
+void DataChannel::StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
+                                std::function<void(grpc::Status)> done) {
+  Start(
+      DataKind::kPushPull, req, req->mutable_gradients(), resp,
+      [](google::protobuf::Message* m) {
+        return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
+      },
+      deadline, std::move(done));
+}
+
 void DataChannel::Cancel() {
   std::lock_guard<std::mutex> l(mu_);
   if (socket_ != nullptr) socket_->Shutdown();

@@ -44,6 +44,7 @@
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "google/protobuf/message.h"
+#include "proto/ps.pb.h"
 
 typedef struct ssl_st SSL;
 typedef struct ssl_ctx_st SSL_CTX;
@@ -136,6 +137,10 @@ class DataChannel {
              google::protobuf::Message* resp,
              std::function<std::string*(google::protobuf::Message*)> resp_bytes,
              absl::Time deadline, std::function<void(grpc::Status)> done);
+  // Start for a PushPull: req's gradients go as the payload, the answer's
+  // pulled values come back as one.
+  void StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
+                     std::function<void(grpc::Status)> done);
   // Fails the call in flight now (the connection is closed).
   void Cancel();
 

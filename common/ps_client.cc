@@ -276,12 +276,8 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     PerPs& p = ps_[i];
     last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + framing;
     if (p.data) {
-      p.data->Start(
-          DataKind::kPushPull, &p.push_req, p.push_req.mutable_gradients(), &p.push_resp,
-          [](google::protobuf::Message* m) {
-            return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
-          },
-          absl::FromChrono(ctx->deadline()), std::move(done));
+      p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
+                            std::move(done));
       return;
     }
     p.stub->async()->PushPull(ctx, &p.push_req, &p.push_resp, std::move(done));

@@ -110,12 +110,8 @@ class DataPlaneTest : public ::testing::Test {
   static grpc::Status Call(DataChannel& channel, PushRequest& req, PushPullResponse* resp,
                            absl::Duration timeout = absl::Seconds(30)) {
     std::promise<grpc::Status> done;
-    channel.Start(
-        DataKind::kPushPull, &req, req.mutable_gradients(), resp,
-        [](google::protobuf::Message* m) {
-          return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
-        },
-        absl::Now() + timeout, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+    channel.StartPushPull(&req, resp, absl::Now() + timeout,
+                          [&done](grpc::Status s) { done.set_value(std::move(s)); });
     return done.get_future().get();
   }
 

@@ -401,12 +401,8 @@ TEST_F(SecurityTest, TcpDataPlaneChecksTlsAndToken) {
     PushRequest req = SmallPush(++request_id);
     PushPullResponse resp;
     std::promise<grpc::Status> done;
-    channel.Start(
-        DataKind::kPushPull, &req, req.mutable_gradients(), &resp,
-        [](google::protobuf::Message* m) {
-          return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
-        },
-        absl::Now() + absl::Seconds(10), [&done](grpc::Status s) { done.set_value(s); });
+    channel.StartPushPull(&req, &resp, absl::Now() + absl::Seconds(10),
+                          [&done](grpc::Status s) { done.set_value(s); });
     return done.get_future().get();
   };
   SecurityConfig plaintext;

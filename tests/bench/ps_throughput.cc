@@ -195,13 +195,8 @@ class PsTarget final : public Target {
     grpc::Status s;
     if (data_ != nullptr) {
       std::promise<grpc::Status> done;
-      data_->Start(
-          DataKind::kPushPull, &req_, req_.mutable_gradients(), &resp_,
-          [](google::protobuf::Message* m) {
-            return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
-          },
-          absl::Now() + absl::FromChrono(kCallTimeout),
-          [&done](grpc::Status st) { done.set_value(std::move(st)); });
+      data_->StartPushPull(&req_, &resp_, absl::Now() + absl::FromChrono(kCallTimeout),
+                           [&done](grpc::Status st) { done.set_value(std::move(st)); });
       s = done.get_future().get();
     } else {
       grpc::ClientContext ctx;
