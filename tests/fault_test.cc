@@ -87,15 +87,26 @@ class FaultTest : public ::testing::Test {
     std::optional<FinalFigures> f = Finish(**c);
     ASSERT_TRUE(f.has_value());
     const std::string chief = (*c)->Log("chief:0");
-    EXPECT_TRUE(std::regex_search(chief, std::regex(expect))) << chief;
+    std::smatch recovered;
+    EXPECT_TRUE(std::regex_search(chief, recovered, std::regex(expect))) << chief;
     EXPECT_NE(chief.find(absl::StrCat(kChunks, " of ", kChunks, " chunks trained")),
               std::string::npos)
         << chief;
     EXPECT_NEAR(f->test_accuracy, baseline, 0.005) << chief;
     // Every ps stayed in step with the others: no checkpoint had to be
-    // skipped for want of one version (one cut short by the kill itself
-    // may be).
-    EXPECT_EQ(chief.find("did not settle on one version"), std::string::npos) << chief;
+    // skipped for want of one version, except one while the killed task was
+    // down (a sync worker killed between its pushes to ps:0 and ps:1 leaves
+    // ps:0 a step ahead until its chunk is trained again; the checkpointer
+    // rightly refuses that state), and none after the recovery.
+    const std::string skipped = "did not settle on one version";
+    const size_t recovered_at = recovered.empty() ? 0 : recovered.position(0) + recovered.length(0);
+    int skipped_while_down = 0;
+    for (size_t at = chief.find(skipped); at != std::string::npos && at < recovered_at;
+         at = chief.find(skipped, at + 1)) {
+      ++skipped_while_down;
+    }
+    EXPECT_LE(skipped_while_down, 1) << chief;
+    EXPECT_EQ(chief.find(skipped, recovered_at), std::string::npos) << chief;
     // wall_s covers the whole run, also when the chief that prints it is a
     // restarted one (the run's start travels in the checkpoints).
     const std::optional<long> wall = FindCounter(chief, "final:", "wall_s");
