@@ -6,6 +6,10 @@
 #include <functional>
 #include <numeric>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 
 namespace pscluster {
@@ -44,7 +48,15 @@ uint16_t ToBfloat16(float f) {
 
 float FromBfloat16(uint16_t h) { return FromBits(uint32_t{h} << 16); }
 
-// IEEE binary16, rounded to nearest even, subnormals included.
+// IEEE binary16, rounded to nearest even, subnormals included: the F16C
+// instructions where the build targets them (-march=x86-64-v3), else by
+// hand. (They differ only in the bits of a NaN; both decode to NaN.)
+#if defined(__F16C__)
+uint16_t ToHalf(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+float FromHalf(uint16_t h) { return _cvtsh_ss(h); }
+#else
 uint16_t ToHalf(float f) {
   const uint32_t b = Bits(f);
   const uint32_t sign = (b >> 16) & 0x8000u;
@@ -79,21 +91,7 @@ float FromHalf(uint16_t h) {
   if (exp == 31) return FromBits(sign | 0x7F800000u | (mant << 13));
   return FromBits(sign | ((exp + 112) << 23) | (mant << 13));
 }
-
-// The largest finite |x|, and whether some value is not finite.
-float MaxAbs(const float* x, int64_t n, bool* nonfinite) {
-  float m = 0.0f;
-  *nonfinite = false;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    if (!std::isfinite(a)) {
-      *nonfinite = true;
-    } else if (a > m) {
-      m = a;
-    }
-  }
-  return m;
-}
+#endif
 
 int64_t TopKCount(const CodecOptions& o, int64_t n) {
   if (n == 0) return 0;
@@ -160,19 +158,143 @@ int64_t EncodedBytes(const CodecOptions& o, int64_t n) {
   return 0;
 }
 
-void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out) {
-  const Codec codec = EffectiveCodec(o, n);
-  out->reserve(out->size() + EncodedBytes(o, n));
+namespace {
+
+// Little-endian stores into a buffer sized beforehand (EncodedBytes): no
+// std::string append per value, so that the loops below vectorise.
+template <typename T>
+void Store(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+// std::nearbyint for |v| < 2^22 in the default rounding mode (to nearest,
+// ties to even) without a library call: adding 1.5 * 2^23 leaves no bits
+// below the units.
+inline float RoundHalfEven(float v) {
+  constexpr float kMagic = 12582912.0f;
+  return (v + kMagic) - kMagic;
+}
+
+// |x| as an integer key that orders like the float: NaN ranks with
+// infinity, -0 with +0 (top-k's order).
+inline uint32_t AbsKey(float x) {
+  const uint32_t a = Bits(x) & 0x7FFFFFFFu;
+  return a > 0x7F800000u ? 0x7F800000u : a;
+}
+
+// The largest |x| in bits (the largest finite |x| when it is below
+// 0x7F800000, else some value is not finite). Integer max: vectorises.
+inline uint32_t MaxAbsBits(const float* x, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, Bits(x[i]) & 0x7FFFFFFFu);
+  return m;
+}
+
+// The largest finite |x| (0 when none is).
+inline float MaxFiniteAbs(const float* x, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t a = Bits(x[i]) & 0x7FFFFFFFu;
+    m = std::max(m, a < 0x7F800000u ? a : 0u);
+  }
+  return FromBits(m);
+}
+
+// The k top-k indices of c[0, n) (largest |c|, NaN first, ties to the
+// lower index), ascending, in scratch->index.
+void TopKIndices(const float* c, int64_t n, int64_t k, TopKScratch* scratch) {
+  // One integer per candidate that orders as top-k does, descending: the
+  // key, then the complement of the index. Ranking these touches no c[].
+  auto rank = [c](int64_t i) {
+    return (uint64_t{AbsKey(c[i])} << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+  };
+  std::vector<uint64_t>& ranked = scratch->ranked;  // candidates, ascending index
+  ranked.clear();
+  // The exact top k, found without sorting all n: a threshold from an
+  // evenly spaced sample (as DGC does) keeps the candidates at or above
+  // it; when they are at least k, the top k are among them (everything
+  // left out is below every candidate). Else, all n.
+  if (k < n && n >= 65536) {
+    const int64_t m = std::min<int64_t>(n, std::max<int64_t>(4096, 40 * n / k));
+    std::vector<uint32_t> sample(m);
+    for (int64_t j = 0; j < m; ++j) sample[j] = AbsKey(c[j * n / m]);
+    // Twice the expected share, so that the candidates rarely fall short.
+    const int64_t r = std::min<int64_t>(m - 1, 2 * k * m / n + 1);
+    std::nth_element(sample.begin(), sample.begin() + r, sample.end(), std::greater<>());
+    const uint32_t threshold = sample[r];
+    ranked.reserve(static_cast<size_t>(3 * k));
+    // Branch-free: a block's candidates are written down, then kept.
+    constexpr int64_t kBlock = 4096;
+    uint32_t found[kBlock];
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t len = std::min(kBlock, n - b);
+      int64_t count = 0;
+      for (int64_t i = 0; i < len; ++i) {
+        found[count] = static_cast<uint32_t>(i);
+        count += AbsKey(c[b + i]) >= threshold;
+      }
+      for (int64_t j = 0; j < count; ++j) ranked.push_back(rank(b + found[j]));
+    }
+  }
+  if (static_cast<int64_t>(ranked.size()) < k) {
+    ranked.resize(n);
+    for (int64_t i = 0; i < n; ++i) ranked[i] = rank(i);
+  }
+  std::vector<uint32_t>& index = scratch->index;
+  index.clear();
+  if (static_cast<int64_t>(ranked.size()) == k) {
+    for (uint64_t v : ranked) index.push_back(0xFFFFFFFFu - static_cast<uint32_t>(v));
+    return;
+  }
+  // The k-th rank, from a copy; then the candidates at or above it, still
+  // in index order (ranks are distinct: exactly k).
+  std::vector<uint64_t>& order = scratch->order;
+  order.assign(ranked.begin(), ranked.end());
+  std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), std::greater<>());
+  const uint64_t kth = order[k - 1];
+  index.reserve(k);
+  for (uint64_t v : ranked) {
+    if (v >= kth) index.push_back(0xFFFFFFFFu - static_cast<uint32_t>(v));
+  }
+}
+
+// The mean |c|, summed in double over eight lanes in a fixed order (the
+// same bits on every run and machine).
+float MeanAbs(const float* c, int64_t n) {
+  if (n == 0) return 0.0f;
+  double lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += std::fabs(c[i + j]);
+  }
+  for (; i < n; ++i) lane[i % 8] += std::fabs(c[i]);
+  const double sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                     ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  return static_cast<float>(sum / static_cast<double>(n));
+}
+
+// Every encoder: writes the encoding of c[0, n) under `codec`
+// (EncodedBytes bytes) at `out` and calls seen(i, v) with the value v the
+// receiver decodes for c[i], for increasing i, after the last read of c[i]
+// (so that seen may overwrite c[i]); kTopK calls it only for the k values
+// it sends (the others decode to 0).
+template <typename Seen>
+void EncodeTo(Codec codec, const CodecOptions& o, const float* c, int64_t n, char* out,
+              TopKScratch* scratch, Seen&& seen) {
   switch (codec) {
     case Codec::kFloat32:
-      out->append(reinterpret_cast<const char*>(x), 4 * n);
+      std::memcpy(out, c, 4 * n);
+      for (int64_t i = 0; i < n; ++i) seen(i, c[i]);
       return;
     case Codec::kBfloat16:
-      for (int64_t i = 0; i < n; ++i) Put<uint16_t>(out, ToBfloat16(x[i]));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = ToBfloat16(c[i]);
+        Store<uint16_t>(out + 2 * i, h);
+        seen(i, FromBfloat16(h));
+      }
       return;
     case Codec::kFloat16: {
-      bool nonfinite = false;
-      const float m = MaxAbs(x, n, &nonfinite);
+      const float m = MaxFiniteAbs(c, n);
       int e = 0;
       if (m > 0.0f) {
         int k = 0;
@@ -180,84 +302,91 @@ void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out) 
         e = std::clamp(15 - k, -126, 126);
       }
       const float scale = std::ldexp(1.0f, e);
-      Put<float>(out, scale);
-      for (int64_t i = 0; i < n; ++i) Put<uint16_t>(out, ToHalf(x[i] * scale));
+      const float inv = 1.0f / scale;
+      Store<float>(out, scale);
+      int64_t i = 0;
+#if defined(__F16C__)
+      for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(
+            _mm256_mul_ps(_mm256_loadu_ps(c + i), _mm256_set1_ps(scale)),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 + 2 * i), h);
+        float back[8];
+        _mm256_storeu_ps(back, _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(inv)));
+        for (int j = 0; j < 8; ++j) seen(i + j, back[j]);
+      }
+#endif
+      for (; i < n; ++i) {
+        const uint16_t h = ToHalf(c[i] * scale);
+        Store<uint16_t>(out + 4 + 2 * i, h);
+        seen(i, FromHalf(h) * inv);
+      }
       return;
     }
     case Codec::kInt8:
       for (int64_t b = 0; b < n; b += kInt8Block) {
         const int64_t len = std::min(kInt8Block, n - b);
-        bool nonfinite = false;
-        const float m = MaxAbs(x + b, len, &nonfinite);
+        const uint32_t m = MaxAbsBits(c + b, len);
         // A block holding NaN or Inf decodes to NaN: the ps's policy for
         // non-finite gradients (--nonfinite_gradients) still sees it.
-        const float scale = nonfinite ? NAN : m / 127.0f;
-        Put<float>(out, scale);
-        for (int64_t i = 0; i < len; ++i) {
-          const float q = scale > 0.0f ? std::nearbyint(x[b + i] / scale) : 0.0f;
-          Put<int8_t>(out, static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+        const float scale = m >= 0x7F800000u ? NAN : FromBits(m) / 127.0f;
+        Store<float>(out, scale);
+        // The block's bytes on the stack first: seen's stores cannot alias
+        // them, so both loops vectorise.
+        int8_t q[kInt8Block] = {};
+        if (scale > 0.0f) {
+          // |c / scale| <= 127 * 1.5 even for subnormal blocks: in range
+          // for RoundHalfEven.
+          for (int64_t i = 0; i < len; ++i) {
+            const float r = std::min(std::max(RoundHalfEven(c[b + i] / scale), -127.0f), 127.0f);
+            q[i] = static_cast<int8_t>(r);
+          }
         }
+        for (int64_t i = 0; i < len; ++i) seen(b + i, static_cast<float>(q[i]) * scale);
+        std::memcpy(out + 4, q, len);
+        out += 4 + len;
       }
       return;
     case Codec::kTopK: {
       const int64_t k = TopKCount(o, n);
-      auto key = [x](uint32_t i) {
-        const float a = std::fabs(x[i]);
-        return std::isnan(a) ? INFINITY : a;
-      };
-      auto before = [&](uint32_t a, uint32_t b) {
-        const float ka = key(a), kb = key(b);
-        return ka > kb || (ka == kb && a < b);
-      };
-      // The exact top k, found without sorting all n: a threshold from an
-      // evenly spaced sample (as DGC does) keeps the candidates at or above
-      // it; when they are at least k, the top k are among them (everything
-      // left out is below every candidate). Else, all n.
-      std::vector<uint32_t> index;
-      if (k < n && n >= 65536) {
-        const int64_t m = std::min<int64_t>(n, std::max<int64_t>(4096, 40 * n / k));
-        std::vector<float> sample(m);
-        for (int64_t j = 0; j < m; ++j) sample[j] = key(static_cast<uint32_t>(j * n / m));
-        // Twice the expected share, so that the candidates rarely fall short.
-        const int64_t rank = std::min<int64_t>(m - 1, 2 * k * m / n + 1);
-        std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<>());
-        const float threshold = sample[rank];
-        for (int64_t i = 0; i < n; ++i) {
-          if (key(static_cast<uint32_t>(i)) >= threshold) index.push_back(static_cast<uint32_t>(i));
-        }
-      }
-      if (static_cast<int64_t>(index.size()) < k) {
-        index.resize(n);
-        std::iota(index.begin(), index.end(), 0u);
-      }
-      if (static_cast<int64_t>(index.size()) > k) {
-        std::nth_element(index.begin(), index.begin() + k, index.end(), before);
-      }
-      std::sort(index.begin(), index.begin() + k);
-      Put<uint32_t>(out, static_cast<uint32_t>(k));
+      TopKIndices(c, n, k, scratch);
+      const std::vector<uint32_t>* index = &scratch->index;
+      Store<uint32_t>(out, static_cast<uint32_t>(k));
       for (int64_t j = 0; j < k; ++j) {
-        Put<uint32_t>(out, index[j]);
-        Put<float>(out, x[index[j]]);
+        const uint32_t i = (*index)[j];
+        const float v = c[i];
+        Store<uint32_t>(out + 4 + 8 * j, i);
+        Store<float>(out + 8 + 8 * j, v);
+        seen(i, v);
       }
       return;
     }
     case Codec::kSign: {
-      double sum = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum += std::fabs(x[i]);
-      Put<float>(out, n > 0 ? static_cast<float>(sum / n) : 0.0f);
+      const float scale = MeanAbs(c, n);
+      Store<float>(out, scale);
       for (int64_t b = 0; b < n; b += 8) {
-        uint8_t byte = 0;
-        for (int64_t i = b; i < std::min(n, b + 8); ++i) {
-          if (!std::signbit(x[i])) byte |= static_cast<uint8_t>(1u << (i - b));
-        }
-        Put<uint8_t>(out, byte);
+        const int64_t len = std::min<int64_t>(8, n - b);
+        uint32_t byte = 0;
+        for (int64_t j = 0; j < len; ++j) byte |= ((~Bits(c[b + j])) >> 31) << j;
+        out[4 + b / 8] = static_cast<char>(byte);
+        for (int64_t j = 0; j < len; ++j) seen(b + j, (byte >> j) & 1u ? scale : -scale);
       }
       return;
     }
   }
 }
 
-absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, float* y) {
+// Appends EncodedBytes(o, n) bytes to *out; returns where they start.
+char* Grow(const CodecOptions& o, int64_t n, std::string* out) {
+  const size_t at = out->size();
+  out->resize(at + static_cast<size_t>(EncodedBytes(o, n)));
+  return out->data() + at;
+}
+
+// Decode's checks and values: calls put(i, v) for each decoded value; for
+// kTopK only for the k values sent (the caller zeroes the rest, or not).
+template <typename Put>
+absl::Status DecodeTo(const CodecOptions& o, absl::string_view* in, int64_t n, Put&& put) {
   const Codec codec = EffectiveCodec(o, n);
   const char* p = in->data();
   if (codec == Codec::kTopK) {
@@ -268,14 +397,13 @@ absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, flo
     if (in->size() < static_cast<size_t>(4 + 8 * k)) {
       return Malformed(codec, absl::StrCat(in->size(), " bytes for ", k, " values"));
     }
-    std::fill(y, y + n, 0.0f);
     int64_t last = -1;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t i = Get<uint32_t>(p + 4 + 8 * j);
       if (i <= last || i >= n) {
         return Malformed(codec, absl::StrCat("index ", i, " out of order or range"));
       }
-      y[i] = Get<float>(p + 8 + 8 * j);
+      put(i, Get<float>(p + 8 + 8 * j));
       last = i;
     }
     in->remove_prefix(4 + 8 * k);
@@ -288,10 +416,10 @@ absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, flo
   }
   switch (codec) {
     case Codec::kFloat32:
-      std::memcpy(y, p, 4 * n);
+      for (int64_t i = 0; i < n; ++i) put(i, Get<float>(p + 4 * i));
       break;
     case Codec::kBfloat16:
-      for (int64_t i = 0; i < n; ++i) y[i] = FromBfloat16(Get<uint16_t>(p + 2 * i));
+      for (int64_t i = 0; i < n; ++i) put(i, FromBfloat16(Get<uint16_t>(p + 2 * i)));
       break;
     case Codec::kFloat16: {
       const float scale = Get<float>(p);
@@ -299,24 +427,34 @@ absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, flo
         return Malformed(codec, absl::StrCat("scale ", scale));
       }
       const float inv = 1.0f / scale;
-      for (int64_t i = 0; i < n; ++i) y[i] = FromHalf(Get<uint16_t>(p + 4 + 2 * i)) * inv;
+      int64_t i = 0;
+#if defined(__F16C__)
+      for (; i + 8 <= n; i += 8) {
+        float v[8];
+        _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                              reinterpret_cast<const __m128i*>(p + 4 + 2 * i))),
+                                          _mm256_set1_ps(inv)));
+        for (int j = 0; j < 8; ++j) put(i + j, v[j]);
+      }
+#endif
+      for (; i < n; ++i) put(i, FromHalf(Get<uint16_t>(p + 4 + 2 * i)) * inv);
       break;
     }
     case Codec::kInt8:
       for (int64_t b = 0, at = 0; b < n; b += kInt8Block) {
         const int64_t len = std::min(kInt8Block, n - b);
         const float scale = Get<float>(p + at);
-        for (int64_t i = 0; i < len; ++i) {
-          y[b + i] = static_cast<float>(Get<int8_t>(p + at + 4 + i)) * scale;
-        }
+        const int8_t* q = reinterpret_cast<const int8_t*>(p + at + 4);
+        for (int64_t i = 0; i < len; ++i) put(b + i, static_cast<float>(q[i]) * scale);
         at += 4 + len;
       }
       break;
     case Codec::kSign: {
       const float scale = Get<float>(p);
-      for (int64_t i = 0; i < n; ++i) {
-        const bool positive = (static_cast<uint8_t>(p[4 + i / 8]) >> (i % 8)) & 1u;
-        y[i] = positive ? scale : -scale;
+      for (int64_t b = 0; b < n; b += 8) {
+        const uint32_t byte = static_cast<uint8_t>(p[4 + b / 8]);
+        const int64_t len = std::min<int64_t>(8, n - b);
+        for (int64_t j = 0; j < len; ++j) put(b + j, (byte >> j) & 1u ? scale : -scale);
       }
       break;
     }
@@ -325,6 +463,32 @@ absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, flo
   }
   in->remove_prefix(bytes);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out) {
+  TopKScratch scratch;
+  EncodeTo(EffectiveCodec(o, n), o, x, n, Grow(o, n, out), &scratch, [](int64_t, float) {});
+}
+
+absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, float* y) {
+  if (EffectiveCodec(o, n) == Codec::kFloat32) {
+    // One memcpy (DecodeTo's loop would be one too, less surely).
+    if (static_cast<int64_t>(in->size()) < 4 * n) {
+      return Malformed(Codec::kFloat32, absl::StrCat(in->size(), " bytes, ", 4 * n,
+                                                     " needed for ", n, " values"));
+    }
+    std::memcpy(y, in->data(), 4 * n);
+    in->remove_prefix(4 * n);
+    return absl::OkStatus();
+  }
+  if (EffectiveCodec(o, n) == Codec::kTopK) std::fill(y, y + n, 0.0f);
+  return DecodeTo(o, in, n, [y](int64_t i, float v) { y[i] = v; });
+}
+
+absl::Status DecodeAdd(const CodecOptions& o, absl::string_view* in, int64_t n, float* y) {
+  return DecodeTo(o, in, n, [y](int64_t i, float v) { y[i] += v; });
 }
 
 void EncodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces, const float* x,
@@ -352,21 +516,31 @@ absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& p
 }
 
 void EncodeSeen(const CodecOptions& o, const float* x, int64_t n, std::string* out, float* seen) {
-  const size_t start = out->size();
-  Encode(o, x, n, out);
-  absl::string_view sent(out->data() + start, out->size() - start);
-  // Decoding what was just encoded cannot fail.
-  if (!Decode(o, &sent, n, seen).ok()) std::fill(seen, seen + n, 0.0f);
+  const Codec codec = EffectiveCodec(o, n);
+  if (codec == Codec::kTopK) std::fill(seen, seen + n, 0.0f);
+  TopKScratch scratch;
+  EncodeTo(codec, o, x, n, Grow(o, n, out), &scratch,
+           [seen](int64_t i, float v) { seen[i] = v; });
+}
+
+void EncodeChange(const CodecOptions& o, const float* w, float* shadow, int64_t n,
+                  std::string* out, std::vector<float>* scratch) {
+  scratch->resize(n);
+  float* d = scratch->data();
+  for (int64_t i = 0; i < n; ++i) d[i] = w[i] - shadow[i];
+  TopKScratch topk;
+  EncodeTo(EffectiveCodec(o, n), o, d, n, Grow(o, n, out), &topk,
+           [shadow](int64_t i, float v) { shadow[i] += v; });
 }
 
 void ErrorFeedback::Encode(const CodecOptions& o, const float* x, int64_t offset, int64_t n,
                            std::string* out) {
-  scratch_.resize(n);
+  // In place: r becomes c = x + r, is encoded, and becomes c - decode(c),
+  // exactly what the receiver lacks.
   float* r = residual_.data() + offset;
-  for (int64_t i = 0; i < n; ++i) scratch_[i] = x[i] + r[i];
-  // r becomes exactly what the receiver lacks.
-  EncodeSeen(o, scratch_.data(), n, out, r);
-  for (int64_t i = 0; i < n; ++i) r[i] = scratch_[i] - r[i];
+  for (int64_t i = 0; i < n; ++i) r[i] = x[i] + r[i];
+  EncodeTo(EffectiveCodec(o, n), o, r, n, Grow(o, n, out), &topk_,
+           [r](int64_t i, float v) { r[i] = r[i] - v; });
 }
 
 void ErrorFeedback::Reset() { std::fill(residual_.begin(), residual_.end(), 0.0f); }

@@ -79,6 +79,19 @@ void EncodeSeen(const CodecOptions& o, const float* x, int64_t n, std::string* o
 // out of order, a count above n, a scale that is not finite).
 absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, float* y);
 
+// Appends the encoding of the change w - shadow[0, n) to *out and adds to
+// shadow what the receiver decodes from it (a ps's change pulls): shadow
+// then equals, bit for bit, the weights of a receiver that applied it with
+// DecodeAdd, and what was not sent now is in the next change. `scratch` is
+// the caller's, kept from call to call.
+void EncodeChange(const CodecOptions& o, const float* w, float* shadow, int64_t n,
+                  std::string* out, std::vector<float>* scratch);
+
+// Decode, added to y[0, n) instead of stored (applying a change pull). For
+// kTopK only the k values sent are touched. On an error y may be partly
+// updated (the caller's copy is then void: a worker fails the step).
+absl::Status DecodeAdd(const CodecOptions& o, absl::string_view* in, int64_t n, float* y);
+
 // One tensor of a message holding several, encoded one after another (a
 // ps's shards): `size` values, sent as fp32 whatever the codec when
 // `exact` (BatchNormalization's moving statistics: batch statistics, not
@@ -97,6 +110,13 @@ void EncodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces, c
 absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces,
                           absl::string_view bytes, float* out);
 
+// Top-k's working memory, kept by callers that encode again and again.
+struct TopKScratch {
+  std::vector<uint32_t> index;
+  std::vector<uint64_t> ranked;
+  std::vector<uint64_t> order;
+};
+
 // Error feedback for one sender: Encode(x) sends c = x + r (r the residual
 // from earlier calls, 0 at first) and keeps r = c - decode(encode(c))
 // exactly as the receiver will decode it. Ranges [offset, offset + n) of a
@@ -104,7 +124,7 @@ absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& p
 // separately. Not thread-safe.
 class ErrorFeedback {
  public:
-  explicit ErrorFeedback(int64_t size) : residual_(size, 0.0f), scratch_(0) {}
+  explicit ErrorFeedback(int64_t size) : residual_(size, 0.0f) {}
 
   // Appends the encoding of x + residual[offset, offset + n) to *out and
   // updates that part of the residual.
@@ -118,7 +138,7 @@ class ErrorFeedback {
 
  private:
   std::vector<float> residual_;
-  std::vector<float> scratch_;
+  TopKScratch topk_;
 };
 
 }  // namespace pscluster

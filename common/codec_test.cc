@@ -4,6 +4,7 @@
 #include "common/codec.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -255,6 +256,103 @@ TEST(CodecTest, ErrorFeedbackCarriesTheResidualExactly) {
     }
     ef.Reset();
     for (float r : ef.residual()) ASSERT_EQ(r, 0.0f);
+  }
+}
+
+// What EncodeSeen reports is what Decode makes of the same bytes, bit for
+// bit, non-finite values and every codec included: error feedback and
+// change pulls rest on it.
+TEST(CodecTest, SeenIsWhatTheReceiverDecodes) {
+  for (Codec c : {Codec::kFloat32, Codec::kBfloat16, Codec::kFloat16, Codec::kInt8, Codec::kTopK,
+                  Codec::kSign}) {
+    for (int64_t n : {1, 7, 255, 257, 70001}) {
+      std::vector<float> x = Values(n, 20 + static_cast<uint32_t>(n));
+      if (n > 100) {
+        x[5] = NAN;
+        x[n - 3] = -INFINITY;
+        x[n / 2] = -0.0f;
+        x[n / 3] = 1e-44f;  // subnormal
+      }
+      CodecOptions o = With(c);
+      o.topk_fraction = 0.02;
+      std::string bytes;
+      std::vector<float> seen(n, 7.0f), decoded(n, 8.0f);
+      EncodeSeen(o, x.data(), n, &bytes, seen.data());
+      ASSERT_EQ(static_cast<int64_t>(bytes.size()), EncodedBytes(o, n));
+      absl::string_view in(bytes);
+      ASSERT_TRUE(Decode(o, &in, n, decoded.data()).ok());
+      ASSERT_EQ(std::memcmp(seen.data(), decoded.data(), n * sizeof(float)), 0)
+          << CodecName(c) << " n=" << n;
+    }
+  }
+}
+
+// A ps's change pulls: after every step the ps's shadow equals, bit for
+// bit, the weights of a worker that applied each change with DecodeAdd;
+// and what one change leaves out, a later one sends (the shadow follows
+// the weights).
+TEST(CodecTest, ChangePullsKeepTheShadowEqualToTheReceiver) {
+  for (Codec c : {Codec::kBfloat16, Codec::kFloat16, Codec::kInt8, Codec::kTopK, Codec::kSign}) {
+    CodecOptions o = With(c);
+    o.topk_fraction = 0.1;
+    const int64_t n = 3000;
+    std::vector<float> w = Values(n, 40), shadow(n, 0.0f), worker(n, 0.0f), scratch;
+    // The first pull sends the weights themselves; here both start equal.
+    shadow = w;
+    worker = w;
+    for (int step = 0; step < 30; ++step) {
+      const std::vector<float> g = Values(n, 50 + step);
+      for (int64_t i = 0; i < n; ++i) w[i] -= 0.01f * g[i];
+      std::string bytes = "x";
+      EncodeChange(o, w.data(), shadow.data(), n, &bytes, &scratch);
+      ASSERT_EQ(static_cast<int64_t>(bytes.size()), 1 + EncodedBytes(o, n));
+      absl::string_view in(bytes);
+      in.remove_prefix(1);
+      ASSERT_TRUE(DecodeAdd(o, &in, n, worker.data()).ok());
+      ASSERT_TRUE(in.empty());
+      ASSERT_EQ(std::memcmp(shadow.data(), worker.data(), n * sizeof(float)), 0)
+          << CodecName(c) << " step " << step;
+    }
+    // With the weights still, further changes bring the worker to them.
+    double before = 0, after = 0;
+    for (int64_t i = 0; i < n; ++i) before += std::fabs(w[i] - worker[i]);
+    for (int step = 0; step < 40; ++step) {
+      std::string bytes;
+      EncodeChange(o, w.data(), shadow.data(), n, &bytes, &scratch);
+      absl::string_view in(bytes);
+      ASSERT_TRUE(DecodeAdd(o, &in, n, worker.data()).ok());
+    }
+    for (int64_t i = 0; i < n; ++i) after += std::fabs(w[i] - worker[i]);
+    EXPECT_LT(after, before / 4) << CodecName(c) << ": " << before << " -> " << after;
+  }
+}
+
+// DecodeAdd adds exactly what Decode decodes; top-k touches only the
+// values it sent (a -0 elsewhere stays -0).
+TEST(CodecTest, DecodeAddAddsWhatDecodeDecodes) {
+  for (Codec c : {Codec::kFloat32, Codec::kBfloat16, Codec::kFloat16, Codec::kInt8, Codec::kTopK,
+                  Codec::kSign}) {
+    const int64_t n = 1000;
+    const std::vector<float> x = Values(n, 60);
+    std::vector<float> y = Values(n, 61);
+    y[999] = -0.0f;
+    std::string bytes;
+    CodecOptions o = With(c);
+    o.topk_fraction = 0.01;
+    Encode(o, x.data(), n, &bytes);
+    std::vector<float> decoded(n), added = y;
+    absl::string_view in(bytes);
+    ASSERT_TRUE(Decode(o, &in, n, decoded.data()).ok());
+    in = bytes;
+    ASSERT_TRUE(DecodeAdd(o, &in, n, added.data()).ok());
+    ASSERT_TRUE(in.empty());
+    for (int64_t i = 0; i < n; ++i) {
+      if (c == Codec::kTopK && decoded[i] == 0.0f) {
+        ASSERT_EQ(std::memcmp(&added[i], &y[i], sizeof(float)), 0) << i;
+      } else {
+        ASSERT_EQ(added[i], y[i] + decoded[i]) << CodecName(c) << " " << i;
+      }
+    }
   }
 }
 

@@ -252,6 +252,12 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       // bytes, so error feedback counts each gradient once.
       g->clear();
       const CodecOptions exact;
+      int64_t bytes = 0;
+      for (int k : placement_->shards_of_ps[i]) {
+        const Shard& sh = placement_->shards[k];
+        bytes += EncodedBytes(sh.moving_statistic ? exact : options_.push_codec, sh.size);
+      }
+      g->reserve(bytes);
       for (int k : placement_->shards_of_ps[i]) {
         const Shard& sh = placement_->shards[k];
         const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
@@ -310,14 +316,10 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
         const CodecOptions& o = sh.moving_statistic ? exact : options_.pull_codec;
         const bool add = pull.delta() && EffectiveCodec(o, sh.size) != Codec::kFloat32;
         float* w = params + sh.offset;
-        if (add) change_.resize(sh.size);
-        absl::Status d = Decode(o, &in, sh.size, add ? change_.data() : w);
+        absl::Status d = add ? DecodeAdd(o, &in, sh.size, w) : Decode(o, &in, sh.size, w);
         if (!d.ok()) {
           return absl::InternalError(absl::StrCat("ps ", i, " sent ", sh.variable, ": ",
                                                   d.message()));
-        }
-        if (add) {
-          for (int64_t j = 0; j < sh.size; ++j) w[j] += change_[j];
         }
       }
       if (!in.empty()) {

@@ -162,7 +162,6 @@ class PsClient {
   std::unique_ptr<ErrorFeedback> feedback_;  // topk and sign pushes
   bool change_pulls_ = false;
   std::vector<int64_t> pull_base_;  // change pulls: per ps, delta_seq held
-  std::vector<float> change_;       // change pulls: decoded scratch
   uint64_t next_request_id_ = 0;
   bool last_push_applied_ = false;
   int64_t pushes_dropped_ = 0;

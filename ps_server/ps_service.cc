@@ -208,19 +208,17 @@ void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
   // will add it, so that what is not sent now is sent later. Pieces sent
   // as fp32 carry the values themselves.
   std::string out;
-  std::vector<float> d, sent;
   const CodecOptions exact;
+  int64_t bytes = 0;
+  for (const WirePiece& p : pieces) bytes += EncodedBytes(p.exact ? exact : codec, p.size);
+  out.reserve(bytes);
   float* shadow = st->shadow.data();
   for (const WirePiece& p : pieces) {
     if (p.exact || EffectiveCodec(codec, p.size) == Codec::kFloat32) {
       Encode(exact, w, p.size, &out);
       std::copy(w, w + p.size, shadow);
     } else {
-      d.resize(p.size);
-      for (int64_t i = 0; i < p.size; ++i) d[i] = w[i] - shadow[i];
-      sent.resize(p.size);
-      EncodeSeen(codec, d.data(), p.size, &out, sent.data());
-      for (int64_t i = 0; i < p.size; ++i) shadow[i] += sent[i];
+      ::pscluster::EncodeChange(codec, w, shadow, p.size, &out, &st->scratch);
     }
     w += p.size;
     shadow += p.size;

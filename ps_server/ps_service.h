@@ -104,6 +104,7 @@ class PsService final : public ParameterServer::Service {
     std::string last ABSL_GUARDED_BY(mu);  // answer `seq`'s values, when a change
     int64_t last_version ABSL_GUARDED_BY(mu) = 0;
     int64_t last_generation ABSL_GUARDED_BY(mu) = 0;
+    std::vector<float> scratch ABSL_GUARDED_BY(mu);  // EncodeChange's
   };
   ChangeState* Changes(int worker);
   absl::Mutex changes_mu_;
