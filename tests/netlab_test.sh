@@ -39,6 +39,13 @@ else
   fail "--settings=topk+int4: exit $rc, '$msg'"
 fi
 
+msg="$("$repo/tests/netlab/netlab.py" --eval_interval_s=-1 --data="$data" 2>&1)"; rc=$?
+if [ "$rc" -eq 2 ] && grep -q "eval_interval_s=-1" <<<"$msg"; then
+  pass "a bad evaluation interval exits 2 naming it: $msg"
+else
+  fail "--eval_interval_s=-1: exit $rc, '$msg'"
+fi
+
 log="$("$repo/tests/netlab/netlab.py" --models=cnn --workers=2 --ps=1 --links=200mbit \
   --settings=topk+int8@tcp --steps=10 --data="$data" --out="$out" 2>&1)"; rc=$?
 echo "$log" | tail -n 6

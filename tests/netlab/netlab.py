@@ -275,7 +275,7 @@ def run_cell(net, cell, args, data, tmp):
     extra = {
         "ps": [],
         "worker": [f"--data_dir={data}", f"--threads={args.threads}", "--linger_s=30"],
-        "evaluator": [f"--data_dir={data}", "--eval_interval_s=3"],
+        "evaluator": [f"--data_dir={data}", f"--eval_interval_s={args.eval_interval_s}"],
         "chief": chief_args,
     }
     before = {h: net.counters(h) for h in hosts["worker"]}
@@ -309,11 +309,18 @@ def run_cell(net, cell, args, data, tmp):
             cpu[h] = usage.ru_utime + usage.ru_stime
             return
 
-    reap("chief", dict(procs)["chief"], time.time() + args.cell_timeout_s)
-    deadline = time.time() + 20
-    for h, p in procs:
-        if h != "chief":
-            reap(h, p, deadline)
+    try:
+        reap("chief", dict(procs)["chief"], time.time() + args.cell_timeout_s)
+        deadline = time.time() + 20
+        for h, p in procs:
+            if h != "chief":
+                reap(h, p, deadline)
+    finally:
+        # Interrupted (Ctrl-C, SIGTERM): no daemon outlives the lab.
+        for h, p in procs:
+            if p.returncode is None and p.poll() is None:
+                p.kill()
+                p.wait()
     after = {h: net.counters(h) for h in hosts["worker"]}
     text = {h: open(p).read() for h, p in logs.items()}
     result = dict(cell)
@@ -488,6 +495,10 @@ def main():
     p.add_argument("--epochs", type=int, default=0,
                    help="train this many epochs of the whole of MNIST per cell, with an "
                         "evaluator (accuracy and the accuracy-time curve); 0: --steps")
+    p.add_argument("--eval_interval_s", type=float, default=3,
+                   help="with --epochs: seconds between the evaluator's evaluations (it "
+                        "shares the machine's cores: an evaluation of mlp_large takes one "
+                        "core about 18 s)")
     p.add_argument("--batch_size", type=int, default=128)
     p.add_argument("--threads", type=int, default=1, help="compute threads per worker")
     p.add_argument("--seed", type=int, default=1)
@@ -509,6 +520,8 @@ def main():
                 raise UsageError(f"--{flag}={getattr(args, flag)} must be at least 1")
         if args.epochs < 0:
             raise UsageError(f"--epochs={args.epochs} must be at least 0")
+        if not args.eval_interval_s > 0:
+            raise UsageError(f"--eval_interval_s={args.eval_interval_s} must be above 0")
         if not os.path.isfile(os.path.join(args.data, "train-images-idx3-ubyte.gz")):
             raise UsageError(f"--data={args.data} holds no MNIST (train-images-idx3-ubyte.gz)")
     except UsageError as e:
