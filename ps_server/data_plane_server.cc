@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -23,7 +24,7 @@ constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 
 absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
     int port, PsService* service, std::shared_ptr<const SecurityConfig> security,
-    uint64_t max_payload_bytes) {
+    uint64_t max_payload_bytes, const std::vector<int>& avoid) {
   std::unique_ptr<DataPlaneServer> s(new DataPlaneServer());
   s->service_ = service;
   s->security_ = security != nullptr ? std::move(security) : ProcessSecurity();
@@ -31,22 +32,50 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
   absl::StatusOr<SslCtxPtr> tls = MakeServerSslCtx(*s->security_);
   if (!tls.ok()) return tls.status();
   s->tls_ = std::move(*tls);
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("data plane: socket: ", strerror(errno)));
-  s->listen_fd_ = fd;
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 64) != 0) {
-    return absl::UnavailableError(absl::StrCat("data plane: cannot listen on 0.0.0.0:", port,
-                                               ": ", strerror(errno)));
+  // A port the kernel picked that is in `avoid` stays bound (so that it is
+  // not picked again) until a good one is found, then is closed.
+  std::vector<int> refused;
+  auto close_refused = [&refused] {
+    for (int r : refused) close(r);
+  };
+  for (;;) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      close_refused();
+      return absl::InternalError(absl::StrCat("data plane: socket: ", strerror(errno)));
+    }
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      const int err = errno;
+      close(fd);
+      close_refused();
+      return absl::UnavailableError(absl::StrCat("data plane: cannot listen on 0.0.0.0:", port,
+                                                 ": ", strerror(err)));
+    }
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    const int got = ntohs(addr.sin_port);
+    if (port == 0 && std::find(avoid.begin(), avoid.end(), got) != avoid.end() &&
+        refused.size() < 64) {
+      refused.push_back(fd);
+      continue;
+    }
+    close_refused();
+    if (listen(fd, 64) != 0) {
+      const int err = errno;
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("data plane: cannot listen on 0.0.0.0:", got,
+                                                 ": ", strerror(err)));
+    }
+    s->listen_fd_ = fd;
+    s->port_ = got;
+    break;
   }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  s->port_ = ntohs(addr.sin_port);
   if (pipe2(s->wake_fd_, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("data plane: pipe: ", strerror(errno)));
   }

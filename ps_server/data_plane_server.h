@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/data_plane.h"
@@ -27,12 +28,14 @@ namespace pscluster {
 
 class DataPlaneServer {
  public:
-  // Listens on 0.0.0.0:`port` (0: any free port). `service` is borrowed
+  // Listens on 0.0.0.0:`port` (0: any free port but those in `avoid`: the
+  // ports the cluster spec gives tasks that may not have started yet, on
+  // one machine the kernel could hand out as free). `service` is borrowed
   // and must outlive the server; a payload above `max_payload_bytes` is
   // refused (the gRPC server's message limit).
   static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
       int port, PsService* service, std::shared_ptr<const SecurityConfig> security,
-      uint64_t max_payload_bytes);
+      uint64_t max_payload_bytes, const std::vector<int>& avoid = {});
   // Stops: closes the port and every connection, and joins the threads.
   ~DataPlaneServer();
 

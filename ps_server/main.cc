@@ -4,9 +4,12 @@
 // tells it to exit.
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -81,8 +84,18 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
+  // An ephemeral data port must not take a port the cluster spec gives a
+  // task that has not started yet (on one machine, the local launcher's).
+  std::vector<int> spec_ports;
+  for (const auto& [job, tasks] : config.cluster.job_map()) {
+    for (const auto& [index, address] : tasks) {
+      int p = 0;
+      if (absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &p)) spec_ports.push_back(p);
+    }
+  }
   absl::StatusOr<std::unique_ptr<DataPlaneServer>> data_plane =
-      DataPlaneServer::Start(data_port, &service, nullptr, uint64_t{rpc.max_message_bytes});
+      DataPlaneServer::Start(data_port, &service, nullptr,
+                             static_cast<uint64_t>(rpc.max_message_bytes), spec_ports);
   if (!data_plane.ok()) {
     spdlog::error("{}", std::string(data_plane.status().message()));
     (*server)->Stop();

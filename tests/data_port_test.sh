@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The ps's tcp data plane on "any free port" (--data_port=0, the default)
+# must not take a port the cluster spec gives another task: on one machine
+# (the local launcher, the tests' clusters) that task may not have started
+# yet, and would then find its port taken (CI once failed so). In a network
+# namespace of its own, with the kernel's ephemeral range cut to 11 ports of
+# which the spec names 10, the ps must choose the eleventh, run after run.
+# Needs root and util-linux's unshare; skips saying why otherwise.
+#
+# Usage: tests/data_port_test.sh [MNIST_DIR]   (MNIST is not needed)
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ps_bin="$repo/bazel-bin/ps_server/ps_server"
+passed=0; failed=0; skipped=0
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+finish() {
+  echo "data_port_test: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]; exit
+}
+
+if [ "$(id -u)" -ne 0 ]; then skip "a network namespace needs root"; finish; fi
+for tool in unshare ip sysctl; do
+  command -v "$tool" >/dev/null || { skip "no '$tool'"; finish; }
+done
+[ -x "$ps_bin" ] || { fail "missing $ps_bin (build first)"; finish; }
+
+# ps:0 on 41000 (bound before the data plane), the other tasks on
+# 41001..41009: the only free port of the range 41000..41010 is 41010.
+spec='{"cluster": {"ps": ["127.0.0.1:41000"], "chief": ["127.0.0.1:41001"],
+  "worker": ["127.0.0.1:41002", "127.0.0.1:41003", "127.0.0.1:41004", "127.0.0.1:41005",
+             "127.0.0.1:41006", "127.0.0.1:41007", "127.0.0.1:41008", "127.0.0.1:41009"]},
+  "task": {"type": "ps", "index": 0}}'
+ports=""
+for run in 1 2 3 4 5; do
+  out="$(TF_CONFIG="$spec" unshare --net bash -c '
+    ip link set lo up &&
+    sysctl -q -w net.ipv4.ip_local_port_range="41000 41010" &&
+    { timeout 10 "$0" > "$1" 2>&1 & pid=$!;
+      for i in $(seq 100); do grep -q "data plane on port" "$1" && break; sleep 0.1; done;
+      kill -TERM $pid; wait $pid; cat "$1"; }' "$ps_bin" "$(mktemp)" 2>&1)"
+  port="$(grep -o 'tcp data plane on port [0-9]*' <<<"$out" | grep -o '[0-9]*$')"
+  if [ -z "$port" ]; then
+    fail "run $run: the ps did not say its data port: $(tail -n 3 <<<"$out")"
+    finish
+  fi
+  ports="$ports $port"
+done
+if [ "$ports" = " 41010 41010 41010 41010 41010" ]; then
+  pass "with 41000..41010 the ephemeral range and 41000..41009 in the spec, the data plane took 41010 in 5 runs out of 5"
+else
+  fail "data ports chosen:$ports (41010 expected every time: the others belong to tasks of the spec)"
+fi
+finish
