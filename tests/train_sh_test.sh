@@ -69,6 +69,17 @@ else
   else
     fail "a one-epoch run (exit $rc, last line '$last')"; echo "$out" | tail -n 30
   fi
+  # Each ps's data plane listens on a port of the launcher's choosing, apart
+  # from every task's gRPC and metrics port.
+  data_ports="$(grep -oE '^\[ps[0-9]+\] .*tcp data plane on port [0-9]+' <<<"$out" | grep -oE '[0-9]+$' | sort)"
+  other_ports="$( { grep -oE 'gRPC on 0\.0\.0\.0:[0-9]+' <<<"$out" | grep -oE '[0-9]+$';
+                    grep -oE 'Prometheus metrics on 127\.0\.0\.1:.*' <<<"$out" | grep -oE ':[0-9]+' | tr -d ':'; } | sort -u)"
+  if [ "$(wc -l <<<"$data_ports")" -eq 2 ] && [ "$(sort -u <<<"$data_ports" | wc -l)" -eq 2 ] &&
+     [ -n "$other_ports" ] && [ -z "$(comm -12 <(echo "$data_ports") <(echo "$other_ports"))" ]; then
+    pass "each ps's data plane has a port of its own ($(echo $data_ports)), apart from the tasks' gRPC and metrics ports"
+  else
+    fail "data-plane ports '$(echo $data_ports)' against the tasks' ports '$(echo $other_ports)'"
+  fi
 
   # --no_evaluator: the chief, given the data folder, scores the final
   # weights itself (the same 0.9256).

@@ -144,7 +144,10 @@ fi
 
 # 3. Free ports on 127.0.0.1, one per task.
 TOTAL=$((NUM_PS + NUM_WORKERS + 1 + EVALUATOR))
-NEEDED=$((2 * TOTAL))  # a gRPC port and a metrics port per task
+# A gRPC port and a metrics port per task, and each ps's data-plane port
+# (left to the kernel, it could take a port picked here for a task that
+# has not started yet).
+NEEDED=$((2 * TOTAL + NUM_PS))
 declare -A USED=()
 # Local ports in use, from the hex "address:port" column (bash converts the
 # hex: Debian's awk, mawk, has no strtonum).
@@ -227,7 +230,9 @@ start() {  # start NAME TYPE INDEX BINARY ARGS...
   ORDER+=("$name")
   launch "$name"
 }
-for ((i = 0; i < NUM_PS; i++)); do start "ps$i" ps "$i" "$BIN/ps_server/ps_server"; done
+for ((i = 0; i < NUM_PS; i++)); do
+  start "ps$i" ps "$i" "$BIN/ps_server/ps_server" --data_port="${PORTS[$((2 * TOTAL + i))]}"
+done
 for ((i = 0; i < NUM_WORKERS; i++)); do
   start "worker$i" worker "$i" "$BIN/worker/worker" --data_dir="$DATA_DIR" --threads="$WORKER_THREADS"
 done
