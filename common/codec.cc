@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <numeric>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -16,9 +15,11 @@ namespace pscluster {
 namespace {
 
 // Multi-byte values are little-endian, as on every machine we build for.
+// Stores go into a buffer sized beforehand (EncodedBytes): no std::string
+// append per value, so that the encoders' loops vectorise.
 template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+void Store(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
 }
 
 template <typename T>
@@ -160,13 +161,6 @@ int64_t EncodedBytes(const CodecOptions& o, int64_t n) {
 
 namespace {
 
-// Little-endian stores into a buffer sized beforehand (EncodedBytes): no
-// std::string append per value, so that the loops below vectorise.
-template <typename T>
-void Store(char* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-
 // std::nearbyint for |v| < 2^22 in the default rounding mode (to nearest,
 // ties to even) without a library call: adding 1.5 * 2^23 leaves no bits
 // below the units.
@@ -208,6 +202,9 @@ void TopKIndices(const float* c, int64_t n, int64_t k, TopKScratch* scratch) {
   auto rank = [c](int64_t i) {
     return (uint64_t{AbsKey(c[i])} << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
   };
+  std::vector<uint32_t>& index = scratch->index;
+  index.clear();
+  if (k == 0) return;  // an empty tensor
   std::vector<uint64_t>& ranked = scratch->ranked;  // candidates, ascending index
   ranked.clear();
   // The exact top k, found without sorting all n: a threshold from an
@@ -239,12 +236,6 @@ void TopKIndices(const float* c, int64_t n, int64_t k, TopKScratch* scratch) {
   if (static_cast<int64_t>(ranked.size()) < k) {
     ranked.resize(n);
     for (int64_t i = 0; i < n; ++i) ranked[i] = rank(i);
-  }
-  std::vector<uint32_t>& index = scratch->index;
-  index.clear();
-  if (static_cast<int64_t>(ranked.size()) == k) {
-    for (uint64_t v : ranked) index.push_back(0xFFFFFFFFu - static_cast<uint32_t>(v));
-    return;
   }
   // The k-th rank, from a copy; then the candidates at or above it, still
   // in index order (ranks are distinct: exactly k).
@@ -473,16 +464,6 @@ void Encode(const CodecOptions& o, const float* x, int64_t n, std::string* out) 
 }
 
 absl::Status Decode(const CodecOptions& o, absl::string_view* in, int64_t n, float* y) {
-  if (EffectiveCodec(o, n) == Codec::kFloat32) {
-    // One memcpy (DecodeTo's loop would be one too, less surely).
-    if (static_cast<int64_t>(in->size()) < 4 * n) {
-      return Malformed(Codec::kFloat32, absl::StrCat(in->size(), " bytes, ", 4 * n,
-                                                     " needed for ", n, " values"));
-    }
-    std::memcpy(y, in->data(), 4 * n);
-    in->remove_prefix(4 * n);
-    return absl::OkStatus();
-  }
   if (EffectiveCodec(o, n) == Codec::kTopK) std::fill(y, y + n, 0.0f);
   return DecodeTo(o, in, n, [y](int64_t i, float v) { y[i] = v; });
 }

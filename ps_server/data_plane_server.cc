@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -35,15 +36,12 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
   // A port the kernel picked that is in `avoid` stays bound (so that it is
   // not picked again) until a good one is found, then is closed.
   std::vector<int> refused;
-  auto close_refused = [&refused] {
+  const absl::Cleanup close_refused = [&refused] {
     for (int r : refused) close(r);
   };
   for (;;) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      close_refused();
-      return absl::InternalError(absl::StrCat("data plane: socket: ", strerror(errno)));
-    }
+    if (fd < 0) return absl::InternalError(absl::StrCat("data plane: socket: ", strerror(errno)));
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_in addr{};
@@ -53,7 +51,6 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       const int err = errno;
       close(fd);
-      close_refused();
       return absl::UnavailableError(absl::StrCat("data plane: cannot listen on 0.0.0.0:", port,
                                                  ": ", strerror(err)));
     }
@@ -65,7 +62,6 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
       refused.push_back(fd);
       continue;
     }
-    close_refused();
     if (listen(fd, 64) != 0) {
       const int err = errno;
       close(fd);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
+#include "common/cluster_spec.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
   std::vector<int> spec_ports;
   for (const auto& [job, tasks] : config.cluster.job_map()) {
     for (const auto& [index, address] : tasks) {
-      int p = 0;
-      if (absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &p)) spec_ports.push_back(p);
+      absl::StatusOr<HostPort> hp = ParseHostPort(address, config.source);
+      if (hp.ok()) spec_ports.push_back(hp->port);
     }
   }
   absl::StatusOr<std::unique_ptr<DataPlaneServer>> data_plane =
