@@ -1,7 +1,11 @@
 #include "chief/checkpointer.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 #include "common/checkpoint.h"
 #include "spdlog/spdlog.h"
@@ -38,7 +42,21 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle) {
     }
     absl::SleepFor(absl::Milliseconds(2));
   }
-  for (int attempt = 0;; ++attempt) {
+  // Sync: a step completes on every ps or on none, but not at the same
+  // instant (a worker pushes to one ps, then to the next). Wait until the
+  // versions agree, asking for them (cheap) rather than for the shards, for
+  // up to a second: far longer than a worker takes between two pushes, also
+  // on a loaded machine, and short enough not to hold up the chief's checks
+  // of the workers when one died between its pushes (the ps then disagree
+  // until its chunk is trained again, and this checkpoint is skipped).
+  const absl::Time settle_by = absl::Now() + absl::Seconds(1);
+  for (;;) {
+    std::string apart;
+    if (absl::Status s = WaitForOneVersion(settle_by, &apart); !s.ok()) return s;
+    if (!apart.empty()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the ps did not settle on one version within 1 s (", apart, ")"));
+    }
     Snapshot snap;
     snap.run_started_unix_ms = absl::ToUnixMillis(run_started_);
     snap.generation = dispatcher_->generation();
@@ -64,10 +82,30 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle) {
       for (const ShardState& s : snap.ps) snap.step = std::min(snap.step, s.version());
       return snap;
     }
-    if (attempt == 100 || stop_) {
-      return absl::DeadlineExceededError("the ps did not settle on one version");
+    // A step completed on some ps between the two looks: look again.
+  }
+}
+
+absl::Status Checkpointer::WaitForOneVersion(absl::Time deadline, std::string* apart) {
+  for (;;) {
+    const int64_t generation = dispatcher_->generation();
+    std::string where;  // "ps:0 at version 325 generation 0, ps:1 at ..."
+    bool agree = true;
+    int64_t version0 = 0;
+    for (int i = 0; i < fleet_->num_ps(); ++i) {
+      absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(2));
+      if (!st.ok()) return st.status();
+      if (i == 0) version0 = st->version();
+      agree = agree && st->generation() == generation &&
+              (options_.mode != SYNC || st->version() == version0);
+      absl::StrAppend(&where, i == 0 ? "" : ", ", "ps:", i, " at version ", st->version(),
+                      " generation ", st->generation());
     }
-    absl::SleepFor(absl::Milliseconds(2));
+    apart->clear();
+    if (agree) return absl::OkStatus();
+    *apart = absl::StrCat(where, "; the run is at generation ", generation);
+    if (absl::Now() >= deadline || stop_) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(1));
   }
 }
 

@@ -70,6 +70,11 @@ class Checkpointer {
 
  private:
   absl::StatusOr<Snapshot> TakeSnapshot(bool workers_idle);
+  // Asks the ps for their versions until they agree (sync: one version;
+  // both modes: the run's generation) or `deadline` passes. `apart` is
+  // empty when they agree, else says where each stands. An error when a ps
+  // does not answer.
+  absl::Status WaitForOneVersion(absl::Time deadline, std::string* apart);
 
   const CheckpointerOptions options_;
   const ModelSpec* const spec_;

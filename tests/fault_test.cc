@@ -94,7 +94,8 @@ class FaultTest : public ::testing::Test {
         << chief;
     EXPECT_NEAR(f->test_accuracy, baseline, 0.005) << chief;
     // Every ps stayed in step with the others: no checkpoint had to be
-    // skipped for want of one version, except one while the killed task was
+    // skipped for want of one version (the checkpointer waits up to 1 s for
+    // a step to complete on every ps), except one while the killed task was
     // down (a sync worker killed between its pushes to ps:0 and ps:1 leaves
     // ps:0 a step ahead until its chunk is trained again; the checkpointer
     // rightly refuses that state), and none after the recovery.

@@ -1,0 +1,140 @@
+#include "chief/checkpointer.h"
+
+#include <atomic>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+// Ps at set versions; ps `lagging` is one version behind for the first
+// `lag_for` calls of Stats (a sync step that has completed on the others,
+// its last push still on the way), or for ever when lag_for < 0.
+class FakeFleet : public PsFleet {
+ public:
+  explicit FakeFleet(std::vector<int64_t> versions) : versions(std::move(versions)) {}
+
+  int num_ps() const override { return static_cast<int>(versions.size()); }
+  absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration) override {
+    ++stats_calls;
+    PsStatsResponse st;
+    st.set_version(VersionOf(ps));
+    return st;
+  }
+  absl::Status SetWorkers(int, const std::vector<bool>&, absl::Duration) override {
+    return absl::UnimplementedError("not in this test");
+  }
+  absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration) override {
+    ShardState s;
+    s.set_version(VersionOf(ps));
+    // A step completing between the look at the versions and this one.
+    if (ps == 0 && ahead_in_snapshots > 0) {
+      --ahead_in_snapshots;
+      s.set_version(s.version() + 1);
+    }
+    ++snapshots;
+    return s;
+  }
+  absl::StatusOr<InitResponse> Init(int, const InitRequest&, absl::Duration) override {
+    return absl::UnimplementedError("not in this test");
+  }
+  absl::Status Restore(int, const RestoreRequest&, absl::Duration) override {
+    return absl::UnimplementedError("not in this test");
+  }
+
+  int64_t VersionOf(int ps) const {
+    const bool lags = ps == lagging && (lag_for < 0 || stats_calls <= lag_for);
+    return versions[ps] - (lags ? 1 : 0);
+  }
+
+  std::vector<int64_t> versions;
+  int lagging = -1;
+  int lag_for = 0;
+  int stats_calls = 0;
+  int ahead_in_snapshots = 0;
+  int snapshots = 0;
+};
+
+class CheckpointerTest : public ::testing::Test {
+ protected:
+  CheckpointerTest() : fleet_({300, 300}), dispatcher_(2, 1, kT0) {
+    absl::StatusOr<ModelSpec> spec = ModelByName("mlp");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    spec_ = *std::move(spec);
+    placement_ = PlaceVariables(spec_, 2);
+  }
+
+  Checkpointer Make(UpdateMode mode) {
+    CheckpointerOptions o;  // in memory
+    o.every_steps = 100;
+    o.mode = mode;
+    return Checkpointer(o, &spec_, &placement_, &fleet_, &dispatcher_, &stop_, kT0);
+  }
+
+  FakeFleet fleet_;
+  Dispatcher dispatcher_;
+  ModelSpec spec_;
+  Placement placement_;
+  std::atomic<bool> stop_{false};
+};
+
+TEST_F(CheckpointerTest, SyncWaitsForTheLaggingPsToCatchUp) {
+  // Far more looks than the 100 the chief once gave up after.
+  fleet_.lagging = 1;
+  fleet_.lag_for = 400;
+  Checkpointer c = Make(SYNC);
+  ASSERT_TRUE(c.Take("periodic", 300).ok());
+  ASSERT_NE(c.latest(), nullptr);
+  EXPECT_EQ(c.latest()->step, 300);
+  EXPECT_EQ(fleet_.snapshots, 2);  // the shards are fetched once, when the versions agree
+  EXPECT_FALSE(c.Due(absl::Now(), 399));
+  EXPECT_TRUE(c.Due(absl::Now(), 400));
+}
+
+TEST_F(CheckpointerTest, SyncLooksAgainWhenAStepCompletesBetweenTheLooks) {
+  fleet_.ahead_in_snapshots = 2;
+  Checkpointer c = Make(SYNC);
+  ASSERT_TRUE(c.Take("periodic", 300).ok());
+  ASSERT_NE(c.latest(), nullptr);
+  EXPECT_EQ(c.latest()->step, 300);
+  EXPECT_EQ(fleet_.snapshots, 6);
+}
+
+TEST_F(CheckpointerTest, SyncSkipsWhenThePsNeverAgree) {
+  // A worker died between its pushes to ps:0 and ps:1.
+  fleet_.lagging = 1;
+  fleet_.lag_for = -1;
+  Checkpointer c = Make(SYNC);
+  ASSERT_TRUE(c.Take("periodic", 300).ok());  // skipped, not an error
+  EXPECT_EQ(c.latest(), nullptr);
+  EXPECT_EQ(fleet_.snapshots, 0);
+  // Tried again after another interval, not at once.
+  EXPECT_FALSE(c.Due(absl::Now(), 399));
+  EXPECT_TRUE(c.Due(absl::Now(), 400));
+}
+
+TEST_F(CheckpointerTest, AsyncTakesThePsAtDifferentVersions) {
+  fleet_.versions = {300, 280};
+  Checkpointer c = Make(ASYNC);
+  ASSERT_TRUE(c.Take("periodic", 300, /*workers_idle=*/true).ok());
+  ASSERT_NE(c.latest(), nullptr);
+  EXPECT_EQ(c.latest()->step, 280);  // the lowest
+}
+
+TEST_F(CheckpointerTest, StopEndsTheWait) {
+  fleet_.lagging = 1;
+  fleet_.lag_for = -1;
+  stop_ = true;
+  Checkpointer c = Make(SYNC);
+  ASSERT_TRUE(c.Take("periodic", 300).ok());
+  EXPECT_EQ(c.latest(), nullptr);
+  EXPECT_LE(fleet_.stats_calls, 2);  // one look at each ps, no waiting
+}
+
+}  // namespace
+}  // namespace pscluster
