@@ -114,6 +114,16 @@ class FaultTest : public ::testing::Test {
     ASSERT_TRUE(wall.has_value());
     EXPECT_GE(*wall + 1, static_cast<long>(absl::ToDoubleSeconds(absl::Now() - started)) - 1)
         << chief;
+    if (HasFailure()) {
+      // CI keeps the tail of the output: the figures each check looked at,
+      // after the (long) logs the failures printed.
+      std::cout << "checks of " << task << " (" << mode << "): recovery logged "
+                << !recovered.empty() << ", skips while down " << skipped_while_down
+                << ", skips after recovery "
+                << (chief.find(skipped, recovered_at) != std::string::npos) << ", wall_s "
+                << *wall << " against "
+                << absl::ToDoubleSeconds(absl::Now() - started) << " s measured here\n";
+    }
     std::cout << "kill -9 " << task << " (" << mode << ") at +0 s, restarted at +1 s: "
               << "test_accuracy=" << f->test_accuracy << " (undisturbed " << baseline
               << ") steps=" << f->steps << " wall since the kill "
