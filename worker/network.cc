@@ -30,6 +30,13 @@ using kernels::CpuDevice;
 // pass's activations stay in cache, large enough that the GEMMs stay
 // efficient. Weight gradients are summed over the micro-batches.
 constexpr int kMicroBatch = 8;
+// Every micro-batch reads the weights and reads and writes their
+// gradients. While they fit in cache that costs little (the seeds' CNN:
+// 3,900 images/s in micro-batches of 8, 3,000 in one of 64); beyond, that
+// memory traffic is the step (mlp_large, 80 MB, one thread: 273 images/s
+// in micro-batches of 8, 1,244 in one of 128), and a replica runs its
+// whole share of the batch in one pass.
+constexpr int64_t kCachedWeightBytes = 4 << 20;
 constexpr int kMaxThreads = 256;
 
 // A zero-filled, 64-byte aligned array, allocated once. Zero-filling touches
@@ -380,10 +387,13 @@ Network::Network(const ModelSpec& spec, const NetworkOptions& options,
                  std::vector<Op> ops)
     : spec_(spec), options_(options), ops_(std::move(ops)) {
   if (ops_.empty()) return;  // the general path: Create sets it up
-  // Each replica gets at most its share of max_batch, in micro-batches.
+  // Each replica gets at most its share of max_batch, in micro-batches
+  // (one, when the weights do not fit in cache).
   const int threads = std::min(options_.num_threads, options_.max_batch);
   const int share = (options_.max_batch + threads - 1) / threads;
-  const int chunk = std::min(kMicroBatch, share);
+  const bool weights_cached = spec_.num_parameters * int64_t{sizeof(float)} <= kCachedWeightBytes;
+  const int chunk = weights_cached ? std::min(kMicroBatch, share) : share;
+  micro_batch_ = chunk;
   for (int t = 0; t < threads; ++t) {
     replicas_.push_back(std::make_unique<Replica>(ops_, spec_.num_parameters,
                                                   chunk, /*owns_grads=*/t > 0));

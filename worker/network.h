@@ -35,7 +35,8 @@ class Network {
   // InvalidArgument when the options are out of range or the spec does not
   // describe a runnable model. The seeds' layers (Conv2D with square
   // kernels, stride 1, "valid"; MaxPooling2D with stride = window; Flatten;
-  // Dense; relu or linear) run on fast fused kernels in micro-batches; any
+  // Dense; relu or linear) run on fast fused kernels, in micro-batches while
+  // the weights fit in cache and in one pass per thread beyond; any
   // other model runs on the general path (worker/keras_network.h).
   static absl::StatusOr<std::unique_ptr<Network>> Create(
       const ModelSpec& spec, const NetworkOptions& options);
@@ -72,6 +73,9 @@ class Network {
   // Whether the model runs on the general path rather than the fast one.
   bool general() const { return general_ != nullptr; }
   const NetworkOptions& options() const { return options_; }
+  // Examples per pass on the fast path (each thread runs its share of a
+  // batch in passes of this many); 0 on the general path.
+  int micro_batch() const { return micro_batch_; }
 
  private:
   struct Op;
@@ -100,6 +104,7 @@ class Network {
   std::vector<std::unique_ptr<Replica>> replicas_;  // one per thread
   std::unique_ptr<ThreadGang> gang_;
   std::unique_ptr<KerasNetwork> general_;  // set for the general path
+  int micro_batch_ = 0;
 };
 
 }  // namespace pscluster

@@ -66,6 +66,48 @@ ModelSpec SmallCnn(int filters1) {
   return spec;
 }
 
+// Flatten, Dense(hidden, relu), Dense(10) on 28x28x1: with hidden = 1400,
+// 1,100,410 parameters (4.4 MB), too many to stay in cache.
+ModelSpec WideMlp(int hidden) {
+  ModelSpec spec;
+  spec.name = "wide_mlp";
+  spec.input_height = spec.input_width = 28;
+  spec.input_channels = 1;
+  spec.num_classes = 10;
+  auto dense = [](const char* name, int units, Activation act) {
+    LayerSpec l;
+    l.kind = LayerKind::kDense;
+    l.name = name;
+    l.units = units;
+    l.activation = act;
+    return l;
+  };
+  LayerSpec flatten;
+  flatten.kind = LayerKind::kFlatten;
+  flatten.name = "flatten";
+  spec.layers = {flatten, dense("hidden", hidden, Activation::kRelu),
+                 dense("out", 10, Activation::kNone)};
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, Initializer init,
+                 int64_t fan_in, int64_t fan_out) {
+    VariableSpec v;
+    v.name = name;
+    v.shape = shape;
+    v.initializer = init;
+    v.fan_in = fan_in;
+    v.fan_out = fan_out;
+    v.size = 1;
+    for (int64_t d : shape) v.size *= d;
+    v.offset = spec.num_parameters;
+    spec.num_parameters += v.size;
+    spec.variables.push_back(v);
+  };
+  add("hidden/kernel", {784, hidden}, Initializer::GlorotUniform(), 784, hidden);
+  add("hidden/bias", {hidden}, Initializer::Zeros(), 0, 0);
+  add("out/kernel", {hidden, 10}, Initializer::GlorotUniform(), hidden, 10);
+  add("out/bias", {10}, Initializer::Zeros(), 0, 0);
+  return spec;
+}
+
 // A model, its parameters and a random batch for it.
 struct Problem {
   Problem(const std::string& model, int batch, uint64_t seed)
@@ -248,6 +290,15 @@ TEST(NetworkTest, FusedFirstLayerMatchesFiniteDifferences) {
   CheckAgainstFiniteDifferences(Problem(SmallCnn(8), 3, 11), 12);
 }
 
+// Weights beyond the cache: one pass per thread instead of micro-batches.
+TEST(NetworkTest, WideMlpGradientMatchesFiniteDifferences) {
+  const Problem p(WideMlp(1400), 5, 12);
+  EXPECT_EQ(p.Make(1)->micro_batch(), 64);  // the whole of max_batch
+  EXPECT_EQ(p.Make(2)->micro_batch(), 32);
+  EXPECT_EQ(Problem("cnn", 5, 12).Make(1)->micro_batch(), 8);
+  CheckAgainstFiniteDifferences(p, 6);
+}
+
 // The gradient of the batch is the size-weighted mean of its halves': tests
 // the sum over micro-batches and the 1 / batch scaling.
 TEST(NetworkTest, GradientIsMeanOverExamples) {
@@ -272,8 +323,9 @@ TEST(NetworkTest, GradientIsMeanOverExamples) {
 }
 
 TEST(NetworkTest, TwoThreadsMatchOne) {
-  for (const char* model : {"cnn", "mlp"}) {
-    Problem p(model, 37, 4);  // odd: uneven shares, several micro-batches
+  for (const std::string model : {"cnn", "mlp", "wide_mlp"}) {
+    // Odd: uneven shares, several micro-batches.
+    Problem p = model == "wide_mlp" ? Problem(WideMlp(1400), 37, 4) : Problem(model, 37, 4);
     auto one = p.Make(1);
     auto two = p.Make(2);
     float loss1 = 0, loss2 = 0;
