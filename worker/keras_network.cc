@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "worker/kernels/activation.h"
@@ -52,6 +53,25 @@ absl::StatusOr<std::unique_ptr<KerasNetwork>> KerasNetwork::Create(
     op.sum_dy.resize(op.channels);
     op.sum_dy_xhat.resize(op.channels);
     net->ops_.push_back(std::move(op));
+  }
+  // Every variable's size, by its offset, for the ops' ranges.
+  std::map<int64_t, int64_t> size_at;
+  for (const VariableSpec& v : spec.variables) size_at[v.offset] = v.size;
+  int64_t below = 0;  // the end of the variables of the ops so far
+  for (const Op& op : net->ops_) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int64_t offset : {op.kernel, op.bias, op.gamma, op.beta, op.mean, op.var}) {
+      if (offset < 0) continue;
+      ranges.emplace_back(offset, offset + size_at[offset]);
+      below = std::max(below, ranges.back().second);
+    }
+    net->final_from_.push_back(0);  // set below
+    net->ranges_.push_back(std::move(ranges));
+  }
+  below = 0;
+  for (size_t i = 0; i < net->ops_.size(); ++i) {
+    net->final_from_[i] = below;
+    for (const auto& r : net->ranges_[i]) below = std::max(below, r.second);
   }
   net->spec_ = spec;
   net->max_batch_ = max_batch;
@@ -239,6 +259,7 @@ void KerasNetwork::Backward(const float* params, const float* images, int batch,
     cur[t] = slices_[t]->grad_a.data();
     next[t] = slices_[t]->grad_b.data();
   }
+  int finished = static_cast<int>(ops_.size());  // the lowest op finished
   for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
     Op& op = ops_[i];
     auto input = [&](Slice& s) {
@@ -343,18 +364,27 @@ void KerasNetwork::Backward(const float* params, const float* images, int batch,
         }
       });
     }
-    if (!dx_wanted) break;  // nothing below has parameters
+    FinishOp(i, threads, grads);
+    finished = i;
+    if (!dx_wanted) break;  // nothing below has parameters to train
     std::swap(cur, next);
   }
-  // Partial gradients summed in slice order: deterministic.
-  for (int t = 1; t < threads; ++t) {
-    const float* part = slices_[t]->grads.data();
-    for (int64_t j = 0; j < spec_.num_parameters; ++j) grads[j] += part[j];
+  // Ops below the last one run: nothing to train, but a BN layer's batch
+  // statistics still go to its moving statistics.
+  for (int i = finished - 1; i >= 0; --i) FinishOp(i, threads, grads);
+}
+
+void KerasNetwork::FinishOp(int i, int threads, float* grads) {
+  const Op& op = ops_[i];
+  for (const auto& [begin, end] : ranges_[i]) {
+    for (int t = 1; t < threads; ++t) {
+      const float* part = slices_[t]->grads.data();
+      for (int64_t j = begin; j < end; ++j) grads[j] += part[j];
+    }
   }
-  // Whole-batch quantities, written once: BN's gamma/beta gradients and its
-  // batch statistics in the moving statistics' slots.
-  for (const Op& op : ops_) {
-    if (op.kind != LayerKind::kBatchNorm) continue;
+  if (op.kind == LayerKind::kBatchNorm) {
+    // Whole-batch quantities, written once: gamma's and beta's gradients
+    // and the batch statistics in the moving statistics' slots.
     for (int ch = 0; ch < op.channels; ++ch) {
       if (op.gamma >= 0) grads[op.gamma + ch] = static_cast<float>(op.sum_dy_xhat[ch]);
       if (op.beta >= 0) grads[op.beta + ch] = static_cast<float>(op.sum_dy[ch]);
@@ -362,6 +392,7 @@ void KerasNetwork::Backward(const float* params, const float* images, int batch,
       grads[op.var + ch] = op.batch_var[ch];
     }
   }
+  if (listener_) listener_(final_from_[i]);
 }
 
 void KerasNetwork::TrainStep(const float* params, const float* images, const uint8_t* labels,

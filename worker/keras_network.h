@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,6 +48,10 @@ class KerasNetwork {
                  uint64_t step_key, float* grads, double* loss_sum, int* correct);
   void Evaluate(const float* params, const float* images, const uint8_t* labels, int batch,
                 double* loss_sum, int* correct);
+  // As Network::set_gradient_listener.
+  void set_gradient_listener(std::function<void(int64_t)> listener) {
+    listener_ = std::move(listener);
+  }
 
  private:
   struct Op;
@@ -57,6 +62,10 @@ class KerasNetwork {
   void Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum, int* correct);
   void Backward(const float* params, const float* images, int batch, uint64_t step_key,
                 float* grads);
+  // Op i's backward is done on every slice: sums its parameters' partial
+  // gradients into `grads` in slice order (deterministic), writes its
+  // whole-batch quantities, and tells the listener what is final.
+  void FinishOp(int i, int threads, float* grads);
 
   ModelSpec spec_;
   int max_batch_ = 0;
@@ -65,6 +74,12 @@ class KerasNetwork {
   std::function<void(int, const std::function<void(int)>&)> run_;
   std::vector<Op> ops_;
   std::vector<std::unique_ptr<Slice>> slices_;
+  // Per op: its variables' [offset, offset + size) ranges, and where the
+  // final suffix of the gradient starts once it and every op above it are
+  // done (the end of the variables of the ops below it).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges_;
+  std::vector<int64_t> final_from_;
+  std::function<void(int64_t)> listener_;
 };
 
 }  // namespace pscluster

@@ -105,6 +105,44 @@ TEST(KerasNetworkTest, ThreadCountChangesOnlyRounding) {
   }
 }
 
+// As Network's test: what the listener calls final is final, on the
+// general path too (BatchNormalization's whole-batch gradients and
+// statistics included).
+TEST(KerasNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel()}) {
+    Problem p = Make(spec, 11, 9);
+    for (int threads : {1, 2, 3}) {
+      std::unique_ptr<Network> net = Net(p.spec, 11, threads);
+      const int64_t n = p.spec.num_parameters;
+      std::vector<float> plain(n), grads(n, NAN);
+      float loss = 0;
+      int correct = 0;
+      ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                                 plain.data(), &loss, &correct, 123)
+                      .ok());
+      std::vector<int64_t> from;
+      std::vector<std::vector<float>> suffix;
+      net->set_gradient_listener([&](int64_t f) {
+        from.push_back(f);
+        suffix.emplace_back(grads.begin() + f, grads.end());
+      });
+      ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                                 grads.data(), &loss, &correct, 123)
+                      .ok());
+      const std::string what = spec.name + " on " + std::to_string(threads) + " threads";
+      ASSERT_FALSE(from.empty()) << what;
+      EXPECT_EQ(from.back(), 0) << what;
+      EXPECT_GT(from.size(), 2u) << what << ": the gradient should leave layer by layer";
+      for (size_t k = 0; k < from.size(); ++k) {
+        if (k > 0) EXPECT_LE(from[k], from[k - 1]) << what;
+        ASSERT_EQ(suffix[k], std::vector<float>(grads.begin() + from[k], grads.end()))
+            << what << ": the suffix from " << from[k] << " changed after it was called final";
+      }
+      EXPECT_EQ(grads, plain) << what;
+    }
+  }
+}
+
 // The BN layer right after the input sees the images themselves: its
 // moving slots must hold their per-channel mean and biased variance.
 TEST(KerasNetworkTest, BatchStatisticsGoToTheMovingSlots) {

@@ -1,9 +1,11 @@
 #include "worker/network.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -65,10 +67,28 @@ class AlignedArray {
 
 // One layer as run (worker/layer_plan.h), plus this backend's fusion.
 struct Network::Op : PlannedLayer {
+  bool has_parameters() const {
+    return kind == LayerKind::kConv2D || kind == LayerKind::kDense;
+  }
   // A conv whose output only feeds the next op, a max pool, and that needs
   // no input gradient: both run as one fused kernel and this op's own
   // output is never materialised.
   bool fused_with_pool = false;
+  // Its variables' [offset, offset + size) ranges, and where the final
+  // suffix of the gradient starts once it and every op above it are done
+  // (the end of the variables of the ops below it).
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t final_from = 0;
+};
+
+// Per TrainStep: which ops' gradients are complete, summed over the
+// replicas, and how far down that reaches.
+struct Network::Progress {
+  explicit Progress(size_t ops) : remaining(new std::atomic<int>[ops]), reduced(ops) {}
+  std::unique_ptr<std::atomic<int>[]> remaining;  // replicas still in op i
+  std::mutex mu;
+  std::vector<bool> reduced ABSL_GUARDED_BY(mu);
+  size_t mark ABSL_GUARDED_BY(mu) = 0;  // ops >= mark are done
 };
 
 // Runs a persistent group of threads in lock step: Run(task) calls task(i)
@@ -171,10 +191,13 @@ class Network::Replica {
   int correct() const { return correct_; }
 
   // Runs examples [0, count) of `images`/`labels`. With `grads` non-null,
-  // writes there the gradient of grad_scale * (sum of their losses).
-  // Afterwards loss_sum() and correct() describe these examples.
+  // writes there the gradient of grad_scale * (sum of their losses), and
+  // calls op_done(i) once op i's part of it is complete (ops with
+  // parameters, last op first). Afterwards loss_sum() and correct()
+  // describe these examples.
   void Run(const float* params, const float* images, const uint8_t* labels,
-           int count, float grad_scale, float* grads) {
+           int count, float grad_scale, float* grads,
+           const std::function<void(int)>& op_done) {
     const CpuDevice d;
     const int64_t in_size = ops_.front().in_size;
     const int classes = static_cast<int>(ops_.back().out_size);
@@ -191,8 +214,11 @@ class Network::Replica {
           grads != nullptr ? grad_a_.data() : nullptr, &loss, &right);
       loss_sum_ += loss;
       correct_ += right;
-      if (grads != nullptr)
-        Backward(params, x, n, /*accumulate=*/first > 0, grads);
+      if (grads != nullptr) {
+        const bool last = first + n >= count;
+        Backward(params, x, n, /*accumulate=*/first > 0, grads,
+                 last ? &op_done : nullptr);
+      }
     }
   }
 
@@ -246,9 +272,10 @@ class Network::Replica {
   }
 
   // Expects dLoss/dlogits in grad_a_. Writes (or with `accumulate` adds)
-  // the parameter gradients into `grads`.
+  // the parameter gradients into `grads`; calls (*op_done)(i), when set,
+  // after each op with parameters.
   void Backward(const float* params, const float* x, int n, bool accumulate,
-                float* grads) {
+                float* grads, const std::function<void(int)>* op_done) {
     const CpuDevice d;
     float* g = grad_a_.data();     // dLoss/d(output of op i)
     float* next = grad_b_.data();  // becomes dLoss/d(input of op i)
@@ -293,6 +320,7 @@ class Network::Replica {
                 d, s, op.pool.pool, i == 1 ? x : acts_[i - 2].data(), g,
                 argmax_[i].data(), accumulate, grads + conv.kernel_offset,
                 grads + conv.bias_offset);
+            if (op_done != nullptr) (*op_done)(i - 1);
             return;  // the conv needs no input gradient
           }
           kernels::MaxPool2DShape s = op.pool;
@@ -312,6 +340,7 @@ class Network::Replica {
         case LayerKind::kFlatten:
           break;
       }
+      if (op_done != nullptr && op.has_parameters()) (*op_done)(i);
       if (dx == nullptr) break;  // nothing below has parameters
       std::swap(g, next);
     }
@@ -336,6 +365,17 @@ absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
     Op op;
     static_cast<PlannedLayer&>(op) = layer;
     ops.push_back(op);
+  }
+  std::map<int64_t, int64_t> size_at;
+  for (const VariableSpec& v : spec.variables) size_at[v.offset] = v.size;
+  int64_t below = 0;
+  for (Op& op : ops) {
+    op.final_from = below;
+    if (!op.has_parameters()) continue;
+    for (int64_t offset : {op.kernel_offset, op.bias_offset}) {
+      op.ranges.emplace_back(offset, offset + size_at[offset]);
+      below = std::max(below, op.ranges.back().second);
+    }
   }
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
     ops[i].fused_with_pool = ops[i].kind == LayerKind::kConv2D &&
@@ -399,9 +439,15 @@ Network::Network(const ModelSpec& spec, const NetworkOptions& options,
                                                   chunk, /*owns_grads=*/t > 0));
   }
   if (threads > 1) gang_ = std::make_unique<ThreadGang>(threads);
+  progress_ = std::make_unique<Progress>(ops_.size());
 }
 
 Network::~Network() = default;
+
+void Network::set_gradient_listener(std::function<void(int64_t)> listener) {
+  listener_ = listener;
+  if (general_ != nullptr) general_->set_gradient_listener(std::move(listener));
+}
 
 absl::Status Network::CheckArguments(const void* params, const void* images,
                                      const uint8_t* labels, int batch,
@@ -433,7 +479,32 @@ void Network::Run(const float* params, const float* images,
   const float grad_scale = 1.0f / static_cast<float>(batch);
   const int64_t in_size = ops_.front().in_size;
   // Replica t takes a contiguous slice; the first batch % threads get one
-  // more example. Replica 0 writes straight into `grads`.
+  // more example. Replica 0 writes straight into `grads`; the replica that
+  // finishes an op last adds the others' parts of its gradient to it, in
+  // replica order (deterministic), and tells the listener.
+  if (grads != nullptr) {
+    std::lock_guard<std::mutex> lock(progress_->mu);
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      progress_->remaining[i] = threads;
+      progress_->reduced[i] = false;
+    }
+    progress_->mark = ops_.size();
+  }
+  const std::function<void(int)> op_done = [&](int i) {
+    if (progress_->remaining[i].fetch_sub(1) != 1) return;
+    for (const auto& [begin, end] : ops_[i].ranges) {
+      for (int t = 1; t < threads; ++t) {
+        const float* part = replicas_[t]->own_grads();
+        for (int64_t j = begin; j < end; ++j) grads[j] += part[j];
+      }
+    }
+    std::lock_guard<std::mutex> lock(progress_->mu);
+    progress_->reduced[i] = true;
+    size_t& mark = progress_->mark;
+    const size_t before = mark;
+    while (mark > 0 && (!ops_[mark - 1].has_parameters() || progress_->reduced[mark - 1])) --mark;
+    if (mark < before && listener_) listener_(mark == 0 ? 0 : ops_[mark].final_from);
+  };
   auto task = [&](int t) {
     if (t >= threads) return;
     const int base = batch / threads, extra = batch % threads;
@@ -443,22 +514,18 @@ void Network::Run(const float* params, const float* images,
                  : t == 0         ? grads
                                   : replicas_[t]->own_grads();
     replicas_[t]->Run(params, images + first * in_size, labels + first, count,
-                      grad_scale, out);
+                      grad_scale, out, op_done);
   };
   if (gang_ != nullptr && threads > 1) {
     gang_->Run(task);
   } else {
     task(0);
   }
-  // Partial gradients and metrics summed in replica order: deterministic.
   double loss = 0.0;
   int right = 0;
   for (int t = 0; t < threads; ++t) {
     loss += replicas_[t]->loss_sum();
     right += replicas_[t]->correct();
-    if (grads == nullptr || t == 0) continue;
-    const float* part = replicas_[t]->own_grads();
-    for (int64_t i = 0; i < spec_.num_parameters; ++i) grads[i] += part[i];
   }
   *loss_sum = loss;
   *correct = right;

@@ -14,6 +14,7 @@
 #define PSCLUSTER_WORKER_NETWORK_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,13 @@ class Network {
                         const uint8_t* labels, int batch, double* loss_sum,
                         int* correct);
 
+  // Gradients leave while backprop runs (common/gradient_watermark.h):
+  // TrainStep calls listener(from) whenever [from, spec.num_parameters)
+  // of `grads` has become final, with `from` falling from call to call,
+  // from the last layer down, the last call with 0. It runs on one of the
+  // step's threads, one call at a time, and must be quick. Empty: none.
+  void set_gradient_listener(std::function<void(int64_t)> listener);
+
   const ModelSpec& spec() const { return spec_; }
   // Whether the model runs on the general path rather than the fast one.
   bool general() const { return general_ != nullptr; }
@@ -79,6 +87,7 @@ class Network {
 
  private:
   struct Op;
+  struct Progress;
   class Replica;
   class ThreadGang;
 
@@ -104,6 +113,8 @@ class Network {
   std::vector<std::unique_ptr<Replica>> replicas_;  // one per thread
   std::unique_ptr<ThreadGang> gang_;
   std::unique_ptr<KerasNetwork> general_;  // set for the general path
+  std::unique_ptr<Progress> progress_;     // the fast path's
+  std::function<void(int64_t)> listener_;
   int micro_batch_ = 0;
 };
 

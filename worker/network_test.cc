@@ -341,6 +341,53 @@ TEST(NetworkTest, TwoThreadsMatchOne) {
   }
 }
 
+// What the gradient listener was told: each `from` with a copy of the
+// gradient's suffix [from, end) at that moment.
+struct ListenerLog {
+  std::vector<int64_t> from;
+  std::vector<std::vector<float>> suffix;
+};
+
+// Runs a TrainStep with a listener on `net` and checks what it said: each
+// suffix it called final was final (bit-identical to the step's result),
+// the marks fell, the last was 0, and the gradient is the one a step
+// without a listener computes.
+void CheckListener(Network& net, const float* params, const float* images,
+                   const uint8_t* labels, int batch, const std::string& what) {
+  const int64_t n = net.spec().num_parameters;
+  std::vector<float> plain(n), grads(n, NAN);
+  float loss = 0;
+  int correct = 0;
+  ASSERT_TRUE(net.TrainStep(params, images, labels, batch, plain.data(), &loss, &correct, 5).ok());
+  ListenerLog log;
+  net.set_gradient_listener([&](int64_t from) {
+    log.from.push_back(from);
+    log.suffix.emplace_back(grads.begin() + from, grads.end());
+  });
+  ASSERT_TRUE(net.TrainStep(params, images, labels, batch, grads.data(), &loss, &correct, 5).ok());
+  net.set_gradient_listener(nullptr);
+  ASSERT_FALSE(log.from.empty()) << what;
+  EXPECT_EQ(log.from.back(), 0) << what;
+  for (size_t k = 0; k < log.from.size(); ++k) {
+    if (k > 0) EXPECT_LT(log.from[k], log.from[k - 1]) << what << " call " << k;
+    const std::vector<float> final_suffix(grads.begin() + log.from[k], grads.end());
+    ASSERT_EQ(log.suffix[k], final_suffix) << what << ": the suffix from " << log.from[k]
+                                           << " changed after it was called final";
+  }
+  EXPECT_EQ(grads, plain) << what;
+}
+
+TEST(NetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
+  for (const std::string model : {"cnn", "mlp", "wide_mlp"}) {
+    Problem p = model == "wide_mlp" ? Problem(WideMlp(1400), 37, 4) : Problem(model, 37, 4);
+    for (int threads : {1, 2, 3}) {
+      auto net = p.Make(threads);
+      CheckListener(*net, p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                    model + " on " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
 TEST(NetworkTest, MoreThreadsThanExamples) {
   Problem p("cnn", 2, 5);
   auto one = p.Make(1);
