@@ -171,7 +171,8 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
                  plan_.codec_min_elements());
   }
   if (plan_.transport() == "tcp") {
-    spdlog::info("transport: push-pulls over each ps's tcp data plane");
+    spdlog::info("transport: push-pulls over each ps's tcp data plane{}",
+                 plan_.push_overlap() ? ", gradients sent layer by layer during backprop" : "");
   }
   dispatcher_->ResetContact(absl::Now());
   membership_->Apply(/*force=*/true);

@@ -63,6 +63,9 @@ ABSL_FLAG(int64_t, codec_min_elements, 1024,
 ABSL_FLAG(std::string, transport, "grpc",
           "How the workers' push-pulls travel: grpc, or tcp (each ps's own data plane: one "
           "frame each way, no copies beyond the kernel's; TLS and the token as for gRPC)");
+ABSL_FLAG(bool, push_overlap, true,
+          "--transport=tcp: each worker sends a layer's gradient as soon as backprop has "
+          "produced it, last layer first, while backprop goes on (false: after the step)");
 ABSL_FLAG(int, num_ps, 0, "If set, must equal the number of ps tasks in TF_CONFIG");
 ABSL_FLAG(int, num_workers, 0, "If set, must equal the number of workers in TF_CONFIG");
 ABSL_FLAG(int, wait_for_cluster_s, 120, "How long to wait for every task to answer");
@@ -165,6 +168,7 @@ int main(int argc, char** argv) {
     Bad("transport", transport, std::string(t.status().message()));
   }
   plan.set_transport(transport);
+  plan.set_push_overlap(absl::GetFlag(FLAGS_push_overlap));
 
   const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
   if (optimizer != "adam" && optimizer != "sgd" && optimizer != "momentum") {

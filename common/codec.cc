@@ -482,12 +482,15 @@ void EncodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces, c
 }
 
 absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces,
-                          absl::string_view bytes, float* out) {
+                          absl::string_view bytes, float* out, bool reversed) {
   const CodecOptions exact;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    absl::Status s = Decode(pieces[i].exact ? exact : o, &bytes, pieces[i].size, out);
+  std::vector<int64_t> offset(pieces.size() + 1, 0);
+  for (size_t i = 0; i < pieces.size(); ++i) offset[i + 1] = offset[i] + pieces[i].size;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const size_t i = reversed ? pieces.size() - 1 - k : k;
+    absl::Status s =
+        Decode(pieces[i].exact ? exact : o, &bytes, pieces[i].size, out + offset[i]);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor ", i, ": ", s.message()));
-    out += pieces[i].size;
   }
   if (!bytes.empty()) {
     return absl::InvalidArgumentError(
@@ -515,12 +518,12 @@ void EncodeChange(const CodecOptions& o, const float* w, float* shadow, int64_t 
 }
 
 void ErrorFeedback::Encode(const CodecOptions& o, const float* x, int64_t offset, int64_t n,
-                           std::string* out) {
+                           std::string* out, TopKScratch* scratch) {
   // In place: r becomes c = x + r, is encoded, and becomes c - decode(c),
   // exactly what the receiver lacks.
   float* r = residual_.data() + offset;
   for (int64_t i = 0; i < n; ++i) r[i] = x[i] + r[i];
-  EncodeTo(EffectiveCodec(o, n), o, r, n, Grow(o, n, out), &topk_,
+  EncodeTo(EffectiveCodec(o, n), o, r, n, Grow(o, n, out), scratch,
            [r](int64_t i, float v) { r[i] = r[i] - v; });
 }
 

@@ -105,10 +105,11 @@ struct WirePiece {
 void EncodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces, const float* x,
                   std::string* out);
 // Decodes `bytes`, the pieces' encodings concatenated, into out (the
-// pieces' values, concatenated). InvalidArgument naming the piece when the
-// bytes are malformed or are not exactly that.
+// pieces' values, concatenated). `reversed`: the encodings come last piece
+// first (out's order stays the pieces'). InvalidArgument naming the piece
+// when the bytes are malformed or are not exactly that.
 absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& pieces,
-                          absl::string_view bytes, float* out);
+                          absl::string_view bytes, float* out, bool reversed = false);
 
 // Top-k's working memory, kept by callers that encode again and again.
 struct TopKScratch {
@@ -121,7 +122,8 @@ struct TopKScratch {
 // from earlier calls, 0 at first) and keeps r = c - decode(encode(c))
 // exactly as the receiver will decode it. Ranges [offset, offset + n) of a
 // tensor of `size` values are independent, so a sender can encode shards
-// separately. Not thread-safe.
+// separately. Not thread-safe, but calls on disjoint ranges, each with a
+// scratch of its own, may run at once.
 class ErrorFeedback {
  public:
   explicit ErrorFeedback(int64_t size) : residual_(size, 0.0f) {}
@@ -129,7 +131,11 @@ class ErrorFeedback {
   // Appends the encoding of x + residual[offset, offset + n) to *out and
   // updates that part of the residual.
   void Encode(const CodecOptions& o, const float* x, int64_t offset, int64_t n,
-              std::string* out);
+              std::string* out) {
+    Encode(o, x, offset, n, out, &topk_);
+  }
+  void Encode(const CodecOptions& o, const float* x, int64_t offset, int64_t n,
+              std::string* out, TopKScratch* scratch);
 
   const std::vector<float>& residual() const { return residual_; }
   // Forgets every residual (after a restore: the gradients they belong to

@@ -165,6 +165,44 @@ TEST(CodecTest, SignSendsTheMeanMagnitudeWithEachSign) {
   EXPECT_EQ(EncodedBytes(With(Codec::kSign), 1001), 4 + 126);
 }
 
+// A push sent while backprop runs carries the ps's shards last first:
+// decoding them reversed gives what the ps's order gives, for every codec
+// and with exact pieces (moving statistics, small tensors) among them.
+TEST(CodecTest, PiecesDecodeTheSameInEitherOrder) {
+  const std::vector<WirePiece> pieces = {{3000, false}, {7, true}, {5000, false}, {20, false}};
+  int64_t total = 0;
+  for (const WirePiece& p : pieces) total += p.size;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(total);
+  for (float& v : x) v = normal(rng);
+  for (Codec codec : {Codec::kFloat32, Codec::kBfloat16, Codec::kFloat16, Codec::kInt8,
+                      Codec::kTopK, Codec::kSign}) {
+    CodecOptions o;
+    o.codec = codec;
+    o.min_elements = 100;
+    std::string forward;
+    EncodePieces(o, pieces, x.data(), &forward);
+    std::string backward;
+    std::vector<int64_t> offset = {0};
+    for (const WirePiece& p : pieces) offset.push_back(offset.back() + p.size);
+    const CodecOptions exact;
+    for (size_t k = pieces.size(); k-- > 0;) {
+      Encode(pieces[k].exact ? exact : o, x.data() + offset[k], pieces[k].size, &backward);
+    }
+    ASSERT_EQ(forward.size(), backward.size()) << CodecName(codec);
+    std::vector<float> a(total, NAN), b(total, NAN);
+    ASSERT_TRUE(DecodePieces(o, pieces, forward, a.data()).ok()) << CodecName(codec);
+    ASSERT_TRUE(DecodePieces(o, pieces, backward, b.data(), /*reversed=*/true).ok())
+        << CodecName(codec);
+    EXPECT_EQ(a, b) << CodecName(codec);
+    // Read in the wrong order, the bytes do not decode to the same values.
+    std::vector<float> c(total, NAN);
+    const absl::Status wrong = DecodePieces(o, pieces, backward, c.data());
+    EXPECT_TRUE(!wrong.ok() || c != a) << CodecName(codec);
+  }
+}
+
 TEST(CodecTest, SmallTensorsGoAsFloat32) {
   CodecOptions o = With(Codec::kSign);
   o.min_elements = 100;

@@ -386,23 +386,24 @@ DataChannel::~DataChannel() {
 void DataChannel::Start(DataKind kind, google::protobuf::Message* req, std::string* bytes,
                         google::protobuf::Message* resp,
                         std::function<std::string*(google::protobuf::Message*)> resp_bytes,
-                        absl::Time deadline, std::function<void(grpc::Status)> done) {
+                        absl::Time deadline, std::function<void(grpc::Status)> done,
+                        PayloadSource source) {
   {
     std::lock_guard<std::mutex> l(mu_);
     pending_.reset(new Call{kind, req, bytes, resp, std::move(resp_bytes), deadline,
-                            std::move(done)});
+                            std::move(done), std::move(source)});
   }
   cv_.notify_all();
 }
 
 void DataChannel::StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
-                                std::function<void(grpc::Status)> done) {
+                                std::function<void(grpc::Status)> done, PayloadSource source) {
   Start(
       DataKind::kPushPull, req, req->mutable_gradients(), resp,
       [](google::protobuf::Message* m) {
         return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
       },
-      deadline, std::move(done));
+      deadline, std::move(done), std::move(source));
 }
 
 void DataChannel::Cancel() {
@@ -484,9 +485,27 @@ grpc::Status DataChannel::Run(Call& call) {
   FrameHeader h;
   h.kind = static_cast<uint32_t>(call.kind);
   h.meta_size = static_cast<uint32_t>(meta_.size());
-  h.payload_size = call.bytes->size();
+  const bool streamed = static_cast<bool>(call.source.more);
+  h.payload_size = streamed ? call.source.size : call.bytes->size();
   h.timeout_us = std::max<int64_t>(absl::ToInt64Microseconds(call.deadline - absl::Now()), 0);
-  if (absl::Status s = socket->WriteFrame(h, meta_, *call.bytes); !s.ok()) return broken(s);
+  if (!streamed) {
+    if (absl::Status s = socket->WriteFrame(h, meta_, *call.bytes); !s.ok()) return broken(s);
+  } else {
+    // The header and meta now, the payload as it is produced.
+    if (absl::Status s = socket->WriteFrame(h, meta_, {}); !s.ok()) return broken(s);
+    for (size_t sent = 0; sent < call.source.size;) {
+      absl::StatusOr<size_t> have = call.source.more(sent, call.deadline);
+      if (!have.ok()) return broken(have.status());  // half a frame is out
+      if (*have <= sent || *have > call.source.size || *have > call.bytes->size()) {
+        return broken(absl::InternalError(absl::StrCat(
+            "the payload source offered ", *have, " of ", call.source.size, " bytes after ",
+            sent)));
+      }
+      absl::string_view more(call.bytes->data() + sent, *have - sent);
+      if (absl::Status s = socket->Write(more); !s.ok()) return broken(s);
+      sent = *have;
+    }
+  }
   FrameHeader a;
   if (absl::Status s = socket->ReadFrame(&a, &meta_, &payload_, uint64_t{1} << 40); !s.ok()) {
     return broken(s);

@@ -104,6 +104,9 @@ class DataSocket {
   // capacity is reused). A payload larger than `max_payload` is refused.
   absl::Status ReadFrame(FrameHeader* header, std::string* meta, std::string* payload,
                          uint64_t max_payload);
+  // Writes `data` as it is: the rest of a frame whose header and meta went
+  // with an empty payload argument.
+  absl::Status Write(absl::string_view data) { return WriteFull(data.data(), data.size()); }
   // From any thread: reads and writes blocked now or later fail.
   void Shutdown();
 
@@ -115,6 +118,17 @@ class DataSocket {
 
   const int fd_;
   SSL* const ssl_;  // null: plaintext
+};
+
+// A request payload sent while it is still being produced (a gradient
+// during backprop): `size` bytes in all; more(have, deadline) blocks until
+// the payload string holds more than `have` bytes (or all of them) and
+// returns how many it holds, or an error that fails the call. It runs on
+// the channel's thread, may append to the payload string, and is asked
+// again from 0 when a call is resent.
+struct PayloadSource {
+  uint64_t size = 0;
+  std::function<absl::StatusOr<size_t>(size_t have, absl::Time deadline)> more;
 };
 
 class DataChannel {
@@ -133,14 +147,16 @@ class DataChannel {
   // called there once `resp` holds the answer. `bytes` is req's large bytes
   // field (sent as the payload, left as it was); `resp_bytes(resp)` names
   // resp's, which receives the answer's payload. One call at a time.
+  // With `source.more` set, the payload is streamed from it (PayloadSource).
   void Start(DataKind kind, google::protobuf::Message* req, std::string* bytes,
              google::protobuf::Message* resp,
              std::function<std::string*(google::protobuf::Message*)> resp_bytes,
-             absl::Time deadline, std::function<void(grpc::Status)> done);
-  // Start for a PushPull: req's gradients go as the payload, the answer's
-  // pulled values come back as one.
+             absl::Time deadline, std::function<void(grpc::Status)> done,
+             PayloadSource source = {});
+  // Start for a PushPull: req's gradients go as the payload (streamed from
+  // `source` when it is set), the answer's pulled values come back as one.
   void StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
-                     std::function<void(grpc::Status)> done);
+                     std::function<void(grpc::Status)> done, PayloadSource source = {});
   // Fails the call in flight now (the connection is closed).
   void Cancel();
 
@@ -153,6 +169,7 @@ class DataChannel {
     std::function<std::string*(google::protobuf::Message*)> resp_bytes;
     absl::Time deadline;
     std::function<void(grpc::Status)> done;
+    PayloadSource source;
   };
   void Loop();
   grpc::Status Run(Call& call);

@@ -223,10 +223,54 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
   return CallAll("pull from", timeout, issue, finish);
 }
 
+absl::StatusOr<size_t> PsClient::StreamGradient(int i, const float* grads,
+                                                const Overlap& overlap, size_t have,
+                                                absl::Time deadline) {
+  PerPs& p = ps_[i];
+  std::string* g = p.push_req.mutable_gradients();
+  if (g->size() > have) return g->size();  // a resend: encoded once, sent again
+  const std::vector<int>& order = placement_->shards_of_ps[i];
+  if (p.shards_streamed == order.size()) return g->size();
+  const Shard& next = placement_->shards[order[order.size() - 1 - p.shards_streamed]];
+  if (absl::Status w = overlap.ready->WaitFinalFrom(next.offset, deadline); !w.ok()) {
+    if (absl::IsAborted(w)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the gradient was not computed: ", w.message()));
+    }
+    return w;  // DeadlineExceeded: the attempt is retried
+  }
+  // This shard and every other one final by now, last first.
+  const CodecOptions exact;
+  while (p.shards_streamed < order.size()) {
+    const Shard& sh = placement_->shards[order[order.size() - 1 - p.shards_streamed]];
+    if (sh.offset != next.offset &&
+        !overlap.ready->WaitFinalFrom(sh.offset, absl::InfinitePast()).ok()) {
+      break;
+    }
+    const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
+    if (feedback_ != nullptr && !sh.moving_statistic) {
+      feedback_->Encode(o, grads + sh.offset, sh.offset, sh.size, g, &p.topk);
+    } else {
+      Encode(o, grads + sh.offset, sh.size, g);
+    }
+    ++p.shards_streamed;
+  }
+  return g->size();
+}
+
 absl::Status PsClient::PushPullAll(int worker, int num_examples,
                                    const float* grads, float* params,
-                                   absl::Duration timeout) {
+                                   absl::Duration timeout, const Overlap* overlap) {
   const int n = static_cast<int>(ps_.size());
+  // Streamed over the tcp data plane; gRPC takes the whole gradient.
+  const bool streamed = overlap != nullptr && ps_[0].data != nullptr;
+  if (overlap != nullptr && !streamed) {
+    absl::Status w = overlap->ready->WaitFinalFrom(0, absl::InfiniteFuture());
+    if (!w.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the gradient was not computed: ", w.message()));
+    }
+  }
   const uint64_t request_id = ++next_request_id_;
   ++pushes_sent_;
   const bool lose_reply =
@@ -243,7 +287,24 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     req.set_request_id(request_id);
     req.set_num_examples(num_examples);
     std::string* g = req.mutable_gradients();
-    if (options_.push_codec.codec == Codec::kFloat32) {
+    req.set_shards_reversed(streamed);
+    if (streamed) {
+      // StreamGradient encodes the shards, last first, as backprop makes
+      // them final; the same bytes go again if the call is resent.
+      g->clear();
+      const CodecOptions exact;
+      uint64_t bytes = 0;
+      for (int k : placement_->shards_of_ps[i]) {
+        const Shard& sh = placement_->shards[k];
+        bytes += EncodedBytes(sh.moving_statistic ? exact : options_.push_codec, sh.size);
+      }
+      g->reserve(bytes);
+      ps_[i].stream_size = bytes;
+      ps_[i].shards_streamed = 0;
+      if (options_.push_codec.codec != Codec::kFloat32) {
+        req.set_dtype(CodecName(options_.push_codec.codec));
+      }
+    } else if (options_.push_codec.codec == Codec::kFloat32) {
       g->resize(placement_->floats_of_ps[i] * sizeof(float));
       GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
     } else {
@@ -280,6 +341,20 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
   const int64_t framing = ps_[0].data ? static_cast<int64_t>(sizeof(FrameHeader)) : 0;
   auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
     PerPs& p = ps_[i];
+    if (streamed) {
+      // The message as it will be once the whole gradient is in.
+      const int64_t now = static_cast<int64_t>(p.push_req.gradients().size());
+      last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) - now +
+                               static_cast<int64_t>(p.stream_size) + framing;
+      PayloadSource source;
+      source.size = p.stream_size;
+      source.more = [this, i, grads, overlap](size_t have, absl::Time deadline) {
+        return StreamGradient(i, grads, *overlap, have, deadline);
+      };
+      p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
+                            std::move(done), std::move(source));
+      return;
+    }
     last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + framing;
     if (p.data) {
       p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
@@ -295,6 +370,9 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     last_call_.bytes_received +=
         static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong()) + framing;
     last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
+    if (overlap != nullptr && overlap->params_free != nullptr) {
+      overlap->params_free->WaitForNotification();  // the step reading params is done
+    }
     const PullResponse& pull = ps_[i].push_resp.pull();
     if (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta())) {
       // The weights in fp32 (change pulls without a common base too: the

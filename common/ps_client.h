@@ -26,10 +26,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/codec.h"
 #include "common/data_plane.h"
+#include "common/gradient_watermark.h"
 #include "common/placement.h"
 #include "common/retry.h"
 #include "common/rpc.h"
@@ -91,8 +93,20 @@ class PsClient {
   // until the step is applied. Aborted when a ps was restored from a
   // checkpoint meanwhile: the gradient is void and the caller pulls again.
   // last_push_applied() then tells whether the gradient was applied.
+  //
+  // With `overlap`, the gradient leaves while backprop still produces it:
+  // over the tcp data plane each ps's shards are encoded and sent last
+  // first as overlap->ready finds them final (common/gradient_watermark.h);
+  // over gRPC the call waits for the whole gradient. The answer's weights
+  // are written into `params` only once overlap->params_free is notified
+  // (the step that reads them is done). A gradient that fails to become
+  // final (GradientWatermark::Fail) fails the call with FailedPrecondition.
+  struct Overlap {
+    const GradientWatermark* ready = nullptr;
+    const absl::Notification* params_free = nullptr;
+  };
   absl::Status PushPullAll(int worker, int num_examples, const float* grads, float* params,
-                           absl::Duration timeout);
+                           absl::Duration timeout, const Overlap* overlap = nullptr);
 
   // Forgets the error-feedback residual (after a restore from a checkpoint:
   // the gradients it belongs to are void).
@@ -135,7 +149,15 @@ class PsClient {
     PushRequest push_req;
     PushPullResponse push_resp;
     std::unique_ptr<DataChannel> data;  // transport kTcp
+    // A push streamed while backprop runs: its payload's size, and the
+    // shards encoded so far (last first).
+    uint64_t stream_size = 0;
+    size_t shards_streamed = 0;
+    TopKScratch topk;
   };
+  // The PayloadSource of ps i's streamed push.
+  absl::StatusOr<size_t> StreamGradient(int i, const float* grads, const Overlap& overlap,
+                                        size_t have, absl::Time deadline);
 
   // Runs `issue(i, ctx, done)` for every ps at once and `finish(i)` for
   // each answer; retries the ps whose attempt failed in a retryable way or

@@ -290,8 +290,9 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   std::vector<float> copy;
   const float* grads = reinterpret_cast<const float*>(g.data());
   int64_t num_floats = static_cast<int64_t>(g.size() / sizeof(float));
-  const std::vector<WirePiece> pieces =
-      *codec == Codec::kFloat32 ? std::vector<WirePiece>() : Pieces();
+  // fp32 in the ps's shard order is used where it lies.
+  const bool as_is = *codec == Codec::kFloat32 && !req.shards_reversed();
+  const std::vector<WirePiece> pieces = as_is ? std::vector<WirePiece>() : Pieces();
   if (!pieces.empty()) {
     // Decoded shard by shard into fp32 (before Init there are no shards:
     // the store then says it is not initialised).
@@ -301,7 +302,8 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
     CodecOptions o;
     o.codec = *codec;
     o.min_elements = req.codec_min_elements();
-    if (absl::Status s = DecodePieces(o, pieces, g, copy.data()); !s.ok()) {
+    if (absl::Status s = DecodePieces(o, pieces, g, copy.data(), req.shards_reversed());
+        !s.ok()) {
       return Refused(InvalidArgument(
           absl::StrCat("gradients encoded as ", req.dtype(), ": ", s.message())));
     }

@@ -177,7 +177,10 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
     EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
     EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("version=469 applied=938 "));
     if (transport == "tcp") {
-      EXPECT_THAT((*c)->Log("chief:0"), HasSubstr("push-pulls over each ps's tcp data plane"));
+      EXPECT_THAT((*c)->Log("chief:0"),
+                  HasSubstr("push-pulls over each ps's tcp data plane, gradients sent layer by "
+                            "layer during backprop"));
+      EXPECT_THAT((*c)->Log("worker:0"), HasSubstr("gradients leave layer by layer"));
     }
   }
 }

@@ -10,6 +10,7 @@
 #define PSCLUSTER_WORKER_COMPUTE_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -58,6 +59,14 @@ class ComputeBackend {
   // losses, *correct as above. Same argument contract as TrainStep.
   virtual absl::Status Evaluate(const float* params, const Batch& batch,
                                 double* loss_sum, int* correct) = 0;
+
+  // Lets the gradient leave while backprop runs: a backend that produces
+  // it layer by layer calls listener(from) during TrainStep whenever
+  // [from, num_parameters) of `grads` is final, as Network does
+  // (worker/network.h); one that cannot (the GPU's, whose gradient comes
+  // back in one copy) ignores it, and the gradient is final when TrainStep
+  // returns. Empty: none.
+  virtual void SetGradientListener(std::function<void(int64_t)> listener) {}
 
   // The split of the last successful TrainStep.
   virtual StepTimes last_step_times() const = 0;

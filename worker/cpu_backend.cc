@@ -26,6 +26,10 @@ class CpuBackend final : public ComputeBackend {
     return s;
   }
 
+  void SetGradientListener(std::function<void(int64_t)> listener) override {
+    net_->set_gradient_listener(std::move(listener));
+  }
+
   absl::Status Evaluate(const float* params, const Batch& batch,
                         double* loss_sum, int* correct) override {
     return net_->Evaluate(params, batch.images, batch.labels, batch.size,

@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/codec.h"
 #include "common/dataset.h"
+#include "common/gradient_watermark.h"
 #include "common/idx_dataset.h"
 #include "common/keras_model.h"
 #include "common/model_spec.h"
@@ -147,6 +148,14 @@ absl::Status Trainer::Run() {
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(*spec, bopt);
   if (!backend.ok()) return backend.status();
 
+  // Gradients sent while backprop runs (tcp data plane only: over gRPC a
+  // message goes whole).
+  const bool overlap_push = plan->push_overlap() && *transport == Transport::kTcp;
+  GradientWatermark ready;
+  if (overlap_push) {
+    (*backend)->SetGradientListener([&ready](int64_t from) { ready.MarkFinalFrom(from); });
+    spdlog::info("gradients leave layer by layer, last first, while backprop runs");
+  }
   std::vector<float> params(spec->num_parameters);
   std::vector<float> grads(spec->num_parameters);
   std::vector<float> images(static_cast<size_t>(batch) * pixels);
@@ -309,19 +318,45 @@ absl::Status Trainer::Run() {
     const int n = fill(work->chunk());
     const Batch this_batch{images.data(), labels.data(), n,
                            static_cast<uint64_t>(work->chunk())};
-    if (absl::Status s = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
-                                               &loss, &correct);
-        !s.ok()) {
-      return s;
+    absl::Status s;
+    absl::Time t1;
+    if (overlap_push) {
+      // The push-pull starts now, on its own thread, and sends each
+      // layer's gradient as backprop makes it final; the answer's weights
+      // wait for the step to be done with `params`.
+      ready.Reset(spec->num_parameters);
+      absl::Notification params_free;
+      const PsClient::Overlap overlap{&ready, &params_free};
+      std::thread push([&] {
+        s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(), options_.step_timeout,
+                               &overlap);
+      });
+      absl::Status c = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
+                                             &loss, &correct);
+      if (c.ok() && options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
+      if (c.ok()) {
+        ready.MarkAllFinal();
+      } else {
+        ready.Fail(std::string(c.message()));
+      }
+      t1 = absl::Now();
+      params_free.Notify();
+      push.join();
+      if (!c.ok()) return c;
+    } else {
+      if (absl::Status c = (*backend)->TrainStep(params.data(), this_batch, Batch(),
+                                                 grads.data(), &loss, &correct);
+          !c.ok()) {
+        return c;
+      }
+      if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
+      t1 = absl::Now();
+      s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(), options_.step_timeout);
     }
     const StepTimes t = (*backend)->last_step_times();
     split.h2d_s += t.h2d_s;
     split.compute_s += t.compute_s;
     split.d2h_s += t.d2h_s;
-    if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
-    absl::Time t1 = absl::Now();
-    absl::Status s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(),
-                                        options_.step_timeout);
     record_call(/*push=*/true, s.ok());
     if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
     if (!s.ok()) return s;
