@@ -223,6 +223,16 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
   return CallAll("pull from", timeout, issue, finish);
 }
 
+int64_t PsClient::EncodedPushBytes(int i) const {
+  const CodecOptions exact;
+  int64_t bytes = 0;
+  for (int k : placement_->shards_of_ps[i]) {
+    const Shard& sh = placement_->shards[k];
+    bytes += EncodedBytes(sh.moving_statistic ? exact : options_.push_codec, sh.size);
+  }
+  return bytes;
+}
+
 absl::StatusOr<size_t> PsClient::StreamGradient(int i, const float* grads,
                                                 const Overlap& overlap, size_t have,
                                                 absl::Time deadline) {
@@ -292,12 +302,7 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       // StreamGradient encodes the shards, last first, as backprop makes
       // them final; the same bytes go again if the call is resent.
       g->clear();
-      const CodecOptions exact;
-      uint64_t bytes = 0;
-      for (int k : placement_->shards_of_ps[i]) {
-        const Shard& sh = placement_->shards[k];
-        bytes += EncodedBytes(sh.moving_statistic ? exact : options_.push_codec, sh.size);
-      }
+      const int64_t bytes = EncodedPushBytes(i);
       g->reserve(bytes);
       ps_[i].stream_size = bytes;
       ps_[i].shards_streamed = 0;
@@ -312,13 +317,8 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       // statistics exact. Encoded once per push: a resend repeats these
       // bytes, so error feedback counts each gradient once.
       g->clear();
+      g->reserve(EncodedPushBytes(i));
       const CodecOptions exact;
-      int64_t bytes = 0;
-      for (int k : placement_->shards_of_ps[i]) {
-        const Shard& sh = placement_->shards[k];
-        bytes += EncodedBytes(sh.moving_statistic ? exact : options_.push_codec, sh.size);
-      }
-      g->reserve(bytes);
       for (int k : placement_->shards_of_ps[i]) {
         const Shard& sh = placement_->shards[k];
         const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;

@@ -155,6 +155,9 @@ class PsClient {
     size_t shards_streamed = 0;
     TopKScratch topk;
   };
+  // The size of ps i's encoded push: its shards in the push codec, moving
+  // statistics in fp32.
+  int64_t EncodedPushBytes(int i) const;
   // The PayloadSource of ps i's streamed push.
   absl::StatusOr<size_t> StreamGradient(int i, const float* grads, const Overlap& overlap,
                                         size_t have, absl::Time deadline);

@@ -4,12 +4,29 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 
 namespace pscluster {
 namespace {
+
+// Appends a variable to the spec's flat parameter vector.
+void AddVariable(ModelSpec* spec, const std::string& name, std::vector<int64_t> shape,
+                 Initializer init, int64_t fan_in, int64_t fan_out) {
+  VariableSpec v;
+  v.name = name;
+  v.shape = std::move(shape);
+  v.initializer = init;
+  v.fan_in = fan_in;
+  v.fan_out = fan_out;
+  v.size = 1;
+  for (int64_t d : v.shape) v.size *= d;
+  v.offset = spec->num_parameters;
+  spec->num_parameters += v.size;
+  spec->variables.push_back(v);
+}
 
 // A small CNN on 12x12x1 inputs, built by hand like common/model_spec.cc
 // does: conv(filters1, 3, relu) pool 2 conv(8, 3, relu) pool 2 flatten
@@ -41,19 +58,9 @@ ModelSpec SmallCnn(int filters1) {
       layer(LayerKind::kFlatten, "flatten", 0, 0, 0, Activation::kNone),
       layer(LayerKind::kDense, "dense", 10, 0, 0, Activation::kNone)};
   // 12 -conv-> 10 -pool-> 5 -conv-> 3 -pool-> 1: 8 features.
-  auto add = [&](const std::string& name, std::vector<int64_t> shape,
-                 Initializer init, int64_t fan_in, int64_t fan_out) {
-    VariableSpec v;
-    v.name = name;
-    v.shape = shape;
-    v.initializer = init;
-    v.fan_in = fan_in;
-    v.fan_out = fan_out;
-    v.size = 1;
-    for (int64_t d : shape) v.size *= d;
-    v.offset = spec.num_parameters;
-    spec.num_parameters += v.size;
-    spec.variables.push_back(v);
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, Initializer init,
+                 int64_t fan_in, int64_t fan_out) {
+    AddVariable(&spec, name, std::move(shape), init, fan_in, fan_out);
   };
   add("conv1/kernel", {3, 3, 1, filters1}, Initializer::GlorotUniform(), 9,
       9 * filters1);
@@ -89,17 +96,7 @@ ModelSpec WideMlp(int hidden) {
                  dense("out", 10, Activation::kNone)};
   auto add = [&](const std::string& name, std::vector<int64_t> shape, Initializer init,
                  int64_t fan_in, int64_t fan_out) {
-    VariableSpec v;
-    v.name = name;
-    v.shape = shape;
-    v.initializer = init;
-    v.fan_in = fan_in;
-    v.fan_out = fan_out;
-    v.size = 1;
-    for (int64_t d : shape) v.size *= d;
-    v.offset = spec.num_parameters;
-    spec.num_parameters += v.size;
-    spec.variables.push_back(v);
+    AddVariable(&spec, name, std::move(shape), init, fan_in, fan_out);
   };
   add("hidden/kernel", {784, hidden}, Initializer::GlorotUniform(), 784, hidden);
   add("hidden/bias", {hidden}, Initializer::Zeros(), 0, 0);
