@@ -4,6 +4,7 @@
 // late on one ps but in time on the other was applied there and its chunk
 // trained again, so that ps applied that data twice).
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -23,7 +24,7 @@ std::string ShutdownField(const std::string& log, const std::string& key) {
   return log.substr(begin, log.find_first_of(" \n", begin) - begin);
 }
 
-class BackupWorkersTest : public ::testing::TestWithParam<int> {};
+class BackupWorkersTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
   const std::string data_dir = TestDataDir();
@@ -36,8 +37,11 @@ TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
   o.num_ps = 2;
   o.num_workers = 3;
   o.evaluator = false;
-  o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--replicas_to_aggregate=2"};
-  const int straggle_ms = GetParam();
+  const auto [straggle_ms, transport] = GetParam();
+  // --transport=tcp: gradients streamed during backprop (--push_overlap),
+  // the straggler's too.
+  o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--replicas_to_aggregate=2",
+                  "--transport=" + transport};
   if (straggle_ms > 0) o.one_worker_args[2] = {absl::StrCat("--straggle_ms=", straggle_ms)};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -68,11 +72,18 @@ TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Straggler, BackupWorkersTest, ::testing::Values(0, 40),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return info.param == 0 ? std::string("NoStraggler")
-                                                  : absl::StrCat("Straggler", info.param, "ms");
-                         });
+std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
+  const int ms = std::get<0>(info.param);
+  const std::string& transport = std::get<1>(info.param);
+  return absl::StrCat(ms == 0 ? std::string("NoStraggler") : absl::StrCat("Straggler", ms, "ms"),
+                      transport == "grpc" ? "" : "OverTcp");
+}
+
+INSTANTIATE_TEST_SUITE_P(Straggler, BackupWorkersTest,
+                         ::testing::Values(std::make_tuple(0, std::string("grpc")),
+                                           std::make_tuple(40, std::string("grpc")),
+                                           std::make_tuple(40, std::string("tcp"))),
+                         CaseName);
 
 }  // namespace
 }  // namespace testing

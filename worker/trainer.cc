@@ -323,7 +323,9 @@ absl::Status Trainer::Run() {
     if (overlap_push) {
       // The push-pull starts now, on its own thread, and sends each
       // layer's gradient as backprop makes it final; the answer's weights
-      // wait for the step to be done with `params`.
+      // wait for the step to be done with `params`. A straggler sleeps
+      // first: its gradient would otherwise be out before the sleep.
+      if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
       ready.Reset(spec->num_parameters);
       absl::Notification params_free;
       const PsClient::Overlap overlap{&ready, &params_free};
@@ -333,7 +335,6 @@ absl::Status Trainer::Run() {
       });
       absl::Status c = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
                                              &loss, &correct);
-      if (c.ok() && options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
       if (c.ok()) {
         ready.MarkAllFinal();
       } else {
