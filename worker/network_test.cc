@@ -12,33 +12,11 @@
 namespace pscluster {
 namespace {
 
-// Appends a variable to the spec's flat parameter vector.
-void AddVariable(ModelSpec* spec, const std::string& name, std::vector<int64_t> shape,
-                 Initializer init, int64_t fan_in, int64_t fan_out) {
-  VariableSpec v;
-  v.name = name;
-  v.shape = std::move(shape);
-  v.initializer = init;
-  v.fan_in = fan_in;
-  v.fan_out = fan_out;
-  v.size = 1;
-  for (int64_t d : v.shape) v.size *= d;
-  v.offset = spec->num_parameters;
-  spec->num_parameters += v.size;
-  spec->variables.push_back(v);
-}
-
-// A small CNN on 12x12x1 inputs, built by hand like common/model_spec.cc
-// does: conv(filters1, 3, relu) pool 2 conv(8, 3, relu) pool 2 flatten
+// A small CNN on 12x12x1 inputs: conv(filters1, 3, relu) pool 2 conv(8, 3, relu) pool 2 flatten
 // dense(10). With filters1 a multiple of 8 the first conv and pool run as
 // one fused kernel; otherwise they run unfused, and the second conv's input
 // gradient takes the GEMM + col2im path (in_c not a multiple of 8).
 ModelSpec SmallCnn(int filters1) {
-  ModelSpec spec;
-  spec.name = "small_cnn";
-  spec.input_height = spec.input_width = 12;
-  spec.input_channels = 1;
-  spec.num_classes = 10;
   auto layer = [](LayerKind kind, const char* name, int units, int k, int pool,
                   Activation act) {
     LayerSpec l;
@@ -50,37 +28,22 @@ ModelSpec SmallCnn(int filters1) {
     l.activation = act;
     return l;
   };
-  spec.layers = {
-      layer(LayerKind::kConv2D, "conv1", filters1, 3, 0, Activation::kRelu),
-      layer(LayerKind::kMaxPool2D, "pool1", 0, 0, 2, Activation::kNone),
-      layer(LayerKind::kConv2D, "conv2", 8, 3, 0, Activation::kRelu),
-      layer(LayerKind::kMaxPool2D, "pool2", 0, 0, 2, Activation::kNone),
-      layer(LayerKind::kFlatten, "flatten", 0, 0, 0, Activation::kNone),
-      layer(LayerKind::kDense, "dense", 10, 0, 0, Activation::kNone)};
   // 12 -conv-> 10 -pool-> 5 -conv-> 3 -pool-> 1: 8 features.
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, Initializer init,
-                 int64_t fan_in, int64_t fan_out) {
-    AddVariable(&spec, name, std::move(shape), init, fan_in, fan_out);
-  };
-  add("conv1/kernel", {3, 3, 1, filters1}, Initializer::GlorotUniform(), 9,
-      9 * filters1);
-  add("conv1/bias", {filters1}, Initializer::Zeros(), 0, 0);
-  add("conv2/kernel", {3, 3, filters1, 8}, Initializer::GlorotUniform(),
-      9 * filters1, 72);
-  add("conv2/bias", {8}, Initializer::Zeros(), 0, 0);
-  add("dense/kernel", {8, 10}, Initializer::GlorotUniform(), 8, 10);
-  add("dense/bias", {10}, Initializer::Zeros(), 0, 0);
-  return spec;
+  absl::StatusOr<ModelSpec> spec = BuildModelSpec(
+      "small_cnn", 12, 12, 1, 10,
+      {layer(LayerKind::kConv2D, "conv1", filters1, 3, 0, Activation::kRelu),
+       layer(LayerKind::kMaxPool2D, "pool1", 0, 0, 2, Activation::kNone),
+       layer(LayerKind::kConv2D, "conv2", 8, 3, 0, Activation::kRelu),
+       layer(LayerKind::kMaxPool2D, "pool2", 0, 0, 2, Activation::kNone),
+       layer(LayerKind::kFlatten, "flatten", 0, 0, 0, Activation::kNone),
+       layer(LayerKind::kDense, "dense", 10, 0, 0, Activation::kNone)});
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
 }
 
 // Flatten, Dense(hidden, relu), Dense(10) on 28x28x1: with hidden = 1400,
-// 1,100,410 parameters (4.4 MB), too many to stay in cache.
+// 1,113,010 parameters (4.5 MB), too many to stay in cache.
 ModelSpec WideMlp(int hidden) {
-  ModelSpec spec;
-  spec.name = "wide_mlp";
-  spec.input_height = spec.input_width = 28;
-  spec.input_channels = 1;
-  spec.num_classes = 10;
   auto dense = [](const char* name, int units, Activation act) {
     LayerSpec l;
     l.kind = LayerKind::kDense;
@@ -92,17 +55,12 @@ ModelSpec WideMlp(int hidden) {
   LayerSpec flatten;
   flatten.kind = LayerKind::kFlatten;
   flatten.name = "flatten";
-  spec.layers = {flatten, dense("hidden", hidden, Activation::kRelu),
-                 dense("out", 10, Activation::kNone)};
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, Initializer init,
-                 int64_t fan_in, int64_t fan_out) {
-    AddVariable(&spec, name, std::move(shape), init, fan_in, fan_out);
-  };
-  add("hidden/kernel", {784, hidden}, Initializer::GlorotUniform(), 784, hidden);
-  add("hidden/bias", {hidden}, Initializer::Zeros(), 0, 0);
-  add("out/kernel", {hidden, 10}, Initializer::GlorotUniform(), hidden, 10);
-  add("out/bias", {10}, Initializer::Zeros(), 0, 0);
-  return spec;
+  absl::StatusOr<ModelSpec> spec =
+      BuildModelSpec("wide_mlp", 28, 28, 1, 10,
+                     {flatten, dense("hidden", hidden, Activation::kRelu),
+                      dense("out", 10, Activation::kNone)});
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
 }
 
 // A model, its parameters and a random batch for it.
