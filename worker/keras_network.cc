@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <string>
 
 #include "worker/kernels/activation.h"
@@ -54,25 +53,9 @@ absl::StatusOr<std::unique_ptr<KerasNetwork>> KerasNetwork::Create(
     op.sum_dy_xhat.resize(op.channels);
     net->ops_.push_back(std::move(op));
   }
-  // Every variable's size, by its offset, for the ops' ranges.
-  std::map<int64_t, int64_t> size_at;
-  for (const VariableSpec& v : spec.variables) size_at[v.offset] = v.size;
-  int64_t below = 0;  // the end of the variables of the ops so far
-  for (const Op& op : net->ops_) {
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (int64_t offset : {op.kernel, op.bias, op.gamma, op.beta, op.mean, op.var}) {
-      if (offset < 0) continue;
-      ranges.emplace_back(offset, offset + size_at[offset]);
-      below = std::max(below, ranges.back().second);
-    }
-    net->final_from_.push_back(0);  // set below
-    net->ranges_.push_back(std::move(ranges));
-  }
-  below = 0;
-  for (size_t i = 0; i < net->ops_.size(); ++i) {
-    net->final_from_[i] = below;
-    for (const auto& r : net->ranges_[i]) below = std::max(below, r.second);
-  }
+  std::vector<std::vector<int64_t>> offsets;
+  for (const Op& op : net->ops_) offsets.push_back({op.kernel, op.bias, op.gamma, op.beta, op.mean, op.var});
+  net->layout_ = PlanGradientLayout(spec, offsets);
   net->spec_ = spec;
   net->max_batch_ = max_batch;
   net->threads_ = std::max(1, std::min(num_threads, max_batch));
@@ -376,7 +359,7 @@ void KerasNetwork::Backward(const float* params, const float* images, int batch,
 
 void KerasNetwork::FinishOp(int i, int threads, float* grads) {
   const Op& op = ops_[i];
-  for (const auto& [begin, end] : ranges_[i]) {
+  for (const auto& [begin, end] : layout_.ranges[i]) {
     for (int t = 1; t < threads; ++t) {
       const float* part = slices_[t]->grads.data();
       for (int64_t j = begin; j < end; ++j) grads[j] += part[j];
@@ -392,7 +375,7 @@ void KerasNetwork::FinishOp(int i, int threads, float* grads) {
       grads[op.var + ch] = op.batch_var[ch];
     }
   }
-  if (listener_) listener_(final_from_[i]);
+  if (listener_) listener_(layout_.final_from[i]);
 }
 
 void KerasNetwork::TrainStep(const float* params, const float* images, const uint8_t* labels,

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
+#include "worker/layer_plan.h"
 
 namespace pscluster {
 
@@ -74,11 +75,7 @@ class KerasNetwork {
   std::function<void(int, const std::function<void(int)>&)> run_;
   std::vector<Op> ops_;
   std::vector<std::unique_ptr<Slice>> slices_;
-  // Per op: its variables' [offset, offset + size) ranges, and where the
-  // final suffix of the gradient starts once it and every op above it are
-  // done (the end of the variables of the ops below it).
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges_;
-  std::vector<int64_t> final_from_;
+  GradientLayout layout_;  // per op, for the gradient listener
   std::function<void(int64_t)> listener_;
 };
 

@@ -7,6 +7,7 @@
 #define PSCLUSTER_WORKER_LAYER_PLAN_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,21 @@ struct PlannedLayer {
 // layers, the last one num_classes (at most 256) wide. InvalidArgument naming
 // the model and the offending layer or variable otherwise.
 absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec);
+
+// Where a step's gradient becomes final, op by op, for sending it while
+// backprop runs (worker/network.h's gradient listener): ranges[i], the
+// [begin, end) ranges of op i's variables in the flat vector, and
+// final_from[i], where the suffix of the gradient that holds only
+// variables of ops >= i starts (the end of the variables of the ops below
+// it).
+struct GradientLayout {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges;
+  std::vector<int64_t> final_from;
+};
+// `variable_offsets[i]`: the first offsets of op i's variables (-1: none);
+// their sizes come from the spec.
+GradientLayout PlanGradientLayout(const ModelSpec& spec,
+                                  const std::vector<std::vector<int64_t>>& variable_offsets);
 
 }  // namespace pscluster
 

@@ -5,7 +5,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -74,11 +73,6 @@ struct Network::Op : PlannedLayer {
   // no input gradient: both run as one fused kernel and this op's own
   // output is never materialised.
   bool fused_with_pool = false;
-  // Its variables' [offset, offset + size) ranges, and where the final
-  // suffix of the gradient starts once it and every op above it are done
-  // (the end of the variables of the ops below it).
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  int64_t final_from = 0;
 };
 
 // Per TrainStep: which ops' gradients are complete, summed over the
@@ -366,17 +360,6 @@ absl::StatusOr<std::vector<Network::Op>> Network::Plan(const ModelSpec& spec) {
     static_cast<PlannedLayer&>(op) = layer;
     ops.push_back(op);
   }
-  std::map<int64_t, int64_t> size_at;
-  for (const VariableSpec& v : spec.variables) size_at[v.offset] = v.size;
-  int64_t below = 0;
-  for (Op& op : ops) {
-    op.final_from = below;
-    if (!op.has_parameters()) continue;
-    for (int64_t offset : {op.kernel_offset, op.bias_offset}) {
-      op.ranges.emplace_back(offset, offset + size_at[offset]);
-      below = std::max(below, op.ranges.back().second);
-    }
-  }
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
     ops[i].fused_with_pool = ops[i].kind == LayerKind::kConv2D &&
                              !ops[i].needs_input_grad &&
@@ -440,6 +423,12 @@ Network::Network(const ModelSpec& spec, const NetworkOptions& options,
   }
   if (threads > 1) gang_ = std::make_unique<ThreadGang>(threads);
   progress_ = std::make_unique<Progress>(ops_.size());
+  std::vector<std::vector<int64_t>> offsets;
+  for (const Op& op : ops_) {
+    offsets.push_back(op.has_parameters() ? std::vector<int64_t>{op.kernel_offset, op.bias_offset}
+                                          : std::vector<int64_t>{});
+  }
+  layout_ = PlanGradientLayout(spec_, offsets);
 }
 
 Network::~Network() = default;
@@ -492,7 +481,7 @@ void Network::Run(const float* params, const float* images,
   }
   const std::function<void(int)> op_done = [&](int i) {
     if (progress_->remaining[i].fetch_sub(1) != 1) return;
-    for (const auto& [begin, end] : ops_[i].ranges) {
+    for (const auto& [begin, end] : layout_.ranges[i]) {
       for (int t = 1; t < threads; ++t) {
         const float* part = replicas_[t]->own_grads();
         for (int64_t j = begin; j < end; ++j) grads[j] += part[j];
@@ -503,7 +492,7 @@ void Network::Run(const float* params, const float* images,
     size_t& mark = progress_->mark;
     const size_t before = mark;
     while (mark > 0 && (!ops_[mark - 1].has_parameters() || progress_->reduced[mark - 1])) --mark;
-    if (mark < before && listener_) listener_(mark == 0 ? 0 : ops_[mark].final_from);
+    if (mark < before && listener_) listener_(mark == 0 ? 0 : layout_.final_from[mark]);
   };
   auto task = [&](int t) {
     if (t >= threads) return;

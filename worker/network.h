@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
 #include "worker/keras_network.h"
+#include "worker/layer_plan.h"
 
 namespace pscluster {
 
@@ -114,6 +115,7 @@ class Network {
   std::unique_ptr<ThreadGang> gang_;
   std::unique_ptr<KerasNetwork> general_;  // set for the general path
   std::unique_ptr<Progress> progress_;     // the fast path's
+  GradientLayout layout_;                  // the fast path's, per op
   std::function<void(int64_t)> listener_;
   int micro_batch_ = 0;
 };
