@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/checkpoint.h"
 #include "spdlog/spdlog.h"
 

@@ -22,6 +22,11 @@ void GradientWatermark::Fail(const std::string& why) {
   failed_ = why.empty() ? "the step failed" : why;
 }
 
+bool GradientWatermark::FinalFrom(int64_t from) const {
+  absl::MutexLock lock(&mu_);
+  return final_from_ <= from;
+}
+
 absl::Status GradientWatermark::WaitFinalFrom(int64_t from, absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

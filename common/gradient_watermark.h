@@ -30,6 +30,8 @@ class GradientWatermark {
   // The step failed (its gradient will never be final): waiters return
   // Aborted with `why`.
   void Fail(const std::string& why);
+  // Whether [from, size) is final now.
+  bool FinalFrom(int64_t from) const;
   // Blocks until [from, size) is final: OK; Aborted after Fail();
   // DeadlineExceeded at `deadline`.
   absl::Status WaitFinalFrom(int64_t from, absl::Time deadline) const;

@@ -16,6 +16,8 @@ TEST(GradientWatermarkTest, SuffixesBecomeFinalAsBackpropLowersTheMark) {
   EXPECT_TRUE(w.WaitFinalFrom(60, absl::InfinitePast()).ok());
   EXPECT_TRUE(w.WaitFinalFrom(99, absl::InfinitePast()).ok());
   EXPECT_TRUE(absl::IsDeadlineExceeded(w.WaitFinalFrom(59, absl::InfinitePast())));
+  EXPECT_TRUE(w.FinalFrom(60));
+  EXPECT_FALSE(w.FinalFrom(59));
   w.MarkFinalFrom(80);  // would raise it: ignored
   EXPECT_TRUE(w.WaitFinalFrom(60, absl::InfinitePast()).ok());
   w.MarkAllFinal();

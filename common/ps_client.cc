@@ -253,10 +253,7 @@ absl::StatusOr<size_t> PsClient::StreamGradient(int i, const float* grads,
   const CodecOptions exact;
   while (p.shards_streamed < order.size()) {
     const Shard& sh = placement_->shards[order[order.size() - 1 - p.shards_streamed]];
-    if (sh.offset != next.offset &&
-        !overlap.ready->WaitFinalFrom(sh.offset, absl::InfinitePast()).ok()) {
-      break;
-    }
+    if (!overlap.ready->FinalFrom(sh.offset)) break;
     const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
     if (feedback_ != nullptr && !sh.moving_statistic) {
       feedback_->Encode(o, grads + sh.offset, sh.offset, sh.size, g, &p.topk);

@@ -318,40 +318,37 @@ absl::Status Trainer::Run() {
     const int n = fill(work->chunk());
     const Batch this_batch{images.data(), labels.data(), n,
                            static_cast<uint64_t>(work->chunk())};
+    // A straggler sleeps before its push starts (with overlap, its gradient
+    // leaves during TrainStep).
+    if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
     absl::Status s;
-    absl::Time t1;
+    absl::Notification params_free;
+    const PsClient::Overlap overlap{&ready, &params_free};
+    std::optional<std::thread> push;
     if (overlap_push) {
       // The push-pull starts now, on its own thread, and sends each
       // layer's gradient as backprop makes it final; the answer's weights
-      // wait for the step to be done with `params`. A straggler sleeps
-      // first: its gradient would otherwise be out before the sleep.
-      if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
+      // wait for the step to be done with `params`.
       ready.Reset(spec->num_parameters);
-      absl::Notification params_free;
-      const PsClient::Overlap overlap{&ready, &params_free};
-      std::thread push([&] {
+      push.emplace([&] {
         s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(), options_.step_timeout,
                                &overlap);
       });
-      absl::Status c = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(),
-                                             &loss, &correct);
-      if (c.ok()) {
-        ready.MarkAllFinal();
-      } else {
-        ready.Fail(std::string(c.message()));
-      }
-      t1 = absl::Now();
-      params_free.Notify();
-      push.join();
-      if (!c.ok()) return c;
-    } else {
-      if (absl::Status c = (*backend)->TrainStep(params.data(), this_batch, Batch(),
+    }
+    const absl::Status c = (*backend)->TrainStep(params.data(), this_batch, Batch(),
                                                  grads.data(), &loss, &correct);
-          !c.ok()) {
-        return c;
-      }
-      if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
-      t1 = absl::Now();
+    if (c.ok()) {
+      ready.MarkAllFinal();
+    } else {
+      ready.Fail(std::string(c.message()));
+    }
+    const absl::Time t1 = absl::Now();
+    if (push.has_value()) {
+      params_free.Notify();
+      push->join();
+    }
+    if (!c.ok()) return c;
+    if (!overlap_push) {
       s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(), options_.step_timeout);
     }
     const StepTimes t = (*backend)->last_step_times();
