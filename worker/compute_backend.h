@@ -68,6 +68,14 @@ class ComputeBackend {
   // returns. Empty: none.
   virtual void SetGradientListener(std::function<void(int64_t)> listener) {}
 
+  // Lets the forward pass start before the step's weights have all
+  // arrived: a backend that reads them layer by layer calls wait(to)
+  // before a layer first reads its weights, and goes on once [0, to) of
+  // `params` is in (Network::set_params_wait), and returns true. One that
+  // reads them whole (the GPU's one copy) returns false: the caller then
+  // waits for all of them before TrainStep.
+  virtual bool SetParamsWait(std::function<void(int64_t)> wait) { return false; }
+
   // The split of the last successful TrainStep.
   virtual StepTimes last_step_times() const = 0;
 

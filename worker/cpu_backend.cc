@@ -30,6 +30,11 @@ class CpuBackend final : public ComputeBackend {
     net_->set_gradient_listener(std::move(listener));
   }
 
+  bool SetParamsWait(std::function<void(int64_t)> wait) override {
+    net_->set_params_wait(std::move(wait));
+    return true;
+  }
+
   absl::Status Evaluate(const float* params, const Batch& batch,
                         double* loss_sum, int* correct) override {
     return net_->Evaluate(params, batch.images, batch.labels, batch.size,

@@ -97,6 +97,7 @@ void KerasNetwork::Forward(const float* params, const float* images, int batch, 
   const int64_t in0 = ops_.front().in_size;
   for (size_t i = 0; i < ops_.size(); ++i) {
     Op& op = ops_[i];
+    if (training && params_wait_ && !layout_.ranges[i].empty()) params_wait_(layout_.params_to[i]);
     auto input = [&](Slice& s) {
       return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
     };

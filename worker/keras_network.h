@@ -53,6 +53,8 @@ class KerasNetwork {
   void set_gradient_listener(std::function<void(int64_t)> listener) {
     listener_ = std::move(listener);
   }
+  // As Network::set_params_wait (called on the caller's thread only).
+  void set_params_wait(std::function<void(int64_t)> wait) { params_wait_ = std::move(wait); }
 
  private:
   struct Op;
@@ -77,6 +79,7 @@ class KerasNetwork {
   std::vector<std::unique_ptr<Slice>> slices_;
   GradientLayout layout_;  // per op, for the gradient listener
   std::function<void(int64_t)> listener_;
+  std::function<void(int64_t)> params_wait_;
 };
 
 }  // namespace pscluster

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/arriving_weights_check.h"
 #include "worker/keras_test_models.h"
 #include "worker/kernels/gradient_check.h"
 #include "worker/network.h"
@@ -139,6 +140,19 @@ TEST(KerasNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
             << what << ": the suffix from " << from[k] << " changed after it was called final";
       }
       EXPECT_EQ(grads, plain) << what;
+    }
+  }
+}
+
+// As Network's test: the forward pass waits for each layer's weights.
+TEST(KerasNetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel()}) {
+    Problem p = Make(spec, 11, 9);
+    for (int threads : {1, 2, 3}) {
+      std::unique_ptr<Network> net = Net(p.spec, 11, threads);
+      testing_models::CheckStepOnArrivingWeights(
+          *net, p.params.data(), p.images.data(), p.labels.data(), p.batch,
+          spec.name + " on " + std::to_string(threads) + " threads");
     }
   }
 }

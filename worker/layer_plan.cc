@@ -140,6 +140,7 @@ GradientLayout PlanGradientLayout(const ModelSpec& spec,
       ranges.emplace_back(offset, offset + size_at[offset]);
       below = std::max(below, ranges.back().second);
     }
+    layout.params_to.push_back(below);
   }
   return layout;
 }

@@ -44,9 +44,14 @@ absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec);
 // final_from[i], where the suffix of the gradient that holds only
 // variables of ops >= i starts (the end of the variables of the ops below
 // it).
+//
+// The same layout tells the forward pass which weights to wait for when
+// they are still arriving (common/params_watermark.h): params_to[i], where
+// the prefix of the flat vector that holds every variable of ops <= i ends.
 struct GradientLayout {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges;
   std::vector<int64_t> final_from;
+  std::vector<int64_t> params_to;
 };
 // `variable_offsets[i]`: the first offsets of op i's variables (-1: none);
 // their sizes come from the spec.

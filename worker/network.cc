@@ -189,9 +189,13 @@ class Network::Replica {
   // calls op_done(i) once op i's part of it is complete (ops with
   // parameters, last op first). Afterwards loss_sum() and correct()
   // describe these examples.
+  // With `wait` set, the first pass calls (*wait)(params_to[i]) before op
+  // i reads its weights (they may still be arriving).
   void Run(const float* params, const float* images, const uint8_t* labels,
            int count, float grad_scale, float* grads,
-           const std::function<void(int)>& op_done) {
+           const std::function<void(int)>& op_done,
+           const std::function<void(int64_t)>* wait,
+           const std::vector<int64_t>& params_to) {
     const CpuDevice d;
     const int64_t in_size = ops_.front().in_size;
     const int classes = static_cast<int>(ops_.back().out_size);
@@ -200,7 +204,7 @@ class Network::Replica {
     for (int first = 0; first < count; first += chunk_) {
       const int n = std::min(chunk_, count - first);
       const float* x = images + first * in_size;
-      Forward(params, x, n);
+      Forward(params, x, n, first == 0 ? wait : nullptr, params_to);
       double loss = 0.0;
       int right = 0;
       kernels::SoftmaxCrossEntropy<CpuDevice>()(
@@ -217,11 +221,14 @@ class Network::Replica {
   }
 
  private:
-  void Forward(const float* params, const float* x, int n) {
+  void Forward(const float* params, const float* x, int n,
+               const std::function<void(int64_t)>* wait,
+               const std::vector<int64_t>& params_to) {
     const CpuDevice d;
     const float* in = x;
     for (size_t i = 0; i < ops_.size(); ++i) {
       const Op& op = ops_[i];
+      if (wait != nullptr && op.has_parameters()) (*wait)(params_to[i]);
       float* out = acts_[i].data();
       if (op.fused_with_pool) {
         kernels::Conv2DShape s = op.conv;
@@ -438,6 +445,11 @@ void Network::set_gradient_listener(std::function<void(int64_t)> listener) {
   if (general_ != nullptr) general_->set_gradient_listener(std::move(listener));
 }
 
+void Network::set_params_wait(std::function<void(int64_t)> wait) {
+  params_wait_ = wait;
+  if (general_ != nullptr) general_->set_params_wait(std::move(wait));
+}
+
 absl::Status Network::CheckArguments(const void* params, const void* images,
                                      const uint8_t* labels, int batch,
                                      const void* out1, const void* out2) const {
@@ -503,7 +515,9 @@ void Network::Run(const float* params, const float* images,
                  : t == 0         ? grads
                                   : replicas_[t]->own_grads();
     replicas_[t]->Run(params, images + first * in_size, labels + first, count,
-                      grad_scale, out, op_done);
+                      grad_scale, out, op_done,
+                      grads != nullptr && params_wait_ ? &params_wait_ : nullptr,
+                      layout_.params_to);
   };
   if (gang_ != nullptr && threads > 1) {
     gang_->Run(task);

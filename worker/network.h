@@ -78,6 +78,14 @@ class Network {
   // step's threads, one call at a time, and must be quick. Empty: none.
   void set_gradient_listener(std::function<void(int64_t)> listener);
 
+  // Weights that arrive while the step runs (common/params_watermark.h):
+  // before the forward pass first reads an op's weights, TrainStep calls
+  // wait(to), which returns once [0, to) of `params` holds the step's
+  // weights; `to` rises from op to op. It is called on every one of the
+  // step's threads, so must be thread-safe. Evaluate never calls it.
+  // Empty: `params` is whole when TrainStep starts.
+  void set_params_wait(std::function<void(int64_t)> wait);
+
   const ModelSpec& spec() const { return spec_; }
   // Whether the model runs on the general path rather than the fast one.
   bool general() const { return general_ != nullptr; }
@@ -117,6 +125,7 @@ class Network {
   std::unique_ptr<Progress> progress_;     // the fast path's
   GradientLayout layout_;                  // the fast path's, per op
   std::function<void(int64_t)> listener_;
+  std::function<void(int64_t)> params_wait_;
   int micro_batch_ = 0;
 };
 

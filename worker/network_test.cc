@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/arriving_weights_check.h"
 
 namespace pscluster {
 namespace {
@@ -339,6 +340,18 @@ TEST(NetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
       auto net = p.Make(threads);
       CheckListener(*net, p.params.data(), p.images.data(), p.labels.data(), p.batch,
                     model + " on " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
+TEST(NetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
+  for (const std::string model : {"cnn", "mlp", "wide_mlp"}) {
+    Problem p = model == "wide_mlp" ? Problem(WideMlp(1400), 37, 4) : Problem(model, 37, 4);
+    for (int threads : {1, 2, 3}) {
+      auto net = p.Make(threads);
+      testing_models::CheckStepOnArrivingWeights(
+          *net, p.params.data(), p.images.data(), p.labels.data(), p.batch,
+          model + " on " + std::to_string(threads) + " threads");
     }
   }
 }
