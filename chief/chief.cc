@@ -171,8 +171,10 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
                  plan_.codec_min_elements());
   }
   if (plan_.transport() == "tcp") {
-    spdlog::info("transport: push-pulls over each ps's tcp data plane{}",
-                 plan_.push_overlap() ? ", gradients sent layer by layer during backprop" : "");
+    spdlog::info("transport: push-pulls over each ps's tcp data plane{}{}",
+                 plan_.push_overlap() ? ", gradients sent layer by layer during backprop" : "",
+                 plan_.push_overlap() && plan_.priority_pull()
+                     ? ", the next forward pass started on the first layers' weights" : "");
   }
   dispatcher_->ResetContact(absl::Now());
   membership_->Apply(/*force=*/true);

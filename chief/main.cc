@@ -66,6 +66,10 @@ ABSL_FLAG(std::string, transport, "grpc",
 ABSL_FLAG(bool, push_overlap, true,
           "--transport=tcp: each worker sends a layer's gradient as soon as backprop has "
           "produced it, last layer first, while backprop goes on (false: after the step)");
+ABSL_FLAG(bool, priority_pull, true,
+          "--transport=tcp with --push_overlap: each worker writes the next step's weights "
+          "layer by layer as they arrive and starts the forward pass on the first layers "
+          "before the rest is in (false: once all are in)");
 ABSL_FLAG(int, num_ps, 0, "If set, must equal the number of ps tasks in TF_CONFIG");
 ABSL_FLAG(int, num_workers, 0, "If set, must equal the number of workers in TF_CONFIG");
 ABSL_FLAG(int, wait_for_cluster_s, 120, "How long to wait for every task to answer");
@@ -169,6 +173,7 @@ int main(int argc, char** argv) {
   }
   plan.set_transport(transport);
   plan.set_push_overlap(absl::GetFlag(FLAGS_push_overlap));
+  plan.set_priority_pull(absl::GetFlag(FLAGS_priority_pull));
 
   const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
   if (optimizer != "adam" && optimizer != "sgd" && optimizer != "momentum") {

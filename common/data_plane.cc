@@ -343,6 +343,13 @@ absl::Status DataSocket::WriteFrame(const FrameHeader& header, absl::string_view
 
 absl::Status DataSocket::ReadFrame(FrameHeader* header, std::string* meta,
                                    std::string* payload, uint64_t max_payload) {
+  if (absl::Status s = ReadFrameHead(header, meta, max_payload); !s.ok()) return s;
+  payload->resize(header->payload_size);
+  return ReadFull(payload->data(), payload->size());
+}
+
+absl::Status DataSocket::ReadFrameHead(FrameHeader* header, std::string* meta,
+                                       uint64_t max_payload) {
   if (absl::Status s = ReadFull(reinterpret_cast<char*>(header), sizeof(*header)); !s.ok()) {
     return s;
   }
@@ -355,9 +362,7 @@ absl::Status DataSocket::ReadFrame(FrameHeader* header, std::string* meta,
                      " bytes exceeds the limit of ", kMaxMetaBytes, " + ", max_payload));
   }
   meta->resize(header->meta_size);
-  if (absl::Status s = ReadFull(meta->data(), meta->size()); !s.ok()) return s;
-  payload->resize(header->payload_size);
-  return ReadFull(payload->data(), payload->size());
+  return ReadFull(meta->data(), meta->size());
 }
 
 // --------------------------------------------------------------- DataChannel
@@ -387,23 +392,24 @@ void DataChannel::Start(DataKind kind, google::protobuf::Message* req, std::stri
                         google::protobuf::Message* resp,
                         std::function<std::string*(google::protobuf::Message*)> resp_bytes,
                         absl::Time deadline, std::function<void(grpc::Status)> done,
-                        PayloadSource source) {
+                        PayloadSource source, PayloadSink sink) {
   {
     std::lock_guard<std::mutex> l(mu_);
     pending_.reset(new Call{kind, req, bytes, resp, std::move(resp_bytes), deadline,
-                            std::move(done), std::move(source)});
+                            std::move(done), std::move(source), std::move(sink)});
   }
   cv_.notify_all();
 }
 
 void DataChannel::StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
-                                std::function<void(grpc::Status)> done, PayloadSource source) {
+                                std::function<void(grpc::Status)> done, PayloadSource source,
+                                PayloadSink sink) {
   Start(
       DataKind::kPushPull, req, req->mutable_gradients(), resp,
       [](google::protobuf::Message* m) {
         return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
       },
-      deadline, std::move(done), std::move(source));
+      deadline, std::move(done), std::move(source), std::move(sink));
 }
 
 void DataChannel::Cancel() {
@@ -507,20 +513,44 @@ grpc::Status DataChannel::Run(Call& call) {
     }
   }
   FrameHeader a;
-  if (absl::Status s = socket->ReadFrame(&a, &meta_, &payload_, uint64_t{1} << 40); !s.ok()) {
+  if (absl::Status s = socket->ReadFrameHead(&a, &meta_, uint64_t{1} << 40); !s.ok()) {
     return broken(s);
   }
-  if (a.code != 0) return grpc::Status(static_cast<grpc::StatusCode>(a.code), meta_);
+  if (a.code != 0) {
+    payload_.resize(a.payload_size);  // an error carries none, but read what came
+    if (absl::Status s = socket->Read(payload_.data(), payload_.size()); !s.ok()) {
+      return broken(s);
+    }
+    return grpc::Status(static_cast<grpc::StatusCode>(a.code), meta_);
+  }
   // Parsing clears resp, and clearing a proto3 message deletes its
-  // sub-messages, strings and all: keep the last answer's buffer aside for
-  // the next payload, so that no call allocates (and faults in) megabytes.
+  // sub-messages, strings and all: keep the last answer's buffer aside and
+  // read the payload into it, so that no call allocates (and faults in)
+  // megabytes.
   std::string spare;
   spare.swap(*call.resp_bytes(call.resp));
   if (!call.resp->ParseFromString(meta_)) {
     return grpc::Status(grpc::INTERNAL, "cannot parse the data plane's answer");
   }
-  call.resp_bytes(call.resp)->swap(payload_);
-  payload_.swap(spare);
+  std::string* payload = call.resp_bytes(call.resp);
+  payload->swap(spare);
+  payload->resize(a.payload_size);
+  if (!call.sink.arrived) {
+    if (absl::Status s = socket->Read(payload->data(), payload->size()); !s.ok()) {
+      return broken(s);
+    }
+    return grpc::Status::OK;
+  }
+  // Reported in pieces small enough that a layer's weights are used soon
+  // after their last byte is in.
+  constexpr size_t kPiece = size_t{1} << 18;
+  if (absl::Status s = call.sink.arrived(0); !s.ok()) return broken(s);
+  for (size_t have = 0; have < payload->size();) {
+    const size_t n = std::min(kPiece, payload->size() - have);
+    if (absl::Status s = socket->Read(payload->data() + have, n); !s.ok()) return broken(s);
+    have += n;
+    if (absl::Status s = call.sink.arrived(have); !s.ok()) return broken(s);
+  }
   return grpc::Status::OK;
 }
 

@@ -104,6 +104,10 @@ class DataSocket {
   // capacity is reused). A payload larger than `max_payload` is refused.
   absl::Status ReadFrame(FrameHeader* header, std::string* meta, std::string* payload,
                          uint64_t max_payload);
+  // ReadFrame's first half: the header and meta; the caller then reads
+  // header->payload_size bytes with Read.
+  absl::Status ReadFrameHead(FrameHeader* header, std::string* meta, uint64_t max_payload);
+  absl::Status Read(char* data, size_t n) { return ReadFull(data, n); }
   // Writes `data` as it is: the rest of a frame whose header and meta went
   // with an empty payload argument.
   absl::Status Write(absl::string_view data) { return WriteFull(data.data(), data.size()); }
@@ -131,6 +135,17 @@ struct PayloadSource {
   std::function<absl::StatusOr<size_t>(size_t have, absl::Time deadline)> more;
 };
 
+// An answer's payload used while it is still arriving (the next step's
+// weights, layer by layer): arrived(have) is called on the channel's
+// thread once the answer's meta is parsed into the response and its bytes
+// field sized to the whole payload (have = 0), then each time more of the
+// payload has been read into that field, the last time with all of it. An
+// error fails the call. A call that breaks off midway is resent and its
+// answer reported from 0 again.
+struct PayloadSink {
+  std::function<absl::Status(size_t have)> arrived;
+};
+
 class DataChannel {
  public:
   // The ps at `address` ("host:port" of its gRPC server). `port_of` asks
@@ -147,16 +162,19 @@ class DataChannel {
   // called there once `resp` holds the answer. `bytes` is req's large bytes
   // field (sent as the payload, left as it was); `resp_bytes(resp)` names
   // resp's, which receives the answer's payload. One call at a time.
-  // With `source.more` set, the payload is streamed from it (PayloadSource).
+  // With `source.more` set, the payload is streamed from it (PayloadSource);
+  // with `sink.arrived` set, the answer's is reported as it arrives.
   void Start(DataKind kind, google::protobuf::Message* req, std::string* bytes,
              google::protobuf::Message* resp,
              std::function<std::string*(google::protobuf::Message*)> resp_bytes,
              absl::Time deadline, std::function<void(grpc::Status)> done,
-             PayloadSource source = {});
+             PayloadSource source = {}, PayloadSink sink = {});
   // Start for a PushPull: req's gradients go as the payload (streamed from
-  // `source` when it is set), the answer's pulled values come back as one.
+  // `source` when it is set), the answer's pulled values come back as one
+  // (reported to `sink` as they arrive when it is set).
   void StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
-                     std::function<void(grpc::Status)> done, PayloadSource source = {});
+                     std::function<void(grpc::Status)> done, PayloadSource source = {},
+                     PayloadSink sink = {});
   // Fails the call in flight now (the connection is closed).
   void Cancel();
 
@@ -170,6 +188,7 @@ class DataChannel {
     absl::Time deadline;
     std::function<void(grpc::Status)> done;
     PayloadSource source;
+    PayloadSink sink;
   };
   void Loop();
   grpc::Status Run(Call& call);

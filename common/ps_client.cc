@@ -265,6 +265,46 @@ absl::StatusOr<size_t> PsClient::StreamGradient(int i, const float* grads,
   return g->size();
 }
 
+absl::Status PsClient::PullArrived(int i, float* params, const Overlap& overlap, bool write,
+                                   size_t have) {
+  PerPs& p = ps_[i];
+  if (have == 0) {  // an answer begins (again, when the call was resent)
+    if (p.shards_pulled > 0) pull_torn_ = true;
+    p.shards_pulled = 0;
+    p.pulled_bytes = 0;
+    if (!p.answered) {
+      p.answered = true;
+      p.first_applied = p.push_resp.push().applied();
+      if (answered_.fetch_add(1) + 1 == static_cast<int>(ps_.size()) && overlap.answered) {
+        overlap.answered(ps_[0].first_applied);
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (!write) return absl::OkStatus();
+  if (overlap.params_free != nullptr) overlap.params_free->WaitForNotification();
+  // Shard by shard, in the ps's order (the model's): each as soon as all
+  // of its bytes are in.
+  const std::string& values = p.push_resp.pull().values();
+  const std::vector<int>& order = placement_->shards_of_ps[i];
+  const CodecOptions exact;
+  while (p.shards_pulled < order.size()) {
+    const Shard& sh = placement_->shards[order[p.shards_pulled]];
+    const CodecOptions& o = sh.moving_statistic ? exact : options_.pull_codec;
+    const int64_t bytes = EncodedBytes(o, sh.size);
+    if (p.pulled_bytes + bytes > static_cast<int64_t>(have)) break;
+    absl::string_view in(values.data() + p.pulled_bytes, bytes);
+    if (absl::Status d = Decode(o, &in, sh.size, params + sh.offset); !d.ok()) {
+      return absl::InternalError(
+          absl::StrCat("ps ", i, " sent ", sh.variable, ": ", d.message()));
+    }
+    p.pulled_bytes += bytes;
+    ++p.shards_pulled;
+    overlap.arrived->MarkArrived(sh.offset, sh.offset + sh.size);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsClient::PushPullAll(int worker, int num_examples,
                                    const float* grads, float* params,
                                    absl::Duration timeout, const Overlap* overlap) {
@@ -286,6 +326,16 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       options_.duplicate_every > 0 && pushes_sent_ % options_.duplicate_every == 0;
   std::vector<int> answers(n, 0);
   const int64_t step = version();
+  // Priority pulls write the weights as they arrive; change pulls wait to
+  // be whole.
+  const bool pull_early = streamed && overlap->arrived != nullptr && !change_pulls_;
+  const bool sink = streamed && (overlap->arrived != nullptr || overlap->answered);
+  answered_ = 0;
+  pull_torn_ = false;
+  for (PerPs& p : ps_) {
+    p.answered = false;
+    p.shards_pulled = 0;
+  }
   for (int i = 0; i < n; ++i) {
     PushRequest& req = ps_[i].push_req;
     req.set_worker_index(worker);
@@ -348,8 +398,14 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       source.more = [this, i, grads, overlap](size_t have, absl::Time deadline) {
         return StreamGradient(i, grads, *overlap, have, deadline);
       };
+      PayloadSink answer;
+      if (sink) {
+        answer.arrived = [this, i, params, overlap, pull_early](size_t have) {
+          return PullArrived(i, params, *overlap, pull_early, have);
+        };
+      }
       p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
-                            std::move(done), std::move(source));
+                            std::move(done), std::move(source), std::move(answer));
       return;
     }
     last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + framing;
@@ -371,7 +427,17 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       overlap->params_free->WaitForNotification();  // the step reading params is done
     }
     const PullResponse& pull = ps_[i].push_resp.pull();
-    if (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta())) {
+    if (pull_early) {
+      // Written as it arrived (PullArrived).
+      const std::vector<int>& order = placement_->shards_of_ps[i];
+      if (ps_[i].shards_pulled != order.size() ||
+          ps_[i].pulled_bytes != static_cast<int64_t>(pull.values().size())) {
+        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
+                                                " bytes of weights; ", ps_[i].pulled_bytes,
+                                                " of them were whole shards"));
+      }
+    } else if (options_.pull_codec.codec == Codec::kFloat32 ||
+               (change_pulls_ && !pull.delta())) {
       // The weights in fp32 (change pulls without a common base too: the
       // ps restarted, ...).
       if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
@@ -408,6 +474,13 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     return absl::OkStatus();
   };
   absl::Status s = CallAll("push to", timeout, issue, finish);
+  if (overlap != nullptr && overlap->arrived != nullptr) {
+    if (s.ok()) {
+      overlap->arrived->MarkAllArrived();  // change pulls, and over gRPC
+    } else {
+      overlap->arrived->Fail(std::string(s.message()));
+    }
+  }
   if (!s.ok()) return s;
   last_push_applied_ = ps_[0].push_resp.push().applied();
   if (!last_push_applied_) ++pushes_dropped_;

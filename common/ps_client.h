@@ -32,6 +32,7 @@
 #include "common/codec.h"
 #include "common/data_plane.h"
 #include "common/gradient_watermark.h"
+#include "common/params_watermark.h"
 #include "common/placement.h"
 #include "common/retry.h"
 #include "common/rpc.h"
@@ -101,9 +102,24 @@ class PsClient {
   // are written into `params` only once overlap->params_free is notified
   // (the step that reads them is done). A gradient that fails to become
   // final (GradientWatermark::Fail) fails the call with FailedPrecondition.
+  //
+  // Priority pulls (P3): with `arrived`, over the tcp data plane, the
+  // answer's weights are written into `params` shard by shard as their
+  // bytes arrive, first layers first, and each is marked in *arrived, so
+  // that the next step's forward pass can start before the rest is in
+  // (change pulls, which add to the weights held, are written once whole
+  // and then marked). *arrived is failed when the call fails. `answered`,
+  // when set, is called once (on one of the data plane's threads) as soon
+  // as every ps has answered, before its weights are in, with what
+  // last_push_applied() will say. A weight written from an answer that was
+  // then thrown away (a reply broken off or lost, and sent again) makes
+  // last_pull_torn() true: a step that read the weights while they
+  // arrived must be done again.
   struct Overlap {
     const GradientWatermark* ready = nullptr;
     const absl::Notification* params_free = nullptr;
+    ParamsWatermark* arrived = nullptr;
+    std::function<void(bool applied)> answered;
   };
   absl::Status PushPullAll(int worker, int num_examples, const float* grads, float* params,
                            absl::Duration timeout, const Overlap* overlap = nullptr);
@@ -122,6 +138,8 @@ class PsClient {
   // mode every ps answers the same (ps 0 decides each step for all), but
   // for a step torn by a lost worker.
   bool last_push_applied() const { return last_push_applied_; }
+  // See Overlap.
+  bool last_pull_torn() const { return pull_torn_; }
   // Pushes dropped (by ps 0), and pushes the ps answered differently.
   int64_t pushes_dropped() const { return pushes_dropped_; }
   int64_t pushes_disputed() const { return pushes_disputed_; }
@@ -154,6 +172,12 @@ class PsClient {
     uint64_t stream_size = 0;
     size_t shards_streamed = 0;
     TopKScratch topk;
+    // Priority pulls: the answer's shards written so far, their bytes,
+    // and the first answer's `applied`.
+    size_t shards_pulled = 0;
+    int64_t pulled_bytes = 0;
+    bool answered = false;
+    bool first_applied = false;
   };
   // The size of ps i's encoded push: its shards in the push codec, moving
   // statistics in fp32.
@@ -161,6 +185,10 @@ class PsClient {
   // The PayloadSource of ps i's streamed push.
   absl::StatusOr<size_t> StreamGradient(int i, const float* grads, const Overlap& overlap,
                                         size_t have, absl::Time deadline);
+  // The PayloadSink of ps i's answer: `have` bytes of its weights are in;
+  // writes the shards now whole into `params` when `write`.
+  absl::Status PullArrived(int i, float* params, const Overlap& overlap, bool write,
+                           size_t have);
 
   // Runs `issue(i, ctx, done)` for every ps at once and `finish(i)` for
   // each answer; retries the ps whose attempt failed in a retryable way or
@@ -189,6 +217,8 @@ class PsClient {
   std::vector<int64_t> pull_base_;  // change pulls: per ps, delta_seq held
   uint64_t next_request_id_ = 0;
   bool last_push_applied_ = false;
+  std::atomic<int> answered_{0};       // ps that answered this call
+  std::atomic<bool> pull_torn_{false};
   int64_t pushes_dropped_ = 0;
   int64_t pushes_disputed_ = 0;
   int64_t resends_ = 0;

@@ -2,6 +2,8 @@
 // same push again) or whose pushes arrive twice must leave the parameters
 // bit for bit where a clean run leaves them. Real gRPC servers (two ps, in
 // this process) and the worker's own PsClient, with its fault injection.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +14,7 @@
 
 #include "common/codec.h"
 #include "common/gradient_watermark.h"
+#include "common/params_watermark.h"
 #include "common/model_spec.h"
 #include "common/placement.h"
 #include "common/ps_client.h"
@@ -42,6 +45,17 @@ struct Outcome {
   int64_t duplicates = 0;
   int64_t resends = 0;
   int64_t version = 0;
+  // Priority pulls: calls whose weights were torn, and calls whose
+  // `answered` came other than once.
+  int64_t torn = 0;
+  int64_t answered_wrong = 0;
+};
+
+// Priority pulls: how the weights a "forward pass" read while they
+// arrived compare with the call's final weights.
+struct ArrivalLog {
+  int64_t torn = 0;
+  int64_t answered_wrong = 0;
 };
 
 // Trains `steps` steps of two workers with seeded pseudo-gradients against
@@ -50,14 +64,31 @@ struct Outcome {
 // A push-pull whose gradient leaves while "backprop" still writes it: the
 // gradient buffer holds NaN (which the ps refuses) until a suffix is
 // copied in and marked final, five suffixes in all, last first.
+//
+// With `log` (priority pulls), the answer's weights are written as they
+// arrive, and a "forward pass" reads each prefix [0, to) of the weights as
+// soon as it is marked arrived: what it read must be the call's final
+// weights (unless the call says they were torn), and `answered` must come
+// once, with last_push_applied()'s value.
 absl::Status PushPullDuringBackprop(PsClient& client, int worker, const std::vector<float>& grads,
-                                    float* params) {
+                                    float* params, const Placement& placement,
+                                    ArrivalLog* log) {
   const int64_t n = static_cast<int64_t>(grads.size());
   std::vector<float> buffer(n, NAN);
   GradientWatermark ready;
   ready.Reset(n);
   absl::Notification params_free;
-  const PsClient::Overlap overlap{&ready, &params_free};
+  ParamsWatermark arrived(n);
+  std::atomic<int> answers{0};
+  std::atomic<bool> applied{false};
+  PsClient::Overlap overlap{&ready, &params_free};
+  if (log != nullptr) {
+    overlap.arrived = &arrived;
+    overlap.answered = [&](bool a) {
+      applied = a;
+      ++answers;
+    };
+  }
   absl::Status s;
   std::thread push([&] {
     s = client.PushPullAll(worker, 64, buffer.data(), params, absl::Seconds(20), &overlap);
@@ -70,14 +101,40 @@ absl::Status PushPullDuringBackprop(PsClient& client, int worker, const std::vec
     end = from;
     absl::SleepFor(absl::Milliseconds(1));
   }
+  if (log == nullptr) {
+    params_free.Notify();
+    push.join();
+    return s;
+  }
+  arrived.Reset();
   params_free.Notify();
+  std::vector<int64_t> ends;
+  for (const Shard& sh : placement.shards) ends.push_back(sh.offset + sh.size);
+  std::sort(ends.begin(), ends.end());
+  std::vector<std::vector<float>> seen;
+  for (int64_t to : ends) {
+    if (!arrived.WaitArrived(to).ok()) break;  // the call failed
+    seen.emplace_back(params, params + to);
+  }
   push.join();
+  if (!s.ok()) return s;
+  EXPECT_EQ(arrived.arrived(), n);
+  if (answers != 1 || applied != client.last_push_applied()) ++log->answered_wrong;
+  if (client.last_pull_torn()) {
+    ++log->torn;
+  } else {
+    for (const std::vector<float>& prefix : seen) {
+      EXPECT_EQ(std::memcmp(prefix.data(), params, prefix.size() * sizeof(float)), 0)
+          << "weights [0, " << prefix.size() << ") read as arrived differ from the call's";
+    }
+  }
   return s;
 }
 
 Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
               Codec push = Codec::kFloat32, Codec pull = Codec::kFloat32,
-              Transport transport = Transport::kGrpc, bool overlap = false) {
+              Transport transport = Transport::kGrpc, bool overlap = false,
+              bool priority_pull = false) {
   const ModelSpec spec = *ModelByName("mlp");
   const Placement placement = PlaceVariables(spec, 2, PlacementOptions());
   std::vector<std::unique_ptr<PsProcessInside>> ps;
@@ -158,12 +215,16 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
   std::normal_distribution<float> normal(0.0f, 0.01f);
   std::vector<std::vector<float>> grads(2, std::vector<float>(spec.num_parameters));
   constexpr int kSteps = 40;
+  std::vector<ArrivalLog> arrivals(2);
   for (int step = 0; step < kSteps; ++step) {
     for (auto& g : grads) {
       for (float& x : g) x = normal(rng);
     }
     auto push_pull = [&](int w) {
-      if (overlap) return PushPullDuringBackprop(*workers[w], w, grads[w], params[w].data());
+      if (overlap) {
+        return PushPullDuringBackprop(*workers[w], w, grads[w], params[w].data(), placement,
+                                      priority_pull ? &arrivals[w] : nullptr);
+      }
       return workers[w]->PushPullAll(w, 64, grads[w].data(), params[w].data(),
                                      absl::Seconds(20));
     };
@@ -183,6 +244,10 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
     }
   }
   out.worker_params = params[0];
+  for (const ArrivalLog& a : arrivals) {
+    out.torn += a.torn;
+    out.answered_wrong += a.answered_wrong;
+  }
   EXPECT_TRUE(workers[0]->PullAll(0, params[0].data(), absl::Seconds(10)).ok());
   out.params = params[0];
   out.version = workers[0]->version();
@@ -287,6 +352,43 @@ TEST(ExactlyOnceTest, GradientsStreamedDuringBackpropEndWhereWholeOnesEnd) {
       EXPECT_EQ(streamed.version, grpc.version);
       ExpectBitForBit(streamed.params, grpc.params);
       ExpectBitForBit(streamed.worker_params, grpc.worker_params);
+    }
+  }
+}
+
+// Priority pulls: the answer's weights are written shard by shard as they
+// arrive and marked, and each prefix marked arrived already holds the
+// call's final weights; lost replies and duplicates (answers thrown away
+// after their weights were written: "torn", so the trainer does the step
+// again) still end bit for bit where clean gRPC runs end. bf16 pulls are
+// decoded shard by shard too; int8 change pulls once whole.
+TEST(ExactlyOnceTest, WeightsWrittenAsTheyArriveEndWhereWholeOnesEnd) {
+  for (UpdateMode mode : {SYNC, ASYNC}) {
+    for (auto [push, pull] : {std::pair{Codec::kFloat32, Codec::kFloat32},
+                              std::pair{Codec::kFloat32, Codec::kBfloat16},
+                              std::pair{Codec::kTopK, Codec::kInt8}}) {
+      SCOPED_TRACE(absl::StrCat(mode == SYNC ? "sync " : "async ", CodecName(push), "/",
+                                CodecName(pull)));
+      const Outcome grpc = Train(mode, 0, 0, push, pull, Transport::kGrpc);
+      const Outcome clean = Train(mode, 0, 0, push, pull, Transport::kTcp, true, true);
+      EXPECT_EQ(clean.torn, 0);
+      EXPECT_EQ(clean.answered_wrong, 0);
+      ExpectBitForBit(clean.params, grpc.params);
+      ExpectBitForBit(clean.worker_params, grpc.worker_params);
+      const Outcome faulty = Train(mode, 3, 5, push, pull, Transport::kTcp, true, true);
+      EXPECT_GT(faulty.resends, 20);
+      EXPECT_EQ(faulty.duplicates, faulty.resends);
+      EXPECT_EQ(faulty.answered_wrong, 0);
+      // Every thrown-away answer had written weights (fp32 and bf16 as
+      // they arrive); change pulls write only a whole answer.
+      if (pull == Codec::kInt8) {
+        EXPECT_EQ(faulty.torn, 0);
+      } else {
+        EXPECT_GT(faulty.torn, 20);
+      }
+      EXPECT_EQ(faulty.version, grpc.version);
+      ExpectBitForBit(faulty.params, grpc.params);
+      ExpectBitForBit(faulty.worker_params, grpc.worker_params);
     }
   }
 }

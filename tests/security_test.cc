@@ -179,8 +179,10 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
     if (transport == "tcp") {
       EXPECT_THAT((*c)->Log("chief:0"),
                   HasSubstr("push-pulls over each ps's tcp data plane, gradients sent layer by "
-                            "layer during backprop"));
+                            "layer during backprop, the next forward pass started on the first "
+                            "layers' weights"));
       EXPECT_THAT((*c)->Log("worker:0"), HasSubstr("gradients leave layer by layer"));
+      EXPECT_THAT((*c)->Log("worker:0"), HasSubstr("weights arrive first layers first"));
     }
   }
 }

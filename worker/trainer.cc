@@ -16,6 +16,7 @@
 #include "common/idx_dataset.h"
 #include "common/keras_model.h"
 #include "common/model_spec.h"
+#include "common/params_watermark.h"
 #include "common/placement.h"
 #include "common/retry.h"
 #include "common/ps_client.h"
@@ -45,6 +46,56 @@ RetryPolicy BoundPollPolicy() {
   p.max_backoff = absl::Milliseconds(16);
   return p;
 }
+
+// One step's push-pull, on a thread of its own: beside the step when the
+// gradient leaves during backprop, and with priority pulls beyond it too,
+// its weights still arriving while the next step starts on them.
+struct Exchange {
+  std::thread thread;
+  absl::Notification params_free;  // the step that reads `params` is done
+  // The call before this one, which it waits for; owned here until this
+  // one's thread is past it (answered or done).
+  std::unique_ptr<Exchange> before;
+
+  // Blocks until every ps has answered (the push's fate is known) or the
+  // call is over; returns whether it is over.
+  bool WaitAnsweredOrDone() {
+    absl::MutexLock l(&mu);
+    mu.Await(absl::Condition(
+        +[](Exchange* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu) { return e->answered || e->done; },
+        this));
+    return done;
+  }
+  bool applied_early() {
+    absl::MutexLock l(&mu);
+    return applied;
+  }
+  void Answered(bool a) {
+    absl::MutexLock l(&mu);
+    answered = true;
+    applied = a;
+  }
+  void WaitDone() {
+    absl::MutexLock l(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+
+  absl::Mutex mu;
+  bool answered ABSL_GUARDED_BY(mu) = false;
+  bool applied ABSL_GUARDED_BY(mu) = false;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  // Set before `done`, read after it: the call's outcome, whether its
+  // weights were torn (PsClient::last_pull_torn), whether it was skipped
+  // (the call before it failed or was torn: nothing sent), and the
+  // client's state once it was over.
+  absl::Status status;
+  bool torn = false;
+  bool skipped = false;
+  bool push_applied = false;
+  PsClient::CallStats stats;
+  int64_t version = 0;
+  int64_t generation = 0;
+};
 
 // "cuda:0" of "cuda:0 (NVIDIA H200, ...)": one token for the done line.
 std::string DeviceLabel(const std::string& name) {
@@ -156,6 +207,16 @@ absl::Status Trainer::Run() {
     (*backend)->SetGradientListener([&ready](int64_t from) { ready.MarkFinalFrom(from); });
     spdlog::info("gradients leave layer by layer, last first, while backprop runs");
   }
+  // Priority pulls: the next step's forward pass starts on the first
+  // layers' weights while the rest still arrive (a backend that reads the
+  // weights whole waits for all of them).
+  ParamsWatermark arrived(spec->num_parameters);
+  const bool priority_pull =
+      overlap_push && plan->priority_pull() &&
+      (*backend)->SetParamsWait([&arrived](int64_t to) { (void)arrived.WaitArrived(to); });
+  if (priority_pull) {
+    spdlog::info("weights arrive first layers first; the next step starts on them");
+  }
   std::vector<float> params(spec->num_parameters);
   std::vector<float> grads(spec->num_parameters);
   std::vector<float> images(static_cast<size_t>(batch) * pixels);
@@ -166,8 +227,13 @@ absl::Status Trainer::Run() {
   // as both.
   // Bytes of the PushPull calls (every attempt), for the done line.
   int64_t step_bytes_sent = 0, step_bytes_received = 0;
-  auto record_call = [&](bool push, bool ok) {
-    const PsClient::CallStats& call = (*ps)->last_call();
+  // The client's version and generation after the last call that is over
+  // (with priority pulls one may still be bringing weights).
+  int64_t version_seen = 0, generation_seen = 0;
+  auto record_call = [&](bool push, bool ok, const PsClient::CallStats& call,
+                         int64_t version, int64_t generation) {
+    version_seen = version;
+    generation_seen = generation;
     if (push) {
       step_bytes_sent += call.bytes_sent;
       step_bytes_received += call.bytes_received;
@@ -182,11 +248,14 @@ absl::Status Trainer::Run() {
       m->push_latency_seconds().Observe(absl::ToDoubleSeconds(call.duration));
       m->gradient_staleness().Observe(static_cast<double>(call.staleness));
     }
-    m->model_version().Set(static_cast<double>((*ps)->version()));
+    m->model_version().Set(static_cast<double>(version));
+  };
+  auto record_pull = [&](bool ok) {
+    record_call(/*push=*/false, ok, (*ps)->last_call(), (*ps)->version(), (*ps)->generation());
   };
   const absl::Time pull_start = absl::Now();
   absl::Status first_pull = (*ps)->PullAll(0, params.data(), options_.startup_timeout);
-  record_call(/*push=*/false, first_pull.ok());
+  record_pull(first_pull.ok());
   if (!first_pull.ok()) return first_pull;
   const double pull_s = absl::ToDoubleSeconds(absl::Now() - pull_start);
   spdlog::info("training {} on {} examples: {} epochs x {} chunks of {} shared by {} workers "
@@ -209,7 +278,7 @@ absl::Status Trainer::Run() {
     r.set_examples(examples_done);
     r.set_loss(window.examples ? window.loss_sum / window.examples : 0);
     r.set_accuracy(window.examples ? double(window.correct) / window.examples : 0);
-    r.set_global_version((*ps)->version());
+    r.set_global_version(version_seen);
     r.set_done(done);
     r.set_compute_s(window.compute_s);
     r.set_comm_s(window.comm_s);
@@ -254,18 +323,76 @@ absl::Status Trainer::Run() {
   int64_t bound_waits = 0;
   std::optional<Backoff> bound_backoff;  // while told BOUND
   absl::Time bound_since;
+  // Starts a step's push-pull of `n` examples' gradient on its own thread:
+  // streamed while backprop runs when `streamed` (else the gradient is
+  // whole), after the call `before` (if any) is over, and not at all when
+  // that one failed or was torn.
+  auto start_exchange = [&](std::unique_ptr<Exchange> before, int n, bool streamed) {
+    auto x = std::make_unique<Exchange>();
+    Exchange* e = x.get();
+    e->before = std::move(before);
+    e->thread = std::thread([&, e, n, streamed] {
+      if (e->before != nullptr) {
+        e->before->WaitDone();
+        e->skipped = !e->before->status.ok() || e->before->torn;
+      }
+      if (!e->skipped) {
+        PsClient::Overlap o;
+        o.ready = &ready;
+        o.params_free = &e->params_free;
+        o.arrived = priority_pull ? &arrived : nullptr;
+        o.answered = [e](bool applied) { e->Answered(applied); };
+        e->status = (*ps)->PushPullAll(worker, n, grads.data(), params.data(),
+                                       options_.step_timeout, streamed ? &o : nullptr);
+        e->torn = (*ps)->last_pull_torn();
+        e->push_applied = (*ps)->last_push_applied();
+        e->stats = (*ps)->last_call();
+        e->version = (*ps)->version();
+        e->generation = (*ps)->generation();
+      }
+      absl::MutexLock l(&e->mu);
+      e->done = true;
+    });
+    return x;
+  };
+  // Waits for an exchange to be over and records its call.
+  auto finish = [&](Exchange& e) {
+    if (!e.params_free.HasBeenNotified()) e.params_free.Notify();
+    e.thread.join();
+    if (!e.skipped) record_call(/*push=*/true, e.status.ok(), e.stats, e.version, e.generation);
+    return e.status;
+  };
+  // With priority pulls, the last step's exchange, still bringing this
+  // step's weights.
+  std::unique_ptr<Exchange> inflight;
+  struct Settle {
+    std::unique_ptr<Exchange>& x;
+    ~Settle() {
+      if (x == nullptr) return;
+      if (!x->params_free.HasBeenNotified()) x->params_free.Notify();
+      x->thread.join();
+    }
+  } settle_on_return{inflight};
+
   WorkRequest request;
   request.set_worker_index(worker);
   request.set_incarnation(incarnation);
   request.set_chunks_per_epoch(chunks_per_epoch);
   while (true) {
     if (stop_) return absl::CancelledError("stop requested");
-    request.set_completed_generation((*ps)->generation());
+    request.set_completed_generation(generation_seen);
     absl::StatusOr<WorkResponse> work = (*chief)->GetWork(request, options_.step_timeout, &stop_);
     if (!work.ok()) return work.status();
     request.clear_completed();
     request.clear_abandoned();
-    if (work->generation() != (*ps)->generation()) {
+    if (inflight != nullptr &&
+        (work->kind() != WorkResponse::CHUNK || work->generation() != generation_seen)) {
+      // Not a step on the weights arriving: let them all arrive first.
+      const absl::Status before = finish(*inflight);
+      inflight.reset();
+      if (!before.ok() && !absl::IsAborted(before)) return before;
+    }
+    if (work->generation() != generation_seen) {
       // The ps were restored from a checkpoint: continue from its weights.
       ++restores_seen;
       spdlog::warn("the parameters were restored (generation {}); pulling them again",
@@ -273,7 +400,7 @@ absl::Status Trainer::Run() {
       (*ps)->ResetErrorFeedback();  // it belonged to gradients now void
       absl::Status s =
           (*ps)->PullAll(0, params.data(), options_.step_timeout, work->generation());
-      record_call(/*push=*/false, s.ok());
+      record_pull(s.ok());
       if (!s.ok()) {
         if (absl::IsAborted(s)) continue;
         return s;
@@ -302,7 +429,7 @@ absl::Status Trainer::Run() {
         // The weights in hand aged while this worker waited: train on the
         // newest, or the bound would not bound the gradient's staleness.
         absl::Status s = (*ps)->PullAll(0, params.data(), options_.step_timeout);
-        record_call(/*push=*/false, s.ok());
+        record_pull(s.ok());
         if (absl::IsAborted(s)) continue;  // restored meanwhile: the chief re-leases
         if (!s.ok()) return s;
       }
@@ -321,48 +448,73 @@ absl::Status Trainer::Run() {
     // A straggler sleeps before its push starts (with overlap, its gradient
     // leaves during TrainStep).
     if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
-    absl::Status s;
-    absl::Notification params_free;
-    const PsClient::Overlap overlap{&ready, &params_free};
-    std::optional<std::thread> push;
-    if (overlap_push) {
-      // The push-pull starts now, on its own thread, and sends each
-      // layer's gradient as backprop makes it final; the answer's weights
-      // wait for the step to be done with `params`.
+    // With overlap the push-pull starts now and sends each layer's gradient
+    // as backprop makes it final; the answer's weights wait for the step
+    // to be done with `params`. With priority pulls this step may start
+    // while the last one's weights still arrive: if that call then fails,
+    // the step is void; if its weights were torn (an answer broken off and
+    // sent again), the step is done again on the weights now whole.
+    std::unique_ptr<Exchange> exchange;
+    absl::Status c;
+    bool void_step = false;
+    for (bool again = true; again;) {
+      again = false;
       ready.Reset(spec->num_parameters);
-      push.emplace([&] {
-        s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(), options_.step_timeout,
-                               &overlap);
-      });
+      // (overlap_push whenever a call is in flight: priority pulls need it.)
+      if (overlap_push) exchange = start_exchange(std::move(inflight), n, /*streamed=*/true);
+      c = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(), &loss,
+                                &correct);
+      if (c.ok()) {
+        ready.MarkAllFinal();
+      } else {
+        ready.Fail(std::string(c.message()));
+      }
+      Exchange* before = exchange != nullptr ? exchange->before.get() : nullptr;
+      if (before != nullptr) {
+        const absl::Status b = finish(*before);
+        if (!b.ok() || before->torn) {
+          finish(*exchange);  // skipped: sent nothing
+          exchange.reset();
+          if (!b.ok() && !absl::IsAborted(b)) return b;
+          void_step = !b.ok();  // restored meanwhile: the chief re-leases
+          again = b.ok() && c.ok();
+          if (again) spdlog::warn("the weights of this step arrived torn; doing it again");
+        }
+      }
     }
-    const absl::Status c = (*backend)->TrainStep(params.data(), this_batch, Batch(),
-                                                 grads.data(), &loss, &correct);
-    if (c.ok()) {
-      ready.MarkAllFinal();
-    } else {
-      ready.Fail(std::string(c.message()));
-    }
+    if (void_step) continue;
     const absl::Time t1 = absl::Now();
-    if (push.has_value()) {
-      params_free.Notify();
-      push->join();
+    // The next call writes weights from here on.
+    if (priority_pull) arrived.Reset();
+    if (exchange != nullptr) exchange->params_free.Notify();
+    if (!c.ok()) {
+      if (exchange != nullptr) finish(*exchange);
+      return c;
     }
-    if (!c.ok()) return c;
-    if (!overlap_push) {
-      s = (*ps)->PushPullAll(worker, n, grads.data(), params.data(), options_.step_timeout);
-    }
+    if (exchange == nullptr) exchange = start_exchange(nullptr, n, /*streamed=*/false);
     const StepTimes t = (*backend)->last_step_times();
     split.h2d_s += t.h2d_s;
     split.compute_s += t.compute_s;
     split.d2h_s += t.d2h_s;
-    record_call(/*push=*/true, s.ok());
+    absl::Status s;
+    bool applied = false;
+    if (priority_pull && !exchange->WaitAnsweredOrDone()) {
+      // Every ps has answered: the next step may start while the weights
+      // arrive.
+      applied = exchange->applied_early();
+      exchange->before.reset();  // its thread is past it
+      inflight = std::move(exchange);
+    } else {
+      s = finish(*exchange);
+      applied = exchange->push_applied;
+    }
     if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
     if (!s.ok()) return s;
     absl::Time t2 = absl::Now();
     // A dropped gradient (stale, or a backup worker's left out of its
     // step) taught the ps nothing: the chunk is to do again. Sync: every
     // ps applied it or none did.
-    if ((*ps)->last_push_applied()) {
+    if (applied) {
       request.add_completed(work->chunk());
     } else {
       request.add_abandoned(work->chunk());
@@ -385,6 +537,11 @@ absl::Status Trainer::Run() {
       absl::StatusOr<bool> stop = report(false);
       if (stop.ok() && *stop) return absl::CancelledError("the chief asked to stop");
     }
+  }
+  if (inflight != nullptr) {
+    const absl::Status last = finish(*inflight);
+    inflight.reset();
+    if (!last.ok() && !absl::IsAborted(last)) return last;
   }
   // (The chief took this worker out of the sync set when it answered DONE.)
   finished_ = true;
