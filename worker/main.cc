@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,11 @@ ABSL_FLAG(int, startup_timeout_s, 120,
           "How long to wait for the chief's plan and the parameter servers");
 ABSL_FLAG(int, straggle_ms, 0,
           "Sleep this long before every push (simulates a slow worker, for tests)");
+ABSL_FLAG(int, lose_reply_every, 0,
+          "Fault injection, for tests: every Nth push-pull's answer is thrown away as if "
+          "lost on the way back, and the push is sent again (0: never)");
+ABSL_FLAG(int, duplicate_every, 0,
+          "Fault injection, for tests: every Nth push is sent twice (0: never)");
 ABSL_FLAG(int, linger_s, 600,
           "After training, how long to wait for the chief's shutdown before exiting");
 
@@ -65,6 +71,15 @@ int main(int argc, char** argv) {
   const int straggle = absl::GetFlag(FLAGS_straggle_ms);
   if (straggle < 0) ExitWithUsageError("--straggle_ms must be >= 0, got " + std::to_string(straggle));
   opt.straggle = absl::Milliseconds(straggle);
+  for (auto [flag, name, field] :
+       {std::tuple{&FLAGS_lose_reply_every, "lose_reply_every", &opt.lose_reply_every},
+        std::tuple{&FLAGS_duplicate_every, "duplicate_every", &opt.duplicate_every}}) {
+    const int every = absl::GetFlag(*flag);
+    if (every < 0) {
+      ExitWithUsageError(absl::StrCat("--", name, " must be >= 0, got ", every));
+    }
+    *field = every;
+  }
   const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
   opt.device = resolved.device;
   InitLogging(TaskName(config.task));

@@ -91,13 +91,15 @@ def parse_rate(text):
 def parse_setting(text, topk_fraction):
     """'PUSH[+PULL][@TRANSPORT]' (the chief's --push_codec, --pull_codec and
     --transport) -> dict. PULL defaults to PUSH when that is bf16 or fp16,
-    else fp32; TRANSPORT to grpc; tcp-serial is tcp with --push_overlap=false
-    (the gradient sent after backprop, not during it)."""
+    else fp32; TRANSPORT to grpc; tcp-push is tcp with --priority_pull=false
+    (gradients sent during backprop, the next step started once all weights
+    are in), tcp-serial tcp with --push_overlap=false (the gradient sent after
+    backprop, not during it)."""
     codecs, _, transport = text.partition("@")
     transport = transport or "grpc"
-    if transport not in ("grpc", "tcp", "tcp-serial"):
-        raise UsageError(f"--settings: '{text}': transport '{transport}' is not grpc, tcp "
-                         "or tcp-serial")
+    if transport not in ("grpc", "tcp", "tcp-push", "tcp-serial"):
+        raise UsageError(f"--settings: '{text}': transport '{transport}' is not grpc, tcp, "
+                         "tcp-push or tcp-serial")
     push, _, pull = codecs.partition("+")
     if push not in CODEC_BYTES:
         raise UsageError(f"--settings: '{text}': push codec '{push}' is not one of "
@@ -270,6 +272,7 @@ def run_cell(net, cell, args, data, tmp):
                   f"--push_codec={setting['push']}", f"--pull_codec={setting['pull']}",
                   f"--transport={setting['transport'].split('-')[0]}",
                   f"--push_overlap={str(setting['transport'] != 'tcp-serial').lower()}",
+                  f"--priority_pull={str(setting['transport'] == 'tcp').lower()}",
                   f"--topk_fraction={args.topk_fraction}",
                   f"--epochs={max(args.epochs, 1)}", f"--batch_size={args.batch_size}",
                   f"--seed={args.seed}", "--log_every_s=5"]
@@ -489,8 +492,9 @@ def main():
                         f"--push_codec, --pull_codec and --transport: push "
                         f"{', '.join(CODEC_BYTES)}; pull {', '.join(PULL_CODECS)} (default: the "
                         "push codec when bf16 or fp16, else fp32); transport grpc (default), "
-                        "tcp (gradients sent layer by layer during backprop) or tcp-serial "
-                        "(sent after it), e.g. fp32@tcp")
+                        "tcp (gradients sent layer by layer during backprop, the next step "
+                        "started on the first layers' weights while the rest arrive), tcp-push "
+                        "(the first half only) or tcp-serial (neither), e.g. fp32@tcp")
     p.add_argument("--topk_fraction", type=float, default=0.01)
     p.add_argument("--mode", default="sync", choices=["sync", "async"])
     p.add_argument("--steps", type=int, default=12,
