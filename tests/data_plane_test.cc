@@ -176,6 +176,58 @@ TEST_F(DataPlaneTest, PushPullAnswersAsGrpcAndAppliesOnce) {
   EXPECT_EQ(Values(resp)[7], 1.0f - 0.5f * 0.25f - 0.5f);
 }
 
+// A sink sees the answer's meta first (have = 0, the push's fate known),
+// then its payload in rising pieces, each already in place, the last with
+// all of it.
+TEST_F(DataPlaneTest, AnAnswersPayloadIsReportedAsItArrives) {
+  Start(ASYNC);
+  std::unique_ptr<DataChannel> channel = Channel("sesame");
+  PushRequest req = Push(0, 1, 0, 0.25f);
+  PushPullResponse resp;
+  std::vector<size_t> reports;
+  bool applied_at_start = false, pieces_in_place = true;
+  PayloadSink sink;
+  sink.arrived = [&](size_t have) {
+    if (have == 0) applied_at_start = resp.push().applied();
+    const std::string& v = resp.pull().values();
+    const float expect = 1.0f - 0.5f * 0.25f;
+    for (size_t at = reports.empty() ? 0 : reports.back(); at + 4 <= have; at += 4) {
+      float x;
+      std::memcpy(&x, v.data() + at, 4);
+      pieces_in_place = pieces_in_place && x == expect;
+    }
+    reports.push_back(have);
+    return absl::OkStatus();
+  };
+  std::promise<grpc::Status> done;
+  channel->StartPushPull(&req, &resp, absl::Now() + absl::Seconds(30),
+                         [&done](grpc::Status s) { done.set_value(std::move(s)); }, {},
+                         std::move(sink));
+  ASSERT_TRUE(done.get_future().get().ok());
+  EXPECT_TRUE(applied_at_start);
+  EXPECT_TRUE(pieces_in_place);
+  ASSERT_GT(reports.size(), 3u) << "1.2 MB should come in several pieces";
+  EXPECT_EQ(reports.front(), 0u);
+  EXPECT_EQ(reports.back(), static_cast<size_t>(kFloats) * sizeof(float));
+  for (size_t k = 1; k < reports.size(); ++k) EXPECT_GT(reports[k], reports[k - 1]);
+
+  // A sink's error fails the call (and the next call dials again).
+  PushRequest next = Push(0, 2, 1, 1.0f);
+  PayloadSink refuse;
+  refuse.arrived = [](size_t have) {
+    return have > 0 ? absl::InternalError("bad shard") : absl::OkStatus();
+  };
+  std::promise<grpc::Status> failed;
+  channel->StartPushPull(&next, &resp, absl::Now() + absl::Seconds(30),
+                         [&failed](grpc::Status s) { failed.set_value(std::move(s)); }, {},
+                         std::move(refuse));
+  const grpc::Status f = failed.get_future().get();
+  EXPECT_EQ(f.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(f.error_message(), "bad shard");
+  ASSERT_TRUE(Call(*channel, next, &resp).ok());  // its answer again, on a new connection
+  EXPECT_EQ(resp.pull().version(), 2);
+}
+
 TEST_F(DataPlaneTest, MissingOrWrongTokenIsRefusedAndNothingApplied) {
   Start(ASYNC);
   for (const std::string token : {"", "sesamE", "sesame-and-more"}) {
