@@ -27,16 +27,22 @@ std::string ShutdownField(const std::string& log, const std::string& key) {
 
 class BackupWorkersTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
-TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
-  const std::string data_dir = TestDataDir();
-  if (data_dir.empty()) {
-    GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                    "../shared/data/mnist beside the workspace";
-  }
+// Two ps and `workers` workers training on MNIST (data_dir empty when it
+// is missing).
+ClusterOptions OnTwoPs(int workers) {
   ClusterOptions o;
-  o.data_dir = data_dir;
+  o.data_dir = TestDataDir();
   o.num_ps = 2;
-  o.num_workers = 3;
+  o.num_workers = workers;
+  return o;
+}
+constexpr char kNoData[] =
+    "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in ../shared/data/mnist beside "
+    "the workspace";
+
+TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
+  ClusterOptions o = OnTwoPs(3);
+  if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
   o.evaluator = false;
   const auto [straggle_ms, transport] = GetParam();
   // --transport=tcp: gradients streamed during backprop (--push_overlap),
@@ -91,15 +97,8 @@ INSTANTIATE_TEST_SUITE_P(Straggler, BackupWorkersTest,
 // thrown away is done again, and each step's gradients are still applied
 // exactly once, the same on both ps.
 TEST(PriorityPullTest, StepsOnTornWeightsAreDoneAgainAndAppliedOnce) {
-  const std::string data_dir = TestDataDir();
-  if (data_dir.empty()) {
-    GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                    "../shared/data/mnist beside the workspace";
-  }
-  ClusterOptions o;
-  o.data_dir = data_dir;
-  o.num_ps = 2;
-  o.num_workers = 2;
+  ClusterOptions o = OnTwoPs(2);
+  if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--transport=tcp"};
   o.one_worker_args[0] = {"--lose_reply_every=5", "--duplicate_every=7"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
