@@ -13,6 +13,12 @@ void ParamsWatermark::Reset() {
   prefix_.store(0, std::memory_order_release);
   pieces_.clear();
   failed_.clear();
+  complete_at_ = size_ == 0 ? absl::Now() : absl::InfiniteFuture();
+}
+
+absl::Time ParamsWatermark::complete_at() const {
+  absl::MutexLock lock(&mu_);
+  return complete_at_;
 }
 
 void ParamsWatermark::MarkArrived(int64_t begin, int64_t end) {
@@ -36,6 +42,7 @@ void ParamsWatermark::MarkArrived(int64_t begin, int64_t end) {
   }
   // Every piece that touched it was merged: the next one lies past a gap.
   prefix_.store(end, std::memory_order_release);
+  if (end == size_) complete_at_ = absl::Now();
 }
 
 void ParamsWatermark::Fail(const std::string& why) {

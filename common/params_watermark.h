@@ -42,6 +42,9 @@ class ParamsWatermark {
   absl::Status WaitArrived(int64_t to, absl::Time deadline = absl::InfiniteFuture()) const;
   // The prefix that has arrived.
   int64_t arrived() const { return prefix_.load(std::memory_order_acquire); }
+  // When everything had arrived (InfinitePast for the whole weights the
+  // watermark starts with; InfiniteFuture while some are still out).
+  absl::Time complete_at() const;
 
  private:
   const int64_t size_;
@@ -50,6 +53,7 @@ class ParamsWatermark {
   // Pieces past the prefix, begin -> end, disjoint.
   std::map<int64_t, int64_t> pieces_ ABSL_GUARDED_BY(mu_);
   std::string failed_ ABSL_GUARDED_BY(mu_);
+  absl::Time complete_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace pscluster

@@ -14,6 +14,7 @@ namespace {
 TEST(ParamsWatermarkTest, APrefixIsInOnlyOnceEveryPieceOfItIs) {
   ParamsWatermark w(100);
   EXPECT_EQ(w.arrived(), 100);  // the first weights come whole
+  EXPECT_EQ(w.complete_at(), absl::InfinitePast());
   EXPECT_TRUE(w.WaitArrived(100, absl::InfinitePast()).ok());
   w.Reset();
   EXPECT_EQ(w.arrived(), 0);
@@ -30,8 +31,12 @@ TEST(ParamsWatermarkTest, APrefixIsInOnlyOnceEveryPieceOfItIs) {
   w.MarkArrived(70, 100);
   w.MarkArrived(65, 75);  // overlapping pieces merge
   EXPECT_EQ(w.arrived(), 60);
+  EXPECT_EQ(w.complete_at(), absl::InfiniteFuture());
+  const absl::Time before = absl::Now();
   w.MarkArrived(60, 65);
   EXPECT_EQ(w.arrived(), 100);
+  EXPECT_GE(w.complete_at(), before);
+  EXPECT_LE(w.complete_at(), absl::Now());
   w.MarkArrived(0, 200);  // past the end: clipped
   EXPECT_EQ(w.arrived(), 100);
 }

@@ -457,9 +457,11 @@ absl::Status Trainer::Run() {
     std::unique_ptr<Exchange> exchange;
     absl::Status c;
     bool void_step = false;
+    absl::Time step_start;
     for (bool again = true; again;) {
       again = false;
       ready.Reset(spec->num_parameters);
+      step_start = absl::Now();
       // (overlap_push whenever a call is in flight: priority pulls need it.)
       if (overlap_push) exchange = start_exchange(std::move(inflight), n, /*streamed=*/true);
       c = (*backend)->TrainStep(params.data(), this_batch, Batch(), grads.data(), &loss,
@@ -484,6 +486,12 @@ absl::Status Trainer::Run() {
     }
     if (void_step) continue;
     const absl::Time t1 = absl::Now();
+    // With priority pulls, the part of the step spent before the last of
+    // its weights had arrived is the pull's, not compute.
+    const absl::Duration pull_in_step =
+        priority_pull ? std::clamp(arrived.complete_at() - step_start, absl::ZeroDuration(),
+                                   t1 - step_start)
+                      : absl::ZeroDuration();
     // The next call writes weights from here on.
     if (priority_pull) arrived.Reset();
     if (exchange != nullptr) exchange->params_free.Notify();
@@ -528,10 +536,12 @@ absl::Status Trainer::Run() {
     window.loss_sum += double(loss) * n;
     window.correct += correct;
     window.examples += n;
-    window.compute_s += absl::ToDoubleSeconds(t1 - t0);
-    window.comm_s += absl::ToDoubleSeconds(t2 - t1);
-    total_compute_s += absl::ToDoubleSeconds(t1 - t0);
-    total_comm_s += absl::ToDoubleSeconds(t2 - t1);
+    const double compute_s = absl::ToDoubleSeconds(t1 - t0 - pull_in_step);
+    const double comm_s = absl::ToDoubleSeconds(t2 - t1 + pull_in_step);
+    window.compute_s += compute_s;
+    window.comm_s += comm_s;
+    total_compute_s += compute_s;
+    total_comm_s += comm_s;
     if (t2 >= next_report) {
       next_report = t2 + report_every;
       absl::StatusOr<bool> stop = report(false);
@@ -546,8 +556,10 @@ absl::Status Trainer::Run() {
   // (The chief took this worker out of the sync set when it answered DONE.)
   finished_ = true;
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - train_start);
-  // compute_s is the whole of TrainStep; the split below divides it (the
-  // device's own copy and kernel times) and the ps round trips. Pull and
+  // compute_s is the whole of TrainStep but for the part of it spent
+  // before the last of its weights had arrived (priority pulls), which
+  // counts in comm_s; the split below divides it (the device's own copy
+  // and kernel times) and the ps round trips. Pull and
   // push travel in one fused RPC per ps per step (push_pull_s); pull_s is
   // the initial pull.
   spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale, "
