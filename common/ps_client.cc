@@ -283,24 +283,31 @@ absl::Status PsClient::PullArrived(int i, float* params, const Overlap& overlap,
   }
   if (!write) return absl::OkStatus();
   if (overlap.params_free != nullptr) overlap.params_free->WaitForNotification();
-  // Shard by shard, in the ps's order (the model's): each as soon as all
-  // of its bytes are in.
-  const std::string& values = p.push_resp.pull().values();
+  return WritePulledShards(i, absl::string_view(p.push_resp.pull().values()).substr(0, have),
+                           /*delta=*/false, params, overlap.arrived);
+}
+
+absl::Status PsClient::WritePulledShards(int i, absl::string_view values, bool delta,
+                                         float* params, ParamsWatermark* arrived) {
+  PerPs& p = ps_[i];
   const std::vector<int>& order = placement_->shards_of_ps[i];
   const CodecOptions exact;
   while (p.shards_pulled < order.size()) {
     const Shard& sh = placement_->shards[order[p.shards_pulled]];
     const CodecOptions& o = sh.moving_statistic ? exact : options_.pull_codec;
     const int64_t bytes = EncodedBytes(o, sh.size);
-    if (p.pulled_bytes + bytes > static_cast<int64_t>(have)) break;
-    absl::string_view in(values.data() + p.pulled_bytes, bytes);
-    if (absl::Status d = Decode(o, &in, sh.size, params + sh.offset); !d.ok()) {
+    if (p.pulled_bytes + bytes > static_cast<int64_t>(values.size())) break;
+    absl::string_view in = values.substr(p.pulled_bytes, bytes);
+    const bool add = delta && EffectiveCodec(o, sh.size) != Codec::kFloat32;
+    float* w = params + sh.offset;
+    absl::Status d = add ? DecodeAdd(o, &in, sh.size, w) : Decode(o, &in, sh.size, w);
+    if (!d.ok()) {
       return absl::InternalError(
           absl::StrCat("ps ", i, " sent ", sh.variable, ": ", d.message()));
     }
     p.pulled_bytes += bytes;
     ++p.shards_pulled;
-    overlap.arrived->MarkArrived(sh.offset, sh.offset + sh.size);
+    if (arrived != nullptr) arrived->MarkArrived(sh.offset, sh.offset + sh.size);
   }
   return absl::OkStatus();
 }
@@ -427,17 +434,8 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       overlap->params_free->WaitForNotification();  // the step reading params is done
     }
     const PullResponse& pull = ps_[i].push_resp.pull();
-    if (pull_early) {
-      // Written as it arrived (PullArrived).
-      const std::vector<int>& order = placement_->shards_of_ps[i];
-      if (ps_[i].shards_pulled != order.size() ||
-          ps_[i].pulled_bytes != static_cast<int64_t>(pull.values().size())) {
-        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
-                                                " bytes of weights; ", ps_[i].pulled_bytes,
-                                                " of them were whole shards"));
-      }
-    } else if (options_.pull_codec.codec == Codec::kFloat32 ||
-               (change_pulls_ && !pull.delta())) {
+    if (!pull_early &&
+        (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta()))) {
       // The weights in fp32 (change pulls without a common base too: the
       // ps restarted, ...).
       if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
@@ -447,25 +445,21 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
                     params);
     } else {
-      // Shard by shard, in the ps's order. A change (pull.delta()) is added
-      // to the weights held, but for the shards sent as fp32 values (small
-      // ones, moving statistics).
-      absl::string_view in(pull.values());
-      const CodecOptions exact;
-      for (int k : placement_->shards_of_ps[i]) {
-        const Shard& sh = placement_->shards[k];
-        const CodecOptions& o = sh.moving_statistic ? exact : options_.pull_codec;
-        const bool add = pull.delta() && EffectiveCodec(o, sh.size) != Codec::kFloat32;
-        float* w = params + sh.offset;
-        absl::Status d = add ? DecodeAdd(o, &in, sh.size, w) : Decode(o, &in, sh.size, w);
-        if (!d.ok()) {
-          return absl::InternalError(absl::StrCat("ps ", i, " sent ", sh.variable, ": ",
-                                                  d.message()));
+      // Shard by shard, in the ps's order: written as they arrived
+      // (PullArrived), or now.
+      if (!pull_early) {
+        ps_[i].shards_pulled = 0;
+        ps_[i].pulled_bytes = 0;
+        if (absl::Status w = WritePulledShards(i, pull.values(), pull.delta(), params, nullptr);
+            !w.ok()) {
+          return w;
         }
       }
-      if (!in.empty()) {
-        return absl::InternalError(
-            absl::StrCat("ps ", i, " sent ", in.size(), " bytes of weights too many"));
+      if (ps_[i].shards_pulled != placement_->shards_of_ps[i].size() ||
+          ps_[i].pulled_bytes != static_cast<int64_t>(pull.values().size())) {
+        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
+                                                " bytes of weights; ", ps_[i].pulled_bytes,
+                                                " of them were whole shards"));
       }
     }
     versions_[i] = pull.version();

@@ -172,8 +172,8 @@ class PsClient {
     uint64_t stream_size = 0;
     size_t shards_streamed = 0;
     TopKScratch topk;
-    // Priority pulls: the answer's shards written so far, their bytes,
-    // and the first answer's `applied`.
+    // The answer's shards written into the weights so far and their bytes
+    // (WritePulledShards), and the first answer's `applied`.
     size_t shards_pulled = 0;
     int64_t pulled_bytes = 0;
     bool answered = false;
@@ -189,6 +189,13 @@ class PsClient {
   // writes the shards now whole into `params` when `write`.
   absl::Status PullArrived(int i, float* params, const Overlap& overlap, bool write,
                            size_t have);
+  // Writes ps i's pulled shards, from the shards_pulled-th on, into
+  // `params` while their bytes lie within `values` (the answer's so far):
+  // decoded in the pull codec (moving statistics exact), added to the
+  // weights held when the answer is a change (`delta`) but for shards
+  // sent as fp32 values; each marked in *arrived when set.
+  absl::Status WritePulledShards(int i, absl::string_view values, bool delta, float* params,
+                                 ParamsWatermark* arrived);
 
   // Runs `issue(i, ctx, done)` for every ps at once and `finish(i)` for
   // each answer; retries the ps whose attempt failed in a retryable way or
