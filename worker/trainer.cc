@@ -79,6 +79,12 @@ struct Exchange {
     absl::MutexLock l(&mu);
     mu.Await(absl::Condition(&done));
   }
+  // Lets the call write the weights (if the step had not yet) and waits
+  // for its thread.
+  void Join() {
+    if (!params_free.HasBeenNotified()) params_free.Notify();
+    thread.join();
+  }
 
   absl::Mutex mu;
   bool answered ABSL_GUARDED_BY(mu) = false;
@@ -357,8 +363,7 @@ absl::Status Trainer::Run() {
   };
   // Waits for an exchange to be over and records its call.
   auto finish = [&](Exchange& e) {
-    if (!e.params_free.HasBeenNotified()) e.params_free.Notify();
-    e.thread.join();
+    e.Join();
     if (!e.skipped) record_call(/*push=*/true, e.status.ok(), e.stats, e.version, e.generation);
     return e.status;
   };
@@ -368,9 +373,7 @@ absl::Status Trainer::Run() {
   struct Settle {
     std::unique_ptr<Exchange>& x;
     ~Settle() {
-      if (x == nullptr) return;
-      if (!x->params_free.HasBeenNotified()) x->params_free.Notify();
-      x->thread.join();
+      if (x != nullptr) x->Join();
     }
   } settle_on_return{inflight};
 
