@@ -15,6 +15,7 @@
 #include "chief/membership.h"
 #include "chief/progress_recorder.h"
 #include "chief/progress_tracker.h"
+#include "chief/ring_chief.h"
 #include "chief/ps_recovery.h"
 #include "chief/ps_setup.h"
 #include "chief/test_evaluation.h"
@@ -23,6 +24,7 @@
 #include "common/keras_model.h"
 #include "common/placement.h"
 #include "common/ps_client.h"
+#include "common/strategy.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
 
@@ -139,6 +141,13 @@ absl::StatusOr<RunResult> Chief::Run() {
 absl::StatusOr<RunResult> Chief::Impl::Run() {
   start_ = absl::Now();
   if (absl::Status s = MakePlan(); !s.ok()) return s;
+  if (plan_.strategy() == kMirroredStrategy) {
+    // No ps: the ring of workers sums the gradients (chief/ring_chief.h).
+    RingChief ring(options_, plan_, *spec_, metrics_, &stop_, start_);
+    absl::StatusOr<RunResult> result = ring.Run();
+    gave_up_ = ring.gave_up();
+    return result;
+  }
   // Serve the Coordinator first: workers start polling for the plan at
   // once. No work is handed out until the ps are initialised (a restarted
   // chief's workers ask at once).
@@ -220,6 +229,18 @@ absl::Status Chief::Impl::MakePlan() {
   absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan_.model(), plan_.model_json());
   if (!spec.ok()) return spec.status();
   spec_ = *std::move(spec);
+  absl::StatusOr<Strategy> strategy = ParseStrategy(plan_.strategy());
+  if (!strategy.ok()) return strategy.status();
+  if (*strategy == Strategy::kMultiWorkerMirrored) {
+    plan_.set_strategy(kMirroredStrategy);
+    plan_.set_mode(SYNC);
+    return absl::OkStatus();  // the RingChief sets up the replicas
+  }
+  if (plan_.num_ps() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.source, ": cluster.ps is empty; --strategy=parameter_server needs at least one "
+                       "(or use --strategy=multi_worker_mirrored)"));
+  }
   PlacementOptions popt;
   popt.min_shard_bytes = plan_.min_shard_bytes();
   placement_ = PlaceVariables(*spec_, plan_.num_ps(), popt);

@@ -20,6 +20,7 @@
 #include "common/idx_dataset.h"
 #include "common/logging.h"
 #include "common/model_spec.h"
+#include "common/strategy.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
 
@@ -33,6 +34,15 @@ ABSL_FLAG(int, epochs, 6, "Passes over the training set");
 ABSL_FLAG(int, batch_size, 128,
           "Global batch: examples per step over all workers, split evenly between them");
 ABSL_FLAG(std::string, mode, "sync", "sync or async");
+ABSL_FLAG(std::string, strategy, "parameter_server",
+          "Who sums the gradients: parameter_server (the ps tasks; sync or async) or "
+          "multi_worker_mirrored (a ring all-reduce between the workers, each holding the "
+          "whole model; sync; TF_CONFIG needs no ps)");
+ABSL_FLAG(std::string, ring_codec, "fp32",
+          "multi_worker_mirrored: the ring's wire encoding, fp32, bf16 or fp16 (sums are "
+          "kept in fp32; replicas stay bit-identical whatever the codec)");
+ABSL_FLAG(int64_t, ring_chunk_bytes, 1 << 20,
+          "multi_worker_mirrored: the ring's pipelining unit, in bytes of fp32 values");
 ABSL_FLAG(std::string, optimizer, "adam", "adam, sgd or momentum");
 ABSL_FLAG(double, learning_rate, 0.002, "Optimizer learning rate");
 ABSL_FLAG(double, lr_decay_rate, 0.5,
@@ -174,6 +184,36 @@ int main(int argc, char** argv) {
   plan.set_transport(transport);
   plan.set_push_overlap(absl::GetFlag(FLAGS_push_overlap));
   plan.set_priority_pull(absl::GetFlag(FLAGS_priority_pull));
+  const std::string strategy = absl::GetFlag(FLAGS_strategy);
+  absl::StatusOr<Strategy> parsed_strategy = ParseStrategy(strategy);
+  if (!parsed_strategy.ok()) Bad("strategy", strategy, std::string(parsed_strategy.status().message()));
+  const bool mirrored = *parsed_strategy == Strategy::kMultiWorkerMirrored;
+  plan.set_strategy(mirrored ? kMirroredStrategy : kParameterServerStrategy);
+  const std::string ring_codec = absl::GetFlag(FLAGS_ring_codec);
+  if (ring_codec != "fp32" && ring_codec != "bf16" && ring_codec != "fp16") {
+    Bad("ring_codec", ring_codec, "must be fp32, bf16 or fp16");
+  }
+  const int64_t ring_chunk = absl::GetFlag(FLAGS_ring_chunk_bytes);
+  if (ring_chunk < 4 || ring_chunk > (256 << 20)) {
+    Bad("ring_chunk_bytes", std::to_string(ring_chunk), "must be in [4, 268435456]");
+  }
+  if (mirrored) {
+    // Settings of the parameter servers' wire and updates have no meaning
+    // for the ring: refused rather than silently ignored.
+    if (mode != "sync") Bad("mode", mode, "multi_worker_mirrored is synchronous");
+    if (push_codec != "fp32" || pull_codec != "fp32") {
+      Bad(push_codec != "fp32" ? "push_codec" : "pull_codec",
+          push_codec != "fp32" ? push_codec : pull_codec,
+          "applies to --strategy=parameter_server; the ring's is --ring_codec");
+    }
+    if (transport != "grpc") {
+      Bad("transport", transport, "applies to --strategy=parameter_server (the ring uses gRPC)");
+    }
+    plan.set_ring_codec(ring_codec);
+    plan.set_ring_chunk_bytes(ring_chunk);
+  } else if (ring_codec != "fp32") {
+    Bad("ring_codec", ring_codec, "applies to --strategy=multi_worker_mirrored");
+  }
 
   const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
   if (optimizer != "adam" && optimizer != "sgd" && optimizer != "momentum") {
@@ -222,6 +262,16 @@ int main(int argc, char** argv) {
                  batch, num_workers, batch / num_workers, batch / num_workers * num_workers);
   }
   const int replicas = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  if (mirrored && replicas != 0 && replicas != num_workers) {
+    Bad("replicas_to_aggregate", std::to_string(replicas),
+        "multi_worker_mirrored sums every worker's gradient (no backup workers)");
+  }
+  if (!mirrored && num_ps < 1) {
+    ExitWithUsageError(absl::StrCat(config.source, " lists no ps tasks: --strategy=",
+                                    kParameterServerStrategy,
+                                    " needs at least one (or use --strategy=", kMirroredStrategy,
+                                    ")"));
+  }
   if (replicas < 0 || replicas > num_workers) {
     Bad("replicas_to_aggregate", std::to_string(replicas),
         absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source, ")"));

@@ -24,7 +24,11 @@ absl::StatusOr<std::unique_ptr<ProgressRecorder>> ProgressRecorder::Create(
 void ProgressRecorder::Record(const Progress& p) {
   // Mean staleness since the last progress line, from ps:0's counters.
   double staleness = -1;
-  if (absl::StatusOr<PsStatsResponse> st = fleet_->Stats(0, absl::Seconds(2)); st.ok()) {
+  if (absl::StatusOr<PsStatsResponse> st = fleet_ != nullptr
+                                                ? fleet_->Stats(0, absl::Seconds(2))
+                                                : absl::StatusOr<PsStatsResponse>(
+                                                      absl::NotFoundError("no ps"));
+      st.ok()) {
     const int64_t pushes = st->pushes_applied() + st->pushes_dropped_stale();
     staleness = pushes > pushes_before_
                     ? double(st->staleness_sum() - stale_sum_before_) / (pushes - pushes_before_)

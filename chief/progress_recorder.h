@@ -25,7 +25,7 @@ namespace pscluster {
 class ProgressRecorder {
  public:
   // `logdir` empty: no TensorBoard file. Errors creating the event file
-  // name it.
+  // name it. `fleet` null (no ps): no staleness.
   static absl::StatusOr<std::unique_ptr<ProgressRecorder>> Create(const std::string& logdir,
                                                                   Metrics* metrics, PsFleet* fleet);
 

@@ -418,10 +418,6 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(JobMap jobs,
                                         " entries; at most one chief is "
                                         "allowed"));
   }
-  if (count(kWorkerJob) > 0 && count(kPsJob) == 0) {
-    return Invalid(source, absl::StrCat("cluster has ", count(kWorkerJob),
-                                        " worker(s) but no ps"));
-  }
   return ClusterSpec(std::move(jobs));
 }
 

@@ -102,6 +102,16 @@ TEST(ClusterSpecTest, PsAndChiefWithoutWorkersIsValid) {
   EXPECT_EQ(config.cluster.num_tasks("worker"), 0);
 }
 
+TEST(ClusterSpecTest, WorkersWithoutPsAreValidForTheRingStrategy) {
+  // TensorFlow's MultiWorkerMirroredStrategy has no ps; the chief decides
+  // whether its strategy needs them.
+  TfConfig config = MustParse(
+      R"({"cluster": {"chief": ["c:1"], "worker": ["w:1", "v:1"]}, "task": {"type": "worker",
+          "index": 1}})");
+  EXPECT_EQ(config.cluster.num_tasks(kWorkerJob), 2);
+  EXPECT_EQ(config.cluster.num_tasks(kPsJob), 0);
+}
+
 TEST(ClusterSpecTest, RpcLayerGrpcTlsAndDefault) {
   std::string base = Config(kSmallCluster, R"({"type": "ps", "index": 0})");
   EXPECT_EQ(MustParse(base).rpc_layer, "grpc");
@@ -354,14 +364,6 @@ INSTANTIATE_TEST_SUITE_P(
             Config(R"({"worker": {"1": "a:1", "3": "b:1"}, "ps": ["p:1"]})",
                    R"({"type": "worker", "index": 2})"),
             {"task.index 2 is not among cluster.worker's indices 1, 3"}},
-        ErrorCase{"WorkersWithoutPs",
-                  Config(R"({"chief": ["c:1"], "worker": ["w:1", "v:1"]})",
-                         R"({"type": "chief"})"),
-                  {"cluster has 2 worker(s) but no ps"}},
-        ErrorCase{
-            "WorkersWithEmptyPs",
-            Config(R"({"worker": ["w:1"], "ps": []})", R"({"type": "worker"})"),
-            {"cluster has 1 worker(s) but no ps"}},
         ErrorCase{"TwoChiefs",
                   Config(R"({"chief": ["c:1", "d:1"], "ps": ["p:1"]})",
                          R"({"type": "chief"})"),

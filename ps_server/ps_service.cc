@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "common/rpc.h"
 #include "common/security.h"
+#include "ps_server/store_state.h"
 
 namespace pscluster {
 namespace {
@@ -32,67 +33,7 @@ grpc::Status InvalidArgument(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
-// Float32 values from protobuf bytes (which may not be float-aligned).
-bool ToFloats(const std::string& bytes, std::vector<float>* out) {
-  if (bytes.size() % sizeof(float) != 0) return false;
-  out->resize(bytes.size() / sizeof(float));
-  if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
-  return true;
-}
-
 }  // namespace
-
-// The store configuration an Init (or a Restore's init) asks for, for
-// `num_floats` values.
-grpc::Status PsService::ConfigFromInit(const InitRequest* req, int64_t num_floats,
-                                       StoreConfig* out) const {
-  StoreConfig& c = *out;
-  c.step_role = options_.step_role;
-  c.layout_fingerprint = req->layout_fingerprint();
-  c.num_floats = num_floats;
-  int64_t expected = 0;
-  for (const ShardSpec& s : req->shards()) {
-    if (s.size() < 0 || s.size() > c.num_floats - expected) {
-      return InvalidArgument(absl::StrCat("shard ", s.variable(), " has size ", s.size(),
-                                          ": the shards must add up to the ", c.num_floats,
-                                          " values"));
-    }
-    if (s.moving_statistic()) {
-      c.moving_statistics.push_back({expected, s.size(), s.momentum()});
-    }
-    expected += s.size();
-  }
-  if (expected != c.num_floats) {
-    return InvalidArgument(absl::StrCat("shards add up to ", expected,
-                                        " floats but values hold ", c.num_floats));
-  }
-  switch (req->mode()) {
-    case SYNC: c.rule = UpdateRule::kSync; break;
-    case ASYNC: c.rule = UpdateRule::kAsync; break;
-    default:
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("unknown update mode ", req->mode()));
-  }
-  c.num_workers = req->num_workers();
-  c.replicas_to_aggregate = req->replicas_to_aggregate();
-  const OptimizerConfig& o = req->optimizer();
-  c.optimizer.name = o.name();
-  c.optimizer.learning_rate = o.learning_rate();
-  c.optimizer.momentum = o.momentum();
-  c.optimizer.beta1 = o.beta1();
-  c.optimizer.beta2 = o.beta2();
-  c.optimizer.epsilon = o.epsilon();
-  c.optimizer.decay_rate = o.decay_steps() > 0 ? o.decay_rate() : 1.0f;
-  c.optimizer.decay_steps = o.decay_steps();
-  switch (req->nonfinite()) {
-    case NONFINITE_REJECT: c.skip_nonfinite = false; break;
-    case NONFINITE_SKIP_STEP: c.skip_nonfinite = true; break;
-    default:
-      return InvalidArgument(absl::StrCat("unknown non-finite policy ", req->nonfinite()));
-  }
-  c.generation = req->generation();
-  return grpc::Status::OK;
-}
 
 PsService::PsService(ParameterStore* store, Metrics* metrics, const PsServiceOptions& options)
     : store_(store),
@@ -104,13 +45,14 @@ grpc::Status PsService::Init(grpc::ServerContext* ctx, const InitRequest* req,
                              InitResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   std::vector<float> values;
-  if (!ToFloats(req->values(), &values)) return BadBytes("values", req->values().size());
-  StoreConfig c;
-  if (grpc::Status s = ConfigFromInit(req, static_cast<int64_t>(values.size()), &c); !s.ok()) {
-    return s;
+  if (absl::Status s = BytesToFloats(req->values(), "values", &values); !s.ok()) {
+    return ToGrpcStatus(s);
   }
+  absl::StatusOr<StoreConfig> c =
+      StoreConfigFromInit(*req, static_cast<int64_t>(values.size()), options_.step_role);
+  if (!c.ok()) return ToGrpcStatus(c.status());
   bool already = false;
-  absl::Status s = store_->Init(c, values.data(), &already);
+  absl::Status s = store_->Init(*c, values.data(), &already);
   if (!s.ok()) return ToGrpcStatus(s);
   if (!already) {
     absl::MutexLock lock(&shards_mu_);
@@ -434,15 +376,7 @@ grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest
     absl::MutexLock lock(&shards_mu_);
     for (const ShardSpec& sh : shards_) *resp->add_shards() = sh;
   }
-  resp->set_version(snap.version);
-  resp->set_generation(snap.generation);
-  resp->set_values(snap.values.data(), snap.values.size() * sizeof(float));
-  for (const OptimizerSlot& slot : snap.optimizer.slots) {
-    SlotValues* v = resp->add_slots();
-    v->set_name(slot.name);
-    v->set_values(slot.values.data(), slot.values.size() * sizeof(float));
-  }
-  resp->set_optimizer_iterations(snap.optimizer.iterations);
+  StoreSnapshotToState(snap, resp);
   return grpc::Status::OK;
 }
 
@@ -450,39 +384,26 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
                                 RestoreResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   const ShardState& state = req->state();
-  StoreSnapshot snap;
-  if (!ToFloats(state.values(), &snap.values)) {
-    return BadBytes("values", state.values().size());
-  }
+  absl::StatusOr<StoreSnapshot> snap = StoreSnapshotFromState(state);
+  if (!snap.ok()) return ToGrpcStatus(snap.status());
   if (state.layout_fingerprint() != req->init().layout_fingerprint()) {
     return InvalidArgument(absl::StrCat("the state's layout ", state.layout_fingerprint(),
                                         " differs from the configuration's ",
                                         req->init().layout_fingerprint()));
   }
-  StoreConfig c;
-  if (grpc::Status s = ConfigFromInit(&req->init(), static_cast<int64_t>(snap.values.size()), &c);
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<StoreConfig> c = StoreConfigFromInit(
+      req->init(), static_cast<int64_t>(snap->values.size()), options_.step_role);
+  if (!c.ok()) return ToGrpcStatus(c.status());
   if (grpc::Status s = CheckShards(state.shards()); !s.ok()) return s;
   if (grpc::Status s = CheckShards(req->init().shards()); !s.ok()) return s;
-  snap.version = state.version();
-  snap.generation = state.generation();
-  snap.optimizer.iterations = state.optimizer_iterations();
-  for (const SlotValues& v : state.slots()) {
-    OptimizerSlot slot;
-    slot.name = v.name();
-    if (!ToFloats(v.values(), &slot.values)) return BadBytes("slot values", v.values().size());
-    snap.optimizer.slots.push_back(std::move(slot));
-  }
-  absl::Status s = store_->Restore(c, snap);
+  absl::Status s = store_->Restore(*c, *snap);
   if (!s.ok()) return ToGrpcStatus(s);
   {
     absl::MutexLock lock(&shards_mu_);
     shards_.assign(req->init().shards().begin(), req->init().shards().end());
   }
-  metrics_->model_version().Set(static_cast<double>(snap.version));
-  resp->set_version(snap.version);
+  metrics_->model_version().Set(static_cast<double>(snap->version));
+  resp->set_version(snap->version);
   return grpc::Status::OK;
 }
 

@@ -58,8 +58,6 @@ class PsService final : public ParameterServer::Service {
   grpc::Status DoPush(const PushRequest& req, PushResponse* resp);
   // Counts a refused push (GetStats and /metrics) and returns `s`.
   grpc::Status Refused(grpc::Status s);
-  grpc::Status ConfigFromInit(const InitRequest* req, int64_t num_floats,
-                              StoreConfig* out) const;
   // How a pull's answer is encoded (PullRequest / PushRequest fields).
   struct PullEncoding {
     std::string dtype;  // empty: fp32

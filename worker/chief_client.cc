@@ -92,6 +92,28 @@ absl::StatusOr<WorkResponse> ChiefClient::GetWork(const WorkRequest& request,
   return resp;
 }
 
+absl::StatusOr<RingWorkResponse> ChiefClient::RingWork(const RingWorkRequest& request,
+                                                       absl::Duration timeout,
+                                                       const std::atomic<bool>* stop) {
+  RingWorkResponse resp;
+  absl::Status s = CallWithRetries(
+      absl::StrCat("asking the chief (", address_, ") for the ring's next step"), timeout,
+      stub_.get(), &Coordinator::Stub::RingWork, request, &resp, stop);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<ShardState> ChiefClient::GetReplica(const ReplicaRequest& request,
+                                                   absl::Duration timeout) {
+  ShardState state;
+  absl::Status s = CallWithRetries(
+      absl::StrCat("fetching the state of step ", request.step(), " from the chief (", address_,
+                   ")"),
+      timeout, stub_.get(), &Coordinator::Stub::GetReplica, request, &state);
+  if (!s.ok()) return s;
+  return state;
+}
+
 absl::Status ChiefClient::Heartbeat(const HeartbeatRequest& request) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));

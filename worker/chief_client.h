@@ -32,6 +32,13 @@ class ChiefClient {
   // (workers hold meanwhile), up to `timeout`; the error names the chief.
   absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Duration timeout,
                                        const std::atomic<bool>* stop);
+  // multi_worker_mirrored: the next step of the ring (as GetWork).
+  absl::StatusOr<RingWorkResponse> RingWork(const RingWorkRequest& request,
+                                            absl::Duration timeout,
+                                            const std::atomic<bool>* stop);
+  // multi_worker_mirrored: the state the chief holds (the initial weights
+  // or a checkpoint's), retried for up to `timeout`.
+  absl::StatusOr<ShardState> GetReplica(const ReplicaRequest& request, absl::Duration timeout);
   // One heartbeat, one attempt (the next one follows soon).
   absl::Status Heartbeat(const HeartbeatRequest& request);
   absl::Status ReportEval(const EvalReport& report);

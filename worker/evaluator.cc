@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dataset.h"
 #include "common/keras_model.h"
+#include "common/strategy.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
 #include "worker/test_scoring.h"
@@ -25,16 +26,29 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   if (absl::Status s = CheckDatasetFitsModel(*test, options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the evaluator exits kExitBadData
   }
-  PlacementOptions popt;
-  popt.min_shard_bytes = plan->min_shard_bytes();
-  auto placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));
-  // A stop (the chief ends the run) cancels a pull in flight: the ps may
-  // be gone already, and the evaluator would wait out the pull's deadline.
-  PsClientOptions psopt;
-  psopt.stop = stop;
-  absl::StatusOr<std::unique_ptr<PsClient>> ps =
-      PsClient::Create(options_.config.cluster, placement.get(), psopt);
-  if (!ps.ok()) return ps.status();
+  absl::StatusOr<Strategy> strategy = ParseStrategy(plan->strategy());
+  if (!strategy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan's ", strategy.status().message()));
+  }
+  std::unique_ptr<Placement> placement;
+  std::unique_ptr<PsClient> ps;
+  std::unique_ptr<RingClient> replicas;
+  if (*strategy == Strategy::kMultiWorkerMirrored) {
+    // No ps: every worker holds the weights.
+    replicas = std::make_unique<RingClient>(options_.config.cluster, stop);
+  } else {
+    PlacementOptions popt;
+    popt.min_shard_bytes = plan->min_shard_bytes();
+    placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));
+    // A stop (the chief ends the run) cancels a pull in flight: the ps may
+    // be gone already, and the evaluator would wait out the pull's deadline.
+    PsClientOptions psopt;
+    psopt.stop = stop;
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        PsClient::Create(options_.config.cluster, placement.get(), psopt);
+    if (!client.ok()) return client.status();
+    ps = *std::move(client);
+  }
   BackendOptions bopt;
   bopt.device = options_.device;
   bopt.max_batch = kScoringBatch;
@@ -47,7 +61,8 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   placement_ = std::move(placement);
   test_ = *std::move(test);
   chief_ = *std::move(chief);
-  ps_ = *std::move(ps);
+  ps_ = std::move(ps);
+  replicas_ = std::move(replicas);
   backend_ = *std::move(backend);
   params_.resize(spec_.num_parameters);
   if (!options_.logdir.empty()) {
@@ -72,16 +87,23 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
                                                      bool only_if_new,
                                                      absl::Duration pull_timeout) {
   if (!ready_) return absl::UnavailableError("the evaluator is still starting");
-  absl::Status s = ps_->PullAll(min_version, params_.data(), pull_timeout);
+  int64_t version = 0;
+  absl::Status s;
+  if (replicas_ != nullptr) {
+    s = replicas_->ReadWeights(min_version, pull_timeout, &params_, &version);
+  } else {
+    s = ps_->PullAll(min_version, params_.data(), pull_timeout);
+    version = ps_->version();
+  }
   if (!s.ok()) return s;
-  if (only_if_new && ps_->version() == last_version_) {
+  if (only_if_new && version == last_version_) {
     return absl::AlreadyExistsError("no new weights since the last evaluation");
   }
   double accuracy = 0, loss = 0;
   s = ScoreOnDataset(*backend_, params_.data(), test_, &accuracy, &loss);
   if (!s.ok()) return s;
   EvalReport r;
-  r.set_version(ps_->version());
+  r.set_version(version);
   r.set_examples(test_.count);
   r.set_accuracy(static_cast<float>(accuracy));
   r.set_loss(static_cast<float>(loss));

@@ -1,6 +1,6 @@
 // Evaluator: the side-car that scores the newest weights on held-out data.
 // Periodically (and on request from the chief) it pulls the weights from
-// every ps, runs the model forward over the whole test set and reports
+// every ps (multi_worker_mirrored: reads a worker's replica), runs the model forward over the whole test set and reports
 // accuracy and loss. Thread-safe: Evaluate() may be called from RPC threads
 // while RunPeriodic() runs; evaluations are serialised.
 #ifndef PSCLUSTER_WORKER_EVALUATOR_H_
@@ -25,6 +25,7 @@
 #include "worker/chief_client.h"
 #include "worker/compute_backend.h"
 #include "worker/device_choice.h"
+#include "worker/ring_client.h"
 
 namespace pscluster {
 
@@ -73,7 +74,10 @@ class Evaluator {
   std::unique_ptr<Placement> placement_ ABSL_GUARDED_BY(mu_);
   Dataset test_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ChiefClient> chief_ ABSL_GUARDED_BY(mu_);
+  // The weights come from the ps, or (multi_worker_mirrored) from the
+  // workers' replicas: one of the two is set.
   std::unique_ptr<PsClient> ps_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RingClient> replicas_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ComputeBackend> backend_ ABSL_GUARDED_BY(mu_);
   std::vector<float> params_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = -1;

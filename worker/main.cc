@@ -1,6 +1,7 @@
 // worker: pulls weights from the parameter servers, computes gradients on
 // its shard of the training data and pushes them back, under the plan the
-// chief hands out. Stays up after training until the chief ends the run.
+// chief hands out (multi_worker_mirrored: holds the whole model and sums
+// the gradients with the other workers in a ring). Stays up after training until the chief ends the run.
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -18,6 +19,8 @@
 #include "worker/device_choice.h"
 #include "worker/device_flag.h"
 #include "worker/kernels/blas_env.h"
+#include "worker/replica.h"
+#include "worker/ring_allreduce.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, tf_config, "",
@@ -39,6 +42,12 @@ ABSL_FLAG(int, lose_reply_every, 0,
           "lost on the way back, and the push is sent again (0: never)");
 ABSL_FLAG(int, duplicate_every, 0,
           "Fault injection, for tests: every Nth push is sent twice (0: never)");
+ABSL_FLAG(double, ring_timeout_s, 30,
+          "multi_worker_mirrored: a ring neighbour silent this long fails the all-reduce "
+          "(the chief then forms a new ring)");
+ABSL_FLAG(bool, log_replica_digests, false,
+          "multi_worker_mirrored: log the replica's CRC-32C after every step (tests compare "
+          "them across workers)");
 ABSL_FLAG(int, linger_s, 600,
           "After training, how long to wait for the chief's shutdown before exiting");
 
@@ -80,6 +89,12 @@ int main(int argc, char** argv) {
     }
     *field = every;
   }
+  const double ring_timeout = absl::GetFlag(FLAGS_ring_timeout_s);
+  if (!(ring_timeout >= 0.1 && ring_timeout <= 3600)) {
+    ExitWithUsageError(absl::StrCat("--ring_timeout_s must be in [0.1, 3600], got ", ring_timeout));
+  }
+  opt.ring_timeout = absl::Seconds(ring_timeout);
+  opt.log_replica_digests = absl::GetFlag(FLAGS_log_replica_digests);
   const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
   opt.device = resolved.device;
   InitLogging(TaskName(config.task));
@@ -92,8 +107,15 @@ int main(int argc, char** argv) {
   }
   opt.metrics = metrics.get();
 
+  // multi_worker_mirrored: this worker's replica of the model and the Ring
+  // service that receives its neighbours' chunks and hands the replica to
+  // peers, the chief and the evaluator (idle under parameter_server).
+  Replica replica(opt.threads);
+  RingService ring(&replica);
+  opt.replica = &replica;
+  opt.ring = &ring;
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
-      TaskServer::Start(config.own_port(), {});
+      TaskServer::Start(config.own_port(), {&ring});
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;

@@ -21,10 +21,13 @@
 #include "common/retry.h"
 #include "common/ps_client.h"
 #include "common/rpc.h"
+#include "common/strategy.h"
 #include "proto/coordination.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker/backend_factory.h"
 #include "worker/chief_client.h"
+#include "worker/chunk_reader.h"
+#include "worker/mirrored_trainer.h"
 #include "worker/compute_backend.h"
 
 namespace pscluster {
@@ -163,6 +166,23 @@ absl::Status Trainer::Run() {
   if (absl::Status s = CheckDatasetFitsModel(*data, options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the worker exits kExitBadData
   }
+  absl::StatusOr<Strategy> strategy = ParseStrategy(plan->strategy());
+  if (!strategy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan's ", strategy.status().message()));
+  }
+  if (*strategy == Strategy::kMultiWorkerMirrored) {
+    MirroredRun run;
+    run.options = &options_;
+    run.plan = &*plan;
+    run.spec = &*spec;
+    run.data = &*data;
+    run.worker = worker;
+    run.incarnation = incarnation;
+    run.chief = chief->get();
+    run.stop = &stop_;
+    run.finished = &finished_;
+    return TrainMirrored(run);
+  }
   const int pixels = data->height * data->width * data->channels;
   const int num_workers = plan->num_workers();
   const int batch = plan->batch_size();
@@ -294,29 +314,8 @@ absl::Status Trainer::Run() {
     return (*chief)->Report(r, done ? options_.step_timeout : absl::Seconds(10));
   };
 
-  // This epoch's permutation (the chief hands out chunks mostly in order).
-  std::map<int, std::vector<int32_t>> permutations;
-  auto permutation = [&](int e) -> const std::vector<int32_t>& {
-    auto it = permutations.find(e);
-    if (it == permutations.end()) {
-      if (permutations.size() > 2) permutations.erase(permutations.begin());
-      it = permutations.emplace(e, EpochPermutation(data->count, plan->seed(), e)).first;
-    }
-    return it->second;
-  };
-  // Copies chunk k's examples into the batch buffer; returns how many.
-  auto fill = [&](int64_t k) {
-    const std::vector<int32_t>& perm = permutation(static_cast<int>(k / chunks_per_epoch));
-    const int64_t begin = (k % chunks_per_epoch) * batch;
-    const int n = static_cast<int>(std::min<int64_t>(batch, perm.size() - begin));
-    for (int i = 0; i < n; ++i) {
-      const int32_t e = perm[begin + i];
-      std::memcpy(&images[size_t(i) * pixels], &data->images[size_t(e) * pixels],
-                  pixels * sizeof(float));
-      labels[i] = data->labels[e];
-    }
-    return n;
-  };
+  ChunkReader chunks(*data, batch, plan->seed());
+  auto fill = [&](int64_t k) { return chunks.Fill(k, images.data(), labels.data()); };
 
   const absl::Time train_start = absl::Now();
   double total_compute_s = 0;
@@ -478,7 +477,7 @@ absl::Status Trainer::Run() {
       if (before != nullptr) {
         const absl::Status b = finish(*before);
         if (!b.ok() || before->torn) {
-          finish(*exchange);  // skipped: sent nothing
+          (void)finish(*exchange);  // skipped: sent nothing
           exchange.reset();
           if (!b.ok() && !absl::IsAborted(b)) return b;
           void_step = !b.ok();  // restored meanwhile: the chief re-leases
@@ -499,7 +498,7 @@ absl::Status Trainer::Run() {
     if (priority_pull) arrived.Reset();
     if (exchange != nullptr) exchange->params_free.Notify();
     if (!c.ok()) {
-      if (exchange != nullptr) finish(*exchange);
+      if (exchange != nullptr) (void)finish(*exchange);
       return c;
     }
     if (exchange == nullptr) exchange = start_exchange(nullptr, n, /*streamed=*/false);

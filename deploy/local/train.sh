@@ -6,7 +6,8 @@
 #   deploy/local/train.sh [launcher flags] [chief flags]
 #
 # Launcher flags:
-#   --num_ps=N            parameter servers (default 2)
+#   --num_ps=N            parameter servers (default 2; none with
+#                         --strategy=multi_worker_mirrored)
 #   --num_workers=N       workers (default 2)
 #   --data=PATH           the data: a folder of MNIST-style IDX files, a folder
 #                         of x_train.npy/y_train.npy/x_test.npy/y_test.npy,
@@ -39,6 +40,7 @@
 # Every other flag goes to the chief (and --num_ps/--num_workers too), e.g.
 #   --epochs=5 --mode=sync|async --batch_size=128 --optimizer=adam
 #   --learning_rate=0.001 --replicas_to_aggregate=N --max_staleness=N
+#   --strategy=parameter_server|multi_worker_mirrored --ring_codec=fp32|bf16|fp16
 #
 # Ends with the chief's line
 #   final: test_accuracy=... test_loss=... steps=N epochs=N wall_s=N
@@ -46,8 +48,9 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-NUM_PS=2
+NUM_PS=""
 NUM_WORKERS=2
+MIRRORED=0
 DATA_DIR=""
 DATA_FLAG=--data
 WORKER_THREADS=1
@@ -75,6 +78,7 @@ for arg in "$@"; do
       m="${arg#*=}"
       if [ -f "$m" ]; then m="$(cd "$(dirname "$m")" && pwd)/$(basename "$m")"; fi
       CHIEF_ARGS+=("--model=$m") ;;
+    --strategy=multi_worker_mirrored) MIRRORED=1; CHIEF_ARGS+=("$arg") ;;
     --worker_threads=*) WORKER_THREADS="${arg#*=}" ;;
     --eval_interval_s=*) EVAL_INTERVAL="${arg#*=}" ;;
     --no_evaluator) EVALUATOR=0 ;;
@@ -88,7 +92,15 @@ for arg in "$@"; do
     *) die "unexpected argument '$arg' (flags look like --name=value; try --help)" ;;
   esac
 done
-is_uint "$NUM_PS" && [ "$NUM_PS" -ge 1 ] || die "--num_ps=$NUM_PS: must be a whole number >= 1"
+if [ "$MIRRORED" = 1 ]; then
+  # The ring of workers sums the gradients: no ps tasks.
+  [ -z "$NUM_PS" ] || [ "$NUM_PS" = 0 ] ||
+    die "--num_ps=$NUM_PS: --strategy=multi_worker_mirrored runs no parameter servers"
+  NUM_PS=0
+else
+  NUM_PS="${NUM_PS:-2}"
+  is_uint "$NUM_PS" && [ "$NUM_PS" -ge 1 ] || die "--num_ps=$NUM_PS: must be a whole number >= 1"
+fi
 is_uint "$NUM_WORKERS" && [ "$NUM_WORKERS" -ge 1 ] || die "--num_workers=$NUM_WORKERS: must be a whole number >= 1"
 is_uint "$WORKER_THREADS" && [ "$WORKER_THREADS" -ge 1 ] || die "--worker_threads=$WORKER_THREADS: must be a whole number >= 1"
 [[ "$MAX_RESTARTS" =~ ^[0-9]{1,9}$ ]] || die "--max_restarts=$MAX_RESTARTS: must be a whole number >= 0"

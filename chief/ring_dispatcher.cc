@@ -1,0 +1,320 @@
+#include "chief/ring_dispatcher.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pscluster {
+
+RingDispatcher::RingDispatcher(int num_workers, int epochs, absl::Time now)
+    : queue_(num_workers, epochs), workers_(num_workers) {
+  for (Worker& w : workers_) w.last_contact = now;
+}
+
+absl::Status RingDispatcher::SetBase(int64_t step, int chunks_per_epoch,
+                                     const std::string& done_ranges) {
+  if (chunks_per_epoch > 0) {
+    if (absl::Status s = queue_.SetChunksPerEpoch(chunks_per_epoch); !s.ok()) return s;
+  }
+  absl::MutexLock lock(&mu_);
+  if (generation_ == 0 && chunks_per_epoch > 0) {
+    // Before the first ring the base is where the run starts.
+    if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+  }
+  base_step_ = step;
+  base_done_ = done_ranges;
+  highest_step_ = std::max(highest_step_, step);
+  if (generation_ == 0) opened_ = step;
+  return absl::OkStatus();
+}
+
+int64_t RingDispatcher::base_step() const {
+  absl::MutexLock lock(&mu_);
+  return base_step_;
+}
+
+void RingDispatcher::ResetContact(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (Worker& w : workers_) w.last_contact = now;
+}
+
+bool RingDispatcher::InRing(int w) const {
+  return std::find(members_.begin(), members_.end(), w) != members_.end();
+}
+
+void RingDispatcher::Break(const std::string& why) {
+  if (!broken_ && generation_ > 0) {
+    events_.push_back(absl::StrCat("ring generation ", generation_, " broke: ", why,
+                                   "; forming a new one from the workers left"));
+    abort_taken_ = false;
+  }
+  broken_ = generation_ > 0;
+  if (!reform_) {
+    reform_ = true;
+    for (Worker& w : workers_) w.asked = false;
+  }
+}
+
+void RingDispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
+  Worker& worker = workers_[w];
+  if (worker.incarnation != 0 && incarnation != worker.incarnation && worker.alive) {
+    // Restarted faster than the heartbeat timeout: its replica is gone.
+    worker.alive = false;
+    if (InRing(w)) Break(absl::StrCat("worker ", w, " restarted (a new process answers)"));
+  }
+  worker.incarnation = incarnation;
+  worker.last_contact = now;
+}
+
+void RingDispatcher::CompleteThrough(int64_t step) {
+  highest_step_ = std::max(highest_step_, step);
+  while (!open_chunks_.empty() && open_chunks_.begin()->first <= step) {
+    const std::vector<int64_t>& chunks = open_chunks_.begin()->second;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (chunks[i] >= 0) queue_.Complete(members_[i], chunks[i]);
+    }
+    open_chunks_.erase(open_chunks_.begin());
+  }
+}
+
+bool RingDispatcher::ReadyToForm() const {
+  int candidates = 0;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    const Worker& worker = workers_[w];
+    if (!worker.alive || worker.finished) continue;
+    if (!worker.asked) return false;
+    ++candidates;
+  }
+  // The first ring waits for every worker; later ones for those alive.
+  if (generation_ == 0) return candidates == static_cast<int>(workers_.size());
+  return candidates > 0;
+}
+
+void RingDispatcher::Form() {
+  std::vector<int> members;
+  int64_t newest = -1;
+  int holder = -1;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    const Worker& worker = workers_[w];
+    if (!worker.alive || worker.finished || !worker.asked) continue;
+    members.push_back(static_cast<int>(w));
+    if (worker.trusted && worker.completed > newest) {
+      newest = worker.completed;
+      holder = static_cast<int>(w);
+    }
+  }
+  // Steps opened that no survivor completed: their chunks are to do again.
+  for (const auto& [step, chunks] : open_chunks_) {
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (chunks[i] >= 0) queue_.Return(members_[i], chunks[i]);
+    }
+  }
+  open_chunks_.clear();
+  std::string from;
+  if (holder < 0 || newest < base_step_) {
+    // No live replica is as new as the chief's base: every one starts
+    // from it, and the data from its position.
+    source_ = -1;
+    start_step_ = base_step_ + 1;
+    if (queue_.chunks_per_epoch() > 0) (void)queue_.RestoreDone(base_done_);
+    from = generation_ == 0 && base_step_ == 0 ? "the initial weights"
+                                               : absl::StrCat("the chief's checkpoint of step ",
+                                                              base_step_);
+  } else {
+    source_ = holder;
+    start_step_ = newest + 1;
+    from = absl::StrCat("worker ", holder, "'s replica");
+  }
+  ++generation_;
+  members_ = std::move(members);
+  opened_ = start_step_ - 1;
+  int fetching = 0;
+  for (int w : members_) {
+    Worker& worker = workers_[w];
+    worker.fetch = !worker.trusted || worker.completed != start_step_ - 1 || source_ < 0;
+    worker.trusted = worker.trusted && !worker.fetch;
+    fetching += worker.fetch ? 1 : 0;
+    worker.asked = false;
+  }
+  reform_ = false;
+  broken_ = false;
+  events_.push_back(absl::StrCat("ring generation ", generation_, ": workers [",
+                                 absl::StrJoin(members_, ", "), "] from step ", start_step_,
+                                 "; ", fetching, " take the state of step ", start_step_ - 1,
+                                 " from ", from));
+}
+
+bool RingDispatcher::OpenNext() {
+  std::vector<int64_t> chunks;
+  bool any = false;
+  for (int w : members_) {
+    std::optional<int64_t> k = queue_.Lease(w);
+    chunks.push_back(k.value_or(-1));
+    any = any || k.has_value();
+  }
+  if (!any) return false;
+  ++opened_;
+  open_chunks_[opened_] = std::move(chunks);
+  return true;
+}
+
+absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req,
+                                                     absl::Time now) {
+  const int w = req.worker_index();
+  absl::MutexLock lock(&mu_);
+  if (w < 0 || w >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
+  }
+  if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
+  Touch(w, req.incarnation(), now);
+  Worker& worker = workers_[w];
+  if (!worker.alive) {
+    // Back after it was lost: whatever its replica holds is of a ring that
+    // went on without it.
+    worker.alive = true;
+    worker.finished = false;
+    worker.trusted = false;
+    events_.push_back(absl::StrCat("worker ", w, " is back"));
+  }
+  worker.completed = req.completed_step();
+  const bool member = InRing(w);
+  if (member && worker.fetch && worker.completed >= start_step_) {
+    worker.fetch = false;  // it trained on the state it took
+    worker.trusted = true;
+  }
+  if (member && !worker.fetch) CompleteThrough(worker.completed);
+  if (member && req.failed_generation() == generation_) {
+    Break(absl::StrCat("worker ", w, "'s all-reduce failed"));
+  }
+  if (!member && !worker.finished && generation_ > 0 && !reform_) {
+    // A ring is formed again once its open step is done, with this worker.
+    reform_ = true;
+    for (Worker& other : workers_) other.asked = false;
+    events_.push_back(absl::StrCat("worker ", w, " joins the ring after step ", opened_));
+  }
+  RingWorkResponse resp;
+  resp.set_generation(generation_);
+  if (queue_.AllDone() && open_chunks_.empty()) {
+    worker.finished = true;
+    resp.set_kind(RingWorkResponse::DONE);
+    return resp;
+  }
+  if (member && !broken_) {
+    // Its next step, or the ring's first when it must take the state.
+    const int64_t step = worker.fetch ? start_step_ : worker.completed + 1;
+    if (step == opened_ + 1 && pauses_ == 0 && !reform_) OpenNext();
+    auto it = open_chunks_.find(step);
+    if (it != open_chunks_.end()) {
+      resp.set_kind(RingWorkResponse::STEP);
+      resp.set_step(step);
+      for (int m : members_) resp.add_members(m);
+      resp.set_rank(static_cast<int>(std::find(members_.begin(), members_.end(), w) -
+                                     members_.begin()));
+      for (int64_t k : it->second) resp.add_chunks(k);
+      if (worker.fetch) {
+        resp.set_fetch_state(true);
+        resp.set_state_from(source_);
+      }
+      return resp;
+    }
+  }
+  // No step for it now: it waits, in none.
+  worker.asked = true;
+  if (reform_ && ReadyToForm()) Form();
+  resp.set_kind(RingWorkResponse::WAIT);
+  return resp;
+}
+
+absl::Status RingDispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) {
+  const int w = req.worker_index();
+  absl::MutexLock lock(&mu_);
+  if (w < 0 || w >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
+  }
+  Touch(w, req.incarnation(), now);
+  return absl::OkStatus();
+}
+
+std::vector<int> RingDispatcher::FindLost(absl::Time now, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> lost;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    Worker& worker = workers_[w];
+    if (!worker.alive || worker.finished || now - worker.last_contact < timeout) continue;
+    worker.alive = false;
+    lost.push_back(static_cast<int>(w));
+    events_.push_back(absl::StrCat("worker ", w, " lost: no heartbeat for ",
+                                   absl::FormatDuration(now - worker.last_contact)));
+    if (InRing(static_cast<int>(w))) Break(absl::StrCat("worker ", w, " was lost"));
+  }
+  // A ring waiting to be formed may now be ready (the lost one was the
+  // last it waited for); the next request forms it.
+  return lost;
+}
+
+std::optional<RingDispatcher::Abort> RingDispatcher::TakeAbort() {
+  absl::MutexLock lock(&mu_);
+  if (!broken_ || abort_taken_) return std::nullopt;
+  abort_taken_ = true;
+  return Abort{generation_, members_};
+}
+
+void RingDispatcher::Pause() {
+  absl::MutexLock lock(&mu_);
+  ++pauses_;
+  for (Worker& w : workers_) w.asked = false;
+}
+
+void RingDispatcher::Resume() {
+  absl::MutexLock lock(&mu_);
+  if (pauses_ > 0) --pauses_;
+}
+
+bool RingDispatcher::AllParked(int64_t* step, int* source, std::string* done_ranges) const {
+  absl::MutexLock lock(&mu_);
+  if (pauses_ == 0 || reform_ || generation_ == 0 || members_.empty()) return false;
+  for (int w : members_) {
+    const Worker& worker = workers_[w];
+    if (!worker.alive || !worker.asked || worker.completed != opened_) return false;
+  }
+  *step = opened_;
+  *source = members_.front();
+  *done_ranges = queue_.SaveDone();
+  return true;
+}
+
+bool RingDispatcher::AllFinished() const {
+  absl::MutexLock lock(&mu_);
+  if (!queue_.AllDone() || queue_.total() == 0) return false;
+  for (const Worker& w : workers_) {
+    if (w.alive && !w.finished) return false;
+  }
+  return true;
+}
+
+int64_t RingDispatcher::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+std::vector<int> RingDispatcher::members() const {
+  absl::MutexLock lock(&mu_);
+  return members_;
+}
+
+int64_t RingDispatcher::highest_step() const {
+  absl::MutexLock lock(&mu_);
+  return highest_step_;
+}
+
+std::vector<std::string> RingDispatcher::TakeEvents() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  out.swap(events_);
+  return out;
+}
+
+}  // namespace pscluster
