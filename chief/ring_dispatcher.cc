@@ -126,7 +126,9 @@ void RingDispatcher::Form() {
     start_step_ = newest + 1;
     from = absl::StrCat("worker ", holder, "'s replica");
   }
-  ++generation_;
+  // Above every generation a worker reports: a restarted chief must not
+  // number a ring as one the workers were in before.
+  generation_ = std::max(generation_, highest_reported_) + 1;
   members_ = std::move(members);
   opened_ = start_step_ - 1;
   int fetching = 0;
@@ -179,9 +181,10 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req
     events_.push_back(absl::StrCat("worker ", w, " is back"));
   }
   worker.completed = req.completed_step();
+  highest_reported_ = std::max(highest_reported_, req.state_generation());
   const bool member = InRing(w);
-  if (member && worker.fetch && worker.completed >= start_step_) {
-    worker.fetch = false;  // it trained on the state it took
+  if (member && worker.fetch && req.state_generation() == generation_) {
+    worker.fetch = false;  // it holds the state it took
     worker.trusted = true;
   }
   if (member && !worker.fetch) CompleteThrough(worker.completed);

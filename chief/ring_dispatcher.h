@@ -131,6 +131,7 @@ class RingDispatcher {
   mutable absl::Mutex mu_;
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no ring yet
+  int64_t highest_reported_ ABSL_GUARDED_BY(mu_) = 0;  // RingWorkRequest.state_generation
   std::vector<int> members_ ABSL_GUARDED_BY(mu_);
   int64_t start_step_ ABSL_GUARDED_BY(mu_) = 0;
   int source_ ABSL_GUARDED_BY(mu_) = -1;  // of start_step_ - 1; -1: the chief

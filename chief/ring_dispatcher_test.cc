@@ -15,13 +15,17 @@ constexpr int kChunksPerEpoch = 10;
 class Ring {
  public:
   Ring(int workers, int epochs)
-      : d_(workers, epochs, now_), completed_(workers, -1), incarnation_(workers, 1) {}
+      : d_(workers, epochs, now_),
+        completed_(workers, -1),
+        state_generation_(workers, 0),
+        incarnation_(workers, 1) {}
 
   RingWorkResponse Ask(int w, int64_t failed_generation = 0) {
     RingWorkRequest r;
     r.set_worker_index(w);
     r.set_incarnation(incarnation_[w]);
     r.set_completed_step(completed_[w]);
+    r.set_state_generation(state_generation_[w]);
     r.set_failed_generation(failed_generation);
     r.set_chunks_per_epoch(kChunksPerEpoch);
     absl::StatusOr<RingWorkResponse> resp = d_.Work(r, now_);
@@ -68,6 +72,7 @@ class Ring {
       const int64_t k = got[i].chunks(got[i].rank());
       if (k >= 0) ++trained_[k];
       completed_[ws[i]] = got[i].step();
+      state_generation_[ws[i]] = got[i].generation();
     }
     return got.empty() ? -1 : got[0].step();
   }
@@ -95,6 +100,7 @@ class Ring {
   absl::Time now_ = absl::FromUnixSeconds(1000);
   RingDispatcher d_;
   std::vector<int64_t> completed_;
+  std::vector<int64_t> state_generation_;
   std::vector<uint64_t> incarnation_;
   std::map<int64_t, int> trained_;
   std::map<int, int> fetched_;  // worker -> where it took its state from
@@ -181,6 +187,7 @@ TEST(RingDispatcherTest, WhenOneSurvivorCompletedTheStepTheOthersTakeItsState) {
   r.completed_[2] = 2;
   r.incarnation_[1] = 2;  // worker 1 restarted at once: a new process
   r.completed_[1] = -1;
+  r.state_generation_[1] = 0;
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(0, 1).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(2).kind(), RingWorkResponse::WAIT);
@@ -211,6 +218,7 @@ TEST(RingDispatcherTest, AWorkerBackJoinsAfterTheOpenStepAndFetchesTheState) {
   ASSERT_EQ(r.Ask(0).kind(), RingWorkResponse::STEP);
   r.incarnation_[1] = 7;
   r.completed_[1] = -1;
+  r.state_generation_[1] = 0;
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
   // Worker 0 finishes step 4 (still its own ring), then the ring grows.
   r.trained_[4]++;
@@ -263,6 +271,7 @@ TEST(RingDispatcherTest, WithNoReplicaLeftTheRingRestartsFromTheChiefsCheckpoint
   EXPECT_EQ(r.d_.FindLost(r.now_, absl::Seconds(1)), (std::vector<int>{0, 1}));
   r.incarnation_ = {5, 6};
   r.completed_ = {-1, -1};
+  r.state_generation_ = {0, 0};
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.d_.generation(), 2);
   EXPECT_EQ(r.d_.members(), (std::vector<int>{0}));
@@ -278,6 +287,24 @@ TEST(RingDispatcherTest, WithNoReplicaLeftTheRingRestartsFromTheChiefsCheckpoint
   EXPECT_EQ(r.fetched_.at(1), -1);
   r.Run({0, 1});
   r.ExpectEveryChunkTrainedOnce(2);
+}
+
+TEST(RingDispatcherTest, ARestartedChiefNumbersItsRingsAboveTheWorkersAndStartsFromItsBase) {
+  // The workers hold step 7 of ring generation 3; the new chief knows the
+  // checkpoint of step 4 (chunks 0-7 done).
+  Ring r(2, 1);
+  ASSERT_TRUE(r.d_.SetBase(4, kChunksPerEpoch, "0-7").ok());
+  r.completed_ = {7, 7};
+  r.state_generation_ = {3, 3};
+  EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
+  EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
+  EXPECT_EQ(r.d_.generation(), 4);
+  EXPECT_EQ(r.Step({0, 1}), 5);
+  EXPECT_EQ(r.fetched_.at(0), -1);  // the chief's checkpoint, not their newer state
+  EXPECT_EQ(r.fetched_.at(1), -1);
+  EXPECT_EQ(r.trained_, (std::map<int64_t, int>{{8, 1}, {9, 1}}));  // the base's were done
+  EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::DONE);
+  EXPECT_EQ(r.d_.done_chunks(), 10);
 }
 
 TEST(RingDispatcherTest, RefusesAnUnknownWorkerAndDisagreeingData) {

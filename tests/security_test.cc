@@ -150,14 +150,18 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
   }
   // Two ps, sync: ps:0's step decisions travel to ps:1 over the same
   // mutual TLS with the token; the push-pulls over gRPC, then over the ps's
-  // tcp data plane (its own TLS connection and token check).
-  for (const std::string transport : {"grpc", "tcp"}) {
+  // tcp data plane (its own TLS connection and token check). Then no ps:
+  // the ring of workers (multi_worker_mirrored), whose chunks, aborts and
+  // replica reads go worker to worker, and to the chief and evaluator.
+  for (const std::string transport : {"grpc", "tcp", "ring"}) {
     SCOPED_TRACE("--transport=" + transport);
+    const bool ring = transport == "ring";
     ClusterOptions o;
-    o.num_ps = 2;
+    o.num_ps = ring ? 0 : 2;
     o.num_workers = 2;
     o.data_dir = data_dir;
-    o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--transport=" + transport};
+    o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync"};
+    o.chief_args.push_back(ring ? "--strategy=multi_worker_mirrored" : "--transport=" + transport);
     o.all_args = SecureArgs();
     absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -167,14 +171,22 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
     }
     std::optional<FinalFigures> f = ParseFinalLine((*c)->Log("chief:0"));
     ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
-    std::printf("mlp, 1 epoch, 2 ps, 2 workers, sync, mutual TLS, --transport=%s: "
+    std::printf("mlp, 1 epoch, %s, 2 workers, sync, mutual TLS, %s: "
                 "test_accuracy=%.4f test_loss=%.4f\n",
-                transport.c_str(), f->test_accuracy, f->test_loss);
-    // The same training as cluster_test's sync run: 0.9256 in every run.
+                ring ? "no ps" : "2 ps", ring ? "ring all-reduce" : transport.c_str(),
+                f->test_accuracy, f->test_loss);
+    // The same training as cluster_test's sync run: 0.9256 in every run
+    // (the ring's sum of two gradients is the ps's to the bit).
     EXPECT_GT(f->test_accuracy, 0.92) << (*c)->Log("chief:0");
+    EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
+    if (ring) {
+      EXPECT_THAT((*c)->Log("worker:1"), HasSubstr("mutual TLS, cluster token required"));
+      EXPECT_THAT((*c)->Log("worker:1"), HasSubstr("ring generation 1: 2 workers"));
+      EXPECT_THAT((*c)->Log("evaluator:0"), HasSubstr("eval: step=469 "));
+      continue;
+    }
     EXPECT_THAT((*c)->Log("ps:0"), HasSubstr("mutual TLS, cluster token required"));
     EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("mutual TLS, cluster token required"));
-    EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
     EXPECT_THAT((*c)->Log("ps:1"), HasSubstr("version=469 applied=938 "));
     if (transport == "tcp") {
       EXPECT_THAT((*c)->Log("chief:0"),

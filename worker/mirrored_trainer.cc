@@ -184,6 +184,7 @@ absl::Status TrainMirrored(const MirroredRun& run) {
       }
       if (absl::Status s = replica.Restore(plan.replica(), *state); !s.ok()) return s;
       if (absl::Status s = replica.CopyWeights(params.data()); !s.ok()) return s;
+      request.set_state_generation(generation);
       ++fetches;
       spdlog::info("took the state of step {} from {}", step - 1,
                    from < 0 ? std::string("the chief") : absl::StrCat("worker ", from));
@@ -229,6 +230,7 @@ absl::Status TrainMirrored(const MirroredRun& run) {
     if (absl::Status s = replica.Apply(grads.data(), step_examples, params.data()); !s.ok()) {
       return s;
     }
+    request.set_state_generation(generation);
     if (options.log_replica_digests) {
       spdlog::info("replica step={} digest={:08x}", step, replica.Digest());
     }

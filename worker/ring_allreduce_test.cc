@@ -674,6 +674,14 @@ TEST_F(RingTest, TokenIsRequired) {
     ExpectExactStep(2, 1000, true, "after an abort without the token");
     if (HasFatalFailure()) return;
   }
+  {
+    // The replica is no one's without the token either.
+    grpc::ClientContext read_ctx;
+    ReplicaRequest read;
+    ShardState state;
+    s = stub->GetReplica(&read_ctx, read, &state);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  }
 
   options.rpc.security = Plaintext();
   options.timeout = absl::Seconds(3);
