@@ -257,9 +257,11 @@ absl::StatusOr<RunResult> RingChief::Finish() {
                ring_->done_chunks(), ring_->total_chunks(), steps, ring_->generation());
   recorder_->Record(last);
   // The final state, from any replica (every one has finished the last
-  // step; they hold the same bits).
+  // step; they hold the same bits): the weights, and without a checkpoint
+  // directory to write it to nothing more.
   ReplicaRequest request;
   request.set_step(steps);
+  request.set_values_only(options_.checkpoint_dir.empty());
   absl::StatusOr<ShardState> state = absl::UnavailableError("no worker");
   for (int w : ring_->members()) {
     state = replicas_->Fetch(w, request, kStateTimeout);
@@ -273,8 +275,11 @@ absl::StatusOr<RunResult> RingChief::Finish() {
                                             " values; the model has ", weights.size()));
   }
   std::memcpy(weights.data(), state->values().data(), state->values().size());
-  if (absl::Status s = Keep("final", steps, *std::move(state), ring_->done_ranges()); !s.ok()) {
-    return s;
+  if (!options_.checkpoint_dir.empty()) {
+    if (absl::Status s = Keep("final", steps, *std::move(state), ring_->done_ranges());
+        !s.ok()) {
+      return s;
+    }
   }
   RunResult result;
   result.epochs = plan_.epochs();

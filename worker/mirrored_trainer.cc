@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,7 +123,9 @@ absl::Status TrainMirrored(const MirroredRun& run) {
     return run.chief->Report(r, done ? options.step_timeout : absl::Seconds(10));
   };
 
-  const absl::Time train_start = absl::Now();
+  // From the first step on (as the parameter servers' trainer counts from
+  // its first pull): not the wait for the first ring.
+  std::optional<absl::Time> train_start;
   RingWorkRequest request;
   request.set_worker_index(run.worker);
   request.set_incarnation(run.incarnation);
@@ -193,6 +196,7 @@ absl::Status TrainMirrored(const MirroredRun& run) {
       return absl::InternalError(absl::StrCat("the chief hands out step ", step,
                                               " but this replica holds step ", replica.step()));
     }
+    if (!train_start.has_value()) train_start = absl::Now();
     // Train on this member's chunk (none: it adds zeros), weighted by its
     // examples so that the ring's sum divided by the step's examples is
     // the mean gradient over all of them.
@@ -258,7 +262,8 @@ absl::Status TrainMirrored(const MirroredRun& run) {
     }
   }
   *run.finished = true;
-  const double wall_s = absl::ToDoubleSeconds(absl::Now() - train_start);
+  const double wall_s =
+      train_start.has_value() ? absl::ToDoubleSeconds(absl::Now() - *train_start) : 0.0;
   spdlog::info("done: {} steps, {} examples, replica at step {} digest={:08x}; rings joined {}, "
                "states fetched {}, all-reduces failed {}; images_per_s={:.0f} compute_s={:.2f} "
                "comm_s={:.2f} wall_s={:.2f} bytes_per_step: sent={:.0f} received={:.0f} "

@@ -11,18 +11,24 @@ netem, which this kernel lacks: the lab shapes rates only and says so.
 Per cell it prints, from the daemons' own logs and the kernel's counters:
   - images/s of the cluster (every worker's examples over the slowest
     worker's training time);
-  - seconds per step split into compute, push+pull (one fused call per ps
-    per step) and waiting (everything else: the chief's answers, barriers);
+  - seconds per step split into compute, communication (push+pull, one
+    fused call per ps per step; or the ring's all-reduce) and waiting
+    (everything else: the chief's answers, barriers), beside the bound the
+    link rate sets on the communication (the busiest link's bytes of the
+    setting's minimum over its rate);
   - bytes sent and received per worker per step on its network interface
     (TCP/IP and gRPC headers included; the one exact pull of the whole model
     before the first step left out), beside the setting's theoretical
     minimum (parameters x the codec's bytes per value: fp32 4, bf16 and
-    fp16 2, int8 1 + 4/256, top-k 8 x fraction, sign 1/8) and their ratio;
+    fp16 2, int8 1 + 4/256, top-k 8 x fraction, sign 1/8; a ring all-reduce
+    2(n-1)/n of that each way, n workers) and their ratio;
   - CPU seconds the ps and the workers used per step, all of them
     together (from their exit status: start-up and the end included), to
     tell a link-bound cell from a CPU-bound one;
   - test accuracy when the cell trains whole epochs (--epochs).
-and, once per link rate, the bare TCP limit of the shaped link measured in
+Settings are the parameter servers' wire (PUSH[+PULL][@TRANSPORT]) or the
+ring of workers (ring[+CODEC], --strategy=multi_worker_mirrored: no ps).
+And, once per link rate, the bare TCP limit of the shaped link measured in
 the same run (one stream between two hosts). It writes results.json,
 results.tsv and PNG figures (gnuplot): images/s against link rate per
 model and setting, and, for cells that train epochs, test accuracy
@@ -88,13 +94,24 @@ def parse_rate(text):
     return value
 
 
+RING_CODECS = ("fp32", "bf16", "fp16")
+
+
 def parse_setting(text, topk_fraction):
-    """'PUSH[+PULL][@TRANSPORT]' (the chief's --push_codec, --pull_codec and
+    """'ring[+CODEC]' (--strategy=multi_worker_mirrored, --ring_codec) or
+    'PUSH[+PULL][@TRANSPORT]' (the chief's --push_codec, --pull_codec and
     --transport) -> dict. PULL defaults to PUSH when that is bf16 or fp16,
     else fp32; TRANSPORT to grpc; tcp-push is tcp with --priority_pull=false
     (gradients sent during backprop, the next step started once all weights
     are in), tcp-serial tcp with --push_overlap=false (the gradient sent after
     backprop, not during it)."""
+    if text == "ring" or text.startswith("ring+"):
+        codec = text.partition("+")[2] or "fp32"
+        if codec not in RING_CODECS:
+            raise UsageError(f"--settings: '{text}': ring codec '{codec}' is not one of "
+                             f"{', '.join(RING_CODECS)}")
+        return {"name": text if codec != "fp32" else "ring", "ring": True, "codec": codec,
+                "value_bytes": CODEC_BYTES[codec]}
     codecs, _, transport = text.partition("@")
     transport = transport or "grpc"
     if transport not in ("grpc", "tcp", "tcp-push", "tcp-serial"):
@@ -113,16 +130,18 @@ def parse_setting(text, topk_fraction):
     name = f"{push}+{pull}" if pull != push else push
     if transport != "grpc":
         name += f"@{transport}"
-    return {"name": name, "push": push, "pull": pull, "transport": transport,
+    return {"name": name, "push": push, "pull": pull, "transport": transport, "ring": False,
             "push_bytes": per_value(push), "pull_bytes": per_value(pull)}
 
 
-def int_list(flag, text, lo):
+def int_list(flag, text, lo, n_ok=False):
+    """Comma-separated integers; with n_ok, 'n' stands for 0 (as many as the
+    cell's workers)."""
     try:
-        values = [int(v) for v in text.split(",")]
+        values = [0 if n_ok and v == "n" else int(v) for v in text.split(",")]
     except ValueError:
         raise UsageError(f"{flag}: '{text}' is not a comma-separated list of integers")
-    bad = [v for v in values if v < lo]
+    bad = [v for v in values if v < lo and not (n_ok and v == 0)]
     if bad:
         raise UsageError(f"{flag}: {bad[0]} is below {lo}")
     return values
@@ -269,13 +288,16 @@ def run_cell(net, cell, args, data, tmp):
     procs = []
     logs = {}
     chief_args = [f"--model={model}", f"--mode={args.mode}", "--wait_for_cluster_s=90",
-                  f"--push_codec={setting['push']}", f"--pull_codec={setting['pull']}",
-                  f"--transport={setting['transport'].split('-')[0]}",
-                  f"--push_overlap={str(setting['transport'] != 'tcp-serial').lower()}",
-                  f"--priority_pull={str(setting['transport'] == 'tcp').lower()}",
-                  f"--topk_fraction={args.topk_fraction}",
                   f"--epochs={max(args.epochs, 1)}", f"--batch_size={args.batch_size}",
                   f"--seed={args.seed}", "--log_every_s=5"]
+    if setting["ring"]:
+        chief_args += ["--strategy=multi_worker_mirrored", f"--ring_codec={setting['codec']}"]
+    else:
+        chief_args += [f"--push_codec={setting['push']}", f"--pull_codec={setting['pull']}",
+                       f"--transport={setting['transport'].split('-')[0]}",
+                       f"--push_overlap={str(setting['transport'] != 'tcp-serial').lower()}",
+                       f"--priority_pull={str(setting['transport'] == 'tcp').lower()}",
+                       f"--topk_fraction={args.topk_fraction}"]
     if not evaluate:
         chief_args.append(f"--data_dir={data}")  # the chief's own final evaluation
     extra = {
@@ -353,11 +375,27 @@ def run_cell(net, cell, args, data, tmp):
         return result
     result["parameters"] = int(params.group(1))
     P = result["parameters"]
-    # Each worker pulls the whole model once, exact, before its first step:
-    # not a per-step cost.
-    rx -= workers * 4 * P
-    push_min = setting["push_bytes"] * P
-    pull_min = setting["pull_bytes"] * P
+    rate_Bps = rate["bps"] / 8
+    if setting["ring"]:
+        # Each worker takes its first state once (the weights and Adam's
+        # two slots) from the chief: not a per-step cost... A ring all-reduce
+        # sends and receives 2(n-1)/n of the model per worker; each host's
+        # link carries it both ways at once (full duplex).
+        rx -= workers * 3 * 4 * P
+        # ... and one of them hands the chief the final weights.
+        tx -= 4 * P
+        push_min = pull_min = 2.0 * (workers - 1) / workers * P * setting["value_bytes"]
+        bound = push_min / rate_Bps
+    else:
+        # Each worker pulls the whole model once, exact, before its first
+        # step: not a per-step cost.
+        rx -= workers * 4 * P
+        push_min = setting["push_bytes"] * P
+        pull_min = setting["pull_bytes"] * P
+        # A worker's link carries its push and its pull; each ps's, every
+        # worker's push and pull of its 1/ps of the model.
+        bound = max(push_min, pull_min, workers * push_min / ps,
+                    workers * pull_min / ps) / rate_Bps
     result.update(
         ok=True, steps_per_worker=steps / workers, images_per_s=examples / wall,
         compute_s_per_step=compute / steps, push_pull_s_per_step=comm / steps,
@@ -366,7 +404,9 @@ def run_cell(net, cell, args, data, tmp):
         minimum_sent_bytes=push_min, minimum_received_bytes=pull_min,
         ps_cpu_s_per_step=sum(cpu.get(h, 0.0) for h in hosts["ps"]) / (steps / workers),
         worker_cpu_s_per_step=sum(cpu.get(h, 0.0) for h in hosts["worker"]) / (steps / workers),
-        sent_ratio=tx / steps / push_min, received_ratio=rx / steps / pull_min)
+        bound_s_per_step=bound,
+        sent_ratio=tx / steps / push_min if push_min else None,
+        received_ratio=rx / steps / pull_min if pull_min else None)
     final = FINAL_RE.search(text["chief"])
     if final and evaluate:
         result["test_accuracy"] = float(final.group(1))
@@ -388,7 +428,8 @@ def run_cell(net, cell, args, data, tmp):
 COLUMNS = [
     ("cell", "name", "{}"), ("img/s", "images_per_s", "{:.0f}"),
     ("compute s/step", "compute_s_per_step", "{:.4f}"),
-    ("push+pull s/step", "push_pull_s_per_step", "{:.4f}"),
+    ("comm s/step", "push_pull_s_per_step", "{:.4f}"),
+    ("bound s/step", "bound_s_per_step", "{:.4f}"),
     ("waiting s/step", "waiting_s_per_step", "{:.4f}"),
     ("ps CPU s/step", "ps_cpu_s_per_step", "{:.3f}"),
     ("workers CPU s/step", "worker_cpu_s_per_step", "{:.3f}"),
@@ -462,6 +503,23 @@ def write_outputs(out, results, limits):
              f"set title '{stem}: images/s against link rate (tc tbf, no added delay)'\n"
              "set logscale x\nset xlabel 'link rate (Gbit/s)'\n"
              "set ylabel 'images/s (cluster)'\nset key left top\n")
+    # The strategies side by side: images/s against the number of workers,
+    # per model and link, one line per setting and ps count (the ring: none).
+    by_panel = {}
+    for r in results:
+        if r.get("ok"):
+            line = r["setting"] if r["ps"] == 0 else f"{r['setting']}, {r['ps_label']} ps"
+            by_panel.setdefault((r["model"], r["rate_name"]), {}).setdefault(line, []).append(
+                (r["workers"], r["images_per_s"]))
+    for (model, rate_name), series in by_panel.items():
+        if len({w for pts in series.values() for w, _ in pts}) < 2:
+            continue  # one worker count: nothing to draw against
+        stem = f"{os.path.splitext(os.path.basename(model))[0]}_{rate_name}"
+        plot(os.path.join(out, f"images_per_s_vs_workers_{stem}.png"), f"workers_{stem}",
+             [(key, sorted(pts)) for key, pts in series.items()],
+             f"set title '{stem}: parameter servers and the ring, images/s against workers'\n"
+             "set xlabel 'workers'\nset xtics 1\nset ylabel 'images/s (cluster)'\n"
+             "set key left top\n")
     # Test accuracy against wall time, cells that trained epochs.
     curves = [(r["name"], [(round(t, 2), a) for t, a in r["accuracy_curve"]])
               for r in results if r.get("ok") and r.get("accuracy_curve")]
@@ -484,7 +542,9 @@ def main():
     p.add_argument("--models", default="cnn,mlp_large",
                    help="built-in model names or model files (the chief's --model)")
     p.add_argument("--workers", default="2")
-    p.add_argument("--ps", default="2")
+    p.add_argument("--ps", default="2",
+                   help="ps counts, e.g. 1,2,n (n: as many as the cell's workers); cells of "
+                        "the ring settings have none")
     p.add_argument("--links", default="1gbit,10gbit",
                    help="link rates (tbf), e.g. 100mbit,1gbit,10gbit")
     p.add_argument("--settings", default="fp32,topk+int8",
@@ -494,7 +554,9 @@ def main():
                         "push codec when bf16 or fp16, else fp32); transport grpc (default), "
                         "tcp (gradients sent layer by layer during backprop, the next step "
                         "started on the first layers' weights while the rest arrive), tcp-push "
-                        "(the first half only) or tcp-serial (neither), e.g. fp32@tcp")
+                        "(the first half only) or tcp-serial (neither), e.g. fp32@tcp; or "
+                        "ring[+CODEC]: --strategy=multi_worker_mirrored, the ring's codec "
+                        "fp32 (default), bf16 or fp16")
     p.add_argument("--topk_fraction", type=float, default=0.01)
     p.add_argument("--mode", default="sync", choices=["sync", "async"])
     p.add_argument("--steps", type=int, default=12,
@@ -521,11 +583,13 @@ def main():
     try:
         models = args.models.split(",")
         workers = int_list("--workers", args.workers, 1)
-        pss = int_list("--ps", args.ps, 1)
+        pss = int_list("--ps", args.ps, 1, n_ok=True)
         links = [{"name": l, "bps": parse_rate(l)} for l in args.links.split(",")]
         if not 0 < args.topk_fraction <= 1:
             raise UsageError(f"--topk_fraction={args.topk_fraction} must be in (0, 1]")
         settings = [parse_setting(t, args.topk_fraction) for t in args.settings.split(",")]
+        if args.mode == "async" and any(c["ring"] for c in settings):
+            raise UsageError("--mode=async: the ring settings are synchronous")
         if args.cell_timeout_s is None:
             args.cell_timeout_s = 3600 * args.epochs if args.epochs > 0 else 600
         for flag in ("steps", "batch_size", "threads", "cell_timeout_s"):
@@ -562,7 +626,8 @@ def main():
     else:
         data = os.path.join(tmp, "subset.npz")
         write_subset(args.data, args.steps * args.batch_size, data)
-    hosts = ["chief", "ev"] + [f"ps{i}" for i in range(max(pss))] + \
+    max_ps = max(max(workers) if s == 0 else s for s in pss)
+    hosts = ["chief", "ev"] + [f"ps{i}" for i in range(max_ps)] + \
             [f"w{i}" for i in range(max(workers))]
     net = None
     stop = {"now": False}
@@ -574,8 +639,19 @@ def main():
     signal.signal(signal.SIGTERM, interrupt)
     results = []
     limits = {}
-    cells = [dict(model=m, workers=w, ps=s, rate=l, setting=c)
-             for l in links for m in models for w in workers for s in pss for c in settings]
+    # A ring has no ps: one cell per (link, model, workers) whatever --ps
+    # says; --ps=n is as many ps as the cell's workers.
+    cells = []
+    for l in links:
+        for m in models:
+            for w in workers:
+                for c in settings:
+                    for s in ([0] if c["ring"] else pss):
+                        cell = dict(model=m, workers=w, ps=s if c["ring"] or s else w, rate=l,
+                                    setting=c, ps_label="n" if s == 0 and not c["ring"] else
+                                    str(s))
+                        if cell not in cells:
+                            cells.append(cell)
     log(f"{len(cells)} cells; shaping with tc tbf (rates only: no netem here, so no added "
         f"delay); logs in {tmp}")
     try:
