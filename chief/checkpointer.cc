@@ -140,7 +140,8 @@ absl::StatusOr<const Snapshot*> Checkpointer::ReadNewestFromDisk() {
   if (options_.dir.empty()) return absl::NotFoundError("no checkpoint directory");
   absl::StatusOr<Checkpoint> c = ReadLatestCheckpoint(options_.dir);
   if (!c.ok()) return c.status();
-  absl::StatusOr<Snapshot> snap = FromCheckpoint(*c, *placement_);
+  absl::StatusOr<Snapshot> snap =
+      FromCheckpointFor(*c, *spec_, options_.min_shard_bytes, *placement_);
   if (!snap.ok()) return snap.status();
   latest_ = *std::move(snap);
   last_step_ = latest_->step;

@@ -37,6 +37,9 @@ struct CheckpointerOptions {
   int64_t every_steps = 200;
   absl::Duration every = absl::ZeroDuration();
   UpdateMode mode = SYNC;
+  // The placement's option, to read a checkpoint of another ps count
+  // (FromCheckpointFor).
+  int64_t min_shard_bytes = 64 << 10;
 };
 
 class Checkpointer {

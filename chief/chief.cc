@@ -281,6 +281,7 @@ absl::Status Chief::Impl::StartParameterServers() {
   copt.every_steps = options_.checkpoint_every_steps;
   copt.every = options_.checkpoint_every;
   copt.mode = plan_.mode();
+  copt.min_shard_bytes = plan_.min_shard_bytes();
   checkpointer_ = std::make_unique<Checkpointer>(copt, &*spec_, &*placement_, ps_.get(),
                                                  dispatcher_.get(), &stop_, start_);
   absl::StatusOr<PsStart> ps = InitialiseAll(
@@ -292,6 +293,23 @@ absl::Status Chief::Impl::StartParameterServers() {
       std::make_unique<PsRecovery>(&ps_setup_, ps->incarnations, options_.ps_recovery_timeout,
                                    ps_.get(), dispatcher_.get(), membership_.get(), &stop_);
   if (!ps->resumed) {
+    // Fresh ps over a checkpoint directory that holds a checkpoint (the run
+    // started again, maybe under the other strategy or ps count): every ps
+    // starts from it, and the data from its position.
+    absl::StatusOr<const Snapshot*> snap = checkpointer_->ReadNewestFromDisk();
+    if (snap.ok()) {
+      const Snapshot& latest = **snap;
+      if (absl::Status s = recovery_->RestoreAll(latest, ps->generation + 1); !s.ok()) return s;
+      highest_version_ = latest.step;
+      if (latest.run_started_unix_ms > 0) {
+        start_ = std::min(start_, absl::FromUnixMillis(latest.run_started_unix_ms));
+        checkpointer_->set_run_started(start_);
+      }
+      spdlog::warn("resuming from the checkpoint of step {} in {} ({} chunks done)", latest.step,
+                   options_.checkpoint_dir, dispatcher_->done_chunks());
+      return absl::OkStatus();
+    }
+    if (!absl::IsNotFound(snap.status())) return snap.status();
     return checkpointer_->Take("initial", highest_version_, /*workers_idle=*/true);
   }
   return ResumeRun(ps->generation);
@@ -464,17 +482,21 @@ absl::Status Chief::Impl::FinalEvaluation(RunResult* result) {
 absl::Status Chief::Impl::EvaluateHere(RunResult* result) {
   absl::StatusOr<const std::vector<float>*> weights = FinalWeights(result->steps);
   if (!weights.ok()) return weights.status();
+  ScoreFinalWeights(*spec_, **weights, options_.data_dir, result);
+  return absl::OkStatus();
+}
+
+void ScoreFinalWeights(const ModelSpec& spec, const std::vector<float>& weights,
+                       const std::string& data_dir, RunResult* result) {
   spdlog::info("the chief evaluates the weights of step {} itself, on the test set in {}",
-               result->steps, options_.data_dir);
-  absl::StatusOr<TestScore> score =
-      EvaluateOnTestSet(*spec_, (*weights)->data(), options_.data_dir);
+               result->steps, data_dir);
+  absl::StatusOr<TestScore> score = EvaluateOnTestSet(spec, weights.data(), data_dir);
   if (!score.ok()) {
     // The run itself went well and its weights are kept (checkpoint,
     // export): the final line says why they were not scored.
-    result->not_evaluated_why =
-        absl::StrCat("--data_dir=", options_.data_dir, ": ", score.status().message());
+    result->not_evaluated_why = absl::StrCat("--data_dir=", data_dir, ": ", score.status().message());
     spdlog::error("evaluating the final weights failed: {}", result->not_evaluated_why);
-    return absl::OkStatus();
+    return;
   }
   result->has_eval = true;
   result->test_accuracy = score->accuracy;
@@ -482,7 +504,6 @@ absl::Status Chief::Impl::EvaluateHere(RunResult* result) {
   result->not_evaluated_why.clear();
   spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f} (final, by the chief on {} examples)",
                result->steps, score->accuracy, score->loss, score->examples);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<const std::vector<float>*> Chief::Impl::FinalWeights(int64_t steps) {

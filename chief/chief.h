@@ -40,11 +40,13 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/metrics.h"
+#include "common/model_spec.h"
 #include "proto/coordination.pb.h"
 #include "proto/ps.pb.h"
 
@@ -129,6 +131,13 @@ class Chief {
   std::atomic<bool> stop_{false};
   bool gave_up_ = false;
 };
+
+// The chief's own evaluation of the final weights (no evaluator in the
+// cluster): scores `weights` on the test set in `data_dir` into *result
+// (result->steps names them in the log), or says in not_evaluated_why why
+// it could not; the run goes on either way.
+void ScoreFinalWeights(const ModelSpec& spec, const std::vector<float>& weights,
+                       const std::string& data_dir, RunResult* result);
 
 // "final: test_accuracy=0.9912 test_loss=0.0290 steps=N epochs=N wall_s=N",
 // or without an evaluation

@@ -117,6 +117,9 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
     *req.mutable_init() = MakeInitRequest(*setup_, i);
     *req.mutable_state() = snap.ps[i];
     req.mutable_state()->set_generation(generation);
+    // The placement's shards: a snapshot read from a checkpoint file (or
+    // resharded from another ps count) carries the values, not their list.
+    *req.mutable_state()->mutable_shards() = req.init().shards();
     if (absl::Status s = fleet_->Restore(i, req, recovery_timeout_); !s.ok()) return s;
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
     if (!st.ok()) return st.status();

@@ -43,13 +43,16 @@ class PsRecovery {
   // restore.
   absl::Status Check(const Snapshot* latest, int64_t* highest_version);
 
+  // Restores every ps from `snap` under `generation` and rewinds the data
+  // position to its (a start from a checkpoint on disk, or a recovery).
+  absl::Status RestoreAll(const Snapshot& snap, int64_t generation);
+
  private:
   // While a ps is lost, the chief logs what it waits for this often.
   static constexpr absl::Duration kWaitReportEvery = absl::Seconds(5);
 
   absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
                        int64_t* highest_version);
-  absl::Status RestoreAll(const Snapshot& snap, int64_t generation);
 
   const PsSetup* const setup_;
   const absl::Duration recovery_timeout_;

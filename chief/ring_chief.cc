@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "chief/ps_setup.h"
-#include "chief/test_evaluation.h"
 #include "chief/weights_export.h"
 #include "common/checkpoint.h"
 #include "common/strategy.h"
@@ -74,7 +73,8 @@ absl::Status RingChief::Start() {
   if (!options_.checkpoint_dir.empty()) {
     absl::StatusOr<Checkpoint> c = ReadLatestCheckpoint(options_.checkpoint_dir);
     if (c.ok()) {
-      absl::StatusOr<Snapshot> snap = FromCheckpoint(*c, placement_);
+      absl::StatusOr<Snapshot> snap =
+          FromCheckpointFor(*c, spec_, plan_.min_shard_bytes(), placement_);
       if (!snap.ok()) return snap.status();
       step = snap->step;
       chunks_per_epoch = snap->chunks_per_epoch;
@@ -189,6 +189,9 @@ absl::Status RingChief::Train() {
 }
 
 absl::Status RingChief::TakeCheckpoint(const char* why) {
+  // A ring being formed, or members still taking its state: not a moment
+  // to pause at (it could not park); the next tick tries again.
+  if (!ring_->Settled()) return absl::OkStatus();
   last_checkpoint_time_ = absl::Now();
   ring_->Pause();
   struct ResumeRing {
@@ -201,6 +204,11 @@ absl::Status RingChief::TakeCheckpoint(const char* why) {
   const absl::Time give_up = absl::Now() + kParkTimeout;
   while (!ring_->AllParked(&step, &source, &done)) {
     if (stop_) return absl::CancelledError("stop requested");
+    if (!ring_->Settled()) {
+      // The ring broke (or grows) while it paused: after the new one.
+      last_checkpoint_time_ = absl::InfinitePast();
+      return absl::OkStatus();
+    }
     if (absl::Now() >= give_up) {
       spdlog::warn("{} checkpoint skipped: the ring did not pause within {}", why,
                    absl::FormatDuration(kParkTimeout));
@@ -313,20 +321,7 @@ absl::Status RingChief::EvaluateFinal(std::vector<float>* weights, RunResult* re
     result->not_evaluated_why = "no evaluator in TF_CONFIG; give the chief --data_dir to evaluate";
     return absl::OkStatus();
   }
-  spdlog::info("the chief evaluates the weights of step {} itself, on the test set in {}",
-               result->steps, options_.data_dir);
-  absl::StatusOr<TestScore> score = EvaluateOnTestSet(spec_, weights->data(), options_.data_dir);
-  if (!score.ok()) {
-    result->not_evaluated_why =
-        absl::StrCat("--data_dir=", options_.data_dir, ": ", score.status().message());
-    spdlog::error("evaluating the final weights failed: {}", result->not_evaluated_why);
-    return absl::OkStatus();
-  }
-  result->has_eval = true;
-  result->test_accuracy = score->accuracy;
-  result->test_loss = score->loss;
-  spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f} (final, by the chief on {} examples)",
-               result->steps, score->accuracy, score->loss, score->examples);
+  ScoreFinalWeights(spec_, *weights, options_.data_dir, result);
   return absl::OkStatus();
 }
 

@@ -289,6 +289,15 @@ bool RingDispatcher::AllParked(int64_t* step, int* source, std::string* done_ran
   return true;
 }
 
+bool RingDispatcher::Settled() const {
+  absl::MutexLock lock(&mu_);
+  if (generation_ == 0 || reform_) return false;
+  for (int w : members_) {
+    if (workers_[w].fetch) return false;
+  }
+  return true;
+}
+
 bool RingDispatcher::AllFinished() const {
   absl::MutexLock lock(&mu_);
   if (!queue_.AllDone() || queue_.total() == 0) return false;

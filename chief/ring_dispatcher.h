@@ -88,6 +88,11 @@ class RingDispatcher {
   // holding it, *done_ranges the done chunks at it.
   bool AllParked(int64_t* step, int* source, std::string* done_ranges) const;
 
+  // A ring is formed and running: not being formed again, and every
+  // member holds the ring's state (none is still to fetch it). Checkpoints
+  // wait for it.
+  bool Settled() const;
+
   // Every chunk is trained and every live worker was told DONE.
   bool AllFinished() const;
   int64_t generation() const;

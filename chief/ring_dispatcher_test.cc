@@ -112,8 +112,10 @@ TEST(RingDispatcherTest, TheFirstRingWaitsForEveryWorkerAndStartsFromTheChief) {
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.d_.generation(), 0);
+  EXPECT_FALSE(r.d_.Settled());
   EXPECT_EQ(r.Ask(2).kind(), RingWorkResponse::WAIT);  // forms the ring
   EXPECT_EQ(r.d_.generation(), 1);
+  EXPECT_FALSE(r.d_.Settled());  // every member is still to take the state
   EXPECT_EQ(r.d_.members(), (std::vector<int>{0, 1, 2}));
   RingWorkResponse first = r.Ask(1);
   ASSERT_EQ(first.kind(), RingWorkResponse::STEP);
@@ -123,6 +125,10 @@ TEST(RingDispatcherTest, TheFirstRingWaitsForEveryWorkerAndStartsFromTheChief) {
   EXPECT_EQ(first.state_from(), -1);
   EXPECT_EQ(std::vector<int64_t>(first.chunks().begin(), first.chunks().end()),
             (std::vector<int64_t>{0, 1, 2}));
+  r.Step({0, 1, 2});
+  EXPECT_FALSE(r.d_.Settled());  // none has said yet that it holds the state
+  for (int w : {0, 1, 2}) EXPECT_EQ(r.Ask(w).step(), 2) << w;  // each reports step 1
+  EXPECT_TRUE(r.d_.Settled());
   std::vector<std::string> events = r.d_.TakeEvents();
   ASSERT_FALSE(events.empty());
   EXPECT_NE(events.back().find("from the initial weights"), std::string::npos) << events.back();
@@ -220,6 +226,7 @@ TEST(RingDispatcherTest, AWorkerBackJoinsAfterTheOpenStepAndFetchesTheState) {
   r.completed_[1] = -1;
   r.state_generation_[1] = 0;
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
+  EXPECT_FALSE(r.d_.Settled());  // no checkpoint while the ring grows
   // Worker 0 finishes step 4 (still its own ring), then the ring grows.
   r.trained_[4]++;
   r.completed_[0] = 4;
@@ -228,6 +235,8 @@ TEST(RingDispatcherTest, AWorkerBackJoinsAfterTheOpenStepAndFetchesTheState) {
   r.fetched_.clear();
   EXPECT_EQ(r.Step({0, 1}), 5);
   EXPECT_EQ(r.fetched_.at(1), 0);
+  EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::STEP);  // reports it holds step 5
+  EXPECT_TRUE(r.d_.Settled());
   r.Run({0, 1});
   r.ExpectEveryChunkTrainedOnce(2);
 }

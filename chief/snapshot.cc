@@ -135,4 +135,89 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
   return snap;
 }
 
+absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& from,
+                                         const Placement& to) {
+  if (static_cast<int>(snap.ps.size()) != from.num_ps) {
+    return absl::InvalidArgumentError(absl::StrCat("the snapshot holds ", snap.ps.size(),
+                                                   " ps; its placement has ", from.num_ps));
+  }
+  int64_t total = 0;
+  for (int64_t n : from.floats_of_ps) total += n;
+  // Each kind of tensor (the values, then each slot) whole, then split.
+  auto whole = [&](auto bytes_of) -> absl::StatusOr<std::vector<float>> {
+    std::vector<float> flat(total);
+    for (int i = 0; i < from.num_ps; ++i) {
+      const std::string* bytes = bytes_of(snap.ps[i]);
+      if (bytes == nullptr ||
+          static_cast<int64_t>(bytes->size()) != from.floats_of_ps[i] * 4) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ps", i, " of the snapshot of step ", snap.step, " does not hold its ",
+            from.floats_of_ps[i], " values"));
+      }
+      std::vector<float> wire(from.floats_of_ps[i]);
+      if (!wire.empty()) std::memcpy(wire.data(), bytes->data(), bytes->size());
+      ScatterFromPs(from, i, wire.data(), flat.data());
+    }
+    return flat;
+  };
+  Snapshot out = snap;
+  out.ps.assign(to.num_ps, ShardState());
+  auto split = [&](const std::vector<float>& flat, auto set) {
+    for (int j = 0; j < to.num_ps; ++j) {
+      std::vector<float> wire(to.floats_of_ps[j]);
+      GatherForPs(to, j, flat.data(), wire.data());
+      set(out.ps[j], wire);
+    }
+  };
+  absl::StatusOr<std::vector<float>> values =
+      whole([](const ShardState& s) { return &s.values(); });
+  if (!values.ok()) return values.status();
+  split(*values, [](ShardState& s, const std::vector<float>& w) {
+    s.set_values(w.data(), w.size() * sizeof(float));
+  });
+  const ShardState& first = snap.ps.empty() ? ShardState::default_instance() : snap.ps[0];
+  for (const SlotValues& slot : first.slots()) {
+    const std::string name = slot.name();
+    absl::StatusOr<std::vector<float>> flat = whole([&name](const ShardState& s) {
+      for (const SlotValues& v : s.slots()) {
+        if (v.name() == name) return &v.values();
+      }
+      return static_cast<const std::string*>(nullptr);
+    });
+    if (!flat.ok()) return flat.status();
+    split(*flat, [&name](ShardState& s, const std::vector<float>& w) {
+      SlotValues* v = s.add_slots();
+      v->set_name(name);
+      v->set_values(w.data(), w.size() * sizeof(float));
+    });
+  }
+  for (ShardState& s : out.ps) {
+    s.set_layout_fingerprint(to.fingerprint);
+    s.set_version(snap.step);
+    s.set_generation(snap.generation);
+    s.set_optimizer_iterations(first.optimizer_iterations());
+  }
+  return out;
+}
+
+absl::StatusOr<Snapshot> FromCheckpointFor(const Checkpoint& c, const ModelSpec& spec,
+                                           int64_t min_shard_bytes, const Placement& placement) {
+  auto it = c.metadata.find("num_ps");
+  int64_t num_ps = 0;
+  if (it == c.metadata.end() || !absl::SimpleAtoi(it->second, &num_ps) ||
+      num_ps == placement.num_ps) {
+    return FromCheckpoint(c, placement);  // its own errors, if any
+  }
+  if (num_ps < 1 || num_ps > 1 << 16) {
+    return absl::DataLossError(
+        absl::StrCat("the checkpoint of step ", c.step, " says it holds ", num_ps, " ps"));
+  }
+  PlacementOptions popt;
+  popt.min_shard_bytes = min_shard_bytes;
+  const Placement theirs = PlaceVariables(spec, static_cast<int>(num_ps), popt);
+  absl::StatusOr<Snapshot> snap = FromCheckpoint(c, theirs);
+  if (!snap.ok()) return snap.status();
+  return ReshardSnapshot(*snap, theirs, placement);
+}
+
 }  // namespace pscluster

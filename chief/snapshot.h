@@ -43,6 +43,23 @@ Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode 
 // gets the placement's fingerprint and the checkpoint's generation.
 absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& placement);
 
+// `snap`, laid out for `from`, laid out for `to` instead (the same model
+// over another number of ps): the values and every optimizer slot gathered
+// whole and split again; every state gets the snapshot's step as its
+// version and ps 0's optimizer iterations (a consistent cut: every ps
+// applied the same updates). InvalidArgument when the sizes or the slot
+// names do not match the placements.
+absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& from,
+                                         const Placement& to);
+
+// FromCheckpoint for a run placed as `placement`, also when the checkpoint
+// was written for another number of ps (the same model, placed with
+// `min_shard_bytes`): that layout is read and resharded. This is how a run
+// resumes under the other strategy (a multi_worker_mirrored checkpoint
+// holds the whole model as one ps's shards).
+absl::StatusOr<Snapshot> FromCheckpointFor(const Checkpoint& c, const ModelSpec& spec,
+                                           int64_t min_shard_bytes, const Placement& placement);
+
 }  // namespace pscluster
 
 #endif  // PSCLUSTER_CHIEF_SNAPSHOT_H_

@@ -143,6 +143,77 @@ TEST_F(SnapshotTest, ACheckpointOfAnotherPsCountIsRefused) {
             "the checkpoint of step 41 holds 2 ps; the cluster has 3");
 }
 
+TEST_F(SnapshotTest, ReshardingToOnePsAndBackKeepsEveryValueAndSlot) {
+  Snapshot snap = TwoPs();
+  snap.ps[1].set_version(41);  // a consistent cut: every ps at the step
+  snap.ps[1].set_optimizer_iterations(40);
+  const Placement one = PlaceVariables(spec_, 1, PlacementOptions());
+  absl::StatusOr<Snapshot> whole = ReshardSnapshot(snap, placement_, one);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->ps.size(), 1u);
+  EXPECT_EQ(whole->ps[0].version(), 41);
+  EXPECT_EQ(whole->ps[0].optimizer_iterations(), 40);
+  EXPECT_EQ(whole->ps[0].layout_fingerprint(), one.fingerprint);
+  EXPECT_EQ(whole->done_chunks, snap.done_chunks);
+  ASSERT_EQ(whole->ps[0].slots_size(), 2);
+  // One ps holds the flat model in its own order: each shard of the two-ps
+  // layout sits at its offset.
+  for (int i = 0; i < 2; ++i) {
+    int64_t at = 0;
+    for (int k : placement_.shards_of_ps[i]) {
+      const Shard& sh = placement_.shards[k];
+      EXPECT_EQ(std::memcmp(whole->ps[0].values().data() + sh.offset * 4,
+                            snap.ps[i].values().data() + at * 4, sh.size * 4),
+                0)
+          << sh.variable;
+      EXPECT_EQ(std::memcmp(whole->ps[0].slots(1).values().data() + sh.offset * 4,
+                            snap.ps[i].slots(1).values().data() + at * 4, sh.size * 4),
+                0)
+          << sh.variable;
+      at += sh.size;
+    }
+  }
+  absl::StatusOr<Snapshot> back = ReshardSnapshot(*whole, one, placement_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(back->ps[i].values(), snap.ps[i].values()) << i;
+    EXPECT_EQ(back->ps[i].slots(0).values(), snap.ps[i].slots(0).values()) << i;
+    EXPECT_EQ(back->ps[i].slots(1).name(), "v");
+    EXPECT_EQ(back->ps[i].layout_fingerprint(), placement_.fingerprint);
+  }
+}
+
+TEST_F(SnapshotTest, ACheckpointOfAnotherPsCountIsReadResharded) {
+  // Written by two ps (min_shard_bytes 4096), read by a one-ps run (the
+  // ring's layout) and by a three-ps run: the same values.
+  const Checkpoint c = ToCheckpoint(TwoPs(), spec_, SYNC);
+  const Placement one = PlaceVariables(spec_, 1, PlacementOptions());
+  absl::StatusOr<Snapshot> ring = FromCheckpointFor(c, spec_, 4096, one);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ASSERT_EQ(ring->ps.size(), 1u);
+  PlacementOptions popt;
+  popt.min_shard_bytes = 4096;
+  const Placement three = PlaceVariables(spec_, 3, popt);
+  absl::StatusOr<Snapshot> ps3 =
+      FromCheckpointFor(ToCheckpoint(*ring, spec_, SYNC), spec_, 4096, three);
+  ASSERT_TRUE(ps3.ok()) << ps3.status();
+  absl::StatusOr<Snapshot> again = ReshardSnapshot(*ps3, three, one);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ps[0].values(), ring->ps[0].values());
+  EXPECT_EQ(again->ps[0].slots(0).values(), ring->ps[0].slots(0).values());
+  // The same ps count goes the plain way, with its errors.
+  EXPECT_TRUE(FromCheckpointFor(c, spec_, 4096, placement_).ok());
+  EXPECT_EQ(FromCheckpointFor(c, spec_, 65536, PlaceVariables(spec_, 2, PlacementOptions()))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Slots that differ between the ps cannot be put together.
+  Snapshot odd = TwoPs();
+  odd.ps[1].mutable_slots(1)->set_name("w");
+  EXPECT_EQ(ReshardSnapshot(odd, placement_, one).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SnapshotTest, ACheckpointOfAnotherLayoutIsRefused) {
   const Checkpoint c = ToCheckpoint(TwoPs(), spec_, SYNC);
   const Placement coarse = PlaceVariables(spec_, 2, PlacementOptions());  // 64 KiB pieces

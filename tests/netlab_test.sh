@@ -6,7 +6,11 @@
 # received per step are within 10 % of the setting's minimum plus headers
 # (the CNN's small tensors go as fp32: the pushes' minimum is top-k's
 # 8 x 1 % a value, so they are judged against their own fp32 share
-# below), and that the tables and the figure were written.
+# below), and that the tables and the figure were written. Then a ring of
+# three workers (--settings=ring, no ps): 2(n-1)/n of the model each way
+# per worker per step, within 5 % as TCP payload (gRPC's framing and the
+# chief's calls in it; each frame's 66 bytes of Ethernet/IP/TCP headers,
+# 4.4 % of a full frame, taken off by the packet count).
 # Needs root and iproute2; skips saying why otherwise.
 #
 # Usage: tests/netlab_test.sh [MNIST_DIR]
@@ -85,4 +89,35 @@ if [ -s "$out/images_per_s_vs_link_cnn.png" ] && [ -s "$out/results.tsv" ]; then
 else
   fail "missing results.tsv or the figure in $out: $(ls "$out")"
 fi
+
+# The ring of three workers (no ps): each sends and receives 2(n-1)/n of
+# the model per step, headers aside.
+ring="$out/ring"
+log="$("$repo/tests/netlab/netlab.py" --models=cnn --workers=3 --links=200mbit \
+  --settings=ring --steps=10 --data="$data" --out="$ring" 2>&1)"; rc=$?
+echo "$log" | tail -n 3
+if [ "$rc" -ne 0 ]; then fail "netlab.py --settings=ring exited $rc"; finish; fi
+check="$(/usr/bin/python3 - "$ring/results.json" <<'PY'
+import json, sys
+cells = json.load(open(sys.argv[1]))["cells"]
+if len(cells) != 1 or not cells[0].get("ok") or cells[0]["ps"] != 0:
+    print("FAIL: the one ring cell did not train: %s" % cells)
+    sys.exit()
+c = cells[0]
+bound = 2.0 * 2 / 3 * 4 * c["parameters"]
+for what in ("sent", "received"):
+    got = c[what + "_payload_bytes_per_step"]
+    framed = c[what + "_bytes_per_step"]
+    print(("PASS" if bound <= got <= 1.05 * bound else "FAIL") +
+          ": %s %.0f bytes of TCP payload per worker per step, %.3f x 2(n-1)/n x M = %.0f "
+          "(%.3f x with the frames' Ethernet/IP/TCP headers)" %
+          (what, got, got / bound, bound, framed / bound))
+PY
+)"
+while IFS= read -r line; do
+  case "$line" in
+    "PASS: "*) pass "${line#PASS: }" ;;
+    "FAIL: "*) fail "${line#FAIL: }" ;;
+  esac
+done <<<"$check"
 finish
