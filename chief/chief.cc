@@ -445,12 +445,7 @@ absl::StatusOr<int64_t> Chief::Impl::FinalSteps() {
 
 absl::Status Chief::Impl::FinalEvaluation(RunResult* result) {
   if (tasks_->has_evaluator()) {
-    absl::StatusOr<EvalReport> r = tasks_->Evaluate(result->steps, options_.final_eval_timeout);
-    if (!r.ok()) return r.status();
-    result->has_eval = true;
-    result->test_accuracy = r->accuracy();
-    result->test_loss = r->loss();
-    return absl::OkStatus();
+    return ScoreByEvaluator(*tasks_, options_.final_eval_timeout, result);
   }
   if (coordinator_->evaluator_seen()) {
     // An evaluator outside the cluster (TensorFlow's and the Kubeflow
@@ -483,6 +478,15 @@ absl::Status Chief::Impl::EvaluateHere(RunResult* result) {
   absl::StatusOr<const std::vector<float>*> weights = FinalWeights(result->steps);
   if (!weights.ok()) return weights.status();
   ScoreFinalWeights(*spec_, **weights, options_.data_dir, result);
+  return absl::OkStatus();
+}
+
+absl::Status ScoreByEvaluator(ClusterTasks& tasks, absl::Duration timeout, RunResult* result) {
+  absl::StatusOr<EvalReport> r = tasks.Evaluate(result->steps, timeout);
+  if (!r.ok()) return r.status();
+  result->has_eval = true;
+  result->test_accuracy = r->accuracy();
+  result->test_loss = r->loss();
   return absl::OkStatus();
 }
 

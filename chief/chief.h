@@ -132,6 +132,13 @@ class Chief {
   bool gave_up_ = false;
 };
 
+class ClusterTasks;
+
+// The final weights (of step result->steps) scored by the cluster's
+// evaluator into *result; the evaluator's error, if it fails or does not
+// answer within `timeout`.
+absl::Status ScoreByEvaluator(ClusterTasks& tasks, absl::Duration timeout, RunResult* result);
+
 // The chief's own evaluation of the final weights (no evaluator in the
 // cluster): scores `weights` on the test set in `data_dir` into *result
 // (result->steps names them in the log), or says in not_evaluated_why why

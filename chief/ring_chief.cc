@@ -310,12 +310,7 @@ absl::StatusOr<RunResult> RingChief::Finish() {
 absl::Status RingChief::EvaluateFinal(std::vector<float>* weights, RunResult* result) {
   if (tasks_->has_evaluator()) {
     // The evaluator reads the weights from a worker's replica.
-    absl::StatusOr<EvalReport> r = tasks_->Evaluate(result->steps, options_.final_eval_timeout);
-    if (!r.ok()) return r.status();
-    result->has_eval = true;
-    result->test_accuracy = r->accuracy();
-    result->test_loss = r->loss();
-    return absl::OkStatus();
+    return ScoreByEvaluator(*tasks_, options_.final_eval_timeout, result);
   }
   if (options_.data_dir.empty()) {
     result->not_evaluated_why = "no evaluator in TF_CONFIG; give the chief --data_dir to evaluate";

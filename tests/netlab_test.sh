@@ -9,8 +9,8 @@
 # below), and that the tables and the figure were written. Then a ring of
 # three workers (--settings=ring, no ps): 2(n-1)/n of the model each way
 # per worker per step, within 5 % as TCP payload (gRPC's framing and the
-# chief's calls in it; each frame's 66 bytes of Ethernet/IP/TCP headers,
-# 4.4 % of a full frame, taken off by the packet count).
+# chief's calls in it; each packet's 66 bytes of Ethernet/IP/TCP headers
+# taken off by the interface's packet count).
 # Needs root and iproute2; skips saying why otherwise.
 #
 # Usage: tests/netlab_test.sh [MNIST_DIR]
@@ -110,7 +110,7 @@ for what in ("sent", "received"):
     framed = c[what + "_bytes_per_step"]
     print(("PASS" if bound <= got <= 1.05 * bound else "FAIL") +
           ": %s %.0f bytes of TCP payload per worker per step, %.3f x 2(n-1)/n x M = %.0f "
-          "(%.3f x with the frames' Ethernet/IP/TCP headers)" %
+          "(%.3f x with the packets' Ethernet/IP/TCP headers)" %
           (what, got, got / bound, bound, framed / bound))
 PY
 )"

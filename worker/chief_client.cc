@@ -12,9 +12,10 @@ template <typename Request, typename Response>
 absl::Status CallWithRetries(
     const std::string& what, absl::Duration timeout, Coordinator::Stub* stub,
     grpc::Status (Coordinator::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    const Request& request, Response* response, const std::atomic<bool>* stop = nullptr) {
+    const Request& request, Response* response, const std::atomic<bool>* stop = nullptr,
+    absl::Duration attempt_timeout = absl::Seconds(5)) {
   RetryPolicy policy;
-  policy.attempt_timeout = absl::Seconds(5);
+  policy.attempt_timeout = attempt_timeout;
   policy.total_timeout = timeout;
   return RetryRpc(
       what, policy,
@@ -109,7 +110,12 @@ absl::StatusOr<ShardState> ChiefClient::GetReplica(const ReplicaRequest& request
   absl::Status s = CallWithRetries(
       absl::StrCat("fetching the state of step ", request.step(), " from the chief (", address_,
                    ")"),
-      timeout, stub_.get(), &Coordinator::Stub::GetReplica, request, &state);
+      timeout, stub_.get(), &Coordinator::Stub::GetReplica, request, &state, nullptr,
+      // A large model's values and slots, to several workers at once over
+      // the chief's one link: an attempt cut off after a few seconds would
+      // be sent again from its first byte, and again (80 MB x 3 to three
+      // workers over 1 Gbit/s took 46 s of retries in the lab, not 6).
+      /*attempt_timeout=*/timeout);
   if (!s.ok()) return s;
   return state;
 }

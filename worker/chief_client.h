@@ -37,7 +37,9 @@ class ChiefClient {
                                             absl::Duration timeout,
                                             const std::atomic<bool>* stop);
   // multi_worker_mirrored: the state the chief holds (the initial weights
-  // or a checkpoint's), retried for up to `timeout`.
+  // or a checkpoint's). One attempt may take all of `timeout` (a large
+  // state over a slow link); it is retried within it only while the chief
+  // cannot be reached.
   absl::StatusOr<ShardState> GetReplica(const ReplicaRequest& request, absl::Duration timeout);
   // One heartbeat, one attempt (the next one follows soon).
   absl::Status Heartbeat(const HeartbeatRequest& request);

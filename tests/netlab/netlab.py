@@ -18,7 +18,7 @@ Per cell it prints, from the daemons' own logs and the kernel's counters:
     setting's minimum over its rate);
   - bytes sent and received per worker per step on its network interface
     (Ethernet, TCP/IP and gRPC headers included; and again as TCP payload,
-    the frames' headers taken off by the packet count; the one exact pull
+    the packets' headers taken off by the packet count; the one exact pull
     of the whole model before the first step left out), beside the
     setting's theoretical
     minimum (parameters x the codec's bytes per value: fp32 4, bf16 and
@@ -66,8 +66,9 @@ DAEMONS = {
 CODEC_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0 + 4.0 / 256,
                "topk": None, "sign": 1.0 / 8}
 PULL_CODECS = tuple(CODEC_BYTES)  # int8, topk, sign: the change since the worker's weights
-# Ethernet 14 + IPv4 20 + TCP 20 + the timestamp option 12, on every
-# frame on a host's link (MTU 1500: 4.4 % of a full one).
+# Ethernet 14 + IPv4 20 + TCP 20 + the timestamp option 12: the headers of
+# every packet a host's interface counts (a GSO burst of segments counts
+# as one, with one set of headers).
 FRAME_HEADER_BYTES = 66
 SUBNET = "10.214.0."
 PORT = 2222
@@ -401,7 +402,7 @@ def run_cell(net, cell, args, data, tmp):
         # worker's push and pull of its 1/ps of the model.
         bound = max(push_min, pull_min, workers * push_min / ps,
                     workers * pull_min / ps) / rate_Bps
-    # What the frames carry beyond TCP's payload: every packet's Ethernet,
+    # What the packets carry beyond TCP's payload: each one's Ethernet,
     # IPv4 and TCP headers (timestamps on), pure ACKs whole.
     tx_payload = tx - tx_packets * FRAME_HEADER_BYTES
     rx_payload = rx - rx_packets * FRAME_HEADER_BYTES
@@ -521,11 +522,16 @@ def write_outputs(out, results, limits):
     # The strategies side by side: images/s against the number of workers,
     # per model and link, one line per setting and ps count (the ring: none).
     by_panel = {}
+    with_n = any(r.get("ps_label") == "n" for r in results)
     for r in results:
         if r.get("ok"):
-            line = r["setting"] if r["ps"] == 0 else f"{r['setting']}, {r['ps_label']} ps"
-            by_panel.setdefault((r["model"], r["rate_name"]), {}).setdefault(line, []).append(
-                (r["workers"], r["images_per_s"]))
+            labels = ["-"] if r["ps"] == 0 else [r["ps_label"]]
+            if with_n and r["ps"] == r["workers"] and r["ps_label"] != "n":
+                labels.append("n")  # the one cell of --ps=k,n where k = n
+            for label in labels:
+                line = r["setting"] if label == "-" else f"{r['setting']}, {label} ps"
+                by_panel.setdefault((r["model"], r["rate_name"]), {}).setdefault(
+                    line, []).append((r["workers"], r["images_per_s"]))
     for (model, rate_name), series in by_panel.items():
         if len({w for pts in series.values() for w, _ in pts}) < 2:
             continue  # one worker count: nothing to draw against
@@ -655,18 +661,21 @@ def main():
     results = []
     limits = {}
     # A ring has no ps: one cell per (link, model, workers) whatever --ps
-    # says; --ps=n is as many ps as the cell's workers.
+    # says; --ps=n is as many ps as the cell's workers (once: with 2
+    # workers, --ps=2,n is one cell).
     cells = []
+    seen = set()
     for l in links:
         for m in models:
             for w in workers:
                 for c in settings:
                     for s in ([0] if c["ring"] else pss):
-                        cell = dict(model=m, workers=w, ps=s if c["ring"] or s else w, rate=l,
-                                    setting=c, ps_label="n" if s == 0 and not c["ring"] else
-                                    str(s))
-                        if cell not in cells:
-                            cells.append(cell)
+                        ps = s if c["ring"] or s else w
+                        if (l["name"], m, w, c["name"], ps) in seen:
+                            continue
+                        seen.add((l["name"], m, w, c["name"], ps))
+                        cells.append(dict(model=m, workers=w, ps=ps, rate=l, setting=c,
+                                          ps_label="n" if s == 0 and not c["ring"] else str(s)))
     log(f"{len(cells)} cells; shaping with tc tbf (rates only: no netem here, so no added "
         f"delay); logs in {tmp}")
     try:
