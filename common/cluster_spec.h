@@ -49,9 +49,10 @@ class ClusterSpec {
 
   ClusterSpec() = default;
 
-  // Validates job names, addresses (ParseHostPort), that no address repeats,
-  // at most one chief, and that workers come with at least one ps. `source`
-  // prefixes error messages.
+  // Validates job names, addresses (ParseHostPort), that no address repeats
+  // and at most one chief. Workers without a ps job are valid (the ring of
+  // multi_worker_mirrored); the chief's strategy decides. `source` prefixes
+  // error messages.
   static absl::StatusOr<ClusterSpec> Create(JobMap jobs,
                                             std::string_view source);
 

@@ -16,7 +16,8 @@
 // header's contract: errors are InvalidArgument starting with the source;
 // a parsed config names a known task type that has an address (or is an
 // evaluator left out of the cluster), valid unique addresses, at most one
-// chief, a ps when there are workers; ToJson() parses back to the same.
+// chief (workers without a ps are valid: the ring's cluster); ToJson()
+// parses back to the same.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -90,8 +91,8 @@ void CheckSpec(const ClusterSpec& spec) {
     }
   }
   Require(spec.num_tasks(kChiefJob) <= 1, "two chiefs accepted");
-  Require(spec.num_tasks(kWorkerJob) == 0 || spec.num_tasks(kPsJob) > 0,
-          "workers without a ps accepted");
+  // Workers without a ps are valid: the ring's cluster (the chief's
+  // strategy decides whether it needs ps).
 }
 
 void CheckConfig(const TfConfig& config, const std::string& source) {

@@ -92,7 +92,12 @@ class DeviceGraph {
                                           params + l.bias_offset, l.relu, out);
           break;
         case LayerKind::kFlatten:
-          break;  // never planned
+        case LayerKind::kAvgPool2D:
+        case LayerKind::kGlobalAvgPool2D:
+        case LayerKind::kDropout:
+        case LayerKind::kActivation:
+        case LayerKind::kBatchNorm:
+          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
       }
       in = out;
     }
@@ -132,7 +137,12 @@ class DeviceGraph {
               grads + l.bias_offset, dx, Workspace(i));
           break;
         case LayerKind::kFlatten:
-          break;
+        case LayerKind::kAvgPool2D:
+        case LayerKind::kGlobalAvgPool2D:
+        case LayerKind::kDropout:
+        case LayerKind::kActivation:
+        case LayerKind::kBatchNorm:
+          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
       }
       if (dx == nullptr) break;  // nothing below has parameters
       std::swap(g, next);

@@ -108,6 +108,12 @@ absl::StatusOr<std::vector<PlannedLayer>> PlanLayers(const ModelSpec& spec) {
         c = l.units;
         break;
       }
+      case LayerKind::kAvgPool2D:
+      case LayerKind::kGlobalAvgPool2D:
+      case LayerKind::kDropout:
+      case LayerKind::kActivation:
+      case LayerKind::kBatchNorm:
+        return absl::InternalError(absl::StrCat(layer, ": passed the fast-path check"));
     }
     op.out_size = static_cast<int64_t>(h) * w * c;
     ops.push_back(op);

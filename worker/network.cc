@@ -266,7 +266,12 @@ class Network::Replica {
           break;
         }
         case LayerKind::kFlatten:
-          break;  // never planned
+        case LayerKind::kAvgPool2D:
+        case LayerKind::kGlobalAvgPool2D:
+        case LayerKind::kDropout:
+        case LayerKind::kActivation:
+        case LayerKind::kBatchNorm:
+          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
       }
       in = out;
     }
@@ -339,7 +344,12 @@ class Network::Replica {
           break;
         }
         case LayerKind::kFlatten:
-          break;
+        case LayerKind::kAvgPool2D:
+        case LayerKind::kGlobalAvgPool2D:
+        case LayerKind::kDropout:
+        case LayerKind::kActivation:
+        case LayerKind::kBatchNorm:
+          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
       }
       if (op_done != nullptr && op.has_parameters()) (*op_done)(i);
       if (dx == nullptr) break;  // nothing below has parameters
