@@ -91,13 +91,8 @@ class DeviceGraph {
                                           params + l.kernel_offset,
                                           params + l.bias_offset, l.relu, out);
           break;
-        case LayerKind::kFlatten:
-        case LayerKind::kAvgPool2D:
-        case LayerKind::kGlobalAvgPool2D:
-        case LayerKind::kDropout:
-        case LayerKind::kActivation:
-        case LayerKind::kBatchNorm:
-          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
+        default:
+          break;  // PlanLayers plans only Conv2D, MaxPool2D and Dense
       }
       in = out;
     }
@@ -136,13 +131,8 @@ class DeviceGraph {
               /*accumulate=*/false, grads + l.kernel_offset,
               grads + l.bias_offset, dx, Workspace(i));
           break;
-        case LayerKind::kFlatten:
-        case LayerKind::kAvgPool2D:
-        case LayerKind::kGlobalAvgPool2D:
-        case LayerKind::kDropout:
-        case LayerKind::kActivation:
-        case LayerKind::kBatchNorm:
-          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
+        default:
+          break;  // PlanLayers plans only Conv2D, MaxPool2D and Dense
       }
       if (dx == nullptr) break;  // nothing below has parameters
       std::swap(g, next);

@@ -265,13 +265,8 @@ class Network::Replica {
               op.relu, out);
           break;
         }
-        case LayerKind::kFlatten:
-        case LayerKind::kAvgPool2D:
-        case LayerKind::kGlobalAvgPool2D:
-        case LayerKind::kDropout:
-        case LayerKind::kActivation:
-        case LayerKind::kBatchNorm:
-          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
+        default:
+          break;  // PlanLayers plans only Conv2D, MaxPool2D and Dense
       }
       in = out;
     }
@@ -343,13 +338,8 @@ class Network::Replica {
               grads + op.kernel_offset, grads + op.bias_offset, dx);
           break;
         }
-        case LayerKind::kFlatten:
-        case LayerKind::kAvgPool2D:
-        case LayerKind::kGlobalAvgPool2D:
-        case LayerKind::kDropout:
-        case LayerKind::kActivation:
-        case LayerKind::kBatchNorm:
-          break;  // never planned: PlanLayers keeps Conv2D, MaxPool2D and Dense
+        default:
+          break;  // PlanLayers plans only Conv2D, MaxPool2D and Dense
       }
       if (op_done != nullptr && op.has_parameters()) (*op_done)(i);
       if (dx == nullptr) break;  // nothing below has parameters
