@@ -21,6 +21,16 @@ data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
 passed=0; failed=0; skipped=0
 pass() { echo "PASS: $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+# report: counts the "PASS: " and "FAIL: " lines of a check read on stdin.
+report() {
+  local line
+  while IFS= read -r line; do
+    case "$line" in
+      "PASS: "*) pass "${line#PASS: }" ;;
+      "FAIL: "*) fail "${line#FAIL: }" ;;
+    esac
+  done
+}
 skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
 finish() {
   echo "netlab_test: $passed passed, $failed failed, $skipped skipped"
@@ -78,12 +88,7 @@ print(("PASS" if c["minimum_sent_bytes"] <= sent < 0.1 * 4 * c["parameters"] els
       % (sent, c["minimum_sent_bytes"], 4 * c["parameters"]))
 PY
 )"
-while IFS= read -r line; do
-  case "$line" in
-    "PASS: "*) pass "${line#PASS: }" ;;
-    "FAIL: "*) fail "${line#FAIL: }" ;;
-  esac
-done <<<"$check"
+report <<<"$check"
 if [ -s "$out/images_per_s_vs_link_cnn.png" ] && [ -s "$out/results.tsv" ]; then
   pass "results.tsv and images_per_s_vs_link_cnn.png written"
 else
@@ -91,7 +96,7 @@ else
 fi
 
 # The ring of three workers (no ps): each sends and receives 2(n-1)/n of
-# the model per step, headers aside.
+# the model per step, as TCP payload.
 ring="$out/ring"
 log="$("$repo/tests/netlab/netlab.py" --models=cnn --workers=3 --links=200mbit \
   --settings=ring --steps=10 --data="$data" --out="$ring" 2>&1)"; rc=$?
@@ -114,10 +119,5 @@ for what in ("sent", "received"):
           (what, got, got / bound, bound, framed / bound))
 PY
 )"
-while IFS= read -r line; do
-  case "$line" in
-    "PASS: "*) pass "${line#PASS: }" ;;
-    "FAIL: "*) fail "${line#FAIL: }" ;;
-  esac
-done <<<"$check"
+report <<<"$check"
 finish
