@@ -36,10 +36,7 @@ void Dispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
 absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (w < 0 || w >= static_cast<int>(workers_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
-  }
+  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
   if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];
@@ -114,10 +111,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
 absl::Status Dispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (w < 0 || w >= static_cast<int>(workers_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
-  }
+  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
   if (req.done() && !workers_[w].finished) {
     workers_[w].finished = true;

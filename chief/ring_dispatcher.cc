@@ -165,10 +165,7 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req
                                                      absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (w < 0 || w >= static_cast<int>(workers_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
-  }
+  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
   if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];
@@ -233,10 +230,7 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req
 absl::Status RingDispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (w < 0 || w >= static_cast<int>(workers_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker index ", w, " is not in this cluster of ", workers_.size()));
-  }
+  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
   return absl::OkStatus();
 }

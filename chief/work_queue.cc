@@ -11,6 +11,12 @@ namespace pscluster {
 WorkQueue::WorkQueue(int num_workers, int epochs)
     : num_workers_(num_workers), epochs_(epochs) {}
 
+absl::Status WorkQueue::CheckWorker(int worker) const {
+  if (worker >= 0 && worker < num_workers_) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("worker index ", worker, " is not in this cluster of ", num_workers_));
+}
+
 absl::Status WorkQueue::SetChunksPerEpoch(int chunks_per_epoch) {
   absl::MutexLock lock(&mu_);
   if (chunks_per_epoch < 1) {

@@ -23,6 +23,10 @@ class WorkQueue {
  public:
   WorkQueue(int num_workers, int epochs);
 
+  // InvalidArgument naming `worker` when it is not one of the queue's
+  // workers (0 .. num_workers - 1): the dispatchers' check of a request.
+  absl::Status CheckWorker(int worker) const;
+
   // Set by the first worker that asks for work; every later worker must
   // agree (FailedPrecondition naming both values otherwise: their data
   // differs). InvalidArgument for a value < 1.

@@ -15,12 +15,15 @@ RingClient::RingClient(const ClusterSpec& cluster, const std::atomic<bool>* stop
   }
 }
 
+absl::Status RingClient::CheckRank(int rank) const {
+  if (rank >= 0 && rank < num_workers()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("worker rank ", rank, " is not in this cluster of ", num_workers()));
+}
+
 absl::StatusOr<ShardState> RingClient::Fetch(int rank, const ReplicaRequest& request,
                                                 absl::Duration timeout) {
-  if (rank < 0 || rank >= num_workers()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker rank ", rank, " is not in this cluster of ", num_workers()));
-  }
+  if (absl::Status s = CheckRank(rank); !s.ok()) return s;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   ShardState state;
@@ -33,10 +36,7 @@ absl::StatusOr<ShardState> RingClient::Fetch(int rank, const ReplicaRequest& req
 }
 
 absl::Status RingClient::Abort(int rank, int64_t generation, absl::Duration timeout) {
-  if (rank < 0 || rank >= num_workers()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker rank ", rank, " is not in this cluster of ", num_workers()));
-  }
+  if (absl::Status s = CheckRank(rank); !s.ok()) return s;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   RingAbortRequest request;

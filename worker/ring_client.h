@@ -48,6 +48,9 @@ class RingClient {
   int num_workers() const { return static_cast<int>(stubs_.size()); }
 
  private:
+  // InvalidArgument naming `rank` when the cluster has no such worker.
+  absl::Status CheckRank(int rank) const;
+
   const std::atomic<bool>* const stop_;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<Ring::Stub>> stubs_;
