@@ -176,6 +176,14 @@ inline uint32_t AbsKey(float x) {
   return a > 0x7F800000u ? 0x7F800000u : a;
 }
 
+// splitmix64's finalizer: a fixed, well-mixed hash of x.
+inline uint64_t Mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // The largest |x| in bits (the largest finite |x| when it is below
 // 0x7F800000, else some value is not finite). Integer max: vectorises.
 inline uint32_t MaxAbsBits(const float* x, int64_t n) {
@@ -207,33 +215,55 @@ void TopKIndices(const float* c, int64_t n, int64_t k, TopKScratch* scratch) {
   if (k == 0) return;  // an empty tensor
   std::vector<uint64_t>& ranked = scratch->ranked;  // candidates, ascending index
   ranked.clear();
-  // The exact top k, found without sorting all n: a threshold from an
-  // evenly spaced sample (as DGC does) keeps the candidates at or above
-  // it; when they are at least k, the top k are among them (everything
-  // left out is below every candidate). Else, all n.
+  // The exact top k, found without sorting all n: a threshold from a
+  // sample (as DGC does) keeps the candidates at or above it; when they
+  // are at least k, the top k are among them (everything left out is
+  // below every candidate). Else a lower threshold, and at last all n.
   if (k < n && n >= 65536) {
+    // One sample per stratum of n / m values, at a fixed pseudo-random
+    // place in it: evenly spaced samples fall in the same few columns of a
+    // matrix whose row length divides the stride (a Dense kernel's rows
+    // are 4096 wide: every sample came from 2 of its columns), and a
+    // threshold from them may keep far fewer than k candidates.
     const int64_t m = std::min<int64_t>(n, std::max<int64_t>(4096, 40 * n / k));
-    std::vector<uint32_t> sample(m);
-    for (int64_t j = 0; j < m; ++j) sample[j] = AbsKey(c[j * n / m]);
-    // Twice the expected share, so that the candidates rarely fall short.
-    const int64_t r = std::min<int64_t>(m - 1, 2 * k * m / n + 1);
-    std::nth_element(sample.begin(), sample.begin() + r, sample.end(), std::greater<>());
-    const uint32_t threshold = sample[r];
-    ranked.reserve(static_cast<size_t>(3 * k));
-    // Branch-free: a block's candidates are written down, then kept.
-    constexpr int64_t kBlock = 4096;
-    uint32_t found[kBlock];
-    for (int64_t b = 0; b < n; b += kBlock) {
-      const int64_t len = std::min(kBlock, n - b);
-      int64_t count = 0;
-      for (int64_t i = 0; i < len; ++i) {
-        found[count] = static_cast<uint32_t>(i);
-        count += AbsKey(c[b + i]) >= threshold;
+    std::vector<uint32_t>& sample = scratch->sample;
+    sample.resize(m);
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t lo = j * n / m, span = (j + 1) * n / m - lo;
+      sample[j] = AbsKey(c[lo + static_cast<int64_t>(Mix64(static_cast<uint64_t>(j)) %
+                                                     static_cast<uint64_t>(span))]);
+    }
+    // Twice the expected share, so that the candidates rarely fall short;
+    // if they do, four times as many, then eight, before all n.
+    int64_t r = 0;
+    for (int64_t share = 2; share <= 16 && static_cast<int64_t>(ranked.size()) < k;
+         share *= 4) {
+      const int64_t next = std::min<int64_t>(m - 1, share * k * m / n + 1);
+      if (next < r) break;
+      // Elements before r are already the largest; rank only the rest.
+      std::nth_element(sample.begin() + r, sample.begin() + next, sample.end(),
+                       std::greater<>());
+      r = next;
+      const uint32_t threshold = sample[r];
+      ranked.clear();
+      ranked.reserve(static_cast<size_t>(3 * share / 2 * k));
+      // Branch-free: a block's candidates are written down, then kept.
+      constexpr int64_t kBlock = 4096;
+      uint32_t found[kBlock];
+      for (int64_t b = 0; b < n; b += kBlock) {
+        const int64_t len = std::min(kBlock, n - b);
+        int64_t count = 0;
+        for (int64_t i = 0; i < len; ++i) {
+          found[count] = static_cast<uint32_t>(i);
+          count += AbsKey(c[b + i]) >= threshold;
+        }
+        for (int64_t j = 0; j < count; ++j) ranked.push_back(rank(b + found[j]));
       }
-      for (int64_t j = 0; j < count; ++j) ranked.push_back(rank(b + found[j]));
+      if (r == m - 1) break;  // the sample's smallest: nothing lower to try
     }
   }
   if (static_cast<int64_t>(ranked.size()) < k) {
+    if (k < n && n >= 65536) ++scratch->full_scans;
     ranked.resize(n);
     for (int64_t i = 0; i < n; ++i) ranked[i] = rank(i);
   }

@@ -113,9 +113,15 @@ absl::Status DecodePieces(const CodecOptions& o, const std::vector<WirePiece>& p
 
 // Top-k's working memory, kept by callers that encode again and again.
 struct TopKScratch {
+  std::vector<uint32_t> sample;
   std::vector<uint32_t> index;
   std::vector<uint64_t> ranked;
   std::vector<uint64_t> order;
+  // Encodes of a large tensor (65536 values or more) that ranked all of
+  // it, because no threshold from the sample kept k candidates: the slow
+  // path, which a sample that sees the whole tensor should almost never
+  // take.
+  int64_t full_scans = 0;
 };
 
 // Error feedback for one sender: Encode(x) sends c = x + r (r the residual

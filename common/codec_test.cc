@@ -152,6 +152,38 @@ TEST(CodecTest, TopKOfLargeTensorsIsExact) {
   }
 }
 
+// A Dense kernel's gradient has structure along its rows: here every
+// 128th column is large, fewer values than k. Samples spaced evenly by a
+// divisor of the row length would all fall in those columns and set a
+// threshold only they pass, and top-k would rank the whole tensor; the
+// sample must see every column.
+TEST(CodecTest, TopKSampleSeesPastAMatrixsColumns) {
+  constexpr int64_t kRows = 64, kCols = 4096, n = kRows * kCols;
+  std::vector<float> x = Values(n, 31);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kCols; c += 128) x[r * kCols + c] = 10.0f + r + c * 1e-3f;
+  }
+  CodecOptions o = With(Codec::kTopK);
+  o.topk_fraction = 0.01;  // k = 2622 > the 2048 large values
+  ErrorFeedback feedback(n);
+  TopKScratch scratch;
+  std::string bytes;
+  feedback.Encode(o, x.data(), 0, n, &bytes, &scratch);
+  EXPECT_EQ(scratch.full_scans, 0);
+  // Still exactly the top k: what was sent is x minus what was kept back.
+  std::vector<uint32_t> order(n);
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  const int64_t k = 2622;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](uint32_t a, uint32_t b) {
+    return std::fabs(x[a]) != std::fabs(x[b]) ? std::fabs(x[a]) > std::fabs(x[b]) : a < b;
+  });
+  std::vector<bool> top(n, false);
+  for (int64_t j = 0; j < k; ++j) top[order[j]] = true;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(feedback.residual()[i], top[i] ? 0.0f : x[i]) << i;
+  }
+}
+
 TEST(CodecTest, SignSendsTheMeanMagnitudeWithEachSign) {
   const std::vector<float> x = Values(1001, 6);
   double mean = 0;
