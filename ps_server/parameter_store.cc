@@ -360,7 +360,11 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
     r.version = version_;
     return r;
   }
-  pending_[w].assign(args.gradients, args.gradients + args.num_floats);
+  if (args.owned != nullptr) {
+    pending_[w].swap(*args.owned);
+  } else {
+    pending_[w].assign(args.gradients, args.gradients + args.num_floats);
+  }
   pending_examples_[w] = args.num_examples;
   pending_nonfinite_[w] = !finite;
   ++pending_count_;

@@ -93,6 +93,11 @@ struct PushArgs {
   int num_examples = 0;
   const float* gradients = nullptr;
   int64_t num_floats = 0;
+  // Optional: the buffer that holds the gradient (gradients ==
+  // owned->data(), num_floats == owned->size()). A sync store then keeps
+  // it by swapping instead of copying it, and leaves in its place a buffer
+  // of any size and contents, for the caller's next push.
+  std::vector<float>* owned = nullptr;
   int64_t generation = 0;  // of the weights the gradient was computed on
 };
 

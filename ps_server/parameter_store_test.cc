@@ -75,6 +75,34 @@ TEST_F(StoreTest, SyncWaitsForAllReplicasThenAppliesWeightedMean) {
   EXPECT_EQ(v, 1);
 }
 
+// A caller's own buffer (PushArgs::owned) is kept by swapping: the step
+// comes out the same as from copied gradients, and the caller gets back
+// another buffer, which its next push may fill.
+TEST_F(StoreTest, SyncKeepsAnOwnedGradientBySwappingIt) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  std::vector<float> mine = {4, 4, 4};
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.worker = 1;
+  a.num_examples = 3;
+  a.gradients = mine.data();
+  a.num_floats = 3;
+  a.owned = &mine;
+  ASSERT_TRUE(store_.Push(a).ok());
+  EXPECT_NE(mine, (std::vector<float>{4, 4, 4}));  // the store kept the gradient
+  mine.assign({9, 9, 9});                          // and its buffer is the caller's again
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {0, 8, -4}, /*examples=*/1).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{-2, -3, 1}));  // as in the test above
+  // A dropped push (stale: version 0 again) leaves the buffer alone.
+  std::vector<float> late = {7, 7, 7};
+  a.gradients = late.data();
+  a.owned = &late;
+  absl::StatusOr<PushResult> r = store_.Push(a);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(late, (std::vector<float>{7, 7, 7}));
+}
+
 TEST_F(StoreTest, MovingStatisticsAreAveragedWithTheirMomentumNotTrained) {
   // Value 1 is a BatchNormalization moving statistic with momentum 0.75:
   // the step's (example-weighted) mean of the pushed values moves it a
