@@ -27,7 +27,8 @@
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, model, "cnn",
-          "Model to train: a built-in model (cnn: the seeds' CNN; mlp; vgg_fashion; mlp_large) "
+          "Model to train: a built-in model (cnn: the seeds' CNN; mlp; vgg_fashion; mlp_large; "
+          "mlp_deep) "
           "or the path of a Keras model file (model.to_json()'s .json, TensorFlow.js's "
           "model.json, or a .keras archive); it travels to every task in the plan");
 ABSL_FLAG(int, epochs, 6, "Passes over the training set");

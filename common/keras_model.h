@@ -37,7 +37,7 @@ absl::StatusOr<ModelSpec> PlanModelSpec(const std::string& model,
                                         const std::string& model_json);
 
 // The models shipped in models/ and built into every binary:
-// cnn, mlp, vgg_fashion, mlp_large.
+// cnn, mlp, vgg_fashion, mlp_large, mlp_deep.
 std::vector<std::string> BuiltinModelNames();
 
 }  // namespace pscluster

@@ -87,6 +87,9 @@ TEST(KerasModelTest, ShippedVggAndLargeMlp) {
   ModelSpec large = Parse(*ReadModelFile("mlp_large"), "mlp_large");
   EXPECT_GE(large.num_parameters, 20000000);
   EXPECT_EQ(large.num_parameters, 784 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10);
+  ModelSpec deep = Parse(*ReadModelFile("mlp_deep"), "mlp_deep");
+  EXPECT_EQ(deep.num_parameters, 784 * 2048 + 2048 + 4 * (2048 * 2048 + 2048) + 2048 * 10 + 10);
+  EXPECT_EQ(deep.variables.size(), 12u);  // six Dense layers' kernels and biases
 }
 
 TEST(KerasModelTest, TensorFlowJsToJson) {

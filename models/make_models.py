@@ -101,6 +101,14 @@ MODELS = {
     "mlp_large": sequential("mlp_large", [
         inp([28, 28, 1]), flatten(), dense("dense1", 4096, "relu"), dense("dense2", 4096, "relu"),
         dense("dense3", 10, "linear")]),
+    # 18,413,578 parameters in five hidden layers of one width: backprop
+    # makes a layer's gradient final every fifth of the way, and the
+    # forward pass needs the weights a fifth at a time, so a push or pull
+    # that overlaps the step has something to hide behind (mlp_large's
+    # 16.8 M-value middle layer is final just before its step ends).
+    "mlp_deep": sequential("mlp_deep", [inp([28, 28, 1]), flatten()] + [
+        dense("dense%d" % i, 2048, "relu") for i in range(1, 6)] + [
+        dense("dense6", 10, "linear")]),
 }
 
 if __name__ == "__main__":
