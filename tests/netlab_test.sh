@@ -53,6 +53,39 @@ else
   fail "--settings=topk+int4: exit $rc, '$msg'"
 fi
 
+msg="$("$repo/tests/netlab/netlab.py" --settings=topk:1.5+int8 --data="$data" 2>&1)"; rc=$?
+if [ "$rc" -eq 2 ] && grep -q "'topk:1.5'" <<<"$msg"; then
+  pass "a top-k fraction out of (0, 1] exits 2 naming it: $msg"
+else
+  fail "--settings=topk:1.5+int8: exit $rc, '$msg'"
+fi
+
+# The accuracy curve places each evaluation at the time training reached
+# its version (between the chief's progress lines; the final version at
+# the last worker's end), not at the time the evaluation ended.
+check="$(/usr/bin/python3 - "$repo/tests/netlab/netlab.py" <<'PY'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("netlab", sys.argv[1])
+netlab = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(netlab)
+text = {
+    "chief": "10:00:00.000 I chief:0] waiting\n"
+             "10:00:10.000 I chief:0] epoch 1/1 step 100 examples 0 examples/s 0\n"
+             "10:00:20.000 I chief:0] epoch 1/1 step 300 examples 0 examples/s 0\n",
+    "ev": "10:00:05.000 I evaluator:0] eval: step=0 accuracy=0.1000 loss=2\n"
+          "10:00:31.000 I evaluator:0] eval: step=200 accuracy=0.9000 loss=1\n"
+          "10:00:40.000 I evaluator:0] eval: step=400 accuracy=0.9500 loss=1 (final)\n",
+    "w0": "10:00:30.000 I worker:0] done: 200 steps, 100 examples; compute_s=1 comm_s=1 wall_s=2\n",
+    "w1": "10:00:25.000 I worker:1] done: 200 steps, 100 examples; compute_s=1 comm_s=1 wall_s=2\n",
+}
+curve = netlab.accuracy_curve(text, {"worker": ["w0", "w1"]})
+want = [(0.0, 0.1), (15.0, 0.9), (30.0, 0.95)]
+print(("PASS" if curve == want else "FAIL") +
+      ": evaluations at the times their versions were reached: %s (want %s)" % (curve, want))
+PY
+)"
+report <<<"$check"
+
 msg="$("$repo/tests/netlab/netlab.py" --eval_interval_s=-1 --data="$data" 2>&1)"; rc=$?
 if [ "$rc" -eq 2 ] && grep -q "eval_interval_s=-1" <<<"$msg"; then
   pass "a bad evaluation interval exits 2 naming it: $msg"
@@ -61,7 +94,7 @@ else
 fi
 
 log="$("$repo/tests/netlab/netlab.py" --models=cnn --workers=2 --ps=1 --links=200mbit \
-  --settings=topk+int8@tcp --steps=10 --data="$data" --out="$out" 2>&1)"; rc=$?
+  --settings=topk:0.02+int8@tcp --steps=10 --data="$data" --out="$out" 2>&1)"; rc=$?
 echo "$log" | tail -n 6
 if [ "$rc" -ne 0 ]; then fail "netlab.py exited $rc"; finish; fi
 check="$(/usr/bin/python3 - "$out/results.json" <<'PY'
@@ -86,6 +119,10 @@ sent = c["sent_bytes_per_step"]
 print(("PASS" if c["minimum_sent_bytes"] <= sent < 0.1 * 4 * c["parameters"] else "FAIL") +
       ": sent %.0f bytes per step: above top-k's minimum %.0f, below a tenth of fp32's %.0f"
       % (sent, c["minimum_sent_bytes"], 4 * c["parameters"]))
+print(("PASS" if c["setting"] == "topk:0.02+int8@tcp" and
+       abs(c["minimum_sent_bytes"] - 8 * 0.02 * c["parameters"]) < 1 else "FAIL") +
+      ": the setting's own top-k fraction sets the minimum: %s, %.0f bytes" %
+      (c["setting"], c["minimum_sent_bytes"]))
 PY
 )"
 report <<<"$check"

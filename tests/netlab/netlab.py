@@ -110,7 +110,8 @@ def parse_setting(text, topk_fraction):
     else fp32; TRANSPORT to grpc; tcp-push is tcp with --priority_pull=false
     (gradients sent during backprop, the next step started once all weights
     are in), tcp-serial tcp with --push_overlap=false (the gradient sent after
-    backprop, not during it)."""
+    backprop, not during it). topk:F sends the fraction F (in (0, 1]) of each
+    tensor instead of --topk_fraction."""
     if text == "ring" or text.startswith("ring+"):
         codec = text.partition("+")[2] or "fp32"
         if codec not in RING_CODECS:
@@ -124,6 +125,23 @@ def parse_setting(text, topk_fraction):
         raise UsageError(f"--settings: '{text}': transport '{transport}' is not grpc, tcp, "
                          "tcp-push or tcp-serial")
     push, _, pull = codecs.partition("+")
+    fractions = set()
+    for part in (push, pull):
+        if part.startswith("topk:"):
+            try:
+                fraction = float(part[len("topk:"):])
+            except ValueError:
+                fraction = float("nan")
+            if not 0 < fraction <= 1:
+                raise UsageError(f"--settings: '{text}': the top-k fraction in '{part}' is not "
+                                 "a number in (0, 1]")
+            fractions.add(fraction)
+    if len(fractions) > 1:
+        raise UsageError(f"--settings: '{text}': one top-k fraction per setting")
+    explicit = bool(fractions)
+    if explicit:
+        topk_fraction = fractions.pop()
+    push, pull = push.split(":")[0], pull.split(":")[0]
     if push not in CODEC_BYTES:
         raise UsageError(f"--settings: '{text}': push codec '{push}' is not one of "
                          f"{', '.join(CODEC_BYTES)}")
@@ -133,10 +151,14 @@ def parse_setting(text, topk_fraction):
                          f"{', '.join(PULL_CODECS)}")
     def per_value(codec):
         return CODEC_BYTES[codec] if codec != "topk" else 8.0 * topk_fraction
-    name = f"{push}+{pull}" if pull != push else push
+
+    def label(codec):
+        return f"topk:{topk_fraction:g}" if codec == "topk" and explicit else codec
+    name = f"{label(push)}+{label(pull)}" if pull != push else label(push)
     if transport != "grpc":
         name += f"@{transport}"
     return {"name": name, "push": push, "pull": pull, "transport": transport, "ring": False,
+            "topk_fraction": topk_fraction,
             "push_bytes": per_value(push), "pull_bytes": per_value(pull)}
 
 
@@ -272,6 +294,7 @@ PARAMS_RE = re.compile(r"model \S+: (\d+) parameters")
 FINAL_RE = re.compile(r"final: test_accuracy=([\d.]+) test_loss=([\d.]+) .*wall_s=([\d.]+)")
 STAMP_RE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) ")
 EVAL_RE = re.compile(r"eval: step=(\d+) accuracy=([\d.]+)")
+PROGRESS_RE = re.compile(r"epoch \d+/\d+ step (\d+) ")
 
 
 def stamp_seconds(line):
@@ -295,7 +318,7 @@ def run_cell(net, cell, args, data, tmp):
     logs = {}
     chief_args = [f"--model={model}", f"--mode={args.mode}", "--wait_for_cluster_s=90",
                   f"--epochs={max(args.epochs, 1)}", f"--batch_size={args.batch_size}",
-                  f"--seed={args.seed}", "--log_every_s=5"]
+                  f"--seed={args.seed}", "--log_every_s=2"]
     if setting["ring"]:
         chief_args += ["--strategy=multi_worker_mirrored", f"--ring_codec={setting['codec']}"]
     else:
@@ -303,7 +326,7 @@ def run_cell(net, cell, args, data, tmp):
                        f"--transport={setting['transport'].split('-')[0]}",
                        f"--push_overlap={str(setting['transport'] != 'tcp-serial').lower()}",
                        f"--priority_pull={str(setting['transport'] == 'tcp').lower()}",
-                       f"--topk_fraction={args.topk_fraction}"]
+                       f"--topk_fraction={setting['topk_fraction']}"]
     if not evaluate:
         chief_args.append(f"--data_dir={data}")  # the chief's own final evaluation
     extra = {
@@ -320,9 +343,14 @@ def run_cell(net, cell, args, data, tmp):
             logs[h] = path
             env = dict(os.environ, TF_CONFIG=tf_config)
             env.pop("OPENBLAS_CORETYPE", None)
+            # The evaluator runs only on cores the cluster leaves idle
+            # (SCHED_IDLE): its evaluations, an 80 MB model's each a few
+            # CPU-seconds, would otherwise slow the training they measure,
+            # and a CPU-bound setting more than a link-bound one.
+            idle = ["chrt", "--idle", "0"] if job == "evaluator" else []
             with open(path, "w") as out:
                 procs.append((h, subprocess.Popen(
-                    ["ip", "netns", "exec", net.ns(h), os.path.join(BIN, DAEMONS[job])]
+                    ["ip", "netns", "exec", net.ns(h)] + idle + [os.path.join(BIN, DAEMONS[job])]
                     + extra[job], stdout=out, stderr=subprocess.STDOUT, env=env)))
     # CPU seconds (user + system) each daemon used, from its exit status
     # (ip netns exec execs the daemon: the child is the daemon itself).
@@ -425,16 +453,42 @@ def run_cell(net, cell, args, data, tmp):
     if final and evaluate:
         result["test_accuracy"] = float(final.group(1))
     if evaluate:
-        # Seconds since the chief's first line, on the daemons' own clock.
-        t0 = next((t for t in map(stamp_seconds, text["chief"].splitlines()) if t is not None),
-                  None)
-        curve = []
-        for line in text.get("ev", "").splitlines():
-            m, t = EVAL_RE.search(line), stamp_seconds(line)
-            if m and t is not None and t0 is not None:
-                curve.append(((t - t0) % 86400, float(m.group(2))))
-        result["accuracy_curve"] = curve
+        result["accuracy_curve"] = accuracy_curve(text, hosts)
     return result
+
+
+def accuracy_curve(text, hosts):
+    """Test accuracy against the time training reached the evaluated
+    weights, in seconds since the chief's first line (the daemons' own
+    clock): the time the chief's progress lines give for the evaluation's
+    version (linear between two lines; the last worker's end for the final
+    version), not the time the evaluation ended, which lags by however long
+    it waited for a core and took."""
+    def seconds(t):
+        return (t - t0) % 86400
+    lines = text["chief"].splitlines()
+    t0 = next((t for t in map(stamp_seconds, lines) if t is not None), None)
+    if t0 is None:
+        return []
+    reached = [(0.0, 0)]  # (seconds, version): versions only rise
+    for line in lines:
+        m, t = PROGRESS_RE.search(line), stamp_seconds(line)
+        if m and t is not None and int(m.group(1)) > reached[-1][1]:
+            reached.append((seconds(t), int(m.group(1))))
+    evals = [(stamp_seconds(line), int(m.group(1)), float(m.group(2)))
+             for line in text.get("ev", "").splitlines() for m in [EVAL_RE.search(line)] if m]
+    final_version = max((v for _, v, _ in evals), default=0)
+    ends = [stamp_seconds(line) for h in hosts["worker"]
+            for line in text[h].splitlines() if DONE_RE.search(line)]
+    if ends and all(e is not None for e in ends) and final_version > reached[-1][1]:
+        reached.append((seconds(max(ends)), final_version))
+
+    def time_of(version, evaluated_at):
+        for (ta, va), (tb, vb) in zip(reached, reached[1:]):
+            if va <= version <= vb:
+                return min(ta + (tb - ta) * (version - va) / (vb - va), evaluated_at)
+        return evaluated_at
+    return sorted((round(time_of(v, seconds(t)), 3), a) for t, v, a in evals if t is not None)
 
 
 # ---- Output ---------------------------------------------------------------
@@ -577,7 +631,8 @@ def main():
                         "started on the first layers' weights while the rest arrive), tcp-push "
                         "(the first half only) or tcp-serial (neither), e.g. fp32@tcp; or "
                         "ring[+CODEC]: --strategy=multi_worker_mirrored, the ring's codec "
-                        "fp32 (default), bf16 or fp16")
+                        "fp32 (default), bf16 or fp16. topk:F is top-k of the fraction F "
+                        "(instead of --topk_fraction), e.g. topk:0.02+int8@tcp")
     p.add_argument("--topk_fraction", type=float, default=0.01)
     p.add_argument("--mode", default="sync", choices=["sync", "async"])
     p.add_argument("--steps", type=int, default=12,
