@@ -82,9 +82,29 @@ curve = netlab.accuracy_curve(text, {"worker": ["w0", "w1"]})
 want = [(0.0, 0.1), (15.0, 0.9), (30.0, 0.95)]
 print(("PASS" if curve == want else "FAIL") +
       ": evaluations at the times their versions were reached: %s (want %s)" % (curve, want))
+# Time to the first setting's final accuracy, per group of cells.
+cell = lambda setting, curve, final: dict(ok=True, model="m", workers=2, ps_label="2",
+                                          rate_name="1gbit", setting=setting,
+                                          accuracy_curve=curve, test_accuracy=final)
+ref = cell("fp32", [(0, 0.1), (50, 0.95), (80, 0.94), (100, 0.95)], 0.95)
+fast = cell("topk", [(0, 0.1), (20, 0.9), (40, 0.96), (60, 0.97)], 0.97)
+slow = cell("sign", [(0, 0.1), (30, 0.9)], 0.9)
+netlab.time_to_target([ref, fast, slow])
+got = (ref["time_to_target"]["seconds"], fast["time_to_target"]["seconds"],
+       fast["time_to_target"]["of_reference_training"], fast["time_to_target"]["of_reference_first"],
+       slow["time_to_target"]["seconds"])
+print(("PASS" if got == (50, 40, 0.4, 0.8, None) else "FAIL") +
+      ": time to the reference's final accuracy: %s (want (50, 40, 0.4, 0.8, None))" % (got,))
 PY
 )"
 report <<<"$check"
+
+msg="$("$repo/tests/netlab/netlab.py" --settings=fp32,topk --epochs=1,2,3 --data="$data" 2>&1)"; rc=$?
+if [ "$rc" -eq 2 ] && grep -q "epochs=1,2,3" <<<"$msg"; then
+  pass "epochs for more settings than there are exit 2 naming them: $msg"
+else
+  fail "--epochs=1,2,3 with two settings: exit $rc, '$msg'"
+fi
 
 msg="$("$repo/tests/netlab/netlab.py" --eval_interval_s=-1 --data="$data" 2>&1)"; rc=$?
 if [ "$rc" -eq 2 ] && grep -q "eval_interval_s=-1" <<<"$msg"; then

@@ -308,7 +308,8 @@ def run_cell(net, cell, args, data, tmp):
                                          ("model", "workers", "ps", "rate", "setting"))
     hosts = {"chief": ["chief"], "ps": [f"ps{i}" for i in range(ps)],
              "worker": [f"w{i}" for i in range(workers)]}
-    evaluate = args.epochs > 0
+    epochs = setting["epochs"]
+    evaluate = epochs > 0
     if evaluate:
         hosts["evaluator"] = ["ev"]
     spec = {job: [f"{net.addr[h]}:{PORT}" for h in hs] for job, hs in hosts.items()}
@@ -317,7 +318,7 @@ def run_cell(net, cell, args, data, tmp):
     procs = []
     logs = {}
     chief_args = [f"--model={model}", f"--mode={args.mode}", "--wait_for_cluster_s=90",
-                  f"--epochs={max(args.epochs, 1)}", f"--batch_size={args.batch_size}",
+                  f"--epochs={max(epochs, 1)}", f"--batch_size={args.batch_size}",
                   f"--seed={args.seed}", "--log_every_s=2"]
     if setting["ring"]:
         chief_args += ["--strategy=multi_worker_mirrored", f"--ring_codec={setting['codec']}"]
@@ -531,6 +532,46 @@ def print_table(results, limits):
     sys.stdout.flush()
 
 
+def time_to_target(results):
+    """Per group of cells that trained epochs (model, workers, ps, link): the
+    first setting's final test accuracy is the target; each cell gets the
+    time it first reached it, against the first setting's whole training
+    time and the time that setting itself first reached it. Prints one line
+    a cell and stores them as result["time_to_target"]."""
+    groups = {}
+    for r in results:
+        if r.get("ok") and r.get("accuracy_curve") and r.get("test_accuracy") is not None:
+            groups.setdefault((r["model"], r["workers"], r["ps_label"], r["rate_name"]),
+                              []).append(r)
+    for (model, workers, ps, rate), cells in groups.items():
+        ref = cells[0]
+        target = ref["test_accuracy"]
+
+        def first(r):
+            return next((t for t, a in r["accuracy_curve"] if a >= target), None)
+        ref_end = max(t for t, _ in ref["accuracy_curve"])
+        ref_first = first(ref)
+        print(f"time to {ref['setting']}'s final test accuracy {target:.4f} "
+              f"({os.path.basename(model)}, {workers} workers, {ps} ps, {rate}):")
+        for r in cells:
+            t = first(r)
+            r["time_to_target"] = dict(
+                target=target, reference=ref["setting"], seconds=t,
+                of_reference_training=t / ref_end if t is not None and ref_end else None,
+                of_reference_first=t / ref_first if t is not None and ref_first else None)
+            if t is None:
+                print(f"  {r['setting']}: not reached (best {max(a for _, a in r['accuracy_curve']):.4f}"
+                      f", {max(x for x, _ in r['accuracy_curve']):.0f} s of training)")
+            elif r is ref:
+                print(f"  {r['setting']}: first at {t:.0f} s; trained {ref_end:.0f} s")
+            else:
+                print(f"  {r['setting']}: first at {t:.0f} s = "
+                      f"{r['time_to_target']['of_reference_training']:.2f} x the reference's "
+                      f"training time" + (f", {r['time_to_target']['of_reference_first']:.2f} x "
+                                          "its first" if ref_first else ""))
+    sys.stdout.flush()
+
+
 def write_outputs(out, results, limits):
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"link_limits_bytes_per_s": limits, "cells": results}, f, indent=1)
@@ -638,9 +679,13 @@ def main():
     p.add_argument("--steps", type=int, default=12,
                    help="steps per cell when --epochs is 0: a training set of "
                         "steps x batch_size examples, one epoch")
-    p.add_argument("--epochs", type=int, default=0,
+    p.add_argument("--epochs", default="0",
                    help="train this many epochs of the whole of MNIST per cell, with an "
-                        "evaluator (accuracy and the accuracy-time curve); 0: --steps")
+                        "evaluator (accuracy and the accuracy-time curve); 0: --steps. "
+                        "A list gives each setting its own, in --settings order (e.g. "
+                        "1,2: the second may take longer to reach the first's accuracy); "
+                        "each group of cells then reports the time every setting took to "
+                        "reach the first setting's final test accuracy")
     p.add_argument("--eval_interval_s", type=float, default=3,
                    help="with --epochs: seconds between the evaluator's evaluations (it "
                         "shares the machine's cores: an evaluation of mlp_large, its 80 MB "
@@ -666,13 +711,20 @@ def main():
         settings = [parse_setting(t, args.topk_fraction) for t in args.settings.split(",")]
         if args.mode == "async" and any(c["ring"] for c in settings):
             raise UsageError("--mode=async: the ring settings are synchronous")
+        epochs = int_list("--epochs", args.epochs, 0)
+        if len(epochs) not in (1, len(settings)):
+            raise UsageError(f"--epochs={args.epochs}: one count, or one per setting "
+                             f"({len(settings)})")
+        if len(set(e > 0 for e in epochs)) > 1:
+            raise UsageError(f"--epochs={args.epochs}: epochs for every setting, or 0 for all")
+        for c, e in zip(settings, epochs * len(settings) if len(epochs) == 1 else epochs):
+            c["epochs"] = e
+        args.epochs = max(epochs)
         if args.cell_timeout_s is None:
             args.cell_timeout_s = 3600 * args.epochs if args.epochs > 0 else 600
         for flag in ("steps", "batch_size", "threads", "cell_timeout_s"):
             if getattr(args, flag) < 1:
                 raise UsageError(f"--{flag}={getattr(args, flag)} must be at least 1")
-        if args.epochs < 0:
-            raise UsageError(f"--epochs={args.epochs} must be at least 0")
         if not args.eval_interval_s > 0:
             raise UsageError(f"--eval_interval_s={args.eval_interval_s} must be above 0")
         if not os.path.isfile(os.path.join(args.data, "train-images-idx3-ubyte.gz")):
@@ -754,6 +806,7 @@ def main():
         if net is not None:
             net.close()
     print_table(results, limits)
+    time_to_target(results)
     pngs = write_outputs(args.out, results, limits)
     for png in pngs:
         log(f"wrote {png}")
