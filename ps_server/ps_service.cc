@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -113,11 +112,18 @@ std::vector<WirePiece> PsService::Pieces() {
   return pieces;
 }
 
-PsService::PushScratch* PsService::Scratch(int worker) {
-  absl::MutexLock lock(&scratch_mu_);
-  std::unique_ptr<PushScratch>& st = scratch_[worker];
-  if (st == nullptr) st = std::make_unique<PushScratch>();
-  return st.get();
+std::vector<float> PsService::TakeBuffer() {
+  absl::MutexLock lock(&buffers_mu_);
+  if (buffers_.empty()) return {};
+  std::vector<float> b = std::move(buffers_.back());
+  buffers_.pop_back();
+  return b;
+}
+
+void PsService::GiveBuffer(std::vector<float> buffer) {
+  if (buffer.capacity() == 0) return;
+  absl::MutexLock lock(&buffers_mu_);
+  if (buffers_.size() < kKeptBuffers) buffers_.push_back(std::move(buffer));
 }
 
 PsService::ChangeState* PsService::Changes(int worker) {
@@ -237,46 +243,43 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   if (!codec.ok()) {
     return Refused(InvalidArgument(absl::StrCat("gradients: ", codec.status().message())));
   }
-  std::vector<float> local;
-  std::vector<float>* copy = &local;
+  // The decoded gradient, when it is not used where it lies; what the
+  // store leaves in its place goes back to the pool, however this ends.
+  std::vector<float> decoded;
+  struct GiveBack {
+    PsService* service;
+    std::vector<float>& buffer;
+    ~GiveBack() { service->GiveBuffer(std::move(buffer)); }
+  } give_back{this, decoded};
   const float* grads = reinterpret_cast<const float*>(g.data());
   int64_t num_floats = static_cast<int64_t>(g.size() / sizeof(float));
   // fp32 in the ps's shard order is used where it lies.
   const bool as_is = *codec == Codec::kFloat32 && !req.shards_reversed();
   const std::vector<WirePiece> pieces = as_is ? std::vector<WirePiece>() : Pieces();
-  // Held from the decode until the store has taken the buffer (one push of
-  // a worker at a time: a resend racing the first attempt waits here).
-  std::optional<absl::MutexLock> scratch_lock;
   if (!pieces.empty()) {
     // Decoded shard by shard into fp32 (before Init there are no shards:
-    // the store then says it is not initialised), into the worker's buffer
-    // (a worker index out of range gets a buffer of its own; the store
-    // refuses it).
-    if (req.worker_index() >= 0 && req.worker_index() < kMaxScratchWorkers) {
-      PushScratch* st = Scratch(req.worker_index());
-      scratch_lock.emplace(&st->mu);
-      copy = &st->decoded;
-    }
+    // the store then says it is not initialised).
+    decoded = TakeBuffer();
     num_floats = 0;
     for (const WirePiece& p : pieces) num_floats += p.size;
-    copy->resize(num_floats);
+    decoded.resize(num_floats);
     CodecOptions o;
     o.codec = *codec;
     o.min_elements = req.codec_min_elements();
-    if (absl::Status s = DecodePieces(o, pieces, g, copy->data(), req.shards_reversed());
+    if (absl::Status s = DecodePieces(o, pieces, g, decoded.data(), req.shards_reversed());
         !s.ok()) {
       return Refused(InvalidArgument(
           absl::StrCat("gradients encoded as ", req.dtype(), ": ", s.message())));
     }
-    grads = copy->data();
+    grads = decoded.data();
   } else {
     if (g.size() % sizeof(float) != 0) return Refused(BadBytes("gradients", g.size()));
     // Protobuf strings come from the allocator, 16-byte aligned in
     // practice; copy only if not.
     if (reinterpret_cast<uintptr_t>(g.data()) % alignof(float) != 0) {
-      copy->resize(g.size() / sizeof(float));
-      std::memcpy(copy->data(), g.data(), g.size());
-      grads = copy->data();
+      decoded.resize(g.size() / sizeof(float));
+      std::memcpy(decoded.data(), g.data(), g.size());
+      grads = decoded.data();
     }
   }
   PushArgs a;
@@ -288,7 +291,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   a.gradients = grads;
   a.num_floats = num_floats;
   a.generation = req.generation();
-  if (grads == copy->data()) a.owned = copy;
+  if (grads == decoded.data()) a.owned = &decoded;
   const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
   if (!r.ok()) {

@@ -106,18 +106,16 @@ class PsService final : public ParameterServer::Service {
   };
   ChangeState* Changes(int worker);
 
-  // Per worker: the buffer its encoded or reordered pushes are decoded
-  // into, reused from push to push (a fresh one would be faulted in page by
-  // page every time: 80 MB is 20,000 pages) and handed to the store, which
-  // swaps it with the one it held (PushArgs::owned).
-  struct PushScratch {
-    absl::Mutex mu;
-    std::vector<float> decoded ABSL_GUARDED_BY(mu);
-  };
-  PushScratch* Scratch(int worker);
-  static constexpr int kMaxScratchWorkers = 1 << 16;  // the store's bound
-  absl::Mutex scratch_mu_;
-  std::map<int, std::unique_ptr<PushScratch>> scratch_ ABSL_GUARDED_BY(scratch_mu_);
+  // Buffers that encoded or reordered pushes are decoded into, reused from
+  // push to push (a fresh one is faulted in page by page every time: 80 MB
+  // is 20,000 pages). A push takes one, hands it to the store, which swaps
+  // it with the one it held (PushArgs::owned), and gives back what it got.
+  // As many are kept as pushes were decoded at once, up to kKeptBuffers.
+  std::vector<float> TakeBuffer();
+  void GiveBuffer(std::vector<float> buffer);
+  static constexpr size_t kKeptBuffers = 4;
+  absl::Mutex buffers_mu_;
+  std::vector<std::vector<float>> buffers_ ABSL_GUARDED_BY(buffers_mu_);
   absl::Mutex changes_mu_;
   std::map<int, std::unique_ptr<ChangeState>> changes_ ABSL_GUARDED_BY(changes_mu_);
 };
