@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,10 @@ namespace {
 // How long a new connection may take to finish its TLS handshake and
 // hello; a peer that says nothing is dropped.
 constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+
+// Gradients are read and checked in pieces this large: a few of them fit
+// in a core's cache (a multiple of sizeof(float)).
+constexpr size_t kCheckedPiece = size_t{256} << 10;
 
 }  // namespace
 
@@ -166,30 +171,48 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   // Reused from call to call, with their strings' capacity.
   PushRequest req;
   PushPullResponse resp;
+  // The gradients' check for NaN/Inf and the answer's weights
+  // (PsService::DataPlaneCall).
+  PsService::DataPlaneCall call;
   while (true) {
-    absl::Status r = socket->ReadFrame(&h, &meta, &payload, max_payload_);
+    absl::Status r = socket->ReadFrameHead(&h, &meta, max_payload_);
     if (!r.ok()) {
       if (absl::IsResourceExhausted(r) || absl::IsInvalidArgument(r)) {
         spdlog::warn("data plane: dropped a connection: {}", std::string(r.message()));
       }
       return;  // the client hung up, or the server stops
     }
+    const bool is_push_pull = h.kind == static_cast<uint32_t>(DataKind::kPushPull);
+    const bool parsed = is_push_pull && req.ParseFromString(meta);
+    // fp32 gradients that the store uses as they are sent are checked for
+    // NaN/Inf a piece at a time as they arrive, while it is in cache and
+    // the rest is still on its way, rather than in one more pass after.
+    const bool check = parsed && PsService::GradientsAsSent(req) &&
+                       h.payload_size % sizeof(float) == 0;
+    bool finite = true;
+    payload.resize(h.payload_size);
+    for (size_t have = 0; have < payload.size();) {
+      const size_t n = std::min(kCheckedPiece, payload.size() - have);
+      if (!socket->Read(payload.data() + have, n).ok()) return;
+      if (check && finite) {
+        finite = AllFinite(reinterpret_cast<const float*>(payload.data() + have),
+                           static_cast<int64_t>(n / sizeof(float)));
+      }
+      have += n;
+    }
     grpc::Status status;
-    if (h.kind != static_cast<uint32_t>(DataKind::kPushPull)) {
+    if (!is_push_pull) {
       status = grpc::Status(grpc::INVALID_ARGUMENT,
                             absl::StrCat("unknown data-plane call ", h.kind));
-    } else if (!req.ParseFromString(meta)) {
+    } else if (!parsed) {
       status = grpc::Status(grpc::INVALID_ARGUMENT, "cannot parse the PushRequest");
     } else {
       req.mutable_gradients()->swap(payload);
-      // Clear() deletes resp's sub-messages, strings and all: the pulled
-      // values' buffer is kept aside and put back, with its size, so the
-      // pull copies into it on every core (ParameterStore::Pull).
-      out.swap(*resp.mutable_pull()->mutable_values());
       resp.Clear();
-      resp.mutable_pull()->mutable_values()->swap(out);
+      call.gradients_finite = check ? std::optional<bool>(finite) : std::nullopt;
       status = service_->DoPushPull(
-          req, absl::Now() + absl::Microseconds(std::max<int64_t>(h.timeout_us, 0)), &resp);
+          req, absl::Now() + absl::Microseconds(std::max<int64_t>(h.timeout_us, 0)), &resp,
+          &call);
       req.mutable_gradients()->swap(payload);
     }
     answer = FrameHeader();
@@ -200,14 +223,21 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
       answer.meta_size = static_cast<uint32_t>(status.error_message().size());
       written = socket->WriteFrame(answer, status.error_message(), {}).ok();
     } else {
-      std::string* values = resp.mutable_pull()->mutable_values();
-      out.swap(*values);
+      // The payload: the shared weights, or the encoded answer taken out
+      // of the message.
+      out.clear();
+      out.swap(*resp.mutable_pull()->mutable_values());
+      const absl::string_view values =
+          call.weights != nullptr
+              ? absl::string_view(reinterpret_cast<const char*>(call.weights->data()),
+                                  call.weights->size() * sizeof(float))
+              : absl::string_view(out);
       resp.SerializeToString(&meta);
       answer.meta_size = static_cast<uint32_t>(meta.size());
-      answer.payload_size = out.size();
-      written = socket->WriteFrame(answer, meta, out).ok();
-      out.swap(*values);
+      answer.payload_size = values.size();
+      written = socket->WriteFrame(answer, meta, values).ok();
     }
+    call.weights.reset();
     if (!written) return;
   }
 }

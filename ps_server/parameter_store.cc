@@ -11,18 +11,15 @@
 namespace pscluster {
 namespace {
 
-bool AllFinite(const float* x, int64_t n) {
-  // A float is NaN or Inf iff its exponent bits are all ones. The largest
-  // exponent field is a max-reduction over integers, which -O3 (the BUILD
-  // rule) vectorises; a float sum of x * 0 had compiled into one scalar
-  // FMA chain, 4 cycles a value: a third of the ps's work at 16 MiB.
-  uint32_t worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof(bits));
-    worst = std::max(worst, bits & 0x7f800000u);
-  }
-  return worst != 0x7f800000u;
+// Whether `b` has no holder but the store. References are made only under
+// the store's lock, so once this is true it stays true until the store
+// hands `b` out again. The fence orders the last reader's reads of the
+// buffer (before its release of the reference) before the writes that
+// follow.
+bool HeldByStoreOnly(const std::shared_ptr<std::vector<float>>& b) {
+  if (b.use_count() != 1) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
 }
 
 // Mixes (what names a gradient, worker) into 64 bits (splitmix64's
@@ -43,6 +40,20 @@ absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version) {
 }
 
 }  // namespace
+
+bool AllFinite(const float* x, int64_t n) {
+  // A float is NaN or Inf iff its exponent bits are all ones. The largest
+  // exponent field is a max-reduction over integers, which -O3 (the BUILD
+  // rule) vectorises; a float sum of x * 0 had compiled into one scalar
+  // FMA chain, 4 cycles a value: a third of the ps's work at 16 MiB.
+  uint32_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    worst = std::max(worst, bits & 0x7f800000u);
+  }
+  return worst != 0x7f800000u;
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
     const StoreConfig& config) const {
@@ -77,22 +88,57 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
   return Optimizer::Create(config.optimizer, config.num_floats);
 }
 
+std::shared_ptr<std::vector<float>> ParameterStore::TakeSpare() {
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    if (HeldByStoreOnly(*it)) {
+      std::shared_ptr<std::vector<float>> b = std::move(*it);
+      spares_.erase(it);
+      return b;
+    }
+  }
+  return std::make_shared<std::vector<float>>();
+}
+
+std::vector<float>& ParameterStore::ReplaceableValues() {
+  if (!HeldByStoreOnly(values_)) {
+    std::shared_ptr<std::vector<float>> fresh = TakeSpare();
+    // The buffer being read waits among the spares for its readers (or,
+    // when there are enough spares, is freed by the last of them).
+    if (spares_.size() < kKeptSpares) spares_.push_back(values_);
+    values_ = std::move(fresh);
+  }
+  return *values_;
+}
+
+std::vector<float>& ParameterStore::WritableValues() {
+  if (HeldByStoreOnly(values_)) return *values_;
+  const std::shared_ptr<const std::vector<float>> held = values_;
+  std::vector<float>& to = ReplaceableValues();
+  to.resize(held->size());
+  const float* from = held->data();
+  float* dst = to.data();
+  ParallelFor(static_cast<int64_t>(held->size()), kMinRange, threads_,
+              [&](int64_t b, int64_t e) { std::memcpy(dst + b, from + b, (e - b) * sizeof(float)); });
+  return to;
+}
+
 void ParameterStore::Update(const float* grad) {
   // The optimizer runs over everything (its rules are element-wise); the
   // moving statistics' values are then put back and averaged instead. What
   // the optimizer's slots hold for them is never read.
+  std::vector<float>& values = WritableValues();
   int64_t saved = 0;
   for (const MovingStatistic& m : config_.moving_statistics) saved += m.size;
   moving_.resize(saved);
   float* keep = moving_.data();
   for (const MovingStatistic& m : config_.moving_statistics) {
-    std::copy(values_.data() + m.offset, values_.data() + m.offset + m.size, keep);
+    std::copy(values.data() + m.offset, values.data() + m.offset + m.size, keep);
     keep += m.size;
   }
-  optimizer_->Apply(grad, values_.data());
+  optimizer_->Apply(grad, values.data());
   keep = moving_.data();
   for (const MovingStatistic& m : config_.moving_statistics) {
-    float* v = values_.data() + m.offset;
+    float* v = values.data() + m.offset;
     const float* g = grad + m.offset;
     for (int64_t i = 0; i < m.size; ++i) {
       v[i] = m.momentum * keep[i] + (1.0f - m.momentum) * g[i];
@@ -138,7 +184,7 @@ absl::Status ParameterStore::Init(const StoreConfig& config, const float* values
   absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
   if (!opt.ok()) return opt.status();
   if (absl::Status s = Configure(config, *std::move(opt)); !s.ok()) return s;
-  values_.assign(values, values + config.num_floats);
+  ReplaceableValues().assign(values, values + config.num_floats);
   version_ = 0;
   initialized_ = true;
   version_advanced_.SignalAll();
@@ -171,7 +217,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   StoreConfig c = config;
   c.generation = state.generation;
   if (absl::Status s = Configure(c, *std::move(opt)); !s.ok()) return s;
-  values_ = state.values;
+  ReplaceableValues() = state.values;
   version_ = state.version;
   initialized_ = true;
   version_advanced_.SignalAll();
@@ -186,7 +232,7 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
   out->version = version_;
   out->generation = generation_;
-  out->values = values_;
+  out->values = *values_;
   out->optimizer = optimizer_->SaveState();
   return absl::OkStatus();
 }
@@ -236,6 +282,32 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
                                   absl::Time deadline, std::string* out,
                                   int64_t* version, int64_t generation,
                                   int64_t* out_generation) {
+  SharedValues values;
+  absl::Status s = PullShared(layout_fingerprint, min_version, deadline, &values, version,
+                              generation, out_generation);
+  if (!s.ok()) return s;
+  // Copied outside the lock: the shared buffer is not written while held.
+  const size_t bytes = values->size() * sizeof(float);
+  if (out->size() == bytes) {
+    // A buffer of the right size already (a caller that keeps its answer
+    // buffers): copied on every core, as the update was made.
+    const float* from = values->data();
+    char* to = out->data();
+    ParallelFor(static_cast<int64_t>(values->size()), kMinRange, threads_,
+                [&](int64_t b, int64_t e) {
+                  std::memcpy(to + b * sizeof(float), from + b, (e - b) * sizeof(float));
+                });
+  } else {
+    // assign, not resize + memcpy: one pass over the bytes, not two.
+    out->assign(reinterpret_cast<const char*>(values->data()), bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::PullShared(uint64_t layout_fingerprint, int64_t min_version,
+                                        absl::Time deadline, SharedValues* out,
+                                        int64_t* version, int64_t generation,
+                                        int64_t* out_generation) {
   absl::MutexLock lock(&mu_);
   auto other_generation = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return initialized_ && generation >= 0 && generation != generation_;
@@ -256,20 +328,7 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
     return absl::DeadlineExceededError(absl::StrCat(
         "waited for version ", min_version, "; still at ", version_));
   }
-  const size_t bytes = values_.size() * sizeof(float);
-  if (out->size() == bytes) {
-    // A buffer of the right size already (the data plane keeps its answer
-    // buffers): copied on every core, as the update was made.
-    const float* from = values_.data();
-    char* to = out->data();
-    ParallelFor(static_cast<int64_t>(values_.size()), kMinRange, threads_,
-                [&](int64_t b, int64_t e) {
-                  std::memcpy(to + b * sizeof(float), from + b, (e - b) * sizeof(float));
-                });
-  } else {
-    // assign, not resize + memcpy: one pass over the bytes, not two.
-    out->assign(reinterpret_cast<const char*>(values_.data()), bytes);
-  }
+  *out = values_;
   *version = version_;
   if (out_generation != nullptr) *out_generation = generation_;
   return absl::OkStatus();
@@ -310,13 +369,18 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
                      " is from the future: this ps is at version ", version_));
   }
   // Checked on every core: a range's verdict each, joined after.
-  std::vector<char> range_finite(threads_, 1);
-  std::atomic<int> next_range{0};
-  ParallelFor(args.num_floats, kMinRange, threads_, [&](int64_t b, int64_t e) {
-    range_finite[next_range++] = AllFinite(args.gradients + b, e - b);
-  });
-  const bool finite =
-      std::all_of(range_finite.begin(), range_finite.end(), [](char f) { return f != 0; });
+  bool finite;
+  if (args.finite.has_value()) {
+    finite = *args.finite;
+  } else {
+    std::vector<char> range_finite(threads_, 1);
+    std::atomic<int> next_range{0};
+    ParallelFor(args.num_floats, kMinRange, threads_, [&](int64_t b, int64_t e) {
+      range_finite[next_range++] = AllFinite(args.gradients + b, e - b);
+    });
+    finite = std::all_of(range_finite.begin(), range_finite.end(),
+                         [](char f) { return f != 0; });
+  }
   if (!finite && !config_.skip_nonfinite) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient from worker ", args.worker,

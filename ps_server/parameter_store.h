@@ -99,7 +99,14 @@ struct PushArgs {
   // of any size and contents, for the caller's next push.
   std::vector<float>* owned = nullptr;
   int64_t generation = 0;  // of the weights the gradient was computed on
+  // Optional: whether the gradient is all finite, when the caller checked
+  // it already (AllFinite, as it arrived); the store then does not scan
+  // it again.
+  std::optional<bool> finite;
 };
+
+// Whether none of x[0, n) is NaN or Inf.
+bool AllFinite(const float* x, int64_t n);
 
 struct PushResult {
   // Async: applied. Sync: taken into the step being gathered (whether it
@@ -187,6 +194,17 @@ class ParameterStore {
                     absl::Time deadline, std::string* out, int64_t* version,
                     int64_t generation = -1, int64_t* out_generation = nullptr);
 
+  // Pull without the copy: *out shares the store's values at that version.
+  // The store never writes a buffer while a reader holds it: an update
+  // made meanwhile first copies the values into a buffer no one holds
+  // (and otherwise runs in place). Hold it only as long as needed (while
+  // the answer is encoded or sent): every update made while it is held
+  // pays that copy.
+  using SharedValues = std::shared_ptr<const std::vector<float>>;
+  absl::Status PullShared(uint64_t layout_fingerprint, int64_t min_version,
+                          absl::Time deadline, SharedValues* out, int64_t* version,
+                          int64_t generation = -1, int64_t* out_generation = nullptr);
+
   // Validates and takes one gradient. InvalidArgument or
   // FailedPrecondition (nothing changed) for a push that is not valid;
   // Aborted for another generation; Unavailable before Init.
@@ -258,6 +276,13 @@ class ParameterStore {
   // `skip` or when one of them holds NaN/Inf: returns whether it skipped),
   // drops the others' and advances the version.
   bool ApplyStep(const std::vector<bool>& members, bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // values_ to write into: itself when no reader holds it, else a copy in
+  // a buffer no reader holds (which becomes values_).
+  std::vector<float>& WritableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // values_ to overwrite whole (Init, Restore): its contents may be any.
+  std::vector<float>& ReplaceableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A buffer from spares_ that no reader holds any more, or a new one.
+  std::shared_ptr<std::vector<float>> TakeSpare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One update of values_ from `grad`: the optimizer on the trainable
   // values, the moving average on the moving statistics.
   void Update(const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -283,7 +308,14 @@ class ParameterStore {
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   StoreConfig config_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  // The values; never null. Readers (PullShared) hold it by reference
+  // outside mu_, so it is written in place only while no one else holds
+  // it. Buffers that were values_ wait in spares_ until their readers are
+  // done, to be reused rather than allocated (and faulted in) again.
+  std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<std::vector<float>>();
+  static constexpr size_t kKeptSpares = 4;
+  std::vector<std::shared_ptr<std::vector<float>>> spares_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,10 +1,12 @@
 #include "ps_server/parameter_store.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -327,6 +329,120 @@ TEST(AsyncDigestTest, SamePushesAnyOrderSameDigest) {
   EXPECT_NE(a.stats().applied_digest, c.stats().applied_digest);
   EXPECT_EQ(a.stats().pushes_applied, 5);
   EXPECT_EQ(c.stats().pushes_applied, 5);
+}
+
+ParameterStore::SharedValues Shared(ParameterStore& store, int64_t min_version = 0) {
+  ParameterStore::SharedValues out;
+  int64_t v = 0;
+  absl::Status s = store.PullShared(kLayout, min_version, absl::Now() + absl::Seconds(1), &out, &v);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+// PullShared hands out the store's own values. An update made while a
+// reader holds them goes to a copy and leaves the reader's values as they
+// were; one made when nobody holds them runs in place; the buffer a reader
+// let go of is used again rather than a new one.
+TEST_F(StoreTest, SharedValuesAreNeverWrittenWhileHeldAndReusedOnceLetGo) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
+  const float* first;
+  {
+    ParameterStore::SharedValues held = Shared(store_);
+    first = held->data();
+    ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+    EXPECT_EQ(*held, (std::vector<float>{1, 2, 3})) << "written while held";
+    ParameterStore::SharedValues now = Shared(store_);
+    EXPECT_EQ(*now, (std::vector<float>{0, 1, 2}));
+    EXPECT_NE(now->data(), first);
+  }
+  // Nobody holds the values: the next update runs in place.
+  const float* second = Shared(store_)->data();
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {1, 1, 1}).ok());
+  ParameterStore::SharedValues after = Shared(store_);
+  EXPECT_EQ(*after, (std::vector<float>{-1, 0, 1}));
+  EXPECT_EQ(after->data(), second) << "copied though nobody held the values";
+  // Held again: the update copies into the first buffer, which its reader
+  // let go of, not into a new one.
+  ASSERT_TRUE(PushGrad(store_, 0, 2, {1, 1, 1}).ok());
+  EXPECT_EQ(*after, (std::vector<float>{-1, 0, 1}));
+  ParameterStore::SharedValues latest = Shared(store_);
+  EXPECT_EQ(*latest, (std::vector<float>{-2, -1, 0}));
+  EXPECT_EQ(latest->data(), first);
+  // Pull (the copying one) and a snapshot see the same values.
+  EXPECT_EQ(Values(store_), *latest);
+  StoreSnapshot snap;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
+  EXPECT_EQ(snap.values, *latest);
+}
+
+// A restore while a reader holds the values leaves the reader's alone.
+TEST_F(StoreTest, ARestoreDoesNotWriteHeldValues) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
+  ParameterStore::SharedValues held = Shared(store_);
+  StoreSnapshot state;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &state).ok());
+  state.values = {7, 8, 9};
+  ASSERT_TRUE(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1), state).ok());
+  EXPECT_EQ(*held, (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(*Shared(store_), (std::vector<float>{7, 8, 9}));
+}
+
+// Readers that hold and re-read the values while other threads push: a
+// held buffer never changes, and every read matches its version.
+TEST(StoreSharedValuesTest, HeldValuesStayPutUnderConcurrentPushes) {
+  ParameterStore store;
+  StoreConfig c = SgdConfig(UpdateRule::kAsync, 2, 1);
+  c.num_floats = 4096;
+  c.optimizer.learning_rate = 1.0f / 64;
+  bool already = false;
+  const std::vector<float> init(c.num_floats, 1.0f);
+  ASSERT_TRUE(store.Init(c, init.data(), &already).ok());
+  // The pushers go on until the reader is done (at most kMaxPushes each,
+  // which keeps every value exact in fp32).
+  constexpr int kMaxPushes = 20000;
+  std::atomic<bool> reading{true};
+  std::atomic<int64_t> pushed{0};
+  std::vector<std::thread> pushers;
+  for (int w = 0; w < 2; ++w) {
+    pushers.emplace_back([&, w] {
+      const std::vector<float> g(c.num_floats, 1.0f);
+      for (int k = 0; k < kMaxPushes && reading; ++k) {
+        PushArgs a;
+        a.layout_fingerprint = kLayout;
+        a.worker = w;
+        a.request_id = static_cast<uint64_t>(k + 1);
+        a.num_examples = 1;
+        a.gradients = g.data();
+        a.num_floats = c.num_floats;
+        EXPECT_TRUE(store.Push(a).ok());
+        ++pushed;
+      }
+    });
+  }
+  std::string failure;
+  for (int r = 0; r < 300 && failure.empty(); ++r) {
+    ParameterStore::SharedValues v;
+    int64_t version = 0;
+    ASSERT_TRUE(store.PullShared(kLayout, 0, absl::Now() + absl::Seconds(5), &v, &version).ok());
+    // 1 - version / 64 is exact in fp32 for these versions.
+    const float expect = 1.0f - static_cast<float>(version) / 64;
+    const int64_t until = pushed + 4;  // held while a few pushes are made
+    for (int pass = 0; failure.empty() && (pass < 2 || (pushed < until && pass < 1000));
+         ++pass) {
+      for (float x : *v) {
+        if (x != expect) {
+          failure = absl::StrCat("version ", version, ": read ", x, ", not ", expect,
+                                 " (pass ", pass, ")");
+          break;
+        }
+      }
+      std::this_thread::yield();
+    }
+  }
+  reading = false;
+  for (std::thread& t : pushers) t.join();
+  EXPECT_EQ(failure, "");
+  EXPECT_EQ(store.stats().version, pushed.load());
 }
 
 TEST_F(StoreTest, PullWaitsForVersion) {

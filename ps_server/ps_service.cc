@@ -133,11 +133,9 @@ PsService::ChangeState* PsService::Changes(int worker) {
   return st.get();
 }
 
-void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
-                             PullResponse* resp) {
+bool PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
+                             const float* w, int64_t n, PullResponse* resp) {
   const std::vector<WirePiece> pieces = Pieces();
-  const float* w = reinterpret_cast<const float*>(resp->values().data());
-  const int64_t n = static_cast<int64_t>(resp->values().size() / sizeof(float));
   ChangeState* st = Changes(enc.worker);
   absl::MutexLock lock(&st->mu);
   if (enc.base > 0 && enc.base == st->seq - 1 && !st->last.empty()) {
@@ -147,7 +145,7 @@ void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
     resp->set_generation(st->last_generation);
     resp->set_delta(true);
     resp->set_delta_seq(st->seq);
-    return;
+    return true;
   }
   ++st->seq;
   resp->set_delta_seq(st->seq);
@@ -158,7 +156,7 @@ void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
     st->shadow.assign(w, w + n);
     st->last.clear();
     resp->set_delta(false);
-    return;
+    return false;
   }
   // d = w - shadow, encoded; shadow += decode(d), exactly as the worker
   // will add it, so that what is not sent now is sent later. Pieces sent
@@ -184,36 +182,55 @@ void PsService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
   st->last_version = resp->version();
   st->last_generation = resp->generation();
   resp->set_delta(true);
+  return true;
 }
 
 grpc::Status PsService::DoPull(absl::Time deadline, uint64_t fingerprint,
                                int64_t min_version, int64_t generation,
-                               const PullEncoding& enc, PullResponse* resp) {
+                               const PullEncoding& enc, PullResponse* resp,
+                               ParameterStore::SharedValues* weights) {
   absl::StatusOr<Codec> codec = WireCodec(enc.dtype);
   if (!codec.ok()) return InvalidArgument(absl::StrCat("pull: ", codec.status().message()));
   deadline = std::min(deadline, absl::Now() + kMaxPullWait);
   int64_t version = 0;
   int64_t current_generation = 0;
   const absl::Time start = absl::Now();
-  absl::Status s = store_->Pull(fingerprint, min_version, deadline, resp->mutable_values(),
-                                &version, generation, &current_generation);
+  // The store's own buffer, read (encoded or copied) without its lock.
+  ParameterStore::SharedValues values;
+  absl::Status s = store_->PullShared(fingerprint, min_version, deadline, &values, &version,
+                                      generation, &current_generation);
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(version);
   resp->set_generation(current_generation);
   CodecOptions o;
   o.codec = *codec;
   o.min_elements = enc.min_elements;
+  const float* w = values->data();
+  const int64_t n = static_cast<int64_t>(values->size());
+  bool encoded = false;
   if (enc.worker >= 0 && (enc.reset || PullsChanges(*codec))) {
-    EncodeChange(enc, o, resp);
+    encoded = EncodeChange(enc, o, w, n, resp);
   } else if (*codec != Codec::kFloat32) {
-    std::string encoded;
-    EncodePieces(o, Pieces(), reinterpret_cast<const float*>(resp->values().data()), &encoded);
-    resp->mutable_values()->swap(encoded);
+    std::string bytes;
+    EncodePieces(o, Pieces(), w, &bytes);
+    resp->mutable_values()->swap(bytes);
+    encoded = true;
   }
-  bytes_pulled_ += static_cast<int64_t>(resp->values().size());
+  int64_t sent = static_cast<int64_t>(resp->values().size());
+  if (!encoded) {
+    sent = n * static_cast<int64_t>(sizeof(float));
+    if (weights != nullptr) {
+      resp->clear_values();
+      *weights = std::move(values);
+    } else {
+      resp->mutable_values()->assign(reinterpret_cast<const char*>(w),
+                                     static_cast<size_t>(sent));
+    }
+  }
+  bytes_pulled_ += sent;
   // Includes the wait for min_version: how long pulls are held.
   metrics_->pull_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  metrics_->pull_bytes().Increment(static_cast<double>(resp->values().size()));
+  metrics_->pull_bytes().Increment(static_cast<double>(sent));
   return grpc::Status::OK;
 }
 
@@ -237,7 +254,13 @@ grpc::Status PsService::Refused(grpc::Status s) {
   return s;
 }
 
-grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
+bool PsService::GradientsAsSent(const PushRequest& req) {
+  absl::StatusOr<Codec> codec = WireCodec(req.dtype());
+  return codec.ok() && *codec == Codec::kFloat32 && !req.shards_reversed();
+}
+
+grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
+                               std::optional<bool> finite) {
   const std::string& g = req.gradients();
   absl::StatusOr<Codec> codec = WireCodec(req.dtype());
   if (!codec.ok()) {
@@ -254,7 +277,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   const float* grads = reinterpret_cast<const float*>(g.data());
   int64_t num_floats = static_cast<int64_t>(g.size() / sizeof(float));
   // fp32 in the ps's shard order is used where it lies.
-  const bool as_is = *codec == Codec::kFloat32 && !req.shards_reversed();
+  const bool as_is = GradientsAsSent(req);
   const std::vector<WirePiece> pieces = as_is ? std::vector<WirePiece>() : Pieces();
   if (!pieces.empty()) {
     // Decoded shard by shard into fp32 (before Init there are no shards:
@@ -292,6 +315,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp) {
   a.num_floats = num_floats;
   a.generation = req.generation();
   if (grads == decoded.data()) a.owned = &decoded;
+  if (as_is) a.finite = finite;
   const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
   if (!r.ok()) {
@@ -328,8 +352,10 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
 }
 
 grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
-                                   PushPullResponse* resp) {
-  grpc::Status s = DoPush(req, resp->mutable_push());
+                                   PushPullResponse* resp, DataPlaneCall* call) {
+  grpc::Status s = DoPush(req, resp->mutable_push(),
+                          call != nullptr ? call->gradients_finite : std::nullopt);
+  ParameterStore::SharedValues* weights = call != nullptr ? &call->weights : nullptr;
   if (!s.ok()) return s;
   PullEncoding enc;
   enc.dtype = req.pull_dtype();
@@ -338,12 +364,12 @@ grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
   enc.base = req.pull_base();
   if (!store_->is_sync()) {
     return DoPull(deadline, req.layout_fingerprint(), 0, req.generation(), enc,
-                  resp->mutable_pull());
+                  resp->mutable_pull(), weights);
   }
   // Sync: the weights of the step this gradient feeds; by then that step
   // is decided, and with it whether the gradient was one of its members.
   s = DoPull(deadline, req.layout_fingerprint(), req.version() + 1, req.generation(), enc,
-             resp->mutable_pull());
+             resp->mutable_pull(), weights);
   if (!s.ok()) return s;
   if (resp->push().applied() &&
       !store_->StepOutcome(req.worker_index(), req.version()).value_or(true)) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,22 @@ class PsService final : public ParameterServer::Service {
 
   // PushPull without gRPC: the tcp data plane's (ps_server/data_plane_server.h)
   // handler, after its own token check. The pull waits until `deadline`.
-  grpc::Status DoPushPull(const PushRequest& req, absl::Time deadline, PushPullResponse* resp);
+  // What the data plane knows beyond the request, and what it takes back
+  // beside the response.
+  struct DataPlaneCall {
+    // In: whether req.gradients are all finite, when they are fp32 in the
+    // store's order (GradientsAsSent) and were checked as they arrived.
+    std::optional<bool> gradients_finite;
+    // Out: an fp32 answer's values, not copied into resp but shared with
+    // the store (ParameterStore::PullShared), to be sent as
+    // resp.pull.values and then let go of.
+    ParameterStore::SharedValues weights;
+  };
+  grpc::Status DoPushPull(const PushRequest& req, absl::Time deadline, PushPullResponse* resp,
+                          DataPlaneCall* call = nullptr);
+  // Whether req's gradients are fp32 in this ps's shard order: used where
+  // they lie, not decoded.
+  static bool GradientsAsSent(const PushRequest& req);
   // The tcp data plane's port, for GetStats (0: none).
   void set_data_port(int port) { data_port_ = port; }
 
@@ -55,7 +71,9 @@ class PsService final : public ParameterServer::Service {
   int64_t pushes_rejected() const { return pushes_rejected_.load(); }
 
  private:
-  grpc::Status DoPush(const PushRequest& req, PushResponse* resp);
+  // `finite`: DataPlaneCall::gradients_finite.
+  grpc::Status DoPush(const PushRequest& req, PushResponse* resp,
+                      std::optional<bool> finite = std::nullopt);
   // Counts a refused push (GetStats and /metrics) and returns `s`.
   grpc::Status Refused(grpc::Status s);
   // How a pull's answer is encoded (PullRequest / PushRequest fields).
@@ -67,13 +85,17 @@ class PsService final : public ParameterServer::Service {
     int64_t base = 0;     // PushRequest.pull_base
   };
   // The weights into resp, encoded as `enc` says, waiting for min_version
-  // until `deadline`.
+  // until `deadline`; fp32 weights into *weights instead when it is set
+  // (DoPushPull's).
   grpc::Status DoPull(absl::Time deadline, uint64_t fingerprint, int64_t min_version,
-                      int64_t generation, const PullEncoding& enc, PullResponse* resp);
-  // Change pulls: turns resp's fp32 weights into the change since the
-  // weights `enc.worker` holds, keeping what it will hold (a shadow of its
-  // weights) and the answer, for a resend.
-  void EncodeChange(const PullEncoding& enc, const CodecOptions& codec, PullResponse* resp);
+                      int64_t generation, const PullEncoding& enc, PullResponse* resp,
+                      ParameterStore::SharedValues* weights = nullptr);
+  // Change pulls: the change from the weights `enc.worker` holds to `w`
+  // (n values) into resp, keeping what it will hold (a shadow of its
+  // weights) and the answer, for a resend. False when there is no common
+  // base: the shadow is then `w`, and the answer must be `w` in fp32.
+  bool EncodeChange(const PullEncoding& enc, const CodecOptions& codec, const float* w,
+                    int64_t n, PullResponse* resp);
   // This ps's shards as the pieces of an encoded message; empty before
   // Init.
   std::vector<WirePiece> Pieces();

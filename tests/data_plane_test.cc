@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -226,6 +227,75 @@ TEST_F(DataPlaneTest, AnAnswersPayloadIsReportedAsItArrives) {
   EXPECT_EQ(f.error_message(), "bad shard");
   ASSERT_TRUE(Call(*channel, next, &resp).ok());  // its answer again, on a new connection
   EXPECT_EQ(resp.pull().version(), 2);
+}
+
+// The ps checks fp32 gradients for NaN and Inf piece by piece as they
+// arrive (the store then does not scan them again): a bad value in any
+// piece, the last value included, still has the push refused, with
+// nothing applied.
+TEST_F(DataPlaneTest, GradientsCheckedAsTheyArriveRefuseABadValueAnywhere) {
+  Start(ASYNC);
+  std::unique_ptr<DataChannel> channel = Channel("sesame");
+  struct Bad {
+    int64_t at;
+    float value;
+  };
+  const std::vector<Bad> bad = {{0, std::numeric_limits<float>::quiet_NaN()},
+                                {kFloats / 2 + 3, std::numeric_limits<float>::infinity()},
+                                {kFloats - 1, -std::numeric_limits<float>::infinity()}};
+  uint64_t id = 0;
+  for (const Bad& b : bad) {
+    PushRequest req = Push(0, ++id, 0, 0.25f);
+    std::memcpy(req.mutable_gradients()->data() + b.at * sizeof(float), &b.value,
+                sizeof(float));
+    PushPullResponse resp;
+    const grpc::Status s = Call(*channel, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT) << "bad value at " << b.at;
+    EXPECT_NE(s.error_message().find("NaN or Inf"), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(Stats().pushes_applied(), 0);
+  EXPECT_EQ(Stats().pushes_rejected(), 3);
+  PushRequest good = Push(0, ++id, 0, 0.25f);
+  PushPullResponse resp;
+  ASSERT_TRUE(Call(*channel, good, &resp).ok());
+  EXPECT_EQ(resp.pull().version(), 1);
+  EXPECT_EQ(Values(resp)[kFloats - 1], 1.0f - 0.5f * 0.25f);
+}
+
+// The ps sends fp32 answers from the store's own buffer, which an update
+// never writes while an answer is being sent from it (it copies first).
+// Three workers push at once: every update is the same everywhere, so a
+// buffer written while it was sent would show as an answer whose values
+// differ, or do not match its version.
+TEST_F(DataPlaneTest, AnswersSentFromTheStoreAreNeverTornByConcurrentUpdates) {
+  constexpr int kWorkers = 3;
+  Start(ASYNC, kWorkers);
+  constexpr int kPushes = 100;
+  // 1 - 0.5 x g x version is exact in fp32 for these steps.
+  constexpr float kGrad = 1.0f / 1024;
+  std::vector<std::future<std::string>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.push_back(std::async(std::launch::async, [this, w]() -> std::string {
+      std::unique_ptr<DataChannel> channel = Channel("sesame");
+      PushPullResponse resp;
+      for (int k = 0; k < kPushes; ++k) {
+        PushRequest req = Push(w, static_cast<uint64_t>(k + 1), 0, kGrad);
+        const grpc::Status s = Call(*channel, req, &resp);
+        if (!s.ok()) return "push failed: " + s.error_message();
+        const std::vector<float> v = Values(resp);
+        const float expect = 1.0f - 0.5f * kGrad * static_cast<float>(resp.pull().version());
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (v[i] != expect) {
+            return absl::StrCat("worker ", w, " push ", k, ": value ", i, " is ", v[i],
+                                ", not ", expect, " (version ", resp.pull().version(), ")");
+          }
+        }
+      }
+      return "";
+    }));
+  }
+  for (auto& w : workers) EXPECT_EQ(w.get(), "");
+  EXPECT_EQ(Stats().pushes_applied(), kWorkers * kPushes);
 }
 
 TEST_F(DataPlaneTest, MissingOrWrongTokenIsRefusedAndNothingApplied) {
