@@ -12,7 +12,8 @@
 //
 // meta is the protobuf message without its one large bytes field
 // (PushRequest.gradients, PushPullResponse.pull.values), and payload is
-// that field's bytes, written from and read into the message's own string:
+// that field's bytes, written from and read into the message's own string
+// (the ps writes an fp32 answer's straight from the store's weights):
 // the kernel's copies are the only ones between the two processes' memory.
 //
 // A connection starts with a hello frame carrying the cluster token (empty
