@@ -115,11 +115,16 @@ std::vector<float>& ParameterStore::WritableValues() {
   const std::shared_ptr<const std::vector<float>> held = values_;
   std::vector<float>& to = ReplaceableValues();
   to.resize(held->size());
-  const float* from = held->data();
-  float* dst = to.data();
-  ParallelFor(static_cast<int64_t>(held->size()), kMinRange, threads_,
-              [&](int64_t b, int64_t e) { std::memcpy(dst + b, from + b, (e - b) * sizeof(float)); });
+  CopyValues(*held, to.data());
   return to;
+}
+
+void ParameterStore::CopyValues(const std::vector<float>& from, void* to) const {
+  char* dst = static_cast<char*>(to);
+  ParallelFor(static_cast<int64_t>(from.size()), kMinRange, threads_,
+              [&](int64_t b, int64_t e) {
+                std::memcpy(dst + b * sizeof(float), from.data() + b, (e - b) * sizeof(float));
+              });
 }
 
 void ParameterStore::Update(const float* grad) {
@@ -291,12 +296,7 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
   if (out->size() == bytes) {
     // A buffer of the right size already (a caller that keeps its answer
     // buffers): copied on every core, as the update was made.
-    const float* from = values->data();
-    char* to = out->data();
-    ParallelFor(static_cast<int64_t>(values->size()), kMinRange, threads_,
-                [&](int64_t b, int64_t e) {
-                  std::memcpy(to + b * sizeof(float), from + b, (e - b) * sizeof(float));
-                });
+    CopyValues(*values, out->data());
   } else {
     // assign, not resize + memcpy: one pass over the bytes, not two.
     out->assign(reinterpret_cast<const char*>(values->data()), bytes);

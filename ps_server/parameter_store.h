@@ -281,6 +281,9 @@ class ParameterStore {
   std::vector<float>& WritableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // values_ to overwrite whole (Init, Restore): its contents may be any.
   std::vector<float>& ReplaceableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // to = from's values, copied on every core for a large shard (to holds
+  // from.size() floats).
+  void CopyValues(const std::vector<float>& from, void* to) const;
   // A buffer from spares_ that no reader holds any more, or a new one.
   std::shared_ptr<std::vector<float>> TakeSpare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One update of values_ from `grad`: the optimizer on the trainable

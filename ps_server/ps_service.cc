@@ -355,8 +355,8 @@ grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
                                    PushPullResponse* resp, DataPlaneCall* call) {
   grpc::Status s = DoPush(req, resp->mutable_push(),
                           call != nullptr ? call->gradients_finite : std::nullopt);
-  ParameterStore::SharedValues* weights = call != nullptr ? &call->weights : nullptr;
   if (!s.ok()) return s;
+  ParameterStore::SharedValues* weights = call != nullptr ? &call->weights : nullptr;
   PullEncoding enc;
   enc.dtype = req.pull_dtype();
   enc.min_elements = req.codec_min_elements();
