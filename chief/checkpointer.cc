@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/checkpoint.h"
+#include "model/checkpoint.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {

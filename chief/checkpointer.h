@@ -3,7 +3,7 @@
 // version; async: every worker parked first) together with the data
 // position, keeps the newest in memory (ps recovery restores from it, so it
 // never depends on a disk) and writes it to the checkpoint directory
-// (chief/snapshot.h's encoding, common/checkpoint.h's files). It also says
+// (chief/snapshot.h's encoding, model/checkpoint.h's files). It also says
 // when the next periodic one is due and reads the newest back from disk for
 // a restarted chief.
 //
@@ -23,8 +23,8 @@
 #include "chief/dispatcher.h"
 #include "chief/ps_fleet.h"
 #include "chief/snapshot.h"
-#include "common/model_spec.h"
-#include "common/placement.h"
+#include "model/model_spec.h"
+#include "model/placement.h"
 #include "proto/ps.pb.h"
 
 namespace pscluster {

@@ -18,12 +18,12 @@
 #include "chief/ring_chief.h"
 #include "chief/ps_recovery.h"
 #include "chief/ps_setup.h"
-#include "chief/test_evaluation.h"
+#include "compute/scoring.h"
 #include "chief/weights_export.h"
-#include "common/model_spec.h"
-#include "common/keras_model.h"
-#include "common/placement.h"
-#include "common/ps_client.h"
+#include "model/model_spec.h"
+#include "model/keras_model.h"
+#include "model/placement.h"
+#include "wire/ps_client.h"
 #include "common/strategy.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
@@ -92,7 +92,7 @@ class Chief::Impl {
   absl::StatusOr<int64_t> FinalSteps();
   absl::Status FinalEvaluation(RunResult* result);
   // No evaluator: the chief scores the final weights on the test set in
-  // options_.data_dir (chief/test_evaluation.h).
+  // options_.data_dir (compute/scoring.h).
   absl::Status EvaluateHere(RunResult* result);
   // The weights of `steps` (or newer), pulled once for the evaluation and
   // the export.
@@ -494,7 +494,7 @@ void ScoreFinalWeights(const ModelSpec& spec, const std::vector<float>& weights,
                        const std::string& data_dir, RunResult* result) {
   spdlog::info("the chief evaluates the weights of step {} itself, on the test set in {}",
                result->steps, data_dir);
-  absl::StatusOr<TestScore> score = EvaluateOnTestSet(spec, weights.data(), data_dir);
+  absl::StatusOr<TestScore> score = ScoreTestSet(spec, weights.data(), data_dir);
   if (!score.ok()) {
     // The run itself went well and its weights are kept (checkpoint,
     // export): the final line says why they were not scored.

@@ -29,7 +29,7 @@
 // PsRecovery (a lost ps), MembershipSync (the sync worker set),
 // Checkpointer and Snapshot (checkpoints and their encoding),
 // ProgressRecorder (metrics and TensorBoard), ExportWeights (pulled with
-// common/ps_client.h, the workers' client); the workers' side is
+// wire/ps_client.h, the workers' client); the workers' side is
 // Dispatcher (work, pauses, liveness), ProgressTracker and
 // CoordinatorService.
 //
@@ -46,7 +46,7 @@
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/metrics.h"
-#include "common/model_spec.h"
+#include "model/model_spec.h"
 #include "proto/coordination.pb.h"
 #include "proto/ps.pb.h"
 

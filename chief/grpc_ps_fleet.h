@@ -1,6 +1,6 @@
 // GrpcPsFleet: PsFleet over gRPC, one stub per ps on the channels it is
 // given (the chief's one channel per task). Pulling the weights is not
-// here: the chief's export uses common/ps_client.h like the workers.
+// here: the chief's export uses wire/ps_client.h like the workers.
 //
 // Thread-safe (gRPC stubs are); the placement and the stop flag are
 // borrowed and must outlive the fleet.
@@ -14,7 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "chief/ps_fleet.h"
-#include "common/placement.h"
+#include "model/placement.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace pscluster {

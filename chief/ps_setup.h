@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "chief/ps_fleet.h"
-#include "common/placement.h"
+#include "model/placement.h"
 #include "proto/ps.pb.h"
 
 namespace pscluster {

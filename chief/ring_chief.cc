@@ -7,10 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "chief/ps_setup.h"
 #include "chief/weights_export.h"
-#include "common/checkpoint.h"
+#include "model/checkpoint.h"
 #include "common/strategy.h"
 #include "spdlog/spdlog.h"
-#include "worker/replica.h"
+#include "update/model_replica.h"
 
 namespace pscluster {
 namespace {
@@ -90,7 +90,7 @@ absl::Status RingChief::Start() {
   }
   if (!state.has_value()) {
     absl::StatusOr<ShardState> initial =
-        Replica::InitialState(plan_.replica(), InitialParameters(spec_, plan_.seed()));
+        ModelReplica::InitialState(plan_.replica(), InitialParameters(spec_, plan_.seed()));
     if (!initial.ok()) return initial.status();
     state = *std::move(initial);
   }

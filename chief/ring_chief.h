@@ -40,11 +40,11 @@
 #include "chief/ring_dispatcher.h"
 #include "chief/snapshot.h"
 #include "common/metrics.h"
-#include "common/model_spec.h"
-#include "common/placement.h"
+#include "model/model_spec.h"
+#include "model/placement.h"
 #include "common/task_server.h"
 #include "proto/coordination.pb.h"
-#include "worker/ring_client.h"
+#include "wire/ring_client.h"
 
 namespace pscluster {
 

@@ -6,7 +6,7 @@
 // next and which chunks it trains, and from where a replica that is behind
 // takes its state.
 //
-// Steps are numbered by the updates a replica holds (worker/replica.h):
+// Steps are numbered by the updates a replica holds (update/model_replica.h):
 // step t takes every member from the state of t - 1 to that of t. A ring
 // has a generation; members ask for each step (RingWork) and the chief
 // hands step t out once it is "opened": one chunk leased per member, in

@@ -1,6 +1,6 @@
 // Snapshot: what the chief keeps of a checkpoint (every ps's state at one
 // consistent cut, the data position and the generation), and its encoding
-// as a checkpoint file's tensors and metadata (common/checkpoint.h):
+// as a checkpoint file's tensors and metadata (model/checkpoint.h):
 //
 //   tensors   ps<i>/values, ps<i>/slot/<name>   (float32, flat)
 //   metadata  model, mode, generation, done_chunks, chunks_per_epoch,
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/checkpoint.h"
-#include "common/model_spec.h"
-#include "common/placement.h"
+#include "model/checkpoint.h"
+#include "model/model_spec.h"
+#include "model/placement.h"
 #include "proto/ps.pb.h"
 
 namespace pscluster {

@@ -1,6 +1,6 @@
-// The trained weights as a safetensors file (common/safetensors.h): one
+// The trained weights as a safetensors file (model/safetensors.h): one
 // float32 tensor per variable under its Keras name and in its Keras layout
-// (common/model_spec.h: conv kernels HWIO, dense kernels [in, out]), with
+// (model/model_spec.h: conv kernels HWIO, dense kernels [in, out]), with
 // metadata model, steps, epochs, layout=keras and, when the run was
 // evaluated, test_accuracy. Plain functions; thread-safe.
 #ifndef PSCLUSTER_CHIEF_WEIGHTS_EXPORT_H_
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/model_spec.h"
-#include "common/safetensors.h"
+#include "model/model_spec.h"
+#include "model/safetensors.h"
 
 namespace pscluster {
 

@@ -105,7 +105,7 @@ grpc::Status CheckBearerToken(const absl::string_view* header, absl::string_view
 
 // OpenSSL's queued errors as one line, clearing the queue; `if_none` when
 // there are none. For messages about certificates and TLS handshakes (here
-// and in the data plane's own TLS, common/data_plane.h).
+// and in the data plane's own TLS, wire/data_plane.h).
 std::string OpenSslErrors(absl::string_view if_none);
 
 // Equality whose running time depends only on `expected`'s length.

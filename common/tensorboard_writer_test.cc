@@ -18,7 +18,7 @@
 #include "common/crc32c.h"
 #include "common/tfrecord.h"
 #include "gmock/gmock.h"
-#include "common/test_files.h"
+#include "common/testing/test_files.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {

@@ -47,7 +47,7 @@
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/ps.pb.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 
 namespace pscluster {

@@ -1,4 +1,4 @@
-// DataPlaneServer: the ps's end of the tcp data plane (common/data_plane.h).
+// DataPlaneServer: the ps's end of the tcp data plane (wire/data_plane.h).
 // It listens on its own port beside the gRPC server, takes each connection
 // on a thread of its own (a connection carries one worker's calls, one at a
 // time), checks the cluster token in the hello frame, and answers every
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/data_plane.h"
+#include "wire/data_plane.h"
 #include "common/security.h"
 #include "ps_server/ps_service.h"
 

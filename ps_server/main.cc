@@ -15,7 +15,7 @@
 #include "common/metrics.h"
 #include "common/task_server.h"
 #include "ps_server/data_plane_server.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "ps_server/step_broadcaster.h"
 #include "spdlog/spdlog.h"

@@ -8,7 +8,7 @@
 #include "absl/time/time.h"
 #include "common/rpc.h"
 #include "common/security.h"
-#include "ps_server/store_state.h"
+#include "update/store_state.h"
 
 namespace pscluster {
 namespace {

@@ -16,9 +16,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
-#include "common/codec.h"
+#include "wire/codec.h"
 #include "proto/ps.grpc.pb.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 
 namespace pscluster {
 

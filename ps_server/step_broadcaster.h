@@ -1,7 +1,7 @@
 // StepBroadcaster: on ps 0 of a sync cluster with several ps, sends each
 // step decision of the local (deciding) store to every other ps
 // (ParameterServer.CommitStep), so that they apply the same workers'
-// gradients (ps_server/parameter_store.h).
+// gradients (update/parameter_store.h).
 //
 // One thread per other ps, each sending the decisions in order, each one
 // until it is taken: a ps that is down or behind is asked again with
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/rpc.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 
 namespace pscluster {
 

@@ -21,7 +21,7 @@ struct Binary {
 };
 const Binary kBinaries[] = {{"ps_server/ps_server", "ps", {}},
                             {"worker/worker", "worker", {"--data_dir=/nonexistent"}},
-                            {"worker/evaluator", "evaluator", {"--data_dir=/nonexistent"}},
+                            {"evaluator/evaluator", "evaluator", {"--data_dir=/nonexistent"}},
                             {"chief/chief", "chief", {}}};
 
 struct BadConfig {
@@ -292,7 +292,7 @@ TEST(DataErrorTest, MissingDataExitsFourNamingIt) {
     std::vector<std::string> args;   // besides --data_dir
   };
   const Case cases[] = {{"worker/worker", "worker", "train", {"--startup_timeout_s=1"}},
-                        {"worker/evaluator", "evaluator", "test", {"--startup_timeout_s=1"}},
+                        {"evaluator/evaluator", "evaluator", "test", {"--startup_timeout_s=1"}},
                         {"chief/chief", "chief", "test", {"--wait_for_cluster_s=1"}}};
   for (const Case& c : cases) {
     for (const std::string& dir : {std::string("/nonexistent/mnist"), empty}) {

@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/model_spec.h"
+#include "model/model_spec.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
 

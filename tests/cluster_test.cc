@@ -142,7 +142,7 @@ TEST_F(ClusterTest, EvaluatorOutsideTheClusterAsTheKubeflowOperatorSetsItUp) {
 }
 
 // No evaluator in TF_CONFIG: given --data_dir, the chief scores the final
-// weights on the test set itself (chief/test_evaluation.h).
+// weights on the test set itself (compute/scoring.h).
 TEST_F(ClusterTest, WithoutAnEvaluatorTheChiefEvaluatesOnItsDataDir) {
   ClusterOptions o;
   o.evaluator = false;

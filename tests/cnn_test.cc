@@ -101,7 +101,7 @@ TEST_F(CnnTest, OneEpochReachesTheHeadlineAccuracyInExactly469Steps) {
 }
 
 // tests/keras_model_forward.py evaluates the exported weights on the test
-// set with a numpy forward pass of its own over models/cnn.json (Keras
+// set with a numpy forward pass of its own over model/builtin/cnn.json (Keras
 // layouts: HWIO conv kernels, [in, out] Dense kernels, Flatten in
 // height-width-channel order) and must count the same correct predictions
 // as the evaluator did on the same weights. Read with a wrong Flatten order
@@ -110,7 +110,7 @@ TEST_F(CnnTest, OneEpochReachesTheHeadlineAccuracyInExactly469Steps) {
 TEST_F(CnnTest, ExportInKerasLayoutReproducesTheEvaluatorsAccuracy) {
   std::optional<FinalFigures> f = ParseFinalLine(run_->chief_log);
   ASSERT_TRUE(f.has_value()) << run_->all_logs;
-  ExpectExportReproducesEvaluator("models/cnn.json", run_->export_path, *data_dir_, *f);
+  ExpectExportReproducesEvaluator("model/builtin/cnn.json", run_->export_path, *data_dir_, *f);
 }
 
 }  // namespace

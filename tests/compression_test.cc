@@ -1,4 +1,4 @@
-// Every communication setting (common/codec.h, the chief's --push_codec,
+// Every communication setting (wire/codec.h, the chief's --push_codec,
 // --pull_codec) trains through the real cluster, sync and async, to the
 // accuracy fp32 reaches (within the bars below), and the ps receives
 // exactly the bytes the encoding promises: each shard encoded on its own,
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/keras_model.h"
-#include "common/placement.h"
+#include "wire/codec.h"
+#include "model/keras_model.h"
+#include "model/placement.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
 
@@ -32,7 +32,7 @@ void PrintTo(const Setting& s, std::ostream* os) { *os << s.name; }
 class CompressionTest : public ::testing::TestWithParam<Setting> {};
 
 // The bytes the ps:`ps` receives for one push under `codec`: its shards
-// encoded one by one, as common/ps_client.cc does.
+// encoded one by one, as wire/ps_client.cc does.
 int64_t PushBytes(const Placement& p, int ps, const CodecOptions& codec) {
   int64_t bytes = 0;
   const CodecOptions exact;

@@ -1,4 +1,4 @@
-// The tcp data plane (common/data_plane.h, ps_server/data_plane_server.h)
+// The tcp data plane (wire/data_plane.h, ps_server/data_plane_server.h)
 // against a PsService in this process: its PushPull answers what the gRPC
 // method answers, exactly once; the token is checked; a hostile or broken
 // peer loses its connection and nothing else; deadlines and a stopping
@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/data_plane.h"
+#include "wire/data_plane.h"
 #include "common/rpc.h"
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/data_plane_server.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
 

@@ -52,9 +52,9 @@ import subprocess
 ROLES = {"ps": ("ps", "ps_server"), "worker": ("worker", "worker"),
          "evaluator": ("evaluator", "evaluator"), "chief": ("chief", "chief")}
 MAINS = {"ps_server": "ps_server/main.cc", "worker": "worker/main.cc",
-         "evaluator": "worker/evaluator_main.cc", "chief": "chief/main.cc"}
+         "evaluator": "evaluator/main.cc", "chief": "chief/main.cc"}
 BUILT = {"ps_server": "ps_server/ps_server", "worker": "worker/worker",
-         "evaluator": "worker/evaluator", "chief": "chief/chief"}
+         "evaluator": "evaluator/evaluator", "chief": "chief/chief"}
 
 results = {"pass": 0, "fail": 0, "skip": 0}
 

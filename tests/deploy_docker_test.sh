@@ -171,12 +171,12 @@ else
   # dependencies (CUDA's from Dockerfile.cuda), and each library package is
   # needed by one of them.
   bins=()
-  for b in ps_server/ps_server worker/worker worker/evaluator chief/chief deploy/docker/health_probe; do
+  for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief deploy/docker/health_probe; do
     [ -x "$repo/bazel-bin/$b" ] && bins+=("$repo/bazel-bin/$b")
   done
   if [ ${#bins[@]} -ne 5 ]; then
     skip "runtime libraries: the binaries are not all built (bazel build //ps_server:ps_server" \
-      "//worker:worker //worker:evaluator //chief:chief //deploy/docker:health_probe)"
+      "//worker:worker //evaluator:evaluator //chief:chief //deploy/docker:health_probe)"
   else
     closure="$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
       --no-replaces --no-enhances "${PKGS[@]}" 2>/dev/null | grep -E '^[a-z0-9]' | sort -u)"
@@ -235,7 +235,7 @@ if [ $rc -eq 2 ] && grep -q "must be cpu or cuda" <<<"$out"; then
 else
   fail "build_binaries.sh gpu: exit $rc: $out"
 fi
-want="//chief:chief //deploy/docker:health_probe //ps_server:ps_server //worker:evaluator //worker:worker"
+want="//chief:chief //deploy/docker:health_probe //ps_server:ps_server //evaluator:evaluator //worker:worker"
 got="$(grep -oE '\[//[a-z_/]+:[a-z_]+\]' "$D/build_binaries.sh" | tr -d '[]' | sort | tr '\n' ' ' | sed 's/ $//')"
 if [ "$got" = "$want" ]; then
   pass "build_binaries.sh builds the four daemons and the health probe"

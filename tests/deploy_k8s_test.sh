@@ -100,7 +100,7 @@ fake_bin = make_fake_bin(tmp)
 real_bin = make_real_bin(repo, tmp)
 if real_bin is None:
     skip("the built daemons' own TF_CONFIG and flag checks: bazel-bin lacks them "
-         "(bazel build //ps_server:ps_server //worker:worker //worker:evaluator //chief:chief)")
+         "(bazel build //ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief)")
 
 def container_env(c, configmaps):
     env = {}

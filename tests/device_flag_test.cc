@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
-#include "worker/backend_factory.h"
+#include "compute/backend_factory.h"
 
 namespace pscluster {
 namespace testing {
@@ -18,7 +18,7 @@ struct Binary {
   const char* task_type;
 };
 const Binary kBinaries[] = {{"worker/worker", "worker"},
-                            {"worker/evaluator", "evaluator"}};
+                            {"evaluator/evaluator", "evaluator"}};
 
 std::string TfConfig(const char* type) {
   return absl::StrCat(

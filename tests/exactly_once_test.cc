@@ -12,18 +12,18 @@
 #include <thread>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/gradient_watermark.h"
-#include "common/params_watermark.h"
-#include "common/model_spec.h"
-#include "common/placement.h"
-#include "common/ps_client.h"
+#include "wire/codec.h"
+#include "model/gradient_watermark.h"
+#include "model/params_watermark.h"
+#include "model/model_spec.h"
+#include "model/placement.h"
+#include "wire/ps_client.h"
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
-#include "common/data_plane.h"
+#include "wire/data_plane.h"
 #include "ps_server/data_plane_server.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
 
@@ -60,7 +60,7 @@ struct ArrivalLog {
 
 // Trains `steps` steps of two workers with seeded pseudo-gradients against
 // two fresh ps and returns the final parameters. `push` and `pull`: the
-// wire encodings (common/codec.h); `transport`: the push-pulls' path.
+// wire encodings (wire/codec.h); `transport`: the push-pulls' path.
 // A push-pull whose gradient leaves while "backprop" still writes it: the
 // gradient buffer holds NaN (which the ps refuses) until a suffix is
 // copied in and marked final, five suffixes in all, last first.

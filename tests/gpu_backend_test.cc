@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/idx_dataset.h"
-#include "common/keras_model.h"
-#include "common/model_spec.h"
+#include "model/idx_dataset.h"
+#include "model/keras_model.h"
+#include "model/model_spec.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
-#include "worker/backend_factory.h"
-#include "worker/compute_backend.h"
+#include "compute/backend_factory.h"
+#include "compute/compute_backend.h"
 
 namespace pscluster {
 namespace {

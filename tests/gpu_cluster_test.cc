@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
-#include "worker/backend_factory.h"
+#include "compute/backend_factory.h"
 
 namespace pscluster {
 namespace testing {

@@ -258,7 +258,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (s.ok() && options.evaluator) {
     std::vector<std::string> args = {"--data_dir=" + options.data_dir, "--eval_interval_s=2"};
     args.insert(args.end(), options.evaluator_args.begin(), options.evaluator_args.end());
-    s = start("evaluator", 0, "worker/evaluator", args);
+    s = start("evaluator", 0, "evaluator/evaluator", args);
   }
   if (!s.ok()) return s;
   return c;

@@ -28,7 +28,7 @@ finish() {
 if [ "$(id -u)" -ne 0 ]; then skip "network namespaces need root"; finish; fi
 if ! command -v ip >/dev/null; then skip "no 'ip' (iproute2)"; finish; fi
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then skip "no MNIST in '$data'"; finish; fi
-for b in ps_server/ps_server worker/worker worker/evaluator chief/chief; do
+for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
   [ -x "$bin/$b" ] || { fail "missing $bin/$b (build first)"; finish; }
 done
 
@@ -85,7 +85,7 @@ start_cluster() {  # start_cluster RUN CHIEF_ARGS...
   run_on "$run" ps1 ps 1 "$bin/ps_server/ps_server"
   run_on "$run" w0 worker 0 "$bin/worker/worker" --data_dir="$data"
   run_on "$run" w1 worker 1 "$bin/worker/worker" --data_dir="$data"
-  run_on "$run" ev evaluator 0 "$bin/worker/evaluator" --data_dir="$data" --eval_interval_s=2
+  run_on "$run" ev evaluator 0 "$bin/evaluator/evaluator" --data_dir="$data" --eval_interval_s=2
   run_on "$run" chief chief 0 "$bin/chief/chief" --model=mlp --wait_for_cluster_s=60 "$@"
 }
 wait_cluster() {  # sets codes
@@ -158,7 +158,7 @@ cluster="$ring_cluster"
 pids=()
 run_on ring w0 worker 0 "$bin/worker/worker" --data_dir="$data"
 run_on ring w1 worker 1 "$bin/worker/worker" --data_dir="$data"
-run_on ring ev evaluator 0 "$bin/worker/evaluator" --data_dir="$data" --eval_interval_s=10
+run_on ring ev evaluator 0 "$bin/evaluator/evaluator" --data_dir="$data" --eval_interval_s=10
 run_on ring chief chief 0 "$bin/chief/chief" --strategy=multi_worker_mirrored --epochs=6 \
   --wait_for_cluster_s=60
 wait_cluster

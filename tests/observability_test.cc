@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
-#include "common/safetensors.h"
+#include "model/safetensors.h"
 #include "common/tensorboard_writer.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"

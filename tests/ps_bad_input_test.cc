@@ -11,7 +11,7 @@
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
 
@@ -169,7 +169,7 @@ TEST_F(PsBadInputTest, WrongDtype) {
       "gradients: 'float16' is not a wire encoding: fp32, bf16, fp16, int8, topk or sign");
 }
 
-// Encoded gradients (common/codec.h) that do not decode to this ps's
+// Encoded gradients (wire/codec.h) that do not decode to this ps's
 // shards (900 and 100 values): refused, naming the shard and the problem.
 TEST_F(PsBadInputTest, MalformedEncodedGradients) {
   Start();

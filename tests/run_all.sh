@@ -151,20 +151,20 @@ unset OPENBLAS_CORETYPE
 #    build is not a test case: a failed build counts as one failure, a good
 #    one counts nothing; the tests count their cases.
 CPU_ONLY=(--repo_env=PSCLUSTER_CUDA=0 --platform_suffix=cpuonly --symlink_prefix=/)
-if bazel build "${CPU_ONLY[@]}" --keep_going //worker/... //tests/...; then
-  echo "run_all: CPU-only build (PSCLUSTER_CUDA=0) of //worker/... //tests/...: OK"
+if bazel build "${CPU_ONLY[@]}" --keep_going //compute/... //worker/... //evaluator/... //tests/...; then
+  echo "run_all: CPU-only build (PSCLUSTER_CUDA=0) of //compute/... //worker/... //evaluator/... //tests/...: OK"
   cpu_logs="$(bazel info "${CPU_ONLY[@]}" bazel-testlogs 2>/dev/null)"
-  [ -n "$cpu_logs" ] && rm -rf "$cpu_logs/worker" "$cpu_logs/tests"
+  [ -n "$cpu_logs" ] && rm -rf "$cpu_logs/compute" "$cpu_logs/tests"
   bazel test "${CPU_ONLY[@]}" --test_output=errors \
-    //worker:backend_factory_test //worker:device_choice_test //tests:device_flag_test
+    //compute:backend_factory_test //compute:device_choice_test //tests:device_flag_test
   cpu_rc=$?
   COUNTED=0
-  [ -n "$cpu_logs" ] && count_reports "$cpu_logs" worker tests
+  [ -n "$cpu_logs" ] && count_reports "$cpu_logs" compute tests
   if [ "$cpu_rc" -ne 0 ] && [ "$cpu_rc" -ne 3 ] || [ "$COUNTED" -eq 0 ]; then
     record fail "CPU-only tests" "bazel test exited $cpu_rc with $COUNTED test cases reported"
   fi
 else
-  record fail "CPU-only build" "bazel build ${CPU_ONLY[*]} //worker/... //tests/... failed"
+  record fail "CPU-only build" "bazel build ${CPU_ONLY[*]} //compute/... //worker/... //evaluator/... //tests/... failed"
 fi
 
 # 1. Bazel: build everything, run every test target.

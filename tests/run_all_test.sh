@@ -62,11 +62,11 @@ EOF
 make_tree() {
   local t="$tmp/repo"
   rm -rf "$t" && mkdir -p "$t/tests" "$t/deploy" "$t/bin" "$t/reports/main/tests/fake_test" \
-    "$t/reports/cpu/worker/fake_cpu_test"
+    "$t/reports/cpu/compute/fake_cpu_test"
   cp "$repo/tests/run_all.sh" "$t/tests/"
   printf '#!/bin/sh\nexit 0\n' >"$t/deploy/install_deps.sh"
   gtest_xml "$1" >"$t/reports/main/tests/fake_test/test.xml"
-  cat >"$t/reports/cpu/worker/fake_cpu_test/test.xml" <<'EOF'
+  cat >"$t/reports/cpu/compute/fake_cpu_test/test.xml" <<'EOF'
 <?xml version="1.0" encoding="UTF-8"?>
 <testsuites tests="1" failures="0" disabled="0" errors="0" time="0" name="AllTests">
   <testsuite name="B" tests="1" failures="0" disabled="0" skipped="0" errors="0" time="0">

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/data_plane.h"
+#include "wire/data_plane.h"
 #include "common/rpc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -36,7 +36,7 @@ struct Binary {
 };
 const Binary kBinaries[] = {{"ps_server/ps_server", "ps", {}},
                             {"worker/worker", "worker", {"--data_dir=/nonexistent"}},
-                            {"worker/evaluator", "evaluator", {"--data_dir=/nonexistent"}},
+                            {"evaluator/evaluator", "evaluator", {"--data_dir=/nonexistent"}},
                             {"chief/chief", "chief", {}}};
 
 std::string TempDir() {

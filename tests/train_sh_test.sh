@@ -121,7 +121,7 @@ else
 
   # Restarts. Each run has its own --logdir, which the command lines of its
   # evaluator and chief carry: that finds their processes.
-  task_pid() {  # task_pid BINARY LOGDIR, BINARY: worker/evaluator or chief/chief
+  task_pid() {  # task_pid BINARY LOGDIR, BINARY: evaluator/evaluator or chief/chief
     local d args
     for d in /proc/[0-9]*; do
       mapfile -d '' -t args 2>/dev/null < "$d/cmdline" || continue
@@ -130,7 +130,7 @@ else
     done
     return 1
   }
-  evaluator_pid() { task_pid worker/evaluator "$1"; }  # evaluator_pid LOGDIR
+  evaluator_pid() { task_pid evaluator/evaluator "$1"; }  # evaluator_pid LOGDIR
   # kill_task BINARY OUT LOGDIR [REGEX]: once OUT has a line that matches
   # REGEX (default: the chief's first progress line), SIGKILL to the task;
   # prints its pid.
@@ -143,7 +143,7 @@ else
     p="$(task_pid "$1" "$3")" || return 1
     kill -KILL "$p" && echo "$p"
   }
-  kill_evaluator() { kill_task worker/evaluator "$@"; }  # kill_evaluator OUT LOGDIR
+  kill_evaluator() { kill_task evaluator/evaluator "$@"; }  # kill_evaluator OUT LOGDIR
   # wait_for PID: waits (at most 60 s) for a launcher in the background;
   # sets rc to its exit status, or 124 after killing it.
   wait_for() {

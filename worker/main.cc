@@ -10,16 +10,16 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
-#include "common/dataset.h"
-#include "common/idx_dataset.h"
+#include "model/dataset.h"
+#include "model/idx_dataset.h"
 #include "common/logging.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
-#include "worker/backend_factory.h"
-#include "worker/device_choice.h"
-#include "worker/device_flag.h"
-#include "worker/kernels/blas_env.h"
-#include "worker/replica.h"
+#include "compute/backend_factory.h"
+#include "compute/device_choice.h"
+#include "compute/device_flag.h"
+#include "compute/kernels/blas_env.h"
+#include "update/model_replica.h"
 #include "worker/ring_allreduce.h"
 #include "worker/trainer.h"
 
@@ -54,7 +54,7 @@ ABSL_FLAG(int, linger_s, 600,
 int main(int argc, char** argv) {
   using namespace pscluster;
   // OpenBLAS reads its environment when it loads; a preset core type or
-  // thread count would slow the kernels (worker/kernels/blas_env.h).
+  // thread count would slow the kernels (compute/kernels/blas_env.h).
   if (absl::Status s = kernels::ReexecWithBlasEnvironment(argv); !s.ok()) {
     std::fprintf(stderr, "warning: %s\n", std::string(s.message()).c_str());
   }
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   // multi_worker_mirrored: this worker's replica of the model and the Ring
   // service that receives its neighbours' chunks and hands the replica to
   // peers, the chief and the evaluator (idle under parameter_server).
-  Replica replica(opt.threads);
+  ModelReplica replica(opt.threads);
   RingService ring(&replica);
   opt.replica = &replica;
   opt.ring = &ring;

@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
+#include "wire/codec.h"
 #include "common/rpc.h"
 #include "proto/ring.grpc.pb.h"
 #include "spdlog/spdlog.h"
-#include "worker/backend_factory.h"
-#include "worker/chunk_reader.h"
-#include "worker/compute_backend.h"
-#include "worker/replica.h"
+#include "compute/backend_factory.h"
+#include "model/chunk_reader.h"
+#include "compute/compute_backend.h"
+#include "update/model_replica.h"
 #include "worker/ring_allreduce.h"
 
 namespace pscluster {
@@ -49,7 +49,7 @@ absl::Status TrainMirrored(const MirroredRun& run) {
     return absl::FailedPreconditionError(
         "the plan is multi_worker_mirrored but this worker serves no Ring service");
   }
-  Replica& replica = *options.replica;
+  ModelReplica& replica = *options.replica;
   const std::vector<int> indices = options.config.cluster.task_indices(kWorkerJob);
   std::vector<std::string> addresses;
   for (int index : indices) addresses.push_back(*options.config.cluster.address(kWorkerJob, index));

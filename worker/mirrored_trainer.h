@@ -1,6 +1,6 @@
 // The training loop under --strategy=multi_worker_mirrored (README
 // "Strategies"): this worker holds a replica of the whole model and its
-// optimizer state (worker/replica.h); each step it asks the chief for the
+// optimizer state (update/model_replica.h); each step it asks the chief for the
 // ring and its chunk (chief/ring_dispatcher.h), computes the gradient,
 // sums it with the ring's other members (worker/ring_allreduce.h) and
 // applies the same update as every other replica.
@@ -19,10 +19,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "common/dataset.h"
-#include "common/model_spec.h"
+#include "model/dataset.h"
+#include "model/model_spec.h"
 #include "proto/coordination.pb.h"
-#include "worker/chief_client.h"
+#include "wire/chief_client.h"
 #include "worker/trainer_options.h"
 
 namespace pscluster {

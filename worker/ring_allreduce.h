@@ -28,7 +28,7 @@
 // (the received bytes are forwarded as they are), never summed again, so
 // every member ends with the same bits.
 //
-// Wire codecs (common/codec.h): fp32 (exact), bf16, or fp16 with a scale
+// Wire codecs (wire/codec.h): fp32 (exact), bf16, or fp16 with a scale
 // per chunk. Partial sums are kept in float32 and encoded for each hop, so
 // with bf16/fp16 each of the P - 1 hops of reduce-scatter and the final
 // sum round to the codec once. The owner of a segment keeps exactly what
@@ -66,10 +66,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/codec.h"
+#include "wire/codec.h"
 #include "common/rpc.h"
 #include "proto/ring.grpc.pb.h"
-#include "worker/replica.h"
+#include "update/model_replica.h"
 
 namespace pscluster {
 
@@ -104,7 +104,7 @@ class RingService final : public Ring::CallbackService {
  public:
   // `replica` (borrowed, may be null: GetReplica then answers UNAVAILABLE)
   // is what GetReplica hands out.
-  explicit RingService(const Replica* replica = nullptr) : replica_(replica) {}
+  explicit RingService(const ModelReplica* replica = nullptr) : replica_(replica) {}
   RingService(const RingService&) = delete;
   RingService& operator=(const RingService&) = delete;
 
@@ -132,7 +132,7 @@ class RingService final : public Ring::CallbackService {
   using Key = std::tuple<int64_t, int, int, int, int>;
   enum class Event { kChunk, kWoken, kTimedOut };
 
-  const Replica* const replica_;
+  const ModelReplica* const replica_;
   // Send's work: files the chunk, or says why not.
   grpc::Status File(const grpc::ServerContextBase* ctx, const RingChunk& chunk);
 

@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/codec.h"
+#include "wire/codec.h"
 #include "common/rpc.h"
 #include "common/security.h"
 #include "gmock/gmock.h"

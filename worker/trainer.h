@@ -6,7 +6,7 @@
 // plan's strategy) it hands over to TrainMirrored
 // (worker/mirrored_trainer.h) once the plan and the data are in.
 //
-// Faults: every RPC retries with back-off (common/ps_client.h); a push
+// Faults: every RPC retries with back-off (wire/ps_client.h); a push
 // aborted because the ps were restored from a checkpoint is dropped, the
 // weights pulled again and the chief's (rewound) work continued. A
 // restarted worker simply starts again: the chief hands it new chunks.

@@ -10,18 +10,18 @@
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/metrics.h"
-#include "worker/device_choice.h"
+#include "compute/device_choice.h"
 
 namespace pscluster {
 
-class Replica;
+class ModelReplica;
 class RingService;
 
 struct TrainerOptions {
   TfConfig config;          // this worker's place in the cluster
   std::string data_dir;     // holds the MNIST-format IDX files
   int threads = 1;          // compute threads (CPU backend)
-  // Where to compute; main resolves kAuto first (worker/backend_factory.h)
+  // Where to compute; main resolves kAuto first (compute/backend_factory.h)
   // so that it can log the choice, but kAuto works here too.
   DeviceChoice device;
   absl::Duration startup_timeout = absl::Minutes(2);
@@ -40,7 +40,7 @@ struct TrainerOptions {
   // borrowed (they outlive the Trainer: peers, the chief and the evaluator
   // read the replica after training too). Null: the plan may not ask for it.
   RingService* ring = nullptr;
-  Replica* replica = nullptr;
+  ModelReplica* replica = nullptr;
   // A neighbour in the ring silent this long fails the all-reduce.
   absl::Duration ring_timeout = absl::Seconds(30);
   // Logs the replica's digest after every step (tests compare them).

@@ -25,7 +25,7 @@ esac
 declare -A TARGETS=(
   [//ps_server:ps_server]=ps_server
   [//worker:worker]=worker
-  [//worker:evaluator]=evaluator
+  [//evaluator:evaluator]=evaluator
   [//chief:chief]=chief
   [//deploy/docker:health_probe]=pscluster-health-probe
 )

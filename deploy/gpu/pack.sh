@@ -42,12 +42,12 @@ while [ $# -gt 0 ]; do
 done
 
 # Paths under bazel-bin; the tests find the daemons by these relative paths.
-DAEMONS=(chief/chief ps_server/ps_server worker/worker worker/evaluator)
+DAEMONS=(chief/chief ps_server/ps_server worker/worker evaluator/evaluator)
 TESTS=(
-  worker/kernels/gpu_kernels_test
-  worker/kernels/emulated_kernels_test
-  worker/device_graph_test
-  worker/backend_factory_test
+  compute/kernels/gpu_kernels_test
+  compute/kernels/emulated_kernels_test
+  compute/fast_device_graph_test
+  compute/backend_factory_test
   tests/gpu_backend_test
   tests/device_flag_test
   tests/gpu_cluster_test

@@ -114,13 +114,13 @@ RESTART_DELAY_US=$((10#${RESTART_DELAY%%.*} * 1000000 + 10#${RESTART_DELAY_US:0:
 # 1. Packages and binaries.
 "$ROOT/deploy/install_deps.sh" --build_only || exit 1
 if [ "$BUILD" = 1 ]; then
-  echo "train.sh: building (bazel build //ps_server:ps_server //worker:worker //worker:evaluator //chief:chief)" >&2
+  echo "train.sh: building (bazel build //ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief)" >&2
   (cd "$ROOT" && bazel build --noshow_progress --ui_event_filters=-info \
-      //ps_server:ps_server //worker:worker //worker:evaluator //chief:chief) || {
+      //ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief) || {
     echo "train.sh: build failed" >&2; exit 1; }
 fi
 BIN="$ROOT/bazel-bin"
-for b in ps_server/ps_server worker/worker worker/evaluator chief/chief; do
+for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
   [ -x "$BIN/$b" ] || die "missing binary $BIN/$b (run without --no_build)"
 done
 
@@ -249,7 +249,7 @@ for ((i = 0; i < NUM_WORKERS; i++)); do
   start "worker$i" worker "$i" "$BIN/worker/worker" --data_dir="$DATA_DIR" --threads="$WORKER_THREADS"
 done
 if [ "$EVALUATOR" = 1 ]; then
-  start evaluator evaluator 0 "$BIN/worker/evaluator" --data_dir="$DATA_DIR" \
+  start evaluator evaluator 0 "$BIN/evaluator/evaluator" --data_dir="$DATA_DIR" \
     --eval_interval_s="$EVAL_INTERVAL" --logdir="$LOGDIR"
 fi
 # Without the evaluator the chief scores the final weights on the test set.

@@ -49,7 +49,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
-#include "common/model_spec.h"
+#include "model/model_spec.h"
 #include "tests/local_cluster.h"
 
 

@@ -1,5 +1,5 @@
 // Benchmark (not a test): the worker's images/s on the seeds' CNN alone
-// (compute only: Network::TrainStep on real MNIST batches) and inside a
+// (compute only: CpuNetwork::TrainStep on real MNIST batches) and inside a
 // 1-ps/1-worker cluster of the real binaries (pull, compute, push), and
 // their ratio.
 //
@@ -16,11 +16,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/idx_dataset.h"
-#include "common/model_spec.h"
+#include "model/idx_dataset.h"
+#include "model/model_spec.h"
 #include "tests/local_cluster.h"
-#include "worker/kernels/blas_env.h"
-#include "worker/network.h"
+#include "compute/kernels/blas_env.h"
+#include "compute/cpu_network.h"
 
 namespace pscluster {
 namespace {
@@ -58,10 +58,10 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
 // Compute only: TrainStep over consecutive real batches for `seconds`.
 double ComputeOnly(const Flags& flags, const Dataset& data) {
   ModelSpec spec = *ModelByName("cnn");
-  NetworkOptions o;
+  CpuNetworkOptions o;
   o.max_batch = flags.batch;
   o.num_threads = flags.threads;
-  auto net = Network::Create(spec, o);
+  auto net = CpuNetwork::Create(spec, o);
   if (!net.ok()) {
     std::fprintf(stderr, "%s\n", std::string(net.status().message()).c_str());
     return 0;

@@ -1,4 +1,4 @@
-// Benchmark (not a test): how fast each wire encoding (common/codec.h)
+// Benchmark (not a test): how fast each wire encoding (wire/codec.h)
 // encodes and decodes a ps's share of a large model, beside the physical
 // limit measured in the same run: memcpy of the same fp32 bytes, and one
 // streaming pass that reads two arrays and writes one (y = a - b), the
@@ -33,7 +33,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/codec.h"
+#include "wire/codec.h"
 
 ABSL_FLAG(int64_t, floats, 10'000'000, "values of the tensor");
 ABSL_FLAG(int, repeats, 7, "timed runs of each operation (the median is printed)");

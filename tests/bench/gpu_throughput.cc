@@ -23,11 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/idx_dataset.h"
-#include "common/model_spec.h"
+#include "model/idx_dataset.h"
+#include "model/model_spec.h"
 #include "tests/local_cluster.h"
-#include "worker/backend_factory.h"
-#include "worker/kernels/blas_env.h"
+#include "compute/backend_factory.h"
+#include "compute/kernels/blas_env.h"
 
 namespace pscluster {
 namespace {

@@ -1,5 +1,5 @@
 // Benchmark (not a test): one parameter server's fused PushPull throughput,
-// over its tcp data plane (common/data_plane.h) and over gRPC, against a
+// over its tcp data plane (wire/data_plane.h) and over gRPC, against a
 // bare gRPC echo and the physical limit, a bare TCP ping-pong of the same
 // sizes, in one process over loopback.
 //
@@ -51,9 +51,9 @@
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "proto/ps.grpc.pb.h"
-#include "common/data_plane.h"
+#include "wire/data_plane.h"
 #include "ps_server/data_plane_server.h"
-#include "ps_server/parameter_store.h"
+#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/bench/echo.grpc.pb.h"
 

@@ -1,4 +1,4 @@
-// Benchmark (not a test): images/s of Network::TrainStep on synthetic data.
+// Benchmark (not a test): images/s of CpuNetwork::TrainStep on synthetic data.
 //
 //   bazel run //tests/bench:worker_compute -- [--model=cnn|NAME|FILE]
 //       [--batch=128] [--threads=1,2] [--seconds=3] [--runs=5]
@@ -12,7 +12,7 @@
 // For each thread count: warm-up, then --runs timed runs of about --seconds
 // each; prints the median and the range of images/s. Unless --keep_blas_env,
 // first re-executes itself without OPENBLAS_CORETYPE and with
-// OPENBLAS_NUM_THREADS=1 (see worker/kernels/blas_env.h).
+// OPENBLAS_NUM_THREADS=1 (see compute/kernels/blas_env.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,11 +25,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
-#include "common/keras_model.h"
-#include "common/model_spec.h"
-#include "worker/kernels/blas_env.h"
-#include "worker/kernels/cpu_blas.h"
-#include "worker/network.h"
+#include "model/keras_model.h"
+#include "model/model_spec.h"
+#include "compute/kernels/blas_env.h"
+#include "compute/kernels/cpu_blas.h"
+#include "compute/cpu_network.h"
 
 namespace pscluster {
 namespace {
@@ -84,10 +84,10 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
 
 // Times TrainStep at one thread count; returns 1 on a failed step.
 int Measure(const ModelSpec& spec, const Flags& flags, int threads, double* median) {
-  NetworkOptions options;
+  CpuNetworkOptions options;
   options.max_batch = flags.batch;
   options.num_threads = threads;
-  auto net = Network::Create(spec, options);
+  auto net = CpuNetwork::Create(spec, options);
   if (!net.ok()) {
     std::fprintf(stderr, "%s\n", net.status().ToString().c_str());
     return 1;

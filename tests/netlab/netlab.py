@@ -59,10 +59,10 @@ BIN = os.path.join(REPO, "bazel-bin")
 DAEMONS = {
     "ps": "ps_server/ps_server",
     "worker": "worker/worker",
-    "evaluator": "worker/evaluator",
+    "evaluator": "evaluator/evaluator",
     "chief": "chief/chief",
 }
-# Wire bytes per value of each codec (common/codec.h), headers aside.
+# Wire bytes per value of each codec (wire/codec.h), headers aside.
 CODEC_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0 + 4.0 / 256,
                "topk": None, "sign": 1.0 / 8}
 PULL_CODECS = tuple(CODEC_BYTES)  # int8, topk, sign: the change since the worker's weights
@@ -187,7 +187,7 @@ def read_idx(path):
 
 def write_subset(mnist_dir, train_examples, path):
     """MNIST's first train_examples training images and its whole test set,
-    as an .npz the daemons read (common/dataset.h)."""
+    as an .npz the daemons read (model/dataset.h)."""
     x = read_idx(os.path.join(mnist_dir, "train-images-idx3-ubyte.gz"))
     y = read_idx(os.path.join(mnist_dir, "train-labels-idx1-ubyte.gz"))
     xt = read_idx(os.path.join(mnist_dir, "t10k-images-idx3-ubyte.gz"))

@@ -1,0 +1,106 @@
+// Device resolution and backend creation. Runs everywhere: what it expects
+// from "auto" and "cuda" depends on whether this build has CUDA and the
+// machine a GPU, and each case checks the message that says which.
+#include "compute/backend_factory.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+using Kind = DeviceChoice::Kind;
+
+DeviceChoice Parse(const char* text) { return *ParseDevice(text); }
+
+TEST(ResolveDeviceTest, CpuIsAlwaysTheCpu) {
+  absl::StatusOr<ResolvedDevice> r = ResolveDevice(Parse("cpu"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->device.kind, Kind::kCpu);
+}
+
+TEST(ResolveDeviceTest, AutoTakesTheFirstGpuElseTheCpuSayingWhy) {
+  std::string why;
+  const int gpus = CudaDevicesAvailable(&why);
+  absl::StatusOr<ResolvedDevice> r = ResolveDevice(Parse("auto"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  if (gpus > 0) {
+    EXPECT_EQ(r->device, Parse("cuda:0"));
+  } else {
+    EXPECT_EQ(r->device.kind, Kind::kCpu);
+    EXPECT_FALSE(why.empty());
+    EXPECT_NE(r->reason.find(why), std::string::npos) << r->reason;
+  }
+}
+
+TEST(ResolveDeviceTest, CudaWithoutAGpuIsAClearError) {
+  std::string why;
+  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "[gpu] this machine has a GPU";
+  absl::StatusOr<ResolvedDevice> r = ResolveDevice(Parse("cuda"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("cuda:0 cannot be used"),
+            std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status();
+  if (!BuiltWithCuda()) {
+    EXPECT_NE(why.find("built without CUDA"), std::string::npos) << why;
+  }
+}
+
+TEST(ResolveDeviceTest, OrdinalBeyondTheDevicesIsAnError) {
+  std::string why;
+  const int gpus = CudaDevicesAvailable(&why);
+  absl::StatusOr<ResolvedDevice> r = ResolveDevice(Parse("cuda:255"));
+  if (gpus > 255) GTEST_SKIP() << "[gpu] 256 GPUs";
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("cuda:255"), std::string::npos)
+      << r.status();
+}
+
+TEST(CreateBackendTest, CpuBackendTrainsAndNamesItself) {
+  const ModelSpec spec = *ModelByName("mlp");
+  BackendOptions options;
+  options.device = Parse("cpu");
+  options.max_batch = 4;
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> b =
+      CreateBackend(spec, options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->name().rfind("cpu (1 thread", 0), 0u) << (*b)->name();
+  const std::vector<float> params = InitialParameters(spec, 1);
+  std::vector<float> images(4 * 28 * 28, 0.5f), grads(spec.num_parameters);
+  std::vector<uint8_t> labels = {0, 1, 2, 3};
+  Batch batch{images.data(), labels.data(), 4};
+  float loss = 0;
+  int correct = -1;
+  ASSERT_TRUE((*b)->TrainStep(params.data(), batch, Batch(), grads.data(),
+                              &loss, &correct)
+                  .ok());
+  EXPECT_GT(loss, 0.0f);
+  EXPECT_GE(correct, 0);
+  EXPECT_GT((*b)->last_step_times().compute_s, 0.0);
+  EXPECT_EQ((*b)->last_step_times().h2d_s, 0.0);
+  batch.size = 5;
+  EXPECT_EQ((*b)->TrainStep(params.data(), batch, Batch(), grads.data(), &loss,
+                            &correct)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CreateBackendTest, CudaWithoutAGpuFailsBeforeCreatingAnything) {
+  std::string why;
+  if (CudaDevicesAvailable(&why) > 0) GTEST_SKIP() << "[gpu] this machine has a GPU";
+  BackendOptions options;
+  options.device = Parse("cuda:0");
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> b =
+      CreateBackend(*ModelByName("cnn"), options);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace pscluster

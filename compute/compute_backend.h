@@ -1,0 +1,88 @@
+// ComputeBackend: where a worker's forward and backward passes run. The
+// trainer and the evaluator see only this interface; the CPU kernels
+// (compute/cpu_backend.h) and a CUDA GPU (compute/cuda_backend.h) implement
+// it, and compute/backend_factory.h picks one for a --device value.
+//
+// Not thread-safe: one call at a time (the evaluator serialises its calls;
+// they may come from different threads). Every pointer argument is host
+// memory, borrowed for the call.
+#ifndef PSCLUSTER_COMPUTE_COMPUTE_BACKEND_H_
+#define PSCLUSTER_COMPUTE_COMPUTE_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace pscluster {
+
+// `size` examples: images NHWC floats in [0, 1], labels < num_classes.
+struct Batch {
+  const float* images = nullptr;
+  const uint8_t* labels = nullptr;
+  int size = 0;
+  // Names the step for Dropout's masks (with the run's seed,
+  // BackendOptions.seed): the trainer passes the chunk's number.
+  uint64_t key = 0;
+};
+
+// Where the time of one TrainStep went, in seconds. A CPU backend reports
+// it all as compute.
+struct StepTimes {
+  double h2d_s = 0;  // weights and (unless prefetched) the batch to the device
+  double compute_s = 0;  // forward, loss, backward
+  double d2h_s = 0;      // gradients and metrics back to the host
+};
+
+class ComputeBackend {
+ public:
+  virtual ~ComputeBackend() = default;
+
+  // One training step: params (spec.num_parameters floats, the flat model
+  // layout) in; grads = d(mean loss over the batch)/d(params), *loss = that
+  // mean loss and *correct = the number of correct arg-max predictions out.
+  // InvalidArgument with nothing written when batch.size is not in
+  // [1, max_batch] or a label is out of range; a device failure is an error
+  // naming the failed call, after which the backend is unusable.
+  //
+  // `next` (optional, size 0 when unknown) is the batch the following
+  // TrainStep will receive: a GPU backend copies it to the device while this
+  // step computes, and the following call uses that copy when its `batch`
+  // has the same pointers and size, so their contents must not change in
+  // between.
+  virtual absl::Status TrainStep(const float* params, const Batch& batch,
+                                 const Batch& next, float* grads, float* loss,
+                                 int* correct) = 0;
+
+  // Forward only: *loss_sum = the sum (not the mean) of the examples'
+  // losses, *correct as above. Same argument contract as TrainStep.
+  virtual absl::Status Evaluate(const float* params, const Batch& batch,
+                                double* loss_sum, int* correct) = 0;
+
+  // Lets the gradient leave while backprop runs: a backend that produces
+  // it layer by layer calls listener(from) during TrainStep whenever
+  // [from, num_parameters) of `grads` is final, as CpuNetwork does
+  // (compute/cpu_network.h); one that cannot (the GPU's, whose gradient comes
+  // back in one copy) ignores it, and the gradient is final when TrainStep
+  // returns. Empty: none.
+  virtual void SetGradientListener(std::function<void(int64_t)> listener) {}
+
+  // Lets the forward pass start before the step's weights have all
+  // arrived: a backend that reads them layer by layer calls wait(to)
+  // before a layer first reads its weights, and goes on once [0, to) of
+  // `params` is in (CpuNetwork::set_params_wait), and returns true. One that
+  // reads them whole (the GPU's one copy) returns false: the caller then
+  // waits for all of them before TrainStep.
+  virtual bool SetParamsWait(std::function<void(int64_t)> wait) { return false; }
+
+  // The split of the last successful TrainStep.
+  virtual StepTimes last_step_times() const = 0;
+
+  // For logs: "cpu (2 threads)", "cuda:0 (NVIDIA H200, ...)".
+  virtual std::string name() const = 0;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_COMPUTE_BACKEND_H_

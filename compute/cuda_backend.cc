@@ -1,0 +1,552 @@
+#include "compute/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "compute/fast_device_graph.h"
+#include "compute/general_device_graph.h"
+#include "compute/kernels/gpu_device.h"
+#include "compute/kernels/gpu_kernels.h"
+#include "compute/kernels/kernel_errors.h"
+#include "compute/fast_plan.h"
+
+namespace pscluster {
+namespace {
+
+using kernels::GpuDevice;
+
+// Owners of CUDA resources. Destruction ignores errors: there is nobody
+// left to tell, and a failed device reports the cause elsewhere.
+struct FreeDevice {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct FreePinned {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+struct DestroyStream {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+struct DestroyEvent {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+struct DestroyBlas {
+  void operator()(cublasHandle_t h) const { cublasDestroy(h); }
+};
+using DeviceMemory = std::unique_ptr<void, FreeDevice>;
+using PinnedMemory = std::unique_ptr<void, FreePinned>;
+using Stream =
+    std::unique_ptr<std::remove_pointer_t<cudaStream_t>, DestroyStream>;
+using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, DestroyEvent>;
+using BlasHandle =
+    std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, DestroyBlas>;
+
+std::string Bytes(int64_t n) {
+  if (n >= (int64_t{1} << 30))
+    return absl::StrFormat("%.1f GiB", n / 1073741824.0);
+  if (n >= (int64_t{1} << 20))
+    return absl::StrFormat("%.1f MiB", n / 1048576.0);
+  return absl::StrFormat("%.1f KiB", n / 1024.0);
+}
+
+// Seconds between two completed events on one stream; 0 if unmeasurable.
+double Seconds(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  return cudaEventElapsedTime(&ms, from, to) == cudaSuccess ? ms / 1e3 : 0.0;
+}
+
+// The device-side results of a step: written by FastDeviceGraph::Run.
+struct StepResult {
+  double loss_sum;
+  int correct;
+};
+
+class CudaBackend final : public ComputeBackend {
+ public:
+  // Exactly one of `fast` (the seeds' layers, compute/fast_device_graph.h) and
+  // `general` (any other model, compute/general_device_graph.h) is set.
+  CudaBackend(const ModelSpec& spec,
+              std::unique_ptr<FastDeviceGraph<GpuDevice>> fast,
+              std::unique_ptr<GeneralDeviceGraph> general, int max_batch,
+              int ordinal)
+      : spec_(spec),
+        max_batch_(max_batch),
+        ordinal_(ordinal),
+        pixels_(int64_t{spec.input_height} * spec.input_width *
+                spec.input_channels),
+        fast_(std::move(fast)),
+        general_(std::move(general)) {}
+
+  ~CudaBackend() override {
+    // Resources belong to the device; finish queued work before freeing.
+    cudaSetDevice(ordinal_);
+    if (compute_ != nullptr) cudaStreamSynchronize(compute_.get());
+    if (copy_ != nullptr) cudaStreamSynchronize(copy_.get());
+  }
+
+  // Creates the streams, the cuBLAS handle and every buffer.
+  absl::Status Init() {
+    const std::string description = CudaDeviceDescription(ordinal_);
+    name_ = absl::StrCat("cuda:", ordinal_, " (", description, ")");
+    cudaStream_t stream = nullptr;
+    if (absl::Status s =
+            Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags (compute)");
+        !s.ok()) {
+      return s;
+    }
+    compute_.reset(stream);
+    if (absl::Status s =
+            Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags (copy)");
+        !s.ok()) {
+      return s;
+    }
+    copy_.reset(stream);
+    cublasHandle_t handle = nullptr;
+    if (absl::Status s = CheckBlas(cublasCreate(&handle), "cublasCreate");
+        !s.ok()) {
+      return s;
+    }
+    blas_.reset(handle);
+    // IEEE fp32 GEMMs: no TF32 tensor-core math, so results match the CPU's
+    // to fp32 rounding.
+    if (absl::Status s = CheckBlas(cublasSetStream(blas_.get(), compute_.get()),
+                                   "cublasSetStream");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            CheckBlas(cublasSetMathMode(blas_.get(), CUBLAS_DEFAULT_MATH),
+                      "cublasSetMathMode");
+        !s.ok()) {
+      return s;
+    }
+    for (Event* e : {&start_, &h2d_done_, &compute_done_, &d2h_done_}) {
+      if (absl::Status s = MakeEvent(cudaEventDefault, e); !s.ok()) return s;
+    }
+    const int64_t params_bytes = spec_.num_parameters * int64_t{sizeof(float)};
+    const int64_t arena_bytes =
+        fast_ != nullptr ? fast_->arena_bytes() : general_->arena_bytes();
+    absl::Status s = AllocDevice(arena_bytes,
+                                 "activations and workspaces", &arena_);
+    if (s.ok()) s = AllocDevice(params_bytes, "weights", &params_d_);
+    if (s.ok()) s = AllocDevice(params_bytes, "gradients", &grads_d_);
+    if (s.ok()) s = AllocDevice(sizeof(StepResult), "step result", &result_d_);
+    if (s.ok()) s = AllocPinned(params_bytes, "weights", &params_h_);
+    if (s.ok()) s = AllocPinned(params_bytes, "gradients", &grads_h_);
+    if (s.ok()) s = AllocPinned(sizeof(StepResult), "step result", &result_h_);
+    const int64_t image_bytes = max_batch_ * pixels_ * int64_t{sizeof(float)};
+    for (Slot& slot : slots_) {
+      if (s.ok()) s = AllocDevice(image_bytes, "images", &slot.images_d);
+      if (s.ok()) s = AllocDevice(max_batch_, "labels", &slot.labels_d);
+      if (s.ok()) s = AllocPinned(image_bytes, "images", &slot.images_h);
+      if (s.ok()) s = AllocPinned(max_batch_, "labels", &slot.labels_h);
+      if (s.ok()) s = MakeEvent(cudaEventDisableTiming, &slot.ready);
+    }
+    if (!s.ok()) return s;
+    if (fast_ != nullptr) {
+      fast_->Bind(arena_.get());
+    } else {
+      general_->Bind(arena_.get());
+      general_kernels_ = kernels::MakeGpuGeneralKernels(Device());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status TrainStep(const float* params, const Batch& batch,
+                         const Batch& next, float* grads, float* loss,
+                         int* correct) override {
+    if (params == nullptr || grads == nullptr || loss == nullptr ||
+        correct == nullptr) {
+      return absl::InvalidArgumentError(
+          "CudaBackend: a required pointer is null");
+    }
+    if (absl::Status s = CheckBatch(batch, "batch"); !s.ok()) return s;
+    if (next.size != 0) {
+      if (absl::Status s = CheckBatch(next, "next batch"); !s.ok()) return s;
+    }
+    if (!broken_.ok()) return broken_;
+    const absl::Time begin = absl::Now();
+    absl::Status s = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    // Weights through the pinned buffer, on the compute stream.
+    if (s.ok()) {
+      std::memcpy(params_h_.get(), params,
+                  spec_.num_parameters * sizeof(float));
+      s = Check(cudaEventRecord(start_.get(), compute_.get()),
+                "cudaEventRecord");
+    }
+    if (s.ok()) {
+      s = Check(cudaMemcpyAsync(params_d_.get(), params_h_.get(),
+                                spec_.num_parameters * sizeof(float),
+                                cudaMemcpyHostToDevice, compute_.get()),
+                "cudaMemcpyAsync (weights to the device)");
+    }
+    // The batch: staged by the previous step, else copied now.
+    int slot = 0;
+    if (s.ok()) {
+      if (staged_slot_ >= 0 && staged_.images == batch.images &&
+          staged_.labels == batch.labels && staged_.size == batch.size) {
+        slot = staged_slot_;
+        s = Check(
+            cudaStreamWaitEvent(compute_.get(), slots_[slot].ready.get(), 0),
+            "cudaStreamWaitEvent (prefetched batch)");
+      } else {
+        // Not the slot a copy may still be filling.
+        slot = staged_slot_ == 0 ? 1 : 0;
+        s = CopyBatchIn(batch, slot, compute_.get());
+      }
+      staged_slot_ = -1;
+    }
+    const double host_h2d_s = absl::ToDoubleSeconds(absl::Now() - begin);
+    if (s.ok())
+      s = Check(cudaEventRecord(h2d_done_.get(), compute_.get()),
+                "cudaEventRecord");
+    StepResult* result_d = static_cast<StepResult*>(result_d_.get());
+    if (s.ok()) {
+      errors_.Clear();
+      RunGraph(slot, batch, static_cast<float*>(grads_d_.get()), result_d);
+      s = KernelStatus();
+    }
+    if (s.ok())
+      s = Check(cudaEventRecord(compute_done_.get(), compute_.get()),
+                "cudaEventRecord");
+    if (s.ok()) {
+      s = Check(cudaMemcpyAsync(grads_h_.get(), grads_d_.get(),
+                                spec_.num_parameters * sizeof(float),
+                                cudaMemcpyDeviceToHost, compute_.get()),
+                "cudaMemcpyAsync (gradients to the host)");
+    }
+    if (s.ok()) {
+      s = Check(
+          cudaMemcpyAsync(result_h_.get(), result_d_.get(), sizeof(StepResult),
+                          cudaMemcpyDeviceToHost, compute_.get()),
+          "cudaMemcpyAsync (loss to the host)");
+    }
+    if (s.ok())
+      s = Check(cudaEventRecord(d2h_done_.get(), compute_.get()),
+                "cudaEventRecord");
+    // While the GPU computes: the next batch, on the copy stream, into the
+    // other slot (whose last reader, the previous step, has finished).
+    if (s.ok() && next.size != 0) {
+      const int other = 1 - slot;
+      s = CopyBatchIn(next, other, copy_.get());
+      if (s.ok()) {
+        staged_ = next;
+        staged_slot_ = other;
+      }
+    }
+    if (s.ok())
+      s = Check(cudaStreamSynchronize(compute_.get()),
+                "cudaStreamSynchronize (step)");
+    if (!s.ok()) return Broken(s);
+    const absl::Time copy_out = absl::Now();
+    std::memcpy(grads, grads_h_.get(), spec_.num_parameters * sizeof(float));
+    const StepResult* r = static_cast<const StepResult*>(result_h_.get());
+    *loss = static_cast<float>(r->loss_sum / batch.size);
+    *correct = r->correct;
+    times_.h2d_s = host_h2d_s + Seconds(start_.get(), h2d_done_.get());
+    times_.compute_s = Seconds(h2d_done_.get(), compute_done_.get());
+    times_.d2h_s = Seconds(compute_done_.get(), d2h_done_.get()) +
+                   absl::ToDoubleSeconds(absl::Now() - copy_out);
+    return absl::OkStatus();
+  }
+
+  absl::Status Evaluate(const float* params, const Batch& batch,
+                        double* loss_sum, int* correct) override {
+    if (params == nullptr || loss_sum == nullptr || correct == nullptr) {
+      return absl::InvalidArgumentError(
+          "CudaBackend: a required pointer is null");
+    }
+    if (absl::Status s = CheckBatch(batch, "batch"); !s.ok()) return s;
+    if (!broken_.ok()) return broken_;
+    absl::Status s = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    if (s.ok()) {
+      std::memcpy(params_h_.get(), params,
+                  spec_.num_parameters * sizeof(float));
+      s = Check(cudaMemcpyAsync(params_d_.get(), params_h_.get(),
+                                spec_.num_parameters * sizeof(float),
+                                cudaMemcpyHostToDevice, compute_.get()),
+                "cudaMemcpyAsync (weights to the device)");
+    }
+    const int slot = staged_slot_ == 0 ? 1 : 0;
+    if (s.ok()) s = CopyBatchIn(batch, slot, compute_.get());
+    StepResult* result_d = static_cast<StepResult*>(result_d_.get());
+    if (s.ok()) {
+      errors_.Clear();
+      RunGraph(slot, batch, /*grads=*/nullptr, result_d);
+      s = KernelStatus();
+    }
+    if (s.ok()) {
+      s = Check(
+          cudaMemcpyAsync(result_h_.get(), result_d_.get(), sizeof(StepResult),
+                          cudaMemcpyDeviceToHost, compute_.get()),
+          "cudaMemcpyAsync (loss to the host)");
+    }
+    if (s.ok())
+      s = Check(cudaStreamSynchronize(compute_.get()),
+                "cudaStreamSynchronize (evaluation)");
+    if (!s.ok()) return Broken(s);
+    const StepResult* r = static_cast<const StepResult*>(result_h_.get());
+    *loss_sum = r->loss_sum;
+    *correct = r->correct;
+    return absl::OkStatus();
+  }
+
+  StepTimes last_step_times() const override { return times_; }
+  std::string name() const override { return name_; }
+
+ private:
+  // One batch's device buffers and the pinned buffers they are copied from.
+  struct Slot {
+    DeviceMemory images_d, labels_d;
+    PinnedMemory images_h, labels_h;
+    Event ready;  // recorded after the last copy into this slot
+  };
+
+  // Queues the model on the batch in `slot`: training when grads is set.
+  void RunGraph(int slot, const Batch& batch, float* grads,
+                StepResult* result_d) {
+    const float* params = static_cast<const float*>(params_d_.get());
+    const float* images = static_cast<const float*>(slots_[slot].images_d.get());
+    const uint8_t* labels =
+        static_cast<const uint8_t*>(slots_[slot].labels_d.get());
+    if (fast_ != nullptr) {
+      fast_->Run(Device(), params, images, labels, batch.size, grads,
+                 &result_d->loss_sum, &result_d->correct);
+    } else {
+      general_->Run(*general_kernels_, params, images, labels, batch.size,
+                    batch.key, grads, &result_d->loss_sum,
+                    &result_d->correct);
+    }
+  }
+
+  GpuDevice Device() {
+    GpuDevice d;
+    d.stream = compute_.get();
+    d.blas = blas_.get();
+    d.errors = &errors_;
+    return d;
+  }
+
+  absl::Status CheckBatch(const Batch& b, const char* what) const {
+    if (b.images == nullptr || b.labels == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaBackend: the ", what, " has a null pointer"));
+    }
+    if (b.size < 1 || b.size > max_batch_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaBackend: ", what, " size ", b.size,
+                       " is not in [1, max_batch ", max_batch_, "]"));
+    }
+    for (int i = 0; i < b.size; ++i) {
+      if (b.labels[i] >= spec_.num_classes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("CudaBackend: label ", static_cast<int>(b.labels[i]),
+                         " of example ", i, " is out of range: model \"",
+                         spec_.name, "\" has ", spec_.num_classes, " classes"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Host batch -> pinned slot buffers -> device slot buffers on `stream`;
+  // records the slot's `ready` event after. Waits first for any earlier copy
+  // out of the slot's pinned buffers.
+  absl::Status CopyBatchIn(const Batch& b, int slot, cudaStream_t stream) {
+    Slot& sl = slots_[slot];
+    absl::Status s = Check(cudaEventSynchronize(sl.ready.get()),
+                           "cudaEventSynchronize (batch buffer)");
+    if (!s.ok()) return s;
+    const size_t image_bytes = b.size * pixels_ * sizeof(float);
+    std::memcpy(sl.images_h.get(), b.images, image_bytes);
+    std::memcpy(sl.labels_h.get(), b.labels, b.size);
+    s = Check(cudaMemcpyAsync(sl.images_d.get(), sl.images_h.get(), image_bytes,
+                              cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync (images to the device)");
+    if (s.ok()) {
+      s = Check(cudaMemcpyAsync(sl.labels_d.get(), sl.labels_h.get(), b.size,
+                                cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync (labels to the device)");
+    }
+    if (s.ok())
+      s = Check(cudaEventRecord(sl.ready.get(), stream), "cudaEventRecord");
+    return s;
+  }
+
+  absl::Status AllocDevice(int64_t bytes, const char* what, DeviceMemory* out) {
+    void* p = nullptr;
+    absl::Status s =
+        Check(cudaMalloc(&p, std::max<int64_t>(bytes, 1)),
+              absl::StrCat("cudaMalloc (", what, ", ", Bytes(bytes), ")"));
+    if (s.ok()) out->reset(p);
+    return s;
+  }
+
+  absl::Status AllocPinned(int64_t bytes, const char* what, PinnedMemory* out) {
+    void* p = nullptr;
+    absl::Status s = Check(
+        cudaMallocHost(&p, std::max<int64_t>(bytes, 1)),
+        absl::StrCat("cudaMallocHost (pinned ", what, ", ", Bytes(bytes), ")"));
+    if (s.ok()) out->reset(p);
+    return s;
+  }
+
+  absl::Status MakeEvent(unsigned flags, Event* out) {
+    cudaEvent_t e = nullptr;
+    absl::Status s =
+        Check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreateWithFlags");
+    if (s.ok()) out->reset(e);
+    return s;
+  }
+
+  // OK, or the failed call named with this backend's device.
+  absl::Status Check(cudaError_t e, const std::string& call) const {
+    if (e == cudaSuccess) return absl::OkStatus();
+    cudaGetLastError();  // clears a non-sticky error for the next call
+    const std::string message = absl::StrCat(
+        "cuda:", ordinal_, ": ", kernels::CudaErrorMessage(call, e));
+    return e == cudaErrorMemoryAllocation
+               ? absl::ResourceExhaustedError(message)
+               : absl::InternalError(message);
+  }
+
+  absl::Status CheckBlas(cublasStatus_t status, const std::string& call) const {
+    if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    const std::string message = absl::StrCat(
+        "cuda:", ordinal_, ": ", kernels::CublasErrorMessage(call, status));
+    return status == CUBLAS_STATUS_ALLOC_FAILED
+               ? absl::ResourceExhaustedError(message)
+               : absl::InternalError(message);
+  }
+
+  // The first failed kernel launch or cuBLAS call of the last Run.
+  absl::Status KernelStatus() const {
+    if (errors_.ok()) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrCat("cuda:", ordinal_, ": ", errors_.first()));
+  }
+
+  // A failed step may leave the device unusable (CUDA's errors during a
+  // kernel are sticky): later calls report this one.
+  absl::Status Broken(absl::Status s) {
+    broken_ = absl::Status(
+        s.code(),
+        absl::StrCat(s.message(),
+                     " (the GPU backend is unusable after this error)"));
+    staged_slot_ = -1;
+    return broken_;
+  }
+
+  // Const after construction.
+  const ModelSpec spec_;
+  const int max_batch_;
+  const int ordinal_;
+  const int64_t pixels_;  // floats per image
+  const std::unique_ptr<FastDeviceGraph<GpuDevice>> fast_;
+  const std::unique_ptr<GeneralDeviceGraph> general_;
+  std::string name_;
+
+  // Declared before what uses them, so destroyed after.
+  Stream compute_;   // the step: copies in, kernels, copies out
+  Stream copy_;      // the next batch, concurrently
+  BlasHandle blas_;  // bound to compute_
+  Event start_, h2d_done_, compute_done_, d2h_done_;  // on compute_
+  DeviceMemory arena_;                                // the graph's buffers
+  // The general graph's kernels on compute_ and blas_ (general_ only).
+  std::unique_ptr<kernels::GeneralKernels> general_kernels_;
+  DeviceMemory params_d_, grads_d_, result_d_;
+  PinnedMemory params_h_, grads_h_, result_h_;
+  Slot slots_[2];
+
+  kernels::KernelErrors errors_;  // of the Run in progress
+  Batch staged_;                  // the batch copied into slots_[staged_slot_]
+  int staged_slot_ = -1;          // -1: nothing staged
+  StepTimes times_;
+  absl::Status broken_;  // OK until a device failure
+};
+
+}  // namespace
+
+int CudaDeviceCount(std::string* why_none) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *why_none = kernels::CudaErrorMessage("cudaGetDeviceCount", e);
+    if (e == cudaErrorInsufficientDriver) {
+      int runtime = 0;
+      cudaRuntimeGetVersion(&runtime);
+      *why_none += absl::StrFormat(
+          "; no NVIDIA driver is loaded, or it is older than this binary's "
+          "CUDA runtime %d.%d",
+          runtime / 1000, runtime % 1000 / 10);
+    }
+    return 0;
+  }
+  if (count == 0) *why_none = "the CUDA driver reports no device";
+  return count;
+}
+
+std::string CudaDeviceDescription(int ordinal) {
+  cudaDeviceProp p;
+  const cudaError_t e = cudaGetDeviceProperties(&p, ordinal);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return kernels::CudaErrorMessage("cudaGetDeviceProperties", e);
+  }
+  return absl::StrFormat("%s, compute capability %d.%d, %s", p.name, p.major,
+                         p.minor,
+                         Bytes(static_cast<int64_t>(p.totalGlobalMem)));
+}
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
+    const ModelSpec& spec, int max_batch, int ordinal, uint64_t seed) {
+  if (max_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaBackend: max_batch ", max_batch, " must be at least 1"));
+  }
+  // The seeds' layers run on their own graph; any other model (PlanFastLayers
+  // says Unimplemented) on the general one, as on the CPU.
+  std::unique_ptr<FastDeviceGraph<GpuDevice>> fast;
+  std::unique_ptr<GeneralDeviceGraph> general;
+  absl::StatusOr<std::vector<FastLayer>> layers = PlanFastLayers(spec);
+  if (layers.ok()) {
+    fast = std::make_unique<FastDeviceGraph<GpuDevice>>(*std::move(layers),
+                                                    max_batch);
+  } else if (layers.status().code() == absl::StatusCode::kUnimplemented) {
+    absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> g =
+        GeneralDeviceGraph::Create(spec, max_batch, seed);
+    if (!g.ok()) return g.status();
+    general = *std::move(g);
+  } else {
+    return layers.status();
+  }
+  if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda:", ordinal, ": ", kernels::CudaErrorMessage("cudaSetDevice", e)));
+  }
+  if (cudaError_t e = kernels::GpuKernelsLoadable(); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda:", ordinal, " (", CudaDeviceDescription(ordinal),
+        ") cannot run this binary's kernels, built for compute capability ",
+        kernels::GpuKernelArchs(), " (rebuild with --define=cuda_arch=...): ",
+        kernels::CudaErrorMessage("cudaFuncGetAttributes", e)));
+  }
+  auto backend = std::make_unique<CudaBackend>(
+      spec, std::move(fast), std::move(general), max_batch, ordinal);
+  if (absl::Status s = backend->Init(); !s.ok()) return s;
+  return std::unique_ptr<ComputeBackend>(std::move(backend));
+}
+
+}  // namespace pscluster

@@ -1,0 +1,136 @@
+// FastDeviceGraph on the emulated GPU device (the GPU backend's code path, run
+// on the host) against the CPU CpuNetwork: the whole gradient of a training
+// step, the loss and the number correct, for several models and batches.
+// Arena, gradients and results start poisoned (NaN), so anything left
+// unwritten or read before being written shows up.
+#include "compute/fast_device_graph.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "compute/kernels/emulated_device.h"
+#include "compute/fast_plan.h"
+#include "compute/cpu_network.h"
+
+namespace pscluster {
+namespace {
+
+using kernels::EmulatedGpuDevice;
+
+struct Problem {
+  Problem(const std::string& model, int batch, uint32_t seed)
+      : spec(*ModelByName(model)), batch(batch) {
+    params = InitialParameters(spec, seed);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (const VariableSpec& v : spec.variables) {  // non-zero biases
+      if (v.initializer.kind == Initializer::Kind::kZeros) {
+        for (int64_t i = 0; i < v.size; ++i)
+          params[v.offset + i] = u(rng) - 0.5f;
+      }
+    }
+    images.resize(int64_t{batch} * spec.input_height * spec.input_width *
+                  spec.input_channels);
+    for (float& p : images) p = u(rng);
+    labels.resize(batch);
+    for (uint8_t& l : labels)
+      l = static_cast<uint8_t>(rng() % spec.num_classes);
+  }
+  ModelSpec spec;
+  int batch;
+  std::vector<float> params, images;
+  std::vector<uint8_t> labels;
+};
+
+// Max |got - want| / max |want| over one variable's slice.
+double RelativeError(const std::vector<float>& got,
+                     const std::vector<float>& want, const VariableSpec& v) {
+  double scale = 0, worst = 0;
+  for (int64_t i = v.offset; i < v.offset + v.size; ++i) {
+    scale = std::max(scale, std::fabs(double{want[i]}));
+    const double d = std::fabs(double{got[i]} - want[i]);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
+class DeviceGraphTest
+    : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(DeviceGraphTest, TrainStepMatchesCpuNetwork) {
+  const auto [model, batch] = GetParam();
+  const Problem p(model, batch, 7);
+  const int max_batch = batch + 3;  // runs below the buffers' capacity
+
+  CpuNetworkOptions options;
+  options.max_batch = max_batch;
+  auto net = CpuNetwork::Create(p.spec, options);
+  ASSERT_TRUE(net.ok()) << net.status();
+  std::vector<float> want(p.spec.num_parameters);
+  float want_loss = 0;
+  int want_correct = 0;
+  ASSERT_TRUE((*net)
+                  ->TrainStep(p.params.data(), p.images.data(), p.labels.data(),
+                              batch, want.data(), &want_loss, &want_correct)
+                  .ok());
+
+  absl::StatusOr<std::vector<FastLayer>> layers = PlanFastLayers(p.spec);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  FastDeviceGraph<EmulatedGpuDevice> graph(*layers, max_batch);
+  std::vector<double> arena(graph.arena_bytes() / sizeof(double) + 1);
+  std::memset(arena.data(), 0xFF, arena.size() * sizeof(double));
+  graph.Bind(arena.data());
+  kernels::KernelErrors errors;
+  const EmulatedGpuDevice d{&errors};
+  std::vector<float> got(p.spec.num_parameters, NAN);
+  double loss_sum = NAN;
+  int correct = -1;
+  graph.Run(d, p.params.data(), p.images.data(), p.labels.data(), batch,
+            got.data(), &loss_sum, &correct);
+  EXPECT_TRUE(errors.ok()) << errors.first();
+  EXPECT_NEAR(loss_sum / batch, want_loss, 1e-5 * want_loss);
+  EXPECT_EQ(correct, want_correct);
+  for (const VariableSpec& v : p.spec.variables) {
+    EXPECT_LE(RelativeError(got, want, v), 1e-4) << v.name;
+  }
+
+  // Forward only gives the same loss and writes no gradient.
+  double eval_loss = NAN;
+  int eval_correct = -1;
+  graph.Run(d, p.params.data(), p.images.data(), p.labels.data(), batch,
+            nullptr, &eval_loss, &eval_correct);
+  EXPECT_EQ(eval_loss, loss_sum);
+  EXPECT_EQ(eval_correct, correct);
+  EXPECT_TRUE(errors.ok()) << errors.first();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DeviceGraphTest,
+                         ::testing::Values(std::make_tuple("cnn", 1),
+                                           std::make_tuple("cnn", 9),
+                                           std::make_tuple("mlp", 1),
+                                           std::make_tuple("mlp", 33)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) +
+                                  "_batch" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(DeviceGraphArenaTest, EveryBufferIsAlignedAndSizedForMaxBatch) {
+  absl::StatusOr<std::vector<FastLayer>> layers =
+      PlanFastLayers(*ModelByName("cnn"));
+  ASSERT_TRUE(layers.ok());
+  FastDeviceGraph<EmulatedGpuDevice> small(*layers, 1), big(*layers, 1024);
+  EXPECT_EQ(small.arena_bytes() % 256, 0);
+  EXPECT_EQ(big.arena_bytes() % 256, 0);
+  // conv1's output alone: 1024 x 26 x 26 x 32 floats.
+  EXPECT_GT(big.arena_bytes(), int64_t{1024} * 26 * 26 * 32 * 4);
+  EXPECT_EQ(big.num_classes(), 10);
+}
+
+}  // namespace
+}  // namespace pscluster

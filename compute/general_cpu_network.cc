@@ -1,0 +1,396 @@
+#include "compute/general_cpu_network.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "compute/kernels/activation.h"
+#include "compute/kernels/batch_norm.h"
+#include "compute/kernels/cpu_blas.h"
+#include "compute/kernels/device.h"
+#include "compute/kernels/dropout.h"
+#include "compute/kernels/general_layers.h"
+#include "compute/kernels/softmax_xent.h"
+#include "compute/general_plan.h"
+
+namespace pscluster {
+
+using kernels::CpuDevice;
+
+// A planned op and, for BatchNormalization, this step's statistics and, in
+// training, the backward's sums.
+struct GeneralCpuNetwork::Op : GeneralOp {
+  std::vector<float> batch_mean, batch_var;
+  std::vector<double> sum_dy, sum_dy_xhat;
+};
+
+// One thread's share of the batch and its buffers.
+struct GeneralCpuNetwork::Slice {
+  int first = 0, count = 0;            // examples of the batch
+  std::vector<std::vector<float>> acts;  // output of op i, count * out_size
+  std::vector<std::vector<float>> columns;  // conv ops: im2col of the input
+  std::vector<std::vector<int64_t>> argmax;  // max pooling ops
+  std::vector<float> logits_grad, grad_a, grad_b, dcolumns;
+  std::vector<float> grads;  // slices after the first: their own
+  std::vector<std::vector<double>> sums;  // BN partial sums (2 * channels)
+  double loss = 0;
+  int correct = 0;
+};
+
+
+absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
+    const ModelSpec& spec, int max_batch, int num_threads, uint64_t seed,
+    std::function<void(int, const std::function<void(int)>&)> run_on_threads) {
+  absl::StatusOr<std::vector<GeneralOp>> planned = PlanGeneralOps(spec);
+  if (!planned.ok()) return planned.status();
+  std::unique_ptr<GeneralCpuNetwork> net(new GeneralCpuNetwork);
+  for (GeneralOp& planned_op : *planned) {
+    Op op;
+    static_cast<GeneralOp&>(op) = std::move(planned_op);
+    op.batch_mean.resize(op.channels);
+    op.batch_var.resize(op.channels);
+    op.sum_dy.resize(op.channels);
+    op.sum_dy_xhat.resize(op.channels);
+    net->ops_.push_back(std::move(op));
+  }
+  std::vector<std::vector<int64_t>> offsets;
+  for (const Op& op : net->ops_) offsets.push_back({op.kernel, op.bias, op.gamma, op.beta, op.mean, op.var});
+  net->layout_ = PlanGradientLayout(spec, offsets);
+  net->spec_ = spec;
+  net->max_batch_ = max_batch;
+  net->threads_ = std::max(1, std::min(num_threads, max_batch));
+  net->seed_ = seed;
+  net->run_ = std::move(run_on_threads);
+  const int share = (max_batch + net->threads_ - 1) / net->threads_;
+  int64_t widest = spec.num_classes;
+  for (const Op& op : net->ops_) widest = std::max({widest, op.in_size, op.out_size});
+  for (int t = 0; t < net->threads_; ++t) {
+    auto s = std::make_unique<Slice>();
+    for (const Op& op : net->ops_) {
+      s->acts.emplace_back(share * op.out_size);
+      s->columns.emplace_back(share * op.columns_per_example);
+      s->argmax.emplace_back(op.kind == LayerKind::kMaxPool2D ? share * op.out_size : 0);
+      s->sums.emplace_back(2 * op.channels);
+    }
+    int64_t cols = 0;
+    for (const Op& op : net->ops_) cols = std::max(cols, share * op.columns_per_example);
+    s->dcolumns.resize(cols);
+    s->grad_a.resize(share * widest);
+    s->grad_b.resize(share * widest);
+    if (t > 0) s->grads.resize(spec.num_parameters);
+    net->slices_.push_back(std::move(s));
+  }
+  return net;
+}
+
+GeneralCpuNetwork::~GeneralCpuNetwork() = default;
+
+void GeneralCpuNetwork::Forward(const float* params, const float* images, int batch, bool training,
+                           uint64_t step_key, float* grads) {
+  const CpuDevice d;
+  const int threads = std::min(threads_, batch);
+  for (int t = 0; t < threads; ++t) {
+    const int base = batch / threads, extra = batch % threads;
+    slices_[t]->first = t * base + std::min(t, extra);
+    slices_[t]->count = base + (t < extra ? 1 : 0);
+  }
+  const int64_t in0 = ops_.front().in_size;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    Op& op = ops_[i];
+    if (training && params_wait_ && !layout_.ranges[i].empty()) params_wait_(layout_.params_to[i]);
+    auto input = [&](Slice& s) {
+      return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
+    };
+    if (op.kind == LayerKind::kBatchNorm) {
+      const int c = op.channels;
+      const float* mean = params + op.mean;
+      const float* var = params + op.var;
+      if (training) {
+        run_(threads, [&](int t) {
+          Slice& s = *slices_[t];
+          std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
+          kernels::BatchNormSums<CpuDevice>()(d, {int64_t{s.count} * op.pixels, c}, input(s),
+                                              s.sums[i].data(), s.sums[i].data() + c);
+        });
+        const double rows = static_cast<double>(batch) * op.pixels;
+        for (int ch = 0; ch < c; ++ch) {
+          double sum = 0, sq = 0;
+          for (int t = 0; t < threads; ++t) {
+            sum += slices_[t]->sums[i][ch];
+            sq += slices_[t]->sums[i][c + ch];
+          }
+          const double m = sum / rows;
+          op.batch_mean[ch] = static_cast<float>(m);
+          op.batch_var[ch] = static_cast<float>(std::max(sq / rows - m * m, 0.0));
+        }
+        mean = op.batch_mean.data();
+        var = op.batch_var.data();
+        if (grads != nullptr) {
+          std::copy(op.batch_mean.begin(), op.batch_mean.end(), grads + op.mean);
+          std::copy(op.batch_var.begin(), op.batch_var.end(), grads + op.var);
+        }
+      }
+      run_(threads, [&](int t) {
+        Slice& s = *slices_[t];
+        kernels::BatchNormForward<CpuDevice>()(
+            d, {int64_t{s.count} * op.pixels, c}, input(s), mean, var,
+            op.gamma >= 0 ? params + op.gamma : nullptr,
+            op.beta >= 0 ? params + op.beta : nullptr, op.epsilon, s.acts[i].data());
+      });
+      continue;
+    }
+    run_(threads, [&](int t) {
+      Slice& s = *slices_[t];
+      const float* x = input(s);
+      float* y = s.acts[i].data();
+      const int n = s.count;
+      switch (op.kind) {
+        case LayerKind::kConv2D: {
+          kernels::WindowShape w = op.win;
+          w.batch = n;
+          kernels::ConvGeneralForward(w, x, params + op.kernel,
+                                      op.bias >= 0 ? params + op.bias : nullptr,
+                                      s.columns[i].data(), y);
+          break;
+        }
+        case LayerKind::kMaxPool2D: {
+          kernels::WindowShape w = op.win;
+          w.batch = n;
+          kernels::MaxPoolGeneralForward(w, x, y, s.argmax[i].data());
+          break;
+        }
+        case LayerKind::kAvgPool2D: {
+          kernels::WindowShape w = op.win;
+          w.batch = n;
+          kernels::AvgPoolGeneralForward(w, x, y);
+          break;
+        }
+        case LayerKind::kGlobalAvgPool2D:
+          kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
+          break;
+        case LayerKind::kDense:
+          kernels::CpuGemm(false, false, n, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
+                           params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
+          if (op.bias >= 0) {
+            for (int r = 0; r < n; ++r) {
+              float* row = y + int64_t{r} * op.dense_out;
+              for (int o = 0; o < op.dense_out; ++o) row[o] += params[op.bias + o];
+            }
+          }
+          break;
+        case LayerKind::kDropout:
+          if (training && op.rate > 0.0f) {
+            kernels::DropoutForward<CpuDevice>()(
+                d, {s.first * op.out_size, n * op.out_size, op.rate,
+                    DropoutKey(seed_, step_key, i)},
+                x, y);
+          } else {
+            std::copy(x, x + n * op.out_size, y);
+          }
+          break;
+        case LayerKind::kActivation:
+          std::copy(x, x + n * op.out_size, y);
+          break;
+        default:
+          break;
+      }
+      if (op.has_act) {
+        kernels::ActivationForward<CpuDevice>()(d, n * op.out_size, op.act, y);
+      }
+    });
+  }
+}
+
+void GeneralCpuNetwork::Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum,
+                        int* correct) {
+  const CpuDevice d;
+  const int threads = std::min(threads_, batch);
+  const int classes = spec_.num_classes;
+  const size_t last = ops_.size() - 1;
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    s.loss = 0;
+    s.correct = 0;
+    kernels::SoftmaxCrossEntropy<CpuDevice>()(
+        d, s.count, classes, s.acts[last].data(), labels + s.first, 1.0f / batch,
+        want_grad ? s.grad_a.data() : nullptr, &s.loss, &s.correct);
+  });
+  double loss = 0;
+  int right = 0;
+  for (int t = 0; t < threads; ++t) {
+    loss += slices_[t]->loss;
+    right += slices_[t]->correct;
+  }
+  *loss_sum = loss;
+  *correct = right;
+}
+
+void GeneralCpuNetwork::Backward(const float* params, const float* images, int batch,
+                            uint64_t step_key, float* grads) {
+  const CpuDevice d;
+  const int threads = std::min(threads_, batch);
+  const int64_t in0 = ops_.front().in_size;
+  // Slice t's gradient of the parameters goes to grads (t = 0) or its own.
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    float* g = t == 0 ? grads : s.grads.data();
+    std::fill(g, g + spec_.num_parameters, 0.0f);
+  });
+  // grad_a holds dLoss/d(output of op i); the input gradient goes to grad_b
+  // and the two swap.
+  std::vector<float*> cur(threads), next(threads);
+  for (int t = 0; t < threads; ++t) {
+    cur[t] = slices_[t]->grad_a.data();
+    next[t] = slices_[t]->grad_b.data();
+  }
+  int finished = static_cast<int>(ops_.size());  // the lowest op finished
+  for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
+    Op& op = ops_[i];
+    auto input = [&](Slice& s) {
+      return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
+    };
+    const bool dx_wanted = op.needs_input_grad;
+    if (op.kind == LayerKind::kBatchNorm) {
+      const int c = op.channels;
+      run_(threads, [&](int t) {
+        Slice& s = *slices_[t];
+        std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
+        kernels::BatchNormGradSums<CpuDevice>()(
+            d, {int64_t{s.count} * op.pixels, c}, input(s), cur[t], op.batch_mean.data(),
+            op.batch_var.data(), op.epsilon, s.sums[i].data(), s.sums[i].data() + c);
+      });
+      for (int ch = 0; ch < c; ++ch) {
+        double dy = 0, dyx = 0;
+        for (int t = 0; t < threads; ++t) {
+          dy += slices_[t]->sums[i][ch];
+          dyx += slices_[t]->sums[i][c + ch];
+        }
+        op.sum_dy[ch] = dy;
+        op.sum_dy_xhat[ch] = dyx;
+      }
+      if (dx_wanted) {
+        run_(threads, [&](int t) {
+          Slice& s = *slices_[t];
+          kernels::BatchNormBackwardInput<CpuDevice>()(
+              d, {int64_t{s.count} * op.pixels, c}, input(s), cur[t], op.batch_mean.data(),
+              op.batch_var.data(), op.gamma >= 0 ? params + op.gamma : nullptr, op.epsilon,
+              op.sum_dy.data(), op.sum_dy_xhat.data(), int64_t{batch} * op.pixels, next[t]);
+        });
+      }
+    } else {
+      run_(threads, [&](int t) {
+        Slice& s = *slices_[t];
+        const int n = s.count;
+        float* gy = cur[t];
+        float* gx = next[t];
+        float* pg = t == 0 ? grads : s.grads.data();
+        const float* x = input(s);
+        if (op.has_act) {
+          kernels::ActivationGrad<CpuDevice>()(d, n * op.out_size, op.act, s.acts[i].data(), gy);
+        }
+        switch (op.kind) {
+          case LayerKind::kConv2D: {
+            kernels::WindowShape w = op.win;
+            w.batch = n;
+            kernels::ConvGeneralBackward(w, s.columns[i].data(), params + op.kernel, gy,
+                                         /*accumulate=*/false, pg + op.kernel,
+                                         op.bias >= 0 ? pg + op.bias : nullptr,
+                                         s.dcolumns.data(), dx_wanted ? gx : nullptr);
+            break;
+          }
+          case LayerKind::kMaxPool2D:
+            if (dx_wanted) {
+              kernels::WindowShape w = op.win;
+              w.batch = n;
+              kernels::MaxPoolGeneralBackward(w, gy, s.argmax[i].data(), gx);
+            }
+            break;
+          case LayerKind::kAvgPool2D:
+            if (dx_wanted) {
+              kernels::WindowShape w = op.win;
+              w.batch = n;
+              kernels::AvgPoolGeneralBackward(w, gy, gx);
+            }
+            break;
+          case LayerKind::kGlobalAvgPool2D:
+            if (dx_wanted) kernels::GlobalAvgPoolBackward(n, op.pixels, op.channels, gy, gx);
+            break;
+          case LayerKind::kDense:
+            kernels::CpuGemm(true, false, op.dense_in, op.dense_out, n, 1.0f, x, op.dense_in, gy,
+                             op.dense_out, 0.0f, pg + op.kernel, op.dense_out);
+            if (op.bias >= 0) {
+              float* db = pg + op.bias;
+              for (int r = 0; r < n; ++r) {
+                const float* row = gy + int64_t{r} * op.dense_out;
+                for (int o = 0; o < op.dense_out; ++o) db[o] += row[o];
+              }
+            }
+            if (dx_wanted) {
+              kernels::CpuGemm(false, true, n, op.dense_in, op.dense_out, 1.0f, gy, op.dense_out,
+                               params + op.kernel, op.dense_out, 0.0f, gx, op.dense_in);
+            }
+            break;
+          case LayerKind::kDropout:
+            if (dx_wanted && op.rate > 0.0f) {
+              kernels::DropoutBackward<CpuDevice>()(
+                  d, {s.first * op.out_size, n * op.out_size, op.rate,
+                      DropoutKey(seed_, step_key, i)},
+                  gy, gx);
+            } else if (dx_wanted) {
+              std::copy(gy, gy + n * op.out_size, gx);
+            }
+            break;
+          case LayerKind::kActivation:
+            if (dx_wanted) std::copy(gy, gy + n * op.out_size, gx);
+            break;
+          default:
+            break;
+        }
+      });
+    }
+    FinishOp(i, threads, grads);
+    finished = i;
+    if (!dx_wanted) break;  // nothing below has parameters to train
+    std::swap(cur, next);
+  }
+  // Ops below the last one run: nothing to train, but a BN layer's batch
+  // statistics still go to its moving statistics.
+  for (int i = finished - 1; i >= 0; --i) FinishOp(i, threads, grads);
+}
+
+void GeneralCpuNetwork::FinishOp(int i, int threads, float* grads) {
+  const Op& op = ops_[i];
+  for (const auto& [begin, end] : layout_.ranges[i]) {
+    for (int t = 1; t < threads; ++t) {
+      const float* part = slices_[t]->grads.data();
+      for (int64_t j = begin; j < end; ++j) grads[j] += part[j];
+    }
+  }
+  if (op.kind == LayerKind::kBatchNorm) {
+    // Whole-batch quantities, written once: gamma's and beta's gradients
+    // and the batch statistics in the moving statistics' slots.
+    for (int ch = 0; ch < op.channels; ++ch) {
+      if (op.gamma >= 0) grads[op.gamma + ch] = static_cast<float>(op.sum_dy_xhat[ch]);
+      if (op.beta >= 0) grads[op.beta + ch] = static_cast<float>(op.sum_dy[ch]);
+      grads[op.mean + ch] = op.batch_mean[ch];
+      grads[op.var + ch] = op.batch_var[ch];
+    }
+  }
+  if (listener_) listener_(layout_.final_from[i]);
+}
+
+void GeneralCpuNetwork::TrainStep(const float* params, const float* images, const uint8_t* labels,
+                             int batch, uint64_t step_key, float* grads, double* loss_sum,
+                             int* correct) {
+  Forward(params, images, batch, /*training=*/true, step_key, nullptr);
+  Loss(labels, batch, /*want_grad=*/true, loss_sum, correct);
+  Backward(params, images, batch, step_key, grads);
+}
+
+void GeneralCpuNetwork::Evaluate(const float* params, const float* images, const uint8_t* labels,
+                            int batch, double* loss_sum, int* correct) {
+  Forward(params, images, batch, /*training=*/false, 0, nullptr);
+  Loss(labels, batch, /*want_grad=*/false, loss_sum, correct);
+}
+
+}  // namespace pscluster

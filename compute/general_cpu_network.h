@@ -1,0 +1,87 @@
+// The general CPU path: runs any model model/model_spec.h describes
+// (strided and "same" convolutions, max/average/global pooling,
+// BatchNormalization, Dropout, sigmoid and tanh) forward and backward, for
+// the models whose layers the fast path (compute/cpu_network.h's kernels for
+// the seeds' CNN) does not cover. compute/cpu_network.h picks it; callers see
+// only CpuNetwork.
+//
+// The batch is split into one contiguous slice per thread; each layer runs
+// over every slice, then the next layer. BatchNormalization needs the whole
+// batch's statistics: its partial sums are combined in thread order (so a
+// result depends on the thread count only through float rounding), and
+// TrainStep writes each BN layer's batch mean and biased variance into the
+// gradient at its moving_mean / moving_variance (the ps averages them in:
+// model/model_spec.h VariableRole). Evaluate normalises with the moving
+// values and skips Dropout. Dropout masks come from compute/kernels/
+// dropout.h keyed by (seed, step key, layer), indexed by position in the
+// whole batch: the same for any thread count.
+//
+// Not thread-safe: one call at a time. Buffers are allocated once.
+#ifndef PSCLUSTER_COMPUTE_GENERAL_CPU_NETWORK_H_
+#define PSCLUSTER_COMPUTE_GENERAL_CPU_NETWORK_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/model_spec.h"
+#include "compute/fast_plan.h"
+
+namespace pscluster {
+
+class GeneralCpuNetwork {
+ public:
+  // InvalidArgument naming the layer when the spec does not describe a
+  // runnable model (shapes, variables, the last layer's width).
+  // `run_on_threads(n, task)` calls task(i) for i in [0, n) and returns
+  // when all have returned (CpuNetwork's thread gang).
+  static absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> Create(
+      const ModelSpec& spec, int max_batch, int num_threads, uint64_t seed,
+      std::function<void(int, const std::function<void(int)>&)> run_on_threads);
+  ~GeneralCpuNetwork();
+
+  // As CpuNetwork::TrainStep; `step_key` names the step for Dropout's masks.
+  void TrainStep(const float* params, const float* images, const uint8_t* labels, int batch,
+                 uint64_t step_key, float* grads, double* loss_sum, int* correct);
+  void Evaluate(const float* params, const float* images, const uint8_t* labels, int batch,
+                double* loss_sum, int* correct);
+  // As CpuNetwork::set_gradient_listener.
+  void set_gradient_listener(std::function<void(int64_t)> listener) {
+    listener_ = std::move(listener);
+  }
+  // As CpuNetwork::set_params_wait (called on the caller's thread only).
+  void set_params_wait(std::function<void(int64_t)> wait) { params_wait_ = std::move(wait); }
+
+ private:
+  struct Op;
+  struct Slice;
+  GeneralCpuNetwork() = default;
+  void Forward(const float* params, const float* images, int batch, bool training,
+               uint64_t step_key, float* grads);
+  void Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum, int* correct);
+  void Backward(const float* params, const float* images, int batch, uint64_t step_key,
+                float* grads);
+  // Op i's backward is done on every slice: sums its parameters' partial
+  // gradients into `grads` in slice order (deterministic), writes its
+  // whole-batch quantities, and tells the listener what is final.
+  void FinishOp(int i, int threads, float* grads);
+
+  ModelSpec spec_;
+  int max_batch_ = 0;
+  int threads_ = 1;
+  uint64_t seed_ = 0;
+  std::function<void(int, const std::function<void(int)>&)> run_;
+  std::vector<Op> ops_;
+  std::vector<std::unique_ptr<Slice>> slices_;
+  GradientLayout layout_;  // per op, for the gradient listener
+  std::function<void(int64_t)> listener_;
+  std::function<void(int64_t)> params_wait_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_GENERAL_CPU_NETWORK_H_

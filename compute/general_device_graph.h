@@ -1,0 +1,92 @@
+// GeneralDeviceGraph runs the models only the general CPU path covered
+// (compute/general_cpu_network.h: strided and "same" convolutions, max, average
+// and global pooling, BatchNormalization, Dropout, sigmoid and tanh) on a
+// data-parallel device through compute/kernels/general_device.h: the CUDA
+// backend on a GPU, tests on the emulated device. The same ops
+// (compute/general_plan.h), the same results to rounding, and the same
+// Dropout masks as the CPU path, since both key them alike.
+//
+// The whole batch runs at once, so BatchNormalization's statistics need no
+// combining: in training they are computed straight into the gradient's
+// moving_mean / moving_variance slots (the ps averages them in, as from the
+// CPU path; model/model_spec.h VariableRole) and the backward pass reads
+// them there. Inference (no gradient wanted) normalises with the moving
+// values and skips Dropout. Every activation, index and workspace lives in
+// one arena of device memory the owner allocates (arena_bytes()) and binds.
+//
+// Not thread-safe: one Run at a time (they share the arena). The arena and
+// every pointer passed to Run are borrowed.
+#ifndef PSCLUSTER_COMPUTE_GENERAL_DEVICE_GRAPH_H_
+#define PSCLUSTER_COMPUTE_GENERAL_DEVICE_GRAPH_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model_spec.h"
+#include "compute/general_plan.h"
+#include "compute/kernels/general_device.h"
+
+namespace pscluster {
+
+class GeneralDeviceGraph {
+ public:
+  // InvalidArgument naming the layer when PlanGeneralOps refuses the spec.
+  // `seed`: the run's seed, for Dropout's masks.
+  static absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> Create(
+      const ModelSpec& spec, int max_batch, uint64_t seed);
+
+  int max_batch() const { return max_batch_; }
+  int num_classes() const { return num_classes_; }
+  // Bytes Bind() needs, a multiple of 256.
+  int64_t arena_bytes() const { return arena_bytes_; }
+  // `arena`: arena_bytes() bytes of the device's memory, 256-byte aligned.
+  void Bind(void* arena) { arena_ = static_cast<char*>(arena); }
+
+  // Forward and loss for `batch` (in [1, max_batch]) examples. With `grads`
+  // (training): batch statistics and Dropout, then backward: grads =
+  // d(mean loss)/d(params) for the trainable variables and the batch
+  // statistics for the moving ones, every parameter written. Without:
+  // inference. Writes *loss_sum (the sum of the examples' losses) and
+  // *correct. Pointers are device memory; `step_key` names the step for
+  // Dropout. Precondition: Bind() was called.
+  void Run(const kernels::GeneralKernels& k, const float* params,
+           const float* images, const uint8_t* labels, int batch,
+           uint64_t step_key, float* grads, double* loss_sum,
+           int* correct) const;
+
+ private:
+  static constexpr int64_t kAlign = 256;
+
+  // Byte offsets into the arena; -1 where an op has none.
+  struct Slots {
+    int64_t act = -1;
+    int64_t columns = -1;  // conv: im2col of the input
+    int64_t argmax = -1;   // max pooling
+  };
+
+  GeneralDeviceGraph() = default;
+  kernels::WindowShape Window(const GeneralOp& op, int n) const;
+  float* At(int64_t offset) const {
+    return reinterpret_cast<float*>(arena_ + offset);
+  }
+
+  // Const after Create.
+  std::vector<GeneralOp> ops_;
+  std::vector<Slots> slots_;
+  int max_batch_ = 0;
+  int num_classes_ = 0;
+  uint64_t seed_ = 0;
+  int64_t workspace_ = 0;  // shared by every op, one at a time
+  int64_t grad_a_ = 0;
+  int64_t grad_b_ = 0;
+  int64_t softmax_ = 0;
+  int64_t arena_bytes_ = 0;
+
+  char* arena_ = nullptr;  // borrowed, set by Bind
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_GENERAL_DEVICE_GRAPH_H_

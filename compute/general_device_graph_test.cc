@@ -1,0 +1,195 @@
+// The GPU backend's path for models beyond the seeds' CNN
+// (compute/general_device_graph.h over compute/kernels/parallel_general.h), run
+// on the emulated GPU device: the same losses, gradients and batch
+// statistics as the general CPU path (itself checked against finite
+// differences and TensorFlow.js), its own gradients against finite
+// differences, the TensorFlow.js reference losses, inference with the
+// moving statistics, and Dropout masks equal to the CPU's.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "compute/general_device_graph.h"
+#include "compute/testing/general_test_models.h"
+#include "compute/kernels/emulated_device.h"
+#include "compute/kernels/testing/gradient_check.h"
+#include "compute/cpu_network.h"
+
+namespace pscluster {
+namespace {
+
+using kernels::EmulatedGpuDevice;
+using kernels::testing::GradientsNear;
+using testing_models::Bn;
+using testing_models::Dense;
+using testing_models::Drop;
+using testing_models::EveryLayer;
+using testing_models::FlattenModel;
+using testing_models::LoadTfjsReference;
+using testing_models::Make;
+using testing_models::Problem;
+using testing_models::ReferenceCase;
+using testing_models::StridedModel;
+
+constexpr uint64_t kSeed = 17;  // the run's seed, as Net() gives the CPU
+
+// A graph on the emulated device with its arena (poisoned, so a read of
+// anything not written first shows).
+class Emulated {
+ public:
+  Emulated(const ModelSpec& spec, int max_batch) {
+    auto graph = GeneralDeviceGraph::Create(spec, max_batch, kSeed);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    graph_ = *std::move(graph);
+    arena_.resize(graph_->arena_bytes() / sizeof(double) + 1);
+    std::memset(arena_.data(), 0xFF, arena_.size() * sizeof(double));
+    graph_->Bind(arena_.data());
+    kernels_ = kernels::MakeEmulatedGeneralKernels(EmulatedGpuDevice{&errors_});
+  }
+
+  // Training when grads is not null. Returns the summed loss.
+  double Run(const std::vector<float>& params, const std::vector<float>& images,
+             const std::vector<uint8_t>& labels, int batch, uint64_t step_key, float* grads,
+             int* correct) {
+    double loss_sum = NAN;
+    *correct = -1;
+    graph_->Run(*kernels_, params.data(), images.data(), labels.data(), batch, step_key, grads,
+                &loss_sum, correct);
+    EXPECT_TRUE(errors_.ok()) << errors_.first();
+    return loss_sum;
+  }
+
+ private:
+  std::unique_ptr<GeneralDeviceGraph> graph_;
+  std::vector<double> arena_;  // 8-byte aligned is enough on the host
+  kernels::KernelErrors errors_;
+  std::unique_ptr<kernels::GeneralKernels> kernels_;
+};
+
+std::unique_ptr<CpuNetwork> CpuNet(const ModelSpec& spec, int max_batch) {
+  CpuNetworkOptions o;
+  o.max_batch = max_batch;
+  o.num_threads = 2;
+  o.seed = kSeed;
+  absl::StatusOr<std::unique_ptr<CpuNetwork>> net = CpuNetwork::Create(spec, o);
+  EXPECT_TRUE(net.ok()) << net.status();
+  EXPECT_TRUE((*net)->general());
+  return *std::move(net);
+}
+
+// Every variable, the moving statistics' slots (the batch statistics)
+// included, within float rounding of the CPU's.
+TEST(KerasDeviceGraphTest, TrainAndEvaluateMatchTheCpuPath) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), StridedModel()}) {
+    for (int batch : {1, 7}) {
+      Problem p = Make(spec, batch, 9);
+      const int max_batch = 9;  // runs below the buffers' capacity
+      std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, max_batch);
+      std::vector<float> want(p.spec.num_parameters);
+      float want_loss = 0;
+      int want_correct = 0;
+      ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), batch,
+                                 want.data(), &want_loss, &want_correct, /*step_key=*/123)
+                      .ok());
+      Emulated gpu(p.spec, max_batch);
+      std::vector<float> got(p.spec.num_parameters, NAN);
+      int correct = 0;
+      const double loss = gpu.Run(p.params, p.images, p.labels, batch, 123, got.data(), &correct);
+      EXPECT_NEAR(loss / batch, want_loss, 1e-5 * std::fabs(want_loss)) << spec.name;
+      EXPECT_EQ(correct, want_correct);
+      for (int64_t i = 0; i < p.spec.num_parameters; ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::fabs(want[i]))
+            << spec.name << " batch " << batch << " parameter " << i;
+      }
+
+      double want_sum = 0;
+      ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.images.data(), p.labels.data(), batch,
+                                &want_sum, &want_correct)
+                      .ok());
+      const double eval = gpu.Run(p.params, p.images, p.labels, batch, 0, nullptr, &correct);
+      EXPECT_NEAR(eval, want_sum, 1e-5 * std::fabs(want_sum)) << spec.name;
+      EXPECT_EQ(correct, want_correct);
+    }
+  }
+}
+
+// The device path's own gradients against central differences of its own
+// training loss (Dropout's masks fixed by the step key).
+TEST(KerasDeviceGraphTest, GradientsMatchFiniteDifferences) {
+  struct Case {
+    ModelSpec spec;
+    float eps;
+  };
+  for (const Case& c :
+       {Case{EveryLayer(), 1e-2f}, Case{FlattenModel(), 1e-3f}, Case{StridedModel(), 1e-3f}}) {
+    Problem p = Make(c.spec, 6, 3);
+    Emulated gpu(p.spec, 6);
+    constexpr uint64_t kStep = 5;
+    std::vector<float> grads(p.spec.num_parameters);
+    int correct = 0;
+    gpu.Run(p.params, p.images, p.labels, 6, kStep, grads.data(), &correct);
+    std::vector<float> scratch(p.spec.num_parameters);
+    auto objective = [&]() {
+      int right = 0;
+      return gpu.Run(p.params, p.images, p.labels, 6, kStep, scratch.data(), &right) / 6;
+    };
+    std::vector<double> numeric =
+        kernels::testing::NumericalGradient(objective, &p.params, c.eps);
+    for (const VariableSpec& v : p.spec.variables) {
+      if (v.role != VariableRole::kTrainable) continue;
+      std::vector<double> part(numeric.begin() + v.offset, numeric.begin() + v.offset + v.size);
+      EXPECT_TRUE(GradientsNear(grads.data() + v.offset, part, 2e-3, 3e-2))
+          << c.spec.name << " " << v.name;
+    }
+  }
+}
+
+// Keras semantics from TensorFlow.js (see keras_network_test's test of the
+// same name): inference with the moving statistics, training with the
+// batch's.
+TEST(KerasDeviceGraphTest, LossesMatchTensorFlowJs) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference();
+  ASSERT_EQ(cases.size(), 2u);
+  for (const ReferenceCase& m : cases) {
+    const int batch = static_cast<int>(m.labels.size());
+    Emulated gpu(m.spec, batch);
+    int correct = 0;
+    const double eval = gpu.Run(m.params, m.images, m.labels, batch, 0, nullptr, &correct);
+    EXPECT_NEAR(eval, m.inference_loss_sum, 1e-4 * std::fabs(m.inference_loss_sum))
+        << m.spec.name;
+    std::vector<float> grads(m.spec.num_parameters);
+    const double train = gpu.Run(m.params, m.images, m.labels, batch, 0, grads.data(), &correct);
+    EXPECT_NEAR(train, m.training_loss_sum, 1e-4 * std::fabs(m.training_loss_sum))
+        << m.spec.name;
+  }
+}
+
+// A rate-0.9 Dropout before the logits: the masks decide the loss, so
+// equal losses on both paths for several keys mean equal masks.
+TEST(KerasDeviceGraphTest, DropoutMasksAreTheCpuPaths) {
+  ModelSpec spec = *BuildModelSpec("drop", 2, 2, 3, 3,
+                                   {Bn("bn"), testing_models::L(LayerKind::kFlatten, "flatten"),
+                                    Drop("drop", 0.9f), Dense("out", 3, Activation::kNone)});
+  Problem p = Make(spec, 8, 6);
+  std::unique_ptr<CpuNetwork> cpu = CpuNet(spec, 8);
+  Emulated gpu(spec, 8);
+  std::vector<float> losses;
+  for (uint64_t key : {1, 2, 3}) {
+    std::vector<float> grads(spec.num_parameters);
+    float want = 0;
+    int correct = 0;
+    ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 8,
+                               grads.data(), &want, &correct, key)
+                    .ok());
+    const double got = gpu.Run(p.params, p.images, p.labels, 8, key, grads.data(), &correct) / 8;
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << "key " << key;
+    losses.push_back(want);
+  }
+  EXPECT_NE(losses[0], losses[1]);
+  EXPECT_NE(losses[1], losses[2]);
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,50 @@
+// The op sequence of a model that the fast path (compute/fast_plan.h) does
+// not cover, with every shape and every variable's place in the flat
+// parameter vector resolved and checked once. Shared by the general CPU
+// path (compute/general_cpu_network.h) and the device graph that runs the same
+// models on a GPU (compute/general_device_graph.h), so both accept and reject
+// the same specs and agree on every offset. Plain values.
+#ifndef PSCLUSTER_COMPUTE_GENERAL_PLAN_H_
+#define PSCLUSTER_COMPUTE_GENERAL_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model_spec.h"
+#include "compute/kernels/activation.h"
+#include "compute/kernels/general_layers.h"
+
+namespace pscluster {
+
+// One layer as run. Flatten is not an op (NHWC rows are already flat).
+// Offsets are -1 where the layer has no such variable.
+struct GeneralOp {
+  LayerKind kind = LayerKind::kDense;
+  std::string name;
+  kernels::WindowShape win;  // conv, pools (batch set per call)
+  int dense_in = 0, dense_out = 0;
+  bool has_act = false;  // applies `act` after the layer's own work
+  kernels::ActivationFn act = kernels::ActivationFn::kRelu;
+  int channels = 0;   // BN, GAP
+  int pixels = 0;     // BN rows per example; GAP pixels
+  float rate = 0.0f;  // Dropout
+  float epsilon = 0.0f;
+  int64_t kernel = -1, bias = -1, gamma = -1, beta = -1, mean = -1, var = -1;
+  int64_t in_size = 0, out_size = 0;  // floats per example
+  bool needs_input_grad = false;      // some earlier op has parameters
+  int64_t columns_per_example = 0;    // conv: im2col floats
+};
+
+// The ops for `spec`; the last one's output is num_classes (at most 256)
+// logits. InvalidArgument naming the model and the layer otherwise.
+absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec);
+
+// The key of op `op`'s Dropout masks in the step named `step_key` of a run
+// seeded `seed` (dropout.h): the same on every backend.
+uint64_t DropoutKey(uint64_t seed, uint64_t step_key, size_t op);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_GENERAL_PLAN_H_

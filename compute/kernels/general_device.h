@@ -1,0 +1,88 @@
+// The general layers' kernels (convolutions and pooling with any window,
+// stride and padding, global average pooling, BatchNormalization, sigmoid,
+// tanh, Dropout, Dense without bias) on a data-parallel device: the CUDA
+// GPU (MakeGpuGeneralKernels, gpu_kernels.h) or its host emulation for
+// tests (MakeEmulatedGeneralKernels, emulated_device.h). One interface
+// instead of a template specialisation per kernel and device: the
+// algorithms are written once in parallel_general.h, and
+// compute/general_device_graph.h runs a model through this interface.
+//
+// Pointers are the device's memory; the work is queued on the device and
+// failures are recorded in its KernelErrors, as for the seeds' kernels
+// (gpu_kernels.h). Workspace sizes come from parallel_general.h. Each
+// method's contract is that of the parallel_general.h function of the same
+// name.
+#ifndef PSCLUSTER_COMPUTE_KERNELS_GENERAL_DEVICE_H_
+#define PSCLUSTER_COMPUTE_KERNELS_GENERAL_DEVICE_H_
+
+#include <cstdint>
+
+#include "compute/kernels/activation.h"
+#include "compute/kernels/dropout.h"
+#include "compute/kernels/general_layers.h"
+
+namespace pscluster {
+namespace kernels {
+
+class GeneralKernels {
+ public:
+  virtual ~GeneralKernels() = default;
+
+  virtual void ConvForward(const WindowShape& s, const float* x,
+                           const float* w, const float* b, float* columns,
+                           float* y) const = 0;
+  virtual void ConvBackward(const WindowShape& s, const float* columns,
+                            const float* w, const float* dy, float* dw,
+                            float* db, float* dx, float* workspace) const = 0;
+  virtual void DenseForward(int batch, int in, int out, const float* x,
+                            const float* w, const float* b,
+                            float* y) const = 0;
+  virtual void DenseBackward(int batch, int in, int out, const float* x,
+                             const float* w, const float* dy, float* dw,
+                             float* db, float* dx,
+                             float* workspace) const = 0;
+  virtual void MaxPoolForward(const WindowShape& s, const float* x, float* y,
+                              int32_t* argmax) const = 0;
+  virtual void MaxPoolBackward(const WindowShape& s, const float* dy,
+                               const int32_t* argmax, float* dx) const = 0;
+  virtual void AvgPoolForward(const WindowShape& s, const float* x,
+                              float* y) const = 0;
+  virtual void AvgPoolBackward(const WindowShape& s, const float* dy,
+                               float* dx) const = 0;
+  virtual void GlobalAvgPoolForward(int batch, int pixels, int channels,
+                                    const float* x, float* y) const = 0;
+  virtual void GlobalAvgPoolBackward(int batch, int pixels, int channels,
+                                     const float* dy, float* dx) const = 0;
+  virtual void ActivationForward(int64_t n, ActivationFn f,
+                                 float* y) const = 0;
+  virtual void ActivationGrad(int64_t n, ActivationFn f, const float* y,
+                              float* dy) const = 0;
+  virtual void Copy(int64_t n, const float* x, float* y) const = 0;
+  virtual void Dropout(const DropoutShape& s, const float* x,
+                       float* y) const = 0;
+  virtual void BatchNormTraining(int64_t rows, int channels, const float* x,
+                                 const float* gamma, const float* beta,
+                                 float epsilon, float* batch_mean,
+                                 float* batch_var, float* y,
+                                 void* workspace) const = 0;
+  virtual void BatchNormInference(int64_t rows, int channels, const float* x,
+                                  const float* mean, const float* var,
+                                  const float* gamma, const float* beta,
+                                  float epsilon, float* y) const = 0;
+  virtual void BatchNormBackward(int64_t rows, int channels, const float* x,
+                                 const float* dy, const float* mean,
+                                 const float* var, const float* gamma,
+                                 float epsilon, float* dgamma, float* dbeta,
+                                 float* dx, void* workspace) const = 0;
+  // parallel_kernels.h's SoftmaxCrossEntropy: *loss_sum and *correct are
+  // device memory; `workspace`: SoftmaxWorkspaceBytes(batch) bytes.
+  virtual void SoftmaxCrossEntropy(int batch, int classes, const float* logits,
+                                   const uint8_t* labels, float grad_scale,
+                                   float* dlogits, double* loss_sum,
+                                   int* correct, void* workspace) const = 0;
+};
+
+}  // namespace kernels
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_KERNELS_GENERAL_DEVICE_H_

@@ -1,0 +1,68 @@
+// The layers of Keras models beyond the seeds' CNN, on the CPU: Conv2D with
+// any kernel height and width, strides and "same" padding (im2col + one
+// sgemm), max and average pooling with any window, stride and padding, and
+// global average pooling. NHWC activations, Keras HWIO kernels, zero
+// padding split as Keras splits it (the odd row or column at the bottom or
+// right). The seeds' shapes (stride 1, "valid", square) keep their faster
+// kernels in conv2d.h and maxpool2d.h; these are the general path.
+// Stateless functions; each call works on its own arguments.
+#ifndef PSCLUSTER_COMPUTE_KERNELS_GENERAL_LAYERS_H_
+#define PSCLUSTER_COMPUTE_KERNELS_GENERAL_LAYERS_H_
+
+#include <cstdint>
+
+namespace pscluster {
+namespace kernels {
+
+// The geometry of a windowed layer (convolution or pooling) over NHWC.
+struct WindowShape {
+  int batch = 0;
+  int in_h = 0, in_w = 0, in_c = 0;
+  int window_h = 0, window_w = 0;
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_left = 0;  // the bottom/right padding is implied
+  int out_h = 0, out_w = 0;
+  int out_c = 0;  // convolution: filters; pooling: in_c
+
+  int64_t out_pixels() const { return int64_t{batch} * out_h * out_w; }
+  int64_t patch_size() const { return int64_t{window_h} * window_w * in_c; }
+};
+
+// Keras's output size and leading padding along one axis.
+void KerasWindow(int in, int window, int stride, bool same, int* out, int* pad_before);
+
+// columns [out_pixels, patch_size]: each output pixel's receptive field,
+// zeros where it falls into the padding.
+void Im2ColGeneral(const WindowShape& s, const float* x, float* columns);
+// dx += col2im(dcolumns) (dx must be initialised by the caller).
+void Col2ImGeneral(const WindowShape& s, const float* dcolumns, float* dx);
+
+// y [out_pixels, out_c] = columns * w + b (b may be null); fills `columns`.
+void ConvGeneralForward(const WindowShape& s, const float* x, const float* w, const float* b,
+                        float* columns, float* y);
+// From dy [out_pixels, out_c] and the forward's columns: dw (= or += with
+// `accumulate`), db (same; may be null) and, when dx is not null, dx
+// (overwritten) through `dcolumns` scratch of the columns' size.
+void ConvGeneralBackward(const WindowShape& s, const float* columns, const float* w,
+                         const float* dy, bool accumulate, float* dw, float* db, float* dcolumns,
+                         float* dx);
+
+// Max pooling; padded cells never win. argmax holds the winner's index in
+// x (n * in_h * in_w * c + ...), or -1 when a window holds only padding.
+void MaxPoolGeneralForward(const WindowShape& s, const float* x, float* y, int64_t* argmax);
+// dx (overwritten) gets every dy added at its window's winner.
+void MaxPoolGeneralBackward(const WindowShape& s, const float* dy, const int64_t* argmax,
+                            float* dx);
+// Average over the window's cells inside the input (Keras/TF "same"
+// average pooling does not count the padding).
+void AvgPoolGeneralForward(const WindowShape& s, const float* x, float* y);
+void AvgPoolGeneralBackward(const WindowShape& s, const float* dy, float* dx);
+
+// y [batch, c] = the mean of x [batch, pixels, c] over pixels, and back.
+void GlobalAvgPoolForward(int batch, int pixels, int c, const float* x, float* y);
+void GlobalAvgPoolBackward(int batch, int pixels, int c, const float* dy, float* dx);
+
+}  // namespace kernels
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_KERNELS_GENERAL_LAYERS_H_

@@ -1,0 +1,182 @@
+// Models and problems for the tests of the general path, on the CPU
+// (compute/general_cpu_network_test.cc) and on the emulated GPU
+// (compute/general_device_graph_test.cc): specs holding every layer of the
+// general path, random parameters with non-trivial BatchNormalization
+// variables, and the TensorFlow.js reference cases
+// (tests/fixtures/tfjs_reference). Tests only.
+#ifndef PSCLUSTER_COMPUTE_TESTING_GENERAL_TEST_MODELS_H_
+#define PSCLUSTER_COMPUTE_TESTING_GENERAL_TEST_MODELS_H_
+
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/keras_model.h"
+#include "model/model_spec.h"
+#include "nlohmann/json.hpp"
+#include "compute/kernels/testing/gradient_check.h"
+
+namespace pscluster {
+namespace testing_models {
+
+using kernels::testing::RandomFloats;
+
+inline LayerSpec L(LayerKind kind, const char* name) {
+  LayerSpec l;
+  l.kind = kind;
+  l.name = name;
+  return l;
+}
+inline LayerSpec Conv(const char* name, int filters, int kh, int kw, int stride, Padding p,
+               Activation a, bool bias = true) {
+  LayerSpec l = L(LayerKind::kConv2D, name);
+  l.units = filters;
+  l.window_h = kh, l.window_w = kw;
+  l.stride_h = l.stride_w = stride;
+  l.padding = p;
+  l.activation = a;
+  l.use_bias = bias;
+  return l;
+}
+inline LayerSpec Pool(LayerKind kind, const char* name, int window, int stride, Padding p) {
+  LayerSpec l = L(kind, name);
+  l.window_h = l.window_w = window;
+  l.stride_h = l.stride_w = stride;
+  l.padding = p;
+  return l;
+}
+inline LayerSpec Act(const char* name, Activation a) {
+  LayerSpec l = L(LayerKind::kActivation, name);
+  l.activation = a;
+  return l;
+}
+inline LayerSpec Drop(const char* name, float rate) {
+  LayerSpec l = L(LayerKind::kDropout, name);
+  l.rate = rate;
+  return l;
+}
+inline LayerSpec Dense(const char* name, int units, Activation a) {
+  LayerSpec l = L(LayerKind::kDense, name);
+  l.units = units;
+  l.activation = a;
+  return l;
+}
+inline LayerSpec Bn(const char* name, bool center = true, bool scale = true) {
+  LayerSpec l = L(LayerKind::kBatchNorm, name);
+  l.center = center;
+  l.scale = scale;
+  l.momentum = 0.9f;
+  return l;
+}
+
+// Every new layer: strided "same" and rectangular convolutions, BN on 4-D
+// and 2-D activations, max and average pooling with overlapping windows
+// and padding, Dropout, global average pooling, sigmoid and tanh.
+inline ModelSpec EveryLayer() {
+  return *BuildModelSpec(
+      "every_layer", 7, 6, 2, 3,
+      {Conv("conv_a", 3, 3, 2, 2, Padding::kSame, Activation::kTanh), Bn("bn_a"),
+       Pool(LayerKind::kMaxPool2D, "max", 3, 1, Padding::kSame),
+       Conv("conv_b", 4, 2, 2, 1, Padding::kValid, Activation::kNone, /*bias=*/false),
+       Act("sig", Activation::kSigmoid),
+       Pool(LayerKind::kAvgPool2D, "avg", 2, 1, Padding::kSame), Drop("drop", 0.3f),
+       L(LayerKind::kGlobalAvgPool2D, "gap"), Dense("fc", 5, Activation::kTanh),
+       Bn("bn_fc", /*center=*/false), Dense("out", 3, Activation::kSoftmax)});
+}
+
+// Flatten, a ReLU layer, BN without gamma, and Dense straight on a
+// Flatten of a "same" convolution.
+inline ModelSpec FlattenModel() {
+  return *BuildModelSpec("flatten_model", 5, 5, 1, 4,
+                         {Conv("conv", 3, 3, 3, 1, Padding::kSame, Activation::kNone),
+                          Bn("bn", true, /*scale=*/false), Act("relu", Activation::kRelu),
+                          L(LayerKind::kFlatten, "flatten"), Drop("drop", 0.5f),
+                          Dense("out", 4, Activation::kNone)});
+}
+
+// Strided windows below a layer with parameters, so that their backward
+// passes run: average pooling, convolution and max pooling, each 3x3 with
+// stride 2 and "same" padding (odd total padding, at the bottom/right).
+inline ModelSpec StridedModel() {
+  return *BuildModelSpec(
+      "strided", 9, 9, 2, 3,
+      {Conv("conv0", 3, 2, 2, 1, Padding::kValid, Activation::kTanh),
+       Pool(LayerKind::kAvgPool2D, "avg", 3, 2, Padding::kSame),
+       Conv("conv_s", 4, 3, 3, 2, Padding::kSame, Activation::kTanh),
+       Pool(LayerKind::kMaxPool2D, "max", 3, 2, Padding::kSame), L(LayerKind::kFlatten, "flatten"),
+       Dense("out", 3, Activation::kNone)});
+}
+
+struct Problem {
+  ModelSpec spec;
+  std::vector<float> params, images;
+  std::vector<uint8_t> labels;
+  int batch;
+};
+
+inline Problem Make(ModelSpec spec, int batch, uint32_t seed) {
+  Problem p{std::move(spec), {}, {}, {}, batch};
+  p.params = InitialParameters(p.spec, seed);
+  // Non-trivial gammas, betas and moving statistics.
+  for (const VariableSpec& v : p.spec.variables) {
+    if (v.initializer.kind == Initializer::Kind::kVarianceScaling) continue;
+    std::vector<float> r = RandomFloats(v.size, seed + static_cast<uint32_t>(v.offset), 0.5f,
+                                        1.5f);
+    for (int64_t i = 0; i < v.size; ++i) {
+      p.params[v.offset + i] =
+          v.role == VariableRole::kMovingMean ? r[i] - 1.0f : r[i];
+    }
+  }
+  const int64_t in = int64_t{p.spec.input_height} * p.spec.input_width * p.spec.input_channels;
+  p.images = RandomFloats(batch * in, seed + 1, 0.0f, 1.0f);
+  for (int i = 0; i < batch; ++i) p.labels.push_back(static_cast<uint8_t>(i % p.spec.num_classes));
+  return p;
+}
+
+// A model TensorFlow.js ran on fixed weights and inputs, with the summed
+// losses it computed in inference and in training mode.
+struct ReferenceCase {
+  ModelSpec spec;
+  std::vector<float> params, images;
+  std::vector<uint8_t> labels;
+  double inference_loss_sum = 0;
+  double training_loss_sum = 0;
+};
+
+// tests/fixtures/tfjs_reference/reference.json; throws std::runtime_error
+// naming what is wrong with it.
+inline std::vector<ReferenceCase> LoadTfjsReference() {
+  const char* path = "tests/fixtures/tfjs_reference/reference.json";
+  std::ifstream in(path);
+  if (!in.good()) throw std::runtime_error(std::string("cannot read ") + path);
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  std::vector<ReferenceCase> cases;
+  for (const nlohmann::json& m : ref["models"]) {
+    absl::StatusOr<ModelSpec> spec = ParseKerasModel(m["model_json"].dump(), "ref");
+    if (!spec.ok()) throw std::runtime_error(std::string(spec.status().message()));
+    ReferenceCase c;
+    c.spec = *std::move(spec);
+    c.params.assign(c.spec.num_parameters, 0.0f);
+    for (const VariableSpec& v : c.spec.variables) {
+      const std::vector<float> w = m["weights"].at(v.name).get<std::vector<float>>();
+      if (static_cast<int64_t>(w.size()) != v.size) {
+        throw std::runtime_error("reference weights of " + v.name + " have the wrong size");
+      }
+      std::copy(w.begin(), w.end(), c.params.begin() + v.offset);
+    }
+    c.images = m["images"].get<std::vector<float>>();
+    for (int l : m["labels"]) c.labels.push_back(static_cast<uint8_t>(l));
+    c.inference_loss_sum = m["inference_loss_sum"].get<double>();
+    c.training_loss_sum = m["training_loss_sum"].get<double>();
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+}  // namespace testing_models
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_TESTING_GENERAL_TEST_MODELS_H_

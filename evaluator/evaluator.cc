@@ -1,0 +1,151 @@
+#include "evaluator/evaluator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "model/dataset.h"
+#include "model/keras_model.h"
+#include "common/strategy.h"
+#include "spdlog/spdlog.h"
+#include "compute/backend_factory.h"
+#include "compute/scoring.h"
+
+namespace pscluster {
+
+absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
+  absl::StatusOr<std::unique_ptr<ChiefClient>> chief =
+      ChiefClient::Create(options_.config.cluster);
+  if (!chief.ok()) return chief.status();
+  absl::StatusOr<TrainingPlan> plan =
+      (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, stop);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json());
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<Dataset> test = LoadDataset(options_.data_dir, Split::kTest);
+  if (!test.ok()) return absl::DataLossError(test.status().message());
+  if (absl::Status s = CheckDatasetFitsModel(*test, options_.data_dir, *spec); !s.ok()) {
+    return absl::DataLossError(s.message());  // the evaluator exits kExitBadData
+  }
+  absl::StatusOr<Strategy> strategy = ParseStrategy(plan->strategy());
+  if (!strategy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan's ", strategy.status().message()));
+  }
+  std::unique_ptr<Placement> placement;
+  std::unique_ptr<PsClient> ps;
+  std::unique_ptr<RingClient> replicas;
+  if (*strategy == Strategy::kMultiWorkerMirrored) {
+    // No ps: every worker holds the weights.
+    replicas = std::make_unique<RingClient>(options_.config.cluster, stop);
+  } else {
+    PlacementOptions popt;
+    popt.min_shard_bytes = plan->min_shard_bytes();
+    placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));
+    // A stop (the chief ends the run) cancels a pull in flight: the ps may
+    // be gone already, and the evaluator would wait out the pull's deadline.
+    PsClientOptions psopt;
+    psopt.stop = stop;
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        PsClient::Create(options_.config.cluster, placement.get(), psopt);
+    if (!client.ok()) return client.status();
+    ps = *std::move(client);
+  }
+  BackendOptions bopt;
+  bopt.device = options_.device;
+  bopt.max_batch = kScoringBatch;
+  bopt.num_threads = options_.threads;
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(*spec, bopt);
+  if (!backend.ok()) return backend.status();
+
+  absl::MutexLock lock(&mu_);
+  spec_ = *std::move(spec);
+  placement_ = std::move(placement);
+  test_ = *std::move(test);
+  chief_ = *std::move(chief);
+  ps_ = std::move(ps);
+  replicas_ = std::move(replicas);
+  backend_ = *std::move(backend);
+  params_.resize(spec_.num_parameters);
+  if (!options_.logdir.empty()) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> w =
+        TensorBoardWriter::Create(options_.logdir, ".evaluator");
+    if (!w.ok()) return w.status();
+    tensorboard_ = *std::move(w);
+    spdlog::info("TensorBoard events: {}", tensorboard_->path());
+  }
+  ready_ = true;
+  spdlog::info("evaluating {} on {} test examples on {}", spec_.name, test_.count,
+               backend_->name());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalReport> Evaluator::Evaluate(int64_t min_version, bool final) {
+  absl::MutexLock lock(&mu_);
+  return EvaluateLocked(min_version, final, /*only_if_new=*/false, absl::Minutes(5));
+}
+
+absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool final,
+                                                     bool only_if_new,
+                                                     absl::Duration pull_timeout) {
+  if (!ready_) return absl::UnavailableError("the evaluator is still starting");
+  int64_t version = 0;
+  absl::Status s;
+  if (replicas_ != nullptr) {
+    s = replicas_->ReadWeights(min_version, pull_timeout, &params_, &version);
+  } else {
+    s = ps_->PullAll(min_version, params_.data(), pull_timeout);
+    version = ps_->version();
+  }
+  if (!s.ok()) return s;
+  if (only_if_new && version == last_version_) {
+    return absl::AlreadyExistsError("no new weights since the last evaluation");
+  }
+  double accuracy = 0, loss = 0;
+  s = ScoreOnDataset(*backend_, params_.data(), test_, &accuracy, &loss);
+  if (!s.ok()) return s;
+  EvalReport r;
+  r.set_version(version);
+  r.set_examples(test_.count);
+  r.set_accuracy(static_cast<float>(accuracy));
+  r.set_loss(static_cast<float>(loss));
+  r.set_final(final);
+  last_version_ = r.version();
+  spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f}{}", r.version(), r.accuracy(),
+               r.loss(), final ? " (final)" : "");
+  if (options_.metrics != nullptr) {
+    options_.metrics->accuracy().Set(r.accuracy());
+    options_.metrics->loss().Set(r.loss());
+    options_.metrics->model_version().Set(static_cast<double>(r.version()));
+  }
+  if (tensorboard_) {
+    absl::Status ts = tensorboard_->AddScalars(
+        r.version(), {{"eval/accuracy", r.accuracy()}, {"eval/loss", r.loss()}});
+    if (!ts.ok()) spdlog::warn("TensorBoard: {}", std::string(ts.message()));
+  }
+  if (absl::Status rs = chief_->ReportEval(r); !rs.ok() && !final) {
+    spdlog::warn("{}", std::string(rs.message()));
+  }
+  return r;
+}
+
+void Evaluator::RunPeriodic(const std::atomic<bool>* stop) {
+  absl::Time next = absl::Now() + options_.interval;
+  while (!*stop) {
+    if (absl::Now() < next) {
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
+    next = absl::Now() + options_.interval;
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<EvalReport> r = EvaluateLocked(
+        0, false, /*only_if_new=*/true, std::max(options_.interval, absl::Seconds(10)));
+    if (!r.ok() && !absl::IsAlreadyExists(r.status())) {
+      spdlog::warn("periodic evaluation failed: {}", std::string(r.status().message()));
+    }
+    if (options_.stop_when_chief_gone && !r.ok() && !chief_->Alive(absl::Seconds(5))) {
+      spdlog::info("the chief no longer answers: training is over");
+      return;
+    }
+  }
+}
+
+}  // namespace pscluster

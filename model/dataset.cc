@@ -1,0 +1,318 @@
+#include "model/dataset.h"
+
+#include <unistd.h>
+#include <zip.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace pscluster {
+namespace {
+
+// One NumPy array as read: its dtype descr, shape and raw bytes.
+struct NpyArray {
+  std::string descr;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+absl::Status Bad(const std::string& where, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+// The value of 'key' in a .npy header dict ("{'descr': '<f4', ...}").
+bool HeaderValue(const std::string& header, const std::string& key, std::string* value) {
+  const size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos) return false;
+  size_t colon = header.find(':', at);
+  if (colon == std::string::npos) return false;
+  size_t begin = header.find_first_not_of(' ', colon + 1);
+  if (begin == std::string::npos) return false;
+  size_t end;
+  if (header[begin] == '(') {
+    end = header.find(')', begin);
+    if (end == std::string::npos) return false;
+    ++end;
+  } else if (header[begin] == '\'') {
+    end = header.find('\'', begin + 1);
+    if (end == std::string::npos) return false;
+    ++end;
+  } else {
+    end = header.find_first_of(",}", begin);
+    if (end == std::string::npos) return false;
+  }
+  *value = header.substr(begin, end - begin);
+  return true;
+}
+
+// Parses .npy bytes (format 1.0, 2.0 or 3.0).
+absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& where) {
+  static const char kMagic[] = "\x93NUMPY";
+  if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0) {
+    return Bad(where, "not a NumPy .npy array (no \\x93NUMPY magic)");
+  }
+  const int major = static_cast<uint8_t>(bytes[6]);
+  size_t header_len, offset;
+  if (major == 1) {
+    header_len = static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8);
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return Bad(where, "truncated .npy header");
+    header_len = 0;
+    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[8 + i]);
+    offset = 12;
+  } else {
+    return Bad(where, absl::StrCat(".npy format version ", major, " is not read (1, 2 or 3)"));
+  }
+  if (offset + header_len > bytes.size()) return Bad(where, "truncated .npy header");
+  const std::string header = bytes.substr(offset, header_len);
+  NpyArray a;
+  std::string descr, fortran, shape;
+  if (!HeaderValue(header, "descr", &descr) || !HeaderValue(header, "fortran_order", &fortran) ||
+      !HeaderValue(header, "shape", &shape) || descr.size() < 2) {
+    return Bad(where, absl::StrCat(".npy header \"", absl::StripAsciiWhitespace(header),
+                                   "\" lacks descr, fortran_order or shape"));
+  }
+  a.descr = descr.substr(1, descr.size() - 2);
+  if (fortran != "False") {
+    return Bad(where, "Fortran-order (column-major) arrays are not read: save it with "
+                      "np.ascontiguousarray");
+  }
+  for (absl::string_view dim : absl::StrSplit(shape.substr(1, shape.size() - 2), ',')) {
+    dim = absl::StripAsciiWhitespace(dim);
+    if (dim.empty()) continue;
+    int64_t d;
+    if (!absl::SimpleAtoi(dim, &d) || d < 0 || d > (int64_t{1} << 40)) {
+      return Bad(where, absl::StrCat("bad shape ", shape));
+    }
+    a.shape.push_back(d);
+  }
+  int item = 0;
+  static const char* const kKnown[] = {"|u1", "<u1", "|i1", "<i1", "<u2", "<i2",
+                                       "<i4", "<i8", "<f4"};
+  for (const char* k : kKnown) {
+    if (a.descr == k) item = a.descr[2] - '0';
+  }
+  if (item == 0) {
+    return Bad(where, absl::StrCat("dtype '", a.descr,
+                                   "' is not read (uint8 or float32 images; uint8, int16, "
+                                   "uint16, int32 or int64 labels; little-endian)"));
+  }
+  int64_t count = 1;
+  for (int64_t d : a.shape) count *= d;
+  const size_t data_at = offset + header_len;
+  const size_t want = static_cast<size_t>(count) * item;
+  if (bytes.size() - data_at < want) {
+    return Bad(where, absl::StrCat("truncated: shape ", shape, " of ", a.descr, " needs ", want,
+                                   " bytes, the file holds ", bytes.size() - data_at));
+  }
+  if (bytes.size() - data_at > want) {
+    return Bad(where, absl::StrCat(bytes.size() - data_at - want,
+                                   " bytes after the array's data"));
+  }
+  a.data = bytes.substr(data_at);
+  return a;
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open it"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The member `name` of an .npz archive.
+absl::StatusOr<std::string> ReadNpzMember(const std::string& path, const std::string& name) {
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
+  if (z == nullptr) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, err);
+    const std::string why = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    if (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN) {
+      return absl::NotFoundError(absl::StrCat(path, ": ", why));
+    }
+    return Bad(path, absl::StrCat("not an .npz (zip) archive: ", why));
+  }
+  std::string out;
+  absl::Status st;
+  zip_stat_t info;
+  if (zip_stat(z, name.c_str(), 0, &info) != 0 || !(info.valid & ZIP_STAT_SIZE)) {
+    st = absl::NotFoundError(absl::StrCat(path, ": no member ", name,
+                                          " (np.savez(path, x_train=..., y_train=..., "
+                                          "x_test=..., y_test=...))"));
+  } else if (zip_file_t* f = zip_fopen(z, name.c_str(), 0); f == nullptr) {
+    st = Bad(absl::StrCat(path, ": ", name), zip_strerror(z));
+  } else {
+    out.resize(info.size);
+    if (zip_fread(f, out.data(), info.size) != static_cast<zip_int64_t>(info.size)) {
+      st = Bad(absl::StrCat(path, ": ", name), absl::StrCat("unreadable: ", zip_file_strerror(f)));
+    }
+    zip_fclose(f);
+  }
+  zip_discard(z);
+  if (!st.ok()) return st;
+  return out;
+}
+
+bool IsDir(const std::string& path) {
+  return access((path + "/.").c_str(), F_OK) == 0;
+}
+
+bool NpyFolder(const std::string& path) {
+  return access((path + "/x_train.npy").c_str(), F_OK) == 0 ||
+         access((path + "/x_test.npy").c_str(), F_OK) == 0;
+}
+
+// Images and labels (their .npy bytes) into a Dataset.
+absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwhere,
+                                   const std::string& yb, const std::string& ywhere) {
+  absl::StatusOr<NpyArray> x = ParseNpy(xb, xwhere);
+  if (!x.ok()) return x.status();
+  absl::StatusOr<NpyArray> y = ParseNpy(yb, ywhere);
+  if (!y.ok()) return y.status();
+  Dataset d;
+  if (x->shape.size() < 2 || x->shape.size() > 4) {
+    return Bad(xwhere, absl::StrCat("images of shape [", absl::StrJoin(x->shape, ","),
+                                    "]; expected [N,H,W], [N,H,W,C] or [N,F]"));
+  }
+  if (x->shape[0] < 1 || x->shape[0] > (1 << 30)) return Bad(xwhere, "no examples");
+  d.count = static_cast<int>(x->shape[0]);
+  if (x->shape.size() == 2) {
+    d.height = d.width = 1;
+    d.channels = static_cast<int>(x->shape[1]);
+  } else {
+    d.height = static_cast<int>(x->shape[1]);
+    d.width = static_cast<int>(x->shape[2]);
+    d.channels = x->shape.size() == 4 ? static_cast<int>(x->shape[3]) : 1;
+  }
+  const int64_t n = int64_t{d.count} * d.height * d.width * d.channels;
+  if (n == 0) return Bad(xwhere, "images of size 0");
+  d.images.resize(n);
+  if (x->descr == "<f4") {
+    std::memcpy(d.images.data(), x->data.data(), n * sizeof(float));
+  } else if (x->descr == "|u1" || x->descr == "<u1") {
+    for (int64_t i = 0; i < n; ++i) d.images[i] = static_cast<uint8_t>(x->data[i]) / 255.0f;
+  } else {
+    return Bad(xwhere, absl::StrCat("images of dtype '", x->descr,
+                                    "' are not read (uint8, scaled by 1/255, or float32)"));
+  }
+  const bool column = y->shape.size() == 2 && y->shape[1] == 1;
+  if (!(y->shape.size() == 1 || column) || y->shape[0] != x->shape[0]) {
+    return Bad(ywhere, absl::StrCat("labels of shape [", absl::StrJoin(y->shape, ","),
+                                    "] for ", d.count, " images; expected [", d.count, "] or [",
+                                    d.count, ",1]"));
+  }
+  if (y->descr == "<f4") {
+    return Bad(ywhere, "labels of dtype float32; expected integer class indices");
+  }
+  d.labels.resize(d.count);
+  const int item = y->descr[2] - '0';
+  const bool is_signed = y->descr[1] == 'i';
+  for (int i = 0; i < d.count; ++i) {
+    int64_t v = 0;
+    const char* p = y->data.data() + int64_t{i} * item;
+    if (item == 1) {
+      v = is_signed ? static_cast<int8_t>(*p) : static_cast<uint8_t>(*p);
+    } else if (item == 2) {
+      uint16_t u;
+      std::memcpy(&u, p, 2);
+      v = is_signed ? static_cast<int16_t>(u) : u;
+    } else if (item == 4) {
+      int32_t s;
+      std::memcpy(&s, p, 4);
+      v = s;
+    } else {
+      std::memcpy(&v, p, 8);
+    }
+    if (v < 0 || v > 255) {
+      return Bad(ywhere, absl::StrCat("label ", v, " of example ", i,
+                                      " is not a class index in [0, 255]"));
+    }
+    d.labels[i] = static_cast<uint8_t>(v);
+  }
+  return d;
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split) {
+  const std::string part = split == Split::kTrain ? "train" : "test";
+  if (absl::EndsWith(path, ".npz")) {
+    absl::StatusOr<std::string> x = ReadNpzMember(path, "x_" + part + ".npy");
+    if (!x.ok()) return x.status();
+    absl::StatusOr<std::string> y = ReadNpzMember(path, "y_" + part + ".npy");
+    if (!y.ok()) return y.status();
+    return FromArrays(*x, absl::StrCat(path, ": x_", part), *y, absl::StrCat(path, ": y_", part));
+  }
+  if (IsDir(path) && NpyFolder(path)) {
+    const std::string xp = absl::StrCat(path, "/x_", part, ".npy");
+    const std::string yp = absl::StrCat(path, "/y_", part, ".npy");
+    absl::StatusOr<std::string> x = ReadWholeFile(xp);
+    if (!x.ok()) return x.status();
+    absl::StatusOr<std::string> y = ReadWholeFile(yp);
+    if (!y.ok()) return y.status();
+    return FromArrays(*x, xp, *y, yp);
+  }
+  return LoadMnist(path, split);
+}
+
+absl::Status CheckDataFiles(const std::string& path, Split split) {
+  const std::string part = split == Split::kTrain ? "train" : "test";
+  if (absl::EndsWith(path, ".npz")) {
+    for (const char* what : {"x_", "y_"}) {
+      // Reads the member: npz archives are small next to a run.
+      absl::StatusOr<std::string> m = ReadNpzMember(path, absl::StrCat(what, part, ".npy"));
+      if (!m.ok()) return m.status();
+    }
+    return absl::OkStatus();
+  }
+  if (IsDir(path) && NpyFolder(path)) {
+    for (const char* what : {"x_", "y_"}) {
+      const std::string p = absl::StrCat(path, "/", what, part, ".npy");
+      if (access(p.c_str(), F_OK) != 0) return absl::NotFoundError(absl::StrCat(p, ": missing"));
+      if (access(p.c_str(), R_OK) != 0) {
+        return absl::PermissionDeniedError(absl::StrCat(p, ": not readable"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  return CheckMnistFiles(path, split);
+}
+
+absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,
+                                   const ModelSpec& spec) {
+  const bool flat_model = spec.input_height == 1 && spec.input_width == 1;
+  const int64_t example = int64_t{data.height} * data.width * data.channels;
+  const bool fits = flat_model ? example == spec.input_channels
+                               : data.height == spec.input_height &&
+                                     data.width == spec.input_width &&
+                                     data.channels == spec.input_channels;
+  if (!fits) {
+    return Bad(path, absl::StrCat("examples are ", data.height, "x", data.width, "x",
+                                  data.channels, " but model \"", spec.name, "\" wants ",
+                                  spec.input_height, "x", spec.input_width, "x",
+                                  spec.input_channels));
+  }
+  for (int i = 0; i < data.count; ++i) {
+    if (data.labels[i] >= spec.num_classes) {
+      return Bad(path, absl::StrCat("label ", static_cast<int>(data.labels[i]), " of example ", i,
+                                    " is out of range: model \"", spec.name, "\" has ",
+                                    spec.num_classes, " classes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

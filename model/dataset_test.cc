@@ -1,0 +1,106 @@
+#include "model/dataset.h"
+
+#include <cmath>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+const std::string kDir = "tests/fixtures/npy";
+
+TEST(DatasetTest, Uint8NpzIsScaledLikeIdx) {
+  absl::StatusOr<Dataset> d = LoadDataset(kDir + "/uint8.npz", Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->count, 20);
+  EXPECT_EQ(d->height, 4);
+  EXPECT_EQ(d->width, 4);
+  EXPECT_EQ(d->channels, 1);
+  ASSERT_EQ(d->images.size(), 20u * 16);
+  for (float v : d->images) {
+    ASSERT_GE(v, 0.0f);
+    ASSERT_LE(v, 1.0f);
+    ASSERT_NEAR(v * 255.0f, std::round(v * 255.0f), 1e-3);
+  }
+  EXPECT_EQ(d->labels[13], 3);
+  absl::StatusOr<Dataset> t = LoadDataset(kDir + "/uint8.npz", Split::kTest);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->count, 5);
+  EXPECT_EQ(std::vector<float>(d->images.begin(), d->images.begin() + 80), t->images);
+}
+
+TEST(DatasetTest, CompressedFloatNpzWithColumnLabelsAndFourDims) {
+  absl::StatusOr<Dataset> d = LoadDataset(kDir + "/float_compressed.npz", Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->count, 12);
+  EXPECT_EQ(d->height, 6);
+  EXPECT_EQ(d->width, 5);
+  EXPECT_EQ(d->channels, 2);
+  EXPECT_EQ(d->labels[4], 1);
+  absl::StatusOr<Dataset> v2 = LoadDataset(kDir + "/v2.npz", Split::kTrain);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->images, d->images);  // the same array, written as format 2.0
+  absl::StatusOr<Dataset> t = LoadDataset(kDir + "/float_compressed.npz", Split::kTest);
+  ASSERT_TRUE(t.ok()) << t.status();  // int32 labels
+  EXPECT_EQ(t->labels[2], 2);
+}
+
+TEST(DatasetTest, NpyFolderAndFlatExamples) {
+  absl::StatusOr<Dataset> d = LoadDataset(kDir, Split::kTest);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->count, 3);  // int16 labels
+  EXPECT_EQ(d->labels[2], 2);
+  ASSERT_TRUE(CheckDataFiles(kDir, Split::kTrain).ok());
+  absl::StatusOr<Dataset> flat = LoadDataset(kDir + "/flat.npz", Split::kTrain);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(flat->height, 1);
+  EXPECT_EQ(flat->channels, 16);
+}
+
+TEST(DatasetTest, FitsTheModelOrSaysWhy) {
+  Dataset d = *LoadDataset(kDir + "/float_compressed.npz", Split::kTrain);
+  ModelSpec spec;
+  spec.name = "m";
+  spec.input_height = 6, spec.input_width = 5, spec.input_channels = 2, spec.num_classes = 3;
+  EXPECT_TRUE(CheckDatasetFitsModel(d, "f.npz", spec).ok());
+  spec.input_channels = 1;
+  absl::Status s = CheckDatasetFitsModel(d, "f.npz", spec);
+  EXPECT_NE(s.message().find("f.npz: examples are 6x5x2 but model \"m\" wants 6x5x1"),
+            std::string::npos)
+      << s;
+  spec.input_height = spec.input_width = 1, spec.input_channels = 60;  // rank-1 input
+  EXPECT_TRUE(CheckDatasetFitsModel(d, "f.npz", spec).ok());
+  spec.input_channels = 60, spec.num_classes = 2;
+  s = CheckDatasetFitsModel(d, "f.npz", spec);
+  EXPECT_NE(s.message().find("label 2 of example 2 is out of range"), std::string::npos) << s;
+}
+
+TEST(DatasetTest, BadFilesAreRefusedNamingFileAndProblem) {
+  struct Case {
+    const char* file;
+    const char* expect;
+  } cases[] = {
+      {"bad_float64.npz", "bad_float64.npz: x_train: dtype '<f8' is not read"},
+      {"bad_bigendian.npz", "bad_bigendian.npz: x_train: dtype '>f4' is not read"},
+      {"bad_fortran.npz", "bad_fortran.npz: x_train: Fortran-order"},
+      {"bad_counts.npz", "bad_counts.npz: y_train: labels of shape [11] for 12 images"},
+      {"bad_label.npz", "bad_label.npz: y_train: label 300 of example 0"},
+      {"bad_truncated.npz", "bad_truncated.npz: x_train: truncated"},
+      {"bad_missing.npz", "bad_missing.npz: no member x_test.npy"},
+      {"bad_not_zip.npz", "bad_not_zip.npz: not an .npz (zip) archive"},
+  };
+  for (const Case& c : cases) {
+    const Split split = std::string(c.file) == "bad_missing.npz" ? Split::kTest : Split::kTrain;
+    absl::StatusOr<Dataset> d = LoadDataset(kDir + "/" + c.file, split);
+    ASSERT_FALSE(d.ok()) << c.file;
+    EXPECT_NE(d.status().message().find(c.expect), std::string::npos)
+        << "got: " << d.status().message() << "\nwanted: " << c.expect;
+  }
+  EXPECT_EQ(LoadDataset(kDir + "/nothing.npz", Split::kTrain).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(CheckDataFiles(kDir + "/bad_missing.npz", Split::kTest).ok());
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,659 @@
+#include "model/keras_model.h"
+
+#include <zip.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/builtin_models.h"
+#include "nlohmann/json.hpp"
+
+namespace pscluster {
+namespace {
+
+using json = nlohmann::json;
+
+absl::Status Bad(const std::string& where, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+std::string Show(const json& j) { return j.dump(); }
+
+// An option that changes the math unless it has its neutral value (absent,
+// null, or one of `neutral`).
+absl::Status Neutral(const json& cfg, const std::string& where, const char* key,
+                     std::initializer_list<json> neutral, const std::string& why) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return absl::OkStatus();
+  for (const json& n : neutral) {
+    if (*it == n) return absl::OkStatus();
+  }
+  return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it),
+                                 " is not supported (", why, ")"));
+}
+
+// Regularizers and constraints change the loss or the update: refused.
+absl::Status NoPenalties(const json& cfg, const std::string& where) {
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                          "kernel_constraint", "bias_constraint", "beta_regularizer",
+                          "gamma_regularizer", "beta_constraint", "gamma_constraint"}) {
+    if (absl::Status s = Neutral(cfg, where, key, {}, "regularizers and constraints are not"
+                                                      " implemented; only null");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDtype(const json& cfg, const std::string& where) {
+  auto it = cfg.find("dtype");
+  if (it == cfg.end() || it->is_null()) return absl::OkStatus();
+  std::string name;
+  if (it->is_string()) {
+    name = it->get<std::string>();
+  } else if (it->is_object() && it->contains("config") && (*it)["config"].contains("name") &&
+             (*it)["config"]["name"].is_string()) {
+    name = (*it)["config"]["name"].get<std::string>();  // Keras 3 DTypePolicy
+  }
+  if (name != "float32") {
+    return Bad(where, absl::StrCat("option 'dtype' = ", Show(*it),
+                                   " is not supported (the workers compute in float32)"));
+  }
+  return absl::OkStatus();
+}
+
+// An int or a list of ints of length `n`, each >= 1, as n values.
+absl::Status IntPair(const json& cfg, const std::string& where, const char* key, int dflt,
+                     int* a, int* b) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) {
+    *a = *b = dflt;
+    return absl::OkStatus();
+  }
+  if (it->is_number_integer()) {
+    *a = *b = it->get<int>();
+  } else if (it->is_array() && it->size() == 2 && (*it)[0].is_number_integer() &&
+             (*it)[1].is_number_integer()) {
+    *a = (*it)[0].get<int>();
+    *b = (*it)[1].get<int>();
+  } else {
+    return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it),
+                                   " is not an integer or a pair of integers"));
+  }
+  if (*a < 1 || *b < 1 || *a > 4096 || *b > 4096) {
+    return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it), " is out of range"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& where) {
+  auto it = cfg.find("activation");
+  if (it == cfg.end() || it->is_null()) return Activation::kNone;
+  std::string name;
+  if (it->is_string()) {
+    name = it->get<std::string>();
+  } else if (it->is_object() && it->contains("config") && (*it)["config"].is_object() &&
+             (*it)["config"].contains("name")) {
+    name = (*it)["config"]["name"].get<std::string>();
+  }
+  if (name == "linear") return Activation::kNone;
+  if (name == "relu") return Activation::kRelu;
+  if (name == "sigmoid") return Activation::kSigmoid;
+  if (name == "tanh") return Activation::kTanh;
+  if (name == "softmax") return Activation::kSoftmax;
+  return Bad(where, absl::StrCat("option 'activation' = ", Show(*it),
+                                 " is not supported (relu, sigmoid, tanh, softmax, linear)"));
+}
+
+absl::Status PaddingOf(const json& cfg, const std::string& where, Padding* out) {
+  auto it = cfg.find("padding");
+  if (it == cfg.end() || it->is_null() || *it == "valid") {
+    *out = Padding::kValid;
+  } else if (*it == "same") {
+    *out = Padding::kSame;
+  } else {
+    return Bad(where, absl::StrCat("option 'padding' = ", Show(*it),
+                                   " is not supported (valid or same)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChannelsLast(const json& cfg, const std::string& where) {
+  return Neutral(cfg, where, "data_format", {"channels_last"},
+                 "activations are NHWC: only channels_last");
+}
+
+double Number(const json& cfg, const char* key, double dflt) {
+  auto it = cfg.find(key);
+  return it != cfg.end() && it->is_number() ? it->get<double>() : dflt;
+}
+
+// A Keras initializer object ({"class_name": ..., "config": {...}}).
+absl::StatusOr<Initializer> InitializerOf(const json& cfg, const std::string& where,
+                                          const char* key, Initializer dflt) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return dflt;
+  std::string cls;
+  json c = json::object();
+  if (it->is_string()) {
+    cls = it->get<std::string>();
+  } else if (it->is_object() && it->contains("class_name")) {
+    cls = (*it)["class_name"].get<std::string>();
+    if (it->contains("config") && (*it)["config"].is_object()) c = (*it)["config"];
+  } else {
+    return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it), " is not an initializer"));
+  }
+  // snake_case names (Keras 2's "glorot_uniform") as CamelCase.
+  std::string camel;
+  bool up = true;
+  for (char ch : cls) {
+    if (ch == '_') {
+      up = true;
+      continue;
+    }
+    camel += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+    up = false;
+  }
+  using K = Initializer::Kind;
+  using M = Initializer::Mode;
+  using D = Initializer::Distribution;
+  Initializer init;
+  auto vs = [&](double scale, M mode, D dist) {
+    init.kind = K::kVarianceScaling;
+    init.scale = scale;
+    init.mode = mode;
+    init.distribution = dist;
+    return init;
+  };
+  if (camel == "Zeros" || camel == "Zero") {
+    init.kind = K::kZeros;
+    return init;
+  }
+  if (camel == "Ones" || camel == "One") {
+    init.kind = K::kOnes;
+    return init;
+  }
+  if (camel == "Constant") {
+    init.kind = K::kConstant;
+    init.value = Number(c, "value", 0.0);
+    return init;
+  }
+  if (camel == "GlorotUniform") return vs(1.0, M::kFanAvg, D::kUniform);
+  if (camel == "GlorotNormal") return vs(1.0, M::kFanAvg, D::kTruncatedNormal);
+  if (camel == "HeUniform") return vs(2.0, M::kFanIn, D::kUniform);
+  if (camel == "HeNormal") return vs(2.0, M::kFanIn, D::kTruncatedNormal);
+  if (camel == "LecunUniform") return vs(1.0, M::kFanIn, D::kUniform);
+  if (camel == "LecunNormal") return vs(1.0, M::kFanIn, D::kTruncatedNormal);
+  if (camel == "RandomNormal") {
+    init.kind = K::kRandomNormal;
+    init.mean = Number(c, "mean", 0.0);
+    init.stddev = Number(c, "stddev", 0.05);
+    return init;
+  }
+  if (camel == "TruncatedNormal") {
+    init.kind = K::kTruncatedNormal;
+    init.mean = Number(c, "mean", 0.0);
+    init.stddev = Number(c, "stddev", 0.05);
+    return init;
+  }
+  if (camel == "RandomUniform") {
+    init.kind = K::kRandomUniform;
+    init.minval = Number(c, "minval", -0.05);
+    init.maxval = Number(c, "maxval", 0.05);
+    return init;
+  }
+  if (camel == "VarianceScaling") {
+    const double scale = Number(c, "scale", 1.0);
+    std::string mode = c.value("mode", "fan_in");
+    std::string dist = c.value("distribution", "truncated_normal");
+    M m;
+    if (mode == "fan_in" || mode == "fanIn") {
+      m = M::kFanIn;
+    } else if (mode == "fan_out" || mode == "fanOut") {
+      m = M::kFanOut;
+    } else if (mode == "fan_avg" || mode == "fanAvg") {
+      m = M::kFanAvg;
+    } else {
+      return Bad(where, absl::StrCat("option '", key, "': VarianceScaling mode \"", mode,
+                                     "\" is not known"));
+    }
+    D d;
+    if (dist == "uniform") {
+      d = D::kUniform;
+    } else if (dist == "truncated_normal" || dist == "normal") {  // Keras 2: truncated
+      d = D::kTruncatedNormal;
+    } else if (dist == "untruncated_normal") {
+      d = D::kUntruncatedNormal;
+    } else {
+      return Bad(where, absl::StrCat("option '", key, "': VarianceScaling distribution \"",
+                                     dist, "\" is not known"));
+    }
+    if (!(scale > 0)) {
+      return Bad(where, absl::StrCat("option '", key, "': VarianceScaling scale ", scale,
+                                     " must be positive"));
+    }
+    return vs(scale, m, d);
+  }
+  return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it),
+                                 " is not supported (Zeros, Ones, Constant, GlorotUniform, "
+                                 "GlorotNormal, HeNormal, HeUniform, LecunNormal, LecunUniform, "
+                                 "RandomNormal, RandomUniform, TruncatedNormal, "
+                                 "VarianceScaling)"));
+}
+
+// The input shape a layer config declares, if any: [H, W, C] or [F].
+bool DeclaredShape(const json& layer, const json& cfg, std::vector<json>* out) {
+  for (const char* key : {"batch_shape", "batch_input_shape"}) {
+    auto it = cfg.find(key);
+    if (it != cfg.end() && it->is_array() && !it->empty()) {
+      out->assign(it->begin() + 1, it->end());
+      return true;
+    }
+  }
+  auto it = cfg.find("input_shape");  // tf.keras's InputLayer sometimes
+  if (it != cfg.end() && it->is_array()) {
+    out->assign(it->begin(), it->end());
+    return true;
+  }
+  if (layer.contains("build_config") && layer["build_config"].is_object() &&
+      layer["build_config"].contains("input_shape") &&
+      layer["build_config"]["input_shape"].is_array() &&
+      !layer["build_config"]["input_shape"].empty()) {
+    const json& s = layer["build_config"]["input_shape"];
+    out->assign(s.begin() + 1, s.end());
+    return true;
+  }
+  return false;
+}
+
+// The names of the layers feeding `layer` in a Functional config.
+std::vector<std::string> InboundNames(const json& layer) {
+  std::vector<std::string> names;
+  std::function<void(const json&)> walk = [&](const json& j) {
+    if (j.is_object()) {
+      if (j.contains("keras_history") && j["keras_history"].is_array() &&
+          !j["keras_history"].empty() && j["keras_history"][0].is_string()) {
+        names.push_back(j["keras_history"][0].get<std::string>());
+        return;
+      }
+      for (const auto& [k, v] : j.items()) walk(v);
+    } else if (j.is_array()) {
+      // Keras 2 / TensorFlow.js: [name, node_index, tensor_index, kwargs].
+      if (j.size() >= 3 && j[0].is_string() && j[1].is_number() && j[2].is_number()) {
+        names.push_back(j[0].get<std::string>());
+        return;
+      }
+      for (const json& v : j) walk(v);
+    }
+  };
+  if (layer.contains("inbound_nodes")) walk(layer["inbound_nodes"]);
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::string& source) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Bad(source, "not a JSON object (expected what Keras's model.to_json() writes)");
+  }
+  if (doc.contains("modelTopology")) doc = doc["modelTopology"];  // tfjs model.json
+  if (doc.is_object() && doc.contains("model_config")) doc = doc["model_config"];
+  if (!doc.is_object() || !doc.contains("class_name") || !doc["class_name"].is_string()) {
+    return Bad(source, "no top-level class_name (expected a Keras model's JSON)");
+  }
+  const std::string cls = doc["class_name"].get<std::string>();
+  const json& config = doc.contains("config") ? doc["config"] : json();
+  json layers;
+  if (config.is_array()) {
+    layers = config;  // very old Keras: the config is the layer list
+  } else if (config.is_object() && config.contains("layers")) {
+    layers = config["layers"];
+  }
+  if (!layers.is_array() || layers.empty()) {
+    return Bad(source, absl::StrCat("model \"", cls, "\" has no layer list"));
+  }
+  const bool functional = cls == "Functional" || cls == "Model";
+  if (cls != "Sequential" && !functional) {
+    return Bad(source, absl::StrCat("class_name \"", cls,
+                                    "\" is not supported (Sequential, or a Functional chain)"));
+  }
+  std::string model_name =
+      config.is_object() && config.contains("name") && config["name"].is_string()
+          ? config["name"].get<std::string>()
+          : source;
+
+  std::vector<json> shape;
+  bool have_shape = false;
+  std::vector<LayerSpec> specs;
+  // Per planned layer: the file's initializers by variable suffix.
+  std::vector<std::vector<std::pair<std::string, Initializer>>> inits;
+  std::set<std::string> names;
+  std::string previous;  // Functional: the layer the next must read
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const json& layer = layers[i];
+    if (!layer.is_object() || !layer.contains("class_name") ||
+        !layer["class_name"].is_string()) {
+      return Bad(source, absl::StrCat("layer ", i, " has no class_name"));
+    }
+    const std::string type = layer["class_name"].get<std::string>();
+    const json cfg = layer.contains("config") && layer["config"].is_object() ? layer["config"]
+                                                                             : json::object();
+    std::string name = cfg.contains("name") && cfg["name"].is_string()
+                           ? cfg["name"].get<std::string>()
+                           : absl::StrCat(type, "_", i);
+    const std::string where = absl::StrCat(source, ": layer '", name, "' (", type, ")");
+    if (!names.insert(name).second) return Bad(where, "the layer name is used twice");
+    if (name.empty() || name.find('/') != std::string::npos) {
+      return Bad(where, "layer names must be non-empty and hold no '/'");
+    }
+    if (functional) {
+      std::vector<std::string> in = InboundNames(layer);
+      if (i == 0 ? !in.empty() : (in.size() != 1 || in[0] != previous)) {
+        return Bad(where, absl::StrCat("reads from [", absl::StrJoin(in, ", "),
+                                       "]: only a Functional model whose layers form one chain"
+                                       " is supported"));
+      }
+      previous = name;
+    }
+    if (!have_shape) have_shape = DeclaredShape(layer, cfg, &shape);
+    if (absl::Status s = CheckDtype(cfg, where); !s.ok()) return s;
+    if (absl::Status s = NoPenalties(cfg, where); !s.ok()) return s;
+    if (type == "InputLayer") {
+      if (absl::Status s = Neutral(cfg, where, "sparse", {false}, "dense inputs only"); !s.ok())
+        return s;
+      if (absl::Status s = Neutral(cfg, where, "ragged", {false}, "dense inputs only"); !s.ok())
+        return s;
+      continue;
+    }
+    LayerSpec l;
+    l.name = name;
+    std::vector<std::pair<std::string, Initializer>> layer_inits;
+    auto init = [&](const char* key, const char* var, Initializer dflt) -> absl::Status {
+      absl::StatusOr<Initializer> in = InitializerOf(cfg, where, key, dflt);
+      if (!in.ok()) return in.status();
+      layer_inits.emplace_back(var, *in);
+      return absl::OkStatus();
+    };
+    absl::Status st;
+    if (type == "Conv2D" || type == "Convolution2D") {
+      l.kind = LayerKind::kConv2D;
+      if (!cfg.contains("filters") || !cfg["filters"].is_number_integer() ||
+          cfg["filters"].get<int>() < 1 || cfg["filters"].get<int>() > 65536) {
+        return Bad(where, absl::StrCat("option 'filters' = ",
+                                       Show(cfg.value("filters", json())), " is not valid"));
+      }
+      l.units = cfg["filters"].get<int>();
+      if (!cfg.contains("kernel_size")) return Bad(where, "option 'kernel_size' is missing");
+      st.Update(IntPair(cfg, where, "kernel_size", 1, &l.window_h, &l.window_w));
+      st.Update(IntPair(cfg, where, "strides", 1, &l.stride_h, &l.stride_w));
+      st.Update(PaddingOf(cfg, where, &l.padding));
+      st.Update(ChannelsLast(cfg, where));
+      st.Update(Neutral(cfg, where, "dilation_rate", {1, json::array({1, 1})},
+                        "dilated convolutions are not implemented; only 1"));
+      st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
+      st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
+      l.use_bias = cfg.value("use_bias", true);
+      absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+      if (!a.ok()) return a.status();
+      l.activation = *a;
+      if (st.ok()) st = init("kernel_initializer", "kernel", Initializer::GlorotUniform());
+      if (st.ok()) st = init("bias_initializer", "bias", Initializer::Zeros());
+    } else if (type == "MaxPooling2D" || type == "MaxPool2D" || type == "AveragePooling2D" ||
+               type == "AvgPool2D") {
+      l.kind = absl::StartsWith(type, "Max") ? LayerKind::kMaxPool2D : LayerKind::kAvgPool2D;
+      st.Update(IntPair(cfg, where, "pool_size", 2, &l.window_h, &l.window_w));
+      if (!cfg.contains("strides") || cfg["strides"].is_null()) {
+        l.stride_h = l.window_h;  // Keras: strides default to pool_size
+        l.stride_w = l.window_w;
+      } else {
+        st.Update(IntPair(cfg, where, "strides", 1, &l.stride_h, &l.stride_w));
+      }
+      st.Update(PaddingOf(cfg, where, &l.padding));
+      st.Update(ChannelsLast(cfg, where));
+    } else if (type == "GlobalAveragePooling2D" || type == "GlobalAvgPool2D") {
+      l.kind = LayerKind::kGlobalAvgPool2D;
+      st.Update(ChannelsLast(cfg, where));
+      st.Update(Neutral(cfg, where, "keepdims", {false}, "only keepdims false"));
+    } else if (type == "Flatten") {
+      l.kind = LayerKind::kFlatten;
+      st.Update(ChannelsLast(cfg, where));
+    } else if (type == "Dense") {
+      l.kind = LayerKind::kDense;
+      if (!cfg.contains("units") || !cfg["units"].is_number_integer() ||
+          cfg["units"].get<int>() < 1 || cfg["units"].get<int>() > (1 << 24)) {
+        return Bad(where, absl::StrCat("option 'units' = ", Show(cfg.value("units", json())),
+                                       " is not valid"));
+      }
+      l.units = cfg["units"].get<int>();
+      l.use_bias = cfg.value("use_bias", true);
+      st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
+      absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+      if (!a.ok()) return a.status();
+      l.activation = *a;
+      if (st.ok()) st = init("kernel_initializer", "kernel", Initializer::GlorotUniform());
+      if (st.ok()) st = init("bias_initializer", "bias", Initializer::Zeros());
+    } else if (type == "Dropout") {
+      l.kind = LayerKind::kDropout;
+      const double rate = Number(cfg, "rate", -1.0);
+      if (!(rate >= 0.0 && rate < 1.0)) {
+        return Bad(where, absl::StrCat("option 'rate' = ", Show(cfg.value("rate", json())),
+                                       " is not in [0, 1)"));
+      }
+      l.rate = static_cast<float>(rate);
+      st.Update(Neutral(cfg, where, "noise_shape", {}, "only element-wise dropout"));
+    } else if (type == "Activation") {
+      l.kind = LayerKind::kActivation;
+      absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+      if (!a.ok()) return a.status();
+      l.activation = *a;
+    } else if (type == "ReLU") {
+      l.kind = LayerKind::kActivation;
+      l.activation = Activation::kRelu;
+      st.Update(Neutral(cfg, where, "max_value", {}, "only the plain ReLU"));
+      st.Update(Neutral(cfg, where, "negative_slope", {0, 0.0}, "only the plain ReLU"));
+      st.Update(Neutral(cfg, where, "threshold", {0, 0.0}, "only the plain ReLU"));
+    } else if (type == "BatchNormalization") {
+      l.kind = LayerKind::kBatchNorm;
+      st.Update(Neutral(cfg, where, "axis", {-1, 3, json::array({-1}), json::array({3})},
+                        "normalisation over the channel (last) axis only"));
+      for (const char* key : {"renorm", "synchronized"}) {
+        st.Update(Neutral(cfg, where, key, {false}, "not implemented"));
+      }
+      st.Update(Neutral(cfg, where, "virtual_batch_size", {}, "not implemented"));
+      st.Update(Neutral(cfg, where, "adjustment", {}, "not implemented"));
+      l.momentum = static_cast<float>(Number(cfg, "momentum", 0.99));
+      l.epsilon = static_cast<float>(Number(cfg, "epsilon", 1e-3));
+      l.center = cfg.value("center", true);
+      l.scale = cfg.value("scale", true);
+      if (!(l.momentum >= 0.0f && l.momentum <= 1.0f) || !(l.epsilon > 0.0f)) {
+        return Bad(where, absl::StrCat("momentum ", l.momentum, " must be in [0, 1] and epsilon ",
+                                       l.epsilon, " positive"));
+      }
+      if (st.ok()) st = init("gamma_initializer", "gamma", Initializer::Ones());
+      if (st.ok()) st = init("beta_initializer", "beta", Initializer::Zeros());
+      if (st.ok()) st = init("moving_mean_initializer", "moving_mean", Initializer::Zeros());
+      if (st.ok()) {
+        st = init("moving_variance_initializer", "moving_variance", Initializer::Ones());
+      }
+    } else {
+      return Bad(where,
+                 "this layer is not supported (InputLayer, Conv2D, MaxPooling2D, "
+                 "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, "
+                 "Activation, ReLU, BatchNormalization)");
+    }
+    if (!st.ok()) return st;
+    specs.push_back(l);
+    inits.push_back(std::move(layer_inits));
+  }
+
+  // The loss: a final softmax (the last Dense's or a trailing Activation's)
+  // or linear logits; softmax anywhere else is not what we compute.
+  int last_dense = -1;
+  for (int i = static_cast<int>(specs.size()) - 1; i >= 0; --i) {
+    if (specs[i].kind == LayerKind::kDense) {
+      last_dense = i;
+      break;
+    }
+  }
+  if (last_dense < 0) {
+    return Bad(source, "the model has no Dense layer; the last must give the classes' logits");
+  }
+  for (size_t i = last_dense + 1; i < specs.size(); ++i) {
+    const LayerSpec& l = specs[i];
+    const bool ok_tail =
+        l.kind == LayerKind::kDropout ||
+        (l.kind == LayerKind::kActivation &&
+         (l.activation == Activation::kSoftmax || l.activation == Activation::kNone) &&
+         i + 1 == specs.size());
+    if (!ok_tail) {
+      return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
+                 "comes after the last Dense layer; the model must end in the logits (a Dense "
+                 "layer with linear or softmax activation, optionally then Activation "
+                 "softmax): the loss is sparse categorical cross-entropy");
+    }
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LayerSpec& l = specs[i];
+    const bool is_last_dense = static_cast<int>(i) == last_dense;
+    const bool is_tail_activation = i + 1 == specs.size() && l.kind == LayerKind::kActivation &&
+                                    static_cast<int>(i) > last_dense;
+    if (l.activation == Activation::kSoftmax && !is_last_dense && !is_tail_activation) {
+      return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
+                 "option 'activation' = \"softmax\" is only supported at the end of the model, "
+                 "where it is fused with the cross-entropy loss");
+    }
+    if (is_last_dense && l.activation != Activation::kSoftmax &&
+        l.activation != Activation::kNone) {
+      return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
+                 "the last Dense layer's activation must be softmax or linear (its outputs are "
+                 "the logits of sparse categorical cross-entropy)");
+    }
+  }
+  const int classes = specs[last_dense].units;
+  if (classes > 256) {
+    return Bad(absl::StrCat(source, ": layer '", specs[last_dense].name, "'"),
+               absl::StrCat(classes, " classes; at most 256 (labels are bytes)"));
+  }
+
+  if (!have_shape) {
+    return Bad(source, "no input shape (an InputLayer's batch_shape, or batch_input_shape or "
+                       "build_config on the first layer)");
+  }
+  std::vector<int> dims;
+  for (const json& d : shape) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (1 << 20)) {
+      return Bad(source, absl::StrCat("input shape ", Show(json(shape)),
+                                      ": every dimension but the batch must be a positive "
+                                      "number (no None)"));
+    }
+    dims.push_back(d.get<int>());
+  }
+  int h, w, c;
+  if (dims.size() == 3) {
+    h = dims[0], w = dims[1], c = dims[2];
+  } else if (dims.size() == 1) {
+    h = w = 1, c = dims[0];
+  } else if (dims.size() == 2 && !specs.empty() && specs[0].kind == LayerKind::kFlatten) {
+    h = dims[0], w = dims[1], c = 1;  // [H, W] flattened first: as [H, W, 1]
+  } else {
+    return Bad(source, absl::StrCat("input shape ", Show(json(shape)),
+                                    " is not supported ([height, width, channels] or "
+                                    "[features])"));
+  }
+  if (static_cast<int64_t>(h) * w * c > (int64_t{1} << 26)) {
+    return Bad(source, absl::StrCat("input shape ", Show(json(shape)), " is too large"));
+  }
+  absl::StatusOr<ModelSpec> spec =
+      BuildModelSpec(model_name, h, w, c, classes, std::move(specs));
+  if (!spec.ok()) {
+    return Bad(source, std::string(spec.status().message()));
+  }
+  for (VariableSpec& v : spec->variables) {
+    const size_t slash = v.name.rfind('/');
+    const std::string layer = v.name.substr(0, slash), var = v.name.substr(slash + 1);
+    for (size_t i = 0; i < spec->layers.size(); ++i) {
+      if (spec->layers[i].name != layer) continue;
+      for (const auto& [suffix, in] : inits[i]) {
+        if (suffix == var) v.initializer = in;
+      }
+    }
+  }
+  if (spec->num_parameters > (int64_t{1} << 31)) {
+    return Bad(source, absl::StrCat(spec->num_parameters, " parameters; at most 2^31"));
+  }
+  return spec;
+}
+
+absl::StatusOr<ModelSpec> PlanModelSpec(const std::string& model,
+                                        const std::string& model_json) {
+  if (model_json.empty()) return ModelByName(model);
+  return ParseKerasModel(model_json, model);
+}
+
+std::vector<std::string> BuiltinModelNames() {
+  std::vector<std::string> names;
+  for (const BuiltinModel& m : BuiltinModels()) names.push_back(m.name);
+  return names;
+}
+
+absl::StatusOr<std::string> ReadModelFile(const std::string& name_or_path) {
+  for (const BuiltinModel& m : BuiltinModels()) {
+    if (name_or_path == m.name) return std::string(m.json);
+  }
+  if (absl::EndsWith(name_or_path, ".keras")) {
+    int err = 0;
+    zip_t* z = zip_open(name_or_path.c_str(), ZIP_RDONLY, &err);
+    if (z == nullptr) {
+      zip_error_t e;
+      zip_error_init_with_code(&e, err);
+      std::string why = zip_error_strerror(&e);
+      zip_error_fini(&e);
+      return (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN)
+                 ? absl::NotFoundError(absl::StrCat(name_or_path, ": ", why))
+                 : absl::InvalidArgumentError(
+                       absl::StrCat(name_or_path, ": not a .keras (zip) archive: ", why));
+    }
+    std::string text;
+    absl::Status st;
+    zip_stat_t info;
+    zip_file_t* f = nullptr;
+    if (zip_stat(z, "config.json", 0, &info) != 0 || !(info.valid & ZIP_STAT_SIZE)) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat(name_or_path, ": the archive has no config.json"));
+    } else if (info.size > (64u << 20)) {
+      st = absl::InvalidArgumentError(absl::StrCat(name_or_path, ": config.json is ", info.size,
+                                                   " bytes, more than 64 MiB"));
+    } else if ((f = zip_fopen(z, "config.json", 0)) == nullptr) {
+      st = absl::InvalidArgumentError(absl::StrCat(name_or_path, ": config.json: ",
+                                                   zip_strerror(z)));
+    } else {
+      text.resize(info.size);
+      const zip_int64_t n = zip_fread(f, text.data(), info.size);
+      if (n != static_cast<zip_int64_t>(info.size)) {
+        st = absl::InvalidArgumentError(absl::StrCat(name_or_path, ": config.json: ",
+                                                     zip_file_strerror(f)));
+      }
+      zip_fclose(f);
+    }
+    zip_discard(z);
+    if (!st.ok()) return st;
+    return text;
+  }
+  std::ifstream in(name_or_path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        name_or_path, ": cannot read it (not a built-in model: ",
+        absl::StrJoin(BuiltinModelNames(), ", "), "; nor a readable .json or .keras file)"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace pscluster

@@ -1,0 +1,254 @@
+#include "model/keras_model.h"
+
+#include <string>
+
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+std::string Fixture(const std::string& name) {
+  absl::StatusOr<std::string> text = ReadModelFile("tests/fixtures/keras/" + name);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+ModelSpec Parse(const std::string& text, const std::string& source) {
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(text, source);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : ModelSpec();
+}
+
+void ExpectSameSpec(const ModelSpec& a, const ModelSpec& b) {
+  EXPECT_EQ(a.input_height, b.input_height);
+  EXPECT_EQ(a.input_width, b.input_width);
+  EXPECT_EQ(a.input_channels, b.input_channels);
+  EXPECT_EQ(a.num_classes, b.num_classes);
+  EXPECT_EQ(a.num_parameters, b.num_parameters);
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    const LayerSpec &x = a.layers[i], &y = b.layers[i];
+    EXPECT_EQ(x.kind, y.kind) << x.name;
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.units, y.units) << x.name;
+    EXPECT_EQ(x.window_h, y.window_h) << x.name;
+    EXPECT_EQ(x.window_w, y.window_w) << x.name;
+    EXPECT_EQ(x.stride_h, y.stride_h) << x.name;
+    EXPECT_EQ(x.stride_w, y.stride_w) << x.name;
+    EXPECT_EQ(x.padding, y.padding) << x.name;
+    EXPECT_EQ(x.use_bias, y.use_bias) << x.name;
+    EXPECT_EQ(x.activation, y.activation) << x.name;
+  }
+  ASSERT_EQ(a.variables.size(), b.variables.size());
+  for (size_t i = 0; i < a.variables.size(); ++i) {
+    const VariableSpec &x = a.variables[i], &y = b.variables[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.shape, y.shape) << x.name;
+    EXPECT_EQ(x.offset, y.offset) << x.name;
+    EXPECT_EQ(x.fan_in, y.fan_in) << x.name;
+    EXPECT_EQ(x.fan_out, y.fan_out) << x.name;
+    EXPECT_EQ(x.initializer.kind, y.initializer.kind) << x.name;
+    EXPECT_EQ(x.initializer.scale, y.initializer.scale) << x.name;
+    EXPECT_EQ(x.initializer.mode, y.initializer.mode) << x.name;
+    EXPECT_EQ(x.initializer.distribution, y.initializer.distribution) << x.name;
+  }
+}
+
+// The shipped files are the built-in models: the same layout and, so, the
+// same initial parameters (the seeds' CNN gives today's numbers).
+TEST(KerasModelTest, ShippedCnnAndMlpAreTheBuiltInModels) {
+  for (const char* name : {"cnn", "mlp"}) {
+    absl::StatusOr<std::string> text = ReadModelFile(name);
+    ASSERT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<std::string> file = ReadModelFile(std::string("model/builtin/") + name + ".json");
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_EQ(*text, *file) << "the binary's copy of model/builtin/" << name << ".json differs";
+    ModelSpec parsed = Parse(*text, name);
+    ModelSpec built = *ModelByName(name);
+    ExpectSameSpec(parsed, built);
+    EXPECT_EQ(InitialParameters(parsed, 42), InitialParameters(built, 42)) << name;
+  }
+}
+
+TEST(KerasModelTest, ShippedVggAndLargeMlp) {
+  ModelSpec vgg = Parse(*ReadModelFile("vgg_fashion"), "vgg_fashion");
+  EXPECT_EQ(vgg.num_classes, 10);
+  int bn = 0, dropout = 0;
+  for (const LayerSpec& l : vgg.layers) {
+    bn += l.kind == LayerKind::kBatchNorm;
+    dropout += l.kind == LayerKind::kDropout;
+  }
+  EXPECT_EQ(bn, 3);
+  EXPECT_EQ(dropout, 2);
+  EXPECT_EQ(vgg.variables[0].name, "block1_conv/kernel");
+  EXPECT_EQ(vgg.variables[0].initializer.mode, Initializer::Mode::kFanIn);  // HeNormal
+  EXPECT_EQ(vgg.variables[0].initializer.scale, 2.0);
+  ModelSpec large = Parse(*ReadModelFile("mlp_large"), "mlp_large");
+  EXPECT_GE(large.num_parameters, 20000000);
+  EXPECT_EQ(large.num_parameters, 784 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10);
+  ModelSpec deep = Parse(*ReadModelFile("mlp_deep"), "mlp_deep");
+  EXPECT_EQ(deep.num_parameters, 784 * 2048 + 2048 + 4 * (2048 * 2048 + 2048) + 2048 * 10 + 10);
+  EXPECT_EQ(deep.variables.size(), 12u);  // six Dense layers' kernels and biases
+}
+
+TEST(KerasModelTest, TensorFlowJsToJson) {
+  ModelSpec s = Parse(Fixture("tfjs_cnn.json"), "tfjs_cnn.json");
+  EXPECT_EQ(s.input_height, 28);
+  EXPECT_EQ(s.input_channels, 1);
+  EXPECT_EQ(s.num_classes, 10);
+  ASSERT_EQ(s.layers.size(), 10u);
+  EXPECT_EQ(s.layers[0].padding, Padding::kSame);
+  EXPECT_EQ(s.layers[1].kind, LayerKind::kBatchNorm);
+  EXPECT_FLOAT_EQ(s.layers[1].momentum, 0.9f);
+  EXPECT_EQ(s.layers[3].kind, LayerKind::kMaxPool2D);
+  EXPECT_EQ(s.layers[3].window_h, 3);
+  EXPECT_EQ(s.layers[3].stride_h, 2);
+  EXPECT_EQ(s.layers[4].window_h, 3);
+  EXPECT_EQ(s.layers[4].window_w, 2);
+  EXPECT_EQ(s.layers[4].activation, Activation::kTanh);
+  EXPECT_EQ(s.layers[5].kind, LayerKind::kAvgPool2D);
+  EXPECT_EQ(s.layers[7].kind, LayerKind::kGlobalAvgPool2D);
+  EXPECT_EQ(s.layers[9].activation, Activation::kSoftmax);
+  // fc's VarianceScaling(1.5, fanIn, uniform) as tfjs wrote it.
+  for (const VariableSpec& v : s.variables) {
+    if (v.name != "fc/kernel") continue;
+    EXPECT_EQ(v.initializer.kind, Initializer::Kind::kVarianceScaling);
+    EXPECT_EQ(v.initializer.scale, 1.5);
+    EXPECT_EQ(v.initializer.mode, Initializer::Mode::kFanIn);
+    EXPECT_EQ(v.initializer.distribution, Initializer::Distribution::kUniform);
+  }
+  // 28 -same-> 28 -pool 3/2 same-> 14 -conv 3x2 stride 2 valid-> 6x7.
+  EXPECT_EQ(s.variables[0].name, "conv_a/kernel");
+  EXPECT_EQ(s.variables[2].name, "bn_a/gamma");
+  EXPECT_EQ(s.variables[5].name, "bn_a/moving_variance");
+  EXPECT_EQ(s.variables[5].role, VariableRole::kMovingVariance);
+  EXPECT_EQ(s.variables[6].shape, (std::vector<int64_t>{3, 2, 8, 16}));
+}
+
+TEST(KerasModelTest, TensorFlowJsModelJsonTakesTheTopology) {
+  ModelSpec s = Parse(Fixture("tfjs_plain.json"), "tfjs_plain.json");
+  EXPECT_EQ(s.num_parameters, (9 * 8 + 8) + (13 * 13 * 8 * 32 + 32) + (32 * 10 + 10));
+}
+
+TEST(KerasModelTest, Keras3JsonAndKerasArchiveAgree) {
+  ModelSpec json = Parse(Fixture("keras3_cnn.json"), "keras3_cnn.json");
+  ModelSpec archive = Parse(Fixture("keras3_cnn.keras"), "keras3_cnn.keras");
+  ExpectSameSpec(json, archive);
+  EXPECT_EQ(json.layers[1].kind, LayerKind::kBatchNorm);
+  EXPECT_EQ(json.variables[0].initializer.mode, Initializer::Mode::kFanIn);  // HeUniform
+}
+
+TEST(KerasModelTest, Keras2AndFunctionalChain) {
+  ModelSpec k2 = Parse(Fixture("keras2_cnn.json"), "keras2_cnn.json");
+  EXPECT_EQ(k2.num_parameters, (9 * 8 + 8) + (13 * 13 * 8 * 10 + 10));
+  ModelSpec f = Parse(Fixture("functional_chain.json"), "functional_chain.json");
+  EXPECT_EQ(f.num_parameters, (784 * 16 + 16) + (16 * 10 + 10));
+}
+
+// A Keras 3 template with one layer that each case replaces.
+const char* kTemplate = R"({"class_name": "Sequential", "config": {"name": "m", "layers": [
+  {"class_name": "InputLayer", "config": {"batch_shape": [null, 8, 8, 1], "name": "in"}},
+  LAYER,
+  {"class_name": "Flatten", "config": {"name": "flat"}},
+  {"class_name": "Dense", "config": {"name": "out", "units": 3, "activation": "softmax"}}]}})";
+
+std::string WithLayer(const std::string& layer) {
+  return absl::StrReplaceAll(kTemplate, {{"LAYER", layer}});
+}
+
+TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
+  struct Case {
+    const char* layer;
+    const char* expect;  // in the message
+  } cases[] = {
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "dilation_rate": [2, 2]}})",
+       "layer 'c' (Conv2D): option 'dilation_rate' = [2,2] is not supported"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "data_format": "channels_first"}})",
+       "layer 'c' (Conv2D): option 'data_format' = \"channels_first\""},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.01}}}})",
+       "layer 'c' (Conv2D): option 'kernel_regularizer'"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "padding": "causal"}})",
+       "layer 'c' (Conv2D): option 'padding' = \"causal\""},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "activation": "gelu"}})",
+       "layer 'c' (Conv2D): option 'activation' = \"gelu\""},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 9}})",
+       "layer c: Conv2D kernel 9x9 stride 1x1 does not fit its input 8x8x1"},
+      {R"({"class_name": "LSTM", "config": {"name": "l", "units": 4}})",
+       "layer 'l' (LSTM): this layer is not supported"},
+      {R"({"class_name": "BatchNormalization", "config": {"name": "b", "axis": 1}})",
+       "layer 'b' (BatchNormalization): option 'axis' = 1"},
+      {R"({"class_name": "BatchNormalization", "config": {"name": "b", "renorm": true}})",
+       "layer 'b' (BatchNormalization): option 'renorm' = true"},
+      {R"({"class_name": "Dropout", "config": {"name": "d", "rate": 0.5, "noise_shape": [1]}})",
+       "layer 'd' (Dropout): option 'noise_shape'"},
+      {R"({"class_name": "Dropout", "config": {"name": "d", "rate": 1.5}})",
+       "layer 'd' (Dropout): option 'rate' = 1.5"},
+      {R"({"class_name": "ReLU", "config": {"name": "r", "max_value": 6.0}})",
+       "layer 'r' (ReLU): option 'max_value' = 6.0"},
+      {R"({"class_name": "Activation", "config": {"name": "a", "activation": "softmax"}})",
+       "layer 'a': option 'activation' = \"softmax\" is only supported at the end"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "dtype": {"module": "keras", "class_name": "DTypePolicy",
+                    "config": {"name": "mixed_float16"}}}})",
+       "layer 'c' (Conv2D): option 'dtype'"},
+      {R"({"class_name": "Conv2D", "config": {"name": "out", "filters": 2, "kernel_size": 3}})",
+       "layer 'out' (Dense): the layer name is used twice"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ModelSpec> s = ParseKerasModel(WithLayer(c.layer), "m.json");
+    ASSERT_FALSE(s.ok()) << c.layer;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(c.expect), std::string::npos)
+        << "got: " << s.status().message() << "\nwanted: " << c.expect;
+    EXPECT_EQ(s.status().message().rfind("m.json", 0), 0u) << s.status().message();
+  }
+}
+
+TEST(KerasModelTest, RefusesWholeModelProblems) {
+  auto refused = [](const std::string& text, const std::string& expect) {
+    absl::StatusOr<ModelSpec> s = ParseKerasModel(text, "m.json");
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.status().message().find(expect), std::string::npos)
+        << s.status().message() << "\nwanted: " << expect;
+  };
+  refused("not json", "not a JSON object");
+  refused(R"({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "Flatten", "config": {"name": "f"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}}]}})",
+          "no input shape");
+  refused(R"({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, null, 8, 1], "name": "i"}},
+    {"class_name": "Flatten", "config": {"name": "f"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}}]}})",
+          "no None");
+  refused(R"({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "sigmoid"}}]}})",
+          "layer 'd': the last Dense layer's activation must be softmax or linear");
+  refused(R"({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 300}}]}})",
+          "300 classes; at most 256");
+  refused(R"({"class_name": "Functional", "config": {"layers": [
+    {"class_name": "InputLayer", "name": "i", "config": {"batch_shape": [null, 4], "name": "i"},
+     "inbound_nodes": []},
+    {"class_name": "Dense", "name": "a", "config": {"name": "a", "units": 3},
+     "inbound_nodes": [[["i", 0, 0, {}]]]},
+    {"class_name": "Dense", "name": "b", "config": {"name": "b", "units": 3},
+     "inbound_nodes": [[["i", 0, 0, {}]]]}]}})",
+          "layer 'b' (Dense): reads from [i]: only a Functional model whose layers form one chain");
+  absl::StatusOr<std::string> missing = ReadModelFile("/nonexistent/model.json");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("/nonexistent/model.json"), std::string::npos);
+  absl::StatusOr<std::string> not_zip = ReadModelFile("tests/fixtures/keras/keras2_cnn.json.keras");
+  EXPECT_FALSE(not_zip.ok());
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,288 @@
+#include "model/model_spec.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pscluster {
+namespace {
+
+// Keras's output size along one axis.
+int OutputSize(int in, int window, int stride, Padding padding) {
+  if (padding == Padding::kSame) return (in + stride - 1) / stride;
+  return in < window ? 0 : (in - window) / stride + 1;
+}
+
+LayerSpec Conv(const char* name, int filters, int k) {
+  LayerSpec l;
+  l.kind = LayerKind::kConv2D;
+  l.name = name;
+  l.units = filters;
+  l.window_h = l.window_w = k;
+  l.activation = Activation::kRelu;
+  return l;
+}
+LayerSpec Pool(const char* name, int p) {
+  LayerSpec l;
+  l.kind = LayerKind::kMaxPool2D;
+  l.name = name;
+  l.window_h = l.window_w = l.stride_h = l.stride_w = p;
+  return l;
+}
+LayerSpec Flatten() {
+  LayerSpec l;
+  l.kind = LayerKind::kFlatten;
+  l.name = "flatten";
+  return l;
+}
+LayerSpec Dense(const char* name, int units, Activation a) {
+  LayerSpec l;
+  l.kind = LayerKind::kDense;
+  l.name = name;
+  l.units = units;
+  l.activation = a;
+  return l;
+}
+
+// Box-Muller on the variable's own stream: the same numbers with every
+// standard library, unlike std::normal_distribution.
+double StandardNormal(std::mt19937_64& rng) {
+  constexpr double kTwoPi = 6.283185307179586;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  double u1;
+  do {
+    u1 = u(rng);
+  } while (u1 <= 0.0);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u(rng));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
+                                         int num_classes,
+                                         std::vector<LayerSpec> layers) {
+  ModelSpec spec;
+  spec.name = std::move(name);
+  spec.input_height = h;
+  spec.input_width = w;
+  spec.input_channels = c;
+  spec.num_classes = num_classes;
+  spec.layers = std::move(layers);
+  if (h <= 0 || w <= 0 || c <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model \"", spec.name, "\": input shape ", h, "x", w, "x",
+                     c, " is not positive"));
+  }
+  int64_t offset = 0;
+  auto add = [&](const std::string& var, std::vector<int64_t> shape,
+                 Initializer init, int64_t fan_in, int64_t fan_out,
+                 VariableRole role = VariableRole::kTrainable,
+                 float momentum = 0.0f) {
+    VariableSpec v;
+    v.name = var;
+    v.shape = std::move(shape);
+    v.initializer = init;
+    v.fan_in = fan_in;
+    v.fan_out = fan_out;
+    v.role = role;
+    v.momentum = momentum;
+    v.size = 1;
+    for (int64_t d : v.shape) v.size *= d;
+    v.offset = offset;
+    offset += v.size;
+    spec.variables.push_back(std::move(v));
+  };
+  bool flat = false;  // after Flatten or GlobalAveragePooling2D: h = w = 1
+  for (const LayerSpec& l : spec.layers) {
+    const std::string where =
+        absl::StrCat("model \"", spec.name, "\": layer ", l.name);
+    auto misfit = [&](const std::string& what) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", what, " does not fit its input ", h, "x", w, "x", c,
+          flat ? " (after Flatten)" : ""));
+    };
+    switch (l.kind) {
+      case LayerKind::kConv2D:
+      case LayerKind::kMaxPool2D:
+      case LayerKind::kAvgPool2D: {
+        const bool conv = l.kind == LayerKind::kConv2D;
+        const std::string what = absl::StrCat(
+            conv ? "Conv2D kernel " : "pool window ", l.window_h, "x",
+            l.window_w, " stride ", l.stride_h, "x", l.stride_w);
+        if (flat || l.window_h < 1 || l.window_w < 1 || l.stride_h < 1 ||
+            l.stride_w < 1 || (conv && l.units < 1)) {
+          return misfit(what);
+        }
+        const int oh = OutputSize(h, l.window_h, l.stride_h, l.padding);
+        const int ow = OutputSize(w, l.window_w, l.stride_w, l.padding);
+        if (oh < 1 || ow < 1) return misfit(what);
+        if (conv) {
+          const int64_t taps = static_cast<int64_t>(l.window_h) * l.window_w;
+          add(l.name + "/kernel", {l.window_h, l.window_w, c, l.units},
+              Initializer::GlorotUniform(), taps * c, taps * l.units);
+          if (l.use_bias) add(l.name + "/bias", {l.units}, Initializer(), 0, 0);
+          c = l.units;
+        }
+        h = oh;
+        w = ow;
+        break;
+      }
+      case LayerKind::kGlobalAvgPool2D:
+        if (flat) return misfit("GlobalAveragePooling2D");
+        h = w = 1;
+        flat = true;
+        break;
+      case LayerKind::kFlatten:
+        c = h * w * c;
+        h = w = 1;
+        flat = true;
+        break;
+      case LayerKind::kDense:
+        // Keras applies Dense to the last axis; on a 1x1 spatial input that
+        // is the whole example, anything else needs a Flatten first.
+        if (!flat && (h != 1 || w != 1)) {
+          return misfit("Dense (it needs a Flatten before it)");
+        }
+        if (l.units < 1) return misfit(absl::StrCat("Dense of ", l.units, " units"));
+        add(l.name + "/kernel", {c, l.units}, Initializer::GlorotUniform(), c,
+            l.units);
+        if (l.use_bias) add(l.name + "/bias", {l.units}, Initializer(), 0, 0);
+        c = l.units;
+        break;
+      case LayerKind::kBatchNorm:
+        if (l.scale) add(l.name + "/gamma", {c}, Initializer::Ones(), 0, 0);
+        if (l.center) add(l.name + "/beta", {c}, Initializer(), 0, 0);
+        add(l.name + "/moving_mean", {c}, Initializer(), 0, 0,
+            VariableRole::kMovingMean, l.momentum);
+        add(l.name + "/moving_variance", {c}, Initializer::Ones(), 0, 0,
+            VariableRole::kMovingVariance, l.momentum);
+        break;
+      case LayerKind::kDropout:
+      case LayerKind::kActivation:
+        break;
+    }
+  }
+  spec.num_parameters = offset;
+  return spec;
+}
+
+std::vector<std::string> KnownModels() { return {"cnn", "mlp"}; }
+
+absl::StatusOr<ModelSpec> ModelByName(const std::string& name) {
+  if (name == "cnn") {
+    return BuildModelSpec(
+        "cnn", 28, 28, 1, 10,
+        {Conv("conv1", 32, 3), Pool("pool1", 2), Conv("conv2", 64, 3),
+         Pool("pool2", 2), Flatten(), Dense("dense1", 64, Activation::kRelu),
+         Dense("dense2", 10, Activation::kNone)});
+  }
+  if (name == "mlp") {
+    return BuildModelSpec("mlp", 28, 28, 1, 10,
+                          {Flatten(), Dense("dense1", 32, Activation::kRelu),
+                           Dense("dense2", 10, Activation::kNone)});
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model \"", name,
+                   "\"; known: ", absl::StrJoin(KnownModels(), ", ")));
+}
+
+std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed) {
+  using Kind = Initializer::Kind;
+  std::vector<float> params(spec.num_parameters, 0.0f);
+  for (const VariableSpec& v : spec.variables) {
+    const Initializer& init = v.initializer;
+    float* out = params.data() + v.offset;
+    if (init.kind == Kind::kZeros || init.kind == Kind::kOnes ||
+        init.kind == Kind::kConstant) {
+      const float value = init.kind == Kind::kZeros  ? 0.0f
+                          : init.kind == Kind::kOnes ? 1.0f
+                                                     : static_cast<float>(init.value);
+      std::fill(out, out + v.size, value);
+      continue;
+    }
+    // FNV-1a of the name, mixed with the seed: one stream per variable.
+    uint64_t hash = 1469598103934665603ull ^ seed;
+    for (char ch : v.name) {
+      hash = (hash ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+    }
+    std::mt19937_64 rng(hash);
+    auto uniform = [&](double lo, double hi) {
+      std::uniform_real_distribution<double> dist(lo, hi);
+      for (int64_t i = 0; i < v.size; ++i) out[i] = static_cast<float>(dist(rng));
+    };
+    auto normal = [&](double mean, double stddev, bool truncated) {
+      for (int64_t i = 0; i < v.size; ++i) {
+        double z;
+        do {
+          z = StandardNormal(rng);
+        } while (truncated && std::fabs(z) > 2.0);
+        out[i] = static_cast<float>(mean + stddev * z);
+      }
+    };
+    switch (init.kind) {
+      case Kind::kRandomUniform:
+        uniform(init.minval, init.maxval);
+        break;
+      case Kind::kRandomNormal:
+        normal(init.mean, init.stddev, /*truncated=*/false);
+        break;
+      case Kind::kTruncatedNormal:
+        normal(init.mean, init.stddev, /*truncated=*/true);
+        break;
+      case Kind::kVarianceScaling: {
+        // Keras: n = fan_in, fan_out or their mean (at least 1);
+        // uniform on +-sqrt(3 scale / n), a normal of stddev sqrt(scale / n),
+        // truncated at 2 stddev after the 0.8796 correction Keras applies.
+        const int64_t fans = v.fan_in + v.fan_out;
+        double n = init.mode == Initializer::Mode::kFanIn    ? v.fan_in
+                   : init.mode == Initializer::Mode::kFanOut ? v.fan_out
+                                                             : fans / 2.0;
+        if (n < 1.0) n = 1.0;
+        // 3 * scale / n in one division: for Glorot exactly today's
+        // sqrt(6 / (fan_in + fan_out)), so old runs keep their numbers.
+        const double variance = init.scale / n;
+        switch (init.distribution) {
+          case Initializer::Distribution::kUniform: {
+            const double limit = std::sqrt(3.0 * init.scale / n);
+            uniform(-limit, limit);
+            break;
+          }
+          case Initializer::Distribution::kTruncatedNormal:
+            normal(0.0, std::sqrt(variance) / 0.87962566103423978, true);
+            break;
+          case Initializer::Distribution::kUntruncatedNormal:
+            normal(0.0, std::sqrt(variance), false);
+            break;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return params;
+}
+
+absl::StatusOr<int64_t> VariableOffset(const ModelSpec& spec, const std::string& where,
+                                       const std::string& name,
+                                       const std::vector<int64_t>& shape) {
+  for (const VariableSpec& v : spec.variables) {
+    if (v.name != name) continue;
+    if (v.shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": variable ", name, " has shape [", absl::StrJoin(v.shape, ","),
+          "], the layers need [", absl::StrJoin(shape, ","), "]"));
+    }
+    if (v.offset < 0 || v.offset + v.size > spec.num_parameters) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": variable ", name, " at offset ", v.offset, " size ", v.size,
+                       " lies outside the ", spec.num_parameters, " parameters"));
+    }
+    return v.offset;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(where, ": variable ", name, " is missing"));
+}
+
+}  // namespace pscluster

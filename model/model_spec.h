@@ -1,0 +1,174 @@
+// The model *spec*: the layer list, the variables with names, shapes and
+// initializers, and where each variable sits in the flat parameter vector.
+// A spec comes from a Keras model file (model/keras_model.h) or, for the
+// two models the tests build in code, from ModelByName; the chief ships the
+// model file's text in the plan and every daemon parses it the same way, so
+// the chief, the parameter servers and the workers agree on the layout.
+// Plain value types: safe to share between threads once built.
+#ifndef PSCLUSTER_MODEL_MODEL_SPEC_H_
+#define PSCLUSTER_MODEL_MODEL_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pscluster {
+
+enum class LayerKind {
+  kConv2D,
+  kMaxPool2D,
+  kAvgPool2D,
+  kGlobalAvgPool2D,
+  kFlatten,
+  kDense,
+  kDropout,
+  kActivation,  // Keras Activation and ReLU layers
+  kBatchNorm,
+};
+
+// kSoftmax only on the last layer (or a last Activation layer), where it is
+// fused with the cross-entropy loss: the layer below it produces logits.
+enum class Activation { kNone, kRelu, kSigmoid, kTanh, kSoftmax };
+
+// Keras padding: kValid drops what does not fit; kSame pads so that
+// out = ceil(in / stride), the extra row or column going to the bottom and
+// right (pad_total = max((out - 1) * stride + window - in, 0), top/left get
+// pad_total / 2).
+enum class Padding { kValid, kSame };
+
+// One layer. Activations are NHWC (Keras channels_last).
+struct LayerSpec {
+  LayerKind kind = LayerKind::kDense;
+  std::string name;      // the Keras layer name; variables are "<name>/<var>"
+  int units = 0;         // kConv2D: filters; kDense: output units
+  int window_h = 0;      // kConv2D: kernel; pools: pool window
+  int window_w = 0;
+  int stride_h = 1;      // kConv2D and pools
+  int stride_w = 1;
+  Padding padding = Padding::kValid;
+  bool use_bias = true;  // kConv2D, kDense
+  Activation activation = Activation::kNone;  // kConv2D, kDense, kActivation
+  float rate = 0.0f;     // kDropout: fraction of units dropped in training
+  // kBatchNorm, over the channel (last) axis. Keras defaults.
+  float momentum = 0.99f;
+  float epsilon = 1e-3f;
+  bool center = true;    // has beta
+  bool scale = true;     // has gamma
+};
+
+// Keras initializers. The named ones (GlorotUniform, HeNormal, ...) are
+// VarianceScaling with fixed arguments and are stored as that.
+struct Initializer {
+  enum class Kind {
+    kZeros,
+    kOnes,
+    kConstant,         // value
+    kVarianceScaling,  // scale, mode, distribution
+    kRandomNormal,     // mean, stddev
+    kRandomUniform,    // minval, maxval
+    kTruncatedNormal,  // mean, stddev; redrawn beyond 2 stddev
+  };
+  enum class Mode { kFanIn, kFanOut, kFanAvg };
+  enum class Distribution { kUniform, kTruncatedNormal, kUntruncatedNormal };
+
+  Kind kind = Kind::kZeros;
+  double value = 0.0;
+  double scale = 1.0;
+  Mode mode = Mode::kFanAvg;
+  Distribution distribution = Distribution::kUniform;
+  double mean = 0.0, stddev = 0.05;
+  double minval = -0.05, maxval = 0.05;
+
+  static Initializer Zeros() { return Initializer(); }
+  static Initializer Ones() {
+    Initializer i;
+    i.kind = Kind::kOnes;
+    return i;
+  }
+  static Initializer GlorotUniform() {
+    Initializer i;
+    i.kind = Kind::kVarianceScaling;
+    return i;
+  }
+};
+
+// What a variable is for. Trainable variables are updated by the ps's
+// optimizer from gradients. A BatchNormalization layer's moving statistics
+// are not trainable: a worker pushes its batch's mean (kMovingMean) or
+// biased variance (kMovingVariance) in the variable's gradient slot and the
+// ps sets v = momentum * v + (1 - momentum) * pushed, Keras's update, where
+// "pushed" is, like a gradient, the average of the step's replicas in sync
+// mode and one worker's value in async mode.
+enum class VariableRole { kTrainable, kMovingMean, kMovingVariance };
+
+// A variable and its place in the flat parameter vector. Kernel layouts
+// follow Keras: Conv2D is [kh, kw, in, out] (HWIO), Dense is [in, out].
+struct VariableSpec {
+  std::string name;  // "<layer>/kernel", "/bias", "/gamma", "/beta",
+                     // "/moving_mean", "/moving_variance"
+  std::vector<int64_t> shape;
+  Initializer initializer;
+  int64_t fan_in = 0;   // Keras's fans: kh*kw*in and kh*kw*out for Conv2D
+  int64_t fan_out = 0;  // kernels, in and out for Dense kernels
+  VariableRole role = VariableRole::kTrainable;
+  float momentum = 0.0f;  // the moving statistics' momentum
+  int64_t offset = 0;     // first element in the flat parameter vector
+  int64_t size = 0;       // number of elements
+};
+
+struct ModelSpec {
+  std::string name;
+  int input_height = 0;
+  int input_width = 0;
+  int input_channels = 0;
+  int num_classes = 0;
+  std::vector<LayerSpec> layers;
+  // In layer order; within a layer in Keras's get_weights() order: kernel,
+  // bias; gamma, beta, moving_mean, moving_variance.
+  std::vector<VariableSpec> variables;
+  int64_t num_parameters = 0;
+};
+
+// Derives every variable (name, shape, fans, role, offset) of `layers` over
+// the input shape, with Keras's default initializers (Glorot-uniform
+// kernels, zero biases and betas, unit gammas and moving variances, zero
+// moving means); a parser overrides initializers afterwards. InvalidArgument
+// naming the layer when a layer does not fit the shape coming into it (a
+// window larger than a "valid" input, Dense before Flatten on a 4-D
+// activation, ...). The layers' own options are not range-checked here
+// beyond what the shapes need.
+absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int input_height,
+                                         int input_width, int input_channels,
+                                         int num_classes,
+                                         std::vector<LayerSpec> layers);
+
+// Names accepted by ModelByName, for --help texts and error messages.
+std::vector<std::string> KnownModels();
+
+// "cnn": the seeds' CNN for 28x28x1 inputs, 121,930 parameters:
+//   Conv2D(32,3,relu) MaxPool2 Conv2D(64,3,relu) MaxPool2 Flatten
+//   Dense(64,relu) Dense(10).
+// "mlp": Flatten Dense(32,relu) Dense(10), small and fast for tests.
+// The same models ship as model files (model/builtin/cnn.json, model/builtin/mlp.json);
+// these builders stay for unit tests that need a spec without a file.
+// InvalidArgument naming the model when it is unknown.
+absl::StatusOr<ModelSpec> ModelByName(const std::string& name);
+
+// Fills every variable from its initializer. Deterministic in `seed`: every
+// variable draws from its own stream derived from the seed and the
+// variable's name, so adding a variable does not shift the others. A seed
+// written in the model file is ignored: the run's seed decides.
+std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed);
+
+// Where variable `name` starts in the flat parameter vector, checked to
+// have `shape` and to lie inside the parameters: what a backend's plan of
+// the layers looks up. InvalidArgument beginning with `where` otherwise.
+absl::StatusOr<int64_t> VariableOffset(const ModelSpec& spec, const std::string& where,
+                                       const std::string& name,
+                                       const std::vector<int64_t>& shape);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_MODEL_MODEL_SPEC_H_

@@ -1,0 +1,59 @@
+// Variable placement over the parameter servers. Every daemon computes the
+// same placement from the model spec and the number of ps tasks, so no one
+// has to send it around: the chief initialises shards where the workers
+// will look for them. Large variables are split along their first axis
+// (like TensorFlow's MinSizePartitioner); each piece is a contiguous range
+// of the flat parameter vector. Plain values: safe to share once built.
+#ifndef PSCLUSTER_MODEL_PLACEMENT_H_
+#define PSCLUSTER_MODEL_PLACEMENT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+
+namespace pscluster {
+
+struct Shard {
+  std::string variable;  // "dense1/kernel"
+  int part = 0;          // piece index within the variable
+  int num_parts = 1;
+  int64_t offset = 0;    // first element in the flat parameter vector
+  int64_t size = 0;      // elements
+  int ps = 0;            // task index of the ps that holds it
+  // A BatchNormalization moving statistic (model/model_spec.h
+  // VariableRole): the ps averages it with `momentum` instead of applying
+  // the optimizer.
+  bool moving_statistic = false;
+  float momentum = 0.0f;
+};
+
+struct Placement {
+  int num_ps = 0;
+  std::vector<Shard> shards;  // model order
+  // Per ps: indices into `shards` in the order the ps concatenates them on
+  // the wire, and the total number of floats that ps holds.
+  std::vector<std::vector<int>> shards_of_ps;
+  std::vector<int64_t> floats_of_ps;
+  // Identifies model + placement; requests carrying another are refused.
+  uint64_t fingerprint = 0;
+};
+
+struct PlacementOptions {
+  // A variable is split into at most num_ps pieces, each at least this big.
+  int64_t min_shard_bytes = 64 << 10;
+};
+
+// num_ps must be >= 1. Shards go, in model order, to the least-loaded ps
+// (ties to the lowest index).
+Placement PlaceVariables(const ModelSpec& spec, int num_ps,
+                         const PlacementOptions& options = {});
+
+// Copies between the flat parameter vector and one ps's wire buffer.
+void GatherForPs(const Placement& p, int ps, const float* flat, float* wire);
+void ScatterFromPs(const Placement& p, int ps, const float* wire, float* flat);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_MODEL_PLACEMENT_H_

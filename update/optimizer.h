@@ -1,0 +1,119 @@
+// Optimizers a parameter server applies to its shard of the model, with
+// Keras's update rules (tf.keras.optimizers.SGD with and without momentum,
+// and Adam), in float32 like Keras. An Optimizer is not thread-safe: its
+// owner serialises calls (the parameter store calls it under its lock). It
+// owns its slot buffers; it borrows the gradient and parameter arrays only
+// for the duration of Apply.
+#ifndef PSCLUSTER_UPDATE_OPTIMIZER_H_
+#define PSCLUSTER_UPDATE_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/parallel_for.h"
+
+namespace pscluster {
+
+struct OptimizerOptions {
+  std::string name;  // "sgd", "momentum" or "adam"
+  float learning_rate = 0.0f;
+  float momentum = 0.9f;  // "momentum" only
+  float beta1 = 0.9f;     // "adam" only
+  float beta2 = 0.999f;   // "adam" only
+  float epsilon = 1e-7f;  // "adam" only; Keras's default
+  // Keras's ExponentialDecay: the rate at update t (0-based) is
+  // learning_rate * decay_rate^(t / decay_steps). decay_steps 0: constant.
+  float decay_rate = 1.0f;
+  int64_t decay_steps = 0;
+};
+
+// One named slot buffer, num_params floats.
+struct OptimizerSlot {
+  std::string name;
+  std::vector<float> values;
+};
+
+// Everything a checkpoint needs to resume an optimizer exactly.
+struct OptimizerState {
+  int64_t iterations = 0;
+  std::vector<OptimizerSlot> slots;  // in slot_names() order
+};
+
+class Optimizer {
+ public:
+  // Validates the options that apply to `options.name`: learning_rate
+  // finite and > 0; momentum in [0, 1); beta1, beta2 in [0, 1); epsilon
+  // finite and > 0; num_params >= 0. InvalidArgument naming the bad value.
+  // Slots start at zero, iterations at 0.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      const OptimizerOptions& options, int64_t num_params);
+
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of params[0, num_params) with grad[0, num_params), then
+  // iterations() + 1. Keras's rules (t = iterations() + 1):
+  //   sgd:      p -= lr * g
+  //   momentum: v = momentum * v - lr * g;  p += v
+  //   adam:     m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g
+  //             p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
+  // The caller checks gradients (e.g. for non-finite values) beforehand.
+  // grad and params must not overlap.
+  virtual void Apply(const float* grad, float* params) = 0;
+
+  int64_t iterations() const { return iterations_; }
+  int64_t num_params() const { return num_params_; }
+  const OptimizerOptions& options() const { return options_; }
+  // The scheduled learning rate for the next update.
+  float current_learning_rate() const;
+
+  // Slot names, fixed per optimizer: none for sgd, {"momentum"} for
+  // momentum, {"m", "v"} for adam.
+  const std::vector<std::string>& slot_names() const { return slot_names_; }
+  // A view of one slot, valid until the next Apply or RestoreState; empty
+  // for an unknown name.
+  absl::Span<const float> slot(const std::string& name) const;
+
+  // A copy of iterations and slots, for a checkpoint.
+  OptimizerState SaveState() const;
+  // Replaces iterations and slots with `state`. InvalidArgument (naming the
+  // slot or value) and no change at all unless the state has exactly this
+  // optimizer's slots, each of num_params floats, and iterations >= 0.
+  absl::Status RestoreState(const OptimizerState& state);
+
+  // Apply's loop runs on up to `threads` cores for large models
+  // (common/parallel_for.h); the result is the same whatever the number.
+  void set_threads(int threads) { threads_ = threads; }
+
+ protected:
+  Optimizer(const OptimizerOptions& options, int64_t num_params,
+            std::vector<std::string> slot_names);
+
+  float* mutable_slot(size_t i) { return slots_[i].data(); }
+  void increment_iterations() { ++iterations_; }
+  // Runs the kernel `fn(begin, end)` over [0, num_params()) on threads().
+  template <typename Fn>
+  void ForRanges(Fn&& fn) {
+    ParallelFor(num_params_, kMinRange, threads_, std::forward<Fn>(fn));
+  }
+
+ private:
+  static constexpr int64_t kMinRange = 256 << 10;
+  int threads_ = 1;
+  const OptimizerOptions options_;
+  const int64_t num_params_;
+  const std::vector<std::string> slot_names_;
+  std::vector<std::vector<float>> slots_;  // parallel to slot_names_
+  int64_t iterations_ = 0;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_UPDATE_OPTIMIZER_H_

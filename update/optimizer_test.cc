@@ -1,0 +1,383 @@
+#include "update/optimizer.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+std::unique_ptr<Optimizer> Make(OptimizerOptions options, int64_t n) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+      Optimizer::Create(options, n);
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  return opt.ok() ? *std::move(opt) : nullptr;
+}
+
+OptimizerOptions Options(const std::string& name, float lr) {
+  OptimizerOptions o;
+  o.name = name;
+  o.learning_rate = lr;
+  return o;
+}
+
+void ExpectNear(absl::Span<const float> actual,
+                const std::vector<double>& expected, double tolerance) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], tolerance) << "element " << i;
+  }
+}
+
+// Relative comparison, for slots whose scale is far from 1.
+void ExpectRelativelyNear(absl::Span<const float> actual,
+                          const std::vector<double>& expected,
+                          double relative) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], relative * std::fabs(expected[i]))
+        << "element " << i;
+  }
+}
+
+// Values below were computed by hand (SGD, momentum) and with the formulas
+// in double precision (Adam); the optimizer works in float.
+
+TEST(OptimizerTest, SgdTwoSteps) {
+  std::unique_ptr<Optimizer> opt = Make(Options("sgd", 0.1f), 3);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_TRUE(opt->slot_names().empty());
+  std::vector<float> p = {1.0f, -2.0f, 0.5f};
+  std::vector<float> g1 = {0.5f, -1.0f, 2.0f};
+  opt->Apply(g1.data(), p.data());
+  ExpectNear(p, {0.95, -1.9, 0.3}, 1e-6);
+  std::vector<float> g2 = {1.0f, 1.0f, -1.0f};
+  opt->Apply(g2.data(), p.data());
+  ExpectNear(p, {0.85, -2.0, 0.4}, 1e-6);
+  EXPECT_EQ(opt->iterations(), 2);
+}
+
+TEST(OptimizerTest, MomentumThreeSteps) {
+  OptimizerOptions o = Options("momentum", 0.1f);
+  o.momentum = 0.9f;
+  std::unique_ptr<Optimizer> opt = Make(o, 2);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_EQ(opt->slot_names(), std::vector<std::string>{"momentum"});
+  std::vector<float> p = {1.0f, -2.0f};
+  std::vector<float> g1 = {0.5f, -1.0f}, g2 = {1.0f, 1.0f}, g3 = {0.0f, 0.0f};
+  // v = -lr*g = (-0.05, 0.1); p = (0.95, -1.9)
+  opt->Apply(g1.data(), p.data());
+  ExpectNear(opt->slot("momentum"), {-0.05, 0.1}, 1e-7);
+  ExpectNear(p, {0.95, -1.9}, 1e-6);
+  // v = 0.9*(-0.05, 0.1) - 0.1*(1, 1) = (-0.145, -0.01); p = (0.805, -1.91)
+  opt->Apply(g2.data(), p.data());
+  ExpectNear(opt->slot("momentum"), {-0.145, -0.01}, 1e-7);
+  ExpectNear(p, {0.805, -1.91}, 1e-6);
+  // A zero gradient still moves p: v = (-0.1305, -0.009); p = (0.6745, -1.919)
+  opt->Apply(g3.data(), p.data());
+  ExpectNear(opt->slot("momentum"), {-0.1305, -0.009}, 1e-7);
+  ExpectNear(p, {0.6745, -1.919}, 1e-6);
+  EXPECT_EQ(opt->iterations(), 3);
+}
+
+TEST(OptimizerTest, AdamThreeSteps) {
+  std::unique_ptr<Optimizer> opt = Make(Options("adam", 0.001f), 2);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_EQ(opt->slot_names(), (std::vector<std::string>{"m", "v"}));
+  std::vector<float> p = {1.0f, -2.0f};
+  std::vector<float> g1 = {0.5f, -1.0f}, g2 = {1.0f, 1.0f}, g3 = {-2.0f, 0.0f};
+  // In float, 1 - 0.999f is 0.00099998713 and 1 - 0.9f is 0.100000024, as
+  // in Keras's float32 arithmetic: slots match to ~1.3e-5 relative.
+  // t=1: m = 0.1*g, v = 0.001*g^2, lr_t = 0.001*sqrt(0.001)/0.1
+  //      = 3.1622776601683816e-4: the first step is ~lr * sign(g).
+  opt->Apply(g1.data(), p.data());
+  ExpectRelativelyNear(opt->slot("m"), {0.05, -0.1}, 1e-6);
+  ExpectRelativelyNear(opt->slot("v"), {0.00025, 0.001}, 2e-5);
+  ExpectNear(p, {0.9990000063245154, -1.9990000031622677}, 1e-6);
+  // t=2: lr_t = 0.001*sqrt(1-0.999^2)/(1-0.9^2) = 2.3531672532745276e-4
+  opt->Apply(g2.data(), p.data());
+  ExpectRelativelyNear(opt->slot("m"), {0.145, 0.01}, 1e-6);
+  ExpectRelativelyNear(opt->slot("v"), {0.00124975, 0.001999}, 2e-5);
+  ExpectNear(p, {0.9980348270289059, -1.999052634623498}, 1e-6);
+  // t=3: lr_t = 2.020105974389679e-4
+  opt->Apply(g3.data(), p.data());
+  ExpectRelativelyNear(opt->slot("m"), {-0.0695, 0.009}, 1e-6);
+  ExpectRelativelyNear(opt->slot("v"), {0.00524850025, 0.001997001}, 2e-5);
+  ExpectNear(p, {0.998228621216413, -1.999093318895526}, 1e-6);
+  EXPECT_EQ(opt->iterations(), 3);
+}
+
+// Many parameters (not a multiple of any vector width) over many steps
+// against a double-precision reference of Keras's Adam.
+TEST(OptimizerTest, AdamMatchesDoubleReferenceOnLongVector) {
+  const int n = 1003, steps = 20;
+  OptimizerOptions o = Options("adam", 0.01f);
+  std::unique_ptr<Optimizer> opt = Make(o, n);
+  ASSERT_NE(opt, nullptr);
+  std::vector<float> p(n);
+  std::vector<double> ref_p(n), ref_m(n, 0.0), ref_v(n, 0.0);
+  for (int i = 0; i < n; ++i) p[i] = ref_p[i] = std::sin(0.37 * i);
+  std::vector<float> g(n);
+  for (int t = 1; t <= steps; ++t) {
+    for (int i = 0; i < n; ++i) {
+      g[i] = static_cast<float>(std::cos(0.11 * i * t) * (1 + i % 7));
+    }
+    opt->Apply(g.data(), p.data());
+    const double lr_t =
+        0.01 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+    for (int i = 0; i < n; ++i) {
+      ref_m[i] = 0.9 * ref_m[i] + 0.1 * g[i];
+      ref_v[i] = 0.999 * ref_v[i] + 0.001 * double(g[i]) * g[i];
+      ref_p[i] -= lr_t * ref_m[i] / (std::sqrt(ref_v[i]) + 1e-7);
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    ASSERT_NEAR(p[i], ref_p[i], 2e-5) << "element " << i;
+  }
+}
+
+TEST(OptimizerTest, ZeroParametersIsANoOp) {
+  std::unique_ptr<Optimizer> opt = Make(Options("adam", 0.1f), 0);
+  ASSERT_NE(opt, nullptr);
+  opt->Apply(nullptr, nullptr);
+  EXPECT_EQ(opt->iterations(), 1);
+  EXPECT_TRUE(opt->slot("m").empty());
+}
+
+TEST(OptimizerTest, UnknownSlotIsEmpty) {
+  std::unique_ptr<Optimizer> opt = Make(Options("momentum", 0.1f), 4);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_EQ(opt->slot("momentum").size(), 4u);
+  EXPECT_TRUE(opt->slot("m").empty());
+}
+
+TEST(OptimizerTest, RestoredStateContinuesIdentically) {
+  const int n = 5;
+  std::unique_ptr<Optimizer> a = Make(Options("adam", 0.01f), n);
+  std::unique_ptr<Optimizer> b = Make(Options("adam", 0.01f), n);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<float> pa = {1, 2, 3, 4, 5};
+  std::vector<float> g = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f};
+  for (int i = 0; i < 3; ++i) a->Apply(g.data(), pa.data());
+  OptimizerState state = a->SaveState();
+  EXPECT_EQ(state.iterations, 3);
+  ASSERT_EQ(state.slots.size(), 2u);
+  EXPECT_EQ(state.slots[0].name, "m");
+  EXPECT_EQ(state.slots[1].name, "v");
+  // Slots in any order are accepted.
+  std::swap(state.slots[0], state.slots[1]);
+  ASSERT_TRUE(b->RestoreState(state).ok());
+  EXPECT_EQ(b->iterations(), 3);
+  std::vector<float> pb = pa;
+  a->Apply(g.data(), pa.data());
+  b->Apply(g.data(), pb.data());
+  EXPECT_EQ(pa, pb);
+}
+
+TEST(OptimizerTest, SgdStateHasOnlyIterations) {
+  std::unique_ptr<Optimizer> opt = Make(Options("sgd", 0.1f), 3);
+  ASSERT_NE(opt, nullptr);
+  OptimizerState state;
+  state.iterations = 42;
+  ASSERT_TRUE(opt->RestoreState(state).ok());
+  EXPECT_EQ(opt->iterations(), 42);
+  EXPECT_TRUE(opt->SaveState().slots.empty());
+}
+
+TEST(OptimizerTest, BadStateIsRejectedAndChangesNothing) {
+  std::unique_ptr<Optimizer> opt = Make(Options("adam", 0.01f), 2);
+  ASSERT_NE(opt, nullptr);
+  std::vector<float> p = {1, 2}, g = {1, 1};
+  opt->Apply(g.data(), p.data());
+  const OptimizerState before = opt->SaveState();
+  OptimizerState good = before;
+  good.iterations = 9;
+  for (OptimizerSlot& s : good.slots) s.values = {7, 7};
+
+  struct Case {
+    OptimizerState state;
+    std::string expected;
+  };
+  std::vector<Case> cases;
+  {
+    OptimizerState s = good;
+    s.iterations = -1;
+    cases.push_back({s, "iterations -1 is negative"});
+  }
+  {
+    OptimizerState s = good;
+    s.slots.pop_back();
+    cases.push_back({s, "missing slot \"v\""});
+  }
+  {
+    OptimizerState s = good;
+    s.slots.push_back({"momentum", {0, 0}});
+    cases.push_back({s, "unexpected slot \"momentum\""});
+  }
+  {
+    OptimizerState s = good;
+    s.slots[1] = s.slots[0];
+    cases.push_back({s, "slot \"m\" appears twice"});
+  }
+  {
+    OptimizerState s = good;
+    s.slots[1].values = {1, 2, 3};
+    cases.push_back({s, "slot \"v\" has 3 values, expected 2"});
+  }
+  for (const Case& c : cases) {
+    absl::Status status = opt->RestoreState(c.state);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.expected;
+    EXPECT_NE(status.message().find(c.expected), std::string::npos)
+        << status.message();
+    EXPECT_NE(status.message().find("optimizer \"adam\""), std::string::npos);
+    OptimizerState now = opt->SaveState();
+    EXPECT_EQ(now.iterations, before.iterations);
+    EXPECT_EQ(now.slots[0].values, before.slots[0].values);
+    EXPECT_EQ(now.slots[1].values, before.slots[1].values);
+  }
+}
+
+TEST(OptimizerTest, OptionsForOtherOptimizersAreNotChecked) {
+  OptimizerOptions o = Options("sgd", 0.1f);
+  o.momentum = 5.0f;
+  o.beta1 = -1.0f;
+  o.epsilon = 0.0f;
+  EXPECT_TRUE(Optimizer::Create(o, 1).ok());
+}
+
+struct BadOptionsCase {
+  const char* name;
+  OptimizerOptions options;
+  int64_t num_params;
+  std::string expected;
+};
+
+std::ostream& operator<<(std::ostream& os, const BadOptionsCase& c) {
+  return os << c.name;
+}
+
+OptimizerOptions With(const std::string& name,
+                      void (*edit)(OptimizerOptions&)) {
+  OptimizerOptions o = Options(name, 0.01f);
+  edit(o);
+  return o;
+}
+
+class BadOptionsTest : public testing::TestWithParam<BadOptionsCase> {};
+
+TEST_P(BadOptionsTest, IsInvalidArgumentNamingTheValue) {
+  const BadOptionsCase& c = GetParam();
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+      Optimizer::Create(c.options, c.num_params);
+  ASSERT_FALSE(opt.ok());
+  EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(opt.status().message().find(c.expected), std::string::npos)
+      << opt.status().message();
+}
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+INSTANTIATE_TEST_SUITE_P(
+    AllErrors, BadOptionsTest,
+    testing::Values(
+        BadOptionsCase{"UnknownName", Options("rmsprop", 0.1f), 1,
+                       "unknown optimizer \"rmsprop\""},
+        BadOptionsCase{"EmptyName", Options("", 0.1f), 1,
+                       "unknown optimizer \"\""},
+        BadOptionsCase{"ZeroLearningRate", Options("sgd", 0.0f), 1,
+                       "optimizer \"sgd\": learning_rate 0 must be finite"},
+        BadOptionsCase{"NegativeLearningRate", Options("adam", -0.5f), 1,
+                       "learning_rate -0.5 must be finite and > 0"},
+        BadOptionsCase{"NaNLearningRate", Options("sgd", kNaN), 1,
+                       "learning_rate nan"},
+        BadOptionsCase{"InfiniteLearningRate", Options("momentum", kInf), 1,
+                       "learning_rate inf"},
+        BadOptionsCase{"NegativeNumParams", Options("sgd", 0.1f), -3,
+                       "num_params -3 is negative"},
+        BadOptionsCase{
+            "MomentumOne",
+            With("momentum", [](OptimizerOptions& o) { o.momentum = 1.0f; }), 1,
+            "optimizer \"momentum\": momentum 1 must be in [0, 1)"},
+        BadOptionsCase{
+            "MomentumNegative",
+            With("momentum", [](OptimizerOptions& o) { o.momentum = -0.1f; }),
+            1, "momentum -0.1 must be in [0, 1)"},
+        BadOptionsCase{
+            "MomentumNaN",
+            With("momentum", [](OptimizerOptions& o) { o.momentum = kNaN; }), 1,
+            "momentum nan"},
+        BadOptionsCase{
+            "Beta1One",
+            With("adam", [](OptimizerOptions& o) { o.beta1 = 1.0f; }), 1,
+            "optimizer \"adam\": beta1 1 must be in [0, 1)"},
+        BadOptionsCase{
+            "Beta1Negative",
+            With("adam", [](OptimizerOptions& o) { o.beta1 = -0.9f; }), 1,
+            "beta1 -0.9 must be in [0, 1)"},
+        BadOptionsCase{
+            "Beta2TooLarge",
+            With("adam", [](OptimizerOptions& o) { o.beta2 = 1.5f; }), 1,
+            "beta2 1.5 must be in [0, 1)"},
+        BadOptionsCase{
+            "Beta2NaN",
+            With("adam", [](OptimizerOptions& o) { o.beta2 = kNaN; }), 1,
+            "beta2 nan"},
+        BadOptionsCase{
+            "EpsilonZero",
+            With("adam", [](OptimizerOptions& o) { o.epsilon = 0.0f; }), 1,
+            "epsilon 0 must be finite and > 0"},
+        BadOptionsCase{
+            "EpsilonInfinite",
+            With("adam", [](OptimizerOptions& o) { o.epsilon = kInf; }), 1,
+            "epsilon inf"}),
+    [](const testing::TestParamInfo<BadOptionsCase>& info) {
+      return std::string(info.param.name);
+    });
+
+}  // namespace
+}  // namespace pscluster
+
+namespace pscluster {
+namespace {
+
+TEST(OptimizerDecayTest, ExponentialDecayFollowsKeras) {
+  OptimizerOptions o;
+  o.name = "sgd";
+  o.learning_rate = 1.0f;
+  o.decay_rate = 0.25f;
+  o.decay_steps = 2;
+  std::unique_ptr<Optimizer> opt = *Optimizer::Create(o, 1);
+  float p = 0.0f;
+  const float g = 1.0f;
+  // t = 0, 1, 2: lr = 0.25^(t/2) = 1, 0.5, 0.25.
+  EXPECT_FLOAT_EQ(opt->current_learning_rate(), 1.0f);
+  opt->Apply(&g, &p);
+  EXPECT_FLOAT_EQ(p, -1.0f);
+  opt->Apply(&g, &p);
+  EXPECT_FLOAT_EQ(p, -1.5f);
+  opt->Apply(&g, &p);
+  EXPECT_FLOAT_EQ(p, -1.75f);
+}
+
+TEST(OptimizerDecayTest, BadDecayIsRefusedNamingIt) {
+  OptimizerOptions o;
+  o.name = "adam";
+  o.learning_rate = 0.1f;
+  o.decay_rate = 1.5f;
+  absl::StatusOr<std::unique_ptr<Optimizer>> r = Optimizer::Create(o, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("decay_rate"), std::string::npos);
+  o.decay_rate = 0.5f;
+  o.decay_steps = -1;
+  r = Optimizer::Create(o, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("decay_steps -1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,644 @@
+#include "update/parameter_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/parallel_for.h"
+
+namespace pscluster {
+namespace {
+
+// Whether `b` has no holder but the store. References are made only under
+// the store's lock, so once this is true it stays true until the store
+// hands `b` out again. The fence orders the last reader's reads of the
+// buffer (before its release of the reference) before the writes that
+// follow.
+bool HeldByStoreOnly(const std::shared_ptr<std::vector<float>>& b) {
+  if (b.use_count() != 1) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
+}
+
+// Mixes (what names a gradient, worker) into 64 bits (splitmix64's
+// finaliser), for the applied-gradients digest: sync names a gradient by
+// its version, async by its request id.
+uint64_t GradientHash(uint64_t name, int worker) {
+  uint64_t z = name * 0x10001ull + static_cast<uint64_t>(worker) +
+               0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version) {
+  return absl::AbortedError(absl::StrCat(
+      "the parameters were restored from a checkpoint (generation ", ours, ", version ",
+      version, "); the caller's are of generation ", theirs, ": pull again"));
+}
+
+}  // namespace
+
+bool AllFinite(const float* x, int64_t n) {
+  // A float is NaN or Inf iff its exponent bits are all ones. The largest
+  // exponent field is a max-reduction over integers, which -O3 (the BUILD
+  // rule) vectorises; a float sum of x * 0 had compiled into one scalar
+  // FMA chain, 4 cycles a value: a third of the ps's work at 16 MiB.
+  uint32_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    worst = std::max(worst, bits & 0x7f800000u);
+  }
+  return worst != 0x7f800000u;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
+    const StoreConfig& config) const {
+  if (config.num_workers < 1 || config.num_workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers must be in [1, ", kMaxWorkers, "], got ", config.num_workers));
+  }
+  if (config.rule == UpdateRule::kSync &&
+      (config.replicas_to_aggregate < 1 ||
+       config.replicas_to_aggregate > config.num_workers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicas_to_aggregate must be in [1, ", config.num_workers, "], got ",
+        config.replicas_to_aggregate));
+  }
+  if (config.generation < 0 || config.generation > kMaxVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation must be in [0, ", kMaxVersion, "], got ", config.generation));
+  }
+  int64_t end = 0;  // of the previous range: ranges are sorted, disjoint
+  for (const MovingStatistic& m : config.moving_statistics) {
+    if (m.offset < end || m.size < 0 || m.size > config.num_floats - m.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moving statistic [", m.offset, ", +", m.size, ") overlaps another or lies outside the ",
+          config.num_floats, " values"));
+    }
+    if (!(m.momentum >= 0.0f && m.momentum <= 1.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moving statistic at ", m.offset, ": momentum ", m.momentum, " is not in [0, 1]"));
+    }
+    end = m.offset + m.size;
+  }
+  return Optimizer::Create(config.optimizer, config.num_floats);
+}
+
+std::shared_ptr<std::vector<float>> ParameterStore::TakeSpare() {
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    if (HeldByStoreOnly(*it)) {
+      std::shared_ptr<std::vector<float>> b = std::move(*it);
+      spares_.erase(it);
+      return b;
+    }
+  }
+  return std::make_shared<std::vector<float>>();
+}
+
+std::vector<float>& ParameterStore::ReplaceableValues() {
+  if (!HeldByStoreOnly(values_)) {
+    std::shared_ptr<std::vector<float>> fresh = TakeSpare();
+    // The buffer being read waits among the spares for its readers (or,
+    // when there are enough spares, is freed by the last of them).
+    if (spares_.size() < kKeptSpares) spares_.push_back(values_);
+    values_ = std::move(fresh);
+  }
+  return *values_;
+}
+
+std::vector<float>& ParameterStore::WritableValues() {
+  if (HeldByStoreOnly(values_)) return *values_;
+  const std::shared_ptr<const std::vector<float>> held = values_;
+  std::vector<float>& to = ReplaceableValues();
+  to.resize(held->size());
+  CopyValues(*held, to.data());
+  return to;
+}
+
+void ParameterStore::CopyValues(const std::vector<float>& from, void* to) const {
+  char* dst = static_cast<char*>(to);
+  ParallelFor(static_cast<int64_t>(from.size()), kMinRange, threads_,
+              [&](int64_t b, int64_t e) {
+                std::memcpy(dst + b * sizeof(float), from.data() + b, (e - b) * sizeof(float));
+              });
+}
+
+void ParameterStore::Update(const float* grad) {
+  // The optimizer runs over everything (its rules are element-wise); the
+  // moving statistics' values are then put back and averaged instead. What
+  // the optimizer's slots hold for them is never read.
+  std::vector<float>& values = WritableValues();
+  int64_t saved = 0;
+  for (const MovingStatistic& m : config_.moving_statistics) saved += m.size;
+  moving_.resize(saved);
+  float* keep = moving_.data();
+  for (const MovingStatistic& m : config_.moving_statistics) {
+    std::copy(values.data() + m.offset, values.data() + m.offset + m.size, keep);
+    keep += m.size;
+  }
+  optimizer_->Apply(grad, values.data());
+  keep = moving_.data();
+  for (const MovingStatistic& m : config_.moving_statistics) {
+    float* v = values.data() + m.offset;
+    const float* g = grad + m.offset;
+    for (int64_t i = 0; i < m.size; ++i) {
+      v[i] = m.momentum * keep[i] + (1.0f - m.momentum) * g[i];
+    }
+    keep += m.size;
+  }
+}
+
+absl::Status ParameterStore::Configure(const StoreConfig& config,
+                                       std::unique_ptr<Optimizer> optimizer) {
+  optimizer_ = std::move(optimizer);
+  optimizer_->set_threads(threads_);
+  config_ = config;
+  seen_.assign(config.num_workers, {});
+  pending_.assign(config.num_workers, {});
+  pending_examples_.assign(config.num_workers, -1);
+  pending_count_ = 0;
+  pending_nonfinite_.assign(config.num_workers, false);
+  active_.assign(config.num_workers, true);
+  sum_.assign(config.num_floats, 0.0f);
+  outcome_.assign(config.num_workers, {-1, false});
+  decisions_.clear();
+  commit_.reset();
+  generation_ = config.generation;
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Init(const StoreConfig& config, const float* values,
+                                  bool* already) {
+  absl::MutexLock lock(&mu_);
+  *already = false;
+  if (initialized_) {
+    if (config.layout_fingerprint != config_.layout_fingerprint ||
+        config.num_floats != config_.num_floats) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "already initialised with layout ", config_.layout_fingerprint, " (",
+          config_.num_floats, " floats); refusing layout ",
+          config.layout_fingerprint, " (", config.num_floats, " floats)"));
+    }
+    *already = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
+  if (!opt.ok()) return opt.status();
+  if (absl::Status s = Configure(config, *std::move(opt)); !s.ok()) return s;
+  ReplaceableValues().assign(values, values + config.num_floats);
+  version_ = 0;
+  initialized_ = true;
+  version_advanced_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnapshot& state) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
+  if (!opt.ok()) return opt.status();
+  if (static_cast<int64_t>(state.values.size()) != config.num_floats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint holds ", state.values.size(), " values; the layout has ",
+        config.num_floats));
+  }
+  if (state.version < 0 || state.version > kMaxVersion || state.generation < 0 ||
+      state.generation > kMaxVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint version ", state.version, " / generation ", state.generation,
+        " must be in [0, ", kMaxVersion, "]"));
+  }
+  if (absl::Status s = (*opt)->RestoreState(state.optimizer); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
+                       config.num_floats != config_.num_floats)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "holds layout ", config_.layout_fingerprint, " (", config_.num_floats,
+        " floats); refusing to restore layout ", config.layout_fingerprint, " (",
+        config.num_floats, " floats)"));
+  }
+  StoreConfig c = config;
+  c.generation = state.generation;
+  if (absl::Status s = Configure(c, *std::move(opt)); !s.ok()) return s;
+  ReplaceableValues() = state.values;
+  version_ = state.version;
+  initialized_ = true;
+  version_advanced_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot* out) const {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  out->version = version_;
+  out->generation = generation_;
+  out->values = *values_;
+  out->optimizer = optimizer_->SaveState();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
+                                              const std::vector<bool>& active) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (static_cast<int>(active.size()) != config_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker set has ", active.size(), " entries; this ps serves ",
+        config_.num_workers, " workers"));
+  }
+  for (int w = 0; w < config_.num_workers; ++w) {
+    // A lost worker's half-done step: its data is handed to another
+    // worker, so its gradient must not count. A following store keeps it
+    // until the decision says whether the deciding store took it.
+    if (!active[w] && pending_examples_[w] >= 0 &&
+        config_.step_role == StepRole::kDecide) {
+      DropPending(w);
+    }
+    active_[w] = active[w];
+  }
+  MaybeFinishStep();
+  return absl::OkStatus();
+}
+
+bool ParameterStore::is_sync() const {
+  absl::MutexLock lock(&mu_);
+  return config_.rule == UpdateRule::kSync;
+}
+
+absl::Status ParameterStore::CheckLayout(uint64_t fingerprint) const {
+  if (fingerprint != config_.layout_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layout fingerprint ", fingerprint, " does not match this ps's ",
+        config_.layout_fingerprint,
+        " (model, number of ps or shard size differ between tasks)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_version,
+                                  absl::Time deadline, std::string* out,
+                                  int64_t* version, int64_t generation,
+                                  int64_t* out_generation) {
+  SharedValues values;
+  absl::Status s = PullShared(layout_fingerprint, min_version, deadline, &values, version,
+                              generation, out_generation);
+  if (!s.ok()) return s;
+  // Copied outside the lock: the shared buffer is not written while held.
+  const size_t bytes = values->size() * sizeof(float);
+  if (out->size() == bytes) {
+    // A buffer of the right size already (a caller that keeps its answer
+    // buffers): copied on every core, as the update was made.
+    CopyValues(*values, out->data());
+  } else {
+    // assign, not resize + memcpy: one pass over the bytes, not two.
+    out->assign(reinterpret_cast<const char*>(values->data()), bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::PullShared(uint64_t layout_fingerprint, int64_t min_version,
+                                        absl::Time deadline, SharedValues* out,
+                                        int64_t* version, int64_t generation,
+                                        int64_t* out_generation) {
+  absl::MutexLock lock(&mu_);
+  auto other_generation = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return initialized_ && generation >= 0 && generation != generation_;
+  };
+  while (!cancelled_ && !other_generation() && (!initialized_ || version_ < min_version)) {
+    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  // Unavailable, not Cancelled: to a worker, a ps that goes away is a ps
+  // that is down (retried until it or a restarted one answers, or the chief
+  // ends the run), not a request to stop training.
+  if (cancelled_) return absl::UnavailableError("parameter server is shutting down");
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (other_generation()) return GenerationMismatch(generation, generation_, version_);
+  if (version_ < min_version) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "waited for version ", min_version, "; still at ", version_));
+  }
+  *out = values_;
+  *version = version_;
+  if (out_generation != nullptr) *out_generation = generation_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  // Refusals are counted by the caller (the ps service), in one place.
+  if (absl::Status s = CheckLayout(args.layout_fingerprint); !s.ok()) {
+    return s;
+  }
+  if (args.generation != generation_) return GenerationMismatch(args.generation, generation_, version_);
+  if (args.worker < 0 || args.worker >= config_.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker index ", args.worker, " is out of range: ",
+                     config_.num_workers, " workers"));
+  }
+  if (args.num_floats != config_.num_floats) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", args.num_floats, " floats; this ps holds ",
+                     config_.num_floats));
+  }
+  if (args.num_examples < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_examples must be >= 1 (a gradient of no example teaches nothing), got ",
+        args.num_examples));
+  }
+  if (args.version < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient version ", args.version, " is negative"));
+  }
+  if (args.version > version_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient version ", args.version,
+                     " is from the future: this ps is at version ", version_));
+  }
+  // Checked on every core: a range's verdict each, joined after.
+  bool finite;
+  if (args.finite.has_value()) {
+    finite = *args.finite;
+  } else {
+    std::vector<char> range_finite(threads_, 1);
+    std::atomic<int> next_range{0};
+    ParallelFor(args.num_floats, kMinRange, threads_, [&](int64_t b, int64_t e) {
+      range_finite[next_range++] = AllFinite(args.gradients + b, e - b);
+    });
+    finite = std::all_of(range_finite.begin(), range_finite.end(),
+                         [](char f) { return f != 0; });
+  }
+  if (!finite && !config_.skip_nonfinite) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient from worker ", args.worker,
+                     " holds NaN or Inf; not applied"));
+  }
+  std::deque<SeenPush>& seen = seen_[args.worker];
+  if (args.request_id != 0) {
+    for (const SeenPush& p : seen) {
+      if (p.request_id == args.request_id) {
+        ++stats_.pushes_duplicate;
+        return p.result;
+      }
+    }
+  }
+  absl::StatusOr<PushResult> result = config_.rule == UpdateRule::kSync
+                                          ? PushSync(args, finite)
+                                          : PushAsync(args, finite);
+  if (result.ok() && result->applied) {
+    stats_.staleness_sum += result->staleness;
+    stats_.staleness_max = std::max(stats_.staleness_max, result->staleness);
+  }
+  if (result.ok() && args.request_id != 0) {
+    seen.push_back({args.request_id, *result});
+    if (seen.size() > kDedupWindow) seen.pop_front();
+  }
+  return result;
+}
+
+absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool finite) {
+  const int w = args.worker;
+  PushResult r;
+  r.staleness = version_ - args.version;
+  // A backup worker's late gradient, a second one for this step, one from
+  // a worker the chief took out of the step (it rejoins through the
+  // chief), or (following store) one the step's decision left out.
+  const bool left_out = commit_.has_value() && !commit_->members[w];
+  if (args.version < version_ || pending_examples_[w] >= 0 || !active_[w] || left_out) {
+    ++stats_.pushes_dropped_stale;
+    // A second push for this step leaves the first one's fate alone.
+    if (pending_examples_[w] < 0) outcome_[w] = {args.version, false};
+    r.version = version_;
+    return r;
+  }
+  if (args.owned != nullptr) {
+    pending_[w].swap(*args.owned);
+  } else {
+    pending_[w].assign(args.gradients, args.gradients + args.num_floats);
+  }
+  pending_examples_[w] = args.num_examples;
+  pending_nonfinite_[w] = !finite;
+  ++pending_count_;
+  outcome_[w] = {args.version, false};
+  r.applied = true;
+  MaybeFinishStep();
+  r.version = version_;
+  return r;
+}
+
+void ParameterStore::DropPending(int w) {
+  pending_examples_[w] = -1;
+  pending_nonfinite_[w] = false;
+  --pending_count_;
+  outcome_[w] = {version_, false};
+  ++stats_.pushes_dropped_stale;
+}
+
+void ParameterStore::MaybeFinishStep() {
+  if (config_.step_role == StepRole::kDecide) {
+    MaybeCloseStep();
+  } else {
+    MaybeApplyCommit();
+  }
+}
+
+void ParameterStore::MaybeCloseStep() {
+  if (pending_count_ == 0) return;
+  const int active = static_cast<int>(std::count(active_.begin(), active_.end(), true));
+  if (pending_count_ < std::min(config_.replicas_to_aggregate, active)) return;
+  StepDecision d;
+  d.layout_fingerprint = config_.layout_fingerprint;
+  d.generation = generation_;
+  d.version = version_;
+  d.sequence = next_sequence_++;
+  d.members.resize(config_.num_workers);
+  for (int w = 0; w < config_.num_workers; ++w) d.members[w] = pending_examples_[w] >= 0;
+  d.skip = ApplyStep(d.members, /*skip=*/false);
+  decisions_.push_back(std::move(d));
+  if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+}
+
+void ParameterStore::MaybeApplyCommit() {
+  if (!commit_.has_value()) return;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    // A member's gradient still on its way: wait, unless the chief took
+    // the worker out (it died after reaching the deciding ps only).
+    if (commit_->members[w] && pending_examples_[w] < 0 && active_[w]) return;
+  }
+  std::vector<bool> members = commit_->members;
+  bool torn = false;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (members[w] && pending_examples_[w] < 0) {
+      members[w] = false;
+      torn = true;
+    }
+  }
+  if (torn) ++stats_.steps_torn;
+  const bool skip = commit_->skip;
+  commit_.reset();
+  ApplyStep(members, skip);
+}
+
+bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
+  const int64_t n = config_.num_floats;
+  int64_t total = 0;
+  bool nonfinite = skip;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (!members[w]) continue;
+    total += pending_examples_[w];
+    nonfinite = nonfinite || pending_nonfinite_[w];
+  }
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  if (nonfinite) {
+    ++stats_.steps_skipped_nonfinite;
+  } else if (total > 0) {
+    // Fixed worker-index order: the sum is the same bits whatever the
+    // arrival order was.
+    for (int w = 0; w < config_.num_workers; ++w) {
+      if (!members[w]) continue;
+      const float weight = static_cast<float>(pending_examples_[w]) / total;
+      const float* g = pending_[w].data();
+      float* s = sum_.data();
+      ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) s[i] += weight * g[i];
+      });
+    }
+    Update(sum_.data());
+  }
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (members[w]) {
+      ++stats_.pushes_applied;
+      stats_.applied_digest += GradientHash(static_cast<uint64_t>(version_), w);
+      outcome_[w] = {version_, true};
+    } else if (pending_examples_[w] >= 0) {
+      outcome_[w] = {version_, false};
+      ++stats_.pushes_dropped_stale;
+    }
+    pending_examples_[w] = -1;
+  }
+  pending_count_ = 0;
+  std::fill(pending_nonfinite_.begin(), pending_nonfinite_.end(), false);
+  ++version_;
+  ++stats_.steps_applied;
+  version_advanced_.SignalAll();
+  return nonfinite;
+}
+
+std::optional<bool> ParameterStore::StepOutcome(int worker, int64_t version) const {
+  absl::MutexLock lock(&mu_);
+  if (worker < 0 || worker >= static_cast<int>(outcome_.size())) return std::nullopt;
+  if (outcome_[worker].first != version) return std::nullopt;
+  // Taken into the step being gathered: not decided yet.
+  if (version == version_ && pending_examples_[worker] >= 0) return std::nullopt;
+  return outcome_[worker].second;
+}
+
+bool ParameterStore::NextDecision(int64_t after_sequence, absl::Time deadline,
+                                  StepDecision* out) {
+  absl::MutexLock lock(&mu_);
+  while (!cancelled_) {
+    for (const StepDecision& d : decisions_) {
+      if (d.sequence > after_sequence) {
+        *out = d;
+        return true;
+      }
+    }
+    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) return false;
+  }
+  return false;
+}
+
+absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (config_.rule != UpdateRule::kSync || config_.step_role != StepRole::kFollow) {
+    return absl::FailedPreconditionError(
+        "this ps decides its steps itself; it takes no step decisions");
+  }
+  if (static_cast<int>(d.members.size()) != config_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step decision names ", d.members.size(), " workers; this ps serves ",
+        config_.num_workers));
+  }
+  if (d.generation != generation_) {
+    return GenerationMismatch(d.generation, generation_, version_);
+  }
+  if (d.version < version_) return absl::OkStatus();  // applied already
+  if (d.version > version_) {
+    return absl::UnavailableError(absl::StrCat("step decision for version ", d.version,
+                                               "; this ps is at version ", version_));
+  }
+  if (std::find(d.members.begin(), d.members.end(), true) == d.members.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step decision for version ", d.version, " names no member"));
+  }
+  if (commit_.has_value()) return absl::OkStatus();  // resent while waiting
+  commit_ = d;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (!d.members[w] && pending_examples_[w] >= 0) DropPending(w);
+  }
+  MaybeApplyCommit();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool finite) {
+  // Never dropped for staleness: the chief bounds it before the gradient is
+  // computed (WorkResponse.BOUND), so every ps applies every push.
+  PushResult r;
+  r.staleness = version_ - args.version;
+  if (!finite) {
+    ++stats_.steps_skipped_nonfinite;
+    r.version = version_;
+    return r;
+  }
+  Update(args.gradients);
+  stats_.applied_digest += GradientHash(args.request_id, args.worker);
+  ++version_;
+  ++stats_.pushes_applied;
+  ++stats_.steps_applied;
+  version_advanced_.SignalAll();
+  r.applied = true;
+  r.version = version_;
+  return r;
+}
+
+StoreStats ParameterStore::stats() const {
+  absl::MutexLock lock(&mu_);
+  StoreStats s = stats_;
+  s.version = version_;
+  s.generation = generation_;
+  s.initialized = initialized_;
+  s.active_workers = active_;
+  return s;
+}
+
+void ParameterStore::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  version_advanced_.SignalAll();
+}
+
+bool ParameterStore::AwaitInitialized() const {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return initialized_ || cancelled_; };
+  mu_.Await(absl::Condition(&done));
+  return initialized_ && !cancelled_;
+}
+
+}  // namespace pscluster

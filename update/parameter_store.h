@@ -1,0 +1,349 @@
+// ParameterStore: the shards one parameter server holds, their optimizer
+// state, and the rule that turns pushed gradients into updates.
+//
+//   sync:  gradients tagged with the current version are kept per worker
+//          until the step closes; the step's members are then averaged in
+//          worker-index order, weighted by their example counts (bitwise
+//          reproducible whatever the arrival order), applied once, and the
+//          version advances. Gradients for an older version, and those left
+//          out of the step, are dropped and counted (backup workers); a
+//          newer version is an error.
+//          Who closes a step: with several ps, one decides for all, so that
+//          a gradient is applied on every ps or on none. The deciding store
+//          (StepRole::kDecide: ps 0, or the only ps) closes a step once
+//          `replicas_to_aggregate` of the active workers' gradients are in,
+//          and records the members as a StepDecision; the ps service sends
+//          it to the others (StepRole::kFollow), which Commit it: they apply
+//          exactly those members' gradients, waiting for any still on its
+//          way, and drop the rest.
+//   async: each gradient is applied on arrival, however stale: every ps
+//          applies every push, so a gradient is applied on every ps or on
+//          none (the worker resends a push until each ps has it; request
+//          ids keep it from being applied twice). Staleness is bounded
+//          before the gradient is computed, by the chief (bounded delay:
+//          WorkResponse.BOUND), not by dropping work already done.
+//
+// A push whose request id the store has seen from that worker recently is
+// answered with the first answer and not applied again.
+//
+// Fault tolerance: the chief sets which workers a sync step waits for
+// (SetActiveWorkers) when one dies or comes back, and takes and restores
+// checkpoints (Snapshot, Restore). Every restore raises the generation;
+// pushes and waiting pulls of another generation are Aborted, so no
+// gradient computed on weights from before a restore is ever applied.
+//
+// Thread-safe: every method may be called from any thread. Knows nothing
+// about gRPC; ps_service.h adapts it.
+#ifndef PSCLUSTER_UPDATE_PARAMETER_STORE_H_
+#define PSCLUSTER_UPDATE_PARAMETER_STORE_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/parallel_for.h"
+#include "update/optimizer.h"
+
+namespace pscluster {
+
+enum class UpdateRule { kSync, kAsync };
+
+// Sync, several ps: whether this store closes steps itself or applies the
+// steps another store closed (see the top of this file).
+enum class StepRole { kDecide, kFollow };
+
+// Values [offset, offset + size) of the store that are a BatchNormalization
+// moving statistic: updated as v = momentum * v + (1 - momentum) * g from
+// the pushed (sync: averaged) values g, never by the optimizer.
+struct MovingStatistic {
+  int64_t offset = 0;
+  int64_t size = 0;
+  float momentum = 0.0f;
+};
+
+struct StoreConfig {
+  uint64_t layout_fingerprint = 0;
+  int64_t num_floats = 0;
+  UpdateRule rule = UpdateRule::kSync;
+  int num_workers = 1;
+  int replicas_to_aggregate = 1;  // sync
+  OptimizerOptions optimizer;
+  // NaN/Inf gradients: false = reject the push (InvalidArgument, counted);
+  // true = accept it and skip the update it belongs to (counted).
+  bool skip_nonfinite = false;
+  int64_t generation = 0;  // of the initial values
+  StepRole step_role = StepRole::kDecide;  // sync only
+  std::vector<MovingStatistic> moving_statistics;  // disjoint, in range
+};
+
+struct PushArgs {
+  uint64_t layout_fingerprint = 0;
+  int worker = 0;
+  int64_t version = 0;
+  uint64_t request_id = 0;  // 0: no id, never treated as a duplicate
+  int num_examples = 0;
+  const float* gradients = nullptr;
+  int64_t num_floats = 0;
+  // Optional: the buffer that holds the gradient (gradients ==
+  // owned->data(), num_floats == owned->size()). A sync store then keeps
+  // it by swapping instead of copying it, and leaves in its place a buffer
+  // of any size and contents, for the caller's next push.
+  std::vector<float>* owned = nullptr;
+  int64_t generation = 0;  // of the weights the gradient was computed on
+  // Optional: whether the gradient is all finite, when the caller checked
+  // it already (AllFinite, as it arrived); the store then does not scan
+  // it again.
+  std::optional<bool> finite;
+};
+
+// Whether none of x[0, n) is NaN or Inf.
+bool AllFinite(const float* x, int64_t n);
+
+struct PushResult {
+  // Async: applied. Sync: taken into the step being gathered (whether it
+  // ends up among the step's members is StepOutcome's answer); false when
+  // dropped at once.
+  bool applied = false;
+  int64_t version = 0;     // the store's version after the push
+  int64_t staleness = 0;   // versions between the gradient and the store
+};
+
+// Sync: which workers' gradients make up the step that takes the store
+// from `version` to version + 1.
+struct StepDecision {
+  uint64_t layout_fingerprint = 0;
+  int64_t generation = 0;
+  int64_t version = 0;
+  std::vector<bool> members;  // one per worker
+  // The deciding store skipped the step (skip policy: a member's gradient
+  // held NaN or Inf there); the others skip it too.
+  bool skip = false;
+  // Increases with every decision a deciding store makes (restores too).
+  int64_t sequence = 0;
+};
+
+// Refused pushes are not counted here: the ps service counts them, the
+// ones it refuses itself (bytes, dtype) and the store's alike.
+struct StoreStats {
+  int64_t version = 0;
+  // Sync: gradients that were members of an applied (or skipped) step;
+  // async: gradients applied.
+  int64_t pushes_applied = 0;
+  // Sync: too stale, a backup worker's left out of its step, or a lost
+  // worker's. Async: none.
+  int64_t pushes_dropped_stale = 0;
+  int64_t pushes_duplicate = 0;
+  int64_t steps_applied = 0;
+  // Sum and maximum of the staleness of every push applied (sync: taken
+  // into a step): with pushes_applied, the mean staleness.
+  int64_t staleness_sum = 0;
+  int64_t staleness_max = 0;
+  int64_t steps_skipped_nonfinite = 0;
+  // Sync, following store: steps applied without a member's gradient
+  // because the member was taken out (lost) before it arrived here.
+  int64_t steps_torn = 0;
+  // Sum of a hash over every gradient applied (sync: every step member, by
+  // (version, worker); async: by (request id, worker)): ps that applied
+  // the same gradients agree on it.
+  uint64_t applied_digest = 0;
+  int64_t generation = 0;
+  bool initialized = false;
+  std::vector<bool> active_workers;  // sync: whom a step waits for
+};
+
+// Values and optimizer state at one version: what a checkpoint holds of a
+// ps.
+struct StoreSnapshot {
+  int64_t version = 0;
+  int64_t generation = 0;
+  std::vector<float> values;
+  OptimizerState optimizer;
+};
+
+class ParameterStore {
+ public:
+  // `update_threads`: the cores a step's passes over the values (the
+  // finiteness check, sync's weighted sum, the optimizer) may use when the
+  // shard is large (common/parallel_for.h); results do not depend on it.
+  explicit ParameterStore(int update_threads = HardwareThreads())
+      : threads_(std::max(1, update_threads)) {}
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  // Sets the initial values. Returns true in *already when the store was
+  // initialised before with the same layout (the call then changes
+  // nothing); FailedPrecondition for another layout.
+  absl::Status Init(const StoreConfig& config, const float* values, bool* already);
+
+  // Copies the values into *out once the version is at least min_version.
+  // Unavailable when not initialised by `deadline`; DeadlineExceeded when
+  // the version is not reached by then; Unavailable after Cancel() (the ps
+  // is going away: callers retry, as with any ps that is down); Aborted
+  // when `generation` >= 0 and the store's generation is another (a
+  // restore happened).
+  absl::Status Pull(uint64_t layout_fingerprint, int64_t min_version,
+                    absl::Time deadline, std::string* out, int64_t* version,
+                    int64_t generation = -1, int64_t* out_generation = nullptr);
+
+  // Pull without the copy: *out shares the store's values at that version.
+  // The store never writes a buffer while a reader holds it: an update
+  // made meanwhile first copies the values into a buffer no one holds
+  // (and otherwise runs in place). Hold it only as long as needed (while
+  // the answer is encoded or sent): every update made while it is held
+  // pays that copy.
+  using SharedValues = std::shared_ptr<const std::vector<float>>;
+  absl::Status PullShared(uint64_t layout_fingerprint, int64_t min_version,
+                          absl::Time deadline, SharedValues* out, int64_t* version,
+                          int64_t generation = -1, int64_t* out_generation = nullptr);
+
+  // Validates and takes one gradient. InvalidArgument or
+  // FailedPrecondition (nothing changed) for a push that is not valid;
+  // Aborted for another generation; Unavailable before Init.
+  absl::StatusOr<PushResult> Push(const PushArgs& args);
+
+  // Sync: the fate of `worker`'s gradient for `version`, once its step is
+  // decided (true: a member, applied with the step; false: dropped).
+  // Unknown (nullopt) while undecided or when the store no longer knows.
+  std::optional<bool> StepOutcome(int worker, int64_t version) const;
+
+  // Deciding store: the oldest decision with a sequence above
+  // `after_sequence`, waiting for one until `deadline`. False on the
+  // deadline or after Cancel(). Decisions are kept until newer ones push
+  // them out (a follower needs each one, and cannot fall behind by more
+  // than one: its workers would wait for it).
+  bool NextDecision(int64_t after_sequence, absl::Time deadline, StepDecision* out);
+
+  // Following store: applies the step `decision` closed, now or as soon as
+  // the members' gradients are here. OK when applied, queued, or already
+  // applied (a resent decision); Aborted for another generation;
+  // Unavailable when this store is behind (not initialised, or not yet at
+  // that version: try again); InvalidArgument for a malformed decision or
+  // FailedPrecondition for a store that decides itself.
+  absl::Status Commit(uint64_t layout_fingerprint, const StepDecision& decision);
+
+  StoreStats stats() const;
+  bool is_sync() const;
+
+  // Sync: the workers a step waits for (one entry per worker). Deciding
+  // store: a worker taken out has its gradient for the current step
+  // dropped, and the step may then close. Following store: a step member
+  // taken out before its gradient arrived is applied without it (a torn
+  // step, counted). Pushes from a worker that is out are dropped.
+  // InvalidArgument for a wrong count.
+  absl::Status SetActiveWorkers(uint64_t layout_fingerprint, const std::vector<bool>& active);
+
+  // A copy of the values and optimizer state at the current version.
+  absl::Status Snapshot(uint64_t layout_fingerprint, StoreSnapshot* out) const;
+
+  // Replaces the whole state with `state` under `config` (initialising an
+  // empty store). FailedPrecondition for another layout on an initialised
+  // store; InvalidArgument (and no change) for a state that does not fit.
+  absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state);
+
+  // Wakes every waiting Pull with Unavailable (shutdown).
+  void Cancel();
+
+  // Blocks until the store is initialised (Init or Restore): true; or
+  // until Cancel(): false. The ps is ready for its role from then on.
+  bool AwaitInitialized() const;
+
+ private:
+  absl::Status CheckLayout(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Validates `config` and installs it with fresh per-worker state.
+  absl::Status Configure(const StoreConfig& config, std::unique_ptr<Optimizer> optimizer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::unique_ptr<Optimizer>> CheckConfig(const StoreConfig& config) const;
+  absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes (deciding store) or applies (following store) the step being
+  // gathered, if it can be now.
+  void MaybeFinishStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deciding store: closes the step once enough gradients have arrived.
+  void MaybeCloseStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Following store: applies commit_ once its members' gradients are here
+  // (or their workers were taken out).
+  void MaybeApplyCommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the step made of `members`' pending gradients (skips it when
+  // `skip` or when one of them holds NaN/Inf: returns whether it skipped),
+  // drops the others' and advances the version.
+  bool ApplyStep(const std::vector<bool>& members, bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // values_ to write into: itself when no reader holds it, else a copy in
+  // a buffer no reader holds (which becomes values_).
+  std::vector<float>& WritableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // values_ to overwrite whole (Init, Restore): its contents may be any.
+  std::vector<float>& ReplaceableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // to = from's values, copied on every core for a large shard (to holds
+  // from.size() floats).
+  void CopyValues(const std::vector<float>& from, void* to) const;
+  // A buffer from spares_ that no reader holds any more, or a new one.
+  std::shared_ptr<std::vector<float>> TakeSpare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One update of values_ from `grad`: the optimizer on the trainable
+  // values, the moving average on the moving statistics.
+  void Update(const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops worker w's pending gradient (its fate: dropped).
+  void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Recent request ids per worker and what was answered to them.
+  struct SeenPush {
+    uint64_t request_id;
+    PushResult result;
+  };
+  static constexpr size_t kDedupWindow = 256;
+  // Bounds that keep every counter far from overflow and the per-worker
+  // state small whatever a request says.
+  static constexpr int kMaxWorkers = 1 << 16;
+  static constexpr int64_t kMaxVersion = int64_t{1} << 60;
+
+  // Below 2 x this many values a pass runs on one thread.
+  static constexpr int64_t kMinRange = 256 << 10;
+  const int threads_;
+  mutable absl::Mutex mu_;
+  absl::CondVar version_advanced_;  // signalled on Init, apply, Cancel
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  StoreConfig config_ ABSL_GUARDED_BY(mu_);
+  // The values; never null. Readers (PullShared) hold it by reference
+  // outside mu_, so it is written in place only while no one else holds
+  // it. Buffers that were values_ wait in spares_ until their readers are
+  // done, to be reused rather than allocated (and faulted in) again.
+  std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<std::vector<float>>();
+  static constexpr size_t kKeptSpares = 4;
+  std::vector<std::shared_ptr<std::vector<float>>> spares_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  StoreStats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::deque<SeenPush>> seen_ ABSL_GUARDED_BY(mu_);
+
+  // Sync state for the current version. pending_examples_[w] < 0: nothing
+  // from worker w yet.
+  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
+  int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
+  std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch
+  std::vector<float> moving_ ABSL_GUARDED_BY(mu_);  // Update's scratch
+  // The fate of each worker's newest sync gradient: {version, applied}.
+  std::vector<std::pair<int64_t, bool>> outcome_ ABSL_GUARDED_BY(mu_);
+  // Deciding store: the newest decisions, oldest first.
+  static constexpr size_t kKeptDecisions = 16;
+  std::deque<StepDecision> decisions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // Following store: the decision for the current version, once it came.
+  std::optional<StepDecision> commit_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_UPDATE_PARAMETER_STORE_H_

@@ -1,0 +1,859 @@
+#include "update/parameter_store.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+constexpr uint64_t kLayout = 42;
+
+StoreConfig SgdConfig(UpdateRule rule, int workers, int replicas) {
+  StoreConfig c;
+  c.layout_fingerprint = kLayout;
+  c.num_floats = 3;
+  c.rule = rule;
+  c.num_workers = workers;
+  c.replicas_to_aggregate = replicas;
+  c.optimizer.name = "sgd";
+  c.optimizer.learning_rate = 1.0f;
+  return c;
+}
+
+std::vector<float> Values(ParameterStore& store, int64_t* version = nullptr) {
+  std::string bytes;
+  int64_t v = 0;
+  absl::Status s = store.Pull(kLayout, 0, absl::Now() + absl::Seconds(1), &bytes, &v);
+  EXPECT_TRUE(s.ok()) << s;
+  if (version) *version = v;
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+absl::StatusOr<PushResult> PushGrad(ParameterStore& store, int worker, int64_t version,
+                                    std::vector<float> g, int examples = 1,
+                                    uint64_t id = 0, int64_t generation = 0) {
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.worker = worker;
+  a.version = version;
+  a.request_id = id;
+  a.num_examples = examples;
+  a.gradients = g.data();
+  a.num_floats = static_cast<int64_t>(g.size());
+  a.generation = generation;
+  return store.Push(a);
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void InitStore(const StoreConfig& c) {
+    bool already = true;
+    std::vector<float> init = {1.0f, 2.0f, 3.0f};
+    ASSERT_TRUE(store_.Init(c, init.data(), &already).ok());
+    EXPECT_FALSE(already);
+  }
+  ParameterStore store_;
+};
+
+TEST_F(StoreTest, SyncWaitsForAllReplicasThenAppliesWeightedMean) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {4, 4, 4}, /*examples=*/3).ok());
+  int64_t v = -1;
+  EXPECT_EQ(Values(store_, &v), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(v, 0);
+  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {0, 8, -4}, /*examples=*/1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->version, 1);
+  // mean = (1*g0 + 3*g1) / 4 = {3, 5, 2}; sgd lr 1.
+  EXPECT_EQ(Values(store_, &v), (std::vector<float>{-2, -3, 1}));
+  EXPECT_EQ(v, 1);
+}
+
+// A caller's own buffer (PushArgs::owned) is kept by swapping: the step
+// comes out the same as from copied gradients, and the caller gets back
+// another buffer, which its next push may fill.
+TEST_F(StoreTest, SyncKeepsAnOwnedGradientBySwappingIt) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  std::vector<float> mine = {4, 4, 4};
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.worker = 1;
+  a.num_examples = 3;
+  a.gradients = mine.data();
+  a.num_floats = 3;
+  a.owned = &mine;
+  ASSERT_TRUE(store_.Push(a).ok());
+  EXPECT_NE(mine, (std::vector<float>{4, 4, 4}));  // the store kept the gradient
+  mine.assign({9, 9, 9});                          // and its buffer is the caller's again
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {0, 8, -4}, /*examples=*/1).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{-2, -3, 1}));  // as in the test above
+  // A dropped push (stale: version 0 again) leaves the buffer alone.
+  std::vector<float> late = {7, 7, 7};
+  a.gradients = late.data();
+  a.owned = &late;
+  absl::StatusOr<PushResult> r = store_.Push(a);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(late, (std::vector<float>{7, 7, 7}));
+}
+
+TEST_F(StoreTest, MovingStatisticsAreAveragedWithTheirMomentumNotTrained) {
+  // Value 1 is a BatchNormalization moving statistic with momentum 0.75:
+  // the step's (example-weighted) mean of the pushed values moves it a
+  // quarter of the way; values 0 and 2 take the optimizer's (sgd, lr 1).
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
+  c.moving_statistics = {{1, 1, 0.75f}};
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 10, 1}, /*examples=*/1).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {1, 30, 1}, /*examples=*/3).ok());
+  // mean pushed statistic (10 + 3 * 30) / 4 = 25; 0.75 * 2 + 0.25 * 25.
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 0.75f * 2 + 0.25f * 25, 2}));
+}
+
+TEST_F(StoreTest, AsyncMovesAMovingStatisticOnEveryPush) {
+  StoreConfig c = SgdConfig(UpdateRule::kAsync, 2, 1);
+  c.optimizer.name = "adam";  // slots for the statistic are never read
+  c.optimizer.learning_rate = 0.5f;
+  c.moving_statistics = {{0, 2, 0.5f}};
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {5, 6, 0}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {-1, 2, 0}).ok());
+  // 1 -> 3 -> 1; 2 -> 4 -> 3; the trainable value 3 sees zero gradients.
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 3, 3}));
+}
+
+TEST(StoreConfigTest, RefusesOverlappingOrOutOfRangeMovingStatistics) {
+  for (std::vector<MovingStatistic> bad :
+       {std::vector<MovingStatistic>{{2, 2, 0.9f}}, {{0, 2, 0.9f}, {1, 1, 0.9f}},
+        {{0, 1, 1.5f}}, {{0, 1, std::numeric_limits<float>::quiet_NaN()}}}) {
+    ParameterStore store;
+    StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+    c.moving_statistics = bad;
+    std::vector<float> init = {1, 2, 3};
+    bool already = false;
+    absl::Status s = store.Init(c, init.data(), &already);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("moving statistic"), std::string::npos) << s;
+  }
+}
+
+TEST_F(StoreTest, SyncResultDoesNotDependOnArrivalOrder) {
+  std::vector<float> a = {0.1f, 0.7f, 1e-3f}, b = {0.3f, -0.2f, 7.0f}, c = {1e4f, 3.3f, 0.01f};
+  auto run = [&](std::vector<int> order) {
+    ParameterStore store;
+    bool already;
+    std::vector<float> init = {1, 2, 3};
+    EXPECT_TRUE(store.Init(SgdConfig(UpdateRule::kSync, 3, 3), init.data(), &already).ok());
+    std::vector<std::vector<float>> g = {a, b, c};
+    for (int w : order) EXPECT_TRUE(PushGrad(store, w, 0, g[w], w + 1).ok());
+    return Values(store);
+  };
+  std::vector<float> first = run({0, 1, 2});
+  EXPECT_EQ(first, run({2, 0, 1}));
+  EXPECT_EQ(first, run({1, 2, 0}));
+}
+
+TEST_F(StoreTest, SyncBackupWorkerGradientIsDroppedAndCounted) {
+  InitStore(SgdConfig(UpdateRule::kSync, 3, 2));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 0, {1, 1, 1}).ok());
+  absl::StatusOr<PushResult> late = PushGrad(store_, 1, 0, {100, 100, 100});
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->applied);
+  EXPECT_EQ(late->staleness, 1);
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(store_.stats().pushes_dropped_stale, 1);
+  EXPECT_EQ(store_.stats().steps_applied, 1);
+}
+
+TEST_F(StoreTest, FutureVersionWrongSizeAndNonFiniteAreRejectedAndChangeNothing) {
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 5, {1, 1, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("version 5"), std::string::npos);
+  r = PushGrad(store_, 0, 0, {1, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 0, 0, {1, std::nanf(""), 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 0, 0, {1, INFINITY, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 7, 0, {1, 1, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = PushGrad(store_, 0, 0, {1, 1, 1}, /*examples=*/0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("num_examples must be >= 1"), std::string::npos);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+  const StoreStats st = store_.stats();
+  EXPECT_EQ(st.pushes_applied + st.pushes_dropped_stale + st.steps_applied, 0);
+}
+
+TEST(StoreNonFiniteTest, LongGradientsAreScannedEverywhere) {
+  // Long enough for the blocked scan and its tail.
+  const int n = 1000;
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    for (int pos : {0, 15, 16, 500, 991, 999}) {
+      ParameterStore store;
+      StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+      c.num_floats = n;
+      std::vector<float> init(n, 1.0f);
+      bool already;
+      ASSERT_TRUE(store.Init(c, init.data(), &already).ok());
+      std::vector<float> g(n, 1e30f);
+      g[pos] = -0.0f;
+      PushArgs a;
+      a.layout_fingerprint = kLayout;
+      a.num_examples = 1;
+      a.gradients = g.data();
+      a.num_floats = n;
+      EXPECT_TRUE(store.Push(a).ok()) << "finite values refused, pos " << pos;
+      g[pos] = bad;
+      a.version = 1;
+      absl::StatusOr<PushResult> r = store.Push(a);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+          << bad << " at " << pos;
+    }
+  }
+}
+
+// A shard large enough for its passes to run on several threads: a bad
+// value in any thread's range is found, and sync steps with adam end bit
+// for bit where one thread ends them.
+TEST(StoreThreadsTest, LargeShardsSplitOverThreadsGiveTheSameBits) {
+  const int n = (256 << 10) * 3 + 17;  // three ranges and a tail
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 3, 4}) {
+    ParameterStore store(threads);
+    StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
+    c.num_floats = n;
+    c.optimizer.name = "adam";
+    c.optimizer.learning_rate = 0.01f;
+    std::vector<float> init(n);
+    for (int i = 0; i < n; ++i) init[i] = std::sin(0.001f * i);
+    bool already;
+    ASSERT_TRUE(store.Init(c, init.data(), &already).ok());
+    for (int pos : {0, n / 3 + 5, n - 1}) {
+      std::vector<float> bad(n, 0.5f);
+      bad[pos] = std::nanf("");
+      PushArgs a;
+      a.layout_fingerprint = kLayout;
+      a.num_examples = 1;
+      a.gradients = bad.data();
+      a.num_floats = n;
+      EXPECT_EQ(store.Push(a).status().code(), absl::StatusCode::kInvalidArgument)
+          << "NaN at " << pos << " with " << threads << " threads";
+    }
+    for (int64_t step = 0; step < 3; ++step) {
+      for (int w = 0; w < 2; ++w) {
+        std::vector<float> g(n);
+        for (int i = 0; i < n; ++i) g[i] = std::cos(0.01f * i + w + step);
+        ASSERT_TRUE(PushGrad(store, w, step, g, 1 + w).ok());
+      }
+    }
+    int64_t version = 0;
+    results.push_back(Values(store, &version));
+    EXPECT_EQ(version, 3);
+    // A pull into a buffer of the right size copies on every thread.
+    std::string sized(n * sizeof(float), '\x7f');
+    int64_t v = 0;
+    ASSERT_TRUE(store.Pull(kLayout, 0, absl::Now() + absl::Seconds(1), &sized, &v).ok());
+    EXPECT_EQ(std::memcmp(sized.data(), results.back().data(), sized.size()), 0)
+        << threads << " threads";
+  }
+  for (size_t k = 1; k < results.size(); ++k) {
+    EXPECT_EQ(std::memcmp(results[k].data(), results[0].data(), n * sizeof(float)), 0)
+        << "threads changed the result";
+  }
+}
+
+TEST_F(StoreTest, DuplicateRequestIdIsAppliedOnce) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
+  absl::StatusOr<PushResult> a = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);
+  absl::StatusOr<PushResult> b = PushGrad(store_, 0, 0, {1, 1, 1}, 1, 77);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->version, b->version);
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(store_.stats().pushes_duplicate, 1);
+}
+
+TEST_F(StoreTest, AsyncAppliesEveryPushHoweverStale) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 2, 1));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 0, 0}).ok());  // staleness 0
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {0, 1, 0}).ok());  // staleness 1
+  for (int i = 0; i < 40; ++i) {
+    absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {0, 0, 1});  // 2 .. 41
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->applied);
+    EXPECT_EQ(r->staleness, 2 + i);
+  }
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 3 - 40}));  // sgd, lr 1, from {1, 2, 3}
+  const StoreStats st = store_.stats();
+  EXPECT_EQ(st.pushes_dropped_stale, 0);
+  EXPECT_EQ(st.pushes_applied, 42);
+  EXPECT_EQ(st.version, 42);
+  EXPECT_EQ(st.staleness_max, 41);
+  EXPECT_EQ(st.staleness_sum, 1 + (2 + 41) * 40 / 2);
+}
+
+// Two ps get the same async pushes in opposite orders (so at other
+// versions): they apply the same set, and their digests agree; a set that
+// differs by one push does not.
+TEST(AsyncDigestTest, SamePushesAnyOrderSameDigest) {
+  ParameterStore a, b, c;
+  for (ParameterStore* s : {&a, &b, &c}) {
+    bool already = false;
+    std::vector<float> zeros(3, 0.0f);
+    ASSERT_TRUE(s->Init(SgdConfig(UpdateRule::kAsync, 3, 1), zeros.data(), &already).ok());
+  }
+  struct P {
+    int worker;
+    uint64_t id;
+  };
+  const std::vector<P> pushes = {{0, 11}, {1, 21}, {2, 31}, {0, 12}, {1, 22}};
+  for (const P& p : pushes) ASSERT_TRUE(PushGrad(a, p.worker, 0, {1, 1, 1}, 1, p.id).ok());
+  for (auto it = pushes.rbegin(); it != pushes.rend(); ++it) {
+    ASSERT_TRUE(PushGrad(b, it->worker, 0, {1, 1, 1}, 1, it->id).ok());
+  }
+  for (size_t i = 0; i + 1 < pushes.size(); ++i) {
+    ASSERT_TRUE(PushGrad(c, pushes[i].worker, 0, {1, 1, 1}, 1, pushes[i].id).ok());
+  }
+  ASSERT_TRUE(PushGrad(c, 2, 0, {1, 1, 1}, 1, 22).ok());  // worker 2, not 1
+  EXPECT_EQ(a.stats().applied_digest, b.stats().applied_digest);
+  EXPECT_NE(a.stats().applied_digest, c.stats().applied_digest);
+  EXPECT_EQ(a.stats().pushes_applied, 5);
+  EXPECT_EQ(c.stats().pushes_applied, 5);
+}
+
+ParameterStore::SharedValues Shared(ParameterStore& store, int64_t min_version = 0) {
+  ParameterStore::SharedValues out;
+  int64_t v = 0;
+  absl::Status s = store.PullShared(kLayout, min_version, absl::Now() + absl::Seconds(1), &out, &v);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+// PullShared hands out the store's own values. An update made while a
+// reader holds them goes to a copy and leaves the reader's values as they
+// were; one made when nobody holds them runs in place; the buffer a reader
+// let go of is used again rather than a new one.
+TEST_F(StoreTest, SharedValuesAreNeverWrittenWhileHeldAndReusedOnceLetGo) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
+  const float* first;
+  {
+    ParameterStore::SharedValues held = Shared(store_);
+    first = held->data();
+    ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+    EXPECT_EQ(*held, (std::vector<float>{1, 2, 3})) << "written while held";
+    ParameterStore::SharedValues now = Shared(store_);
+    EXPECT_EQ(*now, (std::vector<float>{0, 1, 2}));
+    EXPECT_NE(now->data(), first);
+  }
+  // Nobody holds the values: the next update runs in place.
+  const float* second = Shared(store_)->data();
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {1, 1, 1}).ok());
+  ParameterStore::SharedValues after = Shared(store_);
+  EXPECT_EQ(*after, (std::vector<float>{-1, 0, 1}));
+  EXPECT_EQ(after->data(), second) << "copied though nobody held the values";
+  // Held again: the update copies into the first buffer, which its reader
+  // let go of, not into a new one.
+  ASSERT_TRUE(PushGrad(store_, 0, 2, {1, 1, 1}).ok());
+  EXPECT_EQ(*after, (std::vector<float>{-1, 0, 1}));
+  ParameterStore::SharedValues latest = Shared(store_);
+  EXPECT_EQ(*latest, (std::vector<float>{-2, -1, 0}));
+  EXPECT_EQ(latest->data(), first);
+  // Pull (the copying one) and a snapshot see the same values.
+  EXPECT_EQ(Values(store_), *latest);
+  StoreSnapshot snap;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
+  EXPECT_EQ(snap.values, *latest);
+}
+
+// A restore while a reader holds the values leaves the reader's alone.
+TEST_F(StoreTest, ARestoreDoesNotWriteHeldValues) {
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
+  ParameterStore::SharedValues held = Shared(store_);
+  StoreSnapshot state;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &state).ok());
+  state.values = {7, 8, 9};
+  ASSERT_TRUE(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1), state).ok());
+  EXPECT_EQ(*held, (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(*Shared(store_), (std::vector<float>{7, 8, 9}));
+}
+
+// Readers that hold and re-read the values while other threads push: a
+// held buffer never changes, and every read matches its version.
+TEST(StoreSharedValuesTest, HeldValuesStayPutUnderConcurrentPushes) {
+  ParameterStore store;
+  StoreConfig c = SgdConfig(UpdateRule::kAsync, 2, 1);
+  c.num_floats = 4096;
+  c.optimizer.learning_rate = 1.0f / 64;
+  bool already = false;
+  const std::vector<float> init(c.num_floats, 1.0f);
+  ASSERT_TRUE(store.Init(c, init.data(), &already).ok());
+  // The pushers go on until the reader is done (at most kMaxPushes each,
+  // which keeps every value exact in fp32).
+  constexpr int kMaxPushes = 20000;
+  std::atomic<bool> reading{true};
+  std::atomic<int64_t> pushed{0};
+  std::vector<std::thread> pushers;
+  for (int w = 0; w < 2; ++w) {
+    pushers.emplace_back([&, w] {
+      const std::vector<float> g(c.num_floats, 1.0f);
+      for (int k = 0; k < kMaxPushes && reading; ++k) {
+        PushArgs a;
+        a.layout_fingerprint = kLayout;
+        a.worker = w;
+        a.request_id = static_cast<uint64_t>(k + 1);
+        a.num_examples = 1;
+        a.gradients = g.data();
+        a.num_floats = c.num_floats;
+        EXPECT_TRUE(store.Push(a).ok());
+        ++pushed;
+      }
+    });
+  }
+  std::string failure;
+  for (int r = 0; r < 300 && failure.empty(); ++r) {
+    ParameterStore::SharedValues v;
+    int64_t version = 0;
+    ASSERT_TRUE(store.PullShared(kLayout, 0, absl::Now() + absl::Seconds(5), &v, &version).ok());
+    // 1 - version / 64 is exact in fp32 for these versions.
+    const float expect = 1.0f - static_cast<float>(version) / 64;
+    const int64_t until = pushed + 4;  // held while a few pushes are made
+    for (int pass = 0; failure.empty() && (pass < 2 || (pushed < until && pass < 1000));
+         ++pass) {
+      for (float x : *v) {
+        if (x != expect) {
+          failure = absl::StrCat("version ", version, ": read ", x, ", not ", expect,
+                                 " (pass ", pass, ")");
+          break;
+        }
+      }
+      std::this_thread::yield();
+    }
+  }
+  reading = false;
+  for (std::thread& t : pushers) t.join();
+  EXPECT_EQ(failure, "");
+  EXPECT_EQ(store.stats().version, pushed.load());
+}
+
+TEST_F(StoreTest, PullWaitsForVersion) {
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  std::thread pusher([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  });
+  std::string bytes;
+  int64_t v = 0;
+  absl::Status s = store_.Pull(kLayout, 1, absl::Now() + absl::Seconds(30), &bytes, &v);
+  pusher.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(v, 1);
+  s = store_.Pull(kLayout, 5, absl::Now() + absl::Milliseconds(10), &bytes, &v);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(StoreTest, PullBeforeInitIsUnavailableAndWrongLayoutRefused) {
+  std::string bytes;
+  int64_t v;
+  EXPECT_EQ(store_.Pull(kLayout, 0, absl::Now(), &bytes, &v).code(),
+            absl::StatusCode::kUnavailable);
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  EXPECT_EQ(store_.Pull(kLayout + 1, 0, absl::Now(), &bytes, &v).code(),
+            absl::StatusCode::kFailedPrecondition);
+  bool already = false;
+  std::vector<float> init = {9, 9, 9};
+  ASSERT_TRUE(store_.Init(SgdConfig(UpdateRule::kSync, 1, 1), init.data(), &already).ok());
+  EXPECT_TRUE(already);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+  StoreConfig other = SgdConfig(UpdateRule::kSync, 1, 1);
+  other.layout_fingerprint = 7;
+  EXPECT_EQ(store_.Init(other, init.data(), &already).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(StoreTest, BadReplicasRefused) {
+  bool already;
+  std::vector<float> init = {1, 2, 3};
+  absl::Status s = store_.Init(SgdConfig(UpdateRule::kSync, 2, 3), init.data(), &already);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("got 3"), std::string::npos);
+}
+
+// --- Fault tolerance: membership, generations, checkpoints --------------
+
+TEST_F(StoreTest, SyncStepCompletesWhenTheChiefTakesALostWorkerOut) {
+  InitStore(SgdConfig(UpdateRule::kSync, 3, 3));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {3, 3, 3}).ok());  // worker 1 then dies
+  EXPECT_EQ(store_.stats().version, 0);                 // waits for worker 2
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {true, false, true}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 0, {1, 1, 1}).ok());
+  int64_t version = 0;
+  // Worker 1's half-done gradient was discarded: the mean of 0 and 2 only.
+  EXPECT_EQ(Values(store_, &version), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(version, 1);
+  // While out, its pushes are dropped; once back, steps wait for it again.
+  absl::StatusOr<PushResult> r = PushGrad(store_, 1, 1, {5, 5, 5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {true, true, true}).ok());
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {0, 0, 0}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 1, {0, 0, 0}).ok());
+  EXPECT_EQ(store_.stats().version, 1);
+  ASSERT_TRUE(PushGrad(store_, 1, 1, {3, 3, 3}).ok());
+  EXPECT_EQ(store_.stats().version, 2);
+  EXPECT_EQ(store_.SetActiveWorkers(kLayout, {true}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, RemovingTheLastMissingWorkerAppliesThePendingStep) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {true, false}).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+}
+
+TEST_F(StoreTest, RestoreRollsBackValuesSlotsAndVersionAndAbortsOldGenerations) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+  c.optimizer.name = "adam";
+  c.optimizer.learning_rate = 0.1f;
+  c.optimizer.beta1 = 0.9f;
+  c.optimizer.beta2 = 0.999f;
+  c.optimizer.epsilon = 1e-7f;
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, -1, 2}).ok());
+  StoreSnapshot snap;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
+  EXPECT_EQ(snap.version, 1);
+  ASSERT_EQ(snap.optimizer.slots.size(), 2u);
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {3, 3, 3}).ok());
+  const std::vector<float> after_two = Values(store_);
+
+  // Roll back to the snapshot under a new generation.
+  snap.generation = 1;
+  ASSERT_TRUE(store_.Restore(c, snap).ok());
+  int64_t version = -1;
+  EXPECT_EQ(Values(store_, &version), snap.values);
+  EXPECT_EQ(version, 1);
+  // A gradient of the old generation is refused, not applied.
+  absl::StatusOr<PushResult> old = PushGrad(store_, 0, 1, {3, 3, 3});
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(store_.stats().version, 1);
+  // The same gradient of the new generation gives the same weights as
+  // before the rollback: the optimizer's slots came back too.
+  std::vector<float> g = {3, 3, 3};
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.num_examples = 1;
+  a.version = 1;
+  a.generation = 1;
+  a.gradients = g.data();
+  a.num_floats = 3;
+  ASSERT_TRUE(store_.Push(a).ok());
+  EXPECT_EQ(Values(store_), after_two);
+}
+
+TEST_F(StoreTest, RestoreInitialisesAnEmptyStoreAndRefusesAnotherLayout) {
+  StoreSnapshot snap;
+  snap.version = 7;
+  snap.generation = 2;
+  snap.values = {4, 5, 6};
+  const StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1);
+  ASSERT_TRUE(store_.Restore(c, snap).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(store_, &version), (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(version, 7);
+  EXPECT_EQ(store_.stats().generation, 2);
+  StoreConfig other = c;
+  other.layout_fingerprint = kLayout + 1;
+  EXPECT_EQ(store_.Restore(other, snap).code(), absl::StatusCode::kFailedPrecondition);
+  snap.values = {1, 2};
+  EXPECT_EQ(store_.Restore(c, snap).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values(store_), (std::vector<float>{4, 5, 6}));
+}
+
+TEST_F(StoreTest, PullOfAnOldGenerationIsAbortedWhenARestoreHappens) {
+  InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
+  StoreSnapshot snap;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
+  snap.generation = 1;
+  std::thread restorer([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(store_.Restore(SgdConfig(UpdateRule::kSync, 1, 1), snap).ok());
+  });
+  std::string bytes;
+  int64_t version = 0;
+  absl::Status s = store_.Pull(kLayout, 5, absl::Now() + absl::Seconds(10), &bytes, &version,
+                               /*generation=*/0);
+  restorer.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+}
+
+TEST_F(StoreTest, SkipPolicySkipsTheWholeSyncStepWithANonFiniteGradient) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
+  c.skip_nonfinite = true;
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {NAN, 1, 1}).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(store_, &version), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 1);
+  EXPECT_EQ(store_.stats().pushes_applied, 2);
+  // The next step applies normally.
+  ASSERT_TRUE(PushGrad(store_, 0, 1, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 1, {1, 1, 1}).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+}
+
+TEST_F(StoreTest, SkipPolicyInAsyncSkipsThatPushOnly) {
+  StoreConfig c = SgdConfig(UpdateRule::kAsync, 1, 1);
+  c.skip_nonfinite = true;
+  InitStore(c);
+  absl::StatusOr<PushResult> r = PushGrad(store_, 0, 0, {INFINITY, 0, 0});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 1);
+}
+
+TEST_F(StoreTest, ADiscardedNonFiniteGradientDoesNotSkipTheStep) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 3, 3);
+  c.skip_nonfinite = true;
+  InitStore(c);
+  ASSERT_TRUE(PushGrad(store_, 0, 0, {-INFINITY, 0, 0}).ok());
+  ASSERT_TRUE(store_.SetActiveWorkers(kLayout, {false, true, true}).ok());
+  ASSERT_TRUE(PushGrad(store_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(store_, 2, 0, {1, 1, 1}).ok());
+  EXPECT_EQ(Values(store_), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(store_.stats().steps_skipped_nonfinite, 0);
+}
+
+TEST_F(StoreTest, RefusesValuesThatWouldOverflow) {
+  StoreConfig c = SgdConfig(UpdateRule::kSync, 1, 1);
+  c.num_workers = 1 << 30;
+  c.replicas_to_aggregate = 1;
+  bool already = false;
+  std::vector<float> init = {1, 2, 3};
+  EXPECT_EQ(store_.Init(c, init.data(), &already).code(), absl::StatusCode::kInvalidArgument);
+  InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
+  EXPECT_EQ(PushGrad(store_, 0, std::numeric_limits<int64_t>::min(), {1, 1, 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  StoreSnapshot snap;
+  snap.values = {1, 2, 3};
+  snap.version = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1), snap).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values(store_), (std::vector<float>{1, 2, 3}));
+}
+
+TEST_F(StoreTest, AWaitingPullOfAStoreShuttingDownIsUnavailableNotCancelled) {
+  // A worker must retry a ps that goes away (it may come back, or the chief
+  // ends the run), not take it as a request to stop training.
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  std::thread canceller([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    store_.Cancel();
+  });
+  std::string bytes;
+  int64_t version = 0;
+  absl::Status s = store_.Pull(kLayout, 1, absl::Now() + absl::Seconds(30), &bytes, &version);
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(s.message(), "parameter server is shutting down");
+}
+
+// --- Sync with several ps: one store decides, the others follow ---------
+
+class DecideFollowTest : public ::testing::Test {
+ protected:
+  // Three workers, two replicas per step: one backup worker.
+  void Init(int workers = 3, int replicas = 2, bool skip_nonfinite = false) {
+    StoreConfig c = SgdConfig(UpdateRule::kSync, workers, replicas);
+    c.skip_nonfinite = skip_nonfinite;
+    std::vector<float> init = {1.0f, 2.0f, 3.0f};
+    bool already = false;
+    ASSERT_TRUE(leader_.Init(c, init.data(), &already).ok());
+    c.step_role = StepRole::kFollow;
+    ASSERT_TRUE(follower_.Init(c, init.data(), &already).ok());
+  }
+  // The leader's decision with a sequence above `after`.
+  StepDecision Decision(int64_t after = 0) {
+    StepDecision d;
+    EXPECT_TRUE(leader_.NextDecision(after, absl::Now() + absl::Seconds(1), &d));
+    return d;
+  }
+  ParameterStore leader_;
+  ParameterStore follower_;
+};
+
+TEST_F(DecideFollowTest, FollowerAppliesExactlyTheMembersTheLeaderChose) {
+  Init();
+  // Worker 1's gradient reaches the follower first and the leader last:
+  // each store on its own would have put a different pair in the step.
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {9, 9, 9}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 2, 0, {2, 2, 2}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {4, 4, 4}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 2, 0, {2, 2, 2}).ok());
+  EXPECT_EQ(follower_.stats().version, 0) << "a following store closed a step on its own";
+  const StepDecision d = Decision();
+  EXPECT_EQ(d.version, 0);
+  EXPECT_EQ(d.members, (std::vector<bool>{true, false, true}));
+  absl::StatusOr<PushResult> late = PushGrad(leader_, 1, 0, {9, 9, 9});
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->applied);
+  // Worker 0's gradient has not reached the follower yet: it waits.
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());
+  EXPECT_EQ(follower_.stats().version, 0);
+  EXPECT_EQ(follower_.StepOutcome(1, 0), std::optional<bool>(false));
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {4, 4, 4}).ok());
+  int64_t version = 0;
+  // mean of workers 0 and 2 = {3, 3, 3}; sgd lr 1: the same on both.
+  EXPECT_EQ(Values(follower_, &version), (std::vector<float>{-2, -1, 0}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(Values(leader_), (std::vector<float>{-2, -1, 0}));
+  for (ParameterStore* s : {&leader_, &follower_}) {
+    EXPECT_EQ(s->StepOutcome(0, 0), std::optional<bool>(true));
+    EXPECT_EQ(s->StepOutcome(1, 0), std::optional<bool>(false));
+    EXPECT_EQ(s->StepOutcome(2, 0), std::optional<bool>(true));
+  }
+  const StoreStats a = leader_.stats(), b = follower_.stats();
+  EXPECT_EQ(a.pushes_applied, 2);
+  EXPECT_EQ(b.pushes_applied, 2);
+  EXPECT_EQ(a.pushes_dropped_stale, 1);
+  EXPECT_EQ(b.pushes_dropped_stale, 1);
+  EXPECT_EQ(a.applied_digest, b.applied_digest);
+  EXPECT_NE(a.applied_digest, 0u);
+  EXPECT_EQ(b.steps_torn, 0);
+}
+
+TEST_F(DecideFollowTest, AGradientLeftOutArrivingAfterTheDecisionIsDroppedAtOnce) {
+  Init();
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, Decision()).ok());
+  absl::StatusOr<PushResult> r = PushGrad(follower_, 2, 0, {5, 5, 5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  EXPECT_EQ(Values(follower_), Values(leader_));
+  EXPECT_EQ(follower_.stats().applied_digest, leader_.stats().applied_digest);
+}
+
+TEST_F(DecideFollowTest, AMemberLostBeforeItsGradientArrivedIsLeftOutAndCounted) {
+  Init(2, 2);
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 1, 0, {3, 3, 3}).ok());  // worker 1 then dies
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, Decision()).ok());
+  EXPECT_EQ(follower_.stats().version, 0);  // waits for worker 1
+  ASSERT_TRUE(follower_.SetActiveWorkers(kLayout, {true, false}).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(follower_, &version), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(follower_.stats().steps_torn, 1);
+}
+
+TEST_F(DecideFollowTest, SetWorkersDoesNotDropAFollowersPendingGradient) {
+  Init(3, 3);
+  // Worker 2 is lost after its push reached both; the leader had already
+  // closed the step with it (all three were in).
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(PushGrad(follower_, w, 0, {1, 1, 1}).ok());
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(PushGrad(leader_, w, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.SetActiveWorkers(kLayout, {true, true, false}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, Decision()).ok());
+  EXPECT_EQ(follower_.stats().pushes_applied, 3);
+  EXPECT_EQ(follower_.stats().steps_torn, 0);
+  EXPECT_EQ(follower_.stats().applied_digest, leader_.stats().applied_digest);
+}
+
+TEST_F(DecideFollowTest, TheLeadersSkipIsFollowed) {
+  Init(2, 2, /*skip_nonfinite=*/true);
+  // Only the leader's shard of worker 1's gradient holds a NaN.
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(leader_, 1, 0, {NAN, 1, 1}).ok());
+  const StepDecision d = Decision();
+  EXPECT_TRUE(d.skip);
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());
+  int64_t version = 0;
+  EXPECT_EQ(Values(follower_, &version), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(follower_.stats().steps_skipped_nonfinite, 1);
+}
+
+TEST_F(DecideFollowTest, CommitChecksItsDecision) {
+  Init(2, 2);
+  StepDecision d;
+  d.layout_fingerprint = kLayout;
+  d.members = {true, true};
+  d.version = 1;
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kUnavailable);  // ahead
+  d.version = 0;
+  d.generation = 3;
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kAborted);
+  d.generation = 0;
+  EXPECT_EQ(follower_.Commit(kLayout + 1, d).code(), absl::StatusCode::kFailedPrecondition);
+  d.members = {true};
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kInvalidArgument);
+  d.members = {false, false};
+  EXPECT_EQ(follower_.Commit(kLayout, d).code(), absl::StatusCode::kInvalidArgument);
+  d.members = {true, true};
+  EXPECT_EQ(leader_.Commit(kLayout, d).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());  // resent while waiting
+  ASSERT_TRUE(PushGrad(follower_, 0, 0, {1, 1, 1}).ok());
+  ASSERT_TRUE(PushGrad(follower_, 1, 0, {1, 1, 1}).ok());
+  EXPECT_EQ(follower_.stats().version, 1);
+  ASSERT_TRUE(follower_.Commit(kLayout, d).ok());  // resent after it was applied
+  EXPECT_EQ(follower_.stats().version, 1);
+  EXPECT_EQ(follower_.stats().steps_applied, 1);
+}
+
+TEST_F(DecideFollowTest, DecisionsComeInOrderAndCancelEndsTheWait) {
+  Init(1, 1);
+  for (int v = 0; v < 3; ++v) ASSERT_TRUE(PushGrad(leader_, 0, v, {1, 1, 1}).ok());
+  StepDecision d = Decision();
+  EXPECT_EQ(d.version, 0);
+  d = Decision(d.sequence);
+  EXPECT_EQ(d.version, 1);
+  d = Decision(d.sequence);
+  EXPECT_EQ(d.version, 2);
+  std::thread canceller([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    leader_.Cancel();
+  });
+  EXPECT_FALSE(leader_.NextDecision(d.sequence, absl::Now() + absl::Seconds(30), &d));
+  canceller.join();
+}
+
+TEST_F(DecideFollowTest, ARestoreStartsAfreshButSequencesKeepRising) {
+  Init(1, 1);
+  ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
+  const StepDecision first = Decision();
+  StoreSnapshot snap;
+  ASSERT_TRUE(leader_.Snapshot(kLayout, &snap).ok());
+  snap.generation = 1;
+  ASSERT_TRUE(leader_.Restore(SgdConfig(UpdateRule::kSync, 1, 1), snap).ok());
+  StepDecision d;
+  EXPECT_FALSE(leader_.NextDecision(first.sequence, absl::Now(), &d));
+  ASSERT_TRUE(PushGrad(leader_, 0, 1, {1, 1, 1}, 1, 0, /*generation=*/1).ok());
+  d = Decision(first.sequence);
+  EXPECT_GT(d.sequence, first.sequence);
+  EXPECT_EQ(d.generation, 1);
+  EXPECT_EQ(d.version, 1);
+}
+
+}  // namespace
+}  // namespace pscluster

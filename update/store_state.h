@@ -1,0 +1,38 @@
+// Conversions between the wire's forms of a store (InitRequest, ShardState
+// in proto/ps.proto) and ParameterStore's own (StoreConfig, StoreSnapshot).
+// A ps's service uses them for Init, Snapshot and Restore; a worker under
+// multi_worker_mirrored uses them for the replica it keeps of the whole
+// model (update/model_replica.h). Plain functions: thread-safe.
+#ifndef PSCLUSTER_UPDATE_STORE_STATE_H_
+#define PSCLUSTER_UPDATE_STORE_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "update/parameter_store.h"
+#include "proto/ps.pb.h"
+
+namespace pscluster {
+
+// Float32 values from protobuf bytes (which may not be float-aligned).
+// InvalidArgument naming `what` when the bytes are not whole float32s.
+absl::Status BytesToFloats(const std::string& bytes, const char* what, std::vector<float>* out);
+
+// The store configuration `init` asks for, for `num_floats` values (its
+// shards must add up to them). InvalidArgument naming the bad field.
+absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t num_floats,
+                                                StepRole role);
+
+// A ShardState's values, slots, version and generation as a store
+// snapshot. InvalidArgument naming the field whose bytes are not float32s.
+absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state);
+
+// The reverse: fills out's version, generation, values, slots and
+// optimizer iterations (not its layout or shards).
+void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_UPDATE_STORE_STATE_H_

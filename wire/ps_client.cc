@@ -1,0 +1,493 @@
+#include "wire/ps_client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+namespace {
+
+// finish() asks for the ps to be called again (an injected fault, or a ps
+// of an older generation than wanted).
+absl::Status CallAgain(const std::string& why) { return absl::UnavailableError(why); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
+    const ClusterSpec& cluster, const Placement* placement,
+    const PsClientOptions& options) {
+  if (cluster.num_tasks(kPsJob) != placement->num_ps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the cluster lists ", cluster.num_tasks(kPsJob),
+                     " ps tasks but the training plan has ", placement->num_ps));
+  }
+  std::unique_ptr<PsClient> c(new PsClient());
+  c->options_ = options;
+  c->placement_ = placement;
+  for (int index : cluster.task_indices(kPsJob)) {
+    absl::StatusOr<std::string> address = cluster.address(kPsJob, index);
+    if (!address.ok()) return address.status();
+    PerPs p;
+    p.address = *address;
+    p.stub = ParameterServer::NewStub(MakeChannel(*address, options.rpc));
+    p.pull_req.set_layout_fingerprint(placement->fingerprint);
+    p.pull_req.set_worker_index(-1);
+    p.push_req.set_layout_fingerprint(placement->fingerprint);
+    if (options.transport == Transport::kTcp) {
+      // Asks the ps for its data port before every dial.
+      ParameterServer::Stub* stub = p.stub.get();
+      auto port_of = [stub, address = *address](absl::Time deadline) -> absl::StatusOr<int> {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(deadline));
+        PsStatsResponse stats;
+        grpc::Status s = stub->GetStats(&ctx, PsStatsRequest(), &stats);
+        if (!s.ok()) return FromGrpcStatus(s, "ask ps " + address + " for its data port");
+        if (stats.data_port() <= 0) {
+          return absl::FailedPreconditionError("ps " + address + " serves no tcp data plane");
+        }
+        return stats.data_port();
+      };
+      p.data = std::make_unique<DataChannel>(
+          *address, port_of, options.rpc.security ? options.rpc.security : ProcessSecurity());
+    }
+    c->ps_.push_back(std::move(p));
+  }
+  c->change_pulls_ = options.worker_index >= 0 && PullsChanges(options.pull_codec.codec);
+  if (c->change_pulls_) {
+    for (PerPs& p : c->ps_) {
+      p.pull_req.set_worker_index(options.worker_index);
+      p.pull_req.set_delta_reset(true);
+    }
+  }
+  c->pull_base_.assign(c->ps_.size(), 0);
+  c->versions_.assign(c->ps_.size(), 0);
+  c->generations_.assign(c->ps_.size(), 0);
+  int64_t largest = 0;
+  for (int64_t n : placement->floats_of_ps) largest = std::max(largest, n);
+  c->wire_.resize(largest);
+  if (HasErrorFeedback(options.push_codec.codec)) {
+    int64_t total = 0;
+    for (const Shard& sh : placement->shards) total = std::max(total, sh.offset + sh.size);
+    c->feedback_ = std::make_unique<ErrorFeedback>(total);
+  }
+  // Request ids only need to be unique per worker; a random base keeps a
+  // restarted worker's ids apart from its previous life's.
+  c->next_request_id_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  return c;
+}
+
+void PsClient::ResetErrorFeedback() {
+  if (feedback_ != nullptr) feedback_->Reset();
+}
+
+int64_t PsClient::version() const {
+  return versions_.empty() ? 0 : *std::min_element(versions_.begin(), versions_.end());
+}
+
+int64_t PsClient::generation() const {
+  for (int64_t g : generations_) {
+    if (g != generations_.front()) return -1;
+  }
+  return generations_.empty() ? 0 : generations_.front();
+}
+
+absl::Status PsClient::CallAll(
+    const std::string& what, absl::Duration timeout,
+    const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
+        issue,
+    const std::function<absl::Status(int)>& finish) {
+  last_call_ = CallStats();
+  const absl::Time start = absl::Now();
+  absl::Status s = CallAllRetrying(what, start, timeout, issue, finish);
+  last_call_.duration = absl::Now() - start;
+  return s;
+}
+
+absl::Status PsClient::CallAllRetrying(
+    const std::string& what, absl::Time start, absl::Duration timeout,
+    const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
+        issue,
+    const std::function<absl::Status(int)>& finish) {
+  const absl::Time give_up = start + timeout;
+  const int n = static_cast<int>(ps_.size());
+  std::vector<bool> done(n, false);
+  std::vector<int> attempts(n, 0);
+  std::vector<grpc::Status> last(n);
+  Backoff backoff(options_.retry);
+  while (true) {
+    if (options_.stop != nullptr && *options_.stop) {
+      return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
+    }
+    std::vector<grpc::Status> status(n);
+    std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
+    const int pending = static_cast<int>(std::count(done.begin(), done.end(), false));
+    absl::Notification all_answered;
+    std::atomic<int> outstanding{pending};
+    const absl::Time deadline =
+        std::min(absl::Now() + options_.retry.attempt_timeout,
+                 std::max(give_up, absl::Now() + absl::Milliseconds(100)));
+    for (int i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      ctx[i] = std::make_unique<grpc::ClientContext>();
+      ctx[i]->set_deadline(absl::ToChronoTime(deadline));
+      if (attempts[i] > 0) ++resends_;
+      ++attempts[i];
+      issue(i, ctx[i].get(), [&status, &outstanding, &all_answered, i](grpc::Status s) {
+        status[i] = std::move(s);
+        if (--outstanding == 0) all_answered.Notify();
+      });
+    }
+    // A sync push-pull may wait long for the other workers: look at the
+    // stop flag meanwhile, and cancel what is in flight when it turns.
+    while (!all_answered.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      if (options_.stop != nullptr && *options_.stop) {
+        for (int i = 0; i < n; ++i) {
+          if (ctx[i]) ctx[i]->TryCancel();
+          if (ctx[i] && ps_[i].data) ps_[i].data->Cancel();
+        }
+        all_answered.WaitForNotification();  // the cancelled calls still answer
+        break;
+      }
+    }
+    if (options_.stop != nullptr && *options_.stop) {
+      return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
+    }
+    for (int i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      if (status[i].ok()) {
+        absl::Status f = finish(i);
+        if (f.ok()) {
+          done[i] = true;
+          continue;
+        }
+        if (!absl::IsUnavailable(f)) return f;
+        status[i] = ToGrpcStatus(f);
+      }
+      last[i] = status[i];
+      const std::string target = absl::StrCat(what, " ps:", i, " (", ps_[i].address, ")");
+      // This client cancels its calls only when told to stop (checked
+      // above): a CANCELLED now came from the ps, a server going away
+      // (shut down with the call still waiting), and is retried like any
+      // ps that is down, not taken for a stop.
+      const bool server_cancelled = status[i].error_code() == grpc::StatusCode::CANCELLED;
+      if (!IsRetryable(status[i]) && !server_cancelled) {
+        return FromGrpcStatus(status[i], target);
+      }
+      if (absl::Now() >= give_up) {
+        return RetryExhausted(target, absl::Now() - start, attempts[i], last[i]);
+      }
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
+      return absl::OkStatus();
+    }
+    const absl::Time wake =
+        absl::Now() + std::min(backoff.Next(), std::max(give_up - absl::Now(), absl::ZeroDuration()));
+    while (absl::Now() < wake && !(options_.stop != nullptr && *options_.stop)) {
+      absl::SleepFor(std::min(absl::Milliseconds(50), wake - absl::Now()));
+    }
+  }
+}
+
+absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duration timeout,
+                               int64_t generation) {
+  auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+    ctx->set_wait_for_ready(true);
+    ps_[i].pull_req.set_min_version(min_version);
+    ps_[i].pull_req.set_generation(-1);
+    last_call_.bytes_sent += static_cast<int64_t>(ps_[i].pull_req.ByteSizeLong());
+    ps_[i].stub->async()->Pull(ctx, &ps_[i].pull_req, &ps_[i].pull_resp, std::move(done));
+  };
+  auto finish = [&](int i) -> absl::Status {
+    const PullResponse& r = ps_[i].pull_resp;
+    last_call_.bytes_received += static_cast<int64_t>(r.ByteSizeLong());
+    if (generation >= 0 && r.generation() != generation) {
+      return CallAgain(absl::StrCat("generation ", r.generation(), ", waiting for ",
+                                    generation, " (a restore is under way)"));
+    }
+    const std::string& v = r.values();
+    if (static_cast<int64_t>(v.size()) != placement_->floats_of_ps[i] * 4) {
+      return absl::InternalError(absl::StrCat(
+          "ps ", i, " (", ps_[i].address, ") sent ", v.size(), " bytes; expected ",
+          placement_->floats_of_ps[i] * 4));
+    }
+    ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(v.data()), params);
+    pull_base_[i] = r.delta_seq();  // change pulls: these weights are the base
+    versions_[i] = r.version();
+    generations_[i] = r.generation();
+    return absl::OkStatus();
+  };
+  return CallAll("pull from", timeout, issue, finish);
+}
+
+int64_t PsClient::EncodedPushBytes(int i) const {
+  const CodecOptions exact;
+  int64_t bytes = 0;
+  for (int k : placement_->shards_of_ps[i]) {
+    const Shard& sh = placement_->shards[k];
+    bytes += EncodedBytes(sh.moving_statistic ? exact : options_.push_codec, sh.size);
+  }
+  return bytes;
+}
+
+absl::StatusOr<size_t> PsClient::StreamGradient(int i, const float* grads,
+                                                const Overlap& overlap, size_t have,
+                                                absl::Time deadline) {
+  PerPs& p = ps_[i];
+  std::string* g = p.push_req.mutable_gradients();
+  if (g->size() > have) return g->size();  // a resend: encoded once, sent again
+  const std::vector<int>& order = placement_->shards_of_ps[i];
+  if (p.shards_streamed == order.size()) return g->size();
+  const Shard& next = placement_->shards[order[order.size() - 1 - p.shards_streamed]];
+  if (absl::Status w = overlap.ready->WaitFinalFrom(next.offset, deadline); !w.ok()) {
+    if (absl::IsAborted(w)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the gradient was not computed: ", w.message()));
+    }
+    return w;  // DeadlineExceeded: the attempt is retried
+  }
+  // This shard and every other one final by now, last first.
+  const CodecOptions exact;
+  while (p.shards_streamed < order.size()) {
+    const Shard& sh = placement_->shards[order[order.size() - 1 - p.shards_streamed]];
+    if (!overlap.ready->FinalFrom(sh.offset)) break;
+    const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
+    if (feedback_ != nullptr && !sh.moving_statistic) {
+      feedback_->Encode(o, grads + sh.offset, sh.offset, sh.size, g, &p.topk);
+    } else {
+      Encode(o, grads + sh.offset, sh.size, g);
+    }
+    ++p.shards_streamed;
+  }
+  return g->size();
+}
+
+absl::Status PsClient::PullArrived(int i, float* params, const Overlap& overlap, bool write,
+                                   size_t have) {
+  PerPs& p = ps_[i];
+  if (have == 0) {  // an answer begins (again, when the call was resent)
+    if (p.shards_pulled > 0) pull_torn_ = true;
+    p.shards_pulled = 0;
+    p.pulled_bytes = 0;
+    if (!p.answered) {
+      p.answered = true;
+      p.first_applied = p.push_resp.push().applied();
+      if (answered_.fetch_add(1) + 1 == static_cast<int>(ps_.size()) && overlap.answered) {
+        overlap.answered(ps_[0].first_applied);
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (!write) return absl::OkStatus();
+  if (overlap.params_free != nullptr) overlap.params_free->WaitForNotification();
+  return WritePulledShards(i, absl::string_view(p.push_resp.pull().values()).substr(0, have),
+                           /*delta=*/false, params, overlap.arrived);
+}
+
+absl::Status PsClient::WritePulledShards(int i, absl::string_view values, bool delta,
+                                         float* params, ParamsWatermark* arrived) {
+  PerPs& p = ps_[i];
+  const std::vector<int>& order = placement_->shards_of_ps[i];
+  const CodecOptions exact;
+  while (p.shards_pulled < order.size()) {
+    const Shard& sh = placement_->shards[order[p.shards_pulled]];
+    const CodecOptions& o = sh.moving_statistic ? exact : options_.pull_codec;
+    const int64_t bytes = EncodedBytes(o, sh.size);
+    if (p.pulled_bytes + bytes > static_cast<int64_t>(values.size())) break;
+    absl::string_view in = values.substr(p.pulled_bytes, bytes);
+    const bool add = delta && EffectiveCodec(o, sh.size) != Codec::kFloat32;
+    float* w = params + sh.offset;
+    absl::Status d = add ? DecodeAdd(o, &in, sh.size, w) : Decode(o, &in, sh.size, w);
+    if (!d.ok()) {
+      return absl::InternalError(
+          absl::StrCat("ps ", i, " sent ", sh.variable, ": ", d.message()));
+    }
+    p.pulled_bytes += bytes;
+    ++p.shards_pulled;
+    if (arrived != nullptr) arrived->MarkArrived(sh.offset, sh.offset + sh.size);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::PushPullAll(int worker, int num_examples,
+                                   const float* grads, float* params,
+                                   absl::Duration timeout, const Overlap* overlap) {
+  const int n = static_cast<int>(ps_.size());
+  // Streamed over the tcp data plane; gRPC takes the whole gradient.
+  const bool streamed = overlap != nullptr && ps_[0].data != nullptr;
+  if (overlap != nullptr && !streamed) {
+    absl::Status w = overlap->ready->WaitFinalFrom(0, absl::InfiniteFuture());
+    if (!w.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the gradient was not computed: ", w.message()));
+    }
+  }
+  const uint64_t request_id = ++next_request_id_;
+  ++pushes_sent_;
+  const bool lose_reply =
+      options_.lose_reply_every > 0 && pushes_sent_ % options_.lose_reply_every == 0;
+  const bool duplicate =
+      options_.duplicate_every > 0 && pushes_sent_ % options_.duplicate_every == 0;
+  std::vector<int> answers(n, 0);
+  const int64_t step = version();
+  // Priority pulls write the weights as they arrive; change pulls wait to
+  // be whole.
+  const bool pull_early = streamed && overlap->arrived != nullptr && !change_pulls_;
+  const bool sink = streamed && (overlap->arrived != nullptr || overlap->answered);
+  answered_ = 0;
+  pull_torn_ = false;
+  for (PerPs& p : ps_) {
+    p.answered = false;
+    p.shards_pulled = 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    PushRequest& req = ps_[i].push_req;
+    req.set_worker_index(worker);
+    req.set_version(options_.sync ? step : versions_[i]);
+    req.set_generation(generations_[i]);
+    req.set_request_id(request_id);
+    req.set_num_examples(num_examples);
+    std::string* g = req.mutable_gradients();
+    req.set_shards_reversed(streamed);
+    if (streamed) {
+      // StreamGradient encodes the shards, last first, as backprop makes
+      // them final; the same bytes go again if the call is resent.
+      g->clear();
+      const int64_t bytes = EncodedPushBytes(i);
+      g->reserve(bytes);
+      ps_[i].stream_size = bytes;
+      ps_[i].shards_streamed = 0;
+      if (options_.push_codec.codec != Codec::kFloat32) {
+        req.set_dtype(CodecName(options_.push_codec.codec));
+      }
+    } else if (options_.push_codec.codec == Codec::kFloat32) {
+      g->resize(placement_->floats_of_ps[i] * sizeof(float));
+      GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
+    } else {
+      // Shard by shard, in the ps's order, as the ps decodes them; moving
+      // statistics exact. Encoded once per push: a resend repeats these
+      // bytes, so error feedback counts each gradient once.
+      g->clear();
+      g->reserve(EncodedPushBytes(i));
+      const CodecOptions exact;
+      for (int k : placement_->shards_of_ps[i]) {
+        const Shard& sh = placement_->shards[k];
+        const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
+        if (feedback_ != nullptr && !sh.moving_statistic) {
+          feedback_->Encode(o, grads + sh.offset, sh.offset, sh.size, g);
+        } else {
+          Encode(o, grads + sh.offset, sh.size, g);
+        }
+      }
+      req.set_dtype(CodecName(options_.push_codec.codec));
+    }
+    req.set_codec_min_elements(
+        std::max(options_.push_codec.min_elements, options_.pull_codec.min_elements));
+    if (options_.pull_codec.codec != Codec::kFloat32) {
+      req.set_pull_dtype(CodecName(options_.pull_codec.codec));
+    }
+    req.set_pull_base(change_pulls_ ? pull_base_[i] : 0);
+  }
+  // The tcp data plane's frames carry a header beside each message.
+  const int64_t framing = ps_[0].data ? static_cast<int64_t>(sizeof(FrameHeader)) : 0;
+  auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+    PerPs& p = ps_[i];
+    if (streamed) {
+      // The message as it will be once the whole gradient is in.
+      const int64_t now = static_cast<int64_t>(p.push_req.gradients().size());
+      last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) - now +
+                               static_cast<int64_t>(p.stream_size) + framing;
+      PayloadSource source;
+      source.size = p.stream_size;
+      source.more = [this, i, grads, overlap](size_t have, absl::Time deadline) {
+        return StreamGradient(i, grads, *overlap, have, deadline);
+      };
+      PayloadSink answer;
+      if (sink) {
+        answer.arrived = [this, i, params, overlap, pull_early](size_t have) {
+          return PullArrived(i, params, *overlap, pull_early, have);
+        };
+      }
+      p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
+                            std::move(done), std::move(source), std::move(answer));
+      return;
+    }
+    last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + framing;
+    if (p.data) {
+      p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
+                            std::move(done));
+      return;
+    }
+    p.stub->async()->PushPull(ctx, &p.push_req, &p.push_resp, std::move(done));
+  };
+  auto finish = [&](int i) -> absl::Status {
+    ++answers[i];
+    if (answers[i] == 1 && lose_reply) return CallAgain("injected fault: reply lost");
+    if (answers[i] == 1 && duplicate) return CallAgain("injected fault: push duplicated");
+    last_call_.bytes_received +=
+        static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong()) + framing;
+    last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
+    if (overlap != nullptr && overlap->params_free != nullptr) {
+      overlap->params_free->WaitForNotification();  // the step reading params is done
+    }
+    const PullResponse& pull = ps_[i].push_resp.pull();
+    if (!pull_early &&
+        (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta()))) {
+      // The weights in fp32 (change pulls without a common base too: the
+      // ps restarted, ...).
+      if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
+        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
+                                                " bytes of weights"));
+      }
+      ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
+                    params);
+    } else {
+      // Shard by shard, in the ps's order: written as they arrived
+      // (PullArrived), or now.
+      if (!pull_early) {
+        ps_[i].shards_pulled = 0;
+        ps_[i].pulled_bytes = 0;
+        if (absl::Status w = WritePulledShards(i, pull.values(), pull.delta(), params, nullptr);
+            !w.ok()) {
+          return w;
+        }
+      }
+      if (ps_[i].shards_pulled != placement_->shards_of_ps[i].size() ||
+          ps_[i].pulled_bytes != static_cast<int64_t>(pull.values().size())) {
+        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
+                                                " bytes of weights; ", ps_[i].pulled_bytes,
+                                                " of them were whole shards"));
+      }
+    }
+    versions_[i] = pull.version();
+    generations_[i] = pull.generation();
+    pull_base_[i] = pull.delta_seq();
+    return absl::OkStatus();
+  };
+  absl::Status s = CallAll("push to", timeout, issue, finish);
+  if (overlap != nullptr && overlap->arrived != nullptr) {
+    if (s.ok()) {
+      overlap->arrived->MarkAllArrived();  // change pulls, and over gRPC
+    } else {
+      overlap->arrived->Fail(std::string(s.message()));
+    }
+  }
+  if (!s.ok()) return s;
+  last_push_applied_ = ps_[0].push_resp.push().applied();
+  if (!last_push_applied_) ++pushes_dropped_;
+  for (int i = 1; i < n; ++i) {
+    if (ps_[i].push_resp.push().applied() != last_push_applied_) {
+      ++pushes_disputed_;
+      spdlog::warn("ps:0 {} this worker's gradient of version {} but ps:{} {} it",
+                   last_push_applied_ ? "applied" : "dropped", step, i,
+                   last_push_applied_ ? "dropped" : "applied");
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

@@ -1,0 +1,238 @@
+// PsClient: talks to every parameter server at once. One RPC per ps per
+// call, all in flight together (gRPC's callback API); each carries all of
+// that ps's shards as raw float32 bytes, gathered from and scattered into
+// the model's flat parameter vector by the shared placement.
+//
+// Every call retries a ps that is down or slow (UNAVAILABLE, an attempt's
+// deadline) with back-off and jitter, resending the same request: a push
+// keeps its request id, so a ps that already applied it answers with the
+// first answer instead of applying it twice (exactly once). The total wait
+// is bounded; the error then names the ps.
+//
+// Shared by the daemons that read or train the model's weights: the worker
+// (pull, push-pull), the evaluator and the chief's export (pull only).
+//
+// Not thread-safe: one training loop (or the evaluator, or the chief's
+// export) owns it. Message buffers are reused from call to call.
+#ifndef PSCLUSTER_WIRE_PS_CLIENT_H_
+#define PSCLUSTER_WIRE_PS_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "wire/codec.h"
+#include "wire/data_plane.h"
+#include "model/gradient_watermark.h"
+#include "model/params_watermark.h"
+#include "model/placement.h"
+#include "common/retry.h"
+#include "common/rpc.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace pscluster {
+
+struct PsClientOptions {
+  RpcOptions rpc;
+  // attempt_timeout bounds one RPC; the timeout given to each call bounds
+  // the whole call.
+  RetryPolicy retry;
+  // Fault injection, for tests of exactly-once updates: every Nth push
+  // (0: never) has its reply thrown away as if lost on the way back, so the
+  // push is sent again; every Mth push is sent twice (a duplicated packet).
+  int lose_reply_every = 0;
+  int duplicate_every = 0;
+  // When set and turned true (the worker is told to stop), calls in flight
+  // are cancelled and return Cancelled instead of retrying on.
+  const std::atomic<bool>* stop = nullptr;
+  // Sync: every ps's push is tagged with version() (the global step the
+  // weights belong to), so that every ps judges a gradient computed on
+  // weights of mixed versions alike: as stale.
+  bool sync = false;
+  // Wire encodings (wire/codec.h) of PushPullAll's gradients and of the
+  // weights it pulls back; PullAll always pulls exact fp32. topk and sign
+  // pushes carry error feedback: what a push left out is added to the
+  // next one.
+  // pull_codec int8, topk or sign: each PushPullAll pulls the change since
+  // the weights this worker holds (the ps keeps a copy of them and the
+  // change's error exactly), after a PullAll of the whole weights.
+  CodecOptions push_codec;
+  CodecOptions pull_codec;
+  // The worker's index, for change pulls; -1 for readers that do not push.
+  int worker_index = -1;
+  // kTcp: PushPullAll's calls go over the ps's tcp data plane
+  // (wire/data_plane.h), with the same retries and answers; every other
+  // call stays on gRPC.
+  Transport transport = Transport::kGrpc;
+};
+
+class PsClient {
+ public:
+  // `placement` is borrowed and must outlive the client. InvalidArgument
+  // when the cluster's ps count differs from the placement's.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      const ClusterSpec& cluster, const Placement* placement,
+      const PsClientOptions& options = {});
+
+  // Fills `params` (the flat vector) from every ps once each is at version
+  // >= min_version and, when `generation` >= 0, holds that generation (a ps
+  // not restored yet is asked again). Retries while a ps is unreachable or
+  // not initialised, up to `timeout`; the error then names the ps.
+  absl::Status PullAll(int64_t min_version, float* params, absl::Duration timeout,
+                       int64_t generation = -1);
+
+  // Pushes `grads` (flat), computed on the weights of versions(), to every
+  // ps and fetches the weights of the next step into `params`. Sync: waits
+  // until the step is applied. Aborted when a ps was restored from a
+  // checkpoint meanwhile: the gradient is void and the caller pulls again.
+  // last_push_applied() then tells whether the gradient was applied.
+  //
+  // With `overlap`, the gradient leaves while backprop still produces it:
+  // over the tcp data plane each ps's shards are encoded and sent last
+  // first as overlap->ready finds them final (model/gradient_watermark.h);
+  // over gRPC the call waits for the whole gradient. The answer's weights
+  // are written into `params` only once overlap->params_free is notified
+  // (the step that reads them is done). A gradient that fails to become
+  // final (GradientWatermark::Fail) fails the call with FailedPrecondition.
+  //
+  // Priority pulls (P3): with `arrived`, over the tcp data plane, the
+  // answer's weights are written into `params` shard by shard as their
+  // bytes arrive, first layers first, and each is marked in *arrived, so
+  // that the next step's forward pass can start before the rest is in
+  // (change pulls, which add to the weights held, are written once whole
+  // and then marked). *arrived is failed when the call fails. `answered`,
+  // when set, is called once (on one of the data plane's threads) as soon
+  // as every ps has answered, before its weights are in, with what
+  // last_push_applied() will say. A weight written from an answer that was
+  // then thrown away (a reply broken off or lost, and sent again) makes
+  // last_pull_torn() true: a step that read the weights while they
+  // arrived must be done again.
+  struct Overlap {
+    const GradientWatermark* ready = nullptr;
+    const absl::Notification* params_free = nullptr;
+    ParamsWatermark* arrived = nullptr;
+    std::function<void(bool applied)> answered;
+  };
+  absl::Status PushPullAll(int worker, int num_examples, const float* grads, float* params,
+                           absl::Duration timeout, const Overlap* overlap = nullptr);
+
+  // Forgets the error-feedback residual (after a restore from a checkpoint:
+  // the gradients it belongs to are void).
+  void ResetErrorFeedback();
+
+  // Version of each ps's shards in `params` after the last call.
+  const std::vector<int64_t>& versions() const { return versions_; }
+  // The smallest of versions(): the global step the weights belong to.
+  int64_t version() const;
+  // The generation of `params` when every ps's agrees; -1 otherwise.
+  int64_t generation() const;
+  // Whether the last push's gradient was applied: ps 0's answer. In sync
+  // mode every ps answers the same (ps 0 decides each step for all), but
+  // for a step torn by a lost worker.
+  bool last_push_applied() const { return last_push_applied_; }
+  // See Overlap.
+  bool last_pull_torn() const { return pull_torn_; }
+  // Pushes dropped (by ps 0), and pushes the ps answered differently.
+  int64_t pushes_dropped() const { return pushes_dropped_; }
+  int64_t pushes_disputed() const { return pushes_disputed_; }
+  // Attempts sent again (retries and injected faults), over all calls.
+  int64_t resends() const { return resends_; }
+
+  // What the last PullAll or PushPullAll cost, over every ps, whatever its
+  // outcome: for the worker's metrics.
+  struct CallStats {
+    int64_t bytes_sent = 0;      // serialized requests, every attempt
+    int64_t bytes_received = 0;  // serialized responses taken
+    absl::Duration duration;     // the whole call, retries included
+    // PushPullAll: the largest PushResponse.staleness over the ps.
+    int64_t staleness = 0;
+  };
+  const CallStats& last_call() const { return last_call_; }
+
+ private:
+  PsClient() = default;
+  struct PerPs {
+    std::unique_ptr<ParameterServer::Stub> stub;
+    std::string address;
+    PullRequest pull_req;
+    PullResponse pull_resp;
+    PushRequest push_req;
+    PushPullResponse push_resp;
+    std::unique_ptr<DataChannel> data;  // transport kTcp
+    // A push streamed while backprop runs: its payload's size, and the
+    // shards encoded so far (last first).
+    uint64_t stream_size = 0;
+    size_t shards_streamed = 0;
+    TopKScratch topk;
+    // The answer's shards written into the weights so far and their bytes
+    // (WritePulledShards), and the first answer's `applied`.
+    size_t shards_pulled = 0;
+    int64_t pulled_bytes = 0;
+    bool answered = false;
+    bool first_applied = false;
+  };
+  // The size of ps i's encoded push: its shards in the push codec, moving
+  // statistics in fp32.
+  int64_t EncodedPushBytes(int i) const;
+  // The PayloadSource of ps i's streamed push.
+  absl::StatusOr<size_t> StreamGradient(int i, const float* grads, const Overlap& overlap,
+                                        size_t have, absl::Time deadline);
+  // The PayloadSink of ps i's answer: `have` bytes of its weights are in;
+  // writes the shards now whole into `params` when `write`.
+  absl::Status PullArrived(int i, float* params, const Overlap& overlap, bool write,
+                           size_t have);
+  // Writes ps i's pulled shards, from the shards_pulled-th on, into
+  // `params` while their bytes lie within `values` (the answer's so far):
+  // decoded in the pull codec (moving statistics exact), added to the
+  // weights held when the answer is a change (`delta`) but for shards
+  // sent as fp32 values; each marked in *arrived when set.
+  absl::Status WritePulledShards(int i, absl::string_view values, bool delta, float* params,
+                                 ParamsWatermark* arrived);
+
+  // Runs `issue(i, ctx, done)` for every ps at once and `finish(i)` for
+  // each answer; retries the ps whose attempt failed in a retryable way or
+  // whose finish() asks for it (returns Unavailable), until `timeout`.
+  // `what` names the call in errors ("push to"). Starts last_call_ afresh
+  // and times the whole call into it; issue() and finish() add the bytes.
+  absl::Status CallAll(const std::string& what, absl::Duration timeout,
+                       const std::function<void(int, grpc::ClientContext*,
+                                                std::function<void(grpc::Status)>)>& issue,
+                       const std::function<absl::Status(int)>& finish);
+  // CallAll's attempts and retries, from `start`.
+  absl::Status CallAllRetrying(
+      const std::string& what, absl::Time start, absl::Duration timeout,
+      const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
+          issue,
+      const std::function<absl::Status(int)>& finish);
+
+  PsClientOptions options_;
+  const Placement* placement_ = nullptr;  // borrowed
+  std::vector<PerPs> ps_;
+  std::vector<int64_t> versions_;
+  std::vector<int64_t> generations_;
+  std::vector<float> wire_;  // gather/scatter scratch
+  std::unique_ptr<ErrorFeedback> feedback_;  // topk and sign pushes
+  bool change_pulls_ = false;
+  std::vector<int64_t> pull_base_;  // change pulls: per ps, delta_seq held
+  uint64_t next_request_id_ = 0;
+  bool last_push_applied_ = false;
+  std::atomic<int> answered_{0};       // ps that answered this call
+  std::atomic<bool> pull_torn_{false};
+  int64_t pushes_dropped_ = 0;
+  int64_t pushes_disputed_ = 0;
+  int64_t resends_ = 0;
+  int64_t pushes_sent_ = 0;
+  CallStats last_call_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_WIRE_PS_CLIENT_H_
