@@ -23,8 +23,9 @@
 #include "model/model_spec.h"
 #include "model/keras_model.h"
 #include "model/placement.h"
+#include "wire/codec.h"
 #include "wire/ps_client.h"
-#include "common/strategy.h"
+#include "chief/strategy.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
 
@@ -141,7 +142,7 @@ absl::StatusOr<RunResult> Chief::Run() {
 absl::StatusOr<RunResult> Chief::Impl::Run() {
   start_ = absl::Now();
   if (absl::Status s = MakePlan(); !s.ok()) return s;
-  if (plan_.strategy() == kMirroredStrategy) {
+  if (plan_.strategy() == MULTI_WORKER_MIRRORED) {
     // No ps: the ring of workers sums the gradients (chief/ring_chief.h).
     RingChief ring(options_, plan_, *spec_, metrics_, &stop_, start_);
     absl::StatusOr<RunResult> result = ring.Run();
@@ -169,17 +170,16 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   spdlog::info("model {}: {} parameters; {} training, {} workers, batch {} per worker, {} epochs",
                spec_->name, spec_->num_parameters, plan_.mode() == SYNC ? "sync" : "async",
                plan_.num_workers(), plan_.batch_size(), plan_.epochs());
-  if (!plan_.push_codec().empty() || !plan_.pull_codec().empty()) {
-    spdlog::info("wire: gradients {}{}, weights {} (tensors under {} values as fp32)",
-                 plan_.push_codec().empty() ? "fp32" : plan_.push_codec(),
-                 plan_.push_codec() == "topk"
-                     ? absl::StrCat(" (", plan_.topk_fraction(), " of each, error feedback)")
-                 : plan_.push_codec() == "sign" ? std::string(" (error feedback)")
-                                                : std::string(),
-                 plan_.pull_codec().empty() ? "fp32" : plan_.pull_codec(),
-                 plan_.codec_min_elements());
-  }
-  if (plan_.transport() == "tcp") {
+  const Codec push = CodecFromProto(plan_.push_codec());
+  const Codec pull = CodecFromProto(plan_.pull_codec());
+  spdlog::info("wire: gradients {}{}, weights {} (tensors under {} values as fp32)",
+               CodecName(push),
+               push == Codec::kTopK
+                   ? absl::StrCat(" (", plan_.topk_fraction(), " of each, error feedback)")
+               : push == Codec::kSign ? std::string(" (error feedback)")
+                                      : std::string(),
+               CodecName(pull), plan_.codec_min_elements());
+  if (plan_.transport() == TRANSPORT_TCP) {
     spdlog::info("transport: push-pulls over each ps's tcp data plane{}{}",
                  plan_.push_overlap() ? ", gradients sent layer by layer during backprop" : "",
                  plan_.push_overlap() && plan_.priority_pull()
@@ -229,10 +229,7 @@ absl::Status Chief::Impl::MakePlan() {
   absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan_.model(), plan_.model_json());
   if (!spec.ok()) return spec.status();
   spec_ = *std::move(spec);
-  absl::StatusOr<Strategy> strategy = ParseStrategy(plan_.strategy());
-  if (!strategy.ok()) return strategy.status();
-  if (*strategy == Strategy::kMultiWorkerMirrored) {
-    plan_.set_strategy(kMirroredStrategy);
+  if (plan_.strategy() == MULTI_WORKER_MIRRORED) {
     plan_.set_mode(SYNC);
     return absl::OkStatus();  // the RingChief sets up the replicas
   }

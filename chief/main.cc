@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "chief/chief.h"
+#include "chief/strategy.h"
 #include "common/daemon.h"
 #include "wire/codec.h"
 #include "wire/data_plane.h"
@@ -20,7 +21,6 @@
 #include "model/idx_dataset.h"
 #include "common/logging.h"
 #include "model/model_spec.h"
-#include "common/strategy.h"
 #include "common/task_server.h"
 #include "spdlog/spdlog.h"
 
@@ -163,35 +163,36 @@ int main(int argc, char** argv) {
   plan.set_min_shard_bytes(min_shard);
   plan.set_report_interval_s(1.0f);
   const std::string push_codec = absl::GetFlag(FLAGS_push_codec);
-  if (absl::StatusOr<Codec> c = ParseCodec(push_codec); !c.ok()) {
-    Bad("push_codec", push_codec, std::string(c.status().message()));
-  }
+  const absl::StatusOr<Codec> push = ParseCodec(push_codec);
+  if (!push.ok()) Bad("push_codec", push_codec, std::string(push.status().message()));
   const std::string pull_codec = absl::GetFlag(FLAGS_pull_codec);
-  if (absl::StatusOr<Codec> c = ParseCodec(pull_codec); !c.ok()) {
-    Bad("pull_codec", pull_codec, std::string(c.status().message()));
-  }
+  const absl::StatusOr<Codec> pull = ParseCodec(pull_codec);
+  if (!pull.ok()) Bad("pull_codec", pull_codec, std::string(pull.status().message()));
   const double topk = absl::GetFlag(FLAGS_topk_fraction);
   if (!(topk > 0.0 && topk <= 1.0)) Bad("topk_fraction", std::to_string(topk), "must be in (0, 1]");
   const int64_t codec_min = absl::GetFlag(FLAGS_codec_min_elements);
   if (codec_min < 0) Bad("codec_min_elements", std::to_string(codec_min), "must be >= 0");
-  plan.set_push_codec(push_codec);
-  plan.set_pull_codec(pull_codec);
+  plan.set_push_codec(CodecToProto(*push));
+  plan.set_pull_codec(CodecToProto(*pull));
   plan.set_topk_fraction(topk);
   plan.set_codec_min_elements(codec_min);
   const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (absl::StatusOr<Transport> t = ParseTransport(transport); !t.ok()) {
-    Bad("transport", transport, std::string(t.status().message()));
+  const absl::StatusOr<Transport> parsed_transport = ParseTransport(transport);
+  if (!parsed_transport.ok()) {
+    Bad("transport", transport, std::string(parsed_transport.status().message()));
   }
-  plan.set_transport(transport);
+  plan.set_transport(*parsed_transport);
   plan.set_push_overlap(absl::GetFlag(FLAGS_push_overlap));
   plan.set_priority_pull(absl::GetFlag(FLAGS_priority_pull));
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
-  absl::StatusOr<Strategy> parsed_strategy = ParseStrategy(strategy);
+  const absl::StatusOr<Strategy> parsed_strategy = ParseStrategy(strategy);
   if (!parsed_strategy.ok()) Bad("strategy", strategy, std::string(parsed_strategy.status().message()));
-  const bool mirrored = *parsed_strategy == Strategy::kMultiWorkerMirrored;
-  plan.set_strategy(mirrored ? kMirroredStrategy : kParameterServerStrategy);
+  const bool mirrored = *parsed_strategy == MULTI_WORKER_MIRRORED;
+  plan.set_strategy(*parsed_strategy);
   const std::string ring_codec = absl::GetFlag(FLAGS_ring_codec);
-  if (ring_codec != "fp32" && ring_codec != "bf16" && ring_codec != "fp16") {
+  const absl::StatusOr<Codec> ring = ParseCodec(ring_codec);
+  if (!ring.ok() || (*ring != Codec::kFloat32 && *ring != Codec::kBfloat16 &&
+                     *ring != Codec::kFloat16)) {
     Bad("ring_codec", ring_codec, "must be fp32, bf16 or fp16");
   }
   const int64_t ring_chunk = absl::GetFlag(FLAGS_ring_chunk_bytes);
@@ -202,17 +203,17 @@ int main(int argc, char** argv) {
     // Settings of the parameter servers' wire and updates have no meaning
     // for the ring: refused rather than silently ignored.
     if (mode != "sync") Bad("mode", mode, "multi_worker_mirrored is synchronous");
-    if (push_codec != "fp32" || pull_codec != "fp32") {
-      Bad(push_codec != "fp32" ? "push_codec" : "pull_codec",
-          push_codec != "fp32" ? push_codec : pull_codec,
+    if (*push != Codec::kFloat32 || *pull != Codec::kFloat32) {
+      Bad(*push != Codec::kFloat32 ? "push_codec" : "pull_codec",
+          *push != Codec::kFloat32 ? push_codec : pull_codec,
           "applies to --strategy=parameter_server; the ring's is --ring_codec");
     }
-    if (transport != "grpc") {
+    if (*parsed_transport != TRANSPORT_GRPC) {
       Bad("transport", transport, "applies to --strategy=parameter_server (the ring uses gRPC)");
     }
-    plan.set_ring_codec(ring_codec);
+    plan.set_ring_codec(CodecToProto(*ring));
     plan.set_ring_chunk_bytes(ring_chunk);
-  } else if (ring_codec != "fp32") {
+  } else if (*ring != Codec::kFloat32) {
     Bad("ring_codec", ring_codec, "applies to --strategy=multi_worker_mirrored");
   }
 
@@ -269,9 +270,9 @@ int main(int argc, char** argv) {
   }
   if (!mirrored && num_ps < 1) {
     ExitWithUsageError(absl::StrCat(config.source, " lists no ps tasks: --strategy=",
-                                    kParameterServerStrategy,
-                                    " needs at least one (or use --strategy=", kMirroredStrategy,
-                                    ")"));
+                                    StrategyName(PARAMETER_SERVER),
+                                    " needs at least one (or use --strategy=",
+                                    StrategyName(MULTI_WORKER_MIRRORED), ")"));
   }
   if (replicas < 0 || replicas > num_workers) {
     Bad("replicas_to_aggregate", std::to_string(replicas),

@@ -8,7 +8,8 @@
 #include "chief/ps_setup.h"
 #include "chief/weights_export.h"
 #include "model/checkpoint.h"
-#include "common/strategy.h"
+#include "chief/strategy.h"
+#include "wire/codec.h"
 #include "spdlog/spdlog.h"
 #include "update/model_replica.h"
 
@@ -119,7 +120,7 @@ absl::Status RingChief::Start() {
   spdlog::info("model {}: {} parameters; multi_worker_mirrored: a ring all-reduce over {} "
                "workers (wire {}), batch {} per worker, {} epochs",
                spec_.name, spec_.num_parameters, plan_.num_workers(),
-               plan_.ring_codec().empty() ? "fp32" : plan_.ring_codec(), plan_.batch_size(),
+               CodecName(CodecFromProto(plan_.ring_codec())), plan_.batch_size(),
                plan_.epochs());
   ring_->ResetContact(absl::Now());
   coordinator_->SetPlan(plan_);
@@ -244,7 +245,7 @@ absl::Status RingChief::Keep(const char* why, int64_t step, ShardState state,
     snap.generation = 0;
     snap.run_started_unix_ms = absl::ToUnixMillis(start_);
     Checkpoint c = ToCheckpoint(snap, spec_, SYNC);
-    c.metadata["strategy"] = kMirroredStrategy;
+    c.metadata["strategy"] = StrategyName(MULTI_WORKER_MIRRORED);
     if (absl::Status s = WriteCheckpoint(options_.checkpoint_dir, c, options_.keep_checkpoints);
         !s.ok()) {
       return s;

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "model/dataset.h"
 #include "model/keras_model.h"
-#include "common/strategy.h"
 #include "spdlog/spdlog.h"
 #include "compute/backend_factory.h"
 #include "compute/scoring.h"
@@ -26,14 +25,10 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   if (absl::Status s = CheckDatasetFitsModel(*test, options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the evaluator exits kExitBadData
   }
-  absl::StatusOr<Strategy> strategy = ParseStrategy(plan->strategy());
-  if (!strategy.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan's ", strategy.status().message()));
-  }
   std::unique_ptr<Placement> placement;
   std::unique_ptr<PsClient> ps;
   std::unique_ptr<RingClient> replicas;
-  if (*strategy == Strategy::kMultiWorkerMirrored) {
+  if (plan->strategy() == MULTI_WORKER_MIRRORED) {
     // No ps: every worker holds the weights.
     replicas = std::make_unique<RingClient>(options_.config.cluster, stop);
   } else {

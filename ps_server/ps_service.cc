@@ -98,7 +98,7 @@ namespace {
 
 // The codec a request's dtype names: empty and "float32" (older workers)
 // mean fp32.
-absl::StatusOr<Codec> WireCodec(const std::string& dtype) {
+absl::StatusOr<Codec> CodecOfDtype(const std::string& dtype) {
   if (dtype.empty() || dtype == "float32") return Codec::kFloat32;
   return ParseCodec(dtype);
 }
@@ -189,7 +189,7 @@ grpc::Status PsService::DoPull(absl::Time deadline, uint64_t fingerprint,
                                int64_t min_version, int64_t generation,
                                const PullEncoding& enc, PullResponse* resp,
                                ParameterStore::SharedValues* weights) {
-  absl::StatusOr<Codec> codec = WireCodec(enc.dtype);
+  absl::StatusOr<Codec> codec = CodecOfDtype(enc.dtype);
   if (!codec.ok()) return InvalidArgument(absl::StrCat("pull: ", codec.status().message()));
   deadline = std::min(deadline, absl::Now() + kMaxPullWait);
   int64_t version = 0;
@@ -255,14 +255,14 @@ grpc::Status PsService::Refused(grpc::Status s) {
 }
 
 bool PsService::GradientsAsSent(const PushRequest& req) {
-  absl::StatusOr<Codec> codec = WireCodec(req.dtype());
+  absl::StatusOr<Codec> codec = CodecOfDtype(req.dtype());
   return codec.ok() && *codec == Codec::kFloat32 && !req.shards_reversed();
 }
 
 grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
                                std::optional<bool> finite) {
   const std::string& g = req.gradients();
-  absl::StatusOr<Codec> codec = WireCodec(req.dtype());
+  absl::StatusOr<Codec> codec = CodecOfDtype(req.dtype());
   if (!codec.ok()) {
     return Refused(InvalidArgument(absl::StrCat("gradients: ", codec.status().message())));
   }

@@ -49,7 +49,10 @@ TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
   // the straggler's too.
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--replicas_to_aggregate=2",
                   "--transport=" + transport};
-  if (straggle_ms > 0) o.one_worker_args[2] = {absl::StrCat("--straggle_ms=", straggle_ms)};
+  if (straggle_ms > 0) {
+    o.worker_binary = kFaultyWorker;
+    o.one_worker_args[2] = {absl::StrCat("--straggle_ms=", straggle_ms)};
+  }
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
   for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
@@ -100,6 +103,7 @@ TEST(PriorityPullTest, StepsOnTornWeightsAreDoneAgainAndAppliedOnce) {
   ClusterOptions o = OnTwoPs(2);
   if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--transport=tcp"};
+  o.worker_binary = kFaultyWorker;
   o.one_worker_args[0] = {"--lose_reply_every=5", "--duplicate_every=7"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();

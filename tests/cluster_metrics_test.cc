@@ -109,6 +109,7 @@ TEST(ClusterMetricsTest, EveryRoleServesItsOwnMetricsWithTheWorkDone) {
   // mid-run, and the evaluator (every 2 s) time to evaluate. Progress lines
   // as often as the workers report (every second), so the chief's rate has
   // news.
+  o.worker_binary = kFaultyWorker;
   o.worker_args = {"--straggle_ms=10"};
   o.chief_args = {"--model=mlp", "--epochs=2", "--log_every_s=1"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
@@ -185,6 +186,7 @@ TEST(ClusterMetricsTest, AsyncPsStalenessHistogramCountsEveryAppliedPush) {
   o.num_workers = 4;
   o.evaluator = false;
   o.metrics = true;
+  o.worker_binary = kFaultyWorker;
   o.worker_args = {"--straggle_ms=10"};  // several seconds to scrape mid-run
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=async"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);

@@ -105,6 +105,7 @@ TEST_F(ClusterTest, BackupWorkerGradientsAreDroppedAndTrainingConverges) {
   ClusterOptions o;
   o.num_workers = 3;
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--replicas_to_aggregate=2"};
+  o.worker_binary = kFaultyWorker;
   o.one_worker_args[2] = {"--straggle_ms=40"};
   std::unique_ptr<LocalCluster> c = RunToEnd(o);
   ASSERT_NE(c, nullptr);

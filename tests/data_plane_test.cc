@@ -396,9 +396,9 @@ TEST_F(DataPlaneTest, DeadlineAndStopEndAWaitingCall) {
 }
 
 TEST(DataPlaneParseTest, TransportNamesAndHosts) {
-  EXPECT_EQ(*ParseTransport(""), Transport::kGrpc);
-  EXPECT_EQ(*ParseTransport("grpc"), Transport::kGrpc);
-  EXPECT_EQ(*ParseTransport("tcp"), Transport::kTcp);
+  EXPECT_EQ(*ParseTransport(""), TRANSPORT_GRPC);
+  EXPECT_EQ(*ParseTransport("grpc"), TRANSPORT_GRPC);
+  EXPECT_EQ(*ParseTransport("tcp"), TRANSPORT_TCP);
   const absl::StatusOr<Transport> bad = ParseTransport("rdma");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'rdma'"), std::string::npos);

@@ -17,6 +17,7 @@
 #include "model/params_watermark.h"
 #include "model/model_spec.h"
 #include "model/placement.h"
+#include "tests/faults/every_nth_faults.h"
 #include "wire/ps_client.h"
 #include "common/task_server.h"
 #include "gtest/gtest.h"
@@ -133,7 +134,7 @@ absl::Status PushPullDuringBackprop(PsClient& client, int worker, const std::vec
 
 Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
               Codec push = Codec::kFloat32, Codec pull = Codec::kFloat32,
-              Transport transport = Transport::kGrpc, bool overlap = false,
+              Transport transport = TRANSPORT_GRPC, bool overlap = false,
               bool priority_pull = false) {
   const ModelSpec spec = *ModelByName("mlp");
   const Placement placement = PlaceVariables(spec, 2, PlacementOptions());
@@ -148,7 +149,7 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
         TaskServer::Start(p->port, {p->service.get()});
     EXPECT_TRUE(server.ok()) << server.status();
     p->server = *std::move(server);
-    if (transport == Transport::kTcp) {
+    if (transport == TRANSPORT_TCP) {
       absl::StatusOr<std::unique_ptr<DataPlaneServer>> data =
           DataPlaneServer::Start(0, p->service.get(), nullptr, uint64_t{1} << 30);
       EXPECT_TRUE(data.ok()) << data.status();
@@ -192,8 +193,8 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
   // interleave the same way in every run, as sync needs.
   PsClientOptions faulty;
   faulty.retry.initial_backoff = absl::Milliseconds(1);
-  faulty.lose_reply_every = lose_every;
-  faulty.duplicate_every = duplicate_every;
+  testing::EveryNthFaults faults(lose_every, duplicate_every);
+  faulty.faults = &faults;
   faulty.push_codec.codec = push;
   faulty.pull_codec.codec = pull;
   faulty.transport = transport;
@@ -322,8 +323,8 @@ TEST(ExactlyOnceTest, TcpDataPlaneEndsWhereGrpcEnds) {
                               std::pair{Codec::kTopK, Codec::kInt8}}) {
       SCOPED_TRACE(absl::StrCat(mode == SYNC ? "sync " : "async ", CodecName(push), "/",
                                 CodecName(pull)));
-      const Outcome grpc = Train(mode, 0, 0, push, pull, Transport::kGrpc);
-      const Outcome tcp = Train(mode, 3, 5, push, pull, Transport::kTcp);
+      const Outcome grpc = Train(mode, 0, 0, push, pull, TRANSPORT_GRPC);
+      const Outcome tcp = Train(mode, 3, 5, push, pull, TRANSPORT_TCP);
       EXPECT_GT(tcp.resends, 20);
       EXPECT_EQ(tcp.duplicates, tcp.resends);
       EXPECT_EQ(tcp.version, grpc.version);
@@ -345,8 +346,8 @@ TEST(ExactlyOnceTest, GradientsStreamedDuringBackpropEndWhereWholeOnesEnd) {
                               std::pair{Codec::kSign, Codec::kFloat32}}) {
       SCOPED_TRACE(absl::StrCat(mode == SYNC ? "sync " : "async ", CodecName(push), "/",
                                 CodecName(pull)));
-      const Outcome grpc = Train(mode, 0, 0, push, pull, Transport::kGrpc);
-      const Outcome streamed = Train(mode, 3, 5, push, pull, Transport::kTcp, /*overlap=*/true);
+      const Outcome grpc = Train(mode, 0, 0, push, pull, TRANSPORT_GRPC);
+      const Outcome streamed = Train(mode, 3, 5, push, pull, TRANSPORT_TCP, /*overlap=*/true);
       EXPECT_GT(streamed.resends, 20);
       EXPECT_EQ(streamed.duplicates, streamed.resends);
       EXPECT_EQ(streamed.version, grpc.version);
@@ -369,13 +370,13 @@ TEST(ExactlyOnceTest, WeightsWrittenAsTheyArriveEndWhereWholeOnesEnd) {
                               std::pair{Codec::kTopK, Codec::kInt8}}) {
       SCOPED_TRACE(absl::StrCat(mode == SYNC ? "sync " : "async ", CodecName(push), "/",
                                 CodecName(pull)));
-      const Outcome grpc = Train(mode, 0, 0, push, pull, Transport::kGrpc);
-      const Outcome clean = Train(mode, 0, 0, push, pull, Transport::kTcp, true, true);
+      const Outcome grpc = Train(mode, 0, 0, push, pull, TRANSPORT_GRPC);
+      const Outcome clean = Train(mode, 0, 0, push, pull, TRANSPORT_TCP, true, true);
       EXPECT_EQ(clean.torn, 0);
       EXPECT_EQ(clean.answered_wrong, 0);
       ExpectBitForBit(clean.params, grpc.params);
       ExpectBitForBit(clean.worker_params, grpc.worker_params);
-      const Outcome faulty = Train(mode, 3, 5, push, pull, Transport::kTcp, true, true);
+      const Outcome faulty = Train(mode, 3, 5, push, pull, TRANSPORT_TCP, true, true);
       EXPECT_GT(faulty.resends, 20);
       EXPECT_EQ(faulty.duplicates, faulty.resends);
       EXPECT_EQ(faulty.answered_wrong, 0);

@@ -253,7 +253,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     if (it != options.one_worker_args.end()) {
       args.insert(args.end(), it->second.begin(), it->second.end());
     }
-    s = start("worker", i, "worker/worker", args);
+    s = start("worker", i, options.worker_binary, args);
   }
   if (s.ok() && options.evaluator) {
     std::vector<std::string> args = {"--data_dir=" + options.data_dir, "--eval_interval_s=2"};

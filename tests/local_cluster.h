@@ -43,6 +43,9 @@ struct ProcessResult {
 ProcessResult RunBinary(const std::string& binary, const std::vector<std::string>& args,
                         const std::string& tf_config, absl::Duration timeout);
 
+// The worker with the tests' fault flags (tests/faults/faulty_worker).
+inline constexpr char kFaultyWorker[] = "tests/faults/faulty_worker";
+
 struct ClusterOptions {
   int num_ps = 2;
   int num_workers = 2;
@@ -52,6 +55,10 @@ struct ClusterOptions {
   bool evaluator_unlisted = false;
   std::string data_dir;
   std::vector<std::string> chief_args;
+  // The workers' binary under the runfiles root: the shipped worker, or
+  // the tests' "tests/faults/faulty_worker" (which the test then declares
+  // as data) for --straggle_ms, --lose_reply_every, --duplicate_every.
+  std::string worker_binary = "worker/worker";
   std::vector<std::string> worker_args;               // every worker
   std::map<int, std::vector<std::string>> one_worker_args;  // by index
   // The evaluator's, after its --eval_interval_s=2 (a later flag wins).

@@ -133,6 +133,41 @@ absl::StatusOr<Codec> ParseCodec(absl::string_view name) {
       "'", name, "' is not a wire encoding: fp32, bf16, fp16, int8, topk or sign"));
 }
 
+Codec CodecFromProto(WireCodec c) {
+  switch (c) {
+    case WIRE_BF16:
+      return Codec::kBfloat16;
+    case WIRE_FP16:
+      return Codec::kFloat16;
+    case WIRE_INT8:
+      return Codec::kInt8;
+    case WIRE_TOPK:
+      return Codec::kTopK;
+    case WIRE_SIGN:
+      return Codec::kSign;
+    default:  // WIRE_FP32, and what a newer plan might hold
+      return Codec::kFloat32;
+  }
+}
+
+WireCodec CodecToProto(Codec c) {
+  switch (c) {
+    case Codec::kFloat32:
+      return WIRE_FP32;
+    case Codec::kBfloat16:
+      return WIRE_BF16;
+    case Codec::kFloat16:
+      return WIRE_FP16;
+    case Codec::kInt8:
+      return WIRE_INT8;
+    case Codec::kTopK:
+      return WIRE_TOPK;
+    case Codec::kSign:
+      return WIRE_SIGN;
+  }
+  return WIRE_FP32;
+}
+
 bool HasErrorFeedback(Codec c) { return c == Codec::kTopK || c == Codec::kSign; }
 
 bool PullsChanges(Codec c) { return c == Codec::kInt8 || HasErrorFeedback(c); }

@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "proto/ps.pb.h"
 
 namespace pscluster {
 
@@ -54,6 +55,9 @@ const char* CodecName(Codec c);
 // The codec a name (CodecName's) stands for; InvalidArgument naming the
 // value and the choices otherwise.
 absl::StatusOr<Codec> ParseCodec(absl::string_view name);
+// The plan's enum (proto/ps.proto WireCodec) and back: one value each way.
+Codec CodecFromProto(WireCodec c);
+WireCodec CodecToProto(Codec c);
 
 // Whether pushes of `c` carry error feedback (ErrorFeedback): topk, sign.
 bool HasErrorFeedback(Codec c);

@@ -131,11 +131,13 @@ absl::StatusOr<SslCtxPtr> MakeClientSslCtx(const SecurityConfig& config) {
 }
 
 absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
-  if (name.empty() || name == "grpc") return Transport::kGrpc;
-  if (name == "tcp") return Transport::kTcp;
+  if (name.empty() || name == "grpc") return TRANSPORT_GRPC;
+  if (name == "tcp") return TRANSPORT_TCP;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown transport '", name, "' (grpc or tcp)"));
 }
+
+const char* TransportName(Transport t) { return t == TRANSPORT_TCP ? "tcp" : "grpc"; }
 
 std::string HostOf(const std::string& address) {
   if (!address.empty() && address.front() == '[') {

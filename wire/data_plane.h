@@ -210,11 +210,12 @@ class DataChannel {
   std::thread thread_;
 };
 
-// How PushPull's bytes travel: gRPC, or the tcp data plane (TrainingPlan's
-// `transport`, the chief's --transport).
-enum class Transport { kGrpc, kTcp };
-// "grpc" (or empty) and "tcp"; InvalidArgument naming the text otherwise.
+// How PushPull's bytes travel (proto/ps.proto Transport; the chief's
+// --transport): "grpc" (or empty) and "tcp"; InvalidArgument naming the
+// text otherwise.
 absl::StatusOr<Transport> ParseTransport(absl::string_view name);
+// "grpc" or "tcp".
+const char* TransportName(Transport t);
 
 // "host" of "host:port" and "[v6]:port"; the address itself when it has no
 // port.

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     p.pull_req.set_layout_fingerprint(placement->fingerprint);
     p.pull_req.set_worker_index(-1);
     p.push_req.set_layout_fingerprint(placement->fingerprint);
-    if (options.transport == Transport::kTcp) {
+    if (options.transport == TRANSPORT_TCP) {
       // Asks the ps for its data port before every dial.
       ParameterServer::Stub* stub = p.stub.get();
       auto port_of = [stub, address = *address](absl::Time deadline) -> absl::StatusOr<int> {
@@ -327,10 +327,11 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
   }
   const uint64_t request_id = ++next_request_id_;
   ++pushes_sent_;
-  const bool lose_reply =
-      options_.lose_reply_every > 0 && pushes_sent_ % options_.lose_reply_every == 0;
-  const bool duplicate =
-      options_.duplicate_every > 0 && pushes_sent_ % options_.duplicate_every == 0;
+  const PushFaults::Fault fault = options_.faults != nullptr
+                                       ? options_.faults->ForPush(pushes_sent_)
+                                       : PushFaults::Fault::kNone;
+  const bool lose_reply = fault == PushFaults::Fault::kLoseReply;
+  const bool duplicate = fault == PushFaults::Fault::kDuplicate;
   std::vector<int> answers(n, 0);
   const int64_t step = version();
   // Priority pulls write the weights as they arrive; change pulls wait to

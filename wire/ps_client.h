@@ -40,16 +40,28 @@
 
 namespace pscluster {
 
+// The test seam for exactly-once updates: asked once per push what goes
+// wrong with it. Tests install one (tests/faults/); nothing else does.
+// Called from the thread that calls PushPullAll.
+class PushFaults {
+ public:
+  enum class Fault {
+    kNone,
+    kLoseReply,  // the first answer is thrown away as if lost on the way back
+    kDuplicate,  // the push is sent a second time (a duplicated packet)
+  };
+  virtual ~PushFaults() = default;
+  // `push` counts this client's pushes from 1.
+  virtual Fault ForPush(int64_t push) = 0;
+};
+
 struct PsClientOptions {
   RpcOptions rpc;
   // attempt_timeout bounds one RPC; the timeout given to each call bounds
   // the whole call.
   RetryPolicy retry;
-  // Fault injection, for tests of exactly-once updates: every Nth push
-  // (0: never) has its reply thrown away as if lost on the way back, so the
-  // push is sent again; every Mth push is sent twice (a duplicated packet).
-  int lose_reply_every = 0;
-  int duplicate_every = 0;
+  // Tests only (borrowed; outlives the client): faults to inject.
+  PushFaults* faults = nullptr;
   // When set and turned true (the worker is told to stop), calls in flight
   // are cancelled and return Cancelled instead of retrying on.
   const std::atomic<bool>* stop = nullptr;
@@ -71,7 +83,7 @@ struct PsClientOptions {
   // kTcp: PushPullAll's calls go over the ps's tcp data plane
   // (wire/data_plane.h), with the same retries and answers; every other
   // call stays on gRPC.
-  Transport transport = Transport::kGrpc;
+  Transport transport = TRANSPORT_GRPC;
 };
 
 class PsClient {

@@ -55,11 +55,7 @@ absl::Status TrainMirrored(const MirroredRun& run) {
   for (int index : indices) addresses.push_back(*options.config.cluster.address(kWorkerJob, index));
 
   RingOptions ropt;
-  if (!plan.ring_codec().empty()) {
-    absl::StatusOr<Codec> c = ParseCodec(plan.ring_codec());
-    if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("the plan's ", c.status().message()));
-    ropt.wire.codec = *c;
-  }
+  ropt.wire.codec = CodecFromProto(plan.ring_codec());
   if (plan.ring_chunk_bytes() > 0) ropt.chunk_bytes = plan.ring_chunk_bytes();
   ropt.timeout = options.ring_timeout;
   absl::StatusOr<std::unique_ptr<RingAllReducer>> reducer =

@@ -21,7 +21,6 @@
 #include "common/retry.h"
 #include "wire/ps_client.h"
 #include "common/rpc.h"
-#include "common/strategy.h"
 #include "proto/coordination.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "compute/backend_factory.h"
@@ -166,11 +165,7 @@ absl::Status Trainer::Run() {
   if (absl::Status s = CheckDatasetFitsModel(*data, options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the worker exits kExitBadData
   }
-  absl::StatusOr<Strategy> strategy = ParseStrategy(plan->strategy());
-  if (!strategy.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan's ", strategy.status().message()));
-  }
-  if (*strategy == Strategy::kMultiWorkerMirrored) {
+  if (plan->strategy() == MULTI_WORKER_MIRRORED) {
     MirroredRun run;
     run.options = &options_;
     run.plan = &*plan;
@@ -195,25 +190,17 @@ absl::Status Trainer::Run() {
   const Placement placement = PlaceVariables(*spec, plan->num_ps(), popt);
   PsClientOptions psopt;
   psopt.retry.total_timeout = options_.step_timeout;
-  psopt.lose_reply_every = options_.lose_reply_every;
-  psopt.duplicate_every = options_.duplicate_every;
+  psopt.faults = options_.faults.push;
   psopt.stop = &stop_;
   psopt.sync = plan->mode() == SYNC;
   psopt.worker_index = worker;
-  for (auto [name, codec] : {std::pair{plan->push_codec(), &psopt.push_codec},
+  for (auto [wire, codec] : {std::pair{plan->push_codec(), &psopt.push_codec},
                              std::pair{plan->pull_codec(), &psopt.pull_codec}}) {
-    if (name.empty()) continue;  // fp32
-    absl::StatusOr<Codec> c = ParseCodec(name);
-    if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("the plan's ", c.status().message()));
-    codec->codec = *c;
+    codec->codec = CodecFromProto(wire);
     codec->topk_fraction = plan->topk_fraction();
     codec->min_elements = plan->codec_min_elements();
   }
-  absl::StatusOr<Transport> transport = ParseTransport(plan->transport());
-  if (!transport.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan's ", transport.status().message()));
-  }
-  psopt.transport = *transport;
+  psopt.transport = plan->transport();
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, &placement, psopt);
   if (!ps.ok()) return ps.status();
@@ -227,7 +214,7 @@ absl::Status Trainer::Run() {
 
   // Gradients sent while backprop runs (tcp data plane only: over gRPC a
   // message goes whole).
-  const bool overlap_push = plan->push_overlap() && *transport == Transport::kTcp;
+  const bool overlap_push = plan->push_overlap() && plan->transport() == TRANSPORT_TCP;
   GradientWatermark ready;
   if (overlap_push) {
     (*backend)->SetGradientListener([&ready](int64_t from) { ready.MarkFinalFrom(from); });
@@ -449,7 +436,7 @@ absl::Status Trainer::Run() {
                            static_cast<uint64_t>(work->chunk())};
     // A straggler sleeps before its push starts (with overlap, its gradient
     // leaves during TrainStep).
-    if (options_.straggle > absl::ZeroDuration()) absl::SleepFor(options_.straggle);
+    if (options_.faults.straggle > absl::ZeroDuration()) absl::SleepFor(options_.faults.straggle);
     // With overlap the push-pull starts now and sends each layer's gradient
     // as backprop makes it final; the answer's weights wait for the step
     // to be done with `params`. With priority pulls this step may start

@@ -11,8 +11,18 @@
 #include "common/cluster_spec.h"
 #include "common/metrics.h"
 #include "compute/device_choice.h"
+#include "wire/ps_client.h"
 
 namespace pscluster {
+
+// Faults a test injects into a worker (tests/faults/faulty_worker_main.cc);
+// the shipped worker has none.
+struct WorkerFaults {
+  PushFaults* push = nullptr;  // borrowed: lost replies, duplicated pushes
+  // Slept before every push: makes this worker a straggler, to exercise
+  // backup workers and staleness.
+  absl::Duration straggle = absl::ZeroDuration();
+};
 
 class ModelReplica;
 class RingService;
@@ -28,12 +38,8 @@ struct TrainerOptions {
   // Longest one step's push-pull (retries included) or a request for work
   // may take, e.g. while a ps or the chief restarts.
   absl::Duration step_timeout = absl::Minutes(5);
-  // Fault injection for tests (PsClientOptions).
-  int lose_reply_every = 0;
-  int duplicate_every = 0;
-  // Sleeps this long before every push: makes this worker a straggler, to
-  // exercise backup workers and staleness.
-  absl::Duration straggle = absl::ZeroDuration();
+  // The test seam: only the tests' fault-injecting worker sets it.
+  WorkerFaults faults;
   Metrics* metrics = nullptr;  // borrowed; outlives the Trainer
   // multi_worker_mirrored (worker/mirrored_trainer.h): the Ring service
   // this worker serves and the replica it hands out through it, both

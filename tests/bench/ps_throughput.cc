@@ -168,7 +168,7 @@ class PsTarget final : public Target {
     if (!server.ok()) return server.status();
     t->server_ = *std::move(server);
     t->stub_ = ParameterServer::NewStub(MakeChannel(t->address_));
-    if (transport == Transport::kTcp) {
+    if (transport == TRANSPORT_TCP) {
       absl::StatusOr<std::unique_ptr<DataPlaneServer>> data =
           DataPlaneServer::Start(0, &t->service_, nullptr, uint64_t{1} << 31);
       if (!data.ok()) return data.status();
@@ -463,9 +463,9 @@ int Run(const Flags& flags) {
       std::fprintf(stderr, "%s: %s\n", SizeName(bytes).c_str(), s.ToString().c_str());
       return 1;
     };
-    absl::StatusOr<std::unique_ptr<PsTarget>> ps_tcp = PsTarget::Create(bytes, Transport::kTcp);
+    absl::StatusOr<std::unique_ptr<PsTarget>> ps_tcp = PsTarget::Create(bytes, TRANSPORT_TCP);
     if (!ps_tcp.ok()) return fail(ps_tcp.status());
-    absl::StatusOr<std::unique_ptr<PsTarget>> ps = PsTarget::Create(bytes, Transport::kGrpc);
+    absl::StatusOr<std::unique_ptr<PsTarget>> ps = PsTarget::Create(bytes, TRANSPORT_GRPC);
     if (!ps.ok()) return fail(ps.status());
     absl::StatusOr<std::unique_ptr<EchoTarget>> echo = EchoTarget::Create(bytes);
     if (!echo.ok()) return fail(echo.status());

@@ -1,0 +1,144 @@
+#include "worker/worker_main.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "model/dataset.h"
+#include "model/idx_dataset.h"
+#include "common/logging.h"
+#include "common/task_server.h"
+#include "spdlog/spdlog.h"
+#include "compute/backend_factory.h"
+#include "compute/device_choice.h"
+#include "compute/device_flag.h"
+#include "compute/kernels/blas_env.h"
+#include "update/model_replica.h"
+#include "worker/ring_allreduce.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, tf_config, "",
+          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
+ABSL_FLAG(std::string, data_dir, "",
+          "The data (required): a folder of MNIST-style IDX files, a folder of "
+          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, or an .npz holding them");
+ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
+ABSL_FLAG(std::string, device, "auto",
+          "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
+          "cpu, cuda (= cuda:0) or cuda:N");
+ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
+ABSL_FLAG(int, startup_timeout_s, 120,
+          "How long to wait for the chief's plan and the parameter servers");
+ABSL_FLAG(double, ring_timeout_s, 30,
+          "multi_worker_mirrored: a ring neighbour silent this long fails the all-reduce "
+          "(the chief then forms a new ring)");
+ABSL_FLAG(bool, log_replica_digests, false,
+          "multi_worker_mirrored: log the replica's CRC-32C after every step (tests compare "
+          "them across workers)");
+ABSL_FLAG(int, linger_s, 600,
+          "After training, how long to wait for the chief's shutdown before exiting");
+
+namespace pscluster {
+
+int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& faults) {
+  // OpenBLAS reads its environment when it loads; a preset core type or
+  // thread count would slow the kernels (compute/kernels/blas_env.h).
+  if (absl::Status s = kernels::ReexecWithBlasEnvironment(argv); !s.ok()) {
+    std::fprintf(stderr, "warning: %s\n", std::string(s.message()).c_str());
+  }
+  BlockTerminationSignals();
+  TuneAllocator();
+  ParseFlagsOrExit(argc, argv, 
+      "Worker task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":0}}' "
+      "worker --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--threads=N]");
+  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
+                                       std::getenv("TF_CONFIG"), kWorkerJob);
+  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
+  TrainerOptions opt;
+  opt.config = config;
+  opt.data_dir = absl::GetFlag(FLAGS_data_dir);
+  opt.threads = absl::GetFlag(FLAGS_threads);
+  if (opt.data_dir.empty()) ExitWithUsageError("--data_dir is required");
+  if (opt.threads < 1 || opt.threads > 256) {
+    ExitWithUsageError("--threads must be in [1, 256], got " + std::to_string(opt.threads));
+  }
+  const int startup = absl::GetFlag(FLAGS_startup_timeout_s);
+  if (startup < 1) ExitWithUsageError("--startup_timeout_s must be >= 1, got " + std::to_string(startup));
+  opt.startup_timeout = absl::Seconds(startup);
+  if (faults) opt.faults = faults();  // the tests' worker only
+  const double ring_timeout = absl::GetFlag(FLAGS_ring_timeout_s);
+  if (!(ring_timeout >= 0.1 && ring_timeout <= 3600)) {
+    ExitWithUsageError(absl::StrCat("--ring_timeout_s must be in [0.1, 3600], got ", ring_timeout));
+  }
+  opt.ring_timeout = absl::Seconds(ring_timeout);
+  opt.log_replica_digests = absl::GetFlag(FLAGS_log_replica_digests);
+  const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
+  opt.device = resolved.device;
+  InitLogging(TaskName(config.task));
+  spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
+  std::unique_ptr<Metrics> metrics =
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
+  // The data last: every flag and TF_CONFIG check comes first (exit 2).
+  if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTrain); !s.ok()) {
+    ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
+  }
+  opt.metrics = metrics.get();
+
+  // multi_worker_mirrored: this worker's replica of the model and the Ring
+  // service that receives its neighbours' chunks and hands the replica to
+  // peers, the chief and the evaluator (idle under parameter_server).
+  ModelReplica replica(opt.threads);
+  RingService ring(&replica);
+  opt.replica = &replica;
+  opt.ring = &ring;
+  absl::StatusOr<std::unique_ptr<TaskServer>> server =
+      TaskServer::Start(config.own_port(), {&ring});
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  // Ready for its role once the chief's plan has arrived.
+  opt.on_plan = [&server] { (*server)->SetReady(true); };
+  Trainer trainer(opt);
+  HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
+  // A shutdown (from the chief or a signal) also stops training.
+  std::thread watcher([&] {
+    (*server)->WaitForShutdownRequest();
+    trainer.RequestStop();
+  });
+  absl::Status s = trainer.Run();
+  int code = 0;
+  if (s.ok()) {
+    // Wait for the chief to end the run, so the evaluator and the chief can
+    // still reach every task; give up after --linger_s.
+    const absl::Time give_up = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_linger_s));
+    while (!(*server)->shutdown_requested() && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (!(*server)->shutdown_requested()) {
+      spdlog::warn("no shutdown from the chief within --linger_s; exiting");
+    }
+  } else if (absl::IsCancelled(s) || (*server)->shutdown_requested()) {
+    // Asked to stop: the ps may be gone already, so a failed push or pull
+    // is part of stopping, not an error.
+    spdlog::info("training stopped: {}", std::string(s.message()));
+  } else if (absl::IsDataLoss(s)) {
+    // The data does not fit the model: starting again changes nothing.
+    spdlog::error("{}", std::string(s.message()));
+    code = kExitBadData;
+  } else {
+    spdlog::error("{}", std::string(s.message()));
+    code = 1;
+  }
+  (*server)->RequestShutdown("worker exiting");
+  watcher.join();
+  // Stopped by a chief that gave the run up: the failure shows here too.
+  if (code == kExitOk && (*server)->run_failed()) code = kExitRunFailed;
+  (*server)->Stop();
+  return code;
+}
+
+}  // namespace pscluster
