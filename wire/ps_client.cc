@@ -315,10 +315,15 @@ absl::Status PsClient::WritePulledShards(int i, absl::string_view values, bool d
 absl::Status PsClient::PushPullAll(int worker, int num_examples,
                                    const float* grads, float* params,
                                    absl::Duration timeout, const Overlap* overlap) {
-  const int n = static_cast<int>(ps_.size());
+  PushCall c;
+  c.worker = worker;
+  c.num_examples = num_examples;
+  c.grads = grads;
+  c.params = params;
+  c.overlap = overlap;
   // Streamed over the tcp data plane; gRPC takes the whole gradient.
-  const bool streamed = overlap != nullptr && ps_[0].data != nullptr;
-  if (overlap != nullptr && !streamed) {
+  c.streamed = overlap != nullptr && ps_[0].data != nullptr;
+  if (overlap != nullptr && !c.streamed) {
     absl::Status w = overlap->ready->WaitFinalFrom(0, absl::InfiniteFuture());
     if (!w.ok()) {
       return absl::FailedPreconditionError(
@@ -327,148 +332,29 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
   }
   const uint64_t request_id = ++next_request_id_;
   ++pushes_sent_;
-  const PushFaults::Fault fault = options_.faults != nullptr
-                                       ? options_.faults->ForPush(pushes_sent_)
+  c.fault = options_.faults != nullptr ? options_.faults->ForPush(pushes_sent_)
                                        : PushFaults::Fault::kNone;
-  const bool lose_reply = fault == PushFaults::Fault::kLoseReply;
-  const bool duplicate = fault == PushFaults::Fault::kDuplicate;
-  std::vector<int> answers(n, 0);
-  const int64_t step = version();
+  c.answers.assign(ps_.size(), 0);
+  c.step = version();
   // Priority pulls write the weights as they arrive; change pulls wait to
   // be whole.
-  const bool pull_early = streamed && overlap->arrived != nullptr && !change_pulls_;
-  const bool sink = streamed && (overlap->arrived != nullptr || overlap->answered);
+  c.pull_early = c.streamed && overlap->arrived != nullptr && !change_pulls_;
+  c.sink = c.streamed && (overlap->arrived != nullptr || overlap->answered);
+  // The tcp data plane's frames carry a header beside each message.
+  c.framing = ps_[0].data ? static_cast<int64_t>(sizeof(FrameHeader)) : 0;
   answered_ = 0;
   pull_torn_ = false;
   for (PerPs& p : ps_) {
     p.answered = false;
     p.shards_pulled = 0;
   }
-  for (int i = 0; i < n; ++i) {
-    PushRequest& req = ps_[i].push_req;
-    req.set_worker_index(worker);
-    req.set_version(options_.sync ? step : versions_[i]);
-    req.set_generation(generations_[i]);
-    req.set_request_id(request_id);
-    req.set_num_examples(num_examples);
-    std::string* g = req.mutable_gradients();
-    req.set_shards_reversed(streamed);
-    if (streamed) {
-      // StreamGradient encodes the shards, last first, as backprop makes
-      // them final; the same bytes go again if the call is resent.
-      g->clear();
-      const int64_t bytes = EncodedPushBytes(i);
-      g->reserve(bytes);
-      ps_[i].stream_size = bytes;
-      ps_[i].shards_streamed = 0;
-      if (options_.push_codec.codec != Codec::kFloat32) {
-        req.set_dtype(CodecName(options_.push_codec.codec));
-      }
-    } else if (options_.push_codec.codec == Codec::kFloat32) {
-      g->resize(placement_->floats_of_ps[i] * sizeof(float));
-      GatherForPs(*placement_, i, grads, reinterpret_cast<float*>(g->data()));
-    } else {
-      // Shard by shard, in the ps's order, as the ps decodes them; moving
-      // statistics exact. Encoded once per push: a resend repeats these
-      // bytes, so error feedback counts each gradient once.
-      g->clear();
-      g->reserve(EncodedPushBytes(i));
-      const CodecOptions exact;
-      for (int k : placement_->shards_of_ps[i]) {
-        const Shard& sh = placement_->shards[k];
-        const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
-        if (feedback_ != nullptr && !sh.moving_statistic) {
-          feedback_->Encode(o, grads + sh.offset, sh.offset, sh.size, g);
-        } else {
-          Encode(o, grads + sh.offset, sh.size, g);
-        }
-      }
-      req.set_dtype(CodecName(options_.push_codec.codec));
-    }
-    req.set_codec_min_elements(
-        std::max(options_.push_codec.min_elements, options_.pull_codec.min_elements));
-    if (options_.pull_codec.codec != Codec::kFloat32) {
-      req.set_pull_dtype(CodecName(options_.pull_codec.codec));
-    }
-    req.set_pull_base(change_pulls_ ? pull_base_[i] : 0);
-  }
-  // The tcp data plane's frames carry a header beside each message.
-  const int64_t framing = ps_[0].data ? static_cast<int64_t>(sizeof(FrameHeader)) : 0;
-  auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-    PerPs& p = ps_[i];
-    if (streamed) {
-      // The message as it will be once the whole gradient is in.
-      const int64_t now = static_cast<int64_t>(p.push_req.gradients().size());
-      last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) - now +
-                               static_cast<int64_t>(p.stream_size) + framing;
-      PayloadSource source;
-      source.size = p.stream_size;
-      source.more = [this, i, grads, overlap](size_t have, absl::Time deadline) {
-        return StreamGradient(i, grads, *overlap, have, deadline);
-      };
-      PayloadSink answer;
-      if (sink) {
-        answer.arrived = [this, i, params, overlap, pull_early](size_t have) {
-          return PullArrived(i, params, *overlap, pull_early, have);
-        };
-      }
-      p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
-                            std::move(done), std::move(source), std::move(answer));
-      return;
-    }
-    last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + framing;
-    if (p.data) {
-      p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
-                            std::move(done));
-      return;
-    }
-    p.stub->async()->PushPull(ctx, &p.push_req, &p.push_resp, std::move(done));
-  };
-  auto finish = [&](int i) -> absl::Status {
-    ++answers[i];
-    if (answers[i] == 1 && lose_reply) return CallAgain("injected fault: reply lost");
-    if (answers[i] == 1 && duplicate) return CallAgain("injected fault: push duplicated");
-    last_call_.bytes_received +=
-        static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong()) + framing;
-    last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
-    if (overlap != nullptr && overlap->params_free != nullptr) {
-      overlap->params_free->WaitForNotification();  // the step reading params is done
-    }
-    const PullResponse& pull = ps_[i].push_resp.pull();
-    if (!pull_early &&
-        (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta()))) {
-      // The weights in fp32 (change pulls without a common base too: the
-      // ps restarted, ...).
-      if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
-        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
-                                                " bytes of weights"));
-      }
-      ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
-                    params);
-    } else {
-      // Shard by shard, in the ps's order: written as they arrived
-      // (PullArrived), or now.
-      if (!pull_early) {
-        ps_[i].shards_pulled = 0;
-        ps_[i].pulled_bytes = 0;
-        if (absl::Status w = WritePulledShards(i, pull.values(), pull.delta(), params, nullptr);
-            !w.ok()) {
-          return w;
-        }
-      }
-      if (ps_[i].shards_pulled != placement_->shards_of_ps[i].size() ||
-          ps_[i].pulled_bytes != static_cast<int64_t>(pull.values().size())) {
-        return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
-                                                " bytes of weights; ", ps_[i].pulled_bytes,
-                                                " of them were whole shards"));
-      }
-    }
-    versions_[i] = pull.version();
-    generations_[i] = pull.generation();
-    pull_base_[i] = pull.delta_seq();
-    return absl::OkStatus();
-  };
-  absl::Status s = CallAll("push to", timeout, issue, finish);
+  for (int i = 0; i < static_cast<int>(ps_.size()); ++i) PreparePush(i, c, request_id);
+  absl::Status s = CallAll(
+      "push to", timeout,
+      [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+        IssuePush(i, c, ctx, std::move(done));
+      },
+      [&](int i) { return TakePushAnswer(i, c); });
   if (overlap != nullptr && overlap->arrived != nullptr) {
     if (s.ok()) {
       overlap->arrived->MarkAllArrived();  // change pulls, and over gRPC
@@ -477,9 +363,147 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
     }
   }
   if (!s.ok()) return s;
+  TallyPushOutcome(c.step);
+  return absl::OkStatus();
+}
+
+void PsClient::PreparePush(int i, const PushCall& c, uint64_t request_id) {
+  PushRequest& req = ps_[i].push_req;
+  req.set_worker_index(c.worker);
+  req.set_version(options_.sync ? c.step : versions_[i]);
+  req.set_generation(generations_[i]);
+  req.set_request_id(request_id);
+  req.set_num_examples(c.num_examples);
+  std::string* g = req.mutable_gradients();
+  req.set_shards_reversed(c.streamed);
+  if (c.streamed) {
+    // StreamGradient encodes the shards, last first, as backprop makes
+    // them final; the same bytes go again if the call is resent.
+    g->clear();
+    const int64_t bytes = EncodedPushBytes(i);
+    g->reserve(bytes);
+    ps_[i].stream_size = bytes;
+    ps_[i].shards_streamed = 0;
+    if (options_.push_codec.codec != Codec::kFloat32) {
+      req.set_dtype(CodecName(options_.push_codec.codec));
+    }
+  } else if (options_.push_codec.codec == Codec::kFloat32) {
+    g->resize(placement_->floats_of_ps[i] * sizeof(float));
+    GatherForPs(*placement_, i, c.grads, reinterpret_cast<float*>(g->data()));
+  } else {
+    // Shard by shard, in the ps's order, as the ps decodes them; moving
+    // statistics exact. Encoded once per push: a resend repeats these
+    // bytes, so error feedback counts each gradient once.
+    g->clear();
+    g->reserve(EncodedPushBytes(i));
+    const CodecOptions exact;
+    for (int k : placement_->shards_of_ps[i]) {
+      const Shard& sh = placement_->shards[k];
+      const CodecOptions& o = sh.moving_statistic ? exact : options_.push_codec;
+      if (feedback_ != nullptr && !sh.moving_statistic) {
+        feedback_->Encode(o, c.grads + sh.offset, sh.offset, sh.size, g);
+      } else {
+        Encode(o, c.grads + sh.offset, sh.size, g);
+      }
+    }
+    req.set_dtype(CodecName(options_.push_codec.codec));
+  }
+  req.set_codec_min_elements(
+      std::max(options_.push_codec.min_elements, options_.pull_codec.min_elements));
+  if (options_.pull_codec.codec != Codec::kFloat32) {
+    req.set_pull_dtype(CodecName(options_.pull_codec.codec));
+  }
+  req.set_pull_base(change_pulls_ ? pull_base_[i] : 0);
+}
+
+void PsClient::IssuePush(int i, const PushCall& c, grpc::ClientContext* ctx,
+                         std::function<void(grpc::Status)> done) {
+  PerPs& p = ps_[i];
+  if (c.streamed) {
+    // The message as it will be once the whole gradient is in.
+    const int64_t now = static_cast<int64_t>(p.push_req.gradients().size());
+    last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) - now +
+                             static_cast<int64_t>(p.stream_size) + c.framing;
+    PayloadSource source;
+    source.size = p.stream_size;
+    const float* grads = c.grads;
+    const Overlap* overlap = c.overlap;
+    source.more = [this, i, grads, overlap](size_t have, absl::Time deadline) {
+      return StreamGradient(i, grads, *overlap, have, deadline);
+    };
+    PayloadSink answer;
+    if (c.sink) {
+      float* params = c.params;
+      const bool pull_early = c.pull_early;
+      answer.arrived = [this, i, params, overlap, pull_early](size_t have) {
+        return PullArrived(i, params, *overlap, pull_early, have);
+      };
+    }
+    p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
+                          std::move(done), std::move(source), std::move(answer));
+    return;
+  }
+  last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + c.framing;
+  if (p.data) {
+    p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
+                          std::move(done));
+    return;
+  }
+  p.stub->async()->PushPull(ctx, &p.push_req, &p.push_resp, std::move(done));
+}
+
+absl::Status PsClient::TakePushAnswer(int i, PushCall& c) {
+  ++c.answers[i];
+  if (c.answers[i] == 1 && c.fault == PushFaults::Fault::kLoseReply) {
+    return CallAgain("injected fault: reply lost");
+  }
+  if (c.answers[i] == 1 && c.fault == PushFaults::Fault::kDuplicate) {
+    return CallAgain("injected fault: push duplicated");
+  }
+  last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong()) + c.framing;
+  last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
+  if (c.overlap != nullptr && c.overlap->params_free != nullptr) {
+    c.overlap->params_free->WaitForNotification();  // the step reading params is done
+  }
+  const PullResponse& pull = ps_[i].push_resp.pull();
+  if (!c.pull_early &&
+      (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta()))) {
+    // The weights in fp32 (change pulls without a common base too: the
+    // ps restarted, ...).
+    if (static_cast<int64_t>(pull.values().size()) != placement_->floats_of_ps[i] * 4) {
+      return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
+                                              " bytes of weights"));
+    }
+    ScatterFromPs(*placement_, i, reinterpret_cast<const float*>(pull.values().data()),
+                  c.params);
+  } else {
+    // Shard by shard, in the ps's order: written as they arrived
+    // (PullArrived), or now.
+    if (!c.pull_early) {
+      ps_[i].shards_pulled = 0;
+      ps_[i].pulled_bytes = 0;
+      if (absl::Status w = WritePulledShards(i, pull.values(), pull.delta(), c.params, nullptr);
+          !w.ok()) {
+        return w;
+      }
+    }
+    if (ps_[i].shards_pulled != placement_->shards_of_ps[i].size() ||
+        ps_[i].pulled_bytes != static_cast<int64_t>(pull.values().size())) {
+      return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
+                                              " bytes of weights; ", ps_[i].pulled_bytes,
+                                              " of them were whole shards"));
+    }
+  }
+  versions_[i] = pull.version();
+  generations_[i] = pull.generation();
+  pull_base_[i] = pull.delta_seq();
+  return absl::OkStatus();
+}
+
+void PsClient::TallyPushOutcome(int64_t step) {
   last_push_applied_ = ps_[0].push_resp.push().applied();
   if (!last_push_applied_) ++pushes_dropped_;
-  for (int i = 1; i < n; ++i) {
+  for (size_t i = 1; i < ps_.size(); ++i) {
     if (ps_[i].push_resp.push().applied() != last_push_applied_) {
       ++pushes_disputed_;
       spdlog::warn("ps:0 {} this worker's gradient of version {} but ps:{} {} it",
@@ -488,7 +512,6 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
       break;
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace pscluster

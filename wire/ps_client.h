@@ -191,6 +191,36 @@ class PsClient {
     bool answered = false;
     bool first_applied = false;
   };
+  // One PushPullAll call: its arguments and what follows from them, fixed
+  // at its start, and the answers taken from each ps so far.
+  struct PushCall {
+    int worker = 0;
+    int num_examples = 0;
+    const float* grads = nullptr;
+    float* params = nullptr;
+    const Overlap* overlap = nullptr;
+    bool streamed = false;    // over the tcp data plane while backprop runs
+    bool pull_early = false;  // priority pulls: weights written as they arrive
+    bool sink = false;        // the data plane reports the answer's progress
+    PushFaults::Fault fault = PushFaults::Fault::kNone;
+    int64_t step = 0;     // version() when the call started
+    int64_t framing = 0;  // bytes of the data plane's frame header
+    std::vector<int> answers;  // per ps
+  };
+  // Fills ps i's PushRequest: the gradient gathered or encoded (or, when
+  // streamed, only sized), the versions, codecs and change-pull base.
+  void PreparePush(int i, const PushCall& c, uint64_t request_id);
+  // Sends ps i's push (CallAll's issue): over gRPC, or the data plane,
+  // streamed while backprop runs when c.streamed.
+  void IssuePush(int i, const PushCall& c, grpc::ClientContext* ctx,
+                 std::function<void(grpc::Status)> done);
+  // Takes ps i's answer (CallAll's finish): its weights written into
+  // c.params once the step is done with them, its versions kept;
+  // Unavailable to send again (an injected fault).
+  absl::Status TakePushAnswer(int i, PushCall& c);
+  // After every ps answered: whether the gradient was applied, and whether
+  // the ps agreed on it.
+  void TallyPushOutcome(int64_t step);
   // The size of ps i's encoded push: its shards in the push codec, moving
   // statistics in fp32.
   int64_t EncodedPushBytes(int i) const;
