@@ -7,9 +7,16 @@
 #include "absl/strings/str_cat.h"
 
 namespace pscluster {
+namespace {
 
-absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
-  const std::string where = absl::StrCat("model \"", spec.name, "\"");
+// The activations between layers: h x w x c per example (NHWC); after a
+// Flatten, `flat` and h * w * c features.
+struct ActShape {
+  int h = 0, w = 0, c = 0;
+  bool flat = false;
+};
+
+absl::Status CheckInputAndClasses(const ModelSpec& spec, const std::string& where) {
   if (spec.input_height <= 0 || spec.input_width <= 0 ||
       spec.input_channels <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -21,33 +28,107 @@ absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
         absl::StrCat(where, ": num_classes ", spec.num_classes,
                      " is not in [1, 256] (labels are bytes)"));
   }
-  auto find = [&](const std::string& name, std::vector<int64_t> shape,
-                  int64_t* offset) -> absl::Status {
-    absl::StatusOr<int64_t> at = VariableOffset(spec, where, name, shape);
-    if (at.ok()) *offset = *at;
-    return at.status();
-  };
+  return absl::OkStatus();
+}
 
+// Whether the fast kernels run `l` (`last`: the model's last layer). What
+// they do not goes to the general path (compute/general_cpu_network.h on
+// the CPU).
+bool OnFastPath(const LayerSpec& l, bool last) {
+  const bool plain_conv = l.kind == LayerKind::kConv2D && l.window_h == l.window_w &&
+                          l.stride_h == 1 && l.stride_w == 1 && l.padding == Padding::kValid;
+  const bool plain_pool = l.kind == LayerKind::kMaxPool2D && l.window_h == l.window_w &&
+                          l.stride_h == l.window_h && l.stride_w == l.window_w &&
+                          l.padding == Padding::kValid;
+  const bool plain_act = l.activation == Activation::kNone ||
+                         l.activation == Activation::kRelu ||
+                         (l.activation == Activation::kSoftmax && last &&
+                          l.kind == LayerKind::kDense);
+  return (plain_conv || plain_pool || l.kind == LayerKind::kFlatten ||
+          l.kind == LayerKind::kDense) &&
+         plain_act && l.use_bias;
+}
+
+// Sets op's kernel_offset and bias_offset: where layer `l`'s kernel (of
+// `kernel_shape`) and bias (of l.units) lie in the flat parameter vector.
+absl::Status FindKernelAndBias(const ModelSpec& spec, const std::string& where,
+                               const LayerSpec& l, const std::vector<int64_t>& kernel_shape,
+                               FastLayer* op) {
+  absl::StatusOr<int64_t> kernel = VariableOffset(spec, where, l.name + "/kernel", kernel_shape);
+  if (!kernel.ok()) return kernel.status();
+  op->kernel_offset = *kernel;
+  absl::StatusOr<int64_t> bias = VariableOffset(spec, where, l.name + "/bias", {l.units});
+  if (!bias.ok()) return bias.status();
+  op->bias_offset = *bias;
+  return absl::OkStatus();
+}
+
+// The Plan* functions fill `op` for layer `l` (named `layer` in errors) on
+// the activations `*act`, and advance `*act` to the layer's output.
+absl::Status PlanConv2D(const ModelSpec& spec, const std::string& where, const LayerSpec& l,
+                        const std::string& layer, ActShape* act, FastLayer* op) {
+  const int h = act->h, w = act->w, c = act->c;
+  const int k = l.window_h;
+  if (act->flat || k < 1 || k > h || k > w || l.units < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(layer, ": Conv2D kernel ", k, " with ", l.units,
+                     " filters does not fit its ", h, "x", w, "x", c,
+                     " input", act->flat ? " (after Flatten)" : ""));
+  }
+  op->conv = {0, h, w, c, k, l.units};
+  if (absl::Status st = FindKernelAndBias(spec, where, l, {k, k, c, l.units}, op); !st.ok()) {
+    return st;
+  }
+  act->h = op->conv.out_h();
+  act->w = op->conv.out_w();
+  act->c = l.units;
+  return absl::OkStatus();
+}
+
+absl::Status PlanMaxPool2D(const LayerSpec& l, const std::string& layer, ActShape* act,
+                           FastLayer* op) {
+  const int h = act->h, w = act->w, c = act->c;
+  const int p = l.window_h;
+  if (act->flat || p < 1 || p > h || p > w || op->relu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        layer, ": MaxPool2D window ", p, " does not fit its ", h, "x", w,
+        " input", act->flat ? " (after Flatten)" : "",
+        op->relu ? " or has an activation" : ""));
+  }
+  op->pool = {0, h, w, c, p};
+  act->h = op->pool.out_h();
+  act->w = op->pool.out_w();
+  return absl::OkStatus();
+}
+
+absl::Status PlanDense(const ModelSpec& spec, const std::string& where, const LayerSpec& l,
+                       const std::string& layer, ActShape* act, FastLayer* op) {
+  if (!act->flat || l.units < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(layer, ": Dense with ", l.units,
+                     " units needs a Flatten before it"));
+  }
+  const int features = act->h * act->w * act->c;
+  op->dense = {0, features, l.units};
+  if (absl::Status st = FindKernelAndBias(spec, where, l, {features, l.units}, op); !st.ok()) {
+    return st;
+  }
+  act->h = act->w = 1;
+  act->c = l.units;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
+  const std::string where = absl::StrCat("model \"", spec.name, "\"");
+  if (absl::Status s = CheckInputAndClasses(spec, where); !s.ok()) return s;
   std::vector<FastLayer> ops;
-  int h = spec.input_height, w = spec.input_width, c = spec.input_channels;
-  bool flat = false;  // after Flatten: features = h * w * c
+  ActShape act;
+  act.h = spec.input_height, act.w = spec.input_width, act.c = spec.input_channels;
   for (const LayerSpec& l : spec.layers) {
     const std::string layer = absl::StrCat(where, ": layer ", l.name);
-    // What the fast kernels do not run goes to the general path
-    // (compute/general_cpu_network.h on the CPU).
-    const bool plain_conv = l.kind == LayerKind::kConv2D && l.window_h == l.window_w &&
-                            l.stride_h == 1 && l.stride_w == 1 && l.padding == Padding::kValid;
-    const bool plain_pool = l.kind == LayerKind::kMaxPool2D && l.window_h == l.window_w &&
-                            l.stride_h == l.window_h && l.stride_w == l.window_w &&
-                            l.padding == Padding::kValid;
-    const bool plain_act = l.activation == Activation::kNone ||
-                           l.activation == Activation::kRelu ||
-                           (l.activation == Activation::kSoftmax && &l == &spec.layers.back() &&
-                            l.kind == LayerKind::kDense);
-    const bool fast = (plain_conv || plain_pool || l.kind == LayerKind::kFlatten ||
-                       l.kind == LayerKind::kDense) &&
-                      plain_act && l.use_bias;
-    if (!fast) {
+    if (!OnFastPath(l, &l == &spec.layers.back())) {
       return absl::UnimplementedError(absl::StrCat(
           layer, ": not on the fast path (it runs Conv2D with square kernels, stride 1 and "
                  "valid padding, MaxPooling2D with stride = window, Flatten and Dense, with "
@@ -56,58 +137,21 @@ absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
     FastLayer op;
     op.kind = l.kind;
     op.relu = l.activation == Activation::kRelu;
-    op.in_size = static_cast<int64_t>(h) * w * c;
+    op.in_size = static_cast<int64_t>(act.h) * act.w * act.c;
+    absl::Status st;
     switch (l.kind) {
-      case LayerKind::kConv2D: {
-        const int k = l.window_h;
-        if (flat || k < 1 || k > h || k > w || l.units < 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(layer, ": Conv2D kernel ", k, " with ", l.units,
-                           " filters does not fit its ", h, "x", w, "x", c,
-                           " input", flat ? " (after Flatten)" : ""));
-        }
-        op.conv = {0, h, w, c, k, l.units};
-        absl::Status st =
-            find(l.name + "/kernel", {k, k, c, l.units}, &op.kernel_offset);
-        if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
-        if (!st.ok()) return st;
-        h = op.conv.out_h();
-        w = op.conv.out_w();
-        c = l.units;
+      case LayerKind::kConv2D:
+        st = PlanConv2D(spec, where, l, layer, &act, &op);
         break;
-      }
-      case LayerKind::kMaxPool2D: {
-        const int p = l.window_h;
-        if (flat || p < 1 || p > h || p > w || op.relu) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              layer, ": MaxPool2D window ", p, " does not fit its ", h, "x", w,
-              " input", flat ? " (after Flatten)" : "",
-              op.relu ? " or has an activation" : ""));
-        }
-        op.pool = {0, h, w, c, p};
-        h = op.pool.out_h();
-        w = op.pool.out_w();
+      case LayerKind::kMaxPool2D:
+        st = PlanMaxPool2D(l, layer, &act, &op);
         break;
-      }
       case LayerKind::kFlatten:
-        flat = true;
+        act.flat = true;
         continue;  // a no-op on NHWC
-      case LayerKind::kDense: {
-        if (!flat || l.units < 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(layer, ": Dense with ", l.units,
-                           " units needs a Flatten before it"));
-        }
-        const int features = h * w * c;
-        op.dense = {0, features, l.units};
-        absl::Status st =
-            find(l.name + "/kernel", {features, l.units}, &op.kernel_offset);
-        if (st.ok()) st = find(l.name + "/bias", {l.units}, &op.bias_offset);
-        if (!st.ok()) return st;
-        h = w = 1;
-        c = l.units;
+      case LayerKind::kDense:
+        st = PlanDense(spec, where, l, layer, &act, &op);
         break;
-      }
       case LayerKind::kAvgPool2D:
       case LayerKind::kGlobalAvgPool2D:
       case LayerKind::kDropout:
@@ -115,7 +159,8 @@ absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
       case LayerKind::kBatchNorm:
         return absl::InternalError(absl::StrCat(layer, ": passed the fast-path check"));
     }
-    op.out_size = static_cast<int64_t>(h) * w * c;
+    if (!st.ok()) return st;
+    op.out_size = static_cast<int64_t>(act.h) * act.w * act.c;
     ops.push_back(op);
   }
   if (ops.empty() || ops.back().kind != LayerKind::kDense ||

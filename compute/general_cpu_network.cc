@@ -17,6 +17,90 @@ namespace pscluster {
 
 using kernels::CpuDevice;
 
+namespace {
+
+// One slice's gradients through one op other than BatchNormalization: its
+// `n` examples; `gy`, the gradient at the op's output with the op's
+// activation's gradient applied; `gx`, where the gradient at its input goes,
+// written only when `dx_wanted` (some op below has parameters); `pg`, the
+// slice's gradient of the whole flat parameter vector.
+struct SliceGrads {
+  int n;
+  const float* gy;
+  float* gx;
+  bool dx_wanted;
+  float* pg;
+};
+
+// `columns`: the forward's im2col of the slice's input; `dcolumns`: scratch.
+void BackwardConv2D(const GeneralOp& op, const float* params, const float* columns,
+                    float* dcolumns, const SliceGrads& g) {
+  kernels::WindowShape w = op.win;
+  w.batch = g.n;
+  kernels::ConvGeneralBackward(w, columns, params + op.kernel, g.gy,
+                               /*accumulate=*/false, g.pg + op.kernel,
+                               op.bias >= 0 ? g.pg + op.bias : nullptr, dcolumns,
+                               g.dx_wanted ? g.gx : nullptr);
+}
+
+// `argmax`: where the forward found each output's maximum.
+void BackwardMaxPool2D(const GeneralOp& op, const int64_t* argmax, const SliceGrads& g) {
+  if (g.dx_wanted) {
+    kernels::WindowShape w = op.win;
+    w.batch = g.n;
+    kernels::MaxPoolGeneralBackward(w, g.gy, argmax, g.gx);
+  }
+}
+
+void BackwardAvgPool2D(const GeneralOp& op, const SliceGrads& g) {
+  if (g.dx_wanted) {
+    kernels::WindowShape w = op.win;
+    w.batch = g.n;
+    kernels::AvgPoolGeneralBackward(w, g.gy, g.gx);
+  }
+}
+
+void BackwardGlobalAvgPool2D(const GeneralOp& op, const SliceGrads& g) {
+  if (g.dx_wanted) kernels::GlobalAvgPoolBackward(g.n, op.pixels, op.channels, g.gy, g.gx);
+}
+
+// `x`: the slice's input to the layer.
+void BackwardDense(const GeneralOp& op, const float* params, const float* x,
+                   const SliceGrads& g) {
+  const int n = g.n;
+  kernels::CpuGemm(true, false, op.dense_in, op.dense_out, n, 1.0f, x, op.dense_in, g.gy,
+                   op.dense_out, 0.0f, g.pg + op.kernel, op.dense_out);
+  if (op.bias >= 0) {
+    float* db = g.pg + op.bias;
+    for (int r = 0; r < n; ++r) {
+      const float* row = g.gy + int64_t{r} * op.dense_out;
+      for (int o = 0; o < op.dense_out; ++o) db[o] += row[o];
+    }
+  }
+  if (g.dx_wanted) {
+    kernels::CpuGemm(false, true, n, op.dense_in, op.dense_out, 1.0f, g.gy, op.dense_out,
+                     params + op.kernel, op.dense_out, 0.0f, g.gx, op.dense_in);
+  }
+}
+
+// `first`: the slice's first example in the batch; `key`: the op's masks'.
+void BackwardDropout(const GeneralOp& op, int first, uint64_t key, const SliceGrads& g) {
+  const CpuDevice d;
+  if (g.dx_wanted && op.rate > 0.0f) {
+    kernels::DropoutBackward<CpuDevice>()(
+        d, {first * op.out_size, g.n * op.out_size, op.rate, key}, g.gy, g.gx);
+  } else if (g.dx_wanted) {
+    std::copy(g.gy, g.gy + g.n * op.out_size, g.gx);
+  }
+}
+
+// An Activation layer: its activation's gradient is all it adds.
+void BackwardActivationLayer(const GeneralOp& op, const SliceGrads& g) {
+  if (g.dx_wanted) std::copy(g.gy, g.gy + g.n * op.out_size, g.gx);
+}
+
+}  // namespace
+
 // A planned op and, for BatchNormalization, this step's statistics and, in
 // training, the backward's sums.
 struct GeneralCpuNetwork::Op : GeneralOp {
@@ -85,120 +169,138 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
 
 GeneralCpuNetwork::~GeneralCpuNetwork() = default;
 
-void GeneralCpuNetwork::Forward(const float* params, const float* images, int batch, bool training,
-                           uint64_t step_key, float* grads) {
-  const CpuDevice d;
-  const int threads = std::min(threads_, batch);
+void GeneralCpuNetwork::SplitBatch(int batch, int threads) {
   for (int t = 0; t < threads; ++t) {
     const int base = batch / threads, extra = batch % threads;
     slices_[t]->first = t * base + std::min(t, extra);
     slices_[t]->count = base + (t < extra ? 1 : 0);
   }
+}
+
+const float* GeneralCpuNetwork::OpInput(int i, const Slice& s, const float* images) const {
   const int64_t in0 = ops_.front().in_size;
+  return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
+}
+
+void GeneralCpuNetwork::Forward(const float* params, const float* images, int batch, bool training,
+                           uint64_t step_key, float* grads) {
+  const int threads = std::min(threads_, batch);
+  SplitBatch(batch, threads);
   for (size_t i = 0; i < ops_.size(); ++i) {
-    Op& op = ops_[i];
     if (training && params_wait_ && !layout_.ranges[i].empty()) params_wait_(layout_.params_to[i]);
-    auto input = [&](Slice& s) {
-      return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
-    };
-    if (op.kind == LayerKind::kBatchNorm) {
-      const int c = op.channels;
-      const float* mean = params + op.mean;
-      const float* var = params + op.var;
-      if (training) {
-        run_(threads, [&](int t) {
-          Slice& s = *slices_[t];
-          std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
-          kernels::BatchNormSums<CpuDevice>()(d, {int64_t{s.count} * op.pixels, c}, input(s),
-                                              s.sums[i].data(), s.sums[i].data() + c);
-        });
-        const double rows = static_cast<double>(batch) * op.pixels;
-        for (int ch = 0; ch < c; ++ch) {
-          double sum = 0, sq = 0;
-          for (int t = 0; t < threads; ++t) {
-            sum += slices_[t]->sums[i][ch];
-            sq += slices_[t]->sums[i][c + ch];
-          }
-          const double m = sum / rows;
-          op.batch_mean[ch] = static_cast<float>(m);
-          op.batch_var[ch] = static_cast<float>(std::max(sq / rows - m * m, 0.0));
-        }
-        mean = op.batch_mean.data();
-        var = op.batch_var.data();
-        if (grads != nullptr) {
-          std::copy(op.batch_mean.begin(), op.batch_mean.end(), grads + op.mean);
-          std::copy(op.batch_var.begin(), op.batch_var.end(), grads + op.var);
-        }
-      }
-      run_(threads, [&](int t) {
-        Slice& s = *slices_[t];
-        kernels::BatchNormForward<CpuDevice>()(
-            d, {int64_t{s.count} * op.pixels, c}, input(s), mean, var,
-            op.gamma >= 0 ? params + op.gamma : nullptr,
-            op.beta >= 0 ? params + op.beta : nullptr, op.epsilon, s.acts[i].data());
-      });
-      continue;
+    if (ops_[i].kind == LayerKind::kBatchNorm) {
+      ForwardBatchNorm(i, params, images, batch, threads, training, grads);
+    } else {
+      ForwardOp(i, params, images, threads, training, step_key);
     }
+  }
+}
+
+void GeneralCpuNetwork::ForwardBatchNorm(int i, const float* params, const float* images,
+                                         int batch, int threads, bool training, float* grads) {
+  const CpuDevice d;
+  Op& op = ops_[i];
+  const int c = op.channels;
+  const float* mean = params + op.mean;
+  const float* var = params + op.var;
+  if (training) {
     run_(threads, [&](int t) {
       Slice& s = *slices_[t];
-      const float* x = input(s);
-      float* y = s.acts[i].data();
-      const int n = s.count;
-      switch (op.kind) {
-        case LayerKind::kConv2D: {
-          kernels::WindowShape w = op.win;
-          w.batch = n;
-          kernels::ConvGeneralForward(w, x, params + op.kernel,
-                                      op.bias >= 0 ? params + op.bias : nullptr,
-                                      s.columns[i].data(), y);
-          break;
-        }
-        case LayerKind::kMaxPool2D: {
-          kernels::WindowShape w = op.win;
-          w.batch = n;
-          kernels::MaxPoolGeneralForward(w, x, y, s.argmax[i].data());
-          break;
-        }
-        case LayerKind::kAvgPool2D: {
-          kernels::WindowShape w = op.win;
-          w.batch = n;
-          kernels::AvgPoolGeneralForward(w, x, y);
-          break;
-        }
-        case LayerKind::kGlobalAvgPool2D:
-          kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
-          break;
-        case LayerKind::kDense:
-          kernels::CpuGemm(false, false, n, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
-                           params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
-          if (op.bias >= 0) {
-            for (int r = 0; r < n; ++r) {
-              float* row = y + int64_t{r} * op.dense_out;
-              for (int o = 0; o < op.dense_out; ++o) row[o] += params[op.bias + o];
-            }
-          }
-          break;
-        case LayerKind::kDropout:
-          if (training && op.rate > 0.0f) {
-            kernels::DropoutForward<CpuDevice>()(
-                d, {s.first * op.out_size, n * op.out_size, op.rate,
-                    DropoutKey(seed_, step_key, i)},
-                x, y);
-          } else {
-            std::copy(x, x + n * op.out_size, y);
-          }
-          break;
-        case LayerKind::kActivation:
-          std::copy(x, x + n * op.out_size, y);
-          break;
-        default:
-          break;
-      }
-      if (op.has_act) {
-        kernels::ActivationForward<CpuDevice>()(d, n * op.out_size, op.act, y);
-      }
+      std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
+      kernels::BatchNormSums<CpuDevice>()(d, {int64_t{s.count} * op.pixels, c},
+                                          OpInput(i, s, images), s.sums[i].data(),
+                                          s.sums[i].data() + c);
     });
+    const double rows = static_cast<double>(batch) * op.pixels;
+    for (int ch = 0; ch < c; ++ch) {
+      double sum = 0, sq = 0;
+      for (int t = 0; t < threads; ++t) {
+        sum += slices_[t]->sums[i][ch];
+        sq += slices_[t]->sums[i][c + ch];
+      }
+      const double m = sum / rows;
+      op.batch_mean[ch] = static_cast<float>(m);
+      op.batch_var[ch] = static_cast<float>(std::max(sq / rows - m * m, 0.0));
+    }
+    mean = op.batch_mean.data();
+    var = op.batch_var.data();
+    if (grads != nullptr) {
+      std::copy(op.batch_mean.begin(), op.batch_mean.end(), grads + op.mean);
+      std::copy(op.batch_var.begin(), op.batch_var.end(), grads + op.var);
+    }
   }
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    kernels::BatchNormForward<CpuDevice>()(
+        d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), mean, var,
+        op.gamma >= 0 ? params + op.gamma : nullptr,
+        op.beta >= 0 ? params + op.beta : nullptr, op.epsilon, s.acts[i].data());
+  });
+}
+
+void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* images, int threads,
+                                  bool training, uint64_t step_key) {
+  const CpuDevice d;
+  const Op& op = ops_[i];
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    const float* x = OpInput(i, s, images);
+    float* y = s.acts[i].data();
+    const int n = s.count;
+    switch (op.kind) {
+      case LayerKind::kConv2D: {
+        kernels::WindowShape w = op.win;
+        w.batch = n;
+        kernels::ConvGeneralForward(w, x, params + op.kernel,
+                                    op.bias >= 0 ? params + op.bias : nullptr,
+                                    s.columns[i].data(), y);
+        break;
+      }
+      case LayerKind::kMaxPool2D: {
+        kernels::WindowShape w = op.win;
+        w.batch = n;
+        kernels::MaxPoolGeneralForward(w, x, y, s.argmax[i].data());
+        break;
+      }
+      case LayerKind::kAvgPool2D: {
+        kernels::WindowShape w = op.win;
+        w.batch = n;
+        kernels::AvgPoolGeneralForward(w, x, y);
+        break;
+      }
+      case LayerKind::kGlobalAvgPool2D:
+        kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
+        break;
+      case LayerKind::kDense:
+        kernels::CpuGemm(false, false, n, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
+                         params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
+        if (op.bias >= 0) {
+          for (int r = 0; r < n; ++r) {
+            float* row = y + int64_t{r} * op.dense_out;
+            for (int o = 0; o < op.dense_out; ++o) row[o] += params[op.bias + o];
+          }
+        }
+        break;
+      case LayerKind::kDropout:
+        if (training && op.rate > 0.0f) {
+          kernels::DropoutForward<CpuDevice>()(
+              d, {s.first * op.out_size, n * op.out_size, op.rate,
+                  DropoutKey(seed_, step_key, i)},
+              x, y);
+        } else {
+          std::copy(x, x + n * op.out_size, y);
+        }
+        break;
+      case LayerKind::kActivation:
+        std::copy(x, x + n * op.out_size, y);
+        break;
+      default:
+        break;
+    }
+    if (op.has_act) {
+      kernels::ActivationForward<CpuDevice>()(d, n * op.out_size, op.act, y);
+    }
+  });
 }
 
 void GeneralCpuNetwork::Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum,
@@ -227,9 +329,7 @@ void GeneralCpuNetwork::Loss(const uint8_t* labels, int batch, bool want_grad, d
 
 void GeneralCpuNetwork::Backward(const float* params, const float* images, int batch,
                             uint64_t step_key, float* grads) {
-  const CpuDevice d;
   const int threads = std::min(threads_, batch);
-  const int64_t in0 = ops_.front().in_size;
   // Slice t's gradient of the parameters goes to grads (t = 0) or its own.
   run_(threads, [&](int t) {
     Slice& s = *slices_[t];
@@ -245,117 +345,96 @@ void GeneralCpuNetwork::Backward(const float* params, const float* images, int b
   }
   int finished = static_cast<int>(ops_.size());  // the lowest op finished
   for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
-    Op& op = ops_[i];
-    auto input = [&](Slice& s) {
-      return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
-    };
-    const bool dx_wanted = op.needs_input_grad;
-    if (op.kind == LayerKind::kBatchNorm) {
-      const int c = op.channels;
-      run_(threads, [&](int t) {
-        Slice& s = *slices_[t];
-        std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
-        kernels::BatchNormGradSums<CpuDevice>()(
-            d, {int64_t{s.count} * op.pixels, c}, input(s), cur[t], op.batch_mean.data(),
-            op.batch_var.data(), op.epsilon, s.sums[i].data(), s.sums[i].data() + c);
-      });
-      for (int ch = 0; ch < c; ++ch) {
-        double dy = 0, dyx = 0;
-        for (int t = 0; t < threads; ++t) {
-          dy += slices_[t]->sums[i][ch];
-          dyx += slices_[t]->sums[i][c + ch];
-        }
-        op.sum_dy[ch] = dy;
-        op.sum_dy_xhat[ch] = dyx;
-      }
-      if (dx_wanted) {
-        run_(threads, [&](int t) {
-          Slice& s = *slices_[t];
-          kernels::BatchNormBackwardInput<CpuDevice>()(
-              d, {int64_t{s.count} * op.pixels, c}, input(s), cur[t], op.batch_mean.data(),
-              op.batch_var.data(), op.gamma >= 0 ? params + op.gamma : nullptr, op.epsilon,
-              op.sum_dy.data(), op.sum_dy_xhat.data(), int64_t{batch} * op.pixels, next[t]);
-        });
-      }
+    if (ops_[i].kind == LayerKind::kBatchNorm) {
+      BackwardBatchNorm(i, params, images, batch, threads, cur, next);
     } else {
-      run_(threads, [&](int t) {
-        Slice& s = *slices_[t];
-        const int n = s.count;
-        float* gy = cur[t];
-        float* gx = next[t];
-        float* pg = t == 0 ? grads : s.grads.data();
-        const float* x = input(s);
-        if (op.has_act) {
-          kernels::ActivationGrad<CpuDevice>()(d, n * op.out_size, op.act, s.acts[i].data(), gy);
-        }
-        switch (op.kind) {
-          case LayerKind::kConv2D: {
-            kernels::WindowShape w = op.win;
-            w.batch = n;
-            kernels::ConvGeneralBackward(w, s.columns[i].data(), params + op.kernel, gy,
-                                         /*accumulate=*/false, pg + op.kernel,
-                                         op.bias >= 0 ? pg + op.bias : nullptr,
-                                         s.dcolumns.data(), dx_wanted ? gx : nullptr);
-            break;
-          }
-          case LayerKind::kMaxPool2D:
-            if (dx_wanted) {
-              kernels::WindowShape w = op.win;
-              w.batch = n;
-              kernels::MaxPoolGeneralBackward(w, gy, s.argmax[i].data(), gx);
-            }
-            break;
-          case LayerKind::kAvgPool2D:
-            if (dx_wanted) {
-              kernels::WindowShape w = op.win;
-              w.batch = n;
-              kernels::AvgPoolGeneralBackward(w, gy, gx);
-            }
-            break;
-          case LayerKind::kGlobalAvgPool2D:
-            if (dx_wanted) kernels::GlobalAvgPoolBackward(n, op.pixels, op.channels, gy, gx);
-            break;
-          case LayerKind::kDense:
-            kernels::CpuGemm(true, false, op.dense_in, op.dense_out, n, 1.0f, x, op.dense_in, gy,
-                             op.dense_out, 0.0f, pg + op.kernel, op.dense_out);
-            if (op.bias >= 0) {
-              float* db = pg + op.bias;
-              for (int r = 0; r < n; ++r) {
-                const float* row = gy + int64_t{r} * op.dense_out;
-                for (int o = 0; o < op.dense_out; ++o) db[o] += row[o];
-              }
-            }
-            if (dx_wanted) {
-              kernels::CpuGemm(false, true, n, op.dense_in, op.dense_out, 1.0f, gy, op.dense_out,
-                               params + op.kernel, op.dense_out, 0.0f, gx, op.dense_in);
-            }
-            break;
-          case LayerKind::kDropout:
-            if (dx_wanted && op.rate > 0.0f) {
-              kernels::DropoutBackward<CpuDevice>()(
-                  d, {s.first * op.out_size, n * op.out_size, op.rate,
-                      DropoutKey(seed_, step_key, i)},
-                  gy, gx);
-            } else if (dx_wanted) {
-              std::copy(gy, gy + n * op.out_size, gx);
-            }
-            break;
-          case LayerKind::kActivation:
-            if (dx_wanted) std::copy(gy, gy + n * op.out_size, gx);
-            break;
-          default:
-            break;
-        }
-      });
+      BackwardOp(i, params, images, threads, step_key, cur, next, grads);
     }
     FinishOp(i, threads, grads);
     finished = i;
-    if (!dx_wanted) break;  // nothing below has parameters to train
+    if (!ops_[i].needs_input_grad) break;  // nothing below has parameters to train
     std::swap(cur, next);
   }
   // Ops below the last one run: nothing to train, but a BN layer's batch
   // statistics still go to its moving statistics.
   for (int i = finished - 1; i >= 0; --i) FinishOp(i, threads, grads);
+}
+
+void GeneralCpuNetwork::BackwardBatchNorm(int i, const float* params, const float* images,
+                                          int batch, int threads,
+                                          const std::vector<float*>& cur,
+                                          const std::vector<float*>& next) {
+  const CpuDevice d;
+  Op& op = ops_[i];
+  const int c = op.channels;
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
+    kernels::BatchNormGradSums<CpuDevice>()(
+        d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), cur[t],
+        op.batch_mean.data(), op.batch_var.data(), op.epsilon, s.sums[i].data(),
+        s.sums[i].data() + c);
+  });
+  for (int ch = 0; ch < c; ++ch) {
+    double dy = 0, dyx = 0;
+    for (int t = 0; t < threads; ++t) {
+      dy += slices_[t]->sums[i][ch];
+      dyx += slices_[t]->sums[i][c + ch];
+    }
+    op.sum_dy[ch] = dy;
+    op.sum_dy_xhat[ch] = dyx;
+  }
+  if (op.needs_input_grad) {
+    run_(threads, [&](int t) {
+      Slice& s = *slices_[t];
+      kernels::BatchNormBackwardInput<CpuDevice>()(
+          d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), cur[t],
+          op.batch_mean.data(), op.batch_var.data(),
+          op.gamma >= 0 ? params + op.gamma : nullptr, op.epsilon, op.sum_dy.data(),
+          op.sum_dy_xhat.data(), int64_t{batch} * op.pixels, next[t]);
+    });
+  }
+}
+
+void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* images, int threads,
+                                   uint64_t step_key, const std::vector<float*>& cur,
+                                   const std::vector<float*>& next, float* grads) {
+  const CpuDevice d;
+  const Op& op = ops_[i];
+  run_(threads, [&](int t) {
+    Slice& s = *slices_[t];
+    const int n = s.count;
+    if (op.has_act) {
+      kernels::ActivationGrad<CpuDevice>()(d, n * op.out_size, op.act, s.acts[i].data(), cur[t]);
+    }
+    const SliceGrads g = {n, cur[t], next[t], op.needs_input_grad,
+                          t == 0 ? grads : s.grads.data()};
+    switch (op.kind) {
+      case LayerKind::kConv2D:
+        BackwardConv2D(op, params, s.columns[i].data(), s.dcolumns.data(), g);
+        break;
+      case LayerKind::kMaxPool2D:
+        BackwardMaxPool2D(op, s.argmax[i].data(), g);
+        break;
+      case LayerKind::kAvgPool2D:
+        BackwardAvgPool2D(op, g);
+        break;
+      case LayerKind::kGlobalAvgPool2D:
+        BackwardGlobalAvgPool2D(op, g);
+        break;
+      case LayerKind::kDense:
+        BackwardDense(op, params, OpInput(i, s, images), g);
+        break;
+      case LayerKind::kDropout:
+        BackwardDropout(op, s.first, DropoutKey(seed_, step_key, i), g);
+        break;
+      case LayerKind::kActivation:
+        BackwardActivationLayer(op, g);
+        break;
+      default:
+        break;
+    }
+  });
 }
 
 void GeneralCpuNetwork::FinishOp(int i, int threads, float* grads) {

@@ -2,7 +2,7 @@
 // (strided and "same" convolutions, max/average/global pooling,
 // BatchNormalization, Dropout, sigmoid and tanh) forward and backward, for
 // the models whose layers the fast path (compute/cpu_network.h's kernels for
-// the seeds' CNN) does not cover. compute/cpu_network.h picks it; callers see
+// the built-in CNN) does not cover. compute/cpu_network.h picks it; callers see
 // only CpuNetwork.
 //
 // The batch is split into one contiguous slice per thread; each layer runs
@@ -60,11 +60,33 @@ class GeneralCpuNetwork {
   struct Op;
   struct Slice;
   GeneralCpuNetwork() = default;
+  // Gives the first `threads` slices their contiguous shares of `batch`.
+  void SplitBatch(int batch, int threads);
+  // Op i's input in slice `s`: its share of `images` (op 0) or op i - 1's output.
+  const float* OpInput(int i, const Slice& s, const float* images) const;
   void Forward(const float* params, const float* images, int batch, bool training,
                uint64_t step_key, float* grads);
+  // BatchNormalization op i forward. In training it normalises with the
+  // batch's statistics, written into `grads` at the moving statistics' slots
+  // unless `grads` is null.
+  void ForwardBatchNorm(int i, const float* params, const float* images, int batch, int threads,
+                        bool training, float* grads);
+  // Any other op i forward, then its activation.
+  void ForwardOp(int i, const float* params, const float* images, int threads, bool training,
+                 uint64_t step_key);
   void Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum, int* correct);
   void Backward(const float* params, const float* images, int batch, uint64_t step_key,
                 float* grads);
+  // Op i backward on every slice t: from cur[t], the gradient at its output
+  // (overwritten), to next[t], the gradient at its input when some op below
+  // has parameters. BatchNormalization keeps its parameters' gradients in
+  // the op for FinishOp; the others write theirs into slice t's own
+  // (`grads` for t = 0).
+  void BackwardBatchNorm(int i, const float* params, const float* images, int batch, int threads,
+                         const std::vector<float*>& cur, const std::vector<float*>& next);
+  void BackwardOp(int i, const float* params, const float* images, int threads,
+                  uint64_t step_key, const std::vector<float*>& cur,
+                  const std::vector<float*>& next, float* grads);
   // Op i's backward is done on every slice: sums its parameters' partial
   // gradients into `grads` in slice order (deterministic), writes its
   // whole-batch quantities, and tells the listener what is final.

@@ -133,6 +133,68 @@ double Number(const json& cfg, const char* key, double dflt) {
   return it != cfg.end() && it->is_number() ? it->get<double>() : dflt;
 }
 
+// snake_case names (Keras 2's "glorot_uniform") as CamelCase.
+std::string CamelCase(const std::string& name) {
+  std::string camel;
+  bool up = true;
+  for (char ch : name) {
+    if (ch == '_') {
+      up = true;
+      continue;
+    }
+    camel += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+    up = false;
+  }
+  return camel;
+}
+
+Initializer VarianceScaling(double scale, Initializer::Mode mode,
+                            Initializer::Distribution distribution) {
+  Initializer init;
+  init.kind = Initializer::Kind::kVarianceScaling;
+  init.scale = scale;
+  init.mode = mode;
+  init.distribution = distribution;
+  return init;
+}
+
+// A VarianceScaling initializer's config `c`, the value of option `key`.
+absl::StatusOr<Initializer> VarianceScalingOf(const json& c, const std::string& where,
+                                              const char* key) {
+  using M = Initializer::Mode;
+  using D = Initializer::Distribution;
+  const double scale = Number(c, "scale", 1.0);
+  std::string mode = c.value("mode", "fan_in");
+  std::string dist = c.value("distribution", "truncated_normal");
+  M m;
+  if (mode == "fan_in" || mode == "fanIn") {
+    m = M::kFanIn;
+  } else if (mode == "fan_out" || mode == "fanOut") {
+    m = M::kFanOut;
+  } else if (mode == "fan_avg" || mode == "fanAvg") {
+    m = M::kFanAvg;
+  } else {
+    return Bad(where, absl::StrCat("option '", key, "': VarianceScaling mode \"", mode,
+                                   "\" is not known"));
+  }
+  D d;
+  if (dist == "uniform") {
+    d = D::kUniform;
+  } else if (dist == "truncated_normal" || dist == "normal") {  // Keras 2: truncated
+    d = D::kTruncatedNormal;
+  } else if (dist == "untruncated_normal") {
+    d = D::kUntruncatedNormal;
+  } else {
+    return Bad(where, absl::StrCat("option '", key, "': VarianceScaling distribution \"",
+                                   dist, "\" is not known"));
+  }
+  if (!(scale > 0)) {
+    return Bad(where, absl::StrCat("option '", key, "': VarianceScaling scale ", scale,
+                                   " must be positive"));
+  }
+  return VarianceScaling(scale, m, d);
+}
+
 // A Keras initializer object ({"class_name": ..., "config": {...}}).
 absl::StatusOr<Initializer> InitializerOf(const json& cfg, const std::string& where,
                                           const char* key, Initializer dflt) {
@@ -148,28 +210,11 @@ absl::StatusOr<Initializer> InitializerOf(const json& cfg, const std::string& wh
   } else {
     return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it), " is not an initializer"));
   }
-  // snake_case names (Keras 2's "glorot_uniform") as CamelCase.
-  std::string camel;
-  bool up = true;
-  for (char ch : cls) {
-    if (ch == '_') {
-      up = true;
-      continue;
-    }
-    camel += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
-    up = false;
-  }
+  const std::string camel = CamelCase(cls);
   using K = Initializer::Kind;
   using M = Initializer::Mode;
   using D = Initializer::Distribution;
   Initializer init;
-  auto vs = [&](double scale, M mode, D dist) {
-    init.kind = K::kVarianceScaling;
-    init.scale = scale;
-    init.mode = mode;
-    init.distribution = dist;
-    return init;
-  };
   if (camel == "Zeros" || camel == "Zero") {
     init.kind = K::kZeros;
     return init;
@@ -183,12 +228,12 @@ absl::StatusOr<Initializer> InitializerOf(const json& cfg, const std::string& wh
     init.value = Number(c, "value", 0.0);
     return init;
   }
-  if (camel == "GlorotUniform") return vs(1.0, M::kFanAvg, D::kUniform);
-  if (camel == "GlorotNormal") return vs(1.0, M::kFanAvg, D::kTruncatedNormal);
-  if (camel == "HeUniform") return vs(2.0, M::kFanIn, D::kUniform);
-  if (camel == "HeNormal") return vs(2.0, M::kFanIn, D::kTruncatedNormal);
-  if (camel == "LecunUniform") return vs(1.0, M::kFanIn, D::kUniform);
-  if (camel == "LecunNormal") return vs(1.0, M::kFanIn, D::kTruncatedNormal);
+  if (camel == "GlorotUniform") return VarianceScaling(1.0, M::kFanAvg, D::kUniform);
+  if (camel == "GlorotNormal") return VarianceScaling(1.0, M::kFanAvg, D::kTruncatedNormal);
+  if (camel == "HeUniform") return VarianceScaling(2.0, M::kFanIn, D::kUniform);
+  if (camel == "HeNormal") return VarianceScaling(2.0, M::kFanIn, D::kTruncatedNormal);
+  if (camel == "LecunUniform") return VarianceScaling(1.0, M::kFanIn, D::kUniform);
+  if (camel == "LecunNormal") return VarianceScaling(1.0, M::kFanIn, D::kTruncatedNormal);
   if (camel == "RandomNormal") {
     init.kind = K::kRandomNormal;
     init.mean = Number(c, "mean", 0.0);
@@ -207,38 +252,7 @@ absl::StatusOr<Initializer> InitializerOf(const json& cfg, const std::string& wh
     init.maxval = Number(c, "maxval", 0.05);
     return init;
   }
-  if (camel == "VarianceScaling") {
-    const double scale = Number(c, "scale", 1.0);
-    std::string mode = c.value("mode", "fan_in");
-    std::string dist = c.value("distribution", "truncated_normal");
-    M m;
-    if (mode == "fan_in" || mode == "fanIn") {
-      m = M::kFanIn;
-    } else if (mode == "fan_out" || mode == "fanOut") {
-      m = M::kFanOut;
-    } else if (mode == "fan_avg" || mode == "fanAvg") {
-      m = M::kFanAvg;
-    } else {
-      return Bad(where, absl::StrCat("option '", key, "': VarianceScaling mode \"", mode,
-                                     "\" is not known"));
-    }
-    D d;
-    if (dist == "uniform") {
-      d = D::kUniform;
-    } else if (dist == "truncated_normal" || dist == "normal") {  // Keras 2: truncated
-      d = D::kTruncatedNormal;
-    } else if (dist == "untruncated_normal") {
-      d = D::kUntruncatedNormal;
-    } else {
-      return Bad(where, absl::StrCat("option '", key, "': VarianceScaling distribution \"",
-                                     dist, "\" is not known"));
-    }
-    if (!(scale > 0)) {
-      return Bad(where, absl::StrCat("option '", key, "': VarianceScaling scale ", scale,
-                                     " must be positive"));
-    }
-    return vs(scale, m, d);
-  }
+  if (camel == "VarianceScaling") return VarianceScalingOf(c, where, key);
   return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it),
                                  " is not supported (Zeros, Ones, Constant, GlorotUniform, "
                                  "GlorotNormal, HeNormal, HeUniform, LecunNormal, LecunUniform, "
@@ -295,9 +309,16 @@ std::vector<std::string> InboundNames(const json& layer) {
   return names;
 }
 
-}  // namespace
+// A model file's JSON unwrapped down to the model: tfjs's model.json
+// (modelTopology), Keras 3's .keras config (model_config), the model itself.
+struct ModelEnvelope {
+  std::string cls;  // the model's class_name
+  bool functional = false;
+  json layers;             // a non-empty array
+  std::string model_name;  // config.name, else the source
+};
 
-absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::string& source) {
+absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::string& source) {
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     return Bad(source, "not a JSON object (expected what Keras's model.to_json() writes)");
@@ -307,32 +328,277 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
   if (!doc.is_object() || !doc.contains("class_name") || !doc["class_name"].is_string()) {
     return Bad(source, "no top-level class_name (expected a Keras model's JSON)");
   }
-  const std::string cls = doc["class_name"].get<std::string>();
+  ModelEnvelope model;
+  model.cls = doc["class_name"].get<std::string>();
+  const std::string& cls = model.cls;
   const json& config = doc.contains("config") ? doc["config"] : json();
-  json layers;
   if (config.is_array()) {
-    layers = config;  // very old Keras: the config is the layer list
+    model.layers = config;  // very old Keras: the config is the layer list
   } else if (config.is_object() && config.contains("layers")) {
-    layers = config["layers"];
+    model.layers = config["layers"];
   }
-  if (!layers.is_array() || layers.empty()) {
+  if (!model.layers.is_array() || model.layers.empty()) {
     return Bad(source, absl::StrCat("model \"", cls, "\" has no layer list"));
   }
-  const bool functional = cls == "Functional" || cls == "Model";
-  if (cls != "Sequential" && !functional) {
+  model.functional = cls == "Functional" || cls == "Model";
+  if (cls != "Sequential" && !model.functional) {
     return Bad(source, absl::StrCat("class_name \"", cls,
                                     "\" is not supported (Sequential, or a Functional chain)"));
   }
-  std::string model_name =
-      config.is_object() && config.contains("name") && config["name"].is_string()
-          ? config["name"].get<std::string>()
-          : source;
+  model.model_name = config.is_object() && config.contains("name") && config["name"].is_string()
+                         ? config["name"].get<std::string>()
+                         : source;
+  return model;
+}
 
-  std::vector<json> shape;
+// The file's initializers of one layer, by variable suffix ("kernel", ...).
+using LayerInits = std::vector<std::pair<std::string, Initializer>>;
+
+// Appends variable `var`'s initializer: option `key`, else `dflt`.
+absl::Status AddInit(const json& cfg, const std::string& where, const char* key,
+                     const char* var, Initializer dflt, LayerInits* inits) {
+  absl::StatusOr<Initializer> in = InitializerOf(cfg, where, key, dflt);
+  if (!in.ok()) return in.status();
+  inits->emplace_back(var, *in);
+  return absl::OkStatus();
+}
+
+// A per-class parser: checks the layer's options in `cfg` and fills `l`
+// (kind and options) and `inits`. `where` names the layer in errors. Some
+// options refuse at once, others are all checked and the first refusal
+// returned; the order decides which error a bad file gets.
+using LayerParser = absl::Status (*)(const json& cfg, const std::string& where, LayerSpec* l,
+                                     LayerInits* inits);
+
+absl::Status ParseConv2D(const json& cfg, const std::string& where, LayerSpec* l,
+                         LayerInits* inits) {
+  absl::Status st;
+  l->kind = LayerKind::kConv2D;
+  if (!cfg.contains("filters") || !cfg["filters"].is_number_integer() ||
+      cfg["filters"].get<int>() < 1 || cfg["filters"].get<int>() > 65536) {
+    return Bad(where, absl::StrCat("option 'filters' = ",
+                                   Show(cfg.value("filters", json())), " is not valid"));
+  }
+  l->units = cfg["filters"].get<int>();
+  if (!cfg.contains("kernel_size")) return Bad(where, "option 'kernel_size' is missing");
+  st.Update(IntPair(cfg, where, "kernel_size", 1, &l->window_h, &l->window_w));
+  st.Update(IntPair(cfg, where, "strides", 1, &l->stride_h, &l->stride_w));
+  st.Update(PaddingOf(cfg, where, &l->padding));
+  st.Update(ChannelsLast(cfg, where));
+  st.Update(Neutral(cfg, where, "dilation_rate", {1, json::array({1, 1})},
+                    "dilated convolutions are not implemented; only 1"));
+  st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
+  st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
+  l->use_bias = cfg.value("use_bias", true);
+  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+  if (!a.ok()) return a.status();
+  l->activation = *a;
+  if (st.ok()) {
+    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
+// MaxPooling2D and AveragePooling2D: `kind` says which.
+absl::Status ParsePool2D(LayerKind kind, const json& cfg, const std::string& where,
+                         LayerSpec* l) {
+  absl::Status st;
+  l->kind = kind;
+  st.Update(IntPair(cfg, where, "pool_size", 2, &l->window_h, &l->window_w));
+  if (!cfg.contains("strides") || cfg["strides"].is_null()) {
+    l->stride_h = l->window_h;  // Keras: strides default to pool_size
+    l->stride_w = l->window_w;
+  } else {
+    st.Update(IntPair(cfg, where, "strides", 1, &l->stride_h, &l->stride_w));
+  }
+  st.Update(PaddingOf(cfg, where, &l->padding));
+  st.Update(ChannelsLast(cfg, where));
+  return st;
+}
+
+absl::Status ParseMaxPool2D(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits*) {
+  return ParsePool2D(LayerKind::kMaxPool2D, cfg, where, l);
+}
+
+absl::Status ParseAvgPool2D(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits*) {
+  return ParsePool2D(LayerKind::kAvgPool2D, cfg, where, l);
+}
+
+absl::Status ParseGlobalAvgPool2D(const json& cfg, const std::string& where, LayerSpec* l,
+                                  LayerInits*) {
+  absl::Status st;
+  l->kind = LayerKind::kGlobalAvgPool2D;
+  st.Update(ChannelsLast(cfg, where));
+  st.Update(Neutral(cfg, where, "keepdims", {false}, "only keepdims false"));
+  return st;
+}
+
+absl::Status ParseFlatten(const json& cfg, const std::string& where, LayerSpec* l,
+                          LayerInits*) {
+  l->kind = LayerKind::kFlatten;
+  return ChannelsLast(cfg, where);
+}
+
+absl::Status ParseDense(const json& cfg, const std::string& where, LayerSpec* l,
+                        LayerInits* inits) {
+  absl::Status st;
+  l->kind = LayerKind::kDense;
+  if (!cfg.contains("units") || !cfg["units"].is_number_integer() ||
+      cfg["units"].get<int>() < 1 || cfg["units"].get<int>() > (1 << 24)) {
+    return Bad(where, absl::StrCat("option 'units' = ", Show(cfg.value("units", json())),
+                                   " is not valid"));
+  }
+  l->units = cfg["units"].get<int>();
+  l->use_bias = cfg.value("use_bias", true);
+  st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
+  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+  if (!a.ok()) return a.status();
+  l->activation = *a;
+  if (st.ok()) {
+    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
+absl::Status ParseDropout(const json& cfg, const std::string& where, LayerSpec* l,
+                          LayerInits*) {
+  l->kind = LayerKind::kDropout;
+  const double rate = Number(cfg, "rate", -1.0);
+  if (!(rate >= 0.0 && rate < 1.0)) {
+    return Bad(where, absl::StrCat("option 'rate' = ", Show(cfg.value("rate", json())),
+                                   " is not in [0, 1)"));
+  }
+  l->rate = static_cast<float>(rate);
+  return Neutral(cfg, where, "noise_shape", {}, "only element-wise dropout");
+}
+
+absl::Status ParseActivation(const json& cfg, const std::string& where, LayerSpec* l,
+                             LayerInits*) {
+  l->kind = LayerKind::kActivation;
+  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+  if (!a.ok()) return a.status();
+  l->activation = *a;
+  return absl::OkStatus();
+}
+
+absl::Status ParseReLU(const json& cfg, const std::string& where, LayerSpec* l, LayerInits*) {
+  absl::Status st;
+  l->kind = LayerKind::kActivation;
+  l->activation = Activation::kRelu;
+  st.Update(Neutral(cfg, where, "max_value", {}, "only the plain ReLU"));
+  st.Update(Neutral(cfg, where, "negative_slope", {0, 0.0}, "only the plain ReLU"));
+  st.Update(Neutral(cfg, where, "threshold", {0, 0.0}, "only the plain ReLU"));
+  return st;
+}
+
+absl::Status ParseBatchNorm(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits* inits) {
+  absl::Status st;
+  l->kind = LayerKind::kBatchNorm;
+  st.Update(Neutral(cfg, where, "axis", {-1, 3, json::array({-1}), json::array({3})},
+                    "normalisation over the channel (last) axis only"));
+  for (const char* key : {"renorm", "synchronized"}) {
+    st.Update(Neutral(cfg, where, key, {false}, "not implemented"));
+  }
+  st.Update(Neutral(cfg, where, "virtual_batch_size", {}, "not implemented"));
+  st.Update(Neutral(cfg, where, "adjustment", {}, "not implemented"));
+  l->momentum = static_cast<float>(Number(cfg, "momentum", 0.99));
+  l->epsilon = static_cast<float>(Number(cfg, "epsilon", 1e-3));
+  l->center = cfg.value("center", true);
+  l->scale = cfg.value("scale", true);
+  if (!(l->momentum >= 0.0f && l->momentum <= 1.0f) || !(l->epsilon > 0.0f)) {
+    return Bad(where, absl::StrCat("momentum ", l->momentum, " must be in [0, 1] and epsilon ",
+                                   l->epsilon, " positive"));
+  }
+  if (st.ok()) st = AddInit(cfg, where, "gamma_initializer", "gamma", Initializer::Ones(), inits);
+  if (st.ok()) st = AddInit(cfg, where, "beta_initializer", "beta", Initializer::Zeros(), inits);
+  if (st.ok()) {
+    st = AddInit(cfg, where, "moving_mean_initializer", "moving_mean", Initializer::Zeros(),
+                 inits);
+  }
+  if (st.ok()) {
+    st = AddInit(cfg, where, "moving_variance_initializer", "moving_variance",
+                 Initializer::Ones(), inits);
+  }
+  return st;
+}
+
+// The layer classes the workers run, under every name Keras writes for them.
+struct LayerClass {
+  const char* name;
+  LayerParser parse;
+};
+constexpr LayerClass kLayerClasses[] = {
+    {"Conv2D", ParseConv2D},
+    {"Convolution2D", ParseConv2D},
+    {"MaxPooling2D", ParseMaxPool2D},
+    {"MaxPool2D", ParseMaxPool2D},
+    {"AveragePooling2D", ParseAvgPool2D},
+    {"AvgPool2D", ParseAvgPool2D},
+    {"GlobalAveragePooling2D", ParseGlobalAvgPool2D},
+    {"GlobalAvgPool2D", ParseGlobalAvgPool2D},
+    {"Flatten", ParseFlatten},
+    {"Dense", ParseDense},
+    {"Dropout", ParseDropout},
+    {"Activation", ParseActivation},
+    {"ReLU", ParseReLU},
+    {"BatchNormalization", ParseBatchNorm},
+};
+
+// The layers read so far: what the model's spec is built from.
+struct ParsedLayers {
+  std::vector<json> shape;  // the declared input shape, without the batch
   bool have_shape = false;
   std::vector<LayerSpec> specs;
-  // Per planned layer: the file's initializers by variable suffix.
-  std::vector<std::vector<std::pair<std::string, Initializer>>> inits;
+  std::vector<LayerInits> inits;  // per spec
+};
+
+// One layer's options, after its name and place in the chain are checked:
+// appends its LayerSpec and initializers to `out`, or nothing for an
+// InputLayer.
+absl::Status ParseLayerOptions(const std::string& type, const std::string& name,
+                               const json& cfg, const std::string& where, ParsedLayers* out) {
+  if (absl::Status s = CheckDtype(cfg, where); !s.ok()) return s;
+  if (absl::Status s = NoPenalties(cfg, where); !s.ok()) return s;
+  if (type == "InputLayer") {
+    if (absl::Status s = Neutral(cfg, where, "sparse", {false}, "dense inputs only"); !s.ok())
+      return s;
+    if (absl::Status s = Neutral(cfg, where, "ragged", {false}, "dense inputs only"); !s.ok())
+      return s;
+    return absl::OkStatus();
+  }
+  const LayerClass* cls = nullptr;
+  for (const LayerClass& c : kLayerClasses) {
+    if (type == c.name) {
+      cls = &c;
+      break;
+    }
+  }
+  if (cls == nullptr) {
+    return Bad(where,
+               "this layer is not supported (InputLayer, Conv2D, MaxPooling2D, "
+               "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, "
+               "Activation, ReLU, BatchNormalization)");
+  }
+  LayerSpec l;
+  l.name = name;
+  LayerInits layer_inits;
+  if (absl::Status s = cls->parse(cfg, where, &l, &layer_inits); !s.ok()) return s;
+  out->specs.push_back(l);
+  out->inits.push_back(std::move(layer_inits));
+  return absl::OkStatus();
+}
+
+// Every layer in file order: its class and name, for a Functional model
+// that it reads the layer before it, the first declared input shape, then
+// its options.
+absl::StatusOr<ParsedLayers> ParseLayers(const ModelEnvelope& model, const std::string& source) {
+  const json& layers = model.layers;
+  ParsedLayers out;
   std::set<std::string> names;
   std::string previous;  // Functional: the layer the next must read
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -352,7 +618,7 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
     if (name.empty() || name.find('/') != std::string::npos) {
       return Bad(where, "layer names must be non-empty and hold no '/'");
     }
-    if (functional) {
+    if (model.functional) {
       std::vector<std::string> in = InboundNames(layer);
       if (i == 0 ? !in.empty() : (in.size() != 1 || in[0] != previous)) {
         return Bad(where, absl::StrCat("reads from [", absl::StrJoin(in, ", "),
@@ -361,139 +627,16 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
       }
       previous = name;
     }
-    if (!have_shape) have_shape = DeclaredShape(layer, cfg, &shape);
-    if (absl::Status s = CheckDtype(cfg, where); !s.ok()) return s;
-    if (absl::Status s = NoPenalties(cfg, where); !s.ok()) return s;
-    if (type == "InputLayer") {
-      if (absl::Status s = Neutral(cfg, where, "sparse", {false}, "dense inputs only"); !s.ok())
-        return s;
-      if (absl::Status s = Neutral(cfg, where, "ragged", {false}, "dense inputs only"); !s.ok())
-        return s;
-      continue;
-    }
-    LayerSpec l;
-    l.name = name;
-    std::vector<std::pair<std::string, Initializer>> layer_inits;
-    auto init = [&](const char* key, const char* var, Initializer dflt) -> absl::Status {
-      absl::StatusOr<Initializer> in = InitializerOf(cfg, where, key, dflt);
-      if (!in.ok()) return in.status();
-      layer_inits.emplace_back(var, *in);
-      return absl::OkStatus();
-    };
-    absl::Status st;
-    if (type == "Conv2D" || type == "Convolution2D") {
-      l.kind = LayerKind::kConv2D;
-      if (!cfg.contains("filters") || !cfg["filters"].is_number_integer() ||
-          cfg["filters"].get<int>() < 1 || cfg["filters"].get<int>() > 65536) {
-        return Bad(where, absl::StrCat("option 'filters' = ",
-                                       Show(cfg.value("filters", json())), " is not valid"));
-      }
-      l.units = cfg["filters"].get<int>();
-      if (!cfg.contains("kernel_size")) return Bad(where, "option 'kernel_size' is missing");
-      st.Update(IntPair(cfg, where, "kernel_size", 1, &l.window_h, &l.window_w));
-      st.Update(IntPair(cfg, where, "strides", 1, &l.stride_h, &l.stride_w));
-      st.Update(PaddingOf(cfg, where, &l.padding));
-      st.Update(ChannelsLast(cfg, where));
-      st.Update(Neutral(cfg, where, "dilation_rate", {1, json::array({1, 1})},
-                        "dilated convolutions are not implemented; only 1"));
-      st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
-      st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
-      l.use_bias = cfg.value("use_bias", true);
-      absl::StatusOr<Activation> a = ActivationOf(cfg, where);
-      if (!a.ok()) return a.status();
-      l.activation = *a;
-      if (st.ok()) st = init("kernel_initializer", "kernel", Initializer::GlorotUniform());
-      if (st.ok()) st = init("bias_initializer", "bias", Initializer::Zeros());
-    } else if (type == "MaxPooling2D" || type == "MaxPool2D" || type == "AveragePooling2D" ||
-               type == "AvgPool2D") {
-      l.kind = absl::StartsWith(type, "Max") ? LayerKind::kMaxPool2D : LayerKind::kAvgPool2D;
-      st.Update(IntPair(cfg, where, "pool_size", 2, &l.window_h, &l.window_w));
-      if (!cfg.contains("strides") || cfg["strides"].is_null()) {
-        l.stride_h = l.window_h;  // Keras: strides default to pool_size
-        l.stride_w = l.window_w;
-      } else {
-        st.Update(IntPair(cfg, where, "strides", 1, &l.stride_h, &l.stride_w));
-      }
-      st.Update(PaddingOf(cfg, where, &l.padding));
-      st.Update(ChannelsLast(cfg, where));
-    } else if (type == "GlobalAveragePooling2D" || type == "GlobalAvgPool2D") {
-      l.kind = LayerKind::kGlobalAvgPool2D;
-      st.Update(ChannelsLast(cfg, where));
-      st.Update(Neutral(cfg, where, "keepdims", {false}, "only keepdims false"));
-    } else if (type == "Flatten") {
-      l.kind = LayerKind::kFlatten;
-      st.Update(ChannelsLast(cfg, where));
-    } else if (type == "Dense") {
-      l.kind = LayerKind::kDense;
-      if (!cfg.contains("units") || !cfg["units"].is_number_integer() ||
-          cfg["units"].get<int>() < 1 || cfg["units"].get<int>() > (1 << 24)) {
-        return Bad(where, absl::StrCat("option 'units' = ", Show(cfg.value("units", json())),
-                                       " is not valid"));
-      }
-      l.units = cfg["units"].get<int>();
-      l.use_bias = cfg.value("use_bias", true);
-      st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
-      absl::StatusOr<Activation> a = ActivationOf(cfg, where);
-      if (!a.ok()) return a.status();
-      l.activation = *a;
-      if (st.ok()) st = init("kernel_initializer", "kernel", Initializer::GlorotUniform());
-      if (st.ok()) st = init("bias_initializer", "bias", Initializer::Zeros());
-    } else if (type == "Dropout") {
-      l.kind = LayerKind::kDropout;
-      const double rate = Number(cfg, "rate", -1.0);
-      if (!(rate >= 0.0 && rate < 1.0)) {
-        return Bad(where, absl::StrCat("option 'rate' = ", Show(cfg.value("rate", json())),
-                                       " is not in [0, 1)"));
-      }
-      l.rate = static_cast<float>(rate);
-      st.Update(Neutral(cfg, where, "noise_shape", {}, "only element-wise dropout"));
-    } else if (type == "Activation") {
-      l.kind = LayerKind::kActivation;
-      absl::StatusOr<Activation> a = ActivationOf(cfg, where);
-      if (!a.ok()) return a.status();
-      l.activation = *a;
-    } else if (type == "ReLU") {
-      l.kind = LayerKind::kActivation;
-      l.activation = Activation::kRelu;
-      st.Update(Neutral(cfg, where, "max_value", {}, "only the plain ReLU"));
-      st.Update(Neutral(cfg, where, "negative_slope", {0, 0.0}, "only the plain ReLU"));
-      st.Update(Neutral(cfg, where, "threshold", {0, 0.0}, "only the plain ReLU"));
-    } else if (type == "BatchNormalization") {
-      l.kind = LayerKind::kBatchNorm;
-      st.Update(Neutral(cfg, where, "axis", {-1, 3, json::array({-1}), json::array({3})},
-                        "normalisation over the channel (last) axis only"));
-      for (const char* key : {"renorm", "synchronized"}) {
-        st.Update(Neutral(cfg, where, key, {false}, "not implemented"));
-      }
-      st.Update(Neutral(cfg, where, "virtual_batch_size", {}, "not implemented"));
-      st.Update(Neutral(cfg, where, "adjustment", {}, "not implemented"));
-      l.momentum = static_cast<float>(Number(cfg, "momentum", 0.99));
-      l.epsilon = static_cast<float>(Number(cfg, "epsilon", 1e-3));
-      l.center = cfg.value("center", true);
-      l.scale = cfg.value("scale", true);
-      if (!(l.momentum >= 0.0f && l.momentum <= 1.0f) || !(l.epsilon > 0.0f)) {
-        return Bad(where, absl::StrCat("momentum ", l.momentum, " must be in [0, 1] and epsilon ",
-                                       l.epsilon, " positive"));
-      }
-      if (st.ok()) st = init("gamma_initializer", "gamma", Initializer::Ones());
-      if (st.ok()) st = init("beta_initializer", "beta", Initializer::Zeros());
-      if (st.ok()) st = init("moving_mean_initializer", "moving_mean", Initializer::Zeros());
-      if (st.ok()) {
-        st = init("moving_variance_initializer", "moving_variance", Initializer::Ones());
-      }
-    } else {
-      return Bad(where,
-                 "this layer is not supported (InputLayer, Conv2D, MaxPooling2D, "
-                 "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, "
-                 "Activation, ReLU, BatchNormalization)");
-    }
-    if (!st.ok()) return st;
-    specs.push_back(l);
-    inits.push_back(std::move(layer_inits));
+    if (!out.have_shape) out.have_shape = DeclaredShape(layer, cfg, &out.shape);
+    if (absl::Status s = ParseLayerOptions(type, name, cfg, where, &out); !s.ok()) return s;
   }
+  return out;
+}
 
-  // The loss: a final softmax (the last Dense's or a trailing Activation's)
-  // or linear logits; softmax anywhere else is not what we compute.
+// The loss: a final softmax (the last Dense's or a trailing Activation's)
+// or linear logits; softmax anywhere else is not what we compute. The index
+// of the last Dense layer, whose units are the classes.
+absl::StatusOr<int> LogitsLayer(const std::vector<LayerSpec>& specs, const std::string& source) {
   int last_dense = -1;
   for (int i = static_cast<int>(specs.size()) - 1; i >= 0; --i) {
     if (specs[i].kind == LayerKind::kDense) {
@@ -540,8 +683,19 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
     return Bad(absl::StrCat(source, ": layer '", specs[last_dense].name, "'"),
                absl::StrCat(classes, " classes; at most 256 (labels are bytes)"));
   }
+  return last_dense;
+}
 
-  if (!have_shape) {
+struct InputShape {
+  int h, w, c;
+};
+
+// The declared input shape as height x width x channels: [H, W, C],
+// [F] (1 x 1 x F), or [H, W] read by a Flatten first (H x W x 1).
+absl::StatusOr<InputShape> InputShapeOf(const ParsedLayers& parsed, const std::string& source) {
+  const std::vector<json>& shape = parsed.shape;
+  const std::vector<LayerSpec>& specs = parsed.specs;
+  if (!parsed.have_shape) {
     return Bad(source, "no input shape (an InputLayer's batch_shape, or batch_input_shape or "
                        "build_config on the first layer)");
   }
@@ -569,11 +723,11 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
   if (static_cast<int64_t>(h) * w * c > (int64_t{1} << 26)) {
     return Bad(source, absl::StrCat("input shape ", Show(json(shape)), " is too large"));
   }
-  absl::StatusOr<ModelSpec> spec =
-      BuildModelSpec(model_name, h, w, c, classes, std::move(specs));
-  if (!spec.ok()) {
-    return Bad(source, std::string(spec.status().message()));
-  }
+  return InputShape{h, w, c};
+}
+
+// Gives each variable of `spec` the initializer its layer's file entry set.
+void ApplyInitializers(const std::vector<LayerInits>& inits, ModelSpec* spec) {
   for (VariableSpec& v : spec->variables) {
     const size_t slash = v.name.rfind('/');
     const std::string layer = v.name.substr(0, slash), var = v.name.substr(slash + 1);
@@ -584,11 +738,45 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
       }
     }
   }
+}
+
+// ParseKerasModel's steps; nlohmann's exceptions pass through.
+absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
+                                                 const std::string& source) {
+  absl::StatusOr<ModelEnvelope> model = ReadEnvelope(text, source);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<ParsedLayers> parsed = ParseLayers(*model, source);
+  if (!parsed.ok()) return parsed.status();
+  absl::StatusOr<int> last_dense = LogitsLayer(parsed->specs, source);
+  if (!last_dense.ok()) return last_dense.status();
+  const int classes = parsed->specs[*last_dense].units;
+  absl::StatusOr<InputShape> in = InputShapeOf(*parsed, source);
+  if (!in.ok()) return in.status();
+  absl::StatusOr<ModelSpec> spec = BuildModelSpec(model->model_name, in->h, in->w, in->c,
+                                                  classes, std::move(parsed->specs));
+  if (!spec.ok()) {
+    return Bad(source, std::string(spec.status().message()));
+  }
+  ApplyInitializers(parsed->inits, &*spec);
   if (spec->num_parameters > (int64_t{1} << 31)) {
     return Bad(source, absl::StrCat(spec->num_parameters, " parameters; at most 2^31"));
   }
   return spec;
 }
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::string& source) {
+  // The parts check each value's type before they read it; a value of
+  // another type that slips past them is a bad file all the same, never a
+  // crash (nlohmann's type_error, out_of_range, ...).
+  try {
+    return ParseKerasModelOrThrow(text, source);
+  } catch (const nlohmann::json::exception& e) {
+    return Bad(source, absl::StrCat("a value of the wrong type or out of range: ", e.what()));
+  }
+}
+
 
 absl::StatusOr<ModelSpec> PlanModelSpec(const std::string& model,
                                         const std::string& model_json) {

@@ -56,7 +56,7 @@ void ExpectSameSpec(const ModelSpec& a, const ModelSpec& b) {
 }
 
 // The shipped files are the built-in models: the same layout and, so, the
-// same initial parameters (the seeds' CNN gives today's numbers).
+// same initial parameters (the built-in CNN gives today's numbers).
 TEST(KerasModelTest, ShippedCnnAndMlpAreTheBuiltInModels) {
   for (const char* name : {"cnn", "mlp"}) {
     absl::StatusOr<std::string> text = ReadModelFile(name);
@@ -248,6 +248,27 @@ TEST(KerasModelTest, RefusesWholeModelProblems) {
   EXPECT_NE(missing.status().message().find("/nonexistent/model.json"), std::string::npos);
   absl::StatusOr<std::string> not_zip = ReadModelFile("tests/fixtures/keras/keras2_cnn.json.keras");
   EXPECT_FALSE(not_zip.ok());
+}
+
+// A value of the wrong type anywhere in the file is refused with a message
+// naming the file, never an exception out of the parser (found when
+// ParseKerasModel was split: nlohmann's type_error escaped it).
+TEST(KerasModelTest, ValuesOfTheWrongTypeAreRefusedNotThrown) {
+  const std::string mlp = *ReadModelFile("mlp");
+  const std::string bool_bias = "\"use_bias\": true";
+  const std::string class_name = "\"class_name\": \"GlorotUniform\"";
+  ASSERT_NE(mlp.find(bool_bias), std::string::npos);
+  ASSERT_NE(mlp.find(class_name), std::string::npos);
+  for (const auto& [what, text] :
+       {std::pair{"use_bias a string", absl::StrReplaceAll(mlp, {{bool_bias, "\"use_bias\": \"yes\""}})},
+        std::pair{"an initializer's class_name a number",
+                  absl::StrReplaceAll(mlp, {{class_name, "\"class_name\": 7"}})}}) {
+    absl::StatusOr<ModelSpec> spec;
+    EXPECT_NO_THROW(spec = ParseKerasModel(text, "odd.json")) << what;
+    EXPECT_FALSE(spec.ok()) << what;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(spec.status().message().find("odd.json"), std::string::npos) << spec.status();
+  }
 }
 
 }  // namespace

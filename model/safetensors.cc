@@ -130,6 +130,177 @@ struct Entry {
   uint64_t begin = 0, end = 0;
 };
 
+// DataLoss "<source>: <parts...>": what a bad file gets.
+template <typename... Parts>
+absl::Status Corrupt(const std::string& source, const Parts&... parts) {
+  return absl::DataLossError(absl::StrCat(source, ": ", parts...));
+}
+
+// The JSON header: checks the 8-byte length against the file and the limit,
+// and that the header is a JSON object. `*header_len` receives the length.
+absl::StatusOr<nlohmann::json> ParseHeader(std::string_view bytes,
+                                           const std::string& source,
+                                           uint64_t* header_len) {
+  if (bytes.size() < 8) {
+    return Corrupt(source, "file is ", bytes.size(),
+                   " bytes, too short for the 8-byte header length");
+  }
+  *header_len = 0;
+  for (int i = 0; i < 8; ++i) {
+    *header_len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i]))
+                   << (8 * i);
+  }
+  if (*header_len > bytes.size() - 8) {
+    return Corrupt(source, "header length ", *header_len, " exceeds the ",
+                   bytes.size() - 8, " bytes after the length field");
+  }
+  if (*header_len > kMaxHeaderBytes) {
+    return Corrupt(source, "header length ", *header_len,
+                   " exceeds the limit of ", kMaxHeaderBytes);
+  }
+  const std::string_view header_text = bytes.substr(8, *header_len);
+  if (header_text.empty() || header_text[0] != '{') {
+    return Corrupt(source, "header does not start with '{'");
+  }
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(header_text.begin(), header_text.end());
+  } catch (const nlohmann::json::exception& e) {
+    return Corrupt(source, "header is not valid JSON: ", e.what());
+  }
+  if (!header.is_object()) {
+    return Corrupt(source, "header is not a JSON object");
+  }
+  return header;
+}
+
+// The "__metadata__" entry's string values, added to `meta`.
+absl::Status ParseMetadata(const nlohmann::json& value,
+                           const std::string& source,
+                           std::map<std::string, std::string>* meta) {
+  if (!value.is_object()) {
+    return Corrupt(source, "__metadata__ is not an object");
+  }
+  for (const auto& [mkey, mvalue] : value.items()) {
+    if (!mvalue.is_string()) {
+      return Corrupt(source, "__metadata__ value of '", mkey,
+                     "' is not a string");
+    }
+    (*meta)[mkey] = mvalue.get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// Tensor `key`'s header entry: an F32 dtype, a shape of non-negative
+// integers, and data_offsets [begin, end] that hold 4 bytes per value.
+absl::StatusOr<Entry> ParseEntry(const std::string& key,
+                                 const nlohmann::json& value,
+                                 const std::string& source) {
+  const std::string where = absl::StrCat("tensor '", key, "'");
+  if (!value.is_object()) {
+    return Corrupt(source, where, " is not a JSON object");
+  }
+  const auto dtype = value.find("dtype");
+  const auto shape = value.find("shape");
+  const auto offsets = value.find("data_offsets");
+  if (dtype == value.end() || !dtype->is_string()) {
+    return Corrupt(source, where, " has no string dtype");
+  }
+  if (dtype->get<std::string>() != kF32) {
+    return absl::UnimplementedError(
+        absl::StrCat(source, ": ", where, " has dtype ",
+                     dtype->get<std::string>(), "; only F32 is supported"));
+  }
+  Entry entry;
+  entry.name = key;
+  if (shape == value.end() || !shape->is_array()) {
+    return Corrupt(source, where, " has no shape array");
+  }
+  for (const auto& d : *shape) {
+    uint64_t dim = 0;
+    if (!GetUnsigned(d, &dim) ||
+        dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Corrupt(source, where, " has shape ", shape->dump(),
+                     ": dimensions must be non-negative integers");
+    }
+    entry.shape.push_back(static_cast<int64_t>(dim));
+  }
+  if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !GetUnsigned((*offsets)[0], &entry.begin) ||
+      !GetUnsigned((*offsets)[1], &entry.end)) {
+    return Corrupt(source, where, " has data_offsets ",
+                   offsets == value.end() ? "missing" : offsets->dump(),
+                   "; expected [begin, end] of non-negative integers");
+  }
+  if (entry.begin > entry.end) {
+    return Corrupt(source, where, " has data_offsets [", entry.begin, ", ",
+                   entry.end, "] with begin > end");
+  }
+  uint64_t count = 0;
+  if (!NumElements(entry.shape, std::numeric_limits<uint64_t>::max() / 4,
+                   &count) ||
+      entry.end - entry.begin != 4 * count) {
+    return Corrupt(source, where, " has shape ", ShapeString(entry.shape),
+                   " but data_offsets [", entry.begin, ", ", entry.end,
+                   "] hold ", entry.end - entry.begin,
+                   " bytes, not 4 per value");
+  }
+  return entry;
+}
+
+// Every header entry in the header's order: the tensors' entries, and
+// "__metadata__" into `meta`.
+absl::StatusOr<std::vector<Entry>> ParseEntries(
+    const nlohmann::json& header, const std::string& source,
+    std::map<std::string, std::string>* meta) {
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key == kMetadataKey) {
+      if (absl::Status s = ParseMetadata(value, source, meta); !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    absl::StatusOr<Entry> entry = ParseEntry(key, value, source);
+    if (!entry.ok()) return entry.status();
+    entries.push_back(std::move(*entry));
+  }
+  return entries;
+}
+
+// That `entries`, sorted by data offset, tile the `data_size`-byte data
+// section: no gap, no overlap, nothing after the last.
+absl::Status CheckTiling(const std::vector<Entry>& entries, uint64_t data_size,
+                         const std::string& source) {
+  uint64_t expected_begin = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.end > data_size) {
+      return Corrupt(source, "tensor '", e.name, "' data_offsets [", e.begin,
+                     ", ", e.end, "] run past the ", data_size,
+                     "-byte data section");
+    }
+    if (e.begin < expected_begin) {
+      return Corrupt(source, "tensor '", e.name, "' data_offsets [", e.begin,
+                     ", ", e.end, "] overlap tensor '", entries[i - 1].name,
+                     "' [", entries[i - 1].begin, ", ", entries[i - 1].end,
+                     "]");
+    }
+    if (e.begin > expected_begin) {
+      return Corrupt(
+          source, "bytes [", expected_begin, ", ", e.begin,
+          ") of the data section belong to no tensor (before tensor '", e.name,
+          "')");
+    }
+    expected_begin = e.end;
+  }
+  if (expected_begin != data_size) {
+    return Corrupt(source, "bytes [", expected_begin, ", ", data_size,
+                   ") of the data section belong to no tensor");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> SerializeSafetensors(
@@ -165,136 +336,32 @@ absl::Status WriteSafetensors(
 absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(
     std::string_view bytes, const std::string& source,
     std::map<std::string, std::string>* metadata) {
-  auto bad = [&source](auto&&... parts) {
-    return absl::DataLossError(absl::StrCat(source, ": ", parts...));
-  };
-  if (bytes.size() < 8) {
-    return bad("file is ", bytes.size(),
-               " bytes, too short for the 8-byte header length");
-  }
   uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) {
-    header_len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i]))
-                  << (8 * i);
-  }
-  if (header_len > bytes.size() - 8) {
-    return bad("header length ", header_len, " exceeds the ", bytes.size() - 8,
-               " bytes after the length field");
-  }
-  if (header_len > kMaxHeaderBytes) {
-    return bad("header length ", header_len, " exceeds the limit of ",
-               kMaxHeaderBytes);
-  }
-  const std::string_view header_text = bytes.substr(8, header_len);
-  if (header_text.empty() || header_text[0] != '{') {
-    return bad("header does not start with '{'");
-  }
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(header_text.begin(), header_text.end());
-  } catch (const nlohmann::json::exception& e) {
-    return bad("header is not valid JSON: ", e.what());
-  }
-  if (!header.is_object()) return bad("header is not a JSON object");
-
+  absl::StatusOr<nlohmann::json> header =
+      ParseHeader(bytes, source, &header_len);
+  if (!header.ok()) return header.status();
   std::map<std::string, std::string> meta;
-  std::vector<Entry> entries;
-  for (const auto& [key, value] : header.items()) {
-    if (key == kMetadataKey) {
-      if (!value.is_object()) return bad("__metadata__ is not an object");
-      for (const auto& [mkey, mvalue] : value.items()) {
-        if (!mvalue.is_string()) {
-          return bad("__metadata__ value of '", mkey, "' is not a string");
-        }
-        meta[mkey] = mvalue.get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = absl::StrCat("tensor '", key, "'");
-    if (!value.is_object()) return bad(where, " is not a JSON object");
-    const auto dtype = value.find("dtype");
-    const auto shape = value.find("shape");
-    const auto offsets = value.find("data_offsets");
-    if (dtype == value.end() || !dtype->is_string()) {
-      return bad(where, " has no string dtype");
-    }
-    if (dtype->get<std::string>() != kF32) {
-      return absl::UnimplementedError(
-          absl::StrCat(source, ": ", where, " has dtype ",
-                       dtype->get<std::string>(), "; only F32 is supported"));
-    }
-    Entry entry;
-    entry.name = key;
-    if (shape == value.end() || !shape->is_array()) {
-      return bad(where, " has no shape array");
-    }
-    for (const auto& d : *shape) {
-      uint64_t dim = 0;
-      if (!GetUnsigned(d, &dim) ||
-          dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return bad(where, " has shape ", shape->dump(),
-                   ": dimensions must be non-negative integers");
-      }
-      entry.shape.push_back(static_cast<int64_t>(dim));
-    }
-    if (offsets == value.end() || !offsets->is_array() ||
-        offsets->size() != 2 || !GetUnsigned((*offsets)[0], &entry.begin) ||
-        !GetUnsigned((*offsets)[1], &entry.end)) {
-      return bad(where, " has data_offsets ",
-                 offsets == value.end() ? "missing" : offsets->dump(),
-                 "; expected [begin, end] of non-negative integers");
-    }
-    if (entry.begin > entry.end) {
-      return bad(where, " has data_offsets [", entry.begin, ", ", entry.end,
-                 "] with begin > end");
-    }
-    uint64_t count = 0;
-    if (!NumElements(entry.shape, std::numeric_limits<uint64_t>::max() / 4,
-                     &count) ||
-        entry.end - entry.begin != 4 * count) {
-      return bad(where, " has shape ", ShapeString(entry.shape),
-                 " but data_offsets [", entry.begin, ", ", entry.end, "] hold ",
-                 entry.end - entry.begin, " bytes, not 4 per value");
-    }
-    entries.push_back(std::move(entry));
-  }
+  absl::StatusOr<std::vector<Entry>> entries =
+      ParseEntries(*header, source, &meta);
+  if (!entries.ok()) return entries.status();
 
   const std::string_view data = bytes.substr(8 + header_len);
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
-  });
-  uint64_t expected_begin = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
-    if (e.end > data.size()) {
-      return bad("tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end,
-                 "] run past the ", data.size(), "-byte data section");
-    }
-    if (e.begin < expected_begin) {
-      return bad("tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end,
-                 "] overlap tensor '", entries[i - 1].name, "' [",
-                 entries[i - 1].begin, ", ", entries[i - 1].end, "]");
-    }
-    if (e.begin > expected_begin) {
-      return bad("bytes [", expected_begin, ", ", e.begin,
-                 ") of the data section belong to no tensor (before tensor '",
-                 e.name, "')");
-    }
-    expected_begin = e.end;
-  }
-  if (expected_begin != data.size()) {
-    return bad("bytes [", expected_begin, ", ", data.size(),
-               ") of the data section belong to no tensor");
+  std::sort(entries->begin(), entries->end(),
+            [](const Entry& a, const Entry& b) {
+              return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+            });
+  if (absl::Status s = CheckTiling(*entries, data.size(), source); !s.ok()) {
+    return s;
   }
 
-  std::vector<NamedTensor> tensors(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) {
+  std::vector<NamedTensor> tensors(entries->size());
+  for (size_t i = 0; i < entries->size(); ++i) {
+    Entry& e = (*entries)[i];
     NamedTensor& t = tensors[i];
-    t.name = std::move(entries[i].name);
-    t.shape = std::move(entries[i].shape);
-    t.values.resize((entries[i].end - entries[i].begin) / 4);
-    std::memcpy(t.values.data(), data.data() + entries[i].begin,
-                entries[i].end - entries[i].begin);
+    t.name = std::move(e.name);
+    t.shape = std::move(e.shape);
+    t.values.resize((e.end - e.begin) / 4);
+    std::memcpy(t.values.data(), data.data() + e.begin, e.end - e.begin);
   }
   if (metadata != nullptr) *metadata = std::move(meta);
   return tensors;
