@@ -16,9 +16,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/crc32c.h"
+#include "common/testing/test_files.h"
 #include "common/tfrecord.h"
 #include "gmock/gmock.h"
-#include "common/testing/test_files.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {

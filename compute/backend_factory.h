@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/model_spec.h"
 #include "compute/compute_backend.h"
 #include "compute/device_choice.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 

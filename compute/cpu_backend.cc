@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "compute/kernels/cpu_blas.h"
 #include "compute/cpu_network.h"
+#include "compute/kernels/cpu_blas.h"
 
 namespace pscluster {
 namespace {

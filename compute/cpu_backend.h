@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "model/model_spec.h"
 #include "compute/compute_backend.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "compute/fast_plan.h"
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
 #include "compute/kernels/conv2d_maxpool.h"
@@ -20,7 +21,6 @@
 #include "compute/kernels/device.h"
 #include "compute/kernels/maxpool2d.h"
 #include "compute/kernels/softmax_xent.h"
-#include "compute/fast_plan.h"
 
 namespace pscluster {
 namespace {
@@ -32,7 +32,7 @@ using kernels::CpuDevice;
 // efficient. Weight gradients are summed over the micro-batches.
 constexpr int kMicroBatch = 8;
 // Every micro-batch reads the weights and reads and writes their
-// gradients. While they fit in cache that costs little (the seeds' CNN:
+// gradients. While they fit in cache that costs little (the built-in CNN:
 // 3,900 images/s in micro-batches of 8, 3,000 in one of 64); beyond, that
 // memory traffic is the step (mlp_large, 80 MB, one thread: 273 images/s
 // in micro-batches of 8, 1,244 in one of 128), and a replica runs its
@@ -392,7 +392,7 @@ absl::StatusOr<std::unique_ptr<CpuNetwork>> CpuNetwork::Create(
   kernels::UseSingleThreadedBlas();
   absl::StatusOr<std::vector<Op>> ops = Plan(spec);
   if (ops.ok()) return std::unique_ptr<CpuNetwork>(new CpuNetwork(spec, options, *std::move(ops)));
-  // Not the seeds' kind of model: the general path, on the same threads.
+  // Not a model of the fast path's layers: the general path, on the same threads.
   std::unique_ptr<CpuNetwork> net(new CpuNetwork(spec, options, {}));
   const int threads = std::min(options.num_threads, options.max_batch);
   if (threads > 1) net->gang_ = std::make_unique<ThreadGang>(threads);

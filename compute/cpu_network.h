@@ -20,9 +20,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/model_spec.h"
-#include "compute/general_cpu_network.h"
 #include "compute/fast_plan.h"
+#include "compute/general_cpu_network.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 
@@ -35,7 +35,7 @@ struct CpuNetworkOptions {
 class CpuNetwork {
  public:
   // InvalidArgument when the options are out of range or the spec does not
-  // describe a runnable model. The seeds' layers (Conv2D with square
+  // describe a runnable model. The fast path's layers (Conv2D with square
   // kernels, stride 1, "valid"; MaxPooling2D with stride = window; Flatten;
   // Dense; relu or linear) run on fast fused kernels, in micro-batches while
   // the weights fit in cache and in one pass per thread beyond; any

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/testing/arriving_weights_check.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace {

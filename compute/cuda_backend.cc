@@ -13,11 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "compute/fast_device_graph.h"
+#include "compute/fast_plan.h"
 #include "compute/general_device_graph.h"
 #include "compute/kernels/gpu_device.h"
 #include "compute/kernels/gpu_kernels.h"
 #include "compute/kernels/kernel_errors.h"
-#include "compute/fast_plan.h"
 
 namespace pscluster {
 namespace {
@@ -71,7 +71,7 @@ struct StepResult {
 
 class CudaBackend final : public ComputeBackend {
  public:
-  // Exactly one of `fast` (the seeds' layers, compute/fast_device_graph.h) and
+  // Exactly one of `fast` (the fast path's layers, compute/fast_device_graph.h) and
   // `general` (any other model, compute/general_device_graph.h) is set.
   CudaBackend(const ModelSpec& spec,
               std::unique_ptr<FastDeviceGraph<GpuDevice>> fast,
@@ -514,7 +514,7 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaBackend: max_batch ", max_batch, " must be at least 1"));
   }
-  // The seeds' layers run on their own graph; any other model (PlanFastLayers
+  // The fast path's layers run on their own graph; any other model (PlanFastLayers
   // says Unimplemented) on the general one, as on the CPU.
   std::unique_ptr<FastDeviceGraph<GpuDevice>> fast;
   std::unique_ptr<GeneralDeviceGraph> general;

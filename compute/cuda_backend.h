@@ -1,6 +1,6 @@
 // The CUDA compute backend: ComputeBackend on one GPU, running the model
 // through FastDeviceGraph (compute/fast_device_graph.h) on the GpuDevice kernels
-// (compute/kernels/gpu_kernels.h), or, for models beyond the seeds' layers,
+// (compute/kernels/gpu_kernels.h), or, for models beyond the fast path's layers,
 // through GeneralDeviceGraph (compute/general_device_graph.h). Weights, gradients, activations and
 // workspaces live in device memory allocated once at creation; weights and
 // batches reach it through pinned host buffers; the batch of the next step
@@ -17,8 +17,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/model_spec.h"
 #include "compute/compute_backend.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 

@@ -16,12 +16,12 @@
 #include <utility>
 #include <vector>
 
+#include "compute/fast_plan.h"
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
 #include "compute/kernels/dense.h"
 #include "compute/kernels/maxpool2d.h"
 #include "compute/kernels/softmax_xent.h"
-#include "compute/fast_plan.h"
 
 namespace pscluster {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
-#include "compute/kernels/emulated_device.h"
-#include "compute/fast_plan.h"
 #include "compute/cpu_network.h"
+#include "compute/fast_plan.h"
+#include "compute/kernels/emulated_device.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace {

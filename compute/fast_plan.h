@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/model_spec.h"
 #include "compute/kernels/conv2d.h"
 #include "compute/kernels/dense.h"
 #include "compute/kernels/maxpool2d.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/model_spec.h"
 #include "compute/general_plan.h"
 #include "compute/kernels/general_device.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 

@@ -1,4 +1,4 @@
-// The GPU backend's path for models beyond the seeds' CNN
+// The GPU backend's path for models beyond the built-in CNN
 // (compute/general_device_graph.h over compute/kernels/parallel_general.h), run
 // on the emulated GPU device: the same losses, gradients and batch
 // statistics as the general CPU path (itself checked against finite
@@ -10,12 +10,12 @@
 #include <memory>
 #include <vector>
 
-#include "gtest/gtest.h"
+#include "compute/cpu_network.h"
 #include "compute/general_device_graph.h"
-#include "compute/testing/general_test_models.h"
 #include "compute/kernels/emulated_device.h"
 #include "compute/kernels/testing/gradient_check.h"
-#include "compute/cpu_network.h"
+#include "compute/testing/general_test_models.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/model_spec.h"
 #include "compute/kernels/activation.h"
 #include "compute/kernels/general_layers.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "compute/backend_factory.h"
+#include "compute/scoring.h"
 #include "model/dataset.h"
 #include "model/keras_model.h"
 #include "spdlog/spdlog.h"
-#include "compute/backend_factory.h"
-#include "compute/scoring.h"
 
 namespace pscluster {
 

@@ -7,17 +7,17 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
-#include "model/dataset.h"
-#include "model/idx_dataset.h"
 #include "common/logging.h"
 #include "common/rpc.h"
 #include "common/task_server.h"
-#include "spdlog/spdlog.h"
 #include "compute/backend_factory.h"
 #include "compute/device_choice.h"
 #include "compute/device_flag.h"
 #include "compute/kernels/blas_env.h"
 #include "evaluator/evaluator.h"
+#include "model/dataset.h"
+#include "model/idx_dataset.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");

@@ -47,8 +47,8 @@
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/ps.pb.h"
-#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
+#include "update/parameter_store.h"
 
 namespace pscluster {
 namespace {

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "common/crc32c.h"
-#include "model/safetensors.h"
-#include "gmock/gmock.h"
 #include "common/testing/test_files.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"

@@ -147,7 +147,7 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int input_height,
 // Names accepted by ModelByName, for --help texts and error messages.
 std::vector<std::string> KnownModels();
 
-// "cnn": the seeds' CNN for 28x28x1 inputs, 121,930 parameters:
+// "cnn": the built-in CNN for 28x28x1 inputs, 121,930 parameters:
 //   Conv2D(32,3,relu) MaxPool2 Conv2D(64,3,relu) MaxPool2 Flatten
 //   Dense(64,relu) Dense(10).
 // "mlp": Flatten Dense(32,relu) Dense(10), small and fast for tests.

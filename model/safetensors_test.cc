@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
 #include "common/testing/test_files.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {

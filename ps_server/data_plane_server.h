@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wire/data_plane.h"
 #include "common/security.h"
 #include "ps_server/ps_service.h"
+#include "wire/data_plane.h"
 
 namespace pscluster {
 

@@ -15,10 +15,10 @@
 #include "common/metrics.h"
 #include "common/task_server.h"
 #include "ps_server/data_plane_server.h"
-#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "ps_server/step_broadcaster.h"
 #include "spdlog/spdlog.h"
+#include "update/parameter_store.h"
 
 ABSL_FLAG(std::string, tf_config, "",
           "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");

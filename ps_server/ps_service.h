@@ -16,9 +16,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
-#include "wire/codec.h"
 #include "proto/ps.grpc.pb.h"
 #include "update/parameter_store.h"
+#include "wire/codec.h"
 
 namespace pscluster {
 

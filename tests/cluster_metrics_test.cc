@@ -13,8 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "model/model_spec.h"
 #include "gtest/gtest.h"
+#include "model/model_spec.h"
 #include "tests/local_cluster.h"
 
 namespace pscluster {

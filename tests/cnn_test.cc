@@ -1,4 +1,4 @@
-// The README's headline on the CPU: the seeds' CNN (the chief's default
+// The README's headline on the CPU: the built-in CNN (the chief's default
 // --model=cnn) trained for one epoch in the real cluster as train.sh runs it
 // (2 ps, 2 workers, sync, Adam, the default batch and seed), and the weights
 // it exports read back by an independent forward pass. One training run

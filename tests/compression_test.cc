@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "wire/codec.h"
+#include "gtest/gtest.h"
 #include "model/keras_model.h"
 #include "model/placement.h"
-#include "gtest/gtest.h"
 #include "tests/local_cluster.h"
+#include "wire/codec.h"
 
 namespace pscluster {
 namespace testing {

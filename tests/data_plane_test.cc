@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "wire/data_plane.h"
 #include "common/rpc.h"
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/data_plane_server.h"
-#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
+#include "update/parameter_store.h"
+#include "wire/data_plane.h"
 
 namespace pscluster {
 namespace {

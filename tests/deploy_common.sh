@@ -104,12 +104,22 @@ class Group:
 
 
 def known_flags(repo):
-    """binary -> the flag names its main declares (ABSL_FLAG), plus --help."""
+    """binary -> the flag names (ABSL_FLAG) its main and the files beside it
+    whose names hold "main" declare (worker/main.cc calls worker_main.cc),
+    and those every daemon shares (common/daemon.cc: TLS, token)."""
+    import glob
     flags = {}
+    shared = os.path.join(repo, "common/daemon.cc")
     for binary, path in MAINS.items():
-        with open(os.path.join(repo, path)) as f:
-            src = f.read()
-        flags[binary] = set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", src))
+        files = sorted(set([os.path.join(repo, path)] +
+                           glob.glob(os.path.join(repo, os.path.dirname(path), "*main*.cc"))))
+        if os.path.exists(shared):
+            files.append(shared)
+        names = set()
+        for name in files:
+            with open(name) as f:
+                names |= set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", f.read()))
+        flags[binary] = names
     return flags
 
 

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Checks deploy/compose without a Docker engine: `docker-compose config`
-# renders docker-compose.yml alone and with docker-compose.gpu.yml; in the
-# rendered files every TF_CONFIG is valid JSON, all services share one
-# cluster, each task's (type, index) is its service's, every address is a
-# service name and the port that service listens on, every task of the
-# cluster has a service; the commands (role, flags the daemons have, data and
-# logdir on volumes), restart policies, gRPC health checks, metrics ports, the
-# GPU reservations; the entrypoint passes each TF_CONFIG on unchanged and the
-# built daemons accept it with the service's flags.
+# renders docker-compose.yml alone and with docker-compose.gpu.yml, each with
+# the defaults and with a user's model and data (PSCLUSTER_MODEL: a real
+# Keras model file, tests/fixtures/keras/tfjs_plain.json as TensorFlow.js
+# wrote it; PSCLUSTER_DATA_DIR: an .npz); in the rendered files every
+# TF_CONFIG is valid JSON, all services share one cluster, each task's
+# (type, index) is its service's, every address is a service name and the
+# port that service listens on, every task of the cluster has a service; the
+# commands (role, flags the daemons have, data and logdir on volumes), the
+# model (the chief's --model: cnn by default, else the file, mounted
+# read-only into the chief alone at the same path) and the data (every
+# worker's and the evaluator's --data_dir: <repo>/data/mnist at /data/mnist
+# by default, else the folder or .npz, mounted read-only at the same path),
+# restart policies, gRPC health checks, metrics ports, the GPU reservations;
+# the entrypoint passes each TF_CONFIG on unchanged and the built daemons
+# accept it with the service's flags (the chief reading the user's model).
 #
 # Usage: tests/deploy_compose_test.sh [MNIST_DIR]   (MNIST is not needed)
 # Exit status 0 when every check passed.
@@ -32,64 +39,81 @@ if command -v docker-compose >/dev/null 2>&1; then
 elif docker compose version >/dev/null 2>&1; then
   render=(docker compose)
 fi
-export PSCLUSTER_DATA_DIR=/srv/mnist
-unset PSCLUSTER_IMAGE PSCLUSTER_CUDA_IMAGE PSCLUSTER_EPOCHS PSCLUSTER_WORKER0_GPU PSCLUSTER_WORKER1_GPU
+# Every variable the files read is unset (their defaults) or fixed, so the
+# output does not depend on this shell. A user's model and data: the model
+# TensorFlow.js wrote (a copy, at a path of its own) and an .npz (config
+# reads only its name; the built daemons are not given the data here).
+unset PSCLUSTER_IMAGE PSCLUSTER_CUDA_IMAGE PSCLUSTER_EPOCHS PSCLUSTER_WORKER0_GPU PSCLUSTER_WORKER1_GPU \
+  PSCLUSTER_MODEL PSCLUSTER_DATA_DIR PSCLUSTER_WAIT_FOR_CLUSTER_S PSCLUSTER_PS_RECOVERY_TIMEOUT_S
+own_model="$tmp/my model/tfjs_plain.json"   # a space: one argument all the same
+own_data="$tmp/my data/data.npz"
+mkdir -p "$(dirname "$own_model")" "$(dirname "$own_data")"
+cp "$repo/tests/fixtures/keras/tfjs_plain.json" "$own_model"
+: >"$own_data"
 if [ ${#render[@]} -eq 0 ]; then
   skip "docker-compose config: neither docker-compose (Debian 12 package docker-compose) nor" \
-    "'docker compose' is installed; checking the files as written, the GPU override merged by this test"
+    "'docker compose' is installed; checking the files as written, interpolated and merged by this test"
 else
-  for variant in base gpu; do
+  for variant in base gpu own gpu-own; do
     files=(-f "$COMPOSE/docker-compose.yml")
-    [ "$variant" = gpu ] && files+=(-f "$COMPOSE/docker-compose.gpu.yml")
-    if (cd "$tmp" && "${render[@]}" --project-directory "$COMPOSE" "${files[@]}" config) \
+    what="docker-compose.yml"
+    case "$variant" in gpu*) files+=(-f "$COMPOSE/docker-compose.gpu.yml"); what+=" + docker-compose.gpu.yml" ;; esac
+    envs=()
+    case "$variant" in *own) envs=(PSCLUSTER_MODEL="$own_model" PSCLUSTER_DATA_DIR="$own_data")
+                             what+=" with PSCLUSTER_MODEL=<a model.json> PSCLUSTER_DATA_DIR=<an .npz>" ;; esac
+    if (cd "$tmp" && env "${envs[@]}" "${render[@]}" --project-directory "$COMPOSE" "${files[@]}" config) \
         >"$tmp/rendered-$variant.yml" 2>"$tmp/config.err"; then
-      pass "${render[*]} config renders docker-compose.yml$([ $variant = gpu ] && echo ' + docker-compose.gpu.yml')"
+      pass "${render[*]} config renders $what"
     else
-      fail "${render[*]} config ($variant): $(tail -5 "$tmp/config.err")"
+      fail "${render[*]} config ($what): $(tail -5 "$tmp/config.err")"
       rm -f "$tmp/rendered-$variant.yml"
     fi
   done
 fi
 
-run_checks "compose checks" "$PY" - "$repo" "$tmp" <<'EOF'
+run_checks "compose checks" "$PY" - "$repo" "$tmp" "$own_model" "$own_data" <<'EOF'
 import json, os, re, sys
 import yaml
-repo, tmp = sys.argv[1], sys.argv[2]
+repo, tmp, own_model, own_data = sys.argv[1:5]
 sys.path.insert(0, tmp)
 from deploylib import *
 
 COMPOSE = os.path.join(repo, "deploy/compose")
 ROLE_SERVICES = {"ps": 2, "worker": 2, "evaluator": 1, "chief": 1}
+OWN = {"PSCLUSTER_MODEL": own_model, "PSCLUSTER_DATA_DIR": own_data}
+# variant -> (files, environment)
+VARIANTS = {"base": (["docker-compose.yml"], {}),
+            "gpu": (["docker-compose.yml", "docker-compose.gpu.yml"], {}),
+            "own": (["docker-compose.yml"], OWN),
+            "gpu-own": (["docker-compose.yml", "docker-compose.gpu.yml"], OWN)}
 
-def raw(name):
+def raw(name, env):
     """A Compose file with ${VAR}, ${VAR:-default} interpolated as Compose does."""
     with open(os.path.join(COMPOSE, name)) as f:
         text = f.read()
     text = re.sub(r"\$\{(\w+)(?::?-([^}]*))?\}",
-                  lambda m: os.environ.get(m.group(1)) or m.group(2) or "", text)
+                  lambda m: env.get(m.group(1)) or m.group(2) or "", text)
     return yaml.safe_load(text)
 
-def merged_by_hand():
-    """The files as written, GPU override merged per service (no Compose here)."""
-    base, gpu = raw("docker-compose.yml"), raw("docker-compose.gpu.yml")
-    out = json.loads(json.dumps(base))
-    for name, svc in gpu["services"].items():
-        out["services"][name].update(svc)
-    return base, out
+def merged_by_hand(files, env):
+    """The files as written, interpolated, overrides merged per service (no Compose here)."""
+    out = raw(files[0], env)
+    for name in files[1:]:
+        for svc_name, svc in raw(name, env)["services"].items():
+            out["services"][svc_name].update(svc)
+    return out
 
 rendered = {}
-for variant in ("base", "gpu"):
+for variant, (files, env) in VARIANTS.items():
     path = os.path.join(tmp, "rendered-%s.yml" % variant)
-    if os.path.exists(path):
-        with open(path) as f:
-            rendered[variant] = yaml.safe_load(f)
-if len(rendered) < 2:
     try:
-        base, gpu = merged_by_hand()
-        rendered.setdefault("base", base)
-        rendered.setdefault("gpu", gpu)
+        if os.path.exists(path):
+            with open(path) as f:
+                rendered[variant] = yaml.safe_load(f)
+        else:
+            rendered[variant] = merged_by_hand(files, env)
     except Exception as e:
-        bad("the Compose files parse: %s" % e)
+        bad("the Compose files parse (%s): %s" % (variant, e))
         sys.exit(1)
 
 def env_of(svc):
@@ -113,6 +137,23 @@ def command_of(svc):
     cmd = svc.get("command", [])
     return cmd.split() if isinstance(cmd, str) else list(cmd)
 
+def binds_of(svc):
+    """[(source, target, read_only)] of the bind mounts (not named volumes);
+    relative sources are the project directory's (deploy/compose)."""
+    out = []
+    for v in svc.get("volumes", []):
+        if isinstance(v, str):
+            parts = v.split(":")
+            if not parts[0].startswith(("/", ".")):
+                continue  # a named volume
+            src, dst, ro = parts[0], parts[1], len(parts) > 2 and "ro" in parts[2].split(",")
+        elif v.get("type") == "bind":
+            src, dst, ro = v["source"], v["target"], bool(v.get("read_only"))
+        else:
+            continue
+        out.append((os.path.normpath(os.path.join(COMPOSE, src)), dst, ro))
+    return out
+
 flags = known_flags(repo)
 fake_bin = make_fake_bin(tmp)
 real_bin = make_real_bin(repo, tmp)
@@ -122,7 +163,11 @@ if real_bin is None:
 
 for variant, cfg in sorted(rendered.items()):
     services = cfg["services"]
-    what = "docker-compose.yml" + (" + docker-compose.gpu.yml" if variant == "gpu" else "")
+    env = VARIANTS[variant][1]
+    what = " + ".join(VARIANTS[variant][0]) + (" with a user's model and .npz" if env else "")
+    want_model = env.get("PSCLUSTER_MODEL", "cnn")
+    want_data = env.get("PSCLUSTER_DATA_DIR", "/data/mnist")
+    want_data_source = env.get("PSCLUSTER_DATA_DIR", os.path.join(repo, "data/mnist"))
     # The cluster, every TF_CONFIG and its task.
     g = Group("%s: TF_CONFIGs" % what)
     tf = {}
@@ -191,12 +236,29 @@ for variant, cfg in sorted(rendered.items()):
             g(cover and (flag == "data_dir" or not cover[0][1]),
               "--%s=%s on a %s volume" % (flag, path, "mounted" if flag == "data_dir" else "writable"),
               str(mounts))
+        binds = binds_of(svc)
         if job in ("worker", "evaluator"):
-            g(flag_value(cmd, "data_dir") == "/data/mnist", "--data_dir=/data/mnist")
+            # The data: the folder or .npz, read-only, where --data_dir says.
+            g(flag_value(cmd, "data_dir") == want_data, "--data_dir=%s" % want_data, str(flag_value(cmd, "data_dir")))
+            g(binds == [(want_data_source, want_data, True)],
+              "only the data bind-mounted: %s read-only at %s" % (want_data_source, want_data), str(binds))
+            g(flag_value(cmd, "model") is None, "no --model (the chief ships the model)")
         if job == "chief":
             g(flag_value(cmd, "logdir") == "/runs", "--logdir=/runs")
+            # The model: the built-in cnn, or the file read-only at the same path.
+            g(flag_value(cmd, "model") == want_model, "--model=%s" % want_model, str(flag_value(cmd, "model")))
+            if "PSCLUSTER_MODEL" in env:
+                g(binds == [(want_model, want_model, True)],
+                  "only the model bind-mounted: read-only at the same path", str(binds))
+            else:
+                g(len(binds) == 1 and binds[0][0] == "/dev/null" and binds[0][2] and
+                  not any(a.split("=", 1)[-1] == binds[0][1] for a in cmd),
+                  "only /dev/null bind-mounted (read-only, unread) in place of a model", str(binds))
+            g(flag_value(cmd, "data_dir") is None, "no --data_dir (the evaluator scores the weights)")
+        if job == "ps":
+            g(not binds, "no bind mounts", str(binds))
         gpu_devices = (svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", []))
-        if variant == "gpu" and job == "worker":
+        if variant.startswith("gpu") and job == "worker":
             g(any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in gpu_devices)
               and "cuda" in svc.get("image", "") and svc.get("build", {}).get("dockerfile", "").endswith("Dockerfile.cuda")
               and flag_value(cmd, "device") == "cuda",
@@ -221,13 +283,31 @@ for variant, cfg in sorted(rendered.items()):
             g(accepted, "the built %s accepts %s's" % (ROLES[cmd[0]][1], name), msg)
     g.report()
 
-# The GPU override changes only the workers' image, command and devices.
-if "base" in rendered and "gpu" in rendered:
-    b, gp = rendered["base"]["services"], rendered["gpu"]["services"]
-    changed = sorted(n for n in b if b[n] != gp.get(n))
-    check(changed == ["worker-0", "worker-1"] and
-          all(env_of(b[n]) == env_of(gp[n]) for n in changed),
-          "docker-compose.gpu.yml changes only the workers (not their TF_CONFIG)", str(changed))
+# The GPU override changes only the workers' image, command (not the data)
+# and devices; the model and the data change only the commands and mounts.
+def normal(svc):
+    """A service with its volumes in one order (Compose v1 merges them as a set)."""
+    out = dict(svc)
+    if "volumes" in out:
+        out["volumes"] = sorted(json.dumps(v, sort_keys=True) for v in out["volumes"])
+    return out
+
+for plain, gpu in (("base", "gpu"), ("own", "gpu-own")):
+    if plain in rendered and gpu in rendered:
+        b = {n: normal(v) for n, v in rendered[plain]["services"].items()}
+        gp = {n: normal(v) for n, v in rendered[gpu]["services"].items()}
+        changed = sorted(n for n in b if b[n] != gp.get(n))
+        check(changed == ["worker-0", "worker-1"] and
+              all(env_of(b[n]) == env_of(gp[n]) and b[n].get("volumes") == gp[n].get("volumes") and
+                  flag_value(command_of(b[n]), "data_dir") == flag_value(command_of(gp[n]), "data_dir")
+                  for n in changed),
+              "docker-compose.gpu.yml changes only the workers (not their TF_CONFIG, data or mounts)%s"
+              % (" with a user's model and .npz" if plain == "own" else ""), str(changed))
+if "base" in rendered and "own" in rendered:
+    b, o = rendered["base"]["services"], rendered["own"]["services"]
+    strip = lambda svc: {k: v for k, v in svc.items() if k not in ("command", "volumes")}
+    check(all(strip(b[n]) == strip(o.get(n, {})) for n in b) and sorted(b) == sorted(o),
+          "PSCLUSTER_MODEL and PSCLUSTER_DATA_DIR change only commands and mounts")
 sys.exit(1 if results["fail"] else 0)
 EOF
 

@@ -6,9 +6,18 @@
 # ordinals 0..replicas-1 on the ConfigMap) names that pod's task and matches
 # the cluster, and the built daemons accept it with the manifest's flags;
 # flags the daemons have; GPU limits on the workers; Prometheus annotations;
-# volumes and PersistentVolumeClaims that exist; the Kubeflow TFJob with the
-# TF_CONFIG the training-operator would give each replica; and, where kubectl
-# is installed, `kubectl kustomize` of deploy/k8s and deploy/k8s/cpu.
+# volumes and PersistentVolumeClaims that exist; the model and the data
+# (the ConfigMap pscluster-train's model and data_dir reach the chief's
+# --model and every worker's and the evaluator's --data_dir through
+# $(VAR) in their args, expanded here as Kubernetes does; the chief mounts
+# the optional ConfigMap pscluster-model at /config); the Kubeflow TFJob with
+# the TF_CONFIG the training-operator would give each replica and the same
+# model and data; and, where kubectl is installed, `kubectl kustomize` of
+# deploy/k8s, deploy/k8s/cpu, and deploy/k8s/model with a user's model.json
+# (TensorFlow.js's, tests/fixtures/keras/tfjs_plain.json) and an .npz
+# as data_dir, in a copy of deploy/k8s and in an overlay of one's own
+# outside it: the model reaches the chief as that ConfigMap, mounted at
+# /config, and the built chief accepts it.
 #
 # Usage: tests/deploy_k8s_test.sh [MNIST_DIR]   (MNIST is not needed)
 # Exit status 0 when every check passed.
@@ -26,6 +35,7 @@ fi
 
 # kubectl kustomize renders both variants; the Python checks read the output.
 K8S="$repo/deploy/k8s"
+MODEL_FIXTURE="$repo/tests/fixtures/keras/tfjs_plain.json"
 if command -v kubectl >/dev/null 2>&1; then
   for variant in "" cpu; do
     dir="$K8S${variant:+/$variant}"
@@ -36,14 +46,38 @@ if command -v kubectl >/dev/null 2>&1; then
       rm -f "$tmp/rendered${variant:+-$variant}.yaml"
     fi
   done
+  # A user's model: model.json next to deploy/k8s/model/kustomization.yaml
+  # (in a copy of deploy/k8s: the repository stays as it is), data_dir set
+  # to an .npz on the data volume; and the same kustomization copied next to
+  # a model.json outside deploy/k8s, its bases pointed at deploy/k8s (GPU).
+  mkdir -p "$tmp/k8s-copy" "$tmp/mine"
+  cp -r "$K8S" "$tmp/k8s-copy/k8s"
+  cp "$MODEL_FIXTURE" "$tmp/k8s-copy/k8s/model/model.json"
+  # As docs/deploy-k8s.md says to:
+  sed -i 's|- data_dir=.*|- data_dir=/data/data.npz|' "$tmp/k8s-copy/k8s/model/kustomization.yaml"
+  cp "$MODEL_FIXTURE" "$tmp/mine/model.json"
+  rel="$(realpath --relative-to="$tmp/mine" "$K8S")"   # kustomize refuses absolute bases
+  sed 's|^  - \.\./cpu\( .*\)\{0,1\}$|  - '"$rel"'|' "$K8S/model/kustomization.yaml" >"$tmp/mine/kustomization.yaml"
+  grep -qxF "  - $rel" "$tmp/mine/kustomization.yaml" ||
+    fail "deploy/k8s/model/kustomization.yaml: no '  - ../cpu' line under bases for a copy to point elsewhere"
+  for variant in model mine; do
+    if [ "$variant" = model ]; then dir="$tmp/k8s-copy/k8s/model"; what="deploy/k8s/model (model.json, data_dir=/data/data.npz)"
+    else dir="$tmp/mine"; what="a copy of deploy/k8s/model/kustomization.yaml next to model.json, bases: $rel"; fi
+    if kubectl kustomize "$dir" >"$tmp/rendered-$variant.yaml" 2>"$tmp/kustomize.err"; then
+      pass "kubectl kustomize $what renders"
+    else
+      fail "kubectl kustomize $what: $(tail -3 "$tmp/kustomize.err")"
+      rm -f "$tmp/rendered-$variant.yaml"
+    fi
+  done
 else
   skip "kubectl kustomize deploy/k8s: no kubectl here (Debian 12's kubernetes-client, or upstream kubectl)"
 fi
 
-run_checks "k8s manifest checks" "$PY" - "$repo" "$tmp" <<'EOF'
-import glob, json, os, sys
+run_checks "k8s manifest checks" "$PY" - "$repo" "$tmp" "$MODEL_FIXTURE" <<'EOF'
+import glob, json, os, re, sys
 import yaml
-repo, tmp = sys.argv[1], sys.argv[2]
+repo, tmp, model_fixture = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, tmp)
 from deploylib import *
 
@@ -67,16 +101,32 @@ for path in sorted(glob.glob(K8S + "/**/*.yaml", recursive=True)):
         g(False, "%s parses" % rel, str(e))
 base_dir = os.path.join(K8S, "base")
 base = []
-for kdir in ["", "base", "cpu"]:
+for kdir in ["", "base", "cpu", "model"]:
     kfile = os.path.join(K8S, kdir, "kustomization.yaml")
     name = os.path.join(kdir, "kustomization.yaml")
     if not g(os.path.exists(kfile), "%s exists" % name):
         continue
     k = load(kfile)[0]
     listed = (k.get("resources", []) + k.get("bases", []) +
-              [p["path"] for p in k.get("patchesJson6902", [])])
-    missing = [r for r in listed if not os.path.exists(os.path.join(K8S, kdir, r))]
-    g(not missing, "%s lists only what exists" % name, str(missing))
+              [p["path"] for p in k.get("patchesJson6902", [])] +
+              [f.split("=", 1)[-1] for gen in k.get("configMapGenerator", []) for f in gen.get("files", [])])
+    # model/model.json is the user's file (model/.gitignore keeps it out of git).
+    user_files = ["model.json"] if kdir == "model" else []
+    missing = [r for r in listed if r not in user_files and not os.path.exists(os.path.join(K8S, kdir, r))]
+    g(not missing, "%s lists only what exists%s" % (name, " (and model.json, the user's)" if user_files else ""),
+      str(missing))
+    if kdir == "model":
+        gens = {gen["name"]: gen for gen in k.get("configMapGenerator", [])}
+        lits = dict(l.split("=", 1) for l in gens.get("pscluster-train", {}).get("literals", []))
+        g(gens.get("pscluster-model", {}).get("files") == ["model.json"] and
+          gens.get("pscluster-train", {}).get("behavior") == "merge" and
+          lits.get("model") == "/config/model.json" and lits.get("data_dir", "").startswith("/data/") and
+          k.get("namespace") == "pscluster",
+          "model/kustomization.yaml: ConfigMap pscluster-model from model.json, pscluster-train merged with "
+          "model=/config/model.json and a data_dir under /data, namespace pscluster", json.dumps(k))
+        ignored = open(os.path.join(K8S, kdir, ".gitignore")).read().split() if os.path.exists(
+            os.path.join(K8S, kdir, ".gitignore")) else []
+        g("model.json" in ignored, "model/.gitignore keeps the user's model.json out of git", str(ignored))
     if kdir == "base":
         g(k.get("namespace") == "pscluster", "base/kustomization.yaml sets namespace pscluster")
         for r in k.get("resources", []):
@@ -95,6 +145,16 @@ g(cm is not None, "in base")
 cluster = json.loads(cm["data"]["TF_CONFIG"])["cluster"] if cm else {}
 g(set(cluster) == set(ROLES_IN_ORDER), "its cluster lists chief, ps, worker, evaluator", str(sorted(cluster)))
 g.report()
+# What to train on what data: the default is the built-in CNN on MNIST.
+train = find("ConfigMap", "pscluster-train")
+g = Group("ConfigMap pscluster-train (base/train.yaml)")
+g(train is not None, "in base")
+tdata = (train or {}).get("data", {})
+g(tdata.get("model") == "cnn", "model: cnn (the built-in CNN by default)", str(tdata))
+g(tdata.get("data_dir") == "/data/mnist", "data_dir: /data/mnist", str(tdata))
+g.report()
+CONFIGMAPS = {"pscluster-tf-config": cm, "pscluster-train": train}
+BUILTIN_MODELS = {"cnn", "mlp", "vgg_fashion", "mlp_large", "mlp_deep"}
 flags = known_flags(repo)
 fake_bin = make_fake_bin(tmp)
 real_bin = make_real_bin(repo, tmp)
@@ -112,12 +172,28 @@ def container_env(c, configmaps):
             env[e["name"]] = configmaps[ref["name"]]["data"][ref["key"]]
     return env
 
-def check_pod_spec(where, template, role, is_tfjob=False):
-    """Role argument, flags, ports, probes, metrics, resources, volumes of a pod template."""
+def expand(args, env):
+    """args with $(VAR) replaced as Kubernetes does when it starts a container:
+    $(VAR) of a variable of the container's env, $$ for $; the rest unchanged."""
+    def one(a):
+        return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
+                      lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), a)
+    return [one(a) for a in args]
+
+def check_pod_spec(where, template, role, configmaps, is_tfjob=False, model_configmap="pscluster-model",
+                   cpu_workers=False):
+    """Role argument, flags, ports, probes, metrics, resources, volumes, model and data of a pod template."""
     g = Group(where)
     spec, ann = template["spec"], template["metadata"].get("annotations", {})
     c = spec["containers"][0]
-    args = c.get("args", [])
+    try:
+        args = expand(c.get("args", []), container_env(c, configmaps))
+    except KeyError as e:
+        g(False, "every configMapKeyRef names a ConfigMap and key that exist", repr(e))
+        g.report()
+        return
+    unexpanded = [a for a in args if "$(" in a]
+    g(not unexpanded, "every $(VAR) in args is a variable of the container", str(unexpanded))
     g(args[:1] == [role], "first argument is the role '%s'" % role, str(args[:1]))
     binary = ROLES[role][1]
     probs = flag_problems(binary, args[1:], flags)
@@ -158,7 +234,11 @@ def check_pod_spec(where, template, role, is_tfjob=False):
     req = c.get("resources", {}).get("requests", {})
     g("cpu" in req and "memory" in req, "requests cpu and memory", str(req))
     gpu = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-    if role == "worker":
+    if role == "worker" and cpu_workers:
+        g(gpu is None and c["image"] == "pscluster:latest" and flag_value(args, "device") == "cpu",
+          "no GPU, pscluster:latest, --device=cpu (deploy/k8s/cpu)",
+          "gpu=%s image=%s device=%s" % (gpu, c["image"], flag_value(args, "device")))
+    elif role == "worker":
         g(gpu in (1, "1") and "cuda" in c["image"] and flag_value(args, "device") == "cuda",
           "limit nvidia.com/gpu 1, CUDA image, --device=cuda",
           "gpu=%s image=%s device=%s" % (gpu, c["image"], flag_value(args, "device")))
@@ -186,23 +266,47 @@ def check_pod_spec(where, template, role, is_tfjob=False):
         writable = flag == "data_dir" or (covering and not covering[0].get("readOnly"))
         g(covering and writable, "--%s=%s on a %s volume" %
           (flag, path, "mounted" if flag == "data_dir" else "writable"), str(list(mounts)))
+    # The model, in the chief alone: a built-in name, or a file on the
+    # ConfigMap pscluster-model mounted read-only at /config.
+    mv = vols.get("model", {}).get("configMap", {})
+    mm = [m for m in c.get("volumeMounts", []) if m["name"] == "model"]
+    model = flag_value(args, "model")
+    if role == "chief":
+        g(mv.get("name") == model_configmap and mm and mm[0]["mountPath"] == "/config" and mm[0].get("readOnly"),
+          "the ConfigMap %s (the model file) read-only at /config" % model_configmap, "%s %s" % (mv, mm))
+        if model_configmap == "pscluster-model":
+            g(mv.get("optional") is True, "that ConfigMap optional (absent: the built-in model)", str(mv))
+        g(model in BUILTIN_MODELS or (model or "").startswith("/config/"),
+          "--model=%s: a built-in model or a file under /config" % model, str(model))
+    else:
+        g(model is None and not mm, "no model (the chief ships it to every task)", "%s %s" % (model, mm))
+    if role in ("worker", "evaluator"):
+        data = flag_value(args, "data_dir")
+        data_mount = [m for p, m in mounts.items() if (data or "").startswith(p.rstrip("/") + "/")]
+        g(data_mount and vols.get(data_mount[0]["name"], {}).get("persistentVolumeClaim", {}).get("claimName")
+          == "pscluster-data" and data_mount[0].get("readOnly"),
+          "--data_dir=%s on the volume pscluster-data, read-only" % data, str(list(mounts)))
     g.report()
 
-def check_pod_tf_config(label, pod, role, c, env, want_tf, own=None):
-    """The TF_CONFIG and flags the daemon of pod `pod` gets, and whether the built daemon takes them."""
+def check_pod_tf_config(label, pod, role, c, env, want_tf, own=None, real_args=None):
+    """The TF_CONFIG and flags the daemon of pod `pod` gets (args expanded as
+    Kubernetes does), and whether the built daemon takes them (real_args:
+    the same with the container's paths mapped to this machine's)."""
     g = Group(label)
+    argv = expand(c["args"], env)
     try:
-        tf, args = task_view(repo, fake_bin, c["args"], env, pod)
+        tf, args = task_view(repo, fake_bin, argv, env, pod)
     except Exception as e:
         g(False, "entrypoint runs", str(e))
         g.report()
         return
-    g(tf == want_tf and args == c["args"][1:], "TF_CONFIG task %s, flags unchanged" % json.dumps(tf.get("task")),
-      "got %s, want %s" % (json.dumps(tf), json.dumps(want_tf)))
+    g(tf == want_tf and args == argv[1:], "TF_CONFIG task %s, flags %s" % (
+        json.dumps(tf.get("task")), " ".join(a for a in args if a.split("=")[0] in ("--model", "--data_dir"))
+        or "unchanged"), "got %s %s, want %s" % (json.dumps(tf), args, json.dumps(want_tf)))
     if own:
         g(own[0], own[1])
     if real_bin:
-        accepted, msg = daemon_accepts(repo, real_bin, c["args"], env, pod)
+        accepted, msg = daemon_accepts(repo, real_bin, real_args or argv, env, pod)
         g(accepted, "the built %s accepts both" % ROLES[role][1], msg)
     g.report()
 
@@ -233,9 +337,9 @@ for role in ROLES_IN_ORDER:
     g(replicas == len(cluster.get(job, [])), "replicas %d = entries in cluster.%s" % (replicas, job),
       "cluster.%s has %d" % (job, len(cluster.get(job, []))))
     g.report()
-    check_pod_spec("%s pod template" % role, tmpl, role)
+    check_pod_spec("%s pod template" % role, tmpl, role, CONFIGMAPS)
     c = tmpl["spec"]["containers"][0]
-    env = container_env(c, {"pscluster-tf-config": cm})
+    env = container_env(c, CONFIGMAPS)
     env.pop("PSCLUSTER_DONE_FILE", None)
     for i in range(replicas):
         pod = "%s-%d" % (sts["metadata"]["name"], i)
@@ -275,7 +379,97 @@ for name, cpu in (("rendered.yaml", False), ("rendered-cpu.yaml", True)):
         else:
             g(gpu in (1, "1") and c["image"] == "pscluster-cuda:latest",
               "workers: nvidia.com/gpu 1, pscluster-cuda:latest")
+    # The default: the built-in CNN on /data/mnist, as Kubernetes expands the args.
+    cms = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+    for role, flag, want in (("chief", "model", "cnn"), ("worker", "data_dir", "/data/mnist"),
+                             ("evaluator", "data_dir", "/data/mnist")):
+        sts = find("StatefulSet", role, objs)
+        if sts:
+            c = sts["spec"]["template"]["spec"]["containers"][0]
+            got = flag_value(expand(c["args"], container_env(c, cms)), flag)
+            g(got == want, "%s: --%s=%s" % (role, flag, want), str(got))
     g.report()
+
+# 3b. A user's model: deploy/k8s/model with model.json (and data_dir an .npz),
+#     and the same kustomization outside deploy/k8s (bases: deploy/k8s, GPU).
+def model_on_this_machine(args, files, label):
+    """args with --model=/config/<key> pointed at a copy of the ConfigMap's
+    files here (what the chief's /config mount holds), for the built chief."""
+    d = os.path.join(tmp, "config-" + label)
+    os.makedirs(d, exist_ok=True)
+    for key, text in files.items():
+        with open(os.path.join(d, key), "w") as f:
+            f.write(text)
+    return [("--model=" + os.path.join(d, a[len("--model=/config/"):])) if a.startswith("--model=/config/") else a
+            for a in args]
+
+with open(model_fixture) as f:
+    fixture_text = f.read()
+rendered_cpu = load(os.path.join(tmp, "rendered-cpu.yaml")) if os.path.exists(os.path.join(tmp, "rendered-cpu.yaml")) else None
+rendered_gpu = load(os.path.join(tmp, "rendered.yaml")) if os.path.exists(os.path.join(tmp, "rendered.yaml")) else None
+for variant, want_data, plain in (("model", "/data/data.npz", rendered_cpu), ("mine", "/data/mnist", rendered_gpu)):
+    path = os.path.join(tmp, "rendered-%s.yaml" % variant)
+    if not os.path.exists(path):
+        continue
+    objs = load(path)
+    what = ("kubectl kustomize deploy/k8s/model (model.json, data_dir=/data/data.npz)" if variant == "model" else
+            "kubectl kustomize of deploy/k8s/model/kustomization.yaml copied next to model.json, bases deploy/k8s")
+    g = Group(what)
+    gen = [o for o in objs if o["kind"] == "ConfigMap" and re.fullmatch(r"pscluster-model-[a-z0-9]+", o["metadata"]["name"])]
+    kinds = sorted("%s/%s" % (o["kind"], o["metadata"]["name"]) for o in objs if o not in gen)
+    want = sorted("%s/%s" % (o["kind"], o["metadata"]["name"]) for o in base)
+    g(kinds == want and len(gen) == 1, "the %d objects of base and a ConfigMap pscluster-model-<hash>" % len(want),
+      "%s + %s" % (kinds, [o["metadata"]["name"] for o in gen]))
+    if len(gen) != 1:
+        g.report()
+        continue
+    model_cm = gen[0]
+    cms = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+    g(model_cm.get("data", {}) == {"model.json": fixture_text},
+      "%s holds model.json, the user's file byte for byte" % model_cm["metadata"]["name"],
+      str(list(model_cm.get("data", {}))))
+    g(model_cm["metadata"].get("namespace") == "pscluster" and
+      model_cm["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "pscluster",
+      "in namespace pscluster, labelled part-of pscluster", str(model_cm["metadata"]))
+    tr = cms.get("pscluster-train", {}).get("data", {})
+    g(tr == {"model": "/config/model.json", "data_dir": want_data},
+      "pscluster-train: model=/config/model.json, data_dir=%s" % want_data, str(tr))
+    # Only the ConfigMaps and the chief's model volume differ from the plain variant.
+    if plain is not None:
+        changed = []
+        for o in objs:
+            if o["kind"] == "ConfigMap":
+                continue
+            p = find(o["kind"], o["metadata"]["name"], plain)
+            if p != o:
+                changed.append("%s/%s" % (o["kind"], o["metadata"]["name"]))
+        g(changed == ["StatefulSet/chief"], "besides the ConfigMaps only the chief differs from deploy/k8s%s"
+          % ("/cpu" if variant == "model" else ""), str(changed))
+    g.report()
+    for role in ROLES_IN_ORDER:
+        sts = find("StatefulSet", role, objs)
+        if sts is None:
+            bad("%s: no StatefulSet %s" % (what, role))
+            continue
+        tmpl = sts["spec"]["template"]
+        check_pod_spec("%s: %s pod template" % (variant, role), tmpl, role, cms,
+                       model_configmap=model_cm["metadata"]["name"], cpu_workers=variant == "model")
+        c = tmpl["spec"]["containers"][0]
+        env = container_env(c, cms)
+        env.pop("PSCLUSTER_DONE_FILE", None)
+        argv = expand(c["args"], env)
+        if role == "chief":
+            check(flag_value(argv, "model") == "/config/model.json",
+                  "%s: the chief's --model=/config/model.json" % variant, str(argv))
+            real = model_on_this_machine(argv, model_cm["data"], variant)
+        else:
+            if role in ("worker", "evaluator"):
+                check(flag_value(argv, "data_dir") == want_data,
+                      "%s: %s's --data_dir=%s" % (variant, role, want_data), str(argv))
+            real = argv
+        job = ROLES[role][0]
+        check_pod_tf_config("%s: pod %s-0" % (variant, role), "%s-0" % role, role, c, env,
+                            {"cluster": cluster, "task": {"type": job, "index": 0}}, real_args=real)
 
 # 4. data-loader.yaml mounts the data claim writable.
 dl = docs.get("data-loader.yaml", [])
@@ -312,18 +506,33 @@ if g(tj is not None and tj.get("apiVersion") == "kubeflow.org/v1" and tj.get("ki
 g.report()
 for rtype, rs in sorted(specs.items()):
     role = {"PS": "ps"}.get(rtype, rtype.lower())
-    check_pod_spec("TFJob %s pod template" % rtype, rs["template"], role, is_tfjob=True)
+    check_pod_spec("TFJob %s pod template" % rtype, rs["template"], role, CONFIGMAPS, is_tfjob=True)
     c = rs["template"]["spec"]["containers"][0]
-    env = container_env(c, {})
+    env = container_env(c, CONFIGMAPS)
     for i in range(rs["replicas"]):
         pod = "%s-%s-%d" % (name, role, i)
         op_tf = {"cluster": op_cluster, "task": {"type": role, "index": i}, "environment": "cloud"}
         env_i = dict(env, TF_CONFIG=json.dumps(op_tf, separators=(",", ":")))
         # The evaluator is not in the operator's cluster; it gets that TF_CONFIG as is.
         check_pod_tf_config("TFJob pod " + pod, pod, role, c, env_i, op_tf)
+    # A user's model and data, as tfjob.yaml's comment makes them:
+    # kubectl create configmap pscluster-model --from-file=model.json and
+    # pscluster-train with model=/config/model.json, data_dir=/data/data.npz.
+    user = {"pscluster-train": {"data": {"model": "/config/model.json", "data_dir": "/data/data.npz"}}}
+    env_u = container_env(c, user)
+    argv = expand(c["args"], env_u)
+    op_tf = {"cluster": op_cluster, "task": {"type": role, "index": 0}, "environment": "cloud"}
+    env_u["TF_CONFIG"] = json.dumps(op_tf, separators=(",", ":"))
+    flag, want = ("model", "/config/model.json") if role == "chief" else ("data_dir", "/data/data.npz")
+    if role != "ps":
+        check(flag_value(argv, flag) == want, "TFJob %s with the user's pscluster-train: --%s=%s" % (rtype, flag, want),
+              str(argv))
+    real = model_on_this_machine(argv, {"model.json": fixture_text}, "tfjob") if role == "chief" else argv
+    check_pod_tf_config("TFJob pod %s-%s-0 with the user's model and data" % (name, role), "%s-%s-0" % (name, role),
+                        role, c, env_u, op_tf, real_args=real)
 sys.exit(1 if results["fail"] else 0)
 EOF
 
-echo "deploy_k8s_test: checked deploy/k8s (manifests, pod TF_CONFIGs, TFJob): $passed passed," \
+echo "deploy_k8s_test: checked deploy/k8s (manifests, pod TF_CONFIGs, model and data, TFJob): $passed passed," \
   "$failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -12,21 +12,21 @@
 #include <thread>
 #include <vector>
 
-#include "wire/codec.h"
-#include "model/gradient_watermark.h"
-#include "model/params_watermark.h"
-#include "model/model_spec.h"
-#include "model/placement.h"
-#include "tests/faults/every_nth_faults.h"
-#include "wire/ps_client.h"
 #include "common/task_server.h"
 #include "gtest/gtest.h"
+#include "model/gradient_watermark.h"
+#include "model/model_spec.h"
+#include "model/params_watermark.h"
+#include "model/placement.h"
 #include "proto/ps.grpc.pb.h"
-#include "wire/data_plane.h"
 #include "ps_server/data_plane_server.h"
-#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
+#include "tests/faults/every_nth_faults.h"
 #include "tests/local_cluster.h"
+#include "update/parameter_store.h"
+#include "wire/codec.h"
+#include "wire/data_plane.h"
+#include "wire/ps_client.h"
 
 namespace pscluster {
 namespace {

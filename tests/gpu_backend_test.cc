@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compute/backend_factory.h"
+#include "compute/compute_backend.h"
+#include "gtest/gtest.h"
 #include "model/idx_dataset.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
-#include "gtest/gtest.h"
 #include "tests/local_cluster.h"
-#include "compute/backend_factory.h"
-#include "compute/compute_backend.h"
 
 namespace pscluster {
 namespace {
@@ -128,7 +128,7 @@ TEST_F(GpuBackendTest, FullTrainingStepMatchesCpu) {
   }
 }
 
-// A model beyond the seeds' layers (the general path: "same" and strided
+// A model beyond the fast path's layers (the general path: "same" and strided
 // windows, BatchNormalization, Dropout) trains and evaluates as on the CPU,
 // its batch statistics in the moving slots included.
 TEST_F(GpuBackendTest, GeneralModelMatchesCpu) {

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "compute/backend_factory.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
-#include "compute/backend_factory.h"
 
 namespace pscluster {
 namespace testing {

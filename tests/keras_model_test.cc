@@ -1,7 +1,7 @@
 // Users' own models through the real cluster (2 ps, 2 workers, the
 // evaluator): a Keras 3 .keras archive and a model TensorFlow.js wrote,
 // each with BatchNormalization, "same" convolutions, Dropout and pooling
-// the seeds' CNN does not have, trained for one epoch on MNIST (the second
+// the built-in CNN does not have, trained for one epoch on MNIST (the second
 // from an .npz that numpy writes from the IDX files here). The weights each
 // run exports are read back by tests/keras_model_forward.py, an
 // independent numpy forward pass over the same model file, which must count

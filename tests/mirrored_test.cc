@@ -199,7 +199,7 @@ TEST_F(MirroredTest, AWorkerKilledMidRunLeavesTheRingAndJoinsAgainWhenBack) {
 }
 
 TEST_F(MirroredTest, TheSeedsCnnReachesItsAccuracyThoughAWorkerIsKilledMidRun) {
-  // The seeds' CNN, 6 epochs over two workers (the launcher's run ends at
+  // The built-in CNN, 6 epochs over two workers (the launcher's run ends at
   // 0.9902 undisturbed); worker 0 is killed with -9 a quarter of the way,
   // the ring goes on with worker 1 alone, and worker 0 joins again.
   constexpr int kChunks = 938 * 6;

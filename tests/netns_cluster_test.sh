@@ -5,7 +5,7 @@
 # TF_CONFIG naming those addresses, training the mlp for one epoch to a loss
 # threshold. A second run cuts ps:1 off the network for 8 seconds (its
 # link on the switch goes down) and checks that the cluster waits, then
-# carries on with nothing lost. A third has no ps: the seeds' CNN, 6 epochs
+# carries on with nothing lost. A third has no ps: the built-in CNN, 6 epochs
 # under --strategy=multi_worker_mirrored (the ring of workers), to 0.990.
 # Needs root and iproute2; skips saying why otherwise.
 #
@@ -153,7 +153,7 @@ else
   fail "no 'still waiting for ps:1' line from the chief during the cut"
 fi
 
-# 3. No ps: the ring of workers, the seeds' CNN for 6 epochs.
+# 3. No ps: the ring of workers, the built-in CNN for 6 epochs.
 cluster="$ring_cluster"
 pids=()
 run_on ring w0 worker 0 "$bin/worker/worker" --data_dir="$data"

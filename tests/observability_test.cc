@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
-#include "model/safetensors.h"
 #include "common/tensorboard_writer.h"
 #include "gtest/gtest.h"
+#include "model/safetensors.h"
 #include "tests/local_cluster.h"
 
 namespace pscluster {

@@ -11,9 +11,9 @@
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
-#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
+#include "update/parameter_store.h"
 
 namespace pscluster {
 namespace {

@@ -1,5 +1,5 @@
 // Many workers, sync and async (issue 16): 4 ps x 16 workers on one
-// machine train the seeds' CNN for one epoch in each mode. In both, every
+// machine train the built-in CNN for one epoch in each mode. In both, every
 // chunk's gradient is computed once and applied exactly once on every ps
 // (the same set on each, by digest); async loses nothing to staleness (the
 // chief's bounded delay makes workers wait instead of dropping their work)

@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "wire/data_plane.h"
 #include "common/rpc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordination.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/local_cluster.h"
+#include "wire/data_plane.h"
 
 namespace pscluster {
 namespace testing {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "update/parameter_store.h"
 #include "proto/ps.pb.h"
+#include "update/parameter_store.h"
 
 namespace pscluster {
 

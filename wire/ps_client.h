@@ -29,14 +29,14 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
-#include "wire/codec.h"
-#include "wire/data_plane.h"
+#include "common/retry.h"
+#include "common/rpc.h"
 #include "model/gradient_watermark.h"
 #include "model/params_watermark.h"
 #include "model/placement.h"
-#include "common/retry.h"
-#include "common/rpc.h"
 #include "proto/ps.grpc.pb.h"
+#include "wire/codec.h"
+#include "wire/data_plane.h"
 
 namespace pscluster {
 

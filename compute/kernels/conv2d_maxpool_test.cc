@@ -4,11 +4,11 @@
 #include <ostream>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
-#include "compute/kernels/testing/gradient_check.h"
 #include "compute/kernels/maxpool2d.h"
+#include "compute/kernels/testing/gradient_check.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace kernels {

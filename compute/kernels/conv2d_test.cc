@@ -4,8 +4,8 @@
 #include <ostream>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/kernels/testing/gradient_check.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace kernels {

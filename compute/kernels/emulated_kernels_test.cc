@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/kernels/emulated_device.h"
 #include "compute/kernels/testing/kernel_conformance.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace kernels {

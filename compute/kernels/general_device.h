@@ -8,7 +8,7 @@
 // compute/general_device_graph.h runs a model through this interface.
 //
 // Pointers are the device's memory; the work is queued on the device and
-// failures are recorded in its KernelErrors, as for the seeds' kernels
+// failures are recorded in its KernelErrors, as for the fast path's kernels
 // (gpu_kernels.h). Workspace sizes come from parallel_general.h. Each
 // method's contract is that of the parallel_general.h function of the same
 // name.

@@ -1,9 +1,9 @@
-// The layers of Keras models beyond the seeds' CNN, on the CPU: Conv2D with
+// The layers of Keras models beyond the built-in CNN, on the CPU: Conv2D with
 // any kernel height and width, strides and "same" padding (im2col + one
 // sgemm), max and average pooling with any window, stride and padding, and
 // global average pooling. NHWC activations, Keras HWIO kernels, zero
 // padding split as Keras splits it (the odd row or column at the bottom or
-// right). The seeds' shapes (stride 1, "valid", square) keep their faster
+// right). The fast path's shapes (stride 1, "valid", square) keep their faster
 // kernels in conv2d.h and maxpool2d.h; these are the general path.
 // Stateless functions; each call works on its own arguments.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_GENERAL_LAYERS_H_

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/kernels/testing/kernel_conformance.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace kernels {

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/kernels/testing/gradient_check.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace kernels {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/kernels/testing/gradient_check.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace kernels {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "model/params_watermark.h"
-#include "gtest/gtest.h"
 #include "compute/cpu_network.h"
+#include "gtest/gtest.h"
+#include "model/params_watermark.h"
 
 namespace pscluster {
 namespace testing_models {

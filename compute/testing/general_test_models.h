@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "compute/kernels/testing/gradient_check.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
 #include "nlohmann/json.hpp"
-#include "compute/kernels/testing/gradient_check.h"
 
 namespace pscluster {
 namespace testing_models {

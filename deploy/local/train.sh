@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local launcher: runs a whole training cluster on this machine, each task
 # its own process with its own TF_CONFIG on free 127.0.0.1 ports, and trains
-# the seeds' CNN on MNIST.
+# the built-in CNN on MNIST.
 #
 #   deploy/local/train.sh [launcher flags] [chief flags]
 #

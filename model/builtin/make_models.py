@@ -80,7 +80,7 @@ def sequential(name, layers):
 
 
 MODELS = {
-    # The seeds' CNN: 121,930 parameters (ModelByName("cnn") in code).
+    # The built-in CNN: 121,930 parameters (ModelByName("cnn") in code).
     "cnn": sequential("cnn", [
         inp([28, 28, 1]), conv("conv1", 32, 3), pool("pool1", 2), conv("conv2", 64, 3),
         pool("pool2", 2), flatten(), dense("dense1", 64, "relu"), dense("dense2", 10, "linear")]),

@@ -69,7 +69,7 @@ constexpr char kUsage[] =
     "  --workers=LIST  worker counts, comma-separated (default 2,8,24)\n"
     "  --num_ps=N      parameter servers (default 2)\n"
     "  --epochs=N      epochs per run (default 1)\n"
-    "  --model=NAME    cnn (the seeds' CNN, default) or mlp\n"
+    "  --model=NAME    cnn (the built-in CNN, default) or mlp\n"
     "  --out_dir=DIR   TSV, gnuplot script, PNG and logs (default: a new /tmp/async_scale.XXXXXX)\n"
     "  --help\n";
 

@@ -1,4 +1,4 @@
-// Benchmark (not a test): the worker's images/s on the seeds' CNN alone
+// Benchmark (not a test): the worker's images/s on the built-in CNN alone
 // (compute only: CpuNetwork::TrainStep on real MNIST batches) and inside a
 // 1-ps/1-worker cluster of the real binaries (pull, compute, push), and
 // their ratio.
@@ -16,11 +16,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "compute/cpu_network.h"
+#include "compute/kernels/blas_env.h"
 #include "model/idx_dataset.h"
 #include "model/model_spec.h"
 #include "tests/local_cluster.h"
-#include "compute/kernels/blas_env.h"
-#include "compute/cpu_network.h"
 
 namespace pscluster {
 namespace {

@@ -1,4 +1,4 @@
-// Benchmark (not a test): images/s of the seeds' CNN on one GPU, at each
+// Benchmark (not a test): images/s of the built-in CNN on one GPU, at each
 // batch size, compute only (ComputeBackend::TrainStep on real MNIST
 // batches, the next batch prefetched) and inside a 1-ps/1-worker cluster of
 // the real binaries (worker --device=cuda), with the step-time split:
@@ -23,11 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "compute/backend_factory.h"
+#include "compute/kernels/blas_env.h"
 #include "model/idx_dataset.h"
 #include "model/model_spec.h"
 #include "tests/local_cluster.h"
-#include "compute/backend_factory.h"
-#include "compute/kernels/blas_env.h"
 
 namespace pscluster {
 namespace {

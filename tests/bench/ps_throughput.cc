@@ -51,11 +51,11 @@
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "proto/ps.grpc.pb.h"
-#include "wire/data_plane.h"
 #include "ps_server/data_plane_server.h"
-#include "update/parameter_store.h"
 #include "ps_server/ps_service.h"
 #include "tests/bench/echo.grpc.pb.h"
+#include "update/parameter_store.h"
+#include "wire/data_plane.h"
 
 namespace pscluster {
 namespace {

@@ -23,13 +23,13 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
-#include "model/keras_model.h"
-#include "model/model_spec.h"
+#include "absl/strings/str_split.h"
+#include "compute/cpu_network.h"
 #include "compute/kernels/blas_env.h"
 #include "compute/kernels/cpu_blas.h"
-#include "compute/cpu_network.h"
+#include "model/keras_model.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 namespace {

@@ -26,13 +26,13 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
 #include "compute/kernels/dense.h"
 #include "compute/kernels/device.h"
 #include "compute/kernels/maxpool2d.h"
 #include "compute/kernels/softmax_xent.h"
+#include "gtest/gtest.h"
 
 namespace pscluster {
 namespace kernels {
