@@ -18,7 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "common/security.h"
 
-// Transport security, the same on every daemon (README, "Security").
+// Transport security, the same on every daemon (docs/security.md).
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this task, used as server and as client; "
           "turns TLS on. Needs --tls_key");
@@ -74,7 +74,7 @@ void PrintHelp(const char* argv0, const std::string& usage) {
   program = program.substr(program.rfind('/') + 1);
   std::cout << program << ": " << usage << "\n\nFlags (--name=value):\n";
   list(own);
-  std::cout << "\nTransport security, shared by every daemon (README, \"Security\"):\n";
+  std::cout << "\nTransport security, shared by every daemon (docs/security.md):\n";
   list(shared);
 }
 

@@ -6,7 +6,7 @@
 // (CheckAuth); the health service stays open to probes. The daemon's main
 // blocks in WaitForShutdownRequest() and then calls Stop().
 //
-// Health has two names (README, "Observability"):
+// Health has two names (docs/observability.md):
 //   ""               the process is up: SERVING from Start() until Stop().
 //                    The chief waits for every task on this one.
 //   kReadyService    the task is ready for its role: NOT_SERVING from

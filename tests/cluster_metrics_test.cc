@@ -1,5 +1,5 @@
-// Prometheus /metrics of every role in a running cluster (README,
-// "Observability"): scraped mid-run, each role serves exactly its own
+// Prometheus /metrics of every role in a running cluster
+// (docs/observability.md): scraped mid-run, each role serves exactly its own
 // metrics, and those that count work that happened are not zero: the
 // worker's bytes are the serialized messages it really sent and received,
 // and it records pull latency and the staleness of its pushes.

@@ -1,4 +1,4 @@
-// The gRPC health service of the real daemons (README, "Observability"):
+// The gRPC health service of the real daemons (docs/observability.md):
 // "" means the process is up and serves from the moment it listens;
 // "pscluster.Ready" means the task is ready for its role: NOT_SERVING until
 // then (ps: initialised; worker and evaluator: the chief's plan received;

@@ -1,5 +1,5 @@
 // Security end to end: the real daemons with mutual TLS and the cluster
-// token (README, "Security"). Certificates come from
+// token (docs/security.md). Certificates come from
 // deploy/tls/make_test_ca.sh; every case skips, saying why, without openssl.
 #include "common/security.h"
 

@@ -1,5 +1,5 @@
 // ModelReplica: a worker's copy of the whole model and its optimizer state under
-// multi_worker_mirrored (README "Strategies"), and the update every replica
+// multi_worker_mirrored (docs/strategies.md), and the update every replica
 // applies once the ring has summed a step's gradients.
 //
 // The update is the parameter servers' own: a ParameterStore configured by

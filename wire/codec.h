@@ -1,5 +1,5 @@
-// Wire encodings of float32 tensors for pushes and pulls (README
-// "Communication settings"): what a worker sends of a gradient, and what a
+// Wire encodings of float32 tensors for pushes and pulls
+// (docs/communication.md): what a worker sends of a gradient, and what a
 // ps sends of the weights, when the run trades precision for bytes. The ps
 // keeps fp32 master weights and optimizer state whatever the wire carries.
 //

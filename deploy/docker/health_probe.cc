@@ -7,10 +7,10 @@
 //
 // --service: "" (the default) asks whether the process is up;
 // "pscluster.Ready" whether the task is ready for its role
-// (common/task_server.h, README "Observability").
+// (common/task_server.h, docs/observability.md).
 //
-// The health service needs no cluster token; with TLS on (README,
-// "Security") the probe needs the daemons' TLS flags: a mutual-TLS server
+// The health service needs no cluster token; with TLS on
+// (docs/security.md) the probe needs the daemons' TLS flags: a mutual-TLS server
 // accepts no connection without a client certificate.
 //
 // Exit status: 0 SERVING; 1 anything else (not serving, unreachable,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make_test_ca.sh: makes what TLS and the cluster token need, for tests and
-# trials (README, "Security"): a test CA, one task certificate that every
+# trials (docs/security.md): a test CA, one task certificate that every
 # daemon uses as server and as client, and a random cluster token.
 #
 #   make_test_ca.sh [--san SAN]... [--days N] [--force] DIR
