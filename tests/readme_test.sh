@@ -417,8 +417,6 @@ for f in files:
         links += 1
         path, _, anchor = target.partition("#")
         full = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
-        if path == "docs/architecture.md" or full.endswith(os.path.join("docs", "architecture.md")):
-            continue  # written separately
         if not os.path.exists(full):
             problems.append("%s: link to %s: no such file" % (rel, target))
         elif anchor and full.endswith(".md") and anchor not in anchors(full):
