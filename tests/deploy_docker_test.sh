@@ -235,7 +235,8 @@ if [ $rc -eq 2 ] && grep -q "must be cpu or cuda" <<<"$out"; then
 else
   fail "build_binaries.sh gpu: exit $rc: $out"
 fi
-want="//chief:chief //deploy/docker:health_probe //ps_server:ps_server //evaluator:evaluator //worker:worker"
+# Sorted, as got is.
+want="//chief:chief //deploy/docker:health_probe //evaluator:evaluator //ps_server:ps_server //worker:worker"
 got="$(grep -oE '\[//[a-z_/]+:[a-z_]+\]' "$D/build_binaries.sh" | tr -d '[]' | sort | tr '\n' ' ' | sed 's/ $//')"
 if [ "$got" = "$want" ]; then
   pass "build_binaries.sh builds the four daemons and the health probe"
