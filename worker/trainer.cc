@@ -26,6 +26,7 @@
 #include "compute/backend_factory.h"
 #include "wire/chief_client.h"
 #include "model/chunk_reader.h"
+#include "worker/heartbeat.h"
 #include "worker/mirrored_trainer.h"
 #include "compute/compute_backend.h"
 
@@ -125,33 +126,13 @@ absl::Status Trainer::Run() {
       (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, &stop_);
   if (!plan.ok()) return plan.status();
   if (options_.on_plan) options_.on_plan();
-  // Heartbeats from a thread of their own: a worker blocked in a sync step
-  // (waiting for a lost peer) is alive all the same.
   const uint64_t incarnation =
       std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
-  const absl::Duration beat_every =
-      absl::Seconds(plan->heartbeat_interval_s() > 0 ? plan->heartbeat_interval_s() : 0.5f);
-  absl::Notification beats_done;
-  std::thread beats([&] {
-    absl::StatusOr<std::unique_ptr<ChiefClient>> beat_client =
-        ChiefClient::Create(options_.config.cluster);
-    if (!beat_client.ok()) return;
-    HeartbeatRequest hb;
-    hb.set_worker_index(worker);
-    hb.set_incarnation(incarnation);
-    do {
-      hb.set_done(finished_);
-      (void)(*beat_client)->Heartbeat(hb);
-    } while (!beats_done.WaitForNotificationWithTimeout(beat_every));
-  });
-  struct StopBeats {
-    absl::Notification& done;
-    std::thread& thread;
-    ~StopBeats() {
-      done.Notify();
-      thread.join();
-    }
-  } stop_beats{beats_done, beats};
+  // Beats until Run returns, the loop's state gone first.
+  Heartbeat heartbeat(
+      options_.config.cluster, worker, incarnation,
+      absl::Seconds(plan->heartbeat_interval_s() > 0 ? plan->heartbeat_interval_s() : 0.5f),
+      &finished_);
   absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json());
   if (!spec.ok()) return spec.status();
   if (plan->num_workers() != options_.config.cluster.num_tasks(kWorkerJob)) {
