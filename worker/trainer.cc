@@ -26,6 +26,7 @@
 #include "compute/backend_factory.h"
 #include "wire/chief_client.h"
 #include "model/chunk_reader.h"
+#include "worker/exchange.h"
 #include "worker/heartbeat.h"
 #include "worker/mirrored_trainer.h"
 #include "compute/compute_backend.h"
@@ -49,62 +50,6 @@ RetryPolicy BoundPollPolicy() {
   p.max_backoff = absl::Milliseconds(16);
   return p;
 }
-
-// One step's push-pull, on a thread of its own: beside the step when the
-// gradient leaves during backprop, and with priority pulls beyond it too,
-// its weights still arriving while the next step starts on them.
-struct Exchange {
-  std::thread thread;
-  absl::Notification params_free;  // the step that reads `params` is done
-  // The call before this one, which it waits for; owned here until this
-  // one's thread is past it (answered or done).
-  std::unique_ptr<Exchange> before;
-
-  // Blocks until every ps has answered (the push's fate is known) or the
-  // call is over; returns whether it is over.
-  bool WaitAnsweredOrDone() {
-    absl::MutexLock l(&mu);
-    mu.Await(absl::Condition(
-        +[](Exchange* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu) { return e->answered || e->done; },
-        this));
-    return done;
-  }
-  bool applied_early() {
-    absl::MutexLock l(&mu);
-    return applied;
-  }
-  void Answered(bool a) {
-    absl::MutexLock l(&mu);
-    answered = true;
-    applied = a;
-  }
-  void WaitDone() {
-    absl::MutexLock l(&mu);
-    mu.Await(absl::Condition(&done));
-  }
-  // Lets the call write the weights (if the step had not yet) and waits
-  // for its thread.
-  void Join() {
-    if (!params_free.HasBeenNotified()) params_free.Notify();
-    thread.join();
-  }
-
-  absl::Mutex mu;
-  bool answered ABSL_GUARDED_BY(mu) = false;
-  bool applied ABSL_GUARDED_BY(mu) = false;
-  bool done ABSL_GUARDED_BY(mu) = false;
-  // Set before `done`, read after it: the call's outcome, whether its
-  // weights were torn (PsClient::last_pull_torn), whether it was skipped
-  // (the call before it failed or was torn: nothing sent), and the
-  // client's state once it was over.
-  absl::Status status;
-  bool torn = false;
-  bool skipped = false;
-  bool push_applied = false;
-  PsClient::CallStats stats;
-  int64_t version = 0;
-  int64_t generation = 0;
-};
 
 // "cuda:0" of "cuda:0 (NVIDIA H200, ...)": one token for the done line.
 std::string DeviceLabel(const std::string& name) {
@@ -301,38 +246,23 @@ absl::Status Trainer::Run() {
   // whole), after the call `before` (if any) is over, and not at all when
   // that one failed or was torn.
   auto start_exchange = [&](std::unique_ptr<Exchange> before, int n, bool streamed) {
-    auto x = std::make_unique<Exchange>();
-    Exchange* e = x.get();
-    e->before = std::move(before);
-    e->thread = std::thread([&, e, n, streamed] {
-      if (e->before != nullptr) {
-        e->before->WaitDone();
-        e->skipped = !e->before->status.ok() || e->before->torn;
-      }
-      if (!e->skipped) {
-        PsClient::Overlap o;
-        o.ready = &ready;
-        o.params_free = &e->params_free;
-        o.arrived = priority_pull ? &arrived : nullptr;
-        o.answered = [e](bool applied) { e->Answered(applied); };
-        e->status = (*ps)->PushPullAll(worker, n, grads.data(), params.data(),
-                                       options_.step_timeout, streamed ? &o : nullptr);
-        e->torn = (*ps)->last_pull_torn();
-        e->push_applied = (*ps)->last_push_applied();
-        e->stats = (*ps)->last_call();
-        e->version = (*ps)->version();
-        e->generation = (*ps)->generation();
-      }
-      absl::MutexLock l(&e->mu);
-      e->done = true;
-    });
-    return x;
+    Exchange::Wiring w;
+    w.ps = ps->get();
+    w.worker = worker;
+    w.grads = grads.data();
+    w.params = params.data();
+    w.timeout = options_.step_timeout;
+    w.ready = &ready;
+    w.arrived = priority_pull ? &arrived : nullptr;
+    return Exchange::Start(w, std::move(before), n, streamed);
   };
   // Waits for an exchange to be over and records its call.
   auto finish = [&](Exchange& e) {
     e.Join();
-    if (!e.skipped) record_call(/*push=*/true, e.status.ok(), e.stats, e.version, e.generation);
-    return e.status;
+    if (!e.skipped()) {
+      record_call(/*push=*/true, e.status().ok(), e.stats(), e.version(), e.generation());
+    }
+    return e.status();
   };
   // With priority pulls, the last step's exchange, still bringing this
   // step's weights.
@@ -441,10 +371,10 @@ absl::Status Trainer::Run() {
       } else {
         ready.Fail(std::string(c.message()));
       }
-      Exchange* before = exchange != nullptr ? exchange->before.get() : nullptr;
+      Exchange* before = exchange != nullptr ? exchange->before() : nullptr;
       if (before != nullptr) {
         const absl::Status b = finish(*before);
-        if (!b.ok() || before->torn) {
+        if (!b.ok() || before->torn()) {
           (void)finish(*exchange);  // skipped: sent nothing
           exchange.reset();
           if (!b.ok() && !absl::IsAborted(b)) return b;
@@ -464,7 +394,7 @@ absl::Status Trainer::Run() {
                       : absl::ZeroDuration();
     // The next call writes weights from here on.
     if (priority_pull) arrived.Reset();
-    if (exchange != nullptr) exchange->params_free.Notify();
+    if (exchange != nullptr) exchange->ParamsFree();
     if (!c.ok()) {
       if (exchange != nullptr) (void)finish(*exchange);
       return c;
@@ -480,11 +410,11 @@ absl::Status Trainer::Run() {
       // Every ps has answered: the next step may start while the weights
       // arrive.
       applied = exchange->applied_early();
-      exchange->before.reset();  // its thread is past it
+      exchange->ReleaseBefore();  // its thread is past it
       inflight = std::move(exchange);
     } else {
       s = finish(*exchange);
-      applied = exchange->push_applied;
+      applied = exchange->push_applied();
     }
     if (absl::IsAborted(s)) continue;  // restored meanwhile: this gradient is void
     if (!s.ok()) return s;
