@@ -10,12 +10,14 @@
 #include "wire/codec.h"
 #include "common/rpc.h"
 #include "proto/ring.grpc.pb.h"
+#include "spdlog/fmt/fmt.h"
 #include "spdlog/spdlog.h"
 #include "compute/backend_factory.h"
 #include "model/chunk_reader.h"
 #include "compute/compute_backend.h"
 #include "update/model_replica.h"
 #include "worker/ring_allreduce.h"
+#include "worker/step_report.h"
 
 namespace pscluster {
 namespace {
@@ -88,40 +90,17 @@ absl::Status TrainMirrored(const MirroredRun& run) {
   std::vector<float> images(static_cast<size_t>(batch) * chunks.pixels());
   std::vector<uint8_t> labels(batch);
 
-  // Progress, as the parameter-server trainer reports it.
-  const int steps_per_epoch =
-      (chunks.chunks_per_epoch() + plan.num_workers() - 1) / plan.num_workers();
-  const absl::Duration report_every = absl::Seconds(std::max(0.1f, plan.report_interval_s()));
-  absl::Time next_report = absl::Now() + report_every;
-  double loss_sum = 0, compute_s = 0, comm_s = 0;
-  int64_t correct = 0, window_examples = 0;
-  int64_t steps_done = 0, examples_done = 0;
-  int epoch = 0;
-  double total_compute_s = 0, total_comm_s = 0;
+  StepReport::Options ro;
+  ro.worker = run.worker;
+  ro.num_workers = plan.num_workers();
+  ro.chunks_per_epoch = chunks.chunks_per_epoch();
+  ro.epoch_examples = run.data->count;
+  ro.report_interval_s = plan.report_interval_s();
+  ro.final_timeout = options.step_timeout;
+  StepReport report(run.chief, ro);
   int64_t bytes_sent = 0, bytes_received = 0, payload_sent = 0;
   int64_t rings_joined = 0, fetches = 0, failures = 0;
-  auto report = [&](bool done) {
-    ProgressReport r;
-    r.set_worker_index(run.worker);
-    r.set_epoch(epoch);
-    r.set_step(steps_done);
-    r.set_examples(examples_done);
-    r.set_loss(window_examples ? loss_sum / window_examples : 0);
-    r.set_accuracy(window_examples ? double(correct) / window_examples : 0);
-    r.set_global_version(replica.step());
-    r.set_done(done);
-    r.set_compute_s(compute_s);
-    r.set_comm_s(comm_s);
-    r.set_steps_per_epoch(steps_per_epoch);
-    r.set_epoch_examples(run.data->count);
-    loss_sum = compute_s = comm_s = 0;
-    correct = window_examples = 0;
-    return run.chief->Report(r, done ? options.step_timeout : absl::Seconds(10));
-  };
 
-  // From the first step on (as the parameter servers' trainer counts from
-  // its first pull): not the wait for the first ring.
-  std::optional<absl::Time> train_start;
   RingWorkRequest request;
   request.set_worker_index(run.worker);
   request.set_incarnation(run.incarnation);
@@ -192,7 +171,9 @@ absl::Status TrainMirrored(const MirroredRun& run) {
       return absl::InternalError(absl::StrCat("the chief hands out step ", step,
                                               " but this replica holds step ", replica.step()));
     }
-    if (!train_start.has_value()) train_start = absl::Now();
+    // From the first step on (as the parameter servers' trainer counts from
+    // its first pull): not the wait for the first ring.
+    report.StartClock();
     // Train on this member's chunk (none: it adds zeros), weighted by its
     // examples so that the ring's sum divided by the step's examples is
     // the mean gradient over all of them.
@@ -205,7 +186,7 @@ absl::Status TrainMirrored(const MirroredRun& run) {
     int step_correct = 0;
     if (chunk >= 0) {
       examples = chunks.Fill(chunk, images.data(), labels.data());
-      epoch = static_cast<int>(chunk / chunks.chunks_per_epoch());
+      report.set_epoch(static_cast<int>(chunk / chunks.chunks_per_epoch()));
       const Batch b{images.data(), labels.data(), examples, static_cast<uint64_t>(chunk)};
       if (absl::Status s =
               (*backend)->TrainStep(params.data(), b, Batch(), grads.data(), &loss, &step_correct);
@@ -241,38 +222,20 @@ absl::Status TrainMirrored(const MirroredRun& run) {
       m->pull_bytes().Increment(static_cast<double>(st.bytes_received));
       m->model_version().Set(static_cast<double>(step));
     }
-    ++steps_done;
-    examples_done += examples;
-    loss_sum += double(loss) * examples;
-    correct += step_correct;
-    window_examples += examples;
-    const double c = absl::ToDoubleSeconds(t1 - t0), r = absl::ToDoubleSeconds(t2 - t1);
-    compute_s += c;
-    comm_s += r;
-    total_compute_s += c;
-    total_comm_s += r;
-    if (t2 >= next_report) {
-      next_report = t2 + report_every;
-      absl::StatusOr<bool> stop = report(false);
-      if (stop.ok() && *stop) return absl::CancelledError("the chief asked to stop");
-    }
+    report.AddStep(examples, loss, step_correct, absl::ToDoubleSeconds(t1 - t0),
+                   absl::ToDoubleSeconds(t2 - t1));
+    if (absl::Status s = report.MaybeReport(t2, replica.step()); !s.ok()) return s;
   }
   *run.finished = true;
-  const double wall_s =
-      train_start.has_value() ? absl::ToDoubleSeconds(absl::Now() - *train_start) : 0.0;
-  spdlog::info("done: {} steps, {} examples, replica at step {} digest={:08x}; rings joined {}, "
-               "states fetched {}, all-reduces failed {}; images_per_s={:.0f} compute_s={:.2f} "
-               "comm_s={:.2f} wall_s={:.2f} bytes_per_step: sent={:.0f} received={:.0f} "
-               "payload_sent={:.0f}",
-               steps_done, examples_done, replica.step(), replica.Digest(), rings_joined, fetches,
-               failures, wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s,
-               total_comm_s, wall_s,
-               steps_done > 0 ? static_cast<double>(bytes_sent) / steps_done : 0.0,
-               steps_done > 0 ? static_cast<double>(bytes_received) / steps_done : 0.0,
-               steps_done > 0 ? static_cast<double>(payload_sent) / steps_done : 0.0);
-  absl::StatusOr<bool> ack = report(true);
-  if (!ack.ok()) return ack.status();
-  return absl::OkStatus();
+  const std::string own = fmt::format(
+      "replica at step {} digest={:08x}; rings joined {}, states fetched {}, all-reduces "
+      "failed {}",
+      replica.step(), replica.Digest(), rings_joined, fetches, failures);
+  const std::string tail =
+      fmt::format("bytes_per_step: sent={:.0f} received={:.0f} payload_sent={:.0f}",
+                  report.PerStep(bytes_sent), report.PerStep(bytes_received),
+                  report.PerStep(payload_sent));
+  return report.Finish(own, tail, replica.step());
 }
 
 }  // namespace pscluster

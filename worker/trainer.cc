@@ -22,6 +22,7 @@
 #include "wire/ps_client.h"
 #include "common/rpc.h"
 #include "proto/coordination.grpc.pb.h"
+#include "spdlog/fmt/fmt.h"
 #include "spdlog/spdlog.h"
 #include "compute/backend_factory.h"
 #include "wire/chief_client.h"
@@ -29,19 +30,11 @@
 #include "worker/exchange.h"
 #include "worker/heartbeat.h"
 #include "worker/mirrored_trainer.h"
+#include "worker/step_report.h"
 #include "compute/compute_backend.h"
 
 namespace pscluster {
 namespace {
-
-// Running sums between two progress reports.
-struct Window {
-  double loss_sum = 0;
-  int64_t correct = 0;
-  int64_t examples = 0;
-  double compute_s = 0;
-  double comm_s = 0;
-};
 
 // Async: how often a worker told BOUND asks again.
 RetryPolicy BoundPollPolicy() {
@@ -108,8 +101,6 @@ absl::Status Trainer::Run() {
   const int num_workers = plan->num_workers();
   const int batch = plan->batch_size();
   const int chunks_per_epoch = static_cast<int>((data->count + batch - 1) / batch);
-  // For progress reports: sync steps per epoch with every worker alive.
-  const int steps_per_epoch = (chunks_per_epoch + num_workers - 1) / num_workers;
 
   PlacementOptions popt;
   popt.min_shard_bytes = plan->min_shard_bytes();
@@ -202,37 +193,19 @@ absl::Status Trainer::Run() {
                spec->name, data->count, plan->epochs(), chunks_per_epoch, batch, num_workers,
                worker, plan->num_ps(), (*backend)->name());
 
-  const absl::Duration report_every =
-      absl::Seconds(std::max(0.1f, plan->report_interval_s()));
-  absl::Time next_report = absl::Now() + report_every;
-  Window window;
-  int64_t steps_done = 0;
-  int64_t examples_done = 0;
-  int epoch = 0;
-  auto report = [&](bool done) {
-    ProgressReport r;
-    r.set_worker_index(worker);
-    r.set_epoch(epoch);
-    r.set_step(steps_done);
-    r.set_examples(examples_done);
-    r.set_loss(window.examples ? window.loss_sum / window.examples : 0);
-    r.set_accuracy(window.examples ? double(window.correct) / window.examples : 0);
-    r.set_global_version(version_seen);
-    r.set_done(done);
-    r.set_compute_s(window.compute_s);
-    r.set_comm_s(window.comm_s);
-    r.set_steps_per_epoch(steps_per_epoch);
-    r.set_epoch_examples(data->count);
-    window = Window();
-    return (*chief)->Report(r, done ? options_.step_timeout : absl::Seconds(10));
-  };
+  StepReport::Options ro;
+  ro.worker = worker;
+  ro.num_workers = num_workers;
+  ro.chunks_per_epoch = chunks_per_epoch;
+  ro.epoch_examples = data->count;
+  ro.report_interval_s = plan->report_interval_s();
+  ro.final_timeout = options_.step_timeout;
+  StepReport report(chief->get(), ro);
 
   ChunkReader chunks(*data, batch, plan->seed());
   auto fill = [&](int64_t k) { return chunks.Fill(k, images.data(), labels.data()); };
 
-  const absl::Time train_start = absl::Now();
-  double total_compute_s = 0;
-  double total_comm_s = 0;
+  report.StartClock();
   StepTimes split;  // summed over the steps
   int64_t restores_seen = 0;
   // Async: time spent told to wait (BOUND) because this worker was
@@ -341,7 +314,7 @@ absl::Status Trainer::Run() {
     absl::Time t0 = absl::Now();
     float loss = 0;
     int correct = 0;
-    epoch = static_cast<int>(work->chunk() / chunks_per_epoch);
+    report.set_epoch(static_cast<int>(work->chunk() / chunks_per_epoch));
     const int n = fill(work->chunk());
     const Batch this_batch{images.data(), labels.data(), n,
                            static_cast<uint64_t>(work->chunk())};
@@ -431,22 +404,9 @@ absl::Status Trainer::Run() {
       m->steps().Increment();
       m->examples().Increment(n);
     }
-    ++steps_done;
-    examples_done += n;
-    window.loss_sum += double(loss) * n;
-    window.correct += correct;
-    window.examples += n;
-    const double compute_s = absl::ToDoubleSeconds(t1 - t0 - pull_in_step);
-    const double comm_s = absl::ToDoubleSeconds(t2 - t1 + pull_in_step);
-    window.compute_s += compute_s;
-    window.comm_s += comm_s;
-    total_compute_s += compute_s;
-    total_comm_s += comm_s;
-    if (t2 >= next_report) {
-      next_report = t2 + report_every;
-      absl::StatusOr<bool> stop = report(false);
-      if (stop.ok() && *stop) return absl::CancelledError("the chief asked to stop");
-    }
+    report.AddStep(n, loss, correct, absl::ToDoubleSeconds(t1 - t0 - pull_in_step),
+                   absl::ToDoubleSeconds(t2 - t1 + pull_in_step));
+    if (absl::Status r = report.MaybeReport(t2, version_seen); !r.ok()) return r;
   }
   if (inflight != nullptr) {
     const absl::Status last = finish(*inflight);
@@ -455,30 +415,23 @@ absl::Status Trainer::Run() {
   }
   // (The chief took this worker out of the sync set when it answered DONE.)
   finished_ = true;
-  const double wall_s = absl::ToDoubleSeconds(absl::Now() - train_start);
   // compute_s is the whole of TrainStep but for the part of it spent
   // before the last of its weights had arrived (priority pulls), which
   // counts in comm_s; the split below divides it (the device's own copy
-  // and kernel times) and the ps round trips. Pull and
-  // push travel in one fused RPC per ps per step (push_pull_s); pull_s is
-  // the initial pull.
-  spdlog::info("done: {} steps, {} examples, {} of this worker's pushes dropped as stale, "
-               "{} answered differently by the ps, {} resent, {} restore(s) followed; "
-               "images_per_s={:.0f} compute_s={:.2f} comm_s={:.2f} wall_s={:.2f} "
-               "bound_wait_s={:.3f} bound_waits={} "
-               "device={} split: pull_s={:.3f} h2d_s={:.3f} device_compute_s={:.3f} "
-               "d2h_s={:.3f} push_pull_s={:.3f} bytes_per_step: sent={:.0f} received={:.0f}",
-               steps_done, examples_done, (*ps)->pushes_dropped(), (*ps)->pushes_disputed(),
-               (*ps)->resends(),
-               restores_seen, wall_s > 0 ? examples_done / wall_s : 0.0, total_compute_s,
-               total_comm_s, wall_s, absl::ToDoubleSeconds(bound_wait), bound_waits,
-               DeviceLabel((*backend)->name()), pull_s, split.h2d_s,
-               split.compute_s, split.d2h_s, total_comm_s,
-               steps_done > 0 ? static_cast<double>(step_bytes_sent) / steps_done : 0.0,
-               steps_done > 0 ? static_cast<double>(step_bytes_received) / steps_done : 0.0);
-  absl::StatusOr<bool> ack = report(true);
-  if (!ack.ok()) return ack.status();
-  return absl::OkStatus();
+  // and kernel times) and the ps round trips. Pull and push travel in one
+  // fused RPC per ps per step (push_pull_s); pull_s is the initial pull.
+  const std::string own = fmt::format(
+      "{} of this worker's pushes dropped as stale, {} answered differently by the ps, "
+      "{} resent, {} restore(s) followed",
+      (*ps)->pushes_dropped(), (*ps)->pushes_disputed(), (*ps)->resends(), restores_seen);
+  const std::string tail = fmt::format(
+      "bound_wait_s={:.3f} bound_waits={} device={} split: pull_s={:.3f} h2d_s={:.3f} "
+      "device_compute_s={:.3f} d2h_s={:.3f} push_pull_s={:.3f} bytes_per_step: sent={:.0f} "
+      "received={:.0f}",
+      absl::ToDoubleSeconds(bound_wait), bound_waits, DeviceLabel((*backend)->name()), pull_s,
+      split.h2d_s, split.compute_s, split.d2h_s, report.total_comm_s(),
+      report.PerStep(step_bytes_sent), report.PerStep(step_bytes_received));
+  return report.Finish(own, tail, version_seen);
 }
 
 }  // namespace pscluster
