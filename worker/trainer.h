@@ -1,15 +1,12 @@
-// Trainer: a worker's training loop. It asks the chief for the training
-// plan, loads its data, then asks the chief for one chunk (batch) at a
-// time, computes gradients on it and pushes them to every ps, fetching the
-// next weights in the same round trip; it reports progress and beats a
-// heartbeat (its own thread) as it goes. Under multi_worker_mirrored (the
-// plan's strategy) it hands over to TrainMirrored
-// (worker/mirrored_trainer.h) once the plan and the data are in.
+// Trainer: a worker's training. Run does what every strategy shares: it
+// asks the chief for the training plan, beats a heartbeat (its own thread,
+// worker/heartbeat.h), builds the model spec and loads and checks its data;
+// then it runs the loop the plan's strategy names (worker/training_loop.h):
+// the parameter servers' (worker/ps_loop.h) or the ring all-reduce's
+// (worker/mirrored_loop.h), which trains until the chief says DONE and
+// reports the run (worker/step_report.h).
 //
-// Faults: every RPC retries with back-off (wire/ps_client.h); a push
-// aborted because the ps were restored from a checkpoint is dropped, the
-// weights pulled again and the chief's (rewound) work continued. A
-// restarted worker simply starts again: the chief hands it new chunks.
+// A restarted worker simply starts again: the chief hands it new work.
 //
 // Not thread-safe: Run() is called once, from one thread; RequestStop() may
 // be called from any thread.
@@ -17,12 +14,8 @@
 #define PSCLUSTER_WORKER_TRAINER_H_
 
 #include <atomic>
-#include <functional>
-#include <memory>
-#include <string>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "worker/trainer_options.h"
 
 namespace pscluster {
@@ -39,8 +32,8 @@ class Trainer {
  private:
   const TrainerOptions options_;
   std::atomic<bool> stop_{false};
-  // Set once the last push is sent: heartbeats then say so, and the chief
-  // stops counting on this worker.
+  // Set once the loop is done with the chief's work: heartbeats then say
+  // so, and the chief stops counting on this worker.
   std::atomic<bool> finished_{false};
 };
 

@@ -1,6 +1,6 @@
-// TrainerOptions: what a worker's training loop is given by its main (the
-// parameter-server loop, worker/trainer.h, and the multi_worker_mirrored
-// one, worker/mirrored_trainer.h, alike).
+// TrainerOptions: what a worker's training is given by its main
+// (worker/trainer.h), for the parameter-server loop (worker/ps_loop.h) and
+// the multi_worker_mirrored one (worker/mirrored_loop.h) alike.
 #ifndef PSCLUSTER_WORKER_TRAINER_OPTIONS_H_
 #define PSCLUSTER_WORKER_TRAINER_OPTIONS_H_
 
@@ -41,7 +41,7 @@ struct TrainerOptions {
   // The test seam: only the tests' fault-injecting worker sets it.
   WorkerFaults faults;
   Metrics* metrics = nullptr;  // borrowed; outlives the Trainer
-  // multi_worker_mirrored (worker/mirrored_trainer.h): the Ring service
+  // multi_worker_mirrored (worker/mirrored_loop.h): the Ring service
   // this worker serves and the replica it hands out through it, both
   // borrowed (they outlive the Trainer: peers, the chief and the evaluator
   // read the replica after training too). Null: the plan may not ask for it.
