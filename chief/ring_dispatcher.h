@@ -30,6 +30,8 @@
 // Pauses (a checkpoint): no step is opened; AllParked() once every member
 // has completed the last opened step and asked again.
 //
+// Who is alive is WorkerLiveness's judgement.
+//
 // Pure logic, no RPC. Thread-safe.
 #ifndef PSCLUSTER_CHIEF_RING_DISPATCHER_H_
 #define PSCLUSTER_CHIEF_RING_DISPATCHER_H_
@@ -44,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chief/work_queue.h"
+#include "chief/worker_liveness.h"
 #include "proto/coordination.pb.h"
 
 namespace pscluster {
@@ -108,11 +111,8 @@ class RingDispatcher {
   std::vector<std::string> TakeEvents();
 
  private:
+  // What the ring adds to liveness_'s view of a worker.
   struct Worker {
-    bool alive = true;
-    bool finished = false;
-    uint64_t incarnation = 0;  // 0: not heard from yet
-    absl::Time last_contact;
     int64_t completed = -1;  // the step its replica holds; -1: none
     bool asked = false;      // asked since the ring began to be re-formed
     bool fetch = false;      // must take the state of start_step_ - 1 first
@@ -134,6 +134,7 @@ class RingDispatcher {
 
   WorkQueue queue_;
   mutable absl::Mutex mu_;
+  WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no ring yet
   int64_t highest_reported_ ABSL_GUARDED_BY(mu_) = 0;  // RingWorkRequest.state_generation
