@@ -1,10 +1,10 @@
-// Dispatcher: the chief's view of its workers and the work it hands them.
-// It answers GetWork and Heartbeat (through CoordinatorService), leases
-// chunks from a WorkQueue, notices lost workers (WorkerLiveness: no
-// heartbeat within a timeout, or a new process in their place) and gives
-// their unfinished chunks back, re-admits them when they return, and
-// pauses every worker between steps while the chief takes a checkpoint or
-// restores one.
+// Dispatcher: the parameter-server run's view of its workers and the work
+// it hands them: its WorkSource (GetWork and Heartbeat, through
+// CoordinatorService). It leases chunks from a WorkQueue, notices lost
+// workers (WorkerLiveness: no heartbeat within a timeout, or a new process
+// in their place) and gives their unfinished chunks back, re-admits them
+// when they return, and pauses every worker between steps while the chief
+// takes a checkpoint or restores one.
 //
 // The sync worker set (whom a step waits for) follows liveness; the chief
 // pushes it to the ps (SetWorkers) and a re-admitted worker gets work only
@@ -22,12 +22,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chief/work_queue.h"
+#include "chief/work_source.h"
 #include "chief/worker_liveness.h"
 #include "proto/coordination.pb.h"
 
 namespace pscluster {
 
-class Dispatcher {
+class Dispatcher final : public WorkSource {
  public:
   // Every worker counts as alive from `now` (a restarted chief does not
   // know better; a worker that is gone is noticed after the timeout).
@@ -39,10 +40,10 @@ class Dispatcher {
   // Counts every worker as heard from at `now` (when the plan goes out).
   void ResetContact(absl::Time now);
 
-  // CoordinatorService's handlers. InvalidArgument for a worker index out
-  // of range; FailedPrecondition when workers disagree about the data.
-  absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Time now);
-  absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now);
+  // WorkSource. InvalidArgument for a worker index out of range;
+  // FailedPrecondition when workers disagree about the data.
+  absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Time now) override;
+  absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now) override;
 
   struct Lost {
     int worker;

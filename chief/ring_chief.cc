@@ -96,19 +96,15 @@ absl::Status RingChief::Start() {
     state = *std::move(initial);
   }
   state->set_version(step);
-  {
-    absl::MutexLock l(&base_mu_);
-    base_ = *std::move(state);
-  }
   last_checkpoint_step_ = step;
   last_checkpoint_time_ = absl::Now();
 
   tracker_ = std::make_unique<ProgressTracker>(plan_.num_workers(), plan_.epochs(), start_);
   ring_ = std::make_unique<RingDispatcher>(plan_.num_workers(), plan_.epochs(), absl::Now());
-  if (absl::Status s = ring_->SetBase(step, chunks_per_epoch, done); !s.ok()) return s;
-  coordinator_ = std::make_unique<CoordinatorService>(tracker_.get(), nullptr);
-  coordinator_->SetRing(ring_.get(),
-                        [this](const ReplicaRequest& r) { return BaseState(r); });
+  if (absl::Status s = ring_->SetBase(step, chunks_per_epoch, done, *std::move(state)); !s.ok()) {
+    return s;
+  }
+  coordinator_ = std::make_unique<CoordinatorService>(tracker_.get(), ring_.get());
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
       TaskServer::Start(options_.config.own_port(), {coordinator_.get()});
   if (!server.ok()) return server.status();
@@ -130,19 +126,6 @@ absl::Status RingChief::Start() {
   if (!recorder.ok()) return recorder.status();
   recorder_ = *std::move(recorder);
   return absl::OkStatus();
-}
-
-absl::StatusOr<ShardState> RingChief::BaseState(const ReplicaRequest& request) const {
-  absl::MutexLock l(&base_mu_);
-  if (!base_.has_value()) return absl::UnavailableError("the chief holds no state yet");
-  if (base_->version() != request.step() &&
-      !(request.at_least() && base_->version() > request.step())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the chief holds the state of step ", base_->version(), ", not ", request.step()));
-  }
-  ShardState out = *base_;
-  if (request.values_only()) out.clear_slots();
-  return out;
 }
 
 void RingChief::LogEvents() {
@@ -235,7 +218,7 @@ absl::Status RingChief::TakeCheckpoint(const char* why) {
 absl::Status RingChief::Keep(const char* why, int64_t step, ShardState state,
                              const std::string& done) {
   last_checkpoint_step_ = step;
-  if (absl::Status s = ring_->SetBase(step, ring_->chunks_per_epoch(), done); !s.ok()) return s;
+  std::optional<Checkpoint> checkpoint;
   if (!options_.checkpoint_dir.empty()) {
     Snapshot snap;
     snap.step = step;
@@ -244,17 +227,21 @@ absl::Status RingChief::Keep(const char* why, int64_t step, ShardState state,
     snap.chunks_per_epoch = ring_->chunks_per_epoch();
     snap.generation = 0;
     snap.run_started_unix_ms = absl::ToUnixMillis(start_);
-    Checkpoint c = ToCheckpoint(snap, spec_, SYNC);
-    c.metadata["strategy"] = StrategyName(MULTI_WORKER_MIRRORED);
-    if (absl::Status s = WriteCheckpoint(options_.checkpoint_dir, c, options_.keep_checkpoints);
-        !s.ok()) {
-      return s;
-    }
-    spdlog::info("{} checkpoint of step {} written to {} ({} chunks done)", why, step,
-                 options_.checkpoint_dir, ring_->done_chunks());
+    checkpoint = ToCheckpoint(snap, spec_, SYNC);
+    checkpoint->metadata["strategy"] = StrategyName(MULTI_WORKER_MIRRORED);
   }
-  absl::MutexLock l(&base_mu_);
-  base_ = std::move(state);
+  if (absl::Status s = ring_->SetBase(step, ring_->chunks_per_epoch(), done, std::move(state));
+      !s.ok()) {
+    return s;
+  }
+  if (!checkpoint.has_value()) return absl::OkStatus();
+  if (absl::Status s =
+          WriteCheckpoint(options_.checkpoint_dir, *checkpoint, options_.keep_checkpoints);
+      !s.ok()) {
+    return s;
+  }
+  spdlog::info("{} checkpoint of step {} written to {} ({} chunks done)", why, step,
+               options_.checkpoint_dir, ring_->done_chunks());
   return absl::OkStatus();
 }
 

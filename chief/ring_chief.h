@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chief/chief.h"
 #include "chief/cluster_tasks.h"
@@ -63,8 +62,6 @@ class RingChief {
   absl::Status Start();
   absl::Status Train();
   absl::StatusOr<RunResult> Finish();
-  // The chief's own state (GetReplica): the base the ring restarts from.
-  absl::StatusOr<ShardState> BaseState(const ReplicaRequest& request) const;
   // Pauses the ring between steps, reads one member's state and writes it
   // as a checkpoint (also kept as the base). A ring that does not pause in
   // time (one being formed again) is skipped with a warning, OK.
@@ -94,8 +91,6 @@ class RingChief {
   std::unique_ptr<ClusterTasks> tasks_;
   std::unique_ptr<RingClient> replicas_;
   std::unique_ptr<ProgressRecorder> recorder_;
-  mutable absl::Mutex base_mu_;
-  std::optional<ShardState> base_ ABSL_GUARDED_BY(base_mu_);
   int64_t last_checkpoint_step_ = 0;
   absl::Time last_checkpoint_time_;
 };

@@ -11,20 +11,37 @@ RingDispatcher::RingDispatcher(int num_workers, int epochs, absl::Time now)
     : queue_(num_workers, epochs), liveness_(num_workers, now), workers_(num_workers) {}
 
 absl::Status RingDispatcher::SetBase(int64_t step, int chunks_per_epoch,
-                                     const std::string& done_ranges) {
+                                     const std::string& done_ranges, ShardState state) {
   if (chunks_per_epoch > 0) {
     if (absl::Status s = queue_.SetChunksPerEpoch(chunks_per_epoch); !s.ok()) return s;
   }
-  absl::MutexLock lock(&mu_);
-  if (generation_ == 0 && chunks_per_epoch > 0) {
-    // Before the first ring the base is where the run starts.
-    if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation_ == 0 && chunks_per_epoch > 0) {
+      // Before the first ring the base is where the run starts.
+      if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+    }
+    base_step_ = step;
+    base_done_ = done_ranges;
+    highest_step_ = std::max(highest_step_, step);
+    if (generation_ == 0) opened_ = step;
   }
-  base_step_ = step;
-  base_done_ = done_ranges;
-  highest_step_ = std::max(highest_step_, step);
-  if (generation_ == 0) opened_ = step;
+  absl::MutexLock lock(&base_mu_);
+  base_state_ = std::move(state);
   return absl::OkStatus();
+}
+
+absl::StatusOr<ShardState> RingDispatcher::GetReplica(const ReplicaRequest& request) {
+  absl::MutexLock lock(&base_mu_);
+  if (!base_state_.has_value()) return absl::UnavailableError("the chief holds no state yet");
+  if (base_state_->version() != request.step() &&
+      !(request.at_least() && base_state_->version() > request.step())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the chief holds the state of step ", base_state_->version(), ", not ", request.step()));
+  }
+  ShardState out = *base_state_;
+  if (request.values_only()) out.clear_slots();
+  return out;
 }
 
 int64_t RingDispatcher::base_step() const {
@@ -154,8 +171,8 @@ bool RingDispatcher::OpenNext() {
   return true;
 }
 
-absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req,
-                                                     absl::Time now) {
+absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest& req,
+                                                         absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
