@@ -1,17 +1,18 @@
-#include "chief/ring_chief.h"
+#include "chief/ring_run.h"
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "chief/ps_setup.h"
-#include "chief/weights_export.h"
-#include "model/checkpoint.h"
+#include "chief/snapshot.h"
 #include "chief/strategy.h"
-#include "wire/codec.h"
+#include "model/checkpoint.h"
 #include "spdlog/spdlog.h"
 #include "update/model_replica.h"
+#include "wire/codec.h"
 
 namespace pscluster {
 namespace {
@@ -23,35 +24,10 @@ constexpr absl::Duration kStateTimeout = absl::Minutes(2);
 
 }  // namespace
 
-RingChief::RingChief(const ChiefOptions& options, const TrainingPlan& plan, const ModelSpec& spec,
-                     Metrics* metrics, std::atomic<bool>* stop, absl::Time start)
-    : options_(options), plan_(plan), spec_(spec), metrics_(metrics), stop_(*stop), start_(start) {}
-
-absl::StatusOr<RunResult> RingChief::Run() {
-  // An error before the cluster was touched (a bad checkpoint) is only
-  // returned; from then on every task is told the run failed.
-  if (absl::Status s = Start(); !s.ok()) return tasks_ != nullptr ? Fail(s) : s;
-  if (absl::Status s = Train(); !s.ok()) return Fail(s);
-  absl::StatusOr<RunResult> result = Finish();
-  if (!result.ok()) return Fail(result.status());
-  result->wall_s = absl::ToDoubleSeconds(absl::Now() - start_);
-  ShutdownAll("training finished");
-  return result;
-}
-
-absl::Status RingChief::Fail(absl::Status s) {
-  gave_up_ = !absl::IsCancelled(s);
-  ShutdownAll(absl::StrCat("the chief failed: ", s.message()), gave_up_);
-  return s;
-}
-
-void RingChief::ShutdownAll(const std::string& reason, bool run_failed) {
-  if (server_) server_->RequestShutdown(reason, run_failed);
-  if (tasks_) tasks_->ShutdownAll(reason, run_failed);
-  if (server_) server_->Stop();
-}
-
-absl::Status RingChief::Start() {
+RingRun::RingRun(const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,
+                 const std::atomic<bool>* stop)
+    : options_(options), spec_(*spec), plan_(std::move(plan)), stop_(*stop) {
+  plan_.set_mode(SYNC);
   // The replicas' update: the whole model as one ps's shards (in the flat
   // order), the sync optimizer as given, applied by one writer per step.
   PlacementOptions popt;
@@ -65,7 +41,9 @@ absl::Status RingChief::Start() {
   setup.replicas_to_aggregate = 1;
   setup.nonfinite = options_.nonfinite;
   *plan_.mutable_replica() = MakeInitRequest(setup, 0);
+}
 
+absl::Status RingRun::Prepare(absl::Time* start) {
   // Where the replicas start: the newest checkpoint, or the initial weights.
   int64_t step = 0;
   int chunks_per_epoch = 0;
@@ -82,7 +60,7 @@ absl::Status RingChief::Start() {
       done = snap->done_chunks;
       state = snap->ps[0];
       if (snap->run_started_unix_ms > 0) {
-        start_ = std::min(start_, absl::FromUnixMillis(snap->run_started_unix_ms));
+        *start = std::min(*start, absl::FromUnixMillis(snap->run_started_unix_ms));
       }
       spdlog::warn("resuming from the checkpoint of step {} in {}", step, options_.checkpoint_dir);
     } else if (!absl::IsNotFound(c.status())) {
@@ -96,43 +74,29 @@ absl::Status RingChief::Start() {
     state = *std::move(initial);
   }
   state->set_version(step);
+  run_started_ = *start;
   last_checkpoint_step_ = step;
   last_checkpoint_time_ = absl::Now();
-
-  tracker_ = std::make_unique<ProgressTracker>(plan_.num_workers(), plan_.epochs(), start_);
   ring_ = std::make_unique<RingDispatcher>(plan_.num_workers(), plan_.epochs(), absl::Now());
-  if (absl::Status s = ring_->SetBase(step, chunks_per_epoch, done, *std::move(state)); !s.ok()) {
-    return s;
-  }
-  coordinator_ = std::make_unique<CoordinatorService>(tracker_.get(), ring_.get());
-  absl::StatusOr<std::unique_ptr<TaskServer>> server =
-      TaskServer::Start(options_.config.own_port(), {coordinator_.get()});
-  if (!server.ok()) return server.status();
-  server_ = *std::move(server);
-  tasks_ = std::make_unique<ClusterTasks>(options_.config.cluster, &stop_);
-  replicas_ = std::make_unique<RingClient>(options_.config.cluster, &stop_);
-  if (absl::Status s = tasks_->WaitUntilServing(options_.wait_for_cluster); !s.ok()) return s;
+  return ring_->SetBase(step, chunks_per_epoch, done, *std::move(state));
+}
 
+absl::Status RingRun::Start(ClusterTasks* /*tasks*/, absl::Time* /*start*/) {
+  replicas_ = std::make_unique<RingClient>(options_.config.cluster, &stop_);
   spdlog::info("model {}: {} parameters; multi_worker_mirrored: a ring all-reduce over {} "
                "workers (wire {}), batch {} per worker, {} epochs",
                spec_.name, spec_.num_parameters, plan_.num_workers(),
                CodecName(CodecFromProto(plan_.ring_codec())), plan_.batch_size(),
                plan_.epochs());
   ring_->ResetContact(absl::Now());
-  coordinator_->SetPlan(plan_);
-  server_->SetReady(true);
-  absl::StatusOr<std::unique_ptr<ProgressRecorder>> recorder =
-      ProgressRecorder::Create(options_.logdir, metrics_, nullptr);
-  if (!recorder.ok()) return recorder.status();
-  recorder_ = *std::move(recorder);
   return absl::OkStatus();
 }
 
-void RingChief::LogEvents() {
+void RingRun::LogEvents() {
   for (const std::string& e : ring_->TakeEvents()) spdlog::warn("{}", e);
 }
 
-void RingChief::AbortBrokenRing() {
+void RingRun::AbortBrokenRing() {
   std::optional<RingDispatcher::Abort> abort = ring_->TakeAbort();
   if (!abort.has_value()) return;
   for (int w : abort->members) {
@@ -142,37 +106,30 @@ void RingChief::AbortBrokenRing() {
   }
 }
 
-absl::Status RingChief::Train() {
-  absl::Time next_log = absl::Now() + options_.log_every;
-  while (!ring_->AllFinished()) {
-    if (stop_ || server_->shutdown_requested()) {
-      return absl::CancelledError("training interrupted");
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-    const absl::Time now = absl::Now();
-    ring_->FindLost(now, options_.heartbeat_timeout);
-    LogEvents();
-    AbortBrokenRing();
-    const int64_t step = ring_->highest_step();
-    const bool due_steps = options_.checkpoint_every_steps > 0 &&
-                           step >= last_checkpoint_step_ + options_.checkpoint_every_steps;
-    const bool due_time = options_.checkpoint_every > absl::ZeroDuration() &&
-                          now >= last_checkpoint_time_ + options_.checkpoint_every;
-    if (due_steps || due_time) {
-      if (absl::Status s = TakeCheckpoint("periodic"); !s.ok()) return s;
-    }
-    if (now >= next_log) {
-      next_log = now + options_.log_every;
-      Progress p = tracker_->Snapshot(now);
-      spdlog::info("{} chunks {}/{} ring generation {}", ProgressTracker::Format(p),
-                   ring_->done_chunks(), ring_->total_chunks(), ring_->generation());
-      recorder_->Record(p);
-    }
-  }
+absl::Status RingRun::Tick() {
+  const absl::Time now = absl::Now();
+  ring_->FindLost(now, options_.heartbeat_timeout);
+  LogEvents();
+  AbortBrokenRing();
+  const int64_t step = ring_->highest_step();
+  const bool due_steps = options_.checkpoint_every_steps > 0 &&
+                         step >= last_checkpoint_step_ + options_.checkpoint_every_steps;
+  const bool due_time = options_.checkpoint_every > absl::ZeroDuration() &&
+                        now >= last_checkpoint_time_ + options_.checkpoint_every;
+  if (due_steps || due_time) return TakeCheckpoint("periodic");
   return absl::OkStatus();
 }
 
-absl::Status RingChief::TakeCheckpoint(const char* why) {
+std::string RingRun::ProgressNote() const {
+  return absl::StrCat(" ring generation ", ring_->generation());
+}
+
+std::string RingRun::DoneNote() const {
+  return absl::StrCat(" in ", ring_->highest_step(), " steps; ring generation ",
+                      ring_->generation());
+}
+
+absl::Status RingRun::TakeCheckpoint(const char* why) {
   // A ring being formed, or members still taking its state: not a moment
   // to pause at (it could not park); the next tick tries again.
   if (!ring_->Settled()) return absl::OkStatus();
@@ -215,8 +172,8 @@ absl::Status RingChief::TakeCheckpoint(const char* why) {
   return Keep(why, step, *std::move(state), done);
 }
 
-absl::Status RingChief::Keep(const char* why, int64_t step, ShardState state,
-                             const std::string& done) {
+absl::Status RingRun::Keep(const char* why, int64_t step, ShardState state,
+                           const std::string& done) {
   last_checkpoint_step_ = step;
   std::optional<Checkpoint> checkpoint;
   if (!options_.checkpoint_dir.empty()) {
@@ -226,7 +183,7 @@ absl::Status RingChief::Keep(const char* why, int64_t step, ShardState state,
     snap.done_chunks = done;
     snap.chunks_per_epoch = ring_->chunks_per_epoch();
     snap.generation = 0;
-    snap.run_started_unix_ms = absl::ToUnixMillis(start_);
+    snap.run_started_unix_ms = absl::ToUnixMillis(run_started_);
     checkpoint = ToCheckpoint(snap, spec_, SYNC);
     checkpoint->metadata["strategy"] = StrategyName(MULTI_WORKER_MIRRORED);
   }
@@ -245,18 +202,13 @@ absl::Status RingChief::Keep(const char* why, int64_t step, ShardState state,
   return absl::OkStatus();
 }
 
-absl::StatusOr<RunResult> RingChief::Finish() {
-  Progress last = tracker_->Snapshot(absl::Now());
-  spdlog::info("{}", ProgressTracker::Format(last));
-  const int64_t steps = ring_->highest_step();
-  spdlog::info("every worker is done: {} of {} chunks trained in {} steps; ring generation {}",
-               ring_->done_chunks(), ring_->total_chunks(), steps, ring_->generation());
-  recorder_->Record(last);
+absl::Status RingRun::TakeFinalCheckpoint() {
+  final_step_ = ring_->highest_step();
   // The final state, from any replica (every one has finished the last
   // step; they hold the same bits): the weights, and without a checkpoint
   // directory to write it to nothing more.
   ReplicaRequest request;
-  request.set_step(steps);
+  request.set_step(final_step_);
   request.set_values_only(options_.checkpoint_dir.empty());
   absl::StatusOr<ShardState> state = absl::UnavailableError("no worker");
   for (int w : ring_->members()) {
@@ -271,41 +223,16 @@ absl::StatusOr<RunResult> RingChief::Finish() {
                                             " values; the model has ", weights.size()));
   }
   std::memcpy(weights.data(), state->values().data(), state->values().size());
-  if (!options_.checkpoint_dir.empty()) {
-    if (absl::Status s = Keep("final", steps, *std::move(state), ring_->done_ranges());
-        !s.ok()) {
-      return s;
-    }
-  }
-  RunResult result;
-  result.epochs = plan_.epochs();
-  result.steps = steps;
-  if (absl::Status s = EvaluateFinal(&weights, &result); !s.ok()) return s;
-  if (result.has_eval) recorder_->RecordFinal(result.steps, result.test_accuracy, result.test_loss);
-  recorder_->Close();
-  if (!options_.export_path.empty()) {
-    if (absl::Status s = ExportWeights(
-            options_.export_path, spec_, weights, result.steps, result.epochs,
-            result.has_eval ? std::optional<double>(result.test_accuracy) : std::nullopt);
-        !s.ok()) {
-      return s;
-    }
-    spdlog::info("trained weights written to {}", options_.export_path);
-  }
-  return result;
+  final_weights_ = std::move(weights);
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  return Keep("final", final_step_, *std::move(state), ring_->done_ranges());
 }
 
-absl::Status RingChief::EvaluateFinal(std::vector<float>* weights, RunResult* result) {
-  if (tasks_->has_evaluator()) {
-    // The evaluator reads the weights from a worker's replica.
-    return ScoreByEvaluator(*tasks_, options_.final_eval_timeout, result);
+absl::StatusOr<const std::vector<float>*> RingRun::FinalWeights(int64_t /*steps*/) {
+  if (!final_weights_.has_value()) {
+    return absl::FailedPreconditionError("the final state was not read (TakeFinalCheckpoint)");
   }
-  if (options_.data_dir.empty()) {
-    result->not_evaluated_why = "no evaluator in TF_CONFIG; give the chief --data_dir to evaluate";
-    return absl::OkStatus();
-  }
-  ScoreFinalWeights(spec_, *weights, options_.data_dir, result);
-  return absl::OkStatus();
+  return &*final_weights_;
 }
 
 }  // namespace pscluster
