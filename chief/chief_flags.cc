@@ -153,6 +153,11 @@ absl::Status SetCluster(const ChiefFlags& f, const TfConfig& config, ChiefOption
     return Bad("num_workers", std::to_string(f.num_workers),
                absl::StrCat(config.source, " lists ", num_workers, " workers"));
   }
+  if (num_workers < 1) {
+    // The chief's own check, made here before the batch is split over none.
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.source, ": cluster.worker is empty; nothing would train"));
+  }
   const int batch = f.batch_size;
   if (batch < num_workers) {
     return Bad("batch_size", std::to_string(batch),

@@ -213,6 +213,11 @@ TEST(MakeChiefOptionsTest, ParameterServersNeedPsTasks) {
             "--strategy=multi_worker_mirrored)");
 }
 
+TEST(MakeChiefOptionsTest, AClusterWithoutWorkersIsRefused) {
+  EXPECT_EQ(ErrorOf(ChiefFlags(), Cluster(1, 0)),
+            "TF_CONFIG: cluster.worker is empty; nothing would train");
+}
+
 TEST(MakeChiefOptionsTest, TheFirstBadValueInCheckOrderIsTheOneNamed) {
   ChiefFlags f;
   f.keep_checkpoints = 0;
