@@ -62,7 +62,8 @@ void ScoreFinalWeights(const ModelSpec& spec, const std::vector<float>& weights,
   if (!score.ok()) {
     // The run itself went well and its weights are kept (checkpoint,
     // export): the final line says why they were not scored.
-    result->not_evaluated_why = absl::StrCat("--data_dir=", data_dir, ": ", score.status().message());
+    result->not_evaluated_why =
+        absl::StrCat("--data_dir=", data_dir, ": ", score.status().message());
     spdlog::error("evaluating the final weights failed: {}", result->not_evaluated_why);
     return;
   }

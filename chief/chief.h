@@ -46,8 +46,7 @@ struct RunResult {
 class Chief {
  public:
   // `metrics` is borrowed and must outlive the Chief.
-  Chief(ChiefOptions options, Metrics* metrics)
-      : options_(std::move(options)), metrics_(metrics) {}
+  Chief(ChiefOptions options, Metrics* metrics) : options_(std::move(options)), metrics_(metrics) {}
 
   absl::StatusOr<RunResult> Run();
   void RequestStop(const std::string& why);

@@ -84,7 +84,9 @@ absl::Status SetWire(const ChiefFlags& f, TrainingPlan* plan) {
   plan->set_topk_fraction(f.topk_fraction);
   plan->set_codec_min_elements(f.codec_min_elements);
   const absl::StatusOr<Transport> transport = ParseTransport(f.transport);
-  if (!transport.ok()) return Bad("transport", f.transport, std::string(transport.status().message()));
+  if (!transport.ok()) {
+    return Bad("transport", f.transport, std::string(transport.status().message()));
+  }
   plan->set_transport(*transport);
   plan->set_push_overlap(f.push_overlap);
   plan->set_priority_pull(f.priority_pull);
@@ -92,13 +94,12 @@ absl::Status SetWire(const ChiefFlags& f, TrainingPlan* plan) {
   if (!strategy.ok()) return Bad("strategy", f.strategy, std::string(strategy.status().message()));
   plan->set_strategy(*strategy);
   const absl::StatusOr<Codec> ring = ParseCodec(f.ring_codec);
-  if (!ring.ok() || (*ring != Codec::kFloat32 && *ring != Codec::kBfloat16 &&
-                     *ring != Codec::kFloat16)) {
+  if (!ring.ok() ||
+      (*ring != Codec::kFloat32 && *ring != Codec::kBfloat16 && *ring != Codec::kFloat16)) {
     return Bad("ring_codec", f.ring_codec, "must be fp32, bf16 or fp16");
   }
   if (f.ring_chunk_bytes < 4 || f.ring_chunk_bytes > (256 << 20)) {
-    return Bad("ring_chunk_bytes", std::to_string(f.ring_chunk_bytes),
-               "must be in [4, 268435456]");
+    return Bad("ring_chunk_bytes", std::to_string(f.ring_chunk_bytes), "must be in [4, 268435456]");
   }
   if (*strategy == MULTI_WORKER_MIRRORED) {
     if (absl::Status s = CheckRingOnly(f, *push, *pull, *transport); !s.ok()) return s;
@@ -183,9 +184,9 @@ absl::Status SetCluster(const ChiefFlags& f, const TfConfig& config, ChiefOption
         " needs at least one (or use --strategy=", StrategyName(MULTI_WORKER_MIRRORED), ")"));
   }
   if (replicas < 0 || replicas > num_workers) {
-    return Bad("replicas_to_aggregate", std::to_string(replicas),
-               absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source,
-                            ")"));
+    return Bad(
+        "replicas_to_aggregate", std::to_string(replicas),
+        absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source, ")"));
   }
   opt->replicas_to_aggregate = replicas;
   return absl::OkStatus();

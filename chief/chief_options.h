@@ -22,10 +22,10 @@ enum class AsyncLrScaling { kSqrt, kLinear, kNone };
 
 struct ChiefOptions {
   TfConfig config;
-  TrainingPlan plan;            // model, batch, epochs, mode, seed, ...
+  TrainingPlan plan;  // model, batch, epochs, mode, seed, ...
   OptimizerConfig optimizer;
   int replicas_to_aggregate = 0;  // 0: every worker
-  int max_staleness = 8;  // async: see chief/main.cc's --max_staleness
+  int max_staleness = 8;          // async: see chief/main.cc's --max_staleness
   absl::Duration wait_for_cluster = absl::Minutes(2);
   absl::Duration log_every = absl::Seconds(2);
   // Workers beat every heartbeat_interval; one silent for heartbeat_timeout

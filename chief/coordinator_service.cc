@@ -28,13 +28,13 @@ grpc::Status CoordinatorService::GetPlan(grpc::ServerContext* ctx, const GetPlan
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,
-                                                const ProgressReport* req, ProgressAck*) {
+grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
+                                                ProgressAck*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   if (!tracker_->Record(*req)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("worker index ", req->worker_index(),
-                                     " is not in this cluster"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("worker index ", req->worker_index(), " is not in this cluster"));
   }
   return grpc::Status::OK;
 }
@@ -55,8 +55,8 @@ grpc::Status CoordinatorService::GetWork(grpc::ServerContext* ctx, const WorkReq
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
-                                           const HeartbeatRequest* req, HeartbeatResponse*) {
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
+                                           HeartbeatResponse*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   return ToGrpcStatus(work_->Heartbeat(*req, absl::Now()));
 }

@@ -17,24 +17,20 @@ namespace pscluster {
 
 class CoordinatorService final : public Coordinator::Service {
  public:
-  CoordinatorService(ProgressTracker* tracker, WorkSource* work)
-      : tracker_(tracker), work_(work) {}
+  CoordinatorService(ProgressTracker* tracker, WorkSource* work) : tracker_(tracker), work_(work) {}
 
   void SetPlan(const TrainingPlan& plan);
   // Whether an evaluator has asked for the plan (one outside the cluster
   // is known only this way).
   bool evaluator_seen() const;
 
-  grpc::Status GetPlan(grpc::ServerContext*, const GetPlanRequest*,
-                       GetPlanResponse*) override;
-  grpc::Status ReportProgress(grpc::ServerContext*, const ProgressReport*,
-                              ProgressAck*) override;
+  grpc::Status GetPlan(grpc::ServerContext*, const GetPlanRequest*, GetPlanResponse*) override;
+  grpc::Status ReportProgress(grpc::ServerContext*, const ProgressReport*, ProgressAck*) override;
   grpc::Status ReportEval(grpc::ServerContext*, const EvalReport*, EvalAck*) override;
   grpc::Status GetWork(grpc::ServerContext*, const WorkRequest*, WorkResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest*,
                          HeartbeatResponse*) override;
-  grpc::Status RingWork(grpc::ServerContext*, const RingWorkRequest*,
-                        RingWorkResponse*) override;
+  grpc::Status RingWork(grpc::ServerContext*, const RingWorkRequest*, RingWorkResponse*) override;
   grpc::Status GetReplica(grpc::ServerContext*, const ReplicaRequest*, ShardState*) override;
 
  private:

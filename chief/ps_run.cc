@@ -14,8 +14,8 @@
 
 namespace pscluster {
 
-OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode,
-                                   int num_workers, AsyncLrScaling scaling, std::string* why) {
+OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode, int num_workers,
+                                   AsyncLrScaling scaling, std::string* why) {
   OptimizerConfig o = given;
   if (mode != ASYNC || num_workers <= 1) return o;
   const double w = num_workers;
@@ -37,10 +37,10 @@ absl::StatusOr<std::unique_ptr<ParameterServerRun>> ParameterServerRun::Create(
     const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,
     const std::atomic<bool>* stop) {
   if (plan.num_ps() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.config.source,
-        ": cluster.ps is empty; --strategy=parameter_server needs at least one "
-        "(or use --strategy=multi_worker_mirrored)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.config.source,
+                     ": cluster.ps is empty; --strategy=parameter_server needs at least one "
+                     "(or use --strategy=multi_worker_mirrored)"));
   }
   return std::unique_ptr<ParameterServerRun>(
       new ParameterServerRun(options, spec, std::move(plan), stop));
@@ -78,9 +78,8 @@ ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelS
 absl::Status ParameterServerRun::Prepare(absl::Time* start) {
   // Async, bounded delay: no chunk more than max_staleness rounds (one
   // chunk per worker) past the lowest unfinished one.
-  const int64_t window = plan_.mode() == ASYNC ? int64_t{options_.max_staleness + 1} *
-                                                     plan_.num_workers()
-                                               : 0;
+  const int64_t window =
+      plan_.mode() == ASYNC ? int64_t{options_.max_staleness + 1} * plan_.num_workers() : 0;
   dispatcher_ = std::make_unique<Dispatcher>(plan_.num_workers(), plan_.epochs(), *start, window);
   dispatcher_->Pause();  // until the plan is out (PlanHandedOut)
   return absl::OkStatus();
@@ -179,18 +178,18 @@ void ParameterServerRun::LogSetup() const {
                plan_.num_workers(), plan_.batch_size(), plan_.epochs());
   const Codec push = CodecFromProto(plan_.push_codec());
   const Codec pull = CodecFromProto(plan_.pull_codec());
-  spdlog::info("wire: gradients {}{}, weights {} (tensors under {} values as fp32)",
-               CodecName(push),
-               push == Codec::kTopK
-                   ? absl::StrCat(" (", plan_.topk_fraction(), " of each, error feedback)")
-               : push == Codec::kSign ? std::string(" (error feedback)")
-                                      : std::string(),
-               CodecName(pull), plan_.codec_min_elements());
+  spdlog::info(
+      "wire: gradients {}{}, weights {} (tensors under {} values as fp32)", CodecName(push),
+      push == Codec::kTopK ? absl::StrCat(" (", plan_.topk_fraction(), " of each, error feedback)")
+      : push == Codec::kSign ? std::string(" (error feedback)")
+                             : std::string(),
+      CodecName(pull), plan_.codec_min_elements());
   if (plan_.transport() == TRANSPORT_TCP) {
     spdlog::info("transport: push-pulls over each ps's tcp data plane{}{}",
                  plan_.push_overlap() ? ", gradients sent layer by layer during backprop" : "",
                  plan_.push_overlap() && plan_.priority_pull()
-                     ? ", the next forward pass started on the first layers' weights" : "");
+                     ? ", the next forward pass started on the first layers' weights"
+                     : "");
   }
 }
 
@@ -229,10 +228,10 @@ void ParameterServerRun::CheckWorkers() {
 }
 
 std::string ParameterServerRun::DoneNote() const {
-  return absl::StrCat("; handed_out_again=", dispatcher_->returned_chunks(),
-                      " (a ps dropped their gradient as stale); bound_answers=",
-                      dispatcher_->bound_answers(),
-                      " (async: a worker told to wait, max_staleness)");
+  return absl::StrCat(
+      "; handed_out_again=", dispatcher_->returned_chunks(),
+      " (a ps dropped their gradient as stale); bound_answers=", dispatcher_->bound_answers(),
+      " (async: a worker told to wait, max_staleness)");
 }
 
 absl::Status ParameterServerRun::TakeFinalCheckpoint() {

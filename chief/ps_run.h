@@ -55,8 +55,8 @@ namespace pscluster {
 // learning rate scaled by `scaling` for `num_workers` and its decay counted
 // in rounds of num_workers updates. `why` (may be null) gets a line saying
 // what changed.
-OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode,
-                                   int num_workers, AsyncLrScaling scaling, std::string* why);
+OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode, int num_workers,
+                                   AsyncLrScaling scaling, std::string* why);
 
 class ParameterServerRun final : public StrategyRun {
  public:
@@ -64,9 +64,10 @@ class ParameterServerRun final : public StrategyRun {
   // given (logging an async learning-rate scaling). InvalidArgument naming
   // TF_CONFIG when the cluster lists no ps. `options`, `spec` and `stop`
   // are borrowed and outlive the run.
-  static absl::StatusOr<std::unique_ptr<ParameterServerRun>> Create(
-      const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,
-      const std::atomic<bool>* stop);
+  static absl::StatusOr<std::unique_ptr<ParameterServerRun>> Create(const ChiefOptions& options,
+                                                                    const ModelSpec* spec,
+                                                                    TrainingPlan plan,
+                                                                    const std::atomic<bool>* stop);
   ParameterServerRun(const ParameterServerRun&) = delete;
   ParameterServerRun& operator=(const ParameterServerRun&) = delete;
 

@@ -83,11 +83,11 @@ absl::Status RingRun::Prepare(absl::Time* start) {
 
 absl::Status RingRun::Start(ClusterTasks* /*tasks*/, absl::Time* /*start*/) {
   replicas_ = std::make_unique<RingClient>(options_.config.cluster, &stop_);
-  spdlog::info("model {}: {} parameters; multi_worker_mirrored: a ring all-reduce over {} "
-               "workers (wire {}), batch {} per worker, {} epochs",
-               spec_.name, spec_.num_parameters, plan_.num_workers(),
-               CodecName(CodecFromProto(plan_.ring_codec())), plan_.batch_size(),
-               plan_.epochs());
+  spdlog::info(
+      "model {}: {} parameters; multi_worker_mirrored: a ring all-reduce over {} "
+      "workers (wire {}), batch {} per worker, {} epochs",
+      spec_.name, spec_.num_parameters, plan_.num_workers(),
+      CodecName(CodecFromProto(plan_.ring_codec())), plan_.batch_size(), plan_.epochs());
   ring_->ResetContact(absl::Now());
   return absl::OkStatus();
 }

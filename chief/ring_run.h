@@ -90,7 +90,7 @@ class RingRun final : public StrategyRun {
   const ModelSpec& spec_;
   TrainingPlan plan_;  // complete after construction
   const std::atomic<bool>& stop_;
-  Placement placement_;  // the whole model as one ps's shards
+  Placement placement_;     // the whole model as one ps's shards
   absl::Time run_started_;  // for the checkpoints' metadata
   std::unique_ptr<RingDispatcher> ring_;
   std::unique_ptr<RingClient> replicas_;

@@ -54,8 +54,8 @@ class StrategyRun {
   // Every task answers: sets up the cluster's training state (the ps
   // initialised, restored from a checkpoint, or found initialised by a
   // restarted chief), logs the run's set-up, and counts every worker as
-  // heard from now. May move *start earlier, as Prepare. `tasks` is
-  // borrowed and outlives the run.
+  // heard from now. May move *start earlier, as Prepare. `tasks` is used
+  // during the call only.
   virtual absl::Status Start(ClusterTasks* tasks, absl::Time* start) = 0;
 
   // The plan is out: work may be handed out.

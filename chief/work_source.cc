@@ -7,8 +7,8 @@ namespace pscluster {
 namespace {
 
 absl::Status NotThisStrategy(const char* call, Strategy strategy) {
-  return absl::FailedPreconditionError(absl::StrCat(call, " is for --strategy=",
-                                                    StrategyName(strategy),
+  return absl::FailedPreconditionError(absl::StrCat(call,
+                                                    " is for --strategy=", StrategyName(strategy),
                                                     "; this run's chief plans the other strategy"));
 }
 

@@ -32,8 +32,7 @@ class WorkSource {
 
   // --strategy=multi_worker_mirrored: the next step of the ring, and the
   // state the chief itself holds (the initial weights or a checkpoint's).
-  virtual absl::StatusOr<RingWorkResponse> RingWork(const RingWorkRequest& request,
-                                                    absl::Time now);
+  virtual absl::StatusOr<RingWorkResponse> RingWork(const RingWorkRequest& request, absl::Time now);
   virtual absl::StatusOr<ShardState> GetReplica(const ReplicaRequest& request);
 };
 

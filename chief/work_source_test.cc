@@ -10,9 +10,7 @@ namespace {
 // Serves only what every strategy serves.
 class HeartbeatsOnly final : public WorkSource {
  public:
-  absl::Status Heartbeat(const HeartbeatRequest&, absl::Time) override {
-    return absl::OkStatus();
-  }
+  absl::Status Heartbeat(const HeartbeatRequest&, absl::Time) override { return absl::OkStatus(); }
 };
 
 TEST(WorkSourceTest, ACallOfTheOtherStrategyNamesTheStrategyThatServesIt) {
