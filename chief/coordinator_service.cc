@@ -6,15 +6,6 @@
 #include "common/security.h"
 
 namespace pscluster {
-namespace {
-
-grpc::Status NotThisStrategy(const char* call, const char* strategy) {
-  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                      absl::StrCat(call, " is for --strategy=", strategy,
-                                   "; this run's chief plans the other strategy"));
-}
-
-}  // namespace
 
 void CoordinatorService::SetPlan(const TrainingPlan& plan) {
   absl::MutexLock lock(&mu_);
@@ -37,13 +28,13 @@ grpc::Status CoordinatorService::GetPlan(grpc::ServerContext* ctx, const GetPlan
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,
-                                                const ProgressReport* req, ProgressAck*) {
+grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
+                                                ProgressAck*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   if (!tracker_->Record(*req)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("worker index ", req->worker_index(),
-                                     " is not in this cluster"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("worker index ", req->worker_index(), " is not in this cluster"));
   }
   return grpc::Status::OK;
 }
@@ -58,25 +49,22 @@ grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* ctx, const Eval
 grpc::Status CoordinatorService::GetWork(grpc::ServerContext* ctx, const WorkRequest* req,
                                          WorkResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  if (dispatcher_ == nullptr) return NotThisStrategy("GetWork", "parameter_server");
-  absl::StatusOr<WorkResponse> r = dispatcher_->GetWork(*req, absl::Now());
+  absl::StatusOr<WorkResponse> r = work_->GetWork(*req, absl::Now());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx,
-                                           const HeartbeatRequest* req, HeartbeatResponse*) {
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
+                                           HeartbeatResponse*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  if (ring_ != nullptr) return ToGrpcStatus(ring_->Heartbeat(*req, absl::Now()));
-  return ToGrpcStatus(dispatcher_->Heartbeat(*req, absl::Now()));
+  return ToGrpcStatus(work_->Heartbeat(*req, absl::Now()));
 }
 
 grpc::Status CoordinatorService::RingWork(grpc::ServerContext* ctx, const RingWorkRequest* req,
                                           RingWorkResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  if (ring_ == nullptr) return NotThisStrategy("RingWork", "multi_worker_mirrored");
-  absl::StatusOr<RingWorkResponse> r = ring_->Work(*req, absl::Now());
+  absl::StatusOr<RingWorkResponse> r = work_->RingWork(*req, absl::Now());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);
   return grpc::Status::OK;
@@ -85,8 +73,7 @@ grpc::Status CoordinatorService::RingWork(grpc::ServerContext* ctx, const RingWo
 grpc::Status CoordinatorService::GetReplica(grpc::ServerContext* ctx, const ReplicaRequest* req,
                                             ShardState* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  if (!state_) return NotThisStrategy("GetReplica", "multi_worker_mirrored");
-  absl::StatusOr<ShardState> state = state_(*req);
+  absl::StatusOr<ShardState> state = work_->GetReplica(*req);
   if (!state.ok()) return ToGrpcStatus(state.status());
   *resp = *std::move(state);
   return grpc::Status::OK;

@@ -5,32 +5,29 @@
 namespace pscluster {
 
 Dispatcher::Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window)
-    : queue_(num_workers, epochs), lease_window_(lease_window), workers_(num_workers) {
-  for (Worker& w : workers_) w.last_contact = now;
-}
+    : queue_(num_workers, epochs),
+      lease_window_(lease_window),
+      liveness_(num_workers, now),
+      workers_(num_workers) {}
 
 void Dispatcher::ResetContact(absl::Time now) {
   absl::MutexLock lock(&mu_);
-  for (Worker& w : workers_) w.last_contact = now;
+  liveness_.ResetContact(now);
 }
 
 void Dispatcher::ChangeMembership() { ++membership_number_; }
 
 void Dispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
-  Worker& worker = workers_[w];
-  if (worker.incarnation != 0 && incarnation != worker.incarnation && worker.alive) {
+  if (liveness_.Touch(w, incarnation, now)) {
     // Restarted faster than the heartbeat timeout: the old process's
     // leases are void all the same.
     const int released = queue_.Release(w);
     events_.push_back(absl::StrCat("worker ", w, " restarted (a new process answers); ",
                                    released, " unfinished chunk(s) of its previous run go "
                                    "back to the queue"));
-    worker.alive = false;
     ChangeMembership();
-    worker.excluded_at = membership_number_;
+    workers_[w].excluded_at = membership_number_;
   }
-  worker.incarnation = incarnation;
-  worker.last_contact = now;
 }
 
 absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::Time now) {
@@ -42,16 +39,15 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
   Worker& worker = workers_[w];
   WorkResponse resp;
   resp.set_generation(generation_);
-  if (!worker.alive && membership_applied_ < worker.excluded_at) {
+  if (!liveness_.alive(w) && membership_applied_ < worker.excluded_at) {
     // The ps must first drop what its previous life left half done (a
     // gradient for the current step), or that gradient would count and
     // this life's first one would be dropped as a second for the step.
     resp.set_kind(WorkResponse::PAUSE);
     return resp;
   }
-  if (!worker.alive) {
-    worker.alive = true;
-    worker.finished = false;
+  if (!liveness_.alive(w)) {
+    liveness_.MarkBack(w);
     worker.idle = false;
     ChangeMembership();
     worker.admitted_at = membership_number_;
@@ -71,10 +67,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     return resp;
   }
   if (queue_.AllDone()) {
-    if (!worker.finished) {
-      worker.finished = true;
-      ChangeMembership();
-    }
+    if (liveness_.MarkFinished(w)) ChangeMembership();
     resp.set_kind(WorkResponse::DONE);
     return resp;
   }
@@ -113,23 +106,17 @@ absl::Status Dispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) 
   absl::MutexLock lock(&mu_);
   if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
-  if (req.done() && !workers_[w].finished) {
-    workers_[w].finished = true;
-    ChangeMembership();
-  }
+  if (req.done() && liveness_.MarkFinished(w)) ChangeMembership();
   return absl::OkStatus();
 }
 
 std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   std::vector<Lost> lost;
-  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
-    Worker& worker = workers_[w];
-    if (!worker.alive || worker.finished || now - worker.last_contact <= timeout) continue;
-    worker.alive = false;
+  for (const WorkerLiveness::Silent& s : liveness_.FindSilent(now, timeout)) {
     ChangeMembership();
-    worker.excluded_at = membership_number_;
-    lost.push_back({w, queue_.Release(w), now - worker.last_contact});
+    workers_[s.worker].excluded_at = membership_number_;
+    lost.push_back({s.worker, queue_.Release(s.worker), s.silent_for});
   }
   return lost;
 }
@@ -137,7 +124,9 @@ std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duratio
 std::vector<bool> Dispatcher::Membership(int64_t* number) const {
   absl::MutexLock lock(&mu_);
   std::vector<bool> active;
-  for (const Worker& w : workers_) active.push_back(w.alive && !w.finished && !w.idle);
+  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+    active.push_back(liveness_.running(w) && !workers_[w].idle);
+  }
   *number = membership_number_;
   return active;
 }
@@ -162,8 +151,8 @@ void Dispatcher::Resume() {
 
 bool Dispatcher::AllParked() const {
   absl::MutexLock lock(&mu_);
-  for (const Worker& w : workers_) {
-    if (w.alive && !w.finished && !w.parked) return false;
+  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+    if (liveness_.running(w) && !workers_[w].parked) return false;
   }
   return true;
 }
@@ -200,11 +189,7 @@ bool Dispatcher::AllFinished() const {
   absl::MutexLock lock(&mu_);
   // A worker lost for good does not hold up the end: its chunks were done
   // by the others.
-  if (!queue_.AllDone()) return false;
-  for (const Worker& w : workers_) {
-    if (w.alive && !w.finished) return false;
-  }
-  return true;
+  return queue_.AllDone() && !liveness_.AnyRunning();
 }
 
 std::vector<std::string> Dispatcher::TakeEvents() {

@@ -1,9 +1,10 @@
-// Dispatcher: the chief's view of its workers and the work it hands them.
-// It answers GetWork and Heartbeat (through CoordinatorService), leases
-// chunks from a WorkQueue, notices lost workers (no heartbeat within a
-// timeout, or a new process in their place) and gives their unfinished
-// chunks back, re-admits them when they return, and pauses every worker
-// between steps while the chief takes a checkpoint or restores one.
+// Dispatcher: the parameter-server run's view of its workers and the work
+// it hands them: its WorkSource (GetWork and Heartbeat, through
+// CoordinatorService). It leases chunks from a WorkQueue, notices lost
+// workers (WorkerLiveness: no heartbeat within a timeout, or a new process
+// in their place) and gives their unfinished chunks back, re-admits them
+// when they return, and pauses every worker between steps while the chief
+// takes a checkpoint or restores one.
 //
 // The sync worker set (whom a step waits for) follows liveness; the chief
 // pushes it to the ps (SetWorkers) and a re-admitted worker gets work only
@@ -21,11 +22,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chief/work_queue.h"
+#include "chief/work_source.h"
+#include "chief/worker_liveness.h"
 #include "proto/coordination.pb.h"
 
 namespace pscluster {
 
-class Dispatcher {
+class Dispatcher final : public WorkSource {
  public:
   // Every worker counts as alive from `now` (a restarted chief does not
   // know better; a worker that is gone is noticed after the timeout).
@@ -37,10 +40,10 @@ class Dispatcher {
   // Counts every worker as heard from at `now` (when the plan goes out).
   void ResetContact(absl::Time now);
 
-  // CoordinatorService's handlers. InvalidArgument for a worker index out
-  // of range; FailedPrecondition when workers disagree about the data.
-  absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Time now);
-  absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now);
+  // WorkSource. InvalidArgument for a worker index out of range;
+  // FailedPrecondition when workers disagree about the data.
+  absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Time now) override;
+  absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now) override;
 
   struct Lost {
     int worker;
@@ -86,12 +89,9 @@ class Dispatcher {
   std::vector<std::string> TakeEvents();
 
  private:
+  // What the dispatcher adds to liveness_'s view of a worker.
   struct Worker {
-    bool alive = true;
-    bool finished = false;
     bool idle = false;  // nothing to hand it lately; not in the sync set
-    uint64_t incarnation = 0;  // 0: not heard from yet
-    absl::Time last_contact;
     int64_t admitted_at = 0;  // membership number it is part of
     int64_t excluded_at = 0;  // membership number it was last taken out by
     bool parked = false;
@@ -104,6 +104,7 @@ class Dispatcher {
   const int64_t lease_window_;
   mutable absl::Mutex mu_;
   int64_t bound_answers_ ABSL_GUARDED_BY(mu_) = 0;
+  WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t membership_number_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t membership_applied_ ABSL_GUARDED_BY(mu_) = 0;

@@ -192,5 +192,10 @@ TEST(DispatcherBoundTest, AFastWorkerWaitsForTheSlowestChunk) {
   EXPECT_EQ(get(Ask(1, 2)).kind(), WorkResponse::BOUND);  // 6 >= 3 + 3
 }
 
+TEST_F(DispatcherTest, TheRingsCallsAreNotServed) {
+  EXPECT_TRUE(absl::IsFailedPrecondition(d_.RingWork(RingWorkRequest(), kT0).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(d_.GetReplica(ReplicaRequest()).status()));
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -8,25 +8,40 @@
 namespace pscluster {
 
 RingDispatcher::RingDispatcher(int num_workers, int epochs, absl::Time now)
-    : queue_(num_workers, epochs), workers_(num_workers) {
-  for (Worker& w : workers_) w.last_contact = now;
-}
+    : queue_(num_workers, epochs), liveness_(num_workers, now), workers_(num_workers) {}
 
 absl::Status RingDispatcher::SetBase(int64_t step, int chunks_per_epoch,
-                                     const std::string& done_ranges) {
+                                     const std::string& done_ranges, ShardState state) {
   if (chunks_per_epoch > 0) {
     if (absl::Status s = queue_.SetChunksPerEpoch(chunks_per_epoch); !s.ok()) return s;
   }
-  absl::MutexLock lock(&mu_);
-  if (generation_ == 0 && chunks_per_epoch > 0) {
-    // Before the first ring the base is where the run starts.
-    if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation_ == 0 && chunks_per_epoch > 0) {
+      // Before the first ring the base is where the run starts.
+      if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+    }
+    base_step_ = step;
+    base_done_ = done_ranges;
+    highest_step_ = std::max(highest_step_, step);
+    if (generation_ == 0) opened_ = step;
   }
-  base_step_ = step;
-  base_done_ = done_ranges;
-  highest_step_ = std::max(highest_step_, step);
-  if (generation_ == 0) opened_ = step;
+  absl::MutexLock lock(&base_mu_);
+  base_state_ = std::move(state);
   return absl::OkStatus();
+}
+
+absl::StatusOr<ShardState> RingDispatcher::GetReplica(const ReplicaRequest& request) {
+  absl::MutexLock lock(&base_mu_);
+  if (!base_state_.has_value()) return absl::UnavailableError("the chief holds no state yet");
+  if (base_state_->version() != request.step() &&
+      !(request.at_least() && base_state_->version() > request.step())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the chief holds the state of step ", base_state_->version(), ", not ", request.step()));
+  }
+  ShardState out = *base_state_;
+  if (request.values_only()) out.clear_slots();
+  return out;
 }
 
 int64_t RingDispatcher::base_step() const {
@@ -36,7 +51,7 @@ int64_t RingDispatcher::base_step() const {
 
 void RingDispatcher::ResetContact(absl::Time now) {
   absl::MutexLock lock(&mu_);
-  for (Worker& w : workers_) w.last_contact = now;
+  liveness_.ResetContact(now);
 }
 
 bool RingDispatcher::InRing(int w) const {
@@ -57,14 +72,10 @@ void RingDispatcher::Break(const std::string& why) {
 }
 
 void RingDispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
-  Worker& worker = workers_[w];
-  if (worker.incarnation != 0 && incarnation != worker.incarnation && worker.alive) {
-    // Restarted faster than the heartbeat timeout: its replica is gone.
-    worker.alive = false;
-    if (InRing(w)) Break(absl::StrCat("worker ", w, " restarted (a new process answers)"));
+  // Restarted faster than the heartbeat timeout: its replica is gone.
+  if (liveness_.Touch(w, incarnation, now) && InRing(w)) {
+    Break(absl::StrCat("worker ", w, " restarted (a new process answers)"));
   }
-  worker.incarnation = incarnation;
-  worker.last_contact = now;
 }
 
 void RingDispatcher::CompleteThrough(int64_t step) {
@@ -81,9 +92,8 @@ void RingDispatcher::CompleteThrough(int64_t step) {
 bool RingDispatcher::ReadyToForm() const {
   int candidates = 0;
   for (size_t w = 0; w < workers_.size(); ++w) {
-    const Worker& worker = workers_[w];
-    if (!worker.alive || worker.finished) continue;
-    if (!worker.asked) return false;
+    if (!liveness_.running(static_cast<int>(w))) continue;
+    if (!workers_[w].asked) return false;
     ++candidates;
   }
   // The first ring waits for every worker; later ones for those alive.
@@ -97,7 +107,7 @@ void RingDispatcher::Form() {
   int holder = -1;
   for (size_t w = 0; w < workers_.size(); ++w) {
     const Worker& worker = workers_[w];
-    if (!worker.alive || worker.finished || !worker.asked) continue;
+    if (!liveness_.running(static_cast<int>(w)) || !worker.asked) continue;
     members.push_back(static_cast<int>(w));
     if (worker.trusted && worker.completed > newest) {
       newest = worker.completed;
@@ -161,19 +171,18 @@ bool RingDispatcher::OpenNext() {
   return true;
 }
 
-absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req,
-                                                     absl::Time now) {
+absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest& req,
+                                                         absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
   if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];
-  if (!worker.alive) {
+  if (!liveness_.alive(w)) {
     // Back after it was lost: whatever its replica holds is of a ring that
     // went on without it.
-    worker.alive = true;
-    worker.finished = false;
+    liveness_.MarkBack(w);
     worker.trusted = false;
     events_.push_back(absl::StrCat("worker ", w, " is back"));
   }
@@ -188,7 +197,7 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req
   if (member && req.failed_generation() == generation_) {
     Break(absl::StrCat("worker ", w, "'s all-reduce failed"));
   }
-  if (!member && !worker.finished && generation_ > 0 && !reform_) {
+  if (!member && !liveness_.finished(w) && generation_ > 0 && !reform_) {
     // A ring is formed again once its open step is done, with this worker.
     reform_ = true;
     for (Worker& other : workers_) other.asked = false;
@@ -197,7 +206,7 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::Work(const RingWorkRequest& req
   RingWorkResponse resp;
   resp.set_generation(generation_);
   if (queue_.AllDone() && open_chunks_.empty()) {
-    worker.finished = true;
+    liveness_.MarkFinished(w);
     resp.set_kind(RingWorkResponse::DONE);
     return resp;
   }
@@ -238,14 +247,11 @@ absl::Status RingDispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time n
 std::vector<int> RingDispatcher::FindLost(absl::Time now, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   std::vector<int> lost;
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    Worker& worker = workers_[w];
-    if (!worker.alive || worker.finished || now - worker.last_contact < timeout) continue;
-    worker.alive = false;
-    lost.push_back(static_cast<int>(w));
-    events_.push_back(absl::StrCat("worker ", w, " lost: no heartbeat for ",
-                                   absl::FormatDuration(now - worker.last_contact)));
-    if (InRing(static_cast<int>(w))) Break(absl::StrCat("worker ", w, " was lost"));
+  for (const WorkerLiveness::Silent& s : liveness_.FindSilent(now, timeout)) {
+    lost.push_back(s.worker);
+    events_.push_back(absl::StrCat("worker ", s.worker, " lost: no heartbeat for ",
+                                   absl::FormatDuration(s.silent_for)));
+    if (InRing(s.worker)) Break(absl::StrCat("worker ", s.worker, " was lost"));
   }
   // A ring waiting to be formed may now be ready (the lost one was the
   // last it waited for); the next request forms it.
@@ -275,7 +281,7 @@ bool RingDispatcher::AllParked(int64_t* step, int* source, std::string* done_ran
   if (pauses_ == 0 || reform_ || generation_ == 0 || members_.empty()) return false;
   for (int w : members_) {
     const Worker& worker = workers_[w];
-    if (!worker.alive || !worker.asked || worker.completed != opened_) return false;
+    if (!liveness_.alive(w) || !worker.asked || worker.completed != opened_) return false;
   }
   *step = opened_;
   *source = members_.front();
@@ -294,11 +300,7 @@ bool RingDispatcher::Settled() const {
 
 bool RingDispatcher::AllFinished() const {
   absl::MutexLock lock(&mu_);
-  if (!queue_.AllDone() || queue_.total() == 0) return false;
-  for (const Worker& w : workers_) {
-    if (w.alive && !w.finished) return false;
-  }
-  return true;
+  return queue_.AllDone() && queue_.total() > 0 && !liveness_.AnyRunning();
 }
 
 int64_t RingDispatcher::generation() const {

@@ -30,6 +30,9 @@
 // Pauses (a checkpoint): no step is opened; AllParked() once every member
 // has completed the last opened step and asked again.
 //
+// It is the ring run's WorkSource (RingWork, Heartbeat and GetReplica,
+// through CoordinatorService); who is alive is WorkerLiveness's judgement.
+//
 // Pure logic, no RPC. Thread-safe.
 #ifndef PSCLUSTER_CHIEF_RING_DISPATCHER_H_
 #define PSCLUSTER_CHIEF_RING_DISPATCHER_H_
@@ -44,27 +47,36 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chief/work_queue.h"
+#include "chief/work_source.h"
+#include "chief/worker_liveness.h"
 #include "proto/coordination.pb.h"
+#include "proto/ps.pb.h"
 
 namespace pscluster {
 
-class RingDispatcher {
+class RingDispatcher final : public WorkSource {
  public:
   // Every worker counts as alive from `now`.
   RingDispatcher(int num_workers, int epochs, absl::Time now);
 
-  // The state the chief itself can hand out (GetReplica): that of `step`,
-  // with the done chunks at it (WorkQueue::SaveDone's form; empty: none).
-  // Set before the first ring (the initial weights, step 0, or a resumed
-  // checkpoint's) and after every checkpoint. InvalidArgument for
-  // malformed ranges.
-  absl::Status SetBase(int64_t step, int chunks_per_epoch, const std::string& done_ranges);
+  // The base: the state the chief itself hands out (GetReplica), `state`
+  // of `step`, with the done chunks at it (WorkQueue::SaveDone's form;
+  // empty: none). Set before the first ring (the initial weights, step 0,
+  // or a resumed checkpoint's) and after every checkpoint. InvalidArgument
+  // for malformed ranges.
+  absl::Status SetBase(int64_t step, int chunks_per_epoch, const std::string& done_ranges,
+                       ShardState state);
   int64_t base_step() const;
 
-  // CoordinatorService's handlers. InvalidArgument for a worker index out
-  // of range; FailedPrecondition when workers disagree about the data.
-  absl::StatusOr<RingWorkResponse> Work(const RingWorkRequest& request, absl::Time now);
-  absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now);
+  // WorkSource. InvalidArgument for a worker index out of range;
+  // FailedPrecondition when workers disagree about the data.
+  absl::StatusOr<RingWorkResponse> RingWork(const RingWorkRequest& request,
+                                            absl::Time now) override;
+  absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now) override;
+  // The base state, if it is of request.step() (or newer, with
+  // at_least()); its slots left out with values_only(). Unavailable before
+  // the first SetBase; FailedPrecondition naming the step the chief holds.
+  absl::StatusOr<ShardState> GetReplica(const ReplicaRequest& request) override;
 
   // Live, unfinished workers silent for `timeout`: marked lost (the ring
   // breaks if they were in it). Returns their indices.
@@ -108,11 +120,8 @@ class RingDispatcher {
   std::vector<std::string> TakeEvents();
 
  private:
+  // What the ring adds to liveness_'s view of a worker.
   struct Worker {
-    bool alive = true;
-    bool finished = false;
-    uint64_t incarnation = 0;  // 0: not heard from yet
-    absl::Time last_contact;
     int64_t completed = -1;  // the step its replica holds; -1: none
     bool asked = false;      // asked since the ring began to be re-formed
     bool fetch = false;      // must take the state of start_step_ - 1 first
@@ -134,6 +143,7 @@ class RingDispatcher {
 
   WorkQueue queue_;
   mutable absl::Mutex mu_;
+  WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no ring yet
   int64_t highest_reported_ ABSL_GUARDED_BY(mu_) = 0;  // RingWorkRequest.state_generation
@@ -151,6 +161,10 @@ class RingDispatcher {
   std::string base_done_ ABSL_GUARDED_BY(mu_);
   int64_t highest_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+  // The base state apart from mu_: copying it for GetReplica does not hold
+  // up the ring's requests.
+  mutable absl::Mutex base_mu_;
+  std::optional<ShardState> base_state_ ABSL_GUARDED_BY(base_mu_);
 };
 
 }  // namespace pscluster

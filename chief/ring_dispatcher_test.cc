@@ -28,7 +28,7 @@ class Ring {
     r.set_state_generation(state_generation_[w]);
     r.set_failed_generation(failed_generation);
     r.set_chunks_per_epoch(kChunksPerEpoch);
-    absl::StatusOr<RingWorkResponse> resp = d_.Work(r, now_);
+    absl::StatusOr<RingWorkResponse> resp = d_.RingWork(r, now_);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? *resp : RingWorkResponse();
   }
@@ -108,7 +108,7 @@ class Ring {
 
 TEST(RingDispatcherTest, TheFirstRingWaitsForEveryWorkerAndStartsFromTheChief) {
   Ring r(3, 1);
-  ASSERT_TRUE(r.d_.SetBase(0, 0, "").ok());
+  ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.d_.generation(), 0);
@@ -136,7 +136,7 @@ TEST(RingDispatcherTest, TheFirstRingWaitsForEveryWorkerAndStartsFromTheChief) {
 
 TEST(RingDispatcherTest, TrainsEveryChunkOnceWithTheLastStepShort) {
   Ring r(3, 2);
-  ASSERT_TRUE(r.d_.SetBase(0, 0, "").ok());
+  ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   for (int w : {0, 1, 2}) r.Ask(w);
   // 20 chunks over 3 workers: 6 full steps and one with two chunks.
   EXPECT_EQ(r.Run({0, 1, 2}), 7);
@@ -148,7 +148,7 @@ TEST(RingDispatcherTest, TrainsEveryChunkOnceWithTheLastStepShort) {
 
 TEST(RingDispatcherTest, ALostMemberBreaksTheRingAndTheOthersGoOnFromTheirState) {
   Ring r(3, 2);
-  ASSERT_TRUE(r.d_.SetBase(0, 0, "").ok());
+  ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   for (int w : {0, 1, 2}) r.Ask(w);
   r.Step({0, 1, 2});
   r.Step({0, 1, 2});
@@ -182,7 +182,7 @@ TEST(RingDispatcherTest, ALostMemberBreaksTheRingAndTheOthersGoOnFromTheirState)
 
 TEST(RingDispatcherTest, WhenOneSurvivorCompletedTheStepTheOthersTakeItsState) {
   Ring r(3, 2);
-  ASSERT_TRUE(r.d_.SetBase(0, 0, "").ok());
+  ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   for (int w : {0, 1, 2}) r.Ask(w);
   r.Step({0, 1, 2});
   // Step 2: worker 2's all-reduce finished before worker 1 died, worker
@@ -210,7 +210,7 @@ TEST(RingDispatcherTest, WhenOneSurvivorCompletedTheStepTheOthersTakeItsState) {
 
 TEST(RingDispatcherTest, AWorkerBackJoinsAfterTheOpenStepAndFetchesTheState) {
   Ring r(2, 2);
-  ASSERT_TRUE(r.d_.SetBase(0, 0, "").ok());
+  ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   for (int w : {0, 1}) r.Ask(w);
   r.Step({0, 1});
   r.now_ += absl::Seconds(5);
@@ -243,7 +243,7 @@ TEST(RingDispatcherTest, AWorkerBackJoinsAfterTheOpenStepAndFetchesTheState) {
 
 TEST(RingDispatcherTest, APauseParksTheRingAtAStepWithItsDoneChunks) {
   Ring r(2, 1);
-  ASSERT_TRUE(r.d_.SetBase(0, 0, "").ok());
+  ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   for (int w : {0, 1}) r.Ask(w);
   r.Step({0, 1});
   ASSERT_EQ(r.Ask(0).kind(), RingWorkResponse::STEP);  // step 2 opens
@@ -262,18 +262,18 @@ TEST(RingDispatcherTest, APauseParksTheRingAtAStepWithItsDoneChunks) {
   EXPECT_EQ(step, 2);
   EXPECT_EQ(source, 0);
   EXPECT_EQ(done, "0-3");
-  ASSERT_TRUE(r.d_.SetBase(step, kChunksPerEpoch, done).ok());
+  ASSERT_TRUE(r.d_.SetBase(step, kChunksPerEpoch, done, {}).ok());
   r.d_.Resume();
   EXPECT_EQ(r.Step({0, 1}), 3);
 }
 
 TEST(RingDispatcherTest, WithNoReplicaLeftTheRingRestartsFromTheChiefsCheckpoint) {
   Ring r(2, 2);
-  ASSERT_TRUE(r.d_.SetBase(0, 0, "").ok());
+  ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   for (int w : {0, 1}) r.Ask(w);
   r.Step({0, 1});
   r.Step({0, 1});
-  ASSERT_TRUE(r.d_.SetBase(2, kChunksPerEpoch, "0-3").ok());  // a checkpoint
+  ASSERT_TRUE(r.d_.SetBase(2, kChunksPerEpoch, "0-3", {}).ok());  // a checkpoint
   r.Step({0, 1});
   // Both die; worker 0 comes back first, then worker 1, as new processes.
   r.now_ += absl::Seconds(5);
@@ -302,7 +302,7 @@ TEST(RingDispatcherTest, ARestartedChiefNumbersItsRingsAboveTheWorkersAndStartsF
   // The workers hold step 7 of ring generation 3; the new chief knows the
   // checkpoint of step 4 (chunks 0-7 done).
   Ring r(2, 1);
-  ASSERT_TRUE(r.d_.SetBase(4, kChunksPerEpoch, "0-7").ok());
+  ASSERT_TRUE(r.d_.SetBase(4, kChunksPerEpoch, "0-7", {}).ok());
   r.completed_ = {7, 7};
   r.state_generation_ = {3, 3};
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
@@ -321,13 +321,44 @@ TEST(RingDispatcherTest, RefusesAnUnknownWorkerAndDisagreeingData) {
   RingWorkRequest r;
   r.set_worker_index(2);
   r.set_chunks_per_epoch(5);
-  EXPECT_TRUE(absl::IsInvalidArgument(d.Work(r, absl::Now()).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(d.RingWork(r, absl::Now()).status()));
   r.set_worker_index(0);
-  ASSERT_TRUE(d.Work(r, absl::Now()).ok());
+  ASSERT_TRUE(d.RingWork(r, absl::Now()).ok());
   r.set_worker_index(1);
   r.set_chunks_per_epoch(6);
-  EXPECT_TRUE(absl::IsFailedPrecondition(d.Work(r, absl::Now()).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(d.SetBase(3, 5, "9-2")));
+  EXPECT_TRUE(absl::IsFailedPrecondition(d.RingWork(r, absl::Now()).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(d.SetBase(3, 5, "9-2", {})));
+  EXPECT_TRUE(absl::IsFailedPrecondition(d.GetWork(WorkRequest(), absl::Now()).status()));
+}
+
+TEST(RingDispatcherTest, HandsOutItsBaseStateOfTheStepAsked) {
+  RingDispatcher d(2, 1, absl::Now());
+  ReplicaRequest request;
+  EXPECT_TRUE(absl::IsUnavailable(d.GetReplica(request).status()));
+  ShardState state;
+  state.set_version(4);
+  state.set_values("values");
+  state.add_slots();
+  ASSERT_TRUE(d.SetBase(4, kChunksPerEpoch, "0-7", state).ok());
+  request.set_step(3);
+  absl::Status older = d.GetReplica(request).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(older));
+  EXPECT_EQ(older.message(), "the chief holds the state of step 4, not 3");
+  request.set_at_least(true);
+  absl::StatusOr<ShardState> got = d.GetReplica(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version(), 4);
+  EXPECT_EQ(got->slots_size(), 1);
+  request.set_step(4);
+  request.set_at_least(false);
+  request.set_values_only(true);
+  got = d.GetReplica(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->values(), "values");
+  EXPECT_EQ(got->slots_size(), 0);
+  request.set_step(5);
+  request.set_at_least(true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(d.GetReplica(request).status()));
 }
 
 }  // namespace

@@ -1,0 +1,286 @@
+#include "chief/chief_flags.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "chief/strategy.h"
+#include "model/keras_model.h"
+#include "model/model_spec.h"
+#include "wire/codec.h"
+#include "wire/data_plane.h"
+
+namespace pscluster {
+namespace {
+
+absl::Status Bad(const std::string& flag, const std::string& value, const std::string& want) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": ", want));
+}
+
+// --model, --epochs, --batch_size (its range), --mode, --seed,
+// --min_shard_bytes.
+absl::Status SetModelAndData(const ChiefFlags& f, TrainingPlan* plan) {
+  absl::StatusOr<std::string> model_json = ReadModelFile(f.model);
+  absl::StatusOr<ModelSpec> model_spec =
+      model_json.ok() ? ParseKerasModel(*model_json, f.model) : model_json.status();
+  if (!model_spec.ok()) return Bad("model", f.model, std::string(model_spec.status().message()));
+  plan->set_model(f.model);
+  plan->set_model_json(*model_json);
+  if (f.epochs < 1 || f.epochs > 100000) {
+    return Bad("epochs", std::to_string(f.epochs), "must be in [1, 100000]");
+  }
+  plan->set_epochs(f.epochs);
+  if (f.batch_size < 1 || f.batch_size > 1 << 20) {
+    return Bad("batch_size", std::to_string(f.batch_size), "must be in [1, 1048576]");
+  }
+  if (f.mode == "sync") {
+    plan->set_mode(SYNC);
+  } else if (f.mode == "async") {
+    plan->set_mode(ASYNC);
+  } else {
+    return Bad("mode", f.mode, "must be sync or async");
+  }
+  plan->set_seed(f.seed);
+  if (f.min_shard_bytes < 4) {
+    return Bad("min_shard_bytes", std::to_string(f.min_shard_bytes), "must be >= 4");
+  }
+  plan->set_min_shard_bytes(f.min_shard_bytes);
+  plan->set_report_interval_s(1.0f);
+  return absl::OkStatus();
+}
+
+// Under multi_worker_mirrored, the parameter servers' wire and update
+// settings have no meaning: refused rather than silently ignored.
+absl::Status CheckRingOnly(const ChiefFlags& f, Codec push, Codec pull, Transport transport) {
+  if (f.mode != "sync") return Bad("mode", f.mode, "multi_worker_mirrored is synchronous");
+  if (push != Codec::kFloat32 || pull != Codec::kFloat32) {
+    const bool bad_push = push != Codec::kFloat32;
+    return Bad(bad_push ? "push_codec" : "pull_codec", bad_push ? f.push_codec : f.pull_codec,
+               "applies to --strategy=parameter_server; the ring's is --ring_codec");
+  }
+  if (transport != TRANSPORT_GRPC) {
+    return Bad("transport", f.transport,
+               "applies to --strategy=parameter_server (the ring uses gRPC)");
+  }
+  return absl::OkStatus();
+}
+
+// The wire: --push_codec, --pull_codec, --topk_fraction,
+// --codec_min_elements, --transport and its overlap, --strategy and the
+// ring's --ring_codec and --ring_chunk_bytes.
+absl::Status SetWire(const ChiefFlags& f, TrainingPlan* plan) {
+  const absl::StatusOr<Codec> push = ParseCodec(f.push_codec);
+  if (!push.ok()) return Bad("push_codec", f.push_codec, std::string(push.status().message()));
+  const absl::StatusOr<Codec> pull = ParseCodec(f.pull_codec);
+  if (!pull.ok()) return Bad("pull_codec", f.pull_codec, std::string(pull.status().message()));
+  if (!(f.topk_fraction > 0.0 && f.topk_fraction <= 1.0)) {
+    return Bad("topk_fraction", std::to_string(f.topk_fraction), "must be in (0, 1]");
+  }
+  if (f.codec_min_elements < 0) {
+    return Bad("codec_min_elements", std::to_string(f.codec_min_elements), "must be >= 0");
+  }
+  plan->set_push_codec(CodecToProto(*push));
+  plan->set_pull_codec(CodecToProto(*pull));
+  plan->set_topk_fraction(f.topk_fraction);
+  plan->set_codec_min_elements(f.codec_min_elements);
+  const absl::StatusOr<Transport> transport = ParseTransport(f.transport);
+  if (!transport.ok()) {
+    return Bad("transport", f.transport, std::string(transport.status().message()));
+  }
+  plan->set_transport(*transport);
+  plan->set_push_overlap(f.push_overlap);
+  plan->set_priority_pull(f.priority_pull);
+  const absl::StatusOr<Strategy> strategy = ParseStrategy(f.strategy);
+  if (!strategy.ok()) return Bad("strategy", f.strategy, std::string(strategy.status().message()));
+  plan->set_strategy(*strategy);
+  const absl::StatusOr<Codec> ring = ParseCodec(f.ring_codec);
+  if (!ring.ok() ||
+      (*ring != Codec::kFloat32 && *ring != Codec::kBfloat16 && *ring != Codec::kFloat16)) {
+    return Bad("ring_codec", f.ring_codec, "must be fp32, bf16 or fp16");
+  }
+  if (f.ring_chunk_bytes < 4 || f.ring_chunk_bytes > (256 << 20)) {
+    return Bad("ring_chunk_bytes", std::to_string(f.ring_chunk_bytes), "must be in [4, 268435456]");
+  }
+  if (*strategy == MULTI_WORKER_MIRRORED) {
+    if (absl::Status s = CheckRingOnly(f, *push, *pull, *transport); !s.ok()) return s;
+    plan->set_ring_codec(CodecToProto(*ring));
+    plan->set_ring_chunk_bytes(f.ring_chunk_bytes);
+  } else if (*ring != Codec::kFloat32) {
+    return Bad("ring_codec", f.ring_codec, "applies to --strategy=multi_worker_mirrored");
+  }
+  return absl::OkStatus();
+}
+
+// --optimizer, --learning_rate, --momentum, --lr_decay_rate,
+// --lr_decay_steps (Adam's betas and epsilon are Keras's).
+absl::Status SetOptimizer(const ChiefFlags& f, OptimizerConfig* o) {
+  if (f.optimizer != "adam" && f.optimizer != "sgd" && f.optimizer != "momentum") {
+    return Bad("optimizer", f.optimizer, "must be adam, sgd or momentum");
+  }
+  const double lr = f.learning_rate;
+  if (!(lr > 0 && lr < 1e6)) return Bad("learning_rate", std::to_string(lr), "must be > 0");
+  if (!(f.momentum >= 0 && f.momentum < 1)) {
+    return Bad("momentum", std::to_string(f.momentum), "must be in [0, 1)");
+  }
+  if (!(f.lr_decay_rate > 0 && f.lr_decay_rate <= 1)) {
+    return Bad("lr_decay_rate", std::to_string(f.lr_decay_rate), "must be in (0, 1]");
+  }
+  if (f.lr_decay_steps < 0) {
+    return Bad("lr_decay_steps", std::to_string(f.lr_decay_steps), "must be >= 0");
+  }
+  o->set_decay_rate(static_cast<float>(f.lr_decay_rate));
+  o->set_decay_steps(f.lr_decay_steps);
+  o->set_name(f.optimizer);
+  o->set_learning_rate(static_cast<float>(lr));
+  o->set_momentum(static_cast<float>(f.momentum));
+  o->set_beta1(0.9f);
+  o->set_beta2(0.999f);
+  o->set_epsilon(1e-7f);
+  return absl::OkStatus();
+}
+
+// What depends on the cluster: --num_ps and --num_workers checked against
+// it, the global batch split over the workers, the ps a strategy needs,
+// --replicas_to_aggregate.
+absl::Status SetCluster(const ChiefFlags& f, const TfConfig& config, ChiefOptions* opt,
+                        std::vector<std::string>* warnings) {
+  const int num_workers = config.cluster.num_tasks(kWorkerJob);
+  const int num_ps = config.cluster.num_tasks(kPsJob);
+  if (f.num_ps != 0 && f.num_ps != num_ps) {
+    return Bad("num_ps", std::to_string(f.num_ps),
+               absl::StrCat(config.source, " lists ", num_ps, " ps tasks"));
+  }
+  if (f.num_workers != 0 && f.num_workers != num_workers) {
+    return Bad("num_workers", std::to_string(f.num_workers),
+               absl::StrCat(config.source, " lists ", num_workers, " workers"));
+  }
+  if (num_workers < 1) {
+    // The chief's own check, made here before the batch is split over none.
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.source, ": cluster.worker is empty; nothing would train"));
+  }
+  const int batch = f.batch_size;
+  if (batch < num_workers) {
+    return Bad("batch_size", std::to_string(batch),
+               absl::StrCat("a global batch needs at least one example for each of the ",
+                            num_workers, " workers"));
+  }
+  // Each worker takes an equal share; a remainder is dropped (and said).
+  opt->plan.set_batch_size(batch / num_workers);
+  if (batch % num_workers != 0 && warnings != nullptr) {
+    warnings->push_back(absl::StrFormat(
+        "--batch_size=%d is not a multiple of %d workers: %d per worker, %d per step", batch,
+        num_workers, batch / num_workers, batch / num_workers * num_workers));
+  }
+  const bool mirrored = opt->plan.strategy() == MULTI_WORKER_MIRRORED;
+  const int replicas = f.replicas_to_aggregate;
+  if (mirrored && replicas != 0 && replicas != num_workers) {
+    return Bad("replicas_to_aggregate", std::to_string(replicas),
+               "multi_worker_mirrored sums every worker's gradient (no backup workers)");
+  }
+  if (!mirrored && num_ps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.source, " lists no ps tasks: --strategy=", StrategyName(PARAMETER_SERVER),
+        " needs at least one (or use --strategy=", StrategyName(MULTI_WORKER_MIRRORED), ")"));
+  }
+  if (replicas < 0 || replicas > num_workers) {
+    return Bad(
+        "replicas_to_aggregate", std::to_string(replicas),
+        absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source, ")"));
+  }
+  opt->replicas_to_aggregate = replicas;
+  return absl::OkStatus();
+}
+
+// --max_staleness, --wait_for_cluster_s, --log_every_s,
+// --heartbeat_timeout_s, --ps_recovery_timeout_s.
+absl::Status SetTimings(const ChiefFlags& f, ChiefOptions* opt) {
+  if (f.max_staleness < 0) {
+    return Bad("max_staleness", std::to_string(f.max_staleness), "must be >= 0");
+  }
+  opt->max_staleness = f.max_staleness;
+  if (f.wait_for_cluster_s < 1) {
+    return Bad("wait_for_cluster_s", std::to_string(f.wait_for_cluster_s), "must be >= 1");
+  }
+  opt->wait_for_cluster = absl::Seconds(f.wait_for_cluster_s);
+  if (!(f.log_every_s > 0)) return Bad("log_every_s", std::to_string(f.log_every_s), "must be > 0");
+  opt->log_every = absl::Seconds(f.log_every_s);
+  const double heartbeat = f.heartbeat_timeout_s;
+  if (!(heartbeat >= 0.5 && heartbeat <= 3600)) {
+    return Bad("heartbeat_timeout_s", std::to_string(heartbeat), "must be in [0.5, 3600]");
+  }
+  opt->heartbeat_timeout = absl::Seconds(heartbeat);
+  opt->heartbeat_interval = std::min(absl::Milliseconds(500), opt->heartbeat_timeout / 4);
+  if (f.ps_recovery_timeout_s < 1) {
+    return Bad("ps_recovery_timeout_s", std::to_string(f.ps_recovery_timeout_s), "must be >= 1");
+  }
+  opt->ps_recovery_timeout = absl::Seconds(f.ps_recovery_timeout_s);
+  return absl::OkStatus();
+}
+
+// --checkpoint_every_steps, --checkpoint_every_secs, --keep_checkpoints,
+// --async_lr_scaling, --nonfinite_gradients.
+absl::Status SetCheckpointsAndPolicies(const ChiefFlags& f, ChiefOptions* opt) {
+  if (f.checkpoint_every_steps < 0) {
+    return Bad("checkpoint_every_steps", std::to_string(f.checkpoint_every_steps), "must be >= 0");
+  }
+  opt->checkpoint_every_steps = f.checkpoint_every_steps;
+  if (!(f.checkpoint_every_secs >= 0)) {
+    return Bad("checkpoint_every_secs", std::to_string(f.checkpoint_every_secs), "must be >= 0");
+  }
+  opt->checkpoint_every = absl::Seconds(f.checkpoint_every_secs);
+  if (f.keep_checkpoints < 1) {
+    return Bad("keep_checkpoints", std::to_string(f.keep_checkpoints), "must be >= 1");
+  }
+  opt->keep_checkpoints = f.keep_checkpoints;
+  if (f.async_lr_scaling == "sqrt") {
+    opt->async_lr_scaling = AsyncLrScaling::kSqrt;
+  } else if (f.async_lr_scaling == "linear") {
+    opt->async_lr_scaling = AsyncLrScaling::kLinear;
+  } else if (f.async_lr_scaling == "none") {
+    opt->async_lr_scaling = AsyncLrScaling::kNone;
+  } else {
+    return Bad("async_lr_scaling", f.async_lr_scaling, "must be sqrt, linear or none");
+  }
+  if (f.nonfinite_gradients == "reject") {
+    opt->nonfinite = NONFINITE_REJECT;
+  } else if (f.nonfinite_gradients == "skip_step") {
+    opt->nonfinite = NONFINITE_SKIP_STEP;
+  } else {
+    return Bad("nonfinite_gradients", f.nonfinite_gradients, "must be reject or skip_step");
+  }
+  return absl::OkStatus();
+}
+
+// --logdir, and the paths that default to places under it.
+void SetPaths(const ChiefFlags& f, ChiefOptions* opt) {
+  opt->logdir = f.logdir;
+  opt->export_path = f.export_path;
+  if (opt->export_path.empty() && !opt->logdir.empty()) {
+    opt->export_path = opt->logdir + "/model.safetensors";
+  }
+  opt->checkpoint_dir = f.checkpoint_dir;
+  if (opt->checkpoint_dir.empty() && !opt->logdir.empty()) {
+    opt->checkpoint_dir = opt->logdir + "/checkpoints";
+  }
+  opt->data_dir = f.data_dir;
+}
+
+}  // namespace
+
+absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfConfig& config,
+                                              std::vector<std::string>* warnings) {
+  ChiefOptions opt;
+  opt.config = config;
+  // In the order the checks have always run: the first bad value is named.
+  if (absl::Status s = SetModelAndData(flags, &opt.plan); !s.ok()) return s;
+  if (absl::Status s = SetWire(flags, &opt.plan); !s.ok()) return s;
+  if (absl::Status s = SetOptimizer(flags, &opt.optimizer); !s.ok()) return s;
+  if (absl::Status s = SetCluster(flags, config, &opt, warnings); !s.ok()) return s;
+  if (absl::Status s = SetTimings(flags, &opt); !s.ok()) return s;
+  if (absl::Status s = SetCheckpointsAndPolicies(flags, &opt); !s.ok()) return s;
+  SetPaths(flags, &opt);
+  return opt;
+}
+
+}  // namespace pscluster

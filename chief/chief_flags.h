@@ -1,0 +1,71 @@
+// ChiefFlags: the chief's command-line values as parsed (chief/main.cc
+// defines the flags, with these defaults), and MakeChiefOptions, which
+// checks them against each other and the cluster and turns them into the
+// run's ChiefOptions. Plain data and a plain function (it reads a model
+// file named by --model); thread-safe.
+#ifndef PSCLUSTER_CHIEF_CHIEF_FLAGS_H_
+#define PSCLUSTER_CHIEF_CHIEF_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "chief/chief_options.h"
+#include "common/cluster_spec.h"
+
+namespace pscluster {
+
+struct ChiefFlags {
+  std::string model = "cnn";
+  int epochs = 6;
+  int batch_size = 128;  // global: split evenly over the workers
+  std::string mode = "sync";
+  std::string strategy = "parameter_server";
+  std::string ring_codec = "fp32";
+  int64_t ring_chunk_bytes = 1 << 20;
+  std::string optimizer = "adam";
+  double learning_rate = 0.002;
+  double lr_decay_rate = 0.5;
+  int64_t lr_decay_steps = 1000;
+  double momentum = 0.9;
+  int replicas_to_aggregate = 0;
+  int max_staleness = 8;
+  uint64_t seed = 1;
+  int64_t min_shard_bytes = 64 << 10;
+  std::string push_codec = "fp32";
+  std::string pull_codec = "fp32";
+  double topk_fraction = 0.01;
+  int64_t codec_min_elements = 1024;
+  std::string transport = "grpc";
+  bool push_overlap = true;
+  bool priority_pull = true;
+  int num_ps = 0;       // 0: as TF_CONFIG lists
+  int num_workers = 0;  // 0: as TF_CONFIG lists
+  int wait_for_cluster_s = 120;
+  double log_every_s = 2;
+  std::string logdir;
+  std::string export_path;  // empty: <logdir>/model.safetensors with a logdir
+  std::string data_dir;
+  double heartbeat_timeout_s = 3;
+  int ps_recovery_timeout_s = 300;
+  std::string checkpoint_dir;  // empty: <logdir>/checkpoints with a logdir
+  int64_t checkpoint_every_steps = 200;
+  double checkpoint_every_secs = 0;
+  int keep_checkpoints = 3;
+  std::string async_lr_scaling = "sqrt";
+  std::string nonfinite_gradients = "reject";
+};
+
+// The options of a run of `config`'s cluster with `flags`. The first bad
+// value, in the order of the checks, is InvalidArgument
+// "--flag=value: reason" (or names TF_CONFIG's source where the cluster
+// does not fit the strategy). Lines to warn about (a remainder of the
+// global batch dropped) go to *warnings when it is not null. The data
+// folder (--data_dir) is only copied, not checked.
+absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfConfig& config,
+                                              std::vector<std::string>* warnings = nullptr);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_CHIEF_FLAGS_H_

@@ -1,0 +1,229 @@
+#include "chief/chief_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pscluster {
+namespace {
+
+// A chief, `ps` ps tasks and `workers` workers.
+TfConfig Cluster(int ps, int workers) {
+  std::string json = R"({"cluster": {"chief": ["h:1000"])";
+  auto list = [&](const char* job, int n, int port) {
+    if (n == 0) return;
+    json += std::string(", \"") + job + "\": [";
+    for (int i = 0; i < n; ++i) json += (i ? ", \"h:" : "\"h:") + std::to_string(port + i) + "\"";
+    json += "]";
+  };
+  list("ps", ps, 2000);
+  list("worker", workers, 3000);
+  json += R"(}, "task": {"type": "chief", "index": 0}})";
+  absl::StatusOr<TfConfig> config = ParseTfConfig(json, "TF_CONFIG");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *config : TfConfig();
+}
+
+// The error of `flags` over 2 ps and 2 workers (OK: empty).
+std::string ErrorOf(const ChiefFlags& flags, const TfConfig& config = Cluster(2, 2)) {
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(flags, config);
+  if (opt.ok()) return "";
+  EXPECT_TRUE(absl::IsInvalidArgument(opt.status())) << opt.status();
+  return std::string(opt.status().message());
+}
+
+TEST(MakeChiefOptionsTest, TheDefaultsMakeTheDocumentedRun) {
+  std::vector<std::string> warnings;
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(ChiefFlags(), Cluster(2, 2), &warnings);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(opt->plan.model(), "cnn");
+  EXPECT_FALSE(opt->plan.model_json().empty());
+  EXPECT_EQ(opt->plan.epochs(), 6);
+  EXPECT_EQ(opt->plan.batch_size(), 64);  // 128 over 2 workers
+  EXPECT_EQ(opt->plan.mode(), SYNC);
+  EXPECT_EQ(opt->plan.strategy(), PARAMETER_SERVER);
+  EXPECT_EQ(opt->plan.min_shard_bytes(), 64 << 10);
+  EXPECT_EQ(opt->plan.transport(), TRANSPORT_GRPC);
+  EXPECT_EQ(opt->optimizer.name(), "adam");
+  EXPECT_FLOAT_EQ(opt->optimizer.learning_rate(), 0.002f);
+  EXPECT_EQ(opt->optimizer.decay_steps(), 1000);
+  EXPECT_EQ(opt->replicas_to_aggregate, 0);
+  EXPECT_EQ(opt->wait_for_cluster, absl::Seconds(120));
+  EXPECT_EQ(opt->heartbeat_timeout, absl::Seconds(3));
+  EXPECT_EQ(opt->heartbeat_interval, absl::Milliseconds(500));
+  EXPECT_EQ(opt->checkpoint_every_steps, 200);
+  EXPECT_EQ(opt->keep_checkpoints, 3);
+  EXPECT_EQ(opt->async_lr_scaling, AsyncLrScaling::kSqrt);
+  EXPECT_EQ(opt->nonfinite, NONFINITE_REJECT);
+  EXPECT_TRUE(opt->checkpoint_dir.empty());
+  EXPECT_TRUE(opt->export_path.empty());
+}
+
+TEST(MakeChiefOptionsTest, AGoodSetOfEveryKindIsTaken) {
+  ChiefFlags f;
+  f.model = "mlp";
+  f.epochs = 3;
+  f.batch_size = 100;
+  f.mode = "async";
+  f.optimizer = "momentum";
+  f.momentum = 0.5;
+  f.push_codec = "topk";
+  f.topk_fraction = 0.1;
+  f.pull_codec = "bf16";
+  f.transport = "tcp";
+  f.heartbeat_timeout_s = 1;
+  f.checkpoint_every_secs = 30;
+  f.async_lr_scaling = "linear";
+  f.nonfinite_gradients = "skip_step";
+  f.logdir = "/tmp/run";
+  std::vector<std::string> warnings;
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(1, 3), &warnings);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->plan.batch_size(), 33);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0],
+            "--batch_size=100 is not a multiple of 3 workers: 33 per worker, 99 per step");
+  EXPECT_EQ(opt->plan.mode(), ASYNC);
+  EXPECT_EQ(opt->plan.transport(), TRANSPORT_TCP);
+  EXPECT_FLOAT_EQ(opt->plan.topk_fraction(), 0.1f);
+  EXPECT_EQ(opt->optimizer.name(), "momentum");
+  EXPECT_EQ(opt->heartbeat_interval, absl::Milliseconds(250));
+  EXPECT_EQ(opt->checkpoint_every, absl::Seconds(30));
+  EXPECT_EQ(opt->async_lr_scaling, AsyncLrScaling::kLinear);
+  EXPECT_EQ(opt->nonfinite, NONFINITE_SKIP_STEP);
+  EXPECT_EQ(opt->checkpoint_dir, "/tmp/run/checkpoints");
+  EXPECT_EQ(opt->export_path, "/tmp/run/model.safetensors");
+}
+
+TEST(MakeChiefOptionsTest, TheRingNeedsNoPsAndTakesItsOwnSettings) {
+  ChiefFlags f;
+  f.strategy = "multi_worker_mirrored";
+  f.ring_codec = "bf16";
+  f.ring_chunk_bytes = 4096;
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(0, 3));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->plan.strategy(), MULTI_WORKER_MIRRORED);
+  EXPECT_EQ(opt->plan.ring_chunk_bytes(), 4096);
+  EXPECT_EQ(opt->plan.ring_codec(), WIRE_BF16);
+}
+
+TEST(MakeChiefOptionsTest, BadValuesAreNamedWithTheirReason) {
+  struct Case {
+    void (*set)(ChiefFlags*);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ChiefFlags* f) { f->epochs = 0; }, "--epochs=0: must be in [1, 100000]"},
+      {[](ChiefFlags* f) { f->epochs = 100001; }, "--epochs=100001: must be in [1, 100000]"},
+      {[](ChiefFlags* f) { f->batch_size = 0; }, "--batch_size=0: must be in [1, 1048576]"},
+      {[](ChiefFlags* f) { f->batch_size = 1; },
+       "--batch_size=1: a global batch needs at least one example for each of the 2 workers"},
+      {[](ChiefFlags* f) { f->mode = "fast"; }, "--mode=fast: must be sync or async"},
+      {[](ChiefFlags* f) { f->min_shard_bytes = 3; }, "--min_shard_bytes=3: must be >= 4"},
+      {[](ChiefFlags* f) { f->topk_fraction = 0; }, "--topk_fraction=0.000000: must be in (0, 1]"},
+      {[](ChiefFlags* f) { f->codec_min_elements = -1; }, "--codec_min_elements=-1: must be >= 0"},
+      {[](ChiefFlags* f) { f->ring_codec = "int8"; },
+       "--ring_codec=int8: must be fp32, bf16 or fp16"},
+      {[](ChiefFlags* f) { f->ring_codec = "bf16"; },
+       "--ring_codec=bf16: applies to --strategy=multi_worker_mirrored"},
+      {[](ChiefFlags* f) { f->ring_chunk_bytes = 2; },
+       "--ring_chunk_bytes=2: must be in [4, 268435456]"},
+      {[](ChiefFlags* f) { f->optimizer = "rmsprop"; },
+       "--optimizer=rmsprop: must be adam, sgd or momentum"},
+      {[](ChiefFlags* f) { f->learning_rate = -1; }, "--learning_rate=-1.000000: must be > 0"},
+      {[](ChiefFlags* f) { f->momentum = 1; }, "--momentum=1.000000: must be in [0, 1)"},
+      {[](ChiefFlags* f) { f->lr_decay_rate = 0; }, "--lr_decay_rate=0.000000: must be in (0, 1]"},
+      {[](ChiefFlags* f) { f->lr_decay_steps = -5; }, "--lr_decay_steps=-5: must be >= 0"},
+      {[](ChiefFlags* f) { f->num_ps = 3; }, "--num_ps=3: TF_CONFIG lists 2 ps tasks"},
+      {[](ChiefFlags* f) { f->num_workers = 1; }, "--num_workers=1: TF_CONFIG lists 2 workers"},
+      {[](ChiefFlags* f) { f->replicas_to_aggregate = 3; },
+       "--replicas_to_aggregate=3: must be in [0, 2] (the workers in TF_CONFIG)"},
+      {[](ChiefFlags* f) { f->max_staleness = -1; }, "--max_staleness=-1: must be >= 0"},
+      {[](ChiefFlags* f) { f->wait_for_cluster_s = 0; }, "--wait_for_cluster_s=0: must be >= 1"},
+      {[](ChiefFlags* f) { f->log_every_s = 0; }, "--log_every_s=0.000000: must be > 0"},
+      {[](ChiefFlags* f) { f->heartbeat_timeout_s = 0.1; },
+       "--heartbeat_timeout_s=0.100000: must be in [0.5, 3600]"},
+      {[](ChiefFlags* f) { f->ps_recovery_timeout_s = 0; },
+       "--ps_recovery_timeout_s=0: must be >= 1"},
+      {[](ChiefFlags* f) { f->checkpoint_every_steps = -1; },
+       "--checkpoint_every_steps=-1: must be >= 0"},
+      {[](ChiefFlags* f) { f->checkpoint_every_secs = -1; },
+       "--checkpoint_every_secs=-1.000000: must be >= 0"},
+      {[](ChiefFlags* f) { f->keep_checkpoints = 0; }, "--keep_checkpoints=0: must be >= 1"},
+      {[](ChiefFlags* f) { f->async_lr_scaling = "cube"; },
+       "--async_lr_scaling=cube: must be sqrt, linear or none"},
+      {[](ChiefFlags* f) { f->nonfinite_gradients = "ignore"; },
+       "--nonfinite_gradients=ignore: must be reject or skip_step"},
+  };
+  for (const Case& c : cases) {
+    ChiefFlags f;
+    c.set(&f);
+    EXPECT_EQ(ErrorOf(f), c.message);
+  }
+}
+
+TEST(MakeChiefOptionsTest, ValuesThatDoNotParseAreNamedWithTheParsersReason) {
+  ChiefFlags f;
+  f.model = "/nonexistent/model.json";
+  EXPECT_EQ(ErrorOf(f).rfind("--model=/nonexistent/model.json: ", 0), 0u) << ErrorOf(f);
+  f = ChiefFlags();
+  f.push_codec = "zip";
+  EXPECT_EQ(ErrorOf(f).rfind("--push_codec=zip: ", 0), 0u) << ErrorOf(f);
+  f = ChiefFlags();
+  f.pull_codec = "zip";
+  EXPECT_EQ(ErrorOf(f).rfind("--pull_codec=zip: ", 0), 0u) << ErrorOf(f);
+  f = ChiefFlags();
+  f.transport = "udp";
+  EXPECT_EQ(ErrorOf(f).rfind("--transport=udp: ", 0), 0u) << ErrorOf(f);
+  f = ChiefFlags();
+  f.strategy = "allreduce";
+  EXPECT_EQ(ErrorOf(f),
+            "--strategy=allreduce: strategy 'allreduce' is not one of parameter_server, "
+            "multi_worker_mirrored");
+}
+
+TEST(MakeChiefOptionsTest, TheRingRefusesTheParameterServersSettings) {
+  ChiefFlags ring;
+  ring.strategy = "multi_worker_mirrored";
+  ChiefFlags f = ring;
+  f.mode = "async";
+  EXPECT_EQ(ErrorOf(f), "--mode=async: multi_worker_mirrored is synchronous");
+  f = ring;
+  f.pull_codec = "bf16";
+  EXPECT_EQ(ErrorOf(f),
+            "--pull_codec=bf16: applies to --strategy=parameter_server; the ring's is "
+            "--ring_codec");
+  f = ring;
+  f.transport = "tcp";
+  EXPECT_EQ(ErrorOf(f),
+            "--transport=tcp: applies to --strategy=parameter_server (the ring uses gRPC)");
+  f = ring;
+  f.replicas_to_aggregate = 1;
+  EXPECT_EQ(ErrorOf(f),
+            "--replicas_to_aggregate=1: multi_worker_mirrored sums every worker's gradient (no "
+            "backup workers)");
+}
+
+TEST(MakeChiefOptionsTest, ParameterServersNeedPsTasks) {
+  EXPECT_EQ(ErrorOf(ChiefFlags(), Cluster(0, 2)),
+            "TF_CONFIG lists no ps tasks: --strategy=parameter_server needs at least one (or use "
+            "--strategy=multi_worker_mirrored)");
+}
+
+TEST(MakeChiefOptionsTest, AClusterWithoutWorkersIsRefused) {
+  EXPECT_EQ(ErrorOf(ChiefFlags(), Cluster(1, 0)),
+            "TF_CONFIG: cluster.worker is empty; nothing would train");
+}
+
+TEST(MakeChiefOptionsTest, TheFirstBadValueInCheckOrderIsTheOneNamed) {
+  ChiefFlags f;
+  f.keep_checkpoints = 0;
+  f.epochs = 0;
+  f.optimizer = "rmsprop";
+  EXPECT_EQ(ErrorOf(f), "--epochs=0: must be in [1, 100000]");
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,62 @@
+// ChiefOptions: everything a chief's run is configured with (the parsed
+// TF_CONFIG, the plan as the flags give it, the optimizer, timeouts,
+// checkpoint and output paths). chief/chief_flags.h makes it from the
+// command line; the Chief and the strategy runs read it. Plain data.
+#ifndef PSCLUSTER_CHIEF_CHIEF_OPTIONS_H_
+#define PSCLUSTER_CHIEF_CHIEF_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "proto/coordination.pb.h"
+#include "proto/ps.pb.h"
+
+namespace pscluster {
+
+// Async: how an update's learning rate follows from --learning_rate, each
+// update carrying 1/num_workers of the global batch (see
+// chief/ps_run.h's EffectiveOptimizer).
+enum class AsyncLrScaling { kSqrt, kLinear, kNone };
+
+struct ChiefOptions {
+  TfConfig config;
+  TrainingPlan plan;  // model, batch, epochs, mode, seed, ...
+  OptimizerConfig optimizer;
+  int replicas_to_aggregate = 0;  // 0: every worker
+  int max_staleness = 8;          // async: see chief/main.cc's --max_staleness
+  absl::Duration wait_for_cluster = absl::Minutes(2);
+  absl::Duration log_every = absl::Seconds(2);
+  // Workers beat every heartbeat_interval; one silent for heartbeat_timeout
+  // is lost.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // How often every ps is asked whether it is the same live process.
+  absl::Duration ps_check_every = absl::Milliseconds(500);
+  // How long a lost ps may take to come back before the run fails.
+  absl::Duration ps_recovery_timeout = absl::Minutes(5);
+  NonFinitePolicy nonfinite = NONFINITE_REJECT;
+  AsyncLrScaling async_lr_scaling = AsyncLrScaling::kSqrt;
+  // Checkpoints go here (none on disk when empty; the newest is always
+  // kept in memory). 0 steps / zero duration: not by that measure.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 200;
+  absl::Duration checkpoint_every = absl::ZeroDuration();
+  int keep_checkpoints = 3;
+  absl::Duration final_eval_timeout = absl::Minutes(10);
+  // TensorBoard event files (scalars: loss, accuracy, examples/s,
+  // staleness) go here; empty: none.
+  std::string logdir;
+  // The trained weights are written here in safetensors format; empty:
+  // not exported.
+  std::string export_path;
+  // MNIST folder: with no evaluator in the cluster (none listed, none
+  // reporting on its own), the chief scores the final weights on its test
+  // set itself. Empty: the final line says that no evaluation was made.
+  std::string data_dir;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_CHIEF_OPTIONS_H_

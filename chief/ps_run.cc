@@ -1,0 +1,278 @@
+#include "chief/ps_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "chief/snapshot.h"
+#include "spdlog/spdlog.h"
+#include "wire/codec.h"
+#include "wire/ps_client.h"
+
+namespace pscluster {
+
+OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode, int num_workers,
+                                   AsyncLrScaling scaling, std::string* why) {
+  OptimizerConfig o = given;
+  if (mode != ASYNC || num_workers <= 1) return o;
+  const double w = num_workers;
+  const double factor = scaling == AsyncLrScaling::kSqrt     ? 1.0 / std::sqrt(w)
+                        : scaling == AsyncLrScaling::kLinear ? 1.0 / w
+                                                             : 1.0;
+  o.set_learning_rate(static_cast<float>(given.learning_rate() * factor));
+  o.set_decay_steps(given.decay_steps() * num_workers);
+  if (why != nullptr) {
+    *why = absl::StrFormat(
+        "async with %d workers: each update's learning rate is %g (%g x %.4f, "
+        "--async_lr_scaling); the decay counts %d updates per step of --lr_decay_steps",
+        num_workers, o.learning_rate(), given.learning_rate(), factor, num_workers);
+  }
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<ParameterServerRun>> ParameterServerRun::Create(
+    const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,
+    const std::atomic<bool>* stop) {
+  if (plan.num_ps() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.config.source,
+                     ": cluster.ps is empty; --strategy=parameter_server needs at least one "
+                     "(or use --strategy=multi_worker_mirrored)"));
+  }
+  return std::unique_ptr<ParameterServerRun>(
+      new ParameterServerRun(options, spec, std::move(plan), stop));
+}
+
+namespace {
+
+Placement PlaceForPlan(const ModelSpec& spec, const TrainingPlan& plan) {
+  PlacementOptions popt;
+  popt.min_shard_bytes = plan.min_shard_bytes();
+  return PlaceVariables(spec, plan.num_ps(), popt);
+}
+
+}  // namespace
+
+ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelSpec* spec,
+                                       TrainingPlan plan, const std::atomic<bool>* stop)
+    : options_(options),
+      spec_(*spec),
+      plan_(std::move(plan)),
+      stop_(*stop),
+      placement_(PlaceForPlan(spec_, plan_)) {
+  ps_setup_.placement = &placement_;
+  std::string why;
+  ps_setup_.optimizer = EffectiveOptimizer(options_.optimizer, plan_.mode(), plan_.num_workers(),
+                                           options_.async_lr_scaling, &why);
+  if (!why.empty()) spdlog::info("{}", why);
+  ps_setup_.mode = plan_.mode();
+  ps_setup_.num_workers = plan_.num_workers();
+  ps_setup_.replicas_to_aggregate =
+      options_.replicas_to_aggregate > 0 ? options_.replicas_to_aggregate : plan_.num_workers();
+  ps_setup_.nonfinite = options_.nonfinite;
+}
+
+absl::Status ParameterServerRun::Prepare(absl::Time* start) {
+  // Async, bounded delay: no chunk more than max_staleness rounds (one
+  // chunk per worker) past the lowest unfinished one.
+  const int64_t window =
+      plan_.mode() == ASYNC ? int64_t{options_.max_staleness + 1} * plan_.num_workers() : 0;
+  dispatcher_ = std::make_unique<Dispatcher>(plan_.num_workers(), plan_.epochs(), *start, window);
+  dispatcher_->Pause();  // until the plan is out (PlanHandedOut)
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerRun::Start(ClusterTasks* tasks, absl::Time* start) {
+  ps_ = std::make_unique<GrpcPsFleet>(&placement_, tasks->ps_channels(), &stop_);
+  MembershipOptions mopt;
+  mopt.mode = plan_.mode();
+  membership_ = std::make_unique<MembershipSync>(mopt, ps_.get(), dispatcher_.get(), &stop_);
+  if (absl::Status s = StartParameterServers(start); !s.ok()) return s;
+  LogSetup();
+  dispatcher_->ResetContact(absl::Now());
+  membership_->Apply(/*force=*/true);
+  next_ps_check_ = absl::Now() + options_.ps_check_every;
+  next_version_check_ = absl::Now();
+  return absl::OkStatus();
+}
+
+void ParameterServerRun::PlanHandedOut() {
+  dispatcher_->Resume();  // Prepare's pause
+}
+
+absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
+  CheckpointerOptions copt;
+  copt.dir = options_.checkpoint_dir;
+  copt.keep = options_.keep_checkpoints;
+  copt.every_steps = options_.checkpoint_every_steps;
+  copt.every = options_.checkpoint_every;
+  copt.mode = plan_.mode();
+  copt.min_shard_bytes = plan_.min_shard_bytes();
+  checkpointer_ = std::make_unique<Checkpointer>(copt, &spec_, &placement_, ps_.get(),
+                                                 dispatcher_.get(), &stop_, *start);
+  absl::StatusOr<PsStart> ps = InitialiseAll(
+      ps_.get(), ps_setup_, InitialParameters(spec_, plan_.seed()), options_.wait_for_cluster);
+  if (!ps.ok()) return ps.status();
+  highest_version_ = ps->highest_version;
+  dispatcher_->set_generation(ps->generation);
+  recovery_ =
+      std::make_unique<PsRecovery>(&ps_setup_, ps->incarnations, options_.ps_recovery_timeout,
+                                   ps_.get(), dispatcher_.get(), membership_.get(), &stop_);
+  if (ps->resumed) return ResumeRun(ps->generation, start);
+  // Fresh ps over a checkpoint directory that holds a checkpoint (the run
+  // started again, maybe under the other strategy or ps count): every ps
+  // starts from it, and the data from its position.
+  absl::StatusOr<const Snapshot*> snap = checkpointer_->ReadNewestFromDisk();
+  if (snap.ok()) {
+    const Snapshot& latest = **snap;
+    if (absl::Status s = recovery_->RestoreAll(latest, ps->generation + 1); !s.ok()) return s;
+    highest_version_ = latest.step;
+    if (latest.run_started_unix_ms > 0) {
+      *start = std::min(*start, absl::FromUnixMillis(latest.run_started_unix_ms));
+      checkpointer_->set_run_started(*start);
+    }
+    spdlog::warn("resuming from the checkpoint of step {} in {} ({} chunks done)", latest.step,
+                 options_.checkpoint_dir, dispatcher_->done_chunks());
+    return absl::OkStatus();
+  }
+  if (!absl::IsNotFound(snap.status())) return snap.status();
+  return checkpointer_->Take("initial", highest_version_, /*workers_idle=*/true);
+}
+
+absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start) {
+  // The ps keep training where they are; the data position comes from the
+  // newest checkpoint on disk (chunks finished since are trained again).
+  absl::StatusOr<const Snapshot*> snap = checkpointer_->ReadNewestFromDisk();
+  if (snap.ok()) {
+    const Snapshot& latest = **snap;
+    if (absl::Status s =
+            dispatcher_->Rewind(latest.chunks_per_epoch, latest.done_chunks, generation);
+        !s.ok()) {
+      return s;
+    }
+    if (latest.run_started_unix_ms > 0) {
+      // wall_s in the final line covers the whole run, not this life.
+      *start = std::min(*start, absl::FromUnixMillis(latest.run_started_unix_ms));
+      checkpointer_->set_run_started(*start);
+    }
+    spdlog::warn(
+        "resuming a run in progress: the ps are at version {} (generation {}); "
+        "data position from the checkpoint of step {} ({} chunks done)",
+        highest_version_, generation, latest.step, dispatcher_->done_chunks());
+    return absl::OkStatus();
+  }
+  if (!absl::IsNotFound(snap.status())) return snap.status();
+  spdlog::warn(
+      "resuming a run in progress: the ps are at version {} (generation {}); no "
+      "checkpoint on disk, so the data starts over from the first epoch",
+      highest_version_, generation);
+  return checkpointer_->Take("resumed", highest_version_, /*workers_idle=*/true);
+}
+
+void ParameterServerRun::LogSetup() const {
+  spdlog::info("model {}: {} parameters; {} training, {} workers, batch {} per worker, {} epochs",
+               spec_.name, spec_.num_parameters, plan_.mode() == SYNC ? "sync" : "async",
+               plan_.num_workers(), plan_.batch_size(), plan_.epochs());
+  const Codec push = CodecFromProto(plan_.push_codec());
+  const Codec pull = CodecFromProto(plan_.pull_codec());
+  spdlog::info(
+      "wire: gradients {}{}, weights {} (tensors under {} values as fp32)", CodecName(push),
+      push == Codec::kTopK ? absl::StrCat(" (", plan_.topk_fraction(), " of each, error feedback)")
+      : push == Codec::kSign ? std::string(" (error feedback)")
+                             : std::string(),
+      CodecName(pull), plan_.codec_min_elements());
+  if (plan_.transport() == TRANSPORT_TCP) {
+    spdlog::info("transport: push-pulls over each ps's tcp data plane{}{}",
+                 plan_.push_overlap() ? ", gradients sent layer by layer during backprop" : "",
+                 plan_.push_overlap() && plan_.priority_pull()
+                     ? ", the next forward pass started on the first layers' weights"
+                     : "");
+  }
+}
+
+absl::Status ParameterServerRun::Tick() {
+  CheckWorkers();
+  const absl::Time now = absl::Now();
+  if (now >= next_ps_check_) {
+    next_ps_check_ = now + options_.ps_check_every;
+    if (absl::Status s = recovery_->Check(checkpointer_->latest(), &highest_version_); !s.ok()) {
+      return s;
+    }
+  }
+  if (options_.checkpoint_every_steps > 0 && now >= next_version_check_) {
+    // Steps can be fast (hundreds a second in async): look at ps:0 often.
+    next_version_check_ = now + absl::Milliseconds(50);
+    if (absl::StatusOr<PsStatsResponse> st = ps_->Stats(0, absl::Milliseconds(200)); st.ok()) {
+      highest_version_ = std::max(highest_version_, st->version());
+    }
+  }
+  if (checkpointer_->Due(now, highest_version_)) {
+    return checkpointer_->Take("periodic", highest_version_);
+  }
+  return absl::OkStatus();
+}
+
+void ParameterServerRun::CheckWorkers() {
+  for (const Dispatcher::Lost& l : dispatcher_->FindLost(absl::Now(), options_.heartbeat_timeout)) {
+    spdlog::warn(
+        "worker {} lost: no heartbeat for {:.1f} s; {} unfinished chunk(s) go to the "
+        "other workers{}",
+        l.worker, absl::ToDoubleSeconds(l.silent_for), l.chunks_released,
+        plan_.mode() == SYNC ? "; sync steps stop waiting for it" : "");
+  }
+  for (const std::string& e : dispatcher_->TakeEvents()) spdlog::warn("{}", e);
+  membership_->Apply();
+}
+
+std::string ParameterServerRun::DoneNote() const {
+  return absl::StrCat(
+      "; handed_out_again=", dispatcher_->returned_chunks(),
+      " (a ps dropped their gradient as stale); bound_answers=", dispatcher_->bound_answers(),
+      " (async: a worker told to wait, max_staleness)");
+}
+
+absl::Status ParameterServerRun::TakeFinalCheckpoint() {
+  return checkpointer_->Take("final", highest_version_);
+}
+
+absl::StatusOr<int64_t> ParameterServerRun::FinalSteps() {
+  int64_t steps = -1;
+  for (int i = 0; i < plan_.num_ps(); ++i) {
+    absl::StatusOr<PsStatsResponse> st = ps_->Stats(i, absl::Seconds(10));
+    if (!st.ok()) return st.status();
+    const double mean_staleness =
+        st->pushes_applied() > 0
+            ? static_cast<double>(st->staleness_sum()) / static_cast<double>(st->pushes_applied())
+            : 0.0;
+    spdlog::info(
+        "ps:{} version={} generation={} pushes applied={} dropped_stale={} rejected={} "
+        "duplicate={} skipped_nonfinite={} staleness_mean={:.2f} staleness_max={} "
+        "digest={:016x} pulled={:.1f} MB pushed={:.1f} MB",
+        i, st->version(), st->generation(), st->pushes_applied(), st->pushes_dropped_stale(),
+        st->pushes_rejected(), st->pushes_duplicate(), st->steps_skipped_nonfinite(),
+        mean_staleness, st->staleness_max(), st->applied_digest(), st->bytes_pulled() / 1e6,
+        st->bytes_pushed() / 1e6);
+    steps = steps < 0 ? st->version() : std::min(steps, st->version());
+  }
+  return std::max<int64_t>(steps, 0);
+}
+
+absl::StatusOr<const std::vector<float>*> ParameterServerRun::FinalWeights(int64_t steps) {
+  if (final_weights_.has_value()) return &*final_weights_;
+  PsClientOptions popt;
+  popt.stop = &stop_;
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Create(options_.config.cluster, &placement_, popt);
+  if (!client.ok()) return client.status();
+  std::vector<float> flat(spec_.num_parameters);
+  if (absl::Status s = (*client)->PullAll(steps, flat.data(), absl::Minutes(2)); !s.ok()) {
+    return s;
+  }
+  final_weights_ = std::move(flat);
+  return &*final_weights_;
+}
+
+}  // namespace pscluster

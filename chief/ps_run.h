@@ -1,0 +1,125 @@
+// ParameterServerRun: the chief's run under --strategy=parameter_server
+// (README "How it works"), as a StrategyRun. The ps hold the model
+// sharded; the run places the variables, initialises the ps (or finds them
+// initialised, or restores them from the newest checkpoint), hands the data
+// to workers one chunk at a time (Dispatcher, its WorkSource), keeps the
+// sync worker set on every ps (MembershipSync), watches the ps
+// (PsRecovery), takes checkpoints (Checkpointer), and at the end reads the
+// step count and the weights from the ps.
+//
+// Faults it rides out:
+//   worker lost  no heartbeat within heartbeat_timeout: its unfinished
+//                chunks go to the others and sync steps stop waiting for
+//                it until it is back (it rejoins by asking for work).
+//   ps lost      it stops answering, or answers as a new process: workers
+//                are paused; once it is back every ps is restored from the
+//                newest checkpoint (a new generation) and the data position
+//                rewinds to the checkpoint's; steps since it are lost.
+//   chief lost   a restarted chief finds the ps initialised and keeps their
+//                parameters; the data position comes from the newest
+//                checkpoint in checkpoint_dir.
+// Checkpoints: every checkpoint_every_steps / checkpoint_every and at the
+// end, with workers paused between steps so that every shard's values and
+// optimizer slots belong to one consistent cut. The newest is also kept in
+// memory, so ps recovery never depends on a disk.
+//
+// Thread-safety as StrategyRun: work() (the Dispatcher) is thread-safe,
+// the rest is the Chief's thread's. Everything borrowed outlives the run.
+#ifndef PSCLUSTER_CHIEF_PS_RUN_H_
+#define PSCLUSTER_CHIEF_PS_RUN_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chief/checkpointer.h"
+#include "chief/chief_options.h"
+#include "chief/dispatcher.h"
+#include "chief/grpc_ps_fleet.h"
+#include "chief/membership.h"
+#include "chief/ps_recovery.h"
+#include "chief/ps_setup.h"
+#include "chief/strategy_run.h"
+#include "model/model_spec.h"
+#include "model/placement.h"
+#include "proto/coordination.pb.h"
+#include "proto/ps.pb.h"
+
+namespace pscluster {
+
+// The optimizer the ps run: `given` in sync mode; in async mode its
+// learning rate scaled by `scaling` for `num_workers` and its decay counted
+// in rounds of num_workers updates. `why` (may be null) gets a line saying
+// what changed.
+OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode, int num_workers,
+                                   AsyncLrScaling scaling, std::string* why);
+
+class ParameterServerRun final : public StrategyRun {
+ public:
+  // Places the model over the ps of `plan` and sets up what every ps is
+  // given (logging an async learning-rate scaling). InvalidArgument naming
+  // TF_CONFIG when the cluster lists no ps. `options`, `spec` and `stop`
+  // are borrowed and outlive the run.
+  static absl::StatusOr<std::unique_ptr<ParameterServerRun>> Create(const ChiefOptions& options,
+                                                                    const ModelSpec* spec,
+                                                                    TrainingPlan plan,
+                                                                    const std::atomic<bool>* stop);
+  ParameterServerRun(const ParameterServerRun&) = delete;
+  ParameterServerRun& operator=(const ParameterServerRun&) = delete;
+
+  const TrainingPlan& plan() const override { return plan_; }
+  // The dispatcher, paused until PlanHandedOut.
+  absl::Status Prepare(absl::Time* start) override;
+  WorkSource* work() override { return dispatcher_.get(); }
+  absl::Status Start(ClusterTasks* tasks, absl::Time* start) override;
+  void PlanHandedOut() override;
+  PsFleet* staleness_source() override { return ps_.get(); }
+  bool AllFinished() const override { return dispatcher_->AllFinished(); }
+  absl::Status Tick() override;
+  int64_t done_chunks() const override { return dispatcher_->done_chunks(); }
+  int64_t total_chunks() const override { return dispatcher_->total_chunks(); }
+  std::string ProgressNote() const override { return ""; }
+  std::string DoneNote() const override;
+  absl::Status TakeFinalCheckpoint() override;
+  absl::StatusOr<int64_t> FinalSteps() override;
+  absl::StatusOr<const std::vector<float>*> FinalWeights(int64_t steps) override;
+  bool WaitsForUnlistedEvaluator() const override { return true; }
+
+ private:
+  ParameterServerRun(const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,
+                     const std::atomic<bool>* stop);
+
+  // Start's steps: the ps initialised (or found so), or every ps restored
+  // from the newest checkpoint on disk; then the run's set-up logged.
+  absl::Status StartParameterServers(absl::Time* start);
+  // A restarted chief (the ps were initialised): the data position.
+  absl::Status ResumeRun(int64_t generation, absl::Time* start);
+  void LogSetup() const;
+  // Lost workers logged, the sync set brought to the ps.
+  void CheckWorkers();
+
+  const ChiefOptions& options_;
+  const ModelSpec& spec_;
+  const TrainingPlan plan_;
+  const std::atomic<bool>& stop_;
+  const Placement placement_;
+  PsSetup ps_setup_;  // points at placement_
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<GrpcPsFleet> ps_;
+  std::unique_ptr<MembershipSync> membership_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<PsRecovery> recovery_;
+  int64_t highest_version_ = 0;  // seen on any ps
+  absl::Time next_ps_check_;
+  absl::Time next_version_check_;
+  // The pull of FinalWeights(), kept for the export.
+  std::optional<std::vector<float>> final_weights_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_CHIEF_PS_RUN_H_
