@@ -32,10 +32,8 @@ namespace {
 const pscluster::ChiefFlags kDefaults;
 }  // namespace
 
-ABSL_FLAG(std::string, tf_config, "",
-          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, model, kDefaults.model,
-          "Model to train: a built-in model (cnn: the seeds' CNN; mlp; vgg_fashion; mlp_large; "
+          "Model to train: a built-in model (cnn: the built-in CNN; mlp; vgg_fashion; mlp_large; "
           "mlp_deep) "
           "or the path of a Keras model file (model.to_json()'s .json, TensorFlow.js's "
           "model.json, or a .keras archive); it travels to every task in the plan");
@@ -70,7 +68,7 @@ ABSL_FLAG(int64_t, min_shard_bytes, kDefaults.min_shard_bytes,
 ABSL_FLAG(std::string, push_codec, kDefaults.push_codec,
           "Wire encoding of the workers' gradients: fp32, bf16, fp16 (scaled), int8 (a scale per "
           "block of 256), topk (the --topk_fraction largest, with error feedback) or sign (1 bit "
-          "and a scale, with error feedback); README \"Communication settings\"");
+          "and a scale, with error feedback); docs/communication.md");
 ABSL_FLAG(std::string, pull_codec, kDefaults.pull_codec,
           "Wire encoding of the weights the workers pull each step: fp32, bf16 or fp16 (the "
           "weights), or int8, topk or sign (their change since the worker's weights, the error "
@@ -102,7 +100,6 @@ ABSL_FLAG(std::string, data_dir, kDefaults.data_dir,
           "The data (IDX folder, .npy folder or .npz; its test split): with no evaluator "
           "in the cluster, the chief "
           "evaluates the final weights on them itself; default: no evaluation then");
-ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(double, heartbeat_timeout_s, kDefaults.heartbeat_timeout_s,
           "A worker without a heartbeat this long is lost: its unfinished data goes to the "
           "others and sync steps stop waiting for it until it is back");
@@ -192,23 +189,17 @@ void CheckDataOrExit(const pscluster::ChiefOptions& opt) {
 
 int main(int argc, char** argv) {
   using namespace pscluster;
-  BlockTerminationSignals();
-  TuneAllocator();
-  ParseFlagsOrExit(argc, argv,
+  const TfConfig config = StartDaemonOrExit(
+      argc, argv, std::getenv("TF_CONFIG"), kChiefJob,
       "Chief task: coordinates training. Usage: TF_CONFIG='{...\"task\":{\"type\":"
       "\"chief\",\"index\":0}}' chief [--epochs=N] [--mode=sync|async] ...");
-  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
-                                       std::getenv("TF_CONFIG"), kChiefJob);
-  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
   std::vector<std::string> warnings;
   absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(ReadFlags(), config, &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (!opt.ok()) ExitWithUsageError(std::string(opt.status().message()));
   CheckDataOrExit(*opt);
 
-  InitLogging(TaskName(config.task));
-  std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
+  std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
   Chief chief(*std::move(opt), metrics.get());
   HandleTerminationSignals([&](const std::string& s) { chief.RequestStop(s); });
   absl::StatusOr<RunResult> result = chief.Run();

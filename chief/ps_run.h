@@ -1,5 +1,5 @@
 // ParameterServerRun: the chief's run under --strategy=parameter_server
-// (README "How it works"), as a StrategyRun. The ps hold the model
+// (docs/how-it-works.md), as a StrategyRun. The ps hold the model
 // sharded; the run places the variables, initialises the ps (or finds them
 // initialised, or restores them from the newest checkpoint), hands the data
 // to workers one chunk at a time (Dispatcher, its WorkSource), keeps the

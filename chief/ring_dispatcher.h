@@ -1,10 +1,10 @@
-// RingDispatcher: the chief's side of multi_worker_mirrored (README
-// "Strategies"). Every worker holds a replica of the whole model; each step
-// the ring's members train one chunk each, sum their gradients with a ring
-// all-reduce (worker/ring_allreduce.h) and apply the same update. The chief
-// does not see gradients: it decides who is in the ring, which step comes
-// next and which chunks it trains, and from where a replica that is behind
-// takes its state.
+// RingDispatcher: the chief's side of multi_worker_mirrored
+// (docs/strategies.md). Every worker holds a replica of the whole model; each
+// step the ring's members train one chunk each, sum their gradients with a
+// ring all-reduce (worker/ring_allreduce.h) and apply the same update. The
+// chief does not see gradients: it decides who is in the ring, which step
+// comes next and which chunks it trains, and from where a replica that is
+// behind takes its state.
 //
 // Steps are numbered by the updates a replica holds (update/model_replica.h):
 // step t takes every member from the state of t - 1 to that of t. A ring

@@ -11,7 +11,7 @@ namespace {
 constexpr int kChunksPerEpoch = 10;
 
 // Workers driven by hand: each holds a replica at some step, asks for work
-// and does what the answer says, as worker/mirrored_trainer.cc does.
+// and does what the answer says, as worker/mirrored_loop.cc does.
 class Ring {
  public:
   Ring(int workers, int epochs)

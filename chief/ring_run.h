@@ -1,6 +1,6 @@
-// RingRun: the chief's run under --strategy=multi_worker_mirrored (README
-// "Strategies"), as a StrategyRun. There are no ps: every worker holds a
-// replica of the whole model and the ring of workers sums the gradients
+// RingRun: the chief's run under --strategy=multi_worker_mirrored
+// (docs/strategies.md), as a StrategyRun. There are no ps: every worker holds
+// a replica of the whole model and the ring of workers sums the gradients
 // (worker/ring_allreduce.h). The run hands out the data step by step and
 // forms the ring (chief/ring_dispatcher.h, its WorkSource), aborts a broken
 // ring's all-reduces, and checkpoints.

@@ -16,9 +16,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/logging.h"
 #include "common/security.h"
+#include "common/task_server.h"
 
 // Transport security, the same on every daemon (docs/security.md).
+ABSL_FLAG(std::string, tf_config, "",
+          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
+ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this task, used as server and as client; "
           "turns TLS on. Needs --tls_key");
@@ -37,7 +42,8 @@ namespace pscluster {
 
 namespace {
 
-// This file's flags (the security flags), shared by every daemon.
+// This file's flags (TF_CONFIG, /metrics, transport security), shared by
+// every daemon.
 bool IsShared(const absl::CommandLineFlag& flag) {
   return absl::EndsWith(flag.Filename(), "common/daemon.cc");
 }
@@ -74,7 +80,7 @@ void PrintHelp(const char* argv0, const std::string& usage) {
   program = program.substr(program.rfind('/') + 1);
   std::cout << program << ": " << usage << "\n\nFlags (--name=value):\n";
   list(own);
-  std::cout << "\nTransport security, shared by every daemon (docs/security.md):\n";
+  std::cout << "\nShared by every daemon (TLS and the token: docs/security.md):\n";
   list(shared);
 }
 
@@ -193,6 +199,21 @@ std::unique_ptr<Metrics> StartMetricsOrExit(int port, const TaskId& task) {
     std::exit(1);
   }
   return *std::move(m);
+}
+
+TfConfig StartDaemonOrExit(int argc, char** argv, const char* tf_config_env,
+                           const std::string& role, const std::string& usage) {
+  BlockTerminationSignals();
+  TuneAllocator();
+  ParseFlagsOrExit(argc, argv, usage);
+  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config), tf_config_env, role);
+  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
+  return config;
+}
+
+std::unique_ptr<Metrics> StartLoggingAndMetricsOrExit(const TfConfig& config) {
+  InitLogging(TaskName(config.task));
+  return StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
 }
 
 std::string TaskName(const TaskId& task) {

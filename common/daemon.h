@@ -1,9 +1,12 @@
-// Start-up helpers for the daemons' mains: read TF_CONFIG and check that it
-// names the role the binary plays, set up transport security. Errors print
-// one line and exit with code 2 (bad input), as every daemon documents.
+// The start-up every daemon's main shares: StartDaemonOrExit (signals, the
+// allocator, flags, TF_CONFIG, transport security), then, once the main has
+// checked its own flags, StartLoggingAndMetricsOrExit. Errors print one line
+// and exit with code 2 (bad input), as every daemon documents. For mains
+// only; not thread-safe (call before any thread starts).
 //
-// Linking this library defines the security flags every daemon takes:
-// --tls_cert, --tls_key, --tls_ca, --tls_server_name, --auth_token_file.
+// Linking this library defines the flags every daemon takes: --tf_config,
+// --metrics_port, and the security flags --tls_cert, --tls_key, --tls_ca,
+// --tls_server_name, --auth_token_file.
 #ifndef PSCLUSTER_COMMON_DAEMON_H_
 #define PSCLUSTER_COMMON_DAEMON_H_
 
@@ -16,6 +19,19 @@
 #include "common/metrics.h"
 
 namespace pscluster {
+
+// The first thing a daemon's main does, in this order: SIGINT and SIGTERM
+// blocked (BlockTerminationSignals: every thread inherits the mask), the
+// allocator tuned, the command line parsed (ParseFlagsOrExit; --help
+// prints `usage`), TF_CONFIG read from --tf_config or `tf_config_env` (the
+// TF_CONFIG variable, which main reads) and checked to name `role`'s task,
+// and the process's transport security installed. Exits 2 on bad input.
+TfConfig StartDaemonOrExit(int argc, char** argv, const char* tf_config_env,
+                           const std::string& role, const std::string& usage);
+
+// After the main has checked its own flags: log lines carry the task's name
+// ("ps:0"), and /metrics is served on --metrics_port (StartMetricsOrExit).
+std::unique_ptr<Metrics> StartLoggingAndMetricsOrExit(const TfConfig& config);
 
 // Parses the command line into the Abseil flags of the daemon's main and
 // of this library, in Abseil's syntax. --help (or -h) prints `usage` and

@@ -1,8 +1,9 @@
 // Evaluator: the side-car that scores the newest weights on held-out data.
 // Periodically (and on request from the chief) it pulls the weights from
-// every ps (multi_worker_mirrored: reads a worker's replica), runs the model forward over the whole test set and reports
-// accuracy and loss. Thread-safe: Evaluate() may be called from RPC threads
-// while RunPeriodic() runs; evaluations are serialised.
+// every ps (multi_worker_mirrored: reads a worker's replica), runs the model
+// forward over the whole test set and reports accuracy and loss. Thread-safe:
+// Evaluate() may be called from RPC threads while RunPeriodic() runs;
+// evaluations are serialised.
 #ifndef PSCLUSTER_EVALUATOR_EVALUATOR_H_
 #define PSCLUSTER_EVALUATOR_EVALUATOR_H_
 

@@ -19,8 +19,6 @@
 #include "model/idx_dataset.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, tf_config, "",
-          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, data_dir, "",
           "The data (required): a folder of MNIST-style IDX files, a folder of "
           "x_train.npy, y_train.npy, x_test.npy, y_test.npy, or an .npz holding them");
@@ -30,7 +28,6 @@ ABSL_FLAG(std::string, device, "auto",
           "cpu, cuda (= cuda:0) or cuda:N");
 ABSL_FLAG(double, eval_interval_s, 30, "Seconds between periodic evaluations");
 ABSL_FLAG(std::string, logdir, "", "Write TensorBoard event files (eval/accuracy, eval/loss) here");
-ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
 
 int main(int argc, char** argv) {
@@ -40,14 +37,11 @@ int main(int argc, char** argv) {
   if (absl::Status s = kernels::ReexecWithBlasEnvironment(argv); !s.ok()) {
     std::fprintf(stderr, "warning: %s\n", std::string(s.message()).c_str());
   }
-  BlockTerminationSignals();
-  TuneAllocator();
-  ParseFlagsOrExit(argc, argv, 
+  const TfConfig config = StartDaemonOrExit(
+      argc, argv, std::getenv("TF_CONFIG"), kEvaluatorJob,
       "Evaluator task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"evaluator\","
-      "\"index\":0}}' evaluator --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--eval_interval_s=S]");
-  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
-                                       std::getenv("TF_CONFIG"), kEvaluatorJob);
-  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
+      "\"index\":0}}' evaluator --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] "
+      "[--eval_interval_s=S]");
   EvaluatorOptions opt;
   opt.config = config;
   opt.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -68,10 +62,8 @@ int main(int argc, char** argv) {
   opt.stop_when_chief_gone = !config.has_own_address();
   const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
   opt.device = resolved.device;
-  InitLogging(TaskName(config.task));
+  std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
-  std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   // The data last: every flag and TF_CONFIG check comes first (exit 2).
   if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTest); !s.ok()) {
     ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));

@@ -20,8 +20,6 @@
 #include "spdlog/spdlog.h"
 #include "update/parameter_store.h"
 
-ABSL_FLAG(std::string, tf_config, "",
-          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(int, max_message_mb, 512, "Largest gRPC message accepted, in MiB");
 ABSL_FLAG(int, data_port, 0,
           "Port of the tcp data plane (PushPull's tensor bytes, when the chief runs with "
@@ -29,18 +27,13 @@ ABSL_FLAG(int, data_port, 0,
 ABSL_FLAG(int, update_threads, 0,
           "Cores a large shard's update (its gradient check, sync's sum, the optimizer) may "
           "use at once; 0: every core. Results do not depend on it");
-ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
-  BlockTerminationSignals();
-  TuneAllocator();
-  ParseFlagsOrExit(argc, argv, 
+  const TfConfig config = StartDaemonOrExit(
+      argc, argv, std::getenv("TF_CONFIG"), kPsJob,
       "Parameter server task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"ps\","
       "\"index\":0}}' ps_server [--tf_config=FILE]");
-  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
-                                       std::getenv("TF_CONFIG"), kPsJob);
-  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
   const int max_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_mb < 1 || max_mb > 2047) {
     ExitWithUsageError("--max_message_mb must be in [1, 2047], got " + std::to_string(max_mb));
@@ -54,9 +47,7 @@ int main(int argc, char** argv) {
     ExitWithUsageError("--update_threads must be in [0, 1024], got " +
                        std::to_string(update_threads));
   }
-  InitLogging(TaskName(config.task));
-  std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
+  std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
 
   // Sync steps with several ps are decided by ps 0 (the first in
   // TF_CONFIG's list) for all; it sends its decisions to the others.

@@ -355,7 +355,7 @@ sections = {}
 for part in re.split(r"^## ", doc, flags=re.M)[1:]:
     title = part.split("\n", 1)[0].strip()
     sections[title] = set(re.findall(r"^\| `--([a-z0-9_]+)` \|", part, flags=re.M))
-security = [v for k, v in sections.items() if k.startswith("Transport security")]
+security = [v for k, v in sections.items() if k.startswith("Every daemon")]
 problems, count = [], 0
 for binary in ("ps_server/ps_server", "worker/worker", "evaluator/evaluator", "chief/chief"):
     name = binary.split("/")[0]

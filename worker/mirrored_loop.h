@@ -1,9 +1,9 @@
-// The training loop under --strategy=multi_worker_mirrored (README
-// "Strategies"): this worker holds a replica of the whole model and its
-// optimizer state (update/model_replica.h); each step it asks the chief for
-// the ring and its chunk (chief/ring_dispatcher.h), computes the gradient,
-// sums it with the ring's other members (worker/ring_allreduce.h) and
-// applies the same update as every other replica.
+// The training loop under --strategy=multi_worker_mirrored
+// (docs/strategies.md): this worker holds a replica of the whole model and
+// its optimizer state (update/model_replica.h); each step it asks the chief
+// for the ring and its chunk (chief/ring_dispatcher.h), computes the
+// gradient, sums it with the ring's other members (worker/ring_allreduce.h)
+// and applies the same update as every other replica.
 //
 // Faults: an all-reduce that fails (a neighbour lost or silent, or the
 // chief aborting the ring) is reported with the next request; the chief

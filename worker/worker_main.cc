@@ -20,8 +20,6 @@
 #include "worker/ring_allreduce.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(std::string, tf_config, "",
-          "File holding the TF_CONFIG JSON; default: the TF_CONFIG variable");
 ABSL_FLAG(std::string, data_dir, "",
           "The data (required): a folder of MNIST-style IDX files, a folder of "
           "x_train.npy, y_train.npy, x_test.npy, y_test.npy, or an .npz holding them");
@@ -29,7 +27,6 @@ ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
 ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
           "cpu, cuda (= cuda:0) or cuda:N");
-ABSL_FLAG(int, metrics_port, 0, "Serve Prometheus /metrics on this port; 0: do not serve");
 ABSL_FLAG(int, startup_timeout_s, 120,
           "How long to wait for the chief's plan and the parameter servers");
 ABSL_FLAG(double, ring_timeout_s, 30,
@@ -49,14 +46,10 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
   if (absl::Status s = kernels::ReexecWithBlasEnvironment(argv); !s.ok()) {
     std::fprintf(stderr, "warning: %s\n", std::string(s.message()).c_str());
   }
-  BlockTerminationSignals();
-  TuneAllocator();
-  ParseFlagsOrExit(argc, argv, 
+  const TfConfig config = StartDaemonOrExit(
+      argc, argv, std::getenv("TF_CONFIG"), kWorkerJob,
       "Worker task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":0}}' "
       "worker --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--threads=N]");
-  TfConfig config = LoadTfConfigOrExit(absl::GetFlag(FLAGS_tf_config),
-                                       std::getenv("TF_CONFIG"), kWorkerJob);
-  ConfigureSecurityOrExit(config);  // TLS and token for every channel and server
   TrainerOptions opt;
   opt.config = config;
   opt.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -77,10 +70,8 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
   opt.log_replica_digests = absl::GetFlag(FLAGS_log_replica_digests);
   const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
   opt.device = resolved.device;
-  InitLogging(TaskName(config.task));
+  std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
-  std::unique_ptr<Metrics> metrics =
-      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
   // The data last: every flag and TF_CONFIG check comes first (exit 2).
   if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTrain); !s.ok()) {
     ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
