@@ -145,6 +145,12 @@ absl::Status RingRun::TakeCheckpoint(const char* why) {
   const absl::Time give_up = absl::Now() + kParkTimeout;
   while (!ring_->AllParked(&step, &source, &done)) {
     if (stop_) return absl::CancelledError("stop requested");
+    if (ring_->AllFinished()) {
+      // The last step was trained before the pause reached the workers:
+      // they were told DONE and will not park. The final checkpoint
+      // follows at once.
+      return absl::OkStatus();
+    }
     if (!ring_->Settled()) {
       // The ring broke (or grows) while it paused: after the new one.
       last_checkpoint_time_ = absl::InfinitePast();

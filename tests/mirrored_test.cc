@@ -315,6 +315,21 @@ TEST_F(MirroredTest, TheRingGoesOnWithoutAWorkerThatDoesNotComeBack) {
   EXPECT_GT(f->test_accuracy, 0.91) << chief;
 }
 
+// A checkpoint after every step: one is due when the last step is done
+// and the workers, told DONE, never park for it. The run must end at once
+// rather than wait out the chief's park timeout (60 s) and skip it.
+TEST_F(MirroredTest, ACheckpointDueAfterTheLastStepDoesNotHoldUpTheEnd) {
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c =
+      LocalCluster::Start(Options(2, "every-step", {"--checkpoint_every_steps=1"}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::optional<FinalFigures> f = Finish(**c, absl::Minutes(5));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->steps, 469);
+  const std::string chief = (*c)->Log("chief:0");
+  EXPECT_EQ(chief.find("checkpoint skipped"), std::string::npos) << chief;
+  EXPECT_NE(chief.find("final checkpoint of step 469"), std::string::npos) << chief;
+}
+
 TEST_F(MirroredTest, TheChiefRefusesSettingsThatDoNotApplyToTheRing) {
   struct Case {
     std::vector<std::string> flags;

@@ -90,8 +90,10 @@ start_cluster() {  # start_cluster RUN CHIEF_ARGS...
 }
 wait_cluster() {  # sets codes
   codes=()
+  # A guard against a hang, not a time limit: the ring's 6 epochs take
+  # 100-230 s on 2 busy cores, and a run that ends is never cut short.
   for p in "${pids[@]}"; do
-    for _ in $(seq 1 1800); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 6000); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$p" 2>/dev/null && kill -KILL "$p"
     wait "$p"; codes+=($?)
   done
