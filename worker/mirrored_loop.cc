@@ -144,14 +144,7 @@ absl::Status RingTraining::Run() {
   // The chief's aborts reach this all-reduce while it trains.
   ReducerInstalled installed(options_.ring, reducer_.get());
   if (absl::Status s = SetUpBackend(); !s.ok()) return s;
-  StepReport::Options ro;
-  ro.worker = ctx_.worker;
-  ro.num_workers = plan_.num_workers();
-  ro.chunks_per_epoch = chunks_.chunks_per_epoch();
-  ro.epoch_examples = ctx_.data->count;
-  ro.report_interval_s = plan_.report_interval_s();
-  ro.final_timeout = options_.step_timeout;
-  report_.emplace(ctx_.chief, ro);
+  report_.emplace(ctx_.chief, LoopReportOptions(ctx_, chunks_.chunks_per_epoch()));
   request_.set_worker_index(ctx_.worker);
   request_.set_incarnation(ctx_.incarnation);
   request_.set_chunks_per_epoch(chunks_.chunks_per_epoch());
@@ -160,12 +153,7 @@ absl::Status RingTraining::Run() {
 }
 
 absl::Status RingTraining::SetUpBackend() {
-  BackendOptions bopt;
-  bopt.device = options_.device;
-  bopt.max_batch = batch_;
-  bopt.num_threads = options_.threads;
-  bopt.seed = plan_.seed();
-  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(spec_, bopt);
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateLoopBackend(ctx_);
   if (!backend.ok()) return backend.status();
   backend_ = *std::move(backend);
   spdlog::info("training {} on {} examples: {} epochs x {} chunks of {} over a ring of up to {} "

@@ -192,14 +192,7 @@ PsTraining::PsTraining(const TrainingContext& ctx)
 absl::Status PsTraining::Run() {
   if (absl::Status s = Connect(); !s.ok()) return s;
   if (absl::Status s = PullFirst(); !s.ok()) return s;
-  StepReport::Options ro;
-  ro.worker = ctx_.worker;
-  ro.num_workers = plan_.num_workers();
-  ro.chunks_per_epoch = chunks_.chunks_per_epoch();
-  ro.epoch_examples = ctx_.data->count;
-  ro.report_interval_s = plan_.report_interval_s();
-  ro.final_timeout = options_.step_timeout;
-  report_.emplace(ctx_.chief, ro);
+  report_.emplace(ctx_.chief, LoopReportOptions(ctx_, chunks_.chunks_per_epoch()));
   report_->StartClock();
   request_.set_worker_index(ctx_.worker);
   request_.set_incarnation(ctx_.incarnation);
@@ -217,12 +210,7 @@ absl::Status PsTraining::Connect() {
 }
 
 absl::Status PsTraining::SetUpBackend() {
-  BackendOptions bopt;
-  bopt.device = options_.device;
-  bopt.max_batch = batch_;
-  bopt.num_threads = options_.threads;
-  bopt.seed = plan_.seed();
-  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(spec_, bopt);
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateLoopBackend(ctx_);
   if (!backend.ok()) return backend.status();
   backend_ = *std::move(backend);
   overlap_push_ = plan_.push_overlap() && plan_.transport() == TRANSPORT_TCP;

@@ -15,11 +15,16 @@
 #include <atomic>
 #include <cstdint>
 
+#include <memory>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "compute/compute_backend.h"
 #include "model/dataset.h"
 #include "model/model_spec.h"
 #include "proto/coordination.pb.h"
 #include "wire/chief_client.h"
+#include "worker/step_report.h"
 #include "worker/trainer_options.h"
 
 namespace pscluster {
@@ -47,6 +52,12 @@ class TrainingLoop {
   // asks to stop (Cancelled), or fails with a status naming what went wrong.
   virtual absl::Status Run(const TrainingContext& context) = 0;
 };
+
+// What both loops set up alike from the context: the compute backend (this
+// worker's device and threads, the plan's batch and seed) and the step
+// report's settings for `chunks_per_epoch` chunks an epoch.
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateLoopBackend(const TrainingContext& context);
+StepReport::Options LoopReportOptions(const TrainingContext& context, int chunks_per_epoch);
 
 }  // namespace pscluster
 
