@@ -230,24 +230,24 @@ void CheckAgainstFiniteDifferences(const Problem& p, int per_variable) {
                          std::min(per_variable, 10));
 }
 
-TEST(NetworkTest, MlpGradientMatchesFiniteDifferences) {
+TEST(CpuNetworkTest, MlpGradientMatchesFiniteDifferences) {
   CheckAgainstFiniteDifferences(Problem("mlp", 5, 1), 16);
 }
 
-TEST(NetworkTest, CnnGradientMatchesFiniteDifferences) {
+TEST(CpuNetworkTest, CnnGradientMatchesFiniteDifferences) {
   CheckAgainstFiniteDifferences(Problem("cnn", 2, 2), 8);
 }
 
-TEST(NetworkTest, UnfusedFirstLayerMatchesFiniteDifferences) {
+TEST(CpuNetworkTest, UnfusedFirstLayerMatchesFiniteDifferences) {
   CheckAgainstFiniteDifferences(Problem(SmallCnn(6), 3, 10), 12);
 }
 
-TEST(NetworkTest, FusedFirstLayerMatchesFiniteDifferences) {
+TEST(CpuNetworkTest, FusedFirstLayerMatchesFiniteDifferences) {
   CheckAgainstFiniteDifferences(Problem(SmallCnn(8), 3, 11), 12);
 }
 
 // Weights beyond the cache: one pass per thread instead of micro-batches.
-TEST(NetworkTest, WideMlpGradientMatchesFiniteDifferences) {
+TEST(CpuNetworkTest, WideMlpGradientMatchesFiniteDifferences) {
   const Problem p(WideMlp(1400), 5, 12);
   EXPECT_EQ(p.Make(1)->micro_batch(), 64);  // the whole of max_batch
   EXPECT_EQ(p.Make(2)->micro_batch(), 32);
@@ -257,7 +257,7 @@ TEST(NetworkTest, WideMlpGradientMatchesFiniteDifferences) {
 
 // The gradient of the batch is the size-weighted mean of its halves': tests
 // the sum over micro-batches and the 1 / batch scaling.
-TEST(NetworkTest, GradientIsMeanOverExamples) {
+TEST(CpuNetworkTest, GradientIsMeanOverExamples) {
   Problem whole("cnn", 40, 3);
   Problem first = whole, second = whole;
   first.batch = second.batch = 20;
@@ -278,7 +278,7 @@ TEST(NetworkTest, GradientIsMeanOverExamples) {
   }
 }
 
-TEST(NetworkTest, TwoThreadsMatchOne) {
+TEST(CpuNetworkTest, TwoThreadsMatchOne) {
   for (const std::string model : {"cnn", "mlp", "wide_mlp"}) {
     // Odd: uneven shares, several micro-batches.
     Problem p = model == "wide_mlp" ? Problem(WideMlp(1400), 37, 4) : Problem(model, 37, 4);
@@ -333,7 +333,7 @@ void CheckListener(CpuNetwork& net, const float* params, const float* images,
   EXPECT_EQ(grads, plain) << what;
 }
 
-TEST(NetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
+TEST(CpuNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
   for (const std::string model : {"cnn", "mlp", "wide_mlp"}) {
     Problem p = model == "wide_mlp" ? Problem(WideMlp(1400), 37, 4) : Problem(model, 37, 4);
     for (int threads : {1, 2, 3}) {
@@ -344,7 +344,7 @@ TEST(NetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
   }
 }
 
-TEST(NetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
+TEST(CpuNetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
   for (const std::string model : {"cnn", "mlp", "wide_mlp"}) {
     Problem p = model == "wide_mlp" ? Problem(WideMlp(1400), 37, 4) : Problem(model, 37, 4);
     for (int threads : {1, 2, 3}) {
@@ -356,7 +356,7 @@ TEST(NetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
   }
 }
 
-TEST(NetworkTest, MoreThreadsThanExamples) {
+TEST(CpuNetworkTest, MoreThreadsThanExamples) {
   Problem p("cnn", 2, 5);
   auto one = p.Make(1);
   auto three = p.Make(3);
@@ -367,13 +367,13 @@ TEST(NetworkTest, MoreThreadsThanExamples) {
   }
 }
 
-TEST(NetworkTest, RepeatedStepsAreBitIdentical) {
+TEST(CpuNetworkTest, RepeatedStepsAreBitIdentical) {
   Problem p("cnn", 33, 6);
   auto net = p.Make(2);
   EXPECT_EQ(Gradient(*net, p), Gradient(*net, p));
 }
 
-TEST(NetworkTest, EvaluateMatchesTrainStep) {
+TEST(CpuNetworkTest, EvaluateMatchesTrainStep) {
   Problem p("cnn", 24, 7);
   auto net = p.Make(2);
   float loss = 0;
@@ -389,7 +389,7 @@ TEST(NetworkTest, EvaluateMatchesTrainStep) {
   EXPECT_EQ(eval_correct, correct);
 }
 
-TEST(NetworkTest, BatchAboveMaxIsInvalidArgument) {
+TEST(CpuNetworkTest, BatchAboveMaxIsInvalidArgument) {
   Problem p("mlp", 9, 8);
   auto net = p.Make(2, /*max_batch=*/8);
   std::vector<float> grads(p.spec.num_parameters);
@@ -412,7 +412,7 @@ TEST(NetworkTest, BatchAboveMaxIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(NetworkTest, LabelOutOfRangeIsInvalidArgument) {
+TEST(CpuNetworkTest, LabelOutOfRangeIsInvalidArgument) {
   Problem p("mlp", 4, 9);
   p.labels[2] = 10;
   auto net = p.Make(1);
@@ -426,7 +426,7 @@ TEST(NetworkTest, LabelOutOfRangeIsInvalidArgument) {
   EXPECT_NE(st.message().find("label 10"), std::string::npos) << st;
 }
 
-TEST(NetworkTest, CreateRejectsBadOptionsAndSpecs) {
+TEST(CpuNetworkTest, CreateRejectsBadOptionsAndSpecs) {
   const ModelSpec cnn = *ModelByName("cnn");
   CpuNetworkOptions options;
   options.max_batch = 0;

@@ -59,10 +59,10 @@ double RelativeError(const std::vector<float>& got,
   return worst / std::max(scale, 1e-30);
 }
 
-class DeviceGraphTest
+class FastDeviceGraphTest
     : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
-TEST_P(DeviceGraphTest, TrainStepMatchesCpuNetwork) {
+TEST_P(FastDeviceGraphTest, TrainStepMatchesCpuNetwork) {
   const auto [model, batch] = GetParam();
   const Problem p(model, batch, 7);
   const int max_batch = batch + 3;  // runs below the buffers' capacity
@@ -109,7 +109,7 @@ TEST_P(DeviceGraphTest, TrainStepMatchesCpuNetwork) {
   EXPECT_TRUE(errors.ok()) << errors.first();
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, DeviceGraphTest,
+INSTANTIATE_TEST_SUITE_P(Models, FastDeviceGraphTest,
                          ::testing::Values(std::make_tuple("cnn", 1),
                                            std::make_tuple("cnn", 9),
                                            std::make_tuple("mlp", 1),
@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(Models, DeviceGraphTest,
                                   std::to_string(std::get<1>(info.param));
                          });
 
-TEST(DeviceGraphArenaTest, EveryBufferIsAlignedAndSizedForMaxBatch) {
+TEST(FastDeviceGraphArenaTest, EveryBufferIsAlignedAndSizedForMaxBatch) {
   absl::StatusOr<std::vector<FastLayer>> layers =
       PlanFastLayers(*ModelByName("cnn"));
   ASSERT_TRUE(layers.ok());

@@ -68,19 +68,19 @@ void CheckGradients(const ModelSpec& spec, float eps) {
   }
 }
 
-TEST(KerasNetworkTest, GradientsOfEveryLayerMatchFiniteDifferences) {
+TEST(GeneralCpuNetworkTest, GradientsOfEveryLayerMatchFiniteDifferences) {
   CheckGradients(EveryLayer(), 1e-2f);
 }
 
-TEST(KerasNetworkTest, GradientsWithFlattenReluAndBnWithoutGamma) {
+TEST(GeneralCpuNetworkTest, GradientsWithFlattenReluAndBnWithoutGamma) {
   CheckGradients(FlattenModel(), 1e-3f);
 }
 
-TEST(KerasNetworkTest, GradientsThroughStridedWindows) {
+TEST(GeneralCpuNetworkTest, GradientsThroughStridedWindows) {
   CheckGradients(testing_models::StridedModel(), 1e-3f);
 }
 
-TEST(KerasNetworkTest, ThreadCountChangesOnlyRounding) {
+TEST(GeneralCpuNetworkTest, ThreadCountChangesOnlyRounding) {
   for (const ModelSpec& spec : {EveryLayer(), FlattenModel()}) {
     Problem p = Make(spec, 11, 9);
     std::vector<std::vector<float>> all;
@@ -109,7 +109,7 @@ TEST(KerasNetworkTest, ThreadCountChangesOnlyRounding) {
 // As CpuNetwork's test: what the listener calls final is final, on the
 // general path too (BatchNormalization's whole-batch gradients and
 // statistics included).
-TEST(KerasNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
+TEST(GeneralCpuNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
   for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel()}) {
     Problem p = Make(spec, 11, 9);
     for (int threads : {1, 2, 3}) {
@@ -145,7 +145,7 @@ TEST(KerasNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
 }
 
 // As CpuNetwork's test: the forward pass waits for each layer's weights.
-TEST(KerasNetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
+TEST(GeneralCpuNetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
   for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel()}) {
     Problem p = Make(spec, 11, 9);
     for (int threads : {1, 2, 3}) {
@@ -159,7 +159,7 @@ TEST(KerasNetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
 
 // The BN layer right after the input sees the images themselves: its
 // moving slots must hold their per-channel mean and biased variance.
-TEST(KerasNetworkTest, BatchStatisticsGoToTheMovingSlots) {
+TEST(GeneralCpuNetworkTest, BatchStatisticsGoToTheMovingSlots) {
   ModelSpec spec = *BuildModelSpec(
       "bn_first", 3, 2, 2, 2,
       {Bn("bn"), L(LayerKind::kFlatten, "flatten"), Dense("out", 2, Activation::kNone)});
@@ -184,7 +184,7 @@ TEST(KerasNetworkTest, BatchStatisticsGoToTheMovingSlots) {
 
 // Inference normalises with the moving values and drops no unit: computed
 // here by hand for a BN + Dropout + Dense model.
-TEST(KerasNetworkTest, EvaluateUsesMovingStatisticsAndNoDropout) {
+TEST(GeneralCpuNetworkTest, EvaluateUsesMovingStatisticsAndNoDropout) {
   ModelSpec spec = *BuildModelSpec(
       "eval", 1, 1, 3, 2,
       {Bn("bn"), Drop("drop", 0.9f), Dense("out", 2, Activation::kNone)});
@@ -211,7 +211,7 @@ TEST(KerasNetworkTest, EvaluateUsesMovingStatisticsAndNoDropout) {
 }
 
 // The same step key gives the same masks; another key, others.
-TEST(KerasNetworkTest, DropoutIsKeyedByTheStep) {
+TEST(GeneralCpuNetworkTest, DropoutIsKeyedByTheStep) {
   Problem p = Make(FlattenModel(), 8, 2);
   std::unique_ptr<CpuNetwork> net = Net(p.spec, 8, 1);
   auto step = [&](uint64_t key) {
@@ -233,7 +233,7 @@ TEST(KerasNetworkTest, DropoutIsKeyedByTheStep) {
 // mode (batch statistics): "same" convolutions and pooling with strides on
 // odd sizes, rectangular windows, overlapping max pooling, average pooling
 // that does not count the padding, global average pooling, sigmoid, tanh.
-TEST(KerasNetworkTest, LossesMatchTensorFlowJs) {
+TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
   std::vector<ReferenceCase> cases = LoadTfjsReference();
   ASSERT_EQ(cases.size(), 2u);
   for (const ReferenceCase& m : cases) {

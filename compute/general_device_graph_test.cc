@@ -81,7 +81,7 @@ std::unique_ptr<CpuNetwork> CpuNet(const ModelSpec& spec, int max_batch) {
 
 // Every variable, the moving statistics' slots (the batch statistics)
 // included, within float rounding of the CPU's.
-TEST(KerasDeviceGraphTest, TrainAndEvaluateMatchTheCpuPath) {
+TEST(GeneralDeviceGraphTest, TrainAndEvaluateMatchTheCpuPath) {
   for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), StridedModel()}) {
     for (int batch : {1, 7}) {
       Problem p = Make(spec, batch, 9);
@@ -117,7 +117,7 @@ TEST(KerasDeviceGraphTest, TrainAndEvaluateMatchTheCpuPath) {
 
 // The device path's own gradients against central differences of its own
 // training loss (Dropout's masks fixed by the step key).
-TEST(KerasDeviceGraphTest, GradientsMatchFiniteDifferences) {
+TEST(GeneralDeviceGraphTest, GradientsMatchFiniteDifferences) {
   struct Case {
     ModelSpec spec;
     float eps;
@@ -146,10 +146,10 @@ TEST(KerasDeviceGraphTest, GradientsMatchFiniteDifferences) {
   }
 }
 
-// Keras semantics from TensorFlow.js (see keras_network_test's test of the
+// Keras semantics from TensorFlow.js (see general_cpu_network_test's test of the
 // same name): inference with the moving statistics, training with the
 // batch's.
-TEST(KerasDeviceGraphTest, LossesMatchTensorFlowJs) {
+TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
   std::vector<ReferenceCase> cases = LoadTfjsReference();
   ASSERT_EQ(cases.size(), 2u);
   for (const ReferenceCase& m : cases) {
@@ -168,7 +168,7 @@ TEST(KerasDeviceGraphTest, LossesMatchTensorFlowJs) {
 
 // A rate-0.9 Dropout before the logits: the masks decide the loss, so
 // equal losses on both paths for several keys mean equal masks.
-TEST(KerasDeviceGraphTest, DropoutMasksAreTheCpuPaths) {
+TEST(GeneralDeviceGraphTest, DropoutMasksAreTheCpuPaths) {
   ModelSpec spec = *BuildModelSpec("drop", 2, 2, 3, 3,
                                    {Bn("bn"), testing_models::L(LayerKind::kFlatten, "flatten"),
                                     Drop("drop", 0.9f), Dense("out", 3, Activation::kNone)});

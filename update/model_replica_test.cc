@@ -42,7 +42,7 @@ ShardState StateAt(const std::vector<float>& values, int64_t step) {
   return s;
 }
 
-TEST(ReplicaTest, AppliesTheExampleWeightedMeanWithTheParameterServersRule) {
+TEST(ModelReplicaTest, AppliesTheExampleWeightedMeanWithTheParameterServersRule) {
   const std::vector<float> start = {1, -2, 3, 0.5f, -0.25f, 10, 20, 30};
   ModelReplica r;
   InitRequest setup = ReplicaSetup("adam");
@@ -89,7 +89,7 @@ TEST(ReplicaTest, AppliesTheExampleWeightedMeanWithTheParameterServersRule) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(params[i], want[i]) << i;
 }
 
-TEST(ReplicaTest, ReplicasApplyingTheSameSumsStayBitForBitTheSame) {
+TEST(ModelReplicaTest, ReplicasApplyingTheSameSumsStayBitForBitTheSame) {
   std::vector<float> start(8);
   for (int i = 0; i < 8; ++i) start[i] = 0.1f * static_cast<float>(i) - 0.3f;
   ModelReplica a, b(/*update_threads=*/2);
@@ -109,7 +109,7 @@ TEST(ReplicaTest, ReplicasApplyingTheSameSumsStayBitForBitTheSame) {
   EXPECT_EQ(a.step(), 20);
 }
 
-TEST(ReplicaTest, HandsOutItsStateOnlyAtTheStepAsked) {
+TEST(ModelReplicaTest, HandsOutItsStateOnlyAtTheStepAsked) {
   ModelReplica r;
   ReplicaRequest req;
   EXPECT_TRUE(absl::IsUnavailable(r.State(req).status()));
@@ -154,7 +154,7 @@ TEST(ReplicaTest, HandsOutItsStateOnlyAtTheStepAsked) {
   EXPECT_EQ(r.step(), 3);
 }
 
-TEST(ReplicaTest, TheInitialStateIsStepZeroWithZeroSlots) {
+TEST(ModelReplicaTest, TheInitialStateIsStepZeroWithZeroSlots) {
   std::vector<float> values(8);
   for (int i = 0; i < 8; ++i) values[i] = static_cast<float>(i);
   absl::StatusOr<ShardState> s = ModelReplica::InitialState(ReplicaSetup("adam"), values);
@@ -172,7 +172,7 @@ TEST(ReplicaTest, TheInitialStateIsStepZeroWithZeroSlots) {
       ModelReplica::InitialState(ReplicaSetup("adam"), std::vector<float>(7)).status()));
 }
 
-TEST(ReplicaTest, RefusesAStepWithoutExamplesAndANonFiniteGradient) {
+TEST(ModelReplicaTest, RefusesAStepWithoutExamplesAndANonFiniteGradient) {
   ModelReplica r;
   ASSERT_TRUE(r.Restore(ReplicaSetup("sgd"), StateAt(std::vector<float>(8, 1.0f), 0)).ok());
   std::vector<float> sum(8, 1.0f), params(8);
