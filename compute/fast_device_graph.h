@@ -102,11 +102,15 @@ class FastDeviceGraph {
         d, n, num_classes(), in, labels, 1.0f / static_cast<float>(n),
         grads != nullptr ? g : nullptr, loss_sum, correct, arena_ + softmax_);
     if (grads == nullptr) return;
+    bool relu_applied = false;  // the layer above fused this one's ReLU
     for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
       const FastLayer& l = layers_[i];
       const float* x = i == 0 ? images : Act(i - 1);
       float* dx = l.needs_input_grad ? next : nullptr;
-      if (l.relu) kernels::ReluGrad<Device>()(d, n * l.out_size, Act(i), g);
+      if (l.relu && !relu_applied) {
+        kernels::ReluGrad<Device>()(d, n * l.out_size, Act(i), g);
+      }
+      relu_applied = false;
       switch (l.kind) {
         case LayerKind::kConv2D:
           // The forward left im2col(x) in this layer's workspace.
@@ -121,8 +125,11 @@ class FastDeviceGraph {
           break;
         case LayerKind::kMaxPool2D:
           if (dx != nullptr) {
-            kernels::MaxPool2DBackward<Device>()(d, Pool(l, n), g, Argmax(i),
-                                                 dx);
+            // A ReLU below: its gradient in the same pass.
+            relu_applied = i > 0 && layers_[i - 1].relu;
+            kernels::MaxPool2DBackward<Device>()(
+                d, Pool(l, n), g, Argmax(i), dx,
+                relu_applied ? Act(i) : nullptr);
           }
           break;
         case LayerKind::kDense:

@@ -44,7 +44,9 @@ absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
         break;
       case LayerKind::kDense:
         workspace = std::max(
-            workspace, parallel::DenseGeneralBackwardWorkspace(static_cast<int>(n)) * kFloat);
+            workspace, parallel::DenseGeneralBackwardWorkspace(static_cast<int>(n),
+                                                         static_cast<int>(op.dense_out)) *
+                           kFloat);
         break;
       case LayerKind::kBatchNorm:
         workspace =

@@ -17,9 +17,15 @@ class HostExec {
  public:
   explicit HostExec(const EmulatedGpuDevice& d) : d_(d) {}
 
+  // Backwards, so that a kernel relying on the order of its calls fails
+  // here too; with the GPU's index type (parallel::NarrowIndex).
   template <typename F>
   void ForEach(const char*, int64_t n, const F& f) const {
-    for (int64_t i = n - 1; i >= 0; --i) f(i);
+    if (parallel::NarrowIndex(n)) {
+      for (uint32_t i = static_cast<uint32_t>(n); i-- > 0;) f(i);
+    } else {
+      for (int64_t i = n - 1; i >= 0; --i) f(i);
+    }
   }
 
   void Gemm(const ColumnMajorGemm& g) const {
@@ -64,8 +70,8 @@ void BiasActivationForward<EmulatedGpuDevice>::operator()(
   parallel::BiasActivationForward(HostExec(d), rows, cols, bias, relu, y);
 }
 
-int64_t BiasGrad<EmulatedGpuDevice>::WorkspaceSize(int64_t rows) {
-  return parallel::BiasGradWorkspace(rows);
+int64_t BiasGrad<EmulatedGpuDevice>::WorkspaceSize(int64_t rows, int cols) {
+  return parallel::BiasGradWorkspace(rows, cols);
 }
 
 void BiasGrad<EmulatedGpuDevice>::operator()(const EmulatedGpuDevice& d,
@@ -146,8 +152,8 @@ void MaxPool2DForward<EmulatedGpuDevice>::operator()(const EmulatedGpuDevice& d,
 
 void MaxPool2DBackward<EmulatedGpuDevice>::operator()(
     const EmulatedGpuDevice& d, const MaxPool2DShape& s, const float* dy,
-    const int32_t* argmax, float* dx) const {
-  parallel::MaxPool2DBackward(HostExec(d), s, dy, argmax, dx);
+    const int32_t* argmax, float* dx, const float* relu_y) const {
+  parallel::MaxPool2DBackward(HostExec(d), s, dy, argmax, relu_y, dx);
 }
 
 int64_t SoftmaxCrossEntropy<EmulatedGpuDevice>::WorkspaceBytes(int batch) {

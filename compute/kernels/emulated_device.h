@@ -38,7 +38,7 @@ struct BiasActivationForward<EmulatedGpuDevice> {
 
 template <>
 struct BiasGrad<EmulatedGpuDevice> {
-  static int64_t WorkspaceSize(int64_t rows);
+  static int64_t WorkspaceSize(int64_t rows, int cols);
   void operator()(const EmulatedGpuDevice& d, int64_t rows, int cols,
                   const float* dy, bool accumulate, float* db,
                   float* workspace) const;
@@ -100,7 +100,8 @@ struct MaxPool2DForward<EmulatedGpuDevice> {
 template <>
 struct MaxPool2DBackward<EmulatedGpuDevice> {
   void operator()(const EmulatedGpuDevice& d, const MaxPool2DShape& s,
-                  const float* dy, const int32_t* argmax, float* dx) const;
+                  const float* dy, const int32_t* argmax, float* dx,
+                  const float* relu_y = nullptr) const;
 };
 
 template <>

@@ -20,12 +20,14 @@ constexpr int kThreadsPerBlock = 256;
 // Enough blocks to fill any current GPU; larger ranges loop (grid stride).
 constexpr int64_t kMaxBlocks = 1 << 16;
 
-template <typename F>
+// I: uint32_t below parallel::kNarrowIndexLimit (no wrap: n + stride <
+// 2^32), else int64_t.
+template <typename I, typename F>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    ForEachKernel(int64_t n, F f) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n; i += stride) {
+    ForEachKernel(I n, F f) {
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
     f(i);
   }
 }
@@ -43,8 +45,13 @@ class CudaExec {
     if (n <= 0) return;
     const int64_t blocks = std::min<int64_t>(
         (n + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks);
-    ForEachKernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0,
-                    d_.stream>>>(n, f);
+    if (parallel::NarrowIndex(n)) {
+      ForEachKernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0,
+                      d_.stream>>>(static_cast<uint32_t>(n), f);
+    } else {
+      ForEachKernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0,
+                      d_.stream>>>(n, f);
+    }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
       d_.errors->Record(
@@ -78,8 +85,8 @@ void BiasActivationForward<GpuDevice>::operator()(const GpuDevice& d,
   parallel::BiasActivationForward(CudaExec(d), rows, cols, bias, relu, y);
 }
 
-int64_t BiasGrad<GpuDevice>::WorkspaceSize(int64_t rows) {
-  return parallel::BiasGradWorkspace(rows);
+int64_t BiasGrad<GpuDevice>::WorkspaceSize(int64_t rows, int cols) {
+  return parallel::BiasGradWorkspace(rows, cols);
 }
 
 void BiasGrad<GpuDevice>::operator()(const GpuDevice& d, int64_t rows, int cols,
@@ -159,9 +166,9 @@ void MaxPool2DForward<GpuDevice>::operator()(const GpuDevice& d,
 void MaxPool2DBackward<GpuDevice>::operator()(const GpuDevice& d,
                                               const MaxPool2DShape& s,
                                               const float* dy,
-                                              const int32_t* argmax,
-                                              float* dx) const {
-  parallel::MaxPool2DBackward(CudaExec(d), s, dy, argmax, dx);
+                                              const int32_t* argmax, float* dx,
+                                              const float* relu_y) const {
+  parallel::MaxPool2DBackward(CudaExec(d), s, dy, argmax, relu_y, dx);
 }
 
 int64_t SoftmaxCrossEntropy<GpuDevice>::WorkspaceBytes(int batch) {

@@ -5,6 +5,7 @@
 //     stream (compute/kernels/gpu_device.h);
 //   - kernels that reduce over rows (bias gradients) take a caller-owned
 //     workspace, sized by their WorkspaceSize (floats);
+//   - MaxPool2DBackward can fuse the gradient of the ReLU below it;
 //   - SoftmaxCrossEntropy writes *loss_sum and *correct to device memory.
 // There is no fused conv + pool kernel: the GPU runs the pair unfused.
 // Implemented in gpu_kernels.cu over compute/kernels/parallel_kernels.h:
@@ -35,7 +36,7 @@ struct BiasActivationForward<GpuDevice> {
 
 template <>
 struct BiasGrad<GpuDevice> {
-  static int64_t WorkspaceSize(int64_t rows);
+  static int64_t WorkspaceSize(int64_t rows, int cols);
   void operator()(const GpuDevice& d, int64_t rows, int cols, const float* dy,
                   bool accumulate, float* db, float* workspace) const;
 };
@@ -89,10 +90,13 @@ struct MaxPool2DForward<GpuDevice> {
                   float* y, int32_t* argmax) const;
 };
 
+// With `relu_y` (the pooled output y), also the gradient of a ReLU whose
+// output the pool read: dx is 0 where y <= 0 (one pass instead of two).
 template <>
 struct MaxPool2DBackward<GpuDevice> {
   void operator()(const GpuDevice& d, const MaxPool2DShape& s, const float* dy,
-                  const int32_t* argmax, float* dx) const;
+                  const int32_t* argmax, float* dx,
+                  const float* relu_y = nullptr) const;
 };
 
 template <>

@@ -37,13 +37,18 @@ struct AddBiasFn {
   const float* b;
   int cols;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const { y[i] += b[i % cols]; }
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const { y[i] += b[i % static_cast<I>(cols)];
+  }
 };
 
 struct CopyFn {
   const float* x;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const { y[i] = x[i]; }
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    y[i] = x[i];
+  }
 };
 
 // The output pixel's window origin in the input (may be negative: padding).
@@ -75,22 +80,24 @@ struct Pixel {
   int64_t n;
   int y, x, c;
 };
-PSCLUSTER_HD inline Pixel Unflatten(int64_t i, int height, int width, int channels) {
+// In I's arithmetic (parallel_kernels.h: uint32_t where it fits).
+template <typename I>
+PSCLUSTER_HD inline Pixel Unflatten(I i, int height, int width, int channels) {
   Pixel p;
-  p.c = static_cast<int>(i % channels);
-  int64_t t = i / channels;
-  p.x = static_cast<int>(t % width);
-  t /= width;
-  p.y = static_cast<int>(t % height);
-  p.n = t / height;
+  p.c = static_cast<int>(i % static_cast<I>(channels));
+  I t = i / static_cast<I>(channels);
+  p.x = static_cast<int>(t % static_cast<I>(width));
+  t /= static_cast<I>(width);
+  p.y = static_cast<int>(t % static_cast<I>(height));
+  p.n = t / static_cast<I>(height);
   return p;
 }
 
 // Calls f(p, oh, ow, k) for every output window holding input element i
 // (of any channel): p = (n * out_h + oh) * out_w + ow the output pixel,
 // k = kh * window_w + kw the input's cell in that window. In (oh, ow) order.
-template <typename F>
-PSCLUSTER_HD void ForWindowsHolding(const WindowGeometry& g, int64_t i, const F& f) {
+template <typename I, typename F>
+PSCLUSTER_HD void ForWindowsHolding(const WindowGeometry& g, I i, const F& f) {
   const Pixel px = Unflatten(i, g.in_h, g.in_w, g.in_c);
   int oh0, oh1, ow0, ow1;
   Covering(px.y, g.window_h, g.stride_h, g.pad_top, g.out_h, &oh0, &oh1);
@@ -107,8 +114,8 @@ PSCLUSTER_HD void ForWindowsHolding(const WindowGeometry& g, int64_t i, const F&
 // Calls f(v, k) for every cell of output element i's window (of its
 // channel) that lies inside the input: v its value in x, k = kh * window_w
 // + kw its place in the window. In row-major window order.
-template <typename F>
-PSCLUSTER_HD void ForCellsInside(const WindowGeometry& g, const float* x, int64_t i, const F& f) {
+template <typename I, typename F>
+PSCLUSTER_HD void ForCellsInside(const WindowGeometry& g, const float* x, I i, const F& f) {
   const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
   for (int kh = 0; kh < g.window_h; ++kh) {
     const int ih = px.y * g.stride_h - g.pad_top + kh;
@@ -128,18 +135,19 @@ struct Im2ColGeneralFn {
   WindowGeometry g;
   const float* x;
   float* columns;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int64_t patch = int64_t{g.window_h} * g.window_w * g.in_c;
-    const int64_t p = i / patch;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const I patch = static_cast<I>(g.window_h) * g.window_w * g.in_c;  // <= n
+    const I p = i / patch;
     const int q = static_cast<int>(i - p * patch);
     const int kh = q / (g.window_w * g.in_c);
     const int r = q - kh * g.window_w * g.in_c;
     const int kw = r / g.in_c;
     const int ci = r - kw * g.in_c;
-    const int ow = static_cast<int>(p % g.out_w);
-    const int64_t t = p / g.out_w;
-    const int oh = static_cast<int>(t % g.out_h);
-    const int64_t n = t / g.out_h;
+    const int ow = static_cast<int>(p % static_cast<I>(g.out_w));
+    const I t = p / static_cast<I>(g.out_w);
+    const int oh = static_cast<int>(t % static_cast<I>(g.out_h));
+    const int64_t n = t / static_cast<I>(g.out_h);
     const int ih = oh * g.stride_h - g.pad_top + kh;
     const int iw = ow * g.stride_w - g.pad_left + kw;
     columns[i] = ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w
@@ -154,9 +162,10 @@ struct Col2ImGeneralFn {
   WindowGeometry g;
   const float* dcolumns;
   float* dx;
-  PSCLUSTER_HD void operator()(int64_t i) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
     const int64_t patch = int64_t{g.window_h} * g.window_w * g.in_c;
-    const int c = static_cast<int>(i % g.in_c);
+    const int c = static_cast<int>(i % static_cast<I>(g.in_c));
     float sum = 0.0f;
     ForWindowsHolding(g, i, [&](int64_t p, int, int, int k) {
       sum += dcolumns[p * patch + int64_t{k} * g.in_c + c];
@@ -174,7 +183,8 @@ struct MaxPoolGeneralForwardFn {
   const float* x;
   float* y;
   int32_t* argmax;
-  PSCLUSTER_HD void operator()(int64_t i) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
     float best = 0.0f;
     int32_t at = -1;
     ForCellsInside(g, x, i, [&](float v, int k) {
@@ -195,8 +205,9 @@ struct MaxPoolGeneralBackwardFn {
   const float* dy;
   const int32_t* argmax;
   float* dx;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % g.in_c);
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(g.in_c));
     float sum = 0.0f;
     ForWindowsHolding(g, i, [&](int64_t p, int, int, int k) {
       const int64_t o = p * g.in_c + c;
@@ -222,7 +233,8 @@ struct AvgPoolGeneralForwardFn {
   WindowGeometry g;
   const float* x;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
     float sum = 0.0f;
     ForCellsInside(g, x, i, [&](float v, int) { sum += v; });
     const Pixel px = Unflatten(i, g.out_h, g.out_w, g.in_c);
@@ -237,8 +249,9 @@ struct AvgPoolGeneralBackwardFn {
   WindowGeometry g;
   const float* dy;
   float* dx;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % g.in_c);
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(g.in_c));
     float sum = 0.0f;
     // A window holding this cell counts at least it: no division by 0.
     ForWindowsHolding(g, i, [&](int64_t p, int oh, int ow, int) {
@@ -253,9 +266,10 @@ struct GlobalAvgPoolForwardFn {
   int pixels, channels;
   const float* x;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % channels);
-    const int64_t n = i / channels;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
+    const int64_t n = i / static_cast<I>(channels);
     const float* in = x + n * pixels * channels + c;
     float sum = 0.0f;
     for (int p = 0; p < pixels; ++p) sum += in[int64_t{p} * channels];
@@ -268,9 +282,10 @@ struct GlobalAvgPoolBackwardFn {
   int pixels, channels;
   const float* dy;
   float* dx;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % channels);
-    const int64_t n = i / (int64_t{pixels} * channels);
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
+    const int64_t n = i / (static_cast<I>(pixels) * channels);  // <= i
     dx[i] = dy[n * channels + c] * (1.0f / pixels);
   }
 };
@@ -278,7 +293,8 @@ struct GlobalAvgPoolBackwardFn {
 struct ActivationForwardFn {
   ActivationFn f;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
     const float v = y[i];
     switch (f) {
       case ActivationFn::kRelu:
@@ -299,7 +315,8 @@ struct ActivationGradFn {
   ActivationFn f;
   const float* y;
   float* dy;
-  PSCLUSTER_HD void operator()(int64_t i) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
     const float v = y[i];
     switch (f) {
       case ActivationFn::kRelu:
@@ -323,7 +340,8 @@ struct DropoutFn {
   float scale;
   const float* x;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
     y[i] = DropoutKeeps(key, first + i, threshold) ? x[i] * scale : 0.0f;
   }
 };
@@ -349,9 +367,10 @@ struct ChannelSumsFn {
   float epsilon;
   double* out_a;
   double* out_b;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % channels);
-    const int64_t g = i / channels;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
+    const int64_t g = i / static_cast<I>(channels);
     const int64_t end =
         (g + 1) * kChannelGroup < rows ? (g + 1) * kChannelGroup : rows;
     double a = 0.0, b = 0.0;
@@ -391,7 +410,8 @@ struct ChannelTotalsFn {
   double* sum_b;   // gradient sums
   float* dgamma;   // may be null
   float* dbeta;    // may be null
-  PSCLUSTER_HD void operator()(int64_t c) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I c) const {
     double a = 0.0, b = 0.0;
     for (int64_t g = 0; g < groups; ++g) {
       a += part_a[g * channels + c];
@@ -422,8 +442,9 @@ struct BatchNormForwardFn {
   const float* beta;   // may be null: 0
   float epsilon;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % channels);
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
     const float inv = 1.0f / sqrtf(var[c] + epsilon);
     const float a = (gamma != nullptr ? gamma[c] : 1.0f) * inv;
     const float b = (beta != nullptr ? beta[c] : 0.0f) - mean[c] * a;
@@ -444,8 +465,9 @@ struct BatchNormBackwardInputFn {
   const double* sum_dy_xhat;
   double inv_n;
   float* dx;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % channels);
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
     const float inv = 1.0f / sqrtf(var[c] + epsilon);
     const float xhat = (x[i] - mean[c]) * inv;
     const float scale = (gamma != nullptr ? gamma[c] : 1.0f) * inv;
@@ -456,13 +478,14 @@ struct BatchNormBackwardInputFn {
 
 // ---- Layer algorithms ------------------------------------------------------
 
-// Floats of workspace: the convolution's backward needs dcolumns and a
-// vector of ones; Dense's a vector of ones.
+// Floats of workspace: the convolution's backward needs dcolumns and the
+// bias gradient's partial sums; Dense's the partial sums.
 inline int64_t ConvGeneralBackwardWorkspace(const WindowShape& s) {
-  return s.out_pixels() * s.patch_size() + BiasGradWorkspace(s.out_pixels());
+  return s.out_pixels() * s.patch_size() +
+         BiasGradWorkspace(s.out_pixels(), s.out_c);
 }
-inline int64_t DenseGeneralBackwardWorkspace(int batch) {
-  return BiasGradWorkspace(batch);
+inline int64_t DenseGeneralBackwardWorkspace(int batch, int out) {
+  return BiasGradWorkspace(batch, out);
 }
 // Bytes of workspace of the batch-normalization passes over `rows` rows:
 // the groups' partial sums, then the per-channel totals (double).
@@ -515,7 +538,7 @@ void DenseGeneralForward(const Exec& e, int batch, int in, int out,
 }
 
 // dw = x^T dy, db = column sums of dy (may be null), dx = dy w^T (may be
-// null). `workspace`: DenseGeneralBackwardWorkspace(batch) floats.
+// null). `workspace`: DenseGeneralBackwardWorkspace(batch, out) floats.
 template <typename Exec>
 void DenseGeneralBackward(const Exec& e, int batch, int in, int out,
                           const float* x, const float* w, const float* dy,

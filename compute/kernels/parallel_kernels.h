@@ -8,14 +8,20 @@
 //   template <typename F>
 //   void ForEach(const char* what, int64_t n, const F& f) const;
 //       calls f(i) for every i in [0, n), in any order, concurrently;
-//       `what` names the kernel in error messages.
+//       `what` names the kernel in error messages. i is a uint32_t when
+//       n < kNarrowIndexLimit, else an int64_t (NarrowIndex), so functors
+//       take it as a template parameter `I`.
 //   void Gemm(const ColumnMajorGemm& g) const;
 //       C = alpha * op(A) * op(B) + beta * C in cuBLAS's column-major
 //       terms; with beta == 0, C is not read.
 // and records failures itself (compute/kernels/kernel_errors.h).
 //
 // Element functors are plain structs of sizes and pointers, copied to the
-// device by value; operator() is __host__ __device__ under nvcc. Each call
+// device by value; operator() is __host__ __device__ under nvcc. They split
+// their index into coordinates in I (a GPU divides 32-bit integers many
+// times faster than 64-bit ones: a 64-bit index made the pooling gradient
+// a quarter of a training step) and form addresses in int64_t, since an
+// address may lie beyond n (col2im reads a larger matrix than it writes). Each call
 // writes only its own output element and no atomics are used, so results
 // are the same from run to run. Workspaces are caller-owned device memory.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_PARALLEL_KERNELS_H_
@@ -78,12 +84,22 @@ inline ColumnMajorGemm RowMajorGemm(bool transpose_a, bool transpose_b, int m,
   return g;
 }
 
+// Executors pass indices below this as uint32_t: i + the grid's stride
+// stays below 2^32, so a grid-stride loop cannot wrap.
+constexpr int64_t kNarrowIndexLimit = int64_t{1} << 31;
+
+// Whether ForEach over n elements passes uint32_t indices.
+inline bool NarrowIndex(int64_t n) { return n < kNarrowIndexLimit; }
+
 // ---- Element functors ----------------------------------------------------
 
 struct FillFn {
   float* y;
   float value;
-  PSCLUSTER_HD void operator()(int64_t i) const { y[i] = value; }
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    y[i] = value;
+  }
 };
 
 // y[r, c] = act(y[r, c] + bias[c]) over a row-major [rows, cols] matrix.
@@ -92,8 +108,9 @@ struct BiasActivationFn {
   int cols;
   bool relu;
   float* y;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const float v = y[i] + bias[i % cols];
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const float v = y[i] + bias[i % static_cast<I>(cols)];
     y[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
   }
 };
@@ -102,7 +119,8 @@ struct BiasActivationFn {
 struct ReluGradFn {
   const float* y;
   float* dy;
-  PSCLUSTER_HD void operator()(int64_t i) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
     if (!(y[i] > 0.0f)) dy[i] = 0.0f;
   }
 };
@@ -113,18 +131,19 @@ struct Im2ColFn {
   int in_h, in_w, in_c, k, out_h, out_w;
   const float* x;
   float* cols;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int64_t patch = static_cast<int64_t>(k) * k * in_c;
-    const int64_t p = i / patch;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const I patch = static_cast<I>(k) * k * in_c;  // <= n
+    const I p = i / patch;
     const int q = static_cast<int>(i - p * patch);
     const int kh = q / (k * in_c);
     const int r = q - kh * k * in_c;
     const int kw = r / in_c;
     const int ci = r - kw * in_c;
-    const int ow = static_cast<int>(p % out_w);
-    const int64_t t = p / out_w;
-    const int oh = static_cast<int>(t % out_h);
-    const int64_t n = t / out_h;
+    const int ow = static_cast<int>(p % static_cast<I>(out_w));
+    const I t = p / static_cast<I>(out_w);
+    const int oh = static_cast<int>(t % static_cast<I>(out_h));
+    const int64_t n = t / static_cast<I>(out_h);
     cols[i] = x[((n * in_h + oh + kh) * in_w + ow + kw) * in_c + ci];
   }
 };
@@ -135,13 +154,14 @@ struct Col2ImFn {
   int in_h, in_w, in_c, k, out_h, out_w;
   const float* cols;
   float* dx;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int ci = static_cast<int>(i % in_c);
-    int64_t t = i / in_c;
-    const int iw = static_cast<int>(t % in_w);
-    t /= in_w;
-    const int ih = static_cast<int>(t % in_h);
-    const int64_t n = t / in_h;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int ci = static_cast<int>(i % static_cast<I>(in_c));
+    I t = i / static_cast<I>(in_c);
+    const int iw = static_cast<int>(t % static_cast<I>(in_w));
+    t /= static_cast<I>(in_w);
+    const int ih = static_cast<int>(t % static_cast<I>(in_h));
+    const int64_t n = t / static_cast<I>(in_h);
     const int64_t patch = static_cast<int64_t>(k) * k * in_c;
     float sum = 0.0f;
     for (int kh = 0; kh < k; ++kh) {
@@ -165,13 +185,14 @@ struct MaxPoolForwardFn {
   const float* x;
   float* y;
   int32_t* argmax;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % channels);
-    int64_t t = i / channels;
-    const int j = static_cast<int>(t % out_w);
-    t /= out_w;
-    const int row = static_cast<int>(t % out_h);
-    const int64_t n = t / out_h;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
+    I t = i / static_cast<I>(channels);
+    const int j = static_cast<int>(t % static_cast<I>(out_w));
+    t /= static_cast<I>(out_w);
+    const int row = static_cast<int>(t % static_cast<I>(out_h));
+    const int64_t n = t / static_cast<I>(out_h);
     const float* win = x +
                        ((n * in_h + static_cast<int64_t>(row) * pool) * in_w +
                         static_cast<int64_t>(j) * pool) *
@@ -193,28 +214,33 @@ struct MaxPoolForwardFn {
   }
 };
 
-// dx = dy at each window's argmax, 0 elsewhere (dropped edges included). One
+// dx = dy at each window's argmax, 0 elsewhere (dropped edges included): a
+// gather from the indices the forward pass saved. With `y` (the pooled
+// output), the gradient of a ReLU below is fused in: the winning cell
+// holds y, so dx is also 0 where y <= 0, as ReluGradFn would make it. One
 // call per input element.
 struct MaxPoolBackwardFn {
   int in_h, in_w, channels, pool, out_h, out_w;
   const float* dy;
   const int32_t* argmax;
+  const float* y;  // null: no ReLU below
   float* dx;
-  PSCLUSTER_HD void operator()(int64_t i) const {
-    const int c = static_cast<int>(i % channels);
-    int64_t t = i / channels;
-    const int w = static_cast<int>(t % in_w);
-    t /= in_w;
-    const int h = static_cast<int>(t % in_h);
-    const int64_t n = t / in_h;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
+    I t = i / static_cast<I>(channels);
+    const int w = static_cast<int>(t % static_cast<I>(in_w));
+    t /= static_cast<I>(in_w);
+    const int h = static_cast<int>(t % static_cast<I>(in_h));
+    const int64_t n = t / static_cast<I>(in_h);
     const int row = h / pool, col = w / pool;
     if (row >= out_h || col >= out_w) {
       dx[i] = 0.0f;
       return;
     }
     const int64_t o = ((n * out_h + row) * out_w + col) * channels + c;
-    dx[i] =
-        argmax[o] == (h - row * pool) * pool + (w - col * pool) ? dy[o] : 0.0f;
+    const bool won = argmax[o] == (h - row * pool) * pool + (w - col * pool);
+    dx[i] = won && (y == nullptr || y[o] > 0.0f) ? dy[o] : 0.0f;
   }
 };
 
@@ -228,7 +254,8 @@ struct SoftmaxRowFn {
   float* dlogits;
   double* row_loss;
   int32_t* row_correct;
-  PSCLUSTER_HD void operator()(int64_t r) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I r) const {
     const float* z = logits + r * classes;
     const int label = labels[r];
     int best = 0;
@@ -261,7 +288,8 @@ struct SoftmaxSumFn {
   const int32_t* correct_in;
   double* loss_out;
   int32_t* correct_out;
-  PSCLUSTER_HD void operator()(int64_t g) const {
+  template <typename I>
+  PSCLUSTER_HD void operator()(I g) const {
     double loss = 0.0;
     int32_t right = 0;
     const int64_t end = (g + 1) * group < count ? (g + 1) * group : count;
@@ -271,6 +299,32 @@ struct SoftmaxSumFn {
     }
     loss_out[g] = loss;
     correct_out[g] = right;
+  }
+};
+
+// Rows summed per thread by ColumnSumsFn.
+constexpr int kColumnSumRows = 64;
+
+// out[g, c] = the sum of in[r, c] over the group's rows r in [g * 64,
+// min(rows, (g + 1) * 64)), in order, over a row-major [rows, cols] matrix;
+// with `accumulate`, added to out. One call per (g, c), c fastest: a warp
+// reads consecutive columns of a row.
+struct ColumnSumsFn {
+  int64_t rows;
+  int cols;
+  bool accumulate;
+  const float* in;
+  float* out;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(cols));
+    const int64_t g = i / static_cast<I>(cols);
+    const int64_t begin = g * kColumnSumRows;
+    const int64_t end =
+        begin + kColumnSumRows < rows ? begin + kColumnSumRows : rows;
+    float sum = 0.0f;
+    for (int64_t r = begin; r < end; ++r) sum += in[r * cols + c];
+    out[i] = accumulate ? out[i] + sum : sum;
   }
 };
 
@@ -292,16 +346,34 @@ void BiasActivationForward(const Exec& e, int64_t rows, int cols,
             BiasActivationFn{bias, cols, relu, y});
 }
 
-// Floats of workspace BiasGrad needs: a vector of ones.
-inline int64_t BiasGradWorkspace(int64_t rows) { return rows; }
+// Floats of workspace BiasGrad needs: the partial sums of every level.
+inline int64_t BiasGradWorkspace(int64_t rows, int cols) {
+  int64_t floats = 0;
+  for (int64_t n = rows; n > kColumnSumRows;) {
+    n = (n + kColumnSumRows - 1) / kColumnSumRows;
+    floats += n * cols;
+  }
+  return floats;
+}
 
-// db (+)= column sums of dy [rows, cols], as the GEMM ones[1, rows] * dy.
+// db (+)= column sums of dy [rows, cols]: groups of 64 rows summed, then
+// groups of 64 of those sums, until one group is left (a fixed order, no
+// atomics: the same bits every run).
 template <typename Exec>
 void BiasGrad(const Exec& e, int64_t rows, int cols, const float* dy,
               bool accumulate, float* db, float* workspace) {
-  e.ForEach("Fill", rows, FillFn{workspace, 1.0f});
-  Gemm(e, false, false, 1, cols, static_cast<int>(rows), 1.0f, workspace,
-       static_cast<int>(rows), dy, cols, accumulate ? 1.0f : 0.0f, db, cols);
+  const float* in = dy;
+  int64_t n = rows;
+  while (n > kColumnSumRows) {
+    const int64_t groups = (n + kColumnSumRows - 1) / kColumnSumRows;
+    e.ForEach("ColumnSums", groups * cols,
+              ColumnSumsFn{n, cols, false, in, workspace});
+    in = workspace;
+    workspace += groups * cols;
+    n = groups;
+  }
+  // At most 64 rows left: one group per column.
+  e.ForEach("ColumnSums", cols, ColumnSumsFn{n, cols, accumulate, in, db});
 }
 
 template <typename Exec>
@@ -318,7 +390,7 @@ void DenseForward(const Exec& e, const DenseShape& s, const float* x,
 }
 
 inline int64_t DenseBackwardWorkspace(const DenseShape& s) {
-  return BiasGradWorkspace(s.batch);
+  return BiasGradWorkspace(s.batch, s.out);
 }
 
 // DenseBackward<CpuDevice>'s contract, plus the bias gradient's workspace.
@@ -336,7 +408,7 @@ void DenseBackward(const Exec& e, const DenseShape& s, const float* x,
 }
 
 // Floats of the im2col matrix: the forward workspace; the backward passes
-// use the same region (the filter gradient then a vector of ones after it).
+// use the same region (the filter gradient then the bias sums after it).
 inline int64_t Conv2DColumns(const Conv2DShape& s) {
   return s.out_pixels() * s.patch_size();
 }
@@ -344,7 +416,7 @@ inline int64_t Conv2DForwardWorkspace(const Conv2DShape& s) {
   return Conv2DColumns(s);
 }
 inline int64_t Conv2DBackwardFilterWorkspace(const Conv2DShape& s) {
-  return Conv2DColumns(s) + BiasGradWorkspace(s.out_pixels());
+  return Conv2DColumns(s) + BiasGradWorkspace(s.out_pixels(), s.out_c);
 }
 inline int64_t Conv2DBackwardInputWorkspace(const Conv2DShape& s) {
   return Conv2DColumns(s);
@@ -406,13 +478,15 @@ void MaxPool2DForward(const Exec& e, const MaxPool2DShape& s, const float* x,
                              s.out_w(), x, y, argmax});
 }
 
+// `y`: the pooled output when a ReLU below is fused in (MaxPoolBackwardFn),
+// else null.
 template <typename Exec>
 void MaxPool2DBackward(const Exec& e, const MaxPool2DShape& s, const float* dy,
-                       const int32_t* argmax, float* dx) {
+                       const int32_t* argmax, const float* y, float* dx) {
   e.ForEach("MaxPoolBackward",
             static_cast<int64_t>(s.batch) * s.in_h * s.in_w * s.channels,
             MaxPoolBackwardFn{s.in_h, s.in_w, s.channels, s.pool, s.out_h(),
-                              s.out_w(), dy, argmax, dx});
+                              s.out_w(), dy, argmax, y, dx});
 }
 
 // Per-example results are summed in groups of this many, then the groups.

@@ -122,18 +122,20 @@ TYPED_TEST_P(KernelConformanceTest, BiasActivationForwardMatchesCpu) {
 
 TYPED_TEST_P(KernelConformanceTest, BiasGradMatchesCpu) {
   using D = typename TypeParam::Device;
+  // One level of partial sums (64 rows), two, and three (> 64 * 64 rows).
+  for (const int64_t rows : {int64_t{64}, int64_t{1000}, int64_t{70000}})
   for (bool accumulate : {false, true}) {
-    const int64_t rows = 1000;
     const int cols = 24;
     const std::vector<float> dy = Random(rows * cols, 3);
     std::vector<float> want = Random(cols, 4);
     TypeParam h;
     float* db = accumulate ? h.Upload(want) : h.template Poisoned<float>(cols);
     BiasGrad<D>()(h.device(), rows, cols, h.Upload(dy), accumulate, db,
-                  h.template Poisoned<float>(BiasGrad<D>::WorkspaceSize(rows)));
+                  h.template Poisoned<float>(BiasGrad<D>::WorkspaceSize(rows, cols)));
     BiasGrad<CpuDevice>()(CpuDevice(), rows, cols, dy.data(), accumulate,
                           want.data());
-    EXPECT_TRUE(Close(h.Download(db, cols), want, "db")) << accumulate;
+    EXPECT_TRUE(Close(h.Download(db, cols), want, "db"))
+        << rows << " rows, accumulate " << accumulate;
     EXPECT_EQ(h.Errors(), "");
   }
 }
@@ -372,6 +374,34 @@ TYPED_TEST_P(KernelConformanceTest, MaxPool2DBackwardMatchesCpu) {
   }
 }
 
+// The pooling gradient with the ReLU below it fused in (relu_y) equals the
+// CPU's two passes: pooling gradient, then ReluGrad on the pool's input.
+TYPED_TEST_P(KernelConformanceTest, MaxPool2DBackwardWithReluMatchesCpu) {
+  using D = typename TypeParam::Device;
+  for (const MaxPool2DShape& s : PoolShapes()) {
+    const int64_t in = int64_t{s.batch} * s.in_h * s.in_w * s.channels;
+    // A ReLU's output: about half the cells 0, some windows all 0.
+    std::vector<float> x = Random(in, 30);
+    for (float& v : x) v = v > 0.0f ? v : 0.0f;
+    std::vector<float> y(s.out_size());
+    std::vector<int32_t> at(s.out_size());
+    MaxPool2DForward<CpuDevice>()(CpuDevice(), s, x.data(), y.data(),
+                                  at.data());
+    const std::vector<float> dy = Random(s.out_size(), 31);
+    std::vector<float> want(in);
+    MaxPool2DBackward<CpuDevice>()(CpuDevice(), s, dy.data(), at.data(),
+                                   want.data());
+    ReluGrad<CpuDevice>()(CpuDevice(), in, x.data(), want.data());
+    TypeParam h;
+    float* dx = h.template Poisoned<float>(in);
+    MaxPool2DBackward<D>()(h.device(), s, h.Upload(dy), h.Upload(at), dx,
+                           h.Upload(y));
+    EXPECT_TRUE(Close(h.Download(dx, in), want, "dx"))
+        << s.in_h << "x" << s.in_w << " pool " << s.pool;
+    EXPECT_EQ(h.Errors(), "");
+  }
+}
+
 TYPED_TEST_P(KernelConformanceTest, SoftmaxCrossEntropyMatchesCpu) {
   using D = typename TypeParam::Device;
   struct Case {
@@ -417,7 +447,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     ReluGradMatchesCpu, DenseForwardMatchesCpu, DenseBackwardMatchesCpu,
     Conv2DForwardMatchesCpu, Conv2DBackwardFilterMatchesCpu,
     Conv2DBackwardInputMatchesCpu, MaxPool2DForwardMatchesCpu,
-    MaxPool2DBackwardMatchesCpu, SoftmaxCrossEntropyMatchesCpu);
+    MaxPool2DBackwardMatchesCpu, MaxPool2DBackwardWithReluMatchesCpu,
+    SoftmaxCrossEntropyMatchesCpu);
 
 }  // namespace conformance
 }  // namespace kernels
