@@ -21,6 +21,24 @@
 // The echo handler copies the request bytes into the response once, as the
 // ps's pull must copy its values once; everything else the ps does beyond
 // the echo (the gradient check, the optimizer, locking) shows in the ratio.
+//
+// A step's push+pull instead (issue 29), with --model=NAME (a built-in
+// model, e.g. cnn: 0.49 MB of weights, negligible compute beside them):
+//
+//   bazel run //tests/bench:ps_throughput -- --model=cnn [--ps=1,2] [--seconds=3]
+//
+// For each ps count P: P real ps_server processes (tests/local_cluster.h)
+// set up as the chief sets them up for one worker (sync, adam, the model's
+// variables placed over the P ps as model/placement.h places them), and
+// this process as worker 0 with two PsClients: one over the tcp data plane,
+// one over gRPC. Each call is PsClient::PushPullAll of the whole gradient
+// (no compute): every ps takes its shards' gradient, closes the step (ps 0
+// decides it for the others), applies Adam and answers with the new
+// weights. Beside them, in the same run and the same alternating slices, a
+// bare TCP round trip of the same bytes on loopback: one connection, the
+// P ps's messages written back to back, each echoed by a thread of this
+// process as it arrives, and all read back. The table gives the median
+// milliseconds per call and each transport's ratio to the bare round trip.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -49,13 +67,18 @@
 #include "absl/strings/str_split.h"
 #include "common/daemon.h"
 #include "common/metrics.h"
+#include "common/cluster_spec.h"
 #include "common/rpc.h"
+#include "model/model_spec.h"
+#include "model/placement.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/data_plane_server.h"
 #include "ps_server/ps_service.h"
 #include "tests/bench/echo.grpc.pb.h"
+#include "tests/local_cluster.h"
 #include "update/parameter_store.h"
 #include "wire/data_plane.h"
+#include "wire/ps_client.h"
 
 namespace pscluster {
 namespace {
@@ -68,6 +91,10 @@ constexpr std::chrono::seconds kCallTimeout(60);
 struct Flags {
   std::vector<int64_t> sizes = {4 << 10, 1 << 20, 16 << 20};
   double seconds = 2.5;  // per size and service, after the warm-up
+  // Step-shaped mode: the model whose weights a step pushes and pulls, and
+  // the ps counts to measure it with.
+  std::string model;
+  std::vector<int> ps = {1, 2};
 };
 
 // "4096", "4K", "4KiB", "16M", "16MiB".
@@ -105,13 +132,25 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       }
     } else if (name == "--seconds") {
       ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
+    } else if (name == "--model") {
+      ok = ModelByName(value).ok();
+      flags->model = value;
+    } else if (name == "--ps") {
+      flags->ps.clear();
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        int n = 0;
+        ok = ok && absl::SimpleAtoi(part, &n) && n >= 1 && n <= 8;
+        flags->ps.push_back(n);
+      }
     } else {
       ok = false;
     }
     if (!ok) {
       std::fprintf(stderr,
                    "bad flag %s\nusage: ps_throughput [--sizes=4K,1M,16M] "
-                   "[--seconds=2.5]\n(sizes: positive multiples of 4 bytes)\n",
+                   "[--seconds=2.5]\n       ps_throughput --model=cnn [--ps=1,2] "
+                   "[--seconds=2.5]\n(sizes: positive multiples of 4 bytes; model: a "
+                   "built-in model; ps: 1 to 8)\n",
                    arg.c_str());
       return false;
     }
@@ -157,6 +196,8 @@ class Target {
   virtual ~Target() = default;
   // One call of N bytes up and N bytes down, checked.
   virtual absl::Status Call() = 0;
+  // Before each slice of calls, untimed.
+  virtual absl::Status BeginSlice() { return absl::OkStatus(); }
 };
 
 class PsTarget final : public Target {
@@ -305,14 +346,16 @@ class EchoTarget final : public Target {
   bench::EchoMessage req_;
 };
 
-// The limit: a bare TCP ping-pong over loopback. A server thread reads N
-// bytes from one persistent connection and writes them back (its own
-// buffer, one copy each way, as the echo); the client writes N bytes and
-// reads N. No framing, no serialization, no threads handing work over.
+// The limit: a bare TCP ping-pong over loopback. A server thread reads
+// each message from one persistent connection and writes it back as soon
+// as it is in (its own buffer, one copy each way, as the echo); the client
+// writes every message back to back, then reads them all. No framing, no
+// serialization, no threads handing work over. One message of N bytes for
+// --sizes; a step's messages (one per ps) for --model.
 class TcpTarget final : public Target {
  public:
-  static absl::StatusOr<std::unique_ptr<TcpTarget>> Create(int64_t bytes) {
-    std::unique_ptr<TcpTarget> t(new TcpTarget(bytes));
+  static absl::StatusOr<std::unique_ptr<TcpTarget>> Create(std::vector<int64_t> messages) {
+    std::unique_ptr<TcpTarget> t(new TcpTarget(std::move(messages)));
     const int listener = socket(AF_INET, SOCK_STREAM, 0);
     if (listener < 0) return absl::InternalError("socket failed");
     sockaddr_in addr{};
@@ -339,13 +382,17 @@ class TcpTarget final : public Target {
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
     t->server_ = server;
-    t->thread_ = std::thread([fd = server, bytes] {
-      std::vector<char> buf(bytes);
-      while (ReadAll(fd, buf.data(), bytes) && WriteAll(fd, buf.data(), bytes)) {
+    const int64_t largest = *std::max_element(t->messages_.begin(), t->messages_.end());
+    t->thread_ = std::thread([fd = server, messages = t->messages_, largest] {
+      std::vector<char> buf(largest);
+      while (true) {
+        for (int64_t m : messages) {
+          if (!ReadAll(fd, buf.data(), m) || !WriteAll(fd, buf.data(), m)) return;
+        }
       }
     });
-    t->up_.assign(bytes, '\x01');
-    t->down_.resize(bytes);
+    t->up_.assign(largest, '\x01');
+    t->down_.resize(largest);
     return t;
   }
 
@@ -357,14 +404,21 @@ class TcpTarget final : public Target {
   }
 
   absl::Status Call() override {
-    if (!WriteAll(client_, up_.data(), bytes_) || !ReadAll(client_, down_.data(), bytes_)) {
-      return absl::InternalError("TCP ping-pong: the connection failed");
+    for (int64_t m : messages_) {
+      if (!WriteAll(client_, up_.data(), m)) {
+        return absl::InternalError("TCP ping-pong: the connection failed");
+      }
+    }
+    for (int64_t m : messages_) {
+      if (!ReadAll(client_, down_.data(), m)) {
+        return absl::InternalError("TCP ping-pong: the connection failed");
+      }
     }
     return absl::OkStatus();
   }
 
  private:
-  explicit TcpTarget(int64_t bytes) : bytes_(bytes) {}
+  explicit TcpTarget(std::vector<int64_t> messages) : messages_(std::move(messages)) {}
 
   static bool ReadAll(int fd, char* p, int64_t n) {
     while (n > 0) {
@@ -385,11 +439,61 @@ class TcpTarget final : public Target {
     return true;
   }
 
-  const int64_t bytes_;
+  const std::vector<int64_t> messages_;  // bytes each way, in order
   int client_ = -1;
   int server_ = -1;
   std::thread thread_;
   std::vector<char> up_, down_;
+};
+
+// A step's push+pull through PsClient (--model): worker 0 of a sync
+// cluster with one worker, so that every call closes a step on every ps.
+// Before each slice the client pulls, to catch up with the steps the other
+// transport's client took meanwhile.
+class StepTarget final : public Target {
+ public:
+  static absl::StatusOr<std::unique_ptr<StepTarget>> Create(const ClusterSpec& cluster,
+                                                            const Placement* placement,
+                                                            int64_t num_floats,
+                                                            Transport transport) {
+    std::unique_ptr<StepTarget> t(new StepTarget());
+    PsClientOptions o;
+    o.sync = true;
+    o.worker_index = 0;
+    o.transport = transport;
+    o.retry.total_timeout = absl::FromChrono(kCallTimeout);
+    absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(cluster, placement, o);
+    if (!client.ok()) return client.status();
+    t->client_ = *std::move(client);
+    t->params_.resize(num_floats);
+    // Small, finite and not all alike: weights stay finite however long
+    // it runs.
+    t->grads_.resize(num_floats);
+    for (int64_t i = 0; i < num_floats; ++i) t->grads_[i] = 1e-4f * static_cast<float>(i % 7 - 3);
+    if (absl::Status s = t->BeginSlice(); !s.ok()) return s;
+    return t;
+  }
+
+  absl::Status BeginSlice() override {
+    return client_->PullAll(0, params_.data(), absl::FromChrono(kCallTimeout));
+  }
+
+  absl::Status Call() override {
+    absl::Status s = client_->PushPullAll(0, 64, grads_.data(), params_.data(),
+                                          absl::FromChrono(kCallTimeout));
+    if (!s.ok()) return s;
+    if (!client_->last_push_applied()) {
+      return absl::InternalError(absl::StrCat("the push of version ", client_->version() - 1,
+                                              " was not applied"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  StepTarget() = default;
+
+  std::unique_ptr<PsClient> client_;
+  std::vector<float> params_, grads_;
 };
 
 struct Timing {
@@ -419,6 +523,7 @@ absl::StatusOr<std::vector<Timing>> Measure(const std::vector<Target*>& targets,
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   for (Target* t : targets) {
+    if (absl::Status s = t->BeginSlice(); !s.ok()) return s;
     const Clock::time_point warm = Clock::now();
     for (int i = 0; i < 3 || since(warm) < std::min(0.5, seconds / 4); ++i) {
       if (absl::Status s = t->Call(); !s.ok()) return s;
@@ -428,6 +533,7 @@ absl::StatusOr<std::vector<Timing>> Measure(const std::vector<Target*>& targets,
   std::vector<double> cpu(targets.size(), 0.0);
   for (int slice = 0; slice < kSlices; ++slice) {
     for (size_t k = 0; k < targets.size(); ++k) {
+      if (absl::Status s = targets[k]->BeginSlice(); !s.ok()) return s;
       const double cpu0 = ProcessCpuSeconds();
       const Clock::time_point start = Clock::now();
       do {
@@ -446,6 +552,122 @@ absl::StatusOr<std::vector<Timing>> Measure(const std::vector<Target*>& targets,
     result.push_back(Timing{t[t.size() / 2], cpu[k] / calls, calls});
   }
   return result;
+}
+
+// Sets up each ps of `cluster` for `placement` as the chief does for one
+// sync worker (the chief's default optimizer), with the model's initial
+// weights; waits up to a minute for the ps to come up.
+absl::Status InitPs(const TfConfig& tf, const ModelSpec& spec, const Placement& placement) {
+  const std::vector<float> initial = InitialParameters(spec, 1);
+  for (int i = 0; i < placement.num_ps; ++i) {
+    InitRequest req;
+    req.set_layout_fingerprint(placement.fingerprint);
+    for (int k : placement.shards_of_ps[i]) {
+      const Shard& sh = placement.shards[k];
+      ShardSpec* spec_of = req.add_shards();
+      spec_of->set_variable(sh.variable);
+      spec_of->set_part(sh.part);
+      spec_of->set_offset(sh.offset);
+      spec_of->set_size(sh.size);
+      spec_of->set_moving_statistic(sh.moving_statistic);
+      spec_of->set_momentum(sh.momentum);
+    }
+    std::vector<float> wire(placement.floats_of_ps[i]);
+    GatherForPs(placement, i, initial.data(), wire.data());
+    req.set_values(wire.data(), wire.size() * sizeof(float));
+    OptimizerConfig* o = req.mutable_optimizer();
+    o->set_name("adam");
+    o->set_learning_rate(0.002f);
+    o->set_beta1(0.9f);
+    o->set_beta2(0.999f);
+    o->set_epsilon(1e-7f);
+    o->set_decay_rate(0.5f);
+    o->set_decay_steps(1000);
+    req.set_mode(SYNC);
+    req.set_num_workers(1);
+    req.set_replicas_to_aggregate(1);
+    absl::StatusOr<std::string> address = tf.cluster.address(kPsJob, i);
+    if (!address.ok()) return address.status();
+    std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(MakeChannel(*address));
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(60)));
+    InitResponse resp;
+    grpc::Status s = stub->Init(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s, "Init ps:" + std::to_string(i));
+  }
+  return absl::OkStatus();
+}
+
+// --model: a step's push+pull over the data plane and gRPC against the
+// bare round trip, for each ps count.
+int RunSteps(const Flags& flags) {
+  const ModelSpec spec = *ModelByName(flags.model);
+  std::printf("%s: %lld weights (%.3f MB); sync, 1 worker, adam; median ms per push+pull\n",
+              flags.model.c_str(), static_cast<long long>(spec.num_parameters),
+              spec.num_parameters * 4 / 1e6);
+  std::printf("%-4s %-24s %12s %12s %12s %10s %10s\n", "ps", "bytes per ps", "tcp plane",
+              "gRPC", "bare TCP", "tcp/bare", "gRPC/bare");
+  std::fflush(stdout);
+  for (int num_ps : flags.ps) {
+    auto fail = [&](const absl::Status& s) {
+      std::fprintf(stderr, "%d ps: %s\n", num_ps, s.ToString().c_str());
+      return 1;
+    };
+    testing::ClusterOptions co;
+    co.num_ps = num_ps;
+    co.num_workers = 1;
+    co.evaluator = false;
+    co.not_started = {"chief:0", "worker:0"};
+    absl::StatusOr<std::unique_ptr<testing::LocalCluster>> cluster =
+        testing::LocalCluster::Start(co);
+    if (!cluster.ok()) return fail(cluster.status());
+    std::string json = "{\"cluster\": {\"chief\": [\"" + (*cluster)->Address("chief:0") +
+                       "\"], \"worker\": [\"" + (*cluster)->Address("worker:0") +
+                       "\"], \"ps\": [";
+    for (int i = 0; i < num_ps; ++i) {
+      json += absl::StrCat(i ? ", " : "", "\"", (*cluster)->Address(absl::StrCat("ps:", i)),
+                           "\"");
+    }
+    json += "]}, \"task\": {\"type\": \"worker\", \"index\": 0}}";
+    absl::StatusOr<TfConfig> tf = ParseTfConfig(json, "bench");
+    if (!tf.ok()) return fail(tf.status());
+    const Placement placement = PlaceVariables(spec, num_ps);
+    if (absl::Status s = InitPs(*tf, spec, placement); !s.ok()) {
+      std::fprintf(stderr, "%s\n", (*cluster)->AllLogs().c_str());
+      return fail(s);
+    }
+    std::vector<int64_t> messages;
+    std::string sizes;
+    for (int64_t n : placement.floats_of_ps) {
+      messages.push_back(n * static_cast<int64_t>(sizeof(float)));
+      absl::StrAppend(&sizes, sizes.empty() ? "" : "+", n * 4);
+    }
+    absl::StatusOr<std::unique_ptr<StepTarget>> tcp_plane =
+        StepTarget::Create(tf->cluster, &placement, spec.num_parameters, TRANSPORT_TCP);
+    if (!tcp_plane.ok()) return fail(tcp_plane.status());
+    absl::StatusOr<std::unique_ptr<StepTarget>> grpc =
+        StepTarget::Create(tf->cluster, &placement, spec.num_parameters, TRANSPORT_GRPC);
+    if (!grpc.ok()) return fail(grpc.status());
+    absl::StatusOr<std::unique_ptr<TcpTarget>> bare = TcpTarget::Create(messages);
+    if (!bare.ok()) return fail(bare.status());
+    absl::StatusOr<std::vector<Timing>> t =
+        Measure({tcp_plane->get(), grpc->get(), bare->get()}, flags.seconds);
+    if (!t.ok()) {
+      std::fprintf(stderr, "%s\n", (*cluster)->AllLogs().c_str());
+      return fail(t.status());
+    }
+    const double tcp_ms = (*t)[0].median_s * 1e3, grpc_ms = (*t)[1].median_s * 1e3,
+                 bare_ms = (*t)[2].median_s * 1e3;
+    std::printf("%-4d %-24s %12.3f %12.3f %12.3f %10.2f %10.2f\n", num_ps, sizes.c_str(),
+                tcp_ms, grpc_ms, bare_ms, tcp_ms / bare_ms, grpc_ms / bare_ms);
+    std::fflush(stdout);
+  }
+  std::printf(
+      "tcp plane, gRPC: PsClient::PushPullAll against ps_server processes (each call a sync\n"
+      "step: every ps applies adam and answers); bare TCP: the same messages echoed over\n"
+      "one loopback connection\n");
+  return 0;
 }
 
 int Run(const Flags& flags) {
@@ -469,7 +691,7 @@ int Run(const Flags& flags) {
     if (!ps.ok()) return fail(ps.status());
     absl::StatusOr<std::unique_ptr<EchoTarget>> echo = EchoTarget::Create(bytes);
     if (!echo.ok()) return fail(echo.status());
-    absl::StatusOr<std::unique_ptr<TcpTarget>> tcp = TcpTarget::Create(bytes);
+    absl::StatusOr<std::unique_ptr<TcpTarget>> tcp = TcpTarget::Create({bytes});
     if (!tcp.ok()) return fail(tcp.status());
     absl::StatusOr<std::vector<Timing>> timings =
         Measure({ps_tcp->get(), ps->get(), echo->get(), tcp->get()}, flags.seconds);
@@ -498,5 +720,5 @@ int main(int argc, char** argv) {
   if (!pscluster::ParseFlags(argc, argv, &flags)) return 2;
   // The allocator settings the daemons run with (common/daemon.h).
   pscluster::TuneAllocator();
-  return pscluster::Run(flags);
+  return flags.model.empty() ? pscluster::Run(flags) : pscluster::RunSteps(flags);
 }
