@@ -1,10 +1,11 @@
 // The GPU backend's path for models beyond the built-in CNN
 // (compute/general_device_graph.h over compute/kernels/parallel_general.h), run
-// on the emulated GPU device: the same losses, gradients and batch
-// statistics as the general CPU path (itself checked against finite
-// differences and TensorFlow.js), its own gradients against finite
-// differences, the TensorFlow.js reference losses, inference with the
-// moving statistics, and Dropout masks equal to the CPU's.
+// on the emulated GPU device: its losses, gradients and batch statistics and
+// the general CPU path's, each against the float64 reference of the same
+// step within float32 rounding (compute/testing/rounding_check.h; the test
+// models and vgg_fashion), inference as on the CPU, its own gradients
+// against finite differences, the TensorFlow.js reference losses, and
+// Dropout masks equal to the CPU's.
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -14,8 +15,11 @@
 #include "compute/general_device_graph.h"
 #include "compute/kernels/emulated_device.h"
 #include "compute/kernels/testing/gradient_check.h"
+#include "compute/testing/float64_reference.h"
 #include "compute/testing/general_test_models.h"
+#include "compute/testing/rounding_check.h"
 #include "gtest/gtest.h"
+#include "model/keras_model.h"
 
 namespace pscluster {
 namespace {
@@ -79,39 +83,59 @@ std::unique_ptr<CpuNetwork> CpuNet(const ModelSpec& spec, int max_batch) {
   return *std::move(net);
 }
 
-// Every variable, the moving statistics' slots (the batch statistics)
-// included, within float rounding of the CPU's.
-TEST(GeneralDeviceGraphTest, TrainAndEvaluateMatchTheCpuPath) {
+// One training step on the CPU path and on the emulated device, each
+// judged against the float64 reference (every variable, the moving
+// statistics' slots included, the loss, the correct count), then inference
+// on both. `max_batch` above `batch` runs below the buffers' capacity.
+void ExpectStepMatchesReference(const Problem& p, int max_batch, const std::string& what) {
+  constexpr uint64_t kStepKey = 123;
+  const int batch = p.batch;
+  std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, max_batch);
+  std::vector<float> want(p.spec.num_parameters, NAN);
+  float want_loss = 0;
+  int want_correct = 0;
+  ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), batch,
+                             want.data(), &want_loss, &want_correct, kStepKey)
+                  .ok());
+  Emulated gpu(p.spec, max_batch);
+  std::vector<float> got(p.spec.num_parameters, NAN);
+  int correct = 0;
+  const double loss =
+      gpu.Run(p.params, p.images, p.labels, batch, kStepKey, got.data(), &correct);
+  absl::StatusOr<reference::ReferenceStep> ref = reference::TrainStep(
+      p.spec, p.params.data(), p.images.data(), p.labels.data(), batch, kSeed, kStepKey);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_TRUE(reference::WithinRounding(p.spec, *ref, got.data(), loss / batch, correct,
+                                        what + " (emulated)"));
+  EXPECT_TRUE(reference::WithinRounding(p.spec, *ref, want.data(), want_loss, want_correct,
+                                        what + " (cpu)"));
+
+  double want_sum = 0;
+  ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.images.data(), p.labels.data(), batch, &want_sum,
+                            &want_correct)
+                  .ok());
+  const double eval = gpu.Run(p.params, p.images, p.labels, batch, 0, nullptr, &correct);
+  EXPECT_NEAR(eval, want_sum, 1e-5 * std::fabs(want_sum)) << what;
+  EXPECT_EQ(correct, want_correct) << what;
+}
+
+TEST(GeneralDeviceGraphTest, TrainStepsMatchFloat64Reference) {
   for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), StridedModel()}) {
     for (int batch : {1, 7}) {
-      Problem p = Make(spec, batch, 9);
-      const int max_batch = 9;  // runs below the buffers' capacity
-      std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, max_batch);
-      std::vector<float> want(p.spec.num_parameters);
-      float want_loss = 0;
-      int want_correct = 0;
-      ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), batch,
-                                 want.data(), &want_loss, &want_correct, /*step_key=*/123)
-                      .ok());
-      Emulated gpu(p.spec, max_batch);
-      std::vector<float> got(p.spec.num_parameters, NAN);
-      int correct = 0;
-      const double loss = gpu.Run(p.params, p.images, p.labels, batch, 123, got.data(), &correct);
-      EXPECT_NEAR(loss / batch, want_loss, 1e-5 * std::fabs(want_loss)) << spec.name;
-      EXPECT_EQ(correct, want_correct);
-      for (int64_t i = 0; i < p.spec.num_parameters; ++i) {
-        ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::fabs(want[i]))
-            << spec.name << " batch " << batch << " parameter " << i;
-      }
-
-      double want_sum = 0;
-      ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.images.data(), p.labels.data(), batch,
-                                &want_sum, &want_correct)
-                      .ok());
-      const double eval = gpu.Run(p.params, p.images, p.labels, batch, 0, nullptr, &correct);
-      EXPECT_NEAR(eval, want_sum, 1e-5 * std::fabs(want_sum)) << spec.name;
-      EXPECT_EQ(correct, want_correct);
+      ExpectStepMatchesReference(Make(spec, batch, 9), 9,
+                                 spec.name + " batch " + std::to_string(batch));
     }
+  }
+}
+
+// The shipped general-path model: "same" convolutions and a Dense layer
+// feeding BatchNormalization (biases whose exact gradient is zero),
+// Dropout, 28x28 inputs; small batches (the emulated device is slow).
+TEST(GeneralDeviceGraphTest, VggFashionMatchesFloat64Reference) {
+  const ModelSpec spec = *ParseKerasModel(*ReadModelFile("vgg_fashion"), "vgg_fashion");
+  for (int batch : {1, 3}) {
+    ExpectStepMatchesReference(Make(spec, batch, 5), 4,
+                               "vgg_fashion batch " + std::to_string(batch));
   }
 }
 

@@ -1,10 +1,13 @@
-// The CUDA compute backend against the CPU one through ComputeBackend: a
-// whole training step (every gradient element, loss, correct count), with
-// and without the prefetched next batch, evaluation, argument errors, and a
-// short training run on MNIST that must converge. Every test runs on the
-// CPU too ("Cpu" instances of the training run), which checks the test
-// itself on machines without a GPU; the CUDA cases skip there, saying why
-// (no device, or a binary built without CUDA).
+// The CUDA compute backend through ComputeBackend: a whole training step
+// (every gradient element, loss, correct count) of the GPU and of the CPU
+// backend, each judged against a float64 reference of the same step within
+// what float32 summation in any order can produce
+// (compute/testing/rounding_check.h), with and without the prefetched next
+// batch; evaluation, argument errors, and a short training run on MNIST that
+// must converge. The CPU backend's cases run everywhere (CpuBackendTest and
+// the "Cpu" training run), which checks the test itself on machines without
+// a GPU; the CUDA cases skip there, saying why (no device, or a binary built
+// without CUDA).
 #include <cmath>
 #include <memory>
 #include <random>
@@ -14,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "compute/backend_factory.h"
 #include "compute/compute_backend.h"
+#include "compute/testing/float64_reference.h"
+#include "compute/testing/rounding_check.h"
 #include "gtest/gtest.h"
 #include "model/idx_dataset.h"
 #include "model/keras_model.h"
@@ -85,22 +90,31 @@ StepOut Step(ComputeBackend& b, const Problem& p, const Batch& next = Batch()) {
   return out;
 }
 
-// Each variable's gradient within 1e-4 relative error (max |diff| over max
-// |cpu|), nothing unwritten, the same loss and correct count.
-void ExpectSameStep(const StepOut& gpu, const StepOut& cpu,
-                    const ModelSpec& spec, const std::string& what) {
-  for (const VariableSpec& v : spec.variables) {
-    double scale = 0, worst = 0;
-    for (int64_t i = v.offset; i < v.offset + v.size; ++i) {
-      ASSERT_FALSE(std::isnan(gpu.grads[i]))
-          << what << " " << v.name << "[" << i - v.offset << "] not written";
-      scale = std::max(scale, std::fabs(double{cpu.grads[i]}));
-      worst = std::max(worst, std::fabs(double{gpu.grads[i]} - cpu.grads[i]));
-    }
-    EXPECT_LE(worst, 1e-4 * std::max(scale, 1e-30)) << what << " " << v.name;
-  }
-  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * std::fabs(cpu.loss)) << what;
-  EXPECT_EQ(gpu.correct, cpu.correct) << what;
+// The float64 reference of p's step (Dropout keyed as BackendOptions' and
+// Batch's defaults key it: seed 0, step 0).
+reference::ReferenceStep Reference(const Problem& p) {
+  absl::StatusOr<reference::ReferenceStep> r = reference::TrainStep(
+      p.spec, p.params.data(), p.images.data(), p.labels.data(), p.batch);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : reference::ReferenceStep();
+}
+
+// Every gradient element (the moving slots' batch statistics included),
+// the loss and the correct count within rounding of the reference; an
+// unwritten (NaN) element fails.
+void ExpectMatchesReference(const StepOut& got, const reference::ReferenceStep& ref,
+                            const ModelSpec& spec, const std::string& what) {
+  ASSERT_EQ(ref.grads.size(), got.grads.size()) << what;
+  EXPECT_TRUE(reference::WithinRounding(spec, ref, got.grads.data(), got.loss,
+                                        got.correct, what));
+}
+
+// The GPU's step and the CPU's, each against the reference.
+void ExpectBothMatchReference(const StepOut& gpu, const StepOut& cpu,
+                              const reference::ReferenceStep& ref,
+                              const ModelSpec& spec, const std::string& what) {
+  ExpectMatchesReference(gpu, ref, spec, what + " (gpu)");
+  ExpectMatchesReference(cpu, ref, spec, what + " (cpu)");
 }
 
 class GpuBackendTest : public ::testing::Test {
@@ -111,20 +125,59 @@ class GpuBackendTest : public ::testing::Test {
   }
 };
 
+// The models and batches of the step comparisons: the fast path (cnn, mlp),
+// the general path (vgg_fashion: "same" convolutions, BatchNormalization,
+// whose conv and dense biases have a zero gradient, and Dropout), and a
+// batch whose kernel gradients sum about 700,000 products (cnn, 1024).
+struct StepCase {
+  const char* model;
+  int batch;
+  uint32_t seed;
+};
+constexpr StepCase kFastCases[] = {{"cnn", 1, 11},  {"cnn", 37, 11}, {"cnn", 128, 11},
+                                   {"mlp", 1, 11},  {"mlp", 37, 11}, {"mlp", 128, 11}};
+constexpr StepCase kGeneralCases[] = {
+    {"vgg_fashion", 1, 5}, {"vgg_fashion", 37, 5}, {"vgg_fashion", 128, 5}};
+constexpr StepCase kLargeCase = {"cnn", 1024, 12};
+
+ModelSpec SpecOf(const char* model) {
+  if (std::string(model) == "vgg_fashion") {
+    return *ParseKerasModel(*ReadModelFile(model), model);
+  }
+  return *ModelByName(model);
+}
+
+std::string CaseName(const StepCase& c) {
+  return absl::StrCat(c.model, " batch ", c.batch);
+}
+
+// The CPU backend against the reference, on every machine: the same cases
+// as the GPU's below, so that the reference and the bound are exercised
+// where no GPU is.
+TEST(CpuBackendTest, StepsMatchFloat64Reference) {
+  std::vector<StepCase> cases(std::begin(kFastCases), std::end(kFastCases));
+  cases.insert(cases.end(), std::begin(kGeneralCases), std::end(kGeneralCases));
+  cases.push_back(kLargeCase);
+  for (const StepCase& c : cases) {
+    const ModelSpec spec = SpecOf(c.model);
+    const Problem p(spec, c.batch, c.seed);
+    auto cpu = Make("cpu", spec, c.batch);
+    ASSERT_TRUE(cpu);
+    ExpectMatchesReference(Step(*cpu, p), Reference(p), spec, CaseName(c) + " (cpu)");
+  }
+}
+
 TEST_F(GpuBackendTest, FullTrainingStepMatchesCpu) {
-  for (const char* model : {"cnn", "mlp"}) {
-    const ModelSpec spec = *ModelByName(model);
-    for (int batch : {1, 37, 128}) {
-      const Problem p(spec, batch, 11);
-      auto gpu = Make("cuda", spec, 128);
-      auto cpu = Make("cpu", spec, 128);
-      ASSERT_TRUE(gpu && cpu);
-      ExpectSameStep(Step(*gpu, p), Step(*cpu, p), spec,
-                     absl::StrCat(model, " batch ", batch));
-      // Repeated steps reuse the same buffers and give the same answer.
-      const StepOut again = Step(*gpu, p);
-      ExpectSameStep(again, Step(*cpu, p), spec, absl::StrCat(model, " again"));
-    }
+  for (const StepCase& c : kFastCases) {
+    const ModelSpec spec = SpecOf(c.model);
+    const Problem p(spec, c.batch, c.seed);
+    const reference::ReferenceStep ref = Reference(p);
+    auto gpu = Make("cuda", spec, 128);
+    auto cpu = Make("cpu", spec, 128);
+    ASSERT_TRUE(gpu && cpu);
+    ExpectBothMatchReference(Step(*gpu, p), Step(*cpu, p), ref, spec, CaseName(c));
+    // Repeated steps reuse the same buffers and give the same answer.
+    ExpectMatchesReference(Step(*gpu, p), ref, spec, CaseName(c) + " again (gpu)");
   }
 }
 
@@ -132,15 +185,14 @@ TEST_F(GpuBackendTest, FullTrainingStepMatchesCpu) {
 // windows, BatchNormalization, Dropout) trains and evaluates as on the CPU,
 // its batch statistics in the moving slots included.
 TEST_F(GpuBackendTest, GeneralModelMatchesCpu) {
-  const ModelSpec spec =
-      *ParseKerasModel(*ReadModelFile("vgg_fashion"), "vgg_fashion");
-  for (int batch : {1, 37, 128}) {
-    Problem p(spec, batch, 5);
+  for (const StepCase& c : kGeneralCases) {
+    const ModelSpec spec = SpecOf(c.model);
+    const Problem p(spec, c.batch, c.seed);
     auto gpu = Make("cuda", spec, 128);
     auto cpu = Make("cpu", spec, 128);
     ASSERT_TRUE(gpu && cpu);
-    ExpectSameStep(Step(*gpu, p), Step(*cpu, p), spec,
-                   absl::StrCat("vgg_fashion batch ", batch));
+    ExpectBothMatchReference(Step(*gpu, p), Step(*cpu, p), Reference(p), spec, CaseName(c));
+    // Inference (the moving statistics, no Dropout): GPU against CPU.
     double gpu_sum = NAN, cpu_sum = NAN;
     int gpu_right = -1, cpu_right = -2;
     ASSERT_TRUE(gpu->Evaluate(p.params.data(), p.AsBatch(), &gpu_sum, &gpu_right).ok());
@@ -151,12 +203,13 @@ TEST_F(GpuBackendTest, GeneralModelMatchesCpu) {
 }
 
 TEST_F(GpuBackendTest, LargeBatchMatchesCpu) {
-  const ModelSpec spec = *ModelByName("cnn");
-  const Problem p(spec, 1024, 12);
-  auto gpu = Make("cuda", spec, 1024);
-  auto cpu = Make("cpu", spec, 1024);
+  const StepCase c = kLargeCase;
+  const ModelSpec spec = SpecOf(c.model);
+  const Problem p(spec, c.batch, c.seed);
+  auto gpu = Make("cuda", spec, c.batch);
+  auto cpu = Make("cpu", spec, c.batch);
   ASSERT_TRUE(gpu && cpu);
-  ExpectSameStep(Step(*gpu, p), Step(*cpu, p), spec, "cnn batch 1024");
+  ExpectBothMatchReference(Step(*gpu, p), Step(*cpu, p), Reference(p), spec, CaseName(c));
 }
 
 TEST_F(GpuBackendTest, PrefetchedNextBatchIsTheOneUsed) {
@@ -167,12 +220,14 @@ TEST_F(GpuBackendTest, PrefetchedNextBatchIsTheOneUsed) {
   ASSERT_TRUE(gpu && cpu);
   // a (staging b); b (prefetched; staging a); c (a is staged but not asked
   // for; staging b); b (prefetched while c ran).
-  ExpectSameStep(Step(*gpu, a, b.AsBatch()), Step(*cpu, a), spec, "a");
-  ExpectSameStep(Step(*gpu, b, a.AsBatch()), Step(*cpu, b), spec,
-                 "b (prefetched)");
-  ExpectSameStep(Step(*gpu, c, b.AsBatch()), Step(*cpu, c), spec,
-                 "c (not the staged one)");
-  ExpectSameStep(Step(*gpu, b), Step(*cpu, b), spec, "b (staged during c)");
+  const reference::ReferenceStep ref_a = Reference(a), ref_b = Reference(b),
+                                  ref_c = Reference(c);
+  ExpectBothMatchReference(Step(*gpu, a, b.AsBatch()), Step(*cpu, a), ref_a, spec, "a");
+  ExpectBothMatchReference(Step(*gpu, b, a.AsBatch()), Step(*cpu, b), ref_b, spec,
+                           "b (prefetched)");
+  ExpectBothMatchReference(Step(*gpu, c, b.AsBatch()), Step(*cpu, c), ref_c, spec,
+                           "c (not the staged one)");
+  ExpectBothMatchReference(Step(*gpu, b), Step(*cpu, b), ref_b, spec, "b (staged during c)");
   const StepTimes t = gpu->last_step_times();
   EXPECT_GT(t.compute_s, 0.0);
   EXPECT_GT(t.h2d_s, 0.0);
@@ -193,8 +248,13 @@ TEST_F(GpuBackendTest, EvaluateMatchesCpu) {
   ASSERT_TRUE(
       cpu->Evaluate(p.params.data(), p.AsBatch(), &cpu_loss, &cpu_correct)
           .ok());
-  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * cpu_loss);
-  EXPECT_EQ(gpu_correct, cpu_correct);
+  // The cnn evaluates as it trains (no BatchNormalization, no Dropout): the
+  // mean loss and the correct count against the training step's reference.
+  const reference::ReferenceStep ref = Reference(p);
+  EXPECT_TRUE(reference::WithinRounding(spec, ref, nullptr, gpu_loss / p.batch,
+                                        gpu_correct, "evaluate (gpu)"));
+  EXPECT_TRUE(reference::WithinRounding(spec, ref, nullptr, cpu_loss / p.batch,
+                                        cpu_correct, "evaluate (cpu)"));
 }
 
 TEST_F(GpuBackendTest, BadArgumentsAreInvalidArgumentAndLeaveItUsable) {
@@ -227,13 +287,14 @@ TEST_F(GpuBackendTest, EveryGpuComputesTheSameStep) {
   const Problem p(spec, 32, 18);
   auto cpu = Make("cpu", spec, 32);
   ASSERT_TRUE(cpu);
-  const StepOut want = Step(*cpu, p);
+  const reference::ReferenceStep ref = Reference(p);
+  ExpectMatchesReference(Step(*cpu, p), ref, spec, "cpu");
   for (int i = 0; i < gpus; ++i) {
     auto gpu = Make(absl::StrCat("cuda:", i), spec, 32);
     ASSERT_TRUE(gpu);
     EXPECT_EQ(gpu->name().rfind(absl::StrCat("cuda:", i, " ("), 0), 0u)
         << gpu->name();
-    ExpectSameStep(Step(*gpu, p), want, spec, gpu->name());
+    ExpectMatchesReference(Step(*gpu, p), ref, spec, gpu->name());
   }
   BackendOptions o;
   o.device = *ParseDevice(absl::StrCat("cuda:", gpus));
