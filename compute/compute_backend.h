@@ -9,6 +9,7 @@
 #ifndef PSCLUSTER_COMPUTE_COMPUTE_BACKEND_H_
 #define PSCLUSTER_COMPUTE_COMPUTE_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -75,6 +76,14 @@ class ComputeBackend {
   // reads them whole (the GPU's one copy) returns false: the caller then
   // waits for all of them before TrainStep.
   virtual bool SetParamsWait(std::function<void(int64_t)> wait) { return false; }
+
+  // Offers host memory the caller will pass batches, weights or gradients
+  // in: a backend with a device page-locks [p, p + bytes) and copies to and
+  // from it directly, skipping its own staging copy (the GPU's pageable
+  // copies are several times slower); others ignore it. The memory must
+  // stay allocated while the backend lives. Best effort: where the
+  // operating system refuses, the backend stages as before (and logs it).
+  virtual void PinHostMemory(void* p, size_t bytes) {}
 
   // The split of the last successful TrainStep.
   virtual StepTimes last_step_times() const = 0;

@@ -18,6 +18,7 @@
 #include "compute/kernels/gpu_device.h"
 #include "compute/kernels/gpu_kernels.h"
 #include "compute/kernels/kernel_errors.h"
+#include "spdlog/spdlog.h"
 
 namespace pscluster {
 namespace {
@@ -90,6 +91,23 @@ class CudaBackend final : public ComputeBackend {
     cudaSetDevice(ordinal_);
     if (compute_ != nullptr) cudaStreamSynchronize(compute_.get());
     if (copy_ != nullptr) cudaStreamSynchronize(copy_.get());
+    for (const PinnedRange& r : pinned_ranges_) cudaHostUnregister(r.begin);
+  }
+
+  void PinHostMemory(void* p, size_t bytes) override {
+    if (p == nullptr || bytes == 0) return;
+    cudaSetDevice(ordinal_);
+    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      spdlog::warn("cuda:{}: cannot page-lock {} of host buffers ({}): "
+                   "batches are staged through pinned copies",
+                   ordinal_, Bytes(static_cast<int64_t>(bytes)),
+                   kernels::CudaErrorMessage("cudaHostRegister", e));
+      return;
+    }
+    pinned_ranges_.push_back(
+        PinnedRange{static_cast<char*>(p), static_cast<char*>(p) + bytes});
   }
 
   // Creates the streams, the cuBLAS handle and every buffer.
@@ -159,7 +177,7 @@ class CudaBackend final : public ComputeBackend {
       general_->Bind(arena_.get());
       general_kernels_ = kernels::MakeGpuGeneralKernels(Device());
     }
-    return absl::OkStatus();
+    return WarmUp();
   }
 
   absl::Status TrainStep(const float* params, const Batch& batch,
@@ -177,19 +195,13 @@ class CudaBackend final : public ComputeBackend {
     if (!broken_.ok()) return broken_;
     const absl::Time begin = absl::Now();
     absl::Status s = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
-    // Weights through the pinned buffer, on the compute stream.
     if (s.ok()) {
-      std::memcpy(params_h_.get(), params,
-                  spec_.num_parameters * sizeof(float));
       s = Check(cudaEventRecord(start_.get(), compute_.get()),
                 "cudaEventRecord");
     }
-    if (s.ok()) {
-      s = Check(cudaMemcpyAsync(params_d_.get(), params_h_.get(),
-                                spec_.num_parameters * sizeof(float),
-                                cudaMemcpyHostToDevice, compute_.get()),
-                "cudaMemcpyAsync (weights to the device)");
-    }
+    // Weights on the compute stream: from the caller's memory when it is
+    // page-locked, else through the pinned buffer.
+    if (s.ok()) s = CopyParamsIn(params);
     // The batch: staged by the previous step, else copied now.
     int slot = 0;
     if (s.ok()) {
@@ -200,9 +212,11 @@ class CudaBackend final : public ComputeBackend {
             cudaStreamWaitEvent(compute_.get(), slots_[slot].ready.get(), 0),
             "cudaStreamWaitEvent (prefetched batch)");
       } else {
-        // Not the slot a copy may still be filling.
+        // Not the slot a copy may still be filling. The compute stream
+        // is synchronised before TrainStep returns: the copy may read the
+        // caller's memory directly.
         slot = staged_slot_ == 0 ? 1 : 0;
-        s = CopyBatchIn(batch, slot, compute_.get());
+        s = CopyBatchIn(batch, slot, compute_.get(), /*direct_ok=*/true);
       }
       staged_slot_ = -1;
     }
@@ -219,9 +233,11 @@ class CudaBackend final : public ComputeBackend {
     if (s.ok())
       s = Check(cudaEventRecord(compute_done_.get(), compute_.get()),
                 "cudaEventRecord");
+    const size_t grad_bytes = spec_.num_parameters * sizeof(float);
+    const bool grads_direct = Pinned(grads, grad_bytes);
     if (s.ok()) {
-      s = Check(cudaMemcpyAsync(grads_h_.get(), grads_d_.get(),
-                                spec_.num_parameters * sizeof(float),
+      s = Check(cudaMemcpyAsync(grads_direct ? grads : grads_h_.get(),
+                                grads_d_.get(), grad_bytes,
                                 cudaMemcpyDeviceToHost, compute_.get()),
                 "cudaMemcpyAsync (gradients to the host)");
     }
@@ -238,7 +254,7 @@ class CudaBackend final : public ComputeBackend {
     // other slot (whose last reader, the previous step, has finished).
     if (s.ok() && next.size != 0) {
       const int other = 1 - slot;
-      s = CopyBatchIn(next, other, copy_.get());
+      s = CopyBatchIn(next, other, copy_.get(), /*direct_ok=*/false);
       if (s.ok()) {
         staged_ = next;
         staged_slot_ = other;
@@ -249,7 +265,7 @@ class CudaBackend final : public ComputeBackend {
                 "cudaStreamSynchronize (step)");
     if (!s.ok()) return Broken(s);
     const absl::Time copy_out = absl::Now();
-    std::memcpy(grads, grads_h_.get(), spec_.num_parameters * sizeof(float));
+    if (!grads_direct) std::memcpy(grads, grads_h_.get(), grad_bytes);
     const StepResult* r = static_cast<const StepResult*>(result_h_.get());
     *loss = static_cast<float>(r->loss_sum / batch.size);
     *correct = r->correct;
@@ -269,16 +285,9 @@ class CudaBackend final : public ComputeBackend {
     if (absl::Status s = CheckBatch(batch, "batch"); !s.ok()) return s;
     if (!broken_.ok()) return broken_;
     absl::Status s = Check(cudaSetDevice(ordinal_), "cudaSetDevice");
-    if (s.ok()) {
-      std::memcpy(params_h_.get(), params,
-                  spec_.num_parameters * sizeof(float));
-      s = Check(cudaMemcpyAsync(params_d_.get(), params_h_.get(),
-                                spec_.num_parameters * sizeof(float),
-                                cudaMemcpyHostToDevice, compute_.get()),
-                "cudaMemcpyAsync (weights to the device)");
-    }
+    if (s.ok()) s = CopyParamsIn(params);
     const int slot = staged_slot_ == 0 ? 1 : 0;
-    if (s.ok()) s = CopyBatchIn(batch, slot, compute_.get());
+    if (s.ok()) s = CopyBatchIn(batch, slot, compute_.get(), /*direct_ok=*/true);
     StepResult* result_d = static_cast<StepResult*>(result_d_.get());
     if (s.ok()) {
       errors_.Clear();
@@ -311,6 +320,50 @@ class CudaBackend final : public ComputeBackend {
     PinnedMemory images_h, labels_h;
     Event ready;  // recorded after the last copy into this slot
   };
+
+  // One training step on zeros at the largest batch, before the first real
+  // one: CUDA loads each kernel at its first launch and cuBLAS picks and
+  // loads its GEMM kernels at its first call of a shape, about 0.1 s in
+  // all on an H100, which would otherwise land in the first step (a
+  // quarter of a short run's compute time).
+  absl::Status WarmUp() {
+    const absl::Time begin = absl::Now();
+    const int64_t params_bytes = spec_.num_parameters * int64_t{sizeof(float)};
+    Slot& slot = slots_[0];
+    absl::Status s = Check(
+        cudaMemsetAsync(params_d_.get(), 0, params_bytes, compute_.get()),
+        "cudaMemsetAsync (warm-up weights)");
+    if (s.ok()) {
+      s = Check(cudaMemsetAsync(slot.images_d.get(), 0,
+                                max_batch_ * pixels_ * sizeof(float),
+                                compute_.get()),
+                "cudaMemsetAsync (warm-up images)");
+    }
+    if (s.ok()) {
+      s = Check(cudaMemsetAsync(slot.labels_d.get(), 0, max_batch_,
+                                compute_.get()),
+                "cudaMemsetAsync (warm-up labels)");
+    }
+    if (s.ok()) {
+      Batch zeros;
+      zeros.size = max_batch_;
+      errors_.Clear();
+      RunGraph(0, zeros, static_cast<float*>(grads_d_.get()),
+               static_cast<StepResult*>(result_d_.get()));
+      s = KernelStatus();
+    }
+    if (s.ok()) {
+      s = Check(cudaStreamSynchronize(compute_.get()),
+                "cudaStreamSynchronize (warm-up step)");
+    }
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("warm-up step: ", s.message()));
+    }
+    spdlog::info("{}: warm-up step at batch {} took {:.0f} ms", name_,
+                 max_batch_, absl::ToDoubleMilliseconds(absl::Now() - begin));
+    return absl::OkStatus();
+  }
 
   // Queues the model on the batch in `slot`: training when grads is set.
   void RunGraph(int slot, const Batch& batch, float* grads,
@@ -358,22 +411,55 @@ class CudaBackend final : public ComputeBackend {
     return absl::OkStatus();
   }
 
-  // Host batch -> pinned slot buffers -> device slot buffers on `stream`;
-  // records the slot's `ready` event after. Waits first for any earlier copy
-  // out of the slot's pinned buffers.
-  absl::Status CopyBatchIn(const Batch& b, int slot, cudaStream_t stream) {
+  // Whether [p, p + bytes) lies in memory PinHostMemory page-locked.
+  bool Pinned(const void* p, size_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    for (const PinnedRange& r : pinned_ranges_) {
+      if (c >= r.begin && c + bytes <= r.end) return true;
+    }
+    return false;
+  }
+
+  // The step's weights to the device, on the compute stream.
+  absl::Status CopyParamsIn(const float* params) {
+    const size_t bytes = spec_.num_parameters * sizeof(float);
+    const void* from = params;
+    if (!Pinned(params, bytes)) {
+      std::memcpy(params_h_.get(), params, bytes);
+      from = params_h_.get();
+    }
+    return Check(cudaMemcpyAsync(params_d_.get(), from, bytes,
+                                 cudaMemcpyHostToDevice, compute_.get()),
+                 "cudaMemcpyAsync (weights to the device)");
+  }
+
+  // Host batch -> device slot buffers on `stream`, straight from the
+  // caller's memory when it is page-locked and `direct_ok` (the caller
+  // waits for `stream` before its memory may change), else through the
+  // slot's pinned buffers; records the slot's `ready` event after. Waits
+  // first for any earlier copy out of the slot's pinned buffers.
+  absl::Status CopyBatchIn(const Batch& b, int slot, cudaStream_t stream,
+                           bool direct_ok) {
     Slot& sl = slots_[slot];
     absl::Status s = Check(cudaEventSynchronize(sl.ready.get()),
                            "cudaEventSynchronize (batch buffer)");
     if (!s.ok()) return s;
     const size_t image_bytes = b.size * pixels_ * sizeof(float);
-    std::memcpy(sl.images_h.get(), b.images, image_bytes);
-    std::memcpy(sl.labels_h.get(), b.labels, b.size);
-    s = Check(cudaMemcpyAsync(sl.images_d.get(), sl.images_h.get(), image_bytes,
+    const void* images = b.images;
+    const void* labels = b.labels;
+    if (!direct_ok || !Pinned(b.images, image_bytes)) {
+      std::memcpy(sl.images_h.get(), b.images, image_bytes);
+      images = sl.images_h.get();
+    }
+    if (!direct_ok || !Pinned(b.labels, b.size)) {
+      std::memcpy(sl.labels_h.get(), b.labels, b.size);
+      labels = sl.labels_h.get();
+    }
+    s = Check(cudaMemcpyAsync(sl.images_d.get(), images, image_bytes,
                               cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (images to the device)");
     if (s.ok()) {
-      s = Check(cudaMemcpyAsync(sl.labels_d.get(), sl.labels_h.get(), b.size,
+      s = Check(cudaMemcpyAsync(sl.labels_d.get(), labels, b.size,
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync (labels to the device)");
     }
@@ -466,6 +552,12 @@ class CudaBackend final : public ComputeBackend {
   DeviceMemory params_d_, grads_d_, result_d_;
   PinnedMemory params_h_, grads_h_, result_h_;
   Slot slots_[2];
+  // The caller's host memory PinHostMemory page-locked.
+  struct PinnedRange {
+    char* begin;
+    char* end;
+  };
+  std::vector<PinnedRange> pinned_ranges_;
 
   kernels::KernelErrors errors_;  // of the Run in progress
   Batch staged_;                  // the batch copied into slots_[staged_slot_]

@@ -14,6 +14,7 @@
 #include <map>
 #include <vector>
 
+#include "common/parallel_for.h"
 #include "model/dataset.h"
 #include "model/idx_dataset.h"
 
@@ -40,20 +41,30 @@ class ChunkReader {
 
   // Copies chunk k's examples into images (Examples(k) * pixels() floats)
   // and labels; returns how many.
+  // A large chunk is gathered by up to 4 threads (a GPU worker's 8192
+  // MNIST images are 26 MB of scattered rows: several ms on one core).
   int Fill(int64_t k, float* images, uint8_t* labels) {
     const std::vector<int32_t>& perm = Permutation(static_cast<int>(k / chunks_per_epoch_));
     const int64_t begin = (k % chunks_per_epoch_) * batch_;
     const int n = Examples(k);
-    for (int i = 0; i < n; ++i) {
-      const int32_t e = perm[begin + i];
-      std::memcpy(&images[size_t(i) * pixels_], &data_.images[size_t(e) * pixels_],
-                  pixels_ * sizeof(float));
-      labels[i] = data_.labels[e];
-    }
+    const int64_t bytes = int64_t{n} * pixels_ * static_cast<int64_t>(sizeof(float));
+    const int threads = static_cast<int>(std::min<int64_t>(
+        std::min(4, HardwareThreads()), std::max<int64_t>(1, bytes / kBytesPerThread)));
+    ParallelFor(n, 1, threads, [&](int64_t from, int64_t to) {
+      for (int64_t i = from; i < to; ++i) {
+        const int32_t e = perm[begin + i];
+        std::memcpy(&images[size_t(i) * pixels_], &data_.images[size_t(e) * pixels_],
+                    pixels_ * sizeof(float));
+        labels[i] = data_.labels[e];
+      }
+    });
     return n;
   }
 
  private:
+  // Below this many bytes per thread, another thread costs more than it saves.
+  static constexpr int64_t kBytesPerThread = 4 << 20;
+
   const std::vector<int32_t>& Permutation(int epoch) {
     auto it = permutations_.find(epoch);
     if (it == permutations_.end()) {

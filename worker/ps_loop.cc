@@ -213,6 +213,11 @@ absl::Status PsTraining::SetUpBackend() {
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateLoopBackend(ctx_);
   if (!backend.ok()) return backend.status();
   backend_ = *std::move(backend);
+  // A GPU copies the batch, weights and gradients straight from these.
+  backend_->PinHostMemory(images_.data(), images_.size() * sizeof(float));
+  backend_->PinHostMemory(labels_.data(), labels_.size());
+  backend_->PinHostMemory(params_.data(), params_.size() * sizeof(float));
+  backend_->PinHostMemory(grads_.data(), grads_.size() * sizeof(float));
   overlap_push_ = plan_.push_overlap() && plan_.transport() == TRANSPORT_TCP;
   if (overlap_push_) {
     backend_->SetGradientListener([this](int64_t from) { ready_.MarkFinalFrom(from); });

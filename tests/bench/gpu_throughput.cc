@@ -1,20 +1,35 @@
-// Benchmark (not a test): images/s of the built-in CNN on one GPU, at each
-// batch size, compute only (ComputeBackend::TrainStep on real MNIST
-// batches, the next batch prefetched) and inside a 1-ps/1-worker cluster of
-// the real binaries (worker --device=cuda), with the step-time split:
-// pull, host->device, compute, device->host, push (pull and push of a step
-// travel in one fused RPC and are reported together).
+// Benchmark (not a test): images/s of a model on one GPU, at each batch
+// size, compute only (ComputeBackend::TrainStep on real batches, the next
+// batch prefetched) beside PyTorch on the same card in the same run
+// (tests/bench/torch_gpu.py: the same model file, fp32, TF32 off, eager,
+// the batch copied from pinned memory each step), and inside a
+// 1-ps/1-worker cluster of the real binaries (worker --device=cuda), with
+// the step-time split: pull, host->device, compute, device->host, push
+// (pull and push of a step travel in one fused RPC and are reported
+// together).
 //
-//   bazel run //tests/bench:gpu_throughput -- [--device=cuda]
-//   [--batches=128,1024]
-//       [--seconds=5] [--epochs=1] [--mode=sync] [--no_cluster]
+//   bazel run //tests/bench:gpu_throughput -- [--model=cnn|NAME|FILE]
+//       [--device=cuda] [--batches=128,1024,8192] [--seconds=5]
+//       [--epochs=N] [--mode=sync] [--no_cluster] [--idle_ms=0]
+//       [--peer=python3|none] [--peer_script=tests/bench/torch_gpu.py]
+//       [--cluster_args=--flag=value,...]
 //
-// --device=cpu runs the same measurement on the CPU backend, for comparison.
-// Without a usable GPU it prints "SKIPPED: <why>" and exits 0. MNIST from
-// $PSCLUSTER_DATA_DIR or ../shared/data/mnist.
+// --epochs: of the cluster runs; default enough for 40 steps.
+// --model: a built-in model's name or a Keras model file; its input must be
+// 28x28x1 (MNIST, or Fashion-MNIST for vgg_fashion) when a cluster runs.
+// --idle_ms: sleep this long between compute-only steps (a GPU left idle
+// between steps may lower its clocks: this shows what that costs).
+// --peer: the Python that runs the PyTorch peer ("none": no peer); it must
+// have torch with CUDA. --device=cpu runs the same measurement on the CPU
+// backend. Without a usable GPU it prints "SKIPPED: <why>" and exits 0.
+// Data from $PSCLUSTER_DATA_DIR or ../shared/data/mnist (its sibling
+// fashion-mnist for vgg_fashion).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +41,7 @@
 #include "compute/backend_factory.h"
 #include "compute/kernels/blas_env.h"
 #include "model/idx_dataset.h"
+#include "model/keras_model.h"
 #include "model/model_spec.h"
 #include "tests/local_cluster.h"
 
@@ -33,12 +49,17 @@ namespace pscluster {
 namespace {
 
 struct Flags {
+  std::string model = "cnn";
   std::string device = "cuda";
-  std::vector<int> batches = {128, 1024};
+  std::vector<int> batches = {128, 1024, 8192};
   double seconds = 5;
-  int epochs = 1;
+  int epochs = 0;  // 0: enough for 40 steps
   std::string mode = "sync";
   bool cluster = true;
+  int idle_ms = 0;
+  std::string peer = "python3";
+  std::string peer_script = "tests/bench/torch_gpu.py";
+  std::vector<std::string> cluster_args;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -48,7 +69,20 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     const std::string name = arg.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
     bool ok = true;
-    if (name == "--device") {
+    if (name == "--model") {
+      f->model = value;
+      ok = !value.empty();
+    } else if (name == "--idle_ms") {
+      ok = absl::SimpleAtoi(value, &f->idle_ms) && f->idle_ms >= 0;
+    } else if (name == "--peer") {
+      f->peer = value;
+      ok = !value.empty();
+    } else if (name == "--peer_script") {
+      f->peer_script = value;
+      ok = !value.empty();
+    } else if (name == "--cluster_args") {
+      f->cluster_args = absl::StrSplit(value, ',', absl::SkipEmpty());
+    } else if (name == "--device") {
       f->device = value;
       ok = ParseDevice(value).ok();
     } else if (name == "--batches") {
@@ -61,7 +95,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (name == "--seconds") {
       ok = absl::SimpleAtod(value, &f->seconds) && f->seconds > 0;
     } else if (name == "--epochs") {
-      ok = absl::SimpleAtoi(value, &f->epochs) && f->epochs > 0;
+      ok = absl::SimpleAtoi(value, &f->epochs) && f->epochs >= 0;
     } else if (name == "--mode") {
       ok = (f->mode = value) == "sync" || value == "async";
     } else if (name == "--no_cluster") {
@@ -72,8 +106,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     if (!ok) {
       std::fprintf(
           stderr,
-          "bad flag %s (flags: --device --batches --seconds --epochs --mode "
-          "--no_cluster)\n",
+          "bad flag %s (flags: --model --device --batches --seconds --epochs "
+          "--mode --no_cluster --idle_ms --peer --peer_script "
+          "--cluster_args)\n",
           arg.c_str());
       return false;
     }
@@ -89,9 +124,8 @@ struct ComputeFigures {
 
 // TrainStep over consecutive real batches for `seconds`, the next batch
 // prefetched as the trainer does; false on a failed step.
-bool ComputeOnly(const Flags& flags, int batch, const Dataset& data,
-                 ComputeFigures* out) {
-  const ModelSpec spec = *ModelByName("cnn");
+bool ComputeOnly(const Flags& flags, const ModelSpec& spec, int batch,
+                 const Dataset& data, ComputeFigures* out) {
   BackendOptions o;
   o.device = *ParseDevice(flags.device);
   o.max_batch = batch;
@@ -105,7 +139,7 @@ bool ComputeOnly(const Flags& flags, int batch, const Dataset& data,
   out->backend = (*backend)->name();
   std::vector<float> params = InitialParameters(spec, 1);
   std::vector<float> grads(spec.num_parameters);
-  const int pixels = data.height * data.width;
+  const int pixels = data.height * data.width * data.channels;
   const int batches = data.count / batch;
   std::vector<float> images[2];
   std::vector<uint8_t> labels[2];
@@ -141,13 +175,16 @@ bool ComputeOnly(const Flags& flags, int batch, const Dataset& data,
   done = 0;
   const absl::Time start = absl::Now();
   while (absl::Now() - start < absl::Seconds(flags.seconds)) {
+    if (flags.idle_ms > 0) absl::SleepFor(absl::Milliseconds(flags.idle_ms));
     if (!step()) return false;
     const StepTimes t = (*backend)->last_step_times();
     sum.h2d_s += t.h2d_s;
     sum.compute_s += t.compute_s;
     sum.d2h_s += t.d2h_s;
   }
-  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  // With --idle_ms, images/s counts the steps' time only.
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start) -
+                      done * flags.idle_ms * 1e-3;
   out->images_per_s = done * batch / wall;
   out->per_step.h2d_s = sum.h2d_s / done;
   out->per_step.compute_s = sum.compute_s / done;
@@ -167,6 +204,50 @@ double DoneFigure(const std::string& log, const std::string& key) {
   return absl::SimpleAtod(log.substr(begin, end - begin), &v) ? v : -1;
 }
 
+// The peer's images/s on `model_file` at `batch` (tests/bench/torch_gpu.py),
+// or -1 with *why set.
+double PeerImagesPerSecond(const Flags& flags, const std::string& model_file,
+                           int batch, std::string* why) {
+  const std::string command = absl::StrCat(
+      flags.peer, " ", flags.peer_script, " --model=", model_file,
+      " --batch=", batch, " --seconds=", flags.seconds, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *why = "cannot run " + command;
+    return -1;
+  }
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), pipe)) out.append(buf, n);
+  const int status = pclose(pipe);
+  const size_t at = out.find("images_per_s=");
+  double rate = -1;
+  if (status != 0 || at == std::string::npos ||
+      !absl::SimpleAtod(out.substr(at + 13, out.find(' ', at) - at - 13),
+                        &rate)) {
+    *why = absl::StrCat(command, " failed: ", out);
+    return -1;
+  }
+  const size_t dev = out.find(" device=");
+  if (dev != std::string::npos) {
+    *why = out.substr(dev + 1, out.find_first_of("\n", dev) - dev - 1);
+  }
+  return rate;
+}
+
+// The model's JSON in a file the peer can read (the built-in models live in
+// the binary); empty on failure.
+std::string ModelFileForPeer(const Flags& flags) {
+  absl::StatusOr<std::string> json = ReadModelFile(flags.model);
+  if (!json.ok()) return "";
+  char path[] = "/tmp/gpu_throughput_model_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "";
+  close(fd);
+  std::ofstream(path) << *json;
+  return path;
+}
+
 int Run(const Flags& flags) {
   const DeviceChoice device = *ParseDevice(flags.device);
   absl::StatusOr<ResolvedDevice> resolved = ResolveDevice(device);
@@ -175,29 +256,68 @@ int Run(const Flags& flags) {
                 std::string(resolved.status().message()).c_str());
     return 0;
   }
-  const std::string dir = testing::TestDataDir();
+  absl::StatusOr<std::string> json = ReadModelFile(flags.model);
+  absl::StatusOr<ModelSpec> spec =
+      json.ok() ? ParseKerasModel(*json, flags.model) : json.status();
+  if (!spec.ok()) {
+    std::fprintf(stderr, "--model=%s: %s\n", flags.model.c_str(),
+                 std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  std::string dir = testing::TestDataDir();
   if (dir.empty()) {
     std::printf("SKIPPED: no MNIST: set PSCLUSTER_DATA_DIR\n");
     return 0;
+  }
+  // vgg_fashion is Fashion-MNIST's model: its sibling folder, when there.
+  const std::string fashion = dir + "/../fashion-mnist";
+  if (flags.model == "vgg_fashion" &&
+      access((fashion + "/train-images-idx3-ubyte.gz").c_str(), R_OK) == 0) {
+    dir = fashion;
   }
   absl::StatusOr<Dataset> data = LoadMnist(dir, Split::kTrain);
   if (!data.ok()) {
     std::fprintf(stderr, "%s\n", std::string(data.status().message()).c_str());
     return 1;
   }
-  std::printf("cnn on %s, MNIST from %s\n", resolved->device.ToString().c_str(),
-              dir.c_str());
+  if (spec->input_height != data->height || spec->input_width != data->width ||
+      spec->input_channels != data->channels) {
+    std::fprintf(stderr,
+                 "--model=%s takes %dx%dx%d images; %s holds %dx%dx%d\n",
+                 flags.model.c_str(), spec->input_height, spec->input_width,
+                 spec->input_channels, dir.c_str(), data->height, data->width,
+                 data->channels);
+    return 2;
+  }
+  const std::string peer_model =
+      flags.peer == "none" ? "" : ModelFileForPeer(flags);
+  std::printf("%s on %s, data from %s\n", flags.model.c_str(),
+              resolved->device.ToString().c_str(), dir.c_str());
   std::printf("%-22s %6s %12s %10s %10s %10s %10s %10s\n", "", "batch",
               "images/s", "pull ms", "h2d ms", "compute ms", "d2h ms",
               "push ms");
   for (int batch : flags.batches) {
     ComputeFigures c;
-    if (!ComputeOnly(flags, batch, *data, &c)) return 1;
+    if (!ComputeOnly(flags, *spec, batch, *data, &c)) return 1;
     std::printf("%-22s %6d %12.0f %10s %10.3f %10.3f %10.3f %10s   per step\n",
                 "compute only", batch, c.images_per_s, "-",
                 c.per_step.h2d_s * 1e3, c.per_step.compute_s * 1e3,
                 c.per_step.d2h_s * 1e3, "-");
     std::fflush(stdout);
+    if (!peer_model.empty()) {
+      std::string why;
+      const double peer = PeerImagesPerSecond(flags, peer_model, batch, &why);
+      if (peer > 0) {
+        std::printf("%-22s %6d %12.0f   (%s)\n", "pytorch eager (peer)", batch,
+                    peer, why.c_str());
+        std::printf("%-22s %6d %12.2f\n", "ratio ours/pytorch", batch,
+                    c.images_per_s / peer);
+      } else {
+        std::printf("%-22s %6d   no figure: %s\n", "pytorch eager (peer)",
+                    batch, why.c_str());
+      }
+      std::fflush(stdout);
+    }
     if (!flags.cluster) continue;
 
     testing::ClusterOptions o;
@@ -205,9 +325,15 @@ int Run(const Flags& flags) {
     o.num_workers = 1;
     o.evaluator = false;
     o.data_dir = dir;
-    o.chief_args = {absl::StrCat("--epochs=", flags.epochs),
+    // Enough steps that the step time, not the start, is measured.
+    const int steps_per_epoch = (data->count + batch - 1) / batch;
+    const int epochs = flags.epochs > 0
+                           ? flags.epochs
+                           : (40 + steps_per_epoch - 1) / steps_per_epoch;
+    o.chief_args = {absl::StrCat("--epochs=", epochs),
                     absl::StrCat("--batch_size=", batch),
-                    "--mode=" + flags.mode};
+                    "--mode=" + flags.mode, "--model=" + flags.model};
+    for (const std::string& a : flags.cluster_args) o.chief_args.push_back(a);
     o.worker_args = {"--device=" + resolved->device.ToString()};
     absl::StatusOr<std::unique_ptr<testing::LocalCluster>> cluster =
         testing::LocalCluster::Start(o);
@@ -245,6 +371,7 @@ int Run(const Flags& flags) {
                 rate / c.images_per_s);
     std::fflush(stdout);
   }
+  if (!peer_model.empty()) unlink(peer_model.c_str());
   return 0;
 }
 
