@@ -12,7 +12,9 @@
 # read-only into the chief alone at the same path) and the data (every
 # worker's and the evaluator's --data_dir: <repo>/data/mnist at /data/mnist
 # by default, else the folder or .npz, mounted read-only at the same path),
-# restart policies, gRPC health checks, metrics ports, the GPU reservations;
+# restart policies, gRPC health checks, metrics ports, the GPU reservations
+# (worker-i GPU i), the workers' threads (--threads = cpus:, default 2 or
+# PSCLUSTER_WORKER_CPUS; 1 on a GPU);
 # the entrypoint passes each TF_CONFIG on unchanged and the built daemons
 # accept it with the service's flags (the chief reading the user's model).
 #
@@ -44,7 +46,7 @@ fi
 # TensorFlow.js wrote (a copy, at a path of its own) and an .npz (config
 # reads only its name; the built daemons are not given the data here).
 unset PSCLUSTER_IMAGE PSCLUSTER_CUDA_IMAGE PSCLUSTER_EPOCHS PSCLUSTER_WORKER0_GPU PSCLUSTER_WORKER1_GPU \
-  PSCLUSTER_MODEL PSCLUSTER_DATA_DIR PSCLUSTER_WAIT_FOR_CLUSTER_S PSCLUSTER_PS_RECOVERY_TIMEOUT_S
+  PSCLUSTER_WORKER_CPUS PSCLUSTER_MODEL PSCLUSTER_DATA_DIR PSCLUSTER_WAIT_FOR_CLUSTER_S PSCLUSTER_PS_RECOVERY_TIMEOUT_S
 own_model="$tmp/my model/tfjs_plain.json"   # a space: one argument all the same
 own_data="$tmp/my data/data.npz"
 mkdir -p "$(dirname "$own_model")" "$(dirname "$own_data")"
@@ -54,13 +56,14 @@ if [ ${#render[@]} -eq 0 ]; then
   skip "docker-compose config: neither docker-compose (Debian 12 package docker-compose) nor" \
     "'docker compose' is installed; checking the files as written, interpolated and merged by this test"
 else
-  for variant in base gpu own gpu-own; do
+  for variant in base gpu own gpu-own cpus; do
     files=(-f "$COMPOSE/docker-compose.yml")
     what="docker-compose.yml"
     case "$variant" in gpu*) files+=(-f "$COMPOSE/docker-compose.gpu.yml"); what+=" + docker-compose.gpu.yml" ;; esac
     envs=()
     case "$variant" in *own) envs=(PSCLUSTER_MODEL="$own_model" PSCLUSTER_DATA_DIR="$own_data")
-                             what+=" with PSCLUSTER_MODEL=<a model.json> PSCLUSTER_DATA_DIR=<an .npz>" ;; esac
+                             what+=" with PSCLUSTER_MODEL=<a model.json> PSCLUSTER_DATA_DIR=<an .npz>" ;;
+                       cpus) envs=(PSCLUSTER_WORKER_CPUS=3); what+=" with PSCLUSTER_WORKER_CPUS=3" ;; esac
     if (cd "$tmp" && env "${envs[@]}" "${render[@]}" --project-directory "$COMPOSE" "${files[@]}" config) \
         >"$tmp/rendered-$variant.yml" 2>"$tmp/config.err"; then
       pass "${render[*]} config renders $what"
@@ -85,7 +88,8 @@ OWN = {"PSCLUSTER_MODEL": own_model, "PSCLUSTER_DATA_DIR": own_data}
 VARIANTS = {"base": (["docker-compose.yml"], {}),
             "gpu": (["docker-compose.yml", "docker-compose.gpu.yml"], {}),
             "own": (["docker-compose.yml"], OWN),
-            "gpu-own": (["docker-compose.yml", "docker-compose.gpu.yml"], OWN)}
+            "gpu-own": (["docker-compose.yml", "docker-compose.gpu.yml"], OWN),
+            "cpus": (["docker-compose.yml"], {"PSCLUSTER_WORKER_CPUS": "3"})}
 
 def raw(name, env):
     """A Compose file with ${VAR}, ${VAR:-default} interpolated as Compose does."""
@@ -164,7 +168,8 @@ if real_bin is None:
 for variant, cfg in sorted(rendered.items()):
     services = cfg["services"]
     env = VARIANTS[variant][1]
-    what = " + ".join(VARIANTS[variant][0]) + (" with a user's model and .npz" if env else "")
+    what = " + ".join(VARIANTS[variant][0]) + (
+        " with PSCLUSTER_WORKER_CPUS=3" if variant == "cpus" else " with a user's model and .npz" if env else "")
     want_model = env.get("PSCLUSTER_MODEL", "cnn")
     want_data = env.get("PSCLUSTER_DATA_DIR", "/data/mnist")
     want_data_source = env.get("PSCLUSTER_DATA_DIR", os.path.join(repo, "data/mnist"))
@@ -266,6 +271,23 @@ for variant, cfg in sorted(rendered.items()):
               "devices=%s image=%s cmd=%s" % (gpu_devices, svc.get("image"), cmd))
         else:
             g(not gpu_devices and flag_value(cmd, "device") in (None, "cpu"), "no GPU")
+        if job == "worker":
+            # Threads: the CPU limit's cores on the CPU, one on a GPU (each
+            # container its own GPU, worker-i GPU i as train.sh's round-robin).
+            want_cpus = int(env.get("PSCLUSTER_WORKER_CPUS", "2"))
+            threads = flag_value(cmd, "threads")
+            try:
+                cpus = float(svc.get("cpus"))
+            except (TypeError, ValueError):
+                cpus = None
+            g(cpus == want_cpus, "cpus: %d" % want_cpus, str(svc.get("cpus")))
+            if variant.startswith("gpu"):
+                index = name.rsplit("-", 1)[-1]
+                g(threads == "1", "--threads=1 (the GPU computes)", str(threads))
+                g([d.get("device_ids") for d in gpu_devices] == [[index]],
+                  "its own GPU: device_ids [\"%s\"]" % index, str(gpu_devices))
+            else:
+                g(threads == str(want_cpus), "--threads=%d, its CPU limit" % want_cpus, str(threads))
         g.report()
     # The entrypoint passes each TF_CONFIG on unchanged (a container's
     # hostname is its id: no ordinal); the built daemons accept it.

@@ -5,7 +5,9 @@
 # agree; the TF_CONFIG each pod gets (deploy/docker/entrypoint.sh run for
 # ordinals 0..replicas-1 on the ConfigMap) names that pod's task and matches
 # the cluster, and the built daemons accept it with the manifest's flags;
-# flags the daemons have; GPU limits on the workers; Prometheus annotations;
+# flags the daemons have; GPU limits on the workers; their --threads (1 on
+# a GPU; a CPU worker's from its CPU limit through the downward API, which
+# this test resolves as the kubelet does); Prometheus annotations;
 # volumes and PersistentVolumeClaims that exist; the model and the data
 # (the ConfigMap pscluster-train's model and data_dir reach the chief's
 # --model and every worker's and the evaluator's --data_dir through
@@ -162,15 +164,47 @@ if real_bin is None:
     skip("the built daemons' own TF_CONFIG and flag checks: bazel-bin lacks them "
          "(bazel build //ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief)")
 
+def cpu_millis(quantity):
+    """A Kubernetes CPU quantity ("2", "1500m", 0.5) in millicores."""
+    q = str(quantity)
+    return int(q[:-1]) if q.endswith("m") else int(round(float(q) * 1000))
+
 def container_env(c, configmaps):
     env = {}
     for e in c.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
+        elif "resourceFieldRef" in e["valueFrom"]:
+            # The downward API: the container's own CPU limit or request,
+            # rounded up to whole divisors, as the kubelet does. A missing
+            # limit would give the node's cores: KeyError, a failed check.
+            ref = e["valueFrom"]["resourceFieldRef"]
+            kind, _, res = ref["resource"].partition(".")
+            if ref.get("containerName", c["name"]) != c["name"] or res != "cpu":
+                raise KeyError("resourceFieldRef %s" % ref)
+            have, per = cpu_millis(c["resources"][kind][res]), cpu_millis(ref.get("divisor", "1"))
+            env[e["name"]] = str(-(-have // per))
         else:
             ref = e["valueFrom"]["configMapKeyRef"]
             env[e["name"]] = configmaps[ref["name"]]["data"][ref["key"]]
     return env
+
+def check_worker_threads(g, c, args, cpu_workers):
+    """A CPU worker computes on as many threads as its CPU limit has cores
+    (through the downward API); a GPU worker on one."""
+    threads = flag_value(args, "threads")
+    if cpu_workers:
+        limit = c.get("resources", {}).get("limits", {}).get("cpu")
+        raw = flag_value(c.get("args", []), "threads") or ""
+        refs = {e["name"]: e["valueFrom"]["resourceFieldRef"] for e in c.get("env", [])
+                if "resourceFieldRef" in e.get("valueFrom", {})}
+        var = raw[2:-1] if raw.startswith("$(") and raw.endswith(")") else None
+        g(limit is not None and threads == str(-(-cpu_millis(limit) // 1000)) and
+          refs.get(var, {}).get("resource") == "limits.cpu",
+          "--threads=%s: the CPU limit's cores, from limits.cpu through the downward API" % threads,
+          "limit=%s args=%s env=%s" % (limit, raw, refs))
+    else:
+        g(threads == "1", "--threads=1 (the GPU computes)", str(threads))
 
 def expand(args, env):
     """args with $(VAR) replaced as Kubernetes does when it starts a container:
@@ -238,10 +272,12 @@ def check_pod_spec(where, template, role, configmaps, is_tfjob=False, model_conf
         g(gpu is None and c["image"] == "pscluster:latest" and flag_value(args, "device") == "cpu",
           "no GPU, pscluster:latest, --device=cpu (deploy/k8s/cpu)",
           "gpu=%s image=%s device=%s" % (gpu, c["image"], flag_value(args, "device")))
+        check_worker_threads(g, c, args, True)
     elif role == "worker":
         g(gpu in (1, "1") and "cuda" in c["image"] and flag_value(args, "device") == "cuda",
           "limit nvidia.com/gpu 1, CUDA image, --device=cuda",
           "gpu=%s image=%s device=%s" % (gpu, c["image"], flag_value(args, "device")))
+        check_worker_threads(g, c, args, False)
     else:
         g(gpu is None, "no GPU")
     vols = {v["name"]: v for v in spec.get("volumes", [])}
@@ -379,6 +415,11 @@ for name, cpu in (("rendered.yaml", False), ("rendered-cpu.yaml", True)):
         else:
             g(gpu in (1, "1") and c["image"] == "pscluster-cuda:latest",
               "workers: nvidia.com/gpu 1, pscluster-cuda:latest")
+        try:
+            check_worker_threads(g, c, expand(c["args"], container_env(c, {
+                o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"})), cpu)
+        except KeyError as e:
+            g(False, "the worker's env resolves", repr(e))
     # The default: the built-in CNN on /data/mnist, as Kubernetes expands the args.
     cms = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
     for role, flag, want in (("chief", "model", "cnn"), ("worker", "data_dir", "/data/mnist"),

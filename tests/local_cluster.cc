@@ -247,7 +247,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     s = start("ps", i, "ps_server/ps_server", {});
   }
   for (int i = 0; s.ok() && i < options.num_workers; ++i) {
-    std::vector<std::string> args = {"--data_dir=" + options.data_dir};
+    // One compute thread unless a test asks for more (a later flag wins):
+    // the workers share this host's cores, and a result depends on the
+    // thread count (the worker's default is every core).
+    std::vector<std::string> args = {"--data_dir=" + options.data_dir, "--threads=1"};
     args.insert(args.end(), options.worker_args.begin(), options.worker_args.end());
     auto it = options.one_worker_args.find(i);
     if (it != options.one_worker_args.end()) {

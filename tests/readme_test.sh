@@ -14,7 +14,8 @@
 #     evaluator's accuracy) and by the load-back snippet itself, run with
 #     stand-ins for `keras` and `safetensors.numpy` that check every
 #     layer.set_weights call against the Keras shapes of the model file;
-#   - docs/flags.md lists exactly the flags each daemon's --help prints;
+#   - docs/flags.md lists exactly the flags each daemon's --help prints,
+#     with the defaults it prints;
 #   - every relative link (and #anchor) of README.md and docs/ resolves;
 #   - every repository path and Bazel target they name exists.
 #
@@ -350,12 +351,16 @@ if msg="$("$py" - "$repo" <<'EOF' 2>&1
 import re, subprocess, sys
 repo = sys.argv[1]
 doc = open(repo + "/docs/flags.md").read()
-# The flags named in the first column of each section's table.
+# The flags named in the first column of each section's table, and their
+# defaults in the second (`value`, or none for an empty string).
 sections = {}
+defaults = {}
 for part in re.split(r"^## ", doc, flags=re.M)[1:]:
     title = part.split("\n", 1)[0].strip()
     sections[title] = set(re.findall(r"^\| `--([a-z0-9_]+)` \|", part, flags=re.M))
+    defaults[title] = dict(re.findall(r"^\| `--([a-z0-9_]+)` \| ([^|]*?) \|", part, flags=re.M))
 security = [v for k, v in sections.items() if k.startswith("Every daemon")]
+security_defaults = [v for k, v in defaults.items() if k.startswith("Every daemon")]
 problems, count = [], 0
 for binary in ("ps_server/ps_server", "worker/worker", "evaluator/evaluator", "chief/chief"):
     name = binary.split("/")[0]
@@ -368,13 +373,19 @@ for binary in ("ps_server/ps_server", "worker/worker", "evaluator/evaluator", "c
         problems.append("%s: not in docs/flags.md: %s" % (name, sorted(helped - documented)))
     if documented - helped:
         problems.append("%s: in docs/flags.md, not in --help: %s" % (name, sorted(documented - helped)))
+    documented_defaults = dict(security_defaults[0] if security_defaults else {}, **defaults.get(name, {}))
+    for flag, value in re.findall(r'^  --([a-z0-9_]+)  .*\(default: "(.*)"\)$', text, flags=re.M):
+        want = "`%s`" % value if value else "none"
+        if flag in documented_defaults and documented_defaults[flag] != want:
+            problems.append("%s --%s: docs/flags.md's default is %s, --help's %s" % (
+                name, flag, documented_defaults[flag], want))
     count += len(helped)
 if problems:
     sys.exit("; ".join(problems))
 print(count)
 EOF
 )"; then
-  pass "docs/flags.md lists exactly the flags of the four daemons' --help ($msg in all)"
+  pass "docs/flags.md lists exactly the flags of the four daemons' --help ($msg in all), with their defaults"
 else
   fail "docs/flags.md and --help disagree: $msg"
 fi

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Tests deploy/local/train.sh, the README's main command, end to end: its
-# flag handling, a short real run (the mlp, one epoch) that must end with the
+# flag handling, where it places each task (--dry_run, with the GPU count
+# injected through PSCLUSTER_GPU_COUNT or CUDA_VISIBLE_DEVICES: worker i on
+# cuda:(i mod G), the evaluator on the last GPU, the CPU workers sharing
+# nproc's cores), a short real run (the mlp, one epoch) that must end with the
 # `final:` line and exit 0, Ctrl-C, which must stop every task, and the
 # restart of a task that died (the evaluator, killed with SIGKILL): started
 # again by default, not with --no_restart, the run stopped once the task has
@@ -50,6 +53,53 @@ expect "--no_restart, --max_restarts and --restart_delay_s are accepted" 2 "--da
   --no_restart --max_restarts=0 --restart_delay_s=0.5 --data_dir="$tmp"
 expect "a bad chief flag stops the run with the chief's message" 2 "--mode=fast" --mode=fast --data_dir="$data"
 
+# Placement (--dry_run: printed, nothing started). PSCLUSTER_GPU_COUNT
+# stands in for the GPUs this machine lacks; round-robin as torchrun does,
+# the evaluator on the last GPU; an explicit cuda:N or cpu is every task's.
+cores="$(nproc)"
+unset PSCLUSTER_GPU_COUNT CUDA_VISIBLE_DEVICES
+expect "--help names --device" 0 "--device=D +where the workers and the evaluator compute \(default" --help
+expect "--help gives --worker_threads's default" 0 "--worker_threads=N +compute threads per worker \(default: a CPU worker" --help
+expect "--help names --dry_run" 0 "--dry_run +print where each task would compute" --help
+PSCLUSTER_GPU_COUNT=2 expect "2 GPUs, 3 workers: cuda:0, cuda:1, cuda:0, the evaluator on cuda:1, one thread each" 0 \
+  ": worker0 cuda:0 threads=1, worker1 cuda:1 threads=1, worker2 cuda:0 threads=1, evaluator cuda:1$" \
+  --dry_run --num_workers=3
+PSCLUSTER_GPU_COUNT=2 expect "2 GPUs, --device=cuda: the same placement" 0 \
+  ": worker0 cuda:0 threads=1, worker1 cuda:1 threads=1, worker2 cuda:0 threads=1, evaluator cuda:1$" \
+  --dry_run --num_workers=3 --device=cuda
+PSCLUSTER_GPU_COUNT=0 expect "no GPU, 3 workers: all on the CPU, $cores cores shared ($((cores / 3 > 0 ? cores / 3 : 1)) each)" 0 \
+  ": worker0 cpu threads=$((cores / 3 > 0 ? cores / 3 : 1)), worker1 cpu threads=$((cores / 3 > 0 ? cores / 3 : 1)), worker2 cpu threads=$((cores / 3 > 0 ? cores / 3 : 1)), evaluator cpu$" \
+  --dry_run --num_workers=3
+PSCLUSTER_GPU_COUNT=0 expect "no GPU, 1 worker: it gets all $cores cores" 0 \
+  ": worker0 cpu threads=$cores, evaluator cpu$" --dry_run --num_workers=1
+PSCLUSTER_GPU_COUNT=2 expect "an explicit --device=cuda:1 is every worker's and the evaluator's" 0 \
+  ": worker0 cuda:1 threads=1, worker1 cuda:1 threads=1, worker2 cuda:1 threads=1, evaluator cuda:1$" \
+  --dry_run --num_workers=3 --device=cuda:1
+PSCLUSTER_GPU_COUNT=2 expect "--device=cpu with GPUs present: all on the CPU" 0 \
+  ": worker0 cpu threads=$((cores / 2 > 0 ? cores / 2 : 1)), worker1 cpu threads=$((cores / 2 > 0 ? cores / 2 : 1)), evaluator cpu$" \
+  --dry_run --device=cpu
+PSCLUSTER_GPU_COUNT=2 expect "an explicit --worker_threads=3 wins, on a GPU too" 0 \
+  ": worker0 cuda:0 threads=3, worker1 cuda:1 threads=3, evaluator cuda:1$" --dry_run --worker_threads=3
+CUDA_VISIBLE_DEVICES=3,5,7 expect "CUDA_VISIBLE_DEVICES=3,5,7 is 3 GPUs" 0 \
+  "3 GPUs \(CUDA_VISIBLE_DEVICES=3,5,7\).*: worker0 cuda:0 threads=1, worker1 cuda:1 threads=1, evaluator cuda:2$" --dry_run
+CUDA_VISIBLE_DEVICES= expect "an empty CUDA_VISIBLE_DEVICES is no GPU" 0 \
+  "0 GPUs \(CUDA_VISIBLE_DEVICES=\).*: worker0 cpu threads=[0-9]+, worker1 cpu threads=[0-9]+, evaluator cpu$" --dry_run
+PSCLUSTER_GPU_COUNT=0 expect "--device=cuda without a GPU exits 2 naming it" 2 "--device=cuda: no GPU found" --device=cuda
+# Before it starts them, the launcher has a worker check the highest GPU it
+# would use: under auto one it cannot use means the CPU, under cuda exit 2.
+# (Checked before the data, which is what the launcher then names.)
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')" -lt 2 ]; then
+  PSCLUSTER_GPU_COUNT=2 expect "auto with a GPU the worker cannot use (cuda:1): all on the CPU" 2 \
+    "^train.sh: devices \(--device=auto, 0 GPUs \(2 from PSCLUSTER_GPU_COUNT, none usable\).*: worker0 cpu threads=[0-9]+, worker1 cpu threads=[0-9]+, evaluator cpu$" \
+    --data_dir="$tmp"
+  PSCLUSTER_GPU_COUNT=2 expect "--device=cuda with a GPU the worker cannot use (cuda:1) exits 2 naming it" 2 \
+    "^train.sh: --device=cuda: cuda:1 (cannot be used|does not exist)" --device=cuda --data_dir="$tmp"
+else
+  skip "[gpu] a GPU the worker cannot use: this machine has cuda:1"
+fi
+expect "a bad --device exits 2 naming it" 2 "--device=gpu: must be auto, cpu, cuda or cuda:N" --device=gpu
+expect "a bad --worker_threads exits 2 naming it" 2 "--worker_threads=0: must be" --worker_threads=0
+
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
   skip "training runs: no MNIST in '$data' (pass a folder or set PSCLUSTER_DATA_DIR)"
 else
@@ -64,8 +114,10 @@ else
      grep -q '^\[evaluator\] .*eval: step=' <<<"$out" && ! grep -q 'exited [1-9]' <<<"$out" &&
      [ -f "$tmp/run1/model.safetensors" ] && ls "$tmp"/run1/events.out.tfevents.*.chief >/dev/null &&
      ls "$tmp"/run1/events.out.tfevents.*.evaluator >/dev/null &&
-     grep -qE 'Prometheus metrics on 127.0.0.1:ps0:[0-9]+ ' <<<"$out"; then
-    pass "a one-epoch run ends with '$last' and exit 0, leaving TensorBoard events and model.safetensors"
+     grep -qE 'Prometheus metrics on 127.0.0.1:ps0:[0-9]+ ' <<<"$out" &&
+     grep -qE '^train.sh: devices \(.*\): worker0 (cpu|cuda:[0-9]+) threads=[0-9]+, worker1 ' <<<"$out" &&
+     grep -qE '^\[worker1\] .*compute threads: [0-9]+ \(--threads\)' <<<"$out"; then
+    pass "a one-epoch run ends with '$last' and exit 0, leaving TensorBoard events and model.safetensors; the launcher names each task's device and threads, the workers take them"
   else
     fail "a one-epoch run (exit $rc, last line '$last')"; echo "$out" | tail -n 30
   fi

@@ -1,5 +1,6 @@
 #include "worker/worker_main.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "model/idx_dataset.h"
 #include "common/logging.h"
 #include "common/task_server.h"
+#include "common/usable_cores.h"
 #include "spdlog/spdlog.h"
 #include "compute/backend_factory.h"
 #include "compute/device_choice.h"
@@ -23,7 +25,10 @@
 ABSL_FLAG(std::string, data_dir, "",
           "The data (required): a folder of MNIST-style IDX files, a folder of "
           "x_train.npy, y_train.npy, x_test.npy, y_test.npy, or an .npz holding them");
-ABSL_FLAG(int, threads, 1, "Compute threads for forward and backward");
+ABSL_FLAG(int, threads, 0,
+          "Compute threads for forward and backward; 0: 1 on a GPU, else every core this "
+          "process may use (its CPU affinity, capped by a cgroup CPU limit). Several workers on "
+          "one host: give each its share (deploy/local/train.sh does)");
 ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
           "cpu, cuda (= cuda:0) or cuda:N");
@@ -40,6 +45,10 @@ ABSL_FLAG(int, linger_s, 600,
 
 namespace pscluster {
 
+namespace {
+constexpr int kMaxThreads = 256;
+}  // namespace
+
 int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& faults) {
   // OpenBLAS reads its environment when it loads; a preset core type or
   // thread count would slow the kernels (compute/kernels/blas_env.h).
@@ -55,8 +64,8 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
   opt.data_dir = absl::GetFlag(FLAGS_data_dir);
   opt.threads = absl::GetFlag(FLAGS_threads);
   if (opt.data_dir.empty()) ExitWithUsageError("--data_dir is required");
-  if (opt.threads < 1 || opt.threads > 256) {
-    ExitWithUsageError("--threads must be in [1, 256], got " + std::to_string(opt.threads));
+  if (opt.threads < 0 || opt.threads > kMaxThreads) {
+    ExitWithUsageError("--threads must be in [0, 256], got " + std::to_string(opt.threads));
   }
   const int startup = absl::GetFlag(FLAGS_startup_timeout_s);
   if (startup < 1) ExitWithUsageError("--startup_timeout_s must be >= 1, got " + std::to_string(startup));
@@ -70,8 +79,17 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
   opt.log_replica_digests = absl::GetFlag(FLAGS_log_replica_digests);
   const ResolvedDevice resolved = ResolveDeviceFlagOrExit(absl::GetFlag(FLAGS_device));
   opt.device = resolved.device;
+  // --threads=0: the GPU computes, or the process has the host's cores to
+  // itself; a launcher sharing a host between workers passes their share.
+  std::string threads_why = "--threads";
+  if (opt.threads == 0) {
+    const bool on_gpu = resolved.device.kind == DeviceChoice::Kind::kCuda;
+    opt.threads = on_gpu ? 1 : std::min(UsableCores(), kMaxThreads);
+    threads_why = on_gpu ? "default on a GPU" : "default: the cores this process may use";
+  }
   std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
   spdlog::info("compute device: {} ({})", resolved.device.ToString(), resolved.reason);
+  spdlog::info("compute threads: {} ({})", opt.threads, threads_why);
   // The data last: every flag and TF_CONFIG check comes first (exit 2).
   if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTrain); !s.ok()) {
     ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));

@@ -14,7 +14,24 @@
 #                         or an .npz holding them (--data_dir=PATH is the
 #                         same); default data/mnist, then
 #                         ../shared/data/mnist, else MNIST is downloaded
-#   --worker_threads=N    compute threads per worker (default 1)
+#   --device=D            where the workers and the evaluator compute (default
+#                         auto): auto (the GPUs when there are some, else the
+#                         CPU), cpu, cuda (the GPUs; exit 2 without one) or
+#                         cuda:N (GPU N for every worker and the evaluator).
+#                         With G GPUs, auto and cuda put worker i on
+#                         cuda:(i mod G) and the evaluator on cuda:(G-1), a
+#                         GPU with the fewest workers. G: the entries of
+#                         CUDA_VISIBLE_DEVICES when it is set (empty: none),
+#                         else the GPUs `nvidia-smi -L` lists
+#                         (PSCLUSTER_GPU_COUNT=G overrides both, for tests).
+#                         auto means the CPU when a worker cannot use the
+#                         GPUs (no driver, a build without CUDA). The
+#                         launcher prints where each task computes.
+#   --worker_threads=N    compute threads per worker (default: a CPU worker
+#                         gets the cores (nproc) divided by the CPU workers,
+#                         rounded down, at least 1; a GPU worker 1)
+#   --dry_run             print where each task would compute and with how
+#                         many threads, then exit (builds and starts nothing)
 #   --eval_interval_s=S   seconds between the evaluator's evaluations (default 10)
 #   --no_evaluator        run without the evaluator task (the chief then
 #                         evaluates the final weights itself on --data_dir)
@@ -53,7 +70,9 @@ NUM_WORKERS=2
 MIRRORED=0
 DATA_DIR=""
 DATA_FLAG=--data
-WORKER_THREADS=1
+WORKER_THREADS=""
+DEVICE=auto
+DRY_RUN=0
 EVAL_INTERVAL=10
 EVALUATOR=1
 BUILD=1
@@ -80,6 +99,8 @@ for arg in "$@"; do
       CHIEF_ARGS+=("--model=$m") ;;
     --strategy=multi_worker_mirrored) MIRRORED=1; CHIEF_ARGS+=("$arg") ;;
     --worker_threads=*) WORKER_THREADS="${arg#*=}" ;;
+    --device=*) DEVICE="${arg#*=}" ;;
+    --dry_run) DRY_RUN=1 ;;
     --eval_interval_s=*) EVAL_INTERVAL="${arg#*=}" ;;
     --no_evaluator) EVALUATOR=0 ;;
     --no_build) BUILD=0 ;;
@@ -102,7 +123,10 @@ else
   is_uint "$NUM_PS" && [ "$NUM_PS" -ge 1 ] || die "--num_ps=$NUM_PS: must be a whole number >= 1"
 fi
 is_uint "$NUM_WORKERS" && [ "$NUM_WORKERS" -ge 1 ] || die "--num_workers=$NUM_WORKERS: must be a whole number >= 1"
-is_uint "$WORKER_THREADS" && [ "$WORKER_THREADS" -ge 1 ] || die "--worker_threads=$WORKER_THREADS: must be a whole number >= 1"
+[ -z "$WORKER_THREADS" ] || { is_uint "$WORKER_THREADS" && [ "$WORKER_THREADS" -ge 1 ] && [ "$WORKER_THREADS" -le 256 ]; } ||
+  die "--worker_threads=$WORKER_THREADS: must be a whole number in [1, 256]"
+[[ "$DEVICE" =~ ^(auto|cpu|cuda|cuda:(0|[1-9][0-9]?|1[0-9][0-9]|2[0-4][0-9]|25[0-5]))$ ]] ||
+  die "--device=$DEVICE: must be auto, cpu, cuda or cuda:N (N in [0, 255])"
 [[ "$MAX_RESTARTS" =~ ^[0-9]{1,9}$ ]] || die "--max_restarts=$MAX_RESTARTS: must be a whole number >= 0"
 [[ "$RESTART_DELAY" =~ ^[0-9]{1,6}(\.[0-9]+)?$ ]] || die "--restart_delay_s=$RESTART_DELAY: must be a number of seconds >= 0"
 MAX_RESTARTS=$((10#$MAX_RESTARTS))
@@ -110,6 +134,71 @@ MAX_RESTARTS=$((10#$MAX_RESTARTS))
 RESTART_DELAY_US="${RESTART_DELAY#*.}000000"
 [[ "$RESTART_DELAY" == *.* ]] || RESTART_DELAY_US=000000
 RESTART_DELAY_US=$((10#${RESTART_DELAY%%.*} * 1000000 + 10#${RESTART_DELAY_US:0:6}))
+
+# 0. Where each task computes, and with how many threads.
+# GPUs on this machine: GPU_COUNT, and where the number came from.
+if [ -n "${PSCLUSTER_GPU_COUNT+x}" ]; then
+  is_uint "$PSCLUSTER_GPU_COUNT" || die "PSCLUSTER_GPU_COUNT=$PSCLUSTER_GPU_COUNT: must be a whole number"
+  GPU_COUNT=$((10#$PSCLUSTER_GPU_COUNT)); GPU_SOURCE="PSCLUSTER_GPU_COUNT"
+elif [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
+  # CUDA reads the list up to its first invalid entry: "-1" hides every GPU.
+  GPU_COUNT=0
+  IFS=, read -ra entries <<<"$CUDA_VISIBLE_DEVICES"
+  for e in "${entries[@]}"; do
+    e="${e// /}"
+    [ -z "$e" ] || [[ "$e" == -* ]] && break
+    GPU_COUNT=$((GPU_COUNT + 1))
+  done
+  GPU_SOURCE="CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+elif command -v nvidia-smi >/dev/null 2>&1; then
+  GPU_COUNT="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')"
+  GPU_SOURCE="nvidia-smi -L"
+else
+  GPU_COUNT=0; GPU_SOURCE="no nvidia-smi"
+fi
+CORES="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)"
+[ "$DEVICE" = cuda ] && [ "$GPU_COUNT" = 0 ] &&
+  die "--device=cuda: no GPU found ($GPU_SOURCE); name one with --device=cuda:N, or use --device=cpu"
+# place GPUS: sets WORKER_DEVICE[i], WORKER_NTHREADS[i] and EVAL_DEVICE for
+# GPUS usable GPUs: round-robin like torchrun and Horovod, the evaluator on
+# the last GPU (round-robin leaves it with the fewest workers).
+declare -a WORKER_DEVICE=() WORKER_NTHREADS=()
+place() {
+  local gpus="$1" i cpu_workers=0 share
+  for ((i = 0; i < NUM_WORKERS; i++)); do
+    case "$DEVICE" in
+      cpu) WORKER_DEVICE[i]=cpu ;;
+      cuda:*) WORKER_DEVICE[i]="$DEVICE" ;;
+      *) if [ "$gpus" -gt 0 ]; then WORKER_DEVICE[i]="cuda:$((i % gpus))"; else WORKER_DEVICE[i]=cpu; fi ;;
+    esac
+    [ "${WORKER_DEVICE[i]}" = cpu ] && cpu_workers=$((cpu_workers + 1))
+  done
+  case "$DEVICE" in
+    cpu|cuda:*) EVAL_DEVICE="$DEVICE" ;;
+    *) if [ "$gpus" -gt 0 ]; then EVAL_DEVICE="cuda:$((gpus - 1))"; else EVAL_DEVICE=cpu; fi ;;
+  esac
+  # The CPU workers share this machine's cores; a GPU worker needs one.
+  share=$((CORES / (cpu_workers > 0 ? cpu_workers : 1)))
+  [ "$share" -ge 1 ] || share=1
+  for ((i = 0; i < NUM_WORKERS; i++)); do
+    if [ -n "$WORKER_THREADS" ]; then WORKER_NTHREADS[i]="$WORKER_THREADS"
+    elif [ "${WORKER_DEVICE[i]}" = cpu ]; then WORKER_NTHREADS[i]="$share"
+    else WORKER_NTHREADS[i]=1; fi
+  done
+}
+print_placement() {
+  local i line=""
+  for ((i = 0; i < NUM_WORKERS; i++)); do
+    line+="${line:+, }worker$i ${WORKER_DEVICE[i]} threads=${WORKER_NTHREADS[i]}"
+  done
+  [ "$EVALUATOR" = 1 ] && line+=", evaluator $EVAL_DEVICE"
+  echo "train.sh: devices (--device=$DEVICE, $GPU_COUNT GPU$([ "$GPU_COUNT" = 1 ] || echo s) ($GPU_SOURCE), $CORES cores): $line" >&2
+}
+place "$GPU_COUNT"
+if [ "$DRY_RUN" = 1 ]; then
+  print_placement
+  exit 0
+fi
 
 # 1. Packages and binaries.
 "$ROOT/deploy/install_deps.sh" --build_only || exit 1
@@ -123,6 +212,28 @@ BIN="$ROOT/bazel-bin"
 for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
   [ -x "$BIN/$b" ] || die "missing binary $BIN/$b (run without --no_build)"
 done
+# A GPU placement is tried once, on the highest GPU it uses: a worker
+# checks its --device before its data (exit 2 when the device cannot be
+# used, 4 for the missing data). Under auto an unusable GPU means the CPU,
+# as in the worker itself.
+if [ "${WORKER_DEVICE[0]}" != cpu ]; then
+  check="$DEVICE"
+  [[ "$DEVICE" == cuda:* ]] || check="cuda:$((GPU_COUNT - 1))"
+  probe="$(TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}' \
+    OPENBLAS_NUM_THREADS=1 "$BIN/worker/worker" --device="$check" \
+    --data_dir=/nonexistent/pscluster-device-check 2>&1)"
+  if [ $? -ne 4 ]; then
+    why="$(grep -m1 'error: ' <<<"$probe" || tail -n 1 <<<"$probe")"
+    why="${why#error: }"
+    why="${why#--device=$check: }"
+    [ "$DEVICE" = auto ] || die "--device=$DEVICE: $why"
+    echo "train.sh: --device=auto: the GPUs cannot be used ($why); computing on the CPU" >&2
+    GPU_SOURCE="$GPU_COUNT from $GPU_SOURCE, none usable"
+    GPU_COUNT=0
+    place 0
+  fi
+fi
+print_placement
 
 # 2. Data.
 have_mnist() {
@@ -246,11 +357,12 @@ for ((i = 0; i < NUM_PS; i++)); do
   start "ps$i" ps "$i" "$BIN/ps_server/ps_server" --data_port="${PORTS[$((2 * TOTAL + i))]}"
 done
 for ((i = 0; i < NUM_WORKERS; i++)); do
-  start "worker$i" worker "$i" "$BIN/worker/worker" --data_dir="$DATA_DIR" --threads="$WORKER_THREADS"
+  start "worker$i" worker "$i" "$BIN/worker/worker" --data_dir="$DATA_DIR" \
+    --device="${WORKER_DEVICE[i]}" --threads="${WORKER_NTHREADS[i]}"
 done
 if [ "$EVALUATOR" = 1 ]; then
   start evaluator evaluator 0 "$BIN/evaluator/evaluator" --data_dir="$DATA_DIR" \
-    --eval_interval_s="$EVAL_INTERVAL" --logdir="$LOGDIR"
+    --device="$EVAL_DEVICE" --eval_interval_s="$EVAL_INTERVAL" --logdir="$LOGDIR"
 fi
 # Without the evaluator the chief scores the final weights on the test set.
 CHIEF_DATA=()
