@@ -5,19 +5,35 @@
 # (gRPC, protobuf, abseil, spdlog, fmt, OpenBLAS, libstdc++, cudart, cuBLAS,
 # and the build's own per-target libraries of the test binaries), found with
 # ldd. The NVIDIA driver (libcuda.so.1) is never packed: it must match the
-# machine's kernel module and comes with it.
+# machine's kernel module and comes with it. Every packed binary and library
+# is a stripped copy (strip --strip-unneeded; bazel-bin is left alone).
 #
-#   deploy/gpu/pack.sh [--out=DIR] [--with_data] [--tar] [--no_build] [-- BAZEL_FLAGS...]
+#   deploy/gpu/pack.sh [--out=DIR] [--system_cublas] [--with_data]
+#                      [--tar | --xz] [--max_mb=N] [--no_build] [-- BAZEL_FLAGS...]
 #
-#   --out=DIR    the folder to fill (default dist/pscluster-gpu; emptied first)
-#   --with_data  also copy MNIST ($PSCLUSTER_DATA_DIR, data/mnist or
-#                ../shared/data/mnist) into DIR/data/mnist
-#   --tar        also write DIR.tar.gz
-#   --no_build   pack what bazel-bin holds (from an earlier build with CUDA)
-#   BAZEL_FLAGS  passed to `bazel build`, e.g. --define=cuda_arch=90,100
+#   --out=DIR        the folder to fill (default dist/pscluster-gpu; emptied first)
+#   --system_cublas  leave cuBLAS (libcublas, libcublasLt: 568 MiB) out: run.sh
+#                    uses the GPU machine's own, found by soname (ldconfig,
+#                    $CUDA_HOME/lib64, /usr/local/cuda*/lib64, a pip wheel);
+#                    the MANIFEST says so. cudart is still packed.
+#   --with_data      also copy MNIST ($PSCLUSTER_DATA_DIR, data/mnist or
+#                    ../shared/data/mnist) into DIR/data/mnist
+#   --tar            also write DIR.tar.gz
+#   --xz             also write DIR.tar.xz (smaller, slower to write); with
+#                    --tar too, only DIR.tar.xz
+#   --max_mb=N       fail (exit 1) when the DIR.tar.gz/.tar.xz written is over
+#                    N MiB; default 20 with --system_cublas (plus MNIST's size
+#                    with --with_data), else no limit. Needs --tar or --xz.
+#   --no_build       pack what bazel-bin holds (from an earlier build with CUDA)
+#   BAZEL_FLAGS      passed to `bazel build`, e.g. --define=cuda_arch=90,100
+#
+# Sizes (CUDA 13.0): the whole pack is 643 MiB, cuBLAS 568 MiB of it.
+# With --system_cublas: 75 MiB in the folder, 12.9 MiB as .tar.xz (but
+# 24.9 MiB as .tar.gz, over the default limit: use --xz).
 #
 # On the GPU machine: copy the folder (or the tarball), then DIR/run.sh runs
-# the tests and the benchmark there and ends with "N passed, N failed".
+# the tests and the benchmark there and ends with "N passed, N failed"
+# (DIR/run.sh --check_only only finds the libraries, cuBLAS included).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -25,21 +41,37 @@ cd "$ROOT"
 
 OUT="$ROOT/dist/pscluster-gpu"
 WITH_DATA=0
-TAR=0
+COMPRESS=""   # "", gz or xz
+SYSTEM_CUBLAS=0
+MAX_MB=""     # empty: the default for the options given
 BUILD=1
 BAZEL_FLAGS=()
+bad_arg() { echo "pack.sh: $1 (see --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
+    --out=) bad_arg "--out= names no folder" ;;
     --out=*) OUT="$(realpath -m "${1#--out=}")" ;;
     --with_data) WITH_DATA=1 ;;
-    --tar) TAR=1 ;;
+    --tar) [ "$COMPRESS" = xz ] || COMPRESS=gz ;;
+    --xz) COMPRESS=xz ;;
+    --system_cublas) SYSTEM_CUBLAS=1 ;;
+    --max_mb=*)
+      MAX_MB="${1#--max_mb=}"
+      [[ "$MAX_MB" =~ ^[1-9][0-9]*$ ]] || bad_arg "$1: not a whole number of MiB above 0" ;;
     --no_build) BUILD=0 ;;
     --) shift; BAZEL_FLAGS=("$@"); break ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "pack.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) bad_arg "unknown argument $1" ;;
   esac
   shift
 done
+if [ -n "$MAX_MB" ] && [ -z "$COMPRESS" ]; then
+  bad_arg "--max_mb=$MAX_MB limits the compressed file: add --tar or --xz"
+fi
+# The default limit leaves room for the MNIST files of --with_data (already
+# gzip'ed: 11 MiB that no compressor shrinks); an explicit one does not.
+DEFAULT_MAX=0
+if [ -z "$MAX_MB" ] && [ "$SYSTEM_CUBLAS" -eq 1 ]; then MAX_MB=20; DEFAULT_MAX=1; fi
 
 # Paths under bazel-bin; the tests find the daemons by these relative paths.
 DAEMONS=(chief/chief ps_server/ps_server worker/worker evaluator/evaluator)
@@ -79,19 +111,37 @@ for p in "${DAEMONS[@]}" "${TESTS[@]}" "${BENCH[@]}"; do
 done
 
 # glibc's own libraries (and the kernel's vDSO) come from the machine; so
-# does the NVIDIA driver. Everything else ldd resolves is packed, under the
-# name the binaries ask for (the soname, left of "=>").
+# does the NVIDIA driver, and with --system_cublas cuBLAS. Everything else
+# ldd resolves is packed, under the name the binaries ask for (the soname,
+# left of "=>").
 SYSTEM='^(linux-vdso\.so|linux-gate\.so|ld-linux[-a-z0-9_]*\.so|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libanl\.so|libnsl\.so|libBrokenLocale\.so|libcuda\.so|libnvidia-)'
+CUBLAS='^libcublas(Lt)?\.so'
+cublas_soname=""
 missing=0
 for p in "${DAEMONS[@]}" "${TESTS[@]}" "${BENCH[@]}"; do
   while read -r name arrow path _; do
     [ "$arrow" = "=>" ] || continue
     if [ "$path" = "not" ]; then echo "pack.sh: $p: $name not found" >&2; missing=1; continue; fi
     [[ "$name" =~ $SYSTEM ]] && continue
+    if [ "$SYSTEM_CUBLAS" -eq 1 ] && [[ "$name" =~ $CUBLAS ]]; then
+      [[ "$name" == libcublas.so* ]] && cublas_soname="$name"
+      continue
+    fi
     [ -e "$OUT/lib/$name" ] || cp -L "$path" "$OUT/lib/$name"
   done < <(ldd "$BIN/$p")
 done
 [ "$missing" -eq 0 ] || exit 1
+if [ "$SYSTEM_CUBLAS" -eq 1 ] && [ -z "$cublas_soname" ]; then
+  echo "pack.sh: --system_cublas: no packed binary links libcublas.so*: is this a CUDA build?" >&2
+  exit 1
+fi
+
+# Strip the copies: the symbol tables and debug info are most of the size
+# of everything but cuBLAS. The dynamic symbols the loader needs stay.
+for f in "$OUT"/lib/* "${DAEMONS[@]/#/$OUT/}" "${TESTS[@]/#/$OUT/}" "${BENCH[@]/#/$OUT/}"; do
+  chmod u+w "$f"
+  strip --strip-unneeded "$f" || { echo "pack.sh: strip --strip-unneeded $f failed" >&2; exit 1; }
+done
 
 # The newest glibc symbol version anything packed needs: run.sh checks it.
 glibc_needed="$(for f in "$OUT"/lib/* "${DAEMONS[@]/#/$OUT/}" "${TESTS[@]/#/$OUT/}" "${BENCH[@]/#/$OUT/}"; do
@@ -104,7 +154,13 @@ chmod +x "$OUT/run.sh"
   echo "pscluster GPU pack"
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
-  echo "cuda: ${cuda_version} (runtime and cuBLAS packed in lib/; the machine's NVIDIA driver must support it)"
+  if [ "$SYSTEM_CUBLAS" -eq 1 ]; then
+    echo "cuda: ${cuda_version} (runtime packed in lib/; the machine's NVIDIA driver must support it)"
+    # run.sh reads the soname from this line.
+    echo "cuBLAS: the machine's own, by soname ${cublas_soname}"
+  else
+    echo "cuda: ${cuda_version} (runtime and cuBLAS packed in lib/; the machine's NVIDIA driver must support it)"
+  fi
   echo "bazel flags: ${BAZEL_FLAGS[*]:-(none)}"
   echo "glibc_needed: ${glibc_needed}"
 } > "$OUT/MANIFEST"
@@ -119,8 +175,33 @@ if [ "$WITH_DATA" -eq 1 ]; then
   cp -L "$data"/*-ubyte.gz "$OUT/data/mnist/"
 fi
 
-if [ "$TAR" -eq 1 ]; then
-  tar -C "$(dirname "$OUT")" -czf "$OUT.tar.gz" "$(basename "$OUT")"
-  echo "pack.sh: wrote $OUT.tar.gz"
+archive=""
+if [ -n "$COMPRESS" ]; then
+  archive="$OUT.tar.$COMPRESS"
+  rm -f "$OUT.tar.gz" "$OUT.tar.xz"
+  if [ "$COMPRESS" = xz ]; then
+    tar -C "$(dirname "$OUT")" -cf - "$(basename "$OUT")" | xz -9 -T0 > "$archive"
+  else
+    tar -C "$(dirname "$OUT")" -czf "$archive" "$(basename "$OUT")"
+  fi
+  echo "pack.sh: wrote $archive ($(awk -v b="$(stat -c %s "$archive")" 'BEGIN { printf "%.1f MiB", b / 1048576 }'))"
 fi
-echo "pack.sh: $OUT: $(ls "$OUT/lib" | wc -l) libraries, $(du -sh "$OUT" | cut -f1); needs glibc >= ${glibc_needed} and an NVIDIA driver for CUDA ${cuda_version}"
+echo "pack.sh: $OUT: $(ls "$OUT/lib" | wc -l) libraries, $(du -sh "$OUT" | cut -f1); needs glibc >= ${glibc_needed} and an NVIDIA driver for CUDA ${cuda_version}$([ "$SYSTEM_CUBLAS" -eq 1 ] && echo ", and the machine's ${cublas_soname}")"
+if [ -n "$archive" ] && [ -n "$MAX_MB" ]; then
+  bytes="$(stat -c %s "$archive")"
+  limit=$((MAX_MB * 1048576))
+  why="--max_mb=$MAX_MB"
+  if [ "$DEFAULT_MAX" -eq 1 ]; then
+    why="the default for --system_cublas"
+    if [ "$WITH_DATA" -eq 1 ]; then
+      limit=$((limit + $(du -sb "$OUT/data" | cut -f1)))
+      why+=", plus MNIST's size"
+    fi
+  fi
+  if [ "$bytes" -gt "$limit" ]; then
+    mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+    echo "pack.sh: $archive is $(mib "$bytes") ($bytes bytes), over the limit of $(mib "$limit")" \
+         "($why)$([ "$COMPRESS" = gz ] && echo "; --xz writes a smaller .tar.xz")" >&2
+    exit 1
+  fi
+fi
