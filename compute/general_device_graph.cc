@@ -115,7 +115,8 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
         }
         break;
       case LayerKind::kActivation:
-        k.Copy(outs, in, y);
+        // One pass, x to y (below); with no function, a copy.
+        if (!op.has_act) k.Copy(outs, in, y);
         break;
       case LayerKind::kBatchNorm:
         if (training) {
@@ -132,7 +133,9 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
       case LayerKind::kFlatten:
         break;  // never planned
     }
-    if (op.has_act) k.ActivationForward(outs, op.act, y);
+    if (op.has_act) {
+      k.ActivationForward(outs, op.act, op.kind == LayerKind::kActivation ? in : y, y);
+    }
     in = y;
   }
   float* g = At(grad_a_);     // dLoss/d(output of op i)
@@ -145,7 +148,9 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
     const float* x = i == 0 ? images : act(i - 1);
     float* dx = op.needs_input_grad ? next : nullptr;
     const int64_t outs = int64_t{n} * op.out_size;
-    if (op.has_act) k.ActivationGrad(outs, op.act, act(i), g);
+    // An Activation layer's gradient goes to dx in the same pass.
+    const bool act_into_dx = op.kind == LayerKind::kActivation && op.has_act && dx != nullptr;
+    if (op.has_act) k.ActivationGrad(outs, op.act, act(i), g, act_into_dx ? dx : g);
     switch (op.kind) {
       case LayerKind::kConv2D:
         k.ConvBackward(Window(op, n), At(slots_[i].columns), params + op.kernel, g,
@@ -172,7 +177,7 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
         }
         break;
       case LayerKind::kActivation:
-        if (dx != nullptr) k.Copy(outs, g, dx);
+        if (dx != nullptr && !act_into_dx) k.Copy(outs, g, dx);
         break;
       case LayerKind::kBatchNorm:
         k.BatchNormBackward(int64_t{n} * op.pixels, op.channels, x, g, grads + op.mean,

@@ -26,13 +26,17 @@ namespace {
 
 using kernels::EmulatedGpuDevice;
 using kernels::testing::GradientsNear;
+using testing_models::Act;
 using testing_models::Bn;
+using testing_models::Conv;
 using testing_models::Dense;
 using testing_models::Drop;
 using testing_models::EveryLayer;
 using testing_models::FlattenModel;
+using testing_models::L;
 using testing_models::LoadTfjsReference;
 using testing_models::Make;
+using testing_models::Pool;
 using testing_models::Problem;
 using testing_models::ReferenceCase;
 using testing_models::StridedModel;
@@ -125,6 +129,25 @@ TEST(GeneralDeviceGraphTest, TrainStepsMatchFloat64Reference) {
       ExpectStepMatchesReference(Make(spec, batch, 9), 9,
                                  spec.name + " batch " + std::to_string(batch));
     }
+  }
+}
+
+// Tiled max pooling (stride = window) on odd sizes after a ReLU layer:
+// "same" padding (the last row and column of windows hold a cell fewer)
+// and "valid" (a row and a column no window covers, gradient 0); and
+// BatchNormalization over 210 * 81 = 17,010 rows, more groups than one
+// level of partial sums takes (GroupSumsFn runs).
+TEST(GeneralDeviceGraphTest, TiledPoolingAndLongBatchNormSumsMatchReference) {
+  for (Padding pool_padding : {Padding::kSame, Padding::kValid}) {
+    const ModelSpec spec = *BuildModelSpec(
+        "tiled", 9, 9, 1, 3,
+        {Conv("conv", 4, 3, 3, 1, Padding::kSame, Activation::kNone), Bn("bn"),
+         Act("relu", Activation::kRelu),
+         Pool(LayerKind::kMaxPool2D, "pool", 2, 2, pool_padding),
+         L(LayerKind::kFlatten, "flatten"), Dense("out", 3, Activation::kNone)});
+    ExpectStepMatchesReference(
+        Make(spec, 210, 13), 210,
+        pool_padding == Padding::kSame ? "same pooling" : "valid pooling");
   }
 }
 

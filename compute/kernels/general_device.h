@@ -53,10 +53,12 @@ class GeneralKernels {
                                     const float* x, float* y) const = 0;
   virtual void GlobalAvgPoolBackward(int batch, int pixels, int channels,
                                      const float* dy, float* dx) const = 0;
-  virtual void ActivationForward(int64_t n, ActivationFn f,
+  // y = f(x); x may equal y.
+  virtual void ActivationForward(int64_t n, ActivationFn f, const float* x,
                                  float* y) const = 0;
+  // dx = dy * f'(z) in terms of y = f(z); dx may equal dy.
   virtual void ActivationGrad(int64_t n, ActivationFn f, const float* y,
-                              float* dy) const = 0;
+                              const float* dy, float* dx) const = 0;
   virtual void Copy(int64_t n, const float* x, float* y) const = 0;
   virtual void Dropout(const DropoutShape& s, const float* x,
                        float* y) const = 0;

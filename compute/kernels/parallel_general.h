@@ -290,12 +290,14 @@ struct GlobalAvgPoolBackwardFn {
   }
 };
 
+// y = f(x); x may equal y.
 struct ActivationForwardFn {
   ActivationFn f;
+  const float* x;
   float* y;
   template <typename I>
   PSCLUSTER_HD void operator()(I i) const {
-    const float v = y[i];
+    const float v = x[i];
     switch (f) {
       case ActivationFn::kRelu:
         y[i] = v > 0.0f ? v : 0.0f;
@@ -310,23 +312,24 @@ struct ActivationForwardFn {
   }
 };
 
-// dy *= f'(z) in terms of y = f(z), as activation.h.
+// dx = dy * f'(z) in terms of y = f(z), as activation.h; dx may equal dy.
 struct ActivationGradFn {
   ActivationFn f;
   const float* y;
-  float* dy;
+  const float* dy;
+  float* dx;
   template <typename I>
   PSCLUSTER_HD void operator()(I i) const {
     const float v = y[i];
     switch (f) {
       case ActivationFn::kRelu:
-        if (!(v > 0.0f)) dy[i] = 0.0f;
+        dx[i] = v > 0.0f ? dy[i] : 0.0f;
         break;
       case ActivationFn::kSigmoid:
-        dy[i] *= v * (1.0f - v);
+        dx[i] = dy[i] * (v * (1.0f - v));
         break;
       case ActivationFn::kTanh:
-        dy[i] *= 1.0f - v * v;
+        dx[i] = dy[i] * (1.0f - v * v);
         break;
     }
   }
@@ -431,6 +434,34 @@ struct ChannelTotalsFn {
   }
 };
 
+// Per-group partial sums, fewer groups: out_a[h, c] = the sum of in_a[g, c]
+// over g in [h * 64, min(groups, (h + 1) * 64)), in order, and the same for
+// b (in double). One call per (h, c), c fastest. A channel's thousands of
+// groups are summed by many threads, a level at a time, rather than by one
+// (which took a third of a batch-8192 vgg_fashion step on an H100).
+constexpr int64_t kGroupFan = 64;
+struct GroupSumsFn {
+  int64_t groups;
+  int channels;
+  const double* in_a;
+  const double* in_b;
+  double* out_a;
+  double* out_b;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const int c = static_cast<int>(i % static_cast<I>(channels));
+    const int64_t h = i / static_cast<I>(channels);
+    const int64_t end = (h + 1) * kGroupFan < groups ? (h + 1) * kGroupFan : groups;
+    double a = 0.0, b = 0.0;
+    for (int64_t g = h * kGroupFan; g < end; ++g) {
+      a += in_a[g * channels + c];
+      b += in_b[g * channels + c];
+    }
+    out_a[i] = a;
+    out_b[i] = b;
+  }
+};
+
 // y = gamma * (x - mean) / sqrt(var + eps) + beta, computed as x * a + b
 // like the CPU kernel. y may equal x.
 struct BatchNormForwardFn {
@@ -487,11 +518,44 @@ inline int64_t ConvGeneralBackwardWorkspace(const WindowShape& s) {
 inline int64_t DenseGeneralBackwardWorkspace(int batch, int out) {
   return BiasGradWorkspace(batch, out);
 }
+// Groups left of `groups` after each level of GroupSumsFn, summed: the
+// doubles per channel and per sum (a or b) those levels need.
+inline int64_t GroupLevelsSize(int64_t groups) {
+  int64_t size = 0;
+  for (int64_t g = groups; g > kGroupFan;) {
+    g = (g + kGroupFan - 1) / kGroupFan;
+    size += g;
+  }
+  return size;
+}
+
 // Bytes of workspace of the batch-normalization passes over `rows` rows:
-// the groups' partial sums, then the per-channel totals (double).
+// the groups' partial sums, the per-channel totals, then the levels of
+// partial sums (double).
 inline int64_t BatchNormWorkspaceBytes(int64_t rows, int channels) {
-  return (2 * ChannelGroups(rows) + 2) * channels *
+  const int64_t groups = ChannelGroups(rows);
+  return (2 * groups + 2 + 2 * GroupLevelsSize(groups)) * channels *
          static_cast<int64_t>(sizeof(double));
+}
+
+// Sums [groups, channels] partial pairs (*a, *b) level by level into
+// `scratch` (2 * GroupLevelsSize(groups) * channels doubles) until at most
+// kGroupFan groups are left; points *a and *b at them and returns how many.
+template <typename Exec>
+int64_t ReduceGroups(const Exec& e, int64_t groups, int channels,
+                     const double** a, const double** b, double* scratch) {
+  while (groups > kGroupFan) {
+    const int64_t fewer = (groups + kGroupFan - 1) / kGroupFan;
+    double* out_a = scratch;
+    double* out_b = scratch + fewer * channels;
+    e.ForEach("BatchNormGroupSums", fewer * channels,
+              GroupSumsFn{groups, channels, *a, *b, out_a, out_b});
+    *a = out_a;
+    *b = out_b;
+    scratch = out_b + fewer * channels;
+    groups = fewer;
+  }
+  return groups;
 }
 
 // ConvGeneralForward's contract (general_layers.h); b may be null.
@@ -561,6 +625,16 @@ template <typename Exec>
 void MaxPoolGeneralBackward(const Exec& e, const WindowShape& s,
                             const float* dy, const int32_t* argmax,
                             float* dx) {
+  // Windows that tile the input (Keras's default pooling: strides = pool
+  // size, "valid", or "same" padding only after): one call per window.
+  if (s.stride_h == s.window_h && s.stride_w == s.window_w &&
+      s.pad_top == 0 && s.pad_left == 0 && s.out_h >= 1 && s.out_w >= 1) {
+    e.ForEach("MaxPoolTiledBackward", s.out_pixels() * s.in_c,
+              MaxPoolTiledBackwardFn{s.in_h, s.in_w, s.in_c, s.window_h,
+                                     s.window_w, s.out_h, s.out_w, dy, argmax,
+                                     nullptr, dx});
+    return;
+  }
   e.ForEach("MaxPoolGeneralBackward",
             int64_t{s.batch} * s.in_h * s.in_w * s.in_c,
             MaxPoolGeneralBackwardFn{Geometry(s), dy, argmax, dx});
@@ -596,14 +670,15 @@ void GlobalAvgPoolBackward(const Exec& e, int batch, int pixels, int channels,
 }
 
 template <typename Exec>
-void ActivationForward(const Exec& e, int64_t n, ActivationFn f, float* y) {
-  e.ForEach("Activation", n, ActivationForwardFn{f, y});
+void ActivationForward(const Exec& e, int64_t n, ActivationFn f,
+                       const float* x, float* y) {
+  e.ForEach("Activation", n, ActivationForwardFn{f, x, y});
 }
 
 template <typename Exec>
 void ActivationGrad(const Exec& e, int64_t n, ActivationFn f, const float* y,
-                    float* dy) {
-  e.ForEach("ActivationGrad", n, ActivationGradFn{f, y, dy});
+                    const float* dy, float* dx) {
+  e.ForEach("ActivationGrad", n, ActivationGradFn{f, y, dy, dx});
 }
 
 template <typename Exec>
@@ -630,13 +705,17 @@ void BatchNormTraining(const Exec& e, int64_t rows, int channels,
   const int64_t groups = ChannelGroups(rows);
   double* part_a = static_cast<double*>(workspace);
   double* part_b = part_a + groups * channels;
+  double* scratch = part_b + groups * channels + 2 * channels;
   e.ForEach("BatchNormSums", groups * channels,
             ChannelSumsFn{rows, channels, x, nullptr, nullptr, nullptr, 0.0f,
                           part_a, part_b});
+  const double* a = part_a;
+  const double* b = part_b;
+  const int64_t left = ReduceGroups(e, groups, channels, &a, &b, scratch);
   e.ForEach("BatchNormStatistics", channels,
-            ChannelTotalsFn{groups, channels, static_cast<double>(rows), true,
-                            part_a, part_b, batch_mean, batch_var, nullptr,
-                            nullptr, nullptr, nullptr});
+            ChannelTotalsFn{left, channels, static_cast<double>(rows), true, a,
+                            b, batch_mean, batch_var, nullptr, nullptr, nullptr,
+                            nullptr});
   e.ForEach("BatchNorm", rows * channels,
             BatchNormForwardFn{channels, x, batch_mean, batch_var, gamma, beta,
                                epsilon, y});
@@ -666,13 +745,17 @@ void BatchNormBackward(const Exec& e, int64_t rows, int channels,
   double* part_b = part_a + groups * channels;
   double* sum_dy = part_b + groups * channels;
   double* sum_dy_xhat = sum_dy + channels;
+  double* scratch = sum_dy_xhat + channels;
   e.ForEach("BatchNormGradSums", groups * channels,
             ChannelSumsFn{rows, channels, x, dy, mean, var, epsilon, part_a,
                           part_b});
+  const double* a = part_a;
+  const double* b = part_b;
+  const int64_t left = ReduceGroups(e, groups, channels, &a, &b, scratch);
   e.ForEach("BatchNormGradTotals", channels,
-            ChannelTotalsFn{groups, channels, static_cast<double>(rows), false,
-                            part_a, part_b, nullptr, nullptr, sum_dy,
-                            sum_dy_xhat, dgamma, dbeta});
+            ChannelTotalsFn{left, channels, static_cast<double>(rows), false,
+                            a, b, nullptr, nullptr, sum_dy, sum_dy_xhat,
+                            dgamma, dbeta});
   if (dx != nullptr) {
     e.ForEach("BatchNormBackwardInput", rows * channels,
               BatchNormBackwardInputFn{channels, x, dy, mean, var, gamma,
@@ -730,12 +813,13 @@ class ExecGeneralKernels final : public GeneralKernels {
                              const float* dy, float* dx) const override {
     parallel::GlobalAvgPoolBackward(e_, batch, pixels, channels, dy, dx);
   }
-  void ActivationForward(int64_t n, ActivationFn f, float* y) const override {
-    parallel::ActivationForward(e_, n, f, y);
+  void ActivationForward(int64_t n, ActivationFn f, const float* x,
+                         float* y) const override {
+    parallel::ActivationForward(e_, n, f, x, y);
   }
   void ActivationGrad(int64_t n, ActivationFn f, const float* y,
-                      float* dy) const override {
-    parallel::ActivationGrad(e_, n, f, y, dy);
+                      const float* dy, float* dx) const override {
+    parallel::ActivationGrad(e_, n, f, y, dy, dx);
   }
   void Copy(int64_t n, const float* x, float* y) const override {
     parallel::Copy(e_, n, x, y);

@@ -244,6 +244,43 @@ struct MaxPoolBackwardFn {
   }
 };
 
+// The same gradient for windows that tile the input (stride = window, no
+// padding before the first), one call per OUTPUT element: it writes its
+// window's cells, dy at the argmax (argmax = kh * window_w + kw) and 0
+// elsewhere, and the last row and column of windows also the cells no
+// window covers (0). Each input cell is written by exactly one call, with
+// a quarter of the index arithmetic of MaxPoolBackwardFn for 2x2 windows.
+// With `y`, the gradient of a ReLU below is fused in, as there.
+struct MaxPoolTiledBackwardFn {
+  int in_h, in_w, channels, window_h, window_w, out_h, out_w;
+  const float* dy;
+  const int32_t* argmax;
+  const float* y;  // null: no ReLU below
+  float* dx;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I o) const {
+    const int c = static_cast<int>(o % static_cast<I>(channels));
+    I t = o / static_cast<I>(channels);
+    const int col = static_cast<int>(t % static_cast<I>(out_w));
+    t /= static_cast<I>(out_w);
+    const int row = static_cast<int>(t % static_cast<I>(out_h));
+    const int64_t n = t / static_cast<I>(out_h);
+    const float g = y == nullptr || y[o] > 0.0f ? dy[o] : 0.0f;
+    const int at = argmax[o];
+    const int h0 = row * window_h, w0 = col * window_w;
+    const int h1 = row == out_h - 1 ? in_h : h0 + window_h;
+    const int w1 = col == out_w - 1 ? in_w : w0 + window_w;
+    for (int h = h0; h < h1; ++h) {
+      float* line = dx + ((n * in_h + h) * in_w) * channels + c;
+      for (int w = w0; w < w1; ++w) {
+        const bool won = h - h0 < window_h && w - w0 < window_w &&
+                         (h - h0) * window_w + (w - w0) == at;
+        line[static_cast<int64_t>(w) * channels] = won ? g : 0.0f;
+      }
+    }
+  }
+};
+
 // Per example r: its loss and whether it is correct, and (unless dlogits is
 // null) its row of dlogits; in double like the CPU kernel.
 struct SoftmaxRowFn {
@@ -483,10 +520,16 @@ void MaxPool2DForward(const Exec& e, const MaxPool2DShape& s, const float* x,
 template <typename Exec>
 void MaxPool2DBackward(const Exec& e, const MaxPool2DShape& s, const float* dy,
                        const int32_t* argmax, const float* y, float* dx) {
-  e.ForEach("MaxPoolBackward",
-            static_cast<int64_t>(s.batch) * s.in_h * s.in_w * s.channels,
-            MaxPoolBackwardFn{s.in_h, s.in_w, s.channels, s.pool, s.out_h(),
-                              s.out_w(), dy, argmax, y, dx});
+  if (s.out_h() < 1 || s.out_w() < 1) {  // no window: every cell dropped
+    e.ForEach("MaxPoolBackward",
+              static_cast<int64_t>(s.batch) * s.in_h * s.in_w * s.channels,
+              MaxPoolBackwardFn{s.in_h, s.in_w, s.channels, s.pool, s.out_h(),
+                                s.out_w(), dy, argmax, y, dx});
+    return;
+  }
+  e.ForEach("MaxPoolTiledBackward", s.out_size(),
+            MaxPoolTiledBackwardFn{s.in_h, s.in_w, s.channels, s.pool, s.pool,
+                                   s.out_h(), s.out_w(), dy, argmax, y, dx});
 }
 
 // Per-example results are summed in groups of this many, then the groups.
