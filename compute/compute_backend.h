@@ -85,6 +85,10 @@ class ComputeBackend {
   // operating system refuses, the backend stages as before (and logs it).
   virtual void PinHostMemory(void* p, size_t bytes) {}
 
+  // Whether TrainStep computes on a device while the host's cores wait (the
+  // GPU): host work can then overlap the step, as gathering the next batch.
+  virtual bool computes_on_device() const { return false; }
+
   // The split of the last successful TrainStep.
   virtual StepTimes last_step_times() const = 0;
 

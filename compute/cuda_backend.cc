@@ -310,6 +310,7 @@ class CudaBackend final : public ComputeBackend {
     return absl::OkStatus();
   }
 
+  bool computes_on_device() const override { return true; }
   StepTimes last_step_times() const override { return times_; }
   std::string name() const override { return name_; }
 

@@ -63,7 +63,7 @@ class ChunkReader {
 
  private:
   // Below this many bytes per thread, another thread costs more than it saves.
-  static constexpr int64_t kBytesPerThread = 4 << 20;
+  static constexpr int64_t kBytesPerThread = 1 << 20;
 
   const std::vector<int32_t>& Permutation(int epoch) {
     auto it = permutations_.find(epoch);

@@ -21,6 +21,7 @@
 #include "spdlog/spdlog.h"
 #include "wire/codec.h"
 #include "wire/ps_client.h"
+#include "worker/batch_source.h"
 #include "worker/exchange.h"
 #include "worker/step_report.h"
 
@@ -153,8 +154,8 @@ class PsTraining {
   // weights whole waits for all of them).
   bool priority_pull_ = false;
   ParamsWatermark arrived_;
-  std::vector<float> params_, grads_, images_;
-  std::vector<uint8_t> labels_;
+  std::vector<float> params_, grads_;
+  std::unique_ptr<BatchSource> batches_;  // made with the backend
 
   // The metrics of one call to the ps (PsClient::last_call()): its bytes
   // whatever the outcome, its time and staleness when it succeeded. A
@@ -185,9 +186,7 @@ PsTraining::PsTraining(const TrainingContext& ctx)
       chunks_(*ctx.data, batch_, plan_.seed()),
       arrived_(spec_.num_parameters),
       params_(spec_.num_parameters),
-      grads_(spec_.num_parameters),
-      images_(static_cast<size_t>(batch_) * chunks_.pixels()),
-      labels_(batch_) {}
+      grads_(spec_.num_parameters) {}
 
 absl::Status PsTraining::Run() {
   if (absl::Status s = Connect(); !s.ok()) return s;
@@ -213,9 +212,14 @@ absl::Status PsTraining::SetUpBackend() {
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateLoopBackend(ctx_);
   if (!backend.ok()) return backend.status();
   backend_ = *std::move(backend);
+  // While a device computes, the next chunk is gathered (when it is big
+  // enough to be worth a thread).
+  const int64_t chunk_bytes = int64_t{batch_} * chunks_.pixels() * int64_t{sizeof(float)};
+  batches_ = std::make_unique<BatchSource>(
+      &chunks_, batch_, plan_.num_workers(),
+      backend_->computes_on_device() && chunk_bytes >= (int64_t{1} << 20));
   // A GPU copies the batch, weights and gradients straight from these.
-  backend_->PinHostMemory(images_.data(), images_.size() * sizeof(float));
-  backend_->PinHostMemory(labels_.data(), labels_.size());
+  batches_->PinIn(backend_.get());
   backend_->PinHostMemory(params_.data(), params_.size() * sizeof(float));
   backend_->PinHostMemory(grads_.data(), grads_.size() * sizeof(float));
   overlap_push_ = plan_.push_overlap() && plan_.transport() == TRANSPORT_TCP;
@@ -318,8 +322,8 @@ absl::Status PsTraining::FollowRestore(int64_t generation) {
 absl::Status PsTraining::Step(const WorkResponse& work) {
   const absl::Time t0 = absl::Now();
   report_->set_epoch(static_cast<int>(work.chunk() / chunks_.chunks_per_epoch()));
-  const int n = chunks_.Fill(work.chunk(), images_.data(), labels_.data());
-  const Batch batch{images_.data(), labels_.data(), n, static_cast<uint64_t>(work.chunk())};
+  const Batch batch = batches_->Get(work.chunk());
+  const int n = batch.size;
   // A straggler sleeps before its push starts (with overlap, its gradient
   // leaves during TrainStep).
   if (options_.faults.straggle > absl::ZeroDuration()) absl::SleepFor(options_.faults.straggle);
@@ -434,8 +438,9 @@ absl::Status PsTraining::Finish() {
   // fused RPC per ps per step (push_pull_s); pull_s is the initial pull.
   const std::string own = fmt::format(
       "{} of this worker's pushes dropped as stale, {} answered differently by the ps, "
-      "{} resent, {} restore(s) followed",
-      ps_->pushes_dropped(), ps_->pushes_disputed(), ps_->resends(), restores_seen_);
+      "{} resent, {} restore(s) followed, {} of {} batches gathered ahead",
+      ps_->pushes_dropped(), ps_->pushes_disputed(), ps_->resends(), restores_seen_,
+      batches_->hits(), batches_->gets());
   const std::string tail = fmt::format(
       "bound_wait_s={:.3f} bound_waits={} device={} split: pull_s={:.3f} h2d_s={:.3f} "
       "device_compute_s={:.3f} d2h_s={:.3f} push_pull_s={:.3f} bytes_per_step: sent={:.0f} "

@@ -1,0 +1,55 @@
+#include "worker/batch_source.h"
+
+#include <utility>
+
+namespace pscluster {
+
+BatchSource::BatchSource(ChunkReader* chunks, int batch, int stride_guess, bool prefetch)
+    : chunks_(chunks), prefetch_(prefetch), stride_(stride_guess > 0 ? stride_guess : 1) {
+  for (Buffer& b : buffers_) {
+    b.images.resize(static_cast<size_t>(batch) * chunks->pixels());
+    b.labels.resize(batch);
+  }
+}
+
+BatchSource::~BatchSource() { Join(); }
+
+void BatchSource::Join() {
+  if (gatherer_.joinable()) gatherer_.join();
+}
+
+void BatchSource::PinIn(ComputeBackend* backend) {
+  for (Buffer& b : buffers_) {
+    backend->PinHostMemory(b.images.data(), b.images.size() * sizeof(float));
+    backend->PinHostMemory(b.labels.data(), b.labels.size());
+  }
+}
+
+Batch BatchSource::Get(int64_t k) {
+  Join();  // the reader is not thread-safe: the gatherer is done first
+  ++gets_;
+  Buffer& spare = buffers_[1 - current_];
+  if (spare.chunk == k) {
+    ++hits_;
+    current_ = 1 - current_;
+  } else {
+    Buffer& b = buffers_[current_];
+    b.size = chunks_->Fill(k, b.images.data(), b.labels.data());
+    b.chunk = k;
+  }
+  if (last_ >= 0 && k > last_) stride_ = k - last_;
+  last_ = k;
+  Buffer& now = buffers_[current_];
+  if (prefetch_) {
+    Buffer* next = &buffers_[1 - current_];
+    const int64_t guess = k + stride_;
+    next->chunk = -1;
+    gatherer_ = std::thread([this, next, guess] {
+      next->size = chunks_->Fill(guess, next->images.data(), next->labels.data());
+      next->chunk = guess;
+    });
+  }
+  return Batch{now.images.data(), now.labels.data(), now.size, static_cast<uint64_t>(k)};
+}
+
+}  // namespace pscluster
