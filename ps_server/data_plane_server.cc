@@ -168,9 +168,11 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   }
   if (!socket->WriteFrame(answer, {}, {}).ok()) return;
   socket->SetDeadline(absl::InfiniteFuture());
-  // Reused from call to call, with their strings' capacity.
+  // Reused from call to call, with their strings' capacity; `grads`
+  // trades places with the store's buffer of the step before (sync).
   PushRequest req;
   PushPullResponse resp;
+  std::vector<float> grads;
   // The gradients' check for NaN/Inf and the answer's weights
   // (PsService::DataPlaneCall).
   PsService::DataPlaneCall call;
@@ -182,6 +184,10 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
       }
       return;  // the client hung up, or the server stops
     }
+    if (h.kind == static_cast<uint32_t>(DataKind::kCommit)) {
+      if (!ServeCommit(*socket, h, &meta, &payload)) return;
+      continue;
+    }
     const bool is_push_pull = h.kind == static_cast<uint32_t>(DataKind::kPushPull);
     const bool parsed = is_push_pull && req.ParseFromString(meta);
     // fp32 gradients that the store uses as they are sent are checked for
@@ -190,12 +196,20 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     const bool check = parsed && PsService::GradientsAsSent(req) &&
                        h.payload_size % sizeof(float) == 0;
     bool finite = true;
-    payload.resize(h.payload_size);
-    for (size_t have = 0; have < payload.size();) {
-      const size_t n = std::min(kCheckedPiece, payload.size() - have);
-      if (!socket->Read(payload.data() + have, n).ok()) return;
+    // fp32 as sent lands in `grads`, which the store can keep as it is.
+    char* in = payload.data();
+    if (check) {
+      grads.resize(h.payload_size / sizeof(float));
+      in = reinterpret_cast<char*>(grads.data());
+    } else {
+      payload.resize(h.payload_size);
+      in = payload.data();
+    }
+    for (size_t have = 0; have < h.payload_size;) {
+      const size_t n = std::min<size_t>(kCheckedPiece, h.payload_size - have);
+      if (!socket->Read(in + have, n).ok()) return;
       if (check && finite) {
-        finite = AllFinite(reinterpret_cast<const float*>(payload.data() + have),
+        finite = AllFinite(reinterpret_cast<const float*>(in + have),
                            static_cast<int64_t>(n / sizeof(float)));
       }
       have += n;
@@ -207,13 +221,14 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     } else if (!parsed) {
       status = grpc::Status(grpc::INVALID_ARGUMENT, "cannot parse the PushRequest");
     } else {
-      req.mutable_gradients()->swap(payload);
+      if (!check) req.mutable_gradients()->swap(payload);
       resp.Clear();
       call.gradients_finite = check ? std::optional<bool>(finite) : std::nullopt;
+      call.gradients = check ? &grads : nullptr;
       status = service_->DoPushPull(
           req, absl::Now() + absl::Microseconds(std::max<int64_t>(h.timeout_us, 0)), &resp,
           &call);
-      req.mutable_gradients()->swap(payload);
+      if (!check) req.mutable_gradients()->swap(payload);
     }
     answer = FrameHeader();
     answer.kind = h.kind;
@@ -240,6 +255,28 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     call.weights.reset();
     if (!written) return;
   }
+}
+
+bool DataPlaneServer::ServeCommit(DataSocket& socket, const FrameHeader& h, std::string* meta,
+                                  std::string* payload) {
+  payload->resize(h.payload_size);  // none is sent; read what came
+  if (!socket.Read(payload->data(), payload->size()).ok()) return false;
+  StepCommitRequest req;
+  StepCommitResponse resp;
+  grpc::Status status = req.ParseFromString(*meta)
+                            ? service_->DoCommitStep(req, &resp)
+                            : grpc::Status(grpc::INVALID_ARGUMENT,
+                                           "cannot parse the StepCommitRequest");
+  FrameHeader answer;
+  answer.kind = h.kind;
+  if (!status.ok()) {
+    answer.code = static_cast<uint32_t>(status.error_code());
+    answer.meta_size = static_cast<uint32_t>(status.error_message().size());
+    return socket.WriteFrame(answer, status.error_message(), {}).ok();
+  }
+  resp.SerializeToString(meta);
+  answer.meta_size = static_cast<uint32_t>(meta->size());
+  return socket.WriteFrame(answer, *meta, {}).ok();
 }
 
 }  // namespace pscluster

@@ -3,7 +3,9 @@
 // on a thread of its own (a connection carries one worker's calls, one at a
 // time), checks the cluster token in the hello frame, and answers every
 // PushPull through PsService::DoPushPull: the same rules, counters and
-// exactly-once answers as the gRPC method.
+// exactly-once answers as the gRPC method. ps 0 of a sync cluster sends
+// its step decisions to the other ps the same way (CommitStep's
+// DoCommitStep; ps_server/step_broadcaster.h).
 //
 // The port is told to clients through GetStats (PsStatsResponse.data_port),
 // so by default it is any free one; --data_port on ps_server fixes it (for
@@ -45,6 +47,11 @@ class DataPlaneServer {
   DataPlaneServer() : tls_(nullptr, [](SSL_CTX*) {}) {}
   void AcceptLoop();
   void Serve(std::shared_ptr<DataSocket> socket);
+  // A step decision from ps 0 (DataKind::kCommit, whose header `h` and
+  // meta were read): applied through PsService::DoCommitStep and answered.
+  // False when the connection broke.
+  bool ServeCommit(DataSocket& socket, const FrameHeader& h, std::string* meta,
+                   std::string* payload);
 
   PsService* service_ = nullptr;
   std::shared_ptr<const SecurityConfig> security_;

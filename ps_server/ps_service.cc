@@ -260,8 +260,11 @@ bool PsService::GradientsAsSent(const PushRequest& req) {
 }
 
 grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
-                               std::optional<bool> finite) {
-  const std::string& g = req.gradients();
+                               std::optional<bool> finite, std::vector<float>* owned) {
+  const absl::string_view g =
+      owned != nullptr ? absl::string_view(reinterpret_cast<const char*>(owned->data()),
+                                           owned->size() * sizeof(float))
+                       : absl::string_view(req.gradients());
   absl::StatusOr<Codec> codec = CodecOfDtype(req.dtype());
   if (!codec.ok()) {
     return Refused(InvalidArgument(absl::StrCat("gradients: ", codec.status().message())));
@@ -315,6 +318,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
   a.num_floats = num_floats;
   a.generation = req.generation();
   if (grads == decoded.data()) a.owned = &decoded;
+  if (as_is && owned != nullptr) a.owned = owned;
   if (as_is) a.finite = finite;
   const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
@@ -354,7 +358,8 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
 grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
                                    PushPullResponse* resp, DataPlaneCall* call) {
   grpc::Status s = DoPush(req, resp->mutable_push(),
-                          call != nullptr ? call->gradients_finite : std::nullopt);
+                          call != nullptr ? call->gradients_finite : std::nullopt,
+                          call != nullptr ? call->gradients : nullptr);
   if (!s.ok()) return s;
   ParameterStore::SharedValues* weights = call != nullptr ? &call->weights : nullptr;
   PullEncoding enc;
@@ -459,13 +464,17 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
 grpc::Status PsService::CommitStep(grpc::ServerContext* ctx, const StepCommitRequest* req,
                                    StepCommitResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  return DoCommitStep(*req, resp);
+}
+
+grpc::Status PsService::DoCommitStep(const StepCommitRequest& req, StepCommitResponse* resp) {
   StepDecision d;
-  d.layout_fingerprint = req->layout_fingerprint();
-  d.generation = req->generation();
-  d.version = req->version();
-  d.members.assign(req->members().begin(), req->members().end());
-  d.skip = req->skip();
-  absl::Status s = store_->Commit(req->layout_fingerprint(), d);
+  d.layout_fingerprint = req.layout_fingerprint();
+  d.generation = req.generation();
+  d.version = req.version();
+  d.members.assign(req.members().begin(), req.members().end());
+  d.skip = req.skip();
+  absl::Status s = store_->Commit(req.layout_fingerprint(), d);
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(store_->stats().version);
   return grpc::Status::OK;

@@ -54,6 +54,11 @@ class PsService final : public ParameterServer::Service {
     // In: whether req.gradients are all finite, when they are fp32 in the
     // store's order (GradientsAsSent) and were checked as they arrived.
     std::optional<bool> gradients_finite;
+    // In: fp32 gradients in the store's order read here instead of into
+    // req.gradients (then empty), so that a sync store takes them without
+    // a copy (PushArgs::owned); it may leave another buffer, of any size
+    // and contents, in their place. Null: the gradients are req's.
+    std::vector<float>* gradients = nullptr;
     // Out: an fp32 answer's values, not copied into resp but shared with
     // the store (ParameterStore::PullShared), to be sent as
     // resp.pull.values and then let go of.
@@ -61,6 +66,8 @@ class PsService final : public ParameterServer::Service {
   };
   grpc::Status DoPushPull(const PushRequest& req, absl::Time deadline, PushPullResponse* resp,
                           DataPlaneCall* call = nullptr);
+  // CommitStep without gRPC: the tcp data plane's, after its token check.
+  grpc::Status DoCommitStep(const StepCommitRequest& req, StepCommitResponse* resp);
   // Whether req's gradients are fp32 in this ps's shard order: used where
   // they lie, not decoded.
   static bool GradientsAsSent(const PushRequest& req);
@@ -71,9 +78,10 @@ class PsService final : public ParameterServer::Service {
   int64_t pushes_rejected() const { return pushes_rejected_.load(); }
 
  private:
-  // `finite`: DataPlaneCall::gradients_finite.
+  // `finite` and `owned`: DataPlaneCall::gradients_finite and ::gradients.
   grpc::Status DoPush(const PushRequest& req, PushResponse* resp,
-                      std::optional<bool> finite = std::nullopt);
+                      std::optional<bool> finite = std::nullopt,
+                      std::vector<float>* owned = nullptr);
   // Counts a refused push (GetStats and /metrics) and returns `s`.
   grpc::Status Refused(grpc::Status s);
   // How a pull's answer is encoded (PullRequest / PushRequest fields).

@@ -5,6 +5,7 @@
 #include "common/retry.h"
 #include "proto/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "wire/data_plane.h"
 
 namespace pscluster {
 namespace {
@@ -37,6 +38,21 @@ StepBroadcaster::~StepBroadcaster() {
 void StepBroadcaster::SendAll(const std::string& address, const RpcOptions& rpc) {
   std::unique_ptr<ParameterServer::Stub> stub =
       ParameterServer::NewStub(MakeChannel(address, rpc));
+  // The other ps's data plane; its port is asked over gRPC before a dial.
+  ParameterServer::Stub* stats = stub.get();
+  auto port_of = [stats, address](absl::Time deadline) -> absl::StatusOr<int> {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    PsStatsResponse st;
+    grpc::Status s = stats->GetStats(&ctx, PsStatsRequest(), &st);
+    if (!s.ok()) return FromGrpcStatus(s, "ask ps " + address + " for its data port");
+    if (st.data_port() <= 0) {
+      return absl::FailedPreconditionError("ps " + address + " serves no tcp data plane");
+    }
+    return st.data_port();
+  };
+  DataChannel data(address, port_of, rpc.security ? rpc.security : ProcessSecurity(), &stop_);
+  absl::Time grpc_until = absl::InfinitePast();  // after the data plane failed
   int64_t sent = 0;  // sequence of the last decision taken or given up
   StepDecision d;
   while (!stop_) {
@@ -49,10 +65,23 @@ void StepBroadcaster::SendAll(const std::string& address, const RpcOptions& rpc)
     req.set_skip(d.skip);
     Backoff backoff(ResendPolicy());
     while (!stop_) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
       StepCommitResponse resp;
-      const grpc::Status s = stub->CommitStep(&ctx, req, &resp);
+      grpc::Status s;
+      if (absl::Now() >= grpc_until) {
+        s = data.Unary(DataKind::kCommit, &req, &resp, absl::Now() + absl::Seconds(2));
+        if (!s.ok()) {
+          // gRPC's answer is the one that counts (a refusal, a ps down).
+          spdlog::warn("step decisions go to the ps at {} over gRPC for 10 s: its data plane "
+                       "answered {}",
+                       address, s.error_message());
+          grpc_until = absl::Now() + absl::Seconds(10);
+        }
+      }
+      if (absl::Now() < grpc_until) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
+        s = stub->CommitStep(&ctx, req, &resp);
+      }
       if (s.ok()) break;
       if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
           s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||

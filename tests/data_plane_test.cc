@@ -2,11 +2,15 @@
 // against a PsService in this process: its PushPull answers what the gRPC
 // method answers, exactly once; the token is checked; a hostile or broken
 // peer loses its connection and nothing else; deadlines and a stopping
-// server end calls instead of hanging them.
+// server end calls instead of hanging them; payloads move from and into
+// the caller's memory; ps 0's step decisions travel over it
+// (ps_server/step_broadcaster.h), or over gRPC when it fails.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <limits>
@@ -21,6 +25,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/data_plane_server.h"
 #include "ps_server/ps_service.h"
+#include "ps_server/step_broadcaster.h"
 #include "tests/local_cluster.h"
 #include "update/parameter_store.h"
 #include "wire/data_plane.h"
@@ -41,10 +46,14 @@ class DataPlaneTest : public ::testing::Test {
  protected:
   // A ps (gRPC and data plane) that wants `token`; sgd at rate 0.5 from
   // weights 1.0, `workers` workers, sync or async.
-  void Start(UpdateMode mode, int workers = 1, const std::string& token = "sesame") {
+  // `role`: kFollow makes it a ps that applies the steps another decides.
+  void Start(UpdateMode mode, int workers = 1, const std::string& token = "sesame",
+             StepRole role = StepRole::kDecide) {
     security_ = WithToken(token);
     metrics_ = *Metrics::Start("", "ps:0", MetricsRole::kPs);
-    service_ = std::make_unique<PsService>(&store_, metrics_.get());
+    PsServiceOptions options;
+    options.step_role = role;
+    service_ = std::make_unique<PsService>(&store_, metrics_.get(), options);
     const int port = testing::FreePort();
     RpcOptions rpc;
     rpc.security = security_;
@@ -80,7 +89,8 @@ class DataPlaneTest : public ::testing::Test {
   }
 
   // A channel to the ps that asks GetStats for the port, as PsClient does.
-  std::unique_ptr<DataChannel> Channel(const std::string& token) {
+  std::unique_ptr<DataChannel> Channel(const std::string& token,
+                                       const std::atomic<bool>* stop = nullptr) {
     RpcOptions rpc;
     rpc.security = WithToken(token);
     std::shared_ptr<ParameterServer::Stub> stub =
@@ -93,7 +103,7 @@ class DataPlaneTest : public ::testing::Test {
       if (!s.ok()) return FromGrpcStatus(s, "GetStats");
       return st.data_port();
     };
-    return std::make_unique<DataChannel>(address_, port_of, rpc.security);
+    return std::make_unique<DataChannel>(address_, port_of, rpc.security, stop);
   }
 
   static PushRequest Push(int worker, uint64_t request_id, int64_t version, float grad) {
@@ -393,6 +403,182 @@ TEST_F(DataPlaneTest, DeadlineAndStopEndAWaitingCall) {
   const grpc::Status ended = waiting.get();
   EXPECT_FALSE(ended.ok());
   EXPECT_NE(ended.error_code(), grpc::DEADLINE_EXCEEDED) << ended.error_message();
+}
+
+// A call made on the calling thread sends its gradient from runs of the
+// caller's memory and reads the answer into runs of it, nothing in the
+// messages; an answer of another size than the runs goes into the message.
+TEST_F(DataPlaneTest, RunsAreSentFromAndReadIntoTheCallersMemory) {
+  Start(ASYNC);
+  std::unique_ptr<DataChannel> channel = Channel("sesame");
+  // Two runs of a larger buffer, with a gap that is not sent (NaN would
+  // be refused) and not written.
+  constexpr size_t kSplit = 100000, kGap = 16;
+  std::vector<float> grads(kFloats + kGap, 0.25f);
+  std::fill(grads.begin() + kSplit, grads.begin() + kSplit + kGap, NAN);
+  std::vector<float> params(kFloats + kGap, -7.0f);
+  auto bytes = [](const float* p, size_t n) {
+    return absl::string_view(reinterpret_cast<const char*>(p), n * sizeof(float));
+  };
+  auto into = [](float* p, size_t n) {
+    return absl::Span<char>(reinterpret_cast<char*>(p), n * sizeof(float));
+  };
+  PushRequest req = Push(0, 1, 0, 0.0f);
+  req.clear_gradients();
+  bool scattered = false;
+  PayloadRuns runs;
+  runs.from = {bytes(grads.data(), kSplit), bytes(grads.data() + kSplit + kGap, kFloats - kSplit)};
+  runs.to = {into(params.data(), kSplit), into(params.data() + kSplit + kGap, kFloats - kSplit)};
+  runs.scattered = &scattered;
+  PushPullResponse resp;
+  const grpc::Status s =
+      channel->PushPull(&req, &resp, absl::Now() + absl::Seconds(30), {}, {}, runs);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(scattered);
+  EXPECT_TRUE(resp.push().applied());
+  EXPECT_EQ(resp.pull().version(), 1);
+  EXPECT_TRUE(resp.pull().values().empty());
+  const float updated = 1.0f - 0.5f * 0.25f;
+  for (size_t i : {size_t{0}, kSplit - 1, kSplit + kGap, params.size() - 1}) {
+    EXPECT_EQ(params[i], updated) << i;
+  }
+  EXPECT_EQ(params[kSplit], -7.0f);
+  EXPECT_EQ(params[kSplit + kGap - 1], -7.0f);
+
+  // Runs that do not hold the answer: it comes in the message.
+  runs.to.pop_back();
+  PushRequest next = Push(0, 2, 1, 0.0f);
+  next.clear_gradients();
+  ASSERT_TRUE(
+      channel->PushPull(&next, &resp, absl::Now() + absl::Seconds(30), {}, {}, runs).ok());
+  EXPECT_FALSE(scattered);
+  ASSERT_EQ(resp.pull().values().size(), static_cast<size_t>(kFloats) * sizeof(float));
+  EXPECT_EQ(Values(resp)[kFloats - 1], updated - 0.5f * 0.25f);
+  EXPECT_EQ(Stats().pushes_applied(), 2);
+}
+
+// ps 0's step decisions reach another ps over its data plane: a follower's
+// waiting PushPull is answered once the decision is taken there; a
+// malformed decision is refused with the store's reason, and a wrong token
+// before any.
+TEST_F(DataPlaneTest, AStepDecisionTravelsOverTheDataPlane) {
+  Start(SYNC, 1, "sesame", StepRole::kFollow);
+  std::unique_ptr<DataChannel> worker = Channel("sesame");
+  PushRequest req = Push(0, 1, 0, 0.25f);
+  PushPullResponse resp;
+  std::promise<grpc::Status> done;
+  worker->StartPushPull(&req, &resp, absl::Now() + absl::Seconds(30),
+                        [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  std::future<grpc::Status> answered = done.get_future();
+  EXPECT_EQ(answered.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "a follower answers only once the step is decided";
+
+  std::unique_ptr<DataChannel> leader = Channel("sesame");
+  StepCommitRequest commit;
+  commit.set_layout_fingerprint(kLayout);
+  commit.set_version(0);
+  StepCommitResponse cr;
+  const grpc::Status bad =
+      leader->Unary(DataKind::kCommit, &commit, &cr, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(bad.error_code(), grpc::INVALID_ARGUMENT) << bad.error_message();
+  commit.add_members(true);
+  const grpc::Status ok =
+      leader->Unary(DataKind::kCommit, &commit, &cr, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(cr.version(), 1);
+  ASSERT_TRUE(answered.get().ok());
+  EXPECT_TRUE(resp.push().applied());
+  EXPECT_EQ(resp.pull().version(), 1);
+  EXPECT_EQ(Values(resp)[0], 1.0f - 0.5f * 0.25f);
+
+  const grpc::Status stranger = Channel("open sesame")->Unary(
+      DataKind::kCommit, &commit, &cr, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(stranger.error_code(), grpc::UNAUTHENTICATED) << stranger.error_message();
+  EXPECT_EQ(Stats().steps_applied(), 1);
+}
+
+// A call made on the calling thread that waits for its step watches the
+// stop flag, as the calling thread did while the channel's thread waited.
+TEST_F(DataPlaneTest, AStopFlagEndsACallWaitingOnTheCallingThread) {
+  Start(SYNC, 2);
+  std::atomic<bool> stop{false};
+  std::unique_ptr<DataChannel> channel = Channel("sesame", &stop);
+  PushRequest req = Push(0, 1, 0, 0.25f);
+  std::future<grpc::Status> waiting = std::async(std::launch::async, [&] {
+    PushPullResponse r;
+    return channel->PushPull(&req, &r, absl::Now() + absl::Minutes(5));
+  });
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  const absl::Time asked = absl::Now();
+  stop = true;
+  const grpc::Status ended = waiting.get();
+  EXPECT_EQ(ended.error_code(), grpc::CANCELLED) << ended.error_message();
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(2));
+}
+
+// The step decisions of a sync ps 0 reach a following ps over its data
+// plane, or over gRPC when it serves none.
+TEST(StepBroadcasterTest, DecisionsReachAFollowerWithOrWithoutItsDataPlane) {
+  for (const bool data_plane : {true, false}) {
+    SCOPED_TRACE(data_plane ? "over the data plane" : "over gRPC");
+    auto security = WithToken("sesame");
+    RpcOptions rpc;
+    rpc.security = security;
+    struct Ps {
+      ParameterStore store;
+      std::unique_ptr<Metrics> metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
+      std::unique_ptr<PsService> service;
+      std::unique_ptr<TaskServer> server;
+      std::unique_ptr<DataPlaneServer> data;
+      std::string address;
+    };
+    Ps ps[2];
+    for (int i = 0; i < 2; ++i) {
+      PsServiceOptions o;
+      o.step_role = i == 0 ? StepRole::kDecide : StepRole::kFollow;
+      ps[i].service = std::make_unique<PsService>(&ps[i].store, ps[i].metrics.get(), o);
+      const int port = testing::FreePort();
+      ps[i].server = *TaskServer::Start(port, {ps[i].service.get()}, nullptr, rpc);
+      ps[i].address = absl::StrCat("127.0.0.1:", port);
+      StoreConfig c;
+      c.layout_fingerprint = kLayout;
+      c.num_floats = 4;
+      c.rule = UpdateRule::kSync;
+      c.optimizer.name = "sgd";
+      c.optimizer.learning_rate = 0.5f;
+      c.step_role = o.step_role;
+      const std::vector<float> ones(4, 1.0f);
+      bool already = false;
+      ASSERT_TRUE(ps[i].store.Init(c, ones.data(), &already).ok());
+    }
+    if (data_plane) {
+      ps[1].data = *DataPlaneServer::Start(0, ps[1].service.get(), security, 1 << 20);
+      ps[1].service->set_data_port(ps[1].data->port());
+    }
+    {
+      StepBroadcaster broadcaster(&ps[0].store, {ps[1].address}, rpc);
+      const std::vector<float> grad(4, 0.25f);
+      for (int i = 0; i < 2; ++i) {
+        PushArgs a;
+        a.layout_fingerprint = kLayout;
+        a.num_examples = 1;
+        a.gradients = grad.data();
+        a.num_floats = 4;
+        ASSERT_TRUE(ps[i].store.Push(a).ok());
+      }
+      std::string values;
+      int64_t version = 0;
+      const absl::Status pulled =
+          ps[1].store.Pull(kLayout, 1, absl::Now() + absl::Seconds(20), &values, &version);
+      ASSERT_TRUE(pulled.ok()) << pulled;
+      EXPECT_EQ(version, 1);
+    }
+    for (Ps& p : ps) {
+      p.store.Cancel();
+      p.data.reset();
+      p.server->Stop(absl::ZeroDuration());
+    }
+  }
 }
 
 TEST(DataPlaneParseTest, TransportNamesAndHosts) {

@@ -165,7 +165,10 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   active_.assign(config.num_workers, true);
   sum_.assign(config.num_floats, 0.0f);
   outcome_.assign(config.num_workers, {-1, false});
-  decisions_.clear();
+  {
+    absl::MutexLock lock(&decisions_mu_);
+    decisions_.clear();
+  }
   commit_.reset();
   generation_ = config.generation;
   return absl::OkStatus();
@@ -466,9 +469,24 @@ void ParameterStore::MaybeCloseStep() {
   d.sequence = next_sequence_++;
   d.members.resize(config_.num_workers);
   for (int w = 0; w < config_.num_workers; ++w) d.members[w] = pending_examples_[w] >= 0;
-  d.skip = ApplyStep(d.members, /*skip=*/false);
-  decisions_.push_back(std::move(d));
-  if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+  d.skip = AnyNonfinite(d.members);
+  const std::vector<bool> members = d.members;
+  {
+    // Out before the update: the other ps apply the step while this one
+    // does.
+    absl::MutexLock lock(&decisions_mu_);
+    decisions_.push_back(std::move(d));
+    if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+    decision_made_.SignalAll();
+  }
+  ApplyStep(members, /*skip=*/false);
+}
+
+bool ParameterStore::AnyNonfinite(const std::vector<bool>& members) const {
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (members[w] && pending_nonfinite_[w]) return true;
+  }
+  return false;
 }
 
 void ParameterStore::MaybeApplyCommit() {
@@ -495,28 +513,46 @@ void ParameterStore::MaybeApplyCommit() {
 bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
   const int64_t n = config_.num_floats;
   int64_t total = 0;
-  bool nonfinite = skip;
+  int count = 0;
+  const bool nonfinite = skip || AnyNonfinite(members);
   for (int w = 0; w < config_.num_workers; ++w) {
     if (!members[w]) continue;
     total += pending_examples_[w];
-    nonfinite = nonfinite || pending_nonfinite_[w];
+    ++count;
   }
-  std::fill(sum_.begin(), sum_.end(), 0.0f);
   if (nonfinite) {
     ++stats_.steps_skipped_nonfinite;
   } else if (total > 0) {
     // Fixed worker-index order: the sum is the same bits whatever the
-    // arrival order was.
+    // arrival order was. The first member's term is written, not added to
+    // zeros (w * g + 0 is 0 + w * g, bit for bit: -0 becomes +0), and the
+    // step of a lone member is its gradient itself: no pass at all (g
+    // differs from 0 + 1 * g only where g is -0, which Adam's update takes
+    // as +0, and SGD's and momentum's only in the sign of a zero weight).
+    const float* grad = nullptr;
+    bool first = true;
     for (int w = 0; w < config_.num_workers; ++w) {
       if (!members[w]) continue;
       const float weight = static_cast<float>(pending_examples_[w]) / total;
       const float* g = pending_[w].data();
+      if (count == 1) {
+        grad = g;
+        break;
+      }
       float* s = sum_.data();
-      ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) s[i] += weight * g[i];
-      });
+      if (first) {
+        ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) s[i] = weight * g[i] + 0.0f;
+        });
+      } else {
+        ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) s[i] += weight * g[i];
+        });
+      }
+      first = false;
+      grad = s;
     }
-    Update(sum_.data());
+    Update(grad);
   }
   for (int w = 0; w < config_.num_workers; ++w) {
     if (members[w]) {
@@ -548,15 +584,15 @@ std::optional<bool> ParameterStore::StepOutcome(int worker, int64_t version) con
 
 bool ParameterStore::NextDecision(int64_t after_sequence, absl::Time deadline,
                                   StepDecision* out) {
-  absl::MutexLock lock(&mu_);
-  while (!cancelled_) {
+  absl::MutexLock lock(&decisions_mu_);
+  while (!decisions_cancelled_) {
     for (const StepDecision& d : decisions_) {
       if (d.sequence > after_sequence) {
         *out = d;
         return true;
       }
     }
-    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) return false;
+    if (decision_made_.WaitWithDeadline(&decisions_mu_, deadline)) return false;
   }
   return false;
 }
@@ -632,6 +668,9 @@ void ParameterStore::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
   version_advanced_.SignalAll();
+  absl::MutexLock decisions(&decisions_mu_);
+  decisions_cancelled_ = true;
+  decision_made_.SignalAll();
 }
 
 bool ParameterStore::AwaitInitialized() const {

@@ -276,6 +276,8 @@ class ParameterStore {
   // `skip` or when one of them holds NaN/Inf: returns whether it skipped),
   // drops the others' and advances the version.
   bool ApplyStep(const std::vector<bool>& members, bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether one of `members`' pending gradients holds NaN or Inf.
+  bool AnyNonfinite(const std::vector<bool>& members) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // values_ to write into: itself when no reader holds it, else a copy in
   // a buffer no reader holds (which becomes values_).
   std::vector<float>& WritableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -336,9 +338,14 @@ class ParameterStore {
   std::vector<float> moving_ ABSL_GUARDED_BY(mu_);  // Update's scratch
   // The fate of each worker's newest sync gradient: {version, applied}.
   std::vector<std::pair<int64_t, bool>> outcome_ ABSL_GUARDED_BY(mu_);
-  // Deciding store: the newest decisions, oldest first.
+  // Deciding store: the newest decisions, oldest first. Under a lock of
+  // their own (taken inside mu_, never the other way round), so that a
+  // decision is sent while the step it closes is still being applied.
   static constexpr size_t kKeptDecisions = 16;
-  std::deque<StepDecision> decisions_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex decisions_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::CondVar decision_made_;  // signalled on a decision and on Cancel
+  std::deque<StepDecision> decisions_ ABSL_GUARDED_BY(decisions_mu_);
+  bool decisions_cancelled_ ABSL_GUARDED_BY(decisions_mu_) = false;
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Following store: the decision for the current version, once it came.
   std::optional<StepDecision> commit_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -255,6 +256,7 @@ DataSocket::~DataSocket() {
 void DataSocket::Shutdown() { shutdown(fd_, SHUT_RDWR); }
 
 void DataSocket::SetDeadline(absl::Time deadline) {
+  deadline_ = deadline;
   timeval tv{0, 0};  // zero: no timeout
   if (deadline != absl::InfiniteFuture()) {
     const int64_t us = std::max<int64_t>(absl::ToInt64Microseconds(deadline - absl::Now()), 1);
@@ -309,22 +311,43 @@ absl::Status DataSocket::WriteFull(const char* data, size_t n) {
 
 absl::Status DataSocket::WriteFrame(const FrameHeader& header, absl::string_view meta,
                                     absl::string_view payload) {
+  return WriteFrameGathered(header, meta, absl::MakeConstSpan(&payload, 1));
+}
+
+absl::Status DataSocket::WriteFrameGathered(const FrameHeader& header, absl::string_view meta,
+                                            absl::Span<const absl::string_view> payload) {
   if (ssl_ != nullptr) {
     std::string head(reinterpret_cast<const char*>(&header), sizeof(header));
     head.append(meta.data(), meta.size());
     if (absl::Status s = WriteFull(head.data(), head.size()); !s.ok()) return s;
-    return WriteFull(payload.data(), payload.size());
+    for (absl::string_view piece : payload) {
+      if (absl::Status s = WriteFull(piece.data(), piece.size()); !s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
-  // One writev for the three parts; loops over partial writes.
-  iovec iov[3] = {{const_cast<FrameHeader*>(&header), sizeof(header)},
-                  {const_cast<char*>(meta.data()), meta.size()},
-                  {const_cast<char*>(payload.data()), payload.size()}};
-  iovec* v = iov;
-  int count = 3;
+  // One sendmsg for every part (up to IOV_MAX at a time).
+  constexpr size_t kInline = 16;
+  iovec inline_iov[kInline];
+  std::vector<iovec> more;
+  iovec* iov = inline_iov;
+  if (payload.size() + 2 > kInline) {
+    more.resize(payload.size() + 2);
+    iov = more.data();
+  }
+  int count = 0;
+  iov[count++] = {const_cast<FrameHeader*>(&header), sizeof(header)};
+  if (!meta.empty()) iov[count++] = {const_cast<char*>(meta.data()), meta.size()};
+  for (absl::string_view piece : payload) {
+    if (!piece.empty()) iov[count++] = {const_cast<char*>(piece.data()), piece.size()};
+  }
+  return WriteV(iov, count);
+}
+
+absl::Status DataSocket::WriteV(iovec* v, int count) {
   while (count > 0) {
     msghdr msg{};
     msg.msg_iov = v;
-    msg.msg_iovlen = count;
+    msg.msg_iovlen = std::min(count, IOV_MAX);
     errno = 0;
     const ssize_t r = sendmsg(fd_, &msg, MSG_NOSIGNAL);
     if (r < 0 && errno == EINTR) continue;
@@ -341,6 +364,56 @@ absl::Status DataSocket::WriteFrame(const FrameHeader& header, absl::string_view
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DataSocket::Read(absl::Span<const absl::Span<char>> pieces) {
+  if (ssl_ != nullptr) {
+    for (absl::Span<char> piece : pieces) {
+      if (absl::Status s = ReadFull(piece.data(), piece.size()); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  std::vector<iovec> iov;
+  iov.reserve(pieces.size());
+  for (absl::Span<char> piece : pieces) {
+    if (!piece.empty()) iov.push_back({piece.data(), piece.size()});
+  }
+  iovec* v = iov.data();
+  int count = static_cast<int>(iov.size());
+  while (count > 0) {
+    msghdr msg{};
+    msg.msg_iov = v;
+    msg.msg_iovlen = std::min(count, IOV_MAX);
+    errno = 0;
+    const ssize_t r = recvmsg(fd_, &msg, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return IoError("read", static_cast<int>(r));
+    size_t left = static_cast<size_t>(r);
+    while (count > 0 && left >= v->iov_len) {
+      left -= v->iov_len;
+      ++v;
+      --count;
+    }
+    if (count > 0) {
+      v->iov_base = static_cast<char*>(v->iov_base) + left;
+      v->iov_len -= left;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataSocket::WaitReadable(const std::atomic<bool>& stop) {
+  while (true) {
+    if (stop) return absl::CancelledError("stop requested");
+    // Bytes TLS has decrypted already are not in the socket any more.
+    if (ssl_ != nullptr && SSL_pending(ssl_) > 0) return absl::OkStatus();
+    absl::Time until = absl::Now() + absl::Milliseconds(100);
+    if (deadline_ < until) until = deadline_;
+    absl::Status w = WaitFor(fd_, POLLIN, until);
+    if (w.ok()) return w;
+    if (!absl::IsDeadlineExceeded(w)) return w;
+    if (absl::Now() >= deadline_) return absl::DeadlineExceededError("read: deadline");
+  }
 }
 
 absl::Status DataSocket::ReadFrame(FrameHeader* header, std::string* meta,
@@ -371,11 +444,13 @@ absl::Status DataSocket::ReadFrameHead(FrameHeader* header, std::string* meta,
 
 DataChannel::DataChannel(std::string address,
                          std::function<absl::StatusOr<int>(absl::Time deadline)> port_of,
-                         std::shared_ptr<const SecurityConfig> security)
+                         std::shared_ptr<const SecurityConfig> security,
+                         const std::atomic<bool>* stop)
     : address_(std::move(address)),
       host_(HostOf(address_)),
       port_of_(std::move(port_of)),
       security_(std::move(security)),
+      stop_(stop),
       tls_(nullptr, [](SSL_CTX*) {}) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -398,20 +473,55 @@ void DataChannel::Start(DataKind kind, google::protobuf::Message* req, std::stri
   {
     std::lock_guard<std::mutex> l(mu_);
     pending_.reset(new Call{kind, req, bytes, resp, std::move(resp_bytes), deadline,
-                            std::move(done), std::move(source), std::move(sink)});
+                            std::move(done), std::move(source), std::move(sink), {}});
   }
   cv_.notify_all();
 }
 
+DataChannel::Call DataChannel::PushPullCall(PushRequest* req, PushPullResponse* resp,
+                                            absl::Time deadline,
+                                            std::function<void(grpc::Status)> done,
+                                            PayloadSource source, PayloadSink sink,
+                                            PayloadRuns runs) {
+  return Call{DataKind::kPushPull,
+              req,
+              req->mutable_gradients(),
+              resp,
+              [](google::protobuf::Message* m) {
+                return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
+              },
+              deadline,
+              std::move(done),
+              std::move(source),
+              std::move(sink),
+              std::move(runs)};
+}
+
 void DataChannel::StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
                                 std::function<void(grpc::Status)> done, PayloadSource source,
-                                PayloadSink sink) {
-  Start(
-      DataKind::kPushPull, req, req->mutable_gradients(), resp,
-      [](google::protobuf::Message* m) {
-        return static_cast<PushPullResponse*>(m)->mutable_pull()->mutable_values();
-      },
-      deadline, std::move(done), std::move(source), std::move(sink));
+                                PayloadSink sink, PayloadRuns runs) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pending_ = std::make_unique<Call>(PushPullCall(req, resp, deadline, std::move(done),
+                                                   std::move(source), std::move(sink),
+                                                   std::move(runs)));
+  }
+  cv_.notify_all();
+}
+
+grpc::Status DataChannel::Unary(DataKind kind, google::protobuf::Message* req,
+                                google::protobuf::Message* resp, absl::Time deadline) {
+  struct Call call {
+    kind, req, nullptr, resp, nullptr, deadline, nullptr, {}, {}, {}
+  };
+  return Run(call);
+}
+
+grpc::Status DataChannel::PushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
+                                   PayloadSource source, PayloadSink sink, PayloadRuns runs) {
+  Call call = PushPullCall(req, resp, deadline, nullptr, std::move(source), std::move(sink),
+                           std::move(runs));
+  return Run(call);
 }
 
 void DataChannel::Cancel() {
@@ -473,6 +583,7 @@ grpc::Status DataChannel::Run(Call& call) {
     socket_.reset();
     return ToGrpcStatus(s);
   };
+  if (call.runs.scattered != nullptr) *call.runs.scattered = false;
   std::shared_ptr<DataSocket> socket;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -486,18 +597,30 @@ grpc::Status DataChannel::Run(Call& call) {
   socket->SetDeadline(call.deadline);
   // The message without its bytes field, then the bytes themselves.
   std::string bytes;
-  bytes.swap(*call.bytes);
+  if (call.bytes != nullptr) bytes.swap(*call.bytes);
   const bool serialized = call.req->SerializeToString(&meta_);
-  bytes.swap(*call.bytes);
+  if (call.bytes != nullptr) bytes.swap(*call.bytes);
   if (!serialized) return grpc::Status(grpc::INTERNAL, "cannot serialize the request");
   FrameHeader h;
   h.kind = static_cast<uint32_t>(call.kind);
   h.meta_size = static_cast<uint32_t>(meta_.size());
   const bool streamed = static_cast<bool>(call.source.more);
-  h.payload_size = streamed ? call.source.size : call.bytes->size();
+  const bool from_runs = !streamed && !call.runs.from.empty();
+  if (from_runs) {
+    h.payload_size = 0;
+    for (absl::string_view run : call.runs.from) h.payload_size += run.size();
+  } else {
+    h.payload_size = streamed ? call.source.size : call.bytes != nullptr ? call.bytes->size() : 0;
+  }
   h.timeout_us = std::max<int64_t>(absl::ToInt64Microseconds(call.deadline - absl::Now()), 0);
-  if (!streamed) {
-    if (absl::Status s = socket->WriteFrame(h, meta_, *call.bytes); !s.ok()) return broken(s);
+  if (from_runs) {
+    if (absl::Status s = socket->WriteFrameGathered(h, meta_, absl::MakeConstSpan(call.runs.from));
+        !s.ok()) {
+      return broken(s);
+    }
+  } else if (!streamed) {
+    const absl::string_view payload = call.bytes != nullptr ? *call.bytes : absl::string_view();
+    if (absl::Status s = socket->WriteFrame(h, meta_, payload); !s.ok()) return broken(s);
   } else {
     // The header and meta now, the payload as it is produced.
     if (absl::Status s = socket->WriteFrame(h, meta_, {}); !s.ok()) return broken(s);
@@ -514,6 +637,11 @@ grpc::Status DataChannel::Run(Call& call) {
       sent = *have;
     }
   }
+  // A sync call may wait long for the other workers' pushes: watch the
+  // stop flag meanwhile.
+  if (stop_ != nullptr) {
+    if (absl::Status s = socket->WaitReadable(*stop_); !s.ok()) return broken(s);
+  }
   FrameHeader a;
   if (absl::Status s = socket->ReadFrameHead(&a, &meta_, uint64_t{1} << 40); !s.ok()) {
     return broken(s);
@@ -529,6 +657,17 @@ grpc::Status DataChannel::Run(Call& call) {
   // sub-messages, strings and all: keep the last answer's buffer aside and
   // read the payload into it, so that no call allocates (and faults in)
   // megabytes.
+  if (!call.resp_bytes) {
+    // An answer without a bytes field carries no payload.
+    if (!call.resp->ParseFromString(meta_)) {
+      return grpc::Status(grpc::INTERNAL, "cannot parse the data plane's answer");
+    }
+    payload_.resize(a.payload_size);
+    if (absl::Status s = socket->Read(payload_.data(), payload_.size()); !s.ok()) {
+      return broken(s);
+    }
+    return grpc::Status::OK;
+  }
   std::string spare;
   spare.swap(*call.resp_bytes(call.resp));
   if (!call.resp->ParseFromString(meta_)) {
@@ -536,6 +675,18 @@ grpc::Status DataChannel::Run(Call& call) {
   }
   std::string* payload = call.resp_bytes(call.resp);
   payload->swap(spare);
+  uint64_t to_size = 0;
+  for (absl::Span<char> run : call.runs.to) to_size += run.size();
+  if (!call.runs.to.empty() && a.payload_size == to_size) {
+    // Straight into the caller's memory, the field left empty (its
+    // buffer kept for the next answer that needs it).
+    payload->clear();
+    if (absl::Status s = socket->Read(absl::MakeConstSpan(call.runs.to)); !s.ok()) {
+      return broken(s);
+    }
+    if (call.runs.scattered != nullptr) *call.runs.scattered = true;
+    return grpc::Status::OK;
+  }
   payload->resize(a.payload_size);
   if (!call.sink.arrived) {
     if (absl::Status s = socket->Read(payload->data(), payload->size()); !s.ok()) {

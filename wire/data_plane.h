@@ -29,6 +29,7 @@
 #ifndef PSCLUSTER_WIRE_DATA_PLANE_H_
 #define PSCLUSTER_WIRE_DATA_PLANE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -37,12 +38,15 @@
 #include <string>
 #include <thread>
 
+#include <sys/uio.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/security.h"
 #include "google/protobuf/message.h"
 #include "proto/ps.pb.h"
@@ -55,6 +59,7 @@ namespace pscluster {
 enum class DataKind : uint32_t {
   kHello = 1,     // meta: the cluster token; answer: a code
   kPushPull = 2,  // meta: PushRequest; answer: PushPullResponse
+  kCommit = 3,    // ps 0 to another ps: meta: StepCommitRequest; answer: StepCommitResponse
 };
 
 inline constexpr uint32_t kFrameMagic = 0x31445350;  // "PSD1"
@@ -101,6 +106,10 @@ class DataSocket {
   void SetDeadline(absl::Time deadline);
   absl::Status WriteFrame(const FrameHeader& header, absl::string_view meta,
                           absl::string_view payload);
+  // The same with the payload in pieces, written in order (one sendmsg
+  // for all of them without TLS).
+  absl::Status WriteFrameGathered(const FrameHeader& header, absl::string_view meta,
+                                  absl::Span<const absl::string_view> payload);
   // Fills *header, *meta and *payload (resized to the frame's; its
   // capacity is reused). A payload larger than `max_payload` is refused.
   absl::Status ReadFrame(FrameHeader* header, std::string* meta, std::string* payload,
@@ -109,6 +118,12 @@ class DataSocket {
   // header->payload_size bytes with Read.
   absl::Status ReadFrameHead(FrameHeader* header, std::string* meta, uint64_t max_payload);
   absl::Status Read(char* data, size_t n) { return ReadFull(data, n); }
+  // Fills `pieces` in order from the stream (one recvmsg for all of them
+  // at a time without TLS).
+  absl::Status Read(absl::Span<const absl::Span<char>> pieces);
+  // Blocks until there is something to read, or `stop` turns true
+  // (Cancelled; looked at every 100 ms), or the deadline passes.
+  absl::Status WaitReadable(const std::atomic<bool>& stop);
   // Writes `data` as it is: the rest of a frame whose header and meta went
   // with an empty payload argument.
   absl::Status Write(absl::string_view data) { return WriteFull(data.data(), data.size()); }
@@ -117,12 +132,15 @@ class DataSocket {
 
  private:
   DataSocket(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
+  // sendmsg of v[0, count) whole (plaintext only).
+  absl::Status WriteV(iovec* v, int count);
   absl::Status ReadFull(char* data, size_t n);
   absl::Status WriteFull(const char* data, size_t n);
   absl::Status IoError(const char* what, int ret);
 
   const int fd_;
   SSL* const ssl_;  // null: plaintext
+  absl::Time deadline_ = absl::InfiniteFuture();  // SetDeadline's
 };
 
 // A request payload sent while it is still being produced (a gradient
@@ -147,14 +165,30 @@ struct PayloadSink {
   std::function<absl::Status(size_t have)> arrived;
 };
 
+// Where a PushPull's fp32 payloads lie in the caller's memory (a ps's
+// shards in the flat vectors), so that they move without a gather or
+// scatter copy. The request's payload is `from`, in order (req's bytes
+// field is then not sent, and may be empty). The answer's is read into
+// `to`, in order, when it has their size: *scattered is then set and
+// resp's bytes field stays empty; otherwise it is read into that field.
+// An answer broken off midway has written part of `to`.
+struct PayloadRuns {
+  std::vector<absl::string_view> from;
+  std::vector<absl::Span<char>> to;
+  bool* scattered = nullptr;
+};
+
 class DataChannel {
  public:
   // The ps at `address` ("host:port" of its gRPC server). `port_of` asks
   // the ps, over gRPC, for its data port (before every dial: a restarted
   // ps may listen elsewhere). TLS and the token come from `security`.
+  // `stop` (borrowed, may be null): once it turns true, a call waiting for
+  // its answer fails with CANCELLED within 100 ms.
   DataChannel(std::string address,
               std::function<absl::StatusOr<int>(absl::Time deadline)> port_of,
-              std::shared_ptr<const SecurityConfig> security);
+              std::shared_ptr<const SecurityConfig> security,
+              const std::atomic<bool>* stop = nullptr);
   ~DataChannel();
   DataChannel(const DataChannel&) = delete;
   DataChannel& operator=(const DataChannel&) = delete;
@@ -171,11 +205,22 @@ class DataChannel {
              absl::Time deadline, std::function<void(grpc::Status)> done,
              PayloadSource source = {}, PayloadSink sink = {});
   // Start for a PushPull: req's gradients go as the payload (streamed from
-  // `source` when it is set), the answer's pulled values come back as one
-  // (reported to `sink` as they arrive when it is set).
+  // `source` when it is set, sent from `runs.from` when that is set), the
+  // answer's pulled values come back as one (reported to `sink` as they
+  // arrive when it is set; read into `runs.to` when that is set).
   void StartPushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
                      std::function<void(grpc::Status)> done, PayloadSource source = {},
-                     PayloadSink sink = {});
+                     PayloadSink sink = {}, PayloadRuns runs = {});
+  // StartPushPull made on the calling thread, without the hand-off to the
+  // channel's thread and back: returns once `resp` holds the answer. Not
+  // while a started call is in flight.
+  grpc::Status PushPull(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
+                        PayloadSource source = {}, PayloadSink sink = {},
+                        PayloadRuns runs = {});
+  // A call of a message without a bytes field either way (kCommit), made
+  // on the calling thread. Not while a started call is in flight.
+  grpc::Status Unary(DataKind kind, google::protobuf::Message* req,
+                     google::protobuf::Message* resp, absl::Time deadline);
   // Fails the call in flight now (the connection is closed).
   void Cancel();
 
@@ -190,7 +235,12 @@ class DataChannel {
     std::function<void(grpc::Status)> done;
     PayloadSource source;
     PayloadSink sink;
+    PayloadRuns runs;
   };
+  // The Call of a PushPull.
+  static Call PushPullCall(PushRequest* req, PushPullResponse* resp, absl::Time deadline,
+                           std::function<void(grpc::Status)> done, PayloadSource source,
+                           PayloadSink sink, PayloadRuns runs);
   void Loop();
   grpc::Status Run(Call& call);
   absl::Status Connect(absl::Time deadline);
@@ -199,6 +249,7 @@ class DataChannel {
   std::string host_;
   const std::function<absl::StatusOr<int>(absl::Time)> port_of_;
   const std::shared_ptr<const SecurityConfig> security_;
+  const std::atomic<bool>* const stop_;  // borrowed; may be null
   SslCtxPtr tls_;
   std::string meta_, payload_;  // scratch, reused
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
@@ -52,7 +53,16 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
         return stats.data_port();
       };
       p.data = std::make_unique<DataChannel>(
-          *address, port_of, options.rpc.security ? options.rpc.security : ProcessSecurity());
+          *address, port_of, options.rpc.security ? options.rpc.security : ProcessSecurity(),
+          options.stop);
+      for (int k : placement->shards_of_ps[c->ps_.size()]) {
+        const Shard& sh = placement->shards[k];
+        if (!p.runs.empty() && p.runs.back().first + p.runs.back().second == sh.offset) {
+          p.runs.back().second += sh.size;
+        } else {
+          p.runs.emplace_back(sh.offset, sh.size);
+        }
+      }
     }
     c->ps_.push_back(std::move(p));
   }
@@ -95,11 +105,17 @@ int64_t PsClient::generation() const {
   return generations_.empty() ? 0 : generations_.front();
 }
 
-absl::Status PsClient::CallAll(
-    const std::string& what, absl::Duration timeout,
-    const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
-        issue,
-    const std::function<absl::Status(int)>& finish) {
+grpc::ClientContext* PsClient::Attempt::Context() {
+  if (ctx == nullptr) {
+    ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(absl::ToChronoTime(deadline));
+  }
+  return ctx.get();
+}
+
+absl::Status PsClient::CallAll(const std::string& what, absl::Duration timeout,
+                               const IssueFn& issue,
+                               const std::function<absl::Status(int)>& finish) {
   last_call_ = CallStats();
   const absl::Time start = absl::Now();
   absl::Status s = CallAllRetrying(what, start, timeout, issue, finish);
@@ -107,11 +123,9 @@ absl::Status PsClient::CallAll(
   return s;
 }
 
-absl::Status PsClient::CallAllRetrying(
-    const std::string& what, absl::Time start, absl::Duration timeout,
-    const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
-        issue,
-    const std::function<absl::Status(int)>& finish) {
+absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start,
+                                       absl::Duration timeout, const IssueFn& issue,
+                                       const std::function<absl::Status(int)>& finish) {
   const absl::Time give_up = start + timeout;
   const int n = static_cast<int>(ps_.size());
   std::vector<bool> done(n, false);
@@ -123,20 +137,24 @@ absl::Status PsClient::CallAllRetrying(
       return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
     }
     std::vector<grpc::Status> status(n);
-    std::vector<std::unique_ptr<grpc::ClientContext>> ctx(n);
+    std::vector<Attempt> attempt(n);
     const int pending = static_cast<int>(std::count(done.begin(), done.end(), false));
     absl::Notification all_answered;
     std::atomic<int> outstanding{pending};
     const absl::Time deadline =
         std::min(absl::Now() + options_.retry.attempt_timeout,
                  std::max(give_up, absl::Now() + absl::Milliseconds(100)));
+    int last_pending = -1;
+    for (int i = 0; i < n; ++i) {
+      if (!done[i]) last_pending = i;
+    }
     for (int i = 0; i < n; ++i) {
       if (done[i]) continue;
-      ctx[i] = std::make_unique<grpc::ClientContext>();
-      ctx[i]->set_deadline(absl::ToChronoTime(deadline));
+      attempt[i].deadline = deadline;
+      attempt[i].last = i == last_pending;
       if (attempts[i] > 0) ++resends_;
       ++attempts[i];
-      issue(i, ctx[i].get(), [&status, &outstanding, &all_answered, i](grpc::Status s) {
+      issue(i, attempt[i], [&status, &outstanding, &all_answered, i](grpc::Status s) {
         status[i] = std::move(s);
         if (--outstanding == 0) all_answered.Notify();
       });
@@ -146,8 +164,8 @@ absl::Status PsClient::CallAllRetrying(
     while (!all_answered.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
       if (options_.stop != nullptr && *options_.stop) {
         for (int i = 0; i < n; ++i) {
-          if (ctx[i]) ctx[i]->TryCancel();
-          if (ctx[i] && ps_[i].data) ps_[i].data->Cancel();
+          if (attempt[i].ctx) attempt[i].ctx->TryCancel();
+          if (attempt[i].channel != nullptr) attempt[i].channel->Cancel();
         }
         all_answered.WaitForNotification();  // the cancelled calls still answer
         break;
@@ -194,7 +212,8 @@ absl::Status PsClient::CallAllRetrying(
 
 absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duration timeout,
                                int64_t generation) {
-  auto issue = [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+  auto issue = [&](int i, Attempt& a, std::function<void(grpc::Status)> done) {
+    grpc::ClientContext* ctx = a.Context();
     ctx->set_wait_for_ready(true);
     ps_[i].pull_req.set_min_version(min_version);
     ps_[i].pull_req.set_generation(-1);
@@ -340,6 +359,11 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
   // be whole.
   c.pull_early = c.streamed && overlap->arrived != nullptr && !change_pulls_;
   c.sink = c.streamed && (overlap->arrived != nullptr || overlap->answered);
+  // fp32 over the data plane, without overlap: the gradient is sent from
+  // where it lies and the weights are read into place.
+  c.in_place = ps_[0].data != nullptr && overlap == nullptr &&
+               options_.push_codec.codec == Codec::kFloat32 &&
+               options_.pull_codec.codec == Codec::kFloat32;
   // The tcp data plane's frames carry a header beside each message.
   c.framing = ps_[0].data ? static_cast<int64_t>(sizeof(FrameHeader)) : 0;
   answered_ = 0;
@@ -351,8 +375,8 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
   for (int i = 0; i < static_cast<int>(ps_.size()); ++i) PreparePush(i, c, request_id);
   absl::Status s = CallAll(
       "push to", timeout,
-      [&](int i, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
-        IssuePush(i, c, ctx, std::move(done));
+      [&](int i, Attempt& a, std::function<void(grpc::Status)> done) {
+        IssuePush(i, c, a, std::move(done));
       },
       [&](int i) { return TakePushAnswer(i, c); });
   if (overlap != nullptr && overlap->arrived != nullptr) {
@@ -387,6 +411,8 @@ void PsClient::PreparePush(int i, const PushCall& c, uint64_t request_id) {
     if (options_.push_codec.codec != Codec::kFloat32) {
       req.set_dtype(CodecName(options_.push_codec.codec));
     }
+  } else if (c.in_place) {
+    g->clear();  // sent from c.grads (IssuePush)
   } else if (options_.push_codec.codec == Codec::kFloat32) {
     g->resize(placement_->floats_of_ps[i] * sizeof(float));
     GatherForPs(*placement_, i, c.grads, reinterpret_cast<float*>(g->data()));
@@ -416,22 +442,29 @@ void PsClient::PreparePush(int i, const PushCall& c, uint64_t request_id) {
   req.set_pull_base(change_pulls_ ? pull_base_[i] : 0);
 }
 
-void PsClient::IssuePush(int i, const PushCall& c, grpc::ClientContext* ctx,
+void PsClient::IssuePush(int i, const PushCall& c, Attempt& a,
                          std::function<void(grpc::Status)> done) {
   PerPs& p = ps_[i];
+  if (p.data == nullptr) {
+    last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + c.framing;
+    p.stub->async()->PushPull(a.Context(), &p.push_req, &p.push_resp, std::move(done));
+    return;
+  }
+  a.channel = p.data.get();
+  PayloadSource source;
+  PayloadSink answer;
+  PayloadRuns runs;
   if (c.streamed) {
     // The message as it will be once the whole gradient is in.
     const int64_t now = static_cast<int64_t>(p.push_req.gradients().size());
     last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) - now +
                              static_cast<int64_t>(p.stream_size) + c.framing;
-    PayloadSource source;
     source.size = p.stream_size;
     const float* grads = c.grads;
     const Overlap* overlap = c.overlap;
     source.more = [this, i, grads, overlap](size_t have, absl::Time deadline) {
       return StreamGradient(i, grads, *overlap, have, deadline);
     };
-    PayloadSink answer;
     if (c.sink) {
       float* params = c.params;
       const bool pull_early = c.pull_early;
@@ -439,17 +472,34 @@ void PsClient::IssuePush(int i, const PushCall& c, grpc::ClientContext* ctx,
         return PullArrived(i, params, *overlap, pull_early, have);
       };
     }
-    p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
-                          std::move(done), std::move(source), std::move(answer));
+  } else if (c.in_place) {
+    // The message as if the gradient were in it: field 6, its length, the bytes.
+    const int64_t bytes = placement_->floats_of_ps[i] * static_cast<int64_t>(sizeof(float));
+    last_call_.bytes_sent +=
+        static_cast<int64_t>(p.push_req.ByteSizeLong()) + c.framing +
+        (bytes > 0 ? 1 + static_cast<int64_t>(
+                             google::protobuf::io::CodedOutputStream::VarintSize64(bytes)) +
+                         bytes
+                   : 0);
+    for (const auto& [offset, size] : p.runs) {
+      runs.from.emplace_back(reinterpret_cast<const char*>(c.grads + offset),
+                             static_cast<size_t>(size) * sizeof(float));
+      runs.to.emplace_back(reinterpret_cast<char*>(c.params + offset),
+                           static_cast<size_t>(size) * sizeof(float));
+    }
+    runs.scattered = &p.scattered;
+  } else {
+    last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + c.framing;
+  }
+  if (a.last) {
+    // The last call of the round is made here: no hand-off to the
+    // channel's thread and back.
+    done(p.data->PushPull(&p.push_req, &p.push_resp, a.deadline, std::move(source),
+                          std::move(answer), std::move(runs)));
     return;
   }
-  last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + c.framing;
-  if (p.data) {
-    p.data->StartPushPull(&p.push_req, &p.push_resp, absl::FromChrono(ctx->deadline()),
-                          std::move(done));
-    return;
-  }
-  p.stub->async()->PushPull(ctx, &p.push_req, &p.push_resp, std::move(done));
+  p.data->StartPushPull(&p.push_req, &p.push_resp, a.deadline, std::move(done),
+                        std::move(source), std::move(answer), std::move(runs));
 }
 
 absl::Status PsClient::TakePushAnswer(int i, PushCall& c) {
@@ -461,12 +511,21 @@ absl::Status PsClient::TakePushAnswer(int i, PushCall& c) {
     return CallAgain("injected fault: push duplicated");
   }
   last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong()) + c.framing;
+  if (c.in_place && ps_[i].scattered) {
+    // The weights read into place, as if they were in the message.
+    const int64_t bytes = placement_->floats_of_ps[i] * static_cast<int64_t>(sizeof(float));
+    last_call_.bytes_received +=
+        1 + static_cast<int64_t>(google::protobuf::io::CodedOutputStream::VarintSize64(bytes)) +
+        bytes;
+  }
   last_call_.staleness = std::max(last_call_.staleness, ps_[i].push_resp.push().staleness());
   if (c.overlap != nullptr && c.overlap->params_free != nullptr) {
     c.overlap->params_free->WaitForNotification();  // the step reading params is done
   }
   const PullResponse& pull = ps_[i].push_resp.pull();
-  if (!c.pull_early &&
+  if (c.in_place && ps_[i].scattered) {
+    // Read into c.params already (DataChannel's PayloadRuns).
+  } else if (!c.pull_early &&
       (options_.pull_codec.codec == Codec::kFloat32 || (change_pulls_ && !pull.delta()))) {
     // The weights in fp32 (change pulls without a common base too: the
     // ps restarted, ...).

@@ -121,7 +121,8 @@ class PsClient {
   // that the next step's forward pass can start before the rest is in
   // (change pulls, which add to the weights held, are written once whole
   // and then marked). *arrived is failed when the call fails. `answered`,
-  // when set, is called once (on one of the data plane's threads) as soon
+  // when set, is called once (on the calling thread or one of the data
+  // plane's) as soon
   // as every ps has answered, before its weights are in, with what
   // last_push_applied() will say. A weight written from an answer that was
   // then thrown away (a reply broken off or lost, and sent again) makes
@@ -179,6 +180,12 @@ class PsClient {
     PushRequest push_req;
     PushPullResponse push_resp;
     std::unique_ptr<DataChannel> data;  // transport kTcp
+    // Over the data plane, fp32 without overlap: this ps's shards as runs
+    // of the flat vectors (adjacent shards merged), sent from the gradient
+    // and read into the weights where they lie; and whether the last
+    // answer was read into the weights so.
+    std::vector<std::pair<int64_t, int64_t>> runs;  // (offset, floats)
+    bool scattered = false;
     // A push streamed while backprop runs: its payload's size, and the
     // shards encoded so far (last first).
     uint64_t stream_size = 0;
@@ -200,6 +207,7 @@ class PsClient {
     float* params = nullptr;
     const Overlap* overlap = nullptr;
     bool streamed = false;    // over the tcp data plane while backprop runs
+    bool in_place = false;    // over the tcp data plane from and into the flat vectors
     bool pull_early = false;  // priority pulls: weights written as they arrive
     bool sink = false;        // the data plane reports the answer's progress
     PushFaults::Fault fault = PushFaults::Fault::kNone;
@@ -210,10 +218,21 @@ class PsClient {
   // Fills ps i's PushRequest: the gradient gathered or encoded (or, when
   // streamed, only sized), the versions, codecs and change-pull base.
   void PreparePush(int i, const PushCall& c, uint64_t request_id);
+  // One attempt of one ps's call in CallAll: its deadline, its gRPC
+  // context (made by Context(), for gRPC calls only), and whether it is
+  // the last one issued in its round (a data-plane call may then be made
+  // on the calling thread, done before issue returns).
+  struct Attempt {
+    absl::Time deadline;
+    bool last = false;
+    std::unique_ptr<grpc::ClientContext> ctx;
+    DataChannel* channel = nullptr;  // set by issue for a data-plane call
+    grpc::ClientContext* Context();
+  };
+  using IssueFn = std::function<void(int, Attempt&, std::function<void(grpc::Status)>)>;
   // Sends ps i's push (CallAll's issue): over gRPC, or the data plane,
   // streamed while backprop runs when c.streamed.
-  void IssuePush(int i, const PushCall& c, grpc::ClientContext* ctx,
-                 std::function<void(grpc::Status)> done);
+  void IssuePush(int i, const PushCall& c, Attempt& a, std::function<void(grpc::Status)> done);
   // Takes ps i's answer (CallAll's finish): its weights written into
   // c.params once the step is done with them, its versions kept;
   // Unavailable to send again (an injected fault).
@@ -244,16 +263,12 @@ class PsClient {
   // whose finish() asks for it (returns Unavailable), until `timeout`.
   // `what` names the call in errors ("push to"). Starts last_call_ afresh
   // and times the whole call into it; issue() and finish() add the bytes.
-  absl::Status CallAll(const std::string& what, absl::Duration timeout,
-                       const std::function<void(int, grpc::ClientContext*,
-                                                std::function<void(grpc::Status)>)>& issue,
+  absl::Status CallAll(const std::string& what, absl::Duration timeout, const IssueFn& issue,
                        const std::function<absl::Status(int)>& finish);
   // CallAll's attempts and retries, from `start`.
-  absl::Status CallAllRetrying(
-      const std::string& what, absl::Time start, absl::Duration timeout,
-      const std::function<void(int, grpc::ClientContext*, std::function<void(grpc::Status)>)>&
-          issue,
-      const std::function<absl::Status(int)>& finish);
+  absl::Status CallAllRetrying(const std::string& what, absl::Time start,
+                               absl::Duration timeout, const IssueFn& issue,
+                               const std::function<absl::Status(int)>& finish);
 
   PsClientOptions options_;
   const Placement* placement_ = nullptr;  // borrowed
