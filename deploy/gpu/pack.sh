@@ -149,6 +149,8 @@ glibc_needed="$(for f in "$OUT"/lib/* "${DAEMONS[@]/#/$OUT/}" "${TESTS[@]/#/$OUT
 
 printf '%s\n' "${TESTS[@]}" > "$OUT/tests.txt"
 cp "$ROOT/deploy/gpu/run.sh" "$OUT/run.sh"
+# The benchmark's PyTorch peer (run with the GPU machine's own python3).
+cp "$ROOT/tests/bench/torch_gpu.py" "$ROOT/tests/bench/torch_compute.py" "$OUT/tests/bench/"
 chmod +x "$OUT/run.sh"
 {
   echo "pscluster GPU pack"
