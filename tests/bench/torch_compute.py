@@ -167,8 +167,9 @@ def build(layers):
     return torch.nn.Sequential(*mods), shape, c
 
 
-def main(argv):
-    flags = {"model": None, "batch": "128", "threads": "1,2", "seconds": "3", "runs": "5"}
+def parse_flags(argv, flags):
+    """--name=value flags over `flags` (the defaults); --model is required."""
+    flags = dict(flags)
     for arg in argv[1:]:
         name, _, value = arg.partition("=")
         if not name.startswith("--") or name[2:] not in flags:
@@ -176,6 +177,12 @@ def main(argv):
         flags[name[2:]] = value
     if not flags["model"]:
         fail("--model=FILE is required")
+    return flags
+
+
+def main(argv):
+    flags = parse_flags(argv, {"model": None, "batch": "128", "threads": "1,2",
+                               "seconds": "3", "runs": "5"})
     model, shape, classes = build(read_layers(flags["model"]))
     model.train()
     batch = int(flags["batch"])

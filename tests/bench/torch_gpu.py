@@ -27,18 +27,12 @@ except ImportError:
     print("torch_gpu: SKIPPED: no torch for %s" % sys.executable)
     sys.exit(3)
 
-from torch_compute import build, fail, read_layers  # noqa: E402
+from torch_compute import build, parse_flags, read_layers  # noqa: E402
 
 
 def main(argv):
-    flags = {"model": None, "batch": "128", "seconds": "3", "runs": "3", "device": "cuda:0"}
-    for arg in argv[1:]:
-        name, _, value = arg.partition("=")
-        if not name.startswith("--") or name[2:] not in flags:
-            fail("unknown flag %r (see the top of this file)" % arg)
-        flags[name[2:]] = value
-    if not flags["model"]:
-        fail("--model=FILE is required")
+    flags = parse_flags(argv, {"model": None, "batch": "128", "seconds": "3", "runs": "3",
+                               "device": "cuda:0"})
     if not torch.cuda.is_available():
         print("torch_gpu: SKIPPED: torch %s sees no CUDA device" % torch.__version__)
         sys.exit(3)
