@@ -43,6 +43,39 @@ void AdamKernel(int64_t n, const float* __restrict grad,
   }
 }
 
+// The same rules out of place (ApplyAside): every input array read, every
+// output written, term for term as above, so that the results are the
+// same bits.
+void SgdKernelTo(int64_t n, const float* __restrict grad, const float* __restrict params,
+                 float* __restrict params_out, float lr) {
+  for (int64_t i = 0; i < n; ++i) params_out[i] = params[i] - lr * grad[i];
+}
+
+void MomentumKernelTo(int64_t n, const float* __restrict grad, const float* __restrict params,
+                      float* __restrict params_out, const float* __restrict velocity,
+                      float* __restrict velocity_out, float lr, float momentum) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = momentum * velocity[i] - lr * grad[i];
+    velocity_out[i] = v;
+    params_out[i] = params[i] + v;
+  }
+}
+
+void AdamKernelTo(int64_t n, const float* __restrict grad, const float* __restrict params,
+                  float* __restrict params_out, const float* __restrict m_slot,
+                  float* __restrict m_out, const float* __restrict v_slot,
+                  float* __restrict v_out, float one_minus_beta1, float one_minus_beta2,
+                  float lr_t, float epsilon) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float m = m_slot[i] + (g - m_slot[i]) * one_minus_beta1;
+    const float v = v_slot[i] + (g * g - v_slot[i]) * one_minus_beta2;
+    m_out[i] = m;
+    v_out[i] = v;
+    params_out[i] = params[i] - (m * lr_t) / (std::sqrt(v) + epsilon);
+  }
+}
+
 class SgdOptimizer final : public Optimizer {
  public:
   SgdOptimizer(const OptimizerOptions& options, int64_t num_params)
@@ -52,6 +85,14 @@ class SgdOptimizer final : public Optimizer {
     const float lr = current_learning_rate();
     ForRanges([&](int64_t b, int64_t e) { SgdKernel(e - b, grad + b, params + b, lr); });
     increment_iterations();
+  }
+
+ protected:
+  void ComputeAside(const float* grad, const float* params, float* params_out) override {
+    const float lr = current_learning_rate();
+    ForRanges([&](int64_t b, int64_t e) {
+      SgdKernelTo(e - b, grad + b, params + b, params_out + b, lr);
+    });
   }
 };
 
@@ -69,6 +110,18 @@ class MomentumOptimizer final : public Optimizer {
     });
     increment_iterations();
   }
+
+ protected:
+  void ComputeAside(const float* grad, const float* params, float* params_out) override {
+    const float lr = current_learning_rate();
+    const float momentum = options().momentum;
+    const float* velocity = mutable_slot(0);
+    float* velocity_out = aside_slot(0);
+    ForRanges([&](int64_t b, int64_t e) {
+      MomentumKernelTo(e - b, grad + b, params + b, params_out + b, velocity + b,
+                       velocity_out + b, lr, momentum);
+    });
+  }
 };
 
 class AdamOptimizer final : public Optimizer {
@@ -78,12 +131,7 @@ class AdamOptimizer final : public Optimizer {
 
   void Apply(const float* grad, float* params) override {
     const OptimizerOptions& o = options();
-    // Bias correction in double, then rounded once to float.
-    const double t = static_cast<double>(iterations() + 1);
-    const double beta1_power = std::pow(static_cast<double>(o.beta1), t);
-    const double beta2_power = std::pow(static_cast<double>(o.beta2), t);
-    const float lr_t = static_cast<float>(
-        current_learning_rate() * std::sqrt(1.0 - beta2_power) / (1.0 - beta1_power));
+    const float lr_t = LearningRateT();
     float* m = mutable_slot(0);
     float* v = mutable_slot(1);
     ForRanges([&](int64_t b, int64_t e) {
@@ -91,6 +139,31 @@ class AdamOptimizer final : public Optimizer {
                  lr_t, o.epsilon);
     });
     increment_iterations();
+  }
+
+ protected:
+  void ComputeAside(const float* grad, const float* params, float* params_out) override {
+    const OptimizerOptions& o = options();
+    const float lr_t = LearningRateT();
+    const float* m = mutable_slot(0);
+    const float* v = mutable_slot(1);
+    float* m_out = aside_slot(0);
+    float* v_out = aside_slot(1);
+    ForRanges([&](int64_t b, int64_t e) {
+      AdamKernelTo(e - b, grad + b, params + b, params_out + b, m + b, m_out + b, v + b,
+                   v_out + b, 1.0f - o.beta1, 1.0f - o.beta2, lr_t, o.epsilon);
+    });
+  }
+
+ private:
+  // The step's rate with the bias correction, in double, rounded once.
+  float LearningRateT() const {
+    const OptimizerOptions& o = options();
+    const double t = static_cast<double>(iterations() + 1);
+    const double beta1_power = std::pow(static_cast<double>(o.beta1), t);
+    const double beta2_power = std::pow(static_cast<double>(o.beta2), t);
+    return static_cast<float>(current_learning_rate() * std::sqrt(1.0 - beta2_power) /
+                              (1.0 - beta1_power));
   }
 };
 
@@ -172,6 +245,18 @@ Optimizer::Optimizer(const OptimizerOptions& options, int64_t num_params,
       num_params_(num_params),
       slot_names_(std::move(slot_names)),
       slots_(slot_names_.size(), std::vector<float>(num_params, 0.0f)) {}
+
+void Optimizer::ApplyAside(const float* grad, const float* params, float* params_out) {
+  if (aside_.size() != slots_.size()) {
+    aside_.assign(slots_.size(), std::vector<float>(num_params_, 0.0f));
+  }
+  ComputeAside(grad, params, params_out);
+}
+
+void Optimizer::TakeAside() {
+  slots_.swap(aside_);
+  ++iterations_;
+}
 
 absl::Span<const float> Optimizer::slot(const std::string& name) const {
   for (size_t i = 0; i < slot_names_.size(); ++i) {

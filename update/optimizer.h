@@ -68,6 +68,18 @@ class Optimizer {
   // grad and params must not overlap.
   virtual void Apply(const float* grad, float* params) = 0;
 
+  // Apply computed aside, for a step that may or may not be taken: writes
+  // into params_out what Apply would leave in params (which is only read),
+  // and the slots' next values into a spare set of slots, bit for bit as
+  // Apply would, and changes nothing else. TakeAside() then makes the
+  // spare slots this optimizer's and counts the iteration, which leaves it
+  // exactly as Apply would have; any other call in between makes what was
+  // computed aside void (TakeAside must not follow it). The spare slots
+  // are allocated at the first call. params and params_out must not
+  // overlap.
+  void ApplyAside(const float* grad, const float* params, float* params_out);
+  void TakeAside();
+
   int64_t iterations() const { return iterations_; }
   int64_t num_params() const { return num_params_; }
   const OptimizerOptions& options() const { return options_; }
@@ -97,6 +109,10 @@ class Optimizer {
             std::vector<std::string> slot_names);
 
   float* mutable_slot(size_t i) { return slots_[i].data(); }
+  float* aside_slot(size_t i) { return aside_[i].data(); }
+  // ApplyAside's rule: params_out and aside_slot(i) from grad, params and
+  // the slots.
+  virtual void ComputeAside(const float* grad, const float* params, float* params_out) = 0;
   void increment_iterations() { ++iterations_; }
   // Runs the kernel `fn(begin, end)` over [0, num_params()) on threads().
   template <typename Fn>
@@ -111,6 +127,7 @@ class Optimizer {
   const int64_t num_params_;
   const std::vector<std::string> slot_names_;
   std::vector<std::vector<float>> slots_;  // parallel to slot_names_
+  std::vector<std::vector<float>> aside_;  // ApplyAside's slots; empty until then
   int64_t iterations_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "update/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -176,6 +177,44 @@ TEST(OptimizerTest, RestoredStateContinuesIdentically) {
   a->Apply(g.data(), pa.data());
   b->Apply(g.data(), pb.data());
   EXPECT_EQ(pa, pb);
+}
+
+// An update computed aside and then taken leaves the parameters, the slots
+// and the iteration count bit for bit where Apply leaves them, step after
+// step; until it is taken the optimizer is as it was.
+TEST(OptimizerTest, AnUpdateComputedAsideAndTakenIsApplysBitForBit) {
+  for (const char* name : {"sgd", "momentum", "adam"}) {
+    SCOPED_TRACE(name);
+    OptimizerOptions o = Options(name, 0.01f);
+    o.decay_rate = 0.5f;
+    o.decay_steps = 3;
+    constexpr int64_t kN = 1000;  // more than one vector's worth, and a tail
+    std::unique_ptr<Optimizer> in_place = Make(o, kN), aside = Make(o, kN);
+    std::vector<float> p(kN), q(kN), out(kN), g(kN);
+    for (int64_t i = 0; i < kN; ++i) p[i] = q[i] = std::sin(0.37f * i) * (i % 5 == 0 ? -0.0f : 1.0f);
+    for (int step = 0; step < 5; ++step) {
+      for (int64_t i = 0; i < kN; ++i) g[i] = std::cos(0.11f * i * (step + 1)) * 0.5f;
+      in_place->Apply(g.data(), p.data());
+      const OptimizerState before = aside->SaveState();
+      aside->ApplyAside(g.data(), q.data(), out.data());
+      const OptimizerState unchanged = aside->SaveState();
+      EXPECT_EQ(unchanged.iterations, before.iterations);
+      for (size_t k = 0; k < before.slots.size(); ++k) {
+        EXPECT_EQ(unchanged.slots[k].values, before.slots[k].values);
+      }
+      aside->TakeAside();
+      q = out;
+      EXPECT_EQ(std::memcmp(p.data(), q.data(), kN * sizeof(float)), 0) << "step " << step;
+      const OptimizerState a = in_place->SaveState(), b = aside->SaveState();
+      EXPECT_EQ(a.iterations, b.iterations);
+      for (size_t k = 0; k < a.slots.size(); ++k) {
+        EXPECT_EQ(std::memcmp(a.slots[k].values.data(), b.slots[k].values.data(),
+                              kN * sizeof(float)),
+                  0)
+            << a.slots[k].name << " at step " << step;
+      }
+    }
+  }
 }
 
 TEST(OptimizerTest, SgdStateHasOnlyIterations) {

@@ -152,8 +152,23 @@ void ParameterStore::Update(const float* grad) {
   }
 }
 
+void ParameterStore::UpdateAside(const float* grad, std::vector<float>* out) {
+  const std::vector<float>& in = *values_;
+  out->resize(in.size());
+  optimizer_->ApplyAside(grad, in.data(), out->data());
+  for (const MovingStatistic& m : config_.moving_statistics) {
+    const float* keep = in.data() + m.offset;
+    float* v = out->data() + m.offset;
+    const float* g = grad + m.offset;
+    for (int64_t i = 0; i < m.size; ++i) {
+      v[i] = m.momentum * keep[i] + (1.0f - m.momentum) * g[i];
+    }
+  }
+}
+
 absl::Status ParameterStore::Configure(const StoreConfig& config,
                                        std::unique_ptr<Optimizer> optimizer) {
+  ahead_ = Ahead();  // the optimizer it belongs to goes
   optimizer_ = std::move(optimizer);
   optimizer_->set_threads(threads_);
   config_ = config;
@@ -490,7 +505,10 @@ bool ParameterStore::AnyNonfinite(const std::vector<bool>& members) const {
 }
 
 void ParameterStore::MaybeApplyCommit() {
-  if (!commit_.has_value()) return;
+  if (!commit_.has_value()) {
+    MaybeComputeAhead();
+    return;
+  }
   for (int w = 0; w < config_.num_workers; ++w) {
     // A member's gradient still on its way: wait, unless the chief took
     // the worker out (it died after reaching the deciding ps only).
@@ -507,53 +525,103 @@ void ParameterStore::MaybeApplyCommit() {
   if (torn) ++stats_.steps_torn;
   const bool skip = commit_->skip;
   commit_.reset();
+  if (!skip && ahead_.values != nullptr && ahead_.version == version_ &&
+      ahead_.generation == generation_ && ahead_.members == members &&
+      !AnyNonfinite(members)) {
+    // Computed already: the values ahead become the next version's (the
+    // old buffer waits among the spares for its readers), and the
+    // optimizer takes its state aside.
+    if (spares_.size() < kKeptSpares) spares_.push_back(std::move(values_));
+    values_ = std::move(ahead_.values);
+    optimizer_->TakeAside();
+    ahead_ = Ahead();
+    ++stats_.steps_ahead;
+    CloseStep(members);
+    return;
+  }
   ApplyStep(members, skip);
 }
 
+void ParameterStore::MaybeComputeAhead() {
+  if (config_.rule != UpdateRule::kSync || config_.step_role != StepRole::kFollow ||
+      pending_count_ == 0) {
+    return;
+  }
+  // ps 0 closes a step with this many gradients: most likely these.
+  const int active = static_cast<int>(std::count(active_.begin(), active_.end(), true));
+  if (pending_count_ != std::min(config_.replicas_to_aggregate, active)) return;
+  std::vector<bool> members(config_.num_workers);
+  int64_t total = 0;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    members[w] = pending_examples_[w] >= 0;
+    if (members[w]) total += pending_examples_[w];
+  }
+  // A step with a NaN or Inf is skipped: nothing to compute.
+  if (total <= 0 || AnyNonfinite(members)) return;
+  if (ahead_.values != nullptr && ahead_.version == version_ &&
+      ahead_.generation == generation_ && ahead_.members == members) {
+    return;
+  }
+  std::shared_ptr<std::vector<float>> out = std::move(ahead_.values);
+  if (out == nullptr) out = TakeSpare();
+  UpdateAside(StepGradient(members), out.get());
+  ahead_ = Ahead{version_, generation_, std::move(members), std::move(out)};
+}
+
 bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
+  int64_t total = 0;
+  const bool nonfinite = skip || AnyNonfinite(members);
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (members[w]) total += pending_examples_[w];
+  }
+  if (nonfinite) {
+    ++stats_.steps_skipped_nonfinite;
+  } else if (total > 0) {
+    Update(StepGradient(members));
+  }
+  CloseStep(members);
+  return nonfinite;
+}
+
+const float* ParameterStore::StepGradient(const std::vector<bool>& members) {
   const int64_t n = config_.num_floats;
   int64_t total = 0;
   int count = 0;
-  const bool nonfinite = skip || AnyNonfinite(members);
   for (int w = 0; w < config_.num_workers; ++w) {
     if (!members[w]) continue;
     total += pending_examples_[w];
     ++count;
   }
-  if (nonfinite) {
-    ++stats_.steps_skipped_nonfinite;
-  } else if (total > 0) {
-    // Fixed worker-index order: the sum is the same bits whatever the
-    // arrival order was. The first member's term is written, not added to
-    // zeros (w * g + 0 is 0 + w * g, bit for bit: -0 becomes +0), and the
-    // step of a lone member is its gradient itself: no pass at all (g
-    // differs from 0 + 1 * g only where g is -0, which Adam's update takes
-    // as +0, and SGD's and momentum's only in the sign of a zero weight).
-    const float* grad = nullptr;
-    bool first = true;
-    for (int w = 0; w < config_.num_workers; ++w) {
-      if (!members[w]) continue;
-      const float weight = static_cast<float>(pending_examples_[w]) / total;
-      const float* g = pending_[w].data();
-      if (count == 1) {
-        grad = g;
-        break;
-      }
-      float* s = sum_.data();
-      if (first) {
-        ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) s[i] = weight * g[i] + 0.0f;
-        });
-      } else {
-        ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) s[i] += weight * g[i];
-        });
-      }
-      first = false;
-      grad = s;
+  // Fixed worker-index order: the sum is the same bits whatever the
+  // arrival order was. The first member's term is written, not added to
+  // zeros (w * g + 0 is 0 + w * g, bit for bit: -0 becomes +0), and the
+  // step of a lone member is its gradient itself: no pass at all (g
+  // differs from 0 + 1 * g only where g is -0, which Adam's update takes
+  // as +0, and SGD's and momentum's only in the sign of a zero weight).
+  const float* grad = nullptr;
+  bool first = true;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (!members[w]) continue;
+    const float weight = static_cast<float>(pending_examples_[w]) / total;
+    const float* g = pending_[w].data();
+    if (count == 1) return g;
+    float* s = sum_.data();
+    if (first) {
+      ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) s[i] = weight * g[i] + 0.0f;
+      });
+    } else {
+      ParallelFor(n, kMinRange, threads_, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) s[i] += weight * g[i];
+      });
     }
-    Update(grad);
+    first = false;
+    grad = s;
   }
+  return grad;
+}
+
+void ParameterStore::CloseStep(const std::vector<bool>& members) {
   for (int w = 0; w < config_.num_workers; ++w) {
     if (members[w]) {
       ++stats_.pushes_applied;
@@ -570,7 +638,6 @@ bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
   ++version_;
   ++stats_.steps_applied;
   version_advanced_.SignalAll();
-  return nonfinite;
 }
 
 std::optional<bool> ParameterStore::StepOutcome(int worker, int64_t version) const {

@@ -151,6 +151,9 @@ struct StoreStats {
   // Sync, following store: steps applied without a member's gradient
   // because the member was taken out (lost) before it arrived here.
   int64_t steps_torn = 0;
+  // Sync, following store: steps whose update was computed ahead, before
+  // their decision came (the rest were computed when it came).
+  int64_t steps_ahead = 0;
   // Sum of a hash over every gradient applied (sync: every step member, by
   // (version, worker); async: by (request id, worker)): ps that applied
   // the same gradients agree on it.
@@ -276,6 +279,15 @@ class ParameterStore {
   // `skip` or when one of them holds NaN/Inf: returns whether it skipped),
   // drops the others' and advances the version.
   bool ApplyStep(const std::vector<bool>& members, bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ApplyStep's end, once the update is made: the members' and the
+  // others' fates, the pending gradients let go, the version advanced.
+  void CloseStep(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The gradient a step of `members` (examples > 0 in all) applies: the
+  // lone member's own, or their weighted sum in sum_.
+  const float* StepGradient(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Following store, no decision yet: computes ahead_ when the workers
+  // the step waits for have pushed (see ahead_).
+  void MaybeComputeAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether one of `members`' pending gradients holds NaN or Inf.
   bool AnyNonfinite(const std::vector<bool>& members) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // values_ to write into: itself when no reader holds it, else a copy in
@@ -291,6 +303,9 @@ class ParameterStore {
   // One update of values_ from `grad`: the optimizer on the trainable
   // values, the moving average on the moving statistics.
   void Update(const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same update written into *out (values_ and the optimizer as they
+  // were; Optimizer::ApplyAside).
+  void UpdateAside(const float* grad, std::vector<float>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops worker w's pending gradient (its fate: dropped).
   void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -349,6 +364,19 @@ class ParameterStore {
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Following store: the decision for the current version, once it came.
   std::optional<StepDecision> commit_ ABSL_GUARDED_BY(mu_);
+  // Following store: the step's update computed ahead, while ps 0's
+  // decision is on its way, once this store holds as many gradients as
+  // ps 0 closes a step with (the same ones, as a rule): the next version's
+  // values, and the optimizer's next state aside (Optimizer::ApplyAside).
+  // A decision that names these members takes them as they are, instead
+  // of computing the update then; any other drops them.
+  struct Ahead {
+    int64_t version = -1;
+    int64_t generation = -1;
+    std::vector<bool> members;
+    std::shared_ptr<std::vector<float>> values;  // null: none
+  };
+  Ahead ahead_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster

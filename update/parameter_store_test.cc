@@ -736,6 +736,71 @@ TEST_F(DecideFollowTest, FollowerAppliesExactlyTheMembersTheLeaderChose) {
   EXPECT_EQ(b.steps_torn, 0);
 }
 
+// A following store that holds the step's gradients before the decision
+// comes computes the update ahead (optimizer aside): a decision naming
+// those members takes it, and the values, the optimizer's state and the
+// digest are the leader's bit for bit, for every optimizer and a moving
+// statistic; a decision naming others drops it and applies theirs.
+TEST(DecideFollowAheadTest, AnUpdateComputedAheadIsTheLeadersBitForBitOrDropped) {
+  for (const char* name : {"sgd", "momentum", "adam"}) {
+    SCOPED_TRACE(name);
+    for (const int replicas : {2, 1}) {
+      SCOPED_TRACE(absl::StrCat("replicas_to_aggregate=", replicas));
+      StoreConfig c;
+      c.layout_fingerprint = kLayout;
+      c.num_floats = 6;
+      c.rule = UpdateRule::kSync;
+      c.num_workers = 2;
+      c.replicas_to_aggregate = replicas;
+      c.optimizer.name = name;
+      c.optimizer.learning_rate = 0.01f;
+      c.moving_statistics = {{4, 2, 0.9f}};
+      const std::vector<float> init = {0.5f, -0.0f, 0.0f, -1.5f, 2.0f, 3.0f};
+      ParameterStore leader, follower;
+      bool already = false;
+      ASSERT_TRUE(leader.Init(c, init.data(), &already).ok());
+      c.step_role = StepRole::kFollow;
+      ASSERT_TRUE(follower.Init(c, init.data(), &already).ok());
+      int64_t seen = 0;
+      for (int64_t step = 0; step < 4; ++step) {
+        const std::vector<float> g0 = {0.25f * step, -0.0f, 0.0f, -1.0f, 1.0f, 0.5f};
+        const std::vector<float> g1 = {-0.5f, 0.125f, -0.0f, 2.0f, 0.0f, -0.25f};
+        // Odd steps with one replica: the follower gets worker 1 first and
+        // computes {1} ahead, the leader takes worker 0.
+        const bool other = replicas == 1 && step % 2 == 1;
+        ASSERT_TRUE(PushGrad(leader, 0, step, g0, 3).ok());
+        ASSERT_TRUE(PushGrad(leader, 1, step, g1, 5).ok());
+        ASSERT_TRUE(PushGrad(follower, other ? 1 : 0, step, other ? g1 : g0, other ? 5 : 3).ok());
+        ASSERT_TRUE(PushGrad(follower, other ? 0 : 1, step, other ? g0 : g1, other ? 3 : 5).ok());
+        StepDecision d;
+        ASSERT_TRUE(leader.NextDecision(seen, absl::Now() + absl::Seconds(1), &d));
+        seen = d.sequence;
+        ASSERT_TRUE(follower.Commit(kLayout, d).ok());
+        EXPECT_EQ(follower.stats().version, step + 1);
+        const std::vector<float> a = Values(leader), b = Values(follower);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << step;
+        StoreSnapshot sa, sb;
+        ASSERT_TRUE(leader.Snapshot(kLayout, &sa).ok());
+        ASSERT_TRUE(follower.Snapshot(kLayout, &sb).ok());
+        EXPECT_EQ(sa.optimizer.iterations, sb.optimizer.iterations);
+        ASSERT_EQ(sa.optimizer.slots.size(), sb.optimizer.slots.size());
+        for (size_t k = 0; k < sa.optimizer.slots.size(); ++k) {
+          EXPECT_EQ(std::memcmp(sa.optimizer.slots[k].values.data(),
+                                sb.optimizer.slots[k].values.data(),
+                                sa.optimizer.slots[k].values.size() * sizeof(float)),
+                    0)
+              << sa.optimizer.slots[k].name << " at step " << step;
+        }
+        EXPECT_EQ(leader.stats().applied_digest, follower.stats().applied_digest);
+      }
+      // Taken ahead but where the follower's first gradient was not the
+      // leader's choice.
+      EXPECT_EQ(follower.stats().steps_ahead, replicas == 2 ? 4 : 2);
+      EXPECT_EQ(leader.stats().steps_ahead, 0);
+    }
+  }
+}
+
 TEST_F(DecideFollowTest, AGradientLeftOutArrivingAfterTheDecisionIsDroppedAtOnce) {
   Init();
   ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());

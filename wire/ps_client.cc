@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -131,7 +132,9 @@ absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start
   std::vector<bool> done(n, false);
   std::vector<int> attempts(n, 0);
   std::vector<grpc::Status> last(n);
-  Backoff backoff(options_.retry);
+  // Made at the first retry: seeding its generator costs more than a
+  // small call's own work.
+  std::optional<Backoff> backoff;
   while (true) {
     if (options_.stop != nullptr && *options_.stop) {
       return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
@@ -203,7 +206,8 @@ absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start
       return absl::OkStatus();
     }
     const absl::Time wake =
-        absl::Now() + std::min(backoff.Next(), std::max(give_up - absl::Now(), absl::ZeroDuration()));
+        absl::Now() + std::min((backoff ? *backoff : backoff.emplace(options_.retry)).Next(),
+                               std::max(give_up - absl::Now(), absl::ZeroDuration()));
     while (absl::Now() < wake && !(options_.stop != nullptr && *options_.stop)) {
       absl::SleepFor(std::min(absl::Milliseconds(50), wake - absl::Now()));
     }
