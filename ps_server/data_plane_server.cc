@@ -190,29 +190,39 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     }
     const bool is_push_pull = h.kind == static_cast<uint32_t>(DataKind::kPushPull);
     const bool parsed = is_push_pull && req.ParseFromString(meta);
-    // fp32 gradients that the store uses as they are sent are checked for
-    // NaN/Inf a piece at a time as they arrive, while it is in cache and
-    // the rest is still on its way, rather than in one more pass after.
-    const bool check = parsed && PsService::GradientsAsSent(req) &&
-                       h.payload_size % sizeof(float) == 0;
+    // fp32 gradients in the store's order land in `grads`, which the
+    // store can keep as it is; sent last shard first (streamed during
+    // backprop), each shard is read into its place, so that they are then
+    // in the store's order. Either way they are checked for NaN/Inf a
+    // piece at a time as they arrive, while in cache and the rest still on
+    // its way, rather than in one more pass after.
+    std::vector<std::pair<int64_t, int64_t>> runs;  // (offset, floats), in payload order
+    if (parsed && PsService::GradientsAsSent(req) && h.payload_size % sizeof(float) == 0) {
+      runs.emplace_back(0, static_cast<int64_t>(h.payload_size / sizeof(float)));
+    } else if (parsed) {
+      runs = service_->ReversedRuns(req, h.payload_size);
+    }
+    const bool check = !runs.empty();
     bool finite = true;
-    // fp32 as sent lands in `grads`, which the store can keep as it is.
-    char* in = payload.data();
     if (check) {
       grads.resize(h.payload_size / sizeof(float));
-      in = reinterpret_cast<char*>(grads.data());
+      for (const auto& [offset, floats] : runs) {
+        char* in = reinterpret_cast<char*>(grads.data() + offset);
+        const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+        for (size_t have = 0; have < bytes;) {
+          const size_t n = std::min<size_t>(kCheckedPiece, bytes - have);
+          if (!socket->Read(in + have, n).ok()) return;
+          if (finite) {
+            finite = AllFinite(reinterpret_cast<const float*>(in + have),
+                               static_cast<int64_t>(n / sizeof(float)));
+          }
+          have += n;
+        }
+      }
+      req.set_shards_reversed(false);  // placed in the store's order
     } else {
       payload.resize(h.payload_size);
-      in = payload.data();
-    }
-    for (size_t have = 0; have < h.payload_size;) {
-      const size_t n = std::min<size_t>(kCheckedPiece, h.payload_size - have);
-      if (!socket->Read(in + have, n).ok()) return;
-      if (check && finite) {
-        finite = AllFinite(reinterpret_cast<const float*>(in + have),
-                           static_cast<int64_t>(n / sizeof(float)));
-      }
-      have += n;
+      if (!socket->Read(payload.data(), payload.size()).ok()) return;
     }
     grpc::Status status;
     if (!is_push_pull) {

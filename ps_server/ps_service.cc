@@ -259,6 +259,22 @@ bool PsService::GradientsAsSent(const PushRequest& req) {
   return codec.ok() && *codec == Codec::kFloat32 && !req.shards_reversed();
 }
 
+std::vector<std::pair<int64_t, int64_t>> PsService::ReversedRuns(const PushRequest& req,
+                                                                 uint64_t payload_bytes) {
+  absl::StatusOr<Codec> codec = CodecOfDtype(req.dtype());
+  if (!codec.ok() || *codec != Codec::kFloat32 || !req.shards_reversed()) return {};
+  const std::vector<WirePiece> pieces = Pieces();
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  int64_t offset = 0;
+  for (const WirePiece& p : pieces) {
+    runs.emplace_back(offset, p.size);
+    offset += p.size;
+  }
+  if (static_cast<uint64_t>(offset) * sizeof(float) != payload_bytes) return {};
+  std::reverse(runs.begin(), runs.end());
+  return runs;
+}
+
 grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
                                std::optional<bool> finite, std::vector<float>* owned) {
   const absl::string_view g =

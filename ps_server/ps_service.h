@@ -71,6 +71,14 @@ class PsService final : public ParameterServer::Service {
   // Whether req's gradients are fp32 in this ps's shard order: used where
   // they lie, not decoded.
   static bool GradientsAsSent(const PushRequest& req);
+  // For fp32 gradients sent last shard first (a push streamed during
+  // backprop, shards_reversed): where each shard's values go in this ps's
+  // order, as (offset, size) in floats, in the order they are sent, so
+  // that they can be read into place as they arrive. Empty when req's
+  // gradients are not fp32 shards sent reversed or `payload_bytes` is not
+  // their size.
+  std::vector<std::pair<int64_t, int64_t>> ReversedRuns(const PushRequest& req,
+                                                        uint64_t payload_bytes);
   // The tcp data plane's port, for GetStats (0: none).
   void set_data_port(int port) { data_port_ = port; }
 

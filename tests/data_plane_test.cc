@@ -48,7 +48,7 @@ class DataPlaneTest : public ::testing::Test {
   // weights 1.0, `workers` workers, sync or async.
   // `role`: kFollow makes it a ps that applies the steps another decides.
   void Start(UpdateMode mode, int workers = 1, const std::string& token = "sesame",
-             StepRole role = StepRole::kDecide) {
+             StepRole role = StepRole::kDecide, std::vector<int64_t> shards = {kFloats}) {
     security_ = WithToken(token);
     metrics_ = *Metrics::Start("", "ps:0", MetricsRole::kPs);
     PsServiceOptions options;
@@ -67,9 +67,11 @@ class DataPlaneTest : public ::testing::Test {
     stub_ = ParameterServer::NewStub(MakeChannel(address_, rpc));
     InitRequest init;
     init.set_layout_fingerprint(kLayout);
-    ShardSpec* sh = init.add_shards();
-    sh->set_variable("dense/kernel");
-    sh->set_size(kFloats);
+    for (size_t k = 0; k < shards.size(); ++k) {
+      ShardSpec* sh = init.add_shards();
+      sh->set_variable(absl::StrCat("dense", k, "/kernel"));
+      sh->set_size(shards[k]);
+    }
     const std::vector<float> ones(kFloats, 1.0f);
     init.set_values(ones.data(), ones.size() * sizeof(float));
     init.mutable_optimizer()->set_name("sgd");
@@ -455,6 +457,35 @@ TEST_F(DataPlaneTest, RunsAreSentFromAndReadIntoTheCallersMemory) {
   ASSERT_EQ(resp.pull().values().size(), static_cast<size_t>(kFloats) * sizeof(float));
   EXPECT_EQ(Values(resp)[kFloats - 1], updated - 0.5f * 0.25f);
   EXPECT_EQ(Stats().pushes_applied(), 2);
+}
+
+// fp32 gradients streamed last shard first (during backprop) are read into
+// their places as they arrive, checked as they arrive: the update is the
+// one of the same gradient in order, and a NaN anywhere is refused.
+TEST_F(DataPlaneTest, AGradientSentLastShardFirstIsPlacedAsItArrives) {
+  constexpr int64_t kFirst = kFloats / 3;
+  Start(ASYNC, 1, "sesame", StepRole::kDecide, {kFirst, kFloats - kFirst});
+  std::unique_ptr<DataChannel> channel = Channel("sesame");
+  std::vector<float> sent(kFloats);  // shard 1 (0.5 each), then shard 0 (0.25 each)
+  std::fill(sent.begin(), sent.begin() + (kFloats - kFirst), 0.5f);
+  std::fill(sent.begin() + (kFloats - kFirst), sent.end(), 0.25f);
+  PushRequest req = Push(0, 1, 0, 0.0f);
+  req.set_shards_reversed(true);
+  sent.back() = NAN;
+  req.set_gradients(sent.data(), sent.size() * sizeof(float));
+  PushPullResponse resp;
+  EXPECT_EQ(Call(*channel, req, &resp).error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_EQ(Stats().pushes_rejected(), 1);
+  sent.back() = 0.25f;
+  req.set_gradients(sent.data(), sent.size() * sizeof(float));
+  req.set_request_id(2);
+  ASSERT_TRUE(Call(*channel, req, &resp).ok());
+  const std::vector<float> v = Values(resp);
+  ASSERT_EQ(v.size(), static_cast<size_t>(kFloats));
+  EXPECT_EQ(v[0], 1.0f - 0.5f * 0.25f);
+  EXPECT_EQ(v[kFirst - 1], 1.0f - 0.5f * 0.25f);
+  EXPECT_EQ(v[kFirst], 1.0f - 0.5f * 0.5f);
+  EXPECT_EQ(v[kFloats - 1], 1.0f - 0.5f * 0.5f);
 }
 
 // ps 0's step decisions reach another ps over its data plane: a follower's

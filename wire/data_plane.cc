@@ -677,30 +677,38 @@ grpc::Status DataChannel::Run(Call& call) {
   payload->swap(spare);
   uint64_t to_size = 0;
   for (absl::Span<char> run : call.runs.to) to_size += run.size();
-  if (!call.runs.to.empty() && a.payload_size == to_size) {
+  const bool in_place = !call.runs.to.empty() && a.payload_size == to_size;
+  if (in_place) {
     // Straight into the caller's memory, the field left empty (its
     // buffer kept for the next answer that needs it).
     payload->clear();
-    if (absl::Status s = socket->Read(absl::MakeConstSpan(call.runs.to)); !s.ok()) {
-      return broken(s);
-    }
     if (call.runs.scattered != nullptr) *call.runs.scattered = true;
-    return grpc::Status::OK;
+  } else {
+    payload->resize(a.payload_size);
   }
-  payload->resize(a.payload_size);
-  if (!call.sink.arrived) {
-    if (absl::Status s = socket->Read(payload->data(), payload->size()); !s.ok()) {
-      return broken(s);
+  // Bytes [from, to) of the payload, into place or into the field.
+  auto read = [&](size_t from, size_t to) -> absl::Status {
+    if (!in_place) return socket->Read(payload->data() + from, to - from);
+    std::vector<absl::Span<char>> part;
+    size_t at = 0;
+    for (absl::Span<char> run : call.runs.to) {
+      const size_t b = std::max(from, at), e = std::min(to, at + run.size());
+      if (b < e) part.push_back(run.subspan(b - at, e - b));
+      at += run.size();
     }
+    return socket->Read(absl::MakeConstSpan(part));
+  };
+  if (!call.sink.arrived) {
+    if (absl::Status s = read(0, a.payload_size); !s.ok()) return broken(s);
     return grpc::Status::OK;
   }
   // Reported in pieces small enough that a layer's weights are used soon
   // after their last byte is in.
   constexpr size_t kPiece = size_t{1} << 18;
   if (absl::Status s = call.sink.arrived(0); !s.ok()) return broken(s);
-  for (size_t have = 0; have < payload->size();) {
-    const size_t n = std::min(kPiece, payload->size() - have);
-    if (absl::Status s = socket->Read(payload->data() + have, n); !s.ok()) return broken(s);
+  for (size_t have = 0; have < a.payload_size;) {
+    const size_t n = std::min<size_t>(kPiece, a.payload_size - have);
+    if (absl::Status s = read(have, have + n); !s.ok()) return broken(s);
     have += n;
     if (absl::Status s = call.sink.arrived(have); !s.ok()) return broken(s);
   }

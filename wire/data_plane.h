@@ -155,12 +155,13 @@ struct PayloadSource {
 };
 
 // An answer's payload used while it is still arriving (the next step's
-// weights, layer by layer): arrived(have) is called on the channel's
-// thread once the answer's meta is parsed into the response and its bytes
-// field sized to the whole payload (have = 0), then each time more of the
-// payload has been read into that field, the last time with all of it. An
-// error fails the call. A call that breaks off midway is resent and its
-// answer reported from 0 again.
+// weights, layer by layer): arrived(have) is called on the thread making
+// the call once the answer's meta is parsed into the response and its
+// bytes field sized to the whole payload (have = 0), then each time more
+// of the payload has been read into that field (or into PayloadRuns::to,
+// which then holds it), the last time with all of it. An error fails the
+// call. A call that breaks off midway is resent and its answer reported
+// from 0 again.
 struct PayloadSink {
   std::function<absl::Status(size_t have)> arrived;
 };
@@ -169,9 +170,10 @@ struct PayloadSink {
 // shards in the flat vectors), so that they move without a gather or
 // scatter copy. The request's payload is `from`, in order (req's bytes
 // field is then not sent, and may be empty). The answer's is read into
-// `to`, in order, when it has their size: *scattered is then set and
-// resp's bytes field stays empty; otherwise it is read into that field.
-// An answer broken off midway has written part of `to`.
+// `to`, in order, when it has their size: *scattered is then set (before
+// a PayloadSink hears of it) and resp's bytes field stays empty; otherwise
+// it is read into that field. An answer broken off midway has written
+// part of `to`.
 struct PayloadRuns {
   std::vector<absl::string_view> from;
   std::vector<absl::Span<char>> to;

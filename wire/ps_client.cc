@@ -302,9 +302,27 @@ absl::Status PsClient::PullArrived(int i, float* params, const Overlap& overlap,
         overlap.answered(ps_[0].first_applied);
       }
     }
+    // Read into the weights themselves from here on (PayloadRuns): not
+    // before the step that reads them is done.
+    if (write && p.scattered && overlap.params_free != nullptr) {
+      overlap.params_free->WaitForNotification();
+    }
     return absl::OkStatus();
   }
   if (!write) return absl::OkStatus();
+  if (p.scattered) {
+    // fp32 weights in place already: mark the shards now whole.
+    const std::vector<int>& order = placement_->shards_of_ps[i];
+    while (p.shards_pulled < order.size()) {
+      const Shard& sh = placement_->shards[order[p.shards_pulled]];
+      const int64_t bytes = sh.size * static_cast<int64_t>(sizeof(float));
+      if (p.pulled_bytes + bytes > static_cast<int64_t>(have)) break;
+      p.pulled_bytes += bytes;
+      ++p.shards_pulled;
+      if (overlap.arrived != nullptr) overlap.arrived->MarkArrived(sh.offset, sh.offset + sh.size);
+    }
+    return absl::OkStatus();
+  }
   if (overlap.params_free != nullptr) overlap.params_free->WaitForNotification();
   return WritePulledShards(i, absl::string_view(p.push_resp.pull().values()).substr(0, have),
                            /*delta=*/false, params, overlap.arrived);
@@ -375,6 +393,7 @@ absl::Status PsClient::PushPullAll(int worker, int num_examples,
   for (PerPs& p : ps_) {
     p.answered = false;
     p.shards_pulled = 0;
+    p.scattered = false;
   }
   for (int i = 0; i < static_cast<int>(ps_.size()); ++i) PreparePush(i, c, request_id);
   absl::Status s = CallAll(
@@ -476,6 +495,14 @@ void PsClient::IssuePush(int i, const PushCall& c, Attempt& a,
         return PullArrived(i, params, *overlap, pull_early, have);
       };
     }
+    if (c.pull_early && options_.pull_codec.codec == Codec::kFloat32) {
+      // fp32 weights read into place as they arrive (PullArrived marks them).
+      for (const auto& [offset, size] : p.runs) {
+        runs.to.emplace_back(reinterpret_cast<char*>(c.params + offset),
+                             static_cast<size_t>(size) * sizeof(float));
+      }
+      runs.scattered = &p.scattered;
+    }
   } else if (c.in_place) {
     // The message as if the gradient were in it: field 6, its length, the bytes.
     const int64_t bytes = placement_->floats_of_ps[i] * static_cast<int64_t>(sizeof(float));
@@ -515,7 +542,7 @@ absl::Status PsClient::TakePushAnswer(int i, PushCall& c) {
     return CallAgain("injected fault: push duplicated");
   }
   last_call_.bytes_received += static_cast<int64_t>(ps_[i].push_resp.ByteSizeLong()) + c.framing;
-  if (c.in_place && ps_[i].scattered) {
+  if (ps_[i].scattered) {
     // The weights read into place, as if they were in the message.
     const int64_t bytes = placement_->floats_of_ps[i] * static_cast<int64_t>(sizeof(float));
     last_call_.bytes_received +=
@@ -550,11 +577,13 @@ absl::Status PsClient::TakePushAnswer(int i, PushCall& c) {
         return w;
       }
     }
+    const int64_t sent = c.pull_early && ps_[i].scattered
+                             ? placement_->floats_of_ps[i] * static_cast<int64_t>(sizeof(float))
+                             : static_cast<int64_t>(pull.values().size());
     if (ps_[i].shards_pulled != placement_->shards_of_ps[i].size() ||
-        ps_[i].pulled_bytes != static_cast<int64_t>(pull.values().size())) {
-      return absl::InternalError(absl::StrCat("ps ", i, " sent ", pull.values().size(),
-                                              " bytes of weights; ", ps_[i].pulled_bytes,
-                                              " of them were whole shards"));
+        ps_[i].pulled_bytes != sent) {
+      return absl::InternalError(absl::StrCat("ps ", i, " sent ", sent, " bytes of weights; ",
+                                              ps_[i].pulled_bytes, " of them were whole shards"));
     }
   }
   versions_[i] = pull.version();

@@ -30,11 +30,13 @@
 // For each ps count P: P real ps_server processes (tests/local_cluster.h)
 // set up as the chief sets them up for one worker (sync, adam, the model's
 // variables placed over the P ps as model/placement.h places them), and
-// this process as worker 0 with two PsClients: one over the tcp data plane,
-// one over gRPC. Each call is PsClient::PushPullAll of the whole gradient
-// (no compute): every ps takes its shards' gradient, closes the step (ps 0
-// decides it for the others), applies Adam and answers with the new
-// weights. Beside them, in the same run and the same alternating slices, a
+// this process as worker 0 with three PsClients: over the tcp data plane,
+// the same as the worker calls it by default (the gradient streamed as
+// layers become final, all at once here, and the weights written as they
+// arrive), and over gRPC. Each call is PsClient::PushPullAll of the whole
+// gradient (no compute): every ps takes its shards' gradient, closes the
+// step (ps 0 decides it for the others), applies Adam and answers with the
+// new weights. Beside them, in the same run and the same alternating slices, a
 // bare TCP round trip of the same bytes on loopback: one connection, the
 // P ps's messages written back to back, each echoed by a thread of this
 // process as it arrives, and all read back. The table gives the median
@@ -69,7 +71,9 @@
 #include "common/metrics.h"
 #include "common/cluster_spec.h"
 #include "common/rpc.h"
+#include "model/gradient_watermark.h"
 #include "model/model_spec.h"
+#include "model/params_watermark.h"
 #include "model/placement.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/data_plane_server.h"
@@ -452,11 +456,16 @@ class TcpTarget final : public Target {
 // transport's client took meanwhile.
 class StepTarget final : public Target {
  public:
+  // `as_worker` (the data plane only): the call as the worker makes it by
+  // default, its gradient streamed (PsClient::Overlap, every layer final
+  // at once) and the weights written as they arrive (priority pulls).
   static absl::StatusOr<std::unique_ptr<StepTarget>> Create(const ClusterSpec& cluster,
                                                             const Placement* placement,
                                                             int64_t num_floats,
-                                                            Transport transport) {
-    std::unique_ptr<StepTarget> t(new StepTarget());
+                                                            Transport transport,
+                                                            bool as_worker = false) {
+    std::unique_ptr<StepTarget> t(new StepTarget(num_floats));
+    t->as_worker_ = as_worker;
     PsClientOptions o;
     o.sync = true;
     o.worker_index = 0;
@@ -479,8 +488,20 @@ class StepTarget final : public Target {
   }
 
   absl::Status Call() override {
-    absl::Status s = client_->PushPullAll(0, 64, grads_.data(), params_.data(),
-                                          absl::FromChrono(kCallTimeout));
+    absl::Status s;
+    if (as_worker_) {
+      ready_.Reset(static_cast<int64_t>(grads_.size()));
+      ready_.MarkAllFinal();
+      arrived_.Reset();
+      absl::Notification params_free;
+      params_free.Notify();
+      PsClient::Overlap overlap{&ready_, &params_free, &arrived_, nullptr};
+      s = client_->PushPullAll(0, 64, grads_.data(), params_.data(),
+                               absl::FromChrono(kCallTimeout), &overlap);
+    } else {
+      s = client_->PushPullAll(0, 64, grads_.data(), params_.data(),
+                               absl::FromChrono(kCallTimeout));
+    }
     if (!s.ok()) return s;
     if (!client_->last_push_applied()) {
       return absl::InternalError(absl::StrCat("the push of version ", client_->version() - 1,
@@ -490,10 +511,13 @@ class StepTarget final : public Target {
   }
 
  private:
-  StepTarget() = default;
+  explicit StepTarget(int64_t num_floats) : arrived_(num_floats) {}
 
   std::unique_ptr<PsClient> client_;
   std::vector<float> params_, grads_;
+  bool as_worker_ = false;
+  GradientWatermark ready_;
+  ParamsWatermark arrived_;
 };
 
 struct Timing {
@@ -606,8 +630,9 @@ int RunSteps(const Flags& flags) {
   std::printf("%s: %lld weights (%.3f MB); sync, 1 worker, adam; median ms per push+pull\n",
               flags.model.c_str(), static_cast<long long>(spec.num_parameters),
               spec.num_parameters * 4 / 1e6);
-  std::printf("%-4s %-24s %12s %12s %12s %10s %10s\n", "ps", "bytes per ps", "tcp plane",
-              "gRPC", "bare TCP", "tcp/bare", "gRPC/bare");
+  std::printf("%-4s %-24s %12s %12s %12s %12s %10s %10s %10s\n", "ps", "bytes per ps",
+              "tcp plane", "as worker", "gRPC", "bare TCP", "tcp/bare", "worker/bare",
+              "gRPC/bare");
   std::fflush(stdout);
   for (int num_ps : flags.ps) {
     auto fail = [&](const absl::Status& s) {
@@ -646,27 +671,32 @@ int RunSteps(const Flags& flags) {
     absl::StatusOr<std::unique_ptr<StepTarget>> tcp_plane =
         StepTarget::Create(tf->cluster, &placement, spec.num_parameters, TRANSPORT_TCP);
     if (!tcp_plane.ok()) return fail(tcp_plane.status());
+    absl::StatusOr<std::unique_ptr<StepTarget>> as_worker = StepTarget::Create(
+        tf->cluster, &placement, spec.num_parameters, TRANSPORT_TCP, /*as_worker=*/true);
+    if (!as_worker.ok()) return fail(as_worker.status());
     absl::StatusOr<std::unique_ptr<StepTarget>> grpc =
         StepTarget::Create(tf->cluster, &placement, spec.num_parameters, TRANSPORT_GRPC);
     if (!grpc.ok()) return fail(grpc.status());
     absl::StatusOr<std::unique_ptr<TcpTarget>> bare = TcpTarget::Create(messages);
     if (!bare.ok()) return fail(bare.status());
-    absl::StatusOr<std::vector<Timing>> t =
-        Measure({tcp_plane->get(), grpc->get(), bare->get()}, flags.seconds);
+    absl::StatusOr<std::vector<Timing>> t = Measure(
+        {tcp_plane->get(), as_worker->get(), grpc->get(), bare->get()}, flags.seconds);
     if (!t.ok()) {
       std::fprintf(stderr, "%s\n", (*cluster)->AllLogs().c_str());
       return fail(t.status());
     }
-    const double tcp_ms = (*t)[0].median_s * 1e3, grpc_ms = (*t)[1].median_s * 1e3,
-                 bare_ms = (*t)[2].median_s * 1e3;
-    std::printf("%-4d %-24s %12.3f %12.3f %12.3f %10.2f %10.2f\n", num_ps, sizes.c_str(),
-                tcp_ms, grpc_ms, bare_ms, tcp_ms / bare_ms, grpc_ms / bare_ms);
+    const double tcp_ms = (*t)[0].median_s * 1e3, worker_ms = (*t)[1].median_s * 1e3,
+                 grpc_ms = (*t)[2].median_s * 1e3, bare_ms = (*t)[3].median_s * 1e3;
+    std::printf("%-4d %-24s %12.3f %12.3f %12.3f %12.3f %10.2f %10.2f %10.2f\n", num_ps,
+                sizes.c_str(), tcp_ms, worker_ms, grpc_ms, bare_ms, tcp_ms / bare_ms,
+                worker_ms / bare_ms, grpc_ms / bare_ms);
     std::fflush(stdout);
   }
   std::printf(
       "tcp plane, gRPC: PsClient::PushPullAll against ps_server processes (each call a sync\n"
-      "step: every ps applies adam and answers); bare TCP: the same messages echoed over\n"
-      "one loopback connection\n");
+      "step: every ps applies adam and answers); as worker: the tcp plane as the worker\n"
+      "calls it by default (gradient streamed, weights written as they arrive); bare TCP:\n"
+      "the same messages echoed over one loopback connection\n");
   return 0;
 }
 
