@@ -83,16 +83,21 @@ absl::Status SetWire(const ChiefFlags& f, TrainingPlan* plan) {
   plan->set_pull_codec(CodecToProto(*pull));
   plan->set_topk_fraction(f.topk_fraction);
   plan->set_codec_min_elements(f.codec_min_elements);
-  const absl::StatusOr<Transport> transport = ParseTransport(f.transport);
+  const absl::StatusOr<Strategy> strategy = ParseStrategy(f.strategy);
+  if (!strategy.ok()) return Bad("strategy", f.strategy, std::string(strategy.status().message()));
+  plan->set_strategy(*strategy);
+  // auto (the default): the tcp data plane, which the ring does not use.
+  const absl::StatusOr<Transport> transport =
+      f.transport == "auto"
+          ? (*strategy == MULTI_WORKER_MIRRORED ? TRANSPORT_GRPC : TRANSPORT_TCP)
+          : ParseTransport(f.transport);
   if (!transport.ok()) {
-    return Bad("transport", f.transport, std::string(transport.status().message()));
+    return Bad("transport", f.transport,
+               absl::StrCat("unknown transport '", f.transport, "' (auto, tcp or grpc)"));
   }
   plan->set_transport(*transport);
   plan->set_push_overlap(f.push_overlap);
   plan->set_priority_pull(f.priority_pull);
-  const absl::StatusOr<Strategy> strategy = ParseStrategy(f.strategy);
-  if (!strategy.ok()) return Bad("strategy", f.strategy, std::string(strategy.status().message()));
-  plan->set_strategy(*strategy);
   const absl::StatusOr<Codec> ring = ParseCodec(f.ring_codec);
   if (!ring.ok() ||
       (*ring != Codec::kFloat32 && *ring != Codec::kBfloat16 && *ring != Codec::kFloat16)) {

@@ -37,7 +37,7 @@ struct ChiefFlags {
   std::string pull_codec = "fp32";
   double topk_fraction = 0.01;
   int64_t codec_min_elements = 1024;
-  std::string transport = "grpc";
+  std::string transport = "auto";
   bool push_overlap = true;
   bool priority_pull = true;
   int num_ps = 0;       // 0: as TF_CONFIG lists

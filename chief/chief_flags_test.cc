@@ -45,7 +45,9 @@ TEST(MakeChiefOptionsTest, TheDefaultsMakeTheDocumentedRun) {
   EXPECT_EQ(opt->plan.mode(), SYNC);
   EXPECT_EQ(opt->plan.strategy(), PARAMETER_SERVER);
   EXPECT_EQ(opt->plan.min_shard_bytes(), 64 << 10);
-  EXPECT_EQ(opt->plan.transport(), TRANSPORT_GRPC);
+  EXPECT_EQ(opt->plan.transport(), TRANSPORT_TCP);  // auto: the data plane
+  EXPECT_TRUE(opt->plan.push_overlap());
+  EXPECT_TRUE(opt->plan.priority_pull());
   EXPECT_EQ(opt->optimizer.name(), "adam");
   EXPECT_FLOAT_EQ(opt->optimizer.learning_rate(), 0.002f);
   EXPECT_EQ(opt->optimizer.decay_steps(), 1000);
@@ -72,7 +74,7 @@ TEST(MakeChiefOptionsTest, AGoodSetOfEveryKindIsTaken) {
   f.push_codec = "topk";
   f.topk_fraction = 0.1;
   f.pull_codec = "bf16";
-  f.transport = "tcp";
+  f.transport = "grpc";
   f.heartbeat_timeout_s = 1;
   f.checkpoint_every_secs = 30;
   f.async_lr_scaling = "linear";
@@ -86,7 +88,7 @@ TEST(MakeChiefOptionsTest, AGoodSetOfEveryKindIsTaken) {
   EXPECT_EQ(warnings[0],
             "--batch_size=100 is not a multiple of 3 workers: 33 per worker, 99 per step");
   EXPECT_EQ(opt->plan.mode(), ASYNC);
-  EXPECT_EQ(opt->plan.transport(), TRANSPORT_TCP);
+  EXPECT_EQ(opt->plan.transport(), TRANSPORT_GRPC);
   EXPECT_FLOAT_EQ(opt->plan.topk_fraction(), 0.1f);
   EXPECT_EQ(opt->optimizer.name(), "momentum");
   EXPECT_EQ(opt->heartbeat_interval, absl::Milliseconds(250));
@@ -107,6 +109,8 @@ TEST(MakeChiefOptionsTest, TheRingNeedsNoPsAndTakesItsOwnSettings) {
   EXPECT_EQ(opt->plan.strategy(), MULTI_WORKER_MIRRORED);
   EXPECT_EQ(opt->plan.ring_chunk_bytes(), 4096);
   EXPECT_EQ(opt->plan.ring_codec(), WIRE_BF16);
+  // --transport=auto (the default) is the data plane under parameter_server only.
+  EXPECT_EQ(opt->plan.transport(), TRANSPORT_GRPC);
 }
 
 TEST(MakeChiefOptionsTest, BadValuesAreNamedWithTheirReason) {
@@ -176,7 +180,7 @@ TEST(MakeChiefOptionsTest, ValuesThatDoNotParseAreNamedWithTheParsersReason) {
   EXPECT_EQ(ErrorOf(f).rfind("--pull_codec=zip: ", 0), 0u) << ErrorOf(f);
   f = ChiefFlags();
   f.transport = "udp";
-  EXPECT_EQ(ErrorOf(f).rfind("--transport=udp: ", 0), 0u) << ErrorOf(f);
+  EXPECT_EQ(ErrorOf(f), "--transport=udp: unknown transport 'udp' (auto, tcp or grpc)");
   f = ChiefFlags();
   f.strategy = "allreduce";
   EXPECT_EQ(ErrorOf(f),

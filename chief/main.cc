@@ -78,8 +78,9 @@ ABSL_FLAG(double, topk_fraction, kDefaults.topk_fraction, "--push_codec=topk: th
 ABSL_FLAG(int64_t, codec_min_elements, kDefaults.codec_min_elements,
           "Tensors (shards) of fewer values go as fp32 whatever the codecs");
 ABSL_FLAG(std::string, transport, kDefaults.transport,
-          "How the workers' push-pulls travel: grpc, or tcp (each ps's own data plane: one "
-          "frame each way, no copies beyond the kernel's; TLS and the token as for gRPC)");
+          "How the workers' push-pulls travel: tcp (each ps's own data plane: one frame each "
+          "way, no copies beyond the kernel's; TLS and the token as for gRPC), grpc, or auto: "
+          "tcp under --strategy=parameter_server (the ring has its own)");
 ABSL_FLAG(bool, push_overlap, kDefaults.push_overlap,
           "--transport=tcp: each worker sends a layer's gradient as soon as backprop has "
           "produced it, last layer first, while backprop goes on (false: after the step)");

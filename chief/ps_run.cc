@@ -190,6 +190,8 @@ void ParameterServerRun::LogSetup() const {
                  plan_.push_overlap() && plan_.priority_pull()
                      ? ", the next forward pass started on the first layers' weights"
                      : "");
+  } else {
+    spdlog::info("transport: push-pulls over gRPC (--transport=grpc)");
   }
 }
 

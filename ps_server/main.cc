@@ -22,8 +22,9 @@
 
 ABSL_FLAG(int, max_message_mb, 512, "Largest gRPC message accepted, in MiB");
 ABSL_FLAG(int, data_port, 0,
-          "Port of the tcp data plane (PushPull's tensor bytes, when the chief runs with "
-          "--transport=tcp); 0: any free port (clients ask for it over gRPC)");
+          "Port of the tcp data plane (the workers' PushPull tensor bytes unless the chief runs "
+          "with --transport=grpc, and ps 0's step decisions); 0: any free port (clients ask for "
+          "it over gRPC)");
 ABSL_FLAG(int, update_threads, 0,
           "Cores a large shard's update (its gradient check, sync's sum, the optimizer) may "
           "use at once; 0: every core. Results do not depend on it");
@@ -103,10 +104,10 @@ int main(int argc, char** argv) {
   std::string reason = (*server)->WaitForShutdownRequest();
   StoreStats st = store.stats();
   spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} "
-               "duplicate={} torn_steps={} applied_digest={:016x}",
+               "duplicate={} torn_steps={} applied_digest={:016x} steps_ahead={}",
                reason, st.version, st.pushes_applied, st.pushes_dropped_stale,
                service.pushes_rejected(), st.pushes_duplicate, st.steps_torn,
-               st.applied_digest);
+               st.applied_digest, st.steps_ahead);
   store.Cancel();
   data_plane->reset();
   broadcaster.reset();

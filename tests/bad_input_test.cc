@@ -233,7 +233,7 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
                {"--pull_codec=fp8", "--pull_codec=fp8: 'fp8' is not a wire encoding"},
                {"--topk_fraction=0", "--topk_fraction=0"},
                {"--codec_min_elements=-1", "--codec_min_elements=-1"},
-               {"--transport=udp", "--transport=udp: unknown transport 'udp' (grpc or tcp)"}};
+               {"--transport=udp", "--transport=udp: unknown transport 'udp' (auto, tcp or grpc)"}};
   for (const Case& c : cases) {
     ProcessResult r = RunBinary("chief/chief", {c.flag}, json, absl::Seconds(30));
     EXPECT_EQ(r.exit_code, 2) << c.flag << "\n" << r.output;
