@@ -343,6 +343,24 @@ absl::Status DataSocket::WriteFrameGathered(const FrameHeader& header, absl::str
   return WriteV(iov, count);
 }
 
+namespace {
+
+// Drops the first `done` bytes from the `*count` pieces at `*v`: whole
+// pieces, then the start of the next (sendmsg and recvmsg may stop anywhere).
+void SkipDone(size_t done, iovec** v, int* count) {
+  while (*count > 0 && done >= (*v)->iov_len) {
+    done -= (*v)->iov_len;
+    ++*v;
+    --*count;
+  }
+  if (*count > 0) {
+    (*v)->iov_base = static_cast<char*>((*v)->iov_base) + done;
+    (*v)->iov_len -= done;
+  }
+}
+
+}  // namespace
+
 absl::Status DataSocket::WriteV(iovec* v, int count) {
   while (count > 0) {
     msghdr msg{};
@@ -352,16 +370,7 @@ absl::Status DataSocket::WriteV(iovec* v, int count) {
     const ssize_t r = sendmsg(fd_, &msg, MSG_NOSIGNAL);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return IoError("write", static_cast<int>(r));
-    size_t left = static_cast<size_t>(r);
-    while (count > 0 && left >= v->iov_len) {
-      left -= v->iov_len;
-      ++v;
-      --count;
-    }
-    if (count > 0) {
-      v->iov_base = static_cast<char*>(v->iov_base) + left;
-      v->iov_len -= left;
-    }
+    SkipDone(static_cast<size_t>(r), &v, &count);
   }
   return absl::OkStatus();
 }
@@ -388,16 +397,7 @@ absl::Status DataSocket::Read(absl::Span<const absl::Span<char>> pieces) {
     const ssize_t r = recvmsg(fd_, &msg, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return IoError("read", static_cast<int>(r));
-    size_t left = static_cast<size_t>(r);
-    while (count > 0 && left >= v->iov_len) {
-      left -= v->iov_len;
-      ++v;
-      --count;
-    }
-    if (count > 0) {
-      v->iov_base = static_cast<char*>(v->iov_base) + left;
-      v->iov_len -= left;
-    }
+    SkipDone(static_cast<size_t>(r), &v, &count);
   }
   return absl::OkStatus();
 }
