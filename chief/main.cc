@@ -82,12 +82,13 @@ ABSL_FLAG(std::string, transport, kDefaults.transport,
           "way, no copies beyond the kernel's; TLS and the token as for gRPC), grpc, or auto: "
           "tcp under --strategy=parameter_server (the ring has its own)");
 ABSL_FLAG(bool, push_overlap, kDefaults.push_overlap,
-          "--transport=tcp: each worker sends a layer's gradient as soon as backprop has "
-          "produced it, last layer first, while backprop goes on (false: after the step)");
+          "Over the tcp data plane (the default transport): each worker sends a layer's "
+          "gradient as soon as backprop has produced it, last layer first, while backprop goes "
+          "on (false: after the step)");
 ABSL_FLAG(bool, priority_pull, kDefaults.priority_pull,
-          "--transport=tcp with --push_overlap: each worker writes the next step's weights "
-          "layer by layer as they arrive and starts the forward pass on the first layers "
-          "before the rest is in (false: once all are in)");
+          "Over the tcp data plane with --push_overlap: each worker writes the next step's "
+          "weights layer by layer as they arrive and starts the forward pass on the first "
+          "layers before the rest is in (false: once all are in)");
 ABSL_FLAG(int, num_ps, kDefaults.num_ps, "If set, must equal the number of ps tasks in TF_CONFIG");
 ABSL_FLAG(int, num_workers, kDefaults.num_workers, "If set, must equal the number of workers in TF_CONFIG");
 ABSL_FLAG(int, wait_for_cluster_s, kDefaults.wait_for_cluster_s, "How long to wait for every task to answer");
