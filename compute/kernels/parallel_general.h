@@ -438,8 +438,8 @@ struct ChannelTotalsFn {
 // over g in [h * 64, min(groups, (h + 1) * 64)), in order, and the same for
 // b (in double). One call per (h, c), c fastest. A channel's thousands of
 // groups are summed by many threads, a level at a time, rather than by one
-// (which took a third of a batch-8192 vgg_fashion step on an H100).
-constexpr int64_t kGroupFan = 64;
+// (which took a third of a batch-8192 vgg_fashion step on an H100). 64
+// (kSumFan) groups per call.
 struct GroupSumsFn {
   int64_t groups;
   int channels;
@@ -451,9 +451,9 @@ struct GroupSumsFn {
   PSCLUSTER_HD void operator()(I i) const {
     const int c = static_cast<int>(i % static_cast<I>(channels));
     const int64_t h = i / static_cast<I>(channels);
-    const int64_t end = (h + 1) * kGroupFan < groups ? (h + 1) * kGroupFan : groups;
+    const int64_t end = (h + 1) * kSumFan < groups ? (h + 1) * kSumFan : groups;
     double a = 0.0, b = 0.0;
-    for (int64_t g = h * kGroupFan; g < end; ++g) {
+    for (int64_t g = h * kSumFan; g < end; ++g) {
       a += in_a[g * channels + c];
       b += in_b[g * channels + c];
     }
@@ -518,34 +518,23 @@ inline int64_t ConvGeneralBackwardWorkspace(const WindowShape& s) {
 inline int64_t DenseGeneralBackwardWorkspace(int batch, int out) {
   return BiasGradWorkspace(batch, out);
 }
-// Groups left of `groups` after each level of GroupSumsFn, summed: the
-// doubles per channel and per sum (a or b) those levels need.
-inline int64_t GroupLevelsSize(int64_t groups) {
-  int64_t size = 0;
-  for (int64_t g = groups; g > kGroupFan;) {
-    g = (g + kGroupFan - 1) / kGroupFan;
-    size += g;
-  }
-  return size;
-}
-
 // Bytes of workspace of the batch-normalization passes over `rows` rows:
 // the groups' partial sums, the per-channel totals, then the levels of
 // partial sums (double).
 inline int64_t BatchNormWorkspaceBytes(int64_t rows, int channels) {
   const int64_t groups = ChannelGroups(rows);
-  return (2 * groups + 2 + 2 * GroupLevelsSize(groups)) * channels *
+  return (2 * groups + 2 + 2 * PartialSumsSize(groups)) * channels *
          static_cast<int64_t>(sizeof(double));
 }
 
 // Sums [groups, channels] partial pairs (*a, *b) level by level into
-// `scratch` (2 * GroupLevelsSize(groups) * channels doubles) until at most
-// kGroupFan groups are left; points *a and *b at them and returns how many.
+// `scratch` (2 * PartialSumsSize(groups) * channels doubles) until at most
+// kSumFan groups are left; points *a and *b at them and returns how many.
 template <typename Exec>
 int64_t ReduceGroups(const Exec& e, int64_t groups, int channels,
                      const double** a, const double** b, double* scratch) {
-  while (groups > kGroupFan) {
-    const int64_t fewer = (groups + kGroupFan - 1) / kGroupFan;
+  while (groups > kSumFan) {
+    const int64_t fewer = (groups + kSumFan - 1) / kSumFan;
     double* out_a = scratch;
     double* out_b = scratch + fewer * channels;
     e.ForEach("BatchNormGroupSums", fewer * channels,

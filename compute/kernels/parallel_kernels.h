@@ -214,43 +214,15 @@ struct MaxPoolForwardFn {
   }
 };
 
-// dx = dy at each window's argmax, 0 elsewhere (dropped edges included): a
-// gather from the indices the forward pass saved. With `y` (the pooled
-// output), the gradient of a ReLU below is fused in: the winning cell
-// holds y, so dx is also 0 where y <= 0, as ReluGradFn would make it. One
-// call per input element.
-struct MaxPoolBackwardFn {
-  int in_h, in_w, channels, pool, out_h, out_w;
-  const float* dy;
-  const int32_t* argmax;
-  const float* y;  // null: no ReLU below
-  float* dx;
-  template <typename I>
-  PSCLUSTER_HD void operator()(I i) const {
-    const int c = static_cast<int>(i % static_cast<I>(channels));
-    I t = i / static_cast<I>(channels);
-    const int w = static_cast<int>(t % static_cast<I>(in_w));
-    t /= static_cast<I>(in_w);
-    const int h = static_cast<int>(t % static_cast<I>(in_h));
-    const int64_t n = t / static_cast<I>(in_h);
-    const int row = h / pool, col = w / pool;
-    if (row >= out_h || col >= out_w) {
-      dx[i] = 0.0f;
-      return;
-    }
-    const int64_t o = ((n * out_h + row) * out_w + col) * channels + c;
-    const bool won = argmax[o] == (h - row * pool) * pool + (w - col * pool);
-    dx[i] = won && (y == nullptr || y[o] > 0.0f) ? dy[o] : 0.0f;
-  }
-};
-
-// The same gradient for windows that tile the input (stride = window, no
-// padding before the first), one call per OUTPUT element: it writes its
-// window's cells, dy at the argmax (argmax = kh * window_w + kw) and 0
-// elsewhere, and the last row and column of windows also the cells no
-// window covers (0). Each input cell is written by exactly one call, with
-// a quarter of the index arithmetic of MaxPoolBackwardFn for 2x2 windows.
-// With `y`, the gradient of a ReLU below is fused in, as there.
+// The max-pool gradient for windows that tile the input (stride = window,
+// no padding before the first): dx = dy at each window's argmax (the index
+// the forward pass saved, kh * window_w + kw), 0 elsewhere. One call per
+// OUTPUT element: it writes its window's cells, and the last row and column
+// of windows also the cells no window covers (0); each input cell is
+// written by exactly one call, with a quarter of the index arithmetic of a
+// call per input cell for 2x2 windows. With `y` (the pooled output), the
+// gradient of a ReLU below is fused in: the winning cell holds y, so dx is
+// also 0 where y <= 0, as ReluGradFn would make it.
 struct MaxPoolTiledBackwardFn {
   int in_h, in_w, channels, window_h, window_w, out_h, out_w;
   const float* dy;
@@ -339,8 +311,20 @@ struct SoftmaxSumFn {
   }
 };
 
-// Rows summed per thread by ColumnSumsFn.
-constexpr int kColumnSumRows = 64;
+// Terms one call of a level-by-level sum adds (ColumnSumsFn here,
+// GroupSumsFn in parallel_general.h): n terms become ceil(n / 64) partial
+// sums, level after level, until at most 64 are left.
+constexpr int64_t kSumFan = 64;
+
+// The partial sums of every level of such a sum over n terms, in all.
+inline int64_t PartialSumsSize(int64_t n) {
+  int64_t size = 0;
+  while (n > kSumFan) {
+    n = (n + kSumFan - 1) / kSumFan;
+    size += n;
+  }
+  return size;
+}
 
 // out[g, c] = the sum of in[r, c] over the group's rows r in [g * 64,
 // min(rows, (g + 1) * 64)), in order, over a row-major [rows, cols] matrix;
@@ -356,9 +340,9 @@ struct ColumnSumsFn {
   PSCLUSTER_HD void operator()(I i) const {
     const int c = static_cast<int>(i % static_cast<I>(cols));
     const int64_t g = i / static_cast<I>(cols);
-    const int64_t begin = g * kColumnSumRows;
+    const int64_t begin = g * kSumFan;
     const int64_t end =
-        begin + kColumnSumRows < rows ? begin + kColumnSumRows : rows;
+        begin + kSumFan < rows ? begin + kSumFan : rows;
     float sum = 0.0f;
     for (int64_t r = begin; r < end; ++r) sum += in[r * cols + c];
     out[i] = accumulate ? out[i] + sum : sum;
@@ -385,12 +369,7 @@ void BiasActivationForward(const Exec& e, int64_t rows, int cols,
 
 // Floats of workspace BiasGrad needs: the partial sums of every level.
 inline int64_t BiasGradWorkspace(int64_t rows, int cols) {
-  int64_t floats = 0;
-  for (int64_t n = rows; n > kColumnSumRows;) {
-    n = (n + kColumnSumRows - 1) / kColumnSumRows;
-    floats += n * cols;
-  }
-  return floats;
+  return PartialSumsSize(rows) * cols;
 }
 
 // db (+)= column sums of dy [rows, cols]: groups of 64 rows summed, then
@@ -401,8 +380,8 @@ void BiasGrad(const Exec& e, int64_t rows, int cols, const float* dy,
               bool accumulate, float* db, float* workspace) {
   const float* in = dy;
   int64_t n = rows;
-  while (n > kColumnSumRows) {
-    const int64_t groups = (n + kColumnSumRows - 1) / kColumnSumRows;
+  while (n > kSumFan) {
+    const int64_t groups = (n + kSumFan - 1) / kSumFan;
     e.ForEach("ColumnSums", groups * cols,
               ColumnSumsFn{n, cols, false, in, workspace});
     in = workspace;
@@ -515,16 +494,15 @@ void MaxPool2DForward(const Exec& e, const MaxPool2DShape& s, const float* x,
                              s.out_w(), x, y, argmax});
 }
 
-// `y`: the pooled output when a ReLU below is fused in (MaxPoolBackwardFn),
-// else null.
+// `y`: the pooled output when a ReLU below is fused in
+// (MaxPoolTiledBackwardFn), else null.
 template <typename Exec>
 void MaxPool2DBackward(const Exec& e, const MaxPool2DShape& s, const float* dy,
                        const int32_t* argmax, const float* y, float* dx) {
   if (s.out_h() < 1 || s.out_w() < 1) {  // no window: every cell dropped
-    e.ForEach("MaxPoolBackward",
+    e.ForEach("Fill",
               static_cast<int64_t>(s.batch) * s.in_h * s.in_w * s.channels,
-              MaxPoolBackwardFn{s.in_h, s.in_w, s.channels, s.pool, s.out_h(),
-                                s.out_w(), dy, argmax, y, dx});
+              FillFn{dx, 0.0f});
     return;
   }
   e.ForEach("MaxPoolTiledBackward", s.out_size(),
