@@ -61,6 +61,18 @@ Window WindowOf(const LayerSpec& l, int in_h, int in_w) {
   return win;
 }
 
+// A pooling layer's window: global average pooling is one window over the
+// whole input.
+LayerSpec PoolGeometry(const LayerSpec& l, int in_h, int in_w) {
+  LayerSpec g = l;
+  if (l.kind == LayerKind::kGlobalAvgPool2D) {
+    g.window_h = g.stride_h = in_h;
+    g.window_w = g.stride_w = in_w;
+    g.padding = Padding::kValid;
+  }
+  return g;
+}
+
 class Reference {
  public:
   Reference(const ModelSpec& spec, const float* params, int batch, uint64_t seed, uint64_t step_key)
@@ -262,12 +274,7 @@ void Reference::DenseBackward(const Var& k, const Var* b, const Act& x, const Ac
 // average pooling is one window over the whole input.
 void Reference::PoolForward(const LayerSpec& l, const Act& x, Act* y, Saved* s) {
   const bool global = l.kind == LayerKind::kGlobalAvgPool2D;
-  LayerSpec g = l;
-  if (global) {
-    g.window_h = g.stride_h = x.h;
-    g.window_w = g.stride_w = x.w;
-    g.padding = Padding::kValid;
-  }
+  const LayerSpec g = PoolGeometry(l, x.h, x.w);
   const Window win = WindowOf(g, x.h, x.w);
   const int c = x.c;
   y->Resize(batch_, win.out_h, win.out_w, c);
@@ -319,13 +326,7 @@ void Reference::PoolBackward(const LayerSpec& l, const Act& x, const Act& dy, co
     }
     return;
   }
-  const bool global = l.kind == LayerKind::kGlobalAvgPool2D;
-  LayerSpec g = l;
-  if (global) {
-    g.window_h = g.stride_h = x.h;
-    g.window_w = g.stride_w = x.w;
-    g.padding = Padding::kValid;
-  }
+  const LayerSpec g = PoolGeometry(l, x.h, x.w);
   const Window win = WindowOf(g, x.h, x.w);
   const int c = x.c;
   for (int n = 0; n < batch_; ++n) {

@@ -204,16 +204,16 @@ double DoneFigure(const std::string& log, const std::string& key) {
   return absl::SimpleAtod(log.substr(begin, end - begin), &v) ? v : -1;
 }
 
-// The peer's images/s on `model_file` at `batch` (tests/bench/torch_gpu.py),
-// or -1 with *why set.
+// The peer's images/s on `model_file` at `batch` (tests/bench/torch_gpu.py)
+// with *detail its device and torch version, or -1 with *detail saying why.
 double PeerImagesPerSecond(const Flags& flags, const std::string& model_file,
-                           int batch, std::string* why) {
+                           int batch, std::string* detail) {
   const std::string command = absl::StrCat(
       flags.peer, " ", flags.peer_script, " --model=", model_file,
       " --batch=", batch, " --seconds=", flags.seconds, " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
-    *why = "cannot run " + command;
+    *detail = "cannot run " + command;
     return -1;
   }
   std::string out;
@@ -225,12 +225,12 @@ double PeerImagesPerSecond(const Flags& flags, const std::string& model_file,
   if (status != 0 || at == std::string::npos ||
       !absl::SimpleAtod(out.substr(at + 13, out.find(' ', at) - at - 13),
                         &rate)) {
-    *why = absl::StrCat(command, " failed: ", out);
+    *detail = absl::StrCat(command, " failed: ", out);
     return -1;
   }
   const size_t dev = out.find(" device=");
   if (dev != std::string::npos) {
-    *why = out.substr(dev + 1, out.find_first_of("\n", dev) - dev - 1);
+    *detail = out.substr(dev + 1, out.find_first_of("\n", dev) - dev - 1);
   }
   return rate;
 }
@@ -305,16 +305,16 @@ int Run(const Flags& flags) {
                 c.per_step.d2h_s * 1e3, "-");
     std::fflush(stdout);
     if (!peer_model.empty()) {
-      std::string why;
-      const double peer = PeerImagesPerSecond(flags, peer_model, batch, &why);
+      std::string detail;
+      const double peer = PeerImagesPerSecond(flags, peer_model, batch, &detail);
       if (peer > 0) {
         std::printf("%-22s %6d %12.0f   (%s)\n", "pytorch eager (peer)", batch,
-                    peer, why.c_str());
+                    peer, detail.c_str());
         std::printf("%-22s %6d %12.2f\n", "ratio ours/pytorch", batch,
                     c.images_per_s / peer);
       } else {
         std::printf("%-22s %6d   no figure: %s\n", "pytorch eager (peer)",
-                    batch, why.c_str());
+                    batch, detail.c_str());
       }
       std::fflush(stdout);
     }
