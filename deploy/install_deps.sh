@@ -46,12 +46,15 @@ BUILD_PACKAGES=(
 #   perl                       tests/train_sh_test.sh (Ctrl-C of a background job)
 #   gnuplot-nox                tests/bench/async_scale.cc (its PNG of images/s
 #                              and accuracy against the worker count)
+#   xz-utils                   deploy/gpu/pack.sh --xz and tests/gpu_pack_test.sh
+#                              (tar -J); strip, readelf and objdump come with
+#                              g++'s binutils
 TEST_PACKAGES=(
   clang libclang-rt-14-dev
   iproute2
   kubernetes-client
   docker-compose docker.io debootstrap python3-yaml python3-numpy jq
-  openssl perl gnuplot-nox
+  openssl perl gnuplot-nox xz-utils
 )
 
 build_only=0

@@ -6,7 +6,8 @@
 # ip (netns_cluster_test.sh), kubectl kustomize (deploy_k8s_test.sh),
 # docker-compose, dockerd, containerd, docker and debootstrap
 # (docker_run_test.sh), jq, openssl, perl, curl, gnuplot (the async_scale
-# benchmark's PNG), and Debian's python3 with numpy (cnn_test's
+# benchmark's PNG), xz, strip, readelf and objdump (the GPU pack and
+# gpu_pack_test.sh), and Debian's python3 with numpy (cnn_test's
 # keras_model_forward.py) and yaml (deploy tests).
 #
 # Usage: tests/install_deps_test.sh [IGNORED]   (run_all.sh passes the MNIST folder)
@@ -57,7 +58,7 @@ out="$("$script" --check 2>&1)"; rc=$?
 # What the tests call.
 missing=()
 for c in clang clang++ ip kubectl docker-compose dockerd containerd /usr/bin/docker debootstrap \
-         jq openssl perl curl gnuplot; do
+         jq openssl perl curl gnuplot xz strip readelf objdump; do
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 [ ${#missing[@]} -eq 0 ] && pass "the tests' commands are on PATH" || fail "not on PATH: ${missing[*]}"
