@@ -1,9 +1,11 @@
 // For main() only: OpenBLAS reads OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS
 // when the library is loaded, before main runs, so correcting them takes a
 // re-exec of the binary. Two settings hurt the CPU kernels:
-//   - OPENBLAS_CORETYPE forces a kernel family (e.g. "Haswell" on an AVX-512
-//     machine, which halves sgemm speed); OpenBLAS detects the right one
-//     itself when the variable is absent.
+//   - the wrong kernel family: OPENBLAS_CORETYPE preset to "Haswell" on an
+//     AVX-512 machine halves sgemm speed, and Debian's OpenBLAS 0.3.21 does
+//     not know newer CPUs (an Emerald Rapids Xeon, model 207, is detected
+//     as "Prescott", SSE3 only: 1.8x slower on a ResNet step than
+//     "SkylakeX"). So the family is chosen from the CPU's own flags.
 //   - more than one OpenBLAS thread: the kernels call BLAS from threads of
 //     their own (compute/cpu_network.h), and OpenBLAS's pool would compete with
 //     them for the cores.
@@ -15,9 +17,14 @@
 namespace pscluster {
 namespace kernels {
 
-// If OPENBLAS_CORETYPE is set, or OPENBLAS_NUM_THREADS is not "1", removes
-// the former, sets the latter to "1" and re-executes /proc/self/exe with
-// `argv`. Returns OkStatus only when no re-exec was needed (the environment
+// The OpenBLAS kernel family for this CPU: "SkylakeX" with AVX-512
+// (F, BW, DQ, VL), "Haswell" with AVX2 and FMA, else null (OpenBLAS's own
+// detection).
+const char* BestOpenBlasCoreType();
+
+// If OPENBLAS_CORETYPE is not BestOpenBlasCoreType() (unset when that is
+// null), or OPENBLAS_NUM_THREADS is not "1", sets both so and re-executes
+// /proc/self/exe with `argv`. Returns OkStatus only when no re-exec was needed (the environment
 // is already right); on a failed exec returns the reason and leaves the
 // process running with the environment already fixed for any child.
 absl::Status ReexecWithBlasEnvironment(char** argv);
