@@ -126,9 +126,15 @@ absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
   std::vector<FastLayer> ops;
   ActShape act;
   act.h = spec.input_height, act.w = spec.input_width, act.c = spec.input_channels;
-  for (const LayerSpec& l : spec.layers) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
     const std::string layer = absl::StrCat(where, ": layer ", l.name);
-    if (!OnFastPath(l, &l == &spec.layers.back())) {
+    const bool chained = l.inputs.empty() || l.inputs == std::vector<int>{static_cast<int>(i) - 1};
+    if (!chained) {
+      return absl::UnimplementedError(
+          absl::StrCat(layer, ": not on the fast path (it runs chains of layers only)"));
+    }
+    if (!OnFastPath(l, i + 1 == spec.layers.size())) {
       return absl::UnimplementedError(absl::StrCat(
           layer, ": not on the fast path (it runs Conv2D with square kernels, stride 1 and "
                  "valid padding, MaxPooling2D with stride = window, Flatten and Dense, with "
@@ -157,6 +163,11 @@ absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
       case LayerKind::kDropout:
       case LayerKind::kActivation:
       case LayerKind::kBatchNorm:
+      case LayerKind::kAdd:
+      case LayerKind::kSubtract:
+      case LayerKind::kMultiply:
+      case LayerKind::kAverage:
+      case LayerKind::kConcatenate:
         return absl::InternalError(absl::StrCat(layer, ": passed the fast-path check"));
     }
     if (!st.ok()) return st;

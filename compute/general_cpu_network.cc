@@ -38,7 +38,7 @@ void BackwardConv2D(const GeneralOp& op, const float* params, const float* colum
   kernels::WindowShape w = op.win;
   w.batch = g.n;
   kernels::ConvGeneralBackward(w, columns, params + op.kernel, g.gy,
-                               /*accumulate=*/false, g.pg + op.kernel,
+                               /*accumulate=*/op.accumulate_params, g.pg + op.kernel,
                                op.bias >= 0 ? g.pg + op.bias : nullptr, dcolumns,
                                g.dx_wanted ? g.gx : nullptr);
 }
@@ -69,7 +69,8 @@ void BackwardDense(const GeneralOp& op, const float* params, const float* x,
                    const SliceGrads& g) {
   const int n = g.n;
   kernels::CpuGemm(true, false, op.dense_in, op.dense_out, n, 1.0f, x, op.dense_in, g.gy,
-                   op.dense_out, 0.0f, g.pg + op.kernel, op.dense_out);
+                   op.dense_out, op.accumulate_params ? 1.0f : 0.0f, g.pg + op.kernel,
+                   op.dense_out);
   if (op.bias >= 0) {
     float* db = g.pg + op.bias;
     for (int r = 0; r < n; ++r) {
@@ -99,6 +100,86 @@ void BackwardActivationLayer(const GeneralOp& op, const SliceGrads& g) {
   if (g.dx_wanted) std::copy(g.gy, g.gy + g.n * op.out_size, g.gx);
 }
 
+// A merge's output over `n` examples from its inputs `x`.
+void ForwardMerge(const GeneralOp& op, const std::vector<const float*>& x, int n, float* y) {
+  const int64_t size = n * op.out_size;
+  const size_t inputs = x.size();
+  switch (op.kind) {
+    case LayerKind::kConcatenate: {
+      int width = 0, at = 0;
+      for (int c : op.input_channels) width += c;
+      const int64_t rows = size / width;
+      for (size_t k = 0; k < inputs; ++k) {
+        const int c = op.input_channels[k];
+        for (int64_t r = 0; r < rows; ++r) {
+          std::copy(x[k] + r * c, x[k] + (r + 1) * c, y + r * width + at);
+        }
+        at += c;
+      }
+      return;
+    }
+    case LayerKind::kSubtract:
+      for (int64_t e = 0; e < size; ++e) y[e] = x[0][e] - x[1][e];
+      return;
+    case LayerKind::kMultiply:
+      std::copy(x[0], x[0] + size, y);
+      for (size_t k = 1; k < inputs; ++k) {
+        for (int64_t e = 0; e < size; ++e) y[e] *= x[k][e];
+      }
+      return;
+    default: {  // Add, Average
+      std::copy(x[0], x[0] + size, y);
+      for (size_t k = 1; k < inputs; ++k) {
+        for (int64_t e = 0; e < size; ++e) y[e] += x[k][e];
+      }
+      if (op.kind == LayerKind::kAverage) {
+        const float scale = 1.0f / static_cast<float>(inputs);
+        for (int64_t e = 0; e < size; ++e) y[e] *= scale;
+      }
+      return;
+    }
+  }
+}
+
+// The gradient gx at a merge's input k from gy at its output.
+void BackwardMerge(const GeneralOp& op, const std::vector<const float*>& x, size_t k, int n,
+                   const float* gy, float* gx) {
+  const int64_t size = n * int64_t{op.in_size};
+  switch (op.kind) {
+    case LayerKind::kConcatenate: {
+      int total = 0, at = 0;
+      for (size_t m = 0; m < op.input_channels.size(); ++m) {
+        if (m < k) at += op.input_channels[m];
+        total += op.input_channels[m];
+      }
+      const int c = op.input_channels[k];
+      const int64_t rows = n * op.out_size / total;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(gy + r * total + at, gy + r * total + at + c, gx + r * c);
+      }
+      return;
+    }
+    case LayerKind::kSubtract:
+      for (int64_t e = 0; e < size; ++e) gx[e] = k == 0 ? gy[e] : -gy[e];
+      return;
+    case LayerKind::kMultiply:
+      std::copy(gy, gy + size, gx);
+      for (size_t m = 0; m < x.size(); ++m) {
+        if (m == k) continue;
+        for (int64_t e = 0; e < size; ++e) gx[e] *= x[m][e];
+      }
+      return;
+    case LayerKind::kAverage: {
+      const float scale = 1.0f / static_cast<float>(x.size());
+      for (int64_t e = 0; e < size; ++e) gx[e] = gy[e] * scale;
+      return;
+    }
+    default:  // Add
+      std::copy(gy, gy + size, gx);
+      return;
+  }
+}
+
 }  // namespace
 
 // A planned op and, for BatchNormalization, this step's statistics and, in
@@ -114,7 +195,8 @@ struct GeneralCpuNetwork::Slice {
   std::vector<std::vector<float>> acts;  // output of op i, count * out_size
   std::vector<std::vector<float>> columns;  // conv ops: im2col of the input
   std::vector<std::vector<int64_t>> argmax;  // max pooling ops
-  std::vector<float> logits_grad, grad_a, grad_b, dcolumns;
+  std::vector<std::vector<float>> grad_slots;  // GradSlotSizes, count * size
+  std::vector<float> scratch, dcolumns;  // scratch: an input gradient to add
   std::vector<float> grads;  // slices after the first: their own
   std::vector<std::vector<double>> sums;  // BN partial sums (2 * channels)
   double loss = 0;
@@ -127,6 +209,7 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
     std::function<void(int, const std::function<void(int)>&)> run_on_threads) {
   absl::StatusOr<std::vector<GeneralOp>> planned = PlanGeneralOps(spec);
   if (!planned.ok()) return planned.status();
+  const std::vector<int64_t> slot_sizes = GradSlotSizes(*planned);
   std::unique_ptr<GeneralCpuNetwork> net(new GeneralCpuNetwork);
   for (GeneralOp& planned_op : *planned) {
     Op op;
@@ -137,8 +220,15 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
     op.sum_dy_xhat.resize(op.channels);
     net->ops_.push_back(std::move(op));
   }
+  // A shared layer's variables are finished by its first op (the last
+  // whose backward runs): only that op lists them.
   std::vector<std::vector<int64_t>> offsets;
-  for (const Op& op : net->ops_) offsets.push_back({op.kernel, op.bias, op.gamma, op.beta, op.mean, op.var});
+  for (const Op& op : net->ops_) {
+    offsets.push_back(op.owns_variables
+                          ? std::vector<int64_t>{op.kernel, op.bias, op.gamma, op.beta, op.mean,
+                                                 op.var}
+                          : std::vector<int64_t>{});
+  }
   net->layout_ = PlanGradientLayout(spec, offsets);
   net->spec_ = spec;
   net->max_batch_ = max_batch;
@@ -159,8 +249,8 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
     int64_t cols = 0;
     for (const Op& op : net->ops_) cols = std::max(cols, share * op.columns_per_example);
     s->dcolumns.resize(cols);
-    s->grad_a.resize(share * widest);
-    s->grad_b.resize(share * widest);
+    for (int64_t size : slot_sizes) s->grad_slots.emplace_back(share * size);
+    s->scratch.resize(share * widest);
     if (t > 0) s->grads.resize(spec.num_parameters);
     net->slices_.push_back(std::move(s));
   }
@@ -177,9 +267,11 @@ void GeneralCpuNetwork::SplitBatch(int batch, int threads) {
   }
 }
 
-const float* GeneralCpuNetwork::OpInput(int i, const Slice& s, const float* images) const {
-  const int64_t in0 = ops_.front().in_size;
-  return i == 0 ? images + s.first * in0 : s.acts[i - 1].data();
+const float* GeneralCpuNetwork::OpInput(int i, const Slice& s, const float* images,
+                                       size_t k) const {
+  const int j = ops_[i].inputs[k];
+  const int64_t pixels = int64_t{spec_.input_height} * spec_.input_width * spec_.input_channels;
+  return j == kModelInput ? images + s.first * pixels : s.acts[j].data();
 }
 
 void GeneralCpuNetwork::Forward(const float* params, const float* images, int batch, bool training,
@@ -295,6 +387,11 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
         std::copy(x, x + n * op.out_size, y);
         break;
       default:
+        if (IsMerge(op.kind)) {
+          std::vector<const float*> xs;
+          for (size_t k = 0; k < op.inputs.size(); ++k) xs.push_back(OpInput(i, s, images, k));
+          ForwardMerge(op, xs, n, y);
+        }
         break;
     }
     if (op.has_act) {
@@ -315,7 +412,7 @@ void GeneralCpuNetwork::Loss(const uint8_t* labels, int batch, bool want_grad, d
     s.correct = 0;
     kernels::SoftmaxCrossEntropy<CpuDevice>()(
         d, s.count, classes, s.acts[last].data(), labels + s.first, 1.0f / batch,
-        want_grad ? s.grad_a.data() : nullptr, &s.loss, &s.correct);
+        want_grad ? s.grad_slots[ops_[last].grad_slot].data() : nullptr, &s.loss, &s.correct);
   });
   double loss = 0;
   int right = 0;
@@ -328,7 +425,7 @@ void GeneralCpuNetwork::Loss(const uint8_t* labels, int batch, bool want_grad, d
 }
 
 void GeneralCpuNetwork::Backward(const float* params, const float* images, int batch,
-                            uint64_t step_key, float* grads) {
+                                 uint64_t step_key, float* grads) {
   const int threads = std::min(threads_, batch);
   // Slice t's gradient of the parameters goes to grads (t = 0) or its own.
   run_(threads, [&](int t) {
@@ -336,34 +433,53 @@ void GeneralCpuNetwork::Backward(const float* params, const float* images, int b
     float* g = t == 0 ? grads : s.grads.data();
     std::fill(g, g + spec_.num_parameters, 0.0f);
   });
-  // grad_a holds dLoss/d(output of op i); the input gradient goes to grad_b
-  // and the two swap.
-  std::vector<float*> cur(threads), next(threads);
-  for (int t = 0; t < threads; ++t) {
-    cur[t] = slices_[t]->grad_a.data();
-    next[t] = slices_[t]->grad_b.data();
-  }
-  int finished = static_cast<int>(ops_.size());  // the lowest op finished
+  // written[i]: op i's gradient slot holds this step's gradient at its
+  // output (the first op reading it wrote it; the others add to it).
+  std::vector<bool> written(ops_.size(), false);
+  written.back() = true;  // the loss's
   for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
-    if (ops_[i].kind == LayerKind::kBatchNorm) {
-      BackwardBatchNorm(i, params, images, batch, threads, cur, next);
-    } else {
-      BackwardOp(i, params, images, threads, step_key, cur, next, grads);
+    if (ops_[i].grad_slot >= 0 && written[i]) {
+      if (ops_[i].kind == LayerKind::kBatchNorm) {
+        BackwardBatchNorm(i, params, images, batch, threads, &written);
+      } else {
+        BackwardOp(i, params, images, threads, step_key, grads, &written);
+      }
     }
+    // Ops whose gradient nothing wants have nothing to train, but a BN
+    // layer's batch statistics still go to its moving statistics.
     FinishOp(i, threads, grads);
-    finished = i;
-    if (!ops_[i].needs_input_grad) break;  // nothing below has parameters to train
-    std::swap(cur, next);
   }
-  // Ops below the last one run: nothing to train, but a BN layer's batch
-  // statistics still go to its moving statistics.
-  for (int i = finished - 1; i >= 0; --i) FinishOp(i, threads, grads);
+}
+
+float* GeneralCpuNetwork::GradOf(int i, Slice& s) {
+  return s.grad_slots[ops_[i].grad_slot].data();
+}
+
+float* GeneralCpuNetwork::InputGradTarget(int i, size_t k, Slice& s,
+                                          const std::vector<bool>& written) {
+  const int j = ops_[i].inputs[k];
+  if (!ops_[i].input_wants_grad[k]) return nullptr;
+  return written[j] ? s.scratch.data() : GradOf(j, s);
+}
+
+void GeneralCpuNetwork::AddInputGrad(int i, size_t k, Slice& s,
+                                     const std::vector<bool>& written) {
+  const int j = ops_[i].inputs[k];
+  if (!ops_[i].input_wants_grad[k] || !written[j]) return;
+  float* to = GradOf(j, s);
+  const float* from = s.scratch.data();
+  const int64_t size = int64_t{s.count} * ops_[j].out_size;
+  for (int64_t e = 0; e < size; ++e) to[e] += from[e];
+}
+
+void GeneralCpuNetwork::MarkInputsWritten(int i, std::vector<bool>* written) const {
+  for (size_t k = 0; k < ops_[i].inputs.size(); ++k) {
+    if (ops_[i].input_wants_grad[k]) (*written)[ops_[i].inputs[k]] = true;
+  }
 }
 
 void GeneralCpuNetwork::BackwardBatchNorm(int i, const float* params, const float* images,
-                                          int batch, int threads,
-                                          const std::vector<float*>& cur,
-                                          const std::vector<float*>& next) {
+                                          int batch, int threads, std::vector<bool>* written) {
   const CpuDevice d;
   Op& op = ops_[i];
   const int c = op.channels;
@@ -371,7 +487,7 @@ void GeneralCpuNetwork::BackwardBatchNorm(int i, const float* params, const floa
     Slice& s = *slices_[t];
     std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
     kernels::BatchNormGradSums<CpuDevice>()(
-        d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), cur[t],
+        d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), GradOf(i, s),
         op.batch_mean.data(), op.batch_var.data(), op.epsilon, s.sums[i].data(),
         s.sums[i].data() + c);
   });
@@ -388,27 +504,45 @@ void GeneralCpuNetwork::BackwardBatchNorm(int i, const float* params, const floa
     run_(threads, [&](int t) {
       Slice& s = *slices_[t];
       kernels::BatchNormBackwardInput<CpuDevice>()(
-          d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), cur[t],
+          d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), GradOf(i, s),
           op.batch_mean.data(), op.batch_var.data(),
           op.gamma >= 0 ? params + op.gamma : nullptr, op.epsilon, op.sum_dy.data(),
-          op.sum_dy_xhat.data(), int64_t{batch} * op.pixels, next[t]);
+          op.sum_dy_xhat.data(), int64_t{batch} * op.pixels,
+          InputGradTarget(i, 0, s, *written));
+      AddInputGrad(i, 0, s, *written);
     });
+    MarkInputsWritten(i, written);
   }
 }
 
 void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* images, int threads,
-                                   uint64_t step_key, const std::vector<float*>& cur,
-                                   const std::vector<float*>& next, float* grads) {
+                                   uint64_t step_key, float* grads, std::vector<bool>* written) {
   const CpuDevice d;
   const Op& op = ops_[i];
   run_(threads, [&](int t) {
     Slice& s = *slices_[t];
     const int n = s.count;
+    float* gy = GradOf(i, s);
     if (op.has_act) {
-      kernels::ActivationGrad<CpuDevice>()(d, n * op.out_size, op.act, s.acts[i].data(), cur[t]);
+      kernels::ActivationGrad<CpuDevice>()(d, n * op.out_size, op.act, s.acts[i].data(), gy);
     }
-    const SliceGrads g = {n, cur[t], next[t], op.needs_input_grad,
-                          t == 0 ? grads : s.grads.data()};
+    if (IsMerge(op.kind)) {
+      std::vector<const float*> xs;
+      for (size_t k = 0; k < op.inputs.size(); ++k) xs.push_back(OpInput(i, s, images, k));
+      // Input k's gradient must be added before input k + 1's is made in
+      // the scratch: one input at a time (an op may read one input twice).
+      std::vector<bool> done = *written;
+      for (size_t k = 0; k < op.inputs.size(); ++k) {
+        float* gx = InputGradTarget(i, k, s, done);
+        if (gx == nullptr) continue;
+        BackwardMerge(op, xs, k, n, gy, gx);
+        AddInputGrad(i, k, s, done);
+        done[op.inputs[k]] = true;
+      }
+      return;
+    }
+    float* gx = InputGradTarget(i, 0, s, *written);
+    const SliceGrads g = {n, gy, gx, gx != nullptr, t == 0 ? grads : s.grads.data()};
     switch (op.kind) {
       case LayerKind::kConv2D:
         BackwardConv2D(op, params, s.columns[i].data(), s.dcolumns.data(), g);
@@ -434,7 +568,9 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
       default:
         break;
     }
+    AddInputGrad(i, 0, s, *written);
   });
+  MarkInputsWritten(i, written);
 }
 
 void GeneralCpuNetwork::FinishOp(int i, int threads, float* grads) {

@@ -62,8 +62,9 @@ class GeneralCpuNetwork {
   GeneralCpuNetwork() = default;
   // Gives the first `threads` slices their contiguous shares of `batch`.
   void SplitBatch(int batch, int threads);
-  // Op i's input in slice `s`: its share of `images` (op 0) or op i - 1's output.
-  const float* OpInput(int i, const Slice& s, const float* images) const;
+  // Op i's input k in slice `s`: its share of `images` or the output of
+  // the op it reads.
+  const float* OpInput(int i, const Slice& s, const float* images, size_t k = 0) const;
   void Forward(const float* params, const float* images, int batch, bool training,
                uint64_t step_key, float* grads);
   // BatchNormalization op i forward. In training it normalises with the
@@ -77,16 +78,25 @@ class GeneralCpuNetwork {
   void Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum, int* correct);
   void Backward(const float* params, const float* images, int batch, uint64_t step_key,
                 float* grads);
-  // Op i backward on every slice t: from cur[t], the gradient at its output
-  // (overwritten), to next[t], the gradient at its input when some op below
-  // has parameters. BatchNormalization keeps its parameters' gradients in
-  // the op for FinishOp; the others write theirs into slice t's own
-  // (`grads` for t = 0).
+  // Op i backward on every slice: from its gradient slot (the gradient at
+  // its output, which it may overwrite) to the slots of the inputs that
+  // want a gradient: written there by the first op to reach an input
+  // (`written`, updated), added by the others through the slice's scratch.
+  // BatchNormalization keeps its parameters' gradients in the op for
+  // FinishOp; the others write theirs into slice t's own (`grads` for
+  // t = 0), added to what an op of the same layer wrote when shared.
   void BackwardBatchNorm(int i, const float* params, const float* images, int batch, int threads,
-                         const std::vector<float*>& cur, const std::vector<float*>& next);
+                         std::vector<bool>* written);
   void BackwardOp(int i, const float* params, const float* images, int threads,
-                  uint64_t step_key, const std::vector<float*>& cur,
-                  const std::vector<float*>& next, float* grads);
+                  uint64_t step_key, float* grads, std::vector<bool>* written);
+  // Op i's gradient slot in slice s.
+  float* GradOf(int i, Slice& s);
+  // Where op i writes the gradient at its input k in slice s (null when
+  // not wanted): the input's slot, or the scratch when it was written.
+  float* InputGradTarget(int i, size_t k, Slice& s, const std::vector<bool>& written);
+  // Adds the scratch to input k's slot when InputGradTarget gave the scratch.
+  void AddInputGrad(int i, size_t k, Slice& s, const std::vector<bool>& written);
+  void MarkInputsWritten(int i, std::vector<bool>* written) const;
   // Op i's backward is done on every slice: sums its parameters' partial
   // gradients into `grads` in slice order (deterministic), writes its
   // whole-batch quantities, and tells the listener what is final.

@@ -80,8 +80,17 @@ TEST(GeneralCpuNetworkTest, GradientsThroughStridedWindows) {
   CheckGradients(testing_models::StridedModel(), 1e-3f);
 }
 
+TEST(GeneralCpuNetworkTest, GradientsThroughAGraph) {
+  const ModelSpec spec = testing_models::GraphModel();
+  // The shared layer's two applications have one set of variables.
+  int shared = 0;
+  for (const VariableSpec& v : spec.variables) shared += v.name.rfind("shared/", 0) == 0;
+  EXPECT_EQ(shared, 2);
+  CheckGradients(spec, 1e-3f);
+}
+
 TEST(GeneralCpuNetworkTest, ThreadCountChangesOnlyRounding) {
-  for (const ModelSpec& spec : {EveryLayer(), FlattenModel()}) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::GraphModel()}) {
     Problem p = Make(spec, 11, 9);
     std::vector<std::vector<float>> all;
     std::vector<float> losses;
@@ -110,7 +119,8 @@ TEST(GeneralCpuNetworkTest, ThreadCountChangesOnlyRounding) {
 // general path too (BatchNormalization's whole-batch gradients and
 // statistics included).
 TEST(GeneralCpuNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
-  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel()}) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel(),
+                                testing_models::GraphModel()}) {
     Problem p = Make(spec, 11, 9);
     for (int threads : {1, 2, 3}) {
       std::unique_ptr<CpuNetwork> net = Net(p.spec, 11, threads);
@@ -146,7 +156,8 @@ TEST(GeneralCpuNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
 
 // As CpuNetwork's test: the forward pass waits for each layer's weights.
 TEST(GeneralCpuNetworkTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
-  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel()}) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel(),
+                                testing_models::GraphModel()}) {
     Problem p = Make(spec, 11, 9);
     for (int threads : {1, 2, 3}) {
       std::unique_ptr<CpuNetwork> net = Net(p.spec, 11, threads);
@@ -236,6 +247,13 @@ TEST(GeneralCpuNetworkTest, DropoutIsKeyedByTheStep) {
 TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
   std::vector<ReferenceCase> cases = LoadTfjsReference();
   ASSERT_EQ(cases.size(), 2u);
+  // Functional graphs (graphs.json): Add, Multiply, Average and
+  // Concatenate, a Dense layer applied twice, residual blocks with
+  // projections and BatchNormalization.
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
+    cases.push_back(std::move(c));
+  }
+  ASSERT_EQ(cases.size(), 4u);
   for (const ReferenceCase& m : cases) {
     const ModelSpec* spec = &m.spec;
     const std::vector<float>& params = m.params;

@@ -9,6 +9,22 @@ namespace pscluster {
 
 namespace parallel = kernels::parallel;
 
+namespace {
+
+// The sizes of a Conv2D or Dense op's kernel and bias (0 for other ops).
+int64_t KernelSize(const GeneralOp& op) {
+  if (op.kind == LayerKind::kDense) return int64_t{op.dense_in} * op.dense_out;
+  if (op.kind == LayerKind::kConv2D) return op.win.patch_size() * op.win.out_c;
+  return 0;
+}
+int64_t Units(const GeneralOp& op) {
+  if (op.kind == LayerKind::kDense) return op.dense_out;
+  if (op.kind == LayerKind::kConv2D) return op.win.out_c;
+  return 0;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
     const ModelSpec& spec, int max_batch, uint64_t seed) {
   absl::StatusOr<std::vector<GeneralOp>> ops = PlanGeneralOps(spec);
@@ -59,8 +75,13 @@ absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
     widest = std::max({widest, op.in_size, op.out_size});
   }
   g->workspace_ = reserve(workspace);
-  g->grad_a_ = reserve(n * widest * kFloat);
-  g->grad_b_ = reserve(n * widest * kFloat);
+  for (int64_t size : GradSlotSizes(g->ops_)) g->grad_slots_.push_back(reserve(n * size * kFloat));
+  g->scratch_ = reserve(n * widest * kFloat);
+  int64_t shared = 0;  // the largest shared layer's kernel and bias
+  for (const GeneralOp& op : g->ops_) {
+    if (op.accumulate_params) shared = std::max(shared, KernelSize(op) + Units(op));
+  }
+  g->param_scratch_ = reserve(shared * kFloat);
   g->softmax_ = reserve(parallel::SoftmaxWorkspaceBytes(static_cast<int>(n)));
   return g;
 }
@@ -71,23 +92,144 @@ kernels::WindowShape GeneralDeviceGraph::Window(const GeneralOp& op, int n) cons
   return w;
 }
 
+void GeneralDeviceGraph::ForwardMerge(const kernels::GeneralKernels& k, size_t i,
+                                      const float* images, int n, float* y) const {
+  const GeneralOp& op = ops_[i];
+  const int64_t size = int64_t{n} * op.out_size;
+  const size_t inputs = op.inputs.size();
+  switch (op.kind) {
+    case LayerKind::kConcatenate: {
+      int total = 0, at = 0;
+      for (int c : op.input_channels) total += c;
+      const int64_t rows = size / total;
+      for (size_t m = 0; m < inputs; ++m) {
+        const int c = op.input_channels[m];
+        k.CopyColumns(rows, c, Input(i, m, images), c, y + at, total);
+        at += c;
+      }
+      return;
+    }
+    case LayerKind::kMultiply:
+      k.Multiply(size, Input(i, 0, images), Input(i, 1, images), y);
+      for (size_t m = 2; m < inputs; ++m) k.Multiply(size, y, Input(i, m, images), y);
+      return;
+    default:  // Add, Subtract, Average
+      k.Copy(size, Input(i, 0, images), y);
+      for (size_t m = 1; m < inputs; ++m) {
+        k.Axpy(size, op.kind == LayerKind::kSubtract ? -1.0f : 1.0f, Input(i, m, images), y);
+      }
+      if (op.kind == LayerKind::kAverage) k.Scale(size, 1.0f / inputs, y, y);
+      return;
+  }
+}
+
+void GeneralDeviceGraph::BackwardMerge(const kernels::GeneralKernels& k, size_t i, size_t in,
+                                       const float* images, int n, const float* gy,
+                                       float* gx) const {
+  const GeneralOp& op = ops_[i];
+  const int64_t size = int64_t{n} * op.in_size;
+  switch (op.kind) {
+    case LayerKind::kConcatenate: {
+      int total = 0, at = 0;
+      for (size_t m = 0; m < op.input_channels.size(); ++m) {
+        if (m < in) at += op.input_channels[m];
+        total += op.input_channels[m];
+      }
+      const int c = op.input_channels[in];
+      k.CopyColumns(int64_t{n} * op.out_size / total, c, gy + at, total, gx, c);
+      return;
+    }
+    case LayerKind::kMultiply:
+      k.Copy(size, gy, gx);
+      for (size_t m = 0; m < op.inputs.size(); ++m) {
+        if (m != in) k.Multiply(size, gx, Input(i, m, images), gx);
+      }
+      return;
+    case LayerKind::kSubtract:
+      k.Scale(size, in == 0 ? 1.0f : -1.0f, gy, gx);
+      return;
+    case LayerKind::kAverage:
+      k.Scale(size, 1.0f / op.inputs.size(), gy, gx);
+      return;
+    default:  // Add
+      k.Copy(size, gy, gx);
+      return;
+  }
+}
+
+void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
+                                    const float* params, const float* images, int n,
+                                    uint64_t step_key, float* gy, float* dx,
+                                    float* grads) const {
+  const GeneralOp& op = ops_[i];
+  float* workspace = At(workspace_);
+  const float* x = Input(i, 0, images);
+  const int64_t outs = int64_t{n} * op.out_size;
+  auto grad = [grads](int64_t offset) { return offset >= 0 ? grads + offset : nullptr; };
+  // A shared layer's use other than its last adds its gradient: the
+  // kernel's and bias's (adjacent when both are there) go to the scratch.
+  const bool add = op.accumulate_params;
+  float* pscratch = At(param_scratch_);
+  float* dw = add ? pscratch : grads + op.kernel;
+  float* db = op.bias < 0 ? nullptr : add ? pscratch + KernelSize(op) : grads + op.bias;
+  if (op.has_act) k.ActivationGrad(outs, op.act, At(slots_[i].act), gy, gy);
+  switch (op.kind) {
+    case LayerKind::kConv2D:
+      k.ConvBackward(Window(op, n), At(slots_[i].columns), params + op.kernel, gy, dw, db, dx,
+                     workspace);
+      break;
+    case LayerKind::kMaxPool2D:
+      if (dx != nullptr) {
+        k.MaxPoolBackward(Window(op, n), gy,
+                          reinterpret_cast<const int32_t*>(arena_ + slots_[i].argmax), dx);
+      }
+      break;
+    case LayerKind::kAvgPool2D:
+      if (dx != nullptr) k.AvgPoolBackward(Window(op, n), gy, dx);
+      break;
+    case LayerKind::kGlobalAvgPool2D:
+      if (dx != nullptr) k.GlobalAvgPoolBackward(n, op.pixels, op.channels, gy, dx);
+      break;
+    case LayerKind::kDense:
+      k.DenseBackward(n, op.dense_in, op.dense_out, x, params + op.kernel, gy, dw, db, dx,
+                      workspace);
+      break;
+    case LayerKind::kDropout:
+      if (dx != nullptr && op.rate > 0.0f) {
+        k.Dropout({0, outs, op.rate, DropoutKey(seed_, step_key, i)}, gy, dx);
+      } else if (dx != nullptr) {
+        k.Copy(outs, gy, dx);
+      }
+      break;
+    case LayerKind::kActivation:
+      if (dx != nullptr) k.Copy(outs, gy, dx);
+      break;
+    case LayerKind::kBatchNorm:
+      k.BatchNormBackward(int64_t{n} * op.pixels, op.channels, x, gy, grads + op.mean,
+                          grads + op.var, op.gamma >= 0 ? params + op.gamma : nullptr,
+                          op.epsilon, grad(op.gamma), grad(op.beta), dx, workspace);
+      break;
+    default:
+      break;
+  }
+  if (add) {
+    k.Axpy(KernelSize(op), 1.0f, pscratch, grads + op.kernel);
+    if (db != nullptr) k.Axpy(Units(op), 1.0f, db, grads + op.bias);
+  }
+}
+
 void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* params,
-                           const float* images, const uint8_t* labels, int batch,
-                           uint64_t step_key, float* grads, double* loss_sum,
-                           int* correct) const {
+                             const float* images, const uint8_t* labels, int batch,
+                             uint64_t step_key, float* grads, double* loss_sum,
+                             int* correct) const {
   const int n = batch;
   const bool training = grads != nullptr;
   float* workspace = At(workspace_);
   auto param = [params](int64_t offset) { return offset >= 0 ? params + offset : nullptr; };
-  auto grad = [grads](int64_t offset) { return offset >= 0 ? grads + offset : nullptr; };
-  auto act = [this](size_t i) { return At(slots_[i].act); };
-  auto argmax = [this](size_t i) {
-    return reinterpret_cast<int32_t*>(arena_ + slots_[i].argmax);
-  };
-  const float* in = images;
   for (size_t i = 0; i < ops_.size(); ++i) {
     const GeneralOp& op = ops_[i];
-    float* y = act(i);
+    const float* in = Input(i, 0, images);
+    float* y = At(slots_[i].act);
     const int64_t outs = int64_t{n} * op.out_size;
     switch (op.kind) {
       case LayerKind::kConv2D:
@@ -95,7 +237,8 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
                       At(slots_[i].columns), y);
         break;
       case LayerKind::kMaxPool2D:
-        k.MaxPoolForward(Window(op, n), in, y, argmax(i));
+        k.MaxPoolForward(Window(op, n), in, y,
+                         reinterpret_cast<int32_t*>(arena_ + slots_[i].argmax));
         break;
       case LayerKind::kAvgPool2D:
         k.AvgPoolForward(Window(op, n), in, y);
@@ -130,65 +273,43 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
                                op.epsilon, y);
         }
         break;
-      case LayerKind::kFlatten:
-        break;  // never planned
+      default:
+        if (IsMerge(op.kind)) ForwardMerge(k, i, images, n, y);
+        break;
     }
     if (op.has_act) {
       k.ActivationForward(outs, op.act, op.kind == LayerKind::kActivation ? in : y, y);
     }
-    in = y;
   }
-  float* g = At(grad_a_);     // dLoss/d(output of op i)
-  float* next = At(grad_b_);  // becomes dLoss/d(input of op i)
-  k.SoftmaxCrossEntropy(n, num_classes_, in, labels, 1.0f / static_cast<float>(n),
-                        training ? g : nullptr, loss_sum, correct, arena_ + softmax_);
+  const size_t last = ops_.size() - 1;
+  k.SoftmaxCrossEntropy(n, num_classes_, At(slots_[last].act), labels,
+                        1.0f / static_cast<float>(n), training ? GradOf(last) : nullptr,
+                        loss_sum, correct, arena_ + softmax_);
   if (!training) return;
-  for (int i = static_cast<int>(ops_.size()) - 1; i >= 0; --i) {
+  // written[i]: op i's slot holds the gradient at its output: the first op
+  // reading it (in backward order) wrote it, the others add theirs.
+  std::vector<bool> written(ops_.size(), false);
+  written[last] = true;
+  float* scratch = At(scratch_);
+  for (int i = static_cast<int>(last); i >= 0; --i) {
     const GeneralOp& op = ops_[i];
-    const float* x = i == 0 ? images : act(i - 1);
-    float* dx = op.needs_input_grad ? next : nullptr;
-    const int64_t outs = int64_t{n} * op.out_size;
-    // An Activation layer's gradient goes to dx in the same pass.
-    const bool act_into_dx = op.kind == LayerKind::kActivation && op.has_act && dx != nullptr;
-    if (op.has_act) k.ActivationGrad(outs, op.act, act(i), g, act_into_dx ? dx : g);
-    switch (op.kind) {
-      case LayerKind::kConv2D:
-        k.ConvBackward(Window(op, n), At(slots_[i].columns), params + op.kernel, g,
-                       grads + op.kernel, grad(op.bias), dx, workspace);
-        break;
-      case LayerKind::kMaxPool2D:
-        if (dx != nullptr) k.MaxPoolBackward(Window(op, n), g, argmax(i), dx);
-        break;
-      case LayerKind::kAvgPool2D:
-        if (dx != nullptr) k.AvgPoolBackward(Window(op, n), g, dx);
-        break;
-      case LayerKind::kGlobalAvgPool2D:
-        if (dx != nullptr) k.GlobalAvgPoolBackward(n, op.pixels, op.channels, g, dx);
-        break;
-      case LayerKind::kDense:
-        k.DenseBackward(n, op.dense_in, op.dense_out, x, params + op.kernel, g,
-                        grads + op.kernel, grad(op.bias), dx, workspace);
-        break;
-      case LayerKind::kDropout:
-        if (dx != nullptr && op.rate > 0.0f) {
-          k.Dropout({0, outs, op.rate, DropoutKey(seed_, step_key, i)}, g, dx);
-        } else if (dx != nullptr) {
-          k.Copy(outs, g, dx);
-        }
-        break;
-      case LayerKind::kActivation:
-        if (dx != nullptr && !act_into_dx) k.Copy(outs, g, dx);
-        break;
-      case LayerKind::kBatchNorm:
-        k.BatchNormBackward(int64_t{n} * op.pixels, op.channels, x, g, grads + op.mean,
-                            grads + op.var, param(op.gamma), op.epsilon, grad(op.gamma),
-                            grad(op.beta), dx, workspace);
-        break;
-      case LayerKind::kFlatten:
-        break;
+    if (op.grad_slot < 0 || !written[i]) continue;
+    float* gy = GradOf(i);
+    for (size_t m = 0; m < op.inputs.size(); ++m) {
+      if (!op.input_wants_grad[m]) continue;
+      const int j = op.inputs[m];
+      float* gx = written[j] ? scratch : GradOf(j);
+      if (IsMerge(op.kind)) {
+        BackwardMerge(k, i, m, images, n, gy, gx);
+      } else {
+        BackwardOp(k, i, params, images, n, step_key, gy, gx, grads);
+      }
+      if (written[j]) k.Axpy(int64_t{n} * ops_[j].out_size, 1.0f, scratch, GradOf(j));
+      written[j] = true;
     }
-    if (dx == nullptr) break;  // nothing below has parameters
-    std::swap(g, next);
+    if (!op.needs_input_grad && !IsMerge(op.kind)) {
+      BackwardOp(k, i, params, images, n, step_key, gy, nullptr, grads);
+    }
   }
 }
 

@@ -68,6 +68,23 @@ class GeneralDeviceGraph {
 
   GeneralDeviceGraph() = default;
   kernels::WindowShape Window(const GeneralOp& op, int n) const;
+  // Op i's input k: the images or the output of the op it reads.
+  const float* Input(size_t i, size_t k, const float* images) const {
+    const int j = ops_[i].inputs[k];
+    return j == kModelInput ? images : At(slots_[j].act);
+  }
+  float* GradOf(size_t i) const { return At(grad_slots_[ops_[i].grad_slot]); }
+  void ForwardMerge(const kernels::GeneralKernels& k, size_t i, const float* images, int n,
+                    float* y) const;
+  // The gradient at merge i's input `in` (gx) from gy at its output.
+  void BackwardMerge(const kernels::GeneralKernels& k, size_t i, size_t in, const float* images,
+                     int n, const float* gy, float* gx) const;
+  // Op i (not a merge) backward from gy, its gradient slot: its
+  // parameters' gradients (added to a shared layer's through the
+  // parameter scratch) and, unless dx is null, the gradient at its input.
+  void BackwardOp(const kernels::GeneralKernels& k, size_t i, const float* params,
+                  const float* images, int n, uint64_t step_key, float* gy, float* dx,
+                  float* grads) const;
   float* At(int64_t offset) const {
     return reinterpret_cast<float*>(arena_ + offset);
   }
@@ -79,8 +96,9 @@ class GeneralDeviceGraph {
   int num_classes_ = 0;
   uint64_t seed_ = 0;
   int64_t workspace_ = 0;  // shared by every op, one at a time
-  int64_t grad_a_ = 0;
-  int64_t grad_b_ = 0;
+  std::vector<int64_t> grad_slots_;  // GeneralOp::grad_slot's buffers
+  int64_t scratch_ = 0;        // an input gradient to add to its slot
+  int64_t param_scratch_ = 0;  // a shared layer's gradient to add
   int64_t softmax_ = 0;
   int64_t arena_bytes_ = 0;
 

@@ -170,7 +170,8 @@ TEST(GeneralDeviceGraphTest, GradientsMatchFiniteDifferences) {
     float eps;
   };
   for (const Case& c :
-       {Case{EveryLayer(), 1e-2f}, Case{FlattenModel(), 1e-3f}, Case{StridedModel(), 1e-3f}}) {
+       {Case{EveryLayer(), 1e-2f}, Case{FlattenModel(), 1e-3f}, Case{StridedModel(), 1e-3f},
+        Case{testing_models::GraphModel(), 1e-3f}}) {
     Problem p = Make(c.spec, 6, 3);
     Emulated gpu(p.spec, 6);
     constexpr uint64_t kStep = 5;
@@ -199,6 +200,10 @@ TEST(GeneralDeviceGraphTest, GradientsMatchFiniteDifferences) {
 TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
   std::vector<ReferenceCase> cases = LoadTfjsReference();
   ASSERT_EQ(cases.size(), 2u);
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
+    cases.push_back(std::move(c));
+  }
+  ASSERT_EQ(cases.size(), 4u);
   for (const ReferenceCase& m : cases) {
     const int batch = static_cast<int>(m.labels.size());
     Emulated gpu(m.spec, batch);
@@ -210,6 +215,42 @@ TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
     const double train = gpu.Run(m.params, m.images, m.labels, batch, 0, grads.data(), &correct);
     EXPECT_NEAR(train, m.training_loss_sum, 1e-4 * std::fabs(m.training_loss_sum))
         << m.spec.name;
+  }
+}
+
+// A graph (every merge, a shared layer, branches; the float64 reference
+// runs chains only): the device's step and inference equal the CPU path's
+// to rounding, gradient by gradient.
+TEST(GeneralDeviceGraphTest, GraphStepsMatchTheCpuPath) {
+  for (int batch : {1, 7}) {
+    Problem p = Make(testing_models::GraphModel(), batch, 4);
+    std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, 9);
+    std::vector<float> want(p.spec.num_parameters, NAN);
+    float want_loss = 0;
+    int want_correct = 0;
+    ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), batch,
+                               want.data(), &want_loss, &want_correct, 77)
+                    .ok());
+    Emulated gpu(p.spec, 9);
+    std::vector<float> got(p.spec.num_parameters, NAN);
+    int correct = 0;
+    const double loss = gpu.Run(p.params, p.images, p.labels, batch, 77, got.data(), &correct);
+    EXPECT_NEAR(loss / batch, want_loss, 1e-5 * std::fabs(want_loss)) << "batch " << batch;
+    EXPECT_EQ(correct, want_correct);
+    for (const VariableSpec& v : p.spec.variables) {
+      for (int64_t i = 0; i < v.size; ++i) {
+        ASSERT_NEAR(got[v.offset + i], want[v.offset + i],
+                    1e-6 + 1e-4 * std::fabs(want[v.offset + i]))
+            << v.name << "[" << i << "] batch " << batch;
+      }
+    }
+    double want_sum = 0;
+    ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.images.data(), p.labels.data(), batch,
+                              &want_sum, &want_correct)
+                    .ok());
+    EXPECT_NEAR(gpu.Run(p.params, p.images, p.labels, batch, 0, nullptr, &correct), want_sum,
+                1e-5 * std::fabs(want_sum));
+    EXPECT_EQ(correct, want_correct);
   }
 }
 

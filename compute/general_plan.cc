@@ -1,5 +1,8 @@
 #include "compute/general_plan.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -21,12 +24,89 @@ uint64_t DropoutKey(uint64_t seed, uint64_t step_key, size_t op) {
   return Mix(Mix(seed, step_key), op);
 }
 
+bool HasVariables(const GeneralOp& op) {
+  return op.kind == LayerKind::kConv2D || op.kind == LayerKind::kDense ||
+         op.kind == LayerKind::kBatchNorm;
+}
+
+namespace {
+
+// Marks which gradients backward needs and which ops share variables.
+void PlanBackward(std::vector<GeneralOp>* ops) {
+  std::map<std::string, std::vector<int>> uses;  // layers with variables
+  for (size_t i = 0; i < ops->size(); ++i) {
+    GeneralOp& op = (*ops)[i];
+    op.input_wants_grad.clear();
+    op.needs_input_grad = false;
+    for (int j : op.inputs) {
+      const bool wants = j != kModelInput && (*ops)[j].wants_grad;
+      op.input_wants_grad.push_back(wants);
+      op.needs_input_grad |= wants;
+    }
+    op.wants_grad = HasVariables(op) || op.needs_input_grad;
+    if (HasVariables(op)) uses[op.name].push_back(static_cast<int>(i));
+  }
+  for (const auto& [name, at] : uses) {
+    for (size_t u = 0; u < at.size(); ++u) {
+      (*ops)[at[u]].owns_variables = u == 0;
+      (*ops)[at[u]].accumulate_params = u + 1 < at.size();
+    }
+  }
+}
+
+// Gives each wanted gradient a slot, reusing a slot once the op whose
+// output gradient it held has run its backward (reverse op order).
+void PlanGradSlots(std::vector<GeneralOp>* ops) {
+  std::vector<GeneralOp>& o = *ops;
+  std::set<int> free;
+  int slots = 0;
+  auto take = [&]() {
+    if (free.empty()) return slots++;
+    const int s = *free.begin();
+    free.erase(free.begin());
+    return s;
+  };
+  for (GeneralOp& op : o) op.grad_slot = -1;
+  if (o.empty()) return;
+  o.back().grad_slot = take();  // the loss's gradient
+  for (int i = static_cast<int>(o.size()) - 1; i >= 0; --i) {
+    if (o[i].grad_slot < 0) continue;  // its backward does not run
+    for (size_t k = 0; k < o[i].inputs.size(); ++k) {
+      const int j = o[i].inputs[k];
+      if (o[i].input_wants_grad[k] && o[j].grad_slot < 0) o[j].grad_slot = take();
+    }
+    free.insert(o[i].grad_slot);
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> GradSlotSizes(const std::vector<GeneralOp>& ops) {
+  std::vector<int64_t> sizes;
+  for (const GeneralOp& op : ops) {
+    if (op.grad_slot < 0) continue;
+    if (op.grad_slot >= static_cast<int>(sizes.size())) sizes.resize(op.grad_slot + 1, 0);
+    sizes[op.grad_slot] = std::max(sizes[op.grad_slot], op.out_size);
+  }
+  return sizes;
+}
+
 absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
   const std::string where = absl::StrCat("model \"", spec.name, "\"");
   if (spec.num_classes < 1 || spec.num_classes > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": num_classes ", spec.num_classes, " is not in [1, 256]"));
   }
+  if (spec.input_height < 1 || spec.input_width < 1 || spec.input_channels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": input shape is not positive"));
+  }
+  ModelSpec graph = spec;  // with every node's inputs spelled out
+  for (size_t i = 0; i < graph.layers.size(); ++i) {
+    if (graph.layers[i].inputs.empty()) graph.layers[i].inputs = {static_cast<int>(i) - 1};
+  }
+  absl::StatusOr<std::vector<ActivationShape>> shapes = NodeShapes(graph);
+  if (!shapes.ok()) return shapes.status();
+  const ActivationShape input{spec.input_height, spec.input_width, spec.input_channels, false};
   auto find = [&](const std::string& name, std::vector<int64_t> shape,
                   int64_t* offset) -> absl::Status {
     absl::StatusOr<int64_t> at = VariableOffset(spec, where, name, shape);
@@ -40,67 +120,57 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
                                    : kernels::ActivationFn::kRelu;
   };
   std::vector<GeneralOp> ops;
-  int h = spec.input_height, w = spec.input_width, c = spec.input_channels;
-  if (h < 1 || w < 1 || c < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": input shape is not positive"));
-  }
-  bool params_below = false;
-  for (const LayerSpec& l : spec.layers) {
+  std::vector<int> op_of;  // node -> the op holding its output
+  std::set<std::string> batch_norms;
+  for (size_t i = 0; i < graph.layers.size(); ++i) {
+    const LayerSpec& l = graph.layers[i];
     const std::string layer = absl::StrCat(where, ": layer ", l.name);
+    const ActivationShape& x = l.inputs[0] == kModelInput ? input : (*shapes)[l.inputs[0]];
+    const ActivationShape& y = (*shapes)[i];
     GeneralOp op;
     op.kind = l.kind;
     op.name = l.name;
-    op.in_size = int64_t{h} * w * c;
-    op.needs_input_grad = params_below;
+    for (int j : l.inputs) {
+      op.inputs.push_back(j == kModelInput ? kModelInput : op_of[j]);
+      op.input_channels.push_back(j == kModelInput ? input.c : (*shapes)[j].c);
+    }
+    if (l.kind == LayerKind::kFlatten) {
+      op_of.push_back(op.inputs[0]);
+      continue;
+    }
+    op.in_size = x.size();
+    op.out_size = y.size();
     absl::Status st;
     switch (l.kind) {
-      case LayerKind::kFlatten:
-        c = h * w * c;
-        h = w = 1;
-        continue;
       case LayerKind::kConv2D:
       case LayerKind::kMaxPool2D:
       case LayerKind::kAvgPool2D: {
         kernels::WindowShape& s = op.win;
-        s.in_h = h, s.in_w = w, s.in_c = c;
+        s.in_h = x.h, s.in_w = x.w, s.in_c = x.c;
         s.window_h = l.window_h, s.window_w = l.window_w;
         s.stride_h = l.stride_h, s.stride_w = l.stride_w;
         const bool same = l.padding == Padding::kSame;
-        kernels::KerasWindow(h, l.window_h, l.stride_h, same, &s.out_h, &s.pad_top);
-        kernels::KerasWindow(w, l.window_w, l.stride_w, same, &s.out_w, &s.pad_left);
-        if (s.out_h < 1 || s.out_w < 1 || l.stride_h < 1 || l.stride_w < 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(layer, ": window ", l.window_h, "x", l.window_w,
-                           " does not fit its ", h, "x", w, "x", c, " input"));
-        }
-        s.out_c = l.kind == LayerKind::kConv2D ? l.units : c;
+        kernels::KerasWindow(x.h, l.window_h, l.stride_h, same, &s.out_h, &s.pad_top);
+        kernels::KerasWindow(x.w, l.window_w, l.stride_w, same, &s.out_w, &s.pad_left);
+        s.out_c = y.c;
         if (l.kind == LayerKind::kConv2D) {
-          st = find(l.name + "/kernel", {l.window_h, l.window_w, c, l.units}, &op.kernel);
+          st = find(l.name + "/kernel", {l.window_h, l.window_w, x.c, l.units}, &op.kernel);
           if (st.ok() && l.use_bias) st = find(l.name + "/bias", {l.units}, &op.bias);
           fn(l.activation, &op.has_act, &op.act);
           op.columns_per_example = int64_t{s.out_h} * s.out_w * s.patch_size();
-          params_below = true;
         }
-        h = s.out_h, w = s.out_w, c = s.out_c;
         break;
       }
       case LayerKind::kGlobalAvgPool2D:
-        op.channels = c;
-        op.pixels = h * w;
-        h = w = 1;
+        op.channels = x.c;
+        op.pixels = x.h * x.w;
         break;
       case LayerKind::kDense:
-        if (h != 1 || w != 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(layer, ": Dense needs a Flatten before it"));
-        }
-        op.dense_in = c;
+        op.dense_in = static_cast<int>(x.size());
         op.dense_out = l.units;
-        st = find(l.name + "/kernel", {c, l.units}, &op.kernel);
+        st = find(l.name + "/kernel", {op.dense_in, l.units}, &op.kernel);
         if (st.ok() && l.use_bias) st = find(l.name + "/bias", {l.units}, &op.bias);
         fn(l.activation, &op.has_act, &op.act);
-        c = l.units;
-        params_below = true;
         break;
       case LayerKind::kDropout:
         op.rate = l.rate;
@@ -109,24 +179,39 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
         fn(l.activation, &op.has_act, &op.act);
         break;
       case LayerKind::kBatchNorm:
-        op.channels = c;
-        op.pixels = h * w;
+        if (!batch_norms.insert(l.name).second) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              layer, ": a BatchNormalization layer applied twice is not supported (its moving "
+                     "statistics would be two batches')"));
+        }
+        op.channels = x.c;
+        op.pixels = x.h * x.w;
         op.epsilon = l.epsilon;
-        if (l.scale) st = find(l.name + "/gamma", {c}, &op.gamma);
-        if (st.ok() && l.center) st = find(l.name + "/beta", {c}, &op.beta);
-        if (st.ok()) st = find(l.name + "/moving_mean", {c}, &op.mean);
-        if (st.ok()) st = find(l.name + "/moving_variance", {c}, &op.var);
-        params_below = true;
+        if (l.scale) st = find(l.name + "/gamma", {x.c}, &op.gamma);
+        if (st.ok() && l.center) st = find(l.name + "/beta", {x.c}, &op.beta);
+        if (st.ok()) st = find(l.name + "/moving_mean", {x.c}, &op.mean);
+        if (st.ok()) st = find(l.name + "/moving_variance", {x.c}, &op.var);
+        break;
+      case LayerKind::kAdd:
+      case LayerKind::kSubtract:
+      case LayerKind::kMultiply:
+      case LayerKind::kAverage:
+      case LayerKind::kConcatenate:
+      case LayerKind::kFlatten:
         break;
     }
     if (!st.ok()) return st;
-    op.out_size = int64_t{h} * w * c;
+    op_of.push_back(static_cast<int>(ops.size()));
     ops.push_back(std::move(op));
   }
-  if (ops.empty() || h != 1 || w != 1 || c != spec.num_classes) {
+  const ActivationShape& out = shapes->back();
+  if (ops.empty() || op_of.back() != static_cast<int>(ops.size()) - 1 || out.h != 1 ||
+      out.w != 1 || out.c != spec.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": the model must end in num_classes (", spec.num_classes, ") logits"));
   }
+  PlanBackward(&ops);
+  PlanGradSlots(&ops);
   return ops;
 }
 

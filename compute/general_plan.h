@@ -18,11 +18,17 @@
 
 namespace pscluster {
 
-// One layer as run. Flatten is not an op (NHWC rows are already flat).
-// Offsets are -1 where the layer has no such variable.
+// One node of the model's graph as run, in the spec's order (every op
+// after the ops it reads). Flatten is not an op (NHWC rows are already
+// flat): a node reading a Flatten reads what the Flatten read. Offsets are
+// -1 where the layer has no such variable.
 struct GeneralOp {
   LayerKind kind = LayerKind::kDense;
   std::string name;
+  // The ops it reads, by index; kModelInput for the images. Merges read
+  // several; in_size is the first's size.
+  std::vector<int> inputs;
+  std::vector<int> input_channels;  // kConcatenate: each input's channels
   kernels::WindowShape win;  // conv, pools (batch set per call)
   int dense_in = 0, dense_out = 0;
   bool has_act = false;  // applies `act` after the layer's own work
@@ -33,13 +39,32 @@ struct GeneralOp {
   float epsilon = 0.0f;
   int64_t kernel = -1, bias = -1, gamma = -1, beta = -1, mean = -1, var = -1;
   int64_t in_size = 0, out_size = 0;  // floats per example
-  bool needs_input_grad = false;      // some earlier op has parameters
   int64_t columns_per_example = 0;    // conv: im2col floats
+  // Backward. wants_grad: the gradient at this op's output is needed (the
+  // op has parameters, or reads one that wants it); input_wants_grad[k]:
+  // that of input k is; needs_input_grad: any is. grad_slot: the buffer of
+  // GradSlotSizes that holds the gradient at this op's output (-1 when not
+  // wanted); slots are reused once an op's backward is done.
+  bool wants_grad = false;
+  std::vector<bool> input_wants_grad;
+  bool needs_input_grad = false;
+  int grad_slot = -1;
+  // A layer applied more than once: owns_variables on its first op only
+  // (whose backward runs last and finishes its gradient); the others add
+  // their gradient to it (accumulate_params on every op but the last one).
+  bool owns_variables = true;
+  bool accumulate_params = false;
 };
 
 // The ops for `spec`; the last one's output is num_classes (at most 256)
 // logits. InvalidArgument naming the model and the layer otherwise.
 absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec);
+
+// The floats per example of each gradient slot (GeneralOp::grad_slot).
+std::vector<int64_t> GradSlotSizes(const std::vector<GeneralOp>& ops);
+
+// Whether `op` has variables (kernel, bias, gamma, beta, moving statistics).
+bool HasVariables(const GeneralOp& op);
 
 // The key of op `op`'s Dropout masks in the step named `step_key` of a run
 // seeded `seed` (dropout.h): the same on every backend.

@@ -2,7 +2,10 @@
 
 #include <zip.h>
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -285,28 +288,88 @@ bool DeclaredShape(const json& layer, const json& cfg, std::vector<json>* out) {
   return false;
 }
 
-// The names of the layers feeding `layer` in a Functional config.
-std::vector<std::string> InboundNames(const json& layer) {
-  std::vector<std::string> names;
-  std::function<void(const json&)> walk = [&](const json& j) {
+// A tensor a Functional layer reads: the `node`-th application of layer
+// `layer` (Keras's [name, node_index, tensor_index]).
+struct TensorRef {
+  std::string layer;
+  int node = 0;
+};
+
+// The tensors each application (inbound node) of `layer` reads, in a
+// Functional config: Keras 2 and TensorFlow.js write a node as a list of
+// [name, node_index, tensor_index, kwargs], Keras 3 as {"args": [...],
+// "kwargs": {...}} holding "keras_history": [name, node_index,
+// tensor_index]. Layers with several outputs (tensor_index > 0) are refused.
+absl::StatusOr<std::vector<std::vector<TensorRef>>> InboundNodes(const json& layer,
+                                                                const std::string& where) {
+  std::vector<std::vector<TensorRef>> nodes;
+  if (!layer.contains("inbound_nodes") || !layer["inbound_nodes"].is_array()) return nodes;
+  absl::Status st;
+  std::function<void(const json&, std::vector<TensorRef>*)> walk = [&](const json& j,
+                                                                       std::vector<TensorRef>* out) {
+    const json* history = nullptr;
+    if (j.is_object() && j.contains("keras_history") && j["keras_history"].is_array()) {
+      history = &j["keras_history"];
+    } else if (j.is_array() && j.size() >= 3 && j[0].is_string() && j[1].is_number_integer() &&
+               j[2].is_number_integer()) {
+      history = &j;
+    }
+    if (history != nullptr) {
+      const json& h = *history;
+      if (h.size() < 3 || !h[0].is_string() || !h[1].is_number_integer() ||
+          !h[2].is_number_integer()) {
+        st.Update(Bad(where, absl::StrCat("inbound tensor ", Show(h), " is not [name, node, tensor]")));
+      } else if (h[2].get<int>() != 0) {
+        st.Update(Bad(where, absl::StrCat("reads output ", h[2].get<int>(), " of layer '",
+                                          h[0].get<std::string>(),
+                                          "': layers with several outputs are not supported")));
+      } else {
+        out->push_back({h[0].get<std::string>(), h[1].get<int>()});
+      }
+      return;
+    }
     if (j.is_object()) {
-      if (j.contains("keras_history") && j["keras_history"].is_array() &&
-          !j["keras_history"].empty() && j["keras_history"][0].is_string()) {
-        names.push_back(j["keras_history"][0].get<std::string>());
-        return;
-      }
-      for (const auto& [k, v] : j.items()) walk(v);
+      for (const auto& [k, v] : j.items()) walk(v, out);
     } else if (j.is_array()) {
-      // Keras 2 / TensorFlow.js: [name, node_index, tensor_index, kwargs].
-      if (j.size() >= 3 && j[0].is_string() && j[1].is_number() && j[2].is_number()) {
-        names.push_back(j[0].get<std::string>());
-        return;
-      }
-      for (const json& v : j) walk(v);
+      for (const json& v : j) walk(v, out);
     }
   };
-  if (layer.contains("inbound_nodes")) walk(layer["inbound_nodes"]);
-  return names;
+  for (const json& node : layer["inbound_nodes"]) {
+    std::vector<TensorRef> refs;
+    walk(node, &refs);
+    nodes.push_back(std::move(refs));
+  }
+  if (!st.ok()) return st;
+  return nodes;
+}
+
+// The model's one output tensor: config.output_layers, [[name, node,
+// tensor]] or [name, node, tensor]; absent, the last layer's last node.
+absl::StatusOr<TensorRef> OutputTensor(const json& config, const json& layers,
+                                       const std::string& source) {
+  if (config.is_object() && config.contains("output_layers")) {
+    json out = config["output_layers"];
+    if (out.is_array() && !out.empty() && out[0].is_array()) {
+      if (out.size() != 1) {
+        return Bad(source, absl::StrCat("output_layers ", Show(out),
+                                        ": models with several outputs are not supported"));
+      }
+      out = out[0];
+    }
+    if (!out.is_array() || out.size() < 2 || !out[0].is_string() || !out[1].is_number_integer()) {
+      return Bad(source, absl::StrCat("output_layers ", Show(out), " is not [name, node, tensor]"));
+    }
+    return TensorRef{out[0].get<std::string>(), out[1].get<int>()};
+  }
+  const json& last = layers.back();
+  TensorRef ref;
+  ref.layer = last.contains("config") && last["config"].contains("name")
+                  ? last["config"]["name"].get<std::string>()
+                  : "";
+  ref.node = last.contains("inbound_nodes") && last["inbound_nodes"].is_array()
+                 ? std::max(0, static_cast<int>(last["inbound_nodes"].size()) - 1)
+                 : 0;
+  return ref;
 }
 
 // A model file's JSON unwrapped down to the model: tfjs's model.json
@@ -315,6 +378,7 @@ struct ModelEnvelope {
   std::string cls;  // the model's class_name
   bool functional = false;
   json layers;             // a non-empty array
+  json config;             // the model's config (output_layers, ...)
   std::string model_name;  // config.name, else the source
 };
 
@@ -340,10 +404,11 @@ absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::st
   if (!model.layers.is_array() || model.layers.empty()) {
     return Bad(source, absl::StrCat("model \"", cls, "\" has no layer list"));
   }
+  model.config = config;
   model.functional = cls == "Functional" || cls == "Model";
   if (cls != "Sequential" && !model.functional) {
     return Bad(source, absl::StrCat("class_name \"", cls,
-                                    "\" is not supported (Sequential, or a Functional chain)"));
+                                    "\" is not supported (Sequential or Functional)"));
   }
   model.model_name = config.is_object() && config.contains("name") && config["name"].is_string()
                          ? config["name"].get<std::string>()
@@ -527,6 +592,37 @@ absl::Status ParseBatchNorm(const json& cfg, const std::string& where, LayerSpec
   return st;
 }
 
+absl::Status ParseMerge(LayerKind kind, const json& cfg, LayerSpec* l) {
+  l->kind = kind;
+  (void)cfg;
+  return absl::OkStatus();
+}
+absl::Status ParseAdd(const json& cfg, const std::string&, LayerSpec* l, LayerInits*) {
+  return ParseMerge(LayerKind::kAdd, cfg, l);
+}
+absl::Status ParseSubtract(const json& cfg, const std::string&, LayerSpec* l, LayerInits*) {
+  return ParseMerge(LayerKind::kSubtract, cfg, l);
+}
+absl::Status ParseMultiply(const json& cfg, const std::string&, LayerSpec* l, LayerInits*) {
+  return ParseMerge(LayerKind::kMultiply, cfg, l);
+}
+absl::Status ParseAverage(const json& cfg, const std::string&, LayerSpec* l, LayerInits*) {
+  return ParseMerge(LayerKind::kAverage, cfg, l);
+}
+// Concatenate along the last (channel) axis: -1, or its index, which the
+// shapes check (model_spec.cc NodeShapes).
+absl::Status ParseConcatenate(const json& cfg, const std::string& where, LayerSpec* l,
+                              LayerInits*) {
+  l->kind = LayerKind::kConcatenate;
+  const json axis = cfg.value("axis", json(-1));
+  if (!axis.is_number_integer() || axis.get<int>() < -1 || axis.get<int>() == 0) {
+    return Bad(where, absl::StrCat("option 'axis' = ", Show(axis),
+                                   " is not supported (the last axis only: -1)"));
+  }
+  l->axis = axis.get<int>();
+  return absl::OkStatus();
+}
+
 // The layer classes the workers run, under every name Keras writes for them.
 struct LayerClass {
   const char* name;
@@ -547,21 +643,34 @@ constexpr LayerClass kLayerClasses[] = {
     {"Activation", ParseActivation},
     {"ReLU", ParseReLU},
     {"BatchNormalization", ParseBatchNorm},
+    {"Add", ParseAdd},
+    {"Subtract", ParseSubtract},
+    {"Multiply", ParseMultiply},
+    {"Average", ParseAverage},
+    {"Concatenate", ParseConcatenate},
 };
 
-// The layers read so far: what the model's spec is built from.
+// The model's nodes as parsed: what its spec is built from.
 struct ParsedLayers {
   std::vector<json> shape;  // the declared input shape, without the batch
   bool have_shape = false;
-  std::vector<LayerSpec> specs;
-  std::vector<LayerInits> inits;  // per spec
+  std::vector<LayerSpec> specs;   // nodes, each after its inputs
+  std::vector<LayerInits> inits;  // per node
 };
 
-// One layer's options, after its name and place in the chain are checked:
-// appends its LayerSpec and initializers to `out`, or nothing for an
+// One layer of the file, its options parsed.
+struct FileLayer {
+  std::string name, where;
+  bool input = false;  // an InputLayer
+  LayerSpec spec;
+  LayerInits inits;
+  std::vector<std::vector<TensorRef>> nodes;  // Functional: its applications
+};
+
+// One layer's options: its LayerSpec and initializers, or `input` for an
 // InputLayer.
-absl::Status ParseLayerOptions(const std::string& type, const std::string& name,
-                               const json& cfg, const std::string& where, ParsedLayers* out) {
+absl::Status ParseLayerOptions(const std::string& type, const json& cfg, FileLayer* out) {
+  const std::string& where = out->where;
   if (absl::Status s = CheckDtype(cfg, where); !s.ok()) return s;
   if (absl::Status s = NoPenalties(cfg, where); !s.ok()) return s;
   if (type == "InputLayer") {
@@ -569,6 +678,7 @@ absl::Status ParseLayerOptions(const std::string& type, const std::string& name,
       return s;
     if (absl::Status s = Neutral(cfg, where, "ragged", {false}, "dense inputs only"); !s.ok())
       return s;
+    out->input = true;
     return absl::OkStatus();
   }
   const LayerClass* cls = nullptr;
@@ -579,28 +689,24 @@ absl::Status ParseLayerOptions(const std::string& type, const std::string& name,
     }
   }
   if (cls == nullptr) {
-    return Bad(where,
-               "this layer is not supported (InputLayer, Conv2D, MaxPooling2D, "
-               "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, "
-               "Activation, ReLU, BatchNormalization)");
+    std::vector<std::string> known = {"InputLayer"};
+    for (const LayerClass& c : kLayerClasses) known.push_back(c.name);
+    return Bad(where, absl::StrCat("this layer is not supported (", absl::StrJoin(known, ", "),
+                                   ")"));
   }
-  LayerSpec l;
-  l.name = name;
-  LayerInits layer_inits;
-  if (absl::Status s = cls->parse(cfg, where, &l, &layer_inits); !s.ok()) return s;
-  out->specs.push_back(l);
-  out->inits.push_back(std::move(layer_inits));
-  return absl::OkStatus();
+  out->spec.name = out->name;
+  return cls->parse(cfg, where, &out->spec, &out->inits);
 }
 
-// Every layer in file order: its class and name, for a Functional model
-// that it reads the layer before it, the first declared input shape, then
-// its options.
-absl::StatusOr<ParsedLayers> ParseLayers(const ModelEnvelope& model, const std::string& source) {
+// Every layer of the file: its class and name, the first declared input
+// shape, its options and, in a Functional model, what each application
+// reads.
+absl::StatusOr<std::vector<FileLayer>> ReadLayers(const ModelEnvelope& model,
+                                                  const std::string& source,
+                                                  ParsedLayers* parsed) {
   const json& layers = model.layers;
-  ParsedLayers out;
+  std::vector<FileLayer> out;
   std::set<std::string> names;
-  std::string previous;  // Functional: the layer the next must read
   for (size_t i = 0; i < layers.size(); ++i) {
     const json& layer = layers[i];
     if (!layer.is_object() || !layer.contains("class_name") ||
@@ -610,85 +716,200 @@ absl::StatusOr<ParsedLayers> ParseLayers(const ModelEnvelope& model, const std::
     const std::string type = layer["class_name"].get<std::string>();
     const json cfg = layer.contains("config") && layer["config"].is_object() ? layer["config"]
                                                                              : json::object();
-    std::string name = cfg.contains("name") && cfg["name"].is_string()
-                           ? cfg["name"].get<std::string>()
-                           : absl::StrCat(type, "_", i);
-    const std::string where = absl::StrCat(source, ": layer '", name, "' (", type, ")");
-    if (!names.insert(name).second) return Bad(where, "the layer name is used twice");
-    if (name.empty() || name.find('/') != std::string::npos) {
-      return Bad(where, "layer names must be non-empty and hold no '/'");
+    FileLayer f;
+    f.name = cfg.contains("name") && cfg["name"].is_string() ? cfg["name"].get<std::string>()
+                                                             : absl::StrCat(type, "_", i);
+    f.where = absl::StrCat(source, ": layer '", f.name, "' (", type, ")");
+    if (!names.insert(f.name).second) return Bad(f.where, "the layer name is used twice");
+    if (f.name.empty() || f.name.find('/') != std::string::npos) {
+      return Bad(f.where, "layer names must be non-empty and hold no '/'");
     }
     if (model.functional) {
-      std::vector<std::string> in = InboundNames(layer);
-      if (i == 0 ? !in.empty() : (in.size() != 1 || in[0] != previous)) {
-        return Bad(where, absl::StrCat("reads from [", absl::StrJoin(in, ", "),
-                                       "]: only a Functional model whose layers form one chain"
-                                       " is supported"));
-      }
-      previous = name;
+      absl::StatusOr<std::vector<std::vector<TensorRef>>> nodes = InboundNodes(layer, f.where);
+      if (!nodes.ok()) return nodes.status();
+      f.nodes = *std::move(nodes);
     }
-    if (!out.have_shape) out.have_shape = DeclaredShape(layer, cfg, &out.shape);
-    if (absl::Status s = ParseLayerOptions(type, name, cfg, where, &out); !s.ok()) return s;
+    if (!parsed->have_shape) parsed->have_shape = DeclaredShape(layer, cfg, &parsed->shape);
+    if (absl::Status s = ParseLayerOptions(type, cfg, &f); !s.ok()) return s;
+    out.push_back(std::move(f));
   }
   return out;
 }
 
-// The loss: a final softmax (the last Dense's or a trailing Activation's)
-// or linear logits; softmax anywhere else is not what we compute. The index
-// of the last Dense layer, whose units are the classes.
-absl::StatusOr<int> LogitsLayer(const std::vector<LayerSpec>& specs, const std::string& source) {
-  int last_dense = -1;
-  for (int i = static_cast<int>(specs.size()) - 1; i >= 0; --i) {
-    if (specs[i].kind == LayerKind::kDense) {
-      last_dense = i;
-      break;
+// A Functional model's graph as nodes in an order where each comes after
+// what it reads: the applications that the output depends on, ordered by
+// file position among those ready (a chain keeps the file's order).
+absl::Status PlanFunctionalNodes(const ModelEnvelope& model, const std::string& source,
+                                 const std::vector<FileLayer>& layers, ParsedLayers* parsed) {
+  std::map<std::string, int> by_name;
+  std::vector<std::string> inputs;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    by_name[layers[i].name] = static_cast<int>(i);
+    if (layers[i].input) inputs.push_back(layers[i].name);
+  }
+  if (inputs.size() > 1) {
+    return Bad(source, absl::StrCat("inputs [", absl::StrJoin(inputs, ", "),
+                                    "]: only models with one input are supported"));
+  }
+  using Key = std::pair<int, int>;  // (layer, application)
+  constexpr Key kInputKey{-1, 0};
+  auto resolve = [&](const TensorRef& ref, const std::string& where) -> absl::StatusOr<Key> {
+    auto it = by_name.find(ref.layer);
+    if (it == by_name.end()) {
+      return Bad(where, absl::StrCat("reads layer '", ref.layer, "', which the model lacks"));
+    }
+    const FileLayer& from = layers[it->second];
+    if (from.input) return kInputKey;
+    if (ref.node < 0 || ref.node >= static_cast<int>(from.nodes.size())) {
+      return Bad(where, absl::StrCat("reads application ", ref.node, " of layer '", ref.layer,
+                                     "', which has ", from.nodes.size()));
+    }
+    return Key{it->second, ref.node};
+  };
+  absl::StatusOr<TensorRef> output = OutputTensor(model.config, model.layers, source);
+  if (!output.ok()) return output.status();
+  absl::StatusOr<Key> out_key = resolve(*output, source);
+  if (!out_key.ok()) return out_key.status();
+  if (*out_key == kInputKey) return Bad(source, "the model's output is its input");
+  // What each needed node reads, found from the output back.
+  std::map<Key, std::vector<Key>> reads;
+  std::vector<Key> todo = {*out_key};
+  while (!todo.empty()) {
+    const Key k = todo.back();
+    todo.pop_back();
+    if (k == kInputKey || reads.count(k)) continue;
+    const FileLayer& l = layers[k.first];
+    std::vector<Key>& in = reads[k];
+    for (const TensorRef& ref : l.nodes[k.second]) {
+      absl::StatusOr<Key> from = resolve(ref, l.where);
+      if (!from.ok()) return from.status();
+      in.push_back(*from);
+      todo.push_back(*from);
+    }
+    if (in.empty()) return Bad(l.where, "reads nothing");
+  }
+  std::map<Key, int> waiting;             // inputs not yet placed
+  std::map<Key, std::vector<Key>> users;  // who reads a node
+  std::set<Key> ready;
+  for (const auto& [k, in] : reads) {
+    int n = 0;
+    for (const Key& from : in) {
+      if (from == kInputKey) continue;
+      users[from].push_back(k);
+      ++n;
+    }
+    waiting[k] = n;
+    if (n == 0) ready.insert(k);
+  }
+  std::map<Key, int> index;
+  while (!ready.empty()) {
+    const Key k = *ready.begin();
+    ready.erase(ready.begin());
+    const FileLayer& l = layers[k.first];
+    LayerSpec spec = l.spec;
+    for (const Key& from : reads[k]) {
+      spec.inputs.push_back(from == kInputKey ? kModelInput : index.at(from));
+    }
+    index[k] = static_cast<int>(parsed->specs.size());
+    parsed->specs.push_back(std::move(spec));
+    parsed->inits.push_back(l.inits);
+    for (const Key& user : users[k]) {
+      if (--waiting[user] == 0) ready.insert(user);
     }
   }
-  if (last_dense < 0) {
-    return Bad(source, "the model has no Dense layer; the last must give the classes' logits");
+  if (parsed->specs.size() != reads.size()) {
+    return Bad(source, "the layers' graph has a cycle");
   }
-  for (size_t i = last_dense + 1; i < specs.size(); ++i) {
-    const LayerSpec& l = specs[i];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParsedLayers> ParseLayers(const ModelEnvelope& model, const std::string& source) {
+  ParsedLayers out;
+  absl::StatusOr<std::vector<FileLayer>> layers = ReadLayers(model, source, &out);
+  if (!layers.ok()) return layers.status();
+  if (model.functional) {
+    if (absl::Status s = PlanFunctionalNodes(model, source, *layers, &out); !s.ok()) return s;
+    return out;
+  }
+  for (FileLayer& l : *layers) {  // Sequential: a chain in file order
+    if (l.input) continue;
+    out.specs.push_back(std::move(l.spec));
+    out.inits.push_back(std::move(l.inits));
+  }
+  if (out.specs.empty()) return Bad(source, "the model has no layers but its input");
+  return out;
+}
+
+// The node that node i reads first (Sequential nodes read the one before).
+int FirstInput(const std::vector<LayerSpec>& specs, int i) {
+  return specs[i].inputs.empty() ? i - 1 : specs[i].inputs[0];
+}
+
+// The loss: a final softmax (the last Dense's or a trailing Activation's)
+// or linear logits; softmax anywhere else is not what we compute. The index
+// of the Dense node whose units are the classes: the output, or the node
+// the output's tail of Dropout and one last Activation reads.
+absl::StatusOr<int> LogitsLayer(const std::vector<LayerSpec>& specs, const std::string& source) {
+  const int last = static_cast<int>(specs.size()) - 1;
+  int logits = last;
+  while (logits >= 0 && specs[logits].kind != LayerKind::kDense) {
+    const LayerSpec& l = specs[logits];
     const bool ok_tail =
         l.kind == LayerKind::kDropout ||
         (l.kind == LayerKind::kActivation &&
          (l.activation == Activation::kSoftmax || l.activation == Activation::kNone) &&
-         i + 1 == specs.size());
+         logits == last);
     if (!ok_tail) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
                  "comes after the last Dense layer; the model must end in the logits (a Dense "
                  "layer with linear or softmax activation, optionally then Activation "
                  "softmax): the loss is sparse categorical cross-entropy");
     }
+    logits = FirstInput(specs, logits);
   }
-  for (size_t i = 0; i < specs.size(); ++i) {
+  if (logits < 0) {
+    return Bad(source, "the model has no Dense layer; the last must give the classes' logits");
+  }
+  for (int i = 0; i <= last; ++i) {
     const LayerSpec& l = specs[i];
-    const bool is_last_dense = static_cast<int>(i) == last_dense;
-    const bool is_tail_activation = i + 1 == specs.size() && l.kind == LayerKind::kActivation &&
-                                    static_cast<int>(i) > last_dense;
-    if (l.activation == Activation::kSoftmax && !is_last_dense && !is_tail_activation) {
+    const bool is_logits = i == logits;
+    const bool is_tail_activation = i == last && l.kind == LayerKind::kActivation;
+    if (l.activation == Activation::kSoftmax && !is_logits && !is_tail_activation) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
                  "option 'activation' = \"softmax\" is only supported at the end of the model, "
                  "where it is fused with the cross-entropy loss");
     }
-    if (is_last_dense && l.activation != Activation::kSoftmax &&
-        l.activation != Activation::kNone) {
+    if (is_logits && l.activation != Activation::kSoftmax && l.activation != Activation::kNone) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
                  "the last Dense layer's activation must be softmax or linear (its outputs are "
                  "the logits of sparse categorical cross-entropy)");
     }
   }
-  const int classes = specs[last_dense].units;
+  const int classes = specs[logits].units;
   if (classes > 256) {
-    return Bad(absl::StrCat(source, ": layer '", specs[last_dense].name, "'"),
+    return Bad(absl::StrCat(source, ": layer '", specs[logits].name, "'"),
                absl::StrCat(classes, " classes; at most 256 (labels are bytes)"));
   }
-  return last_dense;
+  return logits;
 }
 
 struct InputShape {
   int h, w, c;
 };
+
+// Whether every node reading the model's input is a Flatten.
+bool ReadByFlattenOnly(const std::vector<LayerSpec>& specs) {
+  bool any = false;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    for (int j : specs[i].inputs.empty() ? std::vector<int>{static_cast<int>(i) - 1}
+                                         : specs[i].inputs) {
+      if (j != kModelInput) continue;
+      if (specs[i].kind != LayerKind::kFlatten) return false;
+      any = true;
+    }
+  }
+  return any;
+}
 
 // The declared input shape as height x width x channels: [H, W, C],
 // [F] (1 x 1 x F), or [H, W] read by a Flatten first (H x W x 1).
@@ -713,7 +934,7 @@ absl::StatusOr<InputShape> InputShapeOf(const ParsedLayers& parsed, const std::s
     h = dims[0], w = dims[1], c = dims[2];
   } else if (dims.size() == 1) {
     h = w = 1, c = dims[0];
-  } else if (dims.size() == 2 && !specs.empty() && specs[0].kind == LayerKind::kFlatten) {
+  } else if (dims.size() == 2 && ReadByFlattenOnly(specs)) {
     h = dims[0], w = dims[1], c = 1;  // [H, W] flattened first: as [H, W, 1]
   } else {
     return Bad(source, absl::StrCat("input shape ", Show(json(shape)),

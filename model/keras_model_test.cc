@@ -1,6 +1,7 @@
 #include "model/keras_model.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
@@ -157,6 +158,44 @@ std::string WithLayer(const std::string& layer) {
   return absl::StrReplaceAll(kTemplate, {{"LAYER", layer}});
 }
 
+// Functional graphs: TensorFlow.js's ResNet-style model (residual blocks,
+// projections, BatchNormalization) and Keras 3's node format with
+// Subtract, Concatenate and a Dense layer applied twice.
+TEST(KerasModelTest, FunctionalGraphs) {
+  const ModelSpec resnet = Parse(Fixture("tfjs_resnet.json"), "tfjs_resnet.json");
+  EXPECT_EQ(resnet.num_classes, 10);
+  EXPECT_EQ(resnet.input_height, 28);
+  int adds = 0;
+  for (size_t i = 0; i < resnet.layers.size(); ++i) {
+    const LayerSpec& l = resnet.layers[i];
+    for (int j : l.inputs) EXPECT_LT(j, static_cast<int>(i)) << l.name;  // inputs first
+    if (l.kind != LayerKind::kAdd) continue;
+    ++adds;
+    ASSERT_EQ(l.inputs.size(), 2u) << l.name;
+    // The block's second BN and the shortcut (the block's input or its projection).
+    EXPECT_EQ(resnet.layers[l.inputs[0]].name, l.name.substr(0, 4) + "_bn2");
+  }
+  EXPECT_EQ(adds, 3);
+  EXPECT_EQ(resnet.layers.back().name, "logits");
+
+  const ModelSpec g = Parse(Fixture("keras3_graph.json"), "keras3_graph.json");
+  std::vector<std::string> names;
+  for (const LayerSpec& l : g.layers) names.push_back(l.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"stem", "branch", "diff", "cat", "gap", "shared",
+                                             "shared", "skip", "logits"}));
+  EXPECT_EQ(g.layers[0].inputs, std::vector<int>{kModelInput});
+  EXPECT_EQ(g.layers[2].inputs, (std::vector<int>{1, 0}));  // branch - stem
+  EXPECT_EQ(g.layers[3].inputs, (std::vector<int>{2, 0}));
+  EXPECT_EQ(g.layers[6].inputs, std::vector<int>{5});  // the second application
+  EXPECT_EQ(g.layers[7].inputs, (std::vector<int>{6, 4}));
+  EXPECT_EQ(g.num_classes, 5);
+  int shared_vars = 0;
+  for (const VariableSpec& v : g.variables) shared_vars += v.name.rfind("shared/", 0) == 0;
+  EXPECT_EQ(shared_vars, 2);  // one kernel and one bias for both applications
+  // stem 3*3*1*4+4, branch 3*3*4*4+4, shared 8*8+8, logits 8*5+5.
+  EXPECT_EQ(g.num_parameters, 40 + 148 + 72 + 45);
+}
+
 TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
   struct Case {
     const char* layer;
@@ -235,14 +274,45 @@ TEST(KerasModelTest, RefusesWholeModelProblems) {
     {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
     {"class_name": "Dense", "config": {"name": "d", "units": 300}}]}})",
           "300 classes; at most 256");
-  refused(R"({"class_name": "Functional", "config": {"layers": [
+  // Graphs we do not run: several outputs, several inputs, merges of
+  // misfitting shapes, a read of a layer the model lacks, a cycle.
+  const std::string two_heads = R"({"class_name": "Functional", "config": {
+    "output_layers": [["a", 0, 0], ["b", 0, 0]], "layers": [
     {"class_name": "InputLayer", "name": "i", "config": {"batch_shape": [null, 4], "name": "i"},
      "inbound_nodes": []},
     {"class_name": "Dense", "name": "a", "config": {"name": "a", "units": 3},
      "inbound_nodes": [[["i", 0, 0, {}]]]},
     {"class_name": "Dense", "name": "b", "config": {"name": "b", "units": 3},
-     "inbound_nodes": [[["i", 0, 0, {}]]]}]}})",
-          "layer 'b' (Dense): reads from [i]: only a Functional model whose layers form one chain");
+     "inbound_nodes": [[["i", 0, 0, {}]]]}]}})";
+  refused(two_heads, "models with several outputs are not supported");
+  refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "j"}, "inbound_nodes": []},
+    {"class_name": "Add", "config": {"name": "s"}, "inbound_nodes": [[["i", 0, 0, {}], ["j", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}, "inbound_nodes": [[["s", 0, 0, {}]]]}]}})",
+          "inputs [i, j]: only models with one input are supported");
+  refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
+    {"class_name": "Dense", "config": {"name": "a", "units": 5}, "inbound_nodes": [[["i", 0, 0, {}]]]},
+    {"class_name": "Add", "config": {"name": "s"}, "inbound_nodes": [[["i", 0, 0, {}], ["a", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}, "inbound_nodes": [[["s", 0, 0, {}]]]}]}})",
+          "layer s: Add of inputs shaped 1x1x4 and 1x1x5 (after Flatten) (they must be the same)");
+  refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}, "inbound_nodes": [[["x", 0, 0, {}]]]}]}})",
+          "layer 'd' (Dense): reads layer 'x', which the model lacks");
+  refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
+    {"class_name": "Add", "config": {"name": "a"}, "inbound_nodes": [[["i", 0, 0, {}], ["d", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "d", "units": 4}, "inbound_nodes": [[["a", 0, 0, {}]]]}]}})",
+          "the layers' graph has a cycle");
+  refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
+    {"class_name": "Dense", "config": {"name": "a", "units": 4}, "inbound_nodes": [[["i", 0, 0, {}]]]},
+    {"class_name": "Concatenate", "config": {"name": "c", "axis": 0},
+     "inbound_nodes": [[["i", 0, 0, {}], ["a", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}, "inbound_nodes": [[["c", 0, 0, {}]]]}]}})",
+          "layer 'c' (Concatenate): option 'axis' = 0");
   absl::StatusOr<std::string> missing = ReadModelFile("/nonexistent/model.json");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("/nonexistent/model.json"), std::string::npos);

@@ -60,6 +60,123 @@ double StandardNormal(std::mt19937_64& rng) {
 
 }  // namespace
 
+namespace {
+
+std::string ShapeText(const ActivationShape& s) {
+  return absl::StrCat(s.h, "x", s.w, "x", s.c, s.flat ? " (after Flatten)" : "");
+}
+
+const char* MergeName(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kAdd: return "Add";
+    case LayerKind::kSubtract: return "Subtract";
+    case LayerKind::kMultiply: return "Multiply";
+    case LayerKind::kAverage: return "Average";
+    default: return "Concatenate";
+  }
+}
+
+// The output shape of merge node `l` over `in`, or InvalidArgument
+// beginning with `where`.
+absl::StatusOr<ActivationShape> MergeShape(const LayerSpec& l, const std::string& where,
+                                           const std::vector<ActivationShape>& in) {
+  const char* what = MergeName(l.kind);
+  const size_t want = l.kind == LayerKind::kSubtract ? 2 : 0;
+  if (in.size() < 2 || (want != 0 && in.size() != want)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", what, " needs ", want != 0 ? "exactly 2" : "at least 2", " inputs, has ",
+        in.size()));
+  }
+  ActivationShape out = in[0];
+  const bool spatial = !(in[0].flat || (in[0].h == 1 && in[0].w == 1));
+  if (l.kind == LayerKind::kConcatenate && l.axis != -1 && l.axis != (spatial ? 3 : 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": Concatenate axis ", l.axis,
+                                                   " is not the last axis of its inputs (",
+                                                   spatial ? 3 : 1, " or -1)"));
+  }
+  for (size_t k = 1; k < in.size(); ++k) {
+    const bool concat = l.kind == LayerKind::kConcatenate;
+    const bool fits = in[k].h == in[0].h && in[k].w == in[0].w && (concat || in[k].c == in[0].c);
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", what, " of inputs shaped ", ShapeText(in[0]), " and ", ShapeText(in[k]),
+          concat ? " (only the channels may differ)" : " (they must be the same)"));
+    }
+    if (concat) out.c += in[k].c;
+  }
+  return out;
+}
+
+// The output shape of node `l` (not a merge) over `x`.
+absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string& where,
+                                           ActivationShape x) {
+  auto misfit = [&](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", what, " does not fit its input ", ShapeText(x)));
+  };
+  switch (l.kind) {
+    case LayerKind::kConv2D:
+    case LayerKind::kMaxPool2D:
+    case LayerKind::kAvgPool2D: {
+      const bool conv = l.kind == LayerKind::kConv2D;
+      const std::string what =
+          absl::StrCat(conv ? "Conv2D kernel " : "pool window ", l.window_h, "x", l.window_w,
+                       " stride ", l.stride_h, "x", l.stride_w);
+      if (x.flat || l.window_h < 1 || l.window_w < 1 || l.stride_h < 1 || l.stride_w < 1 ||
+          (conv && l.units < 1)) {
+        return misfit(what);
+      }
+      const int oh = OutputSize(x.h, l.window_h, l.stride_h, l.padding);
+      const int ow = OutputSize(x.w, l.window_w, l.stride_w, l.padding);
+      if (oh < 1 || ow < 1) return misfit(what);
+      return ActivationShape{oh, ow, conv ? l.units : x.c, false};
+    }
+    case LayerKind::kGlobalAvgPool2D:
+      if (x.flat) return misfit("GlobalAveragePooling2D");
+      return ActivationShape{1, 1, x.c, true};
+    case LayerKind::kFlatten:
+      return ActivationShape{1, 1, x.h * x.w * x.c, true};
+    case LayerKind::kDense:
+      // Keras applies Dense to the last axis; on a 1x1 spatial input that
+      // is the whole example, anything else needs a Flatten first.
+      if (!x.flat && (x.h != 1 || x.w != 1)) {
+        return misfit("Dense (it needs a Flatten before it)");
+      }
+      if (l.units < 1) return misfit(absl::StrCat("Dense of ", l.units, " units"));
+      return ActivationShape{1, 1, l.units, true};
+    default:  // BatchNormalization, Dropout, Activation: the same shape
+      return x;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ActivationShape>> NodeShapes(const ModelSpec& spec) {
+  std::vector<ActivationShape> shapes;
+  const ActivationShape input{spec.input_height, spec.input_width, spec.input_channels, false};
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
+    const std::string where = absl::StrCat("model \"", spec.name, "\": layer ", l.name);
+    std::vector<ActivationShape> in;
+    for (int j : l.inputs) {
+      if (j != kModelInput && (j < 0 || j >= static_cast<int>(i))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": reads node ", j, ", which does not come before it (a cycle?)"));
+      }
+      in.push_back(j == kModelInput ? input : shapes[j]);
+    }
+    if (!IsMerge(l.kind) && in.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": reads ", in.size(), " inputs; only merging layers read several"));
+    }
+    absl::StatusOr<ActivationShape> out =
+        IsMerge(l.kind) ? MergeShape(l, where, in) : LayerShape(l, where, in[0]);
+    if (!out.ok()) return out.status();
+    shapes.push_back(*out);
+  }
+  return shapes;
+}
+
 absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
                                          int num_classes,
                                          std::vector<LayerSpec> layers) {
@@ -75,11 +192,33 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
         absl::StrCat("model \"", spec.name, "\": input shape ", h, "x", w, "x",
                      c, " is not positive"));
   }
+  if (spec.layers.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model \"", spec.name, "\" has no layers"));
+  }
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    std::vector<int>& in = spec.layers[i].inputs;
+    if (in.empty()) in.push_back(static_cast<int>(i) - 1);  // -1: kModelInput
+  }
+  absl::StatusOr<std::vector<ActivationShape>> shapes = NodeShapes(spec);
+  if (!shapes.ok()) return shapes.status();
   int64_t offset = 0;
+  // A layer applied again (a second node of the same name) reuses its
+  // variables, which must then have the same shapes.
+  absl::Status shared_misfit;
   auto add = [&](const std::string& var, std::vector<int64_t> shape,
                  Initializer init, int64_t fan_in, int64_t fan_out,
                  VariableRole role = VariableRole::kTrainable,
                  float momentum = 0.0f) {
+    for (const VariableSpec& v : spec.variables) {
+      if (v.name != var) continue;
+      if (v.shape != shape && shared_misfit.ok()) {
+        shared_misfit = absl::InvalidArgumentError(absl::StrCat(
+            "model \"", spec.name, "\": layer ", var.substr(0, var.rfind('/')),
+            " is applied to inputs of different shapes: its variable ", var, " would be [",
+            absl::StrJoin(shape, ","), "] and [", absl::StrJoin(v.shape, ","), "]"));
+      }
+      return;
+    }
     VariableSpec v;
     v.name = var;
     v.shape = std::move(shape);
@@ -94,76 +233,35 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
     offset += v.size;
     spec.variables.push_back(std::move(v));
   };
-  bool flat = false;  // after Flatten or GlobalAveragePooling2D: h = w = 1
-  for (const LayerSpec& l : spec.layers) {
-    const std::string where =
-        absl::StrCat("model \"", spec.name, "\": layer ", l.name);
-    auto misfit = [&](const std::string& what) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": ", what, " does not fit its input ", h, "x", w, "x", c,
-          flat ? " (after Flatten)" : ""));
-    };
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
+    const int j = l.inputs[0];
+    const int in_c = j == kModelInput ? c : (*shapes)[j].c;
     switch (l.kind) {
-      case LayerKind::kConv2D:
-      case LayerKind::kMaxPool2D:
-      case LayerKind::kAvgPool2D: {
-        const bool conv = l.kind == LayerKind::kConv2D;
-        const std::string what = absl::StrCat(
-            conv ? "Conv2D kernel " : "pool window ", l.window_h, "x",
-            l.window_w, " stride ", l.stride_h, "x", l.stride_w);
-        if (flat || l.window_h < 1 || l.window_w < 1 || l.stride_h < 1 ||
-            l.stride_w < 1 || (conv && l.units < 1)) {
-          return misfit(what);
-        }
-        const int oh = OutputSize(h, l.window_h, l.stride_h, l.padding);
-        const int ow = OutputSize(w, l.window_w, l.stride_w, l.padding);
-        if (oh < 1 || ow < 1) return misfit(what);
-        if (conv) {
-          const int64_t taps = static_cast<int64_t>(l.window_h) * l.window_w;
-          add(l.name + "/kernel", {l.window_h, l.window_w, c, l.units},
-              Initializer::GlorotUniform(), taps * c, taps * l.units);
-          if (l.use_bias) add(l.name + "/bias", {l.units}, Initializer(), 0, 0);
-          c = l.units;
-        }
-        h = oh;
-        w = ow;
+      case LayerKind::kConv2D: {
+        const int64_t taps = static_cast<int64_t>(l.window_h) * l.window_w;
+        add(l.name + "/kernel", {l.window_h, l.window_w, in_c, l.units},
+            Initializer::GlorotUniform(), taps * in_c, taps * l.units);
+        if (l.use_bias) add(l.name + "/bias", {l.units}, Initializer(), 0, 0);
         break;
       }
-      case LayerKind::kGlobalAvgPool2D:
-        if (flat) return misfit("GlobalAveragePooling2D");
-        h = w = 1;
-        flat = true;
-        break;
-      case LayerKind::kFlatten:
-        c = h * w * c;
-        h = w = 1;
-        flat = true;
-        break;
       case LayerKind::kDense:
-        // Keras applies Dense to the last axis; on a 1x1 spatial input that
-        // is the whole example, anything else needs a Flatten first.
-        if (!flat && (h != 1 || w != 1)) {
-          return misfit("Dense (it needs a Flatten before it)");
-        }
-        if (l.units < 1) return misfit(absl::StrCat("Dense of ", l.units, " units"));
-        add(l.name + "/kernel", {c, l.units}, Initializer::GlorotUniform(), c,
-            l.units);
+        add(l.name + "/kernel", {in_c, l.units}, Initializer::GlorotUniform(), in_c, l.units);
         if (l.use_bias) add(l.name + "/bias", {l.units}, Initializer(), 0, 0);
-        c = l.units;
         break;
       case LayerKind::kBatchNorm:
-        if (l.scale) add(l.name + "/gamma", {c}, Initializer::Ones(), 0, 0);
-        if (l.center) add(l.name + "/beta", {c}, Initializer(), 0, 0);
-        add(l.name + "/moving_mean", {c}, Initializer(), 0, 0,
+        if (l.scale) add(l.name + "/gamma", {in_c}, Initializer::Ones(), 0, 0);
+        if (l.center) add(l.name + "/beta", {in_c}, Initializer(), 0, 0);
+        add(l.name + "/moving_mean", {in_c}, Initializer(), 0, 0,
             VariableRole::kMovingMean, l.momentum);
-        add(l.name + "/moving_variance", {c}, Initializer::Ones(), 0, 0,
+        add(l.name + "/moving_variance", {in_c}, Initializer::Ones(), 0, 0,
             VariableRole::kMovingVariance, l.momentum);
         break;
-      case LayerKind::kDropout:
-      case LayerKind::kActivation:
+      default:
         break;
     }
   }
+  if (!shared_misfit.ok()) return shared_misfit;
   spec.num_parameters = offset;
   return spec;
 }

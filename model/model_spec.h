@@ -26,7 +26,22 @@ enum class LayerKind {
   kDropout,
   kActivation,  // Keras Activation and ReLU layers
   kBatchNorm,
+  // Merges of several inputs of one shape (Keras's merging layers):
+  // element-wise sum, difference of two, product, mean; Concatenate joins
+  // them along the channel (last) axis.
+  kAdd,
+  kSubtract,
+  kMultiply,
+  kAverage,
+  kConcatenate,
 };
+
+// Whether `kind` merges several inputs.
+inline bool IsMerge(LayerKind kind) {
+  return kind == LayerKind::kAdd || kind == LayerKind::kSubtract ||
+         kind == LayerKind::kMultiply || kind == LayerKind::kAverage ||
+         kind == LayerKind::kConcatenate;
+}
 
 // kSoftmax only on the last layer (or a last Activation layer), where it is
 // fused with the cross-entropy loss: the layer below it produces logits.
@@ -38,10 +53,18 @@ enum class Activation { kNone, kRelu, kSigmoid, kTanh, kSoftmax };
 // pad_total / 2).
 enum class Padding { kValid, kSame };
 
-// One layer. Activations are NHWC (Keras channels_last).
+// One layer, or one application of a layer: a model is a graph whose
+// nodes are these, in an order where every node comes after its inputs.
+// A Keras layer applied twice is two nodes with the same name, and so the
+// same variables (its weights are shared). Activations are NHWC (Keras
+// channels_last).
 struct LayerSpec {
   LayerKind kind = LayerKind::kDense;
   std::string name;      // the Keras layer name; variables are "<name>/<var>"
+  // The nodes this one reads, by index in ModelSpec::layers; kModelInput
+  // for the model's input. BuildModelSpec makes an empty list {i - 1}
+  // (a chain, as a Sequential model). The last node is the model's output.
+  std::vector<int> inputs;
   int units = 0;         // kConv2D: filters; kDense: output units
   int window_h = 0;      // kConv2D: kernel; pools: pool window
   int window_w = 0;
@@ -56,6 +79,7 @@ struct LayerSpec {
   float epsilon = 1e-3f;
   bool center = true;    // has beta
   bool scale = true;     // has gamma
+  int axis = -1;         // kConcatenate: -1 or the last axis's index
 };
 
 // Keras initializers. The named ones (GlorotUniform, HeNormal, ...) are
@@ -118,6 +142,9 @@ struct VariableSpec {
   int64_t size = 0;       // number of elements
 };
 
+// LayerSpec::inputs' name for the model's input.
+inline constexpr int kModelInput = -1;
+
 struct ModelSpec {
   std::string name;
   int input_height = 0;
@@ -130,6 +157,20 @@ struct ModelSpec {
   std::vector<VariableSpec> variables;
   int64_t num_parameters = 0;
 };
+
+// An activation's shape per example: height x width x channels, NHWC;
+// `flat` after a Flatten (then h = w = 1).
+struct ActivationShape {
+  int h = 0, w = 0, c = 0;
+  bool flat = false;
+  int64_t size() const { return int64_t{h} * w * c; }
+};
+
+// Each node's output shape, in node order, and checks the graph: inputs
+// that come before the node (no cycles), the right number of them, merges
+// of fitting shapes, windows that fit. InvalidArgument naming the node
+// otherwise. Used by BuildModelSpec and by every backend's plan.
+absl::StatusOr<std::vector<ActivationShape>> NodeShapes(const ModelSpec& spec);
 
 // Derives every variable (name, shape, fans, role, offset) of `layers` over
 // the input shape, with Keras's default initializers (Glorot-uniform

@@ -60,6 +60,13 @@ class GeneralKernels {
   virtual void ActivationGrad(int64_t n, ActivationFn f, const float* y,
                               const float* dy, float* dx) const = 0;
   virtual void Copy(int64_t n, const float* x, float* y) const = 0;
+  // The graph's merges: y += alpha x; y = alpha x (x may equal y);
+  // y = a * b element-wise; dst[r, c] = src[r, c] for c < width, r < rows.
+  virtual void Axpy(int64_t n, float alpha, const float* x, float* y) const = 0;
+  virtual void Scale(int64_t n, float alpha, const float* x, float* y) const = 0;
+  virtual void Multiply(int64_t n, const float* a, const float* b, float* y) const = 0;
+  virtual void CopyColumns(int64_t rows, int width, const float* src, int src_stride,
+                           float* dst, int dst_stride) const = 0;
   virtual void Dropout(const DropoutShape& s, const float* x,
                        float* y) const = 0;
   virtual void BatchNormTraining(int64_t rows, int channels, const float* x,

@@ -51,6 +51,55 @@ struct CopyFn {
   }
 };
 
+// y[i] += alpha * x[i]: a graph's sums (Add, Subtract, Average) and a
+// gradient added to one another consumer already wrote.
+struct AxpyFn {
+  float alpha;
+  const float* x;
+  float* y;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    y[i] += alpha * x[i];
+  }
+};
+
+// y[i] = alpha * x[i]; x may equal y.
+struct ScaleFn {
+  float alpha;
+  const float* x;
+  float* y;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    y[i] = alpha * x[i];
+  }
+};
+
+// y[i] = a[i] * b[i] (Multiply); any of them may alias.
+struct MultiplyFn {
+  const float* a;
+  const float* b;
+  float* y;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    y[i] = a[i] * b[i];
+  }
+};
+
+// dst[r, c] = src[r, c] for c < width over rows of the given strides:
+// Concatenate's channel blocks, forward and back.
+struct CopyColumnsFn {
+  int width;
+  const float* src;
+  int src_stride;
+  float* dst;
+  int dst_stride;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const {
+    const I r = i / static_cast<I>(width), c = i % static_cast<I>(width);
+    dst[int64_t{r} * dst_stride + c] = src[int64_t{r} * src_stride + c];
+  }
+};
+
 // The output pixel's window origin in the input (may be negative: padding).
 struct WindowGeometry {
   int in_h, in_w, in_c, window_h, window_w, stride_h, stride_w, pad_top,
@@ -675,6 +724,27 @@ void Copy(const Exec& e, int64_t n, const float* x, float* y) {
   e.ForEach("Copy", n, CopyFn{x, y});
 }
 
+template <typename Exec>
+void Axpy(const Exec& e, int64_t n, float alpha, const float* x, float* y) {
+  e.ForEach("Axpy", n, AxpyFn{alpha, x, y});
+}
+
+template <typename Exec>
+void Scale(const Exec& e, int64_t n, float alpha, const float* x, float* y) {
+  e.ForEach("Scale", n, ScaleFn{alpha, x, y});
+}
+
+template <typename Exec>
+void Multiply(const Exec& e, int64_t n, const float* a, const float* b, float* y) {
+  e.ForEach("Multiply", n, MultiplyFn{a, b, y});
+}
+
+template <typename Exec>
+void CopyColumns(const Exec& e, int64_t rows, int width, const float* src, int src_stride,
+                 float* dst, int dst_stride) {
+  e.ForEach("CopyColumns", rows * width, CopyColumnsFn{width, src, src_stride, dst, dst_stride});
+}
+
 // DropoutForward/Backward's contract (the same function both ways).
 template <typename Exec>
 void Dropout(const Exec& e, const DropoutShape& s, const float* x, float* y) {
@@ -812,6 +882,19 @@ class ExecGeneralKernels final : public GeneralKernels {
   }
   void Copy(int64_t n, const float* x, float* y) const override {
     parallel::Copy(e_, n, x, y);
+  }
+  void Axpy(int64_t n, float alpha, const float* x, float* y) const override {
+    parallel::Axpy(e_, n, alpha, x, y);
+  }
+  void Scale(int64_t n, float alpha, const float* x, float* y) const override {
+    parallel::Scale(e_, n, alpha, x, y);
+  }
+  void Multiply(int64_t n, const float* a, const float* b, float* y) const override {
+    parallel::Multiply(e_, n, a, b, y);
+  }
+  void CopyColumns(int64_t rows, int width, const float* src, int src_stride, float* dst,
+                   int dst_stride) const override {
+    parallel::CopyColumns(e_, rows, width, src, src_stride, dst, dst_stride);
   }
   void Dropout(const DropoutShape& s, const float* x, float* y) const override {
     parallel::Dropout(e_, s, x, y);

@@ -668,6 +668,13 @@ absl::StatusOr<ReferenceStep> TrainStep(const ModelSpec& spec, const float* para
                                         const float* images, const uint8_t* labels, int batch,
                                         uint64_t seed, uint64_t step_key) {
   if (batch < 1) return absl::InvalidArgumentError("reference: batch must be positive");
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const std::vector<int>& in = spec.layers[i].inputs;
+    if (!in.empty() && in != std::vector<int>{static_cast<int>(i) - 1}) {
+      return absl::InvalidArgumentError(absl::StrCat("reference: layer ", spec.layers[i].name,
+                                                     " is not in a chain; it runs chains only"));
+    }
+  }
   return Reference(spec, params, batch, seed, step_key).Run(images, labels);
 }
 

@@ -110,6 +110,35 @@ inline ModelSpec StridedModel() {
        Dense("out", 3, Activation::kNone)});
 }
 
+// `l` reading nodes `inputs` (kModelInput: the image).
+inline LayerSpec From(LayerSpec l, std::vector<int> inputs) {
+  l.inputs = std::move(inputs);
+  return l;
+}
+
+// A graph with every merge, a layer applied twice (its weights shared and
+// its gradient the sum of both uses'), a node read by several others and
+// one read twice by a merge, BN and Dropout on branches.
+inline ModelSpec GraphModel() {
+  const int in = kModelInput;
+  return *BuildModelSpec(
+      "graph", 6, 5, 2, 3,
+      {From(Conv("conv_a", 3, 3, 3, 1, Padding::kSame, Activation::kTanh), {in}),      // 0
+       From(Conv("conv_b", 3, 3, 2, 1, Padding::kSame, Activation::kNone), {in}),      // 1
+       From(L(LayerKind::kAdd, "sum"), {0, 1}),                                        // 2
+       From(L(LayerKind::kSubtract, "diff"), {0, 1}),                                  // 3
+       From(L(LayerKind::kMultiply, "prod"), {2, 3, 0}),                               // 4
+       From(L(LayerKind::kAverage, "mean"), {1, 2, 2}),                                // 5
+       From(Bn("bn"), {4}),                                                            // 6
+       From(L(LayerKind::kConcatenate, "cat"), {6, 5, 0}),                             // 7
+       From(Conv("shared", 9, 1, 1, 1, Padding::kValid, Activation::kSigmoid), {7}),   // 8
+       From(Conv("shared", 9, 1, 1, 1, Padding::kValid, Activation::kSigmoid), {8}),   // 9
+       From(Drop("drop", 0.25f), {9}),                                                 // 10
+       From(L(LayerKind::kAdd, "skip"), {10, 7}),                                      // 11
+       From(L(LayerKind::kGlobalAvgPool2D, "gap"), {11}),                              // 12
+       From(Dense("out", 3, Activation::kNone), {12})});                               // 13
+}
+
 struct Problem {
   ModelSpec spec;
   std::vector<float> params, images;
@@ -148,10 +177,11 @@ struct ReferenceCase {
 
 // tests/fixtures/tfjs_reference/reference.json; throws std::runtime_error
 // naming what is wrong with it.
-inline std::vector<ReferenceCase> LoadTfjsReference() {
-  const char* path = "tests/fixtures/tfjs_reference/reference.json";
+// `path`: reference.json (chains) or graphs.json (Functional graphs).
+inline std::vector<ReferenceCase> LoadTfjsReference(
+    const std::string& path = "tests/fixtures/tfjs_reference/reference.json") {
   std::ifstream in(path);
-  if (!in.good()) throw std::runtime_error(std::string("cannot read ") + path);
+  if (!in.good()) throw std::runtime_error("cannot read " + path);
   const nlohmann::json ref = nlohmann::json::parse(in);
   std::vector<ReferenceCase> cases;
   for (const nlohmann::json& m : ref["models"]) {
