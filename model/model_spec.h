@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/loss.h"
 
 namespace pscluster {
 
@@ -150,7 +151,8 @@ struct ModelSpec {
   int input_height = 0;
   int input_width = 0;
   int input_channels = 0;
-  int num_classes = 0;
+  int num_classes = 0;  // the output's width: classes, or K outputs
+  LossKind loss = LossKind::kSparseCategoricalCrossentropy;
   std::vector<LayerSpec> layers;
   // In layer order; within a layer in Keras's get_weights() order: kernel,
   // bias; gamma, beta, moving_mean, moving_variance.
