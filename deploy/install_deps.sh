@@ -9,14 +9,15 @@
 set -euo pipefail
 
 # Building and running the daemons (libzip: NumPy .npz data and .keras
-# model archives).
+# model archives; libhdf5-dev: Keras weight files for the chief's
+# --initial_weights).
 BUILD_PACKAGES=(
   bazel-bootstrap g++ git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libopenblas-dev libeigen3-dev zlib1g-dev
-  libzip-dev
+  libzip-dev libhdf5-dev
   prometheus-cpp-dev
   ca-certificates curl
 )
@@ -46,6 +47,9 @@ BUILD_PACKAGES=(
 #   perl                       tests/train_sh_test.sh (Ctrl-C of a background job)
 #   gnuplot-nox                tests/bench/async_scale.cc (its PNG of images/s
 #                              and accuracy against the worker count)
+#   python3-h5py               tests/fixtures/keras/make_keras_weights.py (Keras
+#                              weight files: the fixtures, and initial_weights_test's
+#                              .keras archive of a trained model)
 #   xz-utils                   deploy/gpu/pack.sh --xz and tests/gpu_pack_test.sh
 #                              (tar -J); strip, readelf and objdump come with
 #                              g++'s binutils
@@ -53,7 +57,7 @@ TEST_PACKAGES=(
   clang libclang-rt-14-dev
   iproute2
   kubernetes-client
-  docker-compose docker.io debootstrap python3-yaml python3-numpy jq
+  docker-compose docker.io debootstrap python3-yaml python3-numpy python3-h5py jq
   openssl perl gnuplot-nox xz-utils
 )
 

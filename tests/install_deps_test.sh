@@ -8,7 +8,8 @@
 # (docker_run_test.sh), jq, openssl, perl, curl, gnuplot (the async_scale
 # benchmark's PNG), xz, strip, readelf and objdump (the GPU pack and
 # gpu_pack_test.sh), and Debian's python3 with numpy (cnn_test's
-# keras_model_forward.py) and yaml (deploy tests).
+# keras_model_forward.py), yaml (deploy tests) and h5py
+# (make_keras_weights.py).
 #
 # Usage: tests/install_deps_test.sh [IGNORED]   (run_all.sh passes the MNIST folder)
 # Prints PASS:/FAIL:/SKIP: lines; exit status 0 when nothing failed.
@@ -62,8 +63,8 @@ for c in clang clang++ ip kubectl docker-compose dockerd containerd /usr/bin/doc
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 [ ${#missing[@]} -eq 0 ] && pass "the tests' commands are on PATH" || fail "not on PATH: ${missing[*]}"
-out="$(/usr/bin/python3 -c 'import numpy, yaml; print(numpy.__version__)' 2>&1)" &&
-  pass "/usr/bin/python3 has numpy $out and yaml" || fail "/usr/bin/python3: $out"
+out="$(/usr/bin/python3 -c 'import numpy, yaml, h5py; print(numpy.__version__)' 2>&1)" &&
+  pass "/usr/bin/python3 has numpy $out, yaml and h5py" || fail "/usr/bin/python3: $out"
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' \
   >"$tmp/probe.cc"
 if out="$(clang++ -fsanitize=fuzzer,address,undefined "$tmp/probe.cc" -o "$tmp/probe" 2>&1)" &&

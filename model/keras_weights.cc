@@ -1,0 +1,393 @@
+#include "model/keras_weights.h"
+
+#include <hdf5/serial/hdf5.h>
+#include <zip.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/base/const_init.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+
+namespace pscluster {
+namespace {
+
+// HDF5 keeps global state (its error stack, its id tables): one caller at
+// a time.
+ABSL_CONST_INIT absl::Mutex hdf5_mu(absl::kConstInit);
+
+// An HDF5 id, closed with `close` when it goes.
+class Id {
+ public:
+  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  ~Id() {
+    if (id_ >= 0) close_(id_);
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+absl::Status Bad(const std::string& source, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// Names of the links in group `loc`, in name order.
+std::vector<std::string> Children(hid_t loc) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5Literate(
+      loc, H5_INDEX_NAME, H5_ITER_INC, &idx,
+      [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+        if (info->type == H5L_TYPE_HARD) {
+          static_cast<std::vector<std::string>*>(data)->push_back(name);
+        }
+        return 0;
+      },
+      &names);
+  return names;
+}
+
+// Every dataset under group `loc` (whose path is `prefix`), as full paths.
+void Datasets(hid_t loc, const std::string& prefix, int depth, std::vector<std::string>* out) {
+  if (depth > 32) return;  // deeper than any Keras file: a cycle of hard links
+  for (const std::string& name : Children(loc)) {
+    Id obj(H5Oopen(loc, name.c_str(), H5P_DEFAULT), H5Oclose);
+    if (!obj.ok()) continue;
+    const std::string path = prefix.empty() ? name : absl::StrCat(prefix, "/", name);
+    const H5I_type_t type = H5Iget_type(obj.get());
+    if (type == H5I_DATASET) {
+      out->push_back(path);
+    } else if (type == H5I_GROUP) {
+      Datasets(obj.get(), path, depth + 1, out);
+    }
+  }
+}
+
+bool HasLink(hid_t loc, const std::string& path) {
+  // H5Lexists wants each intermediate link to exist: check them in turn.
+  std::string sofar;
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    sofar = sofar.empty() ? std::string(part) : absl::StrCat(sofar, "/", part);
+    if (H5Lexists(loc, sofar.c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return true;
+}
+
+// A scalar string attribute of `obj`; "" when there is none.
+std::string StringAttribute(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) return "";
+  Id attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok()) return "";
+  Id type(H5Aget_type(attr.get()), H5Tclose);
+  Id space(H5Aget_space(attr.get()), H5Sclose);
+  if (!type.ok() || !space.ok() || H5Tget_class(type.get()) != H5T_STRING ||
+      H5Sget_simple_extent_npoints(space.get()) != 1) {
+    return "";
+  }
+  Id mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(mem.get(), H5Tget_cset(type.get()));  // h5py writes UTF-8
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    char* s = nullptr;
+    if (H5Aread(attr.get(), mem.get(), &s) < 0 || s == nullptr) return "";
+    std::string out(s);
+    H5free_memory(s);
+    return out;
+  }
+  const size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (1 << 20)) return "";
+  H5Tset_size(mem.get(), size);
+  std::string out(size, '\0');
+  if (H5Aread(attr.get(), mem.get(), out.data()) < 0) return "";
+  out.resize(strnlen(out.data(), size));
+  return out;
+}
+
+// What a dataset's type is called in messages.
+std::string TypeName(hid_t dataset, hid_t type) {
+  // Keras writes bfloat16 variables with a dtype attribute.
+  if (std::string d = StringAttribute(dataset, "dtype"); !d.empty()) return d;
+  const size_t bits = H5Tget_size(type) * 8;
+  switch (H5Tget_class(type)) {
+    case H5T_FLOAT:
+      return absl::StrCat("float", bits);
+    case H5T_INTEGER:
+      return absl::StrCat(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", bits);
+    case H5T_STRING:
+      return "string";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_ARRAY:
+      return "array";
+    default:
+      return "an unknown type";
+  }
+}
+
+// Reads the dataset at `path`: shape, type and (float32) values.
+absl::Status ReadDataset(hid_t file, const std::string& path, const std::string& source,
+                         FileTensor* t) {
+  t->where = path;
+  Id ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.ok()) return Bad(source, absl::StrCat(path, ": cannot open the dataset"));
+  Id space(H5Dget_space(ds.get()), H5Sclose);
+  Id type(H5Dget_type(ds.get()), H5Tclose);
+  if (!space.ok() || !type.ok()) {
+    return Bad(source, absl::StrCat(path, ": cannot read its shape or type"));
+  }
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0 || rank > 32) return Bad(source, absl::StrCat(path, ": rank ", rank));
+  std::vector<hsize_t> dims(rank);
+  if (rank > 0 && H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) {
+    return Bad(source, absl::StrCat(path, ": cannot read its shape"));
+  }
+  int64_t count = 1;
+  for (hsize_t d : dims) {
+    if (d > (hsize_t{1} << 40)) return Bad(source, absl::StrCat(path, ": dimension ", d));
+    t->shape.push_back(static_cast<int64_t>(d));
+    count *= static_cast<int64_t>(d);
+    if (count > (int64_t{1} << 40)) return Bad(source, absl::StrCat(path, ": too large"));
+  }
+  const bool f32 = H5Tget_class(type.get()) == H5T_FLOAT && H5Tget_size(type.get()) == 4 &&
+                   StringAttribute(ds.get(), "dtype").empty();
+  t->dtype = f32 ? "float32" : TypeName(ds.get(), type.get());
+  if (!f32) return absl::OkStatus();
+  t->values.resize(count);
+  if (count > 0 && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                           t->values.data()) < 0) {
+    return Bad(source, absl::StrCat(path, ": cannot read its values"));
+  }
+  return absl::OkStatus();
+}
+
+// Keras 3: the model's layers with variables, each under its group's
+// name (class prefix numbered in first-application order), and each
+// layer's variables in order.
+struct Keras3Names {
+  std::map<std::string, std::string> layer_of_group;  // "dense_1" -> "fc"
+  std::map<std::string, std::vector<std::string>> variables;  // "fc" -> {"fc/kernel", ...}
+};
+
+Keras3Names NamesFor(const ModelSpec& spec) {
+  Keras3Names n;
+  std::map<std::string, int> used;
+  std::set<std::string> seen;
+  for (const LayerSpec& l : spec.layers) {
+    if (!seen.insert(l.name).second) continue;  // a shared layer's later application
+    const std::string prefix = KerasGroupPrefix(l.kind);
+    if (prefix.empty()) continue;
+    const int k = used[prefix]++;
+    n.layer_of_group[k == 0 ? prefix : absl::StrCat(prefix, "_", k)] = l.name;
+  }
+  for (const VariableSpec& v : spec.variables) {
+    n.variables[v.name.substr(0, v.name.rfind('/'))].push_back(v.name);
+  }
+  return n;
+}
+
+absl::StatusOr<std::vector<FileTensor>> ReadKeras3(hid_t file, const std::string& root,
+                                                   const std::string& source,
+                                                   const ModelSpec& spec) {
+  const Keras3Names names = NamesFor(spec);
+  Id layers(H5Gopen2(file, root.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!layers.ok()) return Bad(source, absl::StrCat(root, " is not a group"));
+  std::vector<std::string> paths;
+  Datasets(layers.get(), root, 0, &paths);
+  std::map<std::string, std::string> named;  // group -> its vars' "name" attribute
+  std::vector<FileTensor> out;
+  for (const std::string& path : paths) {
+    FileTensor t;
+    if (absl::Status s = ReadDataset(file, path, source, &t); !s.ok()) return s;
+    // <root>/<group>/vars/<i>; anything else (a nested model's layers, a
+    // layer's own sub-objects) is for no variable of ours.
+    const std::vector<std::string> parts = absl::StrSplit(path, '/');
+    int index = -1;
+    if (parts.size() == 4 && parts[2] == "vars" && absl::SimpleAtoi(parts[3], &index) &&
+        index >= 0 && absl::StrCat(index) == parts[3]) {
+      const std::string& group = parts[1];
+      auto attr = named.find(group);
+      if (attr == named.end()) {
+        Id vars(H5Gopen2(file, absl::StrCat(root, "/", group, "/vars").c_str(), H5P_DEFAULT),
+                H5Gclose);
+        attr = named.emplace(group, vars.ok() ? StringAttribute(vars.get(), "name") : "").first;
+      }
+      std::string layer = attr->second;
+      if (layer.empty()) {
+        auto it = names.layer_of_group.find(group);
+        if (it != names.layer_of_group.end()) layer = it->second;
+      }
+      auto vars = names.variables.find(layer);
+      if (vars != names.variables.end() && index < static_cast<int>(vars->second.size())) {
+        t.variable = vars->second[index];
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Keras 2: <layer>/.../<var>:<n> under `root` ("" or "model_weights").
+absl::StatusOr<std::vector<FileTensor>> ReadKeras2(hid_t file, const std::string& root,
+                                                   const std::string& source) {
+  std::vector<std::string> paths;
+  if (root.empty()) {
+    Datasets(file, "", 0, &paths);
+  } else {
+    Id group(H5Gopen2(file, root.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!group.ok()) return Bad(source, absl::StrCat(root, " is not a group"));
+    Datasets(group.get(), root, 0, &paths);
+  }
+  std::vector<FileTensor> out;
+  for (const std::string& path : paths) {
+    std::vector<std::string> parts = absl::StrSplit(path, '/');
+    if (!root.empty()) parts.erase(parts.begin());
+    if (parts[0] == "optimizer_weights") continue;  // the optimizer's state
+    FileTensor t;
+    if (absl::Status s = ReadDataset(file, path, source, &t); !s.ok()) return s;
+    if (parts.size() >= 2) {
+      std::string var = parts.back();
+      if (const size_t colon = var.rfind(':'); colon != std::string::npos) var.resize(colon);
+      t.variable = absl::StrCat(parts[0], "/", var);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<FileTensor>> ReadOpenFile(hid_t file, const std::string& source,
+                                                     const ModelSpec& spec) {
+  for (const char* root : {"layers", "_layer_checkpoint_dependencies"}) {
+    if (HasLink(file, root)) return ReadKeras3(file, root, source, spec);
+  }
+  if (H5Aexists(file, "layer_names") > 0) return ReadKeras2(file, "", source);
+  if (HasLink(file, "model_weights")) return ReadKeras2(file, "model_weights", source);
+  return Bad(source,
+             "neither Keras 3 weights (no layers/ group: model.save_weights(\"x.weights.h5\") "
+             "or a .keras archive's model.weights.h5) nor Keras 2 ones (no layer_names "
+             "attribute or model_weights/ group)");
+}
+
+// Silences HDF5's printing of its error stack while one call runs.
+class QuietErrors {
+ public:
+  QuietErrors() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// The bytes of `entry` in zip archive `path`.
+absl::StatusOr<std::string> ReadZipEntry(const std::string& path, const char* entry) {
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
+  if (z == nullptr) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, err);
+    const std::string why = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    return (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN)
+               ? absl::NotFoundError(absl::StrCat(path, ": ", why))
+               : Bad(path, absl::StrCat("not a .keras (zip) archive: ", why));
+  }
+  std::string bytes;
+  absl::Status st;
+  zip_stat_t info;
+  zip_file_t* f = nullptr;
+  if (zip_stat(z, entry, 0, &info) != 0 || !(info.valid & ZIP_STAT_SIZE)) {
+    st = Bad(path, absl::StrCat("the archive has no ", entry,
+                                " (saved without weights, or with weights_format=\"npz\")"));
+  } else if (info.size > (uint64_t{64} << 30)) {
+    st = Bad(path, absl::StrCat(entry, " is ", info.size, " bytes, more than 64 GiB"));
+  } else if ((f = zip_fopen(z, entry, 0)) == nullptr) {
+    st = Bad(path, absl::StrCat(entry, ": ", zip_strerror(z)));
+  } else {
+    bytes.resize(info.size);
+    const zip_int64_t n = zip_fread(f, bytes.data(), info.size);
+    if (n != static_cast<zip_int64_t>(info.size)) {
+      st = Bad(path, absl::StrCat(entry, ": ", zip_file_strerror(f)));
+    }
+    zip_fclose(f);
+  }
+  zip_discard(z);
+  if (!st.ok()) return st;
+  return bytes;
+}
+
+}  // namespace
+
+std::string KerasGroupPrefix(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kConv2D:
+      return "conv2d";
+    case LayerKind::kDense:
+      return "dense";
+    case LayerKind::kBatchNorm:
+      return "batch_normalization";
+    default:
+      return "";
+  }
+}
+
+absl::StatusOr<std::vector<FileTensor>> ParseKerasWeights(std::string_view h5_bytes,
+                                                          const std::string& source,
+                                                          const ModelSpec& spec) {
+  absl::MutexLock lock(&hdf5_mu);
+  QuietErrors quiet;
+  static constexpr char kSignature[] = "\x89HDF\r\n\x1a\n";
+  if (h5_bytes.size() < 8 || h5_bytes.substr(0, 8) != std::string_view(kSignature, 8)) {
+    return Bad(source, "not an HDF5 file (no HDF5 signature at its start)");
+  }
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // The core driver serves the file from memory; the image is copied.
+  if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0) < 0 ||
+      H5Pset_file_image(fapl.get(), const_cast<char*>(h5_bytes.data()), h5_bytes.size()) < 0) {
+    return absl::InternalError(absl::StrCat(source, ": cannot set up HDF5's memory driver"));
+  }
+  Id file(H5Fopen(source.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!file.ok()) return Bad(source, "not a readable HDF5 file");
+  return ReadOpenFile(file.get(), source, spec);
+}
+
+absl::StatusOr<std::vector<FileTensor>> ReadKerasWeights(const std::string& path,
+                                                         const ModelSpec& spec) {
+  if (absl::EndsWith(path, ".keras")) {
+    absl::StatusOr<std::string> h5 = ReadZipEntry(path, "model.weights.h5");
+    if (!h5.ok()) return h5.status();
+    return ParseKerasWeights(*h5, absl::StrCat(path, ": model.weights.h5"), spec);
+  }
+  absl::MutexLock lock(&hdf5_mu);
+  QuietErrors quiet;
+  FILE* probe = std::fopen(path.c_str(), "rb");
+  if (probe == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open it"));
+  std::fclose(probe);
+  if (H5Fis_hdf5(path.c_str()) <= 0) return Bad(path, "not an HDF5 file");
+  Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.ok()) return Bad(path, "not a readable HDF5 file");
+  return ReadOpenFile(file.get(), path, spec);
+}
+
+}  // namespace pscluster

@@ -1,0 +1,159 @@
+#include "model/keras_weights.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/keras_model.h"
+
+namespace pscluster {
+namespace {
+
+using ::testing::HasSubstr;
+
+// tests/fixtures/keras/make_keras_weights.py --fixtures: keras3_small.json
+// and its weights in each layout, variable k's element i = (k + 1) + i / 4096.
+const char kDir[] = "tests/fixtures/keras/";
+
+ModelSpec Small() {
+  absl::StatusOr<std::string> text = ReadModelFile(std::string(kDir) + "keras3_small.json");
+  EXPECT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(text.ok() ? *text : "", "keras3_small");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : ModelSpec();
+}
+
+std::map<std::string, const FileTensor*> ByVariable(const std::vector<FileTensor>& tensors) {
+  std::map<std::string, const FileTensor*> out;
+  for (const FileTensor& t : tensors) {
+    if (!t.variable.empty()) out[t.variable] = &t;
+  }
+  return out;
+}
+
+// Every variable of the small model found once, from `prefix`'s groups,
+// with its shape and every value in its place.
+void ExpectEveryValue(const std::vector<FileTensor>& tensors, const ModelSpec& spec) {
+  ASSERT_EQ(spec.variables.size(), 12u);
+  ASSERT_EQ(tensors.size(), spec.variables.size());
+  const std::map<std::string, const FileTensor*> by = ByVariable(tensors);
+  for (size_t k = 0; k < spec.variables.size(); ++k) {
+    const VariableSpec& v = spec.variables[k];
+    auto it = by.find(v.name);
+    ASSERT_NE(it, by.end()) << v.name;
+    const FileTensor& t = *it->second;
+    EXPECT_EQ(t.shape, v.shape) << v.name << " from " << t.where;
+    EXPECT_EQ(t.dtype, "float32") << t.where;
+    ASSERT_EQ(static_cast<int64_t>(t.values.size()), v.size) << t.where;
+    for (int64_t i = 0; i < v.size; ++i) {
+      ASSERT_EQ(t.values[i], static_cast<float>((k + 1) + i / 4096.0))
+          << v.name << "[" << i << "] from " << t.where;
+    }
+  }
+}
+
+TEST(KerasWeightsTest, GroupPrefixesAreKerasSnakeCaseClassNames) {
+  EXPECT_EQ(KerasGroupPrefix(LayerKind::kConv2D), "conv2d");
+  EXPECT_EQ(KerasGroupPrefix(LayerKind::kDense), "dense");
+  EXPECT_EQ(KerasGroupPrefix(LayerKind::kBatchNorm), "batch_normalization");
+  EXPECT_EQ(KerasGroupPrefix(LayerKind::kMaxPool2D), "");
+}
+
+TEST(KerasWeightsTest, ReadsKeras3WeightsH5ByClassGroupsInLayerOrder) {
+  const ModelSpec spec = Small();
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "keras3_small.weights.h5", spec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectEveryValue(*t, spec);
+  // conv2d_1 is the second Conv2D (conv_b), dense_1 the second Dense (out).
+  const std::map<std::string, const FileTensor*> by = ByVariable(*t);
+  EXPECT_EQ(by.at("conv_b/kernel")->where, "layers/conv2d_1/vars/0");
+  EXPECT_EQ(by.at("bn_a/moving_variance")->where, "layers/batch_normalization/vars/3");
+  EXPECT_EQ(by.at("out/bias")->where, "layers/dense_1/vars/1");
+}
+
+TEST(KerasWeightsTest, ReadsTheWeightsInsideAKerasArchive) {
+  const ModelSpec spec = Small();
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "keras3_small_trained.keras", spec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectEveryValue(*t, spec);
+}
+
+TEST(KerasWeightsTest, NameAttributesDecideOverTheGroupNumbering) {
+  // The two Dense groups are numbered the other way round; their vars
+  // groups' "name" attributes say which layer each is.
+  const ModelSpec spec = Small();
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "keras3_small_named.weights.h5", spec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectEveryValue(*t, spec);
+  EXPECT_EQ(ByVariable(*t).at("out/kernel")->where, "layers/dense/vars/0");
+}
+
+TEST(KerasWeightsTest, ReadsKeras213LayerCheckpointDependencies) {
+  const ModelSpec spec = Small();
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "keras3_small_2_13.weights.h5", spec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectEveryValue(*t, spec);
+  EXPECT_EQ(ByVariable(*t).at("fc/kernel")->where, "_layer_checkpoint_dependencies/dense/vars/0");
+}
+
+TEST(KerasWeightsTest, ReadsKeras2SaveWeightsByLayerAndWeightName) {
+  const ModelSpec spec = Small();
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "keras2_small.h5", spec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectEveryValue(*t, spec);
+  EXPECT_EQ(ByVariable(*t).at("bn_a/gamma")->where, "bn_a/bn_a/gamma:0");
+}
+
+TEST(KerasWeightsTest, MarksWhatNoVariableTakesAndKeepsOtherDtypes) {
+  const ModelSpec spec = Small();
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "keras3_small_bad.weights.h5", spec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::map<std::string, const FileTensor*> by_where;
+  for (const FileTensor& f : *t) by_where[f.where] = &f;
+  // The optimizer's variables are not read at all.
+  EXPECT_EQ(by_where.count("optimizer/vars/0"), 0u);
+  ASSERT_EQ(by_where.count("layers/dense_2/vars/0"), 1u);
+  EXPECT_EQ(by_where.at("layers/dense_2/vars/0")->variable, "");
+  EXPECT_EQ(by_where.at("layers/batch_normalization/vars/4")->variable, "");
+  const FileTensor& f64 = *by_where.at("layers/conv2d/vars/0");
+  EXPECT_EQ(f64.variable, "conv_a/kernel");
+  EXPECT_EQ(f64.dtype, "float64");
+  EXPECT_TRUE(f64.values.empty());
+  EXPECT_EQ(by_where.at("layers/dense/vars/0")->shape, (std::vector<int64_t>{64, 16}));
+  EXPECT_EQ(by_where.count("layers/dense_1/vars/1"), 0u);
+}
+
+TEST(KerasWeightsTest, RefusesFilesThatAreNotKerasWeights) {
+  const ModelSpec spec = Small();
+  // A .keras archive saved without weights.
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "keras3_cnn.keras", spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(), HasSubstr("the archive has no model.weights.h5"));
+  // Not HDF5.
+  t = ReadKerasWeights(std::string(kDir) + "keras3_small.json", spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(), HasSubstr("keras3_small.json: not an HDF5 file"));
+  t = ReadKerasWeights(std::string(kDir) + "not_keras_weights.h5", spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(), HasSubstr("neither Keras 3 weights"));
+  t = ParseKerasWeights("\x89HDF\r\n\x1a\n but cut short", "mem.h5", spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(), HasSubstr("mem.h5"));
+  // Missing.
+  t = ReadKerasWeights("/nonexistent/x.weights.h5", spec);
+  EXPECT_TRUE(absl::IsNotFound(t.status())) << t.status();
+  t = ReadKerasWeights("/nonexistent/x.keras", spec);
+  EXPECT_TRUE(absl::IsNotFound(t.status())) << t.status();
+}
+
+}  // namespace
+}  // namespace pscluster
