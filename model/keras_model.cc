@@ -6,6 +6,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
+#include <cctype>
 #include <set>
 #include <sstream>
 
@@ -379,6 +381,7 @@ struct ModelEnvelope {
   bool functional = false;
   json layers;             // a non-empty array
   json config;             // the model's config (output_layers, ...)
+  json loss;               // the compiled loss, if the file has one (else null)
   std::string model_name;  // config.name, else the source
 };
 
@@ -386,6 +389,17 @@ absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::st
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     return Bad(source, "not a JSON object (expected what Keras's model.to_json() writes)");
+  }
+  // The compiled loss: Keras 3's compile_config (a .keras archive's
+  // config.json), tf.keras's and TensorFlow.js's training_config.
+  json loss;
+  for (const json* d : {&doc, doc.contains("modelTopology") ? &doc["modelTopology"] : nullptr}) {
+    if (d == nullptr || !d->is_object()) continue;
+    for (const char* key : {"compile_config", "training_config"}) {
+      if (d->contains(key) && (*d)[key].is_object() && (*d)[key].contains("loss")) {
+        loss = (*d)[key]["loss"];
+      }
+    }
   }
   if (doc.contains("modelTopology")) doc = doc["modelTopology"];  // tfjs model.json
   if (doc.is_object() && doc.contains("model_config")) doc = doc["model_config"];
@@ -405,6 +419,7 @@ absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::st
     return Bad(source, absl::StrCat("model \"", cls, "\" has no layer list"));
   }
   model.config = config;
+  model.loss = loss;
   model.functional = cls == "Functional" || cls == "Model";
   if (cls != "Sequential" && !model.functional) {
     return Bad(source, absl::StrCat("class_name \"", cls,
@@ -845,52 +860,148 @@ int FirstInput(const std::vector<LayerSpec>& specs, int i) {
   return specs[i].inputs.empty() ? i - 1 : specs[i].inputs[0];
 }
 
-// The loss: a final softmax (the last Dense's or a trailing Activation's)
-// or linear logits; softmax anywhere else is not what we compute. The index
-// of the Dense node whose units are the classes: the output, or the node
-// the output's tail of Dropout and one last Activation reads.
-absl::StatusOr<int> LogitsLayer(const std::vector<LayerSpec>& specs, const std::string& source) {
+// The loss the model trains on; from_logits as the file or flag says it
+// (absent: unset).
+struct LossChoice {
+  LossKind kind = LossKind::kSparseCategoricalCrossentropy;
+  bool given = false;  // by the file or a flag; else chosen from the output
+  std::optional<bool> from_logits;
+};
+
+// A Keras loss by name (any of Keras's spellings: snake_case, the class
+// name, TensorFlow.js's camelCase, the mse/mae aliases).
+std::optional<LossKind> LossByName(std::string name) {
+  std::string key;
+  for (char c : name) {
+    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (key == "sparsecategoricalcrossentropy") return LossKind::kSparseCategoricalCrossentropy;
+  if (key == "categoricalcrossentropy") return LossKind::kCategoricalCrossentropy;
+  if (key == "binarycrossentropy") return LossKind::kBinaryCrossentropy;
+  if (key == "meansquarederror" || key == "mse") return LossKind::kMeanSquaredError;
+  if (key == "meanabsoluteerror" || key == "mae") return LossKind::kMeanAbsoluteError;
+  return std::nullopt;
+}
+
+constexpr char kLossNames[] =
+    "sparse_categorical_crossentropy, categorical_crossentropy, binary_crossentropy, "
+    "mean_squared_error (mse), mean_absolute_error (mae)";
+
+// The loss a file's compile/training config gives: a name, or a Keras loss
+// object {"class_name": ..., "config": {"from_logits": ...}}.
+absl::StatusOr<LossChoice> LossOfConfig(const json& loss, const std::string& source) {
+  LossChoice c;
+  const std::string where = absl::StrCat(source, ": loss ", Show(loss));
+  std::string name;
+  json cfg = json::object();
+  if (loss.is_string()) {
+    name = loss.get<std::string>();
+  } else if (loss.is_object() && loss.contains("class_name") && loss["class_name"].is_string()) {
+    name = loss["class_name"].get<std::string>();
+    if (loss.contains("config") && loss["config"].is_object()) cfg = loss["config"];
+  } else {
+    return Bad(where, "is not supported (one loss for the model's one output)");
+  }
+  std::optional<LossKind> kind = LossByName(name);
+  if (!kind) return Bad(where, absl::StrCat("is not supported (", kLossNames, ")"));
+  c.kind = *kind;
+  c.given = true;
+  if (cfg.contains("from_logits") && cfg["from_logits"].is_boolean()) {
+    c.from_logits = cfg["from_logits"].get<bool>();
+  }
+  if (absl::Status s = Neutral(cfg, where, "label_smoothing", {0, 0.0}, "no label smoothing");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Neutral(cfg, where, "reduction",
+                               {"auto", "sum_over_batch_size", "mean"},
+                               "the mean over the batch only");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Neutral(cfg, where, "ignore_class", {}, "not implemented"); !s.ok()) {
+    return s;
+  }
+  return c;
+}
+
+// Checks that the model's output fits the loss and gives the output's
+// width: the output, or the node its tail of Dropout and one last
+// Activation reads, is a Dense layer whose activation the loss takes:
+// softmax (fused) or linear logits for categorical cross-entropy; sigmoid
+// (fused) or linear logits for binary; anything but softmax for
+// regression. Softmax anywhere else is refused. Without a loss from the
+// file or a flag, a sigmoid output trains on binary cross-entropy and any
+// other on sparse categorical cross-entropy.
+absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
+                                const std::string& source) {
   const int last = static_cast<int>(specs.size()) - 1;
-  int logits = last;
-  while (logits >= 0 && specs[logits].kind != LayerKind::kDense) {
-    const LayerSpec& l = specs[logits];
-    const bool ok_tail =
-        l.kind == LayerKind::kDropout ||
-        (l.kind == LayerKind::kActivation &&
-         (l.activation == Activation::kSoftmax || l.activation == Activation::kNone) &&
-         logits == last);
+  int head = last;
+  Activation tail = Activation::kNone;  // a last Activation layer's
+  while (head >= 0 && specs[head].kind != LayerKind::kDense) {
+    const LayerSpec& l = specs[head];
+    const bool ok_tail = l.kind == LayerKind::kDropout ||
+                         (l.kind == LayerKind::kActivation && head == last);
     if (!ok_tail) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
-                 "comes after the last Dense layer; the model must end in the logits (a Dense "
-                 "layer with linear or softmax activation, optionally then Activation "
-                 "softmax): the loss is sparse categorical cross-entropy");
+                 "comes after the last Dense layer; the model must end in a Dense layer "
+                 "(optionally then Dropout and one Activation) whose outputs the loss reads");
     }
-    logits = FirstInput(specs, logits);
+    if (l.kind == LayerKind::kActivation) tail = l.activation;
+    head = FirstInput(specs, head);
   }
-  if (logits < 0) {
-    return Bad(source, "the model has no Dense layer; the last must give the classes' logits");
+  if (head < 0) {
+    return Bad(source, "the model has no Dense layer; the last must give the outputs");
+  }
+  const LayerSpec& dense = specs[head];
+  if (tail != Activation::kNone && dense.activation != Activation::kNone) {
+    return Bad(absl::StrCat(source, ": layer '", specs[last].name, "'"),
+               "an activation after the output Dense layer's own is not supported");
+  }
+  const Activation out = tail != Activation::kNone ? tail : dense.activation;
+  if (!loss->given) {
+    loss->kind = out == Activation::kSigmoid ? LossKind::kBinaryCrossentropy
+                                             : LossKind::kSparseCategoricalCrossentropy;
+  }
+  const bool categorical = loss->kind == LossKind::kSparseCategoricalCrossentropy ||
+                           loss->kind == LossKind::kCategoricalCrossentropy;
+  const bool binary = loss->kind == LossKind::kBinaryCrossentropy;
+  const std::string at = absl::StrCat(source, ": layer '", dense.name, "'");
+  const char* name = LossName(loss->kind);
+  if (categorical && out != Activation::kSoftmax && out != Activation::kNone) {
+    return Bad(at, absl::StrCat("the output's activation must be softmax or linear (logits) for ",
+                                name));
+  }
+  if (binary && out != Activation::kSigmoid && out != Activation::kNone) {
+    return Bad(at, absl::StrCat("the output's activation must be sigmoid or linear (logits) for ",
+                                name));
+  }
+  if (!categorical && !binary && out == Activation::kSoftmax) {
+    return Bad(at, absl::StrCat("a softmax output is only supported with categorical "
+                                "cross-entropy, not ", name));
+  }
+  if ((categorical || binary) && loss->from_logits.has_value() &&
+      *loss->from_logits != (out == Activation::kNone)) {
+    return Bad(at, absl::StrCat(name, " with from_logits=", *loss->from_logits ? "true" : "false",
+                                " on a ", out == Activation::kNone ? "linear" : "squashed",
+                                " output: Keras would read ",
+                                *loss->from_logits ? "probabilities as logits"
+                                                   : "logits as probabilities",
+                                "; give the output ", out == Activation::kNone ? "a " : "no ",
+                                categorical ? "softmax" : "sigmoid", " or flip from_logits"));
   }
   for (int i = 0; i <= last; ++i) {
     const LayerSpec& l = specs[i];
-    const bool is_logits = i == logits;
-    const bool is_tail_activation = i == last && l.kind == LayerKind::kActivation;
-    if (l.activation == Activation::kSoftmax && !is_logits && !is_tail_activation) {
+    if (l.activation == Activation::kSoftmax && i != head && !(i == last && tail == out)) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
                  "option 'activation' = \"softmax\" is only supported at the end of the model, "
                  "where it is fused with the cross-entropy loss");
     }
-    if (is_logits && l.activation != Activation::kSoftmax && l.activation != Activation::kNone) {
-      return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
-                 "the last Dense layer's activation must be softmax or linear (its outputs are "
-                 "the logits of sparse categorical cross-entropy)");
-    }
   }
-  const int classes = specs[logits].units;
-  if (classes > 256) {
-    return Bad(absl::StrCat(source, ": layer '", specs[logits].name, "'"),
-               absl::StrCat(classes, " classes; at most 256 (labels are bytes)"));
+  if (loss->kind == LossKind::kSparseCategoricalCrossentropy && dense.units > (1 << 24)) {
+    return Bad(at, absl::StrCat(dense.units, " classes; at most 2^24"));
   }
-  return logits;
+  return dense.units;
 }
 
 struct InputShape {
@@ -963,14 +1074,29 @@ void ApplyInitializers(const std::vector<LayerInits>& inits, ModelSpec* spec) {
 
 // ParseKerasModel's steps; nlohmann's exceptions pass through.
 absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
-                                                 const std::string& source) {
+                                                 const std::string& source,
+                                                 const std::string& loss_flag) {
   absl::StatusOr<ModelEnvelope> model = ReadEnvelope(text, source);
   if (!model.ok()) return model.status();
   absl::StatusOr<ParsedLayers> parsed = ParseLayers(*model, source);
   if (!parsed.ok()) return parsed.status();
-  absl::StatusOr<int> last_dense = LogitsLayer(parsed->specs, source);
-  if (!last_dense.ok()) return last_dense.status();
-  const int classes = parsed->specs[*last_dense].units;
+  LossChoice loss;
+  if (!loss_flag.empty()) {
+    std::optional<LossKind> kind = LossByName(loss_flag);
+    if (!kind) {
+      return Bad(absl::StrCat("--loss=", loss_flag), absl::StrCat("not a loss we train on (",
+                                                                   kLossNames, ")"));
+    }
+    loss.kind = *kind;
+    loss.given = true;
+  } else if (!model->loss.is_null()) {
+    absl::StatusOr<LossChoice> given = LossOfConfig(model->loss, source);
+    if (!given.ok()) return given.status();
+    loss = *given;
+  }
+  absl::StatusOr<int> outputs = CheckOutput(parsed->specs, &loss, source);
+  if (!outputs.ok()) return outputs.status();
+  const int classes = *outputs;
   absl::StatusOr<InputShape> in = InputShapeOf(*parsed, source);
   if (!in.ok()) return in.status();
   absl::StatusOr<ModelSpec> spec = BuildModelSpec(model->model_name, in->h, in->w, in->c,
@@ -979,6 +1105,7 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
     return Bad(source, std::string(spec.status().message()));
   }
   ApplyInitializers(parsed->inits, &*spec);
+  spec->loss = loss.kind;
   if (spec->num_parameters > (int64_t{1} << 31)) {
     return Bad(source, absl::StrCat(spec->num_parameters, " parameters; at most 2^31"));
   }
@@ -987,12 +1114,13 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
 
 }  // namespace
 
-absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::string& source) {
+absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::string& source,
+                                          const std::string& loss) {
   // The parts check each value's type before they read it; a value of
   // another type that slips past them is a bad file all the same, never a
   // crash (nlohmann's type_error, out_of_range, ...).
   try {
-    return ParseKerasModelOrThrow(text, source);
+    return ParseKerasModelOrThrow(text, source, loss);
   } catch (const nlohmann::json::exception& e) {
     return Bad(source, absl::StrCat("a value of the wrong type or out of range: ", e.what()));
   }
@@ -1000,9 +1128,10 @@ absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view text, const std::str
 
 
 absl::StatusOr<ModelSpec> PlanModelSpec(const std::string& model,
-                                        const std::string& model_json) {
+                                        const std::string& model_json,
+                                        const std::string& loss) {
   if (model_json.empty()) return ModelByName(model);
-  return ParseKerasModel(model_json, model);
+  return ParseKerasModel(model_json, model, loss);
 }
 
 std::vector<std::string> BuiltinModelNames() {

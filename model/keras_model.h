@@ -20,21 +20,30 @@ namespace pscluster {
 
 // Parses a model file's JSON text. `source` (a path or a built-in name)
 // starts every error message. The spec's variables carry the file's
-// initializers; the last Dense layer's units are the classes, its
-// activation (or a trailing Activation layer's) softmax or linear: the
-// loss is sparse categorical cross-entropy on the logits.
+// initializers. The loss (ModelSpec::loss) is `loss` when not empty (a
+// Keras loss name: "sparse_categorical_crossentropy",
+// "categorical_crossentropy", "binary_crossentropy", "mse", "mae" and their
+// other spellings), else the file's compiled loss (Keras 3's
+// compile_config, tf.keras's or TensorFlow.js's training_config), else
+// binary cross-entropy for a sigmoid output and sparse categorical
+// cross-entropy for any other. The output Dense layer's units are the
+// classes or outputs (ModelSpec::num_classes); its activation must fit the
+// loss (softmax or linear logits for categorical, sigmoid or linear for
+// binary, no softmax for regression).
 absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view json,
-                                          const std::string& source);
+                                          const std::string& source,
+                                          const std::string& loss = "");
 
 // The JSON text of a model: `name_or_path` is a built-in model's name
 // (BuiltinModelNames()) or the path of a .json file or .keras archive.
 // NotFound / InvalidArgument naming the path otherwise.
 absl::StatusOr<std::string> ReadModelFile(const std::string& name_or_path);
 
-// The spec a training plan names: ParseKerasModel(model_json, model), or,
+// The spec a training plan names: ParseKerasModel(model_json, model, loss), or,
 // for a plan without model_json (older chiefs), ModelByName(model).
 absl::StatusOr<ModelSpec> PlanModelSpec(const std::string& model,
-                                        const std::string& model_json);
+                                        const std::string& model_json,
+                                        const std::string& loss = "");
 
 // The models shipped in model/builtin/ and built into every binary:
 // cnn, mlp, vgg_fashion, mlp_large, mlp_deep.

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 
@@ -196,6 +197,43 @@ TEST(KerasModelTest, FunctionalGraphs) {
   EXPECT_EQ(g.num_parameters, 40 + 148 + 72 + 45);
 }
 
+// The loss: from a flag, the file's compile or training config (every
+// spelling Keras writes), or the output (sigmoid: binary); outputs of any
+// width.
+TEST(KerasModelTest, LossFromFlagFileOrOutput) {
+  auto model = [](const char* activation, int units, const std::string& tail) {
+    return absl::StrCat(R"({"class_name": "Sequential", "config": {"layers": [
+      {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
+      {"class_name": "Dense", "config": {"name": "d", "units": )",
+                        units, R"(, "activation": ")", activation, R"("}}]})", tail, "}");
+  };
+  EXPECT_EQ(Parse(model("softmax", 1000, ""), "m").loss, LossKind::kSparseCategoricalCrossentropy);
+  EXPECT_EQ(Parse(model("softmax", 1000, ""), "m").num_classes, 1000);
+  EXPECT_EQ(Parse(model("sigmoid", 3, ""), "m").loss, LossKind::kBinaryCrossentropy);
+  EXPECT_EQ(Parse(model("linear", 2, R"(, "compile_config": {"loss": "mse"})"), "m").loss,
+            LossKind::kMeanSquaredError);
+  EXPECT_EQ(Parse(model("linear", 2,
+                        R"(, "compile_config": {"loss": {"module": "keras.losses",
+                           "class_name": "MeanAbsoluteError", "config": {"reduction":
+                           "sum_over_batch_size"}}})"),
+                  "m")
+                .loss,
+            LossKind::kMeanAbsoluteError);
+  EXPECT_EQ(Parse(model("softmax", 5, R"(, "training_config": {"loss": "categoricalCrossentropy"})"),
+                  "m")
+                .loss,
+            LossKind::kCategoricalCrossentropy);
+  EXPECT_EQ(Parse(model("linear", 1, R"(, "training_config": {"loss": {"class_name":
+                        "BinaryCrossentropy", "config": {"from_logits": true}}})"),
+                  "m")
+                .loss,
+            LossKind::kBinaryCrossentropy);
+  absl::StatusOr<ModelSpec> flagged =
+      ParseKerasModel(model("tanh", 2, R"(, "training_config": {"loss": "mae"})"), "m", "mse");
+  ASSERT_TRUE(flagged.ok()) << flagged.status();
+  EXPECT_EQ(flagged->loss, LossKind::kMeanSquaredError);  // the flag wins
+}
+
 TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
   struct Case {
     const char* layer;
@@ -266,14 +304,36 @@ TEST(KerasModelTest, RefusesWholeModelProblems) {
     {"class_name": "Flatten", "config": {"name": "f"}},
     {"class_name": "Dense", "config": {"name": "d", "units": 3}}]}})",
           "no None");
-  refused(R"({"class_name": "Sequential", "config": {"layers": [
-    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
-    {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "sigmoid"}}]}})",
-          "layer 'd': the last Dense layer's activation must be softmax or linear");
-  refused(R"({"class_name": "Sequential", "config": {"layers": [
-    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
-    {"class_name": "Dense", "config": {"name": "d", "units": 300}}]}})",
-          "300 classes; at most 256");
+  // Outputs that do not fit the loss, and losses we do not train on.
+  auto with_loss = [](const char* activation, const std::string& loss) {
+    return absl::StrCat(R"({"class_name": "Sequential", "config": {"layers": [
+      {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
+      {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": ")",
+                        activation, R"("}}]}, "training_config": {"loss": )", loss, "}}");
+  };
+  refused(with_loss("sigmoid", R"("sparse_categorical_crossentropy")"),
+          "layer 'd': the output's activation must be softmax or linear (logits) for "
+          "sparse_categorical_crossentropy");
+  refused(with_loss("softmax", R"("binaryCrossentropy")"),
+          "layer 'd': the output's activation must be sigmoid or linear (logits) for "
+          "binary_crossentropy");
+  refused(with_loss("softmax", R"("mse")"),
+          "a softmax output is only supported with categorical cross-entropy, not "
+          "mean_squared_error");
+  refused(with_loss("linear", R"({"class_name": "BinaryCrossentropy",
+                                  "config": {"from_logits": false}})"),
+          "binary_crossentropy with from_logits=false on a linear output");
+  refused(with_loss("linear", R"({"class_name": "CategoricalCrossentropy",
+                                  "config": {"label_smoothing": 0.1}})"),
+          "option 'label_smoothing' = 0.1 is not supported");
+  refused(with_loss("linear", R"("hinge")"), "loss \"hinge\": is not supported");
+  refused(with_loss("linear", R"(["mse", "mae"])"), "is not supported (one loss");
+  absl::StatusOr<ModelSpec> flag = ParseKerasModel(with_loss("linear", R"("mse")"), "m.json",
+                                                   "poisson");
+  ASSERT_FALSE(flag.ok());
+  EXPECT_NE(flag.status().message().find("--loss=poisson: not a loss we train on"),
+            std::string::npos)
+      << flag.status();
   // Graphs we do not run: several outputs, several inputs, merges of
   // misfitting shapes, a read of a layer the model lacks, a cycle.
   const std::string two_heads = R"({"class_name": "Functional", "config": {
