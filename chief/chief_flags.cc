@@ -5,6 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "chief/strategy.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "model/initial_weights.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
 #include "wire/codec.h"
@@ -271,6 +274,32 @@ void SetPaths(const ChiefFlags& f, ChiefOptions* opt) {
   opt->data_dir = f.data_dir;
 }
 
+// --initial_weights: read and checked against the plan's model.
+absl::Status SetInitialWeights(const ChiefFlags& f, ChiefOptions* opt) {
+  if (f.initial_weights.empty()) return absl::OkStatus();
+  std::string path = f.initial_weights;
+  if (path == "archive") {
+    if (!absl::EndsWith(f.model, ".keras")) {
+      return Bad("initial_weights", path,
+                 absl::StrCat("takes the --model archive's weights, but --model=", f.model,
+                              " is not a .keras archive"));
+    }
+    path = f.model;
+  }
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(opt->plan.model(), opt->plan.model_json());
+  if (!spec.ok()) return Bad("model", f.model, std::string(spec.status().message()));
+  absl::StatusOr<std::vector<float>> flat = LoadInitialWeights(path, *spec);
+  if (!flat.ok()) {
+    // The reader's message starts with the path; said once.
+    absl::string_view why = flat.status().message();
+    absl::ConsumePrefix(&why, f.initial_weights + ": ");
+    return Bad("initial_weights", f.initial_weights, std::string(why));
+  }
+  opt->initial_weights = path;
+  opt->initial_parameters = *std::move(flat);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfConfig& config,
@@ -285,6 +314,7 @@ absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfC
   if (absl::Status s = SetTimings(flags, &opt); !s.ok()) return s;
   if (absl::Status s = SetCheckpointsAndPolicies(flags, &opt); !s.ok()) return s;
   SetPaths(flags, &opt);
+  if (absl::Status s = SetInitialWeights(flags, &opt); !s.ok()) return s;
   return opt;
 }
 

@@ -55,6 +55,10 @@ struct ChiefFlags {
   int keep_checkpoints = 3;
   std::string async_lr_scaling = "sqrt";
   std::string nonfinite_gradients = "reject";
+  // A weights file to start from (model/initial_weights.h), or "archive":
+  // the --model .keras archive's own weights. Empty: the seeded
+  // initializers.
+  std::string initial_weights;
 };
 
 // The options of a run of `config`'s cluster with `flags`. The first bad
@@ -62,7 +66,8 @@ struct ChiefFlags {
 // "--flag=value: reason" (or names TF_CONFIG's source where the cluster
 // does not fit the strategy). Lines to warn about (a remainder of the
 // global batch dropped) go to *warnings when it is not null. The data
-// folder (--data_dir) is only copied, not checked.
+// folder (--data_dir) is only copied, not checked. --initial_weights is
+// read and checked against the model last (the largest read).
 absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfConfig& config,
                                               std::vector<std::string>* warnings = nullptr);
 

@@ -1,9 +1,13 @@
 #include "chief/chief_flags.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "chief/weights_export.h"
 #include "gtest/gtest.h"
+#include "model/keras_model.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 namespace {
@@ -227,6 +231,60 @@ TEST(MakeChiefOptionsTest, TheFirstBadValueInCheckOrderIsTheOneNamed) {
   f.epochs = 0;
   f.optimizer = "rmsprop";
   EXPECT_EQ(ErrorOf(f), "--epochs=0: must be in [1, 100000]");
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+TEST(MakeChiefOptionsTest, ExportedWeightsAreTheInitialParametersOfTheNextRun) {
+  absl::StatusOr<ModelSpec> mlp = ModelByName("mlp");
+  ASSERT_TRUE(mlp.ok());
+  const std::vector<float> trained = InitialParameters(*mlp, 3);
+  const std::string path = TempPath("mlp.safetensors");
+  ASSERT_TRUE(ExportWeights(path, *mlp, trained, 10, 1, 0.9).ok());
+  ChiefFlags f;
+  f.model = "mlp";
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_TRUE(opt->initial_parameters.empty());  // by default: the initializers
+  f.initial_weights = path;
+  opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->initial_weights, path);
+  EXPECT_EQ(opt->initial_parameters, trained);
+  // The mlp's weights do not fit the cnn: exit 2 naming them.
+  f.model = "cnn";
+  const std::string error = ErrorOf(f);
+  EXPECT_EQ(error.rfind("--initial_weights=" + path + ": 7 mismatches with model 'cnn': ", 0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("variable 'conv1/kernel' [3, 3, 1, 32] is absent from the file"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("variable 'dense1/kernel' has shape [1600, 64] in the model but "
+                       "[784, 32] in the file (tensor 'dense1/kernel')"),
+            std::string::npos)
+      << error;
+  f.initial_weights = "/nonexistent/w.safetensors";
+  EXPECT_EQ(ErrorOf(f).rfind("--initial_weights=/nonexistent/w.safetensors: ", 0), 0u);
+}
+
+TEST(MakeChiefOptionsTest, InitialWeightsArchiveTakesTheModelArchivesOwn) {
+  ChiefFlags f;
+  f.model = "tests/fixtures/keras/keras3_small_trained.keras";
+  f.initial_weights = "archive";
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->initial_weights, f.model);
+  ASSERT_EQ(opt->initial_parameters.size(), 3690u);
+  EXPECT_EQ(opt->initial_parameters[0], 1.0f);  // conv_a/kernel[0]
+  EXPECT_EQ(opt->initial_parameters.back(), static_cast<float>(12 + 9 / 4096.0));  // out/bias[9]
+  f.model = "mlp";
+  EXPECT_EQ(ErrorOf(f),
+            "--initial_weights=archive: takes the --model archive's weights, but --model=mlp is "
+            "not a .keras archive");
 }
 
 }  // namespace

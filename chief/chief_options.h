@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
@@ -55,6 +56,11 @@ struct ChiefOptions {
   // reporting on its own), the chief scores the final weights on its test
   // set itself. Empty: the final line says that no evaluation was made.
   std::string data_dir;
+  // --initial_weights: where the first weights come from (for the log) and
+  // them, as the flat parameter vector; empty: the model's initializers
+  // drawn from plan.seed(). A resumed run keeps its checkpoint's instead.
+  std::string initial_weights;
+  std::vector<float> initial_parameters;
 };
 
 }  // namespace pscluster

@@ -119,6 +119,15 @@ ABSL_FLAG(std::string, async_lr_scaling, kDefaults.async_lr_scaling,
           "--learning_rate times 1/sqrt(num_workers) (sqrt, Adam's batch-size rule), "
           "1/num_workers (linear, SGD's) or 1 (none), and --lr_decay_steps counts rounds of "
           "num_workers updates, so that an epoch decays the rate as in sync mode");
+ABSL_FLAG(std::string, initial_weights, kDefaults.initial_weights,
+          "Start from these weights instead of the model's seeded initializers: a .keras "
+          "archive (its model.weights.h5), a Keras .weights.h5 or Keras 2 save_weights .h5 "
+          "file, or a .safetensors file (what --export_path writes); 'archive': the weights in "
+          "the --model .keras archive (not taken unless asked for). Every variable must be in "
+          "the file with the model's shape as float32, and nothing else (a Keras file's "
+          "optimizer state is skipped); a mismatch exits 2 naming each. A resumed run (the ps "
+          "still initialised, or a checkpoint in --checkpoint_dir) keeps the checkpoint's "
+          "weights: the checkpoint wins");
 ABSL_FLAG(std::string, nonfinite_gradients, kDefaults.nonfinite_gradients,
           "A gradient with NaN or Inf: reject (refuse the push and count it) or skip_step "
           "(accept it and skip the update it belongs to)");
@@ -165,6 +174,7 @@ pscluster::ChiefFlags ReadFlags() {
   f.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   f.async_lr_scaling = absl::GetFlag(FLAGS_async_lr_scaling);
   f.nonfinite_gradients = absl::GetFlag(FLAGS_nonfinite_gradients);
+  f.initial_weights = absl::GetFlag(FLAGS_initial_weights);
   return f;
 }
 

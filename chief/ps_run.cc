@@ -113,8 +113,14 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   copt.min_shard_bytes = plan_.min_shard_bytes();
   checkpointer_ = std::make_unique<Checkpointer>(copt, &spec_, &placement_, ps_.get(),
                                                  dispatcher_.get(), &stop_, *start);
+  // Fresh ps take these; ps already initialised, or a checkpoint on disk,
+  // keep or restore theirs below.
+  const bool given = !options_.initial_parameters.empty();
+  if (given) spdlog::info("initial weights from {}", options_.initial_weights);
   absl::StatusOr<PsStart> ps = InitialiseAll(
-      ps_.get(), ps_setup_, InitialParameters(spec_, plan_.seed()), options_.wait_for_cluster);
+      ps_.get(), ps_setup_,
+      given ? options_.initial_parameters : InitialParameters(spec_, plan_.seed()),
+      options_.wait_for_cluster);
   if (!ps.ok()) return ps.status();
   highest_version_ = ps->highest_version;
   dispatcher_->set_generation(ps->generation);

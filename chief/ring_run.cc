@@ -68,8 +68,11 @@ absl::Status RingRun::Prepare(absl::Time* start) {
     }
   }
   if (!state.has_value()) {
-    absl::StatusOr<ShardState> initial =
-        ModelReplica::InitialState(plan_.replica(), InitialParameters(spec_, plan_.seed()));
+    const bool given = !options_.initial_parameters.empty();
+    if (given) spdlog::info("initial weights from {}", options_.initial_weights);
+    absl::StatusOr<ShardState> initial = ModelReplica::InitialState(
+        plan_.replica(),
+        given ? options_.initial_parameters : InitialParameters(spec_, plan_.seed()));
     if (!initial.ok()) return initial.status();
     state = *std::move(initial);
   }
