@@ -97,6 +97,10 @@ for arg in "$@"; do
       m="${arg#*=}"
       if [ -f "$m" ]; then m="$(cd "$(dirname "$m")" && pwd)/$(basename "$m")"; fi
       CHIEF_ARGS+=("--model=$m") ;;
+    --initial_weights=*)
+      w="${arg#*=}"  # a path, or "archive"
+      if [ -f "$w" ]; then w="$(cd "$(dirname "$w")" && pwd)/$(basename "$w")"; fi
+      CHIEF_ARGS+=("--initial_weights=$w") ;;
     --strategy=multi_worker_mirrored) MIRRORED=1; CHIEF_ARGS+=("$arg") ;;
     --worker_threads=*) WORKER_THREADS="${arg#*=}" ;;
     --device=*) DEVICE="${arg#*=}" ;;
