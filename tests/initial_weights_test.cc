@@ -4,7 +4,8 @@
 // (Debian's /usr/bin/python3 with python3-h5py), and a new run started
 // from that archive: its first evaluation, made before the first update,
 // scores what the first run's final evaluation scored, and the run improves
-// on it. Weights that do not fit the model exit 2 before anything starts.
+// on it. Started again over its checkpoints, the run keeps the checkpoint's
+// weights. Weights that do not fit the model exit 2 before anything starts.
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -91,22 +92,26 @@ TEST(InitialWeightsTest, AKerasArchiveOfTrainedWeightsIsWhereTheNextRunStarts) {
   // 3. A new run from the archive. The worker waits 1.5 s before each push,
   // so the evaluator (every 0.3 s) scores the initial weights first.
   o.chief_args = kTraining;
-  o.chief_args.insert(o.chief_args.end(),
-                      {"--model=" + archive, "--initial_weights=archive"});
+  o.chief_args.insert(o.chief_args.end(), {"--model=" + archive, "--initial_weights=archive",
+                                           "--checkpoint_dir=" + dir + "/checkpoints"});
   o.worker_binary = kFaultyWorker;
   o.worker_args = {"--straggle_ms=1500"};
   o.evaluator_args = {"--eval_interval_s=0.3"};
-  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
-    ASSERT_EQ(code, 0) << task << "\n" << (*c)->AllLogs();
+  std::string chief;
+  std::optional<Eval> at_start;
+  {
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
+      ASSERT_EQ(code, 0) << task << "\n" << (*c)->AllLogs();
+    }
+    chief = (*c)->Log("chief:0");
+    at_start = FirstEval((*c)->Log("evaluator:0"));
+    ASSERT_TRUE(at_start.has_value()) << (*c)->Log("evaluator:0");
+    ASSERT_EQ(at_start->step, 0) << "the first evaluation came after an update\n"
+                                 << (*c)->Log("evaluator:0");
   }
-  const std::string chief = (*c)->Log("chief:0");
   EXPECT_NE(chief.find("initial weights from " + archive), std::string::npos) << chief;
-  const std::optional<Eval> at_start = FirstEval((*c)->Log("evaluator:0"));
-  ASSERT_TRUE(at_start.has_value()) << (*c)->Log("evaluator:0");
-  ASSERT_EQ(at_start->step, 0) << "the first evaluation came after an update\n"
-                               << (*c)->Log("evaluator:0");
   const std::optional<FinalFigures> last = ParseFinalLine(chief);
   ASSERT_TRUE(last.has_value()) << chief;
   std::printf("archive accuracy %.4f loss %.4f; first evaluation (step 0) %.4f loss %.4f; "
@@ -119,7 +124,27 @@ TEST(InitialWeightsTest, AKerasArchiveOfTrainedWeightsIsWhereTheNextRunStarts) {
   EXPECT_GE(last->test_accuracy, at_start->accuracy);
   EXPECT_LT(last->test_loss, at_start->loss);
 
-  // 4. The mlp's weights for the cnn: refused at start-up, each named.
+  // 4. The same command again over the run's checkpoints: the checkpoint
+  // (the trained weights, every chunk done) wins over --initial_weights.
+  o.worker_binary = "worker/worker";
+  o.worker_args.clear();
+  {
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
+      ASSERT_EQ(code, 0) << task << "\n" << (*c)->AllLogs();
+    }
+    const std::string again = (*c)->Log("chief:0");
+    EXPECT_NE(again.find("resuming from the checkpoint of step " + std::to_string(last->steps)),
+              std::string::npos)
+        << again;
+    const std::optional<FinalFigures> resumed = ParseFinalLine(again);
+    ASSERT_TRUE(resumed.has_value()) << again;
+    EXPECT_EQ(resumed->steps, last->steps);
+    EXPECT_NEAR(resumed->test_accuracy, last->test_accuracy, 1e-4);
+  }
+
+  // 5. The mlp's weights for the cnn: refused at start-up, each named.
   const std::string json =
       "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:2\"], "
       "\"worker\": [\"127.0.0.1:3\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}";
