@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "model/initial_weights.h"
+#include "model/keras_weights.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
 #include "wire/codec.h"
@@ -274,9 +275,20 @@ void SetPaths(const ChiefFlags& f, ChiefOptions* opt) {
   opt->data_dir = f.data_dir;
 }
 
-// --initial_weights: read and checked against the plan's model.
-absl::Status SetInitialWeights(const ChiefFlags& f, ChiefOptions* opt) {
-  if (f.initial_weights.empty()) return absl::OkStatus();
+// --initial_weights: read and checked against the plan's model. Without
+// it, a --model archive's own weights are not used (and that is said).
+absl::Status SetInitialWeights(const ChiefFlags& f, ChiefOptions* opt,
+                               std::vector<std::string>* warnings) {
+  if (f.initial_weights.empty()) {
+    if (warnings != nullptr && absl::EndsWith(f.model, ".keras") &&
+        KerasArchiveHasWeights(f.model).value_or(false)) {
+      warnings->push_back(absl::StrCat(
+          "--model=", f.model,
+          " holds weights (model.weights.h5); the run starts from the model's initializers, "
+          "not from them (--initial_weights=archive would)"));
+    }
+    return absl::OkStatus();
+  }
   std::string path = f.initial_weights;
   if (path == "archive") {
     if (!absl::EndsWith(f.model, ".keras")) {
@@ -314,7 +326,7 @@ absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfC
   if (absl::Status s = SetTimings(flags, &opt); !s.ok()) return s;
   if (absl::Status s = SetCheckpointsAndPolicies(flags, &opt); !s.ok()) return s;
   SetPaths(flags, &opt);
-  if (absl::Status s = SetInitialWeights(flags, &opt); !s.ok()) return s;
+  if (absl::Status s = SetInitialWeights(flags, &opt, warnings); !s.ok()) return s;
   return opt;
 }
 

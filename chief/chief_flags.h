@@ -67,7 +67,8 @@ struct ChiefFlags {
 // does not fit the strategy). Lines to warn about (a remainder of the
 // global batch dropped) go to *warnings when it is not null. The data
 // folder (--data_dir) is only copied, not checked. --initial_weights is
-// read and checked against the model last (the largest read).
+// read and checked against the model last (the largest read); without it,
+// a --model .keras archive that holds weights is warned about.
 absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfConfig& config,
                                               std::vector<std::string>* warnings = nullptr);
 

@@ -281,6 +281,23 @@ TEST(MakeChiefOptionsTest, InitialWeightsArchiveTakesTheModelArchivesOwn) {
   ASSERT_EQ(opt->initial_parameters.size(), 3690u);
   EXPECT_EQ(opt->initial_parameters[0], 1.0f);  // conv_a/kernel[0]
   EXPECT_EQ(opt->initial_parameters.back(), static_cast<float>(12 + 9 / 4096.0));  // out/bias[9]
+  // Without --initial_weights the archive's weights are not used, and the
+  // chief says so.
+  f.initial_weights = "";
+  std::vector<std::string> warnings;
+  opt = MakeChiefOptions(f, Cluster(2, 2), &warnings);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_TRUE(opt->initial_parameters.empty());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "--model=" + f.model +
+                             " holds weights (model.weights.h5); the run starts from the "
+                             "model's initializers, not from them (--initial_weights=archive "
+                             "would)");
+  warnings.clear();
+  f.model = "tests/fixtures/keras/keras3_cnn.keras";  // no weights in it
+  ASSERT_TRUE(MakeChiefOptions(f, Cluster(2, 2), &warnings).ok());
+  EXPECT_TRUE(warnings.empty());
+  f.initial_weights = "archive";
   f.model = "mlp";
   EXPECT_EQ(ErrorOf(f),
             "--initial_weights=archive: takes the --model archive's weights, but --model=mlp is "

@@ -339,6 +339,23 @@ absl::StatusOr<std::string> ReadZipEntry(const std::string& path, const char* en
 
 }  // namespace
 
+absl::StatusOr<bool> KerasArchiveHasWeights(const std::string& path) {
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
+  if (z == nullptr) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, err);
+    const std::string why = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    return (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN)
+               ? absl::NotFoundError(absl::StrCat(path, ": ", why))
+               : Bad(path, absl::StrCat("not a .keras (zip) archive: ", why));
+  }
+  const bool has = zip_name_locate(z, "model.weights.h5", 0) >= 0;
+  zip_discard(z);
+  return has;
+}
+
 std::string KerasGroupPrefix(LayerKind kind) {
   switch (kind) {
     case LayerKind::kConv2D:

@@ -56,6 +56,11 @@ struct FileTensor {
 absl::StatusOr<std::vector<FileTensor>> ReadKerasWeights(const std::string& path,
                                                          const ModelSpec& spec);
 
+// Whether the .keras archive at `path` holds weights (a model.weights.h5).
+// NotFound / InvalidArgument naming the file when it cannot be read as a
+// zip archive.
+absl::StatusOr<bool> KerasArchiveHasWeights(const std::string& path);
+
 // The same for an HDF5 file held in memory; `source` names it in errors.
 absl::StatusOr<std::vector<FileTensor>> ParseKerasWeights(std::string_view h5_bytes,
                                                           const std::string& source,

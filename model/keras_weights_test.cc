@@ -131,6 +131,18 @@ TEST(KerasWeightsTest, MarksWhatNoVariableTakesAndKeepsOtherDtypes) {
   EXPECT_EQ(by_where.count("layers/dense_1/vars/1"), 0u);
 }
 
+TEST(KerasWeightsTest, TellsWhetherAnArchiveHoldsWeights) {
+  absl::StatusOr<bool> has =
+      KerasArchiveHasWeights(std::string(kDir) + "keras3_small_trained.keras");
+  ASSERT_TRUE(has.ok()) << has.status();
+  EXPECT_TRUE(*has);
+  has = KerasArchiveHasWeights(std::string(kDir) + "keras3_cnn.keras");
+  ASSERT_TRUE(has.ok()) << has.status();
+  EXPECT_FALSE(*has);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      KerasArchiveHasWeights(std::string(kDir) + "keras3_small.json").status()));
+}
+
 TEST(KerasWeightsTest, RefusesFilesThatAreNotKerasWeights) {
   const ModelSpec spec = Small();
   // A .keras archive saved without weights.
