@@ -27,7 +27,7 @@ namespace pscluster {
 std::string FinalLine(const RunResult& r) {
   std::string eval;
   if (r.has_eval) {
-    eval = absl::StrFormat("test_accuracy=%.4f test_loss=%.4f", r.test_accuracy, r.test_loss);
+    eval = MetricsText(r.loss, r.test_accuracy, r.test_auc, r.test_loss, "test_");
   } else {
     eval = "not evaluated";
     if (!r.not_evaluated_why.empty()) absl::StrAppend(&eval, " (", r.not_evaluated_why, ")");
@@ -47,6 +47,7 @@ absl::Status ScoreByEvaluator(ClusterTasks& tasks, absl::Duration timeout, RunRe
   result->has_eval = true;
   result->test_accuracy = r->accuracy();
   result->test_loss = r->loss();
+  result->test_auc = r->auc();
   return absl::OkStatus();
 }
 
@@ -70,9 +71,11 @@ void ScoreFinalWeights(const ModelSpec& spec, const std::vector<float>& weights,
   result->has_eval = true;
   result->test_accuracy = score->accuracy;
   result->test_loss = score->loss;
+  result->test_auc = score->auc;
   result->not_evaluated_why.clear();
-  spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f} (final, by the chief on {} examples)",
-               result->steps, score->accuracy, score->loss, score->examples);
+  spdlog::info("eval: step={} {} (final, by the chief on {} examples)", result->steps,
+               MetricsText(spec.loss, score->accuracy, score->auc, score->loss, ""),
+               score->examples);
 }
 
 }  // namespace
@@ -187,7 +190,7 @@ absl::Status Chief::Impl::MakeStrategyRun() {
                                                    " exceeds the ", plan.num_workers(),
                                                    " workers in ", config.source));
   }
-  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan.model(), plan.model_json());
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan.model(), plan.model_json(), plan.loss());
   if (!spec.ok()) return spec.status();
   spec_ = *std::move(spec);
   if (plan.strategy() == MULTI_WORKER_MIRRORED) {
@@ -255,6 +258,7 @@ absl::StatusOr<RunResult> Chief::Impl::Finish() {
   if (absl::Status s = strategy_->TakeFinalCheckpoint(); !s.ok()) return s;
 
   RunResult result;
+  result.loss = spec_->loss;
   result.epochs = strategy_->plan().epochs();
   absl::StatusOr<int64_t> steps = strategy_->FinalSteps();
   if (!steps.ok()) return steps.status();
@@ -293,6 +297,7 @@ bool Chief::Impl::AwaitEvaluatorReport(RunResult* result) {
       result->has_eval = true;
       result->test_accuracy = p.last_eval_accuracy;
       result->test_loss = p.last_eval_loss;
+      result->test_auc = p.last_eval_auc;
       return true;
     }
     absl::SleepFor(absl::Milliseconds(100));

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "chief/chief_options.h"
 #include "common/metrics.h"
+#include "model/loss.h"
 
 namespace pscluster {
 
@@ -36,8 +37,10 @@ namespace pscluster {
 struct RunResult {
   bool has_eval = false;
   std::string not_evaluated_why;  // when !has_eval, for the final line
-  double test_accuracy = 0;
-  double test_loss = 0;
+  LossKind loss = LossKind::kSparseCategoricalCrossentropy;  // names the metrics
+  double test_accuracy = 0;  // binary accuracy for binary cross-entropy
+  double test_loss = 0;      // the MSE or MAE for regression
+  double test_auc = -1;      // binary cross-entropy only
   int64_t steps = 0;
   int epochs = 0;
   double wall_s = 0;

@@ -26,10 +26,15 @@ absl::Status Bad(const std::string& flag, const std::string& value, const std::s
 absl::Status SetModelAndData(const ChiefFlags& f, TrainingPlan* plan) {
   absl::StatusOr<std::string> model_json = ReadModelFile(f.model);
   absl::StatusOr<ModelSpec> model_spec =
-      model_json.ok() ? ParseKerasModel(*model_json, f.model) : model_json.status();
-  if (!model_spec.ok()) return Bad("model", f.model, std::string(model_spec.status().message()));
+      model_json.ok() ? ParseKerasModel(*model_json, f.model, f.loss) : model_json.status();
+  if (!model_spec.ok()) {
+    return !f.loss.empty() && absl::StartsWith(model_spec.status().message(), "--loss=")
+               ? absl::InvalidArgumentError(model_spec.status().message())
+               : Bad("model", f.model, std::string(model_spec.status().message()));
+  }
   plan->set_model(f.model);
   plan->set_model_json(*model_json);
+  plan->set_loss(f.loss);
   if (f.epochs < 1 || f.epochs > 100000) {
     return Bad("epochs", std::to_string(f.epochs), "must be in [1, 100000]");
   }
@@ -298,7 +303,8 @@ absl::Status SetInitialWeights(const ChiefFlags& f, ChiefOptions* opt,
     }
     path = f.model;
   }
-  absl::StatusOr<ModelSpec> spec = PlanModelSpec(opt->plan.model(), opt->plan.model_json());
+  absl::StatusOr<ModelSpec> spec =
+      PlanModelSpec(opt->plan.model(), opt->plan.model_json(), opt->plan.loss());
   if (!spec.ok()) return Bad("model", f.model, std::string(spec.status().message()));
   absl::StatusOr<std::vector<float>> flat = LoadInitialWeights(path, *spec);
   if (!flat.ok()) {

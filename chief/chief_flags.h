@@ -18,6 +18,7 @@ namespace pscluster {
 
 struct ChiefFlags {
   std::string model = "cnn";
+  std::string loss;  // empty: the model file's, else what its output implies
   int epochs = 6;
   int batch_size = 128;  // global: split evenly over the workers
   std::string mode = "sync";

@@ -37,6 +37,11 @@ ABSL_FLAG(std::string, model, kDefaults.model,
           "mlp_deep) "
           "or the path of a Keras model file (model.to_json()'s .json, TensorFlow.js's "
           "model.json, or a .keras archive); it travels to every task in the plan");
+ABSL_FLAG(std::string, loss, kDefaults.loss,
+          "The loss: sparse_categorical_crossentropy, categorical_crossentropy (one-hot or soft "
+          "labels), binary_crossentropy, mse or mae (Keras's names and spellings). Empty: the "
+          "model file's compiled loss, else binary cross-entropy for a sigmoid output and sparse "
+          "categorical cross-entropy for any other");
 ABSL_FLAG(int, epochs, kDefaults.epochs, "Passes over the training set");
 ABSL_FLAG(int, batch_size, kDefaults.batch_size,
           "Global batch: examples per step over all workers, split evenly between them");
@@ -138,6 +143,7 @@ namespace {
 pscluster::ChiefFlags ReadFlags() {
   pscluster::ChiefFlags f;
   f.model = absl::GetFlag(FLAGS_model);
+  f.loss = absl::GetFlag(FLAGS_loss);
   f.epochs = absl::GetFlag(FLAGS_epochs);
   f.batch_size = absl::GetFlag(FLAGS_batch_size);
   f.mode = absl::GetFlag(FLAGS_mode);
@@ -188,7 +194,7 @@ void CheckDataOrExit(const pscluster::ChiefOptions& opt) {
   if (absl::Status s = CheckDataFiles(opt.data_dir, Split::kTest); !s.ok()) {
     ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
   }
-  absl::StatusOr<ModelSpec> spec = PlanModelSpec(opt.plan.model(), opt.plan.model_json());
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(opt.plan.model(), opt.plan.model_json(), opt.plan.loss());
   absl::StatusOr<Dataset> test = LoadDataset(opt.data_dir, Split::kTest);
   absl::Status fits = !spec.ok()   ? spec.status()
                       : test.ok() ? CheckDatasetFitsModel(*test, opt.data_dir, *spec)

@@ -67,6 +67,7 @@ Progress ProgressTracker::Snapshot(absl::Time now) {
     p.last_eval_step = last_eval_.version();
     p.last_eval_accuracy = last_eval_.accuracy();
     p.last_eval_loss = last_eval_.loss();
+    p.last_eval_auc = last_eval_.auc();
   }
   return p;
 }

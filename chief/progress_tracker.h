@@ -28,6 +28,7 @@ struct Progress {
   int64_t last_eval_step = -1;
   double last_eval_accuracy = 0;
   double last_eval_loss = 0;
+  double last_eval_auc = -1;
 };
 
 class ProgressTracker {

@@ -73,7 +73,7 @@ TEST(CreateBackendTest, CpuBackendTrainsAndNamesItself) {
   EXPECT_EQ((*b)->name().rfind("cpu (1 thread", 0), 0u) << (*b)->name();
   const std::vector<float> params = InitialParameters(spec, 1);
   std::vector<float> images(4 * 28 * 28, 0.5f), grads(spec.num_parameters);
-  std::vector<uint8_t> labels = {0, 1, 2, 3};
+  std::vector<float> labels = {0, 1, 2, 3};
   Batch batch{images.data(), labels.data(), 4};
   float loss = 0;
   int correct = -1;

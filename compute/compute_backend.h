@@ -21,7 +21,9 @@ namespace pscluster {
 // `size` examples: images NHWC floats in [0, 1], labels < num_classes.
 struct Batch {
   const float* images = nullptr;
-  const uint8_t* labels = nullptr;
+  // size * TargetsPerExample(spec.loss, spec.num_classes) floats: class
+  // indices, or the outputs' targets (model/idx_dataset.h Dataset).
+  const float* targets = nullptr;
   int size = 0;
   // Names the step for Dropout's masks (with the run's seed,
   // BackendOptions.seed): the trainer passes the chunk's number.
@@ -57,9 +59,15 @@ class ComputeBackend {
                                  int* correct) = 0;
 
   // Forward only: *loss_sum = the sum (not the mean) of the examples'
-  // losses, *correct as above. Same argument contract as TrainStep.
+  // losses, *correct as above. Same argument contract as TrainStep. With
+  // `outputs` (host memory, batch.size * spec.num_classes floats): each
+  // example's predicted probabilities (softmax or sigmoid) or, for
+  // regression, outputs (compute/kernels/loss_head.h), for metrics such as
+  // AUC; models on the CPU's fast path (sparse categorical cross-entropy
+  // only) do not give them (InvalidArgument).
   virtual absl::Status Evaluate(const float* params, const Batch& batch,
-                                double* loss_sum, int* correct) = 0;
+                                double* loss_sum, int* correct,
+                                float* outputs = nullptr) = 0;
 
   // Lets the gradient leave while backprop runs: a backend that produces
   // it layer by layer calls listener(from) during TrainStep whenever

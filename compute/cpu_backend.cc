@@ -17,7 +17,7 @@ class CpuBackend final : public ComputeBackend {
   absl::Status TrainStep(const float* params, const Batch& batch, const Batch&,
                          float* grads, float* loss, int* correct) override {
     const absl::Time start = absl::Now();
-    absl::Status s = net_->TrainStep(params, batch.images, batch.labels,
+    absl::Status s = net_->TrainStep(params, batch.images, batch.targets,
                                      batch.size, grads, loss, correct, batch.key);
     if (s.ok()) {
       times_ = StepTimes();
@@ -36,9 +36,9 @@ class CpuBackend final : public ComputeBackend {
   }
 
   absl::Status Evaluate(const float* params, const Batch& batch,
-                        double* loss_sum, int* correct) override {
-    return net_->Evaluate(params, batch.images, batch.labels, batch.size,
-                          loss_sum, correct);
+                        double* loss_sum, int* correct, float* outputs) override {
+    return net_->Evaluate(params, batch.images, batch.targets, batch.size,
+                          loss_sum, correct, outputs);
   }
 
   StepTimes last_step_times() const override { return times_; }

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "model/dataset.h"
 #include "compute/fast_plan.h"
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
@@ -184,14 +185,15 @@ class CpuNetwork::SliceRunner {
   double loss_sum() const { return loss_sum_; }
   int correct() const { return correct_; }
 
-  // Runs examples [0, count) of `images`/`labels`. With `grads` non-null,
+  // Runs examples [0, count) of `images`/`targets` (class indices: the
+  // fast path trains on sparse categorical cross-entropy only). With `grads` non-null,
   // writes there the gradient of grad_scale * (sum of their losses), and
   // calls op_done(i) once op i's part of it is complete (ops with
   // parameters, last op first). Afterwards loss_sum() and correct()
   // describe these examples.
   // With `wait` set, the first pass calls (*wait)(params_to[i]) before op
   // i reads its weights (they may still be arriving).
-  void Run(const float* params, const float* images, const uint8_t* labels,
+  void Run(const float* params, const float* images, const float* targets,
            int count, float grad_scale, float* grads,
            const std::function<void(int)>& op_done,
            const std::function<void(int64_t)>* wait,
@@ -208,7 +210,7 @@ class CpuNetwork::SliceRunner {
       double loss = 0.0;
       int right = 0;
       kernels::SoftmaxCrossEntropy<CpuDevice>()(
-          d, n, classes, acts_.back().data(), labels + first, grad_scale,
+          d, n, classes, acts_.back().data(), targets + first, grad_scale,
           grads != nullptr ? grad_a_.data() : nullptr, &loss, &right);
       loss_sum_ += loss;
       correct_ += right;
@@ -451,9 +453,9 @@ void CpuNetwork::set_params_wait(std::function<void(int64_t)> wait) {
 }
 
 absl::Status CpuNetwork::CheckArguments(const void* params, const void* images,
-                                     const uint8_t* labels, int batch,
+                                     const float* targets, int batch,
                                      const void* out1, const void* out2) const {
-  if (params == nullptr || images == nullptr || labels == nullptr ||
+  if (params == nullptr || images == nullptr || targets == nullptr ||
       out1 == nullptr || out2 == nullptr) {
     return absl::InvalidArgumentError("CpuNetwork: a required pointer is null");
   }
@@ -462,19 +464,18 @@ absl::Status CpuNetwork::CheckArguments(const void* params, const void* images,
                                                    " is not in [1, max_batch ",
                                                    options_.max_batch, "]"));
   }
-  for (int i = 0; i < batch; ++i) {
-    if (labels[i] >= spec_.num_classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CpuNetwork: label ", static_cast<int>(labels[i]),
-                       " of example ", i, " is out of range: model \"",
-                       spec_.name, "\" has ", spec_.num_classes, " classes"));
+  const int per = TargetsPerExample(spec_.loss, spec_.num_classes);
+  for (int64_t i = 0; i < int64_t{batch} * per; ++i) {
+    if (absl::Status s = CheckTarget(spec_, targets[i]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("CpuNetwork: label ", targets[i],
+                                                     " of example ", i / per, " ", s.message()));
     }
   }
   return absl::OkStatus();
 }
 
 void CpuNetwork::Run(const float* params, const float* images,
-                  const uint8_t* labels, int batch, float* grads,
+                  const float* targets, int batch, float* grads,
                   double* loss_sum, int* correct) {
   const int threads = std::min(static_cast<int>(runners_.size()), batch);
   const float grad_scale = 1.0f / static_cast<float>(batch);
@@ -514,7 +515,7 @@ void CpuNetwork::Run(const float* params, const float* images,
     float* out = grads == nullptr ? nullptr
                  : t == 0         ? grads
                                   : runners_[t]->own_grads();
-    runners_[t]->Run(params, images + first * in_size, labels + first, count,
+    runners_[t]->Run(params, images + first * in_size, targets + first, count,
                       grad_scale, out, op_done,
                       grads != nullptr && params_wait_ ? &params_wait_ : nullptr,
                       layout_.params_to);
@@ -535,33 +536,37 @@ void CpuNetwork::Run(const float* params, const float* images,
 }
 
 absl::Status CpuNetwork::TrainStep(const float* params, const float* images,
-                                const uint8_t* labels, int batch, float* grads,
+                                const float* targets, int batch, float* grads,
                                 float* loss, int* correct, uint64_t step_key) {
-  absl::Status st = CheckArguments(params, images, labels, batch, grads, loss);
+  absl::Status st = CheckArguments(params, images, targets, batch, grads, loss);
   if (st.ok() && correct == nullptr) {
     st = absl::InvalidArgumentError("CpuNetwork: `correct` is null");
   }
   if (!st.ok()) return st;
   double loss_sum = 0.0;
   if (general_ != nullptr) {
-    general_->TrainStep(params, images, labels, batch, step_key, grads, &loss_sum, correct);
+    general_->TrainStep(params, images, targets, batch, step_key, grads, &loss_sum, correct);
   } else {
-    Run(params, images, labels, batch, grads, &loss_sum, correct);
+    Run(params, images, targets, batch, grads, &loss_sum, correct);
   }
   *loss = static_cast<float>(loss_sum / batch);
   return absl::OkStatus();
 }
 
 absl::Status CpuNetwork::Evaluate(const float* params, const float* images,
-                               const uint8_t* labels, int batch,
-                               double* loss_sum, int* correct) {
+                               const float* targets, int batch,
+                               double* loss_sum, int* correct, float* outputs) {
   absl::Status st =
-      CheckArguments(params, images, labels, batch, loss_sum, correct);
+      CheckArguments(params, images, targets, batch, loss_sum, correct);
   if (!st.ok()) return st;
+  if (outputs != nullptr && general_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "CpuNetwork: the fast path does not give the outputs' probabilities");
+  }
   if (general_ != nullptr) {
-    general_->Evaluate(params, images, labels, batch, loss_sum, correct);
+    general_->Evaluate(params, images, targets, batch, loss_sum, correct, outputs);
   } else {
-    Run(params, images, labels, batch, /*grads=*/nullptr, loss_sum, correct);
+    Run(params, images, targets, batch, /*grads=*/nullptr, loss_sum, correct);
   }
   return absl::OkStatus();
 }

@@ -50,26 +50,30 @@ class CpuNetwork {
   // One training step on `batch` examples:
   //   params: spec.num_parameters floats, the flat model layout;
   //   images: batch * H * W * C floats in [0, 1], NHWC;
-  //   labels: batch class indices, each < spec.num_classes.
+  //   targets: batch * TargetsPerExample(spec.loss, spec.num_classes)
+  //     floats: class indices, or the outputs' targets (model/loss.h).
   // Writes d(mean loss over the batch)/d(params) into `grads`
   // (spec.num_parameters floats), the mean loss into *loss and the number of
-  // correct (arg-max) predictions into *correct. InvalidArgument, with
-  // nothing written, when batch is not in [1, max_batch] or a label is out
-  // of range. Deterministic for a given num_threads.
+  // right answers into *correct (compute/kernels/loss_head.h: arg-max
+  // predictions, or binary outputs on the right side of 0.5).
+  // InvalidArgument, with nothing written, when batch is not in
+  // [1, max_batch] or a target does not fit the loss (model/dataset.h
+  // CheckTarget). Deterministic for a given num_threads.
   // `step_key` names the step for Dropout's masks (the trainer passes the
   // chunk's number): the same step key and seed give the same masks.
   // BatchNormalization layers write their batch mean and biased variance
   // into `grads` at their moving statistics (model/model_spec.h).
   absl::Status TrainStep(const float* params, const float* images,
-                         const uint8_t* labels, int batch, float* grads,
+                         const float* targets, int batch, float* grads,
                          float* loss, int* correct, uint64_t step_key = 0);
 
   // Forward only: writes the sum (not the mean) of the per-example losses
   // and the number correct, for accumulating over many batches. Same
-  // argument contract as TrainStep.
+  // argument contract as TrainStep. `outputs`, when not null: batch *
+  // num_classes floats, ComputeBackend::Evaluate's (the general path only).
   absl::Status Evaluate(const float* params, const float* images,
-                        const uint8_t* labels, int batch, double* loss_sum,
-                        int* correct);
+                        const float* targets, int batch, double* loss_sum,
+                        int* correct, float* outputs = nullptr);
 
   // Gradients leave while backprop runs (model/gradient_watermark.h):
   // TrainStep calls listener(from) whenever [from, spec.num_parameters)
@@ -107,12 +111,12 @@ class CpuNetwork {
   static absl::StatusOr<std::vector<Op>> Plan(const ModelSpec& spec);
 
   absl::Status CheckArguments(const void* params, const void* images,
-                              const uint8_t* labels, int batch,
+                              const float* targets, int batch,
                               const void* out1, const void* out2) const;
 
   // Runs the batch split across the replicas: the gradient of the mean loss
   // into `grads` when it is not null, else forward only.
-  void Run(const float* params, const float* images, const uint8_t* labels,
+  void Run(const float* params, const float* images, const float* targets,
            int batch, float* grads, double* loss_sum, int* correct);
 
   // Const after construction.

@@ -85,8 +85,8 @@ struct Problem {
                   spec.input_channels);
     for (float& p : images) p = pixel(rng);
     labels.resize(batch);
-    for (uint8_t& l : labels)
-      l = static_cast<uint8_t>(rng() % spec.num_classes);
+    for (float& l : labels)
+      l = static_cast<float>(rng() % spec.num_classes);
   }
 
   std::unique_ptr<CpuNetwork> Make(int threads, int max_batch = 64) const {
@@ -101,7 +101,7 @@ struct Problem {
   ModelSpec spec;
   int batch;
   std::vector<float> params, images;
-  std::vector<uint8_t> labels;
+  std::vector<float> labels;
 };
 
 // Runs TrainStep and returns the gradient.
@@ -187,7 +187,7 @@ double ReferenceMeanLoss(const Problem& p, const std::vector<double>& params) {
     double zmax = a[0], sum = 0;
     for (double z : a) zmax = std::max(zmax, z);
     for (double z : a) sum += std::exp(z - zmax);
-    total += std::log(sum) + zmax - a[p.labels[n]];
+    total += std::log(sum) + zmax - a[static_cast<int>(p.labels[n])];
   }
   return total / p.batch;
 }
@@ -309,7 +309,7 @@ struct ListenerLog {
 // the marks fell, the last was 0, and the gradient is the one a step
 // without a listener computes.
 void CheckListener(CpuNetwork& net, const float* params, const float* images,
-                   const uint8_t* labels, int batch, const std::string& what) {
+                   const float* labels, int batch, const std::string& what) {
   const int64_t n = net.spec().num_parameters;
   std::vector<float> plain(n), grads(n, NAN);
   float loss = 0;

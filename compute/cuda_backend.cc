@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/dataset.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "compute/fast_device_graph.h"
@@ -162,12 +163,16 @@ class CudaBackend final : public ComputeBackend {
     if (s.ok()) s = AllocPinned(params_bytes, "weights", &params_h_);
     if (s.ok()) s = AllocPinned(params_bytes, "gradients", &grads_h_);
     if (s.ok()) s = AllocPinned(sizeof(StepResult), "step result", &result_h_);
+    const int64_t output_bytes = max_batch_ * int64_t{spec_.num_classes} * sizeof(float);
+    if (s.ok()) s = AllocDevice(output_bytes, "outputs", &outputs_d_);
+    if (s.ok()) s = AllocPinned(output_bytes, "outputs", &outputs_h_);
     const int64_t image_bytes = max_batch_ * pixels_ * int64_t{sizeof(float)};
+    const int64_t target_bytes = TargetBytes(max_batch_);
     for (Slot& slot : slots_) {
       if (s.ok()) s = AllocDevice(image_bytes, "images", &slot.images_d);
-      if (s.ok()) s = AllocDevice(max_batch_, "labels", &slot.labels_d);
+      if (s.ok()) s = AllocDevice(target_bytes, "targets", &slot.labels_d);
       if (s.ok()) s = AllocPinned(image_bytes, "images", &slot.images_h);
-      if (s.ok()) s = AllocPinned(max_batch_, "labels", &slot.labels_h);
+      if (s.ok()) s = AllocPinned(target_bytes, "targets", &slot.labels_h);
       if (s.ok()) s = MakeEvent(cudaEventDisableTiming, &slot.ready);
     }
     if (!s.ok()) return s;
@@ -206,7 +211,7 @@ class CudaBackend final : public ComputeBackend {
     int slot = 0;
     if (s.ok()) {
       if (staged_slot_ >= 0 && staged_.images == batch.images &&
-          staged_.labels == batch.labels && staged_.size == batch.size) {
+          staged_.targets == batch.targets && staged_.size == batch.size) {
         slot = staged_slot_;
         s = Check(
             cudaStreamWaitEvent(compute_.get(), slots_[slot].ready.get(), 0),
@@ -277,10 +282,14 @@ class CudaBackend final : public ComputeBackend {
   }
 
   absl::Status Evaluate(const float* params, const Batch& batch,
-                        double* loss_sum, int* correct) override {
+                        double* loss_sum, int* correct, float* outputs) override {
     if (params == nullptr || loss_sum == nullptr || correct == nullptr) {
       return absl::InvalidArgumentError(
           "CudaBackend: a required pointer is null");
+    }
+    if (outputs != nullptr && general_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "CudaBackend: the fast path does not give the outputs' probabilities");
     }
     if (absl::Status s = CheckBatch(batch, "batch"); !s.ok()) return s;
     if (!broken_.ok()) return broken_;
@@ -291,7 +300,8 @@ class CudaBackend final : public ComputeBackend {
     StepResult* result_d = static_cast<StepResult*>(result_d_.get());
     if (s.ok()) {
       errors_.Clear();
-      RunGraph(slot, batch, /*grads=*/nullptr, result_d);
+      RunGraph(slot, batch, /*grads=*/nullptr, result_d,
+               outputs != nullptr ? static_cast<float*>(outputs_d_.get()) : nullptr);
       s = KernelStatus();
     }
     if (s.ok()) {
@@ -300,6 +310,12 @@ class CudaBackend final : public ComputeBackend {
                           cudaMemcpyDeviceToHost, compute_.get()),
           "cudaMemcpyAsync (loss to the host)");
     }
+    const size_t output_bytes = size_t(batch.size) * spec_.num_classes * sizeof(float);
+    if (s.ok() && outputs != nullptr) {
+      s = Check(cudaMemcpyAsync(outputs_h_.get(), outputs_d_.get(), output_bytes,
+                                cudaMemcpyDeviceToHost, compute_.get()),
+                "cudaMemcpyAsync (outputs to the host)");
+    }
     if (s.ok())
       s = Check(cudaStreamSynchronize(compute_.get()),
                 "cudaStreamSynchronize (evaluation)");
@@ -307,6 +323,7 @@ class CudaBackend final : public ComputeBackend {
     const StepResult* r = static_cast<const StepResult*>(result_h_.get());
     *loss_sum = r->loss_sum;
     *correct = r->correct;
+    if (outputs != nullptr) std::memcpy(outputs, outputs_h_.get(), output_bytes);
     return absl::OkStatus();
   }
 
@@ -341,9 +358,9 @@ class CudaBackend final : public ComputeBackend {
                 "cudaMemsetAsync (warm-up images)");
     }
     if (s.ok()) {
-      s = Check(cudaMemsetAsync(slot.labels_d.get(), 0, max_batch_,
+      s = Check(cudaMemsetAsync(slot.labels_d.get(), 0, TargetBytes(max_batch_),
                                 compute_.get()),
-                "cudaMemsetAsync (warm-up labels)");
+                "cudaMemsetAsync (warm-up targets)");
     }
     if (s.ok()) {
       Batch zeros;
@@ -368,19 +385,24 @@ class CudaBackend final : public ComputeBackend {
 
   // Queues the model on the batch in `slot`: training when grads is set.
   void RunGraph(int slot, const Batch& batch, float* grads,
-                StepResult* result_d) {
+                StepResult* result_d, float* outputs_d = nullptr) {
     const float* params = static_cast<const float*>(params_d_.get());
     const float* images = static_cast<const float*>(slots_[slot].images_d.get());
-    const uint8_t* labels =
-        static_cast<const uint8_t*>(slots_[slot].labels_d.get());
+    const float* labels = static_cast<const float*>(slots_[slot].labels_d.get());
     if (fast_ != nullptr) {
       fast_->Run(Device(), params, images, labels, batch.size, grads,
                  &result_d->loss_sum, &result_d->correct);
     } else {
       general_->Run(*general_kernels_, params, images, labels, batch.size,
                     batch.key, grads, &result_d->loss_sum,
-                    &result_d->correct);
+                    &result_d->correct, outputs_d);
     }
+  }
+
+  // Bytes of `examples` examples' targets.
+  int64_t TargetBytes(int64_t examples) const {
+    return examples * TargetsPerExample(spec_.loss, spec_.num_classes) *
+           static_cast<int64_t>(sizeof(float));
   }
 
   GpuDevice Device() {
@@ -392,7 +414,7 @@ class CudaBackend final : public ComputeBackend {
   }
 
   absl::Status CheckBatch(const Batch& b, const char* what) const {
-    if (b.images == nullptr || b.labels == nullptr) {
+    if (b.images == nullptr || b.targets == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("CudaBackend: the ", what, " has a null pointer"));
     }
@@ -401,12 +423,12 @@ class CudaBackend final : public ComputeBackend {
           absl::StrCat("CudaBackend: ", what, " size ", b.size,
                        " is not in [1, max_batch ", max_batch_, "]"));
     }
-    for (int i = 0; i < b.size; ++i) {
-      if (b.labels[i] >= spec_.num_classes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("CudaBackend: label ", static_cast<int>(b.labels[i]),
-                         " of example ", i, " is out of range: model \"",
-                         spec_.name, "\" has ", spec_.num_classes, " classes"));
+    const int per = TargetsPerExample(spec_.loss, spec_.num_classes);
+    for (int64_t i = 0; i < int64_t{b.size} * per; ++i) {
+      if (absl::Status s = CheckTarget(spec_, b.targets[i]); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("CudaBackend: label ", b.targets[i],
+                                                       " of example ", i / per, " ",
+                                                       s.message()));
       }
     }
     return absl::OkStatus();
@@ -447,22 +469,23 @@ class CudaBackend final : public ComputeBackend {
     if (!s.ok()) return s;
     const size_t image_bytes = b.size * pixels_ * sizeof(float);
     const void* images = b.images;
-    const void* labels = b.labels;
+    const void* labels = b.targets;
+    const size_t target_bytes = TargetBytes(b.size);
     if (!direct_ok || !Pinned(b.images, image_bytes)) {
       std::memcpy(sl.images_h.get(), b.images, image_bytes);
       images = sl.images_h.get();
     }
-    if (!direct_ok || !Pinned(b.labels, b.size)) {
-      std::memcpy(sl.labels_h.get(), b.labels, b.size);
+    if (!direct_ok || !Pinned(b.targets, target_bytes)) {
+      std::memcpy(sl.labels_h.get(), b.targets, target_bytes);
       labels = sl.labels_h.get();
     }
     s = Check(cudaMemcpyAsync(sl.images_d.get(), images, image_bytes,
                               cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (images to the device)");
     if (s.ok()) {
-      s = Check(cudaMemcpyAsync(sl.labels_d.get(), labels, b.size,
+      s = Check(cudaMemcpyAsync(sl.labels_d.get(), labels, target_bytes,
                                 cudaMemcpyHostToDevice, stream),
-                "cudaMemcpyAsync (labels to the device)");
+                "cudaMemcpyAsync (targets to the device)");
     }
     if (s.ok())
       s = Check(cudaEventRecord(sl.ready.get(), stream), "cudaEventRecord");
@@ -552,6 +575,8 @@ class CudaBackend final : public ComputeBackend {
   std::unique_ptr<kernels::GeneralKernels> general_kernels_;
   DeviceMemory params_d_, grads_d_, result_d_;
   PinnedMemory params_h_, grads_h_, result_h_;
+  DeviceMemory outputs_d_;  // Evaluate's outputs (probabilities)
+  PinnedMemory outputs_h_;
   Slot slots_[2];
   // The caller's host memory PinHostMemory page-locked.
   struct PinnedRange {

@@ -65,11 +65,12 @@ class FastDeviceGraph {
   // Forward and loss for `batch` (in [1, max_batch]) examples and, when
   // `grads` is not null, backward: grads = d(mean loss)/d(params), every
   // parameter written. Writes *loss_sum (the sum of the examples' losses)
-  // and *correct. params, images (NHWC floats), labels (each < num_classes),
+  // and *correct. params, images (NHWC floats), labels (class indices as
+  // floats, each < num_classes),
   // grads, loss_sum and correct are device memory; the work is queued on
   // `d`. Precondition: Bind() was called.
   void Run(const Device& d, const float* params, const float* images,
-           const uint8_t* labels, int batch, float* grads, double* loss_sum,
+           const float* labels, int batch, float* grads, double* loss_sum,
            int* correct) {
     const int n = batch;
     const float* in = images;

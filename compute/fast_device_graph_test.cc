@@ -68,13 +68,13 @@ struct Problem {
                   spec.input_channels);
     for (float& p : images) p = u(rng);
     labels.resize(batch);
-    for (uint8_t& l : labels)
-      l = static_cast<uint8_t>(rng() % spec.num_classes);
+    for (float& l : labels)
+      l = static_cast<float>(rng() % spec.num_classes);
   }
   ModelSpec spec;
   int batch;
   std::vector<float> params, images;
-  std::vector<uint8_t> labels;
+  std::vector<float> labels;
 };
 
 class FastDeviceGraphTest

@@ -23,10 +23,13 @@ absl::Status CheckInputAndClasses(const ModelSpec& spec, const std::string& wher
         where, ": input shape ", spec.input_height, "x", spec.input_width, "x",
         spec.input_channels, " is not positive"));
   }
-  if (spec.num_classes < 1 || spec.num_classes > 256) {
+  if (spec.num_classes < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": num_classes ", spec.num_classes,
-                     " is not in [1, 256] (labels are bytes)"));
+        absl::StrCat(where, ": num_classes ", spec.num_classes, " is not positive"));
+  }
+  if (spec.loss != LossKind::kSparseCategoricalCrossentropy) {
+    return absl::UnimplementedError(absl::StrCat(
+        where, ": not on the fast path (it trains on sparse categorical cross-entropy only)"));
   }
   return absl::OkStatus();
 }

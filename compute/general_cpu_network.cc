@@ -10,7 +10,7 @@
 #include "compute/kernels/device.h"
 #include "compute/kernels/dropout.h"
 #include "compute/kernels/general_layers.h"
-#include "compute/kernels/softmax_xent.h"
+#include "compute/kernels/loss_head.h"
 #include "compute/general_plan.h"
 
 namespace pscluster {
@@ -400,19 +400,21 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
   });
 }
 
-void GeneralCpuNetwork::Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum,
-                        int* correct) {
-  const CpuDevice d;
+void GeneralCpuNetwork::Loss(const float* targets, int batch, bool want_grad, double* loss_sum,
+                             int* correct, float* outputs) {
   const int threads = std::min(threads_, batch);
   const int classes = spec_.num_classes;
+  const int per = TargetsPerExample(spec_.loss, classes);
   const size_t last = ops_.size() - 1;
   run_(threads, [&](int t) {
     Slice& s = *slices_[t];
     s.loss = 0;
     s.correct = 0;
-    kernels::SoftmaxCrossEntropy<CpuDevice>()(
-        d, s.count, classes, s.acts[last].data(), labels + s.first, 1.0f / batch,
-        want_grad ? s.grad_slots[ops_[last].grad_slot].data() : nullptr, &s.loss, &s.correct);
+    kernels::CpuLossHead(spec_.loss, s.count, classes, s.acts[last].data(),
+                         targets + int64_t{s.first} * per, 1.0f / batch,
+                         want_grad ? s.grad_slots[ops_[last].grad_slot].data() : nullptr,
+                         outputs == nullptr ? nullptr : outputs + int64_t{s.first} * classes,
+                         &s.loss, &s.correct);
   });
   double loss = 0;
   int right = 0;
@@ -594,18 +596,18 @@ void GeneralCpuNetwork::FinishOp(int i, int threads, float* grads) {
   if (listener_) listener_(layout_.final_from[i]);
 }
 
-void GeneralCpuNetwork::TrainStep(const float* params, const float* images, const uint8_t* labels,
+void GeneralCpuNetwork::TrainStep(const float* params, const float* images, const float* targets,
                              int batch, uint64_t step_key, float* grads, double* loss_sum,
                              int* correct) {
   Forward(params, images, batch, /*training=*/true, step_key, nullptr);
-  Loss(labels, batch, /*want_grad=*/true, loss_sum, correct);
+  Loss(targets, batch, /*want_grad=*/true, loss_sum, correct);
   Backward(params, images, batch, step_key, grads);
 }
 
-void GeneralCpuNetwork::Evaluate(const float* params, const float* images, const uint8_t* labels,
-                            int batch, double* loss_sum, int* correct) {
+void GeneralCpuNetwork::Evaluate(const float* params, const float* images, const float* targets,
+                                 int batch, double* loss_sum, int* correct, float* outputs) {
   Forward(params, images, batch, /*training=*/false, 0, nullptr);
-  Loss(labels, batch, /*want_grad=*/false, loss_sum, correct);
+  Loss(targets, batch, /*want_grad=*/false, loss_sum, correct, outputs);
 }
 
 }  // namespace pscluster

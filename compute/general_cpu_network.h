@@ -45,10 +45,11 @@ class GeneralCpuNetwork {
   ~GeneralCpuNetwork();
 
   // As CpuNetwork::TrainStep; `step_key` names the step for Dropout's masks.
-  void TrainStep(const float* params, const float* images, const uint8_t* labels, int batch,
+  void TrainStep(const float* params, const float* images, const float* targets, int batch,
                  uint64_t step_key, float* grads, double* loss_sum, int* correct);
-  void Evaluate(const float* params, const float* images, const uint8_t* labels, int batch,
-                double* loss_sum, int* correct);
+  // `outputs`: null, or CpuNetwork::Evaluate's.
+  void Evaluate(const float* params, const float* images, const float* targets, int batch,
+                double* loss_sum, int* correct, float* outputs = nullptr);
   // As CpuNetwork::set_gradient_listener.
   void set_gradient_listener(std::function<void(int64_t)> listener) {
     listener_ = std::move(listener);
@@ -75,7 +76,8 @@ class GeneralCpuNetwork {
   // Any other op i forward, then its activation.
   void ForwardOp(int i, const float* params, const float* images, int threads, bool training,
                  uint64_t step_key);
-  void Loss(const uint8_t* labels, int batch, bool want_grad, double* loss_sum, int* correct);
+  void Loss(const float* targets, int batch, bool want_grad, double* loss_sum, int* correct,
+            float* outputs = nullptr);
   void Backward(const float* params, const float* images, int batch, uint64_t step_key,
                 float* grads);
   // Op i backward on every slice: from its gradient slot (the gradient at

@@ -216,7 +216,7 @@ TEST(GeneralCpuNetworkTest, EvaluateUsesMovingStatisticsAndNoDropout) {
       for (int o = 0; o < 2; ++o) z[o] += x * var(4)[c * 2 + o];
     }
     const double m = std::max(z[0], z[1]);
-    expect += m + std::log(std::exp(z[0] - m) + std::exp(z[1] - m)) - z[p.labels[n]];
+    expect += m + std::log(std::exp(z[0] - m) + std::exp(z[1] - m)) - z[static_cast<int>(p.labels[n])];
   }
   EXPECT_NEAR(loss_sum, expect, 1e-4);
 }
@@ -258,7 +258,7 @@ TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
     const ModelSpec* spec = &m.spec;
     const std::vector<float>& params = m.params;
     const std::vector<float>& images = m.images;
-    const std::vector<uint8_t>& labels = m.labels;
+    const std::vector<float>& labels = m.labels;
     const int batch = static_cast<int>(labels.size());
     for (int threads : {1, 2}) {
       std::unique_ptr<CpuNetwork> net = Net(*spec, batch, threads);

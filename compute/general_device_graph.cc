@@ -33,6 +33,7 @@ absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
   g->ops_ = *std::move(ops);
   g->max_batch_ = std::max(max_batch, 1);
   g->num_classes_ = spec.num_classes;
+  g->loss_ = spec.loss;
   g->seed_ = seed;
   const int64_t n = g->max_batch_;
   auto reserve = [&g](int64_t bytes) {
@@ -219,9 +220,9 @@ void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
 }
 
 void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* params,
-                             const float* images, const uint8_t* labels, int batch,
+                             const float* images, const float* targets, int batch,
                              uint64_t step_key, float* grads, double* loss_sum,
-                             int* correct) const {
+                             int* correct, float* outputs) const {
   const int n = batch;
   const bool training = grads != nullptr;
   float* workspace = At(workspace_);
@@ -282,9 +283,9 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
     }
   }
   const size_t last = ops_.size() - 1;
-  k.SoftmaxCrossEntropy(n, num_classes_, At(slots_[last].act), labels,
-                        1.0f / static_cast<float>(n), training ? GradOf(last) : nullptr,
-                        loss_sum, correct, arena_ + softmax_);
+  k.LossHead(loss_, n, num_classes_, At(slots_[last].act), targets,
+             1.0f / static_cast<float>(n), training ? GradOf(last) : nullptr, outputs, loss_sum,
+             correct, arena_ + softmax_);
   if (!training) return;
   // written[i]: op i's slot holds the gradient at its output: the first op
   // reading it (in backward order) wrote it, the others add theirs.

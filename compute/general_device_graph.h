@@ -49,12 +49,15 @@ class GeneralDeviceGraph {
   // d(mean loss)/d(params) for the trainable variables and the batch
   // statistics for the moving ones, every parameter written. Without:
   // inference. Writes *loss_sum (the sum of the examples' losses) and
-  // *correct. Pointers are device memory; `step_key` names the step for
+  // *correct (right answers, loss_head.h). `targets`: batch *
+  // TargetsPerExample floats. Pointers are device memory; `step_key` names the step for
   // Dropout. Precondition: Bind() was called.
+  // `outputs` (device memory, batch * num_classes floats, or null): the
+  // examples' probabilities or outputs (loss_head.h).
   void Run(const kernels::GeneralKernels& k, const float* params,
-           const float* images, const uint8_t* labels, int batch,
+           const float* images, const float* targets, int batch,
            uint64_t step_key, float* grads, double* loss_sum,
-           int* correct) const;
+           int* correct, float* outputs = nullptr) const;
 
  private:
   static constexpr int64_t kAlign = 256;
@@ -94,6 +97,7 @@ class GeneralDeviceGraph {
   std::vector<Slots> slots_;
   int max_batch_ = 0;
   int num_classes_ = 0;
+  LossKind loss_ = LossKind::kSparseCategoricalCrossentropy;
   uint64_t seed_ = 0;
   int64_t workspace_ = 0;  // shared by every op, one at a time
   std::vector<int64_t> grad_slots_;  // GeneralOp::grad_slot's buffers

@@ -59,7 +59,7 @@ class Emulated {
 
   // Training when grads is not null. Returns the summed loss.
   double Run(const std::vector<float>& params, const std::vector<float>& images,
-             const std::vector<uint8_t>& labels, int batch, uint64_t step_key, float* grads,
+             const std::vector<float>& labels, int batch, uint64_t step_key, float* grads,
              int* correct) {
     double loss_sum = NAN;
     *correct = -1;

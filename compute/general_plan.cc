@@ -93,9 +93,9 @@ std::vector<int64_t> GradSlotSizes(const std::vector<GeneralOp>& ops) {
 
 absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
   const std::string where = absl::StrCat("model \"", spec.name, "\"");
-  if (spec.num_classes < 1 || spec.num_classes > 256) {
+  if (spec.num_classes < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": num_classes ", spec.num_classes, " is not in [1, 256]"));
+        absl::StrCat(where, ": num_classes ", spec.num_classes, " is not positive"));
   }
   if (spec.input_height < 1 || spec.input_width < 1 || spec.input_channels < 1) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": input shape is not positive"));
@@ -209,6 +209,12 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
       out.w != 1 || out.c != spec.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": the model must end in num_classes (", spec.num_classes, ") logits"));
+  }
+  // Binary cross-entropy reads logits: the output's sigmoid is fused into
+  // the loss (loss_head.h), as softmax is into categorical cross-entropy.
+  if (spec.loss == LossKind::kBinaryCrossentropy && ops.back().has_act &&
+      ops.back().act == kernels::ActivationFn::kSigmoid) {
+    ops.back().has_act = false;
   }
   PlanBackward(&ops);
   PlanGradSlots(&ops);

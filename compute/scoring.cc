@@ -3,36 +3,94 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "compute/cpu_backend.h"
 #include "model/dataset.h"
 
 namespace pscluster {
 
-absl::Status ScoreOnDataset(ComputeBackend& backend, const float* params, const Dataset& data,
-                            double* accuracy, double* loss) {
+absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, const float* params,
+                            const Dataset& data, TestScore* score) {
   if (data.count <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot score on an empty data set (", data.count, " examples)"));
   }
   const size_t pixels = size_t(data.height) * data.width * data.channels;
+  const bool binary = spec.loss == LossKind::kBinaryCrossentropy;
+  const int outputs = spec.num_classes;
+  std::vector<float> probabilities, scores, labels;
+  if (binary) probabilities.resize(size_t(kScoringBatch) * outputs);
   double loss_sum = 0;
   int64_t correct = 0;
   for (int begin = 0; begin < data.count; begin += kScoringBatch) {
     const int n = std::min(kScoringBatch, data.count - begin);
     double batch_loss = 0;
     int batch_correct = 0;
-    const Batch b{&data.images[begin * pixels], &data.labels[begin], n};
-    if (absl::Status s = backend.Evaluate(params, b, &batch_loss, &batch_correct); !s.ok()) {
+    const float* targets = &data.targets[begin * int64_t{data.targets_per_example}];
+    const Batch b{&data.images[begin * pixels], targets, n};
+    if (absl::Status s = backend.Evaluate(params, b, &batch_loss, &batch_correct,
+                                          binary ? probabilities.data() : nullptr);
+        !s.ok()) {
       return s;
     }
     loss_sum += batch_loss;
     correct += batch_correct;
+    if (binary) {
+      scores.insert(scores.end(), probabilities.begin(), probabilities.begin() + n * outputs);
+      labels.insert(labels.end(), targets, targets + n * outputs);
+    }
   }
-  *accuracy = double(correct) / data.count;
-  *loss = loss_sum / data.count;
+  TestScore out;
+  out.examples = data.count;
+  out.loss = loss_sum / data.count;
+  const bool regression = spec.loss == LossKind::kMeanSquaredError ||
+                          spec.loss == LossKind::kMeanAbsoluteError;
+  out.accuracy = regression ? 0.0
+                            : double(correct) / (double(data.count) * (binary ? outputs : 1));
+  if (binary) out.auc = RocAuc(scores, labels);
+  *score = out;
   return absl::OkStatus();
+}
+
+double RocAuc(const std::vector<float>& scores, const std::vector<float>& labels) {
+  std::vector<size_t> order(scores.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  double positives = 0, rank_sum = 0;  // ranks from 1, ties averaged
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j < order.size() && scores[order[j]] == scores[order[i]]) ++j;
+    const double rank = (double(i + 1) + double(j)) / 2;
+    for (size_t k = i; k < j; ++k) {
+      if (labels[order[k]] >= 0.5f) {
+        positives += 1;
+        rank_sum += rank;
+      }
+    }
+    i = j;
+  }
+  const double negatives = double(scores.size()) - positives;
+  if (positives == 0 || negatives == 0) return -1;
+  return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
+}
+
+std::string MetricsText(LossKind loss, double accuracy, double auc, double mean_loss,
+                        const std::string& prefix) {
+  switch (loss) {
+    case LossKind::kMeanSquaredError:
+      return absl::StrFormat("%smse=%.4f %sloss=%.4f", prefix, mean_loss, prefix, mean_loss);
+    case LossKind::kMeanAbsoluteError:
+      return absl::StrFormat("%smae=%.4f %sloss=%.4f", prefix, mean_loss, prefix, mean_loss);
+    case LossKind::kBinaryCrossentropy:
+      return absl::StrFormat("%saccuracy=%.4f %sauc=%.4f %sloss=%.4f", prefix, accuracy, prefix,
+                             auc, prefix, mean_loss);
+    default:
+      return absl::StrFormat("%saccuracy=%.4f %sloss=%.4f", prefix, accuracy, prefix, mean_loss);
+  }
 }
 
 absl::StatusOr<TestScore> ScoreTestSet(const ModelSpec& spec, const float* params,
@@ -44,11 +102,7 @@ absl::StatusOr<TestScore> ScoreTestSet(const ModelSpec& spec, const float* param
       CreateCpuBackend(spec, kScoringBatch, threads);
   if (!backend.ok()) return backend.status();
   TestScore score;
-  score.examples = test->count;
-  if (absl::Status s = ScoreOnDataset(**backend, params, *test, &score.accuracy, &score.loss);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = ScoreOnDataset(**backend, spec, params, *test, &score); !s.ok()) return s;
   return score;
 }
 

@@ -8,6 +8,7 @@
 #define PSCLUSTER_COMPUTE_SCORING_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,18 +22,34 @@ namespace pscluster {
 // created for batches of at least this many (BackendOptions::max_batch).
 inline constexpr int kScoringBatch = 500;
 
-// Runs `params` (the flat model layout) forward over `data` in batches of
-// kScoringBatch: *accuracy = correct arg-max predictions / examples,
-// *loss = mean cross-entropy. InvalidArgument for an empty data set; the
-// backend's error otherwise, with nothing written.
-absl::Status ScoreOnDataset(ComputeBackend& backend, const float* params, const Dataset& data,
-                            double* accuracy, double* loss);
-
+// What a model's weights score on a labelled data set; the metrics of the
+// model's loss (model/loss.h), as Keras reports them.
 struct TestScore {
+  // Categorical: right arg-max predictions / examples; binary: outputs on
+  // the right side of 0.5 / (examples * outputs) (binary accuracy);
+  // regression: 0 (the loss is the metric).
   double accuracy = 0;
-  double loss = 0;  // mean cross-entropy
+  double loss = 0;  // the mean loss (for regression: the MSE or MAE)
+  double auc = -1;  // binary: the ROC AUC over every output; else -1
   int examples = 0;
 };
+
+// Runs `params` (the flat model layout of `spec`) forward over `data` in
+// batches of kScoringBatch into *score. InvalidArgument for an empty data
+// set; the backend's error otherwise, with nothing written.
+absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, const float* params,
+                            const Dataset& data, TestScore* score);
+
+// The exact ROC AUC of `scores` against labels (positive: >= 0.5), ties
+// counted half (the Mann-Whitney U statistic); -1 without both classes.
+// Keras's AUC metric approximates it with 200 thresholds.
+double RocAuc(const std::vector<float>& scores, const std::vector<float>& labels);
+
+// The metrics as a line's fields, "<prefix>accuracy=0.9912 <prefix>loss=0.0290"
+// (binary: with "<prefix>auc="; regression: "<prefix>mse=" or "<prefix>mae="
+// for the accuracy).
+std::string MetricsText(LossKind loss, double accuracy, double auc, double mean_loss,
+                        const std::string& prefix);
 
 // The chief's own evaluation of the final weights, for a cluster without an
 // evaluator: loads the test split of `data_dir` (model/dataset.h, whose

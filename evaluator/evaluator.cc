@@ -18,7 +18,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   absl::StatusOr<TrainingPlan> plan =
       (*chief)->WaitForPlan(options_.config.task, options_.startup_timeout, stop);
   if (!plan.ok()) return plan.status();
-  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json());
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json(), plan->loss());
   if (!spec.ok()) return spec.status();
   absl::StatusOr<Dataset> test = LoadDataset(options_.data_dir, Split::kTest);
   if (!test.ok()) return absl::DataLossError(test.status().message());
@@ -94,18 +94,20 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
   if (only_if_new && version == last_version_) {
     return absl::AlreadyExistsError("no new weights since the last evaluation");
   }
-  double accuracy = 0, loss = 0;
-  s = ScoreOnDataset(*backend_, params_.data(), test_, &accuracy, &loss);
+  TestScore score;
+  s = ScoreOnDataset(*backend_, spec_, params_.data(), test_, &score);
   if (!s.ok()) return s;
   EvalReport r;
   r.set_version(version);
   r.set_examples(test_.count);
-  r.set_accuracy(static_cast<float>(accuracy));
-  r.set_loss(static_cast<float>(loss));
+  r.set_accuracy(static_cast<float>(score.accuracy));
+  r.set_loss(static_cast<float>(score.loss));
+  r.set_auc(static_cast<float>(score.auc));
   r.set_final(final);
   last_version_ = r.version();
-  spdlog::info("eval: step={} accuracy={:.4f} loss={:.4f}{}", r.version(), r.accuracy(),
-               r.loss(), final ? " (final)" : "");
+  spdlog::info("eval: step={} {}{}", r.version(),
+               MetricsText(spec_.loss, score.accuracy, score.auc, score.loss, ""),
+               final ? " (final)" : "");
   if (options_.metrics != nullptr) {
     options_.metrics->accuracy().Set(r.accuracy());
     options_.metrics->loss().Set(r.loss());
@@ -113,7 +115,12 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
   }
   if (tensorboard_) {
     absl::Status ts = tensorboard_->AddScalars(
-        r.version(), {{"eval/accuracy", r.accuracy()}, {"eval/loss", r.loss()}});
+        r.version(), spec_.loss == LossKind::kBinaryCrossentropy
+                         ? std::vector<std::pair<std::string, float>>{{"eval/accuracy", r.accuracy()},
+                                                                        {"eval/auc", r.auc()},
+                                                                        {"eval/loss", r.loss()}}
+                         : std::vector<std::pair<std::string, float>>{{"eval/accuracy", r.accuracy()},
+                                                                        {"eval/loss", r.loss()}});
     if (!ts.ok()) spdlog::warn("TensorBoard: {}", std::string(ts.message()));
   }
   if (absl::Status rs = chief_->ReportEval(r); !rs.ok() && !final) {

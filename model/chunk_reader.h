@@ -28,10 +28,12 @@ class ChunkReader {
         batch_(batch),
         seed_(seed),
         chunks_per_epoch_(static_cast<int>((data.count + batch - 1) / batch)),
-        pixels_(data.height * data.width * data.channels) {}
+        pixels_(data.height * data.width * data.channels),
+        targets_per_example_(data.targets_per_example) {}
 
   int chunks_per_epoch() const { return chunks_per_epoch_; }
   int pixels() const { return pixels_; }
+  int targets_per_example() const { return targets_per_example_; }
 
   // Examples in chunk k: the batch size but for an epoch's last chunk.
   int Examples(int64_t k) const {
@@ -40,10 +42,11 @@ class ChunkReader {
   }
 
   // Copies chunk k's examples into images (Examples(k) * pixels() floats)
-  // and labels; returns how many.
+  // and targets (Examples(k) * targets_per_example() floats); returns how
+  // many.
   // A large chunk is gathered by up to 4 threads (a GPU worker's 8192
   // MNIST images are 26 MB of scattered rows: several ms on one core).
-  int Fill(int64_t k, float* images, uint8_t* labels) {
+  int Fill(int64_t k, float* images, float* targets) {
     const std::vector<int32_t>& perm = Permutation(static_cast<int>(k / chunks_per_epoch_));
     const int64_t begin = (k % chunks_per_epoch_) * batch_;
     const int n = Examples(k);
@@ -55,7 +58,8 @@ class ChunkReader {
         const int32_t e = perm[begin + i];
         std::memcpy(&images[size_t(i) * pixels_], &data_.images[size_t(e) * pixels_],
                     pixels_ * sizeof(float));
-        labels[i] = data_.labels[e];
+        const int t = targets_per_example_;
+        std::memcpy(&targets[size_t(i) * t], &data_.targets[size_t(e) * t], t * sizeof(float));
       }
     });
     return n;
@@ -80,6 +84,7 @@ class ChunkReader {
   const uint64_t seed_;
   const int chunks_per_epoch_;
   const int pixels_;
+  const int targets_per_example_;
   std::map<int, std::vector<int32_t>> permutations_;
 };
 

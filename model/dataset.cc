@@ -1,5 +1,7 @@
 #include "model/dataset.h"
 
+#include <cmath>
+
 #include <unistd.h>
 #include <zip.h>
 
@@ -208,21 +210,37 @@ absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwh
     return Bad(xwhere, absl::StrCat("images of dtype '", x->descr,
                                     "' are not read (uint8, scaled by 1/255, or float32)"));
   }
-  const bool column = y->shape.size() == 2 && y->shape[1] == 1;
-  if (!(y->shape.size() == 1 || column) || y->shape[0] != x->shape[0]) {
+  if (y->shape.empty() || y->shape.size() > 2 || y->shape[0] != x->shape[0] ||
+      (y->shape.size() == 2 && y->shape[1] < 1)) {
     return Bad(ywhere, absl::StrCat("labels of shape [", absl::StrJoin(y->shape, ","),
                                     "] for ", d.count, " images; expected [", d.count, "] or [",
-                                    d.count, ",1]"));
+                                    d.count, ",K]"));
   }
-  if (y->descr == "<f4") {
-    return Bad(ywhere, "labels of dtype float32; expected integer class indices");
+  d.targets_per_example = y->shape.size() == 2 ? static_cast<int>(y->shape[1]) : 1;
+  const int64_t values = int64_t{d.count} * d.targets_per_example;
+  d.targets.resize(values);
+  if (y->descr == "<f4" || y->descr == "<f8") {
+    for (int64_t i = 0; i < values; ++i) {
+      double v;
+      if (y->descr == "<f4") {
+        float f;
+        std::memcpy(&f, y->data.data() + i * 4, 4);
+        v = f;
+      } else {
+        std::memcpy(&v, y->data.data() + i * 8, 8);
+      }
+      if (!std::isfinite(v)) {
+        return Bad(ywhere, absl::StrCat("target ", v, " at index ", i, " is not finite"));
+      }
+      d.targets[i] = static_cast<float>(v);
+    }
+    return d;
   }
-  d.labels.resize(d.count);
   const int item = y->descr[2] - '0';
   const bool is_signed = y->descr[1] == 'i';
-  for (int i = 0; i < d.count; ++i) {
+  for (int64_t i = 0; i < values; ++i) {
     int64_t v = 0;
-    const char* p = y->data.data() + int64_t{i} * item;
+    const char* p = y->data.data() + i * item;
     if (item == 1) {
       v = is_signed ? static_cast<int8_t>(*p) : static_cast<uint8_t>(*p);
     } else if (item == 2) {
@@ -236,11 +254,11 @@ absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwh
     } else {
       std::memcpy(&v, p, 8);
     }
-    if (v < 0 || v > 255) {
-      return Bad(ywhere, absl::StrCat("label ", v, " of example ", i,
-                                      " is not a class index in [0, 255]"));
+    if (v < 0 || v >= (int64_t{1} << 24)) {
+      return Bad(ywhere, absl::StrCat("label ", v, " at index ", i,
+                                      " is not a class index or count in [0, 2^24)"));
     }
-    d.labels[i] = static_cast<uint8_t>(v);
+    d.targets[i] = static_cast<float>(v);
   }
   return d;
 }
@@ -291,6 +309,26 @@ absl::Status CheckDataFiles(const std::string& path, Split split) {
   return CheckMnistFiles(path, split);
 }
 
+absl::Status CheckTarget(const ModelSpec& spec, float t) {
+  switch (spec.loss) {
+    case LossKind::kSparseCategoricalCrossentropy:
+      if (t >= 0 && t < spec.num_classes && t == static_cast<float>(static_cast<int64_t>(t))) {
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "is not a class index: model \"", spec.name, "\" has ", spec.num_classes, " classes"));
+    case LossKind::kCategoricalCrossentropy:
+      if (t >= 0 && std::isfinite(t)) return absl::OkStatus();
+      return absl::InvalidArgumentError("is not a class weight (one-hot or soft, >= 0)");
+    case LossKind::kBinaryCrossentropy:
+      if (t >= 0 && t <= 1) return absl::OkStatus();
+      return absl::InvalidArgumentError("is not a binary label in [0, 1]");
+    default:
+      if (std::isfinite(t)) return absl::OkStatus();
+      return absl::InvalidArgumentError("is not finite");
+  }
+}
+
 absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,
                                    const ModelSpec& spec) {
   const bool flat_model = spec.input_height == 1 && spec.input_width == 1;
@@ -305,11 +343,18 @@ absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,
                                   spec.input_height, "x", spec.input_width, "x",
                                   spec.input_channels));
   }
-  for (int i = 0; i < data.count; ++i) {
-    if (data.labels[i] >= spec.num_classes) {
-      return Bad(path, absl::StrCat("label ", static_cast<int>(data.labels[i]), " of example ", i,
-                                    " is out of range: model \"", spec.name, "\" has ",
-                                    spec.num_classes, " classes"));
+  const int want = TargetsPerExample(spec.loss, spec.num_classes);
+  if (data.targets_per_example != want) {
+    return Bad(path, absl::StrCat(data.targets_per_example, " label values per example but model \"",
+                                  spec.name, "\" trains on ", LossName(spec.loss), " over ",
+                                  spec.num_classes, " outputs: it wants ", want,
+                                  want == 1 ? " (a class index)" : ""));
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(data.targets.size()); ++i) {
+    const absl::Status s = CheckTarget(spec, data.targets[i]);
+    if (!s.ok()) {
+      return Bad(path, absl::StrCat("label ", data.targets[i], " of example ",
+                                    i / data.targets_per_example, ": ", s.message()));
     }
   }
   return absl::OkStatus();

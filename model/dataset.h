@@ -5,8 +5,10 @@
 // those four (np.savez or np.savez_compressed; read with libzip). Images
 // are [N, H, W], [N, H, W, C] or [N, F]; uint8 pixels are scaled by 1/255
 // as for IDX, float32 values are taken as they are. Labels are [N] or
-// [N, 1] class indices (uint8, int16/uint16, int32 or int64, each in
-// [0, 255]). Plain functions: thread-safe.
+// [N, K]: integer class indices ([N] or [N, 1]), one-hot or soft class
+// weights, binary labels or regression targets ([N, K]; integers or
+// float32/float64), which CheckDatasetFitsModel checks against the model's
+// loss. Plain functions: thread-safe.
 #ifndef PSCLUSTER_MODEL_DATASET_H_
 #define PSCLUSTER_MODEL_DATASET_H_
 
@@ -31,9 +33,14 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split);
 // (an .npz opens as a zip and has the members); contents are not read.
 absl::Status CheckDataFiles(const std::string& path, Split split);
 
-// Whether `data` (read from `path`) fits `spec`'s input and classes:
-// InvalidArgument naming the file and both shapes, or the first label out
-// of range, otherwise. A model with a rank-1 input (1 x 1 x F) takes any
+// Whether label value `t` fits `spec`'s loss: a class index below
+// num_classes, a class weight >= 0, a binary label in [0, 1], a finite
+// regression target. InvalidArgument saying which otherwise.
+absl::Status CheckTarget(const ModelSpec& spec, float t);
+
+// Whether `data` (read from `path`) fits `spec`'s input and loss (label
+// values per example, each label's range): InvalidArgument naming the file
+// and both shapes, or the first label that does not fit, otherwise. A model with a rank-1 input (1 x 1 x F) takes any
 // examples of F values, flattened row-major as Keras's Flatten would.
 absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,
                                    const ModelSpec& spec);

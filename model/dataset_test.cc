@@ -23,7 +23,7 @@ TEST(DatasetTest, Uint8NpzIsScaledLikeIdx) {
     ASSERT_LE(v, 1.0f);
     ASSERT_NEAR(v * 255.0f, std::round(v * 255.0f), 1e-3);
   }
-  EXPECT_EQ(d->labels[13], 3);
+  EXPECT_EQ(d->targets[13], 3);
   absl::StatusOr<Dataset> t = LoadDataset(kDir + "/uint8.npz", Split::kTest);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->count, 5);
@@ -37,20 +37,20 @@ TEST(DatasetTest, CompressedFloatNpzWithColumnLabelsAndFourDims) {
   EXPECT_EQ(d->height, 6);
   EXPECT_EQ(d->width, 5);
   EXPECT_EQ(d->channels, 2);
-  EXPECT_EQ(d->labels[4], 1);
+  EXPECT_EQ(d->targets[4], 1);
   absl::StatusOr<Dataset> v2 = LoadDataset(kDir + "/v2.npz", Split::kTrain);
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(v2->images, d->images);  // the same array, written as format 2.0
   absl::StatusOr<Dataset> t = LoadDataset(kDir + "/float_compressed.npz", Split::kTest);
   ASSERT_TRUE(t.ok()) << t.status();  // int32 labels
-  EXPECT_EQ(t->labels[2], 2);
+  EXPECT_EQ(t->targets[2], 2);
 }
 
 TEST(DatasetTest, NpyFolderAndFlatExamples) {
   absl::StatusOr<Dataset> d = LoadDataset(kDir, Split::kTest);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->count, 3);  // int16 labels
-  EXPECT_EQ(d->labels[2], 2);
+  EXPECT_EQ(d->targets[2], 2);
   ASSERT_TRUE(CheckDataFiles(kDir, Split::kTrain).ok());
   absl::StatusOr<Dataset> flat = LoadDataset(kDir + "/flat.npz", Split::kTrain);
   ASSERT_TRUE(flat.ok()) << flat.status();
@@ -73,7 +73,28 @@ TEST(DatasetTest, FitsTheModelOrSaysWhy) {
   EXPECT_TRUE(CheckDatasetFitsModel(d, "f.npz", spec).ok());
   spec.input_channels = 60, spec.num_classes = 2;
   s = CheckDatasetFitsModel(d, "f.npz", spec);
-  EXPECT_NE(s.message().find("label 2 of example 2 is out of range"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("label 2 of example 2: is not a class index: model \"m\" has 2 "
+                             "classes"),
+            std::string::npos)
+      << s;
+  // Labels of any width load; the model's loss says what fits: a label of
+  // 300 is a class index for 301 classes or more.
+  absl::StatusOr<Dataset> wide = LoadDataset(kDir + "/bad_label.npz", Split::kTrain);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  ModelSpec classes = spec;
+  classes.input_height = wide->height, classes.input_width = wide->width;
+  classes.input_channels = wide->channels, classes.num_classes = 10;
+  s = CheckDatasetFitsModel(*wide, "bad_label.npz", classes);
+  EXPECT_NE(s.message().find("bad_label.npz: label 300 of example 0: is not a class index"),
+            std::string::npos)
+      << s;
+  classes.num_classes = 301;
+  EXPECT_TRUE(CheckDatasetFitsModel(*wide, "bad_label.npz", classes).ok());
+  classes.loss = LossKind::kBinaryCrossentropy, classes.num_classes = 1;
+  s = CheckDatasetFitsModel(*wide, "bad_label.npz", classes);
+  EXPECT_NE(s.message().find("label 300 of example 0: is not a binary label in [0, 1]"),
+            std::string::npos)
+      << s;
 }
 
 TEST(DatasetTest, BadFilesAreRefusedNamingFileAndProblem) {
@@ -85,7 +106,6 @@ TEST(DatasetTest, BadFilesAreRefusedNamingFileAndProblem) {
       {"bad_bigendian.npz", "bad_bigendian.npz: x_train: dtype '>f4' is not read"},
       {"bad_fortran.npz", "bad_fortran.npz: x_train: Fortran-order"},
       {"bad_counts.npz", "bad_counts.npz: y_train: labels of shape [11] for 12 images"},
-      {"bad_label.npz", "bad_label.npz: y_train: label 300 of example 0"},
       {"bad_truncated.npz", "bad_truncated.npz: x_train: truncated"},
       {"bad_missing.npz", "bad_missing.npz: no member x_test.npy"},
       {"bad_not_zip.npz", "bad_not_zip.npz: not an .npz (zip) archive"},

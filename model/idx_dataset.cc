@@ -264,7 +264,7 @@ absl::StatusOr<Dataset> LoadMnist(const std::string& dir, Split split) {
   for (size_t i = 0; i < images->pixels.size(); ++i) {
     dataset.images[i] = static_cast<float>(images->pixels[i]) / 255.0f;
   }
-  dataset.labels = *std::move(labels);
+  dataset.targets.assign(labels->begin(), labels->end());
   return dataset;
 }
 

@@ -29,8 +29,12 @@ absl::StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path);
 
 struct Dataset {
   int count = 0, height = 0, width = 0, channels = 1;
-  std::vector<float> images;    // count * height * width * channels, NHWC
-  std::vector<uint8_t> labels;  // count class indices
+  std::vector<float> images;  // count * height * width * channels, NHWC
+  // count * targets_per_example: a class index per example (as a float),
+  // or the values the model's outputs are trained towards (one-hot or soft
+  // class weights, binary labels, regression targets).
+  std::vector<float> targets;
+  int targets_per_example = 1;
 };
 
 enum class Split { kTrain, kTest };

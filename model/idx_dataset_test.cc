@@ -111,7 +111,7 @@ TEST_F(IdxDatasetTest, LoadsGzipSplit) {
   EXPECT_EQ(d->images[1], 1.0f);
   EXPECT_FLOAT_EQ(d->images[2], 0.2f);
   EXPECT_FLOAT_EQ(d->images[3], 0.4f);
-  EXPECT_EQ(d->labels, (Bytes{7, 0, 9}));
+  EXPECT_EQ(d->targets, (std::vector<float>{7, 0, 9}));
 }
 
 TEST_F(IdxDatasetTest, LoadsUncompressedTestSplit) {
@@ -122,7 +122,7 @@ TEST_F(IdxDatasetTest, LoadsUncompressedTestSplit) {
   EXPECT_EQ(d->count, 1);
   EXPECT_EQ(d->width, 3);
   EXPECT_FLOAT_EQ(d->images[1], 1.0f / 255.0f);
-  EXPECT_EQ(d->labels, Bytes{4});
+  EXPECT_EQ(d->targets, std::vector<float>{4});
 }
 
 TEST_F(IdxDatasetTest, PrefersGzipWhenBothExist) {
@@ -302,7 +302,7 @@ std::string RealDataDir() {
 
 void ExpectHistogram(const Dataset& d, const std::vector<int>& expected) {
   std::vector<int> histogram(10, 0);
-  for (uint8_t label : d.labels) ++histogram[label];
+  for (float label : d.targets) ++histogram[static_cast<int>(label)];
   EXPECT_EQ(histogram, expected);
   EXPECT_EQ(std::accumulate(histogram.begin(), histogram.end(), 0), d.count);
 }
@@ -323,7 +323,7 @@ TEST(RealMnistTest, TrainAndTestSplits) {
   EXPECT_EQ(train->height, 28);
   EXPECT_EQ(train->width, 28);
   EXPECT_EQ(train->images.size(), 60000u * 28 * 28);
-  EXPECT_EQ(train->labels[0], 5);
+  EXPECT_EQ(train->targets[0], 5);
   ExpectHistogram(*train,
                   {5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949});
   // The first training image's pixels sum to 27525 / 255.
@@ -334,7 +334,7 @@ TEST(RealMnistTest, TrainAndTestSplits) {
   absl::StatusOr<Dataset> test = LoadMnist(dir, Split::kTest);
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(test->count, 10000);
-  EXPECT_EQ(test->labels[0], 7);
+  EXPECT_EQ(test->targets[0], 7);
   ExpectHistogram(*test,
                   {980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009});
 }

@@ -63,15 +63,15 @@ struct Problem {
                   spec.input_channels);
     for (float& p : images) p = u(rng);
     labels.resize(batch);
-    for (uint8_t& l : labels)
-      l = static_cast<uint8_t>(rng() % spec.num_classes);
+    for (float& l : labels)
+      l = static_cast<float>(rng() % spec.num_classes);
   }
   Batch AsBatch() const { return Batch{images.data(), labels.data(), batch}; }
 
   ModelSpec spec;
   int batch;
   std::vector<float> params, images;
-  std::vector<uint8_t> labels;
+  std::vector<float> labels;
 };
 
 struct StepOut {
@@ -327,7 +327,7 @@ TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
   const std::vector<int32_t> order = EpochPermutation(train->count, 1, 0);
   const int pixels = train->height * train->width;
   std::vector<float> images[2];
-  std::vector<uint8_t> labels[2];
+  std::vector<float> labels[2];
   auto fill = [&](int step, int buf) {
     images[buf].resize(size_t{kBatch} * pixels);
     labels[buf].resize(kBatch);
@@ -335,7 +335,7 @@ TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
       const int e = order[step * kBatch + i];
       std::copy_n(&train->images[size_t(e) * pixels], pixels,
                   &images[buf][size_t(i) * pixels]);
-      labels[buf][i] = train->labels[e];
+      labels[buf][i] = train->targets[e];
     }
   };
   double late_loss = 0;
@@ -370,7 +370,7 @@ TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
     ASSERT_TRUE(backend
                     ->Evaluate(params.data(),
                                Batch{&test->images[size_t(begin) * pixels_test],
-                                     &test->labels[begin], 500},
+                                     &test->targets[begin], 500},
                                &l, &c)
                     .ok());
     loss_sum += l;

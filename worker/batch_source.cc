@@ -8,7 +8,7 @@ BatchSource::BatchSource(ChunkReader* chunks, int batch, int stride_guess, bool 
     : chunks_(chunks), prefetch_(prefetch), stride_(stride_guess > 0 ? stride_guess : 1) {
   for (Buffer& b : buffers_) {
     b.images.resize(static_cast<size_t>(batch) * chunks->pixels());
-    b.labels.resize(batch);
+    b.targets.resize(static_cast<size_t>(batch) * chunks->targets_per_example());
   }
 }
 
@@ -21,7 +21,7 @@ void BatchSource::Join() {
 void BatchSource::PinIn(ComputeBackend* backend) {
   for (Buffer& b : buffers_) {
     backend->PinHostMemory(b.images.data(), b.images.size() * sizeof(float));
-    backend->PinHostMemory(b.labels.data(), b.labels.size());
+    backend->PinHostMemory(b.targets.data(), b.targets.size() * sizeof(float));
   }
 }
 
@@ -34,7 +34,7 @@ Batch BatchSource::Get(int64_t k) {
     current_ = 1 - current_;
   } else {
     Buffer& b = buffers_[current_];
-    b.size = chunks_->Fill(k, b.images.data(), b.labels.data());
+    b.size = chunks_->Fill(k, b.images.data(), b.targets.data());
     b.chunk = k;
   }
   if (last_ >= 0 && k > last_) stride_ = k - last_;
@@ -45,11 +45,11 @@ Batch BatchSource::Get(int64_t k) {
     const int64_t guess = k + stride_;
     next->chunk = -1;
     gatherer_ = std::thread([this, next, guess] {
-      next->size = chunks_->Fill(guess, next->images.data(), next->labels.data());
+      next->size = chunks_->Fill(guess, next->images.data(), next->targets.data());
       next->chunk = guess;
     });
   }
-  return Batch{now.images.data(), now.labels.data(), now.size, static_cast<uint64_t>(k)};
+  return Batch{now.images.data(), now.targets.data(), now.size, static_cast<uint64_t>(k)};
 }
 
 }  // namespace pscluster

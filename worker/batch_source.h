@@ -45,7 +45,7 @@ class BatchSource {
  private:
   struct Buffer {
     std::vector<float> images;
-    std::vector<uint8_t> labels;
+    std::vector<float> targets;
     int64_t chunk = -1;  // what it holds, -1: nothing
     int size = 0;
   };

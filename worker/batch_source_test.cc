@@ -18,7 +18,7 @@ Dataset Numbered() {
   d.width = 3;
   for (int e = 0; e < d.count; ++e) {
     for (int p = 0; p < 6; ++p) d.images.push_back(e * 10.0f + p);
-    d.labels.push_back(static_cast<uint8_t>(e % 10));
+    d.targets.push_back(static_cast<float>(e % 10));
   }
   return d;
 }
@@ -34,15 +34,15 @@ void ExpectSequence(bool prefetch, int stride_guess, const std::vector<int64_t>&
   for (int64_t k : ks) {
     const Batch b = source.Get(k);
     std::vector<float> images(8 * 6);
-    std::vector<uint8_t> labels(8);
+    std::vector<float> labels(8);
     const int n = oracle.Fill(k, images.data(), labels.data());
     ASSERT_EQ(b.size, n) << "chunk " << k;
     EXPECT_EQ(b.key, static_cast<uint64_t>(k));
     EXPECT_EQ(std::vector<float>(b.images, b.images + n * 6),
               std::vector<float>(images.begin(), images.begin() + n * 6))
         << "chunk " << k;
-    EXPECT_EQ(std::vector<uint8_t>(b.labels, b.labels + n),
-              std::vector<uint8_t>(labels.begin(), labels.begin() + n))
+    EXPECT_EQ(std::vector<float>(b.targets, b.targets + n),
+              std::vector<float>(labels.begin(), labels.begin() + n))
         << "chunk " << k;
   }
   EXPECT_EQ(source.gets(), static_cast<int64_t>(ks.size()));

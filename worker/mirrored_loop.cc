@@ -113,7 +113,7 @@ class RingTraining {
   std::unique_ptr<RingAllReducer> reducer_;
   std::unique_ptr<ComputeBackend> backend_;
   std::vector<float> params_, grads_, images_;
-  std::vector<uint8_t> labels_;
+  std::vector<float> targets_;
   std::optional<StepReport> report_;
   RingWorkRequest request_;
   int64_t generation_ = 0;  // of the ring this worker is in
@@ -134,7 +134,7 @@ RingTraining::RingTraining(const TrainingContext& ctx)
       params_(spec_.num_parameters),
       grads_(spec_.num_parameters),
       images_(static_cast<size_t>(batch_) * chunks_.pixels()),
-      labels_(batch_) {}
+      targets_(static_cast<size_t>(batch_) * chunks_.targets_per_example()) {}
 
 absl::Status RingTraining::Run() {
   absl::StatusOr<std::unique_ptr<RingAllReducer>> reducer =
@@ -272,9 +272,9 @@ absl::Status RingTraining::TrainChunk(const RingWorkResponse& work, Trained* tra
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     return absl::OkStatus();
   }
-  trained->examples = chunks_.Fill(chunk, images_.data(), labels_.data());
+  trained->examples = chunks_.Fill(chunk, images_.data(), targets_.data());
   report_->set_epoch(static_cast<int>(chunk / chunks_.chunks_per_epoch()));
-  const Batch b{images_.data(), labels_.data(), trained->examples, static_cast<uint64_t>(chunk)};
+  const Batch b{images_.data(), targets_.data(), trained->examples, static_cast<uint64_t>(chunk)};
   if (absl::Status s = backend_->TrainStep(params_.data(), b, Batch(), grads_.data(),
                                            &trained->loss, &trained->correct);
       !s.ok()) {

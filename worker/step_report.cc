@@ -57,7 +57,9 @@ absl::StatusOr<bool> StepReport::Report(bool done, int64_t global_version) {
   r.set_step(steps_);
   r.set_examples(examples_);
   r.set_loss(window_.examples ? window_.loss_sum / window_.examples : 0);
-  r.set_accuracy(window_.examples ? double(window_.correct) / window_.examples : 0);
+  r.set_accuracy(window_.examples ? double(window_.correct) /
+                                        (double(window_.examples) * options_.answers_per_example)
+                                  : 0);
   r.set_global_version(global_version);
   r.set_done(done);
   r.set_compute_s(window_.compute_s);

@@ -30,6 +30,9 @@ class StepReport {
     int num_workers = 1;  // the plan's
     int chunks_per_epoch = 0;  // chunks (batches of one worker) in an epoch
     int64_t epoch_examples = 0;  // the training set's size
+    // Right answers an example can give (compute/kernels/loss_head.h): 1,
+    // or a binary model's outputs; the accuracy reported is per answer.
+    int answers_per_example = 1;
     float report_interval_s = 0;  // the plan's; at least 0.1 s is used
     // How long the last report (done) may take; the others take 10 s.
     absl::Duration final_timeout = absl::Minutes(5);

@@ -55,7 +55,7 @@ absl::Status Trainer::Run() {
       absl::Seconds(plan->heartbeat_interval_s() > 0 ? plan->heartbeat_interval_s() : 0.5f),
       &finished_);
 
-  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json());
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json(), plan->loss());
   if (!spec.ok()) return spec.status();
   if (plan->num_workers() != options_.config.cluster.num_tasks(kWorkerJob)) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -19,6 +19,8 @@ StepReport::Options LoopReportOptions(const TrainingContext& context, int chunks
   options.num_workers = context.plan->num_workers();
   options.chunks_per_epoch = chunks_per_epoch;
   options.epoch_examples = context.data->count;
+  options.answers_per_example =
+      context.spec->loss == LossKind::kBinaryCrossentropy ? context.spec->num_classes : 1;
   options.report_interval_s = context.plan->report_interval_s();
   options.final_timeout = context.options->step_timeout;
   return options;

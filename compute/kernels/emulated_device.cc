@@ -162,7 +162,7 @@ int64_t SoftmaxCrossEntropy<EmulatedGpuDevice>::WorkspaceBytes(int batch) {
 
 void SoftmaxCrossEntropy<EmulatedGpuDevice>::operator()(
     const EmulatedGpuDevice& d, int batch, int classes, const float* logits,
-    const uint8_t* labels, float grad_scale, float* dlogits, double* loss_sum,
+    const float* labels, float grad_scale, float* dlogits, double* loss_sum,
     int* correct, void* workspace) const {
   parallel::SoftmaxCrossEntropy(HostExec(d), batch, classes, logits, labels,
                                 grad_scale, dlogits, loss_sum, correct,

@@ -108,7 +108,7 @@ template <>
 struct SoftmaxCrossEntropy<EmulatedGpuDevice> {
   static int64_t WorkspaceBytes(int batch);
   void operator()(const EmulatedGpuDevice& d, int batch, int classes,
-                  const float* logits, const uint8_t* labels, float grad_scale,
+                  const float* logits, const float* labels, float grad_scale,
                   float* dlogits, double* loss_sum, int* correct,
                   void* workspace) const;
 };

@@ -20,6 +20,7 @@
 #include "compute/kernels/activation.h"
 #include "compute/kernels/dropout.h"
 #include "compute/kernels/general_layers.h"
+#include "model/loss.h"
 
 namespace pscluster {
 namespace kernels {
@@ -83,12 +84,12 @@ class GeneralKernels {
                                  const float* var, const float* gamma,
                                  float epsilon, float* dgamma, float* dbeta,
                                  float* dx, void* workspace) const = 0;
-  // parallel_kernels.h's SoftmaxCrossEntropy: *loss_sum and *correct are
-  // device memory; `workspace`: SoftmaxWorkspaceBytes(batch) bytes.
-  virtual void SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                                   const uint8_t* labels, float grad_scale,
-                                   float* dlogits, double* loss_sum,
-                                   int* correct, void* workspace) const = 0;
+  // loss_head.h's LossHead: *loss_sum and *right are device memory;
+  // `workspace`: LossWorkspaceBytes(batch) bytes.
+  virtual void LossHead(LossKind loss, int batch, int outputs, const float* out,
+                        const float* targets, float grad_scale, float* grad,
+                        float* probability, double* loss_sum, int* right,
+                        void* workspace) const = 0;
 };
 
 }  // namespace kernels

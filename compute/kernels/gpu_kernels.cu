@@ -177,7 +177,7 @@ int64_t SoftmaxCrossEntropy<GpuDevice>::WorkspaceBytes(int batch) {
 
 void SoftmaxCrossEntropy<GpuDevice>::operator()(
     const GpuDevice& d, int batch, int classes, const float* logits,
-    const uint8_t* labels, float grad_scale, float* dlogits, double* loss_sum,
+    const float* labels, float grad_scale, float* dlogits, double* loss_sum,
     int* correct, void* workspace) const {
   parallel::SoftmaxCrossEntropy(CudaExec(d), batch, classes, logits, labels,
                                 grad_scale, dlogits, loss_sum, correct,

@@ -104,7 +104,7 @@ struct SoftmaxCrossEntropy<GpuDevice> {
   // Bytes (not floats) of workspace, aligned for double.
   static int64_t WorkspaceBytes(int batch);
   void operator()(const GpuDevice& d, int batch, int classes,
-                  const float* logits, const uint8_t* labels, float grad_scale,
+                  const float* logits, const float* labels, float grad_scale,
                   float* dlogits, double* loss_sum, int* correct,
                   void* workspace) const;
 };

@@ -24,6 +24,7 @@
 #include "compute/kernels/dropout.h"
 #include "compute/kernels/general_device.h"
 #include "compute/kernels/general_layers.h"
+#include "compute/kernels/loss_head.h"
 #include "compute/kernels/parallel_kernels.h"
 
 namespace pscluster {
@@ -921,13 +922,11 @@ class ExecGeneralKernels final : public GeneralKernels {
     parallel::BatchNormBackward(e_, rows, channels, x, dy, mean, var, gamma,
                                 epsilon, dgamma, dbeta, dx, workspace);
   }
-  void SoftmaxCrossEntropy(int batch, int classes, const float* logits,
-                           const uint8_t* labels, float grad_scale,
-                           float* dlogits, double* loss_sum, int* correct,
-                           void* workspace) const override {
-    parallel::SoftmaxCrossEntropy(e_, batch, classes, logits, labels,
-                                  grad_scale, dlogits, loss_sum, correct,
-                                  workspace);
+  void LossHead(LossKind loss, int batch, int outputs, const float* out, const float* targets,
+                float grad_scale, float* grad, float* probability, double* loss_sum, int* right,
+                void* workspace) const override {
+    kernels::LossHead(e_, loss, batch, outputs, out, targets, grad_scale, grad, probability,
+                      loss_sum, right, workspace);
   }
 
  private:

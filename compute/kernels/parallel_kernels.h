@@ -258,7 +258,7 @@ struct MaxPoolTiledBackwardFn {
 struct SoftmaxRowFn {
   int classes;
   const float* logits;
-  const uint8_t* labels;
+  const float* labels;
   float grad_scale;
   float* dlogits;
   double* row_loss;
@@ -266,7 +266,7 @@ struct SoftmaxRowFn {
   template <typename I>
   PSCLUSTER_HD void operator()(I r) const {
     const float* z = logits + r * classes;
-    const int label = labels[r];
+    const int label = static_cast<int>(labels[r]);
     int best = 0;
     for (int j = 1; j < classes; ++j) {
       if (z[j] > z[best]) best = j;
@@ -529,7 +529,7 @@ inline int64_t SoftmaxWorkspaceBytes(int batch) {
 // for double.
 template <typename Exec>
 void SoftmaxCrossEntropy(const Exec& e, int batch, int classes,
-                         const float* logits, const uint8_t* labels,
+                         const float* logits, const float* labels,
                          float grad_scale, float* dlogits, double* loss_sum,
                          int* correct, void* workspace) {
   const int64_t groups = SoftmaxGroups(batch);

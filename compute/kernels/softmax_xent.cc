@@ -7,13 +7,13 @@ namespace kernels {
 
 void SoftmaxCrossEntropy<CpuDevice>::operator()(
     const CpuDevice&, int batch, int classes, const float* logits,
-    const uint8_t* labels, float grad_scale, float* dlogits, double* loss_sum,
+    const float* labels, float grad_scale, float* dlogits, double* loss_sum,
     int* correct) const {
   double total = 0.0;
   int right = 0;
   for (int r = 0; r < batch; ++r) {
     const float* z = logits + static_cast<int64_t>(r) * classes;
-    const int label = labels[r];
+    const int label = static_cast<int>(labels[r]);
     int best = 0;
     for (int j = 1; j < classes; ++j) {
       if (z[j] > z[best]) best = j;

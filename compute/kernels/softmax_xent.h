@@ -1,4 +1,5 @@
-// Softmax cross-entropy with integer labels, the loss head of every model.
+// Softmax cross-entropy with class-index labels (floats holding integers),
+// the fast path's loss head (compute/kernels/loss_head.h has every loss).
 #ifndef PSCLUSTER_COMPUTE_KERNELS_SOFTMAX_XENT_H_
 #define PSCLUSTER_COMPUTE_KERNELS_SOFTMAX_XENT_H_
 
@@ -23,7 +24,7 @@ struct SoftmaxCrossEntropy;
 template <>
 struct SoftmaxCrossEntropy<CpuDevice> {
   void operator()(const CpuDevice& d, int batch, int classes,
-                  const float* logits, const uint8_t* labels, float grad_scale,
+                  const float* logits, const float* labels, float grad_scale,
                   float* dlogits, double* loss_sum, int* correct) const;
 };
 

@@ -18,7 +18,7 @@ TEST(SoftmaxCrossEntropyTest, LossAndAccuracyByHand) {
   // Row 0: uniform over 2 classes -> log 2, argmax 0 (first on ties).
   // Row 1: logits (0, log 3) with label 1 -> -log(3/4), correct.
   const std::vector<float> logits = {0.0f, 0.0f, 0.0f, std::log(3.0f)};
-  const std::vector<uint8_t> labels = {0, 1};
+  const std::vector<float> labels = {0, 1};
   double loss = -1;
   int correct = -1;
   std::vector<float> dlogits(4);
@@ -35,7 +35,7 @@ TEST(SoftmaxCrossEntropyTest, LossAndAccuracyByHand) {
 
 TEST(SoftmaxCrossEntropyTest, HugeLogitsDoNotOverflow) {
   const std::vector<float> logits = {1000.0f, -1000.0f, 999.0f};
-  const std::vector<uint8_t> labels = {2};
+  const std::vector<float> labels = {2};
   double loss = 0;
   int correct = 0;
   SoftmaxCrossEntropy<CpuDevice>()(CpuDevice(), 1, 3, logits.data(),
@@ -49,7 +49,7 @@ TEST(SoftmaxCrossEntropyTest, HugeLogitsDoNotOverflow) {
 TEST(SoftmaxCrossEntropyTest, GradientMatchesFiniteDifferences) {
   const int batch = 4, classes = 10;
   auto logits = RandomFloats(batch * classes, 21, -3.0f, 3.0f);
-  const std::vector<uint8_t> labels = {3, 0, 9, 3};
+  const std::vector<float> labels = {3, 0, 9, 3};
   auto mean_loss = [&] {
     double loss = 0;
     int correct = 0;

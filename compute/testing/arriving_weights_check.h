@@ -26,7 +26,7 @@ namespace testing_models {
 // that holds NaN until they do: a forward pass that read a layer's weights
 // before they were in would make the gradient NaN.
 inline void CheckStepOnArrivingWeights(CpuNetwork& net, const float* params, const float* images,
-                                       const uint8_t* labels, int batch,
+                                       const float* labels, int batch,
                                        const std::string& what) {
   const ModelSpec& spec = net.spec();
   const int64_t n = spec.num_parameters;

@@ -82,7 +82,7 @@ class Reference {
     result_.grad_terms.assign(spec.num_parameters, 0.0);
   }
 
-  absl::StatusOr<ReferenceStep> Run(const float* images, const uint8_t* labels);
+  absl::StatusOr<ReferenceStep> Run(const float* images, const float* labels);
 
  private:
   absl::StatusOr<Var> Find(const LayerSpec& l, const char* what, bool required) const;
@@ -508,7 +508,7 @@ void Reference::DropoutApply(float rate, size_t op, const Act& x, Act* y) const 
   }
 }
 
-absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const uint8_t* labels) {
+absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* labels) {
   const std::vector<LayerSpec>& layers = spec_.layers;
   // acts[i] is layer i's input, acts[i + 1] its output.
   std::vector<Act> acts(layers.size() + 1);
@@ -580,7 +580,7 @@ absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const uint8_t*
   for (int n = 0; n < batch_; ++n) {
     const double* zv = &z.v[int64_t{n} * k];
     const double* zm = &z.m[int64_t{n} * k];
-    const int label = labels[n];
+    const int label = static_cast<int>(labels[n]);
     int top = 0;
     for (int j = 1; j < k; ++j) top = zv[j] > zv[top] ? j : top;
     int second = top == 0 ? 1 : 0;
@@ -665,9 +665,13 @@ absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const uint8_t*
 }  // namespace
 
 absl::StatusOr<ReferenceStep> TrainStep(const ModelSpec& spec, const float* params,
-                                        const float* images, const uint8_t* labels, int batch,
+                                        const float* images, const float* labels, int batch,
                                         uint64_t seed, uint64_t step_key) {
   if (batch < 1) return absl::InvalidArgumentError("reference: batch must be positive");
+  if (spec.loss != LossKind::kSparseCategoricalCrossentropy) {
+    return absl::InvalidArgumentError(
+        "reference: it trains on sparse categorical cross-entropy only");
+  }
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const std::vector<int>& in = spec.layers[i].inputs;
     if (!in.empty() && in != std::vector<int>{static_cast<int>(i) - 1}) {

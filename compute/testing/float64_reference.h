@@ -47,7 +47,7 @@ struct ReferenceStep {
 // step's `step_key` as the engines key it. InvalidArgument naming the layer
 // for a layer this reference does not compute.
 absl::StatusOr<ReferenceStep> TrainStep(const ModelSpec& spec, const float* params,
-                                        const float* images, const uint8_t* labels, int batch,
+                                        const float* images, const float* labels, int batch,
                                         uint64_t seed = 0, uint64_t step_key = 0);
 
 }  // namespace reference

@@ -41,7 +41,7 @@ ModelSpec TorchModel() {
 struct TorchCase {
   ModelSpec spec = TorchModel();
   std::vector<float> params, images;
-  std::vector<uint8_t> labels;
+  std::vector<float> labels;
   nlohmann::json json;
 };
 
@@ -59,7 +59,7 @@ TorchCase LoadTorchCase() {
     }
   }
   for (double x : c.json["images"]) c.images.push_back(static_cast<float>(x));
-  for (int l : c.json["labels"]) c.labels.push_back(static_cast<uint8_t>(l));
+  for (int l : c.json["labels"]) c.labels.push_back(static_cast<float>(l));
   return c;
 }
 

@@ -142,7 +142,7 @@ inline ModelSpec GraphModel() {
 struct Problem {
   ModelSpec spec;
   std::vector<float> params, images;
-  std::vector<uint8_t> labels;
+  std::vector<float> labels;  // class indices
   int batch;
 };
 
@@ -161,7 +161,7 @@ inline Problem Make(ModelSpec spec, int batch, uint32_t seed) {
   }
   const int64_t in = int64_t{p.spec.input_height} * p.spec.input_width * p.spec.input_channels;
   p.images = RandomFloats(batch * in, seed + 1, 0.0f, 1.0f);
-  for (int i = 0; i < batch; ++i) p.labels.push_back(static_cast<uint8_t>(i % p.spec.num_classes));
+  for (int i = 0; i < batch; ++i) p.labels.push_back(static_cast<float>(i % p.spec.num_classes));
   return p;
 }
 
@@ -170,7 +170,7 @@ inline Problem Make(ModelSpec spec, int batch, uint32_t seed) {
 struct ReferenceCase {
   ModelSpec spec;
   std::vector<float> params, images;
-  std::vector<uint8_t> labels;
+  std::vector<float> labels;  // class indices
   double inference_loss_sum = 0;
   double training_loss_sum = 0;
 };
@@ -198,7 +198,7 @@ inline std::vector<ReferenceCase> LoadTfjsReference(
       std::copy(w.begin(), w.end(), c.params.begin() + v.offset);
     }
     c.images = m["images"].get<std::vector<float>>();
-    for (int l : m["labels"]) c.labels.push_back(static_cast<uint8_t>(l));
+    for (int l : m["labels"]) c.labels.push_back(static_cast<float>(l));
     c.inference_loss_sum = m["inference_loss_sum"].get<double>();
     c.training_loss_sum = m["training_loss_sum"].get<double>();
     cases.push_back(std::move(c));

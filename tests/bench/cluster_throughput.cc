@@ -74,7 +74,7 @@ double ComputeOnly(const Flags& flags, const Dataset& data) {
   int correct;
   auto step = [&](int b) {
     const size_t first = size_t(b % batches) * flags.batch;
-    (void)(*net)->TrainStep(params.data(), &data.images[first * pixels], &data.labels[first],
+    (void)(*net)->TrainStep(params.data(), &data.images[first * pixels], &data.targets[first],
                             flags.batch, grads.data(), &loss, &correct);
   };
   for (int i = 0; i < 5; ++i) step(i);  // warm-up

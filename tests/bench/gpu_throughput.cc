@@ -142,12 +142,12 @@ bool ComputeOnly(const Flags& flags, const ModelSpec& spec, int batch,
   const int pixels = data.height * data.width * data.channels;
   const int batches = data.count / batch;
   std::vector<float> images[2];
-  std::vector<uint8_t> labels[2];
+  std::vector<float> labels[2];
   auto fill = [&](int b, int buf) {
     const size_t first = size_t(b % batches) * batch;
     images[buf].assign(&data.images[first * pixels],
                        &data.images[(first + batch) * pixels]);
-    labels[buf].assign(&data.labels[first], &data.labels[first + batch]);
+    labels[buf].assign(&data.targets[first], &data.targets[first + batch]);
   };
   int cur = 0;
   fill(0, cur);

@@ -98,8 +98,14 @@ int Measure(const ModelSpec& spec, const Flags& flags, int threads, double* medi
       int64_t{spec.input_height} * spec.input_width * spec.input_channels;
   std::vector<float> images(flags.batch * image_size);
   for (float& v : images) v = pixel(rng);
-  std::vector<uint8_t> labels(flags.batch);
-  for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % spec.num_classes);
+  // Targets that fit the model's loss: class indices, else values in [0, 1).
+  const int per = TargetsPerExample(spec.loss, spec.num_classes);
+  std::vector<float> labels(static_cast<size_t>(flags.batch) * per);
+  for (float& l : labels) {
+    l = per == 1 && spec.loss == LossKind::kSparseCategoricalCrossentropy
+            ? static_cast<float>(rng() % spec.num_classes)
+            : static_cast<float>(rng() % 1000) / 1000.0f;
+  }
   std::vector<float> params = InitialParameters(spec, 1);
   std::vector<float> grads(spec.num_parameters);
   float loss = 0;

@@ -414,8 +414,8 @@ TYPED_TEST_P(KernelConformanceTest, SoftmaxCrossEntropyMatchesCpu) {
     const int64_t n = int64_t{c.batch} * c.classes;
     const std::vector<float> logits = Random(n, 30, -4.0f, 4.0f);
     std::mt19937 rng(31);
-    std::vector<uint8_t> labels(c.batch);
-    for (uint8_t& l : labels) l = static_cast<uint8_t>(rng() % c.classes);
+    std::vector<float> labels(c.batch);
+    for (float& l : labels) l = static_cast<float>(rng() % c.classes);
     const float scale = 1.0f / c.batch;
     std::vector<float> want(n);
     double want_loss = 0;
