@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "model/tfrecord_source.h"
 
 namespace pscluster {
 namespace {
@@ -267,6 +268,7 @@ absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwh
 
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split) {
   const std::string part = split == Split::kTrain ? "train" : "test";
+  if (IsTFRecordFolder(path)) return LoadTFRecordDataset(path, split);
   if (absl::EndsWith(path, ".npz")) {
     absl::StatusOr<std::string> x = ReadNpzMember(path, "x_" + part + ".npy");
     if (!x.ok()) return x.status();
@@ -288,6 +290,18 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split) {
 
 absl::Status CheckDataFiles(const std::string& path, Split split) {
   const std::string part = split == Split::kTrain ? "train" : "test";
+  if (IsTFRecordFolder(path)) {
+    absl::StatusOr<TFRecordSchema> schema = ReadTFRecordSchema(path);
+    if (!schema.ok()) return schema.status();
+    absl::StatusOr<std::vector<std::string>> files = TFRecordSplitFiles(path, *schema, split);
+    if (!files.ok()) return files.status();
+    for (const std::string& f : *files) {
+      if (access(f.c_str(), R_OK) != 0) {
+        return absl::PermissionDeniedError(absl::StrCat(f, ": not readable"));
+      }
+    }
+    return absl::OkStatus();
+  }
   if (absl::EndsWith(path, ".npz")) {
     for (const char* what : {"x_", "y_"}) {
       // Reads the member: npz archives are small next to a run.
@@ -327,6 +341,47 @@ absl::Status CheckTarget(const ModelSpec& spec, float t) {
       if (std::isfinite(t)) return absl::OkStatus();
       return absl::InvalidArgumentError("is not finite");
   }
+}
+
+namespace {
+
+// The shape and label-count half of CheckDatasetFitsModel.
+absl::Status CheckShapesFit(int height, int width, int channels, int targets_per_example,
+                            const std::string& path, const ModelSpec& spec) {
+  Dataset data;
+  data.height = height;
+  data.width = width;
+  data.channels = channels;
+  data.targets_per_example = targets_per_example;
+  return CheckDatasetFitsModel(data, path, spec);  // no targets: shapes only
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenExampleSource(const std::string& path,
+                                                                 Split split) {
+  if (IsTFRecordFolder(path)) {
+    absl::StatusOr<std::unique_ptr<TFRecordSource>> source = TFRecordSource::Open(path, split);
+    if (!source.ok()) return source.status();
+    return std::unique_ptr<ExampleSource>(*std::move(source));
+  }
+  absl::StatusOr<Dataset> data = LoadDataset(path, split);
+  if (!data.ok()) return data.status();
+  return std::unique_ptr<ExampleSource>(new InMemoryExampleSource(*std::move(data)));
+}
+
+absl::Status CheckSourceFitsModel(ExampleSource* source, const std::string& path,
+                                  const ModelSpec& spec) {
+  if (const Dataset* data = source->in_memory(); data != nullptr) {
+    return CheckDatasetFitsModel(*data, path, spec);
+  }
+  if (absl::Status s = CheckShapesFit(source->height(), source->width(), source->channels(),
+                                      source->targets_per_example(), path, spec);
+      !s.ok()) {
+    return s;
+  }
+  source->set_target_check([spec](float t) { return CheckTarget(spec, t); });
+  return absl::OkStatus();
 }
 
 absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,

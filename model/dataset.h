@@ -8,15 +8,18 @@
 // [N, K]: integer class indices ([N] or [N, 1]), one-hot or soft class
 // weights, binary labels or regression targets ([N, K]; integers or
 // float32/float64), which CheckDatasetFitsModel checks against the model's
-// loss. Plain functions: thread-safe.
+// loss. A folder holding tfrecord_schema.json is TFRecord data
+// (model/tfrecord_source.h). Plain functions: thread-safe.
 #ifndef PSCLUSTER_MODEL_DATASET_H_
 #define PSCLUSTER_MODEL_DATASET_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/example_source.h"
 #include "model/idx_dataset.h"
 #include "model/model_spec.h"
 
@@ -30,8 +33,22 @@ namespace pscluster {
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split);
 
 // The cheap start-up check: the files of `split` are there and readable
-// (an .npz opens as a zip and has the members); contents are not read.
+// (an .npz opens as a zip and has the members; a TFRecord folder's schema
+// is valid and the split has files); contents are not read.
 absl::Status CheckDataFiles(const std::string& path, Split split);
+
+// The `split` of the data at `path` for training: TFRecord files read on
+// demand (only an index of the records is held), anything else loaded into
+// memory as LoadDataset does. Errors as LoadDataset's; a bad TFRecord
+// header is DataLoss naming the file and record.
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenExampleSource(const std::string& path,
+                                                                 Split split);
+
+// CheckDatasetFitsModel for a source: the shapes, and every label of a
+// source in memory now; a source read on demand gets CheckTarget as its
+// target check, so a bad label fails the Gather that reads it.
+absl::Status CheckSourceFitsModel(ExampleSource* source, const std::string& path,
+                                  const ModelSpec& spec);
 
 // Whether label value `t` fits `spec`'s loss: a class index below
 // num_classes, a class weight >= 0, a binary label in [0, 1], a finite

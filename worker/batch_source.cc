@@ -25,7 +25,7 @@ void BatchSource::PinIn(ComputeBackend* backend) {
   }
 }
 
-Batch BatchSource::Get(int64_t k) {
+absl::StatusOr<Batch> BatchSource::Get(int64_t k) {
   Join();  // the reader is not thread-safe: the gatherer is done first
   ++gets_;
   Buffer& spare = buffers_[1 - current_];
@@ -40,6 +40,10 @@ Batch BatchSource::Get(int64_t k) {
   if (last_ >= 0 && k > last_) stride_ = k - last_;
   last_ = k;
   Buffer& now = buffers_[current_];
+  if (!now.size.ok()) {
+    now.chunk = -1;
+    return now.size.status();
+  }
   if (prefetch_) {
     Buffer* next = &buffers_[1 - current_];
     const int64_t guess = k + stride_;
@@ -49,7 +53,7 @@ Batch BatchSource::Get(int64_t k) {
       next->chunk = guess;
     });
   }
-  return Batch{now.images.data(), now.targets.data(), now.size, static_cast<uint64_t>(k)};
+  return Batch{now.images.data(), now.targets.data(), *now.size, static_cast<uint64_t>(k)};
 }
 
 }  // namespace pscluster

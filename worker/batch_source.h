@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "compute/compute_backend.h"
 #include "model/chunk_reader.h"
 
@@ -32,8 +33,10 @@ class BatchSource {
 
   // Chunk k's batch (Batch::key = k), valid until the next call: the one
   // gathered ahead when the guess was k, else gathered now. Then starts
-  // gathering the next guess, if prefetching.
-  Batch Get(int64_t k);
+  // gathering the next guess, if prefetching. The reader's error (a bad
+  // record: DataLoss) when chunk k cannot be read; a guess that fails costs
+  // nothing unless it is asked for.
+  absl::StatusOr<Batch> Get(int64_t k);
 
   // Lets `backend` page-lock both buffers (ComputeBackend::PinHostMemory).
   void PinIn(ComputeBackend* backend);
@@ -47,7 +50,7 @@ class BatchSource {
     std::vector<float> images;
     std::vector<float> targets;
     int64_t chunk = -1;  // what it holds, -1: nothing
-    int size = 0;
+    absl::StatusOr<int> size = 0;  // examples, or why the chunk is not there
   };
   void Join();
 

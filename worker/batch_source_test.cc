@@ -32,10 +32,14 @@ void ExpectSequence(bool prefetch, int stride_guess, const std::vector<int64_t>&
   ChunkReader oracle(data, 8, /*seed=*/3);
   BatchSource source(&reader, 8, stride_guess, prefetch);
   for (int64_t k : ks) {
-    const Batch b = source.Get(k);
+    const absl::StatusOr<Batch> got = source.Get(k);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const Batch& b = *got;
     std::vector<float> images(8 * 6);
     std::vector<float> labels(8);
-    const int n = oracle.Fill(k, images.data(), labels.data());
+    const absl::StatusOr<int> filled = oracle.Fill(k, images.data(), labels.data());
+    ASSERT_TRUE(filled.ok()) << filled.status();
+    const int n = *filled;
     ASSERT_EQ(b.size, n) << "chunk " << k;
     EXPECT_EQ(b.key, static_cast<uint64_t>(k));
     EXPECT_EQ(std::vector<float>(b.images, b.images + n * 6),

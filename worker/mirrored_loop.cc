@@ -130,7 +130,7 @@ RingTraining::RingTraining(const TrainingContext& ctx)
       addresses_(WorkerAddresses(ctx.options->config.cluster)),
       ropt_(RingOptionsFor(plan_, options_)),
       batch_(plan_.batch_size()),
-      chunks_(*ctx.data, batch_, plan_.seed()),
+      chunks_(ctx.data, batch_, plan_.seed()),
       params_(spec_.num_parameters),
       grads_(spec_.num_parameters),
       images_(static_cast<size_t>(batch_) * chunks_.pixels()),
@@ -158,7 +158,7 @@ absl::Status RingTraining::SetUpBackend() {
   backend_ = *std::move(backend);
   spdlog::info("training {} on {} examples: {} epochs x {} chunks of {} over a ring of up to {} "
                "workers (this is worker {}), on {}; ring wire {}, chunks of {} bytes",
-               spec_.name, ctx_.data->count, plan_.epochs(), chunks_.chunks_per_epoch(), batch_,
+               spec_.name, ctx_.data->count(), plan_.epochs(), chunks_.chunks_per_epoch(), batch_,
                plan_.num_workers(), ctx_.worker, backend_->name(), CodecName(ropt_.wire.codec),
                ropt_.chunk_bytes);
   return absl::OkStatus();
@@ -272,7 +272,9 @@ absl::Status RingTraining::TrainChunk(const RingWorkResponse& work, Trained* tra
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     return absl::OkStatus();
   }
-  trained->examples = chunks_.Fill(chunk, images_.data(), targets_.data());
+  absl::StatusOr<int> filled = chunks_.Fill(chunk, images_.data(), targets_.data());
+  if (!filled.ok()) return filled.status();  // a bad record: DataLoss, exit 4
+  trained->examples = *filled;
   report_->set_epoch(static_cast<int>(chunk / chunks_.chunks_per_epoch()));
   const Batch b{images_.data(), targets_.data(), trained->examples, static_cast<uint64_t>(chunk)};
   if (absl::Status s = backend_->TrainStep(params_.data(), b, Batch(), grads_.data(),

@@ -183,7 +183,7 @@ PsTraining::PsTraining(const TrainingContext& ctx)
       spec_(*ctx.spec),
       batch_(ctx.plan->batch_size()),
       placement_(PlaceVariables(spec_, plan_.num_ps(), PlacementFor(plan_))),
-      chunks_(*ctx.data, batch_, plan_.seed()),
+      chunks_(ctx.data, batch_, plan_.seed()),
       arrived_(spec_.num_parameters),
       params_(spec_.num_parameters),
       grads_(spec_.num_parameters) {}
@@ -244,7 +244,7 @@ absl::Status PsTraining::PullFirst() {
   pull_s_ = absl::ToDoubleSeconds(absl::Now() - pull_start);
   spdlog::info("training {} on {} examples: {} epochs x {} chunks of {} shared by {} workers "
                "(this is worker {}), {} ps, on {}",
-               spec_.name, ctx_.data->count, plan_.epochs(), chunks_.chunks_per_epoch(), batch_,
+               spec_.name, ctx_.data->count(), plan_.epochs(), chunks_.chunks_per_epoch(), batch_,
                plan_.num_workers(), ctx_.worker, plan_.num_ps(), backend_->name());
   return absl::OkStatus();
 }
@@ -322,7 +322,9 @@ absl::Status PsTraining::FollowRestore(int64_t generation) {
 absl::Status PsTraining::Step(const WorkResponse& work) {
   const absl::Time t0 = absl::Now();
   report_->set_epoch(static_cast<int>(work.chunk() / chunks_.chunks_per_epoch()));
-  const Batch batch = batches_->Get(work.chunk());
+  absl::StatusOr<Batch> got = batches_->Get(work.chunk());
+  if (!got.ok()) return got.status();  // a bad record: DataLoss, exit 4
+  const Batch batch = *got;
   const int n = batch.size;
   // A straggler sleeps before its push starts (with overlap, its gradient
   // leaves during TrainStep).

@@ -62,9 +62,11 @@ absl::Status Trainer::Run() {
         "the chief plans for ", plan->num_workers(), " workers but this worker's ",
         options_.config.source, " lists ", options_.config.cluster.num_tasks(kWorkerJob)));
   }
-  absl::StatusOr<Dataset> data = LoadDataset(options_.data_dir, Split::kTrain);
+  // TFRecord data is read chunk by chunk; the other formats sit in memory.
+  absl::StatusOr<std::unique_ptr<ExampleSource>> data =
+      OpenExampleSource(options_.data_dir, Split::kTrain);
   if (!data.ok()) return absl::DataLossError(data.status().message());
-  if (absl::Status s = CheckDatasetFitsModel(*data, options_.data_dir, *spec); !s.ok()) {
+  if (absl::Status s = CheckSourceFitsModel(data->get(), options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the worker exits kExitBadData
   }
 
@@ -72,7 +74,7 @@ absl::Status Trainer::Run() {
   context.options = &options_;
   context.plan = &*plan;
   context.spec = &*spec;
-  context.data = &*data;
+  context.data = data->get();
   context.worker = worker;
   context.incarnation = incarnation;
   context.chief = chief->get();

@@ -18,7 +18,7 @@ StepReport::Options LoopReportOptions(const TrainingContext& context, int chunks
   options.worker = context.worker;
   options.num_workers = context.plan->num_workers();
   options.chunks_per_epoch = chunks_per_epoch;
-  options.epoch_examples = context.data->count;
+  options.epoch_examples = context.data->count();
   options.answers_per_example =
       context.spec->loss == LossKind::kBinaryCrossentropy ? context.spec->num_classes : 1;
   options.report_interval_s = context.plan->report_interval_s();

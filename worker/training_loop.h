@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "compute/compute_backend.h"
 #include "model/dataset.h"
+#include "model/example_source.h"
 #include "model/model_spec.h"
 #include "proto/coordination.pb.h"
 #include "wire/chief_client.h"
@@ -34,7 +35,8 @@ struct TrainingContext {
   const TrainerOptions* options = nullptr;
   const TrainingPlan* plan = nullptr;
   const ModelSpec* spec = nullptr;
-  const Dataset* data = nullptr;  // the training set, checked against spec
+  // The training set (memory or TFRecord files), checked against spec.
+  const ExampleSource* data = nullptr;
   int worker = 0;  // rank among the cluster's workers
   uint64_t incarnation = 0;  // this process's, as its heartbeats carry it
   ChiefClient* chief = nullptr;
