@@ -1,6 +1,9 @@
 #include "compute/kernels/activation.h"
 
 #include <cmath>
+#include <limits>
+
+#include "compute/kernels/activation_math.h"
 
 namespace pscluster {
 namespace kernels {
@@ -17,6 +20,9 @@ void ActivationForward<CpuDevice>::operator()(const CpuDevice&, int64_t n, Activ
     case ActivationFn::kTanh:
       for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(y[i]);
       break;
+    default:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::numeric_limits<float>::quiet_NaN();
+      break;
   }
 }
 
@@ -32,7 +38,19 @@ void ActivationGrad<CpuDevice>::operator()(const CpuDevice&, int64_t n, Activati
     case ActivationFn::kTanh:
       for (int64_t i = 0; i < n; ++i) dy[i] *= 1.0f - y[i] * y[i];
       break;
+    default:
+      for (int64_t i = 0; i < n; ++i) dy[i] = std::numeric_limits<float>::quiet_NaN();
+      break;
   }
+}
+
+void ActivationForwardX(int64_t n, ActivationFn f, float alpha, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = ActivationValue(f, alpha, x[i]);
+}
+
+void ActivationGradXY(int64_t n, ActivationFn f, float alpha, const float* x, const float* y,
+                      const float* dy, float* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * ActivationSlope(f, alpha, x[i], y[i]);
 }
 
 }  // namespace kernels

@@ -20,6 +20,7 @@
 #include "compute/kernels/activation.h"
 #include "compute/kernels/dropout.h"
 #include "compute/kernels/general_layers.h"
+#include "compute/kernels/modern_layers.h"
 #include "model/loss.h"
 
 namespace pscluster {
@@ -84,6 +85,41 @@ class GeneralKernels {
                                  const float* var, const float* gamma,
                                  float epsilon, float* dgamma, float* dbeta,
                                  float* dx, void* workspace) const = 0;
+  // The layers of modern CNNs (modern_layers.h, parallel_modern.h). Every
+  // ActivationFn with its alpha; the gradient from the forward's x and y.
+  virtual void ActivationForwardX(int64_t n, ActivationFn f, float alpha, const float* x,
+                                  float* y) const = 0;
+  virtual void ActivationGradXY(int64_t n, ActivationFn f, float alpha, const float* x,
+                                const float* y, const float* dy, float* dx) const = 0;
+  virtual void ZeroPad2DForward(const PaddingShape& s, const float* x, float* y) const = 0;
+  virtual void ZeroPad2DBackward(const PaddingShape& s, const float* dy, float* dx) const = 0;
+  virtual void DepthwiseConvForward(const WindowShape& s, const float* x, const float* w,
+                                    const float* b, float* y) const = 0;
+  // `workspace`: DepthwiseBackwardWorkspace(s) floats; db, dx may be null.
+  virtual void DepthwiseConvBackward(const WindowShape& s, const float* x, const float* w,
+                                     const float* dy, float* dw, float* db, float* dx,
+                                     float* workspace) const = 0;
+  virtual void GlobalMaxPoolForward(int batch, int pixels, int channels, const float* x,
+                                    float* y, float* count) const = 0;
+  virtual void GlobalMaxPoolBackward(int batch, int pixels, int channels, const float* x,
+                                     const float* y, const float* count, const float* dy,
+                                     float* dx) const = 0;
+  virtual void LayerNormForward(int64_t rows, int channels, const float* x, const float* gamma,
+                                const float* beta, float epsilon, float* mean, float* rstd,
+                                float* y) const = 0;
+  // `workspace`: LayerNormBackwardWorkspace(rows, channels) floats.
+  virtual void LayerNormBackward(int64_t rows, int channels, const float* x, const float* dy,
+                                 const float* mean, const float* rstd, const float* gamma,
+                                 float* dgamma, float* dbeta, float* dx,
+                                 float* workspace) const = 0;
+  virtual void Rescale(int64_t n, float scale, float offset, const float* x,
+                       float* y) const = 0;
+  // *loss is device memory (float); `workspace`: RegularizerLossWorkspace(n)
+  // floats. RegularizerGrad adds to dw.
+  virtual void RegularizerLoss(int64_t n, float l1, float l2, const float* w, float* loss,
+                               float* workspace) const = 0;
+  virtual void RegularizerGrad(int64_t n, float l1, float l2, const float* w,
+                               float* dw) const = 0;
   // loss_head.h's LossHead: *loss_sum and *right are device memory;
   // `workspace`: LossWorkspaceBytes(batch) bytes.
   virtual void LossHead(LossKind loss, int batch, int outputs, const float* out,

@@ -20,6 +20,11 @@ void KerasWindow(int in, int window, int stride, bool same, int* out, int* pad_b
   }
 }
 
+void KerasDilatedWindow(int in, int window, int stride, int dilation, bool same, int* out,
+                        int* pad_before) {
+  KerasWindow(in, (window - 1) * dilation + 1, stride, same, out, pad_before);
+}
+
 void Im2ColGeneral(const WindowShape& s, const float* x, float* columns) {
   const int c = s.in_c;
   float* col = columns;
@@ -28,9 +33,9 @@ void Im2ColGeneral(const WindowShape& s, const float* x, float* columns) {
     for (int oh = 0; oh < s.out_h; ++oh) {
       for (int ow = 0; ow < s.out_w; ++ow) {
         for (int kh = 0; kh < s.window_h; ++kh) {
-          const int ih = oh * s.stride_h - s.pad_top + kh;
+          const int ih = oh * s.stride_h - s.pad_top + kh * s.dilation_h;
           for (int kw = 0; kw < s.window_w; ++kw) {
-            const int iw = ow * s.stride_w - s.pad_left + kw;
+            const int iw = ow * s.stride_w - s.pad_left + kw * s.dilation_w;
             if (ih < 0 || ih >= s.in_h || iw < 0 || iw >= s.in_w) {
               std::memset(col, 0, c * sizeof(float));
             } else {
@@ -52,9 +57,9 @@ void Col2ImGeneral(const WindowShape& s, const float* dcolumns, float* dx) {
     for (int oh = 0; oh < s.out_h; ++oh) {
       for (int ow = 0; ow < s.out_w; ++ow) {
         for (int kh = 0; kh < s.window_h; ++kh) {
-          const int ih = oh * s.stride_h - s.pad_top + kh;
+          const int ih = oh * s.stride_h - s.pad_top + kh * s.dilation_h;
           for (int kw = 0; kw < s.window_w; ++kw) {
-            const int iw = ow * s.stride_w - s.pad_left + kw;
+            const int iw = ow * s.stride_w - s.pad_left + kw * s.dilation_w;
             if (ih >= 0 && ih < s.in_h && iw >= 0 && iw < s.in_w) {
               float* to = image + (int64_t{ih} * s.in_w + iw) * c;
               for (int i = 0; i < c; ++i) to[i] += col[i];

@@ -23,6 +23,9 @@ struct WindowShape {
   int pad_top = 0, pad_left = 0;  // the bottom/right padding is implied
   int out_h = 0, out_w = 0;
   int out_c = 0;  // convolution: filters; pooling: in_c
+  // Convolutions only (pooling ignores them): the window's cells are
+  // dilation apart in the input, so it spans (window - 1) * dilation + 1.
+  int dilation_h = 1, dilation_w = 1;
 
   int64_t out_pixels() const { return int64_t{batch} * out_h * out_w; }
   int64_t patch_size() const { return int64_t{window_h} * window_w * in_c; }
@@ -30,6 +33,11 @@ struct WindowShape {
 
 // Keras's output size and leading padding along one axis.
 void KerasWindow(int in, int window, int stride, bool same, int* out, int* pad_before);
+// The same for a dilated window (TensorFlow's rule: the dilated span is the
+// window). Keras 2 and TensorFlow.js refuse stride > 1 with dilation > 1 for
+// Conv2D (TensorFlow's op does); these kernels compute either.
+void KerasDilatedWindow(int in, int window, int stride, int dilation, bool same, int* out,
+                        int* pad_before);
 
 // columns [out_pixels, patch_size]: each output pixel's receptive field,
 // zeros where it falls into the padding.

@@ -26,6 +26,7 @@
 #include "compute/kernels/general_layers.h"
 #include "compute/kernels/loss_head.h"
 #include "compute/kernels/parallel_kernels.h"
+#include "compute/kernels/parallel_modern.h"
 
 namespace pscluster {
 namespace kernels {
@@ -105,12 +106,14 @@ struct CopyColumnsFn {
 struct WindowGeometry {
   int in_h, in_w, in_c, window_h, window_w, stride_h, stride_w, pad_top,
       pad_left, out_h, out_w;
+  int dilation_h, dilation_w;  // convolutions only; pooling ignores them
 };
 
 inline WindowGeometry Geometry(const WindowShape& s) {
   return WindowGeometry{s.in_h,     s.in_w,     s.in_c,     s.window_h,
                         s.window_w, s.stride_h, s.stride_w, s.pad_top,
-                        s.pad_left, s.out_h,    s.out_w};
+                        s.pad_left, s.out_h,    s.out_w,    s.dilation_h,
+                        s.dilation_w};
 }
 
 // The output rows (or columns) whose window covers input row `in` along
@@ -198,8 +201,8 @@ struct Im2ColGeneralFn {
     const I t = p / static_cast<I>(g.out_w);
     const int oh = static_cast<int>(t % static_cast<I>(g.out_h));
     const int64_t n = t / static_cast<I>(g.out_h);
-    const int ih = oh * g.stride_h - g.pad_top + kh;
-    const int iw = ow * g.stride_w - g.pad_left + kw;
+    const int ih = oh * g.stride_h - g.pad_top + kh * g.dilation_h;
+    const int iw = ow * g.stride_w - g.pad_left + kw * g.dilation_w;
     columns[i] = ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w
                      ? 0.0f
                      : x[((n * g.in_h + ih) * g.in_w + iw) * g.in_c + ci];
@@ -217,9 +220,16 @@ struct Col2ImGeneralFn {
     const int64_t patch = int64_t{g.window_h} * g.window_w * g.in_c;
     const int c = static_cast<int>(i % static_cast<I>(g.in_c));
     float sum = 0.0f;
-    ForWindowsHolding(g, i, [&](int64_t p, int, int, int k) {
-      sum += dcolumns[p * patch + int64_t{k} * g.in_c + c];
-    });
+    if (g.dilation_h == 1 && g.dilation_w == 1) {
+      ForWindowsHolding(g, i, [&](int64_t p, int, int, int k) {
+        sum += dcolumns[p * patch + int64_t{k} * g.in_c + c];
+      });
+    } else {
+      const Pixel px = Unflatten(i, g.in_h, g.in_w, g.in_c);
+      ForDilatedWindowsHolding(g, px.n, px.y, px.x, [&](int64_t p, int k) {
+        sum += dcolumns[p * patch + int64_t{k} * g.in_c + c];
+      });
+    }
     dx[i] = sum;
   }
 };
@@ -358,6 +368,9 @@ struct ActivationForwardFn {
       case ActivationFn::kTanh:
         y[i] = tanhf(v);
         break;
+      default:  // ActivationForwardX's (activation.h)
+        y[i] = NAN;
+        break;
     }
   }
 };
@@ -380,6 +393,9 @@ struct ActivationGradFn {
         break;
       case ActivationFn::kTanh:
         dx[i] = dy[i] * (1.0f - v * v);
+        break;
+      default:  // ActivationGradXY's (activation.h)
+        dx[i] = NAN;
         break;
     }
   }
@@ -921,6 +937,60 @@ class ExecGeneralKernels final : public GeneralKernels {
                          void* workspace) const override {
     parallel::BatchNormBackward(e_, rows, channels, x, dy, mean, var, gamma,
                                 epsilon, dgamma, dbeta, dx, workspace);
+  }
+  void ActivationForwardX(int64_t n, ActivationFn f, float alpha, const float* x,
+                          float* y) const override {
+    parallel::ActivationForwardX(e_, n, f, alpha, x, y);
+  }
+  void ActivationGradXY(int64_t n, ActivationFn f, float alpha, const float* x, const float* y,
+                        const float* dy, float* dx) const override {
+    parallel::ActivationGradXY(e_, n, f, alpha, x, y, dy, dx);
+  }
+  void ZeroPad2DForward(const PaddingShape& s, const float* x, float* y) const override {
+    parallel::ZeroPad2DForward(e_, s, x, y);
+  }
+  void ZeroPad2DBackward(const PaddingShape& s, const float* dy, float* dx) const override {
+    parallel::ZeroPad2DBackward(e_, s, dy, dx);
+  }
+  void DepthwiseConvForward(const WindowShape& s, const float* x, const float* w,
+                            const float* b, float* y) const override {
+    parallel::DepthwiseConvForward(e_, s, x, w, b, y);
+  }
+  void DepthwiseConvBackward(const WindowShape& s, const float* x, const float* w,
+                             const float* dy, float* dw, float* db, float* dx,
+                             float* workspace) const override {
+    parallel::DepthwiseConvBackward(e_, s, x, w, dy, dw, db, dx, workspace);
+  }
+  void GlobalMaxPoolForward(int batch, int pixels, int channels, const float* x, float* y,
+                            float* count) const override {
+    parallel::GlobalMaxPoolForward(e_, batch, pixels, channels, x, y, count);
+  }
+  void GlobalMaxPoolBackward(int batch, int pixels, int channels, const float* x,
+                             const float* y, const float* count, const float* dy,
+                             float* dx) const override {
+    parallel::GlobalMaxPoolBackward(e_, batch, pixels, channels, x, y, count, dy, dx);
+  }
+  void LayerNormForward(int64_t rows, int channels, const float* x, const float* gamma,
+                        const float* beta, float epsilon, float* mean, float* rstd,
+                        float* y) const override {
+    parallel::LayerNormForward(e_, rows, channels, x, gamma, beta, epsilon, mean, rstd, y);
+  }
+  void LayerNormBackward(int64_t rows, int channels, const float* x, const float* dy,
+                         const float* mean, const float* rstd, const float* gamma, float* dgamma,
+                         float* dbeta, float* dx, float* workspace) const override {
+    parallel::LayerNormBackward(e_, rows, channels, x, dy, mean, rstd, gamma, dgamma, dbeta, dx,
+                                workspace);
+  }
+  void Rescale(int64_t n, float scale, float offset, const float* x, float* y) const override {
+    parallel::Rescale(e_, n, scale, offset, x, y);
+  }
+  void RegularizerLoss(int64_t n, float l1, float l2, const float* w, float* loss,
+                       float* workspace) const override {
+    parallel::RegularizerLoss(e_, n, l1, l2, w, loss, workspace);
+  }
+  void RegularizerGrad(int64_t n, float l1, float l2, const float* w,
+                       float* dw) const override {
+    parallel::RegularizerGrad(e_, n, l1, l2, w, dw);
   }
   void LossHead(LossKind loss, int batch, int outputs, const float* out, const float* targets,
                 float grad_scale, float* grad, float* probability, double* loss_sum, int* right,
