@@ -104,7 +104,8 @@ ABSL_FLAG(std::string, export_path, kDefaults.export_path,
           "Write the trained weights here (safetensors); default: <logdir>/model.safetensors "
           "when --logdir is set");
 ABSL_FLAG(std::string, data_dir, kDefaults.data_dir,
-          "The data (IDX folder, .npy folder or .npz; its test split): with no evaluator "
+          "The data (IDX folder, .npy folder, .npz or TFRecord folder; its test split): with "
+          "no evaluator "
           "in the cluster, the chief "
           "evaluates the final weights on them itself; default: no evaluation then");
 ABSL_FLAG(double, heartbeat_timeout_s, kDefaults.heartbeat_timeout_s,

@@ -21,7 +21,8 @@
 
 ABSL_FLAG(std::string, data_dir, "",
           "The data (required): a folder of MNIST-style IDX files, a folder of "
-          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, or an .npz holding them");
+          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, an .npz holding them, or a "
+          "folder of TFRecord shards with a tfrecord_schema.json (README: Your data: TFRecord)");
 ABSL_FLAG(int, threads, 1, "Compute threads");
 ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "
