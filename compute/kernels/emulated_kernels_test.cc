@@ -9,6 +9,7 @@
 
 #include "compute/kernels/emulated_device.h"
 #include "compute/kernels/testing/kernel_conformance.h"
+#include "compute/kernels/testing/modern_conformance.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -58,8 +59,15 @@ class EmulatedHarness {
 
 }  // namespace
 
+// modern_conformance.h's suite reaches the kernels through GeneralKernels.
+std::unique_ptr<GeneralKernels> MakeGeneralKernelsFor(const EmulatedGpuDevice& d) {
+  return MakeEmulatedGeneralKernels(d);
+}
+
 namespace conformance {
 INSTANTIATE_TYPED_TEST_SUITE_P(Emulated, KernelConformanceTest,
+                               ::testing::Types<EmulatedHarness>);
+INSTANTIATE_TYPED_TEST_SUITE_P(Emulated, ModernConformanceTest,
                                ::testing::Types<EmulatedHarness>);
 }  // namespace conformance
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compute/kernels/testing/kernel_conformance.h"
+#include "compute/kernels/testing/modern_conformance.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -122,9 +123,15 @@ class CudaHarness {
 
 }  // namespace
 
+// modern_conformance.h's suite reaches the kernels through GeneralKernels.
+std::unique_ptr<GeneralKernels> MakeGeneralKernelsFor(const GpuDevice& d) {
+  return MakeGpuGeneralKernels(d);
+}
+
 namespace conformance {
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, KernelConformanceTest,
                                ::testing::Types<CudaHarness>);
+INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ModernConformanceTest, ::testing::Types<CudaHarness>);
 }  // namespace conformance
 
 }  // namespace kernels
