@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "absl/status/status.h"
 #include "model/chunk_reader.h"
+#include "model/example_source.h"
 #include "model/idx_dataset.h"
 
 namespace pscluster {
@@ -67,6 +69,56 @@ TEST(BatchSourceTest, StrideIsLearnedAndWrongGuessesCostNothingButTime) {
 
 TEST(BatchSourceTest, WithoutPrefetchNothingIsGatheredAhead) {
   ExpectSequence(false, 1, {0, 1, 2, 3}, 0);
+}
+
+// A source whose example 13 is a bad record, as a TFRecord file's can be.
+class OneBadRecord : public ExampleSource {
+ public:
+  explicit OneBadRecord(const Dataset* d) : memory_(d) {}
+  int count() const override { return memory_.count(); }
+  int height() const override { return memory_.height(); }
+  int width() const override { return memory_.width(); }
+  int channels() const override { return memory_.channels(); }
+  int targets_per_example() const override { return 1; }
+  absl::Status Gather(const int32_t* indices, int n, float* images,
+                      float* targets) const override {
+    for (int i = 0; i < n; ++i) {
+      if (indices[i] == 13) return absl::DataLossError("f.tfrecord: record 13: bad data CRC");
+    }
+    return memory_.Gather(indices, n, images, targets);
+  }
+
+ private:
+  InMemoryExampleSource memory_;
+};
+
+// The chunk holding the bad record fails with its error, gathered ahead or
+// not; the other chunks, before and after, are read as ever.
+TEST(BatchSourceTest, BadRecordFailsItsChunkOnly) {
+  const Dataset data = Numbered();
+  const OneBadRecord bad(&data);
+  for (bool prefetch : {false, true}) {
+    ChunkReader reader(&bad, 8, /*seed=*/3);
+    ChunkReader oracle(data, 8, /*seed=*/3);
+    BatchSource source(&reader, 8, 1, prefetch);
+    int failed = 0;
+    for (int64_t k = 0; k < 7; ++k) {
+      std::vector<float> images(8 * 6), labels(8);
+      const absl::StatusOr<int> n = oracle.Fill(k, images.data(), labels.data());
+      ASSERT_TRUE(n.ok());
+      const absl::StatusOr<Batch> b = source.Get(k);
+      if (!b.ok()) {
+        ++failed;
+        EXPECT_TRUE(absl::IsDataLoss(b.status())) << b.status();
+        EXPECT_EQ(b.status().message(), "f.tfrecord: record 13: bad data CRC");
+        continue;
+      }
+      EXPECT_EQ(b->size, *n);
+      EXPECT_EQ(std::vector<float>(b->images, b->images + *n * 6),
+                std::vector<float>(images.begin(), images.begin() + *n * 6));
+    }
+    EXPECT_EQ(failed, 1) << "prefetch " << prefetch;  // example 13 is in one chunk an epoch
+  }
 }
 
 }  // namespace
