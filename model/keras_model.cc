@@ -395,7 +395,7 @@ absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::st
   json loss;
   for (const json* d : {&doc, doc.contains("modelTopology") ? &doc["modelTopology"] : nullptr}) {
     if (d == nullptr || !d->is_object()) continue;
-    for (const char* key : {"compile_config", "training_config"}) {
+    for (const char* key : {"compile_config", "training_config", "trainingConfig"}) {
       if (d->contains(key) && (*d)[key].is_object() && (*d)[key].contains("loss")) {
         loss = (*d)[key]["loss"];
       }

@@ -228,6 +228,12 @@ TEST(KerasModelTest, LossFromFlagFileOrOutput) {
                   "m")
                 .loss,
             LossKind::kBinaryCrossentropy);
+  // TensorFlow.js's model.json keeps the loss in its trainingConfig.
+  EXPECT_EQ(Parse(Fixture("../losses/regression/model.json"), "r").loss,
+            LossKind::kMeanSquaredError);
+  EXPECT_EQ(Parse(Fixture("../losses/regression/model.json"), "r").num_classes, 2);
+  EXPECT_EQ(Parse(Fixture("../losses/binary/model.json"), "b").loss,
+            LossKind::kBinaryCrossentropy);
   absl::StatusOr<ModelSpec> flagged =
       ParseKerasModel(model("tanh", 2, R"(, "training_config": {"loss": "mae"})"), "m", "mse");
   ASSERT_TRUE(flagged.ok()) << flagged.status();

@@ -401,6 +401,8 @@ std::optional<FinalFigures> ParseFinalLine(const std::string& log) {
     std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
     if (kv.first == "test_accuracy") f.test_accuracy = std::atof(kv.second.c_str());
     if (kv.first == "test_loss") f.test_loss = std::atof(kv.second.c_str());
+    if (kv.first == "test_auc") f.test_auc = std::atof(kv.second.c_str());
+    if (kv.first == "test_mse") f.test_mse = std::atof(kv.second.c_str());
     if (kv.first == "steps") f.steps = std::atol(kv.second.c_str());
   }
   return f;

@@ -131,6 +131,8 @@ class LocalCluster {
 struct FinalFigures {
   double test_accuracy = -1;
   double test_loss = -1;
+  double test_auc = -1;  // binary cross-entropy models
+  double test_mse = -1;  // mean squared error models
   long steps = -1;
 };
 std::optional<FinalFigures> ParseFinalLine(const std::string& log);
