@@ -35,8 +35,7 @@ PSCLUSTER_ACTIVATION_HD inline float ActivationValue(ActivationFn f, float alpha
     case ActivationFn::kGelu:
       return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
     case ActivationFn::kGeluTanh:
-      return 0.5f * x *
-             (1.0f + tanhf(kGeluTanhScale * (x + kGeluTanhCubic * x * x * x)));
+      return 0.5f * x * (1.0f + tanhf(kGeluTanhScale * (x + kGeluTanhCubic * x * x * x)));
     case ActivationFn::kSwish:
       return x / (1.0f + expf(-x));
     case ActivationFn::kElu:

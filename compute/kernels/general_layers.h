@@ -34,8 +34,10 @@ struct WindowShape {
 // Keras's output size and leading padding along one axis.
 void KerasWindow(int in, int window, int stride, bool same, int* out, int* pad_before);
 // The same for a dilated window (TensorFlow's rule: the dilated span is the
-// window). Keras 2 and TensorFlow.js refuse stride > 1 with dilation > 1 for
-// Conv2D (TensorFlow's op does); these kernels compute either.
+// window). Stride > 1 with dilation > 1 is refused by TensorFlow's
+// tf.nn.convolution (under Keras 2 and Keras 3's TensorFlow backend) and by
+// TensorFlow.js ("Either strides or dilations must be 1"), so a model parser
+// should refuse it; these kernels compute it all the same.
 void KerasDilatedWindow(int in, int window, int stride, int dilation, bool same, int* out,
                         int* pad_before);
 

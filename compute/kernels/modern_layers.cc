@@ -143,8 +143,8 @@ void GlobalMaxPoolBackward(int batch, int pixels, int c, const float* x, const f
   }
 }
 
-void LayerNormForward(int64_t rows, int c, const float* x, const float* gamma,
-                      const float* beta, float epsilon, float* mean, float* rstd, float* y) {
+void LayerNormForward(int64_t rows, int c, const float* x, const float* gamma, const float* beta,
+                      float epsilon, float* mean, float* rstd, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x + r * c;
     double sum = 0.0;

@@ -62,8 +62,8 @@ void GlobalMaxPoolBackward(int batch, int pixels, int c, const float* x, const f
 // y = (x - mean) / sqrt(var + epsilon) * gamma + beta with each row's mean
 // and biased variance; gamma (scale=False) and beta (center=False) may be
 // null. Writes each row's mean and 1/sqrt(var + epsilon) for the backward.
-void LayerNormForward(int64_t rows, int c, const float* x, const float* gamma,
-                      const float* beta, float epsilon, float* mean, float* rstd, float* y);
+void LayerNormForward(int64_t rows, int c, const float* x, const float* gamma, const float* beta,
+                      float epsilon, float* mean, float* rstd, float* y);
 // dgamma, dbeta (overwritten; either may be null) and dx (overwritten; may
 // be null) from the forward's x, mean and rstd.
 void LayerNormBackward(int64_t rows, int c, const float* x, const float* dy, const float* mean,

@@ -263,13 +263,12 @@ class DepthwiseConvTest : public ::testing::TestWithParam<DepthwiseCase> {};
 
 TEST_P(DepthwiseConvTest, ForwardAndGradientsMatchFloat64) {
   const DepthwiseCase& p = GetParam();
-  const WindowShape s = ConvShape(p.batch, p.h, p.w, p.c, p.kh, p.kw, p.stride, p.dilation,
-                                  p.same, p.c * p.dm);
+  const WindowShape s =
+      ConvShape(p.batch, p.h, p.w, p.c, p.kh, p.kw, p.stride, p.dilation, p.same, p.c * p.dm);
   ASSERT_GT(s.out_h, 0);
   ASSERT_GT(s.out_w, 0);
-  std::vector<std::vector<float>> in = {
-      RandomFloats(int64_t{p.batch} * p.h * p.w * p.c, 11),
-      RandomFloats(int64_t{p.kh} * p.kw * s.out_c, 12)};
+  std::vector<std::vector<float>> in = {RandomFloats(int64_t{p.batch} * p.h * p.w * p.c, 11),
+                                        RandomFloats(int64_t{p.kh} * p.kw * s.out_c, 12)};
   if (p.bias) in.push_back(RandomFloats(s.out_c, 13));
   const Reference ref = [&](const Tensors& t) { return ConvRef(s, true, t); };
   std::vector<float> y(s.out_pixels() * s.out_c);
@@ -287,13 +286,12 @@ TEST_P(DepthwiseConvTest, ForwardAndGradientsMatchFloat64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, DepthwiseConvTest,
-    ::testing::Values(DepthwiseCase{2, 5, 6, 3, 3, 3, 1, 1, true, true, 1},
-                      DepthwiseCase{2, 7, 6, 2, 3, 2, 2, 1, true, true, 2},
-                      DepthwiseCase{1, 8, 7, 2, 3, 3, 1, 2, false, false, 3},
-                      DepthwiseCase{2, 6, 7, 3, 2, 3, 1, 3, true, true, 2},
-                      DepthwiseCase{1, 9, 8, 2, 3, 3, 2, 2, true, false, 1}));
+INSTANTIATE_TEST_SUITE_P(Shapes, DepthwiseConvTest,
+                         ::testing::Values(DepthwiseCase{2, 5, 6, 3, 3, 3, 1, 1, true, true, 1},
+                                           DepthwiseCase{2, 7, 6, 2, 3, 2, 2, 1, true, true, 2},
+                                           DepthwiseCase{1, 8, 7, 2, 3, 3, 1, 2, false, false, 3},
+                                           DepthwiseCase{2, 6, 7, 3, 2, 3, 1, 3, true, true, 2},
+                                           DepthwiseCase{1, 9, 8, 2, 3, 3, 2, 2, true, false, 1}));
 
 struct DilatedConvCase {
   int batch, h, w, c, kh, kw, stride, dilation;
@@ -345,9 +343,9 @@ TEST(SeparableConvTest, DepthwiseThenPointwiseMatchesFloat64) {
   DepthwiseConvForward(d, x.data(), dw.data(), nullptr, mid.data());
   ConvGeneralForward(p, mid.data(), pw.data(), b.data(), columns.data(), y.data());
   const std::vector<double> ref_mid = ConvRef(d, true, ToDouble({x, dw}));
-  const std::vector<double> ref =
-      ConvRef(p, false, {ref_mid, std::vector<double>(pw.begin(), pw.end()),
-                         std::vector<double>(b.begin(), b.end())});
+  const std::vector<double> ref = ConvRef(p, false,
+                                          {ref_mid, std::vector<double>(pw.begin(), pw.end()),
+                                           std::vector<double>(b.begin(), b.end())});
   EXPECT_TRUE(OutputNear(y, ref, 1e-5, 1e-5));
 }
 
@@ -360,7 +358,8 @@ TEST(GlobalMaxPoolTest, ForwardAndGradientMatchFloat64) {
     std::vector<double> y(batch * c, -1e300);
     for (int n = 0; n < batch; ++n)
       for (int p = 0; p < pixels; ++p)
-        for (int k = 0; k < c; ++k) y[n * c + k] = std::max(y[n * c + k], in[0][(n * pixels + p) * c + k]);
+        for (int k = 0; k < c; ++k)
+          y[n * c + k] = std::max(y[n * c + k], in[0][(n * pixels + p) * c + k]);
     return y;
   };
   std::vector<float> y(batch * c), count(batch * c), dx(x.size());

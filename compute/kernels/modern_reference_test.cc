@@ -72,8 +72,14 @@ std::vector<float> RunLayer(const json& c) {
   const std::vector<float> x = c["x"].get<std::vector<float>>();
   std::vector<float> y(c["y"].size());
   if (cls == "ZeroPadding2D") {
-    const PaddingShape s{shape[0], shape[1], shape[2], shape[3], cfg["padding"][0][0],
-                         cfg["padding"][0][1], cfg["padding"][1][0], cfg["padding"][1][1]};
+    const PaddingShape s{shape[0],
+                         shape[1],
+                         shape[2],
+                         shape[3],
+                         cfg["padding"][0][0],
+                         cfg["padding"][0][1],
+                         cfg["padding"][1][0],
+                         cfg["padding"][1][1]};
     ZeroPad2DForward(s, x.data(), y.data());
   } else if (cls == "DepthwiseConv2D") {
     WindowShape s = Window(c);
@@ -99,8 +105,7 @@ std::vector<float> RunLayer(const json& c) {
                        columns.data(), y.data());
   } else if (cls == "GlobalMaxPooling2D") {
     std::vector<float> count(y.size());
-    GlobalMaxPoolForward(shape[0], shape[1] * shape[2], shape[3], x.data(), y.data(),
-                         count.data());
+    GlobalMaxPoolForward(shape[0], shape[1] * shape[2], shape[3], x.data(), y.data(), count.data());
   } else if (cls == "LayerNormalization") {
     const int channels = shape.back();
     const int64_t rows = static_cast<int64_t>(x.size()) / channels;
@@ -111,8 +116,7 @@ std::vector<float> RunLayer(const json& c) {
     RescaleForward(x.size(), cfg["scale"].get<float>(), cfg["offset"].get<float>(), x.data(),
                    y.data());
   } else if (cls == "ELU") {
-    ActivationForwardX(x.size(), ActivationFn::kElu, cfg["alpha"].get<float>(), x.data(),
-                       y.data());
+    ActivationForwardX(x.size(), ActivationFn::kElu, cfg["alpha"].get<float>(), x.data(), y.data());
   } else if (cls == "LeakyReLU") {
     ActivationForwardX(x.size(), ActivationFn::kLeakyRelu, cfg["alpha"].get<float>(), x.data(),
                        y.data());
@@ -125,8 +129,7 @@ std::vector<float> RunLayer(const json& c) {
                            : a == "elu"         ? ActivationFn::kElu
                            : a == "hardSigmoid" ? ActivationFn::kHardSigmoid
                                                 : ActivationFn::kRelu;
-    EXPECT_TRUE(a == "gelu" || a == "gelu_new" || a == "swish" || a == "elu" ||
-                a == "hardSigmoid")
+    EXPECT_TRUE(a == "gelu" || a == "gelu_new" || a == "swish" || a == "elu" || a == "hardSigmoid")
         << a;
     ActivationForwardX(x.size(), f, f == ActivationFn::kHardSigmoid ? 0.2f : 1.0f, x.data(),
                        y.data());
@@ -156,8 +159,8 @@ TEST(ModernReferenceTest, RegularizersMatchTensorFlowJs) {
   for (const json& r : ref["regularizers"]) {
     SCOPED_TRACE(r["name"].get<std::string>());
     const std::vector<float> w = r["w"].get<std::vector<float>>();
-    const double got = RegularizerLoss(w.size(), r["l1"].get<float>(), r["l2"].get<float>(),
-                                       w.data());
+    const double got =
+        RegularizerLoss(w.size(), r["l1"].get<float>(), r["l2"].get<float>(), w.data());
     EXPECT_NEAR(got, r["value"].get<double>(), 1e-6 * r["value"].get<double>());
   }
 }

@@ -30,8 +30,8 @@ struct DilatedGeometry {
 };
 
 inline DilatedGeometry Dilated(const WindowShape& s) {
-  return DilatedGeometry{s.in_h,     s.in_w,     s.in_c,    s.window_h, s.window_w,
-                         s.stride_h, s.stride_w, s.pad_top, s.pad_left, s.out_h,
+  return DilatedGeometry{s.in_h,     s.in_w,     s.in_c,       s.window_h,  s.window_w,
+                         s.stride_h, s.stride_w, s.pad_top,    s.pad_left,  s.out_h,
                          s.out_w,    s.out_c,    s.dilation_h, s.dilation_w};
 }
 
@@ -438,9 +438,8 @@ void GlobalMaxPoolBackward(const Exec& e, int batch, int pixels, int channels, c
 }
 
 template <typename Exec>
-void LayerNormForward(const Exec& e, int64_t rows, int channels, const float* x,
-                      const float* gamma, const float* beta, float epsilon, float* mean,
-                      float* rstd, float* y) {
+void LayerNormForward(const Exec& e, int64_t rows, int channels, const float* x, const float* gamma,
+                      const float* beta, float epsilon, float* mean, float* rstd, float* y) {
   e.ForEach("LayerNormStats", rows, LayerNormStatsFn{channels, epsilon, x, mean, rstd});
   e.ForEach("LayerNorm", rows * channels,
             LayerNormApplyFn{channels, x, mean, rstd, gamma, beta, y});
@@ -448,10 +447,9 @@ void LayerNormForward(const Exec& e, int64_t rows, int channels, const float* x,
 
 // `workspace`: LayerNormBackwardWorkspace(rows, channels) floats.
 template <typename Exec>
-void LayerNormBackward(const Exec& e, int64_t rows, int channels, const float* x,
-                       const float* dy, const float* mean, const float* rstd,
-                       const float* gamma, float* dgamma, float* dbeta, float* dx,
-                       float* workspace) {
+void LayerNormBackward(const Exec& e, int64_t rows, int channels, const float* x, const float* dy,
+                       const float* mean, const float* rstd, const float* gamma, float* dgamma,
+                       float* dbeta, float* dx, float* workspace) {
   float* terms = workspace;
   float* sums = workspace + rows * channels;
   if (dgamma != nullptr) {

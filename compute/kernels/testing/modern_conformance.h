@@ -75,11 +75,11 @@ TYPED_TEST_P(ModernConformanceTest, ActivationsMatchCpu) {
   const struct {
     ActivationFn f;
     float alpha;
-  } cases[] = {{ActivationFn::kGelu, 0.0f},       {ActivationFn::kGeluTanh, 0.0f},
-               {ActivationFn::kSwish, 0.0f},      {ActivationFn::kElu, 0.7f},
-               {ActivationFn::kLeakyRelu, 0.3f},  {ActivationFn::kHardSigmoid, 1.0f / 6.0f},
+  } cases[] = {{ActivationFn::kGelu, 0.0f},        {ActivationFn::kGeluTanh, 0.0f},
+               {ActivationFn::kSwish, 0.0f},       {ActivationFn::kElu, 0.7f},
+               {ActivationFn::kLeakyRelu, 0.3f},   {ActivationFn::kHardSigmoid, 1.0f / 6.0f},
                {ActivationFn::kHardSigmoid, 0.2f}, {ActivationFn::kRelu, 0.0f},
-               {ActivationFn::kSigmoid, 0.0f},    {ActivationFn::kTanh, 0.0f}};
+               {ActivationFn::kSigmoid, 0.0f},     {ActivationFn::kTanh, 0.0f}};
   const float* dx_in = h.Upload(x);
   const float* ddy = h.Upload(dy);
   for (const auto& c : cases) {
@@ -197,15 +197,13 @@ TYPED_TEST_P(ModernConformanceTest, GlobalMaxPoolMatchesCpu) {
     const std::vector<float> dy = Random(batch * c, 14);
     std::vector<float> y(batch * c), count(batch * c), dx(in);
     GlobalMaxPoolForward(batch, pixels, c, x.data(), y.data(), count.data());
-    GlobalMaxPoolBackward(batch, pixels, c, x.data(), y.data(), count.data(), dy.data(),
-                          dx.data());
+    GlobalMaxPoolBackward(batch, pixels, c, x.data(), y.data(), count.data(), dy.data(), dx.data());
     const float* d_x = h.Upload(x);
     float* d_y = h.template Poisoned<float>(batch * c);
     float* d_count = h.template Poisoned<float>(batch * c);
     float* d_dx = h.template Poisoned<float>(in);
     this->kernels_->GlobalMaxPoolForward(batch, pixels, c, d_x, d_y, d_count);
-    this->kernels_->GlobalMaxPoolBackward(batch, pixels, c, d_x, d_y, d_count, h.Upload(dy),
-                                          d_dx);
+    this->kernels_->GlobalMaxPoolBackward(batch, pixels, c, d_x, d_y, d_count, h.Upload(dy), d_dx);
     EXPECT_EQ(h.Download(d_y, batch * c), y);
     EXPECT_EQ(h.Download(d_count, batch * c), count);
     EXPECT_TRUE(Close(h.Download(d_dx, in), dx, "dx", kModernTolerance));
@@ -227,8 +225,7 @@ TYPED_TEST_P(ModernConformanceTest, LayerNormMatchesCpu) {
     LayerNormForward(rows, c, x.data(), g, affine ? beta.data() : nullptr, eps, mean.data(),
                      rstd.data(), y.data());
     LayerNormBackward(rows, c, x.data(), dy.data(), mean.data(), rstd.data(), g,
-                      affine ? dgamma.data() : nullptr, affine ? dbeta.data() : nullptr,
-                      dx.data());
+                      affine ? dgamma.data() : nullptr, affine ? dbeta.data() : nullptr, dx.data());
     const float* d_x = h.Upload(x);
     const float* d_gamma = affine ? h.Upload(gamma) : nullptr;
     float* d_y = h.template Poisoned<float>(rows * c);
@@ -238,10 +235,10 @@ TYPED_TEST_P(ModernConformanceTest, LayerNormMatchesCpu) {
     float* d_dgamma = affine ? h.template Poisoned<float>(c) : nullptr;
     float* d_dbeta = affine ? h.template Poisoned<float>(c) : nullptr;
     float* ws = h.template Poisoned<float>(parallel::LayerNormBackwardWorkspace(rows, c));
-    this->kernels_->LayerNormForward(rows, c, d_x, d_gamma, affine ? h.Upload(beta) : nullptr,
-                                     eps, d_mean, d_rstd, d_y);
-    this->kernels_->LayerNormBackward(rows, c, d_x, h.Upload(dy), d_mean, d_rstd, d_gamma,
-                                      d_dgamma, d_dbeta, d_dx, ws);
+    this->kernels_->LayerNormForward(rows, c, d_x, d_gamma, affine ? h.Upload(beta) : nullptr, eps,
+                                     d_mean, d_rstd, d_y);
+    this->kernels_->LayerNormBackward(rows, c, d_x, h.Upload(dy), d_mean, d_rstd, d_gamma, d_dgamma,
+                                      d_dbeta, d_dx, ws);
     EXPECT_TRUE(Close(h.Download(d_y, rows * c), y, "y", kModernTolerance));
     EXPECT_TRUE(Close(h.Download(d_mean, rows), mean, "mean", kModernTolerance));
     EXPECT_TRUE(Close(h.Download(d_rstd, rows), rstd, "rstd", kModernTolerance));
@@ -280,9 +277,8 @@ TYPED_TEST_P(ModernConformanceTest, RescaleAndRegularizerMatchCpu) {
 }
 
 REGISTER_TYPED_TEST_SUITE_P(ModernConformanceTest, ActivationsMatchCpu, ZeroPad2DMatchesCpu,
-                            DepthwiseConvMatchesCpu, DilatedConvMatchesCpu,
-                            GlobalMaxPoolMatchesCpu, LayerNormMatchesCpu,
-                            RescaleAndRegularizerMatchCpu);
+                            DepthwiseConvMatchesCpu, DilatedConvMatchesCpu, GlobalMaxPoolMatchesCpu,
+                            LayerNormMatchesCpu, RescaleAndRegularizerMatchCpu);
 
 }  // namespace conformance
 }  // namespace kernels
