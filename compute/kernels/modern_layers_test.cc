@@ -349,6 +349,35 @@ TEST(SeparableConvTest, DepthwiseThenPointwiseMatchesFloat64) {
   EXPECT_TRUE(OutputNear(y, ref, 1e-5, 1e-5));
 }
 
+// Its backward: the pointwise step's (kernel, bias, and the gradient at the
+// depthwise output), then the depthwise step's (its kernel, the input),
+// against central differences of the two-step float64 definition.
+TEST(SeparableConvTest, BackwardThroughBothStepsMatchesFloat64) {
+  const WindowShape d = ConvShape(2, 7, 6, 2, 3, 2, 2, 1, true, 4);
+  const WindowShape p = PointwiseShape(d, 3);
+  const std::vector<std::vector<float>> in = {RandomFloats(2 * 7 * 6 * 2, 35),
+                                              RandomFloats(3 * 2 * 4, 36), RandomFloats(4 * 3, 37),
+                                              RandomFloats(3, 38)};
+  const Reference ref = [&](const Tensors& t) {
+    return ConvRef(p, false, {ConvRef(d, true, {t[0], t[1]}), t[2], t[3]});
+  };
+  std::vector<float> mid(d.out_pixels() * 4), columns(p.out_pixels() * 4), y(p.out_pixels() * 3);
+  DepthwiseConvForward(d, in[0].data(), in[1].data(), nullptr, mid.data());
+  ConvGeneralForward(p, mid.data(), in[2].data(), in[3].data(), columns.data(), y.data());
+  EXPECT_TRUE(OutputNear(y, ref(ToDouble(in)), 1e-5, 1e-5));
+  const std::vector<float> dy = RandomFloats(y.size(), 39);
+  std::vector<float> dpw(in[2].size()), db(3), dcolumns(columns.size()), dmid(mid.size());
+  ConvGeneralBackward(p, columns.data(), in[2].data(), dy.data(), false, dpw.data(), db.data(),
+                      dcolumns.data(), dmid.data());
+  std::vector<float> ddw(in[1].size()), dx(in[0].size());
+  DepthwiseConvBackward(d, in[0].data(), in[1].data(), dmid.data(), ddw.data(), nullptr,
+                        dx.data());
+  EXPECT_TRUE(GradientsNear(dx.data(), NumericGrad(ref, ToDouble(in), 0, dy), 1e-5, 1e-5));
+  EXPECT_TRUE(GradientsNear(ddw.data(), NumericGrad(ref, ToDouble(in), 1, dy), 1e-5, 1e-5));
+  EXPECT_TRUE(GradientsNear(dpw.data(), NumericGrad(ref, ToDouble(in), 2, dy), 1e-5, 1e-5));
+  EXPECT_TRUE(GradientsNear(db.data(), NumericGrad(ref, ToDouble(in), 3, dy), 1e-5, 1e-5));
+}
+
 // ---- GlobalMaxPooling2D ----------------------------------------------------
 
 TEST(GlobalMaxPoolTest, ForwardAndGradientMatchFloat64) {
