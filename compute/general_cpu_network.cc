@@ -11,6 +11,7 @@
 #include "compute/kernels/dropout.h"
 #include "compute/kernels/general_layers.h"
 #include "compute/kernels/loss_head.h"
+#include "compute/kernels/modern_layers.h"
 #include "compute/general_plan.h"
 
 namespace pscluster {
@@ -195,6 +196,7 @@ struct GeneralCpuNetwork::Slice {
   std::vector<std::vector<float>> acts;  // output of op i, count * out_size
   std::vector<std::vector<float>> columns;  // conv ops: im2col of the input
   std::vector<std::vector<int64_t>> argmax;  // max pooling ops
+  std::vector<std::vector<float>> counts;    // global max pooling: ties per channel
   std::vector<std::vector<float>> grad_slots;  // GradSlotSizes, count * size
   std::vector<float> scratch, dcolumns;  // scratch: an input gradient to add
   std::vector<float> grads;  // slices after the first: their own
@@ -244,6 +246,7 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
       s->acts.emplace_back(share * op.out_size);
       s->columns.emplace_back(share * op.columns_per_example);
       s->argmax.emplace_back(op.kind == LayerKind::kMaxPool2D ? share * op.out_size : 0);
+      s->counts.emplace_back(op.kind == LayerKind::kGlobalMaxPool2D ? share * op.channels : 0);
       s->sums.emplace_back(2 * op.channels);
     }
     int64_t cols = 0;
@@ -384,7 +387,23 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
         }
         break;
       case LayerKind::kActivation:
-        std::copy(x, x + n * op.out_size, y);
+        if (op.act_xy) {
+          kernels::ActivationForwardX(n * op.out_size, op.act, op.alpha, x, y);
+        } else {
+          std::copy(x, x + n * op.out_size, y);
+        }
+        break;
+      case LayerKind::kZeroPadding2D: {
+        kernels::PaddingShape p = op.pad;
+        p.batch = n;
+        kernels::ZeroPad2DForward(p, x, y);
+        break;
+      }
+      case LayerKind::kGlobalMaxPool2D:
+        kernels::GlobalMaxPoolForward(n, op.pixels, op.channels, x, y, s.counts[i].data());
+        break;
+      case LayerKind::kRescaling:
+        kernels::RescaleForward(n * op.out_size, op.rescale, op.reshift, x, y);
         break;
       default:
         if (IsMerge(op.kind)) {
@@ -394,7 +413,7 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
         }
         break;
     }
-    if (op.has_act) {
+    if (op.has_act && !op.act_xy) {
       kernels::ActivationForward<CpuDevice>()(d, n * op.out_size, op.act, y);
     }
   });
@@ -525,6 +544,15 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
     Slice& s = *slices_[t];
     const int n = s.count;
     float* gy = GradOf(i, s);
+    if (op.act_xy) {  // an Activation op: its gradient is all it adds
+      float* gx = InputGradTarget(i, 0, s, *written);
+      if (gx != nullptr) {
+        kernels::ActivationGradXY(n * op.out_size, op.act, op.alpha, OpInput(i, s, images),
+                                  s.acts[i].data(), gy, gx);
+        AddInputGrad(i, 0, s, *written);
+      }
+      return;
+    }
     if (op.has_act) {
       kernels::ActivationGrad<CpuDevice>()(d, n * op.out_size, op.act, s.acts[i].data(), gy);
     }
@@ -566,6 +594,22 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
         break;
       case LayerKind::kActivation:
         BackwardActivationLayer(op, g);
+        break;
+      case LayerKind::kZeroPadding2D:
+        if (gx != nullptr) {
+          kernels::PaddingShape p = op.pad;
+          p.batch = n;
+          kernels::ZeroPad2DBackward(p, gy, gx);
+        }
+        break;
+      case LayerKind::kGlobalMaxPool2D:
+        if (gx != nullptr) {
+          kernels::GlobalMaxPoolBackward(n, op.pixels, op.channels, OpInput(i, s, images),
+                                         s.acts[i].data(), s.counts[i].data(), gy, gx);
+        }
+        break;
+      case LayerKind::kRescaling:
+        if (gx != nullptr) kernels::RescaleBackward(n * op.out_size, op.rescale, gy, gx);
         break;
       default:
         break;

@@ -89,8 +89,13 @@ TEST(GeneralCpuNetworkTest, GradientsThroughAGraph) {
   CheckGradients(spec, 1e-3f);
 }
 
+TEST(GeneralCpuNetworkTest, GradientsThroughModernLayers) {
+  CheckGradients(testing_models::ModernModel(), 1e-3f);
+}
+
 TEST(GeneralCpuNetworkTest, ThreadCountChangesOnlyRounding) {
-  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::GraphModel()}) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::GraphModel(),
+                                testing_models::ModernModel()}) {
     Problem p = Make(spec, 11, 9);
     std::vector<std::vector<float>> all;
     std::vector<float> losses;
@@ -253,7 +258,7 @@ TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
   for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
     cases.push_back(std::move(c));
   }
-  ASSERT_EQ(cases.size(), 4u);
+  ASSERT_EQ(cases.size(), 5u);
   for (const ReferenceCase& m : cases) {
     const ModelSpec* spec = &m.spec;
     const std::vector<float>& params = m.params;

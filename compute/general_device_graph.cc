@@ -59,6 +59,9 @@ absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
       case LayerKind::kMaxPool2D:
         s.argmax = reserve(n * op.out_size * static_cast<int64_t>(sizeof(int32_t)));
         break;
+      case LayerKind::kGlobalMaxPool2D:
+        s.count = reserve(n * op.channels * kFloat);
+        break;
       case LayerKind::kDense:
         workspace = std::max(
             workspace, parallel::DenseGeneralBackwardWorkspace(static_cast<int>(n),
@@ -173,6 +176,10 @@ void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
   float* pscratch = At(param_scratch_);
   float* dw = add ? pscratch : grads + op.kernel;
   float* db = op.bias < 0 ? nullptr : add ? pscratch + KernelSize(op) : grads + op.bias;
+  if (op.act_xy) {  // an Activation op: its gradient is all it adds
+    if (dx != nullptr) k.ActivationGradXY(outs, op.act, op.alpha, x, At(slots_[i].act), gy, dx);
+    return;
+  }
   if (op.has_act) k.ActivationGrad(outs, op.act, At(slots_[i].act), gy, gy);
   switch (op.kind) {
     case LayerKind::kConv2D:
@@ -204,6 +211,22 @@ void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
       break;
     case LayerKind::kActivation:
       if (dx != nullptr) k.Copy(outs, gy, dx);
+      break;
+    case LayerKind::kZeroPadding2D:
+      if (dx != nullptr) {
+        kernels::PaddingShape p = op.pad;
+        p.batch = n;
+        k.ZeroPad2DBackward(p, gy, dx);
+      }
+      break;
+    case LayerKind::kGlobalMaxPool2D:
+      if (dx != nullptr) {
+        k.GlobalMaxPoolBackward(n, op.pixels, op.channels, x, At(slots_[i].act),
+                                At(slots_[i].count), gy, dx);
+      }
+      break;
+    case LayerKind::kRescaling:
+      if (dx != nullptr) k.Scale(int64_t{n} * op.in_size, op.rescale, gy, dx);
       break;
     case LayerKind::kBatchNorm:
       k.BatchNormBackward(int64_t{n} * op.pixels, op.channels, x, gy, grads + op.mean,
@@ -262,6 +285,18 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
         // One pass, x to y (below); with no function, a copy.
         if (!op.has_act) k.Copy(outs, in, y);
         break;
+      case LayerKind::kZeroPadding2D: {
+        kernels::PaddingShape p = op.pad;
+        p.batch = n;
+        k.ZeroPad2DForward(p, in, y);
+        break;
+      }
+      case LayerKind::kGlobalMaxPool2D:
+        k.GlobalMaxPoolForward(n, op.pixels, op.channels, in, y, At(slots_[i].count));
+        break;
+      case LayerKind::kRescaling:
+        k.Rescale(outs, op.rescale, op.reshift, in, y);
+        break;
       case LayerKind::kBatchNorm:
         if (training) {
           // The batch statistics go straight to their gradient slots.
@@ -278,7 +313,9 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
         if (IsMerge(op.kind)) ForwardMerge(k, i, images, n, y);
         break;
     }
-    if (op.has_act) {
+    if (op.act_xy) {
+      k.ActivationForwardX(outs, op.act, op.alpha, in, y);
+    } else if (op.has_act) {
       k.ActivationForward(outs, op.act, op.kind == LayerKind::kActivation ? in : y, y);
     }
   }

@@ -67,6 +67,7 @@ class GeneralDeviceGraph {
     int64_t act = -1;
     int64_t columns = -1;  // conv: im2col of the input
     int64_t argmax = -1;   // max pooling
+    int64_t count = -1;    // global max pooling: ties per channel
   };
 
   GeneralDeviceGraph() = default;

@@ -171,7 +171,7 @@ TEST(GeneralDeviceGraphTest, GradientsMatchFiniteDifferences) {
   };
   for (const Case& c :
        {Case{EveryLayer(), 1e-2f}, Case{FlattenModel(), 1e-3f}, Case{StridedModel(), 1e-3f},
-        Case{testing_models::GraphModel(), 1e-3f}}) {
+        Case{testing_models::GraphModel(), 1e-3f}, Case{testing_models::ModernModel(), 1e-3f}}) {
     Problem p = Make(c.spec, 6, 3);
     Emulated gpu(p.spec, 6);
     constexpr uint64_t kStep = 5;
@@ -203,7 +203,7 @@ TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
   for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
     cases.push_back(std::move(c));
   }
-  ASSERT_EQ(cases.size(), 4u);
+  ASSERT_EQ(cases.size(), 5u);
   for (const ReferenceCase& m : cases) {
     const int batch = static_cast<int>(m.labels.size());
     Emulated gpu(m.spec, batch);
@@ -222,8 +222,10 @@ TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
 // runs chains only): the device's step and inference equal the CPU path's
 // to rounding, gradient by gradient.
 TEST(GeneralDeviceGraphTest, GraphStepsMatchTheCpuPath) {
-  for (int batch : {1, 7}) {
-    Problem p = Make(testing_models::GraphModel(), batch, 4);
+  for (int batch : {1, 7, 2, 5}) {
+    Problem p = Make(batch <= 1 || batch == 7 ? testing_models::GraphModel()
+                                               : testing_models::ModernModel(),
+                     batch, 4);
     std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, 9);
     std::vector<float> want(p.spec.num_parameters, NAN);
     float want_loss = 0;

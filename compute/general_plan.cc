@@ -114,10 +114,19 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
     return at.status();
   };
   auto fn = [](Activation a, bool* has, kernels::ActivationFn* f) {
-    *has = a == Activation::kRelu || a == Activation::kSigmoid || a == Activation::kTanh;
-    *f = a == Activation::kSigmoid ? kernels::ActivationFn::kSigmoid
-         : a == Activation::kTanh  ? kernels::ActivationFn::kTanh
-                                   : kernels::ActivationFn::kRelu;
+    using F = kernels::ActivationFn;
+    *has = a != Activation::kNone && a != Activation::kSoftmax;
+    switch (a) {
+      case Activation::kSigmoid: *f = F::kSigmoid; break;
+      case Activation::kTanh: *f = F::kTanh; break;
+      case Activation::kGelu: *f = F::kGelu; break;
+      case Activation::kGeluTanh: *f = F::kGeluTanh; break;
+      case Activation::kSwish: *f = F::kSwish; break;
+      case Activation::kElu: *f = F::kElu; break;
+      case Activation::kLeakyRelu: *f = F::kLeakyRelu; break;
+      case Activation::kHardSigmoid: *f = F::kHardSigmoid; break;
+      default: *f = F::kRelu; break;
+    }
   };
   std::vector<GeneralOp> ops;
   std::vector<int> op_of;  // node -> the op holding its output
@@ -134,8 +143,8 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
       op.inputs.push_back(j == kModelInput ? kModelInput : op_of[j]);
       op.input_channels.push_back(j == kModelInput ? input.c : (*shapes)[j].c);
     }
-    if (l.kind == LayerKind::kFlatten) {
-      op_of.push_back(op.inputs[0]);
+    if (l.kind == LayerKind::kFlatten || l.kind == LayerKind::kReshape) {
+      op_of.push_back(op.inputs[0]);  // NHWC rows are the same values either way
       continue;
     }
     op.in_size = x.size();
@@ -192,15 +201,39 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
         if (st.ok()) st = find(l.name + "/moving_mean", {x.c}, &op.mean);
         if (st.ok()) st = find(l.name + "/moving_variance", {x.c}, &op.var);
         break;
-      case LayerKind::kAdd:
-      case LayerKind::kSubtract:
-      case LayerKind::kMultiply:
-      case LayerKind::kAverage:
-      case LayerKind::kConcatenate:
-      case LayerKind::kFlatten:
+      case LayerKind::kZeroPadding2D:
+        op.pad.in_h = x.h, op.pad.in_w = x.w, op.pad.channels = x.c;
+        op.pad.top = l.pad_top, op.pad.bottom = l.pad_bottom;
+        op.pad.left = l.pad_left, op.pad.right = l.pad_right;
+        break;
+      case LayerKind::kGlobalMaxPool2D:
+        op.channels = x.c;
+        op.pixels = x.h * x.w;
+        break;
+      case LayerKind::kRescaling:
+        op.rescale = l.rescale;
+        op.reshift = l.reshift;
+        break;
+      default:  // merges; Flatten and Reshape are no ops
         break;
     }
     if (!st.ok()) return st;
+    op.alpha = l.alpha;
+    op.act_xy = op.has_act && !kernels::ActivationGradFromOutput(op.act);
+    if (op.act_xy && op.kind != LayerKind::kActivation) {
+      // The layer, then its activation as an op of its own (which keeps
+      // the layer's output, the activation's input, for the gradient).
+      GeneralOp act;
+      act.kind = LayerKind::kActivation;
+      act.name = l.name;
+      act.inputs = {static_cast<int>(ops.size())};
+      act.input_channels = {y.c};
+      act.in_size = act.out_size = op.out_size;
+      act.has_act = true, act.act = op.act, act.alpha = op.alpha, act.act_xy = true;
+      op.has_act = false, op.act_xy = false;
+      ops.push_back(std::move(op));
+      op = std::move(act);
+    }
     op_of.push_back(static_cast<int>(ops.size()));
     ops.push_back(std::move(op));
   }

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "compute/kernels/activation.h"
 #include "compute/kernels/general_layers.h"
+#include "compute/kernels/modern_layers.h"
 #include "model/model_spec.h"
 
 namespace pscluster {
@@ -37,6 +38,13 @@ struct GeneralOp {
   int pixels = 0;     // BN rows per example; GAP pixels
   float rate = 0.0f;  // Dropout
   float epsilon = 0.0f;
+  float alpha = 0.0f;  // the activation's parameter
+  // Whether the activation's gradient needs its input (gelu, swish, elu,
+  // leaky_relu, hard_sigmoid): then it is an op of its own (kActivation),
+  // whose backward reads its input and output.
+  bool act_xy = false;
+  kernels::PaddingShape pad;            // ZeroPadding2D (batch set per call)
+  float rescale = 1.0f, reshift = 0.0f;  // Rescaling
   int64_t kernel = -1, bias = -1, gamma = -1, beta = -1, mean = -1, var = -1;
   int64_t in_size = 0, out_size = 0;  // floats per example
   int64_t columns_per_example = 0;    // conv: im2col floats

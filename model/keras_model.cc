@@ -3,6 +3,7 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -106,13 +107,25 @@ absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& wher
              (*it)["config"].contains("name")) {
     name = (*it)["config"]["name"].get<std::string>();
   }
-  if (name == "linear") return Activation::kNone;
-  if (name == "relu") return Activation::kRelu;
-  if (name == "sigmoid") return Activation::kSigmoid;
-  if (name == "tanh") return Activation::kTanh;
-  if (name == "softmax") return Activation::kSoftmax;
+  // Keras's snake_case and TensorFlow.js's camelCase spellings.
+  std::string key;
+  for (char c : name) {
+    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (key == "linear") return Activation::kNone;
+  if (key == "relu") return Activation::kRelu;
+  if (key == "sigmoid") return Activation::kSigmoid;
+  if (key == "tanh") return Activation::kTanh;
+  if (key == "softmax") return Activation::kSoftmax;
+  if (key == "gelu") return Activation::kGelu;
+  if (key == "gelunew") return Activation::kGeluTanh;  // tfjs's tanh form
+  if (key == "swish" || key == "silu") return Activation::kSwish;
+  if (key == "elu") return Activation::kElu;
+  if (key == "leakyrelu") return Activation::kLeakyRelu;
+  if (key == "hardsigmoid") return Activation::kHardSigmoid;
   return Bad(where, absl::StrCat("option 'activation' = ", Show(*it),
-                                 " is not supported (relu, sigmoid, tanh, softmax, linear)"));
+                                 " is not supported (relu, sigmoid, tanh, softmax, gelu, swish, "
+                                 "silu, elu, leaky_relu, hard_sigmoid, linear)"));
 }
 
 absl::Status PaddingOf(const json& cfg, const std::string& where, Padding* out) {
@@ -382,6 +395,7 @@ struct ModelEnvelope {
   json layers;             // a non-empty array
   json config;             // the model's config (output_layers, ...)
   json loss;               // the compiled loss, if the file has one (else null)
+  bool keras3 = false;     // written by Keras 3 (its hard_sigmoid differs)
   std::string model_name;  // config.name, else the source
 };
 
@@ -420,6 +434,9 @@ absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::st
   }
   model.config = config;
   model.loss = loss;
+  const std::string version = doc.value("keras_version", std::string());
+  model.keras3 = absl::StartsWith(version, "3") ||
+                 (model.layers[0].is_object() && model.layers[0].contains("module"));
   model.functional = cls == "Functional" || cls == "Model";
   if (cls != "Sequential" && !model.functional) {
     return Bad(source, absl::StrCat("class_name \"", cls,
@@ -575,6 +592,102 @@ absl::Status ParseReLU(const json& cfg, const std::string& where, LayerSpec* l, 
   return st;
 }
 
+// LeakyReLU: Keras 3's negative_slope, Keras 2's and TensorFlow.js's
+// alpha; 0.3 by default in all three.
+absl::Status ParseLeakyReLU(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits*) {
+  l->kind = LayerKind::kActivation;
+  l->activation = Activation::kLeakyRelu;
+  const double slope = Number(cfg, cfg.contains("negative_slope") ? "negative_slope" : "alpha", 0.3);
+  if (!(slope >= 0.0)) {
+    return Bad(where, absl::StrCat("negative slope ", slope, " must be >= 0"));
+  }
+  l->alpha = static_cast<float>(slope);
+  if (slope == 0.0) l->activation = Activation::kRelu;  // a slope of 0 is ReLU
+  return absl::OkStatus();
+}
+
+absl::Status ParseELU(const json& cfg, const std::string& where, LayerSpec* l, LayerInits*) {
+  l->kind = LayerKind::kActivation;
+  l->activation = Activation::kElu;
+  l->alpha = static_cast<float>(Number(cfg, "alpha", 1.0));
+  if (!std::isfinite(l->alpha)) return Bad(where, "alpha must be finite");
+  if (l->alpha == 0.0f) l->activation = Activation::kRelu;  // elu with alpha 0 is ReLU
+  return absl::OkStatus();
+}
+
+// ZeroPadding2D's padding: n, [rows, cols] or [[top, bottom], [left, right]].
+absl::Status ParseZeroPadding2D(const json& cfg, const std::string& where, LayerSpec* l,
+                                LayerInits*) {
+  l->kind = LayerKind::kZeroPadding2D;
+  if (absl::Status s = ChannelsLast(cfg, where); !s.ok()) return s;
+  const json p = cfg.value("padding", json(1));
+  auto amount = [](const json& v, int* out) {
+    if (!v.is_number_integer() || v.get<int>() < 0 || v.get<int>() > (1 << 16)) return false;
+    *out = v.get<int>();
+    return true;
+  };
+  bool ok = false;
+  if (p.is_number_integer()) {
+    ok = amount(p, &l->pad_top);
+    l->pad_bottom = l->pad_left = l->pad_right = l->pad_top;
+  } else if (p.is_array() && p.size() == 2 && p[0].is_number_integer()) {
+    ok = amount(p[0], &l->pad_top) && amount(p[1], &l->pad_left);
+    l->pad_bottom = l->pad_top;
+    l->pad_right = l->pad_left;
+  } else if (p.is_array() && p.size() == 2 && p[0].is_array() && p[1].is_array() &&
+             p[0].size() == 2 && p[1].size() == 2) {
+    ok = amount(p[0][0], &l->pad_top) && amount(p[0][1], &l->pad_bottom) &&
+         amount(p[1][0], &l->pad_left) && amount(p[1][1], &l->pad_right);
+  }
+  if (!ok) {
+    return Bad(where, absl::StrCat("option 'padding' = ", Show(p),
+                                   " is not n, [rows, cols] or [[top, bottom], [left, right]] "
+                                   "of amounts >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseGlobalMaxPool2D(const json& cfg, const std::string& where, LayerSpec* l,
+                                  LayerInits*) {
+  absl::Status st;
+  l->kind = LayerKind::kGlobalMaxPool2D;
+  st.Update(ChannelsLast(cfg, where));
+  st.Update(Neutral(cfg, where, "keepdims", {false}, "only keepdims false"));
+  return st;
+}
+
+absl::Status ParseRescaling(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits*) {
+  l->kind = LayerKind::kRescaling;
+  const json scale = cfg.value("scale", json(1.0)), offset = cfg.value("offset", json(0.0));
+  if (!scale.is_number() || !offset.is_number() || !std::isfinite(scale.get<double>()) ||
+      !std::isfinite(offset.get<double>())) {
+    return Bad(where, absl::StrCat("options 'scale' = ", Show(scale), ", 'offset' = ",
+                                   Show(offset), ": one number each (per-channel lists are not "
+                                   "supported)"));
+  }
+  l->rescale = scale.get<float>();
+  l->reshift = offset.get<float>();
+  return absl::OkStatus();
+}
+
+absl::Status ParseReshape(const json& cfg, const std::string& where, LayerSpec* l,
+                          LayerInits*) {
+  l->kind = LayerKind::kReshape;
+  const json t = cfg.value("target_shape", json());
+  bool ok = t.is_array() && (t.size() == 1 || t.size() == 3);
+  for (size_t i = 0; ok && i < t.size(); ++i) {
+    ok = t[i].is_number_integer() && (t[i].get<int>() >= 1 || t[i].get<int>() == -1);
+    if (ok) l->target_shape.push_back(t[i].get<int>());
+  }
+  if (!ok) {
+    return Bad(where, absl::StrCat("option 'target_shape' = ", Show(t),
+                                   " is not [height, width, channels] or [features]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBatchNorm(const json& cfg, const std::string& where, LayerSpec* l,
                             LayerInits* inits) {
   absl::Status st;
@@ -663,6 +776,13 @@ constexpr LayerClass kLayerClasses[] = {
     {"Multiply", ParseMultiply},
     {"Average", ParseAverage},
     {"Concatenate", ParseConcatenate},
+    {"LeakyReLU", ParseLeakyReLU},
+    {"ELU", ParseELU},
+    {"ZeroPadding2D", ParseZeroPadding2D},
+    {"GlobalMaxPooling2D", ParseGlobalMaxPool2D},
+    {"GlobalMaxPool2D", ParseGlobalMaxPool2D},
+    {"Rescaling", ParseRescaling},
+    {"Reshape", ParseReshape},
 };
 
 // The model's nodes as parsed: what its spec is built from.
@@ -1093,6 +1213,16 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
     absl::StatusOr<LossChoice> given = LossOfConfig(model->loss, source);
     if (!given.ok()) return given.status();
     loss = *given;
+  }
+  // The activations' parameters where the file gives none: Keras's
+  // defaults for the activation functions (elu 1; leaky_relu 0.2, Keras 3's
+  // function; hard_sigmoid's slope 1/6 in Keras 3, 0.2 in Keras 2 and
+  // TensorFlow.js).
+  for (LayerSpec& l : parsed->specs) {
+    if (l.alpha != 0.0f) continue;
+    if (l.activation == Activation::kElu) l.alpha = 1.0f;
+    if (l.activation == Activation::kLeakyRelu) l.alpha = 0.2f;
+    if (l.activation == Activation::kHardSigmoid) l.alpha = model->keras3 ? 1.0f / 6 : 0.2f;
   }
   absl::StatusOr<int> outputs = CheckOutput(parsed->specs, &loss, source);
   if (!outputs.ok()) return outputs.status();

@@ -144,7 +144,37 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
       }
       if (l.units < 1) return misfit(absl::StrCat("Dense of ", l.units, " units"));
       return ActivationShape{1, 1, l.units, true};
-    default:  // BatchNormalization, Dropout, Activation: the same shape
+    case LayerKind::kZeroPadding2D:
+      if (x.flat || l.pad_top < 0 || l.pad_bottom < 0 || l.pad_left < 0 || l.pad_right < 0) {
+        return misfit("ZeroPadding2D");
+      }
+      return ActivationShape{x.h + l.pad_top + l.pad_bottom, x.w + l.pad_left + l.pad_right, x.c,
+                             false};
+    case LayerKind::kGlobalMaxPool2D:
+      if (x.flat) return misfit("GlobalMaxPooling2D");
+      return ActivationShape{1, 1, x.c, true};
+    case LayerKind::kReshape: {
+      // One dimension may be -1: what the others leave.
+      std::vector<int> t = l.target_shape;
+      int64_t known = 1;
+      int unknown = 0;
+      for (int d : t) d == -1 ? ++unknown : known *= d;
+      if (unknown == 1 && known > 0 && x.size() % known == 0) {
+        for (int& d : t) {
+          if (d == -1) d = static_cast<int>(x.size() / known);
+        }
+      }
+      int64_t size = 1;
+      for (int d : t) size *= d;
+      if ((t.size() != 1 && t.size() != 3) || size != x.size() || size <= 0) {
+        std::string dims;
+        for (int d : l.target_shape) absl::StrAppend(&dims, dims.empty() ? "" : ",", d);
+        return misfit(absl::StrCat("Reshape to [", dims, "]"));
+      }
+      return t.size() == 1 ? ActivationShape{1, 1, t[0], true}
+                           : ActivationShape{t[0], t[1], t[2], false};
+    }
+    default:  // BatchNormalization, Dropout, Activation, Rescaling: the same shape
       return x;
   }
 }

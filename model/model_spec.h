@@ -35,6 +35,11 @@ enum class LayerKind {
   kMultiply,
   kAverage,
   kConcatenate,
+  // Modern CNNs' layers without variables.
+  kZeroPadding2D,    // pad_* rows and columns of zeros
+  kGlobalMaxPool2D,  // the max over the pixels (ties share the gradient)
+  kRescaling,        // y = x * rescale + reshift
+  kReshape,          // the same values as target_shape (NHWC order)
 };
 
 // Whether `kind` merges several inputs.
@@ -46,7 +51,17 @@ inline bool IsMerge(LayerKind kind) {
 
 // kSoftmax only on the last layer (or a last Activation layer), where it is
 // fused with the cross-entropy loss: the layer below it produces logits.
-enum class Activation { kNone, kRelu, kSigmoid, kTanh, kSoftmax };
+enum class Activation {
+  kNone, kRelu, kSigmoid, kTanh, kSoftmax,
+  // LayerSpec::alpha: elu's alpha, leaky_relu's negative slope,
+  // hard_sigmoid's slope (Keras 3: 1/6; Keras 2 and TensorFlow.js: 0.2).
+  kGelu,      // Keras's default: 0.5 x (1 + erf(x / sqrt 2))
+  kGeluTanh,  // gelu(approximate=True)
+  kSwish,     // swish / silu: x sigmoid(x)
+  kElu,
+  kLeakyRelu,
+  kHardSigmoid,
+};
 
 // Keras padding: kValid drops what does not fit; kSame pads so that
 // out = ceil(in / stride), the extra row or column going to the bottom and
@@ -81,6 +96,10 @@ struct LayerSpec {
   bool center = true;    // has beta
   bool scale = true;     // has gamma
   int axis = -1;         // kConcatenate: -1 or the last axis's index
+  float alpha = 0.0f;    // the activation's parameter (Activation above)
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // kZeroPadding2D
+  float rescale = 1.0f, reshift = 0.0f;                            // kRescaling
+  std::vector<int> target_shape;  // kReshape: [H, W, C] or [F]
 };
 
 // Keras initializers. The named ones (GlorotUniform, HeNormal, ...) are

@@ -139,6 +139,40 @@ inline ModelSpec GraphModel() {
        From(Dense("out", 3, Activation::kNone), {12})});                               // 13
 }
 
+// The modern layers without variables and every activation: Rescaling,
+// ZeroPadding2D, gelu in a convolution (an op of its own), Reshape,
+// swish, elu and hard_sigmoid layers, GlobalMaxPooling2D beside global
+// average pooling, leaky_relu in a Dense layer.
+inline ModelSpec ModernModel() {
+  const int in = kModelInput;
+  LayerSpec rescale = L(LayerKind::kRescaling, "rescale");
+  rescale.rescale = 2.0f, rescale.reshift = -1.0f;
+  LayerSpec pad = L(LayerKind::kZeroPadding2D, "pad");
+  pad.pad_top = 1, pad.pad_bottom = 0, pad.pad_left = 2, pad.pad_right = 1;
+  LayerSpec reshape = L(LayerKind::kReshape, "reshape");
+  reshape.target_shape = {4, 6, -1};
+  LayerSpec elu = Act("elu", Activation::kElu);
+  elu.alpha = 0.7f;
+  LayerSpec hard = Act("hard", Activation::kHardSigmoid);
+  hard.alpha = 1.0f / 6;
+  LayerSpec fc = Dense("fc", 5, Activation::kLeakyRelu);
+  fc.alpha = 0.2f;
+  return *BuildModelSpec(
+      "modern", 5, 4, 2, 3,
+      {From(rescale, {in}),                                                       // 0
+       From(pad, {0}),                                                            // 1: 6x7x2
+       From(Conv("conv", 4, 3, 3, 1, Padding::kSame, Activation::kGelu), {1}),   // 2: 6x7x4
+       From(reshape, {2}),                                                        // 3: 4x6x7
+       From(Act("swish", Activation::kSwish), {3}),                              // 4
+       From(elu, {4}),                                                            // 5
+       From(hard, {3}),                                                           // 6
+       From(L(LayerKind::kGlobalMaxPool2D, "gmp"), {5}),                         // 7
+       From(L(LayerKind::kGlobalAvgPool2D, "gap"), {6}),                         // 8
+       From(L(LayerKind::kConcatenate, "cat"), {7, 8}),                          // 9
+       From(fc, {9}),                                                             // 10
+       From(Dense("out", 3, Activation::kNone), {10})});                         // 11
+}
+
 struct Problem {
   ModelSpec spec;
   std::vector<float> params, images;
