@@ -161,16 +161,7 @@ absl::StatusOr<std::vector<FastLayer>> PlanFastLayers(const ModelSpec& spec) {
       case LayerKind::kDense:
         st = PlanDense(spec, where, l, layer, &act, &op);
         break;
-      case LayerKind::kAvgPool2D:
-      case LayerKind::kGlobalAvgPool2D:
-      case LayerKind::kDropout:
-      case LayerKind::kActivation:
-      case LayerKind::kBatchNorm:
-      case LayerKind::kAdd:
-      case LayerKind::kSubtract:
-      case LayerKind::kMultiply:
-      case LayerKind::kAverage:
-      case LayerKind::kConcatenate:
+      default:  // OnFastPath lets no other kind through
         return absl::InternalError(absl::StrCat(layer, ": passed the fast-path check"));
     }
     if (!st.ok()) return st;

@@ -97,6 +97,16 @@ absl::Status IntPair(const json& cfg, const std::string& where, const char* key,
   return absl::OkStatus();
 }
 
+// A Keras name in any of its spellings (snake_case, the class name,
+// TensorFlow.js's camelCase) as one key: lower case, no underscores.
+std::string SpellingKey(const std::string& name) {
+  std::string key;
+  for (char c : name) {
+    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return key;
+}
+
 absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& where) {
   auto it = cfg.find("activation");
   if (it == cfg.end() || it->is_null()) return Activation::kNone;
@@ -108,10 +118,7 @@ absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& wher
     name = (*it)["config"]["name"].get<std::string>();
   }
   // Keras's snake_case and TensorFlow.js's camelCase spellings.
-  std::string key;
-  for (char c : name) {
-    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
+  const std::string key = SpellingKey(name);
   if (key == "linear") return Activation::kNone;
   if (key == "relu") return Activation::kRelu;
   if (key == "sigmoid") return Activation::kSigmoid;
@@ -991,10 +998,7 @@ struct LossChoice {
 // A Keras loss by name (any of Keras's spellings: snake_case, the class
 // name, TensorFlow.js's camelCase, the mse/mae aliases).
 std::optional<LossKind> LossByName(std::string name) {
-  std::string key;
-  for (char c : name) {
-    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
+  const std::string key = SpellingKey(name);
   if (key == "sparsecategoricalcrossentropy") return LossKind::kSparseCategoricalCrossentropy;
   if (key == "categoricalcrossentropy") return LossKind::kCategoricalCrossentropy;
   if (key == "binarycrossentropy") return LossKind::kBinaryCrossentropy;
