@@ -25,63 +25,146 @@ void KerasDilatedWindow(int in, int window, int stride, int dilation, bool same,
   KerasWindow(in, (window - 1) * dilation + 1, stride, same, out, pad_before);
 }
 
-void Im2ColGeneral(const WindowShape& s, const float* x, float* columns) {
+namespace {
+
+// The convolution's GEMMs run over tiles of this many bytes of columns, so
+// that a tile written by im2col (forward) or by the column-gradient GEMM
+// (backward) is still in L2 when it is read (2 MiB per core here).
+constexpr int64_t kTileBytes = 512 * 1024;
+
+int64_t TileRows(const WindowShape& s) {
+  const int64_t rows = kTileBytes / static_cast<int64_t>(sizeof(float) * s.patch_size());
+  return std::max<int64_t>(rows, 32);
+}
+
+// Whether the convolution reads its input pixel by pixel as it is (a 1x1
+// window, stride 1, no padding): then columns are x and dcolumns are dx.
+bool IsPointwise(const WindowShape& s) {
+  return s.window_h == 1 && s.window_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.pad_top == 0 && s.pad_left == 0 && s.out_h == s.in_h && s.out_w == s.in_w;
+}
+
+// Output pixel p's coordinates.
+struct Pixel {
+  int n, oh, ow;
+};
+Pixel PixelAt(const WindowShape& s, int64_t p) {
+  const int64_t per_image = int64_t{s.out_h} * s.out_w;
+  const int n = static_cast<int>(p / per_image);
+  const int64_t r = p % per_image;
+  return {n, static_cast<int>(r / s.out_w), static_cast<int>(r % s.out_w)};
+}
+
+// Im2ColGeneral for output pixels [p0, p1): columns holds their rows only.
+void Im2ColRows(const WindowShape& s, const float* x, int64_t p0, int64_t p1, float* columns) {
   const int c = s.in_c;
   float* col = columns;
-  for (int n = 0; n < s.batch; ++n) {
-    const float* image = x + int64_t{n} * s.in_h * s.in_w * c;
-    for (int oh = 0; oh < s.out_h; ++oh) {
-      for (int ow = 0; ow < s.out_w; ++ow) {
-        for (int kh = 0; kh < s.window_h; ++kh) {
-          const int ih = oh * s.stride_h - s.pad_top + kh * s.dilation_h;
-          for (int kw = 0; kw < s.window_w; ++kw) {
-            const int iw = ow * s.stride_w - s.pad_left + kw * s.dilation_w;
-            if (ih < 0 || ih >= s.in_h || iw < 0 || iw >= s.in_w) {
-              std::memset(col, 0, c * sizeof(float));
-            } else {
-              std::memcpy(col, image + (int64_t{ih} * s.in_w + iw) * c, c * sizeof(float));
-            }
-            col += c;
-          }
+  Pixel at = PixelAt(s, p0);
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* image = x + int64_t{at.n} * s.in_h * s.in_w * c;
+    const int iw0 = at.ow * s.stride_w - s.pad_left;
+    const int iw_last = iw0 + (s.window_w - 1) * s.dilation_w;
+    // A window row wholly inside the input with undilated columns is one
+    // contiguous run of window_w * c floats.
+    const bool row_inside = s.dilation_w == 1 && iw0 >= 0 && iw_last < s.in_w;
+    for (int kh = 0; kh < s.window_h; ++kh) {
+      const int ih = at.oh * s.stride_h - s.pad_top + kh * s.dilation_h;
+      if (ih < 0 || ih >= s.in_h) {
+        std::memset(col, 0, sizeof(float) * s.window_w * c);
+        col += s.window_w * c;
+        continue;
+      }
+      const float* in_row = image + int64_t{ih} * s.in_w * c;
+      if (row_inside) {
+        std::memcpy(col, in_row + int64_t{iw0} * c, sizeof(float) * s.window_w * c);
+        col += s.window_w * c;
+        continue;
+      }
+      for (int kw = 0; kw < s.window_w; ++kw) {
+        const int iw = iw0 + kw * s.dilation_w;
+        if (iw < 0 || iw >= s.in_w) {
+          std::memset(col, 0, c * sizeof(float));
+        } else {
+          std::memcpy(col, in_row + int64_t{iw} * c, c * sizeof(float));
         }
+        col += c;
+      }
+    }
+    if (++at.ow == s.out_w) {
+      at.ow = 0;
+      if (++at.oh == s.out_h) {
+        at.oh = 0;
+        ++at.n;
       }
     }
   }
 }
 
-void Col2ImGeneral(const WindowShape& s, const float* dcolumns, float* dx) {
+// Col2ImGeneral for output pixels [p0, p1): dcolumns holds their rows only.
+void Col2ImRows(const WindowShape& s, const float* dcolumns, int64_t p0, int64_t p1, float* dx) {
   const int c = s.in_c;
   const float* col = dcolumns;
-  for (int n = 0; n < s.batch; ++n) {
-    float* image = dx + int64_t{n} * s.in_h * s.in_w * c;
-    for (int oh = 0; oh < s.out_h; ++oh) {
-      for (int ow = 0; ow < s.out_w; ++ow) {
-        for (int kh = 0; kh < s.window_h; ++kh) {
-          const int ih = oh * s.stride_h - s.pad_top + kh * s.dilation_h;
-          for (int kw = 0; kw < s.window_w; ++kw) {
-            const int iw = ow * s.stride_w - s.pad_left + kw * s.dilation_w;
-            if (ih >= 0 && ih < s.in_h && iw >= 0 && iw < s.in_w) {
-              float* to = image + (int64_t{ih} * s.in_w + iw) * c;
-              for (int i = 0; i < c; ++i) to[i] += col[i];
-            }
-            col += c;
-          }
+  Pixel at = PixelAt(s, p0);
+  for (int64_t p = p0; p < p1; ++p) {
+    float* image = dx + int64_t{at.n} * s.in_h * s.in_w * c;
+    for (int kh = 0; kh < s.window_h; ++kh) {
+      const int ih = at.oh * s.stride_h - s.pad_top + kh * s.dilation_h;
+      if (ih < 0 || ih >= s.in_h) {
+        col += s.window_w * c;
+        continue;
+      }
+      for (int kw = 0; kw < s.window_w; ++kw) {
+        const int iw = at.ow * s.stride_w - s.pad_left + kw * s.dilation_w;
+        if (iw >= 0 && iw < s.in_w) {
+          float* to = image + (int64_t{ih} * s.in_w + iw) * c;
+          for (int i = 0; i < c; ++i) to[i] += col[i];
         }
+        col += c;
+      }
+    }
+    if (++at.ow == s.out_w) {
+      at.ow = 0;
+      if (++at.oh == s.out_h) {
+        at.oh = 0;
+        ++at.n;
       }
     }
   }
+}
+
+}  // namespace
+
+void Im2ColGeneral(const WindowShape& s, const float* x, float* columns) {
+  Im2ColRows(s, x, 0, s.out_pixels(), columns);
+}
+
+void Col2ImGeneral(const WindowShape& s, const float* dcolumns, float* dx) {
+  Col2ImRows(s, dcolumns, 0, s.out_pixels(), dx);
 }
 
 void ConvGeneralForward(const WindowShape& s, const float* x, const float* w, const float* b,
                         float* columns, float* y) {
-  Im2ColGeneral(s, x, columns);
-  const int m = static_cast<int>(s.out_pixels());
+  const int64_t m = s.out_pixels();
   const int k = static_cast<int>(s.patch_size());
-  CpuGemm(false, false, m, s.out_c, k, 1.0f, columns, k, w, s.out_c, 0.0f, y, s.out_c);
-  if (b != nullptr) {
-    for (int64_t p = 0; p < m; ++p) {
-      float* row = y + p * s.out_c;
-      for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
+  const int64_t tile = TileRows(s);
+  const bool pointwise = IsPointwise(s);
+  for (int64_t p0 = 0; p0 < m; p0 += tile) {
+    const int rows = static_cast<int>(std::min(tile, m - p0));
+    float* col = columns + p0 * k;
+    const float* a = col;
+    if (pointwise) {  // the columns are x's rows; the GEMM reads x
+      a = x + p0 * k;
+      std::memcpy(col, a, sizeof(float) * rows * k);
+    } else {
+      Im2ColRows(s, x, p0, p0 + rows, col);
+    }
+    float* out = y + p0 * s.out_c;
+    CpuGemm(false, false, rows, s.out_c, k, 1.0f, a, k, w, s.out_c, 0.0f, out, s.out_c);
+    if (b != nullptr) {
+      for (int r = 0; r < rows; ++r) {
+        float* row = out + int64_t{r} * s.out_c;
+        for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
+      }
     }
   }
 }
@@ -89,11 +172,11 @@ void ConvGeneralForward(const WindowShape& s, const float* x, const float* w, co
 void ConvGeneralBackward(const WindowShape& s, const float* columns, const float* w,
                          const float* dy, bool accumulate, float* dw, float* db, float* dcolumns,
                          float* dx) {
-  const int m = static_cast<int>(s.out_pixels());
+  const int64_t m = s.out_pixels();
   const int k = static_cast<int>(s.patch_size());
   // dw [k, out_c] (+)= columns^T dy.
-  CpuGemm(true, false, k, s.out_c, m, 1.0f, columns, k, dy, s.out_c, accumulate ? 1.0f : 0.0f,
-          dw, s.out_c);
+  CpuGemm(true, false, k, s.out_c, static_cast<int>(m), 1.0f, columns, k, dy, s.out_c,
+          accumulate ? 1.0f : 0.0f, dw, s.out_c);
   if (db != nullptr) {
     if (!accumulate) std::fill(db, db + s.out_c, 0.0f);
     for (int64_t p = 0; p < m; ++p) {
@@ -102,10 +185,21 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
     }
   }
   if (dx == nullptr) return;
-  // dcolumns [m, k] = dy w^T, then scattered back.
-  CpuGemm(false, true, m, k, s.out_c, 1.0f, dy, s.out_c, w, s.out_c, 0.0f, dcolumns, k);
+  if (IsPointwise(s)) {  // dx = dy w^T, row for row
+    CpuGemm(false, true, static_cast<int>(m), k, s.out_c, 1.0f, dy, s.out_c, w, s.out_c, 0.0f,
+            dx, k);
+    return;
+  }
+  // Tile by tile: dcolumns' rows = dy's rows w^T, scattered back while they
+  // are in cache (the first rows of dcolumns are the only scratch used).
   std::fill(dx, dx + int64_t{s.batch} * s.in_h * s.in_w * s.in_c, 0.0f);
-  Col2ImGeneral(s, dcolumns, dx);
+  const int64_t tile = TileRows(s);
+  for (int64_t p0 = 0; p0 < m; p0 += tile) {
+    const int rows = static_cast<int>(std::min(tile, m - p0));
+    CpuGemm(false, true, rows, k, s.out_c, 1.0f, dy + p0 * s.out_c, s.out_c, w, s.out_c, 0.0f,
+            dcolumns, k);
+    Col2ImRows(s, dcolumns, p0, p0 + rows, dx);
+  }
 }
 
 void MaxPoolGeneralForward(const WindowShape& s, const float* x, float* y, int64_t* argmax) {
