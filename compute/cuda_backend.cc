@@ -65,10 +65,12 @@ double Seconds(cudaEvent_t from, cudaEvent_t to) {
   return cudaEventElapsedTime(&ms, from, to) == cudaSuccess ? ms / 1e3 : 0.0;
 }
 
-// The device-side results of a step: written by FastDeviceGraph::Run.
+// The device-side results of a step: written by FastDeviceGraph::Run or
+// GeneralDeviceGraph::Run (penalty: only for a model with regularizers).
 struct StepResult {
   double loss_sum;
   int correct;
+  float penalty;
 };
 
 class CudaBackend final : public ComputeBackend {
@@ -272,7 +274,7 @@ class CudaBackend final : public ComputeBackend {
     const absl::Time copy_out = absl::Now();
     if (!grads_direct) std::memcpy(grads, grads_h_.get(), grad_bytes);
     const StepResult* r = static_cast<const StepResult*>(result_h_.get());
-    *loss = static_cast<float>(r->loss_sum / batch.size);
+    *loss = static_cast<float>(LossSum(*r, batch.size) / batch.size);
     *correct = r->correct;
     times_.h2d_s = host_h2d_s + Seconds(start_.get(), h2d_done_.get());
     times_.compute_s = Seconds(h2d_done_.get(), compute_done_.get());
@@ -321,7 +323,7 @@ class CudaBackend final : public ComputeBackend {
                 "cudaStreamSynchronize (evaluation)");
     if (!s.ok()) return Broken(s);
     const StepResult* r = static_cast<const StepResult*>(result_h_.get());
-    *loss_sum = r->loss_sum;
+    *loss_sum = LossSum(*r, batch.size);
     *correct = r->correct;
     if (outputs != nullptr) std::memcpy(outputs, outputs_h_.get(), output_bytes);
     return absl::OkStatus();
@@ -395,8 +397,15 @@ class CudaBackend final : public ComputeBackend {
     } else {
       general_->Run(*general_kernels_, params, images, labels, batch.size,
                     batch.key, grads, &result_d->loss_sum,
-                    &result_d->correct, outputs_d);
+                    &result_d->correct, outputs_d, &result_d->penalty);
     }
+  }
+
+  // The examples' losses and, as Keras adds them to the mean loss, `batch`
+  // times the regularizers'.
+  double LossSum(const StepResult& r, int batch) const {
+    const bool penalised = general_ != nullptr && general_->has_penalties();
+    return r.loss_sum + (penalised ? double{r.penalty} * batch : 0.0);
   }
 
   // Bytes of `examples` examples' targets.

@@ -27,6 +27,12 @@ absl::Status CheckInputAndClasses(const ModelSpec& spec, const std::string& wher
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": num_classes ", spec.num_classes, " is not positive"));
   }
+  for (const VariableSpec& v : spec.variables) {
+    if (v.l1 != 0.0f || v.l2 != 0.0f) {
+      return absl::UnimplementedError(absl::StrCat(
+          where, ": not on the fast path (variable ", v.name, " has a regularizer)"));
+    }
+  }
   if (spec.loss != LossKind::kSparseCategoricalCrossentropy) {
     return absl::UnimplementedError(absl::StrCat(
         where, ": not on the fast path (it trains on sparse categorical cross-entropy only)"));
@@ -39,7 +45,8 @@ absl::Status CheckInputAndClasses(const ModelSpec& spec, const std::string& wher
 // the CPU).
 bool OnFastPath(const LayerSpec& l, bool last) {
   const bool plain_conv = l.kind == LayerKind::kConv2D && l.window_h == l.window_w &&
-                          l.stride_h == 1 && l.stride_w == 1 && l.padding == Padding::kValid;
+                          l.stride_h == 1 && l.stride_w == 1 && l.padding == Padding::kValid &&
+                          l.dilation_h == 1 && l.dilation_w == 1;
   const bool plain_pool = l.kind == LayerKind::kMaxPool2D && l.window_h == l.window_w &&
                           l.stride_h == l.window_h && l.stride_w == l.window_w &&
                           l.padding == Padding::kValid;

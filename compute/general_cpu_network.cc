@@ -96,6 +96,11 @@ void BackwardDropout(const GeneralOp& op, int first, uint64_t key, const SliceGr
   }
 }
 
+// to[e] += from[e], e < n.
+void AddTo(int64_t n, const float* from, float* to) {
+  for (int64_t e = 0; e < n; ++e) to[e] += from[e];
+}
+
 // An Activation layer: its activation's gradient is all it adds.
 void BackwardActivationLayer(const GeneralOp& op, const SliceGrads& g) {
   if (g.dx_wanted) std::copy(g.gy, g.gy + g.n * op.out_size, g.gx);
@@ -197,6 +202,8 @@ struct GeneralCpuNetwork::Slice {
   std::vector<std::vector<float>> columns;  // conv ops: im2col of the input
   std::vector<std::vector<int64_t>> argmax;  // max pooling ops
   std::vector<std::vector<float>> counts;    // global max pooling: ties per channel
+  std::vector<std::vector<float>> norms;     // LayerNormalization: rows' means, then 1/std
+  std::vector<float> param_scratch;  // a DepthwiseConv2D's or LayerNormalization's gradient
   std::vector<std::vector<float>> grad_slots;  // GradSlotSizes, count * size
   std::vector<float> scratch, dcolumns;  // scratch: an input gradient to add
   std::vector<float> grads;  // slices after the first: their own
@@ -247,10 +254,19 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
       s->columns.emplace_back(share * op.columns_per_example);
       s->argmax.emplace_back(op.kind == LayerKind::kMaxPool2D ? share * op.out_size : 0);
       s->counts.emplace_back(op.kind == LayerKind::kGlobalMaxPool2D ? share * op.channels : 0);
+      s->norms.emplace_back(op.kind == LayerKind::kLayerNorm ? 2 * share * op.pixels : 0);
       s->sums.emplace_back(2 * op.channels);
     }
-    int64_t cols = 0;
-    for (const Op& op : net->ops_) cols = std::max(cols, share * op.columns_per_example);
+    int64_t cols = 0, params = 0;
+    for (const Op& op : net->ops_) {
+      cols = std::max(cols, share * op.columns_per_example);
+      if (op.kind == LayerKind::kDepthwiseConv2D) {
+        params = std::max(params, op.win.window_h * op.win.window_w * op.win.out_c +
+                                      int64_t{op.win.out_c});
+      }
+      if (op.kind == LayerKind::kLayerNorm) params = std::max(params, 2 * int64_t{op.channels});
+    }
+    s->param_scratch.resize(params);
     s->dcolumns.resize(cols);
     for (int64_t size : slot_sizes) s->grad_slots.emplace_back(share * size);
     s->scratch.resize(share * widest);
@@ -405,6 +421,21 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
       case LayerKind::kRescaling:
         kernels::RescaleForward(n * op.out_size, op.rescale, op.reshift, x, y);
         break;
+      case LayerKind::kDepthwiseConv2D: {
+        kernels::WindowShape w = op.win;
+        w.batch = n;
+        kernels::DepthwiseConvForward(w, x, params + op.kernel,
+                                      op.bias >= 0 ? params + op.bias : nullptr, y);
+        break;
+      }
+      case LayerKind::kLayerNorm: {
+        const int64_t rows = int64_t{n} * op.pixels;
+        kernels::LayerNormForward(rows, op.channels, x,
+                                  op.gamma >= 0 ? params + op.gamma : nullptr,
+                                  op.beta >= 0 ? params + op.beta : nullptr, op.epsilon,
+                                  s.norms[i].data(), s.norms[i].data() + rows, y);
+        break;
+      }
       default:
         if (IsMerge(op.kind)) {
           std::vector<const float*> xs;
@@ -419,8 +450,8 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
   });
 }
 
-void GeneralCpuNetwork::Loss(const float* targets, int batch, bool want_grad, double* loss_sum,
-                             int* correct, float* outputs) {
+void GeneralCpuNetwork::Loss(const float* params, const float* targets, int batch,
+                             bool want_grad, double* loss_sum, int* correct, float* outputs) {
   const int threads = std::min(threads_, batch);
   const int classes = spec_.num_classes;
   const int per = TargetsPerExample(spec_.loss, classes);
@@ -440,6 +471,11 @@ void GeneralCpuNetwork::Loss(const float* targets, int batch, bool want_grad, do
   for (int t = 0; t < threads; ++t) {
     loss += slices_[t]->loss;
     right += slices_[t]->correct;
+  }
+  for (const Op& op : ops_) {
+    for (const GeneralOp::Penalty& p : op.penalties) {
+      loss += batch * kernels::RegularizerLoss(p.size, p.l1, p.l2, params + p.offset);
+    }
   }
   *loss_sum = loss;
   *correct = right;
@@ -468,7 +504,7 @@ void GeneralCpuNetwork::Backward(const float* params, const float* images, int b
     }
     // Ops whose gradient nothing wants have nothing to train, but a BN
     // layer's batch statistics still go to its moving statistics.
-    FinishOp(i, threads, grads);
+    FinishOp(i, params, threads, grads);
   }
 }
 
@@ -611,6 +647,32 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
       case LayerKind::kRescaling:
         if (gx != nullptr) kernels::RescaleBackward(n * op.out_size, op.rescale, gy, gx);
         break;
+      case LayerKind::kDepthwiseConv2D: {
+        // The kernel overwrites its gradients: they go through the scratch
+        // and are added to the slice's (a shared layer's other uses).
+        kernels::WindowShape w = op.win;
+        w.batch = n;
+        const int64_t kernel = int64_t{w.window_h} * w.window_w * w.out_c;
+        float* dw = s.param_scratch.data();
+        float* db = op.bias >= 0 ? dw + kernel : nullptr;
+        kernels::DepthwiseConvBackward(w, OpInput(i, s, images), params + op.kernel, gy, dw, db,
+                                       gx);
+        AddTo(kernel, dw, g.pg + op.kernel);
+        if (db != nullptr) AddTo(w.out_c, db, g.pg + op.bias);
+        break;
+      }
+      case LayerKind::kLayerNorm: {
+        const int64_t rows = int64_t{n} * op.pixels;
+        float* dgamma = op.gamma >= 0 ? s.param_scratch.data() : nullptr;
+        float* dbeta = op.beta >= 0 ? s.param_scratch.data() + op.channels : nullptr;
+        kernels::LayerNormBackward(rows, op.channels, OpInput(i, s, images), gy,
+                                   s.norms[i].data(), s.norms[i].data() + rows,
+                                   op.gamma >= 0 ? params + op.gamma : nullptr, dgamma, dbeta,
+                                   gx);
+        if (dgamma != nullptr) AddTo(op.channels, dgamma, g.pg + op.gamma);
+        if (dbeta != nullptr) AddTo(op.channels, dbeta, g.pg + op.beta);
+        break;
+      }
       default:
         break;
     }
@@ -619,7 +681,7 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
   MarkInputsWritten(i, written);
 }
 
-void GeneralCpuNetwork::FinishOp(int i, int threads, float* grads) {
+void GeneralCpuNetwork::FinishOp(int i, const float* params, int threads, float* grads) {
   const Op& op = ops_[i];
   for (const auto& [begin, end] : layout_.ranges[i]) {
     for (int t = 1; t < threads; ++t) {
@@ -637,6 +699,9 @@ void GeneralCpuNetwork::FinishOp(int i, int threads, float* grads) {
       grads[op.var + ch] = op.batch_var[ch];
     }
   }
+  for (const GeneralOp::Penalty& p : op.penalties) {
+    kernels::RegularizerGrad(p.size, p.l1, p.l2, params + p.offset, grads + p.offset);
+  }
   if (listener_) listener_(layout_.final_from[i]);
 }
 
@@ -644,14 +709,14 @@ void GeneralCpuNetwork::TrainStep(const float* params, const float* images, cons
                              int batch, uint64_t step_key, float* grads, double* loss_sum,
                              int* correct) {
   Forward(params, images, batch, /*training=*/true, step_key, nullptr);
-  Loss(targets, batch, /*want_grad=*/true, loss_sum, correct);
+  Loss(params, targets, batch, /*want_grad=*/true, loss_sum, correct);
   Backward(params, images, batch, step_key, grads);
 }
 
 void GeneralCpuNetwork::Evaluate(const float* params, const float* images, const float* targets,
                                  int batch, double* loss_sum, int* correct, float* outputs) {
   Forward(params, images, batch, /*training=*/false, 0, nullptr);
-  Loss(targets, batch, /*want_grad=*/false, loss_sum, correct, outputs);
+  Loss(params, targets, batch, /*want_grad=*/false, loss_sum, correct, outputs);
 }
 
 }  // namespace pscluster

@@ -76,8 +76,10 @@ class GeneralCpuNetwork {
   // Any other op i forward, then its activation.
   void ForwardOp(int i, const float* params, const float* images, int threads, bool training,
                  uint64_t step_key);
-  void Loss(const float* targets, int batch, bool want_grad, double* loss_sum, int* correct,
-            float* outputs = nullptr);
+  // The loss head on every slice; *loss_sum gains batch times the
+  // regularizers' sum at `params` (Keras adds them to the mean loss).
+  void Loss(const float* params, const float* targets, int batch, bool want_grad,
+            double* loss_sum, int* correct, float* outputs = nullptr);
   void Backward(const float* params, const float* images, int batch, uint64_t step_key,
                 float* grads);
   // Op i backward on every slice: from its gradient slot (the gradient at
@@ -101,8 +103,9 @@ class GeneralCpuNetwork {
   void MarkInputsWritten(int i, std::vector<bool>* written) const;
   // Op i's backward is done on every slice: sums its parameters' partial
   // gradients into `grads` in slice order (deterministic), writes its
-  // whole-batch quantities, and tells the listener what is final.
-  void FinishOp(int i, int threads, float* grads);
+  // whole-batch quantities and its regularizers' gradients, and tells the
+  // listener what is final.
+  void FinishOp(int i, const float* params, int threads, float* grads);
 
   ModelSpec spec_;
   int max_batch_ = 0;

@@ -93,9 +93,14 @@ TEST(GeneralCpuNetworkTest, GradientsThroughModernLayers) {
   CheckGradients(testing_models::ModernModel(), 1e-3f);
 }
 
+TEST(GeneralCpuNetworkTest, GradientsThroughModernConvolutionsAndRegularizers) {
+  CheckGradients(testing_models::ModernConvModel(), 1e-3f);
+}
+
 TEST(GeneralCpuNetworkTest, ThreadCountChangesOnlyRounding) {
   for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::GraphModel(),
-                                testing_models::ModernModel()}) {
+                                testing_models::ModernModel(),
+                                testing_models::ModernConvModel()}) {
     Problem p = Make(spec, 11, 9);
     std::vector<std::vector<float>> all;
     std::vector<float> losses;
@@ -258,7 +263,12 @@ TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
   for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
     cases.push_back(std::move(c));
   }
-  ASSERT_EQ(cases.size(), 5u);
+  // Modern CNNs' layers (modern_graph.json): a dilated Conv2D,
+  // DepthwiseConv2D, SeparableConv2D, LayerNormalization, L1/L2 penalties.
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
+    cases.push_back(std::move(c));
+  }
+  ASSERT_EQ(cases.size(), 7u);
   for (const ReferenceCase& m : cases) {
     const ModelSpec* spec = &m.spec;
     const std::vector<float>& params = m.params;
@@ -283,6 +293,34 @@ TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
       EXPECT_NEAR(loss * batch, want_train, 1e-4 * std::fabs(want_train)) << spec->name;
     }
   }
+}
+
+// TensorFlow.js's trainOnBatch with plain SGD on the modern layers'
+// model: each step's loss (the batch's mean cross-entropy plus the
+// regularizers) before the step, so every gradient, the regularizers'
+// included, shows in the next step's loss.
+TEST(GeneralCpuNetworkTest, SgdStepsMatchTensorFlowJs) {
+  int checked = 0;
+  for (ReferenceCase& m : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
+    if (m.sgd_losses.empty()) continue;
+    const int batch = static_cast<int>(m.labels.size());
+    std::unique_ptr<CpuNetwork> net = Net(m.spec, batch, 2);
+    std::vector<float> grads(m.spec.num_parameters);
+    for (size_t step = 0; step < m.sgd_losses.size(); ++step) {
+      float loss = 0;
+      int correct = 0;
+      ASSERT_TRUE(net->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
+                                 grads.data(), &loss, &correct)
+                      .ok());
+      EXPECT_NEAR(loss, m.sgd_losses[step], 1e-4 * m.sgd_losses[step])
+          << m.spec.name << " step " << step;
+      for (int64_t i = 0; i < m.spec.num_parameters; ++i) {
+        m.params[i] -= static_cast<float>(m.sgd_learning_rate) * grads[i];
+      }
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "compute/kernels/parallel_general.h"
+#include "compute/kernels/parallel_modern.h"
 
 namespace pscluster {
 
@@ -11,15 +12,23 @@ namespace parallel = kernels::parallel;
 
 namespace {
 
-// The sizes of a Conv2D or Dense op's kernel and bias (0 for other ops).
+// The sizes of an op's kernel and bias, or gamma and beta (0 for ops
+// without variables).
 int64_t KernelSize(const GeneralOp& op) {
   if (op.kind == LayerKind::kDense) return int64_t{op.dense_in} * op.dense_out;
   if (op.kind == LayerKind::kConv2D) return op.win.patch_size() * op.win.out_c;
+  if (op.kind == LayerKind::kDepthwiseConv2D) {
+    return int64_t{op.win.window_h} * op.win.window_w * op.win.out_c;
+  }
+  if (op.kind == LayerKind::kLayerNorm) return op.channels;
   return 0;
 }
 int64_t Units(const GeneralOp& op) {
   if (op.kind == LayerKind::kDense) return op.dense_out;
-  if (op.kind == LayerKind::kConv2D) return op.win.out_c;
+  if (op.kind == LayerKind::kConv2D || op.kind == LayerKind::kDepthwiseConv2D) {
+    return op.win.out_c;
+  }
+  if (op.kind == LayerKind::kLayerNorm) return op.channels;
   return 0;
 }
 
@@ -72,8 +81,22 @@ absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
         workspace =
             std::max(workspace, parallel::BatchNormWorkspaceBytes(n * op.pixels, op.channels));
         break;
+      case LayerKind::kDepthwiseConv2D: {
+        kernels::WindowShape w = op.win;
+        w.batch = static_cast<int>(n);
+        workspace = std::max(workspace, parallel::DepthwiseBackwardWorkspace(w) * kFloat);
+        break;
+      }
+      case LayerKind::kLayerNorm:
+        s.norms = reserve(2 * n * op.pixels * kFloat);
+        workspace = std::max(
+            workspace, parallel::LayerNormBackwardWorkspace(n * op.pixels, op.channels) * kFloat);
+        break;
       default:
         break;
+    }
+    for (const GeneralOp::Penalty& p : op.penalties) {
+      workspace = std::max(workspace, parallel::RegularizerLossWorkspace(p.size) * kFloat);
     }
     g->slots_.push_back(s);
     widest = std::max({widest, op.in_size, op.out_size});
@@ -86,6 +109,8 @@ absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
     if (op.accumulate_params) shared = std::max(shared, KernelSize(op) + Units(op));
   }
   g->param_scratch_ = reserve(shared * kFloat);
+  g->has_penalties_ = HasPenalties(g->ops_);
+  g->penalty_scratch_ = reserve(kFloat);
   g->softmax_ = reserve(parallel::SoftmaxWorkspaceBytes(static_cast<int>(n)));
   return g;
 }
@@ -174,7 +199,7 @@ void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
   // kernel's and bias's (adjacent when both are there) go to the scratch.
   const bool add = op.accumulate_params;
   float* pscratch = At(param_scratch_);
-  float* dw = add ? pscratch : grads + op.kernel;
+  float* dw = add ? pscratch : grad(op.kernel);
   float* db = op.bias < 0 ? nullptr : add ? pscratch + KernelSize(op) : grads + op.bias;
   if (op.act_xy) {  // an Activation op: its gradient is all it adds
     if (dx != nullptr) k.ActivationGradXY(outs, op.act, op.alpha, x, At(slots_[i].act), gy, dx);
@@ -233,6 +258,21 @@ void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
                           grads + op.var, op.gamma >= 0 ? params + op.gamma : nullptr,
                           op.epsilon, grad(op.gamma), grad(op.beta), dx, workspace);
       break;
+    case LayerKind::kDepthwiseConv2D:
+      k.DepthwiseConvBackward(Window(op, n), x, params + op.kernel, gy, dw, db, dx, workspace);
+      break;
+    case LayerKind::kLayerNorm: {
+      // gamma's and beta's gradients where a kernel's and a bias's go.
+      const int64_t rows = int64_t{n} * op.pixels;
+      float* dgamma = op.gamma < 0 ? nullptr : add ? pscratch : grads + op.gamma;
+      float* dbeta = op.beta < 0 ? nullptr : add ? pscratch + op.channels : grads + op.beta;
+      k.LayerNormBackward(rows, op.channels, x, gy, At(slots_[i].norms),
+                          At(slots_[i].norms) + rows, op.gamma >= 0 ? params + op.gamma : nullptr,
+                          dgamma, dbeta, dx, workspace);
+      if (add && dgamma != nullptr) k.Axpy(op.channels, 1.0f, dgamma, grads + op.gamma);
+      if (add && dbeta != nullptr) k.Axpy(op.channels, 1.0f, dbeta, grads + op.beta);
+      return;
+    }
     default:
       break;
   }
@@ -245,7 +285,7 @@ void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
 void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* params,
                              const float* images, const float* targets, int batch,
                              uint64_t step_key, float* grads, double* loss_sum,
-                             int* correct, float* outputs) const {
+                             int* correct, float* outputs, float* penalty) const {
   const int n = batch;
   const bool training = grads != nullptr;
   float* workspace = At(workspace_);
@@ -297,6 +337,15 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
       case LayerKind::kRescaling:
         k.Rescale(outs, op.rescale, op.reshift, in, y);
         break;
+      case LayerKind::kDepthwiseConv2D:
+        k.DepthwiseConvForward(Window(op, n), in, params + op.kernel, param(op.bias), y);
+        break;
+      case LayerKind::kLayerNorm: {
+        const int64_t rows = int64_t{n} * op.pixels;
+        k.LayerNormForward(rows, op.channels, in, param(op.gamma), param(op.beta), op.epsilon,
+                           At(slots_[i].norms), At(slots_[i].norms) + rows, y);
+        break;
+      }
       case LayerKind::kBatchNorm:
         if (training) {
           // The batch statistics go straight to their gradient slots.
@@ -323,6 +372,17 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
   k.LossHead(loss_, n, num_classes_, At(slots_[last].act), targets,
              1.0f / static_cast<float>(n), training ? GradOf(last) : nullptr, outputs, loss_sum,
              correct, arena_ + softmax_);
+  if (penalty != nullptr && has_penalties_) {
+    bool first = true;
+    for (const GeneralOp& op : ops_) {
+      for (const GeneralOp::Penalty& p : op.penalties) {
+        k.RegularizerLoss(p.size, p.l1, p.l2, params + p.offset,
+                          first ? penalty : At(penalty_scratch_), workspace);
+        if (!first) k.Axpy(1, 1.0f, At(penalty_scratch_), penalty);
+        first = false;
+      }
+    }
+  }
   if (!training) return;
   // written[i]: op i's slot holds the gradient at its output: the first op
   // reading it (in backward order) wrote it, the others add theirs.
@@ -347,6 +407,12 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
     }
     if (!op.needs_input_grad && !IsMerge(op.kind)) {
       BackwardOp(k, i, params, images, n, step_key, gy, nullptr, grads);
+    }
+  }
+  // Every variable's gradient is whole now: its regularizer's is added once.
+  for (const GeneralOp& op : ops_) {
+    for (const GeneralOp::Penalty& p : op.penalties) {
+      k.RegularizerGrad(p.size, p.l1, p.l2, params + p.offset, grads + p.offset);
     }
   }
 }

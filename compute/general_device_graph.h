@@ -53,11 +53,16 @@ class GeneralDeviceGraph {
   // TargetsPerExample floats. Pointers are device memory; `step_key` names the step for
   // Dropout. Precondition: Bind() was called.
   // `outputs` (device memory, batch * num_classes floats, or null): the
-  // examples' probabilities or outputs (loss_head.h).
+  // examples' probabilities or outputs (loss_head.h). `penalty` (device
+  // memory, one float, or null): the regularizers' sum at `params`, which
+  // Keras adds to the mean loss; written only when has_penalties().
   void Run(const kernels::GeneralKernels& k, const float* params,
            const float* images, const float* targets, int batch,
            uint64_t step_key, float* grads, double* loss_sum,
-           int* correct, float* outputs = nullptr) const;
+           int* correct, float* outputs = nullptr, float* penalty = nullptr) const;
+
+  // Whether the model has regularizers (VariableSpec::l1, l2).
+  bool has_penalties() const { return has_penalties_; }
 
  private:
   static constexpr int64_t kAlign = 256;
@@ -68,6 +73,7 @@ class GeneralDeviceGraph {
     int64_t columns = -1;  // conv: im2col of the input
     int64_t argmax = -1;   // max pooling
     int64_t count = -1;    // global max pooling: ties per channel
+    int64_t norms = -1;    // LayerNormalization: rows' means, then 1/std
   };
 
   GeneralDeviceGraph() = default;
@@ -104,6 +110,8 @@ class GeneralDeviceGraph {
   std::vector<int64_t> grad_slots_;  // GeneralOp::grad_slot's buffers
   int64_t scratch_ = 0;        // an input gradient to add to its slot
   int64_t param_scratch_ = 0;  // a shared layer's gradient to add
+  bool has_penalties_ = false;
+  int64_t penalty_scratch_ = 0;  // one regularizer's loss, to add
   int64_t softmax_ = 0;
   int64_t arena_bytes_ = 0;
 

@@ -62,11 +62,13 @@ class Emulated {
              const std::vector<float>& labels, int batch, uint64_t step_key, float* grads,
              int* correct) {
     double loss_sum = NAN;
+    float penalty = NAN;
     *correct = -1;
     graph_->Run(*kernels_, params.data(), images.data(), labels.data(), batch, step_key, grads,
-                &loss_sum, correct);
+                &loss_sum, correct, nullptr, &penalty);
     EXPECT_TRUE(errors_.ok()) << errors_.first();
-    return loss_sum;
+    // As the CUDA backend adds them: Keras's loss holds the regularizers.
+    return loss_sum + (graph_->has_penalties() ? double{penalty} * batch : 0.0);
   }
 
  private:
@@ -171,7 +173,8 @@ TEST(GeneralDeviceGraphTest, GradientsMatchFiniteDifferences) {
   };
   for (const Case& c :
        {Case{EveryLayer(), 1e-2f}, Case{FlattenModel(), 1e-3f}, Case{StridedModel(), 1e-3f},
-        Case{testing_models::GraphModel(), 1e-3f}, Case{testing_models::ModernModel(), 1e-3f}}) {
+        Case{testing_models::GraphModel(), 1e-3f}, Case{testing_models::ModernModel(), 1e-3f},
+        Case{testing_models::ModernConvModel(), 1e-3f}}) {
     Problem p = Make(c.spec, 6, 3);
     Emulated gpu(p.spec, 6);
     constexpr uint64_t kStep = 5;
@@ -203,7 +206,10 @@ TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
   for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
     cases.push_back(std::move(c));
   }
-  ASSERT_EQ(cases.size(), 5u);
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
+    cases.push_back(std::move(c));
+  }
+  ASSERT_EQ(cases.size(), 7u);
   for (const ReferenceCase& m : cases) {
     const int batch = static_cast<int>(m.labels.size());
     Emulated gpu(m.spec, batch);
@@ -222,9 +228,10 @@ TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
 // runs chains only): the device's step and inference equal the CPU path's
 // to rounding, gradient by gradient.
 TEST(GeneralDeviceGraphTest, GraphStepsMatchTheCpuPath) {
-  for (int batch : {1, 7, 2, 5}) {
+  for (int batch : {1, 7, 2, 5, 3, 6}) {
     Problem p = Make(batch <= 1 || batch == 7 ? testing_models::GraphModel()
-                                               : testing_models::ModernModel(),
+                     : batch == 2 || batch == 5 ? testing_models::ModernModel()
+                                                : testing_models::ModernConvModel(),
                      batch, 4);
     std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, 9);
     std::vector<float> want(p.spec.num_parameters, NAN);

@@ -26,14 +26,33 @@ uint64_t DropoutKey(uint64_t seed, uint64_t step_key, size_t op) {
 
 bool HasVariables(const GeneralOp& op) {
   return op.kind == LayerKind::kConv2D || op.kind == LayerKind::kDense ||
-         op.kind == LayerKind::kBatchNorm;
+         op.kind == LayerKind::kBatchNorm || op.kind == LayerKind::kDepthwiseConv2D ||
+         op.kind == LayerKind::kLayerNorm;
+}
+
+bool HasPenalties(const std::vector<GeneralOp>& ops) {
+  for (const GeneralOp& op : ops) {
+    if (!op.penalties.empty()) return true;
+  }
+  return false;
 }
 
 namespace {
 
+// The first variable of an op with variables: which variables it uses.
+int64_t FirstVariable(const GeneralOp& op) {
+  int64_t first = -1;
+  for (int64_t at : {op.kernel, op.bias, op.gamma, op.beta, op.mean, op.var}) {
+    if (at >= 0 && (first < 0 || at < first)) first = at;
+  }
+  return first;
+}
+
 // Marks which gradients backward needs and which ops share variables.
 void PlanBackward(std::vector<GeneralOp>* ops) {
-  std::map<std::string, std::vector<int>> uses;  // layers with variables
+  // Ops with variables by their variables (a SeparableConv2D's two ops
+  // have one name and different variables; a shared layer's uses the same).
+  std::map<int64_t, std::vector<int>> uses;
   for (size_t i = 0; i < ops->size(); ++i) {
     GeneralOp& op = (*ops)[i];
     op.input_wants_grad.clear();
@@ -44,9 +63,9 @@ void PlanBackward(std::vector<GeneralOp>* ops) {
       op.needs_input_grad |= wants;
     }
     op.wants_grad = HasVariables(op) || op.needs_input_grad;
-    if (HasVariables(op)) uses[op.name].push_back(static_cast<int>(i));
+    if (HasVariables(op)) uses[FirstVariable(op)].push_back(static_cast<int>(i));
   }
-  for (const auto& [name, at] : uses) {
+  for (const auto& [first, at] : uses) {
     for (size_t u = 0; u < at.size(); ++u) {
       (*ops)[at[u]].owns_variables = u == 0;
       (*ops)[at[u]].accumulate_params = u + 1 < at.size();
@@ -76,6 +95,21 @@ void PlanGradSlots(std::vector<GeneralOp>* ops) {
       if (o[i].input_wants_grad[k] && o[j].grad_slot < 0) o[j].grad_slot = take();
     }
     free.insert(o[i].grad_slot);
+  }
+}
+
+// Gives each variable's regularizer to the op that owns the variable.
+void PlanPenalties(const ModelSpec& spec, std::vector<GeneralOp>* ops) {
+  std::map<int64_t, const VariableSpec*> by_offset;
+  for (const VariableSpec& v : spec.variables) by_offset[v.offset] = &v;
+  for (GeneralOp& op : *ops) {
+    if (!op.owns_variables) continue;
+    for (int64_t at : {op.kernel, op.bias, op.gamma, op.beta}) {
+      auto it = by_offset.find(at);
+      if (at < 0 || it == by_offset.end()) continue;
+      const VariableSpec& v = *it->second;
+      if (v.l1 != 0.0f || v.l2 != 0.0f) op.penalties.push_back({v.offset, v.size, v.l1, v.l2});
+    }
   }
 }
 
@@ -152,24 +186,68 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
     absl::Status st;
     switch (l.kind) {
       case LayerKind::kConv2D:
+      case LayerKind::kDepthwiseConv2D:
+      case LayerKind::kSeparableConv2D:
       case LayerKind::kMaxPool2D:
       case LayerKind::kAvgPool2D: {
+        const bool conv = l.kind != LayerKind::kMaxPool2D && l.kind != LayerKind::kAvgPool2D;
         kernels::WindowShape& s = op.win;
         s.in_h = x.h, s.in_w = x.w, s.in_c = x.c;
         s.window_h = l.window_h, s.window_w = l.window_w;
         s.stride_h = l.stride_h, s.stride_w = l.stride_w;
+        s.dilation_h = conv ? l.dilation_h : 1, s.dilation_w = conv ? l.dilation_w : 1;
         const bool same = l.padding == Padding::kSame;
-        kernels::KerasWindow(x.h, l.window_h, l.stride_h, same, &s.out_h, &s.pad_top);
-        kernels::KerasWindow(x.w, l.window_w, l.stride_w, same, &s.out_w, &s.pad_left);
+        kernels::KerasDilatedWindow(x.h, l.window_h, l.stride_h, s.dilation_h, same, &s.out_h,
+                                    &s.pad_top);
+        kernels::KerasDilatedWindow(x.w, l.window_w, l.stride_w, s.dilation_w, same, &s.out_w,
+                                    &s.pad_left);
         s.out_c = y.c;
         if (l.kind == LayerKind::kConv2D) {
           st = find(l.name + "/kernel", {l.window_h, l.window_w, x.c, l.units}, &op.kernel);
           if (st.ok() && l.use_bias) st = find(l.name + "/bias", {l.units}, &op.bias);
           fn(l.activation, &op.has_act, &op.act);
           op.columns_per_example = int64_t{s.out_h} * s.out_w * s.patch_size();
+        } else if (conv) {
+          const int m = l.depth_multiplier;
+          op.kind = LayerKind::kDepthwiseConv2D;
+          s.out_c = x.c * m;
+          op.out_size = int64_t{s.out_h} * s.out_w * s.out_c;
+          st = find(l.name + "/depthwise_kernel", {l.window_h, l.window_w, x.c, m}, &op.kernel);
+          if (l.kind == LayerKind::kDepthwiseConv2D) {
+            if (st.ok() && l.use_bias) st = find(l.name + "/bias", {x.c * m}, &op.bias);
+            fn(l.activation, &op.has_act, &op.act);
+          } else if (st.ok()) {
+            // SeparableConv2D: the depthwise step, then a 1x1 Conv2D of
+            // its output (pointwise_kernel, bias, activation).
+            GeneralOp point;
+            point.kind = LayerKind::kConv2D;
+            point.name = l.name;
+            point.inputs = {static_cast<int>(ops.size())};
+            point.input_channels = {s.out_c};
+            kernels::WindowShape& p = point.win;
+            p.in_h = p.out_h = s.out_h, p.in_w = p.out_w = s.out_w, p.in_c = s.out_c;
+            p.window_h = p.window_w = 1;
+            p.out_c = l.units;
+            point.in_size = op.out_size;
+            point.out_size = y.size();
+            point.columns_per_example = int64_t{p.out_h} * p.out_w * p.patch_size();
+            st = find(l.name + "/pointwise_kernel", {1, 1, s.out_c, l.units}, &point.kernel);
+            if (st.ok() && l.use_bias) st = find(l.name + "/bias", {l.units}, &point.bias);
+            fn(l.activation, &point.has_act, &point.act);
+            if (!st.ok()) return st;
+            ops.push_back(std::move(op));
+            op = std::move(point);
+          }
         }
         break;
       }
+      case LayerKind::kLayerNorm:
+        op.channels = x.c;
+        op.pixels = x.h * x.w;
+        op.epsilon = l.epsilon;
+        if (l.scale) st = find(l.name + "/gamma", {x.c}, &op.gamma);
+        if (st.ok() && l.center) st = find(l.name + "/beta", {x.c}, &op.beta);
+        break;
       case LayerKind::kGlobalAvgPool2D:
         op.channels = x.c;
         op.pixels = x.h * x.w;
@@ -251,6 +329,7 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
   }
   PlanBackward(&ops);
   PlanGradSlots(&ops);
+  PlanPenalties(spec, &ops);
   return ops;
 }
 

@@ -30,12 +30,15 @@ struct GeneralOp {
   // several; in_size is the first's size.
   std::vector<int> inputs;
   std::vector<int> input_channels;  // kConcatenate: each input's channels
-  kernels::WindowShape win;  // conv, pools (batch set per call)
+  // Conv2D, DepthwiseConv2D (out_c = in_c * depth multiplier) and the
+  // pools (batch set per call). A SeparableConv2D is two ops of its name:
+  // a DepthwiseConv2D without bias or activation, then a 1x1 Conv2D.
+  kernels::WindowShape win;
   int dense_in = 0, dense_out = 0;
   bool has_act = false;  // applies `act` after the layer's own work
   kernels::ActivationFn act = kernels::ActivationFn::kRelu;
-  int channels = 0;   // BN, GAP
-  int pixels = 0;     // BN rows per example; GAP pixels
+  int channels = 0;   // BN, LayerNormalization, global pools
+  int pixels = 0;     // BN and LayerNormalization rows per example; global pools' pixels
   float rate = 0.0f;  // Dropout
   float epsilon = 0.0f;
   float alpha = 0.0f;  // the activation's parameter
@@ -44,6 +47,13 @@ struct GeneralOp {
   // whose backward reads its input and output.
   bool act_xy = false;
   kernels::PaddingShape pad;            // ZeroPadding2D (batch set per call)
+  // A variable's L1L2 regularizer (VariableSpec::l1, l2), on the op that
+  // owns the variable: added to the loss and the gradient once per step.
+  struct Penalty {
+    int64_t offset = 0, size = 0;
+    float l1 = 0.0f, l2 = 0.0f;
+  };
+  std::vector<Penalty> penalties;
   float rescale = 1.0f, reshift = 0.0f;  // Rescaling
   int64_t kernel = -1, bias = -1, gamma = -1, beta = -1, mean = -1, var = -1;
   int64_t in_size = 0, out_size = 0;  // floats per example
@@ -73,6 +83,9 @@ std::vector<int64_t> GradSlotSizes(const std::vector<GeneralOp>& ops);
 
 // Whether `op` has variables (kernel, bias, gamma, beta, moving statistics).
 bool HasVariables(const GeneralOp& op);
+
+// Whether any op has a regularizer (GeneralOp::penalties).
+bool HasPenalties(const std::vector<GeneralOp>& ops);
 
 // The key of op `op`'s Dropout masks in the step named `step_key` of a run
 // seeded `seed` (dropout.h): the same on every backend.

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -42,16 +43,98 @@ absl::Status Neutral(const json& cfg, const std::string& where, const char* key,
                                  " is not supported (", why, ")"));
 }
 
-// Regularizers and constraints change the loss or the update: refused.
-absl::Status NoPenalties(const json& cfg, const std::string& where) {
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                          "kernel_constraint", "bias_constraint", "beta_regularizer",
-                          "gamma_regularizer", "beta_constraint", "gamma_constraint"}) {
-    if (absl::Status s = Neutral(cfg, where, key, {}, "regularizers and constraints are not"
-                                                      " implemented; only null");
+// A Keras name in any of its spellings (snake_case, the class name,
+// TensorFlow.js's camelCase) as one key: lower case, no underscores.
+std::string SpellingKey(const std::string& name) {
+  std::string key;
+  for (char c : name) {
+    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return key;
+}
+
+// Constraints change the update and activity regularizers the loss by
+// the activations: refused. Weight regularizers are read by PenaltiesOf.
+absl::Status NoConstraints(const json& cfg, const std::string& where) {
+  for (const char* key : {"activity_regularizer", "kernel_constraint", "bias_constraint",
+                          "beta_constraint", "gamma_constraint", "depthwise_constraint",
+                          "pointwise_constraint"}) {
+    if (absl::Status s = Neutral(cfg, where, key, {}, "constraints and activity regularizers "
+                                                      "are not implemented; only null");
         !s.ok()) {
       return s;
     }
+  }
+  return absl::OkStatus();
+}
+
+// A layer's weight regularizers, by variable suffix: (l1, l2).
+using LayerPenalties = std::vector<std::pair<std::string, std::pair<float, float>>>;
+
+// Keras's regularizer `r` (option `key`) as l1 and l2: "l1" or "l2" (0.01),
+// or {"class_name": "L1" | "L2" | "L1L2", "config": {"l1": .., "l2": ..}}
+// with Keras's defaults (L1 and L2: 0.01; L1L2: 0 and 0). Keras 2, Keras 3
+// and TensorFlow.js write these forms.
+absl::Status RegularizerOf(const json& r, const std::string& where, const char* key,
+                           float* l1, float* l2) {
+  auto bad = [&](const std::string& why) {
+    return Bad(where, absl::StrCat("option '", key, "' = ", Show(r), " is not supported (", why,
+                                   ")"));
+  };
+  std::string cls;
+  json cfg = json::object();
+  if (r.is_string()) {
+    cls = r.get<std::string>();
+  } else if (r.is_object() && r.contains("class_name") && r["class_name"].is_string()) {
+    cls = r["class_name"].get<std::string>();
+    if (r.contains("config") && r["config"].is_object()) cfg = r["config"];
+  } else {
+    return bad("a regularizer's name or {class_name, config}");
+  }
+  const std::string k = SpellingKey(cls);
+  double a = 0.0, b = 0.0;
+  auto value = [&](const char* name, double dflt, double* out) {
+    auto it = cfg.find(name);
+    if (it == cfg.end() || it->is_null()) {
+      *out = dflt;
+      return true;
+    }
+    if (!it->is_number()) return false;
+    *out = it->get<double>();
+    return std::isfinite(*out) && *out >= 0.0;
+  };
+  bool ok = true;
+  if (k == "l1") {
+    ok = value("l1", 0.01, &a);
+  } else if (k == "l2") {
+    ok = value("l2", 0.01, &b);
+  } else if (k == "l1l2" && r.is_object()) {
+    ok = value("l1", 0.0, &a) && value("l2", 0.0, &b);
+  } else {
+    return bad("L1, L2 or L1L2");
+  }
+  if (!ok) return bad("l1 and l2 must be numbers >= 0");
+  *l1 = static_cast<float>(a);
+  *l2 = static_cast<float>(b);
+  return absl::OkStatus();
+}
+
+// The weight regularizers in `cfg`: option <var>_regularizer penalises
+// variable <var> (kernel, bias, depthwise_kernel, ...).
+absl::Status PenaltiesOf(const json& cfg, const std::string& where, LayerPenalties* out) {
+  static constexpr std::pair<const char*, const char*> kKeys[] = {
+      {"kernel_regularizer", "kernel"},
+      {"bias_regularizer", "bias"},
+      {"depthwise_regularizer", "depthwise_kernel"},
+      {"pointwise_regularizer", "pointwise_kernel"},
+      {"gamma_regularizer", "gamma"},
+      {"beta_regularizer", "beta"}};
+  for (const auto& [key, var] : kKeys) {
+    auto it = cfg.find(key);
+    if (it == cfg.end() || it->is_null()) continue;
+    float l1 = 0.0f, l2 = 0.0f;
+    if (absl::Status s = RegularizerOf(*it, where, key, &l1, &l2); !s.ok()) return s;
+    if (l1 != 0.0f || l2 != 0.0f) out->emplace_back(var, std::make_pair(l1, l2));
   }
   return absl::OkStatus();
 }
@@ -95,16 +178,6 @@ absl::Status IntPair(const json& cfg, const std::string& where, const char* key,
     return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it), " is out of range"));
   }
   return absl::OkStatus();
-}
-
-// A Keras name in any of its spellings (snake_case, the class name,
-// TensorFlow.js's camelCase) as one key: lower case, no underscores.
-std::string SpellingKey(const std::string& name) {
-  std::string key;
-  for (char c : name) {
-    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  return key;
 }
 
 absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& where) {
@@ -474,33 +547,110 @@ absl::Status AddInit(const json& cfg, const std::string& where, const char* key,
 using LayerParser = absl::Status (*)(const json& cfg, const std::string& where, LayerSpec* l,
                                      LayerInits* inits);
 
-absl::Status ParseConv2D(const json& cfg, const std::string& where, LayerSpec* l,
-                         LayerInits* inits) {
-  absl::Status st;
-  l->kind = LayerKind::kConv2D;
-  if (!cfg.contains("filters") || !cfg["filters"].is_number_integer() ||
-      cfg["filters"].get<int>() < 1 || cfg["filters"].get<int>() > 65536) {
-    return Bad(where, absl::StrCat("option 'filters' = ",
-                                   Show(cfg.value("filters", json())), " is not valid"));
+// An integer option in [lo, hi], or InvalidArgument naming it.
+absl::Status IntIn(const json& cfg, const std::string& where, const char* key, int dflt, int lo,
+                   int hi, int* out) {
+  const json v = cfg.value(key, json(dflt));
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+    return Bad(where, absl::StrCat("option '", key, "' = ", Show(v), " is not valid (an integer"
+                                   " in [", lo, ", ", hi, "])"));
   }
-  l->units = cfg["filters"].get<int>();
+  *out = v.get<int>();
+  return absl::OkStatus();
+}
+
+// The options every convolution has: kernel_size, strides, padding,
+// dilation_rate (not with strides > 1, which TensorFlow refuses too),
+// data_format, use_bias and activation.
+absl::Status ParseWindowOptions(const json& cfg, const std::string& where, LayerSpec* l) {
+  absl::Status st;
   if (!cfg.contains("kernel_size")) return Bad(where, "option 'kernel_size' is missing");
   st.Update(IntPair(cfg, where, "kernel_size", 1, &l->window_h, &l->window_w));
   st.Update(IntPair(cfg, where, "strides", 1, &l->stride_h, &l->stride_w));
+  st.Update(IntPair(cfg, where, "dilation_rate", 1, &l->dilation_h, &l->dilation_w));
+  if (st.ok() && std::max(l->dilation_h, l->dilation_w) > 1 &&
+      std::max(l->stride_h, l->stride_w) > 1) {
+    return Bad(where, absl::StrCat("option 'dilation_rate' = ",
+                                   Show(cfg.value("dilation_rate", json())),
+                                   " with 'strides' = ", Show(cfg.value("strides", json())),
+                                   " is not supported (TensorFlow too needs one of them 1)"));
+  }
   st.Update(PaddingOf(cfg, where, &l->padding));
   st.Update(ChannelsLast(cfg, where));
-  st.Update(Neutral(cfg, where, "dilation_rate", {1, json::array({1, 1})},
-                    "dilated convolutions are not implemented; only 1"));
-  st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
   st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
   l->use_bias = cfg.value("use_bias", true);
   absl::StatusOr<Activation> a = ActivationOf(cfg, where);
   if (!a.ok()) return a.status();
   l->activation = *a;
+  return st;
+}
+
+absl::Status ParseConv2D(const json& cfg, const std::string& where, LayerSpec* l,
+                         LayerInits* inits) {
+  l->kind = LayerKind::kConv2D;
+  if (absl::Status s = IntIn(cfg, where, "filters", 0, 1, 65536, &l->units); !s.ok()) return s;
+  absl::Status st = ParseWindowOptions(cfg, where, l);
+  st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
   if (st.ok()) {
     st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
   }
   if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
+absl::Status ParseDepthwiseConv2D(const json& cfg, const std::string& where, LayerSpec* l,
+                                  LayerInits* inits) {
+  l->kind = LayerKind::kDepthwiseConv2D;
+  absl::Status st = ParseWindowOptions(cfg, where, l);
+  st.Update(IntIn(cfg, where, "depth_multiplier", 1, 1, 4096, &l->depth_multiplier));
+  if (st.ok()) {
+    st = AddInit(cfg, where, "depthwise_initializer", "depthwise_kernel",
+                 Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
+absl::Status ParseSeparableConv2D(const json& cfg, const std::string& where, LayerSpec* l,
+                                  LayerInits* inits) {
+  l->kind = LayerKind::kSeparableConv2D;
+  if (absl::Status s = IntIn(cfg, where, "filters", 0, 1, 65536, &l->units); !s.ok()) return s;
+  absl::Status st = ParseWindowOptions(cfg, where, l);
+  st.Update(IntIn(cfg, where, "depth_multiplier", 1, 1, 4096, &l->depth_multiplier));
+  if (st.ok()) {
+    st = AddInit(cfg, where, "depthwise_initializer", "depthwise_kernel",
+                 Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) {
+    st = AddInit(cfg, where, "pointwise_initializer", "pointwise_kernel",
+                 Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
+// LayerNormalization over the last axis: Keras 3's -1 or [-1], tf.keras's
+// and TensorFlow.js's [3] (or [1] on features), which the shapes check.
+absl::Status ParseLayerNorm(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits* inits) {
+  absl::Status st;
+  l->kind = LayerKind::kLayerNorm;
+  json axis = cfg.value("axis", json(-1));
+  if (axis.is_array() && axis.size() == 1) axis = axis[0];
+  if (!axis.is_number_integer() || axis.get<int>() < -1 || axis.get<int>() == 0) {
+    return Bad(where, absl::StrCat("option 'axis' = ", Show(cfg.value("axis", json(-1))),
+                                   " is not supported (the last axis only)"));
+  }
+  l->axis = axis.get<int>();
+  st.Update(Neutral(cfg, where, "rms_scaling", {false}, "not implemented"));
+  l->epsilon = static_cast<float>(Number(cfg, "epsilon", 1e-3));
+  l->center = cfg.value("center", true);
+  l->scale = cfg.value("scale", true);
+  if (!(l->epsilon > 0.0f) || !std::isfinite(l->epsilon)) {
+    return Bad(where, absl::StrCat("epsilon ", l->epsilon, " must be positive"));
+  }
+  if (st.ok()) st = AddInit(cfg, where, "gamma_initializer", "gamma", Initializer::Ones(), inits);
+  if (st.ok()) st = AddInit(cfg, where, "beta_initializer", "beta", Initializer::Zeros(), inits);
   return st;
 }
 
@@ -790,6 +940,10 @@ constexpr LayerClass kLayerClasses[] = {
     {"GlobalMaxPool2D", ParseGlobalMaxPool2D},
     {"Rescaling", ParseRescaling},
     {"Reshape", ParseReshape},
+    {"DepthwiseConv2D", ParseDepthwiseConv2D},
+    {"SeparableConv2D", ParseSeparableConv2D},
+    {"SeparableConvolution2D", ParseSeparableConv2D},
+    {"LayerNormalization", ParseLayerNorm},
 };
 
 // The model's nodes as parsed: what its spec is built from.
@@ -798,6 +952,7 @@ struct ParsedLayers {
   bool have_shape = false;
   std::vector<LayerSpec> specs;   // nodes, each after its inputs
   std::vector<LayerInits> inits;  // per node
+  std::vector<LayerPenalties> penalties;  // per node
 };
 
 // One layer of the file, its options parsed.
@@ -806,6 +961,7 @@ struct FileLayer {
   bool input = false;  // an InputLayer
   LayerSpec spec;
   LayerInits inits;
+  LayerPenalties penalties;
   std::vector<std::vector<TensorRef>> nodes;  // Functional: its applications
 };
 
@@ -814,7 +970,8 @@ struct FileLayer {
 absl::Status ParseLayerOptions(const std::string& type, const json& cfg, FileLayer* out) {
   const std::string& where = out->where;
   if (absl::Status s = CheckDtype(cfg, where); !s.ok()) return s;
-  if (absl::Status s = NoPenalties(cfg, where); !s.ok()) return s;
+  if (absl::Status s = NoConstraints(cfg, where); !s.ok()) return s;
+  if (absl::Status s = PenaltiesOf(cfg, where, &out->penalties); !s.ok()) return s;
   if (type == "InputLayer") {
     if (absl::Status s = Neutral(cfg, where, "sparse", {false}, "dense inputs only"); !s.ok())
       return s;
@@ -955,6 +1112,7 @@ absl::Status PlanFunctionalNodes(const ModelEnvelope& model, const std::string& 
     index[k] = static_cast<int>(parsed->specs.size());
     parsed->specs.push_back(std::move(spec));
     parsed->inits.push_back(l.inits);
+    parsed->penalties.push_back(l.penalties);
     for (const Key& user : users[k]) {
       if (--waiting[user] == 0) ready.insert(user);
     }
@@ -977,6 +1135,7 @@ absl::StatusOr<ParsedLayers> ParseLayers(const ModelEnvelope& model, const std::
     if (l.input) continue;
     out.specs.push_back(std::move(l.spec));
     out.inits.push_back(std::move(l.inits));
+    out.penalties.push_back(std::move(l.penalties));
   }
   if (out.specs.empty()) return Bad(source, "the model has no layers but its input");
   return out;
@@ -1182,15 +1341,20 @@ absl::StatusOr<InputShape> InputShapeOf(const ParsedLayers& parsed, const std::s
   return InputShape{h, w, c};
 }
 
-// Gives each variable of `spec` the initializer its layer's file entry set.
-void ApplyInitializers(const std::vector<LayerInits>& inits, ModelSpec* spec) {
+// Gives each variable of `spec` the initializer and regularizer its
+// layer's file entry set (a regularizer of a variable the layer lacks, a
+// bias with use_bias false, is ignored, as Keras does).
+void ApplyVariableOptions(const ParsedLayers& parsed, ModelSpec* spec) {
   for (VariableSpec& v : spec->variables) {
     const size_t slash = v.name.rfind('/');
     const std::string layer = v.name.substr(0, slash), var = v.name.substr(slash + 1);
     for (size_t i = 0; i < spec->layers.size(); ++i) {
       if (spec->layers[i].name != layer) continue;
-      for (const auto& [suffix, in] : inits[i]) {
+      for (const auto& [suffix, in] : parsed.inits[i]) {
         if (suffix == var) v.initializer = in;
+      }
+      for (const auto& [suffix, l1_l2] : parsed.penalties[i]) {
+        if (suffix == var) std::tie(v.l1, v.l2) = l1_l2;
       }
     }
   }
@@ -1238,7 +1402,7 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
   if (!spec.ok()) {
     return Bad(source, std::string(spec.status().message()));
   }
-  ApplyInitializers(parsed->inits, &*spec);
+  ApplyVariableOptions(*parsed, &*spec);
   spec->loss = loss.kind;
   if (spec->num_parameters > (int64_t{1} << 31)) {
     return Bad(source, absl::StrCat(spec->num_parameters, " parameters; at most 2^31"));

@@ -1,11 +1,14 @@
 #include "model/keras_model.h"
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace pscluster {
 namespace {
@@ -240,20 +243,114 @@ TEST(KerasModelTest, LossFromFlagFileOrOutput) {
   EXPECT_EQ(flagged->loss, LossKind::kMeanSquaredError);  // the flag wins
 }
 
+// The modern convolutions and normalisation with Keras 3's spellings:
+// variables named and shaped as Keras names and shapes them (get_weights()
+// order), dilation, the depth multiplier, and regularizers in each form
+// Keras writes (a name, L1, L2, L1L2 with their defaults), ignored on a
+// variable the layer lacks.
+TEST(KerasModelTest, ModernConvolutionsNormalisationAndRegularizers) {
+  const ModelSpec spec = Parse(R"({"class_name": "Sequential", "config": {"name": "m",
+    "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 9, 9, 3], "name": "in"}},
+    {"module": "keras.layers", "class_name": "Conv2D", "config": {"name": "dil", "filters": 4,
+      "kernel_size": [3, 3], "dilation_rate": [2, 2], "padding": "valid", "use_bias": false,
+      "kernel_regularizer": "l2", "bias_regularizer": {"class_name": "L1", "config": {}}}},
+    {"class_name": "DepthwiseConv2D", "config": {"name": "dw", "kernel_size": 3,
+      "strides": 2, "padding": "same", "depth_multiplier": 2, "activation": "relu",
+      "depthwise_regularizer": {"module": "keras.regularizers", "class_name": "L1L2",
+        "config": {"l1": 0.5}, "registered_name": null}}},
+    {"class_name": "SeparableConv2D", "config": {"name": "sep", "filters": 6,
+      "kernel_size": [3, 3], "padding": "same",
+      "pointwise_regularizer": {"class_name": "L1L2", "config": {"l1": 0.001, "l2": 0.002}}}},
+    {"class_name": "LayerNormalization", "config": {"name": "ln", "axis": -1, "epsilon": 1e-5,
+      "center": false, "gamma_regularizer": {"class_name": "L2", "config": {"l2": 0.25}}}},
+    {"class_name": "GlobalMaxPooling2D", "config": {"name": "gmp"}},
+    {"class_name": "LayerNormalization", "config": {"name": "ln2", "axis": [1]}},
+    {"class_name": "Dense", "config": {"name": "out", "units": 3, "activation": "softmax"}}]}})",
+                               "m");
+  struct Want {
+    const char* name;
+    std::vector<int64_t> shape;
+    float l1, l2;
+  } want[] = {{"dil/kernel", {3, 3, 3, 4}, 0, 0.01f},
+              {"dw/depthwise_kernel", {3, 3, 4, 2}, 0.5f, 0},
+              {"dw/bias", {8}, 0, 0},
+              {"sep/depthwise_kernel", {3, 3, 8, 1}, 0, 0},
+              {"sep/pointwise_kernel", {1, 1, 8, 6}, 0.001f, 0.002f},
+              {"sep/bias", {6}, 0, 0},
+              {"ln/gamma", {6}, 0, 0.25f},
+              {"ln2/gamma", {6}, 0, 0},
+              {"ln2/beta", {6}, 0, 0},
+              {"out/kernel", {6, 3}, 0, 0},
+              {"out/bias", {3}, 0, 0}};
+  ASSERT_EQ(spec.variables.size(), std::size(want));
+  for (size_t i = 0; i < spec.variables.size(); ++i) {
+    const VariableSpec& v = spec.variables[i];
+    EXPECT_EQ(v.name, want[i].name);
+    EXPECT_EQ(v.shape, want[i].shape) << v.name;
+    EXPECT_EQ(v.l1, want[i].l1) << v.name;
+    EXPECT_EQ(v.l2, want[i].l2) << v.name;
+  }
+  EXPECT_EQ(spec.layers[0].dilation_h, 2);
+  EXPECT_EQ(spec.layers[1].depth_multiplier, 2);
+  EXPECT_EQ(spec.layers[3].epsilon, 1e-5f);
+  // Fans as Keras computes them for the Glorot initializers.
+  EXPECT_EQ(spec.variables[1].fan_in, 9 * 4);
+  EXPECT_EQ(spec.variables[1].fan_out, 9 * 2);
+  EXPECT_EQ(spec.variables[4].fan_in, 8);
+  EXPECT_EQ(spec.variables[4].fan_out, 6);
+  // TensorFlow.js's toJSON of the same kinds (modern_graph.json's models).
+  std::ifstream in("tests/fixtures/tfjs_reference/modern_graph.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  for (const nlohmann::json& m : ref["models"]) {
+    const ModelSpec tfjs = Parse(m["model_json"].dump(), "modern_graph.json");
+    for (const VariableSpec& v : tfjs.variables) {
+      EXPECT_TRUE(m["weights"].contains(v.name)) << v.name;
+      EXPECT_EQ(m["weights"][v.name].size(), static_cast<size_t>(v.size)) << v.name;
+    }
+    EXPECT_EQ(tfjs.variables.size(), m["weights"].size());
+  }
+}
+
 TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
   struct Case {
     const char* layer;
     const char* expect;  // in the message
   } cases[] = {
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
-          "dilation_rate": [2, 2]}})",
-       "layer 'c' (Conv2D): option 'dilation_rate' = [2,2] is not supported"},
+          "dilation_rate": [2, 2], "strides": 2}})",
+       "layer 'c' (Conv2D): option 'dilation_rate' = [2,2] with 'strides' = 2 is not supported"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "dilation_rate": [4, 4]}})",
+       "layer c: convolution kernel 3x3 stride 1x1 dilation 4x4 does not fit its input 8x8x1"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "kernel_constraint": {"class_name": "MaxNorm", "config": {"max_value": 2}}}})",
+       "layer 'c' (Conv2D): option 'kernel_constraint'"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "activity_regularizer": {"class_name": "L2", "config": {"l2": 0.01}}}})",
+       "layer 'c' (Conv2D): option 'activity_regularizer'"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "kernel_regularizer": {"class_name": "OrthogonalRegularizer",
+                                 "config": {"factor": 0.01}}}})",
+       "layer 'c' (Conv2D): option 'kernel_regularizer' = {\"class_name\":"
+       "\"OrthogonalRegularizer\",\"config\":{\"factor\":0.01}} is not supported (L1, L2 or L1L2)"},
+      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
+          "kernel_regularizer": {"class_name": "L2", "config": {"l2": -1}}}})",
+       "layer 'c' (Conv2D): option 'kernel_regularizer'"},
+      {R"({"class_name": "DepthwiseConv2D", "config": {"name": "d", "kernel_size": 3,
+          "depth_multiplier": 0}})",
+       "layer 'd' (DepthwiseConv2D): option 'depth_multiplier' = 0 is not valid"},
+      {R"({"class_name": "SeparableConv2D", "config": {"name": "s", "kernel_size": 3}})",
+       "layer 's' (SeparableConv2D): option 'filters' = 0 is not valid"},
+      {R"({"class_name": "LayerNormalization", "config": {"name": "n", "axis": [1, 2]}})",
+       "layer 'n' (LayerNormalization): option 'axis' = [1,2] is not supported"},
+      {R"({"class_name": "LayerNormalization", "config": {"name": "n", "axis": 1}})",
+       "layer n: LayerNormalization over axis 1 (only the last axis, 3 or -1) does not fit"},
+      {R"({"class_name": "LayerNormalization", "config": {"name": "n", "rms_scaling": true}})",
+       "layer 'n' (LayerNormalization): option 'rms_scaling' = true"},
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
           "data_format": "channels_first"}})",
        "layer 'c' (Conv2D): option 'data_format' = \"channels_first\""},
-      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
-          "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.01}}}})",
-       "layer 'c' (Conv2D): option 'kernel_regularizer'"},
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
           "padding": "causal"}})",
        "layer 'c' (Conv2D): option 'padding' = \"causal\""},
@@ -261,7 +358,7 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
           "activation": "softplus"}})",
        "layer 'c' (Conv2D): option 'activation' = \"softplus\""},
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 9}})",
-       "layer c: Conv2D kernel 9x9 stride 1x1 does not fit its input 8x8x1"},
+       "layer c: convolution kernel 9x9 stride 1x1 dilation 1x1 does not fit its input 8x8x1"},
       {R"({"class_name": "LSTM", "config": {"name": "l", "units": 4}})",
        "layer 'l' (LSTM): this layer is not supported"},
       {R"({"class_name": "Rescaling", "config": {"name": "r", "scale": [1, 2]}})",

@@ -116,20 +116,36 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
   };
   switch (l.kind) {
     case LayerKind::kConv2D:
+    case LayerKind::kDepthwiseConv2D:
+    case LayerKind::kSeparableConv2D:
     case LayerKind::kMaxPool2D:
     case LayerKind::kAvgPool2D: {
-      const bool conv = l.kind == LayerKind::kConv2D;
-      const std::string what =
-          absl::StrCat(conv ? "Conv2D kernel " : "pool window ", l.window_h, "x", l.window_w,
-                       " stride ", l.stride_h, "x", l.stride_w);
+      const bool pool = l.kind == LayerKind::kMaxPool2D || l.kind == LayerKind::kAvgPool2D;
+      const bool depthwise = l.kind == LayerKind::kDepthwiseConv2D;
+      const std::string what = absl::StrCat(
+          pool ? "pool window " : "convolution kernel ", l.window_h, "x", l.window_w, " stride ",
+          l.stride_h, "x", l.stride_w, pool ? "" : absl::StrCat(" dilation ", l.dilation_h, "x",
+                                                               l.dilation_w));
+      const int dh = pool ? 1 : l.dilation_h, dw = pool ? 1 : l.dilation_w;
       if (x.flat || l.window_h < 1 || l.window_w < 1 || l.stride_h < 1 || l.stride_w < 1 ||
-          (conv && l.units < 1)) {
+          dh < 1 || dw < 1 || (!pool && !depthwise && l.units < 1) ||
+          (!pool && l.kind != LayerKind::kConv2D && l.depth_multiplier < 1)) {
         return misfit(what);
       }
-      const int oh = OutputSize(x.h, l.window_h, l.stride_h, l.padding);
-      const int ow = OutputSize(x.w, l.window_w, l.stride_w, l.padding);
+      // A dilated window spans (window - 1) * dilation + 1 cells.
+      const int oh = OutputSize(x.h, (l.window_h - 1) * dh + 1, l.stride_h, l.padding);
+      const int ow = OutputSize(x.w, (l.window_w - 1) * dw + 1, l.stride_w, l.padding);
       if (oh < 1 || ow < 1) return misfit(what);
-      return ActivationShape{oh, ow, conv ? l.units : x.c, false};
+      const int c = pool ? x.c : depthwise ? x.c * l.depth_multiplier : l.units;
+      return ActivationShape{oh, ow, c, false};
+    }
+    case LayerKind::kLayerNorm: {
+      const bool spatial = !x.flat;
+      if (l.axis != -1 && l.axis != (spatial ? 3 : 1)) {
+        return misfit(absl::StrCat("LayerNormalization over axis ", l.axis,
+                                   " (only the last axis, ", spatial ? 3 : 1, " or -1)"));
+      }
+      return x;
     }
     case LayerKind::kGlobalAvgPool2D:
       if (x.flat) return misfit("GlobalAveragePooling2D");
@@ -278,6 +294,25 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
       case LayerKind::kDense:
         add(l.name + "/kernel", {in_c, l.units}, Initializer::GlorotUniform(), in_c, l.units);
         if (l.use_bias) add(l.name + "/bias", {l.units}, Initializer(), 0, 0);
+        break;
+      case LayerKind::kDepthwiseConv2D:
+      case LayerKind::kSeparableConv2D: {
+        // Keras's fans of a [kh, kw, in, m] kernel: kh*kw*in and kh*kw*m.
+        const int64_t taps = static_cast<int64_t>(l.window_h) * l.window_w;
+        const int m = l.depth_multiplier;
+        add(l.name + "/depthwise_kernel", {l.window_h, l.window_w, in_c, m},
+            Initializer::GlorotUniform(), taps * in_c, taps * m);
+        const int out = l.kind == LayerKind::kSeparableConv2D ? l.units : in_c * m;
+        if (l.kind == LayerKind::kSeparableConv2D) {
+          add(l.name + "/pointwise_kernel", {1, 1, int64_t{in_c} * m, l.units},
+              Initializer::GlorotUniform(), int64_t{in_c} * m, l.units);
+        }
+        if (l.use_bias) add(l.name + "/bias", {out}, Initializer(), 0, 0);
+        break;
+      }
+      case LayerKind::kLayerNorm:
+        if (l.scale) add(l.name + "/gamma", {in_c}, Initializer::Ones(), 0, 0);
+        if (l.center) add(l.name + "/beta", {in_c}, Initializer(), 0, 0);
         break;
       case LayerKind::kBatchNorm:
         if (l.scale) add(l.name + "/gamma", {in_c}, Initializer::Ones(), 0, 0);

@@ -40,6 +40,10 @@ enum class LayerKind {
   kGlobalMaxPool2D,  // the max over the pixels (ties share the gradient)
   kRescaling,        // y = x * rescale + reshift
   kReshape,          // the same values as target_shape (NHWC order)
+  // Modern CNNs' layers with variables.
+  kDepthwiseConv2D,  // one window per input channel, depth_multiplier outputs each
+  kSeparableConv2D,  // depthwise (no bias), then a 1x1 Conv2D of `units` filters
+  kLayerNorm,        // LayerNormalization over the last axis
 };
 
 // Whether `kind` merges several inputs.
@@ -81,21 +85,25 @@ struct LayerSpec {
   // for the model's input. BuildModelSpec makes an empty list {i - 1}
   // (a chain, as a Sequential model). The last node is the model's output.
   std::vector<int> inputs;
-  int units = 0;         // kConv2D: filters; kDense: output units
-  int window_h = 0;      // kConv2D: kernel; pools: pool window
+  int units = 0;         // kConv2D, kSeparableConv2D: filters; kDense: output units
+  int window_h = 0;      // convolutions: kernel; pools: pool window
   int window_w = 0;
-  int stride_h = 1;      // kConv2D and pools
+  int stride_h = 1;      // convolutions and pools
   int stride_w = 1;
+  // Convolutions: the window's cells are dilation apart (1 when strided).
+  int dilation_h = 1, dilation_w = 1;
+  int depth_multiplier = 1;  // kDepthwiseConv2D, kSeparableConv2D
   Padding padding = Padding::kValid;
   bool use_bias = true;  // kConv2D, kDense
   Activation activation = Activation::kNone;  // kConv2D, kDense, kActivation
   float rate = 0.0f;     // kDropout: fraction of units dropped in training
-  // kBatchNorm, over the channel (last) axis. Keras defaults.
-  float momentum = 0.99f;
+  // kBatchNorm and kLayerNorm, over the channel (last) axis. Keras defaults.
+  float momentum = 0.99f;  // kBatchNorm only
   float epsilon = 1e-3f;
   bool center = true;    // has beta
   bool scale = true;     // has gamma
-  int axis = -1;         // kConcatenate: -1 or the last axis's index
+  // kConcatenate, kLayerNorm: -1 or the last axis's index (batch axis 0).
+  int axis = -1;
   float alpha = 0.0f;    // the activation's parameter (Activation above)
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // kZeroPadding2D
   float rescale = 1.0f, reshift = 0.0f;                            // kRescaling
@@ -158,6 +166,10 @@ struct VariableSpec {
   int64_t fan_out = 0;  // kernels, in and out for Dense kernels
   VariableRole role = VariableRole::kTrainable;
   float momentum = 0.0f;  // the moving statistics' momentum
+  // Keras's L1L2 regularizer on it (the layer's kernel_regularizer,
+  // bias_regularizer, ...): the loss gains l1 sum |w| + l2 sum w^2 and the
+  // gradient l1 sign(w) + 2 l2 w, once per step. 0 and 0: none.
+  float l1 = 0.0f, l2 = 0.0f;
   int64_t offset = 0;     // first element in the flat parameter vector
   int64_t size = 0;       // number of elements
 };

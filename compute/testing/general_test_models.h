@@ -173,6 +173,55 @@ inline ModelSpec ModernModel() {
        From(Dense("out", 3, Activation::kNone), {10})});                         // 11
 }
 
+// The modern CNNs' layers with variables, and regularizers: a dilated
+// "same" Conv2D, LayerNormalization on 4-D and 2-D activations,
+// DepthwiseConv2D (strided, depth multiplier 2) and SeparableConv2D side by
+// side into an Add, a SeparableConv2D applied twice (one set of variables),
+// L1 and L2 penalties on kernels, a depthwise kernel, a pointwise kernel
+// and a beta.
+inline ModelSpec ModernConvModel() {
+  const int in = kModelInput;
+  LayerSpec dilated = Conv("dilated", 4, 3, 3, 1, Padding::kSame, Activation::kTanh);
+  dilated.dilation_h = 2, dilated.dilation_w = 2;
+  auto window = [](LayerKind kind, const char* name, int units, int stride, int multiplier,
+                   Activation a) {
+    LayerSpec l = L(kind, name);
+    l.units = units;
+    l.window_h = l.window_w = 3;
+    l.stride_h = l.stride_w = stride;
+    l.padding = Padding::kSame;
+    l.depth_multiplier = multiplier;
+    l.activation = a;
+    return l;
+  };
+  LayerSpec depthwise =
+      window(LayerKind::kDepthwiseConv2D, "depthwise", 0, 2, 2, Activation::kSwish);
+  LayerSpec separable =
+      window(LayerKind::kSeparableConv2D, "separable", 8, 2, 1, Activation::kElu);
+  separable.alpha = 1.0f;
+  LayerSpec shared = window(LayerKind::kSeparableConv2D, "shared", 8, 1, 1, Activation::kTanh);
+  ModelSpec spec = *BuildModelSpec(
+      "modern_conv", 7, 6, 3, 3,
+      {From(dilated, {in}),                                       // 0: 7x6x4
+       From(L(LayerKind::kLayerNorm, "ln"), {0}),                 // 1
+       From(depthwise, {1}),                                      // 2: 4x3x8
+       From(separable, {1}),                                      // 3: 4x3x8
+       From(L(LayerKind::kAdd, "add"), {2, 3}),                   // 4
+       From(shared, {4}),                                         // 5
+       From(shared, {5}),                                         // 6: shared's second use
+       From(L(LayerKind::kGlobalAvgPool2D, "gap"), {6}),          // 7: 8
+       From(L(LayerKind::kLayerNorm, "ln_flat"), {7}),            // 8
+       From(Dense("out", 3, Activation::kNone), {8})});           // 9
+  for (VariableSpec& v : spec.variables) {
+    if (v.name == "dilated/kernel" || v.name == "shared/pointwise_kernel") v.l2 = 0.01f;
+    if (v.name == "depthwise/depthwise_kernel" || v.name == "out/kernel") {
+      v.l1 = 0.001f, v.l2 = 0.002f;
+    }
+    if (v.name == "ln_flat/beta") v.l1 = 0.01f;
+  }
+  return spec;
+}
+
 struct Problem {
   ModelSpec spec;
   std::vector<float> params, images;
@@ -200,18 +249,25 @@ inline Problem Make(ModelSpec spec, int batch, uint32_t seed) {
 }
 
 // A model TensorFlow.js ran on fixed weights and inputs, with the summed
-// losses it computed in inference and in training mode.
+// losses it computed in inference and in training mode, each plus batch
+// times the regularizers' sum (Keras's loss is the mean loss plus them;
+// ours is too). sgd_losses, where given: what tfjs's trainOnBatch reported
+// (mean loss plus regularizers) before each of its steps of plain SGD with
+// sgd_learning_rate on that batch.
 struct ReferenceCase {
   ModelSpec spec;
   std::vector<float> params, images;
   std::vector<float> labels;  // class indices
   double inference_loss_sum = 0;
   double training_loss_sum = 0;
+  double sgd_learning_rate = 0;
+  std::vector<double> sgd_losses;
 };
 
 // tests/fixtures/tfjs_reference/reference.json; throws std::runtime_error
 // naming what is wrong with it.
-// `path`: reference.json (chains) or graphs.json (Functional graphs).
+// `path`: reference.json (chains), graphs.json (Functional graphs) or
+// modern_graph.json (modern CNNs' layers and regularizers).
 inline std::vector<ReferenceCase> LoadTfjsReference(
     const std::string& path = "tests/fixtures/tfjs_reference/reference.json") {
   std::ifstream in(path);
@@ -233,8 +289,11 @@ inline std::vector<ReferenceCase> LoadTfjsReference(
     }
     c.images = m["images"].get<std::vector<float>>();
     for (int l : m["labels"]) c.labels.push_back(static_cast<float>(l));
-    c.inference_loss_sum = m["inference_loss_sum"].get<double>();
-    c.training_loss_sum = m["training_loss_sum"].get<double>();
+    const double penalty = m.value("regularization_loss", 0.0) * c.labels.size();
+    c.inference_loss_sum = m["inference_loss_sum"].get<double>() + penalty;
+    c.training_loss_sum = m["training_loss_sum"].get<double>() + penalty;
+    c.sgd_learning_rate = m.value("sgd_learning_rate", 0.0);
+    if (m.contains("sgd_losses")) c.sgd_losses = m["sgd_losses"].get<std::vector<double>>();
     cases.push_back(std::move(c));
   }
   return cases;
