@@ -226,8 +226,9 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
                {"--batch_size=-4", "--batch_size=-4"},
                // A model file the workers cannot run: refused before
                // anything trains, naming the layer and the option.
-               {"--model=tests/fixtures/keras/bad_dilation.json",
-                "layer 'conv2d' (Conv2D): option 'dilation_rate' = [2,2] is not supported"},
+               {"--model=tests/fixtures/keras/bad_constraint.json",
+                "layer 'conv2d' (Conv2D): option 'kernel_constraint' = {\"class_name\":"
+                "\"MaxNorm\",\"config\":{\"axis\":0,\"max_value\":2}} is not supported"},
                {"--model=/nonexistent/model.json", "/nonexistent/model.json"},
                {"--push_codec=int4", "--push_codec=int4: 'int4' is not a wire encoding"},
                {"--pull_codec=fp8", "--pull_codec=fp8: 'fp8' is not a wire encoding"},
