@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "compute/kernels/cpu_blas.h"
+#include "compute/kernels/small_gemm.h"
 
 namespace pscluster {
 namespace kernels {
@@ -159,7 +161,9 @@ void ConvGeneralForward(const WindowShape& s, const float* x, const float* w, co
       Im2ColRows(s, x, p0, p0 + rows, col);
     }
     float* out = y + p0 * s.out_c;
-    CpuGemm(false, false, rows, s.out_c, k, 1.0f, a, k, w, s.out_c, 0.0f, out, s.out_c);
+    if (!SmallGemm(rows, s.out_c, k, a, k, 1, w, s.out_c, false, out, s.out_c)) {
+      CpuGemm(false, false, rows, s.out_c, k, 1.0f, a, k, w, s.out_c, 0.0f, out, s.out_c);
+    }
     if (b != nullptr) {
       for (int r = 0; r < rows; ++r) {
         float* row = out + int64_t{r} * s.out_c;
@@ -174,9 +178,29 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
                          float* dx) {
   const int64_t m = s.out_pixels();
   const int k = static_cast<int>(s.patch_size());
-  // dw [k, out_c] (+)= columns^T dy.
-  CpuGemm(true, false, k, s.out_c, static_cast<int>(m), 1.0f, columns, k, dy, s.out_c,
-          accumulate ? 1.0f : 0.0f, dw, s.out_c);
+  const int64_t tile = TileRows(s);
+  // dw [k, out_c] (+)= columns^T dy. Without packing where SmallGemm runs:
+  // its transpose dy^T columns, tile by tile of pixels (summed in float
+  // across tiles), so that each step reads a contiguous run of a columns
+  // row and broadcasts dy's adjacent channels.
+  if (SmallGemmAvailable() && k % 16 == 0 && m > 0) {
+    std::vector<float> dwt(int64_t{k} * s.out_c);
+    for (int64_t p0 = 0; p0 < m; p0 += tile) {
+      const int rows = static_cast<int>(std::min(tile, m - p0));
+      SmallGemm(s.out_c, k, rows, dy + p0 * s.out_c, 1, s.out_c, columns + p0 * k, k, p0 > 0,
+                dwt.data(), k);
+    }
+    for (int i = 0; i < k; ++i) {
+      float* row = dw + int64_t{i} * s.out_c;
+      for (int o = 0; o < s.out_c; ++o) {
+        const float v = dwt[int64_t{o} * k + i];
+        row[o] = accumulate ? row[o] + v : v;
+      }
+    }
+  } else {
+    CpuGemm(true, false, k, s.out_c, static_cast<int>(m), 1.0f, columns, k, dy, s.out_c,
+            accumulate ? 1.0f : 0.0f, dw, s.out_c);
+  }
   if (db != nullptr) {
     if (!accumulate) std::fill(db, db + s.out_c, 0.0f);
     for (int64_t p = 0; p < m; ++p) {
@@ -185,19 +209,28 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
     }
   }
   if (dx == nullptr) return;
+  // dcolumns = dy w^T; SmallGemm reads w^T as a row-major [out_c, k].
+  const bool small = SmallGemmAvailable() && k % 16 == 0;
+  std::vector<float> wt(small ? int64_t{k} * s.out_c : 0);
+  for (int i = 0; small && i < k; ++i) {
+    for (int o = 0; o < s.out_c; ++o) wt[int64_t{o} * k + i] = w[int64_t{i} * s.out_c + o];
+  }
+  auto column_grads = [&](int64_t p0, int rows, float* out) {
+    const float* g = dy + p0 * s.out_c;
+    if (!small || !SmallGemm(rows, k, s.out_c, g, s.out_c, 1, wt.data(), k, false, out, k)) {
+      CpuGemm(false, true, rows, k, s.out_c, 1.0f, g, s.out_c, w, s.out_c, 0.0f, out, k);
+    }
+  };
   if (IsPointwise(s)) {  // dx = dy w^T, row for row
-    CpuGemm(false, true, static_cast<int>(m), k, s.out_c, 1.0f, dy, s.out_c, w, s.out_c, 0.0f,
-            dx, k);
+    column_grads(0, static_cast<int>(m), dx);
     return;
   }
   // Tile by tile: dcolumns' rows = dy's rows w^T, scattered back while they
   // are in cache (the first rows of dcolumns are the only scratch used).
   std::fill(dx, dx + int64_t{s.batch} * s.in_h * s.in_w * s.in_c, 0.0f);
-  const int64_t tile = TileRows(s);
   for (int64_t p0 = 0; p0 < m; p0 += tile) {
     const int rows = static_cast<int>(std::min(tile, m - p0));
-    CpuGemm(false, true, rows, k, s.out_c, 1.0f, dy + p0 * s.out_c, s.out_c, w, s.out_c, 0.0f,
-            dcolumns, k);
+    column_grads(p0, rows, dcolumns);
     Col2ImRows(s, dcolumns, p0, p0 + rows, dx);
   }
 }

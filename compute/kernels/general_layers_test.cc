@@ -92,7 +92,8 @@ TEST_P(ConvGeneralTest, ForwardAndBackwardMatchFloat64) {
 
   std::vector<float> columns(m * k, NAN), y(m * s.out_c, NAN);
   ConvGeneralForward(s, x.data(), w.data(), b.data(), columns.data(), y.data());
-  EXPECT_TRUE(GradientsNear(y.data(), y_ref, 1e-5, 1e-5)) << "y";
+  // Float sums of up to 576 terms of size ~1, in the kernels' order.
+  EXPECT_TRUE(GradientsNear(y.data(), y_ref, 1e-4, 1e-5)) << "y";
 
   std::vector<float> dw(k * s.out_c, NAN), db(s.out_c, NAN), dcolumns(m * k, NAN),
       dx(in_size, NAN);
@@ -100,7 +101,7 @@ TEST_P(ConvGeneralTest, ForwardAndBackwardMatchFloat64) {
                       dcolumns.data(), dx.data());
   EXPECT_TRUE(GradientsNear(dw.data(), dw_ref, 1e-4, 1e-5)) << "dw";
   EXPECT_TRUE(GradientsNear(db.data(), db_ref, 1e-4, 1e-5)) << "db";
-  EXPECT_TRUE(GradientsNear(dx.data(), dx_ref, 1e-5, 1e-5)) << "dx";
+  EXPECT_TRUE(GradientsNear(dx.data(), dx_ref, 1e-4, 1e-5)) << "dx";
 
   // accumulate adds to dw and db; dx may be null.
   ConvGeneralBackward(s, columns.data(), w.data(), dy.data(), true, dw.data(), db.data(),
@@ -205,7 +206,7 @@ TEST(BatchNormCpuTest, PassesMatchFloat64) {
   BatchNormBackwardInput<CpuDevice>()(d, s, x.data(), dy.data(), mean.data(), var.data(),
                                       gamma.data(), eps, sum_dy.data(), sum_dy_xhat.data(),
                                       s.rows, dx.data());
-  EXPECT_TRUE(GradientsNear(dx.data(), dx_ref, 1e-5, 1e-5)) << "dx";
+  EXPECT_TRUE(GradientsNear(dx.data(), dx_ref, 1e-4, 1e-5)) << "dx";
 
   // Without gamma and beta: 1 and 0.
   BatchNormForward<CpuDevice>()(d, s, x.data(), mean.data(), var.data(), nullptr, nullptr, eps,
