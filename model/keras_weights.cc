@@ -364,6 +364,12 @@ std::string KerasGroupPrefix(LayerKind kind) {
       return "dense";
     case LayerKind::kBatchNorm:
       return "batch_normalization";
+    case LayerKind::kDepthwiseConv2D:
+      return "depthwise_conv2d";
+    case LayerKind::kSeparableConv2D:
+      return "separable_conv2d";
+    case LayerKind::kLayerNorm:
+      return "layer_normalization";
     default:
       return "";
   }

@@ -35,8 +35,9 @@ std::map<std::string, const FileTensor*> ByVariable(const std::vector<FileTensor
 
 // Every variable of the small model found once, from `prefix`'s groups,
 // with its shape and every value in its place.
-void ExpectEveryValue(const std::vector<FileTensor>& tensors, const ModelSpec& spec) {
-  ASSERT_EQ(spec.variables.size(), 12u);
+void ExpectEveryValue(const std::vector<FileTensor>& tensors, const ModelSpec& spec,
+                      size_t variables = 12) {
+  ASSERT_EQ(spec.variables.size(), variables);
   ASSERT_EQ(tensors.size(), spec.variables.size());
   const std::map<std::string, const FileTensor*> by = ByVariable(tensors);
   for (size_t k = 0; k < spec.variables.size(); ++k) {
@@ -58,6 +59,9 @@ TEST(KerasWeightsTest, GroupPrefixesAreKerasSnakeCaseClassNames) {
   EXPECT_EQ(KerasGroupPrefix(LayerKind::kConv2D), "conv2d");
   EXPECT_EQ(KerasGroupPrefix(LayerKind::kDense), "dense");
   EXPECT_EQ(KerasGroupPrefix(LayerKind::kBatchNorm), "batch_normalization");
+  EXPECT_EQ(KerasGroupPrefix(LayerKind::kDepthwiseConv2D), "depthwise_conv2d");
+  EXPECT_EQ(KerasGroupPrefix(LayerKind::kSeparableConv2D), "separable_conv2d");
+  EXPECT_EQ(KerasGroupPrefix(LayerKind::kLayerNorm), "layer_normalization");
   EXPECT_EQ(KerasGroupPrefix(LayerKind::kMaxPool2D), "");
 }
 
@@ -72,6 +76,26 @@ TEST(KerasWeightsTest, ReadsKeras3WeightsH5ByClassGroupsInLayerOrder) {
   EXPECT_EQ(by.at("conv_b/kernel")->where, "layers/conv2d_1/vars/0");
   EXPECT_EQ(by.at("bn_a/moving_variance")->where, "layers/batch_normalization/vars/3");
   EXPECT_EQ(by.at("out/bias")->where, "layers/dense_1/vars/1");
+}
+
+// A Functional model with DepthwiseConv2D, SeparableConv2D and
+// LayerNormalization among three Conv2D layers (make_keras_weights.py's
+// modern_fixture): each class numbered on its own, every variable of a
+// layer in Keras's order (a SeparableConv2D's depthwise, pointwise, bias).
+TEST(KerasWeightsTest, ReadsModernLayersGroups) {
+  absl::StatusOr<std::string> text = ReadModelFile(std::string(kDir) + "tfjs_modern.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "tfjs_modern");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(std::string(kDir) + "tfjs_modern.weights.h5", *spec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectEveryValue(*t, *spec, 15);
+  const std::map<std::string, const FileTensor*> by = ByVariable(*t);
+  EXPECT_EQ(by.at("separable/pointwise_kernel")->where, "layers/separable_conv2d/vars/1");
+  EXPECT_EQ(by.at("depthwise/bias")->where, "layers/depthwise_conv2d/vars/1");
+  EXPECT_EQ(by.at("stem_ln/beta")->where, "layers/layer_normalization/vars/1");
+  EXPECT_EQ(by.at("dilated/kernel")->where, "layers/conv2d_2/vars/0");
 }
 
 TEST(KerasWeightsTest, ReadsTheWeightsInsideAKerasArchive) {
