@@ -77,6 +77,25 @@ struct BatchNormBackwardInput<CpuDevice> {
                   float* dx) const;
 };
 
+// BatchNormalization whose output goes only through a ReLU (Keras:
+// BatchNormalization then Activation('relu')), on the CPU in the passes of
+// the normalisation alone, for a caller that keeps only the ReLU's output r
+// and gets dr, the gradient at r. The results are those of the separate
+// layers to the bit: r = max(y, 0) of BatchNormForward's y; the gradient
+// sums and dx are BatchNormGradSums and BatchNormBackwardInput of
+// dy = (r > 0 ? dr : 0), ActivationGrad's ReLU gradient. r may equal x in
+// the forward; dx may equal dr.
+void BatchNormReluForward(const BatchNormShape& s, const float* x, const float* mean,
+                          const float* var, const float* gamma, const float* beta, float epsilon,
+                          float* r);
+void BatchNormReluGradSums(const BatchNormShape& s, const float* x, const float* r,
+                           const float* dr, const float* mean, const float* var, float epsilon,
+                           double* sum_dy, double* sum_dy_xhat);
+void BatchNormReluBackwardInput(const BatchNormShape& s, const float* x, const float* r,
+                                const float* dr, const float* mean, const float* var,
+                                const float* gamma, float epsilon, const double* sum_dy,
+                                const double* sum_dy_xhat, int64_t total_rows, float* dx);
+
 }  // namespace kernels
 }  // namespace pscluster
 
