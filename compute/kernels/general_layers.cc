@@ -134,6 +134,60 @@ void Col2ImRows(const WindowShape& s, const float* dcolumns, int64_t p0, int64_t
   }
 }
 
+// A stride-1 convolution's input gradient is itself a convolution: of dy,
+// padded so that every input pixel sees each window cell that read it, with
+// the window flipped and in and out channels swapped. Computed so, tile by
+// tile of input pixels: dy's columns in the first rows of `dcolumns`, one
+// GEMM straight into dx (no zeroing, no scatter-add). Returns false, having
+// done nothing, where it does not apply: a stride, SmallGemm unavailable or
+// in_c not a multiple of 16, or dcolumns too small for a useful tile.
+bool InputGradAsConvolution(const WindowShape& s, const float* w, const float* dy,
+                            float* dcolumns, float* dx) {
+  if (s.stride_h != 1 || s.stride_w != 1 || s.in_c % 16 != 0 || !SmallGemmAvailable()) {
+    return false;
+  }
+  WindowShape t;  // dy -> dx
+  t.batch = s.batch;
+  t.in_h = s.out_h;
+  t.in_w = s.out_w;
+  t.in_c = s.out_c;
+  t.window_h = s.window_h;
+  t.window_w = s.window_w;
+  t.dilation_h = s.dilation_h;
+  t.dilation_w = s.dilation_w;
+  t.pad_top = (s.window_h - 1) * s.dilation_h - s.pad_top;
+  t.pad_left = (s.window_w - 1) * s.dilation_w - s.pad_left;
+  t.out_h = s.in_h;
+  t.out_w = s.in_w;
+  t.out_c = s.in_c;
+  const int64_t m = t.out_pixels();
+  const int64_t k = t.patch_size();
+  // dcolumns holds s.out_pixels() * s.patch_size() floats.
+  const int64_t capacity = s.out_pixels() * s.patch_size() / std::max<int64_t>(k, 1);
+  const int64_t tile = std::min(TileRows(t), capacity);
+  if (tile < std::min<int64_t>(m, 32)) return false;
+  // flipped[(kh, kw, co), ci] = w[(window_h-1-kh, window_w-1-kw, ci), co].
+  std::vector<float> flipped(k * s.in_c);
+  for (int kh = 0; kh < s.window_h; ++kh) {
+    for (int kw = 0; kw < s.window_w; ++kw) {
+      const int64_t from = (int64_t{s.window_h - 1 - kh} * s.window_w + (s.window_w - 1 - kw));
+      const int64_t to = int64_t{kh} * s.window_w + kw;
+      for (int ci = 0; ci < s.in_c; ++ci) {
+        for (int co = 0; co < s.out_c; ++co) {
+          flipped[(to * s.out_c + co) * s.in_c + ci] = w[(from * s.in_c + ci) * s.out_c + co];
+        }
+      }
+    }
+  }
+  for (int64_t p0 = 0; p0 < m; p0 += tile) {
+    const int rows = static_cast<int>(std::min(tile, m - p0));
+    Im2ColRows(t, dy, p0, p0 + rows, dcolumns);
+    SmallGemm(rows, s.in_c, static_cast<int>(k), dcolumns, k, 1, flipped.data(), s.in_c, false,
+              dx + p0 * s.in_c, s.in_c);
+  }
+  return true;
+}
+
 }  // namespace
 
 void Im2ColGeneral(const WindowShape& s, const float* x, float* columns) {
@@ -225,6 +279,7 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
     column_grads(0, static_cast<int>(m), dx);
     return;
   }
+  if (InputGradAsConvolution(s, w, dy, dcolumns, dx)) return;
   // Tile by tile: dcolumns' rows = dy's rows w^T, scattered back while they
   // are in cache (the first rows of dcolumns are the only scratch used).
   std::fill(dx, dx + int64_t{s.batch} * s.in_h * s.in_w * s.in_c, 0.0f);

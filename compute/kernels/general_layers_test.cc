@@ -126,7 +126,14 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{"dilated_valid", Conv(1, 10, 9, 3, 2, 3, 1, 3, false, 5)},
                       ConvCase{"pointwise", Conv(3, 30, 30, 8, 1, 1, 1, 1, true, 16)},
                       ConvCase{"pointwise_strided", Conv(2, 14, 13, 16, 1, 1, 2, 1, false, 32)},
-                      ConvCase{"wide5x5", Conv(2, 6, 7, 2, 5, 5, 1, 1, true, 3)}),
+                      ConvCase{"wide5x5", Conv(2, 6, 7, 2, 5, 5, 1, 1, true, 3)},
+                      // Stride 1 with in_c a multiple of 16: dx as the
+                      // convolution of dy with the flipped window.
+                      ConvCase{"flipped_same", Conv(3, 9, 7, 16, 3, 3, 1, 1, true, 16)},
+                      ConvCase{"flipped_valid_wider", Conv(2, 8, 9, 16, 3, 3, 1, 1, false, 48)},
+                      ConvCase{"flipped_even_window", Conv(2, 7, 8, 32, 2, 4, 1, 1, true, 16)},
+                      ConvCase{"flipped_dilated_valid", Conv(2, 11, 10, 16, 3, 2, 1, 2, false, 8)},
+                      ConvCase{"flipped_narrow_out", Conv(2, 12, 12, 32, 3, 3, 1, 1, true, 4)}),
     [](const ::testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
 
 TEST(Im2ColGeneralTest, Col2ImIsItsAdjoint) {
