@@ -27,6 +27,10 @@ absl::Status CheckInputAndClasses(const ModelSpec& spec, const std::string& wher
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": num_classes ", spec.num_classes, " is not positive"));
   }
+  if (!spec.inputs.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat(where, ": not on the fast path (the model has several inputs)"));
+  }
   for (const VariableSpec& v : spec.variables) {
     if (v.l1 != 0.0f || v.l2 != 0.0f) {
       return absl::UnimplementedError(absl::StrCat(

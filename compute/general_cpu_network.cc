@@ -421,6 +421,12 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
       case LayerKind::kRescaling:
         kernels::RescaleForward(n * op.out_size, op.rescale, op.reshift, x, y);
         break;
+      case LayerKind::kInputSlice:
+        for (int r = 0; r < n; ++r) {
+          const float* from = x + r * op.in_size + op.slice_at;
+          std::copy(from, from + op.out_size, y + r * op.out_size);
+        }
+        break;
       case LayerKind::kDepthwiseConv2D: {
         kernels::WindowShape w = op.win;
         w.batch = n;

@@ -97,10 +97,15 @@ TEST(GeneralCpuNetworkTest, GradientsThroughModernConvolutionsAndRegularizers) {
   CheckGradients(testing_models::ModernConvModel(), 1e-3f);
 }
 
+TEST(GeneralCpuNetworkTest, GradientsOfAModelWithTwoInputs) {
+  CheckGradients(testing_models::InputsModel(), 1e-3f);
+}
+
 TEST(GeneralCpuNetworkTest, ThreadCountChangesOnlyRounding) {
   for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::GraphModel(),
                                 testing_models::ModernModel(),
-                                testing_models::ModernConvModel()}) {
+                                testing_models::ModernConvModel(),
+                                testing_models::InputsModel()}) {
     Problem p = Make(spec, 11, 9);
     std::vector<std::vector<float>> all;
     std::vector<float> losses;
@@ -259,7 +264,7 @@ TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
   ASSERT_EQ(cases.size(), 2u);
   // Functional graphs (graphs.json): Add, Multiply, Average and
   // Concatenate, a Dense layer applied twice, residual blocks with
-  // projections and BatchNormalization.
+  // projections and BatchNormalization, three inputs.
   for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
     cases.push_back(std::move(c));
   }
@@ -268,7 +273,7 @@ TEST(GeneralCpuNetworkTest, LossesMatchTensorFlowJs) {
   for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
     cases.push_back(std::move(c));
   }
-  ASSERT_EQ(cases.size(), 7u);
+  ASSERT_EQ(cases.size(), 8u);
   for (const ReferenceCase& m : cases) {
     const ModelSpec* spec = &m.spec;
     const std::vector<float>& params = m.params;

@@ -337,6 +337,10 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
       case LayerKind::kRescaling:
         k.Rescale(outs, op.rescale, op.reshift, in, y);
         break;
+      case LayerKind::kInputSlice:
+        k.CopyColumns(n, static_cast<int>(op.out_size), in + op.slice_at,
+                      static_cast<int>(op.in_size), y, static_cast<int>(op.out_size));
+        break;
       case LayerKind::kDepthwiseConv2D:
         k.DepthwiseConvForward(Window(op, n), in, params + op.kernel, param(op.bias), y);
         break;

@@ -174,7 +174,7 @@ TEST(GeneralDeviceGraphTest, GradientsMatchFiniteDifferences) {
   for (const Case& c :
        {Case{EveryLayer(), 1e-2f}, Case{FlattenModel(), 1e-3f}, Case{StridedModel(), 1e-3f},
         Case{testing_models::GraphModel(), 1e-3f}, Case{testing_models::ModernModel(), 1e-3f},
-        Case{testing_models::ModernConvModel(), 1e-3f}}) {
+        Case{testing_models::ModernConvModel(), 1e-3f}, Case{testing_models::InputsModel(), 1e-3f}}) {
     Problem p = Make(c.spec, 6, 3);
     Emulated gpu(p.spec, 6);
     constexpr uint64_t kStep = 5;
@@ -209,7 +209,7 @@ TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
   for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
     cases.push_back(std::move(c));
   }
-  ASSERT_EQ(cases.size(), 7u);
+  ASSERT_EQ(cases.size(), 8u);
   for (const ReferenceCase& m : cases) {
     const int batch = static_cast<int>(m.labels.size());
     Emulated gpu(m.spec, batch);
@@ -228,10 +228,11 @@ TEST(GeneralDeviceGraphTest, LossesMatchTensorFlowJs) {
 // runs chains only): the device's step and inference equal the CPU path's
 // to rounding, gradient by gradient.
 TEST(GeneralDeviceGraphTest, GraphStepsMatchTheCpuPath) {
-  for (int batch : {1, 7, 2, 5, 3, 6}) {
-    Problem p = Make(batch <= 1 || batch == 7 ? testing_models::GraphModel()
+  for (int batch : {1, 7, 2, 5, 3, 6, 4, 8}) {
+    Problem p = Make(batch <= 1 || batch == 7   ? testing_models::GraphModel()
                      : batch == 2 || batch == 5 ? testing_models::ModernModel()
-                                                : testing_models::ModernConvModel(),
+                     : batch == 3 || batch == 6 ? testing_models::ModernConvModel()
+                                                : testing_models::InputsModel(),
                      batch, 4);
     std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, 9);
     std::vector<float> want(p.spec.num_parameters, NAN);

@@ -58,7 +58,7 @@ void PlanBackward(std::vector<GeneralOp>* ops) {
     op.input_wants_grad.clear();
     op.needs_input_grad = false;
     for (int j : op.inputs) {
-      const bool wants = j != kModelInput && (*ops)[j].wants_grad;
+      const bool wants = j >= 0 && (*ops)[j].wants_grad;
       op.input_wants_grad.push_back(wants);
       op.needs_input_grad |= wants;
     }
@@ -140,7 +140,6 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
   }
   absl::StatusOr<std::vector<ActivationShape>> shapes = NodeShapes(graph);
   if (!shapes.ok()) return shapes.status();
-  const ActivationShape input{spec.input_height, spec.input_width, spec.input_channels, false};
   auto find = [&](const std::string& name, std::vector<int64_t> shape,
                   int64_t* offset) -> absl::Status {
     absl::StatusOr<int64_t> at = VariableOffset(spec, where, name, shape);
@@ -165,17 +164,37 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
   std::vector<GeneralOp> ops;
   std::vector<int> op_of;  // node -> the op holding its output
   std::set<std::string> batch_norms;
+  // Several inputs: an op per input takes its values out of the examples.
+  const int64_t example = int64_t{spec.input_height} * spec.input_width * spec.input_channels;
+  int64_t at = 0;
+  for (const InputSpec& in : spec.inputs) {
+    if (spec.inputs.size() < 2) break;
+    GeneralOp op;
+    op.kind = LayerKind::kInputSlice;
+    op.name = in.name;
+    op.inputs = {kModelInput};
+    op.input_channels = {spec.input_channels};
+    op.in_size = example;
+    op.out_size = in.size();
+    op.slice_at = at;
+    at += in.size();
+    ops.push_back(std::move(op));
+  }
+  // The op that a node reading model input `ref` reads.
+  const bool sliced = spec.inputs.size() >= 2;
+  auto input_op = [sliced](int ref) { return sliced ? ModelInputIndex(ref) : kModelInput; };
   for (size_t i = 0; i < graph.layers.size(); ++i) {
     const LayerSpec& l = graph.layers[i];
     const std::string layer = absl::StrCat(where, ": layer ", l.name);
-    const ActivationShape& x = l.inputs[0] == kModelInput ? input : (*shapes)[l.inputs[0]];
+    const ActivationShape x =
+        l.inputs[0] < 0 ? InputShapeOf(graph, l.inputs[0]) : (*shapes)[l.inputs[0]];
     const ActivationShape& y = (*shapes)[i];
     GeneralOp op;
     op.kind = l.kind;
     op.name = l.name;
     for (int j : l.inputs) {
-      op.inputs.push_back(j == kModelInput ? kModelInput : op_of[j]);
-      op.input_channels.push_back(j == kModelInput ? input.c : (*shapes)[j].c);
+      op.inputs.push_back(j < 0 ? input_op(j) : op_of[j]);
+      op.input_channels.push_back(j < 0 ? InputShapeOf(graph, j).c : (*shapes)[j].c);
     }
     if (l.kind == LayerKind::kFlatten || l.kind == LayerKind::kReshape) {
       op_of.push_back(op.inputs[0]);  // NHWC rows are the same values either way

@@ -26,8 +26,9 @@ namespace pscluster {
 struct GeneralOp {
   LayerKind kind = LayerKind::kDense;
   std::string name;
-  // The ops it reads, by index; kModelInput for the images. Merges read
-  // several; in_size is the first's size.
+  // The ops it reads, by index; kModelInput for the examples. Merges read
+  // several; in_size is the first's size. A model with several inputs
+  // starts with a kInputSlice op per input, which the layers read.
   std::vector<int> inputs;
   std::vector<int> input_channels;  // kConcatenate: each input's channels
   // Conv2D, DepthwiseConv2D (out_c = in_c * depth multiplier) and the
@@ -55,6 +56,7 @@ struct GeneralOp {
   };
   std::vector<Penalty> penalties;
   float rescale = 1.0f, reshift = 0.0f;  // Rescaling
+  int64_t slice_at = 0;  // kInputSlice: its input's first value in an example
   int64_t kernel = -1, bias = -1, gamma = -1, beta = -1, mean = -1, var = -1;
   int64_t in_size = 0, out_size = 0;  // floats per example
   int64_t columns_per_example = 0;    // conv: im2col floats

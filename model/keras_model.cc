@@ -950,6 +950,9 @@ constexpr LayerClass kLayerClasses[] = {
 struct ParsedLayers {
   std::vector<json> shape;  // the declared input shape, without the batch
   bool have_shape = false;
+  // A Functional model with several inputs: each one's name and declared
+  // shape, in the model's input order (nodes read ModelInput(k)).
+  std::vector<std::pair<std::string, std::vector<json>>> inputs;
   std::vector<LayerSpec> specs;   // nodes, each after its inputs
   std::vector<LayerInits> inits;  // per node
   std::vector<LayerPenalties> penalties;  // per node
@@ -959,6 +962,7 @@ struct ParsedLayers {
 struct FileLayer {
   std::string name, where;
   bool input = false;  // an InputLayer
+  std::vector<json> shape;  // an InputLayer's declared shape, if any
   LayerSpec spec;
   LayerInits inits;
   LayerPenalties penalties;
@@ -1029,6 +1033,7 @@ absl::StatusOr<std::vector<FileLayer>> ReadLayers(const ModelEnvelope& model,
       f.nodes = *std::move(nodes);
     }
     if (!parsed->have_shape) parsed->have_shape = DeclaredShape(layer, cfg, &parsed->shape);
+    if (type == "InputLayer") DeclaredShape(layer, cfg, &f.shape);
     if (absl::Status s = ParseLayerOptions(type, cfg, &f); !s.ok()) return s;
     out.push_back(std::move(f));
   }
@@ -1041,24 +1046,50 @@ absl::StatusOr<std::vector<FileLayer>> ReadLayers(const ModelEnvelope& model,
 absl::Status PlanFunctionalNodes(const ModelEnvelope& model, const std::string& source,
                                  const std::vector<FileLayer>& layers, ParsedLayers* parsed) {
   std::map<std::string, int> by_name;
-  std::vector<std::string> inputs;
+  std::vector<std::string> inputs;  // the InputLayers, in file order
   for (size_t i = 0; i < layers.size(); ++i) {
     by_name[layers[i].name] = static_cast<int>(i);
     if (layers[i].input) inputs.push_back(layers[i].name);
   }
-  if (inputs.size() > 1) {
-    return Bad(source, absl::StrCat("inputs [", absl::StrJoin(inputs, ", "),
-                                    "]: only models with one input are supported"));
+  // The model's input order (what fit's list of arrays follows): its
+  // input_layers, [[name, node, tensor], ...] (Keras 3: [name, node,
+  // tensor] for one), else the InputLayers' order in the file.
+  if (inputs.size() > 1 && model.config.contains("input_layers")) {
+    json order = model.config["input_layers"];
+    if (order.is_array() && !order.empty() && order[0].is_string()) order = json::array({order});
+    std::vector<std::string> named;
+    for (const json& ref : order.is_array() ? order : json::array()) {
+      if (ref.is_array() && !ref.empty() && ref[0].is_string()) {
+        named.push_back(ref[0].get<std::string>());
+      }
+    }
+    std::vector<std::string> sorted_named = named, sorted_inputs = inputs;
+    std::sort(sorted_named.begin(), sorted_named.end());
+    std::sort(sorted_inputs.begin(), sorted_inputs.end());
+    if (sorted_named != sorted_inputs) {
+      return Bad(source, absl::StrCat("input_layers ", Show(model.config["input_layers"]),
+                                      " do not name the model's InputLayers [",
+                                      absl::StrJoin(inputs, ", "), "] once each"));
+    }
+    inputs = named;
   }
-  using Key = std::pair<int, int>;  // (layer, application)
-  constexpr Key kInputKey{-1, 0};
+  std::map<std::string, int> input_index;
+  for (size_t k = 0; k < inputs.size(); ++k) input_index[inputs[k]] = static_cast<int>(k);
+  if (inputs.size() > 1) {
+    for (const std::string& name : inputs) {
+      const FileLayer& l = layers[by_name.at(name)];
+      if (l.shape.empty()) return Bad(l.where, "no declared shape (batch_shape)");
+      parsed->inputs.emplace_back(name, l.shape);
+    }
+  }
+  using Key = std::pair<int, int>;  // (layer, application); (ModelInput(k), 0): input k
   auto resolve = [&](const TensorRef& ref, const std::string& where) -> absl::StatusOr<Key> {
     auto it = by_name.find(ref.layer);
     if (it == by_name.end()) {
       return Bad(where, absl::StrCat("reads layer '", ref.layer, "', which the model lacks"));
     }
     const FileLayer& from = layers[it->second];
-    if (from.input) return kInputKey;
+    if (from.input) return Key{ModelInput(input_index[from.name]), 0};
     if (ref.node < 0 || ref.node >= static_cast<int>(from.nodes.size())) {
       return Bad(where, absl::StrCat("reads application ", ref.node, " of layer '", ref.layer,
                                      "', which has ", from.nodes.size()));
@@ -1069,14 +1100,14 @@ absl::Status PlanFunctionalNodes(const ModelEnvelope& model, const std::string& 
   if (!output.ok()) return output.status();
   absl::StatusOr<Key> out_key = resolve(*output, source);
   if (!out_key.ok()) return out_key.status();
-  if (*out_key == kInputKey) return Bad(source, "the model's output is its input");
+  if (out_key->first < 0) return Bad(source, "the model's output is its input");
   // What each needed node reads, found from the output back.
   std::map<Key, std::vector<Key>> reads;
   std::vector<Key> todo = {*out_key};
   while (!todo.empty()) {
     const Key k = todo.back();
     todo.pop_back();
-    if (k == kInputKey || reads.count(k)) continue;
+    if (k.first < 0 || reads.count(k)) continue;
     const FileLayer& l = layers[k.first];
     std::vector<Key>& in = reads[k];
     for (const TensorRef& ref : l.nodes[k.second]) {
@@ -1093,7 +1124,7 @@ absl::Status PlanFunctionalNodes(const ModelEnvelope& model, const std::string& 
   for (const auto& [k, in] : reads) {
     int n = 0;
     for (const Key& from : in) {
-      if (from == kInputKey) continue;
+      if (from.first < 0) continue;
       users[from].push_back(k);
       ++n;
     }
@@ -1107,7 +1138,7 @@ absl::Status PlanFunctionalNodes(const ModelEnvelope& model, const std::string& 
     const FileLayer& l = layers[k.first];
     LayerSpec spec = l.spec;
     for (const Key& from : reads[k]) {
-      spec.inputs.push_back(from == kInputKey ? kModelInput : index.at(from));
+      spec.inputs.push_back(from.first < 0 ? from.first : index.at(from));
     }
     index[k] = static_cast<int>(parsed->specs.size());
     parsed->specs.push_back(std::move(spec));
@@ -1305,21 +1336,17 @@ bool ReadByFlattenOnly(const std::vector<LayerSpec>& specs) {
   return any;
 }
 
-// The declared input shape as height x width x channels: [H, W, C],
-// [F] (1 x 1 x F), or [H, W] read by a Flatten first (H x W x 1).
-absl::StatusOr<InputShape> InputShapeOf(const ParsedLayers& parsed, const std::string& source) {
-  const std::vector<json>& shape = parsed.shape;
-  const std::vector<LayerSpec>& specs = parsed.specs;
-  if (!parsed.have_shape) {
-    return Bad(source, "no input shape (an InputLayer's batch_shape, or batch_input_shape or "
-                       "build_config on the first layer)");
-  }
+// Declared shape `shape` (without the batch) as height x width x channels:
+// [H, W, C], [F] (1 x 1 x F), or, when `flattened_first`, [H, W] (H x W x
+// 1). `what` names it in errors.
+absl::StatusOr<InputShape> ShapeOfDims(const std::vector<json>& shape, bool flattened_first,
+                                       const std::string& what) {
   std::vector<int> dims;
   for (const json& d : shape) {
     if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (1 << 20)) {
-      return Bad(source, absl::StrCat("input shape ", Show(json(shape)),
-                                      ": every dimension but the batch must be a positive "
-                                      "number (no None)"));
+      return Bad(what, absl::StrCat("input shape ", Show(json(shape)),
+                                    ": every dimension but the batch must be a positive "
+                                    "number (no None)"));
     }
     dims.push_back(d.get<int>());
   }
@@ -1328,17 +1355,41 @@ absl::StatusOr<InputShape> InputShapeOf(const ParsedLayers& parsed, const std::s
     h = dims[0], w = dims[1], c = dims[2];
   } else if (dims.size() == 1) {
     h = w = 1, c = dims[0];
-  } else if (dims.size() == 2 && ReadByFlattenOnly(specs)) {
+  } else if (dims.size() == 2 && flattened_first) {
     h = dims[0], w = dims[1], c = 1;  // [H, W] flattened first: as [H, W, 1]
   } else {
-    return Bad(source, absl::StrCat("input shape ", Show(json(shape)),
-                                    " is not supported ([height, width, channels] or "
-                                    "[features])"));
+    return Bad(what, absl::StrCat("input shape ", Show(json(shape)),
+                                  " is not supported ([height, width, channels] or "
+                                  "[features])"));
   }
   if (static_cast<int64_t>(h) * w * c > (int64_t{1} << 26)) {
-    return Bad(source, absl::StrCat("input shape ", Show(json(shape)), " is too large"));
+    return Bad(what, absl::StrCat("input shape ", Show(json(shape)), " is too large"));
   }
   return InputShape{h, w, c};
+}
+
+// The declared input shape: [H, W, C], [F], or [H, W] read by a Flatten
+// first (H x W x 1).
+absl::StatusOr<InputShape> InputShapeOf(const ParsedLayers& parsed, const std::string& source) {
+  if (!parsed.have_shape) {
+    return Bad(source, "no input shape (an InputLayer's batch_shape, or batch_input_shape or "
+                       "build_config on the first layer)");
+  }
+  return ShapeOfDims(parsed.shape, ReadByFlattenOnly(parsed.specs), source);
+}
+
+// A model with several inputs: each one's name and shape ([H, W, C] or
+// [F]), in the model's input order; empty for a model with one.
+absl::StatusOr<std::vector<InputSpec>> InputsOf(const ParsedLayers& parsed,
+                                                const std::string& source) {
+  std::vector<InputSpec> out;
+  for (const auto& [name, shape] : parsed.inputs) {
+    absl::StatusOr<InputShape> in =
+        ShapeOfDims(shape, false, absl::StrCat(source, ": input '", name, "'"));
+    if (!in.ok()) return in.status();
+    out.push_back(InputSpec{name, in->h, in->w, in->c});
+  }
+  return out;
 }
 
 // Gives each variable of `spec` the initializer and regularizer its
@@ -1395,10 +1446,15 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
   absl::StatusOr<int> outputs = CheckOutput(parsed->specs, &loss, source);
   if (!outputs.ok()) return outputs.status();
   const int classes = *outputs;
-  absl::StatusOr<InputShape> in = InputShapeOf(*parsed, source);
+  absl::StatusOr<std::vector<InputSpec>> inputs = InputsOf(*parsed, source);
+  if (!inputs.ok()) return inputs.status();
+  // With several inputs the example's shape is theirs, end to end.
+  absl::StatusOr<InputShape> in =
+      inputs->empty() ? InputShapeOf(*parsed, source) : InputShape{1, 1, 1};
   if (!in.ok()) return in.status();
-  absl::StatusOr<ModelSpec> spec = BuildModelSpec(model->model_name, in->h, in->w, in->c,
-                                                  classes, std::move(parsed->specs));
+  absl::StatusOr<ModelSpec> spec =
+      BuildModelSpec(model->model_name, in->h, in->w, in->c, classes, std::move(parsed->specs),
+                     *std::move(inputs));
   if (!spec.ok()) {
     return Bad(source, std::string(spec.status().message()));
   }

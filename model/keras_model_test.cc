@@ -1,5 +1,6 @@
 #include "model/keras_model.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -203,6 +204,35 @@ TEST(KerasModelTest, FunctionalGraphs) {
 // The loss: from a flag, the file's compile or training config (every
 // spelling Keras writes), or the output (sigmoid: binary); outputs of any
 // width.
+// Several inputs (TensorFlow.js's model in graphs.json: an image and two
+// vectors, declared right, image, left): in the model's input order, each
+// with its shape, the example their values end to end.
+TEST(KerasModelTest, SeveralInputsInTheModelsOrder) {
+  std::ifstream in("tests/fixtures/tfjs_reference/graphs.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const ModelSpec spec = Parse(ref["models"][3]["model_json"].dump(), "inputs");
+  ASSERT_EQ(spec.inputs.size(), 3u);
+  EXPECT_EQ(spec.inputs[0].name, "right");
+  EXPECT_EQ(spec.inputs[1].name, "image");
+  EXPECT_EQ(spec.inputs[1].h, 4);
+  EXPECT_EQ(spec.inputs[1].w, 3);
+  EXPECT_EQ(spec.inputs[1].c, 2);
+  EXPECT_EQ(spec.inputs[2].name, "left");
+  EXPECT_EQ(spec.inputs[2].c, 5);
+  EXPECT_EQ(spec.input_height, 1);
+  EXPECT_EQ(spec.input_channels, 5 + 24 + 5);
+  for (const LayerSpec& l : spec.layers) {
+    if (l.name == "conv") EXPECT_EQ(l.inputs, std::vector<int>{ModelInput(1)});
+  }
+  // The shared Dense reads left (input 2) and right (input 0).
+  std::vector<int> shared;
+  for (const LayerSpec& l : spec.layers) {
+    if (l.name == "shared") shared.push_back(l.inputs[0]);
+  }
+  std::sort(shared.begin(), shared.end());
+  EXPECT_EQ(shared, (std::vector<int>{ModelInput(2), ModelInput(0)}));
+}
+
 TEST(KerasModelTest, LossFromFlagFileOrOutput) {
   auto model = [](const char* activation, int units, const std::string& tail) {
     return absl::StrCat(R"({"class_name": "Sequential", "config": {"layers": [
@@ -447,8 +477,9 @@ TEST(KerasModelTest, RefusesWholeModelProblems) {
   EXPECT_NE(flag.status().message().find("--loss=poisson: not a loss we train on"),
             std::string::npos)
       << flag.status();
-  // Graphs we do not run: several outputs, several inputs, merges of
-  // misfitting shapes, a read of a layer the model lacks, a cycle.
+  // Graphs we do not run: several outputs, input_layers that are not the
+  // InputLayers, an input without a shape, merges of misfitting shapes, a
+  // read of a layer the model lacks, a cycle.
   const std::string two_heads = R"({"class_name": "Functional", "config": {
     "output_layers": [["a", 0, 0], ["b", 0, 0]], "layers": [
     {"class_name": "InputLayer", "name": "i", "config": {"batch_shape": [null, 4], "name": "i"},
@@ -462,8 +493,22 @@ TEST(KerasModelTest, RefusesWholeModelProblems) {
     {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
     {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "j"}, "inbound_nodes": []},
     {"class_name": "Add", "config": {"name": "s"}, "inbound_nodes": [[["i", 0, 0, {}], ["j", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}, "inbound_nodes": [[["s", 0, 0, {}]]]}],
+    "input_layers": [["i", 0, 0], ["i", 0, 0]]}})",
+          "input_layers [[\"i\",0,0],[\"i\",0,0]] do not name the model's InputLayers [i, j] once "
+          "each");
+  refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
+    {"class_name": "InputLayer", "config": {"name": "j"}, "inbound_nodes": []},
+    {"class_name": "Add", "config": {"name": "s"}, "inbound_nodes": [[["i", 0, 0, {}], ["j", 0, 0, {}]]]},
     {"class_name": "Dense", "config": {"name": "d", "units": 3}, "inbound_nodes": [[["s", 0, 0, {}]]]}]}})",
-          "inputs [i, j]: only models with one input are supported");
+          "layer 'j' (InputLayer): no declared shape");
+  refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 5], "name": "j"}, "inbound_nodes": []},
+    {"class_name": "Add", "config": {"name": "s"}, "inbound_nodes": [[["i", 0, 0, {}], ["j", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3}, "inbound_nodes": [[["s", 0, 0, {}]]]}]}})",
+          "layer s: Add of inputs shaped 1x1x4 and 1x1x5 (they must be the same)");
   refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
     {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
     {"class_name": "Dense", "config": {"name": "a", "units": 5}, "inbound_nodes": [[["i", 0, 0, {}]]]},

@@ -1,5 +1,6 @@
 #include "model/model_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -197,19 +198,31 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
 
 }  // namespace
 
+ActivationShape InputShapeOf(const ModelSpec& spec, int ref) {
+  if (spec.inputs.empty()) {
+    return ActivationShape{spec.input_height, spec.input_width, spec.input_channels, false};
+  }
+  const InputSpec& in = spec.inputs[ModelInputIndex(ref)];
+  return ActivationShape{in.h, in.w, in.c, false};
+}
+
 absl::StatusOr<std::vector<ActivationShape>> NodeShapes(const ModelSpec& spec) {
   std::vector<ActivationShape> shapes;
-  const ActivationShape input{spec.input_height, spec.input_width, spec.input_channels, false};
+  const int inputs = std::max<int>(1, static_cast<int>(spec.inputs.size()));
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
     const std::string where = absl::StrCat("model \"", spec.name, "\": layer ", l.name);
     std::vector<ActivationShape> in;
     for (int j : l.inputs) {
-      if (j != kModelInput && (j < 0 || j >= static_cast<int>(i))) {
+      if (j < 0 && ModelInputIndex(j) >= inputs) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": reads input ", ModelInputIndex(j), " of ", inputs));
+      }
+      if (j >= static_cast<int>(i)) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": reads node ", j, ", which does not come before it (a cycle?)"));
       }
-      in.push_back(j == kModelInput ? input : shapes[j]);
+      in.push_back(j < 0 ? InputShapeOf(spec, j) : shapes[j]);
     }
     if (!IsMerge(l.kind) && in.size() != 1) {
       return absl::InvalidArgumentError(
@@ -225,8 +238,27 @@ absl::StatusOr<std::vector<ActivationShape>> NodeShapes(const ModelSpec& spec) {
 
 absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
                                          int num_classes,
-                                         std::vector<LayerSpec> layers) {
+                                         std::vector<LayerSpec> layers,
+                                         std::vector<InputSpec> inputs) {
+  if (!inputs.empty()) {
+    int64_t total = 0;
+    for (const InputSpec& in : inputs) {
+      if (in.h <= 0 || in.w <= 0 || in.c <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("model \"", name, "\": input ", in.name,
+                                                       " has shape ", in.h, "x", in.w, "x",
+                                                       in.c));
+      }
+      total += in.size();
+    }
+    if (total > (int64_t{1} << 26)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model \"", name, "\": inputs of ", total, " values per example"));
+    }
+    h = w = 1;
+    c = static_cast<int>(total);
+  }
   ModelSpec spec;
+  spec.inputs = std::move(inputs);
   spec.name = std::move(name);
   spec.input_height = h;
   spec.input_width = w;
@@ -282,7 +314,7 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
     const int j = l.inputs[0];
-    const int in_c = j == kModelInput ? c : (*shapes)[j].c;
+    const int in_c = j < 0 ? InputShapeOf(spec, j).c : (*shapes)[j].c;
     switch (l.kind) {
       case LayerKind::kConv2D: {
         const int64_t taps = static_cast<int64_t>(l.window_h) * l.window_w;

@@ -44,6 +44,9 @@ enum class LayerKind {
   kDepthwiseConv2D,  // one window per input channel, depth_multiplier outputs each
   kSeparableConv2D,  // depthwise (no bias), then a 1x1 Conv2D of `units` filters
   kLayerNorm,        // LayerNormalization over the last axis
+  // Not a Keras layer: a plan's op that takes one input's values out of
+  // the examples of a model with several inputs (compute/general_plan.h).
+  kInputSlice,
 };
 
 // Whether `kind` merges several inputs.
@@ -81,9 +84,10 @@ enum class Padding { kValid, kSame };
 struct LayerSpec {
   LayerKind kind = LayerKind::kDense;
   std::string name;      // the Keras layer name; variables are "<name>/<var>"
-  // The nodes this one reads, by index in ModelSpec::layers; kModelInput
-  // for the model's input. BuildModelSpec makes an empty list {i - 1}
-  // (a chain, as a Sequential model). The last node is the model's output.
+  // The nodes this one reads, by index in ModelSpec::layers; a negative
+  // ModelInput(k) for the model's input k. BuildModelSpec makes an empty
+  // list {i - 1} (a chain, as a Sequential model). The last node is the
+  // model's output.
   std::vector<int> inputs;
   int units = 0;         // kConv2D, kSeparableConv2D: filters; kDense: output units
   int window_h = 0;      // convolutions: kernel; pools: pool window
@@ -174,14 +178,29 @@ struct VariableSpec {
   int64_t size = 0;       // number of elements
 };
 
-// LayerSpec::inputs' name for the model's input.
+// LayerSpec::inputs' name for the model's input (its first, when it has
+// several), and for its input k.
 inline constexpr int kModelInput = -1;
+inline constexpr int ModelInput(int k) { return -1 - k; }
+inline constexpr int ModelInputIndex(int ref) { return -1 - ref; }
+
+// One input of a model with several: its Keras name and its shape per
+// example (1 x 1 x F for features).
+struct InputSpec {
+  std::string name;
+  int h = 0, w = 0, c = 0;
+  int64_t size() const { return int64_t{h} * w * c; }
+};
 
 struct ModelSpec {
   std::string name;
+  // The shape of an example. With several inputs an example is their
+  // values one after the other, in `inputs`' order (each input's values in
+  // its NHWC order), and this is 1 x 1 x their total.
   int input_height = 0;
   int input_width = 0;
   int input_channels = 0;
+  std::vector<InputSpec> inputs;  // empty: one input, of the shape above
   int num_classes = 0;  // the output's width: classes, or K outputs
   LossKind loss = LossKind::kSparseCategoricalCrossentropy;
   std::vector<LayerSpec> layers;
@@ -213,10 +232,18 @@ absl::StatusOr<std::vector<ActivationShape>> NodeShapes(const ModelSpec& spec);
 // window larger than a "valid" input, Dense before Flatten on a 4-D
 // activation, ...). The layers' own options are not range-checked here
 // beyond what the shapes need.
+//
+// `inputs`, for a model with several inputs (nodes read ModelInput(k)):
+// then the input shape given is ignored and the example's is 1 x 1 x the
+// inputs' total.
 absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int input_height,
                                          int input_width, int input_channels,
                                          int num_classes,
-                                         std::vector<LayerSpec> layers);
+                                         std::vector<LayerSpec> layers,
+                                         std::vector<InputSpec> inputs = {});
+
+// The shape of model input `ref` (kModelInput or ModelInput(k)).
+ActivationShape InputShapeOf(const ModelSpec& spec, int ref);
 
 // Names accepted by ModelByName, for --help texts and error messages.
 std::vector<std::string> KnownModels();

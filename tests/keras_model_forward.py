@@ -25,7 +25,9 @@ filters] pointwise kernel and the bias; LayerNormalization over the last
 axis with the biased variance; Add, Subtract, Multiply, Average and
 Concatenate; a layer applied twice has one set of weights. The loss adds
 the kernel/bias/depthwise/pointwise/gamma/beta regularizers as Keras does:
-l1 sum |w| + l2 sum w^2 per regularized variable.
+l1 sum |w| + l2 sum w^2 per regularized variable. A model with several
+inputs takes each example's values as theirs end to end, in its
+input_layers' order.
 
 Prints one line
   keras_model_forward: correct=N of M loss=L ambiguous=A
@@ -291,13 +293,30 @@ def forward(config, t, x):
         return x
     by_name = {e["config"]["name"]: e for e in layers}
     values = {}
+    # Several inputs: each example holds their values end to end, in the
+    # model's input order.
+    inputs = config.get("input_layers", [])
+    if inputs and isinstance(inputs[0], str):
+        inputs = [inputs]
+    given = {}
+    if len(inputs) > 1:
+        flat = x.reshape(x.shape[0], -1)
+        at = 0
+        for ref in inputs:
+            cfg = by_name[ref[0]]["config"]
+            shape = (cfg.get("batch_shape") or cfg.get("batch_input_shape"))[1:]
+            n = int(np.prod(shape))
+            given[ref[0]] = flat[:, at:at + n].reshape([x.shape[0]] + list(shape))
+            at += n
+        if at != flat.shape[1]:
+            fail("the inputs hold %d values per example, the data %d" % (at, flat.shape[1]))
 
     def value(name, node):
         if (name, node) in values:
             return values[(name, node)]
         e = by_name[name]
         if e["class_name"] == "InputLayer":
-            out = x
+            out = given.get(name, x)
         else:
             refs = inbound(e)[node]
             ins = [value(n, k) for n, k in refs]

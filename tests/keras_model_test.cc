@@ -1,8 +1,9 @@
 // Users' own models through the real cluster (2 ps, 2 workers, the
 // evaluator): a Keras 3 .keras archive and a model TensorFlow.js wrote,
 // each with BatchNormalization, "same" convolutions, Dropout and pooling
-// the built-in CNN does not have, trained for one epoch on MNIST (the second
-// from an .npz that numpy writes from the IDX files here). The weights each
+// the built-in CNN does not have, and a TensorFlow.js model with two
+// inputs, each trained for one epoch on MNIST (the second from an .npz that
+// numpy writes from the IDX files here). The weights each
 // run exports are read back by tests/keras_model_forward.py, an
 // independent numpy forward pass over the same model file, which must count
 // the evaluator's correct predictions.
@@ -62,6 +63,25 @@ class KerasModelTest : public ::testing::Test {
   }
   std::string data_;
 };
+
+// A model with two inputs, the top and the bottom half of the image (an
+// MNIST example's 784 values are the two halves' end to end, the layout
+// of a model with several inputs), one Conv2D applied to both halves.
+TEST_F(KerasModelTest, TwoInputModelTrainsOnImageHalvesAndItsExportReadsBack) {
+  const std::string model = "tests/fixtures/keras/tfjs_halves.json";
+  TrainedRun run = Train(data_, model, "sync", "halves");
+  ASSERT_FALSE(run.exit_codes.empty()) << run.all_logs;
+  for (const auto& [task, code] : run.exit_codes) {
+    EXPECT_EQ(code, 0) << task << "\n" << run.all_logs;
+  }
+  std::optional<FinalFigures> f = ParseFinalLine(run.chief_log);
+  ASSERT_TRUE(f.has_value()) << run.all_logs;
+  std::printf("tfjs_halves.json, 1 epoch, sync: test_accuracy=%.4f test_loss=%.4f\n",
+              f->test_accuracy, f->test_loss);
+  // Measured 0.9466 (one epoch, 40,378 parameters).
+  EXPECT_GE(f->test_accuracy, 0.93) << run.chief_log;
+  ExpectExportReproducesEvaluator(model, run.export_path, data_, *f);
+}
 
 TEST_F(KerasModelTest, Keras3ArchiveWithBatchNormTrainsSyncAndItsExportReadsBack) {
   const std::string model = "tests/fixtures/keras/keras3_cnn.keras";

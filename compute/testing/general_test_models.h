@@ -222,6 +222,22 @@ inline ModelSpec ModernConvModel() {
   return spec;
 }
 
+// Two inputs, declared vector then image (the example: the vector's 4
+// values, then the image's 5x4x2): a convolution on the image, a Flatten
+// of it, a Dense on the vector, added.
+inline ModelSpec InputsModel() {
+  return *BuildModelSpec(
+      "inputs", 0, 0, 0, 3,
+      {From(Conv("conv", 3, 3, 3, 1, Padding::kSame, Activation::kTanh), {ModelInput(1)}),  // 0
+       From(L(LayerKind::kGlobalAvgPool2D, "gap"), {0}),                                    // 1
+       From(Dense("vec", 3, Activation::kTanh), {ModelInput(0)}),                          // 2
+       From(L(LayerKind::kFlatten, "flat"), {ModelInput(1)}),                              // 3
+       From(Dense("img", 3, Activation::kSigmoid), {3}),                                   // 4
+       From(L(LayerKind::kAdd, "add"), {1, 2, 4}),                                         // 5
+       From(Dense("out", 3, Activation::kNone), {5})},                                     // 6
+      {InputSpec{"vector", 1, 1, 4}, InputSpec{"image", 5, 4, 2}});
+}
+
 struct Problem {
   ModelSpec spec;
   std::vector<float> params, images;
