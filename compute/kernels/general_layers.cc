@@ -59,6 +59,7 @@ Pixel PixelAt(const WindowShape& s, int64_t p) {
 
 // Im2ColGeneral for output pixels [p0, p1): columns holds their rows only.
 void Im2ColRows(const WindowShape& s, const float* x, int64_t p0, int64_t p1, float* columns) {
+  if (p0 >= p1) return;  // also no output pixels at all (PixelAt divides by them)
   const int c = s.in_c;
   float* col = columns;
   Pixel at = PixelAt(s, p0);
@@ -104,6 +105,7 @@ void Im2ColRows(const WindowShape& s, const float* x, int64_t p0, int64_t p1, fl
 
 // Col2ImGeneral for output pixels [p0, p1): dcolumns holds their rows only.
 void Col2ImRows(const WindowShape& s, const float* dcolumns, int64_t p0, int64_t p1, float* dx) {
+  if (p0 >= p1) return;
   const int c = s.in_c;
   const float* col = dcolumns;
   Pixel at = PixelAt(s, p0);

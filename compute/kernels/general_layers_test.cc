@@ -133,7 +133,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{"flipped_valid_wider", Conv(2, 8, 9, 16, 3, 3, 1, 1, false, 48)},
                       ConvCase{"flipped_even_window", Conv(2, 7, 8, 32, 2, 4, 1, 1, true, 16)},
                       ConvCase{"flipped_dilated_valid", Conv(2, 11, 10, 16, 3, 2, 1, 2, false, 8)},
-                      ConvCase{"flipped_narrow_out", Conv(2, 12, 12, 32, 3, 3, 1, 1, true, 4)}),
+                      ConvCase{"flipped_narrow_out", Conv(2, 12, 12, 32, 3, 3, 1, 1, true, 4)},
+                      // A valid window larger than the input: no output
+                      // pixels, dw and db zero, dx zero.
+                      ConvCase{"no_output", Conv(2, 2, 2, 16, 3, 3, 1, 1, false, 16)}),
     [](const ::testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
 
 TEST(Im2ColGeneralTest, Col2ImIsItsAdjoint) {
@@ -151,6 +154,15 @@ TEST(Im2ColGeneralTest, Col2ImIsItsAdjoint) {
   for (int64_t i = 0; i < cols; ++i) lhs += double{columns[i]} * c[i];
   for (int64_t i = 0; i < in_size; ++i) rhs += double{x[i]} * dx[i];
   EXPECT_NEAR(lhs, rhs, 1e-4 * std::abs(lhs) + 1e-4);
+}
+
+TEST(Im2ColGeneralTest, NoOutputPixelsIsNothingToDo) {
+  const WindowShape s = Conv(2, 2, 2, 4, 3, 3, 1, 1, false, 1);
+  ASSERT_EQ(s.out_pixels(), 0);
+  std::vector<float> x(2 * 2 * 2 * 4, 1.0f), dx(x.size(), 5.0f);
+  Im2ColGeneral(s, x.data(), nullptr);
+  Col2ImGeneral(s, nullptr, dx.data());
+  for (float v : dx) EXPECT_EQ(v, 5.0f);
 }
 
 TEST(BatchNormCpuTest, PassesMatchFloat64) {
