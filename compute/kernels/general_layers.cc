@@ -35,7 +35,8 @@ namespace {
 constexpr int64_t kTileBytes = 512 * 1024;
 
 int64_t TileRows(const WindowShape& s) {
-  const int64_t rows = kTileBytes / static_cast<int64_t>(sizeof(float) * s.patch_size());
+  const int64_t rows =
+      kTileBytes / std::max<int64_t>(static_cast<int64_t>(sizeof(float)) * s.patch_size(), 1);
   return std::max<int64_t>(rows, 32);
 }
 
