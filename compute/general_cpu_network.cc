@@ -340,12 +340,23 @@ void GeneralCpuNetwork::ForwardBatchNorm(int i, const float* params, const float
       std::copy(op.batch_var.begin(), op.batch_var.end(), grads + op.var);
     }
   }
+  // A ReLU fused into the layer (general_plan.h) runs in its passes.
+  const float* gamma = op.gamma >= 0 ? params + op.gamma : nullptr;
+  const float* beta = op.beta >= 0 ? params + op.beta : nullptr;
   run_(threads, [&](int t) {
     Slice& s = *slices_[t];
-    kernels::BatchNormForward<CpuDevice>()(
-        d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), mean, var,
-        op.gamma >= 0 ? params + op.gamma : nullptr,
-        op.beta >= 0 ? params + op.beta : nullptr, op.epsilon, s.acts[i].data());
+    const kernels::BatchNormShape shape{int64_t{s.count} * op.pixels, c};
+    float* y = s.acts[i].data();
+    if (op.has_act && op.act == kernels::ActivationFn::kRelu) {
+      kernels::BatchNormReluForward(shape, OpInput(i, s, images), mean, var, gamma, beta,
+                                    op.epsilon, y);
+      return;
+    }
+    kernels::BatchNormForward<CpuDevice>()(d, shape, OpInput(i, s, images), mean, var, gamma,
+                                           beta, op.epsilon, y);
+    if (op.has_act) {
+      kernels::ActivationForward<CpuDevice>()(d, int64_t{s.count} * op.out_size, op.act, y);
+    }
   });
 }
 
@@ -396,7 +407,7 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
         if (training && op.rate > 0.0f) {
           kernels::DropoutForward<CpuDevice>()(
               d, {s.first * op.out_size, n * op.out_size, op.rate,
-                  DropoutKey(seed_, step_key, i)},
+                  DropoutKey(seed_, step_key, op.key_index)},
               x, y);
         } else {
           std::copy(x, x + n * op.out_size, y);
@@ -546,13 +557,26 @@ void GeneralCpuNetwork::BackwardBatchNorm(int i, const float* params, const floa
   const CpuDevice d;
   Op& op = ops_[i];
   const int c = op.channels;
+  // A fused ReLU's gradient runs in the passes (its output is the op's);
+  // another fused activation's is applied to the slot first.
+  const bool relu = op.has_act && op.act == kernels::ActivationFn::kRelu;
   run_(threads, [&](int t) {
     Slice& s = *slices_[t];
     std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
+    const kernels::BatchNormShape shape{int64_t{s.count} * op.pixels, c};
+    if (relu) {
+      kernels::BatchNormReluGradSums(shape, OpInput(i, s, images), s.acts[i].data(),
+                                     GradOf(i, s), op.batch_mean.data(), op.batch_var.data(),
+                                     op.epsilon, s.sums[i].data(), s.sums[i].data() + c);
+      return;
+    }
+    if (op.has_act) {
+      kernels::ActivationGrad<CpuDevice>()(d, int64_t{s.count} * op.out_size, op.act,
+                                           s.acts[i].data(), GradOf(i, s));
+    }
     kernels::BatchNormGradSums<CpuDevice>()(
-        d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), GradOf(i, s),
-        op.batch_mean.data(), op.batch_var.data(), op.epsilon, s.sums[i].data(),
-        s.sums[i].data() + c);
+        d, shape, OpInput(i, s, images), GradOf(i, s), op.batch_mean.data(),
+        op.batch_var.data(), op.epsilon, s.sums[i].data(), s.sums[i].data() + c);
   });
   for (int ch = 0; ch < c; ++ch) {
     double dy = 0, dyx = 0;
@@ -566,12 +590,19 @@ void GeneralCpuNetwork::BackwardBatchNorm(int i, const float* params, const floa
   if (op.needs_input_grad) {
     run_(threads, [&](int t) {
       Slice& s = *slices_[t];
-      kernels::BatchNormBackwardInput<CpuDevice>()(
-          d, {int64_t{s.count} * op.pixels, c}, OpInput(i, s, images), GradOf(i, s),
-          op.batch_mean.data(), op.batch_var.data(),
-          op.gamma >= 0 ? params + op.gamma : nullptr, op.epsilon, op.sum_dy.data(),
-          op.sum_dy_xhat.data(), int64_t{batch} * op.pixels,
-          InputGradTarget(i, 0, s, *written));
+      const kernels::BatchNormShape shape{int64_t{s.count} * op.pixels, c};
+      const float* gamma = op.gamma >= 0 ? params + op.gamma : nullptr;
+      if (relu) {
+        kernels::BatchNormReluBackwardInput(
+            shape, OpInput(i, s, images), s.acts[i].data(), GradOf(i, s),
+            op.batch_mean.data(), op.batch_var.data(), gamma, op.epsilon, op.sum_dy.data(),
+            op.sum_dy_xhat.data(), int64_t{batch} * op.pixels, InputGradTarget(i, 0, s, *written));
+      } else {
+        kernels::BatchNormBackwardInput<CpuDevice>()(
+            d, shape, OpInput(i, s, images), GradOf(i, s), op.batch_mean.data(),
+            op.batch_var.data(), gamma, op.epsilon, op.sum_dy.data(), op.sum_dy_xhat.data(),
+            int64_t{batch} * op.pixels, InputGradTarget(i, 0, s, *written));
+      }
       AddInputGrad(i, 0, s, *written);
     });
     MarkInputsWritten(i, written);
@@ -632,7 +663,7 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
         BackwardDense(op, params, OpInput(i, s, images), g);
         break;
       case LayerKind::kDropout:
-        BackwardDropout(op, s.first, DropoutKey(seed_, step_key, i), g);
+        BackwardDropout(op, s.first, DropoutKey(seed_, step_key, op.key_index), g);
         break;
       case LayerKind::kActivation:
         BackwardActivationLayer(op, g);

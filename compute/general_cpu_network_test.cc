@@ -12,6 +12,8 @@
 #include "compute/testing/general_test_models.h"
 #include "compute/kernels/testing/gradient_check.h"
 #include "compute/cpu_network.h"
+#include "compute/general_plan.h"
+#include "model/keras_model.h"
 
 namespace pscluster {
 namespace {
@@ -99,6 +101,36 @@ TEST(GeneralCpuNetworkTest, GradientsThroughModernConvolutionsAndRegularizers) {
 
 TEST(GeneralCpuNetworkTest, GradientsOfAModelWithTwoInputs) {
   CheckGradients(testing_models::InputsModel(), 1e-3f);
+}
+
+// The ResNet-style model's ReLU layers fuse into the ops they read (each
+// BatchNormalization or Add read by nothing else); a Dropout after a fused
+// activation keeps the mask key it had unfused.
+TEST(GeneralCpuNetworkTest, ActivationLayersFuseIntoTheOpsTheyRead) {
+  absl::StatusOr<std::string> text = ReadModelFile("tests/fixtures/keras/tfjs_resnet.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> resnet = ParseKerasModel(*text, "tfjs_resnet");
+  ASSERT_TRUE(resnet.ok()) << resnet.status();
+  absl::StatusOr<std::vector<GeneralOp>> ops = PlanGeneralOps(*resnet);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  int activations = 0, fused = 0;
+  for (const GeneralOp& op : *ops) {
+    activations += op.kind == LayerKind::kActivation;
+    fused += op.has_act && (op.kind == LayerKind::kBatchNorm || op.kind == LayerKind::kAdd);
+  }
+  EXPECT_EQ(activations, 0);
+  EXPECT_EQ(fused, 7);  // the stem's and each block's BN, each block's Add
+  const ModelSpec chain = *BuildModelSpec(
+      "chain", 4, 4, 1, 3,
+      {testing_models::Conv("conv", 2, 3, 3, 1, Padding::kSame, Activation::kNone),
+       testing_models::Act("relu", Activation::kRelu), Drop("drop", 0.5f),
+       L(LayerKind::kFlatten, "flat"), Dense("out", 3, Activation::kNone)});
+  absl::StatusOr<std::vector<GeneralOp>> planned = PlanGeneralOps(chain);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ASSERT_EQ(planned->size(), 3u);  // conv with its ReLU, Dropout, Dense
+  EXPECT_TRUE((*planned)[0].has_act);
+  EXPECT_EQ((*planned)[1].kind, LayerKind::kDropout);
+  EXPECT_EQ((*planned)[1].key_index, 2);
 }
 
 TEST(GeneralCpuNetworkTest, ThreadCountChangesOnlyRounding) {

@@ -229,7 +229,7 @@ void GeneralDeviceGraph::BackwardOp(const kernels::GeneralKernels& k, size_t i,
       break;
     case LayerKind::kDropout:
       if (dx != nullptr && op.rate > 0.0f) {
-        k.Dropout({0, outs, op.rate, DropoutKey(seed_, step_key, i)}, gy, dx);
+        k.Dropout({0, outs, op.rate, DropoutKey(seed_, step_key, op.key_index)}, gy, dx);
       } else if (dx != nullptr) {
         k.Copy(outs, gy, dx);
       }
@@ -316,7 +316,7 @@ void GeneralDeviceGraph::Run(const kernels::GeneralKernels& k, const float* para
         break;
       case LayerKind::kDropout:
         if (training && op.rate > 0.0f) {
-          k.Dropout({0, outs, op.rate, DropoutKey(seed_, step_key, i)}, in, y);
+          k.Dropout({0, outs, op.rate, DropoutKey(seed_, step_key, op.key_index)}, in, y);
         } else {
           k.Copy(outs, in, y);
         }

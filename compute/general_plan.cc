@@ -163,7 +163,24 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
   };
   std::vector<GeneralOp> ops;
   std::vector<int> op_of;  // node -> the op holding its output
+  std::vector<int> node_of;  // op -> the node it computes (or whose input it slices)
   std::set<std::string> batch_norms;
+  int fused = 0;  // activations fused so far
+  auto push = [&](GeneralOp&& op, int node) {
+    op.key_index = static_cast<int>(ops.size()) + fused;
+    ops.push_back(std::move(op));
+    node_of.push_back(node);
+  };
+  // How many reads each node's output gets (through Flatten and Reshape,
+  // which are its values; the loss reads the last).
+  auto alias = [](LayerKind k) { return k == LayerKind::kFlatten || k == LayerKind::kReshape; };
+  std::vector<int> readers(graph.layers.size(), 0);
+  readers.back() = 1;
+  for (int i = static_cast<int>(graph.layers.size()) - 1; i >= 0; --i) {
+    for (int j : graph.layers[i].inputs) {
+      if (j >= 0) readers[j] += alias(graph.layers[i].kind) ? readers[i] : 1;
+    }
+  }
   // Several inputs: an op per input takes its values out of the examples.
   const int64_t example = int64_t{spec.input_height} * spec.input_width * spec.input_channels;
   int64_t at = 0;
@@ -178,7 +195,7 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
     op.out_size = in.size();
     op.slice_at = at;
     at += in.size();
-    ops.push_back(std::move(op));
+    push(std::move(op), -1);
   }
   // The op that a node reading model input `ref` reads.
   const bool sliced = spec.inputs.size() >= 2;
@@ -254,7 +271,7 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
             if (st.ok() && l.use_bias) st = find(l.name + "/bias", {l.units}, &point.bias);
             fn(l.activation, &point.has_act, &point.act);
             if (!st.ok()) return st;
-            ops.push_back(std::move(op));
+            push(std::move(op), static_cast<int>(i));
             op = std::move(point);
           }
         }
@@ -317,6 +334,23 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
     if (!st.ok()) return st;
     op.alpha = l.alpha;
     op.act_xy = op.has_act && !kernels::ActivationGradFromOutput(op.act);
+    // (The model's last node only into the last op: the loss reads that.)
+    if (l.kind == LayerKind::kActivation && op.has_act && !op.act_xy && op.inputs[0] >= 0 &&
+        (i + 1 < graph.layers.size() || op.inputs[0] + 1 == static_cast<int>(ops.size()))) {
+      GeneralOp& from = ops[op.inputs[0]];
+      const int node = node_of[op.inputs[0]];
+      // Not into ops whose backward reads their own output (GlobalMaxPool's
+      // maxima) or that have no gradient (an input's slice).
+      if (node >= 0 && readers[node] == 1 && !from.has_act && !from.act_xy &&
+          from.kind != LayerKind::kGlobalMaxPool2D && from.kind != LayerKind::kInputSlice) {
+        from.has_act = true;
+        from.act = op.act;
+        from.alpha = op.alpha;
+        op_of.push_back(op.inputs[0]);
+        ++fused;
+        continue;
+      }
+    }
     if (op.act_xy && op.kind != LayerKind::kActivation) {
       // The layer, then its activation as an op of its own (which keeps
       // the layer's output, the activation's input, for the gradient).
@@ -328,11 +362,11 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
       act.in_size = act.out_size = op.out_size;
       act.has_act = true, act.act = op.act, act.alpha = op.alpha, act.act_xy = true;
       op.has_act = false, op.act_xy = false;
-      ops.push_back(std::move(op));
+      push(std::move(op), static_cast<int>(i));
       op = std::move(act);
     }
     op_of.push_back(static_cast<int>(ops.size()));
-    ops.push_back(std::move(op));
+    push(std::move(op), static_cast<int>(i));
   }
   const ActivationShape& out = shapes->back();
   if (ops.empty() || op_of.back() != static_cast<int>(ops.size()) - 1 || out.h != 1 ||

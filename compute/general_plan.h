@@ -69,6 +69,10 @@ struct GeneralOp {
   std::vector<bool> input_wants_grad;
   bool needs_input_grad = false;
   int grad_slot = -1;
+  // What Dropout's masks are keyed by (DropoutKey): the op's index in the
+  // plan as it would be without the fused activations (below), so fusing
+  // changes no mask.
+  int key_index = 0;
   // A layer applied more than once: owns_variables on its first op only
   // (whose backward runs last and finishes its gradient); the others add
   // their gradient to it (accumulate_params on every op but the last one).
@@ -77,7 +81,11 @@ struct GeneralOp {
 };
 
 // The ops for `spec`; the last one's output is num_classes (at most 256)
-// logits. InvalidArgument naming the model and the layer otherwise.
+// logits. InvalidArgument naming the model and the layer otherwise. An
+// Activation layer whose function needs only its output (relu, sigmoid,
+// tanh) is fused into the op it reads when nothing else reads that op and
+// it has no activation of its own (a BatchNormalization, a convolution, an
+// Add, ...): one pass over the activations fewer each way and no copy.
 absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec);
 
 // The floats per example of each gradient slot (GeneralOp::grad_slot).
