@@ -220,9 +220,8 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
         }
       }
       req.set_shards_reversed(false);  // placed in the store's order
-    } else {
-      payload.resize(h.payload_size);
-      if (!socket->Read(payload.data(), payload.size()).ok()) return;
+    } else if (!socket->ReadSized(&payload, h.payload_size).ok()) {
+      return;
     }
     grpc::Status status;
     if (!is_push_pull) {
@@ -269,8 +268,8 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
 
 bool DataPlaneServer::ServeCommit(DataSocket& socket, const FrameHeader& h, std::string* meta,
                                   std::string* payload) {
-  payload->resize(h.payload_size);  // none is sent; read what came
-  if (!socket.Read(payload->data(), payload->size()).ok()) return false;
+  // None is sent; read what came.
+  if (!socket.ReadSized(payload, h.payload_size).ok()) return false;
   StepCommitRequest req;
   StepCommitResponse resp;
   grpc::Status status = req.ParseFromString(*meta)

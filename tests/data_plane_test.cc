@@ -612,6 +612,25 @@ TEST(StepBroadcasterTest, DecisionsReachAFollowerWithOrWithoutItsDataPlane) {
   }
 }
 
+// A length that lies: a peer claims far more payload than it sends (a
+// worker's answer may claim up to kMaxAnswerPayloadBytes, 1 TiB) and hangs
+// up. The read fails without first taking the memory claimed (it once
+// resized the buffer to the claim: std::bad_alloc, the worker gone; found
+// by fuzz/data_plane_fuzzer), and what did arrive is read.
+TEST(DataSocketTest, ALyingLengthFailsTheReadWithoutTakingItsMemory) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  ASSERT_EQ(write(fds[1], "abc", 3), 3);
+  close(fds[1]);
+  absl::StatusOr<std::unique_ptr<DataSocket>> socket =
+      DataSocket::Accept(fds[0], nullptr, absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(socket.ok()) << socket.status();
+  std::string payload;
+  EXPECT_FALSE((*socket)->ReadSized(&payload, kMaxAnswerPayloadBytes).ok());
+  EXPECT_LT(payload.capacity(), size_t{64} << 20);
+  EXPECT_EQ(payload.substr(0, 3), "abc");
+}
+
 TEST(DataPlaneParseTest, TransportNamesAndHosts) {
   EXPECT_EQ(*ParseTransport(""), TRANSPORT_GRPC);
   EXPECT_EQ(*ParseTransport("grpc"), TRANSPORT_GRPC);

@@ -293,6 +293,19 @@ absl::Status DataSocket::ReadFull(char* data, size_t n) {
   return absl::OkStatus();
 }
 
+absl::Status DataSocket::ReadSized(std::string* out, uint64_t n) {
+  // Up to this much beyond what has arrived is allocated at a time.
+  constexpr uint64_t kStep = uint64_t{4} << 20;
+  uint64_t have = 0;
+  out->resize(static_cast<size_t>(std::min(n, kStep)));
+  while (true) {
+    if (absl::Status s = ReadFull(out->data() + have, out->size() - have); !s.ok()) return s;
+    have = out->size();
+    if (have == n) return absl::OkStatus();
+    out->resize(static_cast<size_t>(std::min(n, have + std::max(have, kStep))));
+  }
+}
+
 absl::Status DataSocket::WriteFull(const char* data, size_t n) {
   while (n > 0) {
     errno = 0;
@@ -643,12 +656,12 @@ grpc::Status DataChannel::Run(Call& call) {
     if (absl::Status s = socket->WaitReadable(*stop_); !s.ok()) return broken(s);
   }
   FrameHeader a;
-  if (absl::Status s = socket->ReadFrameHead(&a, &meta_, uint64_t{1} << 40); !s.ok()) {
+  if (absl::Status s = socket->ReadFrameHead(&a, &meta_, kMaxAnswerPayloadBytes); !s.ok()) {
     return broken(s);
   }
   if (a.code != 0) {
-    payload_.resize(a.payload_size);  // an error carries none, but read what came
-    if (absl::Status s = socket->Read(payload_.data(), payload_.size()); !s.ok()) {
+    // An error carries none, but read what came.
+    if (absl::Status s = socket->ReadSized(&payload_, a.payload_size); !s.ok()) {
       return broken(s);
     }
     return grpc::Status(static_cast<grpc::StatusCode>(a.code), meta_);
@@ -662,8 +675,7 @@ grpc::Status DataChannel::Run(Call& call) {
     if (!call.resp->ParseFromString(meta_)) {
       return grpc::Status(grpc::INTERNAL, "cannot parse the data plane's answer");
     }
-    payload_.resize(a.payload_size);
-    if (absl::Status s = socket->Read(payload_.data(), payload_.size()); !s.ok()) {
+    if (absl::Status s = socket->ReadSized(&payload_, a.payload_size); !s.ok()) {
       return broken(s);
     }
     return grpc::Status::OK;
@@ -683,7 +695,8 @@ grpc::Status DataChannel::Run(Call& call) {
     // buffer kept for the next answer that needs it).
     payload->clear();
     if (call.runs.scattered != nullptr) *call.runs.scattered = true;
-  } else {
+  } else if (call.sink.arrived) {
+    // The sink is promised the field at its full size before any byte.
     payload->resize(a.payload_size);
   }
   // Bytes [from, to) of the payload, into place or into the field.
@@ -699,7 +712,10 @@ grpc::Status DataChannel::Run(Call& call) {
     return socket->Read(absl::MakeConstSpan(part));
   };
   if (!call.sink.arrived) {
-    if (absl::Status s = read(0, a.payload_size); !s.ok()) return broken(s);
+    // Into the field, taken as the bytes come (the length may lie).
+    const absl::Status s =
+        in_place ? read(0, a.payload_size) : socket->ReadSized(payload, a.payload_size);
+    if (!s.ok()) return broken(s);
     return grpc::Status::OK;
   }
   // Reported in pieces small enough that a layer's weights are used soon

@@ -76,6 +76,10 @@ static_assert(sizeof(FrameHeader) == 32, "FrameHeader is the wire format");
 
 // The largest meta accepted; a peer that claims more is not ours.
 inline constexpr uint32_t kMaxMetaBytes = 1 << 20;
+// The largest answer payload a client accepts. A payload's memory is taken
+// as its bytes arrive (DataSocket::ReadSized), so a length that lies costs
+// only what the peer really sends.
+inline constexpr uint64_t kMaxAnswerPayloadBytes = uint64_t{1} << 40;
 
 // TLS contexts from a SecurityConfig: a server's (its certificate; with a
 // CA, clients must present one it signed) and a client's (with a CA, its
@@ -118,6 +122,11 @@ class DataSocket {
   // header->payload_size bytes with Read.
   absl::Status ReadFrameHead(FrameHeader* header, std::string* meta, uint64_t max_payload);
   absl::Status Read(char* data, size_t n) { return ReadFull(data, n); }
+  // Reads n bytes into *out (resized to n; its capacity is reused), growing
+  // it as they arrive rather than all at once: a peer that claims a length
+  // and then sends less (or hangs up) makes it fail without the memory of
+  // the claim having been taken.
+  absl::Status ReadSized(std::string* out, uint64_t n);
   // Fills `pieces` in order from the stream (one recvmsg for all of them
   // at a time without TLS).
   absl::Status Read(absl::Span<const absl::Span<char>> pieces);
