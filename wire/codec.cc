@@ -339,7 +339,8 @@ void EncodeTo(Codec codec, const CodecOptions& o, const float* c, int64_t n, cha
               TopKScratch* scratch, Seen&& seen) {
   switch (codec) {
     case Codec::kFloat32:
-      std::memcpy(out, c, 4 * n);
+      // An empty tensor may come as null pointers, which memcpy must not see.
+      if (n > 0) std::memcpy(out, c, 4 * n);
       for (int64_t i = 0; i < n; ++i) seen(i, c[i]);
       return;
     case Codec::kBfloat16:
