@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -90,6 +91,9 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& w
     return Bad(where, "Fortran-order (column-major) arrays are not read: save it with "
                       "np.ascontiguousarray");
   }
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')') {
+    return Bad(where, absl::StrCat("bad shape \"", shape, "\" (not a tuple)"));
+  }
   for (absl::string_view dim : absl::StrSplit(shape.substr(1, shape.size() - 2), ',')) {
     dim = absl::StripAsciiWhitespace(dim);
     if (dim.empty()) continue;
@@ -110,9 +114,24 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& w
                                    "' is not read (uint8 or float32 images; uint8, int16, "
                                    "uint16, int32 or int64 labels; little-endian)"));
   }
+  // The shape's product, which a header may make overflow: then it is
+  // more than any file holds.
   int64_t count = 1;
-  for (int64_t d : a.shape) count *= d;
+  bool overflow = false;
+  for (int64_t d : a.shape) {
+    if (d == 0) {
+      count = 0;
+      overflow = false;
+      break;
+    }
+    if (!overflow && __builtin_mul_overflow(count, d, &count)) overflow = true;
+  }
   const size_t data_at = offset + header_len;
+  if (overflow || count > std::numeric_limits<int64_t>::max() / 8) {
+    return Bad(where, absl::StrCat("truncated: shape ", shape, " of ", a.descr,
+                                   " needs more bytes than the file holds (",
+                                   bytes.size() - data_at, ")"));
+  }
   const size_t want = static_cast<size_t>(count) * item;
   if (bytes.size() - data_at < want) {
     return Bad(where, absl::StrCat("truncated: shape ", shape, " of ", a.descr, " needs ", want,

@@ -1,6 +1,8 @@
 #include "model/dataset.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -120,6 +122,39 @@ TEST(DatasetTest, BadFilesAreRefusedNamingFileAndProblem) {
   EXPECT_EQ(LoadDataset(kDir + "/nothing.npz", Split::kTrain).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_FALSE(CheckDataFiles(kDir + "/bad_missing.npz", Split::kTest).ok());
+}
+
+// Headers that lie (found by fuzz/npy_fuzzer): a shape that is not a
+// tuple once threw std::out_of_range out of the parser (the worker gone);
+// a shape whose product overflows int64 was signed overflow. Both are
+// refused naming the file.
+TEST(DatasetTest, LyingNpyHeadersAreRefusedNamingTheFile) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "lying_npy";
+  struct Case {
+    const char* shape;
+    const char* expect;
+  } cases[] = {
+      {"", "x_train.npy: bad shape \"\" (not a tuple)"},
+      {"7", "x_train.npy: bad shape \"7\" (not a tuple)"},
+      {"(4294967296, 4294967296, 16)", "x_train.npy: truncated: shape"},
+  };
+  for (const Case& c : cases) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::string header =
+        std::string("{'descr': '|u1', 'fortran_order': False, 'shape': ") + c.shape + ", }\n";
+    std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+    npy += static_cast<char>(header.size() & 255);
+    npy += static_cast<char>(header.size() >> 8);
+    npy += header + std::string(16, '\0');
+    for (const char* name : {"x_train.npy", "y_train.npy"}) {
+      std::ofstream(dir / name, std::ios::binary) << npy;
+    }
+    absl::StatusOr<Dataset> d = LoadDataset(dir.string(), Split::kTrain);
+    ASSERT_FALSE(d.ok()) << c.shape;
+    EXPECT_NE(d.status().message().find(c.expect), std::string::npos)
+        << "got: " << d.status().message() << "\nwanted: " << c.expect;
+  }
 }
 
 }  // namespace
