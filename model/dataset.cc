@@ -1,5 +1,6 @@
 #include "model/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <unistd.h>
@@ -177,9 +178,23 @@ absl::StatusOr<std::string> ReadNpzMember(const std::string& path, const std::st
   } else if (zip_file_t* f = zip_fopen(z, name.c_str(), 0); f == nullptr) {
     st = Bad(absl::StrCat(path, ": ", name), zip_strerror(z));
   } else {
-    out.resize(info.size);
-    if (zip_fread(f, out.data(), info.size) != static_cast<zip_int64_t>(info.size)) {
+    // The size is the archive's claim: the buffer grows as the bytes come
+    // (16 MiB ahead at most), so a lying header costs only what is there.
+    constexpr zip_uint64_t kStep = zip_uint64_t{16} << 20;
+    zip_uint64_t have = 0;
+    zip_int64_t r = 0;
+    while (have < info.size) {
+      out.resize(static_cast<size_t>(std::min(info.size, have + std::max(have, kStep))));
+      r = zip_fread(f, out.data() + have, out.size() - have);
+      if (r <= 0) break;
+      have += static_cast<zip_uint64_t>(r);
+    }
+    if (r < 0) {
       st = Bad(absl::StrCat(path, ": ", name), absl::StrCat("unreadable: ", zip_file_strerror(f)));
+    } else if (have != info.size) {
+      st = Bad(absl::StrCat(path, ": ", name),
+               absl::StrCat("unreadable: it ends after ", have, " of the ", info.size,
+                            " bytes its zip header claims"));
     }
     zip_fclose(f);
   }
