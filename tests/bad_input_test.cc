@@ -1,5 +1,8 @@
 // Every daemon refuses bad TF_CONFIG and bad flags with exit code 2 and a
 // message naming the bad value, and answers --help with exit code 0.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <tuple>
@@ -312,6 +315,28 @@ TEST(DataErrorTest, MissingDataExitsFourNamingIt) {
       // At once: nothing was waited for (the cluster's tasks do not exist).
       EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << c.binary << "\n" << r.output;
     }
+  }
+}
+
+// A truncated .npz (a copy cut short, as an interrupted download leaves
+// it): the worker refuses it at start-up with the data's code (4), naming
+// the file, before it waits for the chief; nothing is trained.
+TEST(DataErrorTest, TruncatedNpzExitsFourNamingIt) {
+  std::ifstream in("tests/fixtures/npy/v2.npz", std::ios::binary);
+  ASSERT_TRUE(in) << "tests/fixtures/npy/v2.npz";
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string cluster =
+      "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:2\"], "
+      "\"worker\": [\"127.0.0.1:3\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}";
+  for (const size_t keep : {bytes.size() / 2, bytes.size() - 10, size_t{100}}) {
+    const std::string path =
+        absl::StrCat(::testing::TempDir(), "/truncated_", keep, ".npz");
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, keep);
+    ProcessResult r = RunBinary("worker/worker", {"--startup_timeout_s=1", "--data_dir=" + path},
+                                cluster, absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 4) << keep << " bytes\n" << r.output;
+    EXPECT_NE(r.output.find("error: --data_dir=" + path + ": " + path + ": "), std::string::npos)
+        << r.output;
   }
 }
 
