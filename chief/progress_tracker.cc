@@ -1,10 +1,29 @@
 #include "chief/progress_tracker.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 
 namespace pscluster {
+namespace {
+
+// Workers' counts are whatever a report says: sums and products of them
+// saturate rather than overflow.
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t sum;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t product;
+  if (!__builtin_mul_overflow(a, b, &product)) return product;
+  return (a < 0) != (b < 0) ? std::numeric_limits<int64_t>::min()
+                            : std::numeric_limits<int64_t>::max();
+}
+
+}  // namespace
 
 ProgressTracker::ProgressTracker(int num_workers, int epochs, absl::Time start)
     : epochs_(epochs), start_(start), workers_(num_workers), snapshot_time_(start) {}
@@ -40,14 +59,14 @@ Progress ProgressTracker::Snapshot(absl::Time now) {
     const ProgressReport& r = w.latest;
     min_epoch = std::min(min_epoch, r.done() ? epochs_ - 1 : r.epoch());
     p.global_step = std::max(p.global_step, r.global_version());
-    p.examples += r.examples();
+    p.examples = SaturatingAdd(p.examples, r.examples());
     if (r.done()) ++p.workers_done;
     if (!r.done() || r.loss() > 0) {
       p.loss += r.loss();
       p.accuracy += r.accuracy();
       ++reporting;
     }
-    planned = static_cast<int64_t>(r.epoch_examples()) * epochs_;
+    planned = SaturatingMul(r.epoch_examples(), epochs_);
   }
   if (reporting > 0) {
     p.loss /= reporting;
@@ -55,13 +74,17 @@ Progress ProgressTracker::Snapshot(absl::Time now) {
   }
   p.epoch = std::min(min_epoch + 1, epochs_);
   const double dt = absl::ToDoubleSeconds(now - snapshot_time_);
-  if (dt > 0) p.examples_per_s = (p.examples - examples_at_snapshot_) / dt;
+  if (dt > 0) {
+    p.examples_per_s =
+        (static_cast<double>(p.examples) - static_cast<double>(examples_at_snapshot_)) / dt;
+  }
   examples_at_snapshot_ = p.examples;
   snapshot_time_ = now;
   // ETA from the average rate since the start: steadier than the window.
   const double elapsed = absl::ToDoubleSeconds(now - start_);
   if (planned > 0 && p.examples > 0 && elapsed > 0) {
-    p.eta_s = std::max<double>(0, planned - p.examples) / (p.examples / elapsed);
+    p.eta_s = std::max<double>(0, static_cast<double>(planned) - static_cast<double>(p.examples)) /
+              (static_cast<double>(p.examples) / elapsed);
   }
   if (has_eval_) {
     p.last_eval_step = last_eval_.version();

@@ -1,5 +1,7 @@
 #include "chief/progress_tracker.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -46,6 +48,20 @@ TEST(ProgressTrackerTest, CountsTheWorkersDone) {
   EXPECT_EQ(ProgressTracker::Format(p),
             "epoch 1/1 step 50 examples 1000 examples/s 500 loss 1.0000 acc 0.5000 eta 0s "
             "(2/2 workers done)");
+}
+
+// Counts are what workers report: sums that would overflow saturate (they
+// were signed overflow; found by fuzz/chief_fuzzer).
+TEST(ProgressTrackerTest, HugeReportedCountsSaturate) {
+  ProgressTracker t(2, 3, absl::UnixEpoch());
+  ProgressReport a = Report(0, 0, std::numeric_limits<int64_t>::max(), 0.5f, false);
+  a.set_epoch_examples(std::numeric_limits<int64_t>::max());
+  ProgressReport b = Report(1, 0, std::numeric_limits<int64_t>::max(), 0.5f, false);
+  ASSERT_TRUE(t.Record(a));
+  ASSERT_TRUE(t.Record(b));
+  const Progress p = t.Snapshot(absl::UnixEpoch() + absl::Seconds(1));
+  EXPECT_EQ(p.examples, std::numeric_limits<int64_t>::max());
+  EXPECT_GE(p.eta_s, 0);
 }
 
 TEST(ProgressTrackerTest, RejectsOutOfRangeWorker) {
