@@ -23,6 +23,11 @@ absl::Status WorkQueue::SetChunksPerEpoch(int chunks_per_epoch) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunks per epoch must be at least 1, got ", chunks_per_epoch));
   }
+  if (int64_t{chunks_per_epoch} * epochs_ > kMaxChunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        chunks_per_epoch, " chunks per epoch over ", epochs_, " epochs exceed the chief's limit of ",
+        kMaxChunks, " chunks"));
+  }
   if (chunks_per_epoch_ != 0 && chunks_per_epoch_ != chunks_per_epoch) {
     return absl::FailedPreconditionError(absl::StrCat(
         "a worker counts ", chunks_per_epoch, " batches per epoch but another counted ",

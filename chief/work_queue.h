@@ -29,8 +29,10 @@ class WorkQueue {
 
   // Set by the first worker that asks for work; every later worker must
   // agree (FailedPrecondition naming both values otherwise: their data
-  // differs). InvalidArgument for a value < 1.
+  // differs). InvalidArgument for a value < 1, or one that makes more than
+  // kMaxChunks chunks over the epochs (a request's value sizes the queue).
   absl::Status SetChunksPerEpoch(int chunks_per_epoch);
+  static constexpr int64_t kMaxChunks = int64_t{1} << 27;
   int chunks_per_epoch() const;  // 0 until set
   int64_t total() const;         // chunks in the whole run
 

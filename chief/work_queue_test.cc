@@ -19,6 +19,22 @@ TEST(WorkQueueTest, LeasesEveryChunkOnceInOrder) {
   EXPECT_TRUE(q.AllDone());
 }
 
+// A worker's request sizes the queue: a count that would make more than
+// kMaxChunks chunks is refused, and the queue keeps waiting for a real
+// one (the chief once allocated whatever was claimed: 2^31 chunks per
+// epoch took gigabytes and ended it; found by fuzz/chief_fuzzer).
+TEST(WorkQueueTest, AnAbsurdChunksPerEpochIsRefused) {
+  WorkQueue q(2, 3);
+  const absl::Status s = q.SetChunksPerEpoch(2147483647);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("2147483647 chunks per epoch over 3 epochs exceed"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(q.total(), 0);
+  EXPECT_TRUE(q.SetChunksPerEpoch(4).ok());
+  EXPECT_EQ(q.total(), 12);
+}
+
 TEST(WorkQueueTest, ALostWorkersUnfinishedChunksGoToOthersFirst) {
   WorkQueue q(2, 1);
   ASSERT_TRUE(q.SetChunksPerEpoch(6).ok());
