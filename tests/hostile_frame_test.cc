@@ -11,10 +11,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -65,16 +69,19 @@ std::string Frame(DataKind kind, const std::string& meta, const std::string& pay
 }
 
 // Sends `bytes` to 127.0.0.1:port, then hangs up its side and reads what
-// the ps answers until it hangs up too.
-std::string SendRaw(int port, const std::string& bytes) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+// the ps answers until it hangs up too; nullopt when the ps is not there
+// (any more: the run may have ended).
+std::optional<std::string> SendRaw(int port, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons(static_cast<uint16_t>(port));
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << port;
-  EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(bytes.size()));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
   char buf[4096];
   std::string answer;
@@ -82,6 +89,39 @@ std::string SendRaw(int port, const std::string& bytes) {
   while ((r = recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<size_t>(r));
   close(fd);
   return answer;
+}
+
+// What one round of hostile frames got back from a ps, by frame.
+struct Round {
+  bool complete = false;  // every frame reached the ps
+  std::string bad_magic, huge_meta, wrong_token, unparsable;
+};
+
+Round HostileRound(int port) {
+  const std::string hello = Frame(DataKind::kHello, "");  // no cluster token
+  Round r;
+  std::optional<std::string> a[8];
+  a[0] = SendRaw(port, std::string(64, 'x'));  // not a frame at all
+  a[1] = SendRaw(port, Frame(DataKind::kHello, "", 0, kMaxMetaBytes + 1));
+  a[2] = SendRaw(port, Frame(DataKind::kHello, "guess"));
+  // After a good hello: a request that does not parse; a payload that
+  // claims 1 MiB, of which 100 bytes come before the peer hangs up; a
+  // commit claiming 1 GiB; a header cut off.
+  a[3] = SendRaw(port, hello + Frame(DataKind::kPushPull, std::string(40, '\xff'),
+                                     std::string(64, '\0')));
+  a[4] = SendRaw(port, hello + Frame(DataKind::kPushPull, "", 1 << 20, 0) +
+                           std::string(100, '\x7f'));
+  a[5] = SendRaw(port, hello + Frame(DataKind::kCommit, "", uint64_t{1} << 30, 0) + "abc");
+  a[6] = SendRaw(port, hello + Frame(DataKind::kPushPull, "", 8, 0).substr(0, 17));
+  a[7] = SendRaw(port, hello + Frame(static_cast<DataKind>(77), "", std::string(12, '\1')));
+  r.complete = true;
+  for (const auto& x : a) r.complete = r.complete && x.has_value();
+  if (!r.complete) return r;
+  r.bad_magic = *a[0];
+  r.huge_meta = *a[1];
+  r.wrong_token = *a[2];
+  r.unparsable = *a[3];
+  return r;
 }
 
 TEST(HostileFrameTest, APsFedLyingFramesKeepsTrainingTheWorkers) {
@@ -93,34 +133,35 @@ TEST(HostileFrameTest, APsFedLyingFramesKeepsTrainingTheWorkers) {
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--transport=tcp"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
-  // Mid-run: the workers' own connections are open and in use.
-  ASSERT_TRUE((*c)->WaitForChunks(50, absl::Minutes(2))) << (*c)->AllLogs();
-  const std::string hello = Frame(DataKind::kHello, "");  // no cluster token
-  const std::string garbage_meta(40, '\xff');
-  for (const std::string ps : {"ps:0", "ps:1"}) {
-    const int port = DataPort(**c, ps);
-    ASSERT_GT(port, 0) << (*c)->Log(ps);
-    SCOPED_TRACE(absl::StrCat(ps, " data port ", port));
-    // Not a frame at all: dropped unanswered.
-    EXPECT_EQ(SendRaw(port, std::string(64, 'x')), "");
-    // A meta above the limit: dropped unanswered.
-    EXPECT_EQ(SendRaw(port, Frame(DataKind::kHello, "", 0, kMaxMetaBytes + 1)), "");
-    // A wrong token: refused.
-    EXPECT_NE(SendRaw(port, Frame(DataKind::kHello, "guess")).find("cluster token"),
-              std::string::npos);
-    // After a good hello: a request that does not parse is answered with
-    // an error; a payload that claims 1 MiB, of which 100 bytes come
-    // before the peer hangs up; a commit claiming 1 GiB; a header cut off.
-    EXPECT_NE(SendRaw(port, hello + Frame(DataKind::kPushPull, garbage_meta, std::string(64, 0)))
-                  .find("cannot parse the PushRequest"),
-              std::string::npos);
-    SendRaw(port, hello + Frame(DataKind::kPushPull, "", 1 << 20, 0) + std::string(100, '\x7f'));
-    SendRaw(port, hello + Frame(DataKind::kCommit, "", uint64_t{1} << 30, 0) + "abc");
-    SendRaw(port, hello + Frame(DataKind::kPushPull, "", 8, 0).substr(0, 17));
-  }
-  for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
+  const int ports[2] = {DataPort(**c, "ps:0"), DataPort(**c, "ps:1")};
+  ASSERT_GT(ports[0], 0) << (*c)->Log("ps:0");
+  ASSERT_GT(ports[1], 0) << (*c)->Log("ps:1");
+  // Rounds of hostile frames to both ps from before the workers' first
+  // push until the run ends, alongside the workers' own connections.
+  std::atomic<bool> stop{false};
+  int complete_rounds = 0;
+  Round first;
+  std::thread hostile([&] {
+    while (!stop.load()) {
+      for (int port : ports) {
+        Round r = HostileRound(port);
+        if (!r.complete) continue;
+        if (complete_rounds++ == 0) first = r;
+      }
+    }
+  });
+  const std::map<std::string, int> codes = (*c)->Wait(absl::Minutes(5));
+  stop = true;
+  hostile.join();
+  for (const auto& [task, code] : codes) {
     EXPECT_EQ(code, 0) << task << " exited " << code << "\n" << (*c)->AllLogs();
   }
+  ASSERT_GT(complete_rounds, 0) << "no round of hostile frames reached a ps";
+  std::printf("%d rounds of hostile frames reached a ps\n", complete_rounds);
+  EXPECT_EQ(first.bad_magic, "");  // dropped unanswered
+  EXPECT_EQ(first.huge_meta, "");
+  EXPECT_NE(first.wrong_token.find("missing or wrong cluster token"), std::string::npos);
+  EXPECT_NE(first.unparsable.find("cannot parse the PushRequest"), std::string::npos);
   std::optional<FinalFigures> f = ParseFinalLine((*c)->Log("chief:0"));
   ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
   EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
