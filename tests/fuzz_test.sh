@@ -7,8 +7,9 @@
 # saved input otherwise; SKIP, saying why, without bazel, clang or libFuzzer.
 #
 # Usage: tests/fuzz_test.sh [IGNORED]   (run_all.sh passes the MNIST folder)
-#   PSCLUSTER_FUZZ_SECONDS      per target (default 30; the targets run side
-#                               by side, one core each)
+#   PSCLUSTER_FUZZ_SECONDS      per target (default 30; the targets run two
+#                               at a time, one core each: about
+#                               ceil(targets / 2) x that in all)
 #   PSCLUSTER_FUZZ_OUTPUT_BASE  Bazel output base (default
 #                               $HOME/.cache/pscluster-fuzz; the first build
 #                               there takes minutes, later ones seconds)
@@ -19,7 +20,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${PSCLUSTER_FUZZ_SECONDS:-30}"
 base="${PSCLUSTER_FUZZ_OUTPUT_BASE:-$HOME/.cache/pscluster-fuzz}"
 artifacts="${TMPDIR:-/tmp}/pscluster-fuzz-artifacts"
-targets=(tf_config ps_service)
+targets=(tf_config ps_service data_plane codec chief npy idx)
 passed=0; failed=0; skipped=0
 pass() { echo "PASS: $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
@@ -63,21 +64,21 @@ fi
 echo "fuzz_test: clang build took $((SECONDS - start)) s"
 bin="$(fuzz_bazel info --config=fuzz bazel-bin 2>/dev/null)/fuzz"
 
-# Side by side, each from a copy of its seed corpus (libFuzzer adds to it).
+# Two at a time (the machine's cores), each from a copy of its seed corpus
+# (libFuzzer adds to it).
 mkdir -p "$artifacts"
-for t in "${targets[@]}"; do
+start_target() {
+  local t="$1"
   mkdir -p "$tmp/$t/corpus" "$tmp/$t/work"
   cp "$repo/fuzz/corpus/${t}_fuzzer/"* "$tmp/$t/corpus/" 2>/dev/null
   (cd "$tmp/$t/work" && exec "$bin/${t}_fuzzer" -max_total_time="$seconds" \
      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
      -artifact_prefix="$artifacts/${t}_" "$tmp/$t/corpus") >"$tmp/$t.log" 2>&1 &
   pids+=($!)
-done
-for i in "${!targets[@]}"; do
-  t="${targets[$i]}"
-  wait "${pids[$i]}"
-  rc=$?
-  log="$tmp/$t.log"
+}
+report_target() {
+  local t="$1" rc="$2"
+  local log="$tmp/$t.log"
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")"
   if [ "$rc" -eq 0 ] && ! grep -qE '^==[0-9]+==ERROR|runtime error:|contract broken|^SUMMARY: ' "$log"; then
@@ -92,5 +93,15 @@ for i in "${!targets[@]}"; do
     saved="$(sed -n 's/.*Test unit written to //p' "$log" | head -1)"
     [ -n "$saved" ] && echo "  input: $saved (replay: $bin/${t}_fuzzer $saved)"
   fi
+}
+for ((i = 0; i < ${#targets[@]}; i += 2)); do
+  batch=("${targets[@]:i:2}")
+  pids=()
+  for t in "${batch[@]}"; do start_target "$t"; done
+  for j in "${!batch[@]}"; do
+    wait "${pids[$j]}"
+    report_target "${batch[$j]}" $?
+  done
 done
+pids=()
 finish
