@@ -361,7 +361,9 @@ absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(
     t.name = std::move(e.name);
     t.shape = std::move(e.shape);
     t.values.resize((e.end - e.begin) / 4);
-    std::memcpy(t.values.data(), data.data() + e.begin, e.end - e.begin);
+    // An empty tensor's vector may hold no memory (data() null), which
+    // memcpy must not see even for 0 bytes.
+    if (e.end > e.begin) std::memcpy(t.values.data(), data.data() + e.begin, e.end - e.begin);
   }
   if (metadata != nullptr) *metadata = std::move(meta);
   return tensors;
