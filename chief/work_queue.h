@@ -32,7 +32,7 @@ class WorkQueue {
   // differs). InvalidArgument for a value < 1, or one that makes more than
   // kMaxChunks chunks over the epochs (a request's value sizes the queue).
   absl::Status SetChunksPerEpoch(int chunks_per_epoch);
-  static constexpr int64_t kMaxChunks = int64_t{1} << 27;
+  static constexpr int64_t kMaxChunks = int64_t{1} << 24;
   int chunks_per_epoch() const;  // 0 until set
   int64_t total() const;         // chunks in the whole run
 
