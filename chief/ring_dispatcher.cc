@@ -6,12 +6,25 @@
 #include "absl/strings/str_join.h"
 
 namespace pscluster {
+namespace {
+
+// Steps and ring generations count up from 0 one at a time: a value from
+// 2^62 up (a step below -1, a negative generation) is no worker's or
+// checkpoint's, and the ring's numbering (the next step, the next
+// generation) must not overflow on it.
+constexpr int64_t kMaxCount = int64_t{1} << 62;
+
+}  // namespace
 
 RingDispatcher::RingDispatcher(int num_workers, int epochs, absl::Time now)
     : queue_(num_workers, epochs), liveness_(num_workers, now), workers_(num_workers) {}
 
 absl::Status RingDispatcher::SetBase(int64_t step, int chunks_per_epoch,
                                      const std::string& done_ranges, ShardState state) {
+  if (step < 0 || step >= kMaxCount) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the base step ", step, " is out of range [0, 2^62)"));
+  }
   if (chunks_per_epoch > 0) {
     if (absl::Status s = queue_.SetChunksPerEpoch(chunks_per_epoch); !s.ok()) return s;
   }
@@ -176,6 +189,14 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest&
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
+  if (req.completed_step() < -1 || req.completed_step() >= kMaxCount ||
+      req.state_generation() < 0 || req.state_generation() >= kMaxCount ||
+      req.failed_generation() < 0 || req.failed_generation() >= kMaxCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", w, ": completed_step ", req.completed_step(), ", state_generation ",
+        req.state_generation(), " or failed_generation ", req.failed_generation(),
+        " is out of range (steps from -1, generations from 0, both below 2^62)"));
+  }
   if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];

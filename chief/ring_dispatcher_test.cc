@@ -1,5 +1,8 @@
 #include "chief/ring_dispatcher.h"
 
+#include <limits>
+#include <tuple>
+
 #include <map>
 #include <vector>
 
@@ -105,6 +108,34 @@ class Ring {
   std::map<int64_t, int> trained_;
   std::map<int, int> fetched_;  // worker -> where it took its state from
 };
+
+// Steps and generations a worker reports (or a checkpoint's base step)
+// that the ring's numbering would overflow on are refused naming them
+// (a state_generation of INT64_MAX once made the next ring's generation
+// INT64_MAX + 1; found by fuzz/chief_fuzzer).
+TEST(RingDispatcherTest, OutOfRangeStepsAndGenerationsAreRefused) {
+  RingDispatcher d(2, 1, absl::UnixEpoch());
+  for (auto [step, state_gen, failed_gen] :
+       {std::tuple<int64_t, int64_t, int64_t>{-2, 0, 0},
+        {std::numeric_limits<int64_t>::max(), 0, 0},
+        {-1, std::numeric_limits<int64_t>::max(), 0},
+        {-1, -1, 0},
+        {-1, 0, std::numeric_limits<int64_t>::min()}}) {
+    RingWorkRequest r;
+    r.set_worker_index(0);
+    r.set_incarnation(1);
+    r.set_completed_step(step);
+    r.set_state_generation(state_gen);
+    r.set_failed_generation(failed_gen);
+    r.set_chunks_per_epoch(kChunksPerEpoch);
+    absl::StatusOr<RingWorkResponse> resp = d.RingWork(r, absl::UnixEpoch());
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << step;
+    EXPECT_NE(resp.status().message().find("out of range"), std::string::npos) << resp.status();
+  }
+  EXPECT_EQ(d.SetBase(std::numeric_limits<int64_t>::max(), kChunksPerEpoch, "", ShardState())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST(RingDispatcherTest, TheFirstRingWaitsForEveryWorkerAndStartsFromTheChief) {
   Ring r(3, 1);
