@@ -52,6 +52,26 @@ TrainedRun Train(const std::string& data, const std::string& model, const std::s
   return run;
 }
 
+// Train's run, checked: every task exited 0 and the chief printed its
+// final figures, which are printed again and returned (nullopt, after a
+// failed expectation, without them). `*run` keeps the logs and the export.
+std::optional<FinalFigures> TrainAndReport(const std::string& data, const std::string& model,
+                                           const std::string& mode, const std::string& name,
+                                           TrainedRun* run) {
+  *run = Train(data, model, mode, name);
+  EXPECT_FALSE(run->exit_codes.empty()) << run->all_logs;
+  for (const auto& [task, code] : run->exit_codes) {
+    EXPECT_EQ(code, 0) << task << "\n" << run->all_logs;
+  }
+  std::optional<FinalFigures> f = ParseFinalLine(run->chief_log);
+  EXPECT_TRUE(f.has_value()) << run->all_logs;
+  if (f) {
+    std::printf("%s, 1 epoch, %s: test_accuracy=%.4f test_loss=%.4f\n", model.c_str(),
+                mode.c_str(), f->test_accuracy, f->test_loss);
+  }
+  return f;
+}
+
 class KerasModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -69,15 +89,9 @@ class KerasModelTest : public ::testing::Test {
 // of a model with several inputs), one Conv2D applied to both halves.
 TEST_F(KerasModelTest, TwoInputModelTrainsOnImageHalvesAndItsExportReadsBack) {
   const std::string model = "tests/fixtures/keras/tfjs_halves.json";
-  TrainedRun run = Train(data_, model, "sync", "halves");
-  ASSERT_FALSE(run.exit_codes.empty()) << run.all_logs;
-  for (const auto& [task, code] : run.exit_codes) {
-    EXPECT_EQ(code, 0) << task << "\n" << run.all_logs;
-  }
-  std::optional<FinalFigures> f = ParseFinalLine(run.chief_log);
-  ASSERT_TRUE(f.has_value()) << run.all_logs;
-  std::printf("tfjs_halves.json, 1 epoch, sync: test_accuracy=%.4f test_loss=%.4f\n",
-              f->test_accuracy, f->test_loss);
+  TrainedRun run;
+  std::optional<FinalFigures> f = TrainAndReport(data_, model, "sync", "halves", &run);
+  ASSERT_TRUE(f.has_value());
   // Measured 0.9466 (one epoch, 40,378 parameters).
   EXPECT_GE(f->test_accuracy, 0.93) << run.chief_log;
   ExpectExportReproducesEvaluator(model, run.export_path, data_, *f);
@@ -85,15 +99,9 @@ TEST_F(KerasModelTest, TwoInputModelTrainsOnImageHalvesAndItsExportReadsBack) {
 
 TEST_F(KerasModelTest, Keras3ArchiveWithBatchNormTrainsSyncAndItsExportReadsBack) {
   const std::string model = "tests/fixtures/keras/keras3_cnn.keras";
-  TrainedRun run = Train(data_, model, "sync", "keras3");
-  ASSERT_FALSE(run.exit_codes.empty()) << run.all_logs;
-  for (const auto& [task, code] : run.exit_codes) {
-    EXPECT_EQ(code, 0) << task << "\n" << run.all_logs;
-  }
-  std::optional<FinalFigures> f = ParseFinalLine(run.chief_log);
-  ASSERT_TRUE(f.has_value()) << run.all_logs;
-  std::printf("keras3_cnn.keras, 1 epoch, sync: test_accuracy=%.4f test_loss=%.4f\n",
-              f->test_accuracy, f->test_loss);
+  TrainedRun run;
+  std::optional<FinalFigures> f = TrainAndReport(data_, model, "sync", "keras3", &run);
+  ASSERT_TRUE(f.has_value());
   // Measured 0.9759 on 2 cores (sync; which worker takes which chunk varies
   // from run to run, and with it the last digits).
   EXPECT_GE(f->test_accuracy, 0.97) << run.chief_log;
@@ -116,15 +124,9 @@ TEST_F(KerasModelTest, TensorFlowJsModelTrainsAsyncFromNpz) {
   const ProcessResult py = RunBinary("/usr/bin/python3", {"-c", script}, "", absl::Minutes(2));
   ASSERT_EQ(py.exit_code, 0) << py.output;
   const std::string model = "tests/fixtures/keras/tfjs_cnn.json";
-  TrainedRun run = Train(npz, model, "async", "tfjs");
-  ASSERT_FALSE(run.exit_codes.empty()) << run.all_logs;
-  for (const auto& [task, code] : run.exit_codes) {
-    EXPECT_EQ(code, 0) << task << "\n" << run.all_logs;
-  }
-  std::optional<FinalFigures> f = ParseFinalLine(run.chief_log);
-  ASSERT_TRUE(f.has_value()) << run.all_logs;
-  std::printf("tfjs_cnn.json, 1 epoch, async, from .npz: test_accuracy=%.4f test_loss=%.4f\n",
-              f->test_accuracy, f->test_loss);
+  TrainedRun run;
+  std::optional<FinalFigures> f = TrainAndReport(npz, model, "async", "tfjs", &run);
+  ASSERT_TRUE(f.has_value());
   // A small model (8 and 16 filters, global average pooling, a sigmoid
   // layer) after one async epoch: measured 0.4367 (chance: 0.1); async
   // orders the updates differently in every run.
