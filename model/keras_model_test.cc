@@ -222,7 +222,9 @@ TEST(KerasModelTest, SeveralInputsInTheModelsOrder) {
   EXPECT_EQ(spec.input_height, 1);
   EXPECT_EQ(spec.input_channels, 5 + 24 + 5);
   for (const LayerSpec& l : spec.layers) {
-    if (l.name == "conv") EXPECT_EQ(l.inputs, std::vector<int>{ModelInput(1)});
+    if (l.name == "conv") {
+      EXPECT_EQ(l.inputs, std::vector<int>{ModelInput(1)});
+    }
   }
   // The shared Dense reads left (input 2) and right (input 0).
   std::vector<int> shared;
