@@ -58,6 +58,17 @@ Pixel PixelAt(const WindowShape& s, int64_t p) {
   return {n, static_cast<int>(r / s.out_w), static_cast<int>(r % s.out_w)};
 }
 
+// The output pixel after *at, in (n, oh, ow) order.
+inline void Advance(const WindowShape& s, Pixel* at) {
+  if (++at->ow == s.out_w) {
+    at->ow = 0;
+    if (++at->oh == s.out_h) {
+      at->oh = 0;
+      ++at->n;
+    }
+  }
+}
+
 // Im2ColGeneral for output pixels [p0, p1): columns holds their rows only.
 void Im2ColRows(const WindowShape& s, const float* x, int64_t p0, int64_t p1, float* columns) {
   if (p0 >= p1) return;  // also no output pixels at all (PixelAt divides by them)
@@ -94,13 +105,7 @@ void Im2ColRows(const WindowShape& s, const float* x, int64_t p0, int64_t p1, fl
         col += c;
       }
     }
-    if (++at.ow == s.out_w) {
-      at.ow = 0;
-      if (++at.oh == s.out_h) {
-        at.oh = 0;
-        ++at.n;
-      }
-    }
+    Advance(s, &at);
   }
 }
 
@@ -127,13 +132,7 @@ void Col2ImRows(const WindowShape& s, const float* dcolumns, int64_t p0, int64_t
         col += c;
       }
     }
-    if (++at.ow == s.out_w) {
-      at.ow = 0;
-      if (++at.oh == s.out_h) {
-        at.oh = 0;
-        ++at.n;
-      }
-    }
+    Advance(s, &at);
   }
 }
 
