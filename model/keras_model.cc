@@ -1370,7 +1370,8 @@ absl::StatusOr<InputShape> ShapeOfDims(const std::vector<json>& shape, bool flat
 
 // The declared input shape: [H, W, C], [F], or [H, W] read by a Flatten
 // first (H x W x 1).
-absl::StatusOr<InputShape> InputShapeOf(const ParsedLayers& parsed, const std::string& source) {
+absl::StatusOr<InputShape> DeclaredInputShape(const ParsedLayers& parsed,
+                                              const std::string& source) {
   if (!parsed.have_shape) {
     return Bad(source, "no input shape (an InputLayer's batch_shape, or batch_input_shape or "
                        "build_config on the first layer)");
@@ -1450,7 +1451,7 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
   if (!inputs.ok()) return inputs.status();
   // With several inputs the example's shape is theirs, end to end.
   absl::StatusOr<InputShape> in =
-      inputs->empty() ? InputShapeOf(*parsed, source) : InputShape{1, 1, 1};
+      inputs->empty() ? DeclaredInputShape(*parsed, source) : InputShape{1, 1, 1};
   if (!in.ok()) return in.status();
   absl::StatusOr<ModelSpec> spec =
       BuildModelSpec(model->model_name, in->h, in->w, in->c, classes, std::move(parsed->specs),
