@@ -51,8 +51,8 @@
 # same TF_CONFIG, flags, ports and log:
 #   [launcher] ps:1 exited (killed by SIGKILL); restarting (1/5)
 # The chief is started again only when a signal the launcher did not send
-# killed it (kill -9); when it exits with a status (130 when SIGINT or SIGTERM
-# stopped it), the run ends. A task that dies once more after --max_restarts
+# killed it (kill -9) before its final line; when it exits with a status (130
+# when SIGINT or SIGTERM stopped it), the run ends. A task that dies once more after --max_restarts
 # restarts stops the run (exit status 1).
 # Every other flag goes to the chief (and --num_ps/--num_workers too), e.g.
 #   --epochs=5 --mode=sync|async --batch_size=128 --optimizer=adam
@@ -424,9 +424,15 @@ task_ended() {
     # Exit statuses end the run; only a signal from elsewhere restarts it.
     # 130 is the chief's own status when SIGINT or SIGTERM stopped it (it
     # catches both), not a death by signal.
-    if [ "$rc" -gt 128 ] && [ "$rc" -ne 130 ] && [ "$STOPPING" = 0 ] && [ "$RESTART" = 1 ] &&
-       schedule_restart chief "$rc"; then
-      return
+    if [ "$rc" -gt 128 ] && [ "$rc" -ne 130 ] && [ "$STOPPING" = 0 ] && [ "$RESTART" = 1 ]; then
+      # Killed while exiting, after its final line: the weights are written
+      # and the ps have shut down, so a new chief would wait for them forever.
+      if grep -q '^final:' "${TASK_LOG[chief]}"; then
+        echo "[launcher] ${TASK_ID[chief]} exited ($(how_it_ended "$rc")) after its final line; the run is complete, not restarting it" >&"$STDERR"
+        CHIEF_RC=0
+        return
+      fi
+      schedule_restart chief "$rc" && return
     fi
     CHIEF_RC="$rc"
     return
