@@ -361,12 +361,27 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   if (absl::Status s = CheckLayout(args.layout_fingerprint); !s.ok()) {
     return s;
   }
-  if (args.generation != generation_) return GenerationMismatch(args.generation, generation_, version_);
+  if (config_.replica == ReplicaRole::kBackup) {
+    return absl::FailedPreconditionError(
+        "this ps holds a backup of these shards: pushes go to their primary");
+  }
   if (args.worker < 0 || args.worker >= config_.num_workers) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker index ", args.worker, " is out of range: ",
                      config_.num_workers, " workers"));
   }
+  // Before the generation: a push applied here, or by the primary this
+  // store took over from, is answered as it was, whatever came since.
+  std::deque<SeenPush>& seen = seen_[args.worker];
+  if (args.request_id != 0) {
+    for (const SeenPush& p : seen) {
+      if (p.request_id == args.request_id) {
+        ++stats_.pushes_duplicate;
+        return p.result;
+      }
+    }
+  }
+  if (args.generation != generation_) return GenerationMismatch(args.generation, generation_, version_);
   if (args.num_floats != config_.num_floats) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient has ", args.num_floats, " floats; this ps holds ",
@@ -404,15 +419,6 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
         absl::StrCat("gradient from worker ", args.worker,
                      " holds NaN or Inf; not applied"));
   }
-  std::deque<SeenPush>& seen = seen_[args.worker];
-  if (args.request_id != 0) {
-    for (const SeenPush& p : seen) {
-      if (p.request_id == args.request_id) {
-        ++stats_.pushes_duplicate;
-        return p.result;
-      }
-    }
-  }
   absl::StatusOr<PushResult> result = config_.rule == UpdateRule::kSync
                                           ? PushSync(args, finite)
                                           : PushAsync(args, finite);
@@ -420,11 +426,15 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
     stats_.staleness_sum += result->staleness;
     stats_.staleness_max = std::max(stats_.staleness_max, result->staleness);
   }
-  if (result.ok() && args.request_id != 0) {
-    seen.push_back({args.request_id, *result});
-    if (seen.size() > kDedupWindow) seen.pop_front();
-  }
+  if (result.ok()) RememberPush(args.worker, args.request_id, *result);
   return result;
+}
+
+void ParameterStore::RememberPush(int w, uint64_t request_id, const PushResult& result) {
+  if (request_id == 0) return;
+  std::deque<SeenPush>& seen = seen_[w];
+  seen.push_back({request_id, result});
+  if (seen.size() > kDedupWindow) seen.pop_front();
 }
 
 absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool finite) {
@@ -536,6 +546,7 @@ void ParameterStore::MaybeApplyCommit() {
     optimizer_->TakeAside();
     ahead_ = Ahead();
     ++stats_.steps_ahead;
+    if (listener_) Report(StepGradient(members), false, members, -1, 0, 0);
     CloseStep(members);
     return;
   }
@@ -574,11 +585,14 @@ bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
   for (int w = 0; w < config_.num_workers; ++w) {
     if (members[w]) total += pending_examples_[w];
   }
+  const float* grad = nullptr;
   if (nonfinite) {
     ++stats_.steps_skipped_nonfinite;
   } else if (total > 0) {
-    Update(StepGradient(members));
+    grad = StepGradient(members);
+    Update(grad);
   }
+  Report(grad, nonfinite, members, -1, 0, 0);
   CloseStep(members);
   return nonfinite;
 }
@@ -670,6 +684,10 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
     return absl::UnavailableError("parameter server is not initialised yet");
   }
   if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (config_.replica == ReplicaRole::kBackup) {
+    return absl::FailedPreconditionError(
+        "this ps holds a backup of these shards: step decisions go to their primary");
+  }
   if (config_.rule != UpdateRule::kSync || config_.step_role != StepRole::kFollow) {
     return absl::FailedPreconditionError(
         "this ps decides its steps itself; it takes no step decisions");
@@ -711,6 +729,7 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool 
     return r;
   }
   Update(args.gradients);
+  Report(args.gradients, false, {}, args.worker, args.request_id, r.staleness);
   stats_.applied_digest += GradientHash(args.request_id, args.worker);
   ++version_;
   ++stats_.pushes_applied;
@@ -729,6 +748,103 @@ StoreStats ParameterStore::stats() const {
   s.initialized = initialized_;
   s.active_workers = active_;
   return s;
+}
+
+void ParameterStore::Report(const float* grad, bool skipped, const std::vector<bool>& members,
+                            int worker, uint64_t request_id, int64_t staleness) {
+  if (!listener_) return;
+  AppliedUpdate u;
+  u.generation = generation_;
+  u.version = version_;
+  if (grad != nullptr) u.gradient.assign(grad, grad + config_.num_floats);
+  u.skipped = skipped;
+  u.members = members;
+  u.worker = worker;
+  u.request_id = request_id;
+  u.staleness = staleness;
+  listener_(u);
+}
+
+void ParameterStore::SetUpdateListener(UpdateListener listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
+absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
+                                             const AppliedUpdate& u) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (config_.replica != ReplicaRole::kBackup) {
+    return absl::FailedPreconditionError(
+        "this ps is the primary of these shards; it takes no replicated updates");
+  }
+  if (u.generation != generation_) return GenerationMismatch(u.generation, generation_, version_);
+  const bool sync = config_.rule == UpdateRule::kSync;
+  if (!u.gradient.empty() && static_cast<int64_t>(u.gradient.size()) != config_.num_floats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicated update has ", u.gradient.size(), " floats; this ps holds ", config_.num_floats));
+  }
+  if (sync ? static_cast<int>(u.members.size()) != config_.num_workers
+           : (!u.members.empty() || u.worker < 0 || u.worker >= config_.num_workers ||
+              u.gradient.empty() || u.skipped || u.staleness < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicated update for version ", u.version, " does not fit a ", sync ? "sync" : "async",
+        " store of ", config_.num_workers, " workers"));
+  }
+  if (u.version < version_) return absl::OkStatus();  // applied already
+  if (u.version > version_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replicated update for version ", u.version, "; this backup is at version ", version_,
+        ": seed it again from the primary"));
+  }
+  if (u.skipped) ++stats_.steps_skipped_nonfinite;
+  if (!u.gradient.empty()) Update(u.gradient.data());
+  if (sync) {
+    for (int w = 0; w < config_.num_workers; ++w) {
+      if (!u.members[w]) continue;
+      ++stats_.pushes_applied;
+      stats_.applied_digest += GradientHash(static_cast<uint64_t>(version_), w);
+      outcome_[w] = {version_, true};
+    }
+  } else {
+    ++stats_.pushes_applied;
+    stats_.applied_digest += GradientHash(u.request_id, u.worker);
+    stats_.staleness_sum += u.staleness;
+    stats_.staleness_max = std::max(stats_.staleness_max, u.staleness);
+  }
+  ++version_;
+  ++stats_.steps_applied;
+  if (!sync) RememberPush(u.worker, u.request_id, PushResult{true, version_, u.staleness});
+  version_advanced_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t generation,
+                                     StepRole step_role) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (config_.replica != ReplicaRole::kBackup) {
+    return absl::FailedPreconditionError("this ps is the primary of these shards already");
+  }
+  if (generation <= generation_ || generation > kMaxVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "promotion to generation ", generation, ": must be above this store's ", generation_,
+        " and at most ", kMaxVersion));
+  }
+  config_.replica = ReplicaRole::kPrimary;
+  config_.step_role = step_role;
+  config_.generation = generation;
+  generation_ = generation;
+  stats_.generation = generation;
+  // Waiting pulls of the old generation are answered Aborted.
+  version_advanced_.SignalAll();
+  return absl::OkStatus();
 }
 
 void ParameterStore::Cancel() {

@@ -32,6 +32,13 @@
 // pushes and waiting pulls of another generation are Aborted, so no
 // gradient computed on weights from before a restore is ever applied.
 //
+// Replicas: a primary store reports every update it makes, in order, to
+// its update listener (AppliedUpdate); a backup store (ReplicaRole::kBackup)
+// takes no pushes and applies those records instead (ApplyReplicated), so
+// that it holds what the primary holds, bit for bit, and knows which pushes
+// the primary applied. Promote makes a backup the primary under a new
+// generation.
+//
 // Thread-safe: every method may be called from any thread. Knows nothing
 // about gRPC; ps_service.h adapts it.
 #ifndef PSCLUSTER_UPDATE_PARAMETER_STORE_H_
@@ -40,6 +47,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -60,6 +68,10 @@ enum class UpdateRule { kSync, kAsync };
 // Sync, several ps: whether this store closes steps itself or applies the
 // steps another store closed (see the top of this file).
 enum class StepRole { kDecide, kFollow };
+
+// Whether a store takes workers' pushes (the primary of its shards) or
+// applies a primary's updates (a backup: see the top of this file).
+enum class ReplicaRole { kPrimary, kBackup };
 
 // Values [offset, offset + size) of the store that are a BatchNormalization
 // moving statistic: updated as v = momentum * v + (1 - momentum) * g from
@@ -82,6 +94,7 @@ struct StoreConfig {
   bool skip_nonfinite = false;
   int64_t generation = 0;  // of the initial values
   StepRole step_role = StepRole::kDecide;  // sync only
+  ReplicaRole replica = ReplicaRole::kPrimary;
   std::vector<MovingStatistic> moving_statistics;  // disjoint, in range
 };
 
@@ -162,6 +175,31 @@ struct StoreStats {
   bool initialized = false;
   std::vector<bool> active_workers;  // sync: whom a step waits for
 };
+
+// One update a primary store made, from `version` to version + 1. A backup
+// that started from the primary's state (Snapshot/Restore) and applies the
+// primary's records in order holds the same values, optimizer state,
+// version and applied digest, bit for bit.
+struct AppliedUpdate {
+  int64_t generation = 0;
+  int64_t version = 0;
+  // What the optimizer took: a sync step's weighted sum of its members'
+  // gradients, or an async push. Empty when the values did not change: a
+  // sync step skipped for a NaN or Inf (skipped), or one whose members
+  // were all taken out before their gradients came (torn).
+  std::vector<float> gradient;
+  bool skipped = false;
+  // Sync: the step's members, one per worker (their pushes count as
+  // applied). Async: empty; the push was `worker`'s with `request_id`.
+  std::vector<bool> members;
+  int worker = -1;
+  uint64_t request_id = 0;
+  int64_t staleness = 0;  // async: of the push
+};
+
+// Called, under the store's lock and in the order the updates were made,
+// with each update a primary store makes. It must not call the store.
+using UpdateListener = std::function<void(const AppliedUpdate&)>;
 
 // Values and optimizer state at one version: what a checkpoint holds of a
 // ps.
@@ -252,6 +290,28 @@ class ParameterStore {
   // store; InvalidArgument (and no change) for a state that does not fit.
   absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state);
 
+  // Primary: `listener` is told of every update from now on (null: none).
+  void SetUpdateListener(UpdateListener listener);
+
+  // Backup: applies the primary's update `u`. OK when applied, or applied
+  // already (a resent record); Aborted for another generation;
+  // FailedPrecondition on a primary, and when `u` is not the next update
+  // (this backup is behind or was seeded from another state: seed it again
+  // with Restore); InvalidArgument for a malformed record; Unavailable
+  // before Init or Restore. Counters of pushes as they arrived (refused,
+  // dropped, duplicate, a sync push's staleness, an async push skipped for
+  // a NaN or Inf, which changes nothing and makes no record) stay the
+  // primary's.
+  absl::Status ApplyReplicated(uint64_t layout_fingerprint, const AppliedUpdate& u);
+
+  // Backup: becomes the primary of its shards, deciding or following sync
+  // steps as `step_role` says, under `generation` (above the store's own):
+  // pushes and pulls of older generations are Aborted from then on, but
+  // for pushes the old primary applied, which are answered as it did.
+  // FailedPrecondition on a primary; InvalidArgument for a generation that
+  // is not above the store's.
+  absl::Status Promote(uint64_t layout_fingerprint, int64_t generation, StepRole step_role);
+
   // Wakes every waiting Pull with Unavailable (shutdown).
   void Cancel();
 
@@ -308,6 +368,13 @@ class ParameterStore {
   void UpdateAside(const float* grad, std::vector<float>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops worker w's pending gradient (its fate: dropped).
   void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the listener, if any, of the update from version_ to version_ + 1
+  // (`grad` null: the values did not change).
+  void Report(const float* grad, bool skipped, const std::vector<bool>& members, int worker,
+              uint64_t request_id, int64_t staleness) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers worker w's push `request_id` and its answer.
+  void RememberPush(int w, uint64_t request_id, const PushResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Recent request ids per worker and what was answered to them.
   struct SeenPush {
@@ -341,6 +408,7 @@ class ParameterStore {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   StoreStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::deque<SeenPush>> seen_ ABSL_GUARDED_BY(mu_);
+  UpdateListener listener_ ABSL_GUARDED_BY(mu_);
 
   // Sync state for the current version. pending_examples_[w] < 0: nothing
   // from worker w yet.

@@ -1,0 +1,285 @@
+// A backup store that applies its primary's AppliedUpdate records holds
+// what the primary holds, bit for bit (values, Adam's slots, the moving
+// statistics, version, applied digest), whichever way the primary made its
+// updates (a deciding or following sync store, steps computed ahead,
+// skipped and torn steps, async pushes); and once promoted it answers the
+// pushes the primary applied as the primary did and fences off the old
+// generation.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "update/parameter_store.h"
+
+namespace pscluster {
+namespace {
+
+constexpr uint64_t kLayout = 7;
+constexpr int64_t kFloats = 40;
+
+StoreConfig AdamConfig(UpdateRule rule, int workers, int replicas) {
+  StoreConfig c;
+  c.layout_fingerprint = kLayout;
+  c.num_floats = kFloats;
+  c.rule = rule;
+  c.num_workers = workers;
+  c.replicas_to_aggregate = replicas;
+  c.optimizer.name = "adam";
+  c.optimizer.learning_rate = 0.01f;
+  c.skip_nonfinite = true;
+  c.moving_statistics = {{8, 4, 0.9f}, {30, 2, 0.5f}};
+  return c;
+}
+
+std::vector<float> RandomVector(std::mt19937* rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> v(kFloats);
+  for (float& x : v) x = normal(*rng);
+  return v;
+}
+
+absl::StatusOr<PushResult> Push(ParameterStore& store, int worker, int64_t version,
+                                const std::vector<float>& g, int examples, uint64_t id = 0,
+                                int64_t generation = 0) {
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.worker = worker;
+  a.version = version;
+  a.request_id = id;
+  a.num_examples = examples;
+  a.gradients = g.data();
+  a.num_floats = static_cast<int64_t>(g.size());
+  a.generation = generation;
+  return store.Push(a);
+}
+
+// A primary initialised with random values that records its updates, and
+// a backup seeded from it.
+class ReplicaTest : public ::testing::Test {
+ protected:
+  void Start(const StoreConfig& config) {
+    config_ = config;
+    std::vector<float> init = RandomVector(&rng_);
+    bool already = false;
+    ASSERT_TRUE(primary_.Init(config, init.data(), &already).ok());
+    primary_.SetUpdateListener([this](const AppliedUpdate& u) { log_.push_back(u); });
+    StoreSnapshot seed;
+    ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
+    StoreConfig b = config;
+    b.replica = ReplicaRole::kBackup;
+    ASSERT_TRUE(backup_.Restore(b, seed).ok());
+  }
+
+  // Applies the records not applied yet, in order.
+  void Replicate() {
+    for (; applied_ < log_.size(); ++applied_) {
+      absl::Status s = backup_.ApplyReplicated(kLayout, log_[applied_]);
+      ASSERT_TRUE(s.ok()) << "record " << applied_ << ": " << s;
+    }
+  }
+
+  // The two stores hold the same bits.
+  void ExpectSameState() {
+    StoreSnapshot p, b;
+    ASSERT_TRUE(primary_.Snapshot(kLayout, &p).ok());
+    ASSERT_TRUE(backup_.Snapshot(kLayout, &b).ok());
+    EXPECT_EQ(p.version, b.version);
+    ASSERT_EQ(p.values.size(), b.values.size());
+    EXPECT_EQ(0, std::memcmp(p.values.data(), b.values.data(), p.values.size() * sizeof(float)));
+    EXPECT_EQ(p.optimizer.iterations, b.optimizer.iterations);
+    ASSERT_EQ(p.optimizer.slots.size(), b.optimizer.slots.size());
+    for (size_t i = 0; i < p.optimizer.slots.size(); ++i) {
+      const std::vector<float>& ps = p.optimizer.slots[i].values;
+      const std::vector<float>& bs = b.optimizer.slots[i].values;
+      ASSERT_EQ(ps.size(), bs.size());
+      EXPECT_EQ(0, std::memcmp(ps.data(), bs.data(), ps.size() * sizeof(float)))
+          << "slot " << p.optimizer.slots[i].name;
+    }
+    const StoreStats ps = primary_.stats(), bs = backup_.stats();
+    EXPECT_EQ(ps.applied_digest, bs.applied_digest);
+    EXPECT_EQ(ps.pushes_applied, bs.pushes_applied);
+    EXPECT_EQ(ps.steps_applied, bs.steps_applied);
+    // (An async push skipped for a NaN or Inf changes nothing: no record.)
+    if (config_.rule == UpdateRule::kSync) {
+      EXPECT_EQ(ps.steps_skipped_nonfinite, bs.steps_skipped_nonfinite);
+    }
+  }
+
+  std::mt19937 rng_{1234};
+  StoreConfig config_;
+  ParameterStore primary_{1};
+  ParameterStore backup_{1};
+  std::vector<AppliedUpdate> log_;
+  size_t applied_ = 0;
+};
+
+TEST_F(ReplicaTest, ABackupOfADecidingSyncStoreHoldsTheSameBits) {
+  Start(AdamConfig(UpdateRule::kSync, 3, 2));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t v = 0; v < 12; ++v) {
+    std::vector<float> g0 = RandomVector(&rng_), g1 = RandomVector(&rng_);
+    if (v == 5) g1[3] = nan;  // the step is skipped
+    // Workers 0 and 1 close the step (weighted 3:5); worker 2's is late.
+    ASSERT_TRUE(Push(primary_, (v % 2 == 0) ? 0 : 1, v, g0, 3).ok());
+    ASSERT_TRUE(Push(primary_, (v % 2 == 0) ? 1 : 0, v, g1, 5).ok());
+    ASSERT_TRUE(Push(primary_, 2, v, RandomVector(&rng_), 4).ok());
+    if (v % 4 == 3) Replicate();
+  }
+  // One worker taken out: the next step closes with the other alone.
+  ASSERT_TRUE(primary_.SetActiveWorkers(kLayout, {true, false, false}).ok());
+  ASSERT_TRUE(Push(primary_, 0, 12, RandomVector(&rng_), 2).ok());
+  Replicate();
+  EXPECT_EQ(primary_.stats().version, 13);
+  EXPECT_EQ(primary_.stats().steps_skipped_nonfinite, 1);
+  ExpectSameState();
+  // The backup knows the step outcomes the primary gave.
+  EXPECT_EQ(backup_.StepOutcome(0, 12), std::optional<bool>(true));
+}
+
+TEST_F(ReplicaTest, ABackupOfAFollowingStoreHoldsTheSameBitsWithStepsComputedAhead) {
+  StoreConfig c = AdamConfig(UpdateRule::kSync, 3, 2);
+  c.step_role = StepRole::kFollow;
+  Start(c);
+  for (int64_t v = 0; v < 8; ++v) {
+    StepDecision d;
+    d.layout_fingerprint = kLayout;
+    d.version = v;
+    d.members = {true, v % 3 != 0, v % 3 == 0};
+    ASSERT_TRUE(Push(primary_, 0, v, RandomVector(&rng_), 2).ok());
+    const int second = d.members[1] ? 1 : 2;
+    if (v % 2 == 0) {
+      // Both gradients first: the update is computed ahead of the decision.
+      ASSERT_TRUE(Push(primary_, second, v, RandomVector(&rng_), 6).ok());
+      ASSERT_TRUE(primary_.Commit(kLayout, d).ok());
+    } else {
+      ASSERT_TRUE(primary_.Commit(kLayout, d).ok());
+      ASSERT_TRUE(Push(primary_, second, v, RandomVector(&rng_), 6).ok());
+    }
+  }
+  // A member lost before its gradient came: the step is torn.
+  StepDecision d;
+  d.layout_fingerprint = kLayout;
+  d.version = 8;
+  d.members = {false, true, false};
+  ASSERT_TRUE(primary_.Commit(kLayout, d).ok());
+  ASSERT_TRUE(primary_.SetActiveWorkers(kLayout, {true, false, true}).ok());
+  Replicate();
+  ASSERT_EQ(primary_.stats().version, 9);
+  EXPECT_GT(primary_.stats().steps_ahead, 0);
+  EXPECT_EQ(primary_.stats().steps_torn, 1);
+  EXPECT_TRUE(log_.back().gradient.empty());
+  ExpectSameState();
+}
+
+TEST_F(ReplicaTest, AnAsyncBackupHoldsTheSameBitsAndOncePromotedAnswersAppliedPushesAsTheyWere) {
+  Start(AdamConfig(UpdateRule::kAsync, 2, 1));
+  uint64_t id = 100;
+  std::vector<std::pair<uint64_t, PushResult>> answers;
+  for (int i = 0; i < 10; ++i) {
+    const int64_t version = primary_.stats().version;
+    absl::StatusOr<PushResult> r = Push(primary_, i % 2, std::max<int64_t>(0, version - i % 3),
+                                        RandomVector(&rng_), 1, ++id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    answers.push_back({id, *r});
+  }
+  std::vector<float> bad = RandomVector(&rng_);
+  bad[0] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(Push(primary_, 0, primary_.stats().version, bad, 1, ++id).ok());  // skipped
+  Replicate();
+  EXPECT_EQ(log_.size(), 10u);  // the skipped push changed nothing
+  ExpectSameState();
+
+  // The primary is lost; its backup takes over under generation 1.
+  ASSERT_TRUE(backup_.Promote(kLayout, 1, StepRole::kDecide).ok());
+  const int64_t version = backup_.stats().version;
+  // A worker resends a push the old primary applied (its answer was lost):
+  // answered as it was, not applied again, old generation or not.
+  const auto& [resent_id, resent_answer] = answers[7];
+  absl::StatusOr<PushResult> r = Push(backup_, 7 % 2, 0, RandomVector(&rng_), 1, resent_id);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied);
+  EXPECT_EQ(r->version, resent_answer.version);
+  EXPECT_EQ(backup_.stats().version, version);
+  EXPECT_EQ(backup_.stats().pushes_duplicate, 1);
+  // A new push computed on the old generation's weights is fenced off.
+  EXPECT_EQ(Push(backup_, 0, version, RandomVector(&rng_), 1, ++id).status().code(),
+            absl::StatusCode::kAborted);
+  std::string bytes;
+  int64_t pulled = 0;
+  EXPECT_EQ(backup_.Pull(kLayout, 0, absl::Now() + absl::Seconds(1), &bytes, &pulled, 0)
+                .code(),
+            absl::StatusCode::kAborted);
+  // One of the new generation is applied.
+  r = Push(backup_, 0, version, RandomVector(&rng_), 1, ++id, /*generation=*/1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied);
+  EXPECT_EQ(backup_.stats().version, version + 1);
+  EXPECT_EQ(backup_.stats().generation, 1);
+}
+
+TEST_F(ReplicaTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
+  Start(AdamConfig(UpdateRule::kSync, 2, 2));
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1).ok());
+  ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1).ok());
+  Replicate();
+  ASSERT_TRUE(backup_.Promote(kLayout, 3, StepRole::kDecide).ok());
+  EXPECT_EQ(Push(backup_, 0, 1, RandomVector(&rng_), 1, 0, 0).status().code(),
+            absl::StatusCode::kAborted);
+  ASSERT_TRUE(Push(backup_, 0, 1, RandomVector(&rng_), 1, 0, 3).ok());
+  ASSERT_TRUE(Push(backup_, 1, 1, RandomVector(&rng_), 1, 0, 3).ok());
+  EXPECT_EQ(backup_.stats().version, 2);
+  EXPECT_EQ(backup_.StepOutcome(1, 1), std::optional<bool>(true));
+}
+
+TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
+  Start(AdamConfig(UpdateRule::kSync, 2, 2));
+  // A backup takes no pushes and no step decisions.
+  EXPECT_EQ(Push(backup_, 0, 0, RandomVector(&rng_), 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  StepDecision d;
+  d.layout_fingerprint = kLayout;
+  d.members = {true, true};
+  EXPECT_EQ(backup_.Commit(kLayout, d).code(), absl::StatusCode::kFailedPrecondition);
+  // A primary takes no replicated updates and cannot be promoted.
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1).ok());
+  ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1).ok());
+  ASSERT_TRUE(Push(primary_, 0, 1, RandomVector(&rng_), 1).ok());
+  ASSERT_TRUE(Push(primary_, 1, 1, RandomVector(&rng_), 1).ok());
+  ASSERT_EQ(log_.size(), 2u);
+  EXPECT_EQ(primary_.ApplyReplicated(kLayout, log_[0]).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(primary_.Promote(kLayout, 1, StepRole::kDecide).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A gap: the backup is behind and must be seeded again.
+  absl::Status gap = backup_.ApplyReplicated(kLayout, log_[1]);
+  EXPECT_EQ(gap.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(gap.message().find("at version 0"), std::string::npos) << gap;
+  // Malformed records change nothing.
+  AppliedUpdate wrong = log_[0];
+  wrong.gradient.pop_back();
+  EXPECT_EQ(backup_.ApplyReplicated(kLayout, wrong).code(), absl::StatusCode::kInvalidArgument);
+  wrong = log_[0];
+  wrong.members.push_back(true);
+  EXPECT_EQ(backup_.ApplyReplicated(kLayout, wrong).code(), absl::StatusCode::kInvalidArgument);
+  wrong = log_[0];
+  wrong.generation = 4;
+  EXPECT_EQ(backup_.ApplyReplicated(kLayout, wrong).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(backup_.ApplyReplicated(kLayout + 1, log_[0]).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backup_.stats().version, 0);
+  // In order, and a resent record once more: applied once.
+  ASSERT_TRUE(backup_.ApplyReplicated(kLayout, log_[0]).ok());
+  ASSERT_TRUE(backup_.ApplyReplicated(kLayout, log_[0]).ok());
+  ASSERT_TRUE(backup_.ApplyReplicated(kLayout, log_[1]).ok());
+  applied_ = 2;
+  ExpectSameState();
+  // Promotion must raise the generation.
+  EXPECT_EQ(backup_.Promote(kLayout, 0, StepRole::kDecide).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pscluster
