@@ -33,6 +33,8 @@ grpc::Status InvalidArgument(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
+absl::Time CallDeadlineOrIn(absl::Duration d) { return absl::Now() + d; }
+
 }  // namespace
 
 PsService::PsService(ParameterStore* store, Metrics* metrics, const PsServiceOptions& options)
@@ -57,6 +59,8 @@ grpc::Status PsService::Init(grpc::ServerContext* ctx, const InitRequest* req,
   if (!already) {
     absl::MutexLock lock(&shards_mu_);
     shards_.assign(req->shards().begin(), req->shards().end());
+    config_ = *req;
+    config_.clear_values();
   }
   const StoreStats st = store_->stats();
   resp->set_already_initialized(already);
@@ -200,6 +204,7 @@ grpc::Status PsService::DoPull(absl::Time deadline, uint64_t fingerprint,
   absl::Status s = store_->PullShared(fingerprint, min_version, deadline, &values, &version,
                                       generation, &current_generation);
   if (!s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status r = AwaitReplicated(version, deadline); !r.ok()) return r;
   resp->set_version(version);
   resp->set_generation(current_generation);
   CodecOptions o;
@@ -347,6 +352,14 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
     }
     return ToGrpcStatus(r.status());
   }
+  // Async: applied, so answered once the backups hold it (sync: taken into
+  // a step, whose result the worker pulls).
+  if (r->applied && !store_->is_sync()) {
+    if (grpc::Status w = AwaitReplicated(r->version, CallDeadlineOrIn(absl::Seconds(30)));
+        !w.ok()) {
+      return w;
+    }
+  }
   bytes_pushed_ += static_cast<int64_t>(g.size());
   metrics_->push_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
   metrics_->push_bytes().Increment(static_cast<double>(g.size()));
@@ -422,6 +435,20 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_incarnation(incarnation_);
   resp->set_steps_skipped_nonfinite(s.steps_skipped_nonfinite);
   for (bool a : s.active_workers) resp->add_active_workers(a);
+  resp->set_backup(s.backup);
+  resp->set_replicated_version(-1);
+  std::shared_ptr<Replicator> replicator;
+  {
+    absl::MutexLock lock(&replicator_mu_);
+    replicator = replicator_;
+  }
+  if (replicator != nullptr) {
+    const ReplicaStats r = replicator->stats();
+    resp->set_replicated_version(r.replicated_version);
+    resp->set_backups_live(r.backups_live);
+    resp->set_backups_set(r.backups_set);
+    resp->set_bytes_replicated(r.bytes_sent);
+  }
   return grpc::Status::OK;
 }
 
@@ -464,6 +491,21 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
   absl::StatusOr<StoreConfig> c = StoreConfigFromInit(
       req->init(), static_cast<int64_t>(snap->values.size()), options_.step_role);
   if (!c.ok()) return ToGrpcStatus(c.status());
+  if (req->as_backup()) {
+    // Fencing: a primary is never overwritten by a seed, nor a backup by
+    // an older generation's (a primary that was cut off and came back).
+    const StoreStats st = store_->stats();
+    if (st.initialized && !st.backup) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this ps is the primary of its store; it takes no backup seed");
+    }
+    if (st.initialized && st.generation > snap->generation) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("a backup seed of generation ", snap->generation,
+                                       "; this backup is of generation ", st.generation));
+    }
+    c->replica = ReplicaRole::kBackup;
+  }
   if (grpc::Status s = CheckShards(state.shards()); !s.ok()) return s;
   if (grpc::Status s = CheckShards(req->init().shards()); !s.ok()) return s;
   absl::Status s = store_->Restore(*c, *snap);
@@ -471,6 +513,8 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
   {
     absl::MutexLock lock(&shards_mu_);
     shards_.assign(req->init().shards().begin(), req->init().shards().end());
+    config_ = req->init();
+    config_.clear_values();
   }
   metrics_->model_version().Set(static_cast<double>(snap->version));
   resp->set_version(snap->version);
@@ -493,6 +537,102 @@ grpc::Status PsService::DoCommitStep(const StepCommitRequest& req, StepCommitRes
   absl::Status s = store_->Commit(req.layout_fingerprint(), d);
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(store_->stats().version);
+  return grpc::Status::OK;
+}
+
+}  // namespace pscluster
+
+namespace pscluster {
+
+absl::StatusOr<RestoreRequest> PsService::SeedRequest() {
+  RestoreRequest req;
+  StoreSnapshot snap;
+  uint64_t fingerprint;
+  {
+    absl::MutexLock lock(&shards_mu_);
+    *req.mutable_init() = config_;
+    fingerprint = config_.layout_fingerprint();
+  }
+  if (absl::Status s = store_->Snapshot(fingerprint, &snap); !s.ok()) return s;
+  ShardState* state = req.mutable_state();
+  state->set_layout_fingerprint(fingerprint);
+  {
+    absl::MutexLock lock(&shards_mu_);
+    for (const ShardSpec& sh : shards_) *state->add_shards() = sh;
+  }
+  StoreSnapshotToState(snap, state);
+  return req;
+}
+
+grpc::Status PsService::AwaitReplicated(int64_t version, absl::Time deadline) {
+  std::shared_ptr<Replicator> replicator;
+  {
+    absl::MutexLock lock(&replicator_mu_);
+    replicator = replicator_;
+  }
+  if (replicator == nullptr || replicator->WaitReplicated(version, deadline)) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                      absl::StrCat("the backups did not confirm version ", version,
+                                   " before the call's deadline"));
+}
+
+grpc::Status PsService::Replicate(grpc::ServerContext* ctx, const ReplicateRequest* req,
+                                  ReplicateResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  for (const AppliedUpdateRecord& r : req->updates()) {
+    AppliedUpdate u;
+    u.generation = r.generation();
+    u.version = r.version();
+    if (absl::Status s = BytesToFloats(r.gradient(), "gradient", &u.gradient); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    u.skipped = r.skipped();
+    u.members.assign(r.members().begin(), r.members().end());
+    u.worker = r.worker();
+    u.request_id = r.request_id();
+    u.staleness = r.staleness();
+    if (absl::Status s = store_->ApplyReplicated(req->layout_fingerprint(), u); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
+  const int64_t version = store_->stats().version;
+  metrics_->model_version().Set(static_cast<double>(version));
+  resp->set_version(version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* req,
+                                PromoteResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  absl::Status s = store_->Promote(req->layout_fingerprint(), req->generation(),
+                                   req->decides() ? StepRole::kDecide : StepRole::kFollow);
+  if (!s.ok()) return ToGrpcStatus(s);
+  resp->set_version(store_->stats().version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::SetBackups(grpc::ServerContext* ctx, const SetBackupsRequest* req,
+                                   SetBackupsResponse*) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  const StoreStats st = store_->stats();
+  if (st.backup) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this ps is a backup; only a primary keeps backups");
+  }
+  for (const std::string& a : req->addresses()) {
+    if (a.empty()) return InvalidArgument("a backup's address is empty");
+  }
+  absl::MutexLock lock(&replicator_mu_);
+  if (replicator_ != nullptr) replicator_->Stop();  // gives the listener back
+  replicator_.reset();
+  if (req->addresses_size() > 0) {
+    replicator_ = std::make_shared<Replicator>(
+        store_, req->layout_fingerprint(), [this] { return SeedRequest(); },
+        std::vector<std::string>(req->addresses().begin(), req->addresses().end()),
+        options_.replicator);
+  }
   return grpc::Status::OK;
 }
 

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "proto/ps.grpc.pb.h"
+#include "ps_server/replicator.h"
 #include "update/parameter_store.h"
 #include "wire/codec.h"
 
@@ -26,6 +27,8 @@ struct PsServiceOptions {
   // Sync with several ps: kFollow on every ps but ps 0, which decides the
   // steps for all (ps_server/step_broadcaster.h sends its decisions).
   StepRole step_role = StepRole::kDecide;
+  // How a primary reaches and waits for its backups (SetBackups).
+  ReplicatorOptions replicator;
 };
 
 class PsService final : public ParameterServer::Service {
@@ -45,6 +48,15 @@ class PsService final : public ParameterServer::Service {
   grpc::Status Restore(grpc::ServerContext*, const RestoreRequest*, RestoreResponse*) override;
   grpc::Status CommitStep(grpc::ServerContext*, const StepCommitRequest*,
                           StepCommitResponse*) override;
+  // Replicas (docs/replication.md): a backup applies its primary's updates
+  // (Replicate) and becomes the primary (Promote); a primary keeps the
+  // backups it is given up to date (SetBackups) and answers a worker only
+  // once they hold what the answer says.
+  grpc::Status Replicate(grpc::ServerContext*, const ReplicateRequest*,
+                         ReplicateResponse*) override;
+  grpc::Status Promote(grpc::ServerContext*, const PromoteRequest*, PromoteResponse*) override;
+  grpc::Status SetBackups(grpc::ServerContext*, const SetBackupsRequest*,
+                          SetBackupsResponse*) override;
 
   // PushPull without gRPC: the tcp data plane's (ps_server/data_plane_server.h)
   // handler, after its own token check. The pull waits until `deadline`.
@@ -90,6 +102,10 @@ class PsService final : public ParameterServer::Service {
   grpc::Status DoPush(const PushRequest& req, PushResponse* resp,
                       std::optional<bool> finite = std::nullopt,
                       std::vector<float>* owned = nullptr);
+  // What seeds a backup of this store: its configuration and state now.
+  absl::StatusOr<RestoreRequest> SeedRequest();
+  // Waits until the backups hold `version`, when there are any.
+  grpc::Status AwaitReplicated(int64_t version, absl::Time deadline);
   // Counts a refused push (GetStats and /metrics) and returns `s`.
   grpc::Status Refused(grpc::Status s);
   // How a pull's answer is encoded (PullRequest / PushRequest fields).
@@ -130,6 +146,11 @@ class PsService final : public ParameterServer::Service {
   const uint64_t incarnation_;
   absl::Mutex shards_mu_;
   std::vector<ShardSpec> shards_ ABSL_GUARDED_BY(shards_mu_);
+  // The last Init's or Restore's configuration (without values): a
+  // backup's seed carries it.
+  InitRequest config_ ABSL_GUARDED_BY(shards_mu_);
+  absl::Mutex replicator_mu_;
+  std::shared_ptr<Replicator> replicator_ ABSL_GUARDED_BY(replicator_mu_);
 
   // Per worker that pulls changes: the weights it holds once it applied
   // answer `seq`, and that answer.

@@ -242,6 +242,11 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   if (absl::Status s = Configure(c, *std::move(opt)); !s.ok()) return s;
   ReplaceableValues() = state.values;
   version_ = state.version;
+  if (c.replica == ReplicaRole::kBackup) {
+    stats_.applied_digest = state.applied_digest;
+    stats_.pushes_applied = state.pushes_applied;
+    stats_.steps_applied = state.steps_applied;
+  }
   initialized_ = true;
   version_advanced_.SignalAll();
   return absl::OkStatus();
@@ -257,6 +262,9 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   out->generation = generation_;
   out->values = *values_;
   out->optimizer = optimizer_->SaveState();
+  out->applied_digest = stats_.applied_digest;
+  out->pushes_applied = stats_.pushes_applied;
+  out->steps_applied = stats_.steps_applied;
   return absl::OkStatus();
 }
 
@@ -746,6 +754,7 @@ StoreStats ParameterStore::stats() const {
   s.version = version_;
   s.generation = generation_;
   s.initialized = initialized_;
+  s.backup = config_.replica == ReplicaRole::kBackup;
   s.active_workers = active_;
   return s;
 }

@@ -173,6 +173,7 @@ struct StoreStats {
   uint64_t applied_digest = 0;
   int64_t generation = 0;
   bool initialized = false;
+  bool backup = false;  // ReplicaRole::kBackup
   std::vector<bool> active_workers;  // sync: whom a step waits for
 };
 
@@ -208,6 +209,12 @@ struct StoreSnapshot {
   int64_t generation = 0;
   std::vector<float> values;
   OptimizerState optimizer;
+  // The store's counters of what it applied (StoreStats): a backup
+  // restored from the snapshot takes them over; any other restore keeps
+  // its own.
+  uint64_t applied_digest = 0;
+  int64_t pushes_applied = 0;
+  int64_t steps_applied = 0;
 };
 
 class ParameterStore {

@@ -71,6 +71,9 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
   if (absl::Status s = BytesToFloats(state.values(), "values", &snap.values); !s.ok()) return s;
   snap.version = state.version();
   snap.generation = state.generation();
+  snap.applied_digest = state.applied_digest();
+  snap.pushes_applied = state.pushes_applied();
+  snap.steps_applied = state.steps_applied();
   snap.optimizer.iterations = state.optimizer_iterations();
   for (const SlotValues& v : state.slots()) {
     OptimizerSlot slot;
@@ -84,6 +87,9 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
 void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out) {
   out->set_version(snap.version);
   out->set_generation(snap.generation);
+  out->set_applied_digest(snap.applied_digest);
+  out->set_pushes_applied(snap.pushes_applied);
+  out->set_steps_applied(snap.steps_applied);
   out->set_values(snap.values.data(), snap.values.size() * sizeof(float));
   out->clear_slots();
   for (const OptimizerSlot& slot : snap.optimizer.slots) {

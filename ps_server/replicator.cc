@@ -1,0 +1,243 @@
+#include "ps_server/replicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/time/clock.h"
+#include "common/retry.h"
+#include "proto/ps.grpc.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace pscluster {
+namespace {
+
+// Calling a backup again: at once at first, at most every 100 ms while it
+// is down (a restarted one is seeded within that of answering).
+RetryPolicy CallAgainPolicy() {
+  RetryPolicy p;
+  p.initial_backoff = absl::Milliseconds(1);
+  p.max_backoff = absl::Milliseconds(100);
+  return p;
+}
+
+void ToRecord(const AppliedUpdate& u, AppliedUpdateRecord* r) {
+  r->set_generation(u.generation);
+  r->set_version(u.version);
+  r->mutable_gradient()->assign(reinterpret_cast<const char*>(u.gradient.data()),
+                                u.gradient.size() * sizeof(float));
+  r->set_skipped(u.skipped);
+  for (bool m : u.members) r->add_members(m);
+  r->set_worker(u.worker);
+  r->set_request_id(u.request_id);
+  r->set_staleness(u.staleness);
+}
+
+}  // namespace
+
+Replicator::Replicator(ParameterStore* store, uint64_t layout_fingerprint, SeedFn seed,
+                       const std::vector<std::string>& backups,
+                       const ReplicatorOptions& options)
+    : store_(store),
+      layout_fingerprint_(layout_fingerprint),
+      seed_(std::move(seed)),
+      options_(options) {
+  std::vector<Backup*> started;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& address : backups) {
+      backups_.push_back(std::make_unique<Backup>());
+      backups_.back()->address = address;
+      started.push_back(backups_.back().get());
+    }
+  }
+  store_->SetUpdateListener([this](const AppliedUpdate& u) { Collect(u); });
+  for (Backup* b : started) senders_.emplace_back([this, b] { Send(b); });
+}
+
+Replicator::~Replicator() { Stop(); }
+
+void Replicator::Stop() {
+  if (stop_.exchange(true)) return;
+  store_->SetUpdateListener(nullptr);
+  {
+    absl::MutexLock lock(&mu_);
+    changed_.SignalAll();
+  }
+  for (std::thread& t : senders_) t.join();
+}
+
+void Replicator::Collect(const AppliedUpdate& u) {
+  absl::MutexLock lock(&mu_);
+  for (const std::unique_ptr<Backup>& b : backups_) {
+    if (!b->collecting) continue;
+    if (static_cast<int>(b->queue.size()) >= options_.max_queued) {
+      // Further behind than a seed costs: seed it afresh.
+      b->queue.clear();
+      b->collecting = false;
+      continue;
+    }
+    b->queue.push_back(u);
+  }
+  changed_.SignalAll();
+}
+
+bool Replicator::WaitReplicated(int64_t version, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const std::unique_ptr<Backup>& b : backups_) {
+      if (b->live && b->held < version) return false;
+    }
+    return true;
+  };
+  while (!stop_ && !done()) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return stop_ || done();
+  }
+  return true;
+}
+
+ReplicaStats Replicator::stats() const {
+  absl::MutexLock lock(&mu_);
+  ReplicaStats s;
+  s.backups_set = static_cast<int>(backups_.size());
+  int64_t lowest = -1;
+  bool any = false;
+  for (const std::unique_ptr<Backup>& b : backups_) {
+    if (!b->live) continue;
+    ++s.backups_live;
+    lowest = any ? std::min(lowest, b->held) : b->held;
+    any = true;
+  }
+  s.replicated_version = any ? lowest : -1;
+  s.bytes_sent = bytes_sent_.load();
+  return s;
+}
+
+void Replicator::MarkFailing(Backup* b, absl::Time failing_since) {
+  if (absl::Now() - failing_since < options_.lost_after) return;
+  absl::MutexLock lock(&mu_);
+  if (!b->live) return;
+  b->live = false;
+  changed_.SignalAll();
+  spdlog::warn("backup at {} has not answered for {}: answers no longer wait for it; it is "
+               "seeded again when it answers",
+               b->address, absl::FormatDuration(absl::Now() - failing_since));
+}
+
+bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
+  {
+    // Updates from here on are queued; those the snapshot below holds
+    // already are skipped by the backup (it has their versions).
+    absl::MutexLock lock(&mu_);
+    b->queue.clear();
+    b->collecting = true;
+  }
+  absl::StatusOr<RestoreRequest> req = seed_();
+  if (!req.ok()) return false;  // not initialised yet, or shutting down
+  req->set_as_backup(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  RestoreResponse resp;
+  grpc::Status s = stub->Restore(&ctx, *req, &resp);
+  if (!s.ok()) {
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      // Not a place for a backup (a primary, or of a newer generation):
+      // answers do not wait for it; it is asked again in case it changes.
+      absl::MutexLock lock(&mu_);
+      if (b->live) {
+        spdlog::error("backup at {} refused to be seeded: {}", b->address, s.error_message());
+        b->live = false;
+        changed_.SignalAll();
+      }
+    }
+    return false;
+  }
+  bytes_sent_ += static_cast<int64_t>(req->ByteSizeLong());
+  absl::MutexLock lock(&mu_);
+  b->held = resp.version();
+  if (!b->live) spdlog::info("backup at {} keeps up again from version {}", b->address, b->held);
+  b->live = true;
+  changed_.SignalAll();
+  return true;
+}
+
+void Replicator::Send(Backup* b) {
+  std::unique_ptr<ParameterServer::Stub> stub =
+      ParameterServer::NewStub(MakeChannel(b->address, options_.rpc));
+  bool seeded = false;
+  absl::Time failing_since = absl::InfiniteFuture();  // of the calls now failing
+  std::unique_ptr<Backoff> backoff = std::make_unique<Backoff>(CallAgainPolicy());
+  auto failed = [&] {
+    if (failing_since == absl::InfiniteFuture()) failing_since = absl::Now();
+    MarkFailing(b, failing_since);
+    absl::SleepFor(backoff->Next());
+  };
+  auto succeeded = [&] {
+    if (failing_since == absl::InfiniteFuture()) return;
+    failing_since = absl::InfiniteFuture();
+    backoff = std::make_unique<Backoff>(CallAgainPolicy());
+  };
+  while (!stop_) {
+    if (!seeded && !store_->stats().initialized) {
+      absl::SleepFor(absl::Milliseconds(20));  // nothing to seed with yet
+      continue;
+    }
+    if (!seeded) {
+      seeded = Seed(b, stub.get());
+      if (seeded) {
+        succeeded();
+      } else {
+        failed();
+      }
+      continue;
+    }
+    ReplicateRequest req;
+    req.set_layout_fingerprint(layout_fingerprint_);
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && b->collecting && b->queue.empty()) {
+        changed_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+      }
+      if (stop_) break;
+      if (!b->collecting) {  // dropped for a fresh seed
+        seeded = false;
+        continue;
+      }
+      const int n = std::min<int>(options_.max_batch, static_cast<int>(b->queue.size()));
+      for (int i = 0; i < n; ++i) ToRecord(b->queue[i], req.add_updates());
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
+    ReplicateResponse resp;
+    grpc::Status s = stub->Replicate(&ctx, req, &resp);
+    if (s.ok()) {
+      succeeded();
+      bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+      absl::MutexLock lock(&mu_);
+      // What was sent is still at the queue's front: only this thread
+      // takes from it, and a fresh seed clears it (then held is the seed's).
+      if (b->collecting) {
+        b->queue.erase(b->queue.begin(), b->queue.begin() + std::min<size_t>(
+                                                                 req.updates_size(),
+                                                                 b->queue.size()));
+      }
+      b->held = std::max(b->held, resp.version());
+      if (!b->live) spdlog::info("backup at {} keeps up again", b->address);
+      b->live = true;
+      changed_.SignalAll();
+      continue;
+    }
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        s.error_code() == grpc::StatusCode::ABORTED ||
+        (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         s.error_message().find("not initialised") != std::string::npos)) {
+      // Restarted, behind, or of another generation: seed it afresh.
+      spdlog::info("backup at {} needs a fresh seed: {}", b->address, s.error_message());
+      seeded = false;
+      continue;
+    }
+    failed();
+  }
+}
+
+}  // namespace pscluster

@@ -1,0 +1,111 @@
+// Replicator: on a primary ps, keeps its backups (stores on other ps that
+// take no pushes) up to date, so that a lost ps is replaced by a backup at
+// the same version instead of a checkpoint (docs/replication.md).
+//
+// One thread per backup. It seeds the backup with the store's state
+// (ParameterServer.Restore with as_backup), then sends every update the
+// store makes, in order (Replicate), a batch at a time. The ps service asks
+// WaitReplicated before it answers a worker, so that whatever a worker was
+// told, every backup that keeps up holds.
+//
+// A backup that fails every call for `lost_after` no longer keeps up:
+// answers stop waiting for it (the primary goes on alone; the chief sees
+// it in GetStats), and it is seeded again as soon as it answers. A backup
+// that refuses the next update (restarted, behind, another generation: the
+// store was restored from a checkpoint) is seeded again at once. Too many
+// updates waiting for a slow backup are dropped for a fresh seed too.
+//
+// Thread-safe. The store is borrowed and must outlive the replicator.
+#ifndef PSCLUSTER_PS_SERVER_REPLICATOR_H_
+#define PSCLUSTER_PS_SERVER_REPLICATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/rpc.h"
+#include "proto/ps.grpc.pb.h"
+#include "update/parameter_store.h"
+
+namespace pscluster {
+
+struct ReplicatorOptions {
+  RpcOptions rpc;
+  // A backup failing every call this long no longer holds answers back.
+  absl::Duration lost_after = absl::Seconds(1);
+  // Updates in one Replicate call, and waiting at most for one backup
+  // before it is seeded afresh instead.
+  int max_batch = 8;
+  int max_queued = 256;
+};
+
+struct ReplicaStats {
+  int64_t replicated_version = -1;  // held by every live backup; -1: none yet
+  int backups_live = 0;
+  int backups_set = 0;
+  int64_t bytes_sent = 0;  // seeds and updates
+};
+
+class Replicator {
+ public:
+  // What seeds a backup: the store's configuration and state now (the
+  // ps service's Snapshot, with its InitRequest).
+  using SeedFn = std::function<absl::StatusOr<RestoreRequest>()>;
+
+  // Starts keeping `backups` (host:port) up to date, and sets itself as
+  // the store's update listener (taken back on destruction).
+  Replicator(ParameterStore* store, uint64_t layout_fingerprint, SeedFn seed,
+             const std::vector<std::string>& backups, const ReplicatorOptions& options = {});
+  ~Replicator();
+
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // Stops keeping the backups: gives the store's listener back, joins the
+  // senders; waits return at once from then on. Once; the destructor's.
+  void Stop();
+
+  // Waits until every live backup holds `version` (true), or `deadline`
+  // (false). A backup lost meanwhile stops being waited for.
+  bool WaitReplicated(int64_t version, absl::Time deadline);
+
+  ReplicaStats stats() const;
+
+ private:
+  struct Backup {
+    std::string address;
+    std::deque<AppliedUpdate> queue;  // updates not yet sent
+    bool collecting = false;          // the listener queues updates
+    bool live = true;                 // answers wait for it
+    int64_t held = -1;                // the version it holds
+  };
+  // The store's listener (under the store's lock).
+  void Collect(const AppliedUpdate& u);
+  void Send(Backup* b);
+  // Seeds b; true when it took the state.
+  bool Seed(Backup* b, ParameterServer::Stub* stub);
+  void MarkFailing(Backup* b, absl::Time failing_since);
+
+  ParameterStore* const store_;  // borrowed
+  const uint64_t layout_fingerprint_;
+  const SeedFn seed_;
+  const ReplicatorOptions options_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> bytes_sent_{0};
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // an update queued, a backup advanced or was lost
+  std::vector<std::unique_ptr<Backup>> backups_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> senders_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_PS_SERVER_REPLICATOR_H_

@@ -1,0 +1,320 @@
+// Replicated ps over real gRPC (docs/replication.md): a primary ps given a
+// backup (SetBackups) seeds it and sends it every update before it answers
+// a worker, so that whenever a worker holds an answer for version v the
+// backup holds v too; at the end the two hold the same bits. A backup that
+// dies no longer holds answers back, and one started in its place is
+// seeded again. A promoted backup answers the pushes the primary applied as
+// it did and fences off the old generation; a primary refuses a seed.
+// Two or three ps in this process, the workers' pushes by gRPC stubs.
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "common/rpc.h"
+#include "common/task_server.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/ps_service.h"
+#include "tests/local_cluster.h"
+#include "update/parameter_store.h"
+
+namespace pscluster {
+namespace {
+
+constexpr uint64_t kLayout = 99;
+constexpr int kFloats = 5000;
+
+struct Ps {
+  ParameterStore store{1};
+  std::unique_ptr<Metrics> metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
+  std::unique_ptr<PsService> service;
+  std::unique_ptr<TaskServer> server;
+  int port = 0;
+  std::unique_ptr<ParameterServer::Stub> stub;
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+};
+
+// A ps on `port` (0: a free one).
+std::unique_ptr<Ps> StartPs(int port = 0) {
+  auto p = std::make_unique<Ps>();
+  p->service = std::make_unique<PsService>(&p->store, p->metrics.get());
+  if (port == 0) port = testing::FreePort();
+  absl::StatusOr<std::unique_ptr<TaskServer>> server = TaskServer::Start(port, {p->service.get()});
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
+  p->server = *std::move(server);
+  p->port = port;
+  p->stub = ParameterServer::NewStub(MakeChannel(p->address()));
+  return p;
+}
+
+void StopPs(Ps* p) {
+  p->store.Cancel();
+  p->server->Stop(absl::ZeroDuration());
+}
+
+void Init(Ps* p, UpdateMode mode, int workers) {
+  InitRequest req;
+  req.set_layout_fingerprint(kLayout);
+  ShardSpec* sh = req.add_shards();
+  sh->set_variable("w");
+  sh->set_size(kFloats);
+  std::vector<float> values(kFloats);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (float& v : values) v = normal(rng);
+  req.set_values(values.data(), values.size() * sizeof(float));
+  req.mutable_optimizer()->set_name("adam");
+  req.mutable_optimizer()->set_learning_rate(0.01f);
+  req.mutable_optimizer()->set_beta1(0.9f);
+  req.mutable_optimizer()->set_beta2(0.999f);
+  req.mutable_optimizer()->set_epsilon(1e-7f);
+  req.set_mode(mode);
+  req.set_num_workers(workers);
+  req.set_replicas_to_aggregate(workers);
+  grpc::ClientContext ctx;
+  InitResponse resp;
+  grpc::Status s = p->stub->Init(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+}
+
+grpc::Status SetBackups(Ps* p, const std::vector<std::string>& addresses) {
+  SetBackupsRequest req;
+  req.set_layout_fingerprint(kLayout);
+  for (const std::string& a : addresses) req.add_addresses(a);
+  grpc::ClientContext ctx;
+  SetBackupsResponse resp;
+  return p->stub->SetBackups(&ctx, req, &resp);
+}
+
+PushRequest Gradient(int worker, int64_t version, uint64_t id, std::mt19937* rng,
+                     int64_t generation = 0) {
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  std::vector<float> g(kFloats);
+  for (float& x : g) x = normal(*rng);
+  PushRequest req;
+  req.set_layout_fingerprint(kLayout);
+  req.set_worker_index(worker);
+  req.set_version(version);
+  req.set_request_id(id);
+  req.set_num_examples(32);
+  req.set_gradients(g.data(), g.size() * sizeof(float));
+  req.set_generation(generation);
+  return req;
+}
+
+// The two stores hold the same bits and have applied the same pushes.
+void ExpectSameState(Ps* a, Ps* b) {
+  StoreSnapshot x, y;
+  ASSERT_TRUE(a->store.Snapshot(kLayout, &x).ok());
+  ASSERT_TRUE(b->store.Snapshot(kLayout, &y).ok());
+  EXPECT_EQ(x.version, y.version);
+  ASSERT_EQ(x.values.size(), y.values.size());
+  EXPECT_EQ(0, std::memcmp(x.values.data(), y.values.data(), x.values.size() * sizeof(float)));
+  ASSERT_EQ(x.optimizer.slots.size(), y.optimizer.slots.size());
+  for (size_t i = 0; i < x.optimizer.slots.size(); ++i) {
+    EXPECT_EQ(x.optimizer.slots[i].values, y.optimizer.slots[i].values);
+  }
+  EXPECT_EQ(a->store.stats().applied_digest, b->store.stats().applied_digest);
+  EXPECT_EQ(a->store.stats().pushes_applied, b->store.stats().pushes_applied);
+}
+
+PsStatsResponse Stats(Ps* p) {
+  grpc::ClientContext ctx;
+  PsStatsResponse st;
+  EXPECT_TRUE(p->stub->GetStats(&ctx, PsStatsRequest(), &st).ok());
+  return st;
+}
+
+// Waits (at most 20 s) for `done`.
+template <typename F>
+bool Eventually(F done) {
+  for (int i = 0; i < 2000 && !done(); ++i) absl::SleepFor(absl::Milliseconds(10));
+  return done();
+}
+
+TEST(ReplicationTest, AsyncPushesAreAnsweredOnlyOnceTheBackupHoldsThem) {
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+  Init(primary.get(), ASYNC, 2);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
+  // Two workers push from threads of their own; every answer's version
+  // must already be on the backup when the answer arrives.
+  std::atomic<int> behind{0};
+  auto worker = [&](int w) {
+    std::mt19937 rng(100 + w);
+    for (int i = 0; i < 40; ++i) {
+      PushRequest req = Gradient(w, primary->store.stats().version, 1000 * (w + 1) + i, &rng);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+      PushResponse resp;
+      grpc::Status s = primary->stub->Push(&ctx, req, &resp);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_TRUE(resp.applied());
+      if (backup->store.stats().version < resp.version()) ++behind;
+    }
+  };
+  std::thread other(worker, 1);
+  worker(0);
+  other.join();
+  EXPECT_EQ(behind.load(), 0);
+  EXPECT_EQ(primary->store.stats().version, 80);
+  ExpectSameState(primary.get(), backup.get());
+  const PsStatsResponse st = Stats(primary.get());
+  EXPECT_EQ(st.replicated_version(), 80);
+  EXPECT_EQ(st.backups_live(), 1);
+  EXPECT_EQ(st.backups_set(), 1);
+  EXPECT_GT(st.bytes_replicated(), 80 * kFloats * 4);
+  EXPECT_TRUE(Stats(backup.get()).backup());
+  StopPs(primary.get());
+  StopPs(backup.get());
+}
+
+TEST(ReplicationTest, SyncStepsAreAnsweredOnlyOnceTheBackupHoldsTheirResult) {
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+  Init(primary.get(), SYNC, 2);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
+  std::atomic<int> behind{0};
+  auto worker = [&](int w) {
+    std::mt19937 rng(200 + w);
+    for (int64_t v = 0; v < 30; ++v) {
+      PushRequest req = Gradient(w, v, 5000 * (w + 1) + v, &rng);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+      PushPullResponse resp;
+      grpc::Status s = primary->stub->PushPull(&ctx, req, &resp);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_EQ(resp.pull().version(), v + 1);
+      if (backup->store.stats().version < resp.pull().version()) ++behind;
+    }
+  };
+  std::thread other(worker, 1);
+  worker(0);
+  other.join();
+  EXPECT_EQ(behind.load(), 0);
+  ExpectSameState(primary.get(), backup.get());
+  StopPs(primary.get());
+  StopPs(backup.get());
+}
+
+TEST(ReplicationTest, ALostBackupHoldsNothingBackAndOneInItsPlaceIsSeededAgain) {
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+  Init(primary.get(), ASYNC, 1);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
+  std::mt19937 rng(3);
+  uint64_t id = 0;
+  auto push = [&] {
+    PushRequest req = Gradient(0, primary->store.stats().version, ++id, &rng);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PushResponse resp;
+    grpc::Status s = primary->stub->Push(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  };
+  for (int i = 0; i < 5; ++i) push();
+  const int port = backup->port;
+  StopPs(backup.get());
+  backup.reset();
+  // The primary goes on alone once the backup has not answered for a
+  // while (ReplicatorOptions::lost_after).
+  for (int i = 0; i < 5; ++i) push();
+  EXPECT_EQ(primary->store.stats().version, 10);
+  EXPECT_EQ(Stats(primary.get()).backups_live(), 0);
+  // A backup started in its place (empty) is seeded and keeps up again.
+  backup = StartPs(port);
+  ASSERT_NE(backup, nullptr);
+  ASSERT_TRUE(Eventually([&] { return Stats(primary.get()).backups_live() == 1; }));
+  for (int i = 0; i < 5; ++i) push();
+  ASSERT_TRUE(Eventually([&] { return backup->store.stats().version == 15; }));
+  ExpectSameState(primary.get(), backup.get());
+  StopPs(primary.get());
+  StopPs(backup.get());
+}
+
+TEST(ReplicationTest, APromotedBackupAnswersWhatThePrimaryAppliedAndFencesTheOldGeneration) {
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+  Init(primary.get(), ASYNC, 1);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
+  std::mt19937 rng(4);
+  std::vector<PushRequest> sent;
+  std::vector<PushResponse> answers;
+  for (uint64_t id = 1; id <= 6; ++id) {
+    sent.push_back(Gradient(0, primary->store.stats().version, id, &rng));
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    ASSERT_TRUE(primary->stub->Push(&ctx, sent.back(), &resp).ok());
+    answers.push_back(resp);
+  }
+  StopPs(primary.get());  // lost
+  {
+    PromoteRequest req;
+    req.set_layout_fingerprint(kLayout);
+    req.set_generation(1);
+    req.set_decides(true);
+    grpc::ClientContext ctx;
+    PromoteResponse resp;
+    ASSERT_TRUE(backup->stub->Promote(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.version(), 6);
+  }
+  // The last push's answer was lost: its resend is answered as it was.
+  {
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    ASSERT_TRUE(backup->stub->Push(&ctx, sent.back(), &resp).ok());
+    EXPECT_TRUE(resp.applied());
+    EXPECT_EQ(resp.version(), answers.back().version());
+    EXPECT_EQ(backup->store.stats().version, 6);
+  }
+  // A new push computed on the old generation's weights is refused.
+  {
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    EXPECT_EQ(backup->stub->Push(&ctx, Gradient(0, 6, 7, &rng), &resp).error_code(),
+              grpc::StatusCode::ABORTED);
+  }
+  {
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    ASSERT_TRUE(backup->stub->Push(&ctx, Gradient(0, 6, 8, &rng, 1), &resp).ok());
+    EXPECT_EQ(resp.version(), 7);
+  }
+  StopPs(backup.get());
+}
+
+TEST(ReplicationTest, SeedsAndReplicatedUpdatesAreRefusedWhereTheyDoNotBelong) {
+  std::unique_ptr<Ps> primary = StartPs(), other = StartPs();
+  Init(primary.get(), ASYNC, 1);
+  Init(other.get(), ASYNC, 1);
+  // `other` is a primary itself: it takes no seed, so the replicator
+  // never makes it a backup.
+  ASSERT_TRUE(SetBackups(primary.get(), {other->address()}).ok());
+  std::mt19937 rng(6);
+  grpc::ClientContext ctx;
+  PushResponse resp;
+  ASSERT_TRUE(primary->stub->Push(&ctx, Gradient(0, 0, 1, &rng), &resp).ok());
+  EXPECT_FALSE(Stats(other.get()).backup());
+  EXPECT_EQ(Stats(primary.get()).backups_live(), 0);
+  EXPECT_EQ(other->store.stats().version, 0);
+  // Nor does it take replicated updates.
+  ReplicateRequest rep;
+  rep.set_layout_fingerprint(kLayout);
+  rep.add_updates()->set_version(0);
+  grpc::ClientContext rctx;
+  ReplicateResponse rresp;
+  EXPECT_EQ(other->stub->Replicate(&rctx, rep, &rresp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // An empty backup address is refused.
+  EXPECT_EQ(SetBackups(primary.get(), {""}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(SetBackups(primary.get(), {}).ok());
+  EXPECT_EQ(Stats(primary.get()).backups_set(), 0);
+  StopPs(primary.get());
+  StopPs(other.get());
+}
+
+}  // namespace
+}  // namespace pscluster
