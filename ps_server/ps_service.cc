@@ -590,6 +590,7 @@ grpc::Status PsService::Replicate(grpc::ServerContext* ctx, const ReplicateReque
     }
     u.skipped = r.skipped();
     u.members.assign(r.members().begin(), r.members().end());
+    u.member_request_ids.assign(r.member_request_ids().begin(), r.member_request_ids().end());
     u.worker = r.worker();
     u.request_id = r.request_id();
     u.staleness = r.staleness();

@@ -27,6 +27,7 @@ void ToRecord(const AppliedUpdate& u, AppliedUpdateRecord* r) {
                                 u.gradient.size() * sizeof(float));
   r->set_skipped(u.skipped);
   for (bool m : u.members) r->add_members(m);
+  for (uint64_t id : u.member_request_ids) r->add_member_request_ids(id);
   r->set_worker(u.worker);
   r->set_request_id(u.request_id);
   r->set_staleness(u.staleness);

@@ -175,6 +175,7 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   seen_.assign(config.num_workers, {});
   pending_.assign(config.num_workers, {});
   pending_examples_.assign(config.num_workers, -1);
+  pending_request_.assign(config.num_workers, 0);
   pending_count_ = 0;
   pending_nonfinite_.assign(config.num_workers, false);
   active_.assign(config.num_workers, true);
@@ -466,6 +467,7 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
     pending_[w].assign(args.gradients, args.gradients + args.num_floats);
   }
   pending_examples_[w] = args.num_examples;
+  pending_request_[w] = args.request_id;
   pending_nonfinite_[w] = !finite;
   ++pending_count_;
   outcome_[w] = {args.version, false};
@@ -768,6 +770,12 @@ void ParameterStore::Report(const float* grad, bool skipped, const std::vector<b
   if (grad != nullptr) u.gradient.assign(grad, grad + config_.num_floats);
   u.skipped = skipped;
   u.members = members;
+  if (!members.empty()) {
+    u.member_request_ids.assign(config_.num_workers, 0);
+    for (int w = 0; w < config_.num_workers; ++w) {
+      if (members[w]) u.member_request_ids[w] = pending_request_[w];
+    }
+  }
   u.worker = worker;
   u.request_id = request_id;
   u.staleness = staleness;
@@ -796,8 +804,10 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
     return absl::InvalidArgumentError(absl::StrCat(
         "replicated update has ", u.gradient.size(), " floats; this ps holds ", config_.num_floats));
   }
-  if (sync ? static_cast<int>(u.members.size()) != config_.num_workers
-           : (!u.members.empty() || u.worker < 0 || u.worker >= config_.num_workers ||
+  if (sync ? (static_cast<int>(u.members.size()) != config_.num_workers ||
+              (!u.member_request_ids.empty() &&
+               static_cast<int>(u.member_request_ids.size()) != config_.num_workers))
+           : (!u.members.empty() || !u.member_request_ids.empty() || u.worker < 0 || u.worker >= config_.num_workers ||
               u.gradient.empty() || u.skipped || u.staleness < 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "replicated update for version ", u.version, " does not fit a ", sync ? "sync" : "async",
@@ -826,7 +836,15 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
   }
   ++version_;
   ++stats_.steps_applied;
-  if (!sync) RememberPush(u.worker, u.request_id, PushResult{true, version_, u.staleness});
+  if (sync) {
+    // Answered as applied, with the version after the step.
+    for (size_t w = 0; w < u.member_request_ids.size(); ++w) {
+      if (u.members[w]) RememberPush(static_cast<int>(w), u.member_request_ids[w],
+                                     PushResult{true, version_, 0});
+    }
+  } else {
+    RememberPush(u.worker, u.request_id, PushResult{true, version_, u.staleness});
+  }
   version_advanced_.SignalAll();
   return absl::OkStatus();
 }

@@ -191,8 +191,11 @@ struct AppliedUpdate {
   std::vector<float> gradient;
   bool skipped = false;
   // Sync: the step's members, one per worker (their pushes count as
-  // applied). Async: empty; the push was `worker`'s with `request_id`.
+  // applied), and the request ids of their pushes (0: none), so that a
+  // promoted backup answers a member's resent push as applied. Async:
+  // empty; the push was `worker`'s with `request_id`.
   std::vector<bool> members;
+  std::vector<uint64_t> member_request_ids;
   int worker = -1;
   uint64_t request_id = 0;
   int64_t staleness = 0;  // async: of the push
@@ -421,6 +424,7 @@ class ParameterStore {
   // from worker w yet.
   std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> pending_request_ ABSL_GUARDED_BY(mu_);  // its request id
   int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);

@@ -222,10 +222,17 @@ TEST_F(ReplicaTest, AnAsyncBackupHoldsTheSameBitsAndOncePromotedAnswersAppliedPu
 
 TEST_F(ReplicaTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
-  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1).ok());
-  ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1).ok());
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/11).ok());
+  ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1, /*id=*/12).ok());
   Replicate();
   ASSERT_TRUE(backup_.Promote(kLayout, 3, StepRole::kDecide).ok());
+  // A member's push resent (its answer was lost): answered as applied,
+  // not taken again.
+  absl::StatusOr<PushResult> resent = Push(backup_, 1, 0, RandomVector(&rng_), 1, 12);
+  ASSERT_TRUE(resent.ok()) << resent.status();
+  EXPECT_TRUE(resent->applied);
+  EXPECT_EQ(resent->version, 1);
+  EXPECT_EQ(backup_.stats().pushes_duplicate, 1);
   EXPECT_EQ(Push(backup_, 0, 1, RandomVector(&rng_), 1, 0, 0).status().code(),
             absl::StatusCode::kAborted);
   ASSERT_TRUE(Push(backup_, 0, 1, RandomVector(&rng_), 1, 0, 3).ok());
@@ -263,6 +270,9 @@ TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
   EXPECT_EQ(backup_.ApplyReplicated(kLayout, wrong).code(), absl::StatusCode::kInvalidArgument);
   wrong = log_[0];
   wrong.members.push_back(true);
+  EXPECT_EQ(backup_.ApplyReplicated(kLayout, wrong).code(), absl::StatusCode::kInvalidArgument);
+  wrong = log_[0];
+  wrong.member_request_ids.push_back(9);
   EXPECT_EQ(backup_.ApplyReplicated(kLayout, wrong).code(), absl::StatusCode::kInvalidArgument);
   wrong = log_[0];
   wrong.generation = 4;
