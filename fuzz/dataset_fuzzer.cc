@@ -11,13 +11,10 @@
 // read back by the real loaders. Malformed files must fail with a status
 // naming the file, never crash, over-read or allocate what a header claims
 // beyond the file's size.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
 
@@ -29,22 +26,6 @@ namespace pscluster {
 namespace {
 
 constexpr size_t kMaxFileBytes = 1 << 16;
-
-const std::filesystem::path& Folder() {
-  static const std::filesystem::path* folder = [] {
-    const char* tmp = std::getenv("TMPDIR");
-    auto* p = new std::filesystem::path(std::filesystem::path(tmp != nullptr ? tmp : "/tmp") /
-                                        ("pscluster-dataset-fuzz-" + std::to_string(getpid())));
-    std::filesystem::create_directories(*p);
-    return p;  // lives as long as the process, on purpose
-  }();
-  return *folder;
-}
-
-void Write(const std::filesystem::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 void Load(const std::string& path) {
   for (Split split : {Split::kTrain, Split::kTest}) {
@@ -71,24 +52,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace fs = std::filesystem;
   FuzzInput in(data, size);
   const uint8_t mode = in.Byte();
-  const fs::path dir = Folder() / "data";
+  const fs::path dir = FuzzScratchDir() / "data";
   fs::remove_all(dir);
   fs::create_directories(dir);
 #ifdef PSCLUSTER_FUZZ_IDX
   const bool gz = (mode & 1) != 0;
   for (const char* stem : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                            "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
-    Write(dir / (std::string(stem) + (gz ? ".gz" : "")), in.LengthPrefixed(kMaxFileBytes));
+    WriteFuzzFile(dir / (std::string(stem) + (gz ? ".gz" : "")),
+                  in.LengthPrefixed(kMaxFileBytes));
   }
   Load(dir.string());
 #else
   if (mode % 2 == 0) {
     const fs::path npz = dir / "data.npz";
-    Write(npz, in.Rest());
+    WriteFuzzFile(npz, in.Rest());
     Load(npz.string());
   } else {
     for (const char* name : {"x_train.npy", "y_train.npy", "x_test.npy", "y_test.npy"}) {
-      Write(dir / name, in.LengthPrefixed(kMaxFileBytes));
+      WriteFuzzFile(dir / name, in.LengthPrefixed(kMaxFileBytes));
     }
     Load(dir.string());
   }

@@ -3,14 +3,21 @@
 // headers, so the fuzz targets also build with gcc (as corpus replayers,
 // see replay_main.cc). Reads past the end yield zeros: every input decodes
 // to some sequence of operations. Not thread-safe; borrows the input, which
-// must outlive it and every string_view it returns.
+// must outlive it and every string_view it returns. Also the scratch
+// folder and file writer of the targets that read files.
 #ifndef PSCLUSTER_FUZZ_FUZZ_INPUT_H_
 #define PSCLUSTER_FUZZ_FUZZ_INPUT_H_
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -107,6 +114,25 @@ class FuzzInput {
   const uint8_t* data_;
   size_t size_;
 };
+
+// A folder of this process's own under $TMPDIR (or /tmp), for targets that
+// hand their input to a reader as files; made once, never removed.
+inline const std::filesystem::path& FuzzScratchDir() {
+  static const std::filesystem::path* folder = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    auto* p = new std::filesystem::path(std::filesystem::path(tmp != nullptr ? tmp : "/tmp") /
+                                        ("pscluster-fuzz-" + std::to_string(::getpid())));
+    std::filesystem::create_directories(*p);
+    return p;  // lives as long as the process, on purpose
+  }();
+  return *folder;
+}
+
+// `bytes` as the whole of the file at `path`.
+inline void WriteFuzzFile(const std::filesystem::path& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
 
 }  // namespace pscluster
 
