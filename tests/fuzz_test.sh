@@ -21,7 +21,7 @@ seconds="${PSCLUSTER_FUZZ_SECONDS:-30}"
 base="${PSCLUSTER_FUZZ_OUTPUT_BASE:-$HOME/.cache/pscluster-fuzz}"
 artifacts="${TMPDIR:-/tmp}/pscluster-fuzz-artifacts"
 targets=(tf_config ps_service data_plane codec chief npy idx safetensors tfrecord ring checkpoint
-         keras_model)
+         keras_model keras_archive hdf5_weights event_file)
 passed=0; failed=0; skipped=0
 pass() { echo "PASS: $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
