@@ -43,6 +43,9 @@ class FakeFleet : public PsFleet {
   absl::StatusOr<InitResponse> Init(int, const InitRequest&, absl::Duration) override {
     return absl::UnimplementedError("not in this test");
   }
+  absl::Status SetBackups(int, const std::vector<std::string>&, absl::Duration) override {
+    return absl::OkStatus();
+  }
   absl::Status Restore(int, const RestoreRequest&, absl::Duration) override {
     return absl::UnimplementedError("not in this test");
   }

@@ -203,6 +203,19 @@ absl::Status SetCluster(const ChiefFlags& f, const TfConfig& config, ChiefOption
         absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source, ")"));
   }
   opt->replicas_to_aggregate = replicas;
+  if (f.ps_replicas < 0 || f.ps_replicas > 1) {
+    return Bad("ps_replicas", std::to_string(f.ps_replicas),
+               "must be 0 or 1 (one backup per ps, on the next ps)");
+  }
+  if (f.ps_replicas > 0 && mirrored) {
+    return Bad("ps_replicas", std::to_string(f.ps_replicas),
+               "applies to --strategy=parameter_server (the ring keeps no ps)");
+  }
+  if (f.ps_replicas > 0 && num_ps < 2) {
+    return Bad("ps_replicas", std::to_string(f.ps_replicas),
+               absl::StrCat("a backup goes on another ps; ", config.source, " lists ", num_ps));
+  }
+  opt->ps_replicas = f.ps_replicas;
   return absl::OkStatus();
 }
 

@@ -50,6 +50,7 @@ struct ChiefFlags {
   std::string data_dir;
   double heartbeat_timeout_s = 3;
   int ps_recovery_timeout_s = 300;
+  int ps_replicas = 0;
   std::string checkpoint_dir;  // empty: <logdir>/checkpoints with a logdir
   int64_t checkpoint_every_steps = 200;
   double checkpoint_every_secs = 0;

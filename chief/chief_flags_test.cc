@@ -214,6 +214,23 @@ TEST(MakeChiefOptionsTest, TheRingRefusesTheParameterServersSettings) {
             "backup workers)");
 }
 
+TEST(MakeChiefOptionsTest, PsReplicasNeedAnotherPsToKeepTheBackup) {
+  ChiefFlags f;
+  f.ps_replicas = 2;
+  EXPECT_EQ(ErrorOf(f), "--ps_replicas=2: must be 0 or 1 (one backup per ps, on the next ps)");
+  f.ps_replicas = 1;
+  EXPECT_EQ(ErrorOf(f, Cluster(1, 2)),
+            "--ps_replicas=1: a backup goes on another ps; TF_CONFIG lists 1");
+  f.strategy = "multi_worker_mirrored";
+  EXPECT_EQ(ErrorOf(f),
+            "--ps_replicas=1: applies to --strategy=parameter_server (the ring keeps no ps)");
+  ChiefFlags good;
+  good.ps_replicas = 1;
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(good, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->ps_replicas, 1);
+}
+
 TEST(MakeChiefOptionsTest, ParameterServersNeedPsTasks) {
   EXPECT_EQ(ErrorOf(ChiefFlags(), Cluster(0, 2)),
             "TF_CONFIG lists no ps tasks: --strategy=parameter_server needs at least one (or use "

@@ -77,4 +77,17 @@ absl::Status GrpcPsFleet::Restore(int i, const RestoreRequest& req, absl::Durati
       stop_);
 }
 
+absl::Status GrpcPsFleet::SetBackups(int i, const std::vector<std::string>& addresses,
+                                     absl::Duration timeout) {
+  SetBackupsRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  for (const std::string& a : addresses) req.add_addresses(a);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  SetBackupsResponse resp;
+  grpc::Status s = ps_[i]->SetBackups(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("setting the backups of ps:", i));
+  return absl::OkStatus();
+}
+
 }  // namespace pscluster

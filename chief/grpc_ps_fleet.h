@@ -32,6 +32,8 @@ class GrpcPsFleet final : public PsFleet {
   absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration timeout) override;
   absl::StatusOr<InitResponse> Init(int ps, const InitRequest& request,
                                     absl::Duration total_timeout) override;
+  absl::Status SetBackups(int ps, const std::vector<std::string>& addresses,
+                          absl::Duration timeout) override;
   absl::Status Restore(int ps, const RestoreRequest& request,
                        absl::Duration total_timeout) override;
 

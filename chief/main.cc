@@ -111,6 +111,10 @@ ABSL_FLAG(std::string, data_dir, kDefaults.data_dir,
 ABSL_FLAG(double, heartbeat_timeout_s, kDefaults.heartbeat_timeout_s,
           "A worker without a heartbeat this long is lost: its unfinished data goes to the "
           "others and sync steps stop waiting for it until it is back");
+ABSL_FLAG(int, ps_replicas, kDefaults.ps_replicas,
+          "Backups of each ps's store, kept up to date on the next ps before a worker is "
+          "answered (0 or 1; 1 needs 2 ps or more). A lost ps is still restored from the "
+          "checkpoint for now: the backups do not take over yet (docs/replication.md)");
 ABSL_FLAG(int, ps_recovery_timeout_s, kDefaults.ps_recovery_timeout_s,
           "How long a lost ps may take to come back (restarted by the launcher, Compose or "
           "Kubernetes) before the run fails");
@@ -176,6 +180,7 @@ pscluster::ChiefFlags ReadFlags() {
   f.data_dir = absl::GetFlag(FLAGS_data_dir);
   f.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   f.ps_recovery_timeout_s = absl::GetFlag(FLAGS_ps_recovery_timeout_s);
+  f.ps_replicas = absl::GetFlag(FLAGS_ps_replicas);
   f.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   f.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   f.checkpoint_every_secs = absl::GetFlag(FLAGS_checkpoint_every_secs);

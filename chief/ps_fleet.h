@@ -39,6 +39,9 @@ class PsFleet {
                                             absl::Duration total_timeout) = 0;
   virtual absl::Status Restore(int ps, const RestoreRequest& request,
                                absl::Duration total_timeout) = 0;
+  // The backups (host:port) the ps keeps up to date (docs/replication.md).
+  virtual absl::Status SetBackups(int ps, const std::vector<std::string>& addresses,
+                                  absl::Duration timeout) = 0;
 };
 
 }  // namespace pscluster

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "chief/snapshot.h"
+#include "common/cluster_spec.h"
 #include "spdlog/spdlog.h"
 #include "wire/codec.h"
 #include "wire/ps_client.h"
@@ -127,6 +128,7 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   recovery_ =
       std::make_unique<PsRecovery>(&ps_setup_, ps->incarnations, options_.ps_recovery_timeout,
                                    ps_.get(), dispatcher_.get(), membership_.get(), &stop_);
+  if (absl::Status s = KeepBackups(); !s.ok()) return s;
   if (ps->resumed) return ResumeRun(ps->generation, start);
   // Fresh ps over a checkpoint directory that holds a checkpoint (the run
   // started again, maybe under the other strategy or ps count): every ps
@@ -209,6 +211,7 @@ absl::Status ParameterServerRun::Tick() {
     if (absl::Status s = recovery_->Check(checkpointer_->latest(), &highest_version_); !s.ok()) {
       return s;
     }
+    if (absl::Status s = KeepBackups(); !s.ok()) return s;
   }
   if (options_.checkpoint_every_steps > 0 && now >= next_version_check_) {
     // Steps can be fast (hundreds a second in async): look at ps:0 often.
@@ -242,6 +245,39 @@ std::string ParameterServerRun::DoneNote() const {
       " (async: a worker told to wait, max_staleness)");
 }
 
+absl::Status ParameterServerRun::KeepBackups() {
+  if (options_.ps_replicas == 0) return absl::OkStatus();
+  const int n = plan_.num_ps();
+  const std::vector<int> indices = options_.config.cluster.task_indices(kPsJob);
+  backups_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<PsStatsResponse> mine = ps_->Stats(i, absl::Seconds(2));
+    // A ps that does not answer is the recovery's business.
+    if (!mine.ok() || !mine->initialized()) continue;
+    const int j = (i + 1) % n;
+    absl::StatusOr<PsStatsResponse> next = ps_->Stats(j, absl::Seconds(2));
+    if (!next.ok()) continue;  // tried again on the next check
+    if (next->backup_port() <= 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--ps_replicas=", options_.ps_replicas, ": ps:", j,
+          " keeps no backup store (a ps_server older than this chief?)"));
+    }
+    absl::StatusOr<std::string> address = options_.config.cluster.address(kPsJob, indices[j]);
+    if (!address.ok()) return address.status();
+    absl::StatusOr<HostPort> hp = ParseHostPort(*address, options_.config.source);
+    if (!hp.ok()) return hp.status();
+    const std::string backup =
+        absl::StrCat(hp->host.find(':') != std::string::npos ? "[" + hp->host + "]" : hp->host,
+                     ":", next->backup_port());
+    if (mine->backups_set() > 0 && backups_[i] == backup) continue;  // kept already
+    if (absl::Status s = ps_->SetBackups(i, {backup}, absl::Seconds(5)); !s.ok()) return s;
+    backups_[i] = backup;
+    spdlog::info("ps:{}'s store has a backup on ps:{} ({}), kept up to date before each answer",
+                 i, j, backup);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParameterServerRun::TakeFinalCheckpoint() {
   return checkpointer_->Take("final", highest_version_);
 }
@@ -258,11 +294,16 @@ absl::StatusOr<int64_t> ParameterServerRun::FinalSteps() {
     spdlog::info(
         "ps:{} version={} generation={} pushes applied={} dropped_stale={} rejected={} "
         "duplicate={} skipped_nonfinite={} staleness_mean={:.2f} staleness_max={} "
-        "digest={:016x} pulled={:.1f} MB pushed={:.1f} MB",
+        "digest={:016x} pulled={:.1f} MB pushed={:.1f} MB{}",
         i, st->version(), st->generation(), st->pushes_applied(), st->pushes_dropped_stale(),
         st->pushes_rejected(), st->pushes_duplicate(), st->steps_skipped_nonfinite(),
         mean_staleness, st->staleness_max(), st->applied_digest(), st->bytes_pulled() / 1e6,
-        st->bytes_pushed() / 1e6);
+        st->bytes_pushed() / 1e6,
+        st->backups_set() > 0
+            ? absl::StrFormat(" backups live=%d/%d replicated_version=%d replicated=%.1f MB",
+                              st->backups_live(), st->backups_set(), st->replicated_version(),
+                              st->bytes_replicated() / 1e6)
+            : "");
     steps = steps < 0 ? st->version() : std::min(steps, st->version());
   }
   return std::max<int64_t>(steps, 0);

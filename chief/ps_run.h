@@ -98,6 +98,11 @@ class ParameterServerRun final : public StrategyRun {
   absl::Status StartParameterServers(absl::Time* start);
   // A restarted chief (the ps were initialised): the data position.
   absl::Status ResumeRun(int64_t generation, absl::Time* start);
+  // --ps_replicas: gives every ps the backup store of the next ps
+  // (docs/replication.md), again when it keeps none (a restarted one) or
+  // when that store moved (the next ps restarted on another port).
+  absl::Status KeepBackups();
+  std::vector<std::string> backups_;  // per ps: the backup address it was given
   void LogSetup() const;
   // Lost workers logged, the sync set brought to the ps.
   void CheckWorkers();

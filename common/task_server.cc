@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<TaskServer>> TaskServer::Start(
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, " (port in use or not permitted)"));
   }
+  ts->port_ = bound_port;
   {
     // "" is SERVING already (gRPC's default); until this line a check of
     // kReadyService gets NOT_FOUND, which probes take as not ready too.

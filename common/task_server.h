@@ -49,6 +49,9 @@ class TaskServer {
 
   ~TaskServer();
 
+  // The port it listens on (the one chosen when Start was given 0).
+  int port() const { return port_; }
+
   // Blocks until a Shutdown RPC arrives or RequestShutdown is called;
   // returns the reason.
   std::string WaitForShutdownRequest();
@@ -77,6 +80,7 @@ class TaskServer {
 
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
   mutable absl::Mutex mu_;
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool run_failed_ ABSL_GUARDED_BY(mu_) = false;

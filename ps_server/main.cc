@@ -2,6 +2,7 @@
 // applies the workers' gradients. Its place in the cluster comes from
 // TF_CONFIG (or --tf_config); the chief initialises it and, at the end,
 // tells it to exit.
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/crc32c.h"
 #include "common/task_server.h"
 #include "ps_server/data_plane_server.h"
 #include "ps_server/ps_service.h"
@@ -25,9 +27,28 @@ ABSL_FLAG(int, data_port, 0,
           "Port of the tcp data plane (the workers' PushPull tensor bytes unless the chief runs "
           "with --transport=grpc, and ps 0's step decisions); 0: any free port (clients ask for "
           "it over gRPC)");
+ABSL_FLAG(int, backup_port, 0,
+          "Port (gRPC) of the backup store this ps keeps for another ps when the chief runs with "
+          "--ps_replicas=1 (the chief asks for it); 0: any free port");
 ABSL_FLAG(int, update_threads, 0,
           "Cores a large shard's update (its gradient check, sync's sum, the optimizer) may "
           "use at once; 0: every core. Results do not depend on it");
+
+namespace {
+
+// CRC-32C of a store's values and optimizer slots: stores that hold the
+// same bits (a primary and its backup) log the same. 0 before Init.
+uint32_t StateCrc(const pscluster::ParameterStore& store) {
+  pscluster::StoreSnapshot snap;
+  if (!store.Snapshot(store.stats().layout_fingerprint, &snap).ok()) return 0;
+  uint32_t crc = pscluster::crc32c::Value(snap.values.data(), snap.values.size() * sizeof(float));
+  for (const pscluster::OptimizerSlot& s : snap.optimizer.slots) {
+    crc = pscluster::crc32c::Extend(crc, s.values.data(), s.values.size() * sizeof(float));
+  }
+  return crc;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace pscluster;
@@ -43,6 +64,10 @@ int main(int argc, char** argv) {
   if (data_port < 0 || data_port > 65535) {
     ExitWithUsageError("--data_port must be in [0, 65535], got " + std::to_string(data_port));
   }
+  const int backup_port = absl::GetFlag(FLAGS_backup_port);
+  if (backup_port < 0 || backup_port > 65535) {
+    ExitWithUsageError("--backup_port must be in [0, 65535], got " + std::to_string(backup_port));
+  }
   const int update_threads = absl::GetFlag(FLAGS_update_threads);
   if (update_threads < 0 || update_threads > 1024) {
     ExitWithUsageError("--update_threads must be in [0, 1024], got " +
@@ -54,12 +79,14 @@ int main(int argc, char** argv) {
   // TF_CONFIG's list) for all; it sends its decisions to the others.
   const std::vector<int> ps_indices = config.cluster.task_indices(kPsJob);
   const bool decides = ps_indices.empty() || config.task.index == ps_indices.front();
-  PsServiceOptions options;
-  options.step_role = decides ? StepRole::kDecide : StepRole::kFollow;
-  ParameterStore store(update_threads > 0 ? update_threads : HardwareThreads());
-  PsService service(&store, metrics.get(), options);
   RpcOptions rpc;
   rpc.max_message_bytes = max_mb << 20;
+  PsServiceOptions options;
+  options.step_role = decides ? StepRole::kDecide : StepRole::kFollow;
+  options.replicator.rpc = rpc;
+  const int threads = update_threads > 0 ? update_threads : HardwareThreads();
+  ParameterStore store(threads);
+  PsService service(&store, metrics.get(), options);
   std::unique_ptr<StepBroadcaster> broadcaster;
   if (decides && ps_indices.size() > 1) {
     std::vector<std::string> followers;
@@ -94,9 +121,33 @@ int main(int argc, char** argv) {
     return 1;
   }
   service.set_data_port((*data_plane)->port());
+  // The backup store this ps keeps for another ps (--ps_replicas=1): a
+  // store and service of their own on a port of their own, idle until that
+  // ps's Replicator seeds it (docs/replication.md). Its metrics are its
+  // own, not exported: /metrics stays this ps's.
+  ParameterStore backup_store(threads);
+  std::unique_ptr<Metrics> backup_metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
+  PsService backup_service(&backup_store, backup_metrics.get(), options);
+  absl::StatusOr<std::unique_ptr<TaskServer>> backup_server;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    backup_server = TaskServer::Start(backup_port, {&backup_service}, nullptr, rpc);
+    if (!backup_server.ok() || backup_port != 0 ||
+        std::find(spec_ports.begin(), spec_ports.end(), (*backup_server)->port()) ==
+            spec_ports.end()) {
+      break;
+    }
+    backup_server = absl::UnavailableError("");  // a port another task is to take: again
+  }
+  if (!backup_server.ok()) {
+    spdlog::error("backup store: {}", std::string(backup_server.status().message()));
+    data_plane->reset();
+    (*server)->Stop();
+    return 1;
+  }
+  service.set_backup_port((*backup_server)->port());
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
-  spdlog::info("serving on {} (tcp data plane on port {})", config.own_address(),
-               (*data_plane)->port());
+  spdlog::info("serving on {} (tcp data plane on port {}, backup store on port {})",
+               config.own_address(), (*data_plane)->port(), (*backup_server)->port());
   // Ready once the chief has initialised or restored the store.
   std::thread readiness([&] {
     if (store.AwaitInitialized()) (*server)->SetReady(true);
@@ -104,10 +155,19 @@ int main(int argc, char** argv) {
   std::string reason = (*server)->WaitForShutdownRequest();
   StoreStats st = store.stats();
   spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} "
-               "duplicate={} torn_steps={} applied_digest={:016x} steps_ahead={}",
+               "duplicate={} torn_steps={} applied_digest={:016x} steps_ahead={} state_crc={:08x}",
                reason, st.version, st.pushes_applied, st.pushes_dropped_stale,
                service.pushes_rejected(), st.pushes_duplicate, st.steps_torn,
-               st.applied_digest, st.steps_ahead);
+               st.applied_digest, st.steps_ahead, StateCrc(store));
+  const StoreStats bst = backup_store.stats();
+  if (bst.initialized) {
+    spdlog::info("backup store: {}: version={} applied={} applied_digest={:016x} generation={} "
+                 "state_crc={:08x}",
+                 bst.backup ? "a backup" : "promoted", bst.version, bst.pushes_applied,
+                 bst.applied_digest, bst.generation, StateCrc(backup_store));
+  }
+  backup_store.Cancel();
+  (*backup_server)->Stop(absl::ZeroDuration());
   store.Cancel();
   data_plane->reset();
   broadcaster.reset();

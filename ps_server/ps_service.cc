@@ -428,6 +428,7 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_staleness_sum(s.staleness_sum);
   resp->set_staleness_max(s.staleness_max);
   resp->set_data_port(data_port_.load());
+  resp->set_backup_port(backup_port_.load());
   resp->set_bytes_pulled(bytes_pulled_.load());
   resp->set_bytes_pushed(bytes_pushed_.load());
   resp->set_generation(s.generation);

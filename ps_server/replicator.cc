@@ -70,6 +70,14 @@ void Replicator::Stop() {
 void Replicator::Collect(const AppliedUpdate& u) {
   absl::MutexLock lock(&mu_);
   for (const std::unique_ptr<Backup>& b : backups_) {
+    if (u.restored) {
+      // Restored from a checkpoint: what a backup holds is of another
+      // state (maybe at a higher version); only a fresh seed follows.
+      b->queue.clear();
+      b->collecting = false;
+      b->held = -1;
+      continue;
+    }
     if (!b->collecting) continue;
     if (static_cast<int>(b->queue.size()) >= options_.max_queued) {
       // Further behind than a seed costs: seed it afresh.
@@ -155,6 +163,7 @@ bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
   }
   bytes_sent_ += static_cast<int64_t>(req->ByteSizeLong());
   absl::MutexLock lock(&mu_);
+  if (!b->collecting) return false;  // the store was restored meanwhile: stale
   b->held = resp.version();
   if (!b->live) spdlog::info("backup at {} keeps up again from version {}", b->address, b->held);
   b->live = true;
@@ -217,12 +226,12 @@ void Replicator::Send(Backup* b) {
       absl::MutexLock lock(&mu_);
       // What was sent is still at the queue's front: only this thread
       // takes from it, and a fresh seed clears it (then held is the seed's).
-      if (b->collecting) {
+      if (b->collecting) {  // else dropped for a fresh seed meanwhile
         b->queue.erase(b->queue.begin(), b->queue.begin() + std::min<size_t>(
                                                                  req.updates_size(),
                                                                  b->queue.size()));
+        b->held = std::max(b->held, resp.version());
       }
-      b->held = std::max(b->held, resp.version());
       if (!b->live) spdlog::info("backup at {} keeps up again", b->address);
       b->live = true;
       changed_.SignalAll();

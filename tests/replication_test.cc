@@ -236,6 +236,68 @@ TEST(ReplicationTest, ALostBackupHoldsNothingBackAndOneInItsPlaceIsSeededAgain) 
   StopPs(backup.get());
 }
 
+TEST(ReplicationTest, ARestoreOfThePrimarySeedsTheBackupAgain) {
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+  Init(primary.get(), ASYNC, 1);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
+  std::mt19937 rng(8);
+  uint64_t id = 0;
+  auto push = [&](int64_t generation) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PushResponse resp;
+    grpc::Status s = primary->stub->Push(
+        &ctx, Gradient(0, primary->store.stats().version, ++id, &rng, generation), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  };
+  // A checkpoint at version 3, then 5 more pushes; then the chief rolls the
+  // primary back to the checkpoint under generation 1.
+  for (int i = 0; i < 3; ++i) push(0);
+  grpc::ClientContext sctx;
+  SnapshotRequest sreq;
+  sreq.set_layout_fingerprint(kLayout);
+  RestoreRequest restore;
+  ASSERT_TRUE(primary->stub->Snapshot(&sctx, sreq, restore.mutable_state()).ok());
+  for (int i = 0; i < 5; ++i) push(0);
+  ASSERT_TRUE(Eventually([&] { return backup->store.stats().version == 8; }));
+  restore.mutable_state()->set_generation(1);
+  restore.mutable_init()->set_layout_fingerprint(kLayout);
+  restore.mutable_init()->mutable_optimizer()->set_name("adam");
+  restore.mutable_init()->mutable_optimizer()->set_learning_rate(0.01f);
+  restore.mutable_init()->mutable_optimizer()->set_beta1(0.9f);
+  restore.mutable_init()->mutable_optimizer()->set_beta2(0.999f);
+  restore.mutable_init()->mutable_optimizer()->set_epsilon(1e-7f);
+  restore.mutable_init()->set_mode(ASYNC);
+  restore.mutable_init()->set_num_workers(1);
+  restore.mutable_init()->set_replicas_to_aggregate(1);
+  *restore.mutable_init()->mutable_shards() = restore.state().shards();
+  {
+    grpc::ClientContext ctx;
+    RestoreResponse resp;
+    grpc::Status s = primary->stub->Restore(&ctx, restore, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  // The backup, at version 8 of generation 0, is ahead of the primary at
+  // 3: a pull of version 3 must wait until it is seeded again.
+  {
+    PullRequest req;
+    req.set_layout_fingerprint(kLayout);
+    req.set_generation(1);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PullResponse resp;
+    ASSERT_TRUE(primary->stub->Pull(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.version(), 3);
+    EXPECT_EQ(backup->store.stats().generation, 1);
+    EXPECT_EQ(backup->store.stats().version, 3);
+  }
+  for (int i = 0; i < 4; ++i) push(1);
+  ASSERT_TRUE(Eventually([&] { return backup->store.stats().version == 7; }));
+  ExpectSameState(primary.get(), backup.get());
+  StopPs(primary.get());
+  StopPs(backup.get());
+}
+
 TEST(ReplicationTest, APromotedBackupAnswersWhatThePrimaryAppliedAndFencesTheOldGeneration) {
   std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
   Init(primary.get(), ASYNC, 1);

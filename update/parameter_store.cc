@@ -248,6 +248,13 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
     stats_.pushes_applied = state.pushes_applied;
     stats_.steps_applied = state.steps_applied;
   }
+  if (listener_) {
+    AppliedUpdate u;
+    u.restored = true;
+    u.generation = generation_;
+    u.version = version_;
+    listener_(u);
+  }
   initialized_ = true;
   version_advanced_.SignalAll();
   return absl::OkStatus();
@@ -757,6 +764,7 @@ StoreStats ParameterStore::stats() const {
   s.generation = generation_;
   s.initialized = initialized_;
   s.backup = config_.replica == ReplicaRole::kBackup;
+  s.layout_fingerprint = config_.layout_fingerprint;
   s.active_workers = active_;
   return s;
 }

@@ -174,6 +174,7 @@ struct StoreStats {
   int64_t generation = 0;
   bool initialized = false;
   bool backup = false;  // ReplicaRole::kBackup
+  uint64_t layout_fingerprint = 0;
   std::vector<bool> active_workers;  // sync: whom a step waits for
 };
 
@@ -199,6 +200,9 @@ struct AppliedUpdate {
   int worker = -1;
   uint64_t request_id = 0;
   int64_t staleness = 0;  // async: of the push
+  // Not an update: the store's whole state was replaced (Restore) by
+  // `version` of `generation`. A backup can follow only from a fresh seed.
+  bool restored = false;
 };
 
 // Called, under the store's lock and in the order the updates were made,
@@ -300,7 +304,8 @@ class ParameterStore {
   // store; InvalidArgument (and no change) for a state that does not fit.
   absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state);
 
-  // Primary: `listener` is told of every update from now on (null: none).
+  // Primary: `listener` is told of every update from now on, and of every
+  // Restore (AppliedUpdate::restored), (null: none).
   void SetUpdateListener(UpdateListener listener);
 
   // Backup: applies the primary's update `u`. OK when applied, or applied

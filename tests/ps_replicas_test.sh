@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Tests the chief's --ps_replicas=1 through the real daemons (local
+# launcher): every ps's store is kept, bit for bit, in the backup store of
+# the next ps (docs/replication.md). Each ps logs a CRC-32C of its store's
+# values and optimizer slots at shutdown, and one of the backup it keeps;
+# ps i's must equal the backup's on ps i+1 (mod N), with the same version
+# and applied digest. Checked in sync and async, with 2 and 3 ps, and after
+# a ps killed with SIGKILL mid-run (restored from the checkpoint, as without
+# replicas: its backups are seeded again). A sync run with replicas ends
+# with the same final line as one without (the same bits are trained).
+# Bad values of the flag exit 2 naming it.
+#
+# Usage: tests/ps_replicas_test.sh [MNIST_DIR]
+# Needs the daemons built in bazel-bin (tests/run_all.sh builds them first).
+# Prints PASS:/FAIL:/SKIP: lines; exit status 0 when nothing failed.
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+train="$repo/deploy/local/train.sh"
+data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+passed=0; failed=0; skipped=0
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+finish() {
+  echo "ps_replicas_test: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]; exit
+}
+
+if [ ! -x "$repo/bazel-bin/chief/chief" ] || [ ! -x "$repo/bazel-bin/ps_server/ps_server" ]; then
+  if [ "${CI:-}" = true ]; then fail "the daemons are not built in bazel-bin"; else skip "the daemons are not built in bazel-bin"; fi
+  finish
+fi
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+  if [ "${CI:-}" = true ]; then fail "no MNIST in $data"; else skip "no MNIST in $data"; fi
+  finish
+fi
+
+# crc_pairs OUT N: empty when ps i's state (version, digest, CRC) equals the
+# backup store's on ps i+1 for every i < N; otherwise what differs.
+crc_pairs() {
+  local out="$1" n="$2" i j mine theirs problems=""
+  for ((i = 0; i < n; i++)); do
+    j=$(((i + 1) % n))
+    mine="$(grep "^\[ps$i\] .*shutting down" "$out" | tail -n 1 |
+      sed -nE 's/.*version=([0-9]+) applied=([0-9]+) .*applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
+    theirs="$(grep "^\[ps$j\] .*backup store: a backup" "$out" | tail -n 1 |
+      sed -nE 's/.*version=([0-9]+) applied=([0-9]+) applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
+    if [ -z "$mine" ] || [ "$mine" != "$theirs" ]; then
+      problems+="ps:$i '$mine' vs its backup on ps:$j '$theirs'; "
+    fi
+  done
+  echo "$problems"
+}
+
+# Bad values exit 2 naming the flag.
+for bad in "--ps_replicas=2" "--ps_replicas=-1" "--num_ps=1 --ps_replicas=1" \
+           "--strategy=multi_worker_mirrored --ps_replicas=1"; do
+  # shellcheck disable=SC2086
+  out="$("$train" --no_build --data_dir="$data" --epochs=1 $bad 2>&1)"; rc=$?
+  if [ "$rc" -eq 2 ] && grep -q -- "--ps_replicas" <<<"$out"; then
+    pass "$bad exits 2 naming --ps_replicas"
+  else
+    fail "$bad: exit $rc"; tail -n 5 <<<"$out"
+  fi
+done
+
+# Sync, 2 ps: the same final line as without replicas, and every backup
+# holds its primary's bits.
+"$train" --no_build --data_dir="$data" --model=mlp --epochs=1 --logdir="$tmp/r0" \
+  > "$tmp/r0.out" 2>&1; rc0=$?
+"$train" --no_build --data_dir="$data" --model=mlp --epochs=1 --ps_replicas=1 --logdir="$tmp/r1" \
+  > "$tmp/r1.out" 2>&1; rc1=$?
+f0="$(tail -n 1 "$tmp/r0.out" | sed 's/ wall_s=.*//')"
+f1="$(tail -n 1 "$tmp/r1.out" | sed 's/ wall_s=.*//')"
+problems="$(crc_pairs "$tmp/r1.out" 2)"
+if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [[ "$f1" =~ ^final: ]] && [ "$f0" = "$f1" ] &&
+   [ -z "$problems" ] &&
+   [ "$(grep -c "store has a backup on ps:" "$tmp/r1.out")" -eq 2 ] &&
+   [ "$(grep -c "backups live=1/1 replicated_version=469 " "$tmp/r1.out")" -eq 2 ]; then
+  pass "sync, 2 ps: '$f1' as without replicas; each ps's store equals its backup's bit for bit"
+else
+  fail "sync, 2 ps (exit $rc0/$rc1, '$f0' vs '$f1'): $problems"; tail -n 20 "$tmp/r1.out"
+fi
+
+# Async, 3 ps: backups in a ring (0 on 1, 1 on 2, 2 on 0).
+"$train" --no_build --data_dir="$data" --model=mlp --epochs=1 --mode=async --num_ps=3 \
+  --ps_replicas=1 --logdir="$tmp/a3" > "$tmp/a3.out" 2>&1; rc=$?
+problems="$(crc_pairs "$tmp/a3.out" 3)"
+if [ "$rc" -eq 0 ] && [[ "$(tail -n 1 "$tmp/a3.out")" =~ ^final:\ test_accuracy=0\.9 ]] &&
+   [ -z "$problems" ]; then
+  pass "async, 3 ps: each ps's store equals its backup's on the next ps, bit for bit"
+else
+  fail "async, 3 ps (exit $rc): $problems"; tail -n 20 "$tmp/a3.out"
+fi
+
+# A ps killed mid-run: restored from the checkpoint as without replicas;
+# the restarted ps keeps a backup again and its backup store is seeded
+# again, so the end state still matches. The workers are frozen (SIGSTOP)
+# around the kill, so that the run cannot end before it.
+task_pids() {  # task_pids LAUNCHER BINARY: its children running BINARY
+  local d stat args
+  for d in /proc/[0-9]*; do
+    read -r stat 2>/dev/null < "$d/stat" || continue
+    stat="${stat##*) }"; stat="${stat#* }"
+    [ "${stat%% *}" = "$1" ] || continue
+    mapfile -d '' -t args 2>/dev/null < "$d/cmdline" || continue
+    [[ "${args[0]}" == */$2 ]] && echo "${d#/proc/}"
+  done
+}
+"$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 \
+  --checkpoint_every_steps=100 --log_every_s=0.5 --logdir="$tmp/kill" > "$tmp/kill.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  grep -qE '^\[chief\] .* epoch [12]/3 step [1-9][0-9]{2,} ' "$tmp/kill.out" 2>/dev/null && break
+  sleep 0.1
+done
+mapfile -t frozen < <(task_pids "$pid" worker/worker)
+[ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
+killed=""
+if ! grep -q 'every worker is done' "$tmp/kill.out"; then
+  for p in $(task_pids "$pid" ps_server/ps_server); do
+    # ps:1 is the one whose TF_CONFIG says index 1.
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^TF_CONFIG=.*"type": *"ps", *"index": *1'; then
+      kill -KILL "$p" && killed="$p"
+    fi
+  done
+fi
+[ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
+for _ in $(seq 1 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 5; rc=124; else wait "$pid"; rc=$?; fi
+problems="$(crc_pairs "$tmp/kill.out" 2)"
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+   [[ "$(tail -n 1 "$tmp/kill.out")" =~ ^final:\ test_accuracy=0\.9[2-9] ]] &&
+   grep -q '^\[launcher\] ps:1 exited (killed by SIGKILL); restarting' "$tmp/kill.out" &&
+   [ "$(grep -c "ps:1's store has a backup on ps:0" "$tmp/kill.out")" -ge 2 ] &&
+   [ "$(grep -c "ps:0's store has a backup on ps:1" "$tmp/kill.out")" -ge 2 ] &&
+   [ -z "$problems" ]; then
+  pass "a ps killed mid-run: the run ends as usual, the restarted ps keeps a backup again, the backup it held moves with it, and every backup equals its primary"
+else
+  fail "a ps killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/kill.out"
+fi
+
+finish
