@@ -41,7 +41,29 @@ PsService::PsService(ParameterStore* store, Metrics* metrics, const PsServiceOpt
     : store_(store),
       metrics_(metrics),
       options_(options),
-      incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {}
+      incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {
+  auto gauge = [&](const char* name, const char* help) -> prometheus::Gauge* {
+    absl::StatusOr<prometheus::Gauge*> g = metrics_->AddGauge(name, help);
+    return g.ok() ? *g : nullptr;
+  };
+  backups_set_gauge_ = gauge("pscluster_backups",
+                             "Backups of this ps's store it keeps up to date (--ps_replicas).");
+  backups_live_gauge_ = gauge("pscluster_backups_live",
+                              "Of those, the ones that keep up: answers wait for them.");
+  replicated_version_gauge_ =
+      gauge("pscluster_replicated_version",
+            "The version every backup that keeps up holds (-1: none yet).");
+  replicated_bytes_gauge_ =
+      gauge("pscluster_replicated_bytes", "Bytes sent to the backups: seeds and updates.");
+}
+
+void PsService::UpdateReplicaMetrics(const Replicator& replicator) {
+  const ReplicaStats r = replicator.stats();
+  if (backups_set_gauge_) backups_set_gauge_->Set(r.backups_set);
+  if (backups_live_gauge_) backups_live_gauge_->Set(r.backups_live);
+  if (replicated_version_gauge_) replicated_version_gauge_->Set(static_cast<double>(r.replicated_version));
+  if (replicated_bytes_gauge_) replicated_bytes_gauge_->Set(static_cast<double>(r.bytes_sent));
+}
 
 grpc::Status PsService::Init(grpc::ServerContext* ctx, const InitRequest* req,
                              InitResponse* resp) {
@@ -444,6 +466,7 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
     replicator = replicator_;
   }
   if (replicator != nullptr) {
+    UpdateReplicaMetrics(*replicator);
     const ReplicaStats r = replicator->stats();
     resp->set_replicated_version(r.replicated_version);
     resp->set_backups_live(r.backups_live);
@@ -571,9 +594,10 @@ grpc::Status PsService::AwaitReplicated(int64_t version, absl::Time deadline) {
     absl::MutexLock lock(&replicator_mu_);
     replicator = replicator_;
   }
-  if (replicator == nullptr || replicator->WaitReplicated(version, deadline)) {
-    return grpc::Status::OK;
-  }
+  if (replicator == nullptr) return grpc::Status::OK;
+  const bool held = replicator->WaitReplicated(version, deadline);
+  UpdateReplicaMetrics(*replicator);
+  if (held) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                       absl::StrCat("the backups did not confirm version ", version,
                                    " before the call's deadline"));

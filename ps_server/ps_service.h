@@ -154,6 +154,13 @@ class PsService final : public ParameterServer::Service {
   InitRequest config_ ABSL_GUARDED_BY(shards_mu_);
   absl::Mutex replicator_mu_;
   std::shared_ptr<Replicator> replicator_ ABSL_GUARDED_BY(replicator_mu_);
+  // /metrics of the replicas (docs/observability.md); null if they could
+  // not be registered.
+  prometheus::Gauge* backups_set_gauge_ = nullptr;
+  prometheus::Gauge* backups_live_gauge_ = nullptr;
+  prometheus::Gauge* replicated_version_gauge_ = nullptr;
+  prometheus::Gauge* replicated_bytes_gauge_ = nullptr;
+  void UpdateReplicaMetrics(const Replicator& replicator);
 
   // Per worker that pulls changes: the weights it holds once it applied
   // answer `seq`, and that answer.

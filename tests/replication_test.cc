@@ -171,6 +171,17 @@ TEST(ReplicationTest, AsyncPushesAreAnsweredOnlyOnceTheBackupHoldsThem) {
   EXPECT_EQ(st.backups_set(), 1);
   EXPECT_GT(st.bytes_replicated(), 80 * kFloats * 4);
   EXPECT_TRUE(Stats(backup.get()).backup());
+  // The same on /metrics.
+  const std::string metrics = primary->metrics->Serialize();
+  for (const char* line : {"pscluster_backups{", "pscluster_backups_live{",
+                           "pscluster_replicated_version{"}) {
+    const size_t at = metrics.find(line);
+    ASSERT_NE(at, std::string::npos) << line << " not in\n" << metrics;
+    const size_t value = metrics.find("} ", at) + 2;
+    EXPECT_EQ(metrics.substr(value, metrics.find('\n', value) - value),
+              std::string(line) == "pscluster_replicated_version{" ? "80" : "1")
+        << line;
+  }
   StopPs(primary.get());
   StopPs(backup.get());
 }
