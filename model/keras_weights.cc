@@ -143,6 +143,31 @@ std::string TypeName(hid_t dataset, hid_t type) {
   }
 }
 
+// That `ds` keeps its values in this file, in as many bytes as its shape
+// needs (`needed`): before anything is allocated or read, as libhdf5 reads
+// past its own buffer for a dataset whose shape claims more than it stores,
+// and would read the files an external or virtual dataset names. A chunked
+// dataset (compressed, or not written: fill values) may claim at most 1024
+// times what it stores, plus 1 MiB.
+absl::Status CheckStorage(hid_t ds, int64_t needed, const std::string& path,
+                          const std::string& source) {
+  Id dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (!dcpl.ok()) return Bad(source, absl::StrCat(path, ": cannot read its storage"));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (H5Pget_external_count(dcpl.get()) != 0 || layout == H5D_VIRTUAL) {
+    return Bad(source, absl::StrCat(path, ": its values are in other files (an external or "
+                                          "virtual dataset)"));
+  }
+  const int64_t stored = static_cast<int64_t>(H5Dget_storage_size(ds));
+  if (layout == H5D_CHUNKED ? needed > stored * 1024 + (1 << 20)
+                            : (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS) ||
+                                  stored != needed) {
+    return Bad(source, absl::StrCat(path, ": its shape needs ", needed, " bytes but the file ",
+                                    "stores ", stored));
+  }
+  return absl::OkStatus();
+}
+
 // Reads the dataset at `path`: shape, type and (float32) values.
 absl::Status ReadDataset(hid_t file, const std::string& path, const std::string& source,
                          FileTensor* t) {
@@ -171,6 +196,7 @@ absl::Status ReadDataset(hid_t file, const std::string& path, const std::string&
                    StringAttribute(ds.get(), "dtype").empty();
   t->dtype = f32 ? "float32" : TypeName(ds.get(), type.get());
   if (!f32) return absl::OkStatus();
+  if (absl::Status s = CheckStorage(ds.get(), count * 4, path, source); !s.ok()) return s;
   t->values.resize(count);
   if (count > 0 && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                            t->values.data()) < 0) {
