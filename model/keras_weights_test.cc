@@ -1,5 +1,9 @@
 #include "model/keras_weights.h"
 
+#include <hdf5/serial/hdf5.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -189,6 +193,51 @@ TEST(KerasWeightsTest, RefusesFilesThatAreNotKerasWeights) {
   EXPECT_TRUE(absl::IsNotFound(t.status())) << t.status();
   t = ReadKerasWeights("/nonexistent/x.keras", spec);
   EXPECT_TRUE(absl::IsNotFound(t.status())) << t.status();
+}
+
+// A Keras 3 weights file whose layers/dense/vars/0 is a float32 dataset of
+// `dims`, made by `dcpl` (its storage), never written.
+std::string WeightsWithStorage(const std::string& name, std::vector<hsize_t> dims, hid_t dcpl) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t ds = H5Dcreate2(file, "layers/dense/vars/0", H5T_IEEE_F32LE, space, lcpl, dcpl,
+                              H5P_DEFAULT);
+  EXPECT_GE(ds, 0);
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Pclose(lcpl);
+  H5Fclose(file);
+  return path;
+}
+
+// hdf5_weights_fuzzer: a shape that claims more than the file stores is
+// refused before anything is allocated or read (libhdf5 read past its own
+// buffer for one), and so are values kept in other files.
+TEST(KerasWeightsTest, RefusesDatasetsThatClaimMoreThanTheFileStores) {
+  const ModelSpec spec = Small();
+  const hid_t chunked = H5Pcreate(H5P_DATASET_CREATE);
+  const hsize_t chunk[] = {1024, 1024};
+  H5Pset_chunk(chunked, 2, chunk);
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights(WeightsWithStorage("huge.weights.h5", {1 << 20, 1 << 20}, chunked), spec);
+  H5Pclose(chunked);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(), HasSubstr("layers/dense/vars/0: its shape needs 4398046511104 "
+                                              "bytes but the file stores 0"));
+
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string secret = std::string(tmp != nullptr ? tmp : "/tmp") + "/secret.raw";
+  std::ofstream(secret) << "sixteen bytes...";
+  const hid_t external = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_external(external, secret.c_str(), 0, 16);
+  t = ReadKerasWeights(WeightsWithStorage("external.weights.h5", {4}, external), spec);
+  H5Pclose(external);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(), HasSubstr("its values are in other files"));
 }
 
 }  // namespace
