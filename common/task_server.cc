@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<TaskServer>> TaskServer::Start(
     absl::MutexLock lock(&ts->mu_);
     ts->SetReadyLocked(false);
   }
-  spdlog::info("gRPC on {}: {}", address,
+  spdlog::info("gRPC on 0.0.0.0:{}: {}", bound_port,
                DescribeSecurity(options.security ? *options.security : *ProcessSecurity()));
   return ts;
 }

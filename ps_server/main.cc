@@ -2,6 +2,11 @@
 // applies the workers' gradients. Its place in the cluster comes from
 // TF_CONFIG (or --tf_config); the chief initialises it and, at the end,
 // tells it to exit.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -35,6 +40,32 @@ ABSL_FLAG(int, update_threads, 0,
           "use at once; 0: every core. Results do not depend on it");
 
 namespace {
+
+// A port the kernel gives out now that is not in `avoid` (the cluster
+// spec's: a task that has not started yet may be about to take it); 0 when
+// none was found (the caller then takes any). The ports looked at are held
+// while looking, so that each try gets another, and let go at the end.
+int FreePortAvoiding(const std::vector<int>& avoid) {
+  std::vector<int> fds;
+  int chosen = 0;
+  for (int i = 0; i < 64 && chosen == 0; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) break;
+    fds.push_back(fd);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof(a);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      break;
+    }
+    const int port = ntohs(a.sin_port);
+    if (std::find(avoid.begin(), avoid.end(), port) == avoid.end()) chosen = port;
+  }
+  for (int fd : fds) close(fd);
+  return chosen;
+}
 
 // CRC-32C of a store's values and optimizer slots: stores that hold the
 // same bits (a primary and its backup) log the same. 0 before Init.
@@ -128,16 +159,9 @@ int main(int argc, char** argv) {
   ParameterStore backup_store(threads);
   std::unique_ptr<Metrics> backup_metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
   PsService backup_service(&backup_store, backup_metrics.get(), options);
-  absl::StatusOr<std::unique_ptr<TaskServer>> backup_server;
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    backup_server = TaskServer::Start(backup_port, {&backup_service}, nullptr, rpc);
-    if (!backup_server.ok() || backup_port != 0 ||
-        std::find(spec_ports.begin(), spec_ports.end(), (*backup_server)->port()) ==
-            spec_ports.end()) {
-      break;
-    }
-    backup_server = absl::UnavailableError("");  // a port another task is to take: again
-  }
+  absl::StatusOr<std::unique_ptr<TaskServer>> backup_server = TaskServer::Start(
+      backup_port != 0 ? backup_port : FreePortAvoiding(spec_ports), {&backup_service}, nullptr,
+      rpc);
   if (!backup_server.ok()) {
     spdlog::error("backup store: {}", std::string(backup_server.status().message()));
     data_plane->reset();

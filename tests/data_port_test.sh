@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The ps's tcp data plane on "any free port" (--data_port=0, the default)
+# The ps's tcp data plane and backup store on "any free port" (--data_port=0
+# and --backup_port=0, the defaults)
 # must not take a port the cluster spec gives another task: on one machine
 # (the local launcher, the tests' clusters) that task may not have started
 # yet, and would then find its port taken (CI once failed so). In a network
@@ -39,6 +40,7 @@ spec="{\"cluster\": {\"ps\": [\"127.0.0.1:41000\"], \"chief\": [\"127.0.0.1:4100
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 ports=""
+backups=""
 for run in 1 2 3 4 5; do
   out="$(TF_CONFIG="$spec" unshare --net bash -c '
     ip link set lo up &&
@@ -52,14 +54,17 @@ for run in 1 2 3 4 5; do
     finish
   fi
   ports="$ports $port"
+  backup="$(grep -o 'backup store on port [0-9]*' <<<"$out" | grep -o '[0-9]*$')"
+  backups="$backups ${backup:-none}"
 done
 bad=""
-for p in $ports; do
+for p in $ports $backups; do
+  [ "$p" = none ] && { bad+=" none"; continue; }
   if [ "$p" -lt 41016 ] || [ "$p" -gt 41020 ]; then bad+=" $p"; fi
 done
 if [ -z "$bad" ]; then
-  pass "with 41000..41020 the ephemeral range and 41000..41015 in the spec, the data plane took a port outside the spec in 5 runs of 5:$ports"
+  pass "with 41000..41020 the ephemeral range and 41000..41015 in the spec, the data plane and the backup store took ports outside the spec in 5 runs of 5:$ports /$backups"
 else
-  fail "data ports chosen:$ports (expected 41016..41020 every time: the others belong to tasks of the spec)"
+  fail "data ports chosen:$ports, backup store ports:$backups (expected 41016..41020 every time: the others belong to tasks of the spec)"
 fi
 finish
