@@ -3,6 +3,7 @@
 #include <hdf5/serial/hdf5.h>
 #include <zip.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -351,10 +352,17 @@ absl::StatusOr<std::string> ReadZipEntry(const std::string& path, const char* en
   } else if ((f = zip_fopen(z, entry, 0)) == nullptr) {
     st = Bad(path, absl::StrCat(entry, ": ", zip_strerror(z)));
   } else {
-    bytes.resize(info.size);
-    const zip_int64_t n = zip_fread(f, bytes.data(), info.size);
-    if (n != static_cast<zip_int64_t>(info.size)) {
-      st = Bad(path, absl::StrCat(entry, ": ", zip_file_strerror(f)));
+    // Grown as bytes arrive, never to the size the header claims: a small
+    // archive may claim gigabytes (keras_archive_fuzzer).
+    char buf[1 << 16];
+    zip_int64_t n;
+    while (bytes.size() < info.size &&
+           (n = zip_fread(f, buf, std::min<uint64_t>(sizeof buf, info.size - bytes.size()))) > 0) {
+      bytes.append(buf, static_cast<size_t>(n));
+    }
+    if (bytes.size() != info.size) {
+      st = Bad(path, absl::StrCat(entry, ": holds ", bytes.size(), " bytes of the ", info.size,
+                                  " its header claims (", zip_file_strerror(f), ")"));
     }
     zip_fclose(f);
   }
