@@ -149,8 +149,9 @@ std::string TypeName(hid_t dataset, hid_t type) {
 // past its own buffer for a dataset whose shape claims more than it stores,
 // and would read the files an external or virtual dataset names. A chunked
 // dataset (compressed, or not written: fill values) may claim at most 1024
-// times what it stores, plus 1 MiB.
-absl::Status CheckStorage(hid_t ds, int64_t needed, const std::string& path,
+// times what it stores, plus 1 MiB. What the file says it stores is bounded
+// by the file's own size (a malformed file may claim any storage).
+absl::Status CheckStorage(hid_t file, hid_t ds, int64_t needed, const std::string& path,
                           const std::string& source) {
   Id dcpl(H5Dget_create_plist(ds), H5Pclose);
   if (!dcpl.ok()) return Bad(source, absl::StrCat(path, ": cannot read its storage"));
@@ -159,7 +160,12 @@ absl::Status CheckStorage(hid_t ds, int64_t needed, const std::string& path,
     return Bad(source, absl::StrCat(path, ": its values are in other files (an external or "
                                           "virtual dataset)"));
   }
-  const int64_t stored = static_cast<int64_t>(H5Dget_storage_size(ds));
+  hsize_t file_bytes = 0;
+  if (H5Fget_filesize(file, &file_bytes) < 0) {
+    return Bad(source, absl::StrCat(path, ": cannot read the file's size"));
+  }
+  const int64_t stored = static_cast<int64_t>(
+      std::min<hsize_t>(H5Dget_storage_size(ds), std::min<hsize_t>(file_bytes, hsize_t{1} << 40)));
   if (layout == H5D_CHUNKED ? needed > stored * 1024 + (1 << 20)
                             : (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS) ||
                                   stored != needed) {
@@ -197,7 +203,7 @@ absl::Status ReadDataset(hid_t file, const std::string& path, const std::string&
                    StringAttribute(ds.get(), "dtype").empty();
   t->dtype = f32 ? "float32" : TypeName(ds.get(), type.get());
   if (!f32) return absl::OkStatus();
-  if (absl::Status s = CheckStorage(ds.get(), count * 4, path, source); !s.ok()) return s;
+  if (absl::Status s = CheckStorage(file, ds.get(), count * 4, path, source); !s.ok()) return s;
   t->values.resize(count);
   if (count > 0 && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                            t->values.data()) < 0) {
