@@ -33,8 +33,6 @@ grpc::Status InvalidArgument(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
-absl::Time CallDeadlineOrIn(absl::Duration d) { return absl::Now() + d; }
-
 }  // namespace
 
 PsService::PsService(ParameterStore* store, Metrics* metrics, const PsServiceOptions& options)
@@ -57,12 +55,30 @@ PsService::PsService(ParameterStore* store, Metrics* metrics, const PsServiceOpt
       gauge("pscluster_replicated_bytes", "Bytes sent to the backups: seeds and updates.");
 }
 
-void PsService::UpdateReplicaMetrics(const Replicator& replicator) {
+ReplicaStats PsService::UpdateReplicaMetrics(const Replicator& replicator) {
   const ReplicaStats r = replicator.stats();
   if (backups_set_gauge_) backups_set_gauge_->Set(r.backups_set);
   if (backups_live_gauge_) backups_live_gauge_->Set(r.backups_live);
   if (replicated_version_gauge_) replicated_version_gauge_->Set(static_cast<double>(r.replicated_version));
   if (replicated_bytes_gauge_) replicated_bytes_gauge_->Set(static_cast<double>(r.bytes_sent));
+  return r;
+}
+
+std::shared_ptr<Replicator> PsService::CurrentReplicator() {
+  absl::MutexLock lock(&replicator_mu_);
+  return replicator_;
+}
+
+absl::Status PsService::StateOf(uint64_t fingerprint, ShardState* out) {
+  StoreSnapshot snap;
+  if (absl::Status s = store_->Snapshot(fingerprint, &snap); !s.ok()) return s;
+  out->set_layout_fingerprint(fingerprint);
+  {
+    absl::MutexLock lock(&shards_mu_);
+    for (const ShardSpec& sh : shards_) *out->add_shards() = sh;
+  }
+  StoreSnapshotToState(snap, out);
+  return absl::OkStatus();
 }
 
 grpc::Status PsService::Init(grpc::ServerContext* ctx, const InitRequest* req,
@@ -377,7 +393,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
   // Async: applied, so answered once the backups hold it (sync: taken into
   // a step, whose result the worker pulls).
   if (r->applied && !store_->is_sync()) {
-    if (grpc::Status w = AwaitReplicated(r->version, CallDeadlineOrIn(absl::Seconds(30)));
+    if (grpc::Status w = AwaitReplicated(r->version, absl::Now() + absl::Seconds(30));
         !w.ok()) {
       return w;
     }
@@ -460,14 +476,8 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   for (bool a : s.active_workers) resp->add_active_workers(a);
   resp->set_backup(s.backup);
   resp->set_replicated_version(-1);
-  std::shared_ptr<Replicator> replicator;
-  {
-    absl::MutexLock lock(&replicator_mu_);
-    replicator = replicator_;
-  }
-  if (replicator != nullptr) {
-    UpdateReplicaMetrics(*replicator);
-    const ReplicaStats r = replicator->stats();
+  if (std::shared_ptr<Replicator> replicator = CurrentReplicator(); replicator != nullptr) {
+    const ReplicaStats r = UpdateReplicaMetrics(*replicator);
     resp->set_replicated_version(r.replicated_version);
     resp->set_backups_live(r.backups_live);
     resp->set_backups_set(r.backups_set);
@@ -489,16 +499,7 @@ grpc::Status PsService::SetWorkers(grpc::ServerContext* ctx, const SetWorkersReq
 grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest* req,
                                  ShardState* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  StoreSnapshot snap;
-  absl::Status s = store_->Snapshot(req->layout_fingerprint(), &snap);
-  if (!s.ok()) return ToGrpcStatus(s);
-  resp->set_layout_fingerprint(req->layout_fingerprint());
-  {
-    absl::MutexLock lock(&shards_mu_);
-    for (const ShardSpec& sh : shards_) *resp->add_shards() = sh;
-  }
-  StoreSnapshotToState(snap, resp);
-  return grpc::Status::OK;
+  return ToGrpcStatus(StateOf(req->layout_fingerprint(), resp));
 }
 
 grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* req,
@@ -570,30 +571,18 @@ namespace pscluster {
 
 absl::StatusOr<RestoreRequest> PsService::SeedRequest() {
   RestoreRequest req;
-  StoreSnapshot snap;
-  uint64_t fingerprint;
   {
     absl::MutexLock lock(&shards_mu_);
     *req.mutable_init() = config_;
-    fingerprint = config_.layout_fingerprint();
   }
-  if (absl::Status s = store_->Snapshot(fingerprint, &snap); !s.ok()) return s;
-  ShardState* state = req.mutable_state();
-  state->set_layout_fingerprint(fingerprint);
-  {
-    absl::MutexLock lock(&shards_mu_);
-    for (const ShardSpec& sh : shards_) *state->add_shards() = sh;
+  if (absl::Status s = StateOf(req.init().layout_fingerprint(), req.mutable_state()); !s.ok()) {
+    return s;
   }
-  StoreSnapshotToState(snap, state);
   return req;
 }
 
 grpc::Status PsService::AwaitReplicated(int64_t version, absl::Time deadline) {
-  std::shared_ptr<Replicator> replicator;
-  {
-    absl::MutexLock lock(&replicator_mu_);
-    replicator = replicator_;
-  }
+  const std::shared_ptr<Replicator> replicator = CurrentReplicator();
   if (replicator == nullptr) return grpc::Status::OK;
   const bool held = replicator->WaitReplicated(version, deadline);
   UpdateReplicaMetrics(*replicator);

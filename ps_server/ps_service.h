@@ -160,7 +160,13 @@ class PsService final : public ParameterServer::Service {
   prometheus::Gauge* backups_live_gauge_ = nullptr;
   prometheus::Gauge* replicated_version_gauge_ = nullptr;
   prometheus::Gauge* replicated_bytes_gauge_ = nullptr;
-  void UpdateReplicaMetrics(const Replicator& replicator);
+  // Sets the gauges from `replicator`'s stats, and returns them.
+  ReplicaStats UpdateReplicaMetrics(const Replicator& replicator);
+  // The replicator SetBackups installed (null: none).
+  std::shared_ptr<Replicator> CurrentReplicator();
+  // This store's state now, as Snapshot answers it and a backup's seed
+  // carries it.
+  absl::Status StateOf(uint64_t fingerprint, ShardState* out);
 
   // Per worker that pulls changes: the weights it holds once it applied
   // answer `seq`, and that answer.
