@@ -20,6 +20,8 @@ train="$repo/deploy/local/train.sh"
 data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/launcher_common.sh
+. "$repo/tests/launcher_common.sh"
 
 passed=0; failed=0; skipped=0
 pass() { echo "PASS: $1"; passed=$((passed + 1)); }
@@ -101,16 +103,6 @@ fi
 # the restarted ps keeps a backup again and its backup store is seeded
 # again, so the end state still matches. The workers are frozen (SIGSTOP)
 # around the kill, so that the run cannot end before it.
-task_pids() {  # task_pids LAUNCHER BINARY: its children running BINARY
-  local d stat args
-  for d in /proc/[0-9]*; do
-    read -r stat 2>/dev/null < "$d/stat" || continue
-    stat="${stat##*) }"; stat="${stat#* }"
-    [ "${stat%% *}" = "$1" ] || continue
-    mapfile -d '' -t args 2>/dev/null < "$d/cmdline" || continue
-    [[ "${args[0]}" == */$2 ]] && echo "${d#/proc/}"
-  done
-}
 "$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 \
   --checkpoint_every_steps=100 --log_every_s=0.5 --logdir="$tmp/kill" > "$tmp/kill.out" 2>&1 &
 pid=$!
@@ -118,11 +110,11 @@ for _ in $(seq 1 300); do
   grep -qE '^\[chief\] .* epoch [12]/3 step [1-9][0-9]{2,} ' "$tmp/kill.out" 2>/dev/null && break
   sleep 0.1
 done
-mapfile -t frozen < <(task_pids "$pid" worker/worker)
+mapfile -t frozen < <(launcher_children "$pid" worker/worker)
 [ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
 killed=""
 if ! grep -q 'every worker is done' "$tmp/kill.out"; then
-  for p in $(task_pids "$pid" ps_server/ps_server); do
+  for p in $(launcher_children "$pid" ps_server/ps_server); do
     # ps:1 is the one whose TF_CONFIG says index 1.
     if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^TF_CONFIG=.*"type": *"ps", *"index": *1'; then
       kill -KILL "$p" && killed="$p"

@@ -20,6 +20,8 @@ train="$repo/deploy/local/train.sh"
 data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/launcher_common.sh
+. "$repo/tests/launcher_common.sh"
 
 passed=0; failed=0; skipped=0
 pass() { echo "PASS: $1"; passed=$((passed + 1)); }
@@ -255,17 +257,6 @@ else
   # The workers are frozen (SIGSTOP) around the kill, so the run cannot end
   # before it however slow the polling here is: a loaded machine once let a
   # 2.4 s run finish first. The accuracy bar is the one-epoch run's.
-  worker_pids() {  # worker_pids LAUNCHER: its worker processes
-    local d stat args
-    for d in /proc/[0-9]*; do
-      read -r stat 2>/dev/null < "$d/stat" || continue
-      stat="${stat##*) }"  # "STATE PPID ...", after the command's name
-      stat="${stat#* }"
-      [ "${stat%% *}" = "$1" ] || continue
-      mapfile -d '' -t args 2>/dev/null < "$d/cmdline" || continue
-      [[ "${args[0]}" == */worker/worker ]] && echo "${d#/proc/}"
-    done
-  }
   "$train" --no_build --data_dir="$data" --model=mlp --epochs=4 --checkpoint_every_steps=100 \
     --log_every_s=0.5 --logdir="$tmp/chief" > "$tmp/chief.out" 2>&1 &
   pid=$!
@@ -273,7 +264,7 @@ else
     grep -qE '^\[chief\] .* epoch [1-3]/4 step [1-9][0-9]{2,} ' "$tmp/chief.out" 2>/dev/null && break
     sleep 0.1
   done
-  mapfile -t frozen < <(worker_pids "$pid")
+  mapfile -t frozen < <(launcher_children "$pid" worker/worker)
   [ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
   killed=""
   if [ ${#frozen[@]} -eq 2 ] && ! grep -q 'every worker is done' "$tmp/chief.out"; then
