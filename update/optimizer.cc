@@ -277,9 +277,10 @@ OptimizerState Optimizer::SaveState() const {
 absl::Status Optimizer::RestoreState(const OptimizerState& state) {
   const std::string prefix =
       absl::StrCat("optimizer \"", options_.name, "\": restoring state: ");
-  if (state.iterations < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(prefix, "iterations ", state.iterations, " is negative"));
+  if (state.iterations < 0 || state.iterations > kMaxIterations) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "iterations ", state.iterations,
+        state.iterations < 0 ? " is negative" : " is more than 2^53 (no run takes that many steps)"));
   }
   // Check everything first so that a bad state changes nothing.
   std::vector<const OptimizerSlot*> by_index(slot_names_.size(), nullptr);

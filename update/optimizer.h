@@ -97,12 +97,18 @@ class Optimizer {
   OptimizerState SaveState() const;
   // Replaces iterations and slots with `state`. InvalidArgument (naming the
   // slot or value) and no change at all unless the state has exactly this
-  // optimizer's slots, each of num_params floats, and iterations >= 0.
+  // optimizer's slots, each of num_params floats, and iterations in
+  // [0, kMaxIterations].
   absl::Status RestoreState(const OptimizerState& state);
 
   // Apply's loop runs on up to `threads` cores for large models
   // (common/parallel_for.h); the result is the same whatever the number.
   void set_threads(int threads) { threads_ = threads; }
+
+  // Beyond it Keras's t = iterations + 1 is no longer exact as a double;
+  // a restored count past it comes from a corrupt state, and counting on
+  // from it could overflow.
+  static constexpr int64_t kMaxIterations = int64_t{1} << 53;
 
  protected:
   Optimizer(const OptimizerOptions& options, int64_t num_params,

@@ -247,6 +247,11 @@ TEST(OptimizerTest, BadStateIsRejectedAndChangesNothing) {
     s.iterations = -1;
     cases.push_back({s, "iterations -1 is negative"});
   }
+  {  // ps_service_fuzzer: counting on from it overflowed
+    OptimizerState s = good;
+    s.iterations = std::numeric_limits<int64_t>::max();
+    cases.push_back({s, "iterations 9223372036854775807 is more than 2^53"});
+  }
   {
     OptimizerState s = good;
     s.slots.pop_back();
