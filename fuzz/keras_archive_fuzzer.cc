@@ -5,7 +5,10 @@
 // fixtures/keras/keras3_small.json) and --model (ReadModelFile: the
 // archive's config.json, then ParseKerasModel), and KerasArchiveHasWeights.
 // Malformed archives must fail with a status naming the file, never crash
-// or allocate what an entry's header claims.
+// or allocate what an entry's header claims. libhdf5 reads in a forked
+// child process (model/keras_weights.h), whose coverage comes back through
+// fuzz/forked_reader.h; the child dying other than by libhdf5 crashing
+// (a sanitizer report in our reader) is an internal error, and fatal here.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/forked_reader.h"
 #include "fuzz/keras_small_model.h"
 #include "model/initial_weights.h"
 #include "model/keras_model.h"
@@ -34,13 +38,22 @@ void RequireNamed(const absl::Status& s, const std::string& path) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  pscluster::SetUpForkedReader();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pscluster;
   const ModelSpec& spec = KerasSmallModel();
   const std::string path = (FuzzScratchDir() / "model.keras").string();
   WriteFuzzFile(path, std::string_view(reinterpret_cast<const char*>(data), size));
 
+  ClearForkedCoverage();
   absl::StatusOr<std::vector<float>> weights = LoadInitialWeights(path, spec);
+  MergeForkedCoverage();
+  Require(!absl::IsInternal(weights.status()),
+          "the reading process died other than by libhdf5 crashing (its report is above)");
   RequireNamed(weights.status(), path);
   Require(!weights.ok() || static_cast<int64_t>(weights->size()) == spec.num_parameters,
           "the initial weights are not the model's parameters");

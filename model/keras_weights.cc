@@ -1,28 +1,33 @@
 #include "model/keras_weights.h"
 
+#include <fcntl.h>
 #include <hdf5/serial/hdf5.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zip.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
-#include "absl/base/const_init.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 
 namespace pscluster {
 namespace {
-
-// HDF5 keeps global state (its error stack, its id tables): one caller at
-// a time.
-ABSL_CONST_INIT absl::Mutex hdf5_mu(absl::kConstInit);
 
 // An HDF5 id, closed with `close` when it goes.
 class Id {
@@ -377,6 +382,214 @@ absl::StatusOr<std::string> ReadZipEntry(const std::string& path, const char* en
   return bytes;
 }
 
+// --- The reading process ---------------------------------------------------
+//
+// libhdf5 (Debian's 1.10) trusts a file's metadata: on malformed files it
+// crashes (a memcpy whose length comes from a corrupt global heap) or
+// allocates tens of GB (hdf5_weights_fuzzer; docs/testing.md). A weights
+// file is outside input, so libhdf5 reads it in a child process: forked,
+// the child reads the tensors, writes them (or the error) into a pipe and
+// exits; the parent bounds the child's memory and time, kills it past
+// them, and names what happened. The parent never calls libhdf5, so its
+// global state (error stack, id tables) is never shared between threads.
+
+WeightsReaderHooks reader_hooks;
+
+// A result on the pipe: u64 fields in host order (both ends are this
+// binary), strings as u64 length + bytes. A status code (0 = OK), then
+// the message, or the tensor count and each tensor's variable, where,
+// dtype, rank, dims and values.
+void PutU64(std::string* out, uint64_t v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void PutBytes(std::string* out, std::string_view s) {
+  PutU64(out, s.size());
+  out->append(s);
+}
+
+std::string Encoded(const absl::StatusOr<std::vector<FileTensor>>& r) {
+  std::string out;
+  PutU64(&out, static_cast<uint64_t>(r.status().code()));
+  if (!r.ok()) {
+    PutBytes(&out, std::string_view(r.status().message().data(), r.status().message().size()));
+    return out;
+  }
+  PutU64(&out, r->size());
+  for (const FileTensor& t : *r) {
+    PutBytes(&out, t.variable);
+    PutBytes(&out, t.where);
+    PutBytes(&out, t.dtype);
+    PutU64(&out, t.shape.size());
+    for (int64_t d : t.shape) PutU64(&out, static_cast<uint64_t>(d));
+    PutBytes(&out, std::string_view(reinterpret_cast<const char*>(t.values.data()),
+                                    t.values.size() * sizeof(float)));
+  }
+  return out;
+}
+
+class Decoder {
+ public:
+  explicit Decoder(std::string_view in) : in_(in) {}
+  bool good() const { return ok_; }                   // nothing cut short so far
+  bool ok() const { return ok_ && in_.empty(); }      // all of it read, exactly
+  uint64_t U64() {
+    uint64_t v = 0;
+    if (in_.size() < sizeof v) {
+      ok_ = false;
+      return 0;
+    }
+    std::memcpy(&v, in_.data(), sizeof v);
+    in_.remove_prefix(sizeof v);
+    return v;
+  }
+  std::string_view Bytes() {
+    const uint64_t n = U64();
+    if (n > in_.size()) {
+      ok_ = false;
+      return {};
+    }
+    std::string_view s = in_.substr(0, n);
+    in_.remove_prefix(n);
+    return s;
+  }
+
+ private:
+  std::string_view in_;
+  bool ok_ = true;
+};
+
+// The result in `in`; nullopt when `in` is not one.
+std::optional<absl::StatusOr<std::vector<FileTensor>>> Decoded(std::string_view in) {
+  Decoder d(in);
+  const uint64_t code = d.U64();
+  if (code != 0) {
+    const std::string_view message = d.Bytes();
+    if (!d.ok() || code > static_cast<uint64_t>(absl::StatusCode::kUnauthenticated)) {
+      return std::nullopt;
+    }
+    return absl::Status(static_cast<absl::StatusCode>(code), std::string(message));
+  }
+  std::vector<FileTensor> out;
+  for (uint64_t n = d.U64(); n > 0 && d.good(); --n) {
+    FileTensor t;
+    t.variable = d.Bytes();
+    t.where = d.Bytes();
+    t.dtype = d.Bytes();
+    for (uint64_t rank = d.U64(); rank > 0 && d.good(); --rank) {
+      t.shape.push_back(static_cast<int64_t>(d.U64()));
+    }
+    const std::string_view values = d.Bytes();
+    t.values.resize(values.size() / sizeof(float));
+    if (!values.empty()) std::memcpy(t.values.data(), values.data(), values.size());
+    out.push_back(std::move(t));
+  }
+  if (!d.ok()) return std::nullopt;
+  return out;
+}
+
+// Resident bytes of process `pid`; 0 when it cannot be read (gone).
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream statm(absl::StrCat("/proc/", pid, "/statm"));
+  int64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+bool WriteAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+using ReadFn = absl::FunctionRef<absl::StatusOr<std::vector<FileTensor>>()>;
+
+// `read()` run in a child process for a file of `file_bytes` named
+// `source`, under `limits`.
+absl::StatusOr<std::vector<FileTensor>> ReadInChild(const std::string& source,
+                                                    int64_t file_bytes,
+                                                    const Hdf5ReadLimits& limits, ReadFn read) {
+  const int64_t memory =
+      limits.memory_bytes > 0 ? limits.memory_bytes : (int64_t{512} << 20) + 4 * file_bytes;
+  const absl::Duration time = limits.time > absl::ZeroDuration()
+                                  ? limits.time
+                                  : absl::Seconds(60) + absl::Seconds(file_bytes / 10'000'000);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::InternalError(
+        absl::StrCat(source, ": cannot make a pipe to read it through: ", std::strerror(errno)));
+  }
+  // The child starts with the parent's pages mapped: its own use is what
+  // grows past them.
+  const int64_t base = ResidentBytes(::getpid());
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return absl::InternalError(
+        absl::StrCat(source, ": cannot start a process to read it: ", std::strerror(e)));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    // A crash inside libhdf5 ends the child by its signal, for the parent
+    // to name (no handler of the daemon's or a sanitizer's in between).
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
+    if (reader_hooks.at_start != nullptr) reader_hooks.at_start();
+    const std::string answer = Encoded(read());
+    if (reader_hooks.before_exit != nullptr) reader_hooks.before_exit();
+    ::_exit(WriteAll(fds[1], answer) ? 0 : 3);
+  }
+  ::close(fds[1]);
+  const absl::Time deadline = absl::Now() + time;
+  std::string answer, over;
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, /*ms=*/10) > 0) {
+      const ssize_t n = ::read(fds[0], buf.data(), buf.size());
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;  // it is done
+      if (n > 0) answer.append(buf.data(), static_cast<size_t>(n));
+    }
+    if (ResidentBytes(pid) - base > memory ||
+        static_cast<int64_t>(answer.size()) > memory) {
+      over = absl::StrCat("more than ", memory >> 20, " MiB of memory");
+    } else if (absl::Now() > deadline) {
+      over = absl::StrCat("longer than ", absl::FormatDuration(time));
+    }
+    if (!over.empty()) {
+      ::kill(pid, SIGKILL);
+      break;
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!over.empty()) {
+    return Bad(source, absl::StrCat("reading it took ", over, ", which a weights file of ",
+                                    file_bytes, " bytes does not need: the file is malformed"));
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return Bad(source, absl::StrCat("the HDF5 library crashed reading it (signal ", sig, ", ",
+                                    ::strsignal(sig), "): the file is malformed"));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat(
+        source, ": the process reading it exited with status ", WEXITSTATUS(status)));
+  }
+  std::optional<absl::StatusOr<std::vector<FileTensor>>> r = Decoded(answer);
+  if (!r) {
+    return absl::InternalError(absl::StrCat(source, ": the process reading it answered ",
+                                            answer.size(), " bytes that are not a result"));
+  }
+  return *std::move(r);
+}
+
 }  // namespace
 
 absl::StatusOr<bool> KerasArchiveHasWeights(const std::string& path) {
@@ -417,40 +630,51 @@ std::string KerasGroupPrefix(LayerKind kind) {
 
 absl::StatusOr<std::vector<FileTensor>> ParseKerasWeights(std::string_view h5_bytes,
                                                           const std::string& source,
-                                                          const ModelSpec& spec) {
-  absl::MutexLock lock(&hdf5_mu);
-  QuietErrors quiet;
+                                                          const ModelSpec& spec,
+                                                          const Hdf5ReadLimits& limits) {
   static constexpr char kSignature[] = "\x89HDF\r\n\x1a\n";
   if (h5_bytes.size() < 8 || h5_bytes.substr(0, 8) != std::string_view(kSignature, 8)) {
     return Bad(source, "not an HDF5 file (no HDF5 signature at its start)");
   }
-  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  // The core driver serves the file from memory; the image is copied.
-  if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0) < 0 ||
-      H5Pset_file_image(fapl.get(), const_cast<char*>(h5_bytes.data()), h5_bytes.size()) < 0) {
-    return absl::InternalError(absl::StrCat(source, ": cannot set up HDF5's memory driver"));
-  }
-  Id file(H5Fopen(source.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.ok()) return Bad(source, "not a readable HDF5 file");
-  return ReadOpenFile(file.get(), source, spec);
+  return ReadInChild(source, static_cast<int64_t>(h5_bytes.size()), limits, [&] {
+    QuietErrors quiet;
+    Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    // The core driver serves the file from memory; the image is copied.
+    if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0) < 0 ||
+        H5Pset_file_image(fapl.get(), const_cast<char*>(h5_bytes.data()), h5_bytes.size()) <
+            0) {
+      return absl::StatusOr<std::vector<FileTensor>>(
+          absl::InternalError(absl::StrCat(source, ": cannot set up HDF5's memory driver")));
+    }
+    Id file(H5Fopen(source.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+    if (!file.ok()) return absl::StatusOr<std::vector<FileTensor>>(Bad(source, "not a readable HDF5 file"));
+    return ReadOpenFile(file.get(), source, spec);
+  });
 }
 
 absl::StatusOr<std::vector<FileTensor>> ReadKerasWeights(const std::string& path,
-                                                         const ModelSpec& spec) {
+                                                         const ModelSpec& spec,
+                                                         const Hdf5ReadLimits& limits) {
   if (absl::EndsWith(path, ".keras")) {
     absl::StatusOr<std::string> h5 = ReadZipEntry(path, "model.weights.h5");
     if (!h5.ok()) return h5.status();
-    return ParseKerasWeights(*h5, absl::StrCat(path, ": model.weights.h5"), spec);
+    return ParseKerasWeights(*h5, absl::StrCat(path, ": model.weights.h5"), spec, limits);
   }
-  absl::MutexLock lock(&hdf5_mu);
-  QuietErrors quiet;
-  FILE* probe = std::fopen(path.c_str(), "rb");
-  if (probe == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open it"));
-  std::fclose(probe);
-  if (H5Fis_hdf5(path.c_str()) <= 0) return Bad(path, "not an HDF5 file");
-  Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.ok()) return Bad(path, "not a readable HDF5 file");
-  return ReadOpenFile(file.get(), path, spec);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !std::ifstream(path, std::ios::binary)) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open it"));
+  }
+  return ReadInChild(path, static_cast<int64_t>(st.st_size), limits, [&] {
+    QuietErrors quiet;
+    if (H5Fis_hdf5(path.c_str()) <= 0) {
+      return absl::StatusOr<std::vector<FileTensor>>(Bad(path, "not an HDF5 file"));
+    }
+    Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) return absl::StatusOr<std::vector<FileTensor>>(Bad(path, "not a readable HDF5 file"));
+    return ReadOpenFile(file.get(), path, spec);
+  });
 }
+
+void SetWeightsReaderHooks(const WeightsReaderHooks& hooks) { reader_hooks = hooks; }
 
 }  // namespace pscluster

@@ -18,9 +18,12 @@
 //
 // Kernel layouts are Keras's own, as the model's (Conv2D HWIO, Dense
 // [in, out]): no transposes. Matching the tensors to the variables and
-// checking them is model/initial_weights.h's. The HDF5 library is called
-// under one process-wide lock; the functions are safe to call from any
-// thread.
+// checking them is model/initial_weights.h's.
+//
+// libhdf5 reads the file in a child process (forked), bounded in memory
+// and time: Debian's libhdf5 1.10 crashes or allocates tens of GB on some
+// malformed files, which then cost the child, not the daemon. The
+// functions are safe to call from any thread.
 #ifndef PSCLUSTER_MODEL_KERAS_WEIGHTS_H_
 #define PSCLUSTER_MODEL_KERAS_WEIGHTS_H_
 
@@ -30,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "model/model_spec.h"
 
 namespace pscluster {
@@ -47,14 +51,25 @@ struct FileTensor {
   std::vector<float> values;  // float32: product(shape) values, row-major
 };
 
+// Bounds on the process that reads an HDF5 file; past them it is killed
+// and the file refused as malformed.
+struct Hdf5ReadLimits {
+  // Growth of its resident memory; 0: 512 MiB + 4 bytes per byte of file.
+  int64_t memory_bytes = 0;
+  // Wall time; 0: 60 s + 1 s per 10 MB of file.
+  absl::Duration time = absl::ZeroDuration();
+};
+
 // The weight tensors of `path`: a .keras archive (its model.weights.h5) or
 // an HDF5 weights file in the Keras 3 or Keras 2 layout. `spec` gives the
 // Keras 3 groups their layers (its layer order and kinds). NotFound for a
 // missing file; InvalidArgument naming the file for one that is not a zip
 // archive / HDF5 file, an archive without model.weights.h5, or an HDF5
-// file in neither layout.
+// file in neither layout, or one on which libhdf5 crashes or exceeds
+// `limits`.
 absl::StatusOr<std::vector<FileTensor>> ReadKerasWeights(const std::string& path,
-                                                         const ModelSpec& spec);
+                                                         const ModelSpec& spec,
+                                                         const Hdf5ReadLimits& limits = {});
 
 // Whether the .keras archive at `path` holds weights (a model.weights.h5).
 // NotFound / InvalidArgument naming the file when it cannot be read as a
@@ -64,7 +79,16 @@ absl::StatusOr<bool> KerasArchiveHasWeights(const std::string& path);
 // The same for an HDF5 file held in memory; `source` names it in errors.
 absl::StatusOr<std::vector<FileTensor>> ParseKerasWeights(std::string_view h5_bytes,
                                                           const std::string& source,
-                                                          const ModelSpec& spec);
+                                                          const ModelSpec& spec,
+                                                          const Hdf5ReadLimits& limits = {});
+
+// For fuzzing (fuzz/forked_reader.h): functions the reading process runs
+// as it starts and just before it exits; null for none.
+struct WeightsReaderHooks {
+  void (*at_start)() = nullptr;
+  void (*before_exit)() = nullptr;
+};
+void SetWeightsReaderHooks(const WeightsReaderHooks& hooks);
 
 // Keras 3's name for a layer's group, before numbering: its class in snake
 // case ("conv2d", "dense", "batch_normalization"); "" for kinds without

@@ -1,6 +1,8 @@
 #include "model/keras_weights.h"
 
 #include <hdf5/serial/hdf5.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -238,6 +240,49 @@ TEST(KerasWeightsTest, RefusesDatasetsThatClaimMoreThanTheFileStores) {
   H5Pclose(external);
   EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
   EXPECT_THAT(t.status().message(), HasSubstr("its values are in other files"));
+}
+
+// A file on which Debian's libhdf5 1.10 allocates 23 GB (40 million small
+// blocks, before any dataset is read), found by hdf5_weights_fuzzer: read
+// in a child process, it costs the caller nothing but a refusal naming it.
+TEST(KerasWeightsTest, AFileThatMakesLibhdf5AllocateWithoutEndIsRefused) {
+  const ModelSpec spec = Small();
+  Hdf5ReadLimits limits;
+  limits.memory_bytes = int64_t{256} << 20;
+  absl::StatusOr<std::vector<FileTensor>> t =
+      ReadKerasWeights("fuzz/corpus/hdf5_weights_fuzzer/libhdf5_allocates_23_GB", spec, limits);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(),
+              HasSubstr("libhdf5_allocates_23_GB: reading it took more than 256 MiB of memory, "
+                        "which a weights file of 41584 bytes does not need"));
+  // And the next file is read as ever.
+  t = ReadKerasWeights(std::string(kDir) + "keras3_small.weights.h5", spec);
+  EXPECT_TRUE(t.ok()) << t.status();
+}
+
+// libhdf5 crashing inside the reading process (as it does in H5HG_read on
+// fuzz/corpus/hdf5_weights_fuzzer/libhdf5_crashes_in_H5HG_read under
+// ASan) is a refusal of the file; the process ending any other way is an
+// internal error. Both made here by a hook.
+TEST(KerasWeightsTest, TheReadingProcessDyingIsNamed) {
+  const ModelSpec spec = Small();
+  const std::string path = std::string(kDir) + "keras3_small.weights.h5";
+  WeightsReaderHooks hooks;
+  hooks.before_exit = [] { ::raise(SIGSEGV); };
+  SetWeightsReaderHooks(hooks);
+  absl::StatusOr<std::vector<FileTensor>> t = ReadKerasWeights(path, spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(),
+              HasSubstr("keras3_small.weights.h5: the HDF5 library crashed reading it (signal "
+                        "11, Segmentation fault): the file is malformed"));
+  hooks.before_exit = [] { ::_exit(1); };
+  SetWeightsReaderHooks(hooks);
+  t = ReadKerasWeights(path, spec);
+  EXPECT_TRUE(absl::IsInternal(t.status())) << t.status();
+  EXPECT_THAT(t.status().message(), HasSubstr("the process reading it exited with status 1"));
+  SetWeightsReaderHooks({});
+  t = ReadKerasWeights(path, spec);
+  EXPECT_TRUE(t.ok()) << t.status();
 }
 
 }  // namespace

@@ -20,11 +20,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${PSCLUSTER_FUZZ_SECONDS:-30}"
 base="${PSCLUSTER_FUZZ_OUTPUT_BASE:-$HOME/.cache/pscluster-fuzz}"
 artifacts="${TMPDIR:-/tmp}/pscluster-fuzz-artifacts"
-# hdf5_weights is left out: Debian's libhdf5 itself crashes on some malformed
-# files within seconds of fuzzing (docs/testing.md); its corpus replays in
-# //fuzz:hdf5_weights_corpus_test.
 targets=(tf_config ps_service data_plane codec chief npy idx safetensors tfrecord ring checkpoint
-         keras_model keras_archive event_file)
+         keras_model keras_archive event_file hdf5_weights)
 passed=0; failed=0; skipped=0
 pass() { echo "PASS: $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $1"; failed=$((failed + 1)); }

@@ -161,6 +161,19 @@ TEST(InitialWeightsTest, AKerasArchiveOfTrainedWeightsIsWhereTheNextRunStarts) {
                           "[784, 32] in the file (layers/dense/vars/0)"),
             std::string::npos)
       << r.output;
+
+  // 6. A file on which libhdf5 allocates 23 GB (hdf5_weights_fuzzer): its
+  // reading process is stopped at its memory bound and the chief exits 2
+  // naming the file, in about a second.
+  const std::string hostile = "fuzz/corpus/hdf5_weights_fuzzer/libhdf5_allocates_23_GB";
+  r = RunBinary("chief/chief", {"--model=cnn", "--initial_weights=" + hostile}, json,
+                absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--initial_weights=" + hostile +
+                          ": reading it took more than 512 MiB of memory, which a weights file "
+                          "of 41584 bytes does not need: the file is malformed"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace
