@@ -1,5 +1,7 @@
 #include "chief/coordinator_service.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
@@ -42,6 +44,26 @@ grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const 
 grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* ctx, const EvalReport* req,
                                             EvalAck*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  // A report carries no identity, and with an evaluator outside TF_CONFIG
+  // the latest one becomes the run's final figures: figures no evaluator
+  // can produce are refused (a diverged model's NaN or infinite loss is
+  // one it can).
+  std::string bad;
+  if (req->version() < 0) {
+    bad = absl::StrCat("version ", req->version(), " is negative");
+  } else if (req->examples() < 0) {
+    bad = absl::StrCat("examples ", req->examples(), " is negative");
+  } else if (!(req->accuracy() >= 0 && req->accuracy() <= 1)) {
+    bad = absl::StrCat("accuracy ", req->accuracy(), " is not in [0, 1]");
+  } else if (!(req->auc() == -1 || (req->auc() >= 0 && req->auc() <= 1))) {
+    bad = absl::StrCat("auc ", req->auc(), " is neither -1 nor in [0, 1]");
+  } else if (req->loss() < 0) {
+    bad = absl::StrCat("loss ", req->loss(), " is negative");
+  }
+  if (!bad.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("evaluation report refused: ", bad));
+  }
   tracker_->RecordEval(*req);
   return grpc::Status::OK;
 }

@@ -1,6 +1,8 @@
 // CoordinatorService: the chief's gRPC face for workers and the evaluator
 // (proto/coordination.proto). Hands out the plan once SetPlan() was called,
-// records progress in a ProgressTracker, and passes the work RPCs
+// records progress and evaluations in a ProgressTracker (an evaluation
+// report with figures no evaluator produces is refused with
+// INVALID_ARGUMENT naming the figure), and passes the work RPCs
 // (Heartbeat, GetWork, RingWork, GetReplica) to the running strategy's
 // WorkSource, which answers those it does not serve with
 // FAILED_PRECONDITION. Thread-safe; the tracker and the work source are
