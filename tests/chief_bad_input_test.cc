@@ -371,7 +371,7 @@ TEST(ChiefBadInputTest, LyingCoordinationRequestsChangeNothing) {
           ++training_rounds;
         }
       }
-      absl::SleepFor(absl::Milliseconds(20));
+      absl::SleepFor(absl::Milliseconds(2));  // the training takes a second or two
     }
   });
   training = (*c)->WaitForChunks(1, absl::Minutes(3));
