@@ -90,4 +90,46 @@ absl::Status GrpcPsFleet::SetBackups(int i, const std::vector<std::string>& addr
   return absl::OkStatus();
 }
 
+absl::StatusOr<ShardState> GrpcPsFleet::SnapshotOfBackup(const std::string& address,
+                                                          absl::Duration timeout) {
+  std::unique_ptr<ParameterServer::Stub>& stub = backups_[address];
+  if (stub == nullptr) stub = ParameterServer::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  SnapshotRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  ShardState state;
+  grpc::Status s = stub->Snapshot(&ctx, req, &state);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("snapshot of the backup store at ", address));
+  return state;
+}
+
+absl::StatusOr<StepCommitRequest> GrpcPsFleet::GetDecision(int i, int64_t version,
+                                                           absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  GetDecisionRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  req.set_version(version);
+  StepCommitRequest d;
+  grpc::Status s = ps_[i]->GetDecision(&ctx, req, &d);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("ps:", i, "'s decision for step ", version));
+  }
+  return d;
+}
+
+absl::Status GrpcPsFleet::CommitStep(int i, const StepCommitRequest& decision,
+                                     absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  StepCommitResponse resp;
+  grpc::Status s = ps_[i]->CommitStep(&ctx, decision, &resp);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("giving ps:", i, " the decision of step ",
+                                          decision.version()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pscluster

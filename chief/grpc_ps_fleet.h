@@ -13,6 +13,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
+#include <memory>
+#include <string>
+
 #include "chief/ps_fleet.h"
 #include "model/placement.h"
 #include "proto/ps.grpc.pb.h"
@@ -36,11 +40,19 @@ class GrpcPsFleet final : public PsFleet {
                           absl::Duration timeout) override;
   absl::Status Restore(int ps, const RestoreRequest& request,
                        absl::Duration total_timeout) override;
+  absl::StatusOr<ShardState> SnapshotOfBackup(const std::string& address,
+                                              absl::Duration timeout) override;
+  absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t version,
+                                                absl::Duration timeout) override;
+  absl::Status CommitStep(int ps, const StepCommitRequest& decision,
+                          absl::Duration timeout) override;
 
  private:
   const Placement* const placement_;
   const std::atomic<bool>* const stop_;
   std::vector<std::unique_ptr<ParameterServer::Stub>> ps_;
+  // Backup stores' stubs, by address.
+  std::map<std::string, std::unique_ptr<ParameterServer::Stub>> backups_;
 };
 
 }  // namespace pscluster

@@ -38,6 +38,15 @@ class FakeFleet : public PsFleet {
   absl::Status SetBackups(int, const std::vector<std::string>&, absl::Duration) override {
     return absl::OkStatus();
   }
+  absl::StatusOr<ShardState> SnapshotOfBackup(const std::string&, absl::Duration) override {
+    return absl::UnimplementedError("not in this test");
+  }
+  absl::StatusOr<StepCommitRequest> GetDecision(int, int64_t, absl::Duration) override {
+    return absl::UnimplementedError("not in this test");
+  }
+  absl::Status CommitStep(int, const StepCommitRequest&, absl::Duration) override {
+    return absl::UnimplementedError("not in this test");
+  }
   absl::Status Restore(int, const RestoreRequest&, absl::Duration) override {
     return absl::UnimplementedError("not in this test");
   }

@@ -10,6 +10,7 @@
 #ifndef PSCLUSTER_CHIEF_PS_FLEET_H_
 #define PSCLUSTER_CHIEF_PS_FLEET_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,6 +42,15 @@ class PsFleet {
                                absl::Duration total_timeout) = 0;
   // The backups (host:port) the ps keeps up to date (docs/replication.md).
   virtual absl::Status SetBackups(int ps, const std::vector<std::string>& addresses,
+                                  absl::Duration timeout) = 0;
+  // The state of the backup store at `address` (a ps's --backup_port).
+  virtual absl::StatusOr<ShardState> SnapshotOfBackup(const std::string& address,
+                                                      absl::Duration timeout) = 0;
+  // Sync: the deciding ps's kept decision for the step from `version`
+  // (NotFound: not made yet); handing a decision to a following ps.
+  virtual absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t version,
+                                                        absl::Duration timeout) = 0;
+  virtual absl::Status CommitStep(int ps, const StepCommitRequest& decision,
                                   absl::Duration timeout) = 0;
 };
 

@@ -10,15 +10,18 @@ namespace pscluster {
 
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
-                       MembershipSync* membership, const std::atomic<bool>* stop)
+                       MembershipSync* membership, const std::atomic<bool>* stop,
+                       const std::vector<std::string>* backups)
     : setup_(setup),
       recovery_timeout_(recovery_timeout),
       fleet_(fleet),
       dispatcher_(dispatcher),
       membership_(membership),
       stop_(*stop),
+      backups_(backups),
       incarnation_(std::move(incarnations)),
-      failures_(fleet->num_ps(), 0) {}
+      failures_(fleet->num_ps(), 0),
+      alone_(fleet->num_ps(), false) {}
 
 absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version) {
   for (int i = 0; i < fleet_->num_ps(); ++i) {
@@ -30,6 +33,7 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
       continue;
     }
     failures_[i] = 0;
+    alone_[i] = st->backups_set() > 0 && st->backups_live() < st->backups_set();
     *highest_version = std::max(*highest_version, st->version());
     if (!st->initialized() || st->incarnation() != incarnation_[i]) {
       return Recover(i, "it restarted and lost its parameters", latest, highest_version);
@@ -85,6 +89,23 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
       absl::StatusOr<PsStatsResponse> s = fleet_->Stats(j, absl::Seconds(2));
       if (s.ok()) generation = std::max(generation, s->generation());
     }
+    const absl::Time restore_start = absl::Now();
+    const absl::Status from_backup = RestoreFromBackup(i, generation);
+    if (from_backup.ok()) {
+      spdlog::warn(
+          "ps:{} restarted: restored from its backup store ({}) as the primary it was, "
+          "generation {}; no checkpoint read, nothing rolled back, no step redone; "
+          "detected and back after {:.1f} s, restored in {:.2f} s",
+          i, (*backups_)[i], generation, absl::ToDoubleSeconds(back - t0),
+          absl::ToDoubleSeconds(absl::Now() - restore_start));
+      membership_->Apply(/*force=*/true);
+      dispatcher_->Resume();
+      return absl::OkStatus();
+    }
+    if (!absl::IsNotFound(from_backup)) {
+      spdlog::warn("ps:{} cannot be restored from its backup ({}); the checkpoint serves", i,
+                   std::string(from_backup.message()));
+    }
     ++generation;
     if (latest == nullptr) {
       return absl::FailedPreconditionError(
@@ -102,6 +123,65 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
   }
   membership_->Apply(/*force=*/true);
   dispatcher_->Resume();
+  return absl::OkStatus();
+}
+
+absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
+  if (backups_ == nullptr || i >= static_cast<int>(backups_->size()) || (*backups_)[i].empty()) {
+    return absl::NotFoundError("no backup");
+  }
+  const bool decides = setup_->mode == SYNC && i == 0 && fleet_->num_ps() > 1;
+  if (decides) {
+    // Followers may have taken a decision of ps 0's that its backup never
+    // saw; its replacement would decide that step again, maybe otherwise.
+    return absl::FailedPreconditionError(
+        "ps:0 decides the sync steps, and its backup cannot know the decisions in flight");
+  }
+  if (alone_[i]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "when last seen, ps:", i, " answered without its backup, which may lack updates"));
+  }
+  absl::StatusOr<ShardState> state = fleet_->SnapshotOfBackup((*backups_)[i], absl::Seconds(10));
+  if (!state.ok()) return state.status();
+  if (state->generation() != generation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the backup is of generation ", state->generation(), ", the run of ",
+                     generation));
+  }
+  if (setup_->mode == SYNC) {
+    // Every update the old process answered is on its backup, so no other
+    // ps can be more than the step in flight ahead of it.
+    for (int j = 0; j < fleet_->num_ps(); ++j) {
+      if (j == i) continue;
+      absl::StatusOr<PsStatsResponse> other = fleet_->Stats(j, absl::Seconds(2));
+      if (!other.ok()) return other.status();
+      if (other->version() > state->version() + 1) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the backup is at version ", state->version(), " but ps:", j,
+                         " at ", other->version(), ": it lacks updates"));
+      }
+    }
+  }
+  RestoreRequest req;
+  *req.mutable_init() = MakeInitRequest(*setup_, i);
+  *req.mutable_state() = *std::move(state);
+  req.set_continues(true);
+  if (absl::Status s = fleet_->Restore(i, req, recovery_timeout_); !s.ok()) return s;
+  absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
+  if (!st.ok()) return st.status();
+  incarnation_[i] = st->incarnation();
+  if (setup_->mode == SYNC && fleet_->num_ps() > 1) {
+    // ps 0 may have given the old process the decision of the step this
+    // state is at, and moved on: hand it over again. Not decided yet: ps 0
+    // sends it when it is.
+    absl::StatusOr<StepCommitRequest> d =
+        fleet_->GetDecision(0, req.state().version(), absl::Seconds(5));
+    if (d.ok()) {
+      if (absl::Status s = fleet_->CommitStep(i, *d, absl::Seconds(10)); !s.ok()) return s;
+    } else if (!absl::IsNotFound(d.status())) {
+      return d.status();
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -2,10 +2,14 @@
 // each ps for its stats; a ps that fails twice in a row, or answers as a
 // new process (another incarnation) or uninitialised, is lost: the workers
 // are paused until it answers again. The same process (cut off, not
-// restarted) resumes as it was; a restarted one has lost its parameters,
-// so every ps is restored from the newest checkpoint under a new
-// generation and the data position rewinds to the checkpoint's. The sync
-// worker set is then sent to every ps again.
+// restarted) resumes as it was. A restarted one has lost its parameters:
+// with replicas (--ps_replicas=1) it takes its backup's state, as the
+// primary it was, and nothing else moves (docs/replication.md); without
+// (or when the backup is gone too, or for ps 0 of a sync run with several
+// ps, whose decisions in flight its backup cannot know), every ps is
+// restored from the newest checkpoint under a new generation and the data
+// position rewinds to the checkpoint's. The sync worker set is then sent
+// to every ps again.
 //
 // Not thread-safe: the chief's loop calls it. Everything borrowed must
 // outlive it.
@@ -31,9 +35,12 @@ class PsRecovery {
  public:
   // `incarnations`: each ps's process identity when it was initialised
   // (PsStart). A lost ps may take `recovery_timeout` to come back.
+  // `backups`: per ps, the address of its backup store ("" or absent:
+  // none), kept by the run.
   PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
              absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
-             MembershipSync* membership, const std::atomic<bool>* stop);
+             MembershipSync* membership, const std::atomic<bool>* stop,
+             const std::vector<std::string>* backups);
 
   // One round of checks. Raises *highest_version to every version seen
   // (lowers it to the checkpoint's step after a restore). `latest` is the
@@ -53,6 +60,9 @@ class PsRecovery {
 
   absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
                        int64_t* highest_version);
+  // Restarted ps `ps` restored from its backup: OK, or why it could not be
+  // (then the checkpoint serves), logged by the caller.
+  absl::Status RestoreFromBackup(int ps, int64_t generation);
 
   const PsSetup* const setup_;
   const absl::Duration recovery_timeout_;
@@ -60,8 +70,12 @@ class PsRecovery {
   Dispatcher* const dispatcher_;
   MembershipSync* const membership_;
   const std::atomic<bool>& stop_;
+  const std::vector<std::string>* const backups_;
   std::vector<uint64_t> incarnation_;
   std::vector<int> failures_;  // consecutive failed checks, per ps
+  // Per ps: when last seen, it answered without waiting for a backup that
+  // had gone silent (docs/replication.md): its backup may lack updates.
+  std::vector<bool> alone_;
 };
 
 }  // namespace pscluster

@@ -127,7 +127,8 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   dispatcher_->set_generation(ps->generation);
   recovery_ =
       std::make_unique<PsRecovery>(&ps_setup_, ps->incarnations, options_.ps_recovery_timeout,
-                                   ps_.get(), dispatcher_.get(), membership_.get(), &stop_);
+                                   ps_.get(), dispatcher_.get(), membership_.get(), &stop_,
+                                   &backups_);
   if (absl::Status s = KeepBackups(); !s.ok()) return s;
   if (ps->resumed) return ResumeRun(ps->generation, start);
   // Fresh ps over a checkpoint directory that holds a checkpoint (the run

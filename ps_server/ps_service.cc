@@ -531,9 +531,20 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
     }
     c->replica = ReplicaRole::kBackup;
   }
+  if (req->continues()) {
+    // Only a restarted (empty) ps takes up where its backup left off: an
+    // initialised one has state of its own that it may have answered for.
+    if (req->as_backup() || store_->stats().initialized) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          req->as_backup() ? "a backup's seed does not continue a primary"
+                                           : "this ps is initialised; only a restarted (empty) ps "
+                                             "continues from its backup's state");
+    }
+  }
   if (grpc::Status s = CheckShards(state.shards()); !s.ok()) return s;
   if (grpc::Status s = CheckShards(req->init().shards()); !s.ok()) return s;
-  absl::Status s = store_->Restore(*c, *snap);
+  absl::Status s = store_->Restore(
+      *c, *snap, req->continues() ? RestoreKind::kContinue : RestoreKind::kRollback);
   if (!s.ok()) return ToGrpcStatus(s);
   {
     absl::MutexLock lock(&shards_mu_);
@@ -625,6 +636,19 @@ grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* 
                                    req->decides() ? StepRole::kDecide : StepRole::kFollow);
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(store_->stats().version);
+  return grpc::Status::OK;
+}
+
+grpc::Status PsService::GetDecision(grpc::ServerContext* ctx, const GetDecisionRequest* req,
+                                    StepCommitRequest* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  absl::StatusOr<StepDecision> d = store_->DecisionFor(req->layout_fingerprint(), req->version());
+  if (!d.ok()) return ToGrpcStatus(d.status());
+  resp->set_layout_fingerprint(d->layout_fingerprint);
+  resp->set_generation(d->generation);
+  resp->set_version(d->version);
+  for (bool m : d->members) resp->add_members(m);
+  resp->set_skip(d->skip);
   return grpc::Status::OK;
 }
 

@@ -55,6 +55,8 @@ class PsService final : public ParameterServer::Service {
   grpc::Status Replicate(grpc::ServerContext*, const ReplicateRequest*,
                          ReplicateResponse*) override;
   grpc::Status Promote(grpc::ServerContext*, const PromoteRequest*, PromoteResponse*) override;
+  grpc::Status GetDecision(grpc::ServerContext*, const GetDecisionRequest*,
+                           StepCommitRequest*) override;
   grpc::Status SetBackups(grpc::ServerContext*, const SetBackupsRequest*,
                           SetBackupsResponse*) override;
 

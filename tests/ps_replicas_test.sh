@@ -70,11 +70,11 @@ for bad in "--ps_replicas=2" "--ps_replicas=-1" "--num_ps=1 --ps_replicas=1" \
   fi
 done
 
-# Sync, 2 ps: the same final line as without replicas, and every backup
-# holds its primary's bits.
-"$train" --no_build --data_dir="$data" --model=mlp --epochs=1 --logdir="$tmp/r0" \
+# Sync, 2 ps, 3 epochs: the same final line as without replicas, and every
+# backup holds its primary's bits.
+"$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --logdir="$tmp/r0" \
   > "$tmp/r0.out" 2>&1; rc0=$?
-"$train" --no_build --data_dir="$data" --model=mlp --epochs=1 --ps_replicas=1 --logdir="$tmp/r1" \
+"$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 --logdir="$tmp/r1" \
   > "$tmp/r1.out" 2>&1; rc1=$?
 f0="$(tail -n 1 "$tmp/r0.out" | sed 's/ wall_s=.*//')"
 f1="$(tail -n 1 "$tmp/r1.out" | sed 's/ wall_s=.*//')"
@@ -82,7 +82,7 @@ problems="$(crc_pairs "$tmp/r1.out" 2)"
 if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [[ "$f1" =~ ^final: ]] && [ "$f0" = "$f1" ] &&
    [ -z "$problems" ] &&
    [ "$(grep -c "store has a backup on ps:" "$tmp/r1.out")" -eq 2 ] &&
-   [ "$(grep -c "backups live=1/1 replicated_version=469 " "$tmp/r1.out")" -eq 2 ]; then
+   [ "$(grep -c "backups live=1/1 replicated_version=1407 " "$tmp/r1.out")" -eq 2 ]; then
   pass "sync, 2 ps: '$f1' as without replicas; each ps's store equals its backup's bit for bit"
 else
   fail "sync, 2 ps (exit $rc0/$rc1, '$f0' vs '$f1'): $problems"; tail -n 20 "$tmp/r1.out"
@@ -99,41 +99,95 @@ else
   fail "async, 3 ps (exit $rc): $problems"; tail -n 20 "$tmp/a3.out"
 fi
 
-# A ps killed mid-run: restored from the checkpoint as without replicas;
-# the restarted ps keeps a backup again and its backup store is seeded
-# again, so the end state still matches. The workers are frozen (SIGSTOP)
-# around the kill, so that the run cannot end before it.
-"$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 \
-  --checkpoint_every_steps=100 --log_every_s=0.5 --logdir="$tmp/kill" > "$tmp/kill.out" 2>&1 &
-pid=$!
-for _ in $(seq 1 300); do
-  grep -qE '^\[chief\] .* epoch [12]/3 step [1-9][0-9]{2,} ' "$tmp/kill.out" 2>/dev/null && break
-  sleep 0.1
-done
-mapfile -t frozen < <(launcher_children "$pid" worker/worker)
-[ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
-killed=""
-if ! grep -q 'every worker is done' "$tmp/kill.out"; then
-  for p in $(launcher_children "$pid" ps_server/ps_server); do
-    # ps:1 is the one whose TF_CONFIG says index 1.
-    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^TF_CONFIG=.*"type": *"ps", *"index": *1'; then
-      kill -KILL "$p" && killed="$p"
-    fi
+# kill_ps OUT MODE NUM_PS INDEX: trains the mlp for 3 epochs with replicas
+# and SIGKILLs ps INDEX mid-run, the workers frozen (SIGSTOP) around the
+# kill so that the run cannot end before it. Sets killed (the pid) and rc.
+kill_ps() {
+  local out="$1" mode="$2" num_ps="$3" index="$4" pid p
+  "$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 \
+    --mode="$mode" --num_ps="$num_ps" --checkpoint_every_steps=100 --log_every_s=0.5 \
+    --logdir="$out.d" > "$out" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 300); do
+    grep -qE '^\[chief\] .* epoch [12]/3 step [1-9][0-9]{2,} ' "$out" 2>/dev/null && break
+    sleep 0.1
   done
-fi
-[ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
-for _ in $(seq 1 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 5; rc=124; else wait "$pid"; rc=$?; fi
-problems="$(crc_pairs "$tmp/kill.out" 2)"
+  mapfile -t frozen < <(launcher_children "$pid" worker/worker)
+  [ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
+  killed=""
+  if ! grep -q 'every worker is done' "$out"; then
+    for p in $(launcher_children "$pid" ps_server/ps_server); do
+      # ps:INDEX is the one whose TF_CONFIG says that index.
+      if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
+         grep -q "^TF_CONFIG=.*\"type\": *\"ps\", *\"index\": *$index"; then
+        kill -KILL "$p" && killed="$p"
+      fi
+    done
+  fi
+  [ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
+  for _ in $(seq 1 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 5; rc=124; else wait "$pid"; rc=$?; fi
+}
+
+# same_updates OUT N: empty when every ps shut down at the version of 3
+# epochs (1407 steps) having applied the same pushes, with the same digest,
+# as ps 0: nothing applied twice, nothing lost, nothing rolled back.
+same_updates() {
+  local out="$1" n="$2" i first="" line problems=""
+  for ((i = 0; i < n; i++)); do
+    line="$(grep "^\[ps$i\] .*shutting down" "$out" | tail -n 1 |
+      sed -nE 's/.*version=([0-9]+) applied=([0-9]+) .*applied_digest=([0-9a-f]+) .*/\1 \2 \3/p')"
+    [ -z "$first" ] && first="$line"
+    if [ -z "$line" ] || [ "$line" != "$first" ]; then problems+="ps:$i '$line' vs ps:0 '$first'; "; fi
+  done
+  [ "${first%% *}" = 1407 ] || [ "${first%% *}" = 2814 ] || problems+="ps:0 ended at '$first'; "
+  echo "$problems"
+}
+
+# A follower ps killed mid-run (sync, 2 ps): the restarted process takes
+# its backup's state (no checkpoint read, no step redone), keeps a backup
+# again, and the run ends exactly as a clean one: every ps applied the
+# same pushes (digest and counters) and ends at the clean run's final line.
+kill_ps "$tmp/kill.out" sync 2 1
+problems="$(crc_pairs "$tmp/kill.out" 2)$(same_updates "$tmp/kill.out" 2)"
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
-   [[ "$(tail -n 1 "$tmp/kill.out")" =~ ^final:\ test_accuracy=0\.9[2-9] ]] &&
+   [ "$(tail -n 1 "$tmp/kill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
    grep -q '^\[launcher\] ps:1 exited (killed by SIGKILL); restarting' "$tmp/kill.out" &&
+   grep -q 'ps:1 restarted: restored from its backup store .* no checkpoint read, nothing rolled back, no step redone' "$tmp/kill.out" &&
+   ! grep -q 'restored from the checkpoint' "$tmp/kill.out" &&
    [ "$(grep -c "ps:1's store has a backup on ps:0" "$tmp/kill.out")" -ge 2 ] &&
    [ "$(grep -c "ps:0's store has a backup on ps:1" "$tmp/kill.out")" -ge 2 ] &&
    [ -z "$problems" ]; then
-  pass "a ps killed mid-run: the run ends as usual, the restarted ps keeps a backup again, the backup it held moves with it, and every backup equals its primary"
+  pass "sync, ps:1 killed mid-run: restored from its backup, no step redone, every ps applied the same updates, the final line is the clean run's, every backup equals its primary"
 else
-  fail "a ps killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/kill.out"
+  fail "sync, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/kill.out"
+fi
+
+# The same in async with 3 ps.
+kill_ps "$tmp/akill.out" async 3 1
+problems="$(crc_pairs "$tmp/akill.out" 3)$(same_updates "$tmp/akill.out" 3)"
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+   [[ "$(tail -n 1 "$tmp/akill.out")" =~ ^final:\ test_accuracy=0\.9[3-9] ]] &&
+   grep -q 'ps:1 restarted: restored from its backup store .* no step redone' "$tmp/akill.out" &&
+   ! grep -q 'restored from the checkpoint' "$tmp/akill.out" && [ -z "$problems" ]; then
+  pass "async, 3 ps, ps:1 killed mid-run: restored from its backup, every ps applied every push once, every backup equals its primary"
+else
+  fail "async, 3 ps, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/akill.out"
+fi
+
+# ps 0 of a sync run decides the steps; its backup cannot know the
+# decisions in flight, so it is restored from the checkpoint, as without
+# replicas, and the log says why.
+kill_ps "$tmp/dkill.out" sync 2 0
+problems="$(crc_pairs "$tmp/dkill.out" 2)"
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+   [[ "$(tail -n 1 "$tmp/dkill.out")" =~ ^final:\ test_accuracy=0\.9[2-9] ]] &&
+   grep -q 'ps:0 cannot be restored from its backup (ps:0 decides the sync steps, and its backup cannot know the decisions in flight); the checkpoint serves' "$tmp/dkill.out" &&
+   grep -q 'ps:0 restarted: every ps restored from the checkpoint of step' "$tmp/dkill.out" &&
+   [ -z "$problems" ]; then
+  pass "sync, ps:0 (the decider) killed mid-run: restored from the checkpoint, saying why; the run ends as usual and every backup equals its primary"
+else
+  fail "sync, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/dkill.out"
 fi
 
 finish

@@ -359,6 +359,79 @@ TEST(ReplicationTest, APromotedBackupAnswersWhatThePrimaryAppliedAndFencesTheOld
   StopPs(backup.get());
 }
 
+// A primary lost and restarted takes its backup's state as the primary it
+// was (RestoreRequest.continues): a resent push it applied is answered as
+// it was, under the same generation; an initialised ps refuses to.
+TEST(ReplicationTest, ARestartedPrimaryContinuesFromItsBackup) {
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+  Init(primary.get(), ASYNC, 1);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
+  std::mt19937 rng(6);
+  std::vector<PushRequest> sent;
+  PushResponse last;
+  for (uint64_t id = 1; id <= 5; ++id) {
+    sent.push_back(Gradient(0, primary->store.stats().version, id, &rng));
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(primary->stub->Push(&ctx, sent.back(), &last).ok());
+  }
+  const int port = primary->port;
+  StopPs(primary.get());
+  primary.reset();
+  std::unique_ptr<Ps> restarted = StartPs(port);  // empty, at the same address
+  ASSERT_NE(restarted, nullptr);
+  RestoreRequest req;
+  {
+    grpc::ClientContext ctx;
+    SnapshotRequest snap;
+    snap.set_layout_fingerprint(kLayout);
+    ASSERT_TRUE(backup->stub->Snapshot(&ctx, snap, req.mutable_state()).ok());
+  }
+  req.mutable_init()->set_layout_fingerprint(kLayout);
+  *req.mutable_init()->mutable_shards() = req.state().shards();
+  req.mutable_init()->mutable_optimizer()->set_name("adam");
+  req.mutable_init()->mutable_optimizer()->set_learning_rate(0.01f);
+  req.mutable_init()->mutable_optimizer()->set_beta1(0.9f);
+  req.mutable_init()->mutable_optimizer()->set_beta2(0.999f);
+  req.mutable_init()->mutable_optimizer()->set_epsilon(1e-7f);
+  req.mutable_init()->set_mode(ASYNC);
+  req.mutable_init()->set_num_workers(1);
+  req.mutable_init()->set_replicas_to_aggregate(1);
+  req.set_continues(true);
+  {
+    grpc::ClientContext ctx;
+    RestoreResponse resp;
+    grpc::Status s = restarted->stub->Restore(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.version(), 5);
+  }
+  ExpectSameState(restarted.get(), backup.get());
+  {  // the last answer was lost: the resend is answered as it was
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    ASSERT_TRUE(restarted->stub->Push(&ctx, sent.back(), &resp).ok());
+    EXPECT_TRUE(resp.applied());
+    EXPECT_EQ(resp.version(), last.version());
+    EXPECT_EQ(restarted->store.stats().version, 5);
+    EXPECT_EQ(restarted->store.stats().pushes_duplicate, 1);
+  }
+  {  // and training goes on under the same generation
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    ASSERT_TRUE(restarted->stub->Push(&ctx, Gradient(0, 5, 6, &rng), &resp).ok());
+    EXPECT_EQ(resp.version(), 6);
+  }
+  {  // now initialised: it has state of its own to answer for
+    grpc::ClientContext ctx;
+    RestoreResponse resp;
+    grpc::Status s = restarted->stub->Restore(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find("only a restarted (empty) ps continues"), std::string::npos)
+        << s.error_message();
+  }
+  StopPs(restarted.get());
+  StopPs(backup.get());
+}
+
 TEST(ReplicationTest, SeedsAndReplicatedUpdatesAreRefusedWhereTheyDoNotBelong) {
   std::unique_ptr<Ps> primary = StartPs(), other = StartPs();
   Init(primary.get(), ASYNC, 1);

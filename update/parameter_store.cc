@@ -215,7 +215,8 @@ absl::Status ParameterStore::Init(const StoreConfig& config, const float* values
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnapshot& state) {
+absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnapshot& state,
+                                     RestoreKind kind) {
   absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
   if (!opt.ok()) return opt.status();
   if (static_cast<int64_t>(state.values.size()) != config.num_floats) {
@@ -228,6 +229,11 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint version ", state.version, " / generation ", state.generation,
         " must be in [0, ", kMaxVersion, "]"));
+  }
+  if (state.pushes_applied < 0 || state.steps_applied < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state counts ", state.pushes_applied, " pushes and ", state.steps_applied,
+        " steps applied"));
   }
   if (absl::Status s = (*opt)->RestoreState(state.optimizer); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
@@ -243,10 +249,14 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   if (absl::Status s = Configure(c, *std::move(opt)); !s.ok()) return s;
   ReplaceableValues() = state.values;
   version_ = state.version;
-  if (c.replica == ReplicaRole::kBackup) {
+  if (kind == RestoreKind::kContinue || c.replica == ReplicaRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
     stats_.steps_applied = state.steps_applied;
+    for (const StoreSnapshot::Answered& a : state.answered) {
+      if (a.worker >= 0 && a.worker < c.num_workers) RememberPush(a.worker, a.request_id, a.result);
+    }
+    if (static_cast<int>(state.outcomes.size()) == c.num_workers) outcome_ = state.outcomes;
   }
   if (listener_) {
     AppliedUpdate u;
@@ -273,7 +283,25 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   out->applied_digest = stats_.applied_digest;
   out->pushes_applied = stats_.pushes_applied;
   out->steps_applied = stats_.steps_applied;
+  out->answered.clear();
+  for (int w = 0; w < static_cast<int>(seen_.size()); ++w) {
+    for (const SeenPush& p : seen_[w]) out->answered.push_back({w, p.request_id, p.result});
+  }
+  out->outcomes = outcome_;
   return absl::OkStatus();
+}
+
+absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerprint,
+                                                        int64_t version) const {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) return absl::UnavailableError("parameter server is not initialised yet");
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  absl::MutexLock decisions_lock(&decisions_mu_);
+  for (const StepDecision& d : decisions_) {
+    if (d.version == version && d.generation == generation_) return d;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no decision kept for the step from version ", version));
 }
 
 absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,

@@ -222,7 +222,24 @@ struct StoreSnapshot {
   uint64_t applied_digest = 0;
   int64_t pushes_applied = 0;
   int64_t steps_applied = 0;
+  // The answers to recent pushes, oldest first per worker, and the fate of
+  // each worker's newest sync gradient ({version, taken}; version -1:
+  // none): a store that continues this one answers resent pushes alike.
+  struct Answered {
+    int worker = 0;
+    uint64_t request_id = 0;
+    PushResult result;
+  };
+  std::vector<Answered> answered;
+  std::vector<std::pair<int64_t, bool>> outcomes;
 };
+
+// What a Restore is: a rollback to a checkpoint (the store's own counters
+// and answers stay, the old ones' pushes are refused by generation), or a
+// continuation of the store the state was taken from (a backup's seed, or
+// a restarted primary restored from its backup: counters and answers come
+// with the state).
+enum class RestoreKind { kRollback, kContinue };
 
 class ParameterStore {
  public:
@@ -302,7 +319,14 @@ class ParameterStore {
   // Replaces the whole state with `state` under `config` (initialising an
   // empty store). FailedPrecondition for another layout on an initialised
   // store; InvalidArgument (and no change) for a state that does not fit.
-  absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state);
+  // A backup's restore (config.replica) is always a continuation.
+  absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state,
+                       RestoreKind kind = RestoreKind::kRollback);
+
+  // Deciding store: its kept decision for the step from `version` (a
+  // follower restored from its backup needs it again). NotFound when not
+  // made yet or no longer kept; FailedPrecondition for another layout.
+  absl::StatusOr<StepDecision> DecisionFor(uint64_t layout_fingerprint, int64_t version) const;
 
   // Primary: `listener` is told of every update from now on, and of every
   // Restore (AppliedUpdate::restored), (null: none).

@@ -241,6 +241,67 @@ TEST_F(ReplicaTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
   EXPECT_EQ(backup_.StepOutcome(1, 1), std::optional<bool>(true));
 }
 
+// A restarted primary restored from its backup (RestoreKind::kContinue)
+// continues it: same bits, counters and digest, and a push the lost
+// process applied is answered as it was when resent, under the same
+// generation; a checkpoint restore (kRollback) takes none of that.
+TEST_F(ReplicaTest, APrimaryRestoredFromItsBackupContinuesIt) {
+  Start(AdamConfig(UpdateRule::kAsync, 2, 1));
+  std::vector<std::pair<uint64_t, PushResult>> answers;
+  for (uint64_t id = 1; id <= 6; ++id) {
+    absl::StatusOr<PushResult> r =
+        Push(primary_, static_cast<int>(id % 2), primary_.stats().version, RandomVector(&rng_),
+             1, id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    answers.push_back({id, *r});
+  }
+  Replicate();
+  StoreSnapshot kept;
+  ASSERT_TRUE(backup_.Snapshot(kLayout, &kept).ok());
+  EXPECT_EQ(kept.answered.size(), 6u);
+
+  ParameterStore restarted{1};
+  ASSERT_TRUE(restarted.Restore(config_, kept, RestoreKind::kContinue).ok());
+  const StoreStats st = restarted.stats();
+  EXPECT_EQ(st.version, 6);
+  EXPECT_EQ(st.generation, 0);
+  EXPECT_EQ(st.pushes_applied, 6);
+  EXPECT_EQ(st.applied_digest, primary_.stats().applied_digest);
+  absl::StatusOr<PushResult> resent = Push(restarted, 1, 0, RandomVector(&rng_), 1, 5);
+  ASSERT_TRUE(resent.ok()) << resent.status();
+  EXPECT_TRUE(resent->applied);
+  EXPECT_EQ(resent->version, answers[4].second.version);
+  EXPECT_EQ(restarted.stats().version, 6);
+  EXPECT_EQ(restarted.stats().pushes_duplicate, 1);
+  // New pushes of the same generation go on being applied.
+  ASSERT_TRUE(Push(restarted, 0, 6, RandomVector(&rng_), 1, 7).ok());
+  EXPECT_EQ(restarted.stats().version, 7);
+
+  ParameterStore rolled_back{1};
+  ASSERT_TRUE(rolled_back.Restore(config_, kept).ok());
+  EXPECT_EQ(rolled_back.stats().pushes_applied, 0);
+  resent = Push(rolled_back, 1, 6, RandomVector(&rng_), 1, 5);
+  ASSERT_TRUE(resent.ok()) << resent.status();
+  EXPECT_EQ(rolled_back.stats().pushes_duplicate, 0);  // applied: nothing remembered
+  EXPECT_EQ(rolled_back.stats().version, 7);
+}
+
+// A deciding store keeps its newest decisions for a follower restored
+// from its backup, which needs the one of the step it is at again.
+TEST_F(ReplicaTest, ADecidingStoreGivesAKeptDecisionAgain) {
+  Start(AdamConfig(UpdateRule::kSync, 2, 2));
+  EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 0).status()));
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, 1).ok());
+  ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1, 2).ok());
+  absl::StatusOr<StepDecision> d = primary_.DecisionFor(kLayout, 0);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->version, 0);
+  EXPECT_EQ(d->members, std::vector<bool>({true, true}));
+  EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 1).status()));
+  EXPECT_EQ(primary_.DecisionFor(kLayout + 1, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   // A backup takes no pushes and no step decisions.

@@ -75,6 +75,16 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
   snap.pushes_applied = state.pushes_applied();
   snap.steps_applied = state.steps_applied();
   snap.optimizer.iterations = state.optimizer_iterations();
+  for (const AnsweredPush& a : state.answered()) {
+    StoreSnapshot::Answered x;
+    x.worker = a.worker();
+    x.request_id = a.request_id();
+    x.result.applied = a.applied();
+    x.result.version = a.version();
+    x.result.staleness = a.staleness();
+    snap.answered.push_back(x);
+  }
+  for (const SyncOutcome& o : state.outcomes()) snap.outcomes.push_back({o.version(), o.applied()});
   for (const SlotValues& v : state.slots()) {
     OptimizerSlot slot;
     slot.name = v.name();
@@ -98,6 +108,21 @@ void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out) {
     v->set_values(slot.values.data(), slot.values.size() * sizeof(float));
   }
   out->set_optimizer_iterations(snap.optimizer.iterations);
+  out->clear_answered();
+  for (const StoreSnapshot::Answered& a : snap.answered) {
+    AnsweredPush* x = out->add_answered();
+    x->set_worker(a.worker);
+    x->set_request_id(a.request_id);
+    x->set_applied(a.result.applied);
+    x->set_version(a.result.version);
+    x->set_staleness(a.result.staleness);
+  }
+  out->clear_outcomes();
+  for (const auto& [version, applied] : snap.outcomes) {
+    SyncOutcome* o = out->add_outcomes();
+    o->set_version(version);
+    o->set_applied(applied);
+  }
 }
 
 }  // namespace pscluster
