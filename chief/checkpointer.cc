@@ -34,10 +34,25 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle) {
   PausedWorkers paused(dispatcher_);
   // Async: wait until no worker is in the middle of a step. Sync: a step
   // completes on every ps or on none, so equal versions suffice.
+  // A worker whose push waits on a lost ps never parks: each ps is asked
+  // every 200 ms, and a lost one ends the wait at once (the checkpoint is
+  // skipped; the ps checks take over), not after 10 s of training paused.
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  absl::Time next_probe = absl::Now() + absl::Milliseconds(200);
   while (!workers_idle && options_.mode == ASYNC && !dispatcher_->AllParked()) {
     if (absl::Now() >= give_up || stop_) {
       return absl::DeadlineExceededError("workers did not pause within 10 s");
+    }
+    if (absl::Now() >= next_probe) {
+      for (int i = 0; i < fleet_->num_ps(); ++i) {
+        absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Milliseconds(200));
+        if (!st.ok() || !st->initialized()) {
+          return absl::UnavailableError(absl::StrCat(
+              "ps:", i, " is lost while the workers pause: ",
+              st.ok() ? "it restarted" : std::string(st.status().message())));
+        }
+      }
+      next_probe = absl::Now() + absl::Milliseconds(200);
     }
     absl::SleepFor(absl::Milliseconds(2));
   }

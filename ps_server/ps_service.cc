@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -424,6 +425,11 @@ grpc::Status PsService::PushPull(grpc::ServerContext* ctx, const PushRequest* re
 
 grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
                                    PushPullResponse* resp, DataPlaneCall* call) {
+  // Sync pulls the step after the pushed one, which must exist (a resent
+  // push is answered from memory before its version is looked at).
+  if (req.version() == std::numeric_limits<int64_t>::max()) {
+    return Refused(InvalidArgument(absl::StrCat("version ", req.version(), " is out of range")));
+  }
   grpc::Status s = DoPush(req, resp->mutable_push(),
                           call != nullptr ? call->gradients_finite : std::nullopt,
                           call != nullptr ? call->gradients : nullptr);
