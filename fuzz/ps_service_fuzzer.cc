@@ -300,9 +300,9 @@ class Harness {
     const grpc::Status shadow = shadow_service_.Push(nullptr, &r, &shadow_resp);
     // Whatever the mode, a pull for version + 1 or less returns at once.
     // (Version INT64_MAX has no next step: the ps refuses such a PushPull
-    // whole, where the shadow's Push may be answered from memory.)
-    const bool would_wait = shadow.ok() && (r.version() == std::numeric_limits<int64_t>::max() ||
-                                            shadow_store_.stats().version < r.version() + 1);
+    // before its push, where the shadow's Push answers otherwise.)
+    const bool would_wait = r.version() == std::numeric_limits<int64_t>::max() ||
+                            (shadow.ok() && shadow_store_.stats().version < r.version() + 1);
     if (would_wait) {  // its pull half might wait for a step that never comes
       PushResponse resp;
       const grpc::Status s = service_.Push(nullptr, &r, &resp);

@@ -100,8 +100,9 @@ else
 fi
 
 # kill_ps OUT MODE NUM_PS INDEX: trains the mlp for 3 epochs with replicas
-# and SIGKILLs ps INDEX mid-run, the workers frozen (SIGSTOP) around the
-# kill so that the run cannot end before it. Sets killed (the pid) and rc.
+# and SIGKILLs ps INDEX (a grep pattern: '[12]' kills two) mid-run, the
+# workers frozen (SIGSTOP) around the kill so that the run cannot end
+# before it. Sets killed (a pid killed) and rc.
 kill_ps() {
   local out="$1" mode="$2" num_ps="$3" index="$4" pid p
   "$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 \
@@ -188,6 +189,21 @@ if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
   pass "sync, ps:0 (the decider) killed mid-run: restored from the checkpoint, saying why; the run ends as usual and every backup equals its primary"
 else
   fail "sync, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/dkill.out"
+fi
+
+# Both copies of ps 1's store lost at once (ps 1 and ps 2, which keeps its
+# backup): restored from the checkpoint, and the log says why.
+kill_ps "$tmp/bkill.out" async 3 '[12]'
+problems="$(crc_pairs "$tmp/bkill.out" 3)"
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+   [[ "$(tail -n 1 "$tmp/bkill.out")" =~ ^final:\ test_accuracy=0\.9[3-9] ]] &&
+   [ "$(grep -c 'exited (killed by SIGKILL); restarting' "$tmp/bkill.out")" -eq 2 ] &&
+   grep -q 'ps:[12] cannot be restored from its backup (.*); the checkpoint serves' "$tmp/bkill.out" &&
+   grep -q 'restarted: every ps restored from the checkpoint of step' "$tmp/bkill.out" &&
+   [ -z "$problems" ]; then
+  pass "async, 3 ps, both copies of a store killed: restored from the checkpoint, saying why; the run ends as usual"
+else
+  fail "async, 3 ps, ps:1 and ps:2 killed (exit $rc): $problems"; tail -n 30 "$tmp/bkill.out"
 fi
 
 finish
