@@ -280,6 +280,21 @@ absl::Status ParameterServerRun::KeepBackups() {
 }
 
 absl::Status ParameterServerRun::TakeFinalCheckpoint() {
+  // A ps lost since the last check (after the workers were done) is
+  // recovered first: the final checkpoint, figures and export read every
+  // ps, and would wait for a restarted, empty one. Two looks: an
+  // unreachable ps counts as lost on its second failure.
+  for (int look = 0; look < 2; ++look) {
+    if (absl::Status s = recovery_->Check(checkpointer_->latest(), &highest_version_); !s.ok()) {
+      return s;
+    }
+  }
+  if (!dispatcher_->AllFinished()) {
+    return absl::FailedPreconditionError(
+        "a ps restarted after every worker was done and every ps went back to the checkpoint; "
+        "the steps since cannot be trained again in this run (--ps_replicas=1 avoids this: "
+        "the ps continues from its backup)");
+  }
   return checkpointer_->Take("final", highest_version_);
 }
 
