@@ -16,3 +16,23 @@ launcher_children() {
     [[ "${args[0]}" == */$2 ]] && echo "${d#/proc/}"
   done
 }
+
+# kill_ps_frozen LAUNCHER INDEX: SIGKILLs the launcher's ps whose TF_CONFIG
+# index matches INDEX (a grep pattern: '[12]' kills two), its workers
+# frozen (SIGSTOP) around the kill so that the run cannot end before it.
+# Sets killed (the last pid killed; "" for none) and killed_at (UTC
+# HH:MM:SS.nnnnnnnnn, just before the kill).
+kill_ps_frozen() {
+  local frozen p
+  killed=""; killed_at=""
+  mapfile -t frozen < <(launcher_children "$1" worker/worker)
+  [ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
+  for p in $(launcher_children "$1" ps_server/ps_server); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
+       grep -q "^TF_CONFIG=.*\"type\": *\"ps\", *\"index\": *$2"; then
+      killed_at="$(date -u +%H:%M:%S.%N)"
+      kill -KILL "$p" && killed="$p"
+    fi
+  done
+  [ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
+}

@@ -100,11 +100,10 @@ else
 fi
 
 # kill_ps OUT MODE NUM_PS INDEX: trains the mlp for 3 epochs with replicas
-# and SIGKILLs ps INDEX (a grep pattern: '[12]' kills two) mid-run, the
-# workers frozen (SIGSTOP) around the kill so that the run cannot end
-# before it. Sets killed (a pid killed) and rc.
+# and SIGKILLs ps INDEX (a grep pattern: '[12]' kills two) mid-run
+# (kill_ps_frozen). Sets killed (a pid killed) and rc.
 kill_ps() {
-  local out="$1" mode="$2" num_ps="$3" index="$4" pid p
+  local out="$1" mode="$2" num_ps="$3" index="$4" pid
   "$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 \
     --mode="$mode" --num_ps="$num_ps" --checkpoint_every_steps=100 --log_every_s=0.5 \
     --logdir="$out.d" > "$out" 2>&1 &
@@ -113,19 +112,8 @@ kill_ps() {
     grep -qE '^\[chief\] .* epoch [12]/3 step [1-9][0-9]{2,} ' "$out" 2>/dev/null && break
     sleep 0.1
   done
-  mapfile -t frozen < <(launcher_children "$pid" worker/worker)
-  [ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
   killed=""
-  if ! grep -q 'every worker is done' "$out"; then
-    for p in $(launcher_children "$pid" ps_server/ps_server); do
-      # ps:INDEX is the one whose TF_CONFIG says that index.
-      if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
-         grep -q "^TF_CONFIG=.*\"type\": *\"ps\", *\"index\": *$index"; then
-        kill -KILL "$p" && killed="$p"
-      fi
-    done
-  fi
-  [ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
+  grep -q 'every worker is done' "$out" || kill_ps_frozen "$pid" "$index"
   for _ in $(seq 1 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 5; rc=124; else wait "$pid"; rc=$?; fi
 }

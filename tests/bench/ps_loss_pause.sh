@@ -29,7 +29,7 @@ seconds_of_day() { awk -F: '{ printf "%.3f", $1 * 3600 + $2 * 60 + $3 }' <<<"$1"
 
 # kill_run REPLICAS OUT: prints "PAUSE_S REDONE ACCURACY".
 kill_run() {
-  local replicas="$1" out="$2" pid p t_kill t_back redone acc frozen
+  local replicas="$1" out="$2" pid t_kill t_back redone acc
   "$train" --no_build --data_dir="$data" --model=cnn --epochs=1 --ps_replicas="$replicas" \
     --checkpoint_every_steps=100 --log_every_s=0.5 --logdir="$out.d" > "$out" 2>&1 &
   pid=$!
@@ -37,16 +37,8 @@ kill_run() {
     grep -qE '^\[chief\] .* epoch 1/1 step [1-9][0-9]{2,} ' "$out" 2>/dev/null && break
     sleep 0.1
   done
-  mapfile -t frozen < <(launcher_children "$pid" worker/worker)
-  [ ${#frozen[@]} -gt 0 ] && kill -STOP "${frozen[@]}"
-  for p in $(launcher_children "$pid" ps_server/ps_server); do
-    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
-       grep -q '^TF_CONFIG=.*"type": *"ps", *"index": *1'; then
-      t_kill="$(date -u +%H:%M:%S.%N)"
-      kill -KILL "$p"
-    fi
-  done
-  [ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
+  kill_ps_frozen "$pid" 1
+  t_kill="$killed_at"
   wait "$pid" || { echo "ps_loss_pause: the run with --ps_replicas=$replicas failed:" >&2; tail -n 20 "$out" >&2; exit 1; }
   t_back="$(sed -nE 's/^\[chief\] ([0-9:.]+) W chief:0\] ps:1 restarted.*/\1/p' "$out" | head -n 1)"
   redone="$(sed -nE 's/.*ps:1 restarted: .* ([0-9]+) step\(s\) since that checkpoint are lost and redone.*/\1/p' "$out" | head -n 1)"
