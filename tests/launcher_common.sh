@@ -22,6 +22,7 @@ launcher_children() {
 # frozen (SIGSTOP) around the kill so that the run cannot end before it.
 # Sets killed (the last pid killed; "" for none) and killed_at (UTC
 # HH:MM:SS.nnnnnnnnn, just before the kill).
+# shellcheck disable=SC2034  # killed, killed_at: set for the caller
 kill_ps_frozen() {
   local frozen p
   killed=""; killed_at=""
