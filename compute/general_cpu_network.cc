@@ -33,15 +33,14 @@ struct SliceGrads {
   float* pg;
 };
 
-// `columns`: the forward's im2col of the slice's input; `dcolumns`: scratch.
-void BackwardConv2D(const GeneralOp& op, const float* params, const float* columns,
-                    float* dcolumns, const SliceGrads& g) {
+// `x`: the op's input in the forward; `scratch`: ConvScratchFloats floats.
+void BackwardConv2D(const GeneralOp& op, const float* params, const float* x, float* scratch,
+                    const SliceGrads& g) {
   kernels::WindowShape w = op.win;
   w.batch = g.n;
-  kernels::ConvGeneralBackward(w, columns, params + op.kernel, g.gy,
-                               /*accumulate=*/op.accumulate_params, g.pg + op.kernel,
-                               op.bias >= 0 ? g.pg + op.bias : nullptr, dcolumns,
-                               g.dx_wanted ? g.gx : nullptr);
+  kernels::ConvBackward(w, x, params + op.kernel, g.gy, /*accumulate=*/op.accumulate_params,
+                        g.pg + op.kernel, op.bias >= 0 ? g.pg + op.bias : nullptr, scratch,
+                        g.dx_wanted ? g.gx : nullptr);
 }
 
 // `argmax`: where the forward found each output's maximum.
@@ -199,13 +198,13 @@ struct GeneralCpuNetwork::Op : GeneralOp {
 struct GeneralCpuNetwork::Slice {
   int first = 0, count = 0;            // examples of the batch
   std::vector<std::vector<float>> acts;  // output of op i, count * out_size
-  std::vector<std::vector<float>> columns;  // conv ops: im2col of the input
   std::vector<std::vector<int64_t>> argmax;  // max pooling ops
   std::vector<std::vector<float>> counts;    // global max pooling: ties per channel
   std::vector<std::vector<float>> norms;     // LayerNormalization: rows' means, then 1/std
   std::vector<float> param_scratch;  // a DepthwiseConv2D's or LayerNormalization's gradient
   std::vector<std::vector<float>> grad_slots;  // GradSlotSizes, count * size
-  std::vector<float> scratch, dcolumns;  // scratch: an input gradient to add
+  std::vector<float> scratch;       // an input gradient to add
+  std::vector<float> conv_scratch;  // a convolution's tile of columns
   std::vector<float> grads;  // slices after the first: their own
   std::vector<std::vector<double>> sums;  // BN partial sums (2 * channels)
   double loss = 0;
@@ -251,7 +250,6 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
     auto s = std::make_unique<Slice>();
     for (const Op& op : net->ops_) {
       s->acts.emplace_back(share * op.out_size);
-      s->columns.emplace_back(share * op.columns_per_example);
       s->argmax.emplace_back(op.kind == LayerKind::kMaxPool2D ? share * op.out_size : 0);
       s->counts.emplace_back(op.kind == LayerKind::kGlobalMaxPool2D ? share * op.channels : 0);
       s->norms.emplace_back(op.kind == LayerKind::kLayerNorm ? 2 * share * op.pixels : 0);
@@ -259,7 +257,11 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
     }
     int64_t cols = 0, params = 0;
     for (const Op& op : net->ops_) {
-      cols = std::max(cols, share * op.columns_per_example);
+      if (op.kind == LayerKind::kConv2D) {
+        kernels::WindowShape w = op.win;
+        w.batch = share;
+        cols = std::max(cols, kernels::ConvScratchFloats(w));
+      }
       if (op.kind == LayerKind::kDepthwiseConv2D) {
         params = std::max(params, op.win.window_h * op.win.window_w * op.win.out_c +
                                       int64_t{op.win.out_c});
@@ -267,7 +269,7 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
       if (op.kind == LayerKind::kLayerNorm) params = std::max(params, 2 * int64_t{op.channels});
     }
     s->param_scratch.resize(params);
-    s->dcolumns.resize(cols);
+    s->conv_scratch.resize(cols);
     for (int64_t size : slot_sizes) s->grad_slots.emplace_back(share * size);
     s->scratch.resize(share * widest);
     if (t > 0) s->grads.resize(spec.num_parameters);
@@ -373,9 +375,8 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
       case LayerKind::kConv2D: {
         kernels::WindowShape w = op.win;
         w.batch = n;
-        kernels::ConvGeneralForward(w, x, params + op.kernel,
-                                    op.bias >= 0 ? params + op.bias : nullptr,
-                                    s.columns[i].data(), y);
+        kernels::ConvForward(w, x, params + op.kernel, op.bias >= 0 ? params + op.bias : nullptr,
+                             s.conv_scratch.data(), y);
         break;
       }
       case LayerKind::kMaxPool2D: {
@@ -648,7 +649,7 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
     const SliceGrads g = {n, gy, gx, gx != nullptr, t == 0 ? grads : s.grads.data()};
     switch (op.kind) {
       case LayerKind::kConv2D:
-        BackwardConv2D(op, params, s.columns[i].data(), s.dcolumns.data(), g);
+        BackwardConv2D(op, params, OpInput(i, s, images), s.conv_scratch.data(), g);
         break;
       case LayerKind::kMaxPool2D:
         BackwardMaxPool2D(op, s.argmax[i].data(), g);

@@ -136,18 +136,10 @@ void Col2ImRows(const WindowShape& s, const float* dcolumns, int64_t p0, int64_t
   }
 }
 
-// A stride-1 convolution's input gradient is itself a convolution: of dy,
-// padded so that every input pixel sees each window cell that read it, with
-// the window flipped and in and out channels swapped. Computed so, tile by
-// tile of input pixels: dy's columns in the first rows of `dcolumns`, one
-// GEMM straight into dx (no zeroing, no scatter-add). Returns false, having
-// done nothing, where it does not apply: a stride, SmallGemm unavailable or
-// in_c not a multiple of 16, or dcolumns too small for a useful tile.
-bool InputGradAsConvolution(const WindowShape& s, const float* w, const float* dy,
-                            float* dcolumns, float* dx) {
-  if (s.stride_h != 1 || s.stride_w != 1 || s.in_c % 16 != 0 || !SmallGemmAvailable()) {
-    return false;
-  }
+// The convolution whose output is a stride-1 convolution's input gradient:
+// over dy, padded so that every input pixel sees each window cell that read
+// it, with the window flipped and in and out channels swapped.
+WindowShape InputGradShape(const WindowShape& s) {
   WindowShape t;  // dy -> dx
   t.batch = s.batch;
   t.in_h = s.out_h;
@@ -162,10 +154,24 @@ bool InputGradAsConvolution(const WindowShape& s, const float* w, const float* d
   t.out_h = s.in_h;
   t.out_w = s.in_w;
   t.out_c = s.in_c;
+  return t;
+}
+
+// A stride-1 convolution's input gradient computed as that convolution
+// (InputGradShape), tile by tile of input pixels: dy's columns in the first
+// rows of `dcolumns` (dcolumns_floats long), one GEMM straight into dx (no
+// zeroing, no scatter-add). Returns false, having done nothing, where it
+// does not apply: a stride, SmallGemm unavailable or in_c not a multiple of
+// 16, or dcolumns too small for a useful tile.
+bool InputGradAsConvolution(const WindowShape& s, const float* w, const float* dy,
+                            float* dcolumns, int64_t dcolumns_floats, float* dx) {
+  if (s.stride_h != 1 || s.stride_w != 1 || s.in_c % 16 != 0 || !SmallGemmAvailable()) {
+    return false;
+  }
+  const WindowShape t = InputGradShape(s);
   const int64_t m = t.out_pixels();
   const int64_t k = t.patch_size();
-  // dcolumns holds s.out_pixels() * s.patch_size() floats.
-  const int64_t capacity = s.out_pixels() * s.patch_size() / std::max<int64_t>(k, 1);
+  const int64_t capacity = dcolumns_floats / std::max<int64_t>(k, 1);
   const int64_t tile = std::min(TileRows(t), capacity);
   if (tile < std::min<int64_t>(m, 32)) return false;
   // flipped[(kh, kw, co), ci] = w[(window_h-1-kh, window_w-1-kw, ci), co].
@@ -200,51 +206,58 @@ void Col2ImGeneral(const WindowShape& s, const float* dcolumns, float* dx) {
   Col2ImRows(s, dcolumns, 0, s.out_pixels(), dx);
 }
 
-void ConvGeneralForward(const WindowShape& s, const float* x, const float* w, const float* b,
-                        float* columns, float* y) {
-  const int64_t m = s.out_pixels();
+namespace {
+
+// The forward for output pixels [p0, p0 + rows): their columns written to
+// `col` (or, pointwise, read from x where `col` is null), y's rows from one
+// GEMM.
+void ForwardTile(const WindowShape& s, const float* x, const float* w, const float* b,
+                 int64_t p0, int rows, float* col, float* y) {
   const int k = static_cast<int>(s.patch_size());
-  const int64_t tile = TileRows(s);
-  const bool pointwise = IsPointwise(s);
-  for (int64_t p0 = 0; p0 < m; p0 += tile) {
-    const int rows = static_cast<int>(std::min(tile, m - p0));
-    float* col = columns + p0 * k;
-    const float* a = col;
-    if (pointwise) {  // the columns are x's rows; the GEMM reads x
-      a = x + p0 * k;
-      std::memcpy(col, a, sizeof(float) * rows * k);
-    } else {
-      Im2ColRows(s, x, p0, p0 + rows, col);
-    }
-    float* out = y + p0 * s.out_c;
-    if (!SmallGemm(rows, s.out_c, k, a, k, 1, w, s.out_c, false, out, s.out_c)) {
-      CpuGemm(false, false, rows, s.out_c, k, 1.0f, a, k, w, s.out_c, 0.0f, out, s.out_c);
-    }
-    if (b != nullptr) {
-      for (int r = 0; r < rows; ++r) {
-        float* row = out + int64_t{r} * s.out_c;
-        for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
-      }
+  const float* a = col;
+  if (IsPointwise(s)) {  // the columns are x's rows; the GEMM reads x
+    a = x + p0 * k;
+    if (col != nullptr) std::memcpy(col, a, sizeof(float) * rows * k);
+  } else {
+    Im2ColRows(s, x, p0, p0 + rows, col);
+  }
+  float* out = y + p0 * s.out_c;
+  if (!SmallGemm(rows, s.out_c, k, a, k, 1, w, s.out_c, false, out, s.out_c)) {
+    CpuGemm(false, false, rows, s.out_c, k, 1.0f, a, k, w, s.out_c, 0.0f, out, s.out_c);
+  }
+  if (b != nullptr) {
+    for (int r = 0; r < rows; ++r) {
+      float* row = out + int64_t{r} * s.out_c;
+      for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
     }
   }
 }
 
-void ConvGeneralBackward(const WindowShape& s, const float* columns, const float* w,
-                         const float* dy, bool accumulate, float* dw, float* db, float* dcolumns,
-                         float* dx) {
+// dw [k, out_c] (+)= columns^T dy and db (+)= dy's column sums, where
+// `columns` holds the whole im2col or, when null, each tile's columns are
+// built again from x into `scratch` (TileRows(s) rows).
+void WeightGrads(const WindowShape& s, const float* x, const float* columns, const float* dy,
+                 bool accumulate, float* dw, float* db, float* scratch) {
   const int64_t m = s.out_pixels();
   const int k = static_cast<int>(s.patch_size());
   const int64_t tile = TileRows(s);
-  // dw [k, out_c] (+)= columns^T dy. Without packing where SmallGemm runs:
-  // its transpose dy^T columns, tile by tile of pixels (summed in float
-  // across tiles), so that each step reads a contiguous run of a columns
-  // row and broadcasts dy's adjacent channels.
+  const bool pointwise = IsPointwise(s);
+  auto tile_columns = [&](int64_t p0, int rows) -> const float* {
+    if (columns != nullptr) return columns + p0 * k;
+    if (pointwise) return x + p0 * k;
+    Im2ColRows(s, x, p0, p0 + rows, scratch);
+    return scratch;
+  };
+  // Without packing where SmallGemm runs: dw's transpose dy^T columns, tile
+  // by tile of pixels (summed in float across tiles), so that each step
+  // reads a contiguous run of a columns row and broadcasts dy's adjacent
+  // channels.
   if (SmallGemmAvailable() && k % 16 == 0 && m > 0) {
     std::vector<float> dwt(int64_t{k} * s.out_c);
     for (int64_t p0 = 0; p0 < m; p0 += tile) {
       const int rows = static_cast<int>(std::min(tile, m - p0));
-      SmallGemm(s.out_c, k, rows, dy + p0 * s.out_c, 1, s.out_c, columns + p0 * k, k, p0 > 0,
-                dwt.data(), k);
+      SmallGemm(s.out_c, k, rows, dy + p0 * s.out_c, 1, s.out_c, tile_columns(p0, rows), k,
+                p0 > 0, dwt.data(), k);
     }
     for (int i = 0; i < k; ++i) {
       float* row = dw + int64_t{i} * s.out_c;
@@ -253,9 +266,16 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
         row[o] = accumulate ? row[o] + v : v;
       }
     }
+  } else if (columns != nullptr || pointwise) {
+    CpuGemm(true, false, k, s.out_c, static_cast<int>(m), 1.0f, tile_columns(0, 0), k, dy,
+            s.out_c, accumulate ? 1.0f : 0.0f, dw, s.out_c);
   } else {
-    CpuGemm(true, false, k, s.out_c, static_cast<int>(m), 1.0f, columns, k, dy, s.out_c,
-            accumulate ? 1.0f : 0.0f, dw, s.out_c);
+    if (!accumulate) std::fill(dw, dw + int64_t{k} * s.out_c, 0.0f);
+    for (int64_t p0 = 0; p0 < m; p0 += tile) {
+      const int rows = static_cast<int>(std::min(tile, m - p0));
+      CpuGemm(true, false, k, s.out_c, rows, 1.0f, tile_columns(p0, rows), k, dy + p0 * s.out_c,
+              s.out_c, 1.0f, dw, s.out_c);
+    }
   }
   if (db != nullptr) {
     if (!accumulate) std::fill(db, db + s.out_c, 0.0f);
@@ -264,7 +284,15 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
       for (int o = 0; o < s.out_c; ++o) db[o] += row[o];
     }
   }
-  if (dx == nullptr) return;
+}
+
+// dx (overwritten) from dy, tile by tile through `scratch`, which holds
+// `scratch_floats` floats (at least TileRows(s) columns rows).
+void InputGrads(const WindowShape& s, const float* w, const float* dy, float* scratch,
+                int64_t scratch_floats, float* dx) {
+  const int64_t m = s.out_pixels();
+  const int k = static_cast<int>(s.patch_size());
+  const int64_t tile = TileRows(s);
   // dcolumns = dy w^T; SmallGemm reads w^T as a row-major [out_c, k].
   const bool small = SmallGemmAvailable() && k % 16 == 0;
   std::vector<float> wt(small ? int64_t{k} * s.out_c : 0);
@@ -281,15 +309,58 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
     column_grads(0, static_cast<int>(m), dx);
     return;
   }
-  if (InputGradAsConvolution(s, w, dy, dcolumns, dx)) return;
+  if (InputGradAsConvolution(s, w, dy, scratch, scratch_floats, dx)) return;
   // Tile by tile: dcolumns' rows = dy's rows w^T, scattered back while they
-  // are in cache (the first rows of dcolumns are the only scratch used).
+  // are in cache.
   std::fill(dx, dx + int64_t{s.batch} * s.in_h * s.in_w * s.in_c, 0.0f);
   for (int64_t p0 = 0; p0 < m; p0 += tile) {
     const int rows = static_cast<int>(std::min(tile, m - p0));
-    column_grads(p0, rows, dcolumns);
-    Col2ImRows(s, dcolumns, p0, p0 + rows, dx);
+    column_grads(p0, rows, scratch);
+    Col2ImRows(s, scratch, p0, p0 + rows, dx);
   }
+}
+
+}  // namespace
+
+void ConvGeneralForward(const WindowShape& s, const float* x, const float* w, const float* b,
+                        float* columns, float* y) {
+  const int64_t m = s.out_pixels();
+  const int64_t tile = TileRows(s);
+  for (int64_t p0 = 0; p0 < m; p0 += tile) {
+    const int rows = static_cast<int>(std::min(tile, m - p0));
+    ForwardTile(s, x, w, b, p0, rows, columns + p0 * s.patch_size(), y);
+  }
+}
+
+void ConvGeneralBackward(const WindowShape& s, const float* columns, const float* w,
+                         const float* dy, bool accumulate, float* dw, float* db, float* dcolumns,
+                         float* dx) {
+  WeightGrads(s, nullptr, columns, dy, accumulate, dw, db, nullptr);
+  if (dx != nullptr) InputGrads(s, w, dy, dcolumns, s.out_pixels() * s.patch_size(), dx);
+}
+
+int64_t ConvScratchFloats(const WindowShape& s) {
+  const int64_t forward = std::min(TileRows(s), s.out_pixels()) * s.patch_size();
+  const WindowShape t = InputGradShape(s);
+  const int64_t input_grad = std::min(TileRows(t), t.out_pixels()) * t.patch_size();
+  return std::max<int64_t>({forward, input_grad, 1});
+}
+
+void ConvForward(const WindowShape& s, const float* x, const float* w, const float* b,
+                 float* scratch, float* y) {
+  const int64_t m = s.out_pixels();
+  const int64_t tile = TileRows(s);
+  const bool pointwise = IsPointwise(s);
+  for (int64_t p0 = 0; p0 < m; p0 += tile) {
+    const int rows = static_cast<int>(std::min(tile, m - p0));
+    ForwardTile(s, x, w, b, p0, rows, pointwise ? nullptr : scratch, y);
+  }
+}
+
+void ConvBackward(const WindowShape& s, const float* x, const float* w, const float* dy,
+                  bool accumulate, float* dw, float* db, float* scratch, float* dx) {
+  WeightGrads(s, x, nullptr, dy, accumulate, dw, db, scratch);
+  if (dx != nullptr) InputGrads(s, w, dy, scratch, ConvScratchFloats(s), dx);
 }
 
 void MaxPoolGeneralForward(const WindowShape& s, const float* x, float* y, int64_t* argmax) {

@@ -57,6 +57,25 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
                          const float* dy, bool accumulate, float* dw, float* db, float* dcolumns,
                          float* dx);
 
+// The same convolution with its columns private: each tile of output
+// pixels' columns is built in `scratch` (ConvScratchFloats(s) floats, a few
+// hundred KiB: it stays in L2) and used at once, and the backward builds
+// them again from x. Nothing the size of the whole im2col is written or
+// read back, which on a 28x28x16 layer at batch 128 is 58 MB a step each
+// way. y is ConvGeneralForward's to the bit (the same tiles in the same
+// order); the gradients may round differently from ConvGeneralBackward's
+// (its dcolumns can be too small for a tile of the flipped-window input
+// gradient, and where SmallGemm does not run the weight gradient is summed
+// here tile by tile).
+int64_t ConvScratchFloats(const WindowShape& s);
+// y [out_pixels, out_c] = conv(x, w) + b (b may be null).
+void ConvForward(const WindowShape& s, const float* x, const float* w, const float* b,
+                 float* scratch, float* y);
+// dw and db (= or += with `accumulate`; db may be null) and, when dx is not
+// null, dx (overwritten), from the forward's input x and dy.
+void ConvBackward(const WindowShape& s, const float* x, const float* w, const float* dy,
+                  bool accumulate, float* dw, float* db, float* scratch, float* dx);
+
 // Max pooling; padded cells never win. argmax holds the winner's index in
 // x (n * in_h * in_w * c + ...), or -1 when a window holds only padding.
 void MaxPoolGeneralForward(const WindowShape& s, const float* x, float* y, int64_t* argmax);

@@ -111,6 +111,29 @@ TEST_P(ConvGeneralTest, ForwardAndBackwardMatchFloat64) {
   for (double& v : db_ref) v *= 2;
   EXPECT_TRUE(GradientsNear(dw.data(), dw_ref, 2e-4, 1e-5)) << "dw accumulated";
   EXPECT_TRUE(GradientsNear(db.data(), db_ref, 2e-4, 1e-5)) << "db accumulated";
+
+  // The private-columns pair, its scratch poisoned: the same y to the bit
+  // (same tiles, same order), the gradients against float64 (dx may take
+  // the flipped-window path where ConvGeneralBackward's dcolumns did not
+  // hold a tile of it).
+  std::vector<float> scratch(ConvScratchFloats(s), NAN), y2(m * s.out_c, NAN);
+  ConvForward(s, x.data(), w.data(), b.data(), scratch.data(), y2.data());
+  EXPECT_EQ(y2, y);
+  std::vector<float> dw2(k * s.out_c, NAN), db2(s.out_c, NAN), dx2(in_size, NAN);
+  std::fill(scratch.begin(), scratch.end(), NAN);
+  ConvBackward(s, x.data(), w.data(), dy.data(), false, dw2.data(), db2.data(), scratch.data(),
+               dx2.data());
+  for (double& v : dw_ref) v /= 2;
+  for (double& v : db_ref) v /= 2;
+  EXPECT_TRUE(GradientsNear(dw2.data(), dw_ref, 1e-4, 1e-5)) << "dw, private columns";
+  EXPECT_TRUE(GradientsNear(db2.data(), db_ref, 1e-4, 1e-5)) << "db, private columns";
+  EXPECT_TRUE(GradientsNear(dx2.data(), dx_ref, 1e-4, 1e-5)) << "dx, private columns";
+  ConvBackward(s, x.data(), w.data(), dy.data(), true, dw2.data(), db2.data(), scratch.data(),
+               nullptr);
+  for (double& v : dw_ref) v *= 2;
+  for (double& v : db_ref) v *= 2;
+  EXPECT_TRUE(GradientsNear(dw2.data(), dw_ref, 2e-4, 1e-5)) << "dw accumulated, private";
+  EXPECT_TRUE(GradientsNear(db2.data(), db_ref, 2e-4, 1e-5)) << "db accumulated, private";
 }
 
 // 64 channels in a 3x3 window make 576-float rows, so the 512 KiB tiles
