@@ -157,6 +157,24 @@ WindowShape InputGradShape(const WindowShape& s) {
   return t;
 }
 
+// The kernel of InputGradShape(s)'s convolution: flipped[(kh, kw, co), ci] =
+// w[(window_h-1-kh, window_w-1-kw, ci), co].
+std::vector<float> FlippedKernel(const WindowShape& s, const float* w) {
+  std::vector<float> flipped(s.patch_size() * s.out_c);
+  for (int kh = 0; kh < s.window_h; ++kh) {
+    for (int kw = 0; kw < s.window_w; ++kw) {
+      const int64_t from = (int64_t{s.window_h - 1 - kh} * s.window_w + (s.window_w - 1 - kw));
+      const int64_t to = int64_t{kh} * s.window_w + kw;
+      for (int ci = 0; ci < s.in_c; ++ci) {
+        for (int co = 0; co < s.out_c; ++co) {
+          flipped[(to * s.out_c + co) * s.in_c + ci] = w[(from * s.in_c + ci) * s.out_c + co];
+        }
+      }
+    }
+  }
+  return flipped;
+}
+
 // A stride-1 convolution's input gradient computed as that convolution
 // (InputGradShape), tile by tile of input pixels: dy's columns in the first
 // rows of `dcolumns` (dcolumns_floats long), one GEMM straight into dx (no
@@ -174,19 +192,7 @@ bool InputGradAsConvolution(const WindowShape& s, const float* w, const float* d
   const int64_t capacity = dcolumns_floats / std::max<int64_t>(k, 1);
   const int64_t tile = std::min(TileRows(t), capacity);
   if (tile < std::min<int64_t>(m, 32)) return false;
-  // flipped[(kh, kw, co), ci] = w[(window_h-1-kh, window_w-1-kw, ci), co].
-  std::vector<float> flipped(k * s.in_c);
-  for (int kh = 0; kh < s.window_h; ++kh) {
-    for (int kw = 0; kw < s.window_w; ++kw) {
-      const int64_t from = (int64_t{s.window_h - 1 - kh} * s.window_w + (s.window_w - 1 - kw));
-      const int64_t to = int64_t{kh} * s.window_w + kw;
-      for (int ci = 0; ci < s.in_c; ++ci) {
-        for (int co = 0; co < s.out_c; ++co) {
-          flipped[(to * s.out_c + co) * s.in_c + ci] = w[(from * s.in_c + ci) * s.out_c + co];
-        }
-      }
-    }
-  }
+  const std::vector<float> flipped = FlippedKernel(s, w);
   for (int64_t p0 = 0; p0 < m; p0 += tile) {
     const int rows = static_cast<int>(std::min(tile, m - p0));
     Im2ColRows(t, dy, p0, p0 + rows, dcolumns);
@@ -230,6 +236,16 @@ void ForwardTile(const WindowShape& s, const float* x, const float* w, const flo
       float* row = out + int64_t{r} * s.out_c;
       for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
     }
+  }
+}
+
+// db (= or +=) the sums of dy's columns.
+void BiasGrads(const WindowShape& s, const float* dy, bool accumulate, float* db) {
+  if (!accumulate) std::fill(db, db + s.out_c, 0.0f);
+  const int64_t m = s.out_pixels();
+  for (int64_t p = 0; p < m; ++p) {
+    const float* row = dy + p * s.out_c;
+    for (int o = 0; o < s.out_c; ++o) db[o] += row[o];
   }
 }
 
@@ -277,13 +293,7 @@ void WeightGrads(const WindowShape& s, const float* x, const float* columns, con
               s.out_c, 1.0f, dw, s.out_c);
     }
   }
-  if (db != nullptr) {
-    if (!accumulate) std::fill(db, db + s.out_c, 0.0f);
-    for (int64_t p = 0; p < m; ++p) {
-      const float* row = dy + p * s.out_c;
-      for (int o = 0; o < s.out_c; ++o) db[o] += row[o];
-    }
-  }
+  if (db != nullptr) BiasGrads(s, dy, accumulate, db);
 }
 
 // dx (overwritten) from dy, tile by tile through `scratch`, which holds
@@ -339,15 +349,138 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
   if (dx != nullptr) InputGrads(s, w, dy, dcolumns, s.out_pixels() * s.patch_size(), dx);
 }
 
+namespace {
+
+// The implicit convolution: the GEMMs read the input where it lies, one
+// window row (window_w * in_c contiguous floats) per run of their reduction
+// (small_gemm.h's StridedOperands), so that no columns are written at all.
+// Where a window can cross the input's border the input is first copied
+// with its zero padding: one pass over the input instead of window_h *
+// window_w.
+
+// The image the windows read: input pixel (ih, iw) at row ih + pad_top and
+// column iw + pad_left of an image of h rows of w pixels.
+struct Image {
+  const float* data;
+  int h, w;
+};
+
+// The rows and row width that s's windows span, counted from the padding's
+// first row and column.
+void WindowExtent(const WindowShape& s, int* h, int* w) {
+  *h = (s.out_h - 1) * s.stride_h + (s.window_h - 1) * s.dilation_h + 1;
+  *w = (s.out_w - 1) * s.stride_w + (s.window_w - 1) * s.dilation_w + 1;
+}
+
+bool ImplicitApplies(const WindowShape& s) {
+  return SmallGemmAvailable() && s.out_c % 16 == 0 && s.dilation_w == 1 && s.out_pixels() > 0 &&
+         !IsPointwise(s);
+}
+
+bool NeedsPadding(const WindowShape& s) {
+  int h, w;
+  WindowExtent(s, &h, &w);
+  return s.pad_top > 0 || s.pad_left > 0 || h > s.in_h || w > s.in_w;
+}
+
+int64_t PaddedFloats(const WindowShape& s) {
+  if (!ImplicitApplies(s) || !NeedsPadding(s)) return 0;
+  int h, w;
+  WindowExtent(s, &h, &w);
+  return int64_t{s.batch} * h * w * s.in_c;
+}
+
+// x as the windows read it: x itself where every window lies inside it,
+// else a copy with its zero padding in `scratch` (PaddedFloats(s) floats).
+Image PadInput(const WindowShape& s, const float* x, float* scratch) {
+  if (!NeedsPadding(s)) return {x, s.in_h, s.in_w};
+  int h, w;
+  WindowExtent(s, &h, &w);
+  const int c = s.in_c;
+  const int copied = std::max(std::min(s.in_w, w - s.pad_left), 0);
+  const int right = w - s.pad_left - copied;
+  float* to = scratch;
+  for (int n = 0; n < s.batch; ++n) {
+    for (int r = 0; r < h; ++r, to += int64_t{w} * c) {
+      const int ih = r - s.pad_top;
+      if (ih < 0 || ih >= s.in_h) {
+        std::memset(to, 0, sizeof(float) * w * c);
+        continue;
+      }
+      const float* from = x + (int64_t{n} * s.in_h + ih) * s.in_w * c;
+      std::memset(to, 0, sizeof(float) * s.pad_left * c);
+      std::memcpy(to + int64_t{s.pad_left} * c, from, sizeof(float) * copied * c);
+      std::memset(to + int64_t{s.pad_left + copied} * c, 0, sizeof(float) * right * c);
+    }
+  }
+  return {scratch, h, w};
+}
+
+// y = conv(x, w) + b (b may be null), one output row per GEMM.
+void ImplicitForward(const WindowShape& s, const Image& x, const float* w, const float* b,
+                     float* y) {
+  const int c = s.in_c;
+  StridedOperands op;
+  op.k_outer = s.window_h;
+  op.k_inner = s.window_w * c;
+  op.a_row = int64_t{s.stride_w} * c;
+  op.a_outer = int64_t{s.dilation_h} * x.w * c;
+  op.b = w;
+  op.ldb = s.out_c;
+  op.b_outer = int64_t{op.k_inner} * s.out_c;
+  for (int n = 0; n < s.batch; ++n) {
+    for (int oh = 0; oh < s.out_h; ++oh) {
+      op.a = x.data + (int64_t{n} * x.h + int64_t{oh} * s.stride_h) * x.w * c;
+      float* out = y + ((int64_t{n} * s.out_h + oh) * s.out_w) * s.out_c;
+      SmallGemmStrided(s.out_w, s.out_c, op, false, out, s.out_c);
+      for (int ow = 0; b != nullptr && ow < s.out_w; ++ow) {
+        float* row = out + int64_t{ow} * s.out_c;
+        for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
+      }
+    }
+  }
+}
+
+// dw^T [out_c, patch] = dy^T times x's windows, image by image and window
+// row by window row: the reduction runs over an image's output pixels,
+// reading each one's window row where it lies. Needs window_w * in_c % 16
+// == 0.
+void ImplicitWeightGradT(const WindowShape& s, const Image& x, const float* dy, float* dwt) {
+  const int c = s.in_c;
+  const int run = s.window_w * c;
+  const int k = static_cast<int>(s.patch_size());
+  StridedOperands op;
+  op.k_outer = s.out_h;
+  op.k_inner = s.out_w;
+  op.a_row = 1;
+  op.a_col = s.out_c;
+  op.a_outer = int64_t{s.out_w} * s.out_c;
+  op.ldb = int64_t{s.stride_w} * c;
+  op.b_outer = int64_t{s.stride_h} * x.w * c;
+  for (int n = 0; n < s.batch; ++n) {
+    op.a = dy + int64_t{n} * s.out_h * s.out_w * s.out_c;
+    for (int kh = 0; kh < s.window_h; ++kh) {
+      op.b = x.data + (int64_t{n} * x.h + int64_t{kh} * s.dilation_h) * x.w * c;
+      SmallGemmStrided(s.out_c, run, op, n > 0, dwt + int64_t{kh} * run, k);
+    }
+  }
+}
+
+}  // namespace
+
 int64_t ConvScratchFloats(const WindowShape& s) {
   const int64_t forward = std::min(TileRows(s), s.out_pixels()) * s.patch_size();
   const WindowShape t = InputGradShape(s);
   const int64_t input_grad = std::min(TileRows(t), t.out_pixels()) * t.patch_size();
-  return std::max<int64_t>({forward, input_grad, 1});
+  return std::max<int64_t>({forward, input_grad, PaddedFloats(s), PaddedFloats(t), 1});
 }
 
 void ConvForward(const WindowShape& s, const float* x, const float* w, const float* b,
                  float* scratch, float* y) {
+  if (ImplicitApplies(s)) {
+    ImplicitForward(s, PadInput(s, x, scratch), w, b, y);
+    return;
+  }
   const int64_t m = s.out_pixels();
   const int64_t tile = TileRows(s);
   const bool pointwise = IsPointwise(s);
@@ -359,8 +492,28 @@ void ConvForward(const WindowShape& s, const float* x, const float* w, const flo
 
 void ConvBackward(const WindowShape& s, const float* x, const float* w, const float* dy,
                   bool accumulate, float* dw, float* db, float* scratch, float* dx) {
-  WeightGrads(s, x, nullptr, dy, accumulate, dw, db, scratch);
-  if (dx != nullptr) InputGrads(s, w, dy, scratch, ConvScratchFloats(s), dx);
+  const int k = static_cast<int>(s.patch_size());
+  if (ImplicitApplies(s) && s.window_w * s.in_c % 16 == 0) {
+    std::vector<float> dwt(int64_t{k} * s.out_c);
+    ImplicitWeightGradT(s, PadInput(s, x, scratch), dy, dwt.data());
+    for (int i = 0; i < k; ++i) {
+      float* row = dw + int64_t{i} * s.out_c;
+      for (int o = 0; o < s.out_c; ++o) {
+        const float v = dwt[int64_t{o} * k + i];
+        row[o] = accumulate ? row[o] + v : v;
+      }
+    }
+    if (db != nullptr) BiasGrads(s, dy, accumulate, db);
+  } else {
+    WeightGrads(s, x, nullptr, dy, accumulate, dw, db, scratch);
+  }
+  if (dx == nullptr) return;
+  const WindowShape t = InputGradShape(s);
+  if (s.stride_h == 1 && s.stride_w == 1 && ImplicitApplies(t)) {
+    ImplicitForward(t, PadInput(t, dy, scratch), FlippedKernel(s, w).data(), nullptr, dx);
+    return;
+  }
+  InputGrads(s, w, dy, scratch, ConvScratchFloats(s), dx);
 }
 
 void MaxPoolGeneralForward(const WindowShape& s, const float* x, float* y, int64_t* argmax) {

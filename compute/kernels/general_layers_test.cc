@@ -56,6 +56,15 @@ void ForEachTap(const WindowShape& s, F f) {
           }
 }
 
+// Conv with the dilation along rows only (the implicit convolution reads
+// window rows dilation_h rows apart).
+WindowShape RowDilated(int batch, int h, int w, int c, int k, int dilation_h, int filters) {
+  WindowShape s = Conv(batch, h, w, c, k, k, 1, 1, true, filters);
+  s.dilation_h = dilation_h;
+  KerasDilatedWindow(h, k, 1, dilation_h, true, &s.out_h, &s.pad_top);
+  return s;
+}
+
 struct ConvCase {
   const char* name;
   WindowShape shape;
@@ -157,6 +166,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{"flipped_even_window", Conv(2, 7, 8, 32, 2, 4, 1, 1, true, 16)},
                       ConvCase{"flipped_dilated_valid", Conv(2, 11, 10, 16, 3, 2, 1, 2, false, 8)},
                       ConvCase{"flipped_narrow_out", Conv(2, 12, 12, 32, 3, 3, 1, 1, true, 4)},
+                      ConvCase{"row_dilated", RowDilated(2, 11, 9, 16, 3, 2, 32)},
+                      // The ResNet's stage-2 entry: stride 2, "same" padding
+                      // only at the bottom and right.
+                      ConvCase{"strided_even", Conv(2, 14, 14, 16, 3, 3, 2, 1, true, 32)},
                       // A valid window larger than the input: no output
                       // pixels, dw and db zero, dx zero.
                       ConvCase{"no_output", Conv(2, 2, 2, 16, 3, 3, 1, 1, false, 16)}),

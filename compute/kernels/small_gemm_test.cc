@@ -63,6 +63,44 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SmallGemmTest,
                                            Case{144, 16, 250, true}, Case{50, 64, 31, true},
                                            Case{9, 32, 0, false}));
 
+// The two-level reduction as a convolution uses it: A's outer runs are
+// rows of an image apart, B's outer runs follow each other or (the weight
+// gradient's form) are strided rows of a padded input.
+TEST(SmallGemmStridedTest, MatchesFloat64) {
+  if (!SmallGemmAvailable()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  const int m = 19, n = 48;
+  StridedOperands op;
+  op.k_outer = 3;
+  op.k_inner = 20;
+  op.a_row = 4;
+  op.a_outer = 101;
+  op.a_col = 1;
+  op.ldb = n + 5;
+  op.b_outer = op.ldb * 23;
+  const std::vector<float> a = RandomFloats((m - 1) * op.a_row + 2 * op.a_outer + op.k_inner, 21);
+  const std::vector<float> b = RandomFloats(2 * op.b_outer + op.k_inner * op.ldb, 22);
+  op.a = a.data();
+  op.b = b.data();
+  const int ldc = n + 3;
+  const std::vector<float> c0 = RandomFloats(int64_t{m} * ldc, 23);
+  std::vector<double> sum(int64_t{m} * ldc);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < ldc; ++j) {
+      double v = c0[int64_t{i} * ldc + j];
+      for (int o = 0; j < n && o < op.k_outer; ++o) {
+        for (int l = 0; l < op.k_inner; ++l) {
+          v += double{a[i * op.a_row + o * op.a_outer + l * op.a_col]} *
+               b[o * op.b_outer + l * op.ldb + j];
+        }
+      }
+      sum[int64_t{i} * ldc + j] = v;
+    }
+  }
+  std::vector<float> c = c0;
+  ASSERT_TRUE(SmallGemmStrided(m, n, op, true, c.data(), ldc));
+  EXPECT_TRUE(GradientsNear(c.data(), sum, 1e-5, 1e-5));
+}
+
 TEST(SmallGemmRefusalTest, NarrowOrOddWidthIsLeftToBlas) {
   std::vector<float> a(8, 1.0f), b(8, 1.0f), c(8, 5.0f);
   EXPECT_FALSE(SmallGemm(2, 4, 2, a.data(), 2, 1, b.data(), 4, false, c.data(), 4));
