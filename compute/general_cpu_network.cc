@@ -132,9 +132,10 @@ void ForwardMerge(const GeneralOp& op, const std::vector<const float*>& x, int n
         for (int64_t e = 0; e < size; ++e) y[e] *= x[k][e];
       }
       return;
-    default: {  // Add, Average
-      std::copy(x[0], x[0] + size, y);
-      for (size_t k = 1; k < inputs; ++k) {
+    default: {  // Add, Average: x[0] + x[1] in one pass, then the others
+      if (inputs == 1) std::copy(x[0], x[0] + size, y);
+      for (int64_t e = 0; inputs > 1 && e < size; ++e) y[e] = x[0][e] + x[1][e];
+      for (size_t k = 2; k < inputs; ++k) {
         for (int64_t e = 0; e < size; ++e) y[e] += x[k][e];
       }
       if (op.kind == LayerKind::kAverage) {

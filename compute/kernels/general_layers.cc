@@ -7,6 +7,7 @@
 
 #include "compute/kernels/cpu_blas.h"
 #include "compute/kernels/small_gemm.h"
+#include "compute/kernels/winograd.h"
 
 namespace pscluster {
 namespace kernels {
@@ -472,11 +473,16 @@ int64_t ConvScratchFloats(const WindowShape& s) {
   const int64_t forward = std::min(TileRows(s), s.out_pixels()) * s.patch_size();
   const WindowShape t = InputGradShape(s);
   const int64_t input_grad = std::min(TileRows(t), t.out_pixels()) * t.patch_size();
-  return std::max<int64_t>({forward, input_grad, PaddedFloats(s), PaddedFloats(t), 1});
+  return std::max<int64_t>({forward, input_grad, PaddedFloats(s), PaddedFloats(t),
+                            WinogradScratchFloats(s), WinogradScratchFloats(t), 1});
 }
 
 void ConvForward(const WindowShape& s, const float* x, const float* w, const float* b,
                  float* scratch, float* y) {
+  if (WinogradApplies(s)) {
+    WinogradConv3x3(s, x, w, b, scratch, y);
+    return;
+  }
   if (ImplicitApplies(s)) {
     ImplicitForward(s, PadInput(s, x, scratch), w, b, y);
     return;
@@ -509,6 +515,10 @@ void ConvBackward(const WindowShape& s, const float* x, const float* w, const fl
   }
   if (dx == nullptr) return;
   const WindowShape t = InputGradShape(s);
+  if (s.stride_h == 1 && s.stride_w == 1 && WinogradApplies(t)) {
+    WinogradConv3x3(t, dy, FlippedKernel(s, w).data(), nullptr, scratch, dx);
+    return;
+  }
   if (s.stride_h == 1 && s.stride_w == 1 && ImplicitApplies(t)) {
     ImplicitForward(t, PadInput(t, dy, scratch), FlippedKernel(s, w).data(), nullptr, dx);
     return;
