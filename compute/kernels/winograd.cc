@@ -95,7 +95,9 @@ void TransformKernel(const WindowShape& s, const float* w, float* u) {
     for (int co = 0; co < co_n; ++co) {
       float g[3][3];
       for (int kh = 0; kh < 3; ++kh) {
-        for (int kw = 0; kw < 3; ++kw) g[kh][kw] = w[((kh * 3 + kw) * int64_t{ci_n} + ci) * co_n + co];
+        for (int kw = 0; kw < 3; ++kw) {
+          g[kh][kw] = w[((kh * 3 + kw) * int64_t{ci_n} + ci) * co_n + co];
+        }
       }
       float t[4][3];  // G g
       for (int j = 0; j < 3; ++j) {
