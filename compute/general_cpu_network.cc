@@ -193,6 +193,11 @@ void BackwardMerge(const GeneralOp& op, const std::vector<const float*>& x, size
 struct GeneralCpuNetwork::Op : GeneralOp {
   std::vector<float> batch_mean, batch_var;
   std::vector<double> sum_dy, sum_dy_xhat;
+  // A convolution read by a BatchNormalization: that op, whose training
+  // sums the convolution adds up as it writes its output (-1: none); the
+  // BatchNormalization: whether its input's op does so.
+  int sums_for = -1;
+  bool sums_from_input = false;
 };
 
 // One thread's share of the batch and its buffers.
@@ -228,6 +233,15 @@ absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> GeneralCpuNetwork::Create(
     op.sum_dy.resize(op.channels);
     op.sum_dy_xhat.resize(op.channels);
     net->ops_.push_back(std::move(op));
+  }
+  for (size_t j = 0; j < net->ops_.size(); ++j) {
+    Op& bn = net->ops_[j];
+    if (bn.kind != LayerKind::kBatchNorm || bn.inputs[0] == kModelInput) continue;
+    Op& conv = net->ops_[bn.inputs[0]];
+    if (conv.kind == LayerKind::kConv2D && !conv.has_act && conv.sums_for < 0) {
+      conv.sums_for = static_cast<int>(j);
+      bn.sums_from_input = true;
+    }
   }
   // A shared layer's variables are finished by its first op (the last
   // whose backward runs): only that op lists them.
@@ -317,7 +331,7 @@ void GeneralCpuNetwork::ForwardBatchNorm(int i, const float* params, const float
   const int c = op.channels;
   const float* mean = params + op.mean;
   const float* var = params + op.var;
-  if (training) {
+  if (training && !op.sums_from_input) {
     run_(threads, [&](int t) {
       Slice& s = *slices_[t];
       std::fill(s.sums[i].begin(), s.sums[i].end(), 0.0);
@@ -325,6 +339,8 @@ void GeneralCpuNetwork::ForwardBatchNorm(int i, const float* params, const float
                                           OpInput(i, s, images), s.sums[i].data(),
                                           s.sums[i].data() + c);
     });
+  }
+  if (training) {
     const double rows = static_cast<double>(batch) * op.pixels;
     for (int ch = 0; ch < c; ++ch) {
       double sum = 0, sq = 0;
@@ -376,8 +392,14 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
       case LayerKind::kConv2D: {
         kernels::WindowShape w = op.win;
         w.batch = n;
+        double* sums = nullptr;  // the next BatchNormalization's, in training
+        if (training && op.sums_for >= 0) {
+          std::vector<double>& bn_sums = s.sums[op.sums_for];
+          std::fill(bn_sums.begin(), bn_sums.end(), 0.0);
+          sums = bn_sums.data();
+        }
         kernels::ConvForward(w, x, params + op.kernel, op.bias >= 0 ? params + op.bias : nullptr,
-                             s.conv_scratch.data(), y);
+                             s.conv_scratch.data(), y, sums);
         break;
       }
       case LayerKind::kMaxPool2D: {

@@ -1,5 +1,7 @@
 #include "compute/kernels/batch_norm.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,6 +29,73 @@ class ChannelScratch {
   T stack_[kStack];
   std::unique_ptr<T[]> heap_;
 };
+
+// Eight channels' floats of two per-element quantities.
+struct EightPair {
+  __m256 a, b;
+};
+
+// sum_a[c] += the sum over rows of a(r, c) and sum_ab[c] += that of
+// a(r, c) * b(r, c), in doubles; eight(r, c) gives channels [c, c + 8) and
+// one(r, c, &a, &b) a single channel (the last channels % 8). The rows run
+// in tiles that stay in L1 while each block of eight channels is summed in
+// registers, two rows into separate accumulators: the additions wait on
+// nothing but each other's results (adding each row into arrays in memory
+// ran at the speed of store-to-load forwarding, about a third of this).
+template <typename Eight, typename One>
+void PairSums(int64_t rows, int channels, Eight eight, One one, double* sum_a, double* sum_ab) {
+  constexpr int64_t kTileRows = 64;
+  ChannelScratch<double> sa_buf(channels, 0.0), sab_buf(channels, 0.0);
+  double* sa = sa_buf.data();
+  double* sab = sab_buf.data();
+  const int vector_end = channels - channels % 8;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int64_t r1 = std::min(rows, r0 + kTileRows);
+    for (int c = 0; c < vector_end; c += 8) {
+      __m256d a_lo[2], a_hi[2], ab_lo[2], ab_hi[2];
+      for (int u = 0; u < 2; ++u) {
+        a_lo[u] = a_hi[u] = ab_lo[u] = ab_hi[u] = _mm256_setzero_pd();
+      }
+      auto add = [&](int u, int64_t r) {
+        const EightPair e = eight(r, c);
+        const __m256d alo = _mm256_cvtps_pd(_mm256_castps256_ps128(e.a));
+        const __m256d ahi = _mm256_cvtps_pd(_mm256_extractf128_ps(e.a, 1));
+        const __m256d blo = _mm256_cvtps_pd(_mm256_castps256_ps128(e.b));
+        const __m256d bhi = _mm256_cvtps_pd(_mm256_extractf128_ps(e.b, 1));
+        a_lo[u] = _mm256_add_pd(a_lo[u], alo);
+        a_hi[u] = _mm256_add_pd(a_hi[u], ahi);
+        ab_lo[u] = _mm256_fmadd_pd(alo, blo, ab_lo[u]);
+        ab_hi[u] = _mm256_fmadd_pd(ahi, bhi, ab_hi[u]);
+      };
+      int64_t r = r0;
+      for (; r + 2 <= r1; r += 2) {
+        add(0, r);
+        add(1, r + 1);
+      }
+      if (r < r1) add(0, r);
+      _mm256_storeu_pd(sa + c, _mm256_add_pd(_mm256_loadu_pd(sa + c),
+                                             _mm256_add_pd(a_lo[0], a_lo[1])));
+      _mm256_storeu_pd(sa + c + 4, _mm256_add_pd(_mm256_loadu_pd(sa + c + 4),
+                                                 _mm256_add_pd(a_hi[0], a_hi[1])));
+      _mm256_storeu_pd(sab + c, _mm256_add_pd(_mm256_loadu_pd(sab + c),
+                                              _mm256_add_pd(ab_lo[0], ab_lo[1])));
+      _mm256_storeu_pd(sab + c + 4, _mm256_add_pd(_mm256_loadu_pd(sab + c + 4),
+                                                  _mm256_add_pd(ab_hi[0], ab_hi[1])));
+    }
+    for (int c = vector_end; c < channels; ++c) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float a, b;
+        one(r, c, &a, &b);
+        sa[c] += a;
+        sab[c] += static_cast<double>(a) * b;
+      }
+    }
+  }
+  for (int c = 0; c < channels; ++c) {
+    sum_a[c] += sa[c];
+    sum_ab[c] += sab[c];
+  }
+}
 
 // y = gamma (x - mean) / sqrt(var + eps) + beta, then max(y, 0) with kRelu
 // (ActivationForward's ReLU on the same float y).
@@ -79,25 +148,25 @@ void GradSums(const BatchNormShape& s, const float* x, const float* r, const flo
   // and the row loop vectorises.
   ChannelScratch<float> inv(s.channels);
   for (int c = 0; c < s.channels; ++c) inv[c] = 1.0f / std::sqrt(var[c] + epsilon);
-  // The sums in local doubles (the caller's two arrays might alias, which
-  // kept this loop scalar), added in the same order as before.
-  ChannelScratch<double> gsum_buf(s.channels, 0.0), gxsum_buf(s.channels, 0.0);
-  double* gsum = gsum_buf.data();
-  double* gxsum = gxsum_buf.data();
   const float* inv_c = inv.data();
-  for (int64_t row = 0; row < s.rows; ++row) {
-    const int64_t at = row * s.channels;
-    const float* in = x + at;
-    for (int c = 0; c < s.channels; ++c) {
-      const float g = MaskedGrad<kRelu>(r, dy, at + c);
-      gsum[c] += g;
-      gxsum[c] += static_cast<double>(g) * ((in[c] - mean[c]) * inv_c[c]);
+  auto eight = [&](int64_t row, int c) {
+    const int64_t at = row * s.channels + c;
+    __m256 g = _mm256_loadu_ps(dy + at);
+    if constexpr (kRelu) {  // dy where r > 0, +0 elsewhere (MaskedGrad)
+      g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_loadu_ps(r + at), _mm256_setzero_ps(),
+                                         _CMP_GT_OQ));
     }
-  }
-  for (int c = 0; c < s.channels; ++c) {
-    sum_dy[c] += gsum[c];
-    sum_dy_xhat[c] += gxsum[c];
-  }
+    const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + at),
+                                                    _mm256_loadu_ps(mean + c)),
+                                      _mm256_loadu_ps(inv_c + c));
+    return EightPair{g, xhat};
+  };
+  auto one = [&](int64_t row, int c, float* g, float* xhat) {
+    const int64_t at = row * s.channels + c;
+    *g = MaskedGrad<kRelu>(r, dy, at);
+    *xhat = (x[at] - mean[c]) * inv_c[c];
+  };
+  PairSums(s.rows, s.channels, eight, one, sum_dy, sum_dy_xhat);
 }
 
 template <bool kRelu>
@@ -136,21 +205,12 @@ void BackwardInput(const BatchNormShape& s, const float* x, const float* r, cons
 
 void BatchNormSums<CpuDevice>::operator()(const CpuDevice&, const BatchNormShape& s,
                                           const float* x, double* sum, double* sum_sq) const {
-  ChannelScratch<double> local_buf(s.channels, 0.0), local_sq_buf(s.channels, 0.0);
-  double* local = local_buf.data();
-  double* local_sq = local_sq_buf.data();
-  for (int64_t r = 0; r < s.rows; ++r) {
-    const float* row = x + r * s.channels;
-    for (int c = 0; c < s.channels; ++c) {
-      const double v = row[c];
-      local[c] += v;
-      local_sq[c] += v * v;
-    }
-  }
-  for (int c = 0; c < s.channels; ++c) {
-    sum[c] += local[c];
-    sum_sq[c] += local_sq[c];
-  }
+  auto eight = [&](int64_t row, int c) {
+    const __m256 v = _mm256_loadu_ps(x + row * s.channels + c);
+    return EightPair{v, v};
+  };
+  auto one = [&](int64_t row, int c, float* a, float* b) { *a = *b = x[row * s.channels + c]; };
+  PairSums(s.rows, s.channels, eight, one, sum, sum_sq);
 }
 
 void BatchNormForward<CpuDevice>::operator()(const CpuDevice&, const BatchNormShape& s,

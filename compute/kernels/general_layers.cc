@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "compute/kernels/batch_norm.h"
 #include "compute/kernels/cpu_blas.h"
 #include "compute/kernels/small_gemm.h"
 #include "compute/kernels/winograd.h"
@@ -417,9 +418,16 @@ Image PadInput(const WindowShape& s, const float* x, float* scratch) {
   return {scratch, h, w};
 }
 
-// y = conv(x, w) + b (b may be null), one output row per GEMM.
+// sums[0, c) and sums[c, 2c) += the per-channel sums and sums of squares
+// of `rows` rows of y.
+void AddSums(int64_t rows, int c, const float* y, double* sums) {
+  BatchNormSums<CpuDevice>()(CpuDevice(), {rows, c}, y, sums, sums + c);
+}
+
+// y = conv(x, w) + b (b may be null), one output row per GEMM; `sums` as
+// ConvForward's.
 void ImplicitForward(const WindowShape& s, const Image& x, const float* w, const float* b,
-                     float* y) {
+                     float* y, double* sums) {
   const int c = s.in_c;
   StridedOperands op;
   op.k_outer = s.window_h;
@@ -438,6 +446,10 @@ void ImplicitForward(const WindowShape& s, const Image& x, const float* w, const
         float* row = out + int64_t{ow} * s.out_c;
         for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
       }
+    }
+    if (sums != nullptr) {
+      const int64_t pixels = int64_t{s.out_h} * s.out_w;
+      AddSums(pixels, s.out_c, y + n * pixels * s.out_c, sums);
     }
   }
 }
@@ -478,13 +490,13 @@ int64_t ConvScratchFloats(const WindowShape& s) {
 }
 
 void ConvForward(const WindowShape& s, const float* x, const float* w, const float* b,
-                 float* scratch, float* y) {
+                 float* scratch, float* y, double* sums) {
   if (WinogradApplies(s)) {
-    WinogradConv3x3(s, x, w, b, scratch, y);
+    WinogradConv3x3(s, x, w, b, scratch, y, sums);
     return;
   }
   if (ImplicitApplies(s)) {
-    ImplicitForward(s, PadInput(s, x, scratch), w, b, y);
+    ImplicitForward(s, PadInput(s, x, scratch), w, b, y, sums);
     return;
   }
   const int64_t m = s.out_pixels();
@@ -493,6 +505,7 @@ void ConvForward(const WindowShape& s, const float* x, const float* w, const flo
   for (int64_t p0 = 0; p0 < m; p0 += tile) {
     const int rows = static_cast<int>(std::min(tile, m - p0));
     ForwardTile(s, x, w, b, p0, rows, pointwise ? nullptr : scratch, y);
+    if (sums != nullptr) AddSums(rows, s.out_c, y + p0 * s.out_c, sums);
   }
 }
 
@@ -516,11 +529,12 @@ void ConvBackward(const WindowShape& s, const float* x, const float* w, const fl
   if (dx == nullptr) return;
   const WindowShape t = InputGradShape(s);
   if (s.stride_h == 1 && s.stride_w == 1 && WinogradApplies(t)) {
-    WinogradConv3x3(t, dy, FlippedKernel(s, w).data(), nullptr, scratch, dx);
+    WinogradConv3x3(t, dy, FlippedKernel(s, w).data(), nullptr, scratch, dx, nullptr);
     return;
   }
   if (s.stride_h == 1 && s.stride_w == 1 && ImplicitApplies(t)) {
-    ImplicitForward(t, PadInput(t, dy, scratch), FlippedKernel(s, w).data(), nullptr, dx);
+    ImplicitForward(t, PadInput(t, dy, scratch), FlippedKernel(s, w).data(), nullptr, dx,
+                    nullptr);
     return;
   }
   InputGrads(s, w, dy, scratch, ConvScratchFloats(s), dx);

@@ -68,9 +68,13 @@ void ConvGeneralBackward(const WindowShape& s, const float* columns, const float
 // gradient, and where SmallGemm does not run the weight gradient is summed
 // here tile by tile).
 int64_t ConvScratchFloats(const WindowShape& s);
-// y [out_pixels, out_c] = conv(x, w) + b (b may be null).
+// y [out_pixels, out_c] = conv(x, w) + b (b may be null). Where `sums` is
+// not null (2 * out_c doubles), y's per-channel sums and sums of squares
+// are added to sums[0, out_c) and sums[out_c, 2 * out_c), image by image
+// while y's rows are in cache: a BatchNormalization reading y needs no pass
+// of its own.
 void ConvForward(const WindowShape& s, const float* x, const float* w, const float* b,
-                 float* scratch, float* y);
+                 float* scratch, float* y, double* sums);
 // dw and db (= or += with `accumulate`; db may be null) and, when dx is not
 // null, dx (overwritten), from the forward's input x and dy.
 void ConvBackward(const WindowShape& s, const float* x, const float* w, const float* dy,

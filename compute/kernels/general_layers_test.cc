@@ -126,8 +126,18 @@ TEST_P(ConvGeneralTest, ForwardAndBackwardMatchFloat64) {
   // the flipped-window path where ConvGeneralBackward's dcolumns did not
   // hold a tile of it).
   std::vector<float> scratch(ConvScratchFloats(s), NAN), y2(m * s.out_c, NAN);
-  ConvForward(s, x.data(), w.data(), b.data(), scratch.data(), y2.data());
+  // With the sums a BatchNormalization reads, added to what is there.
+  std::vector<double> sums(2 * s.out_c, 1.0), sums_ref(2 * s.out_c, 1.0);
+  ConvForward(s, x.data(), w.data(), b.data(), scratch.data(), y2.data(), sums.data());
   EXPECT_TRUE(GradientsNear(y2.data(), y_ref, 1e-4, 1e-5)) << "y, private columns";
+  for (int64_t p = 0; p < m; ++p)
+    for (int o = 0; o < s.out_c; ++o) {
+      sums_ref[o] += y2[p * s.out_c + o];
+      sums_ref[s.out_c + o] += double{y2[p * s.out_c + o]} * y2[p * s.out_c + o];
+    }
+  for (int i = 0; i < 2 * s.out_c; ++i) {
+    EXPECT_NEAR(sums[i], sums_ref[i], 1e-9 * (1 + std::abs(sums_ref[i]))) << "sums " << i;
+  }
   std::vector<float> dw2(k * s.out_c, NAN), db2(s.out_c, NAN), dx2(in_size, NAN);
   std::fill(scratch.begin(), scratch.end(), NAN);
   ConvBackward(s, x.data(), w.data(), dy.data(), false, dw2.data(), db2.data(), scratch.data(),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "compute/kernels/batch_norm.h"
 #include "compute/kernels/small_gemm.h"
 
 namespace pscluster {
@@ -209,12 +210,12 @@ int64_t WinogradScratchFloats(const WindowShape& s) {
 }
 
 void WinogradConv3x3(const WindowShape& s, const float* x, const float* w, const float* b,
-                     float* scratch, float* y) {
+                     float* scratch, float* y, double* sums) {
   const Geometry g = GeometryOf(s);
   const Parts p = PartsOf(s, g, scratch);
   Pad(s, g, x, p.padded);
   TransformKernel(s, w, p.u);
-  int n = 0, th = 0, tw = 0;
+  int n = 0, th = 0, tw = 0, summed = 0;
   for (int64_t t0 = 0; t0 < g.tiles; t0 += g.chunk) {
     const int count = static_cast<int>(std::min<int64_t>(g.chunk, g.tiles - t0));
     TransformInputs(s, g, p.padded, n, th, tw, count, p.v);
@@ -225,6 +226,13 @@ void WinogradConv3x3(const WindowShape& s, const float* x, const float* w, const
     }
     TransformOutputs(s, g, p.m, b, n, th, tw, count, y);
     for (int i = 0; i < count; ++i) NextTile(g, &n, &th, &tw);
+    // The images this round finished, while their outputs are in cache.
+    const int finished = t0 + count == g.tiles ? s.batch : n;
+    for (; sums != nullptr && summed < finished; ++summed) {
+      const int64_t pixels = int64_t{s.out_h} * s.out_w;
+      BatchNormSums<CpuDevice>()(CpuDevice(), {pixels, s.out_c}, y + summed * pixels * s.out_c,
+                                 sums, sums + s.out_c);
+    }
   }
 }
 

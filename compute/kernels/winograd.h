@@ -28,9 +28,10 @@ bool WinogradApplies(const WindowShape& s);
 int64_t WinogradScratchFloats(const WindowShape& s);
 
 // y [out_pixels, out_c] = conv(x, w) + b (b may be null), where
-// WinogradApplies(s).
+// WinogradApplies(s); `sums`, where not null, as ConvForward's
+// (general_layers.h).
 void WinogradConv3x3(const WindowShape& s, const float* x, const float* w, const float* b,
-                     float* scratch, float* y);
+                     float* scratch, float* y, double* sums);
 
 }  // namespace kernels
 }  // namespace pscluster

@@ -67,10 +67,22 @@ TEST_P(WinogradTest, MatchesFloat64) {
         }
   std::vector<float> scratch(WinogradScratchFloats(s), NAN);
   std::vector<float> y(s.out_pixels() * s.out_c, NAN);
-  WinogradConv3x3(s, x.data(), w.data(), bias, scratch.data(), y.data());
+  std::vector<double> sums(2 * s.out_c, 0.0);
+  WinogradConv3x3(s, x.data(), w.data(), bias, scratch.data(), y.data(), sums.data());
   // Sums of 9 * in_c products of size ~1 through transforms whose
   // intermediate values grow by at most 4x: float rounding of ~1e-6 each.
   EXPECT_TRUE(GradientsNear(y.data(), want, 1e-4, 1e-5));
+  // The per-channel sums of y, every image counted once.
+  std::vector<double> sums_ref(2 * s.out_c, 0.0);
+  for (int64_t p = 0; p < s.out_pixels(); ++p)
+    for (int o = 0; o < s.out_c; ++o) {
+      const double v = y[p * s.out_c + o];
+      sums_ref[o] += v;
+      sums_ref[s.out_c + o] += v * v;
+    }
+  for (int i = 0; i < 2 * s.out_c; ++i) {
+    EXPECT_NEAR(sums[i], sums_ref[i], 1e-9 * (1 + std::abs(sums_ref[i]))) << "sums " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
