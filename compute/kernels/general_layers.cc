@@ -356,66 +356,37 @@ namespace {
 // The implicit convolution: the GEMMs read the input where it lies, one
 // window row (window_w * in_c contiguous floats) per run of their reduction
 // (small_gemm.h's StridedOperands), so that no columns are written at all.
-// Where a window can cross the input's border the input is first copied
-// with its zero padding: one pass over the input instead of window_h *
-// window_w.
+// Nothing is padded either: window rows above or below the input are left
+// out of the reduction, and the few output pixels whose window crosses the
+// left or right border (one a side for a 3x3 "same" window) read the part
+// of each window row inside the input, alone.
 
-// The image the windows read: input pixel (ih, iw) at row ih + pad_top and
-// column iw + pad_left of an image of h rows of w pixels.
-struct Image {
-  const float* data;
-  int h, w;
+// Window rows [lo, hi) of an output row whose window starts at input row
+// `first` lie inside the input; likewise for window columns.
+struct Span {
+  int lo, hi;
 };
+Span Inside(int first, int window, int dilation, int in) {
+  int lo = 0;
+  while (lo < window && first + lo * dilation < 0) ++lo;
+  int hi = window;
+  while (hi > lo && first + (hi - 1) * dilation >= in) --hi;
+  return {lo, hi};
+}
 
-// The rows and row width that s's windows span, counted from the padding's
-// first row and column.
-void WindowExtent(const WindowShape& s, int* h, int* w) {
-  *h = (s.out_h - 1) * s.stride_h + (s.window_h - 1) * s.dilation_h + 1;
-  *w = (s.out_w - 1) * s.stride_w + (s.window_w - 1) * s.dilation_w + 1;
+// Output columns [lo, hi) whose whole window row lies inside the input
+// (dilation_w is 1).
+Span InteriorColumns(const WindowShape& s) {
+  int lo = 0;
+  while (lo < s.out_w && lo * s.stride_w - s.pad_left < 0) ++lo;
+  int hi = s.out_w;
+  while (hi > lo && (hi - 1) * s.stride_w - s.pad_left + s.window_w > s.in_w) --hi;
+  return {lo, hi};
 }
 
 bool ImplicitApplies(const WindowShape& s) {
   return SmallGemmAvailable() && s.out_c % 16 == 0 && s.dilation_w == 1 && s.out_pixels() > 0 &&
          !IsPointwise(s);
-}
-
-bool NeedsPadding(const WindowShape& s) {
-  int h, w;
-  WindowExtent(s, &h, &w);
-  return s.pad_top > 0 || s.pad_left > 0 || h > s.in_h || w > s.in_w;
-}
-
-int64_t PaddedFloats(const WindowShape& s) {
-  if (!ImplicitApplies(s) || !NeedsPadding(s)) return 0;
-  int h, w;
-  WindowExtent(s, &h, &w);
-  return int64_t{s.batch} * h * w * s.in_c;
-}
-
-// x as the windows read it: x itself where every window lies inside it,
-// else a copy with its zero padding in `scratch` (PaddedFloats(s) floats).
-Image PadInput(const WindowShape& s, const float* x, float* scratch) {
-  if (!NeedsPadding(s)) return {x, s.in_h, s.in_w};
-  int h, w;
-  WindowExtent(s, &h, &w);
-  const int c = s.in_c;
-  const int copied = std::max(std::min(s.in_w, w - s.pad_left), 0);
-  const int right = w - s.pad_left - copied;
-  float* to = scratch;
-  for (int n = 0; n < s.batch; ++n) {
-    for (int r = 0; r < h; ++r, to += int64_t{w} * c) {
-      const int ih = r - s.pad_top;
-      if (ih < 0 || ih >= s.in_h) {
-        std::memset(to, 0, sizeof(float) * w * c);
-        continue;
-      }
-      const float* from = x + (int64_t{n} * s.in_h + ih) * s.in_w * c;
-      std::memset(to, 0, sizeof(float) * s.pad_left * c);
-      std::memcpy(to + int64_t{s.pad_left} * c, from, sizeof(float) * copied * c);
-      std::memset(to + int64_t{s.pad_left + copied} * c, 0, sizeof(float) * right * c);
-    }
-  }
-  return {scratch, h, w};
 }
 
 // sums[0, c) and sums[c, 2c) += the per-channel sums and sums of squares
@@ -424,24 +395,43 @@ void AddSums(int64_t rows, int c, const float* y, double* sums) {
   BatchNormSums<CpuDevice>()(CpuDevice(), {rows, c}, y, sums, sums + c);
 }
 
-// y = conv(x, w) + b (b may be null), one output row per GEMM; `sums` as
+// y = conv(x, w) + b (b may be null), one output row at a time; `sums` as
 // ConvForward's.
-void ImplicitForward(const WindowShape& s, const Image& x, const float* w, const float* b,
+void ImplicitForward(const WindowShape& s, const float* x, const float* w, const float* b,
                      float* y, double* sums) {
   const int c = s.in_c;
+  const int64_t run = int64_t{s.window_w} * c;  // a window row's floats
+  const Span interior = InteriorColumns(s);
   StridedOperands op;
-  op.k_outer = s.window_h;
-  op.k_inner = s.window_w * c;
-  op.a_row = int64_t{s.stride_w} * c;
-  op.a_outer = int64_t{s.dilation_h} * x.w * c;
-  op.b = w;
+  op.a_outer = int64_t{s.dilation_h} * s.in_w * c;
   op.ldb = s.out_c;
-  op.b_outer = int64_t{op.k_inner} * s.out_c;
+  op.b_outer = run * s.out_c;
   for (int n = 0; n < s.batch; ++n) {
     for (int oh = 0; oh < s.out_h; ++oh) {
-      op.a = x.data + (int64_t{n} * x.h + int64_t{oh} * s.stride_h) * x.w * c;
+      const int ih0 = oh * s.stride_h - s.pad_top;
+      const Span rows = Inside(ih0, s.window_h, s.dilation_h, s.in_h);
       float* out = y + ((int64_t{n} * s.out_h + oh) * s.out_w) * s.out_c;
-      SmallGemmStrided(s.out_w, s.out_c, op, false, out, s.out_c);
+      // Pixel ow's window row starts at input column ow * stride - pad_left;
+      // a pixel whose window is wholly outside the input gets 0 (+ b).
+      auto pixels = [&](int ow, int count, Span cols) {
+        const bool inside = rows.hi > rows.lo && cols.hi > cols.lo;
+        op.k_outer = inside ? rows.hi - rows.lo : 0;
+        op.k_inner = inside ? (cols.hi - cols.lo) * c : 0;
+        op.a = !inside ? x
+                       : x + ((int64_t{n} * s.in_h + ih0 + rows.lo * s.dilation_h) * s.in_w +
+                              ow * s.stride_w - s.pad_left + cols.lo) *
+                                 c;
+        op.a_row = int64_t{s.stride_w} * c;
+        op.b = !inside ? w : w + (rows.lo * run + int64_t{cols.lo} * c) * s.out_c;
+        SmallGemmStrided(count, s.out_c, op, false, out + int64_t{ow} * s.out_c, s.out_c);
+      };
+      if (interior.hi > interior.lo) {
+        pixels(interior.lo, interior.hi - interior.lo, {0, s.window_w});
+      }
+      for (int ow = 0; ow < s.out_w; ++ow) {
+        if (ow >= interior.lo && ow < interior.hi) continue;
+        pixels(ow, 1, Inside(ow * s.stride_w - s.pad_left, s.window_w, 1, s.in_w));
+      }
       for (int ow = 0; b != nullptr && ow < s.out_w; ++ow) {
         float* row = out + int64_t{ow} * s.out_c;
         for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
@@ -455,26 +445,57 @@ void ImplicitForward(const WindowShape& s, const Image& x, const float* w, const
 }
 
 // dw^T [out_c, patch] = dy^T times x's windows, image by image and window
-// row by window row: the reduction runs over an image's output pixels,
-// reading each one's window row where it lies. Needs window_w * in_c % 16
-// == 0.
-void ImplicitWeightGradT(const WindowShape& s, const Image& x, const float* dy, float* dwt) {
+// row by window row: the reduction runs over the output pixels whose
+// window row kh lies inside the input, reading it where it lies; the
+// border columns' pixels add their inside part alone. Needs in_c % 16 == 0.
+void ImplicitWeightGradT(const WindowShape& s, const float* x, const float* dy, float* dwt) {
   const int c = s.in_c;
   const int run = s.window_w * c;
   const int k = static_cast<int>(s.patch_size());
+  const Span interior = InteriorColumns(s);
+  std::fill(dwt, dwt + int64_t{k} * s.out_c, 0.0f);
   StridedOperands op;
-  op.k_outer = s.out_h;
-  op.k_inner = s.out_w;
   op.a_row = 1;
-  op.a_col = s.out_c;
-  op.a_outer = int64_t{s.out_w} * s.out_c;
-  op.ldb = int64_t{s.stride_w} * c;
-  op.b_outer = int64_t{s.stride_h} * x.w * c;
   for (int n = 0; n < s.batch; ++n) {
-    op.a = dy + int64_t{n} * s.out_h * s.out_w * s.out_c;
     for (int kh = 0; kh < s.window_h; ++kh) {
-      op.b = x.data + (int64_t{n} * x.h + int64_t{kh} * s.dilation_h) * x.w * c;
-      SmallGemmStrided(s.out_c, run, op, n > 0, dwt + int64_t{kh} * run, k);
+      // Output rows [oh_lo, oh_hi) read input row oh * stride - pad_top + kh * dilation.
+      int oh_lo = 0, oh_hi = s.out_h;
+      while (oh_lo < s.out_h && oh_lo * s.stride_h - s.pad_top + kh * s.dilation_h < 0) ++oh_lo;
+      while (oh_hi > oh_lo &&
+             (oh_hi - 1) * s.stride_h - s.pad_top + kh * s.dilation_h >= s.in_h) {
+        --oh_hi;
+      }
+      if (oh_hi <= oh_lo) continue;
+      const int ih_lo = oh_lo * s.stride_h - s.pad_top + kh * s.dilation_h;
+      const float* dy_rows = dy + ((int64_t{n} * s.out_h + oh_lo) * s.out_w) * s.out_c;
+      const float* x_rows = x + (int64_t{n} * s.in_h + ih_lo) * s.in_w * c;
+      if (interior.hi > interior.lo) {  // rows of pixels, each reading a whole window row
+        op.k_outer = oh_hi - oh_lo;
+        op.k_inner = interior.hi - interior.lo;
+        op.a = dy_rows + int64_t{interior.lo} * s.out_c;
+        op.a_col = s.out_c;
+        op.a_outer = int64_t{s.out_w} * s.out_c;
+        op.b = x_rows + int64_t{interior.lo * s.stride_w - s.pad_left} * c;
+        op.ldb = int64_t{s.stride_w} * c;
+        op.b_outer = int64_t{s.stride_h} * s.in_w * c;
+        SmallGemmStrided(s.out_c, run, op, true, dwt + int64_t{kh} * run, k);
+      }
+      for (int ow = 0; ow < s.out_w; ++ow) {  // a border column's pixels, down the rows
+        if (ow >= interior.lo && ow < interior.hi) continue;
+        const int iw0 = ow * s.stride_w - s.pad_left;
+        const Span cols = Inside(iw0, s.window_w, 1, s.in_w);
+        if (cols.hi <= cols.lo) continue;
+        op.k_outer = 1;
+        op.k_inner = oh_hi - oh_lo;
+        op.a = dy_rows + int64_t{ow} * s.out_c;
+        op.a_col = int64_t{s.out_w} * s.out_c;
+        op.a_outer = 0;
+        op.b = x_rows + int64_t{iw0 + cols.lo} * c;
+        op.ldb = int64_t{s.stride_h} * s.in_w * c;
+        op.b_outer = 0;
+        SmallGemmStrided(s.out_c, (cols.hi - cols.lo) * c, op, true,
+                         dwt + int64_t{kh} * run + int64_t{cols.lo} * c, k);
+      }
     }
   }
 }
@@ -485,8 +506,8 @@ int64_t ConvScratchFloats(const WindowShape& s) {
   const int64_t forward = std::min(TileRows(s), s.out_pixels()) * s.patch_size();
   const WindowShape t = InputGradShape(s);
   const int64_t input_grad = std::min(TileRows(t), t.out_pixels()) * t.patch_size();
-  return std::max<int64_t>({forward, input_grad, PaddedFloats(s), PaddedFloats(t),
-                            WinogradScratchFloats(s), WinogradScratchFloats(t), 1});
+  return std::max<int64_t>(
+      {forward, input_grad, WinogradScratchFloats(s), WinogradScratchFloats(t), 1});
 }
 
 void ConvForward(const WindowShape& s, const float* x, const float* w, const float* b,
@@ -496,7 +517,7 @@ void ConvForward(const WindowShape& s, const float* x, const float* w, const flo
     return;
   }
   if (ImplicitApplies(s)) {
-    ImplicitForward(s, PadInput(s, x, scratch), w, b, y, sums);
+    ImplicitForward(s, x, w, b, y, sums);
     return;
   }
   const int64_t m = s.out_pixels();
@@ -512,9 +533,9 @@ void ConvForward(const WindowShape& s, const float* x, const float* w, const flo
 void ConvBackward(const WindowShape& s, const float* x, const float* w, const float* dy,
                   bool accumulate, float* dw, float* db, float* scratch, float* dx) {
   const int k = static_cast<int>(s.patch_size());
-  if (ImplicitApplies(s) && s.window_w * s.in_c % 16 == 0) {
+  if (ImplicitApplies(s) && s.in_c % 16 == 0) {
     std::vector<float> dwt(int64_t{k} * s.out_c);
-    ImplicitWeightGradT(s, PadInput(s, x, scratch), dy, dwt.data());
+    ImplicitWeightGradT(s, x, dy, dwt.data());
     for (int i = 0; i < k; ++i) {
       float* row = dw + int64_t{i} * s.out_c;
       for (int o = 0; o < s.out_c; ++o) {
@@ -533,8 +554,7 @@ void ConvBackward(const WindowShape& s, const float* x, const float* w, const fl
     return;
   }
   if (s.stride_h == 1 && s.stride_w == 1 && ImplicitApplies(t)) {
-    ImplicitForward(t, PadInput(t, dy, scratch), FlippedKernel(s, w).data(), nullptr, dx,
-                    nullptr);
+    ImplicitForward(t, dy, FlippedKernel(s, w).data(), nullptr, dx, nullptr);
     return;
   }
   InputGrads(s, w, dy, scratch, ConvScratchFloats(s), dx);

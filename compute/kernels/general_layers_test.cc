@@ -180,6 +180,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // The ResNet's stage-2 entry: stride 2, "same" padding
                       // only at the bottom and right.
                       ConvCase{"strided_even", Conv(2, 14, 14, 16, 3, 3, 2, 1, true, 32)},
+                      // Windows that cross both borders of a row, or hold
+                      // a single input pixel.
+                      ConvCase{"window_wider_than_input", Conv(2, 3, 2, 16, 5, 5, 1, 1, true, 32)},
+                      ConvCase{"one_pixel_same", Conv(2, 1, 1, 16, 3, 3, 1, 1, true, 16)},
                       // A valid window larger than the input: no output
                       // pixels, dw and db zero, dx zero.
                       ConvCase{"no_output", Conv(2, 2, 2, 16, 3, 3, 1, 1, false, 16)}),
