@@ -406,36 +406,57 @@ void ImplicitForward(const WindowShape& s, const float* x, const float* w, const
   op.a_outer = int64_t{s.dilation_h} * s.in_w * c;
   op.ldb = s.out_c;
   op.b_outer = run * s.out_c;
+  // Output rows [full.lo, full.hi) have every window row inside the input.
+  Span full = {0, s.out_h};
+  while (full.lo < s.out_h &&
+         Inside(full.lo * s.stride_h - s.pad_top, s.window_h, s.dilation_h, s.in_h).lo > 0) {
+    ++full.lo;
+  }
+  while (full.hi > full.lo && Inside((full.hi - 1) * s.stride_h - s.pad_top, s.window_h,
+                                     s.dilation_h, s.in_h).hi < s.window_h) {
+    --full.hi;
+  }
+  const int64_t out_row = int64_t{s.out_w} * s.out_c;
   for (int n = 0; n < s.batch; ++n) {
-    for (int oh = 0; oh < s.out_h; ++oh) {
-      const int ih0 = oh * s.stride_h - s.pad_top;
-      const Span rows = Inside(ih0, s.window_h, s.dilation_h, s.in_h);
-      float* out = y + ((int64_t{n} * s.out_h + oh) * s.out_w) * s.out_c;
-      // Pixel ow's window row starts at input column ow * stride - pad_left;
-      // a pixel whose window is wholly outside the input gets 0 (+ b).
-      auto pixels = [&](int ow, int count, Span cols) {
-        const bool inside = rows.hi > rows.lo && cols.hi > cols.lo;
-        op.k_outer = inside ? rows.hi - rows.lo : 0;
-        op.k_inner = inside ? (cols.hi - cols.lo) * c : 0;
-        op.a = !inside ? x
-                       : x + ((int64_t{n} * s.in_h + ih0 + rows.lo * s.dilation_h) * s.in_w +
-                              ow * s.stride_w - s.pad_left + cols.lo) *
-                                 c;
-        op.a_row = int64_t{s.stride_w} * c;
-        op.b = !inside ? w : w + (rows.lo * run + int64_t{cols.lo} * c) * s.out_c;
-        SmallGemmStrided(count, s.out_c, op, false, out + int64_t{ow} * s.out_c, s.out_c);
-      };
+    float* image = y + int64_t{n} * s.out_h * out_row;
+    // `count` pixels from (oh, ow), along the row or `down` the column,
+    // whose window rows `rows` and columns `cols` are inside the input.
+    auto pixels = [&](int oh, int ow, int count, bool down, Span rows, Span cols) {
+      const bool inside = rows.hi > rows.lo && cols.hi > cols.lo;
+      op.k_outer = inside ? rows.hi - rows.lo : 0;
+      op.k_inner = inside ? (cols.hi - cols.lo) * c : 0;
+      const int ih = oh * s.stride_h - s.pad_top + rows.lo * s.dilation_h;
+      const int iw = ow * s.stride_w - s.pad_left + cols.lo;
+      op.a = !inside ? x : x + ((int64_t{n} * s.in_h + ih) * s.in_w + iw) * c;
+      op.a_row = down ? int64_t{s.stride_h} * s.in_w * c : int64_t{s.stride_w} * c;
+      op.b = !inside ? w : w + (rows.lo * run + int64_t{cols.lo} * c) * s.out_c;
+      SmallGemmStrided(count, s.out_c, op, false, image + oh * out_row + int64_t{ow} * s.out_c,
+                       down ? static_cast<int>(out_row) : s.out_c);
+    };
+    const Span all_columns = {0, s.window_w};
+    for (int oh = 0; oh < s.out_h; ++oh) {  // the pixels whose window rows are whole
+      const Span rows = Inside(oh * s.stride_h - s.pad_top, s.window_h, s.dilation_h, s.in_h);
       if (interior.hi > interior.lo) {
-        pixels(interior.lo, interior.hi - interior.lo, {0, s.window_w});
+        pixels(oh, interior.lo, interior.hi - interior.lo, false, rows, all_columns);
       }
-      for (int ow = 0; ow < s.out_w; ++ow) {
-        if (ow >= interior.lo && ow < interior.hi) continue;
-        pixels(ow, 1, Inside(ow * s.stride_w - s.pad_left, s.window_w, 1, s.in_w));
+    }
+    // A border column's pixels: down the rows whose window rows are all
+    // inside at once (a pixel alone is a GEMM of one row), then the others.
+    for (int ow = 0; ow < s.out_w; ++ow) {
+      if (ow >= interior.lo && ow < interior.hi) continue;
+      const Span cols = Inside(ow * s.stride_w - s.pad_left, s.window_w, 1, s.in_w);
+      if (full.hi > full.lo) {
+        pixels(full.lo, ow, full.hi - full.lo, true, {0, s.window_h}, cols);
       }
-      for (int ow = 0; b != nullptr && ow < s.out_w; ++ow) {
-        float* row = out + int64_t{ow} * s.out_c;
-        for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
+      for (int oh = 0; oh < s.out_h; ++oh) {
+        if (oh >= full.lo && oh < full.hi) continue;
+        pixels(oh, ow, 1, false,
+               Inside(oh * s.stride_h - s.pad_top, s.window_h, s.dilation_h, s.in_h), cols);
       }
+    }
+    for (int64_t p = 0; b != nullptr && p < int64_t{s.out_h} * s.out_w; ++p) {
+      float* row = image + p * s.out_c;
+      for (int o = 0; o < s.out_c; ++o) row[o] += b[o];
     }
     if (sums != nullptr) {
       const int64_t pixels = int64_t{s.out_h} * s.out_w;
