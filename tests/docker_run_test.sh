@@ -16,7 +16,10 @@
 #   4. runs it again, kill -9's the ps:1 process mid-run (from the host, by
 #      its pid: Docker sees the task die, not a manual stop, and restarts it
 #      under restart: on-failure) and checks that the run still finishes
-#      with final: and every exit code 0;
+#      with final: and every exit code 0, every ps restored from the newest
+#      checkpoint; then the same with PSCLUSTER_PS_REPLICAS=1 (the chief's
+#      --ps_replicas=1), where the restarted ps:1 takes its backup's state
+#      from ps-0's container and nothing is restored from a checkpoint;
 #   5. runs that cannot finish end promptly, every container with the exit
 #      code that says why: ps:1 stopped by hand (docker stop, not restarted:
 #      the chief logs what it waits for, gives up, and every task exits 3),
@@ -295,7 +298,9 @@ cid() { "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
           --filter "label=com.docker.compose.service=$1" | head -1; }
 
 # compose_run NAME KILL [OWN]: one run of the deployment (KILL=1: kill -9 the
-# ps:1 process once the chief trains; OWN=1: the user's model and data in
+# ps:1 process once the chief trains, and expect every ps restored from a
+# checkpoint; KILL=2: the same with PSCLUSTER_PS_REPLICAS=1 set by the
+# caller, and expect ps:1 restored from its backup; OWN=1: the user's model and data in
 # $PSCLUSTER_MODEL and $PSCLUSTER_DATA_DIR, checked instead of the health
 # checks and /metrics, which run 1 checks); checks it and prints its figures.
 compose_run() {
@@ -343,7 +348,7 @@ compose_run() {
           metrics_msg="http://$ip:9100/metrics: $out"
         fi
       fi
-      if [ "$kill_ps" = 1 ] && [ -z "$killed" ]; then
+      if [ "$kill_ps" != 0 ] && [ -z "$killed" ]; then
         c="$(cid ps-1)"
         pid="$("$DOCKER" inspect -f '{{.State.Pid}}' "$c" 2>/dev/null)"
         if [ -n "$pid" ] && [ "$pid" != 0 ] && kill -KILL "$pid"; then
@@ -405,12 +410,17 @@ compose_run() {
     elif [ "${count:-0}" -ge 1 ] && [ "$starts" -ge 2 ]; then
       pass "$name: the ps:1 process killed (kill -9, $killed) was restarted by Docker ($count restart(s), $starts starts in its log) and the run finished"
       # The chief saw the new process and restored every ps from its
-      # newest checkpoint (chief/ps_recovery.cc).
-      local restored
-      restored="$("$DOCKER" logs "$(cid chief)" 2>&1 | grep -E 'ps:1 restarted: every ps restored' | tail -1 | sed 's/^.*\] //')"
+      # newest checkpoint or, with replicas, ps:1 alone from its backup
+      # store on ps-0 (chief/ps_recovery.cc).
+      local restored want='ps:1 restarted: every ps restored' other='ps:1 restarted: restored from its backup'
+      [ "$kill_ps" = 2 ] && { want='ps:1 restarted: restored from its backup store'; other='every ps restored'; }
+      restored="$("$DOCKER" logs "$(cid chief)" 2>&1 | grep -F "$want" | tail -1 | sed 's/^.*\] //')"
       [ -n "$restored" ] && pass "$name: the chief restored the restarted ps:1: $restored" ||
-        fail "$name: the chief never logged restoring the restarted ps:1 ('ps:1 restarted: every ps restored ...'); its ps:1 lines: $(
+        fail "$name: the chief never logged restoring the restarted ps:1 ('$want ...'); its ps:1 lines: $(
           "$DOCKER" logs "$(cid chief)" 2>&1 | grep 'ps:1' | tail -5 | tr '\n' ' ')"
+      if "$DOCKER" logs "$(cid chief)" 2>&1 | grep -qF "$other"; then
+        fail "$name: the chief also logged '$other'"
+      fi
     else
       fail "$name: ps:1 killed ($killed) but not restarted: RestartCount=${count:-?}, $starts starts in its log"
     fi
@@ -576,6 +586,7 @@ failure_run() {
 
 compose_run "run 1 (1 epoch)" 0
 compose_run "run 2 (1 epoch, kill -9 of ps:1)" 1
+PSCLUSTER_PS_REPLICAS=1 compose_run "run 2b (1 epoch, --ps_replicas=1, kill -9 of ps:1)" 2
 failure_run "run 3 (ps:1 stopped by hand, never back)" stop
 failure_run "run 4 (no MNIST in the data folder)" emptydata
 
