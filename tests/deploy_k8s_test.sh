@@ -9,8 +9,9 @@
 # a GPU; a CPU worker's from its CPU limit through the downward API, which
 # this test resolves as the kubelet does); Prometheus annotations;
 # volumes and PersistentVolumeClaims that exist; the model and the data
-# (the ConfigMap pscluster-train's model and data_dir reach the chief's
-# --model and every worker's and the evaluator's --data_dir through
+# (the ConfigMap pscluster-train's model, data_dir and ps_replicas reach
+# the chief's --model and --ps_replicas and every worker's and the
+# evaluator's --data_dir through
 # $(VAR) in their args, expanded here as Kubernetes does; the chief mounts
 # the optional ConfigMap pscluster-model at /config); the Kubeflow TFJob with
 # the TF_CONFIG the training-operator would give each replica and the same
@@ -420,9 +421,11 @@ for name, cpu in (("rendered.yaml", False), ("rendered-cpu.yaml", True)):
                 o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"})), cpu)
         except KeyError as e:
             g(False, "the worker's env resolves", repr(e))
-    # The default: the built-in CNN on /data/mnist, as Kubernetes expands the args.
+    # The default: the built-in CNN on /data/mnist without ps backups, as
+    # Kubernetes expands the args.
     cms = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
-    for role, flag, want in (("chief", "model", "cnn"), ("worker", "data_dir", "/data/mnist"),
+    for role, flag, want in (("chief", "model", "cnn"), ("chief", "ps_replicas", "0"),
+                             ("worker", "data_dir", "/data/mnist"),
                              ("evaluator", "data_dir", "/data/mnist")):
         sts = find("StatefulSet", role, objs)
         if sts:
@@ -473,8 +476,9 @@ for variant, want_data, plain in (("model", "/data/data.npz", rendered_cpu), ("m
       model_cm["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "pscluster",
       "in namespace pscluster, labelled part-of pscluster", str(model_cm["metadata"]))
     tr = cms.get("pscluster-train", {}).get("data", {})
-    g(tr == {"model": "/config/model.json", "data_dir": want_data},
-      "pscluster-train: model=/config/model.json, data_dir=%s" % want_data, str(tr))
+    g(tr == {"model": "/config/model.json", "data_dir": want_data, "ps_replicas": "0"},
+      "pscluster-train: model=/config/model.json, data_dir=%s, ps_replicas kept" % want_data,
+      str(tr))
     # Only the ConfigMaps and the chief's model volume differ from the plain variant.
     if plain is not None:
         changed = []
@@ -559,7 +563,8 @@ for rtype, rs in sorted(specs.items()):
     # A user's model and data, as tfjob.yaml's comment makes them:
     # kubectl create configmap pscluster-model --from-file=model.json and
     # pscluster-train with model=/config/model.json, data_dir=/data/data.npz.
-    user = {"pscluster-train": {"data": {"model": "/config/model.json", "data_dir": "/data/data.npz"}}}
+    user = {"pscluster-train": {"data": {"model": "/config/model.json", "data_dir": "/data/data.npz",
+                                         "ps_replicas": "1"}}}
     env_u = container_env(c, user)
     argv = expand(c["args"], env_u)
     op_tf = {"cluster": op_cluster, "task": {"type": role, "index": 0}, "environment": "cloud"}
