@@ -51,7 +51,7 @@ Replicator::Replicator(ParameterStore* store, uint64_t layout_fingerprint, SeedF
       started.push_back(backups_.back().get());
     }
   }
-  store_->SetUpdateListener([this](const AppliedUpdate& u) { Collect(u); });
+  store_->SetUpdateListener([this](AppliedUpdate u) { Collect(std::move(u)); });
   for (Backup* b : started) senders_.emplace_back([this, b] { Send(b); });
 }
 
@@ -67,10 +67,14 @@ void Replicator::Stop() {
   for (std::thread& t : senders_) t.join();
 }
 
-void Replicator::Collect(const AppliedUpdate& u) {
+void Replicator::Collect(AppliedUpdate u) {
+  const bool restored = u.restored;
+  // One copy for every backup's queue, made before the lock.
+  std::shared_ptr<const AppliedUpdate> shared =
+      restored ? nullptr : std::make_shared<const AppliedUpdate>(std::move(u));
   absl::MutexLock lock(&mu_);
   for (const std::unique_ptr<Backup>& b : backups_) {
-    if (u.restored) {
+    if (restored) {
       // Restored from a checkpoint: what a backup holds is of another
       // state (maybe at a higher version); only a fresh seed follows.
       b->queue.clear();
@@ -85,7 +89,7 @@ void Replicator::Collect(const AppliedUpdate& u) {
       b->collecting = false;
       continue;
     }
-    b->queue.push_back(u);
+    b->queue.push_back(shared);
   }
   changed_.SignalAll();
 }
@@ -203,6 +207,7 @@ void Replicator::Send(Backup* b) {
     }
     ReplicateRequest req;
     req.set_layout_fingerprint(layout_fingerprint_);
+    std::vector<std::shared_ptr<const AppliedUpdate>> batch;
     {
       absl::MutexLock lock(&mu_);
       while (!stop_ && b->collecting && b->queue.empty()) {
@@ -214,8 +219,11 @@ void Replicator::Send(Backup* b) {
         continue;
       }
       const int n = std::min<int>(options_.max_batch, static_cast<int>(b->queue.size()));
-      for (int i = 0; i < n; ++i) ToRecord(b->queue[i], req.add_updates());
+      batch.assign(b->queue.begin(), b->queue.begin() + n);
     }
+    // Copied into the request outside the lock, which the store's listener
+    // (under the store's lock) takes.
+    for (const std::shared_ptr<const AppliedUpdate>& u : batch) ToRecord(*u, req.add_updates());
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
     ReplicateResponse resp;

@@ -82,13 +82,14 @@ class Replicator {
  private:
   struct Backup {
     std::string address;
-    std::deque<AppliedUpdate> queue;  // updates not yet sent
+    // Updates not yet sent, shared by every backup's queue.
+    std::deque<std::shared_ptr<const AppliedUpdate>> queue;
     bool collecting = false;          // the listener queues updates
     bool live = true;                 // answers wait for it
     int64_t held = -1;                // the version it holds
   };
   // The store's listener (under the store's lock).
-  void Collect(const AppliedUpdate& u);
+  void Collect(AppliedUpdate u);
   void Send(Backup* b);
   // Seeds b; true when it took the state.
   bool Seed(Backup* b, ParameterServer::Stub* stub);

@@ -263,7 +263,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
     u.restored = true;
     u.generation = generation_;
     u.version = version_;
-    listener_(u);
+    listener_(std::move(u));
   }
   initialized_ = true;
   version_advanced_.SignalAll();
@@ -815,7 +815,7 @@ void ParameterStore::Report(const float* grad, bool skipped, const std::vector<b
   u.worker = worker;
   u.request_id = request_id;
   u.staleness = staleness;
-  listener_(u);
+  listener_(std::move(u));
 }
 
 void ParameterStore::SetUpdateListener(UpdateListener listener) {

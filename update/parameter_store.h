@@ -206,8 +206,10 @@ struct AppliedUpdate {
 };
 
 // Called, under the store's lock and in the order the updates were made,
-// with each update a primary store makes. It must not call the store.
-using UpdateListener = std::function<void(const AppliedUpdate&)>;
+// with each update a primary store makes, which it may keep (it is the
+// listener's: the gradient is not copied again under the lock). It must
+// not call the store.
+using UpdateListener = std::function<void(AppliedUpdate)>;
 
 // Values and optimizer state at one version: what a checkpoint holds of a
 // ps.

@@ -65,7 +65,7 @@ class ReplicaTest : public ::testing::Test {
     std::vector<float> init = RandomVector(&rng_);
     bool already = false;
     ASSERT_TRUE(primary_.Init(config, init.data(), &already).ok());
-    primary_.SetUpdateListener([this](const AppliedUpdate& u) { log_.push_back(u); });
+    primary_.SetUpdateListener([this](AppliedUpdate u) { log_.push_back(std::move(u)); });
     StoreSnapshot seed;
     ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
     StoreConfig b = config;
