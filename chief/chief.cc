@@ -199,7 +199,7 @@ absl::Status Chief::Impl::MakeStrategyRun() {
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<ParameterServerRun>> ps =
-      ParameterServerRun::Create(options_, &*spec_, std::move(plan), &stop_);
+      ParameterServerRun::Create(options_, &*spec_, std::move(plan), &stop_, metrics_);
   if (!ps.ok()) return ps.status();
   strategy_ = *std::move(ps);
   return absl::OkStatus();

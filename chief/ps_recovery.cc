@@ -11,7 +11,7 @@ namespace pscluster {
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
                        MembershipSync* membership, const std::atomic<bool>* stop,
-                       const std::vector<std::string>* backups)
+                       const std::vector<std::string>* backups, FailoverMetrics* metrics)
     : setup_(setup),
       recovery_timeout_(recovery_timeout),
       fleet_(fleet),
@@ -19,6 +19,7 @@ PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
       membership_(membership),
       stop_(*stop),
       backups_(backups),
+      metrics_(metrics),
       incarnation_(std::move(incarnations)),
       failures_(fleet->num_ps(), 0),
       alone_(fleet->num_ps(), false) {}
@@ -76,6 +77,7 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
   }
   const absl::Time back = absl::Now();
   failures_[i] = 0;
+  FailoverMetrics::How how = FailoverMetrics::How::kResumed;
   if (st->initialized() && st->incarnation() == incarnation_[i]) {
     // Cut off, not restarted: its state is intact and the workers' retried
     // pushes reach it now.
@@ -98,31 +100,32 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
           "detected and back after {:.1f} s, restored in {:.2f} s",
           i, (*backups_)[i], generation, absl::ToDoubleSeconds(back - t0),
           absl::ToDoubleSeconds(absl::Now() - restore_start));
-      membership_->Apply(/*force=*/true);
-      dispatcher_->Resume();
-      return absl::OkStatus();
+      how = FailoverMetrics::How::kBackup;
+    } else {
+      if (!absl::IsNotFound(from_backup)) {
+        spdlog::warn("ps:{} cannot be restored from its backup ({}); the checkpoint serves", i,
+                     std::string(from_backup.message()));
+      }
+      ++generation;
+      if (latest == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("ps:", i, " restarted but there is no checkpoint to restore it from"));
+      }
+      const int64_t lost = std::max<int64_t>(0, *highest_version - latest->step);
+      if (absl::Status s = RestoreAll(*latest, generation); !s.ok()) return s;
+      spdlog::warn(
+          "ps:{} restarted: every ps restored from the checkpoint of step {} "
+          "(generation {}); {} step(s) since that checkpoint are lost and redone; "
+          "detected and back after {:.1f} s, restored in {:.2f} s",
+          i, latest->step, generation, lost, absl::ToDoubleSeconds(back - t0),
+          absl::ToDoubleSeconds(absl::Now() - back));
+      *highest_version = latest->step;
+      how = FailoverMetrics::How::kCheckpoint;
     }
-    if (!absl::IsNotFound(from_backup)) {
-      spdlog::warn("ps:{} cannot be restored from its backup ({}); the checkpoint serves", i,
-                   std::string(from_backup.message()));
-    }
-    ++generation;
-    if (latest == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("ps:", i, " restarted but there is no checkpoint to restore it from"));
-    }
-    const int64_t lost = std::max<int64_t>(0, *highest_version - latest->step);
-    if (absl::Status s = RestoreAll(*latest, generation); !s.ok()) return s;
-    spdlog::warn(
-        "ps:{} restarted: every ps restored from the checkpoint of step {} "
-        "(generation {}); {} step(s) since that checkpoint are lost and redone; "
-        "detected and back after {:.1f} s, restored in {:.2f} s",
-        i, latest->step, generation, lost, absl::ToDoubleSeconds(back - t0),
-        absl::ToDoubleSeconds(absl::Now() - back));
-    *highest_version = latest->step;
   }
   membership_->Apply(/*force=*/true);
   dispatcher_->Resume();
+  if (metrics_ != nullptr) metrics_->CountFailover(how, absl::Now() - t0);
   return absl::OkStatus();
 }
 
@@ -162,11 +165,14 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
       }
     }
   }
+  const int64_t reseed_bytes = static_cast<int64_t>(state->ByteSizeLong());
   RestoreRequest req;
   *req.mutable_init() = MakeInitRequest(*setup_, i);
   *req.mutable_state() = *std::move(state);
   req.set_continues(true);
   if (absl::Status s = fleet_->Restore(i, req, recovery_timeout_); !s.ok()) return s;
+  // Copied into the ps, whether or not what follows lets it keep them.
+  if (metrics_ != nullptr) metrics_->AddReseedBytes(reseed_bytes);
   absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
   if (!st.ok()) return st.status();
   incarnation_[i] = st->incarnation();

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "chief/dispatcher.h"
+#include "chief/failover_metrics.h"
 #include "chief/membership.h"
 #include "chief/ps_fleet.h"
 #include "chief/ps_setup.h"
@@ -36,11 +37,11 @@ class PsRecovery {
   // `incarnations`: each ps's process identity when it was initialised
   // (PsStart). A lost ps may take `recovery_timeout` to come back.
   // `backups`: per ps, the address of its backup store ("" or absent:
-  // none), kept by the run.
+  // none), kept by the run. `metrics` counts each recovery (null: none).
   PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
              absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
              MembershipSync* membership, const std::atomic<bool>* stop,
-             const std::vector<std::string>* backups);
+             const std::vector<std::string>* backups, FailoverMetrics* metrics = nullptr);
 
   // One round of checks. Raises *highest_version to every version seen
   // (lowers it to the checkpoint's step after a restore). `latest` is the
@@ -71,6 +72,7 @@ class PsRecovery {
   MembershipSync* const membership_;
   const std::atomic<bool>& stop_;
   const std::vector<std::string>* const backups_;
+  FailoverMetrics* const metrics_;  // may be null
   std::vector<uint64_t> incarnation_;
   std::vector<int> failures_;  // consecutive failed checks, per ps
   // Per ps: when last seen, it answered without waiting for a backup that

@@ -36,15 +36,17 @@ OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode
 
 absl::StatusOr<std::unique_ptr<ParameterServerRun>> ParameterServerRun::Create(
     const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,
-    const std::atomic<bool>* stop) {
+    const std::atomic<bool>* stop, Metrics* metrics) {
   if (plan.num_ps() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.config.source,
                      ": cluster.ps is empty; --strategy=parameter_server needs at least one "
                      "(or use --strategy=multi_worker_mirrored)"));
   }
+  absl::StatusOr<std::unique_ptr<FailoverMetrics>> failover = FailoverMetrics::Create(metrics);
+  if (!failover.ok()) return failover.status();
   return std::unique_ptr<ParameterServerRun>(
-      new ParameterServerRun(options, spec, std::move(plan), stop));
+      new ParameterServerRun(options, spec, std::move(plan), stop, *std::move(failover)));
 }
 
 namespace {
@@ -58,12 +60,14 @@ Placement PlaceForPlan(const ModelSpec& spec, const TrainingPlan& plan) {
 }  // namespace
 
 ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelSpec* spec,
-                                       TrainingPlan plan, const std::atomic<bool>* stop)
+                                       TrainingPlan plan, const std::atomic<bool>* stop,
+                                       std::unique_ptr<FailoverMetrics> failover_metrics)
     : options_(options),
       spec_(*spec),
       plan_(std::move(plan)),
       stop_(*stop),
-      placement_(PlaceForPlan(spec_, plan_)) {
+      placement_(PlaceForPlan(spec_, plan_)),
+      failover_metrics_(std::move(failover_metrics)) {
   ps_setup_.placement = &placement_;
   std::string why;
   ps_setup_.optimizer = EffectiveOptimizer(options_.optimizer, plan_.mode(), plan_.num_workers(),
@@ -128,7 +132,8 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   recovery_ =
       std::make_unique<PsRecovery>(&ps_setup_, ps->incarnations, options_.ps_recovery_timeout,
                                    ps_.get(), dispatcher_.get(), membership_.get(), &stop_,
-                                   &backups_);
+                                   &backups_, failover_metrics_.get());
+  for (int i = 0; i < plan_.num_ps(); ++i) failover_metrics_->SetCopy(i, i);
   if (absl::Status s = KeepBackups(); !s.ok()) return s;
   if (ps->resumed) return ResumeRun(ps->generation, start);
   // Fresh ps over a checkpoint directory that holds a checkpoint (the run
@@ -273,6 +278,7 @@ absl::Status ParameterServerRun::KeepBackups() {
     if (mine->backups_set() > 0 && backups_[i] == backup) continue;  // kept already
     if (absl::Status s = ps_->SetBackups(i, {backup}, absl::Seconds(5)); !s.ok()) return s;
     backups_[i] = backup;
+    failover_metrics_->SetCopy(i, j);
     spdlog::info("ps:{}'s store has a backup on ps:{} ({}), kept up to date before each answer",
                  i, j, backup);
   }

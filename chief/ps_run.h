@@ -39,11 +39,13 @@
 #include "chief/checkpointer.h"
 #include "chief/chief_options.h"
 #include "chief/dispatcher.h"
+#include "chief/failover_metrics.h"
 #include "chief/grpc_ps_fleet.h"
 #include "chief/membership.h"
 #include "chief/ps_recovery.h"
 #include "chief/ps_setup.h"
 #include "chief/strategy_run.h"
+#include "common/metrics.h"
 #include "model/model_spec.h"
 #include "model/placement.h"
 #include "proto/coordination.pb.h"
@@ -62,12 +64,14 @@ class ParameterServerRun final : public StrategyRun {
  public:
   // Places the model over the ps of `plan` and sets up what every ps is
   // given (logging an async learning-rate scaling). InvalidArgument naming
-  // TF_CONFIG when the cluster lists no ps. `options`, `spec` and `stop`
-  // are borrowed and outlive the run.
+  // TF_CONFIG when the cluster lists no ps. `options`, `spec`, `stop` and
+  // `metrics` (where the ps's copies and fail-overs are counted,
+  // FailoverMetrics) are borrowed and outlive the run.
   static absl::StatusOr<std::unique_ptr<ParameterServerRun>> Create(const ChiefOptions& options,
                                                                     const ModelSpec* spec,
                                                                     TrainingPlan plan,
-                                                                    const std::atomic<bool>* stop);
+                                                                    const std::atomic<bool>* stop,
+                                                                    Metrics* metrics);
   ParameterServerRun(const ParameterServerRun&) = delete;
   ParameterServerRun& operator=(const ParameterServerRun&) = delete;
 
@@ -91,7 +95,8 @@ class ParameterServerRun final : public StrategyRun {
 
  private:
   ParameterServerRun(const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,
-                     const std::atomic<bool>* stop);
+                     const std::atomic<bool>* stop,
+                     std::unique_ptr<FailoverMetrics> failover_metrics);
 
   // Start's steps: the ps initialised (or found so), or every ps restored
   // from the newest checkpoint on disk; then the run's set-up logged.
@@ -113,6 +118,7 @@ class ParameterServerRun final : public StrategyRun {
   const std::atomic<bool>& stop_;
   const Placement placement_;
   PsSetup ps_setup_;  // points at placement_
+  const std::unique_ptr<FailoverMetrics> failover_metrics_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<GrpcPsFleet> ps_;
   std::unique_ptr<MembershipSync> membership_;

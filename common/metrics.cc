@@ -288,7 +288,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(
 }
 
 absl::StatusOr<prometheus::Counter*> Metrics::AddCounter(
-    const std::string& name, const std::string& help) {
+    const std::string& name, const std::string& help, const prometheus::Labels& labels) {
   absl::Status status = CheckName(name);
   if (!status.ok()) return status;
   try {
@@ -297,15 +297,15 @@ absl::StatusOr<prometheus::Counter*> Metrics::AddCounter(
                 .Help(help)
                 .Labels({{"task", task_}})
                 .Register(*registry_)
-                .Add({});
+                .Add(labels);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("counter '", name, "': ", e.what()));
   }
 }
 
-absl::StatusOr<prometheus::Gauge*> Metrics::AddGauge(const std::string& name,
-                                                     const std::string& help) {
+absl::StatusOr<prometheus::Gauge*> Metrics::AddGauge(
+    const std::string& name, const std::string& help, const prometheus::Labels& labels) {
   absl::Status status = CheckName(name);
   if (!status.ok()) return status;
   try {
@@ -314,7 +314,7 @@ absl::StatusOr<prometheus::Gauge*> Metrics::AddGauge(const std::string& name,
                 .Help(help)
                 .Labels({{"task", task_}})
                 .Register(*registry_)
-                .Add({});
+                .Add(labels);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("gauge '", name, "': ", e.what()));
@@ -323,7 +323,7 @@ absl::StatusOr<prometheus::Gauge*> Metrics::AddGauge(const std::string& name,
 
 absl::StatusOr<prometheus::Histogram*> Metrics::AddHistogram(
     const std::string& name, const std::string& help,
-    const std::vector<double>& bucket_bounds) {
+    const std::vector<double>& bucket_bounds, const prometheus::Labels& labels) {
   absl::Status status = CheckName(name);
   if (!status.ok()) return status;
   for (size_t i = 0; i < bucket_bounds.size(); ++i) {
@@ -340,7 +340,7 @@ absl::StatusOr<prometheus::Histogram*> Metrics::AddHistogram(
                 .Help(help)
                 .Labels({{"task", task_}})
                 .Register(*registry_)
-                .Add({}, bucket_bounds);
+                .Add(labels, bucket_bounds);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("histogram '", name, "': ", e.what()));

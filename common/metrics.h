@@ -22,6 +22,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "prometheus/labels.h"
 
 namespace prometheus {
 class Registry;
@@ -37,7 +38,8 @@ namespace pscluster {
 //              push_latency_seconds, pull_latency_seconds,
 //              gradient_staleness
 //   chief      examples_per_second, pending_workers, model_version, loss,
-//              accuracy
+//              accuracy (a parameter-server run adds its ps's copies and
+//              fail-overs: chief/failover_metrics.h)
 //   evaluator  model_version, loss, accuracy
 enum class MetricsRole { kPs, kWorker, kChief, kEvaluator };
 
@@ -88,18 +90,23 @@ class Metrics {
   prometheus::Histogram& pull_latency_seconds() { return *pull_latency_; }
   prometheus::Histogram& gradient_staleness() { return *staleness_; }
 
-  // Further metrics, labelled like the others. Asking again for a name of
-  // the same kind returns the same metric (help and buckets of the first
-  // call stay). InvalidArgument naming `name` when it is not a valid
-  // Prometheus name, is already used by another kind of metric, or when
-  // `bucket_bounds` are not finite and strictly increasing.
+  // Further metrics, labelled like the others, and with `labels` besides
+  // (one series of a family per set of labels: {{"how", "backup"}}; every
+  // series of a name should carry the same label names). Asking again for
+  // a name of the same kind and the same `labels` returns the same metric
+  // (help and buckets of the first call stay). InvalidArgument naming
+  // `name` when it is not a valid Prometheus name, is already used by
+  // another kind of metric, when a label name is not valid or is "task",
+  // or when `bucket_bounds` are not finite and strictly increasing.
   absl::StatusOr<prometheus::Counter*> AddCounter(const std::string& name,
-                                                  const std::string& help);
+                                                  const std::string& help,
+                                                  const prometheus::Labels& labels = {});
   absl::StatusOr<prometheus::Gauge*> AddGauge(const std::string& name,
-                                              const std::string& help);
+                                              const std::string& help,
+                                              const prometheus::Labels& labels = {});
   absl::StatusOr<prometheus::Histogram*> AddHistogram(
       const std::string& name, const std::string& help,
-      const std::vector<double>& bucket_bounds);
+      const std::vector<double>& bucket_bounds, const prometheus::Labels& labels = {});
 
   // Every metric in the text exposition format: what /metrics returns.
   std::string Serialize() const;

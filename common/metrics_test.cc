@@ -207,6 +207,40 @@ TEST(Metrics, ExtraMetricsAreCachedByNameAndChecked) {
               HasSubstr("bucket bound 1"));
 }
 
+TEST(Metrics, ExtraMetricsTakeFurtherLabels) {
+  auto metrics = Metrics::Start("", "chief:0", MetricsRole::kChief);
+  ASSERT_TRUE(metrics.ok());
+  Metrics& m = **metrics;
+  auto a = m.AddCounter("pscluster_things_total", "Things.", {{"how", "a"}});
+  auto b = m.AddCounter("pscluster_things_total", "Things.", {{"how", "b"}});
+  auto a_again = m.AddCounter("pscluster_things_total", "Things.", {{"how", "a"}});
+  ASSERT_TRUE(a.ok() && b.ok() && a_again.ok()) << a.status() << b.status();
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(*a, *a_again);
+  (*b)->Increment(2);
+  auto g = m.AddGauge("pscluster_where", "Where.", {{"ps", "ps:1"}, {"role", "backup"}});
+  ASSERT_TRUE(g.ok()) << g.status();
+  (*g)->Set(1);
+  auto h = m.AddHistogram("pscluster_pause_seconds", "Pauses.", {1, 10}, {{"how", "a"}});
+  ASSERT_TRUE(h.ok()) << h.status();
+  (*h)->Observe(2);
+  const std::string text = m.Serialize();
+  EXPECT_THAT(text, HasSubstr("pscluster_things_total{task=\"chief:0\",how=\"a\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("pscluster_things_total{task=\"chief:0\",how=\"b\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("pscluster_where{task=\"chief:0\",ps=\"ps:1\",role=\"backup\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("pscluster_pause_seconds_bucket{task=\"chief:0\",how=\"a\","
+                              "le=\"10\"} 1\n"));
+
+  // The task label is every series' own; a label name must be valid.
+  for (const prometheus::Labels& bad :
+       std::vector<prometheus::Labels>{{{"task", "ps:1"}}, {{"1bad", "x"}}}) {
+    auto c = m.AddCounter("pscluster_bad_total", "x", bad);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad.begin()->first;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("pscluster_bad_total"));
+  }
+}
+
 TEST(Metrics, RejectsMalformedAddresses) {
   for (const std::string address :
        {"9100", "host:", ":9100", "127.0.0.1:70000", "127.0.0.1:9100s",

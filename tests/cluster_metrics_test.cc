@@ -65,7 +65,9 @@ const std::map<std::string, std::set<std::string>> kFamilies = {
       "pscluster_pull_latency_seconds", "pscluster_gradient_staleness"}},
     {"chief",
      {"pscluster_examples_per_second", "pscluster_pending_workers", "pscluster_model_version",
-      "pscluster_loss", "pscluster_accuracy"}},
+      "pscluster_loss", "pscluster_accuracy", "pscluster_ps_store_info",
+      "pscluster_ps_failovers_total", "pscluster_ps_recovery_pause_seconds",
+      "pscluster_ps_reseed_bytes_total"}},
     {"evaluator", {"pscluster_model_version", "pscluster_loss", "pscluster_accuracy"}},
 };
 
@@ -175,6 +177,22 @@ TEST(ClusterMetricsTest, EveryRoleServesItsOwnMetricsWithTheWorkDone) {
   // No worker has finished yet when the chief's gauges were read.
   EXPECT_EQ(*Sample(scraped["chief:0"], "pscluster_pending_workers", "chief:0"), 2)
       << scraped["chief:0"];
+  // Without --ps_replicas every store has its primary only, and no ps was
+  // lost.
+  const std::string& chief = scraped["chief:0"];
+  for (const std::string ps : {"ps:0", "ps:1"}) {
+    EXPECT_NE(chief.find(absl::StrCat("pscluster_ps_store_info{task=\"chief:0\",holder=\"", ps,
+                                      "\",role=\"primary\",store=\"", ps, "\"} 1\n")),
+              std::string::npos)
+        << ps << "\n" << chief;
+  }
+  EXPECT_EQ(chief.find("\",role=\"backup\","), std::string::npos) << chief;
+  for (const char* how : {"backup", "checkpoint", "resumed"}) {
+    EXPECT_NE(chief.find(absl::StrCat("pscluster_ps_failovers_total{task=\"chief:0\",how=\"", how,
+                                      "\"} 0\n")),
+              std::string::npos)
+        << how << "\n" << chief;
+  }
 
   std::map<std::string, int> codes = (*c)->Wait(absl::Minutes(5));
   for (const auto& [task, code] : codes) EXPECT_EQ(code, 0) << task;

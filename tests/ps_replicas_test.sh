@@ -8,6 +8,8 @@
 # a ps killed with SIGKILL mid-run (restored from the checkpoint, as without
 # replicas: its backups are seeded again). A sync run with replicas ends
 # with the same final line as one without (the same bits are trained).
+# After a kill, the chief's /metrics counts the fail-over by how the ps
+# came back, and the bytes copied from a backup.
 # Bad values of the flag exit 2 naming it.
 #
 # Usage: tests/ps_replicas_test.sh [MNIST_DIR]
@@ -99,9 +101,30 @@ else
   fail "async, 3 ps (exit $rc): $problems"; tail -n 20 "$tmp/a3.out"
 fi
 
+# scrape_chief OUT: the chief's /metrics (its port from the launcher's list
+# in OUT) into OUT.metrics, which keeps the last scrape that answered.
+scrape_chief() {
+  local out="$1" port body
+  port="$(sed -nE 's/^train\.sh: Prometheus metrics on .*[ :]chief:([0-9]+) .*/\1/p' "$out" |
+    head -n 1)"
+  [ -n "$port" ] || return 0
+  # shellcheck disable=SC2016  # $1 is the inner shell's
+  body="$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" &&
+    printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3' _ "$port" 2>/dev/null)"
+  if grep -q '^pscluster_' <<<"$body"; then printf '%s\n' "$body" > "$out.metrics"; fi
+}
+
+# chief_metric OUT SERIES: the value of the chief's SERIES (name{labels} as
+# the text format writes them) in OUT.metrics; empty when absent.
+chief_metric() {
+  awk -v k="$2" '$1 == k { print $2 }' "$1.metrics" 2>/dev/null | head -n 1
+}
+
 # kill_ps OUT MODE NUM_PS INDEX: trains the mlp for 3 epochs with replicas
 # and SIGKILLs ps INDEX (a grep pattern: '[12]' kills two) mid-run
-# (kill_ps_frozen). Sets killed (a pid killed) and rc.
+# (kill_ps_frozen). Sets killed (a pid killed) and rc. Once the chief logs
+# the lost ps back, its /metrics is scraped until the run ends (into
+# OUT.metrics, scrape_chief).
 kill_ps() {
   local out="$1" mode="$2" num_ps="$3" index="$4" pid
   "$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas=1 \
@@ -114,7 +137,13 @@ kill_ps() {
   done
   killed=""
   grep -q 'every worker is done' "$out" || kill_ps_frozen "$pid" "$index"
-  for _ in $(seq 1 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 900); do
+    kill -0 "$pid" 2>/dev/null || break
+    if grep -qE '^\[chief\] .*ps:[0-9]+ (restarted|answers again)' "$out"; then
+      scrape_chief "$out"
+    fi
+    sleep 0.1
+  done
   if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 5; rc=124; else wait "$pid"; rc=$?; fi
 }
 
@@ -137,8 +166,18 @@ same_updates() {
 # its backup's state (no checkpoint read, no step redone), keeps a backup
 # again, and the run ends exactly as a clean one: every ps applied the
 # same pushes (digest and counters) and ends at the clean run's final line.
+# The chief's /metrics counts one fail-over from the backup, the bytes
+# copied from it, and where each store's backup is.
 kill_ps "$tmp/kill.out" sync 2 1
 problems="$(crc_pairs "$tmp/kill.out" 2)$(same_updates "$tmp/kill.out" 2)"
+m_backup="$(chief_metric "$tmp/kill.out" 'pscluster_ps_failovers_total{task="chief:0",how="backup"}')"
+m_ckpt="$(chief_metric "$tmp/kill.out" 'pscluster_ps_failovers_total{task="chief:0",how="checkpoint"}')"
+m_bytes="$(chief_metric "$tmp/kill.out" 'pscluster_ps_reseed_bytes_total{task="chief:0"}')"
+m_pauses="$(chief_metric "$tmp/kill.out" 'pscluster_ps_recovery_pause_seconds_count{task="chief:0"}')"
+m_place="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:0",role="backup",store="ps:1"}')"
+[ "$m_backup" = 1 ] && [ "$m_ckpt" = 0 ] && [ "$m_pauses" = 1 ] && [ "$m_place" = 1 ] &&
+  awk -v b="$m_bytes" 'BEGIN { exit !(b > 0) }' ||
+  problems+="chief's /metrics: failovers backup='$m_backup' checkpoint='$m_ckpt' pauses='$m_pauses' reseed_bytes='$m_bytes' ps:1's backup on ps:0='$m_place'; "
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [ "$(tail -n 1 "$tmp/kill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
    grep -q '^\[launcher\] ps:1 exited (killed by SIGKILL); restarting' "$tmp/kill.out" &&
@@ -147,7 +186,7 @@ if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [ "$(grep -c "ps:1's store has a backup on ps:0" "$tmp/kill.out")" -ge 2 ] &&
    [ "$(grep -c "ps:0's store has a backup on ps:1" "$tmp/kill.out")" -ge 2 ] &&
    [ -z "$problems" ]; then
-  pass "sync, ps:1 killed mid-run: restored from its backup, no step redone, every ps applied the same updates, the final line is the clean run's, every backup equals its primary"
+  pass "sync, ps:1 killed mid-run: restored from its backup, no step redone, every ps applied the same updates, the final line is the clean run's, every backup equals its primary; /metrics: 1 fail-over from the backup, $m_bytes bytes re-seeded"
 else
   fail "sync, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/kill.out"
 fi
@@ -169,12 +208,16 @@ fi
 # replicas, and the log says why.
 kill_ps "$tmp/dkill.out" sync 2 0
 problems="$(crc_pairs "$tmp/dkill.out" 2)"
+m_backup="$(chief_metric "$tmp/dkill.out" 'pscluster_ps_failovers_total{task="chief:0",how="backup"}')"
+m_ckpt="$(chief_metric "$tmp/dkill.out" 'pscluster_ps_failovers_total{task="chief:0",how="checkpoint"}')"
+[ "$m_backup" = 0 ] && [ "$m_ckpt" = 1 ] ||
+  problems+="chief's /metrics: failovers backup='$m_backup' checkpoint='$m_ckpt'; "
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [[ "$(tail -n 1 "$tmp/dkill.out")" =~ ^final:\ test_accuracy=0\.9[2-9] ]] &&
    grep -q 'ps:0 cannot be restored from its backup (ps:0 decides the sync steps, and its backup cannot know the decisions in flight); the checkpoint serves' "$tmp/dkill.out" &&
    grep -q 'ps:0 restarted: every ps restored from the checkpoint of step' "$tmp/dkill.out" &&
    [ -z "$problems" ]; then
-  pass "sync, ps:0 (the decider) killed mid-run: restored from the checkpoint, saying why; the run ends as usual and every backup equals its primary"
+  pass "sync, ps:0 (the decider) killed mid-run: restored from the checkpoint, saying why (and /metrics counts it so); the run ends as usual and every backup equals its primary"
 else
   fail "sync, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/dkill.out"
 fi
