@@ -12,9 +12,12 @@
 //                chunks go to the others and sync steps stop waiting for
 //                it until it is back (it rejoins by asking for work).
 //   ps lost      it stops answering, or answers as a new process: workers
-//                are paused; once it is back every ps is restored from the
-//                newest checkpoint (a new generation) and the data position
-//                rewinds to the checkpoint's; steps since it are lost.
+//                are paused until it is back. The same process resumes as
+//                it was. A new one takes its backup's state with
+//                --ps_replicas=1 (nothing else moves), or else every ps is
+//                restored from the newest checkpoint (a new generation) and
+//                the data position rewinds to the checkpoint's; steps since
+//                it are lost (PsRecovery says which and why).
 //   chief lost   a restarted chief finds the ps initialised and keeps their
 //                parameters; the data position comes from the newest
 //                checkpoint in checkpoint_dir.

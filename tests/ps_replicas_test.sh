@@ -5,9 +5,11 @@
 # values and optimizer slots at shutdown, and one of the backup it keeps;
 # ps i's must equal the backup's on ps i+1 (mod N), with the same version
 # and applied digest. Checked in sync and async, with 2 and 3 ps, and after
-# a ps killed with SIGKILL mid-run (restored from the checkpoint, as without
-# replicas: its backups are seeded again). A sync run with replicas ends
-# with the same final line as one without (the same bits are trained).
+# a ps killed with SIGKILL mid-run: a follower takes its backup's state, no
+# step redone, every ps applying the clean run's pushes with its digest;
+# ps 0 of a sync run, and a ps whose copies were both killed, are restored
+# from the checkpoint, saying why. A sync run with replicas ends with the
+# same final line as one without (the same bits are trained).
 # After a kill, the chief's /metrics counts the fail-over by how the ps
 # came back, and the bytes copied from a backup.
 # Bad values of the flag exit 2 naming it.
