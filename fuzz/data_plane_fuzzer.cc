@@ -6,8 +6,9 @@
 //   side even  the ps (ps_server/data_plane_server.cc Serve): a hello
 //              (kind, token) read with no payload allowed, then up to
 //              kMaxFrames request frames: header, meta parsed as a
-//              PushRequest or StepCommitRequest, the payload read into
-//              pieces (fp32 gradients) or taken as it comes;
+//              PushRequest, StepCommitRequest or ReplicateRequest, the
+//              payload read into pieces (fp32 gradients) or taken as it
+//              comes;
 //   side odd   the worker (DataChannel::Connect and Run): the hello's
 //              answer, then answers: error frames, PushPullResponse metas,
 //              payloads up to kMaxAnswerPayloadBytes claimed, read into
@@ -77,6 +78,13 @@ void PsSide(DataSocket& socket, uint8_t split) {
       StepCommitRequest req;
       (void)req.ParseFromString(meta);
       if (!socket.ReadSized(&payload, h.payload_size).ok()) return;
+      continue;
+    }
+    if (h.kind == static_cast<uint32_t>(DataKind::kReplicate)) {
+      ReplicateRequest req;
+      (void)req.ParseFromString(meta);
+      if (!socket.ReadSized(&payload, h.payload_size).ok()) return;
+      Require(payload.size() == h.payload_size, "replicate payload size");
       continue;
     }
     PushRequest req;

@@ -188,6 +188,10 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
       if (!ServeCommit(*socket, h, &meta, &payload)) return;
       continue;
     }
+    if (h.kind == static_cast<uint32_t>(DataKind::kReplicate)) {
+      if (!ServeReplicate(*socket, h, &meta, &payload)) return;
+      continue;
+    }
     const bool is_push_pull = h.kind == static_cast<uint32_t>(DataKind::kPushPull);
     const bool parsed = is_push_pull && req.ParseFromString(meta);
     // fp32 gradients in the store's order land in `grads`, which the
@@ -266,6 +270,26 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   }
 }
 
+namespace {
+
+// The answer to a call whose answer has no payload: `status`'s error, or
+// `resp` (serialized through `meta`). False when the connection broke.
+bool WriteAnswer(DataSocket& socket, uint32_t kind, const grpc::Status& status,
+                 const google::protobuf::Message& resp, std::string* meta) {
+  FrameHeader answer;
+  answer.kind = kind;
+  if (!status.ok()) {
+    answer.code = static_cast<uint32_t>(status.error_code());
+    answer.meta_size = static_cast<uint32_t>(status.error_message().size());
+    return socket.WriteFrame(answer, status.error_message(), {}).ok();
+  }
+  resp.SerializeToString(meta);
+  answer.meta_size = static_cast<uint32_t>(meta->size());
+  return socket.WriteFrame(answer, *meta, {}).ok();
+}
+
+}  // namespace
+
 bool DataPlaneServer::ServeCommit(DataSocket& socket, const FrameHeader& h, std::string* meta,
                                   std::string* payload) {
   // None is sent; read what came.
@@ -276,16 +300,19 @@ bool DataPlaneServer::ServeCommit(DataSocket& socket, const FrameHeader& h, std:
                             ? service_->DoCommitStep(req, &resp)
                             : grpc::Status(grpc::INVALID_ARGUMENT,
                                            "cannot parse the StepCommitRequest");
-  FrameHeader answer;
-  answer.kind = h.kind;
-  if (!status.ok()) {
-    answer.code = static_cast<uint32_t>(status.error_code());
-    answer.meta_size = static_cast<uint32_t>(status.error_message().size());
-    return socket.WriteFrame(answer, status.error_message(), {}).ok();
-  }
-  resp.SerializeToString(meta);
-  answer.meta_size = static_cast<uint32_t>(meta->size());
-  return socket.WriteFrame(answer, *meta, {}).ok();
+  return WriteAnswer(socket, h.kind, status, resp, meta);
+}
+
+bool DataPlaneServer::ServeReplicate(DataSocket& socket, const FrameHeader& h, std::string* meta,
+                                     std::string* payload) {
+  if (!socket.ReadSized(payload, h.payload_size).ok()) return false;
+  ReplicateRequest req;
+  ReplicateResponse resp;
+  grpc::Status status = req.ParseFromString(*meta)
+                            ? service_->DoReplicate(req, *payload, &resp)
+                            : grpc::Status(grpc::INVALID_ARGUMENT,
+                                           "cannot parse the ReplicateRequest");
+  return WriteAnswer(socket, h.kind, status, resp, meta);
 }
 
 }  // namespace pscluster

@@ -5,7 +5,9 @@
 // PushPull through PsService::DoPushPull: the same rules, counters and
 // exactly-once answers as the gRPC method. ps 0 of a sync cluster sends
 // its step decisions to the other ps the same way (CommitStep's
-// DoCommitStep; ps_server/step_broadcaster.h).
+// DoCommitStep; ps_server/step_broadcaster.h), and a primary its updates
+// to the backup store it keeps on another ps, whose own server this is
+// then (Replicate's DoReplicate; ps_server/replicator.h).
 //
 // The port is told to clients through GetStats (PsStatsResponse.data_port),
 // so by default it is any free one; --data_port on ps_server fixes it (for
@@ -52,6 +54,10 @@ class DataPlaneServer {
   // False when the connection broke.
   bool ServeCommit(DataSocket& socket, const FrameHeader& h, std::string* meta,
                    std::string* payload);
+  // A primary's updates (DataKind::kReplicate): applied through
+  // PsService::DoReplicate and answered. False when the connection broke.
+  bool ServeReplicate(DataSocket& socket, const FrameHeader& h, std::string* meta,
+                      std::string* payload);
 
   PsService* service_ = nullptr;
   std::shared_ptr<const SecurityConfig> security_;

@@ -488,6 +488,7 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
     resp->set_backups_live(r.backups_live);
     resp->set_backups_set(r.backups_set);
     resp->set_bytes_replicated(r.bytes_sent);
+    resp->set_bytes_replicated_data_plane(r.bytes_sent_data_plane);
   }
   return grpc::Status::OK;
 }
@@ -612,11 +613,40 @@ grpc::Status PsService::AwaitReplicated(int64_t version, absl::Time deadline) {
 grpc::Status PsService::Replicate(grpc::ServerContext* ctx, const ReplicateRequest* req,
                                   ReplicateResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  for (const AppliedUpdateRecord& r : req->updates()) {
+  return ApplyRecords(*req, nullptr, resp);
+}
+
+grpc::Status PsService::DoReplicate(const ReplicateRequest& req, absl::string_view payload,
+                                    ReplicateResponse* resp) {
+  uint64_t total = 0;
+  for (const AppliedUpdateRecord& r : req.updates()) {
+    if (!r.gradient().empty() || r.payload_bytes() > payload.size() - total) {
+      return grpc::Status(grpc::INVALID_ARGUMENT,
+                          absl::StrCat("a replicated record's gradient must be ",
+                                       "payload_bytes of the payload (", payload.size(),
+                                       " bytes, ", total, " taken)"));
+    }
+    total += r.payload_bytes();
+  }
+  if (total != payload.size()) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("the records claim ", total, " bytes of a payload of ",
+                                     payload.size()));
+  }
+  return ApplyRecords(req, &payload, resp);
+}
+
+grpc::Status PsService::ApplyRecords(const ReplicateRequest& req, const absl::string_view* payload,
+                                     ReplicateResponse* resp) {
+  uint64_t at = 0;
+  for (const AppliedUpdateRecord& r : req.updates()) {
     AppliedUpdate u;
     u.generation = r.generation();
     u.version = r.version();
-    if (absl::Status s = BytesToFloats(r.gradient(), "gradient", &u.gradient); !s.ok()) {
+    const absl::string_view gradient =
+        payload != nullptr ? payload->substr(at, r.payload_bytes()) : absl::string_view(r.gradient());
+    at += payload != nullptr ? r.payload_bytes() : 0;
+    if (absl::Status s = BytesToFloats(gradient, "gradient", &u.gradient); !s.ok()) {
       return ToGrpcStatus(s);
     }
     u.skipped = r.skipped();
@@ -625,7 +655,7 @@ grpc::Status PsService::Replicate(grpc::ServerContext* ctx, const ReplicateReque
     u.worker = r.worker();
     u.request_id = r.request_id();
     u.staleness = r.staleness();
-    if (absl::Status s = store_->ApplyReplicated(req->layout_fingerprint(), u); !s.ok()) {
+    if (absl::Status s = store_->ApplyReplicated(req.layout_fingerprint(), u); !s.ok()) {
       return ToGrpcStatus(s);
     }
   }

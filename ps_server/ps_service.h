@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "proto/ps.grpc.pb.h"
@@ -82,6 +83,11 @@ class PsService final : public ParameterServer::Service {
                           DataPlaneCall* call = nullptr);
   // CommitStep without gRPC: the tcp data plane's, after its token check.
   grpc::Status DoCommitStep(const StepCommitRequest& req, StepCommitResponse* resp);
+  // Replicate without gRPC (the tcp data plane's): the records' gradients
+  // are `payload`, each record's payload_bytes of it in turn, not their
+  // `gradient` fields; a payload they do not add up to is refused.
+  grpc::Status DoReplicate(const ReplicateRequest& req, absl::string_view payload,
+                           ReplicateResponse* resp);
   // Whether req's gradients are fp32 in this ps's shard order: used where
   // they lie, not decoded.
   static bool GradientsAsSent(const PushRequest& req);
@@ -106,6 +112,10 @@ class PsService final : public ParameterServer::Service {
   grpc::Status DoPush(const PushRequest& req, PushResponse* resp,
                       std::optional<bool> finite = std::nullopt,
                       std::vector<float>* owned = nullptr);
+  // Replicate's records applied to the store, in order; their gradients
+  // are their own, or (the data plane's) consecutive pieces of `payload`.
+  grpc::Status ApplyRecords(const ReplicateRequest& req, const absl::string_view* payload,
+                            ReplicateResponse* resp);
   // What seeds a backup of this store: its configuration and state now.
   absl::StatusOr<RestoreRequest> SeedRequest();
   // Waits until the backups hold `version`, when there are any.

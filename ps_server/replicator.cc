@@ -5,14 +5,25 @@
 
 #include "absl/time/clock.h"
 #include "common/retry.h"
+#include "common/security.h"
 #include "proto/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "wire/data_plane.h"
 
 namespace pscluster {
 namespace {
 
 // Calling a backup again: at once at first, at most every 100 ms while it
 // is down (a restarted one is seeded within that of answering).
+// A backup's refusal of updates: restarted, behind, or of another
+// generation. It takes a fresh seed, whichever way the updates came.
+bool NeedsSeed(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+         s.error_code() == grpc::StatusCode::ABORTED ||
+         (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+          s.error_message().find("not initialised") != std::string::npos);
+}
+
 RetryPolicy CallAgainPolicy() {
   RetryPolicy p;
   p.initial_backoff = absl::Milliseconds(1);
@@ -20,11 +31,18 @@ RetryPolicy CallAgainPolicy() {
   return p;
 }
 
-void ToRecord(const AppliedUpdate& u, AppliedUpdateRecord* r) {
+// u as a record; its gradient in the record (gRPC) or, with
+// `payload_bytes` saying how much, left where it is for the data plane's
+// payload.
+void ToRecord(const AppliedUpdate& u, bool gradient_inline, AppliedUpdateRecord* r) {
   r->set_generation(u.generation);
   r->set_version(u.version);
-  r->mutable_gradient()->assign(reinterpret_cast<const char*>(u.gradient.data()),
-                                u.gradient.size() * sizeof(float));
+  const size_t bytes = u.gradient.size() * sizeof(float);
+  if (gradient_inline) {
+    r->mutable_gradient()->assign(reinterpret_cast<const char*>(u.gradient.data()), bytes);
+  } else {
+    r->set_payload_bytes(bytes);
+  }
   r->set_skipped(u.skipped);
   for (bool m : u.members) r->add_members(m);
   for (uint64_t id : u.member_request_ids) r->add_member_request_ids(id);
@@ -122,6 +140,7 @@ ReplicaStats Replicator::stats() const {
   }
   s.replicated_version = any ? lowest : -1;
   s.bytes_sent = bytes_sent_.load();
+  s.bytes_sent_data_plane = bytes_sent_data_plane_.load();
   return s;
 }
 
@@ -178,6 +197,25 @@ bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
 void Replicator::Send(Backup* b) {
   std::unique_ptr<ParameterServer::Stub> stub =
       ParameterServer::NewStub(MakeChannel(b->address, options_.rpc));
+  // The backup's tcp data plane (its port asked over gRPC before a dial),
+  // as StepBroadcaster reaches the other ps: when it fails, the updates go
+  // over gRPC, and so do the next ones for 10 s.
+  ParameterServer::Stub* stats = stub.get();
+  auto port_of = [stats, b](absl::Time deadline) -> absl::StatusOr<int> {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    PsStatsResponse st;
+    grpc::Status s = stats->GetStats(&ctx, PsStatsRequest(), &st);
+    if (!s.ok()) return FromGrpcStatus(s, "ask the backup at " + b->address + " for its data port");
+    if (st.data_port() <= 0) {
+      return absl::FailedPreconditionError("the backup at " + b->address +
+                                           " serves no tcp data plane");
+    }
+    return st.data_port();
+  };
+  DataChannel data(b->address, port_of,
+                   options_.rpc.security ? options_.rpc.security : ProcessSecurity(), &stop_);
+  absl::Time grpc_until = absl::InfinitePast();  // after the data plane failed
   bool seeded = false;
   absl::Time failing_since = absl::InfiniteFuture();  // of the calls now failing
   std::unique_ptr<Backoff> backoff = std::make_unique<Backoff>(CallAgainPolicy());
@@ -221,16 +259,48 @@ void Replicator::Send(Backup* b) {
       const int n = std::min<int>(options_.max_batch, static_cast<int>(b->queue.size()));
       batch.assign(b->queue.begin(), b->queue.begin() + n);
     }
-    // Copied into the request outside the lock, which the store's listener
-    // (under the store's lock) takes.
-    for (const std::shared_ptr<const AppliedUpdate>& u : batch) ToRecord(*u, req.add_updates());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
+    // Made outside the lock, which the store's listener (under the store's
+    // lock) takes. Over the data plane the gradients go from where they
+    // lie; over gRPC they are copied into the records.
     ReplicateResponse resp;
-    grpc::Status s = stub->Replicate(&ctx, req, &resp);
+    grpc::Status s;
+    bool via_data_plane = false;
+    if (absl::Now() >= grpc_until) {
+      std::vector<absl::string_view> payload;
+      for (const std::shared_ptr<const AppliedUpdate>& u : batch) {
+        ToRecord(*u, /*gradient_inline=*/false, req.add_updates());
+        payload.emplace_back(reinterpret_cast<const char*>(u->gradient.data()),
+                             u->gradient.size() * sizeof(float));
+      }
+      s = data.Unary(DataKind::kReplicate, &req, &resp, absl::Now() + absl::Seconds(2),
+                     std::move(payload));
+      via_data_plane = s.ok();
+      if (!s.ok() && !NeedsSeed(s)) {
+        // Not reached, or not understood (an older ps): gRPC's answer is
+        // the one that counts, and records the backup already holds are
+        // skipped by it.
+        spdlog::warn("updates go to the backup at {} over gRPC for 10 s: its data plane "
+                     "answered {}",
+                     b->address, s.error_message());
+        grpc_until = absl::Now() + absl::Seconds(10);
+        req.clear_updates();
+      }
+    }
+    if (!via_data_plane && !NeedsSeed(s) && absl::Now() < grpc_until) {
+      for (const std::shared_ptr<const AppliedUpdate>& u : batch) {
+        ToRecord(*u, /*gradient_inline=*/true, req.add_updates());
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
+      s = stub->Replicate(&ctx, req, &resp);
+    }
     if (s.ok()) {
       succeeded();
-      bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+      int64_t bytes = static_cast<int64_t>(req.ByteSizeLong());
+      int64_t payload = 0;
+      for (const AppliedUpdateRecord& r : req.updates()) payload += r.payload_bytes();
+      bytes_sent_ += bytes + payload;
+      if (via_data_plane) bytes_sent_data_plane_ += bytes + payload;
       absl::MutexLock lock(&mu_);
       // What was sent is still at the queue's front: only this thread
       // takes from it, and a fresh seed clears it (then held is the seed's).
@@ -245,11 +315,7 @@ void Replicator::Send(Backup* b) {
       changed_.SignalAll();
       continue;
     }
-    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-        s.error_code() == grpc::StatusCode::ABORTED ||
-        (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-         s.error_message().find("not initialised") != std::string::npos)) {
-      // Restarted, behind, or of another generation: seed it afresh.
+    if (NeedsSeed(s)) {
       spdlog::info("backup at {} needs a fresh seed: {}", b->address, s.error_message());
       seeded = false;
       continue;

@@ -6,7 +6,12 @@
 // (ParameterServer.Restore with as_backup), then sends every update the
 // store makes, in order (Replicate), a batch at a time. The ps service asks
 // WaitReplicated before it answers a worker, so that whatever a worker was
-// told, every backup that keeps up holds.
+// told, every backup that keeps up holds. The updates go over the backup's
+// tcp data plane (DataKind::kReplicate, the gradients sent from where they
+// lie): over gRPC each took about 0.7 ms on loopback, a tenth of an async
+// worker's step (docs/benchmarks/replication.md). When the data plane
+// cannot be reached or is not understood, they go over gRPC for 10 s
+// before it is tried again, as the step decisions do.
 //
 // A backup that fails every call for `lost_after` no longer keeps up:
 // answers stop waiting for it (the primary goes on alone; the chief sees
@@ -52,6 +57,7 @@ struct ReplicaStats {
   int backups_live = 0;
   int backups_set = 0;
   int64_t bytes_sent = 0;  // seeds and updates
+  int64_t bytes_sent_data_plane = 0;  // of which updates over the data plane
 };
 
 class Replicator {
@@ -101,6 +107,7 @@ class Replicator {
   const ReplicatorOptions options_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> bytes_sent_data_plane_{0};
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // an update queued, a backup advanced or was lost
   std::vector<std::unique_ptr<Backup>> backups_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,9 @@
 // dies no longer holds answers back, and one started in its place is
 // seeded again. A promoted backup answers the pushes the primary applied as
 // it did and fences off the old generation; a primary refuses a seed.
+// Updates go over the backup's tcp data plane where it has one (as
+// ps_server's backup store does) and over gRPC where not, with the same
+// results; the data plane's records must add up to its payload.
 // Two or three ps in this process, the workers' pushes by gRPC stubs.
 #include <atomic>
 #include <cstring>
@@ -19,6 +22,7 @@
 #include "common/task_server.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
+#include "ps_server/data_plane_server.h"
 #include "ps_server/ps_service.h"
 #include "tests/local_cluster.h"
 #include "update/parameter_store.h"
@@ -34,14 +38,16 @@ struct Ps {
   std::unique_ptr<Metrics> metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
   std::unique_ptr<PsService> service;
   std::unique_ptr<TaskServer> server;
+  std::unique_ptr<DataPlaneServer> data_plane;  // null: updates come over gRPC
   int port = 0;
   std::unique_ptr<ParameterServer::Stub> stub;
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port); }
 };
 
-// A ps on `port` (0: a free one).
-std::unique_ptr<Ps> StartPs(int port = 0) {
+// A ps on `port` (0: a free one), with a tcp data plane when `data_plane`
+// (as ps_server serves its backup store).
+std::unique_ptr<Ps> StartPs(int port = 0, bool data_plane = false) {
   auto p = std::make_unique<Ps>();
   p->service = std::make_unique<PsService>(&p->store, p->metrics.get());
   if (port == 0) port = testing::FreePort();
@@ -50,12 +56,21 @@ std::unique_ptr<Ps> StartPs(int port = 0) {
   if (!server.ok()) return nullptr;
   p->server = *std::move(server);
   p->port = port;
+  if (data_plane) {
+    absl::StatusOr<std::unique_ptr<DataPlaneServer>> dp =
+        DataPlaneServer::Start(0, p->service.get(), nullptr, uint64_t{1} << 30);
+    EXPECT_TRUE(dp.ok()) << dp.status();
+    if (!dp.ok()) return nullptr;
+    p->data_plane = *std::move(dp);
+    p->service->set_data_port(p->data_plane->port());
+  }
   p->stub = ParameterServer::NewStub(MakeChannel(p->address()));
   return p;
 }
 
 void StopPs(Ps* p) {
   p->store.Cancel();
+  p->data_plane.reset();
   p->server->Stop(absl::ZeroDuration());
 }
 
@@ -139,8 +154,13 @@ bool Eventually(F done) {
   return done();
 }
 
-TEST(ReplicationTest, AsyncPushesAreAnsweredOnlyOnceTheBackupHoldsThem) {
-  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+// Updates over the backup's tcp data plane (as ps_server serves its backup
+// store), or over gRPC where it has none.
+class AsyncReplicationTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(AsyncReplicationTest, PushesAreAnsweredOnlyOnceTheBackupHoldsThem) {
+  const bool data_plane = GetParam();
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs(0, data_plane);
   Init(primary.get(), ASYNC, 2);
   ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
   // Two workers push from threads of their own; every answer's version
@@ -170,6 +190,11 @@ TEST(ReplicationTest, AsyncPushesAreAnsweredOnlyOnceTheBackupHoldsThem) {
   EXPECT_EQ(st.backups_live(), 1);
   EXPECT_EQ(st.backups_set(), 1);
   EXPECT_GT(st.bytes_replicated(), 80 * kFloats * 4);
+  if (data_plane) {  // every update (the seed goes over gRPC)
+    EXPECT_GT(st.bytes_replicated_data_plane(), 80 * kFloats * 4);
+  } else {
+    EXPECT_EQ(st.bytes_replicated_data_plane(), 0);
+  }
   EXPECT_TRUE(Stats(backup.get()).backup());
   // The same on /metrics.
   const std::string metrics = primary->metrics->Serialize();
@@ -185,6 +210,11 @@ TEST(ReplicationTest, AsyncPushesAreAnsweredOnlyOnceTheBackupHoldsThem) {
   StopPs(primary.get());
   StopPs(backup.get());
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, AsyncReplicationTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "DataPlane" : "Grpc");
+                         });
 
 TEST(ReplicationTest, SyncStepsAreAnsweredOnlyOnceTheBackupHoldsTheirResult) {
   std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
@@ -460,6 +490,35 @@ TEST(ReplicationTest, SeedsAndReplicatedUpdatesAreRefusedWhereTheyDoNotBelong) {
   EXPECT_EQ(Stats(primary.get()).backups_set(), 0);
   StopPs(primary.get());
   StopPs(other.get());
+}
+
+// Over the data plane a record's gradient is its payload_bytes of the
+// frame's payload: records that do not add up to the payload, or carry a
+// gradient of their own as well, are refused whole.
+TEST(ReplicationTest, DataPlaneRecordsMustAddUpToThePayload) {
+  std::unique_ptr<Ps> backup = StartPs();
+  ReplicateRequest req;
+  req.set_layout_fingerprint(kLayout);
+  AppliedUpdateRecord* r = req.add_updates();
+  r->set_version(0);
+  r->set_payload_bytes(8);
+  ReplicateResponse resp;
+  const std::string twelve(12, '\0'), four(4, '\0');
+  for (absl::string_view payload : {absl::string_view(twelve), absl::string_view(four)}) {
+    grpc::Status s = backup->service->DoReplicate(req, payload, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << payload.size();
+    EXPECT_NE(s.error_message().find("payload"), std::string::npos) << s.error_message();
+  }
+  r->set_payload_bytes(UINT64_MAX);  // would wrap a sum
+  EXPECT_EQ(backup->service->DoReplicate(req, twelve, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  r->set_payload_bytes(8);
+  r->set_gradient(std::string(8, '\0'));
+  EXPECT_EQ(backup->service->DoReplicate(req, absl::string_view(twelve).substr(0, 8), &resp)
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(backup->store.stats().version, 0);
+  StopPs(backup.get());
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 
 namespace pscluster {
 
-absl::Status BytesToFloats(const std::string& bytes, const char* what, std::vector<float>* out) {
+absl::Status BytesToFloats(absl::string_view bytes, const char* what, std::vector<float>* out) {
   if (bytes.size() % sizeof(float) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " has ", bytes.size(), " bytes, not a whole number of float32s"));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/ps.pb.h"
 #include "update/parameter_store.h"
 
@@ -18,7 +19,7 @@ namespace pscluster {
 
 // Float32 values from protobuf bytes (which may not be float-aligned).
 // InvalidArgument naming `what` when the bytes are not whole float32s.
-absl::Status BytesToFloats(const std::string& bytes, const char* what, std::vector<float>* out);
+absl::Status BytesToFloats(absl::string_view bytes, const char* what, std::vector<float>* out);
 
 // The store configuration `init` asks for, for `num_floats` values (its
 // shards must add up to them). InvalidArgument naming the bad field.

@@ -523,10 +523,12 @@ void DataChannel::StartPushPull(PushRequest* req, PushPullResponse* resp, absl::
 }
 
 grpc::Status DataChannel::Unary(DataKind kind, google::protobuf::Message* req,
-                                google::protobuf::Message* resp, absl::Time deadline) {
+                                google::protobuf::Message* resp, absl::Time deadline,
+                                std::vector<absl::string_view> payload) {
   struct Call call {
     kind, req, nullptr, resp, nullptr, deadline, nullptr, {}, {}, {}
   };
+  call.runs.from = std::move(payload);
   return Run(call);
 }
 

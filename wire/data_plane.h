@@ -60,6 +60,8 @@ enum class DataKind : uint32_t {
   kHello = 1,     // meta: the cluster token; answer: a code
   kPushPull = 2,  // meta: PushRequest; answer: PushPullResponse
   kCommit = 3,    // ps 0 to another ps: meta: StepCommitRequest; answer: StepCommitResponse
+  kReplicate = 4,  // a primary to its backup: meta: ReplicateRequest, the records'
+                   // gradients as the payload; answer: ReplicateResponse
 };
 
 inline constexpr uint32_t kFrameMagic = 0x31445350;  // "PSD1"
@@ -229,9 +231,12 @@ class DataChannel {
                         PayloadSource source = {}, PayloadSink sink = {},
                         PayloadRuns runs = {});
   // A call of a message without a bytes field either way (kCommit), made
-  // on the calling thread. Not while a started call is in flight.
+  // on the calling thread; `payload`, where given, is sent after the
+  // message, gathered from where it lies (kReplicate's gradients). Not
+  // while a started call is in flight.
   grpc::Status Unary(DataKind kind, google::protobuf::Message* req,
-                     google::protobuf::Message* resp, absl::Time deadline);
+                     google::protobuf::Message* resp, absl::Time deadline,
+                     std::vector<absl::string_view> payload = {});
   // Fails the call in flight now (the connection is closed).
   void Cancel();
 
