@@ -184,8 +184,11 @@ int main(int argc, char** argv) {
   }
   backup_service.set_data_port((*backup_data_plane)->port());
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
-  spdlog::info("serving on {} (tcp data plane on port {}, backup store on port {})",
-               config.own_address(), (*data_plane)->port(), (*backup_server)->port());
+  spdlog::info(
+      "serving on {} (tcp data plane on port {}, backup store on port {} with its data plane "
+      "on port {})",
+      config.own_address(), (*data_plane)->port(), (*backup_server)->port(),
+      (*backup_data_plane)->port());
   // Ready once the chief has initialised or restored the store.
   std::thread readiness([&] {
     if (store.AwaitInitialized()) (*server)->SetReady(true);
