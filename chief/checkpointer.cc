@@ -123,9 +123,11 @@ absl::Status Checkpointer::WaitForOneVersion(absl::Time deadline, std::string* a
   }
 }
 
-absl::Status Checkpointer::Take(const char* why, int64_t highest_version, bool workers_idle) {
+absl::Status Checkpointer::Take(const char* why, int64_t highest_version, bool workers_idle,
+                                bool required) {
   const absl::Time t0 = absl::Now();
   absl::StatusOr<Snapshot> snap = TakeSnapshot(workers_idle);
+  if (!snap.ok() && required) return snap.status();
   if (!snap.ok()) {
     spdlog::warn("checkpoint ({}) skipped: {}", why, std::string(snap.status().message()));
     // Try again after another interval, not at once.

@@ -53,8 +53,10 @@ class Checkpointer {
   // worker can be in a step (start-up), so none is waited for. A snapshot
   // that cannot be taken (a ps unreachable, workers that do not pause) is
   // skipped with a warning, OK, and the next is due after another interval
-  // from `highest_version`. A file that cannot be written is an error.
-  absl::Status Take(const char* why, int64_t highest_version, bool workers_idle = false);
+  // from `highest_version` (with `required`, the snapshot's error instead).
+  // A file that cannot be written is an error.
+  absl::Status Take(const char* why, int64_t highest_version, bool workers_idle = false,
+                    bool required = false);
 
   // Whether a periodic checkpoint is due at `now` with the ps at up to
   // `highest_version`.

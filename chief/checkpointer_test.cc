@@ -128,6 +128,10 @@ TEST_F(CheckpointerTest, SyncSkipsWhenThePsNeverAgree) {
   // Tried again after another interval, not at once.
   EXPECT_FALSE(c.Due(absl::Now(), 399));
   EXPECT_TRUE(c.Due(absl::Now(), 400));
+  // The final checkpoint is required: the caller hears why it was not taken.
+  absl::Status s = c.Take("final", 300, /*workers_idle=*/false, /*required=*/true);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(c.latest(), nullptr);
 }
 
 TEST_F(CheckpointerTest, AsyncTakesThePsAtDifferentVersions) {

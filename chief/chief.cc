@@ -1,12 +1,15 @@
 #include "chief/chief.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "chief/cluster_tasks.h"
 #include "chief/coordinator_service.h"
@@ -41,8 +44,22 @@ namespace {
 // The final weights (of step result->steps) scored by the cluster's
 // evaluator into *result; the evaluator's error, if it fails or does not
 // answer within `timeout`.
-absl::Status ScoreByEvaluator(ClusterTasks& tasks, absl::Duration timeout, RunResult* result) {
-  absl::StatusOr<EvalReport> r = tasks.Evaluate(result->steps, timeout);
+// The evaluator's score of the final weights; meanwhile `keep_up` runs every
+// half second (StrategyRun::KeepUpWhileFinishing), its errors logged.
+absl::Status ScoreByEvaluator(ClusterTasks& tasks, absl::Duration timeout,
+                              const std::function<absl::Status()>& keep_up, RunResult* result) {
+  absl::StatusOr<EvalReport> r;
+  absl::Notification done;
+  std::thread asked([&] {
+    r = tasks.Evaluate(result->steps, timeout);
+    done.Notify();
+  });
+  while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+    if (absl::Status s = keep_up(); !s.ok()) {
+      spdlog::warn("while the final weights are evaluated: {}", std::string(s.message()));
+    }
+  }
+  asked.join();
   if (!r.ok()) return r.status();
   result->has_eval = true;
   result->test_accuracy = r->accuracy();
@@ -275,7 +292,8 @@ absl::StatusOr<RunResult> Chief::Impl::Finish() {
 absl::Status Chief::Impl::FinalEvaluation(RunResult* result) {
   if (tasks_->has_evaluator()) {
     // The ring's evaluator reads the weights from a worker's replica.
-    return ScoreByEvaluator(*tasks_, options_.final_eval_timeout, result);
+    return ScoreByEvaluator(*tasks_, options_.final_eval_timeout,
+                            [this] { return strategy_->KeepUpWhileFinishing(); }, result);
   }
   if (strategy_->WaitsForUnlistedEvaluator() && coordinator_->evaluator_seen()) {
     if (AwaitEvaluatorReport(result)) return absl::OkStatus();
@@ -291,7 +309,14 @@ bool Chief::Impl::AwaitEvaluatorReport(RunResult* result) {
   // operator's layout) evaluates the final weights within its interval.
   spdlog::info("waiting for the evaluator's report on step {}", result->steps);
   const absl::Time give_up = absl::Now() + options_.final_eval_timeout;
+  absl::Time next_keep_up = absl::Now();
   while (absl::Now() < give_up && !stop_) {
+    if (absl::Now() >= next_keep_up) {
+      next_keep_up = absl::Now() + absl::Milliseconds(500);
+      if (absl::Status s = strategy_->KeepUpWhileFinishing(); !s.ok()) {
+        spdlog::warn("while the final weights are evaluated: {}", std::string(s.message()));
+      }
+    }
     Progress p = tracker_->Snapshot(absl::Now());
     if (p.last_eval_step >= result->steps) {
       result->has_eval = true;

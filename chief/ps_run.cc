@@ -8,8 +8,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "chief/snapshot.h"
+#include "model/placement.h"
 #include "common/cluster_spec.h"
 #include "spdlog/spdlog.h"
+#include "update/store_state.h"
 #include "wire/codec.h"
 #include "wire/ps_client.h"
 
@@ -286,29 +288,48 @@ absl::Status ParameterServerRun::KeepBackups() {
 }
 
 absl::Status ParameterServerRun::TakeFinalCheckpoint() {
-  // A ps lost since the last check (after the workers were done) is
-  // recovered first: the final checkpoint, figures and export read every
-  // ps, and would wait for a restarted, empty one. Two looks: an
-  // unreachable ps counts as lost on its second failure.
-  for (int look = 0; look < 2; ++look) {
-    if (absl::Status s = recovery_->Check(checkpointer_->latest(), &highest_version_); !s.ok()) {
-      return s;
+  // A ps lost since the last check (after the workers were done, or while
+  // the checkpoint is taken) is recovered first and the checkpoint taken
+  // again: the final figures and weights come from it, not from a ps that
+  // may restart meanwhile. Two looks: an unreachable ps counts as lost on
+  // its second failure.
+  absl::Status taken;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int look = 0; look < 2; ++look) {
+      if (absl::Status s = recovery_->Check(checkpointer_->latest(), &highest_version_); !s.ok()) {
+        return s;
+      }
     }
+    if (!dispatcher_->AllFinished()) {
+      return absl::FailedPreconditionError(
+          "a ps restarted after every worker was done and every ps went back to the "
+          "checkpoint; the steps since cannot be trained again in this run (--ps_replicas=1 "
+          "avoids this: the ps continues from its backup)");
+    }
+    taken = checkpointer_->Take("final", highest_version_, /*workers_idle=*/false,
+                                /*required=*/true);
+    if (taken.ok()) return taken;
+    spdlog::warn("the final checkpoint could not be taken ({}); looking at every ps again",
+                 std::string(taken.message()));
   }
-  if (!dispatcher_->AllFinished()) {
-    return absl::FailedPreconditionError(
-        "a ps restarted after every worker was done and every ps went back to the checkpoint; "
-        "the steps since cannot be trained again in this run (--ps_replicas=1 avoids this: "
-        "the ps continues from its backup)");
-  }
-  return checkpointer_->Take("final", highest_version_);
+  return taken;
+}
+
+absl::Status ParameterServerRun::KeepUpWhileFinishing() {
+  return recovery_->Check(checkpointer_->latest(), &highest_version_);
 }
 
 absl::StatusOr<int64_t> ParameterServerRun::FinalSteps() {
-  int64_t steps = -1;
+  // The steps are the final checkpoint's (every ps at one version); each
+  // ps's figures are logged as it gives them now, and a ps that does not
+  // answer (lost after the checkpoint) only loses its line.
+  const Snapshot* final_cut = checkpointer_->latest();
   for (int i = 0; i < plan_.num_ps(); ++i) {
     absl::StatusOr<PsStatsResponse> st = ps_->Stats(i, absl::Seconds(10));
-    if (!st.ok()) return st.status();
+    if (!st.ok()) {
+      spdlog::warn("ps:{} gives no figures: {}", i, std::string(st.status().message()));
+      continue;
+    }
     const double mean_staleness =
         st->pushes_applied() > 0
             ? static_cast<double>(st->staleness_sum()) / static_cast<double>(st->pushes_applied())
@@ -326,13 +347,33 @@ absl::StatusOr<int64_t> ParameterServerRun::FinalSteps() {
                               st->backups_live(), st->backups_set(), st->replicated_version(),
                               st->bytes_replicated() / 1e6)
             : "");
-    steps = steps < 0 ? st->version() : std::min(steps, st->version());
   }
-  return std::max<int64_t>(steps, 0);
+  if (final_cut == nullptr) return absl::InternalError("no final checkpoint");
+  return std::max<int64_t>(final_cut->step, 0);
 }
 
 absl::StatusOr<const std::vector<float>*> ParameterServerRun::FinalWeights(int64_t steps) {
   if (final_weights_.has_value()) return &*final_weights_;
+  // The final checkpoint's values, laid out as the model's: no ps is asked
+  // again (one restarted since would not have them).
+  const Snapshot* final_cut = checkpointer_->latest();
+  if (final_cut != nullptr && final_cut->step == steps &&
+      static_cast<int>(final_cut->ps.size()) == plan_.num_ps()) {
+    std::vector<float> flat(spec_.num_parameters), wire;
+    for (int i = 0; i < plan_.num_ps(); ++i) {
+      if (absl::Status s = BytesToFloats(final_cut->ps[i].values(), "values", &wire); !s.ok()) {
+        return s;
+      }
+      if (static_cast<int64_t>(wire.size()) != placement_.floats_of_ps[i]) {
+        return absl::InternalError(absl::StrCat("the final checkpoint holds ", wire.size(),
+                                                " values of ps:", i, ", its shards ",
+                                                placement_.floats_of_ps[i]));
+      }
+      ScatterFromPs(placement_, i, wire.data(), flat.data());
+    }
+    final_weights_ = std::move(flat);
+    return &*final_weights_;
+  }
   PsClientOptions popt;
   popt.stop = &stop_;
   absl::StatusOr<std::unique_ptr<PsClient>> client =

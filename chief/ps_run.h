@@ -95,6 +95,7 @@ class ParameterServerRun final : public StrategyRun {
   absl::StatusOr<int64_t> FinalSteps() override;
   absl::StatusOr<const std::vector<float>*> FinalWeights(int64_t steps) override;
   bool WaitsForUnlistedEvaluator() const override { return true; }
+  absl::Status KeepUpWhileFinishing() override;
 
  private:
   ParameterServerRun(const ChiefOptions& options, const ModelSpec* spec, TrainingPlan plan,

@@ -94,6 +94,13 @@ class StrategyRun {
   // outside TF_CONFIG that asked for the plan (the ps run); the ring run
   // does not wait for one.
   virtual bool WaitsForUnlistedEvaluator() const = 0;
+
+  // Called every half second while the final evaluation is waited for:
+  // the ps run recovers a ps lost since the final checkpoint, which the
+  // evaluator reads the weights from (from its backup, or from that
+  // checkpoint: every step is in it). Errors are logged, not fatal: the
+  // weights to export are the final checkpoint's either way.
+  virtual absl::Status KeepUpWhileFinishing() { return absl::OkStatus(); }
 };
 
 }  // namespace pscluster

@@ -239,4 +239,58 @@ else
   fail "async, 3 ps, ps:1 and ps:2 killed (exit $rc): $problems"; tail -n 30 "$tmp/bkill.out"
 fi
 
+# kill_at_final OUT REPLICAS: trains the mlp for 3 epochs (sync, 2 ps) and
+# SIGKILLs ps 1 once the chief has taken its final checkpoint. The
+# evaluator is frozen (SIGSTOP) from the first steps until the chief logs
+# ps 1 back, so that the final evaluation reads the weights from the
+# restarted ps only after that. Sets killed and rc.
+kill_at_final() {
+  local out="$1" replicas="$2" pid evaluators=()
+  "$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas="$replicas" \
+    --mode=sync --num_ps=2 --log_every_s=0.5 --logdir="$out.d" > "$out" 2>&1 &
+  pid=$!
+  killed=""
+  for _ in $(seq 1 600); do
+    grep -qE '^\[chief\] .* epoch 1/3 step [1-9]' "$out" 2>/dev/null && break
+    sleep 0.05
+  done
+  mapfile -t evaluators < <(launcher_children "$pid" evaluator/evaluator)
+  [ ${#evaluators[@]} -gt 0 ] && kill -STOP "${evaluators[@]}"
+  for _ in $(seq 1 1200); do
+    grep -q '^\[chief\] .*checkpoint (final) at step' "$out" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  grep -q '^\[chief\] .*checkpoint (final) at step' "$out" && kill_ps_frozen "$pid" 1
+  for _ in $(seq 1 600); do
+    grep -qE '^\[chief\] .*ps:1 (restarted|answers again)' "$out" 2>/dev/null && break
+    sleep 0.05
+  done
+  [ ${#evaluators[@]} -gt 0 ] && kill -CONT "${evaluators[@]}"
+  for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 5; rc=124; else wait "$pid"; rc=$?; fi
+}
+
+# A ps lost after the final checkpoint, while the chief waits for the
+# evaluator's score of the final weights: the chief recovers it (from its
+# backup, or without replicas from that checkpoint, which holds every
+# step) so that the evaluator can read them, takes the steps and the
+# exported weights from the checkpoint, and the run ends with the clean
+# run's line. Before, the chief waited on the restarted, empty ps and
+# failed minutes later.
+for replicas in 1 0; do
+  kill_at_final "$tmp/fkill$replicas.out" "$replicas"
+  want='ps:1 restarted: restored from its backup store'
+  [ "$replicas" = 0 ] && want='ps:1 restarted: every ps restored from the checkpoint of step 1407 (generation 1); 0 step(s) since that checkpoint are lost'
+  if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+     [ "$(tail -n 1 "$tmp/fkill$replicas.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
+     grep -qF "$want" "$tmp/fkill$replicas.out" &&
+     [ -s "$tmp/fkill$replicas.out.d/model.safetensors" ]; then
+    pass "--ps_replicas=$replicas, ps:1 killed after the final checkpoint: recovered while the final weights were evaluated ('$want'); the final line is the clean run's, the weights exported"
+  else
+    fail "--ps_replicas=$replicas, ps:1 killed after the final checkpoint (killed '$killed', exit $rc; want '$want' and '$f0')"
+    tail -n 30 "$tmp/fkill$replicas.out"
+  fi
+done
+
 finish
