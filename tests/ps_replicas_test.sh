@@ -134,7 +134,10 @@ kill_ps() {
     --logdir="$out.d" > "$out" 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do
-    grep -qE '^\[chief\] .* epoch [12]/3 step [1-9][0-9]{2,} ' "$out" 2>/dev/null && break
+    # Past step 100, by the progress line or (a fast run logs few of
+    # those) by a periodic checkpoint's.
+    grep -qE '^\[chief\] .*( epoch [12]/3 step [1-9][0-9]{2,} |checkpoint \(periodic\) at step [1-9][0-9]{2,} )' \
+      "$out" 2>/dev/null && break
     sleep 0.1
   done
   killed=""
@@ -241,17 +244,21 @@ fi
 
 # kill_at_final OUT REPLICAS: trains the mlp for 3 epochs (sync, 2 ps) and
 # SIGKILLs ps 1 once the chief has taken its final checkpoint. The
-# evaluator is frozen (SIGSTOP) from the first steps until the chief logs
-# ps 1 back, so that the final evaluation reads the weights from the
-# restarted ps only after that. Sets killed and rc.
+# evaluator is frozen (SIGSTOP) from the first steps (the first progress
+# line with a step or the first periodic checkpoint: a fast run logs few
+# progress lines) until the chief logs ps 1 back, so that the final
+# evaluation reads the weights from the restarted ps only after that.
+# Sets killed and rc.
 kill_at_final() {
   local out="$1" replicas="$2" pid evaluators=()
   "$train" --no_build --data_dir="$data" --model=mlp --epochs=3 --ps_replicas="$replicas" \
-    --mode=sync --num_ps=2 --log_every_s=0.5 --logdir="$out.d" > "$out" 2>&1 &
+    --mode=sync --num_ps=2 --checkpoint_every_steps=100 --log_every_s=0.5 --logdir="$out.d" \
+    > "$out" 2>&1 &
   pid=$!
   killed=""
   for _ in $(seq 1 600); do
-    grep -qE '^\[chief\] .* epoch 1/3 step [1-9]' "$out" 2>/dev/null && break
+    grep -qE '^\[chief\] .*( epoch 1/3 step [1-9]|checkpoint \(periodic\) at step)' "$out" 2>/dev/null &&
+      break
     sleep 0.05
   done
   mapfile -t evaluators < <(launcher_children "$pid" evaluator/evaluator)
