@@ -200,19 +200,7 @@ void Replicator::Send(Backup* b) {
   // The backup's tcp data plane (its port asked over gRPC before a dial),
   // as StepBroadcaster reaches the other ps: when it fails, the updates go
   // over gRPC, and so do the next ones for 10 s.
-  ParameterServer::Stub* stats = stub.get();
-  auto port_of = [stats, b](absl::Time deadline) -> absl::StatusOr<int> {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(deadline));
-    PsStatsResponse st;
-    grpc::Status s = stats->GetStats(&ctx, PsStatsRequest(), &st);
-    if (!s.ok()) return FromGrpcStatus(s, "ask the backup at " + b->address + " for its data port");
-    if (st.data_port() <= 0) {
-      return absl::FailedPreconditionError("the backup at " + b->address +
-                                           " serves no tcp data plane");
-    }
-    return st.data_port();
-  };
+  auto port_of = DataPortFromStats(stub.get(), b->address);
   DataChannel data(b->address, port_of,
                    options_.rpc.security ? options_.rpc.security : ProcessSecurity(), &stop_);
   absl::Time grpc_until = absl::InfinitePast();  // after the data plane failed

@@ -39,18 +39,7 @@ void StepBroadcaster::SendAll(const std::string& address, const RpcOptions& rpc)
   std::unique_ptr<ParameterServer::Stub> stub =
       ParameterServer::NewStub(MakeChannel(address, rpc));
   // The other ps's data plane; its port is asked over gRPC before a dial.
-  ParameterServer::Stub* stats = stub.get();
-  auto port_of = [stats, address](absl::Time deadline) -> absl::StatusOr<int> {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(deadline));
-    PsStatsResponse st;
-    grpc::Status s = stats->GetStats(&ctx, PsStatsRequest(), &st);
-    if (!s.ok()) return FromGrpcStatus(s, "ask ps " + address + " for its data port");
-    if (st.data_port() <= 0) {
-      return absl::FailedPreconditionError("ps " + address + " serves no tcp data plane");
-    }
-    return st.data_port();
-  };
+  auto port_of = DataPortFromStats(stub.get(), address);
   DataChannel data(address, port_of, rpc.security ? rpc.security : ProcessSecurity(), &stop_);
   absl::Time grpc_until = absl::InfinitePast();  // after the data plane failed
   int64_t sent = 0;  // sequence of the last decision taken or given up

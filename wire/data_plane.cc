@@ -522,6 +522,21 @@ void DataChannel::StartPushPull(PushRequest* req, PushPullResponse* resp, absl::
   cv_.notify_all();
 }
 
+std::function<absl::StatusOr<int>(absl::Time deadline)> DataPortFromStats(
+    ParameterServer::Stub* stub, std::string address) {
+  return [stub, address = std::move(address)](absl::Time deadline) -> absl::StatusOr<int> {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    PsStatsResponse stats;
+    grpc::Status s = stub->GetStats(&ctx, PsStatsRequest(), &stats);
+    if (!s.ok()) return FromGrpcStatus(s, "ask ps " + address + " for its data port");
+    if (stats.data_port() <= 0) {
+      return absl::FailedPreconditionError("ps " + address + " serves no tcp data plane");
+    }
+    return stats.data_port();
+  };
+}
+
 grpc::Status DataChannel::Unary(DataKind kind, google::protobuf::Message* req,
                                 google::protobuf::Message* resp, absl::Time deadline,
                                 std::vector<absl::string_view> payload) {

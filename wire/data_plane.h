@@ -49,6 +49,7 @@
 #include "absl/types/span.h"
 #include "common/security.h"
 #include "google/protobuf/message.h"
+#include "proto/ps.grpc.pb.h"
 #include "proto/ps.pb.h"
 
 typedef struct ssl_st SSL;
@@ -190,6 +191,12 @@ struct PayloadRuns {
   std::vector<absl::Span<char>> to;
   bool* scattered = nullptr;
 };
+
+// A DataChannel's port_of for the ps (or backup store) at `address`: asks
+// it over gRPC, through `stub` (borrowed, outliving the function), for the
+// data port GetStats gives; FailedPrecondition when it serves none.
+std::function<absl::StatusOr<int>(absl::Time deadline)> DataPortFromStats(
+    ParameterServer::Stub* stub, std::string address);
 
 class DataChannel {
  public:

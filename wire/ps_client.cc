@@ -42,17 +42,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     if (options.transport == TRANSPORT_TCP) {
       // Asks the ps for its data port before every dial.
       ParameterServer::Stub* stub = p.stub.get();
-      auto port_of = [stub, address = *address](absl::Time deadline) -> absl::StatusOr<int> {
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(deadline));
-        PsStatsResponse stats;
-        grpc::Status s = stub->GetStats(&ctx, PsStatsRequest(), &stats);
-        if (!s.ok()) return FromGrpcStatus(s, "ask ps " + address + " for its data port");
-        if (stats.data_port() <= 0) {
-          return absl::FailedPreconditionError("ps " + address + " serves no tcp data plane");
-        }
-        return stats.data_port();
-      };
+      auto port_of = DataPortFromStats(stub, *address);
       p.data = std::make_unique<DataChannel>(
           *address, port_of, options.rpc.security ? options.rpc.security : ProcessSecurity(),
           options.stop);
