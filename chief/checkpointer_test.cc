@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "chief/fake_ps_fleet.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -15,19 +16,16 @@ const absl::Time kT0 = absl::FromUnixSeconds(1000);
 // Ps at set versions; ps `lagging` is one version behind for the first
 // `lag_for` calls of Stats (a sync step that has completed on the others,
 // its last push still on the way), or for ever when lag_for < 0.
-class FakeFleet : public PsFleet {
+class FakeFleet : public PsFleetForTests {
  public:
-  explicit FakeFleet(std::vector<int64_t> versions) : versions(std::move(versions)) {}
+  explicit FakeFleet(std::vector<int64_t> versions)
+      : PsFleetForTests(static_cast<int>(versions.size())), versions(std::move(versions)) {}
 
-  int num_ps() const override { return static_cast<int>(versions.size()); }
   absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration) override {
     ++stats_calls;
     PsStatsResponse st;
     st.set_version(VersionOf(ps));
     return st;
-  }
-  absl::Status SetWorkers(int, const std::vector<bool>&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
   }
   absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration) override {
     ShardState s;
@@ -39,24 +37,6 @@ class FakeFleet : public PsFleet {
     }
     ++snapshots;
     return s;
-  }
-  absl::StatusOr<InitResponse> Init(int, const InitRequest&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status SetBackups(int, const std::vector<std::string>&, absl::Duration) override {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<ShardState> SnapshotOfBackup(const std::string&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::StatusOr<StepCommitRequest> GetDecision(int, int64_t, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status CommitStep(int, const StepCommitRequest&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status Restore(int, const RestoreRequest&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
   }
 
   int64_t VersionOf(int ps) const {

@@ -101,4 +101,13 @@ grpc::Status CoordinatorService::GetReplica(grpc::ServerContext* ctx, const Repl
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::GetPlacement(grpc::ServerContext* ctx, const PlacementRequest*,
+                                              PlacementResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  absl::StatusOr<PlacementResponse> p = work_->GetPlacement();
+  if (!p.ok()) return ToGrpcStatus(p.status());
+  *resp = *std::move(p);
+  return grpc::Status::OK;
+}
+
 }  // namespace pscluster

@@ -3,8 +3,8 @@
 // records progress and evaluations in a ProgressTracker (an evaluation
 // report with figures no evaluator produces is refused with
 // INVALID_ARGUMENT naming the figure), and passes the work RPCs
-// (Heartbeat, GetWork, RingWork, GetReplica) to the running strategy's
-// WorkSource, which answers those it does not serve with
+// (Heartbeat, GetWork, RingWork, GetReplica, GetPlacement) to the running
+// strategy's WorkSource, which answers those it does not serve with
 // FAILED_PRECONDITION. Thread-safe; the tracker and the work source are
 // borrowed and must outlive the service.
 #ifndef PSCLUSTER_CHIEF_COORDINATOR_SERVICE_H_
@@ -34,6 +34,8 @@ class CoordinatorService final : public Coordinator::Service {
                          HeartbeatResponse*) override;
   grpc::Status RingWork(grpc::ServerContext*, const RingWorkRequest*, RingWorkResponse*) override;
   grpc::Status GetReplica(grpc::ServerContext*, const ReplicaRequest*, ShardState*) override;
+  grpc::Status GetPlacement(grpc::ServerContext*, const PlacementRequest*,
+                            PlacementResponse*) override;
 
  private:
   ProgressTracker* const tracker_;

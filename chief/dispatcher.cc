@@ -199,4 +199,17 @@ std::vector<std::string> Dispatcher::TakeEvents() {
   return out;
 }
 
+absl::StatusOr<PlacementResponse> Dispatcher::GetPlacement() {
+  absl::MutexLock lock(&mu_);
+  return placement_;
+}
+
+void Dispatcher::SetPlacement(const std::vector<std::string>& ps_addresses) {
+  absl::MutexLock lock(&mu_);
+  const int64_t epoch = placement_.epoch();
+  placement_.Clear();
+  for (const std::string& a : ps_addresses) placement_.add_ps_addresses(a);
+  placement_.set_epoch(epoch + 1);
+}
+
 }  // namespace pscluster

@@ -44,6 +44,11 @@ class Dispatcher final : public WorkSource {
   // FailedPrecondition when workers disagree about the data.
   absl::StatusOr<WorkResponse> GetWork(const WorkRequest& request, absl::Time now) override;
   absl::Status Heartbeat(const HeartbeatRequest& request, absl::Time now) override;
+  // Where each ps's shards are served, as last set (every ps's own
+  // address until a backup is promoted); each SetPlacement raises the
+  // epoch.
+  absl::StatusOr<PlacementResponse> GetPlacement() override;
+  void SetPlacement(const std::vector<std::string>& ps_addresses);
 
   struct Lost {
     int worker;
@@ -111,6 +116,7 @@ class Dispatcher final : public WorkSource {
   int pauses_ ABSL_GUARDED_BY(mu_) = 0;  // Pause calls not yet resumed
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+  PlacementResponse placement_ ABSL_GUARDED_BY(mu_);
 };
 
 // Workers get no new step while one of these lives; it nests with other

@@ -1,5 +1,6 @@
 #include "chief/failover_metrics.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -11,11 +12,13 @@ namespace {
 
 constexpr char kStoreInfo[] = "pscluster_ps_store_info";
 constexpr char kStoreInfoHelp[] =
-    "Where each ps's store is held (value 1): by its own ps (role=\"primary\") and, with "
-    "--ps_replicas=1, by the backup store of the next ps (role=\"backup\").";
+    "Where each ps's store is held now (value 1; 0 where it was before): its primary "
+    "(role=\"primary\") by its own ps or, after a fail-over, by the backup store of another "
+    "ps promoted in its place; with --ps_replicas=1 its backup (role=\"backup\").";
 constexpr char kFailovers[] = "pscluster_ps_failovers_total";
 constexpr char kFailoversHelp[] =
-    "Lost ps that came back, by how: \"backup\" (a restarted ps took its backup's state), "
+    "Lost ps, by how their shards came back: \"promoted\" (their backup store serves them "
+    "from then on), \"backup\" (a restarted ps took its backup's state), "
     "\"checkpoint\" (every ps went back to the newest checkpoint), \"resumed\" (the same "
     "process answered again, nothing lost).";
 
@@ -36,7 +39,8 @@ absl::StatusOr<std::unique_ptr<FailoverMetrics>> FailoverMetrics::Create(Metrics
     const char* how;
   };
   for (const Series& s :
-       {Series{&m->from_backup_, "backup"}, Series{&m->from_checkpoint_, "checkpoint"},
+       {Series{&m->promoted_, "promoted"}, Series{&m->from_backup_, "backup"},
+        Series{&m->from_checkpoint_, "checkpoint"},
         Series{&m->resumed_, "resumed"}}) {
     absl::StatusOr<prometheus::Counter*> c =
         metrics->AddCounter(kFailovers, kFailoversHelp, {{"how", s.how}});
@@ -59,22 +63,30 @@ absl::StatusOr<std::unique_ptr<FailoverMetrics>> FailoverMetrics::Create(Metrics
   return m;
 }
 
-void FailoverMetrics::SetCopy(int store, int holder) {
-  absl::StatusOr<prometheus::Gauge*> g =
-      metrics_->AddGauge(kStoreInfo, kStoreInfoHelp,
-                         {{"store", Task(store)},
-                          {"role", holder == store ? "primary" : "backup"},
-                          {"holder", Task(holder)}});
+void FailoverMetrics::SetCopies(int store, int primary_holder, int backup_holder) {
+  absl::MutexLock lock(&mu_);
+  for (prometheus::Gauge* g : placed_[store]) g->Set(0);
+  Place(store, "primary", primary_holder);
+  if (backup_holder >= 0) Place(store, "backup", backup_holder);
+}
+
+void FailoverMetrics::Place(int store, const char* role, int holder) {
+  absl::StatusOr<prometheus::Gauge*> g = metrics_->AddGauge(
+      kStoreInfo, kStoreInfoHelp,
+      {{"store", Task(store)}, {"role", role}, {"holder", Task(holder)}});
   if (!g.ok()) {
     // Not a reason to stop training: the log says where the copies are.
     spdlog::warn("metric {}: {}", kStoreInfo, std::string(g.status().message()));
     return;
   }
   (*g)->Set(1);
+  std::vector<prometheus::Gauge*>& placed = placed_[store];
+  if (std::find(placed.begin(), placed.end(), *g) == placed.end()) placed.push_back(*g);
 }
 
 void FailoverMetrics::CountFailover(How how, absl::Duration pause) {
-  prometheus::Counter* c = how == How::kBackup       ? from_backup_
+  prometheus::Counter* c = how == How::kPromoted     ? promoted_
+                           : how == How::kBackup     ? from_backup_
                            : how == How::kCheckpoint ? from_checkpoint_
                                                      : resumed_;
   c->Increment();

@@ -7,7 +7,7 @@
 //
 //   pscluster_ps_store_info{store="ps:1",role="primary",holder="ps:1"} 1
 //   pscluster_ps_store_info{store="ps:1",role="backup",holder="ps:2"} 1
-//   pscluster_ps_failovers_total{how="backup"|"checkpoint"|"resumed"}
+//   pscluster_ps_failovers_total{how="promoted"|"backup"|"checkpoint"|"resumed"}
 //   pscluster_ps_recovery_pause_seconds (histogram)
 //   pscluster_ps_reseed_bytes_total
 //
@@ -25,9 +25,12 @@
 #define PSCLUSTER_CHIEF_FAILOVER_METRICS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
 
@@ -37,6 +40,7 @@ class FailoverMetrics {
  public:
   // How a lost ps came back: the value of the label how=.
   enum class How {
+    kPromoted,    // its backup store serves its shards from now on ("promoted")
     kBackup,      // a restarted ps took its backup's state ("backup")
     kCheckpoint,  // every ps went back to the newest checkpoint ("checkpoint")
     kResumed,     // the same process answered again, nothing lost ("resumed")
@@ -50,10 +54,11 @@ class FailoverMetrics {
   FailoverMetrics(const FailoverMetrics&) = delete;
   FailoverMetrics& operator=(const FailoverMetrics&) = delete;
 
-  // Ps `holder` holds a copy of ps `store`'s store: its primary when
-  // holder == store, else a backup. The series stays: the chief places
-  // each backup on the same ps for the whole run.
-  void SetCopy(int store, int holder);
+  // Where ps `store`'s store is now: its primary on ps `primary_holder`
+  // (its own, or the backup store of another ps promoted in its place),
+  // its backup on ps `backup_holder` (-1: none). The series of where it
+  // was before go to 0.
+  void SetCopies(int store, int primary_holder, int backup_holder);
 
   // A lost ps came back `how`, the workers paused for `pause` (from the
   // loss found to the workers resumed).
@@ -66,8 +71,15 @@ class FailoverMetrics {
  private:
   explicit FailoverMetrics(Metrics* metrics) : metrics_(metrics) {}
 
+  // One series of pscluster_ps_store_info, set to 1, and kept in
+  // placed_[store].
+  void Place(int store, const char* role, int holder) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Metrics* const metrics_;
+  absl::Mutex mu_;
+  std::map<int, std::vector<prometheus::Gauge*>> placed_ ABSL_GUARDED_BY(mu_);
   // Owned by metrics_; set in Create, then only read.
+  prometheus::Counter* promoted_ = nullptr;
   prometheus::Counter* from_backup_ = nullptr;
   prometheus::Counter* from_checkpoint_ = nullptr;
   prometheus::Counter* resumed_ = nullptr;

@@ -1,5 +1,7 @@
 #include "chief/grpc_ps_fleet.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/retry.h"
 #include "common/rpc.h"
@@ -8,16 +10,40 @@ namespace pscluster {
 
 GrpcPsFleet::GrpcPsFleet(const Placement* placement,
                          const std::vector<std::shared_ptr<grpc::Channel>>& channels,
-                         const std::atomic<bool>* stop)
-    : placement_(placement), stop_(stop) {
+                         std::vector<std::string> addresses, const std::atomic<bool>* stop)
+    : placement_(placement), stop_(stop), addresses_(std::move(addresses)) {
   for (const auto& channel : channels) ps_.push_back(ParameterServer::NewStub(channel));
+}
+
+std::string GrpcPsFleet::address(int i) const {
+  absl::MutexLock lock(&mu_);
+  return addresses_[i];
+}
+
+void GrpcPsFleet::MoveTo(int i, const std::string& address) {
+  std::shared_ptr<Stub> stub = StubAt(address);
+  absl::MutexLock lock(&mu_);
+  addresses_[i] = address;
+  ps_[i] = std::move(stub);
+}
+
+std::shared_ptr<GrpcPsFleet::Stub> GrpcPsFleet::StubOf(int i) const {
+  absl::MutexLock lock(&mu_);
+  return ps_[i];
+}
+
+std::shared_ptr<GrpcPsFleet::Stub> GrpcPsFleet::StubAt(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<Stub>& stub = by_address_[address];
+  if (stub == nullptr) stub = ParameterServer::NewStub(MakeChannel(address));
+  return stub;
 }
 
 absl::StatusOr<PsStatsResponse> GrpcPsFleet::Stats(int i, absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PsStatsResponse st;
-  grpc::Status s = ps_[i]->GetStats(&ctx, PsStatsRequest(), &st);
+  grpc::Status s = StubOf(i)->GetStats(&ctx, PsStatsRequest(), &st);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("stats of ps:", i));
   return st;
 }
@@ -30,7 +56,7 @@ absl::Status GrpcPsFleet::SetWorkers(int i, const std::vector<bool>& active,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   SetWorkersResponse resp;
-  grpc::Status s = ps_[i]->SetWorkers(&ctx, req, &resp);
+  grpc::Status s = StubOf(i)->SetWorkers(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("setting the workers of ps:", i));
   return absl::OkStatus();
 }
@@ -41,7 +67,7 @@ absl::StatusOr<ShardState> GrpcPsFleet::Snapshot(int i, absl::Duration timeout) 
   SnapshotRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
   ShardState state;
-  grpc::Status s = ps_[i]->Snapshot(&ctx, req, &state);
+  grpc::Status s = StubOf(i)->Snapshot(&ctx, req, &state);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("snapshot of ps:", i));
   return state;
 }
@@ -56,7 +82,7 @@ absl::StatusOr<InitResponse> GrpcPsFleet::Init(int i, const InitRequest& req,
       [&](absl::Time d) {
         grpc::ClientContext ctx;
         ctx.set_deadline(absl::ToChronoTime(d));
-        return ps_[i]->Init(&ctx, req, &resp);
+        return StubOf(i)->Init(&ctx, req, &resp);
       },
       stop_);
   if (!s.ok()) return s;
@@ -72,7 +98,7 @@ absl::Status GrpcPsFleet::Restore(int i, const RestoreRequest& req, absl::Durati
         grpc::ClientContext ctx;
         ctx.set_deadline(absl::ToChronoTime(d));
         RestoreResponse resp;
-        return ps_[i]->Restore(&ctx, req, &resp);
+        return StubOf(i)->Restore(&ctx, req, &resp);
       },
       stop_);
 }
@@ -85,15 +111,14 @@ absl::Status GrpcPsFleet::SetBackups(int i, const std::vector<std::string>& addr
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   SetBackupsResponse resp;
-  grpc::Status s = ps_[i]->SetBackups(&ctx, req, &resp);
+  grpc::Status s = StubOf(i)->SetBackups(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("setting the backups of ps:", i));
   return absl::OkStatus();
 }
 
 absl::StatusOr<ShardState> GrpcPsFleet::SnapshotOfBackup(const std::string& address,
                                                           absl::Duration timeout) {
-  std::unique_ptr<ParameterServer::Stub>& stub = backups_[address];
-  if (stub == nullptr) stub = ParameterServer::NewStub(MakeChannel(address));
+  std::shared_ptr<Stub> stub = StubAt(address);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   SnapshotRequest req;
@@ -112,7 +137,7 @@ absl::StatusOr<StepCommitRequest> GrpcPsFleet::GetDecision(int i, int64_t versio
   req.set_layout_fingerprint(placement_->fingerprint);
   req.set_version(version);
   StepCommitRequest d;
-  grpc::Status s = ps_[i]->GetDecision(&ctx, req, &d);
+  grpc::Status s = StubOf(i)->GetDecision(&ctx, req, &d);
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("ps:", i, "'s decision for step ", version));
   }
@@ -124,11 +149,47 @@ absl::Status GrpcPsFleet::CommitStep(int i, const StepCommitRequest& decision,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   StepCommitResponse resp;
-  grpc::Status s = ps_[i]->CommitStep(&ctx, decision, &resp);
+  grpc::Status s = StubOf(i)->CommitStep(&ctx, decision, &resp);
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("giving ps:", i, " the decision of step ",
                                           decision.version()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PsStatsResponse> GrpcPsFleet::StatsAt(const std::string& address,
+                                                     absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  PsStatsResponse st;
+  grpc::Status s = StubAt(address)->GetStats(&ctx, PsStatsRequest(), &st);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("stats of the store at ", address));
+  return st;
+}
+
+absl::StatusOr<int64_t> GrpcPsFleet::Promote(const std::string& address, int64_t generation,
+                                             absl::Duration timeout) {
+  PromoteRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  req.set_generation(generation);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  PromoteResponse resp;
+  grpc::Status s = StubAt(address)->Promote(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("promoting the backup store at ", address));
+  return resp.version();
+}
+
+absl::Status GrpcPsFleet::SetFollowers(int i, const std::vector<std::string>& addresses,
+                                       absl::Duration timeout) {
+  SetFollowersRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  for (const std::string& a : addresses) req.add_addresses(a);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  SetFollowersResponse resp;
+  grpc::Status s = StubOf(i)->SetFollowers(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("telling ps:", i, " where its followers are"));
   return absl::OkStatus();
 }
 

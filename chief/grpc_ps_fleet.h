@@ -2,7 +2,7 @@
 // given (the chief's one channel per task). Pulling the weights is not
 // here: the chief's export uses wire/ps_client.h like the workers.
 //
-// Thread-safe (gRPC stubs are); the placement and the stop flag are
+// Thread-safe; the placement and the stop flag are
 // borrowed and must outlive the fleet.
 #ifndef PSCLUSTER_CHIEF_GRPC_PS_FLEET_H_
 #define PSCLUSTER_CHIEF_GRPC_PS_FLEET_H_
@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "chief/ps_fleet.h"
 #include "model/placement.h"
 #include "proto/ps.grpc.pb.h"
@@ -25,12 +26,15 @@ namespace pscluster {
 
 class GrpcPsFleet final : public PsFleet {
  public:
-  // channels[i] leads to ps i; retried calls end Cancelled once *stop.
+  // channels[i] leads to ps i, at addresses[i]; retried calls end
+  // Cancelled once *stop.
   GrpcPsFleet(const Placement* placement,
               const std::vector<std::shared_ptr<grpc::Channel>>& channels,
-              const std::atomic<bool>* stop);
+              std::vector<std::string> addresses, const std::atomic<bool>* stop);
 
-  int num_ps() const override { return static_cast<int>(ps_.size()); }
+  int num_ps() const override { return static_cast<int>(addresses_.size()); }
+  std::string address(int ps) const override;
+  void MoveTo(int ps, const std::string& address) override;
   absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration timeout) override;
   absl::Status SetWorkers(int ps, const std::vector<bool>& active, absl::Duration timeout) override;
   absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration timeout) override;
@@ -46,13 +50,27 @@ class GrpcPsFleet final : public PsFleet {
                                                 absl::Duration timeout) override;
   absl::Status CommitStep(int ps, const StepCommitRequest& decision,
                           absl::Duration timeout) override;
+  absl::StatusOr<PsStatsResponse> StatsAt(const std::string& address,
+                                          absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation,
+                                  absl::Duration timeout) override;
+  absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,
+                            absl::Duration timeout) override;
 
  private:
+  using Stub = ParameterServer::Stub;
+  // The stub that reaches ps i's shards now.
+  std::shared_ptr<Stub> StubOf(int i) const;
+  // A stub for a store by its address, made once.
+  std::shared_ptr<Stub> StubAt(const std::string& address);
+
   const Placement* const placement_;
   const std::atomic<bool>* const stop_;
-  std::vector<std::unique_ptr<ParameterServer::Stub>> ps_;
-  // Backup stores' stubs, by address.
-  std::map<std::string, std::unique_ptr<ParameterServer::Stub>> backups_;
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<Stub>> ps_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  // Stubs by address (backup stores, restarted ps's own stores).
+  std::map<std::string, std::shared_ptr<Stub>> by_address_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster

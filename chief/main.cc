@@ -113,9 +113,9 @@ ABSL_FLAG(double, heartbeat_timeout_s, kDefaults.heartbeat_timeout_s,
           "others and sync steps stop waiting for it until it is back");
 ABSL_FLAG(int, ps_replicas, kDefaults.ps_replicas,
           "Backups of each ps's store, kept up to date on the next ps before a worker is "
-          "answered (0 or 1; 1 needs 2 ps or more). A restarted ps takes its backup's state: "
-          "no checkpoint read, no step redone (ps 0 of a sync run, and a ps whose backup is "
-          "lost too, are still restored from the checkpoint; docs/replication.md)");
+          "answered (0 or 1; 1 needs 2 ps or more). A lost ps's backup serves its shards at "
+          "once: no checkpoint read, no step redone (ps 0 of a sync run, and a ps whose backup "
+          "is lost too, are still restored from the checkpoint; docs/replication.md)");
 ABSL_FLAG(int, ps_recovery_timeout_s, kDefaults.ps_recovery_timeout_s,
           "How long a lost ps may take to come back (restarted by the launcher, Compose or "
           "Kubernetes) before the run fails");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "chief/fake_ps_fleet.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -13,11 +14,11 @@ namespace {
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
 // Ps that answer GetStats with set versions and record SetWorkers.
-class FakeFleet : public PsFleet {
+class FakeFleet : public PsFleetForTests {
  public:
-  explicit FakeFleet(std::vector<int64_t> versions) : versions(std::move(versions)) {}
+  explicit FakeFleet(std::vector<int64_t> versions)
+      : PsFleetForTests(static_cast<int>(versions.size())), versions(std::move(versions)) {}
 
-  int num_ps() const override { return static_cast<int>(versions.size()); }
   absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration) override {
     if (ps == down) return absl::UnavailableError(absl::StrCat("stats of ps:", ps));
     PsStatsResponse st;
@@ -28,27 +29,6 @@ class FakeFleet : public PsFleet {
     if (ps == down) return absl::UnavailableError(absl::StrCat("setting the workers of ps:", ps));
     sent.push_back({ps, active});
     return absl::OkStatus();
-  }
-  absl::StatusOr<ShardState> Snapshot(int, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::StatusOr<InitResponse> Init(int, const InitRequest&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status SetBackups(int, const std::vector<std::string>&, absl::Duration) override {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<ShardState> SnapshotOfBackup(const std::string&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::StatusOr<StepCommitRequest> GetDecision(int, int64_t, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status CommitStep(int, const StepCommitRequest&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status Restore(int, const RestoreRequest&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
   }
 
   std::vector<int64_t> versions;

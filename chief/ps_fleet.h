@@ -10,6 +10,7 @@
 #ifndef PSCLUSTER_CHIEF_PS_FLEET_H_
 #define PSCLUSTER_CHIEF_PS_FLEET_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,12 @@ class PsFleet {
   virtual ~PsFleet() = default;
 
   virtual int num_ps() const = 0;
+
+  // Where ps `ps`'s shards are served (host:port): its own address until
+  // a backup store is promoted in its place; then, after MoveTo, the
+  // backup store's, and every call for ps `ps` goes there.
+  virtual std::string address(int ps) const = 0;
+  virtual void MoveTo(int ps, const std::string& address) = 0;
 
   // One attempt each, bounded by `timeout`.
   virtual absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration timeout) = 0;
@@ -52,6 +59,19 @@ class PsFleet {
                                                         absl::Duration timeout) = 0;
   virtual absl::Status CommitStep(int ps, const StepCommitRequest& decision,
                                   absl::Duration timeout) = 0;
+
+  // Calls to a store by its address: a backup store, or a restarted ps's
+  // own store while its shards are served elsewhere. One attempt each.
+  virtual absl::StatusOr<PsStatsResponse> StatsAt(const std::string& address,
+                                                  absl::Duration timeout) = 0;
+  // Makes the backup store at `address` the primary of its shards under
+  // `generation`; the version it holds.
+  virtual absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation,
+                                          absl::Duration timeout) = 0;
+  // Sync: tells the deciding ps `ps` where its followers are served (the
+  // others' addresses, in order).
+  virtual absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,
+                                    absl::Duration timeout) = 0;
 };
 
 }  // namespace pscluster

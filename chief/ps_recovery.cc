@@ -3,22 +3,38 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
+namespace {
+
+// Whether a failed call says no process listens at the ps's address (it
+// was killed, its port is closed) rather than that the ps is slow or cut
+// off: only a ps that is gone has its backup promoted, so that a live
+// one is never replaced while it may still answer workers.
+bool Refused(const absl::Status& s) {
+  if (!absl::IsUnavailable(s)) return false;
+  const std::string m = absl::AsciiStrToLower(s.message());
+  return absl::StrContains(m, "connection refused") || absl::StrContains(m, "connection reset") ||
+         absl::StrContains(m, "socket closed");
+}
+
+}  // namespace
 
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
                        MembershipSync* membership, const std::atomic<bool>* stop,
-                       const std::vector<std::string>* backups, FailoverMetrics* metrics)
+                       std::vector<StoreCopies>* copies, FailoverMetrics* metrics)
     : setup_(setup),
       recovery_timeout_(recovery_timeout),
       fleet_(fleet),
       dispatcher_(dispatcher),
       membership_(membership),
       stop_(*stop),
-      backups_(backups),
+      copies_(copies),
       metrics_(metrics),
       incarnation_(std::move(incarnations)),
       failures_(fleet->num_ps(), 0),
@@ -29,7 +45,8 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(1));
     if (!st.ok()) {
       if (++failures_[i] >= 2) {
-        return Recover(i, std::string(st.status().message()), latest, highest_version);
+        return Recover(i, std::string(st.status().message()), Refused(st.status()), latest,
+                       highest_version);
       }
       continue;
     }
@@ -37,15 +54,33 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     alone_[i] = st->backups_set() > 0 && st->backups_live() < st->backups_set();
     *highest_version = std::max(*highest_version, st->version());
     if (!st->initialized() || st->incarnation() != incarnation_[i]) {
-      return Recover(i, "it restarted and lost its parameters", latest, highest_version);
+      return Recover(i, "it restarted and lost its parameters", /*gone=*/true, latest,
+                     highest_version);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* latest,
+bool PsRecovery::suspects_loss() const {
+  return std::any_of(failures_.begin(), failures_.end(), [](int f) { return f > 0; });
+}
+
+absl::Status PsRecovery::Recover(int i, const std::string& why, bool gone, const Snapshot* latest,
                                  int64_t* highest_version) {
   const absl::Time t0 = absl::Now();
+  if (gone && copies_ != nullptr && i < static_cast<int>(copies_->size()) &&
+      !(*copies_)[i].backup.empty()) {
+    const absl::Status promoted = PromoteBackup(i, why);
+    if (promoted.ok()) {
+      membership_->Apply(/*force=*/true);
+      if (metrics_ != nullptr) {
+        metrics_->CountFailover(FailoverMetrics::How::kPromoted, absl::Now() - t0);
+      }
+      return absl::OkStatus();
+    }
+    spdlog::warn("ps:{} lost ({}); its backup store cannot take over: {}", i, why,
+                 std::string(promoted.message()));
+  }
   spdlog::warn("ps:{} lost ({}); pausing the workers until it is back", i, why);
   // Resumed at the end; on an error the workers stay paused, as the run
   // ends. The checkpoint restore and the membership change inside nest.
@@ -98,7 +133,7 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
           "ps:{} restarted: restored from its backup store ({}) as the primary it was, "
           "generation {}; no checkpoint read, nothing rolled back, no step redone; "
           "detected and back after {:.1f} s, restored in {:.2f} s",
-          i, (*backups_)[i], generation, absl::ToDoubleSeconds(back - t0),
+          i, (*copies_)[i].backup, generation, absl::ToDoubleSeconds(back - t0),
           absl::ToDoubleSeconds(absl::Now() - restore_start));
       how = FailoverMetrics::How::kBackup;
     } else {
@@ -129,8 +164,100 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
   return absl::OkStatus();
 }
 
+absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
+  StoreCopies& c = (*copies_)[i];
+  const int n = fleet_->num_ps();
+  const bool sync_steps = setup_->mode == SYNC && n > 1;
+  if (sync_steps && i == 0) {
+    // Followers may have taken a decision of ps 0's that its backup never
+    // saw; the backup would decide that step again, maybe otherwise.
+    return absl::FailedPreconditionError(
+        "ps:0 decides the sync steps, and its backup cannot know the decisions in flight");
+  }
+  if (alone_[i]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "when last seen, ps:", i, " answered without its backup, which may lack updates"));
+  }
+  absl::StatusOr<PsStatsResponse> b = fleet_->StatsAt(c.backup, absl::Seconds(1));
+  if (!b.ok()) return b.status();
+  if (!b->initialized() || !b->backup()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the store at ", c.backup, " is not a seeded backup"));
+  }
+  const int64_t generation = dispatcher_->generation();
+  if (b->generation() != generation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the backup is of generation ", b->generation(), ", the run of ", generation));
+  }
+  if (sync_steps) {
+    // Every step a worker was answered for is on the backup, so no other
+    // ps can be more than the step in flight ahead of it.
+    for (int j = 0; j < n; ++j) {
+      if (j == i) continue;
+      absl::StatusOr<PsStatsResponse> other = fleet_->Stats(j, absl::Seconds(1));
+      if (!other.ok()) return other.status();
+      if (other->version() > b->version() + 1) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the backup is at version ", b->version(), " but ps:", j, " at ",
+                         other->version(), ": it lacks updates"));
+      }
+    }
+  }
+  absl::StatusOr<int64_t> version = fleet_->Promote(c.backup, generation, absl::Seconds(2));
+  if (!version.ok()) return version.status();
+  // From here on the backup is the primary: every caller is told.
+  const std::string was = fleet_->address(i);
+  const int lost_holder = c.primary_holder;
+  fleet_->MoveTo(i, c.backup);
+  incarnation_[i] = b->incarnation();
+  failures_[i] = 0;
+  c.primary_holder = c.backup_holder;
+  c.backup.clear();
+  c.backup_holder = -1;
+  std::vector<std::string> addresses(n);
+  for (int j = 0; j < n; ++j) addresses[j] = fleet_->address(j);
+  dispatcher_->SetPlacement(addresses);
+  if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, -1);
+  spdlog::warn(
+      "ps:{} lost ({}): its backup store on ps:{} ({}) serves its shards from now on, from "
+      "version {} (generation {}); no checkpoint read, nothing rolled back; the workers call "
+      "it there instead of {}",
+      i, why, c.primary_holder, fleet_->address(i), *version, generation, was);
+  if (sync_steps) {
+    addresses.erase(addresses.begin());
+    if (absl::Status s = fleet_->SetFollowers(0, addresses, absl::Seconds(5)); !s.ok()) return s;
+    // ps 0 may have given the lost process the decision of the step the
+    // backup is at, and moved on: hand it over again. Not decided yet:
+    // ps 0 sends it when it is.
+    absl::StatusOr<StepCommitRequest> d = fleet_->GetDecision(0, *version, absl::Seconds(5));
+    if (d.ok()) {
+      if (absl::Status s = fleet_->CommitStep(i, *d, absl::Seconds(10)); !s.ok()) return s;
+    } else if (!absl::IsNotFound(d.status())) {
+      return d.status();
+    }
+  }
+  // The lost process held the backups of other ps's stores: their
+  // primaries stop waiting for it, and get new ones when it is back.
+  for (int k = 0; k < static_cast<int>(copies_->size()); ++k) {
+    StoreCopies& other = (*copies_)[k];
+    if (k == i || other.backup_holder != lost_holder) continue;
+    if (absl::Status s = fleet_->SetBackups(k, {}, absl::Seconds(2)); !s.ok()) {
+      spdlog::warn("ps:{} keeps waiting for its backup on the lost ps:{} until it times out: {}",
+                   k, lost_holder, std::string(s.message()));
+      continue;
+    }
+    spdlog::warn("ps:{}'s store goes on without its backup on ps:{} until that ps is back", k,
+                 lost_holder);
+    other.backup.clear();
+    other.backup_holder = -1;
+    if (metrics_ != nullptr) metrics_->SetCopies(k, other.primary_holder, -1);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
-  if (backups_ == nullptr || i >= static_cast<int>(backups_->size()) || (*backups_)[i].empty()) {
+  if (copies_ == nullptr || i >= static_cast<int>(copies_->size()) ||
+      (*copies_)[i].backup.empty()) {
     return absl::NotFoundError("no backup");
   }
   const bool decides = setup_->mode == SYNC && i == 0 && fleet_->num_ps() > 1;
@@ -144,7 +271,8 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "when last seen, ps:", i, " answered without its backup, which may lack updates"));
   }
-  absl::StatusOr<ShardState> state = fleet_->SnapshotOfBackup((*backups_)[i], absl::Seconds(10));
+  absl::StatusOr<ShardState> state =
+      fleet_->SnapshotOfBackup((*copies_)[i].backup, absl::Seconds(10));
   if (!state.ok()) return state.status();
   if (state->generation() != generation) {
     return absl::FailedPreconditionError(
@@ -198,6 +326,7 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = MoveHome(); !s.ok()) return s;
   for (int i = 0; i < fleet_->num_ps(); ++i) {
     RestoreRequest req;
     *req.mutable_init() = MakeInitRequest(*setup_, i);
@@ -210,6 +339,32 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
     if (!st.ok()) return st.status();
     incarnation_[i] = st->incarnation();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsRecovery::MoveHome() {
+  if (copies_ == nullptr) return absl::OkStatus();
+  bool moved = false;
+  for (int i = 0; i < static_cast<int>(copies_->size()); ++i) {
+    StoreCopies& c = (*copies_)[i];
+    if (c.primary_holder == i) continue;
+    spdlog::warn("ps:{}'s shards go back to ps:{} ({}) from the backup store that served them",
+                 i, i, c.home);
+    fleet_->MoveTo(i, c.home);
+    c.primary_holder = i;
+    c.backup.clear();
+    c.backup_holder = -1;
+    if (metrics_ != nullptr) metrics_->SetCopies(i, i, -1);
+    moved = true;
+  }
+  if (!moved) return absl::OkStatus();
+  std::vector<std::string> addresses(fleet_->num_ps());
+  for (int j = 0; j < fleet_->num_ps(); ++j) addresses[j] = fleet_->address(j);
+  dispatcher_->SetPlacement(addresses);
+  if (setup_->mode == SYNC && fleet_->num_ps() > 1) {
+    addresses.erase(addresses.begin());
+    return fleet_->SetFollowers(0, addresses, absl::Seconds(5));
   }
   return absl::OkStatus();
 }

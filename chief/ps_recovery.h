@@ -1,15 +1,15 @@
 // PsRecovery: keeps the ps the processes the chief set up. Every check asks
 // each ps for its stats; a ps that fails twice in a row, or answers as a
-// new process (another incarnation) or uninitialised, is lost: the workers
-// are paused until it answers again. The same process (cut off, not
-// restarted) resumes as it was. A restarted one has lost its parameters:
-// with replicas (--ps_replicas=1) it takes its backup's state, as the
-// primary it was, and nothing else moves (docs/replication.md); without
-// (or when the backup is gone too, or for ps 0 of a sync run with several
-// ps, whose decisions in flight its backup cannot know), every ps is
-// restored from the newest checkpoint under a new generation and the data
-// position rewinds to the checkpoint's. The sync worker set is then sent
-// to every ps again.
+// new process (another incarnation) or uninitialised, is lost. With
+// replicas (--ps_replicas=1) its backup store is promoted at once: it
+// serves the lost ps's shards from the version it holds, the workers are
+// told where (Dispatcher::GetPlacement) and nothing else moves
+// (docs/replication.md). Otherwise the workers are paused until the ps
+// answers again: the same process (cut off, not restarted) resumes as it
+// was; a restarted one has lost its parameters and, when its backup's
+// state cannot serve, every ps is restored from the newest checkpoint
+// under a new generation and the data position rewinds to the
+// checkpoint's. The sync worker set is then sent to every ps again.
 //
 // Not thread-safe: the chief's loop calls it. Everything borrowed must
 // outlive it.
@@ -32,16 +32,27 @@
 
 namespace pscluster {
 
+// Where a ps's shards are held: the ps task whose process serves them
+// (its own store, or its backup store promoted in that ps's place), and
+// their backup store, if any, and the ps task holding it.
+struct StoreCopies {
+  int primary_holder = 0;
+  std::string backup;  // host:port; empty: none
+  int backup_holder = -1;
+  std::string home;  // the ps's own address (TF_CONFIG's)
+};
+
 class PsRecovery {
  public:
   // `incarnations`: each ps's process identity when it was initialised
   // (PsStart). A lost ps may take `recovery_timeout` to come back.
-  // `backups`: per ps, the address of its backup store ("" or absent:
-  // none), kept by the run. `metrics` counts each recovery (null: none).
+  // `copies`: per ps, where its copies are (absent: no backup), kept by
+  // the run and changed here by a promotion. `metrics` counts each
+  // recovery (null: none).
   PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
              absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
              MembershipSync* membership, const std::atomic<bool>* stop,
-             const std::vector<std::string>* backups, FailoverMetrics* metrics = nullptr);
+             std::vector<StoreCopies>* copies, FailoverMetrics* metrics = nullptr);
 
   // One round of checks. Raises *highest_version to every version seen
   // (lowers it to the checkpoint's step after a restore). `latest` is the
@@ -51,16 +62,30 @@ class PsRecovery {
   // restore.
   absl::Status Check(const Snapshot* latest, int64_t* highest_version);
 
+  // Whether a ps failed its last check: the next should come soon
+  // (kLookAgainAfter), not after the usual period.
+  bool suspects_loss() const;
+  static constexpr absl::Duration kLookAgainAfter = absl::Milliseconds(100);
+
   // Restores every ps from `snap` under `generation` and rewinds the data
   // position to its (a start from a checkpoint on disk, or a recovery).
+  // Shards served by a promoted backup go back to their own ps.
   absl::Status RestoreAll(const Snapshot& snap, int64_t generation);
 
  private:
   // While a ps is lost, the chief logs what it waits for this often.
   static constexpr absl::Duration kWaitReportEvery = absl::Seconds(5);
 
-  absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
+  // `gone`: no process serves the ps (restarted, or its port refuses
+  // connections), so its backup may take over.
+  absl::Status Recover(int ps, const std::string& why, bool gone, const Snapshot* latest,
                        int64_t* highest_version);
+  // Lost ps `ps`'s backup store made the primary of its shards, and every
+  // caller told: OK, or why it could not be (then the old way serves).
+  absl::Status PromoteBackup(int ps, const std::string& why);
+  // Every ps's shards served at its own address again (before a restore
+  // from a checkpoint), the workers and the deciding ps told.
+  absl::Status MoveHome();
   // Restarted ps `ps` restored from its backup: OK, or why it could not be
   // (then the checkpoint serves), logged by the caller.
   absl::Status RestoreFromBackup(int ps, int64_t generation);
@@ -71,7 +96,7 @@ class PsRecovery {
   Dispatcher* const dispatcher_;
   MembershipSync* const membership_;
   const std::atomic<bool>& stop_;
-  const std::vector<std::string>* const backups_;
+  std::vector<StoreCopies>* const copies_;
   FailoverMetrics* const metrics_;  // may be null
   std::vector<uint64_t> incarnation_;
   std::vector<int> failures_;  // consecutive failed checks, per ps

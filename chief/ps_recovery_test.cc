@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "chief/failover_metrics.h"
+#include "chief/fake_ps_fleet.h"
 #include "common/metrics.h"
 #include "gtest/gtest.h"
 #include "model/model_spec.h"
@@ -22,20 +23,22 @@ namespace {
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
 // Ps with set process identities. A ps that restarted answers with another
-// incarnation, uninitialised; `unreachable[ps]` Stats calls fail before it
-// answers again. The backup stores hand out `backup_state`, and Restore
-// records what it was given and initialises the ps.
-class FakeFleet : public PsFleet {
+// incarnation, uninitialised; `unreachable[ps]` Stats calls fail (with
+// `unreachable_error`) before it answers again. The backup stores hand out
+// `backup_state` and answer StatsAt as seeded backups of `backup_version`
+// unless `backup_answers` is false; Restore records what it was given and
+// initialises the ps.
+class FakeFleet : public PsFleetForTests {
  public:
-  explicit FakeFleet(int n) : incarnation(n), initialized(n, true), unreachable(n, 0) {
+  explicit FakeFleet(int n)
+      : PsFleetForTests(n), incarnation(n), initialized(n, true), unreachable(n, 0) {
     for (int i = 0; i < n; ++i) incarnation[i] = i + 1;
   }
 
-  int num_ps() const override { return static_cast<int>(incarnation.size()); }
   absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration) override {
     if (unreachable[ps] > 0) {
       --unreachable[ps];
-      return absl::UnavailableError(absl::StrCat("stats of ps:", ps, ": unreachable"));
+      return absl::UnavailableError(absl::StrCat("stats of ps:", ps, ": ", unreachable_error));
     }
     PsStatsResponse st;
     st.set_initialized(initialized[ps]);
@@ -47,13 +50,9 @@ class FakeFleet : public PsFleet {
   absl::Status SetWorkers(int, const std::vector<bool>&, absl::Duration) override {
     return absl::OkStatus();
   }
-  absl::StatusOr<ShardState> Snapshot(int, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::StatusOr<InitResponse> Init(int, const InitRequest&, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status SetBackups(int, const std::vector<std::string>&, absl::Duration) override {
+  absl::Status SetBackups(int ps, const std::vector<std::string>& addresses,
+                          absl::Duration) override {
+    backups_set.push_back({ps, addresses});
     return absl::OkStatus();
   }
   absl::StatusOr<ShardState> SnapshotOfBackup(const std::string& address, absl::Duration) override {
@@ -72,6 +71,25 @@ class FakeFleet : public PsFleet {
     generation = request.state().generation();
     return absl::OkStatus();
   }
+  absl::StatusOr<PsStatsResponse> StatsAt(const std::string& address, absl::Duration) override {
+    if (!backup_answers) return absl::UnavailableError(absl::StrCat(address, ": no store"));
+    PsStatsResponse st;
+    st.set_initialized(true);
+    st.set_backup(true);
+    st.set_incarnation(77);
+    st.set_generation(generation);
+    st.set_version(backup_version);
+    return st;
+  }
+  absl::StatusOr<int64_t> Promote(const std::string& address, int64_t, absl::Duration) override {
+    promoted.push_back(address);
+    return backup_version;
+  }
+  absl::Status SetFollowers(int, const std::vector<std::string>& addresses,
+                            absl::Duration) override {
+    followers = addresses;
+    return absl::OkStatus();
+  }
 
   // A new process for `ps`: uninitialised, another identity.
   void Restart(int ps) {
@@ -82,11 +100,17 @@ class FakeFleet : public PsFleet {
   std::vector<uint64_t> incarnation;
   std::vector<bool> initialized;
   std::vector<int> unreachable;
+  std::string unreachable_error = "unreachable";
   int64_t generation = 0;
   int64_t version = 300;
   absl::StatusOr<ShardState> backup_state = absl::UnavailableError("no backup store");
+  bool backup_answers = false;
+  int64_t backup_version = 300;
   std::vector<std::string> backups_asked;
   std::vector<std::pair<int, bool>> restored;  // ps, RestoreRequest.continues
+  std::vector<std::string> promoted;
+  std::vector<std::pair<int, std::vector<std::string>>> backups_set;
+  std::vector<std::string> followers;
 };
 
 // The value of the sample of `name` whose labels are the task's and
@@ -132,7 +156,7 @@ class PsRecoveryTest : public ::testing::Test {
 
   PsRecovery Make() {
     return PsRecovery(&setup_, {1, 2}, absl::Seconds(10), &fleet_, &dispatcher_, membership_.get(),
-                      &stop_, &backups_, failover_.get());
+                      &stop_, &copies_, failover_.get());
   }
 
   // A backup store's state of ps 1: at the fleet's version and generation,
@@ -163,7 +187,9 @@ class PsRecoveryTest : public ::testing::Test {
   std::unique_ptr<MembershipSync> membership_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<FailoverMetrics> failover_;
-  std::vector<std::string> backups_ = {"ps1:7000", "ps0:7001"};  // ps i's on ps i+1
+  // ps i's backup on ps i+1's backup store.
+  std::vector<StoreCopies> copies_ = {{0, "ps1:7001", 1, "ps0:7000"},
+                                      {1, "ps0:7001", 0, "ps1:7000"}};
   Snapshot checkpoint_;
 };
 
@@ -223,7 +249,7 @@ TEST_F(PsRecoveryTest, StaleBackupFallsBackToTheCheckpointAndCopiesNothing) {
 }
 
 TEST_F(PsRecoveryTest, NoBackupRestoresFromTheCheckpoint) {
-  backups_.clear();  // --ps_replicas=0
+  copies_.clear();  // --ps_replicas=0
   fleet_.Restart(0);
   PsRecovery r = Make();
   int64_t highest = 0;
@@ -246,6 +272,106 @@ TEST_F(PsRecoveryTest, SameProcessAnsweringAgainIsResumed) {
   EXPECT_EQ(Failovers("backup"), 0);
   EXPECT_EQ(Failovers("checkpoint"), 0);
   EXPECT_EQ(Value("pscluster_ps_recovery_pause_seconds_count"), 1);
+}
+
+TEST_F(PsRecoveryTest, APsWhosePortRefusesHasItsBackupPromotedAndTheWorkersAreTold) {
+  fleet_.backup_answers = true;
+  fleet_.unreachable[1] = 2;
+  fleet_.unreachable_error = "failed to connect to all addresses; last error: UNKNOWN: "
+                             "ipv4:127.0.0.1:7000: Failed to connect to remote host: Connection "
+                             "refused";
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(r.suspects_loss());  // looked at again soon
+  EXPECT_TRUE(fleet_.promoted.empty());
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_FALSE(r.suspects_loss());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7001"});
+  EXPECT_EQ(fleet_.address(1), "ps0:7001");
+  EXPECT_TRUE(fleet_.restored.empty());  // nothing copied, nothing rolled back
+  EXPECT_EQ(highest, 300);
+  absl::StatusOr<PlacementResponse> placement = dispatcher_.GetPlacement();
+  ASSERT_TRUE(placement.ok());
+  EXPECT_EQ(std::vector<std::string>(placement->ps_addresses().begin(),
+                                     placement->ps_addresses().end()),
+            (std::vector<std::string>{"ps0:7000", "ps0:7001"}));
+  EXPECT_EQ(placement->epoch(), 1);
+  // ps 1 is served by ps 0's process now, with no backup yet; ps 0's
+  // backup was on the lost process: its primary stops waiting for it.
+  EXPECT_EQ(copies_[1].primary_holder, 0);
+  EXPECT_TRUE(copies_[1].backup.empty());
+  EXPECT_TRUE(copies_[0].backup.empty());
+  ASSERT_EQ(fleet_.backups_set.size(), 1u);
+  EXPECT_EQ(fleet_.backups_set[0].first, 0);
+  EXPECT_TRUE(fleet_.backups_set[0].second.empty());
+  EXPECT_EQ(Failovers("promoted"), 1);
+  EXPECT_EQ(Failovers("checkpoint"), 0);
+  EXPECT_EQ(Value("pscluster_ps_recovery_pause_seconds_count"), 1);
+  EXPECT_EQ(Sample(metrics_->Serialize(), "pscluster_ps_store_info",
+                   ",holder=\"ps:0\",role=\"primary\",store=\"ps:1\"")
+                .value_or(-1),
+            1);
+  // Its backup store answers the checks from now on.
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted.size(), 1u);
+}
+
+TEST_F(PsRecoveryTest, ARestartedPsHasItsBackupPromoted) {
+  fleet_.backup_answers = true;
+  fleet_.Restart(1);
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7001"});
+  EXPECT_TRUE(fleet_.restored.empty());
+  EXPECT_TRUE(fleet_.backups_asked.empty());
+  EXPECT_EQ(Failovers("promoted"), 1);
+  EXPECT_EQ(Failovers("backup"), 0);
+}
+
+TEST_F(PsRecoveryTest, APsThatTimesOutIsWaitedForNotReplaced) {
+  // It may be alive and still answer workers: two primaries must not be.
+  fleet_.backup_answers = true;
+  fleet_.unreachable[1] = 3;
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(fleet_.promoted.empty());
+  EXPECT_EQ(fleet_.address(1), "ps1:7000");
+  EXPECT_EQ(Failovers("resumed"), 1);
+}
+
+TEST_F(PsRecoveryTest, TheSyncDeciderIsNotPromotedAndABackupBehindIsNot) {
+  fleet_.backup_answers = true;
+  setup_.mode = SYNC;
+  fleet_.Restart(0);
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(fleet_.promoted.empty());
+  EXPECT_EQ(Failovers("checkpoint"), 1);
+
+  // A follower's backup two steps behind the decider lacks an update.
+  fleet_.backup_version = fleet_.version - 2;
+  fleet_.Restart(1);
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(fleet_.promoted.empty());
+  EXPECT_EQ(Failovers("checkpoint"), 2);
+}
+
+TEST_F(PsRecoveryTest, ASyncFollowerPromotedIsGivenTheStepAndTheDecider) {
+  fleet_.backup_answers = true;
+  setup_.mode = SYNC;
+  fleet_.backup_version = fleet_.version - 1;  // the step in flight is not on it
+  fleet_.Restart(1);
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7001"});
+  EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps0:7001"});
+  EXPECT_EQ(Failovers("promoted"), 1);
 }
 
 }  // namespace

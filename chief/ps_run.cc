@@ -93,7 +93,18 @@ absl::Status ParameterServerRun::Prepare(absl::Time* start) {
 }
 
 absl::Status ParameterServerRun::Start(ClusterTasks* tasks, absl::Time* start) {
-  ps_ = std::make_unique<GrpcPsFleet>(&placement_, tasks->ps_channels(), &stop_);
+  std::vector<std::string> home;
+  for (int index : options_.config.cluster.task_indices(kPsJob)) {
+    absl::StatusOr<std::string> address = options_.config.cluster.address(kPsJob, index);
+    if (!address.ok()) return address.status();
+    StoreCopies c;
+    c.primary_holder = static_cast<int>(copies_.size());
+    c.home = *address;
+    copies_.push_back(c);
+    home.push_back(*address);
+  }
+  dispatcher_->SetPlacement(home);
+  ps_ = std::make_unique<GrpcPsFleet>(&placement_, tasks->ps_channels(), home, &stop_);
   MembershipOptions mopt;
   mopt.mode = plan_.mode();
   membership_ = std::make_unique<MembershipSync>(mopt, ps_.get(), dispatcher_.get(), &stop_);
@@ -134,8 +145,8 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   recovery_ =
       std::make_unique<PsRecovery>(&ps_setup_, ps->incarnations, options_.ps_recovery_timeout,
                                    ps_.get(), dispatcher_.get(), membership_.get(), &stop_,
-                                   &backups_, failover_metrics_.get());
-  for (int i = 0; i < plan_.num_ps(); ++i) failover_metrics_->SetCopy(i, i);
+                                   &copies_, failover_metrics_.get());
+  for (int i = 0; i < plan_.num_ps(); ++i) failover_metrics_->SetCopies(i, i, -1);
   if (absl::Status s = KeepBackups(); !s.ok()) return s;
   if (ps->resumed) return ResumeRun(ps->generation, start);
   // Fresh ps over a checkpoint directory that holds a checkpoint (the run
@@ -215,10 +226,15 @@ absl::Status ParameterServerRun::Tick() {
   CheckWorkers();
   const absl::Time now = absl::Now();
   if (now >= next_ps_check_) {
-    next_ps_check_ = now + options_.ps_check_every;
     if (absl::Status s = recovery_->Check(checkpointer_->latest(), &highest_version_); !s.ok()) {
       return s;
     }
+    // A ps that failed a check is looked at again soon: found lost on the
+    // second failure, its backup takes over within a fraction of a second.
+    next_ps_check_ = absl::Now() + (recovery_->suspects_loss()
+                                        ? std::min(PsRecovery::kLookAgainAfter,
+                                                   options_.ps_check_every)
+                                        : options_.ps_check_every);
     if (absl::Status s = KeepBackups(); !s.ok()) return s;
   }
   if (options_.checkpoint_every_steps > 0 && now >= next_version_check_) {
@@ -253,36 +269,54 @@ std::string ParameterServerRun::DoneNote() const {
       " (async: a worker told to wait, max_staleness)");
 }
 
+absl::StatusOr<std::string> ParameterServerRun::BackupStoreOf(int ps) {
+  absl::StatusOr<PsStatsResponse> st = ps_->StatsAt(copies_[ps].home, absl::Seconds(2));
+  if (!st.ok()) return st.status();
+  if (st->backup_port() <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--ps_replicas=", options_.ps_replicas, ": ps:", ps,
+        " keeps no backup store (a ps_server older than this chief?)"));
+  }
+  absl::StatusOr<HostPort> hp = ParseHostPort(copies_[ps].home, options_.config.source);
+  if (!hp.ok()) return hp.status();
+  return absl::StrCat(hp->host.find(':') != std::string::npos ? "[" + hp->host + "]" : hp->host,
+                      ":", st->backup_port());
+}
+
 absl::Status ParameterServerRun::KeepBackups() {
   if (options_.ps_replicas == 0) return absl::OkStatus();
   const int n = plan_.num_ps();
-  const std::vector<int> indices = options_.config.cluster.task_indices(kPsJob);
-  backups_.resize(n);
   for (int i = 0; i < n; ++i) {
+    StoreCopies& c = copies_[i];
     absl::StatusOr<PsStatsResponse> mine = ps_->Stats(i, absl::Seconds(2));
     // A ps that does not answer is the recovery's business.
     if (!mine.ok() || !mine->initialized()) continue;
-    const int j = (i + 1) % n;
-    absl::StatusOr<PsStatsResponse> next = ps_->Stats(j, absl::Seconds(2));
-    if (!next.ok()) continue;  // tried again on the next check
-    if (next->backup_port() <= 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--ps_replicas=", options_.ps_replicas, ": ps:", j,
-          " keeps no backup store (a ps_server older than this chief?)"));
+    // Where the backup goes: the next ps's backup store; when that store
+    // serves these shards (promoted), this ps's own store.
+    const int holder = c.primary_holder == i ? (i + 1) % n : i;
+    absl::StatusOr<std::string> backup = holder == i ? copies_[i].home : BackupStoreOf(holder);
+    if (!backup.ok()) {
+      if (absl::IsFailedPrecondition(backup.status())) return backup.status();
+      continue;  // that ps is down: tried again on the next check
     }
-    absl::StatusOr<std::string> address = options_.config.cluster.address(kPsJob, indices[j]);
-    if (!address.ok()) return address.status();
-    absl::StatusOr<HostPort> hp = ParseHostPort(*address, options_.config.source);
-    if (!hp.ok()) return hp.status();
-    const std::string backup =
-        absl::StrCat(hp->host.find(':') != std::string::npos ? "[" + hp->host + "]" : hp->host,
-                     ":", next->backup_port());
-    if (mine->backups_set() > 0 && backups_[i] == backup) continue;  // kept already
-    if (absl::Status s = ps_->SetBackups(i, {backup}, absl::Seconds(5)); !s.ok()) return s;
-    backups_[i] = backup;
-    failover_metrics_->SetCopy(i, j);
-    spdlog::info("ps:{}'s store has a backup on ps:{} ({}), kept up to date before each answer",
-                 i, j, backup);
+    if (mine->backups_set() > 0 && c.backup == *backup) continue;  // kept already
+    if (holder == i) {
+      // This ps's own store, restarted while its backup served: empty, or
+      // a backup already. A primary there (cut off while its backup took
+      // over) is not overwritten.
+      absl::StatusOr<PsStatsResponse> own = ps_->StatsAt(*backup, absl::Seconds(2));
+      if (!own.ok()) continue;
+      if (own->initialized() && !own->backup()) continue;
+    }
+    if (absl::Status s = ps_->SetBackups(i, {*backup}, absl::Seconds(5)); !s.ok()) return s;
+    c.backup = *backup;
+    c.backup_holder = holder;
+    failover_metrics_->SetCopies(i, c.primary_holder, holder);
+    spdlog::info("ps:{}'s store{} has a backup on ps:{} ({}), kept up to date before each answer",
+                 i,
+                 c.primary_holder == i ? ""
+                                       : absl::StrCat(" (served by ps:", c.primary_holder, ")"),
+                 holder, *backup);
   }
   return absl::OkStatus();
 }
@@ -376,6 +410,8 @@ absl::StatusOr<const std::vector<float>*> ParameterServerRun::FinalWeights(int64
   }
   PsClientOptions popt;
   popt.stop = &stop_;
+  // Where each ps's shards are served now (a backup promoted).
+  popt.locate = [this](int ps) { return ps_->address(ps); };
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Create(options_.config.cluster, &placement_, popt);
   if (!client.ok()) return client.status();

@@ -107,11 +107,15 @@ class ParameterServerRun final : public StrategyRun {
   absl::Status StartParameterServers(absl::Time* start);
   // A restarted chief (the ps were initialised): the data position.
   absl::Status ResumeRun(int64_t generation, absl::Time* start);
-  // --ps_replicas: gives every ps the backup store of the next ps
-  // (docs/replication.md), again when it keeps none (a restarted one) or
-  // when that store moved (the next ps restarted on another port).
+  // --ps_replicas: gives every ps's store a backup (docs/replication.md):
+  // the backup store of the next ps, or, when that store serves the
+  // shards (promoted in a lost ps's place), the ps's own store once its
+  // process is back; again when the primary keeps none (restarted, or its
+  // backup was lost).
   absl::Status KeepBackups();
-  std::vector<std::string> backups_;  // per ps: the backup address it was given
+  // The address of ps `ps`'s backup store (its process's --backup_port).
+  absl::StatusOr<std::string> BackupStoreOf(int ps);
+  std::vector<StoreCopies> copies_;  // per ps
   void LogSetup() const;
   // Lost workers logged, the sync set brought to the ps.
   void CheckWorkers();

@@ -26,4 +26,8 @@ absl::StatusOr<ShardState> WorkSource::GetReplica(const ReplicaRequest&) {
   return NotThisStrategy("GetReplica", MULTI_WORKER_MIRRORED);
 }
 
+absl::StatusOr<PlacementResponse> WorkSource::GetPlacement() {
+  return NotThisStrategy("GetPlacement", PARAMETER_SERVER);
+}
+
 }  // namespace pscluster

@@ -34,6 +34,9 @@ class WorkSource {
   // state the chief itself holds (the initial weights or a checkpoint's).
   virtual absl::StatusOr<RingWorkResponse> RingWork(const RingWorkRequest& request, absl::Time now);
   virtual absl::StatusOr<ShardState> GetReplica(const ReplicaRequest& request);
+
+  // --strategy=parameter_server: where each ps's shards are served now.
+  virtual absl::StatusOr<PlacementResponse> GetPlacement();
 };
 
 }  // namespace pscluster

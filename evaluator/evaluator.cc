@@ -39,6 +39,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
     // be gone already, and the evaluator would wait out the pull's deadline.
     PsClientOptions psopt;
     psopt.stop = stop;
+    psopt.locate = LocateThroughChief(chief->get());
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         PsClient::Create(options_.config.cluster, placement.get(), psopt);
     if (!client.ok()) return client.status();

@@ -127,6 +127,9 @@ int main(int argc, char** argv) {
       followers.push_back(*address);
     }
     broadcaster = std::make_unique<StepBroadcaster>(&store, followers, rpc);
+    service.set_followers_handler([b = broadcaster.get()](const std::vector<std::string>& f) {
+      return b->SetFollowers(f);
+    });
   }
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
       TaskServer::Start(config.own_port(), {&service}, nullptr, rpc);

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/rpc.h"
 #include "common/security.h"
+#include "spdlog/spdlog.h"
 #include "update/store_state.h"
 
 namespace pscluster {
@@ -441,8 +442,10 @@ grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
   enc.worker = req.worker_index();
   enc.base = req.pull_base();
   if (!store_->is_sync()) {
-    return DoPull(deadline, req.layout_fingerprint(), 0, req.generation(), enc,
-                  resp->mutable_pull(), weights);
+    s = DoPull(deadline, req.layout_fingerprint(), 0, req.generation(), enc,
+               resp->mutable_pull(), weights);
+    if (s.ok() && resp->push().applied()) NoteStepAsPrimary(resp->push().version());
+    return s;
   }
   // Sync: the weights of the step this gradient feeds; by then that step
   // is decided, and with it whether the gradient was one of its members.
@@ -454,7 +457,17 @@ grpc::Status PsService::DoPushPull(const PushRequest& req, absl::Time deadline,
     resp->mutable_push()->set_applied(false);  // left out of its step
     metrics_->stale_gradients_dropped().Increment();
   }
+  NoteStepAsPrimary(req.version() + 1);
   return grpc::Status::OK;
+}
+
+void PsService::NoteStepAsPrimary(int64_t version) {
+  int64_t from = promoted_from_.load(std::memory_order_relaxed);
+  if (from < 0 || version <= from || !promoted_from_.compare_exchange_strong(from, -1)) return;
+  spdlog::info(
+      "promoted to primary at version {}: the first update since is applied and answered "
+      "(version {}), {:.0f} ms after the promotion",
+      from, version, absl::ToDoubleMilliseconds(absl::Now() - promoted_at_));
 }
 
 grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*,
@@ -671,7 +684,13 @@ grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* 
   absl::Status s = store_->Promote(req->layout_fingerprint(), req->generation(),
                                    req->decides() ? StepRole::kDecide : StepRole::kFollow);
   if (!s.ok()) return ToGrpcStatus(s);
-  resp->set_version(store_->stats().version);
+  const int64_t version = store_->stats().version;
+  spdlog::warn("promoted to primary of its shards at version {} (generation {}): its primary "
+               "was lost",
+               version, req->generation());
+  promoted_at_ = absl::Now();
+  promoted_from_ = version;
+  resp->set_version(version);
   return grpc::Status::OK;
 }
 
@@ -709,6 +728,25 @@ grpc::Status PsService::SetBackups(grpc::ServerContext* ctx, const SetBackupsReq
         options_.replicator);
   }
   return grpc::Status::OK;
+}
+
+grpc::Status PsService::SetFollowers(grpc::ServerContext* ctx, const SetFollowersRequest* req,
+                                     SetFollowersResponse*) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (!followers_handler_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this ps does not decide sync steps for other ps");
+  }
+  const StoreStats st = store_->stats();
+  if (st.initialized && req->layout_fingerprint() != st.layout_fingerprint) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "SetFollowers for another layout than this ps holds");
+  }
+  for (const std::string& a : req->addresses()) {
+    if (a.empty()) return InvalidArgument("a follower's address is empty");
+  }
+  return ToGrpcStatus(followers_handler_(
+      std::vector<std::string>(req->addresses().begin(), req->addresses().end())));
 }
 
 }  // namespace pscluster

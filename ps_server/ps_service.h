@@ -8,6 +8,7 @@
 #define PSCLUSTER_PS_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,6 +61,14 @@ class PsService final : public ParameterServer::Service {
                            StepCommitRequest*) override;
   grpc::Status SetBackups(grpc::ServerContext*, const SetBackupsRequest*,
                           SetBackupsResponse*) override;
+  // Sync, on the deciding ps: where its followers are served now (a
+  // backup promoted); FAILED_PRECONDITION on any other ps.
+  grpc::Status SetFollowers(grpc::ServerContext*, const SetFollowersRequest*,
+                            SetFollowersResponse*) override;
+  // What SetFollowers calls (ps_server/step_broadcaster.h's); set before
+  // serving.
+  using FollowersHandler = std::function<absl::Status(const std::vector<std::string>&)>;
+  void set_followers_handler(FollowersHandler handler) { followers_handler_ = std::move(handler); }
 
   // PushPull without gRPC: the tcp data plane's (ps_server/data_plane_server.h)
   // handler, after its own token check. The pull waits until `deadline`.
@@ -205,6 +214,12 @@ class PsService final : public ParameterServer::Service {
   std::vector<std::vector<float>> buffers_ ABSL_GUARDED_BY(buffers_mu_);
   absl::Mutex changes_mu_;
   std::map<int, std::unique_ptr<ChangeState>> changes_ ABSL_GUARDED_BY(changes_mu_);
+  FollowersHandler followers_handler_;  // empty: not the deciding ps
+  // After a Promote: the version it was promoted at, until the first
+  // update since is answered (logged, NoteStepAsPrimary); -1 otherwise.
+  void NoteStepAsPrimary(int64_t version);
+  std::atomic<int64_t> promoted_from_{-1};
+  absl::Time promoted_at_;  // written before promoted_from_
 };
 
 }  // namespace pscluster

@@ -1,5 +1,6 @@
 #include "ps_server/step_broadcaster.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/retry.h"
@@ -24,10 +25,31 @@ RetryPolicy ResendPolicy() {
 StepBroadcaster::StepBroadcaster(ParameterStore* store,
                                  const std::vector<std::string>& followers,
                                  const RpcOptions& rpc)
-    : store_(store) {
-  for (const std::string& address : followers) {
-    senders_.emplace_back([this, address, rpc] { SendAll(address, rpc); });
+    : store_(store), followers_(followers) {
+  for (int k = 0; k < static_cast<int>(followers.size()); ++k) {
+    senders_.emplace_back([this, k, rpc] { SendAll(k, rpc); });
   }
+}
+
+absl::Status StepBroadcaster::SetFollowers(const std::vector<std::string>& followers) {
+  absl::MutexLock lock(&mu_);
+  if (followers.size() != followers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(followers.size(), " followers given; ",
+                                                   followers_.size(), " follow this ps"));
+  }
+  for (size_t k = 0; k < followers.size(); ++k) {
+    if (followers[k] != followers_[k]) {
+      spdlog::warn("step decisions for follower {} go to {} (were {})", k + 1, followers[k],
+                   followers_[k]);
+    }
+  }
+  followers_ = followers;
+  return absl::OkStatus();
+}
+
+std::string StepBroadcaster::AddressOf(int follower) const {
+  absl::MutexLock lock(&mu_);
+  return followers_[follower];
 }
 
 StepBroadcaster::~StepBroadcaster() {
@@ -35,12 +57,23 @@ StepBroadcaster::~StepBroadcaster() {
   for (std::thread& t : senders_) t.join();
 }
 
-void StepBroadcaster::SendAll(const std::string& address, const RpcOptions& rpc) {
-  std::unique_ptr<ParameterServer::Stub> stub =
-      ParameterServer::NewStub(MakeChannel(address, rpc));
-  // The other ps's data plane; its port is asked over gRPC before a dial.
-  auto port_of = DataPortFromStats(stub.get(), address);
-  DataChannel data(address, port_of, rpc.security ? rpc.security : ProcessSecurity(), &stop_);
+void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
+  std::string address;
+  std::unique_ptr<ParameterServer::Stub> stub;
+  std::unique_ptr<DataChannel> data;
+  // (Re)connects when the follower's address is new.
+  auto connect = [&] {
+    std::string now = AddressOf(follower);
+    if (stub != nullptr && now == address) return;
+    address = std::move(now);
+    data.reset();
+    stub = ParameterServer::NewStub(MakeChannel(address, rpc));
+    // The other ps's data plane; its port is asked over gRPC before a dial.
+    data = std::make_unique<DataChannel>(address, DataPortFromStats(stub.get(), address),
+                                         rpc.security ? rpc.security : ProcessSecurity(),
+                                         &stop_);
+  };
+  connect();
   absl::Time grpc_until = absl::InfinitePast();  // after the data plane failed
   int64_t sent = 0;  // sequence of the last decision taken or given up
   StepDecision d;
@@ -54,10 +87,11 @@ void StepBroadcaster::SendAll(const std::string& address, const RpcOptions& rpc)
     req.set_skip(d.skip);
     Backoff backoff(ResendPolicy());
     while (!stop_) {
+      connect();
       StepCommitResponse resp;
       grpc::Status s;
       if (absl::Now() >= grpc_until) {
-        s = data.Unary(DataKind::kCommit, &req, &resp, absl::Now() + absl::Seconds(2));
+        s = data->Unary(DataKind::kCommit, &req, &resp, absl::Now() + absl::Seconds(2));
         if (!s.ok()) {
           // gRPC's answer is the one that counts (a refusal, a ps down).
           spdlog::warn("step decisions go to the ps at {} over gRPC for 10 s: its data plane "

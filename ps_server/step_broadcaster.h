@@ -18,8 +18,11 @@
 // tried again: a decision is taken whichever way it comes (Commit of a
 // decision already taken is OK).
 //
-// Thread-safe to construct and destroy from one thread; the store is
-// borrowed and must outlive the broadcaster.
+// A follower's shards move when its backup is promoted (docs/replication.md):
+// SetFollowers gives the new addresses, and the decisions in flight go
+// there from their next attempt.
+//
+// Thread-safe; the store is borrowed and must outlive the broadcaster.
 #ifndef PSCLUSTER_PS_SERVER_STEP_BROADCASTER_H_
 #define PSCLUSTER_PS_SERVER_STEP_BROADCASTER_H_
 
@@ -29,6 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/rpc.h"
 #include "update/parameter_store.h"
 
@@ -41,13 +46,20 @@ class StepBroadcaster {
                   const RpcOptions& rpc = {});
   ~StepBroadcaster();  // stops the senders and joins them
 
+  // Where the followers are served now, in the constructor's order.
+  // InvalidArgument when the count differs.
+  absl::Status SetFollowers(const std::vector<std::string>& followers);
+
   StepBroadcaster(const StepBroadcaster&) = delete;
   StepBroadcaster& operator=(const StepBroadcaster&) = delete;
 
  private:
-  void SendAll(const std::string& address, const RpcOptions& rpc);
+  void SendAll(int follower, const RpcOptions& rpc);
+  std::string AddressOf(int follower) const;
 
   ParameterStore* const store_;  // borrowed
+  mutable absl::Mutex mu_;
+  std::vector<std::string> followers_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::vector<std::thread> senders_;
 };

@@ -187,7 +187,7 @@ TEST(ClusterMetricsTest, EveryRoleServesItsOwnMetricsWithTheWorkDone) {
         << ps << "\n" << chief;
   }
   EXPECT_EQ(chief.find("\",role=\"backup\","), std::string::npos) << chief;
-  for (const char* how : {"backup", "checkpoint", "resumed"}) {
+  for (const char* how : {"promoted", "backup", "checkpoint", "resumed"}) {
     EXPECT_NE(chief.find(absl::StrCat("pscluster_ps_failovers_total{task=\"chief:0\",how=\"", how,
                                       "\"} 0\n")),
               std::string::npos)

@@ -5,13 +5,14 @@
 # values and optimizer slots at shutdown, and one of the backup it keeps;
 # ps i's must equal the backup's on ps i+1 (mod N), with the same version
 # and applied digest. Checked in sync and async, with 2 and 3 ps, and after
-# a ps killed with SIGKILL mid-run: a follower takes its backup's state, no
-# step redone, every ps applying the clean run's pushes with its digest;
-# ps 0 of a sync run, and a ps whose copies were both killed, are restored
-# from the checkpoint, saying why. A sync run with replicas ends with the
-# same final line as one without (the same bits are trained).
-# After a kill, the chief's /metrics counts the fail-over by how the ps
-# came back, and the bytes copied from a backup.
+# a ps killed with SIGKILL mid-run: a follower's backup store is promoted
+# (it serves the shards from then on, the workers call it there) and the
+# restarted ps becomes its backup, no step redone, every copy applying the
+# clean run's pushes with its digest; ps 0 of a sync run, and a ps whose
+# copies were both killed, are restored from the checkpoint, saying why. A
+# sync run with replicas ends with the same final line as one without (the
+# same bits are trained). After a kill, the chief's /metrics counts the
+# fail-over by how the ps came back, and where each store is.
 # Bad values of the flag exit 2 naming it.
 #
 # Usage: tests/ps_replicas_test.sh [MNIST_DIR]
@@ -46,14 +47,16 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
 fi
 
 # crc_pairs OUT N: empty when ps i's state (version, digest, CRC) equals the
-# backup store's on ps i+1 for every i < N; otherwise what differs.
+# backup store's on ps i+1 for every i < N; otherwise what differs. (After
+# a promotion, the backup store on ps i+1 is ps i's primary and ps i's own
+# store its backup: the same pair.)
 crc_pairs() {
   local out="$1" n="$2" i j mine theirs problems=""
   for ((i = 0; i < n; i++)); do
     j=$(((i + 1) % n))
     mine="$(grep "^\[ps$i\] .*shutting down" "$out" | tail -n 1 |
       sed -nE 's/.*version=([0-9]+) applied=([0-9]+) .*applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
-    theirs="$(grep "^\[ps$j\] .*backup store: a backup" "$out" | tail -n 1 |
+    theirs="$(grep -E "^\[ps$j\] .*backup store: (a backup|promoted)" "$out" | tail -n 1 |
       sed -nE 's/.*version=([0-9]+) applied=([0-9]+) applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
     if [ -z "$mine" ] || [ "$mine" != "$theirs" ]; then
       problems+="ps:$i '$mine' vs its backup on ps:$j '$theirs'; "
@@ -144,7 +147,7 @@ kill_ps() {
   grep -q 'every worker is done' "$out" || kill_ps_frozen "$pid" "$index"
   for _ in $(seq 1 900); do
     kill -0 "$pid" 2>/dev/null || break
-    if grep -qE '^\[chief\] .*ps:[0-9]+ (restarted|answers again)' "$out"; then
+    if grep -qE '^\[chief\] .*ps:[0-9]+ (restarted|answers again|lost .*serves its shards)' "$out"; then
       scrape_chief "$out"
     fi
     sleep 0.1
@@ -167,31 +170,33 @@ same_updates() {
   echo "$problems"
 }
 
-# A follower ps killed mid-run (sync, 2 ps): the restarted process takes
-# its backup's state (no checkpoint read, no step redone), keeps a backup
-# again, and the run ends exactly as a clean one: every ps applied the
-# same pushes (digest and counters) and ends at the clean run's final line.
-# The chief's /metrics counts one fail-over from the backup, the bytes
-# copied from it, and where each store's backup is.
+# A follower ps killed mid-run (sync, 2 ps): its backup store on ps 0 is
+# promoted (no checkpoint read, no step redone), the workers call it
+# there, the restarted ps 1 becomes its backup, and the run ends exactly as
+# a clean one: every copy applied the same pushes (digest and counters)
+# and the final line is the clean run's. The chief's /metrics counts one
+# promotion and says where each store is now.
+promoted='ps:1 lost (.*): its backup store on ps:0 (.*) serves its shards from now on, from version [0-9]+ \(generation 0\); no checkpoint read, nothing rolled back'
 kill_ps "$tmp/kill.out" sync 2 1
 problems="$(crc_pairs "$tmp/kill.out" 2)$(same_updates "$tmp/kill.out" 2)"
-m_backup="$(chief_metric "$tmp/kill.out" 'pscluster_ps_failovers_total{task="chief:0",how="backup"}')"
+m_promoted="$(chief_metric "$tmp/kill.out" 'pscluster_ps_failovers_total{task="chief:0",how="promoted"}')"
 m_ckpt="$(chief_metric "$tmp/kill.out" 'pscluster_ps_failovers_total{task="chief:0",how="checkpoint"}')"
-m_bytes="$(chief_metric "$tmp/kill.out" 'pscluster_ps_reseed_bytes_total{task="chief:0"}')"
 m_pauses="$(chief_metric "$tmp/kill.out" 'pscluster_ps_recovery_pause_seconds_count{task="chief:0"}')"
-m_place="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:0",role="backup",store="ps:1"}')"
-[ "$m_backup" = 1 ] && [ "$m_ckpt" = 0 ] && [ "$m_pauses" = 1 ] && [ "$m_place" = 1 ] &&
-  awk -v b="$m_bytes" 'BEGIN { exit !(b > 0) }' ||
-  problems+="chief's /metrics: failovers backup='$m_backup' checkpoint='$m_ckpt' pauses='$m_pauses' reseed_bytes='$m_bytes' ps:1's backup on ps:0='$m_place'; "
+m_place="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:0",role="primary",store="ps:1"}')"
+m_was="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:1",role="primary",store="ps:1"}')"
+[ "$m_promoted" = 1 ] && [ "$m_ckpt" = 0 ] && [ "$m_pauses" = 1 ] && [ "$m_place" = 1 ] &&
+  [ "$m_was" = 0 ] ||
+  problems+="chief's /metrics: failovers promoted='$m_promoted' checkpoint='$m_ckpt' pauses='$m_pauses' ps:1's primary on ps:0='$m_place', on ps:1='$m_was'; "
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [ "$(tail -n 1 "$tmp/kill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
    grep -q '^\[launcher\] ps:1 exited (killed by SIGKILL); restarting' "$tmp/kill.out" &&
-   grep -q 'ps:1 restarted: restored from its backup store .* no checkpoint read, nothing rolled back, no step redone' "$tmp/kill.out" &&
+   grep -qE "$promoted" "$tmp/kill.out" &&
+   grep -q "^\[worker[0-9]\] .*ps:1's shards are served at .* now (were at .*): calling there" "$tmp/kill.out" &&
    ! grep -q 'restored from the checkpoint' "$tmp/kill.out" &&
-   [ "$(grep -c "ps:1's store has a backup on ps:0" "$tmp/kill.out")" -ge 2 ] &&
+   grep -q "ps:1's store (served by ps:0) has a backup on ps:1" "$tmp/kill.out" &&
    [ "$(grep -c "ps:0's store has a backup on ps:1" "$tmp/kill.out")" -ge 2 ] &&
    [ -z "$problems" ]; then
-  pass "sync, ps:1 killed mid-run: restored from its backup, no step redone, every ps applied the same updates, the final line is the clean run's, every backup equals its primary; /metrics: 1 fail-over from the backup, $m_bytes bytes re-seeded"
+  pass "sync, ps:1 killed mid-run: its backup promoted, the workers moved to it, the restarted ps:1 its backup; no step redone, every copy applied the same updates, the final line is the clean run's; /metrics: 1 promotion, ps:1's store on ps:0"
 else
   fail "sync, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/kill.out"
 fi
@@ -201,9 +206,9 @@ kill_ps "$tmp/akill.out" async 3 1
 problems="$(crc_pairs "$tmp/akill.out" 3)$(same_updates "$tmp/akill.out" 3)"
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [[ "$(tail -n 1 "$tmp/akill.out")" =~ ^final:\ test_accuracy=0\.9[3-9] ]] &&
-   grep -q 'ps:1 restarted: restored from its backup store .* no step redone' "$tmp/akill.out" &&
+   grep -qE "${promoted//ps:0/ps:2}" "$tmp/akill.out" &&
    ! grep -q 'restored from the checkpoint' "$tmp/akill.out" && [ -z "$problems" ]; then
-  pass "async, 3 ps, ps:1 killed mid-run: restored from its backup, every ps applied every push once, every backup equals its primary"
+  pass "async, 3 ps, ps:1 killed mid-run: its backup on ps:2 promoted, every copy applied every push once, every backup equals its primary"
 else
   fail "async, 3 ps, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/akill.out"
 fi
@@ -270,7 +275,8 @@ kill_at_final() {
   done
   grep -q '^\[chief\] .*checkpoint (final) at step' "$out" && kill_ps_frozen "$pid" 1
   for _ in $(seq 1 600); do
-    grep -qE '^\[chief\] .*ps:1 (restarted|answers again)' "$out" 2>/dev/null && break
+    grep -qE '^\[chief\] .*ps:1 (restarted|answers again|lost .*serves its shards)' "$out" 2>/dev/null &&
+      break
     sleep 0.05
   done
   [ ${#evaluators[@]} -gt 0 ] && kill -CONT "${evaluators[@]}"
@@ -279,19 +285,19 @@ kill_at_final() {
 }
 
 # A ps lost after the final checkpoint, while the chief waits for the
-# evaluator's score of the final weights: the chief recovers it (from its
-# backup, or without replicas from that checkpoint, which holds every
-# step) so that the evaluator can read them, takes the steps and the
+# evaluator's score of the final weights: the chief recovers it (its
+# backup promoted, or without replicas from that checkpoint, which holds
+# every step) so that the evaluator can read them, takes the steps and the
 # exported weights from the checkpoint, and the run ends with the clean
 # run's line. Before, the chief waited on the restarted, empty ps and
 # failed minutes later.
 for replicas in 1 0; do
   kill_at_final "$tmp/fkill$replicas.out" "$replicas"
-  want='ps:1 restarted: restored from its backup store'
-  [ "$replicas" = 0 ] && want='ps:1 restarted: every ps restored from the checkpoint of step 1407 (generation 1); 0 step(s) since that checkpoint are lost'
+  want="ps:1 lost (.*): its backup store on ps:0 (.*) serves its shards from now on"
+  [ "$replicas" = 0 ] && want='ps:1 restarted: every ps restored from the checkpoint of step 1407 \(generation 1\); 0 step\(s\) since that checkpoint are lost'
   if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
      [ "$(tail -n 1 "$tmp/fkill$replicas.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
-     grep -qF "$want" "$tmp/fkill$replicas.out" &&
+     grep -qE "$want" "$tmp/fkill$replicas.out" &&
      [ -s "$tmp/fkill$replicas.out.d/model.safetensors" ]; then
     pass "--ps_replicas=$replicas, ps:1 killed after the final checkpoint: recovered while the final weights were evaluated ('$want'); the final line is the clean run's, the weights exported"
   else

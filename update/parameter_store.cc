@@ -406,7 +406,9 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
     return s;
   }
   if (config_.replica == ReplicaRole::kBackup) {
-    return absl::FailedPreconditionError(
+    // Unavailable: the caller asks again, where the primary is now (a
+    // restarted ps serves as a backup at the address it had).
+    return absl::UnavailableError(
         "this ps holds a backup of these shards: pushes go to their primary");
   }
   if (args.worker < 0 || args.worker >= config_.num_workers) {
@@ -730,7 +732,9 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
   }
   if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
   if (config_.replica == ReplicaRole::kBackup) {
-    return absl::FailedPreconditionError(
+    // Unavailable: the caller asks again, where the primary is now (a
+    // restarted ps serves as a backup at the address it had).
+    return absl::UnavailableError(
         "this ps holds a backup of these shards: step decisions go to their primary");
   }
   if (config_.rule != UpdateRule::kSync || config_.step_role != StepRole::kFollow) {
@@ -895,9 +899,9 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
   if (config_.replica != ReplicaRole::kBackup) {
     return absl::FailedPreconditionError("this ps is the primary of these shards already");
   }
-  if (generation <= generation_ || generation > kMaxVersion) {
+  if (generation < generation_ || generation > kMaxVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "promotion to generation ", generation, ": must be above this store's ", generation_,
+        "promotion to generation ", generation, ": must be at least this store's ", generation_,
         " and at most ", kMaxVersion));
   }
   config_.replica = ReplicaRole::kPrimary;

@@ -34,10 +34,10 @@
 //
 // Replicas: a primary store reports every update it makes, in order, to
 // its update listener (AppliedUpdate); a backup store (ReplicaRole::kBackup)
-// takes no pushes and applies those records instead (ApplyReplicated), so
+// takes no pushes or step decisions (Unavailable: the sender asks where
+// the primary is) and applies those records instead (ApplyReplicated), so
 // that it holds what the primary holds, bit for bit, and knows which pushes
-// the primary applied. Promote makes a backup the primary under a new
-// generation.
+// the primary applied. Promote makes a backup the primary.
 //
 // Thread-safe: every method may be called from any thread. Knows nothing
 // about gRPC; ps_service.h adapts it.
@@ -346,11 +346,12 @@ class ParameterStore {
   absl::Status ApplyReplicated(uint64_t layout_fingerprint, const AppliedUpdate& u);
 
   // Backup: becomes the primary of its shards, deciding or following sync
-  // steps as `step_role` says, under `generation` (above the store's own):
-  // pushes and pulls of older generations are Aborted from then on, but
-  // for pushes the old primary applied, which are answered as it did.
-  // FailedPrecondition on a primary; InvalidArgument for a generation that
-  // is not above the store's.
+  // steps as `step_role` says, under `generation` (the store's own, when
+  // the fail-over rolls nothing back and the workers' pushes in flight
+  // stand, or above it): pushes and pulls of older generations are
+  // Aborted from then on, but for pushes the old primary applied, which
+  // are answered as it did. FailedPrecondition on a primary;
+  // InvalidArgument for a generation below the store's.
   absl::Status Promote(uint64_t layout_fingerprint, int64_t generation, StepRole step_role);
 
   // Wakes every waiting Pull with Unavailable (shutdown).

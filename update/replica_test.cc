@@ -220,6 +220,27 @@ TEST_F(ReplicaTest, AnAsyncBackupHoldsTheSameBitsAndOncePromotedAnswersAppliedPu
   EXPECT_EQ(backup_.stats().generation, 1);
 }
 
+TEST_F(ReplicaTest, ABackupPromotedUnderTheSameGenerationTakesThePushesInFlight) {
+  // A fail-over that rolls nothing back: the workers' pushes computed on
+  // the old primary's weights stand, and a resend of one it applied is
+  // answered as it was.
+  Start(AdamConfig(UpdateRule::kAsync, 2, 1));
+  absl::StatusOr<PushResult> first = Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/21);
+  ASSERT_TRUE(first.ok()) << first.status();
+  Replicate();
+  ASSERT_TRUE(backup_.Promote(kLayout, 0, StepRole::kDecide).ok());
+  absl::StatusOr<PushResult> resent = Push(backup_, 0, 0, RandomVector(&rng_), 1, 21);
+  ASSERT_TRUE(resent.ok()) << resent.status();
+  EXPECT_TRUE(resent->applied);
+  EXPECT_EQ(resent->version, first->version);
+  EXPECT_EQ(backup_.stats().pushes_duplicate, 1);
+  absl::StatusOr<PushResult> next = Push(backup_, 1, 1, RandomVector(&rng_), 1, /*id=*/22);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->applied);
+  EXPECT_EQ(backup_.stats().version, 2);
+  EXPECT_EQ(backup_.stats().generation, 0);
+}
+
 TEST_F(ReplicaTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/11).ok());
@@ -304,13 +325,14 @@ TEST_F(ReplicaTest, ADecidingStoreGivesAKeptDecisionAgain) {
 
 TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
-  // A backup takes no pushes and no step decisions.
+  // A backup takes no pushes and no step decisions: Unavailable, so that
+  // the sender looks for the primary and asks again.
   EXPECT_EQ(Push(backup_, 0, 0, RandomVector(&rng_), 1).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kUnavailable);
   StepDecision d;
   d.layout_fingerprint = kLayout;
   d.members = {true, true};
-  EXPECT_EQ(backup_.Commit(kLayout, d).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backup_.Commit(kLayout, d).code(), absl::StatusCode::kUnavailable);
   // A primary takes no replicated updates and cannot be promoted.
   ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1).ok());
   ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1).ok());
@@ -347,8 +369,8 @@ TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
   ASSERT_TRUE(backup_.ApplyReplicated(kLayout, log_[1]).ok());
   applied_ = 2;
   ExpectSameState();
-  // Promotion must raise the generation.
-  EXPECT_EQ(backup_.Promote(kLayout, 0, StepRole::kDecide).code(),
+  // Promotion never lowers the generation.
+  EXPECT_EQ(backup_.Promote(kLayout, -1, StepRole::kDecide).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -143,4 +143,21 @@ bool ChiefClient::Alive(absl::Duration timeout) {
   return stub_->GetPlan(&ctx, req, &resp).ok();
 }
 
+absl::StatusOr<PlacementResponse> ChiefClient::GetPlacement(absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  PlacementResponse resp;
+  grpc::Status s = stub_->GetPlacement(&ctx, PlacementRequest(), &resp);
+  if (!s.ok()) return FromGrpcStatus(s, "placement from the chief at " + address_);
+  return resp;
+}
+
+std::function<std::string(int ps)> LocateThroughChief(ChiefClient* chief) {
+  return [chief](int ps) -> std::string {
+    absl::StatusOr<PlacementResponse> p = chief->GetPlacement(absl::Milliseconds(500));
+    if (!p.ok() || ps < 0 || ps >= p->ps_addresses_size()) return "";
+    return p->ps_addresses(ps);
+  };
+}
+
 }  // namespace pscluster

@@ -4,6 +4,7 @@
 #define PSCLUSTER_WIRE_CHIEF_CLIENT_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -46,12 +47,20 @@ class ChiefClient {
   absl::Status ReportEval(const EvalReport& report);
   // Whether the chief answers within `timeout`.
   bool Alive(absl::Duration timeout);
+  // Where each ps's shards are served now (docs/replication.md): one
+  // attempt. Unlike the rest, may be called from any thread.
+  absl::StatusOr<PlacementResponse> GetPlacement(absl::Duration timeout);
 
  private:
   ChiefClient() = default;
   std::string address_;
   std::unique_ptr<Coordinator::Stub> stub_;
 };
+
+// PsClientOptions::locate through the chief: where ps `ps`'s shards are
+// served now, "" when the chief does not say within half a second. The
+// chief is borrowed and must outlive the function.
+std::function<std::string(int ps)> LocateThroughChief(ChiefClient* chief);
 
 }  // namespace pscluster
 

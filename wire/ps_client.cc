@@ -34,18 +34,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     absl::StatusOr<std::string> address = cluster.address(kPsJob, index);
     if (!address.ok()) return address.status();
     PerPs p;
-    p.address = *address;
-    p.stub = ParameterServer::NewStub(MakeChannel(*address, options.rpc));
+    c->Connect(p, *address);
     p.pull_req.set_layout_fingerprint(placement->fingerprint);
     p.pull_req.set_worker_index(-1);
     p.push_req.set_layout_fingerprint(placement->fingerprint);
     if (options.transport == TRANSPORT_TCP) {
-      // Asks the ps for its data port before every dial.
-      ParameterServer::Stub* stub = p.stub.get();
-      auto port_of = DataPortFromStats(stub, *address);
-      p.data = std::make_unique<DataChannel>(
-          *address, port_of, options.rpc.security ? options.rpc.security : ProcessSecurity(),
-          options.stop);
       for (int k : placement->shards_of_ps[c->ps_.size()]) {
         const Shard& sh = placement->shards[k];
         if (!p.runs.empty() && p.runs.back().first + p.runs.back().second == sh.offset) {
@@ -79,6 +72,28 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   // restarted worker's ids apart from its previous life's.
   c->next_request_id_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   return c;
+}
+
+void PsClient::Connect(PerPs& p, const std::string& address) {
+  p.address = address;
+  p.data.reset();
+  p.stub = ParameterServer::NewStub(MakeChannel(address, options_.rpc));
+  if (options_.transport == TRANSPORT_TCP) {
+    // Asks the ps for its data port before every dial.
+    p.data = std::make_unique<DataChannel>(
+        address, DataPortFromStats(p.stub.get(), address),
+        options_.rpc.security ? options_.rpc.security : ProcessSecurity(), options_.stop);
+  }
+}
+
+bool PsClient::Relocate(int i) {
+  if (!options_.locate) return false;
+  const std::string address = options_.locate(i);
+  if (address.empty() || address == ps_[i].address) return false;
+  spdlog::warn("ps:{}'s shards are served at {} now (were at {}): calling there", i, address,
+               ps_[i].address);
+  Connect(ps_[i], address);
+  return true;
 }
 
 void PsClient::ResetErrorFeedback() {
@@ -198,7 +213,18 @@ absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start
     const absl::Time wake =
         absl::Now() + std::min((backoff ? *backoff : backoff.emplace(options_.retry)).Next(),
                                std::max(give_up - absl::Now(), absl::ZeroDuration()));
-    while (absl::Now() < wake && !(options_.stop != nullptr && *options_.stop)) {
+    // A ps that moved (a backup promoted in its place) is called again at
+    // once, wherever it is now.
+    absl::Time next_locate = absl::Now();
+    bool moved = false;
+    while (absl::Now() < wake && !moved && !(options_.stop != nullptr && *options_.stop)) {
+      if (options_.locate && absl::Now() >= next_locate) {
+        for (int i = 0; i < n; ++i) {
+          if (!done[i] && Relocate(i)) moved = true;
+        }
+        next_locate = absl::Now() + absl::Milliseconds(100);
+        if (moved) break;
+      }
       absl::SleepFor(std::min(absl::Milliseconds(50), wake - absl::Now()));
     }
   }
@@ -208,7 +234,9 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
                                int64_t generation) {
   auto issue = [&](int i, Attempt& a, std::function<void(grpc::Status)> done) {
     grpc::ClientContext* ctx = a.Context();
-    ctx->set_wait_for_ready(true);
+    // Without a locate, a ps that is down is waited for; with one, its
+    // call fails at once and is asked where the ps is now.
+    ctx->set_wait_for_ready(!options_.locate);
     ps_[i].pull_req.set_min_version(min_version);
     ps_[i].pull_req.set_generation(-1);
     last_call_.bytes_sent += static_cast<int64_t>(ps_[i].pull_req.ByteSizeLong());

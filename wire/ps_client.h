@@ -80,6 +80,14 @@ struct PsClientOptions {
   CodecOptions pull_codec;
   // The worker's index, for change pulls; -1 for readers that do not push.
   int worker_index = -1;
+  // Where ps i's shards are served now: a backup promoted in a lost ps's
+  // place serves them from its own address (docs/replication.md). Asked
+  // for a ps that does not answer, before each retry and every 100 ms
+  // while waiting to retry; an address other than the one in use moves
+  // the ps's calls there at once ("" keeps it). Called from the thread
+  // that makes the calls. Unset: always the cluster's addresses, and a
+  // pull waits for a ps that is down to come back.
+  std::function<std::string(int ps)> locate;
   // kTcp: PushPullAll's calls go over the ps's tcp data plane
   // (wire/data_plane.h), with the same retries and answers; every other
   // call stays on gRPC.
@@ -172,6 +180,12 @@ class PsClient {
 
  private:
   PsClient() = default;
+  struct PerPs;
+  // Points ps i's calls at `address` (a new stub and data channel).
+  void Connect(PerPs& p, const std::string& address);
+  // Asks options_.locate where ps i is served now; true when it moved
+  // (and its calls with it).
+  bool Relocate(int i);
   struct PerPs {
     std::unique_ptr<ParameterServer::Stub> stub;
     std::string address;

@@ -94,6 +94,7 @@ PsClientOptions PsOptions(const TrainingContext& ctx) {
     codec->min_elements = plan.codec_min_elements();
   }
   psopt.transport = plan.transport();
+  if (ctx.chief != nullptr) psopt.locate = LocateThroughChief(ctx.chief);
   return psopt;
 }
 

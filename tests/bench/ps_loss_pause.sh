@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Benchmark (not a test): what a killed ps costs, with --ps_replicas=1 (the
-# restarted ps continues from its backup) and without (every ps goes back
-# to the newest checkpoint) (docs/replication.md). Per round, each way:
-# the local cluster (2 ps, 2 workers; the built-in CNN, 1 epoch, sync, a
-# checkpoint every 100 steps) has ps:1 killed with SIGKILL past step 100
-# (the workers frozen around the kill, as in tests/ps_replicas_test.sh; the
-# CNN rather than the mlp, which ends before a kill lands), and the
-# script prints the time from the kill to the chief's "ps:1 restarted"
-# line (the workers resume right after it; the launcher's restart of the
-# process is part of it), the steps redone, and the final line's accuracy
-# beside a clean run's. Medians at the end.
+# Benchmark (not a test): what a killed ps costs, with --ps_replicas=1 (its
+# backup store is promoted and serves its shards from the version it
+# holds) and without (every ps goes back to the newest checkpoint)
+# (docs/replication.md). Per round, each way: the local cluster (2 ps, 2
+# workers; the built-in CNN, 1 epoch, sync, a checkpoint every 100 steps)
+# has ps:1 killed with SIGKILL past step 100 (the workers frozen around
+# the kill, as in tests/ps_replicas_test.sh; the CNN rather than the mlp,
+# which ends before a kill lands), and the script prints the pause: from
+# the kill to the next step applied and answered (R=1: the promoted
+# store's "first update since is applied" line; R=0: the chief's "ps:1
+# restarted" line, right after which the workers resume), the steps
+# redone, and the final line's accuracy beside a clean run's. Medians at
+# the end.
 #
 #   tests/bench/ps_loss_pause.sh [ROUNDS=5] [MNIST_DIR]
 #
@@ -34,13 +36,16 @@ kill_run() {
     --checkpoint_every_steps=100 --log_every_s=0.5 --logdir="$out.d" > "$out" 2>&1 &
   pid=$!
   for _ in $(seq 1 1200); do
-    grep -qE '^\[chief\] .* epoch 1/1 step [1-9][0-9]{2,} ' "$out" 2>/dev/null && break
+    grep -qE '^\[chief\] .*( epoch 1/1 step [1-9][0-9]{2,} |checkpoint \(periodic\) at step [1-9][0-9]{2,} )' \
+      "$out" 2>/dev/null && break
     sleep 0.1
   done
   kill_ps_frozen "$pid" 1
   t_kill="$killed_at"
   wait "$pid" || { echo "ps_loss_pause: the run with --ps_replicas=$replicas failed:" >&2; tail -n 20 "$out" >&2; exit 1; }
-  t_back="$(sed -nE 's/^\[chief\] ([0-9:.]+) W chief:0\] ps:1 restarted.*/\1/p' "$out" | head -n 1)"
+  t_back="$(sed -nE 's/^\[ps[0-9]+\] ([0-9:.]+) .*promoted to primary at version .*the first update since is applied.*/\1/p' "$out" | head -n 1)"
+  [ -n "$t_back" ] ||
+    t_back="$(sed -nE 's/^\[chief\] ([0-9:.]+) W chief:0\] ps:1 restarted.*/\1/p' "$out" | head -n 1)"
   redone="$(sed -nE 's/.*ps:1 restarted: .* ([0-9]+) step\(s\) since that checkpoint are lost and redone.*/\1/p' "$out" | head -n 1)"
   acc="$(tail -n 1 "$out" | sed -nE 's/^final: test_accuracy=([0-9.]+).*/\1/p')"
   if [ -z "${t_kill:-}" ] || [ -z "$t_back" ]; then
