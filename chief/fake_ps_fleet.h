@@ -56,6 +56,7 @@ class PsFleetForTests : public PsFleet {
   absl::Status SetFollowers(int, const std::vector<std::string>&, absl::Duration) override {
     return NotHere();
   }
+  absl::Status Demote(const std::string&, absl::Duration) override { return NotHere(); }
 
   std::vector<std::string> addresses;
 

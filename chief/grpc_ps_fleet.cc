@@ -193,4 +193,15 @@ absl::Status GrpcPsFleet::SetFollowers(int i, const std::vector<std::string>& ad
   return absl::OkStatus();
 }
 
+absl::Status GrpcPsFleet::Demote(const std::string& address, absl::Duration timeout) {
+  DemoteRequest req;
+  req.set_layout_fingerprint(placement_->fingerprint);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  DemoteResponse resp;
+  grpc::Status s = StubAt(address)->Demote(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("demoting the store at ", address));
+  return absl::OkStatus();
+}
+
 }  // namespace pscluster

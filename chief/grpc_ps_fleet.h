@@ -56,6 +56,7 @@ class GrpcPsFleet final : public PsFleet {
                                   absl::Duration timeout) override;
   absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,
                             absl::Duration timeout) override;
+  absl::Status Demote(const std::string& address, absl::Duration timeout) override;
 
  private:
   using Stub = ParameterServer::Stub;

@@ -68,6 +68,9 @@ class PsFleet {
   // `generation`; the version it holds.
   virtual absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation,
                                           absl::Duration timeout) = 0;
+  // Makes the primary store at `address` (one a backup was promoted in
+  // place of) a backup, to be seeded.
+  virtual absl::Status Demote(const std::string& address, absl::Duration timeout) = 0;
   // Sync: tells the deciding ps `ps` where its followers are served (the
   // others' addresses, in order).
   virtual absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,

@@ -3,27 +3,10 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
-namespace {
-
-// Whether a failed call says no process listens at the ps's address (it
-// was killed, its port is closed) rather than that the ps is slow or cut
-// off: only a ps that is gone has its backup promoted, so that a live
-// one is never replaced while it may still answer workers.
-bool Refused(const absl::Status& s) {
-  if (!absl::IsUnavailable(s)) return false;
-  const std::string m = absl::AsciiStrToLower(s.message());
-  return absl::StrContains(m, "connection refused") || absl::StrContains(m, "connection reset") ||
-         absl::StrContains(m, "socket closed");
-}
-
-}  // namespace
-
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
                        MembershipSync* membership, const std::atomic<bool>* stop,
@@ -45,8 +28,7 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(1));
     if (!st.ok()) {
       if (++failures_[i] >= 2) {
-        return Recover(i, std::string(st.status().message()), Refused(st.status()), latest,
-                       highest_version);
+        return Recover(i, std::string(st.status().message()), latest, highest_version);
       }
       continue;
     }
@@ -54,21 +36,49 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     alone_[i] = st->backups_set() > 0 && st->backups_live() < st->backups_set();
     *highest_version = std::max(*highest_version, st->version());
     if (!st->initialized() || st->incarnation() != incarnation_[i]) {
-      return Recover(i, "it restarted and lost its parameters", /*gone=*/true, latest,
-                     highest_version);
+      return Recover(i, "it restarted and lost its parameters", latest, highest_version);
     }
   }
+  CheckBackups();
   return absl::OkStatus();
+}
+
+void PsRecovery::CheckBackups() {
+  if (copies_ == nullptr) return;
+  backup_failures_.resize(copies_->size(), 0);
+  for (int i = 0; i < static_cast<int>(copies_->size()); ++i) {
+    StoreCopies& c = (*copies_)[i];
+    if (c.backup.empty()) {
+      backup_failures_[i] = 0;
+      continue;
+    }
+    absl::StatusOr<PsStatsResponse> st = fleet_->StatsAt(c.backup, absl::Seconds(1));
+    if (st.ok()) {
+      backup_failures_[i] = 0;
+      continue;
+    }
+    if (++backup_failures_[i] < 2) continue;
+    // Its primary holds every answer until the backup holds the update:
+    // tell it to go on without (it gets another once one answers).
+    if (absl::Status s = fleet_->SetBackups(i, {}, absl::Seconds(2)); !s.ok()) continue;
+    spdlog::warn("ps:{}'s backup at {} (on ps:{}) is lost ({}): ps:{}'s store goes on without "
+                 "it until it is back",
+                 i, c.backup, c.backup_holder, std::string(st.status().message()), i);
+    backup_failures_[i] = 0;
+    c.backup.clear();
+    c.backup_holder = -1;
+    if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, -1);
+  }
 }
 
 bool PsRecovery::suspects_loss() const {
   return std::any_of(failures_.begin(), failures_.end(), [](int f) { return f > 0; });
 }
 
-absl::Status PsRecovery::Recover(int i, const std::string& why, bool gone, const Snapshot* latest,
+absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* latest,
                                  int64_t* highest_version) {
   const absl::Time t0 = absl::Now();
-  if (gone && copies_ != nullptr && i < static_cast<int>(copies_->size()) &&
+  if (copies_ != nullptr && i < static_cast<int>(copies_->size()) &&
       !(*copies_)[i].backup.empty()) {
     const absl::Status promoted = PromoteBackup(i, why);
     if (promoted.ok()) {

@@ -4,7 +4,9 @@
 // replicas (--ps_replicas=1) its backup store is promoted at once: it
 // serves the lost ps's shards from the version it holds, the workers are
 // told where (Dispatcher::GetPlacement) and nothing else moves
-// (docs/replication.md). Otherwise the workers are paused until the ps
+// (docs/replication.md). A ps that was only cut off cannot answer anything
+// since: its answers wait for its backup, which refuses it once promoted.
+// A backup that stops answering is dropped, so that its primary goes on. Otherwise the workers are paused until the ps
 // answers again: the same process (cut off, not restarted) resumes as it
 // was; a restarted one has lost its parameters and, when its backup's
 // state cannot serve, every ps is restored from the newest checkpoint
@@ -76,10 +78,11 @@ class PsRecovery {
   // While a ps is lost, the chief logs what it waits for this often.
   static constexpr absl::Duration kWaitReportEvery = absl::Seconds(5);
 
-  // `gone`: no process serves the ps (restarted, or its port refuses
-  // connections), so its backup may take over.
-  absl::Status Recover(int ps, const std::string& why, bool gone, const Snapshot* latest,
+  absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
                        int64_t* highest_version);
+  // A backup that fails two looks in a row is dropped: its primary, which
+  // holds its answers until the backup has the update, goes on without.
+  void CheckBackups();
   // Lost ps `ps`'s backup store made the primary of its shards, and every
   // caller told: OK, or why it could not be (then the old way serves).
   absl::Status PromoteBackup(int ps, const std::string& why);
@@ -100,6 +103,7 @@ class PsRecovery {
   FailoverMetrics* const metrics_;  // may be null
   std::vector<uint64_t> incarnation_;
   std::vector<int> failures_;  // consecutive failed checks, per ps
+  std::vector<int> backup_failures_;  // the same, of each ps's backup
   // Per ps: when last seen, it answered without waiting for a backup that
   // had gone silent (docs/replication.md): its backup may lack updates.
   std::vector<bool> alone_;

@@ -330,17 +330,38 @@ TEST_F(PsRecoveryTest, ARestartedPsHasItsBackupPromoted) {
   EXPECT_EQ(Failovers("backup"), 0);
 }
 
-TEST_F(PsRecoveryTest, APsThatTimesOutIsWaitedForNotReplaced) {
-  // It may be alive and still answer workers: two primaries must not be.
+TEST_F(PsRecoveryTest, APsThatTimesOutIsReplacedToo) {
+  // It may be alive, cut off: it answers nothing its backup lacks, and the
+  // backup, once promoted, refuses it (docs/replication.md, Fencing).
   fleet_.backup_answers = true;
-  fleet_.unreachable[1] = 3;
+  fleet_.unreachable[1] = 2;
+  fleet_.unreachable_error = "Deadline Exceeded";
   PsRecovery r = Make();
   int64_t highest = 0;
   ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
   ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
-  EXPECT_TRUE(fleet_.promoted.empty());
-  EXPECT_EQ(fleet_.address(1), "ps1:7000");
-  EXPECT_EQ(Failovers("resumed"), 1);
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7001"});
+  EXPECT_EQ(Failovers("promoted"), 1);
+  EXPECT_EQ(Failovers("resumed"), 0);
+}
+
+TEST_F(PsRecoveryTest, ABackupThatStopsAnsweringIsDropped) {
+  // Its primary holds every answer for it: told to go on without it.
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(fleet_.backups_set.empty());  // one failed look is not a loss
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  ASSERT_EQ(fleet_.backups_set.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(fleet_.backups_set[i].first, i);
+    EXPECT_TRUE(fleet_.backups_set[i].second.empty());
+    EXPECT_TRUE(copies_[i].backup.empty());
+    EXPECT_EQ(copies_[i].backup_holder, -1);
+  }
+  EXPECT_EQ(Sample(metrics_->Serialize(), "pscluster_ps_failovers_total", ",how=\"promoted\"")
+                .value_or(-1),
+            0);
 }
 
 TEST_F(PsRecoveryTest, TheSyncDeciderIsNotPromotedAndABackupBehindIsNot) {

@@ -301,12 +301,22 @@ absl::Status ParameterServerRun::KeepBackups() {
     }
     if (mine->backups_set() > 0 && c.backup == *backup) continue;  // kept already
     if (holder == i) {
-      // This ps's own store, restarted while its backup served: empty, or
-      // a backup already. A primary there (cut off while its backup took
-      // over) is not overwritten.
+      // This ps's own store while its backup serves: empty (restarted), a
+      // backup already, or the primary it was (cut off while its backup
+      // took over, it takes no pushes since: fenced by its backup), which
+      // becomes a backup now.
       absl::StatusOr<PsStatsResponse> own = ps_->StatsAt(*backup, absl::Seconds(2));
       if (!own.ok()) continue;
-      if (own->initialized() && !own->backup()) continue;
+      if (own->initialized() && !own->backup()) {
+        if (absl::Status s = ps_->Demote(*backup, absl::Seconds(5)); !s.ok()) {
+          spdlog::warn("ps:{}'s own store is still a primary and cannot be demoted yet: {}", i,
+                       std::string(s.message()));
+          continue;
+        }
+        spdlog::warn("ps:{} answers again, as the primary it was before its backup took over: "
+                     "demoted to a backup of the store that serves its shards (ps:{})",
+                     i, c.primary_holder);
+      }
     }
     if (absl::Status s = ps_->SetBackups(i, {*backup}, absl::Seconds(5)); !s.ok()) return s;
     c.backup = *backup;

@@ -381,6 +381,10 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
   if (grads == decoded.data()) a.owned = &decoded;
   if (as_is && owned != nullptr) a.owned = owned;
   if (as_is) a.finite = finite;
+  if (std::shared_ptr<Replicator> replicator = CurrentReplicator();
+      replicator != nullptr && replicator->replaced()) {
+    return Replaced();
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<PushResult> r = store_->Push(a);
   if (!r.ok()) {
@@ -541,7 +545,9 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
     // an older generation's (a primary that was cut off and came back).
     const StoreStats st = store_->stats();
     if (st.initialized && !st.backup) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+      // ALREADY_EXISTS: the primary exists, here (a promoted backup tells
+      // its old primary so: Replicator's fencing).
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           "this ps is the primary of its store; it takes no backup seed");
     }
     if (st.initialized && st.generation > snap->generation) {
@@ -618,6 +624,7 @@ grpc::Status PsService::AwaitReplicated(int64_t version, absl::Time deadline) {
   const bool held = replicator->WaitReplicated(version, deadline);
   UpdateReplicaMetrics(*replicator);
   if (held) return grpc::Status::OK;
+  if (replicator->replaced()) return Replaced();
   return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                       absl::StrCat("the backups did not confirm version ", version,
                                    " before the call's deadline"));
@@ -651,6 +658,10 @@ grpc::Status PsService::DoReplicate(const ReplicateRequest& req, absl::string_vi
 
 grpc::Status PsService::ApplyRecords(const ReplicateRequest& req, const absl::string_view* payload,
                                      ReplicateResponse* resp) {
+  if (const StoreStats st = store_->stats(); st.initialized && !st.backup) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                        "this ps is the primary of its store; it takes no replicated updates");
+  }
   uint64_t at = 0;
   for (const AppliedUpdateRecord& r : req.updates()) {
     AppliedUpdate u;
@@ -719,6 +730,11 @@ grpc::Status PsService::SetBackups(grpc::ServerContext* ctx, const SetBackupsReq
     if (a.empty()) return InvalidArgument("a backup's address is empty");
   }
   absl::MutexLock lock(&replicator_mu_);
+  if (replicator_ != nullptr && replicator_->replaced()) {
+    // Fencing: it must not take pushes again; Demote makes it a backup.
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this ps was replaced by its backup: it is demoted, not given backups");
+  }
   if (replicator_ != nullptr) replicator_->Stop();  // gives the listener back
   replicator_.reset();
   if (req->addresses_size() > 0) {
@@ -747,6 +763,27 @@ grpc::Status PsService::SetFollowers(grpc::ServerContext* ctx, const SetFollower
   }
   return ToGrpcStatus(followers_handler_(
       std::vector<std::string>(req->addresses().begin(), req->addresses().end())));
+}
+
+grpc::Status PsService::Replaced() {
+  // Unavailable: the worker asks the chief where the shards are now.
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "this ps was replaced: its backup serves its shards now");
+}
+
+grpc::Status PsService::Demote(grpc::ServerContext* ctx, const DemoteRequest* req,
+                               DemoteResponse*) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&replicator_mu_);
+    if (replicator_ != nullptr) replicator_->Stop();  // gives the listener back
+    replicator_.reset();
+  }
+  absl::Status s = store_->Demote(req->layout_fingerprint());
+  if (!s.ok()) return ToGrpcStatus(s);
+  spdlog::warn("demoted: a backup promoted in this store's place serves its shards; it is a "
+               "backup from now on, to be seeded");
+  return grpc::Status::OK;
 }
 
 }  // namespace pscluster

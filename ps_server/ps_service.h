@@ -57,6 +57,9 @@ class PsService final : public ParameterServer::Service {
   grpc::Status Replicate(grpc::ServerContext*, const ReplicateRequest*,
                          ReplicateResponse*) override;
   grpc::Status Promote(grpc::ServerContext*, const PromoteRequest*, PromoteResponse*) override;
+  // A primary replaced by its promoted backup becomes a backup (and stops
+  // keeping backups of its own), to be seeded by the new primary.
+  grpc::Status Demote(grpc::ServerContext*, const DemoteRequest*, DemoteResponse*) override;
   grpc::Status GetDecision(grpc::ServerContext*, const GetDecisionRequest*,
                            StepCommitRequest*) override;
   grpc::Status SetBackups(grpc::ServerContext*, const SetBackupsRequest*,
@@ -129,6 +132,8 @@ class PsService final : public ParameterServer::Service {
   absl::StatusOr<RestoreRequest> SeedRequest();
   // Waits until the backups hold `version`, when there are any.
   grpc::Status AwaitReplicated(int64_t version, absl::Time deadline);
+  // The answer of a ps whose backup was promoted in its place.
+  static grpc::Status Replaced();
   // Counts a refused push (GetStats and /metrics) and returns `s`.
   grpc::Status Refused(grpc::Status s);
   // How a pull's answer is encoded (PullRequest / PushRequest fields).

@@ -24,6 +24,12 @@ bool NeedsSeed(const grpc::Status& s) {
           s.error_message().find("not initialised") != std::string::npos);
 }
 
+// The backup answered that it is a primary (promoted in this store's
+// place): PsService's answer to a seed or records sent to a primary.
+bool PromotedAnswer(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::ALREADY_EXISTS;
+}
+
 RetryPolicy CallAgainPolicy() {
   RetryPolicy p;
   p.initial_backoff = absl::Milliseconds(1);
@@ -116,14 +122,14 @@ bool Replicator::WaitReplicated(int64_t version, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const std::unique_ptr<Backup>& b : backups_) {
-      if (b->live && b->held < version) return false;
+      if (!b->refused && b->held < version) return false;
     }
     return true;
   };
-  while (!stop_ && !done()) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) return stop_ || done();
+  while (!stop_ && !replaced_ && !done()) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return !replaced_ && (stop_ || done());
   }
-  return true;
+  return !replaced_;
 }
 
 ReplicaStats Replicator::stats() const {
@@ -149,10 +155,19 @@ void Replicator::MarkFailing(Backup* b, absl::Time failing_since) {
   absl::MutexLock lock(&mu_);
   if (!b->live) return;
   b->live = false;
-  changed_.SignalAll();
-  spdlog::warn("backup at {} has not answered for {}: answers no longer wait for it; it is "
-               "seeded again when it answers",
+  spdlog::warn("backup at {} has not answered for {}: answers wait for it until it does or "
+               "this ps is told to go on without it",
                b->address, absl::FormatDuration(absl::Now() - failing_since));
+}
+
+void Replicator::MarkReplaced(Backup* b, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  if (replaced_) return;
+  replaced_ = true;
+  changed_.SignalAll();
+  spdlog::error("the backup at {} is a primary now ({}): this ps was replaced, it answers no "
+                "more pushes",
+                b->address, why);
 }
 
 bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
@@ -170,15 +185,20 @@ bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
   ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
   RestoreResponse resp;
   grpc::Status s = stub->Restore(&ctx, *req, &resp);
+  if (PromotedAnswer(s)) {
+    MarkReplaced(b, s.error_message());
+    return false;
+  }
   if (!s.ok()) {
     if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
         s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       // Not a place for a backup (a primary, or of a newer generation):
       // answers do not wait for it; it is asked again in case it changes.
       absl::MutexLock lock(&mu_);
-      if (b->live) {
+      if (!b->refused) {
         spdlog::error("backup at {} refused to be seeded: {}", b->address, s.error_message());
         b->live = false;
+        b->refused = true;
         changed_.SignalAll();
       }
     }
@@ -190,6 +210,7 @@ bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
   b->held = resp.version();
   if (!b->live) spdlog::info("backup at {} keeps up again from version {}", b->address, b->held);
   b->live = true;
+  b->refused = false;
   changed_.SignalAll();
   return true;
 }
@@ -217,7 +238,7 @@ void Replicator::Send(Backup* b) {
     failing_since = absl::InfiniteFuture();
     backoff = std::make_unique<Backoff>(CallAgainPolicy());
   };
-  while (!stop_) {
+  while (!stop_ && !replaced_) {
     if (!seeded && !store_->stats().initialized) {
       absl::SleepFor(absl::Milliseconds(20));  // nothing to seed with yet
       continue;
@@ -263,7 +284,7 @@ void Replicator::Send(Backup* b) {
       s = data.Unary(DataKind::kReplicate, &req, &resp, absl::Now() + absl::Seconds(2),
                      std::move(payload));
       via_data_plane = s.ok();
-      if (!s.ok() && !NeedsSeed(s)) {
+      if (!s.ok() && !NeedsSeed(s) && !PromotedAnswer(s)) {
         // Not reached, or not understood (an older ps): gRPC's answer is
         // the one that counts, and records the backup already holds are
         // skipped by it.
@@ -274,7 +295,7 @@ void Replicator::Send(Backup* b) {
         req.clear_updates();
       }
     }
-    if (!via_data_plane && !NeedsSeed(s) && absl::Now() < grpc_until) {
+    if (!via_data_plane && !NeedsSeed(s) && !PromotedAnswer(s) && absl::Now() < grpc_until) {
       for (const std::shared_ptr<const AppliedUpdate>& u : batch) {
         ToRecord(*u, /*gradient_inline=*/true, req.add_updates());
       }
@@ -302,6 +323,10 @@ void Replicator::Send(Backup* b) {
       b->live = true;
       changed_.SignalAll();
       continue;
+    }
+    if (PromotedAnswer(s)) {
+      MarkReplaced(b, s.error_message());
+      break;
     }
     if (NeedsSeed(s)) {
       spdlog::info("backup at {} needs a fresh seed: {}", b->address, s.error_message());

@@ -13,12 +13,20 @@
 // cannot be reached or is not understood, they go over gRPC for 10 s
 // before it is tried again, as the step decisions do.
 //
-// A backup that fails every call for `lost_after` no longer keeps up:
-// answers stop waiting for it (the primary goes on alone; the chief sees
-// it in GetStats), and it is seeded again as soon as it answers. A backup
-// that refuses the next update (restarted, behind, another generation: the
-// store was restored from a checkpoint) is seeded again at once. Too many
-// updates waiting for a slow backup are dropped for a fresh seed too.
+// A backup that fails every call is asked again and again, and answers
+// wait for it: a primary cut off from its backup must never answer what
+// the backup lacks, since the backup may be promoted in its place. It goes
+// on without it only when told to (SetBackups with none: the chief's word,
+// once it found the backup lost). After `lost_after` it counts as not live
+// in stats() (the chief sees it in GetStats). A backup that refuses the
+// next update (restarted, behind, another generation: the store was
+// restored from a checkpoint) is seeded again at once. Too many updates
+// waiting for a slow backup are dropped for a fresh seed too.
+//
+// Fencing: a backup that answers that it is a primary (ALREADY_EXISTS: it
+// was promoted in this store's place) means this store was replaced:
+// replaced() turns true, waits return false at once, and the ps takes no
+// more pushes (docs/replication.md).
 //
 // Thread-safe. The store is borrowed and must outlive the replicator.
 #ifndef PSCLUSTER_PS_SERVER_REPLICATOR_H_
@@ -44,7 +52,8 @@ namespace pscluster {
 
 struct ReplicatorOptions {
   RpcOptions rpc;
-  // A backup failing every call this long no longer holds answers back.
+  // A backup failing every call this long counts as not live in stats();
+  // answers still wait for it.
   absl::Duration lost_after = absl::Seconds(1);
   // Updates in one Replicate call, and waiting at most for one backup
   // before it is seeded afresh instead.
@@ -79,9 +88,13 @@ class Replicator {
   // senders; waits return at once from then on. Once; the destructor's.
   void Stop();
 
-  // Waits until every live backup holds `version` (true), or `deadline`
-  // (false). A backup lost meanwhile stops being waited for.
+  // Waits until every backup holds `version` (true), or `deadline` or a
+  // backup found promoted (false). A backup that refused its seed for
+  // good (another layout or generation) is not waited for.
   bool WaitReplicated(int64_t version, absl::Time deadline);
+
+  // Whether a backup answered that it is the primary now (see Fencing).
+  bool replaced() const { return replaced_.load(); }
 
   ReplicaStats stats() const;
 
@@ -91,7 +104,8 @@ class Replicator {
     // Updates not yet sent, shared by every backup's queue.
     std::deque<std::shared_ptr<const AppliedUpdate>> queue;
     bool collecting = false;          // the listener queues updates
-    bool live = true;                 // answers wait for it
+    bool live = true;                 // answering (stats)
+    bool refused = false;             // refused its seed: answers do not wait for it
     int64_t held = -1;                // the version it holds
   };
   // The store's listener (under the store's lock).
@@ -100,9 +114,12 @@ class Replicator {
   // Seeds b; true when it took the state.
   bool Seed(Backup* b, ParameterServer::Stub* stub);
   void MarkFailing(Backup* b, absl::Time failing_since);
+  // `b` answered that it is a primary: this store was replaced.
+  void MarkReplaced(Backup* b, const std::string& why);
 
   ParameterStore* const store_;  // borrowed
   const uint64_t layout_fingerprint_;
+  std::atomic<bool> replaced_{false};
   const SeedFn seed_;
   const ReplicatorOptions options_;
   std::atomic<bool> stop_{false};

@@ -5,7 +5,8 @@
 # TF_CONFIG naming those addresses, training the mlp for one epoch to a loss
 # threshold. A second run cuts ps:1 off the network for 8 seconds (its
 # link on the switch goes down) and checks that the cluster waits, then
-# carries on with nothing lost. A third has no ps: the built-in CNN, 6 epochs
+# carries on with nothing lost; a third does the same with --ps_replicas=1,
+# where ps:1's backup takes over and the old primary rejoins as a backup. A third has no ps: the built-in CNN, 6 epochs
 # under --strategy=multi_worker_mirrored (the ring of workers), to 0.990.
 # Needs root and iproute2; skips saying why otherwise.
 #
@@ -153,6 +154,49 @@ if grep -q "training paused: still waiting for ps:1 to answer (5 s of --ps_recov
   pass "while ps:1 was cut off the chief said what it waited for: $(grep -o 'training paused: still waiting for ps:1[^:]*' "$tmp/cut.chief.log" | head -n 1)"
 else
   fail "no 'still waiting for ps:1' line from the chief during the cut"
+fi
+
+# 2b. The same cut with --ps_replicas=1 (docs/replication.md): the chief
+#     cannot tell a cut-off ps from a dead one, so ps:1's backup store on
+#     ps:0 is promoted and the workers move to it. The cut-off ps:1 can
+#     answer nothing meanwhile (its answers wait for its backup, which
+#     refuses it once promoted); back on the network it is demoted (by the
+#     chief, or first finding itself replaced) and seeded as the promoted
+#     store's backup.
+#     Nothing applied twice: every copy ends with the same version,
+#     applied pushes and digest, each pair bit for bit.
+start_cluster cut_r1 --epochs=3 --checkpoint_every_steps=100 --log_every_s=0.2 --ps_replicas=1
+for _ in $(seq 1 600); do
+  done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/cut_r1.chief.log" | tail -n 1)"
+  [ "${done_chunks:-0}" -ge 300 ] && break
+  sleep 0.1
+done
+[ "${done_chunks:-0}" -ge 300 ] || fail "the replicated cut run reported no progress past 300 chunks before the cut"
+ip -n "$sw" link set pps1 down
+sleep 8
+ip -n "$sw" link set pps1 up
+wait_cluster
+check_run cut_r1 "with --ps_replicas=1 and ps:1 cut off for 8 s after $done_chunks chunks, the cluster"
+# state LOG WHAT: "version applied digest crc" of the store line WHAT.
+state() {
+  grep -E "$2" "$1" | tail -n 1 |
+    sed -nE 's/.*version=([0-9]+) applied=([0-9]+) .*applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p'
+}
+p0="$(state "$tmp/cut_r1.ps0.log" 'shutting down')"
+p1="$(state "$tmp/cut_r1.ps1.log" 'shutting down')"
+b0="$(state "$tmp/cut_r1.ps0.log" 'backup store: promoted')"
+b1="$(state "$tmp/cut_r1.ps1.log" 'backup store: a backup')"
+if grep -qE "ps:1 lost \(.*\): its backup store on ps:0 \(${addr[ps0]}:[0-9]+\) serves its shards from now on" "$tmp/cut_r1.chief.log" &&
+   grep -qE "this ps was replaced|demoted: a backup promoted in this store's place" "$tmp/cut_r1.ps1.log" &&
+   grep -q "ps:1's shards are served at ${addr[ps0]}:[0-9]* now" "$tmp/cut_r1.w0.log" &&
+   grep -q "ps:1 answers again, as the primary it was before its backup took over: demoted" "$tmp/cut_r1.chief.log" &&
+   grep -q "ps:1's store (served by ps:0) has a backup on ps:1" "$tmp/cut_r1.chief.log" &&
+   ! grep -q "restored from the checkpoint" "$tmp/cut_r1.chief.log" &&
+   [ -n "$p0" ] && [ "${p0% *}" = "${p1% *}" ] && [ "$p0" = "$b1" ] && [ "$p1" = "$b0" ]; then
+  pass "ps:1 cut off with replicas: its backup on ps:0 took over, the old primary was fenced off and rejoined as a backup; every copy at '${p0% *}' (version, applied, digest), each pair bit for bit"
+else
+  fail "ps:1 cut off with replicas: ps0 '$p0' ps1 '$p1' ps0's backup store '$b0' ps1's '$b1'"
+  grep -E "lost|promot|replaced|demoted|backup|restored" "$tmp/cut_r1.chief.log" "$tmp/cut_r1.ps1.log" | head -20
 fi
 
 # 3. No ps: the ring of workers, the built-in CNN for 6 epochs.

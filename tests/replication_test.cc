@@ -243,7 +243,7 @@ TEST(ReplicationTest, SyncStepsAreAnsweredOnlyOnceTheBackupHoldsTheirResult) {
   StopPs(backup.get());
 }
 
-TEST(ReplicationTest, ALostBackupHoldsNothingBackAndOneInItsPlaceIsSeededAgain) {
+TEST(ReplicationTest, ALostBackupHoldsAnswersUntilThePrimaryIsToldToGoOnWithout) {
   std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
   Init(primary.get(), ASYNC, 1);
   ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
@@ -261,14 +261,28 @@ TEST(ReplicationTest, ALostBackupHoldsNothingBackAndOneInItsPlaceIsSeededAgain) 
   const int port = backup->port;
   StopPs(backup.get());
   backup.reset();
-  // The primary goes on alone once the backup has not answered for a
-  // while (ReplicatorOptions::lost_after).
-  for (int i = 0; i < 5; ++i) push();
+  // The backup may be alive and promoted (this primary cut off): the push
+  // is applied but not answered while the backup does not confirm it.
+  std::atomic<bool> answered{false};
+  std::thread held([&] {
+    push();
+    answered = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return primary->store.stats().version == 6; }));
+  absl::SleepFor(absl::Milliseconds(1500));  // past ReplicatorOptions::lost_after
+  EXPECT_FALSE(answered.load());
+  EXPECT_EQ(Stats(primary.get()).backups_live(), 0);  // counted as not live
+  // The chief's word (it found the backup lost): the primary goes on alone.
+  ASSERT_TRUE(SetBackups(primary.get(), {}).ok());
+  held.join();
+  EXPECT_TRUE(answered.load());
+  for (int i = 0; i < 4; ++i) push();
   EXPECT_EQ(primary->store.stats().version, 10);
-  EXPECT_EQ(Stats(primary.get()).backups_live(), 0);
-  // A backup started in its place (empty) is seeded and keeps up again.
+  // A backup started in its place (empty) and given again is seeded and
+  // keeps up.
   backup = StartPs(port);
   ASSERT_NE(backup, nullptr);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
   ASSERT_TRUE(Eventually([&] { return Stats(primary.get()).backups_live() == 1; }));
   for (int i = 0; i < 5; ++i) push();
   ASSERT_TRUE(Eventually([&] { return backup->store.stats().version == 15; }));
@@ -462,34 +476,59 @@ TEST(ReplicationTest, ARestartedPrimaryContinuesFromItsBackup) {
   StopPs(backup.get());
 }
 
-TEST(ReplicationTest, SeedsAndReplicatedUpdatesAreRefusedWhereTheyDoNotBelong) {
-  std::unique_ptr<Ps> primary = StartPs(), other = StartPs();
-  Init(primary.get(), ASYNC, 1);
-  Init(other.get(), ASYNC, 1);
-  // `other` is a primary itself: it takes no seed, so the replicator
-  // never makes it a backup.
-  ASSERT_TRUE(SetBackups(primary.get(), {other->address()}).ok());
-  std::mt19937 rng(6);
-  grpc::ClientContext ctx;
-  PushResponse resp;
-  ASSERT_TRUE(primary->stub->Push(&ctx, Gradient(0, 0, 1, &rng), &resp).ok());
-  EXPECT_FALSE(Stats(other.get()).backup());
-  EXPECT_EQ(Stats(primary.get()).backups_live(), 0);
-  EXPECT_EQ(other->store.stats().version, 0);
-  // Nor does it take replicated updates.
+TEST(ReplicationTest, APrimaryWhoseBackupIsAPrimaryWasReplacedAndBecomesABackup) {
+  // Fencing (docs/replication.md): `old` was cut off while its backup
+  // `promoted` took its place. Its updates are refused, so it answers no
+  // push since, and once demoted it is seeded by the new primary.
+  std::unique_ptr<Ps> old = StartPs(), promoted = StartPs();
+  Init(old.get(), ASYNC, 1);
+  Init(promoted.get(), ASYNC, 1);
+  // A primary takes neither seeds nor replicated updates: ALREADY_EXISTS.
   ReplicateRequest rep;
   rep.set_layout_fingerprint(kLayout);
   rep.add_updates()->set_version(0);
   grpc::ClientContext rctx;
   ReplicateResponse rresp;
-  EXPECT_EQ(other->stub->Replicate(&rctx, rep, &rresp).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(promoted->stub->Replicate(&rctx, rep, &rresp).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  ASSERT_TRUE(SetBackups(old.get(), {promoted->address()}).ok());
+  std::mt19937 rng(6);
+  grpc::Status pushed;
+  ASSERT_TRUE(Eventually([&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+    PushResponse resp;
+    pushed = old->stub->Push(&ctx, Gradient(0, 0, 1, &rng), &resp);
+    return !pushed.ok();
+  }));
+  EXPECT_EQ(pushed.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(pushed.error_message().find("this ps was replaced"), std::string::npos)
+      << pushed.error_message();
+  EXPECT_FALSE(Stats(promoted.get()).backup());
+  EXPECT_EQ(promoted->store.stats().version, 0);
   // An empty backup address is refused.
-  EXPECT_EQ(SetBackups(primary.get(), {""}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  ASSERT_TRUE(SetBackups(primary.get(), {}).ok());
-  EXPECT_EQ(Stats(primary.get()).backups_set(), 0);
-  StopPs(primary.get());
-  StopPs(other.get());
+  EXPECT_EQ(SetBackups(old.get(), {""}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Demoted, it is a backup: the new primary seeds it.
+  grpc::ClientContext dctx;
+  DemoteRequest dreq;
+  dreq.set_layout_fingerprint(kLayout);
+  DemoteResponse dresp;
+  ASSERT_TRUE(old->stub->Demote(&dctx, dreq, &dresp).ok());
+  EXPECT_TRUE(Stats(old.get()).backup());
+  EXPECT_EQ(Stats(old.get()).backups_set(), 0);
+  ASSERT_TRUE(SetBackups(promoted.get(), {old->address()}).ok());
+  for (uint64_t id = 2; id < 5; ++id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PushResponse resp;
+    grpc::Status s =
+        promoted->stub->Push(&ctx, Gradient(0, promoted->store.stats().version, id, &rng), &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_TRUE(Eventually([&] { return old->store.stats().version == 3; }));
+  ExpectSameState(promoted.get(), old.get());
+  StopPs(old.get());
+  StopPs(promoted.get());
 }
 
 // Over the data plane a record's gradient is its payload_bytes of the

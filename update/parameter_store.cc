@@ -914,6 +914,18 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
   return absl::OkStatus();
 }
 
+absl::Status ParameterStore::Demote(uint64_t layout_fingerprint) {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  config_.replica = ReplicaRole::kBackup;
+  // Waiting pulls and pushes see the new role.
+  version_advanced_.SignalAll();
+  return absl::OkStatus();
+}
+
 void ParameterStore::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;

@@ -354,6 +354,10 @@ class ParameterStore {
   // InvalidArgument for a generation below the store's.
   absl::Status Promote(uint64_t layout_fingerprint, int64_t generation, StepRole step_role);
 
+  // Primary: becomes a backup (a backup was promoted in its place), to be
+  // seeded (Restore as a backup). Unavailable before Init or Restore.
+  absl::Status Demote(uint64_t layout_fingerprint);
+
   // Wakes every waiting Pull with Unavailable (shutdown).
   void Cancel();
 

@@ -145,6 +145,8 @@ absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start
       return absl::CancelledError(absl::StrCat(what, " the ps: stop requested"));
     }
     std::vector<grpc::Status> status(n);
+    std::unique_ptr<std::atomic<bool>[]> status_arrived(new std::atomic<bool>[n]);
+    for (int i = 0; i < n; ++i) status_arrived[i] = false;
     std::vector<Attempt> attempt(n);
     const int pending = static_cast<int>(std::count(done.begin(), done.end(), false));
     absl::Notification all_answered;
@@ -162,14 +164,31 @@ absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start
       attempt[i].last = i == last_pending;
       if (attempts[i] > 0) ++resends_;
       ++attempts[i];
-      issue(i, attempt[i], [&status, &outstanding, &all_answered, i](grpc::Status s) {
-        status[i] = std::move(s);
-        if (--outstanding == 0) all_answered.Notify();
-      });
+      issue(i, attempt[i],
+            [&status, &status_arrived, &outstanding, &all_answered, i](grpc::Status s) {
+              status[i] = std::move(s);
+              status_arrived[i] = true;
+              if (--outstanding == 0) all_answered.Notify();
+            });
     }
     // A sync push-pull may wait long for the other workers: look at the
     // stop flag meanwhile, and cancel what is in flight when it turns.
+    // A call that waits long may be to a ps cut off from the network (no
+    // answer, no error until the attempt's deadline): once a second, a ps
+    // whose shards moved meanwhile has its call cancelled, to be sent
+    // where they are now.
+    absl::Time next_moved_check = absl::Now() + absl::Seconds(1);
     while (!all_answered.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      if (options_.locate && absl::Now() >= next_moved_check) {
+        for (int i = 0; i < n; ++i) {
+          if (done[i] || status_arrived[i].load()) continue;
+          const std::string address = options_.locate(i);
+          if (address.empty() || address == ps_[i].address) continue;
+          if (attempt[i].ctx) attempt[i].ctx->TryCancel();
+          if (attempt[i].channel != nullptr) attempt[i].channel->Cancel();
+        }
+        next_moved_check = absl::Now() + absl::Seconds(1);
+      }
       if (options_.stop != nullptr && *options_.stop) {
         for (int i = 0; i < n; ++i) {
           if (attempt[i].ctx) attempt[i].ctx->TryCancel();
