@@ -136,7 +136,6 @@ for _ in $(seq 1 600); do
 done
 [ "${done_chunks:-0}" -ge 300 ] || fail "the cut run reported no progress past 300 chunks before the cut"
 ip -n "$sw" link set pps1 down
-cut_at=$(date +%s.%N)
 sleep 8
 ip -n "$sw" link set pps1 up
 wait_cluster
