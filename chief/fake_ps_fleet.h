@@ -50,7 +50,8 @@ class PsFleetForTests : public PsFleet {
   absl::StatusOr<PsStatsResponse> StatsAt(const std::string&, absl::Duration) override {
     return NotHere();
   }
-  absl::StatusOr<int64_t> Promote(const std::string&, int64_t, absl::Duration) override {
+  absl::StatusOr<int64_t> Promote(const std::string&, int64_t, bool, const StepCommitRequest*,
+                                  absl::Duration) override {
     return NotHere();
   }
   absl::Status SetFollowers(int, const std::vector<std::string>&, absl::Duration) override {

@@ -168,10 +168,13 @@ absl::StatusOr<PsStatsResponse> GrpcPsFleet::StatsAt(const std::string& address,
 }
 
 absl::StatusOr<int64_t> GrpcPsFleet::Promote(const std::string& address, int64_t generation,
+                                             bool decides, const StepCommitRequest* in_flight,
                                              absl::Duration timeout) {
   PromoteRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
   req.set_generation(generation);
+  req.set_decides(decides);
+  if (in_flight != nullptr) *req.mutable_in_flight() = *in_flight;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PromoteResponse resp;

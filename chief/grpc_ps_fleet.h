@@ -52,7 +52,8 @@ class GrpcPsFleet final : public PsFleet {
                           absl::Duration timeout) override;
   absl::StatusOr<PsStatsResponse> StatsAt(const std::string& address,
                                           absl::Duration timeout) override;
-  absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation,
+  absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation, bool decides,
+                                  const StepCommitRequest* in_flight,
                                   absl::Duration timeout) override;
   absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,
                             absl::Duration timeout) override;

@@ -114,8 +114,8 @@ ABSL_FLAG(double, heartbeat_timeout_s, kDefaults.heartbeat_timeout_s,
 ABSL_FLAG(int, ps_replicas, kDefaults.ps_replicas,
           "Backups of each ps's store, kept up to date on the next ps before a worker is "
           "answered (0 or 1; 1 needs 2 ps or more). A lost ps's backup serves its shards at "
-          "once: no checkpoint read, no step redone (ps 0 of a sync run, and a ps whose backup "
-          "is lost too, are still restored from the checkpoint; docs/replication.md)");
+          "once: no checkpoint read, no step redone (a ps whose backup is lost too is still "
+          "restored from the checkpoint; docs/replication.md)");
 ABSL_FLAG(int, ps_recovery_timeout_s, kDefaults.ps_recovery_timeout_s,
           "How long a lost ps may take to come back (restarted by the launcher, Compose or "
           "Kubernetes) before the run fails");

@@ -66,7 +66,10 @@ class PsFleet {
                                                   absl::Duration timeout) = 0;
   // Makes the backup store at `address` the primary of its shards under
   // `generation`; the version it holds.
+  // `decides`: it decides the sync steps from now on (it replaces ps 0),
+  // starting from `in_flight` (null: none) for the step it is at.
   virtual absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation,
+                                          bool decides, const StepCommitRequest* in_flight,
                                           absl::Duration timeout) = 0;
   // Makes the primary store at `address` (one a backup was promoted in
   // place of) a backup, to be seeded.

@@ -1,12 +1,28 @@
 #include "chief/ps_recovery.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
+namespace {
+
+// Whether a failed look says that no process listens at the ps's address
+// (killed: its port closed) rather than that it is slow or cut off.
+bool Refused(const absl::Status& s) {
+  if (!absl::IsUnavailable(s)) return false;
+  const std::string m = absl::AsciiStrToLower(s.message());
+  return absl::StrContains(m, "connection refused") || absl::StrContains(m, "connection reset") ||
+         absl::StrContains(m, "socket closed");
+}
+
+}  // namespace
+
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
                        MembershipSync* membership, const std::atomic<bool>* stop,
@@ -28,7 +44,8 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(1));
     if (!st.ok()) {
       if (++failures_[i] >= 2) {
-        return Recover(i, std::string(st.status().message()), latest, highest_version);
+        return Recover(i, std::string(st.status().message()), Refused(st.status()), latest,
+                       highest_version);
       }
       continue;
     }
@@ -36,7 +53,8 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     alone_[i] = st->backups_set() > 0 && st->backups_live() < st->backups_set();
     *highest_version = std::max(*highest_version, st->version());
     if (!st->initialized() || st->incarnation() != incarnation_[i]) {
-      return Recover(i, "it restarted and lost its parameters", latest, highest_version);
+      return Recover(i, "it restarted and lost its parameters", /*gone=*/true, latest,
+                     highest_version);
     }
   }
   CheckBackups();
@@ -75,12 +93,12 @@ bool PsRecovery::suspects_loss() const {
   return std::any_of(failures_.begin(), failures_.end(), [](int f) { return f > 0; });
 }
 
-absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* latest,
+absl::Status PsRecovery::Recover(int i, const std::string& why, bool gone, const Snapshot* latest,
                                  int64_t* highest_version) {
   const absl::Time t0 = absl::Now();
   if (copies_ != nullptr && i < static_cast<int>(copies_->size()) &&
       !(*copies_)[i].backup.empty()) {
-    const absl::Status promoted = PromoteBackup(i, why);
+    const absl::Status promoted = PromoteBackup(i, why, gone);
     if (promoted.ok()) {
       membership_->Apply(/*force=*/true);
       if (metrics_ != nullptr) {
@@ -174,15 +192,17 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
   return absl::OkStatus();
 }
 
-absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
+absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone) {
   StoreCopies& c = (*copies_)[i];
   const int n = fleet_->num_ps();
   const bool sync_steps = setup_->mode == SYNC && n > 1;
-  if (sync_steps && i == 0) {
-    // Followers may have taken a decision of ps 0's that its backup never
-    // saw; the backup would decide that step again, maybe otherwise.
+  const bool decides = sync_steps && i == 0;
+  if (decides && !gone) {
+    // Alive and cut off, it may still send followers decisions its backup
+    // never sees; fencing decisions is not built (docs/replication.md).
     return absl::FailedPreconditionError(
-        "ps:0 decides the sync steps, and its backup cannot know the decisions in flight");
+        "ps:0 decides the sync steps and only stopped answering: while it may be alive, its "
+        "backup does not decide in its place");
   }
   if (alone_[i]) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -213,7 +233,23 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
       }
     }
   }
-  absl::StatusOr<int64_t> version = fleet_->Promote(c.backup, generation, absl::Seconds(2));
+  // A decider lost with a step in flight may have sent its decision to
+  // some followers: the backup, which never saw it, closes that step with
+  // the same members.
+  std::optional<StepCommitRequest> in_flight;
+  if (decides) {
+    for (int j = 1; j < n && !in_flight.has_value(); ++j) {
+      absl::StatusOr<StepCommitRequest> d = fleet_->GetDecision(j, b->version(), absl::Seconds(2));
+      if (d.ok()) {
+        in_flight = *std::move(d);
+      } else if (!absl::IsNotFound(d.status())) {
+        return d.status();
+      }
+    }
+  }
+  absl::StatusOr<int64_t> version =
+      fleet_->Promote(c.backup, generation, decides,
+                      in_flight.has_value() ? &*in_flight : nullptr, absl::Seconds(2));
   if (!version.ok()) return version.status();
   // From here on the backup is the primary: every caller is told.
   const std::string was = fleet_->address(i);
@@ -230,12 +266,20 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
   if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, -1);
   spdlog::warn(
       "ps:{} lost ({}): its backup store on ps:{} ({}) serves its shards from now on, from "
-      "version {} (generation {}); no checkpoint read, nothing rolled back; the workers call "
+      "version {} (generation {}){}; no checkpoint read, nothing rolled back; the workers call "
       "it there instead of {}",
-      i, why, c.primary_holder, fleet_->address(i), *version, generation, was);
+      i, why, c.primary_holder, fleet_->address(i), *version, generation,
+      !decides              ? ""
+      : in_flight.has_value() ? ", and decides the sync steps from ps:0's decision in flight on"
+                              : ", and decides the sync steps",
+      was);
   if (sync_steps) {
+    // The decider's decisions go where every follower is now (a backup
+    // promoted to decide starts sending them).
     addresses.erase(addresses.begin());
     if (absl::Status s = fleet_->SetFollowers(0, addresses, absl::Seconds(5)); !s.ok()) return s;
+  }
+  if (sync_steps && !decides) {
     // ps 0 may have given the lost process the decision of the step the
     // backup is at, and moved on: hand it over again. Not decided yet:
     // ps 0 sends it when it is.

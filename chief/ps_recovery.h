@@ -78,14 +78,16 @@ class PsRecovery {
   // While a ps is lost, the chief logs what it waits for this often.
   static constexpr absl::Duration kWaitReportEvery = absl::Seconds(5);
 
-  absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
+  // `gone`: no process serves the ps (its port refused, or a new process
+  // answers): the sync decider's backup takes over only then.
+  absl::Status Recover(int ps, const std::string& why, bool gone, const Snapshot* latest,
                        int64_t* highest_version);
   // A backup that fails two looks in a row is dropped: its primary, which
   // holds its answers until the backup has the update, goes on without.
   void CheckBackups();
   // Lost ps `ps`'s backup store made the primary of its shards, and every
   // caller told: OK, or why it could not be (then the old way serves).
-  absl::Status PromoteBackup(int ps, const std::string& why);
+  absl::Status PromoteBackup(int ps, const std::string& why, bool gone);
   // Every ps's shards served at its own address again (before a restore
   // from a checkpoint), the workers and the deciding ps told.
   absl::Status MoveHome();

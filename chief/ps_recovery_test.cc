@@ -59,7 +59,8 @@ class FakeFleet : public PsFleetForTests {
     backups_asked.push_back(address);
     return backup_state;
   }
-  absl::StatusOr<StepCommitRequest> GetDecision(int, int64_t, absl::Duration) override {
+  absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t, absl::Duration) override {
+    if (ps != 0 && followers_took.has_value()) return *followers_took;
     return absl::NotFoundError("not decided");
   }
   absl::Status CommitStep(int, const StepCommitRequest&, absl::Duration) override {
@@ -81,8 +82,11 @@ class FakeFleet : public PsFleetForTests {
     st.set_version(backup_version);
     return st;
   }
-  absl::StatusOr<int64_t> Promote(const std::string& address, int64_t, absl::Duration) override {
+  absl::StatusOr<int64_t> Promote(const std::string& address, int64_t, bool decides,
+                                  const StepCommitRequest* in_flight, absl::Duration) override {
     promoted.push_back(address);
+    promoted_to_decide = decides;
+    promoted_in_flight = in_flight != nullptr;
     return backup_version;
   }
   absl::Status SetFollowers(int, const std::vector<std::string>& addresses,
@@ -109,6 +113,9 @@ class FakeFleet : public PsFleetForTests {
   std::vector<std::string> backups_asked;
   std::vector<std::pair<int, bool>> restored;  // ps, RestoreRequest.continues
   std::vector<std::string> promoted;
+  bool promoted_to_decide = false;
+  bool promoted_in_flight = false;
+  std::optional<StepCommitRequest> followers_took;  // a decision the followers have
   std::vector<std::pair<int, std::vector<std::string>>> backups_set;
   std::vector<std::string> followers;
 };
@@ -364,22 +371,47 @@ TEST_F(PsRecoveryTest, ABackupThatStopsAnsweringIsDropped) {
             0);
 }
 
-TEST_F(PsRecoveryTest, TheSyncDeciderIsNotPromotedAndABackupBehindIsNot) {
+TEST_F(PsRecoveryTest, TheSyncDeciderIsPromotedOnlyWhenGone) {
   fleet_.backup_answers = true;
   setup_.mode = SYNC;
+  // Timing out, it may be alive and still send followers decisions: waited
+  // for, not replaced.
+  fleet_.unreachable[0] = 3;
+  fleet_.unreachable_error = "Deadline Exceeded";
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(fleet_.promoted.empty());
+  EXPECT_EQ(Failovers("resumed"), 1);
+  // Restarted (gone), with a decision in flight that a follower took: its
+  // backup decides from then on, starting with that decision, and sends
+  // its decisions to the follower.
+  StepCommitRequest took;
+  took.set_version(fleet_.backup_version);
+  fleet_.followers_took = took;
   fleet_.Restart(0);
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps1:7001"});
+  EXPECT_TRUE(fleet_.promoted_to_decide);
+  EXPECT_TRUE(fleet_.promoted_in_flight);
+  EXPECT_EQ(fleet_.address(0), "ps1:7001");
+  EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps1:7000"});
+  EXPECT_EQ(Failovers("promoted"), 1);
+  EXPECT_EQ(Failovers("checkpoint"), 0);
+}
+
+TEST_F(PsRecoveryTest, ABackupBehindTheOtherPsIsNotPromoted) {
+  fleet_.backup_answers = true;
+  setup_.mode = SYNC;
+  // A follower's backup two steps behind the decider lacks an update.
+  fleet_.backup_version = fleet_.version - 2;
+  fleet_.Restart(1);
   PsRecovery r = Make();
   int64_t highest = 0;
   ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
   EXPECT_TRUE(fleet_.promoted.empty());
   EXPECT_EQ(Failovers("checkpoint"), 1);
-
-  // A follower's backup two steps behind the decider lacks an update.
-  fleet_.backup_version = fleet_.version - 2;
-  fleet_.Restart(1);
-  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
-  EXPECT_TRUE(fleet_.promoted.empty());
-  EXPECT_EQ(Failovers("checkpoint"), 2);
 }
 
 TEST_F(PsRecoveryTest, ASyncFollowerPromotedIsGivenTheStepAndTheDecider) {
@@ -391,6 +423,7 @@ TEST_F(PsRecoveryTest, ASyncFollowerPromotedIsGivenTheStepAndTheDecider) {
   int64_t highest = 0;
   ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
   EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7001"});
+  EXPECT_FALSE(fleet_.promoted_to_decide);
   EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps0:7001"});
   EXPECT_EQ(Failovers("promoted"), 1);
 }

@@ -331,6 +331,36 @@ absl::Status ParameterServerRun::KeepBackups() {
   return absl::OkStatus();
 }
 
+void ParameterServerRun::AwaitBackups(absl::Duration timeout) {
+  if (options_.ps_replicas == 0) return;
+  const absl::Time give_up = absl::Now() + timeout;
+  std::string behind;
+  while (true) {
+    if (absl::Status s = KeepBackups(); !s.ok()) {
+      behind = std::string(s.message());
+    } else {
+      behind.clear();
+      for (int i = 0; i < plan_.num_ps() && behind.empty(); ++i) {
+        if (copies_[i].backup.empty()) continue;  // none to be had
+        absl::StatusOr<PsStatsResponse> st = ps_->Stats(i, absl::Seconds(2));
+        if (!st.ok()) {
+          behind = std::string(st.status().message());
+        } else if (st->backups_live() < st->backups_set() ||
+                   st->replicated_version() < st->version()) {
+          behind = absl::StrCat("ps:", i, "'s backup holds version ", st->replicated_version(),
+                                " of ", st->version());
+        }
+      }
+    }
+    if (behind.empty() || stop_ || absl::Now() >= give_up) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (!behind.empty()) {
+    spdlog::warn("the run ends with a backup not caught up after {}: {}",
+                 absl::FormatDuration(timeout), behind);
+  }
+}
+
 absl::Status ParameterServerRun::TakeFinalCheckpoint() {
   // A ps lost since the last check (after the workers were done, or while
   // the checkpoint is taken) is recovered first and the checkpoint taken
@@ -350,6 +380,7 @@ absl::Status ParameterServerRun::TakeFinalCheckpoint() {
           "checkpoint; the steps since cannot be trained again in this run (--ps_replicas=1 "
           "avoids this: the ps continues from its backup)");
     }
+    AwaitBackups(kBackupsAtTheEnd);
     taken = checkpointer_->Take("final", highest_version_, /*workers_idle=*/false,
                                 /*required=*/true);
     if (taken.ok()) return taken;

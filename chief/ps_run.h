@@ -113,6 +113,11 @@ class ParameterServerRun final : public StrategyRun {
   // process is back; again when the primary keeps none (restarted, or its
   // backup was lost).
   absl::Status KeepBackups();
+  // At the end of the run: every store's backup set and holding its
+  // version (a ps restarted late in the run is seeded before the final
+  // checkpoint), waiting at most `timeout`; logged when not.
+  void AwaitBackups(absl::Duration timeout);
+  static constexpr absl::Duration kBackupsAtTheEnd = absl::Seconds(10);
   // The address of ps `ps`'s backup store (its process's --backup_port).
   absl::StatusOr<std::string> BackupStoreOf(int ps);
   std::vector<StoreCopies> copies_;  // per ps

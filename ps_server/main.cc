@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/synchronization/mutex.h"
 #include "common/cluster_spec.h"
 #include "common/daemon.h"
 #include "common/logging.h"
@@ -186,6 +187,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   backup_service.set_data_port((*backup_data_plane)->port());
+  // Promoted to decide the sync steps in a lost ps 0's place, the backup
+  // store sends its decisions as ps 0 did, to the followers the chief names.
+  absl::Mutex backup_broadcaster_mu;
+  std::unique_ptr<StepBroadcaster> backup_broadcaster;
+  backup_service.set_followers_handler([&](const std::vector<std::string>& f) {
+    absl::MutexLock lock(&backup_broadcaster_mu);
+    if (backup_broadcaster != nullptr) return backup_broadcaster->SetFollowers(f);
+    backup_broadcaster = std::make_unique<StepBroadcaster>(&backup_store, f, rpc);
+    return absl::OkStatus();
+  });
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
   spdlog::info(
       "serving on {} (tcp data plane on port {}, backup store on port {} with its data plane "
@@ -211,6 +222,10 @@ int main(int argc, char** argv) {
                  bst.applied_digest, bst.generation, StateCrc(backup_store));
   }
   backup_store.Cancel();
+  {
+    absl::MutexLock lock(&backup_broadcaster_mu);
+    backup_broadcaster.reset();
+  }
   backup_data_plane->reset();
   (*backup_server)->Stop(absl::ZeroDuration());
   store.Cancel();

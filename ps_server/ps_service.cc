@@ -589,14 +589,22 @@ grpc::Status PsService::CommitStep(grpc::ServerContext* ctx, const StepCommitReq
   return DoCommitStep(*req, resp);
 }
 
-grpc::Status PsService::DoCommitStep(const StepCommitRequest& req, StepCommitResponse* resp) {
+namespace {
+
+StepDecision DecisionFromRequest(const StepCommitRequest& req) {
   StepDecision d;
   d.layout_fingerprint = req.layout_fingerprint();
   d.generation = req.generation();
   d.version = req.version();
   d.members.assign(req.members().begin(), req.members().end());
   d.skip = req.skip();
-  absl::Status s = store_->Commit(req.layout_fingerprint(), d);
+  return d;
+}
+
+}  // namespace
+
+grpc::Status PsService::DoCommitStep(const StepCommitRequest& req, StepCommitResponse* resp) {
+  absl::Status s = store_->Commit(req.layout_fingerprint(), DecisionFromRequest(req));
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(store_->stats().version);
   return grpc::Status::OK;
@@ -692,13 +700,20 @@ grpc::Status PsService::ApplyRecords(const ReplicateRequest& req, const absl::st
 grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* req,
                                 PromoteResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<StepDecision> in_flight;
+  if (req->has_in_flight()) in_flight = DecisionFromRequest(req->in_flight());
   absl::Status s = store_->Promote(req->layout_fingerprint(), req->generation(),
-                                   req->decides() ? StepRole::kDecide : StepRole::kFollow);
+                                   req->decides() ? StepRole::kDecide : StepRole::kFollow,
+                                   in_flight);
   if (!s.ok()) return ToGrpcStatus(s);
   const int64_t version = store_->stats().version;
-  spdlog::warn("promoted to primary of its shards at version {} (generation {}): its primary "
+  spdlog::warn("promoted to primary of its shards at version {} (generation {}){}: its primary "
                "was lost",
-               version, req->generation());
+               version, req->generation(),
+               !req->decides()       ? ""
+               : in_flight.has_value() ? ", deciding the sync steps from the lost decider's "
+                                         "decision in flight on"
+                                       : ", deciding the sync steps");
   promoted_at_ = absl::Now();
   promoted_from_ = version;
   resp->set_version(version);
@@ -757,6 +772,10 @@ grpc::Status PsService::SetFollowers(grpc::ServerContext* ctx, const SetFollower
   if (st.initialized && req->layout_fingerprint() != st.layout_fingerprint) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "SetFollowers for another layout than this ps holds");
+  }
+  if (st.initialized && !st.decides) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this store does not decide sync steps");
   }
   for (const std::string& a : req->addresses()) {
     if (a.empty()) return InvalidArgument("a follower's address is empty");

@@ -68,8 +68,9 @@ class PsService final : public ParameterServer::Service {
   // backup promoted); FAILED_PRECONDITION on any other ps.
   grpc::Status SetFollowers(grpc::ServerContext*, const SetFollowersRequest*,
                             SetFollowersResponse*) override;
-  // What SetFollowers calls (ps_server/step_broadcaster.h's); set before
-  // serving.
+  // What SetFollowers calls on a deciding store (ps_server/step_broadcaster.h's,
+  // made at start on ps 0, or when a backup store is promoted to decide);
+  // set before serving.
   using FollowersHandler = std::function<absl::Status(const std::vector<std::string>&)>;
   void set_followers_handler(FollowersHandler handler) { followers_handler_ = std::move(handler); }
 

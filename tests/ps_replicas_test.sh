@@ -8,10 +8,10 @@
 # a ps killed with SIGKILL mid-run: a follower's backup store is promoted
 # (it serves the shards from then on, the workers call it there) and the
 # restarted ps becomes its backup, no step redone, every copy applying the
-# clean run's pushes with its digest; ps 0 of a sync run, and a ps whose
-# copies were both killed, are restored from the checkpoint, saying why. A
-# sync run with replicas ends with the same final line as one without (the
-# same bits are trained). After a kill, the chief's /metrics counts the
+# clean run's pushes with its digest, ps 0 of a sync run (the decider)
+# included; a ps whose copies were both killed is restored from the
+# checkpoint, saying why. A sync run with replicas ends with the same final
+# line as one without (the same bits are trained). After a kill, the chief's /metrics counts the
 # fail-over by how the ps came back, and where each store is.
 # Bad values of the flag exit 2 naming it.
 #
@@ -213,21 +213,22 @@ else
   fail "async, 3 ps, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/akill.out"
 fi
 
-# ps 0 of a sync run decides the steps; its backup cannot know the
-# decisions in flight, so it is restored from the checkpoint, as without
-# replicas, and the log says why.
+# ps 0 of a sync run decides the steps: killed, its backup store on ps 1
+# is promoted to decide them from the version it holds (taking ps 0's
+# decision in flight from a follower, when one took it), and the run ends
+# exactly as a clean one, nothing restored from the checkpoint.
 kill_ps "$tmp/dkill.out" sync 2 0
-problems="$(crc_pairs "$tmp/dkill.out" 2)"
-m_backup="$(chief_metric "$tmp/dkill.out" 'pscluster_ps_failovers_total{task="chief:0",how="backup"}')"
+problems="$(crc_pairs "$tmp/dkill.out" 2)$(same_updates "$tmp/dkill.out" 2)"
+m_promoted="$(chief_metric "$tmp/dkill.out" 'pscluster_ps_failovers_total{task="chief:0",how="promoted"}')"
 m_ckpt="$(chief_metric "$tmp/dkill.out" 'pscluster_ps_failovers_total{task="chief:0",how="checkpoint"}')"
-[ "$m_backup" = 0 ] && [ "$m_ckpt" = 1 ] ||
-  problems+="chief's /metrics: failovers backup='$m_backup' checkpoint='$m_ckpt'; "
+[ "$m_promoted" = 1 ] && [ "$m_ckpt" = 0 ] ||
+  problems+="chief's /metrics: failovers promoted='$m_promoted' checkpoint='$m_ckpt'; "
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
-   [[ "$(tail -n 1 "$tmp/dkill.out")" =~ ^final:\ test_accuracy=0\.9[2-9] ]] &&
-   grep -q 'ps:0 cannot be restored from its backup (ps:0 decides the sync steps, and its backup cannot know the decisions in flight); the checkpoint serves' "$tmp/dkill.out" &&
-   grep -q 'ps:0 restarted: every ps restored from the checkpoint of step' "$tmp/dkill.out" &&
+   [ "$(tail -n 1 "$tmp/dkill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
+   grep -qE 'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on, from version [0-9]+ \(generation 0\), and decides the sync steps' "$tmp/dkill.out" &&
+   ! grep -q 'restored from the checkpoint' "$tmp/dkill.out" &&
    [ -z "$problems" ]; then
-  pass "sync, ps:0 (the decider) killed mid-run: restored from the checkpoint, saying why (and /metrics counts it so); the run ends as usual and every backup equals its primary"
+  pass "sync, ps:0 (the decider) killed mid-run: its backup promoted to decide the steps, no step redone, every copy applied the same updates, the final line is the clean run's; /metrics counts one promotion"
 else
   fail "sync, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/dkill.out"
 fi

@@ -523,7 +523,9 @@ void ParameterStore::DropPending(int w) {
 }
 
 void ParameterStore::MaybeFinishStep() {
-  if (config_.step_role == StepRole::kDecide) {
+  // A decider with a decision adopted at its promotion closes that step
+  // as a follower would.
+  if (config_.step_role == StepRole::kDecide && !commit_.has_value()) {
     MaybeCloseStep();
   } else {
     MaybeApplyCommit();
@@ -760,6 +762,12 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
   }
   if (commit_.has_value()) return absl::OkStatus();  // resent while waiting
   commit_ = d;
+  {
+    // Kept for a backup promoted in the decider's place (DecisionFor).
+    absl::MutexLock decisions_lock(&decisions_mu_);
+    decisions_.push_back(d);
+    if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+  }
   for (int w = 0; w < config_.num_workers; ++w) {
     if (!d.members[w] && pending_examples_[w] >= 0) DropPending(w);
   }
@@ -796,6 +804,8 @@ StoreStats ParameterStore::stats() const {
   s.generation = generation_;
   s.initialized = initialized_;
   s.backup = config_.replica == ReplicaRole::kBackup;
+  s.decides = config_.rule == UpdateRule::kSync && config_.step_role == StepRole::kDecide &&
+              config_.replica == ReplicaRole::kPrimary;
   s.layout_fingerprint = config_.layout_fingerprint;
   s.active_workers = active_;
   return s;
@@ -890,7 +900,8 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
 }
 
 absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t generation,
-                                     StepRole step_role) {
+                                     StepRole step_role,
+                                     const std::optional<StepDecision>& in_flight) {
   absl::MutexLock lock(&mu_);
   if (!initialized_) {
     return absl::UnavailableError("parameter server is not initialised yet");
@@ -904,11 +915,35 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
         "promotion to generation ", generation, ": must be at least this store's ", generation_,
         " and at most ", kMaxVersion));
   }
+  if (in_flight.has_value() &&
+      (step_role != StepRole::kDecide || config_.rule != UpdateRule::kSync ||
+       in_flight->version != version_ || in_flight->generation != generation ||
+       static_cast<int>(in_flight->members.size()) != config_.num_workers ||
+       std::find(in_flight->members.begin(), in_flight->members.end(), true) ==
+           in_flight->members.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the decision in flight is for version ", in_flight->version, " of generation ",
+        in_flight->generation, " with ", in_flight->members.size(),
+        " workers; this store is at version ", version_, " and is promoted under generation ",
+        generation, " to ", step_role == StepRole::kDecide ? "decide" : "follow"));
+  }
   config_.replica = ReplicaRole::kPrimary;
   config_.step_role = step_role;
   config_.generation = generation;
   generation_ = generation;
   stats_.generation = generation;
+  if (in_flight.has_value()) {
+    commit_ = *in_flight;
+    for (int w = 0; w < config_.num_workers; ++w) {
+      if (!commit_->members[w] && pending_examples_[w] >= 0) DropPending(w);
+    }
+    StepDecision d = *in_flight;
+    d.sequence = next_sequence_++;
+    absl::MutexLock decisions_lock(&decisions_mu_);
+    decisions_.push_back(std::move(d));
+    if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+    decision_made_.SignalAll();
+  }
   // Waiting pulls of the old generation are answered Aborted.
   version_advanced_.SignalAll();
   return absl::OkStatus();

@@ -174,6 +174,7 @@ struct StoreStats {
   int64_t generation = 0;
   bool initialized = false;
   bool backup = false;  // ReplicaRole::kBackup
+  bool decides = false;  // a sync primary that decides its steps
   uint64_t layout_fingerprint = 0;
   std::vector<bool> active_workers;  // sync: whom a step waits for
 };
@@ -325,9 +326,11 @@ class ParameterStore {
   absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state,
                        RestoreKind kind = RestoreKind::kRollback);
 
-  // Deciding store: its kept decision for the step from `version` (a
-  // follower restored from its backup needs it again). NotFound when not
-  // made yet or no longer kept; FailedPrecondition for another layout.
+  // Its kept decision for the step from `version`: a deciding store's own
+  // (a follower restored from its backup needs it again), a following
+  // store's as it came, applied or waiting (a backup promoted to decide in
+  // a lost decider's place needs the one in flight). NotFound when not made
+  // or taken yet, or no longer kept; FailedPrecondition for another layout.
   absl::StatusOr<StepDecision> DecisionFor(uint64_t layout_fingerprint, int64_t version) const;
 
   // Primary: `listener` is told of every update from now on, and of every
@@ -352,7 +355,15 @@ class ParameterStore {
   // Aborted from then on, but for pushes the old primary applied, which
   // are answered as it did. FailedPrecondition on a primary;
   // InvalidArgument for a generation below the store's.
-  absl::Status Promote(uint64_t layout_fingerprint, int64_t generation, StepRole step_role);
+  //
+  // Deciding: `in_flight`, when set, is the old decider's decision for the
+  // step at the store's version, which a follower took (the backup never
+  // saw it): that step closes with exactly its members, as a follower's
+  // would, and the decision is sent on again (NextDecision) to the
+  // followers that lack it. InvalidArgument when it is not for the store's
+  // version and generation, or names another worker count.
+  absl::Status Promote(uint64_t layout_fingerprint, int64_t generation, StepRole step_role,
+                       const std::optional<StepDecision>& in_flight = std::nullopt);
 
   // Primary: becomes a backup (a backup was promoted in its place), to be
   // seeded (Restore as a backup). Unavailable before Init or Restore.
@@ -468,7 +479,8 @@ class ParameterStore {
   std::vector<float> moving_ ABSL_GUARDED_BY(mu_);  // Update's scratch
   // The fate of each worker's newest sync gradient: {version, applied}.
   std::vector<std::pair<int64_t, bool>> outcome_ ABSL_GUARDED_BY(mu_);
-  // Deciding store: the newest decisions, oldest first. Under a lock of
+  // The newest decisions, oldest first: a deciding store's own, a
+  // following store's as they came. Under a lock of
   // their own (taken inside mu_, never the other way round), so that a
   // decision is sent while the step it closes is still being applied.
   static constexpr size_t kKeptDecisions = 16;
@@ -478,6 +490,8 @@ class ParameterStore {
   bool decisions_cancelled_ ABSL_GUARDED_BY(decisions_mu_) = false;
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Following store: the decision for the current version, once it came.
+  // Deciding store: the lost decider's decision in flight it adopted when
+  // promoted (Promote), until that step closes.
   std::optional<StepDecision> commit_ ABSL_GUARDED_BY(mu_);
   // Following store: the step's update computed ahead, while ps 0's
   // decision is on its way, once this store holds as many gradients as

@@ -241,6 +241,63 @@ TEST_F(ReplicaTest, ABackupPromotedUnderTheSameGenerationTakesThePushesInFlight)
   EXPECT_EQ(backup_.stats().generation, 0);
 }
 
+TEST_F(ReplicaTest, ABackupPromotedToDecideClosesTheStepInFlightAsTheFollowersDid) {
+  // The decider closed step 0 with worker 0 alone (one replica to
+  // aggregate) and sent the decision to its followers, then was lost
+  // before its backup got the record: the promoted backup closes step 0
+  // with the same members, whoever pushes first now, and sends the
+  // decision on again for the followers that lack it.
+  Start(AdamConfig(UpdateRule::kSync, 2, 1));
+  const std::vector<float> g0 = RandomVector(&rng_);
+  ASSERT_TRUE(Push(primary_, 0, 0, g0, 1, /*id=*/31).ok());
+  ASSERT_EQ(primary_.stats().version, 1);
+  absl::StatusOr<StepDecision> took = primary_.DecisionFor(kLayout, 0);
+  ASSERT_TRUE(took.ok()) << took.status();
+  ASSERT_EQ(took->members, std::vector<bool>({true, false}));
+  // Not for the backup's version, or for a follower: refused.
+  StepDecision wrong = *took;
+  wrong.version = 1;
+  EXPECT_EQ(backup_.Promote(kLayout, 0, StepRole::kDecide, wrong).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backup_.Promote(kLayout, 0, StepRole::kFollow, *took).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(backup_.Promote(kLayout, 0, StepRole::kDecide, *took).ok());
+  // Worker 1 pushes first: left out, as in the followers' step.
+  ASSERT_TRUE(Push(backup_, 1, 0, RandomVector(&rng_), 1, /*id=*/32).ok());
+  EXPECT_EQ(backup_.stats().version, 0);
+  ASSERT_TRUE(Push(backup_, 0, 0, g0, 1, /*id=*/31).ok());
+  EXPECT_EQ(backup_.stats().version, 1);
+  ExpectSameState();
+  StepDecision sent;
+  ASSERT_TRUE(backup_.NextDecision(0, absl::Now() + absl::Seconds(1), &sent));
+  EXPECT_EQ(sent.version, 0);
+  EXPECT_EQ(sent.members, took->members);
+  // The next step it decides itself.
+  ASSERT_TRUE(Push(backup_, 1, 1, RandomVector(&rng_), 1, /*id=*/33).ok());
+  EXPECT_EQ(backup_.stats().version, 2);
+  absl::StatusOr<StepDecision> own = backup_.DecisionFor(kLayout, 1);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->members, std::vector<bool>({false, true}));
+}
+
+TEST_F(ReplicaTest, AFollowerKeepsTheDecisionsItTakes) {
+  StoreConfig follower = AdamConfig(UpdateRule::kSync, 2, 2);
+  follower.step_role = StepRole::kFollow;
+  Start(follower);
+  StepDecision d;
+  d.layout_fingerprint = kLayout;
+  d.version = 0;
+  d.members = {true, false};
+  ASSERT_TRUE(primary_.Commit(kLayout, d).ok());  // waiting for worker 0's push
+  absl::StatusOr<StepDecision> kept = primary_.DecisionFor(kLayout, 0);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->members, d.members);
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/41).ok());
+  EXPECT_EQ(primary_.stats().version, 1);
+  EXPECT_TRUE(primary_.DecisionFor(kLayout, 0).ok());  // applied, still kept
+  EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 1).status()));
+}
+
 TEST_F(ReplicaTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/11).ok());

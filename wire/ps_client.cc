@@ -173,27 +173,44 @@ absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start
     }
     // A sync push-pull may wait long for the other workers: look at the
     // stop flag meanwhile, and cancel what is in flight when it turns.
-    // A call that waits long may be to a ps cut off from the network (no
-    // answer, no error until the attempt's deadline): once a second, a ps
-    // whose shards moved meanwhile has its call cancelled, to be sent
-    // where they are now.
+    // With a locate, shards that moved end the wait early:
+    // - a ps whose call failed (every 0.1 s while it is failed): its
+    //   shards moved, so the calls still waiting are cancelled and the
+    //   round sent again, to it where it is now. They may wait on it: a
+    //   sync step waits for its decider, whose backup took over. A resent
+    //   push keeps its request id and is answered as it was.
+    // - a call still waiting (once a second), which may be to a ps cut off
+    //   from the network (no answer, no error until the attempt's
+    //   deadline): cancelled, to be sent where the shards are now.
     absl::Time next_moved_check = absl::Now() + absl::Seconds(1);
+    auto cancel = [&attempt](int i) {
+      if (attempt[i].ctx) attempt[i].ctx->TryCancel();
+      if (attempt[i].channel != nullptr) attempt[i].channel->Cancel();
+    };
+    auto shards_moved = [this](int i) {
+      const std::string address = options_.locate(i);
+      return !address.empty() && address != ps_[i].address;
+    };
     while (!all_answered.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
-      if (options_.locate && absl::Now() >= next_moved_check) {
-        for (int i = 0; i < n; ++i) {
-          if (done[i] || status_arrived[i].load()) continue;
-          const std::string address = options_.locate(i);
-          if (address.empty() || address == ps_[i].address) continue;
-          if (attempt[i].ctx) attempt[i].ctx->TryCancel();
-          if (attempt[i].channel != nullptr) attempt[i].channel->Cancel();
+      if (options_.locate) {
+        bool failed_moved = false;
+        for (int i = 0; i < n && !failed_moved; ++i) {
+          failed_moved =
+              !done[i] && status_arrived[i].load() && !status[i].ok() && shards_moved(i);
         }
-        next_moved_check = absl::Now() + absl::Seconds(1);
+        if (failed_moved) {
+          for (int i = 0; i < n; ++i) {
+            if (!done[i] && !status_arrived[i].load()) cancel(i);
+          }
+        } else if (absl::Now() >= next_moved_check) {
+          for (int i = 0; i < n; ++i) {
+            if (!done[i] && !status_arrived[i].load() && shards_moved(i)) cancel(i);
+          }
+          next_moved_check = absl::Now() + absl::Seconds(1);
+        }
       }
       if (options_.stop != nullptr && *options_.stop) {
-        for (int i = 0; i < n; ++i) {
-          if (attempt[i].ctx) attempt[i].ctx->TryCancel();
-          if (attempt[i].channel != nullptr) attempt[i].channel->Cancel();
-        }
+        for (int i = 0; i < n; ++i) cancel(i);
         all_answered.WaitForNotification();  // the cancelled calls still answer
         break;
       }
@@ -559,9 +576,11 @@ void PsClient::IssuePush(int i, const PushCall& c, Attempt& a,
   } else {
     last_call_.bytes_sent += static_cast<int64_t>(p.push_req.ByteSizeLong()) + c.framing;
   }
-  if (a.last) {
+  if (a.last && !(options_.sync && options_.locate)) {
     // The last call of the round is made here: no hand-off to the
-    // channel's thread and back.
+    // channel's thread and back. Not in sync with a locate: the call waits
+    // for its step, which may wait for a ps whose shards moved, and the
+    // calling thread must be free to see that (CallAllRetrying).
     done(p.data->PushPull(&p.push_req, &p.push_resp, a.deadline, std::move(source),
                           std::move(answer), std::move(runs)));
     return;
