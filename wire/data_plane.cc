@@ -531,7 +531,9 @@ std::function<absl::StatusOr<int>(absl::Time deadline)> DataPortFromStats(
     grpc::Status s = stub->GetStats(&ctx, PsStatsRequest(), &stats);
     if (!s.ok()) return FromGrpcStatus(s, "ask ps " + address + " for its data port");
     if (stats.data_port() <= 0) {
-      return absl::FailedPreconditionError("ps " + address + " serves no tcp data plane");
+      // Unimplemented: a caller that can falls back to gRPC (a primary's
+      // replicator, the step broadcaster); not a refusal of what it sent.
+      return absl::UnimplementedError("ps " + address + " serves no tcp data plane");
     }
     return stats.data_port();
   };

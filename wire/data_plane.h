@@ -194,7 +194,7 @@ struct PayloadRuns {
 
 // A DataChannel's port_of for the ps (or backup store) at `address`: asks
 // it over gRPC, through `stub` (borrowed, outliving the function), for the
-// data port GetStats gives; FailedPrecondition when it serves none.
+// data port GetStats gives; Unimplemented when it serves none.
 std::function<absl::StatusOr<int>(absl::Time deadline)> DataPortFromStats(
     ParameterServer::Stub* stub, std::string address);
 
