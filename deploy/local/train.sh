@@ -376,10 +376,26 @@ echo "train.sh: Prometheus metrics on 127.0.0.1:${METRICS# } (name:port, path /m
 echo "train.sh: started ${#ORDER[@]} tasks (${NUM_PS} ps, ${NUM_WORKERS} workers, chief$([ "$EVALUATOR" = 1 ] && echo ", evaluator")); data $DATA_DIR" >&2
 
 alive() { [ -z "${ENDED[$1]+x}" ] && [ -z "${RESTART_AT[$1]+x}" ]; }
+# A task started in the background ignores SIGINT until its main blocks it
+# for its signal thread (common/task_server.h); one sent before then is
+# lost (a worker still loading its libraries). Such a task is sent SIGINT
+# again once it blocks it, and only once: a second SIGINT makes a daemon
+# exit at once.
+declare -A HEARD=()  # tasks sent SIGINT while they were blocking it
+blocks_sigint() {  # blocks_sigint PID: whether its SigBlk mask holds SIGINT (bit 2)
+  local mask
+  mask="$(sed -n 's/^SigBlk:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)"
+  [ -n "$mask" ] && (( (16#$mask >> 1) & 1 ))
+}
+SIGNALLED=0  # stop_tasks was called
 stop_tasks() {  # stop_tasks [chief]: SIGINT to every task still running; the chief too if asked
+  SIGNALLED=1
   for n in "${ORDER[@]}"; do
     [ "$n" = chief ] && [ "${1:-}" != chief ] && continue
-    alive "$n" && kill -INT "${PIDS[$n]}" 2>/dev/null
+    [ -n "${HEARD[$n]+x}" ] && continue
+    alive "$n" || continue
+    blocks_sigint "${PIDS[$n]}" && HEARD[$n]=1
+    kill -INT "${PIDS[$n]}" 2>/dev/null
   done
 }
 # Ctrl-C / TERM: pass it on; the chief then tells every task to exit. (The
@@ -492,7 +508,11 @@ for n in "${ORDER[@]}"; do
   unset 'RESTART_AT[$n]'
   if [ -z "${ENDED[$n]+x}" ]; then
     pid="${PIDS[$n]}"
-    while kill -0 "$pid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$GIVE_UP" ]; do sleep 0.1; done
+    # A task told to stop while it was still starting is told again.
+    while kill -0 "$pid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$GIVE_UP" ]; do
+      sleep 0.1
+      [ "$SIGNALLED" = 1 ] && stop_tasks
+    done
     if kill -0 "$pid" 2>/dev/null; then
       echo "train.sh: $n still running 30 s after the chief ended; terminating it" >&2
       kill -TERM "$pid" 2>/dev/null; sleep 1; kill -KILL "$pid" 2>/dev/null
