@@ -631,8 +631,9 @@ grpc::Status PsService::AwaitReplicated(int64_t version, absl::Time deadline) {
   if (replicator == nullptr) return grpc::Status::OK;
   const bool held = replicator->WaitReplicated(version, deadline);
   UpdateReplicaMetrics(*replicator);
+  // Demoted meanwhile (replaced): what it held is not the primary's.
+  if (replicator->replaced() || store_->stats().backup) return Replaced();
   if (held) return grpc::Status::OK;
-  if (replicator->replaced()) return Replaced();
   return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                       absl::StrCat("the backups did not confirm version ", version,
                                    " before the call's deadline"));
@@ -793,13 +794,15 @@ grpc::Status PsService::Replaced() {
 grpc::Status PsService::Demote(grpc::ServerContext* ctx, const DemoteRequest* req,
                                DemoteResponse*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  // A backup first: the answers the replicator still holds are released
+  // by its Stop, and must fail (AwaitReplicated), not go out as applied.
+  absl::Status s = store_->Demote(req->layout_fingerprint());
+  if (!s.ok()) return ToGrpcStatus(s);
   {
     absl::MutexLock lock(&replicator_mu_);
     if (replicator_ != nullptr) replicator_->Stop();  // gives the listener back
     replicator_.reset();
   }
-  absl::Status s = store_->Demote(req->layout_fingerprint());
-  if (!s.ok()) return ToGrpcStatus(s);
   spdlog::warn("demoted: a backup promoted in this store's place serves its shards; it is a "
                "backup from now on, to be seeded");
   return grpc::Status::OK;

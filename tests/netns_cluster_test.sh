@@ -155,7 +155,9 @@ else
   fail "no 'still waiting for ps:1' line from the chief during the cut"
 fi
 
-# 2b. The same cut with --ps_replicas=1 (docs/replication.md): the chief
+# 2b. The same cut with --ps_replicas=1 (docs/replication.md), in a run of
+#     20 epochs: training goes on without ps:1, and a chief that ended while
+#     ps:1 was still cut off could not tell it to exit. The chief
 #     cannot tell a cut-off ps from a dead one, so ps:1's backup store on
 #     ps:0 is promoted and the workers move to it. The cut-off ps:1 can
 #     answer nothing meanwhile (its answers wait for its backup, which
@@ -164,7 +166,7 @@ fi
 #     store's backup.
 #     Nothing applied twice: every copy ends with the same version,
 #     applied pushes and digest, each pair bit for bit.
-start_cluster cut_r1 --epochs=3 --checkpoint_every_steps=100 --log_every_s=0.2 --ps_replicas=1
+start_cluster cut_r1 --epochs=20 --checkpoint_every_steps=100 --log_every_s=0.2 --ps_replicas=1
 for _ in $(seq 1 600); do
   done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/cut_r1.chief.log" | tail -n 1)"
   [ "${done_chunks:-0}" -ge 300 ] && break
