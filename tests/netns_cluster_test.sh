@@ -99,6 +99,22 @@ wait_cluster() {  # sets codes
     wait "$p"; codes+=($?)
   done
 }
+# cut_ps1 RUN WHAT: once RUN's chief reports 300 chunks done, cuts ps:1 off
+# the network for 8 s, then waits for the cluster (sets done_chunks).
+cut_ps1() {
+  local run="$1" what="$2"
+  for _ in $(seq 1 600); do
+    done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/$run.chief.log" | tail -n 1)"
+    [ "${done_chunks:-0}" -ge 300 ] && break
+    sleep 0.1
+  done
+  [ "${done_chunks:-0}" -ge 300 ] || fail "$what reported no progress past 300 chunks before the cut"
+  ip -n "$sw" link set pps1 down
+  sleep 8
+  ip -n "$sw" link set pps1 up
+  wait_cluster
+}
+
 check_run() {  # check_run RUN WHAT
   local run="$1" what="$2"
   final="$(grep '^final:' "$tmp/$run.chief.log" | tail -n 1)"
@@ -129,16 +145,7 @@ check_run plain "six hosts, each on its own address and port 2222,"
 #    run (2.2 s) had ended before its first line past 300 chunks, and the
 #    cut missed it. Three epochs leave room on a faster machine too.
 start_cluster cut --epochs=3 --checkpoint_every_steps=100 --log_every_s=0.2
-for _ in $(seq 1 600); do
-  done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/cut.chief.log" | tail -n 1)"
-  [ "${done_chunks:-0}" -ge 300 ] && break
-  sleep 0.1
-done
-[ "${done_chunks:-0}" -ge 300 ] || fail "the cut run reported no progress past 300 chunks before the cut"
-ip -n "$sw" link set pps1 down
-sleep 8
-ip -n "$sw" link set pps1 up
-wait_cluster
+cut_ps1 cut "the cut run"
 check_run cut "with ps:1 cut off for 8 s after $done_chunks chunks, the cluster"
 if grep -q "ps:1 lost" "$tmp/cut.chief.log" &&
    grep -q "ps:1 answers again (the same process" "$tmp/cut.chief.log"; then
@@ -167,16 +174,7 @@ fi
 #     Nothing applied twice: every copy ends with the same version,
 #     applied pushes and digest, each pair bit for bit.
 start_cluster cut_r1 --epochs=20 --checkpoint_every_steps=100 --log_every_s=0.2 --ps_replicas=1
-for _ in $(seq 1 600); do
-  done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/cut_r1.chief.log" | tail -n 1)"
-  [ "${done_chunks:-0}" -ge 300 ] && break
-  sleep 0.1
-done
-[ "${done_chunks:-0}" -ge 300 ] || fail "the replicated cut run reported no progress past 300 chunks before the cut"
-ip -n "$sw" link set pps1 down
-sleep 8
-ip -n "$sw" link set pps1 up
-wait_cluster
+cut_ps1 cut_r1 "the replicated cut run"
 check_run cut_r1 "with --ps_replicas=1 and ps:1 cut off for 8 s after $done_chunks chunks, the cluster"
 # state LOG WHAT: "version applied digest crc" of the store line WHAT.
 state() {
