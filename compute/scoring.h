@@ -15,6 +15,7 @@
 #include "compute/compute_backend.h"
 #include "model/idx_dataset.h"
 #include "model/model_spec.h"
+#include "model/roc_auc.h"  // RocAuc, for the binary losses' AUC
 
 namespace pscluster {
 
@@ -39,11 +40,6 @@ struct TestScore {
 // set; the backend's error otherwise, with nothing written.
 absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, const float* params,
                             const Dataset& data, TestScore* score);
-
-// The exact ROC AUC of `scores` against labels (positive: >= 0.5), ties
-// counted half (the Mann-Whitney U statistic); -1 without both classes.
-// Keras's AUC metric approximates it with 200 thresholds.
-double RocAuc(const std::vector<float>& scores, const std::vector<float>& labels);
 
 // The metrics as a line's fields, "<prefix>accuracy=0.9912 <prefix>loss=0.0290"
 // (binary: with "<prefix>auc="; regression: "<prefix>mse=" or "<prefix>mae="

@@ -89,13 +89,6 @@ TEST(ScoreOnDatasetTest, BinaryModelsGetAnAuc) {
   EXPECT_DOUBLE_EQ(score.accuracy, 126.0 / 504);  // the 0.5-threshold's right answers
 }
 
-TEST(ScoreOnDatasetTest, RocAucOfKnownRankings) {
-  EXPECT_DOUBLE_EQ(RocAuc({0.1f, 0.4f, 0.35f, 0.8f}, {0, 0, 1, 1}), 0.75);
-  EXPECT_DOUBLE_EQ(RocAuc({0.9f, 0.1f}, {1, 0}), 1.0);
-  EXPECT_DOUBLE_EQ(RocAuc({0.5f, 0.5f}, {1, 0}), 0.5);
-  EXPECT_EQ(RocAuc({0.5f, 0.7f}, {1, 1}), -1);
-}
-
 TEST(ScoreOnDatasetTest, MetricsTextNamesTheLossesMetrics) {
   EXPECT_EQ(MetricsText(LossKind::kSparseCategoricalCrossentropy, 0.99123, -1, 0.029, "test_"),
             "test_accuracy=0.9912 test_loss=0.0290");

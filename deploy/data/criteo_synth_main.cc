@@ -1,0 +1,58 @@
+// criteo_synth: writes Criteo-format train.txt and test.txt drawn from a
+// planted click model, and planted.json with the planted model's own test
+// AUC (the best a trained model can expect). docs/criteo.md.
+//
+// Exit codes: 0 done, 1 the files could not be written, 2 bad flags.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "common/daemon.h"
+#include "common/exit_codes.h"
+#include "model/criteo_synth.h"
+
+ABSL_FLAG(int64_t, rows, 1000000, "Examples to write, train and test together");
+ABSL_FLAG(int64_t, ids_per_feature, 100000,
+          "Distinct ids each categorical feature (C1..C26) draws from");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the planted model and of the draws: same seed, same bytes");
+ABSL_FLAG(std::string, out, "", "Folder to write train.txt, test.txt, planted.json to (required)");
+ABSL_FLAG(double, test_fraction, 0.1, "Fraction of --rows (rounded) written to test.txt");
+ABSL_FLAG(double, zipf, 1.05,
+          "Power-law exponent of the ids' frequencies: rank r (from 1) has weight r^-zipf");
+
+int main(int argc, char** argv) {
+  using namespace pscluster;
+  ParseFlagsOrExit(argc, argv,
+                   "Writes synthetic Criteo-format click logs drawn from a planted model. "
+                   "Usage: criteo_synth --out=DIR [--rows=N] [--seed=S] ...");
+  CriteoSynthOptions options;
+  options.rows = absl::GetFlag(FLAGS_rows);
+  options.ids_per_feature = absl::GetFlag(FLAGS_ids_per_feature);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.test_fraction = absl::GetFlag(FLAGS_test_fraction);
+  options.zipf = absl::GetFlag(FLAGS_zipf);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) ExitWithUsageError("--out is required: the folder to write the files to");
+  if (absl::Status s = CheckCriteoSynthOptions(options); !s.ok()) {
+    ExitWithUsageError(std::string(s.message()));
+  }
+  const absl::StatusOr<CriteoSynthSummary> summary =
+      WriteCriteoSynth(options, out, [&options](int64_t rows) {
+        std::fprintf(stderr, "criteo_synth: %lld of %lld rows\n", static_cast<long long>(rows),
+                     static_cast<long long>(options.rows));
+      });
+  if (!summary.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(summary.status().message()).c_str());
+    return kExitError;
+  }
+  std::printf(
+      "wrote %s/train.txt (%lld rows, %.4f positive), %s/test.txt (%lld rows, %.4f positive), "
+      "%s/planted.json\nplanted model on the test split: auc=%.4f log_loss=%.4f\n"
+      "%.1f s, %.0f rows/s\n",
+      out.c_str(), static_cast<long long>(summary->train_rows), summary->train_positive_rate,
+      out.c_str(), static_cast<long long>(summary->test_rows), summary->test_positive_rate,
+      out.c_str(), summary->test_auc, summary->test_log_loss, summary->seconds,
+      double(options.rows) / summary->seconds);
+  return kExitOk;
+}

@@ -1,0 +1,370 @@
+#include "model/criteo_synth.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/errno_status.h"
+#include "common/file_io.h"
+#include "model/roc_auc.h"
+#include "nlohmann/json.hpp"
+
+namespace pscluster {
+namespace {
+
+// The planted model's scales (docs/criteo.md), chosen so that with the
+// default flags about a quarter of the examples are clicks and the planted
+// AUC is about 0.77, as in real CTR logs.
+constexpr double kBias = -1.4;
+constexpr double kWideStd = 0.20;        // of each w_f(id)
+constexpr double kFmStd = 0.30;          // of each component of v_f(id)
+constexpr double kIntegerWeight = 0.15;  // u_j uniform in [-this, this]
+
+// Per-feature rates of empty fields, about those of the real logs.
+constexpr double kIntegerMissing[kCriteoIntegerFeatures] = {
+    0.45, 0.0, 0.21, 0.22, 0.03, 0.22, 0.04, 0.001, 0.04, 0.45, 0.04, 0.76, 0.22};
+constexpr double kCategoryMissing[kCriteoCategoricalFeatures] = {
+    0, 0, 0.03, 0.03, 0, 0.12, 0,    0,    0,    0.03, 0,    0.03, 0,
+    0, 0, 0.03, 0,    0, 0.44, 0.44, 0.03, 0.76, 0,    0.03, 0.44, 0.44};
+// Integers are floor(scale * (U^(-1/alpha) - 1)) (Lomax: heavy-tailed, the
+// smaller alpha the heavier), capped at kMaxInteger; I2 is -1 at
+// kNegativeRate, as real logs have small negative values there.
+constexpr double kIntegerScale[kCriteoIntegerFeatures] = {2,  20, 10, 5, 5000, 50, 5,
+                                                          10, 50, 1,  2, 1,    5};
+constexpr double kIntegerAlpha[kCriteoIntegerFeatures] = {1.5, 1.2, 1.3, 2.0, 1.1, 1.2, 1.5,
+                                                          2.5, 1.5, 3.0, 2.0, 1.5, 1.8};
+constexpr double kMaxInteger = 1e9;
+constexpr int kNegativeFeature = 1;
+constexpr double kNegativeRate = 0.05;
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+constexpr double kSqrt3 = 1.7320508075688772;
+
+// The splitmix64 finalizer, a bijection (as CriteoFeatureKey uses).
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// A hash's top 53 bits as a uniform value in [-1, 1) (standard deviation
+// 1/sqrt(3)).
+double Symmetric(uint64_t h) { return double(h >> 11) * 0x1.0p-52 - 1.0; }
+
+// The 32-bit bijection behind SynthIdOfRank and its inverse: xor-shifts
+// (each its own inverse) around multiplications by odd constants.
+constexpr uint32_t kMul1 = 0x7feb352d;
+constexpr uint32_t kMul2 = 0x846ca68b;
+constexpr uint32_t InverseOdd(uint32_t a) {
+  uint32_t y = a;  // right to 3 bits; each Newton step doubles them
+  for (int i = 0; i < 5; ++i) y *= 2 - a * y;
+  return y;
+}
+static_assert(kMul1 * InverseOdd(kMul1) == 1 && kMul2 * InverseOdd(kMul2) == 1);
+
+uint32_t Scramble(uint32_t x) {
+  x ^= x >> 16;
+  x *= kMul1;
+  x ^= x >> 16;
+  x *= kMul2;
+  return x ^ (x >> 16);
+}
+
+uint32_t Unscramble(uint32_t x) {
+  x ^= x >> 16;
+  x *= InverseOdd(kMul2);
+  x ^= x >> 16;
+  x *= InverseOdd(kMul1);
+  return x ^ (x >> 16);
+}
+
+// A file written through a large buffer; errors name the file.
+class BufferedFile {
+ public:
+  static constexpr size_t kFlushAt = size_t{4} << 20;
+
+  explicit BufferedFile(std::string path) : path_(std::move(path)) {}
+  ~BufferedFile() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+  absl::Status Open() {
+    file_ = std::fopen(path_.c_str(), "wb");
+    if (file_ == nullptr) return ErrnoStatus(errno, "cannot create " + path_);
+    buffer_.reserve(kFlushAt + 4096);
+    return absl::OkStatus();
+  }
+  std::string* buffer() { return &buffer_; }
+  absl::Status MaybeFlush() { return buffer_.size() >= kFlushAt ? Flush() : absl::OkStatus(); }
+  absl::Status Close() {
+    if (absl::Status s = Flush(); !s.ok()) return s;
+    const int closed = std::fclose(file_);
+    file_ = nullptr;
+    return closed == 0 ? absl::OkStatus() : ErrnoStatus(errno, "cannot write " + path_);
+  }
+
+ private:
+  absl::Status Flush() {
+    if (std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size()) {
+      return ErrnoStatus(errno, "cannot write " + path_);
+    }
+    buffer_.clear();
+    return absl::OkStatus();
+  }
+
+  const std::string path_;
+  std::FILE* file_ = nullptr;
+  std::string buffer_;
+};
+
+// I(j+1)'s value for a uniform draw u in [0, 1).
+int64_t DrawInteger(int j, double u) {
+  const double lomax = kIntegerScale[j] * (std::pow(1 - u, -1 / kIntegerAlpha[j]) - 1);
+  return static_cast<int64_t>(std::min(lomax, kMaxInteger));
+}
+
+// The mean of CriteoIntegerTransform over I(j+1)'s present values (the
+// negative ones aside), by the midpoint rule over u: the planted model
+// centres the integer terms on it, so that the seed's weights u_j do not
+// move the positive rate.
+double MeanIntegerTransform(int j) {
+  constexpr int kPoints = 4096;
+  double sum = 0;
+  for (int i = 0; i < kPoints; ++i)
+    sum += CriteoIntegerTransform(DrawInteger(j, (i + 0.5) / kPoints));
+  return sum / kPoints;
+}
+
+int64_t TestRows(const CriteoSynthOptions& options) {
+  return std::llround(double(options.rows) * options.test_fraction);
+}
+
+}  // namespace
+
+absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& o) {
+  if (o.rows < 2) return absl::InvalidArgumentError(absl::StrCat("--rows=", o.rows, ": need >= 2"));
+  if (!(o.test_fraction > 0 && o.test_fraction < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--test_fraction=", o.test_fraction, ": must be in (0, 1)"));
+  }
+  const int64_t test_rows = TestRows(o);
+  if (test_rows < 1 || test_rows >= o.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--test_fraction=", o.test_fraction, ": leaves ", test_rows, " of --rows=", o.rows,
+        " for the test split; both splits need at least one row"));
+  }
+  if (o.ids_per_feature < 1 || o.ids_per_feature > kMaxSynthIds) {
+    return absl::InvalidArgumentError(absl::StrCat("--ids_per_feature=", o.ids_per_feature,
+                                                   ": must be in [1, ", kMaxSynthIds, "]"));
+  }
+  if (!(o.zipf >= 0 && o.zipf <= 10)) {
+    return absl::InvalidArgumentError(absl::StrCat("--zipf=", o.zipf, ": must be in [0, 10]"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t SynthIdOfRank(int feature, int64_t rank) {
+  return int64_t{Scramble(static_cast<uint32_t>(feature * kMaxSynthIds + rank))} + 1;
+}
+
+int64_t SynthRankOfId(int feature, int64_t id) {
+  if (id < 1 || id > (int64_t{1} << 32)) return -1;
+  const int64_t x = Unscramble(static_cast<uint32_t>(id - 1));
+  return x / kMaxSynthIds == feature ? x % kMaxSynthIds : -1;
+}
+
+PlantedCtrModel::PlantedCtrModel(uint64_t seed) : seed_mix_(Mix64(seed + kGolden)), bias_(kBias) {
+  for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
+    integer_weights_.push_back(kIntegerWeight * Symmetric(Mix64(seed_mix_ + (j + 1) * kGolden)));
+    integer_centers_.push_back(MeanIntegerTransform(j));
+  }
+}
+
+double PlantedCtrModel::Logit(const CriteoExample& example) const {
+  double logit = bias_;
+  uint64_t hashes[kCriteoCategoricalFeatures] = {};
+  for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
+    const int64_t id = example.categories[f];
+    if (id == kCriteoMissingId) continue;
+    hashes[f] = Mix64(CriteoFeatureKey(f, id) ^ seed_mix_);
+    logit += kWideStd * kSqrt3 * Symmetric(hashes[f]);
+  }
+  for (const auto& pair : kSynthPairs) {
+    const int f = pair[0], g = pair[1];
+    if (example.categories[f] == kCriteoMissingId || example.categories[g] == kCriteoMissingId) {
+      continue;
+    }
+    double dot = 0;
+    for (int d = 1; d <= kSynthFmDim; ++d) {
+      dot += Symmetric(Mix64(hashes[f] + d * kGolden)) * Symmetric(Mix64(hashes[g] + d * kGolden));
+    }
+    logit += 3 * kFmStd * kFmStd * dot;  // each factor: kFmStd * sqrt(3) * Symmetric
+  }
+  for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
+    if (example.has_integer(j)) {
+      logit +=
+          integer_weights_[j] * (CriteoIntegerTransform(example.integers[j]) - integer_centers_[j]);
+    }
+  }
+  return logit;
+}
+
+double PlantedCtrModel::Probability(const CriteoExample& example) const {
+  return 1.0 / (1.0 + std::exp(-Logit(example)));
+}
+
+CriteoSynthesizer::CriteoSynthesizer(const CriteoSynthOptions& options)
+    : model_(options.seed), rng_(options.seed) {
+  // Vose's alias method over weights (r + 1)^-zipf scaled to mean 1.
+  const size_t n = static_cast<size_t>(options.ids_per_feature);
+  std::vector<double> q(n);
+  double sum = 0;
+  for (size_t r = 0; r < n; ++r) sum += q[r] = std::pow(double(r + 1), -options.zipf);
+  for (double& v : q) v *= double(n) / sum;
+  alias_threshold_.assign(n, UINT32_MAX);
+  alias_.resize(n);
+  std::vector<uint32_t> small, large;
+  for (size_t r = 0; r < n; ++r) {
+    alias_[r] = static_cast<uint32_t>(r);
+    (q[r] < 1 ? small : large).push_back(static_cast<uint32_t>(r));
+  }
+  while (!small.empty() && !large.empty()) {
+    const uint32_t s = small.back(), l = large.back();
+    small.pop_back();
+    alias_threshold_[s] = static_cast<uint32_t>(q[s] * 0x1.0p32);
+    alias_[s] = l;
+    q[l] -= 1 - q[s];
+    if (q[l] < 1) {
+      large.pop_back();
+      small.push_back(l);
+    }
+  }
+  // What is left has weight 1 up to rounding: kept (threshold UINT32_MAX,
+  // alias itself).
+}
+
+double CriteoSynthesizer::Uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
+
+int64_t CriteoSynthesizer::DrawRank() {
+  const uint64_t r = rng_();
+  const uint64_t column = ((r >> 32) * alias_.size()) >> 32;
+  return static_cast<uint32_t>(r) < alias_threshold_[column] ? column : alias_[column];
+}
+
+void CriteoSynthesizer::Next(CriteoExample* example, double* probability) {
+  *example = CriteoExample();
+  for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
+    if (kIntegerMissing[j] > 0 && Uniform() < kIntegerMissing[j]) continue;
+    example->integer_present |= 1u << j;
+    if (j == kNegativeFeature && Uniform() < kNegativeRate) {
+      example->integers[j] = -1;
+      continue;
+    }
+    example->integers[j] = DrawInteger(j, Uniform());
+  }
+  for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
+    if (kCategoryMissing[f] > 0 && Uniform() < kCategoryMissing[f]) continue;
+    example->categories[f] = SynthIdOfRank(f, DrawRank());
+  }
+  *probability = model_.Probability(*example);
+  example->label = Uniform() < *probability ? 1.0f : 0.0f;
+}
+
+absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
+    const CriteoSynthOptions& options, const std::string& out_dir,
+    const std::function<void(int64_t rows)>& progress, int64_t progress_every) {
+  if (absl::Status s = CheckCriteoSynthOptions(options); !s.ok()) return s;
+  if (::mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus(errno, "cannot create " + out_dir);
+  }
+  const absl::Time start = absl::Now();
+  CriteoSynthSummary summary;
+  summary.test_rows = TestRows(options);
+  summary.train_rows = options.rows - summary.test_rows;
+  CriteoSynthesizer synth(options);
+  std::vector<float> test_probabilities, test_labels;
+  test_probabilities.reserve(summary.test_rows);
+  test_labels.reserve(summary.test_rows);
+  int64_t written = 0;
+  for (const bool test : {false, true}) {
+    BufferedFile file(absl::StrCat(out_dir, test ? "/test.txt" : "/train.txt"));
+    if (absl::Status s = file.Open(); !s.ok()) return s;
+    const int64_t rows = test ? summary.test_rows : summary.train_rows;
+    double positives = 0, loss = 0;
+    CriteoExample example;
+    double p = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      synth.Next(&example, &p);
+      AppendCriteoLine(example, file.buffer());
+      if (absl::Status s = file.MaybeFlush(); !s.ok()) return s;
+      const bool click = example.label > 0.5f;
+      positives += click;
+      loss -= std::log(std::clamp(click ? p : 1 - p, 1e-15, 1.0));
+      if (test) {
+        test_probabilities.push_back(static_cast<float>(p));
+        test_labels.push_back(example.label);
+      }
+      if (++written % progress_every == 0 && progress) progress(written);
+    }
+    if (absl::Status s = file.Close(); !s.ok()) return s;
+    (test ? summary.test_positive_rate : summary.train_positive_rate) = positives / double(rows);
+    (test ? summary.test_log_loss : summary.train_log_loss) = loss / double(rows);
+  }
+  summary.test_auc = RocAuc(test_probabilities, test_labels);
+  summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const std::string json = CriteoSynthJson(options, summary);
+  if (absl::Status s = WriteFileAtomically(out_dir + "/planted.json", {json}); !s.ok()) return s;
+  return summary;
+}
+
+std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynthSummary& s) {
+  const PlantedCtrModel model(options.seed);
+  nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
+  for (const auto& pair : kSynthPairs) pairs.push_back({pair[0] + 1, pair[1] + 1});
+  const double rows = double(s.train_rows + s.test_rows);
+  nlohmann::ordered_json j = {
+      {"generator", "deploy/data/criteo_synth"},
+      {"flags",
+       {{"rows", options.rows},
+        {"ids_per_feature", options.ids_per_feature},
+        {"seed", options.seed},
+        {"test_fraction", options.test_fraction},
+        {"zipf", options.zipf}}},
+      {"seed", options.seed},
+      {"positive_rate",
+       (s.train_positive_rate * s.train_rows + s.test_positive_rate * s.test_rows) / rows},
+      {"planted_auc", s.test_auc},
+      {"planted_log_loss", s.test_log_loss},
+      {"train",
+       {{"file", "train.txt"},
+        {"rows", s.train_rows},
+        {"positive_rate", s.train_positive_rate},
+        {"planted_log_loss", s.train_log_loss}}},
+      {"test",
+       {{"file", "test.txt"},
+        {"rows", s.test_rows},
+        {"positive_rate", s.test_positive_rate},
+        {"planted_log_loss", s.test_log_loss},
+        {"planted_auc", s.test_auc}}},
+      {"model",
+       {{"bias", model.bias()},
+        {"wide_std", kWideStd},
+        {"fm_dim", kSynthFmDim},
+        {"fm_std", kFmStd},
+        {"fm_pairs", pairs},
+        {"integer_weights", model.integer_weights()},
+        {"integer_centers", model.integer_centers()},
+        {"integer_transform", "log(1 + max(x, 0))"}}},
+  };
+  return j.dump(2) + "\n";
+}
+
+}  // namespace pscluster

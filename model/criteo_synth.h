@@ -1,0 +1,143 @@
+// Synthetic Criteo-format click logs drawn from a planted model, so that the
+// best AUC any model can reach is known: the planted model's own AUC on the
+// drawn labels. docs/criteo.md gives the model's formula, the feature
+// distributions and planted.json.
+//
+// Deterministic: the same options give the same examples and the same
+// bytes (the draws use std::mt19937_64, whose output the C++ standard
+// fixes, and this file's own transforms; only libm's exp/log/pow could
+// differ in the last bit on another C library). Everything here is a value
+// or owns what it holds; a CriteoSynthesizer is used by one thread at a
+// time, PlantedCtrModel is thread-safe.
+#ifndef PSCLUSTER_MODEL_CRITEO_SYNTH_H_
+#define PSCLUSTER_MODEL_CRITEO_SYNTH_H_
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/criteo.h"
+
+namespace pscluster {
+
+// The generator's flags (deploy/data/criteo_synth).
+struct CriteoSynthOptions {
+  int64_t rows = 1000000;            // train + test
+  int64_t ids_per_feature = 100000;  // distinct ids each of C1..C26 draws from
+  uint64_t seed = 1;
+  double test_fraction = 0.1;  // of rows, rounded, written to test.txt
+  double zipf = 1.05;          // id of frequency rank r (from 1) drawn with weight r^-zipf
+};
+
+// InvalidArgument naming the flag and its value ("--rows=1: ...") unless
+// rows >= 2, test_fraction leaves both splits at least one row,
+// ids_per_feature is in [1, kMaxSynthIds] and zipf in [0, 10].
+absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& options);
+
+// At most 2^27 ids a feature: (feature, rank) then fits the 32 bits of a
+// Criteo hash.
+inline constexpr int64_t kMaxSynthIds = int64_t{1} << 27;
+
+// The id (as CriteoExample holds it: hash + 1) the generator writes for the
+// id of frequency rank `rank` (0 the most frequent) of categorical feature
+// `feature`: a fixed 32-bit bijection of feature * 2^27 + rank, so that
+// every (feature, rank) has its own 8 hex digits, looking random.
+int64_t SynthIdOfRank(int feature, int64_t rank);
+
+// The inverse: the rank of a generator-written id of `feature`; -1 for an
+// id no rank of this feature is written as (missing, another feature's).
+int64_t SynthRankOfId(int feature, int64_t id);
+
+// The planted model (docs/criteo.md):
+//   logit = bias + sum over present C_f of w_f(id)
+//         + sum over the pairs (f, g) of kSynthPairs with both present of
+//           <v_f(id_f), v_g(id_g)>                      (k = 4 dimensions)
+//         + sum over present I_j of u_j * (CriteoIntegerTransform(x_j) - c_j)
+// w and v are functions of (seed, CriteoFeatureKey(f, id)), uniform with
+// fixed standard deviations; u_j is fixed per seed, c_j the transform's
+// mean under the generator's distribution of I_j. It reads any
+// CriteoExample, so a test recomputes the probabilities from the files.
+class PlantedCtrModel {
+ public:
+  explicit PlantedCtrModel(uint64_t seed);
+
+  double Logit(const CriteoExample& example) const;
+  double Probability(const CriteoExample& example) const;  // sigmoid(Logit)
+
+  double bias() const { return bias_; }
+  const std::vector<double>& integer_weights() const { return integer_weights_; }
+  const std::vector<double>& integer_centers() const { return integer_centers_; }
+
+ private:
+  uint64_t seed_mix_;  // mixed into every per-id hash
+  double bias_;
+  std::vector<double> integer_weights_;  // u_j, kCriteoIntegerFeatures of them
+  std::vector<double> integer_centers_;  // c_j
+};
+
+// The feature pairs whose factorization-machine interactions the planted
+// model adds (0-based categorical features: {0, 1} is C1 x C2).
+inline constexpr int kSynthPairs[][2] = {{0, 1},  {2, 3},   {4, 5},   {6, 8},
+                                         {9, 13}, {10, 14}, {11, 16}, {12, 17}};
+inline constexpr int kSynthFmDim = 4;
+
+// Draws examples: ids by a power law over ids_per_feature ranks, integers
+// from heavy-tailed (Lomax) distributions, fields missing at fixed per-
+// feature rates, the label ~ Bernoulli(planted probability).
+class CriteoSynthesizer {
+ public:
+  // `options` must pass CheckCriteoSynthOptions.
+  explicit CriteoSynthesizer(const CriteoSynthOptions& options);
+
+  // The next example and its planted probability of a click.
+  void Next(CriteoExample* example, double* probability);
+
+  const PlantedCtrModel& model() const { return model_; }
+
+ private:
+  // Draws a rank with weight (rank + 1)^-zipf: Vose's alias table, one
+  // 64-bit draw (high half: the column, low half: the coin).
+  int64_t DrawRank();
+  double Uniform();  // in [0, 1), 53 bits
+
+  PlantedCtrModel model_;
+  std::mt19937_64 rng_;
+  std::vector<uint32_t> alias_threshold_;  // keep the column below it (of 2^32)
+  std::vector<uint32_t> alias_;
+};
+
+// What WriteCriteoSynth wrote and the planted model's scores on it.
+struct CriteoSynthSummary {
+  int64_t train_rows = 0;
+  int64_t test_rows = 0;
+  double train_positive_rate = 0;
+  double test_positive_rate = 0;
+  double train_log_loss = 0;  // the planted probabilities' mean log loss
+  double test_log_loss = 0;
+  // RocAuc (model/roc_auc.h) of the planted probabilities (as floats) on
+  // the test split's labels: what the best model scores in expectation.
+  double test_auc = 0;
+  double seconds = 0;  // of drawing and writing
+};
+
+// Draws options.rows examples into <out_dir>/train.txt (the first rows)
+// and <out_dir>/test.txt (the last round(rows * test_fraction)), then
+// writes <out_dir>/planted.json (CriteoSynthJson). Creates out_dir (not
+// its parents) when missing. `progress`, when given, is called after every
+// `progress_every` (> 0) rows with the rows written so far. Errors name the
+// file; files already written are left.
+absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
+    const CriteoSynthOptions& options, const std::string& out_dir,
+    const std::function<void(int64_t rows)>& progress = nullptr, int64_t progress_every = 1000000);
+
+// planted.json: the options, the splits' rows, positive rates and log
+// losses, the planted test AUC, and the model's constants.
+std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynthSummary& summary);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_MODEL_CRITEO_SYNTH_H_

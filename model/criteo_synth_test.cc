@@ -1,0 +1,211 @@
+#include "model/criteo_synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/testing/test_files.h"
+#include "gtest/gtest.h"
+#include "model/criteo.h"
+#include "model/roc_auc.h"
+#include "nlohmann/json.hpp"
+
+namespace pscluster {
+namespace {
+
+std::string TempDir(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+TEST(CriteoSynthOptionsTest, ErrorsNameTheFlag) {
+  auto error = [](void (*change)(CriteoSynthOptions*)) {
+    CriteoSynthOptions o;
+    change(&o);
+    return std::string(CheckCriteoSynthOptions(o).message());
+  };
+  EXPECT_TRUE(CheckCriteoSynthOptions(CriteoSynthOptions()).ok());
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->rows = 1; }), "--rows=1: need >= 2");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->test_fraction = 1; }),
+            "--test_fraction=1: must be in (0, 1)");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) {
+              o->rows = 10;
+              o->test_fraction = 0.01;
+            }),
+            "--test_fraction=0.01: leaves 0 of --rows=10 for the test split; both splits need "
+            "at least one row");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->ids_per_feature = 0; }),
+            "--ids_per_feature=0: must be in [1, 134217728]");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->zipf = -1; }), "--zipf=-1: must be in [0, 10]");
+}
+
+TEST(SynthIdTest, EveryFeatureAndRankHasItsOwnReversibleId) {
+  std::set<int64_t> ids;
+  for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
+    for (int64_t rank : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{999}, kMaxSynthIds - 1}) {
+      const int64_t id = SynthIdOfRank(f, rank);
+      ASSERT_GE(id, 1);
+      ASSERT_LE(id, int64_t{1} << 32);
+      EXPECT_TRUE(ids.insert(id).second) << f << " " << rank;
+      EXPECT_EQ(SynthRankOfId(f, id), rank);
+      EXPECT_EQ(SynthRankOfId((f + 1) % kCriteoCategoricalFeatures, id), -1);
+    }
+  }
+  EXPECT_EQ(SynthRankOfId(0, kCriteoMissingId), -1);
+}
+
+TEST(PlantedCtrModelTest, EmptyExampleIsTheBias) {
+  const PlantedCtrModel model(7);
+  EXPECT_EQ(model.Logit(CriteoExample()), model.bias());
+  EXPECT_EQ(model.integer_weights().size(), size_t{kCriteoIntegerFeatures});
+}
+
+TEST(PlantedCtrModelTest, DependsOnTheSeedAndTheColumn) {
+  CriteoExample a;
+  a.categories[0] = SynthIdOfRank(0, 0);
+  CriteoExample b;
+  b.categories[1] = a.categories[0];  // the same id in another column
+  const PlantedCtrModel one(1), two(2);
+  EXPECT_NE(one.Logit(a), one.Logit(b));
+  EXPECT_NE(one.Logit(a), two.Logit(a));
+  EXPECT_EQ(one.Logit(a), PlantedCtrModel(1).Logit(a));
+}
+
+TEST(CriteoSynthTest, SameSeedSameBytes) {
+  CriteoSynthOptions options;
+  options.rows = 20000;
+  options.ids_per_feature = 5000;
+  options.seed = 42;
+  ASSERT_TRUE(WriteCriteoSynth(options, TempDir("same_a")).ok());
+  ASSERT_TRUE(WriteCriteoSynth(options, TempDir("same_b")).ok());
+  options.seed = 43;
+  ASSERT_TRUE(WriteCriteoSynth(options, TempDir("same_c")).ok());
+  for (const char* file : {"/train.txt", "/test.txt", "/planted.json"}) {
+    const std::string a = testing::ReadAll(TempDir("same_a") + file);
+    EXPECT_FALSE(a.empty()) << file;
+    EXPECT_TRUE(a == testing::ReadAll(TempDir("same_b") + file)) << file;
+    EXPECT_FALSE(a == testing::ReadAll(TempDir("same_c") + file)) << file;
+  }
+}
+
+TEST(CriteoSynthTest, ReportsProgressAndUnwritableFolders) {
+  CriteoSynthOptions options;
+  options.rows = 2005;
+  options.ids_per_feature = 1000;
+  std::vector<int64_t> calls;
+  ASSERT_TRUE(
+      WriteCriteoSynth(
+          options, TempDir("progress"), [&calls](int64_t rows) { calls.push_back(rows); }, 1000)
+          .ok());
+  EXPECT_EQ(calls, (std::vector<int64_t>{1000, 2000}));
+  options.rows = 10;
+  const absl::Status s = WriteCriteoSynth(options, TempDir("no/such/parent")).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("no/such/parent"), std::string::npos) << s;
+}
+
+// 200k rows with the default flags but the ids, written once for the tests
+// below.
+class CriteoSynthDataTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    options_ = new CriteoSynthOptions;
+    options_->rows = 200000;
+    options_->ids_per_feature = 20000;
+    options_->seed = 5;
+    absl::StatusOr<CriteoSynthSummary> summary = WriteCriteoSynth(*options_, Dir());
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    summary_ = new CriteoSynthSummary(*summary);
+  }
+  static void TearDownTestSuite() {
+    delete options_;
+    delete summary_;
+  }
+  static std::string Dir() { return TempDir("data200k"); }
+
+  static CriteoSynthOptions* options_;
+  static CriteoSynthSummary* summary_;
+};
+
+CriteoSynthOptions* CriteoSynthDataTest::options_ = nullptr;
+CriteoSynthSummary* CriteoSynthDataTest::summary_ = nullptr;
+
+TEST_F(CriteoSynthDataTest, SplitsParseAndHaveTheirRows) {
+  absl::StatusOr<std::vector<CriteoExample>> train = ReadCriteoFile(Dir() + "/train.txt");
+  ASSERT_TRUE(train.ok()) << train.status();
+  absl::StatusOr<std::vector<CriteoExample>> test = ReadCriteoFile(Dir() + "/test.txt");
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(train->size(), 180000u);
+  EXPECT_EQ(test->size(), 20000u);
+  EXPECT_EQ(summary_->train_rows, 180000);
+  EXPECT_EQ(summary_->test_rows, 20000);
+  // Every id reads back to a rank of its own feature.
+  int64_t missing = 0, negative = 0;
+  for (const CriteoExample& e : *train) {
+    for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
+      if (e.categories[f] == kCriteoMissingId) {
+        ++missing;
+        continue;
+      }
+      const int64_t rank = SynthRankOfId(f, e.categories[f]);
+      ASSERT_GE(rank, 0);
+      ASSERT_LT(rank, options_->ids_per_feature);
+    }
+    negative += e.has_integer(1) && e.integers[1] < 0;
+  }
+  EXPECT_GT(missing, 0);
+  EXPECT_GT(negative, 0);
+}
+
+TEST_F(CriteoSynthDataTest, PositiveRateAndPlantedAucAsIntended) {
+  EXPECT_GT(summary_->train_positive_rate, 0.20);
+  EXPECT_LT(summary_->train_positive_rate, 0.30);
+  EXPECT_NEAR(summary_->test_positive_rate, summary_->train_positive_rate, 0.02);
+  EXPECT_GT(summary_->test_auc, 0.74);
+  EXPECT_LT(summary_->test_auc, 0.80);
+}
+
+TEST_F(CriteoSynthDataTest, PlantedJsonHoldsTheAucOfTheTestFile) {
+  const nlohmann::json planted =
+      nlohmann::json::parse(testing::ReadAll(Dir() + "/planted.json"), nullptr, false);
+  ASSERT_FALSE(planted.is_discarded());
+  EXPECT_EQ(planted["seed"], 5);
+  EXPECT_EQ(planted["flags"]["rows"], 200000);
+  EXPECT_EQ(planted["test"]["rows"], 20000);
+  EXPECT_EQ(planted["train"]["rows"], 180000);
+
+  // The planted probabilities recomputed from test.txt.
+  absl::StatusOr<std::vector<CriteoExample>> test = ReadCriteoFile(Dir() + "/test.txt");
+  ASSERT_TRUE(test.ok()) << test.status();
+  const PlantedCtrModel model(options_->seed);
+  std::vector<float> probabilities, labels;
+  double positives = 0;
+  for (const CriteoExample& e : *test) {
+    probabilities.push_back(static_cast<float>(model.Probability(e)));
+    labels.push_back(e.label);
+    positives += e.label;
+  }
+  const double auc = RocAuc(probabilities, labels);
+  EXPECT_EQ(planted["planted_auc"].get<double>(), auc);
+  EXPECT_EQ(planted["test"]["planted_auc"].get<double>(), auc);
+  EXPECT_EQ(planted["test"]["positive_rate"].get<double>(), positives / test->size());
+  EXPECT_EQ(summary_->test_auc, auc);
+}
+
+TEST_F(CriteoSynthDataTest, IdsFollowAPowerLaw) {
+  absl::StatusOr<std::vector<CriteoExample>> train = ReadCriteoFile(Dir() + "/train.txt");
+  ASSERT_TRUE(train.ok()) << train.status();
+  std::map<int64_t, int64_t> by_rank;  // C1's ranks
+  for (const CriteoExample& e : *train) ++by_rank[SynthRankOfId(0, e.categories[0])];
+  std::vector<int64_t> counts;
+  for (const auto& [rank, count] : by_rank) counts.push_back(count);
+  std::sort(counts.rbegin(), counts.rend());
+  const int64_t top = counts.front(), median = counts[counts.size() / 2];
+  EXPECT_EQ(by_rank.begin()->second, top);  // rank 0 is the most frequent
+  EXPECT_GT(top, 100 * median) << top << " " << median;
+  // Weight r^-zipf: rank 1 (the second) about 2^-1.05 of rank 0.
+  EXPECT_NEAR(double(by_rank[1]) / by_rank[0], std::pow(2.0, -options_->zipf), 0.05);
+}
+
+}  // namespace
+}  // namespace pscluster
