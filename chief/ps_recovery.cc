@@ -260,9 +260,6 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone)
   c.primary_holder = c.backup_holder;
   c.backup.clear();
   c.backup_holder = -1;
-  std::vector<std::string> addresses(n);
-  for (int j = 0; j < n; ++j) addresses[j] = fleet_->address(j);
-  dispatcher_->SetPlacement(addresses);
   if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, -1);
   spdlog::warn(
       "ps:{} lost ({}): its backup store on ps:{} ({}) serves its shards from now on, from "
@@ -273,12 +270,7 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone)
       : in_flight.has_value() ? ", and decides the sync steps from ps:0's decision in flight on"
                               : ", and decides the sync steps",
       was);
-  if (sync_steps) {
-    // The decider's decisions go where every follower is now (a backup
-    // promoted to decide starts sending them).
-    addresses.erase(addresses.begin());
-    if (absl::Status s = fleet_->SetFollowers(0, addresses, absl::Seconds(5)); !s.ok()) return s;
-  }
+  if (absl::Status s = PublishPlacement(); !s.ok()) return s;
   if (sync_steps && !decides) {
     // ps 0 may have given the lost process the decision of the step the
     // backup is at, and moved on: hand it over again. Not decided yet:
@@ -412,15 +404,18 @@ absl::Status PsRecovery::MoveHome() {
     if (metrics_ != nullptr) metrics_->SetCopies(i, i, -1);
     moved = true;
   }
-  if (!moved) return absl::OkStatus();
+  return moved ? PublishPlacement() : absl::OkStatus();
+}
+
+absl::Status PsRecovery::PublishPlacement() {
   std::vector<std::string> addresses(fleet_->num_ps());
   for (int j = 0; j < fleet_->num_ps(); ++j) addresses[j] = fleet_->address(j);
   dispatcher_->SetPlacement(addresses);
-  if (setup_->mode == SYNC && fleet_->num_ps() > 1) {
-    addresses.erase(addresses.begin());
-    return fleet_->SetFollowers(0, addresses, absl::Seconds(5));
-  }
-  return absl::OkStatus();
+  if (setup_->mode != SYNC || fleet_->num_ps() < 2) return absl::OkStatus();
+  // The decider's decisions go where every follower is now (a backup
+  // promoted to decide starts sending them).
+  addresses.erase(addresses.begin());
+  return fleet_->SetFollowers(0, addresses, absl::Seconds(5));
 }
 
 }  // namespace pscluster

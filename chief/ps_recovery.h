@@ -91,6 +91,10 @@ class PsRecovery {
   // Every ps's shards served at its own address again (before a restore
   // from a checkpoint), the workers and the deciding ps told.
   absl::Status MoveHome();
+  // Where each ps's shards are served now (the fleet's addresses) given to
+  // the dispatcher, which tells the workers, and in sync to the deciding
+  // ps, which sends its decisions there.
+  absl::Status PublishPlacement();
   // Restarted ps `ps` restored from its backup: OK, or why it could not be
   // (then the checkpoint serves), logged by the caller.
   absl::Status RestoreFromBackup(int ps, int64_t generation);
