@@ -12,7 +12,7 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 
 case "${1:-}" in
   -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -31,6 +31,8 @@ passed=0
 failed=0
 skipped=0
 PROBLEMS=()  # one line per failure and skip, printed before the totals
+TIMES=()  # "N s  what" per phase and shell test, printed before the totals
+ALL_STARTED=$SECONDS
 
 # record pass|fail|skip WHAT [REASON]: counts one test case.
 record() {
@@ -103,7 +105,7 @@ EOF
 # SKIP: lines it prints. A script that is not executable, that exits
 # non-zero without a FAIL line, or that prints no result at all is a failure.
 run_shell_tests() {
-  local t name out rc line p f s
+  local t name out rc line p f s started
   for t in "$ROOT"/tests/*_test.sh; do
     [ -e "$t" ] || continue
     name="tests/$(basename "$t")"
@@ -111,8 +113,10 @@ run_shell_tests() {
       record fail "$name" "not executable (chmod +x; in git: git update-index --chmod=+x $name)"
       continue
     fi
+    started=$SECONDS
     out="$("$t" "$PSCLUSTER_DATA_DIR" 2>&1)"; rc=$?
     echo "$out"
+    TIMES+=("$((SECONDS - started)) s  $name")
     p=0; f=0; s=0
     while IFS= read -r line; do
       case "$line" in
@@ -151,6 +155,7 @@ unset OPENBLAS_CORETYPE
 #    build is not a test case: a failed build counts as one failure, a good
 #    one counts nothing; the tests count their cases.
 CPU_ONLY=(--repo_env=PSCLUSTER_CUDA=0 --platform_suffix=cpuonly --symlink_prefix=/)
+started=$SECONDS
 if bazel build "${CPU_ONLY[@]}" --keep_going //compute/... //worker/... //evaluator/... //tests/...; then
   echo "run_all: CPU-only build (PSCLUSTER_CUDA=0) of //compute/... //worker/... //evaluator/... //tests/...: OK"
   cpu_logs="$(bazel info "${CPU_ONLY[@]}" bazel-testlogs 2>/dev/null)"
@@ -166,13 +171,16 @@ if bazel build "${CPU_ONLY[@]}" --keep_going //compute/... //worker/... //evalua
 else
   record fail "CPU-only build" "bazel build ${CPU_ONLY[*]} //compute/... //worker/... //evaluator/... //tests/... failed"
 fi
+TIMES+=("$((SECONDS - started)) s  the CPU-only build and its tests")
 
 # 1. Bazel: build everything, run every test target.
 rm -rf "$ROOT/bazel-testlogs/" 2>/dev/null
+started=$SECONDS
 bazel_out="$(mktemp)"
 bazel test //... --keep_going --test_output=errors \
   --test_env=PSCLUSTER_DATA_DIR="$PSCLUSTER_DATA_DIR" "$@" 2>&1 | tee "$bazel_out"
 bazel_rc=${PIPESTATUS[0]}
+TIMES+=("$((SECONDS - started)) s  bazel test //... (the build included)")
 failed_before=$failed
 
 # Count test cases in every report.
@@ -190,6 +198,10 @@ rm -f "$bazel_out"
 # 2. Shell tests, run directly: they count their own checks.
 run_shell_tests
 
+# Where the time went, longest first (the whole command should stay well
+# under 40 minutes on a 2-core machine).
+TIMES+=("$((SECONDS - ALL_STARTED)) s  in all")
+printf '%s\n' "${TIMES[@]}" | sort -rn | sed 's/^/run_all: /'
 [ ${#PROBLEMS[@]} -gt 0 ] && printf 'run_all: %s\n' "${PROBLEMS[@]}"
 line="$passed passed, $failed failed"
 [ "$skipped" -gt 0 ] && line+=", $skipped skipped"

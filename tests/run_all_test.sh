@@ -4,7 +4,7 @@
 # stand-in shell tests: a build is no test case; a gtest or shell skip is
 # a skip, and with CI=true a failure unless its reason starts with "[gpu] ";
 # a tests/*_test.sh that is not executable, or exits non-zero without a
-# FAIL: line, is a failure naming it. Also checks that every tests/*_test.sh
+# FAIL: line, is a failure naming it; the time each phase took is printed. Also checks that every tests/*_test.sh
 # of this repository is executable in git.
 #
 # Usage: tests/run_all_test.sh [IGNORED]   (run_all.sh passes the MNIST folder)
@@ -130,8 +130,11 @@ expect "CI=true: a skip not for the GPU (gtest or shell) is a failure naming it;
   '^run_all: FAILED  //tests:fake_test A\.SkipsForData: skipped on CI, not for the GPU: no MNIST: set "PSCLUSTER_DATA_DIR"$' \
   '^run_all: FAILED  tests/a_test\.sh: skipped on CI, not for the GPU: no MNIST in /nowhere$' \
   '^run_all: skipped //tests:fake_test A\.SkipsForGpu: \[gpu\] no CUDA device: none$'
-expect "CI=true with only GPU skips passes (exit 0)" \
-  true 0 0 "3 passed, 0 failed, 2 skipped"
+expect "CI=true with only GPU skips passes (exit 0); the time of each phase and shell test is printed" \
+  true 0 0 "3 passed, 0 failed, 2 skipped" \
+  '^run_all: [0-9]+ s  tests/a_test\.sh$' \
+  '^run_all: [0-9]+ s  bazel test //\.\.\. \(the build included\)$' \
+  '^run_all: [0-9]+ s  the CPU-only build and its tests$' '^run_all: [0-9]+ s  in all$'
 
 echo "run_all_test: checked tests/run_all.sh's counting: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
