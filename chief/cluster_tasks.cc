@@ -1,7 +1,11 @@
 #include "chief/cluster_tasks.h"
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/retry.h"
 #include "common/rpc.h"
 #include "proto/coordination.grpc.pb.h"
@@ -87,18 +91,65 @@ absl::StatusOr<EvalReport> ClusterTasks::Evaluate(int64_t min_version, absl::Dur
   return absl::NotFoundError("the cluster lists no evaluator");
 }
 
+namespace {
+
+// Whether a failed call says that no process is there to tell: its port
+// refused, or (Compose, Kubernetes) its name no longer resolves.
+bool Gone(const absl::Status& s) {
+  return Refused(s) || (absl::IsUnavailable(s) && absl::StrContains(s.message(), "DNS"));
+}
+
+}  // namespace
+
 void ClusterTasks::ShutdownAll(const std::string& reason, bool run_failed) {
+  ShutdownRequest req;
+  req.set_reason(reason);
+  req.set_run_failed(run_failed);
+  // Told once each, 5 s at most. A task that is not there (its port
+  // refused) needs no telling; one that timed out or could not be reached
+  // may be cut off from the chief and would otherwise wait for ever: it is
+  // told again until kShutdownReach has passed, waiting for its channel to
+  // connect.
+  const absl::Time give_up = absl::Now() + kShutdownReach;
+  std::vector<const Task*> unreached;
   for (const Task& t : tasks_) {
-    auto stub = TaskControl::NewStub(t.channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
-    ShutdownRequest req;
-    req.set_reason(reason);
-    req.set_run_failed(run_failed);
-    ShutdownResponse resp;
-    grpc::Status s = stub->Shutdown(&ctx, req, &resp);
-    if (!s.ok()) spdlog::warn("could not tell {} to exit: {}", Name(t), s.error_message());
+    const absl::Status s = Shutdown(t, req, absl::Seconds(5), /*wait_for_ready=*/false);
+    if (s.ok() || Gone(s)) continue;
+    spdlog::warn("could not tell {} to exit: {}; trying again until {}", Name(t),
+                 std::string(s.message()), absl::FormatTime("%H:%M:%S", give_up,
+                                                            absl::LocalTimeZone()));
+    unreached.push_back(&t);
   }
+  while (!unreached.empty() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Seconds(1));
+    std::vector<const Task*> still;
+    for (const Task* t : unreached) {
+      const absl::Duration left = give_up - absl::Now();
+      const absl::Status s = Shutdown(*t, req, std::max(absl::Milliseconds(100),
+                                                        std::min(left, absl::Seconds(2))),
+                                      /*wait_for_ready=*/true);
+      if (s.ok()) {
+        spdlog::info("{} was told to exit", Name(*t));
+      } else if (!Gone(s)) {
+        still.push_back(t);
+      }
+    }
+    unreached = std::move(still);
+  }
+  for (const Task* t : unreached) {
+    spdlog::warn("{} could not be told to exit within {}: it is left running",
+                 Name(*t), absl::FormatDuration(kShutdownReach));
+  }
+}
+
+absl::Status ClusterTasks::Shutdown(const Task& t, const ShutdownRequest& req,
+                                    absl::Duration timeout, bool wait_for_ready) {
+  auto stub = TaskControl::NewStub(t.channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  ctx.set_wait_for_ready(wait_for_ready);
+  ShutdownResponse resp;
+  return FromGrpcStatus(stub->Shutdown(&ctx, req, &resp), "Shutdown");
 }
 
 }  // namespace pscluster

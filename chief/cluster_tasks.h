@@ -43,8 +43,10 @@ class ClusterTasks {
   // NotFound when the cluster lists none.
   absl::StatusOr<EvalReport> Evaluate(int64_t min_version, absl::Duration timeout);
 
-  // Tells every task to exit, giving `reason`; a task that does not answer
-  // within 5 s is logged and left. `run_failed`: the run was given up, and
+  // Tells every task to exit, giving `reason`. A task that is gone (its
+  // port refused, its name no longer resolved) is left; one that does not
+  // answer within 5 s (cut off, or slow) is told again until 30 s have
+  // passed, then logged and left. `run_failed`: the run was given up, and
   // the tasks exit with kExitRunFailed (common/exit_codes.h).
   void ShutdownAll(const std::string& reason, bool run_failed = false);
 
@@ -55,6 +57,11 @@ class ClusterTasks {
     std::shared_ptr<grpc::Channel> channel;
   };
   static std::string Name(const Task& t);
+  // One Shutdown call to `t`.
+  static absl::Status Shutdown(const Task& t, const ShutdownRequest& req,
+                               absl::Duration timeout, bool wait_for_ready);
+
+  static constexpr absl::Duration kShutdownReach = absl::Seconds(30);
 
   const std::atomic<bool>* const stop_;
   int num_ps_ = 0, num_workers_ = 0, num_evaluators_ = 0;

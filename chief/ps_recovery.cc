@@ -4,24 +4,11 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
-namespace {
-
-// Whether a failed look says that no process listens at the ps's address
-// (killed: its port closed) rather than that it is slow or cut off.
-bool Refused(const absl::Status& s) {
-  if (!absl::IsUnavailable(s)) return false;
-  const std::string m = absl::AsciiStrToLower(s.message());
-  return absl::StrContains(m, "connection refused") || absl::StrContains(m, "connection reset") ||
-         absl::StrContains(m, "socket closed");
-}
-
-}  // namespace
 
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,

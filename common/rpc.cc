@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -155,6 +157,13 @@ absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& conte
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       absl::StrCat(context, ": ", status.error_message()));
+}
+
+bool Refused(const absl::Status& status) {
+  if (!absl::IsUnavailable(status)) return false;
+  const std::string m = absl::AsciiStrToLower(status.message());
+  return absl::StrContains(m, "connection refused") || absl::StrContains(m, "connection reset") ||
+         absl::StrContains(m, "socket closed");
 }
 
 bool IsServing(grpc::Channel& channel, std::chrono::milliseconds timeout,

@@ -42,6 +42,10 @@ std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(const RpcOptions& 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
 
+// Whether a failed call says that no process listens at the address (its
+// port closed: killed, or exited) rather than that it is slow or cut off.
+bool Refused(const absl::Status& status);
+
 // A deadline `timeout` from now, for ClientContext::set_deadline.
 inline std::chrono::system_clock::time_point DeadlineIn(
     std::chrono::milliseconds timeout) {
