@@ -163,8 +163,10 @@ else
 fi
 
 # 2b. The same cut with --ps_replicas=1 (docs/replication.md), in a run of
-#     20 epochs: training goes on without ps:1, and a chief that ended while
-#     ps:1 was still cut off could not tell it to exit. The chief
+#     20 epochs, so that training goes on without ps:1 for the whole cut
+#     (a chief that ends while ps:1 is cut off tells it to exit again for
+#     30 s, docs/faults.md, but the backup's take-over is what is checked
+#     here). The chief
 #     cannot tell a cut-off ps from a dead one, so ps:1's backup store on
 #     ps:0 is promoted and the workers move to it. The cut-off ps:1 can
 #     answer nothing meanwhile (its answers wait for its backup, which
