@@ -234,6 +234,33 @@ else
   fail "sync, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/dkill.out"
 fi
 
+# The other two corners of {sync, async} x {2, 3 ps}: sync with 3 ps, ps:2
+# killed (its backup is on ps:0), ends with the clean 2-ps run's final line
+# (each ps sums its shards' gradients in worker order, however many ps
+# there are, so the run trains the same bits); async with 2 ps, ps:0
+# killed (its backup is on ps:1).
+kill_ps "$tmp/s3kill.out" sync 3 2
+problems="$(crc_pairs "$tmp/s3kill.out" 3)$(same_updates "$tmp/s3kill.out" 3)"
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+   [ "$(tail -n 1 "$tmp/s3kill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
+   grep -qE "${promoted//ps:1/ps:2}" "$tmp/s3kill.out" &&
+   ! grep -q 'restored from the checkpoint' "$tmp/s3kill.out" && [ -z "$problems" ]; then
+  pass "sync, 3 ps, ps:2 killed mid-run: its backup on ps:0 promoted, no step redone, every copy applied the same updates, the final line is the clean run's"
+else
+  fail "sync, 3 ps, ps:2 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/s3kill.out"
+fi
+kill_ps "$tmp/a2kill.out" async 2 0
+problems="$(crc_pairs "$tmp/a2kill.out" 2)$(same_updates "$tmp/a2kill.out" 2)"
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+   [[ "$(tail -n 1 "$tmp/a2kill.out")" =~ ^final:\ test_accuracy=0\.98 ]] &&
+   grep -qE 'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on' \
+     "$tmp/a2kill.out" &&
+   ! grep -q 'restored from the checkpoint' "$tmp/a2kill.out" && [ -z "$problems" ]; then
+  pass "async, 2 ps, ps:0 killed mid-run: its backup on ps:1 promoted, every copy applied every push once, every backup equals its primary"
+else
+  fail "async, 2 ps, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/a2kill.out"
+fi
+
 # Both copies of ps 1's store lost at once (ps 1 and ps 2, which keeps its
 # backup): restored from the checkpoint, and the log says why.
 kill_ps "$tmp/bkill.out" async 3 '[12]'
