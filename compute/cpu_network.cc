@@ -545,7 +545,9 @@ absl::Status CpuNetwork::TrainStep(const float* params, const float* images,
   if (!st.ok()) return st;
   double loss_sum = 0.0;
   if (general_ != nullptr) {
-    general_->TrainStep(params, images, targets, batch, step_key, grads, &loss_sum, correct);
+    st = general_->TrainStep(params, images, targets, batch, step_key, grads, &loss_sum,
+                             correct);
+    if (!st.ok()) return st;
   } else {
     Run(params, images, targets, batch, grads, &loss_sum, correct);
   }
@@ -564,7 +566,7 @@ absl::Status CpuNetwork::Evaluate(const float* params, const float* images,
         "CpuNetwork: the fast path does not give the outputs' probabilities");
   }
   if (general_ != nullptr) {
-    general_->Evaluate(params, images, targets, batch, loss_sum, correct, outputs);
+    return general_->Evaluate(params, images, targets, batch, loss_sum, correct, outputs);
   } else {
     Run(params, images, targets, batch, /*grads=*/nullptr, loss_sum, correct);
   }

@@ -58,7 +58,8 @@ class CpuNetwork {
   // predictions, or binary outputs on the right side of 0.5).
   // InvalidArgument, with nothing written, when batch is not in
   // [1, max_batch] or a target does not fit the loss (model/dataset.h
-  // CheckTarget). Deterministic for a given num_threads.
+  // CheckTarget), or naming the layer when an Embedding's id is outside
+  // [0, input_dim). Deterministic for a given num_threads.
   // `step_key` names the step for Dropout's masks (the trainer passes the
   // chunk's number): the same step key and seed give the same masks.
   // BatchNormalization layers write their batch mean and biased variance

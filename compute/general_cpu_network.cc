@@ -4,11 +4,13 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "compute/kernels/activation.h"
 #include "compute/kernels/batch_norm.h"
 #include "compute/kernels/cpu_blas.h"
 #include "compute/kernels/device.h"
 #include "compute/kernels/dropout.h"
+#include "compute/kernels/embedding.h"
 #include "compute/kernels/general_layers.h"
 #include "compute/kernels/loss_head.h"
 #include "compute/kernels/modern_layers.h"
@@ -215,6 +217,7 @@ struct GeneralCpuNetwork::Slice {
   std::vector<std::vector<double>> sums;  // BN partial sums (2 * channels)
   double loss = 0;
   int correct = 0;
+  int64_t bad_id = -1;  // an Embedding's forward: the slice's first id out of range
 };
 
 
@@ -310,8 +313,8 @@ const float* GeneralCpuNetwork::OpInput(int i, const Slice& s, const float* imag
   return j == kModelInput ? images + s.first * pixels : s.acts[j].data();
 }
 
-void GeneralCpuNetwork::Forward(const float* params, const float* images, int batch, bool training,
-                           uint64_t step_key, float* grads) {
+absl::Status GeneralCpuNetwork::Forward(const float* params, const float* images, int batch,
+                                        bool training, uint64_t step_key, float* grads) {
   const int threads = std::min(threads_, batch);
   SplitBatch(batch, threads);
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -321,7 +324,26 @@ void GeneralCpuNetwork::Forward(const float* params, const float* images, int ba
     } else {
       ForwardOp(i, params, images, threads, training, step_key);
     }
+    if (ops_[i].kind == LayerKind::kEmbedding) {
+      if (absl::Status s = CheckIds(i, images, threads); !s.ok()) return s;
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status GeneralCpuNetwork::CheckIds(int i, const float* images, int threads) const {
+  const Op& op = ops_[i];
+  for (int t = 0; t < threads; ++t) {
+    const Slice& s = *slices_[t];
+    if (s.bad_id < 0) continue;
+    const int64_t example = s.first + s.bad_id / op.pixels;
+    const float id = OpInput(i, s, images)[s.bad_id];
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer '", op.name, "' (Embedding): id ", id, " (position ", s.bad_id % op.pixels,
+        " of example ", example, " of the batch) is outside [0, input_dim = ", op.dense_in,
+        ")"));
+  }
+  return absl::OkStatus();
 }
 
 void GeneralCpuNetwork::ForwardBatchNorm(int i, const float* params, const float* images,
@@ -417,6 +439,13 @@ void GeneralCpuNetwork::ForwardOp(int i, const float* params, const float* image
       case LayerKind::kGlobalAvgPool2D:
         kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
         break;
+      case LayerKind::kEmbedding: {
+        // Out-of-range ids are an error (CheckIds), never clamped.
+        const int64_t ids = int64_t{n} * op.pixels;
+        s.bad_id = kernels::FirstBadId(ids, x, op.dense_in);
+        if (s.bad_id < 0) kernels::EmbeddingForward(ids, x, params + op.kernel, op.dense_out, y);
+        break;
+      }
       case LayerKind::kDense:
         kernels::CpuGemm(false, false, n, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
                          params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
@@ -686,6 +715,10 @@ void GeneralCpuNetwork::BackwardOp(int i, const float* params, const float* imag
       case LayerKind::kDense:
         BackwardDense(op, params, OpInput(i, s, images), g);
         break;
+      case LayerKind::kEmbedding:  // a scatter-add into the slice's zeroed gradient
+        kernels::EmbeddingBackward(int64_t{n} * op.pixels, OpInput(i, s, images), gy,
+                                   op.dense_out, g.pg + op.kernel);
+        break;
       case LayerKind::kDropout:
         BackwardDropout(op, s.first, DropoutKey(seed_, step_key, op.key_index), g);
         break;
@@ -766,18 +799,23 @@ void GeneralCpuNetwork::FinishOp(int i, const float* params, int threads, float*
   if (listener_) listener_(layout_.final_from[i]);
 }
 
-void GeneralCpuNetwork::TrainStep(const float* params, const float* images, const float* targets,
-                             int batch, uint64_t step_key, float* grads, double* loss_sum,
-                             int* correct) {
-  Forward(params, images, batch, /*training=*/true, step_key, nullptr);
+absl::Status GeneralCpuNetwork::TrainStep(const float* params, const float* images,
+                                          const float* targets, int batch, uint64_t step_key,
+                                          float* grads, double* loss_sum, int* correct) {
+  absl::Status s = Forward(params, images, batch, /*training=*/true, step_key, nullptr);
+  if (!s.ok()) return s;
   Loss(params, targets, batch, /*want_grad=*/true, loss_sum, correct);
   Backward(params, images, batch, step_key, grads);
+  return absl::OkStatus();
 }
 
-void GeneralCpuNetwork::Evaluate(const float* params, const float* images, const float* targets,
-                                 int batch, double* loss_sum, int* correct, float* outputs) {
-  Forward(params, images, batch, /*training=*/false, 0, nullptr);
+absl::Status GeneralCpuNetwork::Evaluate(const float* params, const float* images,
+                                         const float* targets, int batch, double* loss_sum,
+                                         int* correct, float* outputs) {
+  absl::Status s = Forward(params, images, batch, /*training=*/false, 0, nullptr);
+  if (!s.ok()) return s;
   Loss(params, targets, batch, /*want_grad=*/false, loss_sum, correct, outputs);
+  return absl::OkStatus();
 }
 
 }  // namespace pscluster

@@ -45,11 +45,14 @@ class GeneralCpuNetwork {
   ~GeneralCpuNetwork();
 
   // As CpuNetwork::TrainStep; `step_key` names the step for Dropout's masks.
-  void TrainStep(const float* params, const float* images, const float* targets, int batch,
-                 uint64_t step_key, float* grads, double* loss_sum, int* correct);
-  // `outputs`: null, or CpuNetwork::Evaluate's.
-  void Evaluate(const float* params, const float* images, const float* targets, int batch,
-                double* loss_sum, int* correct, float* outputs = nullptr);
+  // InvalidArgument naming the layer, the id and input_dim when an
+  // Embedding's id is outside [0, input_dim) (then nothing is computed).
+  absl::Status TrainStep(const float* params, const float* images, const float* targets,
+                         int batch, uint64_t step_key, float* grads, double* loss_sum,
+                         int* correct);
+  // `outputs`: null, or CpuNetwork::Evaluate's. Errors as TrainStep's.
+  absl::Status Evaluate(const float* params, const float* images, const float* targets,
+                        int batch, double* loss_sum, int* correct, float* outputs = nullptr);
   // As CpuNetwork::set_gradient_listener.
   void set_gradient_listener(std::function<void(int64_t)> listener) {
     listener_ = std::move(listener);
@@ -66,8 +69,12 @@ class GeneralCpuNetwork {
   // Op i's input k in slice `s`: its share of `images` or the output of
   // the op it reads.
   const float* OpInput(int i, const Slice& s, const float* images, size_t k = 0) const;
-  void Forward(const float* params, const float* images, int batch, bool training,
-               uint64_t step_key, float* grads);
+  // Stops at an Embedding's out-of-range id (CheckIds).
+  absl::Status Forward(const float* params, const float* images, int batch, bool training,
+                       uint64_t step_key, float* grads);
+  // After Embedding op i's forward: InvalidArgument for the first id out of
+  // range that a slice found.
+  absl::Status CheckIds(int i, const float* images, int threads) const;
   // BatchNormalization op i forward. In training it normalises with the
   // batch's statistics, written into `grads` at the moving statistics' slots
   // unless `grads` is null.

@@ -3,8 +3,12 @@
 // differences of the training loss, independence from the thread count,
 // BatchNormalization's statistics in the moving slots, and inference with
 // the moving values.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -14,6 +18,7 @@
 #include "compute/cpu_network.h"
 #include "compute/general_plan.h"
 #include "model/keras_model.h"
+#include "nlohmann/json.hpp"
 
 namespace pscluster {
 namespace {
@@ -358,6 +363,141 @@ TEST(GeneralCpuNetworkTest, SgdStepsMatchTensorFlowJs) {
     ++checked;
   }
   EXPECT_EQ(checked, 1);
+}
+
+// Keras's Embedding from TensorFlow.js (tests/fixtures/tfjs_reference/
+// embedding.json): Embedding -> GlobalAveragePooling1D -> Dense, and ids
+// -> Embedding -> Flatten beside dense features -> Concatenate -> Dense,
+// with ids repeated within and across examples. The outputs, the loss and
+// every gradient (the table's rows summed over each id's uses, untouched
+// rows 0) match tfjs's, on one thread and on two.
+TEST(GeneralCpuNetworkTest, EmbeddingMatchesTensorFlowJs) {
+  const std::string path = "tests/fixtures/tfjs_reference/embedding.json";
+  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+  std::ifstream in(path);
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_EQ(cases.size(), 2u);
+  double max_output = 0, max_grad = 0, max_loss = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const ReferenceCase& m = cases[c];
+    const nlohmann::json& want = ref["models"][c];
+    const int batch = static_cast<int>(m.labels.size());
+    const std::vector<float> outputs = want["outputs"].get<std::vector<float>>();
+    for (int threads : {1, 2}) {
+      std::unique_ptr<CpuNetwork> net = Net(m.spec, batch, threads);
+      double loss_sum = 0;
+      int correct = 0;
+      std::vector<float> got(outputs.size());
+      ASSERT_TRUE(net->Evaluate(m.params.data(), m.images.data(), m.labels.data(), batch,
+                                &loss_sum, &correct, got.data())
+                      .ok());
+      for (size_t k = 0; k < got.size(); ++k) {
+        EXPECT_NEAR(got[k], outputs[k], 1e-6) << m.spec.name << " output " << k;
+        max_output = std::max(max_output, std::fabs(double{got[k]} - outputs[k]));
+      }
+      EXPECT_NEAR(loss_sum, m.inference_loss_sum, 1e-5) << m.spec.name;
+      max_loss = std::max(max_loss, std::fabs(loss_sum - m.inference_loss_sum));
+      std::vector<float> grads(m.spec.num_parameters, 7.0f);  // all overwritten
+      float loss = 0;
+      ASSERT_TRUE(net->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
+                                 grads.data(), &loss, &correct)
+                      .ok());
+      EXPECT_NEAR(loss * batch, m.training_loss_sum, 1e-5) << m.spec.name;
+      for (const VariableSpec& v : m.spec.variables) {
+        const std::vector<float> g = want["gradients"].at(v.name).get<std::vector<float>>();
+        ASSERT_EQ(static_cast<int64_t>(g.size()), v.size) << v.name;
+        for (int64_t k = 0; k < v.size; ++k) {
+          EXPECT_NEAR(grads[v.offset + k], g[k], 1e-6) << m.spec.name << " " << v.name << k;
+          max_grad = std::max(max_grad, std::fabs(double{grads[v.offset + k]} - g[k]));
+        }
+      }
+    }
+  }
+  std::printf("tfjs Embedding: max |output diff| %.3g, |loss sum diff| %.3g, "
+              "|gradient diff| %.3g\n",
+              max_output, max_loss, max_grad);
+}
+
+// An id outside [0, input_dim) is an error naming the layer, the id and
+// input_dim, as Keras raises; never clamped. The next batch runs.
+TEST(GeneralCpuNetworkTest, EmbeddingIdOutOfRangeIsAnError) {
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
+  ASSERT_FALSE(cases.empty());
+  const ReferenceCase& m = cases[0];  // ids [5], input_dim 11
+  const int batch = static_cast<int>(m.labels.size());
+  std::unique_ptr<CpuNetwork> net = Net(m.spec, batch, 2);
+  std::vector<float> grads(m.spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  for (float bad : {11.0f, -1.0f, std::nanf("")}) {
+    std::vector<float> images = m.images;
+    images[3 * 5 + 2] = bad;  // example 3 (the second thread's), position 2
+    absl::Status s = net->TrainStep(m.params.data(), images.data(), m.labels.data(), batch,
+                                    grads.data(), &loss, &correct);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("layer 'emb' (Embedding): id "), std::string::npos) << s;
+    EXPECT_NE(s.message().find("of example 3 of the batch) is outside [0, input_dim = 11)"),
+              std::string::npos)
+        << s;
+    double sum = 0;
+    EXPECT_EQ(net->Evaluate(m.params.data(), images.data(), m.labels.data(), batch, &sum,
+                            &correct)
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(net->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
+                             grads.data(), &loss, &correct)
+                  .ok());
+}
+
+// Embedding's gradient against finite differences, with the table shared
+// by two applications (one set of variables) and a fused activation.
+TEST(GeneralCpuNetworkTest, EmbeddingGradientsOfASharedTable) {
+  const std::string text = R"({"class_name": "Functional", "config": {"name": "shared_emb",
+    "layers": [
+      {"class_name": "InputLayer", "name": "a", "config": {"name": "a", "batch_shape": [null, 3]},
+       "inbound_nodes": []},
+      {"class_name": "InputLayer", "name": "b", "config": {"name": "b", "batch_shape": [null, 3]},
+       "inbound_nodes": []},
+      {"class_name": "Embedding", "name": "emb", "config": {"name": "emb", "input_dim": 5,
+       "output_dim": 2}, "inbound_nodes": [[["a", 0, 0, {}]], [["b", 0, 0, {}]]]},
+      {"class_name": "Activation", "name": "act", "config": {"name": "act",
+       "activation": "tanh"}, "inbound_nodes": [[["emb", 0, 0, {}]]]},
+      {"class_name": "Flatten", "name": "fa", "config": {"name": "fa"},
+       "inbound_nodes": [[["act", 0, 0, {}]]]},
+      {"class_name": "GlobalAveragePooling1D", "name": "gb", "config": {"name": "gb"},
+       "inbound_nodes": [[["emb", 1, 0, {}]]]},
+      {"class_name": "Concatenate", "name": "cat", "config": {"name": "cat"},
+       "inbound_nodes": [[["fa", 0, 0, {}], ["gb", 0, 0, {}]]]},
+      {"class_name": "Dense", "name": "out", "config": {"name": "out", "units": 3},
+       "inbound_nodes": [[["cat", 0, 0, {}]]]}],
+    "input_layers": [["a", 0, 0], ["b", 0, 0]], "output_layers": [["out", 0, 0]]}})";
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(text, "shared_emb.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const int batch = 4;
+  std::vector<float> params = InitialParameters(*spec, 3);
+  for (float& p : params) p *= 10.0f;  // the table's +-0.05 is too flat a test
+  const std::vector<float> images = {0, 4, 0, 4, 4, 1,  2, 2, 2, 3, 0, 3,
+                                     1, 0, 1, 1, 1, 1,  3, 4, 0, 0, 0, 0};
+  const std::vector<float> labels = {0, 2, 1, 2};
+  std::unique_ptr<CpuNetwork> net = Net(*spec, batch, 2);
+  std::vector<float> grads(spec->num_parameters), scratch(spec->num_parameters);
+  float loss = 0;
+  int correct = 0;
+  ASSERT_TRUE(net->TrainStep(params.data(), images.data(), labels.data(), batch, grads.data(),
+                             &loss, &correct)
+                  .ok());
+  auto objective = [&]() {
+    float l = 0;
+    int c = 0;
+    EXPECT_TRUE(net->TrainStep(params.data(), images.data(), labels.data(), batch,
+                               scratch.data(), &l, &c)
+                    .ok());
+    return static_cast<double>(l);
+  };
+  std::vector<double> numeric = kernels::testing::NumericalGradient(objective, &params, 1e-2f);
+  EXPECT_TRUE(GradientsNear(grads.data(), numeric, 2e-3, 3e-2));
 }
 
 }  // namespace

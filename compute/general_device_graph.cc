@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "compute/kernels/parallel_general.h"
 #include "compute/kernels/parallel_modern.h"
 
@@ -38,6 +39,13 @@ absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> GeneralDeviceGraph::Create(
     const ModelSpec& spec, int max_batch, uint64_t seed) {
   absl::StatusOr<std::vector<GeneralOp>> ops = PlanGeneralOps(spec);
   if (!ops.ok()) return ops.status();
+  for (const GeneralOp& op : *ops) {
+    if (op.kind == LayerKind::kEmbedding) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model \"", spec.name, "\": layer ", op.name,
+          ": Embedding does not run on the GPU yet; train this model with --device=cpu"));
+    }
+  }
   std::unique_ptr<GeneralDeviceGraph> g(new GeneralDeviceGraph);
   g->ops_ = *std::move(ops);
   g->max_batch_ = std::max(max_batch, 1);

@@ -289,5 +289,21 @@ TEST(GeneralDeviceGraphTest, DropoutMasksAreTheCpuPaths) {
   EXPECT_NE(losses[1], losses[2]);
 }
 
+// Embedding runs on the CPU only for now: the device graph refuses it at
+// Create, naming the layer, before anything is allocated.
+TEST(GeneralDeviceGraphTest, RefusesEmbeddingNamingTheLayer) {
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
+  ASSERT_FALSE(cases.empty());
+  auto graph = GeneralDeviceGraph::Create(cases[0].spec, 4, kSeed);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(graph.status().message().find(
+                "layer emb: Embedding does not run on the GPU yet; train this model with "
+                "--device=cpu"),
+            std::string::npos)
+      << graph.status();
+}
+
 }  // namespace
 }  // namespace pscluster

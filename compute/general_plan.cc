@@ -27,7 +27,7 @@ uint64_t DropoutKey(uint64_t seed, uint64_t step_key, size_t op) {
 bool HasVariables(const GeneralOp& op) {
   return op.kind == LayerKind::kConv2D || op.kind == LayerKind::kDense ||
          op.kind == LayerKind::kBatchNorm || op.kind == LayerKind::kDepthwiseConv2D ||
-         op.kind == LayerKind::kLayerNorm;
+         op.kind == LayerKind::kLayerNorm || op.kind == LayerKind::kEmbedding;
 }
 
 bool HasPenalties(const std::vector<GeneralOp>& ops) {
@@ -58,7 +58,8 @@ void PlanBackward(std::vector<GeneralOp>* ops) {
     op.input_wants_grad.clear();
     op.needs_input_grad = false;
     for (int j : op.inputs) {
-      const bool wants = j >= 0 && (*ops)[j].wants_grad;
+      // No gradient reaches an Embedding's ids (Keras casts them to ints).
+      const bool wants = j >= 0 && (*ops)[j].wants_grad && op.kind != LayerKind::kEmbedding;
       op.input_wants_grad.push_back(wants);
       op.needs_input_grad |= wants;
     }
@@ -284,9 +285,20 @@ absl::StatusOr<std::vector<GeneralOp>> PlanGeneralOps(const ModelSpec& spec) {
         if (l.scale) st = find(l.name + "/gamma", {x.c}, &op.gamma);
         if (st.ok() && l.center) st = find(l.name + "/beta", {x.c}, &op.beta);
         break;
+      case LayerKind::kGlobalAvgPool1D:  // the 2-D pool over 1 x steps
+        op.kind = LayerKind::kGlobalAvgPool2D;
+        op.channels = x.c;
+        op.pixels = x.h * x.w;
+        break;
       case LayerKind::kGlobalAvgPool2D:
         op.channels = x.c;
         op.pixels = x.h * x.w;
+        break;
+      case LayerKind::kEmbedding:
+        op.dense_in = l.input_dim;
+        op.dense_out = l.units;
+        op.pixels = static_cast<int>(x.size());
+        st = find(l.name + "/embeddings", {l.input_dim, l.units}, &op.kernel);
         break;
       case LayerKind::kDense:
         op.dense_in = static_cast<int>(x.size());

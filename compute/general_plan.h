@@ -35,11 +35,14 @@ struct GeneralOp {
   // pools (batch set per call). A SeparableConv2D is two ops of its name:
   // a DepthwiseConv2D without bias or activation, then a 1x1 Conv2D.
   kernels::WindowShape win;
+  // Dense: in and out units. Embedding: dense_in is input_dim (the table's
+  // rows), dense_out output_dim, and `pixels` the ids per example.
   int dense_in = 0, dense_out = 0;
   bool has_act = false;  // applies `act` after the layer's own work
   kernels::ActivationFn act = kernels::ActivationFn::kRelu;
   int channels = 0;   // BN, LayerNormalization, global pools
-  int pixels = 0;     // BN and LayerNormalization rows per example; global pools' pixels
+  int pixels = 0;     // BN and LayerNormalization rows per example; global pools' pixels;
+                      // Embedding: ids
   float rate = 0.0f;  // Dropout
   float epsilon = 0.0f;
   float alpha = 0.0f;  // the activation's parameter

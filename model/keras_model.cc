@@ -58,7 +58,7 @@ std::string SpellingKey(const std::string& name) {
 absl::Status NoConstraints(const json& cfg, const std::string& where) {
   for (const char* key : {"activity_regularizer", "kernel_constraint", "bias_constraint",
                           "beta_constraint", "gamma_constraint", "depthwise_constraint",
-                          "pointwise_constraint"}) {
+                          "pointwise_constraint", "embeddings_constraint"}) {
     if (absl::Status s = Neutral(cfg, where, key, {}, "constraints and activity regularizers "
                                                       "are not implemented; only null");
         !s.ok()) {
@@ -139,7 +139,9 @@ absl::Status PenaltiesOf(const json& cfg, const std::string& where, LayerPenalti
   return absl::OkStatus();
 }
 
-absl::Status CheckDtype(const json& cfg, const std::string& where) {
+// `ids_ok`: an InputLayer, whose integer values (an Embedding's ids) the
+// examples hold as float32, exact below 2^24.
+absl::Status CheckDtype(const json& cfg, const std::string& where, bool ids_ok) {
   auto it = cfg.find("dtype");
   if (it == cfg.end() || it->is_null()) return absl::OkStatus();
   std::string name;
@@ -149,9 +151,11 @@ absl::Status CheckDtype(const json& cfg, const std::string& where) {
              (*it)["config"]["name"].is_string()) {
     name = (*it)["config"]["name"].get<std::string>();  // Keras 3 DTypePolicy
   }
+  if (ids_ok && (name == "int32" || name == "int64")) return absl::OkStatus();
   if (name != "float32") {
     return Bad(where, absl::StrCat("option 'dtype' = ", Show(*it),
-                                   " is not supported (the workers compute in float32)"));
+                                   " is not supported (the workers compute in float32",
+                                   ids_ok ? "; ids may be int32 or int64)" : ")"));
   }
   return absl::OkStatus();
 }
@@ -690,6 +694,51 @@ absl::Status ParseGlobalAvgPool2D(const json& cfg, const std::string& where, Lay
   return st;
 }
 
+// GlobalAveragePooling1D over [steps, features]: the same mean as the 2-D
+// pool's over 1 x steps pixels (model_spec.cc checks the input's rank).
+absl::Status ParseGlobalAvgPool1D(const json& cfg, const std::string& where, LayerSpec* l,
+                                  LayerInits*) {
+  absl::Status st;
+  l->kind = LayerKind::kGlobalAvgPool1D;
+  st.Update(ChannelsLast(cfg, where));
+  st.Update(Neutral(cfg, where, "keepdims", {false}, "only keepdims false"));
+  return st;
+}
+
+// Embedding: ids [L] (float32 in the examples) -> [L, output_dim] rows of
+// the [input_dim, output_dim] table. Masks are not supported; nor is a
+// regularizer of the table (the sparse path would have to touch every row).
+absl::Status ParseEmbedding(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits* inits) {
+  absl::Status st;
+  l->kind = LayerKind::kEmbedding;
+  // Ids travel as float32: exact below 2^24.
+  if (absl::Status s = IntIn(cfg, where, "input_dim", 0, 1, 1 << 24, &l->input_dim); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = IntIn(cfg, where, "output_dim", 0, 1, 1 << 20, &l->units); !s.ok()) {
+    return s;
+  }
+  const json length = cfg.value("input_length", json());
+  if (!length.is_null()) {
+    if (!length.is_number_integer() || length.get<int64_t>() < 1 ||
+        length.get<int64_t>() > (1 << 26)) {
+      return Bad(where, absl::StrCat("option 'input_length' = ", Show(length),
+                                     " is not a positive integer"));
+    }
+    l->input_length = length.get<int>();
+  }
+  st.Update(Neutral(cfg, where, "mask_zero", {false},
+                    "masks are not supported: no layer here reads a mask"));
+  st.Update(Neutral(cfg, where, "embeddings_regularizer", {}, "not implemented; only null"));
+  st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
+  if (st.ok()) {
+    st = AddInit(cfg, where, "embeddings_initializer", "embeddings",
+                 Initializer::RandomUniform(), inits);
+  }
+  return st;
+}
+
 absl::Status ParseFlatten(const json& cfg, const std::string& where, LayerSpec* l,
                           LayerInits*) {
   l->kind = LayerKind::kFlatten;
@@ -922,6 +971,9 @@ constexpr LayerClass kLayerClasses[] = {
     {"AvgPool2D", ParseAvgPool2D},
     {"GlobalAveragePooling2D", ParseGlobalAvgPool2D},
     {"GlobalAvgPool2D", ParseGlobalAvgPool2D},
+    {"GlobalAveragePooling1D", ParseGlobalAvgPool1D},
+    {"GlobalAvgPool1D", ParseGlobalAvgPool1D},
+    {"Embedding", ParseEmbedding},
     {"Flatten", ParseFlatten},
     {"Dense", ParseDense},
     {"Dropout", ParseDropout},
@@ -973,7 +1025,7 @@ struct FileLayer {
 // InputLayer.
 absl::Status ParseLayerOptions(const std::string& type, const json& cfg, FileLayer* out) {
   const std::string& where = out->where;
-  if (absl::Status s = CheckDtype(cfg, where); !s.ok()) return s;
+  if (absl::Status s = CheckDtype(cfg, where, type == "InputLayer"); !s.ok()) return s;
   if (absl::Status s = NoConstraints(cfg, where); !s.ok()) return s;
   if (absl::Status s = PenaltiesOf(cfg, where, &out->penalties); !s.ok()) return s;
   if (type == "InputLayer") {

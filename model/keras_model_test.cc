@@ -1,6 +1,7 @@
 #include "model/keras_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -559,6 +560,118 @@ TEST(KerasModelTest, ValuesOfTheWrongTypeAreRefusedNotThrown) {
     EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << what;
     EXPECT_NE(spec.status().message().find("odd.json"), std::string::npos) << spec.status();
   }
+}
+
+// A Keras 3 Sequential model over ids [5] (int32, as Keras's Input(dtype=
+// "int32") writes them): `embedding`'s config, GlobalAveragePooling1D, a
+// softmax Dense of 2.
+std::string EmbeddingModel(const std::string& embedding) {
+  return absl::StrCat(R"({"class_name": "Sequential", "config": {"name": "seq", "layers": [
+      {"class_name": "InputLayer", "config": {"name": "ids", "batch_shape": [null, 5],
+                                              "dtype": "int32"}},
+      {"class_name": "Embedding", "config": )",
+                      embedding, R"(},
+      {"class_name": "GlobalAveragePooling1D", "config": {"name": "gap",
+                                                          "data_format": "channels_last"}},
+      {"class_name": "Dense", "config": {"name": "out", "units": 2,
+                                         "activation": "softmax"}}]}})");
+}
+
+TEST(KerasModelTest, EmbeddingAndGlobalAveragePooling1D) {
+  const ModelSpec spec = Parse(EmbeddingModel(R"({"name": "emb", "input_dim": 11,
+      "output_dim": 3, "embeddings_initializer": {"class_name": "RandomUniform",
+      "config": {"minval": -0.1, "maxval": 0.1, "seed": null}}, "embeddings_regularizer": null,
+      "embeddings_constraint": null, "mask_zero": false, "input_length": 5,
+      "dtype": "float32"})"), "emb.json");
+  ASSERT_EQ(spec.layers.size(), 3u);
+  EXPECT_EQ(spec.layers[0].kind, LayerKind::kEmbedding);
+  EXPECT_EQ(spec.layers[0].input_dim, 11);
+  EXPECT_EQ(spec.layers[0].units, 3);
+  EXPECT_EQ(spec.layers[1].kind, LayerKind::kGlobalAvgPool1D);
+  EXPECT_EQ(spec.input_channels, 5);
+  ASSERT_EQ(spec.variables.size(), 3u);
+  const VariableSpec& table = spec.variables[0];
+  EXPECT_EQ(table.name, "emb/embeddings");
+  EXPECT_EQ(table.shape, (std::vector<int64_t>{11, 3}));
+  EXPECT_EQ(table.initializer.kind, Initializer::Kind::kRandomUniform);
+  EXPECT_EQ(table.initializer.minval, -0.1);
+  EXPECT_EQ(table.initializer.maxval, 0.1);
+  EXPECT_EQ(spec.variables[1].shape, (std::vector<int64_t>{3, 2}));  // after the pooling
+  EXPECT_EQ(spec.num_parameters, 33 + 6 + 2);
+  // Keras's default initializer: RandomUniform(-0.05, 0.05); initial values inside it.
+  const ModelSpec plain =
+      Parse(EmbeddingModel(R"({"name": "emb", "input_dim": 11, "output_dim": 3})"), "e.json");
+  ASSERT_FALSE(plain.variables.empty());
+  EXPECT_EQ(plain.variables[0].initializer.kind, Initializer::Kind::kRandomUniform);
+  EXPECT_EQ(plain.variables[0].initializer.minval, -0.05);
+  EXPECT_EQ(plain.variables[0].initializer.maxval, 0.05);
+  const std::vector<float> params = InitialParameters(plain, 1);
+  for (int64_t i = 0; i < plain.variables[0].size; ++i) {
+    EXPECT_LE(std::abs(params[i]), 0.05f) << i;
+  }
+  // Flatten of [5, 3]: 15 features.
+  std::string flat = EmbeddingModel(R"({"name": "emb", "input_dim": 11, "output_dim": 3})");
+  flat = absl::StrReplaceAll(flat, {{"GlobalAveragePooling1D", "Flatten"}});
+  const ModelSpec flattened = Parse(flat, "flat.json");
+  ASSERT_EQ(flattened.variables.size(), 3u);
+  EXPECT_EQ(flattened.variables[1].shape, (std::vector<int64_t>{15, 2}));
+}
+
+TEST(KerasModelTest, EmbeddingRefusesMasksAndBadOptionsNamingThem) {
+  struct Case {
+    const char* embedding;
+    const char* expect;  // in the message
+  } cases[] = {
+      {R"({"name": "emb", "input_dim": 11, "output_dim": 3, "mask_zero": true})",
+       "layer 'emb' (Embedding): option 'mask_zero' = true is not supported (masks are not "
+       "supported"},
+      {R"({"name": "emb", "input_dim": 0, "output_dim": 3})",
+       "layer 'emb' (Embedding): option 'input_dim' = 0 is not valid"},
+      {R"({"name": "emb", "input_dim": 16777217, "output_dim": 3})",
+       "layer 'emb' (Embedding): option 'input_dim' = 16777217 is not valid"},
+      {R"({"name": "emb", "input_dim": 11})",
+       "layer 'emb' (Embedding): option 'output_dim' = 0 is not valid"},
+      {R"({"name": "emb", "input_dim": 11, "output_dim": -2})",
+       "layer 'emb' (Embedding): option 'output_dim' = -2 is not valid"},
+      {R"({"name": "emb", "input_dim": 11, "output_dim": "3"})",
+       "layer 'emb' (Embedding): option 'output_dim' = \"3\" is not valid"},
+      {R"({"name": "emb", "input_dim": 11, "output_dim": 3, "input_length": 6})",
+       "layer emb: Embedding of input_length 6 does not fit its input 1x1x5"},
+      {R"({"name": "emb", "input_dim": 11, "output_dim": 3,
+           "embeddings_regularizer": {"class_name": "L2", "config": {"l2": 0.01}}})",
+       "layer 'emb' (Embedding): option 'embeddings_regularizer'"},
+      {R"({"name": "emb", "input_dim": 11, "output_dim": 3,
+           "embeddings_constraint": {"class_name": "NonNeg", "config": {}}})",
+       "layer 'emb' (Embedding): option 'embeddings_constraint'"},
+      {R"({"name": "emb", "input_dim": 11, "output_dim": 3,
+           "embeddings_initializer": {"class_name": "Orthogonal", "config": {}}})",
+       "layer 'emb' (Embedding): option 'embeddings_initializer'"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ModelSpec> spec = ParseKerasModel(EmbeddingModel(c.embedding), "emb.json");
+    ASSERT_FALSE(spec.ok()) << c.embedding;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(c.expect), std::string::npos) << spec.status();
+  }
+  // GlobalAveragePooling1D reads [steps, features], not an image.
+  std::string on_image = EmbeddingModel(R"({"name": "emb", "input_dim": 11, "output_dim": 3})");
+  on_image = absl::StrReplaceAll(
+      on_image, {{R"("class_name": "Embedding")", R"("class_name": "Dropout")"},
+                 {R"("input_dim": 11, "output_dim": 3)", R"("rate": 0.5)"},
+                 {"[null, 5]", "[null, 4, 5, 1]"}});
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(on_image, "gap.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("GlobalAveragePooling1D (it reads [steps, features])"),
+            std::string::npos)
+      << spec.status();
+  // Ids may be int32 or int64; other dtypes stay refused.
+  std::string f16 = EmbeddingModel(R"({"name": "emb", "input_dim": 11, "output_dim": 3})");
+  f16 = absl::StrReplaceAll(f16, {{R"("dtype": "int32")", R"("dtype": "float16")"}});
+  spec = ParseKerasModel(f16, "f16.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("layer 'ids' (InputLayer): option 'dtype'"),
+            std::string::npos)
+      << spec.status();
 }
 
 }  // namespace

@@ -623,6 +623,8 @@ std::string KerasGroupPrefix(LayerKind kind) {
       return "separable_conv2d";
     case LayerKind::kLayerNorm:
       return "layer_normalization";
+    case LayerKind::kEmbedding:
+      return "embedding";
     default:
       return "";
   }

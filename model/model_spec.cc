@@ -153,6 +153,22 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
       return ActivationShape{1, 1, x.c, true};
     case LayerKind::kFlatten:
       return ActivationShape{1, 1, x.h * x.w * x.c, true};
+    case LayerKind::kEmbedding:
+      // Ids [L] (a features vector) -> [L, output_dim].
+      if (!x.flat && (x.h != 1 || x.w != 1)) return misfit("Embedding (it reads ids [length])");
+      if (l.input_dim < 1 || l.units < 1) {
+        return misfit(absl::StrCat("Embedding of input_dim ", l.input_dim, " and output_dim ",
+                                   l.units));
+      }
+      if (l.input_length > 0 && l.input_length != x.c) {
+        return misfit(absl::StrCat("Embedding of input_length ", l.input_length));
+      }
+      return ActivationShape{1, x.c, l.units, false};
+    case LayerKind::kGlobalAvgPool1D:
+      if (x.flat || x.h != 1) {
+        return misfit("GlobalAveragePooling1D (it reads [steps, features])");
+      }
+      return ActivationShape{1, 1, x.c, true};
     case LayerKind::kDense:
       // Keras applies Dense to the last axis; on a 1x1 spatial input that
       // is the whole example, anything else needs a Flatten first.
@@ -342,6 +358,10 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
         if (l.use_bias) add(l.name + "/bias", {out}, Initializer(), 0, 0);
         break;
       }
+      case LayerKind::kEmbedding:
+        add(l.name + "/embeddings", {l.input_dim, l.units}, Initializer::RandomUniform(),
+            l.input_dim, l.units);
+        break;
       case LayerKind::kLayerNorm:
         if (l.scale) add(l.name + "/gamma", {in_c}, Initializer::Ones(), 0, 0);
         if (l.center) add(l.name + "/beta", {in_c}, Initializer(), 0, 0);

@@ -44,6 +44,9 @@ enum class LayerKind {
   kDepthwiseConv2D,  // one window per input channel, depth_multiplier outputs each
   kSeparableConv2D,  // depthwise (no bias), then a 1x1 Conv2D of `units` filters
   kLayerNorm,        // LayerNormalization over the last axis
+  // Sequences. A [steps, features] activation is 1 x steps x features.
+  kEmbedding,        // ids [L] -> rows of embeddings [input_dim, units]: 1 x L x units
+  kGlobalAvgPool1D,  // [L, C] -> [C], the mean over the steps
   // Not a Keras layer: a plan's op that takes one input's values out of
   // the examples of a model with several inputs (compute/general_plan.h).
   kInputSlice,
@@ -89,7 +92,10 @@ struct LayerSpec {
   // list {i - 1} (a chain, as a Sequential model). The last node is the
   // model's output.
   std::vector<int> inputs;
-  int units = 0;         // kConv2D, kSeparableConv2D: filters; kDense: output units
+  int units = 0;         // kConv2D, kSeparableConv2D: filters; kDense: output units;
+                         // kEmbedding: output_dim
+  int input_dim = 0;     // kEmbedding: the ids' count (ids are in [0, input_dim))
+  int input_length = 0;  // kEmbedding: Keras 2's input_length (0: not given)
   int window_h = 0;      // convolutions: kernel; pools: pool window
   int window_w = 0;
   int stride_h = 1;      // convolutions and pools
@@ -148,6 +154,11 @@ struct Initializer {
     i.kind = Kind::kVarianceScaling;
     return i;
   }
+  static Initializer RandomUniform() {  // Keras's default: [-0.05, 0.05]
+    Initializer i;
+    i.kind = Kind::kRandomUniform;
+    return i;
+  }
 };
 
 // What a variable is for. Trainable variables are updated by the ps's
@@ -160,10 +171,11 @@ struct Initializer {
 enum class VariableRole { kTrainable, kMovingMean, kMovingVariance };
 
 // A variable and its place in the flat parameter vector. Kernel layouts
-// follow Keras: Conv2D is [kh, kw, in, out] (HWIO), Dense is [in, out].
+// follow Keras: Conv2D is [kh, kw, in, out] (HWIO), Dense is [in, out],
+// Embedding is [input_dim, output_dim] (row k: id k's vector).
 struct VariableSpec {
   std::string name;  // "<layer>/kernel", "/bias", "/gamma", "/beta",
-                     // "/moving_mean", "/moving_variance"
+                     // "/moving_mean", "/moving_variance", "/embeddings"
   std::vector<int64_t> shape;
   Initializer initializer;
   int64_t fan_in = 0;   // Keras's fans: kh*kw*in and kh*kw*out for Conv2D

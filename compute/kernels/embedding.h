@@ -1,0 +1,30 @@
+// Keras's Embedding on the CPU: a gather of table rows by id forward and a
+// scatter-add of the rows' gradients backward. Ids arrive as float32 (the
+// examples' values, exact below 2^24) and are truncated to integers as
+// Keras's cast to int does. Stateless functions; each call works on its
+// own arguments. Work is O(ids * dim): nothing is proportional to the rows.
+#ifndef PSCLUSTER_COMPUTE_KERNELS_EMBEDDING_H_
+#define PSCLUSTER_COMPUTE_KERNELS_EMBEDDING_H_
+
+#include <cstdint>
+
+namespace pscluster {
+namespace kernels {
+
+// The index of the first of ids[0, count) outside [0, rows) (negative,
+// NaN, or at least rows), or -1 when there is none.
+int64_t FirstBadId(int64_t count, const float* ids, int64_t rows);
+
+// y[i, :] = table[ids[i], :] for i < count; `table` is [rows, dim] and
+// every id is in range (FirstBadId).
+void EmbeddingForward(int64_t count, const float* ids, const float* table, int dim, float* y);
+
+// dtable[ids[i], :] += dy[i, :] for i < count, in order of i: an id met
+// twice gets both rows' gradients. Rows no id names are left as they are.
+void EmbeddingBackward(int64_t count, const float* ids, const float* dy, int dim,
+                       float* dtable);
+
+}  // namespace kernels
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMPUTE_KERNELS_EMBEDDING_H_
