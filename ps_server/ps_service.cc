@@ -375,6 +375,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
   a.version = req.version();
   a.request_id = req.request_id();
   a.num_examples = req.num_examples();
+  if (req.has_chunk()) a.chunk = req.chunk();
   a.gradients = grads;
   a.num_floats = num_floats;
   a.generation = req.generation();

@@ -175,6 +175,7 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   seen_.assign(config.num_workers, {});
   pending_.assign(config.num_workers, {});
   pending_examples_.assign(config.num_workers, -1);
+  pending_chunk_.assign(config.num_workers, -1);
   pending_request_.assign(config.num_workers, 0);
   pending_count_ = 0;
   pending_nonfinite_.assign(config.num_workers, false);
@@ -505,6 +506,7 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
   }
   pending_examples_[w] = args.num_examples;
   pending_request_[w] = args.request_id;
+  pending_chunk_[w] = args.chunk;
   pending_nonfinite_[w] = !finite;
   ++pending_count_;
   outcome_[w] = {args.version, false};
@@ -655,16 +657,26 @@ const float* ParameterStore::StepGradient(const std::vector<bool>& members) {
     total += pending_examples_[w];
     ++count;
   }
-  // Fixed worker-index order: the sum is the same bits whatever the
-  // arrival order was. The first member's term is written, not added to
-  // zeros (w * g + 0 is 0 + w * g, bit for bit: -0 becomes +0), and the
-  // step of a lone member is its gradient itself: no pass at all (g
-  // differs from 0 + 1 * g only where g is -0, which Adam's update takes
-  // as +0, and SGD's and momentum's only in the sign of a zero weight).
+  // In (chunk, worker) order: the sum is the same bits whatever the
+  // arrival order was, and whichever worker drew which chunk (the chunks
+  // of a step are the run's; who trains them is decided at run time).
+  // Each term is rounded before it is added (no fused multiply-add: see
+  // BUILD). The first member's term is written, not added to zeros
+  // (w * g + 0 is 0 + w * g, bit for bit: -0 becomes +0), and the step of
+  // a lone member is its gradient itself: no pass at all (g differs from
+  // 0 + 1 * g only where g is -0, which Adam's update takes as +0, and
+  // SGD's and momentum's only in the sign of a zero weight).
+  std::vector<int> order;
+  order.reserve(count);
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (members[w]) order.push_back(w);
+  }
+  std::sort(order.begin(), order.end(), [this](int a, int b) {
+    return std::make_pair(pending_chunk_[a], a) < std::make_pair(pending_chunk_[b], b);
+  });
   const float* grad = nullptr;
   bool first = true;
-  for (int w = 0; w < config_.num_workers; ++w) {
-    if (!members[w]) continue;
+  for (int w : order) {
     const float weight = static_cast<float>(pending_examples_[w]) / total;
     const float* g = pending_[w].data();
     if (count == 1) return g;

@@ -116,6 +116,9 @@ struct PushArgs {
   // it already (AllFinite, as it arrived); the store then does not scan
   // it again.
   std::optional<bool> finite;
+  // Sync: the chunk whose examples gave the gradient (PushRequest.chunk), or
+  // -1. A step's gradients are summed in (chunk, worker) order.
+  int64_t chunk = -1;
 };
 
 // Whether none of x[0, n) is NaN or Inf.
@@ -472,6 +475,7 @@ class ParameterStore {
   std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> pending_request_ ABSL_GUARDED_BY(mu_);  // its request id
+  std::vector<int64_t> pending_chunk_ ABSL_GUARDED_BY(mu_);  // its PushArgs::chunk
   int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);

@@ -193,6 +193,53 @@ TEST(StoreSyncSumTest, SameBitsWhicheverWorkerPushedWhichGradient) {
   EXPECT_EQ(differ, 0) << "of " << kN << " values";
 }
 
+// With three members the order of the sum matters ((a + b) + c is not
+// (a + c) + b): a step's gradients are summed in the order of their chunks
+// (PushArgs::chunk), so the bits do not depend on which worker drew which
+// chunk either. Without chunks (-1) the order is the workers'.
+TEST(StoreSyncSumTest, ThreeMembersAreSummedInChunkOrder) {
+  constexpr int64_t kN = 4096;
+  std::vector<float> init(kN);
+  std::vector<std::vector<float>> grads(3, std::vector<float>(kN));
+  for (int64_t i = 0; i < kN; ++i) {
+    init[i] = std::sin(0.37 * i);
+    for (int c = 0; c < 3; ++c) grads[c][i] = std::cos((1.3 + c) * i + c) * (c + 1) * 1e-2f;
+  }
+  const int examples[3] = {64, 64, 32};
+  // worker_of[c]: the worker that trained chunk c.
+  auto run = [&](std::vector<int> worker_of, bool with_chunks) {
+    ParameterStore store;
+    bool already;
+    StoreConfig c = SgdConfig(UpdateRule::kSync, 3, 3);
+    c.num_floats = kN;
+    EXPECT_TRUE(store.Init(c, init.data(), &already).ok());
+    for (int chunk = 0; chunk < 3; ++chunk) {
+      PushArgs a;
+      a.layout_fingerprint = kLayout;
+      a.worker = worker_of[chunk];
+      a.num_examples = examples[chunk];
+      a.gradients = grads[chunk].data();
+      a.num_floats = kN;
+      a.chunk = with_chunks ? 100 + chunk : -1;
+      EXPECT_TRUE(store.Push(a).ok());
+    }
+    return Values(store);
+  };
+  auto differing = [&](const std::vector<float>& x, const std::vector<float>& y) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < kN; ++i) n += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    return n;
+  };
+  const std::vector<float> one = run({0, 1, 2}, true), two = run({2, 0, 1}, true),
+                           three = run({1, 2, 0}, true);
+  EXPECT_EQ(differing(one, two), 0);
+  EXPECT_EQ(differing(one, three), 0);
+  // What the chunks are for: summed in worker order, the same gradients
+  // give other bits.
+  const std::vector<float> by_worker = run({0, 1, 2}, false), other = run({2, 0, 1}, false);
+  EXPECT_GT(differing(by_worker, other), 0);
+}
+
 TEST_F(StoreTest, SyncBackupWorkerGradientIsDroppedAndCounted) {
   InitStore(SgdConfig(UpdateRule::kSync, 3, 2));
   ASSERT_TRUE(PushGrad(store_, 0, 0, {1, 1, 1}).ok());

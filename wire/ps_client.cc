@@ -409,9 +409,11 @@ absl::Status PsClient::WritePulledShards(int i, absl::string_view values, bool d
 
 absl::Status PsClient::PushPullAll(int worker, int num_examples,
                                    const float* grads, float* params,
-                                   absl::Duration timeout, const Overlap* overlap) {
+                                   absl::Duration timeout, const Overlap* overlap,
+                                   int64_t chunk) {
   PushCall c;
   c.worker = worker;
+  c.chunk = chunk;
   c.num_examples = num_examples;
   c.grads = grads;
   c.params = params;
@@ -475,6 +477,11 @@ void PsClient::PreparePush(int i, const PushCall& c, uint64_t request_id) {
   req.set_generation(generations_[i]);
   req.set_request_id(request_id);
   req.set_num_examples(c.num_examples);
+  if (c.chunk >= 0) {
+    req.set_chunk(c.chunk);
+  } else {
+    req.clear_chunk();
+  }
   std::string* g = req.mutable_gradients();
   req.set_shards_reversed(c.streamed);
   if (c.streamed) {

@@ -142,8 +142,13 @@ class PsClient {
     ParamsWatermark* arrived = nullptr;
     std::function<void(bool applied)> answered;
   };
+  //
+  // `chunk`, when >= 0, is the chunk of the epoch plan the gradient was
+  // computed on: a sync step sums its gradients in chunk order
+  // (PushRequest.chunk).
   absl::Status PushPullAll(int worker, int num_examples, const float* grads, float* params,
-                           absl::Duration timeout, const Overlap* overlap = nullptr);
+                           absl::Duration timeout, const Overlap* overlap = nullptr,
+                           int64_t chunk = -1);
 
   // Forgets the error-feedback residual (after a restore from a checkpoint:
   // the gradients it belongs to are void).
@@ -226,6 +231,7 @@ class PsClient {
     bool sink = false;        // the data plane reports the answer's progress
     PushFaults::Fault fault = PushFaults::Fault::kNone;
     int64_t step = 0;     // version() when the call started
+    int64_t chunk = -1;   // PushRequest.chunk; -1: none
     int64_t framing = 0;  // bytes of the data plane's frame header
     std::vector<int> answers;  // per ps
   };

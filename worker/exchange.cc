@@ -29,7 +29,7 @@ void Exchange::Call(const Wiring& wiring, int examples, bool streamed) {
     o.answered = [this](bool applied) { Answered(applied); };
     PsClient& ps = *wiring.ps;
     status_ = ps.PushPullAll(wiring.worker, examples, wiring.grads, wiring.params,
-                             wiring.timeout, streamed ? &o : nullptr);
+                             wiring.timeout, streamed ? &o : nullptr, wiring.chunk);
     torn_ = ps.last_pull_torn();
     push_applied_ = ps.last_push_applied();
     stats_ = ps.last_call();

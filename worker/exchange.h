@@ -41,6 +41,7 @@ class Exchange {
     absl::Duration timeout;  // of the whole call, retries included
     const GradientWatermark* ready = nullptr;  // streamed: what is final
     ParamsWatermark* arrived = nullptr;  // priority pulls only; else null
+    int64_t chunk = -1;  // the chunk the gradient is of (PushRequest.chunk)
   };
 
   // Starts the push-pull of `examples` examples' gradient: streamed while

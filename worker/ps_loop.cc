@@ -154,6 +154,7 @@ class PsTraining {
   // layers' weights while the rest still arrive (a backend that reads the
   // weights whole waits for all of them).
   bool priority_pull_ = false;
+  int64_t chunk_ = -1;  // the chunk of the step in hand (PushRequest.chunk)
   ParamsWatermark arrived_;
   std::vector<float> params_, grads_;
   std::unique_ptr<BatchSource> batches_;  // made with the backend
@@ -323,6 +324,7 @@ absl::Status PsTraining::FollowRestore(int64_t generation) {
 absl::Status PsTraining::Step(const WorkResponse& work) {
   const absl::Time t0 = absl::Now();
   report_->set_epoch(static_cast<int>(work.chunk() / chunks_.chunks_per_epoch()));
+  chunk_ = work.chunk();
   absl::StatusOr<Batch> got = batches_->Get(work.chunk());
   if (!got.ok()) return got.status();  // a bad record: DataLoss, exit 4
   const Batch batch = *got;
@@ -464,6 +466,7 @@ std::unique_ptr<Exchange> PsTraining::StartExchange(std::unique_ptr<Exchange> be
   w.timeout = options_.step_timeout;
   w.ready = &ready_;
   w.arrived = priority_pull_ ? &arrived_ : nullptr;
+  w.chunk = chunk_;
   return Exchange::Start(w, std::move(before), n, streamed);
 }
 
