@@ -338,7 +338,9 @@ absl::Status GeneralCpuNetwork::CheckIds(int i, const float* images, int threads
     if (s.bad_id < 0) continue;
     const int64_t example = s.first + s.bad_id / op.pixels;
     const float id = OpInput(i, s, images)[s.bad_id];
-    return absl::InvalidArgumentError(absl::StrCat(
+    // DataLoss: the data does not fit the model, and the worker exits
+    // kExitBadData (a restart changes nothing).
+    return absl::DataLossError(absl::StrCat(
         "layer '", op.name, "' (Embedding): id ", id, " (position ", s.bad_id % op.pixels,
         " of example ", example, " of the batch) is outside [0, input_dim = ", op.dense_in,
         ")"));

@@ -45,7 +45,7 @@ class GeneralCpuNetwork {
   ~GeneralCpuNetwork();
 
   // As CpuNetwork::TrainStep; `step_key` names the step for Dropout's masks.
-  // InvalidArgument naming the layer, the id and input_dim when an
+  // DataLoss naming the layer, the id and input_dim when an
   // Embedding's id is outside [0, input_dim) (then nothing is computed).
   absl::Status TrainStep(const float* params, const float* images, const float* targets,
                          int batch, uint64_t step_key, float* grads, double* loss_sum,
@@ -72,7 +72,7 @@ class GeneralCpuNetwork {
   // Stops at an Embedding's out-of-range id (CheckIds).
   absl::Status Forward(const float* params, const float* images, int batch, bool training,
                        uint64_t step_key, float* grads);
-  // After Embedding op i's forward: InvalidArgument for the first id out of
+  // After Embedding op i's forward: DataLoss for the first id out of
   // range that a slice found.
   absl::Status CheckIds(int i, const float* images, int threads) const;
   // BatchNormalization op i forward. In training it normalises with the

@@ -435,7 +435,7 @@ TEST(GeneralCpuNetworkTest, EmbeddingIdOutOfRangeIsAnError) {
     images[3 * 5 + 2] = bad;  // example 3 (the second thread's), position 2
     absl::Status s = net->TrainStep(m.params.data(), images.data(), m.labels.data(), batch,
                                     grads.data(), &loss, &correct);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << bad;
     EXPECT_NE(s.message().find("layer 'emb' (Embedding): id "), std::string::npos) << s;
     EXPECT_NE(s.message().find("of example 3 of the batch) is outside [0, input_dim = 11)"),
               std::string::npos)
@@ -444,7 +444,7 @@ TEST(GeneralCpuNetworkTest, EmbeddingIdOutOfRangeIsAnError) {
     EXPECT_EQ(net->Evaluate(m.params.data(), images.data(), m.labels.data(), batch, &sum,
                             &correct)
                   .code(),
-              absl::StatusCode::kInvalidArgument);
+              absl::StatusCode::kDataLoss);
   }
   EXPECT_TRUE(net->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
                              grads.data(), &loss, &correct)
