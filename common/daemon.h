@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "common/cluster_spec.h"
+#include "common/command_line.h"
 #include "common/exit_codes.h"
 #include "common/metrics.h"
 
@@ -33,26 +34,10 @@ TfConfig StartDaemonOrExit(int argc, char** argv, const char* tf_config_env,
 // ("ps:0"), and /metrics is served on --metrics_port (StartMetricsOrExit).
 std::unique_ptr<Metrics> StartLoggingAndMetricsOrExit(const TfConfig& config);
 
-// Parses the command line into the Abseil flags of the daemon's main and
-// of this library, in Abseil's syntax. --help (or -h) prints `usage` and
-// those flags, then exits 0. Any bad input exits 2 with one line naming it:
-// an unknown flag, a value that does not parse (Abseil's own message,
-// e.g. "Illegal value 'abc' specified for flag 'epochs'"), a missing value,
-// an argument that is not a flag. Abseil's own flags (--flagfile, ...) are
-// not taken.
-void ParseFlagsOrExit(int argc, char** argv, const std::string& usage);
-
 // Keeps glibc malloc from handing large buffers back to the system after
 // every message (millions of page faults per run otherwise): raises the
 // mmap and trim thresholds. Call early in main.
 void TuneAllocator();
-
-// Prints "error: <message>" to stderr and exits with code 2.
-[[noreturn]] void ExitWithUsageError(const std::string& message);
-
-// Prints "error: <message>" to stderr and exits with kExitBadData (the
-// data is missing or unreadable: starting again changes nothing).
-[[noreturn]] void ExitWithDataError(const std::string& message);
 
 // Reads --tf_config=FILE when given, else `env_value` (the TF_CONFIG
 // variable), and checks that task.type is `expected_type`.

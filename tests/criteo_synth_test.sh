@@ -51,6 +51,14 @@ run "--zipf out of range" 2 "^error: --zipf=-1: must be in \[0, 10\]" --out="$tm
 run "--ids_per_feature out of range" 2 "^error: --ids_per_feature=0: must be in" \
   --out="$tmp/x" --ids_per_feature=0
 run "an unknown flag" 2 "unknown flag '--frobnicate=1'" --out="$tmp/x" --frobnicate=1
+# A tool, not a daemon: the daemons' shared flags are neither listed nor taken.
+if "$bin" --help 2>&1 | grep -q -- '--tf_config'; then
+  fail "--help lists the daemons' --tf_config"
+else
+  pass "--help lists no daemon flag"
+fi
+run "a daemon's flag is unknown here" 2 "unknown flag '--tf_config=x'" --out="$tmp/x" \
+  --tf_config=x
 run "an unwritable --out" 1 "^error: cannot create $tmp/no/such: " --out="$tmp/no/such" --rows=10
 
 run "a small run" 0 "planted model on the test split: auc=" \

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "common/daemon.h"
+#include "common/command_line.h"
 #include "common/exit_codes.h"
 #include "model/criteo_synth.h"
 
