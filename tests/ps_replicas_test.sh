@@ -202,17 +202,32 @@ else
   fail "sync, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/kill.out"
 fi
 
+# check_promoted NAME OUT NUM_PS FINAL PROMOTED: the killed run (kill_ps)
+# exited 0, its final line is the clean run's (FINAL "clean") or matches the
+# extended regex FINAL, the chief logged PROMOTED (an extended regex), nothing
+# was restored from the checkpoint, and every copy applied the same updates.
+check_promoted() {
+  local name="$1" out="$2" n="$3" final="$4" promoted_re="$5" last problems
+  problems="$(crc_pairs "$out" "$n")$(same_updates "$out" "$n")"
+  last="$(tail -n 1 "$out" | sed 's/ wall_s=.*//')"
+  if [ "$final" = clean ]; then
+    [ "$last" = "$f0" ] || problems+="final line '$last', the clean run's '$f0'; "
+  elif ! [[ "$last" =~ $final ]]; then
+    problems+="final line '$last' does not match /$final/; "
+  fi
+  grep -qE "$promoted_re" "$out" || problems+="no line /$promoted_re/; "
+  ! grep -q 'restored from the checkpoint' "$out" || problems+="restored from the checkpoint; "
+  if [ -n "$killed" ] && [ "$rc" -eq 0 ] && [ -z "$problems" ]; then
+    pass "$name"
+  else
+    fail "$name (killed '$killed', exit $rc): $problems"; tail -n 30 "$out"
+  fi
+}
+
 # The same in async with 3 ps.
 kill_ps "$tmp/akill.out" async 3 1
-problems="$(crc_pairs "$tmp/akill.out" 3)$(same_updates "$tmp/akill.out" 3)"
-if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
-   [[ "$(tail -n 1 "$tmp/akill.out")" =~ ^final:\ test_accuracy=0\.98 ]] &&
-   grep -qE "${promoted//ps:0/ps:2}" "$tmp/akill.out" &&
-   ! grep -q 'restored from the checkpoint' "$tmp/akill.out" && [ -z "$problems" ]; then
-  pass "async, 3 ps, ps:1 killed mid-run: its backup on ps:2 promoted, every copy applied every push once, every backup equals its primary"
-else
-  fail "async, 3 ps, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/akill.out"
-fi
+check_promoted "async, 3 ps, ps:1 killed mid-run: its backup on ps:2 promoted, every copy applied every push once, every backup equals its primary" \
+  "$tmp/akill.out" 3 '^final: test_accuracy=0\.98' "${promoted//ps:0/ps:2}"
 
 # ps 0 of a sync run decides the steps: killed, its backup store on ps 1
 # is promoted to decide them from the version it holds (taking ps 0's
@@ -236,30 +251,16 @@ fi
 
 # The other two corners of {sync, async} x {2, 3 ps}: sync with 3 ps, ps:2
 # killed (its backup is on ps:0), ends with the clean 2-ps run's final line
-# (each ps sums its shards' gradients in worker order, however many ps
-# there are, so the run trains the same bits); async with 2 ps, ps:0
-# killed (its backup is on ps:1).
+# (each ps sums its shards' gradients in chunk order, however many ps there
+# are, so the run trains the same bits); async with 2 ps, ps:0 killed (its
+# backup is on ps:1).
 kill_ps "$tmp/s3kill.out" sync 3 2
-problems="$(crc_pairs "$tmp/s3kill.out" 3)$(same_updates "$tmp/s3kill.out" 3)"
-if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
-   [ "$(tail -n 1 "$tmp/s3kill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
-   grep -qE "${promoted//ps:1/ps:2}" "$tmp/s3kill.out" &&
-   ! grep -q 'restored from the checkpoint' "$tmp/s3kill.out" && [ -z "$problems" ]; then
-  pass "sync, 3 ps, ps:2 killed mid-run: its backup on ps:0 promoted, no step redone, every copy applied the same updates, the final line is the clean run's"
-else
-  fail "sync, 3 ps, ps:2 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/s3kill.out"
-fi
+check_promoted "sync, 3 ps, ps:2 killed mid-run: its backup on ps:0 promoted, no step redone, every copy applied the same updates, the final line is the clean run's" \
+  "$tmp/s3kill.out" 3 clean "${promoted//ps:1/ps:2}"
 kill_ps "$tmp/a2kill.out" async 2 0
-problems="$(crc_pairs "$tmp/a2kill.out" 2)$(same_updates "$tmp/a2kill.out" 2)"
-if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
-   [[ "$(tail -n 1 "$tmp/a2kill.out")" =~ ^final:\ test_accuracy=0\.98 ]] &&
-   grep -qE 'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on' \
-     "$tmp/a2kill.out" &&
-   ! grep -q 'restored from the checkpoint' "$tmp/a2kill.out" && [ -z "$problems" ]; then
-  pass "async, 2 ps, ps:0 killed mid-run: its backup on ps:1 promoted, every copy applied every push once, every backup equals its primary"
-else
-  fail "async, 2 ps, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/a2kill.out"
-fi
+check_promoted "async, 2 ps, ps:0 killed mid-run: its backup on ps:1 promoted, every copy applied every push once, every backup equals its primary" \
+  "$tmp/a2kill.out" 2 '^final: test_accuracy=0\.98' \
+  'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on'
 
 # Both copies of ps 1's store lost at once (ps 1 and ps 2, which keeps its
 # backup): restored from the checkpoint, and the log says why.
