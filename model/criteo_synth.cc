@@ -168,6 +168,11 @@ absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& o) {
   if (!(o.zipf >= 0 && o.zipf <= 10)) {
     return absl::InvalidArgumentError(absl::StrCat("--zipf=", o.zipf, ": must be in [0, 10]"));
   }
+  if (o.buckets < 1 || o.buckets > kCriteoMaxBuckets) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--buckets=", o.buckets, ": must be in [1, ", kCriteoMaxBuckets,
+                     "] (2^24: rows are exact in float32)"));
+  }
   return absl::OkStatus();
 }
 
@@ -322,6 +327,11 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string json = CriteoSynthJson(options, summary);
   if (absl::Status s = WriteFileAtomically(out_dir + "/planted.json", {json}); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(absl::StrCat(out_dir, "/", kCriteoConfigFile),
+                                           {CriteoConfigJson(options.buckets)});
+      !s.ok()) {
+    return s;
+  }
   return summary;
 }
 
@@ -337,7 +347,8 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
         {"ids_per_feature", options.ids_per_feature},
         {"seed", options.seed},
         {"test_fraction", options.test_fraction},
-        {"zipf", options.zipf}}},
+        {"zipf", options.zipf},
+        {"buckets", options.buckets}}},
       {"seed", options.seed},
       {"positive_rate",
        (s.train_positive_rate * s.train_rows + s.test_positive_rate * s.test_rows) / rows},

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/criteo.h"
+#include "model/criteo_dataset.h"
 
 namespace pscluster {
 
@@ -31,11 +32,13 @@ struct CriteoSynthOptions {
   uint64_t seed = 1;
   double test_fraction = 0.1;  // of rows, rounded, written to test.txt
   double zipf = 1.05;          // id of frequency rank r (from 1) drawn with weight r^-zipf
+  int64_t buckets = kCriteoDefaultBuckets;  // criteo.json's: the models' Embedding rows
 };
 
 // InvalidArgument naming the flag and its value ("--rows=1: ...") unless
 // rows >= 2, test_fraction leaves both splits at least one row,
-// ids_per_feature is in [1, kMaxSynthIds] and zipf in [0, 10].
+// ids_per_feature is in [1, kMaxSynthIds], zipf in [0, 10] and buckets in
+// [1, kCriteoMaxBuckets].
 absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& options);
 
 // At most 2^27 ids a feature: (feature, rank) then fits the 32 bits of a
@@ -126,7 +129,9 @@ struct CriteoSynthSummary {
 
 // Draws options.rows examples into <out_dir>/train.txt (the first rows)
 // and <out_dir>/test.txt (the last round(rows * test_fraction)), then
-// writes <out_dir>/planted.json (CriteoSynthJson). Creates out_dir (not
+// writes <out_dir>/planted.json (CriteoSynthJson) and <out_dir>/criteo.json
+// (CriteoConfigJson(options.buckets)), which makes the folder a dataset
+// (model/criteo_dataset.h). Creates out_dir (not
 // its parents) when missing. `progress`, when given, is called after every
 // `progress_every` (> 0) rows with the rows written so far. Errors name the
 // file; files already written are left.

@@ -37,6 +37,10 @@ TEST(CriteoSynthOptionsTest, ErrorsNameTheFlag) {
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->ids_per_feature = 0; }),
             "--ids_per_feature=0: must be in [1, 134217728]");
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->zipf = -1; }), "--zipf=-1: must be in [0, 10]");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = 0; }),
+            "--buckets=0: must be in [1, 16777216] (2^24: rows are exact in float32)");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = 16777217; }),
+            "--buckets=16777217: must be in [1, 16777216] (2^24: rows are exact in float32)");
 }
 
 TEST(SynthIdTest, EveryFeatureAndRankHasItsOwnReversibleId) {
@@ -113,6 +117,7 @@ class CriteoSynthDataTest : public ::testing::Test {
     options_->rows = 200000;
     options_->ids_per_feature = 20000;
     options_->seed = 5;
+    options_->buckets = 50000;
     absl::StatusOr<CriteoSynthSummary> summary = WriteCriteoSynth(*options_, Dir());
     ASSERT_TRUE(summary.ok()) << summary.status();
     summary_ = new CriteoSynthSummary(*summary);
@@ -173,6 +178,11 @@ TEST_F(CriteoSynthDataTest, PlantedJsonHoldsTheAucOfTheTestFile) {
   EXPECT_EQ(planted["flags"]["rows"], 200000);
   EXPECT_EQ(planted["test"]["rows"], 20000);
   EXPECT_EQ(planted["train"]["rows"], 180000);
+  EXPECT_EQ(planted["flags"]["buckets"], options_->buckets);
+  // criteo.json makes the folder a dataset of options_->buckets rows a table.
+  absl::StatusOr<int64_t> buckets = ReadCriteoBuckets(Dir());
+  ASSERT_TRUE(buckets.ok()) << buckets.status();
+  EXPECT_EQ(*buckets, options_->buckets);
 
   // The planted probabilities recomputed from test.txt.
   absl::StatusOr<std::vector<CriteoExample>> test = ReadCriteoFile(Dir() + "/test.txt");

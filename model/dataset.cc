@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "model/criteo_dataset.h"
 #include "model/tfrecord_source.h"
 
 namespace pscluster {
@@ -303,6 +304,7 @@ absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwh
 absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split) {
   const std::string part = split == Split::kTrain ? "train" : "test";
   if (IsTFRecordFolder(path)) return LoadTFRecordDataset(path, split);
+  if (IsCriteoFolder(path)) return LoadCriteoDataset(path, split);
   if (absl::EndsWith(path, ".npz")) {
     absl::StatusOr<std::string> x = ReadNpzMember(path, "x_" + part + ".npy");
     if (!x.ok()) return x.status();
@@ -336,6 +338,7 @@ absl::Status CheckDataFiles(const std::string& path, Split split) {
     }
     return absl::OkStatus();
   }
+  if (IsCriteoFolder(path)) return CheckCriteoFiles(path, split);
   if (absl::EndsWith(path, ".npz")) {
     for (const char* what : {"x_", "y_"}) {
       // Reads the member: npz archives are small next to a run.

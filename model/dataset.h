@@ -9,7 +9,8 @@
 // weights, binary labels or regression targets ([N, K]; integers or
 // float32/float64), which CheckDatasetFitsModel checks against the model's
 // loss. A folder holding tfrecord_schema.json is TFRecord data
-// (model/tfrecord_source.h). Plain functions: thread-safe.
+// (model/tfrecord_source.h); one holding train.txt or test.txt (or .gz) is
+// Criteo click logs (model/criteo_dataset.h). Plain functions: thread-safe.
 #ifndef PSCLUSTER_MODEL_DATASET_H_
 #define PSCLUSTER_MODEL_DATASET_H_
 

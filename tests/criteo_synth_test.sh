@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tests deploy/data/criteo_synth's command line: --help, bad flags (exit 2
 # naming the flag and the value), an unwritable --out (exit 1 naming it),
-# and a small run (the three files, 40 fields a line, the same bytes for
-# the same seed). The data itself is tested by model/criteo_synth_test.
+# and a small run (the four files, 40 fields a line, criteo.json's buckets,
+# the same bytes for the same seed). The data itself is tested by model/criteo_synth_test.
 # Needs the binary built (bazel build //deploy/data:criteo_synth).
 #
 # Usage: tests/criteo_synth_test.sh [MNIST_DIR]   (MNIST is not needed)
@@ -50,6 +50,10 @@ run "--test_fraction out of range" 2 "^error: --test_fraction=2: must be in \(0,
 run "--zipf out of range" 2 "^error: --zipf=-1: must be in \[0, 10\]" --out="$tmp/x" --zipf=-1
 run "--ids_per_feature out of range" 2 "^error: --ids_per_feature=0: must be in" \
   --out="$tmp/x" --ids_per_feature=0
+run "--buckets too small" 2 "^error: --buckets=0: must be in \[1, 16777216\]" \
+  --out="$tmp/x" --buckets=0
+run "--buckets over 2^24" 2 "^error: --buckets=16777217: must be in" --out="$tmp/x" \
+  --buckets=16777217
 run "an unknown flag" 2 "unknown flag '--frobnicate=1'" --out="$tmp/x" --frobnicate=1
 # A tool, not a daemon: the daemons' shared flags are neither listed nor taken.
 if "$bin" --help 2>&1 | grep -q -- '--tf_config'; then
@@ -62,8 +66,8 @@ run "a daemon's flag is unknown here" 2 "unknown flag '--tf_config=x'" --out="$t
 run "an unwritable --out" 1 "^error: cannot create $tmp/no/such: " --out="$tmp/no/such" --rows=10
 
 run "a small run" 0 "planted model on the test split: auc=" \
-  --out="$tmp/a" --rows=2000 --ids_per_feature=100 --seed=3
-for f in train.txt test.txt planted.json; do
+  --out="$tmp/a" --rows=2000 --ids_per_feature=100 --seed=3 --buckets=5000
+for f in train.txt test.txt planted.json criteo.json; do
   if [ -s "$tmp/a/$f" ]; then pass "the small run wrote $f"; else fail "no $tmp/a/$f"; fi
 done
 if [ "$(wc -l <"$tmp/a/train.txt")" -eq 1800 ] &&
@@ -79,7 +83,13 @@ else
   fail "a line without 40 fields: $bad"
 fi
 
-"$bin" --out="$tmp/b" --rows=2000 --ids_per_feature=100 --seed=3 >/dev/null 2>&1
+if grep -Eq '^\{"buckets": 5000\}$' "$tmp/a/criteo.json"; then
+  pass "criteo.json holds --buckets"
+else
+  fail "criteo.json: $(cat "$tmp/a/criteo.json")"
+fi
+
+"$bin" --out="$tmp/b" --rows=2000 --ids_per_feature=100 --seed=3 --buckets=5000 >/dev/null 2>&1
 if cmp -s "$tmp/a/train.txt" "$tmp/b/train.txt" && cmp -s "$tmp/a/test.txt" "$tmp/b/test.txt" &&
    cmp -s "$tmp/a/planted.json" "$tmp/b/planted.json"; then
   pass "the same seed writes the same bytes"

@@ -1,6 +1,7 @@
 // criteo_synth: writes Criteo-format train.txt and test.txt drawn from a
-// planted click model, and planted.json with the planted model's own test
-// AUC (the best a trained model can expect). docs/criteo.md.
+// planted click model, planted.json with the planted model's own test AUC
+// (the best a trained model can expect), and criteo.json (--buckets), which
+// makes the folder training data. docs/criteo.md.
 //
 // Exit codes: 0 done, 1 the files could not be written, 2 bad flags.
 #include <cstdint>
@@ -20,6 +21,9 @@ ABSL_FLAG(std::string, out, "", "Folder to write train.txt, test.txt, planted.js
 ABSL_FLAG(double, test_fraction, 0.1, "Fraction of --rows (rounded) written to test.txt");
 ABSL_FLAG(double, zipf, 1.05,
           "Power-law exponent of the ids' frequencies: rank r (from 1) has weight r^-zipf");
+ABSL_FLAG(int64_t, buckets, pscluster::kCriteoDefaultBuckets,
+          "Rows of the models' Embedding tables, written to criteo.json: the ids' range when "
+          "the folder is training data (<= 2^24)");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
@@ -32,6 +36,7 @@ int main(int argc, char** argv) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.test_fraction = absl::GetFlag(FLAGS_test_fraction);
   options.zipf = absl::GetFlag(FLAGS_zipf);
+  options.buckets = absl::GetFlag(FLAGS_buckets);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) ExitWithUsageError("--out is required: the folder to write the files to");
   if (absl::Status s = CheckCriteoSynthOptions(options); !s.ok()) {
@@ -48,11 +53,12 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "wrote %s/train.txt (%lld rows, %.4f positive), %s/test.txt (%lld rows, %.4f positive), "
-      "%s/planted.json\nplanted model on the test split: auc=%.4f log_loss=%.4f\n"
+      "%s/planted.json, %s/criteo.json (buckets %lld)\nplanted model on the test split: auc=%.4f "
+      "log_loss=%.4f\n"
       "%.1f s, %.0f rows/s\n",
       out.c_str(), static_cast<long long>(summary->train_rows), summary->train_positive_rate,
       out.c_str(), static_cast<long long>(summary->test_rows), summary->test_positive_rate,
-      out.c_str(), summary->test_auc, summary->test_log_loss, summary->seconds,
-      double(options.rows) / summary->seconds);
+      out.c_str(), out.c_str(), static_cast<long long>(options.buckets), summary->test_auc,
+      summary->test_log_loss, summary->seconds, double(options.rows) / summary->seconds);
   return kExitOk;
 }

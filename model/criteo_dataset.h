@@ -1,0 +1,61 @@
+// A folder of Criteo click logs as training data (docs/criteo.md, "Training
+// on Criteo data"): <dir>/train.txt and <dir>/test.txt, either also as
+// .txt.gz, and optionally <dir>/criteo.json, {"buckets": B}. Each example
+// is 39 float32 values, the inputs of a model taking `dense` [13] and `ids`
+// [26] in that order:
+//   CriteoIntegerTransform(I_k) for k = 1..13 (an empty field: 0), then
+//   CriteoBucket(c, C_c's id, B) for c = 0..25 (an empty field has its own
+//   row per feature), a row of an Embedding of input_dim B,
+// and one target, the 0/1 label. B <= 2^24, so every row is exact in a
+// float32. The split is read whole into memory (156 bytes an example).
+//
+// Plain functions: thread-safe.
+#ifndef PSCLUSTER_MODEL_CRITEO_DATASET_H_
+#define PSCLUSTER_MODEL_CRITEO_DATASET_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/criteo.h"
+#include "model/idx_dataset.h"
+
+namespace pscluster {
+
+inline constexpr char kCriteoConfigFile[] = "criteo.json";
+inline constexpr int64_t kCriteoDefaultBuckets = 1000000;
+inline constexpr int64_t kCriteoMaxBuckets = int64_t{1} << 24;
+inline constexpr int kCriteoExampleValues = kCriteoIntegerFeatures + kCriteoCategoricalFeatures;
+
+// Whether `dir` is a folder holding train.txt, test.txt, or either .gz.
+bool IsCriteoFolder(const std::string& dir);
+
+// criteo.json's text for `buckets` rows a table: {"buckets": B}.
+std::string CriteoConfigJson(int64_t buckets);
+
+// B: criteo.json's "buckets", or kCriteoDefaultBuckets when the file is
+// absent. InvalidArgument naming the file for bad JSON, a missing or
+// non-integer "buckets", or one outside [1, 2^24].
+absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir);
+
+// The split's file: <dir>/train.txt, else <dir>/train.txt.gz (test alike).
+// NotFound naming both when neither is there.
+absl::StatusOr<std::string> CriteoSplitFile(const std::string& dir, Split split);
+
+// The start-up check: criteo.json (when there) is valid and the split's
+// file is there and readable; the lines are not read.
+absl::Status CheckCriteoFiles(const std::string& dir, Split split);
+
+// Writes `example`'s 39 values (as above) to values[0..39).
+void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values);
+
+// The whole split as a 1 x 1 x 39 Dataset with one target an example.
+// Errors as CheckCriteoFiles's, and the reader's naming the file and line
+// ("DIR/train.txt:3: field 5 (I4): ..."); InvalidArgument for an empty
+// file or more than 2^31 - 1 lines.
+absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_MODEL_CRITEO_DATASET_H_

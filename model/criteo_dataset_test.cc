@@ -1,0 +1,190 @@
+#include "model/criteo_dataset.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/testing/test_files.h"
+#include "gtest/gtest.h"
+#include "model/criteo.h"
+#include "model/dataset.h"
+#include "model/keras_model.h"
+#include "model/model_spec.h"
+
+namespace pscluster {
+namespace {
+
+// A fresh folder under the test's temporary directory.
+std::string NewDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  ::mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+// Two lines: the first with I1 = 0, I2 = -1, I3 = 10, I4 empty and C1
+// empty; the second a click with every field.
+const char kLine1[] =
+    "0\t0\t-1\t10\t\t1\t2\t3\t4\t5\t6\t7\t8\t9\t"
+    "\t0000000a\t0000000b\t0000000c\t0000000d\t0000000e\t0000000f\t00000010\t00000011\t"
+    "00000012\t00000013\t00000014\t00000015\t00000016\t00000017\t00000018\t00000019\t"
+    "0000001a\t0000001b\t0000001c\t0000001d\t0000001e\t0000001f\t00000020\t00000021\t"
+    "ffffffff\n";
+const char kLine2[] =
+    "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t"
+    "68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t25c83c98\t7e0ccccf\tde7995b8\t1f89b562\t"
+    "a73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\t"
+    "e5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t3a171ecb\tc5c50484\te8b83407\t"
+    "9727dd16\t00000000\n";
+
+std::vector<float> ExpectedValues(const std::string& line, int64_t buckets) {
+  CriteoExample e;
+  EXPECT_TRUE(ParseCriteoLine(line, &e).ok());
+  std::vector<float> v(kCriteoExampleValues);
+  CriteoExampleValues(e, buckets, v.data());
+  return v;
+}
+
+TEST(CriteoDatasetTest, ReadsValuesAndLabels) {
+  const std::string dir = NewDir("plain");
+  testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000));
+  ASSERT_TRUE(IsCriteoFolder(dir));
+  ASSERT_TRUE(CheckDataFiles(dir, Split::kTrain).ok());
+  absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->count, 2);
+  EXPECT_EQ(d->height, 1);
+  EXPECT_EQ(d->width, 1);
+  EXPECT_EQ(d->channels, 39);
+  EXPECT_EQ(d->targets_per_example, 1);
+  EXPECT_EQ(d->targets, (std::vector<float>{0, 1}));
+  ASSERT_EQ(d->images.size(), 78u);
+  const float* first = d->images.data();
+  EXPECT_EQ(first[0], 0.0f);                   // I1 = 0: log(1)
+  EXPECT_EQ(first[1], 0.0f);                   // I2 = -1 clipped
+  EXPECT_FLOAT_EQ(first[2], std::log(11.0f));  // I3 = 10
+  EXPECT_EQ(first[3], 0.0f);                   // I4 empty
+  EXPECT_EQ(first[13], static_cast<float>(CriteoBucket(0, kCriteoMissingId, 1000)));
+  EXPECT_EQ(first[14], static_cast<float>(CriteoBucket(1, 0x0a + 1, 1000)));
+  EXPECT_EQ(first[38], static_cast<float>(CriteoBucket(25, 0xffffffffLL + 1, 1000)));
+  EXPECT_EQ(std::vector<float>(d->images.begin() + 39, d->images.end()),
+            ExpectedValues(kLine2, 1000));
+  for (int i = 0; i < d->count; ++i) {
+    for (int c = 13; c < 39; ++c) {
+      const float row = d->images[i * 39 + c];
+      EXPECT_GE(row, 0.0f);
+      EXPECT_LT(row, 1000.0f);
+      EXPECT_EQ(row, static_cast<float>(static_cast<int64_t>(row)));
+    }
+  }
+}
+
+TEST(CriteoDatasetTest, DefaultBucketsWithoutConfig) {
+  const std::string dir = NewDir("no_config");
+  testing::WriteAll(dir + "/test.txt", kLine2);
+  absl::StatusOr<int64_t> buckets = ReadCriteoBuckets(dir);
+  ASSERT_TRUE(buckets.ok()) << buckets.status();
+  EXPECT_EQ(*buckets, 1000000);
+  absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTest);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->images, ExpectedValues(kLine2, 1000000));
+  // The other split is missing: NotFound naming both names.
+  const absl::Status s = CheckDataFiles(dir, Split::kTrain);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find(dir + "/train.txt (or " + dir + "/train.txt.gz)"), std::string::npos)
+      << s;
+}
+
+TEST(CriteoDatasetTest, ReadsGzip) {
+  const std::string dir = NewDir("gz");
+  const std::string text = std::string(kLine2) + kLine1;
+  gzFile file = gzopen((dir + "/train.txt.gz").c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  ASSERT_EQ(gzwrite(file, text.data(), text.size()), static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(file), Z_OK);
+  ASSERT_TRUE(CheckDataFiles(dir, Split::kTrain).ok());
+  absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->count, 2);
+  EXPECT_EQ(d->targets, (std::vector<float>{1, 0}));
+  EXPECT_EQ(std::vector<float>(d->images.begin(), d->images.begin() + 39),
+            ExpectedValues(kLine2, kCriteoDefaultBuckets));
+}
+
+TEST(CriteoDatasetTest, BadLineNamesFileAndLine) {
+  const std::string dir = NewDir("bad_line");
+  std::string bad = kLine2;
+  bad.replace(bad.find("\t68fd1e64"), 9, "\t68fd1e6g");
+  testing::WriteAll(dir + "/train.txt", std::string(kLine1) + bad);
+  const absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTrain);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find(dir + "/train.txt:2: field 15 (C1)"), std::string::npos)
+      << d.status();
+  // OpenExampleSource (what a worker calls) says the same.
+  EXPECT_EQ(OpenExampleSource(dir, Split::kTrain).status(), d.status());
+}
+
+TEST(CriteoDatasetTest, EmptyFileIsRefused) {
+  const std::string dir = NewDir("empty");
+  testing::WriteAll(dir + "/train.txt", "");
+  const absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTrain);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("train.txt: no examples"), std::string::npos) << d.status();
+}
+
+TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
+  const std::string dir = NewDir("bad_config");
+  testing::WriteAll(dir + "/train.txt", kLine1);
+  for (const std::string& text :
+       {std::string("{\"buckets\": 0}"), std::string("{\"buckets\": 16777217}"),
+        std::string("{\"buckets\": 1.5}"), std::string("{}"), std::string("[1")}) {
+    testing::WriteAll(dir + "/criteo.json", text);
+    const absl::Status s = CheckDataFiles(dir, Split::kTrain);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(dir + "/criteo.json: "), std::string::npos) << s;
+    EXPECT_FALSE(LoadDataset(dir, Split::kTrain).ok()) << text;
+  }
+  testing::WriteAll(dir + "/criteo.json", "{\"buckets\": 16777216}");
+  EXPECT_TRUE(CheckDataFiles(dir, Split::kTrain).ok());
+}
+
+// The shipped CTR model (deploy/models/ctr_wide_deep.json) parses, has its
+// 10^6 x 16 Embedding, and takes a Criteo folder's examples.
+TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
+  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_wide_deep.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_wide_deep.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->inputs.size(), 2u);
+  EXPECT_EQ(spec->inputs[0].name, "dense");
+  EXPECT_EQ(spec->inputs[0].size(), 13);
+  EXPECT_EQ(spec->inputs[1].name, "ids");
+  EXPECT_EQ(spec->inputs[1].size(), 26);
+  EXPECT_EQ(spec->input_height * spec->input_width * spec->input_channels, 39);
+  EXPECT_EQ(spec->loss, LossKind::kBinaryCrossentropy);
+  EXPECT_EQ(spec->num_classes, 1);
+  int embeddings = 0;
+  for (const LayerSpec& l : spec->layers) {
+    if (l.kind != LayerKind::kEmbedding) continue;
+    ++embeddings;
+    EXPECT_EQ(l.input_dim, kCriteoDefaultBuckets);
+    EXPECT_EQ(l.units, 16);
+  }
+  EXPECT_EQ(embeddings, 1);
+
+  const std::string dir = NewDir("fits");
+  testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+}
+
+}  // namespace
+}  // namespace pscluster
