@@ -21,8 +21,9 @@
 
 ABSL_FLAG(std::string, data_dir, "",
           "The data (required): a folder of MNIST-style IDX files, a folder of "
-          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, an .npz holding them, or a "
-          "folder of TFRecord shards with a tfrecord_schema.json (README: Your data: TFRecord)");
+          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, an .npz holding them, a "
+          "folder of TFRecord shards with a tfrecord_schema.json (README: Your data: TFRecord), "
+          "or a folder of Criteo logs train.txt and test.txt[.gz] (docs/criteo.md)");
 ABSL_FLAG(int, threads, 1, "Compute threads");
 ABSL_FLAG(std::string, device, "auto",
           "Where to compute: auto (a CUDA GPU when the driver reports one, else the CPU), "

@@ -24,8 +24,9 @@
 
 ABSL_FLAG(std::string, data_dir, "",
           "The data (required): a folder of MNIST-style IDX files, a folder of "
-          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, an .npz holding them, or a "
-          "folder of TFRecord shards with a tfrecord_schema.json (README: Your data: TFRecord)");
+          "x_train.npy, y_train.npy, x_test.npy, y_test.npy, an .npz holding them, a "
+          "folder of TFRecord shards with a tfrecord_schema.json (README: Your data: TFRecord), "
+          "or a folder of Criteo logs train.txt and test.txt[.gz] (docs/criteo.md)");
 ABSL_FLAG(int, threads, 0,
           "Compute threads for forward and backward; 0: 1 on a GPU, else every core this "
           "process may use (its CPU affinity, capped by a cgroup CPU limit). Several workers on "

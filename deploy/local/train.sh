@@ -11,8 +11,9 @@
 #   --num_workers=N       workers (default 2)
 #   --data=PATH           the data: a folder of MNIST-style IDX files, a folder
 #                         of x_train.npy/y_train.npy/x_test.npy/y_test.npy,
-#                         or an .npz holding them (--data_dir=PATH is the
-#                         same); default data/mnist, then
+#                         an .npz holding them, or a folder of Criteo logs
+#                         train.txt/test.txt[.gz] (docs/criteo.md;
+#                         --data_dir=PATH is the same); default data/mnist, then
 #                         ../shared/data/mnist, else MNIST is downloaded
 #   --device=D            where the workers and the evaluator compute (default
 #                         auto): auto (the GPUs when there are some, else the
@@ -246,13 +247,18 @@ have_mnist() {
   done
 }
 have_npy() { [ -f "$1/x_train.npy" ] && [ -f "$1/y_train.npy" ] && [ -f "$1/x_test.npy" ] && [ -f "$1/y_test.npy" ]; }
+# Criteo logs (model/criteo_dataset.h): both splits, plain or gzip.
+have_criteo() {
+  { [ -f "$1/train.txt" ] || [ -f "$1/train.txt.gz" ]; } &&
+    { [ -f "$1/test.txt" ] || [ -f "$1/test.txt.gz" ]; }
+}
 if [ -n "$DATA_DIR" ] && [ -f "$DATA_DIR" ]; then
   case "$DATA_DIR" in
     *.npz) ;;
     *) die "$DATA_FLAG=$DATA_DIR is a file but not a NumPy .npz archive" ;;
   esac
 elif [ -n "$DATA_DIR" ]; then
-  have_mnist "$DATA_DIR" || have_npy "$DATA_DIR" || die "$DATA_FLAG=$DATA_DIR does not hold the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...), nor x_train.npy, y_train.npy, x_test.npy and y_test.npy"
+  have_mnist "$DATA_DIR" || have_npy "$DATA_DIR" || have_criteo "$DATA_DIR" || die "$DATA_FLAG=$DATA_DIR does not hold the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...), nor x_train.npy, y_train.npy, x_test.npy and y_test.npy, nor Criteo's train.txt and test.txt[.gz]"
 elif have_mnist "$ROOT/data/mnist"; then
   DATA_DIR="$ROOT/data/mnist"
 elif have_mnist "$ROOT/../shared/data/mnist"; then
