@@ -1,10 +1,16 @@
 #include "chief/snapshot.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/sparse_layout.h"
 
 namespace pscluster {
 namespace {
@@ -13,6 +19,155 @@ std::vector<float> BytesToFloats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
   if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
   return out;
+}
+
+// Table t of ps `prefix` ("ps<i>") as checkpoint tensors: "<prefix>/sparse<t>/ids",
+// ".../rows" and ".../last_update". A state whose sizes disagree gives tensors
+// that SerializeSafetensors refuses, naming the tensor.
+void AddSparseTable(const std::string& prefix, int t, const SparseTableState& table,
+                    Checkpoint* c) {
+  const std::string name = absl::StrCat(prefix, "/sparse", t);
+  const int64_t n = table.ids_size();
+  c->metadata[name + "/table"] = absl::StrCat(table.table());
+  NamedTensor ids{name + "/ids", {n}, {}};
+  ids.dtype = NamedTensor::Dtype::kI64;
+  ids.ints.assign(table.ids().begin(), table.ids().end());
+  NamedTensor rows{name + "/rows", {n, table.floats_per_row()}, BytesToFloats(table.rows())};
+  NamedTensor last_update{name + "/last_update", {table.last_update_size()}, {}};
+  last_update.dtype = NamedTensor::Dtype::kI64;
+  last_update.ints.assign(table.last_update().begin(), table.last_update().end());
+  c->tensors.push_back(std::move(ids));
+  c->tensors.push_back(std::move(rows));
+  c->tensors.push_back(std::move(last_update));
+}
+
+// The tensor `name` of `c`, which must have `dtype` and `rank` dimensions;
+// DataLoss naming it otherwise.
+absl::StatusOr<const NamedTensor*> SparseTensor(
+    const Checkpoint& c, const std::map<std::string, const NamedTensor*>& by_name,
+    const std::string& name, NamedTensor::Dtype dtype, size_t rank) {
+  auto it = by_name.find(name);
+  if (it == by_name.end()) {
+    return absl::DataLossError(absl::StrCat("checkpoint of step ", c.step, " lacks ", name));
+  }
+  const NamedTensor& t = *it->second;
+  if (t.dtype != dtype || t.shape.size() != rank) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint of step ", c.step, ": ", name, " is ", DtypeName(t.dtype), " [",
+        absl::StrJoin(t.shape, ", "), "]; ", DtypeName(dtype), " of rank ", rank, " is needed"));
+  }
+  return &t;
+}
+
+// Sparse table t of ps `prefix` from its tensors (AddSparseTable's), its
+// table number `table`: DataLoss naming the tensor when one is missing,
+// another dtype or shape, or the ids are not increasing.
+absl::StatusOr<SparseTableState> ReadSparseTable(
+    const Checkpoint& c, const std::map<std::string, const NamedTensor*>& by_name,
+    const std::string& prefix, int t, int table) {
+  const std::string name = absl::StrCat(prefix, "/sparse", t);
+  absl::StatusOr<const NamedTensor*> ids =
+      SparseTensor(c, by_name, name + "/ids", NamedTensor::Dtype::kI64, 1);
+  absl::StatusOr<const NamedTensor*> rows =
+      SparseTensor(c, by_name, name + "/rows", NamedTensor::Dtype::kF32, 2);
+  absl::StatusOr<const NamedTensor*> last_update =
+      SparseTensor(c, by_name, name + "/last_update", NamedTensor::Dtype::kI64, 1);
+  for (const absl::Status& s : {ids.status(), rows.status(), last_update.status()}) {
+    if (!s.ok()) return s;
+  }
+  const int64_t n = (*ids)->shape[0];
+  if ((*rows)->shape[0] != n || (*last_update)->shape[0] != n) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint of step ", c.step, ": ", name, "/ids holds ", n, " ids but ", name,
+                     "/rows has shape [", absl::StrJoin((*rows)->shape, ", "), "] and ", name,
+                     "/last_update ", (*last_update)->shape[0], " values"));
+  }
+  const std::vector<int64_t>& id = (*ids)->ints;
+  for (size_t k = 1; k < id.size(); ++k) {
+    if (id[k] <= id[k - 1]) {
+      return absl::DataLossError(absl::StrCat("checkpoint of step ", c.step, ": ", name,
+                                              "/ids are not increasing: ", id[k - 1], " then ",
+                                              id[k]));
+    }
+  }
+  SparseTableState out;
+  out.set_table(table);
+  out.mutable_ids()->Assign(id.begin(), id.end());
+  out.set_rows((*rows)->values.data(), (*rows)->values.size() * sizeof(float));
+  out.mutable_last_update()->Assign((*last_update)->ints.begin(), (*last_update)->ints.end());
+  out.set_floats_per_row((*rows)->shape[1]);
+  return out;
+}
+
+// The sparse tables of `from` (any number of ps) split again over `to`'s
+// ps by RowOwner: every table is on every ps of `to`, in table order, its
+// ids increasing. InvalidArgument naming the ps and table when a table's
+// sizes disagree, its rows have two widths, or an id is on two ps.
+absl::Status ReshardSparse(const std::vector<ShardState>& from, std::vector<ShardState>* to) {
+  // One held row: its id, and where it is (ps, table state, index).
+  struct Row {
+    int64_t id;
+    int ps;
+    const SparseTableState* state;
+    int index;
+  };
+  struct Table {
+    int64_t floats_per_row = 0;
+    std::vector<Row> rows;
+  };
+  std::map<int, Table> tables;
+  for (size_t i = 0; i < from.size(); ++i) {
+    for (const SparseTableState& st : from[i].sparse()) {
+      const std::string where = absl::StrCat("ps", i, "'s sparse table ", st.table());
+      Table& table = tables[st.table()];
+      const int64_t n = st.ids_size();
+      if (st.floats_per_row() != 0 && table.floats_per_row != 0 &&
+          st.floats_per_row() != table.floats_per_row) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " has ", st.floats_per_row(),
+                                                       " floats per row; another ps has ",
+                                                       table.floats_per_row));
+      }
+      if (st.floats_per_row() != 0) table.floats_per_row = st.floats_per_row();
+      if (st.last_update_size() != n ||
+          static_cast<int64_t>(st.rows().size()) != n * st.floats_per_row() * 4) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " holds ", n, " ids, ", st.last_update_size(), " last updates and ",
+                         st.rows().size(), " bytes of rows of ", st.floats_per_row(), " floats"));
+      }
+      for (int k = 0; k < n; ++k) {
+        table.rows.push_back({st.ids(k), static_cast<int>(i), &st, k});
+      }
+    }
+  }
+  const int num_ps = static_cast<int>(to->size());
+  if (num_ps == 0 && !tables.empty()) {
+    return absl::InvalidArgumentError("no ps to hold the sparse tables");
+  }
+  for (auto& [number, table] : tables) {
+    std::sort(table.rows.begin(), table.rows.end(), [](const Row& a, const Row& b) {
+      return std::tie(a.id, a.ps) < std::tie(b.id, b.ps);
+    });
+    std::vector<SparseTableState*> out(num_ps);
+    for (int j = 0; j < num_ps; ++j) {
+      out[j] = (*to)[j].add_sparse();
+      out[j]->set_table(number);
+      out[j]->set_floats_per_row(table.floats_per_row);
+    }
+    const size_t row_bytes = table.floats_per_row * sizeof(float);
+    for (size_t k = 0; k < table.rows.size(); ++k) {
+      const Row& r = table.rows[k];
+      if (k > 0 && table.rows[k - 1].id == r.id) {
+        return absl::InvalidArgumentError(absl::StrCat("row ", r.id, " of sparse table ", number,
+                                                       " is on ps", table.rows[k - 1].ps, " and ps",
+                                                       r.ps));
+      }
+      SparseTableState* dst = out[RowOwner(number, r.id, num_ps)];
+      dst->add_ids(r.id);
+      dst->add_last_update(r.state->last_update(r.index));
+      dst->mutable_rows()->append(r.state->rows(), r.index * row_bytes, row_bytes);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -45,6 +200,8 @@ Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode 
       t.shape = {static_cast<int64_t>(t.values.size())};
       c.tensors.push_back(std::move(t));
     }
+    c.metadata[prefix + "/sparse_tables"] = absl::StrCat(s.sparse_size());
+    for (int t = 0; t < s.sparse_size(); ++t) AddSparseTable(prefix, t, s.sparse(t), &c);
   }
   return c;
 }
@@ -117,6 +274,11 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
     s.set_generation(snap.generation);
     s.set_optimizer_iterations(*iterations);
     for (const auto& [name, t] : by_name) {
+      const bool dense = name == prefix + "/values" || name.rfind(prefix + "/slot/", 0) == 0;
+      if (dense && t->dtype != NamedTensor::Dtype::kF32) {
+        return absl::DataLossError(absl::StrCat("checkpoint of step ", c.step, ": ", name, " is ",
+                                                DtypeName(t->dtype), ", not F32"));
+      }
       if (name == prefix + "/values") {
         s.set_values(t->values.data(), t->values.size() * sizeof(float));
       } else if (name.rfind(prefix + "/slot/", 0) == 0) {
@@ -129,6 +291,28 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
       return absl::DataLossError(absl::StrCat(
           "the checkpoint of step ", c.step, " holds ", s.values().size() / 4, " values for ps:", i,
           "; the placement gives it ", placement.floats_of_ps[i]));
+    }
+    // Optional: checkpoints written before sparse tables lack it (none).
+    int64_t tables = 0;
+    if (c.metadata.count(prefix + "/sparse_tables") != 0) {
+      absl::StatusOr<int64_t> n = number(prefix + "/sparse_tables");
+      if (!n.ok()) return n.status();
+      tables = *n;
+    }
+    if (tables < 0 || tables > 1 << 16) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", prefix, "/sparse_tables is ", tables));
+    }
+    for (int t = 0; t < tables; ++t) {
+      const std::string key = absl::StrCat(prefix, "/sparse", t, "/table");
+      absl::StatusOr<int64_t> table = number(key);
+      if (!table.ok()) return table.status();
+      if (*table < 0 || *table > std::numeric_limits<int32_t>::max()) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", key, " is ", *table));
+      }
+      absl::StatusOr<SparseTableState> state =
+          ReadSparseTable(c, by_name, prefix, t, static_cast<int>(*table));
+      if (!state.ok()) return state.status();
+      *s.add_sparse() = std::move(*state);
     }
     snap.ps.push_back(std::move(s));
   }
@@ -190,6 +374,10 @@ absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& 
       v->set_name(name);
       v->set_values(w.data(), w.size() * sizeof(float));
     });
+  }
+  if (absl::Status s = ReshardSparse(snap.ps, &out.ps); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the snapshot of step ", snap.step, ": ", s.message()));
   }
   for (ShardState& s : out.ps) {
     s.set_layout_fingerprint(to.fingerprint);

@@ -3,9 +3,18 @@
 // as a checkpoint file's tensors and metadata (model/checkpoint.h):
 //
 //   tensors   ps<i>/values, ps<i>/slot/<name>   (float32, flat)
+//             ps<i>/sparse<t>/ids                (int64 [n], increasing)
+//             ps<i>/sparse<t>/rows               (float32 [n, floats_per_row]:
+//                                                 each row's values, then slots)
+//             ps<i>/sparse<t>/last_update        (int64 [n], one per id)
 //   metadata  model, mode, generation, done_chunks, chunks_per_epoch,
 //             num_ps, run_started_unix_ms, ps<i>/version,
-//             ps<i>/optimizer_iterations, ps<i>/layout
+//             ps<i>/optimizer_iterations, ps<i>/layout,
+//             ps<i>/sparse_tables (how many: t in [0, it)),
+//             ps<i>/sparse<t>/table (the SparseTableState's table number)
+//
+// The sparse tensors are ShardState.sparse, the rows of the model's sparse
+// embedding tables that ps i holds (docs/sparse_embeddings.md).
 //
 // Pure functions, no I/O: thread-safe.
 #ifndef PSCLUSTER_CHIEF_SNAPSHOT_H_
@@ -37,18 +46,25 @@ struct Snapshot {
 Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode mode);
 
 // The inverse of ToCheckpoint for a cluster placed as `placement`:
-// DataLoss naming the key when metadata is missing or not a number, or when
-// a ps's values have another size; FailedPrecondition when the checkpoint
-// holds another number of ps or another variable layout. Every ShardState
-// gets the placement's fingerprint and the checkpoint's generation.
+// DataLoss naming the key when metadata is missing or not a number, when
+// a ps's values have another size, or when a sparse table's tensor is
+// missing, of another dtype or of a size its ids disagree with;
+// FailedPrecondition when the checkpoint holds another number of ps or
+// another variable layout. A checkpoint without ps<i>/sparse_tables (written
+// before sparse tables) gives ps i none. Every ShardState gets the
+// placement's fingerprint and the checkpoint's generation.
 absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& placement);
 
 // `snap`, laid out for `from`, laid out for `to` instead (the same model
 // over another number of ps): the values and every optimizer slot gathered
 // whole and split again; every state gets the snapshot's step as its
 // version and ps 0's optimizer iterations (a consistent cut: every ps
-// applied the same updates). InvalidArgument when the sizes or the slot
-// names do not match the placements.
+// applied the same updates). The sparse tables' rows are gathered from
+// every ps and split again by RowOwner(table, id, to.num_ps): each ps of
+// `to` holds every table, in table order, ids increasing, floats_per_row
+// kept. InvalidArgument when the sizes or the slot names do not match the
+// placements, or a sparse table's sizes disagree, its rows have two widths
+// or a row is on two ps.
 absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& from,
                                          const Placement& to);
 

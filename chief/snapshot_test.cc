@@ -2,11 +2,15 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/sparse_layout.h"
 
 namespace pscluster {
 namespace {
@@ -52,6 +56,33 @@ class SnapshotTest : public ::testing::Test {
         slot->set_values(Floats(n, name[0] + 10.0f * i));
       }
       snap.ps.push_back(std::move(s));
+    }
+    return snap;
+  }
+
+  // TwoPs() with three sparse tables on both ps, each row on its
+  // RowOwner's ps: table 0 (3 floats a row, small and large ids), table 1
+  // (2 floats a row, ids near 2^40), table 2 (4 floats a row, no rows yet).
+  Snapshot TwoPsWithSparse() const {
+    Snapshot snap = TwoPs();
+    const int64_t floats_per_row[] = {3, 2, 4};
+    std::vector<int64_t> ids[3];
+    for (int64_t id = 0; id < 40; ++id) ids[0].push_back(id);
+    ids[0].push_back(int64_t{1} << 62);
+    for (int64_t k = 0; k < 25; ++k) ids[1].push_back((int64_t{1} << 40) + 7 * k);
+    for (int i = 0; i < 2; ++i) {
+      for (int t = 0; t < 3; ++t) {
+        SparseTableState* table = snap.ps[i].add_sparse();
+        table->set_table(t);
+        table->set_floats_per_row(floats_per_row[t]);
+        for (int64_t id : ids[t]) {
+          if (RowOwner(t, id, 2) != i) continue;
+          table->add_ids(id);
+          table->add_last_update(40 - id % 5);
+          table->mutable_rows()->append(
+              Floats(floats_per_row[t], 0.5f * static_cast<float>(id % 1000) + 100.0f * t));
+        }
+      }
     }
     return snap;
   }
@@ -271,6 +302,181 @@ TEST_F(SnapshotTest, MissingOrShortValuesAreDataLoss) {
   EXPECT_EQ(std::string(back.status().message()),
             absl::StrCat("the checkpoint of step 41 holds ", placement_.floats_of_ps[0] - 1,
                          " values for ps:0; the placement gives it ", placement_.floats_of_ps[0]));
+}
+
+TEST_F(SnapshotTest, SparseRowsRoundTripThroughACheckpointFileBitForBit) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ASSERT_NE(tmp, nullptr);
+  const std::string dir = absl::StrCat(tmp, "/snapshot_sparse_round_trip");
+  Snapshot snap = TwoPsWithSparse();
+  // A NaN's payload and -0 travel as they are.
+  const float odd[] = {std::numeric_limits<float>::quiet_NaN(), -0.0f};
+  std::memcpy(&(*snap.ps[1].mutable_sparse(0)->mutable_rows())[0], odd, sizeof odd);
+  ASSERT_GT(snap.ps[0].sparse(1).ids_size(), 0);
+  ASSERT_GT(snap.ps[1].sparse(1).ids_size(), 0);
+
+  const Checkpoint written = ToCheckpoint(snap, spec_, SYNC);
+  EXPECT_EQ(written.metadata.at("ps1/sparse_tables"), "3");
+  EXPECT_EQ(written.metadata.at("ps1/sparse2/table"), "2");
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : written.tensors) by_name[t.name] = &t;
+  const SparseTableState& table = snap.ps[0].sparse(0);
+  ASSERT_EQ(by_name.count("ps0/sparse0/ids"), 1u);
+  EXPECT_EQ(by_name["ps0/sparse0/ids"]->dtype, NamedTensor::Dtype::kI64);
+  EXPECT_EQ(by_name["ps0/sparse0/ids"]->shape, std::vector<int64_t>{table.ids_size()});
+  EXPECT_EQ(by_name["ps0/sparse0/rows"]->dtype, NamedTensor::Dtype::kF32);
+  EXPECT_EQ(by_name["ps0/sparse0/rows"]->shape, (std::vector<int64_t>{table.ids_size(), 3}));
+  EXPECT_EQ(by_name["ps0/sparse0/last_update"]->dtype, NamedTensor::Dtype::kI64);
+  EXPECT_EQ(by_name["ps1/sparse2/rows"]->shape, (std::vector<int64_t>{0, 4}));
+
+  ASSERT_TRUE(WriteCheckpoint(dir, written, 1).ok());
+  absl::StatusOr<Checkpoint> c = ReadLatestCheckpoint(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Snapshot> back = FromCheckpoint(*c, placement_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->ps[1].sparse_size(), 3);
+  ExpectSame(snap, *back);  // every ShardState byte for byte, the rows included
+}
+
+// Which ps each row of each table is on, and its row and last update.
+using RowsById = std::map<std::tuple<int, int64_t>, std::tuple<int, std::string, int64_t>>;
+
+RowsById RowsOf(const Snapshot& snap) {
+  RowsById out;
+  for (size_t i = 0; i < snap.ps.size(); ++i) {
+    for (const SparseTableState& t : snap.ps[i].sparse()) {
+      const size_t row_bytes = t.floats_per_row() * sizeof(float);
+      for (int k = 0; k < t.ids_size(); ++k) {
+        out[{t.table(), t.ids(k)}] = {static_cast<int>(i),
+                                      t.rows().substr(k * row_bytes, row_bytes), t.last_update(k)};
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(SnapshotTest, ReshardingSparseTablesPutsEveryRowOnItsOwnerAndBack) {
+  const Snapshot snap = TwoPsWithSparse();
+  PlacementOptions popt;
+  popt.min_shard_bytes = 4096;
+  const Placement three = PlaceVariables(spec_, 3, popt);
+  absl::StatusOr<Snapshot> ps3 = ReshardSnapshot(snap, placement_, three);
+  ASSERT_TRUE(ps3.ok()) << ps3.status();
+  ASSERT_EQ(ps3->ps.size(), 3u);
+  const RowsById before = RowsOf(snap);
+  const RowsById after = RowsOf(*ps3);
+  ASSERT_EQ(after.size(), before.size());
+  for (const auto& [key, row] : after) {
+    const auto& [table, id] = key;
+    EXPECT_EQ(std::get<0>(row), RowOwner(table, id, 3)) << table << "/" << id;
+    EXPECT_EQ(std::get<1>(row), std::get<1>(before.at(key))) << table << "/" << id;
+    EXPECT_EQ(std::get<2>(row), std::get<2>(before.at(key))) << table << "/" << id;
+  }
+  const int64_t floats_per_row[] = {3, 2, 4};
+  for (int j = 0; j < 3; ++j) {
+    ASSERT_EQ(ps3->ps[j].sparse_size(), 3) << j;
+    for (int t = 0; t < 3; ++t) {
+      const SparseTableState& table = ps3->ps[j].sparse(t);
+      EXPECT_EQ(table.table(), t);
+      EXPECT_EQ(table.floats_per_row(), floats_per_row[t]);
+      for (int k = 1; k < table.ids_size(); ++k) EXPECT_LT(table.ids(k - 1), table.ids(k));
+    }
+  }
+  // Through a checkpoint of three ps read back by a two-ps run: the original.
+  absl::StatusOr<Snapshot> back =
+      FromCheckpointFor(ToCheckpoint(*ps3, spec_, SYNC), spec_, 4096, placement_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(back->ps[i].sparse_size(), 3);
+    for (int t = 0; t < 3; ++t) {
+      EXPECT_EQ(back->ps[i].sparse(t).SerializeAsString(), snap.ps[i].sparse(t).SerializeAsString())
+          << "ps" << i << " table " << t;
+    }
+  }
+}
+
+TEST_F(SnapshotTest, ReshardingRefusesARowOnTwoPsOrTwoWidths) {
+  const Placement one = PlaceVariables(spec_, 1, PlacementOptions());
+  Snapshot twice = TwoPsWithSparse();
+  SparseTableState* t0 = twice.ps[1].mutable_sparse(0);
+  const int64_t id = twice.ps[0].sparse(0).ids(0);
+  t0->add_ids(id);  // held by ps0 too (ids need not stay increasing here)
+  t0->add_last_update(1);
+  t0->mutable_rows()->append(Floats(3, 0.0f));
+  absl::StatusOr<Snapshot> s = ReshardSnapshot(twice, placement_, one);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr(absl::StrCat("row ", id, " of sparse table 0 is on ps0 and ps1")));
+
+  Snapshot wide = TwoPsWithSparse();
+  wide.ps[1].mutable_sparse(2)->set_floats_per_row(5);
+  s = ReshardSnapshot(wide, placement_, one);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("ps1's sparse table 2 has 5 floats"));
+}
+
+TEST_F(SnapshotTest, ACheckpointWithoutSparseTablesReadsWithNone) {
+  Checkpoint c = ToCheckpoint(TwoPs(), spec_, SYNC);
+  EXPECT_EQ(c.tensors.size(), 6u);
+  // As written before sparse tables: no count at all.
+  ASSERT_EQ(c.metadata.erase("ps0/sparse_tables"), 1u);
+  ASSERT_EQ(c.metadata.erase("ps1/sparse_tables"), 1u);
+  absl::StatusOr<Snapshot> back = FromCheckpoint(c, placement_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSame(TwoPs(), *back);
+  EXPECT_EQ(back->ps[0].sparse_size(), 0);
+}
+
+TEST_F(SnapshotTest, AMissingOrMismatchedSparseTensorIsNamed) {
+  const Checkpoint full = ToCheckpoint(TwoPsWithSparse(), spec_, SYNC);
+  auto read_without = [&](const std::string& name) {
+    Checkpoint c = full;
+    for (auto it = c.tensors.begin(); it != c.tensors.end(); ++it) {
+      if (it->name == name) {
+        c.tensors.erase(it);
+        break;
+      }
+    }
+    return FromCheckpoint(c, placement_).status();
+  };
+  for (const char* name : {"ps0/sparse0/ids", "ps1/sparse2/rows", "ps1/sparse1/last_update"}) {
+    const absl::Status s = read_without(name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << name;
+    EXPECT_EQ(std::string(s.message()), absl::StrCat("checkpoint of step 41 lacks ", name));
+  }
+  Checkpoint no_table = full;
+  no_table.metadata.erase("ps1/sparse1/table");
+  EXPECT_EQ(std::string(FromCheckpoint(no_table, placement_).status().message()),
+            "checkpoint of step 41 lacks ps1/sparse1/table");
+
+  Checkpoint short_rows = full;
+  for (NamedTensor& t : short_rows.tensors) {
+    if (t.name != "ps0/sparse1/rows") continue;
+    t.shape[0] -= 1;
+    t.values.resize(t.values.size() - 2);
+  }
+  absl::Status s = FromCheckpoint(short_rows, placement_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ps0/sparse1/rows has shape ["));
+
+  Checkpoint float_ids = full;
+  for (NamedTensor& t : float_ids.tensors) {
+    if (t.name != "ps0/sparse0/ids") continue;
+    t.dtype = NamedTensor::Dtype::kF32;
+    t.values.assign(t.ints.size(), 0.0f);
+    t.ints.clear();
+  }
+  s = FromCheckpoint(float_ids, placement_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ps0/sparse0/ids is F32 ["));
+
+  Checkpoint unsorted = full;
+  for (NamedTensor& t : unsorted.tensors) {
+    if (t.name == "ps1/sparse0/ids") std::swap(t.ints[0], t.ints[1]);
+  }
+  s = FromCheckpoint(unsorted, placement_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ps1/sparse0/ids are not increasing"));
 }
 
 }  // namespace

@@ -69,8 +69,9 @@ bool IsReservedKey(const std::string& key) {
   return key == kFormatKey || absl::StartsWith(key, kCrcKeyPrefix);
 }
 
+// Over the tensor's bytes in the file, whatever its dtype.
 uint32_t TensorCrc(const NamedTensor& t) {
-  return crc32c::Value(t.values.data(), t.values.size() * sizeof(float));
+  return crc32c::Value(TensorBytes(t));
 }
 
 // Exactly 8 hex digits, as WriteCheckpoint stores them.

@@ -24,7 +24,7 @@ constexpr size_t kListed = 20;
 absl::StatusOr<std::vector<FileTensor>> ReadSafetensorsFile(const std::string& path) {
   absl::StatusOr<std::vector<NamedTensor>> named = ReadSafetensors(path);
   if (!named.ok()) {
-    // A dtype other than F32 (Unimplemented, naming tensor and dtype) or a
+    // A dtype other than F32 and I64 (Unimplemented, naming tensor and dtype) or a
     // damaged file: the user's file either way.
     if (absl::IsNotFound(named.status())) return named.status();
     return absl::InvalidArgumentError(named.status().message());
@@ -35,7 +35,8 @@ absl::StatusOr<std::vector<FileTensor>> ReadSafetensorsFile(const std::string& p
     t.variable = n.name;
     t.where = absl::StrCat("tensor '", n.name, "'");
     t.shape = std::move(n.shape);
-    t.dtype = "float32";
+    // An I64 tensor keeps no values: FlattenWeights refuses it by dtype.
+    t.dtype = n.dtype == NamedTensor::Dtype::kI64 ? "int64" : "float32";
     t.values = std::move(n.values);
     out.push_back(std::move(t));
   }

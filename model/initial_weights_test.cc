@@ -2,8 +2,10 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/testing/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -151,6 +153,26 @@ TEST(InitialWeightsTest, UnreadableFilesAreNamed) {
   flat = LoadInitialWeights(f64, spec);
   EXPECT_TRUE(absl::IsInvalidArgument(flat.status())) << flat.status();
   EXPECT_THAT(flat.status().message(), HasSubstr("F64"));
+}
+
+// An int64 tensor (a checkpoint's ids) is read but is no float32 variable.
+TEST(InitialWeightsTest, AnInt64TensorIsRefusedByItsDtype) {
+  const ModelSpec spec = Small();
+  std::vector<NamedTensor> tensors;
+  for (const VariableSpec& v : spec.variables) {
+    NamedTensor t{v.name, v.shape, {}};
+    t.dtype = NamedTensor::Dtype::kI64;
+    t.ints.assign(v.size, 1);
+    tensors.push_back(std::move(t));
+  }
+  const std::string path = TempPath("int64.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+  absl::StatusOr<std::vector<float>> flat = LoadInitialWeights(path, spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(flat.status())) << flat.status();
+  EXPECT_THAT(flat.status().message(),
+              HasSubstr(absl::StrCat("variable '", spec.variables[0].name,
+                                     "' is int64 in the file (tensor '", spec.variables[0].name,
+                                     "'); float32 is needed")));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 constexpr char kMetadataKey[] = "__metadata__";
 constexpr char kF32[] = "F32";
+constexpr char kI64[] = "I64";
 // The reference implementation's limit; a larger header means corruption.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
@@ -52,6 +53,10 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+uint64_t ElementBytes(NamedTensor::Dtype dtype) {
+  return dtype == NamedTensor::Dtype::kI64 ? sizeof(int64_t) : sizeof(float);
+}
+
 // The JSON header, padded, preceded by its 8-byte length: everything before
 // the data section.
 absl::StatusOr<std::string> EncodeHeader(
@@ -73,21 +78,31 @@ absl::StatusOr<std::string> EncodeHeader(
       return absl::InvalidArgumentError(
           absl::StrCat("safetensors: tensor name '", t.name, "' is repeated"));
     }
+    const uint64_t element = ElementBytes(t.dtype);
     uint64_t count = 0;
-    if (!NumElements(t.shape, std::numeric_limits<uint64_t>::max() / 4,
+    if (!NumElements(t.shape, std::numeric_limits<uint64_t>::max() / element,
                      &count)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "safetensors: tensor '", t.name, "' has shape ", ShapeString(t.shape),
           " with a negative or too large dimension"));
     }
-    if (count != t.values.size()) {
+    const bool ints = t.dtype == NamedTensor::Dtype::kI64;
+    const size_t held = ints ? t.ints.size() : t.values.size();
+    const size_t other = ints ? t.values.size() : t.ints.size();
+    if (count != held) {
       return absl::InvalidArgumentError(absl::StrCat(
           "safetensors: tensor '", t.name, "' has shape ", ShapeString(t.shape),
-          " (", count, " values) but ", t.values.size(), " values"));
+          " (", count, " values) but ", held, " values"));
     }
-    const uint64_t end = offset + 4 * count;
-    header[t.name] = {
-        {"dtype", kF32}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
+    if (other != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors: tensor '", t.name, "' is ", DtypeName(t.dtype),
+          " but also holds ", other, " ", ints ? kF32 : kI64, " values"));
+    }
+    const uint64_t end = offset + element * count;
+    header[t.name] = {{"dtype", DtypeName(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, end}}};
     offset = end;
   }
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -126,6 +141,7 @@ bool GetUnsigned(const nlohmann::json& j, uint64_t* out) {
 
 struct Entry {
   std::string name;
+  NamedTensor::Dtype dtype = NamedTensor::Dtype::kF32;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;
 };
@@ -191,8 +207,9 @@ absl::Status ParseMetadata(const nlohmann::json& value,
   return absl::OkStatus();
 }
 
-// Tensor `key`'s header entry: an F32 dtype, a shape of non-negative
-// integers, and data_offsets [begin, end] that hold 4 bytes per value.
+// Tensor `key`'s header entry: an F32 or I64 dtype, a shape of
+// non-negative integers, and data_offsets [begin, end] that hold 4 (F32) or
+// 8 (I64) bytes per value.
 absl::StatusOr<Entry> ParseEntry(const std::string& key,
                                  const nlohmann::json& value,
                                  const std::string& source) {
@@ -206,13 +223,15 @@ absl::StatusOr<Entry> ParseEntry(const std::string& key,
   if (dtype == value.end() || !dtype->is_string()) {
     return Corrupt(source, where, " has no string dtype");
   }
-  if (dtype->get<std::string>() != kF32) {
-    return absl::UnimplementedError(
-        absl::StrCat(source, ": ", where, " has dtype ",
-                     dtype->get<std::string>(), "; only F32 is supported"));
-  }
   Entry entry;
   entry.name = key;
+  if (dtype->get<std::string>() == kI64) {
+    entry.dtype = NamedTensor::Dtype::kI64;
+  } else if (dtype->get<std::string>() != kF32) {
+    return absl::UnimplementedError(absl::StrCat(
+        source, ": ", where, " has dtype ", dtype->get<std::string>(),
+        "; only F32 and I64 are supported"));
+  }
   if (shape == value.end() || !shape->is_array()) {
     return Corrupt(source, where, " has no shape array");
   }
@@ -236,14 +255,15 @@ absl::StatusOr<Entry> ParseEntry(const std::string& key,
     return Corrupt(source, where, " has data_offsets [", entry.begin, ", ",
                    entry.end, "] with begin > end");
   }
+  const uint64_t element = ElementBytes(entry.dtype);
   uint64_t count = 0;
-  if (!NumElements(entry.shape, std::numeric_limits<uint64_t>::max() / 4,
+  if (!NumElements(entry.shape, std::numeric_limits<uint64_t>::max() / element,
                    &count) ||
-      entry.end - entry.begin != 4 * count) {
+      entry.end - entry.begin != element * count) {
     return Corrupt(source, where, " has shape ", ShapeString(entry.shape),
                    " but data_offsets [", entry.begin, ", ", entry.end,
-                   "] hold ", entry.end - entry.begin,
-                   " bytes, not 4 per value");
+                   "] hold ", entry.end - entry.begin, " bytes, not ", element,
+                   " per ", dtype->get<std::string>(), " value");
   }
   return entry;
 }
@@ -303,15 +323,25 @@ absl::Status CheckTiling(const std::vector<Entry>& entries, uint64_t data_size,
 
 }  // namespace
 
+const char* DtypeName(NamedTensor::Dtype dtype) {
+  return dtype == NamedTensor::Dtype::kI64 ? kI64 : kF32;
+}
+
+std::string_view TensorBytes(const NamedTensor& t) {
+  if (t.dtype == NamedTensor::Dtype::kI64) {
+    return {reinterpret_cast<const char*>(t.ints.data()),
+            t.ints.size() * sizeof(int64_t)};
+  }
+  return {reinterpret_cast<const char*>(t.values.data()),
+          t.values.size() * sizeof(float)};
+}
+
 absl::StatusOr<std::string> SerializeSafetensors(
     const std::vector<NamedTensor>& tensors,
     const std::map<std::string, std::string>& metadata) {
   absl::StatusOr<std::string> out = EncodeHeader(tensors, metadata);
   if (!out.ok()) return out;
-  for (const NamedTensor& t : tensors) {
-    out->append(reinterpret_cast<const char*>(t.values.data()),
-                t.values.size() * sizeof(float));
-  }
+  for (const NamedTensor& t : tensors) out->append(TensorBytes(t));
   return out;
 }
 
@@ -326,10 +356,7 @@ absl::Status WriteSafetensors(
   // Tensor data goes straight from the caller's vectors: no second copy of
   // the model in memory.
   std::vector<std::string_view> pieces = {*header};
-  for (const NamedTensor& t : tensors) {
-    pieces.emplace_back(reinterpret_cast<const char*>(t.values.data()),
-                        t.values.size() * sizeof(float));
-  }
+  for (const NamedTensor& t : tensors) pieces.push_back(TensorBytes(t));
   return WriteFileAtomically(path, pieces);
 }
 
@@ -360,10 +387,20 @@ absl::StatusOr<std::vector<NamedTensor>> ParseSafetensors(
     NamedTensor& t = tensors[i];
     t.name = std::move(e.name);
     t.shape = std::move(e.shape);
-    t.values.resize((e.end - e.begin) / 4);
+    t.dtype = e.dtype;
+    void* dest = nullptr;
+    if (e.dtype == NamedTensor::Dtype::kI64) {
+      t.ints.resize((e.end - e.begin) / sizeof(int64_t));
+      dest = t.ints.data();
+    } else {
+      t.values.resize((e.end - e.begin) / sizeof(float));
+      dest = t.values.data();
+    }
     // An empty tensor's vector may hold no memory (data() null), which
     // memcpy must not see even for 0 bytes.
-    if (e.end > e.begin) std::memcpy(t.values.data(), data.data() + e.begin, e.end - e.begin);
+    if (e.end > e.begin) {
+      std::memcpy(dest, data.data() + e.begin, e.end - e.begin);
+    }
   }
   if (metadata != nullptr) *metadata = std::move(meta);
   return tensors;

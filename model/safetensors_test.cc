@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/testing/test_files.h"
@@ -46,6 +47,14 @@ std::string FileWith(const std::string& header, size_t data_bytes) {
   return out;
 }
 
+NamedTensor I64Tensor(const std::string& name, std::vector<int64_t> shape,
+                      std::vector<int64_t> ints) {
+  NamedTensor t{name, std::move(shape), {}};
+  t.dtype = NamedTensor::Dtype::kI64;
+  t.ints = std::move(ints);
+  return t;
+}
+
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() &&
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -77,6 +86,51 @@ TEST(Safetensors, AnEmptyTensorRoundTrips) {
   ASSERT_EQ(back->size(), 1u);
   EXPECT_EQ((*back)[0].shape, (std::vector<int64_t>{0, 3}));
   EXPECT_TRUE((*back)[0].values.empty());
+}
+
+// I64 as the reference writer lays it out: 8 little-endian bytes a value
+// (what numpy's "<i8" and torch.int64 read).
+TEST(Safetensors, ExactByteLayoutOfAnInt64Tensor) {
+  auto bytes = SerializeSafetensors({I64Tensor("ids", {2}, {1, -2})});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const std::string json =
+      R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
+      R"("__metadata__":{"format":"pt"}})";
+  const uint64_t n = GetLE64(*bytes);
+  EXPECT_EQ(bytes->substr(8, json.size()), json);
+  EXPECT_EQ(bytes->substr(8 + n),
+            std::string("\x01\x00\x00\x00\x00\x00\x00\x00"
+                        "\xfe\xff\xff\xff\xff\xff\xff\xff",
+                        16));
+}
+
+// Int64 tensors beside float ones keep every value, the extremes included,
+// and the float tensors after them keep their offsets.
+TEST(Safetensors, Int64TensorsRoundTripBesideFloats) {
+  const std::vector<NamedTensor> tensors = {
+      {"t/rows", {2, 3}, {1, 2, 3, 4, 5, 6}},
+      I64Tensor("t/ids", {4},
+                {0, 7, std::numeric_limits<int64_t>::max(),
+                 std::numeric_limits<int64_t>::min()}),
+      I64Tensor("t/none", {0}, {}),
+      I64Tensor("t/count", {}, {-5}),
+      {"t/after", {1}, {9.5f}}};
+  const std::string path = TestPath("int64.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+  auto read = ReadSafetensors(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const NamedTensor& got = (*read)[i];
+    EXPECT_EQ(got.name, tensors[i].name);
+    EXPECT_EQ(got.dtype, tensors[i].dtype) << got.name;
+    EXPECT_EQ(got.shape, tensors[i].shape) << got.name;
+    EXPECT_EQ(got.ints, tensors[i].ints) << got.name;
+    EXPECT_TRUE(SameBits(got.values, tensors[i].values)) << got.name;
+    EXPECT_EQ(TensorBytes(got), TensorBytes(tensors[i])) << got.name;
+  }
+  EXPECT_EQ(DtypeName(NamedTensor::Dtype::kI64), std::string("I64"));
+  EXPECT_EQ(DtypeName(NamedTensor::Dtype::kF32), std::string("F32"));
 }
 
 TEST(Safetensors, HeaderIsAlwaysAlignedToEightBytes) {
@@ -269,6 +323,13 @@ TEST(Safetensors, EveryValidationErrorIsReportedWithItsValue) {
        "bytes [0, 4) of the data section"},
       {"bytes after the last tensor", FileWith("{" + ok_a + "}", 12),
        "bytes [8, 12) of the data section belong to no tensor"},
+      {"I64 with 4 bytes a value",
+       FileWith(
+           "{" + T("a", R"({"dtype":"I64","shape":[2],"data_offsets":[0,8]})") +
+               "}",
+           8),
+       "tensor 'a' has shape [2] but data_offsets [0, 8] hold 8 bytes, not 8 "
+       "per I64 value"},
   };
   for (const BadFile& c : cases) {
     auto read = ParseSafetensors(c.bytes, "bad.safetensors");
@@ -318,6 +379,23 @@ TEST(Safetensors, WriterRejectsBadTensors) {
       {"invalid UTF-8",
        {{"\xff\xfe", {1}, {1.0f}}},
        "cannot encode the header"},
+      {"I64 count mismatch",
+       {I64Tensor("ids", {3}, {1, 2})},
+       "'ids' has shape [3] (3 values) but 2 values"},
+      {"I64 holding floats",
+       {[] {
+         NamedTensor t = I64Tensor("ids", {1}, {1});
+         t.values = {1.0f};
+         return t;
+       }()},
+       "'ids' is I64 but also holds 1 F32 values"},
+      {"F32 holding ints",
+       {[] {
+         NamedTensor t{"w", {1}, {1.0f}};
+         t.ints = {1, 2};
+         return t;
+       }()},
+       "'w' is F32 but also holds 2 I64 values"},
   };
   const std::string path = TestPath("rejected.safetensors");
   for (const Case& c : cases) {
