@@ -11,6 +11,7 @@
 #include "model/keras_weights.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
+#include "model/sparse_layout.h"
 #include "wire/codec.h"
 #include "wire/data_plane.h"
 
@@ -121,6 +122,71 @@ absl::Status SetWire(const ChiefFlags& f, TrainingPlan* plan) {
     plan->set_ring_chunk_bytes(f.ring_chunk_bytes);
   } else if (*ring != Codec::kFloat32) {
     return Bad("ring_codec", f.ring_codec, "applies to --strategy=multi_worker_mirrored");
+  }
+  return absl::OkStatus();
+}
+
+// --dense_embeddings and the sparse tables' --embedding_* flags: checked
+// whatever the model, so that a bad value is named even for a model
+// without Embedding layers; a model whose Embedding cannot be sparse, and
+// a codec the sparse rows cannot take, are refused.
+absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
+  // A ring of mirrored workers holds whole models: its tables are dense.
+  const bool dense = f.dense_embeddings || plan->strategy() == MULTI_WORKER_MIRRORED;
+  plan->set_dense_embeddings(dense);
+  std::string name = f.embedding_optimizer;
+  if (name.empty()) {
+    if (f.optimizer == "momentum") {
+      name = "momentum";  // refused below only if the model has tables
+    } else {
+      name = f.optimizer;
+    }
+  }
+  if (name != "sgd" && name != "adagrad" && name != "adam" && name != "ftrl" &&
+      name != "momentum") {
+    return Bad("embedding_optimizer", f.embedding_optimizer, "must be sgd, adagrad, adam or ftrl");
+  }
+  if (!f.embedding_optimizer.empty() && name == "momentum") {
+    return Bad("embedding_optimizer", f.embedding_optimizer, "must be sgd, adagrad, adam or ftrl");
+  }
+  const double lr = f.embedding_learning_rate > 0 ? f.embedding_learning_rate : f.learning_rate;
+  if (!(f.embedding_learning_rate >= 0 && lr > 0 && lr < 1e6)) {
+    return Bad("embedding_learning_rate", std::to_string(f.embedding_learning_rate),
+               "must be > 0 (0: --learning_rate)");
+  }
+  if (f.embedding_admit_after < 1 || f.embedding_admit_after > 1000000) {
+    return Bad("embedding_admit_after", std::to_string(f.embedding_admit_after),
+               "must be in [1, 1000000]");
+  }
+  if (f.embedding_evict_after < 0) {
+    return Bad("embedding_evict_after", std::to_string(f.embedding_evict_after), "must be >= 0");
+  }
+  SparseOptimizerConfig* o = plan->mutable_embedding_optimizer();
+  o->set_name(name);
+  o->set_learning_rate(static_cast<float>(lr));
+  o->set_epsilon(1e-7f);
+  o->set_initial_accumulator_value(0.1f);
+  o->set_beta1(0.9f);
+  o->set_beta2(0.999f);
+  o->set_learning_rate_power(-0.5f);
+  plan->set_embedding_admit_after(f.embedding_admit_after);
+  plan->set_embedding_evict_after(f.embedding_evict_after);
+  if (dense) return absl::OkStatus();
+  absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json(), plan->loss());
+  if (!spec.ok()) return Bad("model", f.model, std::string(spec.status().message()));
+  absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(*spec);
+  if (!tables.ok()) return Bad("model", f.model, std::string(tables.status().message()));
+  if (tables->empty()) return absl::OkStatus();
+  if (name == "momentum") {
+    return Bad("optimizer", f.optimizer,
+               "has no per-row form for the model's sparse embedding tables: give "
+               "--embedding_optimizer (sgd, adagrad, adam or ftrl) or --dense_embeddings");
+  }
+  if (plan->push_codec() != WIRE_FP32 || plan->pull_codec() != WIRE_FP32) {
+    const bool push = plan->push_codec() != WIRE_FP32;
+    return Bad(push ? "push_codec" : "pull_codec", push ? f.push_codec : f.pull_codec,
+               "the model's sparse embedding rows travel as float32 only: give fp32, or "
+               "--dense_embeddings to send the tables whole");
   }
   return absl::OkStatus();
 }
@@ -341,6 +407,7 @@ absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfC
   if (absl::Status s = SetModelAndData(flags, &opt.plan); !s.ok()) return s;
   if (absl::Status s = SetWire(flags, &opt.plan); !s.ok()) return s;
   if (absl::Status s = SetOptimizer(flags, &opt.optimizer); !s.ok()) return s;
+  if (absl::Status s = SetEmbeddings(flags, &opt.plan); !s.ok()) return s;
   if (absl::Status s = SetCluster(flags, config, &opt, warnings); !s.ok()) return s;
   if (absl::Status s = SetTimings(flags, &opt); !s.ok()) return s;
   if (absl::Status s = SetCheckpointsAndPolicies(flags, &opt); !s.ok()) return s;

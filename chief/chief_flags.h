@@ -61,6 +61,12 @@ struct ChiefFlags {
   // the --model .keras archive's own weights. Empty: the seeded
   // initializers.
   std::string initial_weights;
+  // Sparse embedding tables (docs/sparse_embeddings.md).
+  bool dense_embeddings = false;
+  std::string embedding_optimizer;  // empty: --optimizer's per-row form
+  double embedding_learning_rate = 0;  // 0: --learning_rate
+  int embedding_admit_after = 1;
+  int64_t embedding_evict_after = 0;
 };
 
 // The options of a run of `config`'s cluster with `flags`. The first bad

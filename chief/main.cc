@@ -57,6 +57,19 @@ ABSL_FLAG(int64_t, ring_chunk_bytes, kDefaults.ring_chunk_bytes,
           "multi_worker_mirrored: the ring's pipelining unit, in bytes of fp32 values");
 ABSL_FLAG(std::string, optimizer, kDefaults.optimizer, "adam, sgd or momentum");
 ABSL_FLAG(double, learning_rate, kDefaults.learning_rate, "Optimizer learning rate");
+ABSL_FLAG(bool, dense_embeddings, kDefaults.dense_embeddings,
+          "Send Keras Embedding tables whole, as every other variable (false: as the rows each "
+          "batch touches, spread over the ps by id)");
+ABSL_FLAG(std::string, embedding_optimizer, kDefaults.embedding_optimizer,
+          "The per-row optimizer of sparse embedding tables: sgd, adagrad, adam (lazy) or ftrl; "
+          "empty: --optimizer's (sgd or adam)");
+ABSL_FLAG(double, embedding_learning_rate, kDefaults.embedding_learning_rate,
+          "Learning rate of sparse embedding tables (no decay); 0: --learning_rate");
+ABSL_FLAG(int32_t, embedding_admit_after, kDefaults.embedding_admit_after,
+          "A sparse table's new id gets a row once its gradient has come this many times "
+          "(until then it reads its initial values)");
+ABSL_FLAG(int64_t, embedding_evict_after, kDefaults.embedding_evict_after,
+          "Drop a sparse table's rows not updated for this many updates; 0: never");
 ABSL_FLAG(double, lr_decay_rate, kDefaults.lr_decay_rate,
           "Learning rate decay: multiplied by this every --lr_decay_steps updates (smoothly)");
 ABSL_FLAG(int64_t, lr_decay_steps, kDefaults.lr_decay_steps, "Updates per --lr_decay_rate factor; 0: no decay");
@@ -158,6 +171,11 @@ pscluster::ChiefFlags ReadFlags() {
   f.ring_chunk_bytes = absl::GetFlag(FLAGS_ring_chunk_bytes);
   f.optimizer = absl::GetFlag(FLAGS_optimizer);
   f.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  f.dense_embeddings = absl::GetFlag(FLAGS_dense_embeddings);
+  f.embedding_optimizer = absl::GetFlag(FLAGS_embedding_optimizer);
+  f.embedding_learning_rate = absl::GetFlag(FLAGS_embedding_learning_rate);
+  f.embedding_admit_after = absl::GetFlag(FLAGS_embedding_admit_after);
+  f.embedding_evict_after = absl::GetFlag(FLAGS_embedding_evict_after);
   f.lr_decay_rate = absl::GetFlag(FLAGS_lr_decay_rate);
   f.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   f.momentum = absl::GetFlag(FLAGS_momentum);

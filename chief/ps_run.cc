@@ -11,6 +11,7 @@
 #include "model/placement.h"
 #include "common/cluster_spec.h"
 #include "spdlog/spdlog.h"
+#include "update/sparse_table.h"
 #include "update/store_state.h"
 #include "wire/codec.h"
 #include "wire/ps_client.h"
@@ -53,6 +54,17 @@ absl::StatusOr<std::unique_ptr<ParameterServerRun>> ParameterServerRun::Create(
 
 namespace {
 
+// `spec` with its sparse tables windows (none when the plan keeps them
+// dense), and the tables into *tables.
+ModelSpec LayoutSpec(const ModelSpec& spec, const TrainingPlan& plan,
+                     std::vector<SparseTableInfo>* tables) {
+  if (plan.dense_embeddings()) return spec;
+  absl::StatusOr<std::vector<SparseTableInfo>> found = FindSparseTables(spec);
+  if (!found.ok() || found->empty()) return spec;  // (the flags checked it)
+  *tables = *std::move(found);
+  return WithSparseTables(spec, 1, tables);
+}
+
 Placement PlaceForPlan(const ModelSpec& spec, const TrainingPlan& plan) {
   PlacementOptions popt;
   popt.min_shard_bytes = plan.min_shard_bytes();
@@ -65,8 +77,9 @@ ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelS
                                        TrainingPlan plan, const std::atomic<bool>* stop,
                                        std::unique_ptr<FailoverMetrics> failover_metrics)
     : options_(options),
-      spec_(*spec),
+      model_spec_(*spec),
       plan_(std::move(plan)),
+      spec_(LayoutSpec(model_spec_, plan_, &tables_)),
       stop_(*stop),
       placement_(PlaceForPlan(spec_, plan_)),
       failover_metrics_(std::move(failover_metrics)) {
@@ -80,6 +93,28 @@ ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelS
   ps_setup_.replicas_to_aggregate =
       options_.replicas_to_aggregate > 0 ? options_.replicas_to_aggregate : plan_.num_workers();
   ps_setup_.nonfinite = options_.nonfinite;
+  for (const SparseTableInfo& t : tables_) {
+    SparseTableOptions o;
+    o.name = t.variable;
+    o.table = t.table;
+    o.width = t.width;
+    o.input_dim = t.input_dim;
+    o.initializer = t.initializer;
+    o.fan_in = t.fan_in;
+    o.fan_out = t.fan_out;
+    o.seed = plan_.seed();
+    const SparseOptimizerConfig& p = plan_.embedding_optimizer();
+    o.optimizer.name = p.name();
+    o.optimizer.learning_rate = p.learning_rate();
+    o.optimizer.epsilon = p.epsilon();
+    o.optimizer.initial_accumulator_value = p.initial_accumulator_value();
+    o.optimizer.beta1 = p.beta1();
+    o.optimizer.beta2 = p.beta2();
+    o.optimizer.learning_rate_power = p.learning_rate_power();
+    o.admit_after = plan_.embedding_admit_after();
+    o.evict_after = plan_.embedding_evict_after();
+    SparseTableToConfig(o, &ps_setup_.sparse_tables.emplace_back());
+  }
 }
 
 absl::Status ParameterServerRun::Prepare(absl::Time* start) {
@@ -446,7 +481,9 @@ absl::StatusOr<const std::vector<float>*> ParameterServerRun::FinalWeights(int64
       }
       ScatterFromPs(placement_, i, wire.data(), flat.data());
     }
-    final_weights_ = std::move(flat);
+    absl::StatusOr<std::vector<float>> whole = ModelLayout(flat, final_cut->ps);
+    if (!whole.ok()) return whole.status();
+    final_weights_ = *std::move(whole);
     return &*final_weights_;
   }
   PsClientOptions popt;
@@ -460,8 +497,66 @@ absl::StatusOr<const std::vector<float>*> ParameterServerRun::FinalWeights(int64
   if (absl::Status s = (*client)->PullAll(steps, flat.data(), absl::Minutes(2)); !s.ok()) {
     return s;
   }
-  final_weights_ = std::move(flat);
+  std::vector<ShardState> states;  // the tables' rows
+  for (int i = 0; i < plan_.num_ps() && !tables_.empty(); ++i) {
+    absl::StatusOr<ShardState> state = ps_->Snapshot(i, absl::Minutes(2));
+    if (!state.ok()) return state.status();
+    states.push_back(*std::move(state));
+  }
+  absl::StatusOr<std::vector<float>> whole = ModelLayout(flat, states);
+  if (!whole.ok()) return whole.status();
+  final_weights_ = *std::move(whole);
   return &*final_weights_;
+}
+
+absl::StatusOr<std::vector<float>> ParameterServerRun::ModelLayout(
+    const std::vector<float>& flat, const std::vector<ShardState>& ps) const {
+  if (tables_.empty()) return flat;
+  std::vector<float> out(model_spec_.num_parameters);
+  for (const VariableSpec& v : model_spec_.variables) {
+    const VariableSpec* laid = nullptr;
+    for (const VariableSpec& w : spec_.variables) {
+      if (w.name == v.name) laid = &w;
+    }
+    if (laid == nullptr || laid->table_rows == 0) {
+      std::copy_n(flat.begin() + (laid != nullptr ? laid->offset : 0), v.size,
+                  out.begin() + v.offset);
+    }
+  }
+  for (const SparseTableInfo& t : tables_) {
+    int64_t offset = -1;
+    for (const VariableSpec& v : model_spec_.variables) {
+      if (v.name == t.variable) offset = v.offset;
+    }
+    // Rows never trained are what a ps would make of them.
+    for (int64_t id = 0; id < t.input_dim; ++id) {
+      InitialRow(t.initializer, t.fan_in, t.fan_out, plan_.seed(), t.table, id, t.width,
+                 out.data() + offset + id * t.width);
+    }
+    for (const ShardState& state : ps) {
+      for (const SparseTableState& rows : state.sparse()) {
+        if (rows.table() != t.table) continue;
+        std::vector<float> values;
+        if (absl::Status s = BytesToFloats(rows.rows(), "sparse rows", &values); !s.ok()) {
+          return s;
+        }
+        const int64_t per_row = rows.floats_per_row();
+        if (per_row < t.width ||
+            static_cast<int64_t>(values.size()) != rows.ids_size() * per_row) {
+          return absl::InternalError(absl::StrCat("a ps's rows of ", t.variable, " hold ",
+                                                  values.size(), " floats for ",
+                                                  rows.ids_size(), " rows"));
+        }
+        for (int k = 0; k < rows.ids_size(); ++k) {
+          const int64_t id = rows.ids(k);
+          if (id < 0 || id >= t.input_dim) continue;
+          std::copy_n(values.begin() + k * per_row, t.width,
+                      out.begin() + offset + id * t.width);
+        }
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace pscluster

@@ -51,6 +51,7 @@
 #include "common/metrics.h"
 #include "model/model_spec.h"
 #include "model/placement.h"
+#include "model/sparse_layout.h"
 #include "proto/coordination.pb.h"
 #include "proto/ps.pb.h"
 
@@ -125,9 +126,20 @@ class ParameterServerRun final : public StrategyRun {
   // Lost workers logged, the sync set brought to the ps.
   void CheckWorkers();
 
+  // The final weights in the model's own layout (model_spec_): the sparse
+  // tables whole, from the rows in `ps` (each ps's state) and the rows'
+  // initial values for ids never trained; `flat` in spec_'s layout.
+  absl::StatusOr<std::vector<float>> ModelLayout(const std::vector<float>& flat,
+                                                 const std::vector<ShardState>& ps) const;
+
   const ChiefOptions& options_;
-  const ModelSpec& spec_;
+  const ModelSpec& model_spec_;  // the model's, tables whole
   const TrainingPlan plan_;
+  // The model's sparse tables (none with --dense_embeddings), and the
+  // layout the ps and the checkpoints use: model_spec_ with each table a
+  // window of one row after the dense variables (model/sparse_layout.h).
+  std::vector<SparseTableInfo> tables_;
+  const ModelSpec spec_;
   const std::atomic<bool>& stop_;
   const Placement placement_;
   PsSetup ps_setup_;  // points at placement_

@@ -26,6 +26,7 @@ InitRequest MakeInitRequest(const PsSetup& setup, int ps) {
   req.set_num_workers(setup.num_workers);
   req.set_replicas_to_aggregate(setup.replicas_to_aggregate);
   req.set_nonfinite(setup.nonfinite);
+  for (const SparseTableConfig& t : setup.sparse_tables) *req.add_sparse_tables() = t;
   return req;
 }
 

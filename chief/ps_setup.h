@@ -27,6 +27,7 @@ struct PsSetup {
   int num_workers = 0;
   int replicas_to_aggregate = 0;  // sync: gradients per step
   NonFinitePolicy nonfinite = NONFINITE_REJECT;
+  std::vector<SparseTableConfig> sparse_tables;  // the same for every ps
 };
 
 // The InitRequest of ps `ps` without values (RestoreRequest.init as is).

@@ -7,6 +7,7 @@
 #include "compute/scoring.h"
 #include "model/dataset.h"
 #include "model/keras_model.h"
+#include "model/sparse_layout.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
@@ -24,6 +25,34 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   if (!test.ok()) return absl::DataLossError(test.status().message());
   if (absl::Status s = CheckDatasetFitsModel(*test, options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the evaluator exits kExitBadData
+  }
+  // Sparse tables: the test set's ids are renumbered once, and each
+  // evaluation pulls the rows of the ids it names into a window of them.
+  std::unique_ptr<SparseBatch> sparse;
+  if (!plan->dense_embeddings() && plan->strategy() != MULTI_WORKER_MIRRORED) {
+    absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(*spec);
+    if (!tables.ok()) return tables.status();
+    if (!tables->empty()) {
+      const int64_t example_size = int64_t{test->height} * test->width * test->channels;
+      RowWindow count(*tables);
+      std::vector<float> mapped;
+      if (absl::Status s = count.Map(test->images.data(), test->count, example_size,
+                                     int64_t{test->count} * example_size, &mapped);
+          !s.ok()) {
+        return absl::DataLossError(absl::StrCat(options_.data_dir, ": ", s.message()));
+      }
+      int64_t window = 1;
+      for (size_t t = 0; t < tables->size(); ++t) {
+        window = std::max<int64_t>(window, count.ids(static_cast<int>(t)).size());
+      }
+      *spec = WithSparseTables(*spec, window, &*tables);
+      sparse = std::make_unique<SparseBatch>(*tables, window, plan->num_ps());
+      if (absl::Status s = sparse->Map(test->images.data(), test->count, example_size);
+          !s.ok()) {
+        return absl::DataLossError(s.message());
+      }
+      test->images = sparse->mapped();
+    }
   }
   std::unique_ptr<Placement> placement;
   std::unique_ptr<PsClient> ps;
@@ -58,6 +87,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   test_ = *std::move(test);
   chief_ = *std::move(chief);
   ps_ = std::move(ps);
+  sparse_ = std::move(sparse);
   replicas_ = std::move(replicas);
   backend_ = *std::move(backend);
   params_.resize(spec_.num_parameters);
@@ -90,6 +120,9 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
   } else {
     s = ps_->PullAll(min_version, params_.data(), pull_timeout);
     version = ps_->version();
+    if (s.ok() && sparse_ != nullptr) {
+      s = sparse_->Pull(ps_.get(), version, -1, pull_timeout, params_.data());
+    }
   }
   if (!s.ok()) return s;
   if (only_if_new && version == last_version_) {

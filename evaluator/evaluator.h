@@ -27,6 +27,7 @@
 #include "wire/chief_client.h"
 #include "wire/ps_client.h"
 #include "wire/ring_client.h"
+#include "wire/sparse_batch.h"
 
 namespace pscluster {
 
@@ -78,6 +79,8 @@ class Evaluator {
   // The weights come from the ps, or (multi_worker_mirrored) from the
   // workers' replicas: one of the two is set.
   std::unique_ptr<PsClient> ps_ ABSL_GUARDED_BY(mu_);
+  // Sparse embedding tables: the test set's rows (null: none).
+  std::unique_ptr<SparseBatch> sparse_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RingClient> replicas_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ComputeBackend> backend_ ABSL_GUARDED_BY(mu_);
   std::vector<float> params_ ABSL_GUARDED_BY(mu_);

@@ -403,12 +403,160 @@ absl::StatusOr<ModelSpec> ModelByName(const std::string& name) {
                    "\"; known: ", absl::StrJoin(KnownModels(), ", ")));
 }
 
+namespace {
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;  // splitmix64's increment
+constexpr double kPi = 3.14159265358979323846;
+
+// The splitmix64 finalizer: a bijection on 64 bits whose every output bit
+// depends on every input bit.
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The draws of one element of one row: draw c is splitmix64's output at
+// counter c of a stream keyed by (seed, table, id, j). Nothing carries from
+// one element to the next, so a row's elements can be made in any order.
+class ElementDraws {
+ public:
+  ElementDraws(uint64_t row_key, int j)
+      : key_(Mix64(row_key + (static_cast<uint64_t>(j) + 1) * kGolden)) {}
+
+  // Uniform in [0, 1): the top 24 bits, so that it is exact in a float.
+  double Uniform() { return static_cast<double>(Next() >> 40) * 0x1p-24; }
+
+  // Standard normal by Box-Muller; 1 - u keeps the logarithm's argument in (0,
+  // 1].
+  double Normal() {
+    const double u1 = 1.0 - Uniform();
+    const double u2 = Uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
+  }
+
+  // Redrawn beyond 2 stddev, as Keras's TruncatedNormal.
+  double TruncatedNormal() {
+    double z;
+    do {
+      z = Normal();
+    } while (std::fabs(z) > 2.0);
+    return z;
+  }
+
+ private:
+  uint64_t Next() { return Mix64(key_ + ++counter_ * kGolden); }
+
+  const uint64_t key_;
+  uint64_t counter_ = 0;
+};
+
+// Keras's truncated normal of VarianceScaling divides the stddev by the
+// stddev of a unit normal truncated at 2 (as InitialParameters).
+constexpr double kTruncatedStddev = 0.87962566103423978;
+
+}  // namespace
+
+void InitialRow(const Initializer& init, int64_t fan_in, int64_t fan_out, uint64_t seed, int table,
+                int64_t id, int width, float* out) {
+  using Kind = Initializer::Kind;
+  if (init.kind == Kind::kZeros || init.kind == Kind::kOnes || init.kind == Kind::kConstant) {
+    const float value = init.kind == Kind::kZeros  ? 0.0f
+                        : init.kind == Kind::kOnes ? 1.0f
+                                                   : static_cast<float>(init.value);
+    std::fill(out, out + width, value);
+    return;
+  }
+  // Each of seed, table and id is mixed in by its own bijection, so that no
+  // two rows of a run share a key unless 64-bit mixes collide.
+  const uint64_t row_key =
+      Mix64(Mix64(Mix64(seed) ^ static_cast<uint64_t>(table)) ^ static_cast<uint64_t>(id));
+
+  // What to draw, as InitialParameters decides it for a dense variable.
+  enum class Draw { kUniform, kNormal, kTruncatedNormal };
+  Draw draw = Draw::kUniform;
+  double lo = 0.0, hi = 0.0;        // kUniform
+  double mean = 0.0, stddev = 0.0;  // the normals
+  switch (init.kind) {
+    case Kind::kRandomUniform:
+      lo = init.minval;
+      hi = init.maxval;
+      break;
+    case Kind::kRandomNormal:
+      draw = Draw::kNormal;
+      mean = init.mean;
+      stddev = init.stddev;
+      break;
+    case Kind::kTruncatedNormal:
+      draw = Draw::kTruncatedNormal;
+      mean = init.mean;
+      stddev = init.stddev;
+      break;
+    case Kind::kVarianceScaling: {
+      // Keras: n = fan_in, fan_out or their mean (at least 1); uniform on
+      // +-sqrt(3 scale / n), a normal of stddev sqrt(scale / n), or that
+      // truncated at 2 stddev after Keras's 0.8796 correction.
+      double n = init.mode == Initializer::Mode::kFanIn    ? static_cast<double>(fan_in)
+                 : init.mode == Initializer::Mode::kFanOut ? static_cast<double>(fan_out)
+                                                           : (fan_in + fan_out) / 2.0;
+      if (n < 1.0) n = 1.0;
+      const double variance = init.scale / n;
+      switch (init.distribution) {
+        case Initializer::Distribution::kUniform:
+          hi = std::sqrt(3.0 * init.scale / n);
+          lo = -hi;
+          break;
+        case Initializer::Distribution::kTruncatedNormal:
+          draw = Draw::kTruncatedNormal;
+          stddev = std::sqrt(variance) / kTruncatedStddev;
+          break;
+        case Initializer::Distribution::kUntruncatedNormal:
+          draw = Draw::kNormal;
+          stddev = std::sqrt(variance);
+          break;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  for (int j = 0; j < width; ++j) {
+    ElementDraws draws(row_key, j);
+    double x = 0.0;
+    switch (draw) {
+      case Draw::kUniform:
+        x = lo + (hi - lo) * draws.Uniform();
+        break;
+      case Draw::kNormal:
+        x = mean + stddev * draws.Normal();
+        break;
+      case Draw::kTruncatedNormal:
+        x = mean + stddev * draws.TruncatedNormal();
+        break;
+    }
+    out[j] = static_cast<float>(x);
+  }
+}
+
 std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed) {
   using Kind = Initializer::Kind;
   std::vector<float> params(spec.num_parameters, 0.0f);
+  int table = 0;  // Embedding tables so far
   for (const VariableSpec& v : spec.variables) {
     const Initializer& init = v.initializer;
     float* out = params.data() + v.offset;
+    bool embedding = false;
+    for (const LayerSpec& l : spec.layers) {
+      embedding |= l.kind == LayerKind::kEmbedding && v.name == l.name + "/embeddings";
+    }
+    if (embedding) {
+      const int width = static_cast<int>(v.shape.back());
+      for (int64_t id = 0; id < v.size / width; ++id) {
+        InitialRow(init, v.fan_in, v.fan_out, seed, table, id, width, out + id * width);
+      }
+      ++table;
+      continue;
+    }
     if (init.kind == Kind::kZeros || init.kind == Kind::kOnes ||
         init.kind == Kind::kConstant) {
       const float value = init.kind == Kind::kZeros  ? 0.0f

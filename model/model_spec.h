@@ -188,6 +188,9 @@ struct VariableSpec {
   float l1 = 0.0f, l2 = 0.0f;
   int64_t offset = 0;     // first element in the flat parameter vector
   int64_t size = 0;       // number of elements
+  // A sparse embedding table made a window (model/sparse_layout.h): the
+  // table's own input_dim, its shape being the window's. 0: not one.
+  int64_t table_rows = 0;
 };
 
 // LayerSpec::inputs' name for the model's input (its first, when it has
@@ -272,8 +275,23 @@ absl::StatusOr<ModelSpec> ModelByName(const std::string& name);
 // Fills every variable from its initializer. Deterministic in `seed`: every
 // variable draws from its own stream derived from the seed and the
 // variable's name, so adding a variable does not shift the others. A seed
-// written in the model file is ignored: the run's seed decides.
+// written in the model file is ignored: the run's seed decides. An
+// Embedding table (the k-th of the model's, in variable order) is made row
+// by row with InitialRow(..., table k, id, ...), as a sparse table's rows
+// are on the ps (model/sparse_layout.h): a model starts the same whether
+// its tables travel whole or as rows.
 std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed);
+
+// A row of an embedding table's initial values: a pure function of (seed,
+// table, id) and the initializer, so that every ps, backup and restarted
+// process makes the same row with nothing sent. Element j is drawn from a
+// counter-based generator keyed by (seed, table, id, j): a uniform in
+// [0, 1) is the top 24 bits of a splitmix64 output, a normal is Box-Muller
+// of two of them, and a truncated normal beyond 2 stddev is redrawn from
+// the next counters. The limits and stddevs are Keras's, as
+// InitialParameters computes them for other variables. out: `width` floats.
+void InitialRow(const Initializer& init, int64_t fan_in, int64_t fan_out, uint64_t seed, int table,
+                int64_t id, int width, float* out);
 
 // Where variable `name` starts in the flat parameter vector, checked to
 // have `shape` and to lie inside the parameters: what a backend's plan of

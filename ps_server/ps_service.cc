@@ -293,6 +293,33 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
                 req->generation(), enc, resp);
 }
 
+grpc::Status PsService::PullRows(grpc::ServerContext* ctx, const PullRowsRequest* req,
+                                 PullRowsResponse* resp) {
+  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  const absl::Time start = absl::Now();
+  std::vector<SparseRowsData> rows(req->rows_size());
+  for (int t = 0; t < req->rows_size(); ++t) {
+    rows[t].table = req->rows(t).table();
+    rows[t].ids.assign(req->rows(t).ids().begin(), req->rows(t).ids().end());
+  }
+  int64_t version = 0, generation = 0;
+  absl::Status s = store_->PullRows(req->layout_fingerprint(), req->min_version(),
+                                    CallDeadline(ctx), &rows, &version, req->generation(),
+                                    &generation);
+  if (!s.ok()) return ToGrpcStatus(s);
+  int64_t sent = 0;
+  for (const SparseRowsData& r : rows) {
+    SparseRowsToProto(r, resp->add_rows());
+    sent += static_cast<int64_t>(r.values.size() * sizeof(float));
+  }
+  resp->set_version(version);
+  resp->set_generation(generation);
+  bytes_pulled_ += sent;
+  metrics_->pull_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->pull_bytes().Increment(static_cast<double>(sent));
+  return grpc::Status::OK;
+}
+
 grpc::Status PsService::Refused(grpc::Status s) {
   ++pushes_rejected_;
   metrics_->pushes_rejected().Increment();
@@ -382,6 +409,13 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
   if (grads == decoded.data()) a.owned = &decoded;
   if (as_is && owned != nullptr) a.owned = owned;
   if (as_is) a.finite = finite;
+  std::vector<SparseRowsData> sparse(req.sparse_size());
+  for (int t = 0; t < req.sparse_size(); ++t) {
+    if (absl::Status s = SparseRowsFromProto(req.sparse(t), &sparse[t]); !s.ok()) {
+      return Refused(ToGrpcStatus(s));
+    }
+  }
+  if (!sparse.empty()) a.sparse = &sparse;
   if (std::shared_ptr<Replicator> replicator = CurrentReplicator();
       replicator != nullptr && replicator->replaced()) {
     return Replaced();
@@ -689,6 +723,11 @@ grpc::Status PsService::ApplyRecords(const ReplicateRequest& req, const absl::st
     u.worker = r.worker();
     u.request_id = r.request_id();
     u.staleness = r.staleness();
+    for (const SparseRows& rows : r.sparse()) {
+      if (absl::Status s = SparseRowsFromProto(rows, &u.sparse.emplace_back()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+    }
     if (absl::Status s = store_->ApplyReplicated(req.layout_fingerprint(), u); !s.ok()) {
       return ToGrpcStatus(s);
     }

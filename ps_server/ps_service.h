@@ -40,6 +40,9 @@ class PsService final : public ParameterServer::Service {
   grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse*) override;
   grpc::Status Pull(grpc::ServerContext*, const PullRequest*, PullResponse*) override;
   grpc::Status Push(grpc::ServerContext*, const PushRequest*, PushResponse*) override;
+  // Rows of the sparse tables this ps holds (ParameterStore::PullRows).
+  grpc::Status PullRows(grpc::ServerContext*, const PullRowsRequest*,
+                        PullRowsResponse*) override;
   grpc::Status PushPull(grpc::ServerContext*, const PushRequest*,
                         PushPullResponse*) override;
   grpc::Status GetStats(grpc::ServerContext*, const PsStatsRequest*,

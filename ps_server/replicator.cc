@@ -8,6 +8,7 @@
 #include "common/security.h"
 #include "proto/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "update/store_state.h"
 #include "wire/data_plane.h"
 
 namespace pscluster {
@@ -55,6 +56,7 @@ void ToRecord(const AppliedUpdate& u, bool gradient_inline, AppliedUpdateRecord*
   r->set_worker(u.worker);
   r->set_request_id(u.request_id);
   r->set_staleness(u.staleness);
+  for (const SparseRowsData& rows : u.sparse) SparseRowsToProto(rows, r->add_sparse());
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/parallel_for.h"
 
@@ -84,6 +86,15 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
           "moving statistic at ", m.offset, ": momentum ", m.momentum, " is not in [0, 1]"));
     }
     end = m.offset + m.size;
+  }
+  for (size_t t = 0; t < config.sparse_tables.size(); ++t) {
+    if (config.sparse_tables[t].table != static_cast<int>(t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", t, " is numbered ", config.sparse_tables[t].table));
+    }
+    absl::StatusOr<std::unique_ptr<SparseTable>> table =
+        SparseTable::Create(config.sparse_tables[t]);
+    if (!table.ok()) return table.status();
   }
   return Optimizer::Create(config.optimizer, config.num_floats);
 }
@@ -182,6 +193,12 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   active_.assign(config.num_workers, true);
   sum_.assign(config.num_floats, 0.0f);
   outcome_.assign(config.num_workers, {-1, false});
+  tables_.clear();
+  for (const SparseTableOptions& o : config.sparse_tables) {
+    tables_.push_back(*SparseTable::Create(o));  // CheckConfig made each once
+  }
+  pending_sparse_.assign(config.num_workers, {});
+  step_sparse_.clear();
   {
     absl::MutexLock lock(&decisions_mu_);
     decisions_.clear();
@@ -237,6 +254,20 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
         " steps applied"));
   }
   if (absl::Status s = (*opt)->RestoreState(state.optimizer); !s.ok()) return s;
+  // The tables' rows, checked before anything changes.
+  if (!state.sparse.empty() && state.sparse.size() != config.sparse_tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint holds ", state.sparse.size(), " sparse tables; the model has ",
+        config.sparse_tables.size()));
+  }
+  std::vector<std::unique_ptr<SparseTable>> tables;
+  for (size_t t = 0; t < config.sparse_tables.size(); ++t) {
+    tables.push_back(*SparseTable::Create(config.sparse_tables[t]));
+    if (t >= state.sparse.size()) continue;
+    if (absl::Status s = tables.back()->Import(state.sparse[t]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("sparse table ", t, ": ", s.message()));
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
                        config.num_floats != config_.num_floats)) {
@@ -249,6 +280,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   c.generation = state.generation;
   if (absl::Status s = Configure(c, *std::move(opt)); !s.ok()) return s;
   ReplaceableValues() = state.values;
+  tables_ = std::move(tables);
   version_ = state.version;
   if (kind == RestoreKind::kContinue || c.replica == ReplicaRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
@@ -289,6 +321,8 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
     for (const SeenPush& p : seen_[w]) out->answered.push_back({w, p.request_id, p.result});
   }
   out->outcomes = outcome_;
+  out->sparse.clear();
+  for (const std::unique_ptr<SparseTable>& t : tables_) out->sparse.push_back(t->Export());
   return absl::OkStatus();
 }
 
@@ -397,6 +431,130 @@ absl::Status ParameterStore::PullShared(uint64_t layout_fingerprint, int64_t min
   return absl::OkStatus();
 }
 
+absl::Status ParameterStore::PullRows(uint64_t layout_fingerprint, int64_t min_version,
+                                      absl::Time deadline, std::vector<SparseRowsData>* rows,
+                                      int64_t* version, int64_t generation,
+                                      int64_t* out_generation) {
+  absl::MutexLock lock(&mu_);
+  auto other_generation = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return initialized_ && generation >= 0 && generation != generation_;
+  };
+  while (!cancelled_ && !other_generation() && (!initialized_ || version_ < min_version)) {
+    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (cancelled_) return absl::UnavailableError("parameter server is shutting down");
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (other_generation()) return GenerationMismatch(generation, generation_, version_);
+  if (version_ < min_version) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "waited for version ", min_version, "; still at ", version_));
+  }
+  for (SparseRowsData& r : *rows) {
+    if (r.table < 0 || r.table >= static_cast<int>(tables_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", r.table, " does not exist; the model has ", tables_.size()));
+    }
+    const SparseTable& table = *tables_[r.table];
+    if (absl::Status s = table.CheckIds(r.ids); !s.ok()) return s;
+    r.values.resize(r.ids.size() * table.width());
+    table.Read(r.ids, r.values.data());
+  }
+  *version = version_;
+  if (out_generation != nullptr) *out_generation = generation_;
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::CheckSparse(const std::vector<SparseRowsData>& rows,
+                                         bool* finite) const {
+  *finite = true;
+  std::vector<bool> seen(tables_.size(), false);
+  for (const SparseRowsData& r : rows) {
+    if (r.table < 0 || r.table >= static_cast<int>(tables_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", r.table, " does not exist; the model has ", tables_.size()));
+    }
+    if (seen[r.table]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", r.table, " comes twice in one push"));
+    }
+    seen[r.table] = true;
+    const SparseTable& table = *tables_[r.table];
+    if (r.values.size() != r.ids.size() * table.width()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", r.table, ": ", r.values.size(), " values for ", r.ids.size(),
+          " rows of ", table.width()));
+    }
+    if (absl::Status s = table.CheckIds(r.ids); !s.ok()) return s;
+    absl::flat_hash_set<int64_t> distinct(r.ids.begin(), r.ids.end());
+    if (distinct.size() != r.ids.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", r.table, ": an id comes twice in one push"));
+    }
+    *finite = *finite && AllFinite(r.values.data(), static_cast<int64_t>(r.values.size()));
+  }
+  return absl::OkStatus();
+}
+
+void ParameterStore::SumSparse(const std::vector<bool>& members) {
+  step_sparse_.clear();
+  if (tables_.empty()) return;
+  int64_t total = 0;
+  std::vector<int> order;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (!members[w]) continue;
+    total += pending_examples_[w];
+    order.push_back(w);
+  }
+  // As StepGradient sums the dense gradient: in (chunk, worker) order, each
+  // term rounded before it is added, a lone member's rows taken as they are.
+  std::sort(order.begin(), order.end(), [this](int a, int b) {
+    return std::make_pair(pending_chunk_[a], a) < std::make_pair(pending_chunk_[b], b);
+  });
+  step_sparse_.resize(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) step_sparse_[t].table = static_cast<int>(t);
+  std::vector<absl::flat_hash_map<int64_t, int64_t>> index(tables_.size());
+  for (int w : order) {
+    const float weight = static_cast<float>(pending_examples_[w]) / total;
+    for (const SparseRowsData& r : pending_sparse_[w]) {
+      SparseRowsData& out = step_sparse_[r.table];
+      const int width = tables_[r.table]->width();
+      for (size_t i = 0; i < r.ids.size(); ++i) {
+        const float* g = r.values.data() + i * width;
+        auto [it, added] = index[r.table].try_emplace(r.ids[i], out.ids.size());
+        if (added) {
+          out.ids.push_back(r.ids[i]);
+          out.values.resize(out.values.size() + width);
+        }
+        float* sum = out.values.data() + it->second * width;
+        for (int j = 0; j < width; ++j) {
+          if (order.size() == 1) {
+            sum[j] = g[j];
+          } else if (added) {
+            sum[j] = weight * g[j] + 0.0f;
+          } else {
+            sum[j] += weight * g[j];
+          }
+        }
+      }
+    }
+  }
+  step_sparse_.erase(std::remove_if(step_sparse_.begin(), step_sparse_.end(),
+                                    [](const SparseRowsData& r) { return r.ids.empty(); }),
+                     step_sparse_.end());
+}
+
+void ParameterStore::ApplySparse() {
+  for (const SparseRowsData& r : step_sparse_) {
+    if (!r.ids.empty()) tables_[r.table]->Apply(r.ids, r.values.data(), version_);
+  }
+  if ((version_ + 1) % kEvictEvery == 0) {
+    for (std::unique_ptr<SparseTable>& t : tables_) t->Evict(version_ + 1);
+  }
+}
+
 absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   absl::MutexLock lock(&mu_);
   if (!initialized_) {
@@ -448,6 +606,10 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
         absl::StrCat("gradient version ", args.version,
                      " is from the future: this ps is at version ", version_));
   }
+  bool sparse_finite = true;
+  if (args.sparse != nullptr) {
+    if (absl::Status s = CheckSparse(*args.sparse, &sparse_finite); !s.ok()) return s;
+  }
   // Checked on every core: a range's verdict each, joined after.
   bool finite;
   if (args.finite.has_value()) {
@@ -461,6 +623,7 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
     finite = std::all_of(range_finite.begin(), range_finite.end(),
                          [](char f) { return f != 0; });
   }
+  finite = finite && sparse_finite;
   if (!finite && !config_.skip_nonfinite) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient from worker ", args.worker,
@@ -504,6 +667,8 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
   } else {
     pending_[w].assign(args.gradients, args.gradients + args.num_floats);
   }
+  pending_sparse_[w].clear();
+  if (args.sparse != nullptr) pending_sparse_[w].swap(*args.sparse);
   pending_examples_[w] = args.num_examples;
   pending_request_[w] = args.request_id;
   pending_chunk_[w] = args.chunk;
@@ -518,6 +683,7 @@ absl::StatusOr<PushResult> ParameterStore::PushSync(const PushArgs& args, bool f
 
 void ParameterStore::DropPending(int w) {
   pending_examples_[w] = -1;
+  pending_sparse_[w].clear();
   pending_nonfinite_[w] = false;
   --pending_count_;
   outcome_[w] = {version_, false};
@@ -597,6 +763,8 @@ void ParameterStore::MaybeApplyCommit() {
     optimizer_->TakeAside();
     ahead_ = Ahead();
     ++stats_.steps_ahead;
+    SumSparse(members);
+    ApplySparse();
     if (listener_) Report(StepGradient(members), false, members, -1, 0, 0);
     CloseStep(members);
     return;
@@ -637,12 +805,15 @@ bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
     if (members[w]) total += pending_examples_[w];
   }
   const float* grad = nullptr;
+  step_sparse_.clear();
   if (nonfinite) {
     ++stats_.steps_skipped_nonfinite;
   } else if (total > 0) {
     grad = StepGradient(members);
     Update(grad);
+    SumSparse(members);
   }
+  ApplySparse();
   Report(grad, nonfinite, members, -1, 0, 0);
   CloseStep(members);
   return nonfinite;
@@ -707,6 +878,7 @@ void ParameterStore::CloseStep(const std::vector<bool>& members) {
       ++stats_.pushes_dropped_stale;
     }
     pending_examples_[w] = -1;
+    pending_sparse_[w].clear();
   }
   pending_count_ = 0;
   std::fill(pending_nonfinite_.begin(), pending_nonfinite_.end(), false);
@@ -798,6 +970,9 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool 
     return r;
   }
   Update(args.gradients);
+  step_sparse_.clear();
+  if (args.sparse != nullptr) step_sparse_.swap(*args.sparse);
+  ApplySparse();
   Report(args.gradients, false, {}, args.worker, args.request_id, r.staleness);
   stats_.applied_digest += GradientHash(args.request_id, args.worker);
   ++version_;
@@ -820,6 +995,7 @@ StoreStats ParameterStore::stats() const {
               config_.replica == ReplicaRole::kPrimary;
   s.layout_fingerprint = config_.layout_fingerprint;
   s.active_workers = active_;
+  for (const std::unique_ptr<SparseTable>& t : tables_) s.sparse_tables.push_back(t->stats());
   return s;
 }
 
@@ -841,6 +1017,8 @@ void ParameterStore::Report(const float* grad, bool skipped, const std::vector<b
   u.worker = worker;
   u.request_id = request_id;
   u.staleness = staleness;
+  u.sparse = std::move(step_sparse_);
+  step_sparse_.clear();
   listener_(std::move(u));
 }
 
@@ -876,6 +1054,8 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
         " store of ", config_.num_workers, " workers"));
   }
   if (u.version < version_) return absl::OkStatus();  // applied already
+  bool sparse_finite = true;
+  if (absl::Status s = CheckSparse(u.sparse, &sparse_finite); !s.ok()) return s;
   if (u.version > version_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replicated update for version ", u.version, "; this backup is at version ", version_,
@@ -883,6 +1063,9 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
   }
   if (u.skipped) ++stats_.steps_skipped_nonfinite;
   if (!u.gradient.empty()) Update(u.gradient.data());
+  step_sparse_ = u.sparse;
+  ApplySparse();
+  step_sparse_.clear();
   if (sync) {
     for (int w = 0; w < config_.num_workers; ++w) {
       if (!u.members[w]) continue;

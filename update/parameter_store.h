@@ -60,6 +60,7 @@
 #include "absl/time/time.h"
 #include "common/parallel_for.h"
 #include "update/optimizer.h"
+#include "update/sparse_table.h"
 
 namespace pscluster {
 
@@ -96,6 +97,18 @@ struct StoreConfig {
   StepRole step_role = StepRole::kDecide;  // sync only
   ReplicaRole replica = ReplicaRole::kPrimary;
   std::vector<MovingStatistic> moving_statistics;  // disjoint, in range
+  // The model's sparse embedding tables (docs/sparse_embeddings.md), in
+  // table order: this store holds the rows of each that RowOwner gives
+  // its ps, and updates them with the dense values, in the same steps.
+  std::vector<SparseTableOptions> sparse_tables;
+};
+
+// Rows of one sparse table: distinct ids, and `width` floats for each (a
+// gradient's rows in a push or an update, the values in a pull).
+struct SparseRowsData {
+  int table = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> values;  // ids.size() x width
 };
 
 struct PushArgs {
@@ -119,6 +132,9 @@ struct PushArgs {
   // Sync: the chunk whose examples gave the gradient (PushRequest.chunk), or
   // -1. A step's gradients are summed in (chunk, worker) order.
   int64_t chunk = -1;
+  // Optional: the gradient's rows of the sparse tables this store holds
+  // (each table at most once). A sync store keeps them by swapping.
+  std::vector<SparseRowsData>* sparse = nullptr;
 };
 
 // Whether none of x[0, n) is NaN or Inf.
@@ -180,6 +196,7 @@ struct StoreStats {
   bool decides = false;  // a sync primary that decides its steps
   uint64_t layout_fingerprint = 0;
   std::vector<bool> active_workers;  // sync: whom a step waits for
+  std::vector<SparseTableStats> sparse_tables;  // per table, this store's rows
 };
 
 // One update a primary store made, from `version` to version + 1. A backup
@@ -204,6 +221,9 @@ struct AppliedUpdate {
   int worker = -1;
   uint64_t request_id = 0;
   int64_t staleness = 0;  // async: of the push
+  // The sparse tables' gradient rows the update applied (a sync step's
+  // weighted sums per id; an async push's rows).
+  std::vector<SparseRowsData> sparse;
   // Not an update: the store's whole state was replaced (Restore) by
   // `version` of `generation`. A backup can follow only from a fresh seed.
   bool restored = false;
@@ -238,6 +258,8 @@ struct StoreSnapshot {
   };
   std::vector<Answered> answered;
   std::vector<std::pair<int64_t, bool>> outcomes;
+  // The rows of each sparse table this store holds, in table order.
+  std::vector<SparseTable::Rows> sparse;
 };
 
 // What a Restore is: a rollback to a checkpoint (the store's own counters
@@ -282,6 +304,14 @@ class ParameterStore {
   absl::Status PullShared(uint64_t layout_fingerprint, int64_t min_version,
                           absl::Time deadline, SharedValues* out, int64_t* version,
                           int64_t generation = -1, int64_t* out_generation = nullptr);
+
+  // Rows of the sparse tables at the store's version, once it is at least
+  // min_version: rows[i].values is filled from rows[i].ids (held rows, or
+  // the rows as they would be made). Waits and fails as PullShared does;
+  // InvalidArgument for an unknown table or an id out of its range.
+  absl::Status PullRows(uint64_t layout_fingerprint, int64_t min_version, absl::Time deadline,
+                        std::vector<SparseRowsData>* rows, int64_t* version,
+                        int64_t generation = -1, int64_t* out_generation = nullptr);
 
   // Validates and takes one gradient. InvalidArgument or
   // FailedPrecondition (nothing changed) for a push that is not valid;
@@ -426,6 +456,16 @@ class ParameterStore {
   // The same update written into *out (values_ and the optimizer as they
   // were; Optimizer::ApplyAside).
   void UpdateAside(const float* grad, std::vector<float>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a push's sparse rows against the tables (InvalidArgument);
+  // *finite is false when one holds NaN or Inf.
+  absl::Status CheckSparse(const std::vector<SparseRowsData>& rows, bool* finite) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sync: sums `members`' pending sparse rows per id, weighted as the dense
+  // gradient, in (chunk, worker) order, into step_sparse_.
+  void SumSparse(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies step_sparse_ to the tables as the update from version_ (and
+  // evicts rows gone cold, every kEvictEvery updates).
+  void ApplySparse() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops worker w's pending gradient (its fate: dropped).
   void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the listener, if any, of the update from version_ to version_ + 1
@@ -480,6 +520,12 @@ class ParameterStore {
   std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
   std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch
+  // The sparse tables (config_.sparse_tables), each member's pending rows,
+  // and the update being made (reported to the listener with it).
+  std::vector<std::unique_ptr<SparseTable>> tables_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<SparseRowsData>> pending_sparse_ ABSL_GUARDED_BY(mu_);
+  std::vector<SparseRowsData> step_sparse_ ABSL_GUARDED_BY(mu_);
+  static constexpr int64_t kEvictEvery = 256;
   std::vector<float> moving_ ABSL_GUARDED_BY(mu_);  // Update's scratch
   // The fate of each worker's newest sync gradient: {version, applied}.
   std::vector<std::pair<int64_t, bool>> outcome_ ABSL_GUARDED_BY(mu_);

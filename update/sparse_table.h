@@ -19,26 +19,16 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/model_spec.h"
+#include "model/sparse_layout.h"
 #include "update/sparse_optimizer.h"
 
 namespace pscluster {
 
-// The ps that holds row `id` of table `table` among `num_ps` ps: a
-// bijective 64-bit mix (the splitmix64 finalizer) of (table << 56) ^ id,
-// mod num_ps, so that a table's rows spread evenly whatever its ids are.
-// Pure; the same on every daemon. 0 when num_ps < 1.
-int RowOwner(int table, int64_t id, int num_ps);
+// RowOwner(table, id, num_ps), the ps that holds a row, is
+// model/sparse_layout.h's: workers and ps share it.
 
-// A row's initial values: a pure function of (seed, table, id) and the
-// initializer, so that every ps, backup and restarted process makes the
-// same row with nothing sent. Element j is drawn from a counter-based
-// generator keyed by (seed, table, id, j): a uniform in [0, 1) is the top 24
-// bits of a splitmix64 output, a normal is Box-Muller of two of them, and a
-// truncated normal beyond 2 stddev is redrawn from the next counters. The
-// limits and stddevs are Keras's, as InitialParameters computes them for
-// dense variables (model/model_spec.cc). out: `width` floats.
-void InitialRow(const Initializer& init, int64_t fan_in, int64_t fan_out, uint64_t seed, int table,
-                int64_t id, int width, float* out);
+// InitialRow (a row's initial values from (seed, table, id)) is
+// model/model_spec.h's: InitialParameters makes a whole table the same way.
 
 struct SparseTableOptions {
   std::string name;       // the variable, "emb/embeddings"

@@ -63,7 +63,92 @@ absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t
           absl::StrCat("unknown non-finite policy ", init.nonfinite()));
   }
   c.generation = init.generation();
+  for (const SparseTableConfig& t : init.sparse_tables()) {
+    c.sparse_tables.push_back(SparseTableFromConfig(t));
+  }
   return c;
+}
+
+absl::Status SparseRowsFromProto(const SparseRows& rows, SparseRowsData* out) {
+  out->table = rows.table();
+  out->ids.assign(rows.ids().begin(), rows.ids().end());
+  return BytesToFloats(rows.values(), "sparse rows", &out->values);
+}
+
+void SparseRowsToProto(const SparseRowsData& rows, SparseRows* out) {
+  out->set_table(rows.table);
+  out->mutable_ids()->Assign(rows.ids.begin(), rows.ids.end());
+  out->set_values(rows.values.data(), rows.values.size() * sizeof(float));
+}
+
+SparseTableOptions SparseTableFromConfig(const SparseTableConfig& t) {
+  SparseTableOptions o;
+  o.name = t.variable();
+  o.table = t.table();
+  o.width = t.width();
+  o.input_dim = t.input_dim();
+  const InitializerConfig& i = t.initializer();
+  o.initializer.kind = static_cast<Initializer::Kind>(i.kind());
+  o.initializer.value = i.value();
+  o.initializer.scale = i.scale();
+  o.initializer.mode = static_cast<Initializer::Mode>(i.mode());
+  o.initializer.distribution = static_cast<Initializer::Distribution>(i.distribution());
+  o.initializer.mean = i.mean();
+  o.initializer.stddev = i.stddev();
+  o.initializer.minval = i.minval();
+  o.initializer.maxval = i.maxval();
+  o.fan_in = t.fan_in();
+  o.fan_out = t.fan_out();
+  o.seed = t.seed();
+  const SparseOptimizerConfig& p = t.optimizer();
+  o.optimizer.name = p.name();
+  o.optimizer.learning_rate = p.learning_rate();
+  o.optimizer.epsilon = p.epsilon();
+  o.optimizer.initial_accumulator_value = p.initial_accumulator_value();
+  o.optimizer.beta1 = p.beta1();
+  o.optimizer.beta2 = p.beta2();
+  o.optimizer.learning_rate_power = p.learning_rate_power();
+  o.optimizer.l1_regularization_strength = p.l1_regularization_strength();
+  o.optimizer.l2_regularization_strength = p.l2_regularization_strength();
+  o.optimizer.l2_shrinkage_regularization_strength = p.l2_shrinkage_regularization_strength();
+  o.optimizer.beta = p.beta();
+  o.admit_after = t.admit_after();
+  o.evict_after = t.evict_after();
+  return o;
+}
+
+void SparseTableToConfig(const SparseTableOptions& o, SparseTableConfig* t) {
+  t->set_variable(o.name);
+  t->set_table(o.table);
+  t->set_width(o.width);
+  t->set_input_dim(o.input_dim);
+  InitializerConfig* i = t->mutable_initializer();
+  i->set_kind(static_cast<int>(o.initializer.kind));
+  i->set_value(o.initializer.value);
+  i->set_scale(o.initializer.scale);
+  i->set_mode(static_cast<int>(o.initializer.mode));
+  i->set_distribution(static_cast<int>(o.initializer.distribution));
+  i->set_mean(o.initializer.mean);
+  i->set_stddev(o.initializer.stddev);
+  i->set_minval(o.initializer.minval);
+  i->set_maxval(o.initializer.maxval);
+  t->set_fan_in(o.fan_in);
+  t->set_fan_out(o.fan_out);
+  t->set_seed(o.seed);
+  SparseOptimizerConfig* p = t->mutable_optimizer();
+  p->set_name(o.optimizer.name);
+  p->set_learning_rate(o.optimizer.learning_rate);
+  p->set_epsilon(o.optimizer.epsilon);
+  p->set_initial_accumulator_value(o.optimizer.initial_accumulator_value);
+  p->set_beta1(o.optimizer.beta1);
+  p->set_beta2(o.optimizer.beta2);
+  p->set_learning_rate_power(o.optimizer.learning_rate_power);
+  p->set_l1_regularization_strength(o.optimizer.l1_regularization_strength);
+  p->set_l2_regularization_strength(o.optimizer.l2_regularization_strength);
+  p->set_l2_shrinkage_regularization_strength(o.optimizer.l2_shrinkage_regularization_strength);
+  p->set_beta(o.optimizer.beta);
+  t->set_admit_after(o.admit_after);
+  t->set_evict_after(o.evict_after);
 }
 
 absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
@@ -90,6 +175,15 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
     slot.name = v.name();
     if (absl::Status s = BytesToFloats(v.values(), "slot values", &slot.values); !s.ok()) return s;
     snap.optimizer.slots.push_back(std::move(slot));
+  }
+  for (const SparseTableState& t : state.sparse()) {
+    SparseTable::Rows rows;
+    rows.ids.assign(t.ids().begin(), t.ids().end());
+    rows.last_update.assign(t.last_update().begin(), t.last_update().end());
+    if (absl::Status s = BytesToFloats(t.rows(), "sparse table rows", &rows.rows); !s.ok()) {
+      return s;
+    }
+    snap.sparse.push_back(std::move(rows));
   }
   return snap;
 }
@@ -122,6 +216,18 @@ void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out) {
     SyncOutcome* o = out->add_outcomes();
     o->set_version(version);
     o->set_applied(applied);
+  }
+  out->clear_sparse();
+  for (size_t t = 0; t < snap.sparse.size(); ++t) {
+    const SparseTable::Rows& rows = snap.sparse[t];
+    SparseTableState* x = out->add_sparse();
+    x->set_table(static_cast<int>(t));
+    x->mutable_ids()->Assign(rows.ids.begin(), rows.ids.end());
+    x->mutable_last_update()->Assign(rows.last_update.begin(), rows.last_update.end());
+    x->set_rows(rows.rows.data(), rows.rows.size() * sizeof(float));
+    if (!rows.ids.empty()) {
+      x->set_floats_per_row(static_cast<int64_t>(rows.rows.size() / rows.ids.size()));
+    }
   }
 }
 

@@ -34,6 +34,15 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state);
 // optimizer iterations (not its layout or shards).
 void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out);
 
+// Sparse rows between the wire and the store. InvalidArgument when the
+// values are not whole float32s.
+absl::Status SparseRowsFromProto(const SparseRows& rows, SparseRowsData* out);
+void SparseRowsToProto(const SparseRowsData& rows, SparseRows* out);
+
+// A sparse table's configuration between the wire and the store.
+SparseTableOptions SparseTableFromConfig(const SparseTableConfig& config);
+void SparseTableToConfig(const SparseTableOptions& options, SparseTableConfig* out);
+
 }  // namespace pscluster
 
 #endif  // PSCLUSTER_UPDATE_STORE_STATE_H_

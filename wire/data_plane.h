@@ -77,8 +77,10 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 32, "FrameHeader is the wire format");
 
-// The largest meta accepted; a peer that claims more is not ours.
-inline constexpr uint32_t kMaxMetaBytes = 1 << 20;
+// The largest meta accepted; a peer that claims more is not ours. A push's
+// sparse rows (PushRequest.sparse) ride in its meta: a batch of 1024
+// examples of 26 ids of 16 floats is 2 MB.
+inline constexpr uint32_t kMaxMetaBytes = 16 << 20;
 // The largest answer payload a client accepts. A payload's memory is taken
 // as its bytes arrive (DataSocket::ReadSized), so a length that lies costs
 // only what the peer really sends.

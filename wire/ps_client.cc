@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     p.pull_req.set_layout_fingerprint(placement->fingerprint);
     p.pull_req.set_worker_index(-1);
     p.push_req.set_layout_fingerprint(placement->fingerprint);
+    p.rows_req.set_layout_fingerprint(placement->fingerprint);
     if (options.transport == TRANSPORT_TCP) {
       for (int k : placement->shards_of_ps[c->ps_.size()]) {
         const Shard& sh = placement->shards[k];
@@ -300,6 +301,42 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
   return CallAll("pull from", timeout, issue, finish);
 }
 
+absl::Status PsClient::PullRowsAll(int64_t min_version, int64_t generation,
+                                   std::vector<std::vector<SparseRows>>* rows,
+                                   absl::Duration timeout, std::vector<int64_t>* row_versions) {
+  row_versions->assign(ps_.size(), 0);
+  auto issue = [&](int i, Attempt& a, std::function<void(grpc::Status)> done) {
+    grpc::ClientContext* ctx = a.Context();
+    ctx->set_wait_for_ready(!options_.locate);
+    PullRowsRequest& req = ps_[i].rows_req;
+    req.set_min_version(min_version);
+    req.set_generation(generation);
+    req.clear_rows();
+    for (const SparseRows& r : (*rows)[i]) {
+      SparseRows* x = req.add_rows();
+      x->set_table(r.table());
+      *x->mutable_ids() = r.ids();
+    }
+    last_call_.bytes_sent += static_cast<int64_t>(req.ByteSizeLong());
+    ps_[i].stub->async()->PullRows(ctx, &req, &ps_[i].rows_resp, std::move(done));
+  };
+  auto finish = [&](int i) -> absl::Status {
+    PullRowsResponse& r = ps_[i].rows_resp;
+    last_call_.bytes_received += static_cast<int64_t>(r.ByteSizeLong());
+    if (r.rows_size() != static_cast<int>((*rows)[i].size())) {
+      return absl::InternalError(absl::StrCat("ps ", i, " (", ps_[i].address, ") sent ",
+                                              r.rows_size(), " tables' rows; asked for ",
+                                              (*rows)[i].size()));
+    }
+    for (int t = 0; t < r.rows_size(); ++t) {
+      (*rows)[i][t].set_values(std::move(*r.mutable_rows(t)->mutable_values()));
+    }
+    (*row_versions)[i] = r.version();
+    return absl::OkStatus();
+  };
+  return CallAll("pull rows from", timeout, issue, finish);
+}
+
 int64_t PsClient::EncodedPushBytes(int i) const {
   const CodecOptions exact;
   int64_t bytes = 0;
@@ -481,6 +518,12 @@ void PsClient::PreparePush(int i, const PushCall& c, uint64_t request_id) {
     req.set_chunk(c.chunk);
   } else {
     req.clear_chunk();
+  }
+  req.clear_sparse();
+  if (sparse_push_ != nullptr) {
+    for (const SparseRows& r : (*sparse_push_)[i]) {
+      if (r.ids_size() > 0) *req.add_sparse() = r;
+    }
   }
   std::string* g = req.mutable_gradients();
   req.set_shards_reversed(c.streamed);

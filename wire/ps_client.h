@@ -150,6 +150,18 @@ class PsClient {
                            absl::Duration timeout, const Overlap* overlap = nullptr,
                            int64_t chunk = -1);
 
+  // Sparse embedding tables (docs/sparse_embeddings.md): fills
+  // (*rows)[i]'s values, for each ps i, from the ids it names, once ps i is
+  // at version >= min_version (of `generation` when >= 0: Aborted for
+  // another). Retries as PullAll does. The versions the rows are of go to
+  // *row_versions.
+  absl::Status PullRowsAll(int64_t min_version, int64_t generation,
+                           std::vector<std::vector<SparseRows>>* rows, absl::Duration timeout,
+                           std::vector<int64_t>* row_versions);
+  // The sparse gradient rows every PushPullAll from now on carries to ps
+  // i: (*rows)[i] (borrowed; null: none). Float32 whatever the push codec.
+  void set_sparse_push(const std::vector<std::vector<SparseRows>>* rows) { sparse_push_ = rows; }
+
   // Forgets the error-feedback residual (after a restore from a checkpoint:
   // the gradients it belongs to are void).
   void ResetErrorFeedback();
@@ -198,6 +210,8 @@ class PsClient {
     PullResponse pull_resp;
     PushRequest push_req;
     PushPullResponse push_resp;
+    PullRowsRequest rows_req;
+    PullRowsResponse rows_resp;
     std::unique_ptr<DataChannel> data;  // transport kTcp
     // Over the data plane, fp32 without overlap: this ps's shards as runs
     // of the flat vectors (adjacent shards merged), sent from the gradient
@@ -308,6 +322,7 @@ class PsClient {
   int64_t resends_ = 0;
   int64_t pushes_sent_ = 0;
   CallStats last_call_;
+  const std::vector<std::vector<SparseRows>>* sparse_push_ = nullptr;  // borrowed
 };
 
 }  // namespace pscluster

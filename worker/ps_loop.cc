@@ -21,6 +21,7 @@
 #include "spdlog/spdlog.h"
 #include "wire/codec.h"
 #include "wire/ps_client.h"
+#include "wire/sparse_batch.h"
 #include "worker/batch_source.h"
 #include "worker/exchange.h"
 #include "worker/step_report.h"
@@ -158,6 +159,9 @@ class PsTraining {
   ParamsWatermark arrived_;
   std::vector<float> params_, grads_;
   std::unique_ptr<BatchSource> batches_;  // made with the backend
+  // Sparse tables: the batch's rows pulled before its step, their
+  // gradients pushed with the dense gradient (null: none).
+  std::unique_ptr<SparseBatch> sparse_;
 
   // The metrics of one call to the ps (PsClient::last_call()): its bytes
   // whatever the outcome, its time and staleness when it succeeded. A
@@ -188,7 +192,12 @@ PsTraining::PsTraining(const TrainingContext& ctx)
       chunks_(ctx.data, batch_, plan_.seed()),
       arrived_(spec_.num_parameters),
       params_(spec_.num_parameters),
-      grads_(spec_.num_parameters) {}
+      grads_(spec_.num_parameters) {
+  if (ctx.sparse_tables != nullptr && !ctx.sparse_tables->empty()) {
+    sparse_ = std::make_unique<SparseBatch>(*ctx.sparse_tables, ctx.sparse_window,
+                                            plan_.num_ps());
+  }
+}
 
 absl::Status PsTraining::Run() {
   if (absl::Status s = Connect(); !s.ok()) return s;
@@ -224,7 +233,9 @@ absl::Status PsTraining::SetUpBackend() {
   batches_->PinIn(backend_.get());
   backend_->PinHostMemory(params_.data(), params_.size() * sizeof(float));
   backend_->PinHostMemory(grads_.data(), grads_.size() * sizeof(float));
-  overlap_push_ = plan_.push_overlap() && plan_.transport() == TRANSPORT_TCP;
+  // A sparse push's rows are known only once backprop is over: its
+  // gradient leaves whole.
+  overlap_push_ = plan_.push_overlap() && plan_.transport() == TRANSPORT_TCP && sparse_ == nullptr;
   if (overlap_push_) {
     backend_->SetGradientListener([this](int64_t from) { ready_.MarkFinalFrom(from); });
     spdlog::info("gradients leave layer by layer, last first, while backprop runs");
@@ -327,8 +338,20 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
   chunk_ = work.chunk();
   absl::StatusOr<Batch> got = batches_->Get(work.chunk());
   if (!got.ok()) return got.status();  // a bad record: DataLoss, exit 4
-  const Batch batch = *got;
+  Batch batch = *got;
   const int n = batch.size;
+  if (sparse_ != nullptr) {
+    // The batch's rows, at the version of the weights in hand.
+    absl::Status s = sparse_->Map(batch.images, n, chunks_.pixels());
+    if (!s.ok()) return absl::DataLossError(s.message());  // the data's ids: exit 4
+    s = sparse_->Pull(ps_.get(), version_seen_, generation_seen_, options_.step_timeout,
+                      params_.data());
+    if (absl::IsAborted(s)) return absl::OkStatus();  // restored meanwhile: the chief re-leases
+    if (!s.ok()) return s;
+    step_bytes_received_ += ps_->last_call().bytes_received;
+    step_bytes_sent_ += ps_->last_call().bytes_sent;
+    batch.images = sparse_->mapped().data();
+  }
   // A straggler sleeps before its push starts (with overlap, its gradient
   // leaves during TrainStep).
   if (options_.faults.straggle > absl::ZeroDuration()) absl::SleepFor(options_.faults.straggle);
@@ -348,6 +371,10 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
   if (!run.train.ok()) {
     if (run.exchange != nullptr) (void)Settle(*run.exchange);
     return run.train;
+  }
+  if (sparse_ != nullptr) {
+    sparse_->GatherGradients(grads_.data());
+    ps_->set_sparse_push(&sparse_->push());
   }
   if (run.exchange == nullptr) run.exchange = StartExchange(nullptr, n, /*streamed=*/false);
   const StepTimes t = backend_->last_step_times();

@@ -70,10 +70,27 @@ absl::Status Trainer::Run() {
     return absl::DataLossError(s.message());  // the worker exits kExitBadData
   }
 
+  // Sparse tables: each a window of the batch's distinct ids at most.
+  std::vector<SparseTableInfo> tables;
+  int64_t window = 0;
+  if (!plan->dense_embeddings() && plan->strategy() != MULTI_WORKER_MIRRORED) {
+    absl::StatusOr<std::vector<SparseTableInfo>> found = FindSparseTables(*spec);
+    if (!found.ok()) return found.status();
+    tables = *std::move(found);
+    for (const SparseTableInfo& t : tables) {
+      int64_t ids = 0;
+      for (const SparseTableInfo::Columns& c : t.columns) ids += c.count;
+      window = std::max(window, ids * plan->batch_size());
+    }
+    if (!tables.empty()) *spec = WithSparseTables(*spec, window, &tables);
+  }
+
   TrainingContext context;
   context.options = &options_;
   context.plan = &*plan;
   context.spec = &*spec;
+  context.sparse_tables = &tables;
+  context.sparse_window = window;
   context.data = data->get();
   context.worker = worker;
   context.incarnation = incarnation;

@@ -23,6 +23,7 @@
 #include "model/dataset.h"
 #include "model/example_source.h"
 #include "model/model_spec.h"
+#include "model/sparse_layout.h"
 #include "proto/coordination.pb.h"
 #include "wire/chief_client.h"
 #include "worker/step_report.h"
@@ -35,6 +36,11 @@ struct TrainingContext {
   const TrainerOptions* options = nullptr;
   const TrainingPlan* plan = nullptr;
   const ModelSpec* spec = nullptr;
+  // The model's sparse embedding tables (model/sparse_layout.h), each a
+  // window of `sparse_window` rows at the end of spec's flat vector; empty
+  // when the tables travel whole (TrainingPlan.dense_embeddings).
+  const std::vector<SparseTableInfo>* sparse_tables = nullptr;
+  int64_t sparse_window = 0;
   // The training set (memory or TFRecord files), checked against spec.
   const ExampleSource* data = nullptr;
   int worker = 0;  // rank among the cluster's workers

@@ -1,0 +1,164 @@
+#include "model/sparse_layout.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pscluster {
+namespace {
+
+// Where input `ref` (ModelInput(k)) lies in an example: first value, count.
+SparseTableInfo::Columns InputColumns(const ModelSpec& spec, int ref) {
+  const int64_t whole = int64_t{spec.input_height} * spec.input_width * spec.input_channels;
+  if (spec.inputs.empty()) return {0, whole};
+  const int k = ModelInputIndex(ref);
+  int64_t first = 0;
+  for (int i = 0; i < k; ++i) first += spec.inputs[i].size();
+  return {first, spec.inputs[k].size()};
+}
+
+}  // namespace
+
+int RowOwner(int table, int64_t id, int num_ps) {
+  if (num_ps < 1) return 0;
+  uint64_t z = (static_cast<uint64_t>(table) << 56) ^ static_cast<uint64_t>(id);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<int>(z % static_cast<uint64_t>(num_ps));
+}
+
+absl::StatusOr<std::vector<SparseTableInfo>> FindSparseTables(const ModelSpec& spec) {
+  std::vector<SparseTableInfo> tables;
+  for (const VariableSpec& v : spec.variables) {
+    const std::string layer = v.name.substr(0, v.name.rfind('/'));
+    bool embedding = false;
+    SparseTableInfo t;
+    for (size_t i = 0; i < spec.layers.size(); ++i) {
+      const LayerSpec& l = spec.layers[i];
+      if (l.kind != LayerKind::kEmbedding || l.name != layer) continue;
+      embedding = true;
+      const int from = l.inputs.empty() ? static_cast<int>(i) - 1 : l.inputs[0];
+      if (from >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Embedding layer '", l.name, "' reads the output of layer '",
+            spec.layers[from].name,
+            "'; a sparse table's ids must be a model input (or give the chief "
+            "--dense_embeddings)"));
+      }
+      const SparseTableInfo::Columns c = InputColumns(spec, from);
+      bool seen = false;  // a layer applied twice to one input
+      for (const SparseTableInfo::Columns& d : t.columns) seen |= d.first == c.first;
+      if (!seen) t.columns.push_back(c);
+      t.width = l.units;
+      t.input_dim = l.input_dim;
+    }
+    if (!embedding) continue;
+    // Ids are renumbered in place, per table: two tables cannot read one
+    // input.
+    for (const SparseTableInfo& other : tables) {
+      for (const SparseTableInfo::Columns& a : other.columns) {
+        for (const SparseTableInfo::Columns& b : t.columns) {
+          if (a.first < b.first + b.count && b.first < a.first + a.count) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "tables ", other.variable, " and ", v.name,
+                " read the same input; sparse tables need an input each (or give the "
+                "chief --dense_embeddings)"));
+          }
+        }
+      }
+    }
+    t.table = static_cast<int>(tables.size());
+    if (v.table_rows > 0) {  // a window already: the table's own rows
+      t.input_dim = v.table_rows;
+      t.offset = v.offset;
+    }
+    t.variable = v.name;
+    t.initializer = v.initializer;
+    t.fan_in = v.fan_in;
+    t.fan_out = v.fan_out;
+    tables.push_back(std::move(t));
+  }
+  return tables;
+}
+
+ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
+                           std::vector<SparseTableInfo>* tables) {
+  ModelSpec out = spec;
+  int64_t offset = 0;
+  for (VariableSpec& v : out.variables) {
+    if (IsSparseTable(*tables, v.name)) continue;
+    v.offset = offset;
+    offset += v.size;
+  }
+  for (SparseTableInfo& t : *tables) {
+    for (VariableSpec& v : out.variables) {
+      if (v.name != t.variable) continue;
+      v.table_rows = t.input_dim;
+      v.shape = {window, t.width};
+      v.size = window * t.width;
+      v.offset = offset;
+      t.offset = offset;
+      offset += v.size;
+    }
+    const std::string layer = t.variable.substr(0, t.variable.rfind('/'));
+    for (LayerSpec& l : out.layers) {
+      if (l.kind == LayerKind::kEmbedding && l.name == layer) {
+        l.input_dim = static_cast<int>(window);
+      }
+    }
+  }
+  out.num_parameters = offset;
+  return out;
+}
+
+bool IsSparseTable(const std::vector<SparseTableInfo>& tables, const std::string& name) {
+  for (const SparseTableInfo& t : tables) {
+    if (t.variable == name) return true;
+  }
+  return false;
+}
+
+absl::Status RowWindow::Map(const float* examples, int n, int64_t example_size, int64_t window,
+                            std::vector<float>* out) {
+  out->assign(examples, examples + int64_t{n} * example_size);
+  ids_.resize(tables_.size());
+  index_.resize(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const SparseTableInfo& table = tables_[t];
+    std::vector<int64_t>& ids = ids_[t];
+    absl::flat_hash_map<int64_t, int64_t>& index = index_[t];
+    ids.clear();
+    index.clear();
+    for (int e = 0; e < n; ++e) {
+      for (const SparseTableInfo::Columns& c : table.columns) {
+        float* x = out->data() + int64_t{e} * example_size + c.first;
+        for (int64_t j = 0; j < c.count; ++j) {
+          const float f = x[j];
+          // Keras casts ids to int: a fraction is cut off.
+          if (!(f >= 0.0f) || !(f < static_cast<float>(table.input_dim))) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "id ", f, " (value ", c.first + j, " of example ", e,
+                " of the batch) is outside [0, input_dim = ", table.input_dim, ") of table ",
+                table.variable));
+          }
+          const int64_t id = static_cast<int64_t>(f);
+          auto [it, added] = index.try_emplace(id, static_cast<int64_t>(ids.size()));
+          if (added) {
+            if (static_cast<int64_t>(ids.size()) == window) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "the batch names more than ", window, " distinct ids of table ",
+                  table.variable));
+            }
+            ids.push_back(id);
+          }
+          x[j] = static_cast<float>(it->second);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

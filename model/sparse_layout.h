@@ -1,0 +1,100 @@
+// Sparse embedding tables in a model (docs/sparse_embeddings.md): which of
+// a model's variables are tables whose rows travel one by one rather than
+// whole, where a batch's ids for each are, and the per-batch "window" that
+// stands for a table in the flat parameter vector of a worker or an
+// evaluator.
+//
+// A table is not placed on the ps as shards (model/placement.h skips it):
+// its rows are spread over every ps by RowOwner (update/sparse_table.h).
+// In the flat vector a table becomes a window of `window` rows, after every
+// dense variable (so the dense variables' offsets, and the placement's
+// fingerprint, do not depend on the window): a batch's distinct ids are
+// numbered 0, 1, ... (RowWindow), the examples' ids replaced by those
+// numbers, and the rows of those ids copied into the window from the ps
+// before the step; the window's gradient rows are then the batch's
+// gradient of each id, summed over its uses. The network computes an
+// ordinary Embedding of `window` rows and knows nothing of this.
+//
+// Plain functions and one class used by one thread.
+#ifndef PSCLUSTER_MODEL_SPARSE_LAYOUT_H_
+#define PSCLUSTER_MODEL_SPARSE_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/model_spec.h"
+
+namespace pscluster {
+
+// The ps that holds row `id` of table `table` among `num_ps` ps: the
+// splitmix64 finalizer (a bijective 64-bit mix) of (table << 56) ^ id, mod
+// num_ps, so that a table's rows spread evenly whatever its ids are. Pure;
+// the same on every daemon. 0 when num_ps < 1.
+int RowOwner(int table, int64_t id, int num_ps);
+
+// One sparse table of a model.
+struct SparseTableInfo {
+  int table = 0;         // index among the model's tables
+  std::string variable;  // "<layer>/embeddings"
+  int width = 0;         // output_dim
+  int64_t input_dim = 0;  // the model's: ids in [0, input_dim)
+  Initializer initializer;
+  int64_t fan_in = 0, fan_out = 0;
+  // Where a batch's ids for it are: per use of the table (an Embedding
+  // node), the first id's index in an example and how many follow.
+  struct Columns {
+    int64_t first = 0;
+    int64_t count = 0;
+  };
+  std::vector<Columns> columns;
+  // In the flat vector of a spec made by WithSparseTables: the window's
+  // offset (window x width floats).
+  int64_t offset = 0;
+};
+
+// The model's Embedding tables, in variable order. InvalidArgument naming
+// the layer when an Embedding does not read a model input directly (its
+// ids must be the examples' values, not a layer's output).
+absl::StatusOr<std::vector<SparseTableInfo>> FindSparseTables(const ModelSpec& spec);
+
+// `spec` with every table of `tables` (FindSparseTables's) a window of
+// `window` rows (>= 1) after the dense variables: its Embedding layers'
+// input_dim and the variable's shape are the window's, and
+// num_parameters counts it. tables[i].offset is set to the window's offset.
+ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
+                           std::vector<SparseTableInfo>* tables);
+
+// Whether variable `name` is one of `tables`.
+bool IsSparseTable(const std::vector<SparseTableInfo>& tables, const std::string& name);
+
+// Numbers a batch's distinct ids per table and rewrites the examples' ids
+// as those numbers (exact in float32: below the window). One per loop;
+// reused from batch to batch.
+class RowWindow {
+ public:
+  explicit RowWindow(std::vector<SparseTableInfo> tables) : tables_(std::move(tables)) {}
+
+  // Reads ids from `examples` (n examples of `example_size` floats) into
+  // *out (the same, ids renumbered). InvalidArgument naming the example,
+  // the table and the id when an id is not an integer in [0, input_dim)
+  // (as Keras refuses it), or when a table's distinct ids exceed `window`.
+  absl::Status Map(const float* examples, int n, int64_t example_size, int64_t window,
+                   std::vector<float>* out);
+
+  const std::vector<SparseTableInfo>& tables() const { return tables_; }
+  // Table t's distinct ids of the last Map, in the order numbered.
+  const std::vector<int64_t>& ids(int t) const { return ids_[t]; }
+
+ private:
+  std::vector<SparseTableInfo> tables_;
+  std::vector<std::vector<int64_t>> ids_;
+  std::vector<absl::flat_hash_map<int64_t, int64_t>> index_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_MODEL_SPARSE_LAYOUT_H_
