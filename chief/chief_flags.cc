@@ -151,7 +151,7 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
   }
   const double lr = f.embedding_learning_rate > 0 ? f.embedding_learning_rate : f.learning_rate;
   if (!(f.embedding_learning_rate >= 0 && lr > 0 && lr < 1e6)) {
-    return Bad("embedding_learning_rate", std::to_string(f.embedding_learning_rate),
+    return Bad("embedding_learning_rate", absl::StrCat(f.embedding_learning_rate),
                "must be > 0 (0: --learning_rate)");
   }
   if (f.embedding_admit_after < 1 || f.embedding_admit_after > 1000000) {
@@ -385,6 +385,15 @@ absl::Status SetInitialWeights(const ChiefFlags& f, ChiefOptions* opt,
   absl::StatusOr<ModelSpec> spec =
       PlanModelSpec(opt->plan.model(), opt->plan.model_json(), opt->plan.loss());
   if (!spec.ok()) return Bad("model", f.model, std::string(spec.status().message()));
+  if (!opt->plan.dense_embeddings()) {
+    absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(*spec);
+    if (tables.ok() && !tables->empty()) {
+      return Bad("initial_weights", f.initial_weights,
+                 absl::StrCat("the model's Embedding table ", (*tables)[0].variable,
+                              " is sparse, and sparse tables start from their initializers; "
+                              "give --dense_embeddings to start it from weights"));
+    }
+  }
   absl::StatusOr<std::vector<float>> flat = LoadInitialWeights(path, *spec);
   if (!flat.ok()) {
     // The reader's message starts with the path; said once.

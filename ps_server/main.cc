@@ -77,6 +77,10 @@ uint32_t StateCrc(const pscluster::ParameterStore& store) {
   for (const pscluster::OptimizerSlot& s : snap.optimizer.slots) {
     crc = pscluster::crc32c::Extend(crc, s.values.data(), s.values.size() * sizeof(float));
   }
+  for (const pscluster::SparseTable::Rows& t : snap.sparse) {  // ids increasing
+    crc = pscluster::crc32c::Extend(crc, t.ids.data(), t.ids.size() * sizeof(int64_t));
+    crc = pscluster::crc32c::Extend(crc, t.rows.data(), t.rows.size() * sizeof(float));
+  }
   return crc;
 }
 
@@ -214,6 +218,12 @@ int main(int argc, char** argv) {
                reason, st.version, st.pushes_applied, st.pushes_dropped_stale,
                service.pushes_rejected(), st.pushes_duplicate, st.steps_torn,
                st.applied_digest, st.steps_ahead, StateCrc(store));
+  for (size_t t = 0; t < st.sparse_tables.size(); ++t) {
+    spdlog::info("sparse table {}: rows={} bytes={} admitted={} evicted={} dropped_unadmitted={}",
+                 t, st.sparse_tables[t].rows, st.sparse_tables[t].bytes,
+                 st.sparse_tables[t].admitted, st.sparse_tables[t].evicted,
+                 st.sparse_tables[t].dropped_unadmitted);
+  }
   const StoreStats bst = backup_store.stats();
   if (bst.initialized) {
     spdlog::info("backup store: {}: version={} applied={} applied_digest={:016x} generation={} "

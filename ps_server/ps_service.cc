@@ -293,6 +293,23 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
                 req->generation(), enc, resp);
 }
 
+void PsService::SetTableGauges() {
+  const StoreStats st = store_->stats();
+  for (size_t t = 0; t < st.sparse_tables.size(); ++t) {
+    const prometheus::Labels labels = {{"table", std::to_string(t)}};
+    absl::StatusOr<prometheus::Gauge*> rows = metrics_->AddGauge(
+        "pscluster_sparse_table_rows", "Rows of a sparse embedding table this ps holds.",
+        labels);
+    absl::StatusOr<prometheus::Gauge*> bytes = metrics_->AddGauge(
+        "pscluster_sparse_table_bytes",
+        "Memory of the rows (values, optimizer slots, index) of a sparse embedding table "
+        "this ps holds.",
+        labels);
+    if (rows.ok()) (*rows)->Set(static_cast<double>(st.sparse_tables[t].rows));
+    if (bytes.ok()) (*bytes)->Set(static_cast<double>(st.sparse_tables[t].bytes));
+  }
+}
+
 grpc::Status PsService::PullRows(grpc::ServerContext* ctx, const PullRowsRequest* req,
                                  PullRowsResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
@@ -445,6 +462,7 @@ grpc::Status PsService::DoPush(const PushRequest& req, PushResponse* resp,
   if (r->applied) metrics_->gradient_staleness().Observe(static_cast<double>(r->staleness));
   metrics_->model_version().Set(static_cast<double>(r->version));
   if (!r->applied) metrics_->stale_gradients_dropped().Increment();
+  if (!sparse.empty() && r->version % kTableGaugeEvery == 0) SetTableGauges();
   resp->set_applied(r->applied);
   resp->set_version(r->version);
   resp->set_staleness(r->staleness);

@@ -40,6 +40,10 @@ class PsService final : public ParameterServer::Service {
   grpc::Status Init(grpc::ServerContext*, const InitRequest*, InitResponse*) override;
   grpc::Status Pull(grpc::ServerContext*, const PullRequest*, PullResponse*) override;
   grpc::Status Push(grpc::ServerContext*, const PushRequest*, PushResponse*) override;
+  // Sets /metrics' gauges of each sparse table's rows and bytes (every
+  // kTableGaugeEvery versions).
+  void SetTableGauges();
+  static constexpr int64_t kTableGaugeEvery = 64;
   // Rows of the sparse tables this ps holds (ParameterStore::PullRows).
   grpc::Status PullRows(grpc::ServerContext*, const PullRowsRequest*,
                         PullRowsResponse*) override;

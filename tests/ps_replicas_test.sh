@@ -47,25 +47,6 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
   finish
 fi
 
-# crc_pairs OUT N: empty when ps i's state (version, digest, CRC) equals the
-# backup store's on ps i+1 for every i < N; otherwise what differs. (After
-# a promotion, the backup store on ps i+1 is ps i's primary and ps i's own
-# store its backup: the same pair.)
-crc_pairs() {
-  local out="$1" n="$2" i j mine theirs problems=""
-  for ((i = 0; i < n; i++)); do
-    j=$(((i + 1) % n))
-    mine="$(grep "^\[ps$i\] .*shutting down" "$out" | tail -n 1 |
-      sed -nE 's/.*version=([0-9]+) applied=([0-9]+) .*applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
-    theirs="$(grep -E "^\[ps$j\] .*backup store: (a backup|promoted)" "$out" | tail -n 1 |
-      sed -nE 's/.*version=([0-9]+) applied=([0-9]+) applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
-    if [ -z "$mine" ] || [ "$mine" != "$theirs" ]; then
-      problems+="ps:$i '$mine' vs its backup on ps:$j '$theirs'; "
-    fi
-  done
-  echo "$problems"
-}
-
 # Bad values exit 2 naming the flag.
 for bad in "--ps_replicas=2" "--ps_replicas=-1" "--num_ps=1 --ps_replicas=1" \
            "--strategy=multi_worker_mirrored --ps_replicas=1"; do

@@ -209,6 +209,7 @@ SparseTableStats SparseTable::stats() const {
   SparseTableStats stats = counts_;
   stats.rows = static_cast<int64_t>(index_.size());
   stats.pending_ids = static_cast<int64_t>(pending_.size());
+  stats.bytes = bytes();
   return stats;
 }
 

@@ -55,6 +55,7 @@ struct SparseTableStats {
   int64_t evicted = 0;             // rows dropped by Evict
   int64_t dropped_unadmitted = 0;  // gradient rows dropped: the id not yet admitted
   int64_t pending_ids = 0;         // ids seen but not yet admitted
+  int64_t bytes = 0;               // SparseTable::bytes()
 };
 
 class SparseTable {

@@ -162,6 +162,7 @@ class PsTraining {
   // Sparse tables: the batch's rows pulled before its step, their
   // gradients pushed with the dense gradient (null: none).
   std::unique_ptr<SparseBatch> sparse_;
+  int64_t sparse_rows_ = 0;  // pulled, over the steps
 
   // The metrics of one call to the ps (PsClient::last_call()): its bytes
   // whatever the outcome, its time and staleness when it succeeded. A
@@ -351,6 +352,7 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
     step_bytes_received_ += ps_->last_call().bytes_received;
     step_bytes_sent_ += ps_->last_call().bytes_sent;
     batch.images = sparse_->mapped().data();
+    sparse_rows_ += sparse_->last_rows();
   }
   // A straggler sleeps before its push starts (with overlap, its gradient
   // leaves during TrainStep).
@@ -473,6 +475,10 @@ absl::Status PsTraining::Finish() {
       "{} resent, {} restore(s) followed, {} of {} batches gathered ahead",
       ps_->pushes_dropped(), ps_->pushes_disputed(), ps_->resends(), restores_seen_,
       batches_->hits(), batches_->gets());
+  // Sparse tables: the distinct rows a step pulled and pushed, on average.
+  const std::string rows =
+      sparse_ == nullptr ? ""
+                         : fmt::format(" sparse_rows_per_step={:.0f}", report_->PerStep(sparse_rows_));
   const std::string tail = fmt::format(
       "bound_wait_s={:.3f} bound_waits={} device={} split: pull_s={:.3f} h2d_s={:.3f} "
       "device_compute_s={:.3f} d2h_s={:.3f} push_pull_s={:.3f} bytes_per_step: sent={:.0f} "
@@ -480,7 +486,7 @@ absl::Status PsTraining::Finish() {
       absl::ToDoubleSeconds(bound_.total()), bound_.waits(), DeviceLabel(backend_->name()),
       pull_s_, split_.h2d_s, split_.compute_s, split_.d2h_s, report_->total_comm_s(),
       report_->PerStep(step_bytes_sent_), report_->PerStep(step_bytes_received_));
-  return report_->Finish(own, tail, version_seen_);
+  return report_->Finish(own, tail + rows, version_seen_);
 }
 
 std::unique_ptr<Exchange> PsTraining::StartExchange(std::unique_ptr<Exchange> before, int n,

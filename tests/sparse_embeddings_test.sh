@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Tests sparse embedding tables end to end (docs/sparse_embeddings.md) on a
+# local cluster training deploy/models/ctr_wide_deep.json on criteo_synth
+# data (100,000 rows, 50,000 buckets):
+#   - sync SGD, 2 ps x 2 workers: the table sent as rows gives the same
+#     final line as the table sent whole (--dense_embeddings), bit for bit
+#     in the rows' sums and updates, and moves fewer bytes a step; the
+#     worker's bytes a step are the dense variables' plus its rows' (ids
+#     and values), both ways;
+#   - async, Adagrad rows: every ps applied every push, and the AUC is
+#     well above chance;
+#   - a ps killed with SIGKILL mid-run with --ps_replicas=1: its backup,
+#     which holds its rows, is promoted, and the final line is the clean
+#     run's; every backup equals its primary bit for bit (rows included);
+#   - the rows are spread evenly over the ps (RowOwner): no ps holds more
+#     than its share + 10 %;
+#   - bad flags exit 2 naming the flag.
+#
+# Usage: tests/sparse_embeddings_test.sh [MNIST_DIR]   (MNIST is not needed)
+# Needs the daemons and criteo_synth built in bazel-bin (tests/run_all.sh
+# builds //... first). Prints PASS:/FAIL: lines; exit 0 when none failed.
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+synth="$repo/bazel-bin/deploy/data/criteo_synth"
+train="$repo/deploy/local/train.sh"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+buckets=50000
+# shellcheck source=tests/launcher_common.sh
+source "$repo/tests/launcher_common.sh"
+
+passed=0
+failed=0
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+finish() {
+  echo "sparse_embeddings_test: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]; exit
+}
+
+for b in "$synth" "$repo"/bazel-bin/{ps_server/ps_server,worker/worker,chief/chief}; do
+  [ -x "$b" ] || { fail "missing $b (bazel build //...)"; finish; }
+done
+if ! "$synth" --out="$tmp/data" --rows=100000 --ids_per_feature=1000 --buckets="$buckets" \
+     --seed=5 >"$tmp/synth.log" 2>&1; then
+  fail "criteo_synth failed:"$'\n'"$(cat "$tmp/synth.log")"; finish
+fi
+jq -c --argjson n "$buckets" \
+  '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' \
+  "$repo/deploy/models/ctr_wide_deep.json" >"$tmp/ctr.json"
+
+# run OUT FLAGS...: one epoch of the CTR model, 2 ps, 2 workers, batch 256.
+run() {
+  local out="$1"; shift
+  "$train" --no_build --num_ps=2 --num_workers=2 --epochs=1 --batch_size=256 \
+    --model="$tmp/ctr.json" --data="$tmp/data" --logdir="$out.d" "$@" >"$out" 2>&1
+}
+final() { tail -n 1 "$1" | sed 's/ wall_s=.*//'; }
+# worker_field OUT NAME: NAME= of worker 0's done line.
+worker_field() {
+  grep '^\[worker0\] .*done:' "$1" | tail -n 1 | sed -nE "s/.* $2=([0-9.]+).*/\1/p"
+}
+
+# --- the same training, whole or as rows --------------------------------------
+sgd=(--mode=sync --optimizer=sgd --learning_rate=0.05 --lr_decay_steps=0)
+run "$tmp/dense.out" "${sgd[@]}" --dense_embeddings; rc_d=$?
+run "$tmp/sparse.out" "${sgd[@]}"; rc_s=$?
+f_d="$(final "$tmp/dense.out")"
+f_s="$(final "$tmp/sparse.out")"
+if [ "$rc_d" -eq 0 ] && [ "$rc_s" -eq 0 ] && [[ "$f_s" =~ ^final:\ .*test_auc= ]] &&
+   [ "$f_d" = "$f_s" ]; then
+  pass "sync sgd: the table as rows trains as the table whole: '$f_s'"
+else
+  fail "sync sgd: whole (exit $rc_d) '$f_d' vs rows (exit $rc_s) '$f_s'"
+  tail -n 20 "$tmp/sparse.out"
+fi
+
+# Bytes a step: the dense variables and each distinct row's 16 floats, each
+# way; what is beyond (the ids, protobuf and frame headers) within 5 %.
+sent_d="$(worker_field "$tmp/dense.out" sent)"
+sent_s="$(worker_field "$tmp/sparse.out" sent)"
+recv_s="$(worker_field "$tmp/sparse.out" received)"
+rows="$(worker_field "$tmp/sparse.out" sparse_rows_per_step)"
+dense_floats=$((429 * 256 + 256 + 256 * 128 + 128 + 128 + 1))
+if [ -n "$sent_d" ] && [ -n "$sent_s" ] && [ -n "$rows" ] && awk -v d="$sent_d" -v s="$sent_s" \
+     -v r="$recv_s" -v n="$rows" -v f="$dense_floats" 'BEGIN {
+       ideal_up = 4 * f + n * 64; ideal_down = ideal_up
+       printf "sent %.0f B/step (ideal %.0f: %.3f), received %.0f (ideal %.0f: %.3f), " \
+              "dense table %.0f B/step: %.1fx\n", s, ideal_up, s / ideal_up, r, ideal_down,
+              r / ideal_down, d, d / s
+       exit !(s <= 1.05 * ideal_up && s >= ideal_up && r <= 1.05 * ideal_down &&
+              r >= ideal_down && d > 3 * s) }' >"$tmp/bytes.txt"; then
+  pass "bytes a step within 5 % of the dense variables + the rows: $(cat "$tmp/bytes.txt")"
+else
+  fail "bytes a step: $(cat "$tmp/bytes.txt" 2>/dev/null) (sent $sent_s, rows $rows)"
+fi
+
+# --- async, Adagrad rows ------------------------------------------------------
+run "$tmp/async.out" --mode=async --optimizer=adam --learning_rate=0.001 \
+  --embedding_optimizer=adagrad --embedding_learning_rate=0.05; rc=$?
+auc="$(tail -n 1 "$tmp/async.out" | sed -nE 's/.*test_auc=([0-9.]+).*/\1/p')"
+# One push a chunk: 90,000 examples in chunks of 128.
+applied="$(grep -cE '^\[ps[01]\] .*shutting down .*version=704 applied=704 ' "$tmp/async.out")"
+if [ "$rc" -eq 0 ] && [ "$applied" -eq 2 ] && awk -v a="$auc" 'BEGIN { exit !(a >= 0.62) }'; then
+  pass "async adagrad rows: each ps applied all 704 pushes; test AUC $auc"
+else
+  fail "async (exit $rc, $applied ps with 704 pushes, AUC '$auc')"; tail -n 20 "$tmp/async.out"
+fi
+
+# --- the rows spread evenly ---------------------------------------------------
+mapfile -t held < <(grep -E '^\[ps[01]\] .*sparse table 0: rows=' "$tmp/sparse.out" |
+  sed -nE 's/.*rows=([0-9]+).*/\1/p')
+if [ "${#held[@]}" -eq 2 ] && awk -v a="${held[0]}" -v b="${held[1]}" \
+     'BEGIN { t = a + b; exit !(t > 0 && a <= 0.55 * t && b <= 0.55 * t) }'; then
+  pass "rows spread over the ps: ${held[0]} and ${held[1]} (each within its share + 10 %)"
+else
+  fail "rows per ps: ${held[*]:-none}"
+fi
+
+# --- a ps killed mid-run, its backup promoted ----------------------------------
+run "$tmp/r1.out" "${sgd[@]}" --ps_replicas=1; rc=$?
+problems="$(crc_pairs "$tmp/r1.out" 2)"
+if [ "$rc" -eq 0 ] && [ "$(final "$tmp/r1.out")" = "$f_s" ] && [ -z "$problems" ]; then
+  pass "with replicas: the final line is the clean run's; each ps's values and rows equal its" \
+    "backup's bit for bit"
+else
+  fail "with replicas (exit $rc): '$(final "$tmp/r1.out")' $problems"; tail -n 10 "$tmp/r1.out"
+fi
+# (train.sh in the background: its pid is the tasks' parent.)
+"$train" --no_build --num_ps=2 --num_workers=2 --epochs=2 --batch_size=256 \
+  --model="$tmp/ctr.json" --data="$tmp/data" --logdir="$tmp/kill.d" "${sgd[@]}" \
+  --ps_replicas=1 --log_every_s=0.2 >"$tmp/kill.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -qE '^\[chief\] .* step [1-9][0-9]{2,} ' "$tmp/kill.out" 2>/dev/null && break
+  sleep 0.05
+done
+killed=""
+grep -q 'every worker is done' "$tmp/kill.out" || kill_ps_frozen "$pid" 1
+wait "$pid"; rc=$?
+run "$tmp/clean2.out" "${sgd[@]}" --epochs=2; rc2=$?
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] && [ "$rc2" -eq 0 ] &&
+   grep -q '^\[launcher\] ps:1 exited (killed by SIGKILL)' "$tmp/kill.out" &&
+   ! grep -q 'restored from the checkpoint' "$tmp/kill.out" &&
+   [ "$(final "$tmp/kill.out")" = "$(final "$tmp/clean2.out")" ]; then
+  pass "ps:1 killed mid-run: its backup promoted with its rows;" \
+    "'$(final "$tmp/kill.out")' as clean"
+else
+  fail "ps:1 killed (pid '$killed', exit $rc): '$(final "$tmp/kill.out")' vs" \
+    "'$(final "$tmp/clean2.out")'"
+  grep -E 'ps:1|promot|restored' "$tmp/kill.out" | tail -n 15
+fi
+
+# --- bad values -----------------------------------------------------------------
+for bad in --embedding_optimizer=rmsprop --embedding_learning_rate=-1 \
+           --embedding_admit_after=0 --embedding_evict_after=-5 --optimizer=momentum \
+           --push_codec=bf16 --pull_codec=int8; do
+  run "$tmp/bad.out" "$bad"; rc=$?
+  if [ "$rc" -eq 2 ] && grep -q -- "^\[chief\] error: $bad: " "$tmp/bad.out"; then
+    pass "$bad: exits 2 naming it: $(grep -m 1 -- "error: $bad" "$tmp/bad.out" | cut -c 1-150)"
+  else
+    fail "$bad: exit $rc"; tail -n 3 "$tmp/bad.out"
+  fi
+done
+finish
