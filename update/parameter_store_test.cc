@@ -1,13 +1,20 @@
 #include "update/parameter_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <map>
+#include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model/model_spec.h"
 
 namespace pscluster {
 namespace {
@@ -997,6 +1004,437 @@ TEST_F(DecideFollowTest, ARestoreStartsAfreshButSequencesKeepRising) {
   EXPECT_GT(d.sequence, first.sequence);
   EXPECT_EQ(d.generation, 1);
   EXPECT_EQ(d.version, 1);
+}
+
+
+// Sparse embedding tables (docs/sparse_embeddings.md): two tables beside
+// the 3 dense values of SgdConfig. Table 0 is bounded (ids < 100, rows of
+// 3), table 1 unbounded (rows of 2); rows are made on first touch from
+// InitialRow and updated with the per-row optimizer.
+constexpr int kSparseWidth[2] = {3, 2};
+
+StoreConfig SparseConfig(UpdateRule rule, int workers, int replicas,
+                         const std::string& row_optimizer = "sgd") {
+  StoreConfig c = SgdConfig(rule, workers, replicas);
+  for (int t = 0; t < 2; ++t) {
+    SparseTableOptions o;
+    o.name = t == 0 ? "a/embeddings" : "b/embeddings";
+    o.table = t;
+    o.width = kSparseWidth[t];
+    o.input_dim = t == 0 ? 100 : 0;
+    o.seed = 5;
+    o.optimizer.name = row_optimizer;
+    o.optimizer.learning_rate = 0.5f;
+    c.sparse_tables.push_back(o);
+  }
+  return c;
+}
+
+std::vector<float> InitialRowOf(const StoreConfig& c, int table, int64_t id) {
+  const SparseTableOptions& o = c.sparse_tables[table];
+  std::vector<float> row(o.width);
+  InitialRow(o.initializer, o.fan_in, o.fan_out, o.seed, o.table, id, o.width, row.data());
+  return row;
+}
+
+// Pushes `dense` (3 floats) and `rows` (swapped away by the store).
+absl::StatusOr<PushResult> PushRows(ParameterStore& store, int worker, int64_t version,
+                                    std::vector<SparseRowsData> rows, int examples = 1,
+                                    int64_t chunk = -1, std::vector<float> dense = {1, 1, 1}) {
+  PushArgs a;
+  a.layout_fingerprint = kLayout;
+  a.worker = worker;
+  a.version = version;
+  a.num_examples = examples;
+  a.gradients = dense.data();
+  a.num_floats = static_cast<int64_t>(dense.size());
+  a.chunk = chunk;
+  a.sparse = &rows;
+  return store.Push(a);
+}
+
+// The rows of `ids` of `table` as PullRows gives them (at version >= min_version).
+std::vector<float> PullTable(ParameterStore& store, int table, const std::vector<int64_t>& ids,
+                             int64_t min_version = 0) {
+  std::vector<SparseRowsData> rows(1);
+  rows[0].table = table;
+  rows[0].ids = ids;
+  int64_t version = -1;
+  absl::Status s =
+      store.PullRows(kLayout, min_version, absl::Now() + absl::Seconds(5), &rows, &version);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GE(version, min_version);
+  return rows[0].values;
+}
+
+int64_t HeldRows(const ParameterStore& store, int table) {
+  const StoreStats s = store.stats();
+  EXPECT_EQ(s.sparse_tables.size(), 2u);
+  return s.sparse_tables.size() == 2 ? s.sparse_tables[table].rows : -1;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class StoreSparseTest : public ::testing::Test {
+ protected:
+  void InitStore(ParameterStore& store, const StoreConfig& c) {
+    bool already = true;
+    std::vector<float> init = {1.0f, 2.0f, 3.0f};
+    absl::Status s = store.Init(c, init.data(), &already);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_FALSE(already);
+  }
+
+  // Random gradient rows of both tables: some of the ids below 12 (table
+  // 0) and of 7 large ids (table 1), so that pushes share some.
+  std::vector<SparseRowsData> RandomRows() {
+    std::vector<SparseRowsData> out;
+    std::normal_distribution<float> normal;
+    for (int t = 0; t < 2; ++t) {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < (t == 0 ? 12 : 7); ++i) {
+        if (std::bernoulli_distribution(0.4)(rng_)) ids.push_back(t == 0 ? i : (i << 33) + 1);
+      }
+      std::shuffle(ids.begin(), ids.end(), rng_);
+      if (ids.empty()) continue;
+      SparseRowsData r;
+      r.table = t;
+      r.ids = ids;
+      for (size_t k = 0; k < ids.size() * kSparseWidth[t]; ++k) r.values.push_back(normal(rng_));
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  std::mt19937 rng_{2026};
+};
+
+// Sync: the step's rows are the members' gradient rows summed per id,
+// weighted by examples, in worker order (a row a member did not push adds
+// nothing), then one sgd update; rows never pushed read as InitialRow and
+// are not made.
+TEST_F(StoreSparseTest, SyncSumsEachIdsRowsWeightedByExamples) {
+  const StoreConfig c = SparseConfig(UpdateRule::kSync, 2, 2);
+  ParameterStore store;
+  InitStore(store, c);
+  // Worker 0 (1 example) and worker 1 (2 examples): id 9 of table 0 and id
+  // 3 of table 1 come from both.
+  const std::vector<SparseRowsData> pushed[2] = {
+      {{0, {5, 9, 2}, {0.3f, -1.7f, 2.2f, 0.9f, -0.1f, 1.3f, -4.0f, 0.6f, 0.7f}},
+       {1, {3}, {0.11f, -0.37f}}},
+      {{1, {int64_t{1} << 40, 3}, {1.9f, -2.9f, 0.41f, 0.23f}},
+       {0, {9, 40}, {-0.77f, 0.35f, 1.05f, 2.5f, -3.5f, 0.125f}}},
+  };
+  const int examples[2] = {1, 2};
+  ASSERT_TRUE(PushRows(store, 0, 0, pushed[0], examples[0]).ok());
+  // Nothing applied before the step closes.
+  EXPECT_TRUE(SameBits(PullTable(store, 0, {9}), InitialRowOf(c, 0, 9)));
+  EXPECT_EQ(HeldRows(store, 0), 0);
+  absl::StatusOr<PushResult> r = PushRows(store, 1, 0, pushed[1], examples[1]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->version, 1);
+
+  // The expected rows, with the store's float operations in its order.
+  const float total = static_cast<float>(examples[0] + examples[1]);
+  std::map<std::pair<int, int64_t>, std::vector<float>> sums;
+  for (int w = 0; w < 2; ++w) {
+    const float weight = static_cast<float>(examples[w]) / total;
+    for (const SparseRowsData& rows : pushed[w]) {
+      const int width = kSparseWidth[rows.table];
+      for (size_t i = 0; i < rows.ids.size(); ++i) {
+        auto [it, added] = sums.try_emplace({rows.table, rows.ids[i]}, width);
+        for (int j = 0; j < width; ++j) {
+          const float g = rows.values[i * width + j];
+          if (added) {
+            it->second[j] = weight * g + 0.0f;
+          } else {
+            it->second[j] += weight * g;
+          }
+        }
+      }
+    }
+  }
+  ASSERT_EQ(sums.size(), 6u);
+  for (const auto& [key, sum] : sums) {
+    const auto [table, id] = key;
+    std::vector<float> expect = InitialRowOf(c, table, id);
+    for (size_t j = 0; j < expect.size(); ++j) expect[j] -= 0.5f * sum[j];
+    const std::vector<float> got = PullTable(store, table, {id}, 1);
+    EXPECT_TRUE(SameBits(got, expect)) << "table " << table << " id " << id << ": "
+                                       << ::testing::PrintToString(got) << " vs "
+                                       << ::testing::PrintToString(expect);
+  }
+  // The dense values took the same step (sgd, lr 1, gradients all 1).
+  EXPECT_EQ(Values(store), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(HeldRows(store, 0), 4);  // 2, 5, 9, 40
+  EXPECT_EQ(HeldRows(store, 1), 2);  // 3, 2^40
+  // Rows never pushed read as made, and are not made by the read.
+  const std::vector<float> untouched = PullTable(store, 0, {0, 99, 41}, 1);
+  std::vector<float> expect;
+  for (int64_t id : {0, 99, 41}) {
+    const std::vector<float> row = InitialRowOf(c, 0, id);
+    expect.insert(expect.end(), row.begin(), row.end());
+  }
+  EXPECT_TRUE(SameBits(untouched, expect));
+  EXPECT_TRUE(SameBits(PullTable(store, 1, {int64_t{1} << 50}, 1),
+                       InitialRowOf(c, 1, int64_t{1} << 50)));
+  EXPECT_EQ(HeldRows(store, 0), 4);
+  EXPECT_EQ(HeldRows(store, 1), 2);
+}
+
+// A step's rows are summed in chunk order: the same bits whichever worker
+// trained which chunk (three members, so that the order of the sum shows).
+TEST_F(StoreSparseTest, SyncRowsAreTheSameBitsWhicheverWorkerPushedWhichChunk) {
+  const StoreConfig c = SparseConfig(UpdateRule::kSync, 3, 3);
+  std::vector<std::vector<SparseRowsData>> chunk_rows;
+  for (int k = 0; k < 3; ++k) chunk_rows.push_back(RandomRows());
+  const int chunk_examples[3] = {7, 3, 5};
+  const int worker_of_chunk[2][3] = {{0, 1, 2}, {2, 0, 1}};
+  std::vector<float> rows[2];
+  std::vector<float> dense[2];
+  for (int run = 0; run < 2; ++run) {
+    ParameterStore store;
+    InitStore(store, c);
+    for (int k : {2, 0, 1}) {
+      ASSERT_TRUE(PushRows(store, worker_of_chunk[run][k], 0, chunk_rows[k], chunk_examples[k],
+                           /*chunk=*/100 + k, {0.1f * k, 0.3f, -0.7f})
+                      .ok());
+    }
+    EXPECT_EQ(store.stats().version, 1);
+    for (int t = 0; t < 2; ++t) {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < (t == 0 ? 12 : 7); ++i) ids.push_back(t == 0 ? i : (i << 33) + 1);
+      const std::vector<float> got = PullTable(store, t, ids, 1);
+      rows[run].insert(rows[run].end(), got.begin(), got.end());
+    }
+    dense[run] = Values(store);
+  }
+  EXPECT_TRUE(SameBits(rows[0], rows[1]));
+  EXPECT_TRUE(SameBits(dense[0], dense[1]));
+}
+
+// Async: each push's rows are applied as they come, unweighted.
+TEST_F(StoreSparseTest, AsyncAppliesEachPushsRowsAtArrival) {
+  const StoreConfig c = SparseConfig(UpdateRule::kAsync, 2, 1);
+  ParameterStore store;
+  InitStore(store, c);
+  const std::vector<float> g1 = {0.25f, -1.5f, 3.0f}, g0 = {-0.75f, 0.5f, 1.25f};
+  absl::StatusOr<PushResult> r = PushRows(store, 1, 0, {{0, {17}, g1}}, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied);
+  EXPECT_EQ(r->version, 1);
+  std::vector<float> expect = InitialRowOf(c, 0, 17);
+  for (int j = 0; j < 3; ++j) expect[j] -= 0.5f * g1[j];
+  EXPECT_TRUE(SameBits(PullTable(store, 0, {17}, 1), expect));
+  // Worker 0's push, one version stale, on top.
+  r = PushRows(store, 0, 0, {{0, {17}, g0}, {1, {8}, {1.0f, 2.0f}}}, 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->version, 2);
+  EXPECT_EQ(r->staleness, 1);
+  for (int j = 0; j < 3; ++j) expect[j] -= 0.5f * g0[j];
+  EXPECT_TRUE(SameBits(PullTable(store, 0, {17}, 2), expect));
+  std::vector<float> row8 = InitialRowOf(c, 1, 8);
+  row8[0] -= 0.5f * 1.0f;
+  row8[1] -= 0.5f * 2.0f;
+  EXPECT_TRUE(SameBits(PullTable(store, 1, {8}, 2), row8));
+  EXPECT_EQ(HeldRows(store, 0), 1);
+  EXPECT_EQ(HeldRows(store, 1), 1);
+}
+
+// A push whose rows do not fit the tables is refused whole: nothing of it
+// applied, dense values included.
+TEST_F(StoreSparseTest, BadSparseRowsAreRefusedAndNothingIsApplied) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> three = {1, 2, 3};
+  struct Case {
+    const char* what;
+    std::vector<SparseRowsData> rows;
+    const char* expect;  // in the message
+  } cases[] = {
+      {"id = input_dim", {{0, {100}, three}}, "100"},
+      {"negative id", {{1, {-4}, {1, 2}}}, "-4"},
+      {"repeated id", {{0, {3, 4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}}}, "twice"},
+      {"a table twice", {{0, {1}, three}, {0, {2}, three}}, "twice"},
+      {"too few values", {{0, {1, 2}, three}}, "3 values for 2 rows"},
+      {"too many values", {{1, {1}, three}}, "3 values for 1 rows"},
+      {"unknown table", {{2, {1}, three}}, "sparse table 2 does not exist"},
+      {"negative table", {{-1, {1}, three}}, "sparse table -1"},
+      {"NaN", {{1, {5}, {0.5f, nan}}}, "NaN"},
+      {"Inf", {{0, {5}, {0.5f, std::numeric_limits<float>::infinity(), 1}}}, "NaN or Inf"},
+  };
+  for (UpdateRule rule : {UpdateRule::kSync, UpdateRule::kAsync}) {
+    for (const Case& k : cases) {
+      const StoreConfig c = SparseConfig(rule, 1, 1);  // a push would close the step
+      ParameterStore store;
+      InitStore(store, c);
+      // A good table beside the bad one.
+      std::vector<SparseRowsData> rows = k.rows;
+      if (k.rows[0].table != 1) rows.push_back({1, {7}, {1, 1}});
+      absl::StatusOr<PushResult> r = PushRows(store, 0, 0, rows);
+      ASSERT_FALSE(r.ok()) << k.what;
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << k.what;
+      EXPECT_NE(r.status().message().find(k.expect), std::string::npos)
+          << k.what << ": " << r.status();
+      EXPECT_EQ(store.stats().version, 0) << k.what;
+      EXPECT_EQ(Values(store), (std::vector<float>{1, 2, 3})) << k.what;
+      EXPECT_EQ(HeldRows(store, 0), 0) << k.what;
+      EXPECT_EQ(HeldRows(store, 1), 0) << k.what;
+      EXPECT_TRUE(SameBits(PullTable(store, 1, {7}), InitialRowOf(c, 1, 7))) << k.what;
+      // The store takes a good push afterwards.
+      r = PushRows(store, 0, 0, {{0, {5}, three}});
+      ASSERT_TRUE(r.ok()) << k.what << ": " << r.status();
+      EXPECT_EQ(r->version, 1) << k.what;
+    }
+  }
+}
+
+// PullRows checks what it is asked for.
+TEST_F(StoreSparseTest, PullRowsRefusesAnUnknownTableAndAnIdOutOfRange) {
+  const StoreConfig c = SparseConfig(UpdateRule::kSync, 1, 1);
+  ParameterStore store;
+  InitStore(store, c);
+  for (const auto& [table, id] : {std::pair{2, int64_t{0}}, std::pair{0, int64_t{100}},
+                                  std::pair{1, int64_t{-1}}}) {
+    std::vector<SparseRowsData> rows(1);
+    rows[0].table = table;
+    rows[0].ids = {id};
+    int64_t version = -1;
+    absl::Status s = store.PullRows(kLayout, 0, absl::Now() + absl::Seconds(1), &rows, &version);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << table << " " << id << ": " << s;
+  }
+}
+
+// Sync steps of both workers with random rows (adagrad: rows and slots).
+void SyncSteps(ParameterStore& store, int steps, int64_t first_version,
+               const std::function<std::vector<SparseRowsData>()>& rows) {
+  for (int s = 0; s < steps; ++s) {
+    const int64_t v = first_version + s;
+    for (int w : {1, 0}) {
+      absl::StatusOr<PushResult> r =
+          PushRows(store, w, v, rows(), 1 + w + s % 3, -1, {0.01f * s, -0.02f, 0.03f * w});
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    ASSERT_EQ(store.stats().version, v + 1);
+  }
+}
+
+void ExpectSameRows(const ParameterStore& a, const ParameterStore& b) {
+  StoreSnapshot sa, sb;
+  ASSERT_TRUE(a.Snapshot(kLayout, &sa).ok());
+  ASSERT_TRUE(b.Snapshot(kLayout, &sb).ok());
+  ASSERT_EQ(sa.sparse.size(), 2u);
+  ASSERT_EQ(sb.sparse.size(), 2u);
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_FALSE(sa.sparse[t].ids.empty()) << "table " << t;
+    EXPECT_EQ(sa.sparse[t].ids, sb.sparse[t].ids) << "table " << t;
+    EXPECT_TRUE(SameBits(sa.sparse[t].rows, sb.sparse[t].rows)) << "table " << t;
+    EXPECT_EQ(sa.sparse[t].last_update, sb.sparse[t].last_update) << "table " << t;
+  }
+  EXPECT_TRUE(SameBits(sa.values, sb.values));
+  EXPECT_EQ(sa.version, sb.version);
+}
+
+// A store restored from a snapshot reads the same rows, holds as many, and
+// keeps the rows' optimizer slots: a further step gives the same bits.
+TEST_F(StoreSparseTest, SnapshotAndRestoreKeepTheRows) {
+  const StoreConfig c = SparseConfig(UpdateRule::kSync, 2, 2, "adagrad");
+  ParameterStore store;
+  InitStore(store, c);
+  SyncSteps(store, 4, 0, [this] { return RandomRows(); });
+  StoreSnapshot snap;
+  ASSERT_TRUE(store.Snapshot(kLayout, &snap).ok());
+  ASSERT_EQ(snap.sparse.size(), 2u);
+  ParameterStore restored;
+  absl::Status s = restored.Restore(c, snap);
+  ASSERT_TRUE(s.ok()) << s;
+
+  std::vector<int64_t> ids[2];
+  for (int64_t i = 0; i < 14; ++i) ids[0].push_back(i);  // 12 and 13 never pushed
+  for (int64_t i = 0; i < 8; ++i) ids[1].push_back((i << 33) + 1);
+  auto same_reads = [&] {
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_TRUE(SameBits(PullTable(store, t, ids[t]), PullTable(restored, t, ids[t])))
+          << "table " << t;
+      EXPECT_EQ(HeldRows(store, t), HeldRows(restored, t)) << "table " << t;
+      EXPECT_GT(HeldRows(store, t), 0) << "table " << t;
+    }
+  };
+  same_reads();
+  ExpectSameRows(store, restored);
+  EXPECT_EQ(restored.stats().version, 4);
+
+  // One more step, the same on both.
+  const std::vector<SparseRowsData> next[2] = {RandomRows(), RandomRows()};
+  for (ParameterStore* p : {&store, &restored}) {
+    for (int w : {0, 1}) ASSERT_TRUE(PushRows(*p, w, 4, next[w], 2 + w).ok());
+  }
+  same_reads();
+  ExpectSameRows(store, restored);
+}
+
+// A backup seeded from its primary that applies every update the primary
+// reported holds the primary's rows, slots and last updates bit for bit.
+class SparseReplicaTest : public StoreSparseTest {
+ protected:
+  void Start(const StoreConfig& c) {
+    InitStore(primary_, c);
+    primary_.SetUpdateListener([this](AppliedUpdate u) { log_.push_back(std::move(u)); });
+    StoreSnapshot seed;
+    ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
+    StoreConfig b = c;
+    b.replica = ReplicaRole::kBackup;
+    absl::Status s = backup_.Restore(b, seed);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  void Replicate() {
+    for (; applied_ < log_.size(); ++applied_) {
+      absl::Status s = backup_.ApplyReplicated(kLayout, log_[applied_]);
+      ASSERT_TRUE(s.ok()) << "record " << applied_ << ": " << s;
+    }
+  }
+  int RecordsWithRows() const {
+    int n = 0;
+    for (const AppliedUpdate& u : log_) n += u.sparse.empty() ? 0 : 1;
+    return n;
+  }
+
+  ParameterStore primary_, backup_;
+  std::vector<AppliedUpdate> log_;
+  size_t applied_ = 0;
+};
+
+TEST_F(SparseReplicaTest, ABackupHoldsThePrimarysRowsAfterSyncSteps) {
+  Start(SparseConfig(UpdateRule::kSync, 2, 2, "adagrad"));
+  SyncSteps(primary_, 3, 0, [this] { return RandomRows(); });
+  Replicate();
+  ExpectSameRows(primary_, backup_);
+  SyncSteps(primary_, 4, 3, [this] { return RandomRows(); });
+  Replicate();
+  EXPECT_EQ(log_.size(), 7u);
+  EXPECT_EQ(RecordsWithRows(), 7);
+  ExpectSameRows(primary_, backup_);
+  EXPECT_EQ(backup_.stats().version, 7);
+}
+
+TEST_F(SparseReplicaTest, ABackupHoldsThePrimarysRowsAfterAsyncPushes) {
+  Start(SparseConfig(UpdateRule::kAsync, 2, 1, "adagrad"));
+  for (int p = 0; p < 8; ++p) {
+    const int64_t version = std::max(0, p - 1 - p % 2);  // some stale
+    absl::StatusOr<PushResult> r = PushRows(primary_, p % 2, version, RandomRows(), 1 + p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->applied);
+    if (p == 3) {
+      Replicate();
+      ExpectSameRows(primary_, backup_);
+    }
+  }
+  Replicate();
+  EXPECT_EQ(log_.size(), 8u);
+  EXPECT_GE(RecordsWithRows(), 7);
+  ExpectSameRows(primary_, backup_);
+  EXPECT_EQ(backup_.stats().version, 8);
 }
 
 }  // namespace
