@@ -21,7 +21,9 @@ Checkpointer::Checkpointer(const CheckpointerOptions& options, const ModelSpec* 
       dispatcher_(dispatcher),
       stop_(*stop),
       run_started_(run_started),
-      last_time_(absl::Now()) {}
+      last_time_(absl::Now()) {
+  for (const VariableSpec& v : spec->variables) has_tables_ |= v.table_rows > 0;
+}
 
 bool Checkpointer::Due(absl::Time now, int64_t highest_version) const {
   const bool steps_due =
@@ -81,8 +83,16 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle) {
       // Short: an unreachable ps must not hold the chief (and the paused
       // workers) here; the checkpoint is skipped and the ps checks notice.
       // Values and slots (3x the shard for Adam) at 100 MB/s or better.
-      const absl::Duration timeout =
-          absl::Seconds(2) + absl::Seconds(3.0 * placement_->floats_of_ps[i] * 4 / 100e6);
+      double bytes = 3.0 * placement_->floats_of_ps[i] * 4;
+      if (has_tables_) {
+        // Sparse tables: as many rows as the ps holds by now, each copied
+        // about three times (out of the table, into the message, onto the
+        // wire).
+        absl::StatusOr<PsStatsResponse> stats = fleet_->Stats(i, absl::Seconds(2));
+        if (!stats.ok()) return stats.status();
+        bytes += 3.0 * static_cast<double>(stats->sparse_bytes());
+      }
+      const absl::Duration timeout = absl::Seconds(2) + absl::Seconds(bytes / 100e6);
       absl::StatusOr<ShardState> state = fleet_->Snapshot(i, timeout);
       if (!state.ok()) return state.status();
       if (state->generation() != snap.generation ||

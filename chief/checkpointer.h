@@ -84,6 +84,7 @@ class Checkpointer {
   const CheckpointerOptions options_;
   const ModelSpec* const spec_;
   const Placement* const placement_;
+  bool has_tables_ = false;  // the model has sparse tables (their rows' size is asked for)
   PsFleet* const fleet_;
   Dispatcher* const dispatcher_;
   const std::atomic<bool>& stop_;

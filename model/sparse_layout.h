@@ -80,8 +80,9 @@ class RowWindow {
 
   // Reads ids from `examples` (n examples of `example_size` floats) into
   // *out (the same, ids renumbered). InvalidArgument naming the example,
-  // the table and the id when an id is not an integer in [0, input_dim)
-  // (as Keras refuses it), or when a table's distinct ids exceed `window`.
+  // the table and the id when an id is outside [0, input_dim), as Keras
+  // refuses it (a fraction is cut off, as Keras's cast to int does), or when
+  // a table's distinct ids exceed `window`.
   absl::Status Map(const float* examples, int n, int64_t example_size, int64_t window,
                    std::vector<float>* out);
 

@@ -549,6 +549,9 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_initialized(s.initialized);
   resp->set_incarnation(incarnation_);
   resp->set_steps_skipped_nonfinite(s.steps_skipped_nonfinite);
+  int64_t sparse_bytes = 0;
+  for (const SparseTableStats& t : s.sparse_tables) sparse_bytes += t.bytes;
+  resp->set_sparse_bytes(sparse_bytes);
   for (bool a : s.active_workers) resp->add_active_workers(a);
   resp->set_backup(s.backup);
   resp->set_replicated_version(-1);
