@@ -103,17 +103,11 @@ ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelS
     o.fan_in = t.fan_in;
     o.fan_out = t.fan_out;
     o.seed = plan_.seed();
-    const SparseOptimizerConfig& p = plan_.embedding_optimizer();
-    o.optimizer.name = p.name();
-    o.optimizer.learning_rate = p.learning_rate();
-    o.optimizer.epsilon = p.epsilon();
-    o.optimizer.initial_accumulator_value = p.initial_accumulator_value();
-    o.optimizer.beta1 = p.beta1();
-    o.optimizer.beta2 = p.beta2();
-    o.optimizer.learning_rate_power = p.learning_rate_power();
     o.admit_after = plan_.embedding_admit_after();
     o.evict_after = plan_.embedding_evict_after();
-    SparseTableToConfig(o, &ps_setup_.sparse_tables.emplace_back());
+    SparseTableConfig& c = ps_setup_.sparse_tables.emplace_back();
+    SparseTableToConfig(o, &c);
+    *c.mutable_optimizer() = plan_.embedding_optimizer();  // the chief's flags, as they are
   }
 }
 

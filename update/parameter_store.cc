@@ -401,11 +401,8 @@ absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_versi
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::PullShared(uint64_t layout_fingerprint, int64_t min_version,
-                                        absl::Time deadline, SharedValues* out,
-                                        int64_t* version, int64_t generation,
-                                        int64_t* out_generation) {
-  absl::MutexLock lock(&mu_);
+absl::Status ParameterStore::AwaitVersion(uint64_t layout_fingerprint, int64_t min_version,
+                                          absl::Time deadline, int64_t generation) {
   auto other_generation = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return initialized_ && generation >= 0 && generation != generation_;
   };
@@ -425,6 +422,18 @@ absl::Status ParameterStore::PullShared(uint64_t layout_fingerprint, int64_t min
     return absl::DeadlineExceededError(absl::StrCat(
         "waited for version ", min_version, "; still at ", version_));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::PullShared(uint64_t layout_fingerprint, int64_t min_version,
+                                        absl::Time deadline, SharedValues* out,
+                                        int64_t* version, int64_t generation,
+                                        int64_t* out_generation) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AwaitVersion(layout_fingerprint, min_version, deadline, generation);
+      !s.ok()) {
+    return s;
+  }
   *out = values_;
   *version = version_;
   if (out_generation != nullptr) *out_generation = generation_;
@@ -436,21 +445,9 @@ absl::Status ParameterStore::PullRows(uint64_t layout_fingerprint, int64_t min_v
                                       int64_t* version, int64_t generation,
                                       int64_t* out_generation) {
   absl::MutexLock lock(&mu_);
-  auto other_generation = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return initialized_ && generation >= 0 && generation != generation_;
-  };
-  while (!cancelled_ && !other_generation() && (!initialized_ || version_ < min_version)) {
-    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  if (cancelled_) return absl::UnavailableError("parameter server is shutting down");
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
-  if (other_generation()) return GenerationMismatch(generation, generation_, version_);
-  if (version_ < min_version) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "waited for version ", min_version, "; still at ", version_));
+  if (absl::Status s = AwaitVersion(layout_fingerprint, min_version, deadline, generation);
+      !s.ok()) {
+    return s;
   }
   for (SparseRowsData& r : *rows) {
     if (r.table < 0 || r.table >= static_cast<int>(tables_.size())) {

@@ -411,6 +411,11 @@ class ParameterStore {
 
  private:
   absl::Status CheckLayout(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pulls' wait: until the version is at least min_version (of
+  // `generation` when >= 0), failing as PullShared says.
+  absl::Status AwaitVersion(uint64_t layout_fingerprint, int64_t min_version,
+                            absl::Time deadline, int64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates `config` and installs it with fresh per-worker state.
   absl::Status Configure(const StoreConfig& config, std::unique_ptr<Optimizer> optimizer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
