@@ -32,8 +32,49 @@ bool Checkpointer::Due(absl::Time now, int64_t highest_version) const {
   return steps_due || time_due;
 }
 
-absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle) {
-  PausedWorkers paused(dispatcher_);
+absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle, absl::Duration* paused) {
+  // Each ps's bytes of state: its shards' values and slots (3x the floats
+  // for Adam), and the rows of its sparse tables, as many as it holds by
+  // now (asked before the pause).
+  std::vector<double> bytes(fleet_->num_ps());
+  for (int i = 0; i < fleet_->num_ps(); ++i) {
+    bytes[i] = 3.0 * placement_->floats_of_ps[i] * 4;
+    if (has_tables_) {
+      absl::StatusOr<PsStatsResponse> stats = fleet_->Stats(i, absl::Seconds(2));
+      if (!stats.ok()) return stats.status();
+      bytes[i] += static_cast<double>(stats->sparse_bytes());
+    }
+  }
+  Snapshot snap;
+  const absl::Time pause_start = absl::Now();
+  {
+    PausedWorkers pause(dispatcher_);
+    absl::Status s = CaptureWhilePaused(workers_idle, bytes, &snap);
+    *paused = absl::Now() - pause_start;
+    if (!s.ok()) return s;
+  }
+  // The workers train on while each ps sends the state it set aside.
+  for (int i = 0; i < fleet_->num_ps(); ++i) {
+    // Each byte copied about three times (into the message, onto the
+    // wire, out of it) at 100 MB/s or better.
+    const absl::Duration timeout = absl::Seconds(2) + absl::Seconds(3 * bytes[i] / 100e6);
+    absl::StatusOr<ShardState> state = fleet_->FetchCapturedSnapshot(i, timeout);
+    if (!state.ok()) return state.status();
+    const ShardState& header = snap.ps[i];
+    if (state->version() != header.version() || state->generation() != header.generation()) {
+      // Another capture (a second chief?) replaced this one.
+      return absl::AbortedError(absl::StrCat(
+          "ps:", i, " sent a state of version ", state->version(), " generation ",
+          state->generation(), ", not the one captured (version ", header.version(),
+          " generation ", header.generation(), ")"));
+    }
+    snap.ps[i] = *std::move(state);
+  }
+  return snap;
+}
+
+absl::Status Checkpointer::CaptureWhilePaused(bool workers_idle, const std::vector<double>& bytes,
+                                              Snapshot* snap) {
   // Async: wait until no worker is in the middle of a step. Sync: a step
   // completes on every ps or on none, so equal versions suffice.
   // A worker whose push waits on a lost ps never parks: each ps is asked
@@ -73,38 +114,31 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle) {
       return absl::DeadlineExceededError(
           absl::StrCat("the ps did not settle on one version within 1 s (", apart, ")"));
     }
-    Snapshot snap;
-    snap.run_started_unix_ms = absl::ToUnixMillis(run_started_);
-    snap.generation = dispatcher_->generation();
-    snap.done_chunks = dispatcher_->SaveDone();
-    snap.chunks_per_epoch = dispatcher_->chunks_per_epoch();
+    *snap = Snapshot();
+    snap->run_started_unix_ms = absl::ToUnixMillis(run_started_);
+    snap->generation = dispatcher_->generation();
+    snap->done_chunks = dispatcher_->SaveDone();
+    snap->chunks_per_epoch = dispatcher_->chunks_per_epoch();
     bool consistent = true;
     for (int i = 0; i < fleet_->num_ps(); ++i) {
-      // Short: an unreachable ps must not hold the chief (and the paused
-      // workers) here; the checkpoint is skipped and the ps checks notice.
-      // Values and slots (3x the shard for Adam) at 100 MB/s or better.
-      double bytes = 3.0 * placement_->floats_of_ps[i] * 4;
-      if (has_tables_) {
-        // Sparse tables: as many rows as the ps holds by now, each copied
-        // about three times (out of the table, into the message, onto the
-        // wire).
-        absl::StatusOr<PsStatsResponse> stats = fleet_->Stats(i, absl::Seconds(2));
-        if (!stats.ok()) return stats.status();
-        bytes += 3.0 * static_cast<double>(stats->sparse_bytes());
-      }
-      const absl::Duration timeout = absl::Seconds(2) + absl::Seconds(bytes / 100e6);
-      absl::StatusOr<ShardState> state = fleet_->Snapshot(i, timeout);
-      if (!state.ok()) return state.status();
-      if (state->generation() != snap.generation ||
-          (i > 0 && options_.mode == SYNC && state->version() != snap.ps[0].version())) {
+      // Each ps copies its state aside in memory (the values, slots and
+      // rows once: about a GB/s) and answers its version: the workers wait
+      // for that copy, not for the transfer. Short: an unreachable ps must
+      // not hold the chief (and the paused workers) here; the checkpoint is
+      // skipped and the ps checks notice.
+      const absl::Duration timeout = absl::Seconds(2) + absl::Seconds(bytes[i] / 1e9);
+      absl::StatusOr<ShardState> header = fleet_->CaptureSnapshot(i, timeout);
+      if (!header.ok()) return header.status();
+      if (header->generation() != snap->generation ||
+          (i > 0 && options_.mode == SYNC && header->version() != snap->ps[0].version())) {
         consistent = false;
       }
-      snap.ps.push_back(*std::move(state));
+      snap->ps.push_back(*std::move(header));
     }
     if (consistent) {
-      snap.step = snap.ps[0].version();
-      for (const ShardState& s : snap.ps) snap.step = std::min(snap.step, s.version());
-      return snap;
+      snap->step = snap->ps[0].version();
+      for (const ShardState& s : snap->ps) snap->step = std::min(snap->step, s.version());
+      return absl::OkStatus();
     }
     // A step completed on some ps between the two looks: look again.
   }
@@ -136,7 +170,8 @@ absl::Status Checkpointer::WaitForOneVersion(absl::Time deadline, std::string* a
 absl::Status Checkpointer::Take(const char* why, int64_t highest_version, bool workers_idle,
                                 bool required) {
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<Snapshot> snap = TakeSnapshot(workers_idle);
+  absl::Duration paused;
+  absl::StatusOr<Snapshot> snap = TakeSnapshot(workers_idle, &paused);
   if (!snap.ok() && required) return snap.status();
   if (!snap.ok()) {
     spdlog::warn("checkpoint ({}) skipped: {}", why, std::string(snap.status().message()));
@@ -145,7 +180,6 @@ absl::Status Checkpointer::Take(const char* why, int64_t highest_version, bool w
     last_time_ = absl::Now();
     return absl::OkStatus();
   }
-  const absl::Duration paused = absl::Now() - t0;
   latest_ = *std::move(snap);
   last_step_ = latest_->step;
   last_time_ = absl::Now();

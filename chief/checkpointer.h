@@ -1,7 +1,8 @@
 // Checkpointer: the run's checkpoints. It takes a snapshot of every ps at
 // one consistent cut (workers paused between steps; sync: every ps at one
-// version; async: every worker parked first) together with the data
-// position, keeps the newest in memory (ps recovery restores from it, so it
+// version; async: every worker parked first; each ps copies its state
+// aside in memory, and sends it once the workers go on) together with the
+// data position, keeps the newest in memory (ps recovery restores from it, so it
 // never depends on a disk) and writes it to the checkpoint directory
 // (chief/snapshot.h's encoding, model/checkpoint.h's files). It also says
 // when the next periodic one is due and reads the newest back from disk for
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -74,7 +76,14 @@ class Checkpointer {
   void set_run_started(absl::Time t) { run_started_ = t; }
 
  private:
-  absl::StatusOr<Snapshot> TakeSnapshot(bool workers_idle);
+  // Pauses the workers while each ps copies its state aside at one
+  // consistent cut (CaptureWhilePaused), then fetches those states while
+  // the workers train on. *paused: how long the workers were paused.
+  absl::StatusOr<Snapshot> TakeSnapshot(bool workers_idle, absl::Duration* paused);
+  // Sets `snap`'s fields but the ps's states, which hold only the version
+  // and generation each ps captured. bytes[i]: ps i's bytes of state.
+  absl::Status CaptureWhilePaused(bool workers_idle, const std::vector<double>& bytes,
+                                  Snapshot* snap);
   // Asks the ps for their versions until they agree (sync: one version;
   // both modes: the run's generation) or `deadline` passes. `apart` is
   // empty when they agree, else says where each stands. An error when a ps

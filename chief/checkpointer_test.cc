@@ -1,6 +1,8 @@
 #include "chief/checkpointer.h"
 
 #include <atomic>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,7 +29,9 @@ class FakeFleet : public PsFleetForTests {
     st.set_version(VersionOf(ps));
     return st;
   }
-  absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration) override {
+  // The state's header, as a ps answers a capture; the whole state (here
+  // with a value) is kept for the fetch.
+  absl::StatusOr<ShardState> CaptureSnapshot(int ps, absl::Duration) override {
     ShardState s;
     s.set_version(VersionOf(ps));
     // A step completing between the look at the versions and this one.
@@ -36,6 +40,16 @@ class FakeFleet : public PsFleetForTests {
       s.set_version(s.version() + 1);
     }
     ++snapshots;
+    captured[ps] = s;
+    captured[ps]->set_values(std::string(4, char(ps)));
+    return s;
+  }
+  absl::StatusOr<ShardState> FetchCapturedSnapshot(int ps, absl::Duration) override {
+    if (!captured[ps]) return absl::FailedPreconditionError("nothing captured");
+    ShardState s = *std::move(captured[ps]);
+    captured[ps].reset();
+    if (fetch_newer) s.set_version(s.version() + 1);
+    ++fetches;
     return s;
   }
 
@@ -49,7 +63,10 @@ class FakeFleet : public PsFleetForTests {
   int lag_for = 0;
   int stats_calls = 0;
   int ahead_in_snapshots = 0;
-  int snapshots = 0;
+  int snapshots = 0;  // captures
+  int fetches = 0;
+  bool fetch_newer = false;  // a capture not this chief's replaced ours
+  std::optional<ShardState> captured[2];
 };
 
 class CheckpointerTest : public ::testing::Test {
@@ -120,6 +137,32 @@ TEST_F(CheckpointerTest, AsyncTakesThePsAtDifferentVersions) {
   ASSERT_TRUE(c.Take("periodic", 300, /*workers_idle=*/true).ok());
   ASSERT_NE(c.latest(), nullptr);
   EXPECT_EQ(c.latest()->step, 280);  // the lowest
+}
+
+// Under the pause each ps only copies its state aside; the whole states
+// come after it, and they are the ones captured.
+TEST_F(CheckpointerTest, FetchesTheCapturedStatesAfterThePause) {
+  Checkpointer c = Make(SYNC);
+  ASSERT_TRUE(c.Take("periodic", 300).ok());
+  ASSERT_NE(c.latest(), nullptr);
+  EXPECT_EQ(fleet_.snapshots, 2);
+  EXPECT_EQ(fleet_.fetches, 2);
+  ASSERT_EQ(c.latest()->ps.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(c.latest()->ps[i].version(), 300);
+    EXPECT_EQ(c.latest()->ps[i].values(), std::string(4, char(i)));
+  }
+  EXPECT_EQ(dispatcher_.generation(), c.latest()->generation);
+}
+
+TEST_F(CheckpointerTest, SkipsWhenTheFetchedStateIsNotTheCapturedOne) {
+  fleet_.fetch_newer = true;
+  Checkpointer c = Make(SYNC);
+  ASSERT_TRUE(c.Take("periodic", 300).ok());  // skipped, not an error
+  EXPECT_EQ(c.latest(), nullptr);
+  absl::Status s = c.Take("final", 300, /*workers_idle=*/false, /*required=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("not the one captured"), std::string::npos) << s;
 }
 
 TEST_F(CheckpointerTest, StopEndsTheWait) {

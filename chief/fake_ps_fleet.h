@@ -31,6 +31,10 @@ class PsFleetForTests : public PsFleet {
     return NotHere();
   }
   absl::StatusOr<ShardState> Snapshot(int, absl::Duration) override { return NotHere(); }
+  absl::StatusOr<ShardState> CaptureSnapshot(int, absl::Duration) override { return NotHere(); }
+  absl::StatusOr<ShardState> FetchCapturedSnapshot(int, absl::Duration) override {
+    return NotHere();
+  }
   absl::StatusOr<InitResponse> Init(int, const InitRequest&, absl::Duration) override {
     return NotHere();
   }

@@ -61,15 +61,29 @@ absl::Status GrpcPsFleet::SetWorkers(int i, const std::vector<bool>& active,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ShardState> GrpcPsFleet::Snapshot(int i, absl::Duration timeout) {
+absl::StatusOr<ShardState> GrpcPsFleet::SnapshotPart(int i, SnapshotRequest::Part part,
+                                                      absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   SnapshotRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
+  req.set_part(part);
   ShardState state;
   grpc::Status s = StubOf(i)->Snapshot(&ctx, req, &state);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("snapshot of ps:", i));
   return state;
+}
+
+absl::StatusOr<ShardState> GrpcPsFleet::Snapshot(int i, absl::Duration timeout) {
+  return SnapshotPart(i, SnapshotRequest::WHOLE, timeout);
+}
+
+absl::StatusOr<ShardState> GrpcPsFleet::CaptureSnapshot(int i, absl::Duration timeout) {
+  return SnapshotPart(i, SnapshotRequest::CAPTURE, timeout);
+}
+
+absl::StatusOr<ShardState> GrpcPsFleet::FetchCapturedSnapshot(int i, absl::Duration timeout) {
+  return SnapshotPart(i, SnapshotRequest::CAPTURED, timeout);
 }
 
 absl::StatusOr<InitResponse> GrpcPsFleet::Init(int i, const InitRequest& req,

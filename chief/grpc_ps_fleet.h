@@ -38,6 +38,8 @@ class GrpcPsFleet final : public PsFleet {
   absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration timeout) override;
   absl::Status SetWorkers(int ps, const std::vector<bool>& active, absl::Duration timeout) override;
   absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration timeout) override;
+  absl::StatusOr<ShardState> CaptureSnapshot(int ps, absl::Duration timeout) override;
+  absl::StatusOr<ShardState> FetchCapturedSnapshot(int ps, absl::Duration timeout) override;
   absl::StatusOr<InitResponse> Init(int ps, const InitRequest& request,
                                     absl::Duration total_timeout) override;
   absl::Status SetBackups(int ps, const std::vector<std::string>& addresses,
@@ -60,6 +62,8 @@ class GrpcPsFleet final : public PsFleet {
   absl::Status Demote(const std::string& address, absl::Duration timeout) override;
 
  private:
+  absl::StatusOr<ShardState> SnapshotPart(int ps, SnapshotRequest::Part part,
+                                          absl::Duration timeout);
   using Stub = ParameterServer::Stub;
   // The stub that reaches ps i's shards now.
   std::shared_ptr<Stub> StubOf(int i) const;

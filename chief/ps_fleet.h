@@ -40,6 +40,12 @@ class PsFleet {
                                   absl::Duration timeout) = 0;
   // The ps's values, slots, version and generation.
   virtual absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration timeout) = 0;
+  // Has the ps copy its state aside in its memory and answers only that
+  // state's version and generation (SnapshotRequest.CAPTURE).
+  virtual absl::StatusOr<ShardState> CaptureSnapshot(int ps, absl::Duration timeout) = 0;
+  // The whole state the ps's last capture set aside (which the ps then
+  // drops); FailedPrecondition when it holds none.
+  virtual absl::StatusOr<ShardState> FetchCapturedSnapshot(int ps, absl::Duration timeout) = 0;
 
   // Retried while the ps is unreachable (common/retry.h) for up to
   // `total_timeout`; Cancelled once the chief is asked to stop.

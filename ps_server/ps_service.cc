@@ -71,15 +71,24 @@ std::shared_ptr<Replicator> PsService::CurrentReplicator() {
   return replicator_;
 }
 
+absl::Status PsService::Capture(uint64_t fingerprint, CapturedState* out) {
+  if (absl::Status s = store_->Snapshot(fingerprint, &out->store); !s.ok()) return s;
+  out->fingerprint = fingerprint;
+  absl::MutexLock lock(&shards_mu_);
+  out->shards = shards_;
+  return absl::OkStatus();
+}
+
+void PsService::CapturedToState(const CapturedState& captured, ShardState* out) {
+  out->set_layout_fingerprint(captured.fingerprint);
+  for (const ShardSpec& sh : captured.shards) *out->add_shards() = sh;
+  StoreSnapshotToState(captured.store, out);
+}
+
 absl::Status PsService::StateOf(uint64_t fingerprint, ShardState* out) {
-  StoreSnapshot snap;
-  if (absl::Status s = store_->Snapshot(fingerprint, &snap); !s.ok()) return s;
-  out->set_layout_fingerprint(fingerprint);
-  {
-    absl::MutexLock lock(&shards_mu_);
-    for (const ShardSpec& sh : shards_) *out->add_shards() = sh;
-  }
-  StoreSnapshotToState(snap, out);
+  CapturedState captured;
+  if (absl::Status s = Capture(fingerprint, &captured); !s.ok()) return s;
+  CapturedToState(captured, out);
   return absl::OkStatus();
 }
 
@@ -579,7 +588,41 @@ grpc::Status PsService::SetWorkers(grpc::ServerContext* ctx, const SetWorkersReq
 grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest* req,
                                  ShardState* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
-  return ToGrpcStatus(StateOf(req->layout_fingerprint(), resp));
+  switch (req->part()) {
+    case SnapshotRequest::CAPTURE: {
+      auto captured = std::make_unique<CapturedState>();
+      if (absl::Status s = Capture(req->layout_fingerprint(), captured.get()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+      resp->set_layout_fingerprint(captured->fingerprint);
+      resp->set_version(captured->store.version);
+      resp->set_generation(captured->store.generation);
+      absl::MutexLock lock(&captured_mu_);
+      captured_ = std::move(captured);  // an older capture nobody fetched is dropped
+      return grpc::Status::OK;
+    }
+    case SnapshotRequest::CAPTURED: {
+      std::unique_ptr<CapturedState> captured;
+      {
+        absl::MutexLock lock(&captured_mu_);
+        captured = std::move(captured_);
+      }
+      if (captured == nullptr) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "no captured snapshot: none was asked for since this ps started, "
+                            "or it was fetched already");
+      }
+      if (captured->fingerprint != req->layout_fingerprint()) {
+        return InvalidArgument(absl::StrCat("the captured snapshot is of layout ",
+                                            captured->fingerprint, ", not ",
+                                            req->layout_fingerprint()));
+      }
+      CapturedToState(*captured, resp);
+      return grpc::Status::OK;
+    }
+    default:
+      return ToGrpcStatus(StateOf(req->layout_fingerprint(), resp));
+  }
 }
 
 grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* req,

@@ -201,6 +201,18 @@ class PsService final : public ParameterServer::Service {
   // This store's state now, as Snapshot answers it and a backup's seed
   // carries it.
   absl::Status StateOf(uint64_t fingerprint, ShardState* out);
+  // The store's state and the shards it holds, copied at one instant.
+  struct CapturedState {
+    uint64_t fingerprint = 0;
+    StoreSnapshot store;
+    std::vector<ShardSpec> shards;
+  };
+  absl::Status Capture(uint64_t fingerprint, CapturedState* out);
+  static void CapturedToState(const CapturedState& captured, ShardState* out);
+  // What the last Snapshot(CAPTURE) set aside, until Snapshot(CAPTURED)
+  // takes it.
+  absl::Mutex captured_mu_;
+  std::unique_ptr<CapturedState> captured_ ABSL_GUARDED_BY(captured_mu_);
 
   // Per worker that pulls changes: the weights it holds once it applied
   // answer `seq`, and that answer.
