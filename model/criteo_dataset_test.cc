@@ -155,35 +155,45 @@ TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
   EXPECT_TRUE(CheckDataFiles(dir, Split::kTrain).ok());
 }
 
-// The shipped CTR model (deploy/models/ctr_wide_deep.json) parses, has its
-// 10^6 x 16 Embedding, and takes a Criteo folder's examples.
+// The shipped CTR models (deploy/models/ctr_wide_deep.json, ctr_deepfm.json)
+// parse, have their 10^6-row Embedding (16 and 32 wide), and take a Criteo
+// folder's examples.
 TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
-  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_wide_deep.json");
-  ASSERT_TRUE(text.ok()) << text.status();
-  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_wide_deep.json");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  ASSERT_EQ(spec->inputs.size(), 2u);
-  EXPECT_EQ(spec->inputs[0].name, "dense");
-  EXPECT_EQ(spec->inputs[0].size(), 13);
-  EXPECT_EQ(spec->inputs[1].name, "ids");
-  EXPECT_EQ(spec->inputs[1].size(), 26);
-  EXPECT_EQ(spec->input_height * spec->input_width * spec->input_channels, 39);
-  EXPECT_EQ(spec->loss, LossKind::kBinaryCrossentropy);
-  EXPECT_EQ(spec->num_classes, 1);
-  int embeddings = 0;
-  for (const LayerSpec& l : spec->layers) {
-    if (l.kind != LayerKind::kEmbedding) continue;
-    ++embeddings;
-    EXPECT_EQ(l.input_dim, kCriteoDefaultBuckets);
-    EXPECT_EQ(l.units, 16);
-  }
-  EXPECT_EQ(embeddings, 1);
+  const struct {
+    const char* file;
+    int width;
+  } models[] = {{"ctr_wide_deep.json", 16}, {"ctr_deepfm.json", 32}};
+  for (const auto& model : models) {
+    SCOPED_TRACE(model.file);
+    absl::StatusOr<std::string> text =
+        ReadModelFile(std::string("deploy/models/") + model.file);
+    ASSERT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, model.file);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_EQ(spec->inputs.size(), 2u);
+    EXPECT_EQ(spec->inputs[0].name, "dense");
+    EXPECT_EQ(spec->inputs[0].size(), 13);
+    EXPECT_EQ(spec->inputs[1].name, "ids");
+    EXPECT_EQ(spec->inputs[1].size(), 26);
+    EXPECT_EQ(spec->input_height * spec->input_width * spec->input_channels, 39);
+    EXPECT_EQ(spec->loss, LossKind::kBinaryCrossentropy);
+    EXPECT_EQ(spec->num_classes, 1);
+    int embeddings = 0;
+    for (const LayerSpec& l : spec->layers) {
+      if (l.kind != LayerKind::kEmbedding) continue;
+      ++embeddings;
+      EXPECT_EQ(l.input_dim, kCriteoDefaultBuckets);
+      EXPECT_EQ(l.units, model.width);
+    }
+    EXPECT_EQ(embeddings, 1);
 
-  const std::string dir = NewDir("fits");
-  testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
-  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
-  ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+    const std::string dir = NewDir(std::string("fits_") + model.file);
+    testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
+    absl::StatusOr<std::unique_ptr<ExampleSource>> source =
+        OpenExampleSource(dir, Split::kTrain);
+    ASSERT_TRUE(source.ok()) << source.status();
+    EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+  }
 }
 
 }  // namespace

@@ -168,6 +168,11 @@ absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& o) {
   if (!(o.zipf >= 0 && o.zipf <= 10)) {
     return absl::InvalidArgumentError(absl::StrCat("--zipf=", o.zipf, ": must be in [0, 10]"));
   }
+  if (o.signal_ranks < 0 || o.signal_ranks > o.ids_per_feature) {
+    return absl::InvalidArgumentError(absl::StrCat("--signal_ranks=", o.signal_ranks,
+                                                   ": must be in [0, --ids_per_feature=",
+                                                   o.ids_per_feature, "]"));
+  }
   if (o.buckets < 1 || o.buckets > kCriteoMaxBuckets) {
     return absl::InvalidArgumentError(
         absl::StrCat("--buckets=", o.buckets, ": must be in [1, ", kCriteoMaxBuckets,
@@ -186,27 +191,34 @@ int64_t SynthRankOfId(int feature, int64_t id) {
   return x / kMaxSynthIds == feature ? x % kMaxSynthIds : -1;
 }
 
-PlantedCtrModel::PlantedCtrModel(uint64_t seed) : seed_mix_(Mix64(seed + kGolden)), bias_(kBias) {
+PlantedCtrModel::PlantedCtrModel(uint64_t seed, int64_t signal_ranks)
+    : seed_mix_(Mix64(seed + kGolden)), signal_ranks_(signal_ranks), bias_(kBias) {
   for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
     integer_weights_.push_back(kIntegerWeight * Symmetric(Mix64(seed_mix_ + (j + 1) * kGolden)));
     integer_centers_.push_back(MeanIntegerTransform(j));
   }
 }
 
+bool PlantedCtrModel::HasSignal(int f, int64_t id) const {
+  if (id == kCriteoMissingId) return false;
+  if (signal_ranks_ == 0) return true;
+  const int64_t rank = SynthRankOfId(f, id);
+  return rank >= 0 && rank < signal_ranks_;
+}
+
 double PlantedCtrModel::Logit(const CriteoExample& example) const {
   double logit = bias_;
   uint64_t hashes[kCriteoCategoricalFeatures] = {};
+  bool signal[kCriteoCategoricalFeatures] = {};
   for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
     const int64_t id = example.categories[f];
-    if (id == kCriteoMissingId) continue;
+    if (!(signal[f] = HasSignal(f, id))) continue;
     hashes[f] = Mix64(CriteoFeatureKey(f, id) ^ seed_mix_);
     logit += kWideStd * kSqrt3 * Symmetric(hashes[f]);
   }
   for (const auto& pair : kSynthPairs) {
     const int f = pair[0], g = pair[1];
-    if (example.categories[f] == kCriteoMissingId || example.categories[g] == kCriteoMissingId) {
-      continue;
-    }
+    if (!signal[f] || !signal[g]) continue;
     double dot = 0;
     for (int d = 1; d <= kSynthFmDim; ++d) {
       dot += Symmetric(Mix64(hashes[f] + d * kGolden)) * Symmetric(Mix64(hashes[g] + d * kGolden));
@@ -227,7 +239,7 @@ double PlantedCtrModel::Probability(const CriteoExample& example) const {
 }
 
 CriteoSynthesizer::CriteoSynthesizer(const CriteoSynthOptions& options)
-    : model_(options.seed), rng_(options.seed) {
+    : model_(options.seed, options.signal_ranks), rng_(options.seed) {
   // Vose's alias method over weights (r + 1)^-zipf scaled to mean 1.
   const size_t n = static_cast<size_t>(options.ids_per_feature);
   std::vector<double> q(n);
@@ -336,7 +348,7 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
 }
 
 std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynthSummary& s) {
-  const PlantedCtrModel model(options.seed);
+  const PlantedCtrModel model(options.seed, options.signal_ranks);
   nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
   for (const auto& pair : kSynthPairs) pairs.push_back({pair[0] + 1, pair[1] + 1});
   const double rows = double(s.train_rows + s.test_rows);
@@ -348,7 +360,8 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
         {"seed", options.seed},
         {"test_fraction", options.test_fraction},
         {"zipf", options.zipf},
-        {"buckets", options.buckets}}},
+        {"buckets", options.buckets},
+        {"signal_ranks", options.signal_ranks}}},
       {"seed", options.seed},
       {"positive_rate",
        (s.train_positive_rate * s.train_rows + s.test_positive_rate * s.test_rows) / rows},

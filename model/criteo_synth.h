@@ -33,12 +33,16 @@ struct CriteoSynthOptions {
   double test_fraction = 0.1;  // of rows, rounded, written to test.txt
   double zipf = 1.05;          // id of frequency rank r (from 1) drawn with weight r^-zipf
   int64_t buckets = kCriteoDefaultBuckets;  // criteo.json's: the models' Embedding rows
+  // When > 0, only the ids of the signal_ranks most frequent ranks of each
+  // feature carry planted weights (w, v); rarer ids are drawn as usual but
+  // weigh nothing. 0: every id carries weights.
+  int64_t signal_ranks = 0;
 };
 
 // InvalidArgument naming the flag and its value ("--rows=1: ...") unless
 // rows >= 2, test_fraction leaves both splits at least one row,
 // ids_per_feature is in [1, kMaxSynthIds], zipf in [0, 10] and buckets in
-// [1, kCriteoMaxBuckets].
+// [1, kCriteoMaxBuckets], and signal_ranks in [0, ids_per_feature].
 absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& options);
 
 // At most 2^27 ids a feature: (feature, rank) then fits the 32 bits of a
@@ -62,11 +66,14 @@ int64_t SynthRankOfId(int feature, int64_t id);
 //         + sum over present I_j of u_j * (CriteoIntegerTransform(x_j) - c_j)
 // w and v are functions of (seed, CriteoFeatureKey(f, id)), uniform with
 // fixed standard deviations; u_j is fixed per seed, c_j the transform's
-// mean under the generator's distribution of I_j. It reads any
-// CriteoExample, so a test recomputes the probabilities from the files.
+// mean under the generator's distribution of I_j. With signal_ranks > 0,
+// w and v are 0 for an id that is not one of the signal_ranks most
+// frequent of its feature (SynthRankOfId; an id the generator never writes
+// for that feature included). It reads any CriteoExample, so a test
+// recomputes the probabilities from the files.
 class PlantedCtrModel {
  public:
-  explicit PlantedCtrModel(uint64_t seed);
+  explicit PlantedCtrModel(uint64_t seed, int64_t signal_ranks = 0);
 
   double Logit(const CriteoExample& example) const;
   double Probability(const CriteoExample& example) const;  // sigmoid(Logit)
@@ -76,7 +83,11 @@ class PlantedCtrModel {
   const std::vector<double>& integer_centers() const { return integer_centers_; }
 
  private:
+  // Whether feature f's id carries planted weights.
+  bool HasSignal(int f, int64_t id) const;
+
   uint64_t seed_mix_;  // mixed into every per-id hash
+  int64_t signal_ranks_;
   double bias_;
   std::vector<double> integer_weights_;  // u_j, kCriteoIntegerFeatures of them
   std::vector<double> integer_centers_;  // c_j

@@ -37,6 +37,13 @@ TEST(CriteoSynthOptionsTest, ErrorsNameTheFlag) {
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->ids_per_feature = 0; }),
             "--ids_per_feature=0: must be in [1, 134217728]");
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->zipf = -1; }), "--zipf=-1: must be in [0, 10]");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->signal_ranks = -1; }),
+            "--signal_ranks=-1: must be in [0, --ids_per_feature=100000]");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) {
+              o->ids_per_feature = 10;
+              o->signal_ranks = 11;
+            }),
+            "--signal_ranks=11: must be in [0, --ids_per_feature=10]");
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = 0; }),
             "--buckets=0: must be in [1, 16777216] (2^24: rows are exact in float32)");
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = 16777217; }),
@@ -73,6 +80,34 @@ TEST(PlantedCtrModelTest, DependsOnTheSeedAndTheColumn) {
   EXPECT_NE(one.Logit(a), one.Logit(b));
   EXPECT_NE(one.Logit(a), two.Logit(a));
   EXPECT_EQ(one.Logit(a), PlantedCtrModel(1).Logit(a));
+}
+
+// With signal_ranks, the most frequent ranks keep the weights every id
+// has without it; rarer ids, and the pairs they are part of, add nothing.
+TEST(PlantedCtrModelTest, SignalRanksWeighOnlyTheMostFrequentIds) {
+  const PlantedCtrModel all(3), head(3, 10);
+  for (const int64_t rank : {0, 9}) {
+    CriteoExample e;
+    e.categories[4] = SynthIdOfRank(4, rank);
+    EXPECT_NE(head.Logit(e), head.bias()) << rank;
+    EXPECT_EQ(head.Logit(e), all.Logit(e)) << rank;
+  }
+  CriteoExample rare;
+  rare.categories[4] = SynthIdOfRank(4, 10);
+  EXPECT_EQ(head.Logit(rare), head.bias());
+  EXPECT_NE(all.Logit(rare), all.bias());
+  CriteoExample foreign;  // feature 5's id in column 4: no rank of column 4
+  foreign.categories[4] = SynthIdOfRank(5, 0);
+  EXPECT_EQ(head.Logit(foreign), head.bias());
+  // C5 x C6 is a planted pair: both in the head, the product counts.
+  CriteoExample pair, half;
+  pair.categories[4] = half.categories[4] = SynthIdOfRank(4, 1);
+  pair.categories[5] = SynthIdOfRank(5, 2);
+  half.categories[5] = SynthIdOfRank(5, 20);
+  EXPECT_EQ(head.Logit(pair), all.Logit(pair));
+  CriteoExample alone;
+  alone.categories[4] = SynthIdOfRank(4, 1);
+  EXPECT_EQ(head.Logit(half), head.Logit(alone));
 }
 
 TEST(CriteoSynthTest, SameSeedSameBytes) {

@@ -54,6 +54,9 @@ run "--buckets too small" 2 "^error: --buckets=0: must be in \[1, 16777216\]" \
   --out="$tmp/x" --buckets=0
 run "--buckets over 2^24" 2 "^error: --buckets=16777217: must be in" --out="$tmp/x" \
   --buckets=16777217
+run "--signal_ranks over --ids_per_feature" 2 \
+  "^error: --signal_ranks=11: must be in \[0, --ids_per_feature=10\]" \
+  --out="$tmp/x" --ids_per_feature=10 --signal_ranks=11
 run "an unknown flag" 2 "unknown flag '--frobnicate=1'" --out="$tmp/x" --frobnicate=1
 # A tool, not a daemon: the daemons' shared flags are neither listed nor taken.
 if "$bin" --help 2>&1 | grep -q -- '--tf_config'; then

@@ -21,6 +21,9 @@ ABSL_FLAG(std::string, out, "", "Folder to write train.txt, test.txt, planted.js
 ABSL_FLAG(double, test_fraction, 0.1, "Fraction of --rows (rounded) written to test.txt");
 ABSL_FLAG(double, zipf, 1.05,
           "Power-law exponent of the ids' frequencies: rank r (from 1) has weight r^-zipf");
+ABSL_FLAG(int64_t, signal_ranks, 0,
+          "When > 0, only the ids of this many most frequent ranks of each feature carry planted "
+          "weights; rarer ids are drawn but weigh nothing (0: every id)");
 ABSL_FLAG(int64_t, buckets, pscluster::kCriteoDefaultBuckets,
           "Rows of the models' Embedding tables, written to criteo.json: the ids' range when "
           "the folder is training data (<= 2^24)");
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
   options.test_fraction = absl::GetFlag(FLAGS_test_fraction);
   options.zipf = absl::GetFlag(FLAGS_zipf);
   options.buckets = absl::GetFlag(FLAGS_buckets);
+  options.signal_ranks = absl::GetFlag(FLAGS_signal_ranks);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) ExitWithUsageError("--out is required: the folder to write the files to");
   if (absl::Status s = CheckCriteoSynthOptions(options); !s.ok()) {

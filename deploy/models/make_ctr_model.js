@@ -1,13 +1,16 @@
-// Writes ctr_wide_deep.json, a click-through-rate model for Criteo data
-// (docs/criteo.md, "Training on Criteo data"), with the real TensorFlow.js
-// (npm @tensorflow/tfjs, installed with the Keras fixtures):
+// Writes the click-through-rate models for Criteo data (docs/criteo.md,
+// "Training on Criteo data"), with the real TensorFlow.js (npm
+// @tensorflow/tfjs, installed with the Keras fixtures):
 //   (cd tests/fixtures/keras && npm install)
-//   node deploy/models/make_ctr_model.js [--input_dim=1000000] [--out=FILE]
+//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm]
+//        [--input_dim=1000000] [--out=FILE]
 // Two inputs, as a Criteo folder's examples hold them: `dense`, the 13
 // log-transformed integers, and `ids`, the 26 categorical features' rows
 // of an Embedding of --input_dim rows (the data's criteo.json "buckets").
 // ids -> Embedding(input_dim, 16) -> Flatten; Concatenate([dense, that])
-// -> Dense(256, relu) -> Dense(128, relu) -> Dense(1, sigmoid). The file is
+// -> Dense(256, relu) -> Dense(128, relu) -> Dense(1, sigmoid) is
+// ctr_wide_deep.json; ctr_deepfm.json adds a factorization machine over the
+// 26 fields (see ctrDeepFm). The file is
 // model.toJSON(), the JSON Keras's model.to_json() writes; it carries no
 // loss, and a sigmoid output trains on binary cross-entropy by default.
 const path = require('path');
@@ -36,11 +39,49 @@ function ctrWideDeep(inputDim) {
   return tf.model({inputs: [dense, ids], outputs: out, name: 'ctr_wide_deep'});
 }
 
+// DeepFM (Guo et al. 2017) from plain Keras layers. With E the [26, 32]
+// field embeddings, a factorization machine's pairwise term is
+//   sum_{f<g} <E_f, E_g> = 1/2 sum_d ((sum_f E_fd)^2 - sum_f E_fd^2):
+// per dimension, the square of the fields' sum (GlobalAveragePooling1D
+// times 26, then Multiply with itself) plus minus the sum of the squares
+// (Multiply, GlobalAveragePooling1D times -26; TensorFlow.js has no
+// Subtract layer). The output Dense weighs
+// those [32] interactions (1/2 each makes the FM term) beside the
+// flattened embeddings (the wide, per-id weights), the dense features and
+// a small deep tower.
+function ctrDeepFm(inputDim) {
+  const fields = 26;
+  const dense = tf.input({shape: [13], name: 'dense'});
+  const ids = tf.input({shape: [fields], name: 'ids'});
+  const emb = tf.layers.embedding({inputDim, outputDim: 32, name: 'embedding'}).apply(ids);
+  const flat = tf.layers.flatten({name: 'flat_embedding'}).apply(emb);
+  const mean = tf.layers.globalAveragePooling1d({name: 'field_mean'}).apply(emb);
+  const sum = tf.layers.rescaling({scale: fields, name: 'field_sum'}).apply(mean);
+  const sumSquared = tf.layers.multiply({name: 'field_sum_squared'}).apply([sum, sum]);
+  const squares = tf.layers.multiply({name: 'squares'}).apply([emb, emb]);
+  const squaresMean = tf.layers.globalAveragePooling1d({name: 'squares_mean'}).apply(squares);
+  const minusSquaresSum =
+      tf.layers.rescaling({scale: -fields, name: 'minus_squares_sum'}).apply(squaresMean);
+  const pairs = tf.layers.add({name: 'pair_interactions'}).apply([sumSquared, minusSquaresSum]);
+  let deep = tf.layers.concatenate({name: 'deep_input'}).apply([dense, flat]);
+  deep = tf.layers.dense({units: 128, activation: 'relu', name: 'hidden_1'}).apply(deep);
+  deep = tf.layers.dense({units: 64, activation: 'relu', name: 'hidden_2'}).apply(deep);
+  const all = tf.layers.concatenate({name: 'features'}).apply([dense, flat, pairs, deep]);
+  const out = tf.layers.dense({units: 1, activation: 'sigmoid', name: 'click'}).apply(all);
+  return tf.model({inputs: [dense, ids], outputs: out, name: 'ctr_deepfm'});
+}
+
+const kinds = {wide_deep: ctrWideDeep, deepfm: ctrDeepFm};
+const kind = flag('kind', 'wide_deep');
+if (!(kind in kinds)) {
+  console.error(`error: --kind=${kind}: must be wide_deep or deepfm`);
+  process.exit(2);
+}
 const inputDim = Number(flag('input_dim', '1000000'));
 if (!Number.isInteger(inputDim) || inputDim < 1 || inputDim > 2 ** 24) {
   console.error(`error: --input_dim=${flag('input_dim', '')}: must be an integer in [1, 2^24]`);
   process.exit(2);
 }
-const out = flag('out', path.join(__dirname, 'ctr_wide_deep.json'));
-fs.writeFileSync(out, JSON.stringify(ctrWideDeep(inputDim).toJSON(null, false)) + '\n');
+const out = flag('out', path.join(__dirname, `ctr_${kind}.json`));
+fs.writeFileSync(out, JSON.stringify(kinds[kind](inputDim).toJSON(null, false)) + '\n');
 console.log(`wrote ${out}`);

@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""How close any model can come to criteo_synth's planted AUC.
+
+The planted model gives each categorical id a weight w ~ uniform with
+standard deviation 0.2 (docs/criteo.md). A learner sees an id n times in
+training; the best it can do with them is the posterior mean of w: the
+id's maximum-likelihood estimate (Gaussian, variance 1 / (n p (1 - p)),
+p ~ the click rate) shrunk towards the prior. This script draws ids as the
+generator does (rank r with weight (r + 1)^-zipf, counts Poisson with the
+training rows' mean), gives every id that estimate, and prints the AUC of
+the planted logits and of the estimated ones on the same drawn labels. It
+models the per-id weights only (not the factorization-machine pairs nor
+the integers), so the real bound is lower still.
+
+A learner that does not know which ids are signal (--signal_ranks) pays
+for the rest too: --tail_std gives their estimates that much noise.
+
+Usage: tests/bench/ctr_auc_bound.py [--ids_per_feature=40000] [--zipf=1.05]
+       [--signal_ranks=0] [--train_rows=4500000] [--tail_std=0] [--seed=1]
+"""
+import argparse
+import sys
+
+import numpy as np
+
+WIDE_STD = 0.2       # model/criteo_synth.cc kWideStd
+FEATURES = 26
+CLICK_RATE = 0.26    # about the generator's
+TEST_ROWS = 300000
+
+
+def auc(scores, labels):
+    order = np.argsort(scores, kind="stable")
+    ranks = np.empty(len(scores))
+    ranks[order] = np.arange(1, len(scores) + 1)
+    pos = labels.sum()
+    neg = len(labels) - pos
+    return (ranks[labels == 1].sum() - pos * (pos + 1) / 2) / (pos * neg)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ids_per_feature", type=int, default=40000)
+    ap.add_argument("--zipf", type=float, default=1.05)
+    ap.add_argument("--signal_ranks", type=int, default=0)
+    ap.add_argument("--train_rows", type=float, default=4.5e6)
+    ap.add_argument("--tail_std", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    if a.ids_per_feature < 1 or not 0 <= a.signal_ranks <= a.ids_per_feature:
+        print(f"error: --signal_ranks={a.signal_ranks}: must be in [0, --ids_per_feature]",
+              file=sys.stderr)
+        return 2
+    rng = np.random.default_rng(a.seed)
+    p = np.arange(1, a.ids_per_feature + 1, dtype=float) ** -a.zipf
+    p /= p.sum()
+    signal = a.signal_ranks or a.ids_per_feature
+    planted = np.full(TEST_ROWS, -1.2)
+    learnt = np.full(TEST_ROWS, -1.2)
+    for _ in range(FEATURES):
+        w = rng.uniform(-1, 1, a.ids_per_feature) * WIDE_STD * np.sqrt(3)
+        w[signal:] = 0
+        n = rng.poisson(a.train_rows * p)
+        noise = 1 / (np.maximum(n, 1e-9) * CLICK_RATE * (1 - CLICK_RATE))
+        shrink = WIDE_STD ** 2 / (WIDE_STD ** 2 + noise)
+        estimate = shrink * (w + rng.normal(0, 1, a.ids_per_feature) * np.sqrt(noise))
+        estimate[signal:] = rng.normal(0, 1, a.ids_per_feature - signal) * a.tail_std
+        ids = rng.choice(a.ids_per_feature, TEST_ROWS, p=p)
+        planted += w[ids]
+        learnt += estimate[ids]
+    labels = (rng.random(TEST_ROWS) < 1 / (1 + np.exp(-planted))).astype(int)
+    best, got = auc(planted, labels), auc(learnt, labels)
+    print(f"planted_auc={best:.4f} best_learnt_auc={got:.4f} gap={best - got:.4f} "
+          f"(ids_per_feature={a.ids_per_feature} zipf={a.zipf} signal_ranks={a.signal_ranks} "
+          f"train_rows={a.train_rows:.0f} tail_std={a.tail_std})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
