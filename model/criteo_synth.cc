@@ -131,8 +131,9 @@ int64_t DrawInteger(int j, double u) {
   return static_cast<int64_t>(std::min(lomax, kMaxInteger));
 }
 
-// The mean of CriteoIntegerTransform over I(j+1)'s present values (the
-// negative ones aside), by the midpoint rule over u: the planted model
+// The mean of I(j+1)'s dense input as the reader makes it (an empty field
+// and a negative value: 0; else CriteoIntegerTransform), by the midpoint
+// rule over u for the present, non-negative values: the planted model
 // centres the integer terms on it, so that the seed's weights u_j do not
 // move the positive rate.
 double MeanIntegerTransform(int j) {
@@ -140,7 +141,8 @@ double MeanIntegerTransform(int j) {
   double sum = 0;
   for (int i = 0; i < kPoints; ++i)
     sum += CriteoIntegerTransform(DrawInteger(j, (i + 0.5) / kPoints));
-  return sum / kPoints;
+  const double negative = j == kNegativeFeature ? kNegativeRate : 0;
+  return (1 - kIntegerMissing[j]) * (1 - negative) * sum / kPoints;
 }
 
 int64_t TestRows(const CriteoSynthOptions& options) {
@@ -225,11 +227,11 @@ double PlantedCtrModel::Logit(const CriteoExample& example) const {
     }
     logit += 3 * kFmStd * kFmStd * dot;  // each factor: kFmStd * sqrt(3) * Symmetric
   }
+  // Linear in the models' dense inputs, an empty field's 0 included (the
+  // reader gives a model no other sign of it).
   for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
-    if (example.has_integer(j)) {
-      logit +=
-          integer_weights_[j] * (CriteoIntegerTransform(example.integers[j]) - integer_centers_[j]);
-    }
+    const double x = example.has_integer(j) ? CriteoIntegerTransform(example.integers[j]) : 0;
+    logit += integer_weights_[j] * (x - integer_centers_[j]);
   }
   return logit;
 }

@@ -63,10 +63,12 @@ int64_t SynthRankOfId(int feature, int64_t id);
 //   logit = bias + sum over present C_f of w_f(id)
 //         + sum over the pairs (f, g) of kSynthPairs with both present of
 //           <v_f(id_f), v_g(id_g)>                      (k = 4 dimensions)
-//         + sum over present I_j of u_j * (CriteoIntegerTransform(x_j) - c_j)
-// w and v are functions of (seed, CriteoFeatureKey(f, id)), uniform with
-// fixed standard deviations; u_j is fixed per seed, c_j the transform's
-// mean under the generator's distribution of I_j. With signal_ranks > 0,
+//         + sum over j of u_j * (x_j - c_j)
+// x_j is I_j's dense input as the reader makes it (CriteoIntegerTransform
+// of the value; 0 for an empty field). w and v are functions of (seed,
+// CriteoFeatureKey(f, id)), uniform with fixed standard deviations; u_j is
+// fixed per seed, c_j the mean of x_j under the generator's distribution
+// of I_j. With signal_ranks > 0,
 // w and v are 0 for an id that is not one of the signal_ranks most
 // frequent of its feature (SynthRankOfId; an id the generator never writes
 // for that feature included). It reads any CriteoExample, so a test

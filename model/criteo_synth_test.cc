@@ -65,10 +65,22 @@ TEST(SynthIdTest, EveryFeatureAndRankHasItsOwnReversibleId) {
   EXPECT_EQ(SynthRankOfId(0, kCriteoMissingId), -1);
 }
 
-TEST(PlantedCtrModelTest, EmptyExampleIsTheBias) {
+// Every field empty: the bias, and each integer term at its input 0.
+TEST(PlantedCtrModelTest, EmptyExampleIsTheBiasAndTheIntegersAtZero) {
   const PlantedCtrModel model(7);
-  EXPECT_EQ(model.Logit(CriteoExample()), model.bias());
-  EXPECT_EQ(model.integer_weights().size(), size_t{kCriteoIntegerFeatures});
+  ASSERT_EQ(model.integer_weights().size(), size_t{kCriteoIntegerFeatures});
+  double want = model.bias();
+  for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
+    want += model.integer_weights()[j] * (0 - model.integer_centers()[j]);
+  }
+  EXPECT_DOUBLE_EQ(model.Logit(CriteoExample()), want);
+  // An empty integer field is a present 0 (the reader gives models 0 for
+  // both), and -1 too.
+  CriteoExample zero;
+  zero.integer_present = (1u << kCriteoIntegerFeatures) - 1;
+  EXPECT_EQ(model.Logit(zero), model.Logit(CriteoExample()));
+  zero.integers[1] = -1;
+  EXPECT_EQ(model.Logit(zero), model.Logit(CriteoExample()));
 }
 
 TEST(PlantedCtrModelTest, DependsOnTheSeedAndTheColumn) {
@@ -86,19 +98,21 @@ TEST(PlantedCtrModelTest, DependsOnTheSeedAndTheColumn) {
 // has without it; rarer ids, and the pairs they are part of, add nothing.
 TEST(PlantedCtrModelTest, SignalRanksWeighOnlyTheMostFrequentIds) {
   const PlantedCtrModel all(3), head(3, 10);
+  const double base = all.Logit(CriteoExample());
+  ASSERT_EQ(head.Logit(CriteoExample()), base);
   for (const int64_t rank : {0, 9}) {
     CriteoExample e;
     e.categories[4] = SynthIdOfRank(4, rank);
-    EXPECT_NE(head.Logit(e), head.bias()) << rank;
+    EXPECT_NE(head.Logit(e), base) << rank;
     EXPECT_EQ(head.Logit(e), all.Logit(e)) << rank;
   }
   CriteoExample rare;
   rare.categories[4] = SynthIdOfRank(4, 10);
-  EXPECT_EQ(head.Logit(rare), head.bias());
-  EXPECT_NE(all.Logit(rare), all.bias());
+  EXPECT_EQ(head.Logit(rare), base);
+  EXPECT_NE(all.Logit(rare), base);
   CriteoExample foreign;  // feature 5's id in column 4: no rank of column 4
   foreign.categories[4] = SynthIdOfRank(5, 0);
-  EXPECT_EQ(head.Logit(foreign), head.bias());
+  EXPECT_EQ(head.Logit(foreign), base);
   // C5 x C6 is a planted pair: both in the head, the product counts.
   CriteoExample pair, half;
   pair.categories[4] = half.categories[4] = SynthIdOfRank(4, 1);
