@@ -56,3 +56,21 @@ crc_pairs() {
   done
   echo "$problems"
 }
+
+# criteo_data_and_model SYNTH DIR MODEL BUCKETS OUT SYNTH_FLAGS...: the
+# criteo_synth binary SYNTH (deploy/data) writes DIR with SYNTH_FLAGS and
+# --buckets=BUCKETS, and OUT is the Keras model file MODEL with its
+# Embedding's input_dim set to BUCKETS. On failure, says why on stdout and
+# returns 1.
+criteo_data_and_model() {
+  local synth="$1" dir="$2" model="$3" buckets="$4" out="$5"
+  shift 5
+  if ! "$synth" --out="$dir" --buckets="$buckets" "$@" \
+       >"$dir.log" 2>&1; then
+    echo "criteo_synth failed:"$'\n'"$(cat "$dir.log")"
+    return 1
+  fi
+  jq -c --argjson n "$buckets" \
+    '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' \
+    "$model" >"$out" || { echo "cannot resize $model's Embedding"; return 1; }
+}

@@ -42,13 +42,11 @@ finish() {
 for b in "$synth" "$repo"/bazel-bin/{ps_server/ps_server,worker/worker,chief/chief}; do
   [ -x "$b" ] || { fail "missing $b (bazel build //...)"; finish; }
 done
-if ! "$synth" --out="$tmp/data" --rows=100000 --ids_per_feature=1000 --buckets="$buckets" \
-     --seed=5 >"$tmp/synth.log" 2>&1; then
-  fail "criteo_synth failed:"$'\n'"$(cat "$tmp/synth.log")"; finish
+if ! why="$(criteo_data_and_model "$synth" "$tmp/data" \
+     "$repo/deploy/models/ctr_wide_deep.json" "$buckets" "$tmp/ctr.json" \
+     --rows=100000 --ids_per_feature=1000 --seed=5)"; then
+  fail "$why"; finish
 fi
-jq -c --argjson n "$buckets" \
-  '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' \
-  "$repo/deploy/models/ctr_wide_deep.json" >"$tmp/ctr.json"
 
 # run OUT FLAGS...: one epoch of the CTR model, 2 ps, 2 workers, batch 256.
 run() {
