@@ -1,5 +1,7 @@
 #include "compute/backend_factory.h"
 
+#include "common/bad_input.h"
+
 #include "absl/strings/str_cat.h"
 #include "compute/cpu_backend.h"
 
@@ -76,8 +78,11 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
     return CreateCpuBackend(spec, options.max_batch, options.num_threads, options.seed);
   }
 #ifdef PSCLUSTER_WITH_CUDA
-  return CreateCudaBackend(spec, options.max_batch, resolved->device.ordinal,
-                           options.seed);
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> cuda =
+      CreateCudaBackend(spec, options.max_batch, resolved->device.ordinal, options.seed);
+  // A layer the GPU does not run (Embedding): no restart changes that.
+  if (absl::IsInvalidArgument(cuda.status())) return MarkBadInput(cuda.status());
+  return cuda;
 #else
   // ResolveDevice refuses CUDA devices in this build.
   return absl::FailedPreconditionError("built without CUDA");

@@ -41,7 +41,9 @@ struct BackendOptions {
   uint64_t seed = 0;    // the run's seed (Dropout's masks)
 };
 
-// ResolveDevice(options.device), then that backend; errors from either.
+// ResolveDevice(options.device), then that backend; errors from either. A
+// model the GPU cannot run (a layer it lacks) is InvalidArgument marked as
+// bad input (common/bad_input.h: the daemons exit 2).
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
     const ModelSpec& spec, const BackendOptions& options);
 

@@ -7,12 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "common/bad_input.h"
+#include "compute/testing/general_test_models.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
 namespace {
 
 using Kind = DeviceChoice::Kind;
+using testing_models::LoadTfjsReference;
+using testing_models::ReferenceCase;
 
 DeviceChoice Parse(const char* text) { return *ParseDevice(text); }
 
@@ -100,6 +104,27 @@ TEST(CreateBackendTest, CudaWithoutAGpuFailsBeforeCreatingAnything) {
       CreateBackend(*ModelByName("cnn"), options);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Embedding computes on the CPU only: on a GPU it is bad input (the
+// daemons exit 2, and no launcher restarts them), naming the layer.
+TEST(CreateBackendTest, EmbeddingOnAGpuIsBadInput) {
+  std::string why;
+  if (CudaDevicesAvailable(&why) == 0) GTEST_SKIP() << "[gpu] no GPU: " << why;
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
+  ASSERT_FALSE(cases.empty());
+  BackendOptions options;
+  options.device = Parse("cuda:0");
+  options.max_batch = 4;
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =
+      CreateBackend(cases[0].spec, options);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_TRUE(IsBadInput(backend.status())) << backend.status();
+  EXPECT_NE(backend.status().message().find("layer emb: Embedding"), std::string::npos)
+      << backend.status();
+  options.device = Parse("cpu");
+  EXPECT_TRUE(CreateBackend(cases[0].spec, options).ok());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/bad_input.h"
 #include "common/daemon.h"
 #include "model/dataset.h"
 #include "model/idx_dataset.h"
@@ -140,6 +141,10 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
     // The data does not fit the model: starting again changes nothing.
     spdlog::error("{}", std::string(s.message()));
     code = kExitBadData;
+  } else if (IsBadInput(s)) {
+    // Nor does a model the device cannot run.
+    spdlog::error("{}", std::string(s.message()));
+    code = kExitBadInput;
   } else {
     spdlog::error("{}", std::string(s.message()));
     code = 1;

@@ -26,8 +26,10 @@
 #                         else the GPUs `nvidia-smi -L` lists
 #                         (PSCLUSTER_GPU_COUNT=G overrides both, for tests).
 #                         auto means the CPU when a worker cannot use the
-#                         GPUs (no driver, a build without CUDA). The
-#                         launcher prints where each task computes.
+#                         GPUs (no driver, a build without CUDA) or the
+#                         model file has an Embedding layer (CPU only; cuda
+#                         is then refused). The launcher prints where each
+#                         task computes.
 #   --worker_threads=N    compute threads per worker (default: a CPU worker
 #                         gets the cores (nproc) divided by the CPU workers,
 #                         rounded down, at least 1; a GPU worker 1)
@@ -73,6 +75,7 @@ DATA_DIR=""
 DATA_FLAG=--data
 WORKER_THREADS=""
 DEVICE=auto
+MODEL_PATH=""
 DRY_RUN=0
 EVAL_INTERVAL=10
 EVALUATOR=1
@@ -97,6 +100,7 @@ for arg in "$@"; do
       # A model file's path is resolved here: the chief starts elsewhere.
       m="${arg#*=}"
       if [ -f "$m" ]; then m="$(cd "$(dirname "$m")" && pwd)/$(basename "$m")"; fi
+      MODEL_PATH="$m"
       CHIEF_ARGS+=("--model=$m") ;;
     --initial_weights=*)
       w="${arg#*=}"  # a path, or "archive"
@@ -199,6 +203,20 @@ print_placement() {
   [ "$EVALUATOR" = 1 ] && line+=", evaluator $EVAL_DEVICE"
   echo "train.sh: devices (--device=$DEVICE, $GPU_COUNT GPU$([ "$GPU_COUNT" = 1 ] || echo s) ($GPU_SOURCE), $CORES cores): $line" >&2
 }
+# Embedding runs on the CPU only (docs/gpu.md): under auto a Keras JSON
+# model file with one computes on the CPU; a GPU named outright is refused
+# here rather than by every worker (exit 2 too). An archive (.keras, .h5)
+# is not looked into: its workers and evaluator refuse a GPU with exit 2.
+if [ "$DEVICE" != cpu ] && [ -f "${MODEL_PATH:-}" ] &&
+   grep -q '"class_name": *"Embedding"' "$MODEL_PATH" 2>/dev/null; then
+  why="$MODEL_PATH has an Embedding layer, which computes on the CPU only"
+  [ "$DEVICE" = auto ] || die "--device=$DEVICE: $why; use --device=cpu or auto"
+  if [ "$GPU_COUNT" -gt 0 ]; then
+    echo "train.sh: --device=auto: $why; computing on the CPU" >&2
+    GPU_SOURCE="$GPU_COUNT from $GPU_SOURCE, not for this model"
+    GPU_COUNT=0
+  fi
+fi
 place "$GPU_COUNT"
 if [ "$DRY_RUN" = 1 ]; then
   print_placement
