@@ -10,7 +10,8 @@ namespace pscluster {
 inline constexpr int kExitOk = 0;
 // An error that a restart may cure (a peer gone, a crash-like failure).
 inline constexpr int kExitError = 1;
-// Bad flags or TF_CONFIG: fix the command line.
+// Bad flags or TF_CONFIG, or a model the device cannot run
+// (common/bad_input.h): fix the command line.
 inline constexpr int kExitBadInput = 2;
 // The run failed: the chief gave it up (a ps that did not come back, a task
 // that never answered, ...) and stopped every task with this code.
