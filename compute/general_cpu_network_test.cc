@@ -197,7 +197,9 @@ TEST(GeneralCpuNetworkTest, GradientListenerIsToldOnlyWhatIsFinal) {
       EXPECT_EQ(from.back(), 0) << what;
       EXPECT_GT(from.size(), 2u) << what << ": the gradient should leave layer by layer";
       for (size_t k = 0; k < from.size(); ++k) {
-        if (k > 0) EXPECT_LE(from[k], from[k - 1]) << what;
+        if (k > 0) {
+          EXPECT_LE(from[k], from[k - 1]) << what;
+        }
         ASSERT_EQ(suffix[k], std::vector<float>(grads.begin() + from[k], grads.end()))
             << what << ": the suffix from " << from[k] << " changed after it was called final";
       }

@@ -243,7 +243,7 @@ TEST(HealthTest, EveryRoleIsReadyOnlyBetweenStartUpAndShutdown) {
   }
 
   ASSERT_TRUE((*c)->StartTask("worker:1").ok());
-  for (const std::string& t : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1", "evaluator:0"}) {
+  for (const char* t : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1", "evaluator:0"}) {
     EXPECT_TRUE(WaitFor((*c)->Address(t), kReady, "SERVING", absl::Seconds(60)))
         << t << "\n" << (*c)->AllLogs();
   }
