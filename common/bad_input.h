@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
+#include "common/exit_codes.h"
 
 namespace pscluster {
 
@@ -21,6 +22,14 @@ inline absl::Status MarkBadInput(absl::Status s) {
 
 inline bool IsBadInput(const absl::Status& s) {
   return s.GetPayload(kBadInputPayload).has_value();
+}
+
+// The exit code of a task that failed with `s` (not OK): bad input (2) and
+// data that does not fit the model (DataLoss, 4) are final; anything else
+// may pass with a restart (1).
+inline int ExitCodeOfFailure(const absl::Status& s) {
+  if (IsBadInput(s)) return kExitBadInput;
+  return absl::IsDataLoss(s) ? kExitBadData : kExitError;
 }
 
 }  // namespace pscluster

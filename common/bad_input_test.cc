@@ -16,5 +16,13 @@ TEST(BadInputTest, MarksKeepTheCodeAndMessage) {
   EXPECT_FALSE(IsBadInput(absl::OkStatus()));
 }
 
+TEST(BadInputTest, ExitCodes) {
+  EXPECT_EQ(ExitCodeOfFailure(MarkBadInput(absl::InvalidArgumentError("x"))), kExitBadInput);
+  EXPECT_EQ(ExitCodeOfFailure(absl::DataLossError("x")), kExitBadData);
+  EXPECT_EQ(ExitCodeOfFailure(MarkBadInput(absl::DataLossError("x"))), kExitBadInput);
+  EXPECT_EQ(ExitCodeOfFailure(absl::InvalidArgumentError("x")), kExitError);
+  EXPECT_EQ(ExitCodeOfFailure(absl::UnavailableError("x")), kExitError);
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -33,17 +33,6 @@ ABSL_FLAG(double, eval_interval_s, 30, "Seconds between periodic evaluations");
 ABSL_FLAG(std::string, logdir, "", "Write TensorBoard event files (eval/accuracy, eval/loss) here");
 ABSL_FLAG(int, startup_timeout_s, 120, "How long to wait for the chief's plan");
 
-namespace {
-
-// A failure's exit code: data that does not fit the model (4) and a model
-// the device cannot run (2) are final; anything else may pass (1).
-int ExitCodeOf(const absl::Status& s) {
-  if (pscluster::IsBadInput(s)) return pscluster::kExitBadInput;
-  return absl::IsDataLoss(s) ? pscluster::kExitBadData : pscluster::kExitError;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace pscluster;
   // OpenBLAS reads its environment when it loads; a preset core type or
@@ -100,7 +89,7 @@ int main(int argc, char** argv) {
     if (s.ok()) evaluator.RunPeriodic(&stop);
     if (!s.ok() && !absl::IsCancelled(s)) {
       spdlog::error("{}", std::string(s.message()));
-      return ExitCodeOf(s);
+      return ExitCodeOfFailure(s);
     }
     return 0;
   }
@@ -124,7 +113,7 @@ int main(int argc, char** argv) {
     evaluator.RunPeriodic(&stop);
   } else if (!absl::IsCancelled(s) && !(*server)->shutdown_requested()) {
     spdlog::error("{}", std::string(s.message()));
-    code = ExitCodeOf(s);
+    code = ExitCodeOfFailure(s);
     (*server)->RequestShutdown("evaluator failed");
   }
   watcher.join();

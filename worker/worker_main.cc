@@ -137,17 +137,11 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
     // Asked to stop: the ps may be gone already, so a failed push or pull
     // is part of stopping, not an error.
     spdlog::info("training stopped: {}", std::string(s.message()));
-  } else if (absl::IsDataLoss(s)) {
-    // The data does not fit the model: starting again changes nothing.
-    spdlog::error("{}", std::string(s.message()));
-    code = kExitBadData;
-  } else if (IsBadInput(s)) {
-    // Nor does a model the device cannot run.
-    spdlog::error("{}", std::string(s.message()));
-    code = kExitBadInput;
   } else {
+    // Data that does not fit the model (4) and a model the device cannot
+    // run (2) are final: starting again changes nothing.
     spdlog::error("{}", std::string(s.message()));
-    code = 1;
+    code = ExitCodeOfFailure(s);
   }
   (*server)->RequestShutdown("worker exiting");
   watcher.join();
