@@ -1,5 +1,6 @@
 #include "model/sparse_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -16,6 +17,20 @@ SparseTableInfo::Columns InputColumns(const ModelSpec& spec, int ref) {
   int64_t first = 0;
   for (int i = 0; i < k; ++i) first += spec.inputs[i].size();
   return {first, spec.inputs[k].size()};
+}
+
+// Whether two tables read the same values, in any order of their uses.
+bool SameColumns(std::vector<SparseTableInfo::Columns> a, std::vector<SparseTableInfo::Columns> b) {
+  const auto by_first = [](const SparseTableInfo::Columns& x, const SparseTableInfo::Columns& y) {
+    return x.first < y.first;
+  };
+  std::sort(a.begin(), a.end(), by_first);
+  std::sort(b.begin(), b.end(), by_first);
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || a[i].count != b[i].count) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -55,16 +70,18 @@ absl::StatusOr<std::vector<SparseTableInfo>> FindSparseTables(const ModelSpec& s
       t.input_dim = l.input_dim;
     }
     if (!embedding) continue;
-    // Ids are renumbered in place, per table: two tables cannot read one
-    // input.
+    // Ids are renumbered in place: tables that read the same columns share
+    // one numbering (RowWindow::Map); tables whose columns only overlap
+    // cannot.
     for (const SparseTableInfo& other : tables) {
+      if (SameColumns(other.columns, t.columns)) continue;
       for (const SparseTableInfo::Columns& a : other.columns) {
         for (const SparseTableInfo::Columns& b : t.columns) {
           if (a.first < b.first + b.count && b.first < a.first + a.count) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "tables ", other.variable, " and ", v.name,
-                " read the same input; sparse tables need an input each (or give the "
-                "chief --dense_embeddings)"));
+                " read overlapping but different inputs; sparse tables need the same inputs or "
+                "inputs of their own (or give the chief --dense_embeddings)"));
           }
         }
       }
@@ -131,6 +148,25 @@ absl::Status RowWindow::Map(const float* examples, int n, int64_t example_size, 
     absl::flat_hash_map<int64_t, int64_t>& index = index_[t];
     ids.clear();
     index.clear();
+    // A table reading what an earlier one read (rewritten already) shares
+    // its numbering.
+    size_t same = t;
+    for (size_t s = 0; s < t && same == t; ++s) {
+      if (SameColumns(tables_[s].columns, table.columns)) same = s;
+    }
+    if (same != t) {
+      for (const int64_t id : ids_[same]) {
+        if (id >= table.input_dim) {
+          return absl::InvalidArgumentError(absl::StrCat("id ", id,
+                                                         " of the batch is outside [0, input_dim = ",
+                                                         table.input_dim, ") of table ",
+                                                         table.variable));
+        }
+      }
+      ids = ids_[same];
+      index = index_[same];
+      continue;
+    }
     for (int e = 0; e < n; ++e) {
       for (const SparseTableInfo::Columns& c : table.columns) {
         float* x = out->data() + int64_t{e} * example_size + c.first;

@@ -58,7 +58,8 @@ struct SparseTableInfo {
 
 // The model's Embedding tables, in variable order. InvalidArgument naming
 // the layer when an Embedding does not read a model input directly (its
-// ids must be the examples' values, not a layer's output).
+// ids must be the examples' values, not a layer's output), and naming both
+// tables when two read overlapping but different inputs.
 absl::StatusOr<std::vector<SparseTableInfo>> FindSparseTables(const ModelSpec& spec);
 
 // `spec` with every table of `tables` (FindSparseTables's) a window of
@@ -72,8 +73,10 @@ ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
 bool IsSparseTable(const std::vector<SparseTableInfo>& tables, const std::string& name);
 
 // Numbers a batch's distinct ids per table and rewrites the examples' ids
-// as those numbers (exact in float32: below the window). One per loop;
-// reused from batch to batch.
+// as those numbers (exact in float32: below the window). Tables that read
+// the same inputs (a DeepFM's first-order and factor tables over one set
+// of ids) share one numbering; FindSparseTables refuses tables whose
+// inputs only overlap. One per loop; reused from batch to batch.
 class RowWindow {
  public:
   explicit RowWindow(std::vector<SparseTableInfo> tables) : tables_(std::move(tables)) {}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -313,6 +314,102 @@ TEST(RowWindowTest, RefusesMoreDistinctIdsThanTheWindow) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("more than 3 distinct ids"), std::string::npos) << s;
   EXPECT_NE(s.message().find("emb_a/embeddings"), std::string::npos) << s;
+}
+
+// A Functional model over ids_a [3] and ids_b [2] whose Embedding layers
+// read `uses` (per layer: its name, rows, width and the inputs it is
+// applied to), each use flattened, all concatenated into one sigmoid Dense:
+// a DeepFM's first-order and factor tables over the same ids, or tables
+// whose inputs only overlap.
+std::string TablesOver(
+    const std::vector<std::tuple<std::string, int, int, std::vector<std::string>>>& uses) {
+  std::string layers = R"(
+    {"name": "ids_a", "class_name": "InputLayer",
+     "config": {"batch_input_shape": [null, 3], "dtype": "float32", "name": "ids_a"},
+     "inbound_nodes": []},
+    {"name": "ids_b", "class_name": "InputLayer",
+     "config": {"batch_input_shape": [null, 2], "dtype": "float32", "name": "ids_b"},
+     "inbound_nodes": []},)";
+  std::string flats, nodes;
+  for (const auto& [name, rows, width, inputs] : uses) {
+    std::string inbound;
+    for (const std::string& input : inputs) {
+      absl::StrAppend(&inbound, inbound.empty() ? "" : ", ", R"([[")", input, R"(", 0, 0, {}]])");
+    }
+    absl::StrAppend(&layers, R"(
+    {"name": ")", name, R"(", "class_name": "Embedding",
+     "config": {"name": ")", name, R"(", "input_dim": )", rows, R"(, "output_dim": )", width,
+                    R"(}, "inbound_nodes": [)", inbound, "]},");
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const std::string flat = absl::StrCat("flat_", name, "_", k);
+      absl::StrAppend(&layers, R"(
+    {"name": ")", flat, R"(", "class_name": "Flatten", "config": {"name": ")", flat,
+                      R"("}, "inbound_nodes": [[[")", name, R"(", )", k, ", 0, {}]]]},");
+      absl::StrAppend(&nodes, nodes.empty() ? "" : ", ", R"([")", flat, R"(", 0, 0, {}])");
+    }
+  }
+  return absl::StrCat(R"({"class_name": "Functional", "config": {"name": "shared", "layers": [)",
+                      layers, R"(
+    {"name": "features", "class_name": "Concatenate", "config": {"name": "features", "axis": -1},
+     "inbound_nodes": [[)", nodes, R"(]]},
+    {"name": "click", "class_name": "Dense",
+     "config": {"name": "click", "units": 1, "activation": "sigmoid"},
+     "inbound_nodes": [[["features", 0, 0, {}]]]}],
+  "input_layers": [["ids_a", 0, 0], ["ids_b", 0, 0]],
+  "output_layers": [["click", 0, 0]]}})");
+}
+
+TEST(RowWindowTest, TablesReadingTheSameIdsShareOneNumbering) {
+  // linear (50 x 1) and factors (40 x 3) both read ids_a; other reads ids_b.
+  const ModelSpec spec = Parse(TablesOver({{"linear", 50, 1, {"ids_a"}},
+                                           {"factors", 40, 3, {"ids_a"}},
+                                           {"other", 9, 2, {"ids_b"}}}));
+  std::vector<SparseTableInfo> tables = Tables(spec);
+  ASSERT_EQ(tables.size(), 3u);
+  int linear = -1, factors = -1, other = -1;
+  for (const SparseTableInfo& t : tables) {
+    (t.variable == "linear/embeddings" ? linear
+     : t.variable == "factors/embeddings" ? factors
+                                          : other) = t.table;
+  }
+  ASSERT_TRUE(linear >= 0 && factors >= 0 && other >= 0);
+  RowWindow window(tables);
+  constexpr int64_t kIds = 5;
+  const std::vector<float> examples = {7, 3, 7, 8, 1,  //
+                                       39, 0, 3, 1, 1};
+  std::vector<float> out;
+  absl::Status s = window.Map(examples.data(), 2, kIds, 4, &out);
+  ASSERT_TRUE(s.ok()) << s;
+  // ids_a renumbered once (7, 3, 39, 0 -> 0..3), for both of its tables.
+  EXPECT_EQ(out, (std::vector<float>{0, 1, 0, 0, 1,  //
+                                     2, 3, 1, 1, 1}));
+  EXPECT_EQ(window.ids(linear), (std::vector<int64_t>{7, 3, 39, 0}));
+  EXPECT_EQ(window.ids(factors), window.ids(linear));
+  EXPECT_EQ(window.ids(other), (std::vector<int64_t>{8, 1}));
+
+  // An id that fits linear's 50 rows but not factors' 40 is refused, naming
+  // factors.
+  const std::vector<float> bad = {45, 3, 7, 8, 1};
+  s = window.Map(bad.data(), 1, kIds, 4, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("id 45"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("factors/embeddings"), std::string::npos) << s;
+}
+
+TEST(FindSparseTablesTest, TablesReadingOverlappingButDifferentIdsAreRefused) {
+  // both reads ids_a and ids_b; some reads ids_a only: one numbering of
+  // ids_a cannot serve both.
+  const ModelSpec spec = Parse(
+      TablesOver({{"both", 50, 2, {"ids_a", "ids_b"}}, {"some", 50, 2, {"ids_a"}}}));
+  absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(spec);
+  ASSERT_FALSE(tables.ok());
+  EXPECT_EQ(tables.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(tables.status().message().find("both/embeddings"), std::string::npos)
+      << tables.status();
+  EXPECT_NE(tables.status().message().find("some/embeddings"), std::string::npos)
+      << tables.status();
+  EXPECT_NE(tables.status().message().find("overlapping"), std::string::npos) << tables.status();
 }
 
 TEST(RowOwnerTest, InRangeAndEven) {
