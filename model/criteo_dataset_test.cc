@@ -156,13 +156,14 @@ TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
 }
 
 // The shipped CTR models (deploy/models/ctr_wide_deep.json, ctr_deepfm.json)
-// parse, have their 10^6-row Embedding (16 and 32 wide), and take a Criteo
+// parse, have their 10^6-row Embeddings (Wide&Deep: one 16 wide; DeepFM:
+// first-order weights, 1 wide, and factors, 16 wide), and take a Criteo
 // folder's examples.
 TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
   const struct {
     const char* file;
-    int width;
-  } models[] = {{"ctr_wide_deep.json", 16}, {"ctr_deepfm.json", 32}};
+    std::vector<int> widths;  // of its Embeddings, in layer order
+  } models[] = {{"ctr_wide_deep.json", {16}}, {"ctr_deepfm.json", {16, 1}}};
   for (const auto& model : models) {
     SCOPED_TRACE(model.file);
     absl::StatusOr<std::string> text =
@@ -178,14 +179,13 @@ TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
     EXPECT_EQ(spec->input_height * spec->input_width * spec->input_channels, 39);
     EXPECT_EQ(spec->loss, LossKind::kBinaryCrossentropy);
     EXPECT_EQ(spec->num_classes, 1);
-    int embeddings = 0;
+    std::vector<int> widths;
     for (const LayerSpec& l : spec->layers) {
       if (l.kind != LayerKind::kEmbedding) continue;
-      ++embeddings;
+      widths.push_back(l.units);
       EXPECT_EQ(l.input_dim, kCriteoDefaultBuckets);
-      EXPECT_EQ(l.units, model.width);
     }
-    EXPECT_EQ(embeddings, 1);
+    EXPECT_EQ(widths, model.widths);
 
     const std::string dir = NewDir(std::string("fits_") + model.file);
     testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);

@@ -25,7 +25,7 @@ namespace {
 // AUC is about 0.77, as in real CTR logs.
 constexpr double kBias = -1.4;
 constexpr double kWideStd = 0.20;        // of each w_f(id)
-constexpr double kFmStd = 0.30;          // of each component of v_f(id)
+constexpr double kFmStd = 0.13;          // of each component of v_f(id)
 constexpr double kIntegerWeight = 0.15;  // u_j uniform in [-this, this]
 
 // Per-feature rates of empty fields, about those of the real logs.
@@ -218,14 +218,16 @@ double PlantedCtrModel::Logit(const CriteoExample& example) const {
     hashes[f] = Mix64(CriteoFeatureKey(f, id) ^ seed_mix_);
     logit += kWideStd * kSqrt3 * Symmetric(hashes[f]);
   }
-  for (const auto& pair : kSynthPairs) {
-    const int f = pair[0], g = pair[1];
-    if (!signal[f] || !signal[g]) continue;
-    double dot = 0;
-    for (int d = 1; d <= kSynthFmDim; ++d) {
-      dot += Symmetric(Mix64(hashes[f] + d * kGolden)) * Symmetric(Mix64(hashes[g] + d * kGolden));
+  // sum over f < g of <v_f, v_g> = 1/2 sum_d ((sum_f v_fd)^2 - sum_f v_fd^2)
+  for (int d = 1; d <= kSynthFmDim; ++d) {
+    double sum = 0, squares = 0;
+    for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
+      if (!signal[f]) continue;
+      const double v = kFmStd * kSqrt3 * Symmetric(Mix64(hashes[f] + d * kGolden));
+      sum += v;
+      squares += v * v;
     }
-    logit += 3 * kFmStd * kFmStd * dot;  // each factor: kFmStd * sqrt(3) * Symmetric
+    logit += 0.5 * (sum * sum - squares);
   }
   // Linear in the models' dense inputs, an empty field's 0 included (the
   // reader gives a model no other sign of it).
@@ -351,8 +353,6 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
 
 std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynthSummary& s) {
   const PlantedCtrModel model(options.seed, options.signal_ranks);
-  nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
-  for (const auto& pair : kSynthPairs) pairs.push_back({pair[0] + 1, pair[1] + 1});
   const double rows = double(s.train_rows + s.test_rows);
   nlohmann::ordered_json j = {
       {"generator", "deploy/data/criteo_synth"},
@@ -385,7 +385,7 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
         {"wide_std", kWideStd},
         {"fm_dim", kSynthFmDim},
         {"fm_std", kFmStd},
-        {"fm_pairs", pairs},
+        {"fm_pairs", "all"},
         {"integer_weights", model.integer_weights()},
         {"integer_centers", model.integer_centers()},
         {"integer_transform", "log(1 + max(x, 0))"}}},

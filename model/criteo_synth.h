@@ -59,9 +59,11 @@ int64_t SynthIdOfRank(int feature, int64_t rank);
 // id no rank of this feature is written as (missing, another feature's).
 int64_t SynthRankOfId(int feature, int64_t id);
 
-// The planted model (docs/criteo.md):
+// The planted model (docs/criteo.md): a factorization machine (Rendle
+// 2010), the family a DeepFM holds, over the fields' ids and the integers'
+// dense inputs:
 //   logit = bias + sum over present C_f of w_f(id)
-//         + sum over the pairs (f, g) of kSynthPairs with both present of
+//         + sum over the pairs f < g of present C_f, C_g of
 //           <v_f(id_f), v_g(id_g)>                      (k = 4 dimensions)
 //         + sum over j of u_j * (x_j - c_j)
 // x_j is I_j's dense input as the reader makes it (CriteoIntegerTransform
@@ -95,10 +97,6 @@ class PlantedCtrModel {
   std::vector<double> integer_centers_;  // c_j
 };
 
-// The feature pairs whose factorization-machine interactions the planted
-// model adds (0-based categorical features: {0, 1} is C1 x C2).
-inline constexpr int kSynthPairs[][2] = {{0, 1},  {2, 3},   {4, 5},   {6, 8},
-                                         {9, 13}, {10, 14}, {11, 16}, {12, 17}};
 inline constexpr int kSynthFmDim = 4;
 
 // Draws examples: ids by a power law over ids_per_feature ranks, integers

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/testing/test_files.h"
@@ -92,6 +93,30 @@ TEST(PlantedCtrModelTest, DependsOnTheSeedAndTheColumn) {
   EXPECT_NE(one.Logit(a), one.Logit(b));
   EXPECT_NE(one.Logit(a), two.Logit(a));
   EXPECT_EQ(one.Logit(a), PlantedCtrModel(1).Logit(a));
+}
+
+// A factorization machine over all the fields: every two fields' ids
+// interact (the logit of both is not the sum of each alone), and three
+// ids interact only in pairs (no term of three).
+TEST(PlantedCtrModelTest, EveryPairOfFieldsInteractsAndNothingMore) {
+  const PlantedCtrModel model(11);
+  const auto logit = [&model](std::initializer_list<int> fields) {
+    CriteoExample e;
+    for (const int f : fields) e.categories[f] = SynthIdOfRank(f, f % 3);
+    return model.Logit(e);
+  };
+  const double none = logit({});
+  for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
+    for (int g = f + 1; g < kCriteoCategoricalFeatures; ++g) {
+      const double pair = logit({f, g}) - logit({f}) - logit({g}) + none;
+      EXPECT_GT(std::abs(pair), 1e-6) << "C" << f + 1 << " x C" << g + 1;
+    }
+  }
+  for (const auto [f, g, h] : {std::tuple{0, 1, 2}, std::tuple{3, 11, 25}}) {
+    const double triple = logit({f, g, h}) - logit({f, g}) - logit({f, h}) - logit({g, h}) +
+                          logit({f}) + logit({g}) + logit({h}) - none;
+    EXPECT_NEAR(triple, 0, 1e-12) << f << " " << g << " " << h;
+  }
 }
 
 // With signal_ranks, the most frequent ranks keep the weights every id

@@ -4,13 +4,15 @@
 //   (cd tests/fixtures/keras && npm install)
 //   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm]
 //        [--input_dim=1000000] [--out=FILE]
+//        [--factors=16] [--init_std=0.01]   (deepfm: the factor table's width and
+//                                            its RandomNormal's stddev)
 // Two inputs, as a Criteo folder's examples hold them: `dense`, the 13
 // log-transformed integers, and `ids`, the 26 categorical features' rows
 // of an Embedding of --input_dim rows (the data's criteo.json "buckets").
 // ids -> Embedding(input_dim, 16) -> Flatten; Concatenate([dense, that])
 // -> Dense(256, relu) -> Dense(128, relu) -> Dense(1, sigmoid) is
-// ctr_wide_deep.json; ctr_deepfm.json adds a factorization machine over the
-// 26 fields (see ctrDeepFm). The file is
+// ctr_wide_deep.json; ctr_deepfm.json adds first-order weights and a factorization
+// machine over the 26 fields (see ctrDeepFm). The file is
 // model.toJSON(), the JSON Keras's model.to_json() writes; it carries no
 // loss, and a sigmoid output trains on binary cross-entropy by default.
 const path = require('path');
@@ -39,21 +41,40 @@ function ctrWideDeep(inputDim) {
   return tf.model({inputs: [dense, ids], outputs: out, name: 'ctr_wide_deep'});
 }
 
-// DeepFM (Guo et al. 2017) from plain Keras layers. With E the [26, 32]
-// field embeddings, a factorization machine's pairwise term is
+// DeepFM (Guo et al. 2017) from plain Keras layers. Two tables over the
+// same ids: first-order weights (1 wide, zeros: an id seen too rarely to
+// learn stays worth nothing) and factors E ([26, factors], small normal).
+// A factorization machine's pairwise term is
 //   sum_{f<g} <E_f, E_g> = 1/2 sum_d ((sum_f E_fd)^2 - sum_f E_fd^2):
 // per dimension, the square of the fields' sum (GlobalAveragePooling1D
 // times 26, then Multiply with itself) plus minus the sum of the squares
 // (Multiply, GlobalAveragePooling1D times -26; TensorFlow.js has no
-// Subtract layer). The output Dense weighs
-// those [32] interactions (1/2 each makes the FM term) beside the
-// flattened embeddings (the wide, per-id weights), the dense features and
-// a small deep tower.
+// Subtract layer). The output Dense weighs those interactions (1/2 each
+// makes the FM term) beside the first-order weights, the dense features
+// and a small deep tower over the factors.
 function ctrDeepFm(inputDim) {
   const fields = 26;
+  const factors = Number(flag('factors', '16'));
+  const initStd = Number(flag('init_std', '0.01'));
+  if (!Number.isInteger(factors) || factors < 1 || factors > 1024) {
+    console.error(`error: --factors=${flag('factors', '')}: must be an integer in [1, 1024]`);
+    process.exit(2);
+  }
+  if (!(initStd > 0 && initStd < 10)) {
+    console.error(`error: --init_std=${flag('init_std', '')}: must be in (0, 10)`);
+    process.exit(2);
+  }
   const dense = tf.input({shape: [13], name: 'dense'});
   const ids = tf.input({shape: [fields], name: 'ids'});
-  const emb = tf.layers.embedding({inputDim, outputDim: 32, name: 'embedding'}).apply(ids);
+  const linear = tf.layers.embedding({
+    inputDim, outputDim: 1, embeddingsInitializer: 'zeros', name: 'linear_embedding',
+  }).apply(ids);
+  const linearFlat = tf.layers.flatten({name: 'linear_terms'}).apply(linear);
+  const emb = tf.layers.embedding({
+    inputDim, outputDim: factors,
+    embeddingsInitializer: tf.initializers.randomNormal({mean: 0, stddev: initStd}),
+    name: 'embedding',
+  }).apply(ids);
   const flat = tf.layers.flatten({name: 'flat_embedding'}).apply(emb);
   const mean = tf.layers.globalAveragePooling1d({name: 'field_mean'}).apply(emb);
   const sum = tf.layers.rescaling({scale: fields, name: 'field_sum'}).apply(mean);
@@ -66,7 +87,7 @@ function ctrDeepFm(inputDim) {
   let deep = tf.layers.concatenate({name: 'deep_input'}).apply([dense, flat]);
   deep = tf.layers.dense({units: 128, activation: 'relu', name: 'hidden_1'}).apply(deep);
   deep = tf.layers.dense({units: 64, activation: 'relu', name: 'hidden_2'}).apply(deep);
-  const all = tf.layers.concatenate({name: 'features'}).apply([dense, flat, pairs, deep]);
+  const all = tf.layers.concatenate({name: 'features'}).apply([dense, linearFlat, pairs, deep]);
   const out = tf.layers.dense({units: 1, activation: 'sigmoid', name: 'click'}).apply(all);
   return tf.model({inputs: [dense, ids], outputs: out, name: 'ctr_deepfm'});
 }

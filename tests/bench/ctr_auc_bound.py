@@ -17,6 +17,7 @@ for the rest too: --tail_std gives their estimates that much noise.
 
 Usage: tests/bench/ctr_auc_bound.py [--ids_per_feature=40000] [--zipf=1.05]
        [--signal_ranks=0] [--train_rows=4500000] [--tail_std=0] [--seed=1]
+       [--factors]
 """
 import argparse
 import sys
@@ -24,6 +25,8 @@ import sys
 import numpy as np
 
 WIDE_STD = 0.2       # model/criteo_synth.cc kWideStd
+FM_STD = 0.13        # kFmStd
+FM_DIM = 4           # kSynthFmDim
 FEATURES = 26
 CLICK_RATE = 0.26    # about the generator's
 TEST_ROWS = 300000
@@ -46,6 +49,7 @@ def main():
     ap.add_argument("--train_rows", type=float, default=4.5e6)
     ap.add_argument("--tail_std", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--factors", action="store_true")
     a = ap.parse_args()
     if a.ids_per_feature < 1 or not 0 <= a.signal_ranks <= a.ids_per_feature:
         print(f"error: --signal_ranks={a.signal_ranks}: must be in [0, --ids_per_feature]",
@@ -57,22 +61,40 @@ def main():
     signal = a.signal_ranks or a.ids_per_feature
     planted = np.full(TEST_ROWS, -1.2)
     learnt = np.full(TEST_ROWS, -1.2)
-    for _ in range(FEATURES):
+    fm_planted = np.zeros((FEATURES, TEST_ROWS, FM_DIM))
+    fm_learnt = np.zeros((FEATURES, TEST_ROWS, FM_DIM))
+    # The variance of the other fields' sum, per component.
+    others = (FEATURES - 1) * p[:signal].sum() * FM_STD ** 2
+    rate = CLICK_RATE * (1 - CLICK_RATE)
+    for f in range(FEATURES):
         w = rng.uniform(-1, 1, a.ids_per_feature) * WIDE_STD * np.sqrt(3)
         w[signal:] = 0
         n = rng.poisson(a.train_rows * p)
-        noise = 1 / (np.maximum(n, 1e-9) * CLICK_RATE * (1 - CLICK_RATE))
+        noise = 1 / (np.maximum(n, 1e-9) * rate)
         shrink = WIDE_STD ** 2 / (WIDE_STD ** 2 + noise)
         estimate = shrink * (w + rng.normal(0, 1, a.ids_per_feature) * np.sqrt(noise))
         estimate[signal:] = rng.normal(0, 1, a.ids_per_feature - signal) * a.tail_std
         ids = rng.choice(a.ids_per_feature, TEST_ROWS, p=p)
         planted += w[ids]
         learnt += estimate[ids]
+        if a.factors:
+            v = rng.uniform(-1, 1, (a.ids_per_feature, FM_DIM)) * FM_STD * np.sqrt(3)
+            v[signal:] = 0
+            fm_noise = 1 / (np.maximum(n, 1e-9) * rate * others)
+            fm_shrink = FM_STD ** 2 / (FM_STD ** 2 + fm_noise)
+            v_hat = fm_shrink[:, None] * (
+                v + rng.normal(0, 1, v.shape) * np.sqrt(fm_noise)[:, None])
+            v_hat[signal:] = rng.normal(0, 1, (a.ids_per_feature - signal, FM_DIM)) * a.tail_std
+            fm_planted[f] = v[ids]
+            fm_learnt[f] = v_hat[ids]
+    if a.factors:  # sum over f < g of <v_f, v_g>
+        for fm, logits in ((fm_planted, planted), (fm_learnt, learnt)):
+            logits += 0.5 * ((fm.sum(0) ** 2).sum(-1) - (fm ** 2).sum((0, 2)))
     labels = (rng.random(TEST_ROWS) < 1 / (1 + np.exp(-planted))).astype(int)
     best, got = auc(planted, labels), auc(learnt, labels)
     print(f"planted_auc={best:.4f} best_learnt_auc={got:.4f} gap={best - got:.4f} "
           f"(ids_per_feature={a.ids_per_feature} zipf={a.zipf} signal_ranks={a.signal_ranks} "
-          f"train_rows={a.train_rows:.0f} tail_std={a.tail_std})")
+          f"train_rows={a.train_rows:.0f} tail_std={a.tail_std} factors={a.factors})")
     return 0
 
 
