@@ -112,7 +112,7 @@ TEST(PlantedCtrModelTest, EveryPairOfFieldsInteractsAndNothingMore) {
       EXPECT_GT(std::abs(pair), 1e-6) << "C" << f + 1 << " x C" << g + 1;
     }
   }
-  for (const auto [f, g, h] : {std::tuple{0, 1, 2}, std::tuple{3, 11, 25}}) {
+  for (const auto& [f, g, h] : {std::tuple{0, 1, 2}, std::tuple{3, 11, 25}}) {
     const double triple = logit({f, g, h}) - logit({f, g}) - logit({f, h}) - logit({g, h}) +
                           logit({f}) + logit({g}) + logit({h}) - none;
     EXPECT_NEAR(triple, 0, 1e-12) << f << " " << g << " " << h;
