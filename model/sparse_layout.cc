@@ -137,6 +137,14 @@ bool IsSparseTable(const std::vector<SparseTableInfo>& tables, const std::string
   return false;
 }
 
+RowWindow::RowWindow(std::vector<SparseTableInfo> tables) : tables_(std::move(tables)) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    size_t same = 0;
+    while (same < t && !SameColumns(tables_[same].columns, tables_[t].columns)) ++same;
+    numbering_.push_back(same);
+  }
+}
+
 absl::Status RowWindow::Map(const float* examples, int n, int64_t example_size, int64_t window,
                             std::vector<float>* out) {
   out->assign(examples, examples + int64_t{n} * example_size);
@@ -149,12 +157,8 @@ absl::Status RowWindow::Map(const float* examples, int n, int64_t example_size, 
     ids.clear();
     index.clear();
     // A table reading what an earlier one read (rewritten already) shares
-    // its numbering.
-    size_t same = t;
-    for (size_t s = 0; s < t && same == t; ++s) {
-      if (SameColumns(tables_[s].columns, table.columns)) same = s;
-    }
-    if (same != t) {
+    // its numbering: only its input_dim is checked.
+    if (const size_t same = numbering_[t]; same != t) {
       for (const int64_t id : ids_[same]) {
         if (id >= table.input_dim) {
           return absl::InvalidArgumentError(absl::StrCat("id ", id,
@@ -163,8 +167,6 @@ absl::Status RowWindow::Map(const float* examples, int n, int64_t example_size, 
                                                          table.variable));
         }
       }
-      ids = ids_[same];
-      index = index_[same];
       continue;
     }
     for (int e = 0; e < n; ++e) {

@@ -79,7 +79,7 @@ bool IsSparseTable(const std::vector<SparseTableInfo>& tables, const std::string
 // inputs only overlap. One per loop; reused from batch to batch.
 class RowWindow {
  public:
-  explicit RowWindow(std::vector<SparseTableInfo> tables) : tables_(std::move(tables)) {}
+  explicit RowWindow(std::vector<SparseTableInfo> tables);
 
   // Reads ids from `examples` (n examples of `example_size` floats) into
   // *out (the same, ids renumbered). InvalidArgument naming the example,
@@ -91,11 +91,14 @@ class RowWindow {
 
   const std::vector<SparseTableInfo>& tables() const { return tables_; }
   // Table t's distinct ids of the last Map, in the order numbered.
-  const std::vector<int64_t>& ids(int t) const { return ids_[t]; }
+  const std::vector<int64_t>& ids(int t) const { return ids_[numbering_[t]]; }
 
  private:
   std::vector<SparseTableInfo> tables_;
-  std::vector<std::vector<int64_t>> ids_;
+  // Per table, the first table reading the same columns (itself if none):
+  // whose ids_ it shares.
+  std::vector<size_t> numbering_;
+  std::vector<std::vector<int64_t>> ids_;  // filled for numbering_[t] == t
   std::vector<absl::flat_hash_map<int64_t, int64_t>> index_;
 };
 
