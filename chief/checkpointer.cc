@@ -22,7 +22,7 @@ Checkpointer::Checkpointer(const CheckpointerOptions& options, const ModelSpec* 
       stop_(*stop),
       run_started_(run_started),
       last_time_(absl::Now()) {
-  for (const VariableSpec& v : spec->variables) has_tables_ |= v.table_rows > 0;
+  for (const VariableSpec& v : spec->variables) has_tables_ |= v.table_rows != 0;
 }
 
 bool Checkpointer::Due(absl::Time now, int64_t highest_version) const {

@@ -73,10 +73,10 @@ absl::Status ScoreByEvaluator(ClusterTasks& tasks, absl::Duration timeout,
 // (result->steps names them in the log), or says in not_evaluated_why why
 // it could not; the run goes on either way.
 void ScoreFinalWeights(const ModelSpec& spec, const std::vector<float>& weights,
-                       const std::string& data_dir, RunResult* result) {
+                       const std::string& data_dir, uint64_t seed, RunResult* result) {
   spdlog::info("the chief evaluates the weights of step {} itself, on the test set in {}",
                result->steps, data_dir);
-  absl::StatusOr<TestScore> score = ScoreTestSet(spec, weights.data(), data_dir);
+  absl::StatusOr<TestScore> score = ScoreTestSet(spec, weights.data(), data_dir, 1, seed);
   if (!score.ok()) {
     // The run itself went well and its weights are kept (checkpoint,
     // export): the final line says why they were not scored.
@@ -337,7 +337,9 @@ bool Chief::Impl::AwaitEvaluatorReport(RunResult* result) {
 absl::Status Chief::Impl::EvaluateHere(RunResult* result) {
   absl::StatusOr<const std::vector<float>*> weights = strategy_->FinalWeights(result->steps);
   if (!weights.ok()) return weights.status();
-  ScoreFinalWeights(*spec_, **weights, options_.data_dir, result);
+  const ModelSpec* layout = strategy_->FinalLayout();
+  ScoreFinalWeights(layout != nullptr ? *layout : *spec_, **weights, options_.data_dir,
+                    strategy_->plan().seed(), result);
   return absl::OkStatus();
 }
 
@@ -345,8 +347,10 @@ absl::Status Chief::Impl::Export(const RunResult& result) {
   if (options_.export_path.empty()) return absl::OkStatus();
   absl::StatusOr<const std::vector<float>*> weights = strategy_->FinalWeights(result.steps);
   if (!weights.ok()) return weights.status();
+  const ModelSpec* layout = strategy_->FinalLayout();
   absl::Status s =
-      ExportWeights(options_.export_path, *spec_, **weights, result.steps, result.epochs,
+      ExportWeights(options_.export_path, layout != nullptr ? *layout : *spec_, **weights,
+                    result.steps, result.epochs,
                     result.has_eval ? std::optional<double>(result.test_accuracy) : std::nullopt);
   if (!s.ok()) return s;
   spdlog::info("trained weights written to {}", options_.export_path);

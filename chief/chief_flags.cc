@@ -171,12 +171,26 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
   o->set_learning_rate_power(-0.5f);
   plan->set_embedding_admit_after(f.embedding_admit_after);
   plan->set_embedding_evict_after(f.embedding_evict_after);
-  if (dense) return absl::OkStatus();
+  if (dense) {
+    if (f.embedding_unbounded) {
+      return Bad("embedding_unbounded", "true",
+                 f.dense_embeddings ? "needs sparse tables, but --dense_embeddings sends them whole"
+                                    : "needs sparse tables; multi_worker_mirrored keeps them whole");
+    }
+    return absl::OkStatus();
+  }
+  plan->set_embedding_unbounded(f.embedding_unbounded);
   absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json(), plan->loss());
   if (!spec.ok()) return Bad("model", f.model, std::string(spec.status().message()));
   absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(*spec);
   if (!tables.ok()) return Bad("model", f.model, std::string(tables.status().message()));
-  if (tables->empty()) return absl::OkStatus();
+  if (tables->empty()) {
+    if (f.embedding_unbounded) {
+      return Bad("embedding_unbounded", "true",
+                 absl::StrCat("--model=", f.model, " has no Embedding layer to make unbounded"));
+    }
+    return absl::OkStatus();
+  }
   if (name == "momentum") {
     return Bad("optimizer", f.optimizer,
                "has no per-row form for the model's sparse embedding tables: give "

@@ -67,6 +67,7 @@ struct ChiefFlags {
   double embedding_learning_rate = 0;  // 0: --learning_rate
   int embedding_admit_after = 1;
   int64_t embedding_evict_after = 0;
+  bool embedding_unbounded = false;  // ids any int64 >= 0, input_dim ignored
 };
 
 // The options of a run of `config`'s cluster with `flags`. The first bad

@@ -70,6 +70,9 @@ ABSL_FLAG(int32_t, embedding_admit_after, kDefaults.embedding_admit_after,
           "(until then it reads its initial values)");
 ABSL_FLAG(int64_t, embedding_evict_after, kDefaults.embedding_evict_after,
           "Drop a sparse table's rows not updated for this many updates; 0: never");
+ABSL_FLAG(bool, embedding_unbounded, kDefaults.embedding_unbounded,
+          "Sparse embedding tables take any int64 id >= 0 (such as a Criteo folder's int64 "
+          "keys), their Embedding's input_dim ignored; rows are made as ids come");
 ABSL_FLAG(double, lr_decay_rate, kDefaults.lr_decay_rate,
           "Learning rate decay: multiplied by this every --lr_decay_steps updates (smoothly)");
 ABSL_FLAG(int64_t, lr_decay_steps, kDefaults.lr_decay_steps, "Updates per --lr_decay_rate factor; 0: no decay");
@@ -176,6 +179,7 @@ pscluster::ChiefFlags ReadFlags() {
   f.embedding_learning_rate = absl::GetFlag(FLAGS_embedding_learning_rate);
   f.embedding_admit_after = absl::GetFlag(FLAGS_embedding_admit_after);
   f.embedding_evict_after = absl::GetFlag(FLAGS_embedding_evict_after);
+  f.embedding_unbounded = absl::GetFlag(FLAGS_embedding_unbounded);
   f.lr_decay_rate = absl::GetFlag(FLAGS_lr_decay_rate);
   f.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   f.momentum = absl::GetFlag(FLAGS_momentum);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,7 @@ ModelSpec LayoutSpec(const ModelSpec& spec, const TrainingPlan& plan,
   absl::StatusOr<std::vector<SparseTableInfo>> found = FindSparseTables(spec);
   if (!found.ok() || found->empty()) return spec;  // (the flags checked it)
   *tables = *std::move(found);
+  if (plan.embedding_unbounded()) MakeUnbounded(tables);
   return WithSparseTables(spec, 1, tables);
 }
 
@@ -475,9 +477,11 @@ absl::StatusOr<const std::vector<float>*> ParameterServerRun::FinalWeights(int64
       }
       ScatterFromPs(placement_, i, wire.data(), flat.data());
     }
-    absl::StatusOr<std::vector<float>> whole = ModelLayout(flat, final_cut->ps);
+    ModelSpec layout;
+    absl::StatusOr<std::vector<float>> whole = ModelLayout(flat, final_cut->ps, &layout);
     if (!whole.ok()) return whole.status();
     final_weights_ = *std::move(whole);
+    final_layout_ = std::move(layout);
     return &*final_weights_;
   }
   PsClientOptions popt;
@@ -497,17 +501,53 @@ absl::StatusOr<const std::vector<float>*> ParameterServerRun::FinalWeights(int64
     if (!state.ok()) return state.status();
     states.push_back(*std::move(state));
   }
-  absl::StatusOr<std::vector<float>> whole = ModelLayout(flat, states);
+  ModelSpec layout;
+  absl::StatusOr<std::vector<float>> whole = ModelLayout(flat, states, &layout);
   if (!whole.ok()) return whole.status();
   final_weights_ = *std::move(whole);
+  final_layout_ = std::move(layout);
   return &*final_weights_;
 }
 
 absl::StatusOr<std::vector<float>> ParameterServerRun::ModelLayout(
-    const std::vector<float>& flat, const std::vector<ShardState>& ps) const {
+    const std::vector<float>& flat, const std::vector<ShardState>& ps, ModelSpec* layout) const {
+  *layout = model_spec_;
   if (tables_.empty()) return flat;
-  std::vector<float> out(model_spec_.num_parameters);
-  for (const VariableSpec& v : model_spec_.variables) {
+  // Every table's rows that exist, by id (a ps's rows are its own ids).
+  std::vector<std::map<int64_t, const float*>> rows(tables_.size());
+  std::vector<std::vector<float>> values;  // what the pointers point into
+  for (const ShardState& state : ps) {
+    for (const SparseTableState& r : state.sparse()) {
+      if (r.table() < 0 || r.table() >= static_cast<int>(tables_.size())) continue;
+      const SparseTableInfo& t = tables_[r.table()];
+      std::vector<float>& v = values.emplace_back();
+      if (absl::Status s = BytesToFloats(r.rows(), "sparse rows", &v); !s.ok()) return s;
+      const int64_t per_row = r.floats_per_row();
+      if (per_row < t.width || static_cast<int64_t>(v.size()) != r.ids_size() * per_row) {
+        return absl::InternalError(absl::StrCat("a ps's rows of ", t.variable, " hold ",
+                                                v.size(), " floats for ", r.ids_size(),
+                                                " rows"));
+      }
+      for (int k = 0; k < r.ids_size(); ++k) rows[r.table()][r.ids(k)] = v.data() + k * per_row;
+    }
+  }
+  // An unbounded table is its rows that exist; the variables after it move.
+  int64_t offset = 0;
+  for (VariableSpec& v : layout->variables) {
+    v.offset = offset;
+    for (const SparseTableInfo& t : tables_) {
+      if (t.variable != v.name || t.input_dim > 0) continue;
+      v.table_rows = kUnboundedTable;
+      v.row_ids.clear();
+      for (const auto& [id, row] : rows[t.table]) v.row_ids.push_back(id);
+      v.shape = {static_cast<int64_t>(v.row_ids.size()), t.width};
+      v.size = static_cast<int64_t>(v.row_ids.size()) * t.width;
+    }
+    offset += v.size;
+  }
+  layout->num_parameters = offset;
+  std::vector<float> out(offset);
+  for (const VariableSpec& v : layout->variables) {
     const VariableSpec* laid = nullptr;
     for (const VariableSpec& w : spec_.variables) {
       if (w.name == v.name) laid = &w;
@@ -518,36 +558,24 @@ absl::StatusOr<std::vector<float>> ParameterServerRun::ModelLayout(
     }
   }
   for (const SparseTableInfo& t : tables_) {
-    int64_t offset = -1;
-    for (const VariableSpec& v : model_spec_.variables) {
-      if (v.name == t.variable) offset = v.offset;
+    const VariableSpec* v = nullptr;
+    for (const VariableSpec& w : layout->variables) {
+      if (w.name == t.variable) v = &w;
+    }
+    if (v == nullptr) return absl::InternalError(absl::StrCat("no variable ", t.variable));
+    float* table = out.data() + v->offset;
+    if (t.input_dim == 0) {
+      int64_t k = 0;
+      for (const auto& [id, row] : rows[t.table]) std::copy_n(row, t.width, table + k++ * t.width);
+      continue;
     }
     // Rows never trained are what a ps would make of them.
     for (int64_t id = 0; id < t.input_dim; ++id) {
       InitialRow(t.initializer, t.fan_in, t.fan_out, plan_.seed(), t.table, id, t.width,
-                 out.data() + offset + id * t.width);
+                 table + id * t.width);
     }
-    for (const ShardState& state : ps) {
-      for (const SparseTableState& rows : state.sparse()) {
-        if (rows.table() != t.table) continue;
-        std::vector<float> values;
-        if (absl::Status s = BytesToFloats(rows.rows(), "sparse rows", &values); !s.ok()) {
-          return s;
-        }
-        const int64_t per_row = rows.floats_per_row();
-        if (per_row < t.width ||
-            static_cast<int64_t>(values.size()) != rows.ids_size() * per_row) {
-          return absl::InternalError(absl::StrCat("a ps's rows of ", t.variable, " hold ",
-                                                  values.size(), " floats for ",
-                                                  rows.ids_size(), " rows"));
-        }
-        for (int k = 0; k < rows.ids_size(); ++k) {
-          const int64_t id = rows.ids(k);
-          if (id < 0 || id >= t.input_dim) continue;
-          std::copy_n(values.begin() + k * per_row, t.width,
-                      out.begin() + offset + id * t.width);
-        }
-      }
+    for (const auto& [id, row] : rows[t.table]) {
+      if (id >= 0 && id < t.input_dim) std::copy_n(row, t.width, table + id * t.width);
     }
   }
   return out;

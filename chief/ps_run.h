@@ -95,6 +95,9 @@ class ParameterServerRun final : public StrategyRun {
   absl::Status TakeFinalCheckpoint() override;
   absl::StatusOr<int64_t> FinalSteps() override;
   absl::StatusOr<const std::vector<float>*> FinalWeights(int64_t steps) override;
+  const ModelSpec* FinalLayout() const override {
+    return final_layout_.has_value() ? &*final_layout_ : nullptr;
+  }
   bool WaitsForUnlistedEvaluator() const override { return true; }
   absl::Status KeepUpWhileFinishing() override;
 
@@ -128,9 +131,12 @@ class ParameterServerRun final : public StrategyRun {
 
   // The final weights in the model's own layout (model_spec_): the sparse
   // tables whole, from the rows in `ps` (each ps's state) and the rows'
-  // initial values for ids never trained; `flat` in spec_'s layout.
+  // initial values for ids never trained; `flat` in spec_'s layout. An
+  // unbounded table has no whole: its rows that exist, by increasing id,
+  // with their ids in *layout (model_spec_ otherwise).
   absl::StatusOr<std::vector<float>> ModelLayout(const std::vector<float>& flat,
-                                                 const std::vector<ShardState>& ps) const;
+                                                 const std::vector<ShardState>& ps,
+                                                 ModelSpec* layout) const;
 
   const ChiefOptions& options_;
   const ModelSpec& model_spec_;  // the model's, tables whole
@@ -152,8 +158,9 @@ class ParameterServerRun final : public StrategyRun {
   int64_t highest_version_ = 0;  // seen on any ps
   absl::Time next_ps_check_;
   absl::Time next_version_check_;
-  // The pull of FinalWeights(), kept for the export.
+  // The pull of FinalWeights(), kept for the export, and its layout.
   std::optional<std::vector<float>> final_weights_;
+  std::optional<ModelSpec> final_layout_;
 };
 
 }  // namespace pscluster

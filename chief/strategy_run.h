@@ -30,6 +30,7 @@
 #include "chief/cluster_tasks.h"
 #include "chief/ps_fleet.h"
 #include "chief/work_source.h"
+#include "model/model_spec.h"
 #include "proto/coordination.pb.h"
 
 namespace pscluster {
@@ -89,6 +90,10 @@ class StrategyRun {
   // The weights of `steps` (or newer), for the chief's own evaluation and
   // the export; read once, kept by the run.
   virtual absl::StatusOr<const std::vector<float>*> FinalWeights(int64_t steps) = 0;
+  // The layout of FinalWeights' values once it has answered: the model's
+  // own but for unbounded sparse tables, each the rows that exist
+  // (VariableSpec::row_ids). nullptr: the model's own.
+  virtual const ModelSpec* FinalLayout() const { return nullptr; }
 
   // Whether the final evaluation waits for the report of an evaluator
   // outside TF_CONFIG that asked for the plan (the ps run); the ring run

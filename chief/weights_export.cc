@@ -14,6 +14,14 @@ std::vector<NamedTensor> VariablesOf(const ModelSpec& spec, const std::vector<fl
     t.shape = v.shape;
     t.values.assign(flat.begin() + v.offset, flat.begin() + v.offset + v.size);
     out.push_back(std::move(t));
+    if (v.table_rows == kUnboundedTable) {  // its rows' ids beside it
+      NamedTensor ids;
+      ids.name = v.name + "/ids";
+      ids.dtype = NamedTensor::Dtype::kI64;
+      ids.shape = {static_cast<int64_t>(v.row_ids.size())};
+      ids.ints = v.row_ids;
+      out.push_back(std::move(ids));
+    }
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // The trained weights as a safetensors file (model/safetensors.h): one
 // float32 tensor per variable under its Keras name and in its Keras layout
-// (model/model_spec.h: conv kernels HWIO, dense kernels [in, out]), with
+// (model/model_spec.h: conv kernels HWIO, dense kernels [in, out]; an
+// unbounded embedding table as its rows and their ids), with
 // metadata model, steps, epochs, layout=keras and, when the run was
 // evaluated, test_accuracy. Plain functions; thread-safe.
 #ifndef PSCLUSTER_CHIEF_WEIGHTS_EXPORT_H_
@@ -18,7 +19,9 @@
 namespace pscluster {
 
 // The flat parameter vector (spec.num_parameters values) as one tensor per
-// variable, in the model's order.
+// variable, in the model's order; an unbounded sparse table's rows
+// ([n, width], VariableSpec::row_ids) followed by their ids, int64 [n],
+// as "<variable>/ids".
 std::vector<NamedTensor> VariablesOf(const ModelSpec& spec, const std::vector<float>& flat);
 
 // Writes VariablesOf(spec, flat) to `path` atomically; errors name the

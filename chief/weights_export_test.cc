@@ -43,6 +43,31 @@ TEST(WeightsExportTest, OneTensorPerVariableInTheModelsOrderAndLayout) {
   EXPECT_EQ(meta["test_accuracy"], "0.9825");
 }
 
+// An unbounded table (its rows that exist, VariableSpec::row_ids) is
+// followed by its rows' ids, int64, as "<variable>/ids".
+TEST(WeightsExportTest, AnUnboundedTableCarriesItsRowsIds) {
+  ModelSpec spec = *ModelByName("mlp");
+  VariableSpec& table = spec.variables[0];
+  table.table_rows = kUnboundedTable;
+  for (int64_t k = 0; k < table.shape[0]; ++k) table.row_ids.push_back((k << 40) + 7);
+  std::vector<float> flat(spec.num_parameters);
+  std::iota(flat.begin(), flat.end(), 0.0f);
+  const std::string path = TempPath("unbounded.safetensors");
+  ASSERT_TRUE(ExportWeights(path, spec, flat, 3, 1, std::nullopt).ok());
+  std::map<std::string, std::string> meta;
+  absl::StatusOr<std::vector<NamedTensor>> back = ReadSafetensors(path, &meta);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), spec.variables.size() + 1);
+  EXPECT_EQ((*back)[0].name, table.name);
+  EXPECT_EQ((*back)[0].shape, table.shape);
+  const NamedTensor& ids = (*back)[1];
+  EXPECT_EQ(ids.name, table.name + "/ids");
+  EXPECT_EQ(ids.dtype, NamedTensor::Dtype::kI64);
+  EXPECT_EQ(ids.shape, std::vector<int64_t>{table.shape[0]});
+  EXPECT_EQ(ids.ints, table.row_ids);
+  EXPECT_EQ((*back)[2].name, spec.variables[1].name);
+}
+
 TEST(WeightsExportTest, NoAccuracyWithoutAnEvaluation) {
   const ModelSpec spec = *ModelByName("mlp");
   const std::string path = TempPath("mlp.safetensors");

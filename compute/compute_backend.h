@@ -28,6 +28,9 @@ struct Batch {
   // Names the step for Dropout's masks (with the run's seed,
   // BackendOptions.seed): the trainer passes the chunk's number.
   uint64_t key = 0;
+  // Int64 ids (Dataset::ids), size * ids_per_example, or nullptr: for the
+  // sparse tables' row window (wire/sparse_batch.h), not the backend.
+  const int64_t* ids = nullptr;
 };
 
 // Where the time of one TrainStep went, in seconds. A CPU backend reports

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "compute/cpu_backend.h"
 #include "model/dataset.h"
+#include "model/sparse_layout.h"
 
 namespace pscluster {
 
@@ -71,16 +72,102 @@ std::string MetricsText(LossKind loss, double accuracy, double auc, double mean_
   }
 }
 
+namespace {
+
+// `data`'s sparse table ids renumbered into windows (model/sparse_layout.h)
+// and `params` (in `spec`'s layout) laid out for them in *windowed and
+// *windowed_params; `data` holds the renumbered examples after.
+absl::Status WindowTables(const ModelSpec& spec, const float* params, uint64_t seed,
+                          Dataset* data, ModelSpec* windowed,
+                          std::vector<float>* windowed_params) {
+  absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(spec);
+  if (!tables.ok()) return tables.status();
+  if (absl::Status s = CheckIdsRead(*tables, data->ids_first, data->ids_per_example); !s.ok()) {
+    return s;
+  }
+  const int64_t example_size = int64_t{data->height} * data->width * data->channels;
+  RowWindow window(*tables);
+  std::vector<float> mapped;
+  const ExampleIds ids{data->ids.data(), data->ids_first, data->ids_per_example};
+  if (absl::Status s = window.Map(data->images.data(), ids, data->count, example_size,
+                                  int64_t{data->count} * example_size, &mapped);
+      !s.ok()) {
+    return s;
+  }
+  int64_t rows = 1;
+  for (size_t t = 0; t < tables->size(); ++t) {
+    rows = std::max<int64_t>(rows, window.ids(static_cast<int>(t)).size());
+  }
+  std::vector<SparseTableInfo> laid = *tables;
+  *windowed = WithSparseTables(spec, rows, &laid);
+  windowed_params->assign(windowed->num_parameters, 0.0f);
+  const auto variable = [](const ModelSpec& m, const std::string& name) {
+    for (const VariableSpec& v : m.variables) {
+      if (v.name == name) return &v;
+    }
+    return static_cast<const VariableSpec*>(nullptr);
+  };
+  for (const VariableSpec& v : windowed->variables) {
+    if (v.table_rows != 0) continue;
+    const VariableSpec* from = variable(spec, v.name);
+    std::copy_n(params + from->offset, v.size, windowed_params->data() + v.offset);
+  }
+  for (size_t t = 0; t < laid.size(); ++t) {
+    const SparseTableInfo& table = laid[t];
+    const VariableSpec* from = variable(spec, table.variable);
+    const std::vector<int64_t>& row_ids = from->row_ids;
+    const std::vector<int64_t>& batch_ids = window.ids(static_cast<int>(t));
+    for (size_t k = 0; k < batch_ids.size(); ++k) {
+      const int64_t id = batch_ids[k];
+      float* row = windowed_params->data() + table.offset + int64_t(k) * table.width;
+      if (from->table_rows != kUnboundedTable) {  // whole: row id is the id's
+        std::copy_n(params + from->offset + id * table.width, table.width, row);
+        continue;
+      }
+      const auto it = std::lower_bound(row_ids.begin(), row_ids.end(), id);
+      if (it != row_ids.end() && *it == id) {
+        std::copy_n(params + from->offset + (it - row_ids.begin()) * table.width, table.width,
+                    row);
+      } else {
+        InitialRow(from->initializer, from->fan_in, from->fan_out, seed, table.table, id,
+                   table.width, row);
+      }
+    }
+  }
+  data->images = std::move(mapped);
+  data->ids.clear();
+  data->ids_per_example = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<TestScore> ScoreTestSet(const ModelSpec& spec, const float* params,
-                                       const std::string& data_dir, int threads) {
+                                       const std::string& data_dir, int threads, uint64_t seed) {
   absl::StatusOr<Dataset> test = LoadDataset(data_dir, Split::kTest);
   if (!test.ok()) return test.status();
   if (absl::Status s = CheckDatasetFitsModel(*test, data_dir, spec); !s.ok()) return s;
+  bool windowed = test->ids_per_example > 0;
+  for (const VariableSpec& v : spec.variables) windowed |= v.table_rows == kUnboundedTable;
+  const ModelSpec* scored = &spec;
+  ModelSpec windowed_spec;
+  std::vector<float> windowed_params;
+  if (windowed) {
+    if (absl::Status s =
+            WindowTables(spec, params, seed, &*test, &windowed_spec, &windowed_params);
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(data_dir, ": ", s.message()));
+    }
+    scored = &windowed_spec;
+    params = windowed_params.data();
+  }
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =
-      CreateCpuBackend(spec, kScoringBatch, threads);
+      CreateCpuBackend(*scored, kScoringBatch, threads);
   if (!backend.ok()) return backend.status();
   TestScore score;
-  if (absl::Status s = ScoreOnDataset(**backend, spec, params, *test, &score); !s.ok()) return s;
+  if (absl::Status s = ScoreOnDataset(**backend, *scored, params, *test, &score); !s.ok()) {
+    return s;
+  }
   return score;
 }
 

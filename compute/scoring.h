@@ -51,9 +51,15 @@ std::string MetricsText(LossKind loss, double accuracy, double auc, double mean_
 // evaluator: loads the test split of `data_dir` (model/dataset.h, whose
 // errors name the files) and scores `params` (spec.num_parameters floats,
 // the flat model layout) exactly as the evaluator does, on the CPU backend
-// with `threads` threads.
+// with `threads` threads. Sparse tables as the evaluator reads them when
+// the data has int64 ids or a table is unbounded (its rows that exist,
+// VariableSpec::row_ids): the test set's ids renumbered into a window of
+// their rows, an id without a row reading its initial values
+// (InitialRow with `seed`, as a ps makes them). InvalidArgument naming the
+// id when one is outside a bounded table.
 absl::StatusOr<TestScore> ScoreTestSet(const ModelSpec& spec, const float* params,
-                                       const std::string& data_dir, int threads = 1);
+                                       const std::string& data_dir, int threads = 1,
+                                       uint64_t seed = 0);
 
 }  // namespace pscluster
 

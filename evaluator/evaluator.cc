@@ -32,11 +32,17 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   if (!plan->dense_embeddings() && plan->strategy() != MULTI_WORKER_MIRRORED) {
     absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(*spec);
     if (!tables.ok()) return tables.status();
+    if (plan->embedding_unbounded()) MakeUnbounded(&*tables);
     if (!tables->empty()) {
       const int64_t example_size = int64_t{test->height} * test->width * test->channels;
+      if (absl::Status s = CheckIdsRead(*tables, test->ids_first, test->ids_per_example);
+          !s.ok()) {
+        return absl::DataLossError(absl::StrCat(options_.data_dir, ": ", s.message()));
+      }
+      const ExampleIds ids{test->ids.data(), test->ids_first, test->ids_per_example};
       RowWindow count(*tables);
       std::vector<float> mapped;
-      if (absl::Status s = count.Map(test->images.data(), test->count, example_size,
+      if (absl::Status s = count.Map(test->images.data(), ids, test->count, example_size,
                                      int64_t{test->count} * example_size, &mapped);
           !s.ok()) {
         return absl::DataLossError(absl::StrCat(options_.data_dir, ": ", s.message()));
@@ -47,12 +53,19 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
       }
       *spec = WithSparseTables(*spec, window, &*tables);
       sparse = std::make_unique<SparseBatch>(*tables, window, plan->num_ps());
-      if (absl::Status s = sparse->Map(test->images.data(), test->count, example_size);
+      if (absl::Status s = sparse->Map(test->images.data(), ids, test->count, example_size);
           !s.ok()) {
         return absl::DataLossError(s.message());
       }
       test->images = sparse->mapped();
+      test->ids.clear();  // renumbered into the images
+      test->ids_per_example = 0;
     }
+  }
+  if (test->ids_per_example > 0 && sparse == nullptr) {
+    return absl::DataLossError(absl::StrCat(
+        options_.data_dir, ": ",
+        CheckIdsRead({}, test->ids_first, test->ids_per_example).message()));
   }
   std::unique_ptr<Placement> placement;
   std::unique_ptr<PsClient> ps;

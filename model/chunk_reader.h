@@ -40,6 +40,9 @@ class ChunkReader {
   int chunks_per_epoch() const { return chunks_per_epoch_; }
   int pixels() const { return pixels_; }
   int targets_per_example() const { return targets_per_example_; }
+  // The source's int64 ids per example (ExampleSource::ids_per_example).
+  int ids_per_example() const { return source_->ids_per_example(); }
+  int ids_first() const { return source_->ids_first(); }
 
   // Examples in chunk k: the batch size but for an epoch's last chunk.
   int Examples(int64_t k) const {
@@ -50,10 +53,11 @@ class ChunkReader {
   // Copies chunk k's examples into images (Examples(k) * pixels() floats)
   // and targets (Examples(k) * targets_per_example() floats); returns how
   // many, or the source's error (a bad record of a file: DataLoss naming
-  // it).
+  // it). With int64 ids (ids_per_example() > 0) and `ids` given, their
+  // ids too (Examples(k) * ids_per_example() values).
   // A large chunk is gathered by up to 4 threads (a GPU worker's 8192
   // MNIST images are 26 MB of scattered rows: several ms on one core).
-  absl::StatusOr<int> Fill(int64_t k, float* images, float* targets) {
+  absl::StatusOr<int> Fill(int64_t k, float* images, float* targets, int64_t* ids = nullptr) {
     const std::vector<int32_t>& perm = Permutation(static_cast<int>(k / chunks_per_epoch_));
     const int64_t begin = (k % chunks_per_epoch_) * batch_;
     const int n = Examples(k);
@@ -67,6 +71,10 @@ class ChunkReader {
       const int t = targets_per_example_;
       absl::Status s = source_->Gather(&perm[begin + from], static_cast<int>(to - from),
                                        &images[size_t(from) * pixels_], &targets[size_t(from) * t]);
+      if (s.ok() && ids != nullptr && ids_per_example() > 0) {
+        s = source_->GatherIds(&perm[begin + from], static_cast<int>(to - from),
+                               &ids[size_t(from) * ids_per_example()]);
+      }
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         if (from < error_at) {

@@ -28,7 +28,12 @@ bool IsCriteoFolder(const std::string& dir) {
 }
 
 std::string CriteoConfigJson(int64_t buckets) {
+  if (buckets == kCriteoInt64Ids) return "{\"ids\": \"int64\"}\n";
   return absl::StrCat("{\"buckets\": ", buckets, "}\n");
+}
+
+int64_t CriteoInt64Id(int feature, int64_t id) {
+  return static_cast<int64_t>(CriteoFeatureKey(feature, id) >> 1);
 }
 
 absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir) {
@@ -40,8 +45,19 @@ absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir) {
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a JSON object (expected {\"buckets\": N})"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a JSON object (expected {\"buckets\": N} or {\"ids\": \"int64\"})"));
+  }
+  if (const auto ids = j.find("ids"); ids != j.end()) {
+    if (j.contains("buckets")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": give \"buckets\" or \"ids\", not both"));
+    }
+    if (!ids->is_string() || ids->get<std::string>() != "int64") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": \"ids\" is ", ids->dump(), ", not \"int64\""));
+    }
+    return kCriteoInt64Ids;
   }
   const auto it = j.find("buckets");
   if (it == j.end() || !it->is_number_integer()) {
@@ -73,9 +89,17 @@ absl::Status CheckCriteoFiles(const std::string& dir, Split split) {
   return absl::OkStatus();
 }
 
-void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values) {
+void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values,
+                         int64_t* ids) {
   for (int i = 0; i < kCriteoIntegerFeatures; ++i) {
     values[i] = example.has_integer(i) ? CriteoIntegerTransform(example.integers[i]) : 0.0f;
+  }
+  if (buckets == kCriteoInt64Ids) {
+    for (int c = 0; c < kCriteoCategoricalFeatures; ++c) {
+      values[kCriteoIntegerFeatures + c] = 0.0f;
+      ids[c] = CriteoInt64Id(c, example.categories[c]);
+    }
+    return;
   }
   for (int c = 0; c < kCriteoCategoricalFeatures; ++c) {
     values[kCriteoIntegerFeatures + c] =
@@ -94,6 +118,10 @@ absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split) {
   data.height = data.width = 1;
   data.channels = kCriteoExampleValues;
   data.targets_per_example = 1;
+  if (*buckets == kCriteoInt64Ids) {
+    data.ids_first = kCriteoIntegerFeatures;
+    data.ids_per_example = kCriteoCategoricalFeatures;
+  }
   CriteoExample example;
   while (true) {
     absl::StatusOr<bool> more = (*reader)->Next(&example);
@@ -104,13 +132,16 @@ absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split) {
           absl::StrCat(*path, ": more than ", data.count, " lines: split the data"));
     }
     data.images.resize(data.images.size() + kCriteoExampleValues);
-    CriteoExampleValues(example, *buckets, &data.images[data.images.size() - kCriteoExampleValues]);
+    data.ids.resize(data.ids.size() + data.ids_per_example);
+    CriteoExampleValues(example, *buckets, &data.images[data.images.size() - kCriteoExampleValues],
+                        data.ids.data() + data.ids.size() - data.ids_per_example);
     data.targets.push_back(example.label);
     ++data.count;
   }
   if (data.count == 0) return absl::InvalidArgumentError(absl::StrCat(*path, ": no examples"));
   data.images.shrink_to_fit();
   data.targets.shrink_to_fit();
+  data.ids.shrink_to_fit();
   return data;
 }
 

@@ -1,13 +1,16 @@
 // A folder of Criteo click logs as training data (docs/criteo.md, "Training
 // on Criteo data"): <dir>/train.txt and <dir>/test.txt, either also as
-// .txt.gz, and optionally <dir>/criteo.json, {"buckets": B}. Each example
-// is 39 float32 values, the inputs of a model taking `dense` [13] and `ids`
-// [26] in that order:
+// .txt.gz, and optionally <dir>/criteo.json, {"buckets": B} or {"ids":
+// "int64"}. Each example is 39 values, the inputs of a model taking
+// `dense` [13] and `ids` [26] in that order:
 //   CriteoIntegerTransform(I_k) for k = 1..13 (an empty field: 0), then
-//   CriteoBucket(c, C_c's id, B) for c = 0..25 (an empty field has its own
-//   row per feature), a row of an Embedding of input_dim B,
-// and one target, the 0/1 label. B <= 2^24, so every row is exact in a
-// float32. The split is read whole into memory (156 bytes an example).
+//   with buckets, CriteoBucket(c, C_c's id, B) for c = 0..25 (an empty
+//   field has its own row per feature), a row of an Embedding of input_dim
+//   B <= 2^24, exact in a float32; with int64 ids, CriteoInt64Id(c, C_c's
+//   id), every (feature, value) its own id below 2^63, for a chief given
+//   --embedding_unbounded, as Dataset::ids (0 among the floats),
+// and one target, the 0/1 label. The split is read whole into memory (156
+// bytes an example; with int64 ids, 364).
 //
 // Plain functions: thread-safe.
 #ifndef PSCLUSTER_MODEL_CRITEO_DATASET_H_
@@ -26,17 +29,21 @@ namespace pscluster {
 inline constexpr char kCriteoConfigFile[] = "criteo.json";
 inline constexpr int64_t kCriteoDefaultBuckets = 1000000;
 inline constexpr int64_t kCriteoMaxBuckets = int64_t{1} << 24;
+// ReadCriteoBuckets's answer for {"ids": "int64"}.
+inline constexpr int64_t kCriteoInt64Ids = 0;
 inline constexpr int kCriteoExampleValues = kCriteoIntegerFeatures + kCriteoCategoricalFeatures;
 
 // Whether `dir` is a folder holding train.txt, test.txt, or either .gz.
 bool IsCriteoFolder(const std::string& dir);
 
-// criteo.json's text for `buckets` rows a table: {"buckets": B}.
+// criteo.json's text for `buckets` rows a table: {"buckets": B}, or
+// {"ids": "int64"} for kCriteoInt64Ids.
 std::string CriteoConfigJson(int64_t buckets);
 
-// B: criteo.json's "buckets", or kCriteoDefaultBuckets when the file is
-// absent. InvalidArgument naming the file for bad JSON, a missing or
-// non-integer "buckets", or one outside [1, 2^24].
+// B: criteo.json's "buckets" (kCriteoInt64Ids for {"ids": "int64"}), or
+// kCriteoDefaultBuckets when the file is absent. InvalidArgument naming
+// the file for bad JSON, neither key or both, a non-integer "buckets" or
+// one outside [1, 2^24], or "ids" other than "int64".
 absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir);
 
 // The split's file: <dir>/train.txt, else <dir>/train.txt.gz (test alike).
@@ -47,8 +54,15 @@ absl::StatusOr<std::string> CriteoSplitFile(const std::string& dir, Split split)
 // file is there and readable; the lines are not read.
 absl::Status CheckCriteoFiles(const std::string& dir, Split split);
 
-// Writes `example`'s 39 values (as above) to values[0..39).
-void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values);
+// The int64 id of (feature, id): CriteoFeatureKey's upper 63 bits, so
+// that it is >= 0 (two of the 26 x 2^56 pairs share one with probability
+// about n^2 / 2^64 for n distinct pairs).
+int64_t CriteoInt64Id(int feature, int64_t id);
+
+// Writes `example`'s 39 values (as above) to values[0..39); with
+// kCriteoInt64Ids, the 26 ids to ids[0..26) and 0 to their values.
+void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values,
+                         int64_t* ids = nullptr);
 
 // The whole split as a 1 x 1 x 39 Dataset with one target an example.
 // Errors as CheckCriteoFiles's, and the reader's naming the file and line

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -139,12 +140,64 @@ TEST(CriteoDatasetTest, EmptyFileIsRefused) {
   EXPECT_NE(d.status().message().find("train.txt: no examples"), std::string::npos) << d.status();
 }
 
+// {"ids": "int64"}: each categorical is its own 63-bit id, beside the
+// floats (Dataset::ids), for tables given --embedding_unbounded.
+TEST(CriteoDatasetTest, Int64IdsBesideTheFloats) {
+  const std::string dir = NewDir("int64");
+  testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(kCriteoInt64Ids));
+  absl::StatusOr<int64_t> buckets = ReadCriteoBuckets(dir);
+  ASSERT_TRUE(buckets.ok()) << buckets.status();
+  EXPECT_EQ(*buckets, kCriteoInt64Ids);
+  absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->count, 2);
+  EXPECT_EQ(d->ids_first, 13);
+  EXPECT_EQ(d->ids_per_example, 26);
+  ASSERT_EQ(d->ids.size(), 52u);
+  ASSERT_EQ(d->images.size(), 78u);
+  int64_t beyond_float = 0;
+  for (int i = 0; i < 2; ++i) {
+    CriteoExample e;
+    ASSERT_TRUE(ParseCriteoLine(i == 0 ? kLine1 : kLine2, &e).ok());
+    for (int c = 0; c < 26; ++c) {
+      const int64_t id = d->ids[i * 26 + c];
+      EXPECT_EQ(id, CriteoInt64Id(c, e.categories[c])) << i << " " << c;
+      EXPECT_EQ(id, static_cast<int64_t>(CriteoFeatureKey(c, e.categories[c]) >> 1));
+      EXPECT_GE(id, 0);
+      beyond_float += id >= (int64_t{1} << 24);
+      EXPECT_EQ(d->images[i * 39 + 13 + c], 0.0f);  // not read
+    }
+    // The integer features as with buckets.
+    const std::vector<float> bucketed = ExpectedValues(i == 0 ? kLine1 : kLine2, 1000);
+    EXPECT_EQ(std::vector<float>(d->images.begin() + i * 39, d->images.begin() + i * 39 + 13),
+              std::vector<float>(bucketed.begin(), bucketed.begin() + 13));
+  }
+  EXPECT_GT(beyond_float, 48) << "a 63-bit hash is almost never below 2^24";
+  // Distinct (feature, value) pairs, distinct ids: the missing C1 and the
+  // same value in two columns included.
+  std::vector<int64_t> sorted = d->ids;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  // A source over it gathers the ids of the examples asked for.
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ((*source)->ids_per_example(), 26);
+  EXPECT_EQ((*source)->ids_first(), 13);
+  const int32_t second[] = {1};
+  std::vector<int64_t> ids(26);
+  ASSERT_TRUE((*source)->GatherIds(second, 1, ids.data()).ok());
+  EXPECT_EQ(ids, std::vector<int64_t>(d->ids.begin() + 26, d->ids.end()));
+}
+
 TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
   const std::string dir = NewDir("bad_config");
   testing::WriteAll(dir + "/train.txt", kLine1);
   for (const std::string& text :
        {std::string("{\"buckets\": 0}"), std::string("{\"buckets\": 16777217}"),
-        std::string("{\"buckets\": 1.5}"), std::string("{}"), std::string("[1")}) {
+        std::string("{\"buckets\": 1.5}"), std::string("{}"), std::string("[1"),
+        std::string("{\"ids\": \"int32\"}"), std::string("{\"ids\": 64}"),
+        std::string("{\"ids\": \"int64\", \"buckets\": 10}")}) {
     testing::WriteAll(dir + "/criteo.json", text);
     const absl::Status s = CheckDataFiles(dir, Split::kTrain);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;

@@ -175,10 +175,10 @@ absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& o) {
                                                    ": must be in [0, --ids_per_feature=",
                                                    o.ids_per_feature, "]"));
   }
-  if (o.buckets < 1 || o.buckets > kCriteoMaxBuckets) {
+  if (o.buckets < 0 || o.buckets > kCriteoMaxBuckets) {
     return absl::InvalidArgumentError(
         absl::StrCat("--buckets=", o.buckets, ": must be in [1, ", kCriteoMaxBuckets,
-                     "] (2^24: rows are exact in float32)"));
+                     "] (2^24: rows are exact in float32), or 0 for int64 ids"));
   }
   return absl::OkStatus();
 }

@@ -32,7 +32,8 @@ struct CriteoSynthOptions {
   uint64_t seed = 1;
   double test_fraction = 0.1;  // of rows, rounded, written to test.txt
   double zipf = 1.05;          // id of frequency rank r (from 1) drawn with weight r^-zipf
-  int64_t buckets = kCriteoDefaultBuckets;  // criteo.json's: the models' Embedding rows
+  // criteo.json's: the models' Embedding rows; kCriteoInt64Ids (0): int64 ids
+  int64_t buckets = kCriteoDefaultBuckets;
   // When > 0, only the ids of the signal_ranks most frequent ranks of each
   // feature carry planted weights (w, v); rarer ids are drawn as usual but
   // weigh nothing. 0: every id carries weights.
@@ -42,7 +43,7 @@ struct CriteoSynthOptions {
 // InvalidArgument naming the flag and its value ("--rows=1: ...") unless
 // rows >= 2, test_fraction leaves both splits at least one row,
 // ids_per_feature is in [1, kMaxSynthIds], zipf in [0, 10] and buckets in
-// [1, kCriteoMaxBuckets], and signal_ranks in [0, ids_per_feature].
+// [1, kCriteoMaxBuckets] or kCriteoInt64Ids, and signal_ranks in [0, ids_per_feature].
 absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& options);
 
 // At most 2^27 ids a feature: (feature, rank) then fits the 32 bits of a

@@ -45,10 +45,13 @@ TEST(CriteoSynthOptionsTest, ErrorsNameTheFlag) {
               o->signal_ranks = 11;
             }),
             "--signal_ranks=11: must be in [0, --ids_per_feature=10]");
-  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = 0; }),
-            "--buckets=0: must be in [1, 16777216] (2^24: rows are exact in float32)");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = -1; }),
+            "--buckets=-1: must be in [1, 16777216] (2^24: rows are exact in float32), or 0 "
+            "for int64 ids");
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = 16777217; }),
-            "--buckets=16777217: must be in [1, 16777216] (2^24: rows are exact in float32)");
+            "--buckets=16777217: must be in [1, 16777216] (2^24: rows are exact in float32), or "
+            "0 for int64 ids");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = kCriteoInt64Ids; }), "");
 }
 
 TEST(SynthIdTest, EveryFeatureAndRankHasItsOwnReversibleId) {

@@ -37,6 +37,18 @@ class ExampleSource {
   virtual absl::Status Gather(const int32_t* indices, int n, float* images,
                               float* targets) const = 0;
 
+  // Int64 ids (Dataset::ids): values [ids_first(), ids_first() +
+  // ids_per_example()) of an example are ids given by GatherIds, 0 among
+  // the floats. 0 per example: none.
+  virtual int ids_per_example() const { return 0; }
+  virtual int ids_first() const { return 0; }
+  // Copies the int64 ids of examples indices[0..n) into ids (n *
+  // ids_per_example() values). Thread-safe as Gather.
+  virtual absl::Status GatherIds(const int32_t* /*indices*/, int /*n*/,
+                                 int64_t* /*ids*/) const {
+    return absl::OkStatus();
+  }
+
   // The examples' whole contents when they sit in memory (their labels can
   // then be checked up front), else nullptr.
   virtual const Dataset* in_memory() const { return nullptr; }
@@ -66,6 +78,8 @@ class InMemoryExampleSource : public ExampleSource {
   int channels() const override { return data_.channels; }
   int targets_per_example() const override { return data_.targets_per_example; }
   const Dataset* in_memory() const override { return &data_; }
+  int ids_per_example() const override { return data_.ids_per_example; }
+  int ids_first() const override { return data_.ids_first; }
 
   absl::Status Gather(const int32_t* indices, int n, float* images,
                       float* targets) const override {
@@ -75,6 +89,14 @@ class InMemoryExampleSource : public ExampleSource {
       const size_t e = static_cast<size_t>(indices[i]);
       std::memcpy(&images[size_t(i) * p], &data_.images[e * p], p * sizeof(float));
       std::memcpy(&targets[size_t(i) * t], &data_.targets[e * t], t * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status GatherIds(const int32_t* indices, int n, int64_t* ids) const override {
+    const size_t k = static_cast<size_t>(data_.ids_per_example);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(&ids[size_t(i) * k], &data_.ids[size_t(indices[i]) * k], k * sizeof(int64_t));
     }
     return absl::OkStatus();
   }

@@ -35,6 +35,13 @@ struct Dataset {
   // class weights, binary labels, regression targets).
   std::vector<float> targets;
   int targets_per_example = 1;
+  // Ids too large for a float32 (a Criteo folder of int64 keys, model/
+  // criteo_dataset.h): values [ids_first, ids_first + ids_per_example) of
+  // every example are ids, given here (count * ids_per_example) and 0 in
+  // `images`. ids_per_example 0: none; ids, if any, are the float values.
+  std::vector<int64_t> ids;
+  int ids_per_example = 0;
+  int ids_first = 0;
 };
 
 enum class Split { kTrain, kTest };

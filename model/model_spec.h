@@ -189,9 +189,17 @@ struct VariableSpec {
   int64_t offset = 0;     // first element in the flat parameter vector
   int64_t size = 0;       // number of elements
   // A sparse embedding table made a window (model/sparse_layout.h): the
-  // table's own input_dim, its shape being the window's. 0: not one.
+  // table's own input_dim, its shape being the window's; kUnboundedTable
+  // for an unbounded one (ids any int64 >= 0). 0: not a table.
   int64_t table_rows = 0;
+  // An unbounded table in a run's final weights (StrategyRun::FinalLayout):
+  // the ids of its rows that exist, increasing, row k of the variable
+  // ([row_ids.size(), width]) being id row_ids[k]'s.
+  std::vector<int64_t> row_ids;
 };
+
+// VariableSpec::table_rows of an unbounded sparse table.
+inline constexpr int64_t kUnboundedTable = -1;
 
 // LayerSpec::inputs' name for the model's input (its first, when it has
 // several), and for its input k.

@@ -23,7 +23,7 @@ Placement PlaceVariables(const ModelSpec& spec, int num_ps,
   uint64_t h = Fnv1a(1469598103934665603ull, spec.name.data(), spec.name.size());
   for (const VariableSpec& v : spec.variables) {
     // A sparse table's window: its rows live on every ps by RowOwner.
-    if (v.table_rows > 0) continue;
+    if (v.table_rows != 0) continue;
     const int64_t rows = v.shape.empty() ? 1 : v.shape[0];
     const int64_t row_size = rows > 0 ? v.size / rows : 0;
     const int64_t bytes = v.size * static_cast<int64_t>(sizeof(float));

@@ -47,7 +47,7 @@ struct PlacementOptions {
 
 // num_ps must be >= 1. Shards go, in model order, to the least-loaded ps
 // (ties to the lowest index). A sparse table's window
-// (VariableSpec::table_rows; model/sparse_layout.h) is not placed.
+// (VariableSpec::table_rows != 0; model/sparse_layout.h) is not placed.
 Placement PlaceVariables(const ModelSpec& spec, int num_ps,
                          const PlacementOptions& options = {});
 

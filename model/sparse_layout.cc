@@ -87,8 +87,8 @@ absl::StatusOr<std::vector<SparseTableInfo>> FindSparseTables(const ModelSpec& s
       }
     }
     t.table = static_cast<int>(tables.size());
-    if (v.table_rows > 0) {  // a window already: the table's own rows
-      t.input_dim = v.table_rows;
+    if (v.table_rows != 0) {  // a window already: the table's own rows
+      t.input_dim = v.table_rows == kUnboundedTable ? 0 : v.table_rows;
       t.offset = v.offset;
     }
     t.variable = v.name;
@@ -112,7 +112,7 @@ ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
   for (SparseTableInfo& t : *tables) {
     for (VariableSpec& v : out.variables) {
       if (v.name != t.variable) continue;
-      v.table_rows = t.input_dim;
+      v.table_rows = t.input_dim > 0 ? t.input_dim : kUnboundedTable;
       v.shape = {window, t.width};
       v.size = window * t.width;
       v.offset = offset;
@@ -130,6 +130,27 @@ ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
   return out;
 }
 
+absl::Status CheckIdsRead(const std::vector<SparseTableInfo>& tables, int first,
+                          int per_example) {
+  for (int64_t v = first; v < first + per_example; ++v) {
+    bool read = false;
+    for (const SparseTableInfo& t : tables) {
+      for (const SparseTableInfo::Columns& c : t.columns) read |= v >= c.first && v < c.first + c.count;
+    }
+    if (!read) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "value ", v, " of an example is an int64 id, but no sparse Embedding table reads it "
+          "(ids of int64 data reach the model only through sparse tables: not with "
+          "--dense_embeddings or multi_worker_mirrored)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void MakeUnbounded(std::vector<SparseTableInfo>* tables) {
+  for (SparseTableInfo& t : *tables) t.input_dim = 0;
+}
+
 bool IsSparseTable(const std::vector<SparseTableInfo>& tables, const std::string& name) {
   for (const SparseTableInfo& t : tables) {
     if (t.variable == name) return true;
@@ -145,11 +166,15 @@ RowWindow::RowWindow(std::vector<SparseTableInfo> tables) : tables_(std::move(ta
   }
 }
 
-absl::Status RowWindow::Map(const float* examples, int n, int64_t example_size, int64_t window,
-                            std::vector<float>* out) {
+absl::Status RowWindow::Map(const float* examples, const ExampleIds& given, int n,
+                            int64_t example_size, int64_t window, std::vector<float>* out) {
   out->assign(examples, examples + int64_t{n} * example_size);
   ids_.resize(tables_.size());
   index_.resize(tables_.size());
+  const auto outside = [](const SparseTableInfo& table) {
+    return table.input_dim > 0 ? absl::StrCat("[0, input_dim = ", table.input_dim, ")")
+                               : std::string("[0, 2^63) (unbounded)");
+  };
   for (size_t t = 0; t < tables_.size(); ++t) {
     const SparseTableInfo& table = tables_[t];
     std::vector<int64_t>& ids = ids_[t];
@@ -160,28 +185,41 @@ absl::Status RowWindow::Map(const float* examples, int n, int64_t example_size, 
     // its numbering: only its input_dim is checked.
     if (const size_t same = numbering_[t]; same != t) {
       for (const int64_t id : ids_[same]) {
-        if (id >= table.input_dim) {
-          return absl::InvalidArgumentError(absl::StrCat("id ", id,
-                                                         " of the batch is outside [0, input_dim = ",
-                                                         table.input_dim, ") of table ",
+        if (table.input_dim > 0 && id >= table.input_dim) {
+          return absl::InvalidArgumentError(absl::StrCat("id ", id, " of the batch is outside ",
+                                                         outside(table), " of table ",
                                                          table.variable));
         }
       }
       continue;
     }
+    // Float ids above 2^63 (or unbounded tables' beyond) cannot be int64s.
+    const float float_limit =
+        table.input_dim > 0 ? static_cast<float>(table.input_dim) : 9.2e18f;
     for (int e = 0; e < n; ++e) {
       for (const SparseTableInfo::Columns& c : table.columns) {
         float* x = out->data() + int64_t{e} * example_size + c.first;
         for (int64_t j = 0; j < c.count; ++j) {
-          const float f = x[j];
-          // Keras casts ids to int: a fraction is cut off.
-          if (!(f >= 0.0f) || !(f < static_cast<float>(table.input_dim))) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "id ", f, " (value ", c.first + j, " of example ", e,
-                " of the batch) is outside [0, input_dim = ", table.input_dim, ") of table ",
-                table.variable));
+          const int64_t at = c.first + j - given.first;  // among the int64 ids
+          int64_t id;
+          if (given.ids != nullptr && at >= 0 && at < given.per_example) {
+            id = given.ids[int64_t{e} * given.per_example + at];
+            if (id < 0 || (table.input_dim > 0 && id >= table.input_dim)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "int64 id ", id, " (value ", c.first + j, " of example ", e,
+                  " of the batch) is outside ", outside(table), " of table ", table.variable,
+                  id >= 0 ? " (ids of any size: give the chief --embedding_unbounded)" : ""));
+            }
+          } else {
+            const float f = x[j];
+            // Keras casts ids to int: a fraction is cut off.
+            if (!(f >= 0.0f) || !(f < float_limit)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "id ", f, " (value ", c.first + j, " of example ", e,
+                  " of the batch) is outside ", outside(table), " of table ", table.variable));
+            }
+            id = static_cast<int64_t>(f);
           }
-          const int64_t id = static_cast<int64_t>(f);
           auto [it, added] = index.try_emplace(id, static_cast<int64_t>(ids.size()));
           if (added) {
             if (static_cast<int64_t>(ids.size()) == window) {

@@ -41,7 +41,9 @@ struct SparseTableInfo {
   int table = 0;         // index among the model's tables
   std::string variable;  // "<layer>/embeddings"
   int width = 0;         // output_dim
-  int64_t input_dim = 0;  // the model's: ids in [0, input_dim)
+  // The model's: ids in [0, input_dim). 0: unbounded (the chief's
+  // --embedding_unbounded), any id >= 0, as the ps's SparseTableOptions.
+  int64_t input_dim = 0;
   Initializer initializer;
   int64_t fan_in = 0, fan_out = 0;
   // Where a batch's ids for it are: per use of the table (an Embedding
@@ -72,6 +74,23 @@ ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
 // Whether variable `name` is one of `tables`.
 bool IsSparseTable(const std::vector<SparseTableInfo>& tables, const std::string& name);
 
+// Sets every table unbounded (input_dim 0): ids are any int64 >= 0.
+void MakeUnbounded(std::vector<SparseTableInfo>* tables);
+
+// Whether every int64 id of the data (values [first, first + per_example)
+// of an example, Dataset::ids) is read by a table of `tables`: else it
+// would reach the network as the float 0 beside it. InvalidArgument
+// naming the first value no table reads.
+absl::Status CheckIdsRead(const std::vector<SparseTableInfo>& tables, int first, int per_example);
+
+// Int64 ids given beside float examples (Dataset::ids): per example,
+// `per_example` ids standing for its values [first, first + per_example).
+struct ExampleIds {
+  const int64_t* ids = nullptr;  // n * per_example; nullptr: none
+  int first = 0;
+  int per_example = 0;
+};
+
 // Numbers a batch's distinct ids per table and rewrites the examples' ids
 // as those numbers (exact in float32: below the window). Tables that read
 // the same inputs (a DeepFM's first-order and factor tables over one set
@@ -81,13 +100,18 @@ class RowWindow {
  public:
   explicit RowWindow(std::vector<SparseTableInfo> tables);
 
-  // Reads ids from `examples` (n examples of `example_size` floats) into
-  // *out (the same, ids renumbered). InvalidArgument naming the example,
-  // the table and the id when an id is outside [0, input_dim), as Keras
-  // refuses it (a fraction is cut off, as Keras's cast to int does), or when
-  // a table's distinct ids exceed `window`.
+  // Reads ids from `examples` (n examples of `example_size` floats; the
+  // values `ids` stands for from there) into *out (the examples, ids
+  // renumbered). InvalidArgument naming the example, the table and the id
+  // when an id is outside [0, input_dim) (an unbounded table: negative), as
+  // Keras refuses it (a float's fraction is cut off, as Keras's cast to int
+  // does), or when a table's distinct ids exceed `window`.
+  absl::Status Map(const float* examples, const ExampleIds& ids, int n, int64_t example_size,
+                   int64_t window, std::vector<float>* out);
   absl::Status Map(const float* examples, int n, int64_t example_size, int64_t window,
-                   std::vector<float>* out);
+                   std::vector<float>* out) {
+    return Map(examples, ExampleIds{}, n, example_size, window, out);
+  }
 
   const std::vector<SparseTableInfo>& tables() const { return tables_; }
   // Table t's distinct ids of the last Map, in the order numbered.

@@ -301,6 +301,84 @@ TEST(RowWindowTest, RefusesBadIdsNamingTheExample) {
   }
 }
 
+TEST(RowWindowTest, ReadsInt64IdsWhereGivenAndFloatsElsewhere) {
+  const ModelSpec spec = Parse(kTwoTables);
+  std::vector<SparseTableInfo> tables = Tables(spec);
+  MakeUnbounded(&tables);
+  const bool a_first = tables[0].variable == "emb_a/embeddings";
+  const int ta = a_first ? 0 : 1, tb = a_first ? 1 : 0;
+  RowWindow window(tables);
+  // ids_a (values 2..4) come as int64s, beyond float32's 2^24; their floats
+  // are 0 and not read. ids_b (values 5, 6) are floats.
+  const int64_t big = (int64_t{1} << 62) + 3;
+  const std::vector<int64_t> ids = {big, 7, big,  //
+                                    (int64_t{1} << 24) + 1, 7, 0};
+  const std::vector<float> examples = {0.5f, 1, 0, 0, 0, 19, 4,  //
+                                       2.5f, 3, 0, 0, 0, 4, 1000};
+  std::vector<float> out;
+  absl::Status s = window.Map(examples.data(), ExampleIds{ids.data(), 2, 3}, 2, kExample, 8, &out);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 1, 0, 1, 0, 0, 1,  //
+                                     2.5f, 3, 2, 1, 3, 1, 2}));
+  EXPECT_EQ(window.ids(ta), (std::vector<int64_t>{big, 7, (int64_t{1} << 24) + 1, 0}));
+  // emb_b is unbounded too: 1000 is beyond its model input_dim of 20.
+  EXPECT_EQ(window.ids(tb), (std::vector<int64_t>{19, 4, 1000}));
+
+  // A negative int64 id is refused, naming it and its example.
+  std::vector<int64_t> negative = ids;
+  negative[4] = -5;
+  s = window.Map(examples.data(), ExampleIds{negative.data(), 2, 3}, 2, kExample, 8, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("int64 id -5 (value 3 of example 1"), std::string::npos) << s;
+}
+
+TEST(RowWindowTest, ABoundedTableRefusesALargeInt64IdPointingAtUnbounded) {
+  const ModelSpec spec = Parse(kTwoTables);
+  RowWindow window(Tables(spec));  // emb_a: input_dim 50
+  const std::vector<int64_t> ids = {1, 2, int64_t{1} << 40};
+  const std::vector<float> examples = {0, 0, 0, 0, 0, 1, 2};
+  std::vector<float> out;
+  absl::Status s = window.Map(examples.data(), ExampleIds{ids.data(), 2, 3}, 1, kExample, 8, &out);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("int64 id 1099511627776 (value 4 of example 0"), std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("[0, input_dim = 50)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--embedding_unbounded"), std::string::npos) << s;
+  // The same id is fine below input_dim.
+  const std::vector<int64_t> small = {1, 2, 49};
+  EXPECT_TRUE(window.Map(examples.data(), ExampleIds{small.data(), 2, 3}, 1, kExample, 8, &out)
+                  .ok());
+}
+
+TEST(CheckIdsReadTest, EveryInt64IdMustBeReadByATable) {
+  const std::vector<SparseTableInfo> tables = Tables(Parse(kTwoTables));
+  EXPECT_TRUE(CheckIdsRead(tables, 2, 5).ok());  // ids_a and ids_b
+  EXPECT_TRUE(CheckIdsRead(tables, 5, 2).ok());
+  EXPECT_TRUE(CheckIdsRead(tables, 0, 0).ok());  // no int64 ids
+  absl::Status s = CheckIdsRead(tables, 1, 3);   // value 1 is a dense feature
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("value 1 of an example"), std::string::npos) << s;
+  EXPECT_FALSE(CheckIdsRead({}, 2, 5).ok());  // tables sent whole: none sparse
+}
+
+TEST(WithSparseTablesTest, AnUnboundedTableStaysUnboundedThroughItsWindow) {
+  const ModelSpec spec = Parse(kTwoTables);
+  std::vector<SparseTableInfo> tables = Tables(spec);
+  MakeUnbounded(&tables);
+  const ModelSpec out = WithSparseTables(spec, 6, &tables);
+  EXPECT_EQ(Variable(out, "emb_a/embeddings")->table_rows, kUnboundedTable);
+  EXPECT_EQ(Variable(out, "emb_b/embeddings")->table_rows, kUnboundedTable);
+  // Found again in the windowed spec (as a worker's evaluator does): still
+  // unbounded, and still not placed.
+  const std::vector<SparseTableInfo> again = Tables(out);
+  ASSERT_EQ(again.size(), 2u);
+  for (const SparseTableInfo& t : again) EXPECT_EQ(t.input_dim, 0) << t.variable;
+  const Placement p = PlaceVariables(out, 2);
+  for (const Shard& shard : p.shards) {
+    EXPECT_EQ(shard.variable.find("emb_"), std::string::npos) << shard.variable;
+  }
+}
+
 TEST(RowWindowTest, RefusesMoreDistinctIdsThanTheWindow) {
   const ModelSpec spec = Parse(kTwoTables);
   RowWindow window(Tables(spec));

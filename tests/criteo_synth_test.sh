@@ -50,8 +50,8 @@ run "--test_fraction out of range" 2 "^error: --test_fraction=2: must be in \(0,
 run "--zipf out of range" 2 "^error: --zipf=-1: must be in \[0, 10\]" --out="$tmp/x" --zipf=-1
 run "--ids_per_feature out of range" 2 "^error: --ids_per_feature=0: must be in" \
   --out="$tmp/x" --ids_per_feature=0
-run "--buckets too small" 2 "^error: --buckets=0: must be in \[1, 16777216\]" \
-  --out="$tmp/x" --buckets=0
+run "--buckets negative" 2 "^error: --buckets=-1: must be in \[1, 16777216\].*or 0 for int64 ids" \
+  --out="$tmp/x" --buckets=-1
 run "--buckets over 2^24" 2 "^error: --buckets=16777217: must be in" --out="$tmp/x" \
   --buckets=16777217
 run "--signal_ranks over --ids_per_feature" 2 \
@@ -90,6 +90,14 @@ if grep -Eq '^\{"buckets": 5000\}$' "$tmp/a/criteo.json"; then
   pass "criteo.json holds --buckets"
 else
   fail "criteo.json: $(cat "$tmp/a/criteo.json")"
+fi
+
+"$bin" --out="$tmp/c" --rows=2000 --ids_per_feature=100 --seed=3 --buckets=0 >/dev/null 2>&1
+if grep -Eq '^\{"ids": "int64"\}$' "$tmp/c/criteo.json" &&
+   cmp -s "$tmp/a/train.txt" "$tmp/c/train.txt"; then
+  pass "--buckets=0: criteo.json asks for int64 ids; the lines are the same"
+else
+  fail "--buckets=0: criteo.json: $(cat "$tmp/c/criteo.json" 2>&1)"
 fi
 
 "$bin" --out="$tmp/b" --rows=2000 --ids_per_feature=100 --seed=3 --buckets=5000 >/dev/null 2>&1

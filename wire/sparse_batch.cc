@@ -21,8 +21,9 @@ SparseBatch::SparseBatch(std::vector<SparseTableInfo> tables, int64_t window, in
   }
 }
 
-absl::Status SparseBatch::Map(const float* examples, int n, int64_t example_size) {
-  if (absl::Status s = window_.Map(examples, n, example_size, rows_, &mapped_); !s.ok()) {
+absl::Status SparseBatch::Map(const float* examples, const ExampleIds& ids, int n,
+                              int64_t example_size) {
+  if (absl::Status s = window_.Map(examples, ids, n, example_size, rows_, &mapped_); !s.ok()) {
     return s;
   }
   last_rows_ = 0;
@@ -68,10 +69,10 @@ absl::Status SparseBatch::Pull(PsClient* ps, int64_t min_version, int64_t genera
   return absl::OkStatus();
 }
 
-absl::Status SparseBatch::Prepare(const float* examples, int n, int64_t example_size,
-                                  PsClient* ps, int64_t min_version, int64_t generation,
-                                  absl::Duration timeout, float* params) {
-  if (absl::Status s = Map(examples, n, example_size); !s.ok()) return s;
+absl::Status SparseBatch::Prepare(const float* examples, const ExampleIds& ids, int n,
+                                  int64_t example_size, PsClient* ps, int64_t min_version,
+                                  int64_t generation, absl::Duration timeout, float* params) {
+  if (absl::Status s = Map(examples, ids, n, example_size); !s.ok()) return s;
   return Pull(ps, min_version, generation, timeout, params);
 }
 

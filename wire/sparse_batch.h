@@ -29,11 +29,12 @@ class SparseBatch {
   // mapped() (InvalidArgument naming a bad id: the data's fault) and pulls
   // their rows, at version >= min_version of `generation` (-1: any), into
   // the windows of `params`. Errors of the pull as PsClient's.
-  absl::Status Prepare(const float* examples, int n, int64_t example_size, PsClient* ps,
-                       int64_t min_version, int64_t generation, absl::Duration timeout,
-                       float* params);
-  // Prepare's first half only: the ids renumbered, nothing pulled.
-  absl::Status Map(const float* examples, int n, int64_t example_size);
+  absl::Status Prepare(const float* examples, const ExampleIds& ids, int n,
+                       int64_t example_size, PsClient* ps, int64_t min_version,
+                       int64_t generation, absl::Duration timeout, float* params);
+  // Prepare's first half only: the ids renumbered, nothing pulled. `ids`:
+  // the examples' int64 ids, if any (RowWindow::Map).
+  absl::Status Map(const float* examples, const ExampleIds& ids, int n, int64_t example_size);
   // Pulls the rows of the ids Map saw last into `params`.
   absl::Status Pull(PsClient* ps, int64_t min_version, int64_t generation,
                     absl::Duration timeout, float* params);

@@ -9,6 +9,7 @@ BatchSource::BatchSource(ChunkReader* chunks, int batch, int stride_guess, bool 
   for (Buffer& b : buffers_) {
     b.images.resize(static_cast<size_t>(batch) * chunks->pixels());
     b.targets.resize(static_cast<size_t>(batch) * chunks->targets_per_example());
+    b.ids.resize(static_cast<size_t>(batch) * chunks->ids_per_example());
   }
 }
 
@@ -34,7 +35,7 @@ absl::StatusOr<Batch> BatchSource::Get(int64_t k) {
     current_ = 1 - current_;
   } else {
     Buffer& b = buffers_[current_];
-    b.size = chunks_->Fill(k, b.images.data(), b.targets.data());
+    b.size = chunks_->Fill(k, b.images.data(), b.targets.data(), b.ids.data());
     b.chunk = k;
   }
   if (last_ >= 0 && k > last_) stride_ = k - last_;
@@ -49,11 +50,12 @@ absl::StatusOr<Batch> BatchSource::Get(int64_t k) {
     const int64_t guess = k + stride_;
     next->chunk = -1;
     gatherer_ = std::thread([this, next, guess] {
-      next->size = chunks_->Fill(guess, next->images.data(), next->targets.data());
+      next->size = chunks_->Fill(guess, next->images.data(), next->targets.data(), next->ids.data());
       next->chunk = guess;
     });
   }
-  return Batch{now.images.data(), now.targets.data(), *now.size, static_cast<uint64_t>(k)};
+  return Batch{now.images.data(), now.targets.data(), *now.size, static_cast<uint64_t>(k),
+               now.ids.empty() ? nullptr : now.ids.data()};
 }
 
 }  // namespace pscluster

@@ -49,6 +49,7 @@ class BatchSource {
   struct Buffer {
     std::vector<float> images;
     std::vector<float> targets;
+    std::vector<int64_t> ids;  // the chunk's int64 ids, if the data has any
     int64_t chunk = -1;  // what it holds, -1: nothing
     absl::StatusOr<int> size = 0;  // examples, or why the chunk is not there
   };

@@ -12,15 +12,19 @@
 namespace pscluster {
 namespace {
 
-// 50 examples of 2x3 pixels whose values name the example and the pixel.
+// 50 examples of 2x3 pixels whose values name the example and the pixel,
+// and two int64 ids each (standing for pixels 1 and 2), e * 2^40 + j.
 Dataset Numbered() {
   Dataset d;
   d.count = 50;
   d.height = 2;
   d.width = 3;
+  d.ids_first = 1;
+  d.ids_per_example = 2;
   for (int e = 0; e < d.count; ++e) {
     for (int p = 0; p < 6; ++p) d.images.push_back(e * 10.0f + p);
     d.targets.push_back(static_cast<float>(e % 10));
+    for (int j = 0; j < 2; ++j) d.ids.push_back((int64_t{e} << 40) + j);
   }
   return d;
 }
@@ -50,6 +54,13 @@ void ExpectSequence(bool prefetch, int stride_guess, const std::vector<int64_t>&
     EXPECT_EQ(std::vector<float>(b.targets, b.targets + n),
               std::vector<float>(labels.begin(), labels.begin() + n))
         << "chunk " << k;
+    // The ids travel with their examples.
+    ASSERT_NE(b.ids, nullptr);
+    for (int i = 0; i < n; ++i) {
+      const int64_t e = static_cast<int64_t>(b.images[i * 6]) / 10;
+      EXPECT_EQ(b.ids[i * 2], e << 40) << "chunk " << k << " example " << i;
+      EXPECT_EQ(b.ids[i * 2 + 1], (e << 40) + 1) << "chunk " << k << " example " << i;
+    }
   }
   EXPECT_EQ(source.gets(), static_cast<int64_t>(ks.size()));
   EXPECT_EQ(source.hits(), want_hits);

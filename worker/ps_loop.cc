@@ -343,7 +343,8 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
   const int n = batch.size;
   if (sparse_ != nullptr) {
     // The batch's rows, at the version of the weights in hand.
-    absl::Status s = sparse_->Map(batch.images, n, chunks_.pixels());
+    const ExampleIds ids{batch.ids, chunks_.ids_first(), chunks_.ids_per_example()};
+    absl::Status s = sparse_->Map(batch.images, ids, n, chunks_.pixels());
     if (!s.ok()) return absl::DataLossError(s.message());  // the data's ids: exit 4
     s = sparse_->Pull(ps_.get(), version_seen_, generation_seen_, options_.step_timeout,
                       params_.data());

@@ -77,12 +77,18 @@ absl::Status Trainer::Run() {
     absl::StatusOr<std::vector<SparseTableInfo>> found = FindSparseTables(*spec);
     if (!found.ok()) return found.status();
     tables = *std::move(found);
+    if (plan->embedding_unbounded()) MakeUnbounded(&tables);
     for (const SparseTableInfo& t : tables) {
       int64_t ids = 0;
       for (const SparseTableInfo::Columns& c : t.columns) ids += c.count;
       window = std::max(window, ids * plan->batch_size());
     }
     if (!tables.empty()) *spec = WithSparseTables(*spec, window, &tables);
+  }
+  if (const ExampleSource& d = **data; d.ids_per_example() > 0) {
+    if (absl::Status s = CheckIdsRead(tables, d.ids_first(), d.ids_per_example()); !s.ok()) {
+      return absl::DataLossError(absl::StrCat(options_.data_dir, ": ", s.message()));
+    }
   }
 
   TrainingContext context;

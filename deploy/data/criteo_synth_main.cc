@@ -26,7 +26,8 @@ ABSL_FLAG(int64_t, signal_ranks, 0,
           "weights; rarer ids are drawn but weigh nothing (0: every id)");
 ABSL_FLAG(int64_t, buckets, pscluster::kCriteoDefaultBuckets,
           "Rows of the models' Embedding tables, written to criteo.json: the ids' range when "
-          "the folder is training data (<= 2^24)");
+          "the folder is training data (<= 2^24); 0: int64 ids, for a chief given "
+          "--embedding_unbounded");
 
 int main(int argc, char** argv) {
   using namespace pscluster;

@@ -56,7 +56,8 @@
 # The chief is started again only when a signal the launcher did not send
 # killed it (kill -9) before its final line; when it exits with a status (130
 # when SIGINT or SIGTERM stopped it), the run ends. A task that dies once more after --max_restarts
-# restarts stops the run (exit status 1).
+# restarts stops the run (exit status 1); a ps or worker that exits 2-4
+# stops it too, and the launcher exits with that status.
 # Every other flag goes to the chief (and --num_ps/--num_workers too), e.g.
 #   --epochs=5 --mode=sync|async --batch_size=128 --optimizer=adam
 #   --learning_rate=0.001 --replicas_to_aggregate=N --max_staleness=N
@@ -340,6 +341,7 @@ exec {STDERR}>&2
 # ends, when a task has no restarts left, or on Ctrl-C / TERM.
 STOPPING=0
 OUT_OF_RESTARTS=0
+TASK_FAILED_RC=""        # a ps or worker that exited 2-4: the run ends with it
 INTERRUPTED=0
 # Per task (by name: ps0, worker1, chief, ...): what starts it, the same on
 # every start, and the state of its current process.
@@ -484,6 +486,14 @@ task_ended() {
   # missing or unreadable): starting it again would change nothing.
   if [ "$rc" -ge 2 ] && [ "$rc" -le 4 ]; then
     echo "[launcher] ${TASK_ID[$name]} exited ($(how_it_ended "$rc")); not restarting it (exit codes 2-4 are final)" >&"$STDERR"
+    # A ps or worker that cannot run (its flags, or its data) stops the
+    # run: the chief would wait for it in vain. An evaluator's run goes on.
+    if [ "${TASK_ID[$name]%%:*}" != evaluator ]; then
+      echo "[launcher] stopping the run: ${TASK_ID[$name]} cannot take part" >&"$STDERR"
+      STOPPING=1
+      TASK_FAILED_RC="$rc"
+      stop_tasks chief
+    fi
     return
   fi
   if [ "$RESTART" = 0 ]; then
@@ -567,4 +577,5 @@ else
 fi
 [ "$INTERRUPTED" = 1 ] && [ "$CHIEF_RC" = 0 ] && CHIEF_RC=130
 [ "$OUT_OF_RESTARTS" = 1 ] && [ "$INTERRUPTED" = 0 ] && CHIEF_RC=1
+[ -n "$TASK_FAILED_RC" ] && [ "$INTERRUPTED" = 0 ] && CHIEF_RC="$TASK_FAILED_RC"
 exit "$CHIEF_RC"
