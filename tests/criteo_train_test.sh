@@ -11,8 +11,9 @@
 # learn every planted weight and interaction. Then the same lines as int64
 # ids ({"ids": "int64"}) into an unbounded table (--embedding_unbounded):
 # the bucketed run's AUC within 0.005, the chief's own scoring equal to the
-# evaluator's, the export's rows with their int64 ids, and the refusals
-# (a bounded table: exit 4; with --dense_embeddings: exit 2).
+# evaluator's, the export's rows with their int64 ids, a ps killed mid-run
+# and restored with its int64 rows to the clean run's final line, and the
+# refusals (a bounded table: exit 4; with --dense_embeddings: exit 2).
 #
 # Usage: tests/criteo_train_test.sh [MNIST_DIR]   (MNIST is not needed)
 # Needs the daemons and criteo_synth built in bazel-bin (tests/run_all.sh
@@ -143,6 +144,32 @@ if [ -n "$held" ] && [ "${got%% *}" = "$held" ] && [ "${got##* }" -gt $((held * 
   pass "the export holds the $held rows the ps held with their int64 ids (${got##* } beyond 2^24)"
 else
   fail "the export: '$got' (the ps held '$held' rows)"
+fi
+
+# A ps killed mid-run (kill -9, 2 ps, no replicas): every ps restored from
+# the last checkpoint, int64 rows included, and the run ends on the clean
+# run's final line (sync: the same updates in the same order).
+two_ps=(--embedding_unbounded --num_ps=2 --checkpoint_every_steps=200 --log_every_s=0.2)
+run64 "$tmp/clean2.out" "${two_ps[@]}"
+"$repo/deploy/local/train.sh" --no_build --num_workers=2 --mode=sync --epochs=1 \
+  --batch_size=256 --optimizer=adam --learning_rate=0.001 --model="$tmp/ctr.json" \
+  --data="$tmp/data64" "${two_ps[@]}" >"$tmp/kill.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -qE '^\[chief\] .* step [3-9][0-9]{2,} ' "$tmp/kill.out" 2>/dev/null && break
+  sleep 0.05
+done
+killed=""
+grep -q 'every worker is done' "$tmp/kill.out" || kill_ps_frozen "$pid" 1
+wait "$pid"; rc=$?
+if [ "$rc" -eq 0 ] && [ -n "$killed" ] && grep -q 'every ps restored from the checkpoint' "$tmp/kill.out" &&
+   [ -n "$(metrics "$tmp/clean2.out")" ] &&
+   [ "$(metrics "$tmp/kill.out")" = "$(metrics "$tmp/clean2.out")" ]; then
+  pass "ps:1 killed mid-run: restored from the checkpoint with its int64 rows; '$(metrics "$tmp/kill.out")' as clean"
+else
+  fail "ps:1 killed (pid '$killed', exit $rc): '$(metrics "$tmp/kill.out")' vs" \
+    "'$(metrics "$tmp/clean2.out")'"
+  grep -E 'ps:1|restor' "$tmp/kill.out" | tail -n 10
 fi
 
 # Without --embedding_unbounded the table refuses the ids, and the run
