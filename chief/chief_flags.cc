@@ -158,6 +158,10 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
     return Bad("embedding_admit_after", std::to_string(f.embedding_admit_after),
                "must be in [1, 1000000]");
   }
+  if (!(f.embedding_initial_accumulator >= 0 && f.embedding_initial_accumulator <= 1e6)) {
+    return Bad("embedding_initial_accumulator", absl::StrCat(f.embedding_initial_accumulator),
+               "must be in [0, 1e6]");
+  }
   if (f.embedding_evict_after < 0) {
     return Bad("embedding_evict_after", std::to_string(f.embedding_evict_after), "must be >= 0");
   }
@@ -165,7 +169,7 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
   o->set_name(name);
   o->set_learning_rate(static_cast<float>(lr));
   o->set_epsilon(1e-7f);
-  o->set_initial_accumulator_value(0.1f);
+  o->set_initial_accumulator_value(static_cast<float>(f.embedding_initial_accumulator));
   o->set_beta1(0.9f);
   o->set_beta2(0.999f);
   o->set_learning_rate_power(-0.5f);

@@ -68,6 +68,7 @@ struct ChiefFlags {
   int embedding_admit_after = 1;
   int64_t embedding_evict_after = 0;
   bool embedding_unbounded = false;  // ids any int64 >= 0, input_dim ignored
+  double embedding_initial_accumulator = 0.1;  // adagrad and ftrl, as Keras's
 };
 
 // The options of a run of `config`'s cluster with `flags`. The first bad

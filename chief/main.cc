@@ -73,6 +73,9 @@ ABSL_FLAG(int64_t, embedding_evict_after, kDefaults.embedding_evict_after,
 ABSL_FLAG(bool, embedding_unbounded, kDefaults.embedding_unbounded,
           "Sparse embedding tables take any int64 id >= 0 (such as a Criteo folder's int64 "
           "keys), their Embedding's input_dim ignored; rows are made as ids come");
+ABSL_FLAG(double, embedding_initial_accumulator, kDefaults.embedding_initial_accumulator,
+          "Adagrad's and FTRL's initial accumulator of a sparse table's row (Keras's "
+          "initial_accumulator_value); smaller: larger first steps of rare rows");
 ABSL_FLAG(double, lr_decay_rate, kDefaults.lr_decay_rate,
           "Learning rate decay: multiplied by this every --lr_decay_steps updates (smoothly)");
 ABSL_FLAG(int64_t, lr_decay_steps, kDefaults.lr_decay_steps, "Updates per --lr_decay_rate factor; 0: no decay");
@@ -180,6 +183,7 @@ pscluster::ChiefFlags ReadFlags() {
   f.embedding_admit_after = absl::GetFlag(FLAGS_embedding_admit_after);
   f.embedding_evict_after = absl::GetFlag(FLAGS_embedding_evict_after);
   f.embedding_unbounded = absl::GetFlag(FLAGS_embedding_unbounded);
+  f.embedding_initial_accumulator = absl::GetFlag(FLAGS_embedding_initial_accumulator);
   f.lr_decay_rate = absl::GetFlag(FLAGS_lr_decay_rate);
   f.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   f.momentum = absl::GetFlag(FLAGS_momentum);

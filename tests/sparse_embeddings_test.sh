@@ -164,6 +164,7 @@ fi
 # --- bad values -----------------------------------------------------------------
 for bad in --embedding_optimizer=rmsprop --embedding_learning_rate=-1 \
            --embedding_admit_after=0 --embedding_evict_after=-5 --optimizer=momentum \
+           --embedding_initial_accumulator=-0.1 \
            --push_codec=bf16 --pull_codec=int8; do
   run "$tmp/bad.out" "$bad"; rc=$?
   if [ "$rc" -eq 2 ] && grep -q -- "^\[chief\] error: $bad: " "$tmp/bad.out"; then
