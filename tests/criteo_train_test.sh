@@ -159,12 +159,7 @@ run64 "$tmp/clean2.out" "${two_ps[@]}"
   --batch_size=256 --optimizer=adam --learning_rate=0.001 --model="$tmp/ctr.json" \
   --data="$tmp/data64" "${two_ps[@]}" >"$tmp/kill.out" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -qE '^\[chief\] .* step [3-9][0-9]{2,} ' "$tmp/kill.out" 2>/dev/null && break
-  sleep 0.05
-done
-killed=""
-grep -q 'every worker is done' "$tmp/kill.out" || kill_ps_frozen "$pid" 1
+kill_ps_when "$tmp/kill.out" '^\[chief\] .* step [3-9][0-9]{2,} ' "$pid" 1
 wait "$pid"; rc=$?
 auc_of() { metrics "$1" | sed -nE 's/.*test_auc=([0-9.]+).*/\1/p'; }
 a_kill="$(auc_of "$tmp/kill.out")"

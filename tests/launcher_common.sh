@@ -38,6 +38,20 @@ kill_ps_frozen() {
   [ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
 }
 
+# kill_ps_when OUT PATTERN LAUNCHER INDEX: waits (30 s at most) for a line
+# of OUT matching the ERE PATTERN, then, unless every worker is done,
+# kill_ps_frozen LAUNCHER INDEX. Sets killed ("" when nothing was killed).
+# shellcheck disable=SC2034  # killed: set for the caller
+kill_ps_when() {
+  local _
+  for _ in $(seq 1 600); do
+    grep -qE "$2" "$1" 2>/dev/null && break
+    sleep 0.05
+  done
+  killed=""
+  grep -q 'every worker is done' "$1" || kill_ps_frozen "$3" "$4"
+}
+
 # crc_pairs OUT N: empty when ps i's state (version, digest, CRC) equals the
 # backup store's on ps i+1 for every i < N; otherwise what differs. (After
 # a promotion, the backup store on ps i+1 is ps i's primary and ps i's own

@@ -141,12 +141,7 @@ fi
   --model="$tmp/ctr.json" --data="$tmp/data" --logdir="$tmp/kill.d" "${sgd[@]}" \
   --ps_replicas=1 --log_every_s=0.2 >"$tmp/kill.out" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -qE '^\[chief\] .* step [1-9][0-9]{2,} ' "$tmp/kill.out" 2>/dev/null && break
-  sleep 0.05
-done
-killed=""
-grep -q 'every worker is done' "$tmp/kill.out" || kill_ps_frozen "$pid" 1
+kill_ps_when "$tmp/kill.out" '^\[chief\] .* step [1-9][0-9]{2,} ' "$pid" 1
 wait "$pid"; rc=$?
 run "$tmp/clean2.out" "${sgd[@]}" --epochs=2; rc2=$?
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] && [ "$rc2" -eq 0 ] &&
