@@ -94,10 +94,7 @@ absl::Status WindowTables(const ModelSpec& spec, const float* params, uint64_t s
       !s.ok()) {
     return s;
   }
-  int64_t rows = 1;
-  for (size_t t = 0; t < tables->size(); ++t) {
-    rows = std::max<int64_t>(rows, window.ids(static_cast<int>(t)).size());
-  }
+  const int64_t rows = window.widest();
   std::vector<SparseTableInfo> laid = *tables;
   *windowed = WithSparseTables(spec, rows, &laid);
   windowed_params->assign(windowed->num_parameters, 0.0f);

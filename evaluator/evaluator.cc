@@ -47,10 +47,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
           !s.ok()) {
         return absl::DataLossError(absl::StrCat(options_.data_dir, ": ", s.message()));
       }
-      int64_t window = 1;
-      for (size_t t = 0; t < tables->size(); ++t) {
-        window = std::max<int64_t>(window, count.ids(static_cast<int>(t)).size());
-      }
+      const int64_t window = count.widest();
       *spec = WithSparseTables(*spec, window, &*tables);
       sparse = std::make_unique<SparseBatch>(*tables, window, plan->num_ps());
       if (absl::Status s = sparse->Map(test->images.data(), ids, test->count, example_size);

@@ -166,6 +166,12 @@ RowWindow::RowWindow(std::vector<SparseTableInfo> tables) : tables_(std::move(ta
   }
 }
 
+int64_t RowWindow::widest() const {
+  int64_t rows = 1;
+  for (const std::vector<int64_t>& ids : ids_) rows = std::max<int64_t>(rows, ids.size());
+  return rows;
+}
+
 absl::Status RowWindow::Map(const float* examples, const ExampleIds& given, int n,
                             int64_t example_size, int64_t window, std::vector<float>* out) {
   out->assign(examples, examples + int64_t{n} * example_size);

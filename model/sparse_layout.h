@@ -116,6 +116,9 @@ class RowWindow {
   const std::vector<SparseTableInfo>& tables() const { return tables_; }
   // Table t's distinct ids of the last Map, in the order numbered.
   const std::vector<int64_t>& ids(int t) const { return ids_[numbering_[t]]; }
+  // The most distinct ids any table had in the last Map (at least 1): the
+  // window that holds them all, as scoring a whole test set needs.
+  int64_t widest() const;
 
  private:
   std::vector<SparseTableInfo> tables_;

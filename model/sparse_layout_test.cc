@@ -266,6 +266,7 @@ TEST(RowWindowTest, RenumbersIdsInOrderOfFirstAppearancePerTable) {
   EXPECT_EQ(out, expect);
   EXPECT_EQ(window.ids(ta), (std::vector<int64_t>{7, 3, 49, 12, 0}));
   EXPECT_EQ(window.ids(tb), (std::vector<int64_t>{19, 4, 0}));
+  EXPECT_EQ(window.widest(), 5);  // emb_a's five distinct ids
 
   // Reused for the next batch: numbered afresh.
   const std::vector<float> next = {1, 2, 12, 12, 12, 5, 5};
@@ -273,6 +274,7 @@ TEST(RowWindowTest, RenumbersIdsInOrderOfFirstAppearancePerTable) {
   EXPECT_EQ(out, (std::vector<float>{1, 2, 0, 0, 0, 0, 0}));
   EXPECT_EQ(window.ids(ta), (std::vector<int64_t>{12}));
   EXPECT_EQ(window.ids(tb), (std::vector<int64_t>{5}));
+  EXPECT_EQ(window.widest(), 1);
 }
 
 TEST(RowWindowTest, RefusesBadIdsNamingTheExample) {
