@@ -370,8 +370,12 @@ TEST(GeneralCpuNetworkTest, SgdStepsMatchTensorFlowJs) {
 // Keras's Embedding from TensorFlow.js (tests/fixtures/tfjs_reference/
 // embedding.json): Embedding -> GlobalAveragePooling1D -> Dense; ids
 // -> Embedding -> Flatten beside dense features -> Concatenate -> Dense;
-// and deploy/models/ctr_deepfm.json's factorization-machine block (one
-// tensor fed twice to a Multiply, Rescaling by -4, Add), with ids repeated
+// deploy/models/ctr_deepfm.json's factorization-machine block (one
+// tensor fed twice to a Multiply, Rescaling by -4, Add); and that model's
+// whole shape (two tables over the same ids, the pairs summed through a
+// Reshape to [steps, features], a deep Dense's logit added to the
+// factorization machine's terms before one sigmoid: binary
+// cross-entropy), with ids repeated
 // within and across examples. The outputs, the loss and
 // every gradient (the table's rows summed over each id's uses, untouched
 // rows 0) match tfjs's, on one thread and on two.
@@ -380,7 +384,8 @@ TEST(GeneralCpuNetworkTest, EmbeddingMatchesTensorFlowJs) {
   std::vector<ReferenceCase> cases = LoadTfjsReference(path);
   std::ifstream in(path);
   const nlohmann::json ref = nlohmann::json::parse(in);
-  ASSERT_EQ(cases.size(), 3u);
+  ASSERT_EQ(cases.size(), 4u);
+  EXPECT_EQ(cases[3].spec.loss, LossKind::kBinaryCrossentropy);
   double max_output = 0, max_grad = 0, max_loss = 0;
   for (size_t c = 0; c < cases.size(); ++c) {
     const ReferenceCase& m = cases[c];

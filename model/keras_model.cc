@@ -882,14 +882,15 @@ absl::Status ParseReshape(const json& cfg, const std::string& where, LayerSpec* 
                           LayerInits*) {
   l->kind = LayerKind::kReshape;
   const json t = cfg.value("target_shape", json());
-  bool ok = t.is_array() && (t.size() == 1 || t.size() == 3);
+  bool ok = t.is_array() && t.size() >= 1 && t.size() <= 3;
   for (size_t i = 0; ok && i < t.size(); ++i) {
     ok = t[i].is_number_integer() && (t[i].get<int>() >= 1 || t[i].get<int>() == -1);
     if (ok) l->target_shape.push_back(t[i].get<int>());
   }
   if (!ok) {
     return Bad(where, absl::StrCat("option 'target_shape' = ", Show(t),
-                                   " is not [height, width, channels] or [features]"));
+                                   " is not [height, width, channels], [steps, features] or "
+                                   "[features]"));
   }
   return absl::OkStatus();
 }
@@ -1292,8 +1293,11 @@ absl::StatusOr<LossChoice> LossOfConfig(const json& loss, const std::string& sou
 }
 
 // Checks that the model's output fits the loss and gives the output's
-// width: the output, or the node its tail of Dropout and one last
-// Activation reads, is a Dense layer whose activation the loss takes:
+// width: the output, or the node its tail of Dropout, Add and one last
+// Activation reads (an Add through its first input: logits summed with
+// others, as DeepFM sums its deep tower's logit with the factorization
+// machine's terms, the Dense then linear), is a Dense layer whose
+// activation the loss takes:
 // softmax (fused) or linear logits for categorical cross-entropy; sigmoid
 // (fused) or linear logits for binary; anything but softmax for
 // regression. Softmax anywhere else is refused. Without a loss from the
@@ -1304,22 +1308,30 @@ absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice*
   const int last = static_cast<int>(specs.size()) - 1;
   int head = last;
   Activation tail = Activation::kNone;  // a last Activation layer's
+  std::string sum;                      // the Add in the tail, if any
   while (head >= 0 && specs[head].kind != LayerKind::kDense) {
     const LayerSpec& l = specs[head];
-    const bool ok_tail = l.kind == LayerKind::kDropout ||
+    const bool ok_tail = l.kind == LayerKind::kDropout || l.kind == LayerKind::kAdd ||
                          (l.kind == LayerKind::kActivation && head == last);
     if (!ok_tail) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
                  "comes after the last Dense layer; the model must end in a Dense layer "
-                 "(optionally then Dropout and one Activation) whose outputs the loss reads");
+                 "(optionally then Dropout, Add and one Activation) whose outputs the loss "
+                 "reads");
     }
     if (l.kind == LayerKind::kActivation) tail = l.activation;
+    if (l.kind == LayerKind::kAdd) sum = l.name;
     head = FirstInput(specs, head);
   }
   if (head < 0) {
     return Bad(source, "the model has no Dense layer; the last must give the outputs");
   }
   const LayerSpec& dense = specs[head];
+  if (!sum.empty() && dense.activation != Activation::kNone) {
+    return Bad(absl::StrCat(source, ": layer '", dense.name, "'"),
+               absl::StrCat("its outputs are summed by the Add layer '", sum,
+                            "' before the loss: its activation must be linear (logits)"));
+  }
   if (tail != Activation::kNone && dense.activation != Activation::kNone) {
     return Bad(absl::StrCat(source, ": layer '", specs[last].name, "'"),
                "an activation after the output Dense layer's own is not supported");

@@ -270,6 +270,31 @@ TEST(KerasModelTest, LossFromFlagFileOrOutput) {
   EXPECT_EQ(Parse(Fixture("../losses/regression/model.json"), "r").num_classes, 2);
   EXPECT_EQ(Parse(Fixture("../losses/binary/model.json"), "b").loss,
             LossKind::kBinaryCrossentropy);
+  // Logits summed before the loss (DeepFM: the deep tower's Dense and the
+  // factorization machine's terms, then one sigmoid): binary, one output.
+  const auto summed = [](const char* activation) {
+    return absl::StrCat(R"({"class_name": "Functional", "config": {"output_layers":
+      [["click", 0, 0]], "layers": [
+      {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"},
+       "inbound_nodes": []},
+      {"class_name": "Dense", "config": {"name": "deep", "units": 1, "activation": ")",
+                        activation, R"("}, "inbound_nodes": [[["i", 0, 0, {}]]]},
+      {"class_name": "Dense", "config": {"name": "wide", "units": 1},
+       "inbound_nodes": [[["i", 0, 0, {}]]]},
+      {"class_name": "Add", "config": {"name": "logit"},
+       "inbound_nodes": [[["deep", 0, 0, {}], ["wide", 0, 0, {}]]]},
+      {"class_name": "Activation", "config": {"name": "click", "activation": "sigmoid"},
+       "inbound_nodes": [[["logit", 0, 0, {}]]]}]}})");
+  };
+  EXPECT_EQ(Parse(summed("linear"), "m").loss, LossKind::kBinaryCrossentropy);
+  EXPECT_EQ(Parse(summed("linear"), "m").num_classes, 1);
+  absl::StatusOr<ModelSpec> squashed = ParseKerasModel(summed("sigmoid"), "m");
+  ASSERT_FALSE(squashed.ok());
+  EXPECT_NE(squashed.status().message().find(
+                "m: layer 'deep': its outputs are summed by the Add layer 'logit' before the "
+                "loss: its activation must be linear (logits)"),
+            std::string::npos)
+      << squashed.status();
   absl::StatusOr<ModelSpec> flagged =
       ParseKerasModel(model("tanh", 2, R"(, "training_config": {"loss": "mae"})"), "m", "mse");
   ASSERT_TRUE(flagged.ok()) << flagged.status();
@@ -396,8 +421,10 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
        "layer 'l' (LSTM): this layer is not supported"},
       {R"({"class_name": "Rescaling", "config": {"name": "r", "scale": [1, 2]}})",
        "layer 'r' (Rescaling): options 'scale' = [1,2]"},
+      {R"({"class_name": "Reshape", "config": {"name": "r", "target_shape": [5, 5, 5, 5]}})",
+       "layer 'r' (Reshape): option 'target_shape' = [5,5,5,5]"},
       {R"({"class_name": "Reshape", "config": {"name": "r", "target_shape": [5, 5]}})",
-       "layer 'r' (Reshape): option 'target_shape' = [5,5]"},
+       "layer r: Reshape to [5,5] does not fit its input 8x8x1"},
       {R"({"class_name": "Reshape", "config": {"name": "r", "target_shape": [5, 5, 5]}})",
        "layer r: Reshape to [5,5,5] does not fit its input 8x8x1"},
       {R"({"class_name": "ZeroPadding2D", "config": {"name": "z", "padding": -1}})",

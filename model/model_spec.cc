@@ -199,13 +199,14 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
       }
       int64_t size = 1;
       for (int d : t) size *= d;
-      if ((t.size() != 1 && t.size() != 3) || size != x.size() || size <= 0) {
+      if (t.empty() || t.size() > 3 || size != x.size() || size <= 0) {
         std::string dims;
         for (int d : l.target_shape) absl::StrAppend(&dims, dims.empty() ? "" : ",", d);
         return misfit(absl::StrCat("Reshape to [", dims, "]"));
       }
-      return t.size() == 1 ? ActivationShape{1, 1, t[0], true}
-                           : ActivationShape{t[0], t[1], t[2], false};
+      if (t.size() == 1) return ActivationShape{1, 1, t[0], true};
+      if (t.size() == 2) return ActivationShape{1, t[0], t[1], false};  // [steps, features]
+      return ActivationShape{t[0], t[1], t[2], false};
     }
     default:  // BatchNormalization, Dropout, Activation, Rescaling: the same shape
       return x;
