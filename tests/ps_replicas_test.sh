@@ -118,15 +118,11 @@ kill_ps() {
     --mode="$mode" --num_ps="$num_ps" --checkpoint_every_steps=100 --log_every_s=0.5 \
     --logdir="$out.d" > "$out" 2>&1 &
   pid=$!
-  for _ in $(seq 1 300); do
-    # Past step 100, by the progress line or (a fast run logs few of
-    # those) by a periodic checkpoint's.
-    grep -qE '^\[chief\] .*( epoch [12]/2 step [1-9][0-9]{2,} |checkpoint \(periodic\) at step [1-9][0-9]{2,} )' \
-      "$out" 2>/dev/null && break
-    sleep 0.1
-  done
-  killed=""
-  grep -q 'every worker is done' "$out" || kill_ps_frozen "$pid" "$index"
+  # Past step 100, by the progress line or (a fast run logs few of those)
+  # by a periodic checkpoint's.
+  kill_ps_when "$out" \
+    '^\[chief\] .*( epoch [12]/2 step [1-9][0-9]{2,} |checkpoint \(periodic\) at step [1-9][0-9]{2,} )' \
+    "$pid" "$index"
   for _ in $(seq 1 900); do
     kill -0 "$pid" 2>/dev/null || break
     if grep -qE '^\[chief\] .*ps:[0-9]+ (restarted|answers again|lost .*serves its shards)' "$out"; then
