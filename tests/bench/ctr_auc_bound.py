@@ -13,11 +13,14 @@ models the per-id weights only (not the factorization-machine pairs nor
 the integers), so the real bound is lower still.
 
 A learner that does not know which ids are signal (--signal_ranks) pays
-for the rest too: --tail_std gives their estimates that much noise.
+for the rest too: --tail_std gives their estimates that much noise, and
+--blind estimates every id as a signal id is (its weight 0 for the rest,
+shrunk by its count alike): a learner that shrinks all ids the same way,
+not knowing which carry weights.
 
 Usage: tests/bench/ctr_auc_bound.py [--ids_per_feature=40000] [--zipf=1.05]
        [--signal_ranks=0] [--train_rows=4500000] [--tail_std=0] [--seed=1]
-       [--factors]
+       [--factors] [--blind]
 """
 import argparse
 import sys
@@ -50,6 +53,7 @@ def main():
     ap.add_argument("--tail_std", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--factors", action="store_true")
+    ap.add_argument("--blind", action="store_true")
     a = ap.parse_args()
     if a.ids_per_feature < 1 or not 0 <= a.signal_ranks <= a.ids_per_feature:
         print(f"error: --signal_ranks={a.signal_ranks}: must be in [0, --ids_per_feature]",
@@ -73,7 +77,8 @@ def main():
         noise = 1 / (np.maximum(n, 1e-9) * rate)
         shrink = WIDE_STD ** 2 / (WIDE_STD ** 2 + noise)
         estimate = shrink * (w + rng.normal(0, 1, a.ids_per_feature) * np.sqrt(noise))
-        estimate[signal:] = rng.normal(0, 1, a.ids_per_feature - signal) * a.tail_std
+        if not a.blind:
+            estimate[signal:] = rng.normal(0, 1, a.ids_per_feature - signal) * a.tail_std
         ids = rng.choice(a.ids_per_feature, TEST_ROWS, p=p)
         planted += w[ids]
         learnt += estimate[ids]
@@ -84,7 +89,8 @@ def main():
             fm_shrink = FM_STD ** 2 / (FM_STD ** 2 + fm_noise)
             v_hat = fm_shrink[:, None] * (
                 v + rng.normal(0, 1, v.shape) * np.sqrt(fm_noise)[:, None])
-            v_hat[signal:] = rng.normal(0, 1, (a.ids_per_feature - signal, FM_DIM)) * a.tail_std
+            if not a.blind:
+                v_hat[signal:] = rng.normal(0, 1, (a.ids_per_feature - signal, FM_DIM)) * a.tail_std
             fm_planted[f] = v[ids]
             fm_learnt[f] = v_hat[ids]
     if a.factors:  # sum over f < g of <v_f, v_g>
@@ -94,7 +100,8 @@ def main():
     best, got = auc(planted, labels), auc(learnt, labels)
     print(f"planted_auc={best:.4f} best_learnt_auc={got:.4f} gap={best - got:.4f} "
           f"(ids_per_feature={a.ids_per_feature} zipf={a.zipf} signal_ranks={a.signal_ranks} "
-          f"train_rows={a.train_rows:.0f} tail_std={a.tail_std} factors={a.factors})")
+          f"train_rows={a.train_rows:.0f} tail_std={a.tail_std} factors={a.factors} "
+          f"blind={a.blind})")
     return 0
 
 
