@@ -165,6 +165,26 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
   if (f.embedding_evict_after < 0) {
     return Bad("embedding_evict_after", std::to_string(f.embedding_evict_after), "must be >= 0");
   }
+  if (!(f.embedding_lr_decay_rate > 0 && f.embedding_lr_decay_rate <= 1)) {
+    return Bad("embedding_lr_decay_rate", absl::StrCat(f.embedding_lr_decay_rate),
+               "must be in (0, 1]");
+  }
+  if (f.embedding_lr_decay_steps < 0) {
+    return Bad("embedding_lr_decay_steps", std::to_string(f.embedding_lr_decay_steps),
+               "must be >= 0");
+  }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, double>{"embedding_l1", f.embedding_l1},
+        std::pair<const char*, double>{"embedding_l2", f.embedding_l2}}) {
+    if (!(value >= 0 && value <= 1e6)) {
+      return Bad(flag, absl::StrCat(value), "must be in [0, 1e6]");
+    }
+    if (value > 0 && name != "ftrl") {
+      return Bad(flag, absl::StrCat(value),
+                 absl::StrCat("is FTRL's; the sparse tables' optimizer is ", name,
+                              " (give --embedding_optimizer=ftrl)"));
+    }
+  }
   SparseOptimizerConfig* o = plan->mutable_embedding_optimizer();
   o->set_name(name);
   o->set_learning_rate(static_cast<float>(lr));
@@ -173,6 +193,10 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
   o->set_beta1(0.9f);
   o->set_beta2(0.999f);
   o->set_learning_rate_power(-0.5f);
+  o->set_l1_regularization_strength(static_cast<float>(f.embedding_l1));
+  o->set_l2_regularization_strength(static_cast<float>(f.embedding_l2));
+  o->set_decay_rate(static_cast<float>(f.embedding_lr_decay_rate));
+  o->set_decay_steps(f.embedding_lr_decay_steps);
   plan->set_embedding_admit_after(f.embedding_admit_after);
   plan->set_embedding_evict_after(f.embedding_evict_after);
   if (dense) {

@@ -69,6 +69,12 @@ struct ChiefFlags {
   int64_t embedding_evict_after = 0;
   bool embedding_unbounded = false;  // ids any int64 >= 0, input_dim ignored
   double embedding_initial_accumulator = 0.1;  // adagrad and ftrl, as Keras's
+  // The tables' rate times embedding_lr_decay_rate^(update / steps); 0
+  // steps: constant.
+  double embedding_lr_decay_rate = 0.5;
+  int64_t embedding_lr_decay_steps = 0;
+  double embedding_l1 = 0;  // ftrl's l1_regularization_strength
+  double embedding_l2 = 0;  // ftrl's l2_regularization_strength
 };
 
 // The options of a run of `config`'s cluster with `flags`. The first bad

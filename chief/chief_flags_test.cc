@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "chief/ps_run.h"
 #include "chief/weights_export.h"
 #include "gtest/gtest.h"
 #include "model/keras_model.h"
@@ -101,6 +102,46 @@ TEST(MakeChiefOptionsTest, AGoodSetOfEveryKindIsTaken) {
   EXPECT_EQ(opt->nonfinite, NONFINITE_SKIP_STEP);
   EXPECT_EQ(opt->checkpoint_dir, "/tmp/run/checkpoints");
   EXPECT_EQ(opt->export_path, "/tmp/run/model.safetensors");
+}
+
+TEST(MakeChiefOptionsTest, TheSparseTablesOptimizerTakesItsOwnRateDecayAndStrengths) {
+  ChiefFlags f;
+  f.embedding_optimizer = "ftrl";
+  f.embedding_learning_rate = 0.2;
+  f.embedding_lr_decay_rate = 0.25;
+  f.embedding_lr_decay_steps = 5000;
+  f.embedding_l1 = 0.01;
+  f.embedding_l2 = 0.02;
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  const SparseOptimizerConfig& o = opt->plan.embedding_optimizer();
+  EXPECT_EQ(o.name(), "ftrl");
+  EXPECT_FLOAT_EQ(o.learning_rate(), 0.2f);
+  EXPECT_FLOAT_EQ(o.decay_rate(), 0.25f);
+  EXPECT_EQ(o.decay_steps(), 5000);
+  EXPECT_FLOAT_EQ(o.l1_regularization_strength(), 0.01f);
+  EXPECT_FLOAT_EQ(o.l2_regularization_strength(), 0.02f);
+  // The dense variables' decay is its own.
+  EXPECT_EQ(opt->optimizer.decay_steps(), 1000);
+
+  // Sync: as given. Async over 4 workers: the rate scaled as the dense
+  // one's, the decay counted in rounds of 4 updates.
+  EXPECT_EQ(EffectiveSparseOptimizer(o, SYNC, 4, AsyncLrScaling::kSqrt).SerializeAsString(),
+            o.SerializeAsString());
+  SparseOptimizerConfig a = EffectiveSparseOptimizer(o, ASYNC, 4, AsyncLrScaling::kSqrt);
+  EXPECT_FLOAT_EQ(a.learning_rate(), 0.1f);
+  EXPECT_EQ(a.decay_steps(), 20000);
+  EXPECT_FLOAT_EQ(a.l1_regularization_strength(), 0.01f);
+  EXPECT_FLOAT_EQ(EffectiveSparseOptimizer(o, ASYNC, 4, AsyncLrScaling::kLinear).learning_rate(),
+                  0.05f);
+  EXPECT_FLOAT_EQ(EffectiveSparseOptimizer(o, ASYNC, 4, AsyncLrScaling::kNone).learning_rate(),
+                  0.2f);
+
+  // FTRL's strengths with another optimizer are refused, naming it.
+  f.embedding_optimizer = "adagrad";
+  EXPECT_EQ(ErrorOf(f),
+            "--embedding_l1=0.01: is FTRL's; the sparse tables' optimizer is adagrad (give "
+            "--embedding_optimizer=ftrl)");
 }
 
 TEST(MakeChiefOptionsTest, TheRingNeedsNoPsAndTakesItsOwnSettings) {

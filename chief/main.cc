@@ -64,7 +64,8 @@ ABSL_FLAG(std::string, embedding_optimizer, kDefaults.embedding_optimizer,
           "The per-row optimizer of sparse embedding tables: sgd, adagrad, adam (lazy) or ftrl; "
           "empty: --optimizer's (sgd or adam)");
 ABSL_FLAG(double, embedding_learning_rate, kDefaults.embedding_learning_rate,
-          "Learning rate of sparse embedding tables (no decay); 0: --learning_rate");
+          "Learning rate of sparse embedding tables (decayed by --embedding_lr_decay_*, not "
+          "--lr_decay_*); 0: --learning_rate");
 ABSL_FLAG(int32_t, embedding_admit_after, kDefaults.embedding_admit_after,
           "A sparse table's new id gets a row once its gradient has come this many times "
           "(until then it reads its initial values)");
@@ -76,6 +77,18 @@ ABSL_FLAG(bool, embedding_unbounded, kDefaults.embedding_unbounded,
 ABSL_FLAG(double, embedding_initial_accumulator, kDefaults.embedding_initial_accumulator,
           "Adagrad's and FTRL's initial accumulator of a sparse table's row (Keras's "
           "initial_accumulator_value); smaller: larger first steps of rare rows");
+ABSL_FLAG(double, embedding_lr_decay_rate, kDefaults.embedding_lr_decay_rate,
+          "Sparse embedding tables' learning rate decay: multiplied by this every "
+          "--embedding_lr_decay_steps updates (smoothly)");
+ABSL_FLAG(int64_t, embedding_lr_decay_steps, kDefaults.embedding_lr_decay_steps,
+          "Updates per --embedding_lr_decay_rate factor (async: rounds of num_workers updates, "
+          "as --lr_decay_steps); 0: the tables' rate is constant");
+ABSL_FLAG(double, embedding_l1, kDefaults.embedding_l1,
+          "FTRL's L1 regularization strength for sparse embedding rows (--embedding_optimizer=ftrl "
+          "only): a row coordinate stays 0 until its gradients outweigh it");
+ABSL_FLAG(double, embedding_l2, kDefaults.embedding_l2,
+          "FTRL's L2 regularization strength for sparse embedding rows (--embedding_optimizer=ftrl "
+          "only)");
 ABSL_FLAG(double, lr_decay_rate, kDefaults.lr_decay_rate,
           "Learning rate decay: multiplied by this every --lr_decay_steps updates (smoothly)");
 ABSL_FLAG(int64_t, lr_decay_steps, kDefaults.lr_decay_steps, "Updates per --lr_decay_rate factor; 0: no decay");
@@ -148,7 +161,8 @@ ABSL_FLAG(std::string, async_lr_scaling, kDefaults.async_lr_scaling,
           "async: each update carries 1/num_workers of the global batch; its learning rate is "
           "--learning_rate times 1/sqrt(num_workers) (sqrt, Adam's batch-size rule), "
           "1/num_workers (linear, SGD's) or 1 (none), and --lr_decay_steps counts rounds of "
-          "num_workers updates, so that an epoch decays the rate as in sync mode");
+          "num_workers updates, so that an epoch decays the rate as in sync mode; the same for "
+          "the sparse tables' --embedding_learning_rate and --embedding_lr_decay_steps");
 ABSL_FLAG(std::string, initial_weights, kDefaults.initial_weights,
           "Start from these weights instead of the model's seeded initializers: a .keras "
           "archive (its model.weights.h5), a Keras .weights.h5 or Keras 2 save_weights .h5 "
@@ -184,6 +198,10 @@ pscluster::ChiefFlags ReadFlags() {
   f.embedding_evict_after = absl::GetFlag(FLAGS_embedding_evict_after);
   f.embedding_unbounded = absl::GetFlag(FLAGS_embedding_unbounded);
   f.embedding_initial_accumulator = absl::GetFlag(FLAGS_embedding_initial_accumulator);
+  f.embedding_lr_decay_rate = absl::GetFlag(FLAGS_embedding_lr_decay_rate);
+  f.embedding_lr_decay_steps = absl::GetFlag(FLAGS_embedding_lr_decay_steps);
+  f.embedding_l1 = absl::GetFlag(FLAGS_embedding_l1);
+  f.embedding_l2 = absl::GetFlag(FLAGS_embedding_l2);
   f.lr_decay_rate = absl::GetFlag(FLAGS_lr_decay_rate);
   f.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   f.momentum = absl::GetFlag(FLAGS_momentum);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "chief/snapshot.h"
 #include "model/placement.h"
@@ -19,14 +20,23 @@
 
 namespace pscluster {
 
+namespace {
+
+// An async update's share of a sync step's rate (--async_lr_scaling).
+double AsyncFactor(AsyncLrScaling scaling, int num_workers) {
+  const double w = num_workers;
+  return scaling == AsyncLrScaling::kSqrt     ? 1.0 / std::sqrt(w)
+         : scaling == AsyncLrScaling::kLinear ? 1.0 / w
+                                              : 1.0;
+}
+
+}  // namespace
+
 OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode, int num_workers,
                                    AsyncLrScaling scaling, std::string* why) {
   OptimizerConfig o = given;
   if (mode != ASYNC || num_workers <= 1) return o;
-  const double w = num_workers;
-  const double factor = scaling == AsyncLrScaling::kSqrt     ? 1.0 / std::sqrt(w)
-                        : scaling == AsyncLrScaling::kLinear ? 1.0 / w
-                                                             : 1.0;
+  const double factor = AsyncFactor(scaling, num_workers);
   o.set_learning_rate(static_cast<float>(given.learning_rate() * factor));
   o.set_decay_steps(given.decay_steps() * num_workers);
   if (why != nullptr) {
@@ -35,6 +45,16 @@ OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode
         "--async_lr_scaling); the decay counts %d updates per step of --lr_decay_steps",
         num_workers, o.learning_rate(), given.learning_rate(), factor, num_workers);
   }
+  return o;
+}
+
+SparseOptimizerConfig EffectiveSparseOptimizer(const SparseOptimizerConfig& given, UpdateMode mode,
+                                               int num_workers, AsyncLrScaling scaling) {
+  SparseOptimizerConfig o = given;
+  if (mode != ASYNC || num_workers <= 1) return o;
+  o.set_learning_rate(
+      static_cast<float>(given.learning_rate() * AsyncFactor(scaling, num_workers)));
+  o.set_decay_steps(given.decay_steps() * num_workers);
   return o;
 }
 
@@ -109,7 +129,9 @@ ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelS
     o.evict_after = plan_.embedding_evict_after();
     SparseTableConfig& c = ps_setup_.sparse_tables.emplace_back();
     SparseTableToConfig(o, &c);
-    *c.mutable_optimizer() = plan_.embedding_optimizer();  // the chief's flags, as they are
+    *c.mutable_optimizer() =
+        EffectiveSparseOptimizer(plan_.embedding_optimizer(), plan_.mode(), plan_.num_workers(),
+                                 options_.async_lr_scaling);
   }
 }
 
@@ -242,6 +264,20 @@ void ParameterServerRun::LogSetup() const {
       : push == Codec::kSign ? std::string(" (error feedback)")
                              : std::string(),
       CodecName(pull), plan_.codec_min_elements());
+  if (!ps_setup_.sparse_tables.empty()) {
+    const SparseOptimizerConfig& o = ps_setup_.sparse_tables.front().optimizer();
+    std::vector<std::string> names;
+    for (const SparseTableConfig& t : ps_setup_.sparse_tables) names.push_back(t.variable());
+    spdlog::info(
+        "sparse tables {}: rows spread over the ps by id, updated by per-row {} at rate {:g}{}{}",
+        absl::StrJoin(names, ", "), o.name(), o.learning_rate(),
+        o.decay_steps() > 0
+            ? absl::StrCat(" x ", o.decay_rate(), " every ", o.decay_steps(), " updates")
+            : std::string(" (constant)"),
+        o.name() == "ftrl" ? absl::StrCat(", l1 ", o.l1_regularization_strength(), ", l2 ",
+                                          o.l2_regularization_strength())
+                           : std::string());
+  }
   if (plan_.transport() == TRANSPORT_TCP) {
     spdlog::info("transport: push-pulls over each ps's tcp data plane{}{}",
                  plan_.push_overlap() ? ", gradients sent layer by layer during backprop" : "",

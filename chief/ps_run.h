@@ -64,6 +64,13 @@ namespace pscluster {
 OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode, int num_workers,
                                    AsyncLrScaling scaling, std::string* why);
 
+// The sparse tables' per-row optimizer, as EffectiveOptimizer: in async
+// mode its rate scaled by `scaling` and its decay counted in rounds, so
+// that the same --embedding_* flags mean the same per example sync or
+// async.
+SparseOptimizerConfig EffectiveSparseOptimizer(const SparseOptimizerConfig& given, UpdateMode mode,
+                                               int num_workers, AsyncLrScaling scaling);
+
 class ParameterServerRun final : public StrategyRun {
  public:
   // Places the model over the ps of `plan` and sets up what every ps is

@@ -10,8 +10,9 @@
 #     moves fewer bytes a step; the
 #     worker's bytes a step are the dense variables' plus its rows' (ids
 #     and values), both ways;
-#   - async, Adagrad rows: every ps applied every push, and the AUC is
-#     well above chance;
+#   - async, Adagrad rows whose rate decays: every ps applied every push,
+#     the chief scaled the rows' rate and counted the decay in rounds, and
+#     the AUC is well above chance;
 #   - a ps killed with SIGKILL mid-run with --ps_replicas=1: its backup,
 #     which holds its rows, is promoted, and the final line is the clean
 #     run's; every backup equals its primary bit for bit (rows included);
@@ -107,14 +108,20 @@ fi
 
 # --- async, Adagrad rows ------------------------------------------------------
 run "$tmp/async.out" --mode=async --optimizer=adam --learning_rate=0.001 \
-  --embedding_optimizer=adagrad --embedding_learning_rate=0.05; rc=$?
+  --embedding_optimizer=adagrad --embedding_learning_rate=0.05 \
+  --embedding_lr_decay_rate=0.5 --embedding_lr_decay_steps=300; rc=$?
 auc="$(tail -n 1 "$tmp/async.out" | sed -nE 's/.*test_auc=([0-9.]+).*/\1/p')"
 # One push a chunk: 90,000 examples in chunks of 128.
 applied="$(grep -cE '^\[ps[01]\] .*shutting down .*version=704 applied=704 ' "$tmp/async.out")"
-if [ "$rc" -eq 0 ] && [ "$applied" -eq 2 ] && awk -v a="$auc" 'BEGIN { exit !(a >= 0.62) }'; then
-  pass "async adagrad rows: each ps applied all 704 pushes; test AUC $auc"
+# The rows' rate scaled as the dense one's (1/sqrt(2) for 2 workers) and
+# its decay counted in rounds of 2 pushes.
+rate_line="per-row adagrad at rate 0.0353553 x 0.5 every 600 updates"
+if [ "$rc" -eq 0 ] && [ "$applied" -eq 2 ] && awk -v a="$auc" 'BEGIN { exit !(a >= 0.62) }' &&
+   grep -q "^\[chief\] .*$rate_line" "$tmp/async.out"; then
+  pass "async adagrad rows: each ps applied all 704 pushes; '$rate_line'; test AUC $auc"
 else
-  fail "async (exit $rc, $applied ps with 704 pushes, AUC '$auc')"; tail -n 20 "$tmp/async.out"
+  fail "async (exit $rc, $applied ps with 704 pushes, AUC '$auc')"
+  grep 'sparse tables' "$tmp/async.out"; tail -n 20 "$tmp/async.out"
 fi
 
 # --- the rows spread evenly ---------------------------------------------------
@@ -159,7 +166,8 @@ fi
 # --- bad values -----------------------------------------------------------------
 for bad in --embedding_optimizer=rmsprop --embedding_learning_rate=-1 \
            --embedding_admit_after=0 --embedding_evict_after=-5 --optimizer=momentum \
-           --embedding_initial_accumulator=-0.1 \
+           --embedding_initial_accumulator=-0.1 --embedding_lr_decay_rate=0 \
+           --embedding_lr_decay_steps=-1 --embedding_l1=0.01 --embedding_l2=-1 \
            --push_codec=bf16 --pull_codec=int8; do
   run "$tmp/bad.out" "$bad"; rc=$?
   if [ "$rc" -eq 2 ] && grep -q -- "^\[chief\] error: $bad: " "$tmp/bad.out"; then

@@ -88,10 +88,9 @@ class SparseSgd final : public SparseOptimizer {
  public:
   SparseSgd(const SparseOptimizerOptions& options, int width) : SparseOptimizer(options, width) {}
 
-  void Apply(absl::Span<float* const> rows, const float* grads,
-             int64_t /*iterations*/) const override {
+  void Apply(absl::Span<float* const> rows, const float* grads, int64_t iterations) const override {
     const int d = width();
-    const float lr = options().learning_rate;
+    const float lr = LearningRate(iterations);
     for (size_t r = 0; r < rows.size(); ++r) SgdRow(d, grads + r * d, rows[r], lr);
   }
 };
@@ -101,10 +100,9 @@ class SparseAdagrad final : public SparseOptimizer {
   SparseAdagrad(const SparseOptimizerOptions& options, int width)
       : SparseOptimizer(options, width) {}
 
-  void Apply(absl::Span<float* const> rows, const float* grads,
-             int64_t /*iterations*/) const override {
+  void Apply(absl::Span<float* const> rows, const float* grads, int64_t iterations) const override {
     const int d = width();
-    const float lr = options().learning_rate;
+    const float lr = LearningRate(iterations);
     const float epsilon = options().epsilon;
     for (size_t r = 0; r < rows.size(); ++r) {
       float* row = rows[r];
@@ -136,37 +134,36 @@ class SparseAdam final : public SparseOptimizer {
     const double t = static_cast<double>(iterations + 1);
     const double beta1_power = std::pow(static_cast<double>(o.beta1), t);
     const double beta2_power = std::pow(static_cast<double>(o.beta2), t);
-    return static_cast<float>(o.learning_rate * std::sqrt(1.0 - beta2_power) / (1.0 - beta1_power));
+    return static_cast<float>(LearningRate(iterations) * std::sqrt(1.0 - beta2_power) /
+                              (1.0 - beta1_power));
   }
 };
 
 class SparseFtrl final : public SparseOptimizer {
  public:
   SparseFtrl(const SparseOptimizerOptions& options, int width)
-      : SparseOptimizer(options, width), terms_(Terms(options)) {}
+      : SparseOptimizer(options, width) {}
 
-  void Apply(absl::Span<float* const> rows, const float* grads,
-             int64_t /*iterations*/) const override {
+  void Apply(absl::Span<float* const> rows, const float* grads, int64_t iterations) const override {
     const int d = width();
+    const FtrlTerms terms = Terms(options(), LearningRate(iterations));
     for (size_t r = 0; r < rows.size(); ++r) {
       float* row = rows[r];
-      FtrlRow(d, grads + r * d, row, row + d, row + 2 * d, terms_);
+      FtrlRow(d, grads + r * d, row, row + d, row + 2 * d, terms);
     }
   }
 
  private:
-  static FtrlTerms Terms(const SparseOptimizerOptions& o) {
-    const double lr = o.learning_rate;
+  // The constants at the rate `lr` (the step's, decayed).
+  static FtrlTerms Terms(const SparseOptimizerOptions& o, float lr) {
     const double l2_reg = o.l2_regularization_strength + o.beta / (2.0 * lr);
-    return FtrlTerms{o.learning_rate,
+    return FtrlTerms{lr,
                      -o.learning_rate_power,
                      o.learning_rate_power == -0.5f,
                      o.l1_regularization_strength,
                      static_cast<float>(2.0 * l2_reg),
                      2.0f * o.l2_shrinkage_regularization_strength};
   }
-
-  const FtrlTerms terms_;
 };
 
 absl::Status BadOption(const SparseOptimizerOptions& options, const char* field, float value,
@@ -191,6 +188,14 @@ absl::Status Validate(const SparseOptimizerOptions& o, int width) {
   if (width <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sparse optimizer \"", o.name, "\": width ", width, " must be > 0"));
+  }
+  if (!(o.decay_rate > 0.0f && o.decay_rate <= 1.0f)) {
+    return BadOption(o, "decay_rate", o.decay_rate, "must be in (0, 1]");
+  }
+  if (o.decay_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sparse optimizer \"", o.name,
+                                                   "\": decay_steps ", o.decay_steps,
+                                                   " must be >= 0"));
   }
   if ((o.name == "adagrad" || o.name == "adam") && !FinitePositive(o.epsilon)) {
     return BadOption(o, "epsilon", o.epsilon, "must be finite and > 0");
@@ -222,6 +227,14 @@ absl::Status Validate(const SparseOptimizerOptions& o, int width) {
 }
 
 }  // namespace
+
+float SparseOptimizer::LearningRate(int64_t iterations) const {
+  if (options_.decay_steps <= 0 || options_.decay_rate == 1.0f) return options_.learning_rate;
+  // As the dense Optimizer's current_learning_rate: in double, rounded once.
+  const double exponent = static_cast<double>(iterations) / options_.decay_steps;
+  return static_cast<float>(options_.learning_rate *
+                            std::pow(static_cast<double>(options_.decay_rate), exponent));
+}
 
 absl::StatusOr<std::unique_ptr<SparseOptimizer>> SparseOptimizer::Create(
     const SparseOptimizerOptions& options, int width) {

@@ -41,12 +41,17 @@ struct SparseOptimizerOptions {
   float l2_regularization_strength = 0.0f;            // ftrl
   float l2_shrinkage_regularization_strength = 0.0f;  // ftrl
   float beta = 0.0f;                                  // ftrl
+  // Every rule's rate at update `iterations` is learning_rate *
+  // decay_rate^(iterations / decay_steps) (Keras's ExponentialDecay, not
+  // staircase); decay_steps 0: constant.
+  float decay_rate = 1.0f;
+  int64_t decay_steps = 0;
 };
 
 class SparseOptimizer {
  public:
   // Validates the options that apply to `options.name`: learning_rate
-  // finite and > 0; epsilon finite and > 0; beta1, beta2 in [0, 1);
+  // finite and > 0; decay_rate in (0, 1], decay_steps >= 0; epsilon finite and > 0; beta1, beta2 in [0, 1);
   // initial_accumulator_value, the ftrl strengths and beta finite and
   // >= 0; learning_rate_power finite and <= 0; width > 0.
   // InvalidArgument naming the bad value.
@@ -65,6 +70,9 @@ class SparseOptimizer {
   const SparseOptimizerOptions& options() const { return options_; }
   const std::vector<std::string>& slot_names() const { return slot_names_; }
 
+  // The rate of the update after `iterations` updates (the decay applied).
+  float LearningRate(int64_t iterations) const;
+
   // A new row's state: the slots after its `width` values are set as
   // Keras starts them (accumulator: initial_accumulator_value; m, v,
   // linear: 0). The values are the caller's (its initializer).
@@ -73,9 +81,9 @@ class SparseOptimizer {
   // One update of the rows rows[i] (each floats_per_row() floats, laid out
   // as above) with the gradient rows grads[i * width, (i + 1) * width).
   // `iterations` is the table's update count before this step (Keras's
-  // optimizer.iterations, as the dense Optimizer counts): adam's bias
-  // correction uses t = iterations + 1 for every row it touches, as
-  // TensorFlow's LazyAdam does; the other rules ignore it. The rows must
+  // optimizer.iterations, as the dense Optimizer counts): every rule's rate
+  // is LearningRate(iterations), and adam's bias correction uses t =
+  // iterations + 1 for every row it touches, as TensorFlow's LazyAdam does. The rows must
   // be distinct: TensorFlow sums a step's duplicate ids first, which
   // SumDuplicateRows does; a row given twice is updated twice, in order.
   // The caller checks gradients (e.g. for non-finite values) beforehand.

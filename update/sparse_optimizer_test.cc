@@ -235,6 +235,60 @@ TEST(SparseOptimizerTest, FtrlFollowsKeras3) {
   }
 }
 
+// Every rule's rate follows Keras's ExponentialDecay (not staircase) of the
+// table's update count: lr * rate^(iterations / steps), iterations the
+// count before the step (t - 1 for the 1-based step t).
+TEST(SparseOptimizerTest, EveryRuleDecaysItsRateWithTheTablesUpdateCount) {
+  for (const std::string name : {"sgd", "adagrad", "adam", "ftrl"}) {
+    SparseOptimizerOptions o{name, 0.2f};
+    o.decay_rate = 0.7f;
+    o.decay_steps = 3;
+    o.l1_regularization_strength = 0.01f;  // ftrl's, in use with a changing rate
+    o.beta = 0.5f;
+    std::unique_ptr<SparseOptimizer> opt = MustCreate(o, 4);
+    ASSERT_NE(opt, nullptr);
+    auto rate = [&](int64_t t) {
+      return double{o.learning_rate} * std::pow(double{o.decay_rate}, (t - 1) / 3.0);
+    };
+    const double worst = RunAgainstReference(
+        *opt, 5, 9, [&](RefRow& row, const std::vector<double>& g, int64_t t) {
+          const double lr = rate(t);
+          for (size_t j = 0; j < g.size() && name != "ftrl"; ++j) {
+            if (name == "sgd") {
+              row.w[j] -= lr * g[j];
+            } else if (name == "adagrad") {
+              row.s0[j] += g[j] * g[j];
+              row.w[j] -= lr * g[j] / std::sqrt(row.s0[j] + o.epsilon);
+            } else {
+              const double b1 = o.beta1, b2 = o.beta2;
+              const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+              row.s0[j] = b1 * row.s0[j] + (1 - b1) * g[j];
+              row.s1[j] = b2 * row.s1[j] + (1 - b2) * g[j] * g[j];
+              row.w[j] -= alpha * row.s0[j] / (std::sqrt(row.s1[j]) + o.epsilon);
+            }
+          }
+          if (name == "ftrl") {
+            SparseOptimizerOptions at_t = o;
+            at_t.learning_rate = static_cast<float>(lr);
+            FtrlReference(at_t, row, g);
+          }
+        });
+    std::printf("%s, decayed rate: largest relative error vs float64 Keras rule %.3g\n",
+                name.c_str(), worst);
+  }
+  // The rate itself: 0.5 per 1000 updates is a quarter after 2000, and a
+  // decay of 1, or of 0 steps, is none.
+  SparseOptimizerOptions o{"adagrad", 0.1f};
+  o.decay_rate = 0.5f;
+  o.decay_steps = 1000;
+  std::unique_ptr<SparseOptimizer> decayed = MustCreate(o, 1);
+  EXPECT_EQ(decayed->LearningRate(0), 0.1f);
+  EXPECT_EQ(decayed->LearningRate(2000), 0.1f / 4);
+  EXPECT_FLOAT_EQ(decayed->LearningRate(500), 0.1f / std::sqrt(2.0f));
+  o.decay_steps = 0;
+  EXPECT_EQ(MustCreate(o, 1)->LearningRate(1000000), 0.1f);
+}
+
 // A table whose every row is touched at every step is a dense variable:
 // lazy Adam must then be the dense Adam of update/optimizer.h.
 TEST(SparseOptimizerTest, LazyAdamIsDenseAdamWhenEveryRowIsTouched) {
@@ -394,6 +448,10 @@ TEST(SparseOptimizerTest, RejectsBadOptionsNamingTheValue) {
       {with("ftrl", [](auto& o) { o.l2_shrinkage_regularization_strength = -1; }), 4,
        "l2_shrinkage_regularization_strength -1"},
       {with("ftrl", [](auto& o) { o.beta = -2; }), 4, "\"ftrl\": beta -2"},
+      {with("sgd", [](auto& o) { o.decay_rate = 0; }), 4, "decay_rate 0 must be in (0, 1]"},
+      {with("adam", [](auto& o) { o.decay_rate = 1.5f; }), 4, "decay_rate 1.5"},
+      {with("adagrad", [](auto& o) { o.decay_rate = NAN; }), 4, "decay_rate nan"},
+      {with("ftrl", [](auto& o) { o.decay_steps = -1; }), 4, "decay_steps -1 must be >= 0"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<std::unique_ptr<SparseOptimizer>> opt =

@@ -112,6 +112,8 @@ SparseTableOptions SparseTableFromConfig(const SparseTableConfig& t) {
   o.optimizer.l2_regularization_strength = p.l2_regularization_strength();
   o.optimizer.l2_shrinkage_regularization_strength = p.l2_shrinkage_regularization_strength();
   o.optimizer.beta = p.beta();
+  o.optimizer.decay_rate = p.decay_steps() > 0 ? p.decay_rate() : 1.0f;
+  o.optimizer.decay_steps = p.decay_steps();
   o.admit_after = t.admit_after();
   o.evict_after = t.evict_after();
   return o;
@@ -147,6 +149,8 @@ void SparseTableToConfig(const SparseTableOptions& o, SparseTableConfig* t) {
   p->set_l2_regularization_strength(o.optimizer.l2_regularization_strength);
   p->set_l2_shrinkage_regularization_strength(o.optimizer.l2_shrinkage_regularization_strength);
   p->set_beta(o.optimizer.beta);
+  p->set_decay_rate(o.optimizer.decay_rate);
+  p->set_decay_steps(o.optimizer.decay_steps);
   t->set_admit_after(o.admit_after);
   t->set_evict_after(o.evict_after);
 }
