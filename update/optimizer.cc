@@ -216,13 +216,11 @@ absl::Status Validate(const OptimizerOptions& o, int64_t num_params) {
 
 }  // namespace
 
-float Optimizer::current_learning_rate() const {
-  if (options_.decay_steps <= 0 || options_.decay_rate == 1.0f) {
-    return options_.learning_rate;
-  }
-  const double exponent = static_cast<double>(iterations_) / options_.decay_steps;
-  return static_cast<float>(options_.learning_rate *
-                            std::pow(static_cast<double>(options_.decay_rate), exponent));
+float DecayedLearningRate(float learning_rate, float decay_rate, int64_t decay_steps,
+                          int64_t iterations) {
+  if (decay_steps <= 0 || decay_rate == 1.0f) return learning_rate;
+  const double exponent = static_cast<double>(iterations) / decay_steps;
+  return static_cast<float>(learning_rate * std::pow(static_cast<double>(decay_rate), exponent));
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(

@@ -45,6 +45,13 @@ struct OptimizerState {
   std::vector<OptimizerSlot> slots;  // in slot_names() order
 };
 
+// Keras's ExponentialDecay (not staircase) after `iterations` updates:
+// learning_rate * decay_rate^(iterations / decay_steps), in double and
+// rounded once; decay_steps <= 0 or decay_rate 1: learning_rate. The dense
+// Optimizer's schedule and the sparse tables' (update/sparse_optimizer.h).
+float DecayedLearningRate(float learning_rate, float decay_rate, int64_t decay_steps,
+                          int64_t iterations);
+
 class Optimizer {
  public:
   // Validates the options that apply to `options.name`: learning_rate
@@ -84,7 +91,10 @@ class Optimizer {
   int64_t num_params() const { return num_params_; }
   const OptimizerOptions& options() const { return options_; }
   // The scheduled learning rate for the next update.
-  float current_learning_rate() const;
+  float current_learning_rate() const {
+    return DecayedLearningRate(options_.learning_rate, options_.decay_rate, options_.decay_steps,
+                               iterations_);
+  }
 
   // Slot names, fixed per optimizer: none for sgd, {"momentum"} for
   // momentum, {"m", "v"} for adam.

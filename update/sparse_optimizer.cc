@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "update/optimizer.h"
 
 namespace pscluster {
 namespace {
@@ -229,11 +230,8 @@ absl::Status Validate(const SparseOptimizerOptions& o, int width) {
 }  // namespace
 
 float SparseOptimizer::LearningRate(int64_t iterations) const {
-  if (options_.decay_steps <= 0 || options_.decay_rate == 1.0f) return options_.learning_rate;
-  // As the dense Optimizer's current_learning_rate: in double, rounded once.
-  const double exponent = static_cast<double>(iterations) / options_.decay_steps;
-  return static_cast<float>(options_.learning_rate *
-                            std::pow(static_cast<double>(options_.decay_rate), exponent));
+  return DecayedLearningRate(options_.learning_rate, options_.decay_rate, options_.decay_steps,
+                             iterations);
 }
 
 absl::StatusOr<std::unique_ptr<SparseOptimizer>> SparseOptimizer::Create(

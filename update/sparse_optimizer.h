@@ -51,9 +51,10 @@ struct SparseOptimizerOptions {
 class SparseOptimizer {
  public:
   // Validates the options that apply to `options.name`: learning_rate
-  // finite and > 0; decay_rate in (0, 1], decay_steps >= 0; epsilon finite and > 0; beta1, beta2 in [0, 1);
-  // initial_accumulator_value, the ftrl strengths and beta finite and
-  // >= 0; learning_rate_power finite and <= 0; width > 0.
+  // finite and > 0; decay_rate in (0, 1], decay_steps >= 0; epsilon
+  // finite and > 0; beta1, beta2 in [0, 1); initial_accumulator_value, the
+  // ftrl strengths and beta finite and >= 0; learning_rate_power finite
+  // and <= 0; width > 0.
   // InvalidArgument naming the bad value.
   static absl::StatusOr<std::unique_ptr<SparseOptimizer>> Create(
       const SparseOptimizerOptions& options, int width);
@@ -70,7 +71,8 @@ class SparseOptimizer {
   const SparseOptimizerOptions& options() const { return options_; }
   const std::vector<std::string>& slot_names() const { return slot_names_; }
 
-  // The rate of the update after `iterations` updates (the decay applied).
+  // The rate of the update after `iterations` updates: DecayedLearningRate
+  // (update/optimizer.h) of the options.
   float LearningRate(int64_t iterations) const;
 
   // A new row's state: the slots after its `width` values are set as
@@ -83,8 +85,8 @@ class SparseOptimizer {
   // `iterations` is the table's update count before this step (Keras's
   // optimizer.iterations, as the dense Optimizer counts): every rule's rate
   // is LearningRate(iterations), and adam's bias correction uses t =
-  // iterations + 1 for every row it touches, as TensorFlow's LazyAdam does. The rows must
-  // be distinct: TensorFlow sums a step's duplicate ids first, which
+  // iterations + 1 for every row it touches, as TensorFlow's LazyAdam does.
+  // The rows must be distinct: TensorFlow sums a step's duplicate ids first, which
   // SumDuplicateRows does; a row given twice is updated twice, in order.
   // The caller checks gradients (e.g. for non-finite values) beforehand.
   virtual void Apply(absl::Span<float* const> rows, const float* grads,

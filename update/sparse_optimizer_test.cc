@@ -143,12 +143,37 @@ TEST(SparseOptimizerTest, LayoutAndInitialState) {
   EXPECT_EQ(row, (std::vector<float>{1, 2, 0, 0, 0, 0}));
 }
 
+// Keras 3's update rules in double, at the step's rate `lr`; t is the
+// 1-based step (adam's bias correction).
+void SgdReference(double lr, RefRow& row, const std::vector<double>& g) {
+  for (size_t j = 0; j < g.size(); ++j) row.w[j] -= lr * g[j];
+}
+
+// accumulator += g^2; w -= lr * g / sqrt(accumulator + epsilon).
+void AdagradReference(const SparseOptimizerOptions& o, double lr, RefRow& row,
+                      const std::vector<double>& g) {
+  for (size_t j = 0; j < g.size(); ++j) {
+    row.s0[j] += g[j] * g[j];
+    row.w[j] -= lr * g[j] / std::sqrt(row.s0[j] + o.epsilon);
+  }
+}
+
+void AdamReference(const SparseOptimizerOptions& o, double lr, int64_t t, RefRow& row,
+                   const std::vector<double>& g) {
+  const double b1 = o.beta1, b2 = o.beta2;
+  const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+  for (size_t j = 0; j < g.size(); ++j) {
+    row.s0[j] = b1 * row.s0[j] + (1 - b1) * g[j];
+    row.s1[j] = b2 * row.s1[j] + (1 - b2) * g[j] * g[j];
+    row.w[j] -= alpha * row.s0[j] / (std::sqrt(row.s1[j]) + o.epsilon);
+  }
+}
+
 TEST(SparseOptimizerTest, SgdFollowsKeras) {
   std::unique_ptr<SparseOptimizer> opt = MustCreate({"sgd", 0.05f}, 5);
-  const double lr = 0.05f;
   const double worst =
       RunAgainstReference(*opt, 6, 8, [&](RefRow& row, const std::vector<double>& g, int64_t) {
-        for (size_t j = 0; j < g.size(); ++j) row.w[j] -= lr * g[j];
+        SgdReference(0.05f, row, g);
       });
   std::printf("sgd: largest relative error vs float64 Keras rule %.3g\n", worst);
 }
@@ -158,13 +183,9 @@ TEST(SparseOptimizerTest, AdagradFollowsKeras3) {
   SparseOptimizerOptions o{"adagrad", 0.1f};
   o.initial_accumulator_value = 0.1f;
   std::unique_ptr<SparseOptimizer> opt = MustCreate(o, 5);
-  const double lr = o.learning_rate, eps = o.epsilon;
   const double worst =
       RunAgainstReference(*opt, 6, 8, [&](RefRow& row, const std::vector<double>& g, int64_t) {
-        for (size_t j = 0; j < g.size(); ++j) {
-          row.s0[j] += g[j] * g[j];
-          row.w[j] -= lr * g[j] / std::sqrt(row.s0[j] + eps);
-        }
+        AdagradReference(o, o.learning_rate, row, g);
       });
   std::printf("adagrad: largest relative error vs float64 Keras rule %.3g\n", worst);
 }
@@ -174,15 +195,9 @@ TEST(SparseOptimizerTest, AdagradFollowsKeras3) {
 TEST(SparseOptimizerTest, LazyAdamFollowsKerasWithTheGlobalStep) {
   SparseOptimizerOptions o{"adam", 0.01f};
   std::unique_ptr<SparseOptimizer> opt = MustCreate(o, 5);
-  const double lr = o.learning_rate, b1 = o.beta1, b2 = o.beta2, eps = o.epsilon;
   const double worst =
       RunAgainstReference(*opt, 6, 10, [&](RefRow& row, const std::vector<double>& g, int64_t t) {
-        const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
-        for (size_t j = 0; j < g.size(); ++j) {
-          row.s0[j] = b1 * row.s0[j] + (1 - b1) * g[j];
-          row.s1[j] = b2 * row.s1[j] + (1 - b2) * g[j] * g[j];
-          row.w[j] -= alpha * row.s0[j] / (std::sqrt(row.s1[j]) + eps);
-        }
+        AdamReference(o, o.learning_rate, t, row, g);
       });
   std::printf("adam (lazy): largest relative error vs float64 Keras rule %.3g\n", worst);
 }
@@ -253,21 +268,13 @@ TEST(SparseOptimizerTest, EveryRuleDecaysItsRateWithTheTablesUpdateCount) {
     const double worst = RunAgainstReference(
         *opt, 5, 9, [&](RefRow& row, const std::vector<double>& g, int64_t t) {
           const double lr = rate(t);
-          for (size_t j = 0; j < g.size() && name != "ftrl"; ++j) {
-            if (name == "sgd") {
-              row.w[j] -= lr * g[j];
-            } else if (name == "adagrad") {
-              row.s0[j] += g[j] * g[j];
-              row.w[j] -= lr * g[j] / std::sqrt(row.s0[j] + o.epsilon);
-            } else {
-              const double b1 = o.beta1, b2 = o.beta2;
-              const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
-              row.s0[j] = b1 * row.s0[j] + (1 - b1) * g[j];
-              row.s1[j] = b2 * row.s1[j] + (1 - b2) * g[j] * g[j];
-              row.w[j] -= alpha * row.s0[j] / (std::sqrt(row.s1[j]) + o.epsilon);
-            }
-          }
-          if (name == "ftrl") {
+          if (name == "sgd") {
+            SgdReference(lr, row, g);
+          } else if (name == "adagrad") {
+            AdagradReference(o, lr, row, g);
+          } else if (name == "adam") {
+            AdamReference(o, lr, t, row, g);
+          } else {
             SparseOptimizerOptions at_t = o;
             at_t.learning_rate = static_cast<float>(lr);
             FtrlReference(at_t, row, g);
