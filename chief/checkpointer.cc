@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "chief/work_queue.h"
 #include "model/checkpoint.h"
 #include "spdlog/spdlog.h"
 
@@ -138,6 +139,22 @@ absl::Status Checkpointer::CaptureWhilePaused(bool workers_idle, const std::vect
     if (consistent) {
       snap->step = snap->ps[0].version();
       for (const ShardState& s : snap->ps) snap->step = std::min(snap->step, s.version());
+      if (options_.mode == SYNC) {
+        // A worker reports its chunk done when it next asks for work, so the
+        // done set read above may lack chunks of the last steps the ps took
+        // (the worker between its push's answer and that request): restored,
+        // they would be trained again, a step more than the run has. Each
+        // ps names the chunks of its last steps; in sync every ps took the
+        // same ones, and any of them holds all of a step's. (Async waited
+        // above until every worker asked.)
+        std::vector<int64_t> applied;
+        for (const ShardState& s : snap->ps) {
+          applied.insert(applied.end(), s.recent_chunks().begin(), s.recent_chunks().end());
+        }
+        absl::StatusOr<std::string> done = WorkQueue::AddDone(snap->done_chunks, applied);
+        if (!done.ok()) return done.status();
+        snap->done_chunks = *std::move(done);
+      }
       return absl::OkStatus();
     }
     // A step completed on some ps between the two looks: look again.

@@ -34,6 +34,7 @@ class FakeFleet : public PsFleetForTests {
   absl::StatusOr<ShardState> CaptureSnapshot(int ps, absl::Duration) override {
     ShardState s;
     s.set_version(VersionOf(ps));
+    for (int64_t k : recent_chunks[ps]) s.add_recent_chunks(k);
     // A step completing between the look at the versions and this one.
     if (ps == 0 && ahead_in_snapshots > 0) {
       --ahead_in_snapshots;
@@ -66,6 +67,7 @@ class FakeFleet : public PsFleetForTests {
   int snapshots = 0;  // captures
   int fetches = 0;
   bool fetch_newer = false;  // a capture not this chief's replaced ours
+  std::vector<int64_t> recent_chunks[2];  // the chunks of each ps's last steps
   std::optional<ShardState> captured[2];
 };
 
@@ -163,6 +165,45 @@ TEST_F(CheckpointerTest, SkipsWhenTheFetchedStateIsNotTheCapturedOne) {
   absl::Status s = c.Take("final", 300, /*workers_idle=*/false, /*required=*/true);
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_NE(s.message().find("not the one captured"), std::string::npos) << s;
+}
+
+// A worker says its chunk is done when it next asks for work: the ps may
+// hold a step whose chunks the dispatcher still has as leased. Sync: the
+// checkpoint counts them done (the chunks of the ps's last steps), so a
+// restore does not train them again on top of the state that holds them.
+// Async waits for every worker to ask instead, and takes the done set as
+// it is.
+TEST_F(CheckpointerTest, SyncCountsTheChunksOfThePsLastStepsDone) {
+  auto ask = [this](int worker, std::vector<int64_t> completed) {
+    WorkRequest r;
+    r.set_worker_index(worker);
+    r.set_incarnation(worker + 1);
+    r.set_chunks_per_epoch(8);
+    for (int64_t k : completed) r.add_completed(k);
+    absl::StatusOr<WorkResponse> w = dispatcher_.GetWork(r, kT0);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? w->chunk() : -1;
+  };
+  int64_t n = 0;
+  dispatcher_.Membership(&n);
+  dispatcher_.MembershipApplied(n);
+  // Chunks 0-1 make the first step, reported; 2-3 the second, whose
+  // workers have not asked again.
+  EXPECT_EQ(ask(0, {}), 0);
+  EXPECT_EQ(ask(1, {}), 1);
+  EXPECT_EQ(ask(0, {0}), 2);
+  EXPECT_EQ(ask(1, {1}), 3);
+  EXPECT_EQ(dispatcher_.SaveDone(), "0-1");
+  fleet_.recent_chunks[0] = {0, 1, 3, 2};
+  fleet_.recent_chunks[1] = {1, 0, 3, 2};
+  Checkpointer sync = Make(SYNC);
+  ASSERT_TRUE(sync.Take("periodic", 300).ok());
+  ASSERT_NE(sync.latest(), nullptr);
+  EXPECT_EQ(sync.latest()->done_chunks, "0-3");
+  Checkpointer async = Make(ASYNC);
+  ASSERT_TRUE(async.Take("periodic", 300, /*workers_idle=*/true).ok());
+  ASSERT_NE(async.latest(), nullptr);
+  EXPECT_EQ(async.latest()->done_chunks, "0-1");
 }
 
 TEST_F(CheckpointerTest, StopEndsTheWait) {

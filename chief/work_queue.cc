@@ -1,6 +1,8 @@
 #include "chief/work_queue.h"
 
 #include <algorithm>
+#include <limits>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -155,11 +157,12 @@ std::string WorkQueue::SaveDone() const {
   return out;
 }
 
-absl::Status WorkQueue::RestoreDone(const std::string& ranges) {
-  absl::MutexLock lock(&mu_);
-  const int64_t n = static_cast<int64_t>(state_.size());
-  std::vector<State> state(n, State::kTodo);
-  int64_t done = 0;
+namespace {
+
+// SaveDone's "0-99,120-130" as [first, last] pairs, each below `n`.
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> ParseRanges(const std::string& ranges,
+                                                                    int64_t n) {
+  std::vector<std::pair<int64_t, int64_t>> out;
   for (absl::string_view range : absl::StrSplit(ranges, ',', absl::SkipEmpty())) {
     std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
     int64_t first = 0, last = 0;
@@ -168,6 +171,44 @@ absl::Status WorkQueue::RestoreDone(const std::string& ranges) {
       return absl::InvalidArgumentError(absl::StrCat(
           "done-chunk range '", range, "' is malformed or beyond the run's ", n, " chunks"));
     }
+    out.emplace_back(first, last);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WorkQueue::AddDone(const std::string& ranges,
+                                               absl::Span<const int64_t> chunks) {
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> parsed =
+      ParseRanges(ranges, std::numeric_limits<int64_t>::max());
+  if (!parsed.ok()) return parsed.status();
+  for (int64_t k : chunks) {
+    if (k < 0) return absl::InvalidArgumentError(absl::StrCat("chunk ", k, " is negative"));
+    parsed->emplace_back(k, k);
+  }
+  std::sort(parsed->begin(), parsed->end());
+  std::string out;
+  for (size_t i = 0; i < parsed->size();) {
+    const int64_t first = (*parsed)[i].first;
+    int64_t last = (*parsed)[i].second;
+    // Overlapping or adjacent ranges join.
+    for (++i; i < parsed->size() && (*parsed)[i].first <= last + 1; ++i) {
+      last = std::max(last, (*parsed)[i].second);
+    }
+    absl::StrAppend(&out, out.empty() ? "" : ",", first, "-", last);
+  }
+  return out;
+}
+
+absl::Status WorkQueue::RestoreDone(const std::string& ranges) {
+  absl::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(state_.size());
+  std::vector<State> state(n, State::kTodo);
+  int64_t done = 0;
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> parsed = ParseRanges(ranges, n);
+  if (!parsed.ok()) return parsed.status();
+  for (const auto& [first, last] : *parsed) {
     for (int64_t k = first; k <= last; ++k) {
       if (state[k] != State::kDone) ++done;
       state[k] = State::kDone;

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "absl/synchronization/mutex.h"
 
 namespace pscluster {
@@ -59,6 +61,11 @@ class WorkQueue {
   // a chunk beyond total().
   std::string SaveDone() const;
   absl::Status RestoreDone(const std::string& ranges);
+  // `ranges` (SaveDone's form) with `chunks` added, in the same form (a
+  // checkpoint's chunks that the ps applied and their workers have not
+  // reported yet). InvalidArgument for a malformed string or chunk < 0.
+  static absl::StatusOr<std::string> AddDone(const std::string& ranges,
+                                             absl::Span<const int64_t> chunks);
 
  private:
   enum class State : uint8_t { kTodo, kLeased, kDone };

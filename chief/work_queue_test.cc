@@ -82,6 +82,26 @@ TEST(WorkQueueTest, DoneSetRoundTripsAndRestoreForgetsLeases) {
   EXPECT_EQ(r.SaveDone(), saved);
 }
 
+// A checkpoint's done set takes the chunks the ps applied whose workers
+// had not reported them (ranges join where they touch or overlap).
+TEST(WorkQueueTest, AddDoneJoinsChunksIntoRanges) {
+  EXPECT_EQ(*WorkQueue::AddDone("0-2,4-5", {3}), "0-5");
+  EXPECT_EQ(*WorkQueue::AddDone("0-405", {406, 407}), "0-407");
+  EXPECT_EQ(*WorkQueue::AddDone("0-9", {8, 2, 12}), "0-9,12-12");
+  EXPECT_EQ(*WorkQueue::AddDone("", {7, 5, 6}), "5-7");
+  EXPECT_EQ(*WorkQueue::AddDone("4-5,0-1", {}), "0-1,4-5");
+  EXPECT_EQ(*WorkQueue::AddDone("0-3", {3, 3}), "0-3");
+  EXPECT_EQ(WorkQueue::AddDone("3-2", {1}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WorkQueue::AddDone("0-1", {-1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The result restores as the done set it says.
+  WorkQueue q(1, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(10).ok());
+  ASSERT_TRUE(q.RestoreDone(*WorkQueue::AddDone("0-2", {3, 5})).ok());
+  EXPECT_EQ(q.done_count(), 5);
+  EXPECT_EQ(*q.Lease(0), 4);
+}
+
 TEST(WorkQueueTest, RejectsBadInput) {
   WorkQueue q(1, 1);
   EXPECT_EQ(q.SetChunksPerEpoch(0).code(), absl::StatusCode::kInvalidArgument);

@@ -597,6 +597,8 @@ grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest
       resp->set_layout_fingerprint(captured->fingerprint);
       resp->set_version(captured->store.version);
       resp->set_generation(captured->store.generation);
+      resp->mutable_recent_chunks()->Assign(captured->store.recent_chunks.begin(),
+                                            captured->store.recent_chunks.end());
       absl::MutexLock lock(&captured_mu_);
       captured_ = std::move(captured);  // an older capture nobody fetched is dropped
       return grpc::Status::OK;
@@ -784,6 +786,7 @@ grpc::Status PsService::ApplyRecords(const ReplicateRequest& req, const absl::st
     u.skipped = r.skipped();
     u.members.assign(r.members().begin(), r.members().end());
     u.member_request_ids.assign(r.member_request_ids().begin(), r.member_request_ids().end());
+    u.member_chunks.assign(r.member_chunks().begin(), r.member_chunks().end());
     u.worker = r.worker();
     u.request_id = r.request_id();
     u.staleness = r.staleness();

@@ -53,6 +53,7 @@ void ToRecord(const AppliedUpdate& u, bool gradient_inline, AppliedUpdateRecord*
   r->set_skipped(u.skipped);
   for (bool m : u.members) r->add_members(m);
   for (uint64_t id : u.member_request_ids) r->add_member_request_ids(id);
+  for (int64_t chunk : u.member_chunks) r->add_member_chunks(chunk);
   r->set_worker(u.worker);
   r->set_request_id(u.request_id);
   r->set_staleness(u.staleness);

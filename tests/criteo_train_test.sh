@@ -147,12 +147,13 @@ else
 fi
 
 # A ps killed mid-run (kill -9, 2 ps, no replicas): every ps restored from
-# the last checkpoint, int64 rows included, and the run ends with the clean
-# run's test AUC (within 0.002, the replication issue's "as clean").
-# Measured 2026-11-28: AUC equal to 4 digits in two runs; the final line
-# itself equal in one, in the other 0.0007 of accuracy and 0.0004 of loss
-# apart, a difference the restore leaves that is not yet understood
-# (note 40).
+# the last checkpoint, int64 rows included, the steps since redone, and the
+# run ends with the clean run's final line, steps included: sync sums a
+# step in chunk order and the checkpoint's data position is its state's.
+# (Until the ps named the chunks of their last steps in a checkpoint, a
+# chunk whose worker had not yet reported it was trained again after the
+# restore, one run in three: a step more, the final line 0.0003-0.0007
+# apart.)
 two_ps=(--embedding_unbounded --num_ps=2 --checkpoint_every_steps=200 --log_every_s=0.2)
 run64 "$tmp/clean2.out" "${two_ps[@]}"
 "$repo/deploy/local/train.sh" --no_build --num_workers=2 --mode=sync --epochs=1 \
@@ -161,15 +162,12 @@ run64 "$tmp/clean2.out" "${two_ps[@]}"
 pid=$!
 kill_ps_when "$tmp/kill.out" '^\[chief\] .* step [3-9][0-9]{2,} ' "$pid" 1
 wait "$pid"; rc=$?
-auc_of() { metrics "$1" | sed -nE 's/.*test_auc=([0-9.]+).*/\1/p'; }
-a_kill="$(auc_of "$tmp/kill.out")"
-a_clean="$(auc_of "$tmp/clean2.out")"
+line_of() { grep -E '^final: ' "$1" | tail -n 1 | sed -E 's/ wall_s=.*//'; }
 if [ "$rc" -eq 0 ] && [ -n "$killed" ] && grep -q 'every ps restored from the checkpoint' "$tmp/kill.out" &&
-   [ -n "$a_kill" ] && [ -n "$a_clean" ] &&
-   awk -v a="$a_kill" -v b="$a_clean" 'BEGIN { d = a - b; exit !(d <= 0.002 && d >= -0.002) }'; then
-  pass "ps:1 killed mid-run: restored from the checkpoint with its int64 rows; '$(metrics "$tmp/kill.out")' against clean '$(metrics "$tmp/clean2.out")'"
+   [ -n "$(line_of "$tmp/kill.out")" ] && [ "$(line_of "$tmp/kill.out")" = "$(line_of "$tmp/clean2.out")" ]; then
+  pass "ps:1 killed mid-run: restored from the checkpoint with its int64 rows; '$(line_of "$tmp/kill.out")' as clean"
 else
-  fail "ps:1 killed (pid '$killed', exit $rc): '$(metrics "$tmp/kill.out")' vs clean '$(metrics "$tmp/clean2.out")'"
+  fail "ps:1 killed (pid '$killed', exit $rc): '$(line_of "$tmp/kill.out")' vs clean '$(line_of "$tmp/clean2.out")'"
   grep -E 'ps:1|restor' "$tmp/kill.out" | tail -n 10
 fi
 

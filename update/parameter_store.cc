@@ -228,6 +228,7 @@ absl::Status ParameterStore::Init(const StoreConfig& config, const float* values
   if (absl::Status s = Configure(config, *std::move(opt)); !s.ok()) return s;
   ReplaceableValues().assign(values, values + config.num_floats);
   version_ = 0;
+  recent_chunks_.clear();
   initialized_ = true;
   version_advanced_.SignalAll();
   return absl::OkStatus();
@@ -282,6 +283,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   ReplaceableValues() = state.values;
   tables_ = std::move(tables);
   version_ = state.version;
+  recent_chunks_.clear();  // a rollback's: of steps the restored state may not hold
   if (kind == RestoreKind::kContinue || c.replica == ReplicaRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
@@ -290,6 +292,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
       if (a.worker >= 0 && a.worker < c.num_workers) RememberPush(a.worker, a.request_id, a.result);
     }
     if (static_cast<int>(state.outcomes.size()) == c.num_workers) outcome_ = state.outcomes;
+    recent_chunks_.assign(state.recent_chunks.begin(), state.recent_chunks.end());
   }
   if (listener_) {
     AppliedUpdate u;
@@ -323,7 +326,12 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   out->outcomes = outcome_;
   out->sparse.clear();
   for (const std::unique_ptr<SparseTable>& t : tables_) out->sparse.push_back(t->Export());
+  out->recent_chunks.assign(recent_chunks_.begin(), recent_chunks_.end());
   return absl::OkStatus();
+}
+
+size_t ParameterStore::RecentChunksKept(int num_workers) {
+  return std::max<size_t>(4096, 16 * static_cast<size_t>(std::max(num_workers, 0)));
 }
 
 absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerprint,
@@ -870,6 +878,7 @@ void ParameterStore::CloseStep(const std::vector<bool>& members) {
       ++stats_.pushes_applied;
       stats_.applied_digest += GradientHash(static_cast<uint64_t>(version_), w);
       outcome_[w] = {version_, true};
+      if (pending_chunk_[w] >= 0) recent_chunks_.push_back(pending_chunk_[w]);
     } else if (pending_examples_[w] >= 0) {
       outcome_[w] = {version_, false};
       ++stats_.pushes_dropped_stale;
@@ -877,6 +886,7 @@ void ParameterStore::CloseStep(const std::vector<bool>& members) {
     pending_examples_[w] = -1;
     pending_sparse_[w].clear();
   }
+  while (recent_chunks_.size() > RecentChunksKept(config_.num_workers)) recent_chunks_.pop_front();
   pending_count_ = 0;
   std::fill(pending_nonfinite_.begin(), pending_nonfinite_.end(), false);
   ++version_;
@@ -1007,8 +1017,11 @@ void ParameterStore::Report(const float* grad, bool skipped, const std::vector<b
   u.members = members;
   if (!members.empty()) {
     u.member_request_ids.assign(config_.num_workers, 0);
+    u.member_chunks.assign(config_.num_workers, -1);
     for (int w = 0; w < config_.num_workers; ++w) {
-      if (members[w]) u.member_request_ids[w] = pending_request_[w];
+      if (!members[w]) continue;
+      u.member_request_ids[w] = pending_request_[w];
+      u.member_chunks[w] = pending_chunk_[w];
     }
   }
   u.worker = worker;
@@ -1069,6 +1082,12 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
       ++stats_.pushes_applied;
       stats_.applied_digest += GradientHash(static_cast<uint64_t>(version_), w);
       outcome_[w] = {version_, true};
+      if (w < static_cast<int>(u.member_chunks.size()) && u.member_chunks[w] >= 0) {
+        recent_chunks_.push_back(u.member_chunks[w]);
+      }
+    }
+    while (recent_chunks_.size() > RecentChunksKept(config_.num_workers)) {
+      recent_chunks_.pop_front();
     }
   } else {
     ++stats_.pushes_applied;

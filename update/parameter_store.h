@@ -213,11 +213,13 @@ struct AppliedUpdate {
   std::vector<float> gradient;
   bool skipped = false;
   // Sync: the step's members, one per worker (their pushes count as
-  // applied), and the request ids of their pushes (0: none), so that a
-  // promoted backup answers a member's resent push as applied. Async:
+  // applied), the request ids of their pushes (0: none), so that a
+  // promoted backup answers a member's resent push as applied, and their
+  // chunks (StoreSnapshot::recent_chunks). Async:
   // empty; the push was `worker`'s with `request_id`.
   std::vector<bool> members;
   std::vector<uint64_t> member_request_ids;
+  std::vector<int64_t> member_chunks;  // sync: per worker, -1: none
   int worker = -1;
   uint64_t request_id = 0;
   int64_t staleness = 0;  // async: of the push
@@ -260,6 +262,12 @@ struct StoreSnapshot {
   std::vector<std::pair<int64_t, bool>> outcomes;
   // The rows of each sparse table this store holds, in table order.
   std::vector<SparseTable::Rows> sparse;
+  // Sync: the chunks (PushArgs::chunk) of the gradients the last steps took,
+  // oldest first, since the store was last initialised or restored (at
+  // most ParameterStore::RecentChunksKept()). A checkpoint counts them done:
+  // their workers may not have told the chief yet (WorkRequest.completed).
+  // Not part of the state a restore takes.
+  std::vector<int64_t> recent_chunks;
 };
 
 // What a Restore is: a rollback to a checkpoint (the store's own counters
@@ -409,6 +417,12 @@ class ParameterStore {
   // until Cancel(): false. The ps is ready for its role from then on.
   bool AwaitInitialized() const;
 
+  // How many chunks StoreSnapshot::recent_chunks holds at most: 4,096, or
+  // the members of 16 steps of `num_workers` when that is more. A worker
+  // tells the chief of its chunk when it next asks for work, long before
+  // that many more chunks are taken.
+  static size_t RecentChunksKept(int num_workers);
+
  private:
   absl::Status CheckLayout(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pulls' wait: until the version is at least min_version (of
@@ -521,6 +535,8 @@ class ParameterStore {
   std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> pending_request_ ABSL_GUARDED_BY(mu_);  // its request id
   std::vector<int64_t> pending_chunk_ ABSL_GUARDED_BY(mu_);  // its PushArgs::chunk
+  // The chunks of the members of the last steps (StoreSnapshot::recent_chunks).
+  std::deque<int64_t> recent_chunks_ ABSL_GUARDED_BY(mu_);
   int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);

@@ -648,6 +648,92 @@ TEST_F(StoreTest, RestoreRollsBackValuesSlotsAndVersionAndAbortsOldGenerations) 
   EXPECT_EQ(Values(store_), after_two);
 }
 
+// A checkpoint counts done the chunks of the last steps the ps took, which
+// their workers may not have reported yet: a snapshot names them, a backup
+// fed the primary's updates names the same, a rollback forgets them (the
+// restored state may not hold those steps), a continuation keeps them, and
+// only the newest RecentChunksKept() are kept.
+TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
+  const StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
+  InitStore(c);
+  std::vector<AppliedUpdate> log;
+  store_.SetUpdateListener([&log](AppliedUpdate u) { log.push_back(std::move(u)); });
+  StoreSnapshot seed;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &seed).ok());
+  EXPECT_TRUE(seed.recent_chunks.empty());
+  std::vector<float> g = {1, 1, 1};
+  auto push = [&](int worker, int64_t version, int64_t chunk) {
+    PushArgs a;
+    a.layout_fingerprint = kLayout;
+    a.worker = worker;
+    a.version = version;
+    a.request_id = static_cast<uint64_t>(version * 2 + worker + 1);
+    a.num_examples = 1;
+    a.gradients = g.data();
+    a.num_floats = 3;
+    a.chunk = chunk;
+    absl::StatusOr<PushResult> r = store_.Push(a);
+    ASSERT_TRUE(r.ok()) << r.status();
+  };
+  push(0, 0, 1);
+  push(1, 0, 0);
+  push(1, 1, 3);
+  push(0, 1, 2);
+  StoreSnapshot snap;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
+  EXPECT_EQ(snap.version, 2);
+  EXPECT_EQ(snap.recent_chunks, (std::vector<int64_t>{1, 0, 2, 3}));
+
+  StoreConfig b = c;
+  b.replica = ReplicaRole::kBackup;
+  ParameterStore backup;
+  ASSERT_TRUE(backup.Restore(b, seed).ok());
+  for (const AppliedUpdate& u : log) ASSERT_TRUE(backup.ApplyReplicated(kLayout, u).ok());
+  StoreSnapshot of_backup;
+  ASSERT_TRUE(backup.Snapshot(kLayout, &of_backup).ok());
+  EXPECT_EQ(of_backup.recent_chunks, snap.recent_chunks);
+
+  ParameterStore continued;
+  ASSERT_TRUE(continued.Restore(c, snap, RestoreKind::kContinue).ok());
+  StoreSnapshot of_continued;
+  ASSERT_TRUE(continued.Snapshot(kLayout, &of_continued).ok());
+  EXPECT_EQ(of_continued.recent_chunks, snap.recent_chunks);
+
+  StoreSnapshot rollback = snap;
+  rollback.generation = 1;
+  ASSERT_TRUE(store_.Restore(c, rollback).ok());
+  StoreSnapshot after;
+  ASSERT_TRUE(store_.Snapshot(kLayout, &after).ok());
+  EXPECT_TRUE(after.recent_chunks.empty());
+
+  // Bounded: the oldest go first.
+  ASSERT_EQ(ParameterStore::RecentChunksKept(2), 4096u);
+  EXPECT_EQ(ParameterStore::RecentChunksKept(1000), 16000u);
+  ParameterStore many;
+  std::vector<float> init = {0, 0, 0};
+  bool already = false;
+  ASSERT_TRUE(many.Init(c, init.data(), &already).ok());
+  const int64_t steps = 2049;  // 4,098 chunks
+  for (int64_t v = 0; v < steps; ++v) {
+    for (int w = 0; w < 2; ++w) {
+      PushArgs a;
+      a.layout_fingerprint = kLayout;
+      a.worker = w;
+      a.version = v;
+      a.num_examples = 1;
+      a.gradients = g.data();
+      a.num_floats = 3;
+      a.chunk = 2 * v + w;
+      ASSERT_TRUE(many.Push(a).ok());
+    }
+  }
+  StoreSnapshot kept;
+  ASSERT_TRUE(many.Snapshot(kLayout, &kept).ok());
+  ASSERT_EQ(kept.recent_chunks.size(), 4096u);
+  EXPECT_EQ(kept.recent_chunks.front(), 2);
+  EXPECT_EQ(kept.recent_chunks.back(), 2 * steps - 1);
+}
+
 TEST_F(StoreTest, RestoreInitialisesAnEmptyStoreAndRefusesAnotherLayout) {
   StoreSnapshot snap;
   snap.version = 7;
