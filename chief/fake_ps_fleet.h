@@ -35,6 +35,7 @@ class PsFleetForTests : public PsFleet {
   absl::StatusOr<ShardState> FetchCapturedSnapshot(int, absl::Duration) override {
     return NotHere();
   }
+  absl::StatusOr<ShardState> RecentChunks(int, absl::Duration) override { return NotHere(); }
   absl::StatusOr<InitResponse> Init(int, const InitRequest&, absl::Duration) override {
     return NotHere();
   }

@@ -86,6 +86,10 @@ absl::StatusOr<ShardState> GrpcPsFleet::FetchCapturedSnapshot(int i, absl::Durat
   return SnapshotPart(i, SnapshotRequest::CAPTURED, timeout);
 }
 
+absl::StatusOr<ShardState> GrpcPsFleet::RecentChunks(int i, absl::Duration timeout) {
+  return SnapshotPart(i, SnapshotRequest::RECENT_CHUNKS, timeout);
+}
+
 absl::StatusOr<InitResponse> GrpcPsFleet::Init(int i, const InitRequest& req,
                                                absl::Duration total_timeout) {
   InitResponse resp;

@@ -40,6 +40,7 @@ class GrpcPsFleet final : public PsFleet {
   absl::StatusOr<ShardState> Snapshot(int ps, absl::Duration timeout) override;
   absl::StatusOr<ShardState> CaptureSnapshot(int ps, absl::Duration timeout) override;
   absl::StatusOr<ShardState> FetchCapturedSnapshot(int ps, absl::Duration timeout) override;
+  absl::StatusOr<ShardState> RecentChunks(int ps, absl::Duration timeout) override;
   absl::StatusOr<InitResponse> Init(int ps, const InitRequest& request,
                                     absl::Duration total_timeout) override;
   absl::Status SetBackups(int ps, const std::vector<std::string>& addresses,

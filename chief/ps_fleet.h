@@ -46,6 +46,9 @@ class PsFleet {
   // The whole state the ps's last capture set aside (which the ps then
   // drops); FailedPrecondition when it holds none.
   virtual absl::StatusOr<ShardState> FetchCapturedSnapshot(int ps, absl::Duration timeout) = 0;
+  // The ps's version, generation and recent chunks, no values
+  // (SnapshotRequest.RECENT_CHUNKS).
+  virtual absl::StatusOr<ShardState> RecentChunks(int ps, absl::Duration timeout) = 0;
 
   // Retried while the ps is unreachable (common/retry.h) for up to
   // `total_timeout`; Cancelled once the chief is asked to stop.

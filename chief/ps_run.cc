@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -10,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "chief/snapshot.h"
+#include "chief/work_queue.h"
 #include "model/placement.h"
 #include "common/cluster_spec.h"
 #include "spdlog/spdlog.h"
@@ -224,12 +227,16 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
 
 absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start) {
   // The ps keep training where they are; the data position comes from the
-  // newest checkpoint on disk (chunks finished since are trained again).
+  // newest checkpoint on disk and the chunks of the ps's updates since,
+  // which each ps keeps a record of (ShardState.recent_chunks).
   absl::StatusOr<const Snapshot*> snap = checkpointer_->ReadNewestFromDisk();
   if (snap.ok()) {
     const Snapshot& latest = **snap;
-    if (absl::Status s =
-            dispatcher_->Rewind(latest.chunks_per_epoch, latest.done_chunks, generation);
+    int64_t reaches_back_to = 0;
+    const std::vector<int64_t> since = ChunksEveryPsHolds(&reaches_back_to);
+    absl::StatusOr<std::string> done = WorkQueue::AddDone(latest.done_chunks, since);
+    if (!done.ok()) return done.status();
+    if (absl::Status s = dispatcher_->Rewind(latest.chunks_per_epoch, *done, generation);
         !s.ok()) {
       return s;
     }
@@ -240,8 +247,14 @@ absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start
     }
     spdlog::warn(
         "resuming a run in progress: the ps are at version {} (generation {}); "
-        "data position from the checkpoint of step {} ({} chunks done)",
-        highest_version_, generation, latest.step, dispatcher_->done_chunks());
+        "data position from the checkpoint of step {} and the ps's record of the chunks "
+        "they took since ({} chunks done){}",
+        highest_version_, generation, latest.step, dispatcher_->done_chunks(),
+        reaches_back_to <= latest.step
+            ? ""
+            : absl::StrCat("; that record reaches back to version ", reaches_back_to,
+                           " only: the chunks of the steps before it since the checkpoint are "
+                           "trained again"));
     return absl::OkStatus();
   }
   if (!absl::IsNotFound(snap.status())) return snap.status();
@@ -250,6 +263,35 @@ absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start
       "checkpoint on disk, so the data starts over from the first epoch",
       highest_version_, generation);
   return checkpointer_->Take("resumed", highest_version_, /*workers_idle=*/true);
+}
+
+std::vector<int64_t> ParameterServerRun::ChunksEveryPsHolds(int64_t* reaches_back_to) {
+  // A chunk counts when every ps took it: one on some ps only (a worker
+  // lost between its pushes) is to be trained again.
+  std::vector<int64_t> common;
+  *reaches_back_to = 0;
+  for (int i = 0; i < plan_.num_ps(); ++i) {
+    absl::StatusOr<ShardState> r = ps_->RecentChunks(i, absl::Seconds(10));
+    if (!r.ok()) {
+      spdlog::warn("ps:{} does not say which chunks it took lately ({}); the chunks trained "
+                   "since the checkpoint are trained again",
+                   i, std::string(r.status().message()));
+      *reaches_back_to = std::numeric_limits<int64_t>::max();
+      return {};
+    }
+    std::vector<int64_t> mine(r->recent_chunks().begin(), r->recent_chunks().end());
+    std::sort(mine.begin(), mine.end());
+    if (i == 0) {
+      common = std::move(mine);
+    } else {
+      std::vector<int64_t> both;
+      std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
+                            std::back_inserter(both));
+      common = std::move(both);
+    }
+    *reaches_back_to = std::max(*reaches_back_to, r->recent_chunks_since());
+  }
+  return common;
 }
 
 void ParameterServerRun::LogSetup() const {

@@ -118,6 +118,10 @@ class ParameterServerRun final : public StrategyRun {
   absl::Status StartParameterServers(absl::Time* start);
   // A restarted chief (the ps were initialised): the data position.
   absl::Status ResumeRun(int64_t generation, absl::Time* start);
+  // The chunks in every ps's record of its last updates (sorted), and in
+  // *reaches_back_to the version from which on those records are whole on
+  // every ps (the largest int64 when a ps did not answer: none then).
+  std::vector<int64_t> ChunksEveryPsHolds(int64_t* reaches_back_to);
   // --ps_replicas: gives every ps's store a backup (docs/replication.md):
   // the backup store of the next ps, or, when that store serves the
   // shards (promoted in a lost ps's place), the ps's own store once its

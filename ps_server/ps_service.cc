@@ -599,6 +599,7 @@ grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest
       resp->set_generation(captured->store.generation);
       resp->mutable_recent_chunks()->Assign(captured->store.recent_chunks.begin(),
                                             captured->store.recent_chunks.end());
+      resp->set_recent_chunks_since(captured->store.recent_chunks_since);
       absl::MutexLock lock(&captured_mu_);
       captured_ = std::move(captured);  // an older capture nobody fetched is dropped
       return grpc::Status::OK;
@@ -620,6 +621,19 @@ grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest
                                             req->layout_fingerprint()));
       }
       CapturedToState(*captured, resp);
+      return grpc::Status::OK;
+    }
+    case SnapshotRequest::RECENT_CHUNKS: {
+      StoreSnapshot recent;
+      if (absl::Status s = store_->RecentChunksOf(req->layout_fingerprint(), &recent); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+      resp->set_layout_fingerprint(req->layout_fingerprint());
+      resp->set_version(recent.version);
+      resp->set_generation(recent.generation);
+      resp->mutable_recent_chunks()->Assign(recent.recent_chunks.begin(),
+                                            recent.recent_chunks.end());
+      resp->set_recent_chunks_since(recent.recent_chunks_since);
       return grpc::Status::OK;
     }
     default:

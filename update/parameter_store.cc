@@ -228,7 +228,7 @@ absl::Status ParameterStore::Init(const StoreConfig& config, const float* values
   if (absl::Status s = Configure(config, *std::move(opt)); !s.ok()) return s;
   ReplaceableValues().assign(values, values + config.num_floats);
   version_ = 0;
-  recent_chunks_.clear();
+  recent_chunks_.Reset(0);
   initialized_ = true;
   version_advanced_.SignalAll();
   return absl::OkStatus();
@@ -283,7 +283,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   ReplaceableValues() = state.values;
   tables_ = std::move(tables);
   version_ = state.version;
-  recent_chunks_.clear();  // a rollback's: of steps the restored state may not hold
+  recent_chunks_.Reset(version_);  // a rollback's: of steps the restored state may not hold
   if (kind == RestoreKind::kContinue || c.replica == ReplicaRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
@@ -292,7 +292,9 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
       if (a.worker >= 0 && a.worker < c.num_workers) RememberPush(a.worker, a.request_id, a.result);
     }
     if (static_cast<int>(state.outcomes.size()) == c.num_workers) outcome_ = state.outcomes;
-    recent_chunks_.assign(state.recent_chunks.begin(), state.recent_chunks.end());
+    if (state.recent_chunks_since <= version_) {
+      recent_chunks_.Load(state.recent_chunks, state.recent_chunks_since, version_);
+    }
   }
   if (listener_) {
     AppliedUpdate u;
@@ -326,7 +328,22 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   out->outcomes = outcome_;
   out->sparse.clear();
   for (const std::unique_ptr<SparseTable>& t : tables_) out->sparse.push_back(t->Export());
-  out->recent_chunks.assign(recent_chunks_.begin(), recent_chunks_.end());
+  out->recent_chunks = recent_chunks_.chunks();
+  out->recent_chunks_since = recent_chunks_.since();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::RecentChunksOf(uint64_t layout_fingerprint,
+                                           StoreSnapshot* out) const {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
+  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  out->version = version_;
+  out->generation = generation_;
+  out->recent_chunks = recent_chunks_.chunks();
+  out->recent_chunks_since = recent_chunks_.since();
   return absl::OkStatus();
 }
 
@@ -878,7 +895,6 @@ void ParameterStore::CloseStep(const std::vector<bool>& members) {
       ++stats_.pushes_applied;
       stats_.applied_digest += GradientHash(static_cast<uint64_t>(version_), w);
       outcome_[w] = {version_, true};
-      if (pending_chunk_[w] >= 0) recent_chunks_.push_back(pending_chunk_[w]);
     } else if (pending_examples_[w] >= 0) {
       outcome_[w] = {version_, false};
       ++stats_.pushes_dropped_stale;
@@ -886,7 +902,11 @@ void ParameterStore::CloseStep(const std::vector<bool>& members) {
     pending_examples_[w] = -1;
     pending_sparse_[w].clear();
   }
-  while (recent_chunks_.size() > RecentChunksKept(config_.num_workers)) recent_chunks_.pop_front();
+  std::vector<int64_t> chunks;
+  for (int w = 0; w < config_.num_workers; ++w) {
+    if (members[w]) chunks.push_back(pending_chunk_[w]);
+  }
+  recent_chunks_.Add(chunks, RecentChunksKept(config_.num_workers));
   pending_count_ = 0;
   std::fill(pending_nonfinite_.begin(), pending_nonfinite_.end(), false);
   ++version_;
@@ -980,7 +1000,8 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool 
   step_sparse_.clear();
   if (args.sparse != nullptr) step_sparse_.swap(*args.sparse);
   ApplySparse();
-  Report(args.gradients, false, {}, args.worker, args.request_id, r.staleness);
+  Report(args.gradients, false, {}, args.worker, args.request_id, r.staleness, args.chunk);
+  recent_chunks_.Add({args.chunk}, RecentChunksKept(config_.num_workers));
   stats_.applied_digest += GradientHash(args.request_id, args.worker);
   ++version_;
   ++stats_.pushes_applied;
@@ -1007,7 +1028,7 @@ StoreStats ParameterStore::stats() const {
 }
 
 void ParameterStore::Report(const float* grad, bool skipped, const std::vector<bool>& members,
-                            int worker, uint64_t request_id, int64_t staleness) {
+                            int worker, uint64_t request_id, int64_t staleness, int64_t chunk) {
   if (!listener_) return;
   AppliedUpdate u;
   u.generation = generation_;
@@ -1023,6 +1044,8 @@ void ParameterStore::Report(const float* grad, bool skipped, const std::vector<b
       u.member_request_ids[w] = pending_request_[w];
       u.member_chunks[w] = pending_chunk_[w];
     }
+  } else {
+    u.member_chunks = {chunk};
   }
   u.worker = worker;
   u.request_id = request_id;
@@ -1082,12 +1105,6 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
       ++stats_.pushes_applied;
       stats_.applied_digest += GradientHash(static_cast<uint64_t>(version_), w);
       outcome_[w] = {version_, true};
-      if (w < static_cast<int>(u.member_chunks.size()) && u.member_chunks[w] >= 0) {
-        recent_chunks_.push_back(u.member_chunks[w]);
-      }
-    }
-    while (recent_chunks_.size() > RecentChunksKept(config_.num_workers)) {
-      recent_chunks_.pop_front();
     }
   } else {
     ++stats_.pushes_applied;
@@ -1095,6 +1112,11 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
     stats_.staleness_sum += u.staleness;
     stats_.staleness_max = std::max(stats_.staleness_max, u.staleness);
   }
+  std::vector<int64_t> chunks;
+  for (size_t w = 0; w < u.member_chunks.size(); ++w) {
+    if (!sync || (w < u.members.size() && u.members[w])) chunks.push_back(u.member_chunks[w]);
+  }
+  recent_chunks_.Add(chunks, RecentChunksKept(config_.num_workers));
   ++version_;
   ++stats_.steps_applied;
   if (sync) {

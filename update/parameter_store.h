@@ -60,6 +60,7 @@
 #include "absl/time/time.h"
 #include "common/parallel_for.h"
 #include "update/optimizer.h"
+#include "update/recent_chunks.h"
 #include "update/sparse_table.h"
 
 namespace pscluster {
@@ -215,8 +216,8 @@ struct AppliedUpdate {
   // Sync: the step's members, one per worker (their pushes count as
   // applied), the request ids of their pushes (0: none), so that a
   // promoted backup answers a member's resent push as applied, and their
-  // chunks (StoreSnapshot::recent_chunks). Async:
-  // empty; the push was `worker`'s with `request_id`.
+  // chunks (StoreSnapshot::recent_chunks). Async: members empty; the push
+  // was `worker`'s with `request_id`, of chunk member_chunks[0].
   std::vector<bool> members;
   std::vector<uint64_t> member_request_ids;
   std::vector<int64_t> member_chunks;  // sync: per worker, -1: none
@@ -262,12 +263,14 @@ struct StoreSnapshot {
   std::vector<std::pair<int64_t, bool>> outcomes;
   // The rows of each sparse table this store holds, in table order.
   std::vector<SparseTable::Rows> sparse;
-  // Sync: the chunks (PushArgs::chunk) of the gradients the last steps took,
-  // oldest first, since the store was last initialised or restored (at
-  // most ParameterStore::RecentChunksKept()). A checkpoint counts them done:
-  // their workers may not have told the chief yet (WorkRequest.completed).
-  // Not part of the state a restore takes.
+  // The chunks (PushArgs::chunk) of the gradients the last updates took,
+  // oldest first (at most ParameterStore::RecentChunksKept()), and the
+  // version from which on they are all there (update/recent_chunks.h). A
+  // checkpoint counts them done: their workers may not have told the chief
+  // yet (WorkRequest.completed). A rollback forgets them; a store that
+  // continues this one takes them.
   std::vector<int64_t> recent_chunks;
+  int64_t recent_chunks_since = 0;
 };
 
 // What a Restore is: a rollback to a checkpoint (the store's own counters
@@ -417,6 +420,9 @@ class ParameterStore {
   // until Cancel(): false. The ps is ready for its role from then on.
   bool AwaitInitialized() const;
 
+  // Only the version, the generation and the recent chunks of a Snapshot.
+  absl::Status RecentChunksOf(uint64_t layout_fingerprint, StoreSnapshot* out) const;
+
   // How many chunks StoreSnapshot::recent_chunks holds at most: 4,096, or
   // the members of 16 steps of `num_workers` when that is more. A worker
   // tells the chief of its chunk when it next asks for work, long before
@@ -489,8 +495,10 @@ class ParameterStore {
   void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the listener, if any, of the update from version_ to version_ + 1
   // (`grad` null: the values did not change).
+  // (`chunk`: an async push's.)
   void Report(const float* grad, bool skipped, const std::vector<bool>& members, int worker,
-              uint64_t request_id, int64_t staleness) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+              uint64_t request_id, int64_t staleness, int64_t chunk = -1)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Remembers worker w's push `request_id` and its answer.
   void RememberPush(int w, uint64_t request_id, const PushResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -535,8 +543,8 @@ class ParameterStore {
   std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> pending_request_ ABSL_GUARDED_BY(mu_);  // its request id
   std::vector<int64_t> pending_chunk_ ABSL_GUARDED_BY(mu_);  // its PushArgs::chunk
-  // The chunks of the members of the last steps (StoreSnapshot::recent_chunks).
-  std::deque<int64_t> recent_chunks_ ABSL_GUARDED_BY(mu_);
+  // The chunks of the last updates (StoreSnapshot::recent_chunks).
+  RecentChunks recent_chunks_ ABSL_GUARDED_BY(mu_);
   int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);

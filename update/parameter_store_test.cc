@@ -683,6 +683,7 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
   EXPECT_EQ(snap.version, 2);
   EXPECT_EQ(snap.recent_chunks, (std::vector<int64_t>{1, 0, 2, 3}));
+  EXPECT_EQ(snap.recent_chunks_since, 0);
 
   StoreConfig b = c;
   b.replica = ReplicaRole::kBackup;
@@ -692,12 +693,14 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   StoreSnapshot of_backup;
   ASSERT_TRUE(backup.Snapshot(kLayout, &of_backup).ok());
   EXPECT_EQ(of_backup.recent_chunks, snap.recent_chunks);
+  EXPECT_EQ(of_backup.recent_chunks_since, 0);
 
   ParameterStore continued;
   ASSERT_TRUE(continued.Restore(c, snap, RestoreKind::kContinue).ok());
   StoreSnapshot of_continued;
   ASSERT_TRUE(continued.Snapshot(kLayout, &of_continued).ok());
   EXPECT_EQ(of_continued.recent_chunks, snap.recent_chunks);
+  EXPECT_EQ(of_continued.recent_chunks_since, 0);
 
   StoreSnapshot rollback = snap;
   rollback.generation = 1;
@@ -705,6 +708,7 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   StoreSnapshot after;
   ASSERT_TRUE(store_.Snapshot(kLayout, &after).ok());
   EXPECT_TRUE(after.recent_chunks.empty());
+  EXPECT_EQ(after.recent_chunks_since, 2);  // the steps from the restored version on
 
   // Bounded: the oldest go first.
   ASSERT_EQ(ParameterStore::RecentChunksKept(2), 4096u);
@@ -732,6 +736,67 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   ASSERT_EQ(kept.recent_chunks.size(), 4096u);
   EXPECT_EQ(kept.recent_chunks.front(), 2);
   EXPECT_EQ(kept.recent_chunks.back(), 2 * steps - 1);
+  EXPECT_EQ(kept.recent_chunks_since, 1);  // step 0 went whole
+  StoreSnapshot light;
+  ASSERT_TRUE(many.RecentChunksOf(kLayout, &light).ok());
+  EXPECT_EQ(light.version, steps);
+  EXPECT_EQ(light.recent_chunks, kept.recent_chunks);
+  EXPECT_EQ(light.recent_chunks_since, 1);
+  EXPECT_TRUE(light.values.empty());
+
+  // Async: each push's chunk, a backup's too.
+  ParameterStore async;
+  std::vector<AppliedUpdate> async_log;
+  async.SetUpdateListener([&](AppliedUpdate u) { async_log.push_back(std::move(u)); });
+  ASSERT_TRUE(async.Init(SgdConfig(UpdateRule::kAsync, 2, 1), init.data(), &already).ok());
+  for (int64_t chunk : {5, 4, 6}) {
+    PushArgs a;
+    a.layout_fingerprint = kLayout;
+    a.worker = static_cast<int>(chunk % 2);
+    a.num_examples = 1;
+    a.gradients = g.data();
+    a.num_floats = 3;
+    a.chunk = chunk;
+    ASSERT_TRUE(async.Push(a).ok());
+  }
+  ASSERT_TRUE(async.RecentChunksOf(kLayout, &light).ok());
+  EXPECT_EQ(light.recent_chunks, (std::vector<int64_t>{5, 4, 6}));
+  StoreConfig ab = SgdConfig(UpdateRule::kAsync, 2, 1);
+  ab.replica = ReplicaRole::kBackup;
+  ParameterStore async_backup;
+  StoreSnapshot empty_seed;
+  empty_seed.values = init;
+  ASSERT_TRUE(async_backup.Restore(ab, empty_seed).ok());
+  for (const AppliedUpdate& u : async_log) {
+    ASSERT_TRUE(async_backup.ApplyReplicated(kLayout, u).ok());
+  }
+  StoreSnapshot of_async_backup;
+  ASSERT_TRUE(async_backup.RecentChunksOf(kLayout, &of_async_backup).ok());
+  EXPECT_EQ(of_async_backup.recent_chunks, light.recent_chunks);
+}
+
+// since(): every update from it on has its chunks held. Updates go whole
+// when more than `keep` chunks are held; a loaded record (another store's)
+// goes as one block, since() then jumping to the version it was loaded at.
+TEST(RecentChunksTest, SinceMovesByWholeUpdates) {
+  RecentChunks r;
+  r.Reset(10);
+  r.Add({1, 2}, 4);
+  r.Add({-1}, 4);  // pushed without a chunk: nothing held, still an update
+  r.Add({3, 4}, 4);
+  EXPECT_EQ(r.chunks(), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(r.since(), 10);
+  r.Add({5}, 4);
+  EXPECT_EQ(r.chunks(), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(r.since(), 11);  // update 11 had no chunk: it is whole
+  r.Load({7, 8, 9}, 20, 23);
+  r.Add({10, 11}, 4);
+  EXPECT_EQ(r.chunks(), (std::vector<int64_t>{10, 11}));
+  EXPECT_EQ(r.since(), 23);
+  // Updates are bounded too, not only chunks.
+  for (int i = 0; i < 10; ++i) r.Add({}, 4);
+  EXPECT_TRUE(r.chunks().empty());
+  EXPECT_EQ(r.since(), 30);
 }
 
 TEST_F(StoreTest, RestoreInitialisesAnEmptyStoreAndRefusesAnotherLayout) {
