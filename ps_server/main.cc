@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cluster_spec.h"
 #include "common/daemon.h"
@@ -36,6 +39,10 @@ ABSL_FLAG(int, data_port, 0,
 ABSL_FLAG(int, backup_port, 0,
           "Port (gRPC) of the backup store this ps keeps for another ps when the chief runs with "
           "--ps_replicas=1 (the chief asks for it); 0: any free port");
+ABSL_FLAG(int, backup_data_port, 0,
+          "Port of the backup store's tcp data plane: its primary's updates, and the workers' "
+          "push-pulls once it serves a lost ps's shards; 0: any free port (clients ask for it "
+          "over gRPC)");
 ABSL_FLAG(int, update_threads, 0,
           "Cores a large shard's update (its gradient check, sync's sum, the optimizer) may "
           "use at once; 0: every core. Results do not depend on it");
@@ -103,6 +110,27 @@ int main(int argc, char** argv) {
   const int backup_port = absl::GetFlag(FLAGS_backup_port);
   if (backup_port < 0 || backup_port > 65535) {
     ExitWithUsageError("--backup_port must be in [0, 65535], got " + std::to_string(backup_port));
+  }
+  const int backup_data_port = absl::GetFlag(FLAGS_backup_data_port);
+  if (backup_data_port < 0 || backup_data_port > 65535) {
+    ExitWithUsageError("--backup_data_port must be in [0, 65535], got " +
+                       std::to_string(backup_data_port));
+  }
+  {
+    // Fixed ports, each its own: one given twice would fail its bind later
+    // with a message that names neither flag.
+    const std::pair<const char*, int> fixed[] = {{"the task's own port (TF_CONFIG)", config.own_port()},
+                                                 {"--data_port", data_port},
+                                                 {"--backup_port", backup_port},
+                                                 {"--backup_data_port", backup_data_port}};
+    for (size_t i = 0; i < std::size(fixed); ++i) {
+      for (size_t j = i + 1; j < std::size(fixed); ++j) {
+        if (fixed[i].second != 0 && fixed[i].second == fixed[j].second) {
+          ExitWithUsageError(absl::StrCat(fixed[j].first, "=", fixed[j].second, ": so is ",
+                                          fixed[i].first, "; each needs a port of its own"));
+        }
+      }
+    }
   }
   const int update_threads = absl::GetFlag(FLAGS_update_threads);
   if (update_threads < 0 || update_threads > 1024) {
@@ -178,10 +206,11 @@ int main(int argc, char** argv) {
   }
   service.set_backup_port((*backup_server)->port());
   // The backup store's tcp data plane: its primary's updates come over it
-  // (a gRPC round trip less per update), any free port; the primary falls
+  // (a gRPC round trip less per update), and the workers' push-pulls once
+  // it is promoted; --backup_data_port or any free port; the primary falls
   // back to gRPC when it cannot reach it.
   absl::StatusOr<std::unique_ptr<DataPlaneServer>> backup_data_plane =
-      DataPlaneServer::Start(0, &backup_service, nullptr,
+      DataPlaneServer::Start(backup_data_port, &backup_service, nullptr,
                              static_cast<uint64_t>(rpc.max_message_bytes), spec_ports);
   if (!backup_data_plane.ok()) {
     spdlog::error("backup store: {}", std::string(backup_data_plane.status().message()));

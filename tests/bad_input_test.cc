@@ -250,13 +250,31 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
 TEST(PsFlagsTest, DataPortOrThreadsOutOfRangeExitsTwo) {
   const std::string json =
       "{\"cluster\": {\"ps\": [\"127.0.0.1:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}";
-  for (const char* port : {"-1", "65536"}) {
-    ProcessResult r = RunBinary("ps_server/ps_server", {absl::StrCat("--data_port=", port)}, json,
-                                absl::Seconds(30));
+  for (const char* flag : {"--data_port", "--backup_port", "--backup_data_port"}) {
+    for (const char* port : {"-1", "65536"}) {
+      ProcessResult r = RunBinary("ps_server/ps_server", {absl::StrCat(flag, "=", port)}, json,
+                                  absl::Seconds(30));
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_NE(r.output.find(absl::StrCat(flag, " must be in [0, 65535], got ", port)),
+                std::string::npos)
+          << r.output;
+    }
+  }
+  // A fixed port given twice, or the task's own again.
+  struct Clash {
+    std::vector<std::string> flags;
+    const char* expected;
+  };
+  const Clash clashes[] = {
+      {{"--data_port=1"}, "--data_port=1: so is the task's own port (TF_CONFIG)"},
+      {{"--backup_port=7000", "--backup_data_port=7000"},
+       "--backup_data_port=7000: so is --backup_port; each needs a port of its own"},
+      {{"--data_port=7001", "--backup_data_port=7001"}, "--backup_data_port=7001: so is --data_port"},
+  };
+  for (const Clash& c : clashes) {
+    ProcessResult r = RunBinary("ps_server/ps_server", c.flags, json, absl::Seconds(30));
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find(absl::StrCat("--data_port must be in [0, 65535], got ", port)),
-              std::string::npos)
-        << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
   }
   ProcessResult r = RunBinary("ps_server/ps_server", {"--update_threads=-2"}, json,
                               absl::Seconds(30));

@@ -10,7 +10,9 @@
 # spec's ports 1.5 times in 1,000).
 # (Not fewer spare ports: gRPC's own probes take an ephemeral port now and
 # then, and a range with none left fails the bind.)
-# Needs root and util-linux's unshare; skips saying why otherwise.
+# Given fixed ports (--data_port, --backup_port, --backup_data_port), it
+# binds those. Needs root and util-linux's unshare; skips saying why
+# otherwise.
 #
 # Usage: tests/data_port_test.sh [MNIST_DIR]   (MNIST is not needed)
 set -uo pipefail
@@ -69,5 +71,19 @@ if [ -z "$bad" ]; then
   pass "with 41000..41021 the ephemeral range and 41000..41015 in the spec, the data plane, the backup store and its data plane took ports outside the spec in 5 runs of 5:$ports /$backups"
 else
   fail "data ports chosen:$ports, backup store ports and their data planes':$backups (expected 41016..41021 every time: the others belong to tasks of the spec)"
+fi
+# Fixed ports (behind a firewall): the ps binds the three it is given, the
+# backup store's data plane included (where the workers reach a promoted
+# store over the tcp data plane).
+out="$(TF_CONFIG="$spec" unshare --net bash -c '
+  ip link set lo up &&
+  { timeout 10 "$0" --data_port=41030 --backup_port=41031 --backup_data_port=41032 > "$1" 2>&1 &
+    pid=$!;
+    for i in $(seq 100); do grep -q "data plane on port" "$1" && break; sleep 0.1; done;
+    kill -TERM $pid; wait $pid; cat "$1"; }' "$ps_bin" "$logs/fixed.log" 2>&1)"
+if grep -q 'tcp data plane on port 41030, backup store on port 41031 with its data plane on port 41032' <<<"$out"; then
+  pass "--data_port=41030 --backup_port=41031 --backup_data_port=41032: bound as given"
+else
+  fail "fixed ports: $(grep -m1 'serving on\|error' <<<"$out")"
 fi
 finish
