@@ -168,7 +168,19 @@ else
   kill -INT "$pid"
   for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
-    fail "Ctrl-C: the launcher still runs 30 s later"; kill -KILL "$pid"
+    # What it waits for (seen once on CI, not reproduced since): the tasks
+    # still running and the last lines of the run.
+    still=""
+    for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
+      n="$(launcher_children "$pid" "$b" | wc -l)"
+      [ "$n" -gt 0 ] && still+=" ${b#*/} x$n"
+    done
+    fail "Ctrl-C: the launcher still runs 30 s later; its tasks still running:${still:- none}"
+    tail -n 15 "$tmp/ctrlc.out"
+    for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
+      launcher_children "$pid" "$b" | xargs -r kill -KILL
+    done
+    kill -KILL "$pid"
   else
     wait "$pid"; rc=$?
     left="$(grep -l "" "$tmp"/logs/*.log 2>/dev/null | wc -l)"
