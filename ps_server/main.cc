@@ -119,10 +119,11 @@ int main(int argc, char** argv) {
   {
     // Fixed ports, each its own: one given twice would fail its bind later
     // with a message that names neither flag.
-    const std::pair<const char*, int> fixed[] = {{"the task's own port (TF_CONFIG)", config.own_port()},
-                                                 {"--data_port", data_port},
-                                                 {"--backup_port", backup_port},
-                                                 {"--backup_data_port", backup_data_port}};
+    const std::pair<const char*, int> fixed[] = {
+        {"the task's own port (TF_CONFIG)", config.own_port()},
+        {"--data_port", data_port},
+        {"--backup_port", backup_port},
+        {"--backup_data_port", backup_data_port}};
     for (size_t i = 0; i < std::size(fixed); ++i) {
       for (size_t j = i + 1; j < std::size(fixed); ++j) {
         if (fixed[i].second != 0 && fixed[i].second == fixed[j].second) {

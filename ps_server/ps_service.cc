@@ -35,6 +35,16 @@ grpc::Status InvalidArgument(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
+// A state's header, without its values: the layout, version, generation
+// and recent chunks (the answer to CAPTURE and to RECENT_CHUNKS).
+void StateHeader(uint64_t fingerprint, const StoreSnapshot& store, ShardState* out) {
+  out->set_layout_fingerprint(fingerprint);
+  out->set_version(store.version);
+  out->set_generation(store.generation);
+  out->mutable_recent_chunks()->Assign(store.recent_chunks.begin(), store.recent_chunks.end());
+  out->set_recent_chunks_since(store.recent_chunks_since);
+}
+
 }  // namespace
 
 PsService::PsService(ParameterStore* store, Metrics* metrics, const PsServiceOptions& options)
@@ -594,12 +604,7 @@ grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest
       if (absl::Status s = Capture(req->layout_fingerprint(), captured.get()); !s.ok()) {
         return ToGrpcStatus(s);
       }
-      resp->set_layout_fingerprint(captured->fingerprint);
-      resp->set_version(captured->store.version);
-      resp->set_generation(captured->store.generation);
-      resp->mutable_recent_chunks()->Assign(captured->store.recent_chunks.begin(),
-                                            captured->store.recent_chunks.end());
-      resp->set_recent_chunks_since(captured->store.recent_chunks_since);
+      StateHeader(captured->fingerprint, captured->store, resp);
       absl::MutexLock lock(&captured_mu_);
       captured_ = std::move(captured);  // an older capture nobody fetched is dropped
       return grpc::Status::OK;
@@ -628,12 +633,7 @@ grpc::Status PsService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest
       if (absl::Status s = store_->RecentChunksOf(req->layout_fingerprint(), &recent); !s.ok()) {
         return ToGrpcStatus(s);
       }
-      resp->set_layout_fingerprint(req->layout_fingerprint());
-      resp->set_version(recent.version);
-      resp->set_generation(recent.generation);
-      resp->mutable_recent_chunks()->Assign(recent.recent_chunks.begin(),
-                                            recent.recent_chunks.end());
-      resp->set_recent_chunks_since(recent.recent_chunks_since);
+      StateHeader(req->layout_fingerprint(), recent, resp);
       return grpc::Status::OK;
     }
     default:

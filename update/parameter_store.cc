@@ -310,10 +310,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
 
 absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot* out) const {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   out->version = version_;
   out->generation = generation_;
   out->values = *values_;
@@ -336,10 +333,7 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
 absl::Status ParameterStore::RecentChunksOf(uint64_t layout_fingerprint,
                                            StoreSnapshot* out) const {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   out->version = version_;
   out->generation = generation_;
   out->recent_chunks = recent_chunks_.chunks();
@@ -354,8 +348,7 @@ size_t ParameterStore::RecentChunksKept(int num_workers) {
 absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerprint,
                                                         int64_t version) const {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) return absl::UnavailableError("parameter server is not initialised yet");
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   absl::MutexLock decisions_lock(&decisions_mu_);
   for (const StepDecision& d : decisions_) {
     if (d.version == version && d.generation == generation_) return d;
@@ -367,10 +360,7 @@ absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerp
 absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
                                               const std::vector<bool>& active) {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (static_cast<int>(active.size()) != config_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker set has ", active.size(), " entries; this ps serves ",
@@ -395,7 +385,10 @@ bool ParameterStore::is_sync() const {
   return config_.rule == UpdateRule::kSync;
 }
 
-absl::Status ParameterStore::CheckLayout(uint64_t fingerprint) const {
+absl::Status ParameterStore::CheckReady(uint64_t fingerprint) const {
+  if (!initialized_) {
+    return absl::UnavailableError("parameter server is not initialised yet");
+  }
   if (fingerprint != config_.layout_fingerprint) {
     return absl::FailedPreconditionError(absl::StrCat(
         "layout fingerprint ", fingerprint, " does not match this ps's ",
@@ -438,10 +431,7 @@ absl::Status ParameterStore::AwaitVersion(uint64_t layout_fingerprint, int64_t m
   // that is down (retried until it or a restarted one answers, or the chief
   // ends the run), not a request to stop training.
   if (cancelled_) return absl::UnavailableError("parameter server is shutting down");
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (other_generation()) return GenerationMismatch(generation, generation_, version_);
   if (version_ < min_version) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -579,11 +569,8 @@ void ParameterStore::ApplySparse() {
 
 absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
   // Refusals are counted by the caller (the ps service), in one place.
-  if (absl::Status s = CheckLayout(args.layout_fingerprint); !s.ok()) {
+  if (absl::Status s = CheckReady(args.layout_fingerprint); !s.ok()) {
     return s;
   }
   if (config_.replica == ReplicaRole::kBackup) {
@@ -940,10 +927,7 @@ bool ParameterStore::NextDecision(int64_t after_sequence, absl::Time deadline,
 
 absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d) {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (config_.replica == ReplicaRole::kBackup) {
     // Unavailable: the caller asks again, where the primary is now (a
     // restarted ps serves as a backup at the address it had).
@@ -1063,10 +1047,7 @@ void ParameterStore::SetUpdateListener(UpdateListener listener) {
 absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
                                              const AppliedUpdate& u) {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (config_.replica != ReplicaRole::kBackup) {
     return absl::FailedPreconditionError(
         "this ps is the primary of these shards; it takes no replicated updates");
@@ -1136,10 +1117,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
                                      StepRole step_role,
                                      const std::optional<StepDecision>& in_flight) {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (config_.replica != ReplicaRole::kBackup) {
     return absl::FailedPreconditionError("this ps is the primary of these shards already");
   }
@@ -1184,10 +1162,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
 
 absl::Status ParameterStore::Demote(uint64_t layout_fingerprint) {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) {
-    return absl::UnavailableError("parameter server is not initialised yet");
-  }
-  if (absl::Status s = CheckLayout(layout_fingerprint); !s.ok()) return s;
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   config_.replica = ReplicaRole::kBackup;
   // Waiting pulls and pushes see the new role.
   version_advanced_.SignalAll();

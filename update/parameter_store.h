@@ -430,7 +430,9 @@ class ParameterStore {
   static size_t RecentChunksKept(int num_workers);
 
  private:
-  absl::Status CheckLayout(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unavailable before Init or Restore; FailedPrecondition when
+  // `fingerprint` is not the layout the store holds.
+  absl::Status CheckReady(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pulls' wait: until the version is at least min_version (of
   // `generation` when >= 0), failing as PullShared says.
   absl::Status AwaitVersion(uint64_t layout_fingerprint, int64_t min_version,
