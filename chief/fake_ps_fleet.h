@@ -46,7 +46,7 @@ class PsFleetForTests : public PsFleet {
   absl::StatusOr<ShardState> SnapshotOfBackup(const std::string&, absl::Duration) override {
     return NotHere();
   }
-  absl::StatusOr<StepCommitRequest> GetDecision(int, int64_t, absl::Duration) override {
+  absl::StatusOr<StepCommitRequest> GetDecision(int, int64_t, int64_t, absl::Duration) override {
     return NotHere();
   }
   absl::Status CommitStep(int, const StepCommitRequest&, absl::Duration) override {
@@ -56,7 +56,7 @@ class PsFleetForTests : public PsFleet {
     return NotHere();
   }
   absl::StatusOr<int64_t> Promote(const std::string&, int64_t, bool, const StepCommitRequest*,
-                                  absl::Duration) override {
+                                  int64_t, absl::Duration) override {
     return NotHere();
   }
   absl::Status SetFollowers(int, const std::vector<std::string>&, absl::Duration) override {

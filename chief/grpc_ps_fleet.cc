@@ -148,12 +148,14 @@ absl::StatusOr<ShardState> GrpcPsFleet::SnapshotOfBackup(const std::string& addr
 }
 
 absl::StatusOr<StepCommitRequest> GrpcPsFleet::GetDecision(int i, int64_t version,
+                                                           int64_t fence_below,
                                                            absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   GetDecisionRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
   req.set_version(version);
+  req.set_fence_below(fence_below);
   StepCommitRequest d;
   grpc::Status s = StubOf(i)->GetDecision(&ctx, req, &d);
   if (!s.ok()) {
@@ -187,12 +189,13 @@ absl::StatusOr<PsStatsResponse> GrpcPsFleet::StatsAt(const std::string& address,
 
 absl::StatusOr<int64_t> GrpcPsFleet::Promote(const std::string& address, int64_t generation,
                                              bool decides, const StepCommitRequest* in_flight,
-                                             absl::Duration timeout) {
+                                             int64_t decider_epoch, absl::Duration timeout) {
   PromoteRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
   req.set_generation(generation);
   req.set_decides(decides);
   if (in_flight != nullptr) *req.mutable_in_flight() = *in_flight;
+  req.set_decider_epoch(decider_epoch);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PromoteResponse resp;

@@ -49,14 +49,14 @@ class GrpcPsFleet final : public PsFleet {
                        absl::Duration total_timeout) override;
   absl::StatusOr<ShardState> SnapshotOfBackup(const std::string& address,
                                               absl::Duration timeout) override;
-  absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t version,
+  absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t version, int64_t fence_below,
                                                 absl::Duration timeout) override;
   absl::Status CommitStep(int ps, const StepCommitRequest& decision,
                           absl::Duration timeout) override;
   absl::StatusOr<PsStatsResponse> StatsAt(const std::string& address,
                                           absl::Duration timeout) override;
   absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation, bool decides,
-                                  const StepCommitRequest* in_flight,
+                                  const StepCommitRequest* in_flight, int64_t decider_epoch,
                                   absl::Duration timeout) override;
   absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,
                             absl::Duration timeout) override;

@@ -62,9 +62,12 @@ class PsFleet {
   // The state of the backup store at `address` (a ps's --backup_port).
   virtual absl::StatusOr<ShardState> SnapshotOfBackup(const std::string& address,
                                                       absl::Duration timeout) = 0;
-  // Sync: the deciding ps's kept decision for the step from `version`
-  // (NotFound: not made yet); handing a decision to a following ps.
+  // Sync: a ps's kept decision for the step from `version` (NotFound: not
+  // made or taken yet), a following ps fenced at decider epoch
+  // `fence_below` first when it is above 0; handing a decision to a
+  // following ps.
   virtual absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t version,
+                                                        int64_t fence_below,
                                                         absl::Duration timeout) = 0;
   virtual absl::Status CommitStep(int ps, const StepCommitRequest& decision,
                                   absl::Duration timeout) = 0;
@@ -76,10 +79,11 @@ class PsFleet {
   // Makes the backup store at `address` the primary of its shards under
   // `generation`; the version it holds.
   // `decides`: it decides the sync steps from now on (it replaces ps 0),
-  // starting from `in_flight` (null: none) for the step it is at.
+  // starting from `in_flight` (null: none) for the step it is at, under
+  // `decider_epoch` (following: the lowest it takes).
   virtual absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation,
                                           bool decides, const StepCommitRequest* in_flight,
-                                          absl::Duration timeout) = 0;
+                                          int64_t decider_epoch, absl::Duration timeout) = 0;
   // Makes the primary store at `address` (one a backup was promoted in
   // place of) a backup, to be seeded.
   virtual absl::Status Demote(const std::string& address, absl::Duration timeout) = 0;

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/rpc.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
@@ -31,8 +30,7 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(1));
     if (!st.ok()) {
       if (++failures_[i] >= 2) {
-        return Recover(i, std::string(st.status().message()), Refused(st.status()), latest,
-                       highest_version);
+        return Recover(i, std::string(st.status().message()), latest, highest_version);
       }
       continue;
     }
@@ -40,8 +38,7 @@ absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version)
     alone_[i] = st->backups_set() > 0 && st->backups_live() < st->backups_set();
     *highest_version = std::max(*highest_version, st->version());
     if (!st->initialized() || st->incarnation() != incarnation_[i]) {
-      return Recover(i, "it restarted and lost its parameters", /*gone=*/true, latest,
-                     highest_version);
+      return Recover(i, "it restarted and lost its parameters", latest, highest_version);
     }
   }
   CheckBackups();
@@ -80,12 +77,12 @@ bool PsRecovery::suspects_loss() const {
   return std::any_of(failures_.begin(), failures_.end(), [](int f) { return f > 0; });
 }
 
-absl::Status PsRecovery::Recover(int i, const std::string& why, bool gone, const Snapshot* latest,
+absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* latest,
                                  int64_t* highest_version) {
   const absl::Time t0 = absl::Now();
   if (copies_ != nullptr && i < static_cast<int>(copies_->size()) &&
       !(*copies_)[i].backup.empty()) {
-    const absl::Status promoted = PromoteBackup(i, why, gone);
+    const absl::Status promoted = PromoteBackup(i, why);
     if (promoted.ok()) {
       membership_->Apply(/*force=*/true);
       if (metrics_ != nullptr) {
@@ -179,18 +176,11 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, bool gone, const
   return absl::OkStatus();
 }
 
-absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone) {
+absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
   StoreCopies& c = (*copies_)[i];
   const int n = fleet_->num_ps();
   const bool sync_steps = setup_->mode == SYNC && n > 1;
   const bool decides = sync_steps && i == 0;
-  if (decides && !gone) {
-    // Alive and cut off, it may still send followers decisions its backup
-    // never sees; fencing decisions is not built (docs/replication.md).
-    return absl::FailedPreconditionError(
-        "ps:0 decides the sync steps and only stopped answering: while it may be alive, its "
-        "backup does not decide in its place");
-  }
   if (alone_[i]) {
     return absl::FailedPreconditionError(absl::StrCat(
         "when last seen, ps:", i, " answered without its backup, which may lack updates"));
@@ -206,9 +196,11 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone)
     return absl::FailedPreconditionError(absl::StrCat(
         "the backup is of generation ", b->generation(), ", the run of ", generation));
   }
+  int64_t epoch = 0;
   if (sync_steps) {
     // Every step a worker was answered for is on the backup, so no other
     // ps can be more than the step in flight ahead of it.
+    epoch = std::max(decider_epoch_, b->decider_epoch());
     for (int j = 0; j < n; ++j) {
       if (j == i) continue;
       absl::StatusOr<PsStatsResponse> other = fleet_->Stats(j, absl::Seconds(1));
@@ -218,17 +210,23 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone)
             absl::StrCat("the backup is at version ", b->version(), " but ps:", j, " at ",
                          other->version(), ": it lacks updates"));
       }
+      epoch = std::max(epoch, other->decider_epoch());
     }
+    if (decides) ++epoch;
+    decider_epoch_ = epoch;
   }
-  // A decider lost with a step in flight may have sent its decision to
-  // some followers: the backup, which never saw it, closes that step with
-  // the same members.
+  // A decider lost may be alive and cut off, and still send followers its
+  // decisions: each follower is fenced at the new epoch first, and refuses
+  // them from then on. One lost with a step in flight may have sent its
+  // decision to some followers: the backup, which never saw it, closes
+  // that step with the same members.
   std::optional<StepCommitRequest> in_flight;
   if (decides) {
-    for (int j = 1; j < n && !in_flight.has_value(); ++j) {
-      absl::StatusOr<StepCommitRequest> d = fleet_->GetDecision(j, b->version(), absl::Seconds(2));
+    for (int j = 1; j < n; ++j) {
+      absl::StatusOr<StepCommitRequest> d =
+          fleet_->GetDecision(j, b->version(), /*fence_below=*/epoch, absl::Seconds(2));
       if (d.ok()) {
-        in_flight = *std::move(d);
+        if (!in_flight.has_value()) in_flight = *std::move(d);
       } else if (!absl::IsNotFound(d.status())) {
         return d.status();
       }
@@ -236,7 +234,7 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone)
   }
   absl::StatusOr<int64_t> version =
       fleet_->Promote(c.backup, generation, decides,
-                      in_flight.has_value() ? &*in_flight : nullptr, absl::Seconds(2));
+                      in_flight.has_value() ? &*in_flight : nullptr, epoch, absl::Seconds(2));
   if (!version.ok()) return version.status();
   // From here on the backup is the primary: every caller is told.
   const std::string was = fleet_->address(i);
@@ -253,16 +251,18 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool gone)
       "version {} (generation {}){}; no checkpoint read, nothing rolled back; the workers call "
       "it there instead of {}",
       i, why, c.primary_holder, fleet_->address(i), *version, generation,
-      !decides              ? ""
-      : in_flight.has_value() ? ", and decides the sync steps from ps:0's decision in flight on"
-                              : ", and decides the sync steps",
+      !decides ? ""
+               : absl::StrCat(", and decides the sync steps under decider epoch ", epoch,
+                              in_flight.has_value() ? " from ps:0's decision in flight on" : "",
+                              "; every follower refuses ps:0's decisions from now on"),
       was);
   if (absl::Status s = PublishPlacement(); !s.ok()) return s;
   if (sync_steps && !decides) {
     // ps 0 may have given the lost process the decision of the step the
     // backup is at, and moved on: hand it over again. Not decided yet:
     // ps 0 sends it when it is.
-    absl::StatusOr<StepCommitRequest> d = fleet_->GetDecision(0, *version, absl::Seconds(5));
+    absl::StatusOr<StepCommitRequest> d =
+        fleet_->GetDecision(0, *version, /*fence_below=*/0, absl::Seconds(5));
     if (d.ok()) {
       if (absl::Status s = fleet_->CommitStep(i, *d, absl::Seconds(10)); !s.ok()) return s;
     } else if (!absl::IsNotFound(d.status())) {
@@ -331,6 +331,7 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
   *req.mutable_init() = MakeInitRequest(*setup_, i);
   *req.mutable_state() = *std::move(state);
   req.set_continues(true);
+  if (setup_->mode == SYNC) req.mutable_state()->set_decider_epoch(DeciderEpoch(i));
   if (absl::Status s = fleet_->Restore(i, req, recovery_timeout_); !s.ok()) return s;
   // Copied into the ps, whether or not what follows lets it keep them.
   if (metrics_ != nullptr) metrics_->AddReseedBytes(reseed_bytes);
@@ -342,7 +343,7 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
     // state is at, and moved on: hand it over again. Not decided yet: ps 0
     // sends it when it is.
     absl::StatusOr<StepCommitRequest> d =
-        fleet_->GetDecision(0, req.state().version(), absl::Seconds(5));
+        fleet_->GetDecision(0, req.state().version(), /*fence_below=*/0, absl::Seconds(5));
     if (d.ok()) {
       if (absl::Status s = fleet_->CommitStep(i, *d, absl::Seconds(10)); !s.ok()) return s;
     } else if (!absl::IsNotFound(d.status())) {
@@ -360,11 +361,15 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
     return s;
   }
   if (absl::Status s = MoveHome(); !s.ok()) return s;
+  // The decider's epoch moves on (a restore never lowers it): ps 0's
+  // process, which may be one replaced as the decider, decides again.
+  const int64_t epoch = setup_->mode == SYNC ? DeciderEpoch(-1) : 0;
   for (int i = 0; i < fleet_->num_ps(); ++i) {
     RestoreRequest req;
     *req.mutable_init() = MakeInitRequest(*setup_, i);
     *req.mutable_state() = snap.ps[i];
     req.mutable_state()->set_generation(generation);
+    req.mutable_state()->set_decider_epoch(epoch);
     // The placement's shards: a snapshot read from a checkpoint file (or
     // resharded from another ps count) carries the values, not their list.
     *req.mutable_state()->mutable_shards() = req.init().shards();
@@ -374,6 +379,15 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
     incarnation_[i] = st->incarnation();
   }
   return absl::OkStatus();
+}
+
+int64_t PsRecovery::DeciderEpoch(int skip) {
+  for (int j = 0; j < fleet_->num_ps(); ++j) {
+    if (j == skip) continue;
+    absl::StatusOr<PsStatsResponse> st = fleet_->Stats(j, absl::Seconds(1));
+    if (st.ok()) decider_epoch_ = std::max(decider_epoch_, st->decider_epoch());
+  }
+  return decider_epoch_;
 }
 
 absl::Status PsRecovery::MoveHome() {

@@ -78,16 +78,17 @@ class PsRecovery {
   // While a ps is lost, the chief logs what it waits for this often.
   static constexpr absl::Duration kWaitReportEvery = absl::Seconds(5);
 
-  // `gone`: no process serves the ps (its port refused, or a new process
-  // answers): the sync decider's backup takes over only then.
-  absl::Status Recover(int ps, const std::string& why, bool gone, const Snapshot* latest,
+  absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
                        int64_t* highest_version);
   // A backup that fails two looks in a row is dropped: its primary, which
   // holds its answers until the backup has the update, goes on without.
   void CheckBackups();
   // Lost ps `ps`'s backup store made the primary of its shards, and every
   // caller told: OK, or why it could not be (then the old way serves).
-  absl::Status PromoteBackup(int ps, const std::string& why, bool gone);
+  // The sync decider's backup decides under a new decider epoch, which
+  // every follower is fenced at first: the lost decider may only be cut
+  // off, and alive.
+  absl::Status PromoteBackup(int ps, const std::string& why);
   // Every ps's shards served at its own address again (before a restore
   // from a checkpoint), the workers and the deciding ps told.
   absl::Status MoveHome();
@@ -98,6 +99,10 @@ class PsRecovery {
   // Restarted ps `ps` restored from its backup: OK, or why it could not be
   // (then the checkpoint serves), logged by the caller.
   absl::Status RestoreFromBackup(int ps, int64_t generation);
+  // Sync: the highest decider epoch this chief gave or a ps but `skip`
+  // holds (a chief restarted mid-run learns it from the ps). A restored or
+  // promoted store takes it; a new decider the next.
+  int64_t DeciderEpoch(int skip);
 
   const PsSetup* const setup_;
   const absl::Duration recovery_timeout_;
@@ -113,6 +118,7 @@ class PsRecovery {
   // Per ps: when last seen, it answered without waiting for a backup that
   // had gone silent (docs/replication.md): its backup may lack updates.
   std::vector<bool> alone_;
+  int64_t decider_epoch_ = 0;  // the highest known (DeciderEpoch)
 };
 
 }  // namespace pscluster

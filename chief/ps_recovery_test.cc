@@ -31,7 +31,11 @@ const absl::Time kT0 = absl::FromUnixSeconds(1000);
 class FakeFleet : public PsFleetForTests {
  public:
   explicit FakeFleet(int n)
-      : PsFleetForTests(n), incarnation(n), initialized(n, true), unreachable(n, 0) {
+      : PsFleetForTests(n),
+      incarnation(n),
+      initialized(n, true),
+      unreachable(n, 0),
+      decider_epoch(n, 0) {
     for (int i = 0; i < n; ++i) incarnation[i] = i + 1;
   }
 
@@ -45,6 +49,7 @@ class FakeFleet : public PsFleetForTests {
     st.set_incarnation(incarnation[ps]);
     st.set_generation(generation);
     st.set_version(initialized[ps] ? version : 0);
+    st.set_decider_epoch(decider_epoch[ps]);
     return st;
   }
   absl::Status SetWorkers(int, const std::vector<bool>&, absl::Duration) override {
@@ -59,7 +64,13 @@ class FakeFleet : public PsFleetForTests {
     backups_asked.push_back(address);
     return backup_state;
   }
-  absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t, absl::Duration) override {
+  absl::StatusOr<StepCommitRequest> GetDecision(int ps, int64_t, int64_t fence_below,
+                                                absl::Duration) override {
+    if (fence_below > 0) {
+      if (unfenceable == ps) return absl::UnavailableError("the follower does not answer");
+      fenced.push_back({ps, fence_below});
+      decider_epoch[ps] = std::max(decider_epoch[ps], fence_below);
+    }
     if (ps != 0 && followers_took.has_value()) return *followers_took;
     return absl::NotFoundError("not decided");
   }
@@ -83,10 +94,12 @@ class FakeFleet : public PsFleetForTests {
     return st;
   }
   absl::StatusOr<int64_t> Promote(const std::string& address, int64_t, bool decides,
-                                  const StepCommitRequest* in_flight, absl::Duration) override {
+                                  const StepCommitRequest* in_flight, int64_t epoch,
+                                  absl::Duration) override {
     promoted.push_back(address);
     promoted_to_decide = decides;
     promoted_in_flight = in_flight != nullptr;
+    promoted_epoch = epoch;
     return backup_version;
   }
   absl::Status SetFollowers(int, const std::vector<std::string>& addresses,
@@ -104,6 +117,7 @@ class FakeFleet : public PsFleetForTests {
   std::vector<uint64_t> incarnation;
   std::vector<bool> initialized;
   std::vector<int> unreachable;
+  std::vector<int64_t> decider_epoch;  // each ps's, as its stats say
   std::string unreachable_error = "unreachable";
   int64_t generation = 0;
   int64_t version = 300;
@@ -115,6 +129,9 @@ class FakeFleet : public PsFleetForTests {
   std::vector<std::string> promoted;
   bool promoted_to_decide = false;
   bool promoted_in_flight = false;
+  int64_t promoted_epoch = -1;
+  std::vector<std::pair<int, int64_t>> fenced;  // ps, GetDecision's fence_below
+  int unfenceable = -1;  // a follower that does not answer GetDecision
   std::optional<StepCommitRequest> followers_took;  // a decision the followers have
   std::vector<std::pair<int, std::vector<std::string>>> backups_set;
   std::vector<std::string> followers;
@@ -371,34 +388,66 @@ TEST_F(PsRecoveryTest, ABackupThatStopsAnsweringIsDropped) {
             0);
 }
 
-TEST_F(PsRecoveryTest, TheSyncDeciderIsPromotedOnlyWhenGone) {
+TEST_F(PsRecoveryTest, TheSyncDeciderIsReplacedUnderANewEpochOnceEveryFollowerIsFenced) {
   fleet_.backup_answers = true;
   setup_.mode = SYNC;
-  // Timing out, it may be alive and still send followers decisions: waited
-  // for, not replaced.
+  // Restarted, with a decision in flight that a follower took: its backup
+  // decides from then on under epoch 1, starting with that decision, and
+  // sends its decisions to the follower, which was fenced at epoch 1 first.
+  StepCommitRequest took;
+  took.set_version(fleet_.backup_version);
+  fleet_.followers_took = took;
+  fleet_.Restart(0);
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps1:7001"});
+  EXPECT_TRUE(fleet_.promoted_to_decide);
+  EXPECT_TRUE(fleet_.promoted_in_flight);
+  EXPECT_EQ(fleet_.promoted_epoch, 1);
+  EXPECT_EQ(fleet_.fenced, (std::vector<std::pair<int, int64_t>>{{1, 1}}));
+  EXPECT_EQ(fleet_.address(0), "ps1:7001");
+  EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps1:7000"});
+  EXPECT_EQ(Failovers("promoted"), 1);
+  EXPECT_EQ(Failovers("checkpoint"), 0);
+}
+
+TEST_F(PsRecoveryTest, ACutOffSyncDeciderIsReplacedTooUnderTheEpochAfterTheHighest) {
+  fleet_.backup_answers = true;
+  setup_.mode = SYNC;
+  // Timing out, ps:0 may be alive and still send the follower decisions:
+  // the follower, which took epoch 4 already, is fenced at 5 before the
+  // backup decides.
+  fleet_.decider_epoch[1] = 4;
+  fleet_.unreachable[0] = 2;
+  fleet_.unreachable_error = "Deadline Exceeded";
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(fleet_.promoted.empty());  // one failed look
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps1:7001"});
+  EXPECT_TRUE(fleet_.promoted_to_decide);
+  EXPECT_FALSE(fleet_.promoted_in_flight);
+  EXPECT_EQ(fleet_.promoted_epoch, 5);
+  EXPECT_EQ(fleet_.fenced, (std::vector<std::pair<int, int64_t>>{{1, 5}}));
+  EXPECT_EQ(Failovers("promoted"), 1);
+}
+
+TEST_F(PsRecoveryTest, ASyncDeciderIsNotReplacedWhileAFollowerCannotBeFenced) {
+  fleet_.backup_answers = true;
+  setup_.mode = SYNC;
+  fleet_.unfenceable = 1;
   fleet_.unreachable[0] = 3;
   fleet_.unreachable_error = "Deadline Exceeded";
   PsRecovery r = Make();
   int64_t highest = 0;
   ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  // Not promoted: waited for until it answers again, as without replicas.
   ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
   EXPECT_TRUE(fleet_.promoted.empty());
+  EXPECT_EQ(fleet_.address(0), "ps0:7000");
   EXPECT_EQ(Failovers("resumed"), 1);
-  // Restarted (gone), with a decision in flight that a follower took: its
-  // backup decides from then on, starting with that decision, and sends
-  // its decisions to the follower.
-  StepCommitRequest took;
-  took.set_version(fleet_.backup_version);
-  fleet_.followers_took = took;
-  fleet_.Restart(0);
-  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
-  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps1:7001"});
-  EXPECT_TRUE(fleet_.promoted_to_decide);
-  EXPECT_TRUE(fleet_.promoted_in_flight);
-  EXPECT_EQ(fleet_.address(0), "ps1:7001");
-  EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps1:7000"});
-  EXPECT_EQ(Failovers("promoted"), 1);
-  EXPECT_EQ(Failovers("checkpoint"), 0);
 }
 
 TEST_F(PsRecoveryTest, ABackupBehindTheOtherPsIsNotPromoted) {
@@ -424,6 +473,8 @@ TEST_F(PsRecoveryTest, ASyncFollowerPromotedIsGivenTheStepAndTheDecider) {
   ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
   EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7001"});
   EXPECT_FALSE(fleet_.promoted_to_decide);
+  EXPECT_EQ(fleet_.promoted_epoch, 0);  // the decider's: it follows
+  EXPECT_TRUE(fleet_.fenced.empty());
   EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps0:7001"});
   EXPECT_EQ(Failovers("promoted"), 1);
 }

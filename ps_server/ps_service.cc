@@ -573,6 +573,7 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_sparse_bytes(sparse_bytes);
   for (bool a : s.active_workers) resp->add_active_workers(a);
   resp->set_backup(s.backup);
+  resp->set_decider_epoch(s.decider_epoch);
   resp->set_replicated_version(-1);
   if (std::shared_ptr<Replicator> replicator = CurrentReplicator(); replicator != nullptr) {
     const ReplicaStats r = UpdateReplicaMetrics(*replicator);
@@ -713,6 +714,7 @@ StepDecision DecisionFromRequest(const StepCommitRequest& req) {
   d.version = req.version();
   d.members.assign(req.members().begin(), req.members().end());
   d.skip = req.skip();
+  d.decider_epoch = req.decider_epoch();
   return d;
 }
 
@@ -826,7 +828,7 @@ grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* 
   if (req->has_in_flight()) in_flight = DecisionFromRequest(req->in_flight());
   absl::Status s = store_->Promote(req->layout_fingerprint(), req->generation(),
                                    req->decides() ? StepRole::kDecide : StepRole::kFollow,
-                                   in_flight);
+                                   in_flight, req->decider_epoch());
   if (!s.ok()) return ToGrpcStatus(s);
   const int64_t version = store_->stats().version;
   spdlog::warn("promoted to primary of its shards at version {} (generation {}){}: its primary "
@@ -845,6 +847,13 @@ grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* 
 grpc::Status PsService::GetDecision(grpc::ServerContext* ctx, const GetDecisionRequest* req,
                                     StepCommitRequest* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (req->fence_below() > 0) {
+    absl::Status s = store_->FenceDecisions(req->layout_fingerprint(), req->fence_below());
+    if (!s.ok()) return ToGrpcStatus(s);
+    spdlog::warn("takes step decisions of decider epoch {} and above from now on: a backup is "
+                 "promoted to decide in place of the decider",
+                 req->fence_below());
+  }
   absl::StatusOr<StepDecision> d = store_->DecisionFor(req->layout_fingerprint(), req->version());
   if (!d.ok()) return ToGrpcStatus(d.status());
   resp->set_layout_fingerprint(d->layout_fingerprint);
@@ -852,6 +861,7 @@ grpc::Status PsService::GetDecision(grpc::ServerContext* ctx, const GetDecisionR
   resp->set_version(d->version);
   for (bool m : d->members) resp->add_members(m);
   resp->set_skip(d->skip);
+  resp->set_decider_epoch(d->decider_epoch);
   return grpc::Status::OK;
 }
 

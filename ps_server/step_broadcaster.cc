@@ -85,6 +85,7 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
     req.set_version(d.version);
     for (bool m : d.members) req.add_members(m);
     req.set_skip(d.skip);
+    req.set_decider_epoch(d.decider_epoch);
     Backoff backoff(ResendPolicy());
     while (!stop_) {
       connect();

@@ -6,8 +6,11 @@
 # threshold. A second run cuts ps:1 off the network for 8 seconds (its
 # link on the switch goes down) and checks that the cluster waits, then
 # carries on with nothing lost; a third does the same with --ps_replicas=1,
-# where ps:1's backup takes over and the old primary rejoins as a backup. A third has no ps: the built-in CNN, 6 epochs
-# under --strategy=multi_worker_mirrored (the ring of workers), to 0.990.
+# where ps:1's backup takes over and the old primary rejoins as a backup;
+# a fourth cuts off ps:0, which decides the sync steps, with replicas: its
+# backup decides in its place under a new decider epoch. The last has no
+# ps: the built-in CNN, 6 epochs under --strategy=multi_worker_mirrored
+# (the ring of workers), to 0.990.
 # Needs root and iproute2; skips saying why otherwise.
 #
 # Usage: tests/netns_cluster_test.sh [MNIST_DIR]
@@ -99,19 +102,19 @@ wait_cluster() {  # sets codes
     wait "$p"; codes+=($?)
   done
 }
-# cut_ps1 RUN WHAT: once RUN's chief reports 300 chunks done, cuts ps:1 off
-# the network for 8 s, then waits for the cluster (sets done_chunks).
-cut_ps1() {
-  local run="$1" what="$2"
+# cut_ps RUN PS WHAT: once RUN's chief reports 300 chunks done, cuts ps:PS
+# off the network for 8 s, then waits for the cluster (sets done_chunks).
+cut_ps() {
+  local run="$1" ps="$2" what="$3"
   for _ in $(seq 1 600); do
     done_chunks="$(sed -n 's/.* chunks \([0-9]*\)\/.*/\1/p' "$tmp/$run.chief.log" | tail -n 1)"
     [ "${done_chunks:-0}" -ge 300 ] && break
     sleep 0.1
   done
   [ "${done_chunks:-0}" -ge 300 ] || fail "$what reported no progress past 300 chunks before the cut"
-  ip -n "$sw" link set pps1 down
+  ip -n "$sw" link set "pps$ps" down
   sleep 8
-  ip -n "$sw" link set pps1 up
+  ip -n "$sw" link set "pps$ps" up
   wait_cluster
 }
 
@@ -145,7 +148,7 @@ check_run plain "six hosts, each on its own address and port 2222,"
 #    run (2.2 s) had ended before its first line past 300 chunks, and the
 #    cut missed it. Three epochs leave room on a faster machine too.
 start_cluster cut --epochs=3 --checkpoint_every_steps=100 --log_every_s=0.2
-cut_ps1 cut "the cut run"
+cut_ps cut 1 "the cut run"
 check_run cut "with ps:1 cut off for 8 s after $done_chunks chunks, the cluster"
 if grep -q "ps:1 lost" "$tmp/cut.chief.log" &&
    grep -q "ps:1 answers again (the same process" "$tmp/cut.chief.log"; then
@@ -175,29 +178,55 @@ fi
 #     store's backup.
 #     Nothing applied twice: every copy ends with the same version,
 #     applied pushes and digest, each pair bit for bit.
-start_cluster cut_r1 --epochs=20 --checkpoint_every_steps=100 --log_every_s=0.2 --ps_replicas=1
-cut_ps1 cut_r1 "the replicated cut run"
-check_run cut_r1 "with --ps_replicas=1 and ps:1 cut off for 8 s after $done_chunks chunks, the cluster"
 # state LOG WHAT: "version applied digest crc" of the store line WHAT.
 state() {
   grep -E "$2" "$1" | tail -n 1 |
     sed -nE 's/.*version=([0-9]+) applied=([0-9]+) .*applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p'
 }
-p0="$(state "$tmp/cut_r1.ps0.log" 'shutting down')"
-p1="$(state "$tmp/cut_r1.ps1.log" 'shutting down')"
-b0="$(state "$tmp/cut_r1.ps0.log" 'backup store: promoted')"
-b1="$(state "$tmp/cut_r1.ps1.log" 'backup store: a backup')"
-if grep -qE "ps:1 lost \(.*\): its backup store on ps:0 \(${addr[ps0]}:[0-9]+\) serves its shards from now on" "$tmp/cut_r1.chief.log" &&
-   grep -qE "this ps was replaced|demoted: a backup promoted in this store's place" "$tmp/cut_r1.ps1.log" &&
-   grep -q "ps:1's shards are served at ${addr[ps0]}:[0-9]* now" "$tmp/cut_r1.w0.log" &&
-   grep -q "ps:1 answers again, as the primary it was before its backup took over: demoted" "$tmp/cut_r1.chief.log" &&
-   grep -q "ps:1's store (served by ps:0) has a backup on ps:1" "$tmp/cut_r1.chief.log" &&
-   ! grep -q "restored from the checkpoint" "$tmp/cut_r1.chief.log" &&
-   [ -n "$p0" ] && [ "${p0% *}" = "${p1% *}" ] && [ "$p0" = "$b1" ] && [ "$p1" = "$b0" ]; then
-  pass "ps:1 cut off with replicas: its backup on ps:0 took over, the old primary was fenced off and rejoined as a backup; every copy at '${p0% *}' (version, applied, digest), each pair bit for bit"
+# check_replaced RUN CUT OTHER: ps:CUT's backup store on ps:OTHER took over,
+# the old primary was fenced off and rejoined as a backup, and every copy
+# ends with the same version, applied pushes and digest, each pair bit for
+# bit (ps:i's own store and its backup on the other ps).
+check_replaced() {
+  local run="$1" cut="$2" other="$3" own_cut own_other backup_cut backup_other
+  own_cut="$(state "$tmp/$run.ps$cut.log" 'shutting down')"
+  own_other="$(state "$tmp/$run.ps$other.log" 'shutting down')"
+  backup_cut="$(state "$tmp/$run.ps$cut.log" 'backup store: a backup')"
+  backup_other="$(state "$tmp/$run.ps$other.log" 'backup store: promoted')"
+  if grep -qE "ps:$cut lost \(.*\): its backup store on ps:$other \(${addr[ps$other]}:[0-9]+\) serves its shards from now on" "$tmp/$run.chief.log" &&
+     grep -qE "this ps was replaced|demoted: a backup promoted in this store's place" "$tmp/$run.ps$cut.log" &&
+     grep -q "ps:$cut's shards are served at ${addr[ps$other]}:[0-9]* now" "$tmp/$run.w0.log" &&
+     grep -q "ps:$cut answers again, as the primary it was before its backup took over: demoted" "$tmp/$run.chief.log" &&
+     grep -q "ps:$cut's store (served by ps:$other) has a backup on ps:$cut" "$tmp/$run.chief.log" &&
+     ! grep -q "restored from the checkpoint" "$tmp/$run.chief.log" &&
+     [ -n "$own_cut" ] && [ "${own_cut% *}" = "${own_other% *}" ] &&
+     [ "$own_cut" = "$backup_other" ] && [ "$own_other" = "$backup_cut" ]; then
+    pass "ps:$cut cut off with replicas: its backup on ps:$other took over, the old primary was fenced off and rejoined as a backup; every copy at '${own_cut% *}' (version, applied, digest), each pair bit for bit"
+  else
+    fail "ps:$cut cut off with replicas: ps$cut '$own_cut' ps$other '$own_other' ps$other's backup store '$backup_other' ps$cut's '$backup_cut'"
+    grep -E "lost|promot|replaced|demoted|backup|restored|epoch" "$tmp/$run.chief.log" "$tmp/$run.ps$cut.log" | head -20
+  fi
+}
+start_cluster cut_r1 --epochs=20 --checkpoint_every_steps=100 --log_every_s=0.2 --ps_replicas=1
+cut_ps cut_r1 1 "the replicated cut run"
+check_run cut_r1 "with --ps_replicas=1 and ps:1 cut off for 8 s after $done_chunks chunks, the cluster"
+check_replaced cut_r1 1 0
+
+# 2c. ps:0 cut off with --ps_replicas=1: ps:0 decides the sync steps, and a
+#     decider cut off (not killed) may still be alive and send ps:1 its
+#     decisions. The chief fences ps:1 at a new decider epoch before ps:0's
+#     backup store on ps:1 decides in its place (docs/replication.md,
+#     Fencing); ps:0 rejoins as a backup. The same checks, and the fence.
+start_cluster cut_d --epochs=20 --checkpoint_every_steps=100 --log_every_s=0.2 --ps_replicas=1
+cut_ps cut_d 0 "the replicated decider cut run"
+check_run cut_d "with --ps_replicas=1 and ps:0, the decider, cut off for 8 s after $done_chunks chunks, the cluster"
+check_replaced cut_d 0 1
+if grep -q "and decides the sync steps under decider epoch 1" "$tmp/cut_d.chief.log" &&
+   grep -q "takes step decisions of decider epoch 1 and above from now on" "$tmp/cut_d.ps1.log"; then
+  pass "ps:0's backup decides under decider epoch 1, ps:1 fenced at it first: $(grep -o 'ps:0 lost.*' "$tmp/cut_d.chief.log" | head -n 1)"
 else
-  fail "ps:1 cut off with replicas: ps0 '$p0' ps1 '$p1' ps0's backup store '$b0' ps1's '$b1'"
-  grep -E "lost|promot|replaced|demoted|backup|restored" "$tmp/cut_r1.chief.log" "$tmp/cut_r1.ps1.log" | head -20
+  fail "no decider epoch 1 in the chief's log, or no fence in ps:1's"
+  grep -E "epoch|ps:0 lost" "$tmp/cut_d.chief.log" "$tmp/cut_d.ps1.log" | head
 fi
 
 # 3. No ps: the ring of workers, the built-in CNN for 6 epochs.

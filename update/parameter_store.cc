@@ -284,6 +284,8 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   tables_ = std::move(tables);
   version_ = state.version;
   recent_chunks_.Reset(version_);  // a rollback's: of steps the restored state may not hold
+  decider_epoch_ = std::max(decider_epoch_, state.decider_epoch);
+  replicated_decisions_.clear();  // of steps the restored state may not hold
   if (kind == RestoreKind::kContinue || c.replica == ReplicaRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
@@ -327,6 +329,7 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   for (const std::unique_ptr<SparseTable>& t : tables_) out->sparse.push_back(t->Export());
   out->recent_chunks = recent_chunks_.chunks();
   out->recent_chunks_since = recent_chunks_.since();
+  out->decider_epoch = decider_epoch_;
   return absl::OkStatus();
 }
 
@@ -718,6 +721,7 @@ void ParameterStore::MaybeCloseStep() {
   d.generation = generation_;
   d.version = version_;
   d.sequence = next_sequence_++;
+  d.decider_epoch = decider_epoch_;
   d.members.resize(config_.num_workers);
   for (int w = 0; w < config_.num_workers; ++w) d.members[w] = pending_examples_[w] >= 0;
   d.skip = AnyNonfinite(d.members);
@@ -946,6 +950,13 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
   if (d.generation != generation_) {
     return GenerationMismatch(d.generation, generation_, version_);
   }
+  if (d.decider_epoch < decider_epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step decision for version ", d.version, " of decider epoch ", d.decider_epoch,
+        "; this ps takes epoch ", decider_epoch_,
+        " and above: the ps that made it was replaced as the decider"));
+  }
+  decider_epoch_ = d.decider_epoch;
   if (d.version < version_) return absl::OkStatus();  // applied already
   if (d.version > version_) {
     return absl::UnavailableError(absl::StrCat("step decision for version ", d.version,
@@ -967,6 +978,17 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
     if (!d.members[w] && pending_examples_[w] >= 0) DropPending(w);
   }
   MaybeApplyCommit();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::FenceDecisions(uint64_t layout_fingerprint, int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  if (config_.replica == ReplicaRole::kPrimary && config_.step_role == StepRole::kDecide) {
+    return absl::FailedPreconditionError(
+        "this ps decides its steps itself; only a following ps is fenced against a decider");
+  }
+  decider_epoch_ = std::max(decider_epoch_, epoch);
   return absl::OkStatus();
 }
 
@@ -1001,6 +1023,7 @@ StoreStats ParameterStore::stats() const {
   StoreStats s = stats_;
   s.version = version_;
   s.generation = generation_;
+  s.decider_epoch = decider_epoch_;
   s.initialized = initialized_;
   s.backup = config_.replica == ReplicaRole::kBackup;
   s.decides = config_.rule == UpdateRule::kSync && config_.step_role == StepRole::kDecide &&
@@ -1100,6 +1123,18 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
   recent_chunks_.Add(chunks, RecentChunksKept(config_.num_workers));
   ++version_;
   ++stats_.steps_applied;
+  if (sync && config_.step_role == StepRole::kDecide) {
+    // Its primary decided this step: sent again if this backup is
+    // promoted to decide (Promote).
+    StepDecision d;
+    d.layout_fingerprint = config_.layout_fingerprint;
+    d.generation = u.generation;
+    d.version = u.version;
+    d.members = u.members;
+    d.skip = u.skipped;
+    replicated_decisions_.push_back(std::move(d));
+    if (replicated_decisions_.size() > kKeptDecisions) replicated_decisions_.pop_front();
+  }
   if (sync) {
     // Answered as applied, with the version after the step.
     for (size_t w = 0; w < u.member_request_ids.size(); ++w) {
@@ -1115,7 +1150,8 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
 
 absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t generation,
                                      StepRole step_role,
-                                     const std::optional<StepDecision>& in_flight) {
+                                     const std::optional<StepDecision>& in_flight,
+                                     int64_t decider_epoch) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (config_.replica != ReplicaRole::kBackup) {
@@ -1128,7 +1164,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
   }
   if (in_flight.has_value() &&
       (step_role != StepRole::kDecide || config_.rule != UpdateRule::kSync ||
-       in_flight->version != version_ || in_flight->generation != generation ||
+       in_flight->version > version_ || in_flight->generation != generation ||
        static_cast<int>(in_flight->members.size()) != config_.num_workers ||
        std::find(in_flight->members.begin(), in_flight->members.end(), true) ==
            in_flight->members.end())) {
@@ -1143,18 +1179,29 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
   config_.generation = generation;
   generation_ = generation;
   stats_.generation = generation;
-  if (in_flight.has_value()) {
-    commit_ = *in_flight;
-    for (int w = 0; w < config_.num_workers; ++w) {
-      if (!commit_->members[w] && pending_examples_[w] >= 0) DropPending(w);
+  decider_epoch_ = std::max(decider_epoch_, decider_epoch);
+  if (step_role == StepRole::kDecide) {
+    // The steps it applied, then the one in flight: each follower takes
+    // those it lacks, in order, under this decider's epoch.
+    std::deque<StepDecision> resend;
+    resend.swap(replicated_decisions_);
+    if (in_flight.has_value() && in_flight->version == version_) {
+      commit_ = *in_flight;
+      for (int w = 0; w < config_.num_workers; ++w) {
+        if (!commit_->members[w] && pending_examples_[w] >= 0) DropPending(w);
+      }
+      resend.push_back(*in_flight);
     }
-    StepDecision d = *in_flight;
-    d.sequence = next_sequence_++;
     absl::MutexLock decisions_lock(&decisions_mu_);
-    decisions_.push_back(std::move(d));
-    if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+    for (StepDecision& d : resend) {
+      d.sequence = next_sequence_++;
+      d.decider_epoch = decider_epoch_;
+      decisions_.push_back(std::move(d));
+      if (decisions_.size() > kKeptDecisions) decisions_.pop_front();
+    }
     decision_made_.SignalAll();
   }
+  replicated_decisions_.clear();
   // Waiting pulls of the old generation are answered Aborted.
   version_advanced_.SignalAll();
   return absl::OkStatus();
@@ -1164,6 +1211,7 @@ absl::Status ParameterStore::Demote(uint64_t layout_fingerprint) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   config_.replica = ReplicaRole::kBackup;
+  replicated_decisions_.clear();  // it is seeded before it takes records
   // Waiting pulls and pushes see the new role.
   version_advanced_.SignalAll();
   return absl::OkStatus();

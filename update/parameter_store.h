@@ -162,6 +162,12 @@ struct StepDecision {
   bool skip = false;
   // Increases with every decision a deciding store makes (restores too).
   int64_t sequence = 0;
+  // The decider's epoch, raised each time a backup is promoted to decide
+  // in a lost decider's place. A following store refuses decisions of an
+  // epoch below the highest it was fenced at or took (FenceDecisions,
+  // Commit), so that a decider that was only cut off, and replaced, can no
+  // longer have a step applied anywhere.
+  int64_t decider_epoch = 0;
 };
 
 // Refused pushes are not counted here: the ps service counts them, the
@@ -195,6 +201,9 @@ struct StoreStats {
   bool initialized = false;
   bool backup = false;  // ReplicaRole::kBackup
   bool decides = false;  // a sync primary that decides its steps
+  // A deciding store's epoch, stamped on its decisions; a following
+  // store's: the lowest it takes (StepDecision::decider_epoch).
+  int64_t decider_epoch = 0;
   uint64_t layout_fingerprint = 0;
   std::vector<bool> active_workers;  // sync: whom a step waits for
   std::vector<SparseTableStats> sparse_tables;  // per table, this store's rows
@@ -271,6 +280,9 @@ struct StoreSnapshot {
   // continues this one takes them.
   std::vector<int64_t> recent_chunks;
   int64_t recent_chunks_since = 0;
+  // StoreStats::decider_epoch. Every restore keeps the higher of the
+  // store's own and this one: an epoch is never lowered.
+  int64_t decider_epoch = 0;
 };
 
 // What a Restore is: a rollback to a checkpoint (the store's own counters
@@ -346,8 +358,15 @@ class ParameterStore {
   // applied (a resent decision); Aborted for another generation;
   // Unavailable when this store is behind (not initialised, or not yet at
   // that version: try again); InvalidArgument for a malformed decision or
-  // FailedPrecondition for a store that decides itself.
+  // FailedPrecondition for a store that decides itself, and for a decision
+  // of a decider epoch below this store's (its decider was replaced).
   absl::Status Commit(uint64_t layout_fingerprint, const StepDecision& decision);
+
+  // Following store: refuses decisions of a decider epoch below `epoch`
+  // from now on (a backup is about to decide in place of a decider that
+  // may still be alive). Never lowers the epoch. FailedPrecondition on a
+  // store that decides.
+  absl::Status FenceDecisions(uint64_t layout_fingerprint, int64_t epoch);
 
   StoreStats stats() const;
   bool is_sync() const;
@@ -404,10 +423,20 @@ class ParameterStore {
   // step at the store's version, which a follower took (the backup never
   // saw it): that step closes with exactly its members, as a follower's
   // would, and the decision is sent on again (NextDecision) to the
-  // followers that lack it. InvalidArgument when it is not for the store's
-  // version and generation, or names another worker count.
+  // followers that lack it. One for an older version is a step the backup
+  // holds already, and is ignored. InvalidArgument when it is not for the
+  // store's generation, is for a later version, or names another worker
+  // count. The decisions of the steps the backup applied from its
+  // primary's records are sent again too, first (a follower may lack the
+  // newest: the old decider applied a step and was lost before it sent
+  // the decision on).
+  //
+  // `decider_epoch` raises the store's (StoreStats::decider_epoch):
+  // deciding, the epoch of its decisions from now on, those sent again
+  // included; following, the lowest it takes.
   absl::Status Promote(uint64_t layout_fingerprint, int64_t generation, StepRole step_role,
-                       const std::optional<StepDecision>& in_flight = std::nullopt);
+                       const std::optional<StepDecision>& in_flight = std::nullopt,
+                       int64_t decider_epoch = 0);
 
   // Primary: becomes a backup (a backup was promoted in its place), to be
   // seeded (Restore as a backup). Unavailable before Init or Restore.
@@ -570,6 +599,11 @@ class ParameterStore {
   std::deque<StepDecision> decisions_ ABSL_GUARDED_BY(decisions_mu_);
   bool decisions_cancelled_ ABSL_GUARDED_BY(decisions_mu_) = false;
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t decider_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // StoreStats::decider_epoch
+  // Backup of a deciding store: the decisions of the last steps it applied
+  // from its primary's records (their members), oldest first, which it
+  // sends again once promoted to decide (Promote).
+  std::deque<StepDecision> replicated_decisions_ ABSL_GUARDED_BY(mu_);
   // Following store: the decision for the current version, once it came.
   // Deciding store: the lost decider's decision in flight it adopted when
   // promoted (Promote), until that step closes.

@@ -280,6 +280,99 @@ TEST_F(ReplicaTest, ABackupPromotedToDecideClosesTheStepInFlightAsTheFollowersDi
   EXPECT_EQ(own->members, std::vector<bool>({false, true}));
 }
 
+TEST_F(ReplicaTest, ABackupPromotedToDecideSendsTheStepsItHoldsAgainUnderItsEpoch) {
+  // The decider applied steps 0 and 1, its backup got both records, and
+  // the follower got the decision of step 0 only: the decider was lost
+  // before it sent the next. The promoted backup sends both again, under
+  // its decider epoch; the follower takes what it lacks, once.
+  Start(AdamConfig(UpdateRule::kSync, 2, 1));
+  StoreConfig fc = config_;
+  fc.step_role = StepRole::kFollow;
+  ParameterStore follower(1);
+  const std::vector<float> init = RandomVector(&rng_);
+  bool already = false;
+  ASSERT_TRUE(follower.Init(fc, init.data(), &already).ok());
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, 50).ok());
+  ASSERT_TRUE(Push(follower, 0, 0, RandomVector(&rng_), 1, 50).ok());
+  absl::StatusOr<StepDecision> first = primary_.DecisionFor(kLayout, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(follower.Commit(kLayout, *first).ok());
+  ASSERT_EQ(follower.stats().version, 1);
+  ASSERT_TRUE(Push(primary_, 1, 1, RandomVector(&rng_), 1, 51).ok());
+  ASSERT_TRUE(Push(follower, 1, 1, RandomVector(&rng_), 1, 51).ok());
+  ASSERT_EQ(follower.stats().version, 1);  // waiting for the decision
+  Replicate();
+  ASSERT_EQ(backup_.stats().version, 2);
+  // The follower's decision of step 0, handed over as the one in flight:
+  // the backup holds that step already, and ignores it.
+  ASSERT_TRUE(backup_.Promote(kLayout, 0, StepRole::kDecide, *first, /*decider_epoch=*/3).ok());
+  EXPECT_EQ(backup_.stats().decider_epoch, 3);
+  ASSERT_TRUE(follower.FenceDecisions(kLayout, 3).ok());
+  std::vector<int64_t> versions;
+  StepDecision d;
+  for (int64_t after = 0; backup_.NextDecision(after, absl::Now(), &d); after = d.sequence) {
+    versions.push_back(d.version);
+    EXPECT_EQ(d.decider_epoch, 3);
+    ASSERT_TRUE(follower.Commit(kLayout, d).ok()) << "step " << d.version;
+  }
+  EXPECT_EQ(versions, std::vector<int64_t>({0, 1}));
+  EXPECT_EQ(follower.stats().version, 2);
+  EXPECT_EQ(follower.stats().pushes_applied, 2);
+  EXPECT_EQ(follower.stats().applied_digest, primary_.stats().applied_digest);
+}
+
+TEST_F(ReplicaTest, AFollowerFencedAtANewEpochRefusesTheOldDecidersDecisions) {
+  StoreConfig fc = AdamConfig(UpdateRule::kSync, 2, 2);
+  fc.step_role = StepRole::kFollow;
+  Start(fc);
+  StepDecision d;
+  d.layout_fingerprint = kLayout;
+  d.version = 0;
+  d.members = {true, true};
+  ASSERT_TRUE(primary_.Commit(kLayout, d).ok());  // epoch 0
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, 61).ok());
+  ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1, 62).ok());
+  ASSERT_EQ(primary_.stats().version, 1);
+  // A backup is about to decide: the follower is fenced at epoch 1, and the
+  // old decider's next decision, which its backup never saw, is refused.
+  ASSERT_TRUE(primary_.FenceDecisions(kLayout, 1).ok());
+  EXPECT_EQ(primary_.stats().decider_epoch, 1);
+  d.version = 1;
+  d.members = {true, false};
+  absl::Status old = primary_.Commit(kLayout, d);
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.message().find("was replaced as the decider"), std::string::npos) << old;
+  ASSERT_TRUE(Push(primary_, 0, 1, RandomVector(&rng_), 1, 63).ok());
+  EXPECT_EQ(primary_.stats().version, 1);
+  EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 1).status()));
+  // The new decider's, of epoch 1, is taken.
+  d.members = {true, true};
+  d.decider_epoch = 1;
+  ASSERT_TRUE(primary_.Commit(kLayout, d).ok());
+  ASSERT_TRUE(Push(primary_, 1, 1, RandomVector(&rng_), 1, 64).ok());
+  EXPECT_EQ(primary_.stats().version, 2);
+  // An epoch is never lowered: not by a fence, not by a restore.
+  ASSERT_TRUE(primary_.FenceDecisions(kLayout, 0).ok());
+  EXPECT_EQ(primary_.stats().decider_epoch, 1);
+  StoreSnapshot snap;
+  ASSERT_TRUE(primary_.Snapshot(kLayout, &snap).ok());
+  EXPECT_EQ(snap.decider_epoch, 1);
+  snap.decider_epoch = 0;
+  ASSERT_TRUE(primary_.Restore(fc, snap).ok());
+  EXPECT_EQ(primary_.stats().decider_epoch, 1);
+  // A restarted follower takes the epoch the chief gives with its state.
+  ParameterStore fresh(1);
+  snap.decider_epoch = 2;
+  ASSERT_TRUE(fresh.Restore(fc, snap, RestoreKind::kContinue).ok());
+  EXPECT_EQ(fresh.stats().decider_epoch, 2);
+  // The decider itself is not fenced.
+  ParameterStore decider(1);
+  const std::vector<float> init = RandomVector(&rng_);
+  bool already = false;
+  ASSERT_TRUE(decider.Init(AdamConfig(UpdateRule::kSync, 2, 2), init.data(), &already).ok());
+  EXPECT_EQ(decider.FenceDecisions(kLayout, 1).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ReplicaTest, AFollowerKeepsTheDecisionsItTakes) {
   StoreConfig follower = AdamConfig(UpdateRule::kSync, 2, 2);
   follower.step_role = StepRole::kFollow;
