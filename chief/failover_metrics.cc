@@ -60,6 +60,12 @@ absl::StatusOr<std::unique_ptr<FailoverMetrics>> FailoverMetrics::Create(Metrics
       "copied from a backup store into a restarted ps.");
   if (!reseed.ok()) return reseed.status();
   m->reseed_bytes_ = *reseed;
+  absl::StatusOr<prometheus::Counter*> moved_back = metrics->AddCounter(
+      "pscluster_ps_moved_back_total",
+      "Times a ps's shards went back to its own ps, once caught up as their backup, from the "
+      "backup store of another ps that was promoted in its place.");
+  if (!moved_back.ok()) return moved_back.status();
+  m->moved_back_ = *moved_back;
   return m;
 }
 
@@ -96,5 +102,7 @@ void FailoverMetrics::CountFailover(How how, absl::Duration pause) {
 void FailoverMetrics::AddReseedBytes(int64_t bytes) {
   reseed_bytes_->Increment(static_cast<double>(bytes));
 }
+
+void FailoverMetrics::CountMovedBack() { moved_back_->Increment(); }
 
 }  // namespace pscluster

@@ -10,6 +10,7 @@
 //   pscluster_ps_failovers_total{how="promoted"|"backup"|"checkpoint"|"resumed"}
 //   pscluster_ps_recovery_pause_seconds (histogram)
 //   pscluster_ps_reseed_bytes_total
+//   pscluster_ps_moved_back_total
 //
 // The placement is an info-style gauge (Prometheus's `_info` convention:
 // value 1, the facts in the labels) rather than one series per backup
@@ -68,6 +69,10 @@ class FailoverMetrics {
   // restarted ps.
   void AddReseedBytes(int64_t bytes);
 
+  // A ps's shards went back to its own ps from the promoted backup store
+  // that served them (PsRecovery::MoveBack).
+  void CountMovedBack();
+
  private:
   explicit FailoverMetrics(Metrics* metrics) : metrics_(metrics) {}
 
@@ -85,6 +90,7 @@ class FailoverMetrics {
   prometheus::Counter* resumed_ = nullptr;
   prometheus::Histogram* pause_seconds_ = nullptr;
   prometheus::Counter* reseed_bytes_ = nullptr;
+  prometheus::Counter* moved_back_ = nullptr;
 };
 
 }  // namespace pscluster

@@ -176,7 +176,55 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
   return absl::OkStatus();
 }
 
-absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
+absl::Status PsRecovery::MoveBack() {
+  if (copies_ == nullptr) return absl::OkStatus();
+  for (int i = 0; i < static_cast<int>(copies_->size()); ++i) {
+    StoreCopies& c = (*copies_)[i];
+    if (c.primary_holder == i || c.backup.empty() || c.backup != c.home) continue;
+    // The store that serves ps i's shards, with its backup in ps i's own
+    // store seeded (something replicated) and keeping up.
+    absl::StatusOr<PsStatsResponse> serving = fleet_->Stats(i, absl::Seconds(1));
+    if (!serving.ok() || !serving->initialized() || serving->backup() ||
+        serving->backups_set() == 0 || serving->backups_live() < serving->backups_set() ||
+        serving->replicated_version() < 0) {
+      continue;
+    }
+    absl::StatusOr<PsStatsResponse> own = fleet_->StatsAt(c.home, absl::Seconds(1));
+    if (!own.ok() || !own->initialized() || !own->backup()) continue;
+    const std::string address = fleet_->address(i);
+    const int holder = c.primary_holder;
+    if (absl::Status s = fleet_->Demote(address, absl::Seconds(5)); !s.ok()) {
+      spdlog::warn("ps:{}'s shards stay on ps:{} for now: demoting the store there: {}", i,
+                   holder, std::string(s.message()));
+      continue;
+    }
+    const absl::Status moved = PromoteBackup(i, "moved back", /*moving_back=*/true);
+    if (moved.ok()) {
+      membership_->Apply(/*force=*/true);
+      if (metrics_ != nullptr) metrics_->CountMovedBack();
+      continue;
+    }
+    if (fleet_->address(i) != address) return moved;  // promoted, the rest failed
+    // Nothing moved: the demoted store, which holds all it held, serves
+    // the shards again.
+    const bool decides = setup_->mode == SYNC && i == 0 && fleet_->num_ps() > 1;
+    absl::StatusOr<int64_t> again =
+        fleet_->Promote(address, dispatcher_->generation(), decides, nullptr,
+                        setup_->mode == SYNC ? DeciderEpoch(-1) + (decides ? 1 : 0) : 0,
+                        absl::Seconds(5));
+    if (!again.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "ps:", i, "'s shards have no primary: moving them back failed (", moved.message(),
+          ") and the store on ps:", holder, " that served them cannot serve them again (",
+          again.status().message(), ")"));
+    }
+    spdlog::warn("ps:{}'s shards stay on ps:{}: they could not go back ({})", i, holder,
+                 std::string(moved.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool moving_back) {
   StoreCopies& c = (*copies_)[i];
   const int n = fleet_->num_ps();
   const bool sync_steps = setup_->mode == SYNC && n > 1;
@@ -246,16 +294,26 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
   c.backup.clear();
   c.backup_holder = -1;
   if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, -1);
-  spdlog::warn(
-      "ps:{} lost ({}): its backup store on ps:{} ({}) serves its shards from now on, from "
-      "version {} (generation {}){}; no checkpoint read, nothing rolled back; the workers call "
-      "it there instead of {}",
-      i, why, c.primary_holder, fleet_->address(i), *version, generation,
+  const std::string deciding =
       !decides ? ""
                : absl::StrCat(", and decides the sync steps under decider epoch ", epoch,
                               in_flight.has_value() ? " from ps:0's decision in flight on" : "",
-                              "; every follower refuses ps:0's decisions from now on"),
-      was);
+                              "; every follower refuses the decisions of ",
+                              moving_back ? "the store that served them" : "ps:0",
+                              " from now on");
+  if (moving_back) {
+    spdlog::warn(
+        "ps:{}'s shards go back to ps:{} ({}), their backup, from the store on ps:{} that "
+        "served them since a fail-over, at version {} (generation {}){}; nothing rolled back; "
+        "the workers call them there instead of {}",
+        i, i, fleet_->address(i), lost_holder, *version, generation, deciding, was);
+  } else {
+    spdlog::warn(
+        "ps:{} lost ({}): its backup store on ps:{} ({}) serves its shards from now on, from "
+        "version {} (generation {}){}; no checkpoint read, nothing rolled back; the workers "
+        "call it there instead of {}",
+        i, why, c.primary_holder, fleet_->address(i), *version, generation, deciding, was);
+  }
   if (absl::Status s = PublishPlacement(); !s.ok()) return s;
   if (sync_steps && !decides) {
     // ps 0 may have given the lost process the decision of the step the
@@ -269,6 +327,7 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why) {
       return d.status();
     }
   }
+  if (moving_back) return absl::OkStatus();
   // The lost process held the backups of other ps's stores: their
   // primaries stop waiting for it, and get new ones when it is back.
   for (int k = 0; k < static_cast<int>(copies_->size()); ++k) {

@@ -69,6 +69,15 @@ class PsRecovery {
   bool suspects_loss() const;
   static constexpr absl::Duration kLookAgainAfter = absl::Milliseconds(100);
 
+  // Shards served by another ps's backup store since a fail-over go back to
+  // their own ps once its store, their backup now, is seeded and keeps up:
+  // the store that served them is demoted and the own store promoted (a
+  // planned fail-over: nothing rolled back, the workers told), so that no
+  // process serves two ps's shards for long. Errors only when shards were
+  // left with no primary (then the run ends); anything else is logged and
+  // tried again on the next call.
+  absl::Status MoveBack();
+
   // Restores every ps from `snap` under `generation` and rewinds the data
   // position to its (a start from a checkpoint on disk, or a recovery).
   // Shards served by a promoted backup go back to their own ps.
@@ -87,8 +96,8 @@ class PsRecovery {
   // caller told: OK, or why it could not be (then the old way serves).
   // The sync decider's backup decides under a new decider epoch, which
   // every follower is fenced at first: the lost decider may only be cut
-  // off, and alive.
-  absl::Status PromoteBackup(int ps, const std::string& why);
+  // off, and alive. `moving_back`: not lost, but demoted by MoveBack.
+  absl::Status PromoteBackup(int ps, const std::string& why, bool moving_back = false);
   // Every ps's shards served at its own address again (before a restore
   // from a checkpoint), the workers and the deciding ps told.
   absl::Status MoveHome();

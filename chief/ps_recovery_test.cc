@@ -50,6 +50,9 @@ class FakeFleet : public PsFleetForTests {
     st.set_generation(generation);
     st.set_version(initialized[ps] ? version : 0);
     st.set_decider_epoch(decider_epoch[ps]);
+    st.set_backups_set(backups_kept);
+    st.set_backups_live(backups_live);
+    st.set_replicated_version(replicated_version);
     return st;
   }
   absl::Status SetWorkers(int, const std::vector<bool>&, absl::Duration) override {
@@ -97,6 +100,7 @@ class FakeFleet : public PsFleetForTests {
                                   const StepCommitRequest* in_flight, int64_t epoch,
                                   absl::Duration) override {
     promoted.push_back(address);
+    if (address == refuses_promotion) return absl::UnavailableError("promotion refused");
     promoted_to_decide = decides;
     promoted_in_flight = in_flight != nullptr;
     promoted_epoch = epoch;
@@ -105,6 +109,10 @@ class FakeFleet : public PsFleetForTests {
   absl::Status SetFollowers(int, const std::vector<std::string>& addresses,
                             absl::Duration) override {
     followers = addresses;
+    return absl::OkStatus();
+  }
+  absl::Status Demote(const std::string& address, absl::Duration) override {
+    demoted.push_back(address);
     return absl::OkStatus();
   }
 
@@ -132,6 +140,12 @@ class FakeFleet : public PsFleetForTests {
   int64_t promoted_epoch = -1;
   std::vector<std::pair<int, int64_t>> fenced;  // ps, GetDecision's fence_below
   int unfenceable = -1;  // a follower that does not answer GetDecision
+  std::string refuses_promotion;  // the store that Promote fails for
+  std::vector<std::string> demoted;
+  // What every ps's stats say of its backups.
+  int backups_kept = 0;
+  int backups_live = 0;
+  int64_t replicated_version = -1;
   std::optional<StepCommitRequest> followers_took;  // a decision the followers have
   std::vector<std::pair<int, std::vector<std::string>>> backups_set;
   std::vector<std::string> followers;
@@ -477,6 +491,57 @@ TEST_F(PsRecoveryTest, ASyncFollowerPromotedIsGivenTheStepAndTheDecider) {
   EXPECT_TRUE(fleet_.fenced.empty());
   EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps0:7001"});
   EXPECT_EQ(Failovers("promoted"), 1);
+}
+
+// After a fail-over ps:1's shards are served by its backup store on ps:0,
+// and ps:1's own store is their backup.
+void ServedByTheBackup(FakeFleet* fleet, std::vector<StoreCopies>* copies) {
+  fleet->MoveTo(1, "ps0:7001");
+  (*copies)[1] = {0, "ps1:7000", 1, "ps1:7000"};
+}
+
+TEST_F(PsRecoveryTest, ShardsGoBackToTheirOwnPsOnceItsStoreKeepsUp) {
+  fleet_.backup_answers = true;
+  setup_.mode = SYNC;
+  ServedByTheBackup(&fleet_, &copies_);
+  PsRecovery r = Make();
+  // Not yet seeded: nothing moves.
+  fleet_.backups_kept = 1;
+  fleet_.backups_live = 1;
+  ASSERT_TRUE(r.MoveBack().ok());
+  EXPECT_TRUE(fleet_.demoted.empty());
+  // Seeded and keeping up: the store on ps:0 is demoted, ps:1's own store
+  // promoted (a follower: under the decider's epoch), the workers told.
+  fleet_.replicated_version = 300;
+  ASSERT_TRUE(r.MoveBack().ok());
+  EXPECT_EQ(fleet_.demoted, std::vector<std::string>{"ps0:7001"});
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps1:7000"});
+  EXPECT_FALSE(fleet_.promoted_to_decide);
+  EXPECT_EQ(fleet_.address(1), "ps1:7000");
+  EXPECT_EQ(copies_[1].primary_holder, 1);
+  EXPECT_TRUE(copies_[1].backup.empty());
+  EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps1:7000"});
+  EXPECT_EQ(Value("pscluster_ps_moved_back_total"), 1);
+  EXPECT_EQ(Failovers("promoted"), 0);  // not a fail-over
+  // At home: nothing more to move.
+  ASSERT_TRUE(r.MoveBack().ok());
+  EXPECT_EQ(fleet_.demoted.size(), 1u);
+}
+
+TEST_F(PsRecoveryTest, ShardsThatCannotGoBackAreServedAgainWhereTheyWere) {
+  fleet_.backup_answers = true;
+  ServedByTheBackup(&fleet_, &copies_);
+  fleet_.backups_kept = 1;
+  fleet_.backups_live = 1;
+  fleet_.replicated_version = 300;
+  fleet_.refuses_promotion = "ps1:7000";
+  PsRecovery r = Make();
+  ASSERT_TRUE(r.MoveBack().ok());
+  EXPECT_EQ(fleet_.demoted, std::vector<std::string>{"ps0:7001"});
+  EXPECT_EQ(fleet_.promoted, (std::vector<std::string>{"ps1:7000", "ps0:7001"}));
+  EXPECT_EQ(fleet_.address(1), "ps0:7001");
+  EXPECT_EQ(copies_[1].primary_holder, 0);
+  EXPECT_EQ(Value("pscluster_ps_moved_back_total"), 0);
 }
 
 }  // namespace

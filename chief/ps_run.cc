@@ -345,6 +345,9 @@ absl::Status ParameterServerRun::Tick() {
                                                    options_.ps_check_every)
                                         : options_.ps_check_every);
     if (absl::Status s = KeepBackups(); !s.ok()) return s;
+    if (!recovery_->suspects_loss()) {
+      if (absl::Status s = recovery_->MoveBack(); !s.ok()) return s;
+    }
   }
   if (options_.checkpoint_every_steps > 0 && now >= next_version_check_) {
     // Steps can be fast (hundreds a second in async): look at ps:0 often.

@@ -832,7 +832,7 @@ grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* 
   if (!s.ok()) return ToGrpcStatus(s);
   const int64_t version = store_->stats().version;
   spdlog::warn("promoted to primary of its shards at version {} (generation {}){}: its primary "
-               "was lost",
+               "was lost, or handed them back",
                version, req->generation(),
                !req->decides()       ? ""
                : in_flight.has_value() ? ", deciding the sync steps from the lost decider's "

@@ -192,16 +192,17 @@ check_replaced() {
   own_cut="$(state "$tmp/$run.ps$cut.log" 'shutting down')"
   own_other="$(state "$tmp/$run.ps$other.log" 'shutting down')"
   backup_cut="$(state "$tmp/$run.ps$cut.log" 'backup store: a backup')"
-  backup_other="$(state "$tmp/$run.ps$other.log" 'backup store: promoted')"
+  backup_other="$(state "$tmp/$run.ps$other.log" 'backup store: (a backup|promoted)')"
   if grep -qE "ps:$cut lost \(.*\): its backup store on ps:$other \(${addr[ps$other]}:[0-9]+\) serves its shards from now on" "$tmp/$run.chief.log" &&
      grep -qE "this ps was replaced|demoted: a backup promoted in this store's place" "$tmp/$run.ps$cut.log" &&
      grep -q "ps:$cut's shards are served at ${addr[ps$other]}:[0-9]* now" "$tmp/$run.w0.log" &&
      grep -q "ps:$cut answers again, as the primary it was before its backup took over: demoted" "$tmp/$run.chief.log" &&
      grep -q "ps:$cut's store (served by ps:$other) has a backup on ps:$cut" "$tmp/$run.chief.log" &&
+     grep -q "ps:$cut's shards go back to ps:$cut (${addr[ps$cut]}:2222), their backup" "$tmp/$run.chief.log" &&
      ! grep -q "restored from the checkpoint" "$tmp/$run.chief.log" &&
      [ -n "$own_cut" ] && [ "${own_cut% *}" = "${own_other% *}" ] &&
      [ "$own_cut" = "$backup_other" ] && [ "$own_other" = "$backup_cut" ]; then
-    pass "ps:$cut cut off with replicas: its backup on ps:$other took over, the old primary was fenced off and rejoined as a backup; every copy at '${own_cut% *}' (version, applied, digest), each pair bit for bit"
+    pass "ps:$cut cut off with replicas: its backup on ps:$other took over, the old primary was fenced off, rejoined as a backup and got its shards back; every copy at '${own_cut% *}' (version, applied, digest), each pair bit for bit"
   else
     fail "ps:$cut cut off with replicas: ps$cut '$own_cut' ps$other '$own_other' ps$other's backup store '$backup_other' ps$cut's '$backup_cut'"
     grep -E "lost|promot|replaced|demoted|backup|restored|epoch" "$tmp/$run.chief.log" "$tmp/$run.ps$cut.log" | head -20

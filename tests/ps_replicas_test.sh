@@ -150,21 +150,24 @@ same_updates() {
 
 # A follower ps killed mid-run (sync, 2 ps): its backup store on ps 0 is
 # promoted (no checkpoint read, no step redone), the workers call it
-# there, the restarted ps 1 becomes its backup, and the run ends exactly as
-# a clean one: every copy applied the same pushes (digest and counters)
-# and the final line is the clean run's. The chief's /metrics counts one
-# promotion and says where each store is now.
+# there, the restarted ps 1 becomes its backup, once caught up the shards
+# go back to it (the store on ps 0 demoted to their backup), and the run
+# ends exactly as a clean one: every copy applied the same pushes (digest
+# and counters) and the final line is the clean run's. The chief's
+# /metrics counts one promotion and one move back, and says where each
+# store is now: home.
 promoted='ps:1 lost (.*): its backup store on ps:0 (.*) serves its shards from now on, from version [0-9]+ \(generation 0\); no checkpoint read, nothing rolled back'
 kill_ps "$tmp/kill.out" sync 2 1
 problems="$(crc_pairs "$tmp/kill.out" 2)$(same_updates "$tmp/kill.out" 2)"
 m_promoted="$(chief_metric "$tmp/kill.out" 'pscluster_ps_failovers_total{task="chief:0",how="promoted"}')"
 m_ckpt="$(chief_metric "$tmp/kill.out" 'pscluster_ps_failovers_total{task="chief:0",how="checkpoint"}')"
 m_pauses="$(chief_metric "$tmp/kill.out" 'pscluster_ps_recovery_pause_seconds_count{task="chief:0"}')"
-m_place="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:0",role="primary",store="ps:1"}')"
-m_was="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:1",role="primary",store="ps:1"}')"
-[ "$m_promoted" = 1 ] && [ "$m_ckpt" = 0 ] && [ "$m_pauses" = 1 ] && [ "$m_place" = 1 ] &&
-  [ "$m_was" = 0 ] ||
-  problems+="chief's /metrics: failovers promoted='$m_promoted' checkpoint='$m_ckpt' pauses='$m_pauses' ps:1's primary on ps:0='$m_place', on ps:1='$m_was'; "
+m_away="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:0",role="primary",store="ps:1"}')"
+m_home="$(chief_metric "$tmp/kill.out" 'pscluster_ps_store_info{task="chief:0",holder="ps:1",role="primary",store="ps:1"}')"
+m_back="$(chief_metric "$tmp/kill.out" 'pscluster_ps_moved_back_total{task="chief:0"}')"
+[ "$m_promoted" = 1 ] && [ "$m_ckpt" = 0 ] && [ "$m_pauses" = 1 ] && [ "$m_away" = 0 ] &&
+  [ "$m_home" = 1 ] && [ "$m_back" = 1 ] ||
+  problems+="chief's /metrics: failovers promoted='$m_promoted' checkpoint='$m_ckpt' pauses='$m_pauses' moved back='$m_back' ps:1's primary on ps:0='$m_away', on ps:1='$m_home'; "
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [ "$(tail -n 1 "$tmp/kill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
    grep -q '^\[launcher\] ps:1 exited (killed by SIGKILL); restarting' "$tmp/kill.out" &&
@@ -172,9 +175,11 @@ if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    grep -q "^\[worker[0-9]\] .*ps:1's shards are served at .* now (were at .*): calling there" "$tmp/kill.out" &&
    ! grep -q 'restored from the checkpoint' "$tmp/kill.out" &&
    grep -q "ps:1's store (served by ps:0) has a backup on ps:1" "$tmp/kill.out" &&
+   grep -qE "ps:1's shards go back to ps:1 \(.*\), their backup, from the store on ps:0 that served them since a fail-over, at version [0-9]+ \(generation 0\)" "$tmp/kill.out" &&
+   grep -q "ps:1's store has a backup on ps:0" "$tmp/kill.out" &&
    [ "$(grep -c "ps:0's store has a backup on ps:1" "$tmp/kill.out")" -ge 2 ] &&
    [ -z "$problems" ]; then
-  pass "sync, ps:1 killed mid-run: its backup promoted, the workers moved to it, the restarted ps:1 its backup; no step redone, every copy applied the same updates, the final line is the clean run's; /metrics: 1 promotion, ps:1's store on ps:0"
+  pass "sync, ps:1 killed mid-run: its backup promoted, the workers moved to it, the restarted ps:1 its backup, then the shards went back to ps:1; no step redone, every copy applied the same updates, the final line is the clean run's; /metrics: 1 promotion, 1 move back, ps:1's store home"
 else
   fail "sync, ps:1 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/kill.out"
 fi
@@ -218,10 +223,11 @@ m_ckpt="$(chief_metric "$tmp/dkill.out" 'pscluster_ps_failovers_total{task="chie
   problems+="chief's /metrics: failovers promoted='$m_promoted' checkpoint='$m_ckpt'; "
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [ "$(tail -n 1 "$tmp/dkill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
-   grep -qE 'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on, from version [0-9]+ \(generation 0\), and decides the sync steps' "$tmp/dkill.out" &&
+   grep -qE 'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on, from version [0-9]+ \(generation 0\), and decides the sync steps under decider epoch 1' "$tmp/dkill.out" &&
+   grep -qE "ps:0's shards go back to ps:0 .*, and decides the sync steps under decider epoch 2" "$tmp/dkill.out" &&
    ! grep -q 'restored from the checkpoint' "$tmp/dkill.out" &&
    [ -z "$problems" ]; then
-  pass "sync, ps:0 (the decider) killed mid-run: its backup promoted to decide the steps, no step redone, every copy applied the same updates, the final line is the clean run's; /metrics counts one promotion"
+  pass "sync, ps:0 (the decider) killed mid-run: its backup promoted to decide the steps (epoch 1), the shards back on ps:0 once it caught up (epoch 2), no step redone, every copy applied the same updates, the final line is the clean run's; /metrics counts one promotion"
 else
   fail "sync, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/dkill.out"
 fi

@@ -322,7 +322,14 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   out->steps_applied = stats_.steps_applied;
   out->answered.clear();
   for (int w = 0; w < static_cast<int>(seen_.size()); ++w) {
-    for (const SeenPush& p : seen_[w]) out->answered.push_back({w, p.request_id, p.result});
+    for (const SeenPush& p : seen_[w]) {
+      // Taken into the sync step being gathered, the push is not decided
+      // yet and its gradient is not in the state: a store that continues
+      // this one (a backup promoted before the step closed) takes it again
+      // when it is resent, instead of answering it as taken.
+      if (pending_examples_[w] >= 0 && p.request_id == pending_request_[w]) continue;
+      out->answered.push_back({w, p.request_id, p.result});
+    }
   }
   out->outcomes = outcome_;
   out->sparse.clear();

@@ -373,6 +373,30 @@ TEST_F(ReplicaTest, AFollowerFencedAtANewEpochRefusesTheOldDecidersDecisions) {
   EXPECT_EQ(decider.FenceDecisions(kLayout, 1).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(ReplicaTest, ASeedTakenWhileAStepGathersLeavesItsPushesToBePushedAgain) {
+  // A backup seeded while worker 0's push waits in the step being gathered,
+  // then promoted before the step closed (the shards moved back to it): it
+  // does not hold that gradient, so the push resent to it is taken, not
+  // answered as taken, and the step closes with both members.
+  Start(AdamConfig(UpdateRule::kSync, 2, 2));
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/71).ok());
+  ASSERT_EQ(primary_.stats().version, 0);
+  StoreSnapshot seed;
+  ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
+  for (const StoreSnapshot::Answered& a : seed.answered) EXPECT_NE(a.request_id, 71u);
+  ParameterStore backup(1);
+  StoreConfig b = config_;
+  b.replica = ReplicaRole::kBackup;
+  ASSERT_TRUE(backup.Restore(b, seed).ok());
+  ASSERT_TRUE(backup.Promote(kLayout, 0, StepRole::kDecide).ok());
+  absl::StatusOr<PushResult> resent = Push(backup, 0, 0, RandomVector(&rng_), 1, 71);
+  ASSERT_TRUE(resent.ok()) << resent.status();
+  EXPECT_EQ(backup.stats().pushes_duplicate, 0);
+  ASSERT_TRUE(Push(backup, 1, 0, RandomVector(&rng_), 1, /*id=*/72).ok());
+  EXPECT_EQ(backup.stats().version, 1);
+  EXPECT_EQ(backup.stats().pushes_applied, 2);
+}
+
 TEST_F(ReplicaTest, AFollowerKeepsTheDecisionsItTakes) {
   StoreConfig follower = AdamConfig(UpdateRule::kSync, 2, 2);
   follower.step_role = StepRole::kFollow;
