@@ -308,9 +308,22 @@ while read -r port; do
   [[ "$port" =~ ^[0-9A-Fa-f]+$ ]] && USED[$((16#$port))]=1
 done < <(
   awk 'NR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+# Outside the kernel's ephemeral range: there, an outgoing connection or a
+# port left to the kernel (a ps's backup store) could take a picked port
+# before its task binds it, or before a restarted task binds it again
+# ("Address already in use"). 20000-32767 with Linux's default range.
+read -r EPHEMERAL_LO EPHEMERAL_HI < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null ||
+  { EPHEMERAL_LO=32768; EPHEMERAL_HI=60999; }
+if [ "$EPHEMERAL_LO" -gt 22000 ]; then
+  PORT_LO=20000; PORT_SPAN=$((EPHEMERAL_LO - 20000))
+elif [ "$EPHEMERAL_HI" -lt 63000 ]; then
+  PORT_LO=$((EPHEMERAL_HI + 1)); PORT_SPAN=$((65000 - EPHEMERAL_HI))
+else
+  PORT_LO=20000; PORT_SPAN=40000  # no room outside it: as before
+fi
 PORTS=()
 while [ ${#PORTS[@]} -lt "$NEEDED" ]; do
-  p=$((20000 + RANDOM % 40000))
+  p=$((PORT_LO + RANDOM % PORT_SPAN))
   [ -n "${USED[$p]:-}" ] && continue
   USED[$p]=1
   PORTS+=("$p")
