@@ -185,6 +185,13 @@ absl::Status Dispatcher::Rewind(int chunks_per_epoch, const std::string& done_ra
   return absl::OkStatus();
 }
 
+int Dispatcher::LeaseInFlight(const std::vector<std::pair<int, int64_t>>& held) {
+  absl::MutexLock lock(&mu_);
+  int leased = 0;
+  for (const auto& [worker, chunk] : held) leased += queue_.LeaseTo(worker, chunk) ? 1 : 0;
+  return leased;
+}
+
 bool Dispatcher::AllFinished() const {
   absl::MutexLock lock(&mu_);
   // A worker lost for good does not hold up the end: its chunks were done

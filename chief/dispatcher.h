@@ -79,6 +79,11 @@ class Dispatcher final : public WorkSource {
   // (WorkQueue::SaveDone's form) and the generation `generation`.
   absl::Status Rewind(int chunks_per_epoch, const std::string& done_ranges,
                       int64_t generation);
+  // A restarted chief: each {worker, chunk} is leased to that worker, which
+  // holds it already (its gradient waits in a step on the ps), so that it
+  // is not handed out again; the worker reports it done or is found lost.
+  // Returns how many were to do and are leased now.
+  int LeaseInFlight(const std::vector<std::pair<int, int64_t>>& held);
   void set_generation(int64_t generation);
 
   bool AllFinished() const;

@@ -44,6 +44,17 @@ TEST_F(DispatcherTest, HandsOutChunksThenDone) {
   EXPECT_TRUE(d_.AllFinished());
 }
 
+TEST_F(DispatcherTest, ARestartedChiefLeavesAChunkInAStepToItsWorker) {
+  // Chunks 0 and 1 are done; worker 1's gradient of chunk 2 waits in the
+  // step being gathered on the ps. Worker 0 gets chunk 3, not 2, and worker
+  // 1's report of chunk 2 counts.
+  ASSERT_TRUE(d_.Rewind(4, "0-1", 0).ok());
+  EXPECT_EQ(d_.LeaseInFlight({{1, 2}, {0, 1}}), 1);  // chunk 1 is done
+  EXPECT_EQ(Get(Ask(0, 1)).chunk(), 3);
+  EXPECT_EQ(Get(Ask(1, 2, {2})).kind(), WorkResponse::IDLE);  // chunk 3 still out
+  EXPECT_EQ(Get(Ask(0, 1, {3})).kind(), WorkResponse::DONE);
+}
+
 TEST_F(DispatcherTest, ALostWorkersChunkGoesToTheOtherAndItRejoinsOnceThePsKnow) {
   EXPECT_EQ(Get(Ask(0, 1)).chunk(), 0);
   EXPECT_EQ(Get(Ask(1, 2)).chunk(), 1);

@@ -190,7 +190,10 @@ absl::Status PsRecovery::MoveBack() {
       continue;
     }
     absl::StatusOr<PsStatsResponse> own = fleet_->StatsAt(c.home, absl::Seconds(1));
-    if (!own.ok() || !own->initialized() || !own->backup()) continue;
+    if (!own.ok() || !own->initialized() || !own->backup() ||
+        own->generation() != dispatcher_->generation() || alone_[i]) {
+      continue;
+    }
     const std::string address = fleet_->address(i);
     const int holder = c.primary_holder;
     if (absl::Status s = fleet_->Demote(address, absl::Seconds(5)); !s.ok()) {

@@ -233,13 +233,17 @@ absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start
   if (snap.ok()) {
     const Snapshot& latest = **snap;
     int64_t reaches_back_to = 0;
-    const std::vector<int64_t> since = ChunksEveryPsHolds(&reaches_back_to);
+    std::vector<std::pair<int, int64_t>> held;
+    const std::vector<int64_t> since = ChunksEveryPsHolds(&reaches_back_to, &held);
     absl::StatusOr<std::string> done = WorkQueue::AddDone(latest.done_chunks, since);
     if (!done.ok()) return done.status();
     if (absl::Status s = dispatcher_->Rewind(latest.chunks_per_epoch, *done, generation);
         !s.ok()) {
       return s;
     }
+    // A gradient taken into the step being gathered: its worker holds the
+    // chunk and reports it done once the step is applied.
+    const int in_step = dispatcher_->LeaseInFlight(held);
     if (latest.run_started_unix_ms > 0) {
       // wall_s in the final line covers the whole run, not this life.
       *start = std::min(*start, absl::FromUnixMillis(latest.run_started_unix_ms));
@@ -248,8 +252,9 @@ absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start
     spdlog::warn(
         "resuming a run in progress: the ps are at version {} (generation {}); "
         "data position from the checkpoint of step {} and the ps's record of the chunks "
-        "they took since ({} chunks done){}",
-        highest_version_, generation, latest.step, dispatcher_->done_chunks(),
+        "they took since ({} chunks done, {} in the step being gathered left to their "
+        "workers){}",
+        highest_version_, generation, latest.step, dispatcher_->done_chunks(), in_step,
         reaches_back_to <= latest.step
             ? ""
             : absl::StrCat("; that record reaches back to version ", reaches_back_to,
@@ -265,11 +270,13 @@ absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start
   return checkpointer_->Take("resumed", highest_version_, /*workers_idle=*/true);
 }
 
-std::vector<int64_t> ParameterServerRun::ChunksEveryPsHolds(int64_t* reaches_back_to) {
+std::vector<int64_t> ParameterServerRun::ChunksEveryPsHolds(
+    int64_t* reaches_back_to, std::vector<std::pair<int, int64_t>>* held) {
   // A chunk counts when every ps took it: one on some ps only (a worker
   // lost between its pushes) is to be trained again.
   std::vector<int64_t> common;
   *reaches_back_to = 0;
+  held->clear();
   for (int i = 0; i < plan_.num_ps(); ++i) {
     absl::StatusOr<ShardState> r = ps_->RecentChunks(i, absl::Seconds(10));
     if (!r.ok()) {
@@ -277,7 +284,14 @@ std::vector<int64_t> ParameterServerRun::ChunksEveryPsHolds(int64_t* reaches_bac
                    "since the checkpoint are trained again",
                    i, std::string(r.status().message()));
       *reaches_back_to = std::numeric_limits<int64_t>::max();
+      held->clear();
       return {};
+    }
+    for (int w = 0; w < r->pending_chunks_size(); ++w) {
+      const std::pair<int, int64_t> h(w, r->pending_chunks(w));
+      if (h.second >= 0 && std::find(held->begin(), held->end(), h) == held->end()) {
+        held->push_back(h);
+      }
     }
     std::vector<int64_t> mine(r->recent_chunks().begin(), r->recent_chunks().end());
     std::sort(mine.begin(), mine.end());

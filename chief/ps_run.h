@@ -120,8 +120,11 @@ class ParameterServerRun final : public StrategyRun {
   absl::Status ResumeRun(int64_t generation, absl::Time* start);
   // The chunks in every ps's record of its last updates (sorted), and in
   // *reaches_back_to the version from which on those records are whole on
-  // every ps (the largest int64 when a ps did not answer: none then).
-  std::vector<int64_t> ChunksEveryPsHolds(int64_t* reaches_back_to);
+  // every ps (the largest int64 when a ps did not answer: none then). In
+  // *held, each {worker, chunk} whose gradient waits in the step being
+  // gathered on some ps (sync).
+  std::vector<int64_t> ChunksEveryPsHolds(int64_t* reaches_back_to,
+                                          std::vector<std::pair<int, int64_t>>* held);
   // --ps_replicas: gives every ps's store a backup (docs/replication.md):
   // the backup store of the next ps, or, when that store serves the
   // shards (promoted in a lost ps's place), the ps's own store once its

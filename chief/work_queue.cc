@@ -83,6 +83,17 @@ bool WorkQueue::LeasedTo(int worker, int64_t chunk) const {
          state_[chunk] == State::kLeased && owner_[chunk] == worker;
 }
 
+bool WorkQueue::LeaseTo(int worker, int64_t chunk) {
+  absl::MutexLock lock(&mu_);
+  if (worker < 0 || worker >= num_workers_ || chunk < 0 ||
+      chunk >= static_cast<int64_t>(state_.size()) || state_[chunk] != State::kTodo) {
+    return false;
+  }
+  state_[chunk] = State::kLeased;
+  owner_[chunk] = worker;
+  return true;
+}
+
 void WorkQueue::Complete(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
   if (!LeasedTo(worker, chunk)) return;

@@ -45,6 +45,10 @@ class WorkQueue {
   std::optional<int64_t> Lease(int worker, int64_t window = 0, bool* bounded = nullptr);
   // `worker` finished `chunk`; ignored unless it is leased to that worker.
   void Complete(int worker, int64_t chunk);
+  // `chunk`, to do, is leased to `worker`, which holds it already (a
+  // restarted chief learns it from the ps). False, and no change, when the
+  // chunk is not to do or either is out of range.
+  bool LeaseTo(int worker, int64_t chunk);
   // `worker` gives `chunk` back undone; ignored unless leased to it.
   void Return(int worker, int64_t chunk);
   // `worker` is lost: its leased chunks are to do again. Returns how many.

@@ -65,6 +65,24 @@ TEST(WorkQueueTest, CompletionByAnotherWorkerIsIgnored) {
   EXPECT_EQ(q.done_count(), 0);
 }
 
+TEST(WorkQueueTest, AChunkAWorkerHoldsIsLeasedToItAndNotHandedOut) {
+  // A restarted chief: chunks 0 and 1 are done, worker 1's gradient of
+  // chunk 3 waits in a step on the ps.
+  WorkQueue q(2, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(5).ok());
+  ASSERT_TRUE(q.RestoreDone("0-1").ok());
+  EXPECT_TRUE(q.LeaseTo(1, 3));
+  EXPECT_FALSE(q.LeaseTo(0, 3));  // leased already
+  EXPECT_FALSE(q.LeaseTo(0, 1));  // done
+  EXPECT_FALSE(q.LeaseTo(2, 4));  // no such worker
+  EXPECT_FALSE(q.LeaseTo(0, 9));  // no such chunk
+  EXPECT_EQ(*q.Lease(0), 2);
+  EXPECT_EQ(*q.Lease(0), 4);
+  EXPECT_FALSE(q.Lease(0).has_value());
+  q.Complete(1, 3);
+  EXPECT_EQ(q.done_count(), 3);
+}
+
 TEST(WorkQueueTest, DoneSetRoundTripsAndRestoreForgetsLeases) {
   WorkQueue q(1, 3);
   ASSERT_TRUE(q.SetChunksPerEpoch(4).ok());

@@ -43,6 +43,7 @@ void StateHeader(uint64_t fingerprint, const StoreSnapshot& store, ShardState* o
   out->set_generation(store.generation);
   out->mutable_recent_chunks()->Assign(store.recent_chunks.begin(), store.recent_chunks.end());
   out->set_recent_chunks_since(store.recent_chunks_since);
+  out->mutable_pending_chunks()->Assign(store.pending_chunks.begin(), store.pending_chunks.end());
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ const std::map<std::string, std::set<std::string>> kFamilies = {
      {"pscluster_examples_per_second", "pscluster_pending_workers", "pscluster_model_version",
       "pscluster_loss", "pscluster_accuracy", "pscluster_ps_store_info",
       "pscluster_ps_failovers_total", "pscluster_ps_recovery_pause_seconds",
-      "pscluster_ps_reseed_bytes_total"}},
+      "pscluster_ps_reseed_bytes_total", "pscluster_ps_moved_back_total"}},
     {"evaluator", {"pscluster_model_version", "pscluster_loss", "pscluster_accuracy"}},
 };
 

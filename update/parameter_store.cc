@@ -285,7 +285,12 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   version_ = state.version;
   recent_chunks_.Reset(version_);  // a rollback's: of steps the restored state may not hold
   decider_epoch_ = std::max(decider_epoch_, state.decider_epoch);
-  replicated_decisions_.clear();  // of steps the restored state may not hold
+  // Decisions of steps the restored state may not hold.
+  replicated_decisions_.clear();
+  {
+    absl::MutexLock decisions_lock(&decisions_mu_);
+    decisions_.clear();
+  }
   if (kind == RestoreKind::kContinue || c.replica == ReplicaRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
@@ -348,6 +353,12 @@ absl::Status ParameterStore::RecentChunksOf(uint64_t layout_fingerprint,
   out->generation = generation_;
   out->recent_chunks = recent_chunks_.chunks();
   out->recent_chunks_since = recent_chunks_.since();
+  out->pending_chunks.clear();
+  if (config_.rule == UpdateRule::kSync) {
+    for (int w = 0; w < config_.num_workers; ++w) {
+      out->pending_chunks.push_back(pending_examples_[w] >= 0 ? pending_chunk_[w] : -1);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -1189,9 +1200,20 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
   decider_epoch_ = std::max(decider_epoch_, decider_epoch);
   if (step_role == StepRole::kDecide) {
     // The steps it applied, then the one in flight: each follower takes
-    // those it lacks, in order, under this decider's epoch.
+    // those it lacks, in order, under this decider's epoch. Those it
+    // applied are its own decisions (a decider demoted, and promoted again
+    // before it was seeded: a follower may have refused the last under the
+    // epoch of the promotion that failed) or its primary's, from the
+    // records (a backup).
     std::deque<StepDecision> resend;
-    resend.swap(replicated_decisions_);
+    {
+      absl::MutexLock decisions_lock(&decisions_mu_);
+      for (const StepDecision& d : decisions_) {
+        if (d.generation == generation && d.version < version_) resend.push_back(d);
+      }
+    }
+    for (StepDecision& d : replicated_decisions_) resend.push_back(std::move(d));
+    replicated_decisions_.clear();
     if (in_flight.has_value() && in_flight->version == version_) {
       commit_ = *in_flight;
       for (int w = 0; w < config_.num_workers; ++w) {

@@ -283,6 +283,9 @@ struct StoreSnapshot {
   // StoreStats::decider_epoch. Every restore keeps the higher of the
   // store's own and this one: an epoch is never lowered.
   int64_t decider_epoch = 0;
+  // RecentChunksOf, sync: per worker, the chunk of its push taken into the
+  // step being gathered (-1: none). Not part of a snapshot's state.
+  std::vector<int64_t> pending_chunks;
 };
 
 // What a Restore is: a rollback to a checkpoint (the store's own counters
@@ -449,7 +452,9 @@ class ParameterStore {
   // until Cancel(): false. The ps is ready for its role from then on.
   bool AwaitInitialized() const;
 
-  // Only the version, the generation and the recent chunks of a Snapshot.
+  // Only the version, the generation and the recent chunks of a Snapshot,
+  // and (sync) the chunks of the pushes taken into the step being gathered
+  // (StoreSnapshot::pending_chunks).
   absl::Status RecentChunksOf(uint64_t layout_fingerprint, StoreSnapshot* out) const;
 
   // How many chunks StoreSnapshot::recent_chunks holds at most: 4,096, or

@@ -653,6 +653,35 @@ TEST_F(StoreTest, RestoreRollsBackValuesSlotsAndVersionAndAbortsOldGenerations) 
 // fed the primary's updates names the same, a rollback forgets them (the
 // restored state may not hold those steps), a continuation keeps them, and
 // only the newest RecentChunksKept() are kept.
+TEST_F(StoreTest, TheChunksOfTheStepBeingGatheredAreNamedPerWorker) {
+  InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
+  std::vector<float> g = {1, 1, 1};
+  auto push = [&](int worker, int64_t chunk) {
+    PushArgs a;
+    a.layout_fingerprint = kLayout;
+    a.worker = worker;
+    a.version = 0;
+    a.request_id = static_cast<uint64_t>(worker + 1);
+    a.num_examples = 1;
+    a.gradients = g.data();
+    a.num_floats = 3;
+    a.chunk = chunk;
+    absl::StatusOr<PushResult> r = store_.Push(a);
+    ASSERT_TRUE(r.ok()) << r.status();
+  };
+  // Worker 1's push waits in the step being gathered: a restarted chief
+  // leaves its chunk to it.
+  push(1, 5);
+  StoreSnapshot header;
+  ASSERT_TRUE(store_.RecentChunksOf(kLayout, &header).ok());
+  EXPECT_EQ(header.pending_chunks, (std::vector<int64_t>{-1, 5}));
+  EXPECT_TRUE(header.recent_chunks.empty());
+  push(0, 4);
+  ASSERT_TRUE(store_.RecentChunksOf(kLayout, &header).ok());
+  EXPECT_EQ(header.pending_chunks, (std::vector<int64_t>{-1, -1}));
+  EXPECT_EQ(header.recent_chunks, (std::vector<int64_t>{4, 5}));
+}
+
 TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   const StoreConfig c = SgdConfig(UpdateRule::kSync, 2, 2);
   InitStore(c);
@@ -684,7 +713,6 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   EXPECT_EQ(snap.version, 2);
   EXPECT_EQ(snap.recent_chunks, (std::vector<int64_t>{1, 0, 2, 3}));
   EXPECT_EQ(snap.recent_chunks_since, 0);
-
   StoreConfig b = c;
   b.replica = ReplicaRole::kBackup;
   ParameterStore backup;

@@ -397,6 +397,29 @@ TEST_F(ReplicaTest, ASeedTakenWhileAStepGathersLeavesItsPushesToBePushedAgain) {
   EXPECT_EQ(backup.stats().pushes_applied, 2);
 }
 
+TEST_F(ReplicaTest, ADeciderDemotedAndPromotedAgainSendsItsLastDecisionsUnderTheNewEpoch) {
+  // The shards were to move back: the decider was demoted after it applied
+  // step 0, the followers were fenced at epoch 1 (refusing its decision of
+  // step 0 if it had not arrived), and the promotion elsewhere failed. It
+  // decides again under epoch 2 and sends the steps it applied again.
+  Start(AdamConfig(UpdateRule::kSync, 2, 1));
+  ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/81).ok());
+  ASSERT_EQ(primary_.stats().version, 1);
+  ASSERT_TRUE(primary_.Demote(kLayout).ok());
+  ASSERT_TRUE(primary_.Promote(kLayout, 0, StepRole::kDecide, std::nullopt, 2).ok());
+  StepDecision d;
+  std::vector<std::pair<int64_t, int64_t>> sent;  // version, epoch
+  for (int64_t after = 0; primary_.NextDecision(after, absl::Now(), &d); after = d.sequence) {
+    sent.push_back({d.version, d.decider_epoch});
+  }
+  EXPECT_EQ(sent, (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 2}}));
+  // A restore replaces the state, and the decisions of the old one go.
+  StoreSnapshot snap;
+  ASSERT_TRUE(primary_.Snapshot(kLayout, &snap).ok());
+  ASSERT_TRUE(primary_.Restore(config_, snap).ok());
+  EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 0).status()));
+}
+
 TEST_F(ReplicaTest, AFollowerKeepsTheDecisionsItTakes) {
   StoreConfig follower = AdamConfig(UpdateRule::kSync, 2, 2);
   follower.step_role = StepRole::kFollow;

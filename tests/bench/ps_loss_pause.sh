@@ -10,8 +10,10 @@
 # the kill to the next step applied and answered (R=1: the promoted
 # store's "first update since is applied" line; R=0: the chief's "ps:1
 # restarted" line, right after which the workers resume), the steps
-# redone, and the final line's accuracy beside a clean run's. Medians at
-# the end.
+# redone, and the final line's accuracy beside a clean run's. With R=1
+# the restarted ps gets its shards back once caught up: that pause too,
+# from its store's promotion to the first update it applied and answered
+# (its "first update since" line). Medians at the end.
 #
 #   tests/bench/ps_loss_pause.sh [ROUNDS=5] [MNIST_DIR]
 #
@@ -29,7 +31,8 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 
 seconds_of_day() { awk -F: '{ printf "%.3f", $1 * 3600 + $2 * 60 + $3 }' <<<"$1"; }
 
-# kill_run REPLICAS OUT: prints "PAUSE_S REDONE ACCURACY".
+# kill_run REPLICAS OUT: prints "PAUSE_S REDONE ACCURACY MOVED_BACK_MS"
+# (the last "-" when the shards did not move back).
 kill_run() {
   local replicas="$1" out="$2" pid t_kill t_back redone acc
   "$train" --no_build --data_dir="$data" --model=cnn --epochs=1 --ps_replicas="$replicas" \
@@ -51,21 +54,25 @@ kill_run() {
   if [ -z "${t_kill:-}" ] || [ -z "$t_back" ]; then
     echo "ps_loss_pause: no kill or no restart in the run with --ps_replicas=$replicas" >&2; exit 1
   fi
+  back_ms="$(sed -nE 's/.*promoted to primary at version .*the first update since is applied .*, ([0-9]+) ms after the promotion.*/\1/p' "$out" | sed -n 2p)"
   awk -v a="$(seconds_of_day "${t_kill:0:12}")" -v b="$(seconds_of_day "$t_back")" \
-    -v r="${redone:-0}" -v acc="$acc" 'BEGIN { printf "%.2f %d %s", b - a, r, acc }'
+    -v r="${redone:-0}" -v acc="$acc" -v m="${back_ms:--}" 'BEGIN { printf "%.2f %d %s %s", b - a, r, acc, m }'
 }
 
 clean="$("$train" --no_build --data_dir="$data" --model=cnn --epochs=1 --logdir="$tmp/clean.d" 2>&1 |
   tail -n 1 | sed -nE 's/^final: test_accuracy=([0-9.]+).*/\1/p')"
 echo "ps_loss_pause: $(date -u '+%Y-%m-%d %H:%M') UTC, commit $(git -C "$repo" rev-parse --short HEAD), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg); clean run's accuracy $clean"
 printf '%-6s %22s %22s\n' round "R=1: pause s, redone" "R=0: pause s, redone"
-: > "$tmp/r1" ; : > "$tmp/r0"
+: > "$tmp/r1"; : > "$tmp/r0"; : > "$tmp/m1"
 for ((r = 1; r <= rounds; r++)); do
-  read -r p1 d1 a1 <<<"$(kill_run 1 "$tmp/k1-$r.out")"
-  read -r p0 d0 a0 <<<"$(kill_run 0 "$tmp/k0-$r.out")"
+  read -r p1 d1 a1 m1 <<<"$(kill_run 1 "$tmp/k1-$r.out")"
+  read -r p0 d0 a0 _ <<<"$(kill_run 0 "$tmp/k0-$r.out")"
   echo "$p1 $d1" >> "$tmp/r1"; echo "$p0 $d0" >> "$tmp/r0"
-  printf '%-6s %14s s, %3d %14s s, %3d   accuracy %s / %s\n' "$r" "$p1" "$d1" "$p0" "$d0" "$a1" "$a0"
+  [ "$m1" != - ] && echo "$m1" >> "$tmp/m1"
+  printf '%-6s %14s s, %3d %14s s, %3d   accuracy %s / %s; R=1 moved back in %s ms\n' \
+    "$r" "$p1" "$d1" "$p0" "$d0" "$a1" "$a0" "$m1"
 done
 median() { sort -n -k"$2" "$1" | awk -v k="$2" '{ v[NR] = $k } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f", m }'; }
-printf '%-6s %14s s, %3s %14s s, %3s\n' median "$(median "$tmp/r1" 1)" "$(median "$tmp/r1" 2)" \
-  "$(median "$tmp/r0" 1)" "$(median "$tmp/r0" 2)"
+printf '%-6s %14s s, %3s %14s s, %3s   R=1 moved back in %s ms\n' median "$(median "$tmp/r1" 1)" \
+  "$(median "$tmp/r1" 2)" "$(median "$tmp/r0" 1)" "$(median "$tmp/r0" 2)" \
+  "$( [ -s "$tmp/m1" ] && median "$tmp/m1" 1 || echo -)"
