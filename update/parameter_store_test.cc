@@ -67,6 +67,22 @@ class StoreTest : public ::testing::Test {
     ASSERT_TRUE(store_.Init(c, init.data(), &already).ok());
     EXPECT_FALSE(already);
   }
+  // Sync: worker `worker`'s push of 3 ones for `version`, of chunk `chunk`,
+  // under a request id of its own.
+  void PushChunk(int worker, int64_t version, int64_t chunk) {
+    std::vector<float> g = {1, 1, 1};
+    PushArgs a;
+    a.layout_fingerprint = kLayout;
+    a.worker = worker;
+    a.version = version;
+    a.request_id = static_cast<uint64_t>(version * 2 + worker + 1);
+    a.num_examples = 1;
+    a.gradients = g.data();
+    a.num_floats = 3;
+    a.chunk = chunk;
+    absl::StatusOr<PushResult> r = store_.Push(a);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
   ParameterStore store_;
 };
 
@@ -655,28 +671,14 @@ TEST_F(StoreTest, RestoreRollsBackValuesSlotsAndVersionAndAbortsOldGenerations) 
 // only the newest RecentChunksKept() are kept.
 TEST_F(StoreTest, TheChunksOfTheStepBeingGatheredAreNamedPerWorker) {
   InitStore(SgdConfig(UpdateRule::kSync, 2, 2));
-  std::vector<float> g = {1, 1, 1};
-  auto push = [&](int worker, int64_t chunk) {
-    PushArgs a;
-    a.layout_fingerprint = kLayout;
-    a.worker = worker;
-    a.version = 0;
-    a.request_id = static_cast<uint64_t>(worker + 1);
-    a.num_examples = 1;
-    a.gradients = g.data();
-    a.num_floats = 3;
-    a.chunk = chunk;
-    absl::StatusOr<PushResult> r = store_.Push(a);
-    ASSERT_TRUE(r.ok()) << r.status();
-  };
   // Worker 1's push waits in the step being gathered: a restarted chief
   // leaves its chunk to it.
-  push(1, 5);
+  PushChunk(1, 0, 5);
   StoreSnapshot header;
   ASSERT_TRUE(store_.RecentChunksOf(kLayout, &header).ok());
   EXPECT_EQ(header.pending_chunks, (std::vector<int64_t>{-1, 5}));
   EXPECT_TRUE(header.recent_chunks.empty());
-  push(0, 4);
+  PushChunk(0, 0, 4);
   ASSERT_TRUE(store_.RecentChunksOf(kLayout, &header).ok());
   EXPECT_EQ(header.pending_chunks, (std::vector<int64_t>{-1, -1}));
   EXPECT_EQ(header.recent_chunks, (std::vector<int64_t>{4, 5}));
@@ -690,24 +692,11 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   StoreSnapshot seed;
   ASSERT_TRUE(store_.Snapshot(kLayout, &seed).ok());
   EXPECT_TRUE(seed.recent_chunks.empty());
-  std::vector<float> g = {1, 1, 1};
-  auto push = [&](int worker, int64_t version, int64_t chunk) {
-    PushArgs a;
-    a.layout_fingerprint = kLayout;
-    a.worker = worker;
-    a.version = version;
-    a.request_id = static_cast<uint64_t>(version * 2 + worker + 1);
-    a.num_examples = 1;
-    a.gradients = g.data();
-    a.num_floats = 3;
-    a.chunk = chunk;
-    absl::StatusOr<PushResult> r = store_.Push(a);
-    ASSERT_TRUE(r.ok()) << r.status();
-  };
-  push(0, 0, 1);
-  push(1, 0, 0);
-  push(1, 1, 3);
-  push(0, 1, 2);
+  std::vector<float> g = {1, 1, 1};  // the other stores' pushes below
+  PushChunk(0, 0, 1);
+  PushChunk(1, 0, 0);
+  PushChunk(1, 1, 3);
+  PushChunk(0, 1, 2);
   StoreSnapshot snap;
   ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
   EXPECT_EQ(snap.version, 2);
