@@ -36,6 +36,8 @@ for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
   [ -x "$bin/$b" ] || { fail "missing $bin/$b (build first)"; finish; }
 done
 
+# shellcheck source=tests/netns_common.sh
+. "$repo/tests/netns_common.sh"
 tag="pst$$"
 sw="${tag}sw"
 hosts=(chief ps0 ps1 w0 w1 ev)
@@ -59,16 +61,8 @@ ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up || { fail "b
 declare -A addr
 i=1
 for h in "${hosts[@]}"; do
-  ns="${tag}$h"
   addr[$h]="10.213.0.$i"
-  ip netns add "$ns" &&
-    ip -n "$ns" link set lo up &&
-    ip link add "${tag}$h" netns "$ns" type veth peer name "p$h" netns "$sw" &&
-    ip -n "$ns" link set "${tag}$h" name eth0 &&
-    ip -n "$ns" addr add "${addr[$h]}/24" dev eth0 &&
-    ip -n "$ns" link set eth0 up &&
-    ip -n "$sw" link set "p$h" master br0 &&
-    ip -n "$sw" link set "p$h" up || { fail "setting up host $h"; finish; }
+  netns_host "$tag" "$sw" "$h" "${addr[$h]}" || { fail "setting up host $h"; finish; }
   i=$((i + 1))
 done
 

@@ -32,6 +32,8 @@ for b in ps_server/ps_server worker/worker chief/chief; do
   [ -x "$bin/$b" ] || die "missing $bin/$b (build first)"
 done
 
+# shellcheck source=tests/netns_common.sh
+. "$repo/tests/netns_common.sh"
 tag="plp$$"
 sw="${tag}sw"
 hosts=(chief ps0 ps1 w0 w1)
@@ -53,14 +55,7 @@ i=1
 for h in "${hosts[@]}"; do
   ns="${tag}$h"
   addr[$h]="10.214.0.$i"
-  ip netns add "$ns" &&
-    ip -n "$ns" link set lo up &&
-    ip link add "${tag}$h" netns "$ns" type veth peer name "p$h" netns "$sw" &&
-    ip -n "$ns" link set "${tag}$h" name eth0 &&
-    ip -n "$ns" addr add "${addr[$h]}/24" dev eth0 &&
-    ip -n "$ns" link set eth0 up &&
-    ip -n "$sw" link set "p$h" master br0 &&
-    ip -n "$sw" link set "p$h" up || die "setting up host $h"
+  netns_host "$tag" "$sw" "$h" "${addr[$h]}" || die "setting up host $h"
   # Both directions: the host's egress, and the switch's towards the host.
   tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms &&
     tc -n "$sw" qdisc add dev "p$h" root tbf rate "$rate" burst 256kb latency 100ms ||
