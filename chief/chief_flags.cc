@@ -311,17 +311,19 @@ absl::Status SetCluster(const ChiefFlags& f, const TfConfig& config, ChiefOption
         absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source, ")"));
   }
   opt->replicas_to_aggregate = replicas;
-  if (f.ps_replicas < 0 || f.ps_replicas > 1) {
+  if (f.ps_replicas < 0 || f.ps_replicas > kMaxPsReplicas) {
     return Bad("ps_replicas", std::to_string(f.ps_replicas),
-               "must be 0 or 1 (one backup per ps, on the next ps)");
+               absl::StrCat("must be in [0, ", kMaxPsReplicas,
+                            "] (backups per ps, each on another ps)"));
   }
   if (f.ps_replicas > 0 && mirrored) {
     return Bad("ps_replicas", std::to_string(f.ps_replicas),
                "applies to --strategy=parameter_server (the ring keeps no ps)");
   }
-  if (f.ps_replicas > 0 && num_ps < 2) {
+  if (f.ps_replicas > 0 && f.ps_replicas > num_ps - 1) {
     return Bad("ps_replicas", std::to_string(f.ps_replicas),
-               absl::StrCat("a backup goes on another ps; ", config.source, " lists ", num_ps));
+               absl::StrCat("each backup goes on another ps, and ", config.source, " lists ",
+                            num_ps, " ps: at most ", std::max(num_ps - 1, 0)));
   }
   opt->ps_replicas = f.ps_replicas;
   return absl::OkStatus();

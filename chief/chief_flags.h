@@ -16,6 +16,10 @@
 
 namespace pscluster {
 
+// --ps_replicas' largest: each backup is another store on every ps process
+// (ps_server --backup_stores) and a copy sent per update.
+inline constexpr int kMaxPsReplicas = 3;
+
 struct ChiefFlags {
   std::string model = "cnn";
   std::string loss;  // empty: the model file's, else what its output implies
@@ -50,7 +54,7 @@ struct ChiefFlags {
   std::string data_dir;
   double heartbeat_timeout_s = 3;
   int ps_recovery_timeout_s = 300;
-  int ps_replicas = 0;
+  int ps_replicas = 0;  // at most kMaxPsReplicas
   std::string checkpoint_dir;  // empty: <logdir>/checkpoints with a logdir
   int64_t checkpoint_every_steps = 200;
   double checkpoint_every_secs = 0;

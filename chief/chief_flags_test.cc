@@ -255,13 +255,20 @@ TEST(MakeChiefOptionsTest, TheRingRefusesTheParameterServersSettings) {
             "backup workers)");
 }
 
-TEST(MakeChiefOptionsTest, PsReplicasNeedAnotherPsToKeepTheBackup) {
+TEST(MakeChiefOptionsTest, PsReplicasNeedAnotherPsForEachBackup) {
   ChiefFlags f;
+  f.ps_replicas = 4;
+  EXPECT_EQ(ErrorOf(f, Cluster(8, 2)),
+            "--ps_replicas=4: must be in [0, 3] (backups per ps, each on another ps)");
+  f.ps_replicas = -1;
+  EXPECT_EQ(ErrorOf(f),
+            "--ps_replicas=-1: must be in [0, 3] (backups per ps, each on another ps)");
   f.ps_replicas = 2;
-  EXPECT_EQ(ErrorOf(f), "--ps_replicas=2: must be 0 or 1 (one backup per ps, on the next ps)");
+  EXPECT_EQ(ErrorOf(f, Cluster(2, 2)),
+            "--ps_replicas=2: each backup goes on another ps, and TF_CONFIG lists 2 ps: at most 1");
   f.ps_replicas = 1;
   EXPECT_EQ(ErrorOf(f, Cluster(1, 2)),
-            "--ps_replicas=1: a backup goes on another ps; TF_CONFIG lists 1");
+            "--ps_replicas=1: each backup goes on another ps, and TF_CONFIG lists 1 ps: at most 0");
   f.strategy = "multi_worker_mirrored";
   EXPECT_EQ(ErrorOf(f),
             "--ps_replicas=1: applies to --strategy=parameter_server (the ring keeps no ps)");
@@ -270,6 +277,10 @@ TEST(MakeChiefOptionsTest, PsReplicasNeedAnotherPsToKeepTheBackup) {
   absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(good, Cluster(2, 2));
   ASSERT_TRUE(opt.ok()) << opt.status();
   EXPECT_EQ(opt->ps_replicas, 1);
+  good.ps_replicas = 2;
+  opt = MakeChiefOptions(good, Cluster(3, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->ps_replicas, 2);
 }
 
 TEST(MakeChiefOptionsTest, ParameterServersNeedPsTasks) {

@@ -37,7 +37,8 @@ struct ChiefOptions {
   absl::Duration ps_check_every = absl::Milliseconds(500);
   // How long a lost ps may take to come back before the run fails.
   absl::Duration ps_recovery_timeout = absl::Minutes(5);
-  // Backups of each ps's store on the next ps (docs/replication.md).
+  // Backups of each ps's store, on the next ps_replicas ps
+  // (docs/replication.md).
   int ps_replicas = 0;
   NonFinitePolicy nonfinite = NONFINITE_REJECT;
   AsyncLrScaling async_lr_scaling = AsyncLrScaling::kSqrt;

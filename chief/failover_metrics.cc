@@ -69,11 +69,12 @@ absl::StatusOr<std::unique_ptr<FailoverMetrics>> FailoverMetrics::Create(Metrics
   return m;
 }
 
-void FailoverMetrics::SetCopies(int store, int primary_holder, int backup_holder) {
+void FailoverMetrics::SetCopies(int store, int primary_holder,
+                                const std::vector<int>& backup_holders) {
   absl::MutexLock lock(&mu_);
   for (prometheus::Gauge* g : placed_[store]) g->Set(0);
   Place(store, "primary", primary_holder);
-  if (backup_holder >= 0) Place(store, "backup", backup_holder);
+  for (int holder : backup_holders) Place(store, "backup", holder);
 }
 
 void FailoverMetrics::Place(int store, const char* role, int holder) {

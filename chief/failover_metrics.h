@@ -57,9 +57,9 @@ class FailoverMetrics {
 
   // Where ps `store`'s store is now: its primary on ps `primary_holder`
   // (its own, or the backup store of another ps promoted in its place),
-  // its backup on ps `backup_holder` (-1: none). The series of where it
-  // was before go to 0.
-  void SetCopies(int store, int primary_holder, int backup_holder);
+  // its backups on the ps `backup_holders` (none: none). The series of
+  // where it was before go to 0.
+  void SetCopies(int store, int primary_holder, const std::vector<int>& backup_holders);
 
   // A lost ps came back `how`, the workers paused for `pause` (from the
   // loss found to the workers resumed).

@@ -33,8 +33,8 @@ TEST(FailoverMetrics, PlacementAndCountsAsTheChiefServesThem) {
 
   // Two ps, each store's backup on the other.
   for (int i = 0; i < 2; ++i) {
-    (*m)->SetCopies(i, i, (i + 1) % 2);
-    (*m)->SetCopies(i, i, (i + 1) % 2);  // set again: one series each
+    (*m)->SetCopies(i, i, {(i + 1) % 2});
+    (*m)->SetCopies(i, i, {(i + 1) % 2});  // set again: one series each
   }
   (*m)->CountFailover(FailoverMetrics::How::kBackup, absl::Milliseconds(1500));
   (*m)->CountFailover(FailoverMetrics::How::kResumed, absl::Milliseconds(300));
@@ -72,7 +72,7 @@ TEST(FailoverMetrics, PlacementAndCountsAsTheChiefServesThem) {
 
   // ps:1 lost: its backup on ps:0 serves its store, which has no backup
   // until ps:1 is back; then ps:1's own store is its backup.
-  (*m)->SetCopies(1, 0, -1);
+  (*m)->SetCopies(1, 0, {});
   (*m)->CountFailover(FailoverMetrics::How::kPromoted, absl::Milliseconds(200));
   text = (*metrics)->Serialize();
   EXPECT_THAT(text,
@@ -86,7 +86,7 @@ TEST(FailoverMetrics, PlacementAndCountsAsTheChiefServesThem) {
                         "store=\"ps:1\"} 0\n"));
   EXPECT_THAT(text,
               HasSubstr("pscluster_ps_failovers_total{task=\"chief:0\",how=\"promoted\"} 1\n"));
-  (*m)->SetCopies(1, 0, 1);
+  (*m)->SetCopies(1, 0, {1});
   text = (*metrics)->Serialize();
   EXPECT_THAT(text,
               HasSubstr("pscluster_ps_store_info{task=\"chief:0\",holder=\"ps:1\",role=\"backup\","

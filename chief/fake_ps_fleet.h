@@ -56,7 +56,7 @@ class PsFleetForTests : public PsFleet {
     return NotHere();
   }
   absl::StatusOr<int64_t> Promote(const std::string&, int64_t, bool, const StepCommitRequest*,
-                                  int64_t, absl::Duration) override {
+                                  int64_t, int64_t, absl::Duration) override {
     return NotHere();
   }
   absl::Status SetFollowers(int, const std::vector<std::string>&, absl::Duration) override {

@@ -189,13 +189,15 @@ absl::StatusOr<PsStatsResponse> GrpcPsFleet::StatsAt(const std::string& address,
 
 absl::StatusOr<int64_t> GrpcPsFleet::Promote(const std::string& address, int64_t generation,
                                              bool decides, const StepCommitRequest* in_flight,
-                                             int64_t decider_epoch, absl::Duration timeout) {
+                                             int64_t decider_epoch, int64_t primary_term,
+                                             absl::Duration timeout) {
   PromoteRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
   req.set_generation(generation);
   req.set_decides(decides);
   if (in_flight != nullptr) *req.mutable_in_flight() = *in_flight;
   req.set_decider_epoch(decider_epoch);
+  req.set_primary_term(primary_term);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PromoteResponse resp;

@@ -57,7 +57,7 @@ class GrpcPsFleet final : public PsFleet {
                                           absl::Duration timeout) override;
   absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation, bool decides,
                                   const StepCommitRequest* in_flight, int64_t decider_epoch,
-                                  absl::Duration timeout) override;
+                                  int64_t primary_term, absl::Duration timeout) override;
   absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,
                             absl::Duration timeout) override;
   absl::Status Demote(const std::string& address, absl::Duration timeout) override;

@@ -144,10 +144,11 @@ ABSL_FLAG(double, heartbeat_timeout_s, kDefaults.heartbeat_timeout_s,
           "A worker without a heartbeat this long is lost: its unfinished data goes to the "
           "others and sync steps stop waiting for it until it is back");
 ABSL_FLAG(int, ps_replicas, kDefaults.ps_replicas,
-          "Backups of each ps's store, kept up to date on the next ps before a worker is "
-          "answered (0 or 1; 1 needs 2 ps or more). A lost ps's backup serves its shards at "
-          "once: no checkpoint read, no step redone (a ps whose backup is lost too is still "
-          "restored from the checkpoint; docs/replication.md)");
+          "Backups of each ps's store, kept up to date on the next R ps before a worker is "
+          "answered (0 to 3, below the ps count; R >= 2 needs every ps_server started with "
+          "--backup_stores=R). A lost ps's backup serves its shards at once: no checkpoint "
+          "read, no step redone (a ps whose backups are all lost too is still restored from "
+          "the checkpoint; docs/replication.md)");
 ABSL_FLAG(int, ps_recovery_timeout_s, kDefaults.ps_recovery_timeout_s,
           "How long a lost ps may take to come back (restarted by the launcher, Compose or "
           "Kubernetes) before the run fails");

@@ -80,10 +80,13 @@ class PsFleet {
   // `generation`; the version it holds.
   // `decides`: it decides the sync steps from now on (it replaces ps 0),
   // starting from `in_flight` (null: none) for the step it is at, under
-  // `decider_epoch` (following: the lowest it takes).
+  // `decider_epoch` (following: the lowest it takes). `primary_term`:
+  // above every term a copy of its shards had, so that its backups refuse
+  // the replaced primary's records (0: one above its own).
   virtual absl::StatusOr<int64_t> Promote(const std::string& address, int64_t generation,
                                           bool decides, const StepCommitRequest* in_flight,
-                                          int64_t decider_epoch, absl::Duration timeout) = 0;
+                                          int64_t decider_epoch, int64_t primary_term,
+                                          absl::Duration timeout) = 0;
   // Makes the primary store at `address` (one a backup was promoted in
   // place of) a backup, to be seeded.
   virtual absl::Status Demote(const std::string& address, absl::Duration timeout) = 0;

@@ -9,6 +9,18 @@
 
 namespace pscluster {
 
+std::vector<std::string> StoreCopies::backup_addresses() const {
+  std::vector<std::string> out;
+  for (const StoreCopy& b : backups) out.push_back(b.address);
+  return out;
+}
+
+std::vector<int> StoreCopies::backup_holders() const {
+  std::vector<int> out;
+  for (const StoreCopy& b : backups) out.push_back(b.holder);
+  return out;
+}
+
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
                        MembershipSync* membership, const std::atomic<bool>* stop,
@@ -26,51 +38,104 @@ PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
       alone_(fleet->num_ps(), false) {}
 
 absl::Status PsRecovery::Check(const Snapshot* latest, int64_t* highest_version) {
+  std::vector<std::pair<int, std::string>> lost;  // ps, why
   for (int i = 0; i < fleet_->num_ps(); ++i) {
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(1));
     if (!st.ok()) {
-      if (++failures_[i] >= 2) {
-        return Recover(i, std::string(st.status().message()), latest, highest_version);
-      }
+      if (++failures_[i] >= 2) lost.emplace_back(i, std::string(st.status().message()));
       continue;
     }
     failures_[i] = 0;
     alone_[i] = st->backups_set() > 0 && st->backups_live() < st->backups_set();
+    if (copies_ != nullptr && i < static_cast<int>(copies_->size())) {
+      StoreCopies& c = (*copies_)[i];
+      c.primary_term = std::max(c.primary_term, st->primary_term());
+      // Every backup set is seeded and keeps up (a new one holds version
+      // -1 until seeded): each holds whatever a worker is answered for.
+      if (!c.backups.empty() && st->backups_set() == static_cast<int>(c.backups.size()) &&
+          st->backups_live() == st->backups_set() && st->replicated_version() >= 0) {
+        for (StoreCopy& b : c.backups) b.seeded = true;
+      }
+    }
     *highest_version = std::max(*highest_version, st->version());
     if (!st->initialized() || st->incarnation() != incarnation_[i]) {
-      return Recover(i, "it restarted and lost its parameters", latest, highest_version);
+      lost.emplace_back(i, "it restarted and lost its parameters");
     }
   }
+  if (lost.size() > 1) {
+    // Several lost at once (--ps_replicas >= 2 keeps copies for that):
+    // each one's backup promoted first, before any is waited for, the
+    // followers before ps 0, whose backup decides only once every follower
+    // answers to be fenced, a lost one's promoted backup included.
+    std::stable_partition(lost.begin(), lost.end(), [](const auto& l) { return l.first != 0; });
+    std::vector<std::pair<int, std::string>> left;
+    for (const auto& [i, why] : lost) {
+      if (!TryPromote(i, why, absl::Now())) left.emplace_back(i, why);
+    }
+    lost = std::move(left);
+  }
+  if (!lost.empty()) return Recover(lost[0].first, lost[0].second, latest, highest_version);
   CheckBackups();
   return absl::OkStatus();
 }
 
+bool PsRecovery::TryPromote(int i, const std::string& why, absl::Time t0) {
+  if (copies_ == nullptr || i >= static_cast<int>(copies_->size()) ||
+      (*copies_)[i].backups.empty()) {
+    return false;
+  }
+  const absl::Status promoted = PromoteBackup(i, why);
+  if (!promoted.ok()) {
+    spdlog::warn("ps:{} lost ({}); its backup store cannot take over: {}", i, why,
+                 std::string(promoted.message()));
+    return false;
+  }
+  membership_->Apply(/*force=*/true);
+  if (metrics_ != nullptr) {
+    metrics_->CountFailover(FailoverMetrics::How::kPromoted, absl::Now() - t0);
+  }
+  return true;
+}
+
 void PsRecovery::CheckBackups() {
   if (copies_ == nullptr) return;
-  backup_failures_.resize(copies_->size(), 0);
+  std::map<std::string, int> failures;  // only the backups set now are counted
   for (int i = 0; i < static_cast<int>(copies_->size()); ++i) {
     StoreCopies& c = (*copies_)[i];
-    if (c.backup.empty()) {
-      backup_failures_[i] = 0;
-      continue;
+    for (size_t k = 0; k < c.backups.size();) {
+      const StoreCopy b = c.backups[k];
+      absl::StatusOr<PsStatsResponse> st = fleet_->StatsAt(b.address, absl::Seconds(1));
+      if (st.ok()) {
+        ++k;
+        continue;
+      }
+      const int failed = backup_failures_[b.address] + 1;
+      if (failed < 2) {
+        failures[b.address] = failed;
+        ++k;
+        continue;
+      }
+      // Its primary holds every answer until the backup holds the update:
+      // tell it to go on without (it gets it back once it answers).
+      std::vector<StoreCopy> rest = c.backups;
+      rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(k));
+      StoreCopies kept = c;
+      kept.backups = rest;
+      if (absl::Status s = fleet_->SetBackups(i, kept.backup_addresses(), absl::Seconds(2));
+          !s.ok()) {
+        failures[b.address] = failed;
+        ++k;
+        continue;
+      }
+      spdlog::warn("ps:{}'s backup at {} (on ps:{}) is lost ({}): ps:{}'s store goes on "
+                   "without it until it is back{}",
+                   i, b.address, b.holder, std::string(st.status().message()), i,
+                   rest.empty() ? "" : absl::StrCat(", with ", rest.size(), " other backup(s)"));
+      c.backups = std::move(rest);
+      if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, c.backup_holders());
     }
-    absl::StatusOr<PsStatsResponse> st = fleet_->StatsAt(c.backup, absl::Seconds(1));
-    if (st.ok()) {
-      backup_failures_[i] = 0;
-      continue;
-    }
-    if (++backup_failures_[i] < 2) continue;
-    // Its primary holds every answer until the backup holds the update:
-    // tell it to go on without (it gets another once one answers).
-    if (absl::Status s = fleet_->SetBackups(i, {}, absl::Seconds(2)); !s.ok()) continue;
-    spdlog::warn("ps:{}'s backup at {} (on ps:{}) is lost ({}): ps:{}'s store goes on without "
-                 "it until it is back",
-                 i, c.backup, c.backup_holder, std::string(st.status().message()), i);
-    backup_failures_[i] = 0;
-    c.backup.clear();
-    c.backup_holder = -1;
-    if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, -1);
   }
+  backup_failures_ = std::move(failures);
 }
 
 bool PsRecovery::suspects_loss() const {
@@ -80,19 +145,7 @@ bool PsRecovery::suspects_loss() const {
 absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* latest,
                                  int64_t* highest_version) {
   const absl::Time t0 = absl::Now();
-  if (copies_ != nullptr && i < static_cast<int>(copies_->size()) &&
-      !(*copies_)[i].backup.empty()) {
-    const absl::Status promoted = PromoteBackup(i, why);
-    if (promoted.ok()) {
-      membership_->Apply(/*force=*/true);
-      if (metrics_ != nullptr) {
-        metrics_->CountFailover(FailoverMetrics::How::kPromoted, absl::Now() - t0);
-      }
-      return absl::OkStatus();
-    }
-    spdlog::warn("ps:{} lost ({}); its backup store cannot take over: {}", i, why,
-                 std::string(promoted.message()));
-  }
+  if (TryPromote(i, why, t0)) return absl::OkStatus();
   spdlog::warn("ps:{} lost ({}); pausing the workers until it is back", i, why);
   // Resumed at the end; on an error the workers stay paused, as the run
   // ends. The checkpoint restore and the membership change inside nest.
@@ -139,13 +192,14 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
       if (s.ok()) generation = std::max(generation, s->generation());
     }
     const absl::Time restore_start = absl::Now();
-    const absl::Status from_backup = RestoreFromBackup(i, generation);
+    std::string from;
+    const absl::Status from_backup = RestoreFromBackup(i, generation, &from);
     if (from_backup.ok()) {
       spdlog::warn(
           "ps:{} restarted: restored from its backup store ({}) as the primary it was, "
           "generation {}; no checkpoint read, nothing rolled back, no step redone; "
           "detected and back after {:.1f} s, restored in {:.2f} s",
-          i, (*copies_)[i].backup, generation, absl::ToDoubleSeconds(back - t0),
+          i, from, generation, absl::ToDoubleSeconds(back - t0),
           absl::ToDoubleSeconds(absl::Now() - restore_start));
       how = FailoverMetrics::How::kBackup;
     } else {
@@ -180,9 +234,12 @@ absl::Status PsRecovery::MoveBack() {
   if (copies_ == nullptr) return absl::OkStatus();
   for (int i = 0; i < static_cast<int>(copies_->size()); ++i) {
     StoreCopies& c = (*copies_)[i];
-    if (c.primary_holder == i || c.backup.empty() || c.backup != c.home) continue;
-    // The store that serves ps i's shards, with its backup in ps i's own
-    // store seeded (something replicated) and keeping up.
+    if (c.primary_holder == i) continue;
+    const auto home = std::find_if(c.backups.begin(), c.backups.end(),
+                                   [&](const StoreCopy& b) { return b.address == c.home; });
+    if (home == c.backups.end() || !home->seeded) continue;
+    // The store that serves ps i's shards, with its backups, ps i's own
+    // store among them, seeded and keeping up.
     absl::StatusOr<PsStatsResponse> serving = fleet_->Stats(i, absl::Seconds(1));
     if (!serving.ok() || !serving->initialized() || serving->backup() ||
         serving->backups_set() == 0 || serving->backups_live() < serving->backups_set() ||
@@ -211,10 +268,11 @@ absl::Status PsRecovery::MoveBack() {
     // Nothing moved: the demoted store, which holds all it held, serves
     // the shards again.
     const bool decides = setup_->mode == SYNC && i == 0 && fleet_->num_ps() > 1;
+    c.primary_term = std::max(c.primary_term, serving->primary_term()) + 1;
     absl::StatusOr<int64_t> again =
         fleet_->Promote(address, dispatcher_->generation(), decides, nullptr,
                         setup_->mode == SYNC ? DeciderEpoch(-1) + (decides ? 1 : 0) : 0,
-                        absl::Seconds(5));
+                        c.primary_term, absl::Seconds(5));
     if (!again.ok()) {
       return absl::UnavailableError(absl::StrCat(
           "ps:", i, "'s shards have no primary: moving them back failed (", moved.message(),
@@ -236,17 +294,15 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
     return absl::FailedPreconditionError(absl::StrCat(
         "when last seen, ps:", i, " answered without its backup, which may lack updates"));
   }
-  absl::StatusOr<PsStatsResponse> b = fleet_->StatsAt(c.backup, absl::Seconds(1));
-  if (!b.ok()) return b.status();
-  if (!b->initialized() || !b->backup()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the store at ", c.backup, " is not a seeded backup"));
-  }
+  absl::StatusOr<ChosenBackup> chosen = ChooseBackup(i, moving_back ? c.home : "");
+  if (!chosen.ok()) return chosen.status();
+  const StoreCopy copy = c.backups[chosen->index];
+  const PsStatsResponse* const b = &chosen->stats;
   const int64_t generation = dispatcher_->generation();
-  if (b->generation() != generation) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the backup is of generation ", b->generation(), ", the run of ", generation));
-  }
+  // Above every term a copy had: the backups the promoted store seeds
+  // refuse the records of the primary it replaces, which may be alive.
+  const int64_t term =
+      std::max({c.primary_term, chosen->highest_term, b->primary_term()}) + 1;
   int64_t epoch = 0;
   if (sync_steps) {
     // Every step a worker was answered for is on the backup, so no other
@@ -255,6 +311,8 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
     for (int j = 0; j < n; ++j) {
       if (j == i) continue;
       absl::StatusOr<PsStatsResponse> other = fleet_->Stats(j, absl::Seconds(1));
+      // Lost too: its backup, once promoted, is checked against this one.
+      if (!other.ok() && failures_[j] > 0) continue;
       if (!other.ok()) return other.status();
       if (other->version() > b->version() + 1) {
         return absl::FailedPreconditionError(
@@ -284,19 +342,22 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
     }
   }
   absl::StatusOr<int64_t> version =
-      fleet_->Promote(c.backup, generation, decides,
-                      in_flight.has_value() ? &*in_flight : nullptr, epoch, absl::Seconds(2));
+      fleet_->Promote(copy.address, generation, decides,
+                      in_flight.has_value() ? &*in_flight : nullptr, epoch, term,
+                      absl::Seconds(2));
   if (!version.ok()) return version.status();
-  // From here on the backup is the primary: every caller is told.
+  // From here on the backup is the primary: every caller is told. Its
+  // backups are set on the next KeepBackups (the others it had are seeded
+  // again, by it).
   const std::string was = fleet_->address(i);
   const int lost_holder = c.primary_holder;
-  fleet_->MoveTo(i, c.backup);
+  fleet_->MoveTo(i, copy.address);
   incarnation_[i] = b->incarnation();
   failures_[i] = 0;
-  c.primary_holder = c.backup_holder;
-  c.backup.clear();
-  c.backup_holder = -1;
-  if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, -1);
+  c.primary_holder = copy.holder;
+  c.primary_term = term;
+  c.backups.clear();
+  if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, {});
   const std::string deciding =
       !decides ? ""
                : absl::StrCat(", and decides the sync steps under decider epoch ", epoch,
@@ -308,14 +369,16 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
     spdlog::warn(
         "ps:{}'s shards go back to ps:{} ({}), their backup, from the store on ps:{} that "
         "served them since a fail-over, at version {} (generation {}){}; nothing rolled back; "
-        "the workers call them there instead of {}",
-        i, i, fleet_->address(i), lost_holder, *version, generation, deciding, was);
+        "the workers call them there instead of {}; primary term {}",
+        i, i, fleet_->address(i), lost_holder, *version, generation, deciding, was, term);
   } else {
     spdlog::warn(
         "ps:{} lost ({}): its backup store on ps:{} ({}) serves its shards from now on, from "
         "version {} (generation {}){}; no checkpoint read, nothing rolled back; the workers "
-        "call it there instead of {}",
-        i, why, c.primary_holder, fleet_->address(i), *version, generation, deciding, was);
+        "call it there instead of {}; primary term {}: its other backups refuse the lost "
+        "primary's records",
+        i, why, c.primary_holder, fleet_->address(i), *version, generation, deciding, was,
+        term);
   }
   if (absl::Status s = PublishPlacement(); !s.ok()) return s;
   if (sync_steps && !decides) {
@@ -326,6 +389,9 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
         fleet_->GetDecision(0, *version, /*fence_below=*/0, absl::Seconds(5));
     if (d.ok()) {
       if (absl::Status s = fleet_->CommitStep(i, *d, absl::Seconds(10)); !s.ok()) return s;
+    } else if (failures_[0] > 0) {
+      // ps 0 is lost too: its backup, promoted to decide, sends the
+      // decisions of the steps it holds again first.
     } else if (!absl::IsNotFound(d.status())) {
       return d.status();
     }
@@ -335,24 +401,69 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
   // primaries stop waiting for it, and get new ones when it is back.
   for (int k = 0; k < static_cast<int>(copies_->size()); ++k) {
     StoreCopies& other = (*copies_)[k];
-    if (k == i || other.backup_holder != lost_holder) continue;
-    if (absl::Status s = fleet_->SetBackups(k, {}, absl::Seconds(2)); !s.ok()) {
+    if (k == i) continue;
+    std::vector<StoreCopy> rest;
+    for (const StoreCopy& bk : other.backups) {
+      if (bk.holder != lost_holder) rest.push_back(bk);
+    }
+    if (rest.size() == other.backups.size()) continue;
+    StoreCopies kept = other;
+    kept.backups = rest;
+    if (absl::Status s = fleet_->SetBackups(k, kept.backup_addresses(), absl::Seconds(2));
+        !s.ok()) {
       spdlog::warn("ps:{} keeps waiting for its backup on the lost ps:{} until it times out: {}",
                    k, lost_holder, std::string(s.message()));
       continue;
     }
-    spdlog::warn("ps:{}'s store goes on without its backup on ps:{} until that ps is back", k,
-                 lost_holder);
-    other.backup.clear();
-    other.backup_holder = -1;
-    if (metrics_ != nullptr) metrics_->SetCopies(k, other.primary_holder, -1);
+    spdlog::warn("ps:{}'s store goes on without its backup on ps:{} until that ps is back{}", k,
+                 lost_holder,
+                 rest.empty() ? "" : absl::StrCat(", with ", rest.size(), " other backup(s)"));
+    other.backups = std::move(rest);
+    if (metrics_ != nullptr) metrics_->SetCopies(k, other.primary_holder, other.backup_holders());
   }
   return absl::OkStatus();
 }
 
-absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
+absl::StatusOr<PsRecovery::ChosenBackup> PsRecovery::ChooseBackup(int i,
+                                                                  const std::string& only) {
+  const StoreCopies& c = (*copies_)[i];
+  const int64_t generation = dispatcher_->generation();
+  std::optional<ChosenBackup> best;
+  int64_t highest_term = 0;
+  std::string why_not;
+  for (int k = 0; k < static_cast<int>(c.backups.size()); ++k) {
+    const StoreCopy& copy = c.backups[k];
+    if (!only.empty() && copy.address != only) continue;
+    auto refuse = [&](absl::string_view why) {
+      absl::StrAppend(&why_not, why_not.empty() ? "" : "; ", "the store at ", copy.address,
+                      " (on ps:", copy.holder, ") ", why);
+    };
+    absl::StatusOr<PsStatsResponse> st = fleet_->StatsAt(copy.address, absl::Seconds(1));
+    if (!st.ok()) {
+      refuse(absl::StrCat("does not answer: ", st.status().message()));
+      continue;
+    }
+    highest_term = std::max(highest_term, st->primary_term());
+    if (!st->initialized() || !st->backup()) {
+      refuse("is not a seeded backup");
+    } else if (!copy.seeded) {
+      refuse("was not seeded yet: it may lack updates a worker was answered for");
+    } else if (st->generation() != generation) {
+      refuse(absl::StrCat("is of generation ", st->generation(), ", the run of ", generation));
+    } else if (!best.has_value() || st->version() > best->stats.version()) {
+      best = ChosenBackup{k, *std::move(st), 0};
+    }
+  }
+  if (!best.has_value()) {
+    return absl::FailedPreconditionError(why_not.empty() ? "no backup" : why_not);
+  }
+  best->highest_term = highest_term;
+  return *std::move(best);
+}
+
+absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation, std::string* from) {
   if (copies_ == nullptr || i >= static_cast<int>(copies_->size()) ||
-      (*copies_)[i].backup.empty()) {
+      (*copies_)[i].backups.empty()) {
     return absl::NotFoundError("no backup");
   }
   const bool decides = setup_->mode == SYNC && i == 0 && fleet_->num_ps() > 1;
@@ -366,8 +477,10 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "when last seen, ps:", i, " answered without its backup, which may lack updates"));
   }
-  absl::StatusOr<ShardState> state =
-      fleet_->SnapshotOfBackup((*copies_)[i].backup, absl::Seconds(10));
+  absl::StatusOr<ChosenBackup> chosen = ChooseBackup(i, "");
+  if (!chosen.ok()) return chosen.status();
+  *from = (*copies_)[i].backups[chosen->index].address;
+  absl::StatusOr<ShardState> state = fleet_->SnapshotOfBackup(*from, absl::Seconds(10));
   if (!state.ok()) return state.status();
   if (state->generation() != generation) {
     return absl::FailedPreconditionError(
@@ -432,6 +545,11 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
     *req.mutable_state() = snap.ps[i];
     req.mutable_state()->set_generation(generation);
     req.mutable_state()->set_decider_epoch(epoch);
+    // Above every term a copy had: a backup store that served the shards
+    // before (demoted from now on) takes this primary's seed.
+    if (copies_ != nullptr && i < static_cast<int>(copies_->size())) {
+      req.mutable_state()->set_primary_term(++(*copies_)[i].primary_term);
+    }
     // The placement's shards: a snapshot read from a checkpoint file (or
     // resharded from another ps count) carries the values, not their list.
     *req.mutable_state()->mutable_shards() = req.init().shards();
@@ -462,9 +580,8 @@ absl::Status PsRecovery::MoveHome() {
                  i, i, c.home);
     fleet_->MoveTo(i, c.home);
     c.primary_holder = i;
-    c.backup.clear();
-    c.backup_holder = -1;
-    if (metrics_ != nullptr) metrics_->SetCopies(i, i, -1);
+    c.backups.clear();
+    if (metrics_ != nullptr) metrics_->SetCopies(i, i, {});
     moved = true;
   }
   return moved ? PublishPlacement() : absl::OkStatus();
@@ -478,7 +595,11 @@ absl::Status PsRecovery::PublishPlacement() {
   // The decider's decisions go where every follower is now (a backup
   // promoted to decide starts sending them).
   addresses.erase(addresses.begin());
-  return fleet_->SetFollowers(0, addresses, absl::Seconds(5));
+  absl::Status s = fleet_->SetFollowers(0, addresses, absl::Seconds(5));
+  // ps 0 lost too: its backup is told where the followers are once it is
+  // promoted to decide in its place.
+  if (!s.ok() && failures_[0] > 0) return absl::OkStatus();
+  return s;
 }
 
 }  // namespace pscluster

@@ -1,8 +1,8 @@
 // PsRecovery: keeps the ps the processes the chief set up. Every check asks
 // each ps for its stats; a ps that fails twice in a row, or answers as a
 // new process (another incarnation) or uninitialised, is lost. With
-// replicas (--ps_replicas=1) its backup store is promoted at once: it
-// serves the lost ps's shards from the version it holds, the workers are
+// replicas (--ps_replicas) the backup store that holds the most is
+// promoted at once: it serves the lost ps's shards from the version it holds, the workers are
 // told where (Dispatcher::GetPlacement) and nothing else moves
 // (docs/replication.md). A ps that was only cut off cannot answer anything
 // since: its answers wait for its backup, which refuses it once promoted.
@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,14 +35,32 @@
 
 namespace pscluster {
 
+// A backup of a ps's store: a store on another ps process (or the ps's own
+// store while a backup serves its shards) that the primary keeps up to date.
+struct StoreCopy {
+  std::string address;  // host:port
+  int holder = -1;      // the ps task whose process keeps it
+  // Its primary reported every backup it keeps seeded and keeping up since
+  // this one was set: from then on it holds every update a worker was
+  // answered for (answers wait for every backup), and may be promoted.
+  bool seeded = false;
+};
+
 // Where a ps's shards are held: the ps task whose process serves them
-// (its own store, or its backup store promoted in that ps's place), and
-// their backup store, if any, and the ps task holding it.
+// (its own store, or a backup store promoted in that ps's place), and the
+// backups its primary keeps now. A ps has R + 1 places for a copy: its own
+// store and the backup stores of the next R ps (ps_server --backup_stores);
+// the one that serves is the primary, the others its backups.
 struct StoreCopies {
   int primary_holder = 0;
-  std::string backup;  // host:port; empty: none
-  int backup_holder = -1;
+  std::vector<StoreCopy> backups;
   std::string home;  // the ps's own address (TF_CONFIG's)
+  // The highest primary term this chief gave or saw a copy at: the next
+  // promotion's is above it (docs/replication.md, Fencing).
+  int64_t primary_term = 0;
+
+  std::vector<std::string> backup_addresses() const;
+  std::vector<int> backup_holders() const;
 };
 
 class PsRecovery {
@@ -89,11 +108,24 @@ class PsRecovery {
 
   absl::Status Recover(int ps, const std::string& why, const Snapshot* latest,
                        int64_t* highest_version);
+  // Lost ps `ps`'s backup promoted (PromoteBackup), the fail-over counted
+  // from `t0`: true; false, logged, when it has none or it cannot be.
+  bool TryPromote(int ps, const std::string& why, absl::Time t0);
   // A backup that fails two looks in a row is dropped: its primary, which
   // holds its answers until the backup has the update, goes on without.
   void CheckBackups();
-  // Lost ps `ps`'s backup store made the primary of its shards, and every
-  // caller told: OK, or why it could not be (then the old way serves).
+  // The backup of ps `ps` to promote: of those seeded, answering and of
+  // the run's generation, the one at the highest version (`only`: that
+  // one or none). FailedPrecondition naming why each is not.
+  struct ChosenBackup {
+    int index = -1;  // in the StoreCopies' backups
+    PsStatsResponse stats;
+    int64_t highest_term = 0;  // of every backup that answered
+  };
+  absl::StatusOr<ChosenBackup> ChooseBackup(int ps, const std::string& only);
+  // Lost ps `ps`'s backup store that holds the most (ChooseBackup) made the
+  // primary of its shards under the next primary term, and every caller
+  // told: OK, or why it could not be (then the old way serves).
   // The sync decider's backup decides under a new decider epoch, which
   // every follower is fenced at first: the lost decider may only be cut
   // off, and alive. `moving_back`: not lost, but demoted by MoveBack.
@@ -105,9 +137,10 @@ class PsRecovery {
   // the dispatcher, which tells the workers, and in sync to the deciding
   // ps, which sends its decisions there.
   absl::Status PublishPlacement();
-  // Restarted ps `ps` restored from its backup: OK, or why it could not be
-  // (then the checkpoint serves), logged by the caller.
-  absl::Status RestoreFromBackup(int ps, int64_t generation);
+  // Restarted ps `ps` restored from its backup that holds the most (its
+  // address in *from): OK, or why it could not be (then the checkpoint
+  // serves), logged by the caller.
+  absl::Status RestoreFromBackup(int ps, int64_t generation, std::string* from);
   // Sync: the highest decider epoch this chief gave or a ps but `skip`
   // holds (a chief restarted mid-run learns it from the ps). A restored or
   // promoted store takes it; a new decider the next.
@@ -123,7 +156,8 @@ class PsRecovery {
   FailoverMetrics* const metrics_;  // may be null
   std::vector<uint64_t> incarnation_;
   std::vector<int> failures_;  // consecutive failed checks, per ps
-  std::vector<int> backup_failures_;  // the same, of each ps's backup
+  // The same, of each backup store (by address).
+  std::map<std::string, int> backup_failures_;
   // Per ps: when last seen, it answered without waiting for a backup that
   // had gone silent (docs/replication.md): its backup may lack updates.
   std::vector<bool> alone_;

@@ -1,8 +1,10 @@
 #include "chief/ps_recovery.h"
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,19 +89,25 @@ class FakeFleet : public PsFleetForTests {
     return absl::OkStatus();
   }
   absl::StatusOr<PsStatsResponse> StatsAt(const std::string& address, absl::Duration) override {
-    if (!backup_answers) return absl::UnavailableError(absl::StrCat(address, ": no store"));
+    if (!backup_answers || silent.count(address) > 0) {
+      return absl::UnavailableError(absl::StrCat(address, ": no store"));
+    }
     PsStatsResponse st;
     st.set_initialized(true);
     st.set_backup(true);
     st.set_incarnation(77);
     st.set_generation(generation);
-    st.set_version(backup_version);
+    auto v = version_at.find(address);
+    st.set_version(v != version_at.end() ? v->second : backup_version);
+    auto t = term_at.find(address);
+    if (t != term_at.end()) st.set_primary_term(t->second);
     return st;
   }
   absl::StatusOr<int64_t> Promote(const std::string& address, int64_t, bool decides,
                                   const StepCommitRequest* in_flight, int64_t epoch,
-                                  absl::Duration) override {
+                                  int64_t term, absl::Duration) override {
     promoted.push_back(address);
+    promoted_term = term;
     if (address == refuses_promotion) return absl::UnavailableError("promotion refused");
     promoted_to_decide = decides;
     promoted_in_flight = in_flight != nullptr;
@@ -132,12 +140,18 @@ class FakeFleet : public PsFleetForTests {
   absl::StatusOr<ShardState> backup_state = absl::UnavailableError("no backup store");
   bool backup_answers = false;
   int64_t backup_version = 300;
+  // Per backup store: its version and primary term (else backup_version
+  // and 0), or silent.
+  std::map<std::string, int64_t> version_at;
+  std::map<std::string, int64_t> term_at;
+  std::set<std::string> silent;
   std::vector<std::string> backups_asked;
   std::vector<std::pair<int, bool>> restored;  // ps, RestoreRequest.continues
   std::vector<std::string> promoted;
   bool promoted_to_decide = false;
   bool promoted_in_flight = false;
   int64_t promoted_epoch = -1;
+  int64_t promoted_term = -1;
   std::vector<std::pair<int, int64_t>> fenced;  // ps, GetDecision's fence_below
   int unfenceable = -1;  // a follower that does not answer GetDecision
   std::string refuses_promotion;  // the store that Promote fails for
@@ -226,8 +240,8 @@ class PsRecoveryTest : public ::testing::Test {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<FailoverMetrics> failover_;
   // ps i's backup on ps i+1's backup store.
-  std::vector<StoreCopies> copies_ = {{0, "ps1:7001", 1, "ps0:7000"},
-                                      {1, "ps0:7001", 0, "ps1:7000"}};
+  std::vector<StoreCopies> copies_ = {{0, {{"ps1:7001", 1, true}}, "ps0:7000"},
+                                      {1, {{"ps0:7001", 0, true}}, "ps1:7000"}};
   Snapshot checkpoint_;
 };
 
@@ -245,6 +259,9 @@ TEST_F(PsRecoveryTest, NothingCountedWhileEveryPsAnswers) {
 
 TEST_F(PsRecoveryTest, RestartedPsFromItsBackupCountsTheFailoverAndTheBytes) {
   fleet_.backup_state = BackupState();
+  // Not promoted (here refused), the backup's state serves the restarted ps.
+  fleet_.backup_answers = true;
+  fleet_.refuses_promotion = "ps0:7001";
   const double bytes = static_cast<double>(BackupState().ByteSizeLong());
   ASSERT_GT(bytes, 4000);
   fleet_.Restart(1);
@@ -338,8 +355,8 @@ TEST_F(PsRecoveryTest, APsWhosePortRefusesHasItsBackupPromotedAndTheWorkersAreTo
   // ps 1 is served by ps 0's process now, with no backup yet; ps 0's
   // backup was on the lost process: its primary stops waiting for it.
   EXPECT_EQ(copies_[1].primary_holder, 0);
-  EXPECT_TRUE(copies_[1].backup.empty());
-  EXPECT_TRUE(copies_[0].backup.empty());
+  EXPECT_TRUE(copies_[1].backups.empty());
+  EXPECT_TRUE(copies_[0].backups.empty());
   ASSERT_EQ(fleet_.backups_set.size(), 1u);
   EXPECT_EQ(fleet_.backups_set[0].first, 0);
   EXPECT_TRUE(fleet_.backups_set[0].second.empty());
@@ -394,8 +411,7 @@ TEST_F(PsRecoveryTest, ABackupThatStopsAnsweringIsDropped) {
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(fleet_.backups_set[i].first, i);
     EXPECT_TRUE(fleet_.backups_set[i].second.empty());
-    EXPECT_TRUE(copies_[i].backup.empty());
-    EXPECT_EQ(copies_[i].backup_holder, -1);
+    EXPECT_TRUE(copies_[i].backups.empty());
   }
   EXPECT_EQ(Sample(metrics_->Serialize(), "pscluster_ps_failovers_total", ",how=\"promoted\"")
                 .value_or(-1),
@@ -497,7 +513,7 @@ TEST_F(PsRecoveryTest, ASyncFollowerPromotedIsGivenTheStepAndTheDecider) {
 // and ps:1's own store is their backup.
 void ServedByTheBackup(FakeFleet* fleet, std::vector<StoreCopies>* copies) {
   fleet->MoveTo(1, "ps0:7001");
-  (*copies)[1] = {0, "ps1:7000", 1, "ps1:7000"};
+  (*copies)[1] = {0, {{"ps1:7000", 1, true}}, "ps1:7000"};
 }
 
 TEST_F(PsRecoveryTest, ShardsGoBackToTheirOwnPsOnceItsStoreKeepsUp) {
@@ -519,7 +535,7 @@ TEST_F(PsRecoveryTest, ShardsGoBackToTheirOwnPsOnceItsStoreKeepsUp) {
   EXPECT_FALSE(fleet_.promoted_to_decide);
   EXPECT_EQ(fleet_.address(1), "ps1:7000");
   EXPECT_EQ(copies_[1].primary_holder, 1);
-  EXPECT_TRUE(copies_[1].backup.empty());
+  EXPECT_TRUE(copies_[1].backups.empty());
   EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps1:7000"});
   EXPECT_EQ(Value("pscluster_ps_moved_back_total"), 1);
   EXPECT_EQ(Failovers("promoted"), 0);  // not a fail-over
@@ -542,6 +558,121 @@ TEST_F(PsRecoveryTest, ShardsThatCannotGoBackAreServedAgainWhereTheyWere) {
   EXPECT_EQ(fleet_.address(1), "ps0:7001");
   EXPECT_EQ(copies_[1].primary_holder, 0);
   EXPECT_EQ(Value("pscluster_ps_moved_back_total"), 0);
+}
+
+// --ps_replicas=2: ps 1's store has two backups (here both kept by ps 0's
+// process, which the recovery does not mind).
+void TwoBackupsOfPs1(std::vector<StoreCopies>* copies, bool seeded) {
+  (*copies)[1].backups = {{"ps0:7001", 0, seeded}, {"ps0:7002", 0, seeded}};
+}
+
+TEST_F(PsRecoveryTest, OfTwoBackupsTheOneHoldingTheMostIsPromotedAboveEveryTerm) {
+  fleet_.backup_answers = true;
+  TwoBackupsOfPs1(&copies_, /*seeded=*/true);
+  // The lost primary answered 299 and applied 300, which one backup holds.
+  fleet_.version_at = {{"ps0:7001", 299}, {"ps0:7002", 300}};
+  fleet_.term_at = {{"ps0:7001", 2}, {"ps0:7002", 2}};
+  fleet_.unreachable[1] = 2;
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7002"});
+  // Above the terms the backups follow: the one not promoted refuses the
+  // lost primary's records once the new one has seeded it.
+  EXPECT_EQ(fleet_.promoted_term, 3);
+  EXPECT_EQ(copies_[1].primary_term, 3);
+  EXPECT_EQ(fleet_.address(1), "ps0:7002");
+  EXPECT_TRUE(copies_[1].backups.empty());  // the run's KeepBackups sets them again
+  EXPECT_EQ(Failovers("promoted"), 1);
+}
+
+TEST_F(PsRecoveryTest, ABackupNotSeededYetIsNotPromotedThoughItHoldsMore) {
+  fleet_.backup_answers = true;
+  TwoBackupsOfPs1(&copies_, /*seeded=*/true);
+  copies_[1].backups[1].seeded = false;  // set, not known to be seeded yet
+  fleet_.version_at = {{"ps0:7001", 299}, {"ps0:7002", 300}};
+  fleet_.unreachable[1] = 2;
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, std::vector<std::string>{"ps0:7001"});
+}
+
+TEST_F(PsRecoveryTest, NoBackupSeededMeansNoPromotion) {
+  fleet_.backup_answers = true;
+  TwoBackupsOfPs1(&copies_, /*seeded=*/false);
+  fleet_.unreachable[1] = 2;
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());  // waited for, answers again
+  EXPECT_TRUE(fleet_.promoted.empty());
+  EXPECT_EQ(Failovers("resumed"), 1);
+}
+
+TEST_F(PsRecoveryTest, BackupsCountAsSeededOnceTheirPrimarySaysEveryOneKeepsUp) {
+  fleet_.backup_answers = true;
+  TwoBackupsOfPs1(&copies_, /*seeded=*/false);
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  // One of the two set so far (a SetBackups not taken yet): not seeded.
+  fleet_.backups_kept = 1;
+  fleet_.backups_live = 1;
+  fleet_.replicated_version = 300;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_FALSE(copies_[1].backups[0].seeded);
+  // Both set and live, one still holding nothing (-1): not seeded.
+  fleet_.backups_kept = 2;
+  fleet_.backups_live = 2;
+  fleet_.replicated_version = -1;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_FALSE(copies_[1].backups[0].seeded);
+  // Both hold a version.
+  fleet_.replicated_version = 300;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(copies_[1].backups[0].seeded);
+  EXPECT_TRUE(copies_[1].backups[1].seeded);
+}
+
+TEST_F(PsRecoveryTest, OneOfTwoBackupsLostIsDroppedAlone) {
+  fleet_.backup_answers = true;
+  TwoBackupsOfPs1(&copies_, /*seeded=*/true);
+  fleet_.silent = {"ps0:7002"};
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_TRUE(fleet_.backups_set.empty());  // one failed look is not a loss
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  ASSERT_EQ(fleet_.backups_set.size(), 1u);
+  EXPECT_EQ(fleet_.backups_set[0].first, 1);
+  EXPECT_EQ(fleet_.backups_set[0].second, std::vector<std::string>{"ps0:7001"});
+  ASSERT_EQ(copies_[1].backups.size(), 1u);
+  EXPECT_EQ(copies_[1].backups[0].address, "ps0:7001");
+  EXPECT_TRUE(copies_[1].backups[0].seeded);  // it was, and stays
+}
+
+TEST_F(PsRecoveryTest, TwoLostAtOnceAreBothPromotedTheFollowerFirst) {
+  // --ps_replicas=2 keeps a copy of each store for that. The decider's
+  // backup is promoted last: it fences every follower first, the lost
+  // one's promoted backup included.
+  fleet_.backup_answers = true;
+  setup_.mode = SYNC;
+  // ps 0's backup kept by a process not lost (a third ps's, with R = 2).
+  copies_[0].backups = {{"ps2:7002", 2, true}};
+  fleet_.Restart(0);
+  fleet_.Restart(1);
+  PsRecovery r = Make();
+  int64_t highest = 0;
+  ASSERT_TRUE(r.Check(&checkpoint_, &highest).ok());
+  EXPECT_EQ(fleet_.promoted, (std::vector<std::string>{"ps0:7001", "ps2:7002"}));
+  EXPECT_EQ(fleet_.address(0), "ps2:7002");
+  EXPECT_EQ(fleet_.address(1), "ps0:7001");
+  EXPECT_EQ(fleet_.followers, std::vector<std::string>{"ps0:7001"});
+  EXPECT_EQ(Failovers("promoted"), 2);
+  EXPECT_EQ(Failovers("checkpoint"), 0);
+  EXPECT_TRUE(fleet_.restored.empty());
 }
 
 }  // namespace

@@ -202,7 +202,7 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
       std::make_unique<PsRecovery>(&ps_setup_, ps->incarnations, options_.ps_recovery_timeout,
                                    ps_.get(), dispatcher_.get(), membership_.get(), &stop_,
                                    &copies_, failover_metrics_.get());
-  for (int i = 0; i < plan_.num_ps(); ++i) failover_metrics_->SetCopies(i, i, -1);
+  for (int i = 0; i < plan_.num_ps(); ++i) failover_metrics_->SetCopies(i, i, {});
   if (absl::Status s = KeepBackups(); !s.ok()) return s;
   if (ps->resumed) return ResumeRun(ps->generation, start);
   // Fresh ps over a checkpoint directory that holds a checkpoint (the run
@@ -395,18 +395,24 @@ std::string ParameterServerRun::DoneNote() const {
       " (async: a worker told to wait, max_staleness)");
 }
 
-absl::StatusOr<std::string> ParameterServerRun::BackupStoreOf(int ps) {
+absl::StatusOr<std::string> ParameterServerRun::BackupStoreOf(int ps, int slot) {
   absl::StatusOr<PsStatsResponse> st = ps_->StatsAt(copies_[ps].home, absl::Seconds(2));
   if (!st.ok()) return st.status();
-  if (st->backup_port() <= 0) {
+  // An older ps_server gives only backup_port.
+  const int kept = st->backup_ports_size() > 0 ? st->backup_ports_size()
+                   : st->backup_port() > 0     ? 1
+                                               : 0;
+  if (slot >= kept) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--ps_replicas=", options_.ps_replicas, ": ps:", ps,
-        " keeps no backup store (a ps_server older than this chief?)"));
+        "--ps_replicas=", options_.ps_replicas, ": ps:", ps, " keeps ", kept,
+        " backup store(s) for other ps; start every ps_server with --backup_stores=",
+        options_.ps_replicas));
   }
+  const int port = st->backup_ports_size() > 0 ? st->backup_ports(slot) : st->backup_port();
   absl::StatusOr<HostPort> hp = ParseHostPort(copies_[ps].home, options_.config.source);
   if (!hp.ok()) return hp.status();
   return absl::StrCat(hp->host.find(':') != std::string::npos ? "[" + hp->host + "]" : hp->host,
-                      ":", st->backup_port());
+                      ":", port);
 }
 
 absl::Status ParameterServerRun::KeepBackups() {
@@ -417,42 +423,87 @@ absl::Status ParameterServerRun::KeepBackups() {
     absl::StatusOr<PsStatsResponse> mine = ps_->Stats(i, absl::Seconds(2));
     // A ps that does not answer is the recovery's business.
     if (!mine.ok() || !mine->initialized()) continue;
-    // Where the backup goes: the next ps's backup store; when that store
-    // serves these shards (promoted), this ps's own store.
-    const int holder = c.primary_holder == i ? (i + 1) % n : i;
-    absl::StatusOr<std::string> backup = holder == i ? copies_[i].home : BackupStoreOf(holder);
-    if (!backup.ok()) {
-      if (absl::IsFailedPrecondition(backup.status())) return backup.status();
-      continue;  // that ps is down: tried again on the next check
+    // The places for a copy, but the one that serves: ps i's own store,
+    // and the backup store for it on ps i+k (its slot k-1), k = 1..R.
+    std::vector<StoreCopy> places;
+    for (int k = 0; k <= options_.ps_replicas; ++k) {
+      const int holder = (i + k) % n;
+      if (holder == c.primary_holder) continue;
+      absl::StatusOr<std::string> address =
+          k == 0 ? absl::StatusOr<std::string>(c.home) : BackupStoreOf(holder, k - 1);
+      if (!address.ok()) {
+        if (absl::IsFailedPrecondition(address.status())) return address.status();
+        continue;  // that ps is down: tried again on the next check
+      }
+      StoreCopy place;
+      place.address = *address;
+      place.holder = holder;
+      places.push_back(place);
     }
-    if (mine->backups_set() > 0 && c.backup == *backup) continue;  // kept already
-    if (holder == i) {
-      // This ps's own store while its backup serves: empty (restarted), a
-      // backup already, or the primary it was (cut off while its backup
-      // took over, it takes no pushes since: fenced by its backup), which
-      // becomes a backup now.
-      absl::StatusOr<PsStatsResponse> own = ps_->StatsAt(*backup, absl::Seconds(2));
-      if (!own.ok()) continue;
-      if (own->initialized() && !own->backup()) {
-        if (absl::Status s = ps_->Demote(*backup, absl::Seconds(5)); !s.ok()) {
-          spdlog::warn("ps:{}'s own store is still a primary and cannot be demoted yet: {}", i,
-                       std::string(s.message()));
-          continue;
-        }
-        spdlog::warn("ps:{} answers again, as the primary it was before its backup took over: "
-                     "demoted to a backup of the store that serves its shards (ps:{})",
-                     i, c.primary_holder);
+    // The backups to keep: each place that answers (a backup kept keeps
+    // its seeded mark; one whose process restarted has a new address),
+    // and those kept whose process does not answer now: a backup is
+    // dropped only by CheckBackups or the recovery, after two failed looks.
+    std::vector<StoreCopy> wanted;
+    for (const StoreCopy& b : c.backups) {
+      auto place = std::find_if(places.begin(), places.end(),
+                                [&](const StoreCopy& p) { return p.holder == b.holder; });
+      if (place == places.end() || place->address == b.address) wanted.push_back(b);
+    }
+    for (const StoreCopy& p : places) {
+      if (std::none_of(wanted.begin(), wanted.end(),
+                       [&](const StoreCopy& w) { return w.holder == p.holder; })) {
+        wanted.push_back(p);
       }
     }
-    if (absl::Status s = ps_->SetBackups(i, {*backup}, absl::Seconds(5)); !s.ok()) return s;
-    c.backup = *backup;
-    c.backup_holder = holder;
-    failover_metrics_->SetCopies(i, c.primary_holder, holder);
-    spdlog::info("ps:{}'s store{} has a backup on ps:{} ({}), kept up to date before each answer",
-                 i,
+    // A new backup: empty (restarted), a backup already, or a primary
+    // replaced while it was cut off (it took no pushes since: fenced by its
+    // backups), demoted to a backup now. One that does not answer yet, or
+    // cannot be demoted, is tried again on the next check.
+    std::vector<StoreCopy> ready;
+    for (StoreCopy& w : wanted) {
+      if (std::any_of(c.backups.begin(), c.backups.end(),
+                      [&](const StoreCopy& b) { return b.address == w.address; })) {
+        ready.push_back(w);
+        continue;
+      }
+      absl::StatusOr<PsStatsResponse> st = ps_->StatsAt(w.address, absl::Seconds(2));
+      if (!st.ok()) continue;
+      if (st->initialized() && !st->backup()) {
+        if (absl::Status s = ps_->Demote(w.address, absl::Seconds(5)); !s.ok()) {
+          spdlog::warn("ps:{}'s store on ps:{} is still a primary and cannot be demoted yet: {}",
+                       i, w.holder, std::string(s.message()));
+          continue;
+        }
+        spdlog::warn("ps:{}'s store on ps:{} answers again, as the primary it was before a "
+                     "backup took over: demoted to a backup of the store that serves its "
+                     "shards (ps:{})",
+                     i, w.holder, c.primary_holder);
+      }
+      w.seeded = false;  // until its primary says every backup is
+      ready.push_back(w);
+    }
+    StoreCopies next = c;
+    next.backups = std::move(ready);
+    if (next.backups.empty() ||
+        (mine->backups_set() == static_cast<int>(c.backups.size()) &&
+         next.backup_addresses() == c.backup_addresses())) {
+      continue;  // none to be had, or kept already
+    }
+    if (absl::Status s = ps_->SetBackups(i, next.backup_addresses(), absl::Seconds(5)); !s.ok()) {
+      return s;
+    }
+    c.backups = std::move(next.backups);
+    failover_metrics_->SetCopies(i, c.primary_holder, c.backup_holders());
+    std::string where;
+    for (const StoreCopy& b : c.backups) {
+      absl::StrAppend(&where, where.empty() ? "" : ", ", "ps:", b.holder, " (", b.address, ")");
+    }
+    spdlog::info("ps:{}'s store{} has {} on {}, kept up to date before each answer", i,
                  c.primary_holder == i ? ""
                                        : absl::StrCat(" (served by ps:", c.primary_holder, ")"),
-                 holder, *backup);
+                 c.backups.size() == 1 ? "a backup" : absl::StrCat(c.backups.size(), " backups"),
+                 where);
   }
   return absl::OkStatus();
 }
@@ -467,7 +518,7 @@ void ParameterServerRun::AwaitBackups(absl::Duration timeout) {
     } else {
       behind.clear();
       for (int i = 0; i < plan_.num_ps() && behind.empty(); ++i) {
-        if (copies_[i].backup.empty()) continue;  // none to be had
+        if (copies_[i].backups.empty()) continue;  // none to be had
         absl::StatusOr<PsStatsResponse> st = ps_->Stats(i, absl::Seconds(2));
         if (!st.ok()) {
           behind = std::string(st.status().message());

@@ -125,19 +125,23 @@ class ParameterServerRun final : public StrategyRun {
   // gathered on some ps (sync).
   std::vector<int64_t> ChunksEveryPsHolds(int64_t* reaches_back_to,
                                           std::vector<std::pair<int, int64_t>>* held);
-  // --ps_replicas: gives every ps's store a backup (docs/replication.md):
-  // the backup store of the next ps, or, when that store serves the
-  // shards (promoted in a lost ps's place), the ps's own store once its
-  // process is back; again when the primary keeps none (restarted, or its
-  // backup was lost).
+  // --ps_replicas=R: gives every ps's store its backups
+  // (docs/replication.md): of the R + 1 places for a copy of ps i's store
+  // (its own store, and the backup store for it on each of the next R ps),
+  // every one but the store that serves the shards, once its process
+  // answers; again when a place comes back (a restarted ps, a backup lost
+  // and back). A place still holding a primary (one replaced while it was
+  // cut off) is demoted first. It never drops a backup: CheckBackups and
+  // the recovery do.
   absl::Status KeepBackups();
   // At the end of the run: every store's backup set and holding its
   // version (a ps restarted late in the run is seeded before the final
   // checkpoint), waiting at most `timeout`; logged when not.
   void AwaitBackups(absl::Duration timeout);
   static constexpr absl::Duration kBackupsAtTheEnd = absl::Seconds(10);
-  // The address of ps `ps`'s backup store (its process's --backup_port).
-  absl::StatusOr<std::string> BackupStoreOf(int ps);
+  // The address of the `slot`-th backup store ps `ps`'s process keeps
+  // (its --backup_port + slot, or a free port).
+  absl::StatusOr<std::string> BackupStoreOf(int ps, int slot);
   std::vector<StoreCopies> copies_;  // per ps
   void LogSetup() const;
   // Lost workers logged, the sync set brought to the ps.

@@ -36,13 +36,18 @@ ABSL_FLAG(int, data_port, 0,
           "Port of the tcp data plane (the workers' PushPull tensor bytes unless the chief runs "
           "with --transport=grpc, and ps 0's step decisions); 0: any free port (clients ask for "
           "it over gRPC)");
+ABSL_FLAG(int, backup_stores, 1,
+          "Backup stores this ps keeps for other ps: the chief's --ps_replicas=R needs R on "
+          "every ps (the s-th keeps ps (this - s - 1)'s backup); 0: none, for runs without "
+          "replicas");
 ABSL_FLAG(int, backup_port, 0,
-          "Port (gRPC) of the backup store this ps keeps for another ps when the chief runs with "
-          "--ps_replicas=1 (the chief asks for it); 0: any free port");
+          "Port (gRPC) of the first backup store this ps keeps for another ps when the chief "
+          "runs with --ps_replicas (the chief asks for it); the s-th store's is this + s; 0: "
+          "any free ports");
 ABSL_FLAG(int, backup_data_port, 0,
-          "Port of the backup store's tcp data plane: its primary's updates, and the workers' "
-          "push-pulls once it serves a lost ps's shards; 0: any free port (clients ask for it "
-          "over gRPC)");
+          "Port of the first backup store's tcp data plane (the s-th's is this + s): its "
+          "primary's updates, and the workers' push-pulls once it serves a lost ps's shards; "
+          "0: any free ports (clients ask for them over gRPC)");
 ABSL_FLAG(int, update_threads, 0,
           "Cores a large shard's update (its gradient check, sync's sum, the optimizer) may "
           "use at once; 0: every core. Results do not depend on it");
@@ -91,6 +96,62 @@ uint32_t StateCrc(const pscluster::ParameterStore& store) {
   return crc;
 }
 
+// A backup store this ps keeps for another ps (--ps_replicas): a store
+// and service of their own on ports of their own, idle until that ps's
+// Replicator seeds it (docs/replication.md). Its metrics are its own, not
+// exported: /metrics stays this ps's.
+struct BackupSlot {
+  BackupSlot(int threads, const pscluster::PsServiceOptions& options)
+      : store(threads),
+        metrics(*pscluster::Metrics::Start("", "ps", pscluster::MetricsRole::kPs)),
+        service(&store, metrics.get(), options) {}
+
+  // Serves the store on `port` (gRPC) and `data_port` (its tcp data plane:
+  // its primary's updates come over it, a gRPC round trip less per update,
+  // and the workers' push-pulls once it is promoted; 0: any free port).
+  absl::Status Start(int port, int data_port, const std::vector<int>& avoid,
+                     const pscluster::RpcOptions& rpc) {
+    absl::StatusOr<std::unique_ptr<pscluster::TaskServer>> s =
+        pscluster::TaskServer::Start(port, {&service}, nullptr, rpc);
+    if (!s.ok()) return s.status();
+    server = *std::move(s);
+    absl::StatusOr<std::unique_ptr<pscluster::DataPlaneServer>> d =
+        pscluster::DataPlaneServer::Start(data_port, &service, nullptr,
+                                          static_cast<uint64_t>(rpc.max_message_bytes), avoid);
+    if (!d.ok()) return d.status();
+    data_plane = *std::move(d);
+    service.set_data_port(data_plane->port());
+    // Promoted to decide the sync steps in a lost ps 0's place, the store
+    // sends its decisions as ps 0 did, to the followers the chief names.
+    service.set_followers_handler([this, rpc](const std::vector<std::string>& f) {
+      absl::MutexLock lock(&broadcaster_mu);
+      if (broadcaster != nullptr) return broadcaster->SetFollowers(f);
+      broadcaster = std::make_unique<pscluster::StepBroadcaster>(&store, f, rpc);
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+
+  // Stops serving; what was started is stopped, in reverse.
+  void Stop() {
+    store.Cancel();
+    {
+      absl::MutexLock lock(&broadcaster_mu);
+      broadcaster.reset();
+    }
+    data_plane.reset();
+    if (server != nullptr) server->Stop(absl::ZeroDuration());
+  }
+
+  pscluster::ParameterStore store;
+  std::unique_ptr<pscluster::Metrics> metrics;
+  pscluster::PsService service;
+  std::unique_ptr<pscluster::TaskServer> server;
+  std::unique_ptr<pscluster::DataPlaneServer> data_plane;
+  absl::Mutex broadcaster_mu;
+  std::unique_ptr<pscluster::StepBroadcaster> broadcaster ABSL_GUARDED_BY(broadcaster_mu);
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,16 +177,33 @@ int main(int argc, char** argv) {
     ExitWithUsageError("--backup_data_port must be in [0, 65535], got " +
                        std::to_string(backup_data_port));
   }
+  const int backup_stores = absl::GetFlag(FLAGS_backup_stores);
+  if (backup_stores < 0 || backup_stores > 8) {
+    ExitWithUsageError("--backup_stores must be in [0, 8], got " +
+                       std::to_string(backup_stores));
+  }
+  for (const auto& [flag, port] : {std::pair<const char*, int>{"--backup_port", backup_port},
+                                   {"--backup_data_port", backup_data_port}}) {
+    if (port != 0 && port + std::max(backup_stores, 1) - 1 > 65535) {
+      ExitWithUsageError(absl::StrCat(flag, "=", port, ": the ", backup_stores,
+                                      " backup stores' ports from it pass 65535"));
+    }
+  }
   {
     // Fixed ports, each its own: one given twice would fail its bind later
-    // with a message that names neither flag.
-    const std::pair<const char*, int> fixed[] = {
-        {"the task's own port (TF_CONFIG)", config.own_port()},
-        {"--data_port", data_port},
-        {"--backup_port", backup_port},
-        {"--backup_data_port", backup_data_port}};
-    for (size_t i = 0; i < std::size(fixed); ++i) {
-      for (size_t j = i + 1; j < std::size(fixed); ++j) {
+    // with a message that names neither flag. A backup store's ports are
+    // the flag's plus its slot.
+    std::vector<std::pair<std::string, int>> fixed = {
+        {"the task's own port (TF_CONFIG)", config.own_port()}, {"--data_port", data_port}};
+    for (int s = 0; s < backup_stores; ++s) {
+      const std::string slot = s == 0 ? "" : absl::StrCat(" + ", s);
+      if (backup_port != 0) fixed.emplace_back("--backup_port" + slot, backup_port + s);
+      if (backup_data_port != 0) {
+        fixed.emplace_back("--backup_data_port" + slot, backup_data_port + s);
+      }
+    }
+    for (size_t i = 0; i < fixed.size(); ++i) {
+      for (size_t j = i + 1; j < fixed.size(); ++j) {
         if (fixed[i].second != 0 && fixed[i].second == fixed[j].second) {
           ExitWithUsageError(absl::StrCat(fixed[j].first, "=", fixed[j].second, ": so is ",
                                           fixed[i].first, "; each needs a port of its own"));
@@ -189,54 +267,34 @@ int main(int argc, char** argv) {
     return 1;
   }
   service.set_data_port((*data_plane)->port());
-  // The backup store this ps keeps for another ps (--ps_replicas=1): a
-  // store and service of their own on a port of their own, idle until that
-  // ps's Replicator seeds it (docs/replication.md). Its metrics are its
-  // own, not exported: /metrics stays this ps's.
-  ParameterStore backup_store(threads);
-  std::unique_ptr<Metrics> backup_metrics = *Metrics::Start("", "ps", MetricsRole::kPs);
-  PsService backup_service(&backup_store, backup_metrics.get(), options);
-  absl::StatusOr<std::unique_ptr<TaskServer>> backup_server = TaskServer::Start(
-      backup_port != 0 ? backup_port : FreePortAvoiding(spec_ports), {&backup_service}, nullptr,
-      rpc);
-  if (!backup_server.ok()) {
-    spdlog::error("backup store: {}", std::string(backup_server.status().message()));
-    data_plane->reset();
-    (*server)->Stop();
-    return 1;
+  // The backup stores this ps keeps for other ps (--ps_replicas), each
+  // started on ports of its own; their ports go to the chief in GetStats.
+  std::vector<std::unique_ptr<BackupSlot>> backups;
+  std::vector<int> backup_ports;
+  for (int s = 0; s < backup_stores; ++s) {
+    backups.push_back(std::make_unique<BackupSlot>(threads, options));
+    absl::Status started = backups.back()->Start(
+        backup_port != 0 ? backup_port + s : FreePortAvoiding(spec_ports),
+        backup_data_port != 0 ? backup_data_port + s : 0, spec_ports, rpc);
+    if (!started.ok()) {
+      spdlog::error("backup store {}: {}", s, std::string(started.message()));
+      for (std::unique_ptr<BackupSlot>& b : backups) b->Stop();
+      data_plane->reset();
+      (*server)->Stop();
+      return 1;
+    }
+    backup_ports.push_back(backups.back()->server->port());
   }
-  service.set_backup_port((*backup_server)->port());
-  // The backup store's tcp data plane: its primary's updates come over it
-  // (a gRPC round trip less per update), and the workers' push-pulls once
-  // it is promoted; --backup_data_port or any free port; the primary falls
-  // back to gRPC when it cannot reach it.
-  absl::StatusOr<std::unique_ptr<DataPlaneServer>> backup_data_plane =
-      DataPlaneServer::Start(backup_data_port, &backup_service, nullptr,
-                             static_cast<uint64_t>(rpc.max_message_bytes), spec_ports);
-  if (!backup_data_plane.ok()) {
-    spdlog::error("backup store: {}", std::string(backup_data_plane.status().message()));
-    (*backup_server)->Stop(absl::ZeroDuration());
-    data_plane->reset();
-    (*server)->Stop();
-    return 1;
-  }
-  backup_service.set_data_port((*backup_data_plane)->port());
-  // Promoted to decide the sync steps in a lost ps 0's place, the backup
-  // store sends its decisions as ps 0 did, to the followers the chief names.
-  absl::Mutex backup_broadcaster_mu;
-  std::unique_ptr<StepBroadcaster> backup_broadcaster;
-  backup_service.set_followers_handler([&](const std::vector<std::string>& f) {
-    absl::MutexLock lock(&backup_broadcaster_mu);
-    if (backup_broadcaster != nullptr) return backup_broadcaster->SetFollowers(f);
-    backup_broadcaster = std::make_unique<StepBroadcaster>(&backup_store, f, rpc);
-    return absl::OkStatus();
-  });
+  service.set_backup_ports(backup_ports);
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
-  spdlog::info(
-      "serving on {} (tcp data plane on port {}, backup store on port {} with its data plane "
-      "on port {})",
-      config.own_address(), (*data_plane)->port(), (*backup_server)->port(),
-      (*backup_data_plane)->port());
+  std::string backup_note;
+  for (size_t s = 0; s < backups.size(); ++s) {
+    absl::StrAppend(&backup_note, ", backup store", s == 0 ? "" : absl::StrCat(" ", s),
+                    " on port ", backups[s]->server->port(), " with its data plane on port ",
+                    backups[s]->data_plane->port());
+  }
+  spdlog::info("serving on {} (tcp data plane on port {}{})", config.own_address(),
+               (*data_plane)->port(), backup_note);
   // Ready once the chief has initialised or restored the store.
   std::thread readiness([&] {
     if (store.AwaitInitialized()) (*server)->SetReady(true);
@@ -254,20 +312,17 @@ int main(int argc, char** argv) {
                  st.sparse_tables[t].admitted, st.sparse_tables[t].evicted,
                  st.sparse_tables[t].dropped_unadmitted);
   }
-  const StoreStats bst = backup_store.stats();
-  if (bst.initialized) {
-    spdlog::info("backup store: {}: version={} applied={} applied_digest={:016x} generation={} "
-                 "state_crc={:08x}",
-                 bst.backup ? "a backup" : "promoted", bst.version, bst.pushes_applied,
-                 bst.applied_digest, bst.generation, StateCrc(backup_store));
+  for (size_t s = 0; s < backups.size(); ++s) {
+    const StoreStats bst = backups[s]->store.stats();
+    if (bst.initialized) {
+      spdlog::info("backup store{}: {}: version={} applied={} applied_digest={:016x} "
+                   "generation={} state_crc={:08x}",
+                   s == 0 ? "" : absl::StrCat(" ", s), bst.backup ? "a backup" : "promoted",
+                   bst.version, bst.pushes_applied, bst.applied_digest, bst.generation,
+                   StateCrc(backups[s]->store));
+    }
+    backups[s]->Stop();
   }
-  backup_store.Cancel();
-  {
-    absl::MutexLock lock(&backup_broadcaster_mu);
-    backup_broadcaster.reset();
-  }
-  backup_data_plane->reset();
-  (*backup_server)->Stop(absl::ZeroDuration());
   store.Cancel();
   data_plane->reset();
   broadcaster.reset();

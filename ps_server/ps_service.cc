@@ -562,7 +562,12 @@ grpc::Status PsService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*
   resp->set_staleness_sum(s.staleness_sum);
   resp->set_staleness_max(s.staleness_max);
   resp->set_data_port(data_port_.load());
-  resp->set_backup_port(backup_port_.load());
+  {
+    absl::MutexLock lock(&shards_mu_);
+    for (int port : backup_ports_) resp->add_backup_ports(port);
+    if (!backup_ports_.empty()) resp->set_backup_port(backup_ports_.front());
+  }
+  resp->set_primary_term(s.primary_term);
   resp->set_bytes_pulled(bytes_pulled_.load());
   resp->set_bytes_pushed(bytes_pushed_.load());
   resp->set_generation(s.generation);
@@ -807,6 +812,7 @@ grpc::Status PsService::ApplyRecords(const ReplicateRequest& req, const absl::st
     u.worker = r.worker();
     u.request_id = r.request_id();
     u.staleness = r.staleness();
+    u.primary_term = r.primary_term();
     for (const SparseRows& rows : r.sparse()) {
       if (absl::Status s = SparseRowsFromProto(rows, &u.sparse.emplace_back()); !s.ok()) {
         return ToGrpcStatus(s);
@@ -829,12 +835,12 @@ grpc::Status PsService::Promote(grpc::ServerContext* ctx, const PromoteRequest* 
   if (req->has_in_flight()) in_flight = DecisionFromRequest(req->in_flight());
   absl::Status s = store_->Promote(req->layout_fingerprint(), req->generation(),
                                    req->decides() ? StepRole::kDecide : StepRole::kFollow,
-                                   in_flight, req->decider_epoch());
+                                   in_flight, req->decider_epoch(), req->primary_term());
   if (!s.ok()) return ToGrpcStatus(s);
   const int64_t version = store_->stats().version;
-  spdlog::warn("promoted to primary of its shards at version {} (generation {}){}: its primary "
-               "was lost, or handed them back",
-               version, req->generation(),
+  spdlog::warn("promoted to primary of its shards at version {} (generation {}, primary term "
+               "{}){}: its primary was lost, or handed them back",
+               version, req->generation(), store_->stats().primary_term,
                !req->decides()       ? ""
                : in_flight.has_value() ? ", deciding the sync steps from the lost decider's "
                                          "decision in flight on"

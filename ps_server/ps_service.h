@@ -121,8 +121,12 @@ class PsService final : public ParameterServer::Service {
                                                         uint64_t payload_bytes);
   // The tcp data plane's port, for GetStats (0: none).
   void set_data_port(int port) { data_port_ = port; }
-  // The port of the backup store this ps keeps (GetStats; 0: none).
-  void set_backup_port(int port) { backup_port_ = port; }
+  // The ports of the backup stores this ps keeps, in slot order
+  // (GetStats; none: it keeps none).
+  void set_backup_ports(std::vector<int> ports) {
+    absl::MutexLock lock(&shards_mu_);
+    backup_ports_ = std::move(ports);
+  }
 
   // Pushes refused as invalid so far (what GetStats reports).
   int64_t pushes_rejected() const { return pushes_rejected_.load(); }
@@ -178,11 +182,11 @@ class PsService final : public ParameterServer::Service {
   std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> bytes_pushed_{0};
   std::atomic<int> data_port_{0};
-  std::atomic<int> backup_port_{0};
   // Random per process: tells the chief a restarted ps from the old one.
   const uint64_t incarnation_;
   absl::Mutex shards_mu_;
   std::vector<ShardSpec> shards_ ABSL_GUARDED_BY(shards_mu_);
+  std::vector<int> backup_ports_ ABSL_GUARDED_BY(shards_mu_);
   // The last Init's or Restore's configuration (without values): a
   // backup's seed carries it.
   InitRequest config_ ABSL_GUARDED_BY(shards_mu_);

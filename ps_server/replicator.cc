@@ -57,6 +57,7 @@ void ToRecord(const AppliedUpdate& u, bool gradient_inline, AppliedUpdateRecord*
   r->set_worker(u.worker);
   r->set_request_id(u.request_id);
   r->set_staleness(u.staleness);
+  r->set_primary_term(u.primary_term);
   for (const SparseRowsData& rows : u.sparse) SparseRowsToProto(rows, r->add_sparse());
 }
 
@@ -168,8 +169,8 @@ void Replicator::MarkReplaced(Backup* b, const std::string& why) {
   if (replaced_) return;
   replaced_ = true;
   changed_.SignalAll();
-  spdlog::error("the backup at {} is a primary now ({}): this ps was replaced, it answers no "
-                "more pushes",
+  spdlog::error("the backup at {} is a primary now, or follows a newer one ({}): this ps was "
+                "replaced, it answers no more pushes",
                 b->address, why);
 }
 

@@ -52,21 +52,26 @@ kill_ps_when() {
   grep -q 'every worker is done' "$1" || kill_ps_frozen "$3" "$4"
 }
 
-# crc_pairs OUT N: empty when ps i's state (version, digest, CRC) equals the
-# backup store's on ps i+1 for every i < N; otherwise what differs. (After
-# a promotion, the backup store on ps i+1 is ps i's primary and ps i's own
-# store its backup: the same pair.)
+# crc_pairs OUT N [R]: empty when ps i's state (version, digest, CRC) equals
+# that of each of its R backups (default 1), the backup store kept for it
+# on ps i+k (its k-th, logged "backup store:" for k = 1, "backup store
+# K-1:" after), for every i < N; otherwise what differs. (After a
+# promotion, a backup store is ps i's primary and ps i's own store a
+# backup: the same states.)
 crc_pairs() {
-  local out="$1" n="$2" i j mine theirs problems=""
+  local out="$1" n="$2" r="${3:-1}" i j k slot mine theirs problems=""
   for ((i = 0; i < n; i++)); do
-    j=$(((i + 1) % n))
     mine="$(grep "^\[ps$i\] .*shutting down" "$out" | tail -n 1 |
       sed -nE 's/.*version=([0-9]+) applied=([0-9]+) .*applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
-    theirs="$(grep -E "^\[ps$j\] .*backup store: (a backup|promoted)" "$out" | tail -n 1 |
-      sed -nE 's/.*version=([0-9]+) applied=([0-9]+) applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
-    if [ -z "$mine" ] || [ "$mine" != "$theirs" ]; then
-      problems+="ps:$i '$mine' vs its backup on ps:$j '$theirs'; "
-    fi
+    for ((k = 1; k <= r; k++)); do
+      j=$(((i + k) % n))
+      slot=""; [ "$k" -gt 1 ] && slot=" $((k - 1))"
+      theirs="$(grep -E "^\[ps$j\] .*backup store$slot: (a backup|promoted)" "$out" | tail -n 1 |
+        sed -nE 's/.*version=([0-9]+) applied=([0-9]+) applied_digest=([0-9a-f]+) .*state_crc=([0-9a-f]+).*/\1 \2 \3 \4/p')"
+      if [ -z "$mine" ] || [ "$mine" != "$theirs" ]; then
+        problems+="ps:$i '$mine' vs its backup on ps:$j '$theirs'; "
+      fi
+    done
   done
   echo "$problems"
 }

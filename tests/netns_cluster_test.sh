@@ -190,7 +190,7 @@ check_replaced() {
   if grep -qE "ps:$cut lost \(.*\): its backup store on ps:$other \(${addr[ps$other]}:[0-9]+\) serves its shards from now on" "$tmp/$run.chief.log" &&
      grep -qE "this ps was replaced|demoted: a backup promoted in this store's place" "$tmp/$run.ps$cut.log" &&
      grep -q "ps:$cut's shards are served at ${addr[ps$other]}:[0-9]* now" "$tmp/$run.w0.log" &&
-     grep -q "ps:$cut answers again, as the primary it was before its backup took over: demoted" "$tmp/$run.chief.log" &&
+     grep -q "ps:$cut's store on ps:$cut answers again, as the primary it was before a backup took over: demoted" "$tmp/$run.chief.log" &&
      grep -q "ps:$cut's store (served by ps:$other) has a backup on ps:$cut" "$tmp/$run.chief.log" &&
      grep -q "ps:$cut's shards go back to ps:$cut (${addr[ps$cut]}:2222), their backup" "$tmp/$run.chief.log" &&
      ! grep -q "restored from the checkpoint" "$tmp/$run.chief.log" &&

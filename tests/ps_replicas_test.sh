@@ -48,7 +48,7 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
 fi
 
 # Bad values exit 2 naming the flag.
-for bad in "--ps_replicas=2" "--ps_replicas=-1" "--num_ps=1 --ps_replicas=1" \
+for bad in "--ps_replicas=2" "--num_ps=3 --ps_replicas=4" "--ps_replicas=-1" "--num_ps=1 --ps_replicas=1" \
            "--strategy=multi_worker_mirrored --ps_replicas=1"; do
   # shellcheck disable=SC2086
   out="$("$train" --no_build --data_dir="$data" --epochs=1 $bad 2>&1)"; rc=$?
@@ -107,14 +107,14 @@ chief_metric() {
   awk -v k="$2" '$1 == k { print $2 }' "$1.metrics" 2>/dev/null | head -n 1
 }
 
-# kill_ps OUT MODE NUM_PS INDEX: trains the seeds' CNN for 2 epochs with replicas
-# and SIGKILLs ps INDEX (a grep pattern: '[12]' kills two) mid-run
+# kill_ps OUT MODE NUM_PS INDEX [R]: trains the seeds' CNN for 2 epochs with R
+# replicas (default 1) and SIGKILLs ps INDEX (a grep pattern: '[12]' kills two) mid-run
 # (kill_ps_frozen). Sets killed (a pid killed) and rc. Once the chief logs
 # the lost ps back, its /metrics is scraped until the run ends (into
 # OUT.metrics, scrape_chief).
 kill_ps() {
-  local out="$1" mode="$2" num_ps="$3" index="$4" pid
-  "$train" --no_build --data_dir="$data" --model=cnn --epochs=2 --ps_replicas=1 \
+  local out="$1" mode="$2" num_ps="$3" index="$4" replicas="${5:-1}" pid
+  "$train" --no_build --data_dir="$data" --model=cnn --epochs=2 --ps_replicas="$replicas" \
     --mode="$mode" --num_ps="$num_ps" --checkpoint_every_steps=100 --log_every_s=0.5 \
     --logdir="$out.d" > "$out" 2>&1 &
   pid=$!
@@ -258,6 +258,32 @@ if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
   pass "async, 3 ps, both copies of a store killed: restored from the checkpoint, saying why; the run ends as usual"
 else
   fail "async, 3 ps, ps:1 and ps:2 killed (exit $rc): $problems"; tail -n 30 "$tmp/bkill.out"
+fi
+
+# --ps_replicas=2 (sync, 3 ps): ps:1 and ps:2 killed together, each store
+# keeps a copy on ps:0 (ps:1's second backup, ps:2's first), promoted in
+# their places: no checkpoint read, no step redone, and the run ends as a
+# clean one, every copy (each primary and its two backups) with the same
+# state and digest once the shards went back home.
+kill_ps "$tmp/r2kill.out" sync 3 '[12]' 2
+problems="$(crc_pairs "$tmp/r2kill.out" 3 2)$(same_updates "$tmp/r2kill.out" 3)"
+for lost in 1 2; do
+  grep -qE "ps:$lost lost \(.*\): its backup store on ps:0 \(.*\) serves its shards from now on, from version [0-9]+ \(generation 0\); no checkpoint read, nothing rolled back; .*primary term [1-9]" "$tmp/r2kill.out" ||
+    problems+="ps:$lost not promoted on ps:0; "
+  grep -qE "ps:$lost's shards go back to ps:$lost " "$tmp/r2kill.out" ||
+    problems+="ps:$lost's shards not moved back; "
+done
+grep -q "ps:0's store has 2 backups on ps:1 (.*), ps:2 (.*)" "$tmp/r2kill.out" ||
+  problems+="ps:0's store never had its 2 backups; "
+if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
+   [ "$(tail -n 1 "$tmp/r2kill.out" | sed 's/ wall_s=.*//')" = "$f0" ] &&
+   [ "$(grep -c 'exited (killed by SIGKILL); restarting' "$tmp/r2kill.out")" -eq 2 ] &&
+   ! grep -q 'restored from the checkpoint' "$tmp/r2kill.out" &&
+   [ -z "$problems" ]; then
+  pass "--ps_replicas=2, sync, 3 ps, ps:1 and ps:2 killed together: both promoted on ps:0, no checkpoint read, no step redone, the shards back home, every copy equal, the final line is the clean run's"
+else
+  fail "--ps_replicas=2, ps:1 and ps:2 killed together (killed '$killed', exit $rc): $problems"
+  tail -n 40 "$tmp/r2kill.out"
 fi
 
 # kill_at_final OUT REPLICAS: trains the seeds' CNN for 2 epochs (sync, 2 ps) and

@@ -534,6 +534,62 @@ TEST(ReplicationTest, APrimaryWhoseBackupIsAPrimaryWasReplacedAndBecomesABackup)
   StopPs(promoted.get());
 }
 
+TEST(ReplicationTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
+  // --ps_replicas=2 (docs/replication.md, Fencing): `old` keeps `first`
+  // and `second`; `first` is promoted while `old` is cut off from it but
+  // not from `second`. Once `first` seeded `second` under its higher
+  // primary term, `second` refuses `old`'s records, so `old` answers no
+  // push it applied alone, and `second` holds what `first` holds.
+  std::unique_ptr<Ps> old = StartPs(), first = StartPs(0, true), second = StartPs(0, true);
+  Init(old.get(), ASYNC, 1);
+  ASSERT_TRUE(SetBackups(old.get(), {first->address(), second->address()}).ok());
+  std::mt19937 rng(8);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PushResponse resp;
+    grpc::Status s = old->stub->Push(&ctx, Gradient(0, old->store.stats().version, id, &rng), &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_TRUE(Eventually([&] { return second->store.stats().version == 3; }));
+  grpc::ClientContext pctx;
+  PromoteRequest preq;
+  preq.set_layout_fingerprint(kLayout);
+  preq.set_primary_term(1);
+  PromoteResponse presp;
+  ASSERT_TRUE(first->stub->Promote(&pctx, preq, &presp).ok());
+  EXPECT_EQ(Stats(first.get()).primary_term(), 1);
+  ASSERT_TRUE(SetBackups(first.get(), {second->address()}).ok());
+  ASSERT_TRUE(Eventually([&] { return Stats(second.get()).primary_term() == 1; }));
+  // What `old` still reaches: `second` only.
+  ASSERT_TRUE(SetBackups(old.get(), {second->address()}).ok());
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PushResponse resp;
+    grpc::Status s = old->stub->Push(&ctx, Gradient(0, 3, 4, &rng), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+    EXPECT_NE(s.error_message().find("this ps was replaced"), std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_EQ(old->store.stats().version, 4);  // applied alone, never answered
+  EXPECT_EQ(second->store.stats().version, 3);
+  // The new primary's pushes reach `second`, which equals it bit for bit.
+  for (uint64_t id = 5; id <= 6; ++id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PushResponse resp;
+    grpc::Status s =
+        first->stub->Push(&ctx, Gradient(0, first->store.stats().version, id, &rng), &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_TRUE(Eventually([&] { return second->store.stats().version == 5; }));
+  ExpectSameState(first.get(), second.get());
+  StopPs(old.get());
+  StopPs(first.get());
+  StopPs(second.get());
+}
+
 // Over the data plane a record's gradient is its payload_bytes of the
 // frame's payload: records that do not add up to the payload, or carry a
 // gradient of their own as well, are refused whole.

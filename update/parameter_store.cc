@@ -270,6 +270,12 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
     }
   }
   absl::MutexLock lock(&mu_);
+  if (initialized_ && config.replica == ReplicaRole::kBackup &&
+      state.primary_term < primary_term_) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "this backup follows the primary of term ", primary_term_, "; a seed of term ",
+        state.primary_term, " is of a replaced primary"));
+  }
   if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
                        config.num_floats != config_.num_floats)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -285,6 +291,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   version_ = state.version;
   recent_chunks_.Reset(version_);  // a rollback's: of steps the restored state may not hold
   decider_epoch_ = std::max(decider_epoch_, state.decider_epoch);
+  primary_term_ = std::max(primary_term_, state.primary_term);
   // Decisions of steps the restored state may not hold.
   replicated_decisions_.clear();
   {
@@ -306,6 +313,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   if (listener_) {
     AppliedUpdate u;
     u.restored = true;
+    u.primary_term = primary_term_;
     u.generation = generation_;
     u.version = version_;
     listener_(std::move(u));
@@ -342,6 +350,7 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
   out->recent_chunks = recent_chunks_.chunks();
   out->recent_chunks_since = recent_chunks_.since();
   out->decider_epoch = decider_epoch_;
+  out->primary_term = primary_term_;
   return absl::OkStatus();
 }
 
@@ -1042,6 +1051,7 @@ StoreStats ParameterStore::stats() const {
   s.version = version_;
   s.generation = generation_;
   s.decider_epoch = decider_epoch_;
+  s.primary_term = primary_term_;
   s.initialized = initialized_;
   s.backup = config_.replica == ReplicaRole::kBackup;
   s.decides = config_.rule == UpdateRule::kSync && config_.step_role == StepRole::kDecide &&
@@ -1058,6 +1068,7 @@ void ParameterStore::Report(const float* grad, bool skipped, const std::vector<b
   AppliedUpdate u;
   u.generation = generation_;
   u.version = version_;
+  u.primary_term = primary_term_;
   if (grad != nullptr) u.gradient.assign(grad, grad + config_.num_floats);
   u.skipped = skipped;
   u.members = members;
@@ -1092,6 +1103,18 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
   if (config_.replica != ReplicaRole::kBackup) {
     return absl::FailedPreconditionError(
         "this ps is the primary of these shards; it takes no replicated updates");
+  }
+  // Checked with the apply, under one lock: a seed of the new primary may
+  // come between two records of the old one.
+  if (u.primary_term < primary_term_) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "this backup follows the primary of term ", primary_term_, "; records of term ",
+        u.primary_term, " are of a replaced primary"));
+  }
+  if (u.primary_term > primary_term_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a record of primary term ", u.primary_term, "; this backup follows term ",
+        primary_term_, ": seed it again from its new primary"));
   }
   if (u.generation != generation_) return GenerationMismatch(u.generation, generation_, version_);
   const bool sync = config_.rule == UpdateRule::kSync;
@@ -1169,7 +1192,7 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
 absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t generation,
                                      StepRole step_role,
                                      const std::optional<StepDecision>& in_flight,
-                                     int64_t decider_epoch) {
+                                     int64_t decider_epoch, int64_t primary_term) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (config_.replica != ReplicaRole::kBackup) {
@@ -1179,6 +1202,11 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
     return absl::InvalidArgumentError(absl::StrCat(
         "promotion to generation ", generation, ": must be at least this store's ", generation_,
         " and at most ", kMaxVersion));
+  }
+  if (primary_term < 0 || (primary_term > 0 && primary_term <= primary_term_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "promotion under primary term ", primary_term, ": this store follows term ",
+        primary_term_, "; a new primary's must be above it"));
   }
   if (in_flight.has_value() &&
       (step_role != StepRole::kDecide || config_.rule != UpdateRule::kSync ||
@@ -1192,6 +1220,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
         " workers; this store is at version ", version_, " and is promoted under generation ",
         generation, " to ", step_role == StepRole::kDecide ? "decide" : "follow"));
   }
+  primary_term_ = primary_term > 0 ? primary_term : primary_term_ + 1;
   config_.replica = ReplicaRole::kPrimary;
   config_.step_role = step_role;
   config_.generation = generation;

@@ -204,6 +204,11 @@ struct StoreStats {
   // A deciding store's epoch, stamped on its decisions; a following
   // store's: the lowest it takes (StepDecision::decider_epoch).
   int64_t decider_epoch = 0;
+  // The term of the primary this store is or follows: raised by every
+  // promotion (Promote), taken from a seed by a backup, never lowered. A
+  // backup refuses a seed or records of a lower term (a primary replaced
+  // while it was cut off, which may still send them; docs/replication.md).
+  int64_t primary_term = 0;
   uint64_t layout_fingerprint = 0;
   std::vector<bool> active_workers;  // sync: whom a step waits for
   std::vector<SparseTableStats> sparse_tables;  // per table, this store's rows
@@ -239,6 +244,9 @@ struct AppliedUpdate {
   // Not an update: the store's whole state was replaced (Restore) by
   // `version` of `generation`. A backup can follow only from a fresh seed.
   bool restored = false;
+  // The term of the primary that made it (StoreStats::primary_term): a
+  // backup refuses the records of a replaced primary's lower term.
+  int64_t primary_term = 0;
 };
 
 // Called, under the store's lock and in the order the updates were made,
@@ -283,6 +291,9 @@ struct StoreSnapshot {
   // StoreStats::decider_epoch. Every restore keeps the higher of the
   // store's own and this one: an epoch is never lowered.
   int64_t decider_epoch = 0;
+  // StoreStats::primary_term. A backup seeded with it takes it (it refuses
+  // one below its own); every other restore keeps the higher.
+  int64_t primary_term = 0;
   // RecentChunksOf, sync: per worker, the chunk of its push taken into the
   // step being gathered (-1: none). Not part of a snapshot's state.
   std::vector<int64_t> pending_chunks;
@@ -388,7 +399,9 @@ class ParameterStore {
   // Replaces the whole state with `state` under `config` (initialising an
   // empty store). FailedPrecondition for another layout on an initialised
   // store; InvalidArgument (and no change) for a state that does not fit.
-  // A backup's restore (config.replica) is always a continuation.
+  // A backup's restore (config.replica) is always a continuation;
+  // AlreadyExists for a state of a lower primary term than the backup's
+  // (a replaced primary's seed: its replicator stops answering).
   absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state,
                        RestoreKind kind = RestoreKind::kRollback);
 
@@ -405,9 +418,11 @@ class ParameterStore {
 
   // Backup: applies the primary's update `u`. OK when applied, or applied
   // already (a resent record); Aborted for another generation;
-  // FailedPrecondition on a primary, and when `u` is not the next update
+  // FailedPrecondition on a primary, when `u` is not the next update
   // (this backup is behind or was seeded from another state: seed it again
-  // with Restore); InvalidArgument for a malformed record; Unavailable
+  // with Restore), and for a record of a higher primary term than the
+  // backup's (a new primary that has not seeded it yet); AlreadyExists for
+  // one of a lower term (a replaced primary's); InvalidArgument for a malformed record; Unavailable
   // before Init or Restore. Counters of pushes as they arrived (refused,
   // dropped, duplicate, a sync push's staleness, an async push skipped for
   // a NaN or Inf, which changes nothing and makes no record) stay the
@@ -437,9 +452,15 @@ class ParameterStore {
   // `decider_epoch` raises the store's (StoreStats::decider_epoch):
   // deciding, the epoch of its decisions from now on, those sent again
   // included; following, the lowest it takes.
+  //
+  // `primary_term` becomes the store's (StoreStats::primary_term): the
+  // caller gives one above every term a copy of these shards had, so that
+  // the backups this store seeds refuse the records of the primary it
+  // replaces; 0: one above its own. FailedPrecondition for one at or below
+  // its own (it would fence nothing).
   absl::Status Promote(uint64_t layout_fingerprint, int64_t generation, StepRole step_role,
                        const std::optional<StepDecision>& in_flight = std::nullopt,
-                       int64_t decider_epoch = 0);
+                       int64_t decider_epoch = 0, int64_t primary_term = 0);
 
   // Primary: becomes a backup (a backup was promoted in its place), to be
   // seeded (Restore as a backup). Unavailable before Init or Restore.
@@ -605,6 +626,7 @@ class ParameterStore {
   bool decisions_cancelled_ ABSL_GUARDED_BY(decisions_mu_) = false;
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t decider_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // StoreStats::decider_epoch
+  int64_t primary_term_ ABSL_GUARDED_BY(mu_) = 0;   // StoreStats::primary_term
   // Backup of a deciding store: the decisions of the last steps it applied
   // from its primary's records (their members), oldest first, which it
   // sends again once promoted to decide (Promote).

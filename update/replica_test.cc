@@ -520,6 +520,81 @@ TEST_F(ReplicaTest, ADecidingStoreGivesAKeptDecisionAgain) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(ReplicaTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecords) {
+  // --ps_replicas=2: the primary keeps two backups, backup_ and `second`.
+  Start(AdamConfig(UpdateRule::kAsync, 2, 1));
+  StoreConfig b = config_;
+  b.replica = ReplicaRole::kBackup;
+  ParameterStore second(1);
+  {
+    StoreSnapshot seed;
+    ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
+    ASSERT_TRUE(second.Restore(b, seed).ok());
+  }
+  uint64_t id = 100;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Push(primary_, i % 2, primary_.stats().version, RandomVector(&rng_), 1, ++id).ok());
+  }
+  Replicate();
+  for (const AppliedUpdate& u : log_) ASSERT_TRUE(second.ApplyReplicated(kLayout, u).ok());
+  EXPECT_EQ(primary_.stats().primary_term, 0);
+
+  // Cut off from backup_ (promoted) but not from `second`, the old primary
+  // goes on applying pushes (it answers none: backup_ refuses it).
+  EXPECT_EQ(backup_.Promote(kLayout, 0, StepRole::kDecide, std::nullopt, 0, /*primary_term=*/0)
+                .code(),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(backup_.stats().primary_term, 1);  // 0: one above its own
+  ASSERT_TRUE(Push(primary_, 0, primary_.stats().version, RandomVector(&rng_), 1, ++id).ok());
+  const AppliedUpdate stale = log_.back();
+  EXPECT_EQ(stale.primary_term, 0);
+  // The promoted store applies a push of its own, then seeds `second`.
+  ASSERT_TRUE(Push(backup_, 1, backup_.stats().version, RandomVector(&rng_), 1, ++id).ok());
+  StoreSnapshot seed;
+  ASSERT_TRUE(backup_.Snapshot(kLayout, &seed).ok());
+  EXPECT_EQ(seed.primary_term, 1);
+  ASSERT_TRUE(second.Restore(b, seed).ok());
+  EXPECT_EQ(second.stats().primary_term, 1);
+  const StoreStats before = second.stats();
+  // The old primary's record, at the version `second` holds now, is
+  // refused: it would otherwise apply an update the new primary never made.
+  AppliedUpdate at = stale;
+  at.version = before.version;
+  EXPECT_EQ(second.ApplyReplicated(kLayout, at).code(), absl::StatusCode::kAlreadyExists);
+  // And so is its seed.
+  StoreSnapshot old_seed;
+  ASSERT_TRUE(primary_.Snapshot(kLayout, &old_seed).ok());
+  EXPECT_EQ(second.Restore(b, old_seed).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(second.stats().version, before.version);
+  EXPECT_EQ(second.stats().applied_digest, before.applied_digest);
+  // A record of a term it has not been seeded at wants a fresh seed.
+  at.primary_term = 2;
+  EXPECT_EQ(second.ApplyReplicated(kLayout, at).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ReplicaTest, APromotionMustRaiseThePrimaryTermAndARestoreNeverLowersIt) {
+  Start(AdamConfig(UpdateRule::kAsync, 2, 1));
+  StoreSnapshot seed;
+  ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
+  seed.primary_term = 3;
+  StoreConfig b = config_;
+  b.replica = ReplicaRole::kBackup;
+  ASSERT_TRUE(backup_.Restore(b, seed).ok());
+  EXPECT_EQ(backup_.stats().primary_term, 3);
+  // At or below its own it would fence nothing.
+  EXPECT_EQ(backup_.Promote(kLayout, 0, StepRole::kDecide, std::nullopt, 0, 3).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(backup_.stats().backup);  // nothing changed
+  ASSERT_TRUE(backup_.Promote(kLayout, 0, StepRole::kDecide, std::nullopt, 0, 5).ok());
+  EXPECT_EQ(backup_.stats().primary_term, 5);
+  // A checkpoint's state of an older term leaves it.
+  StoreSnapshot checkpoint;
+  ASSERT_TRUE(primary_.Snapshot(kLayout, &checkpoint).ok());
+  checkpoint.generation = 1;
+  ASSERT_TRUE(backup_.Restore(config_, checkpoint).ok());
+  EXPECT_EQ(backup_.stats().primary_term, 5);
+}
+
 TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   // A backup takes no pushes and no step decisions: Unavailable, so that

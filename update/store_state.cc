@@ -177,6 +177,7 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
   snap.recent_chunks.assign(state.recent_chunks().begin(), state.recent_chunks().end());
   snap.recent_chunks_since = state.recent_chunks_since();
   snap.decider_epoch = state.decider_epoch();
+  snap.primary_term = state.primary_term();
   for (const SlotValues& v : state.slots()) {
     OptimizerSlot slot;
     slot.name = v.name();
@@ -227,6 +228,7 @@ void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out) {
   out->mutable_recent_chunks()->Assign(snap.recent_chunks.begin(), snap.recent_chunks.end());
   out->set_recent_chunks_since(snap.recent_chunks_since);
   out->set_decider_epoch(snap.decider_epoch);
+  out->set_primary_term(snap.primary_term);
   out->clear_sparse();
   for (size_t t = 0; t < snap.sparse.size(); ++t) {
     const SparseTable::Rows& rows = snap.sparse[t];

@@ -87,6 +87,7 @@ RESTART=1
 MAX_RESTARTS=5
 RESTART_DELAY=1
 CHIEF_ARGS=()
+PS_REPLICAS=0
 
 die() { echo "train.sh: $*" >&2; exit 2; }
 is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
@@ -108,6 +109,7 @@ for arg in "$@"; do
       if [ -f "$w" ]; then w="$(cd "$(dirname "$w")" && pwd)/$(basename "$w")"; fi
       CHIEF_ARGS+=("--initial_weights=$w") ;;
     --strategy=multi_worker_mirrored) MIRRORED=1; CHIEF_ARGS+=("$arg") ;;
+    --ps_replicas=*) PS_REPLICAS="${arg#*=}"; CHIEF_ARGS+=("$arg") ;;
     --worker_threads=*) WORKER_THREADS="${arg#*=}" ;;
     --device=*) DEVICE="${arg#*=}" ;;
     --dry_run) DRY_RUN=1 ;;
@@ -396,8 +398,15 @@ start() {  # start NAME TYPE INDEX BINARY ARGS...
   ORDER+=("$name")
   launch "$name"
 }
+# Every ps keeps a backup store for each of the chief's --ps_replicas (one
+# by default; the chief judges the value).
+BACKUP_STORES=1
+if is_uint "$PS_REPLICAS" && [ "$PS_REPLICAS" -gt 1 ] && [ "$PS_REPLICAS" -le 8 ]; then
+  BACKUP_STORES="$PS_REPLICAS"
+fi
 for ((i = 0; i < NUM_PS; i++)); do
-  start "ps$i" ps "$i" "$BIN/ps_server/ps_server" --data_port="${PORTS[$((2 * TOTAL + i))]}"
+  start "ps$i" ps "$i" "$BIN/ps_server/ps_server" --data_port="${PORTS[$((2 * TOTAL + i))]}" \
+    --backup_stores="$BACKUP_STORES"
 done
 for ((i = 0; i < NUM_WORKERS; i++)); do
   start "worker$i" worker "$i" "$BIN/worker/worker" --data_dir="$DATA_DIR" \
