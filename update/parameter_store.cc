@@ -454,13 +454,27 @@ absl::Status ParameterStore::AwaitVersion(uint64_t layout_fingerprint, int64_t m
   auto other_generation = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return initialized_ && generation >= 0 && generation != generation_;
   };
-  while (!cancelled_ && !other_generation() && (!initialized_ || version_ < min_version)) {
+  // A backup makes no version for a caller (a primary demoted while the
+  // caller waited: its shards moved to another store, which seeds this
+  // one): the call fails at once, and the caller asks where the shards
+  // are, instead of waiting for its deadline (about a second of a move
+  // back).
+  auto backup = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return initialized_ && config_.replica == ReplicaRole::kBackup;
+  };
+  while (!cancelled_ && !other_generation() && !backup() &&
+         (!initialized_ || version_ < min_version)) {
     if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
   }
   // Unavailable, not Cancelled: to a worker, a ps that goes away is a ps
   // that is down (retried until it or a restarted one answers, or the chief
   // ends the run), not a request to stop training.
   if (cancelled_) return absl::UnavailableError("parameter server is shutting down");
+  if (backup() && version_ < min_version) {
+    return absl::UnavailableError(
+        "this store is a backup (demoted, or restored as one): its shards are served by their "
+        "primary elsewhere");
+  }
   if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   if (other_generation()) return GenerationMismatch(generation, generation_, version_);
   if (version_ < min_version) {

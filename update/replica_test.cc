@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -593,6 +594,28 @@ TEST_F(ReplicaTest, APromotionMustRaiseThePrimaryTermAndARestoreNeverLowersIt) {
   checkpoint.generation = 1;
   ASSERT_TRUE(backup_.Restore(config_, checkpoint).ok());
   EXPECT_EQ(backup_.stats().primary_term, 5);
+}
+
+TEST_F(ReplicaTest, APullWaitingOnAPrimaryFailsAtOnceWhenItIsDemoted) {
+  // A move back (docs/replication.md): the store that served the shards is
+  // demoted while a worker's pull waits for the next version there; it
+  // must fail then, so that the worker asks where the shards are, not wait
+  // for its deadline.
+  Start(AdamConfig(UpdateRule::kAsync, 2, 1));
+  const int64_t next = primary_.stats().version + 1;
+  absl::Status pulled;
+  std::thread waiter([&] {
+    std::string bytes;
+    int64_t version = 0;
+    pulled = primary_.Pull(kLayout, next, absl::Now() + absl::Seconds(60), &bytes, &version, 0);
+  });
+  // Demoted while the pull waits, or before it waits (a backup makes no
+  // version for a caller): the same answer either way.
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(primary_.Demote(kLayout).ok());
+  waiter.join();
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kUnavailable) << pulled;
+  EXPECT_NE(pulled.message().find("demoted"), absl::string_view::npos) << pulled;
 }
 
 TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
