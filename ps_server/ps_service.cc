@@ -672,6 +672,16 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           "this ps is the primary of its store; it takes no backup seed");
     }
+    // A seed of a lower primary term than the one this backup follows is
+    // a replaced primary's (another backup was promoted and seeded this
+    // one): ALREADY_EXISTS tells its replicator so, whatever its
+    // generation. The store checks it again under its lock.
+    if (st.initialized && snap->primary_term < st.primary_term) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          absl::StrCat("this backup follows the primary of term ", st.primary_term,
+                                       "; a seed of term ", snap->primary_term,
+                                       " is of a replaced primary"));
+    }
     if (st.initialized && st.generation > snap->generation) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("a backup seed of generation ", snap->generation,

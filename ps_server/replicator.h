@@ -23,10 +23,15 @@
 // restored from a checkpoint) is seeded again at once. Too many updates
 // waiting for a slow backup are dropped for a fresh seed too.
 //
-// Fencing: a backup that answers that it is a primary (ALREADY_EXISTS: it
-// was promoted in this store's place) means this store was replaced:
+// Fencing: a backup that answers ALREADY_EXISTS to a seed or to records
+// means this store was replaced: the backup is a primary (promoted in this
+// store's place), or it follows a primary of a higher term than the
+// store's (with several backups, one was promoted and seeded it; every
+// record and seed carries the store's term: AppliedUpdate::primary_term).
 // replaced() turns true, waits return false at once, and the ps takes no
-// more pushes (docs/replication.md).
+// more pushes (docs/replication.md). A backup that follows a lower term
+// than this store's records (not seeded by it since it was promoted)
+// answers FAILED_PRECONDITION and is seeded again, as one that is behind.
 //
 // Thread-safe. The store is borrowed and must outlive the replicator.
 #ifndef PSCLUSTER_PS_SERVER_REPLICATOR_H_

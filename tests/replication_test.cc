@@ -4,7 +4,9 @@
 // backup holds v too; at the end the two hold the same bits. A backup that
 // dies no longer holds answers back, and one started in its place is
 // seeded again. A promoted backup answers the pushes the primary applied as
-// it did and fences off the old generation; a primary refuses a seed.
+// it did and fences off the old generation; a primary refuses a seed; a
+// second backup, once the promoted one seeded it, refuses the old
+// primary's records and seeds (primary terms).
 // Updates go over the backup's tcp data plane where it has one (as
 // ps_server's backup store does) and over gRPC where not, with the same
 // results; the data plane's records must add up to its payload.
@@ -12,6 +14,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -534,12 +537,30 @@ TEST(ReplicationTest, APrimaryWhoseBackupIsAPrimaryWasReplacedAndBecomesABackup)
   StopPs(promoted.get());
 }
 
-TEST(ReplicationTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
-  // --ps_replicas=2 (docs/replication.md, Fencing): `old` keeps `first`
-  // and `second`; `first` is promoted while `old` is cut off from it but
-  // not from `second`. Once `first` seeded `second` under its higher
-  // primary term, `second` refuses `old`'s records, so `old` answers no
-  // push it applied alone, and `second` holds what `first` holds.
+// --ps_replicas=2 (docs/replication.md, Fencing): `old` keeps `first` and
+// `second`; `first` is promoted while `old` is cut off from it but not from
+// `second`. Once `first` seeded `second` under its higher primary term,
+// `second` refuses what `old` sends it with ALREADY_EXISTS, so `old` answers
+// no push it applied alone, and `second` holds what `first` holds.
+// Parameters: whether `old` reaches `second` with records (it was cut off
+// from `first` before the promotion) or with a fresh seed (after it); and
+// the generation `first` is promoted under: 0 when the fail-over rolls
+// nothing back, 1 when it does (the seed, of an older generation too, must
+// still be refused as a replaced primary's, not as a place for no backup,
+// which `old` would go on without).
+struct FencingCase {
+  bool seed = false;
+  int64_t generation = 0;
+};
+
+void PrintTo(const FencingCase& c, std::ostream* os) {
+  *os << (c.seed ? "seed" : "records") << ", generation " << c.generation;
+}
+
+class FencingTest : public ::testing::TestWithParam<FencingCase> {};
+
+TEST_P(FencingTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
+  const FencingCase c = GetParam();
   std::unique_ptr<Ps> old = StartPs(), first = StartPs(0, true), second = StartPs(0, true);
   Init(old.get(), ASYNC, 1);
   ASSERT_TRUE(SetBackups(old.get(), {first->address(), second->address()}).ok());
@@ -548,21 +569,37 @@ TEST(ReplicationTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
     PushResponse resp;
-    grpc::Status s = old->stub->Push(&ctx, Gradient(0, old->store.stats().version, id, &rng), &resp);
+    grpc::Status s =
+        old->stub->Push(&ctx, Gradient(0, old->store.stats().version, id, &rng), &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   ASSERT_TRUE(Eventually([&] { return second->store.stats().version == 3; }));
+  // What `old` still reaches: `second` only. Cut off before the promotion,
+  // its replicator seeds `second` now and sends it records afterwards.
+  auto cut_off = [&] { return SetBackups(old.get(), {second->address()}); };
+  if (!c.seed) {
+    ASSERT_TRUE(cut_off().ok());
+    ASSERT_TRUE(Eventually([&] {
+      const PsStatsResponse st = Stats(old.get());
+      return st.backups_live() == 1 && st.replicated_version() == 3;
+    }));
+  }
   grpc::ClientContext pctx;
   PromoteRequest preq;
   preq.set_layout_fingerprint(kLayout);
+  preq.set_generation(c.generation);
   preq.set_primary_term(1);
   PromoteResponse presp;
   ASSERT_TRUE(first->stub->Promote(&pctx, preq, &presp).ok());
   EXPECT_EQ(Stats(first.get()).primary_term(), 1);
   ASSERT_TRUE(SetBackups(first.get(), {second->address()}).ok());
-  ASSERT_TRUE(Eventually([&] { return Stats(second.get()).primary_term() == 1; }));
-  // What `old` still reaches: `second` only.
-  ASSERT_TRUE(SetBackups(old.get(), {second->address()}).ok());
+  ASSERT_TRUE(Eventually([&] {
+    const PsStatsResponse st = Stats(second.get());
+    return st.primary_term() == 1 && st.generation() == c.generation;
+  }));
+  if (c.seed) {
+    ASSERT_TRUE(cut_off().ok());
+  }
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
@@ -574,13 +611,14 @@ TEST(ReplicationTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
   }
   EXPECT_EQ(old->store.stats().version, 4);  // applied alone, never answered
   EXPECT_EQ(second->store.stats().version, 3);
+  EXPECT_EQ(second->store.stats().primary_term, 1);
   // The new primary's pushes reach `second`, which equals it bit for bit.
   for (uint64_t id = 5; id <= 6; ++id) {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
     PushResponse resp;
-    grpc::Status s =
-        first->stub->Push(&ctx, Gradient(0, first->store.stats().version, id, &rng), &resp);
+    grpc::Status s = first->stub->Push(
+        &ctx, Gradient(0, first->store.stats().version, id, &rng, c.generation), &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   ASSERT_TRUE(Eventually([&] { return second->store.stats().version == 5; }));
@@ -589,6 +627,14 @@ TEST(ReplicationTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
   StopPs(first.get());
   StopPs(second.get());
 }
+
+INSTANTIATE_TEST_SUITE_P(OldPrimarySends, FencingTest,
+                         ::testing::Values(FencingCase{false, 0}, FencingCase{false, 1},
+                                           FencingCase{true, 0}, FencingCase{true, 1}),
+                         [](const ::testing::TestParamInfo<FencingCase>& info) {
+                           return absl::StrCat(info.param.seed ? "Seed" : "Records", "Generation",
+                                               info.param.generation);
+                         });
 
 // Over the data plane a record's gradient is its payload_bytes of the
 // frame's payload: records that do not add up to the payload, or carry a

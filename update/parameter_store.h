@@ -39,6 +39,14 @@
 // that it holds what the primary holds, bit for bit, and knows which pushes
 // the primary applied. Promote makes a backup the primary.
 //
+// Fencing with several backups: every store has a primary term, raised by
+// each promotion, carried by every record and seed. A primary cut off from
+// the chief and from the backup promoted in its place may still reach
+// another backup after the new primary seeded it: that backup refuses the
+// old primary's records and seeds (a lower term: AlreadyExists) under the
+// lock it applies them with, so it never applies an update the new primary
+// did not make; a record of a higher term than its own asks for a seed.
+//
 // Thread-safe: every method may be called from any thread. Knows nothing
 // about gRPC; ps_service.h adapts it.
 #ifndef PSCLUSTER_UPDATE_PARAMETER_STORE_H_
@@ -399,9 +407,10 @@ class ParameterStore {
   // Replaces the whole state with `state` under `config` (initialising an
   // empty store). FailedPrecondition for another layout on an initialised
   // store; InvalidArgument (and no change) for a state that does not fit.
-  // A backup's restore (config.replica) is always a continuation;
-  // AlreadyExists for a state of a lower primary term than the backup's
-  // (a replaced primary's seed: its replicator stops answering).
+  // A backup's restore (config.replica) is always a continuation and takes
+  // the state's primary term; AlreadyExists for a state of a lower term
+  // than the backup's (a replaced primary's seed: its replicator stops
+  // answering). Any other restore keeps the higher of the two terms.
   absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state,
                        RestoreKind kind = RestoreKind::kRollback);
 
@@ -422,8 +431,10 @@ class ParameterStore {
   // (this backup is behind or was seeded from another state: seed it again
   // with Restore), and for a record of a higher primary term than the
   // backup's (a new primary that has not seeded it yet); AlreadyExists for
-  // one of a lower term (a replaced primary's); InvalidArgument for a malformed record; Unavailable
-  // before Init or Restore. Counters of pushes as they arrived (refused,
+  // one of a lower term (a replaced primary's); InvalidArgument for a
+  // malformed record; Unavailable before Init or Restore. The term is
+  // checked before the rest of the record, so that a replaced primary
+  // learns so whatever else its record says. Counters of pushes as they arrived (refused,
   // dropped, duplicate, a sync push's staleness, an async push skipped for
   // a NaN or Inf, which changes nothing and makes no record) stay the
   // primary's.
@@ -463,7 +474,8 @@ class ParameterStore {
                        int64_t decider_epoch = 0, int64_t primary_term = 0);
 
   // Primary: becomes a backup (a backup was promoted in its place), to be
-  // seeded (Restore as a backup). Unavailable before Init or Restore.
+  // seeded (Restore as a backup). Keeps its primary term: the new
+  // primary's seed is of a higher one. Unavailable before Init or Restore.
   absl::Status Demote(uint64_t layout_fingerprint);
 
   // Wakes every waiting Pull with Unavailable (shutdown).
