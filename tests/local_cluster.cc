@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -22,6 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -128,24 +131,43 @@ std::string TestDataDir() {
 }
 
 int FreePort() {
-  // The kernel may hand out a port it handed out a moment ago (it is free
-  // again once released): never return one twice in a process, or two
-  // tasks of a cluster could get the same address.
+  // Outside the kernel's ephemeral range, as the local launcher picks
+  // (deploy/local/train.sh): there, a daemon that takes any free port (a
+  // ps's data plane, its backup stores) or an outgoing connection could
+  // take a port handed out here for another task of the cluster before
+  // that task binds it ("Address already in use": cluster_metrics_test once
+  // lost a worker so). 20000-32767 with Linux's default range. Random in
+  // it, so that tests running at once rarely try the same; bound to check
+  // it is free, then released; never the same one twice in a process.
   static absl::Mutex mu(absl::kConstInit);
   static std::set<int>* given = new std::set<int>();
+  static std::mt19937* rng = new std::mt19937(static_cast<uint32_t>(getpid()) ^
+                                              static_cast<uint32_t>(absl::ToUnixNanos(absl::Now())));
   absl::MutexLock lock(&mu);
+  int ephemeral_lo = 32768, ephemeral_hi = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> ephemeral_lo >> ephemeral_hi;
+  int lo = 20000, span = ephemeral_lo - 20000;
+  if (ephemeral_lo <= 22000) {
+    lo = ephemeral_hi + 1;
+    span = 65000 - ephemeral_hi;
+  }
+  if (span < 1000) {  // no room beside the range: any port the kernel gives
+    lo = 0;
+    span = 0;
+  }
   while (true) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    addr.sin_port = htons(span > 0 ? lo + static_cast<int>((*rng)() % span) : 0);
+    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     socklen_t len = sizeof(addr);
     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
     close(fd);
     const int port = ntohs(addr.sin_port);
-    if (given->insert(port).second) return port;
+    if (bound && given->insert(port).second) return port;
   }
 }
 

@@ -24,8 +24,9 @@ namespace testing {
 // workspace's ../shared/data/mnist. Empty when neither has the files.
 std::string TestDataDir();
 
-// A free TCP port on 127.0.0.1 (bound, then released); never the same one
-// twice in a process. Thread-safe.
+// A free TCP port on 127.0.0.1 (bound, then released) outside the kernel's
+// ephemeral range, where daemons that take any free port take theirs; never
+// the same one twice in a process. Thread-safe.
 int FreePort();
 
 // GET http://127.0.0.1:port/metrics: the whole HTTP response (status line,
