@@ -9,17 +9,26 @@
 
 namespace pscluster {
 
-std::vector<std::string> StoreCopies::backup_addresses() const {
+std::vector<std::string> AddressesOf(const std::vector<StoreCopy>& backups) {
   std::vector<std::string> out;
   for (const StoreCopy& b : backups) out.push_back(b.address);
   return out;
 }
 
-std::vector<int> StoreCopies::backup_holders() const {
+std::vector<int> HoldersOf(const std::vector<StoreCopy>& backups) {
   std::vector<int> out;
   for (const StoreCopy& b : backups) out.push_back(b.holder);
   return out;
 }
+
+namespace {
+
+// The end of a log line saying a backup was dropped: how many are left.
+std::string OthersLeft(size_t left) {
+  return left == 0 ? "" : absl::StrCat(", with ", left, " other backup(s)");
+}
+
+}  // namespace
 
 PsRecovery::PsRecovery(const PsSetup* setup, std::vector<uint64_t> incarnations,
                        absl::Duration recovery_timeout, PsFleet* fleet, Dispatcher* dispatcher,
@@ -119,10 +128,7 @@ void PsRecovery::CheckBackups() {
       // tell it to go on without (it gets it back once it answers).
       std::vector<StoreCopy> rest = c.backups;
       rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(k));
-      StoreCopies kept = c;
-      kept.backups = rest;
-      if (absl::Status s = fleet_->SetBackups(i, kept.backup_addresses(), absl::Seconds(2));
-          !s.ok()) {
+      if (!KeepOnly(i, rest).ok()) {
         failures[b.address] = failed;
         ++k;
         continue;
@@ -130,9 +136,7 @@ void PsRecovery::CheckBackups() {
       spdlog::warn("ps:{}'s backup at {} (on ps:{}) is lost ({}): ps:{}'s store goes on "
                    "without it until it is back{}",
                    i, b.address, b.holder, std::string(st.status().message()), i,
-                   rest.empty() ? "" : absl::StrCat(", with ", rest.size(), " other backup(s)"));
-      c.backups = std::move(rest);
-      if (metrics_ != nullptr) metrics_->SetCopies(i, c.primary_holder, c.backup_holders());
+                   OthersLeft(rest.size()));
     }
   }
   backup_failures_ = std::move(failures);
@@ -407,20 +411,24 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
       if (bk.holder != lost_holder) rest.push_back(bk);
     }
     if (rest.size() == other.backups.size()) continue;
-    StoreCopies kept = other;
-    kept.backups = rest;
-    if (absl::Status s = fleet_->SetBackups(k, kept.backup_addresses(), absl::Seconds(2));
-        !s.ok()) {
+    if (absl::Status s = KeepOnly(k, rest); !s.ok()) {
       spdlog::warn("ps:{} keeps waiting for its backup on the lost ps:{} until it times out: {}",
                    k, lost_holder, std::string(s.message()));
       continue;
     }
     spdlog::warn("ps:{}'s store goes on without its backup on ps:{} until that ps is back{}", k,
-                 lost_holder,
-                 rest.empty() ? "" : absl::StrCat(", with ", rest.size(), " other backup(s)"));
-    other.backups = std::move(rest);
-    if (metrics_ != nullptr) metrics_->SetCopies(k, other.primary_holder, other.backup_holders());
+                 lost_holder, OthersLeft(rest.size()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status PsRecovery::KeepOnly(int ps, std::vector<StoreCopy> backups) {
+  if (absl::Status s = fleet_->SetBackups(ps, AddressesOf(backups), absl::Seconds(2)); !s.ok()) {
+    return s;
+  }
+  StoreCopies& c = (*copies_)[ps];
+  c.backups = std::move(backups);
+  if (metrics_ != nullptr) metrics_->SetCopies(ps, c.primary_holder, HoldersOf(c.backups));
   return absl::OkStatus();
 }
 

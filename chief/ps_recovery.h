@@ -2,8 +2,9 @@
 // each ps for its stats; a ps that fails twice in a row, or answers as a
 // new process (another incarnation) or uninitialised, is lost. With
 // replicas (--ps_replicas) the backup store that holds the most is
-// promoted at once: it serves the lost ps's shards from the version it holds, the workers are
-// told where (Dispatcher::GetPlacement) and nothing else moves
+// promoted at once: it serves the lost ps's shards from the version it
+// holds, the workers are told where (Dispatcher::GetPlacement) and nothing
+// else moves
 // (docs/replication.md). A ps that was only cut off cannot answer anything
 // since: its answers wait for its backup, which refuses it once promoted.
 // A backup that stops answering is dropped, so that its primary goes on. Otherwise the workers are paused until the ps
@@ -58,10 +59,12 @@ struct StoreCopies {
   // The highest primary term this chief gave or saw a copy at: the next
   // promotion's is above it (docs/replication.md, Fencing).
   int64_t primary_term = 0;
-
-  std::vector<std::string> backup_addresses() const;
-  std::vector<int> backup_holders() const;
 };
+
+// The backups' addresses (what SetBackups takes), and the ps holding them
+// (what FailoverMetrics::SetCopies takes), in order.
+std::vector<std::string> AddressesOf(const std::vector<StoreCopy>& backups);
+std::vector<int> HoldersOf(const std::vector<StoreCopy>& backups);
 
 class PsRecovery {
  public:
@@ -114,6 +117,9 @@ class PsRecovery {
   // A backup that fails two looks in a row is dropped: its primary, which
   // holds its answers until the backup has the update, goes on without.
   void CheckBackups();
+  // Ps `ps`'s primary keeps `backups` from now on, fewer than it kept (the
+  // others lost): told so (SetBackups), then recorded, metrics included.
+  absl::Status KeepOnly(int ps, std::vector<StoreCopy> backups);
   // The backup of ps `ps` to promote: of those seeded, answering and of
   // the run's generation, the one at the highest version (`only`: that
   // one or none). FailedPrecondition naming why each is not.

@@ -483,18 +483,15 @@ absl::Status ParameterServerRun::KeepBackups() {
       w.seeded = false;  // until its primary says every backup is
       ready.push_back(w);
     }
-    StoreCopies next = c;
-    next.backups = std::move(ready);
-    if (next.backups.empty() ||
-        (mine->backups_set() == static_cast<int>(c.backups.size()) &&
-         next.backup_addresses() == c.backup_addresses())) {
+    if (ready.empty() || (mine->backups_set() == static_cast<int>(c.backups.size()) &&
+                          AddressesOf(ready) == AddressesOf(c.backups))) {
       continue;  // none to be had, or kept already
     }
-    if (absl::Status s = ps_->SetBackups(i, next.backup_addresses(), absl::Seconds(5)); !s.ok()) {
+    if (absl::Status s = ps_->SetBackups(i, AddressesOf(ready), absl::Seconds(5)); !s.ok()) {
       return s;
     }
-    c.backups = std::move(next.backups);
-    failover_metrics_->SetCopies(i, c.primary_holder, c.backup_holders());
+    c.backups = std::move(ready);
+    failover_metrics_->SetCopies(i, c.primary_holder, HoldersOf(c.backups));
     std::string where;
     for (const StoreCopy& b : c.backups) {
       absl::StrAppend(&where, where.empty() ? "" : ", ", "ps:", b.holder, " (", b.address, ")");
