@@ -662,33 +662,9 @@ grpc::Status PsService::Restore(grpc::ServerContext* ctx, const RestoreRequest* 
   absl::StatusOr<StoreConfig> c = StoreConfigFromInit(
       req->init(), static_cast<int64_t>(snap->values.size()), options_.step_role);
   if (!c.ok()) return ToGrpcStatus(c.status());
-  if (req->as_backup()) {
-    // Fencing: a primary is never overwritten by a seed, nor a backup by
-    // an older generation's (a primary that was cut off and came back).
-    const StoreStats st = store_->stats();
-    if (st.initialized && !st.backup) {
-      // ALREADY_EXISTS: the primary exists, here (a promoted backup tells
-      // its old primary so: Replicator's fencing).
-      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                          "this ps is the primary of its store; it takes no backup seed");
-    }
-    // A seed of a lower primary term than the one this backup follows is
-    // a replaced primary's (another backup was promoted and seeded this
-    // one): ALREADY_EXISTS tells its replicator so, whatever its
-    // generation. The store checks it again under its lock.
-    if (st.initialized && snap->primary_term < st.primary_term) {
-      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                          absl::StrCat("this backup follows the primary of term ", st.primary_term,
-                                       "; a seed of term ", snap->primary_term,
-                                       " is of a replaced primary"));
-    }
-    if (st.initialized && st.generation > snap->generation) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("a backup seed of generation ", snap->generation,
-                                       "; this backup is of generation ", st.generation));
-    }
-    c->replica = ReplicaRole::kBackup;
-  }
+  // A seed's fencing (a primary, a higher term, a newer generation refuse
+  // it) is the store's, under the lock it restores with.
+  if (req->as_backup()) c->replica = ReplicaRole::kBackup;
   if (req->continues()) {
     // Only a restarted (empty) ps takes up where its backup left off: an
     // initialised one has state of its own that it may have answered for.

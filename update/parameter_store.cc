@@ -270,11 +270,27 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
     }
   }
   absl::MutexLock lock(&mu_);
-  if (initialized_ && config.replica == ReplicaRole::kBackup &&
-      state.primary_term < primary_term_) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "this backup follows the primary of term ", primary_term_, "; a seed of term ",
-        state.primary_term, " is of a replaced primary"));
+  if (initialized_ && config.replica == ReplicaRole::kBackup) {
+    // Fencing: a primary is never overwritten by a seed (AlreadyExists:
+    // the primary is here; a promoted backup tells its old primary so),
+    // nor a backup by a replaced primary's (a lower term: another backup
+    // was promoted and seeded it; AlreadyExists tells that primary's
+    // replicator so, whatever its generation) or by an older generation's
+    // (a primary that was cut off and came back).
+    if (config_.replica != ReplicaRole::kBackup) {
+      return absl::AlreadyExistsError(
+          "this ps is the primary of its store; it takes no backup seed");
+    }
+    if (state.primary_term < primary_term_) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "this backup follows the primary of term ", primary_term_, "; a seed of term ",
+          state.primary_term, " is of a replaced primary"));
+    }
+    if (generation_ > state.generation) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a backup seed of generation ", state.generation,
+                       "; this backup is of generation ", generation_));
+    }
   }
   if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
                        config.num_floats != config_.num_floats)) {

@@ -408,9 +408,11 @@ class ParameterStore {
   // empty store). FailedPrecondition for another layout on an initialised
   // store; InvalidArgument (and no change) for a state that does not fit.
   // A backup's restore (config.replica) is always a continuation and takes
-  // the state's primary term; AlreadyExists for a state of a lower term
-  // than the backup's (a replaced primary's seed: its replicator stops
-  // answering). Any other restore keeps the higher of the two terms.
+  // the state's primary term; AlreadyExists on an initialised primary and
+  // for a state of a lower term than the backup's (a replaced primary's
+  // seed: its replicator stops answering), FailedPrecondition for one of
+  // an older generation. Any other restore keeps the higher of the two
+  // terms.
   absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state,
                        RestoreKind kind = RestoreKind::kRollback);
 
@@ -434,10 +436,10 @@ class ParameterStore {
   // one of a lower term (a replaced primary's); InvalidArgument for a
   // malformed record; Unavailable before Init or Restore. The term is
   // checked before the rest of the record, so that a replaced primary
-  // learns so whatever else its record says. Counters of pushes as they arrived (refused,
-  // dropped, duplicate, a sync push's staleness, an async push skipped for
-  // a NaN or Inf, which changes nothing and makes no record) stay the
-  // primary's.
+  // learns so whatever else its record says. Counters of pushes as they
+  // arrived (refused, dropped, duplicate, a sync push's staleness, an async
+  // push skipped for a NaN or Inf, which changes nothing and makes no
+  // record) stay the primary's.
   absl::Status ApplyReplicated(uint64_t layout_fingerprint, const AppliedUpdate& u);
 
   // Backup: becomes the primary of its shards, deciding or following sync
