@@ -127,6 +127,15 @@ PushRequest Gradient(int worker, int64_t version, uint64_t id, std::mt19937* rng
   return req;
 }
 
+// `req` pushed to `p`, its answer waited for 30 s at most (into *resp
+// when given).
+grpc::Status PushTo(Ps* p, const PushRequest& req, PushResponse* resp = nullptr) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+  PushResponse ignored;
+  return p->stub->Push(&ctx, req, resp != nullptr ? resp : &ignored);
+}
+
 // The two stores hold the same bits and have applied the same pushes.
 void ExpectSameState(Ps* a, Ps* b) {
   StoreSnapshot x, y;
@@ -176,10 +185,8 @@ TEST_P(AsyncReplicationTest, PushesAreAnsweredOnlyOnceTheBackupHoldsThem) {
     std::mt19937 rng(100 + w);
     for (int i = 0; i < 40; ++i) {
       PushRequest req = Gradient(w, primary->store.stats().version, 1000 * (w + 1) + i, &rng);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
       PushResponse resp;
-      grpc::Status s = primary->stub->Push(&ctx, req, &resp);
+      grpc::Status s = PushTo(primary.get(), req, &resp);
       ASSERT_TRUE(s.ok()) << s.error_message();
       ASSERT_TRUE(resp.applied());
       if (backup->store.stats().version < resp.version()) ++behind;
@@ -256,11 +263,7 @@ TEST(ReplicationTest, ALostBackupHoldsAnswersUntilThePrimaryIsToldToGoOnWithout)
   std::mt19937 rng(3);
   uint64_t id = 0;
   auto push = [&] {
-    PushRequest req = Gradient(0, primary->store.stats().version, ++id, &rng);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
-    PushResponse resp;
-    grpc::Status s = primary->stub->Push(&ctx, req, &resp);
+    grpc::Status s = PushTo(primary.get(), Gradient(0, primary->store.stats().version, ++id, &rng));
     EXPECT_TRUE(s.ok()) << s.error_message();
   };
   for (int i = 0; i < 5; ++i) push();
@@ -304,11 +307,8 @@ TEST(ReplicationTest, ARestoreOfThePrimarySeedsTheBackupAgain) {
   std::mt19937 rng(8);
   uint64_t id = 0;
   auto push = [&](int64_t generation) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
-    PushResponse resp;
-    grpc::Status s = primary->stub->Push(
-        &ctx, Gradient(0, primary->store.stats().version, ++id, &rng, generation), &resp);
+    grpc::Status s = PushTo(
+        primary.get(), Gradient(0, primary->store.stats().version, ++id, &rng, generation));
     EXPECT_TRUE(s.ok()) << s.error_message();
   };
   // A checkpoint at version 3, then 5 more pushes; then the chief rolls the
@@ -524,11 +524,7 @@ TEST(ReplicationTest, APrimaryWhoseBackupIsAPrimaryWasReplacedAndBecomesABackup)
   EXPECT_EQ(Stats(old.get()).backups_set(), 0);
   ASSERT_TRUE(SetBackups(promoted.get(), {old->address()}).ok());
   for (uint64_t id = 2; id < 5; ++id) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
-    PushResponse resp;
-    grpc::Status s =
-        promoted->stub->Push(&ctx, Gradient(0, promoted->store.stats().version, id, &rng), &resp);
+    grpc::Status s = PushTo(promoted.get(), Gradient(0, promoted->store.stats().version, id, &rng));
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   ASSERT_TRUE(Eventually([&] { return old->store.stats().version == 3; }));
@@ -566,11 +562,7 @@ TEST_P(FencingTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
   ASSERT_TRUE(SetBackups(old.get(), {first->address(), second->address()}).ok());
   std::mt19937 rng(8);
   for (uint64_t id = 1; id <= 3; ++id) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
-    PushResponse resp;
-    grpc::Status s =
-        old->stub->Push(&ctx, Gradient(0, old->store.stats().version, id, &rng), &resp);
+    grpc::Status s = PushTo(old.get(), Gradient(0, old->store.stats().version, id, &rng));
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   ASSERT_TRUE(Eventually([&] { return second->store.stats().version == 3; }));
@@ -601,10 +593,7 @@ TEST_P(FencingTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
     ASSERT_TRUE(cut_off().ok());
   }
   {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
-    PushResponse resp;
-    grpc::Status s = old->stub->Push(&ctx, Gradient(0, 3, 4, &rng), &resp);
+    grpc::Status s = PushTo(old.get(), Gradient(0, 3, 4, &rng));
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
     EXPECT_NE(s.error_message().find("this ps was replaced"), std::string::npos)
         << s.error_message();
@@ -614,11 +603,8 @@ TEST_P(FencingTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
   EXPECT_EQ(second->store.stats().primary_term, 1);
   // The new primary's pushes reach `second`, which equals it bit for bit.
   for (uint64_t id = 5; id <= 6; ++id) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
-    PushResponse resp;
-    grpc::Status s = first->stub->Push(
-        &ctx, Gradient(0, first->store.stats().version, id, &rng, c.generation), &resp);
+    grpc::Status s =
+        PushTo(first.get(), Gradient(0, first->store.stats().version, id, &rng, c.generation));
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   ASSERT_TRUE(Eventually([&] { return second->store.stats().version == 5; }));
