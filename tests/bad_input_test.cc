@@ -246,7 +246,8 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
 }
 
 // The ps's own flags, past their syntax: a data port that no socket has,
-// a negative thread count.
+// backup stores' ports that clash or pass 65535, a count of backup stores
+// out of range, a negative thread count.
 TEST(PsFlagsTest, DataPortOrThreadsOutOfRangeExitsTwo) {
   const std::string json =
       "{\"cluster\": {\"ps\": [\"127.0.0.1:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}";
@@ -270,11 +271,24 @@ TEST(PsFlagsTest, DataPortOrThreadsOutOfRangeExitsTwo) {
       {{"--backup_port=7000", "--backup_data_port=7000"},
        "--backup_data_port=7000: so is --backup_port; each needs a port of its own"},
       {{"--data_port=7001", "--backup_data_port=7001"}, "--backup_data_port=7001: so is --data_port"},
+      // The s-th backup store's ports are the flags' plus s.
+      {{"--backup_stores=2", "--backup_port=7002", "--data_port=7003"},
+       "--backup_port + 1=7003: so is --data_port"},
+      {{"--backup_stores=2", "--backup_port=65535"},
+       "--backup_port=65535: the 2 backup stores' ports from it pass 65535"},
   };
   for (const Clash& c : clashes) {
     ProcessResult r = RunBinary("ps_server/ps_server", c.flags, json, absl::Seconds(30));
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+  }
+  for (const char* stores : {"-1", "9"}) {
+    ProcessResult r = RunBinary("ps_server/ps_server", {absl::StrCat("--backup_stores=", stores)},
+                                json, absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(absl::StrCat("--backup_stores must be in [0, 8], got ", stores)),
+              std::string::npos)
+        << r.output;
   }
   ProcessResult r = RunBinary("ps_server/ps_server", {"--update_threads=-2"}, json,
                               absl::Seconds(30));
