@@ -16,6 +16,7 @@
 #include "compute/fast_device_graph.h"
 #include "compute/fast_plan.h"
 #include "compute/general_device_graph.h"
+#include "compute/kernels/cublas_loader.h"
 #include "compute/kernels/gpu_device.h"
 #include "compute/kernels/gpu_kernels.h"
 #include "compute/kernels/kernel_errors.h"
@@ -132,6 +133,9 @@ class CudaBackend final : public ComputeBackend {
       return s;
     }
     copy_.reset(stream);
+    if (absl::Status s = kernels::LoadCublas(); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("cuda:", ordinal_, ": ", s.message()));
+    }
     cublasHandle_t handle = nullptr;
     if (absl::Status s = CheckBlas(cublasCreate(&handle), "cublasCreate");
         !s.ok()) {

@@ -62,6 +62,12 @@ pass "pack.sh --no_build --system_cublas --xz writes $(basename "$P").tar.xz"
 cublas="$(find "$P/lib" -name 'libcublas*' -printf '%f ')"
 [ -z "$cublas" ] && pass "lib/ holds no cuBLAS" || fail "lib/ holds cuBLAS: $cublas"
 ls "$P"/lib/libcudart.so.* >/dev/null 2>&1 && pass "lib/ holds cudart" || fail "lib/ holds no libcudart.so.*"
+# cuBLAS is opened when a GPU first needs it (compute/kernels/cublas_loader.h):
+# no packed binary links it, so a start on a CPU does not load it.
+linked="$(for f in "$P"/worker/worker "$P"/evaluator/evaluator; do
+  readelf -d "$f" 2>/dev/null | grep -q 'NEEDED.*libcublas' && echo -n "${f#"$P"/} "; done)"
+[ -z "$linked" ] && pass "the packed worker and evaluator do not link cuBLAS (they open $SONAME on a GPU)" ||
+  fail "linked against cuBLAS: $linked"
 
 elves=0; unstripped=()
 while IFS= read -r -d '' f; do

@@ -2,9 +2,9 @@
 # Packs what a GPU machine without our build dependencies needs to run the
 # GPU tests and the GPU benchmark: the daemons, the test binaries and the
 # benchmark, and every shared library they link that is not part of glibc
-# (gRPC, protobuf, abseil, spdlog, fmt, OpenBLAS, libstdc++, cudart, cuBLAS,
+# (gRPC, protobuf, abseil, spdlog, fmt, OpenBLAS, libstdc++, cudart,
 # and the build's own per-target libraries of the test binaries), found with
-# ldd. The NVIDIA driver (libcuda.so.1) is never packed: it must match the
+# ldd, and cuBLAS, which the binaries open when a GPU first needs it. The NVIDIA driver (libcuda.so.1) is never packed: it must match the
 # machine's kernel module and comes with it. Every packed binary and library
 # is a stripped copy (strip --strip-unneeded; bazel-bin is left alone).
 #
@@ -77,6 +77,7 @@ if [ -z "$MAX_MB" ] && [ "$SYSTEM_CUBLAS" -eq 1 ]; then MAX_MB=20; DEFAULT_MAX=1
 DAEMONS=(chief/chief ps_server/ps_server worker/worker evaluator/evaluator)
 TESTS=(
   compute/kernels/gpu_kernels_test
+  compute/kernels/cublas_loader_test
   compute/kernels/emulated_kernels_test
   compute/fast_device_graph_test
   compute/backend_factory_test
@@ -100,6 +101,15 @@ if ! grep -q '^CUDA_ENABLED = True' "$defs" 2>/dev/null; then
   exit 1
 fi
 cuda_version="$(sed -n 's/^CUDA_VERSION = "\(.*\)"/\1/p' "$defs")"
+# cuBLAS is not linked: the binaries open it by soname when a GPU first
+# needs it (compute/kernels/cublas_loader.h), so ldd does not list it. The
+# soname is the toolkit's libcublas.so's.
+cuda_libdir="$(sed -n 's/^CUDA_LIBDIR = "\(.*\)"/\1/p' "$defs")"
+cublas_soname="$(readelf -d "$cuda_libdir/libcublas.so" 2>/dev/null | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')"
+if [ -z "$cublas_soname" ]; then
+  echo "pack.sh: no soname in $cuda_libdir/libcublas.so (the toolkit's cuBLAS, CUDA_LIBDIR of $defs)" >&2
+  exit 1
+fi
 
 BIN="$ROOT/bazel-bin"
 rm -rf "$OUT"
@@ -116,25 +126,27 @@ done
 # left of "=>").
 SYSTEM='^(linux-vdso\.so|linux-gate\.so|ld-linux[-a-z0-9_]*\.so|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libanl\.so|libnsl\.so|libBrokenLocale\.so|libcuda\.so|libnvidia-)'
 CUBLAS='^libcublas(Lt)?\.so'
-cublas_soname=""
 missing=0
-for p in "${DAEMONS[@]}" "${TESTS[@]}" "${BENCH[@]}"; do
+# pack_libraries FILE: packs what ldd resolves for FILE.
+pack_libraries() {
+  local name arrow path
   while read -r name arrow path _; do
     [ "$arrow" = "=>" ] || continue
-    if [ "$path" = "not" ]; then echo "pack.sh: $p: $name not found" >&2; missing=1; continue; fi
+    if [ "$path" = "not" ]; then echo "pack.sh: $1: $name not found" >&2; missing=1; continue; fi
     [[ "$name" =~ $SYSTEM ]] && continue
-    if [ "$SYSTEM_CUBLAS" -eq 1 ] && [[ "$name" =~ $CUBLAS ]]; then
-      [[ "$name" == libcublas.so* ]] && cublas_soname="$name"
-      continue
-    fi
+    [ "$SYSTEM_CUBLAS" -eq 1 ] && [[ "$name" =~ $CUBLAS ]] && continue
     [ -e "$OUT/lib/$name" ] || cp -L "$path" "$OUT/lib/$name"
-  done < <(ldd "$BIN/$p")
+  done < <(ldd "$1")
+}
+for p in "${DAEMONS[@]}" "${TESTS[@]}" "${BENCH[@]}"; do
+  pack_libraries "$BIN/$p"
 done
-[ "$missing" -eq 0 ] || exit 1
-if [ "$SYSTEM_CUBLAS" -eq 1 ] && [ -z "$cublas_soname" ]; then
-  echo "pack.sh: --system_cublas: no packed binary links libcublas.so*: is this a CUDA build?" >&2
-  exit 1
+if [ "$SYSTEM_CUBLAS" -eq 0 ]; then
+  # Opened at run time: packed by hand, with what it links (libcublasLt).
+  cp -L "$cuda_libdir/$cublas_soname" "$OUT/lib/$cublas_soname"
+  pack_libraries "$cuda_libdir/$cublas_soname"
 fi
+[ "$missing" -eq 0 ] || exit 1
 
 # Strip the copies: the symbol tables and debug info are most of the size
 # of everything but cuBLAS. The dynamic symbols the loader needs stay.

@@ -125,6 +125,14 @@ while IFS= read -r -d '' f; do
     not_found[$name]+=" ${f#./}"
   done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 == "not" { print $1 }')
 done < <(find . -path ./lib -prune -o -path ./results -prune -o -type f -perm -u+x -print0)
+# cuBLAS is opened when a GPU first needs it (not in the binaries' ldd): the
+# one the binaries will open, packed or the machine's, must find its own.
+cublas_file="${cublas:-$(ls lib/libcublas.so.* 2>/dev/null | head -1)}"
+if [ -n "$cublas_file" ]; then
+  while read -r name; do
+    not_found[$name]+=" ${cublas_file#./}"
+  done < <(ldd "$cublas_file" 2>/dev/null | awk '$2 == "=>" && $3 == "not" { print $1 }')
+fi
 if [ "${#not_found[@]}" -gt 0 ]; then
   for name in "${!not_found[@]}"; do
     echo "run.sh: $name not found (needed by${not_found[$name]})" >&2
