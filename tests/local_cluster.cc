@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -130,6 +131,37 @@ std::string TestDataDir() {
   return "";
 }
 
+namespace {
+
+// Where tests and the local launcher reserve the ports they hand out
+// (deploy/local/train.sh takes the same locks): a port's file is locked by
+// the process that picked it for as long as that process lives, so that
+// tests run side by side (tests/run_all.sh, bazel test --local_test_jobs)
+// never pick a port another one picked and has not bound yet.
+constexpr char kPortLockDir[] = "/tmp/pscluster-port-locks";
+
+// Whether this process now holds `port`'s reservation. Without the lock
+// folder (not writable), every port counts as reserved: the bind check
+// alone, as before.
+bool ReservePort(int port) {
+  static const bool have_dir = [] {
+    mkdir(kPortLockDir, 01777);
+    struct stat st;
+    return stat(kPortLockDir, &st) == 0 && S_ISDIR(st.st_mode);
+  }();
+  if (!have_dir) return true;
+  const std::string path = absl::StrCat(kPortLockDir, "/", port);
+  const int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return true;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return false;
+  }
+  return true;  // fd stays open: the lock ends with the process
+}
+
+}  // namespace
+
 int FreePort() {
   // Outside the kernel's ephemeral range, as the local launcher picks
   // (deploy/local/train.sh): there, a daemon that takes any free port (a
@@ -137,8 +169,9 @@ int FreePort() {
   // take a port handed out here for another task of the cluster before
   // that task binds it ("Address already in use": cluster_metrics_test once
   // lost a worker so). 20000-32767 with Linux's default range. Random in
-  // it, so that tests running at once rarely try the same; bound to check
-  // it is free, then released; never the same one twice in a process.
+  // it, reserved (ReservePort) so that tests running at once never hand out
+  // the same, bound to check it is free, then released; never the same one
+  // twice in a process.
   static absl::Mutex mu(absl::kConstInit);
   static std::set<int>* given = new std::set<int>();
   static std::mt19937* rng = new std::mt19937(static_cast<uint32_t>(getpid()) ^
@@ -157,11 +190,13 @@ int FreePort() {
     span = 0;
   }
   while (true) {
+    const int wanted = span > 0 ? lo + static_cast<int>((*rng)() % span) : 0;
+    if (wanted != 0 && (given->count(wanted) > 0 || !ReservePort(wanted))) continue;
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(span > 0 ? lo + static_cast<int>((*rng)() % span) : 0);
+    addr.sin_port = htons(wanted);
     const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     socklen_t len = sizeof(addr);
     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -312,6 +347,13 @@ std::map<std::string, int> LocalCluster::Wait(absl::Duration timeout) {
     codes[p.name] = *p.exit_code;
   }
   return codes;
+}
+
+absl::StatusOr<int> LocalCluster::WaitForExit(const std::string& task, absl::Duration timeout) {
+  Proc* p = Find(task);
+  if (p == nullptr) return absl::NotFoundError("no task " + task);
+  Reap(*p, absl::Now() + timeout);
+  return *p->exit_code;
 }
 
 LocalCluster::Proc* LocalCluster::Find(const std::string& task) {

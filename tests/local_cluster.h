@@ -26,7 +26,9 @@ std::string TestDataDir();
 
 // A free TCP port on 127.0.0.1 (bound, then released) outside the kernel's
 // ephemeral range, where daemons that take any free port take theirs; never
-// the same one twice in a process. Thread-safe.
+// the same one twice in a process, nor one that another test process or
+// the local launcher holds (a lock in /tmp/pscluster-port-locks, kept until
+// this process exits). Thread-safe.
 int FreePort();
 
 // GET http://127.0.0.1:port/metrics: the whole HTTP response (status line,
@@ -83,6 +85,11 @@ class LocalCluster {
   // (measured from the call). Returns exit codes by task name ("ps:0");
   // tasks still running at the deadline are killed and get 137.
   std::map<std::string, int> Wait(absl::Duration timeout);
+  // Waits until `task` alone exits and returns its exit code; kills it
+  // after `timeout` (137). For a test whose assertion is one task's exit:
+  // the others, which may wait for it for long, are killed by the
+  // destructor. NotFound for an unknown task.
+  absl::StatusOr<int> WaitForExit(const std::string& task, absl::Duration timeout);
 
   // Fault injection: kill -9 `task` ("ps:1"), wait `down_for`, and start
   // it again as the launcher would (same TF_CONFIG, flags and port; its log

@@ -323,11 +323,26 @@ elif [ "$EPHEMERAL_HI" -lt 63000 ]; then
 else
   PORT_LO=20000; PORT_SPAN=40000  # no room outside it: as before
 fi
+# A picked port is reserved, as the tests reserve theirs
+# (tests/local_cluster.cc): a lock on /tmp/pscluster-port-locks/PORT held
+# while this launcher (and the tasks, which inherit it) runs, so that
+# launchers and tests started side by side never pick the same port.
+PORT_LOCKS=/tmp/pscluster-port-locks
+mkdir -p -m 1777 "$PORT_LOCKS" 2>/dev/null
+reserve_port() {  # reserve_port PORT: status 1 when another process holds it
+  local fd f="$PORT_LOCKS/$1"
+  command -v flock >/dev/null 2>&1 || return 0
+  [ -e "$f" ] || : 2>/dev/null >>"$f"
+  [ -r "$f" ] || return 0  # no lock to take here: the check of USED alone
+  exec {fd}<"$f"
+  flock -n "$fd" || { exec {fd}<&-; return 1; }
+}
 PORTS=()
 while [ ${#PORTS[@]} -lt "$NEEDED" ]; do
   p=$((PORT_LO + RANDOM % PORT_SPAN))
   [ -n "${USED[$p]:-}" ] && continue
   USED[$p]=1
+  reserve_port "$p" || continue
   PORTS+=("$p")
 done
 addr_list() {  # addr_list FIRST COUNT -> "127.0.0.1:p1","127.0.0.1:p2"
