@@ -164,13 +164,15 @@ TEST_F(MirroredTest, Bfloat16OnTheRingHalvesTheBytesAndKeepsReplicasIdentical) {
 }
 
 TEST_F(MirroredTest, AWorkerKilledMidRunLeavesTheRingAndJoinsAgainWhenBack) {
-  // Two epochs over three workers; worker 1 is killed with -9 a quarter of
-  // the way and started again a second later, as the launcher does.
+  // Two epochs over three workers; worker 1 is killed with -9 an eighth of
+  // the way and started again a second later, as the launcher does. It must
+  // be back before the two others finish the rest (about 6 s unloaded): an
+  // eighth leaves room for a slow start on a loaded machine.
   constexpr int kChunks = 938 * 2;
   absl::StatusOr<std::unique_ptr<LocalCluster>> c =
       LocalCluster::Start(Options(3, "kill", {"--epochs=2"}));
   ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_TRUE((*c)->WaitForChunks(kChunks / 4, absl::Minutes(2))) << (*c)->AllLogs();
+  ASSERT_TRUE((*c)->WaitForChunks(kChunks / 8, absl::Minutes(2))) << (*c)->AllLogs();
   ASSERT_TRUE((*c)->KillAndRestart("worker:1", absl::Seconds(1)).ok());
   std::optional<FinalFigures> f = Finish(**c, absl::Minutes(4));
   ASSERT_TRUE(f.has_value());

@@ -101,9 +101,12 @@ TEST_F(TFRecordClusterTest, BadRecordExits4NamingIt) {
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
-  std::map<std::string, int> codes = (*c)->Wait(absl::Seconds(60));
+  // The worker's exit is the assertion: the chief and the ps, which would
+  // wait for it to come back, are killed when the cluster goes.
+  absl::StatusOr<int> code = (*c)->WaitForExit("worker:0", absl::Seconds(60));
   const std::string log = (*c)->Log("worker:0");
-  EXPECT_EQ(codes["worker:0"], 4) << (*c)->AllLogs();
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 4) << (*c)->AllLogs();
   EXPECT_NE(log.find("train-00001-of-00004.tfrecord: record "), std::string::npos) << log;
   EXPECT_NE(log.find("bad data CRC"), std::string::npos) << log;
 }
