@@ -429,7 +429,10 @@ TEST(ChiefBadInputTest, ImpossibleEvaluationReportsNeverBecomeTheFinalFigures) {
   o.data_dir = TestDataDir();
   if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
   o.evaluator_unlisted = true;
-  o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync"};
+  // Two epochs (about 8 s): the evaluator, outside the cluster, must attach
+  // while the run lasts; one epoch (4 s) was too short for it on a loaded
+  // machine, and the final line was the chief's "not evaluated".
+  o.chief_args = {"--model=mlp", "--epochs=2", "--mode=sync"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
   std::unique_ptr<Coordinator::Stub> stub =
@@ -471,13 +474,12 @@ TEST(ChiefBadInputTest, ImpossibleEvaluationReportsNeverBecomeTheFinalFigures) {
   ASSERT_TRUE(f.has_value()) << (*c)->AllLogs();
   std::printf("test_accuracy=%.4f test_loss=%.4f steps=%ld\n", f->test_accuracy, f->test_loss,
               f->steps);
-  EXPECT_EQ(f->steps, 469);
-  // cluster_test's EvaluatorOutsideTheClusterAsTheKubeflowOperatorSetsItUp:
-  // 0.9256 in every run.
-  EXPECT_GT(f->test_accuracy, 0.92) << (*c)->Log("chief:0");
+  EXPECT_EQ(f->steps, 938);
+  // Two epochs of the mlp, sync: 0.9363 in every run (fault_test's baseline).
+  EXPECT_GT(f->test_accuracy, 0.93) << (*c)->Log("chief:0");
   EXPECT_LE(f->test_accuracy, 1) << (*c)->Log("chief:0");
   EXPECT_NE((*c)->Log("evaluator:0")
-                .find(absl::StrFormat("eval: step=469 accuracy=%.4f loss=%.4f", f->test_accuracy,
+                .find(absl::StrFormat("eval: step=938 accuracy=%.4f loss=%.4f", f->test_accuracy,
                                       f->test_loss)),
             std::string::npos)
       << (*c)->Log("evaluator:0");
