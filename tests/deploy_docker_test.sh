@@ -78,7 +78,17 @@ for name, cuda in (("Dockerfile", False), ("Dockerfile.cuda", True)):
     g(re.search(r"deploy/docker/build_binaries\.sh /out %s" % ("cuda" if cuda else "cpu"), runs),
       "build runs build_binaries.sh /out %s" % ("cuda" if cuda else "cpu"))
     copies = [t for w, t in runtime[1] if w == "COPY"]
-    g("--from=build /out/ /usr/local/bin/" in copies, "runtime copies only /out (the binaries) from build")
+    if cuda:
+        g("--from=build /out/ /usr/local/bin/" in copies, "runtime copies only /out (the binaries) from build")
+    else:
+        # The binaries come from the stage BINARIES names: build (the default)
+        # or prebuilt (tests/docker_run_test.sh), which takes prebuilt/ alone.
+        g("--from=binaries /out/ /usr/local/bin/" in copies, "runtime copies only /out (the binaries) from binaries")
+        g(st.get("binaries", ("", []))[0] == "build", "binaries is the build stage by default (ARG BINARIES=build)",
+          str(st.get("binaries")))
+        pre = st.get("prebuilt", ("", []))
+        g(pre[0] == "scratch" and pre[1] == [("COPY", "prebuilt/ /out/")],
+          "prebuilt is scratch plus the context's prebuilt/ as /out", str(pre))
     g(any("entrypoint.sh /usr/local/bin/pscluster-entrypoint" in c for c in copies), "runtime has the entrypoint")
     rruns = " ".join(t for w, t in runtime[1] if w == "RUN")
     g("runtime-packages.txt" in rruns and "--no-install-recommends" in rruns and
@@ -234,6 +244,12 @@ if [ $rc -eq 2 ] && grep -q "must be cpu or cuda" <<<"$out"; then
   pass "build_binaries.sh refuses an unknown variant (exit 2)"
 else
   fail "build_binaries.sh gpu: exit $rc: $out"
+fi
+out="$(PSCLUSTER_IMAGE_TARGETS="//deploy/docker:health_probe //nothing:here" bash "$D/build_binaries.sh" "$tmp/out" cpu 2>&1)"; rc=$?
+if [ $rc -eq 2 ] && grep -qF "PSCLUSTER_IMAGE_TARGETS: '//nothing:here' is not one of" <<<"$out"; then
+  pass "build_binaries.sh refuses a PSCLUSTER_IMAGE_TARGETS label that is not an image binary (exit 2, named)"
+else
+  fail "build_binaries.sh with PSCLUSTER_IMAGE_TARGETS=//nothing:here: exit $rc: $out"
 fi
 # Sorted, as got is.
 want="//chief:chief //deploy/docker:health_probe //evaluator:evaluator //ps_server:ps_server //worker:worker"

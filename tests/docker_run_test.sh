@@ -7,7 +7,12 @@
 #      private daemon lacks it: debootstrap --variant=minbase bookworm from
 #      the Debian mirror apt uses here, then docker import;
 #   2. builds the CPU image from deploy/docker/Dockerfile (BuildKit, Debian's
-#      CLI, DOCKER_BUILDKIT=1);
+#      CLI, DOCKER_BUILDKIT=1): with PSCLUSTER_DOCKER_PREBUILT naming a folder
+#      of the five CPU-only binaries (tests/run_all.sh's, which has just built
+#      them), the Dockerfile's runtime stage over them (BINARIES=prebuilt),
+#      and at the end its build stage from the repository on the health
+#      probe alone (IMAGE_TARGETS), which must then run; without it, the
+#      whole image from source as users build it;
 #   3. runs deploy/compose/docker-compose.yml with Debian's docker-compose
 #      (1.29) for 1 epoch on the MNIST given, and checks the chief's final:
 #      line (test accuracy >= 0.98), every container's exit code 0, every
@@ -264,16 +269,48 @@ fi
 "$DOCKER" tag debian:12 debian:12-slim
 
 # --- 2. The CPU image. ---
-t0=$SECONDS
-if "$DOCKER" build --progress=plain -f "$repo/deploy/docker/Dockerfile" -t "$IMAGE" "$repo" \
-    >"$tmp/build.log" 2>&1; then
-  build_s=$((SECONDS - t0))
-  cached=$(grep -c '^#[0-9]* CACHED' "$tmp/build.log")
-  pass "image $IMAGE built from deploy/docker/Dockerfile with Debian's docker $("$DOCKER" version -f '{{.Client.Version}}') (DOCKER_BUILDKIT=1) in $build_s s ($cached steps cached)"
+# build_image WHAT ARGS...: docker build, PASS naming WHAT and the time, or
+# FAIL with the build's last errors (status 1).
+build_image() {
+  local what="$1" t0=$SECONDS log="$tmp/build.$RANDOM.log"; shift
+  if "$DOCKER" build --progress=plain "$@" >"$log" 2>&1; then
+    pass "$what with Debian's docker $("$DOCKER" version -f '{{.Client.Version}}') (DOCKER_BUILDKIT=1) in $((SECONDS - t0)) s ($(grep -c '^#[0-9]* CACHED' "$log") steps cached)"
+  else
+    fail "$what: $(grep -E 'ERROR|error' "$log" | tail -5 | tr '\n' ' ')"
+    tail -40 "$log"
+    return 1
+  fi
+}
+IMAGE_BINARIES=(ps_server worker evaluator chief pscluster-health-probe)
+smoke_build_stage=0
+if [ -n "${PSCLUSTER_DOCKER_PREBUILT:-}" ]; then
+  # The binaries the test suite built (tests/run_all.sh: CPU-only, as the
+  # build stage makes them) go through the Dockerfile's own runtime stage;
+  # the build stage, which would compile them a second time, is checked on
+  # its own below.
+  ctx="$tmp/context"
+  mkdir -p "$ctx/deploy/docker" "$ctx/prebuilt"
+  cp "$repo/deploy/docker/entrypoint.sh" "$repo/deploy/docker/runtime-packages.txt" "$ctx/deploy/docker/"
+  for b in "${IMAGE_BINARIES[@]}"; do
+    f="$PSCLUSTER_DOCKER_PREBUILT/$b"
+    if [ ! -x "$f" ]; then
+      fail "PSCLUSTER_DOCKER_PREBUILT=$PSCLUSTER_DOCKER_PREBUILT holds no executable $b"; finish
+    fi
+    if readelf -d "$f" 2>/dev/null | grep -qE 'NEEDED.*lib(cudart|cublas)'; then
+      fail "$f links CUDA: the CPU image takes the CPU-only build (PSCLUSTER_CUDA=0)"; finish
+    fi
+    cp "$f" "$ctx/prebuilt/"
+  done
+  build_image "image $IMAGE: deploy/docker/Dockerfile's runtime stage over the suite's CPU-only binaries (BINARIES=prebuilt)" \
+    -f "$repo/deploy/docker/Dockerfile" --build-arg BINARIES=prebuilt -t "$IMAGE" "$ctx" || finish
+  # The build stage as users run it (the repository as its context, its
+  # dependencies installed by install_deps.sh --build_only, Bazel inside),
+  # on one small target: the health probe, then run. After the Compose runs
+  # (it compiles: beside them it would slow their training).
+  smoke_build_stage=1
 else
-  fail "docker build -f deploy/docker/Dockerfile: $(grep -E 'ERROR|error' "$tmp/build.log" | tail -5 | tr '\n' ' ')"
-  tail -40 "$tmp/build.log"
-  finish
+  build_image "image $IMAGE built from deploy/docker/Dockerfile" \
+    -f "$repo/deploy/docker/Dockerfile" -t "$IMAGE" "$repo" || finish
 fi
 # What earlier builds left: untagged images, and build cache beyond 8 GB
 # (the least recently used first; the Bazel cache mount of the last build
@@ -642,6 +679,17 @@ EOF
     unset PSCLUSTER_MODEL
   else
     fail "run 6: writing data.npz with numpy: $msg"
+  fi
+fi
+if [ "$smoke_build_stage" = 1 ]; then
+  if build_image "the Dockerfile's build stage from the repository (IMAGE_TARGETS=//deploy/docker:health_probe)" \
+       -f "$repo/deploy/docker/Dockerfile" --target build \
+       --build-arg IMAGE_TARGETS=//deploy/docker:health_probe -t "$IMAGE-build-smoke" "$repo"; then
+    if out="$("$DOCKER" run --rm --entrypoint /out/pscluster-health-probe "$IMAGE-build-smoke" --help 2>&1)"; then
+      pass "the build stage's /out/pscluster-health-probe runs: $(head -1 <<<"$out")"
+    else
+      fail "the build stage's /out/pscluster-health-probe --help: $(tail -3 <<<"$out" | tr '\n' ' ')"
+    fi
   fi
 fi
 finish

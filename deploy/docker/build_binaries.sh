@@ -29,10 +29,18 @@ declare -A TARGETS=(
   [//chief:chief]=chief
   [//deploy/docker:health_probe]=pscluster-health-probe
 )
-bazel build "${flags[@]}" "$@" "${!TARGETS[@]}"
+labels=("${!TARGETS[@]}")
+if [ -n "${PSCLUSTER_IMAGE_TARGETS:-}" ]; then
+  read -ra labels <<<"$PSCLUSTER_IMAGE_TARGETS"
+  for label in "${labels[@]}"; do
+    [ -n "${TARGETS[$label]:-}" ] ||
+      { echo "build_binaries.sh: PSCLUSTER_IMAGE_TARGETS: '$label' is not one of ${!TARGETS[*]}" >&2; exit 2; }
+  done
+fi
+bazel build "${flags[@]}" "$@" "${labels[@]}"
 bin="$(bazel info "${flags[@]}" "$@" bazel-bin)"
 mkdir -p "$out"
-for label in "${!TARGETS[@]}"; do
+for label in "${labels[@]}"; do
   path="${label#//}"
   install -m 0755 "$bin/${path%%:*}/${path##*:}" "$out/${TARGETS[$label]}"
 done
