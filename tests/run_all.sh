@@ -4,7 +4,11 @@
 # as its last line (test cases, counted from the gtest XML reports plus the
 # shell tests' own checks). Exit status 0 only when nothing failed.
 #
-#   tests/run_all.sh [extra bazel test flags]
+#   tests/run_all.sh [--quick] [--jobs=N] [extra bazel test flags]
+#     --quick   the edit loop's tier: the unit and in-process tests and the
+#               quick shell checks; no cluster of daemons, Docker, fuzzing
+#               or kills (docs/testing.md)
+#     --jobs=N  tests run side by side (default 2, or $PSCLUSTER_TEST_JOBS)
 # MNIST for the tests: $PSCLUSTER_DATA_DIR, else data/mnist, else
 # ../shared/data/mnist; tests that need it skip and say why without it.
 # With CI=true a skip counts as a failure unless its reason starts with
@@ -14,9 +18,30 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 
-case "${1:-}" in
-  -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-esac
+QUICK=0
+JOBS="${PSCLUSTER_TEST_JOBS:-2}"
+BAZEL_TEST_FLAGS=()
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --quick) QUICK=1 ;;
+    --jobs=*) JOBS="${arg#--jobs=}" ;;
+    *) BAZEL_TEST_FLAGS+=("$arg") ;;
+  esac
+done
+if ! [[ "$JOBS" =~ ^[1-9][0-9]?$ ]]; then
+  echo "run_all: --jobs=$JOBS (or PSCLUSTER_TEST_JOBS): expected a whole number from 1 to 99" >&2
+  exit 2
+fi
+
+# The shell tests of the quick tier: checks of files and tools that start
+# no cluster, no container and no namespace, each a few seconds.
+QUICK_SHELL_TESTS=(layering_test run_all_test install_deps_test deploy_docker_test deploy_compose_test
+                   deploy_k8s_test download_mnist_test criteo_synth_test)
+# The shell tests that take longest start first, so that the short ones
+# fill the slots beside them; the rest follow in name order.
+SLOW_SHELL_TESTS=(docker_run_test fuzz_test ps_replicas_test netns_cluster_test readme_test train_sh_test
+                  sparse_embeddings_test criteo_train_test gpu_pack_test netlab_test)
 
 # Counting rules. A test case passes, fails, or skips saying why (gtest's
 # GTEST_SKIP() message, a shell test's "SKIP: " line). A skip whose reason
@@ -31,8 +56,10 @@ passed=0
 failed=0
 skipped=0
 PROBLEMS=()  # one line per failure and skip, printed before the totals
-TIMES=()  # "N s  what" per phase and shell test, printed before the totals
+TIMES=()  # "N s  what" per phase and test job, printed before the totals
 ALL_STARTED=$SECONDS
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
 
 # record pass|fail|skip WHAT [REASON]: counts one test case.
 record() {
@@ -101,35 +128,70 @@ EOF
   )
 }
 
-# run_shell_tests: runs every tests/*_test.sh and records the PASS:/FAIL:/
-# SKIP: lines it prints. A script that is not executable, that exits
-# non-zero without a FAIL line, or that prints no result at all is a failure.
-run_shell_tests() {
-  local t name out rc line p f s started
-  for t in "$ROOT"/tests/*_test.sh; do
-    [ -e "$t" ] || continue
-    name="tests/$(basename "$t")"
-    if [ ! -x "$t" ]; then
-      record fail "$name" "not executable (chmod +x; in git: git update-index --chmod=+x $name)"
-      continue
-    fi
-    started=$SECONDS
-    out="$("$t" "$PSCLUSTER_DATA_DIR" 2>&1)"; rc=$?
-    echo "$out"
-    TIMES+=("$((SECONDS - started)) s  $name")
-    p=0; f=0; s=0
-    while IFS= read -r line; do
-      case "$line" in
-        "PASS: "*) record pass "$name"; p=$((p + 1)) ;;
-        "FAIL: "*) record fail "$name" "${line#FAIL: }"; f=$((f + 1)) ;;
-        "SKIP: "*) record skip "$name" "${line#SKIP: }"; s=$((s + 1)) ;;
-      esac
-    done <<<"$out"
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-      record fail "$name" "exited $rc without a FAIL: line"
-    elif [ $((p + f + s)) -eq 0 ]; then
-      record fail "$name" "printed no PASS:, FAIL: or SKIP: line"
-    fi
+# count_bazel_test OUTPUT RC: counts the reports of a `bazel test` whose
+# output is in the file OUTPUT and whose exit status was RC; a target that
+# did not build or run has no report and counts as one failure.
+count_bazel_test() {
+  local out="$1" rc="$2" failed_before=$failed target status
+  count_reports "$ROOT/bazel-testlogs/"
+  while read -r target status; do
+    record fail "$target" "$status"
+  done < <(sed -nE 's#^(//[^ ]+) +(FAILED TO BUILD|NO STATUS).*#\1 \2#p' "$out")
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && [ "$failed" -eq "$failed_before" ]; then
+    record fail "bazel test //..." "exited $rc"
+  fi
+}
+
+# count_shell_test NAME OUTPUT RC: records the PASS:/FAIL:/SKIP: lines a
+# shell test printed. One that exits non-zero without a FAIL line, or that
+# prints no result at all, is a failure.
+count_shell_test() {
+  local name="$1" out="$2" rc="$3" line p=0 f=0 s=0
+  while IFS= read -r line; do
+    case "$line" in
+      "PASS: "*) record pass "$name"; p=$((p + 1)) ;;
+      "FAIL: "*) record fail "$name" "${line#FAIL: }"; f=$((f + 1)) ;;
+      "SKIP: "*) record skip "$name" "${line#SKIP: }"; s=$((s + 1)) ;;
+    esac
+  done <"$out"
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    record fail "$name" "exited $rc without a FAIL: line"
+  elif [ $((p + f + s)) -eq 0 ]; then
+    record fail "$name" "printed no PASS:, FAIL: or SKIP: line"
+  fi
+}
+
+# The jobs of the test phase, run side by side, JOBS at a time, in the order
+# queued. A job's output goes to a file of its own, printed whole when it
+# ends, then counted by its kind: "bazel" (the reports) or "shell".
+JOB_NAMES=()
+JOB_KINDS=()
+JOB_CMDS=()
+queue_job() {  # queue_job NAME KIND COMMAND...
+  JOB_NAMES+=("$1"); JOB_KINDS+=("$2"); shift 2
+  JOB_CMDS+=("$(printf '%q ' "$@")")
+}
+run_jobs() {
+  local -A running=() started=()
+  local next=0 pid i rc
+  while [ "$next" -lt ${#JOB_NAMES[@]} ] || [ ${#running[@]} -gt 0 ]; do
+    while [ ${#running[@]} -lt "$JOBS" ] && [ "$next" -lt ${#JOB_NAMES[@]} ]; do
+      i=$next; next=$((next + 1))
+      echo "run_all: started ${JOB_NAMES[$i]}"
+      eval "${JOB_CMDS[$i]}" >"$WORK/job.$i.out" 2>&1 </dev/null &
+      running[$!]=$i; started[$i]=$SECONDS
+    done
+    pid=""
+    wait -n -p pid; rc=$?
+    [ -n "$pid" ] && [ -n "${running[$pid]:-}" ] || continue
+    i=${running[$pid]}; unset "running[$pid]"
+    echo "run_all: ---- ${JOB_NAMES[$i]} (exit $rc, $((SECONDS - started[$i])) s) ----"
+    cat "$WORK/job.$i.out"
+    TIMES+=("$((SECONDS - started[$i])) s  ${JOB_NAMES[$i]}")
+    case "${JOB_KINDS[$i]}" in
+      bazel) count_bazel_test "$WORK/job.$i.out" "$rc" ;;
+      shell) count_shell_test "${JOB_NAMES[$i]}" "$WORK/job.$i.out" "$rc" ;;
+    esac
   done
 }
 
@@ -147,59 +209,84 @@ export PSCLUSTER_DATA_DIR="${PSCLUSTER_DATA_DIR:-}"
 # speed; tests and benchmarks let OpenBLAS detect the CPU.
 unset OPENBLAS_CORETYPE
 
-# 0. The CPU-only configuration, as a machine without nvcc builds it
+# 1. The CPU-only configuration, as a machine without nvcc builds it
 #    (PSCLUSTER_CUDA=0, see third_party/cuda/cuda_configure.bzl): build the
-#    worker and the tests, and run the tests whose expectations change
-#    without CUDA. Its own output directory (--platform_suffix) and no
-#    bazel-* symlinks, so step 1's build and reports are left alone. The
-#    build is not a test case: a failed build counts as one failure, a good
-#    one counts nothing; the tests count their cases.
-CPU_ONLY=(--repo_env=PSCLUSTER_CUDA=0 --platform_suffix=cpuonly --symlink_prefix=/)
-started=$SECONDS
-if bazel build "${CPU_ONLY[@]}" --keep_going //compute/... //worker/... //evaluator/... //tests/...; then
-  echo "run_all: CPU-only build (PSCLUSTER_CUDA=0) of //compute/... //worker/... //evaluator/... //tests/...: OK"
-  cpu_logs="$(bazel info "${CPU_ONLY[@]}" bazel-testlogs 2>/dev/null)"
-  [ -n "$cpu_logs" ] && rm -rf "$cpu_logs/compute" "$cpu_logs/tests"
-  bazel test "${CPU_ONLY[@]}" --test_output=errors \
-    //compute:backend_factory_test //compute:device_choice_test //tests:device_flag_test
-  cpu_rc=$?
-  COUNTED=0
-  [ -n "$cpu_logs" ] && count_reports "$cpu_logs" compute tests
-  if [ "$cpu_rc" -ne 0 ] && [ "$cpu_rc" -ne 3 ] || [ "$COUNTED" -eq 0 ]; then
-    record fail "CPU-only tests" "bazel test exited $cpu_rc with $COUNTED test cases reported"
+#    worker, the evaluator, the tests and the CPU image's binaries, and run
+#    the tests whose expectations change without CUDA. It shares the output
+#    tree of step 2: the only action that differs is the compilation of
+#    compute/backend_factory.cc (PSCLUSTER_WITH_CUDA), plus the links above
+#    it, so step 2 compiles everything else once for both. The build is not
+#    a test case: a failed one counts as one failure, a good one nothing.
+#    The CPU image's binaries are kept for tests/docker_run_test.sh.
+CPU_ONLY=(--repo_env=PSCLUSTER_CUDA=0)
+IMAGE_LABELS=(//ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief //deploy/docker:health_probe)
+if [ "$QUICK" = 0 ]; then
+  started=$SECONDS
+  if bazel build "${CPU_ONLY[@]}" --keep_going //compute/... //worker/... //evaluator/... //tests/... \
+       "${IMAGE_LABELS[@]}"; then
+    echo "run_all: CPU-only build (PSCLUSTER_CUDA=0) of //compute/... //worker/... //evaluator/... //tests/... and the image's binaries: OK"
+    rm -rf "$ROOT/bazel-testlogs/compute" "$ROOT/bazel-testlogs/tests"
+    bazel test "${CPU_ONLY[@]}" --test_output=errors \
+      //compute:backend_factory_test //compute:device_choice_test //tests:device_flag_test
+    cpu_rc=$?
+    COUNTED=0
+    count_reports "$ROOT/bazel-testlogs" compute tests
+    if [ "$cpu_rc" -ne 0 ] && [ "$cpu_rc" -ne 3 ] || [ "$COUNTED" -eq 0 ]; then
+      record fail "CPU-only tests" "bazel test exited $cpu_rc with $COUNTED test cases reported"
+    fi
+    if deploy/docker/build_binaries.sh "$WORK/image-cpu" cpu >"$WORK/image-cpu.log" 2>&1; then
+      export PSCLUSTER_DOCKER_PREBUILT="$WORK/image-cpu"
+    else
+      record fail "CPU-only image binaries" "deploy/docker/build_binaries.sh $WORK/image-cpu cpu: $(tail -3 "$WORK/image-cpu.log" | tr '\n' ' ')"
+    fi
+  else
+    record fail "CPU-only build" "bazel build ${CPU_ONLY[*]} //compute/... //worker/... //evaluator/... //tests/... failed"
   fi
-else
-  record fail "CPU-only build" "bazel build ${CPU_ONLY[*]} //compute/... //worker/... //evaluator/... //tests/... failed"
+  TIMES+=("$((SECONDS - started)) s  the CPU-only build and its tests")
 fi
-TIMES+=("$((SECONDS - started)) s  the CPU-only build and its tests")
 
-# 1. Bazel: build everything, run every test target.
+# 2. The build of everything (CUDA where nvcc is found). A target that does
+#    not build is reported by step 3's `bazel test` as FAILED TO BUILD.
 rm -rf "$ROOT/bazel-testlogs/" 2>/dev/null
 started=$SECONDS
-bazel_out="$(mktemp)"
-bazel test //... --keep_going --test_output=errors \
-  --test_env=PSCLUSTER_DATA_DIR="$PSCLUSTER_DATA_DIR" "$@" 2>&1 | tee "$bazel_out"
-bazel_rc=${PIPESTATUS[0]}
-TIMES+=("$((SECONDS - started)) s  bazel test //... (the build included)")
-failed_before=$failed
+bazel build //... --keep_going
+TIMES+=("$((SECONDS - started)) s  bazel build //...")
 
-# Count test cases in every report.
-count_reports "$ROOT/bazel-testlogs/"
-
-# Targets that did not build or run have no report: one failure each.
-while read -r target status; do
-  record fail "$target" "$status"
-done < <(sed -nE 's#^(//[^ ]+) +(FAILED TO BUILD|NO STATUS).*#\1 \2#p' "$bazel_out")
-if [ "$bazel_rc" -ne 0 ] && [ "$bazel_rc" -ne 3 ] && [ "$failed" -eq "$failed_before" ]; then
-  record fail "bazel test //..." "exited $bazel_rc"
+# 3. The tests, side by side: every Bazel test target (itself running
+#    several at once), and each tests/*_test.sh, which counts its own checks.
+#    Tests reserve the ports they hand out (tests/local_cluster.cc,
+#    deploy/local/train.sh) and name their namespaces, bridges and folders
+#    uniquely, so none depends on running alone.
+BAZEL_TEST=(bazel test //... --keep_going --test_output=errors --local_test_jobs=2
+            --test_env=PSCLUSTER_DATA_DIR="$PSCLUSTER_DATA_DIR")
+[ "$QUICK" = 1 ] && BAZEL_TEST+=(--test_tag_filters=-cluster)
+queue_job "bazel test //...$([ "$QUICK" = 1 ] && echo ' (no cluster tests)')" bazel \
+  "${BAZEL_TEST[@]}" "${BAZEL_TEST_FLAGS[@]}"
+declare -A queued=()
+shell_tests=()
+if [ "$QUICK" = 1 ]; then
+  shell_tests=("${QUICK_SHELL_TESTS[@]}")
+else
+  shell_tests=("${SLOW_SHELL_TESTS[@]}")
+  for t in "$ROOT"/tests/*_test.sh; do shell_tests+=("$(basename "$t" .sh)"); done
 fi
-rm -f "$bazel_out"
+for t in "${shell_tests[@]}"; do
+  path="$ROOT/tests/$t.sh"
+  name="tests/$t.sh"
+  [ -e "$path" ] && [ -z "${queued[$t]:-}" ] || continue
+  queued[$t]=1
+  if [ ! -x "$path" ]; then
+    record fail "$name" "not executable (chmod +x; in git: git update-index --chmod=+x $name)"
+    continue
+  fi
+  queue_job "$name" shell "$path" "$PSCLUSTER_DATA_DIR"
+done
+started=$SECONDS
+run_jobs
+TIMES+=("$((SECONDS - started)) s  the tests, $JOBS at a time")
 
-# 2. Shell tests, run directly: they count their own checks.
-run_shell_tests
-
-# Where the time went, longest first (the whole command should stay well
-# under 40 minutes on a 2-core machine).
+# Where the time went, longest first (the whole command should stay within
+# 20 minutes cold on a 2-core machine, --quick within 5 warm).
 TIMES+=("$((SECONDS - ALL_STARTED)) s  in all")
 printf '%s\n' "${TIMES[@]}" | sort -rn | sed 's/^/run_all: /'
 [ ${#PROBLEMS[@]} -gt 0 ] && printf 'run_all: %s\n' "${PROBLEMS[@]}"

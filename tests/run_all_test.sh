@@ -77,15 +77,18 @@ EOF
   cat >"$t/bin/bazel" <<EOF
 #!/usr/bin/env bash
 cpu=0
-for a in "\$@"; do [ "\$a" = --platform_suffix=cpuonly ] && cpu=1; done
+for a in "\$@"; do [ "\$a" = --repo_env=PSCLUSTER_CUDA=0 ] && cpu=1; done
+echo "\$*" >>"$t/bazel-calls"
 case "\$1" in
-  build) exit 0 ;;
-  info) echo "$t/cpu-testlogs" ;;
+  build|info) exit 0 ;;
   test)
-    if [ \$cpu = 1 ]; then out="$t/cpu-testlogs"; from="$t/reports/cpu"; else out="$t/bazel-testlogs"; from="$t/reports/main"; fi
-    mkdir -p "\$out" && cp -r "\$from"/. "\$out"/ && echo "//tests:fake_test PASSED in 0.1s" ;;
+    if [ \$cpu = 1 ]; then from="$t/reports/cpu"; else from="$t/reports/main"; fi
+    mkdir -p "$t/bazel-testlogs" && cp -r "\$from"/. "$t/bazel-testlogs"/ && echo "//tests:fake_test PASSED in 0.1s" ;;
 esac
 EOF
+  mkdir -p "$t/deploy/docker"
+  printf '#!/bin/sh\nexit 0\n' >"$t/deploy/docker/build_binaries.sh"
+  chmod +x "$t/deploy/docker/build_binaries.sh"
   printf '#!/usr/bin/env bash\necho "PASS: a check"\necho "SKIP: [gpu] no CUDA device"\n' >"$t/tests/a_test.sh"
   if [ "$1" = 1 ]; then
     echo 'echo "SKIP: no MNIST in /nowhere"' >>"$t/tests/a_test.sh"
@@ -133,8 +136,54 @@ expect "CI=true: a skip not for the GPU (gtest or shell) is a failure naming it;
 expect "CI=true with only GPU skips passes (exit 0); the time of each phase and shell test is printed" \
   true 0 0 "3 passed, 0 failed, 2 skipped" \
   '^run_all: [0-9]+ s  tests/a_test\.sh$' \
-  '^run_all: [0-9]+ s  bazel test //\.\.\. \(the build included\)$' \
+  '^run_all: [0-9]+ s  bazel build //\.\.\.$' '^run_all: [0-9]+ s  bazel test //\.\.\.$' \
   '^run_all: [0-9]+ s  the CPU-only build and its tests$' '^run_all: [0-9]+ s  in all$'
+
+# --jobs: a value that is not a whole number from 1 to 99 exits 2 naming it.
+make_tree 0
+out="$(cd "$tmp" && PATH="$tmp/repo/bin:$PATH" "$tmp/repo/tests/run_all.sh" --jobs=0 2>&1)"; rc=$?
+[ "$rc" -eq 2 ] && grep -q -- '--jobs=0' <<<"$out" && pass "--jobs=0 exits 2 naming it" ||
+  fail "--jobs=0: exit $rc: $out"
+
+# Side by side: two tests that each wait for the other to have started pass
+# with --jobs=3 (the Bazel job and both); each one's output is printed whole.
+make_tree 0
+for x in a b; do
+  y=$([ $x = a ] && echo b || echo a)
+  cat >"$tmp/repo/tests/${x}_test.sh" <<EOF
+#!/usr/bin/env bash
+touch "$tmp/started.$x"
+for i in \$(seq 100); do [ -e "$tmp/started.$y" ] && break; sleep 0.1; done
+echo "line 1 of $x"
+[ -e "$tmp/started.$y" ] && echo "PASS: $x saw $y running" || echo "FAIL: $x never saw $y start"
+echo "line 3 of $x"
+EOF
+  chmod +x "$tmp/repo/tests/${x}_test.sh"
+done
+out="$(cd "$tmp" && PATH="$tmp/repo/bin:$PATH" PSCLUSTER_DATA_DIR=/nowhere "$tmp/repo/tests/run_all.sh" --jobs=3 2>&1)"; rc=$?
+if [ "$rc" -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = "4 passed, 0 failed, 1 skipped" ] &&
+   grep -qzP 'line 1 of a\nPASS: a saw b running\nline 3 of a' <<<"$out" &&
+   grep -qzP 'line 1 of b\nPASS: b saw a running\nline 3 of b' <<<"$out"; then
+  pass "--jobs=3 runs the tests side by side, each one's output printed whole"
+else
+  fail "--jobs=3: exit $rc, last line '$(tail -n 1 <<<"$out")'"; echo "$out" | tail -n 15 | sed "s/^/    /"
+fi
+
+# --quick: no CPU-only build, Bazel's cluster tests filtered out, only the
+# quick tier's shell tests (a_test.sh is not one of them, layering_test.sh is).
+make_tree 0
+printf '#!/usr/bin/env bash\necho "PASS: layering"\n' >"$tmp/repo/tests/layering_test.sh"
+chmod +x "$tmp/repo/tests/layering_test.sh"
+out="$(cd "$tmp" && PATH="$tmp/repo/bin:$PATH" PSCLUSTER_DATA_DIR=/nowhere "$tmp/repo/tests/run_all.sh" --quick 2>&1)"; rc=$?
+calls="$(cat "$tmp/repo/bazel-calls")"
+if [ "$rc" -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = "2 passed, 0 failed, 1 skipped" ] &&
+   grep -q 'PASS: layering' <<<"$out" && ! grep -q 'PASS: a check' <<<"$out" &&
+   grep -q -- '--test_tag_filters=-cluster' <<<"$calls" && ! grep -q -- 'PSCLUSTER_CUDA=0' <<<"$calls"; then
+  pass "--quick: the quick tier's shell tests, no cluster tests, no CPU-only build"
+else
+  fail "--quick: exit $rc, last line '$(tail -n 1 <<<"$out")'; bazel calls: $(tr '\n' ';' <<<"$calls")"
+  echo "$out" | tail -n 15 | sed "s/^/    /"
+fi
 
 echo "run_all_test: checked tests/run_all.sh's counting: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
