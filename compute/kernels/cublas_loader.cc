@@ -33,11 +33,11 @@ Cublas* table = nullptr;           // set once by Load(), when it succeeded
 absl::Status* load_status = nullptr;  // set once by Load()
 std::atomic<bool> loaded{false};
 
+// Sets *out to `name` in `lib`; names it in *missing when absent.
 template <typename F>
-bool Resolve(void* lib, const char* name, F* out, std::string* missing) {
+void Resolve(void* lib, const char* name, F* out, std::string* missing) {
   *out = reinterpret_cast<F>(dlsym(lib, name));
   if (*out == nullptr) absl::StrAppend(missing, missing->empty() ? "" : ", ", name);
-  return *out != nullptr;
 }
 
 void Load() {
@@ -92,7 +92,7 @@ const Cublas* Table() {
 const char* CublasSoname() { return kSoname; }
 
 absl::Status LoadCublas() {
-  std::call_once(once, Load);
+  Table();
   return *load_status;
 }
 

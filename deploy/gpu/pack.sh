@@ -4,8 +4,9 @@
 # benchmark, and every shared library they link that is not part of glibc
 # (gRPC, protobuf, abseil, spdlog, fmt, OpenBLAS, libstdc++, cudart,
 # and the build's own per-target libraries of the test binaries), found with
-# ldd, and cuBLAS, which the binaries open when a GPU first needs it. The NVIDIA driver (libcuda.so.1) is never packed: it must match the
-# machine's kernel module and comes with it. Every packed binary and library
+# ldd, and cuBLAS, which the binaries open when a GPU first needs it. The
+# NVIDIA driver (libcuda.so.1) is never packed: it must match the machine's
+# kernel module and comes with it. Every packed binary and library
 # is a stripped copy (strip --strip-unneeded; bazel-bin is left alone).
 #
 #   deploy/gpu/pack.sh [--out=DIR] [--system_cublas] [--with_data]
