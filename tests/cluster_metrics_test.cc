@@ -115,6 +115,7 @@ TEST(ClusterMetricsTest, EveryRoleServesItsOwnMetricsWithTheWorkDone) {
   o.worker_binary = kFaultyWorker;
   o.worker_args = {"--straggle_ms=10"};
   o.chief_args = {"--model=mlp", "--epochs=2", "--log_every_s=1"};
+  o.evaluator_args = {"--eval_interval_s=2"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
   const std::vector<std::string> tasks = {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1",

@@ -64,7 +64,8 @@ struct ClusterOptions {
   std::string worker_binary = "worker/worker";
   std::vector<std::string> worker_args;               // every worker
   std::map<int, std::vector<std::string>> one_worker_args;  // by index
-  // The evaluator's, after its --eval_interval_s=2 (a later flag wins).
+  // The evaluator's, after its --eval_interval_s (a later flag wins): 30,
+  // the daemon's default, or 2 when evaluator_unlisted.
   std::vector<std::string> evaluator_args;
   // Tasks listed in TF_CONFIG but not started ("worker:1").
   std::vector<std::string> not_started;
