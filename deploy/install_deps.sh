@@ -79,14 +79,19 @@ PACKAGES=("${BUILD_PACKAGES[@]}")
 # A package that a command of the same use, found on PATH, stands in for.
 declare -A COMMAND_FOR=([kubernetes-client]=kubectl)
 
+# One dpkg-query for all (the local launcher runs this at every start; one
+# call a package took seconds on a busy machine). It prints nothing for a
+# package dpkg does not know.
+declare -A INSTALLED=()
+while read -r name status; do
+  [ "$status" = "install ok installed" ] && INSTALLED[$name]=1
+done < <(dpkg-query -W -f='${Package} ${Status}\n' "${PACKAGES[@]}" 2>/dev/null || true)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if [ -n "${COMMAND_FOR[$p]:-}" ] && command -v "${COMMAND_FOR[$p]}" >/dev/null 2>&1; then
     continue
   fi
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
+  [ -n "${INSTALLED[$p]+x}" ] || missing+=("$p")
 done
 
 # tests/deploy_docker_test.sh asks apt-cache whether the runtime image's

@@ -13,7 +13,9 @@ launcher_children() {
     stat="${stat#* }"
     [ "${stat%% *}" = "$1" ] || continue
     mapfile -d '' -t args 2>/dev/null < "$d/cmdline" || continue
-    [[ "${args[0]}" == */$2 ]] && echo "${d#/proc/}"
+    # A process that is exiting has an empty cmdline (under set -u,
+    # ${args[0]} would end the whole listing there).
+    [ ${#args[@]} -gt 0 ] && [[ "${args[0]}" == */$2 ]] && echo "${d#/proc/}"
   done
 }
 
