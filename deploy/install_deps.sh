@@ -30,7 +30,10 @@ BUILD_PACKAGES=(
 #   kubernetes-client          tests/deploy_k8s_test.sh (kubectl kustomize);
 #                              not needed when a kubectl is on PATH (e.g.
 #                              the kubectl package of Google's Cloud SDK
-#                              repository, which conflicts with it)
+#                              repository, which conflicts with it). The
+#                              manifests need kubectl 1.22 or newer (kustomize
+#                              components and replacements): Debian 12's is
+#                              1.20, which the test names as too old
 #   docker-compose             tests/deploy_compose_test.sh (config) and
 #                              tests/docker_run_test.sh (up: Compose v1, 1.29)
 #   docker.io                  tests/docker_run_test.sh: dockerd 20.10, its

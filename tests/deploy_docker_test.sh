@@ -311,6 +311,38 @@ EOS
   ep "--tf_config=FILE: TF_CONFIG left alone" 0 "={$CL}|--tf_config=/x.json" \
     TF_CONFIG="{$CL}" HOSTNAME=ps-1 -- ps --tf_config=/x.json
   ep "a bad PSCLUSTER_TASK_INDEX is a usage error" 2 '^$' TF_CONFIG="{$CL}" PSCLUSTER_TASK_INDEX=x -- ps
+  # TF_CONFIG from the role counts (deploy/k8s), the task from the ordinal.
+  counted='{"cluster":{"chief":["chief-0.chief:2222"],"ps":["ps-0.ps:2222","ps-1.ps:2222","ps-2.ps:2222"],'
+  counted+='"worker":["worker-0.worker:2222","worker-1.worker:2222"],"evaluator":["evaluator-0.evaluator:2222"]},'
+  counted+='"task":{"type":"worker","index":1}}'
+  ep "no TF_CONFIG: made from PSCLUSTER_NUM_PS and PSCLUSTER_NUM_WORKERS and the pod names" 0 "=$counted|" \
+    HOSTNAME=worker-1 PSCLUSTER_NUM_PS=3 PSCLUSTER_NUM_WORKERS=2 -- worker
+  ep "PSCLUSTER_NUM_EVALUATORS=0 leaves the evaluator out; PSCLUSTER_PORT, PSCLUSTER_RPC_LAYER" 0 \
+    '^\{"cluster":\{"chief":\["chief-0.chief:7000"\],"ps":\["ps-0.ps:7000"\],"worker":\["worker-0.worker:7000"\]\},"rpc_layer":"grpc\+tls",' \
+    HOSTNAME=chief-0 PSCLUSTER_NUM_PS=1 PSCLUSTER_NUM_WORKERS=1 PSCLUSTER_NUM_EVALUATORS=0 PSCLUSTER_PORT=7000 \
+    PSCLUSTER_RPC_LAYER=grpc+tls -- chief
+  ep "a TF_CONFIG that is set wins over the counts" 0 "=$full|" \
+    TF_CONFIG="$full" HOSTNAME=ps-0 PSCLUSTER_NUM_PS=5 PSCLUSTER_NUM_WORKERS=5 -- ps
+  # "THE VARIABLE NAMED|ENV...": bad counts, each refused naming its variable.
+  for case in "PSCLUSTER_NUM_PS|PSCLUSTER_NUM_PS=two PSCLUSTER_NUM_WORKERS=2" \
+              "PSCLUSTER_NUM_WORKERS|PSCLUSTER_NUM_PS=1 PSCLUSTER_NUM_WORKERS=0" \
+              "PSCLUSTER_NUM_WORKERS|PSCLUSTER_NUM_PS=1" \
+              "PSCLUSTER_NUM_EVALUATORS|PSCLUSTER_NUM_PS=1 PSCLUSTER_NUM_WORKERS=1 PSCLUSTER_NUM_EVALUATORS=2"; do
+    var="${case%%|*}"
+    read -r -a kv <<<"${case#*|}"
+    ep "bad counts (${case#*|}): exit 2" 2 '^$' HOSTNAME=ps-0 "${kv[@]}" -- ps
+    grep -q "$var" "$tmp/ep.err" ||
+      fail "entrypoint: bad counts (${case#*|}): the message does not name $var: $(cat "$tmp/ep.err")"
+  done
+  # Flags from the environment (a ConfigMap through envFrom, Compose).
+  ep "PSCLUSTER_FLAG_<name> adds --<name>=<value> after the flags, in name order; empty adds nothing" 0 \
+    "=$full|--logdir=/runs --epochs=2 --optimizer=sgd --push_overlap --seed=3" \
+    TF_CONFIG="$full" PSCLUSTER_FLAG_optimizer=sgd PSCLUSTER_FLAG_epochs=2 PSCLUSTER_FLAG_batch_size= \
+    PSCLUSTER_ARGS="--push_overlap  --seed=3" -- chief --logdir=/runs
+  ep "PSCLUSTER_FLAG_ with a name that is no flag name: exit 2" 2 '^$' \
+    TF_CONFIG="$full" PSCLUSTER_FLAG_Epochs=2 -- chief
+  grep -q "PSCLUSTER_FLAG_Epochs" "$tmp/ep.err" ||
+    fail "entrypoint: a bad PSCLUSTER_FLAG_ name is not named: $(cat "$tmp/ep.err")"
   ep "the daemon's exit status is the entrypoint's" 1 '' TF_CONFIG="$full" FAKE_RC=1 -- ps
   ep "after an exit 1 the daemon is started again" 0 "=$full|" TF_CONFIG="$full" -- ps
   # Final codes: 2 bad input, 3 run given up, 4 bad data. The next start in

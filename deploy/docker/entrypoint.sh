@@ -13,6 +13,21 @@
 #   else the pod ordinal:  the number that ends the hostname (worker-3 -> 3).
 # With neither, TF_CONFIG is left alone (the daemons then take index 0).
 #
+# Where TF_CONFIG is unset and PSCLUSTER_NUM_PS and PSCLUSTER_NUM_WORKERS are
+# set (deploy/k8s: kustomize copies each StatefulSet's replicas there), the
+# cluster is made from the counts and the pods' names: chief-0.chief,
+# ps-<i>.ps, worker-<i>.worker and evaluator-0.evaluator (a pod and its
+# headless Service, which the pod's DNS search path completes), on
+# PSCLUSTER_PORT (default 2222); PSCLUSTER_NUM_EVALUATORS (default 1; 0 or 1)
+# says whether the evaluator is in it; PSCLUSTER_RPC_LAYER, when set, becomes
+# its rpc_layer (grpc+tls: docs/security.md). The task is filled in as above.
+#
+# More flags from the environment, added after FLAGS (a later flag wins):
+#   PSCLUSTER_FLAG_<name>=<value>   --<name>=<value>, in name order (a
+#       ConfigMap's keys through envFrom with prefix PSCLUSTER_FLAG_, or
+#       Compose's environment); an empty value adds nothing;
+#   PSCLUSTER_ARGS                  further flags, split at whitespace, last.
+#
 # Also read:
 #   PSCLUSTER_DONE_FILE=PATH  (meant for the chief of a StatefulSet, which
 #       Kubernetes restarts even after exit 0) after the daemon exits 0, write
@@ -29,7 +44,7 @@ me=pscluster-entrypoint
 die() { echo "$me: error: $*" >&2; exit 2; }
 
 if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'
   [ $# -eq 0 ] && exit 2
   exit 0
 fi
@@ -59,6 +74,43 @@ else
     index="$((10#${BASH_REMATCH[1]}))"
     index_from="the pod ordinal of hostname '$host'"
   fi
+fi
+
+# Flags from the environment: PSCLUSTER_FLAG_<name>, then PSCLUSTER_ARGS.
+while IFS= read -r var; do
+  name="${var#PSCLUSTER_FLAG_}"
+  [[ "$name" =~ ^[a-z][a-z0-9_]*$ ]] ||
+    die "$var: '$name' is not a flag name (lower case letters, digits and _)"
+  [ -n "${!var}" ] && set -- "$@" "--$name=${!var}"
+done < <(compgen -e | grep '^PSCLUSTER_FLAG_' | LC_ALL=C sort)
+if [ -n "${PSCLUSTER_ARGS:-}" ]; then
+  read -r -a extra <<<"$PSCLUSTER_ARGS"
+  set -- "$@" "${extra[@]}"
+fi
+
+# TF_CONFIG from the role counts, when it is unset.
+count() {  # count NAME DEFAULT MIN MAX: the variable NAME, checked
+  local v="${!1:-$2}"
+  [[ "$v" =~ ^[0-9]+$ ]] && [ "$((10#$v))" -ge "$3" ] && [ "$((10#$v))" -le "$4" ] ||
+    die "$1='$v' is not a whole number from $3 to $4"
+  echo "$((10#$v))"
+}
+if [ -z "${TF_CONFIG:-}" ] && [ -n "${PSCLUSTER_NUM_PS:-}${PSCLUSTER_NUM_WORKERS:-}" ]; then
+  [ -n "${PSCLUSTER_NUM_PS:-}" ] || die "PSCLUSTER_NUM_WORKERS is set but PSCLUSTER_NUM_PS is not"
+  [ -n "${PSCLUSTER_NUM_WORKERS:-}" ] || die "PSCLUSTER_NUM_PS is set but PSCLUSTER_NUM_WORKERS is not"
+  num_ps="$(count PSCLUSTER_NUM_PS "" 0 1000)" || exit 2
+  num_workers="$(count PSCLUSTER_NUM_WORKERS "" 1 10000)" || exit 2
+  num_evaluators="$(count PSCLUSTER_NUM_EVALUATORS 1 0 1)" || exit 2
+  port="$(count PSCLUSTER_PORT 2222 1 65535)" || exit 2
+  command -v jq >/dev/null 2>&1 || die "jq is needed to write TF_CONFIG"
+  TF_CONFIG="$(jq -nc --argjson ps "$num_ps" --argjson workers "$num_workers" \
+      --argjson evaluators "$num_evaluators" --arg port "$port" --arg rpc "${PSCLUSTER_RPC_LAYER:-}" '
+    def hosts(job; n): [range(n) | "\(job)-\(.).\(job):\($port)"];
+    {cluster: ({chief: hosts("chief"; 1), ps: hosts("ps"; $ps), worker: hosts("worker"; $workers)}
+               + (if $evaluators > 0 then {evaluator: hosts("evaluator"; 1)} else {} end))}
+    + (if $rpc != "" then {rpc_layer: $rpc} else {} end)')"
+  export TF_CONFIG
+  echo "$me: TF_CONFIG from the role counts: $num_ps ps, $num_workers workers, $num_evaluators evaluator(s)" >&2
 fi
 
 has_tf_config_flag=0
