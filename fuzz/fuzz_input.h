@@ -116,16 +116,24 @@ class FuzzInput {
 };
 
 // A folder of this process's own under $TMPDIR (or /tmp), for targets that
-// hand their input to a reader as files; made once, never removed.
+// hand their input to a reader as files; made on first use, removed when the
+// process exits (a crash leaves it, beside libFuzzer's crash-* file).
 inline const std::filesystem::path& FuzzScratchDir() {
-  static const std::filesystem::path* folder = [] {
-    const char* tmp = std::getenv("TMPDIR");
-    auto* p = new std::filesystem::path(std::filesystem::path(tmp != nullptr ? tmp : "/tmp") /
-                                        ("pscluster-fuzz-" + std::to_string(::getpid())));
-    std::filesystem::create_directories(*p);
-    return p;  // lives as long as the process, on purpose
-  }();
-  return *folder;
+  struct Scratch {
+    std::filesystem::path path;
+    Scratch() {
+      const char* tmp = std::getenv("TMPDIR");
+      path = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") /
+             ("pscluster-fuzz-" + std::to_string(::getpid()));
+      std::filesystem::create_directories(path);
+    }
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.path;
 }
 
 // `bytes` as the whole of the file at `path`.

@@ -80,8 +80,9 @@ start_target() {
   case "$t" in hdf5_weights | keras_archive)
     asan="allocator_may_return_null=1"; limit=(-malloc_limit_mb=1048576) ;;
   esac
+  # TMPDIR: the targets' scratch folders (fuzz/fuzz_input.h) go with $tmp.
   (cd "$tmp/$t/work" &&
-     ASAN_OPTIONS="$asan" LSAN_OPTIONS="suppressions=$repo/fuzz/lsan_suppressions.txt" \
+     TMPDIR="$tmp/$t/work" ASAN_OPTIONS="$asan" LSAN_OPTIONS="suppressions=$repo/fuzz/lsan_suppressions.txt" \
      exec "$bin/${t}_fuzzer" "${limit[@]}" -max_total_time="$seconds" \
      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
      -artifact_prefix="$artifacts/${t}_" "$tmp/$t/corpus") >"$tmp/$t.log" 2>&1 &

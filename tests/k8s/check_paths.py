@@ -170,10 +170,32 @@ def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob):
     req = c["resources"].get("requests", {})
     g("cpu" in req and "memory" in req, "requests cpu and memory", str(req))
     if REAL_BIN:
-        accepted, msg = daemon_accepts(REPO, REAL_BIN, c["args"], daemon_env(c), pod["hostname"] or pod["name"])
+        argv, env = localize(label, pod, c, c["args"], daemon_env(c))
+        accepted, msg = daemon_accepts(REPO, REAL_BIN, argv, env, pod["hostname"] or pod["name"])
         g(accepted, "the built %s accepts them" % ROLES[role][1], msg)
     g.report()
     return args
+
+
+def localize(label, pod, c, argv, env):
+    """argv and env with every path into a ConfigMap or Secret volume of the
+    container pointed at a folder here holding that volume's files (what the
+    pod would find there), for the built daemon to read."""
+    mounts = [m for m in c["mounts"] if isinstance(m["volume"].get("files"), dict)]
+
+    def here(value):
+        for m in mounts:
+            p = m["path"].rstrip("/")
+            hit = re.search(r"(^|=)(%s)(/|$)" % re.escape(p), value)
+            if hit:
+                d = os.path.join(TMP, "mounts", re.sub(r"\W", "_", label), pod["name"], p.strip("/"))
+                for rel, text in m["volume"]["files"].items():
+                    os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+                    with open(os.path.join(d, rel), "w") as f:
+                        f.write(text if isinstance(text, str) else "")
+                return value[:hit.start(2)] + d + value[hit.end(2):]
+        return value
+    return [here(a) for a in argv], {k: here(v) for k, v in env.items()}
 
 
 def daemon_env(c):
