@@ -73,6 +73,17 @@ if [ "$rc" -ne 0 ] || [ -z "$final" ]; then
 fi
 pass "the cluster trained one epoch in $wall s: $final"
 
+# The README's load-back snippet sets the Embedding's table (and the
+# Dense layers) from this export (tests/keras_load_check.py).
+lpy=python3
+[ -x /usr/bin/python3 ] && lpy=/usr/bin/python3
+if msg="$("$lpy" "$repo/tests/keras_load_check.py" "$repo/README.md" "$tmp/ctr.json" \
+           "$tmp/logs/model.safetensors" 2>&1)"; then
+  pass "the README's load-back snippet on this export: $msg"
+else
+  fail "the README's load-back snippet on this export: $(tail -n 3 <<<"$msg")"
+fi
+
 auc="$(sed -nE 's/.* test_auc=([0-9.]+).*/\1/p' <<<"$final")"
 if [ -z "$auc" ]; then
   fail "no test_auc= in the final line: $final"

@@ -11,9 +11,12 @@
 #     (own_model) runs as written in a scratch folder and must end with its
 #     final: line; the exported weights are read back by
 #     tests/keras_model_forward.py (its correct count must match the
-#     evaluator's accuracy) and by the load-back snippet itself, run with
-#     stand-ins for `keras` and `safetensors.numpy` that check every
-#     layer.set_weights call against the Keras shapes of the model file;
+#     evaluator's accuracy) and by the load-back snippet itself, run by
+#     tests/keras_load_check.py with stand-ins for `keras` and
+#     `safetensors.numpy` that check that every layer with variables gets
+#     the export's tensors in Keras's order; the same for the exports of
+#     tfjs_modern.json and tfjs_resnet.json (every other layer type with
+#     variables but Embedding, which tests/criteo_train_test.sh covers);
 #   - docs/flags.md lists exactly the flags each daemon's --help prints,
 #     with the defaults it prints;
 #   - every relative link (and #anchor) of README.md and docs/ resolves;
@@ -231,119 +234,38 @@ EOF
     fail "tests/keras_model_forward.py on the export: '$fwd' against the evaluator's '${acc:-none}'"
   fi
 
-  # The load-back snippet itself, with stand-ins for keras and
-  # safetensors.numpy that know the Keras shapes of each layer's weights.
-  mkdir -p "$tmp/stubs/keras" "$tmp/stubs/safetensors"
-  cat > "$tmp/stubs/safetensors/__init__.py" <<'EOF'
-EOF
-  cat > "$tmp/stubs/safetensors/numpy.py" <<'EOF'
-"""Stand-in for safetensors.numpy: load_file reads the format itself."""
-import json, struct
-import numpy as np
-DTYPES = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
-def load_file(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__", None)
-    data = blob[8 + n:]
-    out = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        out[name] = np.frombuffer(data[begin:end], dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
-EOF
-  cat > "$tmp/stubs/keras/__init__.py" <<'EOF'
-"""Stand-in for keras: model_from_json builds layers that know the Keras
-names, order and shapes of their weights (from the model file), and
-set_weights checks what it is given against them."""
-import json
-from . import models  # noqa: F401
-EOF
-  cat > "$tmp/stubs/keras/models.py" <<'EOF'
-import json
-import numpy as np
-BUILT = []
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
-def _out(size, window, stride, padding):
-    return (size - window) // stride + 1 if padding == "valid" else -(-size // stride)
-class Layer:
-    def __init__(self, name, weights):
-        self.name, self.expected, self.set = name, weights, None
-    def set_weights(self, values):
-        if len(values) != len(self.expected):
-            raise ValueError("layer %s takes %d weights, got %d" % (self.name, len(self.expected), len(values)))
-        for (what, shape), v in zip(self.expected, values):
-            if tuple(np.shape(v)) != shape:
-                raise ValueError("layer %s: %s should be %s, got %s" % (self.name, what, shape, np.shape(v)))
-        self.set = [np.asarray(v) for v in values]
-class Model:
-    def __init__(self, layers):
-        self.layers = layers
-def model_from_json(text):
-    doc = json.loads(text)
-    layers, shape, out = doc["config"]["layers"], None, []
-    for layer in layers:
-        cls, c = layer["class_name"], layer["config"]
-        given = c.get("batch_shape") or c.get("batch_input_shape")
-        if given:
-            shape = tuple(given[1:])
-        w = []
-        if cls == "InputLayer":
-            continue
-        if cls == "Conv2D":
-            kh, kw = _pair(c["kernel_size"]); sh, sw = _pair(c.get("strides", 1))
-            w = [("kernel", (kh, kw, shape[2], c["filters"]))]
-            if c.get("use_bias", True):
-                w.append(("bias", (c["filters"],)))
-            pad = c.get("padding", "valid")
-            shape = (_out(shape[0], kh, sh, pad), _out(shape[1], kw, sw, pad), c["filters"])
-        elif cls in ("MaxPooling2D", "AveragePooling2D"):
-            ph, pw = _pair(c.get("pool_size", 2)); sh, sw = _pair(c.get("strides") or (ph, pw))
-            pad = c.get("padding", "valid")
-            shape = (_out(shape[0], ph, sh, pad), _out(shape[1], pw, sw, pad), shape[2])
-        elif cls == "GlobalAveragePooling2D":
-            shape = (shape[-1],)
-        elif cls == "Flatten":
-            shape = (int(np.prod(shape)),)
-        elif cls == "Dense":
-            w = [("kernel", (shape[-1], c["units"]))]
-            if c.get("use_bias", True):
-                w.append(("bias", (c["units"],)))
-            shape = shape[:-1] + (c["units"],)
-        elif cls == "BatchNormalization":
-            ch = (shape[-1],)
-            w = ([("gamma", ch)] if c.get("scale", True) else []) + ([("beta", ch)] if c.get("center", True) else [])
-            w += [("moving_mean", ch), ("moving_variance", ch)]
-        elif cls not in ("Dropout", "Activation", "ReLU"):
-            raise ValueError("layer class %s not known to this stand-in" % cls)
-        out.append(Layer(c["name"], w))
-    model = Model(out)
-    BUILT.append(model)
-    return model
-EOF
-  cat > "$tmp/run_keras_load.py" <<'EOF'
-import runpy, sys
-sys.path.insert(0, sys.argv[1])
-import keras.models
-runpy.run_path(sys.argv[2], run_name="__main__")
-assert len(keras.models.BUILT) == 1, "the snippet built %d models" % len(keras.models.BUILT)
-done = 0
-for layer in keras.models.BUILT[0].layers:
-    if layer.expected and layer.set is None:
-        sys.exit("layer %s has weights %s but the snippet set none" % (layer.name, layer.expected))
-    done += bool(layer.expected)
-print("%d layers set: %s" % (done, ", ".join(
-    "%s %s" % (l.name, "/".join("x".join(map(str, s)) for _, s in l.expected))
-    for l in keras.models.BUILT[0].layers if l.expected)))
-EOF
-  if msg="$(cd "$own" && "$py" "$tmp/run_keras_load.py" "$tmp/stubs" "$tmp/keras_load.py" 2>&1)"; then
-    pass "the load-back snippet, run with stand-ins for keras and safetensors.numpy, sets every layer's weights in Keras's order and shapes ($msg)"
+  # The load-back snippet itself, run by tests/keras_load_check.py with
+  # stand-ins for keras and safetensors.numpy: every layer with variables
+  # set with the export's tensors, in Keras's order.
+  if msg="$(cd "$own" && "$py" "$repo/tests/keras_load_check.py" "$readme" model.json "$export_path" 2>&1)"; then
+    pass "the load-back snippet, run with stand-ins for keras and safetensors.numpy, sets every layer's weights in Keras's order ($msg)"
   else
     fail "the load-back snippet with stand-ins for keras and safetensors.numpy: $(tail -n 3 <<<"$msg")"
   fi
+  # The same snippet on the layers that model lacks: tfjs_modern.json
+  # (LayerNormalization, SeparableConv2D, DepthwiseConv2D, a dilated
+  # Conv2D) and tfjs_resnet.json (BatchNormalization, Conv2D without bias),
+  # TensorFlow.js's files, each exported after one epoch of 1,024 examples
+  # (what is checked is the export's names and shapes, not an accuracy).
+  # Embedding: tests/criteo_train_test.sh.
+  "$py" - "$own/data.npz" "$tmp/small.npz" <<'EOF2'
+import sys
+import numpy as np
+d = np.load(sys.argv[1])
+np.savez(sys.argv[2], x_train=d["x_train"][:1024], y_train=d["y_train"][:1024],
+         x_test=d["x_test"][:512], y_test=d["y_test"][:512])
+EOF2
+  for m in tfjs_modern tfjs_resnet; do
+    fixture="$repo/tests/fixtures/keras/$m.json"
+    if ! out="$("$train" --no_build --model="$fixture" --data="$tmp/small.npz" --epochs=1 \
+                 --logdir="$tmp/load_$m" 2>&1)"; then
+      fail "training $m.json for the load-back snippet: $(tail -n 3 <<<"$out")"
+    elif msg="$("$py" "$repo/tests/keras_load_check.py" "$readme" "$fixture" "$tmp/load_$m/model.safetensors" 2>&1)"; then
+      pass "the load-back snippet on $m.json's export: $msg"
+    else
+      fail "the load-back snippet on $m.json's export: $(tail -n 3 <<<"$msg")"
+    fi
+  done
 fi
 
 # --- docs/flags.md against --help ------------------------------------------
