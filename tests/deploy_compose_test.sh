@@ -14,7 +14,8 @@
 # by default, else the folder or .npz, mounted read-only at the same path),
 # restart policies, gRPC health checks, metrics ports, the GPU reservations
 # (worker-i GPU i), the workers' threads (--threads = cpus:, default 2 or
-# PSCLUSTER_WORKER_CPUS; 1 on a GPU);
+# PSCLUSTER_WORKER_CPUS; 1 on a GPU); any chief flag through
+# PSCLUSTER_CHIEF_ARGS (the entrypoint adds them; the built chief takes them);
 # the entrypoint passes each TF_CONFIG on unchanged and the built daemons
 # accept it with the service's flags (the chief reading the user's model).
 #
@@ -46,7 +47,11 @@ fi
 # TensorFlow.js wrote (a copy, at a path of its own) and an .npz (config
 # reads only its name; the built daemons are not given the data here).
 unset PSCLUSTER_IMAGE PSCLUSTER_CUDA_IMAGE PSCLUSTER_EPOCHS PSCLUSTER_WORKER0_GPU PSCLUSTER_WORKER1_GPU \
-  PSCLUSTER_WORKER_CPUS PSCLUSTER_MODEL PSCLUSTER_DATA_DIR PSCLUSTER_WAIT_FOR_CLUSTER_S PSCLUSTER_PS_RECOVERY_TIMEOUT_S
+  PSCLUSTER_WORKER_CPUS PSCLUSTER_MODEL PSCLUSTER_DATA_DIR PSCLUSTER_WAIT_FOR_CLUSTER_S PSCLUSTER_PS_RECOVERY_TIMEOUT_S \
+  PSCLUSTER_PS_REPLICAS PSCLUSTER_CHIEF_ARGS
+# Any chief flag, through .env or the shell (deploy/compose/.env's example).
+CHIEF_ARGS="--batch_size=64 --optimizer=sgd --learning_rate=0.01"
+export CHIEF_ARGS
 own_model="$tmp/my model/tfjs_plain.json"   # a space: one argument all the same
 own_data="$tmp/my data/data.npz"
 mkdir -p "$(dirname "$own_model")" "$(dirname "$own_data")"
@@ -56,14 +61,15 @@ if [ ${#render[@]} -eq 0 ]; then
   skip "docker-compose config: neither docker-compose (Debian 12 package docker-compose) nor" \
     "'docker compose' is installed; checking the files as written, interpolated and merged by this test"
 else
-  for variant in base gpu own gpu-own cpus; do
+  for variant in base gpu own gpu-own cpus flags; do
     files=(-f "$COMPOSE/docker-compose.yml")
     what="docker-compose.yml"
     case "$variant" in gpu*) files+=(-f "$COMPOSE/docker-compose.gpu.yml"); what+=" + docker-compose.gpu.yml" ;; esac
     envs=()
     case "$variant" in *own) envs=(PSCLUSTER_MODEL="$own_model" PSCLUSTER_DATA_DIR="$own_data")
                              what+=" with PSCLUSTER_MODEL=<a model.json> PSCLUSTER_DATA_DIR=<an .npz>" ;;
-                       cpus) envs=(PSCLUSTER_WORKER_CPUS=3); what+=" with PSCLUSTER_WORKER_CPUS=3" ;; esac
+                       cpus) envs=(PSCLUSTER_WORKER_CPUS=3); what+=" with PSCLUSTER_WORKER_CPUS=3" ;;
+                       flags) envs=(PSCLUSTER_CHIEF_ARGS="$CHIEF_ARGS"); what+=" with PSCLUSTER_CHIEF_ARGS" ;; esac
     if (cd "$tmp" && env "${envs[@]}" "${render[@]}" --project-directory "$COMPOSE" "${files[@]}" config) \
         >"$tmp/rendered-$variant.yml" 2>"$tmp/config.err"; then
       pass "${render[*]} config renders $what"
@@ -89,7 +95,8 @@ VARIANTS = {"base": (["docker-compose.yml"], {}),
             "gpu": (["docker-compose.yml", "docker-compose.gpu.yml"], {}),
             "own": (["docker-compose.yml"], OWN),
             "gpu-own": (["docker-compose.yml", "docker-compose.gpu.yml"], OWN),
-            "cpus": (["docker-compose.yml"], {"PSCLUSTER_WORKER_CPUS": "3"})}
+            "cpus": (["docker-compose.yml"], {"PSCLUSTER_WORKER_CPUS": "3"}),
+            "flags": (["docker-compose.yml"], {"PSCLUSTER_CHIEF_ARGS": os.environ["CHIEF_ARGS"]})}
 
 def raw(name, env):
     """A Compose file with ${VAR}, ${VAR:-default} interpolated as Compose does."""
@@ -169,7 +176,8 @@ for variant, cfg in sorted(rendered.items()):
     services = cfg["services"]
     env = VARIANTS[variant][1]
     what = " + ".join(VARIANTS[variant][0]) + (
-        " with PSCLUSTER_WORKER_CPUS=3" if variant == "cpus" else " with a user's model and .npz" if env else "")
+        " with PSCLUSTER_WORKER_CPUS=3" if variant == "cpus" else
+        " with PSCLUSTER_CHIEF_ARGS" if variant == "flags" else " with a user's model and .npz" if env else "")
     want_model = env.get("PSCLUSTER_MODEL", "cnn")
     want_data = env.get("PSCLUSTER_DATA_DIR", "/data/mnist")
     want_data_source = env.get("PSCLUSTER_DATA_DIR", os.path.join(repo, "data/mnist"))
@@ -294,10 +302,13 @@ for variant, cfg in sorted(rendered.items()):
     g = Group("%s: entrypoint and daemons" % what)
     for name, svc in sorted(services.items()):
         cmd, env = command_of(svc), env_of(svc)
+        # PSCLUSTER_ARGS (the chief's, from PSCLUSTER_CHIEF_ARGS) come last.
+        more = (env.get("PSCLUSTER_ARGS") or "").split()
         try:
             got, args = task_view(repo, fake_bin, cmd, env, "3f2a9c1b7d4e")
-            g(got == tf.get(name) and args == cmd[1:], "%s gets its TF_CONFIG and flags unchanged" % name,
-              json.dumps(got))
+            g(got == tf.get(name) and args == cmd[1:] + more,
+              "%s gets its TF_CONFIG and flags unchanged%s" % (name, " and then %s" % " ".join(more) if more else ""),
+              json.dumps(got) + " " + " ".join(args))
         except Exception as e:
             g(False, "%s: entrypoint runs" % name, str(e))
         if real_bin:
@@ -325,6 +336,18 @@ for plain, gpu in (("base", "gpu"), ("own", "gpu-own")):
                   for n in changed),
               "docker-compose.gpu.yml changes only the workers (not their TF_CONFIG, data or mounts)%s"
               % (" with a user's model and .npz" if plain == "own" else ""), str(changed))
+# PSCLUSTER_CHIEF_ARGS reaches the chief's environment alone, as
+# PSCLUSTER_ARGS (the entrypoint adds them: checked above); nothing else
+# changes.
+if "base" in rendered and "flags" in rendered:
+    b, fl = rendered["base"]["services"], rendered["flags"]["services"]
+    check(env_of(fl["chief"]).get("PSCLUSTER_ARGS") == os.environ["CHIEF_ARGS"] and
+          env_of(b["chief"]).get("PSCLUSTER_ARGS") in ("", None) and
+          all(fl[n] == b[n] for n in b if n != "chief") and
+          {k: v for k, v in env_of(fl["chief"]).items() if k != "PSCLUSTER_ARGS"} ==
+          {k: v for k, v in env_of(b["chief"]).items() if k != "PSCLUSTER_ARGS"},
+          "PSCLUSTER_CHIEF_ARGS reaches the chief alone, as PSCLUSTER_ARGS: %s" % os.environ["CHIEF_ARGS"],
+          str(env_of(fl["chief"])))
 if "base" in rendered and "own" in rendered:
     b, o = rendered["base"]["services"], rendered["own"]["services"]
     strip = lambda svc: {k: v for k, v in svc.items() if k not in ("command", "volumes")}

@@ -328,7 +328,7 @@ services=(ps-0 ps-1 worker-0 worker-1 evaluator chief)
   done
 } >"$tmp/override.yml"
 export PSCLUSTER_IMAGE="$IMAGE" PSCLUSTER_EPOCHS=1 PSCLUSTER_DATA_DIR="$data"
-unset PSCLUSTER_MODEL   # runs 1-5: the built-in CNN (run 6 sets it)
+unset PSCLUSTER_MODEL PSCLUSTER_CHIEF_ARGS   # runs 1-5: the built-in CNN, no more chief flags (run 6 sets both)
 
 # cid SERVICE: the id of SERVICE's container.
 cid() { "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
@@ -497,6 +497,13 @@ own_checks() {
   [ -z "$bad" ] &&
     pass "$name: the chief got --model=$PSCLUSTER_MODEL, the workers and the evaluator --data_dir=$PSCLUSTER_DATA_DIR, each bind-mounted read-only at the same path" ||
     fail "$name: $bad"
+  local steps
+  steps="$("$DOCKER" logs "$(cid chief)" 2>&1 | grep '^final:' | tail -1 | grep -oE 'steps=[0-9]+')"
+  if [ "$steps" = steps=938 ]; then
+    pass "$name: PSCLUSTER_CHIEF_ARGS reached the chief: 938 steps of 64 examples in the epoch"
+  else
+    fail "$name: PSCLUSTER_CHIEF_ARGS=$PSCLUSTER_CHIEF_ARGS: the final line has '${steps:-no steps}', not steps=938"
+  fi
   local model_line eval_line
   model_line="$("$DOCKER" logs "$(cid chief)" 2>&1 | grep -o 'model tfjs_plain: [0-9]* parameters' | head -1)"
   eval_line="$("$DOCKER" logs "$(cid evaluator)" 2>&1 | grep -o 'evaluating tfjs_plain on [0-9]* test examples' | head -1)"
@@ -673,10 +680,13 @@ EOF
 )"; then
     chmod a+r "$own/model.json" "$own/data.npz"   # the containers run as uid 10001
     note "run 6: data.npz written by np.savez in $((SECONDS - t0)) s"
-    export PSCLUSTER_MODEL="$own/model.json" PSCLUSTER_DATA_DIR="$own/data.npz"
-    compose_run "run 6 (a user's model and .npz, 1 epoch)" 0 1
+    # And a chief flag the Compose file does not name, as .env would set it:
+    # batches of 64, so one epoch of 60,000 examples is 938 steps.
+    export PSCLUSTER_MODEL="$own/model.json" PSCLUSTER_DATA_DIR="$own/data.npz" \
+      PSCLUSTER_CHIEF_ARGS="--batch_size=64"
+    compose_run "run 6 (a user's model and .npz, PSCLUSTER_CHIEF_ARGS=--batch_size=64, 1 epoch)" 0 1
     export PSCLUSTER_DATA_DIR="$data"
-    unset PSCLUSTER_MODEL
+    unset PSCLUSTER_MODEL PSCLUSTER_CHIEF_ARGS
   else
     fail "run 6: writing data.npz with numpy: $msg"
   fi
