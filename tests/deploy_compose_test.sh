@@ -61,10 +61,33 @@ if [ ${#render[@]} -eq 0 ]; then
   skip "docker-compose config: neither docker-compose (Debian 12 package docker-compose) nor" \
     "'docker compose' is installed; checking the files as written, interpolated and merged by this test"
 else
-  for variant in base gpu own gpu-own cpus flags; do
-    files=(-f "$COMPOSE/docker-compose.yml")
+  # One number per role: deploy/compose/scale.py on a copy, 3 ps and 3
+  # workers (its files are rendered from Compose's folder, as if there).
+  mkdir -p "$tmp/scaled"
+  cp "$COMPOSE/docker-compose.yml" "$COMPOSE/docker-compose.gpu.yml" "$tmp/scaled/"
+  if out="$("$PY" "$COMPOSE/scale.py" --dir="$tmp/scaled" --ps=3 --workers=3 2>&1)"; then
+    pass "deploy/compose/scale.py --ps=3 --workers=3: $out"
+  else
+    fail "deploy/compose/scale.py --ps=3 --workers=3: $out"
+  fi
+  if out="$("$PY" "$COMPOSE/scale.py" --check 2>&1)"; then
+    pass "the shipped Compose files are what deploy/compose/scale.py --ps=2 --workers=2 makes"
+  else
+    fail "deploy/compose/scale.py --check: $out"
+  fi
+  out="$("$PY" "$COMPOSE/scale.py" --dir="$tmp/scaled" --workers=0 2>&1)"; rc=$?
+  if [ "$rc" -eq 2 ] && grep -q -- "--workers=0" <<<"$out"; then
+    pass "deploy/compose/scale.py --workers=0: exit 2 naming it"
+  else
+    fail "deploy/compose/scale.py --workers=0: exit $rc, '$out'"
+  fi
+  for variant in base gpu own gpu-own cpus flags scaled scaled-gpu; do
+    dir="$COMPOSE"
+    case "$variant" in scaled*) dir="$tmp/scaled" ;; esac
+    files=(-f "$dir/docker-compose.yml")
     what="docker-compose.yml"
-    case "$variant" in gpu*) files+=(-f "$COMPOSE/docker-compose.gpu.yml"); what+=" + docker-compose.gpu.yml" ;; esac
+    case "$variant" in *gpu*) files+=(-f "$dir/docker-compose.gpu.yml"); what+=" + docker-compose.gpu.yml" ;; esac
+    case "$variant" in scaled*) what+=" scaled to 3 ps and 3 workers" ;; esac
     envs=()
     case "$variant" in *own) envs=(PSCLUSTER_MODEL="$own_model" PSCLUSTER_DATA_DIR="$own_data")
                              what+=" with PSCLUSTER_MODEL=<a model.json> PSCLUSTER_DATA_DIR=<an .npz>" ;;
@@ -88,7 +111,8 @@ sys.path.insert(0, tmp)
 from deploylib import *
 
 COMPOSE = os.path.join(repo, "deploy/compose")
-ROLE_SERVICES = {"ps": 2, "worker": 2, "evaluator": 1, "chief": 1}
+SHIPPED = {"ps": 2, "worker": 2, "evaluator": 1, "chief": 1}
+SCALED = {"ps": 3, "worker": 3, "evaluator": 1, "chief": 1}
 OWN = {"PSCLUSTER_MODEL": own_model, "PSCLUSTER_DATA_DIR": own_data}
 # variant -> (files, environment)
 VARIANTS = {"base": (["docker-compose.yml"], {}),
@@ -96,21 +120,23 @@ VARIANTS = {"base": (["docker-compose.yml"], {}),
             "own": (["docker-compose.yml"], OWN),
             "gpu-own": (["docker-compose.yml", "docker-compose.gpu.yml"], OWN),
             "cpus": (["docker-compose.yml"], {"PSCLUSTER_WORKER_CPUS": "3"}),
-            "flags": (["docker-compose.yml"], {"PSCLUSTER_CHIEF_ARGS": os.environ["CHIEF_ARGS"]})}
+            "flags": (["docker-compose.yml"], {"PSCLUSTER_CHIEF_ARGS": os.environ["CHIEF_ARGS"]}),
+            "scaled": (["docker-compose.yml"], {}),
+            "scaled-gpu": (["docker-compose.yml", "docker-compose.gpu.yml"], {})}
 
-def raw(name, env):
+def raw(name, env, directory=COMPOSE):
     """A Compose file with ${VAR}, ${VAR:-default} interpolated as Compose does."""
-    with open(os.path.join(COMPOSE, name)) as f:
+    with open(os.path.join(directory, name)) as f:
         text = f.read()
     text = re.sub(r"\$\{(\w+)(?::?-([^}]*))?\}",
                   lambda m: env.get(m.group(1)) or m.group(2) or "", text)
     return yaml.safe_load(text)
 
-def merged_by_hand(files, env):
+def merged_by_hand(files, env, directory):
     """The files as written, interpolated, overrides merged per service (no Compose here)."""
-    out = raw(files[0], env)
+    out = raw(files[0], env, directory)
     for name in files[1:]:
-        for svc_name, svc in raw(name, env)["services"].items():
+        for svc_name, svc in raw(name, env, directory)["services"].items():
             out["services"][svc_name].update(svc)
     return out
 
@@ -122,7 +148,8 @@ for variant, (files, env) in VARIANTS.items():
             with open(path) as f:
                 rendered[variant] = yaml.safe_load(f)
         else:
-            rendered[variant] = merged_by_hand(files, env)
+            rendered[variant] = merged_by_hand(
+                files, env, os.path.join(tmp, "scaled") if variant.startswith("scaled") else COMPOSE)
     except Exception as e:
         bad("the Compose files parse (%s): %s" % (variant, e))
         sys.exit(1)
@@ -177,6 +204,7 @@ for variant, cfg in sorted(rendered.items()):
     env = VARIANTS[variant][1]
     what = " + ".join(VARIANTS[variant][0]) + (
         " with PSCLUSTER_WORKER_CPUS=3" if variant == "cpus" else
+        " scaled to 3 ps and 3 workers" if variant.startswith("scaled") else
         " with PSCLUSTER_CHIEF_ARGS" if variant == "flags" else " with a user's model and .npz" if env else "")
     want_model = env.get("PSCLUSTER_MODEL", "cnn")
     want_data = env.get("PSCLUSTER_DATA_DIR", "/data/mnist")
@@ -193,8 +221,10 @@ for variant, cfg in sorted(rendered.items()):
     clusters = {json.dumps(t.get("cluster"), sort_keys=True) for t in tf.values()}
     g(len(clusters) == 1, "all share one cluster", str(clusters))
     cluster = next(iter(tf.values()))["cluster"] if tf else {}
-    g({j: len(cluster.get(j, [])) for j in ROLE_SERVICES} == ROLE_SERVICES,
-      "the cluster has 2 ps, 2 workers, a chief and an evaluator", json.dumps(cluster))
+    want = SCALED if variant.startswith("scaled") else SHIPPED
+    g({j: len(cluster.get(j, [])) for j in want} == want,
+      "the cluster has %d ps, %d workers, a chief and an evaluator" % (want["ps"], want["worker"]),
+      json.dumps(cluster))
     listens = {}  # service -> port it listens on (its own TF_CONFIG entry)
     for name, t in sorted(tf.items()):
         task = t.get("task", {})
@@ -271,7 +301,7 @@ for variant, cfg in sorted(rendered.items()):
         if job == "ps":
             g(not binds, "no bind mounts", str(binds))
         gpu_devices = (svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", []))
-        if variant.startswith("gpu") and job == "worker":
+        if "gpu" in variant and job == "worker":
             g(any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in gpu_devices)
               and "cuda" in svc.get("image", "") and svc.get("build", {}).get("dockerfile", "").endswith("Dockerfile.cuda")
               and flag_value(cmd, "device") == "cuda",
@@ -289,7 +319,7 @@ for variant, cfg in sorted(rendered.items()):
             except (TypeError, ValueError):
                 cpus = None
             g(cpus == want_cpus, "cpus: %d" % want_cpus, str(svc.get("cpus")))
-            if variant.startswith("gpu"):
+            if "gpu" in variant:
                 index = name.rsplit("-", 1)[-1]
                 g(threads == "1", "--threads=1 (the GPU computes)", str(threads))
                 g([d.get("device_ids") for d in gpu_devices] == [[index]],

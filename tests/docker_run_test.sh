@@ -38,7 +38,11 @@
 #      got --model and the file mounted read-only, the workers and the
 #      evaluator --data_dir and the .npz, that the chief trained that model
 #      and the evaluator scored it, that the final: line has test accuracy
-#      >= 0.93 (1 epoch: 0.9455), and every exit code 0.
+#      >= 0.93 (1 epoch: 0.9455), and every exit code 0; with
+#      PSCLUSTER_CHIEF_ARGS=--batch_size=64 (any chief flag), 938 steps;
+#   7. three workers made by one number, deploy/compose/scale.py
+#      --workers=3 on a copy of the Compose files: run 1's checks, and
+#      worker-2 trained.
 # It prints how long each step took. The base image, the build cache (the
 # Bazel cache mount) and the images stay in the daemon's data root,
 # $PSCLUSTER_DOCKER_CACHE (default ~/.cache/pscluster-docker), between runs;
@@ -473,6 +477,8 @@ compose_run() {
   if [ "$failed" -gt 0 ]; then
     echo "--- $name: last lines of docker-compose up"; tail -40 "$log"
   fi
+  # More checks of a caller's, while the containers are there.
+  [ -n "${RUN_HOOK:-}" ] && "$RUN_HOOK" "$name"
   compose down -v --remove-orphans >/dev/null 2>&1
 }
 
@@ -691,6 +697,38 @@ EOF
     fail "run 6: writing data.npz with numpy: $msg"
   fi
 fi
+# 7. One number scales the workers: deploy/compose/scale.py --workers=3 on a
+# copy of the Compose files, rendered from deploy/compose as if there.
+mkdir -p "$tmp/scaled"
+cp "$repo/deploy/compose/docker-compose.yml" "$repo/deploy/compose/docker-compose.gpu.yml" "$tmp/scaled/"
+if out="$(python3 "$repo/deploy/compose/scale.py" --dir="$tmp/scaled" --workers=3 2>&1)"; then
+  shipped_files=("${compose_files[@]}") shipped_services=("${services[@]}")
+  services=(ps-0 ps-1 worker-0 worker-1 worker-2 evaluator chief)
+  {
+    echo "services:"
+    for s in "${services[@]}"; do echo "  $s:"; echo "    healthcheck: {interval: 1s}"; done
+  } >"$tmp/override-scaled.yml"
+  compose_files=(--project-directory "$repo/deploy/compose" -f "$tmp/scaled/docker-compose.yml"
+                 -f "$tmp/override-scaled.yml")
+  # worker_2_trained NAME: the worker scale.py added took part.
+  worker_2_trained() {
+    local steps
+    steps="$("$DOCKER" logs "$(cid worker-2)" 2>&1 | grep -oE 'done: [0-9]+ steps' | tail -1)"
+    if [[ "$steps" =~ ^done:\ [1-9][0-9]*\ steps$ ]]; then
+      pass "$1: worker-2, the service scale.py added, trained ($steps)"
+    else
+      fail "$1: worker-2 did not train: $("$DOCKER" logs "$(cid worker-2)" 2>&1 | tail -3 | tr '\n' ' ')"
+    fi
+  }
+  RUN_HOOK=worker_2_trained
+  # (The name is a file name too: no slash.)
+  compose_run "run 7 (3 workers by scale.py --workers=3, 1 epoch)" 0
+  RUN_HOOK=""
+  compose_files=("${shipped_files[@]}") services=("${shipped_services[@]}")
+else
+  fail "run 7: deploy/compose/scale.py --workers=3: $out"
+fi
+
 if [ "$smoke_build_stage" = 1 ]; then
   if build_image "the Dockerfile's build stage from the repository (IMAGE_TARGETS=//deploy/docker:health_probe)" \
        -f "$repo/deploy/docker/Dockerfile" --target build \
