@@ -366,6 +366,17 @@ for plain, gpu in (("base", "gpu"), ("own", "gpu-own")):
                   for n in changed),
               "docker-compose.gpu.yml changes only the workers (not their TF_CONFIG, data or mounts)%s"
               % (" with a user's model and .npz" if plain == "own" else ""), str(changed))
+# The chief's /metrics is published on the host: a free port of 127.0.0.1
+# by default (no other service publishes anything).
+if "base" in rendered:
+    ports = {n: svc.get("ports") for n, svc in rendered["base"]["services"].items() if svc.get("ports")}
+    chief_ports = ports.get("chief") or []
+    spec = chief_ports[0] if len(chief_ports) == 1 else None
+    ok = (spec in ("127.0.0.1::9100", "127.0.0.1::9100/tcp") or
+          (isinstance(spec, dict) and str(spec.get("target")) == "9100" and spec.get("host_ip") == "127.0.0.1"
+           and not spec.get("published")))
+    check(ok and list(ports) == ["chief"], "the chief alone publishes /metrics (9100) on a free port of 127.0.0.1",
+          str(ports))
 # PSCLUSTER_CHIEF_ARGS reaches the chief's environment alone, as
 # PSCLUSTER_ARGS (the entrypoint adds them: checked above); nothing else
 # changes.

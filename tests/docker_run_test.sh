@@ -350,6 +350,7 @@ compose_run() {
   [ "$own" = 1 ] && min_accuracy="$OWN_MIN_ACCURACY"
   local -A healthy=()
   local metrics_ok=0 metrics_msg="not asked (worker-0 never trained while polled)" killed="" deadline
+  local host_ok=0 host_msg="not asked (the chief never trained while polled)" hostport
   compose down -v --remove-orphans >/dev/null 2>&1
   t0=$SECONDS
   compose up --no-build --no-color >"$log" 2>&1 &
@@ -387,6 +388,17 @@ compose_run() {
           fi
         else
           metrics_msg="http://$ip:9100/metrics: $out"
+        fi
+      fi
+      # The chief's /metrics from the host, through the port Compose
+      # published (docker-compose port).
+      if [ "$host_ok" = 0 ] && hostport="$(compose port chief 9100 2>/dev/null)" && [ -n "$hostport" ]; then
+        if out="$(curl -sS -m 5 "http://$hostport/metrics" 2>&1)" &&
+           grep -qE '^pscluster_pending_workers\{task="chief:0"\}' <<<"$out"; then
+          host_ok=1
+          host_msg="http://$hostport/metrics: $(grep -E '^pscluster_pending_workers\{task="chief:0"\}' <<<"$out")"
+        else
+          host_msg="http://$hostport/metrics: $(head -c 200 <<<"$out")"
         fi
       fi
       if [ "$kill_ps" != 0 ] && [ -z "$killed" ]; then
@@ -442,6 +454,8 @@ compose_run() {
   if [ "$kill_ps" = 0 ]; then
     [ "$metrics_ok" = 1 ] && pass "$name: /metrics on worker-0 mid-run: $metrics_msg" ||
       fail "$name: /metrics on worker-0: $metrics_msg"
+    [ "$host_ok" = 1 ] && pass "$name: the chief's /metrics from the host mid-run, on the published port: $host_msg" ||
+      fail "$name: the chief's /metrics from the host: $host_msg"
   else
     c="$(cid ps-1)"
     local count; count="$("$DOCKER" inspect -f '{{.RestartCount}}' "$c" 2>/dev/null)"
