@@ -13,7 +13,12 @@
 # TFJob operator's) names its own task, every address in it is that task's
 # pod by its Service's DNS name, the counts follow the replicas, the
 # settings reach the flags, probes, metrics, volumes and resources fit the
-# role, and the built daemons accept what each pod ends with.
+# role, and the built daemons accept what each pod ends with. Then every
+# shell block of docs/deploy-k8s.md runs as written, in order, in a scratch
+# copy (tests/k8s/run_doc_blocks.py), with a recording kubectl
+# (tests/k8s/fake_kubectl.py) that renders each path applied with the real
+# kubectl and resolves its pods the same way, and checks every pod a
+# command names.
 #
 # Usage: tests/deploy_k8s_test.sh [MNIST_DIR]   (MNIST is not needed)
 # Exit status 0 when every check passed.
@@ -39,6 +44,8 @@ else
     fail "tests/k8s/kubelet_resolve_test.py: $(tail -15 <<<"$out")"
   fi
   run_checks "k8s paths" "$PY" "$repo/tests/k8s/check_paths.py" "$repo" "$tmp"
+  # docs/deploy-k8s.md's shell blocks, as written, with a recording kubectl.
+  run_checks "docs/deploy-k8s.md's blocks" "$PY" "$repo/tests/k8s/run_doc_blocks.py" "$repo" "$tmp"
 fi
 
 echo "deploy_k8s_test: $passed passed, $failed failed, $skipped skipped"

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Runs every shell block of docs/deploy-k8s.md as written, in order, in a
+scratch copy of the repository, with a recording kubectl
+(tests/k8s/fake_kubectl.py: each path applied is rendered by the real
+kubectl and its pods resolved as the kubelet would) and stand-ins for
+docker (tag and push: their arguments checked) and tensorboard. Then every
+image of the pods applied after the page's registry line comes from that
+registry. Prints PASS:/FAIL: lines; exit 1 when one failed.
+
+Usage: run_doc_blocks.py REPO TMP      (tests/deploy_k8s_test.sh)
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+REPO, TMP = sys.argv[1], sys.argv[2]
+DOC = os.path.join(REPO, "docs/deploy-k8s.md")
+REGISTRY = "registry.example.com/team/"
+failed = 0
+
+
+def report(ok, what, why=""):
+    global failed
+    print("%s: docs/deploy-k8s.md %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else ": " + why))
+    failed += not ok
+
+
+root = os.path.join(TMP, "doc-blocks")
+shutil.copytree(os.path.join(REPO, "deploy"), os.path.join(root, "deploy"))
+shutil.copytree(os.path.join(REPO, "docs"), os.path.join(root, "docs"))
+os.makedirs(os.path.join(root, "data/mnist"))
+open(os.path.join(root, "data/mnist/train-images-idx3-ubyte.gz"), "w").close()
+open(os.path.join(root, "data.npz"), "w").close()
+shutil.copy(os.path.join(REPO, "tests/fixtures/keras/tfjs_plain.json"), os.path.join(root, "model.json"))
+bin_dir = os.path.join(TMP, "doc-blocks-bin")
+os.makedirs(bin_dir)
+stands = {
+    "kubectl": 'exec "%s" "%s" "$@"\n' % (sys.executable, os.path.join(REPO, "tests/k8s/fake_kubectl.py")),
+    # docker tag SRC DST, docker push DST: DST in the registry the page names.
+    "docker": 'case "$1" in tag|push) [ $# -ge 2 ] && [[ "${@: -1}" == %s* ]] && exit 0 ;; esac\n'
+              'echo "fake docker: $*: not a tag or push into %s" >&2; exit 1\n' % (REGISTRY, REGISTRY),
+    "tensorboard": '[ "$1" = --logdir ] && [ -d "$2" ] && exit 0; echo "fake tensorboard: $*" >&2; exit 1\n',
+}
+for name, body in stands.items():
+    with open(os.path.join(bin_dir, name), "w") as f:
+        f.write("#!/usr/bin/env bash\n" + body)
+    os.chmod(os.path.join(bin_dir, name), 0o755)
+state = os.path.join(TMP, "doc-blocks-state.json")
+env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], FAKE_KUBE_STATE=state,
+           REAL_KUBECTL=shutil.which("kubectl"), KUBELET_RESOLVE=os.path.join(REPO, "tests/k8s/kubelet_resolve.py"))
+
+with open(DOC) as f:
+    blocks = re.findall(r"^```sh\n(.*?)^```", f.read(), re.M | re.S)
+report(len(blocks) >= 5, "has its shell blocks (%d)" % len(blocks), "too few")
+registry_set = False
+for n, block in enumerate(blocks, 1):
+    first = block.strip().splitlines()[0]
+    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=300)
+    report(r.returncode == 0, "block %d (%s) runs as written" % (n, first[:70]),
+           (r.stderr or r.stdout).strip()[-600:])
+    if "settings/kustomization.yaml" in block:
+        registry_set = True
+    elif registry_set and os.path.exists(state) and "apply -k" in block:
+        with open(state) as f:
+            images = json.load(f)["images"]
+        other = [i for i in images if not i.startswith(REGISTRY)]
+        report(images and not other, "block %d: every pod's image from %s" % (n, REGISTRY.rstrip("/")), str(other))
+sys.exit(1 if failed else 0)
