@@ -23,7 +23,7 @@ import yaml
 
 REPO, TMP = sys.argv[1], sys.argv[2]
 sys.path.insert(0, TMP)
-from deploylib import (ROLES, Group, bad, check, daemon_accepts, flag_problems,  # noqa: E402
+from deploylib import (ROLES, Group, check, daemon_accepts, flag_problems,  # noqa: E402
                        flag_value, known_flags, make_fake_bin, make_real_bin, results, skip,
                        split_address, task_view)
 
@@ -148,7 +148,7 @@ def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob):
         g.report()
         return None
     job = ROLES[role][0]
-    index = pod_index(pod, tfjob)
+    index = pod_index(pod)
     g(tf.get("task") == {"type": job, "index": index}, "TF_CONFIG task %s:%d (its own)" % (job, index),
       json.dumps(tf.get("task")))
     cluster = tf.get("cluster", {})
@@ -204,7 +204,8 @@ def daemon_env(c):
     return env
 
 
-def pod_index(pod, tfjob):
+def pod_index(pod):
+    """The task index a pod's name ends with: a StatefulSet's ordinal, a TFJob replica's index."""
     return int(pod["name"].rsplit("-", 1)[1])
 
 
@@ -261,7 +262,7 @@ def check_path(label, files, want_counts, registry=None, tfjob=False, expect=Non
     for p in pods:
         role = role_of(p["containers"][0])
         if role:
-            by_task[(ROLES[role][0], pod_index(p, tfjob))] = p
+            by_task[(ROLES[role][0], pod_index(p))] = p
     have = {}
     for (j, _), p in by_task.items():
         have[j] = have.get(j, 0) + 1
