@@ -196,6 +196,15 @@ def make_real_bin(repo, tmp):
     return d
 
 
+def real_bin_or_skip(repo, tmp):
+    """make_real_bin, with a SKIP line saying how to build what it lacks."""
+    d = make_real_bin(repo, tmp)
+    if d is None:
+        skip("the built daemons' own TF_CONFIG and flag checks: bazel-bin lacks them "
+             "(bazel build //ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief)")
+    return d
+
+
 def entrypoint(repo, bin_dir, argv, env, hostname, timeout=20):
     """Runs deploy/docker/entrypoint.sh ARGV in a clean environment, as in a
     fresh container: a state folder of its own for every run (a final exit

@@ -194,10 +194,7 @@ def binds_of(svc):
 
 flags = known_flags(repo)
 fake_bin = make_fake_bin(tmp)
-real_bin = make_real_bin(repo, tmp)
-if real_bin is None:
-    skip("the built daemons' own TF_CONFIG and flag checks: bazel-bin lacks them "
-         "(bazel build //ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief)")
+real_bin = real_bin_or_skip(repo, tmp)
 
 for variant, cfg in sorted(rendered.items()):
     services = cfg["services"]

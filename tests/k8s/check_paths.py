@@ -24,7 +24,7 @@ import yaml
 REPO, TMP = sys.argv[1], sys.argv[2]
 sys.path.insert(0, TMP)
 from deploylib import (ROLES, Group, check, daemon_accepts, flag_problems,  # noqa: E402
-                       flag_value, known_flags, make_fake_bin, make_real_bin, results, skip,
+                       flag_value, known_flags, make_fake_bin, real_bin_or_skip, results,
                        split_address, task_view)
 
 K8S = os.path.join(REPO, "deploy/k8s")
@@ -34,10 +34,7 @@ REGISTRY = "registry.example.com/team"
 GRPC_PORT = 2222
 FLAGS = known_flags(REPO)
 FAKE_BIN = make_fake_bin(TMP)
-REAL_BIN = make_real_bin(REPO, TMP)
-if REAL_BIN is None:
-    skip("the built daemons' own TF_CONFIG and flag checks: bazel-bin lacks them "
-         "(bazel build //ps_server:ps_server //worker:worker //evaluator:evaluator //chief:chief)")
+REAL_BIN = real_bin_or_skip(REPO, TMP)
 
 
 # --- Making the paths as the docs do -----------------------------------------
@@ -129,8 +126,7 @@ def mount_at(container, path):
 def daemon_view(pod, c):
     """(TF_CONFIG, args) the daemon gets from the entrypoint: the pod's
     resolved env and args, its hostname; or raises."""
-    env = dict(c["env"])
-    env.pop("PSCLUSTER_DONE_FILE", None)  # the chief's run-once file: a path of the pod
+    env = daemon_env(c)
     return task_view(REPO, FAKE_BIN, c["args"], env, pod["hostname"] or pod["name"]), env
 
 
@@ -199,6 +195,8 @@ def localize(label, pod, c, argv, env):
 
 
 def daemon_env(c):
+    """The container's env for the entrypoint here: without the chief's
+    run-once file, a path of the pod."""
     env = dict(c["env"])
     env.pop("PSCLUSTER_DONE_FILE", None)
     return env

@@ -493,6 +493,19 @@ def pods_of_pod(doc: dict, namespace: str, report: Report) -> list[PodPlan]:
     return [PodPlan("Pod", name, make_pod(name, namespace, {"spec": spec}, labels, annotations, policy))]
 
 
+def workload_of(kind: str, doc: dict, namespace: str, report: Report) -> tuple:
+    """What every controller reads first: (name, where, spec, template,
+    labels, annotations, restart policy), the selector and the restart policy
+    checked as the API server checks them."""
+    name = doc["metadata"]["name"]
+    where = where_of(kind, namespace, name)
+    spec = doc.get("spec") or {}
+    template, labels, annotations = template_of(where, doc, report)
+    check_workload_selector(where, kind, spec, labels, report)
+    policy = restart_policy_of(where, kind, template.get("spec") or {}, report)
+    return name, where, spec, template, labels, annotations, policy
+
+
 def pods_of_statefulset(doc: dict, namespace: str, report: Report) -> list[PodPlan]:
     """A StatefulSet's pods (pkg/controller/statefulset, newStatefulSetPod):
     <sts>-<ordinal> for ordinals from spec.ordinals.start (default 0),
@@ -501,12 +514,7 @@ def pods_of_statefulset(doc: dict, namespace: str, report: Report) -> list[PodPl
     apps.kubernetes.io/pod-index (Kubernetes 1.28+) added, and one PVC per
     volumeClaimTemplate (<template>-<pod>) created and mounted as the
     volume named after the template."""
-    name = doc["metadata"]["name"]
-    where = where_of("StatefulSet", namespace, name)
-    spec = doc.get("spec") or {}
-    template, labels, annotations = template_of(where, doc, report)
-    check_workload_selector(where, "StatefulSet", spec, labels, report)
-    policy = restart_policy_of(where, "StatefulSet", template.get("spec") or {}, report)
+    name, where, spec, template, labels, annotations, policy = workload_of("StatefulSet", doc, namespace, report)
     replicas = count_of(where, "spec", spec, "replicas", 1, report)
     start = count_of(where, "spec.ordinals", spec.get("ordinals") or {}, "start", 0, report)
     plans = []
@@ -532,12 +540,7 @@ def pods_of_replicated(kind: str, doc: dict, namespace: str, report: Report) -> 
     """A Deployment's spec.replicas pods (default 1) and a DaemonSet's one
     pod (one node). Their names are stand-ins: <name>-<i> where the
     controllers add a template hash and a random suffix."""
-    name = doc["metadata"]["name"]
-    where = where_of(kind, namespace, name)
-    spec = doc.get("spec") or {}
-    template, labels, annotations = template_of(where, doc, report)
-    check_workload_selector(where, kind, spec, labels, report)
-    policy = restart_policy_of(where, kind, template.get("spec") or {}, report)
+    name, where, spec, template, labels, annotations, policy = workload_of(kind, doc, namespace, report)
     count = count_of(where, "spec", spec, "replicas", 1, report) if kind == "Deployment" else 1
     return [PodPlan(kind, name, make_pod(f"{name}-{i}", namespace, template, dict(labels), dict(annotations), policy))
             for i in range(count)]
@@ -551,12 +554,7 @@ def pods_of_job(doc: dict, namespace: str, report: Report) -> list[PodPlan]:
     batch.kubernetes.io/job-completion-index, hostname <job>-<i>, and, in
     every container without one, the env var JOB_COMPLETION_INDEX read from
     that annotation (pkg/controller/job, addCompletionIndexEnvVariables)."""
-    name = doc["metadata"]["name"]
-    where = where_of("Job", namespace, name)
-    spec = doc.get("spec") or {}
-    template, labels, annotations = template_of(where, doc, report)
-    check_workload_selector(where, "Job", spec, labels, report)
-    policy = restart_policy_of(where, "Job", template.get("spec") or {}, report)
+    name, where, spec, template, labels, annotations, policy = workload_of("Job", doc, namespace, report)
     count = count_of(where, "spec", spec, "parallelism", 1, report)
     if spec.get("completions") is not None:
         count = min(count, count_of(where, "spec", spec, "completions", 1, report))
