@@ -113,6 +113,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Resolve the peer's name again at most 1 s after a failed connection,
+  // not 30 s (gRPC's default): a Kubernetes pod made again (deleted, or its
+  // node lost) comes back under the same DNS name at a new address.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
   // Ping an idle or stuck connection every 2 s and drop it after 2 s
   // without an answer: after a network cut, calls go over a fresh
   // connection instead of waiting out TCP's retransmission back-off.

@@ -19,7 +19,7 @@
 # the entrypoint passes each TF_CONFIG on unchanged and the built daemons
 # accept it with the service's flags (the chief reading the user's model).
 #
-# Usage: tests/deploy_compose_test.sh [MNIST_DIR]   (MNIST is not needed)
+# Usage: tests/deploy_compose_test.sh [MNIST_DIR]   (for the docs' download_mnist.sh line)
 # Exit status 0 when every check passed.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deploy_common.sh"
@@ -393,6 +393,19 @@ if "base" in rendered and "own" in rendered:
           "PSCLUSTER_MODEL and PSCLUSTER_DATA_DIR change only commands and mounts")
 sys.exit(1 if results["fail"] else 0)
 EOF
+
+# docs/deploy-compose.md's and the README's Compose shell blocks, as
+# written, with the real docker-compose rendering each project and a docker
+# that needs no engine (tests/docker_run_test.sh runs the same Compose file
+# for real).
+mnist="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
+if [ -z "$PY" ] || ! command -v docker-compose >/dev/null 2>&1; then
+  fail "the docs' Compose blocks need python3 with PyYAML and docker-compose (deploy/install_deps.sh installs both)"
+elif [ ! -f "$mnist/train-images-idx3-ubyte.gz" ]; then
+  skip "the docs' Compose blocks: no MNIST in '$mnist' (their download_mnist.sh line would go to the network)"
+else
+  run_checks "the docs' Compose blocks" "$PY" "$repo/tests/compose_doc_blocks.py" "$repo" "$tmp" "$mnist"
+fi
 
 echo "deploy_compose_test: checked deploy/compose (rendered config, TF_CONFIGs, services): $passed passed," \
   "$failed failed, $skipped skipped"

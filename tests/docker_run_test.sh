@@ -43,6 +43,17 @@
 #   7. three workers made by one number, deploy/compose/scale.py
 #      --workers=3 on a copy of the Compose files: run 1's checks, and
 #      worker-2 trained.
+#   8. the Kubernetes path on the same engine (tests/k8s/docker_runs.py):
+#      deploy/k8s/cpu made as docs/deploy-k8s.md makes it (the registry by
+#      its sed), resolved by tests/k8s/kubelet_resolve.py and run as the
+#      kubelet and the StatefulSet controller would run it
+#      (tests/k8s/docker_kubelet.py: a sandbox per pod with its IP, hostname,
+#      headless-Service DNS name and search path, the resolved env, argv,
+#      user, limits and volumes, restarts with back-off, probes): the data
+#      loaded through the data-loader pod, a clean run of 2 epochs (test
+#      accuracy >= 0.985, every pod Ready, the weights fetched through the
+#      chief pod); pod ps-1 deleted mid-run with ps_replicas 1 (made again
+#      at a new IP, the run ends with final:); 3 workers by one number.
 # It prints how long each step took. The base image, the build cache (the
 # Bazel cache mount) and the images stay in the daemon's data root,
 # $PSCLUSTER_DOCKER_CACHE (default ~/.cache/pscluster-docker), between runs;
@@ -332,7 +343,7 @@ services=(ps-0 ps-1 worker-0 worker-1 evaluator chief)
   done
 } >"$tmp/override.yml"
 export PSCLUSTER_IMAGE="$IMAGE" PSCLUSTER_EPOCHS=1 PSCLUSTER_DATA_DIR="$data"
-unset PSCLUSTER_MODEL PSCLUSTER_CHIEF_ARGS   # runs 1-5: the built-in CNN, no more chief flags (run 6 sets both)
+unset PSCLUSTER_MODEL PSCLUSTER_CHIEF_ARGS PSCLUSTER_RUNS   # runs 1-5: the built-in CNN, no more chief flags (run 6 sets both)
 
 # cid SERVICE: the id of SERVICE's container.
 cid() { "$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
@@ -532,6 +543,14 @@ own_checks() {
   else
     fail "$name: the chief or the evaluator did not name the user's model tfjs_plain: chief '$model_line', evaluator '$eval_line'"
   fi
+  # PSCLUSTER_RUNS: the run's files in the host's folder, as written.
+  local files
+  files="$(cd "$PSCLUSTER_RUNS" 2>/dev/null && ls -d model.safetensors events.out.tfevents.* checkpoints 2>/dev/null | tr '\n' ' ')"
+  if [[ "$files" == *model.safetensors* && "$files" == *events.out.tfevents.* && "$files" == *checkpoints* ]]; then
+    pass "$name: PSCLUSTER_RUNS=$PSCLUSTER_RUNS (a host folder owned by uid 10001) holds the run's files: $files"
+  else
+    fail "$name: PSCLUSTER_RUNS=$PSCLUSTER_RUNS holds '${files}', not model.safetensors, event files and checkpoints/"
+  fi
   # The weights, copied out as docs/deploy-compose.md says (ps -aq: the
   # chief has exited).
   local out="$tmp/own-weights" got
@@ -702,11 +721,13 @@ EOF
     note "run 6: data.npz written by np.savez in $((SECONDS - t0)) s"
     # And a chief flag the Compose file does not name, as .env would set it:
     # batches of 64, so one epoch of 60,000 examples is 938 steps.
+    # The run's folder on the host, as the docs make it (PSCLUSTER_RUNS).
+    mkdir -p "$own/runs" && chown 10001 "$own/runs"
     export PSCLUSTER_MODEL="$own/model.json" PSCLUSTER_DATA_DIR="$own/data.npz" \
-      PSCLUSTER_CHIEF_ARGS="--batch_size=64"
+      PSCLUSTER_CHIEF_ARGS="--batch_size=64" PSCLUSTER_RUNS="$own/runs"
     compose_run "run 6 (a user's model and .npz, PSCLUSTER_CHIEF_ARGS=--batch_size=64, 1 epoch)" 0 1
     export PSCLUSTER_DATA_DIR="$data"
-    unset PSCLUSTER_MODEL PSCLUSTER_CHIEF_ARGS
+    unset PSCLUSTER_MODEL PSCLUSTER_CHIEF_ARGS PSCLUSTER_RUNS
   else
     fail "run 6: writing data.npz with numpy: $msg"
   fi
@@ -741,6 +762,31 @@ if out="$(python3 "$repo/deploy/compose/scale.py" --dir="$tmp/scaled" --workers=
   compose_files=("${shipped_files[@]}") services=("${shipped_services[@]}")
 else
   fail "run 7: deploy/compose/scale.py --workers=3: $out"
+fi
+
+# 8. The Kubernetes path on this engine: deploy/k8s/cpu made as
+# docs/deploy-k8s.md makes it (the registry by its sed, settings in
+# settings/chief.yaml, the size in base/kustomization.yaml), resolved as the
+# kubelet would, and its pods run here as the kubelet and the StatefulSet
+# controller would run them (tests/k8s/docker_runs.py): a clean run, a ps
+# pod deleted mid-run with ps_replicas 1, three workers by one number.
+kubectl_minor="$(kubectl version --client -o json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["minor"])' 2>/dev/null | tr -dc 0-9)"
+if [ "${kubectl_minor:-0}" -lt 22 ]; then
+  fail "run 8 (Kubernetes pods on Docker): kubectl 1.22 or newer is needed to render deploy/k8s (kustomize components, replicas, replacements); found: $(command -v kubectl || echo none) ${kubectl_minor:+1.$kubectl_minor}"
+elif ! python3 -c 'import yaml' 2>/dev/null; then
+  fail "run 8 (Kubernetes pods on Docker): python3 has no PyYAML (Debian: python3-yaml, in deploy/install_deps.sh)"
+else
+  probe=()
+  [ -n "${PSCLUSTER_DOCKER_PREBUILT:-}" ] && probe=(--probe "$PSCLUSTER_DOCKER_PREBUILT/pscluster-health-probe")
+  t0=$SECONDS
+  python3 "$repo/tests/k8s/docker_runs.py" --repo "$repo" --work "$tmp/k8s" --image "$IMAGE" --data "$data" \
+    --docker "$DOCKER" --subnet 10.231.30.0/24 "${probe[@]}" 2>&1 | tee "$tmp/k8s.log"
+  rc="${PIPESTATUS[0]}"
+  passed=$((passed + $(grep -c '^PASS: ' "$tmp/k8s.log"))); failed=$((failed + $(grep -c '^FAIL: ' "$tmp/k8s.log")))
+  if [ "$rc" -ne 0 ] && ! grep -q '^FAIL: ' "$tmp/k8s.log"; then
+    fail "run 8 (Kubernetes pods on Docker): tests/k8s/docker_runs.py exited $rc"
+  fi
+  note "run 8 (Kubernetes pods on Docker): $((SECONDS - t0)) s"
 fi
 
 if [ "$smoke_build_stage" = 1 ]; then

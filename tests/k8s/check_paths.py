@@ -16,10 +16,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import yaml
+
+import user_copy
 
 REPO, TMP = sys.argv[1], sys.argv[2]
 sys.path.insert(0, TMP)
@@ -28,7 +29,6 @@ from deploylib import (ROLES, Group, check, daemon_accepts, flag_problems,  # no
                        split_address, task_view)
 
 K8S = os.path.join(REPO, "deploy/k8s")
-RESOLVE = os.path.join(REPO, "tests/k8s/kubelet_resolve.py")
 MODEL_FIXTURE = os.path.join(REPO, "tests/fixtures/keras/tfjs_plain.json")
 REGISTRY = "registry.example.com/team"
 GRPC_PORT = 2222
@@ -39,50 +39,28 @@ REAL_BIN = real_bin_or_skip(REPO, TMP)
 
 # --- Making the paths as the docs do -----------------------------------------
 
-def run(argv, **kw):
-    return subprocess.run(argv, capture_output=True, text=True, **kw)
-
-
 def copy_k8s(label):
     """A copy of deploy/k8s to edit as a user would (the repository stays as it is)."""
-    d = os.path.join(TMP, label, "k8s")
-    shutil.copytree(K8S, d)
-    return d
+    return user_copy.copy_k8s(REPO, os.path.join(TMP, label))
 
 
 def docs_sed(k8s, target, label):
-    """Runs, on the copy `k8s`, the `sed -i` command of docs/deploy-k8s.md that
-    edits deploy/k8s/TARGET, exactly as written there: the docs are what a
-    user runs."""
-    with open(os.path.join(REPO, "docs/deploy-k8s.md")) as f:
-        text = f.read().replace("\\\n", " ")
-    cmds = re.findall(r"^sed -i '([^']+)'\s+deploy/k8s/%s\s*$" % re.escape(target), text, re.M)
-    if not check(len(cmds) == 1, "%s: docs/deploy-k8s.md has one sed for deploy/k8s/%s" % (label, target),
-                 "%d found" % len(cmds)):
-        return
-    path = os.path.join(k8s, target)
-    with open(path) as f:
-        before = f.read()
-    r = run(["sed", "-i", cmds[0], path])
-    with open(path) as f:
-        check(r.returncode == 0 and f.read() != before, "%s: the docs' sed changes deploy/k8s/%s" % (label, target),
-              r.stderr)
+    """The `sed -i` of docs/deploy-k8s.md that edits deploy/k8s/TARGET, run
+    on the copy `k8s` exactly as written there: the docs are what a user runs."""
+    why = user_copy.docs_sed(REPO, k8s, target)
+    check(why is None, "%s: the docs' sed changes deploy/k8s/%s" % (label, target), why or "")
 
 
 def kustomize(directory, label):
     """`kubectl kustomize DIRECTORY` into TMP/LABEL.yaml; its path, or None."""
-    r = run(["kubectl", "kustomize", directory])
-    if not check(r.returncode == 0, "%s: kubectl kustomize renders" % label, r.stderr.strip()[-500:]):
-        return None
-    path = os.path.join(TMP, label + ".yaml")
-    with open(path, "w") as f:
-        f.write(r.stdout)
+    path, why = user_copy.kustomize(directory, os.path.join(TMP, label + ".yaml"))
+    check(path is not None, "%s: kubectl kustomize renders" % label, why or "")
     return path
 
 
 def created_configmap(label, name, *args):
     """A ConfigMap as `kubectl create configmap NAME ARGS --dry-run=client -o yaml` makes it."""
-    r = run(["kubectl", "-n", "pscluster", "create", "configmap", name] + list(args) +
+    r = user_copy.run(["kubectl", "-n", "pscluster", "create", "configmap", name] + list(args) +
             ["--dry-run=client", "-o", "yaml"], cwd=TMP)
     if not check(r.returncode == 0, "%s: kubectl create configmap %s" % (label, name), r.stderr.strip()):
         return None
@@ -95,14 +73,11 @@ def created_configmap(label, name, *args):
 def resolve(files, label, registry=None):
     """(pods, hosts) from the kubelet-strict resolver, or (None, None) after
     a failed check naming every pod and reference that does not resolve."""
-    extra = ["--registry", registry] if registry else []
-    r = run([sys.executable, RESOLVE] + extra + files)
-    if not check(r.returncode == 0, "%s: every pod resolves as the kubelet would%s" %
-                 (label, " (images from %s)" % registry if registry else ""),
-                 "; ".join(l for l in r.stderr.splitlines() if l.startswith("pod "))[-1500:] or r.stderr[-500:]):
+    pods, why = user_copy.resolve(files, registry)
+    if not check(pods is not None, "%s: every pod resolves as the kubelet would%s" %
+                 (label, " (images from %s)" % registry if registry else ""), why or ""):
         return None, None
-    h = run([sys.executable, RESOLVE, "--hosts"] + files)
-    return json.loads(r.stdout), json.loads(h.stdout) if h.returncode == 0 else {}
+    return pods, user_copy.hosts(files)
 
 
 # --- Checks of one resolved pod ----------------------------------------------
@@ -313,20 +288,11 @@ for variant in ("", "cpu"):
 #    size changed by one number per role; chief flags set in settings.
 k8s = copy_k8s("user")
 docs_sed(k8s, "settings/kustomization.yaml", "registry")
-with open(os.path.join(k8s, "base/kustomization.yaml")) as f:
-    text = f.read()
-text2 = re.sub(r"(- name: worker\n\s+count: )2", r"\g<1>3", text)
-text2 = re.sub(r"(- name: ps\n\s+count: )2", r"\g<1>3", text2)
-check(text2.count("count: 3") == 2, "size: the worker and ps counts are one number each in base/kustomization.yaml")
-with open(os.path.join(k8s, "base/kustomization.yaml"), "w") as f:
-    f.write(text2)
-chief_cm = os.path.join(k8s, "settings/chief.yaml")
-with open(chief_cm) as f:
-    text = f.read()
-text = text.replace('  epochs: "6"\n', '  epochs: "2"\n  batch_size: "64"\n  optimizer: sgd\n  push_codec: bf16\n')
-with open(chief_cm, "w") as f:
-    f.write(text)
+why = user_copy.set_counts(k8s, worker=3, ps=3)
+check(why is None, "size: the worker and ps counts are one number each in base/kustomization.yaml", why or "")
 flags = {"model": "cnn", "epochs": "2", "batch_size": "64", "optimizer": "sgd", "push_codec": "bf16"}
+why = user_copy.set_chief_settings(k8s, {k: v for k, v in flags.items() if k != "model"})
+check(why is None, "settings: chief flags set in settings/chief.yaml", why or "")
 big = dict(SIZE, ps=3, worker=3)
 for variant in ("", "cpu"):
     label = "registry, 3 ps, 3 workers, chief flags: deploy/k8s" + ("/" + variant if variant else "")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs every shell block of docs/deploy-k8s.md as written, in order, in a
-scratch copy of the repository, with a recording kubectl
+scratch copy of the repository (then those of the README's "Kubernetes"
+section, against a cluster of their own), with a recording kubectl
 (tests/k8s/fake_kubectl.py: each path applied is rendered by the real
 kubectl and its pods resolved as the kubelet would) and stand-ins for
 docker (tag and push: their arguments checked) and tensorboard. Then every
@@ -11,20 +12,21 @@ Usage: run_doc_blocks.py REPO TMP      (tests/deploy_k8s_test.sh)
 """
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from doc_blocks import shell_blocks  # noqa: E402
+
 REPO, TMP = sys.argv[1], sys.argv[2]
-DOC = os.path.join(REPO, "docs/deploy-k8s.md")
 REGISTRY = "registry.example.com/team/"
 failed = 0
 
 
 def report(ok, what, why=""):
     global failed
-    print("%s: docs/deploy-k8s.md %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else ": " + why))
+    print("%s: %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else ": " + why))
     failed += not ok
 
 
@@ -52,21 +54,33 @@ state = os.path.join(TMP, "doc-blocks-state.json")
 env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], FAKE_KUBE_STATE=state,
            REAL_KUBECTL=shutil.which("kubectl"), KUBELET_RESOLVE=os.path.join(REPO, "tests/k8s/kubelet_resolve.py"))
 
-with open(DOC) as f:
-    blocks = re.findall(r"^```sh\n(.*?)^```", f.read(), re.M | re.S)
-report(len(blocks) >= 5, "has its shell blocks (%d)" % len(blocks), "too few")
-registry_set = False
-for n, block in enumerate(blocks, 1):
-    first = block.strip().splitlines()[0]
-    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=300)
-    report(r.returncode == 0, "block %d (%s) runs as written" % (n, first[:70]),
-           (r.stderr or r.stdout).strip()[-600:])
-    if "settings/kustomization.yaml" in block:
-        registry_set = True
-    elif registry_set and os.path.exists(state) and "apply -k" in block:
-        with open(state) as f:
-            images = json.load(f)["images"]
-        other = [i for i in images if not i.startswith(REGISTRY)]
-        report(images and not other, "block %d: every pod's image from %s" % (n, REGISTRY.rstrip("/")), str(other))
+
+
+def run_page(doc, section, state):
+    """Every shell block of DOC (its SECTION alone when given), in order,
+    against a fresh recording cluster kept in STATE."""
+    blocks = shell_blocks(os.path.join(REPO, doc), section)
+    where = doc + (" (%s)" % section if section else "")
+    report(len(blocks) >= (5 if section is None else 1), "%s has its shell blocks (%d)" % (where, len(blocks)),
+           "too few")
+    page_env = dict(env, FAKE_KUBE_STATE=state)
+    registry_set = False
+    for n, block in enumerate(blocks, 1):
+        first = block.strip().splitlines()[0]
+        r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=root, env=page_env,
+                           capture_output=True, text=True, timeout=300)
+        report(r.returncode == 0, "%s block %d (%s) runs as written" % (where, n, first[:70]),
+               (r.stderr or r.stdout).strip()[-600:])
+        if "settings/kustomization.yaml" in block:
+            registry_set = True
+        elif registry_set and os.path.exists(state) and "apply -k" in block:
+            with open(state) as f:
+                images = json.load(f)["images"]
+            other = [i for i in images if not i.startswith(REGISTRY)]
+            report(images and not other, "%s block %d: every pod's image from %s" %
+                   (where, n, REGISTRY.rstrip("/")), str(other))
+
+
+run_page("docs/deploy-k8s.md", None, state)
+run_page("README.md", "Kubernetes", os.path.join(TMP, "doc-blocks-readme-state.json"))
 sys.exit(1 if failed else 0)

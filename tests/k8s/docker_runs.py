@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""The Kubernetes pods of deploy/k8s/cpu, made as docs/deploy-k8s.md makes
+them and run on a real Docker engine as a kubelet would run them
+(tests/k8s/docker_kubelet.py), three times:
+
+  A. the clean run: the registry named by the docs' sed, `epochs: "2"` in
+     settings/chief.yaml; the data loaded as the docs load it (the
+     data-loader pod, `kubectl cp` = tar through `kubectl exec`, the pod
+     deleted), then deploy/k8s/cpu: every pod Ready, no restart before the
+     chief's final line, test accuracy >= 0.985, epochs=2 reaching the
+     chief's log, and the results fetched as "Your results" says (the
+     weights through the chief pod, TensorBoard files on the runs volume);
+  B. `ps_replicas: "1"` in settings/chief.yaml, 1 epoch: pod ps-1 deleted
+     with --grace-period=0 --force once the chief trains; the StatefulSet
+     makes it again (new IP, new emptyDir), the chief hands its shards to
+     the backup and back, and the run ends with its final line, >= 0.98;
+  C. one number, the worker count in base/kustomization.yaml, made 3:
+     7 pods, worker-2 trains, final line >= 0.98.
+
+Usage: docker_runs.py --repo R --work DIR --image IMAGE --data MNIST_DIR
+         [--docker /usr/bin/docker] [--subnet 10.231.30.0/24] [--probe PATH]
+         [--limit SECONDS]
+(tests/docker_run_test.sh runs it against its private daemon, with the CPU
+image it built.) Prints PASS:/FAIL: lines and notes; exit 1 when a check
+failed, 2 for bad arguments.
+"""
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import time
+
+import user_copy
+from docker_kubelet import DockerKubelet, PodError
+
+REGISTRY = "registry.example.com/team"
+FINAL = re.compile(r"^final: .*$", re.M)
+TRAINING = re.compile(r"epoch \d+/\d+ step [1-9]")
+failed = 0
+
+
+def report(ok, what, why=""):
+    global failed
+    print("%s: k8s on Docker: %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else ": " + str(why)), flush=True)
+    failed += not ok
+    return ok
+
+
+def note(what):
+    print("docker_runs: " + what, flush=True)
+
+
+class Setup:
+    """One user's copy of deploy/k8s, its pods resolved."""
+
+    def __init__(self, args, label, counts=None, settings=None):
+        self.dir = os.path.join(args.work, label)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        k8s = user_copy.copy_k8s(args.repo, self.dir)
+        problems = [user_copy.docs_sed(args.repo, k8s, "settings/kustomization.yaml"),
+                    user_copy.set_counts(k8s, **(counts or {})),
+                    user_copy.set_chief_settings(k8s, settings or {})]
+        self.pods = {}
+        for path in ("cpu", "data-loader"):
+            out, why = user_copy.kustomize(os.path.join(k8s, path), os.path.join(self.dir, path + ".yaml"))
+            pods, why = user_copy.resolve([out], REGISTRY) if out else (None, why)
+            problems.append(why)
+            self.pods[path] = pods or []
+        problems = [p for p in problems if p]
+        self.ok = report(not problems, "%s: deploy/k8s/cpu and data-loader made as the docs say and resolved "
+                         "(images from %s)" % (label, REGISTRY), "; ".join(problems))
+
+
+def final_line(kubelet):
+    m = FINAL.findall(kubelet.logs("chief-0"))
+    return m[-1] if m else None
+
+
+def accuracy(line):
+    m = re.search(r"test_accuracy=([0-9.]+)", line or "")
+    return float(m.group(1)) if m else 0.0
+
+
+def cp_out(args, kubelet, pod, path):
+    """`kubectl cp POD:PATH .`: tar through `kubectl exec`, as kubectl does;
+    the file's bytes."""
+    c = kubelet.container_of(pod)
+    r = subprocess.run([args.docker, "exec", c.docker_name, "tar", "-cf", "-", "-C", os.path.dirname(path),
+                        os.path.basename(path)], capture_output=True, timeout=120)
+    if r.returncode != 0:
+        raise PodError("kubectl cp %s:%s: %s" % (pod, path, r.stderr.decode(errors="replace").strip()))
+    with tarfile.open(fileobj=io.BytesIO(r.stdout)) as t:
+        return t.extractfile(os.path.basename(path)).read()
+
+
+def load_data(args, kubelet, setup):
+    """The docs' data steps: apply deploy/k8s/data-loader, wait for Ready,
+    `kubectl cp data/mnist data-loader:/data/mnist`, delete the pod."""
+    kubelet.run(setup.pods["data-loader"])
+    loader = lambda: kubelet.pod("data-loader")  # noqa: E731
+    if not report(kubelet.wait(lambda: loader().failed or loader().ready_at, 120) and not loader().failed,
+                  "the data-loader pod is Ready", loader().failed or "not Ready within 120 s"):
+        return False
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        t.add(args.data, arcname="mnist")
+    c = kubelet.container_of("data-loader")
+    r = subprocess.run([args.docker, "exec", "-i", c.docker_name, "tar", "-xf", "-", "-C", "/data"],
+                       input=buf.getvalue(), capture_output=True, timeout=300)
+    ok = report(r.returncode == 0, "kubectl cp %s data-loader:/data/mnist (tar through exec, as uid 10001)" %
+                args.data, r.stderr.decode(errors="replace").strip())
+    t0 = time.time()
+    kubelet.delete("data-loader")
+    report(time.time() - t0 < 10, "kubectl delete pod data-loader returns at once (it stops on SIGTERM)",
+           "took %.0f s: its process ignores SIGTERM, and the kubelet waits out the grace period" %
+           (time.time() - t0))
+    return ok
+
+
+def train(args, kubelet, setup, label, during=None):
+    """Runs deploy/k8s/cpu's pods until the chief's final line (or the
+    limit); DURING(kubelet) is called every loop while it trains. The time
+    the final line came, or None after a failed check."""
+    kubelet.run(setup.pods["cpu"])
+    t0 = time.time()
+    state = {"next": 0.0, "final": None}
+
+    def done():
+        if time.time() < state["next"]:
+            return False
+        state["next"] = time.time() + 2
+        log = kubelet.logs("chief-0")
+        if during and TRAINING.search(log):
+            during(kubelet)
+        if FINAL.search(log):
+            state["final"] = time.time()
+            return True
+        return bool(kubelet.pod("chief-0").failed)
+
+    if not kubelet.wait(done, args.limit) or state["final"] is None:
+        pods = {n: (p.failed or "restarts %s" % [c.restarts for c in p.containers]) for n, p in kubelet.pods.items()}
+        report(False, "%s: the chief's final line within %d s" % (label, args.limit),
+               "pods: %s; the chief's last lines: %s" % (pods, kubelet.logs("chief-0")[-800:]))
+        return None
+    note("%s: final line after %.0f s" % (label, state["final"] - t0))
+    return state["final"]
+
+
+def check_final(label, kubelet, minimum):
+    line = final_line(kubelet)
+    report(line and accuracy(line) >= minimum, "%s: the chief's %s (>= %s)" % (label, line, minimum),
+           line or "no final line")
+
+
+def check_pods(label, kubelet, names, final_at, restarted=()):
+    """Every pod of NAMES Ready at some point; no container of theirs (but
+    RESTARTED's) exited non-zero or failed its liveness probe before the
+    final line (the ps, workers and evaluator exit 0 when the chief stops
+    them, just before it, and their StatefulSets start them again)."""
+    pods = {n: kubelet.pod(n) for n in names}
+    missing = [n for n, p in pods.items() if p is None or p.failed]
+    not_ready = [n for n, p in pods.items() if p and p.ready_at is None]
+    report(not missing and not not_ready, "%s: every pod (%s) started and became Ready" % (label, ", ".join(names)),
+           "failed or missing: %s; never Ready: %s" % ([(n, pods[n] and pods[n].failed) for n in missing],
+                                                      not_ready))
+    early = ["%s container %s exited %d" % (n, c.spec["name"], code)
+             for n, p in pods.items() if p and n not in restarted
+             for c in p.containers for (t, code) in c.exits if t < final_at and code != 0]
+    early += ["%s failed its liveness probe" % n for n, p in pods.items() if p
+              for c in p.containers if c.liveness_kills]
+    report(not early, "%s: no container exited non-zero or failed its liveness probe before the final line" % label, early)
+
+
+def run_clean(args):
+    label = "A (clean, epochs=2 from settings/chief.yaml)"
+    setup = Setup(args, "clean", settings={"epochs": 2})
+    if not setup.ok:
+        return
+    kubelet = new_kubelet(args, "clean")
+    try:
+        if not load_data(args, kubelet, setup):
+            return
+        final_at = train(args, kubelet, setup, label)
+        if final_at is None:
+            return
+        check_final(label, kubelet, 0.985)
+        names = [p["name"] for p in setup.pods["cpu"]]
+        check_pods(label, kubelet, names, final_at)
+        log = kubelet.logs("chief-0")
+        report("epoch 2/2" in log and "epochs=2" in (final_line(kubelet) or ""),
+               "%s: epochs: \"2\" reached the chief ('epoch 2/2' in its log, epochs=2 in its final line)" % label,
+               "its log: %s" % log[-600:])
+        try:
+            weights = cp_out(args, kubelet, "chief-0", "/runs/model.safetensors")
+            n = struct.unpack("<Q", weights[:8])[0]
+            header = json.loads(weights[8:8 + n])
+            meta = header.pop("__metadata__", {})
+            report(meta.get("model") == "cnn" and header,
+                   "%s: kubectl cp chief-0:/runs/model.safetensors: %d tensors of the model %s" %
+                   (label, len(header), meta.get("model")), meta)
+        except (PodError, KeyError, ValueError, struct.error) as e:
+            report(False, "%s: kubectl cp chief-0:/runs/model.safetensors" % label, e)
+        events = [os.path.join(r, f) for r, _, fs in os.walk(args.runs_dir("clean")) for f in fs
+                  if f.startswith("events.out.tfevents")]
+        report(len(events) >= 2, "%s: TensorBoard event files on the runs volume (the chief's and the "
+               "evaluator's): %s" % (label, sorted(os.path.relpath(e, args.runs_dir("clean")) for e in events)),
+               events)
+    finally:
+        kubelet.teardown()
+
+
+def run_ps_deleted(args):
+    label = "B (ps_replicas=1, ps-1 deleted mid-run)"
+    setup = Setup(args, "ps-deleted", settings={"epochs": 1, "ps_replicas": 1})
+    if not setup.ok:
+        return
+    kubelet = new_kubelet(args, "ps-deleted")
+    deleted = {}
+
+    def delete_ps1(k):
+        if not deleted:
+            old = k.pod("ps-1")
+            step = TRAINING.findall(k.logs("chief-0"))
+            deleted["old_ip"] = old.ip
+            deleted["new"] = k.delete("ps-1", grace=0)
+            note("%s: pod ps-1 (%s) deleted with --grace-period=0 --force after %s" % (label, old.ip, step[-1]))
+
+    try:
+        if not data_loaded(args) and not load_data(args, kubelet, setup):
+            return
+        final_at = train(args, kubelet, setup, label, during=delete_ps1)
+        if final_at is None:
+            return
+        check_final(label, kubelet, 0.98)
+        new = deleted.get("new")
+        log = kubelet.logs("chief-0")
+        lost = log.find("ps:1 lost")
+        back = re.search(r"ps:0's store has a backup on ps:1 \(ps-1\.ps:\d+\)", log[lost:]) if lost >= 0 else None
+        report(new is not None and new.ip != deleted["old_ip"] and "gRPC on" in kubelet.logs("ps-1") and back,
+               "%s: the StatefulSet made ps-1 again (%s, was %s), and the chief took it back by its DNS name "
+               "('%s')" % (label, new and new.ip, deleted.get("old_ip"), back and back.group(0)),
+               "the new ps-1's log: %s; the chief's ps:1 lines: %s" % (
+                   kubelet.logs("ps-1")[-300:], [l for l in log.splitlines() if "ps:1" in l][-4:]))
+        want = re.compile(r"ps:1 (restarted: restored from its backup store|lost .*: its backup store on ps:0 .* "
+                          r"serves its shards).*")
+        got = want.search(log)
+        report(got and "every ps restored" not in log,
+               "%s: the chief restored ps:1 from its backup, no checkpoint roll-back: %s" %
+               (label, got and got.group(0)[:160]), [l for l in log.splitlines() if "ps:1" in l][-5:])
+        check_pods(label, kubelet, [p["name"] for p in setup.pods["cpu"] if p["name"] != "ps-1"], final_at)
+    finally:
+        kubelet.teardown()
+
+
+def run_scaled(args):
+    label = "C (3 workers: one number in base/kustomization.yaml)"
+    setup = Setup(args, "scaled", counts={"worker": 3}, settings={"epochs": 1})
+    if not setup.ok:
+        return
+    names = [p["name"] for p in setup.pods["cpu"]]
+    report("worker-2" in names and len(names) == 7, "%s: 7 pods, worker-2 among them" % label, names)
+    kubelet = new_kubelet(args, "scaled")
+    try:
+        if not data_loaded(args) and not load_data(args, kubelet, setup):
+            return
+        final_at = train(args, kubelet, setup, label)
+        if final_at is None:
+            return
+        check_final(label, kubelet, 0.98)
+        check_pods(label, kubelet, names, final_at)
+        done = re.findall(r"done: [0-9]+ steps", kubelet.logs("worker-2"))
+        report(done and not done[-1].startswith("done: 0 "), "%s: worker-2 trained (%s)" %
+               (label, done and done[-1]), kubelet.logs("worker-2")[-400:])
+    finally:
+        kubelet.teardown()
+
+
+def data_loaded(args):
+    """Whether an earlier run loaded MNIST onto the data volume (it
+    outlives the runs, as a PVC does)."""
+    return os.path.isfile(os.path.join(args.work, "volumes", "data", "mnist", "train-images-idx3-ubyte.gz"))
+
+
+def new_kubelet(args, label):
+    """A kubelet for one run: the data volume (shared by the runs, as a PVC
+    outlives them) and a new runs volume, both root's 0755 folders as a
+    provisioner makes them."""
+    claims = {"pscluster-data": os.path.join(args.work, "volumes", "data"),
+              "pscluster-runs": args.runs_dir(label)}
+    shutil.rmtree(claims["pscluster-runs"], ignore_errors=True)
+    for d in claims.values():
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o755)
+    return DockerKubelet(args.docker, os.path.join(args.work, "kubelet-" + label), "pscluster-k8s", args.subnet,
+                         claims, probe_binary=args.probe, log=note)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repo", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--image", required=True, help="the CPU image, tagged into the registry as the docs do")
+    p.add_argument("--data", required=True, help="a folder of MNIST's four .gz files")
+    p.add_argument("--docker", default="docker")
+    p.add_argument("--subnet", default="10.231.30.0/24")
+    p.add_argument("--probe", default=None, help="a pscluster-health-probe here, for gRPC probes")
+    p.add_argument("--limit", type=int, default=420, help="seconds a run may take")
+    p.add_argument("--runs", default="ABC", help="which runs (default ABC)")
+    args = p.parse_args()
+    if not os.path.isfile(os.path.join(args.data, "train-images-idx3-ubyte.gz")):
+        p.error("--data %s: no train-images-idx3-ubyte.gz" % args.data)
+    args.runs_dir = lambda label: os.path.join(args.work, "volumes", "runs-" + label)
+    # The docs: docker tag pscluster registry.example.com/team/pscluster.
+    r = subprocess.run([args.docker, "tag", args.image, REGISTRY + "/pscluster:latest"], capture_output=True, text=True)
+    if not report(r.returncode == 0, "docker tag %s %s/pscluster" % (args.image, REGISTRY), r.stderr):
+        return 1
+    for run in args.runs:
+        t0 = time.time()
+        {"A": run_clean, "B": run_ps_deleted, "C": run_scaled}[run](args)
+        note("run %s: %.0f s" % (run, time.time() - t0))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
