@@ -23,9 +23,12 @@ root). Prints PASS:/FAIL: lines; exit 1 when one failed.
 Usage: compose_doc_blocks.py REPO TMP MNIST_DIR     (tests/deploy_compose_test.sh)
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
+
+import yaml
 
 from doc_blocks import shell_blocks
 
@@ -158,4 +161,25 @@ for doc, section in docs:
                            capture_output=True, text=True, timeout=300)
         report(r.returncode == 0, "%s block %d (%s) runs as written" % (where, n, first[:70]),
                (r.stderr or r.stdout).strip()[-600:])
+
+# deploy/compose/.env as its header says to use it: lines uncommented and
+# changed; Compose reads it from the Compose file's folder, and a variable
+# of the shell wins over it.
+dotenv = os.path.join(root, "deploy/compose/.env")
+with open(dotenv) as f:
+    text = f.read()
+text = re.sub(r"^#PSCLUSTER_CHIEF_ARGS=.*$", "PSCLUSTER_CHIEF_ARGS=--batch_size=64 --optimizer=sgd", text, flags=re.M)
+text = re.sub(r"^#PSCLUSTER_EPOCHS=.*$", "PSCLUSTER_EPOCHS=2", text, flags=re.M)
+with open(dotenv, "w") as f:
+    f.write(text)
+for shell, want_epochs in (({}, "2"), ({"PSCLUSTER_EPOCHS": "3"}, "3")):
+    r = subprocess.run([real_compose or "docker-compose", "-f", "deploy/compose/docker-compose.yml", "config"],
+                       cwd=root, env=dict(env, **shell), capture_output=True, text=True)
+    chief = (yaml.safe_load(r.stdout) or {}).get("services", {}).get("chief", {}) if r.returncode == 0 else {}
+    environment = chief.get("environment") or {}
+    report(environment.get("PSCLUSTER_ARGS") == "--batch_size=64 --optimizer=sgd" and
+           "--epochs=%s" % want_epochs in (chief.get("command") or []),
+           "deploy/compose/.env with PSCLUSTER_CHIEF_ARGS and PSCLUSTER_EPOCHS=2 uncommented reaches the chief "
+           "(PSCLUSTER_ARGS, --epochs=%s%s)" % (want_epochs, ", the shell's PSCLUSTER_EPOCHS=3 winning" if shell else ""),
+           r.stderr.strip()[-300:] or "chief: %s" % chief)
 sys.exit(1 if failed else 0)
