@@ -268,6 +268,36 @@ EOF2
   done
 fi
 
+# --- Several machines ---------------------------------------------------
+# The block runs as written, in a folder where ./ps_server, ./worker,
+# ./evaluator and ./chief run the built daemons with --metrics_port=-1 added:
+# every check of TF_CONFIG and of the flags comes first in the mains, so a
+# daemon that exits 2 naming --metrics_port=-1 took the line's TF_CONFIG and
+# flags (and would serve, on its machine).
+block several_machines >"$tmp/several.txt"
+if [ ! -s "$tmp/several.txt" ]; then
+  fail "README.md: no block after <!-- readme_test: several_machines -->"
+else
+  mkdir -p "$tmp/machines"
+  for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
+    {
+      echo '#!/usr/bin/env bash'
+      echo "out=\"\$('$repo/bazel-bin/$b' \"\$@\" --metrics_port=-1 2>&1)\"; rc=\$?"
+      echo "if [ \"\$rc\" = 2 ] && grep -q -- '--metrics_port=-1' <<<\"\$out\"; then"
+      echo "  echo \"${b#*/}: accepts TF_CONFIG \$(tr -d '\n' <<<\"\$TF_CONFIG\" | grep -o '\"task\": *{[^}]*}') and \$*\"; exit 0"
+      echo "fi"
+      echo "echo \"${b#*/} \$*: exit \$rc: \$out\" >&2; exit 1"
+    } >"$tmp/machines/${b#*/}"
+    chmod +x "$tmp/machines/${b#*/}"
+  done
+  if out="$(cd "$tmp/machines" && bash -e -o pipefail "$tmp/several.txt" 2>&1)" &&
+     [ "$(grep -c ': accepts TF_CONFIG' <<<"$out")" -eq 4 ]; then
+    pass "the README's several-machines block runs as written: each built daemon takes its line's TF_CONFIG and flags ($(tr '\n' ';' <<<"$out"))"
+  else
+    fail "the README's several-machines block: $(tail -3 <<<"$out" | tr '\n' ' ')"
+  fi
+fi
+
 # --- docs/flags.md against --help ------------------------------------------
 if msg="$("$py" - "$repo" <<'EOF' 2>&1
 import re, subprocess, sys
