@@ -106,6 +106,17 @@ else
   fail "README.md lacks a marked block (<!-- readme_test: NAME --> before a fenced block): quickstart $(wc -l < "$tmp/quickstart.txt") lines, keras_export $(wc -l < "$tmp/keras_export.txt"), own_model $(wc -l < "$tmp/own_model.txt"), keras_load $(wc -l < "$tmp/keras_load.txt")"
 fi
 
+# --- A manual, not a notebook --------------------------------------------
+# At most 300 lines, and no dated line: measurements, with their dates and
+# machines, belong in docs/benchmarks/.
+lines="$(wc -l <"$readme")"
+dated="$(grep -nE '(19|20)[0-9]{2}-[01][0-9]-[0-3][0-9]' "$readme" | head -3 | tr '\n' ' ')"
+if [ "$lines" -le 300 ] && [ -z "$dated" ]; then
+  pass "README.md is a manual: $lines lines (at most 300), no dated line"
+else
+  fail "README.md: $lines lines (at most 300)${dated:+; dated lines: $dated}"
+fi
+
 # --- The quick start ----------------------------------------------------
 quick_train="$(grep -E '^\./deploy/local/train\.sh' "$tmp/quickstart.txt")"
 if grep -qE '^\./tests/run_all\.sh( |$)' "$tmp/quickstart.txt" && [ -x "$repo/tests/run_all.sh" ] &&
