@@ -242,12 +242,18 @@ def run_ps_deleted(args):
         new = deleted.get("new")
         log = kubelet.logs("chief-0")
         lost = log.find("ps:1 lost")
-        back = re.search(r"ps:0's store has a backup on ps:1 \(ps-1\.ps:\d+\)", log[lost:]) if lost >= 0 else None
-        report(new is not None and new.ip != deleted["old_ip"] and "gRPC on" in kubelet.logs("ps-1") and back,
-               "%s: the StatefulSet made ps-1 again (%s, was %s), and the chief took it back by its DNS name "
+        # The chief reaches the new pod by its DNS name: it takes it back as
+        # ps:1 while the run goes on, or, when the pod came back as the run
+        # ended (its container can take 10 s to start on a busy host), tells
+        # it the run is over.
+        back = re.search(r"ps:0's store has a backup on ps:1 \(ps-1\.ps:\d+\)|"
+                         r"ps:1 \(ps-1\.ps:2222\) was told to exit", log[lost:]) if lost >= 0 else None
+        new_log = kubelet.logs("ps-1")
+        report(new is not None and new.ip != deleted["old_ip"] and "gRPC on" in new_log and back,
+               "%s: the StatefulSet made ps-1 again (%s, was %s), and the chief reached it by its DNS name "
                "('%s')" % (label, new and new.ip, deleted.get("old_ip"), back and back.group(0)),
                "the new ps-1's log: %s; the chief's ps:1 lines: %s" % (
-                   kubelet.logs("ps-1")[-300:], [l for l in log.splitlines() if "ps:1" in l][-4:]))
+                   new_log[-300:], [l for l in log.splitlines() if "ps:1" in l][-4:]))
         want = re.compile(r"ps:1 (restarted: restored from its backup store|lost .*: its backup store on ps:0 .* "
                           r"serves its shards).*")
         got = want.search(log)
