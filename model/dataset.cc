@@ -4,11 +4,11 @@
 #include <cmath>
 
 #include <unistd.h>
-#include <zip.h>
 
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "model/criteo_dataset.h"
 #include "model/tfrecord_source.h"
+#include "model/zip_archive.h"
 
 namespace pscluster {
 namespace {
@@ -157,51 +158,14 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 // The member `name` of an .npz archive.
 absl::StatusOr<std::string> ReadNpzMember(const std::string& path, const std::string& name) {
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
-  if (z == nullptr) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, err);
-    const std::string why = zip_error_strerror(&e);
-    zip_error_fini(&e);
-    if (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN) {
-      return absl::NotFoundError(absl::StrCat(path, ": ", why));
-    }
-    return Bad(path, absl::StrCat("not an .npz (zip) archive: ", why));
+  absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "an .npz");
+  if (!archive.ok()) return archive.status();
+  if (!(*archive)->Has(name)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no member ", name,
+                                            " (np.savez(path, x_train=..., y_train=..., "
+                                            "x_test=..., y_test=...))"));
   }
-  std::string out;
-  absl::Status st;
-  zip_stat_t info;
-  if (zip_stat(z, name.c_str(), 0, &info) != 0 || !(info.valid & ZIP_STAT_SIZE)) {
-    st = absl::NotFoundError(absl::StrCat(path, ": no member ", name,
-                                          " (np.savez(path, x_train=..., y_train=..., "
-                                          "x_test=..., y_test=...))"));
-  } else if (zip_file_t* f = zip_fopen(z, name.c_str(), 0); f == nullptr) {
-    st = Bad(absl::StrCat(path, ": ", name), zip_strerror(z));
-  } else {
-    // The size is the archive's claim: the buffer grows as the bytes come
-    // (16 MiB ahead at most), so a lying header costs only what is there.
-    constexpr zip_uint64_t kStep = zip_uint64_t{16} << 20;
-    zip_uint64_t have = 0;
-    zip_int64_t r = 0;
-    while (have < info.size) {
-      out.resize(static_cast<size_t>(std::min(info.size, have + std::max(have, kStep))));
-      r = zip_fread(f, out.data() + have, out.size() - have);
-      if (r <= 0) break;
-      have += static_cast<zip_uint64_t>(r);
-    }
-    if (r < 0) {
-      st = Bad(absl::StrCat(path, ": ", name), absl::StrCat("unreadable: ", zip_file_strerror(f)));
-    } else if (have != info.size) {
-      st = Bad(absl::StrCat(path, ": ", name),
-               absl::StrCat("unreadable: it ends after ", have, " of the ", info.size,
-                            " bytes its zip header claims"));
-    }
-    zip_fclose(f);
-  }
-  zip_discard(z);
-  if (!st.ok()) return st;
-  return out;
+  return (*archive)->Read(name, std::numeric_limits<uint64_t>::max());
 }
 
 bool IsDir(const std::string& path) {

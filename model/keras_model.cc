@@ -1,6 +1,5 @@
 #include "model/keras_model.h"
 
-#include <zip.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/builtin_models.h"
+#include "model/zip_archive.h"
 #include "nlohmann/json.hpp"
 
 namespace pscluster {
@@ -1564,43 +1564,13 @@ absl::StatusOr<std::string> ReadModelFile(const std::string& name_or_path) {
     if (name_or_path == m.name) return std::string(m.json);
   }
   if (absl::EndsWith(name_or_path, ".keras")) {
-    int err = 0;
-    zip_t* z = zip_open(name_or_path.c_str(), ZIP_RDONLY, &err);
-    if (z == nullptr) {
-      zip_error_t e;
-      zip_error_init_with_code(&e, err);
-      std::string why = zip_error_strerror(&e);
-      zip_error_fini(&e);
-      return (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN)
-                 ? absl::NotFoundError(absl::StrCat(name_or_path, ": ", why))
-                 : absl::InvalidArgumentError(
-                       absl::StrCat(name_or_path, ": not a .keras (zip) archive: ", why));
-    }
-    std::string text;
-    absl::Status st;
-    zip_stat_t info;
-    zip_file_t* f = nullptr;
-    if (zip_stat(z, "config.json", 0, &info) != 0 || !(info.valid & ZIP_STAT_SIZE)) {
-      st = absl::InvalidArgumentError(
+    absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(name_or_path, "a .keras");
+    if (!archive.ok()) return archive.status();
+    if (!(*archive)->Has("config.json")) {
+      return absl::InvalidArgumentError(
           absl::StrCat(name_or_path, ": the archive has no config.json"));
-    } else if (info.size > (64u << 20)) {
-      st = absl::InvalidArgumentError(absl::StrCat(name_or_path, ": config.json is ", info.size,
-                                                   " bytes, more than 64 MiB"));
-    } else if ((f = zip_fopen(z, "config.json", 0)) == nullptr) {
-      st = absl::InvalidArgumentError(absl::StrCat(name_or_path, ": config.json: ",
-                                                   zip_strerror(z)));
-    } else {
-      text.resize(info.size);
-      const zip_int64_t n = zip_fread(f, text.data(), info.size);
-      if (n != static_cast<zip_int64_t>(info.size)) {
-        st = absl::InvalidArgumentError(absl::StrCat(name_or_path, ": config.json: ",
-                                                     zip_file_strerror(f)));
-      }
-      zip_fclose(f);
     }
-    zip_discard(z);
-    if (!st.ok()) return st;
-    return text;
+    return (*archive)->Read("config.json", uint64_t{64} << 20);
   }
   std::ifstream in(name_or_path, std::ios::binary);
   if (!in) {

@@ -1,4 +1,5 @@
 #include "model/keras_weights.h"
+#include "model/zip_archive.h"
 
 #include <fcntl.h>
 #include <hdf5/serial/hdf5.h>
@@ -7,7 +8,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zip.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -340,46 +340,13 @@ class QuietErrors {
 
 // The bytes of `entry` in zip archive `path`.
 absl::StatusOr<std::string> ReadZipEntry(const std::string& path, const char* entry) {
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
-  if (z == nullptr) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, err);
-    const std::string why = zip_error_strerror(&e);
-    zip_error_fini(&e);
-    return (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN)
-               ? absl::NotFoundError(absl::StrCat(path, ": ", why))
-               : Bad(path, absl::StrCat("not a .keras (zip) archive: ", why));
+  absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "a .keras");
+  if (!archive.ok()) return archive.status();
+  if (!(*archive)->Has(entry)) {
+    return Bad(path, absl::StrCat("the archive has no ", entry,
+                                  " (saved without weights, or with weights_format=\"npz\")"));
   }
-  std::string bytes;
-  absl::Status st;
-  zip_stat_t info;
-  zip_file_t* f = nullptr;
-  if (zip_stat(z, entry, 0, &info) != 0 || !(info.valid & ZIP_STAT_SIZE)) {
-    st = Bad(path, absl::StrCat("the archive has no ", entry,
-                                " (saved without weights, or with weights_format=\"npz\")"));
-  } else if (info.size > (uint64_t{64} << 30)) {
-    st = Bad(path, absl::StrCat(entry, " is ", info.size, " bytes, more than 64 GiB"));
-  } else if ((f = zip_fopen(z, entry, 0)) == nullptr) {
-    st = Bad(path, absl::StrCat(entry, ": ", zip_strerror(z)));
-  } else {
-    // Grown as bytes arrive, never to the size the header claims: a small
-    // archive may claim gigabytes (keras_archive_fuzzer).
-    char buf[1 << 16];
-    zip_int64_t n;
-    while (bytes.size() < info.size &&
-           (n = zip_fread(f, buf, std::min<uint64_t>(sizeof buf, info.size - bytes.size()))) > 0) {
-      bytes.append(buf, static_cast<size_t>(n));
-    }
-    if (bytes.size() != info.size) {
-      st = Bad(path, absl::StrCat(entry, ": holds ", bytes.size(), " bytes of the ", info.size,
-                                  " its header claims (", zip_file_strerror(f), ")"));
-    }
-    zip_fclose(f);
-  }
-  zip_discard(z);
-  if (!st.ok()) return st;
-  return bytes;
+  return (*archive)->Read(entry, uint64_t{64} << 30);
 }
 
 // --- The reading process ---------------------------------------------------
@@ -593,20 +560,9 @@ absl::StatusOr<std::vector<FileTensor>> ReadInChild(const std::string& source,
 }  // namespace
 
 absl::StatusOr<bool> KerasArchiveHasWeights(const std::string& path) {
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
-  if (z == nullptr) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, err);
-    const std::string why = zip_error_strerror(&e);
-    zip_error_fini(&e);
-    return (err == ZIP_ER_NOENT || err == ZIP_ER_OPEN)
-               ? absl::NotFoundError(absl::StrCat(path, ": ", why))
-               : Bad(path, absl::StrCat("not a .keras (zip) archive: ", why));
-  }
-  const bool has = zip_name_locate(z, "model.weights.h5", 0) >= 0;
-  zip_discard(z);
-  return has;
+  absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "a .keras");
+  if (!archive.ok()) return archive.status();
+  return (*archive)->Has("model.weights.h5");
 }
 
 std::string KerasGroupPrefix(LayerKind kind) {

@@ -13,14 +13,7 @@ bin="$repo/bazel-bin/deploy/data/criteo_synth"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-passed=0
-failed=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-finish() {
-  echo "criteo_synth_test: $passed passed, $failed failed"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 [ -x "$bin" ] || { fail "missing $bin (bazel build //deploy/data:criteo_synth)"; finish; }
 

@@ -29,14 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 margin=0.055
 buckets=100000
 
-passed=0
-failed=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-finish() {
-  echo "criteo_train_test: $passed passed, $failed failed"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 # shellcheck source=tests/launcher_common.sh
 source "$repo/tests/launcher_common.sh"
 

@@ -19,14 +19,7 @@ set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ps_bin="$repo/bazel-bin/ps_server/ps_server"
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-finish() {
-  echo "data_port_test: $passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 if [ "$(id -u)" -ne 0 ]; then skip "a network namespace needs root"; finish; fi
 for tool in unshare ip sysctl; do

@@ -75,15 +75,8 @@ set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
 cache="${PSCLUSTER_DOCKER_CACHE:-$HOME/.cache/pscluster-docker}"
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 note() { echo "docker_run_test: $*"; }
-finish() {
-  echo "docker_run_test: $passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]; exit
-}
 
 # What this test's daemon owns. The bridge and the address pool are used by
 # no other test (tests/netns_cluster_test.sh: 10.213.0.0/24).

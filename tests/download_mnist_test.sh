@@ -17,12 +17,7 @@ data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-passed=0
-failed=0
-skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 # run NAME EXPECTED_STATUS PATTERN ARGS...: runs the script, checks its exit
 # status and that its combined output matches the extended regex PATTERN.

@@ -22,14 +22,7 @@ base="${PSCLUSTER_FUZZ_OUTPUT_BASE:-$HOME/.cache/pscluster-fuzz}"
 artifacts="${TMPDIR:-/tmp}/pscluster-fuzz-artifacts"
 targets=(tf_config ps_service data_plane codec chief npy idx safetensors tfrecord ring checkpoint
          keras_model keras_archive event_file hdf5_weights)
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-finish() {
-  echo "fuzz_test: $passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 if ! command -v bazel >/dev/null; then skip "fuzzers: no bazel"; finish; fi
 if ! command -v clang >/dev/null || ! command -v clang++ >/dev/null; then

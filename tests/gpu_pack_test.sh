@@ -21,11 +21,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pack="$repo/deploy/gpu/pack.sh"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-finish() { echo "gpu_pack_test: $passed passed, $failed failed, $skipped skipped"; [ "$failed" -eq 0 ]; exit; }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 SONAME=libcublas.so.13
 MAX_BYTES=$((20 * 1048576))

@@ -8,8 +8,9 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHECK="$ROOT/tests/layering_check.py"
+source "$ROOT/tests/test_lib.sh"   # pass, fail, report, finish
 
-python3 "$CHECK" "$ROOT"
+report < <(python3 "$CHECK" "$ROOT" 2>&1)
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -32,18 +33,18 @@ refused() {
   local out
   out="$(python3 "$CHECK" "$tmp/t" 2>&1)"
   if [ $? -ne 0 ] && grep -qF -- "$2" <<<"$out"; then
-    echo "PASS: the check refuses $1"
+    pass "the check refuses $1"
   else
-    echo "FAIL: the check does not refuse $1 (wanted a line naming '$2'):"
+    fail "the check does not refuse $1 (wanted a line naming '$2'):"
     sed 's/^/  /' <<<"$out"
   fi
 }
 
 scratch
 if python3 "$CHECK" "$tmp/t" >/dev/null; then
-  echo "PASS: the check passes a tree that follows the layers"
+  pass "the check passes a tree that follows the layers"
 else
-  echo "FAIL: the check refuses a clean scratch tree:"
+  fail "the check refuses a clean scratch tree:"
   python3 "$CHECK" "$tmp/t" | sed 's/^/  /'
 fi
 
@@ -72,3 +73,4 @@ scratch
 mkdir -p "$tmp/t/compute/testing"
 printf 'cc_library(\n    name = "models",\n    hdrs = ["models.h"],\n)\n' >"$tmp/t/compute/testing/BUILD"
 refused "a test helper that is not testonly" "models is a test helper but not testonly"
+finish

@@ -18,24 +18,7 @@ set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-# report: counts the "PASS: " and "FAIL: " lines of a check read on stdin.
-report() {
-  local line
-  while IFS= read -r line; do
-    case "$line" in
-      "PASS: "*) pass "${line#PASS: }" ;;
-      "FAIL: "*) fail "${line#FAIL: }" ;;
-    esac
-  done
-}
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-finish() {
-  echo "netlab_test: $passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 if [ "$(id -u)" -ne 0 ]; then skip "network namespaces and tc need root"; finish; fi
 for tool in ip tc gnuplot; do

@@ -20,14 +20,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$repo/bazel-bin"
 data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-finish() {
-  echo "netns_cluster_test: $passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 if [ "$(id -u)" -ne 0 ]; then skip "network namespaces need root"; finish; fi
 if ! command -v ip >/dev/null; then skip "no 'ip' (iproute2)"; finish; fi

@@ -29,14 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=tests/launcher_common.sh
 . "$repo/tests/launcher_common.sh"
 
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-finish() {
-  echo "ps_replicas_test: $passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 if [ ! -x "$repo/bazel-bin/chief/chief" ] || [ ! -x "$repo/bazel-bin/ps_server/ps_server" ]; then
   if [ "${CI:-}" = true ]; then fail "the daemons are not built in bazel-bin"; else skip "the daemons are not built in bazel-bin"; fi

@@ -57,10 +57,7 @@ trap 'rm -rf "$tmp"' EXIT
 QUICKSTART_MIN=0.989
 OWN_MODEL_MIN=0.960
 
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 # block NAME: the fenced block right after <!-- readme_test: NAME --> in
 # README.md, without its fences; nothing when the marker or block is absent.

@@ -14,9 +14,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 # Every test script run_all.sh picks up is executable in git (a fresh clone
 # takes the mode from there).
@@ -27,6 +25,20 @@ elif not_x="$(awk '$1 != "100755" { print $4 }' <<<"$modes")" && [ -n "$not_x" ]
   fail "not executable in git: $(tr '\n' ' ' <<<"$not_x")"
 else
   pass "all $(wc -l <<<"$modes") tests/*_test.sh are executable in git (100755)"
+fi
+
+# One shell library: every test script takes pass, fail, skip, report and
+# finish from tests/test_lib.sh (itself, or through tests/deploy_common.sh)
+# and defines none of them again.
+own=""; lacking=""
+for t in "$repo"/tests/*_test.sh; do
+  grep -qE '^[[:space:]]*(pass|fail|skip|report|finish)\(\)' "$t" && own+=" $(basename "$t")"
+  grep -qE '^[[:space:]]*(source|\.) .*(test_lib|deploy_common)\.sh' "$t" || lacking+=" $(basename "$t")"
+done
+if [ -z "$own$lacking" ]; then
+  pass "every tests/*_test.sh takes pass, fail, skip, report and finish from tests/test_lib.sh"
+else
+  fail "tests/test_lib.sh: defined again in:${own:- none}; not sourced by:${lacking:- none}"
 fi
 
 # gtest XML as gtest 1.12 writes it: a pass, a GPU skip, a skip for want of

@@ -34,14 +34,7 @@ buckets=50000
 # shellcheck source=tests/launcher_common.sh
 source "$repo/tests/launcher_common.sh"
 
-passed=0
-failed=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-finish() {
-  echo "sparse_embeddings_test: $passed passed, $failed failed"
-  [ "$failed" -eq 0 ]; exit
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 for b in "$synth" "$repo"/bazel-bin/{ps_server/ps_server,worker/worker,chief/chief}; do
   [ -x "$b" ] || { fail "missing $b (bazel build //...)"; finish; }

@@ -23,10 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=tests/launcher_common.sh
 . "$repo/tests/launcher_common.sh"
 
-passed=0; failed=0; skipped=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 # expect NAME STATUS PATTERN ARGS...: runs train.sh, checks its exit status
 # and that its output matches the extended regex PATTERN.

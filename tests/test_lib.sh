@@ -1,0 +1,34 @@
+# shellcheck shell=bash
+# Shared by the shell tests (sourced, not a test itself): the result counters
+# every tests/*_test.sh keeps, and how it reports them. tests/run_all.sh
+# counts the PASS:/FAIL:/SKIP: lines; the last line is the script's summary.
+#
+# After sourcing: passed, failed and skipped at 0, and
+#   pass MSG, fail MSG, skip MSG   print "PASS: MSG" (FAIL:, SKIP:) and count it;
+#   report                         count the PASS:/FAIL:/SKIP: lines read on stdin
+#                                  (a checker's output), printing them;
+#   finish                         print "NAME: N passed, N failed, N skipped"
+#                                  (NAME: the sourcing script's, without .sh)
+#                                  and exit 0 when nothing failed, else 1.
+passed=0
+failed=0
+skipped=0
+TEST_NAME="$(basename "${BASH_SOURCE[1]:-$0}" .sh)"
+pass() { echo "PASS: $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+skip() { echo "SKIP: $*"; skipped=$((skipped + 1)); }
+report() {
+  local line
+  while IFS= read -r line; do
+    case "$line" in
+      "PASS: "*) pass "${line#PASS: }" ;;
+      "FAIL: "*) fail "${line#FAIL: }" ;;
+      "SKIP: "*) skip "${line#SKIP: }" ;;
+      *) echo "$line" ;;
+    esac
+  done
+}
+finish() {
+  echo "$TEST_NAME: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]; exit
+}
