@@ -10,10 +10,12 @@ them and run on a real Docker engine as a kubelet would run them
      chief's final line, test accuracy >= 0.985, epochs=2 reaching the
      chief's log, and the results fetched as "Your results" says (the
      weights through the chief pod, TensorBoard files on the runs volume);
-  B. `ps_replicas: "1"` in settings/chief.yaml, 1 epoch: pod ps-1 deleted
-     with --grace-period=0 --force once the chief trains; the StatefulSet
-     makes it again (new IP, new emptyDir), the chief hands its shards to
-     the backup and back, and the run ends with its final line, >= 0.98;
+  B. `ps_replicas: "1"` in settings/chief.yaml, 2 epochs: pod ps-1
+     deleted with --grace-period=0 --force once the chief trains; the
+     StatefulSet makes it again (new IP, new emptyDir), the chief hands its
+     shards to the backup and, when the new pod is up while training goes
+     on, back to it by its DNS name; the run ends with its final line,
+     >= 0.985;
   C. one number, the worker count in base/kustomization.yaml, made 3:
      7 pods, worker-2 trains, final line >= 0.98.
 
@@ -81,6 +83,16 @@ class Setup:
 def final_line(kubelet):
     m = FINAL.findall(kubelet.logs("chief-0"))
     return m[-1] if m else None
+
+
+def clock(log, text):
+    """The time of day, in seconds, of the first line of LOG holding TEXT
+    ("HH:MM:SS.mmm I task] ..."), or None."""
+    for line in log.splitlines():
+        m = re.match(r"(\d\d):(\d\d):(\d\d\.\d+) ", line)
+        if m and text in line:
+            return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+    return None
 
 
 def accuracy(line):
@@ -217,8 +229,8 @@ def run_clean(args):
 
 
 def run_ps_deleted(args):
-    label = "B (ps_replicas=1, ps-1 deleted mid-run)"
-    setup = Setup(args, "ps-deleted", settings={"epochs": 1, "ps_replicas": 1})
+    label = "B (ps_replicas=1, 2 epochs, ps-1 deleted mid-run)"
+    setup = Setup(args, "ps-deleted", settings={"epochs": 2, "ps_replicas": 1})
     if not setup.ok:
         return
     kubelet = new_kubelet(args, "ps-deleted")
@@ -238,22 +250,29 @@ def run_ps_deleted(args):
         final_at = train(args, kubelet, setup, label, during=delete_ps1)
         if final_at is None:
             return
-        check_final(label, kubelet, 0.98)
+        check_final(label, kubelet, 0.985)
         new = deleted.get("new")
         log = kubelet.logs("chief-0")
-        lost = log.find("ps:1 lost")
-        # The chief reaches the new pod by its DNS name: it takes it back as
-        # ps:1 while the run goes on, or, when the pod came back as the run
-        # ended (its container can take 10 s to start on a busy host), tells
-        # it the run is over.
-        back = re.search(r"ps:0's store has a backup on ps:1 \(ps-1\.ps:\d+\)|"
-                         r"ps:1 \(ps-1\.ps:2222\) was told to exit", log[lost:]) if lost >= 0 else None
         new_log = kubelet.logs("ps-1")
-        report(new is not None and new.ip != deleted["old_ip"] and "gRPC on" in new_log and back,
-               "%s: the StatefulSet made ps-1 again (%s, was %s), and the chief reached it by its DNS name "
-               "('%s')" % (label, new and new.ip, deleted.get("old_ip"), back and back.group(0)),
-               "the new ps-1's log: %s; the chief's ps:1 lines: %s" % (
-                   new_log[-300:], [l for l in log.splitlines() if "ps:1" in l][-4:]))
+        lost = log.find("ps:1 lost")
+        up, done = clock(new_log, "gRPC on"), clock(log, "every worker is done")
+        made = new is not None and new.ip != deleted["old_ip"] and up is not None
+        what = "the StatefulSet made ps-1 again (%s, was %s)" % (new and new.ip, deleted.get("old_ip"))
+        if made and done is not None and done - up >= 5:
+            # Up while the run went on: the chief must find it by its DNS
+            # name (gRPC resolves the name again 1 s after a failed
+            # connection) and give it its shards back.
+            back = re.search(r"ps:0's store has a backup on ps:1 \(ps-1\.ps:\d+\)", log[lost:]) if lost >= 0 else None
+            report(back, "%s, up %.0f s before the training ended; the chief took it back by its DNS name ('%s')" %
+                   (label + ": " + what, done - up, back and back.group(0)),
+                   "the chief's ps:1 lines: %s" % [l for l in log.splitlines() if "ps:1" in l][-4:])
+        else:
+            # Its container came up as the training ended (a busy host can
+            # take 15 s to start one): that it was made again and ran is
+            # what can be checked.
+            report(made, "%s%s" % (label + ": " + what, ", up as the training ended (%.0f s after it)" % (up - done)
+                                   if made and done is not None else ""),
+                   "the new ps-1's log: %s" % new_log[-300:])
         want = re.compile(r"ps:1 (restarted: restored from its backup store|lost .*: its backup store on ps:0 .* "
                           r"serves its shards).*")
         got = want.search(log)
