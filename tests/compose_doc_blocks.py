@@ -30,18 +30,11 @@ import sys
 
 import yaml
 
-from doc_blocks import shell_blocks
+from doc_blocks import Checks, run_page, write_tools
 
 REPO, TMP, MNIST = sys.argv[1], sys.argv[2], sys.argv[3]
-failed = 0
-
-
-def report(ok, what, why=""):
-    global failed
-    print("%s: %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else ": " + why))
-    failed += not ok
-
-
+checks = Checks()
+report = checks.report
 root = os.path.join(TMP, "compose-doc-blocks")
 for d in ("deploy", "docs"):
     shutil.copytree(os.path.join(REPO, d), os.path.join(root, d))
@@ -135,32 +128,18 @@ elif args[:1] == ["tag"]:
 else:
     die("%s is not a command the docs should need" % args[:1])
 ''')
-for name in ("docker", "docker-compose"):
-    with open(os.path.join(bin_dir, name), "w") as f:
-        f.write('#!/bin/sh\nexec "%s" "%s" %s "$@"\n' % (sys.executable, os.path.join(bin_dir, "fake_docker.py"), name))
-with open(os.path.join(bin_dir, "tensorboard"), "w") as f:
-    f.write('#!/bin/sh\n[ "$1" = --logdir ] && [ -d "$2" ] && exit 0; echo "fake tensorboard: $*" >&2; exit 1\n')
-with open(os.path.join(bin_dir, "sudo"), "w") as f:
-    f.write('#!/bin/sh\nexec "$@"\n')
-for name in os.listdir(bin_dir):
-    os.chmod(os.path.join(bin_dir, name), 0o755)
+write_tools(bin_dir, dict(
+    {name: 'exec "%s" "%s" %s "$@"\n' % (sys.executable, os.path.join(bin_dir, "fake_docker.py"), name)
+     for name in ("docker", "docker-compose")},
+    tensorboard='[ "$1" = --logdir ] && [ -d "$2" ] && exit 0; echo "fake tensorboard: $*" >&2; exit 1\n',
+    sudo='exec "$@"\n'))
 env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], FAKE_DOCKER_IMAGES=state,
            REAL_COMPOSE=real_compose or "docker-compose")
 for k in [k for k in env if k.startswith("PSCLUSTER_")]:
     del env[k]
 
-docs = [("docs/deploy-compose.md", None), ("README.md", "Docker Compose")]
-for doc, section in docs:
-    blocks = shell_blocks(os.path.join(REPO, doc), section)
-    where = doc + (" (%s)" % section if section else "")
-    report(len(blocks) >= (5 if section is None else 2), "%s has its shell blocks (%d)" % (where, len(blocks)),
-           "too few")
-    for n, block in enumerate(blocks, 1):
-        first = block.strip().splitlines()[0]
-        r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=300)
-        report(r.returncode == 0, "%s block %d (%s) runs as written" % (where, n, first[:70]),
-               (r.stderr or r.stdout).strip()[-600:])
+for doc, section, min_blocks in (("docs/deploy-compose.md", None, 5), ("README.md", "Docker Compose", 2)):
+    run_page(checks, REPO, doc, section, min_blocks, root, env)
 
 # deploy/compose/.env as its header says to use it: lines uncommented and
 # changed; Compose reads it from the Compose file's folder, and a variable
@@ -182,4 +161,4 @@ for shell, want_epochs in (({}, "2"), ({"PSCLUSTER_EPOCHS": "3"}, "3")):
            "deploy/compose/.env with PSCLUSTER_CHIEF_ARGS and PSCLUSTER_EPOCHS=2 uncommented reaches the chief "
            "(PSCLUSTER_ARGS, --epochs=%s%s)" % (want_epochs, ", the shell's PSCLUSTER_EPOCHS=3 winning" if shell else ""),
            r.stderr.strip()[-300:] or "chief: %s" % chief)
-sys.exit(1 if failed else 0)
+sys.exit(checks.status())

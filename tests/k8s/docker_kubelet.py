@@ -101,7 +101,6 @@ class Container:
         self.backoff_steps = 0     # restarts since the back-off was last reset
         self.handled_exit = None   # the docker name whose exit was handled
         self.ready = False
-        self.live_failures = 0
         self.liveness_kills = 0
         self.logs = []             # the logs of the instances that ended
 
@@ -109,13 +108,12 @@ class Container:
 class Pod:
     """A pod as the kubelet holds it."""
 
-    def __init__(self, spec, ip, generation):
+    def __init__(self, spec, ip):
         self.spec = spec
         self.name = spec["name"]
         self.ns = spec["namespace"]
         self.uid = str(uuid.uuid4())
         self.ip = ip
-        self.generation = generation   # 0 for the first pod of this name, +1 each time it is made again
         self.sandbox = "k8s_POD_%s_%s_%s_0" % (self.name, self.ns, self.uid[:8])
         self.volume_dirs = {}
         self.init = [Container(c) for c in spec["containers"] if c["init"]]
@@ -156,7 +154,6 @@ class DockerKubelet:
         self.pods = {}
         self.next_ip = 10
         self.lock = threading.RLock()
-        self.events = []               # (time, pod, what): for the caller's report
         os.makedirs(work, exist_ok=True)
         self.sh("network", "create", "--subnet", subnet, "--gateway", self.prefix + ".1", network)
 
@@ -177,8 +174,6 @@ class DockerKubelet:
         return r.stdout if r.returncode == 0 else ""
 
     def event(self, pod, what):
-        with self.lock:
-            self.events.append((time.time(), pod, what))
         self.log("kubelet: pod %s: %s" % (pod, what))
 
     # --- Pods
@@ -187,7 +182,7 @@ class DockerKubelet:
         """Starts every pod of PODS (resolved pods), all at once, as
         StatefulSets with podManagementPolicy Parallel and bare pods start."""
         for spec in pods:
-            self.start_pod(spec, 0)
+            self.start_pod(spec)
 
     def allocate_ip(self):
         with self.lock:
@@ -197,8 +192,8 @@ class DockerKubelet:
                 raise PodError("no addresses left in %s" % self.subnet)
             return ip
 
-    def start_pod(self, spec, generation):
-        pod = Pod(spec, self.allocate_ip(), generation)
+    def start_pod(self, spec):
+        pod = Pod(spec, self.allocate_ip())
         with self.lock:
             self.pods[pod.name] = pod
         try:
@@ -364,7 +359,7 @@ class DockerKubelet:
         with self.lock:
             c.docker_name, c.state, c.started_at = name, "running", time.time()
             # Without a readiness probe a running container is ready.
-            c.ready, c.live_failures = not c.spec.get("readinessProbe"), 0
+            c.ready = not c.spec.get("readinessProbe")
 
     # --- The sync loop
 
@@ -497,8 +492,6 @@ class DockerKubelet:
                     successes, failures = 0, failures + 1
                     if kind == "readinessProbe" and failures >= failure_threshold:
                         c.ready = False
-                    if kind == "livenessProbe":
-                        c.live_failures = failures
             if kind == "livenessProbe" and failures >= failure_threshold:
                 c.liveness_kills += 1
                 self.event(pod.name, "container %s failed its liveness probe %d times: stopped" %
@@ -546,10 +539,7 @@ class DockerKubelet:
     def logs(self, name, container=None):
         """The logs of every instance of the pod's container (its first
         when CONTAINER is None), oldest first."""
-        pod = self.pod(name)
-        if pod is None:
-            return ""
-        c = next((c for c in pod.containers if container in (None, c.spec["name"])), None)
+        c = self.container_of(name, container)
         if c is None:
             return ""
         text = "".join(c.logs)
@@ -561,12 +551,14 @@ class DockerKubelet:
         pod = self.pod(name)
         return next((c for c in pod.containers if container in (None, c.spec["name"])), None) if pod else None
 
-    def exec_(self, name, *argv, input=None, container=None):
-        """`kubectl exec -i POD -- ARGV`: the completed process."""
+    def exec_(self, name, *argv, input=b"", container=None):
+        """`kubectl exec -i POD -- ARGV` with INPUT (bytes) on its stdin: the
+        completed process, its output as bytes."""
         c = self.container_of(name, container)
         if c is None or c.state != "running":
             raise PodError("pod %s has no running container%s" % (name, "" if container is None else " " + container))
-        return self.sh("exec", "-i", c.docker_name, *argv, check=False, timeout=600, input=input)
+        return subprocess.run([self.docker, "exec", "-i", c.docker_name] + list(argv), input=input,
+                              capture_output=True, timeout=600)
 
     def delete(self, name, grace=None, recreate=True):
         """`kubectl delete pod NAME` (GRACE 0: --grace-period=0 --force):
@@ -593,9 +585,7 @@ class DockerKubelet:
         shutil.rmtree(os.path.join(self.work, "pods", pod.uid), ignore_errors=True)
         self.event(name, "deleted%s" % (" (grace period 0, forced)" if grace == 0 else ""))
         if recreate and pod.spec["kind"] == "StatefulSet":
-            new = self.start_pod(pod.spec, pod.generation + 1)
-            new.previous = pod
-            return new
+            return self.start_pod(pod.spec)
         with self.lock:
             del self.pods[name]
         return None

@@ -100,12 +100,10 @@ def accuracy(line):
     return float(m.group(1)) if m else 0.0
 
 
-def cp_out(args, kubelet, pod, path):
+def cp_out(kubelet, pod, path):
     """`kubectl cp POD:PATH .`: tar through `kubectl exec`, as kubectl does;
     the file's bytes."""
-    c = kubelet.container_of(pod)
-    r = subprocess.run([args.docker, "exec", c.docker_name, "tar", "-cf", "-", "-C", os.path.dirname(path),
-                        os.path.basename(path)], capture_output=True, timeout=120)
+    r = kubelet.exec_(pod, "tar", "-cf", "-", "-C", os.path.dirname(path), os.path.basename(path))
     if r.returncode != 0:
         raise PodError("kubectl cp %s:%s: %s" % (pod, path, r.stderr.decode(errors="replace").strip()))
     with tarfile.open(fileobj=io.BytesIO(r.stdout)) as t:
@@ -123,9 +121,7 @@ def load_data(args, kubelet, setup):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as t:
         t.add(args.data, arcname="mnist")
-    c = kubelet.container_of("data-loader")
-    r = subprocess.run([args.docker, "exec", "-i", c.docker_name, "tar", "-xf", "-", "-C", "/data"],
-                       input=buf.getvalue(), capture_output=True, timeout=300)
+    r = kubelet.exec_("data-loader", "tar", "-xf", "-", "-C", "/data", input=buf.getvalue())
     ok = report(r.returncode == 0, "kubectl cp %s data-loader:/data/mnist (tar through exec, as uid 10001)" %
                 args.data, r.stderr.decode(errors="replace").strip())
     t0 = time.time()
@@ -210,7 +206,7 @@ def run_clean(args):
                "%s: epochs: \"2\" reached the chief ('epoch 2/2' in its log, epochs=2 in its final line)" % label,
                "its log: %s" % log[-600:])
         try:
-            weights = cp_out(args, kubelet, "chief-0", "/runs/model.safetensors")
+            weights = cp_out(kubelet, "chief-0", "/runs/model.safetensors")
             n = struct.unpack("<Q", weights[:8])[0]
             header = json.loads(weights[8:8 + n])
             meta = header.pop("__metadata__", {})

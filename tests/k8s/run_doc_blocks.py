@@ -13,23 +13,14 @@ Usage: run_doc_blocks.py REPO TMP      (tests/deploy_k8s_test.sh)
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from doc_blocks import shell_blocks  # noqa: E402
+from doc_blocks import Checks, run_page, write_tools  # noqa: E402
 
 REPO, TMP = sys.argv[1], sys.argv[2]
 REGISTRY = "registry.example.com/team/"
-failed = 0
-
-
-def report(ok, what, why=""):
-    global failed
-    print("%s: %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else ": " + why))
-    failed += not ok
-
-
+checks = Checks()
 root = os.path.join(TMP, "doc-blocks")
 shutil.copytree(os.path.join(REPO, "deploy"), os.path.join(root, "deploy"))
 shutil.copytree(os.path.join(REPO, "docs"), os.path.join(root, "docs"))
@@ -38,49 +29,38 @@ open(os.path.join(root, "data/mnist/train-images-idx3-ubyte.gz"), "w").close()
 open(os.path.join(root, "data.npz"), "w").close()
 shutil.copy(os.path.join(REPO, "tests/fixtures/keras/tfjs_plain.json"), os.path.join(root, "model.json"))
 bin_dir = os.path.join(TMP, "doc-blocks-bin")
-os.makedirs(bin_dir)
-stands = {
+write_tools(bin_dir, {
     "kubectl": 'exec "%s" "%s" "$@"\n' % (sys.executable, os.path.join(REPO, "tests/k8s/fake_kubectl.py")),
     # docker tag SRC DST, docker push DST: DST in the registry the page names.
     "docker": 'case "$1" in tag|push) [ $# -ge 2 ] && [[ "${@: -1}" == %s* ]] && exit 0 ;; esac\n'
               'echo "fake docker: $*: not a tag or push into %s" >&2; exit 1\n' % (REGISTRY, REGISTRY),
     "tensorboard": '[ "$1" = --logdir ] && [ -d "$2" ] && exit 0; echo "fake tensorboard: $*" >&2; exit 1\n',
-}
-for name, body in stands.items():
-    with open(os.path.join(bin_dir, name), "w") as f:
-        f.write("#!/usr/bin/env bash\n" + body)
-    os.chmod(os.path.join(bin_dir, name), 0o755)
+})
 state = os.path.join(TMP, "doc-blocks-state.json")
 env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], FAKE_KUBE_STATE=state,
            REAL_KUBECTL=shutil.which("kubectl"), KUBELET_RESOLVE=os.path.join(REPO, "tests/k8s/kubelet_resolve.py"))
 
 
 
-def run_page(doc, section, state):
+def run_k8s_page(doc, section, min_blocks, state):
     """Every shell block of DOC (its SECTION alone when given), in order,
-    against a fresh recording cluster kept in STATE."""
-    blocks = shell_blocks(os.path.join(REPO, doc), section)
-    where = doc + (" (%s)" % section if section else "")
-    report(len(blocks) >= (5 if section is None else 1), "%s has its shell blocks (%d)" % (where, len(blocks)),
-           "too few")
-    page_env = dict(env, FAKE_KUBE_STATE=state)
-    registry_set = False
-    for n, block in enumerate(blocks, 1):
-        first = block.strip().splitlines()[0]
-        r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=root, env=page_env,
-                           capture_output=True, text=True, timeout=300)
-        report(r.returncode == 0, "%s block %d (%s) runs as written" % (where, n, first[:70]),
-               (r.stderr or r.stdout).strip()[-600:])
+    against a fresh recording cluster kept in STATE; after the page's
+    registry line, every image an `apply -k` brings comes from it."""
+    registry_set = [False]
+
+    def images_from_registry(n, block, where):
         if "settings/kustomization.yaml" in block:
-            registry_set = True
-        elif registry_set and os.path.exists(state) and "apply -k" in block:
+            registry_set[0] = True
+        elif registry_set[0] and os.path.exists(state) and "apply -k" in block:
             with open(state) as f:
                 images = json.load(f)["images"]
             other = [i for i in images if not i.startswith(REGISTRY)]
-            report(images and not other, "%s block %d: every pod's image from %s" %
-                   (where, n, REGISTRY.rstrip("/")), str(other))
+            checks.report(images and not other, "%s block %d: every pod's image from %s" %
+                          (where, n, REGISTRY.rstrip("/")), str(other))
+
+    run_page(checks, REPO, doc, section, min_blocks, root, dict(env, FAKE_KUBE_STATE=state), images_from_registry)
 
 
-run_page("docs/deploy-k8s.md", None, state)
-run_page("README.md", "Kubernetes", os.path.join(TMP, "doc-blocks-readme-state.json"))
-sys.exit(1 if failed else 0)
+run_k8s_page("docs/deploy-k8s.md", None, 5, state)
+run_k8s_page("README.md", "Kubernetes", 1, os.path.join(TMP, "doc-blocks-readme-state.json"))
+sys.exit(checks.status())
