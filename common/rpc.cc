@@ -143,6 +143,11 @@ std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(const RpcOptions& 
 
 void ConfigureServer(grpc::ServerBuilder& builder, const RpcOptions& options) {
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // A port another process listens on is refused ("port in use"), not
+  // shared: gRPC sets SO_REUSEPORT by default, and then a second daemon
+  // started on a ps's port (a stale one, a typo in TF_CONFIG) takes half
+  // of the new connections without a word.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Accept our clients' keepalive pings (MakeChannel) instead of closing
   // the connection as abusive.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

@@ -246,6 +246,22 @@ ProcessResult RunBinary(const std::string& binary, const std::vector<std::string
   return r;
 }
 
+ProcessResult RunBinaryDuring(const std::string& binary, const std::vector<std::string>& args,
+                              const std::string& tf_config,
+                              const std::function<void()>& during) {
+  std::string log = TempDir() + "/run.log";
+  ProcessResult r;
+  pid_t pid = Spawn(binary, args, tf_config, log);
+  if (pid < 0) {
+    r.output = "could not start " + binary;
+    return r;
+  }
+  during();
+  r.exit_code = WaitUntil(pid, absl::Now());
+  r.output = ReadFile(log);
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const ClusterOptions& options) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,6 +46,13 @@ struct ProcessResult {
 // (unset when empty); kills it after `timeout`.
 ProcessResult RunBinary(const std::string& binary, const std::vector<std::string>& args,
                         const std::string& tf_config, absl::Duration timeout);
+
+// Runs `binary` as RunBinary does while `during` runs in this thread (it
+// probes the daemon, with deadlines of its own), then kills it unless it
+// ended first. For a daemon that serves until killed: the probe, not a
+// guess at how long starting takes on a loaded machine, says when to stop.
+ProcessResult RunBinaryDuring(const std::string& binary, const std::vector<std::string>& args,
+                              const std::string& tf_config, const std::function<void()>& during);
 
 // The worker with the tests' fault flags (tests/faults/faulty_worker).
 inline constexpr char kFaultyWorker[] = "tests/faults/faulty_worker";

@@ -1,12 +1,10 @@
 // What a run leaves for people to look at: TensorBoard event files and the
 // safetensors export from the chief, Prometheus /metrics and the gRPC health
 // service on the daemons.
-#include <unistd.h>
 
 #include <cmath>
 #include <map>
 #include <string>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
@@ -90,21 +88,20 @@ TEST(ObservabilityTest, PsServesHealthAndMetrics) {
   const std::string tf_config = absl::StrCat(
       "{\"cluster\": {\"ps\": [\"127.0.0.1:", grpc_port, "\"]}, \"task\": {\"type\": \"ps\", "
       "\"index\": 0}}");
-  // Runs until killed; RunBinary's timeout ends it.
+  // Serves until killed, once probed: up to a minute to start (a loaded
+  // machine once took more than 8 s), then its /metrics.
   std::string metrics;
   bool serving = false;
-  std::thread probe([&] {
-    auto channel = MakeChannel(absl::StrCat("127.0.0.1:", grpc_port));
-    for (int i = 0; i < 100 && !serving; ++i) {
-      serving = IsServing(*channel, std::chrono::milliseconds(200));
-      if (!serving) usleep(100000);
-    }
-    metrics = ScrapeMetrics(metrics_port);
-  });
-  ProcessResult r = RunBinary("ps_server/ps_server",
-                              {absl::StrCat("--metrics_port=", metrics_port)}, tf_config,
-                              absl::Seconds(8));
-  probe.join();
+  ProcessResult r = RunBinaryDuring(
+      "ps_server/ps_server", {absl::StrCat("--metrics_port=", metrics_port)}, tf_config, [&] {
+        auto channel = MakeChannel(absl::StrCat("127.0.0.1:", grpc_port));
+        const absl::Time give_up = absl::Now() + absl::Minutes(1);
+        while (!serving && absl::Now() < give_up) {
+          serving = IsServing(*channel, std::chrono::milliseconds(500));
+          if (!serving) absl::SleepFor(absl::Milliseconds(100));
+        }
+        metrics = ScrapeMetrics(metrics_port);
+      });
   EXPECT_TRUE(serving) << r.output;
   for (const char* name :
        {"pscluster_push_bytes_total{task=\"ps:0\"}", "pscluster_pull_bytes_total",
@@ -121,6 +118,36 @@ TEST(ObservabilityTest, BadMetricsPortIsNamed) {
                               absl::Seconds(10));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--metrics_port=70000"), std::string::npos) << r.output;
+}
+
+// A second daemon on a port a live one serves (a stale ps, a typo in
+// TF_CONFIG) exits 1 naming the port, instead of taking some of the
+// first's connections (gRPC's default SO_REUSEPORT shares the port).
+TEST(ObservabilityTest, APortAnotherDaemonServesIsRefused) {
+  const int grpc_port = FreePort();
+  const std::string tf_config = absl::StrCat(
+      "{\"cluster\": {\"ps\": [\"127.0.0.1:", grpc_port, "\"]}, \"task\": {\"type\": \"ps\", "
+      "\"index\": 0}}");
+  bool serving = false;
+  ProcessResult second;
+  ProcessResult first = RunBinaryDuring(
+      "ps_server/ps_server", {"--metrics_port=0"}, tf_config, [&] {
+        auto channel = MakeChannel(absl::StrCat("127.0.0.1:", grpc_port));
+        const absl::Time give_up = absl::Now() + absl::Minutes(1);
+        while (!serving && absl::Now() < give_up) {
+          serving = IsServing(*channel, std::chrono::milliseconds(500));
+          if (!serving) absl::SleepFor(absl::Milliseconds(100));
+        }
+        if (serving) {
+          second = RunBinary("ps_server/ps_server", {"--metrics_port=0"}, tf_config,
+                             absl::Minutes(1));
+        }
+      });
+  ASSERT_TRUE(serving) << first.output;
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_NE(second.output.find(absl::StrCat("cannot listen on 0.0.0.0:", grpc_port)),
+            std::string::npos)
+      << second.output;
 }
 
 }  // namespace
