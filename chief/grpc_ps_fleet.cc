@@ -12,7 +12,7 @@ GrpcPsFleet::GrpcPsFleet(const Placement* placement,
                          const std::vector<std::shared_ptr<grpc::Channel>>& channels,
                          std::vector<std::string> addresses, const std::atomic<bool>* stop)
     : placement_(placement), stop_(stop), addresses_(std::move(addresses)) {
-  for (const auto& channel : channels) ps_.push_back(ParameterServer::NewStub(channel));
+  for (const auto& channel : channels) ps_.push_back(std::make_shared<Stub>(channel));
 }
 
 std::string GrpcPsFleet::address(int i) const {
@@ -35,7 +35,7 @@ std::shared_ptr<GrpcPsFleet::Stub> GrpcPsFleet::StubOf(int i) const {
 std::shared_ptr<GrpcPsFleet::Stub> GrpcPsFleet::StubAt(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Stub>& stub = by_address_[address];
-  if (stub == nullptr) stub = ParameterServer::NewStub(MakeChannel(address));
+  if (stub == nullptr) stub = std::make_shared<Stub>(MakeChannel(address));
   return stub;
 }
 
@@ -43,7 +43,7 @@ absl::StatusOr<PsStatsResponse> GrpcPsFleet::Stats(int i, absl::Duration timeout
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PsStatsResponse st;
-  grpc::Status s = StubOf(i)->GetStats(&ctx, PsStatsRequest(), &st);
+  grpc::Status s = StubOf(i)->data->GetStats(&ctx, PsStatsRequest(), &st);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("stats of ps:", i));
   return st;
 }
@@ -56,7 +56,7 @@ absl::Status GrpcPsFleet::SetWorkers(int i, const std::vector<bool>& active,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   SetWorkersResponse resp;
-  grpc::Status s = StubOf(i)->SetWorkers(&ctx, req, &resp);
+  grpc::Status s = StubOf(i)->control->SetWorkers(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("setting the workers of ps:", i));
   return absl::OkStatus();
 }
@@ -69,7 +69,7 @@ absl::StatusOr<ShardState> GrpcPsFleet::SnapshotPart(int i, SnapshotRequest::Par
   req.set_layout_fingerprint(placement_->fingerprint);
   req.set_part(part);
   ShardState state;
-  grpc::Status s = StubOf(i)->Snapshot(&ctx, req, &state);
+  grpc::Status s = StubOf(i)->control->Snapshot(&ctx, req, &state);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("snapshot of ps:", i));
   return state;
 }
@@ -100,7 +100,7 @@ absl::StatusOr<InitResponse> GrpcPsFleet::Init(int i, const InitRequest& req,
       [&](absl::Time d) {
         grpc::ClientContext ctx;
         ctx.set_deadline(absl::ToChronoTime(d));
-        return StubOf(i)->Init(&ctx, req, &resp);
+        return StubOf(i)->control->Init(&ctx, req, &resp);
       },
       stop_);
   if (!s.ok()) return s;
@@ -116,7 +116,7 @@ absl::Status GrpcPsFleet::Restore(int i, const RestoreRequest& req, absl::Durati
         grpc::ClientContext ctx;
         ctx.set_deadline(absl::ToChronoTime(d));
         RestoreResponse resp;
-        return StubOf(i)->Restore(&ctx, req, &resp);
+        return StubOf(i)->control->Restore(&ctx, req, &resp);
       },
       stop_);
 }
@@ -129,7 +129,7 @@ absl::Status GrpcPsFleet::SetBackups(int i, const std::vector<std::string>& addr
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   SetBackupsResponse resp;
-  grpc::Status s = StubOf(i)->SetBackups(&ctx, req, &resp);
+  grpc::Status s = StubOf(i)->control->SetBackups(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("setting the backups of ps:", i));
   return absl::OkStatus();
 }
@@ -142,7 +142,7 @@ absl::StatusOr<ShardState> GrpcPsFleet::SnapshotOfBackup(const std::string& addr
   SnapshotRequest req;
   req.set_layout_fingerprint(placement_->fingerprint);
   ShardState state;
-  grpc::Status s = stub->Snapshot(&ctx, req, &state);
+  grpc::Status s = stub->control->Snapshot(&ctx, req, &state);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("snapshot of the backup store at ", address));
   return state;
 }
@@ -157,7 +157,7 @@ absl::StatusOr<StepCommitRequest> GrpcPsFleet::GetDecision(int i, int64_t versio
   req.set_version(version);
   req.set_fence_below(fence_below);
   StepCommitRequest d;
-  grpc::Status s = StubOf(i)->GetDecision(&ctx, req, &d);
+  grpc::Status s = StubOf(i)->control->GetDecision(&ctx, req, &d);
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("ps:", i, "'s decision for step ", version));
   }
@@ -169,7 +169,7 @@ absl::Status GrpcPsFleet::CommitStep(int i, const StepCommitRequest& decision,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   StepCommitResponse resp;
-  grpc::Status s = StubOf(i)->CommitStep(&ctx, decision, &resp);
+  grpc::Status s = StubOf(i)->control->CommitStep(&ctx, decision, &resp);
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("giving ps:", i, " the decision of step ",
                                           decision.version()));
@@ -182,7 +182,7 @@ absl::StatusOr<PsStatsResponse> GrpcPsFleet::StatsAt(const std::string& address,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PsStatsResponse st;
-  grpc::Status s = StubAt(address)->GetStats(&ctx, PsStatsRequest(), &st);
+  grpc::Status s = StubAt(address)->data->GetStats(&ctx, PsStatsRequest(), &st);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("stats of the store at ", address));
   return st;
 }
@@ -201,7 +201,7 @@ absl::StatusOr<int64_t> GrpcPsFleet::Promote(const std::string& address, int64_t
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PromoteResponse resp;
-  grpc::Status s = StubAt(address)->Promote(&ctx, req, &resp);
+  grpc::Status s = StubAt(address)->control->Promote(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("promoting the backup store at ", address));
   return resp.version();
 }
@@ -214,7 +214,7 @@ absl::Status GrpcPsFleet::SetFollowers(int i, const std::vector<std::string>& ad
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   SetFollowersResponse resp;
-  grpc::Status s = StubOf(i)->SetFollowers(&ctx, req, &resp);
+  grpc::Status s = StubOf(i)->control->SetFollowers(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("telling ps:", i, " where its followers are"));
   return absl::OkStatus();
 }
@@ -225,7 +225,7 @@ absl::Status GrpcPsFleet::Demote(const std::string& address, absl::Duration time
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   DemoteResponse resp;
-  grpc::Status s = StubAt(address)->Demote(&ctx, req, &resp);
+  grpc::Status s = StubAt(address)->control->Demote(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("demoting the store at ", address));
   return absl::OkStatus();
 }

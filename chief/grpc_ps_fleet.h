@@ -65,7 +65,13 @@ class GrpcPsFleet final : public PsFleet {
  private:
   absl::StatusOr<ShardState> SnapshotPart(int ps, SnapshotRequest::Part part,
                                           absl::Duration timeout);
-  using Stub = ParameterServer::Stub;
+  // A ps's two services, over one channel.
+  struct Stub {
+    explicit Stub(const std::shared_ptr<grpc::Channel>& channel)
+        : data(ParameterServer::NewStub(channel)), control(PsControl::NewStub(channel)) {}
+    std::unique_ptr<ParameterServer::Stub> data;
+    std::unique_ptr<PsControl::Stub> control;
+  };
   // The stub that reaches ps i's shards now.
   std::shared_ptr<Stub> StubOf(int i) const;
   // A stub for a store by its address, made once.

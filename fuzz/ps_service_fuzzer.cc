@@ -273,8 +273,8 @@ class Harness {
   void Init(const InitRequest& r) {
     const bool was_initialized = initialized();
     InitResponse shadow_resp, resp;
-    const grpc::Status shadow = shadow_service_.Init(nullptr, &r, &shadow_resp);
-    const grpc::Status s = service_.Init(nullptr, &r, &resp);
+    const grpc::Status shadow = shadow_service_.control().Init(nullptr, &r, &shadow_resp);
+    const grpc::Status s = service_.control().Init(nullptr, &r, &resp);
     Require(s.error_code() == shadow.error_code(), "Init: stores answer differently");
     if (!s.ok()) return;
     Require(resp.already_initialized() == was_initialized,
@@ -290,14 +290,14 @@ class Harness {
 
   void Push(const PushRequest& r) {
     PushResponse shadow_resp, resp;
-    const grpc::Status shadow = shadow_service_.Push(nullptr, &r, &shadow_resp);
-    const grpc::Status s = service_.Push(nullptr, &r, &resp);
+    const grpc::Status shadow = shadow_service_.data().Push(nullptr, &r, &shadow_resp);
+    const grpc::Status s = service_.data().Push(nullptr, &r, &resp);
     CheckPush(r, shadow, s, resp);
   }
 
   void PushPull(const PushRequest& r) {
     PushResponse shadow_resp;
-    const grpc::Status shadow = shadow_service_.Push(nullptr, &r, &shadow_resp);
+    const grpc::Status shadow = shadow_service_.data().Push(nullptr, &r, &shadow_resp);
     // Whatever the mode, a pull for version + 1 or less returns at once.
     // (Version INT64_MAX has no next step: the ps refuses such a PushPull
     // before its push, where the shadow's Push answers otherwise.)
@@ -305,7 +305,7 @@ class Harness {
                             (shadow.ok() && shadow_store_.stats().version < r.version() + 1);
     if (would_wait) {  // its pull half might wait for a step that never comes
       PushResponse resp;
-      const grpc::Status s = service_.Push(nullptr, &r, &resp);
+      const grpc::Status s = service_.data().Push(nullptr, &r, &resp);
       CheckPush(r, shadow, s, resp);
       return;
     }
@@ -323,10 +323,10 @@ class Harness {
       p.set_worker_index(-1);
       p.set_min_version(std::numeric_limits<int64_t>::min());
       PullResponse ignored;
-      expected = shadow_service_.Pull(nullptr, &p, &ignored);
+      expected = shadow_service_.data().Pull(nullptr, &p, &ignored);
     }
     PushPullResponse resp;
-    const grpc::Status s = service_.PushPull(nullptr, &r, &resp);
+    const grpc::Status s = service_.data().PushPull(nullptr, &r, &resp);
     CheckPush(r, expected, s, resp.push());
     if (s.ok()) CheckPulled(std::numeric_limits<int64_t>::min(), resp.pull());
   }
@@ -336,7 +336,7 @@ class Harness {
     const int64_t version = store_.stats().version;
     if (r.min_version() > version) r.set_min_version(version);
     PullResponse resp;
-    const grpc::Status s = service_.Pull(nullptr, &r, &resp);
+    const grpc::Status s = service_.data().Pull(nullptr, &r, &resp);
     if (built && r.layout_fingerprint() == fingerprint_ &&
         (r.generation() < 0 || r.generation() == store_.stats().generation)) {
       Require(s.ok(), absl::StrCat("Pull of the right layout and generation failed: ",
@@ -348,7 +348,7 @@ class Harness {
   void Stats() {
     PsStatsRequest r;
     PsStatsResponse resp;
-    Require(service_.GetStats(nullptr, &r, &resp).ok(), "GetStats failed");
+    Require(service_.data().GetStats(nullptr, &r, &resp).ok(), "GetStats failed");
     const StoreStats st = store_.stats();
     Require(resp.version() == st.version && resp.generation() == st.generation &&
                 resp.initialized() == st.initialized,
@@ -357,8 +357,8 @@ class Harness {
 
   void SetWorkers(const SetWorkersRequest& r) {
     SetWorkersResponse shadow_resp, resp;
-    const grpc::Status shadow = shadow_service_.SetWorkers(nullptr, &r, &shadow_resp);
-    const grpc::Status s = service_.SetWorkers(nullptr, &r, &resp);
+    const grpc::Status shadow = shadow_service_.control().SetWorkers(nullptr, &r, &shadow_resp);
+    const grpc::Status s = service_.control().SetWorkers(nullptr, &r, &resp);
     Require(s.error_code() == shadow.error_code(), "SetWorkers: stores answer differently");
     if (!s.ok()) return;
     Require(resp.version() == store_.stats().version, "SetWorkers: version");
@@ -373,7 +373,7 @@ class Harness {
     SnapshotRequest r;
     r.set_layout_fingerprint(Fingerprint(in));
     ShardState state;
-    const grpc::Status s = service_.Snapshot(nullptr, &r, &state);
+    const grpc::Status s = service_.control().Snapshot(nullptr, &r, &state);
     if (!s.ok()) return;
     Require(state.values() == PeekValues() && state.version() == store_.stats().version,
             "Snapshot differs from the store");
@@ -390,7 +390,7 @@ class Harness {
     if (!have_snapshot_ || in.IntInRange(0, 3) == 0) {
       SnapshotRequest sr;
       sr.set_layout_fingerprint(fingerprint_);
-      have_snapshot_ = service_.Snapshot(nullptr, &sr, &snapshot_).ok();
+      have_snapshot_ = service_.control().Snapshot(nullptr, &sr, &snapshot_).ok();
     }
     if (have_snapshot_) {
       *r.mutable_state() = snapshot_;
@@ -429,8 +429,8 @@ class Harness {
   // Sends a Restore to both services; the layout follows it.
   grpc::Status Restore(const RestoreRequest& r) {
     RestoreResponse shadow_resp, resp;
-    const grpc::Status shadow = shadow_service_.Restore(nullptr, &r, &shadow_resp);
-    const grpc::Status s = service_.Restore(nullptr, &r, &resp);
+    const grpc::Status shadow = shadow_service_.control().Restore(nullptr, &r, &shadow_resp);
+    const grpc::Status s = service_.control().Restore(nullptr, &r, &resp);
     Require(s.error_code() == shadow.error_code(), "Restore: stores answer differently");
     if (s.ok()) {
       InitRequest init = r.init();
@@ -534,7 +534,7 @@ class Harness {
                 a.steps_skipped_nonfinite == b.steps_skipped_nonfinite &&
                 a.active_workers == b.active_workers,
             "the store and its shadow disagree after the same requests");
-    Require(service_.pushes_rejected() == shadow_service_.pushes_rejected(),
+    Require(service_.shard().pushes_rejected() == shadow_service_.shard().pushes_rejected(),
             "the service and its shadow counted different refused pushes");
     Require(PeekValues() == Peek(shadow_store_, fingerprint_),
             "the store's values differ from its shadow's");

@@ -174,8 +174,8 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   PushPullResponse resp;
   std::vector<float> grads;
   // The gradients' check for NaN/Inf and the answer's weights
-  // (PsService::DataPlaneCall).
-  PsService::DataPlaneCall call;
+  // (PsDataService::DataPlaneCall).
+  PsDataService::DataPlaneCall call;
   while (true) {
     absl::Status r = socket->ReadFrameHead(&h, &meta, max_payload_);
     if (!r.ok()) {
@@ -201,10 +201,10 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     // piece at a time as they arrive, while in cache and the rest still on
     // its way, rather than in one more pass after.
     std::vector<std::pair<int64_t, int64_t>> runs;  // (offset, floats), in payload order
-    if (parsed && PsService::GradientsAsSent(req) && h.payload_size % sizeof(float) == 0) {
+    if (parsed && PsDataService::GradientsAsSent(req) && h.payload_size % sizeof(float) == 0) {
       runs.emplace_back(0, static_cast<int64_t>(h.payload_size / sizeof(float)));
     } else if (parsed) {
-      runs = service_->ReversedRuns(req, h.payload_size);
+      runs = service_->data().ReversedRuns(req, h.payload_size);
     }
     const bool check = !runs.empty();
     bool finite = true;
@@ -238,7 +238,7 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
       resp.Clear();
       call.gradients_finite = check ? std::optional<bool>(finite) : std::nullopt;
       call.gradients = check ? &grads : nullptr;
-      status = service_->DoPushPull(
+      status = service_->data().DoPushPull(
           req, absl::Now() + absl::Microseconds(std::max<int64_t>(h.timeout_us, 0)), &resp,
           &call);
       if (!check) req.mutable_gradients()->swap(payload);
@@ -297,7 +297,7 @@ bool DataPlaneServer::ServeCommit(DataSocket& socket, const FrameHeader& h, std:
   StepCommitRequest req;
   StepCommitResponse resp;
   grpc::Status status = req.ParseFromString(*meta)
-                            ? service_->DoCommitStep(req, &resp)
+                            ? service_->control().DoCommitStep(req, &resp)
                             : grpc::Status(grpc::INVALID_ARGUMENT,
                                            "cannot parse the StepCommitRequest");
   return WriteAnswer(socket, h.kind, status, resp, meta);
@@ -309,7 +309,7 @@ bool DataPlaneServer::ServeReplicate(DataSocket& socket, const FrameHeader& h, s
   ReplicateRequest req;
   ReplicateResponse resp;
   grpc::Status status = req.ParseFromString(*meta)
-                            ? service_->DoReplicate(req, *payload, &resp)
+                            ? service_->control().DoReplicate(req, *payload, &resp)
                             : grpc::Status(grpc::INVALID_ARGUMENT,
                                            "cannot parse the ReplicateRequest");
   return WriteAnswer(socket, h.kind, status, resp, meta);

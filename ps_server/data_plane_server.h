@@ -2,7 +2,7 @@
 // It listens on its own port beside the gRPC server, takes each connection
 // on a thread of its own (a connection carries one worker's calls, one at a
 // time), checks the cluster token in the hello frame, and answers every
-// PushPull through PsService::DoPushPull: the same rules, counters and
+// PushPull through PsDataService::DoPushPull: the same rules, counters and
 // exactly-once answers as the gRPC method. ps 0 of a sync cluster sends
 // its step decisions to the other ps the same way (CommitStep's
 // DoCommitStep; ps_server/step_broadcaster.h), and a primary its updates
@@ -50,12 +50,12 @@ class DataPlaneServer {
   void AcceptLoop();
   void Serve(std::shared_ptr<DataSocket> socket);
   // A step decision from ps 0 (DataKind::kCommit, whose header `h` and
-  // meta were read): applied through PsService::DoCommitStep and answered.
+  // meta were read): applied through PsControlService::DoCommitStep and answered.
   // False when the connection broke.
   bool ServeCommit(DataSocket& socket, const FrameHeader& h, std::string* meta,
                    std::string* payload);
   // A primary's updates (DataKind::kReplicate): applied through
-  // PsService::DoReplicate and answered. False when the connection broke.
+  // PsControlService::DoReplicate and answered. False when the connection broke.
   bool ServeReplicate(DataSocket& socket, const FrameHeader& h, std::string* meta,
                       std::string* payload);
 

@@ -112,7 +112,7 @@ struct BackupSlot {
   absl::Status Start(int port, int data_port, const std::vector<int>& avoid,
                      const pscluster::RpcOptions& rpc) {
     absl::StatusOr<std::unique_ptr<pscluster::TaskServer>> s =
-        pscluster::TaskServer::Start(port, {&service}, nullptr, rpc);
+        pscluster::TaskServer::Start(port, service.grpc_services(), nullptr, rpc);
     if (!s.ok()) return s.status();
     server = *std::move(s);
     absl::StatusOr<std::unique_ptr<pscluster::DataPlaneServer>> d =
@@ -120,10 +120,10 @@ struct BackupSlot {
                                           static_cast<uint64_t>(rpc.max_message_bytes), avoid);
     if (!d.ok()) return d.status();
     data_plane = *std::move(d);
-    service.set_data_port(data_plane->port());
+    service.shard().set_data_port(data_plane->port());
     // Promoted to decide the sync steps in a lost ps 0's place, the store
     // sends its decisions as ps 0 did, to the followers the chief names.
-    service.set_followers_handler([this, rpc](const std::vector<std::string>& f) {
+    service.control().set_followers_handler([this, rpc](const std::vector<std::string>& f) {
       absl::MutexLock lock(&broadcaster_mu);
       if (broadcaster != nullptr) return broadcaster->SetFollowers(f);
       broadcaster = std::make_unique<pscluster::StepBroadcaster>(&store, f, rpc);
@@ -152,6 +152,121 @@ struct BackupSlot {
   std::unique_ptr<pscluster::StepBroadcaster> broadcaster ABSL_GUARDED_BY(broadcaster_mu);
 };
 
+// The flags, checked: each bad value exits 2 naming it.
+struct PsFlags {
+  int max_mb = 0;
+  int data_port = 0;
+  int backup_port = 0;
+  int backup_data_port = 0;
+  int backup_stores = 0;
+  int update_threads = 0;
+};
+
+int PortFlagOrExit(const char* name, int value) {
+  if (value < 0 || value > 65535) {
+    pscluster::ExitWithUsageError(absl::StrCat(name, " must be in [0, 65535], got ", value));
+  }
+  return value;
+}
+
+// Fixed ports, each its own: one given twice would fail its bind later
+// with a message that names neither flag. A backup store's ports are the
+// flag's plus its slot.
+void CheckPortsDistinctOrExit(const pscluster::TfConfig& config, const PsFlags& f) {
+  for (const auto& [flag, port] : {std::pair<const char*, int>{"--backup_port", f.backup_port},
+                                   {"--backup_data_port", f.backup_data_port}}) {
+    if (port != 0 && port + std::max(f.backup_stores, 1) - 1 > 65535) {
+      pscluster::ExitWithUsageError(absl::StrCat(flag, "=", port, ": the ", f.backup_stores,
+                                                 " backup stores' ports from it pass 65535"));
+    }
+  }
+  std::vector<std::pair<std::string, int>> fixed = {
+      {"the task's own port (TF_CONFIG)", config.own_port()}, {"--data_port", f.data_port}};
+  for (int s = 0; s < f.backup_stores; ++s) {
+    const std::string slot = s == 0 ? "" : absl::StrCat(" + ", s);
+    if (f.backup_port != 0) fixed.emplace_back("--backup_port" + slot, f.backup_port + s);
+    if (f.backup_data_port != 0) {
+      fixed.emplace_back("--backup_data_port" + slot, f.backup_data_port + s);
+    }
+  }
+  for (size_t i = 0; i < fixed.size(); ++i) {
+    for (size_t j = i + 1; j < fixed.size(); ++j) {
+      if (fixed[i].second != 0 && fixed[i].second == fixed[j].second) {
+        pscluster::ExitWithUsageError(absl::StrCat(fixed[j].first, "=", fixed[j].second,
+                                                   ": so is ", fixed[i].first,
+                                                   "; each needs a port of its own"));
+      }
+    }
+  }
+}
+
+PsFlags FlagsOrExit(const pscluster::TfConfig& config) {
+  PsFlags f;
+  f.max_mb = absl::GetFlag(FLAGS_max_message_mb);
+  if (f.max_mb < 1 || f.max_mb > 2047) {
+    pscluster::ExitWithUsageError("--max_message_mb must be in [1, 2047], got " +
+                                  std::to_string(f.max_mb));
+  }
+  f.data_port = PortFlagOrExit("--data_port", absl::GetFlag(FLAGS_data_port));
+  f.backup_port = PortFlagOrExit("--backup_port", absl::GetFlag(FLAGS_backup_port));
+  f.backup_data_port = PortFlagOrExit("--backup_data_port", absl::GetFlag(FLAGS_backup_data_port));
+  f.backup_stores = absl::GetFlag(FLAGS_backup_stores);
+  if (f.backup_stores < 0 || f.backup_stores > 8) {
+    pscluster::ExitWithUsageError("--backup_stores must be in [0, 8], got " +
+                                  std::to_string(f.backup_stores));
+  }
+  CheckPortsDistinctOrExit(config, f);
+  f.update_threads = absl::GetFlag(FLAGS_update_threads);
+  if (f.update_threads < 0 || f.update_threads > 1024) {
+    pscluster::ExitWithUsageError("--update_threads must be in [0, 1024], got " +
+                                  std::to_string(f.update_threads));
+  }
+  return f;
+}
+
+// The ports the cluster spec gives its tasks: an ephemeral port this ps
+// takes must not take one of a task that has not started yet (on one
+// machine, the local launcher's).
+std::vector<int> SpecPorts(const pscluster::TfConfig& config) {
+  std::vector<int> ports;
+  for (const auto& [job, tasks] : config.cluster.job_map()) {
+    for (const auto& [index, address] : tasks) {
+      absl::StatusOr<pscluster::HostPort> hp = pscluster::ParseHostPort(address, config.source);
+      if (hp.ok()) ports.push_back(hp->port);
+    }
+  }
+  return ports;
+}
+
+// What the store and each backup store hold at shutdown: the lines the
+// tests compare (a primary's state CRC equals its backup's).
+void LogShutdown(const std::string& reason, const pscluster::ParameterStore& store,
+                 pscluster::PsService& service,
+                 const std::vector<std::unique_ptr<BackupSlot>>& backups) {
+  const pscluster::StoreStats st = store.stats();
+  spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} "
+               "duplicate={} torn_steps={} applied_digest={:016x} steps_ahead={} state_crc={:08x}",
+               reason, st.version, st.pushes_applied, st.pushes_dropped_stale,
+               service.shard().pushes_rejected(), st.pushes_duplicate, st.steps_torn,
+               st.applied_digest, st.steps_ahead, StateCrc(store));
+  for (size_t t = 0; t < st.sparse_tables.size(); ++t) {
+    spdlog::info("sparse table {}: rows={} bytes={} admitted={} evicted={} dropped_unadmitted={}",
+                 t, st.sparse_tables[t].rows, st.sparse_tables[t].bytes,
+                 st.sparse_tables[t].admitted, st.sparse_tables[t].evicted,
+                 st.sparse_tables[t].dropped_unadmitted);
+  }
+  for (size_t s = 0; s < backups.size(); ++s) {
+    const pscluster::StoreStats bst = backups[s]->store.stats();
+    if (bst.initialized) {
+      spdlog::info("backup store{}: {}: version={} applied={} applied_digest={:016x} "
+                   "generation={} state_crc={:08x}",
+                   s == 0 ? "" : absl::StrCat(" ", s), bst.backup ? "a backup" : "promoted",
+                   bst.version, bst.pushes_applied, bst.applied_digest, bst.generation,
+                   StateCrc(backups[s]->store));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,62 +275,13 @@ int main(int argc, char** argv) {
       argc, argv, std::getenv("TF_CONFIG"), kPsJob,
       "Parameter server task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"ps\","
       "\"index\":0}}' ps_server [--tf_config=FILE]");
-  const int max_mb = absl::GetFlag(FLAGS_max_message_mb);
-  if (max_mb < 1 || max_mb > 2047) {
-    ExitWithUsageError("--max_message_mb must be in [1, 2047], got " + std::to_string(max_mb));
-  }
-  const int data_port = absl::GetFlag(FLAGS_data_port);
-  if (data_port < 0 || data_port > 65535) {
-    ExitWithUsageError("--data_port must be in [0, 65535], got " + std::to_string(data_port));
-  }
-  const int backup_port = absl::GetFlag(FLAGS_backup_port);
-  if (backup_port < 0 || backup_port > 65535) {
-    ExitWithUsageError("--backup_port must be in [0, 65535], got " + std::to_string(backup_port));
-  }
-  const int backup_data_port = absl::GetFlag(FLAGS_backup_data_port);
-  if (backup_data_port < 0 || backup_data_port > 65535) {
-    ExitWithUsageError("--backup_data_port must be in [0, 65535], got " +
-                       std::to_string(backup_data_port));
-  }
-  const int backup_stores = absl::GetFlag(FLAGS_backup_stores);
-  if (backup_stores < 0 || backup_stores > 8) {
-    ExitWithUsageError("--backup_stores must be in [0, 8], got " +
-                       std::to_string(backup_stores));
-  }
-  for (const auto& [flag, port] : {std::pair<const char*, int>{"--backup_port", backup_port},
-                                   {"--backup_data_port", backup_data_port}}) {
-    if (port != 0 && port + std::max(backup_stores, 1) - 1 > 65535) {
-      ExitWithUsageError(absl::StrCat(flag, "=", port, ": the ", backup_stores,
-                                      " backup stores' ports from it pass 65535"));
-    }
-  }
-  {
-    // Fixed ports, each its own: one given twice would fail its bind later
-    // with a message that names neither flag. A backup store's ports are
-    // the flag's plus its slot.
-    std::vector<std::pair<std::string, int>> fixed = {
-        {"the task's own port (TF_CONFIG)", config.own_port()}, {"--data_port", data_port}};
-    for (int s = 0; s < backup_stores; ++s) {
-      const std::string slot = s == 0 ? "" : absl::StrCat(" + ", s);
-      if (backup_port != 0) fixed.emplace_back("--backup_port" + slot, backup_port + s);
-      if (backup_data_port != 0) {
-        fixed.emplace_back("--backup_data_port" + slot, backup_data_port + s);
-      }
-    }
-    for (size_t i = 0; i < fixed.size(); ++i) {
-      for (size_t j = i + 1; j < fixed.size(); ++j) {
-        if (fixed[i].second != 0 && fixed[i].second == fixed[j].second) {
-          ExitWithUsageError(absl::StrCat(fixed[j].first, "=", fixed[j].second, ": so is ",
-                                          fixed[i].first, "; each needs a port of its own"));
-        }
-      }
-    }
-  }
-  const int update_threads = absl::GetFlag(FLAGS_update_threads);
-  if (update_threads < 0 || update_threads > 1024) {
-    ExitWithUsageError("--update_threads must be in [0, 1024], got " +
-                       std::to_string(update_threads));
-  }
+  const PsFlags flags = FlagsOrExit(config);
+  const int max_mb = flags.max_mb;
+  const int data_port = flags.data_port;
+  const int backup_port = flags.backup_port;
+  const int backup_data_port = flags.backup_data_port;
+  const int backup_stores = flags.backup_stores;
+  const int update_threads = flags.update_threads;
   std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
 
   // Sync steps with several ps are decided by ps 0 (the first in
@@ -239,25 +305,17 @@ int main(int argc, char** argv) {
       followers.push_back(*address);
     }
     broadcaster = std::make_unique<StepBroadcaster>(&store, followers, rpc);
-    service.set_followers_handler([b = broadcaster.get()](const std::vector<std::string>& f) {
+    service.control().set_followers_handler([b = broadcaster.get()](const std::vector<std::string>& f) {
       return b->SetFollowers(f);
     });
   }
   absl::StatusOr<std::unique_ptr<TaskServer>> server =
-      TaskServer::Start(config.own_port(), {&service}, nullptr, rpc);
+      TaskServer::Start(config.own_port(), service.grpc_services(), nullptr, rpc);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
-  // An ephemeral data port must not take a port the cluster spec gives a
-  // task that has not started yet (on one machine, the local launcher's).
-  std::vector<int> spec_ports;
-  for (const auto& [job, tasks] : config.cluster.job_map()) {
-    for (const auto& [index, address] : tasks) {
-      absl::StatusOr<HostPort> hp = ParseHostPort(address, config.source);
-      if (hp.ok()) spec_ports.push_back(hp->port);
-    }
-  }
+  const std::vector<int> spec_ports = SpecPorts(config);
   absl::StatusOr<std::unique_ptr<DataPlaneServer>> data_plane =
       DataPlaneServer::Start(data_port, &service, nullptr,
                              static_cast<uint64_t>(rpc.max_message_bytes), spec_ports);
@@ -266,7 +324,7 @@ int main(int argc, char** argv) {
     (*server)->Stop();
     return 1;
   }
-  service.set_data_port((*data_plane)->port());
+  service.shard().set_data_port((*data_plane)->port());
   // The backup stores this ps keeps for other ps (--ps_replicas), each
   // started on ports of its own; their ports go to the chief in GetStats.
   std::vector<std::unique_ptr<BackupSlot>> backups;
@@ -285,7 +343,7 @@ int main(int argc, char** argv) {
     }
     backup_ports.push_back(backups.back()->server->port());
   }
-  service.set_backup_ports(backup_ports);
+  service.shard().set_backup_ports(backup_ports);
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
   std::string backup_note;
   for (size_t s = 0; s < backups.size(); ++s) {
@@ -300,29 +358,8 @@ int main(int argc, char** argv) {
     if (store.AwaitInitialized()) (*server)->SetReady(true);
   });
   std::string reason = (*server)->WaitForShutdownRequest();
-  StoreStats st = store.stats();
-  spdlog::info("shutting down ({}): version={} applied={} dropped_stale={} rejected={} "
-               "duplicate={} torn_steps={} applied_digest={:016x} steps_ahead={} state_crc={:08x}",
-               reason, st.version, st.pushes_applied, st.pushes_dropped_stale,
-               service.pushes_rejected(), st.pushes_duplicate, st.steps_torn,
-               st.applied_digest, st.steps_ahead, StateCrc(store));
-  for (size_t t = 0; t < st.sparse_tables.size(); ++t) {
-    spdlog::info("sparse table {}: rows={} bytes={} admitted={} evicted={} dropped_unadmitted={}",
-                 t, st.sparse_tables[t].rows, st.sparse_tables[t].bytes,
-                 st.sparse_tables[t].admitted, st.sparse_tables[t].evicted,
-                 st.sparse_tables[t].dropped_unadmitted);
-  }
-  for (size_t s = 0; s < backups.size(); ++s) {
-    const StoreStats bst = backups[s]->store.stats();
-    if (bst.initialized) {
-      spdlog::info("backup store{}: {}: version={} applied={} applied_digest={:016x} "
-                   "generation={} state_crc={:08x}",
-                   s == 0 ? "" : absl::StrCat(" ", s), bst.backup ? "a backup" : "promoted",
-                   bst.version, bst.pushes_applied, bst.applied_digest, bst.generation,
-                   StateCrc(backups[s]->store));
-    }
-    backups[s]->Stop();
-  }
+  LogShutdown(reason, store, service, backups);
+  for (std::unique_ptr<BackupSlot>& b : backups) b->Stop();
   store.Cancel();
   data_plane->reset();
   broadcaster.reset();

@@ -174,7 +174,7 @@ void Replicator::MarkReplaced(Backup* b, const std::string& why) {
                 b->address, why);
 }
 
-bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
+bool Replicator::Seed(Backup* b, PsControl::Stub* stub) {
   {
     // Updates from here on are queued; those the snapshot below holds
     // already are skipped by the backup (it has their versions).
@@ -220,12 +220,13 @@ bool Replicator::Seed(Backup* b, ParameterServer::Stub* stub) {
 }
 
 void Replicator::Send(Backup* b) {
-  std::unique_ptr<ParameterServer::Stub> stub =
-      ParameterServer::NewStub(MakeChannel(b->address, options_.rpc));
+  const std::shared_ptr<grpc::Channel> channel = MakeChannel(b->address, options_.rpc);
+  std::unique_ptr<PsControl::Stub> stub = PsControl::NewStub(channel);
+  std::unique_ptr<ParameterServer::Stub> stats_stub = ParameterServer::NewStub(channel);
   // The backup's tcp data plane (its port asked over gRPC before a dial),
   // as StepBroadcaster reaches the other ps: when it fails, the updates go
   // over gRPC, and so do the next ones for 10 s.
-  auto port_of = DataPortFromStats(stub.get(), b->address);
+  auto port_of = DataPortFromStats(stats_stub.get(), b->address);
   DataChannel data(b->address, port_of,
                    options_.rpc.security ? options_.rpc.security : ProcessSecurity(), &stop_);
   absl::Time grpc_until = absl::InfinitePast();  // after the data plane failed

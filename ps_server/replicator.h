@@ -3,7 +3,7 @@
 // the same version instead of a checkpoint (docs/replication.md).
 //
 // One thread per backup. It seeds the backup with the store's state
-// (ParameterServer.Restore with as_backup), then sends every update the
+// (PsControl.Restore with as_backup), then sends every update the
 // store makes, in order (Replicate), a batch at a time. The ps service asks
 // WaitReplicated before it answers a worker, so that whatever a worker was
 // told, every backup that keeps up holds. The updates go over the backup's
@@ -117,7 +117,7 @@ class Replicator {
   void Collect(AppliedUpdate u);
   void Send(Backup* b);
   // Seeds b; true when it took the state.
-  bool Seed(Backup* b, ParameterServer::Stub* stub);
+  bool Seed(Backup* b, PsControl::Stub* stub);
   void MarkFailing(Backup* b, absl::Time failing_since);
   // `b` answered that it is a primary: this store was replaced.
   void MarkReplaced(Backup* b, const std::string& why);

@@ -59,7 +59,8 @@ StepBroadcaster::~StepBroadcaster() {
 
 void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
   std::string address;
-  std::unique_ptr<ParameterServer::Stub> stub;
+  std::unique_ptr<PsControl::Stub> stub;
+  std::unique_ptr<ParameterServer::Stub> stats_stub;  // asks for the data plane's port
   std::unique_ptr<DataChannel> data;
   // (Re)connects when the follower's address is new.
   auto connect = [&] {
@@ -67,9 +68,11 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
     if (stub != nullptr && now == address) return;
     address = std::move(now);
     data.reset();
-    stub = ParameterServer::NewStub(MakeChannel(address, rpc));
+    const std::shared_ptr<grpc::Channel> channel = MakeChannel(address, rpc);
+    stub = PsControl::NewStub(channel);
+    stats_stub = ParameterServer::NewStub(channel);
     // The other ps's data plane; its port is asked over gRPC before a dial.
-    data = std::make_unique<DataChannel>(address, DataPortFromStats(stub.get(), address),
+    data = std::make_unique<DataChannel>(address, DataPortFromStats(stats_stub.get(), address),
                                          rpc.security ? rpc.security : ProcessSecurity(),
                                          &stop_);
   };

@@ -1,6 +1,6 @@
 // StepBroadcaster: on ps 0 of a sync cluster with several ps, sends each
 // step decision of the local (deciding) store to every other ps
-// (ParameterServer.CommitStep), so that they apply the same workers'
+// (PsControl.CommitStep), so that they apply the same workers'
 // gradients (update/parameter_store.h).
 //
 // One thread per other ps, each sending the decisions in order, each one

@@ -57,14 +57,16 @@ class DataPlaneTest : public ::testing::Test {
     const int port = testing::FreePort();
     RpcOptions rpc;
     rpc.security = security_;
-    server_ = *TaskServer::Start(port, {service_.get()}, nullptr, rpc);
+    server_ = *TaskServer::Start(port, service_->grpc_services(), nullptr, rpc);
     address_ = absl::StrCat("127.0.0.1:", port);
     absl::StatusOr<std::unique_ptr<DataPlaneServer>> data =
         DataPlaneServer::Start(0, service_.get(), security_, 4 << 20);
     ASSERT_TRUE(data.ok()) << data.status();
     data_ = *std::move(data);
-    service_->set_data_port(data_->port());
-    stub_ = ParameterServer::NewStub(MakeChannel(address_, rpc));
+    service_->shard().set_data_port(data_->port());
+    const std::shared_ptr<grpc::Channel> channel = MakeChannel(address_, rpc);
+    stub_ = ParameterServer::NewStub(channel);
+    control_ = PsControl::NewStub(channel);
     InitRequest init;
     init.set_layout_fingerprint(kLayout);
     for (size_t k = 0; k < shards.size(); ++k) {
@@ -81,7 +83,7 @@ class DataPlaneTest : public ::testing::Test {
     init.set_replicas_to_aggregate(workers);
     grpc::ClientContext ctx;
     InitResponse resp;
-    ASSERT_TRUE(stub_->Init(&ctx, init, &resp).ok());
+    ASSERT_TRUE(control_->Init(&ctx, init, &resp).ok());
   }
 
   void TearDown() override {
@@ -148,6 +150,7 @@ class DataPlaneTest : public ::testing::Test {
   std::unique_ptr<TaskServer> server_;
   std::unique_ptr<DataPlaneServer> data_;
   std::unique_ptr<ParameterServer::Stub> stub_;
+  std::unique_ptr<PsControl::Stub> control_;
   std::string address_;
 };
 
@@ -569,7 +572,7 @@ TEST(StepBroadcasterTest, DecisionsReachAFollowerWithOrWithoutItsDataPlane) {
       o.step_role = i == 0 ? StepRole::kDecide : StepRole::kFollow;
       ps[i].service = std::make_unique<PsService>(&ps[i].store, ps[i].metrics.get(), o);
       const int port = testing::FreePort();
-      ps[i].server = *TaskServer::Start(port, {ps[i].service.get()}, nullptr, rpc);
+      ps[i].server = *TaskServer::Start(port, ps[i].service->grpc_services(), nullptr, rpc);
       ps[i].address = absl::StrCat("127.0.0.1:", port);
       StoreConfig c;
       c.layout_fingerprint = kLayout;
@@ -584,7 +587,7 @@ TEST(StepBroadcasterTest, DecisionsReachAFollowerWithOrWithoutItsDataPlane) {
     }
     if (data_plane) {
       ps[1].data = *DataPlaneServer::Start(0, ps[1].service.get(), security, 1 << 20);
-      ps[1].service->set_data_port(ps[1].data->port());
+      ps[1].service->shard().set_data_port(ps[1].data->port());
     }
     {
       StepBroadcaster broadcaster(&ps[0].store, {ps[1].address}, rpc);

@@ -146,7 +146,7 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
     p->service = std::make_unique<PsService>(&p->store, p->metrics.get());
     p->port = testing::FreePort();
     absl::StatusOr<std::unique_ptr<TaskServer>> server =
-        TaskServer::Start(p->port, {p->service.get()});
+        TaskServer::Start(p->port, p->service->grpc_services());
     EXPECT_TRUE(server.ok()) << server.status();
     p->server = *std::move(server);
     if (transport == TRANSPORT_TCP) {
@@ -154,7 +154,7 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
           DataPlaneServer::Start(0, p->service.get(), nullptr, uint64_t{1} << 30);
       EXPECT_TRUE(data.ok()) << data.status();
       p->data = *std::move(data);
-      p->service->set_data_port(p->data->port());
+      p->service->shard().set_data_port(p->data->port());
     }
     cluster += absl::StrCat(i ? ", " : "", "\"127.0.0.1:", p->port, "\"");
     ps.push_back(std::move(p));
@@ -183,7 +183,7 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
     req.set_mode(mode);
     req.set_num_workers(2);
     req.set_replicas_to_aggregate(2);
-    auto stub = ParameterServer::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", ps[i]->port)));
+    auto stub = PsControl::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", ps[i]->port)));
     grpc::ClientContext ctx;
     InitResponse resp;
     EXPECT_TRUE(stub->Init(&ctx, req, &resp).ok());

@@ -149,7 +149,7 @@ TEST_P(PsHealthTest, ReadyOnceInitialisedAndNotWhileShuttingDown) {
 
   auto channel = MakeChannel(ps);
   {
-    auto stub = ParameterServer::NewStub(channel);
+    auto stub = PsControl::NewStub(channel);
     InitRequest init;
     init.set_layout_fingerprint(7);
     ShardSpec* shard = init.add_shards();

@@ -30,16 +30,19 @@ class PsBadInputTest : public ::testing::Test {
     const int port = testing::FreePort();
     RpcOptions rpc;
     rpc.max_message_bytes = max_message_bytes;
-    server_ = *TaskServer::Start(port, {service_.get()}, nullptr, rpc);
+    server_ = *TaskServer::Start(port, service_->grpc_services(), nullptr, rpc);
     RpcOptions client;
     client.max_message_bytes = 64 << 20;  // lets the client send what the ps must refuse
-    stub_ = ParameterServer::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), client));
+    const std::shared_ptr<grpc::Channel> channel =
+        MakeChannel(absl::StrCat("127.0.0.1:", port), client);
+    stub_ = ParameterServer::NewStub(channel);
+    control_ = PsControl::NewStub(channel);
     InitRequest init = Init(policy);
     std::vector<float> values(kFloats, 0.5f);
     init.set_values(values.data(), values.size() * sizeof(float));
     grpc::ClientContext ctx;
     InitResponse resp;
-    ASSERT_TRUE(stub_->Init(&ctx, init, &resp).ok());
+    ASSERT_TRUE(control_->Init(&ctx, init, &resp).ok());
     before_ = Pull();
   }
   void TearDown() override {
@@ -136,6 +139,7 @@ class PsBadInputTest : public ::testing::Test {
   std::unique_ptr<PsService> service_;
   std::unique_ptr<TaskServer> server_;
   std::unique_ptr<ParameterServer::Stub> stub_;
+  std::unique_ptr<PsControl::Stub> control_;
   PullResponse before_;
   int64_t rejected_ = 0;  // pushes refused so far
 };
@@ -208,7 +212,7 @@ TEST_F(PsBadInputTest, UnknownVariable) {
   s->mutable_shards(1)->set_variable("conv9/bias");
   grpc::ClientContext ctx;
   RestoreResponse resp;
-  ExpectRefused(stub_->Restore(&ctx, r, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+  ExpectRefused(control_->Restore(&ctx, r, &resp), grpc::StatusCode::INVALID_ARGUMENT,
                 "unknown variable conv9/bias");
 }
 
@@ -308,7 +312,7 @@ TEST_F(PsBadInputTest, MembershipOfTheWrongSize) {
   r.add_active(true);
   grpc::ClientContext ctx;
   SetWorkersResponse resp;
-  ExpectRefused(stub_->SetWorkers(&ctx, r, &resp), grpc::StatusCode::INVALID_ARGUMENT,
+  ExpectRefused(control_->SetWorkers(&ctx, r, &resp), grpc::StatusCode::INVALID_ARGUMENT,
                 "1 entries");
 }
 

@@ -138,6 +138,18 @@ same_updates() {
     if [ -z "$line" ] || [ "$line" != "$first" ]; then problems+="ps:$i '$line' vs ps:0 '$first'; "; fi
   done
   [ "${first%% *}" = 938 ] || [ "${first%% *}" = 1876 ] || problems+="ps:0 ended at '$first'; "
+  # What tells why, in the line run_all reports: each ps's counters of
+  # dropped and torn steps, the chief's lines on workers lost, restarted or
+  # back, and how many chunks it handed out again.
+  if [ -n "$problems" ]; then
+    for ((i = 0; i < n; i++)); do
+      problems+="ps:$i $(grep "^\[ps$i\] .*shutting down" "$out" | tail -n 1 |
+        grep -oE 'dropped_stale=[0-9]+ rejected=[0-9]+ duplicate=[0-9]+ torn_steps=[0-9]+'); "
+    done
+    problems+="chief: $(grep '^\[chief\]' "$out" |
+      grep -oE 'worker [0-9]+ (lost|restarted|is back)[^;]*|handed_out_again=[0-9]+' |
+      head -n 8 | tr '\n' '|')"
+  fi
   echo "$problems"
 }
 

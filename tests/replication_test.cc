@@ -44,6 +44,7 @@ struct Ps {
   std::unique_ptr<DataPlaneServer> data_plane;  // null: updates come over gRPC
   int port = 0;
   std::unique_ptr<ParameterServer::Stub> stub;
+  std::unique_ptr<PsControl::Stub> control;
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port); }
 };
@@ -54,7 +55,7 @@ std::unique_ptr<Ps> StartPs(int port = 0, bool data_plane = false) {
   auto p = std::make_unique<Ps>();
   p->service = std::make_unique<PsService>(&p->store, p->metrics.get());
   if (port == 0) port = testing::FreePort();
-  absl::StatusOr<std::unique_ptr<TaskServer>> server = TaskServer::Start(port, {p->service.get()});
+  absl::StatusOr<std::unique_ptr<TaskServer>> server = TaskServer::Start(port, p->service->grpc_services());
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return nullptr;
   p->server = *std::move(server);
@@ -65,9 +66,11 @@ std::unique_ptr<Ps> StartPs(int port = 0, bool data_plane = false) {
     EXPECT_TRUE(dp.ok()) << dp.status();
     if (!dp.ok()) return nullptr;
     p->data_plane = *std::move(dp);
-    p->service->set_data_port(p->data_plane->port());
+    p->service->shard().set_data_port(p->data_plane->port());
   }
-  p->stub = ParameterServer::NewStub(MakeChannel(p->address()));
+  const std::shared_ptr<grpc::Channel> channel = MakeChannel(p->address());
+  p->stub = ParameterServer::NewStub(channel);
+  p->control = PsControl::NewStub(channel);
   return p;
 }
 
@@ -98,7 +101,7 @@ void Init(Ps* p, UpdateMode mode, int workers) {
   req.set_replicas_to_aggregate(workers);
   grpc::ClientContext ctx;
   InitResponse resp;
-  grpc::Status s = p->stub->Init(&ctx, req, &resp);
+  grpc::Status s = p->control->Init(&ctx, req, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
 }
 
@@ -108,7 +111,7 @@ grpc::Status SetBackups(Ps* p, const std::vector<std::string>& addresses) {
   for (const std::string& a : addresses) req.add_addresses(a);
   grpc::ClientContext ctx;
   SetBackupsResponse resp;
-  return p->stub->SetBackups(&ctx, req, &resp);
+  return p->control->SetBackups(&ctx, req, &resp);
 }
 
 PushRequest Gradient(int worker, int64_t version, uint64_t id, std::mt19937* rng,
@@ -318,7 +321,7 @@ TEST(ReplicationTest, ARestoreOfThePrimarySeedsTheBackupAgain) {
   SnapshotRequest sreq;
   sreq.set_layout_fingerprint(kLayout);
   RestoreRequest restore;
-  ASSERT_TRUE(primary->stub->Snapshot(&sctx, sreq, restore.mutable_state()).ok());
+  ASSERT_TRUE(primary->control->Snapshot(&sctx, sreq, restore.mutable_state()).ok());
   for (int i = 0; i < 5; ++i) push(0);
   ASSERT_TRUE(Eventually([&] { return backup->store.stats().version == 8; }));
   restore.mutable_state()->set_generation(1);
@@ -335,7 +338,7 @@ TEST(ReplicationTest, ARestoreOfThePrimarySeedsTheBackupAgain) {
   {
     grpc::ClientContext ctx;
     RestoreResponse resp;
-    grpc::Status s = primary->stub->Restore(&ctx, restore, &resp);
+    grpc::Status s = primary->control->Restore(&ctx, restore, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   // The backup, at version 8 of generation 0, is ahead of the primary at
@@ -381,7 +384,7 @@ TEST(ReplicationTest, APromotedBackupAnswersWhatThePrimaryAppliedAndFencesTheOld
     req.set_decides(true);
     grpc::ClientContext ctx;
     PromoteResponse resp;
-    ASSERT_TRUE(backup->stub->Promote(&ctx, req, &resp).ok());
+    ASSERT_TRUE(backup->control->Promote(&ctx, req, &resp).ok());
     EXPECT_EQ(resp.version(), 6);
   }
   // The last push's answer was lost: its resend is answered as it was.
@@ -434,7 +437,7 @@ TEST(ReplicationTest, ARestartedPrimaryContinuesFromItsBackup) {
     grpc::ClientContext ctx;
     SnapshotRequest snap;
     snap.set_layout_fingerprint(kLayout);
-    ASSERT_TRUE(backup->stub->Snapshot(&ctx, snap, req.mutable_state()).ok());
+    ASSERT_TRUE(backup->control->Snapshot(&ctx, snap, req.mutable_state()).ok());
   }
   req.mutable_init()->set_layout_fingerprint(kLayout);
   *req.mutable_init()->mutable_shards() = req.state().shards();
@@ -450,7 +453,7 @@ TEST(ReplicationTest, ARestartedPrimaryContinuesFromItsBackup) {
   {
     grpc::ClientContext ctx;
     RestoreResponse resp;
-    grpc::Status s = restarted->stub->Restore(&ctx, req, &resp);
+    grpc::Status s = restarted->control->Restore(&ctx, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(resp.version(), 5);
   }
@@ -473,7 +476,7 @@ TEST(ReplicationTest, ARestartedPrimaryContinuesFromItsBackup) {
   {  // now initialised: it has state of its own to answer for
     grpc::ClientContext ctx;
     RestoreResponse resp;
-    grpc::Status s = restarted->stub->Restore(&ctx, req, &resp);
+    grpc::Status s = restarted->control->Restore(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(s.error_message().find("only a restarted (empty) ps continues"), std::string::npos)
         << s.error_message();
@@ -495,7 +498,7 @@ TEST(ReplicationTest, APrimaryWhoseBackupIsAPrimaryWasReplacedAndBecomesABackup)
   rep.add_updates()->set_version(0);
   grpc::ClientContext rctx;
   ReplicateResponse rresp;
-  EXPECT_EQ(promoted->stub->Replicate(&rctx, rep, &rresp).error_code(),
+  EXPECT_EQ(promoted->control->Replicate(&rctx, rep, &rresp).error_code(),
             grpc::StatusCode::ALREADY_EXISTS);
   ASSERT_TRUE(SetBackups(old.get(), {promoted->address()}).ok());
   std::mt19937 rng(6);
@@ -519,7 +522,7 @@ TEST(ReplicationTest, APrimaryWhoseBackupIsAPrimaryWasReplacedAndBecomesABackup)
   DemoteRequest dreq;
   dreq.set_layout_fingerprint(kLayout);
   DemoteResponse dresp;
-  ASSERT_TRUE(old->stub->Demote(&dctx, dreq, &dresp).ok());
+  ASSERT_TRUE(old->control->Demote(&dctx, dreq, &dresp).ok());
   EXPECT_TRUE(Stats(old.get()).backup());
   EXPECT_EQ(Stats(old.get()).backups_set(), 0);
   ASSERT_TRUE(SetBackups(promoted.get(), {old->address()}).ok());
@@ -582,7 +585,7 @@ TEST_P(FencingTest, ABackupSeededByAPromotedStoreRefusesTheOldPrimary) {
   preq.set_generation(c.generation);
   preq.set_primary_term(1);
   PromoteResponse presp;
-  ASSERT_TRUE(first->stub->Promote(&pctx, preq, &presp).ok());
+  ASSERT_TRUE(first->control->Promote(&pctx, preq, &presp).ok());
   EXPECT_EQ(Stats(first.get()).primary_term(), 1);
   ASSERT_TRUE(SetBackups(first.get(), {second->address()}).ok());
   ASSERT_TRUE(Eventually([&] {
@@ -643,16 +646,16 @@ TEST(ReplicationTest, DataPlaneRecordsMustAddUpToThePayload) {
   ReplicateResponse resp;
   const std::string twelve(12, '\0'), four(4, '\0');
   for (absl::string_view payload : {absl::string_view(twelve), absl::string_view(four)}) {
-    grpc::Status s = backup->service->DoReplicate(req, payload, &resp);
+    grpc::Status s = backup->service->control().DoReplicate(req, payload, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << payload.size();
     EXPECT_NE(s.error_message().find("payload"), std::string::npos) << s.error_message();
   }
   r->set_payload_bytes(UINT64_MAX);  // would wrap a sum
-  EXPECT_EQ(backup->service->DoReplicate(req, twelve, &resp).error_code(),
+  EXPECT_EQ(backup->service->control().DoReplicate(req, twelve, &resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   r->set_payload_bytes(8);
   r->set_gradient(std::string(8, '\0'));
-  EXPECT_EQ(backup->service->DoReplicate(req, absl::string_view(twelve).substr(0, 8), &resp)
+  EXPECT_EQ(backup->service->control().DoReplicate(req, absl::string_view(twelve).substr(0, 8), &resp)
                 .error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(backup->store.stats().version, 0);

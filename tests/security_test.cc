@@ -245,12 +245,13 @@ PsStatsResponse Stats(ParameterServer::Stub& stub) {
 TEST_F(SecurityTest, PushWithoutOrWithWrongTokenIsRefusedAndNothingApplied) {
   std::string address;
   std::unique_ptr<Background> ps = StartPs(SecureArgs(), &address);
-  auto good = ParameterServer::NewStub(Channel(address, Client(pki_, Token())));
+  const std::shared_ptr<grpc::Channel> good_channel = Channel(address, Client(pki_, Token()));
+  auto good = ParameterServer::NewStub(good_channel);
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
     InitResponse resp;
-    grpc::Status s = good->Init(&ctx, SmallInit(), &resp);
+    grpc::Status s = PsControl::NewStub(good_channel)->Init(&ctx, SmallInit(), &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   auto no_token = ParameterServer::NewStub(Channel(address, Client(pki_, "")));
@@ -317,6 +318,7 @@ TEST_F(SecurityTest, EveryMethodOfOurServicesChecksTheToken) {
   std::unique_ptr<Background> ps = StartPs(SecureArgs(), &ps_address);
   auto no_token = Channel(ps_address, Client(pki_, ""));
   ExpectEveryMethodNeedsTheToken(*no_token, "pscluster.ParameterServer");
+  ExpectEveryMethodNeedsTheToken(*no_token, "pscluster.PsControl");
   ExpectEveryMethodNeedsTheToken(*no_token, "pscluster.TaskControl");
 
   // A chief waiting for a cluster that never comes serves the Coordinator.
@@ -403,11 +405,12 @@ TEST_F(SecurityTest, TcpDataPlaneChecksTlsAndToken) {
   std::string address;
   std::unique_ptr<Background> ps = StartPs(SecureArgs(), &address);
   const std::string token = Token();
-  auto stub = ParameterServer::NewStub(Channel(address, Client(pki_, token)));
+  const std::shared_ptr<grpc::Channel> channel = Channel(address, Client(pki_, token));
+  auto stub = ParameterServer::NewStub(channel);
   {
     grpc::ClientContext ctx;
     InitResponse resp;
-    ASSERT_TRUE(stub->Init(&ctx, SmallInit(), &resp).ok());
+    ASSERT_TRUE(PsControl::NewStub(channel)->Init(&ctx, SmallInit(), &resp).ok());
   }
   const int port = Stats(*stub).data_port();
   ASSERT_GT(port, 0);

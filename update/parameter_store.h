@@ -47,6 +47,16 @@
 // lock it applies them with, so it never applies an update the new primary
 // did not make; a record of a higher term than its own asks for a seed.
 //
+// The pieces, each under the store's lock but the decisions: the values
+// and their optimizer state (shard_values.h), a sync step's gathered
+// gradients (pending_step.h), the step decisions made or taken
+// (decision_log.h, a lock of its own), the answers to recent pushes
+// (answered_pushes.h) and the sparse tables' rows (sparse_shards.h). The
+// methods are in three files: the core (configuration, pulls, async
+// pushes), the sync step protocol (parameter_store_sync.cc) and the copies
+// of a store (parameter_store_replica.cc: snapshots, restores, records,
+// promotion).
+//
 // Thread-safe: every method may be called from any thread. Knows nothing
 // about gRPC; ps_service.h adapts it.
 #ifndef PSCLUSTER_UPDATE_PARAMETER_STORE_H_
@@ -67,8 +77,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/parallel_for.h"
+#include "update/answered_pushes.h"
+#include "update/decision_log.h"
 #include "update/optimizer.h"
+#include "update/pending_step.h"
 #include "update/recent_chunks.h"
+#include "update/shard_values.h"
+#include "update/sparse_shards.h"
 #include "update/sparse_table.h"
 
 namespace pscluster {
@@ -82,15 +97,6 @@ enum class StepRole { kDecide, kFollow };
 // Whether a store takes workers' pushes (the primary of its shards) or
 // applies a primary's updates (a backup: see the top of this file).
 enum class ReplicaRole { kPrimary, kBackup };
-
-// Values [offset, offset + size) of the store that are a BatchNormalization
-// moving statistic: updated as v = momentum * v + (1 - momentum) * g from
-// the pushed (sync: averaged) values g, never by the optimizer.
-struct MovingStatistic {
-  int64_t offset = 0;
-  int64_t size = 0;
-  float momentum = 0.0f;
-};
 
 struct StoreConfig {
   uint64_t layout_fingerprint = 0;
@@ -110,14 +116,6 @@ struct StoreConfig {
   // table order: this store holds the rows of each that RowOwner gives
   // its ps, and updates them with the dense values, in the same steps.
   std::vector<SparseTableOptions> sparse_tables;
-};
-
-// Rows of one sparse table: distinct ids, and `width` floats for each (a
-// gradient's rows in a push or an update, the values in a pull).
-struct SparseRowsData {
-  int table = 0;
-  std::vector<int64_t> ids;
-  std::vector<float> values;  // ids.size() x width
 };
 
 struct PushArgs {
@@ -148,35 +146,6 @@ struct PushArgs {
 
 // Whether none of x[0, n) is NaN or Inf.
 bool AllFinite(const float* x, int64_t n);
-
-struct PushResult {
-  // Async: applied. Sync: taken into the step being gathered (whether it
-  // ends up among the step's members is StepOutcome's answer); false when
-  // dropped at once.
-  bool applied = false;
-  int64_t version = 0;     // the store's version after the push
-  int64_t staleness = 0;   // versions between the gradient and the store
-};
-
-// Sync: which workers' gradients make up the step that takes the store
-// from `version` to version + 1.
-struct StepDecision {
-  uint64_t layout_fingerprint = 0;
-  int64_t generation = 0;
-  int64_t version = 0;
-  std::vector<bool> members;  // one per worker
-  // The deciding store skipped the step (skip policy: a member's gradient
-  // held NaN or Inf there); the others skip it too.
-  bool skip = false;
-  // Increases with every decision a deciding store makes (restores too).
-  int64_t sequence = 0;
-  // The decider's epoch, raised each time a backup is promoted to decide
-  // in a lost decider's place. A following store refuses decisions of an
-  // epoch below the highest it was fenced at or took (FenceDecisions,
-  // Commit), so that a decider that was only cut off, and replaced, can no
-  // longer have a step applied anywhere.
-  int64_t decider_epoch = 0;
-};
 
 // Refused pushes are not counted here: the ps service counts them, the
 // ones it refuses itself (bytes, dtype) and the store's alike.
@@ -320,7 +289,7 @@ class ParameterStore {
   // finiteness check, sync's weighted sum, the optimizer) may use when the
   // shard is large (common/parallel_for.h); results do not depend on it.
   explicit ParameterStore(int update_threads = HardwareThreads())
-      : threads_(std::max(1, update_threads)) {}
+      : threads_(std::max(1, update_threads)), values_(threads_) {}
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -499,6 +468,11 @@ class ParameterStore {
   static size_t RecentChunksKept(int num_workers);
 
  private:
+  // Mixes (what names a gradient, worker) into 64 bits, for the
+  // applied-gradients digest: sync names a gradient by its version, async
+  // by its request id.
+  static uint64_t GradientHash(uint64_t name, int worker);
+  static absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version);
   // Unavailable before Init or Restore; FailedPrecondition when
   // `fingerprint` is not the layout the store holds.
   absl::Status CheckReady(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -511,6 +485,9 @@ class ParameterStore {
   absl::Status Configure(const StoreConfig& config, std::unique_ptr<Optimizer> optimizer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::unique_ptr<Optimizer>> CheckConfig(const StoreConfig& config) const;
+  // Restore's checks of a backup's seed against what the store holds
+  // (fencing: see Restore).
+  absl::Status CheckSeed(const StoreSnapshot& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes (deciding store) or applies (following store) the step being
@@ -528,117 +505,56 @@ class ParameterStore {
   // ApplyStep's end, once the update is made: the members' and the
   // others' fates, the pending gradients let go, the version advanced.
   void CloseStep(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The gradient a step of `members` (examples > 0 in all) applies: the
-  // lone member's own, or their weighted sum in sum_.
-  const float* StepGradient(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Following store, no decision yet: computes ahead_ when the workers
   // the step waits for have pushed (see ahead_).
   void MaybeComputeAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether one of `members`' pending gradients holds NaN or Inf.
-  bool AnyNonfinite(const std::vector<bool>& members) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // values_ to write into: itself when no reader holds it, else a copy in
-  // a buffer no reader holds (which becomes values_).
-  std::vector<float>& WritableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // values_ to overwrite whole (Init, Restore): its contents may be any.
-  std::vector<float>& ReplaceableValues() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // to = from's values, copied on every core for a large shard (to holds
-  // from.size() floats).
-  void CopyValues(const std::vector<float>& from, void* to) const;
-  // A buffer from spares_ that no reader holds any more, or a new one.
-  std::shared_ptr<std::vector<float>> TakeSpare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One update of values_ from `grad`: the optimizer on the trainable
-  // values, the moving average on the moving statistics.
-  void Update(const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The same update written into *out (values_ and the optimizer as they
-  // were; Optimizer::ApplyAside).
-  void UpdateAside(const float* grad, std::vector<float>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks a push's sparse rows against the tables (InvalidArgument);
-  // *finite is false when one holds NaN or Inf.
-  absl::Status CheckSparse(const std::vector<SparseRowsData>& rows, bool* finite) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sync: sums `members`' pending sparse rows per id, weighted as the dense
-  // gradient, in (chunk, worker) order, into step_sparse_.
-  void SumSparse(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies step_sparse_ to the tables as the update from version_ (and
-  // evicts rows gone cold, every kEvictEvery updates).
-  void ApplySparse() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops worker w's pending gradient (its fate: dropped).
   void DropPending(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the listener, if any, of the update from version_ to version_ + 1
-  // (`grad` null: the values did not change).
-  // (`chunk`: an async push's.)
+  // (`grad` null: the values did not change; `chunk`: an async push's).
   void Report(const float* grad, bool skipped, const std::vector<bool>& members, int worker,
               uint64_t request_id, int64_t staleness, int64_t chunk = -1)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Remembers worker w's push `request_id` and its answer.
-  void RememberPush(int w, uint64_t request_id, const PushResult& result)
+  // Backup: ApplyReplicated's check that `u` fits this store.
+  absl::Status CheckRecord(const AppliedUpdate& u) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Promote's check of the decision in flight (see Promote).
+  absl::Status CheckInFlight(const StepDecision& in_flight, int64_t generation,
+                             StepRole step_role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Promoted to decide: sends again the decisions of the steps it applied,
+  // then the one in flight, which it closes as a follower would.
+  void ResendDecisions(int64_t generation, const std::optional<StepDecision>& in_flight)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Recent request ids per worker and what was answered to them.
-  struct SeenPush {
-    uint64_t request_id;
-    PushResult result;
-  };
-  static constexpr size_t kDedupWindow = 256;
   // Bounds that keep every counter far from overflow and the per-worker
   // state small whatever a request says.
   static constexpr int kMaxWorkers = 1 << 16;
   static constexpr int64_t kMaxVersion = int64_t{1} << 60;
 
-  // Below 2 x this many values a pass runs on one thread.
-  static constexpr int64_t kMinRange = 256 << 10;
   const int threads_;
   mutable absl::Mutex mu_;
   absl::CondVar version_advanced_;  // signalled on Init, apply, Cancel
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   StoreConfig config_ ABSL_GUARDED_BY(mu_);
-  // The values; never null. Readers (PullShared) hold it by reference
-  // outside mu_, so it is written in place only while no one else holds
-  // it. Buffers that were values_ wait in spares_ until their readers are
-  // done, to be reused rather than allocated (and faulted in) again.
-  std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_) =
-      std::make_shared<std::vector<float>>();
-  static constexpr size_t kKeptSpares = 4;
-  std::vector<std::shared_ptr<std::vector<float>>> spares_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   StoreStats stats_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::deque<SeenPush>> seen_ ABSL_GUARDED_BY(mu_);
+  ShardValues values_ ABSL_GUARDED_BY(mu_);
+  SparseShards sparse_ ABSL_GUARDED_BY(mu_);
+  AnsweredPushes answered_ ABSL_GUARDED_BY(mu_);
   UpdateListener listener_ ABSL_GUARDED_BY(mu_);
-
-  // Sync state for the current version. pending_examples_[w] < 0: nothing
-  // from worker w yet.
-  std::vector<std::vector<float>> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> pending_examples_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> pending_request_ ABSL_GUARDED_BY(mu_);  // its request id
-  std::vector<int64_t> pending_chunk_ ABSL_GUARDED_BY(mu_);  // its PushArgs::chunk
   // The chunks of the last updates (StoreSnapshot::recent_chunks).
   RecentChunks recent_chunks_ ABSL_GUARDED_BY(mu_);
-  int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<bool> pending_nonfinite_ ABSL_GUARDED_BY(mu_);  // a member's: skip the step
+
+  // Sync: the gradients gathered for the current version, whom a step
+  // waits for, and the fate of each worker's newest gradient: {version,
+  // applied}.
+  PendingStep pending_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);  // aggregation scratch
-  // The sparse tables (config_.sparse_tables), each member's pending rows,
-  // and the update being made (reported to the listener with it).
-  std::vector<std::unique_ptr<SparseTable>> tables_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<SparseRowsData>> pending_sparse_ ABSL_GUARDED_BY(mu_);
-  std::vector<SparseRowsData> step_sparse_ ABSL_GUARDED_BY(mu_);
-  static constexpr int64_t kEvictEvery = 256;
-  std::vector<float> moving_ ABSL_GUARDED_BY(mu_);  // Update's scratch
-  // The fate of each worker's newest sync gradient: {version, applied}.
   std::vector<std::pair<int64_t, bool>> outcome_ ABSL_GUARDED_BY(mu_);
-  // The newest decisions, oldest first: a deciding store's own, a
-  // following store's as they came. Under a lock of
-  // their own (taken inside mu_, never the other way round), so that a
-  // decision is sent while the step it closes is still being applied.
-  static constexpr size_t kKeptDecisions = 16;
-  mutable absl::Mutex decisions_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  absl::CondVar decision_made_;  // signalled on a decision and on Cancel
-  std::deque<StepDecision> decisions_ ABSL_GUARDED_BY(decisions_mu_);
-  bool decisions_cancelled_ ABSL_GUARDED_BY(decisions_mu_) = false;
-  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // The newest decisions: a deciding store's own, a following store's as
+  // they came (a lock of their own, taken inside mu_).
+  DecisionLog decisions_;
   int64_t decider_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // StoreStats::decider_epoch
   int64_t primary_term_ ABSL_GUARDED_BY(mu_) = 0;   // StoreStats::primary_term
   // Backup of a deciding store: the decisions of the last steps it applied

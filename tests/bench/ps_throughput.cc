@@ -179,13 +179,13 @@ class EchoService final : public bench::Echo::Service {
 
 // A server on 127.0.0.1 with the daemons' configuration. The service is
 // borrowed and must outlive the server.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(grpc::Service* service,
-                                                          std::string* address) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const std::vector<grpc::Service*>& services, std::string* address) {
   grpc::ServerBuilder builder;
   ConfigureServer(builder);
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(service);
+  for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return absl::UnavailableError("cannot listen on 127.0.0.1 (ephemeral port)");
@@ -209,10 +209,12 @@ class PsTarget final : public Target {
   static absl::StatusOr<std::unique_ptr<PsTarget>> Create(int64_t bytes, Transport transport) {
     std::unique_ptr<PsTarget> t(new PsTarget(bytes));
     absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-        StartServer(&t->service_, &t->address_);
+        StartServer(t->service_.grpc_services(), &t->address_);
     if (!server.ok()) return server.status();
     t->server_ = *std::move(server);
-    t->stub_ = ParameterServer::NewStub(MakeChannel(t->address_));
+    const std::shared_ptr<grpc::Channel> channel = MakeChannel(t->address_);
+    t->stub_ = ParameterServer::NewStub(channel);
+    t->control_ = PsControl::NewStub(channel);
     if (transport == TRANSPORT_TCP) {
       absl::StatusOr<std::unique_ptr<DataPlaneServer>> data =
           DataPlaneServer::Start(0, &t->service_, nullptr, uint64_t{1} << 31);
@@ -285,7 +287,7 @@ class PsTarget final : public Target {
     InitResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(kCallTimeout));
-    grpc::Status s = stub_->Init(&ctx, init, &resp);
+    grpc::Status s = control_->Init(&ctx, init, &resp);
     if (!s.ok()) return FromGrpcStatus(s, "Init");
     version_ = resp.version();
     req_.set_layout_fingerprint(kLayout);
@@ -303,6 +305,7 @@ class PsTarget final : public Target {
   std::string address_;
   std::unique_ptr<grpc::Server> server_;  // serves service_
   std::unique_ptr<ParameterServer::Stub> stub_;
+  std::unique_ptr<PsControl::Stub> control_;
   std::unique_ptr<DataPlaneServer> data_server_;  // tcp: serves service_
   std::unique_ptr<DataChannel> data_;             // tcp: the client's end
   PushRequest req_;
@@ -315,8 +318,7 @@ class EchoTarget final : public Target {
  public:
   static absl::StatusOr<std::unique_ptr<EchoTarget>> Create(int64_t bytes) {
     std::unique_ptr<EchoTarget> t(new EchoTarget(bytes));
-    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-        StartServer(&t->service_, &t->address_);
+    absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer({&t->service_}, &t->address_);
     if (!server.ok()) return server.status();
     t->server_ = *std::move(server);
     t->stub_ = bench::Echo::NewStub(MakeChannel(t->address_));
@@ -612,7 +614,7 @@ absl::Status InitPs(const TfConfig& tf, const ModelSpec& spec, const Placement& 
     req.set_replicas_to_aggregate(1);
     absl::StatusOr<std::string> address = tf.cluster.address(kPsJob, i);
     if (!address.ok()) return address.status();
-    std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(MakeChannel(*address));
+    std::unique_ptr<PsControl::Stub> stub = PsControl::NewStub(MakeChannel(*address));
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(60)));
