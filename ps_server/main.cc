@@ -83,7 +83,7 @@ int FreePortAvoiding(const std::vector<int>& avoid) {
 // CRC-32C of a store's values and optimizer slots: stores that hold the
 // same bits (a primary and its backup) log the same. 0 before Init.
 uint32_t StateCrc(const pscluster::ParameterStore& store) {
-  pscluster::StoreSnapshot snap;
+  pscluster::StoreState snap;
   if (!store.Snapshot(store.stats().layout_fingerprint, &snap).ok()) return 0;
   uint32_t crc = pscluster::crc32c::Value(snap.values.data(), snap.values.size() * sizeof(float));
   for (const pscluster::OptimizerSlot& s : snap.optimizer.slots) {

@@ -13,7 +13,7 @@ namespace {
 
 // A state's header, without its values: the layout, version, generation
 // and recent chunks (the answer to CAPTURE and to RECENT_CHUNKS).
-void StateHeader(uint64_t fingerprint, const StoreSnapshot& store, ShardState* out) {
+void StateHeader(uint64_t fingerprint, const StoreState& store, ShardState* out) {
   out->set_layout_fingerprint(fingerprint);
   out->set_version(store.version);
   out->set_generation(store.generation);
@@ -100,7 +100,7 @@ grpc::Status PsControlService::Snapshot(grpc::ServerContext* ctx, const Snapshot
       return grpc::Status::OK;
     }
     case SnapshotRequest::RECENT_CHUNKS: {
-      StoreSnapshot recent;
+      StoreState recent;
       if (absl::Status s = store_->RecentChunksOf(req->layout_fingerprint(), &recent); !s.ok()) {
         return ToGrpcStatus(s);
       }
@@ -116,7 +116,7 @@ grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRe
                                 RestoreResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   const ShardState& state = req->state();
-  absl::StatusOr<StoreSnapshot> snap = StoreSnapshotFromState(state);
+  absl::StatusOr<StoreState> snap = StoreStateFromProto(state);
   if (!snap.ok()) return ToGrpcStatus(snap.status());
   if (state.layout_fingerprint() != req->init().layout_fingerprint()) {
     return InvalidArgumentStatus(absl::StrCat("the state's layout ", state.layout_fingerprint(),

@@ -86,7 +86,7 @@ absl::Status PsShard::Capture(uint64_t fingerprint, CapturedState* out) {
 void PsShard::CapturedToState(const CapturedState& captured, ShardState* out) {
   out->set_layout_fingerprint(captured.fingerprint);
   for (const ShardSpec& sh : captured.shards) *out->add_shards() = sh;
-  StoreSnapshotToState(captured.store, out);
+  StoreStateToProto(captured.store, out);
 }
 
 absl::Status PsShard::StateOf(uint64_t fingerprint, ShardState* out) {

@@ -58,7 +58,7 @@ class PsShard {
   // The store's state and the shards it holds, copied at one instant.
   struct CapturedState {
     uint64_t fingerprint = 0;
-    StoreSnapshot store;
+    StoreState store;
     std::vector<ShardSpec> shards;
   };
   absl::Status Capture(uint64_t fingerprint, CapturedState* out);

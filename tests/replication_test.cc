@@ -141,7 +141,7 @@ grpc::Status PushTo(Ps* p, const PushRequest& req, PushResponse* resp = nullptr)
 
 // The two stores hold the same bits and have applied the same pushes.
 void ExpectSameState(Ps* a, Ps* b) {
-  StoreSnapshot x, y;
+  StoreState x, y;
   ASSERT_TRUE(a->store.Snapshot(kLayout, &x).ok());
   ASSERT_TRUE(b->store.Snapshot(kLayout, &y).ok());
   EXPECT_EQ(x.version, y.version);

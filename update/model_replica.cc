@@ -16,12 +16,12 @@ absl::StatusOr<ShardState> ModelReplica::InitialState(const InitRequest& setup,
   ParameterStore store(1);
   bool already = false;
   if (absl::Status s = store.Init(*config, values.data(), &already); !s.ok()) return s;
-  StoreSnapshot snap;
+  StoreState snap;
   if (absl::Status s = store.Snapshot(setup.layout_fingerprint(), &snap); !s.ok()) return s;
   ShardState state;
   state.set_layout_fingerprint(setup.layout_fingerprint());
   *state.mutable_shards() = setup.shards();
-  StoreSnapshotToState(snap, &state);
+  StoreStateToProto(snap, &state);
   return state;
 }
 
@@ -31,7 +31,7 @@ absl::Status ModelReplica::Restore(const InitRequest& setup, const ShardState& s
                                                    " differs from the plan's replica layout ",
                                                    setup.layout_fingerprint()));
   }
-  absl::StatusOr<StoreSnapshot> snap = StoreSnapshotFromState(state);
+  absl::StatusOr<StoreState> snap = StoreStateFromProto(state);
   if (!snap.ok()) return snap.status();
   absl::StatusOr<StoreConfig> config = StoreConfigFromInit(
       setup, static_cast<int64_t>(snap->values.size()), StepRole::kDecide);
@@ -110,7 +110,7 @@ absl::StatusOr<ShardState> ModelReplica::State(const ReplicaRequest& request) co
     if (!has_state_) return absl::UnavailableError("the replica holds no state yet");
     setup = setup_;
   }
-  StoreSnapshot snap;
+  StoreState snap;
   if (absl::Status s = store_.Snapshot(setup.layout_fingerprint(), &snap); !s.ok()) return s;
   if (snap.version != request.step() && !(request.at_least() && snap.version > request.step())) {
     return absl::FailedPreconditionError(absl::StrCat("the replica is at step ", snap.version,
@@ -121,7 +121,7 @@ absl::StatusOr<ShardState> ModelReplica::State(const ReplicaRequest& request) co
   ShardState state;
   state.set_layout_fingerprint(setup.layout_fingerprint());
   *state.mutable_shards() = setup.shards();
-  StoreSnapshotToState(snap, &state);
+  StoreStateToProto(snap, &state);
   return state;
 }
 
@@ -132,7 +132,7 @@ uint32_t ModelReplica::Digest() const {
     if (!has_state_) return 0;
     setup = setup_;
   }
-  StoreSnapshot snap;
+  StoreState snap;
   if (!store_.Snapshot(setup.layout_fingerprint(), &snap).ok()) return 0;
   return crc32c::Value(snap.values.data(), snap.values.size() * sizeof(float));
 }

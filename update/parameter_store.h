@@ -207,7 +207,7 @@ struct AppliedUpdate {
   // Sync: the step's members, one per worker (their pushes count as
   // applied), the request ids of their pushes (0: none), so that a
   // promoted backup answers a member's resent push as applied, and their
-  // chunks (StoreSnapshot::recent_chunks). Async: members empty; the push
+  // chunks (StoreState::recent_chunks). Async: members empty; the push
   // was `worker`'s with `request_id`, of chunk member_chunks[0].
   std::vector<bool> members;
   std::vector<uint64_t> member_request_ids;
@@ -232,9 +232,11 @@ struct AppliedUpdate {
 // not call the store.
 using UpdateListener = std::function<void(AppliedUpdate)>;
 
-// Values and optimizer state at one version: what a checkpoint holds of a
-// ps.
-struct StoreSnapshot {
+// A store's state at one version: its values and optimizer state, and
+// what a store that continues it needs. Snapshot takes it, Restore
+// installs it, a checkpoint holds it; on the wire it is a ShardState
+// (update/store_state.h converts).
+struct StoreState {
   int64_t version = 0;
   int64_t generation = 0;
   std::vector<float> values;
@@ -371,7 +373,7 @@ class ParameterStore {
   absl::Status SetActiveWorkers(uint64_t layout_fingerprint, const std::vector<bool>& active);
 
   // A copy of the values and optimizer state at the current version.
-  absl::Status Snapshot(uint64_t layout_fingerprint, StoreSnapshot* out) const;
+  absl::Status Snapshot(uint64_t layout_fingerprint, StoreState* out) const;
 
   // Replaces the whole state with `state` under `config` (initialising an
   // empty store). FailedPrecondition for another layout on an initialised
@@ -382,7 +384,7 @@ class ParameterStore {
   // seed: its replicator stops answering), FailedPrecondition for one of
   // an older generation. Any other restore keeps the higher of the two
   // terms.
-  absl::Status Restore(const StoreConfig& config, const StoreSnapshot& state,
+  absl::Status Restore(const StoreConfig& config, const StoreState& state,
                        RestoreKind kind = RestoreKind::kRollback);
 
   // Its kept decision for the step from `version`: a deciding store's own
@@ -458,10 +460,10 @@ class ParameterStore {
 
   // Only the version, the generation and the recent chunks of a Snapshot,
   // and (sync) the chunks of the pushes taken into the step being gathered
-  // (StoreSnapshot::pending_chunks).
-  absl::Status RecentChunksOf(uint64_t layout_fingerprint, StoreSnapshot* out) const;
+  // (StoreState::pending_chunks).
+  absl::Status RecentChunksOf(uint64_t layout_fingerprint, StoreState* out) const;
 
-  // How many chunks StoreSnapshot::recent_chunks holds at most: 4,096, or
+  // How many chunks StoreState::recent_chunks holds at most: 4,096, or
   // the members of 16 steps of `num_workers` when that is more. A worker
   // tells the chief of its chunk when it next asks for work, long before
   // that many more chunks are taken.
@@ -487,7 +489,7 @@ class ParameterStore {
   absl::StatusOr<std::unique_ptr<Optimizer>> CheckConfig(const StoreConfig& config) const;
   // Restore's checks of a backup's seed against what the store holds
   // (fencing: see Restore).
-  absl::Status CheckSeed(const StoreSnapshot& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSeed(const StoreState& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes (deciding store) or applies (following store) the step being
@@ -543,7 +545,7 @@ class ParameterStore {
   SparseShards sparse_ ABSL_GUARDED_BY(mu_);
   AnsweredPushes answered_ ABSL_GUARDED_BY(mu_);
   UpdateListener listener_ ABSL_GUARDED_BY(mu_);
-  // The chunks of the last updates (StoreSnapshot::recent_chunks).
+  // The chunks of the last updates (StoreState::recent_chunks).
   RecentChunks recent_chunks_ ABSL_GUARDED_BY(mu_);
 
   // Sync: the gradients gathered for the current version, whom a step

@@ -11,7 +11,7 @@
 
 namespace pscluster {
 
-absl::Status ParameterStore::CheckSeed(const StoreSnapshot& state) const {
+absl::Status ParameterStore::CheckSeed(const StoreState& state) const {
   // Fencing: a primary is never overwritten by a seed (AlreadyExists:
   // the primary is here; a promoted backup tells its old primary so),
   // nor a backup by a replaced primary's (a lower term: another backup
@@ -35,7 +35,7 @@ absl::Status ParameterStore::CheckSeed(const StoreSnapshot& state) const {
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnapshot& state,
+absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState& state,
                                      RestoreKind kind) {
   absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
   if (!opt.ok()) return opt.status();
@@ -97,7 +97,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
     stats_.steps_applied = state.steps_applied;
-    for (const StoreSnapshot::Answered& a : state.answered) {
+    for (const StoreState::Answered& a : state.answered) {
       if (a.worker >= 0 && a.worker < c.num_workers) {
         answered_.Remember(a.worker, a.request_id, a.result);
       }
@@ -120,7 +120,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreSnaps
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot* out) const {
+absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreState* out) const {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   out->version = version_;
@@ -151,7 +151,7 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreSnapshot
 }
 
 absl::Status ParameterStore::RecentChunksOf(uint64_t layout_fingerprint,
-                                           StoreSnapshot* out) const {
+                                           StoreState* out) const {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
   out->version = version_;

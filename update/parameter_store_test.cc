@@ -472,7 +472,7 @@ TEST_F(StoreTest, SharedValuesAreNeverWrittenWhileHeldAndReusedOnceLetGo) {
   EXPECT_EQ(latest->data(), first);
   // Pull (the copying one) and a snapshot see the same values.
   EXPECT_EQ(Values(store_), *latest);
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
   EXPECT_EQ(snap.values, *latest);
 }
@@ -481,7 +481,7 @@ TEST_F(StoreTest, SharedValuesAreNeverWrittenWhileHeldAndReusedOnceLetGo) {
 TEST_F(StoreTest, ARestoreDoesNotWriteHeldValues) {
   InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
   ParameterStore::SharedValues held = Shared(store_);
-  StoreSnapshot state;
+  StoreState state;
   ASSERT_TRUE(store_.Snapshot(kLayout, &state).ok());
   state.values = {7, 8, 9};
   ASSERT_TRUE(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1), state).ok());
@@ -633,7 +633,7 @@ TEST_F(StoreTest, RestoreRollsBackValuesSlotsAndVersionAndAbortsOldGenerations) 
   c.optimizer.epsilon = 1e-7f;
   InitStore(c);
   ASSERT_TRUE(PushGrad(store_, 0, 0, {1, -1, 2}).ok());
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
   EXPECT_EQ(snap.version, 1);
   ASSERT_EQ(snap.optimizer.slots.size(), 2u);
@@ -674,7 +674,7 @@ TEST_F(StoreTest, TheChunksOfTheStepBeingGatheredAreNamedPerWorker) {
   // Worker 1's push waits in the step being gathered: a restarted chief
   // leaves its chunk to it.
   PushChunk(1, 0, 5);
-  StoreSnapshot header;
+  StoreState header;
   ASSERT_TRUE(store_.RecentChunksOf(kLayout, &header).ok());
   EXPECT_EQ(header.pending_chunks, (std::vector<int64_t>{-1, 5}));
   EXPECT_TRUE(header.recent_chunks.empty());
@@ -689,7 +689,7 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   InitStore(c);
   std::vector<AppliedUpdate> log;
   store_.SetUpdateListener([&log](AppliedUpdate u) { log.push_back(std::move(u)); });
-  StoreSnapshot seed;
+  StoreState seed;
   ASSERT_TRUE(store_.Snapshot(kLayout, &seed).ok());
   EXPECT_TRUE(seed.recent_chunks.empty());
   std::vector<float> g = {1, 1, 1};  // the other stores' pushes below
@@ -697,7 +697,7 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   PushChunk(1, 0, 0);
   PushChunk(1, 1, 3);
   PushChunk(0, 1, 2);
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
   EXPECT_EQ(snap.version, 2);
   EXPECT_EQ(snap.recent_chunks, (std::vector<int64_t>{1, 0, 2, 3}));
@@ -707,22 +707,22 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   ParameterStore backup;
   ASSERT_TRUE(backup.Restore(b, seed).ok());
   for (const AppliedUpdate& u : log) ASSERT_TRUE(backup.ApplyReplicated(kLayout, u).ok());
-  StoreSnapshot of_backup;
+  StoreState of_backup;
   ASSERT_TRUE(backup.Snapshot(kLayout, &of_backup).ok());
   EXPECT_EQ(of_backup.recent_chunks, snap.recent_chunks);
   EXPECT_EQ(of_backup.recent_chunks_since, 0);
 
   ParameterStore continued;
   ASSERT_TRUE(continued.Restore(c, snap, RestoreKind::kContinue).ok());
-  StoreSnapshot of_continued;
+  StoreState of_continued;
   ASSERT_TRUE(continued.Snapshot(kLayout, &of_continued).ok());
   EXPECT_EQ(of_continued.recent_chunks, snap.recent_chunks);
   EXPECT_EQ(of_continued.recent_chunks_since, 0);
 
-  StoreSnapshot rollback = snap;
+  StoreState rollback = snap;
   rollback.generation = 1;
   ASSERT_TRUE(store_.Restore(c, rollback).ok());
-  StoreSnapshot after;
+  StoreState after;
   ASSERT_TRUE(store_.Snapshot(kLayout, &after).ok());
   EXPECT_TRUE(after.recent_chunks.empty());
   EXPECT_EQ(after.recent_chunks_since, 2);  // the steps from the restored version on
@@ -748,13 +748,13 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
       ASSERT_TRUE(many.Push(a).ok());
     }
   }
-  StoreSnapshot kept;
+  StoreState kept;
   ASSERT_TRUE(many.Snapshot(kLayout, &kept).ok());
   ASSERT_EQ(kept.recent_chunks.size(), 4096u);
   EXPECT_EQ(kept.recent_chunks.front(), 2);
   EXPECT_EQ(kept.recent_chunks.back(), 2 * steps - 1);
   EXPECT_EQ(kept.recent_chunks_since, 1);  // step 0 went whole
-  StoreSnapshot light;
+  StoreState light;
   ASSERT_TRUE(many.RecentChunksOf(kLayout, &light).ok());
   EXPECT_EQ(light.version, steps);
   EXPECT_EQ(light.recent_chunks, kept.recent_chunks);
@@ -781,13 +781,13 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   StoreConfig ab = SgdConfig(UpdateRule::kAsync, 2, 1);
   ab.replica = ReplicaRole::kBackup;
   ParameterStore async_backup;
-  StoreSnapshot empty_seed;
+  StoreState empty_seed;
   empty_seed.values = init;
   ASSERT_TRUE(async_backup.Restore(ab, empty_seed).ok());
   for (const AppliedUpdate& u : async_log) {
     ASSERT_TRUE(async_backup.ApplyReplicated(kLayout, u).ok());
   }
-  StoreSnapshot of_async_backup;
+  StoreState of_async_backup;
   ASSERT_TRUE(async_backup.RecentChunksOf(kLayout, &of_async_backup).ok());
   EXPECT_EQ(of_async_backup.recent_chunks, light.recent_chunks);
 }
@@ -817,7 +817,7 @@ TEST(RecentChunksTest, SinceMovesByWholeUpdates) {
 }
 
 TEST_F(StoreTest, RestoreInitialisesAnEmptyStoreAndRefusesAnotherLayout) {
-  StoreSnapshot snap;
+  StoreState snap;
   snap.version = 7;
   snap.generation = 2;
   snap.values = {4, 5, 6};
@@ -837,7 +837,7 @@ TEST_F(StoreTest, RestoreInitialisesAnEmptyStoreAndRefusesAnotherLayout) {
 
 TEST_F(StoreTest, PullOfAnOldGenerationIsAbortedWhenARestoreHappens) {
   InitStore(SgdConfig(UpdateRule::kSync, 1, 1));
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(store_.Snapshot(kLayout, &snap).ok());
   snap.generation = 1;
   std::thread restorer([&] {
@@ -902,7 +902,7 @@ TEST_F(StoreTest, RefusesValuesThatWouldOverflow) {
   InitStore(SgdConfig(UpdateRule::kAsync, 1, 1));
   EXPECT_EQ(PushGrad(store_, 0, std::numeric_limits<int64_t>::min(), {1, 1, 1}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  StoreSnapshot snap;
+  StoreState snap;
   snap.values = {1, 2, 3};
   snap.version = std::numeric_limits<int64_t>::max();
   EXPECT_EQ(store_.Restore(SgdConfig(UpdateRule::kAsync, 1, 1), snap).code(),
@@ -1033,7 +1033,7 @@ TEST(DecideFollowAheadTest, AnUpdateComputedAheadIsTheLeadersBitForBitOrDropped)
         EXPECT_EQ(follower.stats().version, step + 1);
         const std::vector<float> a = Values(leader), b = Values(follower);
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << step;
-        StoreSnapshot sa, sb;
+        StoreState sa, sb;
         ASSERT_TRUE(leader.Snapshot(kLayout, &sa).ok());
         ASSERT_TRUE(follower.Snapshot(kLayout, &sb).ok());
         EXPECT_EQ(sa.optimizer.iterations, sb.optimizer.iterations);
@@ -1161,7 +1161,7 @@ TEST_F(DecideFollowTest, ARestoreStartsAfreshButSequencesKeepRising) {
   Init(1, 1);
   ASSERT_TRUE(PushGrad(leader_, 0, 0, {1, 1, 1}).ok());
   const StepDecision first = Decision();
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(leader_.Snapshot(kLayout, &snap).ok());
   snap.generation = 1;
   ASSERT_TRUE(leader_.Restore(SgdConfig(UpdateRule::kSync, 1, 1), snap).ok());
@@ -1489,7 +1489,7 @@ void SyncSteps(ParameterStore& store, int steps, int64_t first_version,
 }
 
 void ExpectSameRows(const ParameterStore& a, const ParameterStore& b) {
-  StoreSnapshot sa, sb;
+  StoreState sa, sb;
   ASSERT_TRUE(a.Snapshot(kLayout, &sa).ok());
   ASSERT_TRUE(b.Snapshot(kLayout, &sb).ok());
   ASSERT_EQ(sa.sparse.size(), 2u);
@@ -1511,7 +1511,7 @@ TEST_F(StoreSparseTest, SnapshotAndRestoreKeepTheRows) {
   ParameterStore store;
   InitStore(store, c);
   SyncSteps(store, 4, 0, [this] { return RandomRows(); });
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(store.Snapshot(kLayout, &snap).ok());
   ASSERT_EQ(snap.sparse.size(), 2u);
   ParameterStore restored;
@@ -1549,7 +1549,7 @@ class SparseReplicaTest : public StoreSparseTest {
   void Start(const StoreConfig& c) {
     InitStore(primary_, c);
     primary_.SetUpdateListener([this](AppliedUpdate u) { log_.push_back(std::move(u)); });
-    StoreSnapshot seed;
+    StoreState seed;
     ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
     StoreConfig b = c;
     b.replica = ReplicaRole::kBackup;

@@ -67,7 +67,7 @@ class ReplicaTest : public ::testing::Test {
     bool already = false;
     ASSERT_TRUE(primary_.Init(config, init.data(), &already).ok());
     primary_.SetUpdateListener([this](AppliedUpdate u) { log_.push_back(std::move(u)); });
-    StoreSnapshot seed;
+    StoreState seed;
     ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
     StoreConfig b = config;
     b.replica = ReplicaRole::kBackup;
@@ -84,7 +84,7 @@ class ReplicaTest : public ::testing::Test {
 
   // The two stores hold the same bits.
   void ExpectSameState() {
-    StoreSnapshot p, b;
+    StoreState p, b;
     ASSERT_TRUE(primary_.Snapshot(kLayout, &p).ok());
     ASSERT_TRUE(backup_.Snapshot(kLayout, &b).ok());
     EXPECT_EQ(p.version, b.version);
@@ -355,7 +355,7 @@ TEST_F(ReplicaTest, AFollowerFencedAtANewEpochRefusesTheOldDecidersDecisions) {
   // An epoch is never lowered: not by a fence, not by a restore.
   ASSERT_TRUE(primary_.FenceDecisions(kLayout, 0).ok());
   EXPECT_EQ(primary_.stats().decider_epoch, 1);
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(primary_.Snapshot(kLayout, &snap).ok());
   EXPECT_EQ(snap.decider_epoch, 1);
   snap.decider_epoch = 0;
@@ -382,9 +382,9 @@ TEST_F(ReplicaTest, ASeedTakenWhileAStepGathersLeavesItsPushesToBePushedAgain) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/71).ok());
   ASSERT_EQ(primary_.stats().version, 0);
-  StoreSnapshot seed;
+  StoreState seed;
   ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
-  for (const StoreSnapshot::Answered& a : seed.answered) EXPECT_NE(a.request_id, 71u);
+  for (const StoreState::Answered& a : seed.answered) EXPECT_NE(a.request_id, 71u);
   ParameterStore backup(1);
   StoreConfig b = config_;
   b.replica = ReplicaRole::kBackup;
@@ -415,7 +415,7 @@ TEST_F(ReplicaTest, ADeciderDemotedAndPromotedAgainSendsItsLastDecisionsUnderThe
   }
   EXPECT_EQ(sent, (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 2}}));
   // A restore replaces the state, and the decisions of the old one go.
-  StoreSnapshot snap;
+  StoreState snap;
   ASSERT_TRUE(primary_.Snapshot(kLayout, &snap).ok());
   ASSERT_TRUE(primary_.Restore(config_, snap).ok());
   EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 0).status()));
@@ -475,7 +475,7 @@ TEST_F(ReplicaTest, APrimaryRestoredFromItsBackupContinuesIt) {
     answers.push_back({id, *r});
   }
   Replicate();
-  StoreSnapshot kept;
+  StoreState kept;
   ASSERT_TRUE(backup_.Snapshot(kLayout, &kept).ok());
   EXPECT_EQ(kept.answered.size(), 6u);
 
@@ -528,7 +528,7 @@ TEST_F(ReplicaTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecor
   b.replica = ReplicaRole::kBackup;
   ParameterStore second(1);
   {
-    StoreSnapshot seed;
+    StoreState seed;
     ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
     ASSERT_TRUE(second.Restore(b, seed).ok());
   }
@@ -551,7 +551,7 @@ TEST_F(ReplicaTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecor
   EXPECT_EQ(stale.primary_term, 0);
   // The promoted store applies a push of its own, then seeds `second`.
   ASSERT_TRUE(Push(backup_, 1, backup_.stats().version, RandomVector(&rng_), 1, ++id).ok());
-  StoreSnapshot seed;
+  StoreState seed;
   ASSERT_TRUE(backup_.Snapshot(kLayout, &seed).ok());
   EXPECT_EQ(seed.primary_term, 1);
   ASSERT_TRUE(second.Restore(b, seed).ok());
@@ -563,7 +563,7 @@ TEST_F(ReplicaTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecor
   at.version = before.version;
   EXPECT_EQ(second.ApplyReplicated(kLayout, at).code(), absl::StatusCode::kAlreadyExists);
   // And so is its seed.
-  StoreSnapshot old_seed;
+  StoreState old_seed;
   ASSERT_TRUE(primary_.Snapshot(kLayout, &old_seed).ok());
   EXPECT_EQ(second.Restore(b, old_seed).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(second.stats().version, before.version);
@@ -575,7 +575,7 @@ TEST_F(ReplicaTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecor
 
 TEST_F(ReplicaTest, APromotionMustRaiseThePrimaryTermAndARestoreNeverLowersIt) {
   Start(AdamConfig(UpdateRule::kAsync, 2, 1));
-  StoreSnapshot seed;
+  StoreState seed;
   ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
   seed.primary_term = 3;
   StoreConfig b = config_;
@@ -589,7 +589,7 @@ TEST_F(ReplicaTest, APromotionMustRaiseThePrimaryTermAndARestoreNeverLowersIt) {
   ASSERT_TRUE(backup_.Promote(kLayout, 0, StepRole::kDecide, std::nullopt, 0, 5).ok());
   EXPECT_EQ(backup_.stats().primary_term, 5);
   // A checkpoint's state of an older term leaves it.
-  StoreSnapshot checkpoint;
+  StoreState checkpoint;
   ASSERT_TRUE(primary_.Snapshot(kLayout, &checkpoint).ok());
   checkpoint.generation = 1;
   ASSERT_TRUE(backup_.Restore(config_, checkpoint).ok());

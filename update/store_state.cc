@@ -155,8 +155,8 @@ void SparseTableToConfig(const SparseTableOptions& o, SparseTableConfig* t) {
   t->set_evict_after(o.evict_after);
 }
 
-absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
-  StoreSnapshot snap;
+absl::StatusOr<StoreState> StoreStateFromProto(const ShardState& state) {
+  StoreState snap;
   if (absl::Status s = BytesToFloats(state.values(), "values", &snap.values); !s.ok()) return s;
   snap.version = state.version();
   snap.generation = state.generation();
@@ -165,7 +165,7 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
   snap.steps_applied = state.steps_applied();
   snap.optimizer.iterations = state.optimizer_iterations();
   for (const AnsweredPush& a : state.answered()) {
-    StoreSnapshot::Answered x;
+    StoreState::Answered x;
     x.worker = a.worker();
     x.request_id = a.request_id();
     x.result.applied = a.applied();
@@ -196,7 +196,7 @@ absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state) {
   return snap;
 }
 
-void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out) {
+void StoreStateToProto(const StoreState& snap, ShardState* out) {
   out->set_version(snap.version);
   out->set_generation(snap.generation);
   out->set_applied_digest(snap.applied_digest);
@@ -211,7 +211,7 @@ void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out) {
   }
   out->set_optimizer_iterations(snap.optimizer.iterations);
   out->clear_answered();
-  for (const StoreSnapshot::Answered& a : snap.answered) {
+  for (const StoreState::Answered& a : snap.answered) {
     AnsweredPush* x = out->add_answered();
     x->set_worker(a.worker);
     x->set_request_id(a.request_id);

@@ -1,5 +1,5 @@
 // Conversions between the wire's forms of a store (InitRequest, ShardState
-// in proto/ps.proto) and ParameterStore's own (StoreConfig, StoreSnapshot).
+// in proto/ps.proto) and ParameterStore's own (StoreConfig, StoreState).
 // A ps's service uses them for Init, Snapshot and Restore; a worker under
 // multi_worker_mirrored uses them for the replica it keeps of the whole
 // model (update/model_replica.h). Plain functions: thread-safe.
@@ -26,13 +26,12 @@ absl::Status BytesToFloats(absl::string_view bytes, const char* what, std::vecto
 absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t num_floats,
                                                 StepRole role);
 
-// A ShardState's values, slots, version and generation as a store
-// snapshot. InvalidArgument naming the field whose bytes are not float32s.
-absl::StatusOr<StoreSnapshot> StoreSnapshotFromState(const ShardState& state);
+// A ShardState's values, slots, version and generation as a StoreState. InvalidArgument naming the field whose bytes are not float32s.
+absl::StatusOr<StoreState> StoreStateFromProto(const ShardState& state);
 
 // The reverse: fills out's version, generation, values, slots and
 // optimizer iterations (not its layout or shards).
-void StoreSnapshotToState(const StoreSnapshot& snap, ShardState* out);
+void StoreStateToProto(const StoreState& snap, ShardState* out);
 
 // Sparse rows between the wire and the store. InvalidArgument when the
 // values are not whole float32s.
