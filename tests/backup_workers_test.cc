@@ -36,13 +36,10 @@ ClusterOptions OnTwoPs(int workers) {
   o.num_workers = workers;
   return o;
 }
-constexpr char kNoData[] =
-    "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in ../shared/data/mnist beside "
-    "the workspace";
 
 TEST_P(BackupWorkersTest, EveryPsAppliesEachChunkOnceAndTheSameGradients) {
   ClusterOptions o = OnTwoPs(3);
-  if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
+  PSCLUSTER_SKIP_WITHOUT_MNIST(o.data_dir);
   o.evaluator = false;
   const auto [straggle_ms, transport] = GetParam();
   // --transport=tcp: gradients streamed during backprop (--push_overlap),
@@ -101,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Straggler, BackupWorkersTest,
 // exactly once, the same on both ps.
 TEST(PriorityPullTest, StepsOnTornWeightsAreDoneAgainAndAppliedOnce) {
   ClusterOptions o = OnTwoPs(2);
-  if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
+  PSCLUSTER_SKIP_WITHOUT_MNIST(o.data_dir);
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--transport=tcp"};
   o.worker_binary = kFaultyWorker;
   o.one_worker_args[0] = {"--lose_reply_every=5", "--duplicate_every=7"};

@@ -45,9 +45,6 @@ namespace pscluster {
 namespace testing {
 namespace {
 
-constexpr char kNoData[] =
-    "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in ../shared/data/mnist beside "
-    "the workspace";
 // 60000 examples in worker batches of 64: what the workers count.
 constexpr int kChunksPerEpoch = 938;
 constexpr int32_t kInt32Max = std::numeric_limits<int32_t>::max();
@@ -309,7 +306,7 @@ bool Round(Coordinator::Stub& stub, const std::vector<Lie>& lies, bool training,
 TEST(ChiefBadInputTest, LyingCoordinationRequestsChangeNothing) {
   ClusterOptions o;
   o.data_dir = TestDataDir();
-  if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
+  PSCLUSTER_SKIP_WITHOUT_MNIST(o.data_dir);
   o.num_ps = 2;
   o.num_workers = 2;
   // cluster_test's sync run; progress lines every 50 ms show when chunks
@@ -427,7 +424,7 @@ TEST(ChiefBadInputTest, LyingCoordinationRequestsChangeNothing) {
 TEST(ChiefBadInputTest, ImpossibleEvaluationReportsNeverBecomeTheFinalFigures) {
   ClusterOptions o;
   o.data_dir = TestDataDir();
-  if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
+  PSCLUSTER_SKIP_WITHOUT_MNIST(o.data_dir);
   o.evaluator_unlisted = true;
   // Two epochs (about 8 s): the evaluator, outside the cluster, must attach
   // while the run lasts; one epoch (4 s) was too short for it on a loaded

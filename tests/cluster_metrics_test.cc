@@ -101,7 +101,7 @@ bool WorkShows(const std::string& task, const std::string& body) {
 
 TEST(ClusterMetricsTest, EveryRoleServesItsOwnMetricsWithTheWorkDone) {
   const std::string data = TestDataDir();
-  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data);
   ClusterOptions o;
   o.data_dir = data;
   o.num_ps = 2;
@@ -205,7 +205,7 @@ TEST(ClusterMetricsTest, EveryRoleServesItsOwnMetricsWithTheWorkDone) {
 // them are stale by a few versions.
 TEST(ClusterMetricsTest, AsyncPsStalenessHistogramCountsEveryAppliedPush) {
   const std::string data = TestDataDir();
-  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data);
   ClusterOptions o;
   o.data_dir = data;
   o.num_ps = 2;

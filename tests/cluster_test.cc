@@ -17,10 +17,7 @@ class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     data_dir_ = TestDataDir();
-    if (data_dir_.empty()) {
-      GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                      "../shared/data/mnist beside the workspace";
-    }
+    PSCLUSTER_SKIP_WITHOUT_MNIST(data_dir_);
   }
 
   // Runs a cluster to the end and checks every task exited 0.

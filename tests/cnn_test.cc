@@ -57,10 +57,7 @@ class CnnTest : public ::testing::Test {
     data_dir_ = nullptr;
   }
   void SetUp() override {
-    if (data_dir_->empty()) {
-      GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                      "../shared/data/mnist beside the workspace";
-    }
+    PSCLUSTER_SKIP_WITHOUT_MNIST(*data_dir_);
     ASSERT_NE(run_, nullptr);
     ASSERT_FALSE(run_->exit_codes.empty()) << "the cluster did not start: " << run_->all_logs;
   }

@@ -46,7 +46,7 @@ int64_t PushBytes(const Placement& p, int ps, const CodecOptions& codec) {
 TEST_P(CompressionTest, TrainsAndSendsTheBytesItPromises) {
   const Setting& s = GetParam();
   const std::string data = TestDataDir();
-  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data);
   ClusterOptions o;
   o.data_dir = data;
   o.chief_args = {"--model=mlp", "--epochs=1", absl::StrCat("--mode=", s.mode),

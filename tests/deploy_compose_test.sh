@@ -401,7 +401,7 @@ EOF
 mnist="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
 if [ -z "$PY" ] || ! command -v docker-compose >/dev/null 2>&1; then
   fail "the docs' Compose blocks need python3 with PyYAML and docker-compose (deploy/install_deps.sh installs both)"
-elif [ ! -f "$mnist/train-images-idx3-ubyte.gz" ]; then
+elif ! has_mnist "$mnist"; then
   skip "the docs' Compose blocks: no MNIST in '$mnist' (their download_mnist.sh line would go to the network)"
 else
   run_checks "the docs' Compose blocks" "$PY" "$repo/tests/compose_doc_blocks.py" "$repo" "$tmp" "$mnist"

@@ -101,7 +101,7 @@ for c in /usr/sbin/dockerd:docker.io /usr/bin/containerd:containerd "$DOCKER":do
   command -v "$cmd" >/dev/null 2>&1 ||
     { skip "no $cmd (Debian package $pkg; deploy/install_deps.sh installs it)"; finish; }
 done
-if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then skip "no MNIST in '$data'"; finish; fi
+need_mnist "$data"
 data="$(cd "$data" && pwd)"
 grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null ||
   { skip "no kernel support for overlayfs (Docker's overlay2 storage)"; finish; }

@@ -25,7 +25,7 @@ class FaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
     data_dir_ = TestDataDir();
-    if (data_dir_.empty()) GTEST_SKIP() << "no MNIST data (set PSCLUSTER_DATA_DIR)";
+    PSCLUSTER_SKIP_WITHOUT_MNIST(data_dir_);
   }
 
   ClusterOptions Options(const std::string& mode, const std::string& name,

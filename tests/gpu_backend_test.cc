@@ -314,7 +314,7 @@ TEST_P(TrainingRunTest, CnnConvergesOnMnist) {
     if (!why.empty()) GTEST_SKIP() << why;
   }
   const std::string dir = testing::TestDataDir();
-  if (dir.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(dir);
   absl::StatusOr<Dataset> train = LoadMnist(dir, Split::kTrain);
   absl::StatusOr<Dataset> test = LoadMnist(dir, Split::kTest);
   ASSERT_TRUE(train.ok() && test.ok());

@@ -22,7 +22,7 @@ TEST(GpuClusterTest, WorkersOnCudaTrainTheCnn) {
   if (gpus == 0) GTEST_SKIP() << "[gpu] no CUDA device: " << why;
   ClusterOptions o;
   o.data_dir = TestDataDir();
-  if (o.data_dir.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(o.data_dir);
   o.num_ps = 1;
   o.num_workers = 2;
   o.chief_args = {"--model=cnn", "--epochs=1", "--mode=sync"};

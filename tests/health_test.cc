@@ -214,7 +214,7 @@ INSTANTIATE_TEST_SUITE_P(InitOrRestore, PsHealthTest, ::testing::Values("Init", 
 // run and each one shuts down.
 TEST(HealthTest, EveryRoleIsReadyOnlyBetweenStartUpAndShutdown) {
   const std::string data = TestDataDir();
-  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data);
   ClusterOptions o;
   o.data_dir = data;
   o.num_ps = 2;

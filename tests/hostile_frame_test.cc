@@ -30,9 +30,6 @@ namespace pscluster {
 namespace testing {
 namespace {
 
-constexpr char kNoData[] =
-    "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in ../shared/data/mnist beside "
-    "the workspace";
 
 std::string ShutdownField(const std::string& log, const std::string& key) {
   const size_t line = log.rfind("shutting down");
@@ -127,7 +124,7 @@ Round HostileRound(int port) {
 TEST(HostileFrameTest, APsFedLyingFramesKeepsTrainingTheWorkers) {
   ClusterOptions o;
   o.data_dir = TestDataDir();
-  if (o.data_dir.empty()) GTEST_SKIP() << kNoData;
+  PSCLUSTER_SKIP_WITHOUT_MNIST(o.data_dir);
   o.num_ps = 2;
   o.num_workers = 2;
   o.chief_args = {"--model=mlp", "--epochs=1", "--mode=sync", "--transport=tcp"};

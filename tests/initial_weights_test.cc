@@ -56,7 +56,7 @@ const std::vector<std::string> kTraining = {"--epochs=1", "--optimizer=sgd",
 
 TEST(InitialWeightsTest, AKerasArchiveOfTrainedWeightsIsWhereTheNextRunStarts) {
   const std::string data = TestDataDir();
-  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data);
   const std::string dir = TmpDir();
   const std::string exported = dir + "/first.safetensors";
   const std::string archive = dir + "/first.keras";

@@ -76,10 +76,7 @@ class KerasModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     data_ = TestDataDir();
-    if (data_.empty()) {
-      GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                      "../shared/data/mnist beside the workspace";
-    }
+    PSCLUSTER_SKIP_WITHOUT_MNIST(data_);
   }
   std::string data_;
 };

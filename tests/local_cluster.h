@@ -25,6 +25,18 @@ namespace testing {
 // workspace's ../shared/data/mnist. Empty when neither has the files.
 std::string TestDataDir();
 
+// Why a test that needs MNIST skips (TestDataDir() empty), and where the
+// files go.
+inline constexpr char kNoMnist[] =
+    "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in ../shared/data/mnist beside "
+    "the workspace";
+
+// In a test body or SetUp: skips the test when `dir` (from TestDataDir())
+// is empty, saying kNoMnist. On CI (CI=true) tests/run_all.sh counts such a
+// skip as a failure.
+#define PSCLUSTER_SKIP_WITHOUT_MNIST(dir) \
+  if ((dir).empty()) GTEST_SKIP() << ::pscluster::testing::kNoMnist
+
 // A free TCP port on 127.0.0.1 (bound, then released) outside the kernel's
 // ephemeral range, where daemons that take any free port take theirs; never
 // the same one twice in a process, nor one that another test process or

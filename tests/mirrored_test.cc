@@ -26,7 +26,7 @@ class MirroredTest : public ::testing::Test {
  protected:
   void SetUp() override {
     data_dir_ = TestDataDir();
-    if (data_dir_.empty()) GTEST_SKIP() << "no MNIST data (set PSCLUSTER_DATA_DIR)";
+    PSCLUSTER_SKIP_WITHOUT_MNIST(data_dir_);
   }
 
   ClusterOptions Options(int workers, const std::string& name,

@@ -28,10 +28,7 @@ class ModernLayersTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ModernLayersTest, TrainsOnMnistAndItsExportReadsBack) {
   const std::string data = TestDataDir();
-  if (data.empty()) {
-    GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                    "../shared/data/mnist beside the workspace";
-  }
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data);
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string logdir = absl::StrCat(tmp ? tmp : "/tmp", "/modern_", GetParam());
   ClusterOptions o;

@@ -24,7 +24,7 @@ if [ "$(id -u)" -ne 0 ]; then skip "network namespaces and tc need root"; finish
 for tool in ip tc gnuplot; do
   command -v "$tool" >/dev/null || { skip "no '$tool'"; finish; }
 done
-if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then skip "no MNIST in '$data'"; finish; fi
+need_mnist "$data"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 

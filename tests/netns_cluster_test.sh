@@ -24,7 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 if [ "$(id -u)" -ne 0 ]; then skip "network namespaces need root"; finish; fi
 if ! command -v ip >/dev/null; then skip "no 'ip' (iproute2)"; finish; fi
-if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then skip "no MNIST in '$data'"; finish; fi
+need_mnist "$data"
 for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
   [ -x "$bin/$b" ] || { fail "missing $bin/$b (build first)"; finish; }
 done

@@ -24,7 +24,7 @@ std::string TmpDir(const std::string& name) {
 
 TEST(ObservabilityTest, ChiefWritesTensorBoardEventsAndSafetensors) {
   const std::string data = TestDataDir();
-  if (data.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data);
   const std::string logdir = TmpDir("tb");
   ClusterOptions o;
   o.data_dir = data;

@@ -35,10 +35,7 @@ if [ ! -x "$repo/bazel-bin/chief/chief" ] || [ ! -x "$repo/bazel-bin/ps_server/p
   if [ "${CI:-}" = true ]; then fail "the daemons are not built in bazel-bin"; else skip "the daemons are not built in bazel-bin"; fi
   finish
 fi
-if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-  if [ "${CI:-}" = true ]; then fail "no MNIST in $data"; else skip "no MNIST in $data"; fi
-  finish
-fi
+need_mnist "$data"
 
 # Bad values exit 2 naming the flag.
 for bad in "--ps_replicas=2" "--num_ps=3 --ps_replicas=4" "--ps_replicas=-1" "--num_ps=1 --ps_replicas=1" \

@@ -125,7 +125,7 @@ else
 fi
 if [ "$(grep -c . <<<"$quick_train")" -ne 1 ]; then
   fail "the quick start should hold one ./deploy/local/train.sh line, not: '$quick_train'"
-elif [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+elif ! has_mnist "$data"; then
   skip "the quick start's run: no MNIST in '$data' (pass a folder or set PSCLUSTER_DATA_DIR)"
 else
   mkdir -p "$tmp/quick"
@@ -189,7 +189,7 @@ else
   fail "the export snippet and tests/fixtures/keras/tfjs_plain.json disagree: $msg"
 fi
 
-if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+if ! has_mnist "$data"; then
   skip "the own-model run: no MNIST in '$data' (pass a folder or set PSCLUSTER_DATA_DIR)"
 else
   # data.npz as the snippet writes it: load_data()'s arrays through np.savez.

@@ -33,10 +33,7 @@ class ScaleTest : public ::testing::Test {
   // One epoch of the CNN in `mode`; checks what both modes share.
   static void TrainOneEpoch(const std::string& mode, ModeRun* out) {
     const std::string data_dir = TestDataDir();
-    if (data_dir.empty()) {
-      GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                      "../shared/data/mnist beside the workspace";
-    }
+    PSCLUSTER_SKIP_WITHOUT_MNIST(data_dir);
     ClusterOptions o;
     o.data_dir = data_dir;
     o.num_ps = kPs;

@@ -144,10 +144,7 @@ class SecurityTest : public ::testing::Test {
 
 TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
   const std::string data_dir = TestDataDir();
-  if (data_dir.empty()) {
-    GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                    "../shared/data/mnist beside the workspace";
-  }
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data_dir);
   // Two ps, sync: ps:0's step decisions travel to ps:1 over the same
   // mutual TLS with the token; the push-pulls over gRPC, then over the ps's
   // tcp data plane (its own TLS connection and token check). Then no ps:

@@ -9,7 +9,11 @@
 #                                  (a checker's output), printing them;
 #   finish                         print "NAME: N passed, N failed, N skipped"
 #                                  (NAME: the sourcing script's, without .sh)
-#                                  and exit 0 when nothing failed, else 1.
+#                                  and exit 0 when nothing failed, else 1;
+#   has_mnist DIR                  true when DIR holds MNIST's IDX files;
+#   need_mnist DIR                 unless has_mnist DIR, skip saying so, and
+#                                  finish (on CI, tests/run_all.sh counts
+#                                  the skip as a failure).
 passed=0
 failed=0
 skipped=0
@@ -31,4 +35,10 @@ report() {
 finish() {
   echo "$TEST_NAME: $passed passed, $failed failed, $skipped skipped"
   [ "$failed" -eq 0 ]; exit
+}
+has_mnist() { [ -f "$1/train-images-idx3-ubyte.gz" ]; }
+need_mnist() {
+  has_mnist "$1" && return 0
+  skip "no MNIST in '$1' (set PSCLUSTER_DATA_DIR or put the IDX files in ../shared/data/mnist)"
+  finish
 }

@@ -33,10 +33,7 @@ class TFRecordClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     idx_dir_ = TestDataDir();
-    if (idx_dir_.empty()) {
-      GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR or put the IDX files in "
-                      "../shared/data/mnist beside the workspace";
-    }
+    PSCLUSTER_SKIP_WITHOUT_MNIST(idx_dir_);
     tfrecord_dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/mnist_tfrecord";
     const std::string error = WriteTFRecords(idx_dir_, tfrecord_dir_, 4);
     ASSERT_EQ(error, "");

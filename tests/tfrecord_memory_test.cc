@@ -37,7 +37,7 @@ int64_t StatusBytes(const std::string& field) {
 
 TEST(TFRecordMemoryTest, OneGigabyteEpochStaysBounded) {
   const std::string mnist = TestDataDir();
-  if (mnist.empty()) GTEST_SKIP() << "no MNIST: set PSCLUSTER_DATA_DIR";
+  PSCLUSTER_SKIP_WITHOUT_MNIST(mnist);
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/big_tfrecord";
   const int64_t target = int64_t{1100} << 20;
   const std::string cmd = absl::StrCat("/usr/bin/python3 tests/tools/idx_to_tfrecord.py '", mnist,

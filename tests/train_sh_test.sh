@@ -107,7 +107,7 @@ fi
 expect "a bad --device exits 2 naming it" 2 "--device=gpu: must be auto, cpu, cuda or cuda:N" --device=gpu
 expect "a bad --worker_threads exits 2 naming it" 2 "--worker_threads=0: must be" --worker_threads=0
 
-if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+if ! has_mnist "$data"; then
   skip "training runs: no MNIST in '$data' (pass a folder or set PSCLUSTER_DATA_DIR)"
 else
   # A real run: every task's lines are prefixed, progress is shown, the last
