@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "chief/work_queue.h"
+#include "common/status_macros.h"
 #include "model/checkpoint.h"
 #include "spdlog/spdlog.h"
 
@@ -110,7 +111,7 @@ absl::Status Checkpointer::CaptureWhilePaused(bool workers_idle, const std::vect
   const absl::Time settle_by = absl::Now() + absl::Seconds(1);
   for (;;) {
     std::string apart;
-    if (absl::Status s = WaitForOneVersion(settle_by, &apart); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(WaitForOneVersion(settle_by, &apart));
     if (!apart.empty()) {
       return absl::DeadlineExceededError(
           absl::StrCat("the ps did not settle on one version within 1 s (", apart, ")"));

@@ -19,6 +19,7 @@
 #include "chief/ring_run.h"
 #include "chief/strategy_run.h"
 #include "chief/weights_export.h"
+#include "common/status_macros.h"
 #include "common/task_server.h"
 #include "compute/scoring.h"
 #include "model/keras_model.h"
@@ -164,12 +165,12 @@ absl::StatusOr<RunResult> Chief::Impl::Run() {
   start_ = absl::Now();
   // Until the Coordinator serves, no task is touched: errors (a bad plan,
   // a checkpoint that cannot be read) are only returned.
-  if (absl::Status s = MakeStrategyRun(); !s.ok()) return s;
-  if (absl::Status s = strategy_->Prepare(&start_); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(MakeStrategyRun());
+  PSCLUSTER_RETURN_IF_ERROR(strategy_->Prepare(&start_));
   // Serve the Coordinator first: workers start polling for the plan at
   // once. No work is handed out until the strategy has set up the training
   // state (a restarted chief's workers ask at once).
-  if (absl::Status s = ServeCoordinator(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(ServeCoordinator());
   tasks_ = std::make_unique<ClusterTasks>(options_.config.cluster, &stop_);
 
   // 1. Wait until every task answers; 2. set up the training state (or
@@ -234,8 +235,8 @@ absl::Status Chief::Impl::ServeCoordinator() {
 }
 
 absl::Status Chief::Impl::StartTraining() {
-  if (absl::Status s = tasks_->WaitUntilServing(options_.wait_for_cluster); !s.ok()) return s;
-  if (absl::Status s = strategy_->Start(tasks_.get(), &start_); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(tasks_->WaitUntilServing(options_.wait_for_cluster));
+  PSCLUSTER_RETURN_IF_ERROR(strategy_->Start(tasks_.get(), &start_));
   coordinator_->SetPlan(strategy_->plan());
   strategy_->PlanHandedOut();
   server_->SetReady(true);  // the cluster is up (health: kReadyService)
@@ -253,7 +254,7 @@ absl::Status Chief::Impl::Train() {
       return absl::CancelledError("training interrupted");
     }
     absl::SleepFor(absl::Milliseconds(20));
-    if (absl::Status s = strategy_->Tick(); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(strategy_->Tick());
     const absl::Time now = absl::Now();
     if (now >= next_log) {
       next_log = now + options_.log_every;
@@ -272,7 +273,7 @@ absl::StatusOr<RunResult> Chief::Impl::Finish() {
   spdlog::info("every worker is done: {} of {} chunks trained{}", strategy_->done_chunks(),
                strategy_->total_chunks(), strategy_->DoneNote());
   recorder_->Record(last);
-  if (absl::Status s = strategy_->TakeFinalCheckpoint(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(strategy_->TakeFinalCheckpoint());
 
   RunResult result;
   result.loss = spec_->loss;
@@ -280,12 +281,12 @@ absl::StatusOr<RunResult> Chief::Impl::Finish() {
   absl::StatusOr<int64_t> steps = strategy_->FinalSteps();
   if (!steps.ok()) return steps.status();
   result.steps = *steps;
-  if (absl::Status s = FinalEvaluation(&result); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(FinalEvaluation(&result));
   if (result.has_eval) {
     recorder_->RecordFinal(result.steps, result.test_accuracy, result.test_loss);
   }
   recorder_->Close();
-  if (absl::Status s = Export(result); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Export(result));
   return result;
 }
 

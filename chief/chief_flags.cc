@@ -7,6 +7,7 @@
 #include "chief/strategy.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "model/initial_weights.h"
 #include "model/keras_weights.h"
 #include "model/keras_model.h"
@@ -117,7 +118,7 @@ absl::Status SetWire(const ChiefFlags& f, TrainingPlan* plan) {
     return Bad("ring_chunk_bytes", std::to_string(f.ring_chunk_bytes), "must be in [4, 268435456]");
   }
   if (*strategy == MULTI_WORKER_MIRRORED) {
-    if (absl::Status s = CheckRingOnly(f, *push, *pull, *transport); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(CheckRingOnly(f, *push, *pull, *transport));
     plan->set_ring_codec(CodecToProto(*ring));
     plan->set_ring_chunk_bytes(f.ring_chunk_bytes);
   } else if (*ring != Codec::kFloat32) {
@@ -457,15 +458,15 @@ absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfC
   ChiefOptions opt;
   opt.config = config;
   // In the order the checks have always run: the first bad value is named.
-  if (absl::Status s = SetModelAndData(flags, &opt.plan); !s.ok()) return s;
-  if (absl::Status s = SetWire(flags, &opt.plan); !s.ok()) return s;
-  if (absl::Status s = SetOptimizer(flags, &opt.optimizer); !s.ok()) return s;
-  if (absl::Status s = SetEmbeddings(flags, &opt.plan); !s.ok()) return s;
-  if (absl::Status s = SetCluster(flags, config, &opt, warnings); !s.ok()) return s;
-  if (absl::Status s = SetTimings(flags, &opt); !s.ok()) return s;
-  if (absl::Status s = SetCheckpointsAndPolicies(flags, &opt); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(SetModelAndData(flags, &opt.plan));
+  PSCLUSTER_RETURN_IF_ERROR(SetWire(flags, &opt.plan));
+  PSCLUSTER_RETURN_IF_ERROR(SetOptimizer(flags, &opt.optimizer));
+  PSCLUSTER_RETURN_IF_ERROR(SetEmbeddings(flags, &opt.plan));
+  PSCLUSTER_RETURN_IF_ERROR(SetCluster(flags, config, &opt, warnings));
+  PSCLUSTER_RETURN_IF_ERROR(SetTimings(flags, &opt));
+  PSCLUSTER_RETURN_IF_ERROR(SetCheckpointsAndPolicies(flags, &opt));
   SetPaths(flags, &opt);
-  if (absl::Status s = SetInitialWeights(flags, &opt, warnings); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(SetInitialWeights(flags, &opt, warnings));
   return opt;
 }
 

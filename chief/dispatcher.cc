@@ -1,6 +1,7 @@
 #include "chief/dispatcher.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 
@@ -33,8 +34,8 @@ void Dispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
 absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
-  if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(queue_.CheckWorker(w));
+  PSCLUSTER_RETURN_IF_ERROR(queue_.SetChunksPerEpoch(req.chunks_per_epoch()));
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];
   WorkResponse resp;
@@ -104,7 +105,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
 absl::Status Dispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(queue_.CheckWorker(w));
   Touch(w, req.incarnation(), now);
   if (req.done() && liveness_.MarkFinished(w)) ChangeMembership();
   return absl::OkStatus();
@@ -176,10 +177,10 @@ absl::Status Dispatcher::Rewind(int chunks_per_epoch, const std::string& done_ra
                                 int64_t generation) {
   absl::MutexLock lock(&mu_);
   if (chunks_per_epoch > 0) {
-    if (absl::Status s = queue_.SetChunksPerEpoch(chunks_per_epoch); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(queue_.SetChunksPerEpoch(chunks_per_epoch));
   }
   if (queue_.chunks_per_epoch() > 0) {
-    if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(queue_.RestoreDone(done_ranges));
   }
   generation_ = generation;
   return absl::OkStatus();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
@@ -217,7 +218,7 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
             absl::StrCat("ps:", i, " restarted but there is no checkpoint to restore it from"));
       }
       const int64_t lost = std::max<int64_t>(0, *highest_version - latest->step);
-      if (absl::Status s = RestoreAll(*latest, generation); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(RestoreAll(*latest, generation));
       spdlog::warn(
           "ps:{} restarted: every ps restored from the checkpoint of step {} "
           "(generation {}); {} step(s) since that checkpoint are lost and redone; "
@@ -384,7 +385,7 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
         i, why, c.primary_holder, fleet_->address(i), *version, generation, deciding, was,
         term);
   }
-  if (absl::Status s = PublishPlacement(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(PublishPlacement());
   if (sync_steps && !decides) {
     // ps 0 may have given the lost process the decision of the step the
     // backup is at, and moved on: hand it over again. Not decided yet:
@@ -392,7 +393,7 @@ absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool movin
     absl::StatusOr<StepCommitRequest> d =
         fleet_->GetDecision(0, *version, /*fence_below=*/0, absl::Seconds(5));
     if (d.ok()) {
-      if (absl::Status s = fleet_->CommitStep(i, *d, absl::Seconds(10)); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(fleet_->CommitStep(i, *d, absl::Seconds(10)));
     } else if (failures_[0] > 0) {
       // ps 0 is lost too: its backup, promoted to decide, sends the
       // decisions of the steps it holds again first.
@@ -515,7 +516,7 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation, std::strin
   *req.mutable_state() = *std::move(state);
   req.set_continues(true);
   if (setup_->mode == SYNC) req.mutable_state()->set_decider_epoch(DeciderEpoch(i));
-  if (absl::Status s = fleet_->Restore(i, req, recovery_timeout_); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(fleet_->Restore(i, req, recovery_timeout_));
   // Copied into the ps, whether or not what follows lets it keep them.
   if (metrics_ != nullptr) metrics_->AddReseedBytes(reseed_bytes);
   absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
@@ -528,7 +529,7 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation, std::strin
     absl::StatusOr<StepCommitRequest> d =
         fleet_->GetDecision(0, req.state().version(), /*fence_below=*/0, absl::Seconds(5));
     if (d.ok()) {
-      if (absl::Status s = fleet_->CommitStep(i, *d, absl::Seconds(10)); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(fleet_->CommitStep(i, *d, absl::Seconds(10)));
     } else if (!absl::IsNotFound(d.status())) {
       return d.status();
     }
@@ -543,7 +544,7 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = MoveHome(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(MoveHome());
   // The decider's epoch moves on (a restore never lowers it): ps 0's
   // process, which may be one replaced as the decider, decides again.
   const int64_t epoch = setup_->mode == SYNC ? DeciderEpoch(-1) : 0;
@@ -561,7 +562,7 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
     // The placement's shards: a snapshot read from a checkpoint file (or
     // resharded from another ps count) carries the values, not their list.
     *req.mutable_state()->mutable_shards() = req.init().shards();
-    if (absl::Status s = fleet_->Restore(i, req, recovery_timeout_); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(fleet_->Restore(i, req, recovery_timeout_));
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
     if (!st.ok()) return st.status();
     incarnation_[i] = st->incarnation();

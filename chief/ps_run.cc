@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "chief/snapshot.h"
 #include "chief/work_queue.h"
+#include "common/status_macros.h"
 #include "model/placement.h"
 #include "common/cluster_spec.h"
 #include "spdlog/spdlog.h"
@@ -164,7 +165,7 @@ absl::Status ParameterServerRun::Start(ClusterTasks* tasks, absl::Time* start) {
   MembershipOptions mopt;
   mopt.mode = plan_.mode();
   membership_ = std::make_unique<MembershipSync>(mopt, ps_.get(), dispatcher_.get(), &stop_);
-  if (absl::Status s = StartParameterServers(start); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(StartParameterServers(start));
   LogSetup();
   dispatcher_->ResetContact(absl::Now());
   membership_->Apply(/*force=*/true);
@@ -203,7 +204,7 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
                                    ps_.get(), dispatcher_.get(), membership_.get(), &stop_,
                                    &copies_, failover_metrics_.get());
   for (int i = 0; i < plan_.num_ps(); ++i) failover_metrics_->SetCopies(i, i, {});
-  if (absl::Status s = KeepBackups(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(KeepBackups());
   if (ps->resumed) return ResumeRun(ps->generation, start);
   // Fresh ps over a checkpoint directory that holds a checkpoint (the run
   // started again, maybe under the other strategy or ps count): every ps
@@ -211,7 +212,7 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   absl::StatusOr<const Snapshot*> snap = checkpointer_->ReadNewestFromDisk();
   if (snap.ok()) {
     const Snapshot& latest = **snap;
-    if (absl::Status s = recovery_->RestoreAll(latest, ps->generation + 1); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(recovery_->RestoreAll(latest, ps->generation + 1));
     highest_version_ = latest.step;
     if (latest.run_started_unix_ms > 0) {
       *start = std::min(*start, absl::FromUnixMillis(latest.run_started_unix_ms));
@@ -358,9 +359,9 @@ absl::Status ParameterServerRun::Tick() {
                                         ? std::min(PsRecovery::kLookAgainAfter,
                                                    options_.ps_check_every)
                                         : options_.ps_check_every);
-    if (absl::Status s = KeepBackups(); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(KeepBackups());
     if (!recovery_->suspects_loss()) {
-      if (absl::Status s = recovery_->MoveBack(); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(recovery_->MoveBack());
     }
   }
   if (options_.checkpoint_every_steps > 0 && now >= next_version_check_) {
@@ -664,7 +665,7 @@ absl::StatusOr<std::vector<float>> ParameterServerRun::ModelLayout(
       if (r.table() < 0 || r.table() >= static_cast<int>(tables_.size())) continue;
       const SparseTableInfo& t = tables_[r.table()];
       std::vector<float>& v = values.emplace_back();
-      if (absl::Status s = BytesToFloats(r.rows(), "sparse rows", &v); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(BytesToFloats(r.rows(), "sparse rows", &v));
       const int64_t per_row = r.floats_per_row();
       if (per_row < t.width || static_cast<int64_t>(v.size()) != r.ids_size() * per_row) {
         return absl::InternalError(absl::StrCat("a ps's rows of ", t.variable, " hold ",

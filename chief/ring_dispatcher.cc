@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 namespace {
@@ -26,13 +27,13 @@ absl::Status RingDispatcher::SetBase(int64_t step, int chunks_per_epoch,
         absl::StrCat("the base step ", step, " is out of range [0, 2^62)"));
   }
   if (chunks_per_epoch > 0) {
-    if (absl::Status s = queue_.SetChunksPerEpoch(chunks_per_epoch); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(queue_.SetChunksPerEpoch(chunks_per_epoch));
   }
   {
     absl::MutexLock lock(&mu_);
     if (generation_ == 0 && chunks_per_epoch > 0) {
       // Before the first ring the base is where the run starts.
-      if (absl::Status s = queue_.RestoreDone(done_ranges); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(queue_.RestoreDone(done_ranges));
     }
     base_step_ = step;
     base_done_ = done_ranges;
@@ -188,7 +189,7 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest&
                                                          absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(queue_.CheckWorker(w));
   if (req.completed_step() < -1 || req.completed_step() >= kMaxCount ||
       req.state_generation() < 0 || req.state_generation() >= kMaxCount ||
       req.failed_generation() < 0 || req.failed_generation() >= kMaxCount) {
@@ -197,7 +198,7 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest&
         req.state_generation(), " or failed_generation ", req.failed_generation(),
         " is out of range (steps from -1, generations from 0, both below 2^62)"));
   }
-  if (absl::Status s = queue_.SetChunksPerEpoch(req.chunks_per_epoch()); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(queue_.SetChunksPerEpoch(req.chunks_per_epoch()));
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];
   if (!liveness_.alive(w)) {
@@ -260,7 +261,7 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest&
 absl::Status RingDispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) {
   const int w = req.worker_index();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = queue_.CheckWorker(w); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(queue_.CheckWorker(w));
   Touch(w, req.incarnation(), now);
   return absl::OkStatus();
 }

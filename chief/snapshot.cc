@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "model/sparse_layout.h"
 
 namespace pscluster {
@@ -226,7 +227,7 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
   };
   auto number = [&](const std::string& key) -> absl::StatusOr<int64_t> {
     int64_t n = 0;
-    if (absl::Status s = parse(key, &n); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(parse(key, &n));
     return n;
   };
   Snapshot snap;

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 namespace {
@@ -212,7 +213,7 @@ absl::StatusOr<SecurityConfig> LoadSecurityConfig(const SecurityFlags& flags,
       c.ca_pem = *std::move(pem);
     }
     c.server_name = flags.tls_server_name;
-    if (absl::Status s = CheckTlsMaterial(flags, c); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(CheckTlsMaterial(flags, c));
   }
   if (!flags.auth_token_file.empty()) {
     absl::StatusOr<std::string> token = ReadTokenFile(flags.auth_token_file);

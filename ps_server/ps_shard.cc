@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "update/store_state.h"
 
@@ -76,7 +77,7 @@ std::vector<WirePiece> PsShard::Pieces() {
 }
 
 absl::Status PsShard::Capture(uint64_t fingerprint, CapturedState* out) {
-  if (absl::Status s = store_->Snapshot(fingerprint, &out->store); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(store_->Snapshot(fingerprint, &out->store));
   out->fingerprint = fingerprint;
   absl::MutexLock lock(&shards_mu_);
   out->shards = shards_;
@@ -91,7 +92,7 @@ void PsShard::CapturedToState(const CapturedState& captured, ShardState* out) {
 
 absl::Status PsShard::StateOf(uint64_t fingerprint, ShardState* out) {
   CapturedState captured;
-  if (absl::Status s = Capture(fingerprint, &captured); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Capture(fingerprint, &captured));
   CapturedToState(captured, out);
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "common/status_macros.h"
 #include "update/store_state.h"
 
 namespace pscluster {
@@ -15,9 +16,9 @@ absl::StatusOr<ShardState> ModelReplica::InitialState(const InitRequest& setup,
   if (!config.ok()) return config.status();
   ParameterStore store(1);
   bool already = false;
-  if (absl::Status s = store.Init(*config, values.data(), &already); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(store.Init(*config, values.data(), &already));
   StoreState snap;
-  if (absl::Status s = store.Snapshot(setup.layout_fingerprint(), &snap); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(store.Snapshot(setup.layout_fingerprint(), &snap));
   ShardState state;
   state.set_layout_fingerprint(setup.layout_fingerprint());
   *state.mutable_shards() = setup.shards();
@@ -41,7 +42,7 @@ absl::Status ModelReplica::Restore(const InitRequest& setup, const ShardState& s
         "a replica's setup must be the async rule with one writer (TrainingPlan.replica)");
   }
   absl::MutexLock l(&mu_);
-  if (absl::Status s = store_.Restore(*config, *snap); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(store_.Restore(*config, *snap));
   setup_ = setup;
   setup_.clear_values();
   generation_ = snap->generation;
@@ -111,7 +112,7 @@ absl::StatusOr<ShardState> ModelReplica::State(const ReplicaRequest& request) co
     setup = setup_;
   }
   StoreState snap;
-  if (absl::Status s = store_.Snapshot(setup.layout_fingerprint(), &snap); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(store_.Snapshot(setup.layout_fingerprint(), &snap));
   if (snap.version != request.step() && !(request.at_least() && snap.version > request.step())) {
     return absl::FailedPreconditionError(absl::StrCat("the replica is at step ", snap.version,
                                                       ", not ", request.at_least() ? "at least " : "",

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/parallel_for.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 
@@ -121,7 +122,7 @@ absl::Status ParameterStore::Init(const StoreConfig& config, const float* values
   }
   absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
   if (!opt.ok()) return opt.status();
-  if (absl::Status s = Configure(config, *std::move(opt)); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Configure(config, *std::move(opt)));
   values_.Replaceable().assign(values, values + config.num_floats);
   version_ = 0;
   recent_chunks_.Reset(0);
@@ -195,7 +196,7 @@ absl::Status ParameterStore::AwaitVersion(uint64_t layout_fingerprint, int64_t m
         "this store is a backup (demoted, or restored as one): its shards are served by their "
         "primary elsewhere");
   }
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (other_generation()) return GenerationMismatch(generation, generation_, version_);
   if (version_ < min_version) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -228,7 +229,7 @@ absl::Status ParameterStore::PullRows(uint64_t layout_fingerprint, int64_t min_v
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = sparse_.Read(rows); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(sparse_.Read(rows));
   *version = version_;
   if (out_generation != nullptr) *out_generation = generation_;
   return absl::OkStatus();
@@ -281,7 +282,7 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   }
   bool sparse_finite = true;
   if (args.sparse != nullptr) {
-    if (absl::Status s = sparse_.Check(*args.sparse, &sparse_finite); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(sparse_.Check(*args.sparse, &sparse_finite));
   }
   // Checked on every core: a range's verdict each, joined after.
   bool finite;

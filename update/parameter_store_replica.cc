@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "update/parameter_store.h"
 
 namespace pscluster {
@@ -55,7 +56,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
         "state counts ", state.pushes_applied, " pushes and ", state.steps_applied,
         " steps applied"));
   }
-  if (absl::Status s = (*opt)->RestoreState(state.optimizer); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR((*opt)->RestoreState(state.optimizer));
   // The tables' rows, checked before anything changes.
   if (!state.sparse.empty() && state.sparse.size() != config.sparse_tables.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -72,7 +73,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   }
   absl::MutexLock lock(&mu_);
   if (initialized_ && config.replica == ReplicaRole::kBackup) {
-    if (absl::Status s = CheckSeed(state); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(CheckSeed(state));
   }
   if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
                        config.num_floats != config_.num_floats)) {
@@ -83,7 +84,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   }
   StoreConfig c = config;
   c.generation = state.generation;
-  if (absl::Status s = Configure(c, *std::move(opt)); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Configure(c, *std::move(opt)));
   values_.Replaceable() = state.values;
   sparse_.Reset(std::move(tables));
   version_ = state.version;
@@ -122,7 +123,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
 
 absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreState* out) const {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   out->version = version_;
   out->generation = generation_;
   out->values = values_.values();
@@ -153,7 +154,7 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreState* o
 absl::Status ParameterStore::RecentChunksOf(uint64_t layout_fingerprint,
                                            StoreState* out) const {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   out->version = version_;
   out->generation = generation_;
   out->recent_chunks = recent_chunks_.chunks();
@@ -242,11 +243,11 @@ absl::Status ParameterStore::CheckRecord(const AppliedUpdate& u) const {
 absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
                                              const AppliedUpdate& u) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
-  if (absl::Status s = CheckRecord(u); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
+  PSCLUSTER_RETURN_IF_ERROR(CheckRecord(u));
   if (u.version < version_) return absl::OkStatus();  // applied already
   bool sparse_finite = true;
-  if (absl::Status s = sparse_.Check(u.sparse, &sparse_finite); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(sparse_.Check(u.sparse, &sparse_finite));
   if (u.version > version_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replicated update for version ", u.version, "; this backup is at version ", version_,
@@ -345,7 +346,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
                                      const std::optional<StepDecision>& in_flight,
                                      int64_t decider_epoch, int64_t primary_term) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (config_.replica != ReplicaRole::kBackup) {
     return absl::FailedPreconditionError("this ps is the primary of these shards already");
   }
@@ -360,7 +361,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
         primary_term_, "; a new primary's must be above it"));
   }
   if (in_flight.has_value()) {
-    if (absl::Status s = CheckInFlight(*in_flight, generation, step_role); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(CheckInFlight(*in_flight, generation, step_role));
   }
   primary_term_ = primary_term > 0 ? primary_term : primary_term_ + 1;
   config_.replica = ReplicaRole::kPrimary;
@@ -378,7 +379,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
 
 absl::Status ParameterStore::Demote(uint64_t layout_fingerprint) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   config_.replica = ReplicaRole::kBackup;
   replicated_decisions_.clear();  // it is seeded before it takes records
   // Waiting pulls and pushes see the new role.

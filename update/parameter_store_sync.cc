@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "update/parameter_store.h"
 
 namespace pscluster {
@@ -190,7 +191,7 @@ bool ParameterStore::NextDecision(int64_t after_sequence, absl::Time deadline,
 absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerprint,
                                                         int64_t version) const {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (std::optional<StepDecision> d = decisions_.Find(version, generation_)) return *d;
   return absl::NotFoundError(
       absl::StrCat("no decision kept for the step from version ", version));
@@ -198,7 +199,7 @@ absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerp
 
 absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (config_.replica == ReplicaRole::kBackup) {
     // Unavailable: the caller asks again, where the primary is now (a
     // restarted ps serves as a backup at the address it had).
@@ -246,7 +247,7 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
 
 absl::Status ParameterStore::FenceDecisions(uint64_t layout_fingerprint, int64_t epoch) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (config_.replica == ReplicaRole::kPrimary && config_.step_role == StepRole::kDecide) {
     return absl::FailedPreconditionError(
         "this ps decides its steps itself; only a following ps is fenced against a decider");
@@ -258,7 +259,7 @@ absl::Status ParameterStore::FenceDecisions(uint64_t layout_fingerprint, int64_t
 absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
                                               const std::vector<bool>& active) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckReady(layout_fingerprint); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (static_cast<int>(active.size()) != config_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker set has ", active.size(), " entries; this ps serves ",

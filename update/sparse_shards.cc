@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "update/parameter_store.h"
 #include "update/pending_step.h"
 
@@ -35,7 +36,7 @@ absl::Status SparseShards::Check(const std::vector<SparseRowsData>& rows, bool* 
           "sparse table ", r.table, ": ", r.values.size(), " values for ", r.ids.size(),
           " rows of ", table.width()));
     }
-    if (absl::Status s = table.CheckIds(r.ids); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(table.CheckIds(r.ids));
     absl::flat_hash_set<int64_t> distinct(r.ids.begin(), r.ids.end());
     if (distinct.size() != r.ids.size()) {
       return absl::InvalidArgumentError(
@@ -53,7 +54,7 @@ absl::Status SparseShards::Read(std::vector<SparseRowsData>* rows) const {
           "sparse table ", r.table, " does not exist; the model has ", tables_.size()));
     }
     const SparseTable& table = *tables_[r.table];
-    if (absl::Status s = table.CheckIds(r.ids); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(table.CheckIds(r.ids));
     r.values.resize(r.ids.size() * table.width());
     table.Read(r.ids, r.values.data());
   }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 
@@ -157,7 +158,7 @@ void SparseTableToConfig(const SparseTableOptions& o, SparseTableConfig* t) {
 
 absl::StatusOr<StoreState> StoreStateFromProto(const ShardState& state) {
   StoreState snap;
-  if (absl::Status s = BytesToFloats(state.values(), "values", &snap.values); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(BytesToFloats(state.values(), "values", &snap.values));
   snap.version = state.version();
   snap.generation = state.generation();
   snap.applied_digest = state.applied_digest();
@@ -181,7 +182,7 @@ absl::StatusOr<StoreState> StoreStateFromProto(const ShardState& state) {
   for (const SlotValues& v : state.slots()) {
     OptimizerSlot slot;
     slot.name = v.name();
-    if (absl::Status s = BytesToFloats(v.values(), "slot values", &slot.values); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(BytesToFloats(v.values(), "slot values", &slot.values));
     snap.optimizer.slots.push_back(std::move(slot));
   }
   for (const SparseTableState& t : state.sparse()) {

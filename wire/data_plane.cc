@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 namespace {
@@ -105,9 +106,9 @@ absl::StatusOr<SslCtxPtr> MakeServerSslCtx(const SecurityConfig& config) {
   if (!config.tls) return SslCtxPtr(nullptr, FreeCtx);
   absl::StatusOr<SslCtxPtr> ctx = NewCtx(TLS_server_method());
   if (!ctx.ok()) return ctx.status();
-  if (absl::Status s = UseCertificate(ctx->get(), config); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(UseCertificate(ctx->get(), config));
   if (config.mutual_tls()) {
-    if (absl::Status s = TrustCa(ctx->get(), config.ca_pem); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(TrustCa(ctx->get(), config.ca_pem));
     SSL_CTX_set_verify(ctx->get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
   return ctx;
@@ -120,10 +121,10 @@ absl::StatusOr<SslCtxPtr> MakeClientSslCtx(const SecurityConfig& config) {
   // As gRPC's channel credentials: our certificate when we have one, the
   // CA when given, else the system's roots.
   if (!config.cert_pem.empty()) {
-    if (absl::Status s = UseCertificate(ctx->get(), config); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(UseCertificate(ctx->get(), config));
   }
   if (!config.ca_pem.empty()) {
-    if (absl::Status s = TrustCa(ctx->get(), config.ca_pem); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(TrustCa(ctx->get(), config.ca_pem));
   } else {
     SSL_CTX_set_default_verify_paths(ctx->get());
   }
@@ -299,7 +300,7 @@ absl::Status DataSocket::ReadSized(std::string* out, uint64_t n) {
   uint64_t have = 0;
   out->resize(static_cast<size_t>(std::min(n, kStep)));
   while (true) {
-    if (absl::Status s = ReadFull(out->data() + have, out->size() - have); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(ReadFull(out->data() + have, out->size() - have));
     have = out->size();
     if (have == n) return absl::OkStatus();
     out->resize(static_cast<size_t>(std::min(n, have + std::max(have, kStep))));
@@ -332,9 +333,9 @@ absl::Status DataSocket::WriteFrameGathered(const FrameHeader& header, absl::str
   if (ssl_ != nullptr) {
     std::string head(reinterpret_cast<const char*>(&header), sizeof(header));
     head.append(meta.data(), meta.size());
-    if (absl::Status s = WriteFull(head.data(), head.size()); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(WriteFull(head.data(), head.size()));
     for (absl::string_view piece : payload) {
-      if (absl::Status s = WriteFull(piece.data(), piece.size()); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(WriteFull(piece.data(), piece.size()));
     }
     return absl::OkStatus();
   }
@@ -391,7 +392,7 @@ absl::Status DataSocket::WriteV(iovec* v, int count) {
 absl::Status DataSocket::Read(absl::Span<const absl::Span<char>> pieces) {
   if (ssl_ != nullptr) {
     for (absl::Span<char> piece : pieces) {
-      if (absl::Status s = ReadFull(piece.data(), piece.size()); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(ReadFull(piece.data(), piece.size()));
     }
     return absl::OkStatus();
   }
@@ -431,7 +432,7 @@ absl::Status DataSocket::WaitReadable(const std::atomic<bool>& stop) {
 
 absl::Status DataSocket::ReadFrame(FrameHeader* header, std::string* meta,
                                    std::string* payload, uint64_t max_payload) {
-  if (absl::Status s = ReadFrameHead(header, meta, max_payload); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(ReadFrameHead(header, meta, max_payload));
   payload->resize(header->payload_size);
   return ReadFull(payload->data(), payload->size());
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 
@@ -23,7 +24,7 @@ absl::Status RingClient::CheckRank(int rank) const {
 
 absl::StatusOr<ShardState> RingClient::Fetch(int rank, const ReplicaRequest& request,
                                                 absl::Duration timeout) {
-  if (absl::Status s = CheckRank(rank); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckRank(rank));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   ShardState state;
@@ -36,7 +37,7 @@ absl::StatusOr<ShardState> RingClient::Fetch(int rank, const ReplicaRequest& req
 }
 
 absl::Status RingClient::Abort(int rank, int64_t generation, absl::Duration timeout) {
-  if (absl::Status s = CheckRank(rank); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(CheckRank(rank));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   RingAbortRequest request;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 
@@ -72,7 +73,7 @@ absl::Status SparseBatch::Pull(PsClient* ps, int64_t min_version, int64_t genera
 absl::Status SparseBatch::Prepare(const float* examples, const ExampleIds& ids, int n,
                                   int64_t example_size, PsClient* ps, int64_t min_version,
                                   int64_t generation, absl::Duration timeout, float* params) {
-  if (absl::Status s = Map(examples, ids, n, example_size); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Map(examples, ids, n, example_size));
   return Pull(ps, min_version, generation, timeout, params);
 }
 

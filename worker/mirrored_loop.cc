@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "common/rpc.h"
+#include "common/status_macros.h"
 #include "compute/backend_factory.h"
 #include "compute/compute_backend.h"
 #include "model/chunk_reader.h"
@@ -143,12 +144,12 @@ absl::Status RingTraining::Run() {
   reducer_ = *std::move(reducer);
   // The chief's aborts reach this all-reduce while it trains.
   ReducerInstalled installed(options_.ring, reducer_.get());
-  if (absl::Status s = SetUpBackend(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(SetUpBackend());
   report_.emplace(ctx_.chief, LoopReportOptions(ctx_, chunks_.chunks_per_epoch()));
   request_.set_worker_index(ctx_.worker);
   request_.set_incarnation(ctx_.incarnation);
   request_.set_chunks_per_epoch(chunks_.chunks_per_epoch());
-  if (absl::Status s = Train(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Train());
   return Finish();
 }
 
@@ -181,7 +182,7 @@ absl::Status RingTraining::Train() {
     if (work->kind() != RingWorkResponse::STEP) {
       return absl::InternalError(absl::StrCat("unknown ring work kind ", work->kind()));
     }
-    if (absl::Status s = Step(*work); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(Step(*work));
   }
 }
 
@@ -191,7 +192,7 @@ absl::Status RingTraining::Train() {
 absl::Status RingTraining::Step(const RingWorkResponse& work) {
   const int64_t step = work.step();
   if (work.generation() != generation_) {
-    if (absl::Status s = JoinRing(work); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(JoinRing(work));
   }
   if (work.fetch_state()) {
     absl::StatusOr<ShardState> state = FetchState(work);
@@ -199,7 +200,7 @@ absl::Status RingTraining::Step(const RingWorkResponse& work) {
       Fail(work, state.status());
       return absl::OkStatus();
     }
-    if (absl::Status s = TakeState(work, *state); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(TakeState(work, *state));
   }
   if (replica_.step() != step - 1) {
     return absl::InternalError(absl::StrCat("the chief hands out step ", step,
@@ -210,7 +211,7 @@ absl::Status RingTraining::Step(const RingWorkResponse& work) {
   report_->StartClock();
   const absl::Time t0 = absl::Now();
   Trained trained;
-  if (absl::Status s = TrainChunk(work, &trained); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(TrainChunk(work, &trained));
   const absl::Time t1 = absl::Now();
   if (absl::Status s = reducer_->AllReduce(step, grads_.data(), spec_.num_parameters); !s.ok()) {
     Fail(work, s);
@@ -253,8 +254,8 @@ absl::StatusOr<ShardState> RingTraining::FetchState(const RingWorkResponse& work
 }
 
 absl::Status RingTraining::TakeState(const RingWorkResponse& work, const ShardState& state) {
-  if (absl::Status s = replica_.Restore(plan_.replica(), state); !s.ok()) return s;
-  if (absl::Status s = replica_.CopyWeights(params_.data()); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(replica_.Restore(plan_.replica(), state));
+  PSCLUSTER_RETURN_IF_ERROR(replica_.CopyWeights(params_.data()));
   request_.set_state_generation(generation_);
   ++fetches_;
   const int from = work.state_from();

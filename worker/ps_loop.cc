@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "common/retry.h"
+#include "common/status_macros.h"
 #include "compute/backend_factory.h"
 #include "compute/compute_backend.h"
 #include "model/chunk_reader.h"
@@ -201,14 +202,14 @@ PsTraining::PsTraining(const TrainingContext& ctx)
 }
 
 absl::Status PsTraining::Run() {
-  if (absl::Status s = Connect(); !s.ok()) return s;
-  if (absl::Status s = PullFirst(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Connect());
+  PSCLUSTER_RETURN_IF_ERROR(PullFirst());
   report_.emplace(ctx_.chief, LoopReportOptions(ctx_, chunks_.chunks_per_epoch()));
   report_->StartClock();
   request_.set_worker_index(ctx_.worker);
   request_.set_incarnation(ctx_.incarnation);
   request_.set_chunks_per_epoch(chunks_.chunks_per_epoch());
-  if (absl::Status s = Train(); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(Train());
   return Finish();
 }
 
@@ -277,7 +278,7 @@ absl::Status PsTraining::Train() {
     if (!next.ok()) return next.status();
     if (*next == Next::kDone) return absl::OkStatus();
     if (*next == Next::kStep) {
-      if (absl::Status s = Step(*work); !s.ok()) return s;
+      PSCLUSTER_RETURN_IF_ERROR(Step(*work));
     }
   }
 }
@@ -359,7 +360,7 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
   // leaves during TrainStep).
   if (options_.faults.straggle > absl::ZeroDuration()) absl::SleepFor(options_.faults.straggle);
   StepRun run;
-  if (absl::Status s = TrainOnWeights(batch, n, &run); !s.ok()) return s;
+  PSCLUSTER_RETURN_IF_ERROR(TrainOnWeights(batch, n, &run));
   if (run.void_step) return absl::OkStatus();
   const absl::Time t1 = absl::Now();
   // With priority pulls, the part of the step spent before the last of

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/security.h"
+#include "common/status_macros.h"
 
 namespace pscluster {
 namespace {
@@ -343,7 +344,7 @@ absl::Status RingAllReducer::Pass::Run() {
       return absl::AbortedError(
           absl::StrCat(Where(), ": aborted (the chief is forming a new ring)"));
     }
-    if (absl::Status s = Collect(); !s.ok()) return s;
+    PSCLUSTER_RETURN_IF_ERROR(Collect());
     Issue();
     if (Done()) return absl::OkStatus();
     const bool waiting = way_[0].due > 0 || way_[1].due > 0;
@@ -355,7 +356,7 @@ absl::Status RingAllReducer::Pass::Run() {
     switch (owner_->inbox_->Take(step_, wake, &chunk)) {
       case RingService::Event::kChunk:
         heard = absl::Now();
-        if (absl::Status s = Receive(std::move(chunk)); !s.ok()) return s;
+        PSCLUSTER_RETURN_IF_ERROR(Receive(std::move(chunk)));
         break;
       case RingService::Event::kWoken:
         break;
