@@ -1,0 +1,53 @@
+// The loss a Keras model trains on and the check that the model's output
+// fits it: the --loss flag's name, else the file's compiled loss (Keras 3's
+// compile_config, tf.keras's or TensorFlow.js's training_config), else one
+// chosen from the output's activation; the output Dense layer's activation
+// must suit it. Refusals are InvalidArgument naming the flag, the loss or
+// the layer. Internal to model/; plain functions: thread-safe.
+#ifndef PSCLUSTER_MODEL_KERAS_LOSS_H_
+#define PSCLUSTER_MODEL_KERAS_LOSS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/keras_options.h"
+#include "model/loss.h"
+#include "model/model_spec.h"
+
+namespace pscluster {
+namespace keras {
+
+// The loss the model trains on; from_logits as the file or flag says it
+// (absent: unset).
+struct LossChoice {
+  LossKind kind = LossKind::kSparseCategoricalCrossentropy;
+  bool given = false;  // by the file or a flag; else chosen from the output
+  std::optional<bool> from_logits;
+};
+
+// The loss `flag` names (any of Keras's spellings) when not empty, else
+// the one `file_loss` gives (a name or a Keras loss object; null: none,
+// `given` false). Errors start with "--loss=<flag>" or `source`.
+absl::StatusOr<LossChoice> ChooseLoss(const std::string& flag, const json& file_loss,
+                                      const std::string& source);
+
+// Checks that the model's output fits the loss and gives the output's
+// width: the output, or the node its tail of Dropout, Add and one last
+// Activation reads (an Add through its first input: logits summed with
+// others, as DeepFM sums its deep tower's logit with the factorization
+// machine's terms, the Dense then linear), is a Dense layer whose
+// activation the loss takes:
+// softmax (fused) or linear logits for categorical cross-entropy; sigmoid
+// (fused) or linear logits for binary; anything but softmax for
+// regression. Softmax anywhere else is refused. Without a loss from the
+// file or a flag, a sigmoid output trains on binary cross-entropy and any
+// other on sparse categorical cross-entropy (set in `loss`).
+absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
+                                const std::string& source);
+
+}  // namespace keras
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_MODEL_KERAS_LOSS_H_
