@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/bad_input.h"
-#include "compute/testing/general_test_models.h"
+#include "compute/testing/graph_test_models.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {

@@ -66,7 +66,7 @@ class ComputeBackend {
   // `outputs` (host memory, batch.size * spec.num_classes floats): each
   // example's predicted probabilities (softmax or sigmoid) or, for
   // regression, outputs (compute/kernels/loss_head.h), for metrics such as
-  // AUC; models on the CPU's fast path (sparse categorical cross-entropy
+  // AUC; models on the fused engine (sparse categorical cross-entropy
   // only) do not give them (InvalidArgument).
   virtual absl::Status Evaluate(const float* params, const Batch& batch,
                                 double* loss_sum, int* correct,

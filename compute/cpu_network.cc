@@ -13,7 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "model/dataset.h"
-#include "compute/fast_plan.h"
+#include "compute/fused_plan.h"
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
 #include "compute/kernels/conv2d_maxpool.h"
@@ -65,8 +65,8 @@ class AlignedArray {
 
 }  // namespace
 
-// One layer as run (compute/fast_plan.h), plus this backend's fusion.
-struct CpuNetwork::Op : FastLayer {
+// One layer as run (compute/fused_plan.h), plus this backend's fusion.
+struct CpuNetwork::Op : FusedLayer {
   bool has_parameters() const {
     return kind == LayerKind::kConv2D || kind == LayerKind::kDense;
   }
@@ -186,7 +186,7 @@ class CpuNetwork::SliceRunner {
   int correct() const { return correct_; }
 
   // Runs examples [0, count) of `images`/`targets` (class indices: the
-  // fast path trains on sparse categorical cross-entropy only). With `grads` non-null,
+  // fused engine trains on sparse categorical cross-entropy only). With `grads` non-null,
   // writes there the gradient of grad_scale * (sum of their losses), and
   // calls op_done(i) once op i's part of it is complete (ops with
   // parameters, last op first). Afterwards loss_sum() and correct()
@@ -268,7 +268,7 @@ class CpuNetwork::SliceRunner {
           break;
         }
         default:
-          break;  // PlanFastLayers plans only Conv2D, MaxPool2D and Dense
+          break;  // PlanFusedLayers plans only Conv2D, MaxPool2D and Dense
       }
       in = out;
     }
@@ -341,7 +341,7 @@ class CpuNetwork::SliceRunner {
           break;
         }
         default:
-          break;  // PlanFastLayers plans only Conv2D, MaxPool2D and Dense
+          break;  // PlanFusedLayers plans only Conv2D, MaxPool2D and Dense
       }
       if (op_done != nullptr && op.has_parameters()) (*op_done)(i);
       if (dx == nullptr) break;  // nothing below has parameters
@@ -361,12 +361,12 @@ class CpuNetwork::SliceRunner {
 };
 
 absl::StatusOr<std::vector<CpuNetwork::Op>> CpuNetwork::Plan(const ModelSpec& spec) {
-  absl::StatusOr<std::vector<FastLayer>> layers = PlanFastLayers(spec);
+  absl::StatusOr<std::vector<FusedLayer>> layers = PlanFusedLayers(spec);
   if (!layers.ok()) return layers.status();
   std::vector<Op> ops;
-  for (const FastLayer& layer : *layers) {
+  for (const FusedLayer& layer : *layers) {
     Op op;
-    static_cast<FastLayer&>(op) = layer;
+    static_cast<FusedLayer&>(op) = layer;
     ops.push_back(op);
   }
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
@@ -394,12 +394,12 @@ absl::StatusOr<std::unique_ptr<CpuNetwork>> CpuNetwork::Create(
   kernels::UseSingleThreadedBlas();
   absl::StatusOr<std::vector<Op>> ops = Plan(spec);
   if (ops.ok()) return std::unique_ptr<CpuNetwork>(new CpuNetwork(spec, options, *std::move(ops)));
-  // Not a model of the fast path's layers: the general path, on the same threads.
+  // Not a model of the fused engine's layers: the graph engine, on the same threads.
   std::unique_ptr<CpuNetwork> net(new CpuNetwork(spec, options, {}));
   const int threads = std::min(options.num_threads, options.max_batch);
   if (threads > 1) net->gang_ = std::make_unique<ThreadGang>(threads);
   CpuNetwork* self = net.get();
-  absl::StatusOr<std::unique_ptr<GeneralCpuNetwork>> general = GeneralCpuNetwork::Create(
+  absl::StatusOr<std::unique_ptr<GraphCpuEngine>> graph = GraphCpuEngine::Create(
       spec, options.max_batch, threads, options.seed,
       [self](int n, const std::function<void(int)>& task) {
         if (self->gang_ == nullptr || n == 1) {
@@ -410,15 +410,15 @@ absl::StatusOr<std::unique_ptr<CpuNetwork>> CpuNetwork::Create(
           if (t < n) task(t);
         });
       });
-  if (!general.ok()) return general.status();
-  net->general_ = *std::move(general);
+  if (!graph.ok()) return graph.status();
+  net->graph_ = *std::move(graph);
   return net;
 }
 
 CpuNetwork::CpuNetwork(const ModelSpec& spec, const CpuNetworkOptions& options,
                  std::vector<Op> ops)
     : spec_(spec), options_(options), ops_(std::move(ops)) {
-  if (ops_.empty()) return;  // the general path: Create sets it up
+  if (ops_.empty()) return;  // the graph engine: Create sets it up
   // Each replica gets at most its share of max_batch, in micro-batches
   // (one, when the weights do not fit in cache).
   const int threads = std::min(options_.num_threads, options_.max_batch);
@@ -444,12 +444,12 @@ CpuNetwork::~CpuNetwork() = default;
 
 void CpuNetwork::set_gradient_listener(std::function<void(int64_t)> listener) {
   listener_ = listener;
-  if (general_ != nullptr) general_->set_gradient_listener(std::move(listener));
+  if (graph_ != nullptr) graph_->set_gradient_listener(std::move(listener));
 }
 
 void CpuNetwork::set_params_wait(std::function<void(int64_t)> wait) {
   params_wait_ = wait;
-  if (general_ != nullptr) general_->set_params_wait(std::move(wait));
+  if (graph_ != nullptr) graph_->set_params_wait(std::move(wait));
 }
 
 absl::Status CpuNetwork::CheckArguments(const void* params, const void* images,
@@ -544,9 +544,9 @@ absl::Status CpuNetwork::TrainStep(const float* params, const float* images,
   }
   if (!st.ok()) return st;
   double loss_sum = 0.0;
-  if (general_ != nullptr) {
-    st = general_->TrainStep(params, images, targets, batch, step_key, grads, &loss_sum,
-                             correct);
+  if (graph_ != nullptr) {
+    st = graph_->TrainStep(params, images, targets, batch, step_key, grads, &loss_sum,
+                           correct);
     if (!st.ok()) return st;
   } else {
     Run(params, images, targets, batch, grads, &loss_sum, correct);
@@ -561,12 +561,12 @@ absl::Status CpuNetwork::Evaluate(const float* params, const float* images,
   absl::Status st =
       CheckArguments(params, images, targets, batch, loss_sum, correct);
   if (!st.ok()) return st;
-  if (outputs != nullptr && general_ == nullptr) {
+  if (outputs != nullptr && graph_ == nullptr) {
     return absl::InvalidArgumentError(
         "CpuNetwork: the fast path does not give the outputs' probabilities");
   }
-  if (general_ != nullptr) {
-    return general_->Evaluate(params, images, targets, batch, loss_sum, correct, outputs);
+  if (graph_ != nullptr) {
+    return graph_->Evaluate(params, images, targets, batch, loss_sum, correct, outputs);
   } else {
     Run(params, images, targets, batch, /*grads=*/nullptr, loss_sum, correct);
   }

@@ -1,6 +1,9 @@
 // Runs a whole model (model/model_spec.h) forward and backward on the CPU
 // kernels (compute/kernels/), producing the flat gradient the worker pushes
-// to the parameter servers.
+// to the parameter servers. The CPU's one entry point: it runs the fused
+// engine itself (compute/fused_plan.h's layers: fused kernels, micro-batches)
+// and hands every other model to the graph engine
+// (compute/graph_cpu_engine.h).
 //
 // Not thread-safe: one caller at a time. A CpuNetwork owns all of its buffers
 // (allocated once in Create, reused every step) and, with num_threads > 1,
@@ -20,8 +23,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "compute/fast_plan.h"
-#include "compute/general_cpu_network.h"
+#include "compute/gradient_layout.h"
+#include "compute/graph_cpu_engine.h"
 #include "model/model_spec.h"
 
 namespace pscluster {
@@ -35,11 +38,11 @@ struct CpuNetworkOptions {
 class CpuNetwork {
  public:
   // InvalidArgument when the options are out of range or the spec does not
-  // describe a runnable model. The fast path's layers (Conv2D with square
+  // describe a runnable model. The fused engine's layers (Conv2D with square
   // kernels, stride 1, "valid"; MaxPooling2D with stride = window; Flatten;
-  // Dense; relu or linear) run on fast fused kernels, in micro-batches while
+  // Dense; relu or linear) run on fused kernels, in micro-batches while
   // the weights fit in cache and in one pass per thread beyond; any
-  // other model runs on the general path (compute/general_cpu_network.h).
+  // other model runs on the graph engine (compute/graph_cpu_engine.h).
   static absl::StatusOr<std::unique_ptr<CpuNetwork>> Create(
       const ModelSpec& spec, const CpuNetworkOptions& options);
 
@@ -71,7 +74,7 @@ class CpuNetwork {
   // Forward only: writes the sum (not the mean) of the per-example losses
   // and the number correct, for accumulating over many batches. Same
   // argument contract as TrainStep. `outputs`, when not null: batch *
-  // num_classes floats, ComputeBackend::Evaluate's (the general path only).
+  // num_classes floats, ComputeBackend::Evaluate's (the graph engine only).
   absl::Status Evaluate(const float* params, const float* images,
                         const float* targets, int batch, double* loss_sum,
                         int* correct, float* outputs = nullptr);
@@ -92,11 +95,11 @@ class CpuNetwork {
   void set_params_wait(std::function<void(int64_t)> wait);
 
   const ModelSpec& spec() const { return spec_; }
-  // Whether the model runs on the general path rather than the fast one.
-  bool general() const { return general_ != nullptr; }
+  // Whether the model runs on the graph engine rather than the fused one.
+  bool on_graph_engine() const { return graph_ != nullptr; }
   const CpuNetworkOptions& options() const { return options_; }
-  // Examples per pass on the fast path (each thread runs its share of a
-  // batch in passes of this many); 0 on the general path.
+  // Examples per pass on the fused engine (each thread runs its share of a
+  // batch in passes of this many); 0 on the graph engine.
   int micro_batch() const { return micro_batch_; }
 
  private:
@@ -126,9 +129,9 @@ class CpuNetwork {
   const std::vector<Op> ops_;  // the layers to run; Flatten is implicit
   std::vector<std::unique_ptr<SliceRunner>> runners_;  // one per thread
   std::unique_ptr<ThreadGang> gang_;
-  std::unique_ptr<GeneralCpuNetwork> general_;  // set for the general path
-  std::unique_ptr<Progress> progress_;     // the fast path's
-  GradientLayout layout_;                  // the fast path's, per op
+  std::unique_ptr<GraphCpuEngine> graph_;  // set for the graph engine
+  std::unique_ptr<Progress> progress_;     // the fused engine's
+  GradientLayout layout_;                  // the fused engine's, per op
   std::function<void(int64_t)> listener_;
   std::function<void(int64_t)> params_wait_;
   int micro_batch_ = 0;

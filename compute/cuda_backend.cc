@@ -13,9 +13,9 @@
 #include "model/dataset.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "compute/fast_device_graph.h"
-#include "compute/fast_plan.h"
-#include "compute/general_device_graph.h"
+#include "compute/fused_device_engine.h"
+#include "compute/fused_plan.h"
+#include "compute/graph_device_engine.h"
 #include "compute/kernels/cublas_loader.h"
 #include "compute/kernels/gpu_device.h"
 #include "compute/kernels/gpu_kernels.h"
@@ -66,8 +66,8 @@ double Seconds(cudaEvent_t from, cudaEvent_t to) {
   return cudaEventElapsedTime(&ms, from, to) == cudaSuccess ? ms / 1e3 : 0.0;
 }
 
-// The device-side results of a step: written by FastDeviceGraph::Run or
-// GeneralDeviceGraph::Run (penalty: only for a model with regularizers).
+// The device-side results of a step: written by FusedDeviceEngine::Run or
+// GraphDeviceEngine::Run (penalty: only for a model with regularizers).
 struct StepResult {
   double loss_sum;
   int correct;
@@ -76,19 +76,20 @@ struct StepResult {
 
 class CudaBackend final : public ComputeBackend {
  public:
-  // Exactly one of `fast` (the fast path's layers, compute/fast_device_graph.h) and
-  // `general` (any other model, compute/general_device_graph.h) is set.
+  // Exactly one of `fused` (the fused engine's layers,
+  // compute/fused_device_engine.h) and `graph` (any other model,
+  // compute/graph_device_engine.h) is set.
   CudaBackend(const ModelSpec& spec,
-              std::unique_ptr<FastDeviceGraph<GpuDevice>> fast,
-              std::unique_ptr<GeneralDeviceGraph> general, int max_batch,
+              std::unique_ptr<FusedDeviceEngine<GpuDevice>> fused,
+              std::unique_ptr<GraphDeviceEngine> graph, int max_batch,
               int ordinal)
       : spec_(spec),
         max_batch_(max_batch),
         ordinal_(ordinal),
         pixels_(int64_t{spec.input_height} * spec.input_width *
                 spec.input_channels),
-        fast_(std::move(fast)),
-        general_(std::move(general)) {}
+        fused_(std::move(fused)),
+        graph_(std::move(graph)) {}
 
   ~CudaBackend() override {
     // Resources belong to the device; finish queued work before freeing.
@@ -160,7 +161,7 @@ class CudaBackend final : public ComputeBackend {
     }
     const int64_t params_bytes = spec_.num_parameters * int64_t{sizeof(float)};
     const int64_t arena_bytes =
-        fast_ != nullptr ? fast_->arena_bytes() : general_->arena_bytes();
+        fused_ != nullptr ? fused_->arena_bytes() : graph_->arena_bytes();
     absl::Status s = AllocDevice(arena_bytes,
                                  "activations and workspaces", &arena_);
     if (s.ok()) s = AllocDevice(params_bytes, "weights", &params_d_);
@@ -182,11 +183,11 @@ class CudaBackend final : public ComputeBackend {
       if (s.ok()) s = MakeEvent(cudaEventDisableTiming, &slot.ready);
     }
     if (!s.ok()) return s;
-    if (fast_ != nullptr) {
-      fast_->Bind(arena_.get());
+    if (fused_ != nullptr) {
+      fused_->Bind(arena_.get());
     } else {
-      general_->Bind(arena_.get());
-      general_kernels_ = kernels::MakeGpuGeneralKernels(Device());
+      graph_->Bind(arena_.get());
+      graph_kernels_ = kernels::MakeGpuGraphKernels(Device());
     }
     return WarmUp();
   }
@@ -293,7 +294,7 @@ class CudaBackend final : public ComputeBackend {
       return absl::InvalidArgumentError(
           "CudaBackend: a required pointer is null");
     }
-    if (outputs != nullptr && general_ == nullptr) {
+    if (outputs != nullptr && graph_ == nullptr) {
       return absl::InvalidArgumentError(
           "CudaBackend: the fast path does not give the outputs' probabilities");
     }
@@ -395,20 +396,20 @@ class CudaBackend final : public ComputeBackend {
     const float* params = static_cast<const float*>(params_d_.get());
     const float* images = static_cast<const float*>(slots_[slot].images_d.get());
     const float* labels = static_cast<const float*>(slots_[slot].labels_d.get());
-    if (fast_ != nullptr) {
-      fast_->Run(Device(), params, images, labels, batch.size, grads,
-                 &result_d->loss_sum, &result_d->correct);
+    if (fused_ != nullptr) {
+      fused_->Run(Device(), params, images, labels, batch.size, grads,
+                  &result_d->loss_sum, &result_d->correct);
     } else {
-      general_->Run(*general_kernels_, params, images, labels, batch.size,
-                    batch.key, grads, &result_d->loss_sum,
-                    &result_d->correct, outputs_d, &result_d->penalty);
+      graph_->Run(*graph_kernels_, params, images, labels, batch.size,
+                  batch.key, grads, &result_d->loss_sum,
+                  &result_d->correct, outputs_d, &result_d->penalty);
     }
   }
 
   // The examples' losses and, as Keras adds them to the mean loss, `batch`
   // times the regularizers'.
   double LossSum(const StepResult& r, int batch) const {
-    const bool penalised = general_ != nullptr && general_->has_penalties();
+    const bool penalised = graph_ != nullptr && graph_->has_penalties();
     return r.loss_sum + (penalised ? double{r.penalty} * batch : 0.0);
   }
 
@@ -574,8 +575,8 @@ class CudaBackend final : public ComputeBackend {
   const int max_batch_;
   const int ordinal_;
   const int64_t pixels_;  // floats per image
-  const std::unique_ptr<FastDeviceGraph<GpuDevice>> fast_;
-  const std::unique_ptr<GeneralDeviceGraph> general_;
+  const std::unique_ptr<FusedDeviceEngine<GpuDevice>> fused_;
+  const std::unique_ptr<GraphDeviceEngine> graph_;
   std::string name_;
 
   // Declared before what uses them, so destroyed after.
@@ -583,9 +584,9 @@ class CudaBackend final : public ComputeBackend {
   Stream copy_;      // the next batch, concurrently
   BlasHandle blas_;  // bound to compute_
   Event start_, h2d_done_, compute_done_, d2h_done_;  // on compute_
-  DeviceMemory arena_;                                // the graph's buffers
-  // The general graph's kernels on compute_ and blas_ (general_ only).
-  std::unique_ptr<kernels::GeneralKernels> general_kernels_;
+  DeviceMemory arena_;                                // the engine's buffers
+  // The graph engine's kernels on compute_ and blas_ (graph_ only).
+  std::unique_ptr<kernels::GraphKernels> graph_kernels_;
   DeviceMemory params_d_, grads_d_, result_d_;
   PinnedMemory params_h_, grads_h_, result_h_;
   DeviceMemory outputs_d_;  // Evaluate's outputs (probabilities)
@@ -645,19 +646,19 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaBackend: max_batch ", max_batch, " must be at least 1"));
   }
-  // The fast path's layers run on their own graph; any other model (PlanFastLayers
-  // says Unimplemented) on the general one, as on the CPU.
-  std::unique_ptr<FastDeviceGraph<GpuDevice>> fast;
-  std::unique_ptr<GeneralDeviceGraph> general;
-  absl::StatusOr<std::vector<FastLayer>> layers = PlanFastLayers(spec);
+  // The fused engine's layers run on their own engine; any other model
+  // (PlanFusedLayers says Unimplemented) on the graph engine, as on the CPU.
+  std::unique_ptr<FusedDeviceEngine<GpuDevice>> fused;
+  std::unique_ptr<GraphDeviceEngine> graph;
+  absl::StatusOr<std::vector<FusedLayer>> layers = PlanFusedLayers(spec);
   if (layers.ok()) {
-    fast = std::make_unique<FastDeviceGraph<GpuDevice>>(*std::move(layers),
-                                                    max_batch);
+    fused = std::make_unique<FusedDeviceEngine<GpuDevice>>(*std::move(layers),
+                                                           max_batch);
   } else if (layers.status().code() == absl::StatusCode::kUnimplemented) {
-    absl::StatusOr<std::unique_ptr<GeneralDeviceGraph>> g =
-        GeneralDeviceGraph::Create(spec, max_batch, seed);
+    absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> g =
+        GraphDeviceEngine::Create(spec, max_batch, seed);
     if (!g.ok()) return g.status();
-    general = *std::move(g);
+    graph = *std::move(g);
   } else {
     return layers.status();
   }
@@ -675,7 +676,7 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
         kernels::CudaErrorMessage("cudaFuncGetAttributes", e)));
   }
   auto backend = std::make_unique<CudaBackend>(
-      spec, std::move(fast), std::move(general), max_batch, ordinal);
+      spec, std::move(fused), std::move(graph), max_batch, ordinal);
   if (absl::Status s = backend->Init(); !s.ok()) return s;
   return std::unique_ptr<ComputeBackend>(std::move(backend));
 }

@@ -1,10 +1,11 @@
 // The CUDA compute backend: ComputeBackend on one GPU, running the model
-// through FastDeviceGraph (compute/fast_device_graph.h) on the GpuDevice kernels
-// (compute/kernels/gpu_kernels.h), or, for models beyond the fast path's layers,
-// through GeneralDeviceGraph (compute/general_device_graph.h). Weights, gradients, activations and
-// workspaces live in device memory allocated once at creation; weights and
-// batches reach it through pinned host buffers; the batch of the next step
-// is copied on a second stream while the current step computes.
+// through the fused engine (compute/fused_device_engine.h) on the GpuDevice
+// kernels (compute/kernels/gpu_kernels.h), or, for models beyond the fused
+// engine's layers, through the graph engine (compute/graph_device_engine.h).
+// Weights, gradients, activations and workspaces live in device memory
+// allocated once at creation; weights and batches reach it through pinned
+// host buffers; the batch of the next step is copied on a second stream
+// while the current step computes.
 //
 // CUDA builds only; compute/backend_factory.cc is its one user. Threading as
 // ComputeBackend; calls may come from different threads (each call selects

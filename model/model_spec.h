@@ -48,7 +48,7 @@ enum class LayerKind {
   kEmbedding,        // ids [L] -> rows of embeddings [input_dim, units]: 1 x L x units
   kGlobalAvgPool1D,  // [L, C] -> [C], the mean over the steps
   // Not a Keras layer: a plan's op that takes one input's values out of
-  // the examples of a model with several inputs (compute/general_plan.h).
+  // the examples of a model with several inputs (compute/graph_plan.h).
   kInputSlice,
 };
 

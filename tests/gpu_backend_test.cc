@@ -125,18 +125,19 @@ class GpuBackendTest : public ::testing::Test {
   }
 };
 
-// The models and batches of the step comparisons: the fast path (cnn, mlp),
-// the general path (vgg_fashion: "same" convolutions, BatchNormalization,
-// whose conv and dense biases have a zero gradient, and Dropout), and a
-// batch whose kernel gradients sum about 700,000 products (cnn, 1024).
+// The models and batches of the step comparisons: the fused engine (cnn,
+// mlp), the graph engine (vgg_fashion: "same" convolutions,
+// BatchNormalization, whose conv and dense biases have a zero gradient, and
+// Dropout), and a batch whose kernel gradients sum about 700,000 products
+// (cnn, 1024).
 struct StepCase {
   const char* model;
   int batch;
   uint32_t seed;
 };
-constexpr StepCase kFastCases[] = {{"cnn", 1, 11},  {"cnn", 37, 11}, {"cnn", 128, 11},
-                                   {"mlp", 1, 11},  {"mlp", 37, 11}, {"mlp", 128, 11}};
-constexpr StepCase kGeneralCases[] = {
+constexpr StepCase kFusedCases[] = {{"cnn", 1, 11},  {"cnn", 37, 11}, {"cnn", 128, 11},
+                                    {"mlp", 1, 11},  {"mlp", 37, 11}, {"mlp", 128, 11}};
+constexpr StepCase kGraphCases[] = {
     {"vgg_fashion", 1, 5}, {"vgg_fashion", 37, 5}, {"vgg_fashion", 128, 5}};
 constexpr StepCase kLargeCase = {"cnn", 1024, 12};
 
@@ -155,8 +156,8 @@ std::string CaseName(const StepCase& c) {
 // as the GPU's below, so that the reference and the bound are exercised
 // where no GPU is.
 TEST(CpuBackendTest, StepsMatchFloat64Reference) {
-  std::vector<StepCase> cases(std::begin(kFastCases), std::end(kFastCases));
-  cases.insert(cases.end(), std::begin(kGeneralCases), std::end(kGeneralCases));
+  std::vector<StepCase> cases(std::begin(kFusedCases), std::end(kFusedCases));
+  cases.insert(cases.end(), std::begin(kGraphCases), std::end(kGraphCases));
   cases.push_back(kLargeCase);
   for (const StepCase& c : cases) {
     const ModelSpec spec = SpecOf(c.model);
@@ -168,7 +169,7 @@ TEST(CpuBackendTest, StepsMatchFloat64Reference) {
 }
 
 TEST_F(GpuBackendTest, FullTrainingStepMatchesCpu) {
-  for (const StepCase& c : kFastCases) {
+  for (const StepCase& c : kFusedCases) {
     const ModelSpec spec = SpecOf(c.model);
     const Problem p(spec, c.batch, c.seed);
     const reference::ReferenceStep ref = Reference(p);
@@ -181,11 +182,11 @@ TEST_F(GpuBackendTest, FullTrainingStepMatchesCpu) {
   }
 }
 
-// A model beyond the fast path's layers (the general path: "same" and strided
-// windows, BatchNormalization, Dropout) trains and evaluates as on the CPU,
-// its batch statistics in the moving slots included.
-TEST_F(GpuBackendTest, GeneralModelMatchesCpu) {
-  for (const StepCase& c : kGeneralCases) {
+// A model beyond the fused engine's layers (the graph engine: "same" and
+// strided windows, BatchNormalization, Dropout) trains and evaluates as on
+// the CPU, its batch statistics in the moving slots included.
+TEST_F(GpuBackendTest, GraphModelMatchesCpu) {
+  for (const StepCase& c : kGraphCases) {
     const ModelSpec spec = SpecOf(c.model);
     const Problem p(spec, c.batch, c.seed);
     auto gpu = Make("cuda", spec, 128);

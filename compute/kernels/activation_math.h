@@ -1,6 +1,6 @@
 // The element-wise activations' formulas, once for the CPU (activation.cc)
-// and the device algorithms (parallel_modern.h, compiled by nvcc too): the
-// value f(x) and the slope f'(x) from the forward input x and output y.
+// and the device algorithms (parallel_elementwise.h, compiled by nvcc too):
+// the value f(x) and the slope f'(x) from the forward input x and output y.
 // float math from <math.h>, which both compilers provide.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_ACTIVATION_MATH_H_
 #define PSCLUSTER_COMPUTE_KERNELS_ACTIVATION_MATH_H_

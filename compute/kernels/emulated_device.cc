@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "compute/kernels/parallel_general.h"
+#include "compute/kernels/parallel_graph_kernels.h"
 #include "compute/kernels/parallel_kernels.h"
 
 namespace pscluster {
@@ -169,9 +169,9 @@ void SoftmaxCrossEntropy<EmulatedGpuDevice>::operator()(
                                 workspace);
 }
 
-std::unique_ptr<GeneralKernels> MakeEmulatedGeneralKernels(
+std::unique_ptr<GraphKernels> MakeEmulatedGraphKernels(
     const EmulatedGpuDevice& d) {
-  return std::make_unique<parallel::ExecGeneralKernels<HostExec>>(HostExec(d));
+  return std::make_unique<parallel::ExecGraphKernels<HostExec>>(HostExec(d));
 }
 
 }  // namespace kernels

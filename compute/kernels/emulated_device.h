@@ -6,7 +6,7 @@
 // signatures, as GpuDevice (compute/kernels/gpu_kernels.h), so that tests on
 // machines without a GPU check the GPU code path's indexing, GEMM
 // transpositions and workspace layouts against the CPU kernels, and
-// compute/fast_device_graph.h runs on it unchanged. Tests only: slow.
+// compute/fused_device_engine.h runs on it unchanged. Tests only: slow.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_EMULATED_DEVICE_H_
 #define PSCLUSTER_COMPUTE_KERNELS_EMULATED_DEVICE_H_
 
@@ -16,7 +16,7 @@
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
 #include "compute/kernels/dense.h"
-#include "compute/kernels/general_device.h"
+#include "compute/kernels/graph_kernels.h"
 #include "compute/kernels/kernel_errors.h"
 #include "compute/kernels/maxpool2d.h"
 #include "compute/kernels/softmax_xent.h"
@@ -113,8 +113,8 @@ struct SoftmaxCrossEntropy<EmulatedGpuDevice> {
                   void* workspace) const;
 };
 
-// The general layers' kernels (general_device.h) on `d`, which is copied.
-std::unique_ptr<GeneralKernels> MakeEmulatedGeneralKernels(
+// The graph engine's kernels (graph_kernels.h) on `d`, which is copied.
+std::unique_ptr<GraphKernels> MakeEmulatedGraphKernels(
     const EmulatedGpuDevice& d);
 
 }  // namespace kernels

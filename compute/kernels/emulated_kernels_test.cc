@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "compute/kernels/emulated_device.h"
+#include "compute/kernels/testing/graph_kernels_conformance.h"
 #include "compute/kernels/testing/kernel_conformance.h"
-#include "compute/kernels/testing/modern_conformance.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -59,15 +59,15 @@ class EmulatedHarness {
 
 }  // namespace
 
-// modern_conformance.h's suite reaches the kernels through GeneralKernels.
-std::unique_ptr<GeneralKernels> MakeGeneralKernelsFor(const EmulatedGpuDevice& d) {
-  return MakeEmulatedGeneralKernels(d);
+// graph_kernels_conformance.h's suite reaches the kernels through GraphKernels.
+std::unique_ptr<GraphKernels> MakeGraphKernelsFor(const EmulatedGpuDevice& d) {
+  return MakeEmulatedGraphKernels(d);
 }
 
 namespace conformance {
 INSTANTIATE_TYPED_TEST_SUITE_P(Emulated, KernelConformanceTest,
                                ::testing::Types<EmulatedHarness>);
-INSTANTIATE_TYPED_TEST_SUITE_P(Emulated, ModernConformanceTest,
+INSTANTIATE_TYPED_TEST_SUITE_P(Emulated, GraphKernelsConformanceTest,
                                ::testing::Types<EmulatedHarness>);
 }  // namespace conformance
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "compute/kernels/gpu_kernels.h"
-#include "compute/kernels/parallel_general.h"
+#include "compute/kernels/parallel_graph_kernels.h"
 #include "compute/kernels/parallel_kernels.h"
 
 #ifndef PSCLUSTER_CUDA_ARCHS
@@ -191,8 +191,8 @@ cudaError_t GpuKernelsLoadable() {
 
 const char* GpuKernelArchs() { return PSCLUSTER_CUDA_ARCHS; }
 
-std::unique_ptr<GeneralKernels> MakeGpuGeneralKernels(const GpuDevice& d) {
-  return std::make_unique<parallel::ExecGeneralKernels<CudaExec>>(CudaExec(d));
+std::unique_ptr<GraphKernels> MakeGpuGraphKernels(const GpuDevice& d) {
+  return std::make_unique<parallel::ExecGraphKernels<CudaExec>>(CudaExec(d));
 }
 
 }  // namespace kernels

@@ -20,8 +20,8 @@
 #include "compute/kernels/bias_activation.h"
 #include "compute/kernels/conv2d.h"
 #include "compute/kernels/dense.h"
-#include "compute/kernels/general_device.h"
 #include "compute/kernels/gpu_device.h"
+#include "compute/kernels/graph_kernels.h"
 #include "compute/kernels/maxpool2d.h"
 #include "compute/kernels/softmax_xent.h"
 
@@ -113,9 +113,9 @@ struct SoftmaxCrossEntropy<GpuDevice> {
 // cudaSuccess, or the error (cudaErrorNoKernelImageForDevice, ...) to report.
 cudaError_t GpuKernelsLoadable();
 
-// The general layers' kernels (general_device.h) on `d`, which is copied:
+// The graph engine's kernels (graph_kernels.h) on `d`, which is copied:
 // its stream, cuBLAS handle and error sink must outlive the result.
-std::unique_ptr<GeneralKernels> MakeGpuGeneralKernels(const GpuDevice& d);
+std::unique_ptr<GraphKernels> MakeGpuGraphKernels(const GpuDevice& d);
 
 // The compute capabilities the kernels were built for ("90", "80,90").
 const char* GpuKernelArchs();

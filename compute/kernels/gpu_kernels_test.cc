@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "compute/kernels/testing/graph_kernels_conformance.h"
 #include "compute/kernels/testing/kernel_conformance.h"
-#include "compute/kernels/testing/modern_conformance.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -123,15 +123,15 @@ class CudaHarness {
 
 }  // namespace
 
-// modern_conformance.h's suite reaches the kernels through GeneralKernels.
-std::unique_ptr<GeneralKernels> MakeGeneralKernelsFor(const GpuDevice& d) {
-  return MakeGpuGeneralKernels(d);
+// graph_kernels_conformance.h's suite reaches the kernels through GraphKernels.
+std::unique_ptr<GraphKernels> MakeGraphKernelsFor(const GpuDevice& d) {
+  return MakeGpuGraphKernels(d);
 }
 
 namespace conformance {
 INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, KernelConformanceTest,
                                ::testing::Types<CudaHarness>);
-INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, ModernConformanceTest, ::testing::Types<CudaHarness>);
+INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, GraphKernelsConformanceTest, ::testing::Types<CudaHarness>);
 }  // namespace conformance
 
 }  // namespace kernels

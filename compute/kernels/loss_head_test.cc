@@ -1,6 +1,6 @@
 // The loss head: each loss against its Keras formula written out naively in
 // double, its gradient against central differences, sparse categorical
-// cross-entropy against the softmax kernel the fast path uses, one-hot
+// cross-entropy against the softmax kernel the fused engine uses, one-hot
 // categorical against sparse, and the right-answer counts.
 #include "compute/kernels/loss_head.h"
 

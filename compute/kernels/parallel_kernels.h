@@ -115,6 +115,16 @@ struct BiasActivationFn {
   }
 };
 
+// y[r, c] += b[c] over a row-major [rows, cols] matrix.
+struct AddBiasFn {
+  const float* b;
+  int cols;
+  float* y;
+  template <typename I>
+  PSCLUSTER_HD void operator()(I i) const { y[i] += b[i % static_cast<I>(cols)];
+  }
+};
+
 // dy[i] = y[i] > 0 ? dy[i] : 0.
 struct ReluGradFn {
   const float* y;
@@ -312,8 +322,8 @@ struct SoftmaxSumFn {
 };
 
 // Terms one call of a level-by-level sum adds (ColumnSumsFn here,
-// GroupSumsFn in parallel_general.h): n terms become ceil(n / 64) partial
-// sums, level after level, until at most 64 are left.
+// GroupSumsFn in parallel_normalization.h): n terms become ceil(n / 64)
+// partial sums, level after level, until at most 64 are left.
 constexpr int64_t kSumFan = 64;
 
 // The partial sums of every level of such a sum over n terms, in all.
@@ -420,6 +430,36 @@ void DenseBackward(const Exec& e, const DenseShape& s, const float* x,
   if (dx != nullptr) {
     Gemm(e, false, true, s.batch, s.in, s.out, 1.0f, dy, s.out, w, s.out, 0.0f,
          dx, s.in);
+  }
+}
+
+// The graph engine's Dense (graph_kernels.h): floats of the backward's
+// workspace, the bias gradient's partial sums.
+inline int64_t DenseGeneralBackwardWorkspace(int batch, int out) {
+  return BiasGradWorkspace(batch, out);
+}
+
+// y [batch, out] = x w (+ b); b may be null.
+template <typename Exec>
+void DenseGeneralForward(const Exec& e, int batch, int in, int out,
+                         const float* x, const float* w, const float* b,
+                         float* y) {
+  Gemm(e, false, false, batch, out, in, 1.0f, x, in, w, out, 0.0f, y, out);
+  if (b != nullptr) {
+    e.ForEach("AddBias", int64_t{batch} * out, AddBiasFn{b, out, y});
+  }
+}
+
+// dw = x^T dy, db = column sums of dy (may be null), dx = dy w^T (may be
+// null). `workspace`: DenseGeneralBackwardWorkspace(batch, out) floats.
+template <typename Exec>
+void DenseGeneralBackward(const Exec& e, int batch, int in, int out,
+                          const float* x, const float* w, const float* dy,
+                          float* dw, float* db, float* dx, float* workspace) {
+  Gemm(e, true, false, in, out, batch, 1.0f, x, in, dy, out, 0.0f, dw, out);
+  if (db != nullptr) BiasGrad(e, batch, out, dy, false, db, workspace);
+  if (dx != nullptr) {
+    Gemm(e, false, true, batch, in, out, 1.0f, dy, out, w, out, 0.0f, dx, in);
   }
 }
 

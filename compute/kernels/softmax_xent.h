@@ -1,5 +1,5 @@
 // Softmax cross-entropy with class-index labels (floats holding integers),
-// the fast path's loss head (compute/kernels/loss_head.h has every loss).
+// the fused engine's loss head (compute/kernels/loss_head.h has every loss).
 #ifndef PSCLUSTER_COMPUTE_KERNELS_SOFTMAX_XENT_H_
 #define PSCLUSTER_COMPUTE_KERNELS_SOFTMAX_XENT_H_
 

@@ -3,7 +3,7 @@
 // 2015): each 2x2 block of output pixels costs 16 products per input and
 // output channel pair instead of 36, for a transform of each 4x4 input tile
 // and of each 4x4 block of products. NHWC activations, HWIO kernel, Keras's
-// padding (general_layers.h's WindowShape). The sums are those of the
+// padding (window.h's WindowShape). The sums are those of the
 // direct convolution reordered through the transforms: equal to float
 // rounding, not to the bit.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_WINOGRAD_H_
@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "compute/kernels/general_layers.h"
+#include "compute/kernels/window.h"
 
 namespace pscluster {
 namespace kernels {
@@ -29,7 +29,7 @@ int64_t WinogradScratchFloats(const WindowShape& s);
 
 // y [out_pixels, out_c] = conv(x, w) + b (b may be null), where
 // WinogradApplies(s); `sums`, where not null, as ConvForward's
-// (general_layers.h).
+// (convolution.h).
 void WinogradConv3x3(const WindowShape& s, const float* x, const float* w, const float* b,
                      float* scratch, float* y, double* sums);
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "compute/general_plan.h"
+#include "compute/graph_plan.h"
 #include "compute/kernels/dropout.h"
 
 namespace pscluster {
@@ -85,6 +85,17 @@ class Reference {
   absl::StatusOr<ReferenceStep> Run(const float* images, const float* labels);
 
  private:
+  // Run's three parts: the layers forward into acts_; the mean softmax
+  // cross-entropy of the logits and its gradient there; the layers
+  // backward from that gradient.
+  absl::Status Forward(const float* images);
+  Act SoftmaxLoss(const float* labels);
+  absl::Status Backward(Act grad);
+  // A softmax at the end is the loss's: the last layer gives logits.
+  bool SoftmaxLast(size_t i) const {
+    return i + 1 == spec_.layers.size() && spec_.layers[i].activation == Activation::kSoftmax;
+  }
+
   absl::StatusOr<Var> Find(const LayerSpec& l, const char* what, bool required) const;
   void SetGrad(const Var& var, int64_t i, double g, double scale, double terms) {
     result_.grads[var.offset + i] = g;
@@ -110,6 +121,9 @@ class Reference {
   const int batch_;
   const uint64_t seed_, step_key_;
   ReferenceStep result_;
+  std::vector<Act> acts_;        // acts_[i] is layer i's input, acts_[i + 1] its output
+  std::vector<Saved> saved_;     // per layer, what its backward needs
+  std::vector<size_t> op_index_;  // per layer, its op's index (Dropout's key)
 };
 
 absl::StatusOr<Var> Reference::Find(const LayerSpec& l, const char* what, bool required) const {
@@ -508,25 +522,20 @@ void Reference::DropoutApply(float rate, size_t op, const Act& x, Act* y) const 
   }
 }
 
-absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* labels) {
+absl::Status Reference::Forward(const float* images) {
   const std::vector<LayerSpec>& layers = spec_.layers;
-  // acts[i] is layer i's input, acts[i + 1] its output.
-  std::vector<Act> acts(layers.size() + 1);
-  std::vector<Saved> saved(layers.size());
-  std::vector<size_t> op_index(layers.size());
-  Act& in = acts[0];
+  acts_.assign(layers.size() + 1, Act());
+  saved_.assign(layers.size(), Saved());
+  op_index_.assign(layers.size(), 0);
+  Act& in = acts_[0];
   in.Resize(batch_, spec_.input_height, spec_.input_width, spec_.input_channels);
   for (size_t i = 0; i < in.v.size(); ++i) in.v[i] = images[i], in.m[i] = std::fabs(images[i]);
-  // A softmax at the end is the loss's: the last layer gives logits.
-  auto softmax_last = [&](size_t i) {
-    return i + 1 == layers.size() && layers[i].activation == Activation::kSoftmax;
-  };
   size_t op = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& l = layers[i];
-    const Act& x = acts[i];
-    Act* y = &acts[i + 1];
-    op_index[i] = op;
+    const Act& x = acts_[i];
+    Act* y = &acts_[i + 1];
+    op_index_[i] = op;
     if (l.kind != LayerKind::kFlatten) ++op;
     switch (l.kind) {
       case LayerKind::kConv2D:
@@ -540,35 +549,37 @@ absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* l
         } else {
           DenseForward(*k, l.use_bias ? &*b : nullptr, l.units, x, y);
         }
-        if (!softmax_last(i)) ActivationForward(l.activation, y);
+        if (!SoftmaxLast(i)) ActivationForward(l.activation, y);
         break;
       }
       case LayerKind::kMaxPool2D:
       case LayerKind::kAvgPool2D:
       case LayerKind::kGlobalAvgPool2D:
-        PoolForward(l, x, y, &saved[i]);
+        PoolForward(l, x, y, &saved_[i]);
         break;
       case LayerKind::kFlatten:
         *y = x;
         y->c = x.per(), y->h = y->w = 1;
         break;
       case LayerKind::kDropout:
-        DropoutApply(l.rate, op_index[i], x, y);
+        DropoutApply(l.rate, op_index_[i], x, y);
         break;
       case LayerKind::kActivation:
         *y = x;
-        if (!softmax_last(i)) ActivationForward(l.activation, y);
+        if (!SoftmaxLast(i)) ActivationForward(l.activation, y);
         break;
       case LayerKind::kBatchNorm: {
-        absl::Status st = BnForward(l, x, y, &saved[i]);
+        absl::Status st = BnForward(l, x, y, &saved_[i]);
         if (!st.ok()) return st;
         break;
       }
     }
   }
+  return absl::OkStatus();
+}
 
-  // Mean softmax cross-entropy and its gradient with respect to the logits.
-  const Act& z = acts.back();
+Act Reference::SoftmaxLoss(const float* labels) {
+  const Act& z = acts_.back();
   const int k = z.c;
   Act dz;
   dz.Resize(batch_, 1, 1, k);
@@ -606,13 +617,15 @@ absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* l
   result_.loss = loss;
   result_.loss_scale = loss_m;
   result_.loss_terms = z.n + k + batch_;
+  return dz;
+}
 
-  // Backward: dz becomes each layer's output gradient in turn.
-  Act grad = std::move(dz);
+absl::Status Reference::Backward(Act grad) {
+  const std::vector<LayerSpec>& layers = spec_.layers;
   for (size_t i = layers.size(); i-- > 0;) {
     const LayerSpec& l = layers[i];
-    const Act& x = acts[i];
-    const Act& y = acts[i + 1];
+    const Act& x = acts_[i];
+    const Act& y = acts_[i + 1];
     // Whether anything below has parameters (else dx is not needed).
     bool below = false;
     for (size_t j = 0; j < i; ++j) {
@@ -623,7 +636,7 @@ absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* l
     switch (l.kind) {
       case LayerKind::kConv2D:
       case LayerKind::kDense: {
-        if (!softmax_last(i)) ActivationBackward(l.activation, y, &grad);
+        if (!SoftmaxLast(i)) ActivationBackward(l.activation, y, &grad);
         absl::StatusOr<Var> kv = Find(l, "kernel", true);
         absl::StatusOr<Var> b = Find(l, "bias", l.use_bias);
         const Var* bp = l.use_bias ? &*b : nullptr;
@@ -637,21 +650,21 @@ absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* l
       case LayerKind::kMaxPool2D:
       case LayerKind::kAvgPool2D:
       case LayerKind::kGlobalAvgPool2D:
-        PoolBackward(l, x, grad, saved[i], &dx);
+        PoolBackward(l, x, grad, saved_[i], &dx);
         break;
       case LayerKind::kFlatten:
         dx = std::move(grad);
         dx.h = x.h, dx.w = x.w, dx.c = x.c;
         break;
       case LayerKind::kDropout:
-        DropoutApply(l.rate, op_index[i], grad, &dx);
+        DropoutApply(l.rate, op_index_[i], grad, &dx);
         break;
       case LayerKind::kActivation:
-        if (!softmax_last(i)) ActivationBackward(l.activation, y, &grad);
+        if (!SoftmaxLast(i)) ActivationBackward(l.activation, y, &grad);
         dx = std::move(grad);
         break;
       case LayerKind::kBatchNorm: {
-        absl::Status st = BnBackward(l, grad, saved[i], below ? &dx : nullptr);
+        absl::Status st = BnBackward(l, grad, saved_[i], below ? &dx : nullptr);
         if (!st.ok()) return st;
         break;
       }
@@ -659,6 +672,14 @@ absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* l
     if (!below) break;
     grad = std::move(dx);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReferenceStep> Reference::Run(const float* images, const float* labels) {
+  if (absl::Status st = Forward(images); !st.ok()) return st;
+  // dz, the loss's gradient at the logits, becomes each layer's output
+  // gradient in turn.
+  if (absl::Status st = Backward(SoftmaxLoss(labels)); !st.ok()) return st;
   return std::move(result_);
 }
 

@@ -13,7 +13,7 @@
 // GlobalAvgPool2D, Flatten, Dense, Activation/fused activations (ReLU, tanh,
 // sigmoid; softmax only last, fused with the loss), BatchNormalization in
 // training mode (batch mean and biased variance, Keras), Dropout (the
-// engines' masks: dropout.h's DropoutKeeps under general_plan.h's
+// engines' masks: dropout.h's DropoutKeeps under graph_plan.h's
 // DropoutKey, the op index counting every layer but Flatten), and the mean
 // softmax cross-entropy. Tests only; not thread-safe across calls on one
 // result, plain values otherwise.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "compute/testing/general_test_models.h"
+#include "compute/testing/graph_test_models.h"
 #include "gtest/gtest.h"
 #include "model/model_spec.h"
 #include "nlohmann/json.hpp"

@@ -7,7 +7,7 @@ make_torch_reference.py); the model here and the test's must stay the same.
 Layouts are Keras's (NHWC activations, HWIO conv kernels, [in, out] dense
 kernels); parameters and images are float32 values (the engines' inputs).
 Dropout's mask is the engines' (compute/kernels/dropout.h, the key from
-compute/general_plan.cc's DropoutKey), rewritten here.
+compute/graph_plan.cc's DropoutKey), rewritten here.
 """
 
 import json

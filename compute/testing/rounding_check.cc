@@ -15,7 +15,7 @@ constexpr double kEps32 = 1.0 / (1 << 23);
 
 // Measured, Nov 2026, as the ratio |got - ref| / (sqrt(n) eps32 M) less the
 // half ulp: its largest value over every element of every step the tests
-// judge (cnn, mlp, vgg_fashion, long_sum and the general path's test models,
+// judge (cnn, mlp, vgg_fashion, long_sum and the graph engine's test models,
 // batches 1 to 1024) on the CPU backend, the emulated device and an H100,
 // for the tests' seeds and 12 more: 0.0105 (every_layer, batch 1,
 // bn_a/moving_mean on the emulated device); with the tests' own seeds 0.0025

@@ -80,7 +80,7 @@ TESTS=(
   compute/kernels/gpu_kernels_test
   compute/kernels/cublas_loader_test
   compute/kernels/emulated_kernels_test
-  compute/fast_device_graph_test
+  compute/fused_device_engine_test
   compute/backend_factory_test
   tests/gpu_backend_test
   tests/device_flag_test

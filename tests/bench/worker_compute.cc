@@ -141,9 +141,9 @@ int Measure(const ModelSpec& spec, const Flags& flags, int threads, double* medi
   std::sort(rates.begin(), rates.end());
   *median = rates[rates.size() / 2];
   std::printf(
-      "model=%s (%s path) batch=%d threads=%d: %.0f images/s median of %d runs "
+      "model=%s (%s engine) batch=%d threads=%d: %.0f images/s median of %d runs "
       "(min %.0f, max %.0f); loss %.4f\n",
-      spec.name.c_str(), (*net)->general() ? "general" : "fast", flags.batch, threads,
+      spec.name.c_str(), (*net)->on_graph_engine() ? "graph" : "fused", flags.batch, threads,
       rates[rates.size() / 2],
       flags.runs, rates.front(), rates.back(), loss);
   std::fflush(stdout);

@@ -56,6 +56,42 @@ std::vector<double> NumericalGradient(const std::function<double()>& loss,
                 << " elements differ";
 }
 
+Tensors ToDouble(const std::vector<std::vector<float>>& in) {
+  Tensors out;
+  for (const auto& v : in) out.emplace_back(v.begin(), v.end());
+  return out;
+}
+
+::testing::AssertionResult OutputNear(const std::vector<float>& y, const std::vector<double>& ref,
+                                      double atol, double rtol) {
+  if (y.size() != ref.size()) {
+    return ::testing::AssertionFailure() << "size " << y.size() << " vs " << ref.size();
+  }
+  return GradientsNear(y.data(), ref, atol, rtol);
+}
+
+std::vector<double> ReferenceGradient(const Reference& f, Tensors inputs, int which,
+                                      const std::vector<float>& r) {
+  const double eps = 1e-6;
+  auto loss = [&]() {
+    const std::vector<double> y = f(inputs);
+    double s = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) s += r[i] * y[i];
+    return s;
+  };
+  std::vector<double> grad(inputs[which].size());
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const double saved = inputs[which][i];
+    inputs[which][i] = saved + eps;
+    const double up = loss();
+    inputs[which][i] = saved - eps;
+    const double down = loss();
+    inputs[which][i] = saved;
+    grad[i] = (up - down) / (2 * eps);
+  }
+  return grad;
+}
+
 }  // namespace testing
 }  // namespace kernels
 }  // namespace pscluster

@@ -1,5 +1,6 @@
 // Test helpers: random inputs and central finite differences for checking
-// the CPU kernels' gradients. testonly.
+// the CPU kernels' gradients, against float32 losses or float64 references
+// written in the tests. testonly; stateless.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_TESTING_GRADIENT_CHECK_H_
 #define PSCLUSTER_COMPUTE_KERNELS_TESTING_GRADIENT_CHECK_H_
 
@@ -32,6 +33,22 @@ std::vector<double> NumericalGradient(const std::function<double()>& loss,
 ::testing::AssertionResult GradientsNear(const float* analytic,
                                          const std::vector<double>& numeric,
                                          double atol, double rtol);
+
+// A layer's float64 definition, written in a test: its output from its
+// inputs (weights included), all in double.
+using Tensors = std::vector<std::vector<double>>;
+using Reference = std::function<std::vector<double>(const Tensors&)>;
+
+Tensors ToDouble(const std::vector<std::vector<float>>& in);
+
+// Success when |y[i] - ref[i]| <= atol + rtol |ref[i]| everywhere.
+::testing::AssertionResult OutputNear(const std::vector<float>& y, const std::vector<double>& ref,
+                                      double atol, double rtol);
+
+// d (sum r . reference(inputs)) / d inputs[which], central differences in
+// double with step 1e-6 (truncation ~1e-12, cancellation ~1e-10 here).
+std::vector<double> ReferenceGradient(const Reference& f, Tensors inputs, int which,
+                                      const std::vector<float>& r);
 
 }  // namespace testing
 }  // namespace kernels

@@ -1,0 +1,513 @@
+// The graph engine on the CPU (compute/graph_cpu_engine.h, through
+// CpuNetwork): gradients of whole models holding every layer of issue 11
+// against central finite differences of the training loss, independence
+// from the thread count, BatchNormalization's statistics in the moving
+// slots, and inference with the moving values.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "compute/testing/arriving_weights_check.h"
+#include "compute/testing/graph_test_models.h"
+#include "compute/kernels/testing/gradient_check.h"
+#include "compute/cpu_network.h"
+#include "compute/graph_plan.h"
+#include "model/keras_model.h"
+#include "nlohmann/json.hpp"
+
+namespace pscluster {
+namespace {
+
+using kernels::testing::GradientsNear;
+using testing_models::Bn;
+using testing_models::Dense;
+using testing_models::Drop;
+using testing_models::EveryLayer;
+using testing_models::FlattenModel;
+using testing_models::L;
+using testing_models::LoadTfjsReference;
+using testing_models::Make;
+using testing_models::Problem;
+using testing_models::ReferenceCase;
+
+std::unique_ptr<CpuNetwork> Net(const ModelSpec& spec, int max_batch, int threads) {
+  CpuNetworkOptions o;
+  o.max_batch = max_batch;
+  o.num_threads = threads;
+  o.seed = 17;
+  absl::StatusOr<std::unique_ptr<CpuNetwork>> net = CpuNetwork::Create(spec, o);
+  EXPECT_TRUE(net.ok()) << net.status();
+  EXPECT_TRUE((*net)->on_graph_engine());
+  return *std::move(net);
+}
+
+// eps: small enough that no ReLU input crosses zero between the two sides.
+void CheckGradients(const ModelSpec& spec, float eps) {
+  Problem p = Make(spec, 6, 3);
+  std::unique_ptr<CpuNetwork> net = Net(p.spec, 6, 2);
+  std::vector<float> grads(p.spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  constexpr uint64_t kStep = 5;
+  ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                             grads.data(), &loss, &correct, kStep)
+                  .ok());
+  std::vector<float> scratch(p.spec.num_parameters);
+  auto objective = [&]() {
+    float l = 0;
+    int c = 0;
+    EXPECT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                               scratch.data(), &l, &c, kStep)
+                    .ok());
+    return static_cast<double>(l);
+  };
+  std::vector<double> numeric =
+      kernels::testing::NumericalGradient(objective, &p.params, eps);
+  for (const VariableSpec& v : p.spec.variables) {
+    if (v.role != VariableRole::kTrainable) continue;
+    std::vector<double> part(numeric.begin() + v.offset, numeric.begin() + v.offset + v.size);
+    EXPECT_TRUE(GradientsNear(grads.data() + v.offset, part, 2e-3, 3e-2)) << v.name;
+  }
+}
+
+TEST(GraphCpuEngineTest, GradientsOfEveryLayerMatchFiniteDifferences) {
+  CheckGradients(EveryLayer(), 1e-2f);
+}
+
+TEST(GraphCpuEngineTest, GradientsWithFlattenReluAndBnWithoutGamma) {
+  CheckGradients(FlattenModel(), 1e-3f);
+}
+
+TEST(GraphCpuEngineTest, GradientsThroughStridedWindows) {
+  CheckGradients(testing_models::StridedModel(), 1e-3f);
+}
+
+TEST(GraphCpuEngineTest, GradientsThroughAGraph) {
+  const ModelSpec spec = testing_models::GraphModel();
+  // The shared layer's two applications have one set of variables.
+  int shared = 0;
+  for (const VariableSpec& v : spec.variables) shared += v.name.rfind("shared/", 0) == 0;
+  EXPECT_EQ(shared, 2);
+  CheckGradients(spec, 1e-3f);
+}
+
+TEST(GraphCpuEngineTest, GradientsThroughModernLayers) {
+  CheckGradients(testing_models::ModernModel(), 1e-3f);
+}
+
+TEST(GraphCpuEngineTest, GradientsThroughModernConvolutionsAndRegularizers) {
+  CheckGradients(testing_models::ModernConvModel(), 1e-3f);
+}
+
+TEST(GraphCpuEngineTest, GradientsOfAModelWithTwoInputs) {
+  CheckGradients(testing_models::InputsModel(), 1e-3f);
+}
+
+// The ResNet-style model's ReLU layers fuse into the ops they read (each
+// BatchNormalization or Add read by nothing else); a Dropout after a fused
+// activation keeps the mask key it had unfused.
+TEST(GraphCpuEngineTest, ActivationLayersFuseIntoTheOpsTheyRead) {
+  absl::StatusOr<std::string> text = ReadModelFile("tests/fixtures/keras/tfjs_resnet.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> resnet = ParseKerasModel(*text, "tfjs_resnet");
+  ASSERT_TRUE(resnet.ok()) << resnet.status();
+  absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(*resnet);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  int activations = 0, fused = 0;
+  for (const GraphOp& op : *ops) {
+    activations += op.kind == LayerKind::kActivation;
+    fused += op.has_act && (op.kind == LayerKind::kBatchNorm || op.kind == LayerKind::kAdd);
+  }
+  EXPECT_EQ(activations, 0);
+  EXPECT_EQ(fused, 7);  // the stem's and each block's BN, each block's Add
+  const ModelSpec chain = *BuildModelSpec(
+      "chain", 4, 4, 1, 3,
+      {testing_models::Conv("conv", 2, 3, 3, 1, Padding::kSame, Activation::kNone),
+       testing_models::Act("relu", Activation::kRelu), Drop("drop", 0.5f),
+       L(LayerKind::kFlatten, "flat"), Dense("out", 3, Activation::kNone)});
+  absl::StatusOr<std::vector<GraphOp>> planned = PlanGraphOps(chain);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ASSERT_EQ(planned->size(), 3u);  // conv with its ReLU, Dropout, Dense
+  EXPECT_TRUE((*planned)[0].has_act);
+  EXPECT_EQ((*planned)[1].kind, LayerKind::kDropout);
+  EXPECT_EQ((*planned)[1].key_index, 2);
+}
+
+TEST(GraphCpuEngineTest, ThreadCountChangesOnlyRounding) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::GraphModel(),
+                                testing_models::ModernModel(),
+                                testing_models::ModernConvModel(),
+                                testing_models::InputsModel()}) {
+    Problem p = Make(spec, 11, 9);
+    std::vector<std::vector<float>> all;
+    std::vector<float> losses;
+    for (int threads : {1, 2, 3}) {
+      std::unique_ptr<CpuNetwork> net = Net(p.spec, 11, threads);
+      std::vector<float> grads(p.spec.num_parameters);
+      float loss = 0;
+      int correct = 0;
+      ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                                 grads.data(), &loss, &correct, 123)
+                      .ok());
+      all.push_back(grads);
+      losses.push_back(loss);
+    }
+    for (size_t k = 1; k < all.size(); ++k) {
+      EXPECT_NEAR(losses[k], losses[0], 1e-5) << spec.name;
+      for (int64_t i = 0; i < p.spec.num_parameters; ++i) {
+        ASSERT_NEAR(all[k][i], all[0][i], 1e-5 + 1e-4 * std::fabs(all[0][i]))
+            << spec.name << " parameter " << i << " with " << k + 1 << " threads";
+      }
+    }
+  }
+}
+
+// As CpuNetwork's test: what the listener calls final is final, on the
+// graph engine too (BatchNormalization's whole-batch gradients and
+// statistics included).
+TEST(GraphCpuEngineTest, GradientListenerIsToldOnlyWhatIsFinal) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel(),
+                                testing_models::GraphModel()}) {
+    Problem p = Make(spec, 11, 9);
+    for (int threads : {1, 2, 3}) {
+      std::unique_ptr<CpuNetwork> net = Net(p.spec, 11, threads);
+      const int64_t n = p.spec.num_parameters;
+      std::vector<float> plain(n), grads(n, NAN);
+      float loss = 0;
+      int correct = 0;
+      ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                                 plain.data(), &loss, &correct, 123)
+                      .ok());
+      std::vector<int64_t> from;
+      std::vector<std::vector<float>> suffix;
+      net->set_gradient_listener([&](int64_t f) {
+        from.push_back(f);
+        suffix.emplace_back(grads.begin() + f, grads.end());
+      });
+      ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), p.batch,
+                                 grads.data(), &loss, &correct, 123)
+                      .ok());
+      const std::string what = spec.name + " on " + std::to_string(threads) + " threads";
+      ASSERT_FALSE(from.empty()) << what;
+      EXPECT_EQ(from.back(), 0) << what;
+      EXPECT_GT(from.size(), 2u) << what << ": the gradient should leave layer by layer";
+      for (size_t k = 0; k < from.size(); ++k) {
+        if (k > 0) {
+          EXPECT_LE(from[k], from[k - 1]) << what;
+        }
+        ASSERT_EQ(suffix[k], std::vector<float>(grads.begin() + from[k], grads.end()))
+            << what << ": the suffix from " << from[k] << " changed after it was called final";
+      }
+      EXPECT_EQ(grads, plain) << what;
+    }
+  }
+}
+
+// As CpuNetwork's test: the forward pass waits for each layer's weights.
+TEST(GraphCpuEngineTest, ForwardWaitsForEachLayersWeightsAsTheyArrive) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), testing_models::StridedModel(),
+                                testing_models::GraphModel()}) {
+    Problem p = Make(spec, 11, 9);
+    for (int threads : {1, 2, 3}) {
+      std::unique_ptr<CpuNetwork> net = Net(p.spec, 11, threads);
+      testing_models::CheckStepOnArrivingWeights(
+          *net, p.params.data(), p.images.data(), p.labels.data(), p.batch,
+          spec.name + " on " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
+// The BN layer right after the input sees the images themselves: its
+// moving slots must hold their per-channel mean and biased variance.
+TEST(GraphCpuEngineTest, BatchStatisticsGoToTheMovingSlots) {
+  ModelSpec spec = *BuildModelSpec(
+      "bn_first", 3, 2, 2, 2,
+      {Bn("bn"), L(LayerKind::kFlatten, "flatten"), Dense("out", 2, Activation::kNone)});
+  Problem p = Make(spec, 5, 4);
+  std::unique_ptr<CpuNetwork> net = Net(spec, 5, 2);
+  std::vector<float> grads(spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  ASSERT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 5, grads.data(),
+                             &loss, &correct)
+                  .ok());
+  for (int ch = 0; ch < 2; ++ch) {
+    double sum = 0, sq = 0;
+    const int n = 5 * 3 * 2;
+    for (int i = 0; i < n; ++i) sum += p.images[i * 2 + ch];
+    const double mean = sum / n;
+    for (int i = 0; i < n; ++i) sq += (p.images[i * 2 + ch] - mean) * (p.images[i * 2 + ch] - mean);
+    EXPECT_NEAR(grads[spec.variables[2].offset + ch], mean, 1e-6);    // bn/moving_mean
+    EXPECT_NEAR(grads[spec.variables[3].offset + ch], sq / n, 1e-6);  // bn/moving_variance
+  }
+}
+
+// Inference normalises with the moving values and drops no unit: computed
+// here by hand for a BN + Dropout + Dense model.
+TEST(GraphCpuEngineTest, EvaluateUsesMovingStatisticsAndNoDropout) {
+  ModelSpec spec = *BuildModelSpec(
+      "eval", 1, 1, 3, 2,
+      {Bn("bn"), Drop("drop", 0.9f), Dense("out", 2, Activation::kNone)});
+  Problem p = Make(spec, 4, 8);
+  std::unique_ptr<CpuNetwork> net = Net(spec, 4, 2);
+  double loss_sum = 0;
+  int correct = 0;
+  ASSERT_TRUE(net->Evaluate(p.params.data(), p.images.data(), p.labels.data(), 4, &loss_sum,
+                            &correct)
+                  .ok());
+  auto var = [&](int i) { return p.params.data() + spec.variables[i].offset; };
+  double expect = 0;
+  for (int n = 0; n < 4; ++n) {
+    double z[2] = {var(5)[0], var(5)[1]};
+    for (int c = 0; c < 3; ++c) {
+      const double x = (p.images[n * 3 + c] - var(2)[c]) / std::sqrt(var(3)[c] + 1e-3) *
+                           var(0)[c] + var(1)[c];
+      for (int o = 0; o < 2; ++o) z[o] += x * var(4)[c * 2 + o];
+    }
+    const double m = std::max(z[0], z[1]);
+    expect += m + std::log(std::exp(z[0] - m) + std::exp(z[1] - m)) - z[static_cast<int>(p.labels[n])];
+  }
+  EXPECT_NEAR(loss_sum, expect, 1e-4);
+}
+
+// The same step key gives the same masks; another key, others.
+TEST(GraphCpuEngineTest, DropoutIsKeyedByTheStep) {
+  Problem p = Make(FlattenModel(), 8, 2);
+  std::unique_ptr<CpuNetwork> net = Net(p.spec, 8, 1);
+  auto step = [&](uint64_t key) {
+    std::vector<float> grads(p.spec.num_parameters);
+    float loss = 0;
+    int correct = 0;
+    EXPECT_TRUE(net->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 8,
+                               grads.data(), &loss, &correct, key)
+                    .ok());
+    return grads;
+  };
+  EXPECT_EQ(step(1), step(1));
+  EXPECT_NE(step(1), step(2));
+}
+
+// Keras semantics from an independent implementation: TensorFlow.js
+// computed these models' losses (tests/fixtures/tfjs_reference) for fixed
+// weights and inputs, in inference mode (moving statistics) and training
+// mode (batch statistics): "same" convolutions and pooling with strides on
+// odd sizes, rectangular windows, overlapping max pooling, average pooling
+// that does not count the padding, global average pooling, sigmoid, tanh.
+TEST(GraphCpuEngineTest, LossesMatchTensorFlowJs) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference();
+  ASSERT_EQ(cases.size(), 2u);
+  // Functional graphs (graphs.json): Add, Multiply, Average and
+  // Concatenate, a Dense layer applied twice, residual blocks with
+  // projections and BatchNormalization, three inputs.
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
+    cases.push_back(std::move(c));
+  }
+  // Modern CNNs' layers (modern_graph.json): a dilated Conv2D,
+  // DepthwiseConv2D, SeparableConv2D, LayerNormalization, L1/L2 penalties.
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
+    cases.push_back(std::move(c));
+  }
+  ASSERT_EQ(cases.size(), 8u);
+  for (const ReferenceCase& m : cases) {
+    const ModelSpec* spec = &m.spec;
+    const std::vector<float>& params = m.params;
+    const std::vector<float>& images = m.images;
+    const std::vector<float>& labels = m.labels;
+    const int batch = static_cast<int>(labels.size());
+    for (int threads : {1, 2}) {
+      std::unique_ptr<CpuNetwork> net = Net(*spec, batch, threads);
+      double eval_sum = 0;
+      int correct = 0;
+      ASSERT_TRUE(
+          net->Evaluate(params.data(), images.data(), labels.data(), batch, &eval_sum, &correct)
+              .ok());
+      const double want_eval = m.inference_loss_sum;
+      EXPECT_NEAR(eval_sum, want_eval, 1e-4 * std::fabs(want_eval)) << spec->name;
+      std::vector<float> grads(spec->num_parameters);
+      float loss = 0;
+      ASSERT_TRUE(net->TrainStep(params.data(), images.data(), labels.data(), batch,
+                                 grads.data(), &loss, &correct)
+                      .ok());
+      const double want_train = m.training_loss_sum;
+      EXPECT_NEAR(loss * batch, want_train, 1e-4 * std::fabs(want_train)) << spec->name;
+    }
+  }
+}
+
+// TensorFlow.js's trainOnBatch with plain SGD on the modern layers'
+// model: each step's loss (the batch's mean cross-entropy plus the
+// regularizers) before the step, so every gradient, the regularizers'
+// included, shows in the next step's loss.
+TEST(GraphCpuEngineTest, SgdStepsMatchTensorFlowJs) {
+  int checked = 0;
+  for (ReferenceCase& m : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
+    if (m.sgd_losses.empty()) continue;
+    const int batch = static_cast<int>(m.labels.size());
+    std::unique_ptr<CpuNetwork> net = Net(m.spec, batch, 2);
+    std::vector<float> grads(m.spec.num_parameters);
+    for (size_t step = 0; step < m.sgd_losses.size(); ++step) {
+      float loss = 0;
+      int correct = 0;
+      ASSERT_TRUE(net->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
+                                 grads.data(), &loss, &correct)
+                      .ok());
+      EXPECT_NEAR(loss, m.sgd_losses[step], 1e-4 * m.sgd_losses[step])
+          << m.spec.name << " step " << step;
+      for (int64_t i = 0; i < m.spec.num_parameters; ++i) {
+        m.params[i] -= static_cast<float>(m.sgd_learning_rate) * grads[i];
+      }
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1);
+}
+
+// Keras's Embedding from TensorFlow.js (tests/fixtures/tfjs_reference/
+// embedding.json): Embedding -> GlobalAveragePooling1D -> Dense; ids
+// -> Embedding -> Flatten beside dense features -> Concatenate -> Dense;
+// deploy/models/ctr_deepfm.json's factorization-machine block (one
+// tensor fed twice to a Multiply, Rescaling by -4, Add); and that model's
+// whole shape (two tables over the same ids, the pairs summed through a
+// Reshape to [steps, features], a deep Dense's logit added to the
+// factorization machine's terms before one sigmoid: binary
+// cross-entropy), with ids repeated
+// within and across examples. The outputs, the loss and
+// every gradient (the table's rows summed over each id's uses, untouched
+// rows 0) match tfjs's, on one thread and on two.
+TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
+  const std::string path = "tests/fixtures/tfjs_reference/embedding.json";
+  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+  std::ifstream in(path);
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_EQ(cases.size(), 4u);
+  EXPECT_EQ(cases[3].spec.loss, LossKind::kBinaryCrossentropy);
+  double max_output = 0, max_grad = 0, max_loss = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const ReferenceCase& m = cases[c];
+    const nlohmann::json& want = ref["models"][c];
+    const int batch = static_cast<int>(m.labels.size());
+    const std::vector<float> outputs = want["outputs"].get<std::vector<float>>();
+    for (int threads : {1, 2}) {
+      std::unique_ptr<CpuNetwork> net = Net(m.spec, batch, threads);
+      double loss_sum = 0;
+      int correct = 0;
+      std::vector<float> got(outputs.size());
+      ASSERT_TRUE(net->Evaluate(m.params.data(), m.images.data(), m.labels.data(), batch,
+                                &loss_sum, &correct, got.data())
+                      .ok());
+      for (size_t k = 0; k < got.size(); ++k) {
+        EXPECT_NEAR(got[k], outputs[k], 1e-6) << m.spec.name << " output " << k;
+        max_output = std::max(max_output, std::fabs(double{got[k]} - outputs[k]));
+      }
+      EXPECT_NEAR(loss_sum, m.inference_loss_sum, 1e-5) << m.spec.name;
+      max_loss = std::max(max_loss, std::fabs(loss_sum - m.inference_loss_sum));
+      std::vector<float> grads(m.spec.num_parameters, 7.0f);  // all overwritten
+      float loss = 0;
+      ASSERT_TRUE(net->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
+                                 grads.data(), &loss, &correct)
+                      .ok());
+      EXPECT_NEAR(loss * batch, m.training_loss_sum, 1e-5) << m.spec.name;
+      for (const VariableSpec& v : m.spec.variables) {
+        const std::vector<float> g = want["gradients"].at(v.name).get<std::vector<float>>();
+        ASSERT_EQ(static_cast<int64_t>(g.size()), v.size) << v.name;
+        for (int64_t k = 0; k < v.size; ++k) {
+          EXPECT_NEAR(grads[v.offset + k], g[k], 1e-6) << m.spec.name << " " << v.name << k;
+          max_grad = std::max(max_grad, std::fabs(double{grads[v.offset + k]} - g[k]));
+        }
+      }
+    }
+  }
+  std::printf("tfjs Embedding: max |output diff| %.3g, |loss sum diff| %.3g, "
+              "|gradient diff| %.3g\n",
+              max_output, max_loss, max_grad);
+}
+
+// An id outside [0, input_dim) is an error naming the layer, the id and
+// input_dim, as Keras raises; never clamped. The next batch runs.
+TEST(GraphCpuEngineTest, EmbeddingIdOutOfRangeIsAnError) {
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
+  ASSERT_FALSE(cases.empty());
+  const ReferenceCase& m = cases[0];  // ids [5], input_dim 11
+  const int batch = static_cast<int>(m.labels.size());
+  std::unique_ptr<CpuNetwork> net = Net(m.spec, batch, 2);
+  std::vector<float> grads(m.spec.num_parameters);
+  float loss = 0;
+  int correct = 0;
+  for (float bad : {11.0f, -1.0f, std::nanf("")}) {
+    std::vector<float> images = m.images;
+    images[3 * 5 + 2] = bad;  // example 3 (the second thread's), position 2
+    absl::Status s = net->TrainStep(m.params.data(), images.data(), m.labels.data(), batch,
+                                    grads.data(), &loss, &correct);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << bad;
+    EXPECT_NE(s.message().find("layer 'emb' (Embedding): id "), std::string::npos) << s;
+    EXPECT_NE(s.message().find("of example 3 of the batch) is outside [0, input_dim = 11)"),
+              std::string::npos)
+        << s;
+    double sum = 0;
+    EXPECT_EQ(net->Evaluate(m.params.data(), images.data(), m.labels.data(), batch, &sum,
+                            &correct)
+                  .code(),
+              absl::StatusCode::kDataLoss);
+  }
+  EXPECT_TRUE(net->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
+                             grads.data(), &loss, &correct)
+                  .ok());
+}
+
+// Embedding's gradient against finite differences, with the table shared
+// by two applications (one set of variables) and a fused activation.
+TEST(GraphCpuEngineTest, EmbeddingGradientsOfASharedTable) {
+  const std::string text = R"({"class_name": "Functional", "config": {"name": "shared_emb",
+    "layers": [
+      {"class_name": "InputLayer", "name": "a", "config": {"name": "a", "batch_shape": [null, 3]},
+       "inbound_nodes": []},
+      {"class_name": "InputLayer", "name": "b", "config": {"name": "b", "batch_shape": [null, 3]},
+       "inbound_nodes": []},
+      {"class_name": "Embedding", "name": "emb", "config": {"name": "emb", "input_dim": 5,
+       "output_dim": 2}, "inbound_nodes": [[["a", 0, 0, {}]], [["b", 0, 0, {}]]]},
+      {"class_name": "Activation", "name": "act", "config": {"name": "act",
+       "activation": "tanh"}, "inbound_nodes": [[["emb", 0, 0, {}]]]},
+      {"class_name": "Flatten", "name": "fa", "config": {"name": "fa"},
+       "inbound_nodes": [[["act", 0, 0, {}]]]},
+      {"class_name": "GlobalAveragePooling1D", "name": "gb", "config": {"name": "gb"},
+       "inbound_nodes": [[["emb", 1, 0, {}]]]},
+      {"class_name": "Concatenate", "name": "cat", "config": {"name": "cat"},
+       "inbound_nodes": [[["fa", 0, 0, {}], ["gb", 0, 0, {}]]]},
+      {"class_name": "Dense", "name": "out", "config": {"name": "out", "units": 3},
+       "inbound_nodes": [[["cat", 0, 0, {}]]]}],
+    "input_layers": [["a", 0, 0], ["b", 0, 0]], "output_layers": [["out", 0, 0]]}})";
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(text, "shared_emb.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const int batch = 4;
+  std::vector<float> params = InitialParameters(*spec, 3);
+  for (float& p : params) p *= 10.0f;  // the table's +-0.05 is too flat a test
+  const std::vector<float> images = {0, 4, 0, 4, 4, 1,  2, 2, 2, 3, 0, 3,
+                                     1, 0, 1, 1, 1, 1,  3, 4, 0, 0, 0, 0};
+  const std::vector<float> labels = {0, 2, 1, 2};
+  std::unique_ptr<CpuNetwork> net = Net(*spec, batch, 2);
+  std::vector<float> grads(spec->num_parameters), scratch(spec->num_parameters);
+  float loss = 0;
+  int correct = 0;
+  ASSERT_TRUE(net->TrainStep(params.data(), images.data(), labels.data(), batch, grads.data(),
+                             &loss, &correct)
+                  .ok());
+  auto objective = [&]() {
+    float l = 0;
+    int c = 0;
+    EXPECT_TRUE(net->TrainStep(params.data(), images.data(), labels.data(), batch,
+                               scratch.data(), &l, &c)
+                    .ok());
+    return static_cast<double>(l);
+  };
+  std::vector<double> numeric = kernels::testing::NumericalGradient(objective, &params, 1e-2f);
+  EXPECT_TRUE(GradientsNear(grads.data(), numeric, 2e-3, 3e-2));
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,309 @@
+// The GPU backend's graph engine for models beyond the built-in CNN
+// (compute/graph_device_engine.h over compute/kernels/parallel_graph_kernels.h),
+// run on the emulated GPU device: its losses, gradients and batch statistics
+// and the CPU graph engine's, each against the float64 reference of the same
+// step within float32 rounding (compute/testing/rounding_check.h; the test
+// models and vgg_fashion), inference as on the CPU, its own gradients
+// against finite differences, the TensorFlow.js reference losses, and
+// Dropout masks equal to the CPU's.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "compute/cpu_network.h"
+#include "compute/graph_device_engine.h"
+#include "compute/kernels/emulated_device.h"
+#include "compute/kernels/testing/gradient_check.h"
+#include "compute/testing/float64_reference.h"
+#include "compute/testing/graph_test_models.h"
+#include "compute/testing/rounding_check.h"
+#include "gtest/gtest.h"
+#include "model/keras_model.h"
+
+namespace pscluster {
+namespace {
+
+using kernels::EmulatedGpuDevice;
+using kernels::testing::GradientsNear;
+using testing_models::Act;
+using testing_models::Bn;
+using testing_models::Conv;
+using testing_models::Dense;
+using testing_models::Drop;
+using testing_models::EveryLayer;
+using testing_models::FlattenModel;
+using testing_models::L;
+using testing_models::LoadTfjsReference;
+using testing_models::Make;
+using testing_models::Pool;
+using testing_models::Problem;
+using testing_models::ReferenceCase;
+using testing_models::StridedModel;
+
+constexpr uint64_t kSeed = 17;  // the run's seed, as Net() gives the CPU
+
+// A graph on the emulated device with its arena (poisoned, so a read of
+// anything not written first shows).
+class Emulated {
+ public:
+  Emulated(const ModelSpec& spec, int max_batch) {
+    auto graph = GraphDeviceEngine::Create(spec, max_batch, kSeed);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    graph_ = *std::move(graph);
+    arena_.resize(graph_->arena_bytes() / sizeof(double) + 1);
+    std::memset(arena_.data(), 0xFF, arena_.size() * sizeof(double));
+    graph_->Bind(arena_.data());
+    kernels_ = kernels::MakeEmulatedGraphKernels(EmulatedGpuDevice{&errors_});
+  }
+
+  // Training when grads is not null. Returns the summed loss.
+  double Run(const std::vector<float>& params, const std::vector<float>& images,
+             const std::vector<float>& labels, int batch, uint64_t step_key, float* grads,
+             int* correct) {
+    double loss_sum = NAN;
+    float penalty = NAN;
+    *correct = -1;
+    graph_->Run(*kernels_, params.data(), images.data(), labels.data(), batch, step_key, grads,
+                &loss_sum, correct, nullptr, &penalty);
+    EXPECT_TRUE(errors_.ok()) << errors_.first();
+    // As the CUDA backend adds them: Keras's loss holds the regularizers.
+    return loss_sum + (graph_->has_penalties() ? double{penalty} * batch : 0.0);
+  }
+
+ private:
+  std::unique_ptr<GraphDeviceEngine> graph_;
+  std::vector<double> arena_;  // 8-byte aligned is enough on the host
+  kernels::KernelErrors errors_;
+  std::unique_ptr<kernels::GraphKernels> kernels_;
+};
+
+std::unique_ptr<CpuNetwork> CpuNet(const ModelSpec& spec, int max_batch) {
+  CpuNetworkOptions o;
+  o.max_batch = max_batch;
+  o.num_threads = 2;
+  o.seed = kSeed;
+  absl::StatusOr<std::unique_ptr<CpuNetwork>> net = CpuNetwork::Create(spec, o);
+  EXPECT_TRUE(net.ok()) << net.status();
+  EXPECT_TRUE((*net)->on_graph_engine());
+  return *std::move(net);
+}
+
+// One training step on the CPU path and on the emulated device, each
+// judged against the float64 reference (every variable, the moving
+// statistics' slots included, the loss, the correct count), then inference
+// on both. `max_batch` above `batch` runs below the buffers' capacity.
+void ExpectStepMatchesReference(const Problem& p, int max_batch, const std::string& what) {
+  constexpr uint64_t kStepKey = 123;
+  const int batch = p.batch;
+  std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, max_batch);
+  std::vector<float> want(p.spec.num_parameters, NAN);
+  float want_loss = 0;
+  int want_correct = 0;
+  ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), batch,
+                             want.data(), &want_loss, &want_correct, kStepKey)
+                  .ok());
+  Emulated gpu(p.spec, max_batch);
+  std::vector<float> got(p.spec.num_parameters, NAN);
+  int correct = 0;
+  const double loss =
+      gpu.Run(p.params, p.images, p.labels, batch, kStepKey, got.data(), &correct);
+  absl::StatusOr<reference::ReferenceStep> ref = reference::TrainStep(
+      p.spec, p.params.data(), p.images.data(), p.labels.data(), batch, kSeed, kStepKey);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_TRUE(reference::WithinRounding(p.spec, *ref, got.data(), loss / batch, correct,
+                                        what + " (emulated)"));
+  EXPECT_TRUE(reference::WithinRounding(p.spec, *ref, want.data(), want_loss, want_correct,
+                                        what + " (cpu)"));
+
+  double want_sum = 0;
+  ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.images.data(), p.labels.data(), batch, &want_sum,
+                            &want_correct)
+                  .ok());
+  const double eval = gpu.Run(p.params, p.images, p.labels, batch, 0, nullptr, &correct);
+  EXPECT_NEAR(eval, want_sum, 1e-5 * std::fabs(want_sum)) << what;
+  EXPECT_EQ(correct, want_correct) << what;
+}
+
+TEST(GraphDeviceEngineTest, TrainStepsMatchFloat64Reference) {
+  for (const ModelSpec& spec : {EveryLayer(), FlattenModel(), StridedModel()}) {
+    for (int batch : {1, 7}) {
+      ExpectStepMatchesReference(Make(spec, batch, 9), 9,
+                                 spec.name + " batch " + std::to_string(batch));
+    }
+  }
+}
+
+// Tiled max pooling (stride = window) on odd sizes after a ReLU layer:
+// "same" padding (the last row and column of windows hold a cell fewer)
+// and "valid" (a row and a column no window covers, gradient 0); and
+// BatchNormalization over 210 * 81 = 17,010 rows, more groups than one
+// level of partial sums takes (GroupSumsFn runs).
+TEST(GraphDeviceEngineTest, TiledPoolingAndLongBatchNormSumsMatchReference) {
+  for (Padding pool_padding : {Padding::kSame, Padding::kValid}) {
+    const ModelSpec spec = *BuildModelSpec(
+        "tiled", 9, 9, 1, 3,
+        {Conv("conv", 4, 3, 3, 1, Padding::kSame, Activation::kNone), Bn("bn"),
+         Act("relu", Activation::kRelu),
+         Pool(LayerKind::kMaxPool2D, "pool", 2, 2, pool_padding),
+         L(LayerKind::kFlatten, "flatten"), Dense("out", 3, Activation::kNone)});
+    ExpectStepMatchesReference(
+        Make(spec, 210, 13), 210,
+        pool_padding == Padding::kSame ? "same pooling" : "valid pooling");
+  }
+}
+
+// The shipped graph-engine model: "same" convolutions and a Dense layer
+// feeding BatchNormalization (biases whose exact gradient is zero),
+// Dropout, 28x28 inputs; small batches (the emulated device is slow).
+TEST(GraphDeviceEngineTest, VggFashionMatchesFloat64Reference) {
+  const ModelSpec spec = *ParseKerasModel(*ReadModelFile("vgg_fashion"), "vgg_fashion");
+  for (int batch : {1, 3}) {
+    ExpectStepMatchesReference(Make(spec, batch, 5), 4,
+                               "vgg_fashion batch " + std::to_string(batch));
+  }
+}
+
+// The device path's own gradients against central differences of its own
+// training loss (Dropout's masks fixed by the step key).
+TEST(GraphDeviceEngineTest, GradientsMatchFiniteDifferences) {
+  struct Case {
+    ModelSpec spec;
+    float eps;
+  };
+  for (const Case& c :
+       {Case{EveryLayer(), 1e-2f}, Case{FlattenModel(), 1e-3f}, Case{StridedModel(), 1e-3f},
+        Case{testing_models::GraphModel(), 1e-3f}, Case{testing_models::ModernModel(), 1e-3f},
+        Case{testing_models::ModernConvModel(), 1e-3f}, Case{testing_models::InputsModel(), 1e-3f}}) {
+    Problem p = Make(c.spec, 6, 3);
+    Emulated gpu(p.spec, 6);
+    constexpr uint64_t kStep = 5;
+    std::vector<float> grads(p.spec.num_parameters);
+    int correct = 0;
+    gpu.Run(p.params, p.images, p.labels, 6, kStep, grads.data(), &correct);
+    std::vector<float> scratch(p.spec.num_parameters);
+    auto objective = [&]() {
+      int right = 0;
+      return gpu.Run(p.params, p.images, p.labels, 6, kStep, scratch.data(), &right) / 6;
+    };
+    std::vector<double> numeric =
+        kernels::testing::NumericalGradient(objective, &p.params, c.eps);
+    for (const VariableSpec& v : p.spec.variables) {
+      if (v.role != VariableRole::kTrainable) continue;
+      std::vector<double> part(numeric.begin() + v.offset, numeric.begin() + v.offset + v.size);
+      EXPECT_TRUE(GradientsNear(grads.data() + v.offset, part, 2e-3, 3e-2))
+          << c.spec.name << " " << v.name;
+    }
+  }
+}
+
+// Keras semantics from TensorFlow.js (see graph_cpu_engine_test's test of the
+// same name): inference with the moving statistics, training with the
+// batch's.
+TEST(GraphDeviceEngineTest, LossesMatchTensorFlowJs) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference();
+  ASSERT_EQ(cases.size(), 2u);
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/graphs.json")) {
+    cases.push_back(std::move(c));
+  }
+  for (ReferenceCase& c : LoadTfjsReference("tests/fixtures/tfjs_reference/modern_graph.json")) {
+    cases.push_back(std::move(c));
+  }
+  ASSERT_EQ(cases.size(), 8u);
+  for (const ReferenceCase& m : cases) {
+    const int batch = static_cast<int>(m.labels.size());
+    Emulated gpu(m.spec, batch);
+    int correct = 0;
+    const double eval = gpu.Run(m.params, m.images, m.labels, batch, 0, nullptr, &correct);
+    EXPECT_NEAR(eval, m.inference_loss_sum, 1e-4 * std::fabs(m.inference_loss_sum))
+        << m.spec.name;
+    std::vector<float> grads(m.spec.num_parameters);
+    const double train = gpu.Run(m.params, m.images, m.labels, batch, 0, grads.data(), &correct);
+    EXPECT_NEAR(train, m.training_loss_sum, 1e-4 * std::fabs(m.training_loss_sum))
+        << m.spec.name;
+  }
+}
+
+// A graph (every merge, a shared layer, branches; the float64 reference
+// runs chains only): the device's step and inference equal the CPU path's
+// to rounding, gradient by gradient.
+TEST(GraphDeviceEngineTest, GraphStepsMatchTheCpuPath) {
+  for (int batch : {1, 7, 2, 5, 3, 6, 4, 8}) {
+    Problem p = Make(batch <= 1 || batch == 7   ? testing_models::GraphModel()
+                     : batch == 2 || batch == 5 ? testing_models::ModernModel()
+                     : batch == 3 || batch == 6 ? testing_models::ModernConvModel()
+                                                : testing_models::InputsModel(),
+                     batch, 4);
+    std::unique_ptr<CpuNetwork> cpu = CpuNet(p.spec, 9);
+    std::vector<float> want(p.spec.num_parameters, NAN);
+    float want_loss = 0;
+    int want_correct = 0;
+    ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), batch,
+                               want.data(), &want_loss, &want_correct, 77)
+                    .ok());
+    Emulated gpu(p.spec, 9);
+    std::vector<float> got(p.spec.num_parameters, NAN);
+    int correct = 0;
+    const double loss = gpu.Run(p.params, p.images, p.labels, batch, 77, got.data(), &correct);
+    EXPECT_NEAR(loss / batch, want_loss, 1e-5 * std::fabs(want_loss)) << "batch " << batch;
+    EXPECT_EQ(correct, want_correct);
+    for (const VariableSpec& v : p.spec.variables) {
+      for (int64_t i = 0; i < v.size; ++i) {
+        ASSERT_NEAR(got[v.offset + i], want[v.offset + i],
+                    1e-6 + 1e-4 * std::fabs(want[v.offset + i]))
+            << v.name << "[" << i << "] batch " << batch;
+      }
+    }
+    double want_sum = 0;
+    ASSERT_TRUE(cpu->Evaluate(p.params.data(), p.images.data(), p.labels.data(), batch,
+                              &want_sum, &want_correct)
+                    .ok());
+    EXPECT_NEAR(gpu.Run(p.params, p.images, p.labels, batch, 0, nullptr, &correct), want_sum,
+                1e-5 * std::fabs(want_sum));
+    EXPECT_EQ(correct, want_correct);
+  }
+}
+
+// A rate-0.9 Dropout before the logits: the masks decide the loss, so
+// equal losses on both paths for several keys mean equal masks.
+TEST(GraphDeviceEngineTest, DropoutMasksAreTheCpuPaths) {
+  ModelSpec spec = *BuildModelSpec("drop", 2, 2, 3, 3,
+                                   {Bn("bn"), testing_models::L(LayerKind::kFlatten, "flatten"),
+                                    Drop("drop", 0.9f), Dense("out", 3, Activation::kNone)});
+  Problem p = Make(spec, 8, 6);
+  std::unique_ptr<CpuNetwork> cpu = CpuNet(spec, 8);
+  Emulated gpu(spec, 8);
+  std::vector<float> losses;
+  for (uint64_t key : {1, 2, 3}) {
+    std::vector<float> grads(spec.num_parameters);
+    float want = 0;
+    int correct = 0;
+    ASSERT_TRUE(cpu->TrainStep(p.params.data(), p.images.data(), p.labels.data(), 8,
+                               grads.data(), &want, &correct, key)
+                    .ok());
+    const double got = gpu.Run(p.params, p.images, p.labels, 8, key, grads.data(), &correct) / 8;
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << "key " << key;
+    losses.push_back(want);
+  }
+  EXPECT_NE(losses[0], losses[1]);
+  EXPECT_NE(losses[1], losses[2]);
+}
+
+// Embedding runs on the CPU only for now: the device graph refuses it at
+// Create, naming the layer, before anything is allocated.
+TEST(GraphDeviceEngineTest, RefusesEmbeddingNamingTheLayer) {
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
+  ASSERT_FALSE(cases.empty());
+  auto graph = GraphDeviceEngine::Create(cases[0].spec, 4, kSeed);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(graph.status().message().find(
+                "layer emb: Embedding does not run on the GPU yet; train this model with "
+                "--device=cpu"),
+            std::string::npos)
+      << graph.status();
+}
+
+}  // namespace
+}  // namespace pscluster
