@@ -291,6 +291,10 @@ absl::Status PsRecovery::MoveBack() {
 }
 
 absl::Status PsRecovery::PromoteBackup(int i, const std::string& why, bool moving_back) {
+  // A promotion in the order the fencing needs it: choose the backup, fence
+  // the followers against the old decider, take its decision in flight,
+  // promote under a new term, move the stubs and the backups. Kept in one
+  // piece (132 lines): each step's failure must undo or log what came before.
   StoreCopies& c = (*copies_)[i];
   const int n = fleet_->num_ps();
   const bool sync_steps = setup_->mode == SYNC && n > 1;

@@ -208,6 +208,8 @@ Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode 
 }
 
 absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& placement) {
+  // Reads a checkpoint's metadata and tensors back into a snapshot, field by
+  // field, each missing or bad one named (DataLoss); 112 lines of such reads.
   auto meta = [&](const std::string& key) -> absl::StatusOr<std::string> {
     auto it = c.metadata.find(key);
     if (it == c.metadata.end()) {

@@ -100,6 +100,8 @@ class Harness {
   }
 
   void Step() {
+    // One fuzzed action per case of the switch (108 lines): the cases are
+    // the chief's request kinds.
     now_ += absl::Milliseconds(in_.IntInRange(0, 3) == 0 ? in_.IntInRange(0, 120000)
                                                         : in_.IntInRange(0, 50));
     const bool raw = in_.IntInRange(0, 3) == 0;

@@ -148,6 +148,9 @@ void DataPlaneServer::AcceptLoop() {
 }
 
 void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
+  // One connection's life: the hello with the token, then each frame by its
+  // kind (push-pull, step decision, records) until the peer goes; 122 lines
+  // that read as the protocol does.
   FrameHeader h;
   std::string meta, payload, out;
   // The hello: the cluster token, compared as CheckAuth does.

@@ -242,6 +242,9 @@ std::vector<std::pair<int64_t, int64_t>> PsDataService::ReversedRuns(const PushR
 
 grpc::Status PsDataService::DoPush(const PushRequest& req, PushResponse* resp,
                                std::optional<bool> finite, std::vector<float>* owned) {
+  // A push from its wire form to the store and back: decode (as sent, by
+  // shard, or reordered), the sparse rows, the store, the backups, the
+  // counters. 103 lines in the order a push goes through them.
   const absl::string_view g =
       owned != nullptr ? absl::string_view(reinterpret_cast<const char*>(owned->data()),
                                            owned->size() * sizeof(float))

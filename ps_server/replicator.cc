@@ -220,6 +220,10 @@ bool Replicator::Seed(Backup* b, PsControl::Stub* stub) {
 }
 
 void Replicator::Send(Backup* b) {
+  // One backup's sender thread: seed it, then send the records in order over
+  // the data plane or gRPC, and react to each refusal (seed again, replaced,
+  // stop). Kept in one piece (122 lines): the loop's state (seeded, the
+  // transport, where the records stand) is its own.
   const std::shared_ptr<grpc::Channel> channel = MakeChannel(b->address, options_.rpc);
   std::unique_ptr<PsControl::Stub> stub = PsControl::NewStub(channel);
   std::unique_ptr<ParameterServer::Stub> stats_stub = ParameterServer::NewStub(channel);

@@ -609,6 +609,10 @@ absl::Status DataChannel::Connect(absl::Time deadline) {
 }
 
 grpc::Status DataChannel::Run(Call& call) {
+  // One frame's whole exchange, in the order it happens on the socket: dial,
+  // header, payload (whole, scattered or streamed as it is produced), answer.
+  // Kept in one piece (142 lines): every step shares the socket and the rule
+  // that a failure anywhere leaves the connection broken.
   // After a failed read or write the connection's state is unknown (half a
   // frame may be in it): the next call dials again.
   auto broken = [this](const absl::Status& s) {

@@ -133,6 +133,10 @@ absl::Status PsClient::CallAll(const std::string& what, absl::Duration timeout,
 absl::Status PsClient::CallAllRetrying(const std::string& what, absl::Time start,
                                        absl::Duration timeout, const IssueFn& issue,
                                        const std::function<absl::Status(int)>& finish) {
+  // The retry loop around one call to every ps at once: issue, gather the
+  // answers as they arrive, sort each failure (retry, moved shards, give up)
+  // and back off. Kept in one piece (134 lines): the per-ps state (done,
+  // attempts, last status) lives across the loop's rounds.
   const absl::Time give_up = start + timeout;
   const int n = static_cast<int>(ps_.size());
   std::vector<bool> done(n, false);

@@ -249,6 +249,8 @@ std::string ModelFileForPeer(const Flags& flags) {
 }
 
 int Run(const Flags& flags) {
+  // The benchmark's script, one measurement after another (126 lines): what
+  // it prints is the order of its lines.
   const DeviceChoice device = *ParseDevice(flags.device);
   absl::StatusOr<ResolvedDevice> resolved = ResolveDevice(device);
   if (!resolved.ok()) {
