@@ -111,10 +111,7 @@ struct BackupSlot {
   // and the workers' push-pulls once it is promoted; 0: any free port).
   absl::Status Start(int port, int data_port, const std::vector<int>& avoid,
                      const pscluster::RpcOptions& rpc) {
-    absl::StatusOr<std::unique_ptr<pscluster::TaskServer>> s =
-        pscluster::TaskServer::Start(port, service.grpc_services(), nullptr, rpc);
-    if (!s.ok()) return s.status();
-    server = *std::move(s);
+    // The data plane first: GetStats tells its port from the first call.
     absl::StatusOr<std::unique_ptr<pscluster::DataPlaneServer>> d =
         pscluster::DataPlaneServer::Start(data_port, &service, nullptr,
                                           static_cast<uint64_t>(rpc.max_message_bytes), avoid);
@@ -129,6 +126,10 @@ struct BackupSlot {
       broadcaster = std::make_unique<pscluster::StepBroadcaster>(&store, f, rpc);
       return absl::OkStatus();
     });
+    absl::StatusOr<std::unique_ptr<pscluster::TaskServer>> s =
+        pscluster::TaskServer::Start(port, service.grpc_services(), nullptr, rpc);
+    if (!s.ok()) return s.status();
+    server = *std::move(s);
     return absl::OkStatus();
   }
 
@@ -238,6 +239,27 @@ std::vector<int> SpecPorts(const pscluster::TfConfig& config) {
   return ports;
 }
 
+// The backup stores this ps keeps for other ps (--ps_replicas), each
+// started on ports of its own (the flags' plus the slot, or free ones):
+// into *backups as they start; an error names the store that failed.
+absl::Status StartBackupStores(const PsFlags& f, int threads,
+                               const pscluster::PsServiceOptions& options,
+                               const std::vector<int>& spec_ports,
+                               const pscluster::RpcOptions& rpc,
+                               std::vector<std::unique_ptr<BackupSlot>>* backups) {
+  for (int s = 0; s < f.backup_stores; ++s) {
+    backups->push_back(std::make_unique<BackupSlot>(threads, options));
+    absl::Status started = backups->back()->Start(
+        f.backup_port != 0 ? f.backup_port + s : FreePortAvoiding(spec_ports),
+        f.backup_data_port != 0 ? f.backup_data_port + s : 0, spec_ports, rpc);
+    if (!started.ok()) {
+      return absl::Status(started.code(),
+                          absl::StrCat("backup store ", s, ": ", started.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // What the store and each backup store hold at shutdown: the lines the
 // tests compare (a primary's state CRC equals its backup's).
 void LogShutdown(const std::string& reason, const pscluster::ParameterStore& store,
@@ -278,9 +300,6 @@ int main(int argc, char** argv) {
   const PsFlags flags = FlagsOrExit(config);
   const int max_mb = flags.max_mb;
   const int data_port = flags.data_port;
-  const int backup_port = flags.backup_port;
-  const int backup_data_port = flags.backup_data_port;
-  const int backup_stores = flags.backup_stores;
   const int update_threads = flags.update_threads;
   std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
 
@@ -305,45 +324,43 @@ int main(int argc, char** argv) {
       followers.push_back(*address);
     }
     broadcaster = std::make_unique<StepBroadcaster>(&store, followers, rpc);
-    service.control().set_followers_handler([b = broadcaster.get()](const std::vector<std::string>& f) {
-      return b->SetFollowers(f);
-    });
+    service.control().set_followers_handler(
+        [b = broadcaster.get()](const std::vector<std::string>& f) { return b->SetFollowers(f); });
   }
-  absl::StatusOr<std::unique_ptr<TaskServer>> server =
-      TaskServer::Start(config.own_port(), service.grpc_services(), nullptr, rpc);
-  if (!server.ok()) {
-    spdlog::error("{}", std::string(server.status().message()));
-    return 1;
-  }
+  // What GetStats tells of (the data plane's port, the backup stores') is
+  // set before the ps serves: a chief that asks a restarted ps at once
+  // must find its backup stores (it once found none, 50 ms early, and
+  // failed the run).
   const std::vector<int> spec_ports = SpecPorts(config);
   absl::StatusOr<std::unique_ptr<DataPlaneServer>> data_plane =
       DataPlaneServer::Start(data_port, &service, nullptr,
                              static_cast<uint64_t>(rpc.max_message_bytes), spec_ports);
   if (!data_plane.ok()) {
     spdlog::error("{}", std::string(data_plane.status().message()));
-    (*server)->Stop();
     return 1;
   }
   service.shard().set_data_port((*data_plane)->port());
-  // The backup stores this ps keeps for other ps (--ps_replicas), each
-  // started on ports of its own; their ports go to the chief in GetStats.
   std::vector<std::unique_ptr<BackupSlot>> backups;
-  std::vector<int> backup_ports;
-  for (int s = 0; s < backup_stores; ++s) {
-    backups.push_back(std::make_unique<BackupSlot>(threads, options));
-    absl::Status started = backups.back()->Start(
-        backup_port != 0 ? backup_port + s : FreePortAvoiding(spec_ports),
-        backup_data_port != 0 ? backup_data_port + s : 0, spec_ports, rpc);
-    if (!started.ok()) {
-      spdlog::error("backup store {}: {}", s, std::string(started.message()));
-      for (std::unique_ptr<BackupSlot>& b : backups) b->Stop();
-      data_plane->reset();
-      (*server)->Stop();
-      return 1;
-    }
-    backup_ports.push_back(backups.back()->server->port());
+  auto stop_started = [&] {
+    for (std::unique_ptr<BackupSlot>& b : backups) b->Stop();
+    data_plane->reset();
+  };
+  if (absl::Status s = StartBackupStores(flags, threads, options, spec_ports, rpc, &backups);
+      !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    stop_started();
+    return 1;
   }
+  std::vector<int> backup_ports;
+  for (const std::unique_ptr<BackupSlot>& b : backups) backup_ports.push_back(b->server->port());
   service.shard().set_backup_ports(backup_ports);
+  absl::StatusOr<std::unique_ptr<TaskServer>> server =
+      TaskServer::Start(config.own_port(), service.grpc_services(), nullptr, rpc);
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    stop_started();
+    return 1;
+  }
   HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
   std::string backup_note;
   for (size_t s = 0; s < backups.size(); ++s) {

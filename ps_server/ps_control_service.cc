@@ -36,7 +36,7 @@ StepDecision DecisionFromRequest(const StepCommitRequest& req) {
 }  // namespace
 
 grpc::Status PsControlService::Init(grpc::ServerContext* ctx, const InitRequest* req,
-                             InitResponse* resp) {
+                                    InitResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   std::vector<float> values;
   if (absl::Status s = BytesToFloats(req->values(), "values", &values); !s.ok()) {
@@ -57,7 +57,7 @@ grpc::Status PsControlService::Init(grpc::ServerContext* ctx, const InitRequest*
 }
 
 grpc::Status PsControlService::SetWorkers(grpc::ServerContext* ctx, const SetWorkersRequest* req,
-                                   SetWorkersResponse* resp) {
+                                          SetWorkersResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   std::vector<bool> active(req->active().begin(), req->active().end());
   absl::Status s = store_->SetActiveWorkers(req->layout_fingerprint(), active);
@@ -67,7 +67,7 @@ grpc::Status PsControlService::SetWorkers(grpc::ServerContext* ctx, const SetWor
 }
 
 grpc::Status PsControlService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest* req,
-                                 ShardState* resp) {
+                                        ShardState* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   switch (req->part()) {
     case SnapshotRequest::CAPTURE: {
@@ -93,8 +93,8 @@ grpc::Status PsControlService::Snapshot(grpc::ServerContext* ctx, const Snapshot
       }
       if (captured->fingerprint != req->layout_fingerprint()) {
         return InvalidArgumentStatus(absl::StrCat("the captured snapshot is of layout ",
-                                            captured->fingerprint, ", not ",
-                                            req->layout_fingerprint()));
+                                                  captured->fingerprint, ", not ",
+                                                  req->layout_fingerprint()));
       }
       PsShard::CapturedToState(*captured, resp);
       return grpc::Status::OK;
@@ -113,15 +113,15 @@ grpc::Status PsControlService::Snapshot(grpc::ServerContext* ctx, const Snapshot
 }
 
 grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRequest* req,
-                                RestoreResponse* resp) {
+                                       RestoreResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   const ShardState& state = req->state();
   absl::StatusOr<StoreState> snap = StoreStateFromProto(state);
   if (!snap.ok()) return ToGrpcStatus(snap.status());
   if (state.layout_fingerprint() != req->init().layout_fingerprint()) {
     return InvalidArgumentStatus(absl::StrCat("the state's layout ", state.layout_fingerprint(),
-                                        " differs from the configuration's ",
-                                        req->init().layout_fingerprint()));
+                                              " differs from the configuration's ",
+                                              req->init().layout_fingerprint()));
   }
   absl::StatusOr<StoreConfig> c = StoreConfigFromInit(
       req->init(), static_cast<int64_t>(snap->values.size()), shard_->options().step_role);
@@ -151,12 +151,13 @@ grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRe
 }
 
 grpc::Status PsControlService::CommitStep(grpc::ServerContext* ctx, const StepCommitRequest* req,
-                                   StepCommitResponse* resp) {
+                                          StepCommitResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   return DoCommitStep(*req, resp);
 }
 
-grpc::Status PsControlService::DoCommitStep(const StepCommitRequest& req, StepCommitResponse* resp) {
+grpc::Status PsControlService::DoCommitStep(const StepCommitRequest& req,
+                                            StepCommitResponse* resp) {
   absl::Status s = store_->Commit(req.layout_fingerprint(), DecisionFromRequest(req));
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(store_->stats().version);
@@ -164,33 +165,34 @@ grpc::Status PsControlService::DoCommitStep(const StepCommitRequest& req, StepCo
 }
 
 grpc::Status PsControlService::Replicate(grpc::ServerContext* ctx, const ReplicateRequest* req,
-                                  ReplicateResponse* resp) {
+                                         ReplicateResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   return ApplyRecords(*req, nullptr, resp);
 }
 
 grpc::Status PsControlService::DoReplicate(const ReplicateRequest& req, absl::string_view payload,
-                                    ReplicateResponse* resp) {
+                                           ReplicateResponse* resp) {
   uint64_t total = 0;
   for (const AppliedUpdateRecord& r : req.updates()) {
     if (!r.gradient().empty() || r.payload_bytes() > payload.size() - total) {
-      return grpc::Status(grpc::INVALID_ARGUMENT,
-                          absl::StrCat("a replicated record's gradient must be ",
-                                       "payload_bytes of the payload (", payload.size(),
-                                       " bytes, ", total, " taken)"));
+      return grpc::Status(
+          grpc::INVALID_ARGUMENT,
+          absl::StrCat("a replicated record's gradient must be ", "payload_bytes of the payload (",
+                       payload.size(), " bytes, ", total, " taken)"));
     }
     total += r.payload_bytes();
   }
   if (total != payload.size()) {
-    return grpc::Status(grpc::INVALID_ARGUMENT,
-                        absl::StrCat("the records claim ", total, " bytes of a payload of ",
-                                     payload.size()));
+    return grpc::Status(
+        grpc::INVALID_ARGUMENT,
+        absl::StrCat("the records claim ", total, " bytes of a payload of ", payload.size()));
   }
   return ApplyRecords(req, &payload, resp);
 }
 
-grpc::Status PsControlService::ApplyRecords(const ReplicateRequest& req, const absl::string_view* payload,
-                                     ReplicateResponse* resp) {
+grpc::Status PsControlService::ApplyRecords(const ReplicateRequest& req,
+                                            const absl::string_view* payload,
+                                            ReplicateResponse* resp) {
   if (const StoreStats st = store_->stats(); st.initialized && !st.backup) {
     return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                         "this ps is the primary of its store; it takes no replicated updates");
@@ -200,8 +202,8 @@ grpc::Status PsControlService::ApplyRecords(const ReplicateRequest& req, const a
     AppliedUpdate u;
     u.generation = r.generation();
     u.version = r.version();
-    const absl::string_view gradient =
-        payload != nullptr ? payload->substr(at, r.payload_bytes()) : absl::string_view(r.gradient());
+    const absl::string_view gradient = payload != nullptr ? payload->substr(at, r.payload_bytes())
+                                                          : absl::string_view(r.gradient());
     at += payload != nullptr ? r.payload_bytes() : 0;
     if (absl::Status s = BytesToFloats(gradient, "gradient", &u.gradient); !s.ok()) {
       return ToGrpcStatus(s);
@@ -230,7 +232,7 @@ grpc::Status PsControlService::ApplyRecords(const ReplicateRequest& req, const a
 }
 
 grpc::Status PsControlService::Promote(grpc::ServerContext* ctx, const PromoteRequest* req,
-                                PromoteResponse* resp) {
+                                       PromoteResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   std::optional<StepDecision> in_flight;
   if (req->has_in_flight()) in_flight = DecisionFromRequest(req->in_flight());
@@ -239,27 +241,29 @@ grpc::Status PsControlService::Promote(grpc::ServerContext* ctx, const PromoteRe
                                    in_flight, req->decider_epoch(), req->primary_term());
   if (!s.ok()) return ToGrpcStatus(s);
   const int64_t version = store_->stats().version;
-  spdlog::warn("promoted to primary of its shards at version {} (generation {}, primary term "
-               "{}){}: its primary was lost, or handed them back",
-               version, req->generation(), store_->stats().primary_term,
-               !req->decides()       ? ""
-               : in_flight.has_value() ? ", deciding the sync steps from the lost decider's "
-                                         "decision in flight on"
-                                       : ", deciding the sync steps");
+  spdlog::warn(
+      "promoted to primary of its shards at version {} (generation {}, primary term "
+      "{}){}: its primary was lost, or handed them back",
+      version, req->generation(), store_->stats().primary_term,
+      !req->decides()         ? ""
+      : in_flight.has_value() ? ", deciding the sync steps from the lost decider's "
+                                "decision in flight on"
+                              : ", deciding the sync steps");
   shard_->NotePromoted(version);
   resp->set_version(version);
   return grpc::Status::OK;
 }
 
 grpc::Status PsControlService::GetDecision(grpc::ServerContext* ctx, const GetDecisionRequest* req,
-                                    StepCommitRequest* resp) {
+                                           StepCommitRequest* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   if (req->fence_below() > 0) {
     absl::Status s = store_->FenceDecisions(req->layout_fingerprint(), req->fence_below());
     if (!s.ok()) return ToGrpcStatus(s);
-    spdlog::warn("takes step decisions of decider epoch {} and above from now on: a backup is "
-                 "promoted to decide in place of the decider",
-                 req->fence_below());
+    spdlog::warn(
+        "takes step decisions of decider epoch {} and above from now on: a backup is "
+        "promoted to decide in place of the decider",
+        req->fence_below());
   }
   absl::StatusOr<StepDecision> d = store_->DecisionFor(req->layout_fingerprint(), req->version());
   if (!d.ok()) return ToGrpcStatus(d.status());
@@ -273,7 +277,7 @@ grpc::Status PsControlService::GetDecision(grpc::ServerContext* ctx, const GetDe
 }
 
 grpc::Status PsControlService::SetBackups(grpc::ServerContext* ctx, const SetBackupsRequest* req,
-                                   SetBackupsResponse*) {
+                                          SetBackupsResponse*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   const StoreStats st = store_->stats();
   if (st.backup) {
@@ -288,8 +292,8 @@ grpc::Status PsControlService::SetBackups(grpc::ServerContext* ctx, const SetBac
       std::vector<std::string>(req->addresses().begin(), req->addresses().end()));
 }
 
-grpc::Status PsControlService::SetFollowers(grpc::ServerContext* ctx, const SetFollowersRequest* req,
-                                     SetFollowersResponse*) {
+grpc::Status PsControlService::SetFollowers(grpc::ServerContext* ctx,
+                                            const SetFollowersRequest* req, SetFollowersResponse*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   if (!followers_handler_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -312,15 +316,16 @@ grpc::Status PsControlService::SetFollowers(grpc::ServerContext* ctx, const SetF
 }
 
 grpc::Status PsControlService::Demote(grpc::ServerContext* ctx, const DemoteRequest* req,
-                               DemoteResponse*) {
+                                      DemoteResponse*) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   // A backup first: the answers the replicator still holds are released
   // by its Stop, and must fail (AwaitReplicated), not go out as applied.
   absl::Status s = store_->Demote(req->layout_fingerprint());
   if (!s.ok()) return ToGrpcStatus(s);
   shard_->StopReplicator();
-  spdlog::warn("demoted: a backup promoted in this store's place serves its shards; it is a "
-               "backup from now on, to be seeded");
+  spdlog::warn(
+      "demoted: a backup promoted in this store's place serves its shards; it is a "
+      "backup from now on, to be seeded");
   return grpc::Status::OK;
 }
 

@@ -25,8 +25,7 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx) {
 
 grpc::Status BadBytes(const char* what, size_t n) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat(what, " has ", n,
-                                   " bytes, not a whole number of float32s"));
+                      absl::StrCat(what, " has ", n, " bytes, not a whole number of float32s"));
 }
 
 // The codec a request's dtype names: empty and "float32" (older workers)
@@ -59,8 +58,8 @@ PsDataService::ChangeState* PsDataService::Changes(int worker) {
   return st.get();
 }
 
-bool PsDataService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec,
-                             const float* w, int64_t n, PullResponse* resp) {
+bool PsDataService::EncodeChange(const PullEncoding& enc, const CodecOptions& codec, const float* w,
+                                 int64_t n, PullResponse* resp) {
   const std::vector<WirePiece> pieces = shard_->Pieces();
   ChangeState* st = Changes(enc.worker);
   absl::MutexLock lock(&st->mu);
@@ -111,10 +110,9 @@ bool PsDataService::EncodeChange(const PullEncoding& enc, const CodecOptions& co
   return true;
 }
 
-grpc::Status PsDataService::DoPull(absl::Time deadline, uint64_t fingerprint,
-                               int64_t min_version, int64_t generation,
-                               const PullEncoding& enc, PullResponse* resp,
-                               ParameterStore::SharedValues* weights) {
+grpc::Status PsDataService::DoPull(absl::Time deadline, uint64_t fingerprint, int64_t min_version,
+                                   int64_t generation, const PullEncoding& enc, PullResponse* resp,
+                                   ParameterStore::SharedValues* weights) {
   absl::StatusOr<Codec> codec = CodecOfDtype(enc.dtype);
   if (!codec.ok()) return InvalidArgumentStatus(absl::StrCat("pull: ", codec.status().message()));
   deadline = std::min(deadline, absl::Now() + kMaxPullWait);
@@ -150,8 +148,7 @@ grpc::Status PsDataService::DoPull(absl::Time deadline, uint64_t fingerprint,
       resp->clear_values();
       *weights = std::move(values);
     } else {
-      resp->mutable_values()->assign(reinterpret_cast<const char*>(w),
-                                     static_cast<size_t>(sent));
+      resp->mutable_values()->assign(reinterpret_cast<const char*>(w), static_cast<size_t>(sent));
     }
   }
   shard_->AddBytesPulled(sent);
@@ -162,7 +159,7 @@ grpc::Status PsDataService::DoPull(absl::Time deadline, uint64_t fingerprint,
 }
 
 grpc::Status PsDataService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
-                             PullResponse* resp) {
+                                 PullResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   // Proto3 cannot tell an unset generation from 0; readers that do not
   // care (the evaluator, the chief) send -1.
@@ -171,8 +168,8 @@ grpc::Status PsDataService::Pull(grpc::ServerContext* ctx, const PullRequest* re
   enc.min_elements = req->codec_min_elements();
   enc.worker = req->worker_index();
   enc.reset = req->delta_reset();
-  return DoPull(CallDeadline(ctx), req->layout_fingerprint(), req->min_version(),
-                req->generation(), enc, resp);
+  return DoPull(CallDeadline(ctx), req->layout_fingerprint(), req->min_version(), req->generation(),
+                enc, resp);
 }
 
 void PsDataService::SetTableGauges() {
@@ -180,8 +177,7 @@ void PsDataService::SetTableGauges() {
   for (size_t t = 0; t < st.sparse_tables.size(); ++t) {
     const prometheus::Labels labels = {{"table", std::to_string(t)}};
     absl::StatusOr<prometheus::Gauge*> rows = metrics_->AddGauge(
-        "pscluster_sparse_table_rows", "Rows of a sparse embedding table this ps holds.",
-        labels);
+        "pscluster_sparse_table_rows", "Rows of a sparse embedding table this ps holds.", labels);
     absl::StatusOr<prometheus::Gauge*> bytes = metrics_->AddGauge(
         "pscluster_sparse_table_bytes",
         "Memory of the rows (values, optimizer slots, index) of a sparse embedding table "
@@ -193,7 +189,7 @@ void PsDataService::SetTableGauges() {
 }
 
 grpc::Status PsDataService::PullRows(grpc::ServerContext* ctx, const PullRowsRequest* req,
-                                 PullRowsResponse* resp) {
+                                     PullRowsResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   const absl::Time start = absl::Now();
   std::vector<SparseRowsData> rows(req->rows_size());
@@ -202,9 +198,9 @@ grpc::Status PsDataService::PullRows(grpc::ServerContext* ctx, const PullRowsReq
     rows[t].ids.assign(req->rows(t).ids().begin(), req->rows(t).ids().end());
   }
   int64_t version = 0, generation = 0;
-  absl::Status s = store_->PullRows(req->layout_fingerprint(), req->min_version(),
-                                    CallDeadline(ctx), &rows, &version, req->generation(),
-                                    &generation);
+  absl::Status s =
+      store_->PullRows(req->layout_fingerprint(), req->min_version(), CallDeadline(ctx), &rows,
+                       &version, req->generation(), &generation);
   if (!s.ok()) return ToGrpcStatus(s);
   int64_t sent = 0;
   for (const SparseRowsData& r : rows) {
@@ -225,7 +221,7 @@ bool PsDataService::GradientsAsSent(const PushRequest& req) {
 }
 
 std::vector<std::pair<int64_t, int64_t>> PsDataService::ReversedRuns(const PushRequest& req,
-                                                                 uint64_t payload_bytes) {
+                                                                     uint64_t payload_bytes) {
   absl::StatusOr<Codec> codec = CodecOfDtype(req.dtype());
   if (!codec.ok() || *codec != Codec::kFloat32 || !req.shards_reversed()) return {};
   const std::vector<WirePiece> pieces = shard_->Pieces();
@@ -241,17 +237,18 @@ std::vector<std::pair<int64_t, int64_t>> PsDataService::ReversedRuns(const PushR
 }
 
 grpc::Status PsDataService::DoPush(const PushRequest& req, PushResponse* resp,
-                               std::optional<bool> finite, std::vector<float>* owned) {
+                                   std::optional<bool> finite, std::vector<float>* owned) {
   // A push from its wire form to the store and back: decode (as sent, by
   // shard, or reordered), the sparse rows, the store, the backups, the
   // counters. 103 lines in the order a push goes through them.
-  const absl::string_view g =
-      owned != nullptr ? absl::string_view(reinterpret_cast<const char*>(owned->data()),
-                                           owned->size() * sizeof(float))
-                       : absl::string_view(req.gradients());
+  const absl::string_view g = owned != nullptr
+                                  ? absl::string_view(reinterpret_cast<const char*>(owned->data()),
+                                                      owned->size() * sizeof(float))
+                                  : absl::string_view(req.gradients());
   absl::StatusOr<Codec> codec = CodecOfDtype(req.dtype());
   if (!codec.ok()) {
-    return shard_->Refused(InvalidArgumentStatus(absl::StrCat("gradients: ", codec.status().message())));
+    return shard_->Refused(
+        InvalidArgumentStatus(absl::StrCat("gradients: ", codec.status().message())));
   }
   // The decoded gradient, when it is not used where it lies; what the
   // store leaves in its place goes back to the pool, however this ends.
@@ -349,27 +346,28 @@ grpc::Status PsDataService::DoPush(const PushRequest& req, PushResponse* resp,
 }
 
 grpc::Status PsDataService::Push(grpc::ServerContext* ctx, const PushRequest* req,
-                             PushResponse* resp) {
+                                 PushResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   return DoPush(*req, resp);
 }
 
 grpc::Status PsDataService::PushPull(grpc::ServerContext* ctx, const PushRequest* req,
-                                 PushPullResponse* resp) {
+                                     PushPullResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   return DoPushPull(*req, CallDeadline(ctx), resp);
 }
 
 grpc::Status PsDataService::DoPushPull(const PushRequest& req, absl::Time deadline,
-                                   PushPullResponse* resp, DataPlaneCall* call) {
+                                       PushPullResponse* resp, DataPlaneCall* call) {
   // Sync pulls the step after the pushed one, which must exist (a resent
   // push is answered from memory before its version is looked at).
   if (req.version() == std::numeric_limits<int64_t>::max()) {
-    return shard_->Refused(InvalidArgumentStatus(absl::StrCat("version ", req.version(), " is out of range")));
+    return shard_->Refused(
+        InvalidArgumentStatus(absl::StrCat("version ", req.version(), " is out of range")));
   }
-  grpc::Status s = DoPush(req, resp->mutable_push(),
-                          call != nullptr ? call->gradients_finite : std::nullopt,
-                          call != nullptr ? call->gradients : nullptr);
+  grpc::Status s =
+      DoPush(req, resp->mutable_push(), call != nullptr ? call->gradients_finite : std::nullopt,
+             call != nullptr ? call->gradients : nullptr);
   if (!s.ok()) return s;
   ParameterStore::SharedValues* weights = call != nullptr ? &call->weights : nullptr;
   PullEncoding enc;
@@ -378,8 +376,8 @@ grpc::Status PsDataService::DoPushPull(const PushRequest& req, absl::Time deadli
   enc.worker = req.worker_index();
   enc.base = req.pull_base();
   if (!store_->is_sync()) {
-    s = DoPull(deadline, req.layout_fingerprint(), 0, req.generation(), enc,
-               resp->mutable_pull(), weights);
+    s = DoPull(deadline, req.layout_fingerprint(), 0, req.generation(), enc, resp->mutable_pull(),
+               weights);
     if (s.ok() && resp->push().applied()) shard_->NoteStepAsPrimary(resp->push().version());
     return s;
   }

@@ -32,12 +32,9 @@ class PsDataService final : public ParameterServer::Service {
   grpc::Status Pull(grpc::ServerContext*, const PullRequest*, PullResponse*) override;
   grpc::Status Push(grpc::ServerContext*, const PushRequest*, PushResponse*) override;
   // Rows of the sparse tables this ps holds (ParameterStore::PullRows).
-  grpc::Status PullRows(grpc::ServerContext*, const PullRowsRequest*,
-                        PullRowsResponse*) override;
-  grpc::Status PushPull(grpc::ServerContext*, const PushRequest*,
-                        PushPullResponse*) override;
-  grpc::Status GetStats(grpc::ServerContext*, const PsStatsRequest*,
-                        PsStatsResponse*) override;
+  grpc::Status PullRows(grpc::ServerContext*, const PullRowsRequest*, PullRowsResponse*) override;
+  grpc::Status PushPull(grpc::ServerContext*, const PushRequest*, PushPullResponse*) override;
+  grpc::Status GetStats(grpc::ServerContext*, const PsStatsRequest*, PsStatsResponse*) override;
 
   // Sets /metrics' gauges of each sparse table's rows and bytes (every
   // kTableGaugeEvery versions).
@@ -85,9 +82,9 @@ class PsDataService final : public ParameterServer::Service {
   struct PullEncoding {
     std::string dtype;  // empty: fp32
     int64_t min_elements = 0;
-    int worker = -1;      // -1: not a worker (no change pulls)
-    bool reset = false;   // PullRequest.delta_reset
-    int64_t base = 0;     // PushRequest.pull_base
+    int worker = -1;     // -1: not a worker (no change pulls)
+    bool reset = false;  // PullRequest.delta_reset
+    int64_t base = 0;    // PushRequest.pull_base
   };
   // The weights into resp, encoded as `enc` says, waiting for min_version
   // until `deadline`; fp32 weights into *weights instead when it is set
@@ -99,8 +96,8 @@ class PsDataService final : public ParameterServer::Service {
   // (n values) into resp, keeping what it will hold (a shadow of its
   // weights) and the answer, for a resend. False when there is no common
   // base: the shadow is then `w`, and the answer must be `w` in fp32.
-  bool EncodeChange(const PullEncoding& enc, const CodecOptions& codec, const float* w,
-                    int64_t n, PullResponse* resp);
+  bool EncodeChange(const PullEncoding& enc, const CodecOptions& codec, const float* w, int64_t n,
+                    PullResponse* resp);
 
   PsShard* const shard_;
   ParameterStore* const store_ = shard_->store();

@@ -23,13 +23,12 @@ PsShard::PsShard(ParameterStore* store, Metrics* metrics, const PsServiceOptions
     absl::StatusOr<prometheus::Gauge*> g = metrics_->AddGauge(name, help);
     return g.ok() ? *g : nullptr;
   };
-  backups_set_gauge_ = gauge("pscluster_backups",
-                             "Backups of this ps's store it keeps up to date (--ps_replicas).");
-  backups_live_gauge_ = gauge("pscluster_backups_live",
-                              "Of those, the ones that keep up: answers wait for them.");
-  replicated_version_gauge_ =
-      gauge("pscluster_replicated_version",
-            "The version every backup that keeps up holds (-1: none yet).");
+  backups_set_gauge_ =
+      gauge("pscluster_backups", "Backups of this ps's store it keeps up to date (--ps_replicas).");
+  backups_live_gauge_ =
+      gauge("pscluster_backups_live", "Of those, the ones that keep up: answers wait for them.");
+  replicated_version_gauge_ = gauge("pscluster_replicated_version",
+                                    "The version every backup that keeps up holds (-1: none yet).");
   replicated_bytes_gauge_ =
       gauge("pscluster_replicated_bytes", "Bytes sent to the backups: seeds and updates.");
 }
@@ -50,9 +49,8 @@ grpc::Status PsShard::CheckShards(const google::protobuf::RepeatedPtrField<Shard
       if (mine.variable() == s.variable() && mine.part() == s.part()) {
         if (mine.offset() != s.offset() || mine.size() != s.size()) {
           return InvalidArgumentStatus(absl::StrCat(
-              "variable ", s.variable(), " part ", s.part(), " is [", s.offset(), ", +",
-              s.size(), ") in the request but [", mine.offset(), ", +", mine.size(),
-              ") on this ps"));
+              "variable ", s.variable(), " part ", s.part(), " is [", s.offset(), ", +", s.size(),
+              ") in the request but [", mine.offset(), ", +", mine.size(), ") on this ps"));
         }
         known = true;
       }
@@ -141,7 +139,8 @@ ReplicaStats PsShard::UpdateReplicaMetrics(const Replicator& replicator) {
   const ReplicaStats r = replicator.stats();
   if (backups_set_gauge_) backups_set_gauge_->Set(r.backups_set);
   if (backups_live_gauge_) backups_live_gauge_->Set(r.backups_live);
-  if (replicated_version_gauge_) replicated_version_gauge_->Set(static_cast<double>(r.replicated_version));
+  if (replicated_version_gauge_)
+    replicated_version_gauge_->Set(static_cast<double>(r.replicated_version));
   if (replicated_bytes_gauge_) replicated_bytes_gauge_->Set(static_cast<double>(r.bytes_sent));
   return r;
 }
@@ -154,9 +153,9 @@ grpc::Status PsShard::AwaitReplicated(int64_t version, absl::Time deadline) {
   // Demoted meanwhile (replaced): what it held is not the primary's.
   if (replicator->replaced() || store_->stats().backup) return Replaced();
   if (held) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                      absl::StrCat("the backups did not confirm version ", version,
-                                   " before the call's deadline"));
+  return grpc::Status(
+      grpc::StatusCode::DEADLINE_EXCEEDED,
+      absl::StrCat("the backups did not confirm version ", version, " before the call's deadline"));
 }
 
 grpc::Status PsShard::Replaced() {

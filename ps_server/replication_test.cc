@@ -55,7 +55,8 @@ std::unique_ptr<Ps> StartPs(int port = 0, bool data_plane = false) {
   auto p = std::make_unique<Ps>();
   p->service = std::make_unique<PsService>(&p->store, p->metrics.get());
   if (port == 0) port = testing::FreePort();
-  absl::StatusOr<std::unique_ptr<TaskServer>> server = TaskServer::Start(port, p->service->grpc_services());
+  absl::StatusOr<std::unique_ptr<TaskServer>> server =
+      TaskServer::Start(port, p->service->grpc_services());
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return nullptr;
   p->server = *std::move(server);

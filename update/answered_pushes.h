@@ -19,8 +19,8 @@ struct PushResult {
   // ends up among the step's members is StepOutcome's answer); false when
   // dropped at once.
   bool applied = false;
-  int64_t version = 0;     // the store's version after the push
-  int64_t staleness = 0;   // versions between the gradient and the store
+  int64_t version = 0;    // the store's version after the push
+  int64_t staleness = 0;  // versions between the gradient and the store
 };
 
 class AnsweredPushes {

@@ -30,8 +30,7 @@ bool AllFinite(const float* x, int64_t n) {
 
 uint64_t ParameterStore::GradientHash(uint64_t name, int worker) {
   // splitmix64's finaliser.
-  uint64_t z = name * 0x10001ull + static_cast<uint64_t>(worker) +
-               0x9e3779b97f4a7c15ull;
+  uint64_t z = name * 0x10001ull + static_cast<uint64_t>(worker) + 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -39,33 +38,32 @@ uint64_t ParameterStore::GradientHash(uint64_t name, int worker) {
 
 absl::Status ParameterStore::GenerationMismatch(int64_t theirs, int64_t ours, int64_t version) {
   return absl::AbortedError(absl::StrCat(
-      "the parameters were restored from a checkpoint (generation ", ours, ", version ",
-      version, "); the caller's are of generation ", theirs, ": pull again"));
+      "the parameters were restored from a checkpoint (generation ", ours, ", version ", version,
+      "); the caller's are of generation ", theirs, ": pull again"));
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
     const StoreConfig& config) const {
   if (config.num_workers < 1 || config.num_workers > kMaxWorkers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_workers must be in [1, ", kMaxWorkers, "], got ", config.num_workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers must be in [1, ", kMaxWorkers, "], got ", config.num_workers));
   }
   if (config.rule == UpdateRule::kSync &&
-      (config.replicas_to_aggregate < 1 ||
-       config.replicas_to_aggregate > config.num_workers)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replicas_to_aggregate must be in [1, ", config.num_workers, "], got ",
-        config.replicas_to_aggregate));
+      (config.replicas_to_aggregate < 1 || config.replicas_to_aggregate > config.num_workers)) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas_to_aggregate must be in [1, ",
+                                                   config.num_workers, "], got ",
+                                                   config.replicas_to_aggregate));
   }
   if (config.generation < 0 || config.generation > kMaxVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generation must be in [0, ", kMaxVersion, "], got ", config.generation));
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation must be in [0, ", kMaxVersion, "], got ", config.generation));
   }
   int64_t end = 0;  // of the previous range: ranges are sorted, disjoint
   for (const MovingStatistic& m : config.moving_statistics) {
     if (m.offset < end || m.size < 0 || m.size > config.num_floats - m.offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "moving statistic [", m.offset, ", +", m.size, ") overlaps another or lies outside the ",
-          config.num_floats, " values"));
+      return absl::InvalidArgumentError(absl::StrCat("moving statistic [", m.offset, ", +", m.size,
+                                                     ") overlaps another or lies outside the ",
+                                                     config.num_floats, " values"));
     }
     if (!(m.momentum >= 0.0f && m.momentum <= 1.0f)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -75,8 +73,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
   }
   for (size_t t = 0; t < config.sparse_tables.size(); ++t) {
     if (config.sparse_tables[t].table != static_cast<int>(t)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", t, " is numbered ", config.sparse_tables[t].table));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse table ", t, " is numbered ", config.sparse_tables[t].table));
     }
     absl::StatusOr<std::unique_ptr<SparseTable>> table =
         SparseTable::Create(config.sparse_tables[t]);
@@ -105,17 +103,16 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::Init(const StoreConfig& config, const float* values,
-                                  bool* already) {
+absl::Status ParameterStore::Init(const StoreConfig& config, const float* values, bool* already) {
   absl::MutexLock lock(&mu_);
   *already = false;
   if (initialized_) {
     if (config.layout_fingerprint != config_.layout_fingerprint ||
         config.num_floats != config_.num_floats) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "already initialised with layout ", config_.layout_fingerprint, " (",
-          config_.num_floats, " floats); refusing layout ",
-          config.layout_fingerprint, " (", config.num_floats, " floats)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("already initialised with layout ", config_.layout_fingerprint, " (",
+                       config_.num_floats, " floats); refusing layout ", config.layout_fingerprint,
+                       " (", config.num_floats, " floats)"));
     }
     *already = true;
     return absl::OkStatus();
@@ -143,16 +140,14 @@ absl::Status ParameterStore::CheckReady(uint64_t fingerprint) const {
   if (fingerprint != config_.layout_fingerprint) {
     return absl::FailedPreconditionError(absl::StrCat(
         "layout fingerprint ", fingerprint, " does not match this ps's ",
-        config_.layout_fingerprint,
-        " (model, number of ps or shard size differ between tasks)"));
+        config_.layout_fingerprint, " (model, number of ps or shard size differ between tasks)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status ParameterStore::Pull(uint64_t layout_fingerprint, int64_t min_version,
-                                  absl::Time deadline, std::string* out,
-                                  int64_t* version, int64_t generation,
-                                  int64_t* out_generation) {
+                                  absl::Time deadline, std::string* out, int64_t* version,
+                                  int64_t generation, int64_t* out_generation) {
   SharedValues values;
   absl::Status s = PullShared(layout_fingerprint, min_version, deadline, &values, version,
                               generation, out_generation);
@@ -199,16 +194,15 @@ absl::Status ParameterStore::AwaitVersion(uint64_t layout_fingerprint, int64_t m
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (other_generation()) return GenerationMismatch(generation, generation_, version_);
   if (version_ < min_version) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "waited for version ", min_version, "; still at ", version_));
+    return absl::DeadlineExceededError(
+        absl::StrCat("waited for version ", min_version, "; still at ", version_));
   }
   return absl::OkStatus();
 }
 
 absl::Status ParameterStore::PullShared(uint64_t layout_fingerprint, int64_t min_version,
-                                        absl::Time deadline, SharedValues* out,
-                                        int64_t* version, int64_t generation,
-                                        int64_t* out_generation) {
+                                        absl::Time deadline, SharedValues* out, int64_t* version,
+                                        int64_t generation, int64_t* out_generation) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = AwaitVersion(layout_fingerprint, min_version, deadline, generation);
       !s.ok()) {
@@ -248,9 +242,8 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
         "this ps holds a backup of these shards: pushes go to their primary");
   }
   if (args.worker < 0 || args.worker >= config_.num_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker index ", args.worker, " is out of range: ",
-                     config_.num_workers, " workers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker index ", args.worker, " is out of range: ", config_.num_workers, " workers"));
   }
   // Before the generation: a push applied here, or by the primary this
   // store took over from, is answered as it was, whatever came since.
@@ -260,25 +253,25 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
       return *first;
     }
   }
-  if (args.generation != generation_) return GenerationMismatch(args.generation, generation_, version_);
+  if (args.generation != generation_)
+    return GenerationMismatch(args.generation, generation_, version_);
   if (args.num_floats != config_.num_floats) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient has ", args.num_floats, " floats; this ps holds ",
-                     config_.num_floats));
+    return absl::InvalidArgumentError(absl::StrCat("gradient has ", args.num_floats,
+                                                   " floats; this ps holds ", config_.num_floats));
   }
   if (args.num_examples < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_examples must be >= 1 (a gradient of no example teaches nothing), got ",
-        args.num_examples));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_examples must be >= 1 (a gradient of no example teaches nothing), got ",
+                     args.num_examples));
   }
   if (args.version < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient version ", args.version, " is negative"));
   }
   if (args.version > version_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient version ", args.version,
-                     " is from the future: this ps is at version ", version_));
+    return absl::InvalidArgumentError(absl::StrCat("gradient version ", args.version,
+                                                   " is from the future: this ps is at version ",
+                                                   version_));
   }
   bool sparse_finite = true;
   if (args.sparse != nullptr) {
@@ -294,18 +287,15 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
     ParallelFor(args.num_floats, ShardValues::kMinRange, threads_, [&](int64_t b, int64_t e) {
       range_finite[next_range++] = AllFinite(args.gradients + b, e - b);
     });
-    finite = std::all_of(range_finite.begin(), range_finite.end(),
-                         [](char f) { return f != 0; });
+    finite = std::all_of(range_finite.begin(), range_finite.end(), [](char f) { return f != 0; });
   }
   finite = finite && sparse_finite;
   if (!finite && !config_.skip_nonfinite) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gradient from worker ", args.worker,
-                     " holds NaN or Inf; not applied"));
+        absl::StrCat("gradient from worker ", args.worker, " holds NaN or Inf; not applied"));
   }
-  absl::StatusOr<PushResult> result = config_.rule == UpdateRule::kSync
-                                          ? PushSync(args, finite)
-                                          : PushAsync(args, finite);
+  absl::StatusOr<PushResult> result =
+      config_.rule == UpdateRule::kSync ? PushSync(args, finite) : PushAsync(args, finite);
   if (result.ok() && result->applied) {
     stats_.staleness_sum += result->staleness;
     stats_.staleness_max = std::max(stats_.staleness_max, result->staleness);

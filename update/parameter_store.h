@@ -490,8 +490,10 @@ class ParameterStore {
   // Restore's checks of a backup's seed against what the store holds
   // (fencing: see Restore).
   absl::Status CheckSeed(const StoreState& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushSync(const PushArgs& args, bool finite)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushAsync(const PushArgs& args, bool finite)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes (deciding store) or applies (following store) the step being
   // gathered, if it can be now.
   void MaybeFinishStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

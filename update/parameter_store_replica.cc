@@ -20,13 +20,12 @@ absl::Status ParameterStore::CheckSeed(const StoreState& state) const {
   // replicator so, whatever its generation) or by an older generation's
   // (a primary that was cut off and came back).
   if (config_.replica != ReplicaRole::kBackup) {
-    return absl::AlreadyExistsError(
-        "this ps is the primary of its store; it takes no backup seed");
+    return absl::AlreadyExistsError("this ps is the primary of its store; it takes no backup seed");
   }
   if (state.primary_term < primary_term_) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "this backup follows the primary of term ", primary_term_, "; a seed of term ",
-        state.primary_term, " is of a replaced primary"));
+    return absl::AlreadyExistsError(absl::StrCat("this backup follows the primary of term ",
+                                                 primary_term_, "; a seed of term ",
+                                                 state.primary_term, " is of a replaced primary"));
   }
   if (generation_ > state.generation) {
     return absl::FailedPreconditionError(
@@ -41,27 +40,26 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
   if (!opt.ok()) return opt.status();
   if (static_cast<int64_t>(state.values.size()) != config.num_floats) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint holds ", state.values.size(), " values; the layout has ",
-        config.num_floats));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint holds ", state.values.size(),
+                                                   " values; the layout has ", config.num_floats));
   }
   if (state.version < 0 || state.version > kMaxVersion || state.generation < 0 ||
       state.generation > kMaxVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint version ", state.version, " / generation ", state.generation,
-        " must be in [0, ", kMaxVersion, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint version ", state.version,
+                                                   " / generation ", state.generation,
+                                                   " must be in [0, ", kMaxVersion, "]"));
   }
   if (state.pushes_applied < 0 || state.steps_applied < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "state counts ", state.pushes_applied, " pushes and ", state.steps_applied,
-        " steps applied"));
+    return absl::InvalidArgumentError(absl::StrCat("state counts ", state.pushes_applied,
+                                                   " pushes and ", state.steps_applied,
+                                                   " steps applied"));
   }
   PSCLUSTER_RETURN_IF_ERROR((*opt)->RestoreState(state.optimizer));
   // The tables' rows, checked before anything changes.
   if (!state.sparse.empty() && state.sparse.size() != config.sparse_tables.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint holds ", state.sparse.size(), " sparse tables; the model has ",
-        config.sparse_tables.size()));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint holds ", state.sparse.size(),
+                                                   " sparse tables; the model has ",
+                                                   config.sparse_tables.size()));
   }
   std::vector<std::unique_ptr<SparseTable>> tables;
   for (size_t t = 0; t < config.sparse_tables.size(); ++t) {
@@ -77,10 +75,10 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   }
   if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
                        config.num_floats != config_.num_floats)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "holds layout ", config_.layout_fingerprint, " (", config_.num_floats,
-        " floats); refusing to restore layout ", config.layout_fingerprint, " (",
-        config.num_floats, " floats)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("holds layout ", config_.layout_fingerprint, " (", config_.num_floats,
+                     " floats); refusing to restore layout ", config.layout_fingerprint, " (",
+                     config.num_floats, " floats)"));
   }
   StoreConfig c = config;
   c.generation = state.generation;
@@ -151,8 +149,7 @@ absl::Status ParameterStore::Snapshot(uint64_t layout_fingerprint, StoreState* o
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::RecentChunksOf(uint64_t layout_fingerprint,
-                                           StoreState* out) const {
+absl::Status ParameterStore::RecentChunksOf(uint64_t layout_fingerprint, StoreState* out) const {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   out->version = version_;
@@ -213,35 +210,35 @@ absl::Status ParameterStore::CheckRecord(const AppliedUpdate& u) const {
   // Checked with the apply, under one lock: a seed of the new primary may
   // come between two records of the old one.
   if (u.primary_term < primary_term_) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "this backup follows the primary of term ", primary_term_, "; records of term ",
-        u.primary_term, " are of a replaced primary"));
+    return absl::AlreadyExistsError(absl::StrCat("this backup follows the primary of term ",
+                                                 primary_term_, "; records of term ",
+                                                 u.primary_term, " are of a replaced primary"));
   }
   if (u.primary_term > primary_term_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a record of primary term ", u.primary_term, "; this backup follows term ",
-        primary_term_, ": seed it again from its new primary"));
+    return absl::FailedPreconditionError(absl::StrCat("a record of primary term ", u.primary_term,
+                                                      "; this backup follows term ", primary_term_,
+                                                      ": seed it again from its new primary"));
   }
   if (u.generation != generation_) return GenerationMismatch(u.generation, generation_, version_);
   const bool sync = config_.rule == UpdateRule::kSync;
   if (!u.gradient.empty() && static_cast<int64_t>(u.gradient.size()) != config_.num_floats) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replicated update has ", u.gradient.size(), " floats; this ps holds ", config_.num_floats));
+    return absl::InvalidArgumentError(absl::StrCat("replicated update has ", u.gradient.size(),
+                                                   " floats; this ps holds ", config_.num_floats));
   }
   if (sync ? (static_cast<int>(u.members.size()) != config_.num_workers ||
               (!u.member_request_ids.empty() &&
                static_cast<int>(u.member_request_ids.size()) != config_.num_workers))
-           : (!u.members.empty() || !u.member_request_ids.empty() || u.worker < 0 || u.worker >= config_.num_workers ||
-              u.gradient.empty() || u.skipped || u.staleness < 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replicated update for version ", u.version, " does not fit a ", sync ? "sync" : "async",
-        " store of ", config_.num_workers, " workers"));
+           : (!u.members.empty() || !u.member_request_ids.empty() || u.worker < 0 ||
+              u.worker >= config_.num_workers || u.gradient.empty() || u.skipped ||
+              u.staleness < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("replicated update for version ", u.version,
+                                                   " does not fit a ", sync ? "sync" : "async",
+                                                   " store of ", config_.num_workers, " workers"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
-                                             const AppliedUpdate& u) {
+absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint, const AppliedUpdate& u) {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   PSCLUSTER_RETURN_IF_ERROR(CheckRecord(u));
@@ -249,9 +246,9 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
   bool sparse_finite = true;
   PSCLUSTER_RETURN_IF_ERROR(sparse_.Check(u.sparse, &sparse_finite));
   if (u.version > version_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "replicated update for version ", u.version, "; this backup is at version ", version_,
-        ": seed it again from the primary"));
+    return absl::FailedPreconditionError(absl::StrCat("replicated update for version ", u.version,
+                                                      "; this backup is at version ", version_,
+                                                      ": seed it again from the primary"));
   }
   const bool sync = config_.rule == UpdateRule::kSync;
   if (u.skipped) ++stats_.steps_skipped_nonfinite;
@@ -294,8 +291,9 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint,
   if (sync) {
     // Answered as applied, with the version after the step.
     for (size_t w = 0; w < u.member_request_ids.size(); ++w) {
-      if (u.members[w]) answered_.Remember(static_cast<int>(w), u.member_request_ids[w],
-                                           PushResult{true, version_, 0});
+      if (u.members[w])
+        answered_.Remember(static_cast<int>(w), u.member_request_ids[w],
+                           PushResult{true, version_, 0});
     }
   } else {
     answered_.Remember(u.worker, u.request_id, PushResult{true, version_, u.staleness});
@@ -351,14 +349,14 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
     return absl::FailedPreconditionError("this ps is the primary of these shards already");
   }
   if (generation < generation_ || generation > kMaxVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "promotion to generation ", generation, ": must be at least this store's ", generation_,
-        " and at most ", kMaxVersion));
+    return absl::InvalidArgumentError(absl::StrCat("promotion to generation ", generation,
+                                                   ": must be at least this store's ", generation_,
+                                                   " and at most ", kMaxVersion));
   }
   if (primary_term < 0 || (primary_term > 0 && primary_term <= primary_term_)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "promotion under primary term ", primary_term, ": this store follows term ",
-        primary_term_, "; a new primary's must be above it"));
+    return absl::FailedPreconditionError(absl::StrCat("promotion under primary term ", primary_term,
+                                                      ": this store follows term ", primary_term_,
+                                                      "; a new primary's must be above it"));
   }
   if (in_flight.has_value()) {
     PSCLUSTER_RETURN_IF_ERROR(CheckInFlight(*in_flight, generation, step_role));

@@ -123,8 +123,8 @@ void ParameterStore::MaybeComputeAhead() {
   }
   // A step with a NaN or Inf is skipped: nothing to compute.
   if (total <= 0 || pending_.AnyNonfinite(members)) return;
-  if (ahead_.values != nullptr && ahead_.version == version_ &&
-      ahead_.generation == generation_ && ahead_.members == members) {
+  if (ahead_.values != nullptr && ahead_.version == version_ && ahead_.generation == generation_ &&
+      ahead_.members == members) {
     return;
   }
   std::shared_ptr<std::vector<float>> out = std::move(ahead_.values);
@@ -183,18 +183,16 @@ std::optional<bool> ParameterStore::StepOutcome(int worker, int64_t version) con
   return outcome_[worker].second;
 }
 
-bool ParameterStore::NextDecision(int64_t after_sequence, absl::Time deadline,
-                                  StepDecision* out) {
+bool ParameterStore::NextDecision(int64_t after_sequence, absl::Time deadline, StepDecision* out) {
   return decisions_.Next(after_sequence, deadline, out);
 }
 
 absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerprint,
-                                                        int64_t version) const {
+                                                         int64_t version) const {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (std::optional<StepDecision> d = decisions_.Find(version, generation_)) return *d;
-  return absl::NotFoundError(
-      absl::StrCat("no decision kept for the step from version ", version));
+  return absl::NotFoundError(absl::StrCat("no decision kept for the step from version ", version));
 }
 
 absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d) {
@@ -211,18 +209,18 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
         "this ps decides its steps itself; it takes no step decisions");
   }
   if (static_cast<int>(d.members.size()) != config_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step decision names ", d.members.size(), " workers; this ps serves ",
-        config_.num_workers));
+    return absl::InvalidArgumentError(absl::StrCat("step decision names ", d.members.size(),
+                                                   " workers; this ps serves ",
+                                                   config_.num_workers));
   }
   if (d.generation != generation_) {
     return GenerationMismatch(d.generation, generation_, version_);
   }
   if (d.decider_epoch < decider_epoch_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step decision for version ", d.version, " of decider epoch ", d.decider_epoch,
-        "; this ps takes epoch ", decider_epoch_,
-        " and above: the ps that made it was replaced as the decider"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("step decision for version ", d.version, " of decider epoch ", d.decider_epoch,
+                     "; this ps takes epoch ", decider_epoch_,
+                     " and above: the ps that made it was replaced as the decider"));
   }
   decider_epoch_ = d.decider_epoch;
   if (d.version < version_) return absl::OkStatus();  // applied already
@@ -261,9 +259,9 @@ absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (static_cast<int>(active.size()) != config_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker set has ", active.size(), " entries; this ps serves ",
-        config_.num_workers, " workers"));
+    return absl::InvalidArgumentError(absl::StrCat("worker set has ", active.size(),
+                                                   " entries; this ps serves ", config_.num_workers,
+                                                   " workers"));
   }
   for (int w = 0; w < config_.num_workers; ++w) {
     // A lost worker's half-done step: its data is handed to another

@@ -63,10 +63,9 @@ std::vector<float>& ShardValues::Writable() {
 
 void ShardValues::CopyValues(const std::vector<float>& from, void* to, int threads) {
   char* dst = static_cast<char*>(to);
-  ParallelFor(static_cast<int64_t>(from.size()), kMinRange, threads,
-              [&](int64_t b, int64_t e) {
-                std::memcpy(dst + b * sizeof(float), from.data() + b, (e - b) * sizeof(float));
-              });
+  ParallelFor(static_cast<int64_t>(from.size()), kMinRange, threads, [&](int64_t b, int64_t e) {
+    std::memcpy(dst + b * sizeof(float), from.data() + b, (e - b) * sizeof(float));
+  });
 }
 
 void ShardValues::Update(const float* grad) {

@@ -32,9 +32,9 @@ absl::Status SparseShards::Check(const std::vector<SparseRowsData>& rows, bool* 
     seen[r.table] = true;
     const SparseTable& table = *tables_[r.table];
     if (r.values.size() != r.ids.size() * table.width()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", r.table, ": ", r.values.size(), " values for ", r.ids.size(),
-          " rows of ", table.width()));
+      return absl::InvalidArgumentError(absl::StrCat("sparse table ", r.table, ": ",
+                                                     r.values.size(), " values for ", r.ids.size(),
+                                                     " rows of ", table.width()));
     }
     PSCLUSTER_RETURN_IF_ERROR(table.CheckIds(r.ids));
     absl::flat_hash_set<int64_t> distinct(r.ids.begin(), r.ids.end());

@@ -26,7 +26,8 @@ absl::Status BytesToFloats(absl::string_view bytes, const char* what, std::vecto
 absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t num_floats,
                                                 StepRole role);
 
-// A ShardState's values, slots, version and generation as a StoreState. InvalidArgument naming the field whose bytes are not float32s.
+// A ShardState's values, slots, version and generation as a StoreState.
+// InvalidArgument naming the field whose bytes are not float32s.
 absl::StatusOr<StoreState> StoreStateFromProto(const ShardState& state);
 
 // The reverse: fills out's version, generation, values, slots and
