@@ -232,8 +232,13 @@ std::string ScrapeMetrics(int port) {
   return out;
 }
 
-ProcessResult RunBinary(const std::string& binary, const std::vector<std::string>& args,
-                        const std::string& tf_config, absl::Duration timeout) {
+namespace {
+
+// Runs `binary` as RunBinary says until deadline() (asked once it runs;
+// it may do work of its own first), then kills it unless it ended.
+ProcessResult RunBinaryUntil(const std::string& binary, const std::vector<std::string>& args,
+                             const std::string& tf_config,
+                             const std::function<absl::Time()>& deadline) {
   std::string log = TempDir() + "/run.log";
   ProcessResult r;
   pid_t pid = Spawn(binary, args, tf_config, log);
@@ -241,25 +246,25 @@ ProcessResult RunBinary(const std::string& binary, const std::vector<std::string
     r.output = "could not start " + binary;
     return r;
   }
-  r.exit_code = WaitUntil(pid, absl::Now() + timeout);
+  r.exit_code = WaitUntil(pid, deadline());
   r.output = ReadFile(log);
   return r;
+}
+
+}  // namespace
+
+ProcessResult RunBinary(const std::string& binary, const std::vector<std::string>& args,
+                        const std::string& tf_config, absl::Duration timeout) {
+  return RunBinaryUntil(binary, args, tf_config, [timeout] { return absl::Now() + timeout; });
 }
 
 ProcessResult RunBinaryDuring(const std::string& binary, const std::vector<std::string>& args,
                               const std::string& tf_config,
                               const std::function<void()>& during) {
-  std::string log = TempDir() + "/run.log";
-  ProcessResult r;
-  pid_t pid = Spawn(binary, args, tf_config, log);
-  if (pid < 0) {
-    r.output = "could not start " + binary;
-    return r;
-  }
-  during();
-  r.exit_code = WaitUntil(pid, absl::Now());
-  r.output = ReadFile(log);
-  return r;
+  return RunBinaryUntil(binary, args, tf_config, [&during] {
+    during();
+    return absl::Now();
+  });
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(

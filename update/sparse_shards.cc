@@ -17,14 +17,19 @@ void SparseShards::Reset(std::vector<std::unique_ptr<SparseTable>> tables) {
   step_.clear();
 }
 
+absl::Status SparseShards::CheckTable(int table) const {
+  if (table < 0 || table >= static_cast<int>(tables_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sparse table ", table, " does not exist; the model has ", tables_.size()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SparseShards::Check(const std::vector<SparseRowsData>& rows, bool* finite) const {
   *finite = true;
   std::vector<bool> seen(tables_.size(), false);
   for (const SparseRowsData& r : rows) {
-    if (r.table < 0 || r.table >= static_cast<int>(tables_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", r.table, " does not exist; the model has ", tables_.size()));
-    }
+    PSCLUSTER_RETURN_IF_ERROR(CheckTable(r.table));
     if (seen[r.table]) {
       return absl::InvalidArgumentError(
           absl::StrCat("sparse table ", r.table, " comes twice in one push"));
@@ -49,10 +54,7 @@ absl::Status SparseShards::Check(const std::vector<SparseRowsData>& rows, bool* 
 
 absl::Status SparseShards::Read(std::vector<SparseRowsData>* rows) const {
   for (SparseRowsData& r : *rows) {
-    if (r.table < 0 || r.table >= static_cast<int>(tables_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sparse table ", r.table, " does not exist; the model has ", tables_.size()));
-    }
+    PSCLUSTER_RETURN_IF_ERROR(CheckTable(r.table));
     const SparseTable& table = *tables_[r.table];
     PSCLUSTER_RETURN_IF_ERROR(table.CheckIds(r.ids));
     r.values.resize(r.ids.size() * table.width());

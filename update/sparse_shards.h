@@ -62,6 +62,9 @@ class SparseShards {
   std::vector<SparseTableStats> stats() const;
 
  private:
+  // InvalidArgument for a table the model does not have.
+  absl::Status CheckTable(int table) const;
+
   static constexpr int64_t kEvictEvery = 256;
   std::vector<std::unique_ptr<SparseTable>> tables_;
   std::vector<SparseRowsData> step_;
