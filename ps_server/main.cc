@@ -112,9 +112,15 @@ struct BackupSlot {
   absl::Status Start(int port, int data_port, const std::vector<int>& avoid,
                      const pscluster::RpcOptions& rpc) {
     // The data plane first: GetStats tells its port from the first call.
+    // Any free port but `port` too: that one is free now, not bound until
+    // the gRPC server below binds it, and the kernel would hand it out
+    // again (with a narrow ephemeral range it did, and the ps exited).
+    std::vector<int> avoid_also_port = avoid;
+    avoid_also_port.push_back(port);
     absl::StatusOr<std::unique_ptr<pscluster::DataPlaneServer>> d =
         pscluster::DataPlaneServer::Start(data_port, &service, nullptr,
-                                          static_cast<uint64_t>(rpc.max_message_bytes), avoid);
+                                          static_cast<uint64_t>(rpc.max_message_bytes),
+                                          avoid_also_port);
     if (!d.ok()) return d.status();
     data_plane = *std::move(d);
     service.shard().set_data_port(data_plane->port());

@@ -186,7 +186,9 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
     auto stub = PsControl::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", ps[i]->port)));
     grpc::ClientContext ctx;
     InitResponse resp;
-    EXPECT_TRUE(stub->Init(&ctx, req, &resp).ok());
+    const grpc::Status init = stub->Init(&ctx, req, &resp);
+    EXPECT_TRUE(init.ok()) << "Init of ps:" << i << " (port " << ps[i]->port
+                           << "): " << init.error_code() << " " << init.error_message();
   }
 
   // Two workers, stepping alternately from one thread each: their pushes
@@ -210,7 +212,8 @@ Outcome Train(UpdateMode mode, int lose_every, int duplicate_every,
   }
   std::vector<std::vector<float>> params(2, std::vector<float>(spec.num_parameters));
   for (int w = 0; w < 2; ++w) {
-    EXPECT_TRUE(workers[w]->PullAll(0, params[w].data(), absl::Seconds(10)).ok());
+    const absl::Status pulled = workers[w]->PullAll(0, params[w].data(), absl::Seconds(10));
+    EXPECT_TRUE(pulled.ok()) << pulled;
   }
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 0.01f);
