@@ -419,10 +419,9 @@ ps_bin="$repo/bazel-bin/ps_server/ps_server"
 if [ ! -x "$probe" ] || [ ! -x "$ps_bin" ]; then
   skip "pscluster-health-probe: not built (bazel build //deploy/docker:health_probe //ps_server:ps_server)"
 else
-  free_port() {
-    "${PY:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-  }
-  port="$(free_port)"; other="$(free_port)"
+  PORTS=()
+  pick_free_ports 2
+  port="${PORTS[0]}"; other="${PORTS[1]}"
   TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:$port\"],\"worker\":[\"127.0.0.1:1\"],\"chief\":[\"127.0.0.1:2\"]},\"task\":{\"type\":\"ps\",\"index\":0}}" \
     "$ps_bin" >"$tmp/ps.log" 2>&1 &
   ps_pid=$!

@@ -14,6 +14,12 @@
 #   need_mnist DIR                 unless has_mnist DIR, skip saying so, and
 #                                  finish (on CI, tests/run_all.sh counts
 #                                  the skip as a failure).
+#   pick_free_ports N              append N free ports to the array PORTS,
+#                                  reserved while the script runs, for
+#                                  daemons it starts on them (from
+#                                  deploy/local/free_ports.sh, as the local
+#                                  launcher picks its tasks' ports).
+source "$(dirname "${BASH_SOURCE[0]}")/../deploy/local/free_ports.sh"
 passed=0
 failed=0
 skipped=0

@@ -302,49 +302,9 @@ TOTAL=$((NUM_PS + NUM_WORKERS + 1 + EVALUATOR))
 # (left to the kernel, it could take a port picked here for a task that
 # has not started yet).
 NEEDED=$((2 * TOTAL + NUM_PS))
-declare -A USED=()
-# Local ports in use, from the hex "address:port" column (bash converts the
-# hex: Debian's awk, mawk, has no strtonum).
-# A line torn by a concurrent change of the table yields no port: skip it.
-while read -r port; do
-  [[ "$port" =~ ^[0-9A-Fa-f]+$ ]] && USED[$((16#$port))]=1
-done < <(
-  awk 'NR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
-# Outside the kernel's ephemeral range: there, an outgoing connection or a
-# port left to the kernel (a ps's backup store) could take a picked port
-# before its task binds it, or before a restarted task binds it again
-# ("Address already in use"). 20000-32767 with Linux's default range.
-read -r EPHEMERAL_LO EPHEMERAL_HI < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null ||
-  { EPHEMERAL_LO=32768; EPHEMERAL_HI=60999; }
-if [ "$EPHEMERAL_LO" -gt 22000 ]; then
-  PORT_LO=20000; PORT_SPAN=$((EPHEMERAL_LO - 20000))
-elif [ "$EPHEMERAL_HI" -lt 63000 ]; then
-  PORT_LO=$((EPHEMERAL_HI + 1)); PORT_SPAN=$((65000 - EPHEMERAL_HI))
-else
-  PORT_LO=20000; PORT_SPAN=40000  # no room outside it: as before
-fi
-# A picked port is reserved, as the tests reserve theirs
-# (tests/local_cluster.cc): a lock on /tmp/pscluster-port-locks/PORT held
-# while this launcher (and the tasks, which inherit it) runs, so that
-# launchers and tests started side by side never pick the same port.
-PORT_LOCKS=/tmp/pscluster-port-locks
-mkdir -p -m 1777 "$PORT_LOCKS" 2>/dev/null
-reserve_port() {  # reserve_port PORT: status 1 when another process holds it
-  local fd f="$PORT_LOCKS/$1"
-  command -v flock >/dev/null 2>&1 || return 0
-  [ -e "$f" ] || : 2>/dev/null >>"$f"
-  [ -r "$f" ] || return 0  # no lock to take here: the check of USED alone
-  exec {fd}<"$f"
-  flock -n "$fd" || { exec {fd}<&-; return 1; }
-}
 PORTS=()
-while [ ${#PORTS[@]} -lt "$NEEDED" ]; do
-  p=$((PORT_LO + RANDOM % PORT_SPAN))
-  [ -n "${USED[$p]:-}" ] && continue
-  USED[$p]=1
-  reserve_port "$p" || continue
-  PORTS+=("$p")
-done
+source "$ROOT/deploy/local/free_ports.sh"   # pick_free_ports
+pick_free_ports "$NEEDED"
 addr_list() {  # addr_list FIRST COUNT -> "127.0.0.1:p1","127.0.0.1:p2"
   local out="" i
   for ((i = $1; i < $1 + $2; i++)); do out+="${out:+,}\"127.0.0.1:${PORTS[$i]}\""; done
