@@ -9,10 +9,10 @@
 namespace pscluster {
 namespace {
 
-// Steps and ring generations count up from 0 one at a time: a value from
-// 2^62 up (a step below -1, a negative generation) is no worker's or
+// Steps and rings count up from 0 one at a time: a value from
+// 2^62 up (a step below -1, a negative ring id) is no worker's or
 // checkpoint's, and the ring's numbering (the next step, the next
-// generation) must not overflow on it.
+// ring id) must not overflow on it.
 constexpr int64_t kMaxCount = int64_t{1} << 62;
 
 }  // namespace
@@ -31,14 +31,14 @@ absl::Status RingDispatcher::SetBase(int64_t step, int chunks_per_epoch,
   }
   {
     absl::MutexLock lock(&mu_);
-    if (generation_ == 0 && chunks_per_epoch > 0) {
+    if (ring_id_ == 0 && chunks_per_epoch > 0) {
       // Before the first ring the base is where the run starts.
       PSCLUSTER_RETURN_IF_ERROR(queue_.RestoreDone(done_ranges));
     }
     base_step_ = step;
     base_done_ = done_ranges;
     highest_step_ = std::max(highest_step_, step);
-    if (generation_ == 0) opened_ = step;
+    if (ring_id_ == 0) opened_ = step;
   }
   absl::MutexLock lock(&base_mu_);
   base_state_ = std::move(state);
@@ -73,12 +73,12 @@ bool RingDispatcher::InRing(int w) const {
 }
 
 void RingDispatcher::Break(const std::string& why) {
-  if (!broken_ && generation_ > 0) {
-    events_.push_back(absl::StrCat("ring generation ", generation_, " broke: ", why,
+  if (!broken_ && ring_id_ > 0) {
+    events_.push_back(absl::StrCat("ring ", ring_id_, " broke: ", why,
                                    "; forming a new one from the workers left"));
     abort_taken_ = false;
   }
-  broken_ = generation_ > 0;
+  broken_ = ring_id_ > 0;
   if (!reform_) {
     reform_ = true;
     for (Worker& w : workers_) w.asked = false;
@@ -111,7 +111,7 @@ bool RingDispatcher::ReadyToForm() const {
     ++candidates;
   }
   // The first ring waits for every worker; later ones for those alive.
-  if (generation_ == 0) return candidates == static_cast<int>(workers_.size());
+  if (ring_id_ == 0) return candidates == static_cast<int>(workers_.size());
   return candidates > 0;
 }
 
@@ -142,7 +142,7 @@ void RingDispatcher::Form() {
     source_ = -1;
     start_step_ = base_step_ + 1;
     if (queue_.chunks_per_epoch() > 0) (void)queue_.RestoreDone(base_done_);
-    from = generation_ == 0 && base_step_ == 0 ? "the initial weights"
+    from = ring_id_ == 0 && base_step_ == 0 ? "the initial weights"
                                                : absl::StrCat("the chief's checkpoint of step ",
                                                               base_step_);
   } else {
@@ -150,9 +150,9 @@ void RingDispatcher::Form() {
     start_step_ = newest + 1;
     from = absl::StrCat("worker ", holder, "'s replica");
   }
-  // Above every generation a worker reports: a restarted chief must not
+  // Above every ring id a worker reports: a restarted chief must not
   // number a ring as one the workers were in before.
-  generation_ = std::max(generation_, highest_reported_) + 1;
+  ring_id_ = std::max(ring_id_, highest_reported_) + 1;
   members_ = std::move(members);
   opened_ = start_step_ - 1;
   int fetching = 0;
@@ -165,7 +165,7 @@ void RingDispatcher::Form() {
   }
   reform_ = false;
   broken_ = false;
-  events_.push_back(absl::StrCat("ring generation ", generation_, ": workers [",
+  events_.push_back(absl::StrCat("ring ", ring_id_, ": workers [",
                                  absl::StrJoin(members_, ", "), "] from step ", start_step_,
                                  "; ", fetching, " take the state of step ", start_step_ - 1,
                                  " from ", from));
@@ -191,12 +191,12 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest&
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(queue_.CheckWorker(w));
   if (req.completed_step() < -1 || req.completed_step() >= kMaxCount ||
-      req.state_generation() < 0 || req.state_generation() >= kMaxCount ||
-      req.failed_generation() < 0 || req.failed_generation() >= kMaxCount) {
+      req.state_ring_id() < 0 || req.state_ring_id() >= kMaxCount ||
+      req.failed_ring_id() < 0 || req.failed_ring_id() >= kMaxCount) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", w, ": completed_step ", req.completed_step(), ", state_generation ",
-        req.state_generation(), " or failed_generation ", req.failed_generation(),
-        " is out of range (steps from -1, generations from 0, both below 2^62)"));
+        "worker ", w, ": completed_step ", req.completed_step(), ", state_ring_id ",
+        req.state_ring_id(), " or failed_ring_id ", req.failed_ring_id(),
+        " is out of range (steps from -1, ring ids from 0, both below 2^62)"));
   }
   PSCLUSTER_RETURN_IF_ERROR(queue_.SetChunksPerEpoch(req.chunks_per_epoch()));
   Touch(w, req.incarnation(), now);
@@ -209,24 +209,24 @@ absl::StatusOr<RingWorkResponse> RingDispatcher::RingWork(const RingWorkRequest&
     events_.push_back(absl::StrCat("worker ", w, " is back"));
   }
   worker.completed = req.completed_step();
-  highest_reported_ = std::max(highest_reported_, req.state_generation());
+  highest_reported_ = std::max(highest_reported_, req.state_ring_id());
   const bool member = InRing(w);
-  if (member && worker.fetch && req.state_generation() == generation_) {
+  if (member && worker.fetch && req.state_ring_id() == ring_id_) {
     worker.fetch = false;  // it holds the state it took
     worker.trusted = true;
   }
   if (member && !worker.fetch) CompleteThrough(worker.completed);
-  if (member && req.failed_generation() == generation_) {
+  if (member && req.failed_ring_id() == ring_id_) {
     Break(absl::StrCat("worker ", w, "'s all-reduce failed"));
   }
-  if (!member && !liveness_.finished(w) && generation_ > 0 && !reform_) {
+  if (!member && !liveness_.finished(w) && ring_id_ > 0 && !reform_) {
     // A ring is formed again once its open step is done, with this worker.
     reform_ = true;
     for (Worker& other : workers_) other.asked = false;
     events_.push_back(absl::StrCat("worker ", w, " joins the ring after step ", opened_));
   }
   RingWorkResponse resp;
-  resp.set_generation(generation_);
+  resp.set_ring_id(ring_id_);
   if (queue_.AllDone() && open_chunks_.empty()) {
     liveness_.MarkFinished(w);
     resp.set_kind(RingWorkResponse::DONE);
@@ -284,7 +284,7 @@ std::optional<RingDispatcher::Abort> RingDispatcher::TakeAbort() {
   absl::MutexLock lock(&mu_);
   if (!broken_ || abort_taken_) return std::nullopt;
   abort_taken_ = true;
-  return Abort{generation_, members_};
+  return Abort{ring_id_, members_};
 }
 
 void RingDispatcher::Pause() {
@@ -300,7 +300,7 @@ void RingDispatcher::Resume() {
 
 bool RingDispatcher::AllParked(int64_t* step, int* source, std::string* done_ranges) const {
   absl::MutexLock lock(&mu_);
-  if (pauses_ == 0 || reform_ || generation_ == 0 || members_.empty()) return false;
+  if (pauses_ == 0 || reform_ || ring_id_ == 0 || members_.empty()) return false;
   for (int w : members_) {
     const Worker& worker = workers_[w];
     if (!liveness_.alive(w) || !worker.asked || worker.completed != opened_) return false;
@@ -313,7 +313,7 @@ bool RingDispatcher::AllParked(int64_t* step, int* source, std::string* done_ran
 
 bool RingDispatcher::Settled() const {
   absl::MutexLock lock(&mu_);
-  if (generation_ == 0 || reform_) return false;
+  if (ring_id_ == 0 || reform_) return false;
   for (int w : members_) {
     if (workers_[w].fetch) return false;
   }
@@ -325,9 +325,9 @@ bool RingDispatcher::AllFinished() const {
   return queue_.AllDone() && queue_.total() > 0 && !liveness_.AnyRunning();
 }
 
-int64_t RingDispatcher::generation() const {
+int64_t RingDispatcher::ring_id() const {
   absl::MutexLock lock(&mu_);
-  return generation_;
+  return ring_id_;
 }
 
 std::vector<int> RingDispatcher::members() const {

@@ -8,7 +8,7 @@
 //
 // Steps are numbered by the updates a replica holds (update/model_replica.h):
 // step t takes every member from the state of t - 1 to that of t. A ring
-// has a generation; members ask for each step (RingWork) and the chief
+// has an id (rising with every new ring); members ask for each step (RingWork) and the chief
 // hands step t out once it is "opened": one chunk leased per member, in
 // ring order (-1 for a member when none is left), recorded until a member
 // says it completed the step.
@@ -85,9 +85,9 @@ class RingDispatcher final : public WorkSource {
   void ResetContact(absl::Time now);
 
   // A broken ring whose members the chief has not yet told to abort: its
-  // generation and members (then not again for that generation).
+  // id and members (then not again for that ring).
   struct Abort {
-    int64_t generation = 0;
+    int64_t ring_id = 0;
     std::vector<int> members;
   };
   std::optional<Abort> TakeAbort();
@@ -107,7 +107,7 @@ class RingDispatcher final : public WorkSource {
 
   // Every chunk is trained and every live worker was told DONE.
   bool AllFinished() const;
-  int64_t generation() const;
+  int64_t ring_id() const;
   std::vector<int> members() const;
   int chunks_per_epoch() const { return queue_.chunks_per_epoch(); }
   int64_t done_chunks() const { return queue_.done_count(); }
@@ -145,8 +145,8 @@ class RingDispatcher final : public WorkSource {
   mutable absl::Mutex mu_;
   WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
-  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no ring yet
-  int64_t highest_reported_ ABSL_GUARDED_BY(mu_) = 0;  // RingWorkRequest.state_generation
+  int64_t ring_id_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no ring yet
+  int64_t highest_reported_ ABSL_GUARDED_BY(mu_) = 0;  // RingWorkRequest.state_ring_id
   std::vector<int> members_ ABSL_GUARDED_BY(mu_);
   int64_t start_step_ ABSL_GUARDED_BY(mu_) = 0;
   int source_ ABSL_GUARDED_BY(mu_) = -1;  // of start_step_ - 1; -1: the chief

@@ -20,16 +20,16 @@ class Ring {
   Ring(int workers, int epochs)
       : d_(workers, epochs, now_),
         completed_(workers, -1),
-        state_generation_(workers, 0),
+        state_ring_id_(workers, 0),
         incarnation_(workers, 1) {}
 
-  RingWorkResponse Ask(int w, int64_t failed_generation = 0) {
+  RingWorkResponse Ask(int w, int64_t failed_ring_id = 0) {
     RingWorkRequest r;
     r.set_worker_index(w);
     r.set_incarnation(incarnation_[w]);
     r.set_completed_step(completed_[w]);
-    r.set_state_generation(state_generation_[w]);
-    r.set_failed_generation(failed_generation);
+    r.set_state_ring_id(state_ring_id_[w]);
+    r.set_failed_ring_id(failed_ring_id);
     r.set_chunks_per_epoch(kChunksPerEpoch);
     absl::StatusOr<RingWorkResponse> resp = d_.RingWork(r, now_);
     EXPECT_TRUE(resp.ok()) << resp.status();
@@ -67,7 +67,7 @@ class Ring {
     }
     for (size_t i = 1; i < got.size(); ++i) {
       EXPECT_EQ(got[i].step(), got[0].step());
-      EXPECT_EQ(got[i].generation(), got[0].generation());
+      EXPECT_EQ(got[i].ring_id(), got[0].ring_id());
       EXPECT_EQ(got[i].chunks_size(), got[0].chunks_size());
     }
     for (size_t i = 0; i < got.size(); ++i) {
@@ -75,7 +75,7 @@ class Ring {
       const int64_t k = got[i].chunks(got[i].rank());
       if (k >= 0) ++trained_[k];
       completed_[ws[i]] = got[i].step();
-      state_generation_[ws[i]] = got[i].generation();
+      state_ring_id_[ws[i]] = got[i].ring_id();
     }
     return got.empty() ? -1 : got[0].step();
   }
@@ -103,19 +103,19 @@ class Ring {
   absl::Time now_ = absl::FromUnixSeconds(1000);
   RingDispatcher d_;
   std::vector<int64_t> completed_;
-  std::vector<int64_t> state_generation_;
+  std::vector<int64_t> state_ring_id_;
   std::vector<uint64_t> incarnation_;
   std::map<int64_t, int> trained_;
   std::map<int, int> fetched_;  // worker -> where it took its state from
 };
 
-// Steps and generations a worker reports (or a checkpoint's base step)
+// Steps and ring ids a worker reports (or a checkpoint's base step)
 // that the ring's numbering would overflow on are refused naming them
-// (a state_generation of INT64_MAX once made the next ring's generation
+// (a state_ring_id of INT64_MAX once made the next ring's id
 // INT64_MAX + 1; found by fuzz/chief_fuzzer).
-TEST(RingDispatcherTest, OutOfRangeStepsAndGenerationsAreRefused) {
+TEST(RingDispatcherTest, OutOfRangeStepsAndRingIdsAreRefused) {
   RingDispatcher d(2, 1, absl::UnixEpoch());
-  for (auto [step, state_gen, failed_gen] :
+  for (auto [step, state_ring, failed_ring] :
        {std::tuple<int64_t, int64_t, int64_t>{-2, 0, 0},
         {std::numeric_limits<int64_t>::max(), 0, 0},
         {-1, std::numeric_limits<int64_t>::max(), 0},
@@ -125,8 +125,8 @@ TEST(RingDispatcherTest, OutOfRangeStepsAndGenerationsAreRefused) {
     r.set_worker_index(0);
     r.set_incarnation(1);
     r.set_completed_step(step);
-    r.set_state_generation(state_gen);
-    r.set_failed_generation(failed_gen);
+    r.set_state_ring_id(state_ring);
+    r.set_failed_ring_id(failed_ring);
     r.set_chunks_per_epoch(kChunksPerEpoch);
     absl::StatusOr<RingWorkResponse> resp = d.RingWork(r, absl::UnixEpoch());
     EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << step;
@@ -142,10 +142,10 @@ TEST(RingDispatcherTest, TheFirstRingWaitsForEveryWorkerAndStartsFromTheChief) {
   ASSERT_TRUE(r.d_.SetBase(0, 0, "", {}).ok());
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
-  EXPECT_EQ(r.d_.generation(), 0);
+  EXPECT_EQ(r.d_.ring_id(), 0);
   EXPECT_FALSE(r.d_.Settled());
   EXPECT_EQ(r.Ask(2).kind(), RingWorkResponse::WAIT);  // forms the ring
-  EXPECT_EQ(r.d_.generation(), 1);
+  EXPECT_EQ(r.d_.ring_id(), 1);
   EXPECT_FALSE(r.d_.Settled());  // every member is still to take the state
   EXPECT_EQ(r.d_.members(), (std::vector<int>{0, 1, 2}));
   RingWorkResponse first = r.Ask(1);
@@ -192,13 +192,13 @@ TEST(RingDispatcherTest, ALostMemberBreaksTheRingAndTheOthersGoOnFromTheirState)
   EXPECT_EQ(r.d_.FindLost(r.now_, absl::Seconds(1)), (std::vector<int>{1}));
   std::optional<RingDispatcher::Abort> abort = r.d_.TakeAbort();
   ASSERT_TRUE(abort.has_value());
-  EXPECT_EQ(abort->generation, 1);
+  EXPECT_EQ(abort->ring_id, 1);
   EXPECT_EQ(abort->members, (std::vector<int>{0, 1, 2}));
   EXPECT_FALSE(r.d_.TakeAbort().has_value());  // told once
   // The survivors' all-reduce fails; they report it and wait.
-  EXPECT_EQ(r.Ask(0, /*failed_generation=*/1).kind(), RingWorkResponse::WAIT);
-  EXPECT_EQ(r.Ask(2, /*failed_generation=*/1).kind(), RingWorkResponse::WAIT);
-  EXPECT_EQ(r.d_.generation(), 2);
+  EXPECT_EQ(r.Ask(0, /*failed_ring_id=*/1).kind(), RingWorkResponse::WAIT);
+  EXPECT_EQ(r.Ask(2, /*failed_ring_id=*/1).kind(), RingWorkResponse::WAIT);
+  EXPECT_EQ(r.d_.ring_id(), 2);
   EXPECT_EQ(r.d_.members(), (std::vector<int>{0, 2}));
   // Step 3 again, on the survivors' own state (step 2): no fetch.
   RingWorkResponse again = r.Ask(0);
@@ -224,11 +224,11 @@ TEST(RingDispatcherTest, WhenOneSurvivorCompletedTheStepTheOthersTakeItsState) {
   r.completed_[2] = 2;
   r.incarnation_[1] = 2;  // worker 1 restarted at once: a new process
   r.completed_[1] = -1;
-  r.state_generation_[1] = 0;
+  r.state_ring_id_[1] = 0;
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(0, 1).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(2).kind(), RingWorkResponse::WAIT);
-  EXPECT_EQ(r.d_.generation(), 2);
+  EXPECT_EQ(r.d_.ring_id(), 2);
   EXPECT_EQ(r.d_.members(), (std::vector<int>{0, 1, 2}));
   r.fetched_.clear();
   EXPECT_EQ(r.Step({0, 1, 2}), 3);
@@ -255,7 +255,7 @@ TEST(RingDispatcherTest, AWorkerBackJoinsAfterTheOpenStepAndFetchesTheState) {
   ASSERT_EQ(r.Ask(0).kind(), RingWorkResponse::STEP);
   r.incarnation_[1] = 7;
   r.completed_[1] = -1;
-  r.state_generation_[1] = 0;
+  r.state_ring_id_[1] = 0;
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
   EXPECT_FALSE(r.d_.Settled());  // no checkpoint while the ring grows
   // Worker 0 finishes step 4 (still its own ring), then the ring grows.
@@ -311,14 +311,14 @@ TEST(RingDispatcherTest, WithNoReplicaLeftTheRingRestartsFromTheChiefsCheckpoint
   EXPECT_EQ(r.d_.FindLost(r.now_, absl::Seconds(1)), (std::vector<int>{0, 1}));
   r.incarnation_ = {5, 6};
   r.completed_ = {-1, -1};
-  r.state_generation_ = {0, 0};
+  r.state_ring_id_ = {0, 0};
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
-  EXPECT_EQ(r.d_.generation(), 2);
+  EXPECT_EQ(r.d_.ring_id(), 2);
   EXPECT_EQ(r.d_.members(), (std::vector<int>{0}));
   EXPECT_EQ(r.d_.done_chunks(), 4);  // step 3's chunks are to do again
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);  // forms [0, 1]
-  EXPECT_EQ(r.d_.generation(), 3);
+  EXPECT_EQ(r.d_.ring_id(), 3);
   EXPECT_EQ(r.d_.members(), (std::vector<int>{0, 1}));
   r.trained_[4] = 0, r.trained_[5] = 0;  // step 3's first training was lost
   r.fetched_.clear();
@@ -330,15 +330,15 @@ TEST(RingDispatcherTest, WithNoReplicaLeftTheRingRestartsFromTheChiefsCheckpoint
 }
 
 TEST(RingDispatcherTest, ARestartedChiefNumbersItsRingsAboveTheWorkersAndStartsFromItsBase) {
-  // The workers hold step 7 of ring generation 3; the new chief knows the
+  // The workers hold step 7 of ring 3; the new chief knows the
   // checkpoint of step 4 (chunks 0-7 done).
   Ring r(2, 1);
   ASSERT_TRUE(r.d_.SetBase(4, kChunksPerEpoch, "0-7", {}).ok());
   r.completed_ = {7, 7};
-  r.state_generation_ = {3, 3};
+  r.state_ring_id_ = {3, 3};
   EXPECT_EQ(r.Ask(0).kind(), RingWorkResponse::WAIT);
   EXPECT_EQ(r.Ask(1).kind(), RingWorkResponse::WAIT);
-  EXPECT_EQ(r.d_.generation(), 4);
+  EXPECT_EQ(r.d_.ring_id(), 4);
   EXPECT_EQ(r.Step({0, 1}), 5);
   EXPECT_EQ(r.fetched_.at(0), -1);  // the chief's checkpoint, not their newer state
   EXPECT_EQ(r.fetched_.at(1), -1);

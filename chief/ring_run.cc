@@ -104,7 +104,7 @@ void RingRun::AbortBrokenRing() {
   if (!abort.has_value()) return;
   for (int w : abort->members) {
     // A lost member does not answer; the others stop waiting for it.
-    absl::Status s = replicas_->Abort(w, abort->generation, absl::Milliseconds(500));
+    absl::Status s = replicas_->Abort(w, abort->ring_id, absl::Milliseconds(500));
     if (!s.ok()) spdlog::info("{}", std::string(s.message()));
   }
 }
@@ -124,12 +124,12 @@ absl::Status RingRun::Tick() {
 }
 
 std::string RingRun::ProgressNote() const {
-  return absl::StrCat(" ring generation ", ring_->generation());
+  return absl::StrCat(" ring ", ring_->ring_id());
 }
 
 std::string RingRun::DoneNote() const {
-  return absl::StrCat(" in ", ring_->highest_step(), " steps; ring generation ",
-                      ring_->generation());
+  return absl::StrCat(" in ", ring_->highest_step(), " steps; ring ",
+                      ring_->ring_id());
 }
 
 absl::Status RingRun::TakeCheckpoint(const char* why) {

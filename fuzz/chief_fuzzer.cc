@@ -8,7 +8,7 @@
 //        RingWork, GetReplica), its request either parsed from
 //        length-prefixed bytes or built from fuzzed fields near the run's
 //        sizes (worker indices around num_workers, chunk numbers around
-//        the total, generations, incarnations);
+//        the total, generations and ring ids, incarnations);
 //   7    the chief's own loop: FindLost, Pause / Resume, TakeEvents or
 //        TakeAbort, Membership, AllFinished;
 //   8    a restore: Rewind (ps) or SetBase (ring) with fuzzed done ranges
@@ -181,9 +181,9 @@ class Harness {
           req.set_worker_index(WorkerIndex());
           req.set_incarnation(Incarnation());
           req.set_completed_step(Chunk());
-          req.set_failed_generation(in_.IntInRange(0, 3) == 0 ? in_.Int64() : in_.IntInRange(0, 4));
+          req.set_failed_ring_id(in_.IntInRange(0, 3) == 0 ? in_.Int64() : in_.IntInRange(0, 4));
           req.set_chunks_per_epoch(ChunksPerEpoch());
-          req.set_state_generation(in_.IntInRange(0, 3) == 0 ? in_.Int64() : in_.IntInRange(0, 4));
+          req.set_state_ring_id(in_.IntInRange(0, 3) == 0 ? in_.Int64() : in_.IntInRange(0, 4));
         }
         RingWorkResponse resp;
         (void)service_->RingWork(nullptr, &req, &resp);

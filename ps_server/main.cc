@@ -39,7 +39,7 @@ ABSL_FLAG(int, data_port, 0,
 ABSL_FLAG(int, backup_stores, 1,
           "Backup stores this ps keeps for other ps: the chief's --ps_replicas=R needs R on "
           "every ps (the s-th keeps ps (this - s - 1)'s backup); 0: none, for runs without "
-          "replicas");
+          "backups (--ps_replicas=0)");
 ABSL_FLAG(int, backup_port, 0,
           "Port (gRPC) of the first backup store this ps keeps for another ps when the chief "
           "runs with --ps_replicas (the chief asks for it); the s-th store's is this + s; 0: "

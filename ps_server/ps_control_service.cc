@@ -128,7 +128,7 @@ grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRe
   if (!c.ok()) return ToGrpcStatus(c.status());
   // A seed's fencing (a primary, a higher term, a newer generation refuse
   // it) is the store's, under the lock it restores with.
-  if (req->as_backup()) c->replica = ReplicaRole::kBackup;
+  if (req->as_backup()) c->store_role = StoreRole::kBackup;
   if (req->continues()) {
     // Only a restarted (empty) ps takes up where its backup left off: an
     // initialised one has state of its own that it may have answered for.

@@ -32,7 +32,7 @@ class PsControlService final : public PsControl::Service {
   grpc::Status Restore(grpc::ServerContext*, const RestoreRequest*, RestoreResponse*) override;
   grpc::Status CommitStep(grpc::ServerContext*, const StepCommitRequest*,
                           StepCommitResponse*) override;
-  // Replicas (docs/replication.md): a backup applies its primary's updates
+  // Backups (docs/replication.md): a backup applies its primary's updates
   // (Replicate) and becomes the primary (Promote); a primary keeps the
   // backups it is given up to date (SetBackups) and answers a worker only
   // once they hold what the answer says.

@@ -135,8 +135,8 @@ void PsShard::StopReplicator() {
   replicator_.reset();
 }
 
-ReplicaStats PsShard::UpdateReplicaMetrics(const Replicator& replicator) {
-  const ReplicaStats r = replicator.stats();
+ReplicationStats PsShard::UpdateReplicationMetrics(const Replicator& replicator) {
+  const ReplicationStats r = replicator.stats();
   if (backups_set_gauge_) backups_set_gauge_->Set(r.backups_set);
   if (backups_live_gauge_) backups_live_gauge_->Set(r.backups_live);
   if (replicated_version_gauge_)
@@ -149,7 +149,7 @@ grpc::Status PsShard::AwaitReplicated(int64_t version, absl::Time deadline) {
   const std::shared_ptr<Replicator> replicator = CurrentReplicator();
   if (replicator == nullptr) return grpc::Status::OK;
   const bool held = replicator->WaitReplicated(version, deadline);
-  UpdateReplicaMetrics(*replicator);
+  UpdateReplicationMetrics(*replicator);
   // Demoted meanwhile (replaced): what it held is not the primary's.
   if (replicator->replaced() || store_->stats().backup) return Replaced();
   if (held) return grpc::Status::OK;
@@ -197,7 +197,7 @@ void PsShard::Stats(PsStatsResponse* resp) {
   resp->set_decider_epoch(s.decider_epoch);
   resp->set_replicated_version(-1);
   if (std::shared_ptr<Replicator> replicator = CurrentReplicator(); replicator != nullptr) {
-    const ReplicaStats r = UpdateReplicaMetrics(*replicator);
+    const ReplicationStats r = UpdateReplicationMetrics(*replicator);
     resp->set_replicated_version(r.replicated_version);
     resp->set_backups_live(r.backups_live);
     resp->set_backups_set(r.backups_set);

@@ -104,8 +104,8 @@ class PsShard {
   void NoteStepAsPrimary(int64_t version);
 
  private:
-  // Sets the replica gauges from `replicator`'s stats, and returns them.
-  ReplicaStats UpdateReplicaMetrics(const Replicator& replicator);
+  // Sets the backup gauges from `replicator`'s stats, and returns them.
+  ReplicationStats UpdateReplicationMetrics(const Replicator& replicator);
 
   ParameterStore* const store_;
   Metrics* const metrics_;
@@ -122,7 +122,7 @@ class PsShard {
   InitRequest config_ ABSL_GUARDED_BY(shards_mu_);  // without values
   absl::Mutex replicator_mu_;
   std::shared_ptr<Replicator> replicator_ ABSL_GUARDED_BY(replicator_mu_);
-  // /metrics of the replicas (docs/observability.md); null if they could
+  // /metrics of the backups (docs/observability.md); null if they could
   // not be registered.
   prometheus::Gauge* backups_set_gauge_ = nullptr;
   prometheus::Gauge* backups_live_gauge_ = nullptr;

@@ -136,9 +136,9 @@ bool Replicator::WaitReplicated(int64_t version, absl::Time deadline) {
   return !replaced_;
 }
 
-ReplicaStats Replicator::stats() const {
+ReplicationStats Replicator::stats() const {
   absl::MutexLock lock(&mu_);
-  ReplicaStats s;
+  ReplicationStats s;
   s.backups_set = static_cast<int>(backups_.size());
   int64_t lowest = -1;
   bool any = false;

@@ -66,7 +66,7 @@ struct ReplicatorOptions {
   int max_queued = 256;
 };
 
-struct ReplicaStats {
+struct ReplicationStats {
   int64_t replicated_version = -1;  // held by every live backup; -1: none yet
   int backups_live = 0;
   int backups_set = 0;
@@ -101,7 +101,7 @@ class Replicator {
   // Whether a backup answered that it is the primary now (see Fencing).
   bool replaced() const { return replaced_.load(); }
 
-  ReplicaStats stats() const;
+  ReplicationStats stats() const;
 
  private:
   struct Backup {

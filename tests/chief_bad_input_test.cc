@@ -150,9 +150,9 @@ std::vector<Lie> Lies() {
                     q.set_worker_index(0);
                     q.set_incarnation(1);
                     q.set_completed_step(kInt64Max);
-                    q.set_failed_generation(-1);
+                    q.set_failed_ring_id(-1);
                     q.set_chunks_per_epoch(kChunksPerEpoch);
-                    q.set_state_generation(kInt64Max);
+                    q.set_state_ring_id(kInt64Max);
                     RingWorkResponse r;
                     return s.RingWork(c, q, &r);
                   },

@@ -177,8 +177,8 @@ TEST_F(MirroredTest, AWorkerKilledMidRunLeavesTheRingAndJoinsAgainWhenBack) {
   std::optional<FinalFigures> f = Finish(**c, absl::Minutes(4));
   ASSERT_TRUE(f.has_value());
   const std::string chief = (*c)->Log("chief:0");
-  EXPECT_TRUE(InOrder(chief, {{"ring generation 1 broke: worker 1 was lost",
-                               "ring generation 1 broke: worker 1 restarted"},
+  EXPECT_TRUE(InOrder(chief, {{"ring 1 broke: worker 1 was lost",
+                               "ring 1 broke: worker 1 restarted"},
                               {"worker 1 is back", "worker 1 joins"},
                               {": workers [0, 1, 2] from step"}}))
       << chief;
@@ -191,7 +191,7 @@ TEST_F(MirroredTest, AWorkerKilledMidRunLeavesTheRingAndJoinsAgainWhenBack) {
   EXPECT_NE((*c)->Log("worker:1").find("took the state of step"), std::string::npos);
   // Two epochs of the mlp, global batch 192: 0.93-0.95 undisturbed.
   EXPECT_GT(f->test_accuracy, 0.925) << chief;
-  std::regex interesting("(broke|lost|restarted|is back|joins|ring generation \\d+:|took the state)"
+  std::regex interesting("(broke|lost|restarted|is back|joins|ring \\d+:|took the state)"
                          "[^\n]*");
   for (std::sregex_iterator it(chief.begin(), chief.end(), interesting), end; it != end; ++it) {
     std::cout << "  chief: " << it->str() << "\n";

@@ -236,7 +236,7 @@ else
   fail "the ring: '$final', exit codes ${codes[*]} (w0 w1 ev chief)"
   for h in chief w0 w1 ev; do echo "== $h"; tail -n 5 "$tmp/ring.$h.log"; done
 fi
-if grep -q "ring generation 1: 2 workers" "$tmp/ring.w1.log"; then
+if grep -q "ring 1: 2 workers" "$tmp/ring.w1.log"; then
   pass "worker 1 joined the ring from its own host: $(grep -o 'done: .*images_per_s=[0-9]*' "$tmp/ring.w1.log")"
 else
   fail "no ring in worker 1's log"; tail -n 5 "$tmp/ring.w1.log"

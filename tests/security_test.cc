@@ -178,7 +178,7 @@ TEST_F(SecurityTest, TrainingRunOverMutualTlsWithTokenFinishes) {
     EXPECT_EQ(f->steps, 469) << (*c)->Log("chief:0");
     if (ring) {
       EXPECT_THAT((*c)->Log("worker:1"), HasSubstr("mutual TLS, cluster token required"));
-      EXPECT_THAT((*c)->Log("worker:1"), HasSubstr("ring generation 1: 2 workers"));
+      EXPECT_THAT((*c)->Log("worker:1"), HasSubstr("ring 1: 2 workers"));
       EXPECT_THAT((*c)->Log("evaluator:0"), HasSubstr("eval: step=469 "));
       continue;
     }

@@ -1,7 +1,7 @@
 // ParameterStore's core: configuration, pulls, and pushes up to the rule
 // that takes them (async here; sync in parameter_store_sync.cc). Copies of
 // the store (snapshots, restores, a primary's records, promotion) are in
-// parameter_store_replica.cc.
+// parameter_store_copies.cc.
 #include "update/parameter_store.h"
 
 #include <algorithm>
@@ -176,7 +176,7 @@ absl::Status ParameterStore::AwaitVersion(uint64_t layout_fingerprint, int64_t m
   // are, instead of waiting for its deadline (about a second of a move
   // back).
   auto backup = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return initialized_ && config_.replica == ReplicaRole::kBackup;
+    return initialized_ && config_.store_role == StoreRole::kBackup;
   };
   while (!cancelled_ && !other_generation() && !backup() &&
          (!initialized_ || version_ < min_version)) {
@@ -235,7 +235,7 @@ absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   if (absl::Status s = CheckReady(args.layout_fingerprint); !s.ok()) {
     return s;
   }
-  if (config_.replica == ReplicaRole::kBackup) {
+  if (config_.store_role == StoreRole::kBackup) {
     // Unavailable: the caller asks again, where the primary is now (a
     // restarted ps serves as a backup at the address it had).
     return absl::UnavailableError(
@@ -341,9 +341,9 @@ StoreStats ParameterStore::stats() const {
   s.decider_epoch = decider_epoch_;
   s.primary_term = primary_term_;
   s.initialized = initialized_;
-  s.backup = config_.replica == ReplicaRole::kBackup;
+  s.backup = config_.store_role == StoreRole::kBackup;
   s.decides = config_.rule == UpdateRule::kSync && config_.step_role == StepRole::kDecide &&
-              config_.replica == ReplicaRole::kPrimary;
+              config_.store_role == StoreRole::kPrimary;
   s.layout_fingerprint = config_.layout_fingerprint;
   s.active_workers = active_;
   s.sparse_tables = sparse_.stats();

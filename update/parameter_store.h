@@ -32,8 +32,8 @@
 // pushes and waiting pulls of another generation are Aborted, so no
 // gradient computed on weights from before a restore is ever applied.
 //
-// Replicas: a primary store reports every update it makes, in order, to
-// its update listener (AppliedUpdate); a backup store (ReplicaRole::kBackup)
+// Backups: a primary store reports every update it makes, in order, to
+// its update listener (AppliedUpdate); a backup store (StoreRole::kBackup)
 // takes no pushes or step decisions (Unavailable: the sender asks where
 // the primary is) and applies those records instead (ApplyReplicated), so
 // that it holds what the primary holds, bit for bit, and knows which pushes
@@ -54,7 +54,7 @@
 // (answered_pushes.h) and the sparse tables' rows (sparse_shards.h). The
 // methods are in three files: the core (configuration, pulls, async
 // pushes), the sync step protocol (parameter_store_sync.cc) and the copies
-// of a store (parameter_store_replica.cc: snapshots, restores, records,
+// of a store (parameter_store_copies.cc: snapshots, restores, records,
 // promotion).
 //
 // Thread-safe: every method may be called from any thread. Knows nothing
@@ -96,7 +96,7 @@ enum class StepRole { kDecide, kFollow };
 
 // Whether a store takes workers' pushes (the primary of its shards) or
 // applies a primary's updates (a backup: see the top of this file).
-enum class ReplicaRole { kPrimary, kBackup };
+enum class StoreRole { kPrimary, kBackup };
 
 struct StoreConfig {
   uint64_t layout_fingerprint = 0;
@@ -110,7 +110,7 @@ struct StoreConfig {
   bool skip_nonfinite = false;
   int64_t generation = 0;  // of the initial values
   StepRole step_role = StepRole::kDecide;  // sync only
-  ReplicaRole replica = ReplicaRole::kPrimary;
+  StoreRole store_role = StoreRole::kPrimary;
   std::vector<MovingStatistic> moving_statistics;  // disjoint, in range
   // The model's sparse embedding tables (docs/sparse_embeddings.md), in
   // table order: this store holds the rows of each that RowOwner gives
@@ -176,7 +176,7 @@ struct StoreStats {
   uint64_t applied_digest = 0;
   int64_t generation = 0;
   bool initialized = false;
-  bool backup = false;  // ReplicaRole::kBackup
+  bool backup = false;  // StoreRole::kBackup
   bool decides = false;  // a sync primary that decides its steps
   // A deciding store's epoch, stamped on its decisions; a following
   // store's: the lowest it takes (StepDecision::decider_epoch).
@@ -378,7 +378,7 @@ class ParameterStore {
   // Replaces the whole state with `state` under `config` (initialising an
   // empty store). FailedPrecondition for another layout on an initialised
   // store; InvalidArgument (and no change) for a state that does not fit.
-  // A backup's restore (config.replica) is always a continuation and takes
+  // A backup's restore (config.store_role) is always a continuation and takes
   // the state's primary term; AlreadyExists on an initialised primary and
   // for a state of a lower term than the backup's (a replaced primary's
   // seed: its replicator stops answering), FailedPrecondition for one of

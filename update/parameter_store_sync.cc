@@ -198,7 +198,7 @@ absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerp
 absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d) {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
-  if (config_.replica == ReplicaRole::kBackup) {
+  if (config_.store_role == StoreRole::kBackup) {
     // Unavailable: the caller asks again, where the primary is now (a
     // restarted ps serves as a backup at the address it had).
     return absl::UnavailableError(
@@ -246,7 +246,7 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
 absl::Status ParameterStore::FenceDecisions(uint64_t layout_fingerprint, int64_t epoch) {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
-  if (config_.replica == ReplicaRole::kPrimary && config_.step_role == StepRole::kDecide) {
+  if (config_.store_role == StoreRole::kPrimary && config_.step_role == StepRole::kDecide) {
     return absl::FailedPreconditionError(
         "this ps decides its steps itself; only a following ps is fenced against a decider");
   }

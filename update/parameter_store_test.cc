@@ -703,7 +703,7 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   EXPECT_EQ(snap.recent_chunks, (std::vector<int64_t>{1, 0, 2, 3}));
   EXPECT_EQ(snap.recent_chunks_since, 0);
   StoreConfig b = c;
-  b.replica = ReplicaRole::kBackup;
+  b.store_role = StoreRole::kBackup;
   ParameterStore backup;
   ASSERT_TRUE(backup.Restore(b, seed).ok());
   for (const AppliedUpdate& u : log) ASSERT_TRUE(backup.ApplyReplicated(kLayout, u).ok());
@@ -779,7 +779,7 @@ TEST_F(StoreTest, SnapshotsNameTheChunksOfTheLastSyncSteps) {
   ASSERT_TRUE(async.RecentChunksOf(kLayout, &light).ok());
   EXPECT_EQ(light.recent_chunks, (std::vector<int64_t>{5, 4, 6}));
   StoreConfig ab = SgdConfig(UpdateRule::kAsync, 2, 1);
-  ab.replica = ReplicaRole::kBackup;
+  ab.store_role = StoreRole::kBackup;
   ParameterStore async_backup;
   StoreState empty_seed;
   empty_seed.values = init;
@@ -1544,7 +1544,7 @@ TEST_F(StoreSparseTest, SnapshotAndRestoreKeepTheRows) {
 
 // A backup seeded from its primary that applies every update the primary
 // reported holds the primary's rows, slots and last updates bit for bit.
-class SparseReplicaTest : public StoreSparseTest {
+class SparseBackupTest : public StoreSparseTest {
  protected:
   void Start(const StoreConfig& c) {
     InitStore(primary_, c);
@@ -1552,7 +1552,7 @@ class SparseReplicaTest : public StoreSparseTest {
     StoreState seed;
     ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
     StoreConfig b = c;
-    b.replica = ReplicaRole::kBackup;
+    b.store_role = StoreRole::kBackup;
     absl::Status s = backup_.Restore(b, seed);
     ASSERT_TRUE(s.ok()) << s;
   }
@@ -1573,7 +1573,7 @@ class SparseReplicaTest : public StoreSparseTest {
   size_t applied_ = 0;
 };
 
-TEST_F(SparseReplicaTest, ABackupHoldsThePrimarysRowsAfterSyncSteps) {
+TEST_F(SparseBackupTest, ABackupHoldsThePrimarysRowsAfterSyncSteps) {
   Start(SparseConfig(UpdateRule::kSync, 2, 2, "adagrad"));
   SyncSteps(primary_, 3, 0, [this] { return RandomRows(); });
   Replicate();
@@ -1586,7 +1586,7 @@ TEST_F(SparseReplicaTest, ABackupHoldsThePrimarysRowsAfterSyncSteps) {
   EXPECT_EQ(backup_.stats().version, 7);
 }
 
-TEST_F(SparseReplicaTest, ABackupHoldsThePrimarysRowsAfterAsyncPushes) {
+TEST_F(SparseBackupTest, ABackupHoldsThePrimarysRowsAfterAsyncPushes) {
   Start(SparseConfig(UpdateRule::kAsync, 2, 1, "adagrad"));
   for (int p = 0; p < 8; ++p) {
     const int64_t version = std::max(0, p - 1 - p % 2);  // some stale

@@ -36,15 +36,15 @@ absl::StatusOr<ShardState> RingClient::Fetch(int rank, const ReplicaRequest& req
   return state;
 }
 
-absl::Status RingClient::Abort(int rank, int64_t generation, absl::Duration timeout) {
+absl::Status RingClient::Abort(int rank, int64_t ring_id, absl::Duration timeout) {
   PSCLUSTER_RETURN_IF_ERROR(CheckRank(rank));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   RingAbortRequest request;
-  request.set_ring_id(generation);
+  request.set_ring_id(ring_id);
   RingAck ack;
   return FromGrpcStatus(stubs_[rank]->Abort(&ctx, request, &ack),
-                        absl::StrCat("aborting ring ", generation, " at worker ", rank, " (",
+                        absl::StrCat("aborting ring ", ring_id, " at worker ", rank, " (",
                                      addresses_[rank], ")"));
 }
 

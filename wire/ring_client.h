@@ -41,9 +41,9 @@ class RingClient {
   absl::Status ReadWeights(int64_t min_step, absl::Duration timeout, std::vector<float>* params,
                            int64_t* step);
 
-  // Makes worker `rank`'s all-reduce of ring `generation` (or an older
+  // Makes worker `rank`'s all-reduce of ring `ring_id` (or an older
   // one) return Aborted at once (one attempt, bounded by `timeout`).
-  absl::Status Abort(int rank, int64_t generation, absl::Duration timeout);
+  absl::Status Abort(int rank, int64_t ring_id, absl::Duration timeout);
 
   int num_workers() const { return static_cast<int>(stubs_.size()); }
 

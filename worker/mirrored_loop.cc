@@ -117,7 +117,7 @@ class RingTraining {
   std::vector<float> targets_;
   std::optional<StepReport> report_;
   RingWorkRequest request_;
-  int64_t generation_ = 0;  // of the ring this worker is in
+  int64_t ring_id_ = 0;  // of the ring this worker is in
   int64_t bytes_sent_ = 0, bytes_received_ = 0, payload_sent_ = 0;
   int64_t rings_joined_ = 0, fetches_ = 0, failures_ = 0;
 };
@@ -173,7 +173,7 @@ absl::Status RingTraining::Train() {
     absl::StatusOr<RingWorkResponse> work =
         ctx_.chief->RingWork(request_, options_.step_timeout, ctx_.stop);
     if (!work.ok()) return work.status();
-    request_.set_failed_generation(0);
+    request_.set_failed_ring_id(0);
     if (work->kind() == RingWorkResponse::DONE) return absl::OkStatus();
     if (work->kind() == RingWorkResponse::WAIT) {
       absl::SleepFor(absl::Milliseconds(10));
@@ -186,12 +186,12 @@ absl::Status RingTraining::Train() {
   }
 }
 
-// A step of ring `work.generation()`: joins the ring when it is new, takes
+// A step of ring `work.ring_id()`: joins the ring when it is new, takes
 // the state when told to, trains, sums and applies. A failure a new ring
 // mends is reported with the next request (OK here).
 absl::Status RingTraining::Step(const RingWorkResponse& work) {
   const int64_t step = work.step();
-  if (work.generation() != generation_) {
+  if (work.ring_id() != ring_id_) {
     PSCLUSTER_RETURN_IF_ERROR(JoinRing(work));
   }
   if (work.fetch_state()) {
@@ -229,12 +229,12 @@ absl::Status RingTraining::JoinRing(const RingWorkResponse& work) {
     }
     ring.push_back(addresses_[m]);
   }
-  if (absl::Status s = reducer_->SetRing(work.generation(), ring, work.rank()); !s.ok()) {
+  if (absl::Status s = reducer_->SetRing(work.ring_id(), ring, work.rank()); !s.ok()) {
     return s;
   }
-  generation_ = work.generation();
+  ring_id_ = work.ring_id();
   ++rings_joined_;
-  spdlog::info("ring generation {}: {} workers, this one rank {}, from step {}", generation_,
+  spdlog::info("ring {}: {} workers, this one rank {}, from step {}", ring_id_,
                ring.size(), work.rank(), work.step());
   return absl::OkStatus();
 }
@@ -256,7 +256,7 @@ absl::StatusOr<ShardState> RingTraining::FetchState(const RingWorkResponse& work
 absl::Status RingTraining::TakeState(const RingWorkResponse& work, const ShardState& state) {
   PSCLUSTER_RETURN_IF_ERROR(replica_.Restore(plan_.replica(), state));
   PSCLUSTER_RETURN_IF_ERROR(replica_.CopyWeights(params_.data()));
-  request_.set_state_generation(generation_);
+  request_.set_state_ring_id(ring_id_);
   ++fetches_;
   const int from = work.state_from();
   spdlog::info("took the state of step {} from {}", work.step() - 1,
@@ -301,7 +301,7 @@ absl::Status RingTraining::Apply(const RingWorkResponse& work, const Trained& tr
   if (absl::Status s = replica_.Apply(grads_.data(), step_examples, params_.data()); !s.ok()) {
     return s;
   }
-  request_.set_state_generation(generation_);
+  request_.set_state_ring_id(ring_id_);
   if (options_.log_replica_digests) {
     spdlog::info("replica step={} digest={:08x}", step, replica_.Digest());
   }
@@ -318,9 +318,9 @@ absl::Status RingTraining::Apply(const RingWorkResponse& work, const Trained& tr
 }
 
 void RingTraining::Fail(const RingWorkResponse& work, const absl::Status& why) {
-  spdlog::warn("step {} of ring generation {} failed: {}; waiting for a new ring", work.step(),
-               work.generation(), std::string(why.message()));
-  request_.set_failed_generation(work.generation());
+  spdlog::warn("step {} of ring {} failed: {}; waiting for a new ring", work.step(),
+               work.ring_id(), std::string(why.message()));
+  request_.set_failed_ring_id(work.ring_id());
   ++failures_;
 }
 

@@ -4,7 +4,7 @@
 // chunks round a ring of them over gRPC (proto/ring.proto).
 //
 // The ring. The chief names its members in order (their addresses) and a
-// generation, ring_id, that rises with every new membership. Rank r sends
+// ring id, ring_id, that rises with every new membership. Rank r sends
 // clockwise to rank r + 1 and counter-clockwise to rank r - 1 (mod P, the
 // ring's size). With `bidirectional`, values [0, n - n/2) go clockwise and
 // [n - n/2, n) counter-clockwise, at once, so both ways of every link carry
@@ -171,7 +171,7 @@ class RingAllReducer {
   RingAllReducer(const RingAllReducer&) = delete;
   RingAllReducer& operator=(const RingAllReducer&) = delete;
 
-  // Installs a ring: its generation (above every earlier one), the
+  // Installs a ring: its id (above every earlier one), the
   // members' addresses in ring order, this worker's rank; aborts of older
   // rings do not apply to it. InvalidArgument naming the value when the
   // ring_id does not rise, the list is empty or holds an empty address, or

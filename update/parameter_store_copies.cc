@@ -19,7 +19,7 @@ absl::Status ParameterStore::CheckSeed(const StoreState& state) const {
   // was promoted and seeded it; AlreadyExists tells that primary's
   // replicator so, whatever its generation) or by an older generation's
   // (a primary that was cut off and came back).
-  if (config_.replica != ReplicaRole::kBackup) {
+  if (config_.store_role != StoreRole::kBackup) {
     return absl::AlreadyExistsError("this ps is the primary of its store; it takes no backup seed");
   }
   if (state.primary_term < primary_term_) {
@@ -70,7 +70,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
     }
   }
   absl::MutexLock lock(&mu_);
-  if (initialized_ && config.replica == ReplicaRole::kBackup) {
+  if (initialized_ && config.store_role == StoreRole::kBackup) {
     PSCLUSTER_RETURN_IF_ERROR(CheckSeed(state));
   }
   if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
@@ -92,7 +92,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   // Decisions of steps the restored state may not hold (Configure cleared
   // the kept ones).
   replicated_decisions_.clear();
-  if (kind == RestoreKind::kContinue || c.replica == ReplicaRole::kBackup) {
+  if (kind == RestoreKind::kContinue || c.store_role == StoreRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
     stats_.steps_applied = state.steps_applied;
@@ -203,7 +203,7 @@ void ParameterStore::SetUpdateListener(UpdateListener listener) {
 }
 
 absl::Status ParameterStore::CheckRecord(const AppliedUpdate& u) const {
-  if (config_.replica != ReplicaRole::kBackup) {
+  if (config_.store_role != StoreRole::kBackup) {
     return absl::FailedPreconditionError(
         "this ps is the primary of these shards; it takes no replicated updates");
   }
@@ -345,7 +345,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
                                      int64_t decider_epoch, int64_t primary_term) {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
-  if (config_.replica != ReplicaRole::kBackup) {
+  if (config_.store_role != StoreRole::kBackup) {
     return absl::FailedPreconditionError("this ps is the primary of these shards already");
   }
   if (generation < generation_ || generation > kMaxVersion) {
@@ -362,7 +362,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
     PSCLUSTER_RETURN_IF_ERROR(CheckInFlight(*in_flight, generation, step_role));
   }
   primary_term_ = primary_term > 0 ? primary_term : primary_term_ + 1;
-  config_.replica = ReplicaRole::kPrimary;
+  config_.store_role = StoreRole::kPrimary;
   config_.step_role = step_role;
   config_.generation = generation;
   generation_ = generation;
@@ -378,7 +378,7 @@ absl::Status ParameterStore::Promote(uint64_t layout_fingerprint, int64_t genera
 absl::Status ParameterStore::Demote(uint64_t layout_fingerprint) {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
-  config_.replica = ReplicaRole::kBackup;
+  config_.store_role = StoreRole::kBackup;
   replicated_decisions_.clear();  // it is seeded before it takes records
   // Waiting pulls and pushes see the new role.
   version_advanced_.SignalAll();

@@ -59,7 +59,7 @@ absl::StatusOr<PushResult> Push(ParameterStore& store, int worker, int64_t versi
 
 // A primary initialised with random values that records its updates, and
 // a backup seeded from it.
-class ReplicaTest : public ::testing::Test {
+class BackupStoreTest : public ::testing::Test {
  protected:
   void Start(const StoreConfig& config) {
     config_ = config;
@@ -70,7 +70,7 @@ class ReplicaTest : public ::testing::Test {
     StoreState seed;
     ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
     StoreConfig b = config;
-    b.replica = ReplicaRole::kBackup;
+    b.store_role = StoreRole::kBackup;
     ASSERT_TRUE(backup_.Restore(b, seed).ok());
   }
 
@@ -117,7 +117,7 @@ class ReplicaTest : public ::testing::Test {
   size_t applied_ = 0;
 };
 
-TEST_F(ReplicaTest, ABackupOfADecidingSyncStoreHoldsTheSameBits) {
+TEST_F(BackupStoreTest, ABackupOfADecidingSyncStoreHoldsTheSameBits) {
   Start(AdamConfig(UpdateRule::kSync, 3, 2));
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t v = 0; v < 12; ++v) {
@@ -140,7 +140,7 @@ TEST_F(ReplicaTest, ABackupOfADecidingSyncStoreHoldsTheSameBits) {
   EXPECT_EQ(backup_.StepOutcome(0, 12), std::optional<bool>(true));
 }
 
-TEST_F(ReplicaTest, ABackupOfAFollowingStoreHoldsTheSameBitsWithStepsComputedAhead) {
+TEST_F(BackupStoreTest, ABackupOfAFollowingStoreHoldsTheSameBitsWithStepsComputedAhead) {
   StoreConfig c = AdamConfig(UpdateRule::kSync, 3, 2);
   c.step_role = StepRole::kFollow;
   Start(c);
@@ -175,7 +175,7 @@ TEST_F(ReplicaTest, ABackupOfAFollowingStoreHoldsTheSameBitsWithStepsComputedAhe
   ExpectSameState();
 }
 
-TEST_F(ReplicaTest, AnAsyncBackupHoldsTheSameBitsAndOncePromotedAnswersAppliedPushesAsTheyWere) {
+TEST_F(BackupStoreTest, AnAsyncBackupHoldsTheSameBitsAndOncePromotedAnswersAppliedPushesAsTheyWere) {
   Start(AdamConfig(UpdateRule::kAsync, 2, 1));
   uint64_t id = 100;
   std::vector<std::pair<uint64_t, PushResult>> answers;
@@ -221,7 +221,7 @@ TEST_F(ReplicaTest, AnAsyncBackupHoldsTheSameBitsAndOncePromotedAnswersAppliedPu
   EXPECT_EQ(backup_.stats().generation, 1);
 }
 
-TEST_F(ReplicaTest, ABackupPromotedUnderTheSameGenerationTakesThePushesInFlight) {
+TEST_F(BackupStoreTest, ABackupPromotedUnderTheSameGenerationTakesThePushesInFlight) {
   // A fail-over that rolls nothing back: the workers' pushes computed on
   // the old primary's weights stand, and a resend of one it applied is
   // answered as it was.
@@ -242,7 +242,7 @@ TEST_F(ReplicaTest, ABackupPromotedUnderTheSameGenerationTakesThePushesInFlight)
   EXPECT_EQ(backup_.stats().generation, 0);
 }
 
-TEST_F(ReplicaTest, ABackupPromotedToDecideClosesTheStepInFlightAsTheFollowersDid) {
+TEST_F(BackupStoreTest, ABackupPromotedToDecideClosesTheStepInFlightAsTheFollowersDid) {
   // The decider closed step 0 with worker 0 alone (one replica to
   // aggregate) and sent the decision to its followers, then was lost
   // before its backup got the record: the promoted backup closes step 0
@@ -281,7 +281,7 @@ TEST_F(ReplicaTest, ABackupPromotedToDecideClosesTheStepInFlightAsTheFollowersDi
   EXPECT_EQ(own->members, std::vector<bool>({false, true}));
 }
 
-TEST_F(ReplicaTest, ABackupPromotedToDecideSendsTheStepsItHoldsAgainUnderItsEpoch) {
+TEST_F(BackupStoreTest, ABackupPromotedToDecideSendsTheStepsItHoldsAgainUnderItsEpoch) {
   // The decider applied steps 0 and 1, its backup got both records, and
   // the follower got the decision of step 0 only: the decider was lost
   // before it sent the next. The promoted backup sends both again, under
@@ -322,7 +322,7 @@ TEST_F(ReplicaTest, ABackupPromotedToDecideSendsTheStepsItHoldsAgainUnderItsEpoc
   EXPECT_EQ(follower.stats().applied_digest, primary_.stats().applied_digest);
 }
 
-TEST_F(ReplicaTest, AFollowerFencedAtANewEpochRefusesTheOldDecidersDecisions) {
+TEST_F(BackupStoreTest, AFollowerFencedAtANewEpochRefusesTheOldDecidersDecisions) {
   StoreConfig fc = AdamConfig(UpdateRule::kSync, 2, 2);
   fc.step_role = StepRole::kFollow;
   Start(fc);
@@ -374,7 +374,7 @@ TEST_F(ReplicaTest, AFollowerFencedAtANewEpochRefusesTheOldDecidersDecisions) {
   EXPECT_EQ(decider.FenceDecisions(kLayout, 1).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(ReplicaTest, ASeedTakenWhileAStepGathersLeavesItsPushesToBePushedAgain) {
+TEST_F(BackupStoreTest, ASeedTakenWhileAStepGathersLeavesItsPushesToBePushedAgain) {
   // A backup seeded while worker 0's push waits in the step being gathered,
   // then promoted before the step closed (the shards moved back to it): it
   // does not hold that gradient, so the push resent to it is taken, not
@@ -387,7 +387,7 @@ TEST_F(ReplicaTest, ASeedTakenWhileAStepGathersLeavesItsPushesToBePushedAgain) {
   for (const StoreState::Answered& a : seed.answered) EXPECT_NE(a.request_id, 71u);
   ParameterStore backup(1);
   StoreConfig b = config_;
-  b.replica = ReplicaRole::kBackup;
+  b.store_role = StoreRole::kBackup;
   ASSERT_TRUE(backup.Restore(b, seed).ok());
   ASSERT_TRUE(backup.Promote(kLayout, 0, StepRole::kDecide).ok());
   absl::StatusOr<PushResult> resent = Push(backup, 0, 0, RandomVector(&rng_), 1, 71);
@@ -398,7 +398,7 @@ TEST_F(ReplicaTest, ASeedTakenWhileAStepGathersLeavesItsPushesToBePushedAgain) {
   EXPECT_EQ(backup.stats().pushes_applied, 2);
 }
 
-TEST_F(ReplicaTest, ADeciderDemotedAndPromotedAgainSendsItsLastDecisionsUnderTheNewEpoch) {
+TEST_F(BackupStoreTest, ADeciderDemotedAndPromotedAgainSendsItsLastDecisionsUnderTheNewEpoch) {
   // The shards were to move back: the decider was demoted after it applied
   // step 0, the followers were fenced at epoch 1 (refusing its decision of
   // step 0 if it had not arrived), and the promotion elsewhere failed. It
@@ -421,7 +421,7 @@ TEST_F(ReplicaTest, ADeciderDemotedAndPromotedAgainSendsItsLastDecisionsUnderThe
   EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 0).status()));
 }
 
-TEST_F(ReplicaTest, AFollowerKeepsTheDecisionsItTakes) {
+TEST_F(BackupStoreTest, AFollowerKeepsTheDecisionsItTakes) {
   StoreConfig follower = AdamConfig(UpdateRule::kSync, 2, 2);
   follower.step_role = StepRole::kFollow;
   Start(follower);
@@ -439,7 +439,7 @@ TEST_F(ReplicaTest, AFollowerKeepsTheDecisionsItTakes) {
   EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 1).status()));
 }
 
-TEST_F(ReplicaTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
+TEST_F(BackupStoreTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, /*id=*/11).ok());
   ASSERT_TRUE(Push(primary_, 1, 0, RandomVector(&rng_), 1, /*id=*/12).ok());
@@ -464,7 +464,7 @@ TEST_F(ReplicaTest, APromotedSyncBackupDecidesTheNextStepsUnderItsGeneration) {
 // continues it: same bits, counters and digest, and a push the lost
 // process applied is answered as it was when resent, under the same
 // generation; a checkpoint restore (kRollback) takes none of that.
-TEST_F(ReplicaTest, APrimaryRestoredFromItsBackupContinuesIt) {
+TEST_F(BackupStoreTest, APrimaryRestoredFromItsBackupContinuesIt) {
   Start(AdamConfig(UpdateRule::kAsync, 2, 1));
   std::vector<std::pair<uint64_t, PushResult>> answers;
   for (uint64_t id = 1; id <= 6; ++id) {
@@ -507,7 +507,7 @@ TEST_F(ReplicaTest, APrimaryRestoredFromItsBackupContinuesIt) {
 
 // A deciding store keeps its newest decisions for a follower restored
 // from its backup, which needs the one of the step it is at again.
-TEST_F(ReplicaTest, ADecidingStoreGivesAKeptDecisionAgain) {
+TEST_F(BackupStoreTest, ADecidingStoreGivesAKeptDecisionAgain) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   EXPECT_TRUE(absl::IsNotFound(primary_.DecisionFor(kLayout, 0).status()));
   ASSERT_TRUE(Push(primary_, 0, 0, RandomVector(&rng_), 1, 1).ok());
@@ -521,11 +521,11 @@ TEST_F(ReplicaTest, ADecidingStoreGivesAKeptDecisionAgain) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(ReplicaTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecords) {
+TEST_F(BackupStoreTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecords) {
   // --ps_replicas=2: the primary keeps two backups, backup_ and `second`.
   Start(AdamConfig(UpdateRule::kAsync, 2, 1));
   StoreConfig b = config_;
-  b.replica = ReplicaRole::kBackup;
+  b.store_role = StoreRole::kBackup;
   ParameterStore second(1);
   {
     StoreState seed;
@@ -573,13 +573,13 @@ TEST_F(ReplicaTest, ABackupSeededByAPromotedStoreRefusesTheReplacedPrimarysRecor
   EXPECT_EQ(second.ApplyReplicated(kLayout, at).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(ReplicaTest, APromotionMustRaiseThePrimaryTermAndARestoreNeverLowersIt) {
+TEST_F(BackupStoreTest, APromotionMustRaiseThePrimaryTermAndARestoreNeverLowersIt) {
   Start(AdamConfig(UpdateRule::kAsync, 2, 1));
   StoreState seed;
   ASSERT_TRUE(primary_.Snapshot(kLayout, &seed).ok());
   seed.primary_term = 3;
   StoreConfig b = config_;
-  b.replica = ReplicaRole::kBackup;
+  b.store_role = StoreRole::kBackup;
   ASSERT_TRUE(backup_.Restore(b, seed).ok());
   EXPECT_EQ(backup_.stats().primary_term, 3);
   // At or below its own it would fence nothing.
@@ -596,7 +596,7 @@ TEST_F(ReplicaTest, APromotionMustRaiseThePrimaryTermAndARestoreNeverLowersIt) {
   EXPECT_EQ(backup_.stats().primary_term, 5);
 }
 
-TEST_F(ReplicaTest, APullWaitingOnAPrimaryFailsAtOnceWhenItIsDemoted) {
+TEST_F(BackupStoreTest, APullWaitingOnAPrimaryFailsAtOnceWhenItIsDemoted) {
   // A move back (docs/replication.md): the store that served the shards is
   // demoted while a worker's pull waits for the next version there; it
   // must fail then, so that the worker asks where the shards are, not wait
@@ -618,7 +618,7 @@ TEST_F(ReplicaTest, APullWaitingOnAPrimaryFailsAtOnceWhenItIsDemoted) {
   EXPECT_NE(pulled.message().find("demoted"), absl::string_view::npos) << pulled;
 }
 
-TEST_F(ReplicaTest, EachRoleRefusesWhatIsNotItsOwn) {
+TEST_F(BackupStoreTest, EachRoleRefusesWhatIsNotItsOwn) {
   Start(AdamConfig(UpdateRule::kSync, 2, 2));
   // A backup takes no pushes and no step decisions: Unavailable, so that
   // the sender looks for the primary and asks again.
