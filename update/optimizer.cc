@@ -1,9 +1,13 @@
 #include "update/optimizer.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "update/update_rules.h"
 
 namespace pscluster {
 namespace {
@@ -76,18 +80,67 @@ void AdamKernelTo(int64_t n, const float* __restrict grad, const float* __restri
   }
 }
 
+// Keras 3's _apply_weight_decay: variable - variable * wd * lr.
+void WeightDecayKernel(int64_t n, float* __restrict params, float weight_decay, float lr) {
+  for (int64_t i = 0; i < n; ++i) params[i] = params[i] - params[i] * weight_decay * lr;
+}
+
+void AdagradKernel(int64_t n, const float* __restrict grad, float* __restrict params,
+                   float* __restrict acc, float lr, float epsilon) {
+  for (int64_t i = 0; i < n; ++i) AdagradStep(grad[i], &params[i], &acc[i], lr, epsilon);
+}
+
+void FtrlKernel(int64_t n, const float* __restrict grad, float* __restrict params,
+                float* __restrict acc, float* __restrict linear, const FtrlTerms& t) {
+  for (int64_t i = 0; i < n; ++i) FtrlStep(grad[i], &params[i], &acc[i], &linear[i], t);
+}
+
+struct RmspropTerms {
+  float lr;
+  float rho;
+  float momentum;  // 0: no momentum slot
+  float epsilon;
+};
+
+// Keras 3's RMSprop.update_step term by term (Keras 2's
+// ResourceApplyRMSProp and ResourceApplyCenteredRMSProp compute the same).
+// momentum and average are null when the optimizer has no such slot.
+void RmspropKernel(int64_t n, const float* __restrict grad, float* __restrict params,
+                   float* __restrict velocity, float* __restrict momentum,
+                   float* __restrict average, const RmspropTerms& t) {
+  const float one_minus_rho = 1.0f - t.rho;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float v = t.rho * velocity[i] + one_minus_rho * (g * g);
+    velocity[i] = v;
+    float denominator = v;
+    if (average != nullptr) {
+      const float ag = t.rho * average[i] + one_minus_rho * g;
+      average[i] = ag;
+      denominator = v - ag * ag;
+    }
+    const float increment = (t.lr * g) / std::sqrt(denominator + t.epsilon);
+    if (momentum != nullptr) {
+      const float m = t.momentum * momentum[i] + increment;
+      momentum[i] = m;
+      params[i] -= m;
+    } else {
+      params[i] -= increment;
+    }
+  }
+}
+
 class SgdOptimizer final : public Optimizer {
  public:
   SgdOptimizer(const OptimizerOptions& options, int64_t num_params)
       : Optimizer(options, num_params, {}) {}
 
-  void Apply(const float* grad, float* params) override {
+ protected:
+  void Update(const float* grad, float* params, float* const*) override {
     const float lr = current_learning_rate();
     ForRanges([&](int64_t b, int64_t e) { SgdKernel(e - b, grad + b, params + b, lr); });
-    increment_iterations();
   }
 
- protected:
   void ComputeAside(const float* grad, const float* params, float* params_out) override {
     const float lr = current_learning_rate();
     ForRanges([&](int64_t b, int64_t e) {
@@ -101,17 +154,16 @@ class MomentumOptimizer final : public Optimizer {
   MomentumOptimizer(const OptimizerOptions& options, int64_t num_params)
       : Optimizer(options, num_params, {"momentum"}) {}
 
-  void Apply(const float* grad, float* params) override {
+ protected:
+  void Update(const float* grad, float* params, float* const* slots) override {
     const float lr = current_learning_rate();
     const float momentum = options().momentum;
-    float* velocity = mutable_slot(0);
+    float* velocity = slots[0];
     ForRanges([&](int64_t b, int64_t e) {
       MomentumKernel(e - b, grad + b, params + b, velocity + b, lr, momentum);
     });
-    increment_iterations();
   }
 
- protected:
   void ComputeAside(const float* grad, const float* params, float* params_out) override {
     const float lr = current_learning_rate();
     const float momentum = options().momentum;
@@ -124,24 +176,25 @@ class MomentumOptimizer final : public Optimizer {
   }
 };
 
+// Adam, and AdamW: Adam with a weight decay (Keras's default 0.004, which
+// the caller sets), applied before every rule's update (Apply).
 class AdamOptimizer final : public Optimizer {
  public:
   AdamOptimizer(const OptimizerOptions& options, int64_t num_params)
       : Optimizer(options, num_params, {"m", "v"}) {}
 
-  void Apply(const float* grad, float* params) override {
+ protected:
+  void Update(const float* grad, float* params, float* const* slots) override {
     const OptimizerOptions& o = options();
     const float lr_t = LearningRateT();
-    float* m = mutable_slot(0);
-    float* v = mutable_slot(1);
+    float* m = slots[0];
+    float* v = slots[1];
     ForRanges([&](int64_t b, int64_t e) {
       AdamKernel(e - b, grad + b, params + b, m + b, v + b, 1.0f - o.beta1, 1.0f - o.beta2,
                  lr_t, o.epsilon);
     });
-    increment_iterations();
   }
 
- protected:
   void ComputeAside(const float* grad, const float* params, float* params_out) override {
     const OptimizerOptions& o = options();
     const float lr_t = LearningRateT();
@@ -167,6 +220,68 @@ class AdamOptimizer final : public Optimizer {
   }
 };
 
+class AdagradOptimizer final : public Optimizer {
+ public:
+  AdagradOptimizer(const OptimizerOptions& options, int64_t num_params)
+      : Optimizer(options, num_params, {"accumulator"}, {options.initial_accumulator_value}) {}
+
+ protected:
+  void Update(const float* grad, float* params, float* const* slots) override {
+    const float lr = current_learning_rate();
+    const float epsilon = options().epsilon;
+    float* acc = slots[0];
+    ForRanges([&](int64_t b, int64_t e) {
+      AdagradKernel(e - b, grad + b, params + b, acc + b, lr, epsilon);
+    });
+  }
+};
+
+class RmspropOptimizer final : public Optimizer {
+ public:
+  RmspropOptimizer(const OptimizerOptions& options, int64_t num_params)
+      : Optimizer(options, num_params, SlotNames(options)) {}
+
+  static std::vector<std::string> SlotNames(const OptimizerOptions& o) {
+    std::vector<std::string> names = {"velocity"};
+    if (o.momentum > 0.0f) names.push_back("momentum");
+    if (o.centered) names.push_back("average_gradient");
+    return names;
+  }
+
+ protected:
+  void Update(const float* grad, float* params, float* const* slots) override {
+    const OptimizerOptions& o = options();
+    const RmspropTerms t{current_learning_rate(), o.rho, o.momentum, o.epsilon};
+    float* velocity = slots[0];
+    float* momentum = o.momentum > 0.0f ? slots[1] : nullptr;
+    float* average = o.centered ? slots[o.momentum > 0.0f ? 2 : 1] : nullptr;
+    ForRanges([&](int64_t b, int64_t e) {
+      RmspropKernel(e - b, grad + b, params + b, velocity + b,
+                    momentum != nullptr ? momentum + b : nullptr,
+                    average != nullptr ? average + b : nullptr, t);
+    });
+  }
+};
+
+class FtrlOptimizer final : public Optimizer {
+ public:
+  FtrlOptimizer(const OptimizerOptions& options, int64_t num_params)
+      : Optimizer(options, num_params, {"accumulator", "linear"},
+                  {options.initial_accumulator_value, 0.0f}) {}
+
+ protected:
+  void Update(const float* grad, float* params, float* const* slots) override {
+    const OptimizerOptions& o = options();
+    const FtrlTerms t = MakeFtrlTerms(current_learning_rate(), o.learning_rate_power, o.l1, o.l2,
+                                      o.l2_shrinkage, o.beta);
+    float* acc = slots[0];
+    float* linear = slots[1];
+    ForRanges([&](int64_t b, int64_t e) {
+      FtrlKernel(e - b, grad + b, params + b, acc + b, linear + b, t);
+    });
+  }
+};
+
 absl::Status BadOption(const OptimizerOptions& options, const char* field,
                        float value, const char* requirement) {
   return absl::InvalidArgumentError(absl::StrCat("optimizer \"", options.name,
@@ -177,14 +292,18 @@ absl::Status BadOption(const OptimizerOptions& options, const char* field,
 // [0, 1) and finite; NaN fails both comparisons.
 bool InUnitInterval(float x) { return x >= 0.0f && x < 1.0f; }
 
+bool FiniteNonNegative(float x) { return std::isfinite(x) && x >= 0.0f; }
+
 absl::Status Validate(const OptimizerOptions& o, int64_t num_params) {
-  if (o.name != "sgd" && o.name != "momentum" && o.name != "adam") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown optimizer \"", o.name, "\" (expected sgd, momentum or adam)"));
+  static const char* const kNames[] = {"sgd",     "momentum", "adam", "adamw",
+                                       "adagrad", "rmsprop",  "ftrl"};
+  if (std::find(std::begin(kNames), std::end(kNames), o.name) == std::end(kNames)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown optimizer \"", o.name,
+                     "\" (expected sgd, momentum, adam, adamw, adagrad, rmsprop or ftrl)"));
   }
   if (!std::isfinite(o.learning_rate) || !(o.learning_rate > 0.0f)) {
-    return BadOption(o, "learning_rate", o.learning_rate,
-                     "must be finite and > 0");
+    return BadOption(o, "learning_rate", o.learning_rate, "must be finite and > 0");
   }
   if (!(o.decay_rate > 0.0f && o.decay_rate <= 1.0f)) {
     return BadOption(o, "decay_rate", o.decay_rate, "must be in (0, 1]");
@@ -197,18 +316,34 @@ absl::Status Validate(const OptimizerOptions& o, int64_t num_params) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer \"", o.name, "\": num_params ", num_params, " is negative"));
   }
-  if (o.name == "momentum" && !InUnitInterval(o.momentum)) {
+  if (!FiniteNonNegative(o.weight_decay)) {
+    return BadOption(o, "weight_decay", o.weight_decay, "must be finite and >= 0");
+  }
+  const bool adam = o.name == "adam" || o.name == "adamw";
+  if ((o.name == "momentum" || o.name == "rmsprop") && !InUnitInterval(o.momentum)) {
     return BadOption(o, "momentum", o.momentum, "must be in [0, 1)");
   }
-  if (o.name == "adam") {
-    if (!InUnitInterval(o.beta1)) {
-      return BadOption(o, "beta1", o.beta1, "must be in [0, 1)");
+  if (adam && !InUnitInterval(o.beta1)) return BadOption(o, "beta1", o.beta1, "must be in [0, 1)");
+  if (adam && !InUnitInterval(o.beta2)) return BadOption(o, "beta2", o.beta2, "must be in [0, 1)");
+  if (o.name == "rmsprop" && !InUnitInterval(o.rho)) {
+    return BadOption(o, "rho", o.rho, "must be in [0, 1)");
+  }
+  if ((adam || o.name == "adagrad" || o.name == "rmsprop") &&
+      !(std::isfinite(o.epsilon) && o.epsilon > 0.0f)) {
+    return BadOption(o, "epsilon", o.epsilon, "must be finite and > 0");
+  }
+  if ((o.name == "adagrad" || o.name == "ftrl") && !FiniteNonNegative(o.initial_accumulator_value)) {
+    return BadOption(o, "initial_accumulator_value", o.initial_accumulator_value,
+                     "must be finite and >= 0");
+  }
+  if (o.name == "ftrl") {
+    if (!std::isfinite(o.learning_rate_power) || !(o.learning_rate_power <= 0.0f)) {
+      return BadOption(o, "learning_rate_power", o.learning_rate_power, "must be finite and <= 0");
     }
-    if (!InUnitInterval(o.beta2)) {
-      return BadOption(o, "beta2", o.beta2, "must be in [0, 1)");
-    }
-    if (!std::isfinite(o.epsilon) || !(o.epsilon > 0.0f)) {
-      return BadOption(o, "epsilon", o.epsilon, "must be finite and > 0");
+    const std::pair<const char*, float> strengths[] = {
+        {"l1", o.l1}, {"l2", o.l2}, {"l2_shrinkage", o.l2_shrinkage}, {"beta", o.beta}};
+    for (const auto& [field, value] : strengths) {
+      if (!FiniteNonNegative(value)) return BadOption(o, field, value, "must be finite and >= 0");
     }
   }
   return absl::OkStatus();
@@ -227,28 +362,64 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const OptimizerOptions& options, int64_t num_params) {
   absl::Status status = Validate(options, num_params);
   if (!status.ok()) return status;
-  if (options.name == "sgd") {
-    return std::unique_ptr<Optimizer>(new SgdOptimizer(options, num_params));
-  }
-  if (options.name == "momentum") {
-    return std::unique_ptr<Optimizer>(
-        new MomentumOptimizer(options, num_params));
-  }
-  return std::unique_ptr<Optimizer>(new AdamOptimizer(options, num_params));
+  const std::string& name = options.name;
+  std::unique_ptr<Optimizer> made;
+  if (name == "sgd") made = std::make_unique<SgdOptimizer>(options, num_params);
+  if (name == "momentum") made = std::make_unique<MomentumOptimizer>(options, num_params);
+  if (name == "adam" || name == "adamw") made = std::make_unique<AdamOptimizer>(options, num_params);
+  if (name == "adagrad") made = std::make_unique<AdagradOptimizer>(options, num_params);
+  if (name == "rmsprop") made = std::make_unique<RmspropOptimizer>(options, num_params);
+  if (name == "ftrl") made = std::make_unique<FtrlOptimizer>(options, num_params);
+  return made;
 }
 
 Optimizer::Optimizer(const OptimizerOptions& options, int64_t num_params,
-                     std::vector<std::string> slot_names)
-    : options_(options),
-      num_params_(num_params),
-      slot_names_(std::move(slot_names)),
-      slots_(slot_names_.size(), std::vector<float>(num_params, 0.0f)) {}
+                     std::vector<std::string> slot_names, std::vector<float> slot_starts)
+    : options_(options), num_params_(num_params), slot_names_(std::move(slot_names)) {
+  for (size_t i = 0; i < slot_names_.size(); ++i) {
+    slots_.emplace_back(num_params, i < slot_starts.size() ? slot_starts[i] : 0.0f);
+  }
+}
+
+namespace {
+
+// Pointers to each slot's floats, for Update (at most three slots).
+std::array<float*, 4> SlotPointers(std::vector<std::vector<float>>& slots) {
+  std::array<float*, 4> p{};
+  for (size_t i = 0; i < slots.size() && i < p.size(); ++i) p[i] = slots[i].data();
+  return p;
+}
+
+}  // namespace
+
+void Optimizer::Apply(const float* grad, float* params) {
+  if (options_.weight_decay != 0.0f) DecayWeights(params);
+  Update(grad, params, SlotPointers(slots_).data());
+  ++iterations_;
+}
+
+void Optimizer::DecayWeights(float* params) {
+  const float lr = current_learning_rate();
+  const float weight_decay = options_.weight_decay;
+  ForRanges([&](int64_t b, int64_t e) { WeightDecayKernel(e - b, params + b, weight_decay, lr); });
+}
 
 void Optimizer::ApplyAside(const float* grad, const float* params, float* params_out) {
   if (aside_.size() != slots_.size()) {
     aside_.assign(slots_.size(), std::vector<float>(num_params_, 0.0f));
   }
-  ComputeAside(grad, params, params_out);
+  if (options_.weight_decay != 0.0f) {
+    Optimizer::ComputeAside(grad, params, params_out);
+  } else {
+    ComputeAside(grad, params, params_out);
+  }
+}
+
+void Optimizer::ComputeAside(const float* grad, const float* params, float* params_out) {
+  std::copy(params, params + num_params_, params_out);
+  for (size_t i = 0; i < slots_.size(); ++i) aside_[i] = slots_[i];
+  if (options_.weight_decay != 0.0f) DecayWeights(params_out);
+  Update(grad, params_out, SlotPointers(aside_).data());
 }
 
 void Optimizer::TakeAside() {

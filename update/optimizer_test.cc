@@ -183,9 +183,17 @@ TEST(OptimizerTest, RestoredStateContinuesIdentically) {
 // and the iteration count bit for bit where Apply leaves them, step after
 // step; until it is taken the optimizer is as it was.
 TEST(OptimizerTest, AnUpdateComputedAsideAndTakenIsApplysBitForBit) {
-  for (const char* name : {"sgd", "momentum", "adam"}) {
+  for (const char* name : {"sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop",
+                           "rmsprop+", "ftrl", "sgd+"}) {
     SCOPED_TRACE(name);
-    OptimizerOptions o = Options(name, 0.01f);
+    // "+": with a weight decay, and rmsprop's momentum and centering.
+    const std::string base = std::string(name).substr(0, std::string(name).find('+'));
+    OptimizerOptions o = Options(base, 0.01f);
+    if (base == "adamw" || std::string(name).back() == '+') o.weight_decay = 0.05f;
+    if (std::string(name) == "rmsprop+") {
+      o.momentum = 0.5f;
+      o.centered = true;
+    }
     o.decay_rate = 0.5f;
     o.decay_steps = 3;
     constexpr int64_t kN = 1000;  // more than one vector's worth, and a tail
@@ -329,8 +337,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 INSTANTIATE_TEST_SUITE_P(
     AllErrors, BadOptionsTest,
     testing::Values(
-        BadOptionsCase{"UnknownName", Options("rmsprop", 0.1f), 1,
-                       "unknown optimizer \"rmsprop\""},
+        BadOptionsCase{"UnknownName", Options("lamb", 0.1f), 1,
+                       "unknown optimizer \"lamb\""},
         BadOptionsCase{"EmptyName", Options("", 0.1f), 1,
                        "unknown optimizer \"\""},
         BadOptionsCase{"ZeroLearningRate", Options("sgd", 0.0f), 1,
@@ -378,7 +386,43 @@ INSTANTIATE_TEST_SUITE_P(
         BadOptionsCase{
             "EpsilonInfinite",
             With("adam", [](OptimizerOptions& o) { o.epsilon = kInf; }), 1,
-            "epsilon inf"}),
+            "epsilon inf"},
+        BadOptionsCase{
+            "WeightDecayNegative",
+            With("adamw", [](OptimizerOptions& o) { o.weight_decay = -0.01f; }), 1,
+            "optimizer \"adamw\": weight_decay -0.01 must be finite and >= 0"},
+        BadOptionsCase{
+            "AdamwBeta1One",
+            With("adamw", [](OptimizerOptions& o) { o.beta1 = 1.0f; }), 1,
+            "beta1 1 must be in [0, 1)"},
+        BadOptionsCase{
+            "AdagradEpsilonZero",
+            With("adagrad", [](OptimizerOptions& o) { o.epsilon = 0.0f; }), 1,
+            "optimizer \"adagrad\": epsilon 0 must be finite and > 0"},
+        BadOptionsCase{
+            "AdagradAccumulatorNegative",
+            With("adagrad", [](OptimizerOptions& o) { o.initial_accumulator_value = -1.0f; }),
+            1, "initial_accumulator_value -1 must be finite and >= 0"},
+        BadOptionsCase{
+            "RmspropRhoOne",
+            With("rmsprop", [](OptimizerOptions& o) { o.rho = 1.0f; }), 1,
+            "optimizer \"rmsprop\": rho 1 must be in [0, 1)"},
+        BadOptionsCase{
+            "RmspropMomentumNaN",
+            With("rmsprop", [](OptimizerOptions& o) { o.momentum = kNaN; }), 1,
+            "momentum nan"},
+        BadOptionsCase{
+            "FtrlPowerPositive",
+            With("ftrl", [](OptimizerOptions& o) { o.learning_rate_power = 0.5f; }), 1,
+            "optimizer \"ftrl\": learning_rate_power 0.5 must be finite and <= 0"},
+        BadOptionsCase{
+            "FtrlL1Negative",
+            With("ftrl", [](OptimizerOptions& o) { o.l1 = -0.1f; }), 1,
+            "l1 -0.1 must be finite and >= 0"},
+        BadOptionsCase{
+            "FtrlBetaInfinite",
+            With("ftrl", [](OptimizerOptions& o) { o.beta = kInf; }), 1,
+            "beta inf must be finite and >= 0"}),
     [](const testing::TestParamInfo<BadOptionsCase>& info) {
       return std::string(info.param.name);
     });
@@ -421,6 +465,209 @@ TEST(OptimizerDecayTest, BadDecayIsRefusedNamingIt) {
   r = Optimizer::Create(o, 1);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("decay_steps -1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pscluster
+
+// The rules that Keras 3 has and the first three optimizers do not:
+// AdamW, Adagrad, RMSprop (plain, with momentum, centered) and FTRL, each
+// checked step by step against its formula in double precision (Keras's
+// update_step, keras/src/optimizers/*.py), and a weight decay on another
+// rule.
+namespace pscluster {
+namespace {
+
+// One coordinate's state in double: the value and up to three slots.
+struct Coord {
+  double p;
+  double s[3];
+};
+
+using Rule = void (*)(const OptimizerOptions& o, double lr, int64_t t, double g, Coord* c);
+
+void AdamRule(const OptimizerOptions& o, double lr, int64_t t, double g, Coord* c) {
+  c->s[0] = o.beta1 * c->s[0] + (1 - double{o.beta1}) * g;
+  c->s[1] = o.beta2 * c->s[1] + (1 - double{o.beta2}) * g * g;
+  const double lr_t = lr * std::sqrt(1 - std::pow(double{o.beta2}, t)) /
+                      (1 - std::pow(double{o.beta1}, t));
+  c->p -= lr_t * c->s[0] / (std::sqrt(c->s[1]) + o.epsilon);
+}
+
+void AdagradRule(const OptimizerOptions& o, double lr, int64_t, double g, Coord* c) {
+  c->s[0] += g * g;
+  c->p -= lr * g / std::sqrt(c->s[0] + o.epsilon);
+}
+
+// s[0] velocity, then momentum, then the average gradient, as the slots.
+void RmspropRule(const OptimizerOptions& o, double lr, int64_t, double g, Coord* c) {
+  const double rho = o.rho;
+  c->s[0] = rho * c->s[0] + (1 - rho) * g * g;
+  double denominator = c->s[0];
+  const int average = o.momentum > 0 ? 2 : 1;
+  if (o.centered) {
+    c->s[average] = rho * c->s[average] + (1 - rho) * g;
+    denominator -= c->s[average] * c->s[average];
+  }
+  const double increment = lr * g / std::sqrt(denominator + o.epsilon);
+  if (o.momentum > 0) {
+    c->s[1] = o.momentum * c->s[1] + increment;
+    c->p -= c->s[1];
+  } else {
+    c->p -= increment;
+  }
+}
+
+void FtrlRule(const OptimizerOptions& o, double lr, int64_t, double g, Coord* c) {
+  const double power = -double{o.learning_rate_power};
+  const double l2_reg = o.l2 + o.beta / (2 * lr);
+  const double g_shrunk = g + 2 * double{o.l2_shrinkage} * c->p;
+  const double n = c->s[0] + g * g;
+  c->s[1] += g_shrunk - (std::pow(n, power) - std::pow(c->s[0], power)) / lr * c->p;
+  const double quadratic = std::pow(n, power) / lr + 2 * l2_reg;
+  const double z = c->s[1];
+  c->p = (std::clamp(z, -double{o.l1}, double{o.l1}) - z) / quadratic;
+  c->s[0] = n;
+}
+
+void SgdRule(const OptimizerOptions&, double lr, int64_t, double g, Coord* c) { c->p -= lr * g; }
+
+// Runs `steps` updates of kN coordinates with gradients of several scales
+// through the optimizer and through `rule` in double (after the weight
+// decay p -= p * weight_decay * lr when set), comparing values and slots
+// after every step within `relative` of the larger of the reference and
+// `floor`.
+void ExpectFollowsRule(const OptimizerOptions& o, Rule rule, int steps, double relative) {
+  constexpr int64_t kN = 257;
+  std::unique_ptr<Optimizer> opt = Make(o, kN);
+  ASSERT_NE(opt, nullptr);
+  const size_t slots = opt->slot_names().size();
+  std::vector<float> p(kN), g(kN);
+  std::vector<Coord> ref(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    p[i] = std::sin(0.7 * i) * 0.5f;
+    ref[i].p = p[i];
+    for (size_t k = 0; k < slots; ++k) ref[i].s[k] = opt->slot(opt->slot_names()[k])[i];
+  }
+  for (int step = 0; step < steps; ++step) {
+    const double lr = opt->current_learning_rate();
+    for (int64_t i = 0; i < kN; ++i) {
+      // Gradients from 1e-3 to 3 in size, both signs, some exactly 0.
+      g[i] = i % 11 == 0 ? 0.0f
+                         : static_cast<float>(std::cos(1.3 * i + step) * std::pow(10.0, i % 4 - 3) *
+                                              (1 + step % 3));
+      if (o.weight_decay != 0.0f) ref[i].p -= ref[i].p * o.weight_decay * lr;
+      rule(o, lr, opt->iterations() + 1, g[i], &ref[i]);
+    }
+    opt->Apply(g.data(), p.data());
+    // Elementwise within `relative` of the reference, or of a hundredth
+    // of the largest in the array where the element is smaller (a float
+    // near 0 after a cancellation carries the rounding of its operands).
+    auto check = [&](const std::string& what, auto got, auto want) {
+      double scale = 0;
+      for (int64_t i = 0; i < kN; ++i) scale = std::max(scale, std::fabs(want(i)));
+      for (int64_t i = 0; i < kN; ++i) {
+        const double tol = relative * std::max(std::fabs(want(i)), 0.01 * scale);
+        ASSERT_NEAR(got(i), want(i), tol) << what << " " << i << " after step " << step + 1;
+      }
+    };
+    check("value", [&](int64_t i) { return p[i]; }, [&](int64_t i) { return ref[i].p; });
+    for (size_t k = 0; k < slots; ++k) {
+      absl::Span<const float> slot = opt->slot(opt->slot_names()[k]);
+      check(opt->slot_names()[k], [&](int64_t i) { return slot[i]; },
+            [&](int64_t i) { return ref[i].s[k]; });
+    }
+  }
+}
+
+TEST(KerasOptimizerTest, AdamwIsAdamAfterTheDecoupledWeightDecay) {
+  OptimizerOptions o = Options("adamw", 0.01f);
+  o.weight_decay = 0.004f;
+  ExpectFollowsRule(o, AdamRule, 30, 1e-4);
+  o.weight_decay = 0.5f;  // large enough to matter within a few steps
+  o.decay_rate = 0.5f;
+  o.decay_steps = 4;  // the decay follows the scheduled rate
+  ExpectFollowsRule(o, AdamRule, 30, 1e-4);
+}
+
+TEST(KerasOptimizerTest, AdagradAccumulatesFromItsInitialValue) {
+  OptimizerOptions o = Options("adagrad", 0.1f);
+  std::unique_ptr<Optimizer> opt = Make(o, 3);
+  ASSERT_EQ(opt->slot_names(), std::vector<std::string>{"accumulator"});
+  for (float a : opt->slot("accumulator")) EXPECT_EQ(a, 0.1f);
+  ExpectFollowsRule(o, AdagradRule, 30, 1e-5);
+  o.initial_accumulator_value = 0.0f;  // Keras allows it: the first step is lr * sign(g)
+  o.epsilon = 1e-3f;
+  ExpectFollowsRule(o, AdagradRule, 30, 1e-5);
+}
+
+TEST(KerasOptimizerTest, RmspropPlainWithMomentumAndCentered) {
+  OptimizerOptions o = Options("rmsprop", 0.01f);
+  o.momentum = 0.0f;  // Keras's default
+  EXPECT_EQ(Make(o, 1)->slot_names(), std::vector<std::string>{"velocity"});
+  ExpectFollowsRule(o, RmspropRule, 30, 1e-4);
+  o.momentum = 0.9f;
+  EXPECT_EQ(Make(o, 1)->slot_names(), (std::vector<std::string>{"velocity", "momentum"}));
+  ExpectFollowsRule(o, RmspropRule, 30, 1e-4);
+  o.centered = true;
+  EXPECT_EQ(Make(o, 1)->slot_names(),
+            (std::vector<std::string>{"velocity", "momentum", "average_gradient"}));
+  ExpectFollowsRule(o, RmspropRule, 30, 1e-4);
+  o.momentum = 0.0f;
+  o.rho = 0.5f;
+  EXPECT_EQ(Make(o, 1)->slot_names(),
+            (std::vector<std::string>{"velocity", "average_gradient"}));
+  ExpectFollowsRule(o, RmspropRule, 30, 1e-4);
+}
+
+TEST(KerasOptimizerTest, FtrlWithAndWithoutItsRegularizers) {
+  OptimizerOptions o = Options("ftrl", 0.1f);
+  std::unique_ptr<Optimizer> opt = Make(o, 2);
+  ASSERT_EQ(opt->slot_names(), (std::vector<std::string>{"accumulator", "linear"}));
+  EXPECT_EQ(opt->slot("accumulator")[0], 0.1f);
+  EXPECT_EQ(opt->slot("linear")[0], 0.0f);
+  ExpectFollowsRule(o, FtrlRule, 30, 1e-4);
+  o.l1 = 0.001f;  // small coordinates are held at exactly 0
+  o.l2 = 0.01f;
+  o.l2_shrinkage = 0.02f;
+  o.beta = 0.5f;
+  ExpectFollowsRule(o, FtrlRule, 30, 1e-4);
+  o.learning_rate_power = -0.7f;  // pow, not sqrt
+  ExpectFollowsRule(o, FtrlRule, 30, 1e-4);
+}
+
+TEST(KerasOptimizerTest, AWeightDecayAppliesToEveryRule) {
+  OptimizerOptions o = Options("sgd", 0.1f);
+  o.weight_decay = 0.1f;
+  ExpectFollowsRule(o, SgdRule, 10, 1e-5);
+  o.name = "adagrad";
+  ExpectFollowsRule(o, AdagradRule, 10, 1e-5);
+  // p = p - p * wd * lr with g = 0: 2 * (1 - 0.01) under sgd.
+  o.name = "sgd";
+  std::unique_ptr<Optimizer> opt = Make(o, 1);
+  float p = 2.0f;
+  const float g = 0.0f;
+  opt->Apply(&g, &p);
+  EXPECT_FLOAT_EQ(p, 1.98f);
+}
+
+TEST(KerasOptimizerTest, RestoredStateOfEachNewRuleContinuesIdentically) {
+  for (const char* name : {"adamw", "adagrad", "rmsprop", "ftrl"}) {
+    SCOPED_TRACE(name);
+    OptimizerOptions o = Options(name, 0.05f);
+    o.momentum = 0.5f;
+    o.centered = true;
+    std::unique_ptr<Optimizer> a = Make(o, 4), b = Make(o, 4);
+    std::vector<float> p = {0.1f, -0.2f, 0.3f, 0.0f}, g = {0.5f, -1.0f, 0.25f, 2.0f};
+    a->Apply(g.data(), p.data());
+    a->Apply(g.data(), p.data());
+    ASSERT_TRUE(b->RestoreState(a->SaveState()).ok());
+    std::vector<float> q = p;
+    a->Apply(g.data(), p.data());
+    b->Apply(g.data(), q.data());
+    EXPECT_EQ(p, q);
+    EXPECT_EQ(b->iterations(), 3);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "update/optimizer.h"
+#include "update/update_rules.h"
 
 namespace pscluster {
 namespace {
@@ -21,15 +22,9 @@ void SgdRow(int d, const float* __restrict g, float* __restrict w, float lr) {
   for (int i = 0; i < d; ++i) w[i] -= lr * g[i];
 }
 
-// Keras 3 puts epsilon inside the square root (TensorFlow's
-// ApplyAdagradV2 kernel, and Keras 2, add it to the root instead).
 void AdagradRow(int d, const float* __restrict g, float* __restrict w, float* __restrict acc,
                 float lr, float epsilon) {
-  for (int i = 0; i < d; ++i) {
-    const float a = acc[i] + g[i] * g[i];
-    acc[i] = a;
-    w[i] -= (lr * g[i]) / std::sqrt(a + epsilon);
-  }
+  for (int i = 0; i < d; ++i) AdagradStep(g[i], &w[i], &acc[i], lr, epsilon);
 }
 
 // The dense AdamKernel's expression (update/optimizer.cc) as GCC builds it
@@ -49,33 +44,9 @@ void AdamRow(int d, const float* __restrict g, float* __restrict w, float* __res
   }
 }
 
-// FTRL's constants, derived once from the options.
-struct FtrlTerms {
-  float lr;
-  float neg_power;     // -learning_rate_power, >= 0
-  bool power_is_half;  // neg_power == 0.5: sqrt, exact, instead of pow
-  float l1;
-  float two_l2;         // 2 * (l2 + beta / (2 * lr)), Keras's 2 * l2_reg
-  float two_shrinkage;  // 2 * l2_shrinkage_regularization_strength
-};
-
-float FtrlPower(const FtrlTerms& t, float n) {
-  return t.power_is_half ? std::sqrt(n) : std::pow(n, t.neg_power);
-}
-
 void FtrlRow(int d, const float* __restrict g, float* __restrict w, float* __restrict acc,
              float* __restrict linear, const FtrlTerms& t) {
-  for (int i = 0; i < d; ++i) {
-    const float g_shrunk = g[i] + t.two_shrinkage * w[i];
-    const float n = acc[i] + g[i] * g[i];
-    const float p_new = FtrlPower(t, n);
-    const float sigma = (p_new - FtrlPower(t, acc[i])) / t.lr;
-    const float z = linear[i] + (g_shrunk - sigma * w[i]);
-    const float quadratic = p_new / t.lr + t.two_l2;
-    linear[i] = z;
-    acc[i] = n;
-    w[i] = (std::clamp(z, -t.l1, t.l1) - z) / quadratic;
-  }
+  for (int i = 0; i < d; ++i) FtrlStep(g[i], &w[i], &acc[i], &linear[i], t);
 }
 
 std::vector<std::string> SlotNames(const std::string& name) {
@@ -147,23 +118,15 @@ class SparseFtrl final : public SparseOptimizer {
 
   void Apply(absl::Span<float* const> rows, const float* grads, int64_t iterations) const override {
     const int d = width();
-    const FtrlTerms terms = Terms(options(), LearningRate(iterations));
+    const SparseOptimizerOptions& o = options();
+    const FtrlTerms terms =
+        MakeFtrlTerms(LearningRate(iterations), o.learning_rate_power,
+                      o.l1_regularization_strength, o.l2_regularization_strength,
+                      o.l2_shrinkage_regularization_strength, o.beta);
     for (size_t r = 0; r < rows.size(); ++r) {
       float* row = rows[r];
       FtrlRow(d, grads + r * d, row, row + d, row + 2 * d, terms);
     }
-  }
-
- private:
-  // The constants at the rate `lr` (the step's, decayed).
-  static FtrlTerms Terms(const SparseOptimizerOptions& o, float lr) {
-    const double l2_reg = o.l2_regularization_strength + o.beta / (2.0 * lr);
-    return FtrlTerms{lr,
-                     -o.learning_rate_power,
-                     o.learning_rate_power == -0.5f,
-                     o.l1_regularization_strength,
-                     static_cast<float>(2.0 * l2_reg),
-                     2.0f * o.l2_shrinkage_regularization_strength};
   }
 };
 
