@@ -112,7 +112,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   // Reconnect quickly when a peer comes back (defaults back off to 120 s).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Despite its name, gRPC reads this as the least time a connection
+  // attempt (TCP connect and handshake) gets before it is given up
+  // (subchannel.cc's min_connect_timeout; 20 s by default). At 100 ms a
+  // call made on a fresh channel to a live peer failed now and then on a
+  // loaded host ("tcp handshaker shutdown": the connect had not completed
+  // in 100 ms). 1 s still retries a black-holed peer (a cut link) every
+  // second or so.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   // Resolve the peer's name again at most 1 s after a failed connection,
   // not 30 s (gRPC's default): a Kubernetes pod made again (deleted, or its
   // node lost) comes back under the same DNS name at a new address.
