@@ -157,11 +157,32 @@ absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* 
   dispatcher_->Pause();
   const absl::Time give_up = t0 + recovery_timeout_;
   absl::Time next_report = t0 + kWaitReportEvery;
+  // ps i's shards served by its backup promoted on another ps, lost with
+  // that ps: the store does not come back where it was (a new process
+  // takes new ports for its backup stores, and they hold nothing), so ps
+  // i's own process is waited for too, and serves them again once back.
+  const std::string serving = fleet_->address(i);
+  const std::string home = copies_ != nullptr ? (*copies_)[i].home : serving;
   absl::StatusOr<PsStatsResponse> st;
   while (true) {
     if (stop_) return absl::CancelledError("stopped while waiting for a ps");
     st = fleet_->Stats(i, absl::Seconds(1));
     if (st.ok()) break;
+    if (home != serving) {
+      absl::StatusOr<PsStatsResponse> own = fleet_->StatsAt(home, absl::Seconds(1));
+      if (own.ok()) {
+        StoreCopies& c = (*copies_)[i];
+        spdlog::warn("ps:{}'s shards were served by its backup on ps:{} ({}), lost too: ps:{} "
+                     "itself ({}) serves them again",
+                     i, c.primary_holder, serving, i, home);
+        fleet_->MoveTo(i, home);
+        c.primary_holder = i;
+        if (metrics_ != nullptr) metrics_->SetCopies(i, i, HoldersOf(c.backups));
+        PSCLUSTER_RETURN_IF_ERROR(PublishPlacement());
+        st = std::move(own);
+        break;
+      }
+    }
     if (absl::Now() >= next_report) {
       // An operator sees what the run waits for, and for how long: a ps
       // stopped by hand (docker kill, docker stop) is not restarted by

@@ -248,18 +248,57 @@ check_promoted "async, 2 ps, ps:0 killed mid-run: its backup on ps:1 promoted, e
   'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on'
 
 # Both copies of ps 1's store lost at once (ps 1 and ps 2, which keeps its
-# backup): restored from the checkpoint, and the log says why.
+# backup): restored from the checkpoint, and the log says why. (Killed a
+# few milliseconds apart, the chief may find ps:1 lost first and promote
+# its backup on ps:2, then lose that with ps:2: ps:1 itself serves its
+# shards again, as in the run after this one.)
 kill_ps "$tmp/bkill.out" async 3 '[12]'
 problems="$(crc_pairs "$tmp/bkill.out" 3)"
 if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
    [[ "$(tail -n 1 "$tmp/bkill.out")" =~ ^final:\ test_accuracy=0\.98 ]] &&
    [ "$(grep -c 'exited (killed by SIGKILL); restarting' "$tmp/bkill.out")" -eq 2 ] &&
-   grep -q 'ps:[12] cannot be restored from its backup (.*); the checkpoint serves' "$tmp/bkill.out" &&
+   grep -qE "ps:[12] cannot be restored from its backup \(.*\); the checkpoint serves|ps:1's shards were served by its backup on ps:2 \(.*\), lost too: ps:1 itself \(.*\) serves them again" "$tmp/bkill.out" &&
    grep -q 'restarted: every ps restored from the checkpoint of step' "$tmp/bkill.out" &&
    [ -z "$problems" ]; then
   pass "async, 3 ps, both copies of a store killed: restored from the checkpoint, saying why; the run ends as usual"
 else
   fail "async, 3 ps, ps:1 and ps:2 killed (exit $rc): $problems"; tail -n 30 "$tmp/bkill.out"
+fi
+
+# ps:1 killed; once its backup on ps:2 serves its shards, ps:2 killed too:
+# the only copy of ps:1's store is gone with ps:2's process, and the store
+# never comes back where it was (a restarted ps takes new ports for its
+# backup stores). The chief waits for ps:1 itself as well, points its
+# shards back home and restores every ps from the checkpoint (it once
+# waited for the lost store until --ps_recovery_timeout_s failed the run).
+"$train" --no_build --data_dir="$data" --model=cnn --epochs=2 --ps_replicas=1 --mode=async \
+  --num_ps=3 --checkpoint_every_steps=100 --log_every_s=0.5 --ps_recovery_timeout_s=60 \
+  --logdir="$tmp/skill.out.d" > "$tmp/skill.out" 2>&1 &
+pid=$!
+kill_ps_when "$tmp/skill.out" \
+  '^\[chief\] .*( epoch [12]/2 step [1-9][0-9]{2,} |checkpoint \(periodic\) at step [1-9][0-9]{2,} )' \
+  "$pid" 1
+first="$killed"
+for _ in $(seq 1 1500); do
+  grep -q 'ps:1 lost .*serves its shards from now on' "$tmp/skill.out" && break
+  sleep 0.02
+done
+second=""
+if grep -q 'ps:1 lost .*serves its shards from now on' "$tmp/skill.out" &&
+   ! grep -q 'every worker is done' "$tmp/skill.out"; then
+  kill_ps_frozen "$pid" 2
+  second="$killed"
+fi
+for _ in $(seq 1 1200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; sleep 5; rc=124; else wait "$pid"; rc=$?; fi
+if [ -n "$first" ] && [ -n "$second" ] && [ "$rc" -eq 0 ] &&
+   [[ "$(tail -n 1 "$tmp/skill.out")" =~ ^final:\ test_accuracy=0\.98 ]] &&
+   grep -qE "ps:1's shards were served by its backup on ps:2 \(.*\), lost too: ps:1 itself \(.*\) serves them again" "$tmp/skill.out" &&
+   grep -q 'ps:1 restarted: every ps restored from the checkpoint of step' "$tmp/skill.out"; then
+  pass "async, 3 ps: ps:1 killed, then ps:2, which served its shards: ps:1 serves them again, every ps restored from the checkpoint; the run ends as usual"
+else
+  fail "async, 3 ps, ps:1 then ps:2 killed (killed '$first' '$second', exit $rc)"
+  grep -E "^\[chief\].*(lost|promot|restarted|cannot|waiting|serves)" "$tmp/skill.out" | tail -n 10
 fi
 
 # --ps_replicas=2 (sync, 3 ps): ps:1 and ps:2 killed together, each store
