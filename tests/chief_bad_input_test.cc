@@ -339,7 +339,16 @@ TEST(ChiefBadInputTest, LyingCoordinationRequestsChangeNothing) {
     if (v < 0x80) break;
   }
   huge.append(type_bytes, 'w');
-  const grpc::Status oversized = RawCall(channel, "/pscluster.Coordinator/GetPlan", huge);
+  // Over a channel of its own without MakeChannel's 2 s keepalive: on a
+  // loaded host, a client busy sending 512 MiB may not see its ping
+  // answered in time and drop the call ("keepalive watchdog timeout"),
+  // which says nothing of the chief's limit.
+  grpc::ChannelArguments plain;
+  plain.SetMaxSendMessageSize(1 << 30);
+  const grpc::Status oversized =
+      RawCall(grpc::CreateCustomChannel((*c)->Address("chief:0"),
+                                        grpc::InsecureChannelCredentials(), plain),
+              "/pscluster.Coordinator/GetPlan", huge);
   huge.clear();
   huge.shrink_to_fit();
   EXPECT_EQ(raw.error_code(), grpc::StatusCode::INTERNAL) << raw.error_message();
