@@ -9,10 +9,12 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "model/initial_weights.h"
+#include "model/keras_optimizer.h"
 #include "model/keras_weights.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
 #include "model/sparse_layout.h"
+#include "update/optimizer.h"
 #include "wire/codec.h"
 #include "wire/data_plane.h"
 
@@ -131,23 +133,20 @@ absl::Status SetWire(const ChiefFlags& f, TrainingPlan* plan) {
 // whatever the model, so that a bad value is named even for a model
 // without Embedding layers; a model whose Embedding cannot be sparse, and
 // a codec the sparse rows cannot take, are refused.
-absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
+absl::Status SetEmbeddings(const ChiefFlags& f, const OptimizerConfig& dense_optimizer,
+                           TrainingPlan* plan) {
   // A ring of mirrored workers holds whole models: its tables are dense.
   const bool dense = f.dense_embeddings || plan->strategy() == MULTI_WORKER_MIRRORED;
   plan->set_dense_embeddings(dense);
-  std::string name = f.embedding_optimizer;
-  if (name.empty()) {
-    if (f.optimizer == "momentum") {
-      name = "momentum";  // refused below only if the model has tables
-    } else {
-      name = f.optimizer;
-    }
-  }
-  if (name != "sgd" && name != "adagrad" && name != "adam" && name != "ftrl" &&
-      name != "momentum") {
-    return Bad("embedding_optimizer", f.embedding_optimizer, "must be sgd, adagrad, adam or ftrl");
-  }
-  if (!f.embedding_optimizer.empty() && name == "momentum") {
+  // By default the dense optimizer's per-row form, where it has one
+  // (momentum, adamw and rmsprop have none: refused below only if the
+  // model has tables).
+  const bool per_row = [](const std::string& n) {
+    return n == "sgd" || n == "adagrad" || n == "adam" || n == "ftrl";
+  }(f.embedding_optimizer.empty() ? dense_optimizer.name() : f.embedding_optimizer);
+  const std::string name =
+      f.embedding_optimizer.empty() ? dense_optimizer.name() : f.embedding_optimizer;
+  if (!f.embedding_optimizer.empty() && !per_row) {
     return Bad("embedding_optimizer", f.embedding_optimizer, "must be sgd, adagrad, adam or ftrl");
   }
   const double lr = f.embedding_learning_rate > 0 ? f.embedding_learning_rate : f.learning_rate;
@@ -220,8 +219,8 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
     }
     return absl::OkStatus();
   }
-  if (name == "momentum") {
-    return Bad("optimizer", f.optimizer,
+  if (!per_row) {
+    return Bad("optimizer", name,
                "has no per-row form for the model's sparse embedding tables: give "
                "--embedding_optimizer (sgd, adagrad, adam or ftrl) or --dense_embeddings");
   }
@@ -234,31 +233,145 @@ absl::Status SetEmbeddings(const ChiefFlags& f, TrainingPlan* plan) {
   return absl::OkStatus();
 }
 
-// --optimizer, --learning_rate, --momentum, --lr_decay_rate,
-// --lr_decay_steps (Adam's betas and epsilon are Keras's).
-absl::Status SetOptimizer(const ChiefFlags& f, OptimizerConfig* o) {
-  if (f.optimizer != "adam" && f.optimizer != "sgd" && f.optimizer != "momentum") {
-    return Bad("optimizer", f.optimizer, "must be adam, sgd or momentum");
+// The optimizer's options as Keras starts `name` (learning_rate 0: unset).
+OptimizerConfig KerasDefaults(const std::string& name) {
+  OptimizerConfig o;
+  o.set_name(name);
+  o.set_momentum(name == "momentum" ? 0.9f : 0.0f);
+  o.set_beta1(0.9f);
+  o.set_beta2(0.999f);
+  o.set_epsilon(1e-7f);
+  o.set_weight_decay(name == "adamw" ? 0.004f : 0.0f);
+  o.set_rho(0.9f);
+  o.set_initial_accumulator_value(0.1f);
+  o.set_learning_rate_power(-0.5f);
+  o.set_decay_rate(1.0f);
+  return o;
+}
+
+// The model file's compiled optimizer in our terms, with its clipping.
+OptimizerConfig FromFile(const CompiledOptimizer& c, double* clipnorm, double* global_clipnorm) {
+  OptimizerConfig o = KerasDefaults(c.name);
+  o.set_learning_rate(static_cast<float>(c.learning_rate));
+  o.set_momentum(static_cast<float>(c.momentum));
+  o.set_beta1(static_cast<float>(c.beta1));
+  o.set_beta2(static_cast<float>(c.beta2));
+  o.set_epsilon(static_cast<float>(c.epsilon));
+  o.set_weight_decay(static_cast<float>(c.weight_decay));
+  o.set_rho(static_cast<float>(c.rho));
+  o.set_centered(c.centered);
+  o.set_initial_accumulator_value(static_cast<float>(c.initial_accumulator_value));
+  o.set_learning_rate_power(static_cast<float>(c.learning_rate_power));
+  o.set_l1(static_cast<float>(c.l1));
+  o.set_l2(static_cast<float>(c.l2));
+  o.set_l2_shrinkage(static_cast<float>(c.l2_shrinkage));
+  o.set_beta(static_cast<float>(c.beta));
+  o.set_decay_rate(static_cast<float>(c.decay_rate));
+  o.set_decay_steps(c.decay_steps);
+  *clipnorm = c.clipnorm;
+  *global_clipnorm = c.global_clipnorm;
+  return o;
+}
+
+// The optimizer: --optimizer and its flags; or, where --optimizer is not
+// given and the model file was compiled with an optimizer, the file's,
+// with each of --learning_rate, --momentum, --weight_decay,
+// --lr_decay_rate, --lr_decay_steps, --clipnorm and --global_clipnorm that
+// is given in its place. The result is checked whatever its source, each
+// bad value named as the flag that sets it.
+absl::Status SetOptimizer(const ChiefFlags& f, TrainingPlan* plan, OptimizerConfig* o,
+                          std::string* origin) {
+  auto given = [&f](const char* flag) { return f.given.count(flag) > 0; };
+  double clipnorm = f.clipnorm, global_clipnorm = f.global_clipnorm;
+  std::optional<CompiledOptimizer> compiled;
+  if (!given("optimizer")) {
+    absl::StatusOr<std::optional<CompiledOptimizer>> read =
+        ReadCompiledOptimizer(plan->model_json(), f.model);
+    if (!read.ok()) return Bad("model", f.model, std::string(read.status().message()));
+    compiled = *std::move(read);
   }
-  const double lr = f.learning_rate;
-  if (!(lr > 0 && lr < 1e6)) return Bad("learning_rate", std::to_string(lr), "must be > 0");
-  if (!(f.momentum >= 0 && f.momentum < 1)) {
-    return Bad("momentum", std::to_string(f.momentum), "must be in [0, 1)");
+  if (compiled.has_value()) {
+    *o = FromFile(*compiled, &clipnorm, &global_clipnorm);
+    *origin = absl::StrCat("the model file's compiled ", compiled->keras_class);
+    if (given("learning_rate")) o->set_learning_rate(static_cast<float>(f.learning_rate));
+    if (given("momentum")) o->set_momentum(static_cast<float>(f.momentum));
+    if (given("lr_decay_rate")) o->set_decay_rate(static_cast<float>(f.lr_decay_rate));
+    if (given("lr_decay_steps")) o->set_decay_steps(f.lr_decay_steps);
+    if (given("clipnorm")) clipnorm = f.clipnorm;
+    if (given("global_clipnorm")) global_clipnorm = f.global_clipnorm;
+    if (o->decay_steps() > 0 && !given("lr_decay_rate") && o->decay_rate() == 1.0f) {
+      o->set_decay_rate(static_cast<float>(f.lr_decay_rate));
+    }
+  } else {
+    static const char* const kNames[] = {"adam",    "sgd",     "momentum", "adamw",
+                                         "adagrad", "rmsprop", "ftrl"};
+    if (std::find(std::begin(kNames), std::end(kNames), f.optimizer) == std::end(kNames)) {
+      return Bad("optimizer", f.optimizer,
+                 "must be adam, sgd, momentum, adamw, adagrad, rmsprop or ftrl");
+    }
+    *o = KerasDefaults(f.optimizer);
+    *origin = "--optimizer";
+    o->set_learning_rate(static_cast<float>(f.learning_rate));
+    if (f.optimizer == "momentum" || (f.optimizer == "rmsprop" && given("momentum"))) {
+      o->set_momentum(static_cast<float>(f.momentum));
+    }
+    o->set_decay_rate(static_cast<float>(f.lr_decay_rate));
+    o->set_decay_steps(f.lr_decay_steps);
   }
-  if (!(f.lr_decay_rate > 0 && f.lr_decay_rate <= 1)) {
-    return Bad("lr_decay_rate", std::to_string(f.lr_decay_rate), "must be in (0, 1]");
+  if (given("weight_decay") || (!compiled.has_value() && f.weight_decay >= 0)) {
+    o->set_weight_decay(static_cast<float>(f.weight_decay));
   }
-  if (f.lr_decay_steps < 0) {
-    return Bad("lr_decay_steps", std::to_string(f.lr_decay_steps), "must be >= 0");
+  const double lr = o->learning_rate();
+  if (!(lr > 0 && lr < 1e6)) return Bad("learning_rate", absl::StrCat(lr), "must be > 0");
+  if (!(o->momentum() >= 0 && o->momentum() < 1)) {
+    return Bad("momentum", absl::StrCat(o->momentum()), "must be in [0, 1)");
   }
-  o->set_decay_rate(static_cast<float>(f.lr_decay_rate));
-  o->set_decay_steps(f.lr_decay_steps);
-  o->set_name(f.optimizer);
-  o->set_learning_rate(static_cast<float>(lr));
-  o->set_momentum(static_cast<float>(f.momentum));
-  o->set_beta1(0.9f);
-  o->set_beta2(0.999f);
-  o->set_epsilon(1e-7f);
+  if (!(o->decay_rate() > 0 && o->decay_rate() <= 1)) {
+    return Bad("lr_decay_rate", absl::StrCat(o->decay_rate()), "must be in (0, 1]");
+  }
+  if (o->decay_steps() < 0) {
+    return Bad("lr_decay_steps", std::to_string(o->decay_steps()), "must be >= 0");
+  }
+  if (!(o->weight_decay() >= 0 && o->weight_decay() < 1e6)) {
+    return Bad("weight_decay", absl::StrCat(o->weight_decay()),
+               "must be >= 0 (every optimizer: p -= p * weight_decay * lr before its step)");
+  }
+  for (const auto& [flag, value] : {std::pair<const char*, double>{"clipnorm", clipnorm},
+                                    std::pair<const char*, double>{"global_clipnorm",
+                                                                   global_clipnorm}}) {
+    if (!(value >= 0 && value < 1e30)) return Bad(flag, absl::StrCat(value), "must be >= 0");
+  }
+  if (clipnorm > 0 && global_clipnorm > 0) {
+    return Bad("clipnorm", absl::StrCat(clipnorm),
+               "and --global_clipnorm are both set (Keras takes one or the other)");
+  }
+  plan->set_clipnorm(static_cast<float>(clipnorm));
+  plan->set_global_clipnorm(static_cast<float>(global_clipnorm));
+  // What the optimizer's constructor checks on the ps, checked here first
+  // so that a bad file value is named at start-up.
+  OptimizerOptions check;
+  check.name = o->name();
+  check.learning_rate = o->learning_rate();
+  check.momentum = o->momentum();
+  check.beta1 = o->beta1();
+  check.beta2 = o->beta2();
+  check.epsilon = o->epsilon();
+  check.weight_decay = o->weight_decay();
+  check.rho = o->rho();
+  check.centered = o->centered();
+  check.initial_accumulator_value = o->initial_accumulator_value();
+  check.learning_rate_power = o->learning_rate_power();
+  check.l1 = o->l1();
+  check.l2 = o->l2();
+  check.l2_shrinkage = o->l2_shrinkage();
+  check.beta = o->beta();
+  check.decay_rate = o->decay_rate();
+  check.decay_steps = o->decay_steps();
+  if (absl::StatusOr<std::unique_ptr<Optimizer>> made = Optimizer::Create(check, 0); !made.ok()) {
+    return compiled.has_value()
+               ? Bad("model", f.model, std::string(made.status().message()))
+               : Bad("optimizer", f.optimizer, std::string(made.status().message()));
+  }
   return absl::OkStatus();
 }
 
@@ -451,7 +564,63 @@ absl::Status SetInitialWeights(const ChiefFlags& f, ChiefOptions* opt,
   return absl::OkStatus();
 }
 
+// Clipping is done where the gradient Keras clips is whole: an async
+// worker's own, a ring worker's step mean. A sync step's mean is summed
+// on the ps, each holding a part; a sparse table's rows travel apart.
+absl::Status CheckClipping(const ChiefFlags& f, const TrainingPlan& plan) {
+  if (plan.clipnorm() <= 0 && plan.global_clipnorm() <= 0) return absl::OkStatus();
+  const bool global = plan.global_clipnorm() > 0;
+  const std::string flag = global ? "global_clipnorm" : "clipnorm";
+  const std::string value = absl::StrCat(global ? plan.global_clipnorm() : plan.clipnorm());
+  if (plan.strategy() == MULTI_WORKER_MIRRORED) return absl::OkStatus();
+  if (plan.mode() == SYNC) {
+    return Bad(flag, value,
+               "is followed with --mode=async (each worker clips its own gradient, as under "
+               "TensorFlow's ParameterServerStrategy) or --strategy=multi_worker_mirrored; a sync "
+               "step's gradient is summed on the ps, each holding a part of it");
+  }
+  if (!plan.dense_embeddings()) {
+    absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan.model(), plan.model_json(), plan.loss());
+    if (!spec.ok()) return Bad("model", f.model, std::string(spec.status().message()));
+    absl::StatusOr<std::vector<SparseTableInfo>> tables = FindSparseTables(*spec);
+    if (tables.ok() && !tables->empty()) {
+      return Bad(flag, value,
+                 "is not followed with sparse embedding tables (their rows travel apart from the "
+                 "gradient): give --dense_embeddings");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string DescribeOptimizer(const OptimizerConfig& o) {
+  const std::string& n = o.name();
+  std::string d = absl::StrCat(n, ", learning_rate ", o.learning_rate());
+  if (o.decay_steps() > 0) {
+    absl::StrAppend(&d, " x ", o.decay_rate(), " every ", o.decay_steps(), " updates");
+  }
+  if (n == "momentum") absl::StrAppend(&d, ", momentum ", o.momentum());
+  if (n == "adam" || n == "adamw") {
+    absl::StrAppend(&d, ", beta_1 ", o.beta1(), ", beta_2 ", o.beta2(), ", epsilon ",
+                    o.epsilon());
+  }
+  if (n == "adagrad") {
+    absl::StrAppend(&d, ", initial_accumulator_value ", o.initial_accumulator_value(),
+                    ", epsilon ", o.epsilon());
+  }
+  if (n == "rmsprop") {
+    absl::StrAppend(&d, ", rho ", o.rho(), ", momentum ", o.momentum(), ", epsilon ", o.epsilon(),
+                    o.centered() ? ", centered" : "");
+  }
+  if (n == "ftrl") {
+    absl::StrAppend(&d, ", learning_rate_power ", o.learning_rate_power(),
+                    ", initial_accumulator_value ", o.initial_accumulator_value(), ", l1 ", o.l1(),
+                    ", l2 ", o.l2(), ", l2_shrinkage ", o.l2_shrinkage(), ", beta ", o.beta());
+  }
+  if (o.weight_decay() > 0) absl::StrAppend(&d, ", weight_decay ", o.weight_decay());
+  return d;
+}
 
 absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfConfig& config,
                                               std::vector<std::string>* warnings) {
@@ -460,8 +629,9 @@ absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfC
   // In the order the checks have always run: the first bad value is named.
   PSCLUSTER_RETURN_IF_ERROR(SetModelAndData(flags, &opt.plan));
   PSCLUSTER_RETURN_IF_ERROR(SetWire(flags, &opt.plan));
-  PSCLUSTER_RETURN_IF_ERROR(SetOptimizer(flags, &opt.optimizer));
-  PSCLUSTER_RETURN_IF_ERROR(SetEmbeddings(flags, &opt.plan));
+  PSCLUSTER_RETURN_IF_ERROR(SetOptimizer(flags, &opt.plan, &opt.optimizer, &opt.optimizer_origin));
+  PSCLUSTER_RETURN_IF_ERROR(SetEmbeddings(flags, opt.optimizer, &opt.plan));
+  PSCLUSTER_RETURN_IF_ERROR(CheckClipping(flags, opt.plan));
   PSCLUSTER_RETURN_IF_ERROR(SetCluster(flags, config, &opt, warnings));
   PSCLUSTER_RETURN_IF_ERROR(SetTimings(flags, &opt));
   PSCLUSTER_RETURN_IF_ERROR(SetCheckpointsAndPolicies(flags, &opt));

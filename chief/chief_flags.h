@@ -7,6 +7,7 @@
 #define PSCLUSTER_CHIEF_CHIEF_FLAGS_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,18 @@ struct ChiefFlags {
   std::string strategy = "parameter_server";
   std::string ring_codec = "fp32";
   int64_t ring_chunk_bytes = 1 << 20;
+  // The optimizer: these flags, or where --optimizer is not given and the
+  // --model file was compiled with one, that one with the flags given
+  // (`given`) in its options' place.
   std::string optimizer = "adam";
   double learning_rate = 0.002;
   double lr_decay_rate = 0.5;
   int64_t lr_decay_steps = 1000;
-  double momentum = 0.9;
+  double momentum = 0.9;      // momentum; rmsprop's only when given (Keras's is 0)
+  double weight_decay = -1;   // < 0: the optimizer's Keras default (adamw 0.004, else 0)
+  double clipnorm = 0;        // 0: none
+  double global_clipnorm = 0;  // 0: none
+  std::set<std::string> given;  // the flags the command line sets (FlagsGiven)
   int replicas_to_aggregate = 0;
   int max_staleness = 8;
   uint64_t seed = 1;
@@ -91,6 +99,10 @@ struct ChiefFlags {
 // a --model .keras archive that holds weights is warned about.
 absl::StatusOr<ChiefOptions> MakeChiefOptions(const ChiefFlags& flags, const TfConfig& config,
                                               std::vector<std::string>* warnings = nullptr);
+
+// The optimizer and the options it uses, for the log: e.g. "rmsprop,
+// learning_rate 0.003, rho 0.95, momentum 0.5, epsilon 1e-06, centered".
+std::string DescribeOptimizer(const OptimizerConfig& o);
 
 }  // namespace pscluster
 

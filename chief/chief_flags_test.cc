@@ -179,11 +179,16 @@ TEST(MakeChiefOptionsTest, BadValuesAreNamedWithTheirReason) {
        "--ring_codec=bf16: applies to --strategy=multi_worker_mirrored"},
       {[](ChiefFlags* f) { f->ring_chunk_bytes = 2; },
        "--ring_chunk_bytes=2: must be in [4, 268435456]"},
-      {[](ChiefFlags* f) { f->optimizer = "rmsprop"; },
-       "--optimizer=rmsprop: must be adam, sgd or momentum"},
-      {[](ChiefFlags* f) { f->learning_rate = -1; }, "--learning_rate=-1.000000: must be > 0"},
-      {[](ChiefFlags* f) { f->momentum = 1; }, "--momentum=1.000000: must be in [0, 1)"},
-      {[](ChiefFlags* f) { f->lr_decay_rate = 0; }, "--lr_decay_rate=0.000000: must be in (0, 1]"},
+      {[](ChiefFlags* f) { f->optimizer = "lamb"; },
+       "--optimizer=lamb: must be adam, sgd, momentum, adamw, adagrad, rmsprop or ftrl"},
+      {[](ChiefFlags* f) { f->learning_rate = -1; }, "--learning_rate=-1: must be > 0"},
+      {[](ChiefFlags* f) { f->optimizer = "momentum", f->momentum = 1; },
+       "--momentum=1: must be in [0, 1)"},
+      {[](ChiefFlags* f) { f->lr_decay_rate = 0; }, "--lr_decay_rate=0: must be in (0, 1]"},
+      {[](ChiefFlags* f) { f->weight_decay = -0.5, f->given = {"weight_decay"}; },
+       "--weight_decay=-0.5: must be >= 0 (every optimizer: p -= p * weight_decay * lr before "
+       "its step)"},
+      {[](ChiefFlags* f) { f->clipnorm = -1; }, "--clipnorm=-1: must be >= 0"},
       {[](ChiefFlags* f) { f->lr_decay_steps = -5; }, "--lr_decay_steps=-5: must be >= 0"},
       {[](ChiefFlags* f) { f->num_ps = 3; }, "--num_ps=3: TF_CONFIG lists 2 ps tasks"},
       {[](ChiefFlags* f) { f->num_workers = 1; }, "--num_workers=1: TF_CONFIG lists 2 workers"},
@@ -298,7 +303,7 @@ TEST(MakeChiefOptionsTest, TheFirstBadValueInCheckOrderIsTheOneNamed) {
   ChiefFlags f;
   f.keep_checkpoints = 0;
   f.epochs = 0;
-  f.optimizer = "rmsprop";
+  f.optimizer = "lamb";
   EXPECT_EQ(ErrorOf(f), "--epochs=0: must be in [1, 100000]");
 }
 
@@ -371,6 +376,106 @@ TEST(MakeChiefOptionsTest, InitialWeightsArchiveTakesTheModelArchivesOwn) {
   EXPECT_EQ(ErrorOf(f),
             "--initial_weights=archive: takes the --model archive's weights, but --model=mlp is "
             "not a .keras archive");
+}
+
+}  // namespace
+}  // namespace pscluster
+
+namespace pscluster {
+namespace {
+
+TEST(ChiefOptimizerTest, EachOptimizerWithKerassDefaultsAndTheFlagsGiven) {
+  ChiefFlags f;
+  f.optimizer = "adamw";
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->optimizer.name(), "adamw");
+  EXPECT_FLOAT_EQ(opt->optimizer.weight_decay(), 0.004f);  // Keras's AdamW default
+  EXPECT_EQ(opt->optimizer_origin, "--optimizer");
+  f.weight_decay = 0.01;
+  f.given = {"optimizer", "weight_decay"};
+  EXPECT_FLOAT_EQ(MakeChiefOptions(f, Cluster(2, 2))->optimizer.weight_decay(), 0.01f);
+  f.optimizer = "rmsprop";
+  f.given = {"optimizer"};
+  opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_FLOAT_EQ(opt->optimizer.momentum(), 0.0f);  // Keras's, not --momentum's default
+  EXPECT_FLOAT_EQ(opt->optimizer.rho(), 0.9f);
+  EXPECT_FLOAT_EQ(opt->optimizer.weight_decay(), 0.01f);  // given, whatever the optimizer
+  f.given = {"optimizer", "momentum"};
+  EXPECT_FLOAT_EQ(MakeChiefOptions(f, Cluster(2, 2))->optimizer.momentum(), 0.9f);
+  f = ChiefFlags();
+  f.optimizer = "ftrl";
+  opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_FLOAT_EQ(opt->optimizer.learning_rate_power(), -0.5f);
+  EXPECT_FLOAT_EQ(opt->optimizer.initial_accumulator_value(), 0.1f);
+  EXPECT_EQ(DescribeOptimizer(opt->optimizer),
+            "ftrl, learning_rate 0.002 x 0.5 every 1000 updates, learning_rate_power -0.5, "
+            "initial_accumulator_value 0.1, l1 0, l2 0, l2_shrinkage 0, beta 0");
+  f.optimizer = "adagrad";
+  opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->optimizer.name(), "adagrad");
+}
+
+TEST(ChiefOptimizerTest, TheModelFilesCompiledOptimizerUnlessTheFlagsSayOtherwise) {
+  ChiefFlags f;
+  f.model = "tests/fixtures/optimizers/tfjs_rmsprop.json";
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->optimizer_origin, "the model file's compiled RMSProp");
+  EXPECT_EQ(DescribeOptimizer(opt->optimizer),
+            "rmsprop, learning_rate 0.003, rho 0.95, momentum 0.5, epsilon 1e-06, centered");
+  // The file has no schedule: the rate is constant, not --lr_decay_*'s defaults.
+  EXPECT_EQ(opt->optimizer.decay_steps(), 0);
+  // Each optimizer flag given takes its value's place.
+  f.learning_rate = 0.01;
+  f.lr_decay_steps = 300;
+  f.given = {"learning_rate", "lr_decay_steps"};
+  opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->optimizer.name(), "rmsprop");
+  EXPECT_FLOAT_EQ(opt->optimizer.learning_rate(), 0.01f);
+  EXPECT_EQ(opt->optimizer.decay_steps(), 300);
+  EXPECT_FLOAT_EQ(opt->optimizer.decay_rate(), 0.5f);  // --lr_decay_rate's default
+  EXPECT_FLOAT_EQ(opt->optimizer.rho(), 0.95f);
+  // --optimizer given: the flags alone.
+  f.given = {"optimizer"};
+  opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ(opt->optimizer.name(), "adam");
+  EXPECT_EQ(opt->optimizer_origin, "--optimizer");
+  // A file's momentum out of range is named as the flag that sets it.
+  f = ChiefFlags();
+  f.model = "tests/fixtures/optimizers/tfjs_momentum.json";
+  f.momentum = 1.5;
+  f.given = {"momentum"};
+  EXPECT_EQ(ErrorOf(f), "--momentum=1.5: must be in [0, 1)");
+}
+
+TEST(ChiefOptimizerTest, ClippingWhereAWorkerHoldsTheGradientKerasClips) {
+  ChiefFlags f;
+  f.global_clipnorm = 1.0;
+  EXPECT_EQ(ErrorOf(f),
+            "--global_clipnorm=1: is followed with --mode=async (each worker clips its own "
+            "gradient, as under TensorFlow's ParameterServerStrategy) or "
+            "--strategy=multi_worker_mirrored; a sync step's gradient is summed on the ps, each "
+            "holding a part of it");
+  f.mode = "async";
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_FLOAT_EQ(opt->plan.global_clipnorm(), 1.0f);
+  EXPECT_FLOAT_EQ(opt->plan.clipnorm(), 0.0f);
+  f.clipnorm = 2.0;
+  EXPECT_EQ(ErrorOf(f), "--clipnorm=2: and --global_clipnorm are both set (Keras takes one or the "
+                        "other)");
+  f = ChiefFlags();
+  f.clipnorm = 0.5;
+  f.strategy = "multi_worker_mirrored";
+  opt = MakeChiefOptions(f, Cluster(0, 2));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_FLOAT_EQ(opt->plan.clipnorm(), 0.5f);
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ struct ChiefOptions {
   TfConfig config;
   TrainingPlan plan;  // model, batch, epochs, mode, seed, ...
   OptimizerConfig optimizer;
+  // Where the optimizer comes from, for the log: "--optimizer" or "the
+  // model file's compiled RMSprop".
+  std::string optimizer_origin = "--optimizer";
   int replicas_to_aggregate = 0;  // 0: every worker
   int max_staleness = 8;          // async: see chief/main.cc's --max_staleness
   absl::Duration wait_for_cluster = absl::Minutes(2);

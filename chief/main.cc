@@ -55,8 +55,22 @@ ABSL_FLAG(std::string, ring_codec, kDefaults.ring_codec,
           "kept in fp32; replicas stay bit-identical whatever the codec)");
 ABSL_FLAG(int64_t, ring_chunk_bytes, kDefaults.ring_chunk_bytes,
           "multi_worker_mirrored: the ring's pipelining unit, in bytes of fp32 values");
-ABSL_FLAG(std::string, optimizer, kDefaults.optimizer, "adam, sgd or momentum");
+ABSL_FLAG(std::string, optimizer, kDefaults.optimizer,
+          "adam, sgd, momentum, adamw, adagrad, rmsprop or ftrl, with Keras's rules and "
+          "defaults. Not given: the --model file's compiled optimizer if it has one (the "
+          "optimizer flags given replace its values), else adam");
 ABSL_FLAG(double, learning_rate, kDefaults.learning_rate, "Optimizer learning rate");
+ABSL_FLAG(double, weight_decay, kDefaults.weight_decay,
+          "Decoupled weight decay of every optimizer (p -= p * weight_decay * lr before each "
+          "step, as Keras); -1: the optimizer's Keras default (adamw 0.004, others 0)");
+ABSL_FLAG(double, clipnorm, kDefaults.clipnorm,
+          "Clip each variable's gradient to this norm before the update, as Keras's clipnorm: "
+          "each worker its own (--mode=async) or the step's mean (multi_worker_mirrored); 0: "
+          "none");
+ABSL_FLAG(double, global_clipnorm, kDefaults.global_clipnorm,
+          "Clip all the gradients together to this global norm, as Keras's global_clipnorm: "
+          "each worker its own (--mode=async) or the step's mean (multi_worker_mirrored); 0: "
+          "none");
 ABSL_FLAG(bool, dense_embeddings, kDefaults.dense_embeddings,
           "Send Keras Embedding tables whole, as every other variable (false: as the rows each "
           "batch touches, spread over the ps by id)");
@@ -92,7 +106,8 @@ ABSL_FLAG(double, embedding_l2, kDefaults.embedding_l2,
 ABSL_FLAG(double, lr_decay_rate, kDefaults.lr_decay_rate,
           "Learning rate decay: multiplied by this every --lr_decay_steps updates (smoothly)");
 ABSL_FLAG(int64_t, lr_decay_steps, kDefaults.lr_decay_steps, "Updates per --lr_decay_rate factor; 0: no decay");
-ABSL_FLAG(double, momentum, kDefaults.momentum, "Momentum coefficient (--optimizer=momentum)");
+ABSL_FLAG(double, momentum, kDefaults.momentum,
+          "Momentum coefficient (--optimizer=momentum; rmsprop's when given, else 0 as Keras)");
 ABSL_FLAG(int, replicas_to_aggregate, kDefaults.replicas_to_aggregate,
           "sync: gradients averaged per step; fewer than the workers makes the "
           "slowest ones backup workers. 0: every worker");
@@ -180,8 +195,9 @@ ABSL_FLAG(std::string, nonfinite_gradients, kDefaults.nonfinite_gradients,
 
 namespace {
 
-pscluster::ChiefFlags ReadFlags() {
+pscluster::ChiefFlags ReadFlags(int argc, char** argv) {
   pscluster::ChiefFlags f;
+  f.given = pscluster::FlagsGiven(argc, argv);
   f.model = absl::GetFlag(FLAGS_model);
   f.loss = absl::GetFlag(FLAGS_loss);
   f.epochs = absl::GetFlag(FLAGS_epochs);
@@ -192,6 +208,9 @@ pscluster::ChiefFlags ReadFlags() {
   f.ring_chunk_bytes = absl::GetFlag(FLAGS_ring_chunk_bytes);
   f.optimizer = absl::GetFlag(FLAGS_optimizer);
   f.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  f.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  f.clipnorm = absl::GetFlag(FLAGS_clipnorm);
+  f.global_clipnorm = absl::GetFlag(FLAGS_global_clipnorm);
   f.dense_embeddings = absl::GetFlag(FLAGS_dense_embeddings);
   f.embedding_optimizer = absl::GetFlag(FLAGS_embedding_optimizer);
   f.embedding_learning_rate = absl::GetFlag(FLAGS_embedding_learning_rate);
@@ -265,12 +284,18 @@ int main(int argc, char** argv) {
       "Chief task: coordinates training. Usage: TF_CONFIG='{...\"task\":{\"type\":"
       "\"chief\",\"index\":0}}' chief [--epochs=N] [--mode=sync|async] ...");
   std::vector<std::string> warnings;
-  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(ReadFlags(), config, &warnings);
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(ReadFlags(argc, argv), config, &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (!opt.ok()) ExitWithUsageError(std::string(opt.status().message()));
   CheckDataOrExit(*opt);
 
   std::unique_ptr<Metrics> metrics = StartLoggingAndMetricsOrExit(config);
+  spdlog::info("optimizer: {}{} ({})", DescribeOptimizer(opt->optimizer),
+               opt->plan.clipnorm() > 0          ? absl::StrCat(", clipnorm ", opt->plan.clipnorm())
+               : opt->plan.global_clipnorm() > 0 ? absl::StrCat(", global_clipnorm ",
+                                                                opt->plan.global_clipnorm())
+                                                 : std::string(),
+               opt->optimizer_origin);
   Chief chief(*std::move(opt), metrics.get());
   HandleTerminationSignals([&](const std::string& s) { chief.RequestStop(s); });
   absl::StatusOr<RunResult> result = chief.Run();

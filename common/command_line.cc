@@ -11,6 +11,7 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/exit_codes.h"
@@ -70,6 +71,20 @@ bool IsHelp(absl::string_view arg) {
 }
 
 }  // namespace
+
+std::set<std::string> FlagsGiven(int argc, char** argv) {
+  std::set<std::string> given;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
+    const absl::string_view name = arg.substr(0, arg.find('='));
+    if (name.empty()) continue;
+    given.emplace(name);
+    if (absl::StartsWith(name, "no")) given.emplace(name.substr(2));
+  }
+  return given;
+}
 
 void ParseFlagsOrExit(int argc, char** argv, const std::string& usage) {
   for (int i = 1; i < argc; ++i) {

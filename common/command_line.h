@@ -4,6 +4,7 @@
 #ifndef PSCLUSTER_COMMON_COMMAND_LINE_H_
 #define PSCLUSTER_COMMON_COMMAND_LINE_H_
 
+#include <set>
 #include <string>
 
 namespace pscluster {
@@ -17,6 +18,12 @@ namespace pscluster {
 // flag 'epochs'"), a missing value, an argument that is not a flag.
 // Abseil's own flags (--flagfile, ...) are not taken.
 void ParseFlagsOrExit(int argc, char** argv, const std::string& usage);
+
+// The names of the flags `argv` sets (--name=value, --name value, --name,
+// and for --noname both "noname" and "name"), up to a lone "--": for a
+// program whose defaults give way to another source (a model file's
+// compiled optimizer) only where the command line is silent.
+std::set<std::string> FlagsGiven(int argc, char** argv);
 
 // Prints "error: <message>" to stderr and exits with code 2.
 [[noreturn]] void ExitWithUsageError(const std::string& message);

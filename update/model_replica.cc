@@ -61,7 +61,9 @@ int64_t ModelReplica::step() const {
   return store_.stats().version;
 }
 
-absl::Status ModelReplica::Apply(float* sum, int64_t total_examples, float* params) {
+absl::Status ModelReplica::Apply(float* sum, int64_t total_examples, float* params,
+                                 const GradientClipping& clipping,
+                                 const std::vector<GradientRange>& ranges) {
   uint64_t fingerprint;
   int64_t generation, count;
   {
@@ -77,6 +79,7 @@ absl::Status ModelReplica::Apply(float* sum, int64_t total_examples, float* para
   }
   const float inv = 1.0f / static_cast<float>(total_examples);
   for (int64_t i = 0; i < count; ++i) sum[i] *= inv;
+  if (clipping.enabled()) ClipGradient(clipping, ranges, sum);
   PushArgs args;
   args.layout_fingerprint = fingerprint;
   args.worker = 0;

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "model/gradient_clipping.h"
 #include "proto/coordination.pb.h"
 #include "proto/ps.pb.h"
 #include "update/parameter_store.h"
@@ -51,10 +52,14 @@ class ModelReplica {
 
   // Applies one step: `sum` holds the ring's sum over the step's members
   // of each one's gradient times its example count, `total_examples` their
-  // total; `sum` is divided in place into the mean gradient. Then writes
-  // the new weights to params[0, n). The store's errors as they are
-  // (InvalidArgument for a non-finite gradient under the reject policy).
-  absl::Status Apply(float* sum, int64_t total_examples, float* params);
+  // total; `sum` is divided in place into the mean gradient, which
+  // `clipping` clips over `ranges` (Keras's clipnorm or global_clipnorm of
+  // the step's gradient; none by default). Then writes the new weights to
+  // params[0, n). The store's errors as they are (InvalidArgument for a
+  // non-finite gradient under the reject policy).
+  absl::Status Apply(float* sum, int64_t total_examples, float* params,
+                     const GradientClipping& clipping = {},
+                     const std::vector<GradientRange>& ranges = {});
 
   // The weights now, into params[0, n).
   absl::Status CopyWeights(float* params);

@@ -89,6 +89,23 @@ TEST(ModelReplicaTest, AppliesTheExampleWeightedMeanWithTheParameterServersRule)
   for (int i = 0; i < 8; ++i) EXPECT_EQ(params[i], want[i]) << i;
 }
 
+// With Keras's global_clipnorm, the step's mean gradient is clipped, not
+// the ring's sum, and the moving statistics' values are left alone.
+TEST(ModelReplicaTest, ClipsTheStepsMeanGradientAsKeras) {
+  const std::vector<float> start = {1, -2, 3, 0.5f, -0.25f, 10, 20, 30};
+  ModelReplica r;
+  ASSERT_TRUE(r.Restore(ReplicaSetup("sgd"), StateAt(start, 0)).ok());
+  std::vector<float> sum = {3, 4, 0, 0, 0, 8, 8, 8};  // 2 examples: mean norm 2.5
+  std::vector<float> params(8);
+  ASSERT_TRUE(r.Apply(sum.data(), 2, params.data(), {.global_clipnorm = 0.5}, {{0, 5}}).ok());
+  // The mean [1.5, 2] scaled to norm 0.5: [0.3, 0.4], times the rate 0.1.
+  EXPECT_FLOAT_EQ(params[0], 1 - 0.1f * 0.3f);
+  EXPECT_FLOAT_EQ(params[1], -2 - 0.1f * 0.4f);
+  EXPECT_EQ(params[2], 3);
+  // The moving statistics move toward the mean of their values, unclipped.
+  for (int i = 5; i < 8; ++i) EXPECT_FLOAT_EQ(params[i], 0.75f * start[i] + 0.25f * 4) << i;
+}
+
 TEST(ModelReplicaTest, ReplicasApplyingTheSameSumsStayBitForBitTheSame) {
   std::vector<float> start(8);
   for (int i = 0; i < 8; ++i) start[i] = 0.1f * static_cast<float>(i) - 0.3f;

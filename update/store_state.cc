@@ -56,6 +56,15 @@ absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t
   c.optimizer.epsilon = o.epsilon();
   c.optimizer.decay_rate = o.decay_steps() > 0 ? o.decay_rate() : 1.0f;
   c.optimizer.decay_steps = o.decay_steps();
+  c.optimizer.weight_decay = o.weight_decay();
+  c.optimizer.rho = o.rho();
+  c.optimizer.centered = o.centered();
+  c.optimizer.initial_accumulator_value = o.initial_accumulator_value();
+  c.optimizer.learning_rate_power = o.learning_rate_power();
+  c.optimizer.l1 = o.l1();
+  c.optimizer.l2 = o.l2();
+  c.optimizer.l2_shrinkage = o.l2_shrinkage();
+  c.optimizer.beta = o.beta();
   switch (init.nonfinite()) {
     case NONFINITE_REJECT: c.skip_nonfinite = false; break;
     case NONFINITE_SKIP_STEP: c.skip_nonfinite = true; break;

@@ -115,6 +115,9 @@ class RingTraining {
   std::unique_ptr<ComputeBackend> backend_;
   std::vector<float> params_, grads_, images_;
   std::vector<float> targets_;
+  // Keras's clipnorm or global_clipnorm of each step's mean gradient.
+  const GradientClipping clipping_;
+  const std::vector<GradientRange> clip_ranges_;
   std::optional<StepReport> report_;
   RingWorkRequest request_;
   int64_t ring_id_ = 0;  // of the ring this worker is in
@@ -135,7 +138,9 @@ RingTraining::RingTraining(const TrainingContext& ctx)
       params_(spec_.num_parameters),
       grads_(spec_.num_parameters),
       images_(static_cast<size_t>(batch_) * chunks_.pixels()),
-      targets_(static_cast<size_t>(batch_) * chunks_.targets_per_example()) {}
+      targets_(static_cast<size_t>(batch_) * chunks_.targets_per_example()),
+      clipping_{plan_.clipnorm(), plan_.global_clipnorm()},
+      clip_ranges_(TrainableRanges(spec_)) {}
 
 absl::Status RingTraining::Run() {
   absl::StatusOr<std::unique_ptr<RingAllReducer>> reducer =
@@ -298,7 +303,9 @@ absl::Status RingTraining::Apply(const RingWorkResponse& work, const Trained& tr
   bytes_sent_ += st.bytes_sent;
   bytes_received_ += st.bytes_received;
   payload_sent_ += st.payload_bytes_sent;
-  if (absl::Status s = replica_.Apply(grads_.data(), step_examples, params_.data()); !s.ok()) {
+  if (absl::Status s = replica_.Apply(grads_.data(), step_examples, params_.data(), clipping_,
+                                      clip_ranges_);
+      !s.ok()) {
     return s;
   }
   request_.set_state_ring_id(ring_id_);

@@ -15,6 +15,7 @@
 #include "compute/backend_factory.h"
 #include "compute/compute_backend.h"
 #include "model/chunk_reader.h"
+#include "model/gradient_clipping.h"
 #include "model/gradient_watermark.h"
 #include "model/params_watermark.h"
 #include "model/placement.h"
@@ -159,6 +160,10 @@ class PsTraining {
   int64_t chunk_ = -1;  // the chunk of the step in hand (PushRequest.chunk)
   ParamsWatermark arrived_;
   std::vector<float> params_, grads_;
+  // Keras's clipnorm or global_clipnorm on this worker's own gradient
+  // (async; the chief refuses it in sync): the gradient then leaves whole.
+  GradientClipping clipping_;
+  std::vector<GradientRange> clip_ranges_;
   std::unique_ptr<BatchSource> batches_;  // made with the backend
   // Sparse tables: the batch's rows pulled before its step, their
   // gradients pushed with the dense gradient (null: none).
@@ -194,7 +199,9 @@ PsTraining::PsTraining(const TrainingContext& ctx)
       chunks_(ctx.data, batch_, plan_.seed()),
       arrived_(spec_.num_parameters),
       params_(spec_.num_parameters),
-      grads_(spec_.num_parameters) {
+      grads_(spec_.num_parameters),
+      clipping_{plan_.clipnorm(), plan_.global_clipnorm()},
+      clip_ranges_(TrainableRanges(spec_)) {
   if (ctx.sparse_tables != nullptr && !ctx.sparse_tables->empty()) {
     sparse_ = std::make_unique<SparseBatch>(*ctx.sparse_tables, ctx.sparse_window,
                                             plan_.num_ps());
@@ -237,7 +244,8 @@ absl::Status PsTraining::SetUpBackend() {
   backend_->PinHostMemory(grads_.data(), grads_.size() * sizeof(float));
   // A sparse push's rows are known only once backprop is over: its
   // gradient leaves whole.
-  overlap_push_ = plan_.push_overlap() && plan_.transport() == TRANSPORT_TCP && sparse_ == nullptr;
+  overlap_push_ = plan_.push_overlap() && plan_.transport() == TRANSPORT_TCP && sparse_ == nullptr &&
+                  !clipping_.enabled();
   if (overlap_push_) {
     backend_->SetGradientListener([this](int64_t from) { ready_.MarkFinalFrom(from); });
     spdlog::info("gradients leave layer by layer, last first, while backprop runs");
@@ -380,6 +388,7 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
     sparse_->GatherGradients(grads_.data());
     ps_->set_sparse_push(&sparse_->push());
   }
+  if (clipping_.enabled()) ClipGradient(clipping_, clip_ranges_, grads_.data());
   if (run.exchange == nullptr) run.exchange = StartExchange(nullptr, n, /*streamed=*/false);
   const StepTimes t = backend_->last_step_times();
   split_.h2d_s += t.h2d_s;
