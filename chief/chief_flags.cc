@@ -15,6 +15,7 @@
 #include "model/model_spec.h"
 #include "model/sparse_layout.h"
 #include "update/optimizer.h"
+#include "update/store_state.h"
 #include "wire/codec.h"
 #include "wire/data_plane.h"
 
@@ -349,24 +350,7 @@ absl::Status SetOptimizer(const ChiefFlags& f, TrainingPlan* plan, OptimizerConf
   plan->set_global_clipnorm(static_cast<float>(global_clipnorm));
   // What the optimizer's constructor checks on the ps, checked here first
   // so that a bad file value is named at start-up.
-  OptimizerOptions check;
-  check.name = o->name();
-  check.learning_rate = o->learning_rate();
-  check.momentum = o->momentum();
-  check.beta1 = o->beta1();
-  check.beta2 = o->beta2();
-  check.epsilon = o->epsilon();
-  check.weight_decay = o->weight_decay();
-  check.rho = o->rho();
-  check.centered = o->centered();
-  check.initial_accumulator_value = o->initial_accumulator_value();
-  check.learning_rate_power = o->learning_rate_power();
-  check.l1 = o->l1();
-  check.l2 = o->l2();
-  check.l2_shrinkage = o->l2_shrinkage();
-  check.beta = o->beta();
-  check.decay_rate = o->decay_rate();
-  check.decay_steps = o->decay_steps();
+  const OptimizerOptions check = OptimizerFromConfig(*o);
   if (absl::StatusOr<std::unique_ptr<Optimizer>> made = Optimizer::Create(check, 0); !made.ok()) {
     return compiled.has_value()
                ? Bad("model", f.model, std::string(made.status().message()))

@@ -17,6 +17,28 @@ absl::Status BytesToFloats(absl::string_view bytes, const char* what, std::vecto
   return absl::OkStatus();
 }
 
+OptimizerOptions OptimizerFromConfig(const OptimizerConfig& o) {
+  OptimizerOptions out;
+  out.name = o.name();
+  out.learning_rate = o.learning_rate();
+  out.momentum = o.momentum();
+  out.beta1 = o.beta1();
+  out.beta2 = o.beta2();
+  out.epsilon = o.epsilon();
+  out.decay_rate = o.decay_steps() > 0 ? o.decay_rate() : 1.0f;
+  out.decay_steps = o.decay_steps();
+  out.weight_decay = o.weight_decay();
+  out.rho = o.rho();
+  out.centered = o.centered();
+  out.initial_accumulator_value = o.initial_accumulator_value();
+  out.learning_rate_power = o.learning_rate_power();
+  out.l1 = o.l1();
+  out.l2 = o.l2();
+  out.l2_shrinkage = o.l2_shrinkage();
+  out.beta = o.beta();
+  return out;
+}
+
 absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t num_floats,
                                                 StepRole role) {
   StoreConfig c;
@@ -47,24 +69,7 @@ absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t
   }
   c.num_workers = init.num_workers();
   c.replicas_to_aggregate = init.replicas_to_aggregate();
-  const OptimizerConfig& o = init.optimizer();
-  c.optimizer.name = o.name();
-  c.optimizer.learning_rate = o.learning_rate();
-  c.optimizer.momentum = o.momentum();
-  c.optimizer.beta1 = o.beta1();
-  c.optimizer.beta2 = o.beta2();
-  c.optimizer.epsilon = o.epsilon();
-  c.optimizer.decay_rate = o.decay_steps() > 0 ? o.decay_rate() : 1.0f;
-  c.optimizer.decay_steps = o.decay_steps();
-  c.optimizer.weight_decay = o.weight_decay();
-  c.optimizer.rho = o.rho();
-  c.optimizer.centered = o.centered();
-  c.optimizer.initial_accumulator_value = o.initial_accumulator_value();
-  c.optimizer.learning_rate_power = o.learning_rate_power();
-  c.optimizer.l1 = o.l1();
-  c.optimizer.l2 = o.l2();
-  c.optimizer.l2_shrinkage = o.l2_shrinkage();
-  c.optimizer.beta = o.beta();
+  c.optimizer = OptimizerFromConfig(init.optimizer());
   switch (init.nonfinite()) {
     case NONFINITE_REJECT: c.skip_nonfinite = false; break;
     case NONFINITE_SKIP_STEP: c.skip_nonfinite = true; break;

@@ -21,6 +21,11 @@ namespace pscluster {
 // InvalidArgument naming `what` when the bytes are not whole float32s.
 absl::Status BytesToFloats(absl::string_view bytes, const char* what, std::vector<float>* out);
 
+// The dense optimizer `o` describes, as update/optimizer.h takes it (a
+// decay_rate without decay_steps counts as none); unchecked: Optimizer::
+// Create checks it.
+OptimizerOptions OptimizerFromConfig(const OptimizerConfig& o);
+
 // The store configuration `init` asks for, for `num_floats` values (its
 // shards must add up to them). InvalidArgument naming the bad field.
 absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t num_floats,
