@@ -23,7 +23,7 @@
 ABSL_FLAG(std::string, data_dir, "",
           "The data (required): a folder of MNIST-style IDX files, a folder of "
           "x_train.npy, y_train.npy, x_test.npy, y_test.npy, an .npz holding them, a "
-          "folder of TFRecord shards with a tfrecord_schema.json (README: Your data: TFRecord), "
+          "folder of TFRecord shards with a tfrecord_schema.json (docs/models-and-data.md: Your data: TFRecord), "
           "or a folder of Criteo logs train.txt and test.txt[.gz] (docs/criteo.md)");
 ABSL_FLAG(int, threads, 1, "Compute threads");
 ABSL_FLAG(std::string, device, "auto",
