@@ -149,6 +149,11 @@ bool PsRecovery::suspects_loss() const {
 
 absl::Status PsRecovery::Recover(int i, const std::string& why, const Snapshot* latest,
                                  int64_t* highest_version) {
+  // One piece (107 lines), in the order a recovery must go: promote a
+  // backup, else pause, wait for the ps (or, its shards' store lost away
+  // from home, for the ps itself), then resume it as it was, from its
+  // backup or from the checkpoint; each way out leaves the workers paused
+  // or resumed as the run needs.
   const absl::Time t0 = absl::Now();
   if (TryPromote(i, why, t0)) return absl::OkStatus();
   spdlog::warn("ps:{} lost ({}); pausing the workers until it is back", i, why);
