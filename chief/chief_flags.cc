@@ -234,25 +234,10 @@ absl::Status SetEmbeddings(const ChiefFlags& f, const OptimizerConfig& dense_opt
   return absl::OkStatus();
 }
 
-// The optimizer's options as Keras starts `name` (learning_rate 0: unset).
-OptimizerConfig KerasDefaults(const std::string& name) {
+// A compiled optimizer's options in our terms (its clipping aside).
+OptimizerConfig ToConfig(const CompiledOptimizer& c) {
   OptimizerConfig o;
-  o.set_name(name);
-  o.set_momentum(name == "momentum" ? 0.9f : 0.0f);
-  o.set_beta1(0.9f);
-  o.set_beta2(0.999f);
-  o.set_epsilon(1e-7f);
-  o.set_weight_decay(name == "adamw" ? 0.004f : 0.0f);
-  o.set_rho(0.9f);
-  o.set_initial_accumulator_value(0.1f);
-  o.set_learning_rate_power(-0.5f);
-  o.set_decay_rate(1.0f);
-  return o;
-}
-
-// The model file's compiled optimizer in our terms, with its clipping.
-OptimizerConfig FromFile(const CompiledOptimizer& c, double* clipnorm, double* global_clipnorm) {
-  OptimizerConfig o = KerasDefaults(c.name);
+  o.set_name(c.name);
   o.set_learning_rate(static_cast<float>(c.learning_rate));
   o.set_momentum(static_cast<float>(c.momentum));
   o.set_beta1(static_cast<float>(c.beta1));
@@ -269,8 +254,6 @@ OptimizerConfig FromFile(const CompiledOptimizer& c, double* clipnorm, double* g
   o.set_beta(static_cast<float>(c.beta));
   o.set_decay_rate(static_cast<float>(c.decay_rate));
   o.set_decay_steps(c.decay_steps);
-  *clipnorm = c.clipnorm;
-  *global_clipnorm = c.global_clipnorm;
   return o;
 }
 
@@ -292,7 +275,9 @@ absl::Status SetOptimizer(const ChiefFlags& f, TrainingPlan* plan, OptimizerConf
     compiled = *std::move(read);
   }
   if (compiled.has_value()) {
-    *o = FromFile(*compiled, &clipnorm, &global_clipnorm);
+    *o = ToConfig(*compiled);
+    clipnorm = compiled->clipnorm;
+    global_clipnorm = compiled->global_clipnorm;
     *origin = absl::StrCat("the model file's compiled ", compiled->keras_class);
     if (given("learning_rate")) o->set_learning_rate(static_cast<float>(f.learning_rate));
     if (given("momentum")) o->set_momentum(static_cast<float>(f.momentum));
@@ -310,7 +295,7 @@ absl::Status SetOptimizer(const ChiefFlags& f, TrainingPlan* plan, OptimizerConf
       return Bad("optimizer", f.optimizer,
                  "must be adam, sgd, momentum, adamw, adagrad, rmsprop or ftrl");
     }
-    *o = KerasDefaults(f.optimizer);
+    *o = ToConfig(KerasOptimizerDefaults(f.optimizer));
     *origin = "--optimizer";
     o->set_learning_rate(static_cast<float>(f.learning_rate));
     if (f.optimizer == "momentum" || (f.optimizer == "rmsprop" && given("momentum"))) {

@@ -114,6 +114,14 @@ absl::Status ReadLearningRate(const Options& opts, CompiledOptimizer* out) {
 
 }  // namespace
 
+CompiledOptimizer KerasOptimizerDefaults(const std::string& name) {
+  CompiledOptimizer keras;
+  keras.name = name;
+  if (name == "momentum") keras.momentum = 0.9;
+  if (name == "adamw") keras.weight_decay = 0.004;
+  return keras;
+}
+
 absl::StatusOr<std::optional<CompiledOptimizer>> ReadCompiledOptimizer(absl::string_view model_json,
                                                                        const std::string& source) {
   const json doc = json::parse(model_json.begin(), model_json.end(), nullptr, false);
@@ -148,8 +156,9 @@ absl::StatusOr<std::optional<CompiledOptimizer>> ReadCompiledOptimizer(absl::str
                      " is not one this cluster applies (SGD, Adam, AdamW, Adagrad, RMSprop, "
                      "Ftrl); give --optimizer to train with another"));
   }
-  if (out.name == "adamw") out.weight_decay = 0.004;  // Keras's AdamW default
-  if (out.name == "momentum") out.momentum = 0.9;     // tfjs requires it; a fallback
+  const CompiledOptimizer defaults = KerasOptimizerDefaults(out.name);
+  out.momentum = defaults.momentum;  // tfjs's Momentum names it; a fallback
+  out.weight_decay = defaults.weight_decay;
   const std::vector<std::pair<std::vector<const char*>, double*>> numbers = {
       {{"momentum"}, &out.momentum},
       {{"beta_1", "beta1"}, &out.beta1},

@@ -46,6 +46,10 @@ struct CompiledOptimizer {
   double global_clipnorm = 0;
 };
 
+// Keras's defaults for our optimizer `name`: the struct's, with 0.9 for
+// momentum's momentum and AdamW's weight decay 0.004.
+CompiledOptimizer KerasOptimizerDefaults(const std::string& name);
+
 // The compiled optimizer of the model file text `model_json` (what
 // ReadModelFile returns); nullopt when it has none. InvalidArgument
 // starting with `source` and naming the class or option for one this
