@@ -137,7 +137,33 @@ def windows(x, window, strides, padding, fill, dilation=(1, 1)):
     return v[:, ::sh, ::sw, :, ::dh, ::dw][:, :oh, :ow], (top, bottom, left, right)
 
 
-ERF = np.vectorize(math.erf)
+def erf(x):
+    """math.erf over an array, to within 2e-15, at numpy's speed (math.erf
+    element by element took half of a run's time on tfjs_modern's gelu).
+    |x| < 2: the series 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (2n+1)!!,
+    whose terms are all positive (no cancellation); |x| >= 2: Laplace's
+    continued fraction for erfc, evaluated from its 40th term down."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    out = np.empty_like(a)
+    near = a < 2.0
+    s = a[near]
+    twice_sq, term, total = 2.0 * s * s, s.copy(), s.copy()
+    for n in range(1, 41):
+        term *= twice_sq / (2 * n + 1)
+        total += term
+    out[near] = (2.0 / math.sqrt(math.pi)) * np.exp(-s * s) * total
+    b = np.minimum(a[~near], 6.0)  # erfc(6) < 2.2e-17: erf is 1 in doubles
+    f = b.copy()
+    for k in range(40, 0, -1):
+        f = b + (k / 2.0) / f
+    out[~near] = 1.0 - np.exp(-b * b) / (math.sqrt(math.pi) * f)
+    return np.copysign(out, x)
+
+
+_GRID = np.linspace(-7.0, 7.0, 2801)
+if np.max(np.abs(erf(_GRID) - np.array([math.erf(v) for v in _GRID]))) > 2e-15:
+    fail("erf() here differs from math.erf by more than 2e-15")
 
 
 def activate(x, name):
@@ -150,7 +176,7 @@ def activate(x, name):
     if name == "tanh":
         return np.tanh(x)
     if name == "gelu":  # Keras's default, the exact form
-        return 0.5 * x * (1.0 + ERF(x / math.sqrt(2.0)))
+        return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
     if name in ("swish", "silu"):
         return x / (1.0 + np.exp(-x))
     fail("activation %r is not known here" % name)
@@ -366,9 +392,13 @@ def main(argv):
         fail("%s: __metadata__.layout is %r, expected 'keras'" % (argv[2], meta.get("layout")))
     images, labels = read_test_set(argv[3])
     correct, loss_sum, ambiguous = 0, 0.0, 0
-    for begin in range(0, images.shape[0], 500):
-        z = forward(config, t, images[begin:begin + 500])
-        y = labels[begin:begin + 500]
+    # 100 examples at a time: a convolution's windows are then tens of MB of
+    # float64, not hundreds, which glibc keeps on its heap instead of mapping
+    # afresh for each batch (the page faults took a third of the time).
+    batch = 100
+    for begin in range(0, images.shape[0], batch):
+        z = forward(config, t, images[begin:begin + batch])
+        y = labels[begin:begin + batch]
         top2 = np.sort(z, axis=1)[:, -2:]
         ambiguous += int(np.sum(top2[:, 1] - top2[:, 0] < AMBIGUOUS_MARGIN))
         correct += int(np.sum(np.argmax(z, axis=1) == y))
