@@ -88,7 +88,7 @@ absl::Status PlanConv2D(const ModelSpec& spec, const std::string& where, const L
                      " input", act->flat ? " (after Flatten)" : ""));
   }
   op->conv = {0, h, w, c, k, l.units};
-  if (absl::Status st = FindKernelAndBias(spec, where, l, {k, k, c, l.units}, op); !st.ok()) {
+  if (absl::Status st = FindKernelAndBias(spec, where, l, ConvKernelShape(l, c), op); !st.ok()) {
     return st;
   }
   act->h = op->conv.out_h();

@@ -104,6 +104,29 @@ TEST(GraphCpuEngineTest, GradientsThroughModernConvolutionsAndRegularizers) {
   CheckGradients(testing_models::ModernConvModel(), 1e-3f);
 }
 
+// The 1-D layers' cases TensorFlow.js cannot check (its gradients refuse a
+// dilation, and get a same-padded average wrong at the edges): a dilated
+// same Conv1D, same-padded AveragePooling1D and MaxPooling1D with stride
+// 1, and GlobalMaxPooling1D, over a [10, 3] sequence.
+TEST(GraphCpuEngineTest, GradientsOfOneDimensionalLayersWhereTfjsHasNone) {
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(R"({"class_name": "Sequential", "config": {
+    "name": "one_d", "layers": [
+      {"class_name": "InputLayer", "config": {"name": "x", "batch_shape": [null, 10, 3]}},
+      {"class_name": "Conv1D", "config": {"name": "c1", "filters": 4, "kernel_size": 3,
+       "dilation_rate": 2, "padding": "same", "activation": "tanh"}},
+      {"class_name": "AveragePooling1D", "config": {"name": "p1", "pool_size": 3, "strides": 1,
+       "padding": "same"}},
+      {"class_name": "MaxPooling1D", "config": {"name": "p2", "pool_size": 2, "strides": 1,
+       "padding": "same"}},
+      {"class_name": "Conv1D", "config": {"name": "c2", "filters": 5, "kernel_size": [2],
+       "strides": [2]}},
+      {"class_name": "GlobalMaxPooling1D", "config": {"name": "gmp"}},
+      {"class_name": "Dense", "config": {"name": "out", "units": 3, "activation": "softmax"}}]}})",
+                                                   "one_d.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  CheckGradients(*spec, 1e-3f);
+}
+
 TEST(GraphCpuEngineTest, GradientsOfAModelWithTwoInputs) {
   CheckGradients(testing_models::InputsModel(), 1e-3f);
 }
@@ -379,13 +402,14 @@ TEST(GraphCpuEngineTest, SgdStepsMatchTensorFlowJs) {
 // within and across examples. The outputs, the loss and
 // every gradient (the table's rows summed over each id's uses, untouched
 // rows 0) match tfjs's, on one thread and on two.
-TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
-  const std::string path = "tests/fixtures/tfjs_reference/embedding.json";
-  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+//
+// ExpectMatchesTfjs: every model of a tfjs reference file (outputs, loss
+// sums, every gradient) on one thread and on two; prints the largest
+// differences under `title`.
+void ExpectMatchesTfjs(const std::string& path, const std::vector<ReferenceCase>& cases,
+                       const char* title) {
   std::ifstream in(path);
   const nlohmann::json ref = nlohmann::json::parse(in);
-  ASSERT_EQ(cases.size(), 4u);
-  EXPECT_EQ(cases[3].spec.loss, LossKind::kBinaryCrossentropy);
   double max_output = 0, max_grad = 0, max_loss = 0;
   for (size_t c = 0; c < cases.size(); ++c) {
     const ReferenceCase& m = cases[c];
@@ -422,9 +446,41 @@ TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
       }
     }
   }
-  std::printf("tfjs Embedding: max |output diff| %.3g, |loss sum diff| %.3g, "
-              "|gradient diff| %.3g\n",
-              max_output, max_loss, max_grad);
+  std::printf("tfjs %s: max |output diff| %.3g, |loss sum diff| %.3g, |gradient diff| %.3g\n",
+              title, max_output, max_loss, max_grad);
+}
+
+TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
+  const std::string path = "tests/fixtures/tfjs_reference/embedding.json";
+  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+  ASSERT_EQ(cases.size(), 4u);
+  EXPECT_EQ(cases[3].spec.loss, LossKind::kBinaryCrossentropy);
+  ExpectMatchesTfjs(path, cases, "Embedding");
+}
+
+// Keras's 1-D layers over [steps, features] from TensorFlow.js
+// (tests/fixtures/tfjs_reference/sequence.json, written by
+// make_embedding_reference.js): Conv1D (same and valid, strided, without
+// bias, fused relu, tanh, swish and sigmoid) over float sequences and over
+// an Embedding's rows, MaxPooling1D, AveragePooling1D, GlobalMaxPooling1D
+// and GlobalAveragePooling1D, with a softmax and a sigmoid head. (No
+// same-padded average: tfjs's CPU gradient of one divides by the whole
+// window at the edges, where its forward divides by the steps inside.)
+TEST(GraphCpuEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
+  const std::string path = "tests/fixtures/tfjs_reference/sequence.json";
+  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_EQ(cases[2].spec.loss, LossKind::kBinaryCrossentropy);
+  for (const ReferenceCase& c : cases) {
+    for (const LayerSpec& l : c.spec.layers) {
+      if (l.kind == LayerKind::kConv2D || l.kind == LayerKind::kMaxPool2D) EXPECT_TRUE(l.one_d);
+    }
+    // Conv1D's kernel has Keras's shape, [window, in, filters].
+    for (const VariableSpec& v : c.spec.variables) {
+      if (v.name == "c1/kernel") EXPECT_EQ(v.shape.size(), 3u) << c.spec.name;
+    }
+  }
+  ExpectMatchesTfjs(path, cases, "1-D layers");
 }
 
 // An id outside [0, input_dim) is an error naming the layer, the id and

@@ -6,13 +6,15 @@
 // models and vgg_fashion), inference as on the CPU, its own gradients
 // against finite differences, the TensorFlow.js reference losses, and
 // Dropout masks equal to the CPU's.
+#include "compute/graph_device_engine.h"
+
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <vector>
 
 #include "compute/cpu_network.h"
-#include "compute/graph_device_engine.h"
 #include "compute/kernels/emulated_device.h"
 #include "compute/kernels/testing/gradient_check.h"
 #include "compute/testing/float64_reference.h"
@@ -20,6 +22,7 @@
 #include "compute/testing/rounding_check.h"
 #include "gtest/gtest.h"
 #include "model/keras_model.h"
+#include "nlohmann/json.hpp"
 
 namespace pscluster {
 namespace {
@@ -287,6 +290,38 @@ TEST(GraphDeviceEngineTest, DropoutMasksAreTheCpuPaths) {
   }
   EXPECT_NE(losses[0], losses[1]);
   EXPECT_NE(losses[1], losses[2]);
+}
+
+// The 1-D layers (tests/fixtures/tfjs_reference/sequence.json; see
+// graph_cpu_engine_test's test of the same name) run on the device as the
+// 2-D windows over 1 x steps: the losses and every gradient are
+// TensorFlow.js's. The model reading an Embedding is refused, as below.
+TEST(GraphDeviceEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
+  const std::string path = "tests/fixtures/tfjs_reference/sequence.json";
+  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+  ASSERT_EQ(cases.size(), 3u);
+  std::ifstream in(path);
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  for (size_t c : {size_t{0}, size_t{2}}) {
+    const ReferenceCase& m = cases[c];
+    const int batch = static_cast<int>(m.labels.size());
+    Emulated gpu(m.spec, batch);
+    int correct = 0;
+    const double eval = gpu.Run(m.params, m.images, m.labels, batch, 0, nullptr, &correct);
+    EXPECT_NEAR(eval, m.inference_loss_sum, 1e-5) << m.spec.name;
+    std::vector<float> grads(m.spec.num_parameters);
+    const double train = gpu.Run(m.params, m.images, m.labels, batch, 0, grads.data(), &correct);
+    EXPECT_NEAR(train, m.training_loss_sum, 1e-5) << m.spec.name;
+    for (const VariableSpec& v : m.spec.variables) {
+      const std::vector<float> g =
+          ref["models"][c]["gradients"].at(v.name).get<std::vector<float>>();
+      ASSERT_EQ(static_cast<int64_t>(g.size()), v.size) << v.name;
+      for (int64_t k = 0; k < v.size; ++k) {
+        EXPECT_NEAR(grads[v.offset + k], g[k], 1e-6) << m.spec.name << " " << v.name << k;
+      }
+    }
+  }
+  EXPECT_FALSE(GraphDeviceEngine::Create(cases[1].spec, 4, kSeed).ok());
 }
 
 // Embedding runs on the CPU only for now: the device graph refuses it at

@@ -401,7 +401,7 @@ class GraphPlanner {
     s.out_c = y.c;
     absl::Status st;
     if (l.kind == LayerKind::kConv2D) {
-      st = Find(l.name + "/kernel", {l.window_h, l.window_w, x.c, l.units}, &op->kernel);
+      st = Find(l.name + "/kernel", ConvKernelShape(l, x.c), &op->kernel);
       if (st.ok() && l.use_bias) st = Find(l.name + "/bias", {l.units}, &op->bias);
       KernelActivation(l.activation, &op->has_act, &op->act);
       op->columns_per_example = int64_t{s.out_h} * s.out_w * s.patch_size();

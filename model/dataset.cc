@@ -388,11 +388,15 @@ absl::Status CheckSourceFitsModel(ExampleSource* source, const std::string& path
 absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,
                                    const ModelSpec& spec) {
   const bool flat_model = spec.input_height == 1 && spec.input_width == 1;
+  // A [steps, features] model (1 x steps x features) reads [N, steps,
+  // features] arrays and 28x28 IDX images, which load as steps x features x 1.
+  const bool sequence_model = spec.input_height == 1 && spec.input_width > 1;
   const int64_t example = int64_t{data.height} * data.width * data.channels;
-  const bool fits = flat_model ? example == spec.input_channels
-                               : data.height == spec.input_height &&
-                                     data.width == spec.input_width &&
-                                     data.channels == spec.input_channels;
+  const bool same_shape = data.height == spec.input_height && data.width == spec.input_width &&
+                          data.channels == spec.input_channels;
+  const bool as_steps = sequence_model && data.channels == 1 &&
+                        data.height == spec.input_width && data.width == spec.input_channels;
+  const bool fits = flat_model ? example == spec.input_channels : same_shape || as_steps;
   if (!fits) {
     return Bad(path, absl::StrCat("examples are ", data.height, "x", data.width, "x",
                                   data.channels, " but model \"", spec.name, "\" wants ",

@@ -73,6 +73,20 @@ TEST(DatasetTest, FitsTheModelOrSaysWhy) {
       << s;
   spec.input_height = spec.input_width = 1, spec.input_channels = 60;  // rank-1 input
   EXPECT_TRUE(CheckDatasetFitsModel(d, "f.npz", spec).ok());
+  // A [steps, features] model (1 x steps x features) reads [N, steps,
+  // features] arrays, which load as steps x features x 1, and its own shape.
+  Dataset rows = d;
+  rows.height = 6, rows.width = 10, rows.channels = 1;
+  spec.input_height = 1, spec.input_width = 6, spec.input_channels = 10;
+  EXPECT_TRUE(CheckDatasetFitsModel(rows, "r.npz", spec).ok());
+  rows.height = 1, rows.width = 6, rows.channels = 10;
+  EXPECT_TRUE(CheckDatasetFitsModel(rows, "r.npz", spec).ok());
+  rows.height = 10, rows.width = 6, rows.channels = 1;  // transposed: no
+  s = CheckDatasetFitsModel(rows, "r.npz", spec);
+  EXPECT_NE(s.message().find("r.npz: examples are 10x6x1 but model \"m\" wants 1x6x10"),
+            std::string::npos)
+      << s;
+  spec.input_height = spec.input_width = 1, spec.input_channels = 60;
   spec.input_channels = 60, spec.num_classes = 2;
   s = CheckDatasetFitsModel(d, "f.npz", spec);
   EXPECT_NE(s.message().find("label 2 of example 2: is not a class index: model \"m\" has 2 "

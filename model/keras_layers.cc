@@ -123,6 +123,69 @@ absl::Status ParseLayerNorm(const json& cfg, const std::string& where, LayerSpec
   return st;
 }
 
+// Option `key` of a 1-D layer: an integer or a list of one (TensorFlow.js
+// and Keras write [3]); `dflt` when absent or null.
+absl::Status IntOne(const json& cfg, const std::string& where, const char* key, int dflt,
+                    int* out) {
+  const json v = cfg.value(key, json());
+  const json one = v.is_array() && v.size() == 1 ? v[0] : v;
+  if (v.is_null()) {
+    *out = dflt;
+  } else if (one.is_number_integer() && one.get<int64_t>() >= 1 && one.get<int64_t>() <= 4096) {
+    *out = one.get<int>();
+  } else {
+    return Bad(where, absl::StrCat("option '", key, "' = ", Show(v),
+                                   " is not an integer in [1, 4096] or a list of one"));
+  }
+  return absl::OkStatus();
+}
+
+// Conv1D: Conv2D's window over 1 x steps (LayerSpec::one_d).
+absl::Status ParseConv1D(const json& cfg, const std::string& where, LayerSpec* l,
+                         LayerInits* inits) {
+  if (absl::Status s = IntIn(cfg, where, "filters", 0, 1, 65536, &l->units); !s.ok()) return s;
+  l->one_d = true;
+  l->window_h = 1;
+  if (!cfg.contains("kernel_size")) return Bad(where, "option 'kernel_size' is missing");
+  absl::Status st = IntOne(cfg, where, "kernel_size", 1, &l->window_w);
+  st.Update(IntOne(cfg, where, "strides", 1, &l->stride_w));
+  st.Update(IntOne(cfg, where, "dilation_rate", 1, &l->dilation_w));
+  if (st.ok() && l->dilation_w > 1 && l->stride_w > 1) {
+    return Bad(where,
+               absl::StrCat("option 'dilation_rate' = ", Show(cfg.value("dilation_rate", json())),
+                            " with 'strides' = ", Show(cfg.value("strides", json())),
+                            " is not supported (TensorFlow too needs one of them 1)"));
+  }
+  if (cfg.value("padding", json()) == "causal") {
+    return Bad(where, "option 'padding' = \"causal\" is not supported (valid or same)");
+  }
+  st.Update(PaddingOf(cfg, where, &l->padding));
+  st.Update(ChannelsLast(cfg, where));
+  st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
+  st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
+  l->use_bias = cfg.value("use_bias", true);
+  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+  if (!a.ok()) return a.status();
+  l->activation = *a;
+  if (st.ok()) {
+    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
+// MaxPooling1D and AveragePooling1D: the 2-D pools over 1 x steps.
+absl::Status ParsePool1D(const json& cfg, const std::string& where, LayerSpec* l, LayerInits*) {
+  l->one_d = true;
+  l->window_h = 1;
+  absl::Status st = IntOne(cfg, where, "pool_size", 2, &l->window_w);
+  // Keras: strides default to pool_size.
+  st.Update(IntOne(cfg, where, "strides", l->window_w, &l->stride_w));
+  st.Update(PaddingOf(cfg, where, &l->padding));
+  st.Update(ChannelsLast(cfg, where));
+  return st;
+}
+
 // MaxPooling2D and AveragePooling2D.
 absl::Status ParsePool2D(const json& cfg, const std::string& where, LayerSpec* l, LayerInits*) {
   absl::Status st;
@@ -147,6 +210,13 @@ absl::Status ParseGlobalPool(const json& cfg, const std::string& where, LayerSpe
   st.Update(ChannelsLast(cfg, where));
   st.Update(Neutral(cfg, where, "keepdims", {false}, "only keepdims false"));
   return st;
+}
+
+// GlobalMaxPooling1D: GlobalMaxPooling2D over 1 x steps.
+absl::Status ParseGlobalPool1D(const json& cfg, const std::string& where, LayerSpec* l,
+                               LayerInits* inits) {
+  l->one_d = true;
+  return ParseGlobalPool(cfg, where, l, inits);
 }
 
 // Embedding: ids [L] (float32 in the examples) -> [L, output_dim] rows of
@@ -409,6 +479,14 @@ constexpr LayerClass kLayerClasses[] = {
     {"SeparableConv2D", LayerKind::kSeparableConv2D, ParseSeparableConv2D},
     {"SeparableConvolution2D", LayerKind::kSeparableConv2D, ParseSeparableConv2D},
     {"LayerNormalization", LayerKind::kLayerNorm, ParseLayerNorm},
+    {"Conv1D", LayerKind::kConv2D, ParseConv1D},
+    {"Convolution1D", LayerKind::kConv2D, ParseConv1D},
+    {"MaxPooling1D", LayerKind::kMaxPool2D, ParsePool1D},
+    {"MaxPool1D", LayerKind::kMaxPool2D, ParsePool1D},
+    {"AveragePooling1D", LayerKind::kAvgPool2D, ParsePool1D},
+    {"AvgPool1D", LayerKind::kAvgPool2D, ParsePool1D},
+    {"GlobalMaxPooling1D", LayerKind::kGlobalMaxPool2D, ParseGlobalPool1D},
+    {"GlobalMaxPool1D", LayerKind::kGlobalMaxPool2D, ParseGlobalPool1D},
 };
 
 }  // namespace

@@ -44,8 +44,8 @@ bool ReadByFlattenOnly(const std::vector<LayerSpec>& specs) {
 }
 
 // Declared shape `shape` (without the batch) as height x width x channels:
-// [H, W, C], [F] (1 x 1 x F), or, when `flattened_first`, [H, W] (H x W x
-// 1). `what` names it in errors.
+// [H, W, C], [F] (1 x 1 x F), [steps, features] (1 x steps x features) or,
+// when `flattened_first`, [H, W] (H x W x 1). `what` names it in errors.
 absl::StatusOr<InputShape> ShapeOfDims(const std::vector<json>& shape, bool flattened_first,
                                        const std::string& what) {
   std::vector<int> dims;
@@ -64,10 +64,12 @@ absl::StatusOr<InputShape> ShapeOfDims(const std::vector<json>& shape, bool flat
     h = w = 1, c = dims[0];
   } else if (dims.size() == 2 && flattened_first) {
     h = dims[0], w = dims[1], c = 1;  // [H, W] flattened first: as [H, W, 1]
+  } else if (dims.size() == 2) {
+    h = 1, w = dims[0], c = dims[1];  // [steps, features]: 1 x steps x features
   } else {
     return Bad(what, absl::StrCat("input shape ", Show(json(shape)),
-                                  " is not supported ([height, width, channels] or "
-                                  "[features])"));
+                                  " is not supported ([height, width, channels], "
+                                  "[steps, features] or [features])"));
   }
   if (static_cast<int64_t>(h) * w * c > (int64_t{1} << 26)) {
     return Bad(what, absl::StrCat("input shape ", Show(json(shape)), " is too large"));
@@ -75,8 +77,8 @@ absl::StatusOr<InputShape> ShapeOfDims(const std::vector<json>& shape, bool flat
   return InputShape{h, w, c};
 }
 
-// The declared input shape: [H, W, C], [F], or [H, W] read by a Flatten
-// first (H x W x 1).
+// The declared input shape: [H, W, C], [F], [steps, features], or [H, W]
+// read by a Flatten first (H x W x 1).
 absl::StatusOr<InputShape> DeclaredInputShape(const ParsedLayers& parsed,
                                               const std::string& source) {
   if (!parsed.have_shape) {
@@ -86,8 +88,9 @@ absl::StatusOr<InputShape> DeclaredInputShape(const ParsedLayers& parsed,
   return ShapeOfDims(parsed.shape, ReadByFlattenOnly(parsed.specs), source);
 }
 
-// A model with several inputs: each one's name and shape ([H, W, C] or
-// [F]), in the model's input order; empty for a model with one.
+// A model with several inputs: each one's name and shape ([H, W, C],
+// [steps, features] or [F]), in the model's input order; empty for a model
+// with one.
 absl::StatusOr<std::vector<InputSpec>> InputsOf(const ParsedLayers& parsed,
                                                 const std::string& source) {
   std::vector<InputSpec> out;

@@ -701,5 +701,89 @@ TEST(KerasModelTest, EmbeddingRefusesMasksAndBadOptionsNamingThem) {
       << spec.status();
 }
 
+// A Sequential model over a [steps, features] input of `shape` ("[10, 3]")
+// with `layers` (JSON objects, comma-separated) and a Dense head.
+std::string SequenceModel(const std::string& shape, const std::string& layers) {
+  return absl::StrCat(R"({"class_name": "Sequential", "config": {"name": "seq", "layers": [
+      {"class_name": "InputLayer", "config": {"name": "x", "batch_shape": [null, )",
+                      shape, R"(]}}, )", layers, R"(,
+      {"class_name": "Dense", "config": {"name": "out", "units": 2,
+                                         "activation": "softmax"}}]}})");
+}
+
+TEST(KerasModelTest, OneDimensionalLayersAreTheirWindowsOverSteps) {
+  const ModelSpec spec = Parse(SequenceModel("10, 3", R"(
+      {"class_name": "Conv1D", "config": {"name": "c", "filters": 4, "kernel_size": 3,
+                                          "strides": [1], "padding": "same"}},
+      {"class_name": "MaxPooling1D", "config": {"name": "m", "pool_size": 2, "strides": null}},
+      {"class_name": "AveragePooling1D", "config": {"name": "a", "pool_size": [2],
+                                                    "strides": 1}},
+      {"class_name": "GlobalMaxPooling1D", "config": {"name": "g"}})"),
+                               "seq.json");
+  ASSERT_EQ(spec.layers.size(), 5u);
+  EXPECT_EQ(spec.input_height, 1);  // [steps, features] is 1 x steps x features
+  EXPECT_EQ(spec.input_width, 10);
+  EXPECT_EQ(spec.input_channels, 3);
+  const LayerKind kinds[] = {LayerKind::kConv2D, LayerKind::kMaxPool2D, LayerKind::kAvgPool2D,
+                             LayerKind::kGlobalMaxPool2D};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(spec.layers[i].kind, kinds[i]) << i;
+    EXPECT_TRUE(spec.layers[i].one_d) << i;
+  }
+  EXPECT_EQ(spec.layers[0].window_h, 1);
+  EXPECT_EQ(spec.layers[0].window_w, 3);
+  EXPECT_EQ(spec.layers[1].stride_w, 2);  // strides default to pool_size
+  EXPECT_EQ(spec.layers[2].stride_w, 1);
+  ASSERT_EQ(spec.variables.size(), 4u);
+  EXPECT_EQ(spec.variables[0].name, "c/kernel");
+  EXPECT_EQ(spec.variables[0].shape, (std::vector<int64_t>{3, 3, 4}));  // Keras's Conv1D shape
+  EXPECT_EQ(spec.variables[0].fan_in, 9);
+  EXPECT_EQ(spec.variables[0].fan_out, 12);
+  EXPECT_EQ(spec.variables[2].shape, (std::vector<int64_t>{4, 2}));  // after GlobalMaxPooling1D
+}
+
+TEST(KerasModelTest, OneDimensionalLayersRefuseWhatTheyCannotRunNamingIt) {
+  struct Case {
+    const char* shape;
+    const char* layers;
+    const char* expect;  // in the message
+  } cases[] = {
+      {"10, 3", R"({"class_name": "Conv1D", "config": {"name": "c", "filters": 2,
+                   "kernel_size": 3, "padding": "causal"}})",
+       "layer 'c' (Conv1D): option 'padding' = \"causal\" is not supported (valid or same)"},
+      {"10, 3", R"({"class_name": "Conv1D", "config": {"name": "c", "filters": 2,
+                   "kernel_size": [3, 3]}})",
+       "layer 'c' (Conv1D): option 'kernel_size' = [3,3] is not an integer in [1, 4096] or a "
+       "list of one"},
+      {"10, 3", R"({"class_name": "Conv1D", "config": {"name": "c", "filters": 2,
+                   "kernel_size": 3, "groups": 3}})",
+       "layer 'c' (Conv1D): option 'groups' = 3"},
+      {"10, 3", R"({"class_name": "Conv1D", "config": {"name": "c", "filters": 2,
+                   "kernel_size": 3, "dilation_rate": 2, "strides": 2}})",
+       "layer 'c' (Conv1D): option 'dilation_rate' = 2 with 'strides' = 2 is not supported"},
+      {"10, 3", R"({"class_name": "Conv1D", "config": {"name": "c", "filters": 2,
+                   "kernel_size": 11}})",
+       "layer c: convolution kernel 1x11 stride 1x1 dilation 1x1 does not fit its input 1x10x3"},
+      {"10, 3", R"({"class_name": "MaxPooling1D", "config": {"name": "m", "pool_size": 0}})",
+       "layer 'm' (MaxPooling1D): option 'pool_size' = 0 is not an integer"},
+      {"4, 5, 1", R"({"class_name": "MaxPooling1D", "config": {"name": "m"}})",
+       "layer m: a 1-D layer (it reads [steps, features]) does not fit its input 4x5x1"},
+      {"4, 5, 1", R"({"class_name": "GlobalMaxPooling1D", "config": {"name": "g"}})",
+       "layer g: a 1-D layer (it reads [steps, features]) does not fit its input 4x5x1"},
+      // Keras applies Dense per step of a sequence: not yet.
+      {"10, 3", R"({"class_name": "Dropout", "config": {"name": "d", "rate": 0.1}})",
+       "layer out: Dense (it needs a Flatten before it) does not fit its input 1x10x3"},
+      {"2, 10, 3, 1", R"({"class_name": "Dropout", "config": {"name": "d", "rate": 0.1}})",
+       "input shape [2,10,3,1] is not supported ([height, width, channels], [steps, features] "
+       "or [features])"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ModelSpec> spec = ParseKerasModel(SequenceModel(c.shape, c.layers), "s.json");
+    ASSERT_FALSE(spec.ok()) << c.layers;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(c.expect), std::string::npos) << spec.status();
+  }
+}
+
 }  // namespace
 }  // namespace pscluster

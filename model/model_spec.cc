@@ -116,6 +116,9 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": ", what, " does not fit its input ", ShapeText(x)));
   };
+  if (l.one_d && (x.flat || x.h != 1)) {
+    return misfit("a 1-D layer (it reads [steps, features])");
+  }
   switch (l.kind) {
     case LayerKind::kConv2D:
     case LayerKind::kDepthwiseConv2D:
@@ -338,8 +341,8 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
     switch (l.kind) {
       case LayerKind::kConv2D: {
         const int64_t taps = static_cast<int64_t>(l.window_h) * l.window_w;
-        add(l.name + "/kernel", {l.window_h, l.window_w, in_c, l.units},
-            Initializer::GlorotUniform(), taps * in_c, taps * l.units);
+        add(l.name + "/kernel", ConvKernelShape(l, in_c), Initializer::GlorotUniform(), taps * in_c,
+            taps * l.units);
         if (l.use_bias) add(l.name + "/bias", {l.units}, Initializer(), 0, 0);
         break;
       }
@@ -630,6 +633,11 @@ std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed) {
     }
   }
   return params;
+}
+
+std::vector<int64_t> ConvKernelShape(const LayerSpec& l, int64_t in_channels) {
+  if (l.one_d) return {l.window_w, in_channels, l.units};
+  return {l.window_h, l.window_w, in_channels, l.units};
 }
 
 absl::StatusOr<int64_t> VariableOffset(const ModelSpec& spec, const std::string& where,

@@ -118,6 +118,13 @@ struct LayerSpec {
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // kZeroPadding2D
   float rescale = 1.0f, reshift = 0.0f;                            // kRescaling
   std::vector<int> target_shape;  // kReshape: [H, W, C] or [F]
+  // Keras's 1-D form of kConv2D, kMaxPool2D, kAvgPool2D and
+  // kGlobalMaxPool2D (Conv1D, MaxPooling1D, ...): it reads [steps,
+  // features], 1 x steps x features, and its window runs along the steps
+  // (window_h, stride_h and dilation_h are 1). Conv1D's kernel is
+  // [window_w, in, filters], Keras's shape, the same values in the same
+  // order as the 2-D [1, window_w, in, filters].
+  bool one_d = false;
 };
 
 // Keras initializers. The named ones (GlorotUniform, HeNormal, ...) are
@@ -300,6 +307,11 @@ std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed);
 // InitialParameters computes them for other variables. out: `width` floats.
 void InitialRow(const Initializer& init, int64_t fan_in, int64_t fan_out, uint64_t seed, int table,
                 int64_t id, int width, float* out);
+
+// A convolution's kernel shape as Keras holds it: Conv2D's [window_h,
+// window_w, in_channels, filters]; Conv1D's (LayerSpec::one_d) [window_w,
+// in_channels, filters], the same values in the same order.
+std::vector<int64_t> ConvKernelShape(const LayerSpec& l, int64_t in_channels);
 
 // Where variable `name` starts in the flat parameter vector, checked to
 // have `shape` and to lie inside the parameters: what a backend's plan of
