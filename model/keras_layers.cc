@@ -28,6 +28,26 @@ absl::Status AddInit(const json& cfg, const std::string& where, const char* key,
 using LayerParser = absl::Status (*)(const json& cfg, const std::string& where, LayerSpec* l,
                                      LayerInits* inits);
 
+// use_bias and activation, as every convolution and Dense has them.
+absl::Status BiasAndActivation(const json& cfg, const std::string& where, LayerSpec* l) {
+  l->use_bias = cfg.value("use_bias", true);
+  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
+  if (!a.ok()) return a.status();
+  l->activation = *a;
+  return absl::OkStatus();
+}
+
+// The `kernel` (Glorot uniform unless given) and `bias` (zeros)
+// initializers of a convolution or a Dense, after the checks in `st`.
+absl::Status KernelAndBiasInits(const json& cfg, const std::string& where, absl::Status st,
+                                LayerInits* inits) {
+  if (st.ok()) {
+    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
 // The options every convolution has: kernel_size, strides, padding,
 // dilation_rate (not with strides > 1, which TensorFlow refuses too),
 // data_format, use_bias and activation.
@@ -47,10 +67,7 @@ absl::Status ParseWindowOptions(const json& cfg, const std::string& where, Layer
   st.Update(PaddingOf(cfg, where, &l->padding));
   st.Update(ChannelsLast(cfg, where));
   st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
-  l->use_bias = cfg.value("use_bias", true);
-  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
-  if (!a.ok()) return a.status();
-  l->activation = *a;
+  if (absl::Status s = BiasAndActivation(cfg, where, l); !s.ok()) return s;
   return st;
 }
 
@@ -59,11 +76,7 @@ absl::Status ParseConv2D(const json& cfg, const std::string& where, LayerSpec* l
   if (absl::Status s = IntIn(cfg, where, "filters", 0, 1, 65536, &l->units); !s.ok()) return s;
   absl::Status st = ParseWindowOptions(cfg, where, l);
   st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
-  if (st.ok()) {
-    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
-  }
-  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
-  return st;
+  return KernelAndBiasInits(cfg, where, st, inits);
 }
 
 // The options of a depthwise convolution, DepthwiseConv2D's and the first
@@ -163,15 +176,8 @@ absl::Status ParseConv1D(const json& cfg, const std::string& where, LayerSpec* l
   st.Update(ChannelsLast(cfg, where));
   st.Update(Neutral(cfg, where, "groups", {1}, "grouped convolutions are not implemented"));
   st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
-  l->use_bias = cfg.value("use_bias", true);
-  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
-  if (!a.ok()) return a.status();
-  l->activation = *a;
-  if (st.ok()) {
-    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
-  }
-  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
-  return st;
+  if (absl::Status s = BiasAndActivation(cfg, where, l); !s.ok()) return s;
+  return KernelAndBiasInits(cfg, where, st, inits);
 }
 
 // MaxPooling1D and AveragePooling1D: the 2-D pools over 1 x steps.
@@ -265,16 +271,9 @@ absl::Status ParseDense(const json& cfg, const std::string& where, LayerSpec* l,
                                    " is not valid"));
   }
   l->units = cfg["units"].get<int>();
-  l->use_bias = cfg.value("use_bias", true);
   st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
-  absl::StatusOr<Activation> a = ActivationOf(cfg, where);
-  if (!a.ok()) return a.status();
-  l->activation = *a;
-  if (st.ok()) {
-    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
-  }
-  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
-  return st;
+  if (absl::Status s = BiasAndActivation(cfg, where, l); !s.ok()) return s;
+  return KernelAndBiasInits(cfg, where, st, inits);
 }
 
 absl::Status ParseDropout(const json& cfg, const std::string& where, LayerSpec* l,
