@@ -115,10 +115,12 @@ absl::Status PlanMaxPool2D(const LayerSpec& l, const std::string& layer, ActShap
 
 absl::Status PlanDense(const ModelSpec& spec, const std::string& where, const LayerSpec& l,
                        const std::string& layer, ActShape* act, FusedLayer* op) {
-  if (!act->flat || l.units < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(layer, ": Dense with ", l.units,
-                     " units needs a Flatten before it"));
+  if (!act->flat) {  // Keras applies it to the last axis of each step or pixel
+    return absl::UnimplementedError(absl::StrCat(layer, ": not on the fast path (a Dense on a ",
+                                                 act->h, "x", act->w, "x", act->c, " activation)"));
+  }
+  if (l.units < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(layer, ": Dense with ", l.units, " units"));
   }
   const int features = act->h * act->w * act->c;
   op->dense = {0, features, l.units};

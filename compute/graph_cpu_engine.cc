@@ -75,7 +75,7 @@ void BackwardGlobalAvgPool2D(const GraphOp& op, const SliceGrads& g) {
 // `x`: the slice's input to the layer.
 void BackwardDense(const GraphOp& op, const float* params, const float* x,
                    const SliceGrads& g) {
-  const int n = g.n;
+  const int n = g.n * op.dense_rows;
   kernels::CpuGemm(true, false, op.dense_in, op.dense_out, n, 1.0f, x, op.dense_in, g.gy,
                    op.dense_out, op.accumulate_params ? 1.0f : 0.0f, g.pg + op.kernel,
                    op.dense_out);
@@ -493,16 +493,18 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
         if (s.bad_id < 0) kernels::EmbeddingForward(ids, x, params + op.kernel, op.dense_out, y);
         break;
       }
-      case LayerKind::kDense:
-        kernels::CpuGemm(false, false, n, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
+      case LayerKind::kDense: {
+        const int rows = n * op.dense_rows;
+        kernels::CpuGemm(false, false, rows, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
                          params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
         if (op.bias >= 0) {
-          for (int r = 0; r < n; ++r) {
+          for (int r = 0; r < rows; ++r) {
             float* row = y + int64_t{r} * op.dense_out;
             for (int o = 0; o < op.dense_out; ++o) row[o] += params[op.bias + o];
           }
         }
         break;
+      }
       case LayerKind::kDropout:
         if (training && op.rate > 0.0f) {
           kernels::DropoutForward<CpuDevice>()(

@@ -463,15 +463,18 @@ TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
 // make_embedding_reference.js): Conv1D (same and valid, strided, without
 // bias, fused relu, tanh, swish and sigmoid) over float sequences and over
 // an Embedding's rows, MaxPooling1D, AveragePooling1D, GlobalMaxPooling1D
-// and GlobalAveragePooling1D, with a softmax and a sigmoid head. (No
+// and GlobalAveragePooling1D, with a softmax and a sigmoid head (no
 // same-padded average: tfjs's CPU gradient of one divides by the whole
-// window at the edges, where its forward divides by the steps inside.)
+// window at the edges, where its forward divides by the steps inside);
+// and Dense on the last axis of [steps, features] and of an image, as
+// Keras applies it to each step or pixel.
 TEST(GraphCpuEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
   const std::string path = "tests/fixtures/tfjs_reference/sequence.json";
   std::vector<ReferenceCase> cases = LoadTfjsReference(path);
-  ASSERT_EQ(cases.size(), 3u);
+  ASSERT_EQ(cases.size(), 5u);
   EXPECT_EQ(cases[2].spec.loss, LossKind::kBinaryCrossentropy);
-  for (const ReferenceCase& c : cases) {
+  for (size_t k = 0; k < 3; ++k) {
+    const ReferenceCase& c = cases[k];
     for (const LayerSpec& l : c.spec.layers) {
       if (l.kind == LayerKind::kConv2D || l.kind == LayerKind::kMaxPool2D) EXPECT_TRUE(l.one_d);
     }
@@ -479,6 +482,13 @@ TEST(GraphCpuEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
     for (const VariableSpec& v : c.spec.variables) {
       if (v.name == "c1/kernel") EXPECT_EQ(v.shape.size(), 3u) << c.spec.name;
     }
+  }
+  // A Dense per step or pixel has Keras's [features, units] kernel.
+  for (const VariableSpec& v : cases[3].spec.variables) {
+    if (v.name == "d1/kernel") EXPECT_EQ(v.shape, (std::vector<int64_t>{3, 5}));
+  }
+  for (const VariableSpec& v : cases[4].spec.variables) {
+    if (v.name == "d1/kernel") EXPECT_EQ(v.shape, (std::vector<int64_t>{2, 3}));
   }
   ExpectMatchesTfjs(path, cases, "1-D layers");
 }

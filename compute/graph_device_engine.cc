@@ -83,8 +83,8 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
         break;
       case LayerKind::kDense:
         workspace = std::max(
-            workspace, parallel::DenseGeneralBackwardWorkspace(static_cast<int>(n),
-                                                         static_cast<int>(op.dense_out)) *
+            workspace, parallel::DenseGeneralBackwardWorkspace(static_cast<int>(n * op.dense_rows),
+                                                               static_cast<int>(op.dense_out)) *
                            kFloat);
         break;
       case LayerKind::kBatchNorm:
@@ -234,8 +234,8 @@ void GraphDeviceEngine::BackwardOp(const kernels::GraphKernels& k, size_t i,
       if (dx != nullptr) k.GlobalAvgPoolBackward(n, op.pixels, op.channels, gy, dx);
       break;
     case LayerKind::kDense:
-      k.DenseBackward(n, op.dense_in, op.dense_out, x, params + op.kernel, gy, dw, db, dx,
-                      workspace);
+      k.DenseBackward(n * op.dense_rows, op.dense_in, op.dense_out, x, params + op.kernel, gy, dw,
+                      db, dx, workspace);
       break;
     case LayerKind::kDropout:
       if (dx != nullptr && op.rate > 0.0f) {
@@ -318,7 +318,7 @@ void GraphDeviceEngine::ForwardOp(const kernels::GraphKernels& k, size_t i, cons
       k.GlobalAvgPoolForward(n, op.pixels, op.channels, in, y);
       break;
     case LayerKind::kDense:
-      k.DenseForward(n, op.dense_in, op.dense_out, in, params + op.kernel,
+      k.DenseForward(n * op.dense_rows, op.dense_in, op.dense_out, in, params + op.kernel,
                      param(op.bias), y);
       break;
     case LayerKind::kDropout:

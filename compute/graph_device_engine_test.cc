@@ -294,15 +294,16 @@ TEST(GraphDeviceEngineTest, DropoutMasksAreTheCpuPaths) {
 
 // The 1-D layers (tests/fixtures/tfjs_reference/sequence.json; see
 // graph_cpu_engine_test's test of the same name) run on the device as the
-// 2-D windows over 1 x steps: the losses and every gradient are
-// TensorFlow.js's. The model reading an Embedding is refused, as below.
+// 2-D windows over 1 x steps, and Dense on the last axis as a Dense over
+// each step or pixel: the losses and every gradient are TensorFlow.js's.
+// The model reading an Embedding is refused, as below.
 TEST(GraphDeviceEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
   const std::string path = "tests/fixtures/tfjs_reference/sequence.json";
   std::vector<ReferenceCase> cases = LoadTfjsReference(path);
-  ASSERT_EQ(cases.size(), 3u);
+  ASSERT_EQ(cases.size(), 5u);
   std::ifstream in(path);
   const nlohmann::json ref = nlohmann::json::parse(in);
-  for (size_t c : {size_t{0}, size_t{2}}) {
+  for (size_t c : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) {
     const ReferenceCase& m = cases[c];
     const int batch = static_cast<int>(m.labels.size());
     Emulated gpu(m.spec, batch);

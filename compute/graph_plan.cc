@@ -335,7 +335,8 @@ class GraphPlanner {
         st = Find(l.name + "/embeddings", {l.input_dim, l.units}, &op->kernel);
         break;
       case LayerKind::kDense:
-        op->dense_in = static_cast<int>(x.size());
+        op->dense_rows = x.flat ? 1 : x.h * x.w;
+        op->dense_in = x.flat ? static_cast<int>(x.size()) : x.c;
         op->dense_out = l.units;
         st = Find(l.name + "/kernel", {op->dense_in, l.units}, &op->kernel);
         if (st.ok() && l.use_bias) st = Find(l.name + "/bias", {l.units}, &op->bias);

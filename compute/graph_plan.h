@@ -39,6 +39,10 @@ struct GraphOp {
   // Dense: in and out units. Embedding: dense_in is input_dim (the table's
   // rows), dense_out output_dim, and `pixels` the ids per example.
   int dense_in = 0, dense_out = 0;
+  // Dense: the rows of dense_in values it maps per example: 1 on a flat
+  // input; the steps or pixels of a [steps, features] or [H, W, C] input,
+  // where Keras applies it to the last axis of each.
+  int dense_rows = 1;
   bool has_act = false;  // applies `act` after the layer's own work
   kernels::ActivationFn act = kernels::ActivationFn::kRelu;
   int channels = 0;   // BN, LayerNormalization, global pools

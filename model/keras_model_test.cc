@@ -740,6 +740,14 @@ TEST(KerasModelTest, OneDimensionalLayersAreTheirWindowsOverSteps) {
   EXPECT_EQ(spec.variables[0].fan_in, 9);
   EXPECT_EQ(spec.variables[0].fan_out, 12);
   EXPECT_EQ(spec.variables[2].shape, (std::vector<int64_t>{4, 2}));  // after GlobalMaxPooling1D
+  // Dense on [steps, features] maps each step (Keras's last axis).
+  const ModelSpec steps = Parse(SequenceModel("10, 3", R"(
+      {"class_name": "Dense", "config": {"name": "d", "units": 4, "activation": "relu"}},
+      {"class_name": "GlobalAveragePooling1D", "config": {"name": "g"}})"),
+                                "steps.json");
+  ASSERT_EQ(steps.variables.size(), 4u);
+  EXPECT_EQ(steps.variables[0].shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(steps.variables[2].shape, (std::vector<int64_t>{4, 2}));
 }
 
 TEST(KerasModelTest, OneDimensionalLayersRefuseWhatTheyCannotRunNamingIt) {
@@ -770,9 +778,10 @@ TEST(KerasModelTest, OneDimensionalLayersRefuseWhatTheyCannotRunNamingIt) {
        "layer m: a 1-D layer (it reads [steps, features]) does not fit its input 4x5x1"},
       {"4, 5, 1", R"({"class_name": "GlobalMaxPooling1D", "config": {"name": "g"}})",
        "layer g: a 1-D layer (it reads [steps, features]) does not fit its input 4x5x1"},
-      // Keras applies Dense per step of a sequence: not yet.
+      // Dense maps each step: [10, 2] is no head for a loss of 2 classes.
       {"10, 3", R"({"class_name": "Dropout", "config": {"name": "d", "rate": 0.1}})",
-       "layer out: Dense (it needs a Flatten before it) does not fit its input 1x10x3"},
+       "layer out: the output is 1x10x2 per example where the loss reads 2 (a Dense on [steps, "
+       "features] or an image maps each step or pixel: Flatten or pool before the head)"},
       {"2, 10, 3, 1", R"({"class_name": "Dropout", "config": {"name": "d", "rate": 0.1}})",
        "input shape [2,10,3,1] is not supported ([height, width, channels], [steps, features] "
        "or [features])"},

@@ -174,12 +174,10 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
       }
       return ActivationShape{1, 1, x.c, true};
     case LayerKind::kDense:
-      // Keras applies Dense to the last axis; on a 1x1 spatial input that
-      // is the whole example, anything else needs a Flatten first.
-      if (!x.flat && (x.h != 1 || x.w != 1)) {
-        return misfit("Dense (it needs a Flatten before it)");
-      }
+      // Keras applies Dense to the last axis: on a flat or 1x1 input the
+      // whole example, on [steps, features] or [H, W, C] each step or pixel.
       if (l.units < 1) return misfit(absl::StrCat("Dense of ", l.units, " units"));
+      if (!x.flat && (x.h != 1 || x.w != 1)) return ActivationShape{x.h, x.w, l.units, false};
       return ActivationShape{1, 1, l.units, true};
     case LayerKind::kZeroPadding2D:
       if (x.flat || l.pad_top < 0 || l.pad_bottom < 0 || l.pad_left < 0 || l.pad_right < 0) {
@@ -302,6 +300,13 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
   }
   absl::StatusOr<std::vector<ActivationShape>> shapes = NodeShapes(spec);
   if (!shapes.ok()) return shapes.status();
+  if (const ActivationShape& out = shapes->back(); num_classes > 0 && out.size() != num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model \"", spec.name, "\": layer ", spec.layers.back().name, ": the output is ",
+        ShapeText(out), " per example where the loss reads ", num_classes,
+        " (a Dense on [steps, features] or an image maps each step or pixel: Flatten or pool "
+        "before the head)"));
+  }
   int64_t offset = 0;
   // A layer applied again (a second node of the same name) reuses its
   // variables, which must then have the same shapes.
