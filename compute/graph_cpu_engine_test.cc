@@ -466,12 +466,13 @@ TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
 // and GlobalAveragePooling1D, with a softmax and a sigmoid head (no
 // same-padded average: tfjs's CPU gradient of one divides by the whole
 // window at the edges, where its forward divides by the steps inside);
-// and Dense on the last axis of [steps, features] and of an image, as
-// Keras applies it to each step or pixel.
+// Dense on the last axis of [steps, features] and of an image, as Keras
+// applies it to each step or pixel; LayerNormalization over each step's
+// features (tfjs writes its axis as [2]).
 TEST(GraphCpuEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
   const std::string path = "tests/fixtures/tfjs_reference/sequence.json";
   std::vector<ReferenceCase> cases = LoadTfjsReference(path);
-  ASSERT_EQ(cases.size(), 5u);
+  ASSERT_EQ(cases.size(), 6u);
   EXPECT_EQ(cases[2].spec.loss, LossKind::kBinaryCrossentropy);
   for (size_t k = 0; k < 3; ++k) {
     const ReferenceCase& c = cases[k];

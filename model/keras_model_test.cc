@@ -403,7 +403,7 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
       {R"({"class_name": "LayerNormalization", "config": {"name": "n", "axis": [1, 2]}})",
        "layer 'n' (LayerNormalization): option 'axis' = [1,2] is not supported"},
       {R"({"class_name": "LayerNormalization", "config": {"name": "n", "axis": 1}})",
-       "layer n: LayerNormalization over axis 1 (only the last axis, 3 or -1) does not fit"},
+       "layer n: LayerNormalization over axis 1 (only the last axis, 3, or -1) does not fit"},
       {R"({"class_name": "LayerNormalization", "config": {"name": "n", "rms_scaling": true}})",
        "layer 'n' (LayerNormalization): option 'rms_scaling' = true"},
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
