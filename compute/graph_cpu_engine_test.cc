@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +17,6 @@
 #include "compute/cpu_network.h"
 #include "compute/graph_plan.h"
 #include "model/keras_model.h"
-#include "nlohmann/json.hpp"
 
 namespace pscluster {
 namespace {
@@ -390,32 +388,15 @@ TEST(GraphCpuEngineTest, SgdStepsMatchTensorFlowJs) {
   EXPECT_EQ(checked, 1);
 }
 
-// Keras's Embedding from TensorFlow.js (tests/fixtures/tfjs_reference/
-// embedding.json): Embedding -> GlobalAveragePooling1D -> Dense; ids
-// -> Embedding -> Flatten beside dense features -> Concatenate -> Dense;
-// deploy/models/ctr_deepfm.json's factorization-machine block (one
-// tensor fed twice to a Multiply, Rescaling by -4, Add); and that model's
-// whole shape (two tables over the same ids, the pairs summed through a
-// Reshape to [steps, features], a deep Dense's logit added to the
-// factorization machine's terms before one sigmoid: binary
-// cross-entropy), with ids repeated
-// within and across examples. The outputs, the loss and
-// every gradient (the table's rows summed over each id's uses, untouched
-// rows 0) match tfjs's, on one thread and on two.
-//
-// ExpectMatchesTfjs: every model of a tfjs reference file (outputs, loss
-// sums, every gradient) on one thread and on two; prints the largest
-// differences under `title`.
-void ExpectMatchesTfjs(const std::string& path, const std::vector<ReferenceCase>& cases,
-                       const char* title) {
-  std::ifstream in(path);
-  const nlohmann::json ref = nlohmann::json::parse(in);
+// Every model of a tfjs reference file (its outputs, loss sums and every
+// gradient) on one thread and on two; prints the largest differences under
+// `title`.
+void ExpectMatchesTfjs(const std::vector<ReferenceCase>& cases, const char* title) {
   double max_output = 0, max_grad = 0, max_loss = 0;
-  for (size_t c = 0; c < cases.size(); ++c) {
-    const ReferenceCase& m = cases[c];
-    const nlohmann::json& want = ref["models"][c];
+  for (const ReferenceCase& m : cases) {
     const int batch = static_cast<int>(m.labels.size());
-    const std::vector<float> outputs = want["outputs"].get<std::vector<float>>();
+    const std::vector<float>& outputs = m.outputs;
+    ASSERT_FALSE(outputs.empty()) << m.spec.name;
     for (int threads : {1, 2}) {
       std::unique_ptr<CpuNetwork> net = Net(m.spec, batch, threads);
       double loss_sum = 0;
@@ -437,7 +418,8 @@ void ExpectMatchesTfjs(const std::string& path, const std::vector<ReferenceCase>
                       .ok());
       EXPECT_NEAR(loss * batch, m.training_loss_sum, 1e-5) << m.spec.name;
       for (const VariableSpec& v : m.spec.variables) {
-        const std::vector<float> g = want["gradients"].at(v.name).get<std::vector<float>>();
+        ASSERT_EQ(m.gradients.count(v.name), 1u) << m.spec.name << " " << v.name;
+        const std::vector<float>& g = m.gradients.at(v.name);
         ASSERT_EQ(static_cast<int64_t>(g.size()), v.size) << v.name;
         for (int64_t k = 0; k < v.size; ++k) {
           EXPECT_NEAR(grads[v.offset + k], g[k], 1e-6) << m.spec.name << " " << v.name << k;
@@ -450,12 +432,24 @@ void ExpectMatchesTfjs(const std::string& path, const std::vector<ReferenceCase>
               title, max_output, max_loss, max_grad);
 }
 
+// Keras's Embedding from TensorFlow.js (tests/fixtures/tfjs_reference/
+// embedding.json): Embedding -> GlobalAveragePooling1D -> Dense; ids
+// -> Embedding -> Flatten beside dense features -> Concatenate -> Dense;
+// deploy/models/ctr_deepfm.json's factorization-machine block (one
+// tensor fed twice to a Multiply, Rescaling by -4, Add); and that model's
+// whole shape (two tables over the same ids, the pairs summed through a
+// Reshape to [steps, features], a deep Dense's logit added to the
+// factorization machine's terms before one sigmoid: binary
+// cross-entropy), with ids repeated
+// within and across examples. The outputs, the loss and
+// every gradient (the table's rows summed over each id's uses, untouched
+// rows 0) match tfjs's, on one thread and on two.
 TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
-  const std::string path = "tests/fixtures/tfjs_reference/embedding.json";
-  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
   ASSERT_EQ(cases.size(), 4u);
   EXPECT_EQ(cases[3].spec.loss, LossKind::kBinaryCrossentropy);
-  ExpectMatchesTfjs(path, cases, "Embedding");
+  ExpectMatchesTfjs(cases, "Embedding");
 }
 
 // Keras's 1-D layers over [steps, features] from TensorFlow.js
@@ -470,8 +464,8 @@ TEST(GraphCpuEngineTest, EmbeddingMatchesTensorFlowJs) {
 // applies it to each step or pixel; LayerNormalization over each step's
 // features (tfjs writes its axis as [2]).
 TEST(GraphCpuEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
-  const std::string path = "tests/fixtures/tfjs_reference/sequence.json";
-  std::vector<ReferenceCase> cases = LoadTfjsReference(path);
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/sequence.json");
   ASSERT_EQ(cases.size(), 6u);
   EXPECT_EQ(cases[2].spec.loss, LossKind::kBinaryCrossentropy);
   for (size_t k = 0; k < 3; ++k) {
@@ -491,7 +485,7 @@ TEST(GraphCpuEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
   for (const VariableSpec& v : cases[4].spec.variables) {
     if (v.name == "d1/kernel") EXPECT_EQ(v.shape, (std::vector<int64_t>{2, 3}));
   }
-  ExpectMatchesTfjs(path, cases, "1-D layers");
+  ExpectMatchesTfjs(cases, "1-D layers");
 }
 
 // An id outside [0, input_dim) is an error naming the layer, the id and

@@ -147,15 +147,12 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
     case LayerKind::kLayerNorm: {
       // The last axis's index: 3 on an image, 2 on [steps, features] (which
       // is 1 x steps x features here, as a one-row image), 1 flat.
+      const bool steps = !x.flat && x.h == 1;
       const int last = x.flat ? 1 : 3;
-      const bool steps = !x.flat && x.h == 1 && l.axis == 2;
-      if (l.axis != -1 && l.axis != last && !steps) {
+      if (l.axis != -1 && l.axis != last && !(steps && l.axis == 2)) {
+        const char* allowed = x.flat ? "1" : steps ? "2 or 3" : "3";
         return misfit(absl::StrCat("LayerNormalization over axis ", l.axis,
-                                   " (only the last axis, ",
-                                   x.flat     ? "1"
-                                   : x.h == 1 ? "2 or 3"
-                                              : "3",
-                                   ", or -1)"));
+                                   " (only the last axis, ", allowed, ", or -1)"));
       }
       return x;
     }

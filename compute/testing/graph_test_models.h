@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -278,6 +279,10 @@ struct ReferenceCase {
   double training_loss_sum = 0;
   double sgd_learning_rate = 0;
   std::vector<double> sgd_losses;
+  // What tfjs computed, where the file has it: the outputs of the batch,
+  // and the gradient of its mean loss by variable name.
+  std::vector<float> outputs;
+  std::map<std::string, std::vector<float>> gradients;
 };
 
 // tests/fixtures/tfjs_reference/reference.json; throws std::runtime_error
@@ -310,6 +315,10 @@ inline std::vector<ReferenceCase> LoadTfjsReference(
     c.training_loss_sum = m["training_loss_sum"].get<double>() + penalty;
     c.sgd_learning_rate = m.value("sgd_learning_rate", 0.0);
     if (m.contains("sgd_losses")) c.sgd_losses = m["sgd_losses"].get<std::vector<double>>();
+    if (m.contains("outputs")) c.outputs = m["outputs"].get<std::vector<float>>();
+    if (m.contains("gradients")) {
+      c.gradients = m["gradients"].get<std::map<std::string, std::vector<float>>>();
+    }
     cases.push_back(std::move(c));
   }
   return cases;
