@@ -68,9 +68,7 @@ pass "the cluster trained one epoch in $wall s: $final"
 
 # The README's load-back snippet sets the Embedding's table (and the
 # Dense layers) from this export (tests/keras_load_check.py).
-lpy=python3
-[ -x /usr/bin/python3 ] && lpy=/usr/bin/python3
-if msg="$("$lpy" "$repo/tests/keras_load_check.py" "$repo/README.md" "$tmp/ctr.json" \
+if msg="$("$TEST_PY" "$repo/tests/keras_load_check.py" "$repo/README.md" "$tmp/ctr.json" \
            "$tmp/logs/model.safetensors" 2>&1)"; then
   pass "the README's load-back snippet on this export: $msg"
 else
@@ -129,9 +127,7 @@ fi
 # The export: the table's rows that exist and their ids, as many as the ps
 # held, almost all beyond float32's 2^24.
 held="$(sed -nE 's/.*sparse table 0: rows=([0-9]+) .*/\1/p' "$tmp/ev.out" | tail -n 1)"
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
-got="$("$py" - "$tmp/logs64/model.safetensors" <<'EOF' 2>&1
+got="$("$TEST_PY" - "$tmp/logs64/model.safetensors" <<'EOF' 2>&1
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", b[:8])[0]

@@ -45,8 +45,6 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readme="$repo/README.md"
 train="$repo/deploy/local/train.sh"
 data="${1:-${PSCLUSTER_DATA_DIR:-$repo/../shared/data/mnist}}"
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -58,6 +56,7 @@ QUICKSTART_MIN=0.989
 OWN_MODEL_MIN=0.960
 
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
+py="$TEST_PY"
 
 # block NAME: the fenced block right after <!-- readme_test: NAME --> in
 # README.md, without its fences; nothing when the marker or block is absent.

@@ -165,9 +165,7 @@ fi
 # table averaged over the steps (bigram_bag.json) cannot beat chance.
 # Measured 2026-11-30, 3 epochs sync: Conv1D accuracy 1.0000 (AUC 1.0000),
 # the bag 0.4980 (AUC 0.5011).
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
-if "$py" "$repo/tests/fixtures/sequence/make_bigram.py" "$tmp/bigram.npz"; then
+if "$TEST_PY" "$repo/tests/fixtures/sequence/make_bigram.py" "$tmp/bigram.npz"; then
   for m in conv1d bag; do
     "$train" --no_build --num_ps=2 --num_workers=2 --epochs=3 --data_dir="$tmp/bigram.npz" \
       --model="$repo/tests/fixtures/sequence/bigram_$m.json" --logdir="$tmp/bigram_$m" \

@@ -18,11 +18,17 @@
 #                                  reserved while the script runs, for
 #                                  daemons it starts on them (from
 #                                  deploy/local/free_ports.sh, as the local
-#                                  launcher picks its tasks' ports).
+#                                  launcher picks its tasks' ports);
+#   TEST_PY                        the python3 with Debian's packages
+#                                  (numpy, yaml, h5py: deploy/install_deps.sh):
+#                                  /usr/bin/python3, else python3 on PATH
+#                                  (another, such as pyenv's, may lack them).
 source "$(dirname "${BASH_SOURCE[0]}")/../deploy/local/free_ports.sh"
 passed=0
 failed=0
 skipped=0
+TEST_PY=python3
+[ -x /usr/bin/python3 ] && TEST_PY=/usr/bin/python3
 TEST_NAME="$(basename "${BASH_SOURCE[1]:-$0}" .sh)"
 pass() { echo "PASS: $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
