@@ -1,6 +1,7 @@
 #include "compute/graph_cpu_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -140,6 +141,48 @@ void BackwardLayerNorm(const GraphOp& op, const float* params, const float* x,
   if (dbeta != nullptr) AddTo(op.channels, dbeta, g.pg + op.beta);
 }
 
+// Keras 3's L2 normalisation of one example's `d` values: the factor
+// min(1 / |x|, 1e7) (ops.normalize with epsilon 1e-7), and whether it is
+// clamped (then a constant: its gradient is the factor alone).
+float InverseNorm(int d, const float* x, bool* clamped) {
+  double squares = 0;
+  for (int c = 0; c < d; ++c) squares += double{x[c]} * x[c];
+  const double inverse = squares > 0 ? 1.0 / std::sqrt(squares) : HUGE_VAL;
+  *clamped = !(inverse < 1e7);
+  return static_cast<float>(*clamped ? 1e7 : inverse);
+}
+
+// Dot over `n` examples of `d` features: y = a . b, or with `normalize`
+// the cosine (a / |a|) . (b / |b|).
+void DotForward(int n, int d, bool normalize, const float* a, const float* b, float* y) {
+  for (int r = 0; r < n; ++r, a += d, b += d) {
+    double sum = 0;
+    for (int c = 0; c < d; ++c) sum += double{a[c]} * b[c];
+    bool clamped = false;
+    y[r] = static_cast<float>(
+        normalize ? sum * InverseNorm(d, a, &clamped) * InverseNorm(d, b, &clamped) : sum);
+  }
+}
+
+// The gradient at Dot's input `a` (the other is `b`): gy b, or with
+// `normalize` gy |a|^-1 (b^ - y a^) where a^, b^ are the unit vectors and y
+// their cosine (gy |a|^-1 b^ where a's factor is clamped).
+void DotBackward(int n, int d, bool normalize, const float* a, const float* b, const float* gy,
+                 float* ga) {
+  for (int r = 0; r < n; ++r, a += d, b += d, ga += d) {
+    if (!normalize) {
+      for (int c = 0; c < d; ++c) ga[c] = gy[r] * b[c];
+      continue;
+    }
+    bool a_clamped = false, b_clamped = false;
+    const float ia = InverseNorm(d, a, &a_clamped), ib = InverseNorm(d, b, &b_clamped);
+    double sum = 0;
+    for (int c = 0; c < d; ++c) sum += double{a[c]} * b[c];
+    const float y = a_clamped ? 0.0f : static_cast<float>(sum * ia * ib);
+    for (int c = 0; c < d; ++c) ga[c] = gy[r] * ia * (b[c] * ib - y * a[c] * ia);
+  }
+}
+
 // A merge's output over `n` examples from its inputs `x`.
 void ForwardMerge(const GraphOp& op, const std::vector<const float*>& x, int n, float* y) {
   const int64_t size = n * op.out_size;
@@ -160,6 +203,9 @@ void ForwardMerge(const GraphOp& op, const std::vector<const float*>& x, int n, 
     }
     case LayerKind::kSubtract:
       for (int64_t e = 0; e < size; ++e) y[e] = x[0][e] - x[1][e];
+      return;
+    case LayerKind::kDot:
+      DotForward(n, static_cast<int>(op.in_size), op.normalize, x[0], x[1], y);
       return;
     case LayerKind::kMultiply:
       std::copy(x[0], x[0] + size, y);
@@ -202,6 +248,9 @@ void BackwardMerge(const GraphOp& op, const std::vector<const float*>& x, size_t
     }
     case LayerKind::kSubtract:
       for (int64_t e = 0; e < size; ++e) gx[e] = k == 0 ? gy[e] : -gy[e];
+      return;
+    case LayerKind::kDot:
+      DotBackward(n, static_cast<int>(op.in_size), op.normalize, x[k], x[1 - k], gy, gx);
       return;
     case LayerKind::kMultiply:
       std::copy(gy, gy + size, gx);

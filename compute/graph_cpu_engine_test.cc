@@ -488,6 +488,30 @@ TEST(GraphCpuEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
   ExpectMatchesTfjs(cases, "1-D layers");
 }
 
+// Keras's Dot and DCN-v2's cross network from TensorFlow.js
+// (tests/fixtures/tfjs_reference/towers.json, written by
+// make_embedding_reference.js): a user tower over an Embedding's rows
+// dotted with an item tower (Dot(axes 1) -> sigmoid: binary
+// cross-entropy); their cosine (normalize) feeding a softmax head beside
+// the features; two cross layers x0 * (W x + b) + x; a Dot of two Dense
+// layers over one input. The outputs, the loss and every gradient match
+// tfjs's.
+TEST(GraphCpuEngineTest, DotAndCrossNetworkMatchTensorFlowJs) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/tfjs_reference/towers.json");
+  ASSERT_EQ(cases.size(), 4u);
+  EXPECT_EQ(cases[0].spec.loss, LossKind::kBinaryCrossentropy);
+  int dots = 0;
+  for (const ReferenceCase& c : cases) {
+    for (const LayerSpec& l : c.spec.layers) {
+      if (l.kind != LayerKind::kDot) continue;
+      ++dots;
+      EXPECT_EQ(l.normalize, c.spec.name == "cosine") << c.spec.name;
+    }
+  }
+  EXPECT_EQ(dots, 3);
+  ExpectMatchesTfjs(cases, "Dot and cross network");
+}
+
 // An id outside [0, input_dim) is an error naming the layer, the id and
 // input_dim, as Keras raises; never clamped. The next batch runs.
 TEST(GraphCpuEngineTest, EmbeddingIdOutOfRangeIsAnError) {

@@ -42,10 +42,11 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
   absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(spec);
   if (!ops.ok()) return ops.status();
   for (const GraphOp& op : *ops) {
-    if (op.kind == LayerKind::kEmbedding) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model \"", spec.name, "\": layer ", op.name,
-          ": Embedding does not run on the GPU yet; train this model with --device=cpu"));
+    if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model \"", spec.name, "\": layer ", op.name, ": ",
+                       op.kind == LayerKind::kDot ? "Dot" : "Embedding",
+                       " does not run on the GPU yet; train this model with --device=cpu"));
     }
   }
   std::unique_ptr<GraphDeviceEngine> g(new GraphDeviceEngine);

@@ -321,6 +321,19 @@ TEST(GraphDeviceEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
   EXPECT_FALSE(GraphDeviceEngine::Create(cases[1].spec, 4, kSeed).ok());
 }
 
+// Dot runs on the CPU only for now: refused at Create naming the layer
+// (tests/fixtures/tfjs_reference/towers.json's dot_only: no Embedding).
+TEST(GraphDeviceEngineTest, RefusesDotNamingTheLayer) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/tfjs_reference/towers.json");
+  ASSERT_EQ(cases.size(), 4u);
+  auto graph = GraphDeviceEngine::Create(cases[3].spec, 4, kSeed);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(graph.status().message().find("layer dot: Dot does not run on the GPU yet"),
+            std::string::npos)
+      << graph.status();
+}
+
 // Embedding runs on the CPU only for now: the device graph refuses it at
 // Create, naming the layer, before anything is allocated.
 TEST(GraphDeviceEngineTest, RefusesEmbeddingNamingTheLayer) {

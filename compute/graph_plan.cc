@@ -359,7 +359,10 @@ class GraphPlanner {
         op->rescale = l.rescale;
         op->reshift = l.reshift;
         break;
-      default:  // merges; Flatten and Reshape are no ops
+      case LayerKind::kDot:
+        op->normalize = l.normalize;
+        break;
+      default:  // other merges; Flatten and Reshape are no ops
         break;
     }
     return st;

@@ -49,6 +49,7 @@ struct GraphOp {
   int pixels = 0;     // BN and LayerNormalization rows per example; global pools' pixels;
                       // Embedding: ids
   float rate = 0.0f;  // Dropout
+  bool normalize = false;  // Dot: the cosine
   float epsilon = 0.0f;
   float alpha = 0.0f;  // the activation's parameter
   // Whether the activation's gradient needs its input (gelu, swish, elu,

@@ -437,6 +437,30 @@ absl::Status ParseConcatenate(const json& cfg, const std::string& where, LayerSp
   return absl::OkStatus();
 }
 
+// Dot of two flat inputs along their features: `axes` 1 or -1 (as one
+// number or a pair), the only axis a [batch, features] tensor has besides
+// the batch's; `normalize` makes it the cosine (Keras 3's normalize: each
+// input times min(1 / |x|, 1e7)).
+absl::Status ParseDot(const json& cfg, const std::string& where, LayerSpec* l, LayerInits*) {
+  const json axes = cfg.value("axes", json(-1));
+  auto feature_axis = [](const json& a) {
+    return a.is_number_integer() && (a.get<int>() == 1 || a.get<int>() == -1);
+  };
+  const bool ok = feature_axis(axes) || (axes.is_array() && axes.size() == 2 &&
+                                         feature_axis(axes[0]) && feature_axis(axes[1]));
+  if (!ok) {
+    return Bad(where, absl::StrCat("option 'axes' = ", Show(axes),
+                                   " is not supported (flat inputs' features only: 1 or -1)"));
+  }
+  const json normalize = cfg.value("normalize", json(false));
+  if (!normalize.is_boolean()) {
+    return Bad(where,
+               absl::StrCat("option 'normalize' = ", Show(normalize), " is not true or false"));
+  }
+  l->normalize = normalize.get<bool>();
+  return absl::OkStatus();
+}
+
 // The layer classes the workers run, under every name Keras writes for
 // them (an unknown class's error lists them in this order).
 struct LayerClass {
@@ -467,6 +491,7 @@ constexpr LayerClass kLayerClasses[] = {
     {"Multiply", LayerKind::kMultiply, ParseMerge},
     {"Average", LayerKind::kAverage, ParseMerge},
     {"Concatenate", LayerKind::kConcatenate, ParseConcatenate},
+    {"Dot", LayerKind::kDot, ParseDot},
     {"LeakyReLU", LayerKind::kActivation, ParseLeakyReLU},
     {"ELU", LayerKind::kActivation, ParseELU},
     {"ZeroPadding2D", LayerKind::kZeroPadding2D, ParseZeroPadding2D},

@@ -85,22 +85,26 @@ absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice*
   int head = last;
   Activation tail = Activation::kNone;  // a last Activation layer's
   std::string sum;                      // the Add in the tail, if any
-  while (head >= 0 && specs[head].kind != LayerKind::kDense) {
+  // The head: the last Dense, or a Dot (a two-tower model's logit).
+  auto is_head = [](const LayerSpec& l) {
+    return l.kind == LayerKind::kDense || l.kind == LayerKind::kDot;
+  };
+  while (head >= 0 && !is_head(specs[head])) {
     const LayerSpec& l = specs[head];
     const bool ok_tail = l.kind == LayerKind::kDropout || l.kind == LayerKind::kAdd ||
                          (l.kind == LayerKind::kActivation && head == last);
     if (!ok_tail) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
-                 "comes after the last Dense layer; the model must end in a Dense layer "
-                 "(optionally then Dropout, Add and one Activation) whose outputs the loss "
-                 "reads");
+                 "comes after the last Dense (or Dot) layer; the model must end in a Dense "
+                 "or Dot layer (optionally then Dropout, Add and one Activation) whose "
+                 "outputs the loss reads");
     }
     if (l.kind == LayerKind::kActivation) tail = l.activation;
     if (l.kind == LayerKind::kAdd) sum = l.name;
     head = FirstInput(specs, head);
   }
   if (head < 0) {
-    return Bad(source, "the model has no Dense layer; the last must give the outputs");
+    return Bad(source, "the model has no Dense (or Dot) layer; the last must give the outputs");
   }
   const LayerSpec& dense = specs[head];
   if (!sum.empty() && dense.activation != Activation::kNone) {
@@ -152,10 +156,11 @@ absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice*
                  "where it is fused with the cross-entropy loss");
     }
   }
-  if (loss->kind == LossKind::kSparseCategoricalCrossentropy && dense.units > (1 << 24)) {
-    return Bad(at, absl::StrCat(dense.units, " classes; at most 2^24"));
+  const int width = dense.kind == LayerKind::kDot ? 1 : dense.units;
+  if (loss->kind == LossKind::kSparseCategoricalCrossentropy && width > (1 << 24)) {
+    return Bad(at, absl::StrCat(width, " classes; at most 2^24"));
   }
-  return dense.units;
+  return width;
 }
 
 }  // namespace keras

@@ -38,7 +38,8 @@ absl::StatusOr<LossChoice> ChooseLoss(const std::string& flag, const json& file_
 // Activation reads (an Add through its first input: logits summed with
 // others, as DeepFM sums its deep tower's logit with the factorization
 // machine's terms, the Dense then linear), is a Dense layer whose
-// activation the loss takes:
+// activation the loss takes, or a Dot (one linear logit, as a two-tower
+// model's):
 // softmax (fused) or linear logits for categorical cross-entropy; sigmoid
 // (fused) or linear logits for binary; anything but softmax for
 // regression. Softmax anywhere else is refused. Without a loss from the

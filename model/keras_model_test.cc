@@ -794,5 +794,48 @@ TEST(KerasModelTest, OneDimensionalLayersRefuseWhatTheyCannotRunNamingIt) {
   }
 }
 
+// Dot: two flat inputs of one size along their features (axes 1 or -1,
+// as a number or a pair), a linear head; anything else refused naming the
+// layer and the option or the shapes (tests/fixtures/tfjs_reference/
+// towers.json's two_tower, edited).
+TEST(KerasModelTest, DotTakesFlatInputsAndRefusesOtherAxes) {
+  std::ifstream in("tests/fixtures/tfjs_reference/towers.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  const nlohmann::json two_tower = doc["models"][0]["model_json"];
+  ModelSpec spec = Parse(two_tower.dump(), "t.json");
+  EXPECT_EQ(spec.num_classes, 1);
+  EXPECT_EQ(spec.loss, LossKind::kBinaryCrossentropy);  // the sigmoid after the Dot
+  struct Case {
+    const char* option;  // the Dot's config key, or "inbound" for its first input
+    nlohmann::json value;
+    const char* expect;
+  } cases[] = {
+      {"axes", 2,
+       "layer 'dot' (Dot): option 'axes' = 2 is not supported (flat inputs' features "
+       "only: 1 or -1)"},
+      {"axes", {1, 2}, "layer 'dot' (Dot): option 'axes' = [1,2] is not supported"},
+      {"normalize", "yes", "layer 'dot' (Dot): option 'normalize' = \"yes\" is not true or false"},
+      {"inbound", "emb",
+       "layer dot: Dot of an input shaped 1x4x4 is not supported (flat "
+       "[features] inputs only: Flatten or pool first)"},
+      {"inbound", "flat", "layer dot: Dot of inputs of 16 and 3 features (they must be the same)"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json m = two_tower;
+    for (nlohmann::json& l : m["config"]["layers"]) {
+      if (l["name"] != "dot") continue;
+      if (std::string(c.option) == "inbound") {
+        l["inbound_nodes"][0][0][0] = c.value;
+      } else {
+        l["config"][c.option] = c.value;
+      }
+    }
+    absl::StatusOr<ModelSpec> bad = ParseKerasModel(m.dump(), "t.json");
+    ASSERT_FALSE(bad.ok()) << c.option << " " << c.value;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(c.expect), std::string::npos) << bad.status();
+  }
+}
+
 }  // namespace
 }  // namespace pscluster

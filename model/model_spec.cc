@@ -73,6 +73,8 @@ const char* MergeName(LayerKind kind) {
     case LayerKind::kSubtract: return "Subtract";
     case LayerKind::kMultiply: return "Multiply";
     case LayerKind::kAverage: return "Average";
+    case LayerKind::kDot:
+      return "Dot";
     default: return "Concatenate";
   }
 }
@@ -82,11 +84,30 @@ const char* MergeName(LayerKind kind) {
 absl::StatusOr<ActivationShape> MergeShape(const LayerSpec& l, const std::string& where,
                                            const std::vector<ActivationShape>& in) {
   const char* what = MergeName(l.kind);
-  const size_t want = l.kind == LayerKind::kSubtract ? 2 : 0;
+  const size_t want = l.kind == LayerKind::kSubtract || l.kind == LayerKind::kDot ? 2 : 0;
   if (in.size() < 2 || (want != 0 && in.size() != want)) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": ", what, " needs ", want != 0 ? "exactly 2" : "at least 2", " inputs, has ",
         in.size()));
+  }
+  if (l.kind == LayerKind::kDot) {
+    // Keras's Dot of rank-2 tensors ([batch, D]): the axes can only be the
+    // features'. A [steps, features] input would need batched matrix
+    // products (attention), which this layer does not compute.
+    for (const ActivationShape& s : in) {
+      if (!(s.flat || (s.h == 1 && s.w == 1))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": Dot of an input shaped ", ShapeText(s),
+                         " is not supported (flat [features] inputs only: Flatten or pool first)"));
+      }
+    }
+    if (in[0].c != in[1].c) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": Dot of inputs of ", in[0].c, " and ",
+                                                     in[1].c, " features (they must be the same)"));
+    }
+    ActivationShape out = in[0];
+    out.c = 1;
+    return out;
   }
   ActivationShape out = in[0];
   const bool spatial = !(in[0].flat || (in[0].h == 1 && in[0].w == 1));

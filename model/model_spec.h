@@ -35,6 +35,9 @@ enum class LayerKind {
   kMultiply,
   kAverage,
   kConcatenate,
+  // Dot of two flat vectors of one size: [D], [D] -> [1], each example's
+  // inner product (cosine with `normalize`).
+  kDot,
   // Modern CNNs' layers without variables.
   kZeroPadding2D,    // pad_* rows and columns of zeros
   kGlobalMaxPool2D,  // the max over the pixels (ties share the gradient)
@@ -54,9 +57,8 @@ enum class LayerKind {
 
 // Whether `kind` merges several inputs.
 inline bool IsMerge(LayerKind kind) {
-  return kind == LayerKind::kAdd || kind == LayerKind::kSubtract ||
-         kind == LayerKind::kMultiply || kind == LayerKind::kAverage ||
-         kind == LayerKind::kConcatenate;
+  return kind == LayerKind::kAdd || kind == LayerKind::kSubtract || kind == LayerKind::kMultiply ||
+         kind == LayerKind::kAverage || kind == LayerKind::kConcatenate || kind == LayerKind::kDot;
 }
 
 // kSoftmax only on the last layer (or a last Activation layer), where it is
@@ -112,8 +114,10 @@ struct LayerSpec {
   float epsilon = 1e-3f;
   bool center = true;    // has beta
   bool scale = true;     // has gamma
-  // kConcatenate, kLayerNorm: -1 or the last axis's index (batch axis 0).
+  // kConcatenate, kLayerNorm, kDot: -1 or the last axis's index (batch
+  // axis 0).
   int axis = -1;
+  bool normalize = false;  // kDot: each input L2-normalised first (Keras's normalize)
   float alpha = 0.0f;    // the activation's parameter (Activation above)
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // kZeroPadding2D
   float rescale = 1.0f, reshift = 0.0f;                            // kRescaling

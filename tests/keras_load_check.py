@@ -46,7 +46,7 @@ NO_VARIABLES = {
     "InputLayer", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D",
     "GlobalMaxPooling2D", "Flatten", "Dropout", "Activation", "ReLU", "LeakyReLU", "ELU",
     "ZeroPadding2D", "Add", "Subtract", "Multiply", "Average", "Concatenate", "Rescaling",
-    "Reshape",
+    "Reshape", "Dot",
 }
 # TensorFlow.js's class names for Keras's.
 TFJS_CLASSES = {"Model": "Functional"}

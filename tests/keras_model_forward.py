@@ -22,8 +22,9 @@ Flatten in height-width-channel order; Dense kernels [in, out]; dilated
 windows; DepthwiseConv2D kernels [kh, kw, in, multiplier] giving channel
 c * multiplier + m; SeparableConv2D as depthwise then a [1, 1, in * m,
 filters] pointwise kernel and the bias; LayerNormalization over the last
-axis with the biased variance; Add, Subtract, Multiply, Average and
-Concatenate; a layer applied twice has one set of weights. The loss adds
+axis with the biased variance; Add, Subtract, Multiply, Average,
+Concatenate and Dot (flat inputs; normalize as Keras 3's ops.normalize,
+x * min(1 / |x|, 1e7)); a layer applied twice has one set of weights. The loss adds
 the kernel/bias/depthwise/pointwise/gamma/beta regularizers as Keras does:
 l1 sum |w| + l2 sum w^2 per regularized variable. A model with several
 inputs takes each example's values as theirs end to end, in its
@@ -190,7 +191,20 @@ def depthwise(x, k, cfg):
     return y.reshape(y.shape[:3] + (-1,))
 
 
-def merge(cls, xs):
+MERGES = ("Add", "Subtract", "Multiply", "Average", "Concatenate", "Dot")
+
+
+def unit(x):
+    """Keras 3's ops.normalize: x times min(1 / |x|, 1e7) over the last axis."""
+    with np.errstate(divide="ignore"):
+        inv = 1.0 / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
+    return x * np.minimum(inv, 1e7)
+
+
+def merge(cls, xs, cfg):
+    if cls == "Dot":  # flat inputs: each example's inner product (cosine with normalize)
+        a, b = (unit(x) if cfg.get("normalize") else x for x in xs)
+        return np.sum(a * b, axis=-1, keepdims=True)
     if cls == "Add":
         return sum(xs[1:], xs[0])
     if cls == "Subtract":
@@ -210,8 +224,8 @@ def layer(cls, cfg, t, x):
     name = cfg.get("name")
     if cls in ("InputLayer", "Dropout"):
         return x
-    if cls in ("Add", "Subtract", "Multiply", "Average", "Concatenate"):
-        return merge(cls, x)
+    if cls in MERGES:
+        return merge(cls, x, cfg)
     if cls == "Conv2D":
         k = t[name + "/kernel"]
         v, _ = windows(x, k.shape[:2], pair(cfg.get("strides", 1)),
@@ -346,7 +360,7 @@ def forward(config, t, x):
         else:
             refs = inbound(e)[node]
             ins = [value(n, k) for n, k in refs]
-            merging = e["class_name"] in ("Add", "Subtract", "Multiply", "Average", "Concatenate")
+            merging = e["class_name"] in MERGES
             out = layer(e["class_name"], e["config"], t, ins if merging else ins[0])
         values[(name, node)] = out
         return out
