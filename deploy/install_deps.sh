@@ -45,6 +45,8 @@ BUILD_PACKAGES=(
 #   python3-yaml               tests/deploy_*_test.sh (reading the manifests)
 #   python3-numpy              tests/keras_model_forward.py (cnn_test, keras_model_test),
 #                              tests/fixtures/npy, keras_model_test's .npz
+#   python3-torch              tests/ctr_models_test.sh (the PyTorch peer,
+#                              tests/bench/ctr_torch.py; the CTR benchmarks)
 #   jq                         deploy/docker/entrypoint.sh under the deploy tests
 #   openssl                    test certificates (security tests, deploy/tls)
 #   perl                       tests/train_sh_test.sh (Ctrl-C of a background job)
@@ -60,7 +62,7 @@ TEST_PACKAGES=(
   clang libclang-rt-14-dev
   iproute2
   kubernetes-client
-  docker-compose docker.io debootstrap python3-yaml python3-numpy python3-h5py jq
+  docker-compose docker.io debootstrap python3-yaml python3-numpy python3-h5py python3-torch jq
   openssl perl gnuplot-nox xz-utils
 )
 

@@ -60,8 +60,8 @@ for c in clang clang++ ip kubectl docker-compose dockerd containerd /usr/bin/doc
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 [ ${#missing[@]} -eq 0 ] && pass "the tests' commands are on PATH" || fail "not on PATH: ${missing[*]}"
-out="$(/usr/bin/python3 -c 'import numpy, yaml, h5py; print(numpy.__version__)' 2>&1)" &&
-  pass "/usr/bin/python3 has numpy $out, yaml and h5py" || fail "/usr/bin/python3: $out"
+out="$(/usr/bin/python3 -c 'import numpy, yaml, h5py, torch; print(numpy.__version__)' 2>&1)" &&
+  pass "/usr/bin/python3 has numpy $out, yaml, h5py and torch" || fail "/usr/bin/python3: $out"
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' \
   >"$tmp/probe.cc"
 if out="$(clang++ -fsanitize=fuzzer,address,undefined "$tmp/probe.cc" -o "$tmp/probe" 2>&1)" &&

@@ -41,7 +41,7 @@ QUICK_SHELL_TESTS=(layering_test run_all_test install_deps_test deploy_docker_te
 # The shell tests that take longest start first, so that the short ones
 # fill the slots beside them; the rest follow in name order.
 SLOW_SHELL_TESTS=(docker_run_test fuzz_test ps_replicas_test netns_cluster_test readme_test train_sh_test
-                  sparse_embeddings_test criteo_train_test gpu_pack_test netlab_test)
+                  sparse_embeddings_test criteo_train_test ctr_models_test gpu_pack_test netlab_test)
 
 # Counting rules. A test case passes, fails, or skips saying why (gtest's
 # GTEST_SKIP() message, a shell test's "SKIP: " line). A skip whose reason

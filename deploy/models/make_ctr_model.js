@@ -2,7 +2,7 @@
 // "Training on Criteo data"), with the real TensorFlow.js (npm
 // @tensorflow/tfjs, installed with the Keras fixtures):
 //   (cd tests/fixtures/keras && npm install)
-//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm]
+//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm|dcn_v2|two_tower]
 //        [--input_dim=1000000] [--out=FILE]
 //        [--factors=16] [--init_std=0.01]   (deepfm: the factor table's width and
 //                                            its RandomNormal's stddev)
@@ -12,7 +12,10 @@
 // ids -> Embedding(input_dim, 16) -> Flatten; Concatenate([dense, that])
 // -> Dense(256, relu) -> Dense(128, relu) -> Dense(1, sigmoid) is
 // ctr_wide_deep.json; ctr_deepfm.json adds first-order weights and a factorization
-// machine over the 26 fields (see ctrDeepFm). The file is
+// machine over the 26 fields (see ctrDeepFm); ctr_dcn_v2.json is DCN-v2's
+// cross network before a deep tower (see ctrDcnV2); ctr_two_tower.json
+// splits the features between a user tower and an item tower scored by
+// their Dot (see ctrTwoTower). The file is
 // model.toJSON(), the JSON Keras's model.to_json() writes; it carries no
 // loss, and a sigmoid output trains on binary cross-entropy by default.
 const path = require('path');
@@ -105,10 +108,64 @@ function ctrDeepFm(inputDim) {
   return tf.model({inputs: [dense, ids], outputs: out, name: 'ctr_deepfm'});
 }
 
-const kinds = {wide_deep: ctrWideDeep, deepfm: ctrDeepFm};
+// DCN-v2 (Wang et al. 2021), the stacked form, from plain Keras layers:
+// x0 = [dense, the 26 fields' rows of an Embedding(input_dim, 8)], two
+// cross layers x_{l+1} = x0 * (W_l x_l + b_l) + x_l (Dense, Multiply, Add:
+// full-rank W, 221 x 221), then Dense(128, relu) -> Dense(64, relu) ->
+// Dense(1, sigmoid).
+function ctrDcnV2(inputDim) {
+  const dense = tf.input({shape: [13], name: 'dense'});
+  const ids = tf.input({shape: [26], name: 'ids'});
+  const emb = tf.layers.embedding({inputDim, outputDim: 8, name: 'embedding'}).apply(ids);
+  const flat = tf.layers.flatten({name: 'flat_embedding'}).apply(emb);
+  const x0 = tf.layers.concatenate({name: 'x0'}).apply([dense, flat]);
+  const width = 13 + 26 * 8;
+  let x = x0;
+  for (const l of [1, 2]) {
+    const wx = tf.layers.dense({units: width, name: `cross_${l}`}).apply(x);
+    const gated = tf.layers.multiply({name: `cross_${l}_x0`}).apply([x0, wx]);
+    x = tf.layers.add({name: `cross_${l}_out`}).apply([gated, x]);
+  }
+  x = tf.layers.dense({units: 128, activation: 'relu', name: 'hidden_1'}).apply(x);
+  x = tf.layers.dense({units: 64, activation: 'relu', name: 'hidden_2'}).apply(x);
+  const out = tf.layers.dense({units: 1, activation: 'sigmoid', name: 'click'}).apply(x);
+  return tf.model({inputs: [dense, ids], outputs: out, name: 'ctr_dcn_v2'});
+}
+
+// Two towers (as in retrieval, YouTube's and Yi et al. 2019): the 13
+// integers and the first 13 categorical fields are the user's
+// (`user_ids`), the last 13 the item's (`item_ids`): inputs dense [13],
+// user_ids [13], item_ids [13], the 39 values of a Criteo example in
+// order. Each tower maps its fields' rows (an Embedding(input_dim, 8)
+// each) through Dense(64, relu) -> Dense(16); the click's logit is the
+// Dot of the two 16-vectors, then one sigmoid.
+function ctrTwoTower(inputDim) {
+  const dense = tf.input({shape: [13], name: 'dense'});
+  const userIds = tf.input({shape: [13], name: 'user_ids'});
+  const itemIds = tf.input({shape: [13], name: 'item_ids'});
+  const tower = (name, parts) => {
+    let y = parts.length > 1 ? tf.layers.concatenate({name: `${name}_features`}).apply(parts)
+                             : parts[0];
+    y = tf.layers.dense({units: 64, activation: 'relu', name: `${name}_hidden`}).apply(y);
+    return tf.layers.dense({units: 16, name: `${name}_vector`}).apply(y);
+  };
+  const rows = (name, input) => {
+    const e = tf.layers.embedding({inputDim, outputDim: 8, name: `${name}_embedding`})
+        .apply(input);
+    return tf.layers.flatten({name: `${name}_rows`}).apply(e);
+  };
+  const user = tower('user', [dense, rows('user', userIds)]);
+  const item = tower('item', [rows('item', itemIds)]);
+  const logit = tf.layers.dot({axes: 1, name: 'score'}).apply([user, item]);
+  const out = tf.layers.activation({activation: 'sigmoid', name: 'click'}).apply(logit);
+  return tf.model({inputs: [dense, userIds, itemIds], outputs: out, name: 'ctr_two_tower'});
+}
+
+const kinds = {wide_deep: ctrWideDeep, deepfm: ctrDeepFm, dcn_v2: ctrDcnV2,
+               two_tower: ctrTwoTower};
 const kind = flag('kind', 'wide_deep');
 if (!(kind in kinds)) {
-  console.error(`error: --kind=${kind}: must be wide_deep or deepfm`);
+  console.error(`error: --kind=${kind}: must be one of ${Object.keys(kinds).join(', ')}`);
   process.exit(2);
 }
 const inputDim = Number(flag('input_dim', '1000000'));
