@@ -453,6 +453,7 @@ absl::Status SetCheckpointsAndPolicies(const ChiefFlags& f, ChiefOptions* opt) {
     return Bad("keep_checkpoints", std::to_string(f.keep_checkpoints), "must be >= 1");
   }
   opt->keep_checkpoints = f.keep_checkpoints;
+  opt->embedding_rows_ahead = f.embedding_rows_ahead;
   if (f.async_lr_scaling == "sqrt") {
     opt->async_lr_scaling = AsyncLrScaling::kSqrt;
   } else if (f.async_lr_scaling == "linear") {

@@ -75,6 +75,7 @@ struct ChiefFlags {
   std::string initial_weights;
   // Sparse embedding tables (docs/sparse_embeddings.md).
   bool dense_embeddings = false;
+  bool embedding_rows_ahead = true;  // next rows with the push-pull
   std::string embedding_optimizer;  // empty: --optimizer's per-row form
   double embedding_learning_rate = 0;  // 0: --learning_rate
   int embedding_admit_after = 1;

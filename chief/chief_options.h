@@ -45,6 +45,9 @@ struct ChiefOptions {
   int ps_replicas = 0;
   NonFinitePolicy nonfinite = NONFINITE_REJECT;
   AsyncLrScaling async_lr_scaling = AsyncLrScaling::kSqrt;
+  // Sparse tables: each worker's next chunk reserved and named, so that
+  // its rows come with the push-pull (--embedding_rows_ahead).
+  bool embedding_rows_ahead = true;
   // Checkpoints go here (none on disk when empty; the newest is always
   // kept in memory). 0 steps / zero duration: not by that measure.
   std::string checkpoint_dir;

@@ -5,9 +5,12 @@
 
 namespace pscluster {
 
-Dispatcher::Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window)
+Dispatcher::Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window,
+                       bool reserve_next)
     : queue_(num_workers, epochs),
+      num_workers_(num_workers),
       lease_window_(lease_window),
+      reserve_next_(reserve_next),
       liveness_(num_workers, now),
       workers_(num_workers) {}
 
@@ -73,7 +76,21 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     return resp;
   }
   bool bounded = false;
-  if (std::optional<int64_t> k = queue_.Lease(w, lease_window_, &bounded)) {
+  // Its reserved chunk, if it still holds it (not lost, not restored) and
+  // no lower chunk waits (a lost worker's, which go first: epochs stay in
+  // order).
+  std::optional<int64_t> k;
+  if (worker.reserved >= 0 && queue_.Holds(w, worker.reserved)) {
+    const std::optional<int64_t> lowest = queue_.LowestTodo();
+    if (!lowest || *lowest > worker.reserved) {
+      k = worker.reserved;
+    } else {
+      queue_.Unreserve(w, worker.reserved);
+    }
+  }
+  worker.reserved = -1;
+  if (!k) k = queue_.Lease(w, lease_window_, &bounded);
+  if (k) {
     if (worker.idle) {
       // Back from idling: the ps must wait for it again before it pushes.
       queue_.Release(w);
@@ -85,6 +102,18 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     }
     resp.set_kind(WorkResponse::CHUNK);
     resp.set_chunk(*k);
+    if (reserve_next_) {
+      // Sync: k + num_workers, as if the workers took turns, so that each
+      // step takes the next num_workers chunks whoever asks first. Async
+      // (a lease window): the lowest chunk to do, which it would get next
+      // if it asked now.
+      const std::optional<int64_t> next =
+          lease_window_ > 0 ? queue_.LowestTodo() : std::optional<int64_t>(*k + num_workers_);
+      if (next && queue_.Reserve(w, *next, lease_window_)) {
+        worker.reserved = *next;
+        resp.set_next_chunk(worker.reserved);
+      }
+    }
   } else if (bounded) {
     // Async: the slowest chunk is too far behind; this worker waits (and
     // stays in the set: it is not out of work).

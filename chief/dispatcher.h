@@ -34,8 +34,15 @@ class Dispatcher final : public WorkSource {
   // know better; a worker that is gone is noticed after the timeout).
   // `lease_window` > 0 (async): chunk k is handed out only while
   // k < m + lease_window, m the lowest chunk not done; otherwise GetWork
-  // answers BOUND (see WorkQueue::Lease).
-  Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window = 0);
+  // answers BOUND (see WorkQueue::Lease). `reserve_next`: with each chunk
+  // k, worker w is also leased the chunk it gets next, named in
+  // WorkResponse.next_chunk and handed to w at its next asking unless a
+  // lower chunk is to do by then (a lost worker's): without a window
+  // (sync) k + num_workers when it is to do, so that each step still takes
+  // the next num_workers chunks whichever worker asks first; with one
+  // (async) the lowest chunk to do, when within the window.
+  Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window = 0,
+             bool reserve_next = false);
 
   // Counts every worker as heard from at `now` (when the plan goes out).
   void ResetContact(absl::Time now);
@@ -105,13 +112,16 @@ class Dispatcher final : public WorkSource {
     int64_t admitted_at = 0;  // membership number it is part of
     int64_t excluded_at = 0;  // membership number it was last taken out by
     bool parked = false;
+    int64_t reserved = -1;  // the chunk leased to it ahead (reserve_next), -1: none
   };
   // Records contact; a new incarnation means the old process died.
   void Touch(int w, uint64_t incarnation, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangeMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   WorkQueue queue_;
+  const int num_workers_;
   const int64_t lease_window_;
+  const bool reserve_next_;
   mutable absl::Mutex mu_;
   int64_t bound_answers_ ABSL_GUARDED_BY(mu_) = 0;
   WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);

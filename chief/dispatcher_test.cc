@@ -44,6 +44,92 @@ TEST_F(DispatcherTest, HandsOutChunksThenDone) {
   EXPECT_TRUE(d_.AllFinished());
 }
 
+// reserve_next: each chunk comes with the one its worker gets next, k +
+// num_workers, so that a sync step still takes the next two chunks
+// whichever worker asks first; a lost worker's chunks go before a
+// reservation; a restore forgets them.
+TEST(DispatcherReserveTest, EachWorkerIsToldItsNextChunk) {
+  Dispatcher d(2, 2, kT0, /*lease_window=*/0, /*reserve_next=*/true);
+  int64_t n = 0;
+  d.Membership(&n);
+  d.MembershipApplied(n);
+  auto get = [&d](const WorkRequest& r, absl::Time t = kT0) {
+    absl::StatusOr<WorkResponse> w = d.GetWork(r, t);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? *w : WorkResponse();
+  };
+  WorkResponse w = get(Ask(1, 2));  // worker 1 asks first
+  EXPECT_EQ(w.chunk(), 0);
+  EXPECT_EQ(w.next_chunk(), 2);
+  w = get(Ask(0, 1));
+  EXPECT_EQ(w.chunk(), 1);
+  EXPECT_EQ(w.next_chunk(), 3);
+  w = get(Ask(0, 1, {1}));  // worker 0 first this time: still its own
+  EXPECT_EQ(w.chunk(), 3);
+  EXPECT_EQ(w.next_chunk(), 5);
+  w = get(Ask(1, 2, {0}));
+  EXPECT_EQ(w.chunk(), 2);
+  EXPECT_EQ(w.next_chunk(), 4);
+  // Worker 1 is lost holding 2 and 4: worker 0 takes 2 before its
+  // reserved 5, and then 4 (5 is to do again, for whoever is next).
+  ASSERT_TRUE(d.Heartbeat(
+                   [] {
+                     HeartbeatRequest h;
+                     h.set_incarnation(1);
+                     return h;
+                   }(),
+                   kT0 + absl::Seconds(4))
+                  .ok());
+  const std::vector<Dispatcher::Lost> lost = d.FindLost(kT0 + absl::Seconds(5), absl::Seconds(3));
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].worker, 1);
+  EXPECT_EQ(lost[0].chunks_released, 2);
+  d.Membership(&n);
+  d.MembershipApplied(n);
+  w = get(Ask(0, 1, {3}));
+  EXPECT_EQ(w.chunk(), 2);
+  EXPECT_EQ(w.next_chunk(), 4);
+  // A restore forgets every lease, reservations too.
+  ASSERT_TRUE(d.Rewind(4, "0-3", 1).ok());
+  w = get(Ask(0, 1, {}, 1));
+  EXPECT_EQ(w.chunk(), 4);
+  EXPECT_EQ(w.next_chunk(), 6);
+}
+
+// Async (a lease window): the next chunk is the lowest one to do, within
+// the window, whichever worker is faster.
+TEST(DispatcherReserveTest, AsyncReservesTheLowestChunkToDo) {
+  Dispatcher d(2, 2, kT0, /*lease_window=*/4, /*reserve_next=*/true);
+  int64_t n = 0;
+  d.Membership(&n);
+  d.MembershipApplied(n);
+  auto get = [&d](const WorkRequest& r) {
+    absl::StatusOr<WorkResponse> w = d.GetWork(r, kT0);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? *w : WorkResponse();
+  };
+  WorkResponse w = get(Ask(0, 1));
+  EXPECT_EQ(w.chunk(), 0);
+  EXPECT_EQ(w.next_chunk(), 1);
+  w = get(Ask(1, 2));
+  EXPECT_EQ(w.chunk(), 2);
+  EXPECT_EQ(w.next_chunk(), 3);
+  w = get(Ask(0, 1, {0}));  // worker 0 is faster
+  EXPECT_EQ(w.chunk(), 1);
+  EXPECT_EQ(w.next_chunk(), 4);
+  w = get(Ask(0, 1, {1}));
+  EXPECT_EQ(w.chunk(), 4);
+  EXPECT_EQ(w.next_chunk(), 5);
+  w = get(Ask(0, 1, {4}));
+  EXPECT_EQ(w.chunk(), 5);
+  EXPECT_FALSE(w.has_next_chunk());  // 6 is the window's end (2 is unfinished)
+}
+
+// Without reserve_next no chunk is named ahead.
+TEST_F(DispatcherTest, NoNextChunkUnlessReserving) {
+  EXPECT_FALSE(Get(Ask(0, 1)).has_next_chunk());
+}
+
 TEST_F(DispatcherTest, ARestartedChiefLeavesAChunkInAStepToItsWorker) {
   // Chunks 0 and 1 are done; worker 1's gradient of chunk 2 waits in the
   // step being gathered on the ps. Worker 0 gets chunk 3, not 2, and worker

@@ -71,6 +71,10 @@ ABSL_FLAG(double, global_clipnorm, kDefaults.global_clipnorm,
           "Clip all the gradients together to this global norm, as Keras's global_clipnorm: "
           "each worker its own (--mode=async) or the step's mean (multi_worker_mirrored); 0: "
           "none");
+ABSL_FLAG(bool, embedding_rows_ahead, kDefaults.embedding_rows_ahead,
+          "Sparse embedding tables: each worker's next batch's rows come with its push-pull "
+          "(the chief names each worker's next chunk): one round trip a step; false: pulled "
+          "before each step, a second round trip");
 ABSL_FLAG(bool, dense_embeddings, kDefaults.dense_embeddings,
           "Send Keras Embedding tables whole, as every other variable (false: as the rows each "
           "batch touches, spread over the ps by id)");
@@ -212,6 +216,7 @@ pscluster::ChiefFlags ReadFlags(int argc, char** argv) {
   f.clipnorm = absl::GetFlag(FLAGS_clipnorm);
   f.global_clipnorm = absl::GetFlag(FLAGS_global_clipnorm);
   f.dense_embeddings = absl::GetFlag(FLAGS_dense_embeddings);
+  f.embedding_rows_ahead = absl::GetFlag(FLAGS_embedding_rows_ahead);
   f.embedding_optimizer = absl::GetFlag(FLAGS_embedding_optimizer);
   f.embedding_learning_rate = absl::GetFlag(FLAGS_embedding_learning_rate);
   f.embedding_admit_after = absl::GetFlag(FLAGS_embedding_admit_after);

@@ -144,7 +144,11 @@ absl::Status ParameterServerRun::Prepare(absl::Time* start) {
   // chunk per worker) past the lowest unfinished one.
   const int64_t window =
       plan_.mode() == ASYNC ? int64_t{options_.max_staleness + 1} * plan_.num_workers() : 0;
-  dispatcher_ = std::make_unique<Dispatcher>(plan_.num_workers(), plan_.epochs(), *start, window);
+  // Sparse tables: each worker knows its next chunk, whose rows then come
+  // with its push-pull (docs/sparse_embeddings.md, "One round trip").
+  dispatcher_ = std::make_unique<Dispatcher>(
+      plan_.num_workers(), plan_.epochs(), *start, window,
+      /*reserve_next=*/!tables_.empty() && options_.embedding_rows_ahead);
   dispatcher_->Pause();  // until the plan is out (PlanHandedOut)
   return absl::OkStatus();
 }

@@ -94,6 +94,41 @@ bool WorkQueue::LeaseTo(int worker, int64_t chunk) {
   return true;
 }
 
+bool WorkQueue::Reserve(int worker, int64_t chunk, int64_t window) {
+  absl::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(state_.size());
+  if (worker < 0 || worker >= num_workers_ || chunk < 0 || chunk >= n ||
+      state_[chunk] != State::kTodo) {
+    return false;
+  }
+  while (first_undone_ < n && state_[first_undone_] == State::kDone) ++first_undone_;
+  if (window > 0 && chunk - first_undone_ >= window) return false;
+  state_[chunk] = State::kLeased;
+  owner_[chunk] = worker;
+  return true;
+}
+
+bool WorkQueue::Holds(int worker, int64_t chunk) const {
+  absl::MutexLock lock(&mu_);
+  return LeasedTo(worker, chunk);
+}
+
+void WorkQueue::Unreserve(int worker, int64_t chunk) {
+  absl::MutexLock lock(&mu_);
+  if (!LeasedTo(worker, chunk)) return;
+  state_[chunk] = State::kTodo;
+  owner_[chunk] = -1;
+  first_todo_ = std::min(first_todo_, chunk);
+}
+
+std::optional<int64_t> WorkQueue::LowestTodo() const {
+  absl::MutexLock lock(&mu_);
+  for (int64_t k = first_todo_; k < static_cast<int64_t>(state_.size()); ++k) {
+    if (state_[k] == State::kTodo) return k;
+  }
+  return std::nullopt;
+}
+
 void WorkQueue::Complete(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
   if (!LeasedTo(worker, chunk)) return;

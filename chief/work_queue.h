@@ -49,6 +49,18 @@ class WorkQueue {
   // restarted chief learns it from the ps). False, and no change, when the
   // chunk is not to do or either is out of range.
   bool LeaseTo(int worker, int64_t chunk);
+  // `chunk`, to do, is leased to `worker` ahead of its asking (the
+  // dispatcher's reservation of its next chunk), when `window` is 0 or the
+  // chunk lies less than `window` past the lowest one not done (as Lease).
+  // False, and no change, otherwise.
+  bool Reserve(int worker, int64_t chunk, int64_t window);
+  // Whether `chunk` is leased to `worker`.
+  bool Holds(int worker, int64_t chunk) const;
+  // A reservation given back: `chunk` is to do again (not counted as
+  // returned); ignored unless leased to `worker`.
+  void Unreserve(int worker, int64_t chunk);
+  // The lowest chunk to do, if any.
+  std::optional<int64_t> LowestTodo() const;
   // `worker` gives `chunk` back undone; ignored unless leased to it.
   void Return(int worker, int64_t chunk);
   // `worker` is lost: its leased chunks are to do again. Returns how many.

@@ -140,6 +140,33 @@ TEST(WorkQueueTest, ReleaseAllReturnsEveryLease) {
   EXPECT_EQ(*q.Lease(1), 0);
 }
 
+// A reservation is a lease taken ahead: only of a chunk to do (and within
+// the window), held by its worker, released with the worker's leases, and
+// given back without counting as returned.
+TEST(WorkQueueTest, AReservedChunkIsLeasedAheadAndCanBeGivenBack) {
+  WorkQueue q(2, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(8).ok());
+  EXPECT_EQ(q.Lease(0), 0);
+  EXPECT_TRUE(q.Reserve(0, 2, 0));
+  EXPECT_TRUE(q.Holds(0, 2));
+  EXPECT_FALSE(q.Holds(1, 2));
+  EXPECT_FALSE(q.Reserve(1, 2, 0));             // leased already
+  EXPECT_FALSE(q.Reserve(1, 8, 0));             // past the end
+  EXPECT_FALSE(q.Reserve(1, 5, /*window=*/5));  // 5 past the lowest unfinished (0)
+  EXPECT_TRUE(q.Reserve(1, 4, /*window=*/5));
+  EXPECT_EQ(q.Lease(1), 1);  // the reserved 2 is skipped
+  EXPECT_EQ(q.Lease(1), 3);
+  EXPECT_EQ(q.LowestTodo(), 5);
+  q.Unreserve(1, 2);  // not its reservation: ignored
+  EXPECT_TRUE(q.Holds(0, 2));
+  q.Unreserve(0, 2);
+  EXPECT_EQ(q.LowestTodo(), 2);
+  EXPECT_EQ(q.returned_count(), 0);
+  EXPECT_EQ(q.Lease(0), 2);
+  EXPECT_EQ(q.Release(1), 3);  // 1, 3 and the reserved 4
+  EXPECT_EQ(q.LowestTodo(), 1);
+}
+
 TEST(WorkQueueTest, AReturnedChunkIsHandedOutAgain) {
   WorkQueue q(2, 1);
   ASSERT_TRUE(q.SetChunksPerEpoch(3).ok());

@@ -379,6 +379,7 @@ grpc::Status PsDataService::DoPushPull(const PushRequest& req, absl::Time deadli
     s = DoPull(deadline, req.layout_fingerprint(), 0, req.generation(), enc, resp->mutable_pull(),
                weights);
     if (s.ok() && resp->push().applied()) shard_->NoteStepAsPrimary(resp->push().version());
+    if (s.ok()) PullNextRows(req, 0, deadline, resp);
     return s;
   }
   // Sync: the weights of the step this gradient feeds; by then that step
@@ -392,7 +393,30 @@ grpc::Status PsDataService::DoPushPull(const PushRequest& req, absl::Time deadli
     metrics_->stale_gradients_dropped().Increment();
   }
   shard_->NoteStepAsPrimary(req.version() + 1);
+  PullNextRows(req, req.version() + 1, deadline, resp);
   return grpc::Status::OK;
+}
+
+void PsDataService::PullNextRows(const PushRequest& req, int64_t min_version, absl::Time deadline,
+                                 PushPullResponse* resp) {
+  resp->clear_next_rows();
+  if (req.next_rows_size() == 0) return;
+  std::vector<SparseRowsData> rows(req.next_rows_size());
+  for (int t = 0; t < req.next_rows_size(); ++t) {
+    rows[t].table = req.next_rows(t).table();
+    rows[t].ids.assign(req.next_rows(t).ids().begin(), req.next_rows(t).ids().end());
+  }
+  int64_t version = 0;
+  const absl::Status s = store_->PullRows(req.layout_fingerprint(), min_version, deadline, &rows,
+                                          &version, req.generation());
+  if (!s.ok()) return;  // the push stands; the worker pulls the rows itself
+  int64_t sent = 0;
+  for (const SparseRowsData& r : rows) {
+    SparseRowsToProto(r, resp->add_next_rows());
+    sent += static_cast<int64_t>(r.values.size() * sizeof(float));
+  }
+  shard_->AddBytesPulled(sent);
+  metrics_->pull_bytes().Increment(static_cast<double>(sent));
 }
 
 grpc::Status PsDataService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*,

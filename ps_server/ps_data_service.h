@@ -61,6 +61,11 @@ class PsDataService final : public ParameterServer::Service {
   };
   grpc::Status DoPushPull(const PushRequest& req, absl::Time deadline, PushPullResponse* resp,
                           DataPlaneCall* call = nullptr);
+  // The sparse rows req.next_rows names into resp->next_rows, at version
+  // >= min_version of the push's generation; none when the store cannot
+  // give them (the push already stands: the worker pulls them itself).
+  void PullNextRows(const PushRequest& req, int64_t min_version, absl::Time deadline,
+                    PushPullResponse* resp);
   // Whether req's gradients are fp32 in this ps's shard order: used where
   // they lie, not decoded.
   static bool GradientsAsSent(const PushRequest& req);

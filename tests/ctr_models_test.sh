@@ -12,7 +12,11 @@
 # and the sync run's export, loaded into the PyTorch model, must score the
 # run's own test AUC and loss (an independent forward, and a check that
 # the peer reads and hashes the examples as the cluster does). The
-# examples/s of each are printed side by side.
+# examples/s of each are printed side by side. Then the DeepFM in sync,
+# its sparse rows brought by each step's push-pull (one round trip) and
+# pulled before each step (--embedding_rows_ahead=false): the same final
+# line, every step's rows but the first brought by a push, and the
+# examples/s of both beside PyTorch's.
 #
 # Usage: tests/ctr_models_test.sh [MNIST_DIR]   (MNIST is not needed)
 # Needs the daemons and criteo_synth built in bazel-bin (tests/run_all.sh
@@ -107,4 +111,54 @@ for kind in dcn_v2 two_tower; do
     fi
   done
 done
+
+# --- one round trip a step -------------------------------------------------------
+# DeepFM, sync: with each push-pull bringing the next batch's rows (the
+# default; the chief names each worker's next chunk) and with the rows
+# pulled before each step (--embedding_rows_ahead=false). The same rows at
+# the same versions: the same final line, bit for bit; every step's rows
+# but the first came with a push; and the examples/s of both beside
+# PyTorch's on the same model file and rows.
+model="$tmp/deepfm.json"
+jq -c --argjson n "$buckets" \
+  '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' \
+  "$repo/deploy/models/ctr_deepfm.json" >"$model"
+rate_of() { awk -v n="$(jq .train.rows "$tmp/data/planted.json")" -v s="$(field wall_s "$1")" \
+              'BEGIN { printf "%.0f", n / s }'; }
+for ahead in true false; do
+  "$repo/deploy/local/train.sh" --no_build --no_evaluator --num_ps=2 --num_workers=2 --mode=sync \
+    "${flags[@]}" --model="$model" --data="$tmp/data" --logdir="$tmp/logs_deepfm_$ahead" \
+    --embedding_rows_ahead="$ahead" >"$tmp/deepfm_$ahead.out" 2>&1
+  echo "exit $?" >>"$tmp/deepfm_$ahead.out"
+done
+line_of() { grep -E '^final: ' "$1" | tail -n 1 | sed -E 's/ wall_s=.*//'; }
+came() { sed -nE "s/.* ([0-9]+) of ([0-9]+) steps' sparse rows came with the last push.*/\1 \2/p" "$1"; }
+if [ -n "$(line_of "$tmp/deepfm_true.out")" ] &&
+   [ "$(line_of "$tmp/deepfm_true.out")" = "$(line_of "$tmp/deepfm_false.out")" ]; then
+  pass "DeepFM sync, rows with the push or pulled: the same final line ($(line_of "$tmp/deepfm_true.out"))"
+else
+  fail "DeepFM sync: '$(line_of "$tmp/deepfm_true.out")' with the rows ahead," \
+    "'$(line_of "$tmp/deepfm_false.out")' without"
+  tail -n 5 "$tmp/deepfm_true.out" "$tmp/deepfm_false.out"
+fi
+ahead_counts="$(came "$tmp/deepfm_true.out" | tr '\n' ' ')"
+pulled_counts="$(came "$tmp/deepfm_false.out" | tr '\n' ' ')"
+if [ "$(came "$tmp/deepfm_true.out" | awk '$2 > 100 && $1 == $2 - 1 { n++ } END { print n + 0 }')" = 2 ] &&
+   [ "$(came "$tmp/deepfm_false.out" | awk '$2 > 100 && $1 == 0 { n++ } END { print n + 0 }')" = 2 ]; then
+  pass "every worker's rows came with its push-pull but the first step's ($ahead_counts); none" \
+    "without ($pulled_counts)"
+else
+  fail "rows with the push (came, steps per worker): '$ahead_counts'; without: '$pulled_counts'"
+fi
+out="$(peer "$model" --batch=256 --learning_rate=0.001)"
+final_a="$(grep -E '^final: ' "$tmp/deepfm_true.out" | tail -n 1)"
+final_b="$(grep -E '^final: ' "$tmp/deepfm_false.out" | tail -n 1)"
+auc="$(field test_auc "$final_a")"
+peer_auc="$(field test_auc "$out")"
+if [ -n "$auc" ] && [ -n "$peer_auc" ] && within "$auc" "$peer_auc" "$margin"; then
+  pass "DeepFM sync: test AUC $auc, PyTorch's $peer_auc; examples/s $(rate_of "$final_a") with the" \
+    "rows ahead, $(rate_of "$final_b") pulled, PyTorch's $(field examples_per_s "$out")"
+else
+  fail "DeepFM sync: test AUC '$auc' against PyTorch's '$peer_auc': $(tail -n 3 <<<"$out")"
+fi
 finish

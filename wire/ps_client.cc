@@ -305,6 +305,28 @@ absl::Status PsClient::PullAll(int64_t min_version, float* params, absl::Duratio
   return CallAll("pull from", timeout, issue, finish);
 }
 
+bool PsClient::TakeNextRows(std::vector<std::vector<SparseRows>>* rows) {
+  if (sparse_next_ == nullptr || rows->size() != ps_.size()) return false;
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    const PushPullResponse& r = ps_[i].push_resp;
+    const std::vector<SparseRows>& want = (*rows)[i];
+    if (r.next_rows_size() != static_cast<int>(want.size())) return false;
+    for (int t = 0; t < r.next_rows_size(); ++t) {
+      if (r.next_rows(t).table() != want[t].table() ||
+          r.next_rows(t).ids_size() != want[t].ids_size()) {
+        return false;
+      }
+    }
+  }
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    PushPullResponse& r = ps_[i].push_resp;
+    for (int t = 0; t < r.next_rows_size(); ++t) {
+      (*rows)[i][t].set_values(std::move(*r.mutable_next_rows(t)->mutable_values()));
+    }
+  }
+  return true;
+}
+
 absl::Status PsClient::PullRowsAll(int64_t min_version, int64_t generation,
                                    std::vector<std::vector<SparseRows>>* rows,
                                    absl::Duration timeout, std::vector<int64_t>* row_versions) {
@@ -527,6 +549,14 @@ void PsClient::PreparePush(int i, const PushCall& c, uint64_t request_id) {
   if (sparse_push_ != nullptr) {
     for (const SparseRows& r : (*sparse_push_)[i]) {
       if (r.ids_size() > 0) *req.add_sparse() = r;
+    }
+  }
+  req.clear_next_rows();
+  if (sparse_next_ != nullptr) {
+    for (const SparseRows& r : (*sparse_next_)[i]) {
+      SparseRows* x = req.add_next_rows();
+      x->set_table(r.table());
+      *x->mutable_ids() = r.ids();
     }
   }
   std::string* g = req.mutable_gradients();

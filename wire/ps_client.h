@@ -161,6 +161,14 @@ class PsClient {
   // The sparse gradient rows every PushPullAll from now on carries to ps
   // i: (*rows)[i] (borrowed; null: none). Float32 whatever the push codec.
   void set_sparse_push(const std::vector<std::vector<SparseRows>>* rows) { sparse_push_ = rows; }
+  // The ids of the rows every PushPullAll from now on asks ps i to send
+  // with its answer: (*ids)[i] (borrowed; null: none), the next batch's
+  // (SparseBatch::pull_ids). After a PushPullAll, TakeNextRows moves the
+  // rows into (*rows)[i]'s values (rows as the ids were given) when every
+  // ps sent all it was asked for; false otherwise (an older ps, or one
+  // that could not read them), and then the caller pulls them itself.
+  void set_sparse_next(const std::vector<std::vector<SparseRows>>* ids) { sparse_next_ = ids; }
+  bool TakeNextRows(std::vector<std::vector<SparseRows>>* rows);
 
   // Forgets the error-feedback residual (after a restore from a checkpoint:
   // the gradients it belongs to are void).
@@ -323,6 +331,7 @@ class PsClient {
   int64_t pushes_sent_ = 0;
   CallStats last_call_;
   const std::vector<std::vector<SparseRows>>* sparse_push_ = nullptr;  // borrowed
+  const std::vector<std::vector<SparseRows>>* sparse_next_ = nullptr;  // borrowed
 };
 
 }  // namespace pscluster

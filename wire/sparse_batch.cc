@@ -50,6 +50,12 @@ absl::Status SparseBatch::Pull(PsClient* ps, int64_t min_version, int64_t genera
       !s.ok()) {
     return s;
   }
+  return Scatter(params);
+}
+
+bool SparseBatch::TakeRowsFrom(PsClient* ps) { return ps->TakeNextRows(&pull_); }
+
+absl::Status SparseBatch::Scatter(float* params) const {
   for (int p = 0; p < num_ps_; ++p) {
     for (size_t t = 0; t < pull_[p].size(); ++t) {
       const SparseTableInfo& table = window_.tables()[t];

@@ -38,6 +38,14 @@ class SparseBatch {
   // Pulls the rows of the ids Map saw last into `params`.
   absl::Status Pull(PsClient* ps, int64_t min_version, int64_t generation,
                     absl::Duration timeout, float* params);
+  // Pull in two halves, for rows that come with a push-pull's answer: the
+  // ids Map saw last, per ps and table (PsClient::set_sparse_next), then
+  // the rows taken from the answer (PsClient::TakeNextRows; false: not
+  // there, Pull them), then written into the windows of `params`
+  // (Internal when a ps sent rows of the wrong size).
+  const std::vector<std::vector<SparseRows>>& pull_ids() const { return pull_; }
+  bool TakeRowsFrom(PsClient* ps);
+  absl::Status Scatter(float* params) const;
 
   // The examples with their ids renumbered (n x example_size floats).
   const std::vector<float>& mapped() const { return mapped_; }

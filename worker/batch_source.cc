@@ -58,4 +58,19 @@ absl::StatusOr<Batch> BatchSource::Get(int64_t k) {
                now.ids.empty() ? nullptr : now.ids.data()};
 }
 
+absl::StatusOr<Batch> BatchSource::Peek(int64_t k) {
+  Join();
+  Buffer& spare = buffers_[1 - current_];
+  if (spare.chunk != k) {
+    spare.size = chunks_->Fill(k, spare.images.data(), spare.targets.data(), spare.ids.data());
+    spare.chunk = k;
+  }
+  if (!spare.size.ok()) {
+    spare.chunk = -1;
+    return spare.size.status();
+  }
+  return Batch{spare.images.data(), spare.targets.data(), *spare.size, static_cast<uint64_t>(k),
+               spare.ids.empty() ? nullptr : spare.ids.data()};
+}
+
 }  // namespace pscluster

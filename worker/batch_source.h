@@ -38,6 +38,13 @@ class BatchSource {
   // nothing unless it is asked for.
   absl::StatusOr<Batch> Get(int64_t k);
 
+  // Chunk k's batch ahead of its Get (the chunk the chief named as this
+  // worker's next): the one gathered ahead, or gathered now. A Get of k
+  // then takes it without gathering it again; valid until the next Get or
+  // Peek, and the batch Get returned last stays valid. The reader's error
+  // when chunk k cannot be read.
+  absl::StatusOr<Batch> Peek(int64_t k);
+
   // Lets `backend` page-lock both buffers (ComputeBackend::PinHostMemory).
   void PinIn(ComputeBackend* backend);
 

@@ -82,6 +82,43 @@ TEST(BatchSourceTest, WithoutPrefetchNothingIsGatheredAhead) {
   ExpectSequence(false, 1, {0, 1, 2, 3}, 0);
 }
 
+// Peek(k) gathers chunk k ahead of its Get (the chief named it as the
+// worker's next): that Get is a hit with the same examples, the batch the
+// last Get returned stays as it was, and a Peek of a chunk the worker then
+// does not get costs nothing but the gathering.
+TEST(BatchSourceTest, PeekGathersTheNamedChunkForItsGet) {
+  const Dataset data = Numbered();
+  ChunkReader reader(data, 8, /*seed=*/3);
+  ChunkReader oracle(data, 8, /*seed=*/3);
+  BatchSource source(&reader, 8, /*stride_guess=*/2, /*prefetch=*/false);
+  auto expect_chunk = [&](const Batch& b, int64_t k) {
+    std::vector<float> images(8 * 6), labels(8);
+    const absl::StatusOr<int> n = oracle.Fill(k, images.data(), labels.data());
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_EQ(b.size, *n) << "chunk " << k;
+    EXPECT_EQ(b.key, static_cast<uint64_t>(k));
+    EXPECT_EQ(std::vector<float>(b.images, b.images + *n * 6),
+              std::vector<float>(images.begin(), images.begin() + *n * 6))
+        << "chunk " << k;
+  };
+  absl::StatusOr<Batch> now = source.Get(0);
+  ASSERT_TRUE(now.ok()) << now.status();
+  absl::StatusOr<Batch> next = source.Peek(3);
+  ASSERT_TRUE(next.ok()) << next.status();
+  expect_chunk(*next, 3);
+  expect_chunk(*now, 0);  // untouched by the Peek
+  absl::StatusOr<Batch> got = source.Get(3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  expect_chunk(*got, 3);
+  EXPECT_EQ(source.hits(), 1);
+  ASSERT_TRUE(source.Peek(5).ok());
+  got = source.Get(4);  // not the peeked one
+  ASSERT_TRUE(got.ok()) << got.status();
+  expect_chunk(*got, 4);
+  EXPECT_EQ(source.hits(), 1);
+  EXPECT_EQ(source.gets(), 3);
+}
+
 // A source whose example 13 is a bad record, as a TFRecord file's can be.
 class OneBadRecord : public ExampleSource {
  public:

@@ -130,6 +130,15 @@ class PsTraining {
   absl::Status Step(const WorkResponse& work);
   absl::Status TrainOnWeights(const Batch& batch, int n, StepRun* run);
   absl::Status AwaitPush(std::unique_ptr<Exchange> exchange, bool* applied);
+  // Sparse tables: the batch's rows into the windows of params_, from the
+  // last push-pull's answer when they came with it, else pulled now.
+  // DataLoss for a bad id in the data (exit 4); Aborted: restored
+  // meanwhile.
+  absl::Status PrepareRows(int64_t chunk, Batch* batch);
+  // Names the rows of chunk `next` (the chief's WorkResponse.next_chunk)
+  // to the push about to leave (PsClient::set_sparse_next); true when
+  // asked.
+  bool AskNextRows(int64_t next);
   absl::Status Finish();
 
   std::unique_ptr<Exchange> StartExchange(std::unique_ptr<Exchange> before, int n, bool streamed);
@@ -169,6 +178,13 @@ class PsTraining {
   // gradients pushed with the dense gradient (null: none).
   std::unique_ptr<SparseBatch> sparse_;
   int64_t sparse_rows_ = 0;  // pulled, over the steps
+  // The next batch's rows, asked for with a push (AskNextRows) and taken
+  // from its answer: the chunk they are for and the version and
+  // generation of the weights they came with (next_chunk_ -1: none).
+  // Swapped with sparse_ when that chunk is the one leased next.
+  std::unique_ptr<SparseBatch> next_sparse_;
+  int64_t next_chunk_ = -1, next_version_ = -1, next_generation_ = -1;
+  int64_t rows_came_ = 0, rows_needed_ = 0;  // steps whose rows came with a push, of all
 
   // The metrics of one call to the ps (PsClient::last_call()): its bytes
   // whatever the outcome, its time and staleness when it succeeded. A
@@ -205,6 +221,8 @@ PsTraining::PsTraining(const TrainingContext& ctx)
   if (ctx.sparse_tables != nullptr && !ctx.sparse_tables->empty()) {
     sparse_ = std::make_unique<SparseBatch>(*ctx.sparse_tables, ctx.sparse_window,
                                             plan_.num_ps());
+    next_sparse_ =
+        std::make_unique<SparseBatch>(*ctx.sparse_tables, ctx.sparse_window, plan_.num_ps());
   }
 }
 
@@ -351,18 +369,9 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
   Batch batch = *got;
   const int n = batch.size;
   if (sparse_ != nullptr) {
-    // The batch's rows, at the version of the weights in hand.
-    const ExampleIds ids{batch.ids, chunks_.ids_first(), chunks_.ids_per_example()};
-    absl::Status s = sparse_->Map(batch.images, ids, n, chunks_.pixels());
-    if (!s.ok()) return absl::DataLossError(s.message());  // the data's ids: exit 4
-    s = sparse_->Pull(ps_.get(), version_seen_, generation_seen_, options_.step_timeout,
-                      params_.data());
+    const absl::Status s = PrepareRows(work.chunk(), &batch);
     if (absl::IsAborted(s)) return absl::OkStatus();  // restored meanwhile: the chief re-leases
     if (!s.ok()) return s;
-    step_bytes_received_ += ps_->last_call().bytes_received;
-    step_bytes_sent_ += ps_->last_call().bytes_sent;
-    batch.images = sparse_->mapped().data();
-    sparse_rows_ += sparse_->last_rows();
   }
   // A straggler sleeps before its push starts (with overlap, its gradient
   // leaves during TrainStep).
@@ -384,6 +393,8 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
     if (run.exchange != nullptr) (void)Settle(*run.exchange);
     return run.train;
   }
+  const int64_t asked_chunk = work.has_next_chunk() ? work.next_chunk() : -1;
+  const bool asked = sparse_ != nullptr && asked_chunk >= 0 && AskNextRows(asked_chunk);
   if (sparse_ != nullptr) {
     sparse_->GatherGradients(grads_.data());
     ps_->set_sparse_push(&sparse_->push());
@@ -396,6 +407,14 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
   split_.d2h_s += t.d2h_s;
   bool applied = false;
   const absl::Status s = AwaitPush(std::move(run.exchange), &applied);
+  if (asked) {
+    if (s.ok() && next_sparse_->TakeRowsFrom(ps_.get())) {
+      next_chunk_ = asked_chunk;
+      next_version_ = version_seen_;
+      next_generation_ = generation_seen_;
+    }
+    ps_->set_sparse_next(nullptr);
+  }
   if (absl::IsAborted(s)) return absl::OkStatus();  // restored meanwhile: this gradient is void
   if (!s.ok()) return s;
   const absl::Time t2 = absl::Now();
@@ -414,6 +433,42 @@ absl::Status PsTraining::Step(const WorkResponse& work) {
   report_->AddStep(n, run.loss, run.correct, absl::ToDoubleSeconds(t1 - t0 - pull_in_step),
                    absl::ToDoubleSeconds(t2 - t1 + pull_in_step));
   return report_->MaybeReport(t2, version_seen_);
+}
+
+absl::Status PsTraining::PrepareRows(int64_t chunk, Batch* batch) {
+  ++rows_needed_;
+  const bool came = chunk == next_chunk_ && next_version_ == version_seen_ &&
+                    next_generation_ == generation_seen_;
+  next_chunk_ = -1;
+  if (came) {
+    // Asked for with the last push, answered at the weights in hand.
+    std::swap(sparse_, next_sparse_);
+    PSCLUSTER_RETURN_IF_ERROR(sparse_->Scatter(params_.data()));
+    ++rows_came_;
+  } else {
+    // Pulled now, at the version of the weights in hand.
+    const ExampleIds ids{batch->ids, chunks_.ids_first(), chunks_.ids_per_example()};
+    absl::Status s = sparse_->Map(batch->images, ids, batch->size, chunks_.pixels());
+    if (!s.ok()) return absl::DataLossError(s.message());  // the data's ids: exit 4
+    s = sparse_->Pull(ps_.get(), version_seen_, generation_seen_, options_.step_timeout,
+                      params_.data());
+    if (!s.ok()) return s;
+    step_bytes_received_ += ps_->last_call().bytes_received;
+    step_bytes_sent_ += ps_->last_call().bytes_sent;
+  }
+  batch->images = sparse_->mapped().data();
+  sparse_rows_ += sparse_->last_rows();
+  return absl::OkStatus();
+}
+
+bool PsTraining::AskNextRows(int64_t chunk) {
+  ps_->set_sparse_next(nullptr);
+  absl::StatusOr<Batch> next = batches_->Peek(chunk);
+  if (!next.ok()) return false;  // its step will say why
+  const ExampleIds ids{next->ids, chunks_.ids_first(), chunks_.ids_per_example()};
+  if (!next_sparse_->Map(next->images, ids, next->size, chunks_.pixels()).ok()) return false;
+  ps_->set_sparse_next(&next_sparse_->pull_ids());
+  return true;
 }
 
 // Trains on the weights in hand. With overlap the push-pull starts now and
@@ -483,9 +538,12 @@ absl::Status PsTraining::Finish() {
   // fused RPC per ps per step (push_pull_s); pull_s is the initial pull.
   const std::string own = fmt::format(
       "{} of this worker's pushes dropped as stale, {} answered differently by the ps, "
-      "{} resent, {} restore(s) followed, {} of {} batches gathered ahead",
+      "{} resent, {} restore(s) followed, {} of {} batches gathered ahead{}",
       ps_->pushes_dropped(), ps_->pushes_disputed(), ps_->resends(), restores_seen_,
-      batches_->hits(), batches_->gets());
+      batches_->hits(), batches_->gets(),
+      sparse_ == nullptr ? ""
+                         : fmt::format(", {} of {} steps' sparse rows came with the last push",
+                                       rows_came_, rows_needed_));
   // Sparse tables: the distinct rows a step pulled and pushed, on average.
   const std::string rows =
       sparse_ == nullptr ? ""
