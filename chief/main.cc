@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "chief/chief.h"
 #include "chief/chief_flags.h"
+#include "common/bad_input.h"
 #include "common/daemon.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
@@ -307,6 +308,7 @@ int main(int argc, char** argv) {
   if (!result.ok()) {
     spdlog::error("{}", std::string(result.status().message()));
     if (absl::IsCancelled(result.status())) return kExitInterrupted;
+    if (IsBadInput(result.status())) return kExitBadInput;
     if (chief.gave_up()) {
       spdlog::error("the run failed; every task was told to stop (exit code {})",
                     kExitRunFailed);

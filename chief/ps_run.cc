@@ -13,10 +13,13 @@
 #include "absl/time/clock.h"
 #include "chief/snapshot.h"
 #include "chief/work_queue.h"
+#include "common/bad_input.h"
 #include "common/status_macros.h"
 #include "model/placement.h"
 #include "common/cluster_spec.h"
 #include "spdlog/spdlog.h"
+#include "update/optimizer.h"
+#include "update/sparse_optimizer.h"
 #include "update/sparse_table.h"
 #include "update/store_state.h"
 #include "wire/codec.h"
@@ -216,6 +219,7 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   absl::StatusOr<const Snapshot*> snap = checkpointer_->ReadNewestFromDisk();
   if (snap.ok()) {
     const Snapshot& latest = **snap;
+    PSCLUSTER_RETURN_IF_ERROR(CheckOptimizerState(latest));
     PSCLUSTER_RETURN_IF_ERROR(recovery_->RestoreAll(latest, ps->generation + 1));
     highest_version_ = latest.step;
     if (latest.run_started_unix_ms > 0) {
@@ -228,6 +232,44 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
   }
   if (!absl::IsNotFound(snap.status())) return snap.status();
   return checkpointer_->Take("initial", highest_version_, /*workers_idle=*/true);
+}
+
+absl::Status ParameterServerRun::CheckOptimizerState(const Snapshot& snap) const {
+  auto misfit = [&](const std::string& flag, const std::string& value, const std::string& what) {
+    return MarkBadInput(absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint of step ", snap.step, " in ", options_.checkpoint_dir, " holds ", what,
+        ", which this run's ", flag, "=", value,
+        " does not keep: it was written by a run with another optimizer. Resume with that "
+        "run's ", flag, ", or give another --logdir (or --checkpoint_dir) to start afresh")));
+  };
+  absl::StatusOr<std::unique_ptr<Optimizer>> dense =
+      Optimizer::Create(OptimizerFromConfig(ps_setup_.optimizer), 0);
+  if (dense.ok()) {
+    const std::vector<std::string>& names = (*dense)->slot_names();
+    for (const ShardState& s : snap.ps) {
+      for (const SlotValues& slot : s.slots()) {
+        if (std::find(names.begin(), names.end(), slot.name()) == names.end()) {
+          return misfit("--optimizer", ps_setup_.optimizer.name(),
+                        absl::StrCat("the dense optimizer's slot \"", slot.name(), "\""));
+        }
+      }
+    }
+  }
+  for (const ShardState& s : snap.ps) {
+    for (const SparseTableState& t : s.sparse()) {
+      for (const SparseTableConfig& c : ps_setup_.sparse_tables) {
+        if (c.table() != t.table() || t.ids_size() == 0) continue;
+        const SparseTableOptions o = SparseTableFromConfig(c);
+        const int64_t want = SparseOptimizer::FloatsPerRow(o.optimizer.name, o.width);
+        if (t.floats_per_row() != want) {
+          return misfit("--embedding_optimizer", o.optimizer.name,
+                        absl::StrCat("table ", c.variable(), "'s rows of ", t.floats_per_row(),
+                                     " floats (", want, " with ", o.optimizer.name, ")"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start) {

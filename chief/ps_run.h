@@ -118,6 +118,10 @@ class ParameterServerRun final : public StrategyRun {
   absl::Status StartParameterServers(absl::Time* start);
   // A restarted chief (the ps were initialised): the data position.
   absl::Status ResumeRun(int64_t generation, absl::Time* start);
+  // That the optimizer state in `snap` (a checkpoint on disk this run
+  // starts from) is what this run's optimizers keep: their slot names, the
+  // sparse tables' floats per row. Bad input naming the flag otherwise.
+  absl::Status CheckOptimizerState(const Snapshot& snap) const;
   // The chunks in every ps's record of its last updates (sorted), and in
   // *reaches_back_to the version from which on those records are whole on
   // every ps (the largest int64 when a ps did not answer: none then). In

@@ -151,6 +151,22 @@ if [ "$(came "$tmp/deepfm_true.out" | awk '$2 > 100 && $1 == $2 - 1 { n++ } END 
 else
   fail "rows with the push (came, steps per worker): '$ahead_counts'; without: '$pulled_counts'"
 fi
+# Resuming over that run's checkpoints with another optimizer: refused at
+# start-up (exit 2) naming the flag, not a failure while restoring.
+for changed in --optimizer=sgd --embedding_optimizer=adagrad; do
+  "$repo/deploy/local/train.sh" --no_build --no_evaluator --num_ps=2 --num_workers=2 --mode=sync \
+    --epochs=2 --batch_size=256 --optimizer=adam "$changed" --model="$model" --data="$tmp/data" \
+    --logdir="$tmp/logs_deepfm_true" >"$tmp/resume.out" 2>&1
+  rc=$?
+  if [ "$rc" -eq 2 ] &&
+     grep -q "holds .*, which this run's ${changed} does not keep: it was written by a run with another optimizer" \
+       "$tmp/resume.out"; then
+    pass "resuming its checkpoints with $changed: exit 2 naming the flag"
+  else
+    fail "resuming its checkpoints with $changed: exit $rc"; grep -E ' E |error' "$tmp/resume.out" | tail -n 3
+  fi
+done
+
 # A worker killed mid-run (kill -9; the launcher starts it again): its
 # leased and reserved chunks go back to the queue, the other worker takes
 # them first, and the run ends with every chunk trained once, within

@@ -574,5 +574,8 @@ else
 fi
 [ "$INTERRUPTED" = 1 ] && [ "$CHIEF_RC" = 0 ] && CHIEF_RC=130
 [ "$OUT_OF_RESTARTS" = 1 ] && [ "$INTERRUPTED" = 0 ] && CHIEF_RC=1
-[ -n "$TASK_FAILED_RC" ] && [ "$INTERRUPTED" = 0 ] && CHIEF_RC="$TASK_FAILED_RC"
+# A task's final status (a worker's bad data, 4) is the run's, unless the
+# chief itself refused its input (2: the cause; the others were told to stop).
+[ -n "$TASK_FAILED_RC" ] && [ "$INTERRUPTED" = 0 ] && [ "$CHIEF_RC" != 2 ] &&
+  CHIEF_RC="$TASK_FAILED_RC"
 exit "$CHIEF_RC"
