@@ -69,6 +69,42 @@ void BackwardAvgPool2D(const GraphOp& op, const SliceGrads& g) {
   }
 }
 
+// GlobalAveragePooling1D under an Embedding's mask, as Keras 3 computes
+// it: each example's sum over the steps whose id (`ids`, n x pixels) is not
+// `padding`, over their count (no such step: 0 / 0, NaN, as Keras).
+void MaskedAvgPoolForward(int n, int pixels, int channels, const float* ids, float padding,
+                          const float* x, float* y) {
+  for (int e = 0; e < n; ++e) {
+    float* out = y + int64_t{e} * channels;
+    std::fill(out, out + channels, 0.0f);
+    int count = 0;
+    for (int p = 0; p < pixels; ++p) {
+      if (ids[int64_t{e} * pixels + p] == padding) continue;
+      ++count;
+      const float* row = x + (int64_t{e} * pixels + p) * channels;
+      for (int c = 0; c < channels; ++c) out[c] += row[c];
+    }
+    const float total = static_cast<float>(count);
+    for (int c = 0; c < channels; ++c) out[c] /= total;
+  }
+}
+
+// Its gradient: gy / count at the steps counted, 0 at the padded ones.
+void MaskedAvgPoolBackward(int n, int pixels, int channels, const float* ids, float padding,
+                           const float* gy, float* gx) {
+  for (int e = 0; e < n; ++e) {
+    int count = 0;
+    for (int p = 0; p < pixels; ++p) count += ids[int64_t{e} * pixels + p] != padding;
+    const float total = static_cast<float>(count);
+    for (int p = 0; p < pixels; ++p) {
+      float* row = gx + (int64_t{e} * pixels + p) * channels;
+      const bool kept = ids[int64_t{e} * pixels + p] != padding;
+      for (int c = 0; c < channels; ++c)
+        row[c] = kept ? gy[int64_t{e} * channels + c] / total : 0.0f;
+    }
+  }
+}
+
 void BackwardGlobalAvgPool2D(const GraphOp& op, const SliceGrads& g) {
   if (g.dx_wanted) kernels::GlobalAvgPoolBackward(g.n, op.pixels, op.channels, g.gy, g.gx);
 }
@@ -533,13 +569,21 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
         ForwardWindowed(i, params, training, x, s);
         break;
       case LayerKind::kGlobalAvgPool2D:
-        kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
+        if (op.mask_from >= 0) {
+          MaskedAvgPoolForward(n, op.pixels, op.channels, OpInput(op.mask_from, s, images),
+                               static_cast<float>(ops_[op.mask_from].padding_id), x, y);
+        } else {
+          kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
+        }
         break;
       case LayerKind::kEmbedding: {
         // Out-of-range ids are an error (CheckIds), never clamped.
         const int64_t ids = int64_t{n} * op.pixels;
-        s.bad_id = kernels::FirstBadId(ids, x, op.dense_in);
-        if (s.bad_id < 0) kernels::EmbeddingForward(ids, x, params + op.kernel, op.dense_out, y);
+        const bool padding = op.mask_zero && op.padding_id < 0;
+        s.bad_id = kernels::FirstBadId(ids, x, op.dense_in, padding);
+        if (s.bad_id < 0) {
+          kernels::EmbeddingForward(ids, x, params + op.kernel, op.dense_out, y, padding);
+        }
         break;
       }
       case LayerKind::kDense: {
@@ -807,14 +851,19 @@ void GraphCpuEngine::BackwardOp(int i, const float* params, const float* images,
         BackwardAvgPool2D(op, g);
         break;
       case LayerKind::kGlobalAvgPool2D:
-        BackwardGlobalAvgPool2D(op, g);
+        if (op.mask_from >= 0 && g.dx_wanted) {
+          MaskedAvgPoolBackward(n, op.pixels, op.channels, OpInput(op.mask_from, s, images),
+                                static_cast<float>(ops_[op.mask_from].padding_id), gy, gx);
+        } else {
+          BackwardGlobalAvgPool2D(op, g);
+        }
         break;
       case LayerKind::kDense:
         BackwardDense(op, params, OpInput(i, s, images), g);
         break;
       case LayerKind::kEmbedding:  // a scatter-add into the slice's zeroed gradient
-        kernels::EmbeddingBackward(int64_t{n} * op.pixels, OpInput(i, s, images), gy,
-                                   op.dense_out, g.pg + op.kernel);
+        kernels::EmbeddingBackward(int64_t{n} * op.pixels, OpInput(i, s, images), gy, op.dense_out,
+                                   g.pg + op.kernel, op.mask_zero && op.padding_id < 0);
         break;
       case LayerKind::kDropout:
         BackwardDropout(op, s.first, DropoutKey(seed_, step_key, op.key_index), g);

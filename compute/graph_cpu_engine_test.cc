@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
-#include "compute/testing/arriving_weights_check.h"
-#include "compute/testing/graph_test_models.h"
-#include "compute/kernels/testing/gradient_check.h"
 #include "compute/cpu_network.h"
 #include "compute/graph_plan.h"
+#include "compute/kernels/testing/gradient_check.h"
+#include "compute/testing/arriving_weights_check.h"
+#include "compute/testing/graph_test_models.h"
+#include "gtest/gtest.h"
 #include "model/keras_model.h"
+#include "model/sparse_layout.h"
 
 namespace pscluster {
 namespace {
@@ -510,6 +511,91 @@ TEST(GraphCpuEngineTest, DotAndCrossNetworkMatchTensorFlowJs) {
   }
   EXPECT_EQ(dots, 3);
   ExpectMatchesTfjs(cases, "Dot and cross network");
+}
+
+// Keras 3's masking (tests/fixtures/masking/masking.json: models written by
+// TensorFlow.js, what Keras 3 computes for them in float64 PyTorch, by
+// make_masking_reference.py): Embedding(mask_zero) into
+// GlobalAveragePooling1D, directly, through Dense, LayerNormalization and
+// Dropout per step, and beside dense features; ids padded at the end, in
+// the middle, and not at all. The outputs, the loss and every gradient
+// match, row 0 (padding) getting none; and the same through a sparse
+// table's window, where padding is id -1 and has no row.
+TEST(GraphCpuEngineTest, MaskZeroMatchesKeras3) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/masking/masking.json");
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_EQ(cases[1].spec.loss, LossKind::kBinaryCrossentropy);
+  for (const ReferenceCase& c : cases) {
+    const VariableSpec* table = nullptr;
+    for (const VariableSpec& v : c.spec.variables) {
+      if (v.name == "emb/embeddings") table = &v;
+    }
+    ASSERT_NE(table, nullptr);
+    const std::vector<float>& g = c.gradients.at("emb/embeddings");
+    for (int64_t k = 0; k < table->shape[1]; ++k) EXPECT_EQ(g[k], 0.0f) << c.spec.name;
+  }
+  ExpectMatchesTfjs(cases, "mask_zero (float64 Keras 3)");
+
+  // Windowed: the examples' ids renumbered by RowWindow (padding -1), the
+  // window's rows the table's rows of those ids.
+  for (const ReferenceCase& c : cases) {
+    absl::StatusOr<std::vector<SparseTableInfo>> found = FindSparseTables(c.spec);
+    ASSERT_TRUE(found.ok()) << found.status();
+    ASSERT_EQ(found->size(), 1u);
+    EXPECT_TRUE((*found)[0].mask_zero);
+    const int batch = static_cast<int>(c.labels.size());
+    const int64_t example = static_cast<int64_t>(c.images.size()) / batch;
+    const int64_t window = 16;
+    std::vector<SparseTableInfo> tables = *found;
+    const ModelSpec spec = WithSparseTables(c.spec, window, &tables);
+    RowWindow rows(tables);
+    std::vector<float> mapped;
+    ASSERT_TRUE(rows.Map(c.images.data(), batch, example, window, &mapped).ok());
+    const std::vector<int64_t>& ids = rows.ids(0);
+    for (int64_t id : ids) EXPECT_NE(id, 0) << c.spec.name << ": padding got a row";
+    int padded = 0;
+    for (float v : mapped) padded += v == -1.0f;
+    EXPECT_GT(padded, 0) << c.spec.name;
+    std::vector<float> params(spec.num_parameters, 0.0f);
+    const int width = tables[0].width;
+    for (const VariableSpec& v : spec.variables) {
+      for (const VariableSpec& w : c.spec.variables) {
+        if (w.name != v.name) continue;
+        if (v.name == tables[0].variable) {
+          for (size_t k = 0; k < ids.size(); ++k) {
+            std::copy_n(c.params.begin() + w.offset + ids[k] * width, width,
+                        params.begin() + v.offset + static_cast<int64_t>(k) * width);
+          }
+        } else {
+          std::copy_n(c.params.begin() + w.offset, w.size, params.begin() + v.offset);
+        }
+      }
+    }
+    std::unique_ptr<CpuNetwork> net = Net(spec, batch, 2);
+    std::vector<float> grads(spec.num_parameters);
+    float loss = 0;
+    int correct = 0;
+    ASSERT_TRUE(net->TrainStep(params.data(), mapped.data(), c.labels.data(), batch, grads.data(),
+                               &loss, &correct)
+                    .ok());
+    EXPECT_NEAR(loss * batch, c.training_loss_sum, 1e-5) << c.spec.name;
+    for (const VariableSpec& v : spec.variables) {
+      const std::vector<float>& want = c.gradients.at(v.name);
+      if (v.name != tables[0].variable) {
+        for (int64_t k = 0; k < v.size; ++k) {
+          EXPECT_NEAR(grads[v.offset + k], want[k], 1e-6) << c.spec.name << " " << v.name;
+        }
+        continue;
+      }
+      for (size_t r = 0; r < ids.size(); ++r) {
+        for (int d = 0; d < width; ++d) {
+          EXPECT_NEAR(grads[v.offset + static_cast<int64_t>(r) * width + d],
+                      want[ids[r] * width + d], 1e-6)
+              << c.spec.name << " id " << ids[r];
+        }
+      }
+    }
+  }
 }
 
 // An id outside [0, input_dim) is an error naming the layer, the id and

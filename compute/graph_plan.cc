@@ -160,6 +160,9 @@ class GraphPlanner {
         sliced_(spec.inputs.size() >= 2) {}
 
   absl::StatusOr<std::vector<GraphOp>> Plan() {
+    absl::StatusOr<std::vector<int>> masks = MaskSources(graph_);
+    if (!masks.ok()) return masks.status();
+    masks_ = *std::move(masks);
     CountReaders();
     AddInputSlices();
     for (size_t i = 0; i < graph_.layers.size(); ++i) {
@@ -322,6 +325,10 @@ class GraphPlanner {
         op->kind = LayerKind::kGlobalAvgPool2D;
         op->channels = x.c;
         op->pixels = x.h * x.w;
+        // Under a mask: the Embedding op whose ids give it (its input's).
+        if (l.inputs[0] >= 0 && masks_[l.inputs[0]] >= 0) {
+          op->mask_from = op_of_[masks_[l.inputs[0]]];
+        }
         break;
       case LayerKind::kGlobalAvgPool2D:
       case LayerKind::kGlobalMaxPool2D:
@@ -332,6 +339,8 @@ class GraphPlanner {
         op->dense_in = l.input_dim;
         op->dense_out = l.units;
         op->pixels = static_cast<int>(x.size());
+        op->mask_zero = l.mask_zero;
+        op->padding_id = l.padding_id;
         st = Find(l.name + "/embeddings", {l.input_dim, l.units}, &op->kernel);
         break;
       case LayerKind::kDense:
@@ -462,6 +471,7 @@ class GraphPlanner {
   std::vector<int> readers_;  // node -> reads of its output (CountReaders)
   std::vector<GraphOp> ops_;
   std::vector<int> op_of_;    // node -> the op holding its output
+  std::vector<int> masks_;    // node -> the Embedding node of its mask (MaskSources)
   std::vector<int> node_of_;  // op -> the node it computes (or whose input it slices)
   std::set<std::string> batch_norms_;
   int fused_ = 0;  // activations fused so far

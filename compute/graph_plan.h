@@ -50,6 +50,14 @@ struct GraphOp {
                       // Embedding: ids
   float rate = 0.0f;  // Dropout
   bool normalize = false;  // Dot: the cosine
+  // Embedding with mask_zero: the id of a padded step (0; -1 in a sparse
+  // table's window, which has no row for it: LayerSpec::padding_id).
+  bool mask_zero = false;
+  int padding_id = 0;
+  // A GlobalAveragePooling over steps that reads a mask: the Embedding op
+  // whose ids give it (a step is left out where its id is that op's
+  // padding_id), or -1.
+  int mask_from = -1;
   float epsilon = 0.0f;
   float alpha = 0.0f;  // the activation's parameter
   // Whether the activation's gradient needs its input (gelu, swish, elu,

@@ -247,8 +247,13 @@ absl::Status ParseEmbedding(const json& cfg, const std::string& where, LayerSpec
     }
     l->input_length = length.get<int>();
   }
-  st.Update(Neutral(cfg, where, "mask_zero", {false},
-                    "masks are not supported: no layer here reads a mask"));
+  json mask_zero = cfg.value("mask_zero", json(false));
+  if (mask_zero.is_null()) mask_zero = false;  // TensorFlow.js writes null when unset
+  if (!mask_zero.is_boolean()) {
+    return Bad(where,
+               absl::StrCat("option 'mask_zero' = ", Show(mask_zero), " is not true or false"));
+  }
+  l->mask_zero = mask_zero.get<bool>();
   st.Update(Neutral(cfg, where, "embeddings_regularizer", {}, "not implemented; only null"));
   st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
   if (st.ok()) {

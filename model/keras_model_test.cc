@@ -644,14 +644,13 @@ TEST(KerasModelTest, EmbeddingAndGlobalAveragePooling1D) {
   EXPECT_EQ(flattened.variables[1].shape, (std::vector<int64_t>{15, 2}));
 }
 
-TEST(KerasModelTest, EmbeddingRefusesMasksAndBadOptionsNamingThem) {
+TEST(KerasModelTest, EmbeddingRefusesBadOptionsNamingThem) {
   struct Case {
     const char* embedding;
     const char* expect;  // in the message
   } cases[] = {
-      {R"({"name": "emb", "input_dim": 11, "output_dim": 3, "mask_zero": true})",
-       "layer 'emb' (Embedding): option 'mask_zero' = true is not supported (masks are not "
-       "supported"},
+      {R"({"name": "emb", "input_dim": 11, "output_dim": 3, "mask_zero": 1})",
+       "layer 'emb' (Embedding): option 'mask_zero' = 1 is not true or false"},
       {R"({"name": "emb", "input_dim": 0, "output_dim": 3})",
        "layer 'emb' (Embedding): option 'input_dim' = 0 is not valid"},
       {R"({"name": "emb", "input_dim": 16777217, "output_dim": 3})",
@@ -699,6 +698,55 @@ TEST(KerasModelTest, EmbeddingRefusesMasksAndBadOptionsNamingThem) {
   EXPECT_NE(spec.status().message().find("layer 'ids' (InputLayer): option 'dtype'"),
             std::string::npos)
       << spec.status();
+}
+
+// mask_zero: the mask reaches GlobalAveragePooling1D, through per-step
+// Dense, Activation, Dropout and LayerNormalization; any other layer that
+// would read it is refused naming it and the Embedding.
+TEST(KerasModelTest, MaskZeroReachesOnlyLayersThatTakeIt) {
+  const std::string masked =
+      EmbeddingModel(R"({"name": "emb", "input_dim": 11, "output_dim": 3, "mask_zero": true})");
+  ModelSpec spec = Parse(masked, "m.json");
+  ASSERT_EQ(spec.layers.size(), 3u);
+  EXPECT_TRUE(spec.layers[0].mask_zero);
+  EXPECT_EQ(spec.layers[0].padding_id, 0);
+  const std::string through = absl::StrReplaceAll(
+      masked, {{R"({"class_name": "GlobalAveragePooling1D")",
+                R"({"class_name": "Dense", "config": {"name": "step", "units": 4,
+                    "activation": "relu"}},
+                  {"class_name": "LayerNormalization", "config": {"name": "ln", "axis": -1}},
+                  {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.1}},
+                  {"class_name": "Activation", "config": {"name": "act",
+                                                          "activation": "tanh"}},
+                  {"class_name": "GlobalAveragePooling1D")"}});
+  absl::StatusOr<std::vector<int>> sources = MaskSources(Parse(through, "t.json"));
+  ASSERT_TRUE(sources.ok()) << sources.status();
+  EXPECT_EQ(*sources, (std::vector<int>{0, 0, 0, 0, 0, -1, -1}));
+  struct Case {
+    const char* gap_becomes;
+    const char* layer;
+  } cases[] = {
+      {R"({"class_name": "Flatten", "config": {"name": "flat"}})", "flat"},
+      {R"({"class_name": "GlobalMaxPooling1D", "config": {"name": "gmp"}})", "gmp"},
+      {R"({"class_name": "Conv1D", "config": {"name": "conv", "filters": 2, "kernel_size": 2}},
+          {"class_name": "GlobalAveragePooling1D", "config": {"name": "gap"}})",
+       "conv"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = absl::StrReplaceAll(
+        masked, {{R"({"class_name": "GlobalAveragePooling1D", "config": {"name": "gap",
+                                                          "data_format": "channels_last"}})",
+                  c.gap_becomes}});
+    absl::StatusOr<ModelSpec> bad = ParseKerasModel(text, "m.json");
+    ASSERT_FALSE(bad.ok()) << c.layer;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(absl::StrCat(
+                  "layer ", c.layer,
+                  " reads the mask of Embedding 'emb' (mask_zero): masks are taken only into "
+                  "GlobalAveragePooling1D")),
+              std::string::npos)
+        << bad.status();
+  }
 }
 
 // A Sequential model over a [steps, features] input of `shape` ("[10, 3]")

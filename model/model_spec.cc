@@ -250,6 +250,35 @@ ActivationShape InputShapeOf(const ModelSpec& spec, int ref) {
   return ActivationShape{in.h, in.w, in.c, false};
 }
 
+absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec) {
+  std::vector<int> source(spec.layers.size(), -1);
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
+    if (l.kind == LayerKind::kEmbedding && l.mask_zero) {
+      source[i] = static_cast<int>(i);
+      continue;
+    }
+    std::vector<int> from = l.inputs;
+    if (from.empty() && i > 0) from = {static_cast<int>(i) - 1};
+    for (size_t k = 0; k < from.size(); ++k) {
+      const int j = from[k];
+      if (j < 0 || source[j] < 0) continue;
+      const bool passes = k == 0 && from.size() == 1 &&
+                          (l.kind == LayerKind::kDense || l.kind == LayerKind::kActivation ||
+                           l.kind == LayerKind::kDropout || l.kind == LayerKind::kLayerNorm);
+      const bool ends = l.kind == LayerKind::kGlobalAvgPool1D && from.size() == 1;
+      if (!passes && !ends) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", l.name, " reads the mask of Embedding '", spec.layers[source[j]].name,
+            "' (mask_zero): masks are taken only into GlobalAveragePooling1D, through Dense, "
+            "Activation, Dropout and LayerNormalization on the steps"));
+      }
+      if (passes) source[i] = source[j];
+    }
+  }
+  return source;
+}
+
 absl::StatusOr<std::vector<ActivationShape>> NodeShapes(const ModelSpec& spec) {
   std::vector<ActivationShape> shapes;
   const int inputs = std::max<int>(1, static_cast<int>(spec.inputs.size()));
@@ -325,6 +354,10 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
   }
   absl::StatusOr<std::vector<ActivationShape>> shapes = NodeShapes(spec);
   if (!shapes.ok()) return shapes.status();
+  if (absl::StatusOr<std::vector<int>> masks = MaskSources(spec); !masks.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model \"", spec.name, "\": ", masks.status().message()));
+  }
   if (const ActivationShape& out = shapes->back(); num_classes > 0 && out.size() != num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model \"", spec.name, "\": layer ", spec.layers.back().name, ": the output is ",

@@ -98,6 +98,13 @@ struct LayerSpec {
                          // kEmbedding: output_dim
   int input_dim = 0;     // kEmbedding: the ids' count (ids are in [0, input_dim))
   int input_length = 0;  // kEmbedding: Keras 2's input_length (0: not given)
+  // kEmbedding: Keras's mask_zero: id 0 is padding, and the layers that
+  // read the mask (a GlobalAveragePooling1D, through per-step Dense,
+  // Activation, Dropout and LayerNormalization) leave its steps out. In a
+  // sparse table's window (WithSparseTables) padding arrives as id -1
+  // (`padding_id`), whose row is neither pulled nor pushed.
+  bool mask_zero = false;
+  int padding_id = 0;
   int window_h = 0;      // convolutions: kernel; pools: pool window
   int window_w = 0;
   int stride_h = 1;      // convolutions and pools
@@ -251,6 +258,15 @@ struct ActivationShape {
   bool flat = false;
   int64_t size() const { return int64_t{h} * w * c; }
 };
+
+// Per node, the Embedding node (mask_zero) whose mask its output carries,
+// or -1. A mask passes through Dense, Activation, Dropout and
+// LayerNormalization (applied per step, as Keras propagates it) and ends
+// in a GlobalAveragePooling1D (the mean over the steps not masked). Any
+// other layer reading a masked output is InvalidArgument naming it and
+// the Embedding (Keras 3 would drop the mask there, or use it in ways not
+// implemented here).
+absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec);
 
 // Each node's output shape, in node order, and checks the graph: inputs
 // that come before the node (no cycles), the right number of them, merges

@@ -68,13 +68,22 @@ absl::StatusOr<std::vector<SparseTableInfo>> FindSparseTables(const ModelSpec& s
       if (!seen) t.columns.push_back(c);
       t.width = l.units;
       t.input_dim = l.input_dim;
+      t.mask_zero = l.mask_zero;
     }
     if (!embedding) continue;
     // Ids are renumbered in place: tables that read the same columns share
     // one numbering (RowWindow::Map); tables whose columns only overlap
     // cannot.
     for (const SparseTableInfo& other : tables) {
-      if (SameColumns(other.columns, t.columns)) continue;
+      if (SameColumns(other.columns, t.columns)) {
+        if (other.mask_zero != t.mask_zero) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tables ", other.variable, " and ", v.name,
+              " read the same ids but only one has mask_zero (their ids are numbered together); "
+              "give both the same mask_zero (or give the chief --dense_embeddings)"));
+        }
+        continue;
+      }
       for (const SparseTableInfo::Columns& a : other.columns) {
         for (const SparseTableInfo::Columns& b : t.columns) {
           if (a.first < b.first + b.count && b.first < a.first + a.count) {
@@ -123,6 +132,7 @@ ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
     for (LayerSpec& l : out.layers) {
       if (l.kind == LayerKind::kEmbedding && l.name == layer) {
         l.input_dim = static_cast<int>(window);
+        if (l.mask_zero) l.padding_id = -1;  // RowWindow::Map's padding
       }
     }
   }
@@ -225,6 +235,10 @@ absl::Status RowWindow::Map(const float* examples, const ExampleIds& given, int 
                   " of the batch) is outside ", outside(table), " of table ", table.variable));
             }
             id = static_cast<int64_t>(f);
+          }
+          if (table.mask_zero && id == 0) {  // padding: no row (Embedding's padding_id)
+            x[j] = -1.0f;
+            continue;
           }
           auto [it, added] = index.try_emplace(id, static_cast<int64_t>(ids.size()));
           if (added) {

@@ -46,6 +46,9 @@ struct SparseTableInfo {
   int64_t input_dim = 0;
   Initializer initializer;
   int64_t fan_in = 0, fan_out = 0;
+  // Keras's mask_zero: id 0 is padding, renumbered as -1 (no row: neither
+  // pulled nor pushed) in the window.
+  bool mask_zero = false;
   // Where a batch's ids for it are: per use of the table (an Embedding
   // node), the first id's index in an example and how many follow.
   struct Columns {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
@@ -275,6 +276,57 @@ TEST(RowWindowTest, RenumbersIdsInOrderOfFirstAppearancePerTable) {
   EXPECT_EQ(window.ids(ta), (std::vector<int64_t>{12}));
   EXPECT_EQ(window.ids(tb), (std::vector<int64_t>{5}));
   EXPECT_EQ(window.widest(), 1);
+}
+
+// mask_zero: id 0 of a masked table is padding, written as -1 and given
+// no row; the unmasked table beside it numbers its 0 as any id. Two tables
+// over the same ids must agree on mask_zero (one numbering).
+TEST(RowWindowTest, AMaskedTablesPaddingHasNoRow) {
+  const std::string masked = absl::StrReplaceAll(
+      kTwoTables, {{R"("name": "emb_a", "input_dim": 50,)",
+                    R"("name": "emb_a", "mask_zero": true, "input_dim": 50,)"},
+                   {R"("name": "flat_a", "class_name": "Flatten", "config": {"name": "flat_a"})",
+                    R"("name": "flat_a", "class_name": "GlobalAveragePooling1D",
+                       "config": {"name": "flat_a"})"}});
+  const ModelSpec spec = Parse(masked);
+  std::vector<SparseTableInfo> tables = Tables(spec);
+  ASSERT_EQ(tables.size(), 2u);
+  const bool a_first = tables[0].variable == "emb_a/embeddings";
+  const int ta = a_first ? 0 : 1, tb = a_first ? 1 : 0;
+  EXPECT_TRUE(tables[ta].mask_zero);
+  EXPECT_FALSE(tables[tb].mask_zero);
+  const ModelSpec windowed = WithSparseTables(spec, 5, &tables);
+  for (const LayerSpec& l : windowed.layers) {
+    if (l.name == "emb_a") EXPECT_EQ(l.padding_id, -1);
+    if (l.name == "emb_b") EXPECT_EQ(l.padding_id, 0);
+  }
+  RowWindow window(tables);
+  const std::vector<float> examples = {0.5f, 1.0f, 7, 0, 0, 0, 4,   //
+                                       0.5f, 1.0f, 0, 0, 0, 4, 0};  //
+  std::vector<float> out;
+  ASSERT_TRUE(window.Map(examples.data(), 2, kExample, 5, &out).ok());
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 1.0f, 0, -1, -1, 0, 1,  //
+                                     0.5f, 1.0f, -1, -1, -1, 1, 0}));
+  EXPECT_EQ(window.ids(ta), (std::vector<int64_t>{7}));
+  EXPECT_EQ(window.ids(tb), (std::vector<int64_t>{0, 4}));
+
+  // The DeepFM's two tables over one input, one masked: refused.
+  const std::string shared = absl::StrReplaceAll(
+      kTwoTables, {
+                      {R"([[["ids_b", 0, 0, {}]]])", R"([[["ids_a", 0, 0, {}]]])"},
+                      {R"("name": "emb_a", "input_dim": 50,)",
+                       R"("name": "emb_a", "mask_zero": true, "input_dim": 50,)"},
+                      {R"("name": "flat_a", "class_name": "Flatten", "config": {"name": "flat_a"})",
+                       R"("name": "flat_a", "class_name": "GlobalAveragePooling1D",
+                       "config": {"name": "flat_a"})"},
+                  });
+  absl::StatusOr<ModelSpec> both = ParseKerasModel(shared, "shared.json");
+  ASSERT_TRUE(both.ok()) << both.status();
+  absl::StatusOr<std::vector<SparseTableInfo>> refused = FindSparseTables(*both);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("read the same ids but only one has mask_zero"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST(RowWindowTest, RefusesBadIdsNamingTheExample) {

@@ -11,18 +11,23 @@
 namespace pscluster {
 namespace kernels {
 
+// With `padding` (a masked table's window, model/sparse_layout.h), an id
+// of -1 is a padded step: no row, zeros forward, nothing backward.
+
 // The index of the first of ids[0, count) outside [0, rows) (negative,
-// NaN, or at least rows), or -1 when there is none.
-int64_t FirstBadId(int64_t count, const float* ids, int64_t rows);
+// NaN, or at least rows; -1 is not, with `padding`), or -1 when there is
+// none.
+int64_t FirstBadId(int64_t count, const float* ids, int64_t rows, bool padding = false);
 
 // y[i, :] = table[ids[i], :] for i < count; `table` is [rows, dim] and
 // every id is in range (FirstBadId).
-void EmbeddingForward(int64_t count, const float* ids, const float* table, int dim, float* y);
+void EmbeddingForward(int64_t count, const float* ids, const float* table, int dim, float* y,
+                      bool padding = false);
 
 // dtable[ids[i], :] += dy[i, :] for i < count, in order of i: an id met
 // twice gets both rows' gradients. Rows no id names are left as they are.
-void EmbeddingBackward(int64_t count, const float* ids, const float* dy, int dim,
-                       float* dtable);
+void EmbeddingBackward(int64_t count, const float* ids, const float* dy, int dim, float* dtable,
+                       bool padding = false);
 
 }  // namespace kernels
 }  // namespace pscluster
