@@ -177,17 +177,8 @@ done
   "${flags[@]}" --model="$model" --data="$tmp/data" --logdir="$tmp/logs_deepfm_kill" \
   >"$tmp/deepfm_kill.out" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -qE '^\[chief\] .* step [3-9][0-9]{2,} ' "$tmp/deepfm_kill.out" 2>/dev/null && break
-  sleep 0.05
-done
-victim=""
-for p in $(launcher_children "$pid" worker/worker); do
-  if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
-     grep -q '^TF_CONFIG=.*"type": *"worker", *"index": *1'; then
-    kill -KILL "$p" && victim="$p"
-  fi
-done
+kill_worker_when "$tmp/deepfm_kill.out" '^\[chief\] .* step [3-9][0-9]{2,} ' "$pid" 1
+victim="$killed"
 wait "$pid"; rc=$?
 chunks="$(sed -nE 's/.*every worker is done: ([0-9]+) of ([0-9]+) chunks trained.*/\1 \2/p' \
            "$tmp/deepfm_kill.out" | tail -n 1)"

@@ -40,18 +40,41 @@ kill_ps_frozen() {
   [ ${#frozen[@]} -gt 0 ] && kill -CONT "${frozen[@]}"
 }
 
-# kill_ps_when OUT PATTERN LAUNCHER INDEX: waits (30 s at most) for a line
-# of OUT matching the ERE PATTERN, then, unless every worker is done,
-# kill_ps_frozen LAUNCHER INDEX. Sets killed ("" when nothing was killed).
-# shellcheck disable=SC2034  # killed: set for the caller
-kill_ps_when() {
+# wait_for_line OUT PATTERN: waits (30 s at most) for a line of OUT
+# matching the ERE PATTERN; returns 1 if none came.
+wait_for_line() {
   local _
   for _ in $(seq 1 600); do
-    grep -qE "$2" "$1" 2>/dev/null && break
+    grep -qE "$2" "$1" 2>/dev/null && return 0
     sleep 0.05
   done
+  return 1
+}
+
+# kill_ps_when OUT PATTERN LAUNCHER INDEX: wait_for_line OUT PATTERN, then,
+# unless every worker is done, kill_ps_frozen LAUNCHER INDEX. Sets killed
+# ("" when nothing was killed).
+# shellcheck disable=SC2034  # killed: set for the caller
+kill_ps_when() {
+  wait_for_line "$1" "$2"
   killed=""
   grep -q 'every worker is done' "$1" || kill_ps_frozen "$3" "$4"
+}
+
+# kill_worker_when OUT PATTERN LAUNCHER INDEX: wait_for_line OUT PATTERN,
+# then SIGKILLs the launcher's worker whose TF_CONFIG index is INDEX. Sets
+# killed (its pid; "" when none was found).
+# shellcheck disable=SC2034  # killed: set for the caller
+kill_worker_when() {
+  local p
+  wait_for_line "$1" "$2"
+  killed=""
+  for p in $(launcher_children "$3" worker/worker); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
+       grep -q "^TF_CONFIG=.*\"type\": *\"worker\", *\"index\": *$4"; then
+      kill -KILL "$p" && killed="$p"
+    fi
+  done
 }
 
 # crc_pairs OUT N [R]: empty when ps i's state (version, digest, CRC) equals
