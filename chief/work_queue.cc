@@ -64,11 +64,8 @@ int64_t WorkQueue::total() const {
 std::optional<int64_t> WorkQueue::Lease(int worker, int64_t window, bool* bounded) {
   absl::MutexLock lock(&mu_);
   if (bounded != nullptr) *bounded = false;
-  const int64_t n = static_cast<int64_t>(state_.size());
-  while (first_todo_ < n && state_[first_todo_] != State::kTodo) ++first_todo_;
-  if (first_todo_ >= n || worker < 0 || worker >= num_workers_) return std::nullopt;
-  while (first_undone_ < n && state_[first_undone_] == State::kDone) ++first_undone_;
-  if (window > 0 && first_todo_ - first_undone_ >= window) {
+  if (!SkipToTodo() || worker < 0 || worker >= num_workers_) return std::nullopt;
+  if (PastWindow(first_todo_, window)) {
     if (bounded != nullptr) *bounded = true;
     return std::nullopt;
   }
@@ -76,6 +73,18 @@ std::optional<int64_t> WorkQueue::Lease(int worker, int64_t window, bool* bounde
   state_[k] = State::kLeased;
   owner_[k] = worker;
   return k;
+}
+
+bool WorkQueue::SkipToTodo() {
+  const int64_t n = static_cast<int64_t>(state_.size());
+  while (first_todo_ < n && state_[first_todo_] != State::kTodo) ++first_todo_;
+  return first_todo_ < n;
+}
+
+bool WorkQueue::PastWindow(int64_t chunk, int64_t window) {
+  const int64_t n = static_cast<int64_t>(state_.size());
+  while (first_undone_ < n && state_[first_undone_] == State::kDone) ++first_undone_;
+  return window > 0 && chunk - first_undone_ >= window;
 }
 
 bool WorkQueue::LeasedTo(int worker, int64_t chunk) const {
@@ -101,8 +110,7 @@ bool WorkQueue::Reserve(int worker, int64_t chunk, int64_t window) {
       state_[chunk] != State::kTodo) {
     return false;
   }
-  while (first_undone_ < n && state_[first_undone_] == State::kDone) ++first_undone_;
-  if (window > 0 && chunk - first_undone_ >= window) return false;
+  if (PastWindow(chunk, window)) return false;
   state_[chunk] = State::kLeased;
   owner_[chunk] = worker;
   return true;
@@ -121,12 +129,10 @@ void WorkQueue::Unreserve(int worker, int64_t chunk) {
   first_todo_ = std::min(first_todo_, chunk);
 }
 
-std::optional<int64_t> WorkQueue::LowestTodo() const {
+std::optional<int64_t> WorkQueue::LowestTodo() {
   absl::MutexLock lock(&mu_);
-  for (int64_t k = first_todo_; k < static_cast<int64_t>(state_.size()); ++k) {
-    if (state_[k] == State::kTodo) return k;
-  }
-  return std::nullopt;
+  if (!SkipToTodo()) return std::nullopt;
+  return first_todo_;
 }
 
 void WorkQueue::Complete(int worker, int64_t chunk) {

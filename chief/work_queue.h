@@ -60,7 +60,7 @@ class WorkQueue {
   // returned); ignored unless leased to `worker`.
   void Unreserve(int worker, int64_t chunk);
   // The lowest chunk to do, if any.
-  std::optional<int64_t> LowestTodo() const;
+  std::optional<int64_t> LowestTodo();
   // `worker` gives `chunk` back undone; ignored unless leased to it.
   void Return(int worker, int64_t chunk);
   // `worker` is lost: its leased chunks are to do again. Returns how many.
@@ -87,6 +87,11 @@ class WorkQueue {
   enum class State : uint8_t { kTodo, kLeased, kDone };
   void EnsureSized() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool LeasedTo(int worker, int64_t chunk) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves first_todo_ to the lowest chunk to do; false when none is.
+  bool SkipToTodo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `chunk` lies `window` (> 0) or more chunks past the lowest one
+  // not done (Lease's and Reserve's bound); advances first_undone_.
+  bool PastWindow(int64_t chunk, int64_t window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   const int num_workers_;

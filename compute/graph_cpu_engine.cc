@@ -105,10 +105,6 @@ void MaskedAvgPoolBackward(int n, int pixels, int channels, const float* ids, fl
   }
 }
 
-void BackwardGlobalAvgPool2D(const GraphOp& op, const SliceGrads& g) {
-  if (g.dx_wanted) kernels::GlobalAvgPoolBackward(g.n, op.pixels, op.channels, g.gy, g.gx);
-}
-
 // `x`: the slice's input to the layer.
 void BackwardDense(const GraphOp& op, const float* params, const float* x,
                    const SliceGrads& g) {
@@ -579,7 +575,7 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
       case LayerKind::kEmbedding: {
         // Out-of-range ids are an error (CheckIds), never clamped.
         const int64_t ids = int64_t{n} * op.pixels;
-        const bool padding = op.mask_zero && op.padding_id < 0;
+        const bool padding = op.padding_id < 0;  // a window's: no row
         s.bad_id = kernels::FirstBadId(ids, x, op.dense_in, padding);
         if (s.bad_id < 0) {
           kernels::EmbeddingForward(ids, x, params + op.kernel, op.dense_out, y, padding);
@@ -851,11 +847,12 @@ void GraphCpuEngine::BackwardOp(int i, const float* params, const float* images,
         BackwardAvgPool2D(op, g);
         break;
       case LayerKind::kGlobalAvgPool2D:
-        if (op.mask_from >= 0 && g.dx_wanted) {
+        if (!g.dx_wanted) break;
+        if (op.mask_from >= 0) {
           MaskedAvgPoolBackward(n, op.pixels, op.channels, OpInput(op.mask_from, s, images),
                                 static_cast<float>(ops_[op.mask_from].padding_id), gy, gx);
         } else {
-          BackwardGlobalAvgPool2D(op, g);
+          kernels::GlobalAvgPoolBackward(n, op.pixels, op.channels, gy, gx);
         }
         break;
       case LayerKind::kDense:
@@ -863,7 +860,7 @@ void GraphCpuEngine::BackwardOp(int i, const float* params, const float* images,
         break;
       case LayerKind::kEmbedding:  // a scatter-add into the slice's zeroed gradient
         kernels::EmbeddingBackward(int64_t{n} * op.pixels, OpInput(i, s, images), gy, op.dense_out,
-                                   g.pg + op.kernel, op.mask_zero && op.padding_id < 0);
+                                   g.pg + op.kernel, op.padding_id < 0);
         break;
       case LayerKind::kDropout:
         BackwardDropout(op, s.first, DropoutKey(seed_, step_key, op.key_index), g);

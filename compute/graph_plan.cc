@@ -339,7 +339,6 @@ class GraphPlanner {
         op->dense_in = l.input_dim;
         op->dense_out = l.units;
         op->pixels = static_cast<int>(x.size());
-        op->mask_zero = l.mask_zero;
         op->padding_id = l.padding_id;
         st = Find(l.name + "/embeddings", {l.input_dim, l.units}, &op->kernel);
         break;

@@ -51,8 +51,8 @@ struct GraphOp {
   float rate = 0.0f;  // Dropout
   bool normalize = false;  // Dot: the cosine
   // Embedding with mask_zero: the id of a padded step (0; -1 in a sparse
-  // table's window, which has no row for it: LayerSpec::padding_id).
-  bool mask_zero = false;
+  // table's window, which has no row for it: LayerSpec::padding_id, -1
+  // only there).
   int padding_id = 0;
   // A GlobalAveragePooling over steps that reads a mask: the Embedding op
   // whose ids give it (a step is left out where its id is that op's

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "common/rpc.h"
 #include "common/security.h"
+#include "common/status_macros.h"
 #include "update/store_state.h"
 
 namespace pscluster {
@@ -192,27 +193,37 @@ grpc::Status PsDataService::PullRows(grpc::ServerContext* ctx, const PullRowsReq
                                      PullRowsResponse* resp) {
   if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
   const absl::Time start = absl::Now();
-  std::vector<SparseRowsData> rows(req->rows_size());
-  for (int t = 0; t < req->rows_size(); ++t) {
-    rows[t].table = req->rows(t).table();
-    rows[t].ids.assign(req->rows(t).ids().begin(), req->rows(t).ids().end());
-  }
   int64_t version = 0, generation = 0;
   absl::Status s =
-      store_->PullRows(req->layout_fingerprint(), req->min_version(), CallDeadline(ctx), &rows,
-                       &version, req->generation(), &generation);
+      ReadRows(req->layout_fingerprint(), req->rows(), req->min_version(), CallDeadline(ctx),
+               req->generation(), resp->mutable_rows(), &version, &generation);
   if (!s.ok()) return ToGrpcStatus(s);
-  int64_t sent = 0;
-  for (const SparseRowsData& r : rows) {
-    SparseRowsToProto(r, resp->add_rows());
-    sent += static_cast<int64_t>(r.values.size() * sizeof(float));
-  }
   resp->set_version(version);
   resp->set_generation(generation);
-  shard_->AddBytesPulled(sent);
   metrics_->pull_latency_seconds().Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  metrics_->pull_bytes().Increment(static_cast<double>(sent));
   return grpc::Status::OK;
+}
+
+absl::Status PsDataService::ReadRows(uint64_t layout_fingerprint,
+                                     const google::protobuf::RepeatedPtrField<SparseRows>& ids,
+                                     int64_t min_version, absl::Time deadline, int64_t generation,
+                                     google::protobuf::RepeatedPtrField<SparseRows>* out,
+                                     int64_t* version, int64_t* out_generation) {
+  std::vector<SparseRowsData> rows(ids.size());
+  for (int t = 0; t < ids.size(); ++t) {
+    rows[t].table = ids[t].table();
+    rows[t].ids.assign(ids[t].ids().begin(), ids[t].ids().end());
+  }
+  PSCLUSTER_RETURN_IF_ERROR(store_->PullRows(layout_fingerprint, min_version, deadline, &rows,
+                                             version, generation, out_generation));
+  int64_t sent = 0;
+  for (const SparseRowsData& r : rows) {
+    SparseRowsToProto(r, out->Add());
+    sent += static_cast<int64_t>(r.values.size() * sizeof(float));
+  }
+  shard_->AddBytesPulled(sent);
+  metrics_->pull_bytes().Increment(static_cast<double>(sent));
+  return absl::OkStatus();
 }
 
 bool PsDataService::GradientsAsSent(const PushRequest& req) {
@@ -401,22 +412,12 @@ void PsDataService::PullNextRows(const PushRequest& req, int64_t min_version, ab
                                  PushPullResponse* resp) {
   resp->clear_next_rows();
   if (req.next_rows_size() == 0) return;
-  std::vector<SparseRowsData> rows(req.next_rows_size());
-  for (int t = 0; t < req.next_rows_size(); ++t) {
-    rows[t].table = req.next_rows(t).table();
-    rows[t].ids.assign(req.next_rows(t).ids().begin(), req.next_rows(t).ids().end());
-  }
   int64_t version = 0;
-  const absl::Status s = store_->PullRows(req.layout_fingerprint(), min_version, deadline, &rows,
-                                          &version, req.generation());
-  if (!s.ok()) return;  // the push stands; the worker pulls the rows itself
-  int64_t sent = 0;
-  for (const SparseRowsData& r : rows) {
-    SparseRowsToProto(r, resp->add_next_rows());
-    sent += static_cast<int64_t>(r.values.size() * sizeof(float));
+  if (!ReadRows(req.layout_fingerprint(), req.next_rows(), min_version, deadline, req.generation(),
+                resp->mutable_next_rows(), &version)
+           .ok()) {
+    resp->clear_next_rows();  // the push stands; the worker pulls the rows itself
   }
-  shard_->AddBytesPulled(sent);
-  metrics_->pull_bytes().Increment(static_cast<double>(sent));
 }
 
 grpc::Status PsDataService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*,

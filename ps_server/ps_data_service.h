@@ -66,6 +66,15 @@ class PsDataService final : public ParameterServer::Service {
   // give them (the push already stands: the worker pulls them itself).
   void PullNextRows(const PushRequest& req, int64_t min_version, absl::Time deadline,
                     PushPullResponse* resp);
+  // The rows `ids` names (ids only, per table) into *out, in their order,
+  // at the store's version once it is at least min_version
+  // (ParameterStore::PullRows, whose errors it returns), counting the
+  // bytes pulled. PullRows and PullNextRows read rows through it.
+  absl::Status ReadRows(uint64_t layout_fingerprint,
+                        const google::protobuf::RepeatedPtrField<SparseRows>& ids,
+                        int64_t min_version, absl::Time deadline, int64_t generation,
+                        google::protobuf::RepeatedPtrField<SparseRows>* out, int64_t* version,
+                        int64_t* out_generation = nullptr);
   // Whether req's gradients are fp32 in this ps's shard order: used where
   // they lie, not decoded.
   static bool GradientsAsSent(const PushRequest& req);

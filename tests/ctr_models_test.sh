@@ -52,23 +52,21 @@ peer() {  # peer MODEL FLAGS...: tests/bench/ctr_torch.py on the data
   "$TEST_PY" "$repo/tests/bench/ctr_torch.py" --model="$model" --data="$tmp/data" "$@" 2>&1
 }
 field() { sed -nE "s/.* $1=([0-9.]+).*/\1/p" <<<"$2" | tail -n 1; }
+# rate_of FINAL: the training rows over a final line's wall_s.
+rate_of() { awk -v n="$(jq .train.rows "$tmp/data/planted.json")" -v s="$(field wall_s "$1")" \
+              'BEGIN { printf "%.0f", n / s }'; }
 within() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { d = a - b; exit !(d <= m && d >= -m) }'; }
 
-first=1
+# The data, and the first model resized to its buckets.
+if ! why="$(criteo_data_and_model "$synth" "$tmp/data" "$repo/deploy/models/ctr_dcn_v2.json" \
+     "$buckets" "$tmp/dcn_v2.json" --rows=600000 --ids_per_feature=100 --seed=7)"; then
+  fail "$why"; finish
+fi
+pass "criteo_synth wrote the data (planted test AUC $(jq -r .planted_auc "$tmp/data/planted.json"))"
+
 for kind in dcn_v2 two_tower; do
   model="$tmp/$kind.json"
-  if [ "$first" = 1 ]; then
-    if ! why="$(criteo_data_and_model "$synth" "$tmp/data" "$repo/deploy/models/ctr_$kind.json" \
-         "$buckets" "$model" --rows=600000 --ids_per_feature=100 --seed=7)"; then
-      fail "$why"; finish
-    fi
-    pass "criteo_synth wrote the data (planted test AUC $(jq -r .planted_auc "$tmp/data/planted.json"))"
-    first=0
-  else
-    jq -c --argjson n "$buckets" \
-      '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' \
-      "$repo/deploy/models/ctr_$kind.json" >"$model"
-  fi
+  [ -f "$model" ] || resize_embeddings "$repo/deploy/models/ctr_$kind.json" "$buckets" "$model"
 
   out="$(peer "$model" --batch=256 --learning_rate=0.001)"
   peer_auc="$(field test_auc "$out")"
@@ -91,8 +89,7 @@ for kind in dcn_v2 two_tower; do
       fail "$kind $mode: train.sh exited $rc without a test AUC; its last lines:"$'\n'"$(tail -n 20 <<<"$out")"
       continue
     fi
-    rate="$(awk -v n="$(jq .train.rows "$tmp/data/planted.json")" -v s="$(field wall_s "$final")" \
-      'BEGIN { printf "%.0f", n / s }')"
+    rate="$(rate_of "$final")"
     if within "$auc" "$peer_auc" "$margin"; then
       pass "$kind $mode (2 ps x 2 workers): test AUC $auc, PyTorch's $peer_auc (within $margin);" \
         "examples/s $rate against PyTorch's $peer_rate ($wall s in all)"
@@ -121,11 +118,7 @@ done
 # but the first came with a push; and the examples/s of both beside
 # PyTorch's on the same model file and rows.
 model="$tmp/deepfm.json"
-jq -c --argjson n "$buckets" \
-  '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' \
-  "$repo/deploy/models/ctr_deepfm.json" >"$model"
-rate_of() { awk -v n="$(jq .train.rows "$tmp/data/planted.json")" -v s="$(field wall_s "$1")" \
-              'BEGIN { printf "%.0f", n / s }'; }
+resize_embeddings "$repo/deploy/models/ctr_deepfm.json" "$buckets" "$model"
 for ahead in true false; do
   "$repo/deploy/local/train.sh" --no_build --no_evaluator --num_ps=2 --num_workers=2 --mode=sync \
     "${flags[@]}" --model="$model" --data="$tmp/data" --logdir="$tmp/logs_deepfm_$ahead" \

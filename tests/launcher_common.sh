@@ -114,7 +114,12 @@ criteo_data_and_model() {
     echo "criteo_synth failed:"$'\n'"$(cat "$dir.log")"
     return 1
   fi
-  jq -c --argjson n "$buckets" \
-    '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' \
-    "$model" >"$out" || { echo "cannot resize $model's Embedding"; return 1; }
+  resize_embeddings "$model" "$buckets" "$out" || { echo "cannot resize $model's Embedding"; return 1; }
+}
+
+# resize_embeddings MODEL BUCKETS OUT: OUT is the Keras model file MODEL
+# with every Embedding's input_dim set to BUCKETS.
+resize_embeddings() {
+  jq -c --argjson n "$2" \
+    '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' "$1" >"$3"
 }

@@ -17,6 +17,17 @@ namespace {
 // of an older generation than wanted).
 absl::Status CallAgain(const std::string& why) { return absl::UnavailableError(why); }
 
+// The tables and ids of `rows` (their values left out) appended to *out:
+// what a ps is asked to send rows for.
+void AddIdsOnly(const std::vector<SparseRows>& rows,
+                google::protobuf::RepeatedPtrField<SparseRows>* out) {
+  for (const SparseRows& r : rows) {
+    SparseRows* x = out->Add();
+    x->set_table(r.table());
+    *x->mutable_ids() = r.ids();
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
@@ -338,11 +349,7 @@ absl::Status PsClient::PullRowsAll(int64_t min_version, int64_t generation,
     req.set_min_version(min_version);
     req.set_generation(generation);
     req.clear_rows();
-    for (const SparseRows& r : (*rows)[i]) {
-      SparseRows* x = req.add_rows();
-      x->set_table(r.table());
-      *x->mutable_ids() = r.ids();
-    }
+    AddIdsOnly((*rows)[i], req.mutable_rows());
     last_call_.bytes_sent += static_cast<int64_t>(req.ByteSizeLong());
     ps_[i].stub->async()->PullRows(ctx, &req, &ps_[i].rows_resp, std::move(done));
   };
@@ -552,13 +559,7 @@ void PsClient::PreparePush(int i, const PushCall& c, uint64_t request_id) {
     }
   }
   req.clear_next_rows();
-  if (sparse_next_ != nullptr) {
-    for (const SparseRows& r : (*sparse_next_)[i]) {
-      SparseRows* x = req.add_next_rows();
-      x->set_table(r.table());
-      *x->mutable_ids() = r.ids();
-    }
-  }
+  if (sparse_next_ != nullptr) AddIdsOnly((*sparse_next_)[i], req.mutable_next_rows());
   std::string* g = req.mutable_gradients();
   req.set_shards_reversed(c.streamed);
   if (c.streamed) {

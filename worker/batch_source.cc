@@ -34,9 +34,7 @@ absl::StatusOr<Batch> BatchSource::Get(int64_t k) {
     ++hits_;
     current_ = 1 - current_;
   } else {
-    Buffer& b = buffers_[current_];
-    b.size = chunks_->Fill(k, b.images.data(), b.targets.data(), b.ids.data());
-    b.chunk = k;
+    Gather(k, &buffers_[current_]);
   }
   if (last_ >= 0 && k > last_) stride_ = k - last_;
   last_ = k;
@@ -49,28 +47,30 @@ absl::StatusOr<Batch> BatchSource::Get(int64_t k) {
     Buffer* next = &buffers_[1 - current_];
     const int64_t guess = k + stride_;
     next->chunk = -1;
-    gatherer_ = std::thread([this, next, guess] {
-      next->size = chunks_->Fill(guess, next->images.data(), next->targets.data(), next->ids.data());
-      next->chunk = guess;
-    });
+    gatherer_ = std::thread([this, next, guess] { Gather(guess, next); });
   }
-  return Batch{now.images.data(), now.targets.data(), *now.size, static_cast<uint64_t>(k),
-               now.ids.empty() ? nullptr : now.ids.data()};
+  return View(now);
 }
 
 absl::StatusOr<Batch> BatchSource::Peek(int64_t k) {
   Join();
   Buffer& spare = buffers_[1 - current_];
-  if (spare.chunk != k) {
-    spare.size = chunks_->Fill(k, spare.images.data(), spare.targets.data(), spare.ids.data());
-    spare.chunk = k;
-  }
+  if (spare.chunk != k) Gather(k, &spare);
   if (!spare.size.ok()) {
     spare.chunk = -1;
     return spare.size.status();
   }
-  return Batch{spare.images.data(), spare.targets.data(), *spare.size, static_cast<uint64_t>(k),
-               spare.ids.empty() ? nullptr : spare.ids.data()};
+  return View(spare);
+}
+
+void BatchSource::Gather(int64_t k, Buffer* b) {
+  b->size = chunks_->Fill(k, b->images.data(), b->targets.data(), b->ids.data());
+  b->chunk = k;
+}
+
+Batch BatchSource::View(const Buffer& b) {
+  return Batch{b.images.data(), b.targets.data(), *b.size, static_cast<uint64_t>(b.chunk),
+               b.ids.empty() ? nullptr : b.ids.data()};
 }
 
 }  // namespace pscluster

@@ -61,6 +61,10 @@ class BatchSource {
     absl::StatusOr<int> size = 0;  // examples, or why the chunk is not there
   };
   void Join();
+  // Chunk k's examples into *b (its size the reader's answer or error).
+  void Gather(int64_t k, Buffer* b);
+  // The batch `b` holds (its size OK).
+  static Batch View(const Buffer& b);
 
   ChunkReader* const chunks_;
   const bool prefetch_;
