@@ -1,7 +1,6 @@
 #include "compute/graph_cpu_engine.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -13,6 +12,7 @@
 #include "compute/kernels/cpu_blas.h"
 #include "compute/kernels/depthwise_convolution.h"
 #include "compute/kernels/device.h"
+#include "compute/kernels/dot.h"
 #include "compute/kernels/dropout.h"
 #include "compute/kernels/embedding.h"
 #include "compute/kernels/layer_norm.h"
@@ -66,42 +66,6 @@ void BackwardAvgPool2D(const GraphOp& op, const SliceGrads& g) {
     kernels::WindowShape w = op.win;
     w.batch = g.n;
     kernels::AvgPoolGeneralBackward(w, g.gy, g.gx);
-  }
-}
-
-// GlobalAveragePooling1D under an Embedding's mask, as Keras 3 computes
-// it: each example's sum over the steps whose id (`ids`, n x pixels) is not
-// `padding`, over their count (no such step: 0 / 0, NaN, as Keras).
-void MaskedAvgPoolForward(int n, int pixels, int channels, const float* ids, float padding,
-                          const float* x, float* y) {
-  for (int e = 0; e < n; ++e) {
-    float* out = y + int64_t{e} * channels;
-    std::fill(out, out + channels, 0.0f);
-    int count = 0;
-    for (int p = 0; p < pixels; ++p) {
-      if (ids[int64_t{e} * pixels + p] == padding) continue;
-      ++count;
-      const float* row = x + (int64_t{e} * pixels + p) * channels;
-      for (int c = 0; c < channels; ++c) out[c] += row[c];
-    }
-    const float total = static_cast<float>(count);
-    for (int c = 0; c < channels; ++c) out[c] /= total;
-  }
-}
-
-// Its gradient: gy / count at the steps counted, 0 at the padded ones.
-void MaskedAvgPoolBackward(int n, int pixels, int channels, const float* ids, float padding,
-                           const float* gy, float* gx) {
-  for (int e = 0; e < n; ++e) {
-    int count = 0;
-    for (int p = 0; p < pixels; ++p) count += ids[int64_t{e} * pixels + p] != padding;
-    const float total = static_cast<float>(count);
-    for (int p = 0; p < pixels; ++p) {
-      float* row = gx + (int64_t{e} * pixels + p) * channels;
-      const bool kept = ids[int64_t{e} * pixels + p] != padding;
-      for (int c = 0; c < channels; ++c)
-        row[c] = kept ? gy[int64_t{e} * channels + c] / total : 0.0f;
-    }
   }
 }
 
@@ -173,48 +137,6 @@ void BackwardLayerNorm(const GraphOp& op, const float* params, const float* x,
   if (dbeta != nullptr) AddTo(op.channels, dbeta, g.pg + op.beta);
 }
 
-// Keras 3's L2 normalisation of one example's `d` values: the factor
-// min(1 / |x|, 1e7) (ops.normalize with epsilon 1e-7), and whether it is
-// clamped (then a constant: its gradient is the factor alone).
-float InverseNorm(int d, const float* x, bool* clamped) {
-  double squares = 0;
-  for (int c = 0; c < d; ++c) squares += double{x[c]} * x[c];
-  const double inverse = squares > 0 ? 1.0 / std::sqrt(squares) : HUGE_VAL;
-  *clamped = !(inverse < 1e7);
-  return static_cast<float>(*clamped ? 1e7 : inverse);
-}
-
-// Dot over `n` examples of `d` features: y = a . b, or with `normalize`
-// the cosine (a / |a|) . (b / |b|).
-void DotForward(int n, int d, bool normalize, const float* a, const float* b, float* y) {
-  for (int r = 0; r < n; ++r, a += d, b += d) {
-    double sum = 0;
-    for (int c = 0; c < d; ++c) sum += double{a[c]} * b[c];
-    bool clamped = false;
-    y[r] = static_cast<float>(
-        normalize ? sum * InverseNorm(d, a, &clamped) * InverseNorm(d, b, &clamped) : sum);
-  }
-}
-
-// The gradient at Dot's input `a` (the other is `b`): gy b, or with
-// `normalize` gy |a|^-1 (b^ - y a^) where a^, b^ are the unit vectors and y
-// their cosine (gy |a|^-1 b^ where a's factor is clamped).
-void DotBackward(int n, int d, bool normalize, const float* a, const float* b, const float* gy,
-                 float* ga) {
-  for (int r = 0; r < n; ++r, a += d, b += d, ga += d) {
-    if (!normalize) {
-      for (int c = 0; c < d; ++c) ga[c] = gy[r] * b[c];
-      continue;
-    }
-    bool a_clamped = false, b_clamped = false;
-    const float ia = InverseNorm(d, a, &a_clamped), ib = InverseNorm(d, b, &b_clamped);
-    double sum = 0;
-    for (int c = 0; c < d; ++c) sum += double{a[c]} * b[c];
-    const float y = a_clamped ? 0.0f : static_cast<float>(sum * ia * ib);
-    for (int c = 0; c < d; ++c) ga[c] = gy[r] * ia * (b[c] * ib - y * a[c] * ia);
-  }
-}
-
 // A merge's output over `n` examples from its inputs `x`.
 void ForwardMerge(const GraphOp& op, const std::vector<const float*>& x, int n, float* y) {
   const int64_t size = n * op.out_size;
@@ -237,7 +159,7 @@ void ForwardMerge(const GraphOp& op, const std::vector<const float*>& x, int n, 
       for (int64_t e = 0; e < size; ++e) y[e] = x[0][e] - x[1][e];
       return;
     case LayerKind::kDot:
-      DotForward(n, static_cast<int>(op.in_size), op.normalize, x[0], x[1], y);
+      kernels::DotForward(n, static_cast<int>(op.in_size), op.normalize, x[0], x[1], y);
       return;
     case LayerKind::kMultiply:
       std::copy(x[0], x[0] + size, y);
@@ -282,7 +204,7 @@ void BackwardMerge(const GraphOp& op, const std::vector<const float*>& x, size_t
       for (int64_t e = 0; e < size; ++e) gx[e] = k == 0 ? gy[e] : -gy[e];
       return;
     case LayerKind::kDot:
-      DotBackward(n, static_cast<int>(op.in_size), op.normalize, x[k], x[1 - k], gy, gx);
+      kernels::DotBackward(n, static_cast<int>(op.in_size), op.normalize, x[k], x[1 - k], gy, gx);
       return;
     case LayerKind::kMultiply:
       std::copy(gy, gy + size, gx);
@@ -565,11 +487,12 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
         ForwardWindowed(i, params, training, x, s);
         break;
       case LayerKind::kGlobalAvgPool2D:
-        if (op.mask_from >= 0) {
-          MaskedAvgPoolForward(n, op.pixels, op.channels, OpInput(op.mask_from, s, images),
-                               static_cast<float>(ops_[op.mask_from].padding_id), x, y);
-        } else {
+        if (op.mask_from < 0) {
           kernels::GlobalAvgPoolForward(n, op.pixels, op.channels, x, y);
+        } else {
+          kernels::MaskedGlobalAvgPoolForward(n, op.pixels, op.channels,
+                                              OpInput(op.mask_from, s, images),
+                                              ops_[op.mask_from].padding_id, x, y);
         }
         break;
       case LayerKind::kEmbedding: {
@@ -848,11 +771,12 @@ void GraphCpuEngine::BackwardOp(int i, const float* params, const float* images,
         break;
       case LayerKind::kGlobalAvgPool2D:
         if (!g.dx_wanted) break;
-        if (op.mask_from >= 0) {
-          MaskedAvgPoolBackward(n, op.pixels, op.channels, OpInput(op.mask_from, s, images),
-                                static_cast<float>(ops_[op.mask_from].padding_id), gy, gx);
-        } else {
+        if (op.mask_from < 0) {
           kernels::GlobalAvgPoolBackward(n, op.pixels, op.channels, gy, gx);
+        } else {
+          kernels::MaskedGlobalAvgPoolBackward(n, op.pixels, op.channels,
+                                               OpInput(op.mask_from, s, images),
+                                               ops_[op.mask_from].padding_id, gy, gx);
         }
         break;
       case LayerKind::kDense:

@@ -127,6 +127,40 @@ void GlobalAvgPoolBackward(int batch, int pixels, int c, const float* dy, float*
   }
 }
 
+void MaskedGlobalAvgPoolForward(int batch, int pixels, int c, const float* ids, int padding,
+                                const float* x, float* y) {
+  const float pad = static_cast<float>(padding);
+  for (int n = 0; n < batch; ++n) {
+    float* out = y + int64_t{n} * c;
+    std::fill(out, out + c, 0.0f);
+    int count = 0;
+    for (int p = 0; p < pixels; ++p) {
+      if (ids[int64_t{n} * pixels + p] == pad) continue;
+      ++count;
+      const float* row = x + (int64_t{n} * pixels + p) * c;
+      for (int ch = 0; ch < c; ++ch) out[ch] += row[ch];
+    }
+    const float total = static_cast<float>(count);
+    for (int ch = 0; ch < c; ++ch) out[ch] /= total;
+  }
+}
+
+void MaskedGlobalAvgPoolBackward(int batch, int pixels, int c, const float* ids, int padding,
+                                 const float* dy, float* dx) {
+  const float pad = static_cast<float>(padding);
+  for (int n = 0; n < batch; ++n) {
+    const float* step = ids + int64_t{n} * pixels;
+    int count = 0;
+    for (int p = 0; p < pixels; ++p) count += step[p] != pad;
+    const float total = static_cast<float>(count);
+    for (int p = 0; p < pixels; ++p) {
+      float* row = dx + (int64_t{n} * pixels + p) * c;
+      const bool kept = step[p] != pad;
+      for (int ch = 0; ch < c; ++ch) row[ch] = kept ? dy[int64_t{n} * c + ch] / total : 0.0f;
+    }
+  }
+}
+
 void GlobalMaxPoolForward(int batch, int pixels, int c, const float* x, float* y, float* count) {
   for (int n = 0; n < batch; ++n) {
     for (int k = 0; k < c; ++k) {

@@ -30,6 +30,16 @@ void AvgPoolGeneralBackward(const WindowShape& s, const float* dy, float* dx);
 void GlobalAvgPoolForward(int batch, int pixels, int c, const float* x, float* y);
 void GlobalAvgPoolBackward(int batch, int pixels, int c, const float* dy, float* dx);
 
+// GlobalAveragePooling1D under an Embedding's mask, as Keras 3 computes
+// it: y [batch, c] = each example's sum of x over the pixels (steps) whose
+// id (`ids`, [batch, pixels]) is not `padding`, over their count (no such
+// step: 0 / 0, NaN, as Keras). Back: dy / count at the steps counted, 0 at
+// the padded ones.
+void MaskedGlobalAvgPoolForward(int batch, int pixels, int c, const float* ids, int padding,
+                                const float* x, float* y);
+void MaskedGlobalAvgPoolBackward(int batch, int pixels, int c, const float* ids, int padding,
+                                 const float* dy, float* dx);
+
 // GlobalMaxPooling2D: y [batch, c] = the max of x [batch, pixels, c] over
 // pixels, and count [batch, c] = how many pixels hold it (as a float).
 void GlobalMaxPoolForward(int batch, int pixels, int c, const float* x, float* y, float* count);
