@@ -21,6 +21,33 @@ void Dispatcher::ResetContact(absl::Time now) {
 
 void Dispatcher::ChangeMembership() { ++membership_number_; }
 
+std::optional<int64_t> Dispatcher::TakeReserved(int w) {
+  Worker& worker = workers_[w];
+  const int64_t reserved = worker.reserved;
+  worker.reserved = -1;
+  if (reserved < 0 || !queue_.Holds(w, reserved)) return std::nullopt;
+  // A lower chunk to do (a lost worker's) goes first: epochs stay in order.
+  const std::optional<int64_t> lowest = queue_.LowestTodo();
+  if (lowest && *lowest < reserved) {
+    queue_.Unreserve(w, reserved);
+    return std::nullopt;
+  }
+  return reserved;
+}
+
+void Dispatcher::ReserveNext(int w, int64_t k, WorkResponse* resp) {
+  // Sync: k + num_workers, as if the workers took turns, so that each step
+  // takes the next num_workers chunks whoever asks first. Async (a lease
+  // window): the lowest chunk to do, which it would get next if it asked
+  // now.
+  const std::optional<int64_t> next =
+      lease_window_ > 0 ? queue_.LowestTodo() : std::optional<int64_t>(k + num_workers_);
+  if (next && queue_.Reserve(w, *next, lease_window_)) {
+    workers_[w].reserved = *next;
+    resp->set_next_chunk(*next);
+  }
+}
+
 void Dispatcher::Touch(int w, uint64_t incarnation, absl::Time now) {
   if (liveness_.Touch(w, incarnation, now)) {
     // Restarted faster than the heartbeat timeout: the old process's
@@ -76,19 +103,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     return resp;
   }
   bool bounded = false;
-  // Its reserved chunk, if it still holds it (not lost, not restored) and
-  // no lower chunk waits (a lost worker's, which go first: epochs stay in
-  // order).
-  std::optional<int64_t> k;
-  if (worker.reserved >= 0 && queue_.Holds(w, worker.reserved)) {
-    const std::optional<int64_t> lowest = queue_.LowestTodo();
-    if (!lowest || *lowest > worker.reserved) {
-      k = worker.reserved;
-    } else {
-      queue_.Unreserve(w, worker.reserved);
-    }
-  }
-  worker.reserved = -1;
+  std::optional<int64_t> k = TakeReserved(w);
   if (!k) k = queue_.Lease(w, lease_window_, &bounded);
   if (k) {
     if (worker.idle) {
@@ -102,18 +117,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     }
     resp.set_kind(WorkResponse::CHUNK);
     resp.set_chunk(*k);
-    if (reserve_next_) {
-      // Sync: k + num_workers, as if the workers took turns, so that each
-      // step takes the next num_workers chunks whoever asks first. Async
-      // (a lease window): the lowest chunk to do, which it would get next
-      // if it asked now.
-      const std::optional<int64_t> next =
-          lease_window_ > 0 ? queue_.LowestTodo() : std::optional<int64_t>(*k + num_workers_);
-      if (next && queue_.Reserve(w, *next, lease_window_)) {
-        worker.reserved = *next;
-        resp.set_next_chunk(worker.reserved);
-      }
-    }
+    if (reserve_next_) ReserveNext(w, *k, &resp);
   } else if (bounded) {
     // Async: the slowest chunk is too far behind; this worker waits (and
     // stays in the set: it is not out of work).

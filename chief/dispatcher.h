@@ -15,6 +15,7 @@
 #define PSCLUSTER_CHIEF_DISPATCHER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,11 @@ class Dispatcher final : public WorkSource {
   // Records contact; a new incarnation means the old process died.
   void Touch(int w, uint64_t incarnation, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangeMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // reserve_next: worker w's reserved chunk, given back to the queue
+  // (nullopt) when it no longer holds it or a lower chunk is to do; and
+  // the reservation of the chunk it gets after `k`, named in *resp.
+  std::optional<int64_t> TakeReserved(int w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReserveNext(int w, int64_t k, WorkResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   WorkQueue queue_;
   const int num_workers_;

@@ -69,6 +69,18 @@ void BackwardAvgPool2D(const GraphOp& op, const SliceGrads& g) {
   }
 }
 
+// Dense over `n` examples' dense_rows rows each: y = x kernel + bias.
+void ForwardDense(const GraphOp& op, const float* params, const float* x, int n, float* y) {
+  const int rows = n * op.dense_rows;
+  kernels::CpuGemm(false, false, rows, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
+                   params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
+  if (op.bias < 0) return;
+  for (int r = 0; r < rows; ++r) {
+    float* row = y + int64_t{r} * op.dense_out;
+    for (int o = 0; o < op.dense_out; ++o) row[o] += params[op.bias + o];
+  }
+}
+
 // `x`: the slice's input to the layer.
 void BackwardDense(const GraphOp& op, const float* params, const float* x,
                    const SliceGrads& g) {
@@ -505,18 +517,9 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
         }
         break;
       }
-      case LayerKind::kDense: {
-        const int rows = n * op.dense_rows;
-        kernels::CpuGemm(false, false, rows, op.dense_out, op.dense_in, 1.0f, x, op.dense_in,
-                         params + op.kernel, op.dense_out, 0.0f, y, op.dense_out);
-        if (op.bias >= 0) {
-          for (int r = 0; r < rows; ++r) {
-            float* row = y + int64_t{r} * op.dense_out;
-            for (int o = 0; o < op.dense_out; ++o) row[o] += params[op.bias + o];
-          }
-        }
+      case LayerKind::kDense:
+        ForwardDense(op, params, x, n, y);
         break;
-      }
       case LayerKind::kDropout:
         if (training && op.rate > 0.0f) {
           kernels::DropoutForward<CpuDevice>()(
