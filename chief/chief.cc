@@ -31,7 +31,7 @@ namespace pscluster {
 std::string FinalLine(const RunResult& r) {
   std::string eval;
   if (r.has_eval) {
-    eval = MetricsText(r.loss, r.test_accuracy, r.test_auc, r.test_loss, "test_");
+    eval = ScoreText(r.loss, r.test_accuracy, r.test_auc, r.test_loss, r.test_outputs, "test_");
   } else {
     eval = "not evaluated";
     if (!r.not_evaluated_why.empty()) absl::StrAppend(&eval, " (", r.not_evaluated_why, ")");
@@ -41,6 +41,21 @@ std::string FinalLine(const RunResult& r) {
 }
 
 namespace {
+
+// An evaluator's per-output metrics; their losses' kinds are set from the
+// spec before the final line names them.
+std::vector<OutputScore> OutputScoresOf(const std::vector<OutputEval>& outputs) {
+  std::vector<OutputScore> scores;
+  for (const OutputEval& e : outputs) {
+    OutputScore o;
+    o.name = e.name();
+    o.accuracy = e.accuracy();
+    o.loss = e.loss();
+    o.auc = e.auc();
+    scores.push_back(std::move(o));
+  }
+  return scores;
+}
 
 // The final weights (of step result->steps) scored by the cluster's
 // evaluator into *result; the evaluator's error, if it fails or does not
@@ -66,6 +81,7 @@ absl::Status ScoreByEvaluator(ClusterTasks& tasks, absl::Duration timeout,
   result->test_accuracy = r->accuracy();
   result->test_loss = r->loss();
   result->test_auc = r->auc();
+  result->test_outputs = OutputScoresOf({r->outputs().begin(), r->outputs().end()});
   return absl::OkStatus();
 }
 
@@ -90,9 +106,10 @@ void ScoreFinalWeights(const ModelSpec& spec, const std::vector<float>& weights,
   result->test_accuracy = score->accuracy;
   result->test_loss = score->loss;
   result->test_auc = score->auc;
+  result->test_outputs = score->outputs;
   result->not_evaluated_why.clear();
   spdlog::info("eval: step={} {} (final, by the chief on {} examples)", result->steps,
-               MetricsText(spec.loss, score->accuracy, score->auc, score->loss, ""),
+               ScoreText(spec.loss, score->accuracy, score->auc, score->loss, score->outputs, ""),
                score->examples);
 }
 
@@ -282,6 +299,9 @@ absl::StatusOr<RunResult> Chief::Impl::Finish() {
   if (!steps.ok()) return steps.status();
   result.steps = *steps;
   PSCLUSTER_RETURN_IF_ERROR(FinalEvaluation(&result));
+  for (size_t k = 0; k < result.test_outputs.size() && k < spec_->outputs.size(); ++k) {
+    result.test_outputs[k].kind = spec_->outputs[k].group.loss;  // names its metrics
+  }
   if (result.has_eval) {
     recorder_->RecordFinal(result.steps, result.test_accuracy, result.test_loss);
   }
@@ -324,6 +344,7 @@ bool Chief::Impl::AwaitEvaluatorReport(RunResult* result) {
       result->test_accuracy = p.last_eval_accuracy;
       result->test_loss = p.last_eval_loss;
       result->test_auc = p.last_eval_auc;
+      result->test_outputs = OutputScoresOf(p.last_eval_outputs);
       return true;
     }
     absl::SleepFor(absl::Milliseconds(100));

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "chief/chief_options.h"
 #include "common/metrics.h"
+#include "compute/scoring.h"
 #include "model/loss.h"
 
 namespace pscluster {
@@ -41,6 +42,7 @@ struct RunResult {
   double test_accuracy = 0;  // binary accuracy for binary cross-entropy
   double test_loss = 0;      // the MSE or MAE for regression
   double test_auc = -1;      // binary cross-entropy only
+  std::vector<OutputScore> test_outputs;  // several outputs: each one's
   int64_t steps = 0;
   int epochs = 0;
   double wall_s = 0;

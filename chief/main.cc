@@ -272,7 +272,8 @@ void CheckDataOrExit(const pscluster::ChiefOptions& opt) {
     ExitWithDataError(absl::StrCat("--data_dir=", opt.data_dir, ": ", s.message()));
   }
   absl::StatusOr<ModelSpec> spec = PlanModelSpec(opt.plan.model(), opt.plan.model_json(), opt.plan.loss());
-  absl::StatusOr<Dataset> test = LoadDataset(opt.data_dir, Split::kTest);
+  absl::StatusOr<Dataset> test = LoadDataset(
+      opt.data_dir, Split::kTest, spec.ok() ? OutputNames(*spec) : std::vector<std::string>());
   absl::Status fits = !spec.ok()   ? spec.status()
                       : test.ok() ? CheckDatasetFitsModel(*test, opt.data_dir, *spec)
                                   : test.status();

@@ -91,6 +91,7 @@ Progress ProgressTracker::Snapshot(absl::Time now) {
     p.last_eval_accuracy = last_eval_.accuracy();
     p.last_eval_loss = last_eval_.loss();
     p.last_eval_auc = last_eval_.auc();
+    p.last_eval_outputs.assign(last_eval_.outputs().begin(), last_eval_.outputs().end());
   }
   return p;
 }

@@ -29,6 +29,7 @@ struct Progress {
   double last_eval_accuracy = 0;
   double last_eval_loss = 0;
   double last_eval_auc = -1;
+  std::vector<OutputEval> last_eval_outputs;  // several outputs: each one's
 };
 
 class ProgressTracker {

@@ -464,9 +464,9 @@ absl::Status CpuNetwork::CheckArguments(const void* params, const void* images,
                                                    " is not in [1, max_batch ",
                                                    options_.max_batch, "]"));
   }
-  const int per = TargetsPerExample(spec_.loss, spec_.num_classes);
+  const int per = TargetsOf(spec_);
   for (int64_t i = 0; i < int64_t{batch} * per; ++i) {
-    if (absl::Status s = CheckTarget(spec_, targets[i]); !s.ok()) {
+    if (absl::Status s = CheckTarget(spec_, targets[i], static_cast<int>(i % per)); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("CpuNetwork: label ", targets[i],
                                                      " of example ", i / per, " ", s.message()));
     }

@@ -415,8 +415,7 @@ class CudaBackend final : public ComputeBackend {
 
   // Bytes of `examples` examples' targets.
   int64_t TargetBytes(int64_t examples) const {
-    return examples * TargetsPerExample(spec_.loss, spec_.num_classes) *
-           static_cast<int64_t>(sizeof(float));
+    return examples * TargetsOf(spec_) * static_cast<int64_t>(sizeof(float));
   }
 
   GpuDevice Device() {
@@ -437,7 +436,7 @@ class CudaBackend final : public ComputeBackend {
           absl::StrCat("CudaBackend: ", what, " size ", b.size,
                        " is not in [1, max_batch ", max_batch_, "]"));
     }
-    const int per = TargetsPerExample(spec_.loss, spec_.num_classes);
+    const int per = TargetsOf(spec_);
     for (int64_t i = 0; i < int64_t{b.size} * per; ++i) {
       if (absl::Status s = CheckTarget(spec_, b.targets[i]); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("CudaBackend: label ", b.targets[i],

@@ -35,6 +35,10 @@ absl::Status CheckInputAndClasses(const ModelSpec& spec, const std::string& wher
           where, ": not on the fast path (variable ", v.name, " has a regularizer)"));
     }
   }
+  if (!spec.outputs.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat(where, ": not on the fast path (the model has several outputs)"));
+  }
   if (spec.loss != LossKind::kSparseCategoricalCrossentropy) {
     return absl::UnimplementedError(absl::StrCat(
         where, ": not on the fast path (it trains on sparse categorical cross-entropy only)"));

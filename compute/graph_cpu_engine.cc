@@ -581,17 +581,17 @@ void GraphCpuEngine::Loss(const float* params, const float* targets, int batch,
                           bool want_grad, double* loss_sum, int* correct, float* outputs) {
   const int threads = std::min(threads_, batch);
   const int classes = spec_.num_classes;
-  const int per = TargetsPerExample(spec_.loss, classes);
+  const LossSpec head = LossSpecOf(spec_);
+  const int per = TargetsPerExample(head, classes);
   const size_t last = ops_.size() - 1;
   run_(threads, [&](int t) {
     Slice& s = *slices_[t];
     s.loss = 0;
     s.correct = 0;
-    kernels::CpuLossHead(spec_.loss, s.count, classes, s.acts[last].data(),
-                         targets + int64_t{s.first} * per, 1.0f / batch,
-                         want_grad ? s.grad_slots[ops_[last].grad_slot].data() : nullptr,
-                         outputs == nullptr ? nullptr : outputs + int64_t{s.first} * classes,
-                         &s.loss, &s.correct);
+    kernels::CpuLossHead(
+        head, s.count, classes, s.acts[last].data(), targets + int64_t{s.first} * per, 1.0f / batch,
+        want_grad ? s.grad_slots[ops_[last].grad_slot].data() : nullptr,
+        outputs == nullptr ? nullptr : outputs + int64_t{s.first} * classes, &s.loss, &s.correct);
   });
   double loss = 0;
   int right = 0;

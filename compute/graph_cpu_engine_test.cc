@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "model/keras_model.h"
 #include "model/sparse_layout.h"
+#include "nlohmann/json.hpp"
 
 namespace pscluster {
 namespace {
@@ -431,6 +433,73 @@ void ExpectMatchesTfjs(const std::vector<ReferenceCase>& cases, const char* titl
   }
   std::printf("tfjs %s: max |output diff| %.3g, |loss sum diff| %.3g, |gradient diff| %.3g\n",
               title, max_output, max_loss, max_grad);
+}
+
+// Models with several outputs (tests/fixtures/tfjs_reference/heads.json,
+// written by make_heads_reference.js): ESMM's click head and its product
+// with the conversion head (binary cross-entropy on logits and on
+// probabilities, weights 1 and 0.5), and three heads of a shared layer
+// (softmax classes, a sigmoid after its Dense, a regression; weights as a
+// dict). Every output, the weighted loss and every gradient match tfjs's,
+// on one thread and on two.
+TEST(GraphCpuEngineTest, SeveralOutputsMatchTensorFlowJs) {
+  std::ifstream in("tests/fixtures/tfjs_reference/heads.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  double max_output = 0, max_loss = 0, max_grad = 0;
+  int models = 0;
+  for (const nlohmann::json& m : ref["models"]) {
+    absl::StatusOr<ModelSpec> spec = ParseKerasModel(m["model_json"].dump(), "heads");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_GE(spec->outputs.size(), 2u);
+    std::vector<float> params(spec->num_parameters);
+    for (const VariableSpec& v : spec->variables) {
+      const std::vector<float> w = m["weights"].at(v.name).get<std::vector<float>>();
+      ASSERT_EQ(static_cast<int64_t>(w.size()), v.size) << v.name;
+      std::copy(w.begin(), w.end(), params.begin() + v.offset);
+    }
+    const std::vector<float> images = m["images"].get<std::vector<float>>();
+    const std::vector<float> targets = m["targets"].get<std::vector<float>>();
+    const std::vector<float> outputs = m["outputs"].get<std::vector<float>>();
+    const int batch = static_cast<int>(targets.size()) / TargetsOf(*spec);
+    ASSERT_EQ(outputs.size(), static_cast<size_t>(batch) * spec->num_classes);
+    const double want_loss = m["loss_sum"].get<double>();
+    for (int threads : {1, 2}) {
+      std::unique_ptr<CpuNetwork> net = Net(*spec, batch, threads);
+      double loss_sum = 0;
+      int correct = 0;
+      std::vector<float> got(outputs.size());
+      ASSERT_TRUE(net->Evaluate(params.data(), images.data(), targets.data(), batch, &loss_sum,
+                                &correct, got.data())
+                      .ok());
+      for (size_t k = 0; k < got.size(); ++k) {
+        EXPECT_NEAR(got[k], outputs[k], 1e-6) << spec->name << " output " << k;
+        max_output = std::max(max_output, std::fabs(double{got[k]} - outputs[k]));
+      }
+      EXPECT_NEAR(loss_sum, want_loss, 2e-6 * std::fabs(want_loss)) << spec->name;
+      max_loss = std::max(max_loss, std::fabs(loss_sum - want_loss));
+      std::vector<float> grads(spec->num_parameters, 7.0f);  // all overwritten
+      float loss = 0;
+      ASSERT_TRUE(net->TrainStep(params.data(), images.data(), targets.data(), batch, grads.data(),
+                                 &loss, &correct)
+                      .ok());
+      EXPECT_NEAR(loss * batch, want_loss, 2e-6 * std::fabs(want_loss)) << spec->name;
+      for (const VariableSpec& v : spec->variables) {
+        const std::vector<float> g = m["gradients"].at(v.name).get<std::vector<float>>();
+        ASSERT_EQ(static_cast<int64_t>(g.size()), v.size) << v.name;
+        for (int64_t k = 0; k < v.size; ++k) {
+          EXPECT_NEAR(grads[v.offset + k], g[k], 1e-6) << spec->name << " " << v.name << k;
+          max_grad = std::max(max_grad, std::fabs(double{grads[v.offset + k]} - g[k]));
+        }
+      }
+    }
+    ++models;
+  }
+  EXPECT_EQ(models, 2);
+  std::printf(
+      "tfjs several outputs: max |output diff| %.3g, |loss sum diff| %.3g, "
+      "|gradient diff| %.3g\n",
+      max_output, max_loss, max_grad);
 }
 
 // Keras's Embedding from TensorFlow.js (tests/fixtures/tfjs_reference/

@@ -41,6 +41,12 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
     const ModelSpec& spec, int max_batch, uint64_t seed) {
   absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(spec);
   if (!ops.ok()) return ops.status();
+  if (!spec.outputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model \"", spec.name, "\": ", spec.outputs.size(), " outputs (output '",
+        spec.outputs[0].name,
+        "' and others) do not run on the GPU yet; train this model with --device=cpu"));
+  }
   for (const GraphOp& op : *ops) {
     if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot) {
       return absl::InvalidArgumentError(

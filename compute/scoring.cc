@@ -1,6 +1,7 @@
 #include "compute/scoring.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,6 +15,63 @@
 
 namespace pscluster {
 
+namespace {
+
+// Output `o`'s metrics from every example's probabilities (or values),
+// `outputs` per example, and targets, `per` per example.
+OutputScore ScoreOutput(const OutputSpec& o, const std::vector<float>& probabilities,
+                        const std::vector<float>& targets, int outputs, int per) {
+  const LossGroup& g = o.group;
+  const int64_t count = static_cast<int64_t>(targets.size()) / per;
+  OutputScore s;
+  s.name = o.name;
+  s.kind = g.loss;
+  std::vector<float> scores, labels;
+  double loss = 0, right = 0;
+  for (int64_t r = 0; r < count; ++r) {
+    const float* p = &probabilities[r * outputs + g.first];
+    const float* t = &targets[r * per + g.targets_at];
+    switch (g.loss) {
+      case LossKind::kSparseCategoricalCrossentropy:
+      case LossKind::kCategoricalCrossentropy: {
+        const bool sparse = g.loss == LossKind::kSparseCategoricalCrossentropy;
+        int best = 0, want = sparse ? static_cast<int>(t[0]) : 0;
+        for (int j = 1; j < g.width; ++j) {
+          if (p[j] > p[best]) best = j;
+          if (!sparse && t[j] > t[want]) want = j;
+        }
+        right += best == want ? 1 : 0;
+        for (int j = 0; j < g.width; ++j) {
+          const double tj = sparse ? (j == want ? 1.0 : 0.0) : t[j];
+          if (tj != 0) loss -= tj * std::log(std::max(double{p[j]}, 1e-30));
+        }
+        break;
+      }
+      case LossKind::kBinaryCrossentropy:
+        for (int j = 0; j < g.width; ++j) {
+          const double c = std::min(std::max(double{p[j]}, 1e-7), 1.0 - 1e-7);
+          loss -= (t[j] * std::log(c) + (1.0 - t[j]) * std::log(1.0 - c)) / g.width;
+          right += (p[j] > 0.5f) == (t[j] > 0.5f) ? 1.0 / g.width : 0.0;
+          scores.push_back(p[j]);
+          labels.push_back(t[j]);
+        }
+        break;
+      default:
+        for (int j = 0; j < g.width; ++j) {
+          const double d = double{p[j]} - t[j];
+          loss += (g.loss == LossKind::kMeanSquaredError ? d * d : std::fabs(d)) / g.width;
+        }
+        break;
+    }
+  }
+  s.loss = count > 0 ? loss / count : 0;
+  s.accuracy = count > 0 ? right / count : 0;
+  if (g.loss == LossKind::kBinaryCrossentropy) s.auc = RocAuc(scores, labels);
+  return s;
+}
+
+}  // namespace
+
 absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, const float* params,
                             const Dataset& data, TestScore* score) {
   if (data.count <= 0) {
@@ -21,7 +79,8 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, cons
         absl::StrCat("cannot score on an empty data set (", data.count, " examples)"));
   }
   const size_t pixels = size_t(data.height) * data.width * data.channels;
-  const bool binary = spec.loss == LossKind::kBinaryCrossentropy;
+  const bool several = !spec.outputs.empty();
+  const bool binary = spec.loss == LossKind::kBinaryCrossentropy || several;
   const int outputs = spec.num_classes;
   std::vector<float> probabilities, scores, labels;
   if (binary) probabilities.resize(size_t(kScoringBatch) * outputs);
@@ -42,7 +101,7 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, cons
     correct += batch_correct;
     if (binary) {
       scores.insert(scores.end(), probabilities.begin(), probabilities.begin() + n * outputs);
-      labels.insert(labels.end(), targets, targets + n * outputs);
+      labels.insert(labels.end(), targets, targets + n * int64_t{data.targets_per_example});
     }
   }
   TestScore out;
@@ -52,7 +111,14 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, cons
                           spec.loss == LossKind::kMeanAbsoluteError;
   out.accuracy = regression ? 0.0
                             : double(correct) / (double(data.count) * (binary ? outputs : 1));
-  if (binary) out.auc = RocAuc(scores, labels);
+  if (several) {
+    out.accuracy = 0;
+    for (const OutputSpec& o : spec.outputs) {
+      out.outputs.push_back(ScoreOutput(o, scores, labels, outputs, data.targets_per_example));
+    }
+  } else if (binary) {
+    out.auc = RocAuc(scores, labels);
+  }
   *score = out;
   return absl::OkStatus();
 }
@@ -70,6 +136,17 @@ std::string MetricsText(LossKind loss, double accuracy, double auc, double mean_
     default:
       return absl::StrFormat("%saccuracy=%.4f %sloss=%.4f", prefix, accuracy, prefix, mean_loss);
   }
+}
+
+std::string ScoreText(LossKind loss, double accuracy, double auc, double mean_loss,
+                      const std::vector<OutputScore>& outputs, const std::string& prefix) {
+  if (outputs.empty()) return MetricsText(loss, accuracy, auc, mean_loss, prefix);
+  std::string text = absl::StrFormat("%sloss=%.4f", prefix, mean_loss);
+  for (const OutputScore& o : outputs) {
+    absl::StrAppend(&text, " ",
+                    MetricsText(o.kind, o.accuracy, o.auc, o.loss, prefix + o.name + "_"));
+  }
+  return text;
 }
 
 namespace {
@@ -141,7 +218,7 @@ absl::Status WindowTables(const ModelSpec& spec, const float* params, uint64_t s
 
 absl::StatusOr<TestScore> ScoreTestSet(const ModelSpec& spec, const float* params,
                                        const std::string& data_dir, int threads, uint64_t seed) {
-  absl::StatusOr<Dataset> test = LoadDataset(data_dir, Split::kTest);
+  absl::StatusOr<Dataset> test = LoadDataset(data_dir, Split::kTest, OutputNames(spec));
   if (!test.ok()) return test.status();
   if (absl::Status s = CheckDatasetFitsModel(*test, data_dir, spec); !s.ok()) return s;
   bool windowed = test->ids_per_example > 0;

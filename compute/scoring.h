@@ -23,6 +23,17 @@ namespace pscluster {
 // created for batches of at least this many (BackendOptions::max_batch).
 inline constexpr int kScoringBatch = 500;
 
+// One output's metrics, in a model with several: its loss's, as TestScore
+// (accuracy, AUC for binary cross-entropy), its mean loss recomputed from
+// its predicted probabilities (or values).
+struct OutputScore {
+  std::string name;
+  LossKind kind = LossKind::kBinaryCrossentropy;
+  double accuracy = 0;
+  double loss = 0;
+  double auc = -1;
+};
+
 // What a model's weights score on a labelled data set; the metrics of the
 // model's loss (model/loss.h), as Keras reports them.
 struct TestScore {
@@ -33,6 +44,9 @@ struct TestScore {
   double loss = 0;  // the mean loss (for regression: the MSE or MAE)
   double auc = -1;  // binary: the ROC AUC over every output; else -1
   int examples = 0;
+  // Several outputs: each one's (then `loss` is the weighted sum of their
+  // losses, as Keras's, and accuracy and auc are unused).
+  std::vector<OutputScore> outputs;
 };
 
 // Runs `params` (the flat model layout of `spec`) forward over `data` in
@@ -46,6 +60,12 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, cons
 // for the accuracy).
 std::string MetricsText(LossKind loss, double accuracy, double auc, double mean_loss,
                         const std::string& prefix);
+
+// MetricsText of a score of `spec`'s model: with several outputs, the
+// total "<prefix>loss=" then each output's metrics, its fields named
+// "<prefix><output>_accuracy=", "<prefix><output>_auc=", ...
+std::string ScoreText(LossKind loss, double accuracy, double auc, double mean_loss,
+                      const std::vector<OutputScore>& outputs, const std::string& prefix);
 
 // The chief's own evaluation of the final weights, for a cluster without an
 // evaluator: loads the test split of `data_dir` (model/dataset.h, whose

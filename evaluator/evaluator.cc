@@ -21,7 +21,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   if (!plan.ok()) return plan.status();
   absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan->model(), plan->model_json(), plan->loss());
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<Dataset> test = LoadDataset(options_.data_dir, Split::kTest);
+  absl::StatusOr<Dataset> test = LoadDataset(options_.data_dir, Split::kTest, OutputNames(*spec));
   if (!test.ok()) return absl::DataLossError(test.status().message());
   if (absl::Status s = CheckDatasetFitsModel(*test, options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the evaluator exits kExitBadData
@@ -147,10 +147,17 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
   r.set_accuracy(static_cast<float>(score.accuracy));
   r.set_loss(static_cast<float>(score.loss));
   r.set_auc(static_cast<float>(score.auc));
+  for (const OutputScore& o : score.outputs) {
+    OutputEval* e = r.add_outputs();
+    e->set_name(o.name);
+    e->set_accuracy(static_cast<float>(o.accuracy));
+    e->set_loss(static_cast<float>(o.loss));
+    e->set_auc(static_cast<float>(o.auc));
+  }
   r.set_final(final);
   last_version_ = r.version();
   spdlog::info("eval: step={} {}{}", r.version(),
-               MetricsText(spec_.loss, score.accuracy, score.auc, score.loss, ""),
+               ScoreText(spec_.loss, score.accuracy, score.auc, score.loss, score.outputs, ""),
                final ? " (final)" : "");
   if (options_.metrics != nullptr) {
     options_.metrics->accuracy().Set(r.accuracy());
@@ -158,13 +165,17 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
     options_.metrics->model_version().Set(static_cast<double>(r.version()));
   }
   if (tensorboard_) {
-    absl::Status ts = tensorboard_->AddScalars(
-        r.version(), spec_.loss == LossKind::kBinaryCrossentropy
-                         ? std::vector<std::pair<std::string, float>>{{"eval/accuracy", r.accuracy()},
-                                                                        {"eval/auc", r.auc()},
-                                                                        {"eval/loss", r.loss()}}
-                         : std::vector<std::pair<std::string, float>>{{"eval/accuracy", r.accuracy()},
-                                                                        {"eval/loss", r.loss()}});
+    std::vector<std::pair<std::string, float>> scalars = {{"eval/loss", r.loss()}};
+    if (score.outputs.empty()) scalars.push_back({"eval/accuracy", r.accuracy()});
+    if (score.outputs.empty() && spec_.loss == LossKind::kBinaryCrossentropy) {
+      scalars.push_back({"eval/auc", r.auc()});
+    }
+    for (const OutputScore& o : score.outputs) {
+      scalars.push_back({"eval/" + o.name + "_loss", static_cast<float>(o.loss)});
+      scalars.push_back({"eval/" + o.name + "_accuracy", static_cast<float>(o.accuracy)});
+      if (o.auc >= 0) scalars.push_back({"eval/" + o.name + "_auc", static_cast<float>(o.auc)});
+    }
+    absl::Status ts = tensorboard_->AddScalars(r.version(), scalars);
     if (!ts.ok()) spdlog::warn("TensorBoard: {}", std::string(ts.message()));
   }
   if (absl::Status rs = chief_->ReportEval(r); !rs.ok() && !final) {

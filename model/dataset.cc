@@ -1,12 +1,13 @@
 #include "model/dataset.h"
 
-#include <algorithm>
-#include <cmath>
-
+#include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -172,18 +173,34 @@ bool IsDir(const std::string& path) {
   return access((path + "/.").c_str(), F_OK) == 0;
 }
 
+// Whether folder `dir` holds a file whose name starts with `prefix`.
+bool HasFileWithPrefix(const std::string& dir, const std::string& prefix) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    if (absl::StartsWith(e->d_name, prefix)) found = true;
+  }
+  closedir(d);
+  return found;
+}
+
 bool NpyFolder(const std::string& path) {
   return access((path + "/x_train.npy").c_str(), F_OK) == 0 ||
          access((path + "/x_test.npy").c_str(), F_OK) == 0;
 }
 
-// Images and labels (their .npy bytes) into a Dataset.
+absl::Status ReadTargets(const std::string& yb, const std::string& ywhere, Dataset* d);
+
+// The .npy bytes of labels, and where they are (for errors).
+using LabelArrays = std::vector<std::pair<std::string, std::string>>;
+
+// Images and labels (their .npy bytes: one array, or one per output) into
+// a Dataset.
 absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwhere,
-                                   const std::string& yb, const std::string& ywhere) {
+                                   const LabelArrays& ys) {
   absl::StatusOr<NpyArray> x = ParseNpy(xb, xwhere);
   if (!x.ok()) return x.status();
-  absl::StatusOr<NpyArray> y = ParseNpy(yb, ywhere);
-  if (!y.ok()) return y.status();
   Dataset d;
   if (x->shape.size() < 2 || x->shape.size() > 4) {
     return Bad(xwhere, absl::StrCat("images of shape [", absl::StrJoin(x->shape, ","),
@@ -210,7 +227,35 @@ absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwh
     return Bad(xwhere, absl::StrCat("images of dtype '", x->descr,
                                     "' are not read (uint8, scaled by 1/255, or float32)"));
   }
-  if (y->shape.empty() || y->shape.size() > 2 || y->shape[0] != x->shape[0] ||
+  if (ys.size() == 1) {
+    if (absl::Status s = ReadTargets(ys[0].first, ys[0].second, &d); !s.ok()) return s;
+    return d;
+  }
+  // One array per output: their columns side by side, in the outputs' order.
+  std::vector<Dataset> each(ys.size());
+  int per = 0;
+  for (size_t k = 0; k < ys.size(); ++k) {
+    each[k].count = d.count;
+    if (absl::Status s = ReadTargets(ys[k].first, ys[k].second, &each[k]); !s.ok()) return s;
+    per += each[k].targets_per_example;
+  }
+  d.targets_per_example = per;
+  d.targets.reserve(int64_t{d.count} * per);
+  for (int64_t i = 0; i < d.count; ++i) {
+    for (const Dataset& e : each) {
+      const float* t = &e.targets[i * e.targets_per_example];
+      d.targets.insert(d.targets.end(), t, t + e.targets_per_example);
+    }
+  }
+  return d;
+}
+
+// Labels `yb` (.npy bytes) of d->count examples into d's targets.
+absl::Status ReadTargets(const std::string& yb, const std::string& ywhere, Dataset* dp) {
+  Dataset& d = *dp;
+  absl::StatusOr<NpyArray> y = ParseNpy(yb, ywhere);
+  if (!y.ok()) return y.status();
+  if (y->shape.empty() || y->shape.size() > 2 || y->shape[0] != d.count ||
       (y->shape.size() == 2 && y->shape[1] < 1)) {
     return Bad(ywhere, absl::StrCat("labels of shape [", absl::StrJoin(y->shape, ","),
                                     "] for ", d.count, " images; expected [", d.count, "] or [",
@@ -234,7 +279,7 @@ absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwh
       }
       d.targets[i] = static_cast<float>(v);
     }
-    return d;
+    return absl::OkStatus();
   }
   const int item = y->descr[2] - '0';
   const bool is_signed = y->descr[1] == 'i';
@@ -260,32 +305,68 @@ absl::StatusOr<Dataset> FromArrays(const std::string& xb, const std::string& xwh
     }
     d.targets[i] = static_cast<float>(v);
   }
-  return d;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split) {
+namespace {
+
+// The label arrays' names: "y_<part>", or, where `outputs` are given and
+// the data has no "y_<part>" (has(name) says), "y_<part>_<output>" for
+// each output.
+std::vector<std::string> LabelNames(const std::string& part,
+                                    const std::vector<std::string>& outputs,
+                                    const std::function<bool(const std::string&)>& has) {
+  if (outputs.empty() || has("y_" + part)) return {"y_" + part};
+  std::vector<std::string> names;
+  for (const std::string& o : outputs) names.push_back(absl::StrCat("y_", part, "_", o));
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split,
+                                    const std::vector<std::string>& outputs) {
   const std::string part = split == Split::kTrain ? "train" : "test";
   if (IsTFRecordFolder(path)) return LoadTFRecordDataset(path, split);
   if (IsCriteoFolder(path)) return LoadCriteoDataset(path, split);
   if (absl::EndsWith(path, ".npz")) {
+    absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "an .npz");
+    if (!archive.ok()) return archive.status();
     absl::StatusOr<std::string> x = ReadNpzMember(path, "x_" + part + ".npy");
     if (!x.ok()) return x.status();
-    absl::StatusOr<std::string> y = ReadNpzMember(path, "y_" + part + ".npy");
-    if (!y.ok()) return y.status();
-    return FromArrays(*x, absl::StrCat(path, ": x_", part), *y, absl::StrCat(path, ": y_", part));
+    LabelArrays ys;
+    for (const std::string& name : LabelNames(
+             part, outputs, [&](const std::string& n) { return (*archive)->Has(n + ".npy"); })) {
+      absl::StatusOr<std::string> y = ReadNpzMember(path, name + ".npy");
+      if (!y.ok()) return y.status();
+      ys.emplace_back(*std::move(y), absl::StrCat(path, ": ", name));
+    }
+    return FromArrays(*x, absl::StrCat(path, ": x_", part), ys);
   }
   if (IsDir(path) && NpyFolder(path)) {
     const std::string xp = absl::StrCat(path, "/x_", part, ".npy");
-    const std::string yp = absl::StrCat(path, "/y_", part, ".npy");
     absl::StatusOr<std::string> x = ReadWholeFile(xp);
     if (!x.ok()) return x.status();
-    absl::StatusOr<std::string> y = ReadWholeFile(yp);
-    if (!y.ok()) return y.status();
-    return FromArrays(*x, xp, *y, yp);
+    LabelArrays ys;
+    for (const std::string& name : LabelNames(part, outputs, [&](const std::string& n) {
+           return access(absl::StrCat(path, "/", n, ".npy").c_str(), F_OK) == 0;
+         })) {
+      const std::string yp = absl::StrCat(path, "/", name, ".npy");
+      absl::StatusOr<std::string> y = ReadWholeFile(yp);
+      if (!y.ok()) return y.status();
+      ys.emplace_back(*std::move(y), yp);
+    }
+    return FromArrays(*x, xp, ys);
   }
   return LoadMnist(path, split);
+}
+
+std::vector<std::string> OutputNames(const ModelSpec& spec) {
+  std::vector<std::string> names;
+  for (const OutputSpec& o : spec.outputs) names.push_back(o.name);
+  return names;
 }
 
 absl::Status CheckDataFiles(const std::string& path, Split split) {
@@ -304,15 +385,23 @@ absl::Status CheckDataFiles(const std::string& path, Split split) {
   }
   if (IsCriteoFolder(path)) return CheckCriteoFiles(path, split);
   if (absl::EndsWith(path, ".npz")) {
-    for (const char* what : {"x_", "y_"}) {
-      // Reads the member: npz archives are small next to a run.
-      absl::StatusOr<std::string> m = ReadNpzMember(path, absl::StrCat(what, part, ".npy"));
-      if (!m.ok()) return m.status();
-    }
-    return absl::OkStatus();
+    // Reads the members: npz archives are small next to a run. Labels per
+    // output (y_<part>_<output>) are checked once the model is known.
+    absl::StatusOr<std::string> m = ReadNpzMember(path, absl::StrCat("x_", part, ".npy"));
+    if (!m.ok()) return m.status();
+    absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "an .npz");
+    if (!archive.ok()) return archive.status();
+    if ((*archive)->HasPrefix(absl::StrCat("y_", part, "_"))) return absl::OkStatus();
+    m = ReadNpzMember(path, absl::StrCat("y_", part, ".npy"));
+    return m.status();
   }
   if (IsDir(path) && NpyFolder(path)) {
     for (const char* what : {"x_", "y_"}) {
+      if (std::string(what) == "y_" &&
+          access(absl::StrCat(path, "/y_", part, ".npy").c_str(), F_OK) != 0 &&
+          HasFileWithPrefix(path, absl::StrCat("y_", part, "_"))) {
+        continue;  // labels per output, checked once the model is known
+      }
       const std::string p = absl::StrCat(path, "/", what, part, ".npy");
       if (access(p.c_str(), F_OK) != 0) return absl::NotFoundError(absl::StrCat(p, ": missing"));
       if (access(p.c_str(), R_OK) != 0) {
@@ -324,14 +413,39 @@ absl::Status CheckDataFiles(const std::string& path, Split split) {
   return CheckMnistFiles(path, split);
 }
 
-absl::Status CheckTarget(const ModelSpec& spec, float t) {
-  switch (spec.loss) {
+namespace {
+
+// The spec of one output of a model with several, as far as CheckTarget
+// reads it: its loss and width, its name the model's.
+ModelSpec OneOutput(const ModelSpec& spec, const LossGroup& g) {
+  ModelSpec one;
+  one.name = spec.name;
+  one.loss = g.loss;
+  one.num_classes = g.width;
+  return one;
+}
+
+}  // namespace
+
+absl::Status CheckTarget(const ModelSpec& spec, float t, int column) {
+  LossKind loss = spec.loss;
+  int classes = spec.num_classes;
+  for (const OutputSpec& out : spec.outputs) {
+    const LossGroup& g = out.group;
+    if (column < g.targets_at || column >= g.targets_at + TargetsPerExample(g.loss, g.width)) {
+      continue;
+    }
+    absl::Status s = CheckTarget(OneOutput(spec, g), t);
+    if (s.ok()) return s;
+    return absl::InvalidArgumentError(absl::StrCat("(output '", out.name, "') ", s.message()));
+  }
+  switch (loss) {
     case LossKind::kSparseCategoricalCrossentropy:
-      if (t >= 0 && t < spec.num_classes && t == static_cast<float>(static_cast<int64_t>(t))) {
+      if (t >= 0 && t < classes && t == static_cast<float>(static_cast<int64_t>(t))) {
         return absl::OkStatus();
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "is not a class index: model \"", spec.name, "\" has ", spec.num_classes, " classes"));
+      return absl::InvalidArgumentError(absl::StrCat("is not a class index: model \"", spec.name,
+                                                     "\" has ", classes, " classes"));
     case LossKind::kCategoricalCrossentropy:
       if (t >= 0 && std::isfinite(t)) return absl::OkStatus();
       return absl::InvalidArgumentError("is not a class weight (one-hot or soft, >= 0)");
@@ -359,14 +473,14 @@ absl::Status CheckShapesFit(int height, int width, int channels, int targets_per
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ExampleSource>> OpenExampleSource(const std::string& path,
-                                                                 Split split) {
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenExampleSource(
+    const std::string& path, Split split, const std::vector<std::string>& outputs) {
   if (IsTFRecordFolder(path)) {
     absl::StatusOr<std::unique_ptr<TFRecordSource>> source = TFRecordSource::Open(path, split);
     if (!source.ok()) return source.status();
     return std::unique_ptr<ExampleSource>(*std::move(source));
   }
-  absl::StatusOr<Dataset> data = LoadDataset(path, split);
+  absl::StatusOr<Dataset> data = LoadDataset(path, split, outputs);
   if (!data.ok()) return data.status();
   return std::unique_ptr<ExampleSource>(new InMemoryExampleSource(*std::move(data)));
 }
@@ -403,7 +517,19 @@ absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,
                                   spec.input_height, "x", spec.input_width, "x",
                                   spec.input_channels));
   }
-  const int want = TargetsPerExample(spec.loss, spec.num_classes);
+  const int want = TargetsOf(spec);
+  if (data.targets_per_example != want && !spec.outputs.empty()) {
+    std::vector<std::string> each;
+    for (const OutputSpec& out : spec.outputs) {
+      each.push_back(
+          absl::StrCat(out.name, ": ", TargetsPerExample(out.group.loss, out.group.width)));
+    }
+    return Bad(
+        path,
+        absl::StrCat(data.targets_per_example, " label values per example but model \"", spec.name,
+                     "\" has ", spec.outputs.size(), " outputs that want ", want, " (",
+                     absl::StrJoin(each, ", "), "), as columns of y in the outputs' order"));
+  }
   if (data.targets_per_example != want) {
     return Bad(path, absl::StrCat(data.targets_per_example, " label values per example but model \"",
                                   spec.name, "\" trains on ", LossName(spec.loss), " over ",
@@ -411,7 +537,8 @@ absl::Status CheckDatasetFitsModel(const Dataset& data, const std::string& path,
                                   want == 1 ? " (a class index)" : ""));
   }
   for (int64_t i = 0; i < static_cast<int64_t>(data.targets.size()); ++i) {
-    const absl::Status s = CheckTarget(spec, data.targets[i]);
+    const absl::Status s =
+        CheckTarget(spec, data.targets[i], static_cast<int>(i % data.targets_per_example));
     if (!s.ok()) {
       return Bad(path, absl::StrCat("label ", data.targets[i], " of example ",
                                     i / data.targets_per_example, ": ", s.message()));

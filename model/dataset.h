@@ -31,10 +31,21 @@ namespace pscluster {
 // otherwise: a dtype we do not read, Fortran order, a truncated or
 // over-long array, a bad header, images and labels of different counts,
 // no examples, a label out of [0, 255].
-absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split);
+//
+// `outputs`: the output names of a model with several (OutputNames). Its
+// labels are then "y_<split>" ([N, K]: each output's columns in turn), or,
+// in an .npz or .npy folder without it, one array per output,
+// "y_<split>_<output>", joined column-wise in the outputs' order.
+absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split,
+                                    const std::vector<std::string>& outputs = {});
+
+// The names of `spec`'s outputs when it has several (ModelSpec::outputs),
+// else none: what LoadDataset's `outputs` wants.
+std::vector<std::string> OutputNames(const ModelSpec& spec);
 
 // The cheap start-up check: the files of `split` are there and readable
-// (an .npz opens as a zip and has the members; a TFRecord folder's schema
+// (an .npz opens as a zip and has the members, labels per output,
+// y_<split>_<output>, standing for y_<split>; a TFRecord folder's schema
 // is valid and the split has files); contents are not read.
 absl::Status CheckDataFiles(const std::string& path, Split split);
 
@@ -42,8 +53,8 @@ absl::Status CheckDataFiles(const std::string& path, Split split);
 // demand (only an index of the records is held), anything else loaded into
 // memory as LoadDataset does. Errors as LoadDataset's; a bad TFRecord
 // header is DataLoss naming the file and record.
-absl::StatusOr<std::unique_ptr<ExampleSource>> OpenExampleSource(const std::string& path,
-                                                                 Split split);
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenExampleSource(
+    const std::string& path, Split split, const std::vector<std::string>& outputs = {});
 
 // CheckDatasetFitsModel for a source: the shapes, and every label of a
 // source in memory now; a source read on demand gets CheckTarget as its
@@ -53,8 +64,10 @@ absl::Status CheckSourceFitsModel(ExampleSource* source, const std::string& path
 
 // Whether label value `t` fits `spec`'s loss: a class index below
 // num_classes, a class weight >= 0, a binary label in [0, 1], a finite
-// regression target. InvalidArgument saying which otherwise.
-absl::Status CheckTarget(const ModelSpec& spec, float t);
+// regression target. With several outputs, `column` (the value's place in
+// an example's targets) says whose loss: InvalidArgument saying which
+// otherwise, naming the output.
+absl::Status CheckTarget(const ModelSpec& spec, float t, int column = 0);
 
 // Whether `data` (read from `path`) fits `spec`'s input and loss (label
 // values per example, each label's range): InvalidArgument naming the file

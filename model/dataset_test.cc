@@ -60,6 +60,30 @@ TEST(DatasetTest, NpyFolderAndFlatExamples) {
   EXPECT_EQ(flat->channels, 16);
 }
 
+// A model with several outputs reads one label array per output,
+// y_<split>_<output>, joined column-wise in the outputs' order (here the
+// reverse of the archive's), or one y_<split> of all their columns.
+TEST(DatasetTest, LabelsPerOutput) {
+  const std::string path = kDir + "/heads.npz";
+  ASSERT_TRUE(CheckDataFiles(path, Split::kTrain).ok());
+  absl::StatusOr<Dataset> d = LoadDataset(path, Split::kTrain, {"ctcvr", "ctr"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->count, 6);
+  EXPECT_EQ(d->targets_per_example, 2);
+  // ctr: 0 1 0 1 0 1; ctcvr: where clicked and i % 3 == 1: example 1 only.
+  EXPECT_EQ(d->targets, (std::vector<float>{0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1}));
+  absl::StatusOr<Dataset> t = LoadDataset(path, Split::kTest, {"ctcvr", "ctr"});
+  ASSERT_TRUE(t.ok()) << t.status();  // y_test: both columns in one array
+  EXPECT_EQ(t->targets, (std::vector<float>{1, 0, 0, 0}));
+  absl::StatusOr<Dataset> missing = LoadDataset(path, Split::kTrain, {"ctr", "cvr"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("heads.npz: no member y_train_cvr.npy"),
+            std::string::npos)
+      << missing.status();
+  // Without the outputs' names there is no y_train.
+  EXPECT_FALSE(LoadDataset(path, Split::kTrain).ok());
+}
+
 TEST(DatasetTest, FitsTheModelOrSaysWhy) {
   Dataset d = *LoadDataset(kDir + "/float_compressed.npz", Split::kTrain);
   ModelSpec spec;

@@ -13,12 +13,16 @@ absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::st
   }
   // The compiled loss: Keras 3's compile_config (a .keras archive's
   // config.json), tf.keras's and TensorFlow.js's training_config.
-  json loss;
+  json loss, loss_weights;
   for (const json* d : {&doc, doc.contains("modelTopology") ? &doc["modelTopology"] : nullptr}) {
     if (d == nullptr || !d->is_object()) continue;
     for (const char* key : {"compile_config", "training_config", "trainingConfig"}) {
       if (d->contains(key) && (*d)[key].is_object() && (*d)[key].contains("loss")) {
-        loss = (*d)[key]["loss"];
+        const json& compiled = (*d)[key];
+        loss = compiled["loss"];
+        for (const char* weights : {"loss_weights", "lossWeights"}) {
+          if (compiled.contains(weights)) loss_weights = compiled[weights];
+        }
       }
     }
   }
@@ -41,6 +45,7 @@ absl::StatusOr<ModelEnvelope> ReadEnvelope(absl::string_view text, const std::st
   }
   model.config = config;
   model.loss = loss;
+  model.loss_weights = loss_weights;
   const std::string version = doc.value("keras_version", std::string());
   model.keras3 = absl::StartsWith(version, "3") ||
                  (model.layers[0].is_object() && model.layers[0].contains("module"));

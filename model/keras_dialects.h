@@ -27,6 +27,7 @@ struct ModelEnvelope {
   json layers;             // a non-empty array
   json config;             // the model's config (output_layers, ...)
   json loss;               // the compiled loss, if the file has one (else null)
+  json loss_weights;       // its loss_weights (a list or a dict by output), else null
   bool keras3 = false;     // written by Keras 3 (its hard_sigmoid differs)
   std::string model_name;  // config.name, else the source
 };

@@ -68,23 +68,27 @@ absl::StatusOr<std::vector<std::vector<TensorRef>>> InboundNodes(const json& lay
   return nodes;
 }
 
-// The model's one output tensor: config.output_layers, [[name, node,
-// tensor]] or [name, node, tensor]; absent, the last layer's last node.
-absl::StatusOr<TensorRef> OutputTensor(const json& config, const json& layers,
-                                       const std::string& source) {
+// The model's output tensors: config.output_layers, [[name, node,
+// tensor], ...] or [name, node, tensor] (one); absent, the last layer's
+// last node.
+absl::StatusOr<std::vector<TensorRef>> OutputTensors(const json& config, const json& layers,
+                                                     const std::string& source) {
   if (config.is_object() && config.contains("output_layers")) {
-    json out = config["output_layers"];
-    if (out.is_array() && !out.empty() && out[0].is_array()) {
-      if (out.size() != 1) {
-        return Bad(source, absl::StrCat("output_layers ", Show(out),
-                                        ": models with several outputs are not supported"));
+    json outs = config["output_layers"];
+    if (!(outs.is_array() && !outs.empty() && outs[0].is_array())) outs = json::array({outs});
+    if (outs.size() > static_cast<size_t>(kMaxOutputs)) {
+      return Bad(source, absl::StrCat("output_layers ", Show(config["output_layers"]), ": ",
+                                      outs.size(), " outputs; at most ", kMaxOutputs));
+    }
+    std::vector<TensorRef> refs;
+    for (const json& out : outs) {
+      if (!out.is_array() || out.size() < 2 || !out[0].is_string() || !out[1].is_number_integer()) {
+        return Bad(source,
+                   absl::StrCat("output_layers ", Show(out), " is not [name, node, tensor]"));
       }
-      out = out[0];
+      refs.push_back(TensorRef{out[0].get<std::string>(), out[1].get<int>()});
     }
-    if (!out.is_array() || out.size() < 2 || !out[0].is_string() || !out[1].is_number_integer()) {
-      return Bad(source, absl::StrCat("output_layers ", Show(out), " is not [name, node, tensor]"));
-    }
-    return TensorRef{out[0].get<std::string>(), out[1].get<int>()};
+    return refs;
   }
   const json& last = layers.back();
   TensorRef ref;
@@ -94,7 +98,7 @@ absl::StatusOr<TensorRef> OutputTensor(const json& config, const json& layers,
   ref.node = last.contains("inbound_nodes") && last["inbound_nodes"].is_array()
                  ? std::max(0, static_cast<int>(last["inbound_nodes"].size()) - 1)
                  : 0;
-  return ref;
+  return std::vector<TensorRef>{ref};
 }
 
 // One layer of the file, its options parsed.
@@ -204,11 +208,11 @@ absl::StatusOr<NodeKey> Resolve(const LayerIndex& index, const TensorRef& ref,
   return NodeKey{it->second, ref.node};
 }
 
-// What each node that `output` depends on reads, found from the output back.
-absl::StatusOr<std::map<NodeKey, std::vector<NodeKey>>> NodeReads(const LayerIndex& index,
-                                                                  NodeKey output) {
+// What each node that the outputs depend on reads, found from them back.
+absl::StatusOr<std::map<NodeKey, std::vector<NodeKey>>> NodeReads(
+    const LayerIndex& index, const std::vector<NodeKey>& outputs) {
   std::map<NodeKey, std::vector<NodeKey>> reads;
-  std::vector<NodeKey> todo = {output};
+  std::vector<NodeKey> todo = outputs;
   while (!todo.empty()) {
     const NodeKey k = todo.back();
     todo.pop_back();
@@ -228,10 +232,12 @@ absl::StatusOr<std::map<NodeKey, std::vector<NodeKey>>> NodeReads(const LayerInd
 
 // Appends the nodes of `reads` to `parsed`, each after what it reads,
 // ordered by file position among those ready (a chain keeps the file's
-// order); InvalidArgument starting with `source` for a cycle.
+// order); InvalidArgument starting with `source` for a cycle. With
+// several `outputs`, their nodes' indices go to parsed->outputs.
 absl::Status PlaceNodes(const std::vector<FileLayer>& layers,
                         const std::map<NodeKey, std::vector<NodeKey>>& reads,
-                        const std::string& source, ParsedLayers* parsed) {
+                        const std::vector<NodeKey>& outputs, const std::string& source,
+                        ParsedLayers* parsed) {
   std::map<NodeKey, int> waiting;                 // inputs not yet placed
   std::map<NodeKey, std::vector<NodeKey>> users;  // who reads a node
   std::set<NodeKey> ready;
@@ -265,6 +271,9 @@ absl::Status PlaceNodes(const std::vector<FileLayer>& layers,
   if (parsed->specs.size() != reads.size()) {
     return Bad(source, "the layers' graph has a cycle");
   }
+  for (const NodeKey& k : outputs) {
+    if (outputs.size() > 1) parsed->outputs.push_back(index.at(k));
+  }
   return absl::OkStatus();
 }
 
@@ -286,14 +295,24 @@ absl::Status PlanFunctionalNodes(const ModelEnvelope& model, const std::string& 
       parsed->inputs.emplace_back(name, l.shape);
     }
   }
-  absl::StatusOr<TensorRef> output = OutputTensor(model.config, model.layers, source);
-  if (!output.ok()) return output.status();
-  absl::StatusOr<NodeKey> out_key = Resolve(index, *output, source);
-  if (!out_key.ok()) return out_key.status();
-  if (out_key->first < 0) return Bad(source, "the model's output is its input");
-  absl::StatusOr<std::map<NodeKey, std::vector<NodeKey>>> reads = NodeReads(index, *out_key);
+  absl::StatusOr<std::vector<TensorRef>> outputs =
+      OutputTensors(model.config, model.layers, source);
+  if (!outputs.ok()) return outputs.status();
+  std::vector<NodeKey> out_keys;
+  for (const TensorRef& output : *outputs) {
+    absl::StatusOr<NodeKey> out_key = Resolve(index, output, source);
+    if (!out_key.ok()) return out_key.status();
+    if (out_key->first < 0) return Bad(source, "the model's output is its input");
+    if (std::find(out_keys.begin(), out_keys.end(), *out_key) != out_keys.end()) {
+      return Bad(source, absl::StrCat("output_layers name layer '", output.layer,
+                                      "' twice: each output must be a tensor of its own"));
+    }
+    out_keys.push_back(*out_key);
+    if (outputs->size() > 1) parsed->output_names.push_back(output.layer);
+  }
+  absl::StatusOr<std::map<NodeKey, std::vector<NodeKey>>> reads = NodeReads(index, out_keys);
   if (!reads.ok()) return reads.status();
-  return PlaceNodes(layers, *reads, source, parsed);
+  return PlaceNodes(layers, *reads, out_keys, source, parsed);
 }
 
 }  // namespace

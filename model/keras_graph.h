@@ -32,11 +32,15 @@ struct ParsedLayers {
   std::vector<LayerSpec> specs;   // nodes, each after its inputs
   std::vector<LayerInits> inits;  // per node
   std::vector<LayerPenalties> penalties;  // per node
+  // A model with several outputs: each one's node and layer name, in the
+  // model's output order (empty for one output: the last node).
+  std::vector<int> outputs;
+  std::vector<std::string> output_names;
 };
 
 // The nodes of `model`, whose errors start with `source`: InvalidArgument
 // for a layer that cannot be parsed, a graph that does not resolve (a
-// missing layer or application, a cycle, several outputs) or a model with
+// missing layer or application, a cycle, more than kMaxOutputs outputs) or a model with
 // no layer but its input.
 absl::StatusOr<ParsedLayers> ParseLayers(const ModelEnvelope& model, const std::string& source);
 

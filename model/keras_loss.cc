@@ -1,6 +1,11 @@
 #include "model/keras_loss.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace pscluster {
 namespace keras {
@@ -79,11 +84,15 @@ absl::StatusOr<LossChoice> ChooseLoss(const std::string& flag, const json& file_
   return loss;
 }
 
-absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
-                                const std::string& source) {
-  const int last = static_cast<int>(specs.size()) - 1;
-  int head = last;
-  Activation tail = Activation::kNone;  // a last Activation layer's
+namespace {
+
+// The output at node `node` checked against `loss` (CheckOutput's rules),
+// what the loss reads described in *head.
+absl::Status CheckHead(const std::vector<LayerSpec>& specs, int node, LossChoice* loss,
+                       const std::string& source, HeadInfo* head_info) {
+  int head = node;
+  int tail_node = -1;                   // a last Activation layer
+  Activation tail = Activation::kNone;  // its function
   std::string sum;                      // the Add in the tail, if any
   // The head: the last Dense, or a Dot (a two-tower model's logit).
   auto is_head = [](const LayerSpec& l) {
@@ -92,14 +101,14 @@ absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice*
   while (head >= 0 && !is_head(specs[head])) {
     const LayerSpec& l = specs[head];
     const bool ok_tail = l.kind == LayerKind::kDropout || l.kind == LayerKind::kAdd ||
-                         (l.kind == LayerKind::kActivation && head == last);
+                         (l.kind == LayerKind::kActivation && head == node);
     if (!ok_tail) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
                  "comes after the last Dense (or Dot) layer; the model must end in a Dense "
                  "or Dot layer (optionally then Dropout, Add and one Activation) whose "
                  "outputs the loss reads");
     }
-    if (l.kind == LayerKind::kActivation) tail = l.activation;
+    if (l.kind == LayerKind::kActivation) tail = l.activation, tail_node = head;
     if (l.kind == LayerKind::kAdd) sum = l.name;
     head = FirstInput(specs, head);
   }
@@ -113,7 +122,7 @@ absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice*
                             "' before the loss: its activation must be linear (logits)"));
   }
   if (tail != Activation::kNone && dense.activation != Activation::kNone) {
-    return Bad(absl::StrCat(source, ": layer '", specs[last].name, "'"),
+    return Bad(absl::StrCat(source, ": layer '", specs[node].name, "'"),
                "an activation after the output Dense layer's own is not supported");
   }
   const Activation out = tail != Activation::kNone ? tail : dense.activation;
@@ -148,19 +157,183 @@ absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice*
                                 "; give the output ", out == Activation::kNone ? "a " : "no ",
                                 categorical ? "softmax" : "sigmoid", " or flip from_logits"));
   }
-  for (int i = 0; i <= last; ++i) {
+  const int width = dense.kind == LayerKind::kDot ? 1 : dense.units;
+  if (loss->kind == LossKind::kSparseCategoricalCrossentropy && width > (1 << 24)) {
+    return Bad(at, absl::StrCat(width, " classes; at most 2^24"));
+  }
+  head_info->width = width;
+  head_info->head = head;
+  head_info->tail = tail_node;
+  head_info->squashed = (categorical || binary) && out != Activation::kNone;
+  return absl::OkStatus();
+}
+
+// Refuses a softmax anywhere but where a loss reads it (`allowed`).
+absl::Status CheckSoftmaxPlaces(const std::vector<LayerSpec>& specs,
+                                const std::vector<int>& allowed, const std::string& source) {
+  for (size_t i = 0; i < specs.size(); ++i) {
     const LayerSpec& l = specs[i];
-    if (l.activation == Activation::kSoftmax && i != head && !(i == last && tail == out)) {
+    if (l.activation == Activation::kSoftmax &&
+        std::find(allowed.begin(), allowed.end(), static_cast<int>(i)) == allowed.end()) {
       return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
                  "option 'activation' = \"softmax\" is only supported at the end of the model, "
                  "where it is fused with the cross-entropy loss");
     }
   }
-  const int width = dense.kind == LayerKind::kDot ? 1 : dense.units;
-  if (loss->kind == LossKind::kSparseCategoricalCrossentropy && width > (1 << 24)) {
-    return Bad(at, absl::StrCat(width, " classes; at most 2^24"));
+  return absl::OkStatus();
+}
+
+// The loss an output's entry of the file's loss (a list's element, a
+// dict's value) gives; null: none (chosen from the output).
+absl::StatusOr<LossChoice> EntryLoss(const json& entry, const std::string& source) {
+  if (entry.is_null()) return LossChoice();
+  return LossOfConfig(entry, source);
+}
+
+}  // namespace
+
+absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
+                                const std::string& source) {
+  const int last = static_cast<int>(specs.size()) - 1;
+  HeadInfo head;
+  if (absl::Status s = CheckHead(specs, last, loss, source, &head); !s.ok()) return s;
+  std::vector<int> allowed = {head.head};
+  if (head.tail >= 0) allowed.push_back(head.tail);
+  if (absl::Status s = CheckSoftmaxPlaces(specs, allowed, source); !s.ok()) return s;
+  return head.width;
+}
+
+absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec>& specs,
+                                                     const std::vector<int>& outputs,
+                                                     const std::vector<std::string>& names,
+                                                     const std::string& flag, const json& file_loss,
+                                                     const json& file_weights,
+                                                     const std::string& source) {
+  const size_t n = outputs.size();
+  const std::string outputs_text = absl::StrCat("[", absl::StrJoin(names, ", "), "]");
+  auto index_of = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  std::vector<LossChoice> losses(n);
+  if (!flag.empty() && flag.find(':') == std::string::npos) {
+    absl::StatusOr<LossChoice> one = ChooseLoss(flag, json(), source);
+    if (!one.ok()) return one.status();
+    losses.assign(n, *one);
+  } else if (!flag.empty()) {  // --loss=<output>:<loss>,...
+    std::vector<bool> seen(n, false);
+    for (absl::string_view part : absl::StrSplit(flag, ',')) {
+      std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
+      const size_t k = kv.size() == 2 ? index_of(kv[0]) : n;
+      if (k == n || seen[k]) {
+        return Bad(absl::StrCat("--loss=", flag),
+                   absl::StrCat("'", part, "' is not <output>:<loss> for one of the outputs ",
+                                outputs_text, " (each once)"));
+      }
+      absl::StatusOr<LossChoice> one = ChooseLoss(kv[1], json(), source);
+      if (!one.ok()) return one.status();
+      losses[k] = *one;
+      seen[k] = true;
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+      return Bad(
+          absl::StrCat("--loss=", flag),
+          absl::StrCat("names a loss for some outputs only; the model's are ", outputs_text));
+    }
+  } else if (file_loss.is_array()) {
+    if (file_loss.size() != n) {
+      return Bad(source, absl::StrCat("loss ", Show(file_loss), ": ", file_loss.size(),
+                                      " losses for ", n, " outputs ", outputs_text));
+    }
+    for (size_t k = 0; k < n; ++k) {
+      absl::StatusOr<LossChoice> one = EntryLoss(file_loss[k], source);
+      if (!one.ok()) return one.status();
+      losses[k] = *one;
+    }
+  } else if (file_loss.is_object() && !file_loss.contains("class_name")) {
+    for (const auto& [name, entry] : file_loss.items()) {
+      if (index_of(name) == n) {
+        return Bad(source, absl::StrCat("loss ", Show(file_loss), " names '", name,
+                                        "', which is not one of the outputs ", outputs_text));
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      absl::StatusOr<LossChoice> one =
+          EntryLoss(file_loss.contains(names[k]) ? file_loss[names[k]] : json(), source);
+      if (!one.ok()) return one.status();
+      losses[k] = *one;
+    }
+  } else if (!file_loss.is_null()) {  // one loss for every output
+    absl::StatusOr<LossChoice> one = LossOfConfig(file_loss, source);
+    if (!one.ok()) return one.status();
+    losses.assign(n, *one);
   }
-  return width;
+  std::vector<float> weights(n, 1.0f);
+  auto weight_of = [&](const json& w, size_t k) -> absl::Status {
+    if (!w.is_number() || !(w.get<double>() >= 0) || !std::isfinite(w.get<double>())) {
+      return Bad(source, absl::StrCat("loss_weights ", Show(file_weights), ": the weight of '",
+                                      names[k], "' is ", Show(w), ", not a number >= 0"));
+    }
+    weights[k] = w.get<float>();
+    return absl::OkStatus();
+  };
+  if (file_weights.is_array()) {
+    if (file_weights.size() != n) {
+      return Bad(source,
+                 absl::StrCat("loss_weights ", Show(file_weights), ": ", file_weights.size(),
+                              " weights for ", n, " outputs ", outputs_text));
+    }
+    for (size_t k = 0; k < n; ++k) {
+      if (absl::Status s = weight_of(file_weights[k], k); !s.ok()) return s;
+    }
+  } else if (file_weights.is_object()) {
+    for (const auto& [name, w] : file_weights.items()) {
+      const size_t k = index_of(name);
+      if (k == n) {
+        return Bad(source, absl::StrCat("loss_weights ", Show(file_weights), " names '", name,
+                                        "', which is not one of the outputs ", outputs_text));
+      }
+      if (absl::Status s = weight_of(w, k); !s.ok()) return s;
+    }
+  } else if (!file_weights.is_null()) {
+    return Bad(source, absl::StrCat("loss_weights ", Show(file_weights),
+                                    " is not a list or a dict by output"));
+  }
+  std::vector<OutputLoss> out(n);
+  std::vector<int> allowed;
+  for (size_t k = 0; k < n; ++k) {
+    OutputLoss& o = out[k];
+    o.node = outputs[k];
+    o.weight = weights[k];
+    const LayerSpec& l = specs[o.node];
+    const std::string at = absl::StrCat(source, ": output '", names[k], "'");
+    if (l.kind == LayerKind::kMultiply) {
+      // A product of probabilities (ESMM's click-and-convert head): read
+      // as it is, binary cross-entropy on probabilities.
+      LossChoice& c = losses[k];
+      if (!c.given) c.kind = LossKind::kBinaryCrossentropy;
+      const bool categorical = c.kind == LossKind::kSparseCategoricalCrossentropy ||
+                               c.kind == LossKind::kCategoricalCrossentropy;
+      if (categorical || (c.kind == LossKind::kBinaryCrossentropy && c.from_logits == true)) {
+        return Bad(at, absl::StrCat("a Multiply output is read as it is: ", LossName(c.kind),
+                                    c.from_logits == true ? " from logits" : "",
+                                    " would need logits; use binary_crossentropy (on "
+                                    "probabilities) or a regression loss"));
+      }
+      o.kind = c.kind;
+      o.probabilities = c.kind == LossKind::kBinaryCrossentropy;
+      o.logits = o.node;
+      continue;
+    }
+    HeadInfo head;
+    if (absl::Status s = CheckHead(specs, o.node, &losses[k], at, &head); !s.ok()) return s;
+    o.kind = losses[k].kind;
+    o.width = head.width;
+    o.head = head;
+    allowed.push_back(head.head);
+    if (head.tail >= 0) allowed.push_back(head.tail);
+  }
+  if (absl::Status s = CheckSoftmaxPlaces(specs, allowed, source); !s.ok()) return s;
+  return out;
 }
 
 }  // namespace keras

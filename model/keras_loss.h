@@ -48,6 +48,45 @@ absl::StatusOr<LossChoice> ChooseLoss(const std::string& flag, const json& file_
 absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
                                 const std::string& source);
 
+// Where a checked output's loss reads: `head` the Dense or Dot node, `tail`
+// a last Activation layer after it (else -1), `squashed` whether the
+// output's sigmoid or softmax is fused into its cross-entropy (which then
+// reads the logits before it).
+struct HeadInfo {
+  int width = 0;
+  int head = -1, tail = -1;
+  bool squashed = false;
+};
+
+// One output of a model with several, checked: its loss and weight, and
+// where the loss reads it.
+struct OutputLoss {
+  int node = -1;  // the output's node
+  LossKind kind = LossKind::kBinaryCrossentropy;
+  float weight = 1.0f;
+  int width = 1;
+  // A Multiply's product, read as it is (binary cross-entropy then on
+  // probabilities); else `head` as CheckHead found it.
+  bool probabilities = false;
+  int logits = -1;
+  HeadInfo head;
+};
+
+// The outputs of a model with several (`outputs`, their nodes, and
+// `names`, in the model's order) checked as CheckOutput checks one, each
+// with its loss: `flag` one loss name for all or "<output>:<loss>,..." for
+// each, else the file's loss (one for all, a list in output order, or a
+// dict by output name; an output without one gets one from its
+// activation), weighted by the file's loss_weights (a list or a dict; 1
+// where absent). A Multiply output (a product of sigmoids) trains on
+// binary cross-entropy on probabilities or a regression loss.
+absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec>& specs,
+                                                     const std::vector<int>& outputs,
+                                                     const std::vector<std::string>& names,
+                                                     const std::string& flag, const json& file_loss,
+                                                     const json& file_weights,
+                                                     const std::string& source);
+
 }  // namespace keras
 }  // namespace pscluster
 

@@ -1,5 +1,6 @@
 #include "model/keras_model.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -134,6 +135,130 @@ void DefaultActivationParameters(bool keras3, std::vector<LayerSpec>* specs) {
   }
 }
 
+// Inserts `node` into the graph at index `at`: nodes reading index >= at
+// read one further on, as do the outputs.
+void InsertNode(ParsedLayers* parsed, int at, LayerSpec node) {
+  for (LayerSpec& l : parsed->specs) {
+    for (int& j : l.inputs) {
+      if (j >= at) ++j;
+    }
+  }
+  for (int& o : parsed->outputs) {
+    if (o >= at) ++o;
+  }
+  parsed->specs.insert(parsed->specs.begin() + at, std::move(node));
+  parsed->inits.insert(parsed->inits.begin() + at, keras::LayerInits());
+  parsed->penalties.insert(parsed->penalties.begin() + at, keras::LayerPenalties());
+}
+
+// How many times other nodes read node `n`.
+int ReadersOf(const std::vector<LayerSpec>& specs, int n) {
+  int count = 0;
+  for (const LayerSpec& l : specs) {
+    count += static_cast<int>(std::count(l.inputs.begin(), l.inputs.end(), n));
+  }
+  return count;
+}
+
+// A model with several outputs made one whose last node joins the values
+// each output's loss reads (a Concatenate, "(outputs)"): a sigmoid or
+// softmax fused into a cross-entropy leaves its output's Dense linear
+// (logits), the activation becoming a node of its own for other layers
+// that read the output (ESMM's product of the click and conversion
+// probabilities reads the click head's). The outputs, with their columns,
+// go to *out.
+absl::Status JoinOutputs(std::vector<keras::OutputLoss> losses, const std::string& source,
+                         ParsedLayers* parsed, std::vector<OutputSpec>* out) {
+  std::vector<LayerSpec>& specs = parsed->specs;
+  for (size_t k = 0; k < losses.size(); ++k) {
+    keras::OutputLoss& o = losses[k];
+    const int node = parsed->outputs[k];
+    o.logits = node;
+    if (o.probabilities || !o.head.squashed) continue;
+    const int tail = o.head.tail;
+    if (tail >= 0) {
+      // Activation(sigmoid) after the logits: the loss reads what it reads.
+      if (ReadersOf(specs, tail) == 0) {
+        specs[tail].activation = Activation::kNone;  // no other reader: a copy of the logits
+      } else {
+        o.logits = specs[tail].inputs[0];
+      }
+      continue;
+    }
+    if (o.head.head != node) {
+      return Bad(absl::StrCat(source, ": output '", parsed->output_names[k], "'"),
+                 "a Dropout after a squashed (sigmoid or softmax) output is not supported");
+    }
+    const Activation act = specs[node].activation;
+    specs[node].activation = Activation::kNone;
+    if (ReadersOf(specs, node) == 0) continue;
+    if (act == Activation::kSoftmax) {
+      return Bad(absl::StrCat(source, ": output '", parsed->output_names[k], "'"),
+                 "its softmax output is read by other layers: softmax is only supported where "
+                 "the loss reads it");
+    }
+    LayerSpec squash;
+    squash.kind = LayerKind::kActivation;
+    squash.name = specs[node].name;
+    squash.activation = act;
+    squash.alpha = specs[node].alpha;
+    squash.inputs = {node};
+    InsertNode(parsed, node + 1, squash);
+    for (size_t i = node + 2; i < specs.size(); ++i) {
+      for (int& j : specs[i].inputs) {
+        if (j == node) j = node + 1;
+      }
+    }
+    for (keras::OutputLoss& other : losses) {
+      if (other.logits > node) ++other.logits;
+      if (other.head.head > node) ++other.head.head;
+      if (other.head.tail > node) ++other.head.tail;
+    }
+  }
+  LayerSpec join;
+  join.kind = LayerKind::kConcatenate;
+  join.name = "(outputs)";
+  for (const keras::OutputLoss& o : losses) join.inputs.push_back(o.logits);
+  specs.push_back(std::move(join));
+  parsed->inits.emplace_back();
+  parsed->penalties.emplace_back();
+  for (size_t k = 0; k < losses.size(); ++k) {
+    OutputSpec o;
+    o.name = parsed->output_names[k];
+    o.group.loss = losses[k].kind;
+    o.group.weight = losses[k].weight;
+    o.group.probabilities = losses[k].probabilities;
+    out->push_back(std::move(o));
+  }
+  return absl::OkStatus();
+}
+
+// Each output's columns and targets from the built spec's shapes: every
+// output must be flat.
+absl::Status PlaceOutputColumns(const std::string& source, ModelSpec* spec) {
+  absl::StatusOr<std::vector<ActivationShape>> shapes = NodeShapes(*spec);
+  if (!shapes.ok()) return Bad(source, std::string(shapes.status().message()));
+  const LayerSpec& join = spec->layers.back();
+  int first = 0, targets = 0;
+  for (size_t k = 0; k < spec->outputs.size(); ++k) {
+    const int node = join.inputs[k];
+    const ActivationShape& y = node < 0 ? InputShapeOf(*spec, node) : (*shapes)[node];
+    if (y.h != 1 || y.w != 1) {
+      return Bad(absl::StrCat(source, ": output '", spec->outputs[k].name, "'"),
+                 absl::StrCat("is ", y.h, "x", y.w, "x", y.c,
+                              " per example; an output must be flat ([units])"));
+    }
+    LossGroup& g = spec->outputs[k].group;
+    g.first = first;
+    g.width = y.c;
+    g.targets_at = targets;
+    first += y.c;
+    targets += TargetsPerExample(g.loss, y.c);
+  }
+  spec->num_classes = first;
+  return absl::OkStatus();
+}
+
 // ParseKerasModel's steps; nlohmann's exceptions pass through.
 absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
                                                  const std::string& source,
@@ -142,12 +267,26 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
   if (!model.ok()) return model.status();
   absl::StatusOr<ParsedLayers> parsed = keras::ParseLayers(*model, source);
   if (!parsed.ok()) return parsed.status();
-  absl::StatusOr<keras::LossChoice> loss = keras::ChooseLoss(loss_flag, model->loss, source);
-  if (!loss.ok()) return loss.status();
   DefaultActivationParameters(model->keras3, &parsed->specs);
-  absl::StatusOr<int> outputs = keras::CheckOutput(parsed->specs, &*loss, source);
-  if (!outputs.ok()) return outputs.status();
-  const int classes = *outputs;
+  keras::LossChoice loss;
+  int classes = 0;  // several outputs: from their shapes, once built
+  std::vector<OutputSpec> several;
+  if (parsed->outputs.empty()) {
+    absl::StatusOr<keras::LossChoice> chosen = keras::ChooseLoss(loss_flag, model->loss, source);
+    if (!chosen.ok()) return chosen.status();
+    loss = *chosen;
+    absl::StatusOr<int> outputs = keras::CheckOutput(parsed->specs, &loss, source);
+    if (!outputs.ok()) return outputs.status();
+    classes = *outputs;
+  } else {
+    absl::StatusOr<std::vector<keras::OutputLoss>> losses =
+        keras::CheckOutputs(parsed->specs, parsed->outputs, parsed->output_names, loss_flag,
+                            model->loss, model->loss_weights, source);
+    if (!losses.ok()) return losses.status();
+    if (absl::Status s = JoinOutputs(*std::move(losses), source, &*parsed, &several); !s.ok()) {
+      return s;
+    }
+  }
   absl::StatusOr<std::vector<InputSpec>> inputs = InputsOf(*parsed, source);
   if (!inputs.ok()) return inputs.status();
   // With several inputs the example's shape is theirs, end to end.
@@ -161,7 +300,11 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
     return Bad(source, std::string(spec.status().message()));
   }
   ApplyVariableOptions(*parsed, &*spec);
-  spec->loss = loss->kind;
+  spec->loss = loss.kind;
+  if (!several.empty()) {
+    spec->outputs = std::move(several);
+    if (absl::Status s = PlaceOutputColumns(source, &*spec); !s.ok()) return s;
+  }
   if (spec->num_parameters > (int64_t{1} << 31)) {
     return Bad(source, absl::StrCat(spec->num_parameters, " parameters; at most 2^31"));
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -460,6 +461,120 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
   }
 }
 
+// Two linear heads of 3 over one input, with `compiled` (a training_config's
+// members) when not empty.
+std::string TwoHeads(const std::string& compiled = "") {
+  return absl::StrCat(
+      R"({"class_name": "Functional", "config": {
+    "output_layers": [["a", 0, 0], ["b", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "name": "i", "config": {"batch_shape": [null, 4], "name": "i"},
+     "inbound_nodes": []},
+    {"class_name": "Dense", "name": "a", "config": {"name": "a", "units": 3},
+     "inbound_nodes": [[["i", 0, 0, {}]]]},
+    {"class_name": "Dense", "name": "b", "config": {"name": "b", "units": 3},
+     "inbound_nodes": [[["i", 0, 0, {}]]]}]})",
+      compiled.empty() ? "" : absl::StrCat(R"(, "training_config": {)", compiled, "}"), "}");
+}
+
+// ESMM's heads: 'ctr' (Dense, sigmoid) read by 'ctcvr', its product with
+// 'cvr'; the outputs are ctr and ctcvr.
+constexpr char kEsmm[] = R"({"class_name": "Functional", "config": {
+    "output_layers": [["ctr", 0, 0], ["ctcvr", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"},
+     "inbound_nodes": []},
+    {"class_name": "Dense", "config": {"name": "ctr", "units": 1, "activation": "sigmoid"},
+     "inbound_nodes": [[["i", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "cvr", "units": 1, "activation": "sigmoid"},
+     "inbound_nodes": [[["i", 0, 0, {}]]]},
+    {"class_name": "Multiply", "config": {"name": "ctcvr"},
+     "inbound_nodes": [[["ctr", 0, 0, {}], ["cvr", 0, 0, {}]]]}]},
+    "compile_config": {"loss": {"ctr": "binary_crossentropy", "ctcvr": "binary_crossentropy"},
+                       "loss_weights": [1.0, 0.25]}})";
+
+// Several outputs: each with its loss (one for all, a list, a dict, the
+// flag's), weight and columns; the model ends in a join of what the losses
+// read, a fused sigmoid leaving its Dense linear and becoming a node of its
+// own for the layers that read the output.
+TEST(KerasModelTest, ReadsSeveralOutputs) {
+  absl::StatusOr<ModelSpec> two = ParseKerasModel(TwoHeads(), "m.json");
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(two->outputs.size(), 2u);
+  EXPECT_EQ(two->outputs[0].name, "a");
+  EXPECT_EQ(two->outputs[1].name, "b");
+  EXPECT_EQ(two->num_classes, 6);
+  EXPECT_EQ(TargetsOf(*two), 2);  // a class index each
+  EXPECT_EQ(two->outputs[1].group.first, 3);
+  EXPECT_EQ(two->outputs[1].group.targets_at, 1);
+  EXPECT_EQ(two->layers.back().kind, LayerKind::kConcatenate);
+  EXPECT_EQ(two->layers.back().name, "(outputs)");
+
+  absl::StatusOr<ModelSpec> mixed =
+      ParseKerasModel(TwoHeads(R"("loss": ["mse", "categorical_crossentropy"],
+                                   "loss_weights": {"b": 0.5})"),
+                      "m.json");
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(mixed->outputs[0].group.loss, LossKind::kMeanSquaredError);
+  EXPECT_EQ(mixed->outputs[1].group.loss, LossKind::kCategoricalCrossentropy);
+  EXPECT_EQ(mixed->outputs[0].group.weight, 1.0f);
+  EXPECT_EQ(mixed->outputs[1].group.weight, 0.5f);
+  EXPECT_EQ(TargetsOf(*mixed), 6);
+  absl::StatusOr<ModelSpec> flagged = ParseKerasModel(TwoHeads(), "m.json", "b:mae,a:mse");
+  ASSERT_TRUE(flagged.ok()) << flagged.status();
+  EXPECT_EQ(flagged->outputs[0].group.loss, LossKind::kMeanSquaredError);
+  EXPECT_EQ(flagged->outputs[1].group.loss, LossKind::kMeanAbsoluteError);
+  absl::StatusOr<ModelSpec> all = ParseKerasModel(TwoHeads(), "m.json", "mse");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->outputs[1].group.loss, LossKind::kMeanSquaredError);
+
+  absl::StatusOr<ModelSpec> esmm = ParseKerasModel(kEsmm, "esmm.json");
+  ASSERT_TRUE(esmm.ok()) << esmm.status();
+  ASSERT_EQ(esmm->outputs.size(), 2u);
+  EXPECT_FALSE(esmm->outputs[0].group.probabilities);  // the click head's logits
+  EXPECT_TRUE(esmm->outputs[1].group.probabilities);   // the product
+  EXPECT_EQ(esmm->outputs[1].group.weight, 0.25f);
+  std::vector<std::string> kinds;
+  for (const LayerSpec& l : esmm->layers) {
+    kinds.push_back(absl::StrCat(l.name, l.activation == Activation::kSigmoid ? ":sigmoid" : ""));
+  }
+  // ctr is linear, its sigmoid a node of its own that the product reads.
+  EXPECT_EQ(absl::StrJoin(kinds, " "), "ctr ctr:sigmoid cvr:sigmoid ctcvr (outputs)");
+  EXPECT_EQ(esmm->layers[1].kind, LayerKind::kActivation);
+  EXPECT_EQ(esmm->layers[3].inputs, (std::vector<int>{1, 2}));
+  EXPECT_EQ(esmm->layers[4].inputs, (std::vector<int>{0, 3}));
+}
+
+TEST(KerasModelTest, RefusesBadSeveralOutputs) {
+  auto refused = [](const std::string& text, const std::string& expect,
+                    const std::string& flag = "") {
+    absl::StatusOr<ModelSpec> s = ParseKerasModel(text, "m.json", flag);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(expect), std::string::npos)
+        << s.status().message() << "\nwanted: " << expect;
+  };
+  refused(TwoHeads(R"("loss": ["mse"])"), "1 losses for 2 outputs [a, b]");
+  refused(TwoHeads(R"("loss": {"a": "mse", "z": "mse"})"),
+          "names 'z', which is not one of the outputs [a, b]");
+  refused(TwoHeads(R"("loss": "mse", "loss_weights": [1, -1])"),
+          "the weight of 'b' is -1, not a number >= 0");
+  refused(TwoHeads(R"("loss": "mse", "loss_weights": {"c": 1})"),
+          "loss_weights {\"c\":1} names 'c', which is not one of the outputs [a, b]");
+  refused(TwoHeads(), "--loss=a:mse: names a loss for some outputs only; the model's are [a, b]",
+          "a:mse");
+  refused(TwoHeads(), "'q:mse' is not <output>:<loss> for one of the outputs [a, b]",
+          "a:mse,q:mse");
+  refused(TwoHeads(), "--loss=hinge: not a loss we train on", "hinge");
+  std::string esmm = kEsmm;
+  esmm.replace(esmm.find(R"("ctcvr": "binary_crossentropy")"), 30,
+               R"("ctcvr": "sparse_categorical_crossentropy")");
+  refused(esmm, "output 'ctcvr': a Multiply output is read as it is");
+  std::string softmax = kEsmm;
+  softmax.replace(softmax.find("\"sigmoid\""), 9, "\"softmax\"");
+  softmax.replace(softmax.find(R"({"ctr": "binary_crossentropy")"), 29,
+                  R"({"ctr": "categorical_crossentropy")");
+  refused(softmax, "its softmax output is read by other layers");
+}
+
 TEST(KerasModelTest, RefusesWholeModelProblems) {
   auto refused = [](const std::string& text, const std::string& expect) {
     absl::StatusOr<ModelSpec> s = ParseKerasModel(text, "m.json");
@@ -507,18 +622,9 @@ TEST(KerasModelTest, RefusesWholeModelProblems) {
   EXPECT_NE(flag.status().message().find("--loss=poisson: not a loss we train on"),
             std::string::npos)
       << flag.status();
-  // Graphs we do not run: several outputs, input_layers that are not the
-  // InputLayers, an input without a shape, merges of misfitting shapes, a
-  // read of a layer the model lacks, a cycle.
-  const std::string two_heads = R"({"class_name": "Functional", "config": {
-    "output_layers": [["a", 0, 0], ["b", 0, 0]], "layers": [
-    {"class_name": "InputLayer", "name": "i", "config": {"batch_shape": [null, 4], "name": "i"},
-     "inbound_nodes": []},
-    {"class_name": "Dense", "name": "a", "config": {"name": "a", "units": 3},
-     "inbound_nodes": [[["i", 0, 0, {}]]]},
-    {"class_name": "Dense", "name": "b", "config": {"name": "b", "units": 3},
-     "inbound_nodes": [[["i", 0, 0, {}]]]}]}})";
-  refused(two_heads, "models with several outputs are not supported");
+  // Graphs we do not run: input_layers that are not the InputLayers, an
+  // input without a shape, merges of misfitting shapes, a read of a layer
+  // the model lacks, a cycle.
   refused(R"({"class_name": "Functional", "config": {"output_layers": [["d", 0, 0]], "layers": [
     {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}, "inbound_nodes": []},
     {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "j"}, "inbound_nodes": []},

@@ -26,6 +26,34 @@ enum class LossKind {
   kMeanAbsoluteError,
 };
 
+// A model with several outputs (ModelSpec::outputs) trains on the sum of
+// each output's loss times its weight (Keras's loss_weights). Its outputs
+// are its heads' columns side by side, and so are its targets: each head's
+// TargetsPerExample, in the heads' order. A head reads logits as above,
+// or, with `probabilities`, binary cross-entropy reads its outputs as
+// probabilities, clipped to [1e-7, 1 - 1e-7] as Keras clips them (a
+// product of two sigmoids, as ESMM's conversion head).
+struct LossGroup {
+  LossKind loss = LossKind::kBinaryCrossentropy;
+  int first = 0;       // its first column of the model's outputs
+  int width = 0;       // its columns
+  int targets_at = 0;  // its first target value in an example's targets
+  float weight = 1.0f;
+  bool probabilities = false;
+};
+
+// At most this many outputs (the loss head carries its groups by value,
+// to the device too).
+inline constexpr int kMaxOutputs = 8;
+
+// The loss a batch trains on: `kind` for a model with one output, else
+// `groups` (num_groups >= 1; `kind` then unused). A plain value.
+struct LossSpec {
+  LossKind kind = LossKind::kSparseCategoricalCrossentropy;
+  int num_groups = 0;
+  LossGroup groups[kMaxOutputs];
+};
+
 // Keras's name of a loss ("sparse_categorical_crossentropy", ...).
 const char* LossName(LossKind loss);
 
@@ -33,6 +61,17 @@ const char* LossName(LossKind loss);
 // cross-entropy, else the outputs' count.
 inline int TargetsPerExample(LossKind loss, int outputs) {
   return loss == LossKind::kSparseCategoricalCrossentropy ? 1 : outputs;
+}
+
+// Target values per example of a batch trained on `loss` over `outputs`
+// columns: the groups' total, or TargetsPerExample(loss.kind, outputs).
+inline int TargetsPerExample(const LossSpec& loss, int outputs) {
+  if (loss.num_groups == 0) return TargetsPerExample(loss.kind, outputs);
+  int n = 0;
+  for (int g = 0; g < loss.num_groups; ++g) {
+    n += TargetsPerExample(loss.groups[g].loss, loss.groups[g].width);
+  }
+  return n;
 }
 
 }  // namespace pscluster

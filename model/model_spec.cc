@@ -453,6 +453,20 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
   return spec;
 }
 
+LossSpec LossSpecOf(const ModelSpec& spec) {
+  LossSpec loss;
+  loss.kind = spec.loss;
+  for (const OutputSpec& out : spec.outputs) {
+    if (loss.num_groups == kMaxOutputs) break;  // the parser refuses more
+    loss.groups[loss.num_groups++] = out.group;
+  }
+  return loss;
+}
+
+int TargetsOf(const ModelSpec& spec) {
+  return TargetsPerExample(LossSpecOf(spec), spec.num_classes);
+}
+
 std::vector<std::string> KnownModels() { return {"cnn", "mlp"}; }
 
 absl::StatusOr<ModelSpec> ModelByName(const std::string& name) {

@@ -233,6 +233,13 @@ struct InputSpec {
   int64_t size() const { return int64_t{h} * w * c; }
 };
 
+// One output of a model with several (Keras's output_layers): what the
+// loss head needs (LossGroup: its columns, loss, weight) and its name.
+struct OutputSpec {
+  std::string name;  // the output layer's name: metrics' and labels' (y_train_<name>)
+  LossGroup group;
+};
+
 struct ModelSpec {
   std::string name;
   // The shape of an example. With several inputs an example is their
@@ -244,12 +251,22 @@ struct ModelSpec {
   std::vector<InputSpec> inputs;  // empty: one input, of the shape above
   int num_classes = 0;  // the output's width: classes, or K outputs
   LossKind loss = LossKind::kSparseCategoricalCrossentropy;
+  // Several outputs: each one's loss and columns, in the model's output
+  // order; the last node then joins their columns (num_classes in all)
+  // and `loss` is unused. Empty for a model with one output.
+  std::vector<OutputSpec> outputs;
   std::vector<LayerSpec> layers;
   // In layer order; within a layer in Keras's get_weights() order: kernel,
   // bias; gamma, beta, moving_mean, moving_variance.
   std::vector<VariableSpec> variables;
   int64_t num_parameters = 0;
 };
+
+// The loss head's view of the spec's loss (one, or one per output).
+LossSpec LossSpecOf(const ModelSpec& spec);
+
+// Target values per example: TargetsPerExample(LossSpecOf(spec), num_classes).
+int TargetsOf(const ModelSpec& spec);
 
 // An activation's shape per example: height x width x channels, NHWC;
 // `flat` after a Flatten (then h = w = 1).

@@ -44,6 +44,15 @@ bool ZipArchive::Has(const std::string& name) const {
   return zip_stat(zip_, name.c_str(), 0, &info) == 0 && (info.valid & ZIP_STAT_SIZE);
 }
 
+bool ZipArchive::HasPrefix(const std::string& prefix) const {
+  const zip_int64_t n = zip_get_num_entries(zip_, 0);
+  for (zip_int64_t i = 0; i < n; ++i) {
+    const char* name = zip_get_name(zip_, static_cast<zip_uint64_t>(i), 0);
+    if (name != nullptr && std::string(name).rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<std::string> ZipArchive::Read(const std::string& name, uint64_t max_bytes) const {
   const std::string where = absl::StrCat(path_, ": ", name);
   zip_stat_t info;

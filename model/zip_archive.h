@@ -33,6 +33,9 @@ class ZipArchive {
   // Whether the archive holds a member `name` whose size its header gives.
   bool Has(const std::string& name) const;
 
+  // Whether a member's name starts with `prefix`.
+  bool HasPrefix(const std::string& prefix) const;
+
   // The bytes of member `name`. NotFound "<path>: no member <name>" when it
   // is absent (callers that know what the member is for say so first, with
   // Has); InvalidArgument naming the path and the member when its header

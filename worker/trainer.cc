@@ -64,7 +64,7 @@ absl::Status Trainer::Run() {
   }
   // TFRecord data is read chunk by chunk; the other formats sit in memory.
   absl::StatusOr<std::unique_ptr<ExampleSource>> data =
-      OpenExampleSource(options_.data_dir, Split::kTrain);
+      OpenExampleSource(options_.data_dir, Split::kTrain, OutputNames(*spec));
   if (!data.ok()) return absl::DataLossError(data.status().message());
   if (absl::Status s = CheckSourceFitsModel(data->get(), options_.data_dir, *spec); !s.ok()) {
     return absl::DataLossError(s.message());  // the worker exits kExitBadData

@@ -1,5 +1,7 @@
 #include "worker/training_loop.h"
 
+#include <algorithm>
+
 #include "compute/backend_factory.h"
 
 namespace pscluster {
@@ -21,6 +23,18 @@ StepReport::Options LoopReportOptions(const TrainingContext& context, int chunks
   options.epoch_examples = context.data->count();
   options.answers_per_example =
       context.spec->loss == LossKind::kBinaryCrossentropy ? context.spec->num_classes : 1;
+  if (!context.spec->outputs.empty()) {
+    // Several outputs: the accuracy is over every output's answers (a
+    // binary output's columns, a classifier's one; a regression has none).
+    int answers = 0;
+    for (const OutputSpec& o : context.spec->outputs) {
+      const LossKind k = o.group.loss;
+      answers += k == LossKind::kBinaryCrossentropy ? o.group.width
+                 : k == LossKind::kMeanSquaredError || k == LossKind::kMeanAbsoluteError ? 0
+                                                                                         : 1;
+    }
+    options.answers_per_example = std::max(answers, 1);
+  }
   options.report_interval_s = context.plan->report_interval_s();
   options.final_timeout = context.options->step_timeout;
   return options;

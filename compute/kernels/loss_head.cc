@@ -5,13 +5,21 @@
 namespace pscluster {
 namespace kernels {
 
-void CpuLossHead(LossKind loss, int batch, int outputs, const float* out, const float* targets,
-                 float grad_scale, float* grad, float* probability, double* loss_sum,
-                 int* right) {
+void CpuLossHead(const LossSpec& loss, int batch, int outputs, const float* out,
+                 const float* targets, float grad_scale, float* grad, float* probability,
+                 double* loss_sum, int* right) {
   std::vector<double> row_loss(batch);
   std::vector<int32_t> row_right(batch);
-  const LossRowFn fn{loss,        outputs,         out,           targets,         grad_scale,
-                     grad,        probability,     row_loss.data(), row_right.data()};
+  const LossRowFn fn{loss,
+                     outputs,
+                     TargetsPerExample(loss, outputs),
+                     out,
+                     targets,
+                     grad_scale,
+                     grad,
+                     probability,
+                     row_loss.data(),
+                     row_right.data()};
   double l = 0.0;
   int n = 0;
   for (int64_t r = 0; r < batch; ++r) {

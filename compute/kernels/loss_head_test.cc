@@ -148,6 +148,70 @@ TEST(LossHeadTest, MeanSquaredAndAbsoluteError) {
   ExpectGradientMatchesDifferences(LossKind::kMeanAbsoluteError, batch, outputs, y, t);
 }
 
+// Keras's binary cross-entropy of probabilities (an ESMM product): y
+// clipped to [1e-7, 1 - 1e-7], no gradient where the clip holds it.
+TEST(LossHeadTest, BinaryCrossentropyOnProbabilities) {
+  LossSpec loss;
+  loss.num_groups = 1;
+  loss.groups[0] = LossGroup{LossKind::kBinaryCrossentropy, 0, 2, 0, 1.0f, true};
+  const std::vector<float> y = {0.25f, 0.9f, 1e-9f, 1.0f}, t = {1.0f, 0.0f, 1.0f, 1.0f};
+  std::vector<float> grad(4), prob(4);
+  double sum = 0;
+  int right = 0;
+  CpuLossHead(loss, 2, 2, y.data(), t.data(), 1.0f, grad.data(), prob.data(), &sum, &right);
+  const double lo = 1e-7f, hi = 1.0f - 1e-7f;
+  const double want =
+      (-std::log(0.25) - std::log(1 - double{0.9f})) / 2 + (-std::log(lo) - std::log(hi)) / 2;
+  EXPECT_NEAR(sum, want, 1e-9 * want);
+  EXPECT_NEAR(grad[0], -1.0 / 0.25 / 2, 1e-6);
+  EXPECT_NEAR(grad[1], 1.0 / (1 - double{0.9f}) / 2, 1e-5);
+  EXPECT_EQ(grad[2], 0.0f);  // clipped at 1e-7
+  EXPECT_EQ(grad[3], 0.0f);  // clipped at 1 - 1e-7
+  EXPECT_EQ(prob, y);        // the outputs are the probabilities
+  EXPECT_EQ(right, 1);       // only 1.0 for 1 is on the right side of 0.5
+}
+
+// Several outputs: each group's loss over its columns and targets, times
+// its weight, summed; the gradient matches central differences.
+TEST(LossHeadTest, SeveralOutputsAreWeightedGroups) {
+  const int batch = 3, outputs = 6;  // 3 classes, 1 logit, 2 regression values
+  LossSpec loss;
+  loss.num_groups = 3;
+  loss.groups[0] = LossGroup{LossKind::kSparseCategoricalCrossentropy, 0, 3, 0, 1.0f, false};
+  loss.groups[1] = LossGroup{LossKind::kBinaryCrossentropy, 3, 1, 1, 2.0f, false};
+  loss.groups[2] = LossGroup{LossKind::kMeanSquaredError, 4, 2, 2, 0.5f, false};
+  ASSERT_EQ(TargetsPerExample(loss, outputs), 4);
+  Stream s;
+  std::vector<float> z(batch * outputs);
+  for (float& v : z) v = 2 * s.Next();
+  const std::vector<float> t = {2, 1, 0.5f, -1, 0, 0, 1.5f, 0.25f, 1, 1, -0.5f, 2};
+  auto total = [&](const std::vector<float>& at, std::vector<float>* grad) {
+    double sum = 0;
+    int right = 0;
+    CpuLossHead(loss, batch, outputs, at.data(), t.data(), 1.0f, grad ? grad->data() : nullptr,
+                nullptr, &sum, &right);
+    return sum;
+  };
+  double want = 0;
+  for (int r = 0; r < batch; ++r) {
+    std::vector<float> cls(z.begin() + r * 6, z.begin() + r * 6 + 3), one = {t[r * 4]};
+    want += Loss(LossKind::kSparseCategoricalCrossentropy, 1, 3, cls, one);
+    want += 2 * Loss(LossKind::kBinaryCrossentropy, 1, 1, {z[r * 6 + 3]}, {t[r * 4 + 1]});
+    want += 0.5 * Loss(LossKind::kMeanSquaredError, 1, 2, {z[r * 6 + 4], z[r * 6 + 5]},
+                       {t[r * 4 + 2], t[r * 4 + 3]});
+  }
+  EXPECT_NEAR(total(z, nullptr), want, 1e-9 * want);
+  std::vector<float> grad(z.size());
+  total(z, &grad);
+  for (size_t i = 0; i < z.size(); ++i) {
+    std::vector<float> up = z, down = z;
+    up[i] += 1e-2f;
+    down[i] -= 1e-2f;
+    const double numeric = (total(up, nullptr) - total(down, nullptr)) / 2e-2;
+    EXPECT_NEAR(grad[i], numeric, 2e-3 + 1e-3 * std::fabs(numeric)) << "output " << i;
+  }
+}
+
 }  // namespace
 }  // namespace kernels
 }  // namespace pscluster

@@ -184,7 +184,9 @@ class ExecGraphKernels final : public GraphKernels {
   void LossHead(LossKind loss, int batch, int outputs, const float* out, const float* targets,
                 float grad_scale, float* grad, float* probability, double* loss_sum, int* right,
                 void* workspace) const override {
-    kernels::LossHead(e_, loss, batch, outputs, out, targets, grad_scale, grad, probability,
+    LossSpec one;  // the device graph refuses several outputs
+    one.kind = loss;
+    kernels::LossHead(e_, one, batch, outputs, out, targets, grad_scale, grad, probability,
                       loss_sum, right, workspace);
   }
 

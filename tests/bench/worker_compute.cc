@@ -99,7 +99,7 @@ int Measure(const ModelSpec& spec, const Flags& flags, int threads, double* medi
   std::vector<float> images(flags.batch * image_size);
   for (float& v : images) v = pixel(rng);
   // Targets that fit the model's loss: class indices, else values in [0, 1).
-  const int per = TargetsPerExample(spec.loss, spec.num_classes);
+  const int per = TargetsOf(spec);
   std::vector<float> labels(static_cast<size_t>(flags.batch) * per);
   for (float& l : labels) {
     l = per == 1 && spec.loss == LossKind::kSparseCategoricalCrossentropy
