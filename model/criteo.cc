@@ -24,6 +24,7 @@ constexpr char kHexDigits[] = "0123456789abcdef";
 // Criteo documentation gives the column.
 std::string FieldName(int field) {
   if (field == 0) return "field 1 (label)";
+  if (field < 0) return absl::StrCat("field ", -field + 1, " (label ", -field + 1, ")");
   if (field <= kCriteoIntegerFeatures) return absl::StrCat("field ", field + 1, " (I", field, ")");
   return absl::StrCat("field ", field + 1, " (C", field - kCriteoIntegerFeatures, ")");
 }
@@ -45,10 +46,12 @@ int HexValue(char c) {
   return -1;
 }
 
+// Field `field` of the features (0 the label, 1..13 I1..I13, then
+// C1..C26); a negative field -k is label column k + 1 of several.
 absl::Status ParseField(int field, absl::string_view text, CriteoExample* example) {
-  if (field == 0) {
+  if (field <= 0) {
     if (text != "0" && text != "1") return BadField(field, text, "a label (0 or 1)");
-    example->label = text == "1" ? 1.0f : 0.0f;
+    (field == 0 ? example->label : example->label2) = text == "1" ? 1.0f : 0.0f;
     return absl::OkStatus();
   }
   if (field <= kCriteoIntegerFeatures) {
@@ -83,17 +86,20 @@ uint64_t Mix64(uint64_t z) {
 
 }  // namespace
 
-absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example) {
+absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int labels) {
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   *example = CriteoExample();
+  const int fields = kCriteoFields - 1 + labels;
   int field = 0;
   size_t start = 0;
   while (true) {
     const size_t tab = line.find('\t', start);
     const size_t end = tab == absl::string_view::npos ? line.size() : tab;
-    if (field < kCriteoFields) {
-      if (absl::Status s = ParseField(field, line.substr(start, end - start), example); !s.ok()) {
+    if (field < fields) {
+      // The first label column is the label; a second is field -1.
+      const int which = field == 0 ? 0 : field < labels ? -field : field - labels + 1;
+      if (absl::Status s = ParseField(which, line.substr(start, end - start), example); !s.ok()) {
         return s;
       }
     }
@@ -101,19 +107,23 @@ absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example) {
     if (tab == absl::string_view::npos) break;
     start = tab + 1;
   }
-  if (field != kCriteoFields) {
-    return absl::InvalidArgumentError(absl::StrCat("the line has ", field,
-                                                   " tab-separated fields, expected ",
-                                                   kCriteoFields, " (label, I1..I13, C1..C26)"));
+  if (field != fields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the line has ", field, " tab-separated fields, expected ", fields,
+                     labels == 1 ? " (label, I1..I13, C1..C26)" : " (2 labels, I1..I13, C1..C26)"));
   }
   return absl::OkStatus();
 }
 
-void AppendCriteoLine(const CriteoExample& example, std::string* out) {
-  // Longest line: "1", 13 int64s of 20 characters, 26 ids of 8, 39 tabs, "\n".
-  char line[1 + kCriteoIntegerFeatures * 20 + kCriteoCategoricalFeatures * 8 + 40];
+void AppendCriteoLine(const CriteoExample& example, std::string* out, int labels) {
+  // Longest line: 2 labels, 13 int64s of 20 characters, 26 ids of 8, 40 tabs, "\n".
+  char line[2 + kCriteoIntegerFeatures * 20 + kCriteoCategoricalFeatures * 8 + 41];
   char* p = line;
   *p++ = example.label >= 0.5f ? '1' : '0';
+  if (labels == 2) {
+    *p++ = '\t';
+    *p++ = example.label2 >= 0.5f ? '1' : '0';
+  }
   for (int i = 0; i < kCriteoIntegerFeatures; ++i) {
     *p++ = '\t';
     if (!example.has_integer(i)) continue;
@@ -145,17 +155,18 @@ uint64_t CriteoBucket(int feature, int64_t id, uint64_t buckets) {
 
 void CriteoReader::GzCloser::operator()(gzFile_s* file) const { gzclose(file); }
 
-CriteoReader::CriteoReader(std::string path, gzFile_s* file)
-    : path_(std::move(path)), file_(file) {}
+CriteoReader::CriteoReader(std::string path, gzFile_s* file, int labels)
+    : path_(std::move(path)), file_(file), labels_(labels) {}
 
 CriteoReader::~CriteoReader() = default;
 
-absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
+                                                                 int labels) {
   errno = 0;
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) return ErrnoStatus(errno != 0 ? errno : ENOMEM, "cannot open " + path);
   gzbuffer(file, kChunk);
-  return std::unique_ptr<CriteoReader>(new CriteoReader(path, file));
+  return std::unique_ptr<CriteoReader>(new CriteoReader(path, file, labels));
 }
 
 absl::Status CriteoReader::Fill() {
@@ -206,15 +217,15 @@ absl::StatusOr<bool> CriteoReader::Next(CriteoExample* example) {
   const absl::string_view line(buffer_.data() + begin_, newline - begin_);
   begin_ = std::min(newline + 1, buffer_.size());
   ++line_number_;
-  if (absl::Status s = ParseCriteoLine(line, example); !s.ok()) {
+  if (absl::Status s = ParseCriteoLine(line, example, labels_); !s.ok()) {
     error_ = absl::Status(s.code(), absl::StrCat(path_, ":", line_number_, ": ", s.message()));
     return error_;
   }
   return true;
 }
 
-absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(path);
+absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path, int labels) {
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(path, labels);
   if (!reader.ok()) return reader.status();
   std::vector<CriteoExample> examples;
   CriteoExample example;

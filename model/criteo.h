@@ -33,9 +33,15 @@ inline constexpr int kCriteoFields = 1 + kCriteoIntegerFeatures + kCriteoCategor
 // reversible to the text.
 inline constexpr int64_t kCriteoMissingId = 0;
 
+// At most this many label columns start a line: the click, and in data of
+// two tasks (criteo.json's "labels": 2, criteo_synth --conversions) the
+// conversion that followed it.
+inline constexpr int kCriteoMaxLabels = 2;
+
 // One parsed line.
 struct CriteoExample {
   float label = 0;  // 0 or 1
+  float label2 = 0;  // the second label column's, in lines of two (0 or 1)
   // I1..I13 as written; 0 where the field is empty (see has_integer).
   std::array<int64_t, kCriteoIntegerFeatures> integers{};
   // Bit i set: I(i+1) was given. Empty fields are common in real logs.
@@ -52,12 +58,16 @@ struct CriteoExample {
 // int64 range, or a categorical field that is not exactly 8 hex digits
 // (either case). Callers prefix where the line came from. *example is
 // unspecified after an error.
-absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example);
+//
+// `labels` (1 or kCriteoMaxLabels): label columns before I1, the second
+// going to label2.
+absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int labels = 1);
 
 // Appends `example` as one line, "\n"-terminated, in the form
 // ParseCriteoLine reads back to the same example (hex digits lowercase).
 // Ids must be kCriteoMissingId or in [1, 2^32].
-void AppendCriteoLine(const CriteoExample& example, std::string* out);
+// With `labels` 2, label2 follows label.
+void AppendCriteoLine(const CriteoExample& example, std::string* out, int labels = 1);
 
 // The dense input CTR models take for integer feature x: log(1 + x) for
 // x >= 0. Negative values (real logs have -1, -2, -3 in I2) are clipped to
@@ -85,7 +95,9 @@ uint64_t CriteoBucket(int feature, int64_t id, uint64_t buckets);
 class CriteoReader {
  public:
   // NotFound etc. naming the file when it cannot be opened.
-  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(const std::string& path);
+  // `labels`: label columns a line starts with (ParseCriteoLine).
+  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(const std::string& path,
+                                                            int labels = 1);
   ~CriteoReader();
   CriteoReader(const CriteoReader&) = delete;
   CriteoReader& operator=(const CriteoReader&) = delete;
@@ -102,12 +114,13 @@ class CriteoReader {
   struct GzCloser {
     void operator()(gzFile_s* file) const;
   };
-  CriteoReader(std::string path, gzFile_s* file);
+  CriteoReader(std::string path, gzFile_s* file, int labels);
   // Appends up to one chunk of the file to buffer_; sets at_end_ at its end.
   absl::Status Fill();
 
   const std::string path_;
   std::unique_ptr<gzFile_s, GzCloser> file_;
+  const int labels_;
   std::string buffer_;  // bytes read and not yet parsed start at begin_
   size_t begin_ = 0;
   bool at_end_ = false;
@@ -116,7 +129,7 @@ class CriteoReader {
 };
 
 // Every example of the file, in order; the first error as Next gives it.
-absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path);
+absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path, int labels = 1);
 
 }  // namespace pscluster
 

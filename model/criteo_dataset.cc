@@ -27,9 +27,10 @@ bool IsCriteoFolder(const std::string& dir) {
   return false;
 }
 
-std::string CriteoConfigJson(int64_t buckets) {
-  if (buckets == kCriteoInt64Ids) return "{\"ids\": \"int64\"}\n";
-  return absl::StrCat("{\"buckets\": ", buckets, "}\n");
+std::string CriteoConfigJson(int64_t buckets, int labels) {
+  const std::string more = labels == 1 ? "" : absl::StrCat(", \"labels\": ", labels);
+  if (buckets == kCriteoInt64Ids) return absl::StrCat("{\"ids\": \"int64\"", more, "}\n");
+  return absl::StrCat("{\"buckets\": ", buckets, more, "}\n");
 }
 
 int64_t CriteoInt64Id(int feature, int64_t id) {
@@ -37,8 +38,15 @@ int64_t CriteoInt64Id(int feature, int64_t id) {
 }
 
 absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir) {
+  absl::StatusOr<CriteoConfig> config = ReadCriteoConfig(dir);
+  if (!config.ok()) return config.status();
+  return config->buckets;
+}
+
+absl::StatusOr<CriteoConfig> ReadCriteoConfig(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kCriteoConfigFile);
-  if (!Exists(path)) return kCriteoDefaultBuckets;
+  CriteoConfig config;
+  if (!Exists(path)) return config;
   std::ifstream in(path);
   if (!in) return absl::PermissionDeniedError(absl::StrCat(path, ": not readable"));
   std::stringstream text;
@@ -47,6 +55,14 @@ absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir) {
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": not a JSON object (expected {\"buckets\": N} or {\"ids\": \"int64\"})"));
+  }
+  if (const auto labels = j.find("labels"); labels != j.end()) {
+    if (!labels->is_number_integer() || labels->get<int64_t>() < 1 ||
+        labels->get<int64_t>() > kCriteoMaxLabels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": \"labels\" is ", labels->dump(), ", not 1 or 2"));
+    }
+    config.labels = labels->get<int>();
   }
   if (const auto ids = j.find("ids"); ids != j.end()) {
     if (j.contains("buckets")) {
@@ -57,7 +73,8 @@ absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": \"ids\" is ", ids->dump(), ", not \"int64\""));
     }
-    return kCriteoInt64Ids;
+    config.buckets = kCriteoInt64Ids;
+    return config;
   }
   const auto it = j.find("buckets");
   if (it == j.end() || !it->is_number_integer()) {
@@ -69,7 +86,8 @@ absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": \"buckets\" ", buckets, " is not in [1, 2^24]: rows are float32"));
   }
-  return buckets;
+  config.buckets = buckets;
+  return config;
 }
 
 absl::StatusOr<std::string> CriteoSplitFile(const std::string& dir, Split split) {
@@ -80,7 +98,7 @@ absl::StatusOr<std::string> CriteoSplitFile(const std::string& dir, Split split)
 }
 
 absl::Status CheckCriteoFiles(const std::string& dir, Split split) {
-  if (absl::StatusOr<int64_t> b = ReadCriteoBuckets(dir); !b.ok()) return b.status();
+  if (absl::StatusOr<CriteoConfig> c = ReadCriteoConfig(dir); !c.ok()) return c.status();
   absl::StatusOr<std::string> file = CriteoSplitFile(dir, split);
   if (!file.ok()) return file.status();
   if (access(file->c_str(), R_OK) != 0) {
@@ -108,16 +126,17 @@ void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* v
 }
 
 absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split) {
-  absl::StatusOr<int64_t> buckets = ReadCriteoBuckets(dir);
-  if (!buckets.ok()) return buckets.status();
+  absl::StatusOr<CriteoConfig> config = ReadCriteoConfig(dir);
+  if (!config.ok()) return config.status();
+  const int64_t* buckets = &config->buckets;
   absl::StatusOr<std::string> path = CriteoSplitFile(dir, split);
   if (!path.ok()) return path.status();
-  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(*path);
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(*path, config->labels);
   if (!reader.ok()) return reader.status();
   Dataset data;
   data.height = data.width = 1;
   data.channels = kCriteoExampleValues;
-  data.targets_per_example = 1;
+  data.targets_per_example = config->labels;
   if (*buckets == kCriteoInt64Ids) {
     data.ids_first = kCriteoIntegerFeatures;
     data.ids_per_example = kCriteoCategoricalFeatures;
@@ -136,6 +155,7 @@ absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split) {
     CriteoExampleValues(example, *buckets, &data.images[data.images.size() - kCriteoExampleValues],
                         data.ids.data() + data.ids.size() - data.ids_per_example);
     data.targets.push_back(example.label);
+    if (config->labels == 2) data.targets.push_back(example.label2);
     ++data.count;
   }
   if (data.count == 0) return absl::InvalidArgumentError(absl::StrCat(*path, ": no examples"));

@@ -37,13 +37,25 @@ inline constexpr int kCriteoExampleValues = kCriteoIntegerFeatures + kCriteoCate
 bool IsCriteoFolder(const std::string& dir);
 
 // criteo.json's text for `buckets` rows a table: {"buckets": B}, or
-// {"ids": "int64"} for kCriteoInt64Ids.
-std::string CriteoConfigJson(int64_t buckets);
+// {"ids": "int64"} for kCriteoInt64Ids; with `labels` 2, "labels": 2 too.
+std::string CriteoConfigJson(int64_t buckets, int labels = 1);
 
-// B: criteo.json's "buckets" (kCriteoInt64Ids for {"ids": "int64"}), or
-// kCriteoDefaultBuckets when the file is absent. InvalidArgument naming
-// the file for bad JSON, neither key or both, a non-integer "buckets" or
-// one outside [1, 2^24], or "ids" other than "int64".
+// What criteo.json says.
+struct CriteoConfig {
+  int64_t buckets = kCriteoDefaultBuckets;  // kCriteoInt64Ids for {"ids": "int64"}
+  // Label columns a line starts with: 1 (the click), or 2 (the click, then
+  // a conversion that followed it: data for two tasks, whose models have
+  // two outputs trained on the two labels in turn).
+  int labels = 1;
+};
+
+// criteo.json's config, the defaults when the file is absent.
+// InvalidArgument naming the file for bad JSON, neither "buckets" nor
+// "ids" or both, a non-integer "buckets" or one outside [1, 2^24], "ids"
+// other than "int64", or "labels" other than 1 or 2.
+absl::StatusOr<CriteoConfig> ReadCriteoConfig(const std::string& dir);
+
+// ReadCriteoConfig's buckets.
 absl::StatusOr<int64_t> ReadCriteoBuckets(const std::string& dir);
 
 // The split's file: <dir>/train.txt, else <dir>/train.txt.gz (test alike).
@@ -64,7 +76,8 @@ int64_t CriteoInt64Id(int feature, int64_t id);
 void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values,
                          int64_t* ids = nullptr);
 
-// The whole split as a 1 x 1 x 39 Dataset with one target an example.
+// The whole split as a 1 x 1 x 39 Dataset with one target an example (two
+// with criteo.json's "labels": 2: the click, the conversion).
 // Errors as CheckCriteoFiles's, and the reader's naming the file and line
 // ("DIR/train.txt:3: field 5 (I4): ..."); InvalidArgument for an empty
 // file or more than 2^31 - 1 lines.

@@ -190,6 +190,36 @@ TEST(CriteoDatasetTest, Int64IdsBesideTheFloats) {
   EXPECT_EQ(ids, std::vector<int64_t>(d->ids.begin() + 26, d->ids.end()));
 }
 
+// criteo.json's "labels": 2: each line starts with the click and the
+// conversion, the two targets of an example in that order.
+TEST(CriteoDatasetTest, TwoLabelColumns) {
+  const std::string dir = NewDir("two_labels");
+  testing::WriteAll(dir + "/train.txt",
+                    absl::StrCat("0\t", kLine1, "1\t", kLine2));  // the click, then
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000, 2));
+  ASSERT_TRUE(CheckDataFiles(dir, Split::kTrain).ok());
+  absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->targets_per_example, 2);
+  EXPECT_EQ(d->targets, (std::vector<float>{0, 0, 1, 1}));
+  EXPECT_EQ(std::vector<float>(d->images.begin(), d->images.begin() + kCriteoExampleValues),
+            ExpectedValues(kLine1, 1000));
+  // A line of one label in data of two names the file, line and count.
+  testing::WriteAll(dir + "/train.txt", kLine1);
+  absl::StatusOr<Dataset> bad = LoadDataset(dir, Split::kTrain);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(
+                "train.txt:1: the line has 40 tab-separated fields, expected 41 (2 labels"),
+            std::string::npos)
+      << bad.status();
+  testing::WriteAll(dir + "/train.txt", absl::StrCat("1\t7", kLine1 + 1));  // labels 1 and 7
+  bad = LoadDataset(dir, Split::kTrain);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("field 2 (label 2): \"7\" is not a label"),
+            std::string::npos)
+      << bad.status();
+}
+
 TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
   const std::string dir = NewDir("bad_config");
   testing::WriteAll(dir + "/train.txt", kLine1);
@@ -197,7 +227,9 @@ TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
        {std::string("{\"buckets\": 0}"), std::string("{\"buckets\": 16777217}"),
         std::string("{\"buckets\": 1.5}"), std::string("{}"), std::string("[1"),
         std::string("{\"ids\": \"int32\"}"), std::string("{\"ids\": 64}"),
-        std::string("{\"ids\": \"int64\", \"buckets\": 10}")}) {
+        std::string("{\"ids\": \"int64\", \"buckets\": 10}"),
+        std::string("{\"buckets\": 10, \"labels\": 3}"),
+        std::string("{\"buckets\": 10, \"labels\": \"2\"}")}) {
     testing::WriteAll(dir + "/criteo.json", text);
     const absl::Status s = CheckDataFiles(dir, Split::kTrain);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;

@@ -27,6 +27,10 @@ constexpr double kBias = -1.4;
 constexpr double kWideStd = 0.20;        // of each w_f(id)
 constexpr double kFmStd = 0.13;          // of each component of v_f(id)
 constexpr double kIntegerWeight = 0.15;  // u_j uniform in [-this, this]
+// The conversion after a click: its bias, and the salt of its own
+// first-order weights' hashes.
+constexpr double kConversionBias = -1.0;
+constexpr uint64_t kConversionSalt = 0x5bd1e9955bd1e995ULL;
 
 // Per-feature rates of empty fields, about those of the real logs.
 constexpr double kIntegerMissing[kCriteoIntegerFeatures] = {
@@ -208,15 +212,17 @@ bool PlantedCtrModel::HasSignal(int f, int64_t id) const {
   return rank >= 0 && rank < signal_ranks_;
 }
 
-double PlantedCtrModel::Logit(const CriteoExample& example) const {
-  double logit = bias_;
+void PlantedCtrModel::Parts(const CriteoExample& example, bool conversion, double* wide,
+                            double* pairs, double* integers) const {
+  *wide = *pairs = *integers = 0;
   uint64_t hashes[kCriteoCategoricalFeatures] = {};
   bool signal[kCriteoCategoricalFeatures] = {};
   for (int f = 0; f < kCriteoCategoricalFeatures; ++f) {
     const int64_t id = example.categories[f];
     if (!(signal[f] = HasSignal(f, id))) continue;
     hashes[f] = Mix64(CriteoFeatureKey(f, id) ^ seed_mix_);
-    logit += kWideStd * kSqrt3 * Symmetric(hashes[f]);
+    const uint64_t w = conversion ? Mix64(hashes[f] ^ kConversionSalt) : hashes[f];
+    *wide += kWideStd * kSqrt3 * Symmetric(w);
   }
   // sum over f < g of <v_f, v_g> = 1/2 sum_d ((sum_f v_fd)^2 - sum_f v_fd^2)
   for (int d = 1; d <= kSynthFmDim; ++d) {
@@ -227,23 +233,42 @@ double PlantedCtrModel::Logit(const CriteoExample& example) const {
       sum += v;
       squares += v * v;
     }
-    logit += 0.5 * (sum * sum - squares);
+    *pairs += 0.5 * (sum * sum - squares);
   }
   // Linear in the models' dense inputs, an empty field's 0 included (the
   // reader gives a model no other sign of it).
   for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
     const double x = example.has_integer(j) ? CriteoIntegerTransform(example.integers[j]) : 0;
-    logit += integer_weights_[j] * (x - integer_centers_[j]);
+    *integers += integer_weights_[j] * (x - integer_centers_[j]);
   }
-  return logit;
+}
+
+double PlantedCtrModel::Logit(const CriteoExample& example) const {
+  double wide, pairs, integers;
+  Parts(example, false, &wide, &pairs, &integers);
+  return bias_ + wide + pairs + integers;
 }
 
 double PlantedCtrModel::Probability(const CriteoExample& example) const {
   return 1.0 / (1.0 + std::exp(-Logit(example)));
 }
 
+double PlantedCtrModel::ConversionLogit(const CriteoExample& example) const {
+  double wide, pairs, integers;
+  Parts(example, true, &wide, &pairs, &integers);
+  return kConversionBias + wide + pairs;
+}
+
+double PlantedCtrModel::ConversionProbability(const CriteoExample& example) const {
+  return 1.0 / (1.0 + std::exp(-ConversionLogit(example)));
+}
+
+double PlantedCtrModel::conversion_bias() const { return kConversionBias; }
+
 CriteoSynthesizer::CriteoSynthesizer(const CriteoSynthOptions& options)
-    : model_(options.seed, options.signal_ranks), rng_(options.seed) {
+    : model_(options.seed, options.signal_ranks),
+      conversions_(options.conversions),
+      rng_(options.seed) {
   // Vose's alias method over weights (r + 1)^-zipf scaled to mean 1.
   const size_t n = static_cast<size_t>(options.ids_per_feature);
   std::vector<double> q(n);
@@ -280,7 +305,7 @@ int64_t CriteoSynthesizer::DrawRank() {
   return static_cast<uint32_t>(r) < alias_threshold_[column] ? column : alias_[column];
 }
 
-void CriteoSynthesizer::Next(CriteoExample* example, double* probability) {
+void CriteoSynthesizer::Next(CriteoExample* example, double* probability, double* conversion) {
   *example = CriteoExample();
   for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
     if (kIntegerMissing[j] > 0 && Uniform() < kIntegerMissing[j]) continue;
@@ -297,6 +322,13 @@ void CriteoSynthesizer::Next(CriteoExample* example, double* probability) {
   }
   *probability = model_.Probability(*example);
   example->label = Uniform() < *probability ? 1.0f : 0.0f;
+  if (!conversions_) return;
+  // Drawn for every example, clicked or not, so that a conversion's draw
+  // does not hang on the click's.
+  const double after_click = model_.ConversionProbability(*example);
+  const bool converted = Uniform() < after_click;
+  example->label2 = example->label > 0.5f && converted ? 1.0f : 0.0f;
+  if (conversion != nullptr) *conversion = *probability * after_click;
 }
 
 absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
@@ -311,7 +343,8 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
   summary.test_rows = TestRows(options);
   summary.train_rows = options.rows - summary.test_rows;
   CriteoSynthesizer synth(options);
-  std::vector<float> test_probabilities, test_labels;
+  std::vector<float> test_probabilities, test_labels, test_conversions, test_labels2;
+  const int labels = options.conversions ? 2 : 1;
   test_probabilities.reserve(summary.test_rows);
   test_labels.reserve(summary.test_rows);
   int64_t written = 0;
@@ -319,12 +352,13 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
     BufferedFile file(absl::StrCat(out_dir, test ? "/test.txt" : "/train.txt"));
     if (absl::Status s = file.Open(); !s.ok()) return s;
     const int64_t rows = test ? summary.test_rows : summary.train_rows;
-    double positives = 0, loss = 0;
+    double positives = 0, loss = 0, conversions = 0;
     CriteoExample example;
-    double p = 0;
+    double p = 0, pc = 0;
     for (int64_t i = 0; i < rows; ++i) {
-      synth.Next(&example, &p);
-      AppendCriteoLine(example, file.buffer());
+      synth.Next(&example, &p, &pc);
+      AppendCriteoLine(example, file.buffer(), labels);
+      conversions += example.label2;
       if (absl::Status s = file.MaybeFlush(); !s.ok()) return s;
       const bool click = example.label > 0.5f;
       positives += click;
@@ -332,19 +366,26 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
       if (test) {
         test_probabilities.push_back(static_cast<float>(p));
         test_labels.push_back(example.label);
+        if (options.conversions) {
+          test_conversions.push_back(static_cast<float>(pc));
+          test_labels2.push_back(example.label2);
+        }
       }
       if (++written % progress_every == 0 && progress) progress(written);
     }
     if (absl::Status s = file.Close(); !s.ok()) return s;
     (test ? summary.test_positive_rate : summary.train_positive_rate) = positives / double(rows);
     (test ? summary.test_log_loss : summary.train_log_loss) = loss / double(rows);
+    (test ? summary.test_conversion_rate : summary.train_conversion_rate) =
+        conversions / double(rows);
   }
   summary.test_auc = RocAuc(test_probabilities, test_labels);
+  if (options.conversions) summary.test_conversion_auc = RocAuc(test_conversions, test_labels2);
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string json = CriteoSynthJson(options, summary);
   if (absl::Status s = WriteFileAtomically(out_dir + "/planted.json", {json}); !s.ok()) return s;
   if (absl::Status s = WriteFileAtomically(absl::StrCat(out_dir, "/", kCriteoConfigFile),
-                                           {CriteoConfigJson(options.buckets)});
+                                           {CriteoConfigJson(options.buckets, labels)});
       !s.ok()) {
     return s;
   }
@@ -363,7 +404,8 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
         {"test_fraction", options.test_fraction},
         {"zipf", options.zipf},
         {"buckets", options.buckets},
-        {"signal_ranks", options.signal_ranks}}},
+        {"signal_ranks", options.signal_ranks},
+        {"conversions", options.conversions}}},
       {"seed", options.seed},
       {"positive_rate",
        (s.train_positive_rate * s.train_rows + s.test_positive_rate * s.test_rows) / rows},
@@ -390,6 +432,14 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
         {"integer_centers", model.integer_centers()},
         {"integer_transform", "log(1 + max(x, 0))"}}},
   };
+  if (options.conversions) {
+    j["conversion"] = {{"label", "the second column: a click followed by a conversion"},
+                       {"bias", model.conversion_bias()},
+                       {"logit", "bias + its own first-order weights + the click model's pairs"},
+                       {"train_positive_rate", s.train_conversion_rate},
+                       {"test_positive_rate", s.test_conversion_rate},
+                       {"planted_auc", s.test_conversion_auc}};
+  }
   return j.dump(2) + "\n";
 }
 

@@ -38,6 +38,11 @@ struct CriteoSynthOptions {
   // feature carry planted weights (w, v); rarer ids are drawn as usual but
   // weigh nothing. 0: every id carries weights.
   int64_t signal_ranks = 0;
+  // Two tasks: a second label column, the conversion, 1 with the planted
+  // probability of a conversion after a click (ConversionProbability),
+  // only where the click is 1; criteo.json then says "labels": 2. Off, the
+  // files are the same bytes as without the option.
+  bool conversions = false;
 };
 
 // InvalidArgument naming the flag and its value ("--rows=1: ...") unless
@@ -83,6 +88,16 @@ class PlantedCtrModel {
   double Logit(const CriteoExample& example) const;
   double Probability(const CriteoExample& example) const;  // sigmoid(Logit)
 
+  // The second task (CriteoSynthOptions::conversions): the logit of a
+  // conversion given a click, sharing the click model's factors,
+  //   conversion_bias + sum over present C_f of w'_f(id)
+  //   + sum over the pairs f < g of <v_f(id_f), v_g(id_g)>
+  // with w' of its own (the same distribution as w) and v the click
+  // model's; and its probability, sigmoid of it.
+  double ConversionLogit(const CriteoExample& example) const;
+  double ConversionProbability(const CriteoExample& example) const;
+  double conversion_bias() const;
+
   double bias() const { return bias_; }
   const std::vector<double>& integer_weights() const { return integer_weights_; }
   const std::vector<double>& integer_centers() const { return integer_centers_; }
@@ -90,6 +105,10 @@ class PlantedCtrModel {
  private:
   // Whether feature f's id carries planted weights.
   bool HasSignal(int f, int64_t id) const;
+  // The logit's parts: the first-order weights' sum (the conversion's own
+  // with `conversion`), the pairs' and the integers'.
+  void Parts(const CriteoExample& example, bool conversion, double* wide, double* pairs,
+             double* integers) const;
 
   uint64_t seed_mix_;  // mixed into every per-id hash
   int64_t signal_ranks_;
@@ -108,8 +127,10 @@ class CriteoSynthesizer {
   // `options` must pass CheckCriteoSynthOptions.
   explicit CriteoSynthesizer(const CriteoSynthOptions& options);
 
-  // The next example and its planted probability of a click.
-  void Next(CriteoExample* example, double* probability);
+  // The next example and its planted probability of a click (with
+  // conversions, *conversion gets the probability of a click and a
+  // conversion, the second label's).
+  void Next(CriteoExample* example, double* probability, double* conversion = nullptr);
 
   const PlantedCtrModel& model() const { return model_; }
 
@@ -120,6 +141,7 @@ class CriteoSynthesizer {
   double Uniform();  // in [0, 1), 53 bits
 
   PlantedCtrModel model_;
+  bool conversions_;
   std::mt19937_64 rng_;
   std::vector<uint32_t> alias_threshold_;  // keep the column below it (of 2^32)
   std::vector<uint32_t> alias_;
@@ -136,6 +158,11 @@ struct CriteoSynthSummary {
   // RocAuc (model/roc_auc.h) of the planted probabilities (as floats) on
   // the test split's labels: what the best model scores in expectation.
   double test_auc = 0;
+  // With conversions: the second label's positive rates, and the AUC of
+  // the planted probabilities of a click and a conversion on it.
+  double train_conversion_rate = 0;
+  double test_conversion_rate = 0;
+  double test_conversion_auc = 0;
   double seconds = 0;  // of drawing and writing
 };
 

@@ -169,6 +169,46 @@ TEST(CriteoSynthTest, SameSeedSameBytes) {
   }
 }
 
+// Two tasks: the second label is a conversion, only after a click, at the
+// rate its planted probability gives; criteo.json says so and the reader
+// gives both labels.
+TEST(CriteoSynthTest, ConversionsFollowClicks) {
+  CriteoSynthOptions options;
+  options.rows = 40000;
+  options.ids_per_feature = 1000;
+  options.seed = 5;
+  options.buckets = 1000;
+  options.conversions = true;
+  absl::StatusOr<CriteoSynthSummary> summary = WriteCriteoSynth(options, TempDir("conv"));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(testing::ReadAll(TempDir("conv") + "/criteo.json"),
+            "{\"buckets\": 1000, \"labels\": 2}\n");
+  absl::StatusOr<std::vector<CriteoExample>> rows =
+      ReadCriteoFile(TempDir("conv") + "/train.txt", 2);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const PlantedCtrModel model(options.seed);
+  double conversions = 0, expected = 0, clicks = 0;
+  for (const CriteoExample& e : *rows) {
+    ASSERT_LE(e.label2, e.label);  // never converted without a click
+    if (e.label < 0.5f) continue;
+    clicks += 1;
+    conversions += e.label2;
+    expected += model.ConversionProbability(e);
+  }
+  // The conversions among clicks as the planted probabilities say, within
+  // 4 standard deviations of a sum of Bernoulli draws (at most sqrt(n)/2).
+  EXPECT_NEAR(conversions, expected, 4 * std::sqrt(clicks) / 2);
+  EXPECT_NEAR(summary->train_conversion_rate, conversions / double(rows->size()), 1e-12);
+  EXPECT_GT(summary->test_conversion_auc, 0.7);  // the two tasks' shared signal
+  // The conversion shares the click's factors but has its own weights.
+  CriteoExample one;
+  one.categories[3] = SynthIdOfRank(3, 0);
+  EXPECT_NE(model.ConversionLogit(one) - model.conversion_bias(),
+            model.Logit(one) - model.bias() - (model.Logit(CriteoExample()) - model.bias()));
+  const std::string planted = testing::ReadAll(TempDir("conv") + "/planted.json");
+  EXPECT_NE(planted.find("\"conversion\""), std::string::npos);
+}
+
 TEST(CriteoSynthTest, ReportsProgressAndUnwritableFolders) {
   CriteoSynthOptions options;
   options.rows = 2005;

@@ -28,6 +28,10 @@ ABSL_FLAG(int64_t, buckets, pscluster::kCriteoDefaultBuckets,
           "Rows of the models' Embedding tables, written to criteo.json: the ids' range when "
           "the folder is training data (<= 2^24); 0: int64 ids, for a chief given "
           "--embedding_unbounded");
+ABSL_FLAG(bool, conversions, false,
+          "Two tasks: a second label column, a conversion after the click, drawn from a planted "
+          "model sharing the click model's factors (criteo.json gets \"labels\": 2); for "
+          "models with two outputs, such as deploy/models/ctr_esmm.json");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
@@ -42,6 +46,7 @@ int main(int argc, char** argv) {
   options.zipf = absl::GetFlag(FLAGS_zipf);
   options.buckets = absl::GetFlag(FLAGS_buckets);
   options.signal_ranks = absl::GetFlag(FLAGS_signal_ranks);
+  options.conversions = absl::GetFlag(FLAGS_conversions);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) ExitWithUsageError("--out is required: the folder to write the files to");
   if (absl::Status s = CheckCriteoSynthOptions(options); !s.ok()) {
@@ -65,5 +70,10 @@ int main(int argc, char** argv) {
       out.c_str(), static_cast<long long>(summary->test_rows), summary->test_positive_rate,
       out.c_str(), out.c_str(), static_cast<long long>(options.buckets), summary->test_auc,
       summary->test_log_loss, summary->seconds, double(options.rows) / summary->seconds);
+  if (options.conversions) {
+    std::printf("conversions: %.4f of train, %.4f of test; planted auc of click-and-convert=%.4f\n",
+                summary->train_conversion_rate, summary->test_conversion_rate,
+                summary->test_conversion_auc);
+  }
   return kExitOk;
 }
