@@ -281,5 +281,40 @@ TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
   }
 }
 
+// ESMM (deploy/models/ctr_esmm.json): two outputs on binary cross-entropy,
+// weights 1 from the file, on a folder of two label columns; one label
+// column is refused naming both outputs.
+TEST(CtrModelFileTest, EsmmTakesTwoLabelColumns) {
+  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_esmm.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_esmm.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->outputs.size(), 2u);
+  EXPECT_EQ(spec->outputs[0].name, "ctr");
+  EXPECT_EQ(spec->outputs[1].name, "ctcvr");
+  EXPECT_FALSE(spec->outputs[0].group.probabilities);
+  EXPECT_TRUE(spec->outputs[1].group.probabilities);
+  for (const OutputSpec& o : spec->outputs) {
+    EXPECT_EQ(o.group.loss, LossKind::kBinaryCrossentropy);
+    EXPECT_EQ(o.group.weight, 1.0f);
+  }
+  EXPECT_EQ(TargetsOf(*spec), 2);
+  const std::string dir = NewDir("fits_esmm");
+  testing::WriteAll(dir + "/train.txt", absl::StrCat("1\t", kLine1, "0\t", kLine2));
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000, 2));
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+  testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000));
+  source = OpenExampleSource(dir, Split::kTrain);
+  ASSERT_TRUE(source.ok()) << source.status();
+  const absl::Status s = CheckSourceFitsModel(source->get(), dir, *spec);
+  EXPECT_NE(s.message().find("1 label values per example but model \"ctr_esmm\" has 2 outputs "
+                             "that want 2 (ctr: 1, ctcvr: 1)"),
+            std::string::npos)
+      << s;
+}
+
 }  // namespace
 }  // namespace pscluster

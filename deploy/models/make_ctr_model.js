@@ -2,7 +2,7 @@
 // "Training on Criteo data"), with the real TensorFlow.js (npm
 // @tensorflow/tfjs, installed with the Keras fixtures):
 //   (cd tests/fixtures/keras && npm install)
-//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm|dcn_v2|two_tower]
+//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm|dcn_v2|two_tower|esmm]
 //        [--input_dim=1000000] [--out=FILE]
 //        [--factors=16] [--init_std=0.01]   (deepfm: the factor table's width and
 //                                            its RandomNormal's stddev)
@@ -15,9 +15,10 @@
 // machine over the 26 fields (see ctrDeepFm); ctr_dcn_v2.json is DCN-v2's
 // cross network before a deep tower (see ctrDcnV2); ctr_two_tower.json
 // splits the features between a user tower and an item tower scored by
-// their Dot (see ctrTwoTower). The file is
-// model.toJSON(), the JSON Keras's model.to_json() writes; it carries no
-// loss, and a sigmoid output trains on binary cross-entropy by default.
+// their Dot (see ctrTwoTower); ctr_esmm.json has two outputs, a click and
+// a click-and-convert head (see ctrEsmm). The file is model.toJSON(), the
+// JSON Keras's model.to_json() writes; it carries no loss (but ESMM's), and
+// a sigmoid output trains on binary cross-entropy by default.
 const path = require('path');
 const fs = require('fs');
 
@@ -161,8 +162,39 @@ function ctrTwoTower(inputDim) {
   return tf.model({inputs: [dense, userIds, itemIds], outputs: out, name: 'ctr_two_tower'});
 }
 
+// ESMM (Ma et al. 2018): a click tower and a conversion tower over shared
+// features (dense and the 26 fields' rows of one Embedding(input_dim, 8)),
+// each Dense(128, relu) -> Dense(64, relu) -> Dense(1, sigmoid), 'ctr'
+// and 'cvr'; the outputs are 'ctr' (trained on the click) and 'ctcvr',
+// their product (trained on a click followed by a conversion), so the
+// conversion tower learns P(convert | click) from every impression. Both
+// outputs' binary cross-entropy, weights 1, are in the file's
+// training_config, as tf.keras writes a compiled model's.
+function ctrEsmm(inputDim) {
+  const dense = tf.input({shape: [13], name: 'dense'});
+  const ids = tf.input({shape: [26], name: 'ids'});
+  const emb = tf.layers.embedding({inputDim, outputDim: 8, name: 'embedding'}).apply(ids);
+  const flat = tf.layers.flatten({name: 'flat_embedding'}).apply(emb);
+  const x = tf.layers.concatenate({name: 'features'}).apply([dense, flat]);
+  const tower = (name) => {
+    let y = tf.layers.dense({units: 128, activation: 'relu', name: `${name}_hidden_1`}).apply(x);
+    y = tf.layers.dense({units: 64, activation: 'relu', name: `${name}_hidden_2`}).apply(y);
+    return tf.layers.dense({units: 1, activation: 'sigmoid', name}).apply(y);
+  };
+  const ctr = tower('ctr');
+  const cvr = tower('cvr');
+  const ctcvr = tf.layers.multiply({name: 'ctcvr'}).apply([ctr, cvr]);
+  const model = tf.model({inputs: [dense, ids], outputs: [ctr, ctcvr], name: 'ctr_esmm'});
+  const json = model.toJSON(null, false);
+  json.training_config = {
+    loss: {ctr: 'binary_crossentropy', ctcvr: 'binary_crossentropy'},
+    loss_weights: {ctr: 1.0, ctcvr: 1.0},
+  };
+  return json;
+}
+
 const kinds = {wide_deep: ctrWideDeep, deepfm: ctrDeepFm, dcn_v2: ctrDcnV2,
-               two_tower: ctrTwoTower};
+               two_tower: ctrTwoTower, esmm: ctrEsmm};
 const kind = flag('kind', 'wide_deep');
 if (!(kind in kinds)) {
   console.error(`error: --kind=${kind}: must be one of ${Object.keys(kinds).join(', ')}`);
@@ -174,5 +206,7 @@ if (!Number.isInteger(inputDim) || inputDim < 1 || inputDim > 2 ** 24) {
   process.exit(2);
 }
 const out = flag('out', path.join(__dirname, `ctr_${kind}.json`));
-fs.writeFileSync(out, JSON.stringify(kinds[kind](inputDim).toJSON(null, false)) + '\n');
+const made = kinds[kind](inputDim);
+const json = made.toJSON === undefined ? made : made.toJSON(null, false);
+fs.writeFileSync(out, JSON.stringify(json) + '\n');
 console.log(`wrote ${out}`);

@@ -36,11 +36,17 @@ order.
 Layers: InputLayer, Embedding, Flatten, Concatenate (last axis), Dense
 (2-D), Dropout, Activation (relu, sigmoid, tanh, linear), Add, Subtract,
 Multiply, Average, Dot (flat; normalize), GlobalAveragePooling1D,
-Rescaling, Reshape. The output's sigmoid is taken into the loss
-(BCEWithLogitsLoss), as the cluster fuses it.
+Rescaling, Reshape. Several outputs (ESMM's click and click-and-convert)
+train on the sum of their binary cross-entropies times the file's
+loss_weights, on a Criteo folder of as many label columns (criteo.json's
+"labels"). An output's sigmoid is taken into its loss (binary
+cross-entropy with logits), as the cluster fuses it; a Multiply output is
+a probability, clipped to [1e-7, 1 - 1e-7] as Keras clips it.
 
 Prints `final: test_auc=A test_loss=L epochs=N steps=S examples_per_s=X
-train_s=T` (or, with --score, `score: test_auc=A test_loss=L`). Exit 2 on
+train_s=T` (or, with --score, `score: test_auc=A test_loss=L`); with several
+outputs `test_loss=L test_<output>_auc=A test_<output>_loss=L ...` in their
+place. Exit 2 on
 bad flags or a model it cannot build, naming the problem. Needs
 python3-torch (Debian) and numpy.
 """
@@ -87,24 +93,26 @@ def buckets_of(ids, buckets):
     return ((hi * b + ((lo * b) >> np.uint64(32))) >> np.uint64(32)).astype(np.int64)
 
 
-def read_split(path, buckets):
-    """(values [n, 39] float32: integers transformed, then the rows; labels [n])."""
+def read_split(path, buckets, label_columns=1):
+    """(values [n, 39] float32: integers transformed, then the rows; labels
+    [n], or [n, 2] with criteo.json's "labels": 2)."""
     opener = gzip.open if path.endswith('.gz') else open
     with opener(path, 'rt') as f:
         lines = f.read().splitlines()
     n = len(lines)
     ints = np.zeros((n, INTEGERS), dtype=np.float32)
     cats = np.zeros((n, FIELDS), dtype=np.uint64)
-    labels = np.zeros(n, dtype=np.float32)
+    labels = np.zeros((n, label_columns), dtype=np.float32)
+    first = label_columns
     for i, line in enumerate(lines):
         t = line.split('\t')
-        if len(t) != 1 + INTEGERS + FIELDS:
-            bad(f'{path}:{i + 1}: {len(t)} fields, not {1 + INTEGERS + FIELDS}')
-        labels[i] = float(t[0])
-        ints[i] = [max(int(v), 0) if v else 0 for v in t[1:1 + INTEGERS]]
-        cats[i] = [int(v, 16) + 1 if v else 0 for v in t[1 + INTEGERS:]]
+        if len(t) != first + INTEGERS + FIELDS:
+            bad(f'{path}:{i + 1}: {len(t)} fields, not {first + INTEGERS + FIELDS}')
+        labels[i] = [float(v) for v in t[:first]]
+        ints[i] = [max(int(v), 0) if v else 0 for v in t[first:first + INTEGERS]]
+        cats[i] = [int(v, 16) + 1 if v else 0 for v in t[first + INTEGERS:]]
     values = np.concatenate([np.log1p(ints), buckets_of(cats, buckets).astype(np.float32)], 1)
-    return values, labels
+    return values, (labels[:, 0] if label_columns == 1 else labels)
 
 
 def find(data, name):
@@ -117,9 +125,11 @@ def find(data, name):
 # The model -----------------------------------------------------------------------
 
 def load_graph(path):
-    """(inputs [(name, size)], nodes [(name, node, cls, cfg, refs)], output ref)."""
-    from torch_compute import inbound_refs, layer_name, output_ref, read_doc
+    """(inputs [(name, size)], nodes [(name, node, cls, cfg, refs)], output
+    refs, the compiled loss weights by output name)."""
+    from torch_compute import inbound_refs, layer_name, read_doc
     doc = read_doc(path)
+    compiled = doc.get('training_config') or doc.get('compile_config') or {}
     doc = doc.get('modelTopology', doc)
     doc = doc.get('model_config', doc)
     config = doc['config']
@@ -139,7 +149,22 @@ def load_graph(path):
     for l in listed:
         for k, node in enumerate(l.get('inbound_nodes') or []):
             reads[(layer_name(l), k)] = inbound_refs(node, f'layer {layer_name(l)}')
-    output = output_ref(config, listed)
+    outs = config.get('output_layers')
+    if outs is None:
+        last = listed[-1]
+        outs = [[layer_name(last), max(len(last.get('inbound_nodes') or []) - 1, 0)]]
+    elif outs and not isinstance(outs[0], list):
+        outs = [outs]
+    outputs = [(o[0], o[1]) for o in outs]
+    names = [o[0] for o in outputs]
+    weights = compiled.get('loss_weights') or {}
+    if isinstance(weights, list):
+        weights = dict(zip(names, weights))
+    for loss in [compiled.get('loss')] if not isinstance(compiled.get('loss'), (list, dict)) \
+            else (compiled['loss'].values() if isinstance(compiled['loss'], dict)
+                  else compiled['loss']):
+        if loss not in (None, 'binary_crossentropy', 'binaryCrossentropy'):
+            bad(f'--model={path}: loss {loss!r}: this peer trains on binary cross-entropy only')
     nodes, seen = [], set()
 
     def visit(ref):
@@ -151,15 +176,16 @@ def load_graph(path):
         l = by_name[ref[0]]
         nodes.append((ref[0], ref[1], l['class_name'], l['config'], reads[ref]))
 
-    visit(output)
-    return inputs, nodes, output
+    for o in outputs:
+        visit(o)
+    return inputs, nodes, outputs, {n: float(weights.get(n, 1.0)) for n in names}
 
 
 def build(path, seed):
     import torch
     import torch.nn as nn
     torch.manual_seed(seed)
-    inputs, nodes, output = load_graph(path)
+    inputs, nodes, outputs, loss_weights = load_graph(path)
     acts = {'relu': torch.relu, 'sigmoid': torch.sigmoid, 'tanh': torch.tanh,
             'linear': lambda x: x, None: lambda x: x}
 
@@ -227,18 +253,22 @@ def build(path, seed):
                     bad(f'layer {name}: {cls} is not a layer this peer builds')
                 shapes[(name, k)] = shape
 
-        def forward(self, xs, logits=True):
-            """The output (the logit, with logits: the last sigmoid left out)."""
-            values = dict(xs)
+        def forward(self, xs):
+            """Each output, [n]: (its logit, True) where its last layer's
+            sigmoid is taken into the loss, else (the value, False), a
+            product of probabilities (ESMM's click-and-convert)."""
+            values, logit_of = dict(xs), {}
             for name, k, cls, cfg, refs in nodes:
                 v = [values[r] for r in refs]
-                last = logits and (name, k) == tuple(output)
+                last = (name, k) in outputs
                 if cls == 'Embedding':
                     y = self.mods[name](v[0].long())
                 elif cls == 'Dense':
                     y = self.mods[name](v[0])
                     a = act(cfg, name)
-                    y = y if last and a == 'sigmoid' else acts[a](y)
+                    if last and a == 'sigmoid':
+                        logit_of[(name, k)] = y
+                    y = acts[a](y)
                 elif cls == 'Flatten':
                     y = v[0].flatten(1)
                 elif cls == 'Concatenate':
@@ -255,7 +285,9 @@ def build(path, seed):
                     y = v[0].reshape((v[0].shape[0],) + tuple(cfg['target_shape']))
                 elif cls == 'Activation':
                     a = act(cfg, name)
-                    y = v[0] if last and a == 'sigmoid' else acts[a](v[0])
+                    if last and a == 'sigmoid':
+                        logit_of[(name, k)] = v[0]
+                    y = acts[a](v[0])
                 elif cls == 'Add':
                     y = sum(v[1:], v[0])
                 elif cls == 'Subtract':
@@ -271,9 +303,24 @@ def build(path, seed):
                 else:  # Dropout
                     y = torch.nn.functional.dropout(v[0], cfg.get('rate', 0.0), self.training)
                 values[(name, k)] = y
-            return values[tuple(output)].reshape(-1)
+            return [(logit_of[o].reshape(-1), True) if o in logit_of
+                    else (values[o].reshape(-1), False) for o in outputs]
 
-    return Model(), inputs
+    model = Model()
+    model.output_names = [o[0] for o in outputs]
+    model.loss_weights = [loss_weights[n] for n in model.output_names]
+    return model, inputs
+
+
+def output_loss(out, y):
+    """Keras's binary cross-entropy, the batch mean: on the logit, or on a
+    probability clipped to [1e-7, 1 - 1e-7]."""
+    import torch
+    z, is_logit = out
+    if is_logit:
+        return torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+    p = torch.clamp(z, 1e-7, 1 - 1e-7)
+    return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
 
 
 def split_inputs(values, inputs):
@@ -356,34 +403,49 @@ def main():
         bad(f'--embedding_initial_accumulator={a.embedding_initial_accumulator} must be >= 0')
     import torch
     torch.set_num_threads(a.threads)
-    buckets = 1000000
+    buckets, label_columns = 1000000, 1
     cfg_path = os.path.join(a.data, 'criteo.json')
     if os.path.exists(cfg_path):
-        buckets = json.load(open(cfg_path)).get('buckets', buckets)
+        cfg = json.load(open(cfg_path))
+        buckets, label_columns = cfg.get('buckets', buckets), cfg.get('labels', 1)
     if not 0 < buckets < 2 ** 31:
         bad(f'{cfg_path}: buckets {buckets}: this peer hashes into (0, 2^31) rows only')
     t0 = time.time()
     model, inputs = build(a.model, a.seed)
-    te_values, te_y = read_split(find(a.data, 'test.txt'), buckets)
+    heads = len(model.output_names)
+    if heads != label_columns:
+        bad(f'--model={a.model} has {heads} outputs but {cfg_path} gives {label_columns} labels')
+    te_values, te_y = read_split(find(a.data, 'test.txt'), buckets, label_columns)
+    te_y = te_y.reshape(len(te_y), heads)
     te = split_inputs(te_values, inputs)
 
     def evaluate():
+        """The figures of a final line: 'test_auc=A test_loss=L' for one
+        output; for several, the weighted loss and each output's AUC and
+        loss, named as the cluster names them."""
         model.eval()
         with torch.no_grad():
-            s = model(te).numpy().astype(np.float64)
+            outs = model(te)
         model.train()
-        p = 1 / (1 + np.exp(-s))
-        ll = -np.mean(te_y * np.log(p + 1e-12) + (1 - te_y) * np.log(1 - p + 1e-12))
-        return auc(s, te_y), ll
+        fields, total = [], 0.0
+        for k, (v, is_logit) in enumerate(outs):
+            y = te_y[:, k]
+            s = v.numpy().astype(np.float64)
+            p = 1 / (1 + np.exp(-s)) if is_logit else np.clip(s, 1e-7, 1 - 1e-7)
+            ll = -np.mean(y * np.log(np.maximum(p, 1e-12)) +
+                          (1 - y) * np.log(np.maximum(1 - p, 1e-12)))
+            total += model.loss_weights[k] * ll
+            prefix = 'test_' if heads == 1 else f'test_{model.output_names[k]}_'
+            fields.append(f'{prefix}auc={auc(s, y):.4f} {prefix}loss={ll:.4f}')
+        return ' '.join(fields if heads == 1 else [f'test_loss={total:.4f}'] + fields)
 
     if a.score:
         load_export(model, a.score)
-        test_auc, test_loss = evaluate()
-        print(f'score: test_auc={test_auc:.4f} test_loss={test_loss:.4f}')
+        print(f'score: {evaluate()}')
         return 0
-    tr_values, tr_y = read_split(find(a.data, 'train.txt'), buckets)
+    tr_values, tr_y = read_split(find(a.data, 'train.txt'), buckets, label_columns)
     tr = split_inputs(tr_values, inputs)
-    tr_y = torch.from_numpy(tr_y)
+    tr_y = torch.from_numpy(tr_y.reshape(len(tr_y), heads))
     print(f'read {len(tr_y)} training and {len(te_y)} test rows in {time.time() - t0:.1f} s',
           flush=True)
     tables = model.tables
@@ -396,13 +458,14 @@ def main():
         table_opt = torch.optim.Adagrad(tables, lr=e_lr, eps=1e-7,
                                         initial_accumulator_value=a.embedding_initial_accumulator)
     dense_opt = torch.optim.Adam(dense, lr=a.learning_rate, eps=1e-7)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     steps, n = 0, len(tr_y)
     started = time.time()
     for _ in range(a.epochs):
         for i in range(0, n, a.batch):
             batch = {k: v[i:i + a.batch] for k, v in tr.items()}
-            loss = loss_fn(model(batch), tr_y[i:i + a.batch])
+            y = tr_y[i:i + a.batch]
+            loss = sum(w * output_loss(out, y[:, k])
+                       for k, (out, w) in enumerate(zip(model(batch), model.loss_weights)))
             table_opt.zero_grad()
             dense_opt.zero_grad()
             loss.backward()
@@ -413,8 +476,7 @@ def main():
             dense_opt.step()
             steps += 1
     train_s = time.time() - started
-    test_auc, test_loss = evaluate()
-    print(f'final: test_auc={test_auc:.4f} test_loss={test_loss:.4f} epochs={a.epochs} '
+    print(f'final: {evaluate()} epochs={a.epochs} '
           f'steps={steps} examples_per_s={a.epochs * n / train_s:.0f} train_s={train_s:.1f}')
     return 0
 
