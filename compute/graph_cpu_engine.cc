@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compute/graph_plan.h"
 #include "compute/kernels/activation.h"
+#include "compute/kernels/attention.h"
 #include "compute/kernels/batch_norm.h"
 #include "compute/kernels/convolution.h"
 #include "compute/kernels/cpu_blas.h"
@@ -361,6 +362,11 @@ const float* GraphCpuEngine::OpInput(int i, const Slice& s, const float* images,
   return j == kModelInput ? images + s.first * pixels : s.acts[j].data();
 }
 
+kernels::StepMask GraphCpuEngine::StepMaskOf(int op, const Slice& s, const float* images) const {
+  if (op < 0) return kernels::StepMask();
+  return kernels::StepMask{OpInput(op, s, images), ops_[op].padding_id};
+}
+
 absl::Status GraphCpuEngine::Forward(const float* params, const float* images, int batch,
                                      bool training, uint64_t step_key, float* grads) {
   const int threads = std::min(threads_, batch);
@@ -567,7 +573,13 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
         if (IsMerge(op.kind)) {
           std::vector<const float*> xs;
           for (size_t k = 0; k < op.inputs.size(); ++k) xs.push_back(OpInput(i, s, images, k));
-          ForwardMerge(op, xs, n, y);
+          if (op.kind == LayerKind::kAttention) {
+            kernels::AttentionForward(n, op.attention, xs[0], xs.back(), xs[1],
+                                      StepMaskOf(op.query_mask_from, s, images),
+                                      StepMaskOf(op.mask_from, s, images), y);
+          } else {
+            ForwardMerge(op, xs, n, y);
+          }
         }
         break;
     }
@@ -730,7 +742,19 @@ void GraphCpuEngine::BackwardMergeOp(int i, const float* images, Slice& s, const
   for (size_t k = 0; k < op.inputs.size(); ++k) {
     float* gx = InputGradTarget(i, k, s, done);
     if (gx == nullptr) continue;
-    BackwardMerge(op, xs, k, s.count, gy, gx);
+    if (op.kind == LayerKind::kAttention) {
+      // Inputs [query, value, key]; without a key the value is the key,
+      // and its gradient both (gk == gv).
+      const bool has_key = op.inputs.size() == 3;
+      float* gq = k == 0 ? gx : nullptr;
+      float* gv = k == 1 ? gx : nullptr;
+      float* gk = k == 2 || (k == 1 && !has_key) ? gx : nullptr;
+      kernels::AttentionBackward(s.count, op.attention, xs[0], xs.back(), xs[1],
+                                 StepMaskOf(op.query_mask_from, s, images),
+                                 StepMaskOf(op.mask_from, s, images), gy, gq, gk, gv);
+    } else {
+      BackwardMerge(op, xs, k, s.count, gy, gx);
+    }
     AddInputGrad(i, k, s, done);
     done[op.inputs[k]] = true;
   }

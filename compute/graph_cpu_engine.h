@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compute/gradient_layout.h"
+#include "compute/kernels/attention.h"
 #include "model/model_spec.h"
 
 namespace pscluster {
@@ -70,6 +71,9 @@ class GraphCpuEngine {
   // Op i's input k in slice `s`: its share of `images` or the output of
   // the op it reads.
   const float* OpInput(int i, const Slice& s, const float* images, size_t k = 0) const;
+  // The mask that Embedding op `op` (mask_zero; -1: none) gives in slice
+  // `s`: its ids and its padding id.
+  kernels::StepMask StepMaskOf(int op, const Slice& s, const float* images) const;
   // Stops at an Embedding's out-of-range id (CheckIds).
   absl::Status Forward(const float* params, const float* images, int batch, bool training,
                        uint64_t step_key, float* grads);

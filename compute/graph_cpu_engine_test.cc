@@ -582,6 +582,18 @@ TEST(GraphCpuEngineTest, DotAndCrossNetworkMatchTensorFlowJs) {
   ExpectMatchesTfjs(cases, "Dot and cross network");
 }
 
+// Keras's Attention (tests/fixtures/attention/attention.json: Keras 3
+// files and what Keras 3 computes for them in float64 PyTorch, by
+// make_attention_reference.py): DIN's target attention over a masked
+// history (one history all padding), a masked sequence attending to itself
+// into a masked mean, and [query, value, key] with keys of their own. The
+// outputs, the loss and every gradient match, on one thread and on two.
+TEST(GraphCpuEngineTest, AttentionMatchesKeras3) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/attention/attention.json");
+  ASSERT_EQ(cases.size(), 3u);
+  ExpectMatchesTfjs(cases, "Attention (float64 Keras 3)");
+}
+
 // Keras 3's masking (tests/fixtures/masking/masking.json: models written by
 // TensorFlow.js, what Keras 3 computes for them in float64 PyTorch, by
 // make_masking_reference.py): Embedding(mask_zero) into

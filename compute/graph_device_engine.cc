@@ -48,10 +48,13 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
         "' and others) do not run on the GPU yet; train this model with --device=cpu"));
   }
   for (const GraphOp& op : *ops) {
-    if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot) {
+    if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot ||
+        op.kind == LayerKind::kAttention) {
       return absl::InvalidArgumentError(
           absl::StrCat("model \"", spec.name, "\": layer ", op.name, ": ",
-                       op.kind == LayerKind::kDot ? "Dot" : "Embedding",
+                       op.kind == LayerKind::kDot         ? "Dot"
+                       : op.kind == LayerKind::kAttention ? "Attention"
+                                                          : "Embedding",
                        " does not run on the GPU yet; train this model with --device=cpu"));
     }
   }

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "compute/testing/rounding_check.h"
 #include "gtest/gtest.h"
 #include "model/keras_model.h"
+#include "nlohmann/json.hpp"
 
 namespace pscluster {
 namespace {
@@ -330,6 +332,42 @@ TEST(GraphDeviceEngineTest, RefusesDotNamingTheLayer) {
   ASSERT_FALSE(graph.ok());
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(graph.status().message().find("layer dot: Dot does not run on the GPU yet"),
+            std::string::npos)
+      << graph.status();
+}
+
+// Attention and several outputs run on the CPU only for now: refused at
+// Create naming the layer or the outputs.
+TEST(GraphDeviceEngineTest, RefusesAttentionAndSeveralOutputs) {
+  const std::string attention = R"({"class_name": "Functional", "config": {"name": "att",
+    "input_layers": [["q", 0, 0], ["v", 0, 0]], "output_layers": [["out", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"name": "q", "batch_shape": [null, 2, 3]},
+     "inbound_nodes": []},
+    {"class_name": "InputLayer", "config": {"name": "v", "batch_shape": [null, 4, 3]},
+     "inbound_nodes": []},
+    {"class_name": "Attention", "config": {"name": "att"},
+     "inbound_nodes": [[["q", 0, 0, {}], ["v", 0, 0, {}]]]},
+    {"class_name": "Flatten", "config": {"name": "flat"}, "inbound_nodes": [[["att", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "out", "units": 2, "activation": "softmax"},
+     "inbound_nodes": [[["flat", 0, 0, {}]]]}]}})";
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(attention, "att");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto graph = GraphDeviceEngine::Create(*spec, 4, kSeed);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("layer att: Attention does not run on the GPU yet"),
+            std::string::npos)
+      << graph.status();
+
+  std::ifstream in("tests/fixtures/tfjs_reference/heads.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json heads = nlohmann::json::parse(in);
+  spec = ParseKerasModel(heads["models"][1]["model_json"].dump(), "mixed");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  graph = GraphDeviceEngine::Create(*spec, 4, kSeed);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find(
+                "3 outputs (output 'kind' and others) do not run on the GPU yet; train this model "
+                "with --device=cpu"),
             std::string::npos)
       << graph.status();
 }

@@ -370,10 +370,23 @@ class GraphPlanner {
       case LayerKind::kDot:
         op->normalize = l.normalize;
         break;
+      case LayerKind::kAttention:
+        PlanAttention(l, op);
+        break;
       default:  // other merges; Flatten and Reshape are no ops
         break;
     }
     return st;
+  }
+
+  // An Attention's steps and features, and the ops whose ids mask it.
+  void PlanAttention(const LayerSpec& l, GraphOp* op) {
+    auto shape_of = [&](int j) { return j < 0 ? InputShapeOf(graph_, j) : shapes_[j]; };
+    const ActivationShape q = shape_of(l.inputs[0]), v = shape_of(l.inputs[1]);
+    op->attention = kernels::AttentionShape{q.w, v.w, q.c, v.c};
+    auto mask_op = [&](int j) { return j >= 0 && masks_[j] >= 0 ? op_of_[masks_[j]] : -1; };
+    op->query_mask_from = mask_op(l.inputs[0]);
+    op->mask_from = mask_op(l.inputs[1]);
   }
 
   absl::Status PlanBatchNorm(const LayerSpec& l, const ActivationShape& x, GraphOp* op) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "compute/kernels/activation.h"
+#include "compute/kernels/attention.h"
 #include "compute/kernels/reshaping.h"
 #include "compute/kernels/window.h"
 #include "model/model_spec.h"
@@ -56,8 +57,11 @@ struct GraphOp {
   int padding_id = 0;
   // A GlobalAveragePooling over steps that reads a mask: the Embedding op
   // whose ids give it (a step is left out where its id is that op's
-  // padding_id), or -1.
+  // padding_id), or -1. An Attention: the op whose ids mask its keys (its
+  // value's mask), and query_mask_from its query's, or -1.
   int mask_from = -1;
+  int query_mask_from = -1;
+  kernels::AttentionShape attention;  // Attention: its steps and features
   float epsilon = 0.0f;
   float alpha = 0.0f;  // the activation's parameter
   // Whether the activation's gradient needs its input (gelu, swish, elu,

@@ -54,6 +54,12 @@ absl::StatusOr<std::vector<std::vector<TensorRef>>> InboundNodes(const json& lay
           return;
         }
         if (j.is_object()) {
+          for (const char* call_option : {"use_causal_mask", "return_attention_scores"}) {
+            if (j.contains(call_option) && j[call_option] == true) {
+              st.Update(Bad(where, absl::StrCat("call argument '", call_option,
+                                                "' = true is not supported")));
+            }
+          }
           for (const auto& [k, v] : j.items()) walk(v, out);
         } else if (j.is_array()) {
           for (const json& v : j) walk(v, out);

@@ -466,6 +466,16 @@ absl::Status ParseDot(const json& cfg, const std::string& where, LayerSpec* l, L
   return absl::OkStatus();
 }
 
+// Keras's Attention with dot-product scores, as it is built by default.
+absl::Status ParseAttention(const json& cfg, const std::string& where, LayerSpec*, LayerInits*) {
+  absl::Status st;
+  st.Update(Neutral(cfg, where, "use_scale", {false}, "only false: no learnt scale"));
+  st.Update(Neutral(cfg, where, "score_mode", {"dot"}, "only \"dot\" scores"));
+  st.Update(Neutral(cfg, where, "dropout", {0, 0.0}, "no dropout on the weights"));
+  st.Update(Neutral(cfg, where, "causal", {false}, "no causal mask"));  // Keras 2's option
+  return st;
+}
+
 // The layer classes the workers run, under every name Keras writes for
 // them (an unknown class's error lists them in this order).
 struct LayerClass {
@@ -497,6 +507,7 @@ constexpr LayerClass kLayerClasses[] = {
     {"Average", LayerKind::kAverage, ParseMerge},
     {"Concatenate", LayerKind::kConcatenate, ParseConcatenate},
     {"Dot", LayerKind::kDot, ParseDot},
+    {"Attention", LayerKind::kAttention, ParseAttention},
     {"LeakyReLU", LayerKind::kActivation, ParseLeakyReLU},
     {"ELU", LayerKind::kActivation, ParseELU},
     {"ZeroPadding2D", LayerKind::kZeroPadding2D, ParseZeroPadding2D},

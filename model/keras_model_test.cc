@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -450,6 +451,14 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
        "layer 'c' (Conv2D): option 'dtype'"},
       {R"({"class_name": "Conv2D", "config": {"name": "out", "filters": 2, "kernel_size": 3}})",
        "layer 'out' (Dense): the layer name is used twice"},
+      {R"({"class_name": "Attention", "config": {"name": "a", "use_scale": true}})",
+       "layer 'a' (Attention): option 'use_scale' = true is not supported"},
+      {R"({"class_name": "Attention", "config": {"name": "a", "score_mode": "concat"}})",
+       "layer 'a' (Attention): option 'score_mode' = \"concat\" is not supported"},
+      {R"({"class_name": "Attention", "config": {"name": "a", "dropout": 0.1}})",
+       "layer 'a' (Attention): option 'dropout' = 0.1 is not supported"},
+      {R"({"class_name": "Attention", "config": {"name": "a", "causal": true}})",
+       "layer 'a' (Attention): option 'causal' = true is not supported"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ModelSpec> s = ParseKerasModel(WithLayer(c.layer), "m.json");
@@ -541,6 +550,50 @@ TEST(KerasModelTest, ReadsSeveralOutputs) {
   EXPECT_EQ(esmm->layers[1].kind, LayerKind::kActivation);
   EXPECT_EQ(esmm->layers[3].inputs, (std::vector<int>{1, 2}));
   EXPECT_EQ(esmm->layers[4].inputs, (std::vector<int>{0, 3}));
+}
+
+// Attention's shapes and call arguments: [steps, features] inputs whose
+// query and key have as many features; a causal mask or returned scores
+// (a call argument of the node) are refused naming the layer.
+TEST(KerasModelTest, AttentionShapesAndCallArguments) {
+  auto graph = [](const std::string& query_shape, const std::string& kwargs) {
+    return absl::StrCat(R"({"class_name": "Functional", "config": {"name": "m",
+      "input_layers": [["q", 0, 0], ["v", 0, 0]], "output_layers": [["out", 0, 0]], "layers": [
+      {"class_name": "InputLayer", "config": {"name": "q", "batch_shape": )",
+                        query_shape,
+                        R"(}, "inbound_nodes": []},
+      {"class_name": "InputLayer", "config": {"name": "v", "batch_shape": [null, 5, 3]},
+       "inbound_nodes": []},
+      {"class_name": "Attention", "config": {"name": "att"}, "inbound_nodes": [{"args": [[
+        {"class_name": "__keras_tensor__", "config": {"keras_history": ["q", 0, 0]}},
+        {"class_name": "__keras_tensor__", "config": {"keras_history": ["v", 0, 0]}}]],
+        "kwargs": )",
+                        kwargs, R"(}]},
+      {"class_name": "Flatten", "config": {"name": "flat"}, "inbound_nodes": [{"args": [
+        {"class_name": "__keras_tensor__", "config": {"keras_history": ["att", 0, 0]}}],
+        "kwargs": {}}]},
+      {"class_name": "Dense", "config": {"name": "out", "units": 2, "activation": "softmax"},
+       "inbound_nodes": [{"args": [
+        {"class_name": "__keras_tensor__", "config": {"keras_history": ["flat", 0, 0]}}],
+        "kwargs": {}}]}]}})");
+  };
+  absl::StatusOr<ModelSpec> ok = ParseKerasModel(graph("[null, 2, 3]", "{}"), "m.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->layers[0].kind, LayerKind::kAttention);
+  EXPECT_EQ(ok->num_parameters, 2 * 3 * 2 + 2);  // out: [2 steps x 3 features, 2]
+  for (const auto& [shape, kwargs, expect] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"[null, 2, 4]", "{}",
+            "layer att: Attention of query 1x2x4, value 1x5x3 and key 1x5x3: the query and the "
+            "key need as many features"},
+           {"[null, 2, 3]", R"({"use_causal_mask": true})",
+            "layer 'att' (Attention): call argument 'use_causal_mask' = true is not supported"},
+           {"[null, 2, 3]", R"({"return_attention_scores": true})",
+            "call argument 'return_attention_scores' = true is not supported"}}) {
+    absl::StatusOr<ModelSpec> bad = ParseKerasModel(graph(shape, kwargs), "m.json");
+    ASSERT_FALSE(bad.ok()) << shape << kwargs;
+    EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status();
+  }
 }
 
 TEST(KerasModelTest, RefusesBadSeveralOutputs) {

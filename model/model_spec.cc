@@ -75,8 +75,41 @@ const char* MergeName(LayerKind kind) {
     case LayerKind::kAverage: return "Average";
     case LayerKind::kDot:
       return "Dot";
+    case LayerKind::kAttention:
+      return "Attention";
     default: return "Concatenate";
   }
+}
+
+// An Attention's output over [query, value] or [query, value, key]
+// ([steps, features] each), or InvalidArgument beginning with `where`.
+absl::StatusOr<ActivationShape> AttentionShapeOf(const std::string& where,
+                                                 const std::vector<ActivationShape>& in) {
+  if (in.size() != 2 && in.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": Attention needs [query, value] or [query, value, key], has ",
+                     in.size(), " inputs"));
+  }
+  for (const ActivationShape& s : in) {
+    if (s.flat || s.h != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": Attention of an input shaped ", ShapeText(s),
+                       " is not supported ([steps, features] inputs only)"));
+    }
+  }
+  const ActivationShape& q = in[0];
+  const ActivationShape& v = in[1];
+  const ActivationShape& k = in.size() == 3 ? in[2] : in[1];
+  if (q.c != k.c || k.w != v.w) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": Attention of query ", ShapeText(q), ", value ", ShapeText(v),
+                     " and key ", ShapeText(k),
+                     ": the query and the key need as many features, the key and the value as "
+                     "many steps"));
+  }
+  ActivationShape out = q;
+  out.c = v.c;
+  return out;
 }
 
 // The output shape of merge node `l` over `in`, or InvalidArgument
@@ -84,6 +117,7 @@ const char* MergeName(LayerKind kind) {
 absl::StatusOr<ActivationShape> MergeShape(const LayerSpec& l, const std::string& where,
                                            const std::vector<ActivationShape>& in) {
   const char* what = MergeName(l.kind);
+  if (l.kind == LayerKind::kAttention) return AttentionShapeOf(where, in);
   const size_t want = l.kind == LayerKind::kSubtract || l.kind == LayerKind::kDot ? 2 : 0;
   if (in.size() < 2 || (want != 0 && in.size() != want)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -260,6 +294,11 @@ absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec) {
     }
     std::vector<int> from = l.inputs;
     if (from.empty() && i > 0) from = {static_cast<int>(i) - 1};
+    if (l.kind == LayerKind::kAttention) {
+      // The value's mask masks the keys; the query's is the output's.
+      if (from[0] >= 0) source[i] = source[from[0]];
+      continue;
+    }
     for (size_t k = 0; k < from.size(); ++k) {
       const int j = from[k];
       if (j < 0 || source[j] < 0) continue;
@@ -270,8 +309,8 @@ absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec) {
       if (!passes && !ends) {
         return absl::InvalidArgumentError(absl::StrCat(
             "layer ", l.name, " reads the mask of Embedding '", spec.layers[source[j]].name,
-            "' (mask_zero): masks are taken only into GlobalAveragePooling1D, through Dense, "
-            "Activation, Dropout and LayerNormalization on the steps"));
+            "' (mask_zero): masks are taken only into GlobalAveragePooling1D and Attention, "
+            "through Dense, Activation, Dropout and LayerNormalization on the steps"));
       }
       if (passes) source[i] = source[j];
     }

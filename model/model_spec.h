@@ -38,6 +38,11 @@ enum class LayerKind {
   // Dot of two flat vectors of one size: [D], [D] -> [1], each example's
   // inner product (cosine with `normalize`).
   kDot,
+  // Keras's Attention over sequences: [query, value] or [query, value,
+  // key] ([Tq, D], [Tv, Dv], [Tv, D]; the value is the key when there is
+  // none) -> [Tq, Dv], softmax(query key^T) value, the value's mask
+  // masking keys and the query's zeroing its rows (kernels/attention.h).
+  kAttention,
   // Modern CNNs' layers without variables.
   kZeroPadding2D,    // pad_* rows and columns of zeros
   kGlobalMaxPool2D,  // the max over the pixels (ties share the gradient)
@@ -58,7 +63,8 @@ enum class LayerKind {
 // Whether `kind` merges several inputs.
 inline bool IsMerge(LayerKind kind) {
   return kind == LayerKind::kAdd || kind == LayerKind::kSubtract || kind == LayerKind::kMultiply ||
-         kind == LayerKind::kAverage || kind == LayerKind::kConcatenate || kind == LayerKind::kDot;
+         kind == LayerKind::kAverage || kind == LayerKind::kConcatenate ||
+         kind == LayerKind::kDot || kind == LayerKind::kAttention;
 }
 
 // kSoftmax only on the last layer (or a last Activation layer), where it is
@@ -279,10 +285,11 @@ struct ActivationShape {
 // Per node, the Embedding node (mask_zero) whose mask its output carries,
 // or -1. A mask passes through Dense, Activation, Dropout and
 // LayerNormalization (applied per step, as Keras propagates it) and ends
-// in a GlobalAveragePooling1D (the mean over the steps not masked). Any
-// other layer reading a masked output is InvalidArgument naming it and
-// the Embedding (Keras 3 would drop the mask there, or use it in ways not
-// implemented here).
+// in a GlobalAveragePooling1D (the mean over the steps not masked). An
+// Attention takes its value's mask for the keys (a key's mask is not read,
+// as in Keras) and carries its query's. Any other layer reading a masked
+// output is InvalidArgument naming it and the Embedding (Keras 3 would
+// drop the mask there, or use it in ways not implemented here).
 absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec);
 
 // Each node's output shape, in node order, and checks the graph: inputs
