@@ -8,7 +8,8 @@
 //               byte's low bit: the files are then named *.gz, and their
 //               bytes are taken as they are, so a seed holds real gzip).
 // The files are written to a folder of this process's under $TMPDIR and
-// read back by the real loaders. Malformed files must fail with a status
+// read back by the real loaders (an .npz or folder also as the labels of a
+// model with outputs "x" and "y", y_train_x and y_train_y). Malformed files must fail with a status
 // naming the file, never crash, over-read or allocate what a header claims
 // beyond the file's size.
 #include <cstdint>
@@ -30,6 +31,9 @@ constexpr size_t kMaxFileBytes = 1 << 16;
 void Load(const std::string& path) {
   for (Split split : {Split::kTrain, Split::kTest}) {
     (void)CheckDataFiles(path, split);
+    // Labels per output (y_<split>_x, y_<split>_y) where y_<split> is
+    // absent: the stitching of several label arrays.
+    (void)LoadDataset(path, split, {"x", "y"});
     absl::StatusOr<Dataset> d = LoadDataset(path, split);
     if (!d.ok() && d.status().message().find(path) == std::string::npos &&
         d.status().message().find("x_") == std::string::npos) {
