@@ -22,6 +22,7 @@
 #include "compute/kernels/regularizer.h"
 #include "compute/kernels/rescaling.h"
 #include "compute/kernels/reshaping.h"
+#include "compute/kernels/softmax.h"
 #include "compute/kernels/window.h"
 
 namespace pscluster {
@@ -561,6 +562,9 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
           std::copy(from, from + op.out_size, y + r * op.out_size);
         }
         break;
+      case LayerKind::kSoftmax:
+        kernels::SoftmaxRowsForward(int64_t{n} * op.pixels, op.channels, x, y);
+        break;
       case LayerKind::kLayerNorm: {
         const int64_t rows = int64_t{n} * op.pixels;
         kernels::LayerNormForward(rows, op.channels, x,
@@ -841,6 +845,12 @@ void GraphCpuEngine::BackwardOp(int i, const float* params, const float* images,
       case LayerKind::kLayerNorm:
         BackwardLayerNorm(op, params, OpInput(i, s, images), s.norms[i].data(),
                           s.param_scratch.data(), g);
+        break;
+      case LayerKind::kSoftmax:
+        if (g.dx_wanted) {
+          kernels::SoftmaxRowsBackward(int64_t{n} * op.pixels, op.channels, s.acts[i].data(), gy,
+                                       gx);
+        }
         break;
       default:
         break;

@@ -582,6 +582,23 @@ TEST(GraphCpuEngineTest, DotAndCrossNetworkMatchTensorFlowJs) {
   ExpectMatchesTfjs(cases, "Dot and cross network");
 }
 
+// A softmax that no loss takes in (tests/fixtures/tfjs_reference/
+// softmax.json, written by make_embedding_reference.js): a Dense gate's
+// softmax activation times an expert, the Softmax layer on each step of a
+// sequence, and an Activation(softmax) read by a Concatenate. Each is a
+// Softmax node of its own; outputs, loss and every gradient match tfjs's.
+TEST(GraphCpuEngineTest, SoftmaxLayersMatchTensorFlowJs) {
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/softmax.json");
+  ASSERT_EQ(cases.size(), 3u);
+  for (const ReferenceCase& c : cases) {
+    int softmaxes = 0;
+    for (const LayerSpec& l : c.spec.layers) softmaxes += l.kind == LayerKind::kSoftmax;
+    EXPECT_EQ(softmaxes, 1) << c.spec.name;
+  }
+  ExpectMatchesTfjs(cases, "Softmax not fused");
+}
+
 // Keras's Attention (tests/fixtures/attention/attention.json: Keras 3
 // files and what Keras 3 computes for them in float64 PyTorch, by
 // make_attention_reference.py): DIN's target attention over a masked

@@ -49,11 +49,12 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
   }
   for (const GraphOp& op : *ops) {
     if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot ||
-        op.kind == LayerKind::kAttention) {
+        op.kind == LayerKind::kAttention || op.kind == LayerKind::kSoftmax) {
       return absl::InvalidArgumentError(
           absl::StrCat("model \"", spec.name, "\": layer ", op.name, ": ",
                        op.kind == LayerKind::kDot         ? "Dot"
                        : op.kind == LayerKind::kAttention ? "Attention"
+                       : op.kind == LayerKind::kSoftmax   ? "Softmax"
                                                           : "Embedding",
                        " does not run on the GPU yet; train this model with --device=cpu"));
     }

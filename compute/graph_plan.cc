@@ -314,6 +314,10 @@ class GraphPlanner {
       case LayerKind::kMaxPool2D:
       case LayerKind::kAvgPool2D:
         return PlanWindowed(l, i, x, y, op);
+      case LayerKind::kSoftmax:  // over each row of the last axis
+        op->channels = x.c;
+        op->pixels = x.h * x.w;
+        break;
       case LayerKind::kLayerNorm:
         op->channels = x.c;
         op->pixels = x.h * x.w;

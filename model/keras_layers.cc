@@ -466,6 +466,17 @@ absl::Status ParseDot(const json& cfg, const std::string& where, LayerSpec* l, L
   return absl::OkStatus();
 }
 
+// Keras's Softmax layer over the last axis.
+absl::Status ParseSoftmax(const json& cfg, const std::string& where, LayerSpec*, LayerInits*) {
+  const json axis = cfg.value("axis", json(-1));
+  const bool last = axis == json(-1) || (axis.is_array() && axis.size() == 1 && axis[0] == -1);
+  if (!last) {
+    return Bad(where, absl::StrCat("option 'axis' = ", Show(axis),
+                                   " is not supported (only the last axis, -1)"));
+  }
+  return absl::OkStatus();
+}
+
 // Keras's Attention with dot-product scores, as it is built by default.
 absl::Status ParseAttention(const json& cfg, const std::string& where, LayerSpec*, LayerInits*) {
   absl::Status st;
@@ -508,6 +519,7 @@ constexpr LayerClass kLayerClasses[] = {
     {"Concatenate", LayerKind::kConcatenate, ParseConcatenate},
     {"Dot", LayerKind::kDot, ParseDot},
     {"Attention", LayerKind::kAttention, ParseAttention},
+    {"Softmax", LayerKind::kSoftmax, ParseSoftmax},
     {"LeakyReLU", LayerKind::kActivation, ParseLeakyReLU},
     {"ELU", LayerKind::kActivation, ParseELU},
     {"ZeroPadding2D", LayerKind::kZeroPadding2D, ParseZeroPadding2D},

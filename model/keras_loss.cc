@@ -168,21 +168,6 @@ absl::Status CheckHead(const std::vector<LayerSpec>& specs, int node, LossChoice
   return absl::OkStatus();
 }
 
-// Refuses a softmax anywhere but where a loss reads it (`allowed`).
-absl::Status CheckSoftmaxPlaces(const std::vector<LayerSpec>& specs,
-                                const std::vector<int>& allowed, const std::string& source) {
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const LayerSpec& l = specs[i];
-    if (l.activation == Activation::kSoftmax &&
-        std::find(allowed.begin(), allowed.end(), static_cast<int>(i)) == allowed.end()) {
-      return Bad(absl::StrCat(source, ": layer '", l.name, "'"),
-                 "option 'activation' = \"softmax\" is only supported at the end of the model, "
-                 "where it is fused with the cross-entropy loss");
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The loss an output's entry of the file's loss (a list's element, a
 // dict's value) gives; null: none (chosen from the output).
 absl::StatusOr<LossChoice> EntryLoss(const json& entry, const std::string& source) {
@@ -193,13 +178,11 @@ absl::StatusOr<LossChoice> EntryLoss(const json& entry, const std::string& sourc
 }  // namespace
 
 absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
-                                const std::string& source) {
+                                const std::string& source, HeadInfo* info) {
   const int last = static_cast<int>(specs.size()) - 1;
   HeadInfo head;
   if (absl::Status s = CheckHead(specs, last, loss, source, &head); !s.ok()) return s;
-  std::vector<int> allowed = {head.head};
-  if (head.tail >= 0) allowed.push_back(head.tail);
-  if (absl::Status s = CheckSoftmaxPlaces(specs, allowed, source); !s.ok()) return s;
+  if (info != nullptr) *info = head;
   return head.width;
 }
 
@@ -299,7 +282,6 @@ absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec
                                     " is not a list or a dict by output"));
   }
   std::vector<OutputLoss> out(n);
-  std::vector<int> allowed;
   for (size_t k = 0; k < n; ++k) {
     OutputLoss& o = out[k];
     o.node = outputs[k];
@@ -329,10 +311,7 @@ absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec
     o.kind = losses[k].kind;
     o.width = head.width;
     o.head = head;
-    allowed.push_back(head.head);
-    if (head.tail >= 0) allowed.push_back(head.tail);
   }
-  if (absl::Status s = CheckSoftmaxPlaces(specs, allowed, source); !s.ok()) return s;
   return out;
 }
 

@@ -42,11 +42,13 @@ absl::StatusOr<LossChoice> ChooseLoss(const std::string& flag, const json& file_
 // model's):
 // softmax (fused) or linear logits for categorical cross-entropy; sigmoid
 // (fused) or linear logits for binary; anything but softmax for
-// regression. Softmax anywhere else is refused. Without a loss from the
+// regression. *info, when given, says where the loss reads (HeadInfo).
+// Without a loss from the
 // file or a flag, a sigmoid output trains on binary cross-entropy and any
 // other on sparse categorical cross-entropy (set in `loss`).
+struct HeadInfo;
 absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
-                                const std::string& source);
+                                const std::string& source, HeadInfo* info = nullptr);
 
 // Where a checked output's loss reads: `head` the Dense or Dot node, `tail`
 // a last Activation layer after it (else -1), `squashed` whether the

@@ -192,15 +192,10 @@ absl::Status JoinOutputs(std::vector<keras::OutputLoss> losses, const std::strin
     const Activation act = specs[node].activation;
     specs[node].activation = Activation::kNone;
     if (ReadersOf(specs, node) == 0) continue;
-    if (act == Activation::kSoftmax) {
-      return Bad(absl::StrCat(source, ": output '", parsed->output_names[k], "'"),
-                 "its softmax output is read by other layers: softmax is only supported where "
-                 "the loss reads it");
-    }
     LayerSpec squash;
-    squash.kind = LayerKind::kActivation;
+    squash.kind = act == Activation::kSoftmax ? LayerKind::kSoftmax : LayerKind::kActivation;
     squash.name = specs[node].name;
-    squash.activation = act;
+    squash.activation = act == Activation::kSoftmax ? Activation::kNone : act;
     squash.alpha = specs[node].alpha;
     squash.inputs = {node};
     InsertNode(parsed, node + 1, squash);
@@ -231,6 +226,39 @@ absl::Status JoinOutputs(std::vector<keras::OutputLoss> losses, const std::strin
     out->push_back(std::move(o));
   }
   return absl::OkStatus();
+}
+
+// Every softmax activation that no loss reads fused (not at `fused`, the
+// nodes whose softmax the loss takes in) made a Softmax node: an
+// Activation layer becomes one, another layer (a Dense gate) loses its
+// activation to a Softmax node after it, which its readers read.
+void UnfuseSoftmaxes(std::vector<int> fused, ParsedLayers* parsed) {
+  std::vector<LayerSpec>& specs = parsed->specs;
+  for (int i = 0; i < static_cast<int>(specs.size()); ++i) {
+    if (specs[i].activation != Activation::kSoftmax ||
+        std::find(fused.begin(), fused.end(), i) != fused.end()) {
+      continue;
+    }
+    specs[i].activation = Activation::kNone;
+    if (specs[i].kind == LayerKind::kActivation) {
+      specs[i].kind = LayerKind::kSoftmax;
+      continue;
+    }
+    LayerSpec softmax;
+    softmax.kind = LayerKind::kSoftmax;
+    softmax.name = specs[i].name;
+    softmax.inputs = {i};
+    InsertNode(parsed, i + 1, std::move(softmax));
+    for (size_t j = i + 2; j < specs.size(); ++j) {
+      for (int& from : specs[j].inputs) {
+        if (from == i) from = i + 1;
+      }
+    }
+    for (int& f : fused) {
+      if (f > i) ++f;
+    }
+    ++i;  // past the new node
+  }
 }
 
 // Each output's columns and targets from the built spec's shapes: every
@@ -275,9 +303,11 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
     absl::StatusOr<keras::LossChoice> chosen = keras::ChooseLoss(loss_flag, model->loss, source);
     if (!chosen.ok()) return chosen.status();
     loss = *chosen;
-    absl::StatusOr<int> outputs = keras::CheckOutput(parsed->specs, &loss, source);
+    keras::HeadInfo head;
+    absl::StatusOr<int> outputs = keras::CheckOutput(parsed->specs, &loss, source, &head);
     if (!outputs.ok()) return outputs.status();
     classes = *outputs;
+    UnfuseSoftmaxes({head.head, head.tail}, &*parsed);
   } else {
     absl::StatusOr<std::vector<keras::OutputLoss>> losses =
         keras::CheckOutputs(parsed->specs, parsed->outputs, parsed->output_names, loss_flag,
@@ -286,6 +316,7 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
     if (absl::Status s = JoinOutputs(*std::move(losses), source, &*parsed, &several); !s.ok()) {
       return s;
     }
+    UnfuseSoftmaxes({}, &*parsed);
   }
   absl::StatusOr<std::vector<InputSpec>> inputs = InputsOf(*parsed, source);
   if (!inputs.ok()) return inputs.status();

@@ -443,8 +443,8 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
        "layer 'd' (Dropout): option 'rate' = 1.5"},
       {R"({"class_name": "ReLU", "config": {"name": "r", "max_value": 6.0}})",
        "layer 'r' (ReLU): option 'max_value' = 6.0"},
-      {R"({"class_name": "Activation", "config": {"name": "a", "activation": "softmax"}})",
-       "layer 'a': option 'activation' = \"softmax\" is only supported at the end"},
+      {R"({"class_name": "Softmax", "config": {"name": "s", "axis": 1}})",
+       "layer 's' (Softmax): option 'axis' = 1 is not supported (only the last axis, -1)"},
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,
           "dtype": {"module": "keras", "class_name": "DTypePolicy",
                     "config": {"name": "mixed_float16"}}}})",
@@ -621,11 +621,17 @@ TEST(KerasModelTest, RefusesBadSeveralOutputs) {
   esmm.replace(esmm.find(R"("ctcvr": "binary_crossentropy")"), 30,
                R"("ctcvr": "sparse_categorical_crossentropy")");
   refused(esmm, "output 'ctcvr': a Multiply output is read as it is");
+  // A softmax output read by other layers: its loss takes the logits in,
+  // the readers a Softmax node after them.
   std::string softmax = kEsmm;
   softmax.replace(softmax.find("\"sigmoid\""), 9, "\"softmax\"");
   softmax.replace(softmax.find(R"({"ctr": "binary_crossentropy")"), 29,
                   R"({"ctr": "categorical_crossentropy")");
-  refused(softmax, "its softmax output is read by other layers");
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(softmax, "m.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->layers[1].kind, LayerKind::kSoftmax);
+  EXPECT_EQ(spec->layers[1].inputs, std::vector<int>{0});
+  EXPECT_EQ(spec->layers[0].activation, Activation::kNone);
 }
 
 TEST(KerasModelTest, RefusesWholeModelProblems) {

@@ -52,6 +52,10 @@ enum class LayerKind {
   kDepthwiseConv2D,  // one window per input channel, depth_multiplier outputs each
   kSeparableConv2D,  // depthwise (no bias), then a 1x1 Conv2D of `units` filters
   kLayerNorm,        // LayerNormalization over the last axis
+  // The softmax over the last axis as a node of its own: Keras's Softmax
+  // layer, or a softmax activation that is not fused into the loss (a
+  // gate, a head read by other layers).
+  kSoftmax,
   // Sequences. A [steps, features] activation is 1 x steps x features.
   kEmbedding,        // ids [L] -> rows of embeddings [input_dim, units]: 1 x L x units
   kGlobalAvgPool1D,  // [L, C] -> [C], the mean over the steps
@@ -67,8 +71,9 @@ inline bool IsMerge(LayerKind kind) {
          kind == LayerKind::kDot || kind == LayerKind::kAttention;
 }
 
-// kSoftmax only on the last layer (or a last Activation layer), where it is
-// fused with the cross-entropy loss: the layer below it produces logits.
+// kSoftmax on an output's last layer (or a last Activation layer) is fused
+// with the cross-entropy loss (the layer below it produces logits);
+// anywhere else the parser makes it a LayerKind::kSoftmax node.
 enum class Activation {
   kNone, kRelu, kSigmoid, kTanh, kSoftmax,
   // LayerSpec::alpha: elu's alpha, leaky_relu's negative slope,
