@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -607,8 +608,25 @@ TEST(GraphCpuEngineTest, SoftmaxLayersMatchTensorFlowJs) {
 // outputs, the loss and every gradient match, on one thread and on two.
 TEST(GraphCpuEngineTest, AttentionMatchesKeras3) {
   std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/attention/attention.json");
-  ASSERT_EQ(cases.size(), 3u);
+  ASSERT_EQ(cases.size(), 5u);
+  std::vector<ReferenceCase> multi_head(std::make_move_iterator(cases.begin() + 3),
+                                        std::make_move_iterator(cases.end()));
+  cases.resize(3);
   ExpectMatchesTfjs(cases, "Attention (float64 Keras 3)");
+  // MultiHeadAttention: BST's block (self-attention of a masked sequence,
+  // Add, LayerNormalization, a per-step Dense, the masked mean) and a
+  // cross attention of 3 heads with keys of their own and no biases. The
+  // parser made each its projections and a core of its heads.
+  for (const ReferenceCase& c : multi_head) {
+    std::vector<std::string> names;
+    for (const LayerSpec& l : c.spec.layers) {
+      if (l.name.rfind("mha", 0) == 0) names.push_back(l.name);
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"mha/query", "mha/key", "mha/value", "mha",
+                                               "mha/attention_output"}))
+        << c.spec.name;
+  }
+  ExpectMatchesTfjs(multi_head, "MultiHeadAttention (float64 Keras 3)");
 }
 
 // Keras 3's masking (tests/fixtures/masking/masking.json: models written by

@@ -1,6 +1,7 @@
 #include "compute/graph_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -387,7 +388,9 @@ class GraphPlanner {
   void PlanAttention(const LayerSpec& l, GraphOp* op) {
     auto shape_of = [&](int j) { return j < 0 ? InputShapeOf(graph_, j) : shapes_[j]; };
     const ActivationShape q = shape_of(l.inputs[0]), v = shape_of(l.inputs[1]);
-    op->attention = kernels::AttentionShape{q.w, v.w, q.c, v.c};
+    op->attention = kernels::AttentionShape{q.w, v.w, q.c, v.c, l.heads};
+    op->attention.multi_head = l.multi_head;
+    op->attention.scale = l.multi_head ? 1.0f / std::sqrt(static_cast<float>(q.c / l.heads)) : 1.0f;
     auto mask_op = [&](int j) { return j >= 0 && masks_[j] >= 0 ? op_of_[masks_[j]] : -1; };
     op->query_mask_from = mask_op(l.inputs[0]);
     op->mask_from = mask_op(l.inputs[1]);

@@ -466,6 +466,32 @@ absl::Status ParseDot(const json& cfg, const std::string& where, LayerSpec* l, L
   return absl::OkStatus();
 }
 
+// Keras's MultiHeadAttention: heads, key and value widths, biases and
+// initializers (each projection's kernel and bias); expanded into Dense
+// projections around an Attention core by the model's parser.
+absl::Status ParseMultiHeadAttention(const json& cfg, const std::string& where, LayerSpec* l,
+                                     LayerInits* inits) {
+  absl::Status st;
+  if (absl::Status s = IntIn(cfg, where, "num_heads", 0, 1, 1024, &l->heads); !s.ok()) return s;
+  if (absl::Status s = IntIn(cfg, where, "key_dim", 0, 1, 65536, &l->units); !s.ok()) return s;
+  l->value_dim = l->units;
+  if (cfg.contains("value_dim") && !cfg["value_dim"].is_null()) {
+    if (absl::Status s = IntIn(cfg, where, "value_dim", 0, 1, 65536, &l->value_dim); !s.ok()) {
+      return s;
+    }
+  }
+  l->use_bias = cfg.value("use_bias", true);
+  st.Update(Neutral(cfg, where, "dropout", {0, 0.0}, "no dropout on the weights"));
+  st.Update(Neutral(cfg, where, "output_shape", {}, "only the query's features"));
+  st.Update(Neutral(cfg, where, "attention_axes", {json::array({1}), 1, json::array({-2}), -2},
+                    "only the steps"));
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                          "kernel_constraint", "bias_constraint"}) {
+    st.Update(Neutral(cfg, where, key, {}, "not implemented; only null"));
+  }
+  return KernelAndBiasInits(cfg, where, st, inits);
+}
+
 // Keras's Softmax layer over the last axis.
 absl::Status ParseSoftmax(const json& cfg, const std::string& where, LayerSpec*, LayerInits*) {
   const json axis = cfg.value("axis", json(-1));
@@ -520,6 +546,7 @@ constexpr LayerClass kLayerClasses[] = {
     {"Dot", LayerKind::kDot, ParseDot},
     {"Attention", LayerKind::kAttention, ParseAttention},
     {"Softmax", LayerKind::kSoftmax, ParseSoftmax},
+    {"MultiHeadAttention", LayerKind::kMultiHeadAttention, ParseMultiHeadAttention},
     {"LeakyReLU", LayerKind::kActivation, ParseLeakyReLU},
     {"ELU", LayerKind::kActivation, ParseELU},
     {"ZeroPadding2D", LayerKind::kZeroPadding2D, ParseZeroPadding2D},

@@ -125,6 +125,15 @@ absl::Status CheckHead(const std::vector<LayerSpec>& specs, int node, LossChoice
     return Bad(absl::StrCat(source, ": layer '", specs[node].name, "'"),
                "an activation after the output Dense layer's own is not supported");
   }
+  if (tail == Activation::kNone && head != node &&
+      (dense.activation == Activation::kSigmoid || dense.activation == Activation::kSoftmax)) {
+    // Keras would drop out probabilities (scaled past 1) and read them as
+    // such; the loss here takes the head's logits in.
+    return Bad(absl::StrCat(source, ": layer '", specs[node].name, "'"),
+               absl::StrCat("comes after the output layer '", dense.name,
+                            "', whose sigmoid or softmax the loss takes in: put the Dropout "
+                            "before it, or the activation in an Activation layer after it"));
+  }
   const Activation out = tail != Activation::kNone ? tail : dense.activation;
   if (!loss->given) {
     loss->kind = out == Activation::kSigmoid ? LossKind::kBinaryCrossentropy

@@ -261,6 +261,57 @@ void UnfuseSoftmaxes(std::vector<int> fused, ParsedLayers* parsed) {
   }
 }
 
+// Each MultiHeadAttention node expanded as Keras computes it: Dense
+// projections of the query, the key (the value when there is none) and the
+// value to num_heads x key_dim (value_dim) features per step, named
+// <layer>/query, /key and /value; an Attention node of num_heads heads
+// with MultiHeadAttention's scale and masks (LayerSpec::multi_head),
+// named <layer>; and the Dense <layer>/attention_output back to the
+// query's features, which the layer's readers read. The variables are
+// then <layer>/query/kernel [features, heads x key_dim], ..., the values
+// of Keras's [features, heads, key_dim] in the same order. `inputs_only`:
+// a spec of the model's inputs, for the shapes the projections read.
+absl::Status ExpandMultiHeadAttention(const std::string& source, const ModelSpec& inputs_only,
+                                      ParsedLayers* parsed) {
+  for (int i = 0; i < static_cast<int>(parsed->specs.size()); ++i) {
+    if (parsed->specs[i].kind != LayerKind::kMultiHeadAttention) continue;
+    ModelSpec shaped = inputs_only;
+    shaped.layers = parsed->specs;
+    absl::StatusOr<std::vector<ActivationShape>> shapes = NodeShapes(shaped);
+    if (!shapes.ok()) return Bad(source, std::string(shapes.status().message()));
+    const LayerSpec mha = parsed->specs[i];
+    const keras::LayerInits inits = parsed->inits[i];
+    const int query = mha.inputs[0], value = mha.inputs[1];
+    const int key = mha.inputs.size() == 3 ? mha.inputs[2] : value;
+    const int features = query < 0 ? InputShapeOf(shaped, query).c : (*shapes)[query].c;
+    auto dense = [&](const char* part, int units, int from) {
+      LayerSpec d;
+      d.kind = LayerKind::kDense;
+      d.name = absl::StrCat(mha.name, "/", part);
+      d.units = units;
+      d.use_bias = mha.use_bias;
+      d.inputs = {from};
+      return d;
+    };
+    InsertNode(parsed, i, dense("query", mha.heads * mha.units, query));
+    InsertNode(parsed, i + 1, dense("key", mha.heads * mha.units, key));
+    InsertNode(parsed, i + 2, dense("value", mha.heads * mha.value_dim, value));
+    LayerSpec core;
+    core.kind = LayerKind::kAttention;
+    core.name = mha.name;
+    core.heads = mha.heads;
+    core.multi_head = true;
+    core.inputs = {i, i + 2, i + 1};  // [query, value, key]
+    InsertNode(parsed, i + 3, std::move(core));
+    parsed->specs[i + 4] = dense("attention_output", features, i + 3);
+    for (int k = i; k <= i + 4; ++k) {
+      if (k != i + 3) parsed->inits[k] = inits;
+    }
+    i += 4;
+  }
+  return absl::OkStatus();
+}
+
 // Each output's columns and targets from the built spec's shapes: every
 // output must be flat.
 absl::Status PlaceOutputColumns(const std::string& source, ModelSpec* spec) {
@@ -324,6 +375,19 @@ absl::StatusOr<ModelSpec> ParseKerasModelOrThrow(absl::string_view text,
   absl::StatusOr<InputShape> in =
       inputs->empty() ? DeclaredInputShape(*parsed, source) : InputShape{1, 1, 1};
   if (!in.ok()) return in.status();
+  ModelSpec inputs_only;
+  inputs_only.name = model->model_name;
+  inputs_only.input_height = in->h, inputs_only.input_width = in->w;
+  inputs_only.input_channels = in->c;
+  inputs_only.inputs = *inputs;
+  if (!inputs->empty()) {
+    int total = 0;
+    for (const InputSpec& input : *inputs) total += static_cast<int>(input.size());
+    inputs_only.input_channels = total;
+  }
+  if (absl::Status s = ExpandMultiHeadAttention(source, inputs_only, &*parsed); !s.ok()) {
+    return s;
+  }
   absl::StatusOr<ModelSpec> spec =
       BuildModelSpec(model->model_name, in->h, in->w, in->c, classes, std::move(parsed->specs),
                      *std::move(inputs));

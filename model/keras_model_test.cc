@@ -459,6 +459,17 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
        "layer 'a' (Attention): option 'dropout' = 0.1 is not supported"},
       {R"({"class_name": "Attention", "config": {"name": "a", "causal": true}})",
        "layer 'a' (Attention): option 'causal' = true is not supported"},
+      {R"({"class_name": "MultiHeadAttention", "config": {"name": "m", "num_heads": 2,
+          "key_dim": 2, "dropout": 0.1}})",
+       "layer 'm' (MultiHeadAttention): option 'dropout' = 0.1 is not supported"},
+      {R"({"class_name": "MultiHeadAttention", "config": {"name": "m", "num_heads": 2,
+          "key_dim": 2, "attention_axes": [2]}})",
+       "layer 'm' (MultiHeadAttention): option 'attention_axes' = [2] is not supported"},
+      {R"({"class_name": "MultiHeadAttention", "config": {"name": "m", "num_heads": 2,
+          "key_dim": 2, "output_shape": [5]}})",
+       "layer 'm' (MultiHeadAttention): option 'output_shape' = [5] is not supported"},
+      {R"({"class_name": "MultiHeadAttention", "config": {"name": "m", "key_dim": 2}})",
+       "layer 'm' (MultiHeadAttention): option 'num_heads'"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ModelSpec> s = ParseKerasModel(WithLayer(c.layer), "m.json");
@@ -674,6 +685,14 @@ TEST(KerasModelTest, RefusesWholeModelProblems) {
                                   "config": {"label_smoothing": 0.1}})"),
           "option 'label_smoothing' = 0.1 is not supported");
   refused(with_loss("linear", R"("hinge")"), "loss \"hinge\": is not supported");
+  // A Dropout between the output Dense's sigmoid and the loss: Keras would
+  // drop probabilities out; refused rather than trained on other math.
+  refused(R"({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "i"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 1, "activation": "sigmoid"}},
+    {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.5}}]}})",
+          "layer 'drop': comes after the output layer 'd', whose sigmoid or softmax the loss "
+          "takes in");
   refused(with_loss("linear", R"(["mse", "mae"])"), "is not supported (one loss");
   absl::StatusOr<ModelSpec> flag = ParseKerasModel(with_loss("linear", R"("mse")"), "m.json",
                                                    "poisson");

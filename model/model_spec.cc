@@ -77,14 +77,19 @@ const char* MergeName(LayerKind kind) {
       return "Dot";
     case LayerKind::kAttention:
       return "Attention";
+    case LayerKind::kMultiHeadAttention:
+      return "MultiHeadAttention";
     default: return "Concatenate";
   }
 }
 
 // An Attention's output over [query, value] or [query, value, key]
 // ([steps, features] each), or InvalidArgument beginning with `where`.
-absl::StatusOr<ActivationShape> AttentionShapeOf(const std::string& where,
-                                                 const std::vector<ActivationShape>& in) {
+// `heads` share the features; with `any_widths` (a MultiHeadAttention's
+// inputs, projected before they meet) only the steps must fit.
+absl::StatusOr<ActivationShape> AttentionShapeOf(const std::string& where, int heads,
+                                                 const std::vector<ActivationShape>& in,
+                                                 bool any_widths = false) {
   if (in.size() != 2 && in.size() != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": Attention needs [query, value] or [query, value, key], has ",
@@ -100,12 +105,17 @@ absl::StatusOr<ActivationShape> AttentionShapeOf(const std::string& where,
   const ActivationShape& q = in[0];
   const ActivationShape& v = in[1];
   const ActivationShape& k = in.size() == 3 ? in[2] : in[1];
-  if (q.c != k.c || k.w != v.w) {
+  if ((!any_widths && q.c != k.c) || k.w != v.w) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": Attention of query ", ShapeText(q), ", value ", ShapeText(v),
                      " and key ", ShapeText(k),
                      ": the query and the key need as many features, the key and the value as "
                      "many steps"));
+  }
+  if (heads < 1 || q.c % heads != 0 || v.c % heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": Attention of ", heads, " heads over ",
+                                                   q.c, " and ", v.c,
+                                                   " features (each must split evenly)"));
   }
   ActivationShape out = q;
   out.c = v.c;
@@ -117,7 +127,13 @@ absl::StatusOr<ActivationShape> AttentionShapeOf(const std::string& where,
 absl::StatusOr<ActivationShape> MergeShape(const LayerSpec& l, const std::string& where,
                                            const std::vector<ActivationShape>& in) {
   const char* what = MergeName(l.kind);
-  if (l.kind == LayerKind::kAttention) return AttentionShapeOf(where, in);
+  if (l.kind == LayerKind::kAttention) return AttentionShapeOf(where, l.heads, in);
+  if (l.kind == LayerKind::kMultiHeadAttention) {
+    // Before its expansion: the query's shape (Keras's output_shape).
+    absl::StatusOr<ActivationShape> core = AttentionShapeOf(where, 1, in, /*any_widths=*/true);
+    if (!core.ok()) return core.status();
+    return in[0];
+  }
   const size_t want = l.kind == LayerKind::kSubtract || l.kind == LayerKind::kDot ? 2 : 0;
   if (in.size() < 2 || (want != 0 && in.size() != want)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -294,9 +310,38 @@ absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec) {
     }
     std::vector<int> from = l.inputs;
     if (from.empty() && i > 0) from = {static_cast<int>(i) - 1};
-    if (l.kind == LayerKind::kAttention) {
-      // The value's mask masks the keys; the query's is the output's.
+    if (l.kind == LayerKind::kAttention || l.kind == LayerKind::kMultiHeadAttention) {
+      // The value's mask masks the keys; the query's is the output's. A
+      // key's own mask is not read by Attention; MultiHeadAttention reads
+      // it, so one of its own is refused.
+      const int value = from[1] >= 0 ? source[from[1]] : -1;
+      const int key = from.size() == 3 && from[2] >= 0 ? source[from[2]] : -1;
+      if ((l.multi_head || l.kind == LayerKind::kMultiHeadAttention) && key >= 0 && key != value) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", l.name, ": its key carries the mask of Embedding '", spec.layers[key].name,
+            "' and its value another: MultiHeadAttention reads both, which is not implemented"));
+      }
       if (from[0] >= 0) source[i] = source[from[0]];
+      continue;
+    }
+    if (IsMerge(l.kind) && l.kind != LayerKind::kConcatenate && l.kind != LayerKind::kDot) {
+      // Add, Subtract, Multiply, Average: Keras ANDs their inputs' masks;
+      // one mask (every masked input's the same Embedding's) goes on.
+      int merged = -1;
+      bool one = true;
+      for (int j : from) {
+        const int m = j >= 0 ? source[j] : -1;
+        if (m < 0) continue;
+        if (merged >= 0 && m != merged) one = false;
+        merged = m;
+      }
+      if (!one) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", l.name,
+                         " merges the masks of two Embeddings (mask_zero), which is not "
+                         "implemented"));
+      }
+      source[i] = merged;
       continue;
     }
     for (size_t k = 0; k < from.size(); ++k) {

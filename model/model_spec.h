@@ -43,6 +43,12 @@ enum class LayerKind {
   // none) -> [Tq, Dv], softmax(query key^T) value, the value's mask
   // masking keys and the query's zeroing its rows (kernels/attention.h).
   kAttention,
+  // Keras's MultiHeadAttention as the parser reads it; it expands each
+  // into Dense projections (<name>/query, /key, /value), a kAttention
+  // node of `heads` heads with MultiHeadAttention's scale and masks, and
+  // the Dense <name>/attention_output (model/keras_model.cc), so no spec
+  // that reaches a backend holds one.
+  kMultiHeadAttention,
   // Modern CNNs' layers without variables.
   kZeroPadding2D,    // pad_* rows and columns of zeros
   kGlobalMaxPool2D,  // the max over the pixels (ties share the gradient)
@@ -68,7 +74,8 @@ enum class LayerKind {
 inline bool IsMerge(LayerKind kind) {
   return kind == LayerKind::kAdd || kind == LayerKind::kSubtract || kind == LayerKind::kMultiply ||
          kind == LayerKind::kAverage || kind == LayerKind::kConcatenate ||
-         kind == LayerKind::kDot || kind == LayerKind::kAttention;
+         kind == LayerKind::kDot || kind == LayerKind::kAttention ||
+         kind == LayerKind::kMultiHeadAttention;
 }
 
 // kSoftmax on an output's last layer (or a last Activation layer) is fused
@@ -136,6 +143,15 @@ struct LayerSpec {
   // axis 0).
   int axis = -1;
   bool normalize = false;  // kDot: each input L2-normalised first (Keras's normalize)
+  // kAttention: its heads (the inputs' features split evenly among them)
+  // and, for MultiHeadAttention's core (`multi_head`), its rules: the
+  // queries scaled by 1/sqrt(their features a head), and every mask in the
+  // scores (a masked query's row weighs every key alike, as Keras's masked
+  // softmax makes it) where the Attention layer zeroes a masked query's row.
+  // kMultiHeadAttention: heads, units = key_dim, value_dim, use_bias.
+  int heads = 1;
+  bool multi_head = false;
+  int value_dim = 0;
   float alpha = 0.0f;    // the activation's parameter (Activation above)
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // kZeroPadding2D
   float rescale = 1.0f, reshift = 0.0f;                            // kRescaling
@@ -289,10 +305,12 @@ struct ActivationShape {
 
 // Per node, the Embedding node (mask_zero) whose mask its output carries,
 // or -1. A mask passes through Dense, Activation, Dropout and
-// LayerNormalization (applied per step, as Keras propagates it) and ends
-// in a GlobalAveragePooling1D (the mean over the steps not masked). An
-// Attention takes its value's mask for the keys (a key's mask is not read,
-// as in Keras) and carries its query's. Any other layer reading a masked
+// LayerNormalization (applied per step, as Keras propagates it), through
+// Add, Subtract, Multiply and Average when every masked input's is one
+// Embedding's (Keras ANDs them), and ends in a GlobalAveragePooling1D (the
+// mean over the steps not masked). An Attention takes its value's mask for
+// the keys (a key's mask is not read, as in Keras; MultiHeadAttention's
+// key must carry the value's or none) and carries its query's. Any other layer reading a masked
 // output is InvalidArgument naming it and the Embedding (Keras 3 would
 // drop the mask there, or use it in ways not implemented here).
 absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec);

@@ -1,13 +1,19 @@
-// Keras's Attention layer (dot-product scores) on the CPU: for each example,
-// queries q [tq, d], keys k [tv, d] and values v [tv, dv],
-//   scores = q k^T, minus 1e9 where a key's step is masked (Keras's
-//   padding mask, as Keras subtracts it in float32),
+// Keras's Attention layer (dot-product scores) and MultiHeadAttention's
+// core on the CPU: for each example, queries q [tq, d], keys k [tv, d] and
+// values v [tv, dv], the features split among `heads` heads (head h: its
+// d / heads and dv / heads columns):
+//   scores = (q * scale) k^T per head, minus 1e9 where masked (Keras's
+//   padding mask, subtracted in float32 as Keras does),
 //   weights = softmax(scores) over the keys,
-//   y = weights v, each row times its query's mask (1 where not masked),
-// and the gradients at q, k and v. Keys' and queries' masks come as the ids
-// of the Embedding (mask_zero) whose output they are: a step is masked
-// where its id is `padding_id`. Stateless functions; the softmax's sums in
-// double.
+//   y = weights v, head by head side by side.
+// The Attention layer (multi_head false, one head, scale 1) masks the keys
+// its value's mask masks and zeroes a masked query's row (it multiplies by
+// the query's mask); MultiHeadAttention's core masks every score of a
+// masked query or key (so a masked query's row weighs every key alike, as
+// Keras's masked softmax makes it) and zeroes nothing. Masks come as the
+// ids of the Embedding (mask_zero) whose output they are: a step is
+// masked where its id is `padding_id`. Stateless functions; the products'
+// sums in double.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_ATTENTION_H_
 #define PSCLUSTER_COMPUTE_KERNELS_ATTENTION_H_
 
@@ -16,7 +22,10 @@ namespace kernels {
 
 struct AttentionShape {
   int tq = 0, tv = 0;  // query steps, key (and value) steps
-  int d = 0, dv = 0;   // query and key features, value features
+  int d = 0, dv = 0;   // query and key features, value features (all heads')
+  int heads = 1;
+  float scale = 1.0f;       // the queries' factor (MultiHeadAttention: 1/sqrt(d / heads))
+  bool multi_head = false;  // MultiHeadAttention's masks (above)
 };
 
 // Where a mask comes from: ids [n, steps] (null: no mask) and the padding id.
