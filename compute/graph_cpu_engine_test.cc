@@ -600,6 +600,24 @@ TEST(GraphCpuEngineTest, SoftmaxLayersMatchTensorFlowJs) {
   ExpectMatchesTfjs(cases, "Softmax not fused");
 }
 
+// Sequences joined along their steps (tests/fixtures/tfjs_reference/
+// steps.json, make_embedding_reference.js): two inputs' steps into a
+// Conv1D, and a target item's Embedding row put before its history's (one
+// Embedding applied twice), as BST's sequence is made. Outputs, loss and
+// every gradient match tfjs's.
+TEST(GraphCpuEngineTest, ConcatenateStepsMatchesTensorFlowJs) {
+  std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/tfjs_reference/steps.json");
+  ASSERT_EQ(cases.size(), 2u);
+  for (const ReferenceCase& c : cases) {
+    absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(c.spec);
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    int joined = 0;
+    for (const GraphOp& op : *ops) joined += op.concat_steps;
+    EXPECT_EQ(joined, 1) << c.spec.name;
+  }
+  ExpectMatchesTfjs(cases, "Concatenate(axis=1) of sequences");
+}
+
 // Keras's Attention (tests/fixtures/attention/attention.json: Keras 3
 // files and what Keras 3 computes for them in float64 PyTorch, by
 // make_attention_reference.py): DIN's target attention over a masked

@@ -48,6 +48,12 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
         "' and others) do not run on the GPU yet; train this model with --device=cpu"));
   }
   for (const GraphOp& op : *ops) {
+    if (op.concat_steps) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model \"", spec.name, "\": layer ", op.name,
+                       ": Concatenate along the steps does not run on the GPU yet; train this "
+                       "model with --device=cpu"));
+    }
     if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot ||
         op.kind == LayerKind::kAttention || op.kind == LayerKind::kSoftmax) {
       return absl::InvalidArgumentError(

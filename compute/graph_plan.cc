@@ -256,6 +256,13 @@ class GraphPlanner {
     }
     op.in_size = x.size();
     op.out_size = y.size();
+    std::vector<ActivationShape> in;
+    for (int j : l.inputs) in.push_back(j < 0 ? InputShapeOf(graph_, j) : shapes_[j]);
+    if (ConcatenatesSteps(l, in)) {
+      // An example's steps follow each other: its values, input by input.
+      op.concat_steps = true;
+      for (size_t k = 0; k < in.size(); ++k) op.input_channels[k] = static_cast<int>(in[k].size());
+    }
     if (absl::Status st = PlanLayer(l, i, x, y, &op); !st.ok()) return st;
     op.alpha = l.alpha;
     op.act_xy = op.has_act && !kernels::ActivationGradFromOutput(op.act);

@@ -32,7 +32,10 @@ struct GraphOp {
   // several; in_size is the first's size. A model with several inputs
   // starts with a kInputSlice op per input, which the layers read.
   std::vector<int> inputs;
-  std::vector<int> input_channels;  // kConcatenate: each input's channels
+  // kConcatenate: each input's channels, or, joining steps
+  // (concat_steps), each input's values per example.
+  std::vector<int> input_channels;
+  bool concat_steps = false;
   // Conv2D, DepthwiseConv2D (out_c = in_c * depth multiplier) and the
   // pools (batch set per call). A SeparableConv2D is two ops of its name:
   // a DepthwiseConv2D without bias or activation, then a 1x1 Conv2D.

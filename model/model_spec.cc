@@ -122,6 +122,18 @@ absl::StatusOr<ActivationShape> AttentionShapeOf(const std::string& where, int h
   return out;
 }
 
+}  // namespace
+
+bool ConcatenatesSteps(const LayerSpec& l, const std::vector<ActivationShape>& in) {
+  if (l.kind != LayerKind::kConcatenate || l.axis != 1) return false;
+  for (const ActivationShape& s : in) {
+    if (s.flat || s.h != 1) return false;
+  }
+  return true;
+}
+
+namespace {
+
 // The output shape of merge node `l` over `in`, or InvalidArgument
 // beginning with `where`.
 absl::StatusOr<ActivationShape> MergeShape(const LayerSpec& l, const std::string& where,
@@ -159,9 +171,24 @@ absl::StatusOr<ActivationShape> MergeShape(const LayerSpec& l, const std::string
     out.c = 1;
     return out;
   }
+  if (ConcatenatesSteps(l, in)) {
+    ActivationShape out = in[0];
+    out.w = 0;
+    for (const ActivationShape& s : in) {
+      if (s.c != in[0].c) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": Concatenate along the steps of inputs shaped ", ShapeText(in[0]),
+                         " and ", ShapeText(s), " (only the steps may differ)"));
+      }
+      out.w += s.w;
+    }
+    return out;
+  }
   ActivationShape out = in[0];
   const bool spatial = !(in[0].flat || (in[0].h == 1 && in[0].w == 1));
-  if (l.kind == LayerKind::kConcatenate && l.axis != -1 && l.axis != (spatial ? 3 : 1)) {
+  const bool steps = !in[0].flat && in[0].h == 1;  // [steps, features]: axis 2 is the last
+  if (l.kind == LayerKind::kConcatenate && l.axis != -1 && l.axis != (spatial ? 3 : 1) &&
+      !(steps && l.axis == 2)) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": Concatenate axis ", l.axis,
                                                    " is not the last axis of its inputs (",
                                                    spatial ? 3 : 1, " or -1)"));

@@ -303,6 +303,12 @@ struct ActivationShape {
   int64_t size() const { return int64_t{h} * w * c; }
 };
 
+// Whether Concatenate node `l` over inputs shaped `in` joins them along
+// the steps (Keras's axis 1 of [steps, features] sequences, which a
+// [1, features] one is too): then its output is [the steps' total,
+// features].
+bool ConcatenatesSteps(const LayerSpec& l, const std::vector<ActivationShape>& in);
+
 // Per node, the Embedding node (mask_zero) whose mask its output carries,
 // or -1. A mask passes through Dense, Activation, Dropout and
 // LayerNormalization (applied per step, as Keras propagates it), through
