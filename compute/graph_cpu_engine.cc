@@ -173,7 +173,11 @@ void ForwardMerge(const GraphOp& op, const std::vector<const float*>& x, int n, 
       for (int64_t e = 0; e < size; ++e) y[e] = x[0][e] - x[1][e];
       return;
     case LayerKind::kDot:
-      kernels::DotForward(n, static_cast<int>(op.in_size), op.normalize, x[0], x[1], y);
+      if (op.batched_dot.rows_x > 0) {
+        kernels::BatchedDotForward(n, op.batched_dot, x[0], x[1], y);
+      } else {
+        kernels::DotForward(n, static_cast<int>(op.in_size), op.normalize, x[0], x[1], y);
+      }
       return;
     case LayerKind::kMultiply:
       std::copy(x[0], x[0] + size, y);
@@ -218,7 +222,11 @@ void BackwardMerge(const GraphOp& op, const std::vector<const float*>& x, size_t
       for (int64_t e = 0; e < size; ++e) gx[e] = k == 0 ? gy[e] : -gy[e];
       return;
     case LayerKind::kDot:
-      kernels::DotBackward(n, static_cast<int>(op.in_size), op.normalize, x[k], x[1 - k], gy, gx);
+      if (op.batched_dot.rows_x > 0) {
+        kernels::BatchedDotBackward(n, op.batched_dot, static_cast<int>(k), x[0], x[1], gy, gx);
+      } else {
+        kernels::DotBackward(n, static_cast<int>(op.in_size), op.normalize, x[k], x[1 - k], gy, gx);
+      }
       return;
     case LayerKind::kMultiply:
       std::copy(gy, gy + size, gx);

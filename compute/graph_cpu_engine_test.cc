@@ -603,11 +603,14 @@ TEST(GraphCpuEngineTest, SoftmaxLayersMatchTensorFlowJs) {
 // Sequences joined along their steps (tests/fixtures/tfjs_reference/
 // steps.json, make_embedding_reference.js): two inputs' steps into a
 // Conv1D, and a target item's Embedding row put before its history's (one
-// Embedding applied twice), as BST's sequence is made. Outputs, loss and
-// every gradient match tfjs's.
-TEST(GraphCpuEngineTest, ConcatenateStepsMatchesTensorFlowJs) {
+// Embedding applied twice), as BST's sequence is made; and Dots of
+// sequences. Outputs, loss and every gradient match tfjs's.
+TEST(GraphCpuEngineTest, SequenceConcatenateAndDotMatchTensorFlowJs) {
   std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/tfjs_reference/steps.json");
-  ASSERT_EQ(cases.size(), 2u);
+  ASSERT_EQ(cases.size(), 4u);
+  std::vector<ReferenceCase> dots(std::make_move_iterator(cases.begin() + 2),
+                                  std::make_move_iterator(cases.end()));
+  cases.resize(2);
   for (const ReferenceCase& c : cases) {
     absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(c.spec);
     ASSERT_TRUE(ops.ok()) << ops.status();
@@ -616,6 +619,17 @@ TEST(GraphCpuEngineTest, ConcatenateStepsMatchesTensorFlowJs) {
     EXPECT_EQ(joined, 1) << c.spec.name;
   }
   ExpectMatchesTfjs(cases, "Concatenate(axis=1) of sequences");
+  // Dot of sequences (Keras's batch_dot): attention from plain layers
+  // (Dot [2, 2], Softmax, Dot [2, 1]), and Dots over the steps (axes 1,
+  // and [1, 2]).
+  for (const ReferenceCase& c : dots) {
+    absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(c.spec);
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    int batched = 0;
+    for (const GraphOp& op : *ops) batched += op.batched_dot.rows_x > 0;
+    EXPECT_EQ(batched, 2) << c.spec.name;
+  }
+  ExpectMatchesTfjs(dots, "Dot of sequences");
 }
 
 // Keras's Attention (tests/fixtures/attention/attention.json: Keras 3

@@ -379,9 +379,20 @@ class GraphPlanner {
         op->rescale = l.rescale;
         op->reshift = l.reshift;
         break;
-      case LayerKind::kDot:
+      case LayerKind::kDot: {
         op->normalize = l.normalize;
+        std::vector<ActivationShape> in;
+        for (int j : l.inputs) in.push_back(j < 0 ? InputShapeOf(graph_, j) : shapes_[j]);
+        if (DotsSequences(in)) {
+          op->batched_dot = kernels::BatchedDotShape{in[0].w,
+                                                     in[0].c,
+                                                     in[1].w,
+                                                     in[1].c,
+                                                     l.dot_axes[0] == -1 ? 2 : l.dot_axes[0],
+                                                     l.dot_axes[1] == -1 ? 2 : l.dot_axes[1]};
+        }
         break;
+      }
       case LayerKind::kAttention:
         PlanAttention(l, op);
         break;

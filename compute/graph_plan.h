@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "compute/kernels/activation.h"
 #include "compute/kernels/attention.h"
+#include "compute/kernels/dot.h"
 #include "compute/kernels/reshaping.h"
 #include "compute/kernels/window.h"
 #include "model/model_spec.h"
@@ -54,6 +55,9 @@ struct GraphOp {
                       // Embedding: ids
   float rate = 0.0f;  // Dropout
   bool normalize = false;  // Dot: the cosine
+  // Dot of two sequences (Keras's batch_dot): its shapes and axes; rows_x
+  // 0 for a Dot of flat vectors.
+  kernels::BatchedDotShape batched_dot;
   // Embedding with mask_zero: the id of a padded step (0; -1 in a sparse
   // table's window, which has no row for it: LayerSpec::padding_id, -1
   // only there).

@@ -448,15 +448,17 @@ absl::Status ParseConcatenate(const json& cfg, const std::string& where, LayerSp
 // input times min(1 / |x|, 1e7)).
 absl::Status ParseDot(const json& cfg, const std::string& where, LayerSpec* l, LayerInits*) {
   const json axes = cfg.value("axes", json(-1));
-  auto feature_axis = [](const json& a) {
-    return a.is_number_integer() && (a.get<int>() == 1 || a.get<int>() == -1);
+  auto one_axis = [](const json& a) {
+    return a.is_number_integer() && (a.get<int>() == 1 || a.get<int>() == 2 || a.get<int>() == -1);
   };
-  const bool ok = feature_axis(axes) || (axes.is_array() && axes.size() == 2 &&
-                                         feature_axis(axes[0]) && feature_axis(axes[1]));
+  const bool ok = one_axis(axes) ||
+                  (axes.is_array() && axes.size() == 2 && one_axis(axes[0]) && one_axis(axes[1]));
   if (!ok) {
     return Bad(where, absl::StrCat("option 'axes' = ", Show(axes),
-                                   " is not supported (flat inputs' features only: 1 or -1)"));
+                                   " is not supported (1, 2 or -1, or a pair of them)"));
   }
+  l->dot_axes[0] = axes.is_array() ? axes[0].get<int>() : axes.get<int>();
+  l->dot_axes[1] = axes.is_array() ? axes[1].get<int>() : axes.get<int>();
   const json normalize = cfg.value("normalize", json(false));
   if (!normalize.is_boolean()) {
     return Bad(where,

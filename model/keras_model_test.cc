@@ -1027,8 +1027,9 @@ TEST(KerasModelTest, OneDimensionalLayersRefuseWhatTheyCannotRunNamingIt) {
 }
 
 // Dot: two flat inputs of one size along their features (axes 1 or -1,
-// as a number or a pair), a linear head; anything else refused naming the
-// layer and the option or the shapes (tests/fixtures/tfjs_reference/
+// as a number or a pair), a linear head; two sequences along the axes
+// named (steps_test's batch_dot); anything else refused naming the layer
+// and the option or the shapes (tests/fixtures/tfjs_reference/
 // towers.json's two_tower, edited).
 TEST(KerasModelTest, DotTakesFlatInputsAndRefusesOtherAxes) {
   std::ifstream in("tests/fixtures/tfjs_reference/towers.json");
@@ -1042,10 +1043,10 @@ TEST(KerasModelTest, DotTakesFlatInputsAndRefusesOtherAxes) {
     nlohmann::json value;
     const char* expect;
   } cases[] = {
-      {"axes", 2,
-       "layer 'dot' (Dot): option 'axes' = 2 is not supported (flat inputs' features "
-       "only: 1 or -1)"},
-      {"axes", {1, 2}, "layer 'dot' (Dot): option 'axes' = [1,2] is not supported"},
+      {"axes", 3,
+       "layer 'dot' (Dot): option 'axes' = 3 is not supported (1, 2 or -1, or a pair of them)"},
+      {"axes", 2, "layer dot: Dot along axis 2 of flat [features] inputs (only 1 or -1)"},
+      {"axes", {1, 2}, "layer dot: Dot along axis 2 of flat [features] inputs"},
       {"normalize", "yes", "layer 'dot' (Dot): option 'normalize' = \"yes\" is not true or false"},
       {"inbound", "emb",
        "layer dot: Dot of an input shaped 1x4x4 is not supported (flat "

@@ -124,6 +124,13 @@ absl::StatusOr<ActivationShape> AttentionShapeOf(const std::string& where, int h
 
 }  // namespace
 
+bool DotsSequences(const std::vector<ActivationShape>& in) {
+  for (const ActivationShape& s : in) {
+    if (s.flat || s.h != 1 || s.w < 2) return false;
+  }
+  return true;
+}
+
 bool ConcatenatesSteps(const LayerSpec& l, const std::vector<ActivationShape>& in) {
   if (l.kind != LayerKind::kConcatenate || l.axis != 1) return false;
   for (const ActivationShape& s : in) {
@@ -152,10 +159,30 @@ absl::StatusOr<ActivationShape> MergeShape(const LayerSpec& l, const std::string
         where, ": ", what, " needs ", want != 0 ? "exactly 2" : "at least 2", " inputs, has ",
         in.size()));
   }
+  if (l.kind == LayerKind::kDot && in.size() == 2 && DotsSequences(in)) {
+    // Keras's batch_dot of rank-3 tensors: each example's matrix product,
+    // contracting the axes named (1 the steps, 2 or -1 the features).
+    const int ax = l.dot_axes[0] == -1 ? 2 : l.dot_axes[0];
+    const int ay = l.dot_axes[1] == -1 ? 2 : l.dot_axes[1];
+    const int kx = ax == 2 ? in[0].c : in[0].w, ky = ay == 2 ? in[1].c : in[1].w;
+    if (l.normalize || kx != ky) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": Dot of sequences shaped ", ShapeText(in[0]), " and ",
+                       ShapeText(in[1]), " along axes ", ax, " and ", ay,
+                       l.normalize ? ": normalize on sequences is not supported"
+                                   : " (the axes contracted must be as long)"));
+    }
+    return ActivationShape{1, ax == 2 ? in[0].w : in[0].c, ay == 2 ? in[1].w : in[1].c, false};
+  }
   if (l.kind == LayerKind::kDot) {
     // Keras's Dot of rank-2 tensors ([batch, D]): the axes can only be the
-    // features'. A [steps, features] input would need batched matrix
-    // products (attention), which this layer does not compute.
+    // features'. An image, or a sequence beside a flat input, is refused.
+    for (int a : l.dot_axes) {
+      if (a != 1 && a != -1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": Dot along axis ", a, " of flat [features] inputs (only 1 or -1)"));
+      }
+    }
     for (const ActivationShape& s : in) {
       if (!(s.flat || (s.h == 1 && s.w == 1))) {
         return absl::InvalidArgumentError(

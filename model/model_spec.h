@@ -143,6 +143,8 @@ struct LayerSpec {
   // axis 0).
   int axis = -1;
   bool normalize = false;  // kDot: each input L2-normalised first (Keras's normalize)
+  // kDot: its axes as the file gives them (-1: the last), one per input.
+  int dot_axes[2] = {-1, -1};
   // kAttention: its heads (the inputs' features split evenly among them)
   // and, for MultiHeadAttention's core (`multi_head`), its rules: the
   // queries scaled by 1/sqrt(their features a head), and every mask in the
@@ -308,6 +310,10 @@ struct ActivationShape {
 // [1, features] one is too): then its output is [the steps' total,
 // features].
 bool ConcatenatesSteps(const LayerSpec& l, const std::vector<ActivationShape>& in);
+
+// Whether a Dot over inputs shaped `in` is Keras's batch_dot of sequences
+// (both [steps, features] of 2 steps or more), rather than of flat vectors.
+bool DotsSequences(const std::vector<ActivationShape>& in);
 
 // Per node, the Embedding node (mask_zero) whose mask its output carries,
 // or -1. A mask passes through Dense, Activation, Dropout and
