@@ -1,5 +1,7 @@
 #include "wire/chief_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/retry.h"
 #include "common/rpc.h"
@@ -50,11 +52,18 @@ absl::StatusOr<TrainingPlan> ChiefClient::WaitForPlan(const TaskId& task,
   policy.initial_backoff = absl::Milliseconds(100);
   policy.max_backoff = absl::Seconds(1);
   Backoff backoff(policy);
-  grpc::Status last;
-  while (absl::Now() < give_up) {
+  grpc::Status last, refused;  // refused: the last failure to reach the chief
+  for (int attempt = 0; absl::Now() < give_up; ++attempt) {
     if (stop != nullptr && *stop) return absl::CancelledError("stop requested");
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    ctx.set_deadline(absl::ToChronoTime(std::min(give_up, absl::Now() + absl::Seconds(2))));
+    // After a first failure to reach the chief, each call waits for the
+    // channel to connect (gRPC tries again 100 ms to 1 s after a refusal)
+    // instead of failing at once and sleeping: a task started before the
+    // chief listens reaches it as soon as it does, which an evaluator
+    // outside TF_CONFIG must do before a short run ends (the chief waits
+    // only for an evaluator it has heard from).
+    ctx.set_wait_for_ready(attempt > 0 && !refused.ok());
     GetPlanRequest req;
     req.set_task_type(task.type);
     req.set_task_index(task.index);
@@ -64,12 +73,15 @@ absl::StatusOr<TrainingPlan> ChiefClient::WaitForPlan(const TaskId& task,
     if (!last.ok() && !IsRetryable(last)) {
       return FromGrpcStatus(last, absl::StrCat("asking the chief (", address_, ") for the plan"));
     }
-    absl::SleepFor(backoff.Next());
+    if (last.error_code() == grpc::StatusCode::UNAVAILABLE) refused = last;
+    if (last.ok() || last.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      absl::SleepFor(backoff.Next());
+    }
   }
+  const grpc::Status& why = refused.ok() ? last : refused;
   return absl::DeadlineExceededError(absl::StrCat(
-      "no training plan from the chief at ", address_, " within ",
-      absl::FormatDuration(timeout),
-      last.ok() ? " (it answered: not ready)" : " (last error: " + last.error_message() + ")"));
+      "no training plan from the chief at ", address_, " within ", absl::FormatDuration(timeout),
+      last.ok() ? " (it answered: not ready)" : " (last error: " + why.error_message() + ")"));
 }
 
 absl::StatusOr<bool> ChiefClient::Report(const ProgressReport& report,
