@@ -29,7 +29,11 @@ namespace pscluster {
 // cross-entropy for any other. The output Dense layer's units are the
 // classes or outputs (ModelSpec::num_classes); its activation must fit the
 // loss (softmax or linear logits for categorical, sigmoid or linear for
-// binary, no softmax for regression).
+// binary, no softmax for regression). A model with several outputs gets
+// ModelSpec::outputs (each one's loss, weight and columns: `loss` may then
+// be "<output>:<loss>,...") and a last node joining them. The spec holds
+// what the backends run: a softmax no loss takes in becomes a Softmax
+// node, and a MultiHeadAttention its projections around an Attention core.
 absl::StatusOr<ModelSpec> ParseKerasModel(absl::string_view json,
                                           const std::string& source,
                                           const std::string& loss = "");
