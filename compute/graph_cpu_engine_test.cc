@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -600,6 +601,21 @@ TEST(GraphCpuEngineTest, SoftmaxLayersMatchTensorFlowJs) {
   ExpectMatchesTfjs(cases, "Softmax not fused");
 }
 
+// Cases [k, end) of *cases, which keeps [0, k).
+std::vector<ReferenceCase> TakeFrom(std::vector<ReferenceCase>* cases, size_t k) {
+  std::vector<ReferenceCase> rest(std::make_move_iterator(cases->begin() + k),
+                                  std::make_move_iterator(cases->end()));
+  cases->resize(k);
+  return rest;
+}
+
+// How many of the ops planned for `spec` `counted` counts (-1: no plan).
+int CountPlannedOps(const ModelSpec& spec, const std::function<bool(const GraphOp&)>& counted) {
+  absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(spec);
+  if (!ops.ok()) return -1;
+  return static_cast<int>(std::count_if(ops->begin(), ops->end(), counted));
+}
+
 // Sequences joined along their steps (tests/fixtures/tfjs_reference/
 // steps.json, make_embedding_reference.js): two inputs' steps into a
 // Conv1D, and a target item's Embedding row put before its history's (one
@@ -608,26 +624,19 @@ TEST(GraphCpuEngineTest, SoftmaxLayersMatchTensorFlowJs) {
 TEST(GraphCpuEngineTest, SequenceConcatenateAndDotMatchTensorFlowJs) {
   std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/tfjs_reference/steps.json");
   ASSERT_EQ(cases.size(), 4u);
-  std::vector<ReferenceCase> dots(std::make_move_iterator(cases.begin() + 2),
-                                  std::make_move_iterator(cases.end()));
-  cases.resize(2);
+  std::vector<ReferenceCase> dots = TakeFrom(&cases, 2);
   for (const ReferenceCase& c : cases) {
-    absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(c.spec);
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    int joined = 0;
-    for (const GraphOp& op : *ops) joined += op.concat_steps;
-    EXPECT_EQ(joined, 1) << c.spec.name;
+    EXPECT_EQ(CountPlannedOps(c.spec, [](const GraphOp& op) { return op.concat_steps; }), 1)
+        << c.spec.name;
   }
   ExpectMatchesTfjs(cases, "Concatenate(axis=1) of sequences");
   // Dot of sequences (Keras's batch_dot): attention from plain layers
   // (Dot [2, 2], Softmax, Dot [2, 1]), and Dots over the steps (axes 1,
   // and [1, 2]).
   for (const ReferenceCase& c : dots) {
-    absl::StatusOr<std::vector<GraphOp>> ops = PlanGraphOps(c.spec);
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    int batched = 0;
-    for (const GraphOp& op : *ops) batched += op.batched_dot.rows_x > 0;
-    EXPECT_EQ(batched, 2) << c.spec.name;
+    EXPECT_EQ(CountPlannedOps(c.spec, [](const GraphOp& op) { return op.batched_dot.rows_x > 0; }),
+              2)
+        << c.spec.name;
   }
   ExpectMatchesTfjs(dots, "Dot of sequences");
 }
@@ -641,9 +650,7 @@ TEST(GraphCpuEngineTest, SequenceConcatenateAndDotMatchTensorFlowJs) {
 TEST(GraphCpuEngineTest, AttentionMatchesKeras3) {
   std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/attention/attention.json");
   ASSERT_EQ(cases.size(), 5u);
-  std::vector<ReferenceCase> multi_head(std::make_move_iterator(cases.begin() + 3),
-                                        std::make_move_iterator(cases.end()));
-  cases.resize(3);
+  std::vector<ReferenceCase> multi_head = TakeFrom(&cases, 3);
   ExpectMatchesTfjs(cases, "Attention (float64 Keras 3)");
   // MultiHeadAttention: BST's block (self-attention of a masked sequence,
   // Add, LayerNormalization, a per-step Dense, the masked mean) and a
