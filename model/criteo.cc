@@ -20,18 +20,21 @@ constexpr size_t kChunk = size_t{1} << 20;
 constexpr size_t kMaxLine = size_t{1} << 20;
 constexpr char kHexDigits[] = "0123456789abcdef";
 
-// "field 5 (I4)": 1-based like the columns of the file, with the name the
-// Criteo documentation gives the column.
-std::string FieldName(int field) {
-  if (field == 0) return "field 1 (label)";
-  if (field < 0) return absl::StrCat("field ", -field + 1, " (label ", -field + 1, ")");
-  if (field <= kCriteoIntegerFeatures) return absl::StrCat("field ", field + 1, " (I", field, ")");
-  return absl::StrCat("field ", field + 1, " (C", field - kCriteoIntegerFeatures, ")");
+// "field 5 (I4)" for 0-based column `column` of a line of `labels` label
+// columns: 1-based like the columns of the file, with the name the Criteo
+// documentation gives the column.
+std::string FieldName(int column, int labels) {
+  const std::string field = absl::StrCat("field ", column + 1);
+  if (column == 0) return field + " (label)";
+  if (column < labels) return absl::StrCat(field, " (label ", column + 1, ")");
+  const int feature = column - labels;  // 0..38
+  if (feature < kCriteoIntegerFeatures) return absl::StrCat(field, " (I", feature + 1, ")");
+  return absl::StrCat(field, " (C", feature - kCriteoIntegerFeatures + 1, ")");
 }
 
-absl::Status BadField(int field, absl::string_view text, absl::string_view what) {
+absl::Status BadField(int column, int labels, absl::string_view text, absl::string_view what) {
   return absl::InvalidArgumentError(
-      absl::StrCat(FieldName(field), ": \"", absl::CEscape(text), "\" is not ", what));
+      absl::StrCat(FieldName(column, labels), ": \"", absl::CEscape(text), "\" is not ", what));
 }
 
 bool IsDecimal(absl::string_view text) {
@@ -46,20 +49,22 @@ int HexValue(char c) {
   return -1;
 }
 
-// Field `field` of the features (0 the label, 1..13 I1..I13, then
-// C1..C26); a negative field -k is label column k + 1 of several.
-absl::Status ParseField(int field, absl::string_view text, CriteoExample* example) {
-  if (field <= 0) {
-    if (text != "0" && text != "1") return BadField(field, text, "a label (0 or 1)");
-    (field == 0 ? example->label : example->label2) = text == "1" ? 1.0f : 0.0f;
+// Column `column` (0-based) of a line of `labels` label columns: the
+// labels, then I1..I13, then C1..C26.
+absl::Status ParseField(int column, int labels, absl::string_view text, CriteoExample* example) {
+  if (column < labels) {
+    if (text != "0" && text != "1") return BadField(column, labels, text, "a label (0 or 1)");
+    (column == 0 ? example->label : example->label2) = text == "1" ? 1.0f : 0.0f;
     return absl::OkStatus();
   }
+  const int field = column - labels + 1;  // 1..13 I1..I13, then C1..C26
+  auto bad = [&](absl::string_view what) { return BadField(column, labels, text, what); };
   if (field <= kCriteoIntegerFeatures) {
     const int i = field - 1;
     if (text.empty()) return absl::OkStatus();  // missing: 0, bit clear
     int64_t value = 0;
     if (!IsDecimal(text) || !absl::SimpleAtoi(text, &value)) {
-      return BadField(field, text, "an integer in int64 range");
+      return bad("an integer in int64 range");
     }
     example->integers[i] = value;
     example->integer_present |= 1u << i;
@@ -67,11 +72,11 @@ absl::Status ParseField(int field, absl::string_view text, CriteoExample* exampl
   }
   const int c = field - 1 - kCriteoIntegerFeatures;
   if (text.empty()) return absl::OkStatus();  // missing: kCriteoMissingId
-  if (text.size() != 8) return BadField(field, text, "8 hex digits");
+  if (text.size() != 8) return bad("8 hex digits");
   int64_t value = 0;
   for (char ch : text) {
     const int digit = HexValue(ch);
-    if (digit < 0) return BadField(field, text, "8 hex digits");
+    if (digit < 0) return bad("8 hex digits");
     value = value * 16 + digit;
   }
   example->categories[c] = value + 1;
@@ -97,9 +102,8 @@ absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int
     const size_t tab = line.find('\t', start);
     const size_t end = tab == absl::string_view::npos ? line.size() : tab;
     if (field < fields) {
-      // The first label column is the label; a second is field -1.
-      const int which = field == 0 ? 0 : field < labels ? -field : field - labels + 1;
-      if (absl::Status s = ParseField(which, line.substr(start, end - start), example); !s.ok()) {
+      if (absl::Status s = ParseField(field, labels, line.substr(start, end - start), example);
+          !s.ok()) {
         return s;
       }
     }

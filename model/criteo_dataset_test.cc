@@ -218,6 +218,12 @@ TEST(CriteoDatasetTest, TwoLabelColumns) {
   EXPECT_NE(bad.status().message().find("field 2 (label 2): \"7\" is not a label"),
             std::string::npos)
       << bad.status();
+  // A feature's field is named by its column in a line of two labels.
+  testing::WriteAll(dir + "/train.txt", absl::StrCat("1\t0\tx", kLine1 + 3));  // I1 = "x"
+  bad = LoadDataset(dir, Split::kTrain);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("field 3 (I1): \"x\" is not an integer"), std::string::npos)
+      << bad.status();
 }
 
 TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
