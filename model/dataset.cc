@@ -415,37 +415,16 @@ absl::Status CheckDataFiles(const std::string& path, Split split) {
 
 namespace {
 
-// The spec of one output of a model with several, as far as CheckTarget
-// reads it: its loss and width, its name the model's.
-ModelSpec OneOutput(const ModelSpec& spec, const LossGroup& g) {
-  ModelSpec one;
-  one.name = spec.name;
-  one.loss = g.loss;
-  one.num_classes = g.width;
-  return one;
-}
-
-}  // namespace
-
-absl::Status CheckTarget(const ModelSpec& spec, float t, int column) {
-  LossKind loss = spec.loss;
-  int classes = spec.num_classes;
-  for (const OutputSpec& out : spec.outputs) {
-    const LossGroup& g = out.group;
-    if (column < g.targets_at || column >= g.targets_at + TargetsPerExample(g.loss, g.width)) {
-      continue;
-    }
-    absl::Status s = CheckTarget(OneOutput(spec, g), t);
-    if (s.ok()) return s;
-    return absl::InvalidArgumentError(absl::StrCat("(output '", out.name, "') ", s.message()));
-  }
+// Whether value `t` is a target of `loss` over `classes` outputs of model
+// `model` (CheckTarget's rule for one loss).
+absl::Status CheckTargetOf(LossKind loss, int classes, const std::string& model, float t) {
   switch (loss) {
     case LossKind::kSparseCategoricalCrossentropy:
       if (t >= 0 && t < classes && t == static_cast<float>(static_cast<int64_t>(t))) {
         return absl::OkStatus();
       }
-      return absl::InvalidArgumentError(absl::StrCat("is not a class index: model \"", spec.name,
-                                                     "\" has ", classes, " classes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("is not a class index: model \"", model, "\" has ", classes, " classes"));
     case LossKind::kCategoricalCrossentropy:
       if (t >= 0 && std::isfinite(t)) return absl::OkStatus();
       return absl::InvalidArgumentError("is not a class weight (one-hot or soft, >= 0)");
@@ -456,6 +435,21 @@ absl::Status CheckTarget(const ModelSpec& spec, float t, int column) {
       if (std::isfinite(t)) return absl::OkStatus();
       return absl::InvalidArgumentError("is not finite");
   }
+}
+
+}  // namespace
+
+absl::Status CheckTarget(const ModelSpec& spec, float t, int column) {
+  for (const OutputSpec& out : spec.outputs) {
+    const LossGroup& g = out.group;
+    if (column < g.targets_at || column >= g.targets_at + TargetsPerExample(g.loss, g.width)) {
+      continue;
+    }
+    absl::Status s = CheckTargetOf(g.loss, g.width, spec.name, t);
+    if (s.ok()) return s;
+    return absl::InvalidArgumentError(absl::StrCat("(output '", out.name, "') ", s.message()));
+  }
+  return CheckTargetOf(spec.loss, spec.num_classes, spec.name, t);
 }
 
 namespace {
