@@ -312,13 +312,11 @@ absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec
       }
       o.kind = c.kind;
       o.probabilities = c.kind == LossKind::kBinaryCrossentropy;
-      o.logits = o.node;
       continue;
     }
     HeadInfo head;
     if (absl::Status s = CheckHead(specs, o.node, &losses[k], at, &head); !s.ok()) return s;
     o.kind = losses[k].kind;
-    o.width = head.width;
     o.head = head;
   }
   return out;

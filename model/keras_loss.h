@@ -66,11 +66,9 @@ struct OutputLoss {
   int node = -1;  // the output's node
   LossKind kind = LossKind::kBinaryCrossentropy;
   float weight = 1.0f;
-  int width = 1;
   // A Multiply's product, read as it is (binary cross-entropy then on
   // probabilities); else `head` as CheckHead found it.
   bool probabilities = false;
-  int logits = -1;
   HeadInfo head;
 };
 

@@ -151,6 +151,18 @@ void InsertNode(ParsedLayers* parsed, int at, LayerSpec node) {
   parsed->penalties.insert(parsed->penalties.begin() + at, keras::LayerPenalties());
 }
 
+// Inserts `node` after node `n`, reading it, and gives it n's readers:
+// they read `node` instead (indices past n move on, as InsertNode's).
+void InsertReaderOf(ParsedLayers* parsed, int n, LayerSpec node) {
+  node.inputs = {n};
+  InsertNode(parsed, n + 1, std::move(node));
+  for (size_t i = n + 2; i < parsed->specs.size(); ++i) {
+    for (int& j : parsed->specs[i].inputs) {
+      if (j == n) j = n + 1;
+    }
+  }
+}
+
 // How many times other nodes read node `n`.
 int ReadersOf(const std::vector<LayerSpec>& specs, int n) {
   int count = 0;
@@ -170,10 +182,10 @@ int ReadersOf(const std::vector<LayerSpec>& specs, int n) {
 absl::Status JoinOutputs(std::vector<keras::OutputLoss> losses, const std::string& source,
                          ParsedLayers* parsed, std::vector<OutputSpec>* out) {
   std::vector<LayerSpec>& specs = parsed->specs;
+  std::vector<int> reads(parsed->outputs);  // the node each output's loss reads
   for (size_t k = 0; k < losses.size(); ++k) {
     keras::OutputLoss& o = losses[k];
     const int node = parsed->outputs[k];
-    o.logits = node;
     if (o.probabilities || !o.head.squashed) continue;
     const int tail = o.head.tail;
     if (tail >= 0) {
@@ -181,7 +193,7 @@ absl::Status JoinOutputs(std::vector<keras::OutputLoss> losses, const std::strin
       if (ReadersOf(specs, tail) == 0) {
         specs[tail].activation = Activation::kNone;  // no other reader: a copy of the logits
       } else {
-        o.logits = specs[tail].inputs[0];
+        reads[k] = specs[tail].inputs[0];
       }
       continue;
     }
@@ -197,23 +209,17 @@ absl::Status JoinOutputs(std::vector<keras::OutputLoss> losses, const std::strin
     squash.name = specs[node].name;
     squash.activation = act == Activation::kSoftmax ? Activation::kNone : act;
     squash.alpha = specs[node].alpha;
-    squash.inputs = {node};
-    InsertNode(parsed, node + 1, squash);
-    for (size_t i = node + 2; i < specs.size(); ++i) {
-      for (int& j : specs[i].inputs) {
-        if (j == node) j = node + 1;
-      }
-    }
-    for (keras::OutputLoss& other : losses) {
-      if (other.logits > node) ++other.logits;
-      if (other.head.head > node) ++other.head.head;
-      if (other.head.tail > node) ++other.head.tail;
+    InsertReaderOf(parsed, node, std::move(squash));
+    for (size_t m = 0; m < losses.size(); ++m) {
+      if (reads[m] > node) ++reads[m];
+      if (losses[m].head.head > node) ++losses[m].head.head;
+      if (losses[m].head.tail > node) ++losses[m].head.tail;
     }
   }
   LayerSpec join;
   join.kind = LayerKind::kConcatenate;
   join.name = "(outputs)";
-  for (const keras::OutputLoss& o : losses) join.inputs.push_back(o.logits);
+  join.inputs = std::move(reads);
   specs.push_back(std::move(join));
   parsed->inits.emplace_back();
   parsed->penalties.emplace_back();
@@ -247,13 +253,7 @@ void UnfuseSoftmaxes(std::vector<int> fused, ParsedLayers* parsed) {
     LayerSpec softmax;
     softmax.kind = LayerKind::kSoftmax;
     softmax.name = specs[i].name;
-    softmax.inputs = {i};
-    InsertNode(parsed, i + 1, std::move(softmax));
-    for (size_t j = i + 2; j < specs.size(); ++j) {
-      for (int& from : specs[j].inputs) {
-        if (from == i) from = i + 1;
-      }
-    }
+    InsertReaderOf(parsed, i, std::move(softmax));
     for (int& f : fused) {
       if (f > i) ++f;
     }
