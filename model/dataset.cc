@@ -157,16 +157,15 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
-// The member `name` of an .npz archive.
-absl::StatusOr<std::string> ReadNpzMember(const std::string& path, const std::string& name) {
-  absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "an .npz");
-  if (!archive.ok()) return archive.status();
-  if (!(*archive)->Has(name)) {
+// The member `name` of the .npz archive `archive` opened from `path`.
+absl::StatusOr<std::string> ReadNpzMember(const ZipArchive& archive, const std::string& path,
+                                          const std::string& name) {
+  if (!archive.Has(name)) {
     return absl::NotFoundError(absl::StrCat(path, ": no member ", name,
                                             " (np.savez(path, x_train=..., y_train=..., "
                                             "x_test=..., y_test=...))"));
   }
-  return (*archive)->Read(name, std::numeric_limits<uint64_t>::max());
+  return archive.Read(name, std::numeric_limits<uint64_t>::max());
 }
 
 bool IsDir(const std::string& path) {
@@ -334,12 +333,12 @@ absl::StatusOr<Dataset> LoadDataset(const std::string& path, Split split,
   if (absl::EndsWith(path, ".npz")) {
     absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "an .npz");
     if (!archive.ok()) return archive.status();
-    absl::StatusOr<std::string> x = ReadNpzMember(path, "x_" + part + ".npy");
+    absl::StatusOr<std::string> x = ReadNpzMember(**archive, path, "x_" + part + ".npy");
     if (!x.ok()) return x.status();
     LabelArrays ys;
     for (const std::string& name : LabelNames(
              part, outputs, [&](const std::string& n) { return (*archive)->Has(n + ".npy"); })) {
-      absl::StatusOr<std::string> y = ReadNpzMember(path, name + ".npy");
+      absl::StatusOr<std::string> y = ReadNpzMember(**archive, path, name + ".npy");
       if (!y.ok()) return y.status();
       ys.emplace_back(*std::move(y), absl::StrCat(path, ": ", name));
     }
@@ -387,13 +386,13 @@ absl::Status CheckDataFiles(const std::string& path, Split split) {
   if (absl::EndsWith(path, ".npz")) {
     // Reads the members: npz archives are small next to a run. Labels per
     // output (y_<part>_<output>) are checked once the model is known.
-    absl::StatusOr<std::string> m = ReadNpzMember(path, absl::StrCat("x_", part, ".npy"));
-    if (!m.ok()) return m.status();
     absl::StatusOr<std::unique_ptr<ZipArchive>> archive = ZipArchive::Open(path, "an .npz");
     if (!archive.ok()) return archive.status();
+    absl::StatusOr<std::string> m =
+        ReadNpzMember(**archive, path, absl::StrCat("x_", part, ".npy"));
+    if (!m.ok()) return m.status();
     if ((*archive)->HasPrefix(absl::StrCat("y_", part, "_"))) return absl::OkStatus();
-    m = ReadNpzMember(path, absl::StrCat("y_", part, ".npy"));
-    return m.status();
+    return ReadNpzMember(**archive, path, absl::StrCat("y_", part, ".npy")).status();
   }
   if (IsDir(path) && NpyFolder(path)) {
     for (const char* what : {"x_", "y_"}) {
