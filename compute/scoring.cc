@@ -80,10 +80,11 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, cons
   }
   const size_t pixels = size_t(data.height) * data.width * data.channels;
   const bool several = !spec.outputs.empty();
-  const bool binary = spec.loss == LossKind::kBinaryCrossentropy || several;
+  const bool binary = spec.loss == LossKind::kBinaryCrossentropy && !several;
+  const bool keep = binary || several;  // each example's probabilities, for AUC or per output
   const int outputs = spec.num_classes;
   std::vector<float> probabilities, scores, labels;
-  if (binary) probabilities.resize(size_t(kScoringBatch) * outputs);
+  if (keep) probabilities.resize(size_t(kScoringBatch) * outputs);
   double loss_sum = 0;
   int64_t correct = 0;
   for (int begin = 0; begin < data.count; begin += kScoringBatch) {
@@ -93,13 +94,13 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, cons
     const float* targets = &data.targets[begin * int64_t{data.targets_per_example}];
     const Batch b{&data.images[begin * pixels], targets, n};
     if (absl::Status s = backend.Evaluate(params, b, &batch_loss, &batch_correct,
-                                          binary ? probabilities.data() : nullptr);
+                                          keep ? probabilities.data() : nullptr);
         !s.ok()) {
       return s;
     }
     loss_sum += batch_loss;
     correct += batch_correct;
-    if (binary) {
+    if (keep) {
       scores.insert(scores.end(), probabilities.begin(), probabilities.begin() + n * outputs);
       labels.insert(labels.end(), targets, targets + n * int64_t{data.targets_per_example});
     }
@@ -109,10 +110,10 @@ absl::Status ScoreOnDataset(ComputeBackend& backend, const ModelSpec& spec, cons
   out.loss = loss_sum / data.count;
   const bool regression = spec.loss == LossKind::kMeanSquaredError ||
                           spec.loss == LossKind::kMeanAbsoluteError;
-  out.accuracy = regression ? 0.0
-                            : double(correct) / (double(data.count) * (binary ? outputs : 1));
+  // Several outputs: each one's accuracy (OutputScore), none for the whole.
+  out.accuracy =
+      regression || several ? 0.0 : double(correct) / (double(data.count) * (binary ? outputs : 1));
   if (several) {
-    out.accuracy = 0;
     for (const OutputSpec& o : spec.outputs) {
       out.outputs.push_back(ScoreOutput(o, scores, labels, outputs, data.targets_per_example));
     }
