@@ -184,24 +184,12 @@ absl::StatusOr<LossChoice> EntryLoss(const json& entry, const std::string& sourc
   return LossOfConfig(entry, source);
 }
 
-}  // namespace
-
-absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
-                                const std::string& source, HeadInfo* info) {
-  const int last = static_cast<int>(specs.size()) - 1;
-  HeadInfo head;
-  if (absl::Status s = CheckHead(specs, last, loss, source, &head); !s.ok()) return s;
-  if (info != nullptr) *info = head;
-  return head.width;
-}
-
-absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec>& specs,
-                                                     const std::vector<int>& outputs,
-                                                     const std::vector<std::string>& names,
+// Each output's loss (CheckOutputs's rules): `flag`'s, else the file's
+// (one for all, a list, a dict by name); unset where none says.
+absl::StatusOr<std::vector<LossChoice>> OutputLosses(const std::vector<std::string>& names,
                                                      const std::string& flag, const json& file_loss,
-                                                     const json& file_weights,
                                                      const std::string& source) {
-  const size_t n = outputs.size();
+  const size_t n = names.size();
   const std::string outputs_text = absl::StrCat("[", absl::StrJoin(names, ", "), "]");
   auto index_of = [&](const std::string& name) {
     return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
@@ -259,6 +247,19 @@ absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec
     if (!one.ok()) return one.status();
     losses.assign(n, *one);
   }
+  return losses;
+}
+
+// Each output's weight: the file's loss_weights (a list or a dict by
+// name), 1 where absent.
+absl::StatusOr<std::vector<float>> OutputWeights(const std::vector<std::string>& names,
+                                                 const json& file_weights,
+                                                 const std::string& source) {
+  const size_t n = names.size();
+  const std::string outputs_text = absl::StrCat("[", absl::StrJoin(names, ", "), "]");
+  auto index_of = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
   std::vector<float> weights(n, 1.0f);
   auto weight_of = [&](const json& w, size_t k) -> absl::Status {
     if (!w.is_number() || !(w.get<double>() >= 0) || !std::isfinite(w.get<double>())) {
@@ -290,11 +291,37 @@ absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec
     return Bad(source, absl::StrCat("loss_weights ", Show(file_weights),
                                     " is not a list or a dict by output"));
   }
+  return weights;
+}
+
+}  // namespace
+
+absl::StatusOr<int> CheckOutput(const std::vector<LayerSpec>& specs, LossChoice* loss,
+                                const std::string& source, HeadInfo* info) {
+  const int last = static_cast<int>(specs.size()) - 1;
+  HeadInfo head;
+  if (absl::Status s = CheckHead(specs, last, loss, source, &head); !s.ok()) return s;
+  if (info != nullptr) *info = head;
+  return head.width;
+}
+
+absl::StatusOr<std::vector<OutputLoss>> CheckOutputs(const std::vector<LayerSpec>& specs,
+                                                     const std::vector<int>& outputs,
+                                                     const std::vector<std::string>& names,
+                                                     const std::string& flag, const json& file_loss,
+                                                     const json& file_weights,
+                                                     const std::string& source) {
+  const size_t n = outputs.size();
+  absl::StatusOr<std::vector<LossChoice>> chosen = OutputLosses(names, flag, file_loss, source);
+  if (!chosen.ok()) return chosen.status();
+  std::vector<LossChoice>& losses = *chosen;
+  absl::StatusOr<std::vector<float>> weights = OutputWeights(names, file_weights, source);
+  if (!weights.ok()) return weights.status();
   std::vector<OutputLoss> out(n);
   for (size_t k = 0; k < n; ++k) {
     OutputLoss& o = out[k];
     o.node = outputs[k];
-    o.weight = weights[k];
+    o.weight = (*weights)[k];
     const LayerSpec& l = specs[o.node];
     const std::string at = absl::StrCat(source, ": output '", names[k], "'");
     if (l.kind == LayerKind::kMultiply) {
