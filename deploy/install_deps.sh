@@ -58,12 +58,14 @@ BUILD_PACKAGES=(
 #   xz-utils                   deploy/gpu/pack.sh --xz and tests/gpu_pack_test.sh
 #                              (tar -J); strip, readelf and objdump come with
 #                              g++'s binutils
+#   gdb                        tests/netns_cluster_test.sh prints the threads of a
+#                              daemon that does not exit after its run
 TEST_PACKAGES=(
   clang libclang-rt-14-dev
   iproute2
   kubernetes-client
   docker-compose docker.io debootstrap python3-yaml python3-numpy python3-h5py python3-torch jq
-  openssl perl gnuplot-nox xz-utils
+  openssl perl gnuplot-nox xz-utils gdb
 )
 
 build_only=0

@@ -36,6 +36,7 @@ sw="${tag}sw"
 hosts=(chief ps0 ps1 w0 w1 ev)
 tmp="$(mktemp -d)"
 pids=()
+pid_hosts=()  # pids[i] runs on host pid_hosts[i]
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
@@ -67,11 +68,13 @@ run_on() {  # run_on RUN HOST TYPE INDEX BINARY ARGS...
   TF_CONFIG="{$cluster, \"task\": {\"type\": \"$type\", \"index\": $index}}" \
     ip netns exec "${tag}$h" "$@" > "$tmp/$run.$h.log" 2>&1 &
   pids+=($!)
+  pid_hosts+=("$h")
 }
 unset OPENBLAS_CORETYPE
 start_cluster() {  # start_cluster RUN CHIEF_ARGS...
   local run="$1"; shift
   pids=()
+  pid_hosts=()
   run_on "$run" ps0 ps 0 "$bin/ps_server/ps_server"
   run_on "$run" ps1 ps 1 "$bin/ps_server/ps_server"
   run_on "$run" w0 worker 0 "$bin/worker/worker" --data_dir="$data"
@@ -79,14 +82,42 @@ start_cluster() {  # start_cluster RUN CHIEF_ARGS...
   run_on "$run" ev evaluator 0 "$bin/evaluator/evaluator" --data_dir="$data" --eval_interval_s=2
   run_on "$run" chief chief 0 "$bin/chief/chief" --model=mlp --wait_for_cluster_s=60 "$@"
 }
-wait_cluster() {  # sets codes
+wait_cluster() {  # wait_cluster RUN; sets codes and hung
+  local run="$1" n=${#pids[@]} i h stack
   codes=()
+  hung=()
   # A guard against a hang, not a time limit: the ring's 6 epochs take
-  # 100-230 s on 2 busy cores, and a run that ends is never cut short.
-  for p in "${pids[@]}"; do
-    for _ in $(seq 1 6000); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$p" 2>/dev/null && kill -KILL "$p"
-    wait "$p"; codes+=($?)
+  # 100-230 s on 2 busy cores, and a run that ends is never cut short. The
+  # chief (started last) ends the run; it has told every task to stop, and
+  # waited up to 30 s for any it could not reach, before it exits. A daemon
+  # still running 60 s later hangs in its shutdown: its threads' stacks go
+  # to the log (with gdb), then it is killed.
+  for _ in $(seq 1 6000); do kill -0 "${pids[n - 1]}" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 600); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for i in "${!pids[@]}"; do
+    if kill -0 "${pids[i]}" 2>/dev/null; then
+      h="${pid_hosts[i]}"
+      hung+=("$h")
+      stack="$tmp/$run.$h.stack"
+      if command -v gdb >/dev/null; then
+        timeout 60 gdb -p "${pids[i]}" -batch -ex "thread apply all bt" >"$stack" 2>&1
+      else
+        echo "(no gdb: no stacks)" >"$stack"
+      fi
+      kill -KILL "${pids[i]}"
+    fi
+    wait "${pids[i]}"; codes+=($?)
+  done
+  for h in "${hung[@]}"; do
+    echo "== $h still ran 60 s after the chief exited; its log ends:"
+    tail -n 15 "$tmp/$run.$h.log"
+    echo "== its threads (the frames of our code and gRPC's):"
+    grep -E "^Thread|pscluster::|grpc::| in main " "$tmp/$run.$h.stack" | head -n 80
   done
 }
 # cut_ps RUN PS WHAT: once RUN's chief reports 300 chunks done, cuts ps:PS
@@ -102,7 +133,7 @@ cut_ps() {
   ip -n "$sw" link set "pps$ps" down
   sleep 8
   ip -n "$sw" link set "pps$ps" up
-  wait_cluster
+  wait_cluster "$run"
 }
 
 check_run() {  # check_run RUN WHAT
@@ -119,15 +150,19 @@ check_run() {  # check_run RUN WHAT
   if [ "${codes[*]}" = "0 0 0 0 0 0" ]; then
     pass "$what: every daemon exited 0"
   else
-    fail "$what: exit codes ${codes[*]} (ps0 ps1 w0 w1 ev chief)"
-    for h in "${hosts[@]}"; do echo "== $h"; tail -n 5 "$tmp/$run.$h.log"; done
+    fail "$what: exit codes ${codes[*]} (ps0 ps1 w0 w1 ev chief)${hung[*]:+; still running 60 s after the chief exited, then killed: ${hung[*]}}"
+    for h in "${hosts[@]}"; do
+      echo "== $h: its warnings and errors, then its last lines"
+      grep -E "^[0-9:.]+ [WE] |shutting down|received" "$tmp/$run.$h.log" | head -n 12
+      tail -n 5 "$tmp/$run.$h.log"
+    done
   fi
 }
 
 # 1. Six hosts. All six listen on port 2222: only separate network stacks
 #    allow that.
 start_cluster plain --epochs=1
-wait_cluster
+wait_cluster plain
 check_run plain "six hosts, each on its own address and port 2222,"
 
 # 2. ps:1 cut off the network for 8 s in the middle of a run.
@@ -224,12 +259,13 @@ fi
 # 3. No ps: the ring of workers, the built-in CNN for 6 epochs.
 cluster="$ring_cluster"
 pids=()
+pid_hosts=()
 run_on ring w0 worker 0 "$bin/worker/worker" --data_dir="$data"
 run_on ring w1 worker 1 "$bin/worker/worker" --data_dir="$data"
 run_on ring ev evaluator 0 "$bin/evaluator/evaluator" --data_dir="$data" --eval_interval_s=10
 run_on ring chief chief 0 "$bin/chief/chief" --strategy=multi_worker_mirrored --epochs=6 \
   --wait_for_cluster_s=60
-wait_cluster
+wait_cluster ring
 final="$(grep '^final:' "$tmp/ring.chief.log" | tail -n 1)"
 accuracy="$(sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' <<<"$final")"
 # Through the local launcher the same run ends at 0.9902.
