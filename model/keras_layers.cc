@@ -16,6 +16,17 @@ absl::Status AddInit(const json& cfg, const std::string& where, const char* key,
                      const char* var, Initializer dflt, LayerInits* inits) {
   absl::StatusOr<Initializer> in = InitializerOf(cfg, where, key, dflt);
   if (!in.ok()) return in.status();
+  // Keras draws orthogonal matrices (rank >= 2): kernels. An Embedding's
+  // table is drawn a row at a time (a sparse table's rows appear as they
+  // are first used), so no two rows could be made orthogonal.
+  const std::string name = var;
+  if (in->kind == Initializer::Kind::kOrthogonal &&
+      (name.find("kernel") == std::string::npos || name == "embeddings")) {
+    return Bad(where, absl::StrCat("option '", key,
+                                   "' = Orthogonal is supported for kernels only (a matrix), "
+                                   "not for its ",
+                                   name));
+  }
   inits->emplace_back(var, *in);
   return absl::OkStatus();
 }

@@ -884,6 +884,38 @@ TEST(KerasModelTest, EmbeddingRefusesBadOptionsNamingThem) {
       << spec.status();
 }
 
+// Orthogonal (Keras's recurrent kernels' default) on a kernel, with its
+// gain; refused where Keras has no matrix (a bias) and with a bad gain.
+TEST(KerasModelTest, OrthogonalInitializerOnKernelsOnly) {
+  auto dense = [](const std::string& options) {
+    return std::string(R"({"class_name": "Sequential", "config": {"name": "orth", "layers": [
+      {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 6]}},
+      {"class_name": "Dense", "config": {"name": "d", "units": 4, )") +
+           options + R"(}}]}})";
+  };
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(
+      dense(R"("kernel_initializer": {"class_name": "Orthogonal", "config": {"gain": 2.0}})"),
+      "orth.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->variables[0].name, "d/kernel");
+  EXPECT_EQ(spec->variables[0].initializer.kind, Initializer::Kind::kOrthogonal);
+  EXPECT_EQ(spec->variables[0].initializer.scale, 2.0);
+  const struct {
+    std::string options, expect;
+  } bad[] = {
+      {R"("bias_initializer": "orthogonal")",
+       "layer 'd' (Dense): option 'bias_initializer' = Orthogonal is supported for kernels "
+       "only (a matrix), not for its bias"},
+      {R"("kernel_initializer": {"class_name": "Orthogonal", "config": {"gain": "big"}})",
+       "option 'kernel_initializer': Orthogonal gain \"big\" is not a finite number"},
+  };
+  for (const auto& c : bad) {
+    absl::StatusOr<ModelSpec> s = ParseKerasModel(dense(c.options), "orth.json");
+    ASSERT_FALSE(s.ok()) << c.options;
+    EXPECT_NE(s.status().message().find(c.expect), std::string::npos) << s.status();
+  }
+}
+
 // mask_zero: the mask reaches GlobalAveragePooling1D, through per-step
 // Dense, Activation, Dropout and LayerNormalization; any other layer that
 // would read it is refused naming it and the Embedding.

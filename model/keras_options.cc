@@ -349,10 +349,20 @@ absl::StatusOr<Initializer> InitializerOf(const json& cfg, const std::string& wh
     return init;
   }
   if (camel == "VarianceScaling") return VarianceScalingOf(c, where, key);
+  if (camel == "Orthogonal") {
+    init.kind = K::kOrthogonal;
+    const json gain = c.value("gain", json(1.0));
+    if (!gain.is_number() || !std::isfinite(gain.get<double>())) {
+      return Bad(where, absl::StrCat("option '", key, "': Orthogonal gain ", Show(gain),
+                                     " is not a finite number"));
+    }
+    init.scale = gain.get<double>();
+    return init;
+  }
   return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it),
                                  " is not supported (Zeros, Ones, Constant, GlorotUniform, "
                                  "GlorotNormal, HeNormal, HeUniform, LecunNormal, LecunUniform, "
-                                 "RandomNormal, RandomUniform, TruncatedNormal, "
+                                 "Orthogonal, RandomNormal, RandomUniform, TruncatedNormal, "
                                  "VarianceScaling)"));
 }
 

@@ -760,6 +760,41 @@ void InitialRow(const Initializer& init, int64_t fan_in, int64_t fan_out, uint64
   }
 }
 
+namespace {
+
+// Keras's Orthogonal: variable `v` as [rows, columns] (the last axis the
+// columns); a normal draw a [max, min] of the two, its QR factor q with R's
+// diagonal made positive (modified Gram-Schmidt on a's columns gives just
+// that), transposed when there are fewer rows; times `gain`.
+void Orthogonal(const VariableSpec& v, double gain, std::mt19937_64& rng, float* out) {
+  const int64_t cols = v.shape.empty() ? 1 : v.shape.back();
+  const int64_t rows = cols > 0 ? v.size / cols : 0;
+  const int64_t tall = std::max(rows, cols), narrow = std::min(rows, cols);
+  std::vector<double> q(static_cast<size_t>(tall * narrow));  // column-major [tall, narrow]
+  for (double& x : q) x = StandardNormal(rng);
+  for (int64_t j = 0; j < narrow; ++j) {
+    double* qj = q.data() + j * tall;
+    for (int64_t k = 0; k < j; ++k) {
+      const double* qk = q.data() + k * tall;
+      double dot = 0.0;
+      for (int64_t i = 0; i < tall; ++i) dot += qk[i] * qj[i];
+      for (int64_t i = 0; i < tall; ++i) qj[i] -= dot * qk[i];
+    }
+    double norm = 0.0;
+    for (int64_t i = 0; i < tall; ++i) norm += qj[i] * qj[i];
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < tall; ++i) qj[i] /= norm;  // a normal draw is never degenerate
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const double x = rows >= cols ? q[c * tall + r] : q[r * tall + c];
+      out[r * cols + c] = static_cast<float>(gain * x);
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed) {
   using Kind = Initializer::Kind;
   std::vector<float> params(spec.num_parameters, 0.0f);
@@ -807,6 +842,9 @@ std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed) {
       }
     };
     switch (init.kind) {
+      case Kind::kOrthogonal:
+        Orthogonal(v, init.scale, rng, out);
+        break;
       case Kind::kRandomUniform:
         uniform(init.minval, init.maxval);
         break;

@@ -178,6 +178,11 @@ struct Initializer {
     kRandomNormal,     // mean, stddev
     kRandomUniform,    // minval, maxval
     kTruncatedNormal,  // mean, stddev; redrawn beyond 2 stddev
+    // A random orthogonal matrix times `scale` (Keras's gain): the
+    // variable as [rows, columns] (its last axis the columns), made of a
+    // normal draw's QR factor with R's diagonal positive, as Keras does;
+    // rows or columns orthonormal, whichever are fewer. Rank >= 2 only.
+    kOrthogonal,
   };
   enum class Mode { kFanIn, kFanOut, kFanAvg };
   enum class Distribution { kUniform, kTruncatedNormal, kUntruncatedNormal };
