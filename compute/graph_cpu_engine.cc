@@ -19,6 +19,7 @@
 #include "compute/kernels/layer_norm.h"
 #include "compute/kernels/loss_head.h"
 #include "compute/kernels/pooling.h"
+#include "compute/kernels/recurrent.h"
 #include "compute/kernels/regularizer.h"
 #include "compute/kernels/rescaling.h"
 #include "compute/kernels/reshaping.h"
@@ -43,6 +44,33 @@ struct SliceGrads {
   bool dx_wanted;
   float* pg;
 };
+
+// The floats of an LSTM's or GRU's variables: kernel, recurrent kernel, bias.
+int64_t RecurrentParams(const kernels::RecurrentShape& r) {
+  const int64_t gates = int64_t{kernels::RecurrentGates(r)} * r.units;
+  return (r.in + r.units) * gates + (r.use_bias ? kernels::RecurrentBiasSize(r) : 0);
+}
+
+// An LSTM's or GRU's gradients, made in `scratch` (RecurrentParams floats)
+// and added to the slice's: a shared layer's ops each add theirs.
+void BackwardRecurrent(const GraphOp& op, const float* params, const float* x,
+                       kernels::StepMask mask, const float* saved, float* scratch,
+                       const SliceGrads& g) {
+  const kernels::RecurrentShape& r = op.recurrent;
+  const int64_t gates = int64_t{kernels::RecurrentGates(r)} * r.units;
+  float* gkernel = scratch;
+  float* grecurrent = gkernel + r.in * gates;
+  float* gbias = op.bias >= 0 ? grecurrent + r.units * gates : nullptr;
+  kernels::RecurrentBackward(g.n, r, x, params + op.kernel, params + op.recurrent_kernel,
+                             op.bias >= 0 ? params + op.bias : nullptr, mask, saved, g.gy,
+                             g.dx_wanted ? g.gx : nullptr, gkernel, grecurrent, gbias);
+  auto add = [](int64_t n, const float* from, float* to) {
+    for (int64_t e = 0; e < n; ++e) to[e] += from[e];
+  };
+  add(r.in * gates, gkernel, g.pg + op.kernel);
+  add(r.units * gates, grecurrent, g.pg + op.recurrent_kernel);
+  if (gbias != nullptr) add(kernels::RecurrentBiasSize(r), gbias, g.pg + op.bias);
+}
 
 // `x`: the op's input in the forward; `scratch`: ConvScratchFloats floats.
 void BackwardConv2D(const GraphOp& op, const float* params, const float* x, float* scratch,
@@ -172,7 +200,9 @@ struct GraphCpuEngine::Slice {
   std::vector<std::vector<int64_t>> argmax;  // max pooling ops
   std::vector<std::vector<float>> counts;    // global max pooling: ties per channel
   std::vector<std::vector<float>> norms;     // LayerNormalization: rows' means, then 1/std
-  std::vector<float> param_scratch;  // a DepthwiseConv2D's or LayerNormalization's gradient
+  std::vector<std::vector<float>> saved;     // LSTM, GRU: what the forward keeps
+  // A DepthwiseConv2D's, LayerNormalization's, LSTM's or GRU's gradient.
+  std::vector<float> param_scratch;
   std::vector<std::vector<float>> grad_slots;  // GradSlotSizes, count * size
   std::vector<float> scratch;       // an input gradient to add
   std::vector<float> conv_scratch;  // a convolution's tile of columns
@@ -214,8 +244,8 @@ absl::StatusOr<std::unique_ptr<GraphCpuEngine>> GraphCpuEngine::Create(
   std::vector<std::vector<int64_t>> offsets;
   for (const Op& op : net->ops_) {
     offsets.push_back(op.owns_variables
-                          ? std::vector<int64_t>{op.kernel, op.bias, op.gamma, op.beta, op.mean,
-                                                 op.var}
+                          ? std::vector<int64_t>{op.kernel, op.recurrent_kernel, op.bias, op.gamma,
+                                                 op.beta, op.mean, op.var}
                           : std::vector<int64_t>{});
   }
   net->layout_ = PlanGradientLayout(spec, offsets);
@@ -234,6 +264,8 @@ absl::StatusOr<std::unique_ptr<GraphCpuEngine>> GraphCpuEngine::Create(
       s->argmax.emplace_back(op.kind == LayerKind::kMaxPool2D ? share * op.out_size : 0);
       s->counts.emplace_back(op.kind == LayerKind::kGlobalMaxPool2D ? share * op.channels : 0);
       s->norms.emplace_back(op.kind == LayerKind::kLayerNorm ? 2 * share * op.pixels : 0);
+      s->saved.emplace_back(
+          IsRecurrent(op.kind) ? share * kernels::RecurrentSavedPerExample(op.recurrent) : 0);
       s->sums.emplace_back(2 * op.channels);
     }
     int64_t cols = 0, params = 0;
@@ -248,6 +280,7 @@ absl::StatusOr<std::unique_ptr<GraphCpuEngine>> GraphCpuEngine::Create(
                                       int64_t{op.win.out_c});
       }
       if (op.kind == LayerKind::kLayerNorm) params = std::max(params, 2 * int64_t{op.channels});
+      if (IsRecurrent(op.kind)) params = std::max(params, RecurrentParams(op.recurrent));
     }
     s->param_scratch.resize(params);
     s->conv_scratch.resize(cols);
@@ -477,6 +510,13 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
         break;
       case LayerKind::kSoftmax:
         kernels::SoftmaxRowsForward(int64_t{n} * op.pixels, op.channels, x, y);
+        break;
+      case LayerKind::kLstm:
+      case LayerKind::kGru:
+        kernels::RecurrentForward(n, op.recurrent, x, params + op.kernel,
+                                  params + op.recurrent_kernel,
+                                  op.bias >= 0 ? params + op.bias : nullptr,
+                                  StepMaskOf(op.mask_from, s, images), y, s.saved[i].data());
         break;
       case LayerKind::kLayerNorm: {
         const int64_t rows = int64_t{n} * op.pixels;
@@ -758,6 +798,11 @@ void GraphCpuEngine::BackwardOp(int i, const float* params, const float* images,
       case LayerKind::kLayerNorm:
         BackwardLayerNorm(op, params, OpInput(i, s, images), s.norms[i].data(),
                           s.param_scratch.data(), g);
+        break;
+      case LayerKind::kLstm:
+      case LayerKind::kGru:
+        BackwardRecurrent(op, params, OpInput(i, s, images), StepMaskOf(op.mask_from, s, images),
+                          s.saved[i].data(), s.param_scratch.data(), g);
         break;
       case LayerKind::kSoftmax:
         if (g.dx_wanted) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compute/cpu_network.h"
 #include "compute/graph_plan.h"
 #include "compute/kernels/testing/gradient_check.h"
@@ -639,6 +640,96 @@ TEST(GraphCpuEngineTest, SequenceConcatenateAndDotMatchTensorFlowJs) {
         << c.spec.name;
   }
   ExpectMatchesTfjs(dots, "Dot of sequences");
+}
+
+// Keras's LSTM and GRU from TensorFlow.js (tests/fixtures/tfjs_reference/
+// recurrent.json, written by make_embedding_reference.js): an LSTM's last
+// state with sigmoid gates; an LSTM over an Embedding's rows read
+// backwards, every step's output into the mean; a GRU (reset_after false,
+// hard_sigmoid gates of slope 0.2); a GRU's sequence into an LSTM (relu,
+// no bias). Outputs, loss and every gradient match tfjs's, on one thread
+// and on two.
+TEST(GraphCpuEngineTest, RecurrentLayersMatchTensorFlowJs) {
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/recurrent.json");
+  ASSERT_EQ(cases.size(), 4u);
+  std::vector<std::string> kinds;
+  for (const ReferenceCase& c : cases) {
+    for (const LayerSpec& l : c.spec.layers) {
+      if (!IsRecurrent(l.kind)) continue;
+      kinds.push_back(absl::StrCat(c.spec.name, ":", l.kind == LayerKind::kLstm ? "lstm" : "gru",
+                                   l.return_sequences ? "/seq" : "", l.go_backwards ? "/back" : "",
+                                   l.kind == LayerKind::kGru && !l.reset_after ? "/v2" : "",
+                                   l.use_bias ? "" : "/nobias"));
+    }
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"lstm_last:lstm", "lstm_backwards:lstm/seq/back",
+                                             "gru_hard:gru/v2", "stacked:gru/seq/v2",
+                                             "stacked:lstm/nobias"}));
+  EXPECT_FLOAT_EQ(cases[2].spec.layers[0].alpha, 0.2f);  // hard_sigmoid's slope in a tfjs file
+  ExpectMatchesTfjs(cases, "LSTM and GRU");
+}
+
+// An LSTM or GRU over Embedding(mask_zero) ids skips the padded steps, as
+// Keras does: a batch with padding at the start, in the middle and at the
+// end gives what the same layers give on the ids without it (a model of 3
+// steps, the same weights). The last state, read forwards and backwards,
+// and the masked mean of the steps' outputs (return_sequences into
+// GlobalAveragePooling1D); LSTM and GRU (Keras 3's reset_after).
+TEST(GraphCpuEngineTest, RecurrentLayersSkipMaskedSteps) {
+  auto model = [](int steps, const std::string& cls, const std::string& options, bool mean) {
+    return absl::StrCat(
+        R"({"class_name": "Sequential", "config": {"name": "rnn", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_input_shape": [null, )",
+        steps, R"(]}},
+        {"class_name": "Embedding", "config": {"name": "emb", "input_dim": 9, "output_dim": 3,
+                                               "mask_zero": true}},
+        {"class_name": ")",
+        cls, R"(", "config": {"name": "rnn", "units": 4, )", options, R"(}},)",
+        mean ? R"({"class_name": "GlobalAveragePooling1D", "config": {"name": "mean"}},)" : "",
+        R"({"class_name": "Dense", "config": {"name": "out", "units": 2,
+                                           "activation": "softmax"}}]}})");
+  };
+  // Three ids an example, padded to 6 three ways.
+  const std::vector<float> short_ids = {3, 1, 7, 5, 5, 2, 8, 6, 4};
+  const std::vector<float> padded = {0, 0, 3, 1, 0, 7, 5, 0, 5, 2, 0, 0, 8, 6, 4, 0, 0, 0};
+  const std::vector<float> labels = {0, 1, 1};
+  const struct {
+    std::string cls, options;
+    bool mean;
+  } cases[] = {
+      {"LSTM", R"("return_sequences": false)", false},
+      {"LSTM", R"("go_backwards": true)", false},
+      {"GRU", R"("reset_after": true)", false},
+      {"GRU", R"("reset_after": true, "go_backwards": true)", false},
+      {"LSTM", R"("return_sequences": true)", true},
+      {"GRU", R"("return_sequences": true, "reset_after": true)", true},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<ModelSpec> three = ParseKerasModel(model(3, c.cls, c.options, c.mean), "3");
+    absl::StatusOr<ModelSpec> six = ParseKerasModel(model(6, c.cls, c.options, c.mean), "6");
+    ASSERT_TRUE(three.ok()) << three.status();
+    ASSERT_TRUE(six.ok()) << six.status();
+    ASSERT_EQ(three->num_parameters, six->num_parameters);
+    const std::vector<float> params = InitialParameters(*three, 5);
+    std::vector<float> want(6), got(6);
+    double loss = 0;
+    int correct = 0;
+    ASSERT_TRUE(Net(*three, 3, 1)
+                    ->Evaluate(params.data(), short_ids.data(), labels.data(), 3, &loss, &correct,
+                               want.data())
+                    .ok());
+    for (int threads : {1, 2}) {
+      ASSERT_TRUE(Net(*six, 3, threads)
+                      ->Evaluate(params.data(), padded.data(), labels.data(), 3, &loss, &correct,
+                                 got.data())
+                      .ok());
+      for (int k = 0; k < 6; ++k) {
+        EXPECT_NEAR(got[k], want[k], 1e-6) << c.cls << " " << c.options << " output " << k;
+      }
+    }
+    EXPECT_NE(want[0], want[2]) << "the examples differ";
+  }
 }
 
 // Keras's Attention (tests/fixtures/attention/attention.json: Keras 3

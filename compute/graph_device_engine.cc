@@ -55,12 +55,15 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
                        "model with --device=cpu"));
     }
     if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot ||
-        op.kind == LayerKind::kAttention || op.kind == LayerKind::kSoftmax) {
+        op.kind == LayerKind::kAttention || op.kind == LayerKind::kSoftmax ||
+        IsRecurrent(op.kind)) {
       return absl::InvalidArgumentError(
           absl::StrCat("model \"", spec.name, "\": layer ", op.name, ": ",
                        op.kind == LayerKind::kDot         ? "Dot"
                        : op.kind == LayerKind::kAttention ? "Attention"
                        : op.kind == LayerKind::kSoftmax   ? "Softmax"
+                       : op.kind == LayerKind::kLstm      ? "LSTM"
+                       : op.kind == LayerKind::kGru       ? "GRU"
                                                           : "Embedding",
                        " does not run on the GPU yet; train this model with --device=cpu"));
     }

@@ -28,7 +28,8 @@ uint64_t DropoutKey(uint64_t seed, uint64_t step_key, size_t op) {
 bool HasVariables(const GraphOp& op) {
   return op.kind == LayerKind::kConv2D || op.kind == LayerKind::kDense ||
          op.kind == LayerKind::kBatchNorm || op.kind == LayerKind::kDepthwiseConv2D ||
-         op.kind == LayerKind::kLayerNorm || op.kind == LayerKind::kEmbedding;
+         op.kind == LayerKind::kLayerNorm || op.kind == LayerKind::kEmbedding ||
+         IsRecurrent(op.kind);
 }
 
 bool HasPenalties(const std::vector<GraphOp>& ops) {
@@ -43,7 +44,7 @@ namespace {
 // The first variable of an op with variables: which variables it uses.
 int64_t FirstVariable(const GraphOp& op) {
   int64_t first = -1;
-  for (int64_t at : {op.kernel, op.bias, op.gamma, op.beta, op.mean, op.var}) {
+  for (int64_t at : {op.kernel, op.recurrent_kernel, op.bias, op.gamma, op.beta, op.mean, op.var}) {
     if (at >= 0 && (first < 0 || at < first)) first = at;
   }
   return first;
@@ -106,7 +107,7 @@ void PlanPenalties(const ModelSpec& spec, std::vector<GraphOp>* ops) {
   for (const VariableSpec& v : spec.variables) by_offset[v.offset] = &v;
   for (GraphOp& op : *ops) {
     if (!op.owns_variables) continue;
-    for (int64_t at : {op.kernel, op.bias, op.gamma, op.beta}) {
+    for (int64_t at : {op.kernel, op.recurrent_kernel, op.bias, op.gamma, op.beta}) {
       auto it = by_offset.find(at);
       if (at < 0 || it == by_offset.end()) continue;
       const VariableSpec& v = *it->second;
@@ -396,6 +397,9 @@ class GraphPlanner {
       case LayerKind::kAttention:
         PlanAttention(l, op);
         break;
+      case LayerKind::kLstm:
+      case LayerKind::kGru:
+        return PlanRecurrent(l, x, op);
       default:  // other merges; Flatten and Reshape are no ops
         break;
     }
@@ -412,6 +416,32 @@ class GraphPlanner {
     auto mask_op = [&](int j) { return j >= 0 && masks_[j] >= 0 ? op_of_[masks_[j]] : -1; };
     op->query_mask_from = mask_op(l.inputs[0]);
     op->mask_from = mask_op(l.inputs[1]);
+  }
+
+  // An LSTM's or GRU's cell and variables, and the op whose ids mask it.
+  absl::Status PlanRecurrent(const LayerSpec& l, const ActivationShape& x, GraphOp* op) {
+    kernels::RecurrentShape& r = op->recurrent;
+    r.cell =
+        l.kind == LayerKind::kLstm ? kernels::RecurrentCell::kLstm : kernels::RecurrentCell::kGru;
+    r.steps = x.w, r.in = x.c, r.units = l.units;
+    r.use_bias = l.use_bias;
+    r.reset_after = l.reset_after;
+    r.return_sequences = l.return_sequences;
+    r.go_backwards = l.go_backwards;
+    bool has = false;
+    KernelActivation(l.activation, &has, &r.activation);
+    KernelActivation(l.recurrent_activation, &has, &r.recurrent_activation);
+    r.alpha = l.alpha;
+    if (l.inputs[0] >= 0 && masks_[l.inputs[0]] >= 0) op->mask_from = op_of_[masks_[l.inputs[0]]];
+    const int64_t gates = int64_t{kernels::RecurrentGates(r)} * l.units;
+    absl::Status st = Find(l.name + "/kernel", {x.c, gates}, &op->kernel);
+    if (st.ok()) st = Find(l.name + "/recurrent_kernel", {l.units, gates}, &op->recurrent_kernel);
+    if (st.ok() && l.use_bias) {
+      const bool two = l.kind == LayerKind::kGru && l.reset_after;
+      st = Find(l.name + "/bias",
+                two ? std::vector<int64_t>{2, gates} : std::vector<int64_t>{gates}, &op->bias);
+    }
+    return st;
   }
 
   absl::Status PlanBatchNorm(const LayerSpec& l, const ActivationShape& x, GraphOp* op) {

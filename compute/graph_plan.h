@@ -16,6 +16,7 @@
 #include "compute/kernels/activation.h"
 #include "compute/kernels/attention.h"
 #include "compute/kernels/dot.h"
+#include "compute/kernels/recurrent.h"
 #include "compute/kernels/reshaping.h"
 #include "compute/kernels/window.h"
 #include "model/model_spec.h"
@@ -69,6 +70,9 @@ struct GraphOp {
   int mask_from = -1;
   int query_mask_from = -1;
   kernels::AttentionShape attention;  // Attention: its steps and features
+  // LSTM, GRU: the cell, its sizes and options (kernel, recurrent_kernel
+  // and bias its variables; mask_from the op whose ids mask its steps).
+  kernels::RecurrentShape recurrent;
   float epsilon = 0.0f;
   float alpha = 0.0f;  // the activation's parameter
   // Whether the activation's gradient needs its input (gelu, swish, elu,
@@ -86,6 +90,7 @@ struct GraphOp {
   float rescale = 1.0f, reshift = 0.0f;  // Rescaling
   int64_t slice_at = 0;  // kInputSlice: its input's first value in an example
   int64_t kernel = -1, bias = -1, gamma = -1, beta = -1, mean = -1, var = -1;
+  int64_t recurrent_kernel = -1;
   int64_t in_size = 0, out_size = 0;  // floats per example
   int64_t columns_per_example = 0;    // conv: im2col floats
   // Backward. wants_grad: the gradient at this op's output is needed (the

@@ -526,6 +526,75 @@ absl::Status ParseAttention(const json& cfg, const std::string& where, LayerSpec
   return st;
 }
 
+// LSTM and GRU (Keras 3, Keras 2 and TensorFlow.js configs): units, the
+// activations the kernels run, use_bias, return_sequences, go_backwards,
+// GRU's reset_after and LSTM's unit_forget_bias; the options that would
+// change the math otherwise (dropout, state kept across batches, the
+// states as outputs) refused. `unroll`, `implementation` and `use_cudnn`
+// choose how Keras runs the same math: ignored.
+absl::Status ParseRecurrent(const json& cfg, const std::string& where, LayerSpec* l,
+                            LayerInits* inits) {
+  if (absl::Status s = IntIn(cfg, where, "units", 0, 1, 1 << 16, &l->units); !s.ok()) return s;
+  absl::StatusOr<Activation> a = ActivationOf(cfg, where, "activation", Activation::kTanh);
+  if (!a.ok()) return a.status();
+  absl::StatusOr<Activation> ra =
+      ActivationOf(cfg, where, "recurrent_activation", Activation::kSigmoid);
+  if (!ra.ok()) return ra.status();
+  if (*a != Activation::kTanh && *a != Activation::kSigmoid && *a != Activation::kRelu) {
+    return Bad(where, absl::StrCat("option 'activation' = ", Show(cfg["activation"]),
+                                   " is not supported here (tanh, sigmoid or relu)"));
+  }
+  if (*ra != Activation::kSigmoid && *ra != Activation::kHardSigmoid && *ra != Activation::kTanh) {
+    return Bad(where,
+               absl::StrCat("option 'recurrent_activation' = ", Show(cfg["recurrent_activation"]),
+                            " is not supported (sigmoid, hard_sigmoid or tanh)"));
+  }
+  l->activation = *a;
+  l->recurrent_activation = *ra;
+  absl::Status st;
+  auto flag = [&](const char* key, bool dflt, bool* out) {
+    const json v = cfg.value(key, json(dflt));
+    if (v.is_null()) {
+      *out = dflt;
+    } else if (!v.is_boolean()) {
+      st.Update(
+          Bad(where, absl::StrCat("option '", key, "' = ", Show(v), " is not true or false")));
+    } else {
+      *out = v.get<bool>();
+    }
+  };
+  flag("use_bias", true, &l->use_bias);
+  flag("return_sequences", false, &l->return_sequences);
+  flag("go_backwards", false, &l->go_backwards);
+  if (l->kind == LayerKind::kGru) {
+    // Keras 3 and tf.keras default to true; TensorFlow.js writes false
+    // (the only form it has).
+    flag("reset_after", true, &l->reset_after);
+  } else {
+    flag("unit_forget_bias", true, &l->unit_forget_bias);
+  }
+  st.Update(Neutral(cfg, where, "return_state", {false},
+                    "the states as outputs are not implemented (only the output)"));
+  st.Update(Neutral(cfg, where, "stateful", {false},
+                    "every batch starts from zero states (no state kept across batches)"));
+  st.Update(Neutral(cfg, where, "time_major", {false}, "batch-major inputs only"));
+  st.Update(Neutral(cfg, where, "dropout", {0, 0.0}, "dropout in the cell is not implemented"));
+  st.Update(
+      Neutral(cfg, where, "recurrent_dropout", {0, 0.0}, "dropout in the cell is not implemented"));
+  st.Update(Neutral(cfg, where, "zero_output_for_mask", {false},
+                    "a masked step's output is the last state, as Keras's default"));
+  if (st.ok()) {
+    st = AddInit(cfg, where, "kernel_initializer", "kernel", Initializer::GlorotUniform(), inits);
+  }
+  if (st.ok()) {
+    Initializer orthogonal;
+    orthogonal.kind = Initializer::Kind::kOrthogonal;
+    st = AddInit(cfg, where, "recurrent_initializer", "recurrent_kernel", orthogonal, inits);
+  }
+  if (st.ok()) st = AddInit(cfg, where, "bias_initializer", "bias", Initializer::Zeros(), inits);
+  return st;
+}
+
 // The layer classes the workers run, under every name Keras writes for
 // them (an unknown class's error lists them in this order).
 struct LayerClass {
@@ -579,6 +648,8 @@ constexpr LayerClass kLayerClasses[] = {
     {"AvgPool1D", LayerKind::kAvgPool2D, ParsePool1D},
     {"GlobalMaxPooling1D", LayerKind::kGlobalMaxPool2D, ParseGlobalPool1D},
     {"GlobalMaxPool1D", LayerKind::kGlobalMaxPool2D, ParseGlobalPool1D},
+    {"LSTM", LayerKind::kLstm, ParseRecurrent},
+    {"GRU", LayerKind::kGru, ParseRecurrent},
 };
 
 }  // namespace

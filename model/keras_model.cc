@@ -114,7 +114,13 @@ void ApplyVariableOptions(const ParsedLayers& parsed, ModelSpec* spec) {
     for (size_t i = 0; i < spec->layers.size(); ++i) {
       if (spec->layers[i].name != layer) continue;
       for (const auto& [suffix, in] : parsed.inits[i]) {
-        if (suffix == var) v.initializer = in;
+        if (suffix != var) continue;
+        // An LSTM's forget biases stay 1 over the file's bias_initializer,
+        // as unit_forget_bias makes them in Keras.
+        const int64_t ones_begin = v.initializer.ones_begin, ones_end = v.initializer.ones_end;
+        v.initializer = in;
+        v.initializer.ones_begin = ones_begin;
+        v.initializer.ones_end = ones_end;
       }
       for (const auto& [suffix, l1_l2] : parsed.penalties[i]) {
         if (suffix == var) std::tie(v.l1, v.l2) = l1_l2;
@@ -131,7 +137,10 @@ void DefaultActivationParameters(bool keras3, std::vector<LayerSpec>* specs) {
     if (l.alpha != 0.0f) continue;
     if (l.activation == Activation::kElu) l.alpha = 1.0f;
     if (l.activation == Activation::kLeakyRelu) l.alpha = 0.2f;
-    if (l.activation == Activation::kHardSigmoid) l.alpha = keras3 ? 1.0f / 6 : 0.2f;
+    if (l.activation == Activation::kHardSigmoid ||
+        (IsRecurrent(l.kind) && l.recurrent_activation == Activation::kHardSigmoid)) {
+      l.alpha = keras3 ? 1.0f / 6 : 0.2f;  // an LSTM's or GRU's gates' (its activation has none)
+    }
   }
 }
 

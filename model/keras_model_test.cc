@@ -419,8 +419,8 @@ TEST(KerasModelTest, RefusesWhatItCannotRunNamingLayerAndOption) {
        "layer 'c' (Conv2D): option 'activation' = \"softplus\""},
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 9}})",
        "layer c: convolution kernel 9x9 stride 1x1 dilation 1x1 does not fit its input 8x8x1"},
-      {R"({"class_name": "LSTM", "config": {"name": "l", "units": 4}})",
-       "layer 'l' (LSTM): this layer is not supported"},
+      {R"({"class_name": "SimpleRNN", "config": {"name": "l", "units": 4}})",
+       "layer 'l' (SimpleRNN): this layer is not supported"},
       {R"({"class_name": "Rescaling", "config": {"name": "r", "scale": [1, 2]}})",
        "layer 'r' (Rescaling): options 'scale' = [1,2]"},
       {R"({"class_name": "Reshape", "config": {"name": "r", "target_shape": [5, 5, 5, 5]}})",
@@ -912,6 +912,76 @@ TEST(KerasModelTest, OrthogonalInitializerOnKernelsOnly) {
   for (const auto& c : bad) {
     absl::StatusOr<ModelSpec> s = ParseKerasModel(dense(c.options), "orth.json");
     ASSERT_FALSE(s.ok()) << c.options;
+    EXPECT_NE(s.status().message().find(c.expect), std::string::npos) << s.status();
+  }
+}
+
+// LSTM and GRU: Keras's variables (the gates side by side; GRU's
+// reset_after bias [2, 3u]; the recurrent kernel Orthogonal; an LSTM's
+// forget biases 1), a mask taken through a sequence and ended by the last
+// state, and each option that would change the math refused by name.
+TEST(KerasModelTest, LstmAndGruLayers) {
+  auto model = [](const std::string& lstm, const std::string& after) {
+    return R"({"class_name": "Sequential", "config": {"name": "rnn", "layers": [
+      {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 6]}},
+      {"class_name": "Embedding", "config": {"name": "emb", "input_dim": 9, "output_dim": 3,
+                                             "mask_zero": true}},
+      {"class_name": "LSTM", "config": {"name": "lstm", "units": 4, "return_sequences": true,
+                                        "zero_output_for_mask": false, "seed": null)" +
+           lstm + R"(}},)" + after + R"(
+      {"class_name": "Dense", "config": {"name": "out", "units": 2, "activation": "softmax"}}
+    ]}})";
+  };
+  const std::string gru = R"({"class_name": "GRU", "config": {"name": "gru", "units": 5}},)";
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(model("", gru), "rnn.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<std::string> vars;
+  for (const VariableSpec& v : spec->variables) {
+    std::string dims;
+    for (int64_t d : v.shape) absl::StrAppend(&dims, dims.empty() ? "" : "x", d);
+    vars.push_back(absl::StrCat(v.name, " ", dims));
+  }
+  EXPECT_EQ(vars, (std::vector<std::string>{"emb/embeddings 9x3", "lstm/kernel 3x16",
+                                            "lstm/recurrent_kernel 4x16", "lstm/bias 16",
+                                            "gru/kernel 4x15", "gru/recurrent_kernel 5x15",
+                                            "gru/bias 2x15", "out/kernel 5x2", "out/bias 2"}));
+  EXPECT_EQ(spec->variables[2].initializer.kind, Initializer::Kind::kOrthogonal);
+  EXPECT_EQ(spec->layers[1].activation, Activation::kTanh);
+  EXPECT_EQ(spec->layers[1].recurrent_activation, Activation::kSigmoid);
+  EXPECT_TRUE(spec->layers[2].reset_after);
+  const std::vector<float> params = InitialParameters(*spec, 3);
+  const VariableSpec& bias = spec->variables[3];
+  for (int64_t k = 0; k < bias.size; ++k) {
+    EXPECT_EQ(params[bias.offset + k], k >= 4 && k < 8 ? 1.0f : 0.0f) << k;
+  }
+  absl::StatusOr<std::vector<int>> masks = MaskSources(*spec);
+  ASSERT_TRUE(masks.ok()) << masks.status();
+  EXPECT_EQ(*masks, (std::vector<int>{0, 0, -1, -1}));  // the GRU's last state ends it
+
+  const struct {
+    std::string lstm, after, expect;
+  } bad[] = {
+      {R"(, "return_state": true)", gru, "layer 'lstm' (LSTM): option 'return_state'"},
+      {R"(, "stateful": true)", gru, "layer 'lstm' (LSTM): option 'stateful'"},
+      {R"(, "dropout": 0.2)", gru, "layer 'lstm' (LSTM): option 'dropout'"},
+      {R"(, "recurrent_dropout": 0.1)", gru, "option 'recurrent_dropout'"},
+      {R"(, "zero_output_for_mask": true)", gru, "option 'zero_output_for_mask'"},
+      {R"(, "activation": "elu")", gru,
+       "option 'activation' = \"elu\" is not supported here (tanh, sigmoid or relu)"},
+      {R"(, "recurrent_activation": "relu")", gru,
+       "option 'recurrent_activation' = \"relu\" is not supported (sigmoid, hard_sigmoid or "
+       "tanh)"},
+      {R"(, "go_backwards": 1)", gru, "option 'go_backwards' = 1 is not true or false"},
+      {R"(, "units": 0)", gru, "option 'units' = 0 is not valid"},
+      // The sequence's mask reaches a Flatten, which Keras would not mask.
+      {"", R"({"class_name": "Flatten", "config": {"name": "flat"}},)",
+       "layer flat reads the mask of Embedding 'emb' (mask_zero)"},
+      // An LSTM's last state is flat: no GRU over it.
+      {R"(, "return_sequences": false)", gru, "GRU (it reads [steps, features])"},
+  };
+  for (const auto& c : bad) {
+    absl::StatusOr<ModelSpec> s = ParseKerasModel(model(c.lstm, c.after), "rnn.json");
+    ASSERT_FALSE(s.ok()) << c.lstm << c.after;
     EXPECT_NE(s.status().message().find(c.expect), std::string::npos) << s.status();
   }
 }

@@ -112,6 +112,7 @@ absl::Status NoConstraints(const json& cfg, const std::string& where) {
 absl::Status PenaltiesOf(const json& cfg, const std::string& where, LayerPenalties* out) {
   static constexpr std::pair<const char*, const char*> kKeys[] = {
       {"kernel_regularizer", "kernel"},
+      {"recurrent_regularizer", "recurrent_kernel"},
       {"bias_regularizer", "bias"},
       {"depthwise_regularizer", "depthwise_kernel"},
       {"pointwise_regularizer", "pointwise_kernel"},
@@ -180,9 +181,10 @@ absl::Status IntIn(const json& cfg, const std::string& where, const char* key, i
   return absl::OkStatus();
 }
 
-absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& where) {
-  auto it = cfg.find("activation");
-  if (it == cfg.end() || it->is_null()) return Activation::kNone;
+absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& where, const char* key,
+                                        Activation absent) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return absent;
   std::string name;
   if (it->is_string()) {
     name = it->get<std::string>();
@@ -191,19 +193,19 @@ absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& wher
     name = (*it)["config"]["name"].get<std::string>();
   }
   // Keras's snake_case and TensorFlow.js's camelCase spellings.
-  const std::string key = SpellingKey(name);
-  if (key == "linear") return Activation::kNone;
-  if (key == "relu") return Activation::kRelu;
-  if (key == "sigmoid") return Activation::kSigmoid;
-  if (key == "tanh") return Activation::kTanh;
-  if (key == "softmax") return Activation::kSoftmax;
-  if (key == "gelu") return Activation::kGelu;
-  if (key == "gelunew") return Activation::kGeluTanh;  // tfjs's tanh form
-  if (key == "swish" || key == "silu") return Activation::kSwish;
-  if (key == "elu") return Activation::kElu;
-  if (key == "leakyrelu") return Activation::kLeakyRelu;
-  if (key == "hardsigmoid") return Activation::kHardSigmoid;
-  return Bad(where, absl::StrCat("option 'activation' = ", Show(*it),
+  const std::string spelled = SpellingKey(name);
+  if (spelled == "linear") return Activation::kNone;
+  if (spelled == "relu") return Activation::kRelu;
+  if (spelled == "sigmoid") return Activation::kSigmoid;
+  if (spelled == "tanh") return Activation::kTanh;
+  if (spelled == "softmax") return Activation::kSoftmax;
+  if (spelled == "gelu") return Activation::kGelu;
+  if (spelled == "gelunew") return Activation::kGeluTanh;  // tfjs's tanh form
+  if (spelled == "swish" || spelled == "silu") return Activation::kSwish;
+  if (spelled == "elu") return Activation::kElu;
+  if (spelled == "leakyrelu") return Activation::kLeakyRelu;
+  if (spelled == "hardsigmoid") return Activation::kHardSigmoid;
+  return Bad(where, absl::StrCat("option '", key, "' = ", Show(*it),
                                  " is not supported (relu, sigmoid, tanh, softmax, gelu, swish, "
                                  "silu, elu, leaky_relu, hard_sigmoid, linear)"));
 }

@@ -71,8 +71,11 @@ absl::Status IntPair(const json& cfg, const std::string& where, const char* key,
 absl::Status IntIn(const json& cfg, const std::string& where, const char* key, int dflt, int lo,
                    int hi, int* out);
 
-// Option 'activation' (a name, or an object naming one); kNone when absent.
-absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& where);
+// Option `key` (a name, or an object naming one): an activation; `absent`
+// when absent or null.
+absl::StatusOr<Activation> ActivationOf(const json& cfg, const std::string& where,
+                                        const char* key = "activation",
+                                        Activation absent = Activation::kNone);
 
 // Option 'padding': valid (also when absent) or same.
 absl::Status PaddingOf(const json& cfg, const std::string& where, Padding* out);

@@ -302,6 +302,14 @@ absl::StatusOr<ActivationShape> LayerShape(const LayerSpec& l, const std::string
         return misfit("GlobalAveragePooling1D (it reads [steps, features])");
       }
       return ActivationShape{1, 1, x.c, true};
+    case LayerKind::kLstm:
+    case LayerKind::kGru: {
+      const char* what = l.kind == LayerKind::kLstm ? "LSTM" : "GRU";
+      if (x.flat || x.h != 1) return misfit(absl::StrCat(what, " (it reads [steps, features])"));
+      if (l.units < 1) return misfit(absl::StrCat(what, " of ", l.units, " units"));
+      if (l.return_sequences) return ActivationShape{1, x.w, l.units, false};
+      return ActivationShape{1, 1, l.units, true};
+    }
     case LayerKind::kDense:
       // Keras applies Dense to the last axis: on a flat or 1x1 input the
       // whole example, on [steps, features] or [H, W, C] each step or pixel.
@@ -401,15 +409,19 @@ absl::StatusOr<std::vector<int>> MaskSources(const ModelSpec& spec) {
     for (size_t k = 0; k < from.size(); ++k) {
       const int j = from[k];
       if (j < 0 || source[j] < 0) continue;
+      // An LSTM or GRU skips the masked steps; with return_sequences its
+      // output carries the mask on, as Keras's RNN layer does.
+      const bool recurrent = IsRecurrent(l.kind) && from.size() == 1;
       const bool passes = k == 0 && from.size() == 1 &&
                           (l.kind == LayerKind::kDense || l.kind == LayerKind::kActivation ||
-                           l.kind == LayerKind::kDropout || l.kind == LayerKind::kLayerNorm);
-      const bool ends = l.kind == LayerKind::kGlobalAvgPool1D && from.size() == 1;
+                           l.kind == LayerKind::kDropout || l.kind == LayerKind::kLayerNorm ||
+                           (recurrent && l.return_sequences));
+      const bool ends = (l.kind == LayerKind::kGlobalAvgPool1D || recurrent) && from.size() == 1;
       if (!passes && !ends) {
         return absl::InvalidArgumentError(absl::StrCat(
             "layer ", l.name, " reads the mask of Embedding '", spec.layers[source[j]].name,
-            "' (mask_zero): masks are taken only into GlobalAveragePooling1D and Attention, "
-            "through Dense, Activation, Dropout and LayerNormalization on the steps"));
+            "' (mask_zero): masks are taken only into GlobalAveragePooling1D, Attention, LSTM "
+            "and GRU, through Dense, Activation, Dropout and LayerNormalization on the steps"));
       }
       if (passes) source[i] = source[j];
     }
@@ -574,6 +586,28 @@ absl::StatusOr<ModelSpec> BuildModelSpec(std::string name, int h, int w, int c,
         if (l.scale) add(l.name + "/gamma", {in_c}, Initializer::Ones(), 0, 0);
         if (l.center) add(l.name + "/beta", {in_c}, Initializer(), 0, 0);
         break;
+      case LayerKind::kLstm:
+      case LayerKind::kGru: {
+        // Keras's layout: the gates side by side in the columns (LSTM i, f,
+        // c, o; GRU z, r, h); GRU's reset_after bias is [2, 3u], the
+        // input's row, then the recurrent part's.
+        const int64_t u = l.units, gates = (l.kind == LayerKind::kLstm ? 4 : 3) * u;
+        add(l.name + "/kernel", {in_c, gates}, Initializer::GlorotUniform(), in_c, gates);
+        Initializer orthogonal;
+        orthogonal.kind = Initializer::Kind::kOrthogonal;
+        add(l.name + "/recurrent_kernel", {u, gates}, orthogonal, u, gates);
+        if (l.use_bias) {
+          Initializer bias;
+          if (l.kind == LayerKind::kLstm && l.unit_forget_bias) {
+            bias.ones_begin = u;
+            bias.ones_end = 2 * u;
+          }
+          const bool two = l.kind == LayerKind::kGru && l.reset_after;
+          add(l.name + "/bias", two ? std::vector<int64_t>{2, gates} : std::vector<int64_t>{gates},
+              bias, 0, 0);
+        }
+        break;
+      }
       case LayerKind::kBatchNorm:
         if (l.scale) add(l.name + "/gamma", {in_c}, Initializer::Ones(), 0, 0);
         if (l.center) add(l.name + "/beta", {in_c}, Initializer(), 0, 0);
@@ -883,6 +917,13 @@ std::vector<float> InitialParameters(const ModelSpec& spec, uint64_t seed) {
       }
       default:
         break;
+    }
+  }
+  for (const VariableSpec& v : spec.variables) {
+    const Initializer& init = v.initializer;
+    if (init.ones_end > init.ones_begin && init.ones_end <= v.size) {
+      std::fill(params.begin() + v.offset + init.ones_begin,
+                params.begin() + v.offset + init.ones_end, 1.0f);
     }
   }
   return params;

@@ -65,6 +65,11 @@ enum class LayerKind {
   // Sequences. A [steps, features] activation is 1 x steps x features.
   kEmbedding,        // ids [L] -> rows of embeddings [input_dim, units]: 1 x L x units
   kGlobalAvgPool1D,  // [L, C] -> [C], the mean over the steps
+  // Keras's recurrent layers over [steps, features] (compute/kernels/
+  // recurrent.h): [steps, units] with return_sequences, else the last
+  // state [units]. Variables <name>/kernel, /recurrent_kernel, /bias.
+  kLstm,
+  kGru,
   // Not a Keras layer: a plan's op that takes one input's values out of
   // the examples of a model with several inputs (compute/graph_plan.h).
   kInputSlice,
@@ -165,7 +170,21 @@ struct LayerSpec {
   // [window_w, in, filters], Keras's shape, the same values in the same
   // order as the 2-D [1, window_w, in, filters].
   bool one_d = false;
+  // kLstm, kGru (units: the state's size; activation: the candidate's and
+  // LSTM's output's, Keras's default tanh). An Embedding's mask skips the
+  // masked steps (the state carried over) and, with return_sequences,
+  // goes on with the output.
+  Activation recurrent_activation = Activation::kSigmoid;  // the gates'
+  bool return_sequences = false;
+  bool go_backwards = false;
+  bool reset_after = true;       // kGru: Keras 3's default (Keras 2's and tfjs's: false)
+  bool unit_forget_bias = true;  // kLstm: the forget gate's biases start at 1
 };
+
+// Whether `kind` is a recurrent layer (LSTM, GRU).
+inline bool IsRecurrent(LayerKind kind) {
+  return kind == LayerKind::kLstm || kind == LayerKind::kGru;
+}
 
 // Keras initializers. The named ones (GlorotUniform, HeNormal, ...) are
 // VarianceScaling with fixed arguments and are stored as that.
@@ -194,6 +213,9 @@ struct Initializer {
   Distribution distribution = Distribution::kUniform;
   double mean = 0.0, stddev = 0.05;
   double minval = -0.05, maxval = 0.05;
+  // Elements [ones_begin, ones_end) are 1 whatever the draw: an LSTM's
+  // forget gate's biases with unit_forget_bias (Keras's default).
+  int64_t ones_begin = 0, ones_end = 0;
 
   static Initializer Zeros() { return Initializer(); }
   static Initializer Ones() {
