@@ -27,8 +27,9 @@ std::string FieldName(int column, int labels) {
   const std::string field = absl::StrCat("field ", column + 1);
   if (column == 0) return field + " (label)";
   if (column < labels) return absl::StrCat(field, " (label ", column + 1, ")");
-  const int feature = column - labels;  // 0..38
+  const int feature = column - labels;  // 0..38, then the history
   if (feature < kCriteoIntegerFeatures) return absl::StrCat(field, " (I", feature + 1, ")");
+  if (feature == kCriteoIntegerFeatures + kCriteoCategoricalFeatures) return field + " (history)";
   return absl::StrCat(field, " (C", feature - kCriteoIntegerFeatures + 1, ")");
 }
 
@@ -47,6 +48,43 @@ int HexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
+}
+
+// 8 hex digits as an id (their value + 1); -1 when `text` is not that.
+int64_t HexId(absl::string_view text) {
+  if (text.size() != 8) return -1;
+  int64_t value = 0;
+  for (char ch : text) {
+    const int digit = HexValue(ch);
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value + 1;
+}
+
+// The history field (column `column`): up to `history` comma-separated ids.
+absl::Status ParseHistory(int column, int labels, int history, absl::string_view text,
+                          CriteoExample* example) {
+  if (text.empty()) return absl::OkStatus();
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const absl::string_view id = text.substr(
+        start, comma == absl::string_view::npos ? absl::string_view::npos : comma - start);
+    if (example->history_length == history) {
+      return BadField(column, labels, text,
+                      absl::StrCat("at most ", history, " ids (criteo.json's \"history\")"));
+    }
+    const int64_t value = HexId(id);
+    if (value < 0) {
+      return BadField(column, labels, text,
+                      absl::StrCat("comma-separated ids of 8 hex digits (\"", absl::CEscape(id),
+                                   "\" is not one)"));
+    }
+    example->history[example->history_length++] = value;
+    if (comma == absl::string_view::npos) return absl::OkStatus();
+    start = comma + 1;
+  }
 }
 
 // Column `column` (0-based) of a line of `labels` label columns: the
@@ -72,14 +110,9 @@ absl::Status ParseField(int column, int labels, absl::string_view text, CriteoEx
   }
   const int c = field - 1 - kCriteoIntegerFeatures;
   if (text.empty()) return absl::OkStatus();  // missing: kCriteoMissingId
-  if (text.size() != 8) return bad("8 hex digits");
-  int64_t value = 0;
-  for (char ch : text) {
-    const int digit = HexValue(ch);
-    if (digit < 0) return bad("8 hex digits");
-    value = value * 16 + digit;
-  }
-  example->categories[c] = value + 1;
+  const int64_t id = HexId(text);
+  if (id < 0) return bad("8 hex digits");
+  example->categories[c] = id;
   return absl::OkStatus();
 }
 
@@ -91,21 +124,23 @@ uint64_t Mix64(uint64_t z) {
 
 }  // namespace
 
-absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int labels) {
+absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int labels,
+                             int history) {
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   *example = CriteoExample();
-  const int fields = kCriteoFields - 1 + labels;
+  const int features = kCriteoFields - 1 + labels;
+  const int fields = features + (history > 0 ? 1 : 0);
   int field = 0;
   size_t start = 0;
   while (true) {
     const size_t tab = line.find('\t', start);
     const size_t end = tab == absl::string_view::npos ? line.size() : tab;
-    if (field < fields) {
-      if (absl::Status s = ParseField(field, labels, line.substr(start, end - start), example);
-          !s.ok()) {
-        return s;
-      }
+    const absl::string_view text = line.substr(start, end - start);
+    if (field < features) {
+      if (absl::Status s = ParseField(field, labels, text, example); !s.ok()) return s;
+    } else if (field < fields) {
+      if (absl::Status s = ParseHistory(field, labels, history, text, example); !s.ok()) return s;
     }
     ++field;
     if (tab == absl::string_view::npos) break;
@@ -114,14 +149,17 @@ absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int
   if (field != fields) {
     return absl::InvalidArgumentError(
         absl::StrCat("the line has ", field, " tab-separated fields, expected ", fields,
-                     labels == 1 ? " (label, I1..I13, C1..C26)" : " (2 labels, I1..I13, C1..C26)"));
+                     labels == 1 ? " (label, I1..I13, C1..C26" : " (2 labels, I1..I13, C1..C26",
+                     history > 0 ? ", history)" : ")"));
   }
   return absl::OkStatus();
 }
 
-void AppendCriteoLine(const CriteoExample& example, std::string* out, int labels) {
-  // Longest line: 2 labels, 13 int64s of 20 characters, 26 ids of 8, 40 tabs, "\n".
-  char line[2 + kCriteoIntegerFeatures * 20 + kCriteoCategoricalFeatures * 8 + 41];
+void AppendCriteoLine(const CriteoExample& example, std::string* out, int labels, int history) {
+  // Longest line: 2 labels, 13 int64s of 20 characters, 26 ids of 8, 41
+  // tabs, the history's ids of 8 and their commas, "\n".
+  char line[2 + kCriteoIntegerFeatures * 20 + kCriteoCategoricalFeatures * 8 + 42 +
+            kCriteoMaxHistory * 9];
   char* p = line;
   *p++ = example.label >= 0.5f ? '1' : '0';
   if (labels == 2) {
@@ -139,6 +177,14 @@ void AppendCriteoLine(const CriteoExample& example, std::string* out, int labels
     if (id == kCriteoMissingId) continue;
     const uint32_t hash = static_cast<uint32_t>(id - 1);
     for (int shift = 28; shift >= 0; shift -= 4) *p++ = kHexDigits[(hash >> shift) & 0xf];
+  }
+  if (history > 0) {
+    *p++ = '\t';
+    for (int k = 0; k < std::min(example.history_length, history); ++k) {
+      if (k > 0) *p++ = ',';
+      const uint32_t hash = static_cast<uint32_t>(example.history[k] - 1);
+      for (int shift = 28; shift >= 0; shift -= 4) *p++ = kHexDigits[(hash >> shift) & 0xf];
+    }
   }
   *p++ = '\n';
   out->append(line, p);
@@ -159,18 +205,18 @@ uint64_t CriteoBucket(int feature, int64_t id, uint64_t buckets) {
 
 void CriteoReader::GzCloser::operator()(gzFile_s* file) const { gzclose(file); }
 
-CriteoReader::CriteoReader(std::string path, gzFile_s* file, int labels)
-    : path_(std::move(path)), file_(file), labels_(labels) {}
+CriteoReader::CriteoReader(std::string path, gzFile_s* file, int labels, int history)
+    : path_(std::move(path)), file_(file), labels_(labels), history_(history) {}
 
 CriteoReader::~CriteoReader() = default;
 
 absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
-                                                                 int labels) {
+                                                                 int labels, int history) {
   errno = 0;
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) return ErrnoStatus(errno != 0 ? errno : ENOMEM, "cannot open " + path);
   gzbuffer(file, kChunk);
-  return std::unique_ptr<CriteoReader>(new CriteoReader(path, file, labels));
+  return std::unique_ptr<CriteoReader>(new CriteoReader(path, file, labels, history));
 }
 
 absl::Status CriteoReader::Fill() {
@@ -221,15 +267,16 @@ absl::StatusOr<bool> CriteoReader::Next(CriteoExample* example) {
   const absl::string_view line(buffer_.data() + begin_, newline - begin_);
   begin_ = std::min(newline + 1, buffer_.size());
   ++line_number_;
-  if (absl::Status s = ParseCriteoLine(line, example, labels_); !s.ok()) {
+  if (absl::Status s = ParseCriteoLine(line, example, labels_, history_); !s.ok()) {
     error_ = absl::Status(s.code(), absl::StrCat(path_, ":", line_number_, ": ", s.message()));
     return error_;
   }
   return true;
 }
 
-absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path, int labels) {
-  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(path, labels);
+absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path, int labels,
+                                                          int history) {
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(path, labels, history);
   if (!reader.ok()) return reader.status();
   std::vector<CriteoExample> examples;
   CriteoExample example;

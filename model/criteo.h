@@ -38,6 +38,15 @@ inline constexpr int64_t kCriteoMissingId = 0;
 // conversion that followed it.
 inline constexpr int kCriteoMaxLabels = 2;
 
+// Data with behaviour sequences (criteo.json's "history": L, criteo_synth
+// --history): after C26, one more field, the ids of the items the user
+// acted on before, oldest first, as 8 hex digits each, comma-separated (an
+// empty field: none), at most L <= kCriteoMaxHistory of them. The items are
+// C1's (kCriteoItemFeature): the ad shown is an item too, so a model can
+// compare it with the history (DIN's target attention).
+inline constexpr int kCriteoMaxHistory = 64;
+inline constexpr int kCriteoItemFeature = 0;
+
 // One parsed line.
 struct CriteoExample {
   float label = 0;  // 0 or 1
@@ -48,6 +57,10 @@ struct CriteoExample {
   uint32_t integer_present = 0;
   // C1..C26: the hex value + 1, or kCriteoMissingId where the field is empty.
   std::array<int64_t, kCriteoCategoricalFeatures> categories{};
+  // The history's ids (hash + 1, as categories), oldest first: the first
+  // history_length are set.
+  int history_length = 0;
+  std::array<int64_t, kCriteoMaxHistory> history{};
 
   bool has_integer(int i) const { return (integer_present >> i) & 1u; }
 };
@@ -60,14 +73,19 @@ struct CriteoExample {
 // unspecified after an error.
 //
 // `labels` (1 or kCriteoMaxLabels): label columns before I1, the second
-// going to label2.
-absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int labels = 1);
+// going to label2. `history` (0: none; else at most kCriteoMaxHistory):
+// the history field's most ids; more, or one that is not 8 hex digits, is
+// refused naming the field and the id.
+absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* example, int labels = 1,
+                             int history = 0);
 
 // Appends `example` as one line, "\n"-terminated, in the form
 // ParseCriteoLine reads back to the same example (hex digits lowercase).
 // Ids must be kCriteoMissingId or in [1, 2^32].
-// With `labels` 2, label2 follows label.
-void AppendCriteoLine(const CriteoExample& example, std::string* out, int labels = 1);
+// With `labels` 2, label2 follows label; with `history` > 0, the history
+// field ends the line (its first history_length ids).
+void AppendCriteoLine(const CriteoExample& example, std::string* out, int labels = 1,
+                      int history = 0);
 
 // The dense input CTR models take for integer feature x: log(1 + x) for
 // x >= 0. Negative values (real logs have -1, -2, -3 in I2) are clipped to
@@ -95,9 +113,10 @@ uint64_t CriteoBucket(int feature, int64_t id, uint64_t buckets);
 class CriteoReader {
  public:
   // NotFound etc. naming the file when it cannot be opened.
-  // `labels`: label columns a line starts with (ParseCriteoLine).
-  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(const std::string& path,
-                                                            int labels = 1);
+  // `labels`: label columns a line starts with; `history`: the history
+  // field's most ids, 0 for lines without it (ParseCriteoLine).
+  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(const std::string& path, int labels = 1,
+                                                            int history = 0);
   ~CriteoReader();
   CriteoReader(const CriteoReader&) = delete;
   CriteoReader& operator=(const CriteoReader&) = delete;
@@ -114,13 +133,14 @@ class CriteoReader {
   struct GzCloser {
     void operator()(gzFile_s* file) const;
   };
-  CriteoReader(std::string path, gzFile_s* file, int labels);
+  CriteoReader(std::string path, gzFile_s* file, int labels, int history);
   // Appends up to one chunk of the file to buffer_; sets at_end_ at its end.
   absl::Status Fill();
 
   const std::string path_;
   std::unique_ptr<gzFile_s, GzCloser> file_;
   const int labels_;
+  const int history_;
   std::string buffer_;  // bytes read and not yet parsed start at begin_
   size_t begin_ = 0;
   bool at_end_ = false;
@@ -129,7 +149,8 @@ class CriteoReader {
 };
 
 // Every example of the file, in order; the first error as Next gives it.
-absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path, int labels = 1);
+absl::StatusOr<std::vector<CriteoExample>> ReadCriteoFile(const std::string& path, int labels = 1,
+                                                          int history = 0);
 
 }  // namespace pscluster
 

@@ -27,8 +27,9 @@ bool IsCriteoFolder(const std::string& dir) {
   return false;
 }
 
-std::string CriteoConfigJson(int64_t buckets, int labels) {
-  const std::string more = labels == 1 ? "" : absl::StrCat(", \"labels\": ", labels);
+std::string CriteoConfigJson(int64_t buckets, int labels, int history) {
+  std::string more = labels == 1 ? "" : absl::StrCat(", \"labels\": ", labels);
+  if (history > 0) absl::StrAppend(&more, ", \"history\": ", history);
   if (buckets == kCriteoInt64Ids) return absl::StrCat("{\"ids\": \"int64\"", more, "}\n");
   return absl::StrCat("{\"buckets\": ", buckets, more, "}\n");
 }
@@ -63,6 +64,19 @@ absl::StatusOr<CriteoConfig> ReadCriteoConfig(const std::string& dir) {
           absl::StrCat(path, ": \"labels\" is ", labels->dump(), ", not 1 or 2"));
     }
     config.labels = labels->get<int>();
+  }
+  if (const auto history = j.find("history"); history != j.end()) {
+    if (!history->is_number_integer() || history->get<int64_t>() < 1 ||
+        history->get<int64_t>() > kCriteoMaxHistory) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": \"history\" is ", history->dump(),
+                                                     ", not an integer in [1, ", kCriteoMaxHistory,
+                                                     "]"));
+    }
+    if (j.contains("ids")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": \"history\" needs \"buckets\" (the item's rows), not \"ids\""));
+    }
+    config.history = history->get<int>();
   }
   if (const auto ids = j.find("ids"); ids != j.end()) {
     if (j.contains("buckets")) {
@@ -107,8 +121,8 @@ absl::Status CheckCriteoFiles(const std::string& dir, Split split) {
   return absl::OkStatus();
 }
 
-void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values,
-                         int64_t* ids) {
+void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values, int64_t* ids,
+                         int history) {
   for (int i = 0; i < kCriteoIntegerFeatures; ++i) {
     values[i] = example.has_integer(i) ? CriteoIntegerTransform(example.integers[i]) : 0.0f;
   }
@@ -123,6 +137,17 @@ void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* v
     values[kCriteoIntegerFeatures + c] =
         static_cast<float>(CriteoBucket(c, example.categories[c], static_cast<uint64_t>(buckets)));
   }
+  if (history <= 0) return;
+  auto row = [&](int64_t id) {
+    if (id == kCriteoMissingId) return 0.0f;
+    return static_cast<float>(1 +
+                              CriteoBucket(kCriteoItemFeature, id, static_cast<uint64_t>(buckets)));
+  };
+  float* item = values + kCriteoExampleValues;
+  item[0] = row(example.categories[kCriteoItemFeature]);
+  for (int k = 0; k < history; ++k) {
+    item[1 + k] = k < example.history_length ? row(example.history[k]) : 0.0f;
+  }
 }
 
 absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split) {
@@ -131,11 +156,13 @@ absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split) {
   const int64_t* buckets = &config->buckets;
   absl::StatusOr<std::string> path = CriteoSplitFile(dir, split);
   if (!path.ok()) return path.status();
-  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(*path, config->labels);
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader =
+      CriteoReader::Open(*path, config->labels, config->history);
   if (!reader.ok()) return reader.status();
+  const int per = CriteoValuesPerExample(config->history);
   Dataset data;
   data.height = data.width = 1;
-  data.channels = kCriteoExampleValues;
+  data.channels = per;
   data.targets_per_example = config->labels;
   if (*buckets == kCriteoInt64Ids) {
     data.ids_first = kCriteoIntegerFeatures;
@@ -150,10 +177,10 @@ absl::StatusOr<Dataset> LoadCriteoDataset(const std::string& dir, Split split) {
       return absl::InvalidArgumentError(
           absl::StrCat(*path, ": more than ", data.count, " lines: split the data"));
     }
-    data.images.resize(data.images.size() + kCriteoExampleValues);
+    data.images.resize(data.images.size() + per);
     data.ids.resize(data.ids.size() + data.ids_per_example);
-    CriteoExampleValues(example, *buckets, &data.images[data.images.size() - kCriteoExampleValues],
-                        data.ids.data() + data.ids.size() - data.ids_per_example);
+    CriteoExampleValues(example, *buckets, &data.images[data.images.size() - per],
+                        data.ids.data() + data.ids.size() - data.ids_per_example, config->history);
     data.targets.push_back(example.label);
     if (config->labels == 2) data.targets.push_back(example.label2);
     ++data.count;

@@ -9,8 +9,13 @@
 //   B <= 2^24, exact in a float32; with int64 ids, CriteoInt64Id(c, C_c's
 //   id), every (feature, value) its own id below 2^63, for a chief given
 //   --embedding_unbounded, as Dataset::ids (0 among the floats),
-// and one target, the 0/1 label. The split is read whole into memory (156
-// bytes an example; with int64 ids, 364).
+// and one target, the 0/1 label. With a history ({"history": L}, buckets
+// only), 1 + L values more: the item's (C1's) row, then the history's ids'
+// rows, each 1 + CriteoBucket(kCriteoItemFeature, id, B), 0 for an empty
+// C1 and for the steps past the history's end: the rows of an Embedding
+// of input_dim B + 1 with mask_zero, shared by the item and its history.
+// The split is read whole into memory (156 bytes an example; with int64
+// ids, 364; with a history, 4 (1 + L) more).
 //
 // Plain functions: thread-safe.
 #ifndef PSCLUSTER_MODEL_CRITEO_DATASET_H_
@@ -37,8 +42,9 @@ inline constexpr int kCriteoExampleValues = kCriteoIntegerFeatures + kCriteoCate
 bool IsCriteoFolder(const std::string& dir);
 
 // criteo.json's text for `buckets` rows a table: {"buckets": B}, or
-// {"ids": "int64"} for kCriteoInt64Ids; with `labels` 2, "labels": 2 too.
-std::string CriteoConfigJson(int64_t buckets, int labels = 1);
+// {"ids": "int64"} for kCriteoInt64Ids; with `labels` 2, "labels": 2 too;
+// with `history` L > 0, "history": L.
+std::string CriteoConfigJson(int64_t buckets, int labels = 1, int history = 0);
 
 // What criteo.json says.
 struct CriteoConfig {
@@ -47,12 +53,16 @@ struct CriteoConfig {
   // a conversion that followed it: data for two tasks, whose models have
   // two outputs trained on the two labels in turn).
   int labels = 1;
+  // The history field's most ids (kCriteoMaxHistory at most); 0: lines
+  // have no history field.
+  int history = 0;
 };
 
 // criteo.json's config, the defaults when the file is absent.
 // InvalidArgument naming the file for bad JSON, neither "buckets" nor
 // "ids" or both, a non-integer "buckets" or one outside [1, 2^24], "ids"
-// other than "int64", or "labels" other than 1 or 2.
+// other than "int64", "labels" other than 1 or 2, or "history" outside
+// [1, kCriteoMaxHistory] or given with int64 ids.
 absl::StatusOr<CriteoConfig> ReadCriteoConfig(const std::string& dir);
 
 // ReadCriteoConfig's buckets.
@@ -71,10 +81,16 @@ absl::Status CheckCriteoFiles(const std::string& dir, Split split);
 // about n^2 / 2^64 for n distinct pairs).
 int64_t CriteoInt64Id(int feature, int64_t id);
 
-// Writes `example`'s 39 values (as above) to values[0..39); with
+// Writes `example`'s 39 values (as above) to values[0..39), and with
+// `history` L > 0 the item's and the history's L rows after them; with
 // kCriteoInt64Ids, the 26 ids to ids[0..26) and 0 to their values.
 void CriteoExampleValues(const CriteoExample& example, int64_t buckets, float* values,
-                         int64_t* ids = nullptr);
+                         int64_t* ids = nullptr, int history = 0);
+
+// The values an example of data with `history` (criteo.json's) has.
+inline int CriteoValuesPerExample(int history) {
+  return kCriteoExampleValues + (history > 0 ? 1 + history : 0);
+}
 
 // The whole split as a 1 x 1 x 39 Dataset with one target an example (two
 // with criteo.json's "labels": 2: the click, the conversion).

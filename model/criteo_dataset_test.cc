@@ -226,6 +226,54 @@ TEST(CriteoDatasetTest, TwoLabelColumns) {
       << bad.status();
 }
 
+// With "history": 3, an example is its 39 values, the item's (C1's) row
+// and the history's three: 1 + CriteoBucket(0, id, B), 0 for an empty C1
+// and past the history's end (the padding a mask_zero Embedding skips).
+TEST(CriteoDatasetTest, HistoryAfterTheItem) {
+  const std::string dir = NewDir("history");
+  auto without_newline = [](const char* line) {
+    return std::string(line, std::string(line).size() - 1);
+  };
+  testing::WriteAll(dir + "/train.txt",
+                    absl::StrCat(without_newline(kLine1), "\t68fd1e64,0000000a\n",
+                                 without_newline(kLine2), "\t\n"));
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000, 1, 3));
+  absl::StatusOr<CriteoConfig> config = ReadCriteoConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->history, 3);
+  ASSERT_TRUE(CheckDataFiles(dir, Split::kTrain).ok());
+  absl::StatusOr<Dataset> d = LoadDataset(dir, Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->channels, 43);
+  ASSERT_EQ(CriteoValuesPerExample(3), 43);
+  auto row = [](int64_t hex) { return static_cast<float>(1 + CriteoBucket(0, hex + 1, 1000)); };
+  const std::vector<float> first(d->images.begin(), d->images.begin() + 43);
+  EXPECT_EQ(std::vector<float>(first.begin(), first.begin() + 39), ExpectedValues(kLine1, 1000));
+  // kLine1's C1 is empty: the item is padding; its history two items.
+  EXPECT_EQ(std::vector<float>(first.begin() + 39, first.end()),
+            (std::vector<float>{0, row(0x68fd1e64), row(0xa), 0}));
+  const std::vector<float> second(d->images.begin() + 43, d->images.end());
+  EXPECT_EQ(std::vector<float>(second.begin() + 39, second.end()),
+            (std::vector<float>{row(0x68fd1e64), 0, 0, 0}));
+  EXPECT_GE(row(0xa), 1.0f);
+  EXPECT_LE(row(0xa), 1000.0f);
+  // Lines without the field, or a history longer than criteo.json's, are
+  // refused naming the file and the line.
+  testing::WriteAll(dir + "/train.txt", kLine1);
+  absl::StatusOr<Dataset> bad = LoadDataset(dir, Split::kTrain);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("train.txt:1: the line has 40 tab-separated fields, "
+                                        "expected 41 (label, I1..I13, C1..C26, history)"),
+            std::string::npos)
+      << bad.status();
+  testing::WriteAll(dir + "/train.txt", absl::StrCat(without_newline(kLine1),
+                                                     "\t00000001,00000002,00000003,00000004\n"));
+  bad = LoadDataset(dir, Split::kTrain);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("train.txt:1: field 41 (history)"), std::string::npos)
+      << bad.status();
+}
+
 TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
   const std::string dir = NewDir("bad_config");
   testing::WriteAll(dir + "/train.txt", kLine1);
@@ -235,7 +283,10 @@ TEST(CriteoDatasetTest, BadConfigNamesTheFile) {
         std::string("{\"ids\": \"int32\"}"), std::string("{\"ids\": 64}"),
         std::string("{\"ids\": \"int64\", \"buckets\": 10}"),
         std::string("{\"buckets\": 10, \"labels\": 3}"),
-        std::string("{\"buckets\": 10, \"labels\": \"2\"}")}) {
+        std::string("{\"buckets\": 10, \"labels\": \"2\"}"),
+        std::string("{\"buckets\": 10, \"history\": 0}"),
+        std::string("{\"buckets\": 10, \"history\": 65}"),
+        std::string("{\"ids\": \"int64\", \"history\": 5}")}) {
     testing::WriteAll(dir + "/criteo.json", text);
     const absl::Status s = CheckDataFiles(dir, Split::kTrain);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;

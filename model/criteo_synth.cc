@@ -31,6 +31,8 @@ constexpr double kIntegerWeight = 0.15;  // u_j uniform in [-this, this]
 // first-order weights' hashes.
 constexpr double kConversionBias = -1.0;
 constexpr uint64_t kConversionSalt = 0x5bd1e9955bd1e995ULL;
+// The salt of the items' topics' hashes.
+constexpr uint64_t kTopicSalt = 0x2545f4914f6cdd1dULL;
 
 // Per-feature rates of empty fields, about those of the real logs.
 constexpr double kIntegerMissing[kCriteoIntegerFeatures] = {
@@ -179,6 +181,14 @@ absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& o) {
                                                    ": must be in [0, --ids_per_feature=",
                                                    o.ids_per_feature, "]"));
   }
+  if (o.history < 0 || o.history > kCriteoMaxHistory) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--history=", o.history, ": must be in [0, ", kCriteoMaxHistory, "]"));
+  }
+  if (o.history > 0 && o.buckets == kCriteoInt64Ids) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--history=", o.history, ": needs --buckets (the items' rows), not --buckets=0"));
+  }
   if (o.buckets < 0 || o.buckets > kCriteoMaxBuckets) {
     return absl::InvalidArgumentError(
         absl::StrCat("--buckets=", o.buckets, ": must be in [1, ", kCriteoMaxBuckets,
@@ -243,10 +253,25 @@ void PlantedCtrModel::Parts(const CriteoExample& example, bool conversion, doubl
   }
 }
 
+int PlantedCtrModel::Topic(int64_t id) const {
+  return static_cast<int>(Mix64(CriteoFeatureKey(kCriteoItemFeature, id) ^ seed_mix_ ^ kTopicSalt) %
+                          kSynthTopics);
+}
+
+double PlantedCtrModel::Interest(const CriteoExample& example) const {
+  const int64_t item = example.categories[kCriteoItemFeature];
+  if (example.history_length == 0 || item == kCriteoMissingId) return 0;
+  const int topic = Topic(item);
+  int same = 0;
+  for (int k = 0; k < example.history_length; ++k) same += Topic(example.history[k]) == topic;
+  const double share = double(same) / example.history_length;
+  return kSynthInterestWeight * (share - 1.0 / kSynthTopics);
+}
+
 double PlantedCtrModel::Logit(const CriteoExample& example) const {
   double wide, pairs, integers;
   Parts(example, false, &wide, &pairs, &integers);
-  return bias_ + wide + pairs + integers;
+  return bias_ + wide + pairs + integers + Interest(example);
 }
 
 double PlantedCtrModel::Probability(const CriteoExample& example) const {
@@ -268,6 +293,7 @@ double PlantedCtrModel::conversion_bias() const { return kConversionBias; }
 CriteoSynthesizer::CriteoSynthesizer(const CriteoSynthOptions& options)
     : model_(options.seed, options.signal_ranks),
       conversions_(options.conversions),
+      history_(options.history),
       rng_(options.seed) {
   // Vose's alias method over weights (r + 1)^-zipf scaled to mean 1.
   const size_t n = static_cast<size_t>(options.ids_per_feature);
@@ -305,6 +331,20 @@ int64_t CriteoSynthesizer::DrawRank() {
   return static_cast<uint32_t>(r) < alias_threshold_[column] ? column : alias_[column];
 }
 
+void CriteoSynthesizer::DrawHistory(CriteoExample* example) {
+  example->history_length = static_cast<int>(rng_() % static_cast<uint64_t>(history_ + 1));
+  const int topic = static_cast<int>(rng_() % kSynthTopics);
+  for (int k = 0; k < example->history_length; ++k) {
+    int64_t id = SynthIdOfRank(kCriteoItemFeature, DrawRank());
+    if (Uniform() < kSynthHistoryFocus) {
+      for (int tries = 1; tries < 64 && model_.Topic(id) != topic; ++tries) {
+        id = SynthIdOfRank(kCriteoItemFeature, DrawRank());
+      }
+    }
+    example->history[k] = id;
+  }
+}
+
 void CriteoSynthesizer::Next(CriteoExample* example, double* probability, double* conversion) {
   *example = CriteoExample();
   for (int j = 0; j < kCriteoIntegerFeatures; ++j) {
@@ -320,6 +360,7 @@ void CriteoSynthesizer::Next(CriteoExample* example, double* probability, double
     if (kCategoryMissing[f] > 0 && Uniform() < kCategoryMissing[f]) continue;
     example->categories[f] = SynthIdOfRank(f, DrawRank());
   }
+  if (history_ > 0) DrawHistory(example);  // no draw without: the same bytes
   *probability = model_.Probability(*example);
   example->label = Uniform() < *probability ? 1.0f : 0.0f;
   if (!conversions_) return;
@@ -344,6 +385,7 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
   summary.train_rows = options.rows - summary.test_rows;
   CriteoSynthesizer synth(options);
   std::vector<float> test_probabilities, test_labels, test_conversions, test_labels2;
+  std::vector<float> test_blind;  // with a history: the probabilities without it
   const int labels = options.conversions ? 2 : 1;
   test_probabilities.reserve(summary.test_rows);
   test_labels.reserve(summary.test_rows);
@@ -357,7 +399,7 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
     double p = 0, pc = 0;
     for (int64_t i = 0; i < rows; ++i) {
       synth.Next(&example, &p, &pc);
-      AppendCriteoLine(example, file.buffer(), labels);
+      AppendCriteoLine(example, file.buffer(), labels, options.history);
       conversions += example.label2;
       if (absl::Status s = file.MaybeFlush(); !s.ok()) return s;
       const bool click = example.label > 0.5f;
@@ -370,6 +412,10 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
           test_conversions.push_back(static_cast<float>(pc));
           test_labels2.push_back(example.label2);
         }
+        if (options.history > 0) {
+          const double blind = synth.model().Logit(example) - synth.model().Interest(example);
+          test_blind.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-blind))));
+        }
       }
       if (++written % progress_every == 0 && progress) progress(written);
     }
@@ -381,11 +427,13 @@ absl::StatusOr<CriteoSynthSummary> WriteCriteoSynth(
   }
   summary.test_auc = RocAuc(test_probabilities, test_labels);
   if (options.conversions) summary.test_conversion_auc = RocAuc(test_conversions, test_labels2);
+  if (options.history > 0) summary.test_auc_without_history = RocAuc(test_blind, test_labels);
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string json = CriteoSynthJson(options, summary);
   if (absl::Status s = WriteFileAtomically(out_dir + "/planted.json", {json}); !s.ok()) return s;
-  if (absl::Status s = WriteFileAtomically(absl::StrCat(out_dir, "/", kCriteoConfigFile),
-                                           {CriteoConfigJson(options.buckets, labels)});
+  if (absl::Status s =
+          WriteFileAtomically(absl::StrCat(out_dir, "/", kCriteoConfigFile),
+                              {CriteoConfigJson(options.buckets, labels, options.history)});
       !s.ok()) {
     return s;
   }
@@ -405,7 +453,8 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
         {"zipf", options.zipf},
         {"buckets", options.buckets},
         {"signal_ranks", options.signal_ranks},
-        {"conversions", options.conversions}}},
+        {"conversions", options.conversions},
+        {"history", options.history}}},
       {"seed", options.seed},
       {"positive_rate",
        (s.train_positive_rate * s.train_rows + s.test_positive_rate * s.test_rows) / rows},
@@ -439,6 +488,18 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
                        {"train_positive_rate", s.train_conversion_rate},
                        {"test_positive_rate", s.test_conversion_rate},
                        {"planted_auc", s.test_conversion_auc}};
+  }
+  if (options.history > 0) {
+    j["history"] = {
+        {"field", "after C26: C1's ids the user acted on before, oldest first, comma-separated"},
+        {"most_items", options.history},
+        {"length", "uniform in [0, most_items]"},
+        {"topics", kSynthTopics},
+        {"focus", kSynthHistoryFocus},
+        {"interest_weight", kSynthInterestWeight},
+        {"logit",
+         "+ interest_weight * (the share of the history of the item's topic - 1 / topics)"},
+        {"planted_auc_without_history", s.test_auc_without_history}};
   }
   return j.dump(2) + "\n";
 }

@@ -43,12 +43,19 @@ struct CriteoSynthOptions {
   // only where the click is 1; criteo.json then says "labels": 2. Off, the
   // files are the same bytes as without the option.
   bool conversions = false;
+  // Behaviour sequences: each example gets a history of up to this many
+  // items (C1's ids, oldest first; kCriteoMaxHistory at most), drawn
+  // around a topic the user prefers, and the click's logit gains the
+  // interest term (PlantedCtrModel::Interest); criteo.json then says
+  // "history": N. 0: none, the files the same bytes as without it.
+  int history = 0;
 };
 
 // InvalidArgument naming the flag and its value ("--rows=1: ...") unless
 // rows >= 2, test_fraction leaves both splits at least one row,
 // ids_per_feature is in [1, kMaxSynthIds], zipf in [0, 10] and buckets in
-// [1, kCriteoMaxBuckets] or kCriteoInt64Ids, and signal_ranks in [0, ids_per_feature].
+// [1, kCriteoMaxBuckets] or kCriteoInt64Ids, signal_ranks in [0, ids_per_feature],
+// and history in [0, kCriteoMaxHistory] (with buckets, not int64 ids).
 absl::Status CheckCriteoSynthOptions(const CriteoSynthOptions& options);
 
 // At most 2^27 ids a feature: (feature, rank) then fits the 32 bits of a
@@ -88,6 +95,16 @@ class PlantedCtrModel {
   double Logit(const CriteoExample& example) const;
   double Probability(const CriteoExample& example) const;  // sigmoid(Logit)
 
+  // The history's part of Logit (0 without a history or an item):
+  //   kSynthInterestWeight * (share - 1 / kSynthTopics)
+  // where share is the fraction of the history's items whose topic is the
+  // item's (C1's). An item's topic is a function of (seed, its id): the
+  // model must learn which items go together, as DIN's attention of the
+  // item over the history can.
+  double Interest(const CriteoExample& example) const;
+  // The topic, in [0, kSynthTopics), of item `id` (C1's ids).
+  int Topic(int64_t id) const;
+
   // The second task (CriteoSynthOptions::conversions): the logit of a
   // conversion given a click, sharing the click model's factors,
   //   conversion_bias + sum over present C_f of w'_f(id)
@@ -118,6 +135,11 @@ class PlantedCtrModel {
 };
 
 inline constexpr int kSynthFmDim = 4;
+// The history's planted model: the items' topics, the interest term's
+// weight, and the share of a history drawn from the user's topic.
+inline constexpr int kSynthTopics = 8;
+inline constexpr double kSynthInterestWeight = 2.5;
+inline constexpr double kSynthHistoryFocus = 0.7;
 
 // Draws examples: ids by a power law over ids_per_feature ranks, integers
 // from heavy-tailed (Lomax) distributions, fields missing at fixed per-
@@ -138,10 +160,15 @@ class CriteoSynthesizer {
   // Draws a rank with weight (rank + 1)^-zipf: Vose's alias table, one
   // 64-bit draw (high half: the column, low half: the coin).
   int64_t DrawRank();
+  // example->history: a length uniform in [0, history_], a topic the user
+  // prefers, each item of it with probability kSynthHistoryFocus (ranks
+  // redrawn until one of that topic, at most 64 draws), else any item.
+  void DrawHistory(CriteoExample* example);
   double Uniform();  // in [0, 1), 53 bits
 
   PlantedCtrModel model_;
   bool conversions_;
+  int history_;
   std::mt19937_64 rng_;
   std::vector<uint32_t> alias_threshold_;  // keep the column below it (of 2^32)
   std::vector<uint32_t> alias_;
@@ -163,6 +190,10 @@ struct CriteoSynthSummary {
   double train_conversion_rate = 0;
   double test_conversion_rate = 0;
   double test_conversion_auc = 0;
+  // With a history: the AUC on the test split of the planted probabilities
+  // without the interest term (what a model blind to the history could
+  // reach at best), beside test_auc.
+  double test_auc_without_history = 0;
   double seconds = 0;  // of drawing and writing
 };
 

@@ -52,6 +52,13 @@ TEST(CriteoSynthOptionsTest, ErrorsNameTheFlag) {
             "--buckets=16777217: must be in [1, 16777216] (2^24: rows are exact in float32), or "
             "0 for int64 ids");
   EXPECT_EQ(error([](CriteoSynthOptions* o) { o->buckets = kCriteoInt64Ids; }), "");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) { o->history = 65; }),
+            "--history=65: must be in [0, 64]");
+  EXPECT_EQ(error([](CriteoSynthOptions* o) {
+              o->history = 5;
+              o->buckets = kCriteoInt64Ids;
+            }),
+            "--history=5: needs --buckets (the items' rows), not --buckets=0");
 }
 
 TEST(SynthIdTest, EveryFeatureAndRankHasItsOwnReversibleId) {
@@ -207,6 +214,71 @@ TEST(CriteoSynthTest, ConversionsFollowClicks) {
             model.Logit(one) - model.bias() - (model.Logit(CriteoExample()) - model.bias()));
   const std::string planted = testing::ReadAll(TempDir("conv") + "/planted.json");
   EXPECT_NE(planted.find("\"conversion\""), std::string::npos);
+}
+
+// Behaviour sequences: each example's history has at most --history of
+// C1's items, about 1 + --history lengths evenly; a history leans to one
+// topic (kSynthHistoryFocus); the click's planted probability, recomputed
+// from the files, includes the interest term, which lifts the planted AUC
+// above what the same probabilities without it reach.
+TEST(CriteoSynthTest, HistoriesCarryTheUsersInterest) {
+  CriteoSynthOptions options;
+  options.rows = 40000;
+  options.ids_per_feature = 2000;
+  options.seed = 9;
+  options.buckets = 1000;
+  options.history = 6;
+  absl::StatusOr<CriteoSynthSummary> summary = WriteCriteoSynth(options, TempDir("hist"));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(testing::ReadAll(TempDir("hist") + "/criteo.json"),
+            "{\"buckets\": 1000, \"history\": 6}\n");
+  absl::StatusOr<std::vector<CriteoExample>> rows =
+      ReadCriteoFile(TempDir("hist") + "/train.txt", 1, 6);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const PlantedCtrModel model(options.seed);
+  std::map<int, int> lengths;
+  double top_share = 0, interest = 0;
+  int with_history = 0;
+  for (const CriteoExample& e : *rows) {
+    ++lengths[e.history_length];
+    for (int k = 0; k < e.history_length; ++k) {
+      ASSERT_GE(SynthRankOfId(kCriteoItemFeature, e.history[k]), 0) << "not one of C1's ids";
+    }
+    if (e.history_length < 4) continue;
+    ++with_history;
+    std::map<int, int> topics;
+    for (int k = 0; k < e.history_length; ++k) ++topics[model.Topic(e.history[k])];
+    int top = 0;
+    for (const auto& [topic, count] : topics) top = std::max(top, count);
+    top_share += double(top) / e.history_length;
+    interest += std::fabs(model.Interest(e));
+  }
+  ASSERT_EQ(lengths.size(), 7u);  // 0..6
+  for (const auto& [length, count] : lengths) {
+    EXPECT_NEAR(count, rows->size() / 7.0, 4 * std::sqrt(rows->size() / 7.0)) << length;
+  }
+  // 0.7 of a history from the user's topic, the rest any of 8: its top
+  // topic holds about 0.74 of it (1/8 of it for uniform draws: about 0.4
+  // counting chance clusters of 4-6 items).
+  EXPECT_GT(top_share / with_history, 0.65);
+  EXPECT_GT(interest / with_history, 0.3);  // the term is not negligible
+  EXPECT_GT(summary->test_auc, summary->test_auc_without_history + 0.02);
+  const std::string planted = testing::ReadAll(TempDir("hist") + "/planted.json");
+  const nlohmann::json j = nlohmann::json::parse(planted);
+  EXPECT_EQ(j["history"]["most_items"], 6);
+  EXPECT_NEAR(j["history"]["planted_auc_without_history"].get<double>(),
+              summary->test_auc_without_history, 1e-12);
+  // The planted probabilities of the test file, recomputed from it, give
+  // planted.json's AUC: the interest term is in the model the files hold.
+  absl::StatusOr<std::vector<CriteoExample>> test =
+      ReadCriteoFile(TempDir("hist") + "/test.txt", 1, 6);
+  ASSERT_TRUE(test.ok()) << test.status();
+  std::vector<float> p, labels;
+  for (const CriteoExample& e : *test) {
+    p.push_back(static_cast<float>(model.Probability(e)));
+    labels.push_back(e.label);
+  }
+  EXPECT_NEAR(RocAuc(p, labels), j["planted_auc"].get<double>(), 1e-12);
 }
 
 TEST(CriteoSynthTest, ReportsProgressAndUnwritableFolders) {

@@ -144,6 +144,57 @@ TEST(AppendCriteoLineTest, RoundTrips) {
   }
 }
 
+// A history field (criteo.json's "history"): up to that many ids after
+// C26, oldest first; an empty field is no history. It round-trips, and a
+// bad id, too many ids or a missing field are refused naming it.
+TEST(ParseCriteoLineTest, HistoryField) {
+  CriteoExample e;
+  ASSERT_TRUE(ParseCriteoLine(GoodLine() + "\t0000000a,FFFFFFFF,0000000a", &e, 1, 4).ok());
+  ASSERT_EQ(e.history_length, 3);
+  EXPECT_EQ(e.history[0], 0xa + 1);
+  EXPECT_EQ(e.history[1], int64_t{0xffffffff} + 1);
+  EXPECT_EQ(e.history[2], 0xa + 1);
+  EXPECT_EQ(e.categories[25], 0xd9 + 1);
+  std::string out;
+  AppendCriteoLine(e, &out, 1, 4);
+  EXPECT_EQ(out, GoodLine() + "\t0000000a,ffffffff,0000000a\n");
+  ASSERT_TRUE(ParseCriteoLine(GoodLine() + "\t", &e, 1, 4).ok());
+  EXPECT_EQ(e.history_length, 0);
+  out.clear();
+  AppendCriteoLine(e, &out, 1, 4);
+  EXPECT_EQ(out, GoodLine() + "\t\n");
+  // Two labels, then the history.
+  std::vector<std::string> fields = absl::StrSplit(GoodLine(), '\t');
+  fields.insert(fields.begin() + 1, "0");
+  ASSERT_TRUE(ParseCriteoLine(absl::StrJoin(fields, "\t") + "\t00000001", &e, 2, 1).ok());
+  EXPECT_EQ(e.history_length, 1);
+  EXPECT_EQ(e.history[0], 2);
+
+  const struct {
+    std::string line;
+    std::string expect;
+  } bad[] = {
+      {GoodLine() + "\t0000000a,0000000b,0000000c,0000000d,0000000e",
+       "field 41 (history): \"0000000a,0000000b,0000000c,0000000d,0000000e\" is not at most 4 "
+       "ids (criteo.json's \"history\")"},
+      {GoodLine() + "\t0000000a,,0000000b",
+       "field 41 (history): \"0000000a,,0000000b\" is not comma-separated ids of 8 hex digits "
+       "(\"\" is not one)"},
+      {GoodLine() + "\t0000000a,xyz",
+       "is not comma-separated ids of 8 hex digits (\"xyz\" is not one)"},
+      {GoodLine(),
+       "the line has 40 tab-separated fields, expected 41 (label, I1..I13, C1..C26, "
+       "history)"},
+  };
+  for (const auto& c : bad) {
+    const absl::Status st = ParseCriteoLine(c.line, &e, 1, 4);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << c.line;
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << st;
+  }
+  // Without a history the field is one too many.
+  EXPECT_FALSE(ParseCriteoLine(GoodLine() + "\t0000000a", &e).ok());
+}
+
 TEST(CriteoIntegerTransformTest, LogOnePlusClippedAtZero) {
   EXPECT_EQ(CriteoIntegerTransform(0), 0.0f);
   EXPECT_FLOAT_EQ(CriteoIntegerTransform(1), std::log(2.0f));

@@ -32,6 +32,12 @@ ABSL_FLAG(bool, conversions, false,
           "Two tasks: a second label column, a conversion after the click, drawn from a planted "
           "model sharing the click model's factors (criteo.json gets \"labels\": 2); for "
           "models with two outputs, such as deploy/models/ctr_esmm.json");
+ABSL_FLAG(int, history, 0,
+          "Behaviour sequences: a last field of up to this many items (C1's ids) the user acted "
+          "on before, drawn around a topic the user prefers; the click model gains an interest "
+          "term (the history's share of the item's topic). criteo.json gets \"history\": N; "
+          "for models with target attention, such as deploy/models/ctr_din.json. 0: none, at "
+          "most 64");
 
 int main(int argc, char** argv) {
   using namespace pscluster;
@@ -47,6 +53,7 @@ int main(int argc, char** argv) {
   options.buckets = absl::GetFlag(FLAGS_buckets);
   options.signal_ranks = absl::GetFlag(FLAGS_signal_ranks);
   options.conversions = absl::GetFlag(FLAGS_conversions);
+  options.history = absl::GetFlag(FLAGS_history);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) ExitWithUsageError("--out is required: the folder to write the files to");
   if (absl::Status s = CheckCriteoSynthOptions(options); !s.ok()) {
@@ -74,6 +81,10 @@ int main(int argc, char** argv) {
     std::printf("conversions: %.4f of train, %.4f of test; planted auc of click-and-convert=%.4f\n",
                 summary->train_conversion_rate, summary->test_conversion_rate,
                 summary->test_conversion_auc);
+  }
+  if (options.history > 0) {
+    std::printf("histories of up to %d items; planted auc without the history's term=%.4f\n",
+                options.history, summary->test_auc_without_history);
   }
   return kExitOk;
 }
