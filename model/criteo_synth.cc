@@ -332,7 +332,7 @@ int64_t CriteoSynthesizer::DrawRank() {
 }
 
 void CriteoSynthesizer::DrawHistory(CriteoExample* example) {
-  example->history_length = static_cast<int>(rng_() % static_cast<uint64_t>(history_ + 1));
+  example->history_length = 1 + static_cast<int>(rng_() % static_cast<uint64_t>(history_));
   const int topic = static_cast<int>(rng_() % kSynthTopics);
   for (int k = 0; k < example->history_length; ++k) {
     int64_t id = SynthIdOfRank(kCriteoItemFeature, DrawRank());
@@ -493,7 +493,7 @@ std::string CriteoSynthJson(const CriteoSynthOptions& options, const CriteoSynth
     j["history"] = {
         {"field", "after C26: C1's ids the user acted on before, oldest first, comma-separated"},
         {"most_items", options.history},
-        {"length", "uniform in [0, most_items]"},
+        {"length", "uniform in [1, most_items]"},
         {"topics", kSynthTopics},
         {"focus", kSynthHistoryFocus},
         {"interest_weight", kSynthInterestWeight},

@@ -43,7 +43,7 @@ struct CriteoSynthOptions {
   // only where the click is 1; criteo.json then says "labels": 2. Off, the
   // files are the same bytes as without the option.
   bool conversions = false;
-  // Behaviour sequences: each example gets a history of up to this many
+  // Behaviour sequences: each example gets a history of 1 to this many
   // items (C1's ids, oldest first; kCriteoMaxHistory at most), drawn
   // around a topic the user prefers, and the click's logit gains the
   // interest term (PlantedCtrModel::Interest); criteo.json then says
@@ -160,7 +160,7 @@ class CriteoSynthesizer {
   // Draws a rank with weight (rank + 1)^-zipf: Vose's alias table, one
   // 64-bit draw (high half: the column, low half: the coin).
   int64_t DrawRank();
-  // example->history: a length uniform in [0, history_], a topic the user
+  // example->history: a length uniform in [1, history_], a topic the user
   // prefers, each item of it with probability kSynthHistoryFocus (ranks
   // redrawn until one of that topic, at most 64 draws), else any item.
   void DrawHistory(CriteoExample* example);
