@@ -341,6 +341,45 @@ TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
 // ESMM (deploy/models/ctr_esmm.json): two outputs on binary cross-entropy,
 // weights 1 from the file, on a folder of two label columns; one label
 // column is refused naming both outputs.
+// deploy/models/ctr_din.json: the item's row attends over the history's
+// masked rows; its inputs take the 39 values, the item and a history of
+// 10 (criteo_synth --history=10), and not data without a history.
+TEST(CtrModelFileTest, DinTakesTheItemAndItsHistory) {
+  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_din.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_din.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<std::string> inputs;
+  for (const InputSpec& in : spec->inputs) inputs.push_back(absl::StrCat(in.name, ":", in.c));
+  EXPECT_EQ(inputs, (std::vector<std::string>{"dense:13", "ids:26", "item:1", "history:10"}));
+  int attention = 0, masked = 0;
+  for (const LayerSpec& l : spec->layers) {
+    attention += l.kind == LayerKind::kAttention;
+    if (l.kind == LayerKind::kEmbedding && l.mask_zero) {
+      ++masked;
+      EXPECT_EQ(l.name, "history_embedding");
+      EXPECT_EQ(l.input_dim, 1000001);  // the rows 1 + bucket, and padding
+    }
+  }
+  EXPECT_EQ(attention, 1);
+  EXPECT_EQ(masked, 1);
+  const std::string dir = NewDir("fits_din");
+  auto with_history = [](const char* line, const std::string& history) {
+    return absl::StrCat(std::string(line, std::string(line).size() - 1), "\t", history, "\n");
+  };
+  testing::WriteAll(dir + "/train.txt", with_history(kLine1, "0000000a") +
+                                            with_history(kLine2, "0000000b,0000000c"));
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000, 1, 10));
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+  testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000));
+  source = OpenExampleSource(dir, Split::kTrain);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_FALSE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+}
+
 TEST(CtrModelFileTest, EsmmTakesTwoLabelColumns) {
   absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_esmm.json");
   ASSERT_TRUE(text.ok()) << text.status();

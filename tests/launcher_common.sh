@@ -118,8 +118,12 @@ criteo_data_and_model() {
 }
 
 # resize_embeddings MODEL BUCKETS OUT: OUT is the Keras model file MODEL
-# with every Embedding's input_dim set to BUCKETS.
+# with its Embeddings resized to BUCKETS rows: those of the file's fewest
+# rows (the fields' table) to BUCKETS, the others as many more (DIN's item
+# tables, 1 + the buckets: the rows 1 + bucket, and 0 for padding).
 resize_embeddings() {
   jq -c --argjson n "$2" \
-    '(.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) = $n' "$1" >"$3"
+    '([.config.layers[] | select(.class_name == "Embedding") | .config.input_dim] | min) as $base
+     | (.config.layers[] | select(.class_name == "Embedding") | .config.input_dim) |= $n + . - $base' \
+    "$1" >"$3"
 }

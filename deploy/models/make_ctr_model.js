@@ -2,8 +2,8 @@
 // "Training on Criteo data"), with the real TensorFlow.js (npm
 // @tensorflow/tfjs, installed with the Keras fixtures):
 //   (cd tests/fixtures/keras && npm install)
-//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm|dcn_v2|two_tower|esmm]
-//        [--input_dim=1000000] [--out=FILE]
+//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm|dcn_v2|two_tower|esmm|din]
+//        [--input_dim=1000000] [--out=FILE] [--history=10] (din: the history's length)
 //        [--factors=16] [--init_std=0.01]   (deepfm: the factor table's width and
 //                                            its RandomNormal's stddev)
 // Two inputs, as a Criteo folder's examples hold them: `dense`, the 13
@@ -16,7 +16,8 @@
 // cross network before a deep tower (see ctrDcnV2); ctr_two_tower.json
 // splits the features between a user tower and an item tower scored by
 // their Dot (see ctrTwoTower); ctr_esmm.json has two outputs, a click and
-// a click-and-convert head (see ctrEsmm). The file is model.toJSON(), the
+// a click-and-convert head (see ctrEsmm); ctr_din.json attends from the
+// item over the user's history (see ctrDin). The file is model.toJSON(), the
 // JSON Keras's model.to_json() writes; it carries no loss (but ESMM's), and
 // a sigmoid output trains on binary cross-entropy by default.
 const path = require('path');
@@ -193,8 +194,64 @@ function ctrEsmm(inputDim) {
   return json;
 }
 
+// DIN (Zhou et al. 2018)'s target attention over a behaviour sequence, on
+// data of criteo_synth --history=N (docs/criteo.md, "Behaviour sequences"):
+// inputs dense [13], ids [26] (the fields' rows of Embedding(input_dim,
+// 8)), item [1] and history [N] (1 + C1's rows, 0 padding). The item's
+// row of Embedding(input_dim + 1, 8) attends over the history's rows of
+// another, Embedding(input_dim + 1, 8, mask_zero) (Keras's dot-product
+// Attention: the history's mask masks the padded keys); the interest it
+// gives, the item's row, dense and the fields' rows are concatenated into
+// Dense(128, relu) -> Dense(64, relu) -> Dense(1, sigmoid). TensorFlow.js
+// has no Attention layer: the file is written here in Keras 3's own form
+// (model.to_json()), which the parser reads and Keras 3 loads. The item's
+// table has no mask: a masked query would carry its mask into the
+// Flatten, which Keras does not mask.
+function ctrDin(inputDim, history) {
+  const tensor = (layer) => ({class_name: '__keras_tensor__',
+                              config: {shape: null, dtype: 'float32', keras_history: [layer, 0, 0]}});
+  const layer = (cls, name, config, args) => ({
+    module: 'keras.layers', class_name: cls, registered_name: null, name,
+    config: Object.assign({name, trainable: true, dtype: 'float32'}, config),
+    inbound_nodes: args === undefined ? [] : [{args: [args], kwargs: {}}],
+  });
+  const input = (name, width) => layer('InputLayer', name, {batch_shape: [null, width],
+                                                            sparse: false});
+  const embedding = (name, rows, read, maskZero) => layer('Embedding', name, {
+    input_dim: rows, output_dim: 8, mask_zero: maskZero,
+    embeddings_initializer: {module: 'keras.initializers', class_name: 'RandomUniform',
+                             config: {minval: -0.05, maxval: 0.05, seed: null}},
+  }, tensor(read));
+  const dense = (name, units, activation, read) =>
+    layer('Dense', name, {units, activation, use_bias: true}, tensor(read));
+  const layers = [
+    input('dense', 13), input('ids', 26), input('item', 1), input('history', history),
+    embedding('embedding', inputDim, 'ids', false),
+    embedding('item_embedding', inputDim + 1, 'item', false),
+    embedding('history_embedding', inputDim + 1, 'history', true),
+    layer('Attention', 'interest', {use_scale: false, score_mode: 'dot', dropout: 0.0, seed: null},
+          [tensor('item_embedding'), tensor('history_embedding')]),
+    layer('Flatten', 'flat_embedding', {data_format: 'channels_last'}, tensor('embedding')),
+    layer('Flatten', 'flat_item', {data_format: 'channels_last'}, tensor('item_embedding')),
+    layer('Flatten', 'flat_interest', {data_format: 'channels_last'}, tensor('interest')),
+    layer('Concatenate', 'features', {axis: -1},
+          [tensor('dense'), tensor('flat_embedding'), tensor('flat_item'),
+           tensor('flat_interest')]),
+    dense('hidden_1', 128, 'relu', 'features'),
+    dense('hidden_2', 64, 'relu', 'hidden_1'),
+    dense('click', 1, 'sigmoid', 'hidden_2'),
+  ];
+  return {module: 'keras', class_name: 'Functional', registered_name: 'Functional',
+          keras_version: '3.6.0',
+          config: {name: 'ctr_din', trainable: true, layers,
+                   input_layers: [['dense', 0, 0], ['ids', 0, 0], ['item', 0, 0],
+                                  ['history', 0, 0]],
+                   output_layers: [['click', 0, 0]]}};
+}
+
 const kinds = {wide_deep: ctrWideDeep, deepfm: ctrDeepFm, dcn_v2: ctrDcnV2,
-               two_tower: ctrTwoTower, esmm: ctrEsmm};
+               two_tower: ctrTwoTower, esmm: ctrEsmm,
+               din: (inputDim) => ctrDin(inputDim, historyLength())};
 const kind = flag('kind', 'wide_deep');
 if (!(kind in kinds)) {
   console.error(`error: --kind=${kind}: must be one of ${Object.keys(kinds).join(', ')}`);
@@ -204,6 +261,14 @@ const inputDim = Number(flag('input_dim', '1000000'));
 if (!Number.isInteger(inputDim) || inputDim < 1 || inputDim > 2 ** 24) {
   console.error(`error: --input_dim=${flag('input_dim', '')}: must be an integer in [1, 2^24]`);
   process.exit(2);
+}
+function historyLength() {
+  const n = Number(flag('history', '10'));
+  if (!Number.isInteger(n) || n < 1 || n > 64) {
+    console.error(`error: --history=${flag('history', '')}: must be an integer in [1, 64]`);
+    process.exit(2);
+  }
+  return n;
 }
 const out = flag('out', path.join(__dirname, `ctr_${kind}.json`));
 const made = kinds[kind](inputDim);

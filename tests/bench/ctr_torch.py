@@ -36,7 +36,9 @@ order.
 Layers: InputLayer, Embedding, Flatten, Concatenate (last axis), Dense
 (2-D), Dropout, Activation (relu, sigmoid, tanh, linear), Add, Subtract,
 Multiply, Average, Dot (flat; normalize), GlobalAveragePooling1D,
-Rescaling, Reshape. Several outputs (ESMM's click and click-and-convert)
+Rescaling, Reshape, Attention (dot scores; the masks of Embeddings with
+mask_zero, as Keras 3 applies them: DIN's target attention over a
+history, criteo.json's "history"). Several outputs (ESMM's click and click-and-convert)
 train on the sum of their binary cross-entropies times the file's
 loss_weights, on a Criteo folder of as many label columns (criteo.json's
 "labels"). An output's sigmoid is taken into its loss (binary
@@ -93,25 +95,47 @@ def buckets_of(ids, buckets):
     return ((hi * b + ((lo * b) >> np.uint64(32))) >> np.uint64(32)).astype(np.int64)
 
 
-def read_split(path, buckets, label_columns=1):
-    """(values [n, 39] float32: integers transformed, then the rows; labels
-    [n], or [n, 2] with criteo.json's "labels": 2)."""
+def item_rows(ids, buckets):
+    """The item's and the history's values (criteo.json's "history"):
+    1 + CriteoBucket(0, id, buckets) of C1's ids [n, k] (uint64), 0 where
+    the id is 0 (an empty C1, padding)."""
+    key = mix64(ids)
+    hi, lo = key >> np.uint64(32), key & np.uint64(0xffffffff)
+    b = np.uint64(buckets)
+    rows = ((hi * b + ((lo * b) >> np.uint64(32))) >> np.uint64(32)).astype(np.int64) + 1
+    return np.where(ids == 0, 0, rows).astype(np.float32)
+
+
+def read_split(path, buckets, label_columns=1, history=0):
+    """(values [n, 39] float32: integers transformed, then the rows; with a
+    history of N (criteo.json's "history"), [n, 40 + N]: the item's row and
+    the history's after them; labels [n], or [n, 2] with "labels": 2)."""
     opener = gzip.open if path.endswith('.gz') else open
     with opener(path, 'rt') as f:
         lines = f.read().splitlines()
     n = len(lines)
     ints = np.zeros((n, INTEGERS), dtype=np.float32)
     cats = np.zeros((n, FIELDS), dtype=np.uint64)
+    past = np.zeros((n, history), dtype=np.uint64)
     labels = np.zeros((n, label_columns), dtype=np.float32)
     first = label_columns
+    fields = first + INTEGERS + FIELDS + (1 if history else 0)
     for i, line in enumerate(lines):
         t = line.split('\t')
-        if len(t) != first + INTEGERS + FIELDS:
-            bad(f'{path}:{i + 1}: {len(t)} fields, not {first + INTEGERS + FIELDS}')
+        if len(t) != fields:
+            bad(f'{path}:{i + 1}: {len(t)} fields, not {fields}')
         labels[i] = [float(v) for v in t[:first]]
         ints[i] = [max(int(v), 0) if v else 0 for v in t[first:first + INTEGERS]]
-        cats[i] = [int(v, 16) + 1 if v else 0 for v in t[first + INTEGERS:]]
-    values = np.concatenate([np.log1p(ints), buckets_of(cats, buckets).astype(np.float32)], 1)
+        cats[i] = [int(v, 16) + 1 if v else 0 for v in t[first + INTEGERS:first + INTEGERS + FIELDS]]
+        if history and t[-1]:
+            items = t[-1].split(',')
+            if len(items) > history:
+                bad(f'{path}:{i + 1}: {len(items)} history items, more than {history}')
+            past[i, :len(items)] = [int(v, 16) + 1 for v in items]
+    parts = [np.log1p(ints), buckets_of(cats, buckets).astype(np.float32)]
+    if history:
+        parts += [item_rows(cats[:, :1], buckets), item_rows(past, buckets)]
+    values = np.concatenate(parts, 1)
     return values, (labels[:, 0] if label_columns == 1 else labels)
 
 
@@ -240,6 +264,10 @@ def build(path, seed):
                     shape = ins[0][:-1] + (sum(s[-1] for s in ins),)
                 elif cls == 'Dot':
                     shape = (1,)
+                elif cls == 'Attention':
+                    if cfg.get('use_scale') or cfg.get('score_mode', 'dot') != 'dot':
+                        bad(f'layer {name}: only dot-product Attention without a scale')
+                    shape = ins[0][:-1] + ins[1][-1:]
                 elif cls == 'GlobalAveragePooling1D':
                     shape = ins[0][1:]
                 elif cls == 'Reshape':
@@ -258,11 +286,26 @@ def build(path, seed):
             sigmoid is taken into the loss, else (the value, False), a
             product of probabilities (ESMM's click-and-convert)."""
             values, logit_of = dict(xs), {}
+            masks = {}  # Keras's masks: an Embedding's (mask_zero), carried on
             for name, k, cls, cfg, refs in nodes:
                 v = [values[r] for r in refs]
                 last = (name, k) in outputs
                 if cls == 'Embedding':
                     y = self.mods[name](v[0].long())
+                    if cfg.get('mask_zero'):
+                        masks[(name, k)] = (v[0] != 0).to(y.dtype)
+                elif cls == 'Attention':
+                    # Keras 3's: dot scores, the value's mask minus 1e9 on
+                    # the padded keys, the query's zeroing its rows.
+                    q, val = v[0], v[1]
+                    key = v[2] if len(v) > 2 else val
+                    scores = q @ key.transpose(1, 2)
+                    if refs[1] in masks:
+                        scores = scores - 1e9 * (1 - masks[refs[1]]).unsqueeze(1)
+                    y = torch.softmax(scores, -1) @ val
+                    if refs[0] in masks:
+                        y = y * masks[refs[0]].unsqueeze(-1)
+                        masks[(name, k)] = masks[refs[0]]
                 elif cls == 'Dense':
                     y = self.mods[name](v[0])
                     a = act(cfg, name)
@@ -329,7 +372,7 @@ def split_inputs(values, inputs):
     want = sum(s for _, s in inputs)
     if want != values.shape[1]:
         bad(f'the model\'s inputs take {want} values an example; a Criteo example has '
-            f'{values.shape[1]} (13 integers, then 26 ids)')
+            f'{values.shape[1]} (13 integers, 26 ids, then any item and history)')
     out, at = {}, 0
     for name, size in inputs:
         out[(name, 0)] = torch.from_numpy(np.ascontiguousarray(values[:, at:at + size]))
@@ -403,11 +446,12 @@ def main():
         bad(f'--embedding_initial_accumulator={a.embedding_initial_accumulator} must be >= 0')
     import torch
     torch.set_num_threads(a.threads)
-    buckets, label_columns = 1000000, 1
+    buckets, label_columns, history = 1000000, 1, 0
     cfg_path = os.path.join(a.data, 'criteo.json')
     if os.path.exists(cfg_path):
         cfg = json.load(open(cfg_path))
         buckets, label_columns = cfg.get('buckets', buckets), cfg.get('labels', 1)
+        history = cfg.get('history', 0)
     if not 0 < buckets < 2 ** 31:
         bad(f'{cfg_path}: buckets {buckets}: this peer hashes into (0, 2^31) rows only')
     t0 = time.time()
@@ -415,7 +459,7 @@ def main():
     heads = len(model.output_names)
     if heads != label_columns:
         bad(f'--model={a.model} has {heads} outputs but {cfg_path} gives {label_columns} labels')
-    te_values, te_y = read_split(find(a.data, 'test.txt'), buckets, label_columns)
+    te_values, te_y = read_split(find(a.data, 'test.txt'), buckets, label_columns, history)
     te_y = te_y.reshape(len(te_y), heads)
     te = split_inputs(te_values, inputs)
 
@@ -443,7 +487,7 @@ def main():
         load_export(model, a.score)
         print(f'score: {evaluate()}')
         return 0
-    tr_values, tr_y = read_split(find(a.data, 'train.txt'), buckets, label_columns)
+    tr_values, tr_y = read_split(find(a.data, 'train.txt'), buckets, label_columns, history)
     tr = split_inputs(tr_values, inputs)
     tr_y = torch.from_numpy(tr_y.reshape(len(tr_y), heads))
     print(f'read {len(tr_y)} training and {len(te_y)} test rows in {time.time() - t0:.1f} s',
