@@ -341,6 +341,33 @@ TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
 // ESMM (deploy/models/ctr_esmm.json): two outputs on binary cross-entropy,
 // weights 1 from the file, on a folder of two label columns; one label
 // column is refused naming both outputs.
+// deploy/models/ctr_mmoe.json: two sigmoid heads over four experts mixed
+// by a softmax gate each (a Softmax node, a Dot of sequences along the
+// steps), on data of two labels.
+TEST(CtrModelFileTest, MmoeMixesExpertsPerTask) {
+  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_mmoe.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_mmoe.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->outputs.size(), 2u);
+  EXPECT_EQ(spec->outputs[0].name, "ctr");
+  EXPECT_EQ(spec->outputs[1].name, "ctcvr");
+  int softmaxes = 0, dots = 0;
+  for (const LayerSpec& l : spec->layers) {
+    softmaxes += l.kind == LayerKind::kSoftmax;
+    dots += l.kind == LayerKind::kDot;
+  }
+  EXPECT_EQ(softmaxes, 2);
+  EXPECT_EQ(dots, 2);
+  EXPECT_EQ(TargetsOf(*spec), 2);
+  const std::string dir = NewDir("fits_mmoe");
+  testing::WriteAll(dir + "/train.txt", absl::StrCat("1\t", kLine1, "0\t", kLine2));
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000, 2));
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+}
+
 // deploy/models/ctr_din.json: the item's row attends over the history's
 // masked rows; its inputs take the 39 values, the item and a history of
 // 10 (criteo_synth --history=10), and not data without a history.

@@ -2,7 +2,7 @@
 // "Training on Criteo data"), with the real TensorFlow.js (npm
 // @tensorflow/tfjs, installed with the Keras fixtures):
 //   (cd tests/fixtures/keras && npm install)
-//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm|dcn_v2|two_tower|esmm|din]
+//   node deploy/models/make_ctr_model.js [--kind=wide_deep|deepfm|dcn_v2|two_tower|esmm|mmoe|din]
 //        [--input_dim=1000000] [--out=FILE] [--history=10] (din: the history's length)
 //        [--factors=16] [--init_std=0.01]   (deepfm: the factor table's width and
 //                                            its RandomNormal's stddev)
@@ -16,7 +16,8 @@
 // cross network before a deep tower (see ctrDcnV2); ctr_two_tower.json
 // splits the features between a user tower and an item tower scored by
 // their Dot (see ctrTwoTower); ctr_esmm.json has two outputs, a click and
-// a click-and-convert head (see ctrEsmm); ctr_din.json attends from the
+// a click-and-convert head (see ctrEsmm), ctr_mmoe.json two tasks over
+// gated experts (see ctrMmoe); ctr_din.json attends from the
 // item over the user's history (see ctrDin). The file is model.toJSON(), the
 // JSON Keras's model.to_json() writes; it carries no loss (but ESMM's), and
 // a sigmoid output trains on binary cross-entropy by default.
@@ -194,6 +195,50 @@ function ctrEsmm(inputDim) {
   return json;
 }
 
+// MMoE (Ma et al. 2018): experts shared by two tasks, each task mixing
+// them by a gate of its own. Over the shared features (dense and the 26
+// fields' rows of one Embedding(input_dim, 8)), four experts Dense(64,
+// relu), each made a row [1, 64] (Reshape) and stacked along the steps
+// (Concatenate(axis=1): [4, 64]); per task a gate Dense(4, softmax), made
+// a column [4, 1], weighs them (Dot(axes=[1, 1]): the gate's weights
+// times the experts, summed: [1, 64]), into a tower Dense(32, relu) ->
+// Dense(1, sigmoid). The tasks are the click ('ctr') and the click
+// followed by a conversion ('ctcvr'), each on its own binary
+// cross-entropy (weights 1, the file's training_config), on data of
+// criteo_synth --conversions.
+function ctrMmoe(inputDim) {
+  const experts = 4;
+  const dense = tf.input({shape: [13], name: 'dense'});
+  const ids = tf.input({shape: [26], name: 'ids'});
+  const emb = tf.layers.embedding({inputDim, outputDim: 8, name: 'embedding'}).apply(ids);
+  const flat = tf.layers.flatten({name: 'flat_embedding'}).apply(emb);
+  const x = tf.layers.concatenate({name: 'features'}).apply([dense, flat]);
+  const rows = [];
+  for (let e = 0; e < experts; ++e) {
+    const y = tf.layers.dense({units: 64, activation: 'relu', name: `expert_${e}`}).apply(x);
+    rows.push(tf.layers.reshape({targetShape: [1, 64], name: `expert_${e}_row`}).apply(y));
+  }
+  const stacked = tf.layers.concatenate({axis: 1, name: 'experts'}).apply(rows);
+  const task = (name) => {
+    const gate = tf.layers.dense({units: experts, activation: 'softmax', name: `${name}_gate`})
+        .apply(x);
+    const column = tf.layers.reshape({targetShape: [experts, 1], name: `${name}_gate_column`})
+        .apply(gate);
+    const mixed = tf.layers.dot({axes: [1, 1], name: `${name}_mixture`}).apply([column, stacked]);
+    let y = tf.layers.flatten({name: `${name}_input`}).apply(mixed);
+    y = tf.layers.dense({units: 32, activation: 'relu', name: `${name}_hidden`}).apply(y);
+    return tf.layers.dense({units: 1, activation: 'sigmoid', name}).apply(y);
+  };
+  const model = tf.model({inputs: [dense, ids], outputs: [task('ctr'), task('ctcvr')],
+                          name: 'ctr_mmoe'});
+  const json = model.toJSON(null, false);
+  json.training_config = {
+    loss: {ctr: 'binary_crossentropy', ctcvr: 'binary_crossentropy'},
+    loss_weights: {ctr: 1.0, ctcvr: 1.0},
+  };
+  return json;
+}
+
 // DIN (Zhou et al. 2018)'s target attention over a behaviour sequence, on
 // data of criteo_synth --history=N (docs/criteo.md, "Behaviour sequences"):
 // inputs dense [13], ids [26] (the fields' rows of Embedding(input_dim,
@@ -250,7 +295,7 @@ function ctrDin(inputDim, history) {
 }
 
 const kinds = {wide_deep: ctrWideDeep, deepfm: ctrDeepFm, dcn_v2: ctrDcnV2,
-               two_tower: ctrTwoTower, esmm: ctrEsmm,
+               two_tower: ctrTwoTower, esmm: ctrEsmm, mmoe: ctrMmoe,
                din: (inputDim) => ctrDin(inputDim, historyLength())};
 const kind = flag('kind', 'wide_deep');
 if (!(kind in kinds)) {

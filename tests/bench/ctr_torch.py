@@ -36,10 +36,12 @@ order.
 Layers: InputLayer, Embedding, Flatten, Concatenate (last axis), Dense
 (2-D), Dropout, Activation (relu, sigmoid, tanh, linear), Add, Subtract,
 Multiply, Average, Dot (flat; normalize), GlobalAveragePooling1D,
-Rescaling, Reshape, Attention (dot scores; the masks of Embeddings with
-mask_zero, as Keras 3 applies them: DIN's target attention over a
-history, criteo.json's "history"). Several outputs (ESMM's click and click-and-convert)
-train on the sum of their binary cross-entropies times the file's
+Rescaling, Reshape, Concatenate along the steps, Dot of sequences
+(MMoE's gates over its experts), a softmax Dense, Attention (dot scores;
+the masks of Embeddings with mask_zero, as Keras 3 applies them: DIN's
+target attention over a history, criteo.json's "history"). Several
+outputs (ESMM's click and click-and-convert, MMoE's two tasks) train on
+the sum of their binary cross-entropies times the file's
 loss_weights, on a Criteo folder of as many label columns (criteo.json's
 "labels"). An output's sigmoid is taken into its loss (binary
 cross-entropy with logits), as the cluster fuses it; a Multiply output is
@@ -205,13 +207,32 @@ def load_graph(path):
     return inputs, nodes, outputs, {n: float(weights.get(n, 1.0)) for n in names}
 
 
+def concat_axis(cfg, shape, name):
+    """A Concatenate's axis as an index into the shape without the batch."""
+    axis = cfg.get('axis', -1)
+    axis = axis - 1 if axis > 0 else len(shape) + axis
+    if not 0 <= axis < len(shape):
+        bad(f'layer {name}: Concatenate axis {cfg.get("axis")} of a {shape} input')
+    return axis
+
+
+def dot_axes(cfg, name):
+    """A Dot of sequences' axes, each 1 (the steps) or 2 (the features)."""
+    axes = cfg.get('axes', -1)
+    axes = axes if isinstance(axes, list) else [axes, axes]
+    axes = [2 if a == -1 else a for a in axes]
+    if any(a not in (1, 2) for a in axes) or cfg.get('normalize'):
+        bad(f'layer {name}: Dot of sequences with axes {cfg.get("axes")} is not one this peer builds')
+    return axes
+
+
 def build(path, seed):
     import torch
     import torch.nn as nn
     torch.manual_seed(seed)
     inputs, nodes, outputs, loss_weights = load_graph(path)
     acts = {'relu': torch.relu, 'sigmoid': torch.sigmoid, 'tanh': torch.tanh,
-            'linear': lambda x: x, None: lambda x: x}
+            'softmax': lambda x: torch.softmax(x, -1), 'linear': lambda x: x, None: lambda x: x}
 
     def act(cfg, name):
         a = cfg.get('activation')
@@ -261,9 +282,14 @@ def build(path, seed):
                 elif cls == 'Flatten':
                     shape = (int(np.prod(ins[0])),)
                 elif cls == 'Concatenate':
-                    shape = ins[0][:-1] + (sum(s[-1] for s in ins),)
+                    axis = concat_axis(cfg, ins[0], name)
+                    shape = list(ins[0])
+                    shape[axis] = sum(s[axis] for s in ins)
+                    shape = tuple(shape)
                 elif cls == 'Dot':
-                    shape = (1,)
+                    shape = (1,) if len(ins[0]) == 1 else \
+                        tuple(d for k, d in enumerate(ins[0]) if k != dot_axes(cfg, name)[0] - 1) + \
+                        tuple(d for k, d in enumerate(ins[1]) if k != dot_axes(cfg, name)[1] - 1)
                 elif cls == 'Attention':
                     if cfg.get('use_scale') or cfg.get('score_mode', 'dot') != 'dot':
                         bad(f'layer {name}: only dot-product Attention without a scale')
@@ -315,7 +341,14 @@ def build(path, seed):
                 elif cls == 'Flatten':
                     y = v[0].flatten(1)
                 elif cls == 'Concatenate':
-                    y = torch.cat(v, -1)
+                    y = torch.cat(v, concat_axis(cfg, v[0].shape[1:], name) + 1)
+                elif cls == 'Dot' and v[0].dim() == 3:
+                    # Keras's batch_dot of two sequences along the axes named
+                    # (1 the steps, 2 the features).
+                    ax, bx = dot_axes(cfg, name)
+                    a = v[0] if ax == 1 else v[0].transpose(1, 2)  # [n, k, i]
+                    b = v[1] if bx == 1 else v[1].transpose(1, 2)  # [n, k, j]
+                    y = a.transpose(1, 2) @ b
                 elif cls == 'Dot':
                     a, b = v
                     if cfg.get('normalize'):
