@@ -71,9 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view config = in.LengthPrefixed(256);
   const std::string_view train = in.Rest();
   CheckLines(train, labels, history);
-  const fs::path dir = FuzzScratchDir() / "criteo";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = FreshFuzzDir("criteo");
   WriteFuzzFile(dir / "criteo.json", config);
   WriteFuzzFile(dir / "train.txt", train);
   absl::StatusOr<Dataset> d = LoadDataset(dir.string(), Split::kTrain);

@@ -56,9 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace fs = std::filesystem;
   FuzzInput in(data, size);
   const uint8_t mode = in.Byte();
-  const fs::path dir = FuzzScratchDir() / "data";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = FreshFuzzDir("data");
 #ifdef PSCLUSTER_FUZZ_IDX
   const bool gz = (mode & 1) != 0;
   for (const char* stem : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",

@@ -142,6 +142,14 @@ inline void WriteFuzzFile(const std::filesystem::path& path, std::string_view by
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// FuzzScratchDir()/name, emptied (an input's files start from nothing).
+inline std::filesystem::path FreshFuzzDir(const char* name) {
+  const std::filesystem::path dir = FuzzScratchDir() / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 }  // namespace pscluster
 
 #endif  // PSCLUSTER_FUZZ_FUZZ_INPUT_H_

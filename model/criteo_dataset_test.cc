@@ -341,46 +341,55 @@ TEST(CtrModelFileTest, ParsesAndFitsCriteoData) {
 // ESMM (deploy/models/ctr_esmm.json): two outputs on binary cross-entropy,
 // weights 1 from the file, on a folder of two label columns; one label
 // column is refused naming both outputs.
+// deploy/models/<name>.json, parsed.
+ModelSpec ShippedModel(const std::string& name) {
+  absl::StatusOr<std::string> text = ReadModelFile(absl::StrCat("deploy/models/", name, ".json"));
+  EXPECT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(text.ok() ? *text : "", name + ".json");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *std::move(spec) : ModelSpec();
+}
+
+// Whether two-label data (kLine1 and kLine2, labelled 1 and 0 before
+// their clicks) in a fresh folder `dir_name` fits `spec`.
+absl::Status FitsTwoLabelData(const ModelSpec& spec, const std::string& dir_name) {
+  const std::string dir = NewDir(dir_name);
+  testing::WriteAll(dir + "/train.txt", absl::StrCat("1\t", kLine1, "0\t", kLine2));
+  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000, 2));
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
+  if (!source.ok()) return source.status();
+  return CheckSourceFitsModel(source->get(), dir, spec);
+}
+
 // deploy/models/ctr_mmoe.json: two sigmoid heads over four experts mixed
 // by a softmax gate each (a Softmax node, a Dot of sequences along the
 // steps), on data of two labels.
 TEST(CtrModelFileTest, MmoeMixesExpertsPerTask) {
-  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_mmoe.json");
-  ASSERT_TRUE(text.ok()) << text.status();
-  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_mmoe.json");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  ASSERT_EQ(spec->outputs.size(), 2u);
-  EXPECT_EQ(spec->outputs[0].name, "ctr");
-  EXPECT_EQ(spec->outputs[1].name, "ctcvr");
+  const ModelSpec spec = ShippedModel("ctr_mmoe");
+  ASSERT_EQ(spec.outputs.size(), 2u);
+  EXPECT_EQ(spec.outputs[0].name, "ctr");
+  EXPECT_EQ(spec.outputs[1].name, "ctcvr");
   int softmaxes = 0, dots = 0;
-  for (const LayerSpec& l : spec->layers) {
+  for (const LayerSpec& l : spec.layers) {
     softmaxes += l.kind == LayerKind::kSoftmax;
     dots += l.kind == LayerKind::kDot;
   }
   EXPECT_EQ(softmaxes, 2);
   EXPECT_EQ(dots, 2);
-  EXPECT_EQ(TargetsOf(*spec), 2);
-  const std::string dir = NewDir("fits_mmoe");
-  testing::WriteAll(dir + "/train.txt", absl::StrCat("1\t", kLine1, "0\t", kLine2));
-  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000, 2));
-  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
-  ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+  EXPECT_EQ(TargetsOf(spec), 2);
+  EXPECT_TRUE(FitsTwoLabelData(spec, "fits_mmoe").ok());
 }
 
 // deploy/models/ctr_din.json: the item's row attends over the history's
 // masked rows; its inputs take the 39 values, the item and a history of
 // 10 (criteo_synth --history=10), and not data without a history.
 TEST(CtrModelFileTest, DinTakesTheItemAndItsHistory) {
-  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_din.json");
-  ASSERT_TRUE(text.ok()) << text.status();
-  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_din.json");
-  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelSpec spec = ShippedModel("ctr_din");
   std::vector<std::string> inputs;
-  for (const InputSpec& in : spec->inputs) inputs.push_back(absl::StrCat(in.name, ":", in.c));
+  for (const InputSpec& in : spec.inputs) inputs.push_back(absl::StrCat(in.name, ":", in.c));
   EXPECT_EQ(inputs, (std::vector<std::string>{"dense:13", "ids:26", "item:1", "history:10"}));
   int attention = 0, masked = 0;
-  for (const LayerSpec& l : spec->layers) {
+  for (const LayerSpec& l : spec.layers) {
     attention += l.kind == LayerKind::kAttention;
     if (l.kind == LayerKind::kEmbedding && l.mask_zero) {
       ++masked;
@@ -399,40 +408,33 @@ TEST(CtrModelFileTest, DinTakesTheItemAndItsHistory) {
   testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000, 1, 10));
   absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
   ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, spec).ok());
   testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
   testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000));
   source = OpenExampleSource(dir, Split::kTrain);
   ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_FALSE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+  EXPECT_FALSE(CheckSourceFitsModel(source->get(), dir, spec).ok());
 }
 
 TEST(CtrModelFileTest, EsmmTakesTwoLabelColumns) {
-  absl::StatusOr<std::string> text = ReadModelFile("deploy/models/ctr_esmm.json");
-  ASSERT_TRUE(text.ok()) << text.status();
-  absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, "ctr_esmm.json");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  ASSERT_EQ(spec->outputs.size(), 2u);
-  EXPECT_EQ(spec->outputs[0].name, "ctr");
-  EXPECT_EQ(spec->outputs[1].name, "ctcvr");
-  EXPECT_FALSE(spec->outputs[0].group.probabilities);
-  EXPECT_TRUE(spec->outputs[1].group.probabilities);
-  for (const OutputSpec& o : spec->outputs) {
+  const ModelSpec spec = ShippedModel("ctr_esmm");
+  ASSERT_EQ(spec.outputs.size(), 2u);
+  EXPECT_EQ(spec.outputs[0].name, "ctr");
+  EXPECT_EQ(spec.outputs[1].name, "ctcvr");
+  EXPECT_FALSE(spec.outputs[0].group.probabilities);
+  EXPECT_TRUE(spec.outputs[1].group.probabilities);
+  for (const OutputSpec& o : spec.outputs) {
     EXPECT_EQ(o.group.loss, LossKind::kBinaryCrossentropy);
     EXPECT_EQ(o.group.weight, 1.0f);
   }
-  EXPECT_EQ(TargetsOf(*spec), 2);
-  const std::string dir = NewDir("fits_esmm");
-  testing::WriteAll(dir + "/train.txt", absl::StrCat("1\t", kLine1, "0\t", kLine2));
-  testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000, 2));
-  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
-  ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_TRUE(CheckSourceFitsModel(source->get(), dir, *spec).ok());
+  EXPECT_EQ(TargetsOf(spec), 2);
+  EXPECT_TRUE(FitsTwoLabelData(spec, "fits_esmm").ok());
+  const std::string dir = NewDir("esmm_one_label");
   testing::WriteAll(dir + "/train.txt", std::string(kLine1) + kLine2);
   testing::WriteAll(dir + "/criteo.json", CriteoConfigJson(1000000));
-  source = OpenExampleSource(dir, Split::kTrain);
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenExampleSource(dir, Split::kTrain);
   ASSERT_TRUE(source.ok()) << source.status();
-  const absl::Status s = CheckSourceFitsModel(source->get(), dir, *spec);
+  const absl::Status s = CheckSourceFitsModel(source->get(), dir, spec);
   EXPECT_NE(s.message().find("1 label values per example but model \"ctr_esmm\" has 2 outputs "
                              "that want 2 (ctr: 1, ctcvr: 1)"),
             std::string::npos)

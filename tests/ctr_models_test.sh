@@ -62,6 +62,19 @@ field() { sed -nE "s/.* $1=([0-9.]+).*/\1/p" <<<"$2" | tail -n 1; }
 rate_of() { awk -v n="$(jq .train.rows "${2:-$tmp/data}/planted.json")" -v s="$(field wall_s "$1")" \
               'BEGIN { printf "%.0f", n / s }'; }
 within() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { d = a - b; exit !(d <= m && d >= -m) }'; }
+# scores_heads SCORED FINAL HEAD...: each head's test AUC in the PyTorch
+# peer's score line SCORED is the one in the run's final line FINAL, and
+# its loss within 0.0001 of it (the export scored in an independent forward).
+scores_heads() {
+  local scored="$1" final="$2" h
+  shift 2
+  for h in "$@"; do
+    [ -n "$(field "test_${h}_auc" "$final")" ] &&
+      [ "$(field "test_${h}_auc" "$scored")" = "$(field "test_${h}_auc" "$final")" ] &&
+      within "$(field "test_${h}_loss" "$scored")" "$(field "test_${h}_loss" "$final")" 0.0001 ||
+      return 1
+  done
+}
 
 # The data, and the first model resized to its buckets.
 if ! why="$(criteo_data_and_model "$synth" "$tmp/data" "$repo/deploy/models/ctr_dcn_v2.json" \
@@ -177,13 +190,7 @@ if "$synth" --out="$tmp/esmm_data" --rows=600000 --ids_per_feature=100 --seed=7 
   fi
   scored="$("$TEST_PY" "$repo/tests/bench/ctr_torch.py" --model="$esmm" --data="$tmp/esmm_data" \
               --score="$tmp/logs_esmm_1/model.safetensors" 2>&1 | tail -n 1)"
-  ok=1
-  for h in "${heads[@]}"; do
-    [ -n "$(field "test_${h}_auc" "$final")" ] &&
-      [ "$(field "test_${h}_auc" "$scored")" = "$(field "test_${h}_auc" "$final")" ] &&
-      within "$(field "test_${h}_loss" "$scored")" "$(field "test_${h}_loss" "$final")" 0.0001 || ok=0
-  done
-  if [ "$ok" = 1 ]; then
+  if scores_heads "$scored" "$final" "${heads[@]}"; then
     pass "ESMM: the export scored in PyTorch gives the run's AUC and loss of both heads"
   else
     fail "ESMM: the export scored in PyTorch: '$scored' where the run said: $final"
@@ -226,13 +233,7 @@ if [ -d "$tmp/esmm_data" ]; then
   fi
   scored="$("$TEST_PY" "$repo/tests/bench/ctr_torch.py" --model="$mmoe" --data="$tmp/esmm_data" \
               --score="$tmp/logs_mmoe/model.safetensors" 2>&1 | tail -n 1)"
-  ok=1
-  for h in ctr ctcvr; do
-    [ -n "$(field "test_${h}_auc" "$final")" ] &&
-      [ "$(field "test_${h}_auc" "$scored")" = "$(field "test_${h}_auc" "$final")" ] &&
-      within "$(field "test_${h}_loss" "$scored")" "$(field "test_${h}_loss" "$final")" 0.0001 || ok=0
-  done
-  if [ "$ok" = 1 ]; then
+  if scores_heads "$scored" "$final" ctr ctcvr; then
     pass "MMoE: the export scored in PyTorch gives the run's AUC and loss of both heads"
   else
     fail "MMoE: the export scored in PyTorch: '$scored' where the run said: $final"
