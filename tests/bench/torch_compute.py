@@ -18,7 +18,9 @@ module (its weights are shared). Keras's semantics: NHWC data converted
 once to NCHW, "same" padding split as Keras does (the odd row/column at the
 bottom/right; F.pad only where the split is uneven), Flatten in NHWC order,
 BatchNormalization with momentum 1 - keras_momentum and Keras's epsilon,
-Dropout in training mode, a final softmax fused into the loss
+Dropout in training mode, LSTM and GRU (reset_after) over [steps,
+features] as PyTorch's own (cuDNN-free, MKL/OpenBLAS-backed) modules, a
+final softmax fused into the loss
 (F.cross_entropy on logits; softmax elsewhere is refused, as our parser
 does).
 
@@ -322,6 +324,27 @@ def product(*xs):
     return out
 
 
+class Recurrent(torch.nn.Module):
+    """Keras's LSTM, or GRU with reset_after (PyTorch's GRU), over [steps,
+    features]: its last state, or every step's with return_sequences."""
+
+    def __init__(self, cls, features, cfg, where):
+        super().__init__()
+        if (cfg.get("activation", "tanh") != "tanh" or
+                cfg.get("recurrent_activation", "sigmoid") != "sigmoid" or
+                cfg.get("go_backwards") or not cfg.get("use_bias", True) or
+                (cls == "GRU" and not cfg.get("reset_after", True))):
+            fail("%s: only tanh and sigmoid gates, forwards, with biases (and GRU's "
+                 "reset_after) match PyTorch's %s" % (where, cls))
+        rnn = torch.nn.LSTM if cls == "LSTM" else torch.nn.GRU
+        self.rnn = rnn(features, cfg["units"], batch_first=True)
+        self.sequences = bool(cfg.get("return_sequences"))
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return out if self.sequences else out[:, -1]
+
+
 class Concat(torch.nn.Module):
     def __init__(self, axis):
         super().__init__()
@@ -375,6 +398,12 @@ def make_layer(cls, cfg, shape, is_output, where):
         return Dense(shape[0], cfg, act_of()), (cfg["units"],)
     if cls == "Dropout":
         return torch.nn.Dropout(cfg["rate"]), shape
+    if cls in ("LSTM", "GRU"):
+        if len(shape) != 2:
+            fail("%s: %s reads [steps, features]" % (where, cls))
+        units = cfg["units"]
+        return (Recurrent(cls, shape[1], cfg, where),
+                (shape[0], units) if cfg.get("return_sequences") else (units,))
     if cls in ("Activation", "ReLU"):
         a = "relu" if cls == "ReLU" else act_of()
         return Lambda(lambda x: apply_activation(a, x)), shape
@@ -528,7 +557,7 @@ def main(argv):
     if len(shape) == 3:
         x = torch.rand(batch, shape[2], shape[0], shape[1])
     else:
-        x = torch.rand(batch, shape[0])
+        x = torch.rand([batch] + list(shape))  # [C], or [steps, features]
     y = torch.randint(0, classes, (batch,))
 
     def step():
