@@ -4,13 +4,15 @@
 #include <vector>
 
 #include "compute/kernels/activation_math.h"
+#include "compute/kernels/cpu_blas.h"
 
 namespace pscluster {
 namespace kernels {
 namespace {
 
-// Where a step's floats lie in `saved`, per example and per processed step
-// p (in processing order: go_backwards reads step steps - 1 - p):
+// Where a step's floats lie in `saved`: processed step p (go_backwards reads
+// step steps - 1 - p) of example r at (p * n + r) * step, so that a step's
+// states of the whole batch are one strided matrix for the GEMMs:
 //   pre   [G u]  the gates' inputs (pre-activations),
 //   act   [G u]  their activations,
 //   LSTM: c [u], a(c) [u], h [u] after the step;
@@ -43,47 +45,19 @@ Layout MakeLayout(const RecurrentShape& s) {
 // The step that processed step p reads.
 int InputStep(const RecurrentShape& s, int p) { return s.go_backwards ? s.steps - 1 - p : p; }
 
-// acc[j] = sum_k v[k] m[k * ld + j] for j < cols, k < rows.
-void VecMat(const float* v, int rows, const float* m, int ld, int cols, double* acc) {
-  std::fill(acc, acc + cols, 0.0);
-  for (int k = 0; k < rows; ++k) {
-    const double vk = v[k];
-    const float* mk = m + static_cast<int64_t>(k) * ld;
-    for (int j = 0; j < cols; ++j) acc[j] += vk * mk[j];
-  }
-}
-
-// out[k] += sum_j d[j] m[k * ld + j] for k < rows, j < cols (d times m^T).
-void AddVecMatT(const double* d, const float* m, int ld, int rows, int cols, double* out) {
-  for (int k = 0; k < rows; ++k) {
-    const float* mk = m + static_cast<int64_t>(k) * ld;
-    double sum = 0.0;
-    for (int j = 0; j < cols; ++j) sum += d[j] * mk[j];
-    out[k] += sum;
-  }
-}
-
-// g[k * ld + j] += v[k] d[j] for k < rows, j < cols.
-void AddOuter(const float* v, int rows, const double* d, int cols, double* g, int ld) {
-  for (int k = 0; k < rows; ++k) {
-    const double vk = v[k];
-    if (vk == 0.0) continue;
-    double* gk = g + static_cast<int64_t>(k) * ld;
-    for (int j = 0; j < cols; ++j) gk[j] += vk * d[j];
-  }
-}
-
-// xw[t * gu + j] = x[t] W[:, j] + b[j] for every step of one example: the
-// input's share of every gate, in one pass before the recurrence.
-void InputProjection(const RecurrentShape& s, int gu, const float* x, const float* kernel,
-                     const float* input_bias, double* xw) {
-  for (int t = 0; t < s.steps; ++t) {
-    double* row = xw + static_cast<int64_t>(t) * gu;
-    VecMat(x + static_cast<int64_t>(t) * s.in, s.in, kernel, gu, gu, row);
-    if (input_bias != nullptr) {
-      for (int j = 0; j < gu; ++j) row[j] += input_bias[j];
+// C[m, n] (row stride ldc) += or = A[m, k] B[k, n] (row-major, strides lda,
+// ldb), A or B transposed as asked: cpu_blas's sgemm.
+void Gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+          bool add, float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!add) {
+      for (int i = 0; i < m; ++i)
+        std::fill(c + static_cast<int64_t>(i) * ldc, c + i * ldc + n, 0.0f);
     }
+    return;
   }
+  CpuGemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, add ? 1.0f : 0.0f, c, ldc);
 }
 
 }  // namespace
@@ -104,85 +78,114 @@ void RecurrentForward(int n, const RecurrentShape& s, const float* x, const floa
                       const float* recurrent_kernel, const float* bias, StepMask mask, float* y,
                       float* saved) {
   const Layout l = MakeLayout(s);
-  const int u = l.u, gu = l.gu;
+  const int u = l.u, gu = l.gu, width = static_cast<int>(l.step);
   const bool lstm = s.cell == RecurrentCell::kLstm;
   const bool has_bias = s.use_bias && bias != nullptr;
-  const float* input_bias = has_bias ? bias : nullptr;
   const float* rec_bias = has_bias && !lstm && s.reset_after ? bias + gu : nullptr;
-  const int64_t per_example = RecurrentSavedPerExample(s);
-  const std::vector<float> zeros(u, 0.0f);
-  std::vector<double> xw(static_cast<int64_t>(s.steps) * gu), rec(gu), rh(u);
-  std::vector<float> reset_h(u);
-
-  for (int r = 0; r < n; ++r) {
-    const float* xr = x + static_cast<int64_t>(r) * s.steps * s.in;
-    float* sv = saved + r * per_example;
-    InputProjection(s, gu, xr, kernel, input_bias, xw.data());
-    const float* h_prev = zeros.data();
-    const float* c_prev = zeros.data();
-    for (int p = 0; p < s.steps; ++p) {
-      const int t = InputStep(s, p);
-      float* st = sv + static_cast<int64_t>(p) * l.step;
+  const int64_t rows = static_cast<int64_t>(n) * s.steps;
+  // The input's share of every gate for every step, in one GEMM: row
+  // r * steps + t.
+  std::vector<float> xw(static_cast<size_t>(rows * gu));
+  Gemm(false, false, static_cast<int>(rows), gu, s.in, x, s.in, kernel, gu, false, xw.data(), gu);
+  if (has_bias) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int j = 0; j < gu; ++j) xw[i * gu + j] += bias[j];
+    }
+  }
+  const std::vector<float> zeros(static_cast<size_t>(n) * u, 0.0f);
+  std::vector<float> rec(static_cast<size_t>(n) * gu), rh(static_cast<size_t>(n) * u);
+  const float* h_prev = zeros.data();
+  const float* c_prev = zeros.data();
+  int ld = u;  // the previous states' row stride: u for the zeros, then width
+  // The recurrent product's columns: every gate's, but a GRU without
+  // reset_after multiplies (r h), not h, into its candidate's.
+  const int rec_cols = !lstm && !s.reset_after ? 2 * u : gu;
+  for (int p = 0; p < s.steps; ++p) {
+    const int t = InputStep(s, p);
+    float* sp = saved + static_cast<int64_t>(p) * n * width;
+    Gemm(false, false, n, rec_cols, u, h_prev, ld, recurrent_kernel, gu, false, rec.data(), gu);
+    for (int r = 0; r < n; ++r) {
+      float* st = sp + static_cast<int64_t>(r) * width;
       float* pre = st + l.pre;
       float* act = st + l.act;
       float* h = st + l.h;
+      const float* hp = h_prev + static_cast<int64_t>(r) * ld;
+      const float* xt = xw.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
+      float* rr = rec.data() + static_cast<int64_t>(r) * gu;
       if (mask.masked(r, s.steps, t)) {
         // Keras's RNN keeps the states (and repeats the previous output).
         std::fill(st, st + l.h, 0.0f);
-        std::copy(h_prev, h_prev + u, h);
-        if (lstm) std::copy(c_prev, c_prev + u, st + l.c);
-      } else if (lstm) {
-        const double* xt = xw.data() + static_cast<int64_t>(t) * gu;
-        VecMat(h_prev, u, recurrent_kernel, gu, gu, rec.data());
+        std::copy(hp, hp + u, h);
+        if (lstm) std::copy(c_prev + static_cast<int64_t>(r) * ld, c_prev + r * ld + u, st + l.c);
+        continue;
+      }
+      if (lstm) {
+        const float* cp = c_prev + static_cast<int64_t>(r) * ld;
         for (int j = 0; j < gu; ++j) {
-          pre[j] = static_cast<float>(xt[j] + rec[j]);
+          pre[j] = xt[j] + rr[j];
           const ActivationFn f = j >= 2 * u && j < 3 * u ? s.activation : s.recurrent_activation;
           act[j] = ActivationValue(f, s.alpha, pre[j]);
         }
         float* c = st + l.c;
         float* ac = st + l.ac;
         for (int k = 0; k < u; ++k) {
-          c[k] = act[u + k] * c_prev[k] + act[k] * act[2 * u + k];
+          c[k] = act[u + k] * cp[k] + act[k] * act[2 * u + k];
           ac[k] = ActivationValue(s.activation, s.alpha, c[k]);
           h[k] = act[3 * u + k] * ac[k];
         }
-      } else {
-        const double* xt = xw.data() + static_cast<int64_t>(t) * gu;
-        float* hr = st + l.hr;
-        // z and r: x W + b + h U (+ rb); reset_after also h Uh (+ rbh).
-        VecMat(h_prev, u, recurrent_kernel, gu, s.reset_after ? gu : 2 * u, rec.data());
-        if (rec_bias != nullptr) {
-          for (int j = 0; j < gu; ++j) rec[j] += rec_bias[j];
-        }
-        for (int j = 0; j < 2 * u; ++j) {
-          pre[j] = static_cast<float>(xt[j] + rec[j]);
-          act[j] = ActivationValue(s.recurrent_activation, s.alpha, pre[j]);
-        }
-        const float* z = act;
-        const float* rg = act + u;
-        if (s.reset_after) {
-          for (int k = 0; k < u; ++k) {
-            hr[k] = static_cast<float>(rec[2 * u + k]);
-            pre[2 * u + k] = static_cast<float>(xt[2 * u + k] + rg[k] * hr[k]);
-          }
-        } else {
-          for (int k = 0; k < u; ++k) hr[k] = rg[k] * h_prev[k];
-          VecMat(hr, u, recurrent_kernel + 2 * u, gu, u, rh.data());
-          for (int k = 0; k < u; ++k) pre[2 * u + k] = static_cast<float>(xt[2 * u + k] + rh[k]);
-        }
+        continue;
+      }
+      // GRU: z and r from x W + b + h U (+ rb); reset_after keeps h Uh
+      // (+ rbh) for the candidate, which then waits for its r.
+      float* hr = st + l.hr;
+      if (rec_bias != nullptr) {
+        for (int j = 0; j < gu; ++j) rr[j] += rec_bias[j];
+      }
+      for (int j = 0; j < 2 * u; ++j) {
+        pre[j] = xt[j] + rr[j];
+        act[j] = ActivationValue(s.recurrent_activation, s.alpha, pre[j]);
+      }
+      const float* rg = act + u;
+      for (int k = 0; k < u; ++k) hr[k] = s.reset_after ? rr[2 * u + k] : rg[k] * hp[k];
+    }
+    if (!lstm) {
+      // The candidate: reset_after's r (h Uh + rbh), or (r h) Uh, one GEMM
+      // for the batch.
+      if (!s.reset_after) {
+        Gemm(false, false, n, u, u, sp + l.hr, width, recurrent_kernel + 2 * u, gu, false,
+             rh.data(), u);
+      }
+      for (int r = 0; r < n; ++r) {
+        if (mask.masked(r, s.steps, t)) continue;
+        float* st = sp + static_cast<int64_t>(r) * width;
+        float* pre = st + l.pre;
+        float* act = st + l.act;
+        const float* hr = st + l.hr;
+        const float* hp = h_prev + static_cast<int64_t>(r) * ld;
+        const float* xt = xw.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
         for (int k = 0; k < u; ++k) {
+          pre[2 * u + k] = xt[2 * u + k] + (s.reset_after ? act[u + k] * hr[k] : rh[r * u + k]);
           const float g = ActivationValue(s.activation, s.alpha, pre[2 * u + k]);
           act[2 * u + k] = g;
-          h[k] = z[k] * h_prev[k] + (1.0f - z[k]) * g;
+          st[l.h + k] = act[k] * hp[k] + (1.0f - act[k]) * g;
         }
       }
-      if (s.return_sequences) {
+    }
+    if (s.return_sequences) {
+      for (int r = 0; r < n; ++r) {
+        const float* h = sp + static_cast<int64_t>(r) * width + l.h;
         std::copy(h, h + u, y + (static_cast<int64_t>(r) * s.steps + p) * u);
       }
-      h_prev = h;
-      if (lstm) c_prev = st + l.c;
     }
-    if (!s.return_sequences) std::copy(h_prev, h_prev + u, y + static_cast<int64_t>(r) * u);
+    h_prev = sp + l.h;
+    c_prev = sp + l.c;
+    ld = width;
+  }
+  if (!s.return_sequences) {
+    for (int r = 0; r < n; ++r) {
+      const float* h = h_prev + static_cast<int64_t>(r) * ld;
+      std::copy(h, h + u, y + static_cast<int64_t>(r) * u);
+    }
   }
 }
 
@@ -191,127 +194,142 @@ void RecurrentBackward(int n, const RecurrentShape& s, const float* x, const flo
                        const float* saved, const float* gy, float* gx, float* gkernel,
                        float* grecurrent, float* gbias) {
   const Layout l = MakeLayout(s);
-  const int u = l.u, gu = l.gu;
+  const int u = l.u, gu = l.gu, width = static_cast<int>(l.step);
   const bool lstm = s.cell == RecurrentCell::kLstm;
   const bool has_bias = s.use_bias && bias != nullptr && gbias != nullptr;
   const bool rec_bias = !lstm && s.reset_after;  // the bias's second row
-  const int64_t per_example = RecurrentSavedPerExample(s);
-  const std::vector<float> zeros(u, 0.0f);
-  std::vector<double> gk(static_cast<int64_t>(s.in) * gu, 0.0);
-  std::vector<double> gu_acc(static_cast<int64_t>(u) * gu, 0.0);
+  const int64_t rows = static_cast<int64_t>(n) * s.steps;
+  const std::vector<float> zeros(static_cast<size_t>(n) * u, 0.0f);
+  // The gates' input gradients of every step (zeros where masked), row
+  // r * steps + t: the input's share is one GEMM each way after the loop.
+  std::vector<float> dxg(static_cast<size_t>(rows * gu), 0.0f);
+  // Per step: what multiplies the recurrent kernel (LSTM and GRU v2: the
+  // gates' gradients; reset_after: z's, r's and the candidate's r-scaled),
+  // the states' gradients carried back.
+  std::vector<float> drec(static_cast<size_t>(n) * gu), dhr(static_cast<size_t>(n) * u);
+  std::vector<float> dh(static_cast<size_t>(n) * u, 0.0f), dc(static_cast<size_t>(n) * u, 0.0f);
+  std::vector<float> dh_prev(static_cast<size_t>(n) * u);
   std::vector<double> gb(has_bias ? RecurrentBiasSize(s) : 0, 0.0);
-  // Per example: the gates' input gradients by input step (zeros where
-  // masked), then the state gradients carried back through the steps.
-  std::vector<double> dx_gates(static_cast<int64_t>(s.steps) * gu);
-  std::vector<double> dh(u), dc(u), dh_prev(u), drec(gu), drh(u), gx_row(s.in);
-
-  for (int r = 0; r < n; ++r) {
-    const float* xr = x + static_cast<int64_t>(r) * s.steps * s.in;
-    const float* sv = saved + r * per_example;
-    std::fill(dx_gates.begin(), dx_gates.end(), 0.0);
-    std::fill(dh.begin(), dh.end(), 0.0);
-    std::fill(dc.begin(), dc.end(), 0.0);
-    if (!s.return_sequences && s.steps > 0) {
-      for (int k = 0; k < u; ++k) dh[k] = gy[static_cast<int64_t>(r) * u + k];
-    }
-    for (int p = s.steps - 1; p >= 0; --p) {
-      const int t = InputStep(s, p);
-      if (s.return_sequences) {
+  std::fill(grecurrent, grecurrent + static_cast<int64_t>(u) * gu, 0.0f);
+  if (!s.return_sequences) std::copy(gy, gy + static_cast<int64_t>(n) * u, dh.begin());
+  for (int p = s.steps - 1; p >= 0; --p) {
+    const int t = InputStep(s, p);
+    const float* sp = saved + static_cast<int64_t>(p) * n * width;
+    const float* h_prev = p > 0 ? sp - static_cast<int64_t>(n) * width + l.h : zeros.data();
+    const int ld = p > 0 ? width : u;
+    if (s.return_sequences) {
+      for (int r = 0; r < n; ++r) {
         const float* g = gy + (static_cast<int64_t>(r) * s.steps + p) * u;
-        for (int k = 0; k < u; ++k) dh[k] += g[k];
+        for (int k = 0; k < u; ++k) dh[r * u + k] += g[k];
       }
+    }
+    std::fill(drec.begin(), drec.end(), 0.0f);
+    for (int r = 0; r < n; ++r) {
+      float* dhp = dh_prev.data() + static_cast<int64_t>(r) * u;
+      const float* dhr_row = dh.data() + static_cast<int64_t>(r) * u;
       // A masked step passes dh (and dc) back unchanged.
-      if (mask.masked(r, s.steps, t)) continue;
-      const float* st = sv + static_cast<int64_t>(p) * l.step;
-      const float* before = p > 0 ? st - l.step : nullptr;
-      const float* h_prev = before != nullptr ? before + l.h : zeros.data();
+      if (mask.masked(r, s.steps, t)) {
+        std::copy(dhr_row, dhr_row + u, dhp);
+        continue;
+      }
+      const float* st = sp + static_cast<int64_t>(r) * width;
       const float* pre = st + l.pre;
       const float* act = st + l.act;
-      double* dxg = dx_gates.data() + static_cast<int64_t>(t) * gu;
+      const float* hp = h_prev + static_cast<int64_t>(r) * ld;
+      float* dg = dxg.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
+      float* dr = drec.data() + static_cast<int64_t>(r) * gu;
+      auto rslope = [&](int j) {
+        return ActivationSlope(s.recurrent_activation, s.alpha, pre[j], act[j]);
+      };
       if (lstm) {
-        const float* c_prev = before != nullptr ? before + l.c : zeros.data();
+        const float* cp = p > 0 ? sp - static_cast<int64_t>(n) * width + r * width + l.c
+                                : zeros.data() + static_cast<int64_t>(r) * u;
         const float* c = st + l.c;
         const float* ac = st + l.ac;
+        float* dcr = dc.data() + static_cast<int64_t>(r) * u;
         for (int k = 0; k < u; ++k) {
           const float i = act[k], f = act[u + k], g = act[2 * u + k], o = act[3 * u + k];
-          const double dct =
-              dc[k] + dh[k] * o * ActivationSlope(s.activation, s.alpha, c[k], ac[k]);
-          const auto rslope = [&](int j) {
-            return ActivationSlope(s.recurrent_activation, s.alpha, pre[j], act[j]);
-          };
-          dxg[k] = dct * g * rslope(k);
-          dxg[u + k] = dct * c_prev[k] * rslope(u + k);
-          dxg[2 * u + k] =
+          const float dct =
+              dcr[k] + dhr_row[k] * o * ActivationSlope(s.activation, s.alpha, c[k], ac[k]);
+          dg[k] = dct * g * rslope(k);
+          dg[u + k] = dct * cp[k] * rslope(u + k);
+          dg[2 * u + k] =
               dct * i * ActivationSlope(s.activation, s.alpha, pre[2 * u + k], act[2 * u + k]);
-          dxg[3 * u + k] = dh[k] * ac[k] * rslope(3 * u + k);
-          dc[k] = dct * f;
+          dg[3 * u + k] = dhr_row[k] * ac[k] * rslope(3 * u + k);
+          dcr[k] = dct * f;
+          dhp[k] = 0.0f;
         }
-        AddOuter(h_prev, u, dxg, gu, gu_acc.data(), gu);
-        std::fill(dh_prev.begin(), dh_prev.end(), 0.0);
-        AddVecMatT(dxg, recurrent_kernel, gu, u, gu, dh_prev.data());
-      } else {
-        const float* hr = st + l.hr;
-        // drec: the gradient of the recurrent products' sums (h U + rb).
-        for (int k = 0; k < u; ++k) {
-          const float z = act[k], g = act[2 * u + k];
-          const double dpg =
-              dh[k] * (1.0 - z) * ActivationSlope(s.activation, s.alpha, pre[2 * u + k], g);
-          dxg[k] =
-              dh[k] * (h_prev[k] - g) * ActivationSlope(s.recurrent_activation, s.alpha, pre[k], z);
-          dxg[2 * u + k] = dpg;
-          dh_prev[k] = dh[k] * z;
-        }
+        std::copy(dg, dg + gu, dr);
+        continue;
+      }
+      const float* hr = st + l.hr;
+      for (int k = 0; k < u; ++k) {
+        const float z = act[k], g = act[2 * u + k];
+        const float dpg =
+            dhr_row[k] * (1.0f - z) * ActivationSlope(s.activation, s.alpha, pre[2 * u + k], g);
+        dg[k] = dhr_row[k] * (hp[k] - g) * rslope(k);
+        dg[2 * u + k] = dpg;
+        dhp[k] = dhr_row[k] * z;
         if (s.reset_after) {
-          for (int k = 0; k < u; ++k) {
-            const float rg = act[u + k];
-            const double dpg = dxg[2 * u + k];
-            dxg[u + k] =
-                dpg * hr[k] * ActivationSlope(s.recurrent_activation, s.alpha, pre[u + k], rg);
-            drec[k] = dxg[k];
-            drec[u + k] = dxg[u + k];
-            drec[2 * u + k] = dpg * rg;
-          }
-          AddOuter(h_prev, u, drec.data(), gu, gu_acc.data(), gu);
-          AddVecMatT(drec.data(), recurrent_kernel, gu, u, gu, dh_prev.data());
+          dg[u + k] = dpg * hr[k] * rslope(u + k);
+          dr[k] = dg[k];
+          dr[u + k] = dg[u + k];
+          dr[2 * u + k] = dpg * act[u + k];
         } else {
-          // d(r h) = dpg Uh^T.
-          std::fill(drh.begin(), drh.end(), 0.0);
-          AddVecMatT(dxg + 2 * u, recurrent_kernel + 2 * u, gu, u, u, drh.data());
-          for (int k = 0; k < u; ++k) {
-            const float rg = act[u + k];
-            dxg[u + k] = drh[k] * h_prev[k] *
-                         ActivationSlope(s.recurrent_activation, s.alpha, pre[u + k], rg);
-            dh_prev[k] += drh[k] * rg;
-          }
-          AddOuter(h_prev, u, dxg, 2 * u, gu_acc.data(), gu);
-          AddOuter(hr, u, dxg + 2 * u, u, gu_acc.data() + 2 * u, gu);
-          AddVecMatT(dxg, recurrent_kernel, gu, u, 2 * u, dh_prev.data());
-        }
-        if (has_bias && rec_bias) {
-          for (int j = 0; j < gu; ++j) gb[gu + j] += drec[j];
+          dr[k] = dg[k];        // r's gradient comes after the GEMM below
+          dr[2 * u + k] = dpg;  // multiplies Uh with (r h)
         }
       }
-      if (has_bias) {
-        for (int j = 0; j < gu; ++j) gb[j] += dxg[j];
-      }
-      dh.swap(dh_prev);
     }
-    // The input's share, for all steps in one pass: gW += x^T D, gx = D W^T.
-    for (int t = 0; t < s.steps; ++t) {
-      const double* dxg = dx_gates.data() + static_cast<int64_t>(t) * gu;
-      const float* xt = xr + static_cast<int64_t>(t) * s.in;
-      AddOuter(xt, s.in, dxg, gu, gk.data(), gu);
-      if (gx != nullptr) {
-        std::fill(gx_row.begin(), gx_row.end(), 0.0);
-        AddVecMatT(dxg, kernel, gu, s.in, gu, gx_row.data());
-        float* gxt = gx + (static_cast<int64_t>(r) * s.steps + t) * s.in;
-        for (int k = 0; k < s.in; ++k) gxt[k] = static_cast<float>(gx_row[k]);
+    if (!lstm && !s.reset_after) {
+      // d(r h) = dpg Uh^T for the batch; then r's gradient and h's through it.
+      Gemm(false, true, n, u, u, drec.data() + 2 * u, gu, recurrent_kernel + 2 * u, gu, false,
+           dhr.data(), u);
+      for (int r = 0; r < n; ++r) {
+        if (mask.masked(r, s.steps, t)) continue;
+        const float* st = sp + static_cast<int64_t>(r) * width;
+        const float* pre = st + l.pre;
+        const float* act = st + l.act;
+        const float* hp = h_prev + static_cast<int64_t>(r) * ld;
+        float* dg = dxg.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
+        float* dr = drec.data() + static_cast<int64_t>(r) * gu;
+        for (int k = 0; k < u; ++k) {
+          const float d = dhr[r * u + k];
+          dg[u + k] =
+              d * hp[k] * ActivationSlope(s.recurrent_activation, s.alpha, pre[u + k], act[u + k]);
+          dr[u + k] = dg[u + k];
+          dh_prev[r * u + k] += d * act[u + k];
+        }
+      }
+      // Uh's gradient: (r h)^T dpg; z's and r's columns: h^T [dz, dr].
+      Gemm(true, false, u, u, n, sp + l.hr, width, drec.data() + 2 * u, gu, true,
+           grecurrent + 2 * u, gu);
+      Gemm(true, false, u, 2 * u, n, h_prev, ld, drec.data(), gu, true, grecurrent, gu);
+      Gemm(false, true, n, u, 2 * u, drec.data(), gu, recurrent_kernel, gu, true, dh_prev.data(),
+           u);
+    } else {
+      Gemm(true, false, u, gu, n, h_prev, ld, drec.data(), gu, true, grecurrent, gu);
+      Gemm(false, true, n, u, gu, drec.data(), gu, recurrent_kernel, gu, true, dh_prev.data(), u);
+    }
+    if (has_bias) {
+      for (int r = 0; r < n; ++r) {
+        if (mask.masked(r, s.steps, t)) continue;
+        const float* dg = dxg.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
+        const float* dr = drec.data() + static_cast<int64_t>(r) * gu;
+        for (int j = 0; j < gu; ++j) gb[j] += dg[j];
+        if (rec_bias) {
+          for (int j = 0; j < gu; ++j) gb[gu + j] += dr[j];
+        }
       }
     }
+    dh.swap(dh_prev);
   }
-  std::transform(gk.begin(), gk.end(), gkernel, [](double v) { return static_cast<float>(v); });
-  std::transform(gu_acc.begin(), gu_acc.end(), grecurrent,
-                 [](double v) { return static_cast<float>(v); });
+  // The input's share, for all steps in one GEMM each: gW = x^T D, gx = D W^T.
+  Gemm(true, false, s.in, gu, static_cast<int>(rows), x, s.in, dxg.data(), gu, false, gkernel, gu);
+  if (gx != nullptr) {
+    Gemm(false, true, static_cast<int>(rows), s.in, gu, dxg.data(), gu, kernel, gu, false, gx,
+         s.in);
+  }
   if (has_bias) {
     std::transform(gb.begin(), gb.end(), gbias, [](double v) { return static_cast<float>(v); });
   }

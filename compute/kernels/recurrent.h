@@ -38,8 +38,11 @@
 // processing order (output p is input step steps - 1 - p's), as Keras's
 // backend.rnn does.
 //
-// Stateless functions; the products' sums in double where they are dot
-// products over `in` or `units`.
+// Stateless functions. The whole batch goes through each step together:
+// the input's projection for every step is one float32 GEMM (cpu_blas) each
+// way, and each step's recurrent product one more (the gates' element-wise
+// math per example between them), as PyTorch's CPU LSTM does; BLAS must run
+// on the calling thread (UseSingleThreadedBlas).
 #ifndef PSCLUSTER_COMPUTE_KERNELS_RECURRENT_H_
 #define PSCLUSTER_COMPUTE_KERNELS_RECURRENT_H_
 
