@@ -45,33 +45,6 @@ struct SliceGrads {
   float* pg;
 };
 
-// The floats of an LSTM's or GRU's variables: kernel, recurrent kernel, bias.
-int64_t RecurrentParams(const kernels::RecurrentShape& r) {
-  const int64_t gates = int64_t{kernels::RecurrentGates(r)} * r.units;
-  return (r.in + r.units) * gates + (r.use_bias ? kernels::RecurrentBiasSize(r) : 0);
-}
-
-// An LSTM's or GRU's gradients, made in `scratch` (RecurrentParams floats)
-// and added to the slice's: a shared layer's ops each add theirs.
-void BackwardRecurrent(const GraphOp& op, const float* params, const float* x,
-                       kernels::StepMask mask, const float* saved, float* scratch,
-                       const SliceGrads& g) {
-  const kernels::RecurrentShape& r = op.recurrent;
-  const int64_t gates = int64_t{kernels::RecurrentGates(r)} * r.units;
-  float* gkernel = scratch;
-  float* grecurrent = gkernel + r.in * gates;
-  float* gbias = op.bias >= 0 ? grecurrent + r.units * gates : nullptr;
-  kernels::RecurrentBackward(g.n, r, x, params + op.kernel, params + op.recurrent_kernel,
-                             op.bias >= 0 ? params + op.bias : nullptr, mask, saved, g.gy,
-                             g.dx_wanted ? g.gx : nullptr, gkernel, grecurrent, gbias);
-  auto add = [](int64_t n, const float* from, float* to) {
-    for (int64_t e = 0; e < n; ++e) to[e] += from[e];
-  };
-  add(r.in * gates, gkernel, g.pg + op.kernel);
-  add(r.units * gates, grecurrent, g.pg + op.recurrent_kernel);
-  if (gbias != nullptr) add(kernels::RecurrentBiasSize(r), gbias, g.pg + op.bias);
-}
-
 // `x`: the op's input in the forward; `scratch`: ConvScratchFloats floats.
 void BackwardConv2D(const GraphOp& op, const float* params, const float* x, float* scratch,
                     const SliceGrads& g) {
@@ -164,6 +137,30 @@ void BackwardDepthwiseConv2D(const GraphOp& op, const float* params, const float
   kernels::DepthwiseConvBackward(w, x, params + op.kernel, g.gy, dw, db, g.gx);
   AddTo(kernel, dw, g.pg + op.kernel);
   if (db != nullptr) AddTo(w.out_c, db, g.pg + op.bias);
+}
+
+// The floats of an LSTM's or GRU's variables: kernel, recurrent kernel, bias.
+int64_t RecurrentParams(const kernels::RecurrentShape& r) {
+  const int64_t gates = int64_t{kernels::RecurrentGates(r)} * r.units;
+  return (r.in + r.units) * gates + (r.use_bias ? kernels::RecurrentBiasSize(r) : 0);
+}
+
+// An LSTM's or GRU's gradients, made in `scratch` (RecurrentParams floats)
+// and added to the slice's: a shared layer's ops each add theirs.
+void BackwardRecurrent(const GraphOp& op, const float* params, const float* x,
+                       kernels::StepMask mask, const float* saved, float* scratch,
+                       const SliceGrads& g) {
+  const kernels::RecurrentShape& r = op.recurrent;
+  const int64_t gates = int64_t{kernels::RecurrentGates(r)} * r.units;
+  float* gkernel = scratch;
+  float* grecurrent = gkernel + r.in * gates;
+  float* gbias = op.bias >= 0 ? grecurrent + r.units * gates : nullptr;
+  kernels::RecurrentBackward(g.n, r, x, params + op.kernel, params + op.recurrent_kernel,
+                             op.bias >= 0 ? params + op.bias : nullptr, mask, saved, g.gy,
+                             g.dx_wanted ? g.gx : nullptr, gkernel, grecurrent, gbias);
+  AddTo(r.in * gates, gkernel, g.pg + op.kernel);
+  AddTo(r.units * gates, grecurrent, g.pg + op.recurrent_kernel);
+  if (gbias != nullptr) AddTo(kernels::RecurrentBiasSize(r), gbias, g.pg + op.bias);
 }
 
 // LayerNormalization, from the forward's row means and 1/std (`norms`):

@@ -39,6 +39,22 @@ absl::Status AddInit(const json& cfg, const std::string& where, const char* key,
 using LayerParser = absl::Status (*)(const json& cfg, const std::string& where, LayerSpec* l,
                                      LayerInits* inits);
 
+// Option `key`, true or false; `dflt` when absent or null (TensorFlow.js
+// writes null for an option left unset).
+absl::Status BoolOption(const json& cfg, const std::string& where, const char* key, bool dflt,
+                        bool* out) {
+  const json v = cfg.value(key, json());
+  if (v.is_null()) {
+    *out = dflt;
+    return absl::OkStatus();
+  }
+  if (!v.is_boolean()) {
+    return Bad(where, absl::StrCat("option '", key, "' = ", Show(v), " is not true or false"));
+  }
+  *out = v.get<bool>();
+  return absl::OkStatus();
+}
+
 // use_bias and activation, as every convolution and Dense has them.
 absl::Status BiasAndActivation(const json& cfg, const std::string& where, LayerSpec* l) {
   l->use_bias = cfg.value("use_bias", true);
@@ -258,13 +274,9 @@ absl::Status ParseEmbedding(const json& cfg, const std::string& where, LayerSpec
     }
     l->input_length = length.get<int>();
   }
-  json mask_zero = cfg.value("mask_zero", json(false));
-  if (mask_zero.is_null()) mask_zero = false;  // TensorFlow.js writes null when unset
-  if (!mask_zero.is_boolean()) {
-    return Bad(where,
-               absl::StrCat("option 'mask_zero' = ", Show(mask_zero), " is not true or false"));
+  if (absl::Status s = BoolOption(cfg, where, "mask_zero", false, &l->mask_zero); !s.ok()) {
+    return s;
   }
-  l->mask_zero = mask_zero.get<bool>();
   st.Update(Neutral(cfg, where, "embeddings_regularizer", {}, "not implemented; only null"));
   st.Update(Neutral(cfg, where, "lora_rank", {}, "LoRA is not implemented"));
   if (st.ok()) {
@@ -552,26 +564,15 @@ absl::Status ParseRecurrent(const json& cfg, const std::string& where, LayerSpec
   l->activation = *a;
   l->recurrent_activation = *ra;
   absl::Status st;
-  auto flag = [&](const char* key, bool dflt, bool* out) {
-    const json v = cfg.value(key, json(dflt));
-    if (v.is_null()) {
-      *out = dflt;
-    } else if (!v.is_boolean()) {
-      st.Update(
-          Bad(where, absl::StrCat("option '", key, "' = ", Show(v), " is not true or false")));
-    } else {
-      *out = v.get<bool>();
-    }
-  };
-  flag("use_bias", true, &l->use_bias);
-  flag("return_sequences", false, &l->return_sequences);
-  flag("go_backwards", false, &l->go_backwards);
+  st.Update(BoolOption(cfg, where, "use_bias", true, &l->use_bias));
+  st.Update(BoolOption(cfg, where, "return_sequences", false, &l->return_sequences));
+  st.Update(BoolOption(cfg, where, "go_backwards", false, &l->go_backwards));
   if (l->kind == LayerKind::kGru) {
     // Keras 3 and tf.keras default to true; TensorFlow.js writes false
     // (the only form it has).
-    flag("reset_after", true, &l->reset_after);
+    st.Update(BoolOption(cfg, where, "reset_after", true, &l->reset_after));
   } else {
-    flag("unit_forget_bias", true, &l->unit_forget_bias);
+    st.Update(BoolOption(cfg, where, "unit_forget_bias", true, &l->unit_forget_bias));
   }
   st.Update(Neutral(cfg, where, "return_state", {false},
                     "the states as outputs are not implemented (only the output)"));

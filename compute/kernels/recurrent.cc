@@ -197,16 +197,18 @@ void RecurrentBackward(int n, const RecurrentShape& s, const float* x, const flo
   const int u = l.u, gu = l.gu, width = static_cast<int>(l.step);
   const bool lstm = s.cell == RecurrentCell::kLstm;
   const bool has_bias = s.use_bias && bias != nullptr && gbias != nullptr;
-  const bool rec_bias = !lstm && s.reset_after;  // the bias's second row
+  const bool reset_after = !lstm && s.reset_after;  // the bias's second row too
   const int64_t rows = static_cast<int64_t>(n) * s.steps;
   const std::vector<float> zeros(static_cast<size_t>(n) * u, 0.0f);
   // The gates' input gradients of every step (zeros where masked), row
   // r * steps + t: the input's share is one GEMM each way after the loop.
+  // A step's rows, stride steps * gu, are also what multiplies the
+  // recurrent kernel, but for reset_after, whose candidate column there is
+  // r times it: `drec` holds that step's.
   std::vector<float> dxg(static_cast<size_t>(rows * gu), 0.0f);
-  // Per step: what multiplies the recurrent kernel (LSTM and GRU v2: the
-  // gates' gradients; reset_after: z's, r's and the candidate's r-scaled),
-  // the states' gradients carried back.
-  std::vector<float> drec(static_cast<size_t>(n) * gu), dhr(static_cast<size_t>(n) * u);
+  const int dxg_ld = s.steps * gu;
+  std::vector<float> drec(reset_after ? static_cast<size_t>(n) * gu : 0);
+  std::vector<float> dhr(static_cast<size_t>(n) * u);  // GRU v2: d(r h)
   std::vector<float> dh(static_cast<size_t>(n) * u, 0.0f), dc(static_cast<size_t>(n) * u, 0.0f);
   std::vector<float> dh_prev(static_cast<size_t>(n) * u);
   std::vector<double> gb(has_bias ? RecurrentBiasSize(s) : 0, 0.0);
@@ -217,13 +219,24 @@ void RecurrentBackward(int n, const RecurrentShape& s, const float* x, const flo
     const float* sp = saved + static_cast<int64_t>(p) * n * width;
     const float* h_prev = p > 0 ? sp - static_cast<int64_t>(n) * width + l.h : zeros.data();
     const int ld = p > 0 ? width : u;
+    float* dg_step = dxg.data() + static_cast<int64_t>(t) * gu;  // row r at r * dxg_ld
+    // Example r's saved step, previous state and gates' gradients.
+    struct Row {
+      const float *st, *pre, *act, *hp;
+      float* dg;
+    };
+    auto row = [&](int r) {
+      const float* st = sp + static_cast<int64_t>(r) * width;
+      return Row{st, st + l.pre, st + l.act, h_prev + static_cast<int64_t>(r) * ld,
+                 dg_step + static_cast<int64_t>(r) * dxg_ld};
+    };
     if (s.return_sequences) {
       for (int r = 0; r < n; ++r) {
         const float* g = gy + (static_cast<int64_t>(r) * s.steps + p) * u;
         for (int k = 0; k < u; ++k) dh[r * u + k] += g[k];
       }
     }
-    std::fill(drec.begin(), drec.end(), 0.0f);
+    if (reset_after) std::fill(drec.begin(), drec.end(), 0.0f);
     for (int r = 0; r < n; ++r) {
       float* dhp = dh_prev.data() + static_cast<int64_t>(r) * u;
       const float* dhr_row = dh.data() + static_cast<int64_t>(r) * u;
@@ -232,15 +245,11 @@ void RecurrentBackward(int n, const RecurrentShape& s, const float* x, const flo
         std::copy(dhr_row, dhr_row + u, dhp);
         continue;
       }
-      const float* st = sp + static_cast<int64_t>(r) * width;
-      const float* pre = st + l.pre;
-      const float* act = st + l.act;
-      const float* hp = h_prev + static_cast<int64_t>(r) * ld;
-      float* dg = dxg.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
-      float* dr = drec.data() + static_cast<int64_t>(r) * gu;
+      const Row w = row(r);
       auto rslope = [&](int j) {
-        return ActivationSlope(s.recurrent_activation, s.alpha, pre[j], act[j]);
+        return ActivationSlope(s.recurrent_activation, s.alpha, w.pre[j], w.act[j]);
       };
+      const float* st = w.st;
       if (lstm) {
         const float* cp = p > 0 ? sp - static_cast<int64_t>(n) * width + r * width + l.c
                                 : zeros.data() + static_cast<int64_t>(r) * u;
@@ -248,76 +257,70 @@ void RecurrentBackward(int n, const RecurrentShape& s, const float* x, const flo
         const float* ac = st + l.ac;
         float* dcr = dc.data() + static_cast<int64_t>(r) * u;
         for (int k = 0; k < u; ++k) {
-          const float i = act[k], f = act[u + k], g = act[2 * u + k], o = act[3 * u + k];
+          const float i = w.act[k], f = w.act[u + k], g = w.act[2 * u + k], o = w.act[3 * u + k];
           const float dct =
               dcr[k] + dhr_row[k] * o * ActivationSlope(s.activation, s.alpha, c[k], ac[k]);
-          dg[k] = dct * g * rslope(k);
-          dg[u + k] = dct * cp[k] * rslope(u + k);
-          dg[2 * u + k] =
-              dct * i * ActivationSlope(s.activation, s.alpha, pre[2 * u + k], act[2 * u + k]);
-          dg[3 * u + k] = dhr_row[k] * ac[k] * rslope(3 * u + k);
+          w.dg[k] = dct * g * rslope(k);
+          w.dg[u + k] = dct * cp[k] * rslope(u + k);
+          w.dg[2 * u + k] =
+              dct * i * ActivationSlope(s.activation, s.alpha, w.pre[2 * u + k], w.act[2 * u + k]);
+          w.dg[3 * u + k] = dhr_row[k] * ac[k] * rslope(3 * u + k);
           dcr[k] = dct * f;
           dhp[k] = 0.0f;
         }
-        std::copy(dg, dg + gu, dr);
         continue;
       }
       const float* hr = st + l.hr;
+      float* dr = reset_after ? drec.data() + static_cast<int64_t>(r) * gu : nullptr;
       for (int k = 0; k < u; ++k) {
-        const float z = act[k], g = act[2 * u + k];
+        const float z = w.act[k], g = w.act[2 * u + k];
         const float dpg =
-            dhr_row[k] * (1.0f - z) * ActivationSlope(s.activation, s.alpha, pre[2 * u + k], g);
-        dg[k] = dhr_row[k] * (hp[k] - g) * rslope(k);
-        dg[2 * u + k] = dpg;
+            dhr_row[k] * (1.0f - z) * ActivationSlope(s.activation, s.alpha, w.pre[2 * u + k], g);
+        w.dg[k] = dhr_row[k] * (w.hp[k] - g) * rslope(k);
+        w.dg[2 * u + k] = dpg;  // r's gradient, without reset_after, after the GEMM below
         dhp[k] = dhr_row[k] * z;
-        if (s.reset_after) {
-          dg[u + k] = dpg * hr[k] * rslope(u + k);
-          dr[k] = dg[k];
-          dr[u + k] = dg[u + k];
-          dr[2 * u + k] = dpg * act[u + k];
-        } else {
-          dr[k] = dg[k];        // r's gradient comes after the GEMM below
-          dr[2 * u + k] = dpg;  // multiplies Uh with (r h)
+        if (reset_after) {
+          w.dg[u + k] = dpg * hr[k] * rslope(u + k);
+          dr[k] = w.dg[k];
+          dr[u + k] = w.dg[u + k];
+          dr[2 * u + k] = dpg * w.act[u + k];
         }
       }
     }
-    if (!lstm && !s.reset_after) {
+    if (!lstm && !reset_after) {
       // d(r h) = dpg Uh^T for the batch; then r's gradient and h's through it.
-      Gemm(false, true, n, u, u, drec.data() + 2 * u, gu, recurrent_kernel + 2 * u, gu, false,
+      Gemm(false, true, n, u, u, dg_step + 2 * u, dxg_ld, recurrent_kernel + 2 * u, gu, false,
            dhr.data(), u);
       for (int r = 0; r < n; ++r) {
         if (mask.masked(r, s.steps, t)) continue;
-        const float* st = sp + static_cast<int64_t>(r) * width;
-        const float* pre = st + l.pre;
-        const float* act = st + l.act;
-        const float* hp = h_prev + static_cast<int64_t>(r) * ld;
-        float* dg = dxg.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
-        float* dr = drec.data() + static_cast<int64_t>(r) * gu;
+        const Row w = row(r);
         for (int k = 0; k < u; ++k) {
           const float d = dhr[r * u + k];
-          dg[u + k] =
-              d * hp[k] * ActivationSlope(s.recurrent_activation, s.alpha, pre[u + k], act[u + k]);
-          dr[u + k] = dg[u + k];
-          dh_prev[r * u + k] += d * act[u + k];
+          w.dg[u + k] =
+              d * w.hp[k] *
+              ActivationSlope(s.recurrent_activation, s.alpha, w.pre[u + k], w.act[u + k]);
+          dh_prev[r * u + k] += d * w.act[u + k];
         }
       }
       // Uh's gradient: (r h)^T dpg; z's and r's columns: h^T [dz, dr].
-      Gemm(true, false, u, u, n, sp + l.hr, width, drec.data() + 2 * u, gu, true,
+      Gemm(true, false, u, u, n, sp + l.hr, width, dg_step + 2 * u, dxg_ld, true,
            grecurrent + 2 * u, gu);
-      Gemm(true, false, u, 2 * u, n, h_prev, ld, drec.data(), gu, true, grecurrent, gu);
-      Gemm(false, true, n, u, 2 * u, drec.data(), gu, recurrent_kernel, gu, true, dh_prev.data(),
+      Gemm(true, false, u, 2 * u, n, h_prev, ld, dg_step, dxg_ld, true, grecurrent, gu);
+      Gemm(false, true, n, u, 2 * u, dg_step, dxg_ld, recurrent_kernel, gu, true, dh_prev.data(),
            u);
     } else {
-      Gemm(true, false, u, gu, n, h_prev, ld, drec.data(), gu, true, grecurrent, gu);
-      Gemm(false, true, n, u, gu, drec.data(), gu, recurrent_kernel, gu, true, dh_prev.data(), u);
+      const float* rec = reset_after ? drec.data() : dg_step;
+      const int rec_ld = reset_after ? gu : dxg_ld;
+      Gemm(true, false, u, gu, n, h_prev, ld, rec, rec_ld, true, grecurrent, gu);
+      Gemm(false, true, n, u, gu, rec, rec_ld, recurrent_kernel, gu, true, dh_prev.data(), u);
     }
     if (has_bias) {
       for (int r = 0; r < n; ++r) {
         if (mask.masked(r, s.steps, t)) continue;
-        const float* dg = dxg.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
-        const float* dr = drec.data() + static_cast<int64_t>(r) * gu;
+        const float* dg = row(r).dg;
         for (int j = 0; j < gu; ++j) gb[j] += dg[j];
-        if (rec_bias) {
+        if (reset_after) {
+          const float* dr = drec.data() + static_cast<int64_t>(r) * gu;
           for (int j = 0; j < gu; ++j) gb[gu + j] += dr[j];
         }
       }

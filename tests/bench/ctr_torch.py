@@ -87,25 +87,26 @@ def mix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-def buckets_of(ids, buckets):
-    """CriteoBucket: (Mix64(id ^ (feature << 56)) * buckets) >> 64 for ids
-    [n, 26] (uint64), buckets < 2^31, without 128-bit products."""
-    shift = (np.arange(FIELDS, dtype=np.uint64) << np.uint64(56))[None, :]
-    key = mix64(ids ^ shift)
+def scaled(key, buckets):
+    """(key * buckets) >> 64 for uint64 keys, buckets < 2^31, without
+    128-bit products."""
     hi, lo = key >> np.uint64(32), key & np.uint64(0xffffffff)
     b = np.uint64(buckets)
     return ((hi * b + ((lo * b) >> np.uint64(32))) >> np.uint64(32)).astype(np.int64)
+
+
+def buckets_of(ids, buckets):
+    """CriteoBucket: (Mix64(id ^ (feature << 56)) * buckets) >> 64 for ids
+    [n, 26] (uint64)."""
+    shift = (np.arange(FIELDS, dtype=np.uint64) << np.uint64(56))[None, :]
+    return scaled(mix64(ids ^ shift), buckets)
 
 
 def item_rows(ids, buckets):
     """The item's and the history's values (criteo.json's "history"):
     1 + CriteoBucket(0, id, buckets) of C1's ids [n, k] (uint64), 0 where
     the id is 0 (an empty C1, padding)."""
-    key = mix64(ids)
-    hi, lo = key >> np.uint64(32), key & np.uint64(0xffffffff)
-    b = np.uint64(buckets)
-    rows = ((hi * b + ((lo * b) >> np.uint64(32))) >> np.uint64(32)).astype(np.int64) + 1
-    return np.where(ids == 0, 0, rows).astype(np.float32)
+    return np.where(ids == 0, 0, scaled(mix64(ids), buckets) + 1).astype(np.float32)
 
 
 def read_split(path, buckets, label_columns=1, history=0):
