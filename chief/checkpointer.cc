@@ -104,17 +104,18 @@ absl::Status Checkpointer::CaptureWhilePaused(bool workers_idle, const std::vect
   // Sync: a step completes on every ps or on none, but not at the same
   // instant (a worker pushes to one ps, then to the next). Wait until the
   // versions agree, asking for them (cheap) rather than for the shards, for
-  // up to a second: far longer than a worker takes between two pushes, also
+  // up to settle_timeout (a second): far longer than a worker takes between two pushes, also
   // on a loaded machine, and short enough not to hold up the chief's checks
   // of the workers when one died between its pushes (the ps then disagree
   // until its chunk is trained again, and this checkpoint is skipped).
-  const absl::Time settle_by = absl::Now() + absl::Seconds(1);
+  const absl::Time settle_by = absl::Now() + options_.settle_timeout;
   for (;;) {
     std::string apart;
     PSCLUSTER_RETURN_IF_ERROR(WaitForOneVersion(settle_by, &apart));
     if (!apart.empty()) {
       return absl::DeadlineExceededError(
-          absl::StrCat("the ps did not settle on one version within 1 s (", apart, ")"));
+          absl::StrCat("the ps did not settle on one version within ",
+                       absl::FormatDuration(options_.settle_timeout), " (", apart, ")"));
     }
     *snap = Snapshot();
     snap->run_started_unix_ms = absl::ToUnixMillis(run_started_);

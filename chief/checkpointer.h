@@ -42,6 +42,9 @@ struct CheckpointerOptions {
   // The placement's option, to read a checkpoint of another ps count
   // (FromCheckpointFor).
   int64_t min_shard_bytes = 64 << 10;
+  // Sync: how long the ps may disagree on the version before a checkpoint
+  // is skipped (a worker between its pushes to two ps).
+  absl::Duration settle_timeout = absl::Seconds(1);
 };
 
 class Checkpointer {

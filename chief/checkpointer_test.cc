@@ -80,10 +80,14 @@ class CheckpointerTest : public ::testing::Test {
     placement_ = PlaceVariables(spec_, 2);
   }
 
-  Checkpointer Make(UpdateMode mode) {
+  // `settle`: how long the ps may disagree; a test whose lagging ps catches
+  // up after a number of looks gives it far longer than those looks take on
+  // a loaded machine, so it counts looks, not time.
+  Checkpointer Make(UpdateMode mode, absl::Duration settle = absl::Seconds(1)) {
     CheckpointerOptions o;  // in memory
     o.every_steps = 100;
     o.mode = mode;
+    o.settle_timeout = settle;
     return Checkpointer(o, &spec_, &placement_, &fleet_, &dispatcher_, &stop_, kT0);
   }
 
@@ -98,7 +102,7 @@ TEST_F(CheckpointerTest, SyncWaitsForTheLaggingPsToCatchUp) {
   // Far more looks than the 100 the chief once gave up after.
   fleet_.lagging = 1;
   fleet_.lag_for = 400;
-  Checkpointer c = Make(SYNC);
+  Checkpointer c = Make(SYNC, absl::Minutes(5));
   ASSERT_TRUE(c.Take("periodic", 300).ok());
   ASSERT_NE(c.latest(), nullptr);
   EXPECT_EQ(c.latest()->step, 300);
