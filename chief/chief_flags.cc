@@ -534,21 +534,16 @@ absl::Status SetInitialWeights(const ChiefFlags& f, ChiefOptions* opt,
   return absl::OkStatus();
 }
 
-// Clipping is done where the gradient Keras clips is whole: an async
-// worker's own, a ring worker's step mean. A sync step's mean is summed
-// on the ps, each holding a part; a sparse table's rows travel apart.
+// Clipping is done where the gradient Keras clips is known: an async
+// worker's own, a ring worker's step mean, a sync step's mean on the ps
+// (each clips its part by the norms they agree on). A sparse table's rows
+// travel apart from the gradient: refused.
 absl::Status CheckClipping(const ChiefFlags& f, const TrainingPlan& plan) {
   if (plan.clipnorm() <= 0 && plan.global_clipnorm() <= 0) return absl::OkStatus();
   const bool global = plan.global_clipnorm() > 0;
   const std::string flag = global ? "global_clipnorm" : "clipnorm";
   const std::string value = absl::StrCat(global ? plan.global_clipnorm() : plan.clipnorm());
   if (plan.strategy() == MULTI_WORKER_MIRRORED) return absl::OkStatus();
-  if (plan.mode() == SYNC) {
-    return Bad(flag, value,
-               "is followed with --mode=async (each worker clips its own gradient, as under "
-               "TensorFlow's ParameterServerStrategy) or --strategy=multi_worker_mirrored; a sync "
-               "step's gradient is summed on the ps, each holding a part of it");
-  }
   if (!plan.dense_embeddings()) {
     absl::StatusOr<ModelSpec> spec = PlanModelSpec(plan.model(), plan.model_json(), plan.loss());
     if (!spec.ok()) return Bad("model", f.model, std::string(spec.status().message()));

@@ -454,16 +454,14 @@ TEST(ChiefOptimizerTest, TheModelFilesCompiledOptimizerUnlessTheFlagsSayOtherwis
   EXPECT_EQ(ErrorOf(f), "--momentum=1.5: must be in [0, 1)");
 }
 
-TEST(ChiefOptimizerTest, ClippingWhereAWorkerHoldsTheGradientKerasClips) {
+TEST(ChiefOptimizerTest, ClippingInEveryModeButWithSparseTables) {
   ChiefFlags f;
   f.global_clipnorm = 1.0;
-  EXPECT_EQ(ErrorOf(f),
-            "--global_clipnorm=1: is followed with --mode=async (each worker clips its own "
-            "gradient, as under TensorFlow's ParameterServerStrategy) or "
-            "--strategy=multi_worker_mirrored; a sync step's gradient is summed on the ps, each "
-            "holding a part of it");
+  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));  // sync: on the ps
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_FLOAT_EQ(opt->plan.global_clipnorm(), 1.0f);
   f.mode = "async";
-  absl::StatusOr<ChiefOptions> opt = MakeChiefOptions(f, Cluster(2, 2));
+  opt = MakeChiefOptions(f, Cluster(2, 2));
   ASSERT_TRUE(opt.ok()) << opt.status();
   EXPECT_FLOAT_EQ(opt->plan.global_clipnorm(), 1.0f);
   EXPECT_FLOAT_EQ(opt->plan.clipnorm(), 0.0f);
@@ -476,6 +474,12 @@ TEST(ChiefOptimizerTest, ClippingWhereAWorkerHoldsTheGradientKerasClips) {
   opt = MakeChiefOptions(f, Cluster(0, 2));
   ASSERT_TRUE(opt.ok()) << opt.status();
   EXPECT_FLOAT_EQ(opt->plan.clipnorm(), 0.5f);
+  // A sparse table's rows travel apart from the gradient.
+  f = ChiefFlags();
+  f.clipnorm = 0.5;
+  f.model = "deploy/models/ctr_wide_deep.json";
+  EXPECT_EQ(ErrorOf(f).substr(0, 79),
+            "--clipnorm=0.5: is not followed with sparse embedding tables (their rows travel");
 }
 
 }  // namespace

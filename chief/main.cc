@@ -66,12 +66,12 @@ ABSL_FLAG(double, weight_decay, kDefaults.weight_decay,
           "step, as Keras); -1: the optimizer's Keras default (adamw 0.004, others 0)");
 ABSL_FLAG(double, clipnorm, kDefaults.clipnorm,
           "Clip each variable's gradient to this norm before the update, as Keras's clipnorm: "
-          "each worker its own (--mode=async) or the step's mean (multi_worker_mirrored); 0: "
-          "none");
+          "the step's mean (sync: on the ps, which agree on the norms; multi_worker_mirrored) "
+          "or each worker its own (--mode=async); 0: none");
 ABSL_FLAG(double, global_clipnorm, kDefaults.global_clipnorm,
           "Clip all the gradients together to this global norm, as Keras's global_clipnorm: "
-          "each worker its own (--mode=async) or the step's mean (multi_worker_mirrored); 0: "
-          "none");
+          "the step's mean (sync: on the ps, which agree on the norm; multi_worker_mirrored) "
+          "or each worker its own (--mode=async); 0: none");
 ABSL_FLAG(bool, embedding_rows_ahead, kDefaults.embedding_rows_ahead,
           "Sparse embedding tables: each worker's next batch's rows come with its push-pull "
           "(the chief names each worker's next chunk): one round trip a step; false: pulled "

@@ -122,6 +122,8 @@ ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelS
   ps_setup_.replicas_to_aggregate =
       options_.replicas_to_aggregate > 0 ? options_.replicas_to_aggregate : plan_.num_workers();
   ps_setup_.nonfinite = options_.nonfinite;
+  ps_setup_.clipnorm = plan_.clipnorm();
+  ps_setup_.global_clipnorm = plan_.global_clipnorm();
   for (const SparseTableInfo& t : tables_) {
     SparseTableOptions o;
     o.name = t.variable;

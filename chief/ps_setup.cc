@@ -1,6 +1,8 @@
 #include "chief/ps_setup.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -11,9 +13,15 @@ InitRequest MakeInitRequest(const PsSetup& setup, int ps) {
   const Placement& placement = *setup.placement;
   InitRequest req;
   req.set_layout_fingerprint(placement.fingerprint);
+  // Each trainable variable's index, in model order (its parts share it).
+  std::map<std::string, int> trainable;
+  for (const Shard& sh : placement.shards) {
+    if (!sh.moving_statistic) trainable.emplace(sh.variable, static_cast<int>(trainable.size()));
+  }
   for (int s : placement.shards_of_ps[ps]) {
     const Shard& sh = placement.shards[s];
     ShardSpec* spec = req.add_shards();
+    if (!sh.moving_statistic) spec->set_trainable_index(trainable.at(sh.variable));
     spec->set_variable(sh.variable);
     spec->set_part(sh.part);
     spec->set_offset(sh.offset);
@@ -27,6 +35,13 @@ InitRequest MakeInitRequest(const PsSetup& setup, int ps) {
   req.set_replicas_to_aggregate(setup.replicas_to_aggregate);
   req.set_nonfinite(setup.nonfinite);
   for (const SparseTableConfig& t : setup.sparse_tables) *req.add_sparse_tables() = t;
+  if (setup.mode == SYNC && (setup.clipnorm > 0 || setup.global_clipnorm > 0)) {
+    ClippingConfig* c = req.mutable_clipping();
+    c->set_clipnorm(setup.clipnorm);
+    c->set_global_clipnorm(setup.global_clipnorm);
+    c->set_num_trainable(static_cast<int>(trainable.size()));
+    c->set_num_ps(placement.num_ps);
+  }
   return req;
 }
 

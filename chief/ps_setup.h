@@ -28,6 +28,10 @@ struct PsSetup {
   int replicas_to_aggregate = 0;  // sync: gradients per step
   NonFinitePolicy nonfinite = NONFINITE_REJECT;
   std::vector<SparseTableConfig> sparse_tables;  // the same for every ps
+  // Sync: the clipping every ps takes part in (ClippingConfig; its
+  // num_trainable and num_ps are filled in here).
+  double clipnorm = 0;
+  double global_clipnorm = 0;
 };
 
 // The InitRequest of ps `ps` without values (RestoreRequest.init as is).

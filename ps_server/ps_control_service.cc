@@ -30,6 +30,8 @@ StepDecision DecisionFromRequest(const StepCommitRequest& req) {
   d.members.assign(req.members().begin(), req.members().end());
   d.skip = req.skip();
   d.decider_epoch = req.decider_epoch();
+  d.clipped = req.clipped();
+  d.clip_scales.assign(req.clip_scales().begin(), req.clip_scales().end());
   return d;
 }
 
@@ -158,9 +160,15 @@ grpc::Status PsControlService::CommitStep(grpc::ServerContext* ctx, const StepCo
 
 grpc::Status PsControlService::DoCommitStep(const StepCommitRequest& req,
                                             StepCommitResponse* resp) {
-  absl::Status s = store_->Commit(req.layout_fingerprint(), DecisionFromRequest(req));
+  // A clipped step's norms are answered once the members' gradients are
+  // here: well within the sender's 2 s deadline, or Unavailable (it asks
+  // again).
+  std::vector<double> norms;
+  absl::Status s = store_->Commit(req.layout_fingerprint(), DecisionFromRequest(req), &norms,
+                                  absl::Now() + absl::Seconds(1));
   if (!s.ok()) return ToGrpcStatus(s);
   resp->set_version(store_->stats().version);
+  resp->mutable_clip_norms()->Assign(norms.begin(), norms.end());
   return grpc::Status::OK;
 }
 
@@ -216,6 +224,7 @@ grpc::Status PsControlService::ApplyRecords(const ReplicateRequest& req,
     u.request_id = r.request_id();
     u.staleness = r.staleness();
     u.primary_term = r.primary_term();
+    u.clip_scales.assign(r.clip_scales().begin(), r.clip_scales().end());
     for (const SparseRows& rows : r.sparse()) {
       if (absl::Status s = SparseRowsFromProto(rows, &u.sparse.emplace_back()); !s.ok()) {
         return ToGrpcStatus(s);
@@ -273,6 +282,8 @@ grpc::Status PsControlService::GetDecision(grpc::ServerContext* ctx, const GetDe
   for (bool m : d->members) resp->add_members(m);
   resp->set_skip(d->skip);
   resp->set_decider_epoch(d->decider_epoch);
+  resp->set_clipped(d->clipped);
+  resp->mutable_clip_scales()->Assign(d->clip_scales.begin(), d->clip_scales.end());
   return grpc::Status::OK;
 }
 

@@ -58,6 +58,7 @@ void ToRecord(const AppliedUpdate& u, bool gradient_inline, AppliedUpdateRecord*
   r->set_request_id(u.request_id);
   r->set_staleness(u.staleness);
   r->set_primary_term(u.primary_term);
+  r->mutable_clip_scales()->Assign(u.clip_scales.begin(), u.clip_scales.end());
   for (const SparseRowsData& rows : u.sparse) SparseRowsToProto(rows, r->add_sparse());
 }
 

@@ -89,6 +89,8 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
     for (bool m : d.members) req.add_members(m);
     req.set_skip(d.skip);
     req.set_decider_epoch(d.decider_epoch);
+    req.set_clipped(d.clipped);
+    req.mutable_clip_scales()->Assign(d.clip_scales.begin(), d.clip_scales.end());
     Backoff backoff(ResendPolicy());
     while (!stop_) {
       connect();
@@ -109,7 +111,19 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
         ctx.set_deadline(DeadlineIn(std::chrono::seconds(2)));
         s = stub->CommitStep(&ctx, req, &resp);
       }
-      if (s.ok()) break;
+      if (s.ok()) {
+        // A clipped step without scales: the follower's squared norms.
+        if (d.clipped && d.clip_scales.empty()) {
+          absl::Status added = store_->AddClipNorms(
+              d.layout_fingerprint, follower + 1, d.generation, d.version,
+              std::vector<double>(resp.clip_norms().begin(), resp.clip_norms().end()));
+          if (!added.ok()) {
+            spdlog::error("ps at {} answered the step {} with norms that do not fit: {}", address,
+                          d.version, std::string(added.message()));
+          }
+        }
+        break;
+      }
       if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
           s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
           s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {

@@ -225,7 +225,7 @@ TEST(ChiefFlagsTest, BadFlagValuesAreNamed) {
                {"--model=resnet", "--model=resnet"},
                {"--optimizer=lamb", "--optimizer=lamb"},
                {"--weight_decay=-2", "--weight_decay=-2"},
-               {"--global_clipnorm=1", "--global_clipnorm=1: is followed with --mode=async"},
+               {"--global_clipnorm=-1", "--global_clipnorm=-1: must be >= 0"},
                {"--replicas_to_aggregate=3", "--replicas_to_aggregate=3"},
                {"--num_workers=5", "lists 2 workers"},
                {"--batch_size=-4", "--batch_size=-4"},

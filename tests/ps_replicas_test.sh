@@ -104,9 +104,10 @@ chief_metric() {
 # OUT.metrics, scrape_chief).
 kill_ps() {
   local out="$1" mode="$2" num_ps="$3" index="$4" replicas="${5:-1}" pid
+  # shellcheck disable=SC2086  # kill_ps_args: more flags, word-split
   "$train" --no_build --data_dir="$data" --model=cnn --epochs=2 --ps_replicas="$replicas" \
     --mode="$mode" --num_ps="$num_ps" --checkpoint_every_steps=100 --log_every_s=0.5 \
-    --logdir="$out.d" > "$out" 2>&1 &
+    --logdir="$out.d" ${kill_ps_args:-} > "$out" 2>&1 &
   pid=$!
   # Past step 100, by the progress line or (a fast run logs few of those)
   # by a periodic checkpoint's.
@@ -232,6 +233,26 @@ if [ -n "$killed" ] && [ "$rc" -eq 0 ] &&
   pass "sync, ps:0 (the decider) killed mid-run: its backup promoted to decide the steps (epoch 1), the shards back on ps:0 once it caught up (epoch 2), no step redone, every copy applied the same updates, the final line is the clean run's; /metrics counts one promotion"
 else
   fail "sync, ps:0 killed mid-run (killed '$killed', exit $rc): $problems"; tail -n 30 "$tmp/dkill.out"
+fi
+
+# Sync clipping (the ps agree on the step's global norm through the
+# decider, update/step_clipping.h) with the decider killed mid-step: its
+# backup, promoted, gathers the norms again, and the run ends with the clean
+# clipped run's final line, every copy applying the same updates.
+"$train" --no_build --data_dir="$data" --model=cnn --epochs=2 --global_clipnorm=0.05 \
+  --logdir="$tmp/c0" > "$tmp/c0.out" 2>&1; rc0=$?
+fc="$(tail -n 1 "$tmp/c0.out" | sed 's/ wall_s=.*//')"
+kill_ps_args="--global_clipnorm=0.05" kill_ps "$tmp/ckill.out" sync 2 0
+problems="$(crc_pairs "$tmp/ckill.out" 2)$(same_updates "$tmp/ckill.out" 2)"
+if [ "$rc0" -eq 0 ] && [[ "$fc" =~ ^final: ]] && [ "$fc" != "$f0" ] && [ -n "$killed" ] &&
+   [ "$rc" -eq 0 ] && [ "$(tail -n 1 "$tmp/ckill.out" | sed 's/ wall_s=.*//')" = "$fc" ] &&
+   grep -q 'global_clipnorm 0.05' "$tmp/ckill.out" &&
+   grep -qE 'ps:0 lost \(.*\): its backup store on ps:1 \(.*\) serves its shards from now on' "$tmp/ckill.out" &&
+   ! grep -q 'restored from the checkpoint' "$tmp/ckill.out" && [ -z "$problems" ]; then
+  pass "sync, global_clipnorm 0.05, ps:0 (the decider) killed mid-run: the final line is the clean clipped run's ('$fc', unclipped '$f0'), every copy applied the same updates"
+else
+  fail "sync clipped, ps:0 killed mid-run (clean exit $rc0 '$fc', killed '$killed', exit $rc): $problems"
+  tail -n 30 "$tmp/ckill.out"
 fi
 
 # The other two corners of {sync, async} x {2, 3 ps}: sync with 3 ps, ps:2

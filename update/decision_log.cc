@@ -45,8 +45,8 @@ bool DecisionLog::Next(int64_t after_sequence, absl::Time deadline, StepDecision
 
 std::optional<StepDecision> DecisionLog::Find(int64_t version, int64_t generation) const {
   absl::MutexLock lock(&mu_);
-  for (const StepDecision& d : decisions_) {
-    if (d.version == version && d.generation == generation) return d;
+  for (auto d = decisions_.rbegin(); d != decisions_.rend(); ++d) {
+    if (d->version == version && d->generation == generation) return *d;
   }
   return std::nullopt;
 }

@@ -39,6 +39,12 @@ struct StepDecision {
   // Commit), so that a decider that was only cut off, and replaced, can no
   // longer have a step applied anywhere.
   int64_t decider_epoch = 0;
+  // Sync clipping (update/step_clipping.h): the step is clipped; without
+  // scales, the decider asks each ps for its squared norms; with them (the
+  // decider's second decision of the step), each ps applies its part
+  // scaled by them.
+  bool clipped = false;
+  std::vector<float> clip_scales;
 };
 
 class DecisionLog {
@@ -61,7 +67,8 @@ class DecisionLog {
   // for one until `deadline`. False on the deadline or after Cancel().
   bool Next(int64_t after_sequence, absl::Time deadline, StepDecision* out);
 
-  // The kept decision for the step from `version` of `generation`.
+  // The newest kept decision for the step from `version` of
+  // `generation` (a clipped step's second, with its scales, once it came).
   std::optional<StepDecision> Find(int64_t version, int64_t generation) const;
 
   // The kept decisions of `generation` for steps below `version`, oldest

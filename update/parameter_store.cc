@@ -80,6 +80,12 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ParameterStore::CheckConfig(
         SparseTable::Create(config.sparse_tables[t]);
     if (!table.ok()) return table.status();
   }
+  PSCLUSTER_RETURN_IF_ERROR(StepClipping::Check(config.clipping, config.num_floats));
+  if (config.clipping.enabled() &&
+      (config.rule != UpdateRule::kSync || !config.sparse_tables.empty())) {
+    return absl::InvalidArgumentError(
+        "a store clips only sync steps of dense gradients (async workers clip their own)");
+  }
   return Optimizer::Create(config.optimizer, config.num_floats);
 }
 
@@ -99,6 +105,7 @@ absl::Status ParameterStore::Configure(const StoreConfig& config,
   sparse_.Reset(std::move(tables));
   decisions_.Clear();
   commit_.reset();
+  clipping_.Configure(config.clipping);
   generation_ = config.generation;
   return absl::OkStatus();
 }

@@ -68,8 +68,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -85,6 +85,7 @@
 #include "update/shard_values.h"
 #include "update/sparse_shards.h"
 #include "update/sparse_table.h"
+#include "update/step_clipping.h"
 
 namespace pscluster {
 
@@ -116,6 +117,9 @@ struct StoreConfig {
   // table order: this store holds the rows of each that RowOwner gives
   // its ps, and updates them with the dense values, in the same steps.
   std::vector<SparseTableOptions> sparse_tables;
+  // Sync: the optimizer's clipnorm / global_clipnorm of each step's whole
+  // gradient (update/step_clipping.h); async workers clip their own.
+  StepClippingConfig clipping;
 };
 
 struct PushArgs {
@@ -224,6 +228,9 @@ struct AppliedUpdate {
   // The term of the primary that made it (StoreStats::primary_term): a
   // backup refuses the records of a replaced primary's lower term.
   int64_t primary_term = 0;
+  // Sync clipping: the step's scales (StepDecision::clip_scales);
+  // `gradient` is the clipped one.
+  std::vector<float> clip_scales;
 };
 
 // Called, under the store's lock and in the order the updates were made,
@@ -353,7 +360,22 @@ class ParameterStore {
   // that version: try again); InvalidArgument for a malformed decision or
   // FailedPrecondition for a store that decides itself, and for a decision
   // of a decider epoch below this store's (its decider was replaced).
-  absl::Status Commit(uint64_t layout_fingerprint, const StepDecision& decision);
+  //
+  // A clipped decision without scales (update/step_clipping.h) is answered
+  // with this store's squared norms of the step's gradient in *clip_norms
+  // (not null), once its members' gradients are here: the call waits for
+  // them until `deadline`, then is Unavailable (ask again).
+  absl::Status Commit(uint64_t layout_fingerprint, const StepDecision& decision,
+                      std::vector<double>* clip_norms = nullptr,
+                      absl::Time deadline = absl::InfinitePast());
+
+  // Deciding store, clipped steps: ps `ps`'s squared norms of the step
+  // from `version` of `generation` (its answer to the decision); the step
+  // is applied once every ps's are in. A step closed already, or of
+  // another generation, ignores them; InvalidArgument for a ps or a count
+  // that does not fit.
+  absl::Status AddClipNorms(uint64_t layout_fingerprint, int ps, int64_t generation,
+                            int64_t version, std::vector<double> norms);
 
   // Following store: refuses decisions of a decider epoch below `epoch`
   // from now on (a backup is about to decide in place of a decider that
@@ -505,7 +527,14 @@ class ParameterStore {
   // Applies the step made of `members`' pending gradients (skips it when
   // `skip` or when one of them holds NaN/Inf: returns whether it skipped),
   // drops the others' and advances the version.
-  bool ApplyStep(const std::vector<bool>& members, bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `clip_scales`: the clipped step's scales (empty: not clipped).
+  bool ApplyStep(const std::vector<bool>& members, bool skip,
+                 const std::vector<float>& clip_scales = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // commit_, clipped and without scales: keeps this store's squared norms
+  // of the step (members' gradients all here) and, deciding, makes the
+  // scales once every ps's are in and sends them on. Whether commit_ has
+  // its scales now.
+  bool GatherClipNorms(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ApplyStep's end, once the update is made: the members' and the
   // others' fates, the pending gradients let go, the version advanced.
   void CloseStep(const std::vector<bool>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -517,8 +546,8 @@ class ParameterStore {
   // Tells the listener, if any, of the update from version_ to version_ + 1
   // (`grad` null: the values did not change; `chunk`: an async push's).
   void Report(const float* grad, bool skipped, const std::vector<bool>& members, int worker,
-              uint64_t request_id, int64_t staleness, int64_t chunk = -1)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+              uint64_t request_id, int64_t staleness, int64_t chunk = -1,
+              const std::vector<float>& clip_scales = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Backup: ApplyReplicated's check that `u` fits this store.
   absl::Status CheckRecord(const AppliedUpdate& u) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Promote's check of the decision in flight (see Promote).
@@ -582,6 +611,10 @@ class ParameterStore {
     std::shared_ptr<std::vector<float>> values;  // null: none
   };
   Ahead ahead_ ABSL_GUARDED_BY(mu_);
+  // Sync clipping: the ps's squared norms of the last steps, and a clipped
+  // step's gradient scaled (the pending gradients stay as they came).
+  StepClipping clipping_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> clipped_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster

@@ -170,7 +170,8 @@ size_t ParameterStore::RecentChunksKept(int num_workers) {
 }
 
 void ParameterStore::Report(const float* grad, bool skipped, const std::vector<bool>& members,
-                            int worker, uint64_t request_id, int64_t staleness, int64_t chunk) {
+                            int worker, uint64_t request_id, int64_t staleness, int64_t chunk,
+                            const std::vector<float>& clip_scales) {
   if (!listener_) return;
   AppliedUpdate u;
   u.generation = generation_;
@@ -178,6 +179,7 @@ void ParameterStore::Report(const float* grad, bool skipped, const std::vector<b
   u.primary_term = primary_term_;
   if (grad != nullptr) u.gradient.assign(grad, grad + config_.num_floats);
   u.skipped = skipped;
+  u.clip_scales = clip_scales;
   u.members = members;
   if (!members.empty()) {
     u.member_request_ids.assign(config_.num_workers, 0);
@@ -285,6 +287,8 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint, const 
     d.version = u.version;
     d.members = u.members;
     d.skip = u.skipped;
+    d.clipped = !u.clip_scales.empty();
+    d.clip_scales = u.clip_scales;
     replicated_decisions_.push_back(std::move(d));
     if (replicated_decisions_.size() > DecisionLog::kKept) replicated_decisions_.pop_front();
   }

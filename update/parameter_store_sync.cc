@@ -1,8 +1,9 @@
 // ParameterStore's sync step protocol: gathering the members' gradients
 // (PendingStep), closing a step (the deciding store) or applying the step
-// another store decided (a following store, Commit), computing a
-// follower's next update ahead, the workers a step waits for, and the
-// decider's epoch that fences a replaced decider.
+// another store decided (a following store, Commit), the ps's agreement on
+// a clipped step's norms (update/step_clipping.h), computing a follower's
+// next update ahead, the workers a step waits for, and the decider's epoch
+// that fences a replaced decider.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -63,10 +64,56 @@ void ParameterStore::MaybeCloseStep() {
   for (int w = 0; w < config_.num_workers; ++w) d.members[w] = pending_.has(w);
   d.skip = pending_.AnyNonfinite(d.members);
   const std::vector<bool> members = d.members;
+  if (clipping_.enabled() && !d.skip) {
+    // Clipped: the step waits for every ps's norms (its own first), as a
+    // decision in flight would; alone, it has them at once.
+    d.clipped = true;
+    if (clipping_.num_ps() > 1) decisions_.Record({d});
+    commit_ = std::move(d);
+    MaybeApplyCommit();
+    return;
+  }
   // Out before the update: the other ps apply the step while this one
   // does.
   decisions_.Record({std::move(d)});
   ApplyStep(members, /*skip=*/false);
+}
+
+bool ParameterStore::GatherClipNorms(const std::vector<bool>& members) {
+  const int self = config_.step_role == StepRole::kDecide ? 0 : -1;  // a follower keeps as -1
+  if (clipping_.Kept(self, generation_, version_) == nullptr) {
+    clipping_.Keep(self, generation_, version_,
+                   clipping_.Norms(pending_.Gradient(members, threads_)));
+    version_advanced_.SignalAll();  // a Commit waits for them
+  }
+  if (config_.step_role != StepRole::kDecide) return false;
+  std::optional<std::vector<float>> scales = clipping_.Scales(generation_, version_);
+  if (!scales.has_value()) return false;
+  commit_->clip_scales = *std::move(scales);
+  // The step again, with its scales: every ps applies its part scaled (a
+  // decision adopted at a promotion goes under this decider's epoch).
+  commit_->decider_epoch = decider_epoch_;
+  decisions_.Record({*commit_});
+  return true;
+}
+
+absl::Status ParameterStore::AddClipNorms(uint64_t layout_fingerprint, int ps, int64_t generation,
+                                          int64_t version, std::vector<double> norms) {
+  absl::MutexLock lock(&mu_);
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
+  if (ps < 1 || ps >= clipping_.num_ps() ||
+      static_cast<int>(norms.size()) != clipping_.num_trainable()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "squared norms of ", norms.size(), " variables from ps:", ps, "; this step clips ",
+        clipping_.num_trainable(), " variables over ", clipping_.num_ps(), " ps"));
+  }
+  if (config_.step_role != StepRole::kDecide || !commit_.has_value() || !commit_->clipped ||
+      commit_->version != version || commit_->generation != generation) {
+    return absl::OkStatus();  // a step closed already (a resent answer)
+  }
+  clipping_.Keep(ps, generation, version, std::move(norms));
+  MaybeApplyCommit();
+  return absl::OkStatus();
 }
 
 void ParameterStore::MaybeApplyCommit() {
@@ -87,9 +134,15 @@ void ParameterStore::MaybeApplyCommit() {
       torn = true;
     }
   }
+  if (commit_->clipped && commit_->clip_scales.empty() && !GatherClipNorms(members)) return;
   if (torn) ++stats_.steps_torn;
   const bool skip = commit_->skip;
+  const std::vector<float> scales = std::move(commit_->clip_scales);
   commit_.reset();
+  if (!scales.empty()) {
+    ApplyStep(members, skip, scales);
+    return;
+  }
   if (!skip && ahead_.values != nullptr && ahead_.version == version_ &&
       ahead_.generation == generation_ && ahead_.members == members &&
       !pending_.AnyNonfinite(members)) {
@@ -108,8 +161,9 @@ void ParameterStore::MaybeApplyCommit() {
 }
 
 void ParameterStore::MaybeComputeAhead() {
+  // A clipped step's update waits for its scales.
   if (config_.rule != UpdateRule::kSync || config_.step_role != StepRole::kFollow ||
-      pending_.count() == 0) {
+      pending_.count() == 0 || clipping_.enabled()) {
     return;
   }
   // ps 0 closes a step with this many gradients: most likely these.
@@ -133,7 +187,8 @@ void ParameterStore::MaybeComputeAhead() {
   ahead_ = Ahead{version_, generation_, std::move(members), std::move(out)};
 }
 
-bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
+bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip,
+                               const std::vector<float>& clip_scales) {
   int64_t total = 0;
   const bool nonfinite = skip || pending_.AnyNonfinite(members);
   for (int w = 0; w < config_.num_workers; ++w) {
@@ -145,11 +200,16 @@ bool ParameterStore::ApplyStep(const std::vector<bool>& members, bool skip) {
     ++stats_.steps_skipped_nonfinite;
   } else if (total > 0) {
     grad = pending_.Gradient(members, threads_);
+    if (!clip_scales.empty()) {
+      clipped_.assign(grad, grad + config_.num_floats);
+      clipping_.Clip(clip_scales, clipped_.data());
+      grad = clipped_.data();
+    }
     values_.Update(grad);
     sparse_.SumStep(pending_, members);
   }
   sparse_.Apply(version_);
-  Report(grad, nonfinite, members, -1, 0, 0);
+  Report(grad, nonfinite, members, -1, 0, 0, -1, clip_scales);
   CloseStep(members);
   return nonfinite;
 }
@@ -195,7 +255,8 @@ absl::StatusOr<StepDecision> ParameterStore::DecisionFor(uint64_t layout_fingerp
   return absl::NotFoundError(absl::StrCat("no decision kept for the step from version ", version));
 }
 
-absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d) {
+absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecision& d,
+                                    std::vector<double>* clip_norms, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
   if (config_.store_role == StoreRole::kBackup) {
@@ -223,7 +284,21 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
                      " and above: the ps that made it was replaced as the decider"));
   }
   decider_epoch_ = d.decider_epoch;
-  if (d.version < version_) return absl::OkStatus();  // applied already
+  if (d.clipped && !clipping_.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat("step decision for version ", d.version,
+                                                   " is clipped; this ps does not clip its steps"));
+  }
+  const bool asks_norms = d.clipped && d.clip_scales.empty() && clip_norms != nullptr;
+  if (d.version < version_) {  // applied already
+    if (!asks_norms) return absl::OkStatus();
+    const std::vector<double>* kept = clipping_.Kept(-1, d.generation, d.version);
+    if (kept == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("no squared norms kept for the step from version ", d.version));
+    }
+    *clip_norms = *kept;
+    return absl::OkStatus();
+  }
   if (d.version > version_) {
     return absl::UnavailableError(absl::StrCat("step decision for version ", d.version,
                                                "; this ps is at version ", version_));
@@ -232,15 +307,32 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
     return absl::InvalidArgumentError(
         absl::StrCat("step decision for version ", d.version, " names no member"));
   }
-  if (commit_.has_value()) return absl::OkStatus();  // resent while waiting
-  commit_ = d;
-  // Kept for a backup promoted in the decider's place (DecisionFor).
-  decisions_.Keep(d);
-  for (int w = 0; w < config_.num_workers; ++w) {
-    if (!d.members[w] && pending_.has(w)) DropPending(w);
+  if (!commit_.has_value()) {
+    commit_ = d;
+    // Kept for a backup promoted in the decider's place (DecisionFor).
+    decisions_.Keep(d);
+    for (int w = 0; w < config_.num_workers; ++w) {
+      if (!d.members[w] && pending_.has(w)) DropPending(w);
+    }
+    MaybeApplyCommit();
+  } else if (!d.clip_scales.empty() && commit_->clip_scales.empty()) {
+    // A clipped step's scales, after its norms were asked.
+    commit_->clip_scales = d.clip_scales;
+    decisions_.Keep(d);
+    MaybeApplyCommit();
+  }  // else resent while waiting
+  if (!asks_norms) return absl::OkStatus();
+  const int64_t version = d.version, generation = d.generation;
+  for (;;) {
+    if (const std::vector<double>* kept = clipping_.Kept(-1, generation, version)) {
+      *clip_norms = *kept;
+      return absl::OkStatus();
+    }
+    if (cancelled_ || generation_ != generation || version_ != version) break;
+    if (version_advanced_.WaitWithDeadline(&mu_, deadline)) break;
   }
-  MaybeApplyCommit();
-  return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("the members' gradients of the step from version ",
+                                             version, " are not all here yet"));
 }
 
 absl::Status ParameterStore::FenceDecisions(uint64_t layout_fingerprint, int64_t epoch) {
@@ -267,7 +359,9 @@ absl::Status ParameterStore::SetActiveWorkers(uint64_t layout_fingerprint,
     // A lost worker's half-done step: its data is handed to another
     // worker, so its gradient must not count. A following store keeps it
     // until the decision says whether the deciding store took it.
-    if (!active[w] && pending_.has(w) && config_.step_role == StepRole::kDecide) {
+    // A decided step's member keeps it (a clipped step's norms are of it).
+    if (!active[w] && pending_.has(w) && config_.step_role == StepRole::kDecide &&
+        !(commit_.has_value() && commit_->members[w])) {
       DropPending(w);
     }
     active_[w] = active[w];

@@ -54,6 +54,8 @@ absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t
     }
     if (s.moving_statistic()) {
       c.moving_statistics.push_back({expected, s.size(), s.momentum()});
+    } else {
+      c.clipping.ranges.push_back({expected, s.size(), s.trainable_index()});
     }
     expected += s.size();
   }
@@ -81,6 +83,17 @@ absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t
   for (const SparseTableConfig& t : init.sparse_tables()) {
     c.sparse_tables.push_back(SparseTableFromConfig(t));
   }
+  const ClippingConfig& clipping = init.clipping();
+  if (!(clipping.clipnorm() >= 0 && clipping.global_clipnorm() >= 0) ||
+      (clipping.clipnorm() > 0 && clipping.global_clipnorm() > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clipnorm ", clipping.clipnorm(), " and global_clipnorm ",
+                     clipping.global_clipnorm(), ": at most one, and not negative"));
+  }
+  c.clipping.clipping = {clipping.clipnorm(), clipping.global_clipnorm()};
+  c.clipping.num_trainable = clipping.num_trainable();
+  c.clipping.num_ps = clipping.num_ps();
+  if (!c.clipping.enabled()) c.clipping = StepClippingConfig();
   return c;
 }
 

@@ -170,7 +170,8 @@ class PsTraining {
   ParamsWatermark arrived_;
   std::vector<float> params_, grads_;
   // Keras's clipnorm or global_clipnorm on this worker's own gradient
-  // (async; the chief refuses it in sync): the gradient then leaves whole.
+  // (async; in sync the ps clip the step's): the gradient then leaves
+  // whole.
   GradientClipping clipping_;
   std::vector<GradientRange> clip_ranges_;
   std::unique_ptr<BatchSource> batches_;  // made with the backend
@@ -216,7 +217,8 @@ PsTraining::PsTraining(const TrainingContext& ctx)
       arrived_(spec_.num_parameters),
       params_(spec_.num_parameters),
       grads_(spec_.num_parameters),
-      clipping_{plan_.clipnorm(), plan_.global_clipnorm()},
+      clipping_{plan_.mode() == ASYNC ? plan_.clipnorm() : 0.0,
+                plan_.mode() == ASYNC ? plan_.global_clipnorm() : 0.0},
       clip_ranges_(TrainableRanges(spec_)) {
   if (ctx.sparse_tables != nullptr && !ctx.sparse_tables->empty()) {
     sparse_ = std::make_unique<SparseBatch>(*ctx.sparse_tables, ctx.sparse_window,
