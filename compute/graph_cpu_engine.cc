@@ -460,7 +460,7 @@ void GraphCpuEngine::ForwardOp(int i, const float* params, const float* images, 
       case LayerKind::kEmbedding: {
         // Out-of-range ids are an error (CheckIds), never clamped.
         const int64_t ids = int64_t{n} * op.pixels;
-        const bool padding = op.padding_id < 0;  // a window's: no row
+        const bool padding = op.padding_id < 0;  // a window's: -(row + 1)
         s.bad_id = kernels::FirstBadId(ids, x, op.dense_in, padding);
         if (s.bad_id < 0) {
           kernels::EmbeddingForward(ids, x, params + op.kernel, op.dense_out, y, padding);

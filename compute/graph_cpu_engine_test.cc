@@ -732,6 +732,82 @@ TEST(GraphCpuEngineTest, RecurrentLayersSkipMaskedSteps) {
   }
 }
 
+// The cases with each Embedding a sparse table's window: the examples'
+// ids renumbered by RowWindow (padding negative, its id 0 a row like any),
+// the window's rows the tables' rows of those ids. The loss and every
+// gradient are Keras's (row 0's where padding is read, as in an Attention
+// whose keys are all padding).
+void ExpectWindowedMatchesKeras(const std::vector<ReferenceCase>& cases) {
+  for (const ReferenceCase& c : cases) {
+    absl::StatusOr<std::vector<SparseTableInfo>> found = FindSparseTables(c.spec);
+    ASSERT_TRUE(found.ok()) << found.status();
+    ASSERT_FALSE(found->empty());
+    const int batch = static_cast<int>(c.labels.size());
+    const int64_t example = static_cast<int64_t>(c.images.size()) / batch;
+    const int64_t window = 64;
+    std::vector<SparseTableInfo> tables = *found;
+    const ModelSpec spec = WithSparseTables(c.spec, window, &tables);
+    RowWindow rows(tables);
+    std::vector<float> mapped;
+    ASSERT_TRUE(rows.Map(c.images.data(), batch, example, window, &mapped).ok());
+    int padded = 0;
+    for (float v : mapped) padded += v < 0;
+    bool masked = false;
+    for (const SparseTableInfo& t : tables) masked |= t.mask_zero;
+    if (masked) EXPECT_GT(padded, 0) << c.spec.name;
+    std::vector<float> params(spec.num_parameters, 0.0f);
+    auto table_of = [&](const std::string& name) -> int {
+      for (size_t t = 0; t < tables.size(); ++t) {
+        if (tables[t].variable == name) return static_cast<int>(t);
+      }
+      return -1;
+    };
+    for (const VariableSpec& v : spec.variables) {
+      for (const VariableSpec& w : c.spec.variables) {
+        if (w.name != v.name) continue;
+        if (const int t = table_of(v.name); t >= 0) {
+          const std::vector<int64_t>& ids = rows.ids(t);
+          const int width = tables[t].width;
+          for (size_t k = 0; k < ids.size(); ++k) {
+            std::copy_n(c.params.begin() + w.offset + ids[k] * width, width,
+                        params.begin() + v.offset + static_cast<int64_t>(k) * width);
+          }
+        } else {
+          std::copy_n(c.params.begin() + w.offset, w.size, params.begin() + v.offset);
+        }
+      }
+    }
+    std::unique_ptr<CpuNetwork> net = Net(spec, batch, 2);
+    std::vector<float> grads(spec.num_parameters);
+    float loss = 0;
+    int correct = 0;
+    ASSERT_TRUE(net->TrainStep(params.data(), mapped.data(), c.labels.data(), batch, grads.data(),
+                               &loss, &correct)
+                    .ok());
+    EXPECT_NEAR(loss * batch, c.training_loss_sum, 1e-5 * std::max(1.0, c.training_loss_sum))
+        << c.spec.name;
+    for (const VariableSpec& v : spec.variables) {
+      const std::vector<float>& want = c.gradients.at(v.name);
+      const int t = table_of(v.name);
+      if (t < 0) {
+        for (int64_t k = 0; k < v.size; ++k) {
+          EXPECT_NEAR(grads[v.offset + k], want[k], 1e-6) << c.spec.name << " " << v.name;
+        }
+        continue;
+      }
+      const std::vector<int64_t>& ids = rows.ids(t);
+      const int width = tables[t].width;
+      for (size_t r = 0; r < ids.size(); ++r) {
+        for (int d = 0; d < width; ++d) {
+          EXPECT_NEAR(grads[v.offset + static_cast<int64_t>(r) * width + d],
+                      want[ids[r] * width + d], 1e-6)
+              << c.spec.name << " " << v.name << " id " << ids[r];
+        }
+      }
+    }
+  }
+}
+
 // Keras's Attention (tests/fixtures/attention/attention.json: Keras 3
 // files and what Keras 3 computes for them in float64 PyTorch, by
 // make_attention_reference.py): DIN's target attention over a masked
@@ -757,6 +833,10 @@ TEST(GraphCpuEngineTest, AttentionMatchesKeras3) {
         << c.spec.name;
   }
   ExpectMatchesTfjs(multi_head, "MultiHeadAttention (float64 Keras 3)");
+  // Through sparse tables' windows: the same figures, the all-padding
+  // history's Attention reading (and training) row 0 as Keras does.
+  ExpectWindowedMatchesKeras(cases);
+  ExpectWindowedMatchesKeras(multi_head);
 }
 
 // Keras 3's masking (tests/fixtures/masking/masking.json: models written by
@@ -766,7 +846,7 @@ TEST(GraphCpuEngineTest, AttentionMatchesKeras3) {
 // Dropout per step, and beside dense features; ids padded at the end, in
 // the middle, and not at all. The outputs, the loss and every gradient
 // match, row 0 (padding) getting none; and the same through a sparse
-// table's window, where padding is id -1 and has no row.
+// table's window, where padding is negative.
 TEST(GraphCpuEngineTest, MaskZeroMatchesKeras3) {
   std::vector<ReferenceCase> cases = LoadTfjsReference("tests/fixtures/masking/masking.json");
   ASSERT_EQ(cases.size(), 3u);
@@ -782,66 +862,7 @@ TEST(GraphCpuEngineTest, MaskZeroMatchesKeras3) {
   }
   ExpectMatchesTfjs(cases, "mask_zero (float64 Keras 3)");
 
-  // Windowed: the examples' ids renumbered by RowWindow (padding -1), the
-  // window's rows the table's rows of those ids.
-  for (const ReferenceCase& c : cases) {
-    absl::StatusOr<std::vector<SparseTableInfo>> found = FindSparseTables(c.spec);
-    ASSERT_TRUE(found.ok()) << found.status();
-    ASSERT_EQ(found->size(), 1u);
-    EXPECT_TRUE((*found)[0].mask_zero);
-    const int batch = static_cast<int>(c.labels.size());
-    const int64_t example = static_cast<int64_t>(c.images.size()) / batch;
-    const int64_t window = 16;
-    std::vector<SparseTableInfo> tables = *found;
-    const ModelSpec spec = WithSparseTables(c.spec, window, &tables);
-    RowWindow rows(tables);
-    std::vector<float> mapped;
-    ASSERT_TRUE(rows.Map(c.images.data(), batch, example, window, &mapped).ok());
-    const std::vector<int64_t>& ids = rows.ids(0);
-    for (int64_t id : ids) EXPECT_NE(id, 0) << c.spec.name << ": padding got a row";
-    int padded = 0;
-    for (float v : mapped) padded += v == -1.0f;
-    EXPECT_GT(padded, 0) << c.spec.name;
-    std::vector<float> params(spec.num_parameters, 0.0f);
-    const int width = tables[0].width;
-    for (const VariableSpec& v : spec.variables) {
-      for (const VariableSpec& w : c.spec.variables) {
-        if (w.name != v.name) continue;
-        if (v.name == tables[0].variable) {
-          for (size_t k = 0; k < ids.size(); ++k) {
-            std::copy_n(c.params.begin() + w.offset + ids[k] * width, width,
-                        params.begin() + v.offset + static_cast<int64_t>(k) * width);
-          }
-        } else {
-          std::copy_n(c.params.begin() + w.offset, w.size, params.begin() + v.offset);
-        }
-      }
-    }
-    std::unique_ptr<CpuNetwork> net = Net(spec, batch, 2);
-    std::vector<float> grads(spec.num_parameters);
-    float loss = 0;
-    int correct = 0;
-    ASSERT_TRUE(net->TrainStep(params.data(), mapped.data(), c.labels.data(), batch, grads.data(),
-                               &loss, &correct)
-                    .ok());
-    EXPECT_NEAR(loss * batch, c.training_loss_sum, 1e-5) << c.spec.name;
-    for (const VariableSpec& v : spec.variables) {
-      const std::vector<float>& want = c.gradients.at(v.name);
-      if (v.name != tables[0].variable) {
-        for (int64_t k = 0; k < v.size; ++k) {
-          EXPECT_NEAR(grads[v.offset + k], want[k], 1e-6) << c.spec.name << " " << v.name;
-        }
-        continue;
-      }
-      for (size_t r = 0; r < ids.size(); ++r) {
-        for (int d = 0; d < width; ++d) {
-          EXPECT_NEAR(grads[v.offset + static_cast<int64_t>(r) * width + d],
-                      want[ids[r] * width + d], 1e-6)
-              << c.spec.name << " id " << ids[r];
-        }
-      }
-    }
-  }
+  ExpectWindowedMatchesKeras(cases);
 }
 
 // An id outside [0, input_dim) is an error naming the layer, the id and

@@ -60,8 +60,8 @@ struct GraphOp {
   // 0 for a Dot of flat vectors.
   kernels::BatchedDotShape batched_dot;
   // Embedding with mask_zero: the id of a padded step (0; -1 in a sparse
-  // table's window, which has no row for it: LayerSpec::padding_id, -1
-  // only there).
+  // table's window, where every negative id is padding, its row the
+  // sign's complement: LayerSpec::padding_id, -1 only there).
   int padding_id = 0;
   // A GlobalAveragePooling over steps that reads a mask: the Embedding op
   // whose ids give it (a step is left out where its id is that op's

@@ -124,8 +124,8 @@ struct LayerSpec {
   // kEmbedding: Keras's mask_zero: id 0 is padding, and the layers that
   // read the mask (a GlobalAveragePooling1D, through per-step Dense,
   // Activation, Dropout and LayerNormalization) leave its steps out. In a
-  // sparse table's window (WithSparseTables) padding arrives as id -1
-  // (`padding_id`), whose row is neither pulled nor pushed.
+  // sparse table's window (WithSparseTables) padding arrives negative
+  // (`padding_id` -1: id 0's window row k as -(k + 1)).
   bool mask_zero = false;
   int padding_id = 0;
   int window_h = 0;      // convolutions: kernel; pools: pool window

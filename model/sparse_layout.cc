@@ -132,7 +132,7 @@ ModelSpec WithSparseTables(const ModelSpec& spec, int64_t window,
     for (LayerSpec& l : out.layers) {
       if (l.kind == LayerKind::kEmbedding && l.name == layer) {
         l.input_dim = static_cast<int>(window);
-        if (l.mask_zero) l.padding_id = -1;  // RowWindow::Map's padding
+        if (l.mask_zero) l.padding_id = -1;  // RowWindow::Map's padding: negative
       }
     }
   }
@@ -236,10 +236,6 @@ absl::Status RowWindow::Map(const float* examples, const ExampleIds& given, int 
             }
             id = static_cast<int64_t>(f);
           }
-          if (table.mask_zero && id == 0) {  // padding: no row (Embedding's padding_id)
-            x[j] = -1.0f;
-            continue;
-          }
           auto [it, added] = index.try_emplace(id, static_cast<int64_t>(ids.size()));
           if (added) {
             if (static_cast<int64_t>(ids.size()) == window) {
@@ -249,7 +245,10 @@ absl::Status RowWindow::Map(const float* examples, const ExampleIds& given, int 
             }
             ids.push_back(id);
           }
-          x[j] = static_cast<float>(it->second);
+          // Padding (a masked table's id 0) has a row, as in Keras, and is
+          // written -(row + 1): the mask is the sign (Embedding's padding_id).
+          x[j] = table.mask_zero && id == 0 ? -static_cast<float>(it->second + 1)
+                                            : static_cast<float>(it->second);
         }
       }
     }

@@ -46,8 +46,10 @@ struct SparseTableInfo {
   int64_t input_dim = 0;
   Initializer initializer;
   int64_t fan_in = 0, fan_out = 0;
-  // Keras's mask_zero: id 0 is padding, renumbered as -1 (no row: neither
-  // pulled nor pushed) in the window.
+  // Keras's mask_zero: id 0 is padding. In the window its row is pulled
+  // and pushed like any id's (Keras reads and trains row 0 where nothing
+  // masks it, e.g. an Attention whose keys are all padding), and its
+  // number k is written -(k + 1), the sign marking the mask.
   bool mask_zero = false;
   // Where a batch's ids for it are: per use of the table (an Embedding
   // node), the first id's index in an example and how many follow.

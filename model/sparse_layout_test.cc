@@ -278,10 +278,11 @@ TEST(RowWindowTest, RenumbersIdsInOrderOfFirstAppearancePerTable) {
   EXPECT_EQ(window.widest(), 1);
 }
 
-// mask_zero: id 0 of a masked table is padding, written as -1 and given
-// no row; the unmasked table beside it numbers its 0 as any id. Two tables
-// over the same ids must agree on mask_zero (one numbering).
-TEST(RowWindowTest, AMaskedTablesPaddingHasNoRow) {
+// mask_zero: id 0 of a masked table is padding, numbered as any id and
+// written as -(its number + 1); the unmasked table beside it numbers its 0
+// as any id. Two tables over the same ids must agree on mask_zero (one
+// numbering).
+TEST(RowWindowTest, AMaskedTablesPaddingIsNegative) {
   const std::string masked = absl::StrReplaceAll(
       kTwoTables, {{R"("name": "emb_a", "input_dim": 50,)",
                     R"("name": "emb_a", "mask_zero": true, "input_dim": 50,)"},
@@ -305,9 +306,9 @@ TEST(RowWindowTest, AMaskedTablesPaddingHasNoRow) {
                                        0.5f, 1.0f, 0, 0, 0, 4, 0};  //
   std::vector<float> out;
   ASSERT_TRUE(window.Map(examples.data(), 2, kExample, 5, &out).ok());
-  EXPECT_EQ(out, (std::vector<float>{0.5f, 1.0f, 0, -1, -1, 0, 1,  //
-                                     0.5f, 1.0f, -1, -1, -1, 1, 0}));
-  EXPECT_EQ(window.ids(ta), (std::vector<int64_t>{7}));
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 1.0f, 0, -2, -2, 0, 1,  //
+                                     0.5f, 1.0f, -2, -2, -2, 1, 0}));
+  EXPECT_EQ(window.ids(ta), (std::vector<int64_t>{7, 0}));
   EXPECT_EQ(window.ids(tb), (std::vector<int64_t>{0, 4}));
 
   // The DeepFM's two tables over one input, one masked: refused.

@@ -12,10 +12,12 @@
 // masked query or key (so a masked query's row weighs every key alike, as
 // Keras's masked softmax makes it) and zeroes nothing. Masks come as the
 // ids of the Embedding (mask_zero) whose output they are: a step is
-// masked where its id is `padding_id`. Stateless functions; the products'
-// sums in double.
+// masked where its id is padding (step_mask.h). Stateless functions; the
+// products' sums in double.
 #ifndef PSCLUSTER_COMPUTE_KERNELS_ATTENTION_H_
 #define PSCLUSTER_COMPUTE_KERNELS_ATTENTION_H_
+
+#include "compute/kernels/step_mask.h"
 
 namespace pscluster {
 namespace kernels {
@@ -26,15 +28,6 @@ struct AttentionShape {
   int heads = 1;
   float scale = 1.0f;       // the queries' factor (MultiHeadAttention: 1/sqrt(d / heads))
   bool multi_head = false;  // MultiHeadAttention's masks (above)
-};
-
-// Where a mask comes from: ids [n, steps] (null: no mask) and the padding id.
-struct StepMask {
-  const float* ids = nullptr;
-  int padding_id = 0;
-  bool masked(int r, int steps, int t) const {
-    return ids != nullptr && ids[static_cast<long>(r) * steps + t] == padding_id;
-  }
 };
 
 // y [n, tq, dv] from q [n, tq, d], k [n, tv, d], v [n, tv, dv].

@@ -11,12 +11,15 @@
 namespace pscluster {
 namespace kernels {
 
-// With `padding` (a masked table's window, model/sparse_layout.h), an id
-// of -1 is a padded step: no row, zeros forward, nothing backward.
+// With `padding` (a masked table's window, model/sparse_layout.h), a
+// negative id -(k + 1) is a padded step whose id 0 has window row k: it
+// reads and trains row k as Keras's padded step reads and trains row 0 (a
+// mask tells the layers after it to leave the step out; where none does,
+// as in an Attention whose keys are all padding, the row counts).
 
 // The index of the first of ids[0, count) outside [0, rows) (negative,
-// NaN, or at least rows; -1 is not, with `padding`), or -1 when there is
-// none.
+// NaN, or at least rows; with `padding`, negative ones -(k + 1) with k in
+// [0, rows) are not), or -1 when there is none.
 int64_t FirstBadId(int64_t count, const float* ids, int64_t rows, bool padding = false);
 
 // y[i, :] = table[ids[i], :] for i < count; `table` is [rows, dim] and

@@ -129,13 +129,13 @@ void GlobalAvgPoolBackward(int batch, int pixels, int c, const float* dy, float*
 
 void MaskedGlobalAvgPoolForward(int batch, int pixels, int c, const float* ids, int padding,
                                 const float* x, float* y) {
-  const float pad = static_cast<float>(padding);
+  const StepMask mask{ids, padding};
   for (int n = 0; n < batch; ++n) {
     float* out = y + int64_t{n} * c;
     std::fill(out, out + c, 0.0f);
     int count = 0;
     for (int p = 0; p < pixels; ++p) {
-      if (ids[int64_t{n} * pixels + p] == pad) continue;
+      if (mask.masked(n, pixels, p)) continue;
       ++count;
       const float* row = x + (int64_t{n} * pixels + p) * c;
       for (int ch = 0; ch < c; ++ch) out[ch] += row[ch];
@@ -147,15 +147,14 @@ void MaskedGlobalAvgPoolForward(int batch, int pixels, int c, const float* ids, 
 
 void MaskedGlobalAvgPoolBackward(int batch, int pixels, int c, const float* ids, int padding,
                                  const float* dy, float* dx) {
-  const float pad = static_cast<float>(padding);
+  const StepMask mask{ids, padding};
   for (int n = 0; n < batch; ++n) {
-    const float* step = ids + int64_t{n} * pixels;
     int count = 0;
-    for (int p = 0; p < pixels; ++p) count += step[p] != pad;
+    for (int p = 0; p < pixels; ++p) count += !mask.masked(n, pixels, p);
     const float total = static_cast<float>(count);
     for (int p = 0; p < pixels; ++p) {
       float* row = dx + (int64_t{n} * pixels + p) * c;
-      const bool kept = step[p] != pad;
+      const bool kept = !mask.masked(n, pixels, p);
       for (int ch = 0; ch < c; ++ch) row[ch] = kept ? dy[int64_t{n} * c + ch] / total : 0.0f;
     }
   }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "compute/kernels/step_mask.h"
 #include "compute/kernels/window.h"
 
 namespace pscluster {
@@ -32,7 +33,7 @@ void GlobalAvgPoolBackward(int batch, int pixels, int c, const float* dy, float*
 
 // GlobalAveragePooling1D under an Embedding's mask, as Keras 3 computes
 // it: y [batch, c] = each example's sum of x over the pixels (steps) whose
-// id (`ids`, [batch, pixels]) is not `padding`, over their count (no such
+// id (`ids`, [batch, pixels]) is not `padding` (StepMask), over their count (no such
 // step: 0 / 0, NaN, as Keras). Back: dy / count at the steps counted, 0 at
 // the padded ones.
 void MaskedGlobalAvgPoolForward(int batch, int pixels, int c, const float* ids, int padding,

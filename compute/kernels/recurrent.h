@@ -49,7 +49,7 @@
 #include <cstdint>
 
 #include "compute/kernels/activation.h"
-#include "compute/kernels/attention.h"  // StepMask
+#include "compute/kernels/step_mask.h"
 
 namespace pscluster {
 namespace kernels {
