@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "model/keras_model.h"
 #include "model/safetensors.h"
+#include "nlohmann/json.hpp"
 
 namespace pscluster {
 namespace {
@@ -173,6 +174,66 @@ TEST(InitialWeightsTest, AnInt64TensorIsRefusedByItsDtype) {
               HasSubstr(absl::StrCat("variable '", spec.variables[0].name,
                                      "' is int64 in the file (tensor '", spec.variables[0].name,
                                      "'); float32 is needed")));
+}
+
+}  // namespace
+}  // namespace pscluster
+
+namespace pscluster {
+namespace {
+
+// Keras files of models made of layers (make_keras_weights.py --fixtures,
+// from the float64 references' weights): a MultiHeadAttention's
+// EinsumDense kernels under query_dense/ (and Keras 3's older
+// _query_dense/) in Keras's [features, heads, key_dim] shapes, an LSTM's
+// and a GRU's under cell/, and the same in the Keras 2 layout. Each
+// flattens to the reference's weights, which give Keras's outputs
+// (compute/graph_cpu_engine_test.cc checks those).
+TEST(InitialWeightsTest, SequenceLayersFromKerasFilesAreTheReferencesWeights) {
+  struct Case {
+    const char* model;
+    const char* reference;
+    int index;
+    std::vector<const char*> files;
+  } cases[] = {
+      {"sequence_mha",
+       "tests/fixtures/attention/attention.json",
+       3,
+       {"sequence_mha.weights.h5", "sequence_mha_private.weights.h5", "sequence_mha.h5"}},
+      {"sequence_lstm",
+       "tests/fixtures/tfjs_reference/recurrent.json",
+       0,
+       {"sequence_lstm.weights.h5", "sequence_lstm.h5"}},
+      {"sequence_gru",
+       "tests/fixtures/tfjs_reference/recurrent.json",
+       2,
+       {"sequence_gru.weights.h5", "sequence_gru.h5"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model);
+    absl::StatusOr<std::string> text = ReadModelFile(absl::StrCat(kDir, c.model, ".json"));
+    ASSERT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<ModelSpec> spec = ParseKerasModel(*text, c.model);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<std::string> reference = ReadModelFile(c.reference);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    const nlohmann::json weights = nlohmann::json::parse(*reference)["models"][c.index]["weights"];
+    for (const char* file : c.files) {
+      SCOPED_TRACE(file);
+      absl::StatusOr<std::vector<float>> flat = LoadInitialWeights(absl::StrCat(kDir, file), *spec);
+      ASSERT_TRUE(flat.ok()) << flat.status();
+      int checked = 0;
+      for (const VariableSpec& v : spec->variables) {
+        const std::vector<float> want = weights.at(v.name).get<std::vector<float>>();
+        ASSERT_EQ(static_cast<int64_t>(want.size()), v.size) << v.name;
+        for (int64_t i = 0; i < v.size; ++i) {
+          ASSERT_EQ((*flat)[v.offset + i], want[i]) << v.name << "[" << i << "]";
+        }
+        ++checked;
+      }
+      EXPECT_GE(checked, 5);
+    }
+  }
 }
 
 }  // namespace

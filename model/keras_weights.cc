@@ -231,7 +231,7 @@ Keras3Names NamesFor(const ModelSpec& spec) {
   std::set<std::string> seen;
   for (const LayerSpec& l : spec.layers) {
     if (!seen.insert(l.name).second) continue;  // a shared layer's later application
-    const std::string prefix = KerasGroupPrefix(l.kind);
+    const std::string prefix = KerasGroupPrefix(l);
     if (prefix.empty()) continue;
     const int k = used[prefix]++;
     n.layer_of_group[k == 0 ? prefix : absl::StrCat(prefix, "_", k)] = l.name;
@@ -240,6 +240,39 @@ Keras3Names NamesFor(const ModelSpec& spec) {
     n.variables[v.name.substr(0, v.name.rfind('/'))].push_back(v.name);
   }
   return n;
+}
+
+// The layer of a Keras 3 layer's sub-object group (`attr`, the attribute
+// that holds it): an LSTM's or GRU's cell is the layer itself, a
+// MultiHeadAttention's EinsumDense projections the parser's Dense parts;
+// "" for any other.
+std::string SubLayer(const std::string& layer, std::string attr) {
+  if (attr == "cell") return layer;
+  if (!attr.empty() && attr[0] == '_') attr.erase(0, 1);  // Keras before the properties
+  for (const auto& [keras, ours] : {std::pair<const char*, const char*>{"query_dense", "query"},
+                                    {"key_dense", "key"},
+                                    {"value_dense", "value"},
+                                    {"output_dense", "attention_output"}}) {
+    if (attr == keras) return absl::StrCat(layer, "/", ours);
+  }
+  return "";
+}
+
+// A MultiHeadAttention part's tensor in Keras's shape ([features, heads,
+// key_dim], [heads, key_dim], the output's [heads, value_dim, features])
+// takes its variable's ([features, heads x key_dim], ...): the same values
+// in the same order. Any other shape is left for FlattenWeights to name.
+void FitMultiHeadShape(const ModelSpec& spec, FileTensor* t) {
+  if (t->variable.empty() || t->dtype != "float32") return;
+  const std::string layer = t->variable.substr(0, t->variable.rfind('/'));
+  if (layer.find('/') == std::string::npos) return;  // not a part
+  for (const VariableSpec& v : spec.variables) {
+    if (v.name != t->variable) continue;
+    if (static_cast<int64_t>(t->values.size()) == v.size && t->shape.size() == v.shape.size() + 1) {
+      t->shape = v.shape;
+    }
+    return;
+  }
 }
 
 absl::StatusOr<std::vector<FileTensor>> ReadKeras3(hid_t file, const std::string& root,
@@ -255,12 +288,14 @@ absl::StatusOr<std::vector<FileTensor>> ReadKeras3(hid_t file, const std::string
   for (const std::string& path : paths) {
     FileTensor t;
     if (absl::Status s = ReadDataset(file, path, source, &t); !s.ok()) return s;
-    // <root>/<group>/vars/<i>; anything else (a nested model's layers, a
-    // layer's own sub-objects) is for no variable of ours.
+    // <root>/<group>/vars/<i>, or <root>/<group>/<attr>/vars/<i> for an
+    // LSTM's, a GRU's or a MultiHeadAttention's (SubLayer); anything else
+    // (a nested model's layers) is for no variable of ours.
     const std::vector<std::string> parts = absl::StrSplit(path, '/');
+    const size_t n = parts.size();
     int index = -1;
-    if (parts.size() == 4 && parts[2] == "vars" && absl::SimpleAtoi(parts[3], &index) &&
-        index >= 0 && absl::StrCat(index) == parts[3]) {
+    if ((n == 4 || n == 5) && parts[n - 2] == "vars" && absl::SimpleAtoi(parts[n - 1], &index) &&
+        index >= 0 && absl::StrCat(index) == parts[n - 1]) {
       const std::string& group = parts[1];
       auto attr = named.find(group);
       if (attr == named.end()) {
@@ -273,9 +308,11 @@ absl::StatusOr<std::vector<FileTensor>> ReadKeras3(hid_t file, const std::string
         auto it = names.layer_of_group.find(group);
         if (it != names.layer_of_group.end()) layer = it->second;
       }
+      if (n == 5) layer = SubLayer(layer, parts[2]);
       auto vars = names.variables.find(layer);
       if (vars != names.variables.end() && index < static_cast<int>(vars->second.size())) {
         t.variable = vars->second[index];
+        FitMultiHeadShape(spec, &t);
       }
     }
     out.push_back(std::move(t));
@@ -283,9 +320,12 @@ absl::StatusOr<std::vector<FileTensor>> ReadKeras3(hid_t file, const std::string
   return out;
 }
 
-// Keras 2: <layer>/.../<var>:<n> under `root` ("" or "model_weights").
+// Keras 2: <layer>/.../<var>:<n> under `root` ("" or "model_weights"); a
+// MultiHeadAttention's <layer>/.../<part>/<var>:<n> is the parser's
+// <layer>/<part>/<var>.
 absl::StatusOr<std::vector<FileTensor>> ReadKeras2(hid_t file, const std::string& root,
-                                                   const std::string& source) {
+                                                   const std::string& source,
+                                                   const ModelSpec& spec) {
   std::vector<std::string> paths;
   if (root.empty()) {
     Datasets(file, "", 0, &paths);
@@ -304,7 +344,12 @@ absl::StatusOr<std::vector<FileTensor>> ReadKeras2(hid_t file, const std::string
     if (parts.size() >= 2) {
       std::string var = parts.back();
       if (const size_t colon = var.rfind(':'); colon != std::string::npos) var.resize(colon);
-      t.variable = absl::StrCat(parts[0], "/", var);
+      const std::string& sub = parts[parts.size() - 2];
+      const bool part = parts.size() >= 4 && (sub == "query" || sub == "key" || sub == "value" ||
+                                              sub == "attention_output");
+      t.variable =
+          part ? absl::StrCat(parts[0], "/", sub, "/", var) : absl::StrCat(parts[0], "/", var);
+      FitMultiHeadShape(spec, &t);
     }
     out.push_back(std::move(t));
   }
@@ -316,8 +361,8 @@ absl::StatusOr<std::vector<FileTensor>> ReadOpenFile(hid_t file, const std::stri
   for (const char* root : {"layers", "_layer_checkpoint_dependencies"}) {
     if (HasLink(file, root)) return ReadKeras3(file, root, source, spec);
   }
-  if (H5Aexists(file, "layer_names") > 0) return ReadKeras2(file, "", source);
-  if (HasLink(file, "model_weights")) return ReadKeras2(file, "model_weights", source);
+  if (H5Aexists(file, "layer_names") > 0) return ReadKeras2(file, "", source, spec);
+  if (HasLink(file, "model_weights")) return ReadKeras2(file, "model_weights", source, spec);
   return Bad(source,
              "neither Keras 3 weights (no layers/ group: model.save_weights(\"x.weights.h5\") "
              "or a .keras archive's model.weights.h5) nor Keras 2 ones (no layer_names "
@@ -565,10 +610,17 @@ absl::StatusOr<bool> KerasArchiveHasWeights(const std::string& path) {
   return (*archive)->Has("model.weights.h5");
 }
 
-std::string KerasGroupPrefix(LayerKind kind) {
-  switch (kind) {
+std::string KerasGroupPrefix(const LayerSpec& layer) {
+  if (layer.name.find('/') != std::string::npos) return "";  // a MultiHeadAttention's part
+  switch (layer.kind) {
     case LayerKind::kConv2D:
-      return "conv2d";
+      return layer.one_d ? "conv1d" : "conv2d";
+    case LayerKind::kLstm:
+      return "lstm";
+    case LayerKind::kGru:
+      return "gru";
+    case LayerKind::kAttention:
+      return layer.multi_head ? "multi_head_attention" : "";
     case LayerKind::kDense:
       return "dense";
     case LayerKind::kBatchNorm:

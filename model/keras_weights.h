@@ -8,13 +8,25 @@
 //            (dense, dense_1, ...; keras/src/saving/saving_lib.py), <i> the
 //            layer's variables in get_weights() order. Newer Keras writes
 //            the layer's name as the vars group's "name" attribute: it is
-//            used when present. Keras 2.13-2.15 wrote the same under
+//            used when present. A layer made of other layers keeps their
+//            variables under the attribute that holds each: an LSTM's or
+//            GRU's in layers/<class>/cell/vars/<i> (kernel, recurrent
+//            kernel, bias), a MultiHeadAttention's in
+//            layers/<class>/query_dense/vars/<i> (key_dense, value_dense,
+//            output_dense; "_query_dense", ... in Keras before the public
+//            properties), each EinsumDense's kernel and bias in Keras's
+//            shapes ([features, heads, key_dim], ..., the output's
+//            [heads, value_dim, features]), read as the model's
+//            (<layer>/query/kernel [features, heads x key_dim], ...: the
+//            same values in the same order). Keras 2.13-2.15 wrote the same under
 //            _layer_checkpoint_dependencies/. Everything outside layers/
 //            (optimizer/, the model's own vars/, metrics) is not weights and
 //            is skipped.
 //   Keras 2  `model.save_weights("x.h5")` (a root attribute layer_names) or
 //            `model.save("x.h5")` (the same under model_weights/): a group
-//            per layer named as the layer, datasets <layer>/.../<var>:0.
+//            per layer named as the layer, datasets <layer>/.../<var>:0
+//            (an LSTM's <layer>/<layer>/lstm_cell/kernel:0, a
+//            MultiHeadAttention's <layer>/<layer>/query/kernel:0).
 //
 // Kernel layouts are Keras's own, as the model's (Conv2D HWIO, Dense
 // [in, out]): no transposes. Matching the tensors to the variables and
@@ -91,9 +103,10 @@ struct WeightsReaderHooks {
 void SetWeightsReaderHooks(const WeightsReaderHooks& hooks);
 
 // Keras 3's name for a layer's group, before numbering: its class in snake
-// case ("conv2d", "dense", "batch_normalization"); "" for kinds without
-// variables.
-std::string KerasGroupPrefix(LayerKind kind);
+// case ("conv2d", "conv1d", "dense", "lstm", "multi_head_attention" for a
+// MultiHeadAttention's core); "" for kinds without variables and for the
+// parts the parser made of a MultiHeadAttention (named "<layer>/...").
+std::string KerasGroupPrefix(const LayerSpec& layer);
 
 }  // namespace pscluster
 

@@ -62,13 +62,30 @@ void ExpectEveryValue(const std::vector<FileTensor>& tensors, const ModelSpec& s
 }
 
 TEST(KerasWeightsTest, GroupPrefixesAreKerasSnakeCaseClassNames) {
-  EXPECT_EQ(KerasGroupPrefix(LayerKind::kConv2D), "conv2d");
-  EXPECT_EQ(KerasGroupPrefix(LayerKind::kDense), "dense");
-  EXPECT_EQ(KerasGroupPrefix(LayerKind::kBatchNorm), "batch_normalization");
-  EXPECT_EQ(KerasGroupPrefix(LayerKind::kDepthwiseConv2D), "depthwise_conv2d");
-  EXPECT_EQ(KerasGroupPrefix(LayerKind::kSeparableConv2D), "separable_conv2d");
-  EXPECT_EQ(KerasGroupPrefix(LayerKind::kLayerNorm), "layer_normalization");
-  EXPECT_EQ(KerasGroupPrefix(LayerKind::kMaxPool2D), "");
+  auto prefix = [](LayerKind kind, const char* name = "x") {
+    LayerSpec l;
+    l.kind = kind;
+    l.name = name;
+    return KerasGroupPrefix(l);
+  };
+  EXPECT_EQ(prefix(LayerKind::kConv2D), "conv2d");
+  EXPECT_EQ(prefix(LayerKind::kDense), "dense");
+  EXPECT_EQ(prefix(LayerKind::kBatchNorm), "batch_normalization");
+  EXPECT_EQ(prefix(LayerKind::kDepthwiseConv2D), "depthwise_conv2d");
+  EXPECT_EQ(prefix(LayerKind::kSeparableConv2D), "separable_conv2d");
+  EXPECT_EQ(prefix(LayerKind::kLayerNorm), "layer_normalization");
+  EXPECT_EQ(prefix(LayerKind::kLstm), "lstm");
+  EXPECT_EQ(prefix(LayerKind::kGru), "gru");
+  EXPECT_EQ(prefix(LayerKind::kMaxPool2D), "");
+  EXPECT_EQ(prefix(LayerKind::kAttention), "");           // Attention has no variables
+  EXPECT_EQ(prefix(LayerKind::kDense, "mha/query"), "");  // a MultiHeadAttention's part
+  LayerSpec l;
+  l.kind = LayerKind::kConv2D;
+  l.one_d = true;
+  EXPECT_EQ(KerasGroupPrefix(l), "conv1d");
+  l.kind = LayerKind::kAttention;
+  l.multi_head = true;
+  EXPECT_EQ(KerasGroupPrefix(l), "multi_head_attention");
 }
 
 TEST(KerasWeightsTest, ReadsKeras3WeightsH5ByClassGroupsInLayerOrder) {
