@@ -112,8 +112,9 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
         s = stub->CommitStep(&ctx, req, &resp);
       }
       if (s.ok()) {
-        // A clipped step without scales: the follower's squared norms.
-        if (d.clipped && d.clip_scales.empty()) {
+        // A clipped step without scales: the follower's squared norms (none
+        // for a step it applied long ago, whose decision was sent again).
+        if (d.clipped && d.clip_scales.empty() && resp.clip_norms_size() > 0) {
           absl::Status added = store_->AddClipNorms(
               d.layout_fingerprint, follower + 1, d.generation, d.version,
               std::vector<double>(resp.clip_norms().begin(), resp.clip_norms().end()));

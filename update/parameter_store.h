@@ -364,7 +364,9 @@ class ParameterStore {
   // A clipped decision without scales (update/step_clipping.h) is answered
   // with this store's squared norms of the step's gradient in *clip_norms
   // (not null), once its members' gradients are here: the call waits for
-  // them until `deadline`, then is Unavailable (ask again).
+  // them until `deadline`, then is Unavailable (ask again). For a step
+  // applied already, the norms while kept (the last few steps'), else
+  // none.
   absl::Status Commit(uint64_t layout_fingerprint, const StepDecision& decision,
                       std::vector<double>* clip_norms = nullptr,
                       absl::Time deadline = absl::InfinitePast());

@@ -290,13 +290,11 @@ absl::Status ParameterStore::Commit(uint64_t layout_fingerprint, const StepDecis
   }
   const bool asks_norms = d.clipped && d.clip_scales.empty() && clip_norms != nullptr;
   if (d.version < version_) {  // applied already
-    if (!asks_norms) return absl::OkStatus();
-    const std::vector<double>* kept = clipping_.Kept(-1, d.generation, d.version);
-    if (kept == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("no squared norms kept for the step from version ", d.version));
-    }
-    *clip_norms = *kept;
+    // Its norms, while kept (a decider promoted mid-step asks again); none
+    // for an older step, whose decision is only sent again.
+    const std::vector<double>* kept =
+        asks_norms ? clipping_.Kept(-1, d.generation, d.version) : nullptr;
+    if (kept != nullptr) *clip_norms = *kept;
     return absl::OkStatus();
   }
   if (d.version > version_) {

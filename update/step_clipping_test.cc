@@ -150,6 +150,13 @@ TEST_P(StepClippingTest, TwoPsClipTheirPartsAsTheWholeGradient) {
   std::vector<double> again;
   ASSERT_TRUE(follower_.Commit(kLayout, ask, &again, absl::Now() + absl::Seconds(1)).ok());
   EXPECT_EQ(again, norms);
+  // A step it never kept norms of (applied long ago): answered, no norms.
+  StepDecision old = ask;
+  old.generation = ask.generation;
+  old.version = -1;
+  std::vector<double> none;
+  ASSERT_TRUE(follower_.Commit(kLayout, old, &none, absl::Now() + absl::Seconds(1)).ok());
+  EXPECT_TRUE(none.empty());
   // The follower keeps the decision with its scales.
   absl::StatusOr<StepDecision> kept = follower_.DecisionFor(kLayout, 0);
   ASSERT_TRUE(kept.ok());
