@@ -8,14 +8,15 @@
 namespace pscluster {
 
 Backoff::Backoff(const RetryPolicy& policy)
-    : policy_(policy), current_(policy.initial_backoff), rng_(std::random_device{}()) {}
+    : policy_(policy), current_(policy.initial_backoff) {}
 
 absl::Duration Backoff::Next() {
   const absl::Duration base = current_;
   current_ = std::min(current_ * policy_.multiplier, policy_.max_backoff);
   const double j = std::clamp(policy_.jitter, 0.0, 1.0);
   std::uniform_real_distribution<double> factor(1.0 - j, 1.0 + j);
-  return base * factor(rng_);
+  if (!rng_.has_value()) rng_.emplace(std::random_device{}());
+  return base * factor(*rng_);
 }
 
 bool IsRetryable(const grpc::Status& status) {
