@@ -5,6 +5,7 @@
 
 #include "compute/kernels/activation_math.h"
 #include "compute/kernels/cpu_blas.h"
+#include "compute/kernels/vector_math.h"
 
 namespace pscluster {
 namespace kernels {
@@ -120,19 +121,18 @@ void RecurrentForward(int n, const RecurrentShape& s, const float* x, const floa
         continue;
       }
       if (lstm) {
+        // The gates' activations over arrays (kernels/vector_math.h):
+        // i and f, then c's candidate, then o.
         const float* cp = c_prev + static_cast<int64_t>(r) * ld;
-        for (int j = 0; j < gu; ++j) {
-          pre[j] = xt[j] + rr[j];
-          const ActivationFn f = j >= 2 * u && j < 3 * u ? s.activation : s.recurrent_activation;
-          act[j] = ActivationValue(f, s.alpha, pre[j]);
-        }
+        for (int j = 0; j < gu; ++j) pre[j] = xt[j] + rr[j];
+        ActivationArray(s.recurrent_activation, s.alpha, pre, act, 2 * u);
+        ActivationArray(s.activation, s.alpha, pre + 2 * u, act + 2 * u, u);
+        ActivationArray(s.recurrent_activation, s.alpha, pre + 3 * u, act + 3 * u, u);
         float* c = st + l.c;
         float* ac = st + l.ac;
-        for (int k = 0; k < u; ++k) {
-          c[k] = act[u + k] * cp[k] + act[k] * act[2 * u + k];
-          ac[k] = ActivationValue(s.activation, s.alpha, c[k]);
-          h[k] = act[3 * u + k] * ac[k];
-        }
+        for (int k = 0; k < u; ++k) c[k] = act[u + k] * cp[k] + act[k] * act[2 * u + k];
+        ActivationArray(s.activation, s.alpha, c, ac, u);
+        for (int k = 0; k < u; ++k) h[k] = act[3 * u + k] * ac[k];
         continue;
       }
       // GRU: z and r from x W + b + h U (+ rb); reset_after keeps h Uh
@@ -141,10 +141,8 @@ void RecurrentForward(int n, const RecurrentShape& s, const float* x, const floa
       if (rec_bias != nullptr) {
         for (int j = 0; j < gu; ++j) rr[j] += rec_bias[j];
       }
-      for (int j = 0; j < 2 * u; ++j) {
-        pre[j] = xt[j] + rr[j];
-        act[j] = ActivationValue(s.recurrent_activation, s.alpha, pre[j]);
-      }
+      for (int j = 0; j < 2 * u; ++j) pre[j] = xt[j] + rr[j];
+      ActivationArray(s.recurrent_activation, s.alpha, pre, act, 2 * u);
       const float* rg = act + u;
       for (int k = 0; k < u; ++k) hr[k] = s.reset_after ? rr[2 * u + k] : rg[k] * hp[k];
     }
@@ -165,9 +163,10 @@ void RecurrentForward(int n, const RecurrentShape& s, const float* x, const floa
         const float* xt = xw.data() + (static_cast<int64_t>(r) * s.steps + t) * gu;
         for (int k = 0; k < u; ++k) {
           pre[2 * u + k] = xt[2 * u + k] + (s.reset_after ? act[u + k] * hr[k] : rh[r * u + k]);
-          const float g = ActivationValue(s.activation, s.alpha, pre[2 * u + k]);
-          act[2 * u + k] = g;
-          st[l.h + k] = act[k] * hp[k] + (1.0f - act[k]) * g;
+        }
+        ActivationArray(s.activation, s.alpha, pre + 2 * u, act + 2 * u, u);
+        for (int k = 0; k < u; ++k) {
+          st[l.h + k] = act[k] * hp[k] + (1.0f - act[k]) * act[2 * u + k];
         }
       }
     }
