@@ -27,7 +27,9 @@ inline float Exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  // (NaN's k is taken as 0 for the cast, which is undefined for NaN; p
+  // carries the NaN.)
+  const int32_t bits = (static_cast<int32_t>(k == k ? k : 0.0f) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
