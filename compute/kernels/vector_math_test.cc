@@ -41,7 +41,7 @@ TEST(VectorMathTest, WithinFloatRoundingOfDoublePrecision) {
   EXPECT_LT(exp_rel, 1.2e-7);
   EXPECT_LT(sig_abs, 1.2e-7);
   EXPECT_LT(tanh_abs, 1.2e-7);
-  EXPECT_LT(tanh_rel, 2.4e-7);
+  EXPECT_LT(tanh_rel, 1.8e-7);
 }
 
 TEST(VectorMathTest, NaNStaysNaNAndInfinitiesSaturate) {
