@@ -22,19 +22,6 @@ void StateHeader(uint64_t fingerprint, const StoreState& store, ShardState* out)
   out->mutable_pending_chunks()->Assign(store.pending_chunks.begin(), store.pending_chunks.end());
 }
 
-StepDecision DecisionFromRequest(const StepCommitRequest& req) {
-  StepDecision d;
-  d.layout_fingerprint = req.layout_fingerprint();
-  d.generation = req.generation();
-  d.version = req.version();
-  d.members.assign(req.members().begin(), req.members().end());
-  d.skip = req.skip();
-  d.decider_epoch = req.decider_epoch();
-  d.clipped = req.clipped();
-  d.clip_scales.assign(req.clip_scales().begin(), req.clip_scales().end());
-  return d;
-}
-
 }  // namespace
 
 grpc::Status PsControlService::Init(grpc::ServerContext* ctx, const InitRequest* req,
@@ -276,14 +263,7 @@ grpc::Status PsControlService::GetDecision(grpc::ServerContext* ctx, const GetDe
   }
   absl::StatusOr<StepDecision> d = store_->DecisionFor(req->layout_fingerprint(), req->version());
   if (!d.ok()) return ToGrpcStatus(d.status());
-  resp->set_layout_fingerprint(d->layout_fingerprint);
-  resp->set_generation(d->generation);
-  resp->set_version(d->version);
-  for (bool m : d->members) resp->add_members(m);
-  resp->set_skip(d->skip);
-  resp->set_decider_epoch(d->decider_epoch);
-  resp->set_clipped(d->clipped);
-  resp->mutable_clip_scales()->Assign(d->clip_scales.begin(), d->clip_scales.end());
+  DecisionToRequest(*d, resp);
   return grpc::Status::OK;
 }
 

@@ -6,6 +6,7 @@
 #include "common/retry.h"
 #include "proto/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "update/store_state.h"
 #include "wire/data_plane.h"
 
 namespace pscluster {
@@ -83,14 +84,7 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
   while (!stop_) {
     if (!store_->NextDecision(sent, absl::Now() + absl::Milliseconds(200), &d)) continue;
     StepCommitRequest req;
-    req.set_layout_fingerprint(d.layout_fingerprint);
-    req.set_generation(d.generation);
-    req.set_version(d.version);
-    for (bool m : d.members) req.add_members(m);
-    req.set_skip(d.skip);
-    req.set_decider_epoch(d.decider_epoch);
-    req.set_clipped(d.clipped);
-    req.mutable_clip_scales()->Assign(d.clip_scales.begin(), d.clip_scales.end());
+    DecisionToRequest(d, &req);
     Backoff backoff(ResendPolicy());
     while (!stop_) {
       connect();

@@ -109,6 +109,30 @@ void SparseRowsToProto(const SparseRowsData& rows, SparseRows* out) {
   out->set_values(rows.values.data(), rows.values.size() * sizeof(float));
 }
 
+StepDecision DecisionFromRequest(const StepCommitRequest& req) {
+  StepDecision d;
+  d.layout_fingerprint = req.layout_fingerprint();
+  d.generation = req.generation();
+  d.version = req.version();
+  d.members.assign(req.members().begin(), req.members().end());
+  d.skip = req.skip();
+  d.decider_epoch = req.decider_epoch();
+  d.clipped = req.clipped();
+  d.clip_scales.assign(req.clip_scales().begin(), req.clip_scales().end());
+  return d;
+}
+
+void DecisionToRequest(const StepDecision& d, StepCommitRequest* out) {
+  out->set_layout_fingerprint(d.layout_fingerprint);
+  out->set_generation(d.generation);
+  out->set_version(d.version);
+  for (bool m : d.members) out->add_members(m);
+  out->set_skip(d.skip);
+  out->set_decider_epoch(d.decider_epoch);
+  out->set_clipped(d.clipped);
+  out->mutable_clip_scales()->Assign(d.clip_scales.begin(), d.clip_scales.end());
+}
+
 SparseTableOptions SparseTableFromConfig(const SparseTableConfig& t) {
   SparseTableOptions o;
   o.name = t.variable();

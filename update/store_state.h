@@ -44,6 +44,11 @@ void StoreStateToProto(const StoreState& snap, ShardState* out);
 absl::Status SparseRowsFromProto(const SparseRows& rows, SparseRowsData* out);
 void SparseRowsToProto(const SparseRowsData& rows, SparseRows* out);
 
+// A sync step decision between the wire (StepCommitRequest: sent to a
+// following ps, and the answer to GetDecision) and the store.
+StepDecision DecisionFromRequest(const StepCommitRequest& req);
+void DecisionToRequest(const StepDecision& d, StepCommitRequest* out);
+
 // A sparse table's configuration between the wire and the store.
 SparseTableOptions SparseTableFromConfig(const SparseTableConfig& config);
 void SparseTableToConfig(const SparseTableOptions& options, SparseTableConfig* out);
