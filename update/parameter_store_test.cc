@@ -1607,3 +1607,38 @@ TEST_F(SparseBackupTest, ABackupHoldsThePrimarysRowsAfterAsyncPushes) {
 
 }  // namespace
 }  // namespace pscluster
+
+namespace pscluster {
+namespace {
+
+// A step's sum is made once for the same members (a clipped step reads it
+// for its norms and its update) and made again once a gradient is taken
+// or dropped.
+TEST(PendingStepTest, TheSumIsKeptForTheSameMembersUntilTheGradientsChange) {
+  PendingStep pending;
+  pending.Reset(2, 2);
+  std::vector<float> g0 = {1, 2}, g1 = {3, 4}, g1b = {5, 6};
+  auto take = [&pending](int w, std::vector<float>& g) {
+    PushArgs a;
+    a.worker = w;
+    a.num_examples = 1;
+    a.gradients = g.data();
+    a.num_floats = 2;
+    pending.Take(a, true);
+  };
+  take(0, g0);
+  take(1, g1);
+  const std::vector<bool> both = {true, true};
+  const float* sum = pending.Gradient(both, 1);
+  EXPECT_EQ(std::vector<float>(sum, sum + 2), (std::vector<float>{2, 3}));
+  EXPECT_EQ(pending.Gradient(both, 1), sum);
+  const float* alone = pending.Gradient({true, false}, 1);
+  EXPECT_EQ(std::vector<float>(alone, alone + 2), g0);
+  pending.Drop(1);
+  take(1, g1b);
+  sum = pending.Gradient(both, 1);
+  EXPECT_EQ(std::vector<float>(sum, sum + 2), (std::vector<float>{3, 4}));
+}
+
+}  // namespace
+}  // namespace pscluster

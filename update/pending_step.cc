@@ -18,6 +18,7 @@ void PendingStep::Reset(int num_workers, int64_t num_floats) {
   nonfinite_.assign(num_workers, false);
   sparse_.assign(num_workers, {});
   sum_.assign(num_floats, 0.0f);
+  summed_.clear();
 }
 
 void PendingStep::Take(const PushArgs& args, bool finite) {
@@ -34,6 +35,7 @@ void PendingStep::Take(const PushArgs& args, bool finite) {
   chunk_[w] = args.chunk;
   nonfinite_[w] = !finite;
   ++count_;
+  summed_.clear();
 }
 
 void PendingStep::Drop(int w) {
@@ -41,6 +43,7 @@ void PendingStep::Drop(int w) {
   sparse_[w].clear();
   nonfinite_[w] = false;
   --count_;
+  summed_.clear();
 }
 
 void PendingStep::Clear() {
@@ -50,6 +53,7 @@ void PendingStep::Clear() {
   }
   count_ = 0;
   std::fill(nonfinite_.begin(), nonfinite_.end(), false);
+  summed_.clear();
 }
 
 bool PendingStep::AnyNonfinite(const std::vector<bool>& members) const {
@@ -86,6 +90,7 @@ const float* PendingStep::Gradient(const std::vector<bool>& members, int threads
   // 0 + 1 * g only where g is -0, which Adam's update takes as +0, and
   // SGD's and momentum's only in the sign of a zero weight).
   const std::vector<int> order = SumOrder(members);
+  if (order.size() > 1 && members == summed_) return sum_.data();
   const float* grad = nullptr;
   bool first = true;
   for (int w : order) {
@@ -105,6 +110,7 @@ const float* PendingStep::Gradient(const std::vector<bool>& members, int threads
     first = false;
     grad = s;
   }
+  if (order.size() > 1) summed_ = members;
   return grad;
 }
 

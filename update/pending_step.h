@@ -52,7 +52,10 @@ class PendingStep {
 
   // The gradient a step of `members` applies (examples > 0 in all): the
   // lone member's own, or their weighted sum, made on up to `threads`
-  // cores, in a buffer of this one's. Valid until the next call.
+  // cores, in a buffer of this one's. Valid until the next call; asked
+  // again for the same members with no gradient taken or dropped since,
+  // the sum made already (a clipped step's norms and its update, a step
+  // computed ahead and its replication record read it twice).
   const float* Gradient(const std::vector<bool>& members, int threads);
 
  private:
@@ -63,7 +66,8 @@ class PendingStep {
   std::vector<std::vector<SparseRowsData>> sparse_;
   std::vector<bool> nonfinite_;
   int count_ = 0;
-  std::vector<float> sum_;  // Gradient's scratch
+  std::vector<float> sum_;    // Gradient's scratch
+  std::vector<bool> summed_;  // the members whose sum sum_ holds; empty: none
 };
 
 }  // namespace pscluster
