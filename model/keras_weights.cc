@@ -1,5 +1,4 @@
 #include "model/keras_weights.h"
-#include "model/zip_archive.h"
 
 #include <fcntl.h>
 #include <hdf5/serial/hdf5.h>
@@ -14,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "model/zip_archive.h"
 
 namespace pscluster {
 namespace {
@@ -242,6 +243,18 @@ Keras3Names NamesFor(const ModelSpec& spec) {
   return n;
 }
 
+// A MultiHeadAttention's EinsumDense projections: the attribute Keras 3
+// keeps each under, and the parser's Dense part (<layer>/<part>, Keras 2's
+// sublayer name too).
+struct MultiHeadPart {
+  const char* keras3;
+  const char* part;
+};
+constexpr MultiHeadPart kMultiHeadParts[] = {{"query_dense", "query"},
+                                             {"key_dense", "key"},
+                                             {"value_dense", "value"},
+                                             {"output_dense", "attention_output"}};
+
 // The layer of a Keras 3 layer's sub-object group (`attr`, the attribute
 // that holds it): an LSTM's or GRU's cell is the layer itself, a
 // MultiHeadAttention's EinsumDense projections the parser's Dense parts;
@@ -249,11 +262,8 @@ Keras3Names NamesFor(const ModelSpec& spec) {
 std::string SubLayer(const std::string& layer, std::string attr) {
   if (attr == "cell") return layer;
   if (!attr.empty() && attr[0] == '_') attr.erase(0, 1);  // Keras before the properties
-  for (const auto& [keras, ours] : {std::pair<const char*, const char*>{"query_dense", "query"},
-                                    {"key_dense", "key"},
-                                    {"value_dense", "value"},
-                                    {"output_dense", "attention_output"}}) {
-    if (attr == keras) return absl::StrCat(layer, "/", ours);
+  for (const MultiHeadPart& p : kMultiHeadParts) {
+    if (attr == p.keras3) return absl::StrCat(layer, "/", p.part);
   }
   return "";
 }
@@ -345,8 +355,9 @@ absl::StatusOr<std::vector<FileTensor>> ReadKeras2(hid_t file, const std::string
       std::string var = parts.back();
       if (const size_t colon = var.rfind(':'); colon != std::string::npos) var.resize(colon);
       const std::string& sub = parts[parts.size() - 2];
-      const bool part = parts.size() >= 4 && (sub == "query" || sub == "key" || sub == "value" ||
-                                              sub == "attention_output");
+      const bool part = parts.size() >= 4 &&
+                        std::any_of(std::begin(kMultiHeadParts), std::end(kMultiHeadParts),
+                                    [&sub](const MultiHeadPart& p) { return sub == p.part; });
       t.variable =
           part ? absl::StrCat(parts[0], "/", sub, "/", var) : absl::StrCat(parts[0], "/", var);
       FitMultiHeadShape(spec, &t);
