@@ -80,7 +80,8 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
 #ifdef PSCLUSTER_WITH_CUDA
   absl::StatusOr<std::unique_ptr<ComputeBackend>> cuda =
       CreateCudaBackend(spec, options.max_batch, resolved->device.ordinal, options.seed);
-  // A layer the GPU does not run (Embedding): no restart changes that.
+  // A layer the GPU does not run (an Embedding's mask, Attention, LSTM...):
+  // no restart changes that.
   if (absl::IsInvalidArgument(cuda.status())) return MarkBadInput(cuda.status());
   return cuda;
 #else

@@ -3,6 +3,7 @@
 // machine a GPU, and each case checks the message that says which.
 #include "compute/backend_factory.h"
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -106,25 +107,58 @@ TEST(CreateBackendTest, CudaWithoutAGpuFailsBeforeCreatingAnything) {
   EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// Embedding computes on the CPU only: on a GPU it is bad input (the
-// daemons exit 2, and no launcher restarts them), naming the layer.
-TEST(CreateBackendTest, EmbeddingOnAGpuIsBadInput) {
+// Embedding computes on the GPU too: TensorFlow.js's loss and every
+// gradient (tests/fixtures/tfjs_reference/embedding.json, DeepFM's shape
+// among them), the ids indexed on the host and the rows summed on the card.
+// A layer reading an Embedding's mask does not yet: bad input (the daemons
+// exit 2, and no launcher restarts them), naming the layer.
+TEST(CreateBackendTest, EmbeddingTrainsOnAGpuAndAMaskIsBadInput) {
   std::string why;
   if (CudaDevicesAvailable(&why) == 0) GTEST_SKIP() << "[gpu] no GPU: " << why;
   std::vector<ReferenceCase> cases =
       LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
-  ASSERT_FALSE(cases.empty());
+  ASSERT_EQ(cases.size(), 4u);
   BackendOptions options;
   options.device = Parse("cuda:0");
+  for (const ReferenceCase& m : cases) {
+    const int batch = static_cast<int>(m.labels.size());
+    options.max_batch = batch;
+    absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(m.spec, options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    Batch b;
+    b.images = m.images.data();
+    b.targets = m.labels.data();
+    b.size = batch;
+    std::vector<float> grads(m.spec.num_parameters, NAN);
+    float loss = 0;
+    int correct = 0;
+    ASSERT_TRUE(
+        (*backend)->TrainStep(m.params.data(), b, Batch(), grads.data(), &loss, &correct).ok());
+    EXPECT_NEAR(loss * batch, m.training_loss_sum, 1e-4) << m.spec.name;
+    for (const VariableSpec& v : m.spec.variables) {
+      const std::vector<float>& g = m.gradients.at(v.name);
+      for (int64_t k = 0; k < v.size; ++k) {
+        EXPECT_NEAR(grads[v.offset + k], g[k], 1e-5) << m.spec.name << " " << v.name << k;
+      }
+    }
+    // An id out of range is bad data, as on the CPU.
+    std::vector<float> images = m.images;
+    images[0] = 1e6f;
+    b.images = images.data();
+    EXPECT_EQ(
+        (*backend)->TrainStep(m.params.data(), b, Batch(), grads.data(), &loss, &correct).code(),
+        absl::StatusCode::kDataLoss);
+  }
+  std::vector<ReferenceCase> masked = LoadTfjsReference("tests/fixtures/masking/masking.json");
+  ASSERT_FALSE(masked.empty());
   options.max_batch = 4;
-  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend =
-      CreateBackend(cases[0].spec, options);
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(masked[0].spec, options);
   ASSERT_FALSE(backend.ok());
   EXPECT_TRUE(IsBadInput(backend.status())) << backend.status();
-  EXPECT_NE(backend.status().message().find("layer emb: Embedding"), std::string::npos)
+  EXPECT_NE(backend.status().message().find("reads an Embedding's mask"), std::string::npos)
       << backend.status();
   options.device = Parse("cpu");
-  EXPECT_TRUE(CreateBackend(cases[0].spec, options).ok());
+  EXPECT_TRUE(CreateBackend(masked[0].spec, options).ok());
 }
 
 }  // namespace

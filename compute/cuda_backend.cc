@@ -175,11 +175,16 @@ class CudaBackend final : public ComputeBackend {
     if (s.ok()) s = AllocPinned(output_bytes, "outputs", &outputs_h_);
     const int64_t image_bytes = max_batch_ * pixels_ * int64_t{sizeof(float)};
     const int64_t target_bytes = TargetBytes(max_batch_);
+    // An Embedding's ids, indexed on the host (GraphDeviceEngine::IndexIds).
+    const int64_t index_bytes =
+        graph_ != nullptr ? graph_->max_index_ints() * int64_t{sizeof(int32_t)} : 0;
     for (Slot& slot : slots_) {
       if (s.ok()) s = AllocDevice(image_bytes, "images", &slot.images_d);
       if (s.ok()) s = AllocDevice(target_bytes, "targets", &slot.labels_d);
       if (s.ok()) s = AllocPinned(image_bytes, "images", &slot.images_h);
       if (s.ok()) s = AllocPinned(target_bytes, "targets", &slot.labels_h);
+      if (s.ok() && index_bytes > 0) s = AllocDevice(index_bytes, "ids' index", &slot.ids_d);
+      if (s.ok() && index_bytes > 0) s = AllocPinned(index_bytes, "ids' index", &slot.ids_h);
       if (s.ok()) s = MakeEvent(cudaEventDisableTiming, &slot.ready);
     }
     if (!s.ok()) return s;
@@ -271,6 +276,8 @@ class CudaBackend final : public ComputeBackend {
         staged_ = next;
         staged_slot_ = other;
       }
+      // An id out of range in the next batch: its own step says so.
+      if (absl::IsDataLoss(s)) s = absl::OkStatus();
     }
     if (s.ok())
       s = Check(cudaStreamSynchronize(compute_.get()),
@@ -343,6 +350,11 @@ class CudaBackend final : public ComputeBackend {
   struct Slot {
     DeviceMemory images_d, labels_d;
     PinnedMemory images_h, labels_h;
+    // A model with Embeddings: the batch's ids indexed on the host, and
+    // their ints on the device.
+    GraphDeviceEngine::IdIndex ids;
+    DeviceMemory ids_d;
+    PinnedMemory ids_h;
     Event ready;  // recorded after the last copy into this slot
   };
 
@@ -368,6 +380,16 @@ class CudaBackend final : public ComputeBackend {
       s = Check(cudaMemsetAsync(slot.labels_d.get(), 0, TargetBytes(max_batch_),
                                 compute_.get()),
                 "cudaMemsetAsync (warm-up targets)");
+    }
+    if (s.ok() && graph_ != nullptr && graph_->has_embeddings()) {
+      // Zero ids: row 0 of each table.
+      const std::vector<float> zero_ids(max_batch_ * pixels_, 0.0f);
+      s = graph_->IndexIds(zero_ids.data(), max_batch_, &slot.ids);
+      if (s.ok()) {
+        s = Check(cudaMemcpy(slot.ids_d.get(), slot.ids.ints.data(),
+                             slot.ids.ints.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+                  "cudaMemcpy (warm-up ids)");
+      }
     }
     if (s.ok()) {
       Batch zeros;
@@ -400,9 +422,10 @@ class CudaBackend final : public ComputeBackend {
       fused_->Run(Device(), params, images, labels, batch.size, grads,
                   &result_d->loss_sum, &result_d->correct);
     } else {
-      graph_->Run(*graph_kernels_, params, images, labels, batch.size,
-                  batch.key, grads, &result_d->loss_sum,
-                  &result_d->correct, outputs_d, &result_d->penalty);
+      const Slot& sl = slots_[slot];
+      graph_->Run(*graph_kernels_, params, images, labels, batch.size, batch.key, grads,
+                  &result_d->loss_sum, &result_d->correct, outputs_d, &result_d->penalty, &sl.ids,
+                  static_cast<const int32_t*>(sl.ids_d.get()));
     }
   }
 
@@ -492,6 +515,12 @@ class CudaBackend final : public ComputeBackend {
       std::memcpy(sl.labels_h.get(), b.targets, target_bytes);
       labels = sl.labels_h.get();
     }
+    if (graph_ != nullptr && graph_->has_embeddings()) {
+      // Checked (an id out of range: DataLoss, as on the CPU) and indexed
+      // before anything of this batch is queued.
+      s = graph_->IndexIds(b.images, b.size, &sl.ids);
+      if (!s.ok()) return s;
+    }
     s = Check(cudaMemcpyAsync(sl.images_d.get(), images, image_bytes,
                               cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (images to the device)");
@@ -499,6 +528,13 @@ class CudaBackend final : public ComputeBackend {
       s = Check(cudaMemcpyAsync(sl.labels_d.get(), labels, target_bytes,
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync (targets to the device)");
+    }
+    if (s.ok() && !sl.ids.ints.empty()) {
+      const size_t bytes = sl.ids.ints.size() * sizeof(int32_t);
+      std::memcpy(sl.ids_h.get(), sl.ids.ints.data(), bytes);
+      s = Check(
+          cudaMemcpyAsync(sl.ids_d.get(), sl.ids_h.get(), bytes, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (ids' index to the device)");
     }
     if (s.ok())
       s = Check(cudaEventRecord(sl.ready.get(), stream), "cudaEventRecord");

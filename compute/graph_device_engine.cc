@@ -1,6 +1,7 @@
 #include "compute/graph_device_engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,18 +55,38 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
                        ": Concatenate along the steps does not run on the GPU yet; train this "
                        "model with --device=cpu"));
     }
-    if (op.kind == LayerKind::kEmbedding || op.kind == LayerKind::kDot ||
-        op.kind == LayerKind::kAttention || op.kind == LayerKind::kSoftmax ||
-        IsRecurrent(op.kind)) {
+    if (op.kind == LayerKind::kDot || op.kind == LayerKind::kAttention ||
+        op.kind == LayerKind::kSoftmax || IsRecurrent(op.kind)) {
       return absl::InvalidArgumentError(
           absl::StrCat("model \"", spec.name, "\": layer ", op.name, ": ",
                        op.kind == LayerKind::kDot         ? "Dot"
                        : op.kind == LayerKind::kAttention ? "Attention"
                        : op.kind == LayerKind::kSoftmax   ? "Softmax"
                        : op.kind == LayerKind::kLstm      ? "LSTM"
-                       : op.kind == LayerKind::kGru       ? "GRU"
-                                                          : "Embedding",
+                                                          : "GRU",
                        " does not run on the GPU yet; train this model with --device=cpu"));
+    }
+    if (op.mask_from >= 0 || op.query_mask_from >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model \"", spec.name, "\": layer ", op.name,
+          " reads an Embedding's mask (mask_zero): masks do not run on the GPU yet; train this "
+          "model with --device=cpu"));
+    }
+    if (op.kind == LayerKind::kEmbedding) {
+      // Its ids are indexed on the host (IndexIds): they must be the
+      // examples' own values, not computed.
+      const int j = op.inputs[0];
+      if (j != kModelInput && (*ops)[j].kind != LayerKind::kInputSlice) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model \"", spec.name, "\": layer ", op.name,
+                         ": an Embedding whose ids are computed by another layer (", (*ops)[j].name,
+                         ") does not run on the GPU yet; train this model with --device=cpu"));
+      }
+      if (op.dense_in > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat("model \"", spec.name, "\": layer ", op.name,
+                                                       ": input_dim ", op.dense_in,
+                                                       " is above the GPU's 2^31 - 1 rows"));
+      }
     }
   }
   std::unique_ptr<GraphDeviceEngine> g(new GraphDeviceEngine);
@@ -142,7 +163,49 @@ absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> GraphDeviceEngine::Create(
   g->has_penalties_ = HasPenalties(g->ops_);
   g->penalty_scratch_ = reserve(kFloat);
   g->softmax_ = reserve(parallel::SoftmaxWorkspaceBytes(static_cast<int>(n)));
+  g->embedding_of_.assign(g->ops_.size(), -1);
+  for (size_t i = 0; i < g->ops_.size(); ++i) {
+    if (g->ops_[i].kind != LayerKind::kEmbedding) continue;
+    g->embedding_of_[i] = static_cast<int>(g->embeddings_.size());
+    g->embeddings_.push_back(i);
+    const int64_t count = n * g->ops_[i].pixels;
+    g->max_index_ints_ += 2 * std::min<int64_t>(count, g->ops_[i].dense_in) + 1 + count;
+  }
   return g;
+}
+
+absl::Status GraphDeviceEngine::IndexIds(const float* images, int batch, IdIndex* index) const {
+  index->ints.clear();
+  index->at.clear();
+  index->uniques.clear();
+  std::vector<float> ids;
+  kernels::EmbeddingIdIndex one;
+  for (size_t i : embeddings_) {
+    const GraphOp& op = ops_[i];
+    // Where the ids are in each example: the whole input, or a slice of it.
+    const int j = op.inputs[0];
+    const int64_t stride = j == kModelInput ? op.in_size : ops_[j].in_size;
+    const int64_t first = j == kModelInput ? 0 : ops_[j].slice_at;
+    ids.resize(int64_t{batch} * op.pixels);
+    for (int e = 0; e < batch; ++e) {
+      const float* from = images + e * stride + first;
+      std::copy(from, from + op.pixels, ids.begin() + int64_t{e} * op.pixels);
+    }
+    const int64_t bad = kernels::IndexEmbeddingIds(static_cast<int64_t>(ids.size()), ids.data(),
+                                                   op.dense_in, op.padding_id < 0, &one);
+    if (bad >= 0) {
+      // DataLoss: the data does not fit the model (the worker exits
+      // kExitBadData), in the CPU engine's words.
+      return absl::DataLossError(
+          absl::StrCat("layer '", op.name, "' (Embedding): id ", ids[bad], " (position ",
+                       bad % op.pixels, " of example ", bad / op.pixels,
+                       " of the batch) is outside [0, input_dim = ", op.dense_in, ")"));
+    }
+    index->at.push_back(static_cast<int64_t>(index->ints.size()));
+    index->uniques.push_back(one.uniques);
+    index->ints.insert(index->ints.end(), one.ints.begin(), one.ints.end());
+  }
+  return absl::OkStatus();
 }
 
 kernels::WindowShape GraphDeviceEngine::Window(const GraphOp& op, int n) const {
@@ -216,10 +279,10 @@ void GraphDeviceEngine::BackwardMerge(const kernels::GraphKernels& k, size_t i, 
   }
 }
 
-void GraphDeviceEngine::BackwardOp(const kernels::GraphKernels& k, size_t i,
-                                   const float* params, const float* images, int n,
-                                   uint64_t step_key, float* gy, float* dx,
-                                   float* grads) const {
+void GraphDeviceEngine::BackwardOp(const kernels::GraphKernels& k, size_t i, const float* params,
+                                   const float* images, int n, uint64_t step_key, float* gy,
+                                   float* dx, float* grads, const IdIndex* ids,
+                                   const int32_t* ids_d) const {
   const GraphOp& op = ops_[i];
   float* workspace = At(workspace_);
   const float* x = Input(i, 0, images);
@@ -291,6 +354,13 @@ void GraphDeviceEngine::BackwardOp(const kernels::GraphKernels& k, size_t i,
     case LayerKind::kDepthwiseConv2D:
       k.DepthwiseConvBackward(Window(op, n), x, params + op.kernel, gy, dw, db, dx, workspace);
       break;
+    case LayerKind::kEmbedding: {
+      // Straight into the table's gradient, zeroed by Backward: a shared
+      // table's uses add in turn (no scratch of the table's size).
+      const int e = embedding_of_[i];
+      k.EmbeddingBackward(ids->uniques[e], op.dense_out, ids_d + ids->at[e], gy, grads + op.kernel);
+      return;
+    }
     case LayerKind::kLayerNorm: {
       // gamma's and beta's gradients where a kernel's and a bias's go.
       const int64_t rows = int64_t{n} * op.pixels;
@@ -364,6 +434,10 @@ void GraphDeviceEngine::ForwardOp(const kernels::GraphKernels& k, size_t i, cons
     case LayerKind::kRescaling:
       k.Rescale(outs, op.rescale, op.reshift, in, y);
       break;
+    case LayerKind::kEmbedding:
+      k.EmbeddingForward(int64_t{n} * op.pixels, op.dense_out, op.padding_id < 0, in,
+                         params + op.kernel, y);
+      break;
     case LayerKind::kInputSlice:
       k.CopyColumns(n, static_cast<int>(op.out_size), in + op.slice_at,
                     static_cast<int>(op.in_size), y, static_cast<int>(op.out_size));
@@ -415,9 +489,14 @@ void GraphDeviceEngine::SumPenalties(const kernels::GraphKernels& k, const float
 }
 
 void GraphDeviceEngine::Backward(const kernels::GraphKernels& k, const float* params,
-                                 const float* images, int n, uint64_t step_key,
-                                 float* grads) const {
+                                 const float* images, int n, uint64_t step_key, float* grads,
+                                 const IdIndex* ids, const int32_t* ids_d) const {
   const size_t last = ops_.size() - 1;
+  // A table's rows no id names have gradient 0; its uses add the others.
+  for (size_t i : embeddings_) {
+    const GraphOp& op = ops_[i];
+    if (op.owns_variables) k.Fill(int64_t{op.dense_in} * op.dense_out, 0.0f, grads + op.kernel);
+  }
   // written[i]: op i's slot holds the gradient at its output: the first op
   // reading it (in backward order) wrote it, the others add theirs.
   std::vector<bool> written(ops_.size(), false);
@@ -434,13 +513,13 @@ void GraphDeviceEngine::Backward(const kernels::GraphKernels& k, const float* pa
       if (IsMerge(op.kind)) {
         BackwardMerge(k, i, m, images, n, gy, gx);
       } else {
-        BackwardOp(k, i, params, images, n, step_key, gy, gx, grads);
+        BackwardOp(k, i, params, images, n, step_key, gy, gx, grads, ids, ids_d);
       }
       if (written[j]) k.Axpy(int64_t{n} * ops_[j].out_size, 1.0f, scratch, GradOf(j));
       written[j] = true;
     }
     if (!op.needs_input_grad && !IsMerge(op.kind)) {
-      BackwardOp(k, i, params, images, n, step_key, gy, nullptr, grads);
+      BackwardOp(k, i, params, images, n, step_key, gy, nullptr, grads, ids, ids_d);
     }
   }
   // Every variable's gradient is whole now: its regularizer's is added once.
@@ -452,9 +531,9 @@ void GraphDeviceEngine::Backward(const kernels::GraphKernels& k, const float* pa
 }
 
 void GraphDeviceEngine::Run(const kernels::GraphKernels& k, const float* params,
-                            const float* images, const float* targets, int batch,
-                            uint64_t step_key, float* grads, double* loss_sum,
-                            int* correct, float* outputs, float* penalty) const {
+                            const float* images, const float* targets, int batch, uint64_t step_key,
+                            float* grads, double* loss_sum, int* correct, float* outputs,
+                            float* penalty, const IdIndex* ids, const int32_t* ids_d) const {
   const int n = batch;
   const bool training = grads != nullptr;
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -466,7 +545,7 @@ void GraphDeviceEngine::Run(const kernels::GraphKernels& k, const float* params,
              correct, arena_ + softmax_);
   if (penalty != nullptr && has_penalties_) SumPenalties(k, params, penalty);
   if (!training) return;
-  Backward(k, params, images, n, step_key, grads);
+  Backward(k, params, images, n, step_key, grads, ids, ids_d);
 }
 
 }  // namespace pscluster

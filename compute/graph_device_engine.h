@@ -1,7 +1,7 @@
 // GraphDeviceEngine: the graph engine on a data-parallel device. It runs
 // the models the CPU's graph engine runs (compute/graph_cpu_engine.h:
 // strided and "same" convolutions, max, average and global pooling,
-// BatchNormalization, Dropout, merges...) through
+// BatchNormalization, Dropout, merges, Embedding...) through
 // compute/kernels/graph_kernels.h: the CUDA backend on a GPU, tests on the
 // emulated device. The same ops (compute/graph_plan.h), the same results to
 // rounding, and the same Dropout masks as the CPU's, since both key them
@@ -24,8 +24,10 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compute/graph_plan.h"
+#include "compute/kernels/embedding.h"
 #include "compute/kernels/graph_kernels.h"
 #include "model/model_spec.h"
 
@@ -45,6 +47,24 @@ class GraphDeviceEngine {
   // `arena`: arena_bytes() bytes of the device's memory, 256-byte aligned.
   void Bind(void* arena) { arena_ = static_cast<char*>(arena); }
 
+  // Embedding: the host's part of a step. The ids of each Embedding are
+  // checked and indexed on the host (kernels::IndexEmbeddingIds), so the
+  // device's backward sums each row's gradients in the CPU's order without
+  // atomics: the same table gradient bit for bit.
+  struct IdIndex {
+    std::vector<int32_t> ints;     // each Embedding's EmbeddingIdIndex::ints in turn
+    std::vector<int64_t> at;       // where each one's starts in `ints`
+    std::vector<int64_t> uniques;  // and its rows
+  };
+  bool has_embeddings() const { return !embeddings_.empty(); }
+  // The most ints IndexIds writes (any batch up to max_batch).
+  int64_t max_index_ints() const { return max_index_ints_; }
+  // Checks and indexes the ids of `batch` examples in `images` (host
+  // memory, laid out as Run's): DataLoss naming the layer, the id, its
+  // position and example when one is outside [0, input_dim), as the CPU's
+  // engine says. Run's `ids_d` is a device copy of index->ints.
+  absl::Status IndexIds(const float* images, int batch, IdIndex* index) const;
+
   // Forward and loss for `batch` (in [1, max_batch]) examples. With `grads`
   // (training): batch statistics and Dropout, then backward: grads =
   // d(mean loss)/d(params) for the trainable variables and the batch
@@ -57,10 +77,13 @@ class GraphDeviceEngine {
   // examples' probabilities or outputs (loss_head.h). `penalty` (device
   // memory, one float, or null): the regularizers' sum at `params`, which
   // Keras adds to the mean loss; written only when has_penalties().
-  void Run(const kernels::GraphKernels& k, const float* params,
-           const float* images, const float* targets, int batch,
-           uint64_t step_key, float* grads, double* loss_sum,
-           int* correct, float* outputs = nullptr, float* penalty = nullptr) const;
+  // A model with Embeddings needs the batch's IdIndex (`ids`, host memory)
+  // and its ints on the device (`ids_d`) when training; its ids are
+  // checked by IndexIds before any Run.
+  void Run(const kernels::GraphKernels& k, const float* params, const float* images,
+           const float* targets, int batch, uint64_t step_key, float* grads, double* loss_sum,
+           int* correct, float* outputs = nullptr, float* penalty = nullptr,
+           const IdIndex* ids = nullptr, const int32_t* ids_d = nullptr) const;
 
   // Whether the model has regularizers (VariableSpec::l1, l2).
   bool has_penalties() const { return has_penalties_; }
@@ -93,7 +116,7 @@ class GraphDeviceEngine {
   void SumPenalties(const kernels::GraphKernels& k, const float* params, float* penalty) const;
   // Every op backward from the loss's gradient, then the regularizers'.
   void Backward(const kernels::GraphKernels& k, const float* params, const float* images, int n,
-                uint64_t step_key, float* grads) const;
+                uint64_t step_key, float* grads, const IdIndex* ids, const int32_t* ids_d) const;
   void ForwardMerge(const kernels::GraphKernels& k, size_t i, const float* images, int n,
                     float* y) const;
   // The gradient at merge i's input `in` (gx) from gy at its output.
@@ -103,8 +126,8 @@ class GraphDeviceEngine {
   // parameters' gradients (added to a shared layer's through the
   // parameter scratch) and, unless dx is null, the gradient at its input.
   void BackwardOp(const kernels::GraphKernels& k, size_t i, const float* params,
-                  const float* images, int n, uint64_t step_key, float* gy, float* dx,
-                  float* grads) const;
+                  const float* images, int n, uint64_t step_key, float* gy, float* dx, float* grads,
+                  const IdIndex* ids, const int32_t* ids_d) const;
   float* At(int64_t offset) const {
     return reinterpret_cast<float*>(arena_ + offset);
   }
@@ -122,6 +145,10 @@ class GraphDeviceEngine {
   int64_t param_scratch_ = 0;  // a shared layer's gradient to add
   bool has_penalties_ = false;
   int64_t penalty_scratch_ = 0;  // one regularizer's loss, to add
+  // The Embedding ops in plan order, and each op's place among them (-1).
+  std::vector<size_t> embeddings_;
+  std::vector<int> embedding_of_;
+  int64_t max_index_ints_ = 0;
   int64_t softmax_ = 0;
   int64_t arena_bytes_ = 0;
 

@@ -12,9 +12,11 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "compute/cpu_network.h"
+#include "compute/kernels/embedding.h"
 #include "compute/kernels/emulated_device.h"
 #include "compute/kernels/testing/gradient_check.h"
 #include "compute/testing/float64_reference.h"
@@ -60,19 +62,26 @@ class Emulated {
     kernels_ = kernels::MakeEmulatedGraphKernels(EmulatedGpuDevice{&errors_});
   }
 
-  // Training when grads is not null. Returns the summed loss.
+  // Training when grads is not null. Returns the summed loss. The ids of a
+  // model with Embeddings are indexed first, as the CUDA backend does
+  // (host and device memory are one here).
   double Run(const std::vector<float>& params, const std::vector<float>& images,
              const std::vector<float>& labels, int batch, uint64_t step_key, float* grads,
              int* correct) {
     double loss_sum = NAN;
     float penalty = NAN;
     *correct = -1;
+    GraphDeviceEngine::IdIndex ids;
+    const absl::Status indexed = graph_->IndexIds(images.data(), batch, &ids);
+    EXPECT_TRUE(indexed.ok()) << indexed;
     graph_->Run(*kernels_, params.data(), images.data(), labels.data(), batch, step_key, grads,
-                &loss_sum, correct, nullptr, &penalty);
+                &loss_sum, correct, nullptr, &penalty, &ids, ids.ints.data());
     EXPECT_TRUE(errors_.ok()) << errors_.first();
     // As the CUDA backend adds them: Keras's loss holds the regularizers.
     return loss_sum + (graph_->has_penalties() ? double{penalty} * batch : 0.0);
   }
+
+  const GraphDeviceEngine& graph() const { return *graph_; }
 
  private:
   std::unique_ptr<GraphDeviceEngine> graph_;
@@ -296,12 +305,12 @@ TEST(GraphDeviceEngineTest, DropoutMasksAreTheCpuPaths) {
 // graph_cpu_engine_test's test of the same name) run on the device as the
 // 2-D windows over 1 x steps, and Dense on the last axis as a Dense over
 // each step or pixel: the losses and every gradient are TensorFlow.js's.
-// The model reading an Embedding is refused, as below.
+// The models over an Embedding's rows too.
 TEST(GraphDeviceEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
   std::vector<ReferenceCase> cases =
       LoadTfjsReference("tests/fixtures/tfjs_reference/sequence.json");
   ASSERT_EQ(cases.size(), 6u);
-  for (size_t c : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) {
+  for (size_t c = 0; c < cases.size(); ++c) {
     const ReferenceCase& m = cases[c];
     const int batch = static_cast<int>(m.labels.size());
     Emulated gpu(m.spec, batch);
@@ -320,7 +329,6 @@ TEST(GraphDeviceEngineTest, OneDimensionalLayersMatchTensorFlowJs) {
       }
     }
   }
-  EXPECT_FALSE(GraphDeviceEngine::Create(cases[1].spec, 4, kSeed).ok());
 }
 
 // Dot runs on the CPU only for now: refused at Create naming the layer
@@ -372,18 +380,149 @@ TEST(GraphDeviceEngineTest, RefusesAttentionAndSeveralOutputs) {
       << graph.status();
 }
 
-// Embedding runs on the CPU only for now: the device graph refuses it at
-// Create, naming the layer, before anything is allocated.
-TEST(GraphDeviceEngineTest, RefusesEmbeddingNamingTheLayer) {
+// The Embedding kernels on the device against the CPU's (embedding.h), bit
+// for bit: the gather, and the backward's sums per row, which the device
+// makes one row per thread in the order of the ids' positions (the host's
+// index) where the CPU adds each position in turn. Ids repeated within and
+// across examples, a table gradient already holding a shared use's part,
+// and a window's padded ids -(k + 1).
+TEST(GraphDeviceEngineTest, EmbeddingKernelsAreTheCpusBitForBit) {
+  kernels::KernelErrors errors;
+  std::unique_ptr<kernels::GraphKernels> k =
+      kernels::MakeEmulatedGraphKernels(EmulatedGpuDevice{&errors});
+  std::mt19937 rng(5);
+  for (const bool padding : {false, true}) {
+    constexpr int kRows = 37, kDim = 5;
+    const int count = 400;
+    std::uniform_int_distribution<int> row(0, kRows - 1);
+    std::normal_distribution<float> value(0.0f, 1.0f);
+    std::vector<float> ids(count), table(kRows * kDim), dy(count * kDim), base(kRows * kDim);
+    for (float& id : ids) {
+      const int r = row(rng) % (padding ? kRows : 7);  // few rows: many repeats
+      id = padding && r % 3 == 0 ? -static_cast<float>(r + 1) : static_cast<float>(r);
+    }
+    for (float& v : table) v = value(rng);
+    for (float& v : dy) v = value(rng);
+    for (float& v : base) v = value(rng);
+
+    std::vector<float> want_y(count * kDim), got_y(count * kDim, NAN);
+    kernels::EmbeddingForward(count, ids.data(), table.data(), kDim, want_y.data(), padding);
+    k->EmbeddingForward(count, kDim, padding, ids.data(), table.data(), got_y.data());
+    EXPECT_EQ(std::memcmp(want_y.data(), got_y.data(), want_y.size() * sizeof(float)), 0);
+
+    kernels::EmbeddingIdIndex index;
+    ASSERT_EQ(kernels::IndexEmbeddingIds(count, ids.data(), kRows, padding, &index), -1);
+    std::vector<float> want = base, got = base;
+    kernels::EmbeddingBackward(count, ids.data(), dy.data(), kDim, want.data(), padding);
+    k->EmbeddingBackward(index.uniques, kDim, index.ints.data(), dy.data(), got.data());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&want[i], &got[i], sizeof(float)), 0)
+          << "row " << i / kDim << " padding " << padding << ": " << want[i] << " " << got[i];
+    }
+  }
+  EXPECT_TRUE(errors.ok()) << errors.first();
+}
+
+// Keras's Embedding from TensorFlow.js (tests/fixtures/tfjs_reference/
+// embedding.json: pooled rows, rows beside dense features, DeepFM's
+// factorization machine and its whole shape with two tables over the same
+// ids) on the device: the losses and every gradient (a table's rows summed
+// over each id's uses, untouched rows 0, written over the poisoned buffer)
+// are tfjs's, and the CPU's within rounding.
+TEST(GraphDeviceEngineTest, EmbeddingMatchesTensorFlowJsAndTheCpuPath) {
+  std::vector<ReferenceCase> cases =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
+  ASSERT_EQ(cases.size(), 4u);
+  for (const ReferenceCase& m : cases) {
+    const int batch = static_cast<int>(m.labels.size());
+    Emulated gpu(m.spec, batch);
+    EXPECT_TRUE(gpu.graph().has_embeddings());
+    int correct = 0;
+    const double eval = gpu.Run(m.params, m.images, m.labels, batch, 0, nullptr, &correct);
+    EXPECT_NEAR(eval, m.inference_loss_sum, 1e-5) << m.spec.name;
+    std::vector<float> grads(m.spec.num_parameters, NAN);
+    const double train = gpu.Run(m.params, m.images, m.labels, batch, 0, grads.data(), &correct);
+    EXPECT_NEAR(train, m.training_loss_sum, 1e-5) << m.spec.name;
+
+    std::unique_ptr<CpuNetwork> cpu = CpuNet(m.spec, batch);
+    std::vector<float> want(m.spec.num_parameters, NAN);
+    float want_loss = 0;
+    int want_correct = 0;
+    ASSERT_TRUE(cpu->TrainStep(m.params.data(), m.images.data(), m.labels.data(), batch,
+                               want.data(), &want_loss, &want_correct)
+                    .ok());
+    EXPECT_NEAR(train / batch, want_loss, 1e-6) << m.spec.name;
+    for (const VariableSpec& v : m.spec.variables) {
+      ASSERT_EQ(m.gradients.count(v.name), 1u) << m.spec.name << " " << v.name;
+      const std::vector<float>& g = m.gradients.at(v.name);
+      ASSERT_EQ(static_cast<int64_t>(g.size()), v.size) << v.name;
+      for (int64_t k = 0; k < v.size; ++k) {
+        EXPECT_NEAR(grads[v.offset + k], g[k], 1e-6) << m.spec.name << " " << v.name << k;
+        EXPECT_NEAR(grads[v.offset + k], want[v.offset + k], 1e-6)
+            << m.spec.name << " " << v.name << k;
+      }
+    }
+  }
+}
+
+// An id outside [0, input_dim) is bad data in the CPU's words, found on the
+// host before anything runs; never clamped.
+TEST(GraphDeviceEngineTest, EmbeddingIdOutOfRangeIsAnError) {
   std::vector<ReferenceCase> cases =
       LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
   ASSERT_FALSE(cases.empty());
-  auto graph = GraphDeviceEngine::Create(cases[0].spec, 4, kSeed);
+  const ReferenceCase& m = cases[0];  // ids [5], input_dim 11
+  const int batch = static_cast<int>(m.labels.size());
+  auto graph = GraphDeviceEngine::Create(m.spec, batch, kSeed);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  GraphDeviceEngine::IdIndex ids;
+  for (float bad : {11.0f, -1.0f, std::nanf("")}) {
+    std::vector<float> images = m.images;
+    images[3 * 5 + 2] = bad;
+    const absl::Status s = (*graph)->IndexIds(images.data(), batch, &ids);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << bad;
+    EXPECT_NE(s.message().find("layer 'emb' (Embedding): id "), std::string::npos) << s;
+    EXPECT_NE(s.message().find("(position 2 of example 3 of the batch) is outside [0, "
+                               "input_dim = 11)"),
+              std::string::npos)
+        << s;
+  }
+  EXPECT_TRUE((*graph)->IndexIds(m.images.data(), batch, &ids).ok());
+  EXPECT_LE(static_cast<int64_t>(ids.ints.size()), (*graph)->max_index_ints());
+}
+
+// What the device does not run yet is refused at Create naming the layer:
+// a layer reading an Embedding's mask (mask_zero), and an Embedding whose
+// ids another layer computes (they are indexed on the host).
+TEST(GraphDeviceEngineTest, RefusesMasksAndComputedIdsNamingTheLayer) {
+  std::vector<ReferenceCase> masked = LoadTfjsReference("tests/fixtures/masking/masking.json");
+  ASSERT_FALSE(masked.empty());
+  auto graph = GraphDeviceEngine::Create(masked[0].spec, 4, kSeed);
   ASSERT_FALSE(graph.ok());
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(graph.status().message().find(
-                "layer emb: Embedding does not run on the GPU yet; train this model with "
-                "--device=cpu"),
+  EXPECT_NE(graph.status().message().find("reads an Embedding's mask (mask_zero): masks do not "
+                                          "run on the GPU yet; train this model with "
+                                          "--device=cpu"),
+            std::string::npos)
+      << graph.status();
+
+  const std::string computed = R"({"class_name": "Functional", "config": {"name": "cid",
+    "input_layers": [["x", 0, 0]], "output_layers": [["out", 0, 0]], "layers": [
+    {"class_name": "InputLayer", "config": {"name": "x", "batch_shape": [null, 3]},
+     "inbound_nodes": []},
+    {"class_name": "Rescaling", "config": {"name": "twice", "scale": 2.0, "offset": 0.0},
+     "inbound_nodes": [[["x", 0, 0, {}]]]},
+    {"class_name": "Embedding", "config": {"name": "emb", "input_dim": 10, "output_dim": 2},
+     "inbound_nodes": [[["twice", 0, 0, {}]]]},
+    {"class_name": "Flatten", "config": {"name": "flat"}, "inbound_nodes": [[["emb", 0, 0, {}]]]},
+    {"class_name": "Dense", "config": {"name": "out", "units": 2, "activation": "softmax"},
+     "inbound_nodes": [[["flat", 0, 0, {}]]]}]}})";
+  absl::StatusOr<ModelSpec> spec = ParseKerasModel(computed, "cid");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  graph = GraphDeviceEngine::Create(*spec, 4, kSeed);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("layer emb: an Embedding whose ids are computed by "
+                                          "another layer (twice) does not run on the GPU yet"),
             std::string::npos)
       << graph.status();
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace pscluster {
 namespace kernels {
 
@@ -43,6 +45,54 @@ void EmbeddingBackward(int64_t count, const float* ids, const float* dy, int dim
     const float* g = dy + i * dim;
     for (int d = 0; d < dim; ++d) row[d] += g[d];
   }
+}
+
+int64_t IndexEmbeddingIds(int64_t count, const float* ids, int64_t rows, bool padding,
+                          EmbeddingIdIndex* index) {
+  index->uniques = 0;
+  index->ints.clear();
+  const int64_t bad = FirstBadId(count, ids, rows, padding);
+  if (bad >= 0) return bad;
+  // Each position's unique row, numbered as first named; a table of few
+  // rows by a direct array, a large one (a whole table, not a window) by
+  // a hash map.
+  std::vector<int32_t> unique_of(count), named, counts;
+  auto add = [&named, &counts](int64_t row) {
+    named.push_back(static_cast<int32_t>(row));
+    counts.push_back(0);
+    return static_cast<int32_t>(named.size() - 1);
+  };
+  if (rows < 4 * count) {
+    std::vector<int32_t> slot(rows, -1);
+    for (int64_t k = 0; k < count; ++k) {
+      int32_t& u = slot[RowOf(ids[k], padding)];
+      if (u < 0) u = add(RowOf(ids[k], padding));
+      unique_of[k] = u;
+      ++counts[u];
+    }
+  } else {
+    absl::flat_hash_map<int64_t, int32_t> slot;
+    slot.reserve(count);
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t row = RowOf(ids[k], padding);
+      auto [it, inserted] = slot.try_emplace(row, 0);
+      if (inserted) it->second = add(row);
+      unique_of[k] = it->second;
+      ++counts[it->second];
+    }
+  }
+  const int64_t uniques = static_cast<int64_t>(named.size());
+  index->uniques = uniques;
+  std::vector<int32_t>& out = index->ints;
+  out.resize(2 * uniques + 1 + count);
+  std::copy(named.begin(), named.end(), out.begin());
+  int32_t* starts = out.data() + uniques;
+  int32_t* positions = starts + uniques + 1;
+  starts[0] = 0;
+  for (int64_t u = 0; u < uniques; ++u) starts[u + 1] = starts[u] + counts[u];
+  std::vector<int32_t> next(starts, starts + uniques);
+  for (int64_t k = 0; k < count; ++k) positions[next[unique_of[k]]++] = static_cast<int32_t>(k);
+  return -1;
 }
 
 }  // namespace kernels

@@ -7,6 +7,7 @@
 #define PSCLUSTER_COMPUTE_KERNELS_EMBEDDING_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace pscluster {
 namespace kernels {
@@ -31,6 +32,25 @@ void EmbeddingForward(int64_t count, const float* ids, const float* table, int d
 // twice gets both rows' gradients. Rows no id names are left as they are.
 void EmbeddingBackward(int64_t count, const float* ids, const float* dy, int dim, float* dtable,
                        bool padding = false);
+
+// The rows a batch's ids name, each with its positions in order: what a
+// device's backward (parallel_reshaping.h's EmbeddingBackward) sums, one
+// row per thread and no atomics, to EmbeddingBackward's sums bit for bit.
+// `ints` holds rows[uniques] (each row once, in the order first named),
+// starts[uniques + 1] and positions[count] (row u's ids are at
+// positions[starts[u]], ..., positions[starts[u + 1] - 1], increasing).
+struct EmbeddingIdIndex {
+  int64_t uniques = 0;
+  std::vector<int32_t> ints;
+};
+
+// Builds *index for ids[0, count) of a table of `rows` rows (`padding` as
+// above), reusing its storage. Returns FirstBadId(count, ids, rows,
+// padding): -1 when every id is in range, else the first bad one's index
+// (and *index is left empty). Needs count and rows below 2^31. O(count)
+// time; memory O(count), or O(rows) where rows is under 4 * count.
+int64_t IndexEmbeddingIds(int64_t count, const float* ids, int64_t rows, bool padding,
+                          EmbeddingIdIndex* index);
 
 }  // namespace kernels
 }  // namespace pscluster

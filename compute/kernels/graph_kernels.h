@@ -1,8 +1,8 @@
 // The kernels the graph engine (compute/graph_device_engine.h) calls on a
 // data-parallel device: convolutions and pooling with any window, stride
 // and padding, DepthwiseConv2D, BatchNormalization, LayerNormalization,
-// activations, Dropout, ZeroPadding2D, Rescaling, the regularizers, the
-// graph's merges, Dense and the loss head. Implemented once, over an
+// activations, Dropout, ZeroPadding2D, Rescaling, Embedding, the
+// regularizers, the graph's merges, Dense and the loss head. Implemented once, over an
 // executor, by parallel_graph_kernels.h: on the CUDA GPU
 // (MakeGpuGraphKernels, gpu_kernels.h) or its host emulation for tests
 // (MakeEmulatedGraphKernels, emulated_device.h). One interface instead of a
@@ -122,6 +122,16 @@ class GraphKernels {
                                float* workspace) const = 0;
   virtual void RegularizerGrad(int64_t n, float l1, float l2, const float* w,
                                float* dw) const = 0;
+  // embedding.h's Embedding: y = the rows of `ids` (checked on the host,
+  // IndexEmbeddingIds); backward, dtable's rows += the gradients of their
+  // positions in order, `index` (device memory) laid out as
+  // EmbeddingIdIndex::ints for `uniques` rows.
+  virtual void EmbeddingForward(int64_t count, int dim, bool padding, const float* ids,
+                                const float* table, float* y) const = 0;
+  virtual void EmbeddingBackward(int64_t uniques, int dim, const int32_t* index, const float* dy,
+                                 float* dtable) const = 0;
+  // y[i] = value for i < n.
+  virtual void Fill(int64_t n, float value, float* y) const = 0;
   // loss_head.h's LossHead: *loss_sum and *right are device memory;
   // `workspace`: LossWorkspaceBytes(batch) bytes.
   virtual void LossHead(LossKind loss, int batch, int outputs, const float* out,

@@ -181,6 +181,15 @@ class ExecGraphKernels final : public GraphKernels {
                        float* dw) const override {
     parallel::RegularizerGrad(e_, n, l1, l2, w, dw);
   }
+  void EmbeddingForward(int64_t count, int dim, bool padding, const float* ids, const float* table,
+                        float* y) const override {
+    parallel::EmbeddingForward(e_, count, dim, padding, ids, table, y);
+  }
+  void EmbeddingBackward(int64_t uniques, int dim, const int32_t* index, const float* dy,
+                         float* dtable) const override {
+    parallel::EmbeddingBackward(e_, uniques, dim, index, dy, dtable);
+  }
+  void Fill(int64_t n, float value, float* y) const override { parallel::Fill(e_, n, value, y); }
   void LossHead(LossKind loss, int batch, int outputs, const float* out, const float* targets,
                 float grad_scale, float* grad, float* probability, double* loss_sum, int* right,
                 void* workspace) const override {

@@ -27,9 +27,9 @@
 #                         (PSCLUSTER_GPU_COUNT=G overrides both, for tests).
 #                         auto means the CPU when a worker cannot use the
 #                         GPUs (no driver, a build without CUDA) or the
-#                         model file has an Embedding layer (CPU only; cuda
-#                         is then refused). The launcher prints where each
-#                         task computes.
+#                         model file has an Embedding layer (its GPU path is
+#                         not yet measured on a card: name cuda to use it).
+#                         The launcher prints where each task computes.
 #   --worker_threads=N    compute threads per worker (default: a CPU worker
 #                         gets the cores (nproc) divided by the CPU workers,
 #                         rounded down, at least 1; a GPU worker 1)
@@ -206,14 +206,14 @@ print_placement() {
   [ "$EVALUATOR" = 1 ] && line+=", evaluator $EVAL_DEVICE"
   echo "train.sh: devices (--device=$DEVICE, $GPU_COUNT GPU$([ "$GPU_COUNT" = 1 ] || echo s) ($GPU_SOURCE), $CORES cores): $line" >&2
 }
-# Embedding runs on the CPU only (docs/gpu.md): under auto a Keras JSON
-# model file with one computes on the CPU; a GPU named outright is refused
-# here rather than by every worker (exit 2 too). An archive (.keras, .h5)
-# is not looked into: its workers and evaluator refuse a GPU with exit 2.
-if [ "$DEVICE" != cpu ] && [ -f "${MODEL_PATH:-}" ] &&
+# Embedding on the GPU is checked on the emulated device but not yet
+# measured on a card (docs/gpu.md): under auto a Keras JSON model file with
+# one computes on the CPU; a GPU named outright is used (a layer the GPU
+# does not run, such as an Embedding's mask, makes the workers exit 2
+# naming it).
+if [ "$DEVICE" = auto ] && [ -f "${MODEL_PATH:-}" ] &&
    grep -q '"class_name": *"Embedding"' "$MODEL_PATH" 2>/dev/null; then
-  why="$MODEL_PATH has an Embedding layer, which computes on the CPU only"
-  [ "$DEVICE" = auto ] || die "--device=$DEVICE: $why; use --device=cpu or auto"
+  why="$MODEL_PATH has an Embedding layer, which auto puts on the CPU (--device=cuda for the GPU)"
   if [ "$GPU_COUNT" -gt 0 ]; then
     echo "train.sh: --device=auto: $why; computing on the CPU" >&2
     GPU_SOURCE="$GPU_COUNT from $GPU_SOURCE, not for this model"
