@@ -58,6 +58,15 @@ pass "pack.sh --no_build --system_cublas --xz writes $(basename "$P").tar.xz"
 cublas="$(find "$P/lib" -name 'libcublas*' -printf '%f ')"
 [ -z "$cublas" ] && pass "lib/ holds no cuBLAS" || fail "lib/ holds cuBLAS: $cublas"
 ls "$P"/lib/libcudart.so.* >/dev/null 2>&1 && pass "lib/ holds cudart" || fail "lib/ holds no libcudart.so.*"
+# Every reference file a packed test reads, at the path it reads it by.
+absent=""
+for t in $(cat "$P/tests.txt"); do
+  for f in $(grep -ho '"tests/fixtures/[^"]*"' "$repo/$t.cc" 2>/dev/null | tr -d '"' | sort -u); do
+    [ -f "$P/$f" ] || absent+=" $f ($t)"
+  done
+done
+[ -z "$absent" ] && pass "the pack holds the reference files its tests read" ||
+  fail "the pack lacks reference files:$absent"
 # cuBLAS is opened when a GPU first needs it (compute/kernels/cublas_loader.h):
 # no packed binary links it, so a start on a CPU does not load it.
 linked="$(for f in "$P"/worker/worker "$P"/evaluator/evaluator; do

@@ -164,6 +164,11 @@ printf '%s\n' "${TESTS[@]}" > "$OUT/tests.txt"
 cp "$ROOT/deploy/gpu/run.sh" "$OUT/run.sh"
 # The benchmark's PyTorch peer (run with the GPU machine's own python3).
 cp "$ROOT/tests/bench/torch_gpu.py" "$ROOT/tests/bench/torch_compute.py" "$OUT/tests/bench/"
+# The reference files the packed tests read, by the same relative paths.
+for f in tests/fixtures/tfjs_reference/embedding.json tests/fixtures/masking/masking.json; do
+  mkdir -p "$OUT/$(dirname "$f")"
+  cp "$ROOT/$f" "$OUT/$f"
+done
 chmod +x "$OUT/run.sh"
 {
   echo "pscluster GPU pack"
