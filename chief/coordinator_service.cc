@@ -22,7 +22,17 @@ bool CoordinatorService::evaluator_seen() const {
 
 grpc::Status CoordinatorService::GetPlan(grpc::ServerContext* ctx, const GetPlanRequest* req,
                                          GetPlanResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorGetPlan, &caller); !s.ok()) return s;
+  if (caller.has_value()) {
+    const std::optional<Role> role = RoleFromName(req->task_type());
+    // Another role's plan, or another task's: refused as acting as another.
+    if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorGetPlan, caller->role,
+                                           role == caller->role ? req->task_index() : int64_t{-1});
+        !s.ok()) {
+      return s;
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (req->task_type() == "evaluator") evaluator_seen_ = true;
   resp->set_ready(ready_);
@@ -32,7 +42,13 @@ grpc::Status CoordinatorService::GetPlan(grpc::ServerContext* ctx, const GetPlan
 
 grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
                                                 ProgressAck*) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorReportProgress, &caller); !s.ok()) return s;
+  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorReportProgress,
+                                         Role::kWorker, req->worker_index());
+      !s.ok()) {
+    return s;
+  }
   if (!tracker_->Record(*req)) {
     return grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
@@ -43,7 +59,7 @@ grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const 
 
 grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* ctx, const EvalReport* req,
                                             EvalAck*) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorReportEval); !s.ok()) return s;
   // A report carries no identity, and with an evaluator outside TF_CONFIG
   // the latest one becomes the run's final figures: figures no evaluator
   // can produce are refused (a diverged model's NaN or infinite loss is
@@ -70,7 +86,13 @@ grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* ctx, const Eval
 
 grpc::Status CoordinatorService::GetWork(grpc::ServerContext* ctx, const WorkRequest* req,
                                          WorkResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorGetWork, &caller); !s.ok()) return s;
+  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorGetWork, Role::kWorker,
+                                         req->worker_index());
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<WorkResponse> r = work_->GetWork(*req, absl::Now());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);
@@ -79,13 +101,25 @@ grpc::Status CoordinatorService::GetWork(grpc::ServerContext* ctx, const WorkReq
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
                                            HeartbeatResponse*) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorHeartbeat, &caller); !s.ok()) return s;
+  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorHeartbeat, Role::kWorker,
+                                         req->worker_index());
+      !s.ok()) {
+    return s;
+  }
   return ToGrpcStatus(work_->Heartbeat(*req, absl::Now()));
 }
 
 grpc::Status CoordinatorService::RingWork(grpc::ServerContext* ctx, const RingWorkRequest* req,
                                           RingWorkResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorRingWork, &caller); !s.ok()) return s;
+  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorRingWork, Role::kWorker,
+                                         req->worker_index());
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<RingWorkResponse> r = work_->RingWork(*req, absl::Now());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *std::move(r);
@@ -94,7 +128,7 @@ grpc::Status CoordinatorService::RingWork(grpc::ServerContext* ctx, const RingWo
 
 grpc::Status CoordinatorService::GetReplica(grpc::ServerContext* ctx, const ReplicaRequest* req,
                                             ShardState* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorGetReplica); !s.ok()) return s;
   absl::StatusOr<ShardState> state = work_->GetReplica(*req);
   if (!state.ok()) return ToGrpcStatus(state.status());
   *resp = *std::move(state);
@@ -103,7 +137,7 @@ grpc::Status CoordinatorService::GetReplica(grpc::ServerContext* ctx, const Repl
 
 grpc::Status CoordinatorService::GetPlacement(grpc::ServerContext* ctx, const PlacementRequest*,
                                               PlacementResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorGetPlacement); !s.ok()) return s;
   absl::StatusOr<PlacementResponse> p = work_->GetPlacement();
   if (!p.ok()) return ToGrpcStatus(p.status());
   *resp = *std::move(p);

@@ -1,15 +1,16 @@
 #include "common/daemon.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstdlib>
-
-#include <malloc.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/security.h"
 #include "common/task_server.h"
+#include "prometheus/counter.h"
 
 // Transport security, the same on every daemon (docs/security.md).
 ABSL_FLAG(std::string, tf_config, "",
@@ -27,7 +28,16 @@ ABSL_FLAG(std::string, tls_server_name, "",
           "TF_CONFIG address (e.g. one name in a cert shared by all tasks)");
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding the shared cluster token (whitespace trimmed): sent on every call, "
-          "required on every call of ours (health checks stay open)");
+          "required on every call of ours (health checks stay open); with "
+          "--auth_identities_file, this task's own token");
+ABSL_FLAG(std::string, auth_identities_file, "",
+          "File listing each task's token digest ('worker/3 SHA256HEX' lines): a call's token "
+          "must be one of them and names the caller (docs/security.md)");
+ABSL_FLAG(bool, authorize, false,
+          "Authorize every call by the caller's identity (its certificate's "
+          "URI:pscluster://ROLE/INDEX, or its token in --auth_identities_file) against the "
+          "table in docs/security.md: a worker may not control the ps, report evaluations or "
+          "push as another worker");
 
 namespace pscluster {
 
@@ -58,9 +68,18 @@ void ConfigureSecurityOrExit(const TfConfig& config) {
   flags.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   flags.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   flags.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  flags.auth_identities_file = absl::GetFlag(FLAGS_auth_identities_file);
+  flags.authorize = absl::GetFlag(FLAGS_authorize);
   absl::StatusOr<SecurityConfig> security =
       LoadSecurityConfig(flags, config.rpc_layer, config.source);
   if (!security.ok()) ExitWithUsageError(std::string(security.status().message()));
+  // Its own identity is the task TF_CONFIG names (a certificate or token
+  // of another task would act as that one).
+  const std::optional<Role> role = RoleFromName(config.task.type);
+  if (role.has_value()) {
+    absl::Status own = CheckOwnIdentity(*security, TaskIdentity{*role, config.task.index});
+    if (!own.ok()) ExitWithUsageError(std::string(own.message()));
+  }
   SetProcessSecurity(*std::move(security));
 }
 
@@ -95,7 +114,19 @@ TfConfig StartDaemonOrExit(int argc, char** argv, const char* tf_config_env,
 
 std::unique_ptr<Metrics> StartLoggingAndMetricsOrExit(const TfConfig& config) {
   InitLogging(TaskName(config.task));
-  return StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
+  std::unique_ptr<Metrics> metrics =
+      StartMetricsOrExit(absl::GetFlag(FLAGS_metrics_port), config.task);
+  // Refused calls (--authorize), by method and the caller's role. The
+  // daemons stop their servers before their Metrics goes.
+  SetDeniedCallHook([m = metrics.get()](const std::string& method, const std::string& role) {
+    absl::StatusOr<prometheus::Counter*> c =
+        m->AddCounter("pscluster_denied_calls_total",
+                      "Calls refused by --authorize's table (docs/security.md), by method and "
+                      "the caller's role",
+                      {{"method", method}, {"role", role}});
+    if (c.ok()) (*c)->Increment();
+  });
+  return metrics;
 }
 
 std::string TaskName(const TaskId& task) {

@@ -12,11 +12,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace pscluster {
 namespace {
@@ -220,7 +224,58 @@ absl::StatusOr<SecurityConfig> LoadSecurityConfig(const SecurityFlags& flags,
     if (!token.ok()) return token.status();
     c.token = *std::move(token);
   }
+  if (!flags.auth_identities_file.empty()) {
+    if (c.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_identities_file=", flags.auth_identities_file,
+                       " needs --auth_token_file: this task's own token, one of the file's"));
+    }
+    absl::StatusOr<std::string> text =
+        ReadSmallFile("auth_identities_file", flags.auth_identities_file, 1 << 24);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<TokenIdentities> ids = TokenIdentities::Parse(*text);
+    if (!ids.ok()) {
+      return FlagError("auth_identities_file", flags.auth_identities_file, ids.status().message());
+    }
+    c.identities = std::make_shared<const TokenIdentities>(*std::move(ids));
+  }
+  c.authorize = flags.authorize;
+  if (c.authorize && !c.mutual_tls() && c.identities == nullptr) {
+    return absl::InvalidArgumentError(
+        "--authorize needs the callers' identities: mutual TLS with certificates naming their "
+        "tasks (URI:pscluster://ROLE/INDEX; --tls_cert, --tls_key, --tls_ca) or a token per "
+        "task (--auth_token_file and --auth_identities_file); deploy/tls/make_test_ca.sh "
+        "--tasks writes both");
+  }
   return c;
+}
+
+absl::Status CheckOwnIdentity(const SecurityConfig& config, const TaskIdentity& self) {
+  if (config.mutual_tls() && config.authorize) {
+    absl::StatusOr<TaskIdentity> mine = IdentityFromCertificate(config.cert_pem);
+    if (!mine.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--authorize: --tls_cert must name this task (URI:", IdentityUri(self),
+                       "): ", mine.status().message()));
+    }
+    if (*mine != self) {
+      return absl::InvalidArgumentError(absl::StrCat("--tls_cert names ", mine->ToString(),
+                                                     ", but this task is ", self.ToString()));
+    }
+  }
+  if (config.identities != nullptr) {
+    std::optional<TaskIdentity> mine = config.identities->Find(config.token);
+    if (!mine.has_value()) {
+      return absl::InvalidArgumentError(
+          "--auth_token_file: this task's token is not in --auth_identities_file");
+    }
+    if (*mine != self) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_token_file: --auth_identities_file lists this token as ",
+                       mine->ToString(), ", but this task is ", self.ToString()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string DescribeSecurity(const SecurityConfig& config) {
@@ -230,7 +285,10 @@ std::string DescribeSecurity(const SecurityConfig& config) {
   if (!config.server_name.empty()) {
     absl::StrAppend(&out, " checking server name \"", config.server_name, "\"");
   }
-  absl::StrAppend(&out, config.token.empty() ? ", no cluster token" : ", cluster token required");
+  absl::StrAppend(&out, config.token.empty()           ? ", no cluster token"
+                        : config.identities != nullptr ? ", a token per task required"
+                                                       : ", cluster token required");
+  if (config.authorize) absl::StrAppend(&out, ", each call authorized by the caller's identity");
   return out;
 }
 
@@ -317,17 +375,179 @@ grpc::Status CheckBearerToken(const absl::string_view* header, absl::string_view
   return grpc::Status::OK;
 }
 
-grpc::Status CheckAuth(const grpc::ServerContextBase* ctx) {
+namespace {
+
+absl::Mutex denied_mu;
+std::function<void(const std::string&, const std::string&)>* denied_hook
+    ABSL_GUARDED_BY(denied_mu) = nullptr;
+absl::flat_hash_set<std::string>* denied_peers ABSL_GUARDED_BY(denied_mu) = nullptr;
+
+// A refused call: counted, logged once per peer, PERMISSION_DENIED.
+grpc::Status Deny(const std::string& peer, absl::string_view method,
+                  const std::optional<TaskIdentity>& caller, const std::string& why) {
+  const std::string role = caller.has_value() ? RoleName(caller->role) : "none";
+  bool first = false;
+  std::function<void(const std::string&, const std::string&)> hook;
+  {
+    absl::MutexLock lock(&denied_mu);
+    if (denied_peers == nullptr) denied_peers = new absl::flat_hash_set<std::string>();
+    if (denied_peers->size() < 4096) first = denied_peers->insert(peer).second;
+    if (denied_hook != nullptr) hook = *denied_hook;
+  }
+  if (hook) hook(std::string(method), role);
+  if (first) spdlog::warn("refused {} from {} ({}): {}", std::string(method), peer, role, why);
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
+}
+
+// Who may call `rule`, for messages: "the chief or a ps".
+std::string Callers(const RpcRule& rule) {
+  std::string out;
+  for (Role r : {Role::kChief, Role::kWorker, Role::kPs, Role::kEvaluator}) {
+    if (!Allows(rule, r)) continue;
+    if (!out.empty()) out += " or ";
+    out += r == Role::kChief       ? "the chief"
+           : r == Role::kEvaluator ? "the evaluator"
+                                   : absl::StrCat("a ", RoleName(r));
+  }
+  return out;
+}
+
+// The identity in a peer's certificate, parsed once per certificate.
+absl::StatusOr<TaskIdentity> CachedCertificateIdentity(const std::string& pem) {
+  static absl::Mutex mu;
+  static auto* cache = new absl::flat_hash_map<std::string, absl::StatusOr<TaskIdentity>>();
+  absl::MutexLock lock(&mu);
+  auto it = cache->find(pem);
+  if (it != cache->end()) return it->second;
+  if (cache->size() >= 1024) cache->clear();
+  absl::StatusOr<TaskIdentity> id = IdentityFromCertificate(pem);
+  cache->emplace(pem, id);
+  return id;
+}
+
+// The peer's certificate under mutual TLS (gRPC's auth context), or "".
+std::string PeerCertificatePem(const grpc::ServerContextBase* ctx) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr) return "";
+  std::vector<grpc::string_ref> pems = auth->FindPropertyValues("x509_pem_cert");
+  return pems.empty() ? "" : std::string(pems[0].data(), pems[0].size());
+}
+
+}  // namespace
+
+void SetDeniedCallHook(std::function<void(const std::string&, const std::string&)> hook) {
+  absl::MutexLock lock(&denied_mu);
+  delete denied_hook;
+  denied_hook = new std::function<void(const std::string&, const std::string&)>(std::move(hook));
+}
+
+grpc::Status IdentifyCaller(const SecurityConfig& config, const std::optional<std::string>& token,
+                            const std::string& peer_pem, const std::string& peer,
+                            absl::string_view method, std::optional<TaskIdentity>* caller) {
+  caller->reset();
+  std::optional<TaskIdentity> by_token;
+  if (!config.token.empty()) {
+    if (!token.has_value()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this cluster requires a token: the call carries none (give "
+                          "--auth_token_file)");
+    }
+    if (config.identities == nullptr) {
+      if (!ConstantTimeEquals(*token, config.token)) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            "the call's cluster token is wrong (check --auth_token_file)");
+      }
+    } else {
+      by_token = config.identities->Find(*token);
+      if (!by_token.has_value()) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            "the call's token is not one of the cluster's tasks' (check "
+                            "--auth_token_file and --auth_identities_file)");
+      }
+    }
+  }
+  if (!config.authorize) return grpc::Status::OK;
+  std::optional<TaskIdentity> id = by_token;
+  if (config.mutual_tls()) {
+    absl::StatusOr<TaskIdentity> by_cert = peer_pem.empty()
+                                               ? absl::NotFoundError("the peer sent no certificate")
+                                               : CachedCertificateIdentity(peer_pem);
+    if (!by_cert.ok()) {
+      return Deny(peer, method, by_token,
+                  absl::StrCat("no task identity in the caller's certificate: ",
+                               by_cert.status().message()));
+    }
+    if (by_token.has_value() && *by_token != *by_cert) {
+      return Deny(peer, method, *by_cert,
+                  absl::StrCat("the caller's certificate names ", by_cert->ToString(),
+                               " but its token is ", by_token->ToString(), "'s"));
+    }
+    id = *by_cert;
+  }
+  if (!id.has_value()) return Deny(peer, method, id, "the caller has no task identity");
+  *caller = id;
+  return grpc::Status::OK;
+}
+
+grpc::Status AuthorizeCaller(const SecurityConfig& config, Rpc rpc,
+                             const std::optional<TaskIdentity>& caller, const std::string& peer) {
+  if (!config.authorize) return grpc::Status::OK;
+  const RpcRule& rule = RuleOf(rpc);
+  if (!caller.has_value())
+    return Deny(peer, rule.method, caller, "the caller has no task identity");
+  if (!Allows(rule, caller->role)) {
+    return Deny(peer, rule.method, caller,
+                absl::StrCat(caller->ToString(), " may not call ", rule.method, " (only ",
+                             Callers(rule), " may)"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckAuth(const grpc::ServerContextBase* ctx, Rpc rpc,
+                       std::optional<TaskIdentity>* caller) {
+  if (caller != nullptr) caller->reset();
   std::shared_ptr<const SecurityConfig> config = ProcessSecurity();
-  if (config->token.empty()) return grpc::Status::OK;
+  if (config->token.empty() && !config->authorize) return grpc::Status::OK;
   if (ctx == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no call context to check");
   }
-  const auto& md = ctx->client_metadata();
-  auto it = md.find(kAuthMetadataKey);
-  if (it == md.end()) return CheckBearerToken(nullptr, config->token);
-  const absl::string_view header(it->second.data(), it->second.size());
-  return CheckBearerToken(&header, config->token);
+  std::optional<std::string> token;
+  if (!config->token.empty()) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kAuthMetadataKey);
+    if (it != md.end()) {
+      absl::string_view header(it->second.data(), it->second.size());
+      // A header that is not "Bearer ..." is a wrong token, not none.
+      token = absl::ConsumePrefix(&header, kBearer) ? std::string(header) : std::string("\n");
+    }
+  }
+  const std::string peer = ctx->peer();
+  std::optional<TaskIdentity> id;
+  grpc::Status s = IdentifyCaller(
+      *config, token,
+      config->mutual_tls() && config->authorize ? PeerCertificatePem(ctx) : std::string(), peer,
+      RuleOf(rpc).method, &id);
+  if (s.ok()) s = AuthorizeCaller(*config, rpc, id, peer);
+  if (s.ok() && caller != nullptr) *caller = id;
+  return s;
+}
+
+grpc::Status CheckActsAsItself(const std::string& peer, const std::optional<TaskIdentity>& caller,
+                               Rpc rpc, Role role, int64_t claimed_index) {
+  if (!caller.has_value() || caller->role != role || caller->index == claimed_index) {
+    return grpc::Status::OK;
+  }
+  const RpcRule& rule = RuleOf(rpc);
+  return Deny(peer, rule.method, caller,
+              absl::StrCat(caller->ToString(), " may not call ", rule.method, " as ",
+                           RoleName(role), " ", claimed_index, " (a task acts as itself only)"));
+}
+
+grpc::Status CheckActsAsItself(const grpc::ServerContextBase* ctx,
+                               const std::optional<TaskIdentity>& caller, Rpc rpc, Role role,
+                               int64_t claimed_index) {
+  return CheckActsAsItself(ctx != nullptr ? ctx->peer() : std::string(), caller, rpc, role,
+                           claimed_index);
 }
 
 std::string OpenSslErrors(absl::string_view if_none) {

@@ -22,12 +22,16 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_interceptor.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/authorization.h"
+#include "common/identity.h"
 
 namespace pscluster {
 
@@ -40,7 +44,10 @@ struct SecurityFlags {
   std::string tls_key;          // --tls_key: its private key
   std::string tls_ca;           // --tls_ca: CA that signs every task's cert
   std::string tls_server_name;  // --tls_server_name: name checked in servers' certs
-  std::string auth_token_file;  // --auth_token_file: the shared token
+  std::string auth_token_file;  // --auth_token_file: the shared token, or this task's own
+  // --auth_identities_file: which identity each task's token is (identity.h)
+  std::string auth_identities_file;
+  bool authorize = false;  // --authorize: each call checked against the table
 };
 
 struct SecurityConfig {
@@ -57,6 +64,13 @@ struct SecurityConfig {
   std::string server_name;
   // Empty: calls carry no token and servers require none.
   std::string token;
+  // Set: each task has a token of its own (`token`), and a call's token
+  // must be one of these; it is the caller's identity.
+  std::shared_ptr<const TokenIdentities> identities;
+  // Each call authorized by the caller's identity (common/authorization.h):
+  // its certificate's (mutual TLS) and its token's (`identities`); where
+  // both are there they must agree.
+  bool authorize = false;
 
   bool mutual_tls() const { return tls && !ca_pem.empty(); }
 };
@@ -94,10 +108,51 @@ void AddSecurityChannelArgs(const SecurityConfig& config, grpc::ChannelArguments
 std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
 MakeClientInterceptors(const SecurityConfig& config);
 
-// OK when the process needs no token or the call carries the right one;
-// else UNAUTHENTICATED (the message never repeats what was sent). The
-// comparison takes the same time wherever the tokens differ.
-grpc::Status CheckAuth(const grpc::ServerContextBase* ctx);
+// Every handler's first check, naming its method. OK when the process
+// needs no token or the call carries the right one (the shared token, or
+// with `identities` one of the tasks'), else UNAUTHENTICATED (the message
+// never repeats what was sent; the comparison takes the same time wherever
+// the tokens differ). With `authorize`, the caller's identity must be one
+// the method's rule allows, else PERMISSION_DENIED naming the identity and
+// the method (counted by the denied-call hook, logged once per peer); then
+// *caller (when not null) is set to it, for the handler's "as itself"
+// checks (CheckActsAsItself). Without `authorize` *caller is left empty.
+grpc::Status CheckAuth(const grpc::ServerContextBase* ctx, Rpc rpc,
+                       std::optional<TaskIdentity>* caller = nullptr);
+
+// CheckAuth's two halves, for a transport of its own (the ps's tcp data
+// plane, whose hello carries the token). IdentifyCaller: the caller's
+// token (nullopt: it sent none) and, under mutual TLS, its certificate
+// (PEM; "" when none) give *caller (with `authorize`; else it stays empty);
+// UNAUTHENTICATED for a missing or wrong token, PERMISSION_DENIED when
+// `authorize` finds no identity or two that disagree (counted under
+// `method`, for the peer named `peer`). AuthorizeCaller: the rule of `rpc`
+// for that identity (OK without `authorize`).
+grpc::Status IdentifyCaller(const SecurityConfig& config, const std::optional<std::string>& token,
+                            const std::string& peer_pem, const std::string& peer,
+                            absl::string_view method, std::optional<TaskIdentity>* caller);
+grpc::Status AuthorizeCaller(const SecurityConfig& config, Rpc rpc,
+                             const std::optional<TaskIdentity>& caller, const std::string& peer);
+
+// With an identity (authorize on): PERMISSION_DENIED, counted and logged as
+// CheckAuth's, when the caller has `role` but calls `rpc` as another task of
+// it (`claimed_index`, the request's worker_index). OK otherwise.
+grpc::Status CheckActsAsItself(const grpc::ServerContextBase* ctx,
+                               const std::optional<TaskIdentity>& caller, Rpc rpc, Role role,
+                               int64_t claimed_index);
+// The same for a caller of another transport, named `peer` in the log.
+grpc::Status CheckActsAsItself(const std::string& peer, const std::optional<TaskIdentity>& caller,
+                               Rpc rpc, Role role, int64_t claimed_index);
+
+// Called once per refused call with the method and the caller's role ("none"
+// when it has no identity): the daemons count pscluster_denied_calls_total
+// {method, role} with it. Set once, before the servers start.
+void SetDeniedCallHook(std::function<void(const std::string& method, const std::string& role)>);
+
+// The process's own identity must be the one its TF_CONFIG task names: its
+// certificate's (mutual TLS) and its token's (with `identities`). With
+// `authorize` and neither source: InvalidArgument naming what is missing.
+absl::Status CheckOwnIdentity(const SecurityConfig& config, const TaskIdentity& self);
 
 // CheckAuth's rule, for tests: `header` is the call's authorization
 // metadata (nullptr when absent), `expected` the token ("" = none needed).

@@ -20,7 +20,7 @@ class TaskServer::ControlService final : public TaskControl::Service {
 
   grpc::Status Shutdown(grpc::ServerContext* ctx, const ShutdownRequest* req,
                         ShutdownResponse*) override {
-    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+    if (grpc::Status s = CheckAuth(ctx, Rpc::kTaskShutdown); !s.ok()) return s;
     owner_->RequestShutdown(req->reason().empty() ? "Shutdown RPC" : req->reason(),
                             req->run_failed());
     return grpc::Status::OK;
@@ -28,7 +28,7 @@ class TaskServer::ControlService final : public TaskControl::Service {
 
   grpc::Status Evaluate(grpc::ServerContext* ctx, const EvaluateRequest* req,
                         EvalReport* resp) override {
-    if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+    if (grpc::Status s = CheckAuth(ctx, Rpc::kTaskEvaluate); !s.ok()) return s;
     if (!evaluate_) {
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                           "this task is not an evaluator");

@@ -147,6 +147,26 @@ void DataPlaneServer::AcceptLoop() {
   }
 }
 
+namespace {
+
+// The answer to a call whose answer has no payload: `status`'s error, or
+// `resp` (serialized through `meta`). False when the connection broke.
+bool WriteAnswer(DataSocket& socket, uint32_t kind, const grpc::Status& status,
+                 const google::protobuf::Message& resp, std::string* meta) {
+  FrameHeader answer;
+  answer.kind = kind;
+  if (!status.ok()) {
+    answer.code = static_cast<uint32_t>(status.error_code());
+    answer.meta_size = static_cast<uint32_t>(status.error_message().size());
+    return socket.WriteFrame(answer, status.error_message(), {}).ok();
+  }
+  resp.SerializeToString(meta);
+  answer.meta_size = static_cast<uint32_t>(meta->size());
+  return socket.WriteFrame(answer, *meta, {}).ok();
+}
+
+}  // namespace
+
 void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   // One connection's life: the hello with the token, then each frame by its
   // kind (push-pull, step decision, records) until the peer goes; 122 lines
@@ -158,13 +178,25 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   if (!socket->ReadFrame(&h, &meta, &payload, 0).ok()) return;
   FrameHeader answer;
   answer.kind = static_cast<uint32_t>(DataKind::kHello);
-  if (h.kind != static_cast<uint32_t>(DataKind::kHello) ||
-      !ConstantTimeEquals(meta, security_->token)) {
-    const std::string why = h.kind != static_cast<uint32_t>(DataKind::kHello)
-                                ? "a data-plane connection must start with a hello"
-                                : "missing or wrong cluster token";
-    answer.code = h.kind != static_cast<uint32_t>(DataKind::kHello) ? grpc::INVALID_ARGUMENT
-                                                                     : grpc::UNAUTHENTICATED;
+  // The caller's identity, from its token and certificate (with
+  // --authorize), as a gRPC call's; each frame is then authorized by it.
+  const std::string peer = socket->PeerName();
+  std::optional<TaskIdentity> caller;
+  grpc::Status hello = grpc::Status::OK;
+  if (h.kind != static_cast<uint32_t>(DataKind::kHello)) {
+    hello = grpc::Status(grpc::INVALID_ARGUMENT, "a data-plane connection must start with a hello");
+  } else {
+    hello =
+        IdentifyCaller(*security_, meta.empty() ? std::nullopt : std::optional<std::string>(meta),
+                       security_->authorize ? socket->PeerCertificatePem() : std::string(), peer,
+                       "pscluster.DataPlane/Hello", &caller);
+    if (hello.error_code() == grpc::UNAUTHENTICATED) {
+      hello = grpc::Status(grpc::UNAUTHENTICATED, "missing or wrong cluster token");
+    }
+  }
+  if (!hello.ok()) {
+    const std::string why = hello.error_message();
+    answer.code = static_cast<uint32_t>(hello.error_code());
     answer.meta_size = static_cast<uint32_t>(why.size());
     (void)socket->WriteFrame(answer, why, {});
     return;
@@ -187,6 +219,16 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
       }
       return;  // the client hung up, or the server stops
     }
+    // Each frame kind is the gRPC method it stands for, in the table.
+    const Rpc rpc = h.kind == static_cast<uint32_t>(DataKind::kCommit) ? Rpc::kControlCommitStep
+                    : h.kind == static_cast<uint32_t>(DataKind::kReplicate) ? Rpc::kControlReplicate
+                                                                            : Rpc::kPsPushPull;
+    if (grpc::Status denied = AuthorizeCaller(*security_, rpc, caller, peer); !denied.ok()) {
+      // Nothing of it is used: read and answered.
+      if (!socket->ReadSized(&payload, h.payload_size).ok()) return;
+      if (!WriteAnswer(*socket, h.kind, denied, PushPullResponse(), &out)) return;
+      continue;
+    }
     if (h.kind == static_cast<uint32_t>(DataKind::kCommit)) {
       if (!ServeCommit(*socket, h, &meta, &payload)) return;
       continue;
@@ -197,6 +239,16 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     }
     const bool is_push_pull = h.kind == static_cast<uint32_t>(DataKind::kPushPull);
     const bool parsed = is_push_pull && req.ParseFromString(meta);
+    // A worker pushes as itself only.
+    if (parsed) {
+      grpc::Status as_itself =
+          CheckActsAsItself(peer, caller, Rpc::kPsPushPull, Role::kWorker, req.worker_index());
+      if (!as_itself.ok()) {
+        if (!socket->ReadSized(&payload, h.payload_size).ok()) return;
+        if (!WriteAnswer(*socket, h.kind, as_itself, PushPullResponse(), &out)) return;
+        continue;
+      }
+    }
     // fp32 gradients in the store's order land in `grads`, which the
     // store can keep as it is; sent last shard first (streamed during
     // backprop), each shard is read into its place, so that they are then
@@ -272,26 +324,6 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     if (!written) return;
   }
 }
-
-namespace {
-
-// The answer to a call whose answer has no payload: `status`'s error, or
-// `resp` (serialized through `meta`). False when the connection broke.
-bool WriteAnswer(DataSocket& socket, uint32_t kind, const grpc::Status& status,
-                 const google::protobuf::Message& resp, std::string* meta) {
-  FrameHeader answer;
-  answer.kind = kind;
-  if (!status.ok()) {
-    answer.code = static_cast<uint32_t>(status.error_code());
-    answer.meta_size = static_cast<uint32_t>(status.error_message().size());
-    return socket.WriteFrame(answer, status.error_message(), {}).ok();
-  }
-  resp.SerializeToString(meta);
-  answer.meta_size = static_cast<uint32_t>(meta->size());
-  return socket.WriteFrame(answer, *meta, {}).ok();
-}
-
-}  // namespace
 
 bool DataPlaneServer::ServeCommit(DataSocket& socket, const FrameHeader& h, std::string* meta,
                                   std::string* payload) {

@@ -26,7 +26,7 @@ void StateHeader(uint64_t fingerprint, const StoreState& store, ShardState* out)
 
 grpc::Status PsControlService::Init(grpc::ServerContext* ctx, const InitRequest* req,
                                     InitResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlInit); !s.ok()) return s;
   std::vector<float> values;
   if (absl::Status s = BytesToFloats(req->values(), "values", &values); !s.ok()) {
     return ToGrpcStatus(s);
@@ -47,7 +47,7 @@ grpc::Status PsControlService::Init(grpc::ServerContext* ctx, const InitRequest*
 
 grpc::Status PsControlService::SetWorkers(grpc::ServerContext* ctx, const SetWorkersRequest* req,
                                           SetWorkersResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlSetWorkers); !s.ok()) return s;
   std::vector<bool> active(req->active().begin(), req->active().end());
   absl::Status s = store_->SetActiveWorkers(req->layout_fingerprint(), active);
   if (!s.ok()) return ToGrpcStatus(s);
@@ -57,7 +57,7 @@ grpc::Status PsControlService::SetWorkers(grpc::ServerContext* ctx, const SetWor
 
 grpc::Status PsControlService::Snapshot(grpc::ServerContext* ctx, const SnapshotRequest* req,
                                         ShardState* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlSnapshot); !s.ok()) return s;
   switch (req->part()) {
     case SnapshotRequest::CAPTURE: {
       auto captured = std::make_unique<PsShard::CapturedState>();
@@ -103,7 +103,7 @@ grpc::Status PsControlService::Snapshot(grpc::ServerContext* ctx, const Snapshot
 
 grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRequest* req,
                                        RestoreResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlRestore); !s.ok()) return s;
   const ShardState& state = req->state();
   absl::StatusOr<StoreState> snap = StoreStateFromProto(state);
   if (!snap.ok()) return ToGrpcStatus(snap.status());
@@ -141,7 +141,7 @@ grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRe
 
 grpc::Status PsControlService::CommitStep(grpc::ServerContext* ctx, const StepCommitRequest* req,
                                           StepCommitResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlCommitStep); !s.ok()) return s;
   return DoCommitStep(*req, resp);
 }
 
@@ -161,7 +161,7 @@ grpc::Status PsControlService::DoCommitStep(const StepCommitRequest& req,
 
 grpc::Status PsControlService::Replicate(grpc::ServerContext* ctx, const ReplicateRequest* req,
                                          ReplicateResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlReplicate); !s.ok()) return s;
   return ApplyRecords(*req, nullptr, resp);
 }
 
@@ -229,7 +229,7 @@ grpc::Status PsControlService::ApplyRecords(const ReplicateRequest& req,
 
 grpc::Status PsControlService::Promote(grpc::ServerContext* ctx, const PromoteRequest* req,
                                        PromoteResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlPromote); !s.ok()) return s;
   std::optional<StepDecision> in_flight;
   if (req->has_in_flight()) in_flight = DecisionFromRequest(req->in_flight());
   absl::Status s = store_->Promote(req->layout_fingerprint(), req->generation(),
@@ -252,7 +252,7 @@ grpc::Status PsControlService::Promote(grpc::ServerContext* ctx, const PromoteRe
 
 grpc::Status PsControlService::GetDecision(grpc::ServerContext* ctx, const GetDecisionRequest* req,
                                            StepCommitRequest* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlGetDecision); !s.ok()) return s;
   if (req->fence_below() > 0) {
     absl::Status s = store_->FenceDecisions(req->layout_fingerprint(), req->fence_below());
     if (!s.ok()) return ToGrpcStatus(s);
@@ -269,7 +269,7 @@ grpc::Status PsControlService::GetDecision(grpc::ServerContext* ctx, const GetDe
 
 grpc::Status PsControlService::SetBackups(grpc::ServerContext* ctx, const SetBackupsRequest* req,
                                           SetBackupsResponse*) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlSetBackups); !s.ok()) return s;
   const StoreStats st = store_->stats();
   if (st.backup) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -285,7 +285,7 @@ grpc::Status PsControlService::SetBackups(grpc::ServerContext* ctx, const SetBac
 
 grpc::Status PsControlService::SetFollowers(grpc::ServerContext* ctx,
                                             const SetFollowersRequest* req, SetFollowersResponse*) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlSetFollowers); !s.ok()) return s;
   if (!followers_handler_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this ps does not decide sync steps for other ps");
@@ -308,7 +308,7 @@ grpc::Status PsControlService::SetFollowers(grpc::ServerContext* ctx,
 
 grpc::Status PsControlService::Demote(grpc::ServerContext* ctx, const DemoteRequest* req,
                                       DemoteResponse*) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kControlDemote); !s.ok()) return s;
   // A backup first: the answers the replicator still holds are released
   // by its Stop, and must fail (AwaitReplicated), not go out as applied.
   absl::Status s = store_->Demote(req->layout_fingerprint());

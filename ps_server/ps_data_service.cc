@@ -161,7 +161,17 @@ grpc::Status PsDataService::DoPull(absl::Time deadline, uint64_t fingerprint, in
 
 grpc::Status PsDataService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
                                  PullResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPull, &caller); !s.ok()) return s;
+  // -1: a reader that is not a worker (a worker's first pull, the
+  // evaluator's, the chief's); a worker's index must be its own.
+  if (req->worker_index() >= 0) {
+    if (grpc::Status s =
+            CheckActsAsItself(ctx, caller, Rpc::kPsPull, Role::kWorker, req->worker_index());
+        !s.ok()) {
+      return s;
+    }
+  }
   // Proto3 cannot tell an unset generation from 0; readers that do not
   // care (the evaluator, the chief) send -1.
   PullEncoding enc;
@@ -191,7 +201,7 @@ void PsDataService::SetTableGauges() {
 
 grpc::Status PsDataService::PullRows(grpc::ServerContext* ctx, const PullRowsRequest* req,
                                      PullRowsResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPullRows); !s.ok()) return s;
   const absl::Time start = absl::Now();
   int64_t version = 0, generation = 0;
   absl::Status s =
@@ -358,13 +368,25 @@ grpc::Status PsDataService::DoPush(const PushRequest& req, PushResponse* resp,
 
 grpc::Status PsDataService::Push(grpc::ServerContext* ctx, const PushRequest* req,
                                  PushResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPush, &caller); !s.ok()) return s;
+  if (grpc::Status s =
+          CheckActsAsItself(ctx, caller, Rpc::kPsPush, Role::kWorker, req->worker_index());
+      !s.ok()) {
+    return s;
+  }
   return DoPush(*req, resp);
 }
 
 grpc::Status PsDataService::PushPull(grpc::ServerContext* ctx, const PushRequest* req,
                                      PushPullResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  std::optional<TaskIdentity> caller;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPushPull, &caller); !s.ok()) return s;
+  if (grpc::Status s =
+          CheckActsAsItself(ctx, caller, Rpc::kPsPushPull, Role::kWorker, req->worker_index());
+      !s.ok()) {
+    return s;
+  }
   return DoPushPull(*req, CallDeadline(ctx), resp);
 }
 
@@ -422,7 +444,7 @@ void PsDataService::PullNextRows(const PushRequest& req, int64_t min_version, ab
 
 grpc::Status PsDataService::GetStats(grpc::ServerContext* ctx, const PsStatsRequest*,
                                      PsStatsResponse* resp) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsGetStats); !s.ok()) return s;
   shard_->Stats(resp);
   return grpc::Status::OK;
 }

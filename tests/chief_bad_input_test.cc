@@ -14,10 +14,14 @@
 // evaluation reports no evaluator could make never become the final
 // figures.
 //
-// Not sent: a request with a worker index in range, a chunk count that
-// agrees and an incarnation of its own. The protocol's only identity is
-// (index, incarnation), so the chief rightly takes that sender for the
-// worker restarted (fault_test); the cluster token keeps strangers out.
+// Not sent here: a request with a worker index in range, a chunk count that
+// agrees and an incarnation of its own, or a plausible evaluation. Without
+// identities the protocol's only one is (index, incarnation), so the chief
+// rightly takes that sender for the worker restarted (fault_test); the
+// cluster token keeps strangers out. With --authorize each task has an
+// identity of its own, and tests/authorization_test.cc sends exactly those
+// (work, heartbeats and progress as another worker, a forged final
+// evaluation from a worker): each is refused and changes nothing.
 #include <atomic>
 #include <cmath>
 #include <cstdint>

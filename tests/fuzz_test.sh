@@ -21,7 +21,7 @@ seconds="${PSCLUSTER_FUZZ_SECONDS:-30}"
 base="${PSCLUSTER_FUZZ_OUTPUT_BASE:-$HOME/.cache/pscluster-fuzz}"
 artifacts="${TMPDIR:-/tmp}/pscluster-fuzz-artifacts"
 targets=(tf_config ps_service data_plane codec chief npy idx safetensors tfrecord ring checkpoint criteo
-         keras_model keras_archive event_file hdf5_weights)
+         keras_model keras_archive event_file hdf5_weights identity)
 source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"   # pass, fail, skip, finish
 
 if ! command -v bazel >/dev/null; then skip "fuzzers: no bazel"; finish; fi

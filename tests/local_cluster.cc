@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -296,7 +297,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     for (const std::string& skip : options.not_started) {
       if (skip == name) return absl::OkStatus();
     }
-    args.insert(args.end(), options.all_args.begin(), options.all_args.end());
+    // "{task}" in all_args: this task's file name ("worker-1"), for files
+    // of its own (per-task certificates and tokens).
+    for (const std::string& a : options.all_args) {
+      args.push_back(absl::StrReplaceAll(a, {{"{task}", absl::StrCat(type, "-", index)}}));
+    }
     if (options.metrics) {
       const int port = FreePort();
       c->metrics_ports_[name] = port;

@@ -93,7 +93,9 @@ struct ClusterOptions {
   std::vector<std::string> start_later;
   // Every task serves Prometheus /metrics on a free port (MetricsPort()).
   bool metrics = false;
-  // Appended to every daemon's arguments (e.g. TLS and token flags).
+  // Appended to every daemon's arguments (e.g. TLS and token flags);
+  // "{task}" in one is replaced by the task's file name, "worker-1" (its
+  // own certificate: "--tls_cert=DIR/{task}.pem").
   std::vector<std::string> all_args;
 };
 

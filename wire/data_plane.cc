@@ -249,6 +249,41 @@ absl::StatusOr<std::unique_ptr<DataSocket>> DataSocket::Accept(int fd, SSL_CTX* 
   return s;
 }
 
+std::string DataSocket::PeerName() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "tcp:?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* in = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+    port = ntohs(in->sin6_port);
+  }
+  return absl::StrCat("tcp:", host, ":", port);
+}
+
+std::string DataSocket::PeerCertificatePem() const {
+  if (ssl_ == nullptr) return "";
+  X509* cert = SSL_get_peer_certificate(ssl_);  // a reference of our own
+  if (cert == nullptr) return "";
+  std::string pem;
+  if (BIO* bio = BIO_new(BIO_s_mem())) {
+    if (PEM_write_bio_X509(bio, cert) == 1) {
+      char* data = nullptr;
+      const long n = BIO_get_mem_data(bio, &data);
+      if (n > 0) pem.assign(data, static_cast<size_t>(n));
+    }
+    BIO_free(bio);
+  }
+  X509_free(cert);
+  return pem;
+}
+
 DataSocket::~DataSocket() {
   if (ssl_ != nullptr) SSL_free(ssl_);
   close(fd_);

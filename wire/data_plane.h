@@ -143,6 +143,10 @@ class DataSocket {
   absl::Status Write(absl::string_view data) { return WriteFull(data.data(), data.size()); }
   // From any thread: reads and writes blocked now or later fail.
   void Shutdown();
+  // The peer's certificate (PEM) under TLS when it sent one, else "".
+  std::string PeerCertificatePem() const;
+  // The peer's address for logs, "tcp:127.0.0.1:5000" ("tcp:?" if unknown).
+  std::string PeerName() const;
 
  private:
   DataSocket(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}

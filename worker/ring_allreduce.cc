@@ -82,7 +82,7 @@ grpc::ServerUnaryReactor* RingService::Send(grpc::CallbackServerContext* ctx,
 }
 
 grpc::Status RingService::File(const grpc::ServerContextBase* ctx, const RingChunk& chunk) {
-  if (grpc::Status s = CheckAuth(ctx); !s.ok()) return s;
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kRingSend); !s.ok()) return s;
   if (chunk.direction() != RING_CLOCKWISE && chunk.direction() != RING_COUNTER_CLOCKWISE) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("RingChunk.direction ", chunk.direction(),
@@ -125,7 +125,7 @@ grpc::Status RingService::File(const grpc::ServerContextBase* ctx, const RingChu
 grpc::ServerUnaryReactor* RingService::Abort(grpc::CallbackServerContext* ctx,
                                              const RingAbortRequest* request, RingAck*) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  grpc::Status s = CheckAuth(ctx);
+  grpc::Status s = CheckAuth(ctx, Rpc::kRingAbort);
   if (s.ok()) {
     absl::MutexLock lock(&reducer_mu_);
     if (reducer_ != nullptr) reducer_->Abort(request->ring_id());
@@ -138,7 +138,7 @@ grpc::ServerUnaryReactor* RingService::GetReplica(grpc::CallbackServerContext* c
                                                   const ReplicaRequest* request,
                                                   ShardState* state) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  grpc::Status s = CheckAuth(ctx);
+  grpc::Status s = CheckAuth(ctx, Rpc::kRingGetReplica);
   if (s.ok() && replica_ == nullptr) {
     s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "this worker holds no replica");
   }

@@ -3,7 +3,7 @@
 # trials (docs/security.md): a test CA, one task certificate that every
 # daemon uses as server and as client, and a random cluster token.
 #
-#   make_test_ca.sh [--san SAN]... [--days N] [--force] DIR
+#   make_test_ca.sh [--san SAN]... [--days N] [--tasks LIST] [--force] DIR
 #
 # Writes into DIR (made if missing):
 #   ca.pem      the CA certificate           -> --tls_ca on every daemon
@@ -11,7 +11,17 @@
 #   task.pem    the task certificate         -> --tls_cert
 #   task.key    its private key              -> --tls_key
 #   token       64 hex digits                -> --auth_token_file
+# and with --tasks, per-task identities for --authorize (docs/security.md),
+# for each task ROLE/INDEX of LIST:
+#   ROLE-INDEX.pem, ROLE-INDEX.key   its certificate, naming it as
+#               URI:pscluster://ROLE/INDEX besides the --san names
+#                                        -> its --tls_cert, --tls_key
+#   ROLE-INDEX.token   its own token     -> its --auth_token_file
+#   identities  every task's token digest -> --auth_identities_file on every daemon
 #
+# --tasks LIST  comma-separated ROLE/INDEX (chief, worker/0, ps/1,
+#             evaluator: a role alone is index 0), e.g.
+#             chief,ps/0,ps/1,worker/0,worker/1,evaluator
 # --san SAN   a subject alternative name of task.pem: IP:ADDRESS or
 #             DNS:NAME (DNS:*.domain for a wildcard); repeat the flag or
 #             separate names by commas. Clients check the host of each
@@ -28,12 +38,13 @@ set -euo pipefail
 
 me=make_test_ca.sh
 die() { echo "$me: error: $*" >&2; exit 2; }
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
 
 sans=()
 days=30
 force=0
 out=""
+tasks=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
@@ -43,6 +54,9 @@ while [ $# -gt 0 ]; do
     --days) [ $# -ge 2 ] || die "--days needs a value"; days="$2"; shift 2 ;;
     --days=*) days="${1#--days=}"; shift ;;
     --force) force=1; shift ;;
+    --tasks) [ $# -ge 2 ] || die "--tasks needs a value (e.g. chief,ps/0,worker/0)"
+             tasks="$2"; shift 2 ;;
+    --tasks=*) tasks="${1#--tasks=}"; shift ;;
     --) shift; [ $# -gt 0 ] && { [ -z "$out" ] || die "more than one folder"; out="$1"; shift; } ;;
     -*) die "unknown option '$1' (see --help)" ;;
     *) [ -z "$out" ] || die "more than one folder ('$out', '$1')"; out="$1"; shift ;;
@@ -67,11 +81,24 @@ for group in "${sans[@]}"; do
 done
 [ ${#san_list[@]} -gt 0 ] || die "--san: no names given"
 san_csv="$(IFS=','; echo "${san_list[*]}")"
+task_list=()
+if [ -n "$tasks" ]; then
+  IFS=',' read -r -a parts <<< "$tasks"
+  for t in "${parts[@]}"; do
+    [ -n "$t" ] || continue
+    [[ "$t" =~ ^(chief|worker|ps|evaluator)(/(0|[1-9][0-9]{0,6}))?$ ]] ||
+      die "--tasks: '$t' is not ROLE/INDEX (ROLE chief, worker, ps or evaluator; e.g. worker/3)"
+    [[ "$t" == */* ]] || t="$t/0"
+    for seen in "${task_list[@]}"; do [ "$seen" != "$t" ] || die "--tasks: $t is listed twice"; done
+    task_list+=("$t")
+  done
+  [ ${#task_list[@]} -gt 0 ] || die "--tasks: no tasks given"
+fi
 
 mkdir -p "$out" || die "cannot make folder '$out'"
 [ -d "$out" ] && [ -w "$out" ] || die "'$out' is not a writable folder"
 if [ "$force" -eq 0 ]; then
-  for f in ca.pem ca.key task.pem task.key token; do
+  for f in ca.pem ca.key task.pem task.key token identities; do
     [ ! -e "$out/$f" ] || die "$out/$f exists (give --force to overwrite)"
   done
 fi
@@ -118,12 +145,54 @@ run openssl x509 -req -in "$work/task.csr" -CA "$work/ca.pem" -CAkey "$work/ca.k
 run openssl verify -CAfile "$work/ca.pem" "$work/task.pem"
 openssl rand -hex 32 > "$work/token"
 
-# Keys and token readable by the owner only; certificates by anyone.
+# Each task's certificate names it (URI:pscluster://ROLE/INDEX), and its
+# token is its own; `identities` lists the tokens' digests, not the tokens.
+: > "$work/identities"
+for t in "${task_list[@]}"; do
+  name="${t/\//-}"
+  cat > "$work/$name.cnf" <<CNF
+[v3_task]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = URI:pscluster://$t,$san_csv
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+CNF
+  run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/$name.key"
+  run openssl req -new -config "$work/openssl.cnf" -subj "/CN=pscluster $name" \
+    -key "$work/$name.key" -out "$work/$name.csr"
+  run openssl x509 -req -in "$work/$name.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -sha256 -days "$days" \
+    -extfile "$work/$name.cnf" -extensions v3_task -out "$work/$name.pem"
+  run openssl verify -CAfile "$work/ca.pem" "$work/$name.pem"
+  openssl rand -hex 32 > "$work/$name.token"
+  printf '%s %s\n' "$t" "$(tr -d '\n' < "$work/$name.token" | openssl dgst -sha256 -r | cut -d' ' -f1)" \
+    >> "$work/identities"
+done
+
+# Keys and tokens readable by the owner only; certificates (and the
+# digests) by anyone.
 for f in ca.pem task.pem; do install -m 644 "$work/$f" "$out/$f"; done
 for f in ca.key task.key token; do install -m 600 "$work/$f" "$out/$f"; done
+for t in "${task_list[@]}"; do
+  name="${t/\//-}"
+  install -m 644 "$work/$name.pem" "$out/$name.pem"
+  install -m 600 "$work/$name.key" "$out/$name.key"
+  install -m 600 "$work/$name.token" "$out/$name.token"
+done
+[ ${#task_list[@]} -eq 0 ] || install -m 644 "$work/identities" "$out/identities"
 cat <<MSG
 $me: wrote $out/{ca.pem,ca.key,task.pem,task.key,token}
   task.pem names: $san_csv; valid $days days
   every daemon: --tls_cert=$out/task.pem --tls_key=$out/task.key --tls_ca=$out/ca.pem \\
                 --auth_token_file=$out/token
 MSG
+if [ ${#task_list[@]} -gt 0 ]; then
+  cat <<MSG
+$me: and per task (${task_list[*]}): ROLE-INDEX.{pem,key,token}, and identities
+  task ROLE/INDEX with --authorize: --tls_cert=$out/ROLE-INDEX.pem --tls_key=$out/ROLE-INDEX.key \\
+      --tls_ca=$out/ca.pem --auth_token_file=$out/ROLE-INDEX.token \\
+      --auth_identities_file=$out/identities --authorize
+MSG
+fi
