@@ -1,9 +1,15 @@
 #include "common/daemon.h"
 
 #include <malloc.h>
+#include <signal.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +17,7 @@
 #include "common/security.h"
 #include "common/task_server.h"
 #include "prometheus/counter.h"
+#include "spdlog/spdlog.h"
 
 // Transport security, the same on every daemon (docs/security.md).
 ABSL_FLAG(std::string, tf_config, "",
@@ -61,6 +68,58 @@ TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
   return *std::move(config);
 }
 
+namespace {
+
+// What identifies a file's content for the reloader: its inode, size and
+// modification time (a Kubernetes Secret's update swaps a symlink, which
+// stat follows).
+std::string FileStamp(const std::string& path) {
+  struct stat st;
+  if (path.empty() || stat(path.c_str(), &st) != 0) return "";
+  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+}
+
+// Reads the security files again on SIGHUP, or when one changes (looked at
+// every 5 s): ReloadSecurity, logged. Runs for the life of the process.
+void StartSecurityReloader(const SecurityFlags& flags, const TfConfig& config,
+                           std::optional<Role> role) {
+  const std::vector<std::string> files = {flags.tls_cert, flags.tls_key, flags.tls_ca,
+                                          flags.auth_token_file, flags.auth_identities_file};
+  if (std::all_of(files.begin(), files.end(), [](const std::string& f) { return f.empty(); })) {
+    return;  // nothing to read again
+  }
+  std::optional<TaskIdentity> self;
+  if (role.has_value()) self = TaskIdentity{*role, config.task.index};
+  std::thread([flags, files, self, rpc_layer = config.rpc_layer, source = config.source] {
+    auto stamps = [&files] {
+      std::string all;
+      for (const std::string& f : files) absl::StrAppend(&all, FileStamp(f), ";");
+      return all;
+    };
+    std::string last = stamps();
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    while (true) {
+      const timespec wait = {5, 0};
+      const bool signalled = sigtimedwait(&hup, nullptr, &wait) == SIGHUP;
+      const std::string now = stamps();
+      if (!signalled && now == last) continue;
+      last = now;
+      std::string what;
+      const absl::Status s = ReloadSecurity(flags, rpc_layer, source, self, &what);
+      const char* why = signalled ? "SIGHUP" : "a file changed";
+      if (s.ok()) {
+        spdlog::info("security files read again ({}): {}", why, what);
+      } else {
+        spdlog::warn("security files read again ({}): {}", why, std::string(s.message()));
+      }
+    }
+  }).detach();
+}
+
+}  // namespace
+
 void ConfigureSecurityOrExit(const TfConfig& config) {
   SecurityFlags flags;
   flags.tls_cert = absl::GetFlag(FLAGS_tls_cert);
@@ -81,6 +140,7 @@ void ConfigureSecurityOrExit(const TfConfig& config) {
     if (!own.ok()) ExitWithUsageError(std::string(own.message()));
   }
   SetProcessSecurity(*std::move(security));
+  StartSecurityReloader(flags, config, role);
 }
 
 std::unique_ptr<Metrics> StartMetricsOrExit(int port, const TaskId& task) {

@@ -48,6 +48,9 @@ TfConfig LoadTfConfigOrExit(const std::string& file_flag, const char* env_value,
 // common/security.h) and installs the result for every channel and server
 // of the process (SetProcessSecurity). Call right after the TF_CONFIG is
 // loaded, before any channel or server exists. Exits 2 naming the flag.
+// Then, for the life of the process, a thread reads the files again on
+// SIGHUP or when one changes (ReloadSecurity: rotated tokens and
+// identities lists take effect without a restart).
 void ConfigureSecurityOrExit(const TfConfig& config);
 
 // Serves Prometheus /metrics on 0.0.0.0:port: the standard metrics of

@@ -149,7 +149,8 @@ absl::StatusOr<TokenIdentities> TokenIdentities::Parse(absl::string_view text) {
     }
     Entry e{*id, absl::HexStringToBytes(absl::AsciiStrToLower(hex))};
     for (const Entry& other : out.entries_) {
-      if (other.id == e.id) return bad(absl::StrCat(e.id.ToString(), " is listed twice"));
+      // A task listed twice has two tokens: its old and new one while it
+      // rotates them (docs/security.md).
       if (other.digest == e.digest) {
         return bad(absl::StrCat(e.id.ToString(), " has the token of ", other.id.ToString()));
       }

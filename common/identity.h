@@ -65,9 +65,9 @@ std::string TokenDigest(absl::string_view token);
 class TokenIdentities {
  public:
   // Parses "identity digest" lines; blank lines and lines starting with #
-  // are skipped. InvalidArgument naming the line (1-based) and what is
-  // wrong: a bad identity or digest, an identity or digest listed twice, no
-  // entries at all.
+  // are skipped. A task may be listed with two tokens (while it rotates
+  // them). InvalidArgument naming the line (1-based) and what is wrong: a
+  // bad identity or digest, a digest listed twice, no entries at all.
   static absl::StatusOr<TokenIdentities> Parse(absl::string_view text);
 
   // The identity of `token`, or nullopt when it is not listed. Compares

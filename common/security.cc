@@ -135,31 +135,36 @@ absl::Status CheckTlsMaterial(const SecurityFlags& flags, const SecurityConfig& 
 
 class TokenInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit TokenInterceptor(const std::string* header) : header_(header) {}
+  explicit TokenInterceptor(std::string header) : header_(std::move(header)) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->insert({kAuthMetadataKey, *header_});
+      methods->GetSendInitialMetadata()->insert({kAuthMetadataKey, header_});
     }
     methods->Proceed();
   }
 
  private:
-  const std::string* const header_;  // owned by the factory, which outlives calls
+  const std::string header_;  // the metadata must outlive the call's send
 };
 
+// Adds the token to each call: `config`'s, or the process's current one
+// when `config` is the process's (a reloaded token is sent from then on).
 class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit TokenInterceptorFactory(const std::string& token)
-      : header_(absl::StrCat(kBearer, token)) {}
+  explicit TokenInterceptorFactory(const SecurityConfig& config)
+      : follow_process_(config.process), header_(absl::StrCat(kBearer, config.token)) {}
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo*) override {
-    return new TokenInterceptor(&header_);  // gRPC owns and deletes it
+    // gRPC owns and deletes it.
+    return new TokenInterceptor(follow_process_ ? absl::StrCat(kBearer, ProcessSecurity()->token)
+                                                : header_);
   }
 
  private:
+  const bool follow_process_;
   const std::string header_;
 };
 
@@ -293,6 +298,7 @@ std::string DescribeSecurity(const SecurityConfig& config) {
 }
 
 void SetProcessSecurity(SecurityConfig config) {
+  config.process = true;
   auto value = std::make_shared<const SecurityConfig>(std::move(config));
   absl::MutexLock lock(&process_mu);
   // Never freed: handlers may still read it while the process exits.
@@ -311,6 +317,45 @@ std::shared_ptr<const SecurityConfig> ProcessSecurity() {
   static const auto* const kNone =
       new std::shared_ptr<const SecurityConfig>(std::make_shared<const SecurityConfig>());
   return *kNone;
+}
+
+std::string CurrentToken(const SecurityConfig& config) {
+  return config.process ? ProcessSecurity()->token : config.token;
+}
+
+absl::Status ReloadSecurity(const SecurityFlags& flags, absl::string_view rpc_layer,
+                            absl::string_view source, const std::optional<TaskIdentity>& self,
+                            std::string* what) {
+  absl::StatusOr<SecurityConfig> fresh = LoadSecurityConfig(flags, rpc_layer, source);
+  if (!fresh.ok()) return fresh.status();
+  if (self.has_value()) PSCLUSTER_RETURN_IF_ERROR(CheckOwnIdentity(*fresh, *self));
+  std::shared_ptr<const SecurityConfig> now = ProcessSecurity();
+  if (fresh->tls != now->tls || fresh->token.empty() != now->token.empty() ||
+      (fresh->identities == nullptr) != (now->identities == nullptr) ||
+      fresh->authorize != now->authorize) {
+    return absl::FailedPreconditionError(
+        "the files would change the security mode (TLS, a token, identities): restart the task "
+        "for that");
+  }
+  const bool certificates = fresh->cert_pem != now->cert_pem || fresh->key_pem != now->key_pem ||
+                            fresh->ca_pem != now->ca_pem;
+  const bool token = fresh->token != now->token;
+  const size_t identities = fresh->identities != nullptr ? fresh->identities->size() : 0;
+  // The certificates stay those the servers started with.
+  SecurityConfig next = *fresh;
+  next.cert_pem = now->cert_pem;
+  next.key_pem = now->key_pem;
+  next.ca_pem = now->ca_pem;
+  SetProcessSecurity(std::move(next));
+  *what = absl::StrCat(token ? "a new token" : "the same token",
+                       identities > 0 ? absl::StrCat(", ", identities, " tokens listed") : "");
+  if (certificates) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(*what,
+                     " taken; the certificate, key or CA files changed, which takes a restart (the "
+                     "task keeps the ones it started with)"));
+  }
+  return absl::OkStatus();
 }
 
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const SecurityConfig& config) {
@@ -342,7 +387,7 @@ std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterfac
 MakeClientInterceptors(const SecurityConfig& config) {
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> v;
   if (!config.token.empty()) {
-    v.push_back(std::make_unique<TokenInterceptorFactory>(config.token));
+    v.push_back(std::make_unique<TokenInterceptorFactory>(config));
   }
   return v;
 }

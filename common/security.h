@@ -71,9 +71,30 @@ struct SecurityConfig {
   // its certificate's (mutual TLS) and its token's (`identities`); where
   // both are there they must agree.
   bool authorize = false;
+  // Set by SetProcessSecurity: this is (or was) the process's config.
+  // Whoever holds it reads the token anew from ProcessSecurity() when it
+  // sends one (CurrentToken), so a reloaded token (ReloadSecurity) takes
+  // effect on channels and connections made before.
+  bool process = false;
 
   bool mutual_tls() const { return tls && !ca_pem.empty(); }
 };
+
+// The token to send under `config`: the process's current one when `config`
+// is the process's, else its own.
+std::string CurrentToken(const SecurityConfig& config);
+
+// Reads the flags' files again and installs what changed: tokens and the
+// identities list take effect at once, for calls and data-plane
+// connections made from then on (the ones open stay as they were
+// authenticated). Refused, keeping the config in use, when the files
+// would change the mode (TLS on or off, a token or not, identities or not)
+// or name another task (CheckOwnIdentity). Certificates, keys and CA that
+// changed are not taken (gRPC's servers keep the ones they started with):
+// the returned status says so. OK with a one-line summary in *what.
+absl::Status ReloadSecurity(const SecurityFlags& flags, absl::string_view rpc_layer,
+                            absl::string_view source, const std::optional<TaskIdentity>& self,
+                            std::string* what);
 
 // Reads the files the flags name. TLS is on when `rpc_layer` is "grpc+tls"
 // (then --tls_cert and --tls_key are required) or when TLS flags are given.

@@ -137,6 +137,9 @@ sigset_t TerminationSignals() {
 
 void BlockTerminationSignals() {
   sigset_t set = TerminationSignals();
+  // SIGHUP too: the security reloader waits for it (common/daemon.h);
+  // without one it stays pending and ends nothing.
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }

@@ -182,13 +182,17 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   // --authorize), as a gRPC call's; each frame is then authorized by it.
   const std::string peer = socket->PeerName();
   std::optional<TaskIdentity> caller;
+  // The process's current config: a reloaded token or identities list
+  // holds for connections from then on.
+  const std::shared_ptr<const SecurityConfig> security =
+      security_->process ? ProcessSecurity() : security_;
   grpc::Status hello = grpc::Status::OK;
   if (h.kind != static_cast<uint32_t>(DataKind::kHello)) {
     hello = grpc::Status(grpc::INVALID_ARGUMENT, "a data-plane connection must start with a hello");
   } else {
     hello =
-        IdentifyCaller(*security_, meta.empty() ? std::nullopt : std::optional<std::string>(meta),
-                       security_->authorize ? socket->PeerCertificatePem() : std::string(), peer,
+        IdentifyCaller(*security, meta.empty() ? std::nullopt : std::optional<std::string>(meta),
+                       security->authorize ? socket->PeerCertificatePem() : std::string(), peer,
                        "pscluster.DataPlane/Hello", &caller);
     if (hello.error_code() == grpc::UNAUTHENTICATED) {
       hello = grpc::Status(grpc::UNAUTHENTICATED, "missing or wrong cluster token");
@@ -223,7 +227,7 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     const Rpc rpc = h.kind == static_cast<uint32_t>(DataKind::kCommit) ? Rpc::kControlCommitStep
                     : h.kind == static_cast<uint32_t>(DataKind::kReplicate) ? Rpc::kControlReplicate
                                                                             : Rpc::kPsPushPull;
-    if (grpc::Status denied = AuthorizeCaller(*security_, rpc, caller, peer); !denied.ok()) {
+    if (grpc::Status denied = AuthorizeCaller(*security, rpc, caller, peer); !denied.ok()) {
       // Nothing of it is used: read and answered.
       if (!socket->ReadSized(&payload, h.payload_size).ok()) return;
       if (!WriteAnswer(*socket, h.kind, denied, PushPullResponse(), &out)) return;

@@ -18,6 +18,8 @@
 //   clean run's: nothing the hostile client sent changed a weight.
 //
 // Every case skips, saying why, without openssl.
+#include <signal.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +33,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -438,6 +442,101 @@ TEST_F(AuthorizationTest, HostileTasksChangeNothing) {
                     "pscluster_denied_calls_total{task=\"ps:0\",method=\"pscluster.",
                     "PsControl/Promote\",role=\"", is_worker ? "worker" : "evaluator", "\"} ")))
         << metrics;
+  }
+}
+
+// Rotation without a restart (docs/security.md): worker 1's token is
+// replaced while the cluster trains, in three steps: every task learns the
+// new token's digest beside the old one (SIGHUP), the worker takes the new
+// token (SIGHUP), and the old digest goes (the list rewritten, no signal:
+// the files are watched). Training goes on across each step with nothing
+// refused; then the old token is refused and the new one taken.
+TEST_F(AuthorizationTest, TokensRotateWithoutARestart) {
+  const std::string data_dir = TestDataDir();
+  PSCLUSTER_SKIP_WITHOUT_MNIST(data_dir);
+  ClusterOptions o = SyncRun(data_dir, IdentityArgs(/*certificates=*/false, /*tokens=*/true));
+  o.evaluator = false;
+  // A run that does not end on its own while the test rotates.
+  o.chief_args = {"--model=mlp", "--epochs=1000", "--mode=async", "--transport=tcp"};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<std::string> tasks = {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"};
+  const std::string list = pki_ + "/identities";
+  const std::string before = ReadFile(list) + "\n";
+  const std::string old_token = ReadFile(pki_ + "/worker-1.token");
+  const std::string new_token = "the-new-token-of-worker-1-0123456789abcdef";
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  // Waits until `task`'s log, after its first `from` bytes, says `what`.
+  auto wait_for = [&](const std::string& task, size_t from, const std::string& what) {
+    const absl::Time give_up = absl::Now() + absl::Minutes(1);
+    while (absl::Now() < give_up) {
+      const std::string log = (*c)->Log(task);
+      if (log.size() > from && log.find(what, from) != std::string::npos) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << task << " never logged '" << what << "':\n" << (*c)->Log(task);
+    return false;
+  };
+  std::map<std::string, size_t> mark;
+  auto mark_logs = [&] {
+    for (const std::string& t : tasks) mark[t] = (*c)->Log(t).size();
+  };
+  ASSERT_TRUE((*c)->WaitForChunks(20, absl::Minutes(1))) << (*c)->AllLogs();
+
+  // 1: both of worker 1's tokens are listed, everywhere.
+  std::string both = before;
+  absl::StrAppend(&both, "worker/1 ", TokenDigest(new_token), "\n");
+  mark_logs();
+  write(list, both);
+  for (const std::string& t : tasks) ASSERT_TRUE((*c)->Signal(t, SIGHUP).ok()) << t;
+  for (const std::string& t : tasks) {
+    ASSERT_TRUE(wait_for(t, mark[t], "security files read again")) << t;
+    ASSERT_TRUE(wait_for(t, mark[t], "7 tokens listed")) << t;
+  }
+  // 2: the worker sends its new token.
+  mark_logs();
+  write(pki_ + "/worker-1.token", new_token + "\n");
+  ASSERT_TRUE((*c)->Signal("worker:1", SIGHUP).ok());
+  ASSERT_TRUE(wait_for("worker:1", mark["worker:1"], "(SIGHUP): a new token"));
+  // 3: the old digest goes; no signal.
+  std::string after;
+  for (absl::string_view line : absl::StrSplit(both, '\n')) {
+    if (!line.empty() && line.find(TokenDigest(old_token)) == absl::string_view::npos) {
+      absl::StrAppend(&after, line, "\n");
+    }
+  }
+  mark_logs();
+  write(list, after);
+  for (const std::string& t : tasks) {
+    ASSERT_TRUE(wait_for(t, mark[t], "(a file changed): the same token, 6 tokens listed")) << t;
+  }
+  // Training went on, worker 1 among the trainers, and nothing was refused.
+  const int64_t chunks_then = [&] {
+    const std::string log = (*c)->Log("chief:0");
+    const size_t at = log.rfind(" chunks ");
+    int64_t n = 0;
+    if (at != std::string::npos) {
+      (void)absl::SimpleAtoi(log.substr(at + 8, log.find('/', at) - at - 8), &n);
+    }
+    return n;
+  }();
+  EXPECT_TRUE((*c)->WaitForChunks(chunks_then + 40, absl::Minutes(1))) << (*c)->AllLogs();
+  EXPECT_THAT((*c)->AllLogs(), ::testing::Not(HasSubstr("refused pscluster.")));
+  EXPECT_THAT((*c)->AllLogs(), ::testing::Not(HasSubstr("UNAUTHENTICATED")));
+  // The old token is refused now; the new one is taken.
+  for (const auto& [token, code] : std::vector<std::pair<std::string, grpc::StatusCode>>{
+           {old_token, grpc::StatusCode::UNAUTHENTICATED}, {new_token, grpc::StatusCode::OK}}) {
+    SecurityConfig plain;
+    plain.token = token;
+    auto stub = ParameterServer::NewStub(
+        Channel((*c)->Address("ps:0"), std::make_shared<const SecurityConfig>(plain)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+    PsStatsResponse st;
+    EXPECT_EQ(stub->GetStats(&ctx, PsStatsRequest(), &st).error_code(), code)
+        << (token == old_token ? "the old token" : "the new token");
   }
 }
 

@@ -410,6 +410,17 @@ absl::Status LocalCluster::Kill(const std::string& task) {
   return absl::OkStatus();
 }
 
+absl::Status LocalCluster::Signal(const std::string& task, int signal) {
+  Proc* p = Find(task);
+  if (p == nullptr) return absl::NotFoundError("no task " + task);
+  if (p->exit_code.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(task, " already exited with ", *p->exit_code));
+  }
+  if (kill(p->pid, signal) != 0) return absl::InternalError(absl::StrCat("kill ", task));
+  return absl::OkStatus();
+}
+
 absl::Status LocalCluster::KillAndRestart(const std::string& task, absl::Duration down_for) {
   if (absl::Status s = Kill(task); !s.ok()) return s;
   absl::SleepFor(down_for);

@@ -120,6 +120,8 @@ class LocalCluster {
   absl::Status KillAndRestart(const std::string& task, absl::Duration down_for);
   // kill -9 only; the task stays down.
   absl::Status Kill(const std::string& task);
+  // Sends `signal` (SIGHUP: read the security files again) to `task`.
+  absl::Status Signal(const std::string& task, int signal);
   // Waits until the chief's progress lines report at least `chunks` chunks
   // done ("chunks N/M"); false on timeout or when the chief exited.
   bool WaitForChunks(int64_t chunks, absl::Duration timeout) const;

@@ -629,8 +629,9 @@ absl::Status DataChannel::Connect(absl::Time deadline) {
   socket->SetDeadline(deadline);
   FrameHeader hello;
   hello.kind = static_cast<uint32_t>(DataKind::kHello);
-  hello.meta_size = static_cast<uint32_t>(security_->token.size());
-  if (absl::Status w = socket->WriteFrame(hello, security_->token, {}); !w.ok()) return w;
+  const std::string token = CurrentToken(*security_);  // a reloaded one, for the process's
+  hello.meta_size = static_cast<uint32_t>(token.size());
+  if (absl::Status w = socket->WriteFrame(hello, token, {}); !w.ok()) return w;
   FrameHeader answer;
   if (absl::Status r = socket->ReadFrame(&answer, &meta_, &payload_, 0); !r.ok()) return r;
   if (answer.code != 0) {
