@@ -136,13 +136,18 @@ export OPENSSL_CONF="$work/openssl.cnf"
 run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/ca.key"
 run openssl req -x509 -new -config "$work/openssl.cnf" -extensions v3_ca -key "$work/ca.key" \
   -sha256 -days "$days" -out "$work/ca.pem"
-run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/task.key"
-run openssl req -new -config "$work/openssl.cnf" -subj "/CN=pscluster task" \
-  -key "$work/task.key" -out "$work/task.csr"
-run openssl x509 -req -in "$work/task.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
-  -set_serial "0x$(openssl rand -hex 16)" -sha256 -days "$days" \
-  -extfile "$work/openssl.cnf" -extensions v3_task -out "$work/task.pem"
-run openssl verify -CAfile "$work/ca.pem" "$work/task.pem"
+# issue NAME CONFIG: a key NAME.key and a certificate NAME.pem signed by the
+# CA, with CONFIG's [v3_task] extensions.
+issue() {
+  run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/$1.key"
+  run openssl req -new -config "$work/openssl.cnf" -subj "/CN=pscluster $1" \
+    -key "$work/$1.key" -out "$work/$1.csr"
+  run openssl x509 -req -in "$work/$1.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -sha256 -days "$days" \
+    -extfile "$2" -extensions v3_task -out "$work/$1.pem"
+  run openssl verify -CAfile "$work/ca.pem" "$work/$1.pem"
+}
+issue task "$work/openssl.cnf"
 openssl rand -hex 32 > "$work/token"
 
 # Each task's certificate names it (URI:pscluster://ROLE/INDEX), and its
@@ -159,13 +164,7 @@ subjectAltName = URI:pscluster://$t,$san_csv
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 CNF
-  run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/$name.key"
-  run openssl req -new -config "$work/openssl.cnf" -subj "/CN=pscluster $name" \
-    -key "$work/$name.key" -out "$work/$name.csr"
-  run openssl x509 -req -in "$work/$name.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
-    -set_serial "0x$(openssl rand -hex 16)" -sha256 -days "$days" \
-    -extfile "$work/$name.cnf" -extensions v3_task -out "$work/$name.pem"
-  run openssl verify -CAfile "$work/ca.pem" "$work/$name.pem"
+  issue "$name" "$work/$name.cnf"
   openssl rand -hex 32 > "$work/$name.token"
   printf '%s %s\n' "$t" "$(tr -d '\n' < "$work/$name.token" | openssl dgst -sha256 -r | cut -d' ' -f1)" \
     >> "$work/identities"
