@@ -566,7 +566,8 @@ grpc::Status CheckAuth(const grpc::ServerContextBase* ctx, Rpc rpc,
       token = absl::ConsumePrefix(&header, kBearer) ? std::string(header) : std::string("\n");
     }
   }
-  const std::string peer = ctx->peer();
+  // Named only in refusals, which only --authorize makes.
+  const std::string peer = config->authorize ? ctx->peer() : std::string();
   std::optional<TaskIdentity> id;
   grpc::Status s = IdentifyCaller(
       *config, token,
