@@ -189,6 +189,10 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   grpc::Status hello = grpc::Status::OK;
   if (h.kind != static_cast<uint32_t>(DataKind::kHello)) {
     hello = grpc::Status(grpc::INVALID_ARGUMENT, "a data-plane connection must start with a hello");
+  } else if (security->token.empty() && !meta.empty()) {
+    // A token where the cluster has none: the peer is configured for
+    // another cluster.
+    hello = grpc::Status(grpc::UNAUTHENTICATED, "missing or wrong cluster token");
   } else {
     hello =
         IdentifyCaller(*security, meta.empty() ? std::nullopt : std::optional<std::string>(meta),
