@@ -42,10 +42,8 @@ grpc::Status CoordinatorService::GetPlan(grpc::ServerContext* ctx, const GetPlan
 
 grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
                                                 ProgressAck*) {
-  std::optional<TaskIdentity> caller;
-  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorReportProgress, &caller); !s.ok()) return s;
-  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorReportProgress,
-                                         Role::kWorker, req->worker_index());
+  if (grpc::Status s =
+          CheckAuth(ctx, Rpc::kCoordinatorReportProgress, Role::kWorker, req->worker_index());
       !s.ok()) {
     return s;
   }
@@ -86,10 +84,7 @@ grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* ctx, const Eval
 
 grpc::Status CoordinatorService::GetWork(grpc::ServerContext* ctx, const WorkRequest* req,
                                          WorkResponse* resp) {
-  std::optional<TaskIdentity> caller;
-  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorGetWork, &caller); !s.ok()) return s;
-  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorGetWork, Role::kWorker,
-                                         req->worker_index());
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorGetWork, Role::kWorker, req->worker_index());
       !s.ok()) {
     return s;
   }
@@ -101,10 +96,8 @@ grpc::Status CoordinatorService::GetWork(grpc::ServerContext* ctx, const WorkReq
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
                                            HeartbeatResponse*) {
-  std::optional<TaskIdentity> caller;
-  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorHeartbeat, &caller); !s.ok()) return s;
-  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorHeartbeat, Role::kWorker,
-                                         req->worker_index());
+  if (grpc::Status s =
+          CheckAuth(ctx, Rpc::kCoordinatorHeartbeat, Role::kWorker, req->worker_index());
       !s.ok()) {
     return s;
   }
@@ -113,10 +106,8 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const Heart
 
 grpc::Status CoordinatorService::RingWork(grpc::ServerContext* ctx, const RingWorkRequest* req,
                                           RingWorkResponse* resp) {
-  std::optional<TaskIdentity> caller;
-  if (grpc::Status s = CheckAuth(ctx, Rpc::kCoordinatorRingWork, &caller); !s.ok()) return s;
-  if (grpc::Status s = CheckActsAsItself(ctx, caller, Rpc::kCoordinatorRingWork, Role::kWorker,
-                                         req->worker_index());
+  if (grpc::Status s =
+          CheckAuth(ctx, Rpc::kCoordinatorRingWork, Role::kWorker, req->worker_index());
       !s.ok()) {
     return s;
   }

@@ -404,20 +404,37 @@ bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
   return diff == 0;
 }
 
-grpc::Status CheckBearerToken(const absl::string_view* header, absl::string_view expected) {
+namespace {
+
+// What a call's authorization metadata (`header`, null when absent) sends
+// as its token: nullopt for none; "\n", which no token is (tokens are
+// printable ASCII, ReadTokenFile), for a header that is not "Bearer ...".
+std::optional<std::string> TokenOfHeader(const absl::string_view* header) {
+  if (header == nullptr) return std::nullopt;
+  absl::string_view given = *header;
+  return absl::ConsumePrefix(&given, kBearer) ? std::string(given) : std::string("\n");
+}
+
+// The shared token's rule: the token sent (nullopt: none) is `expected`
+// ("" = none needed); UNAUTHENTICATED otherwise, never echoing it.
+grpc::Status CheckSharedToken(const std::optional<std::string>& token, absl::string_view expected) {
   if (expected.empty()) return grpc::Status::OK;
-  if (header == nullptr) {
+  if (!token.has_value()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "this cluster requires a token: the call carries no "
                         "authorization metadata (give --auth_token_file)");
   }
-  absl::string_view given = *header;
-  if (!absl::StartsWith(given, kBearer) ||
-      !ConstantTimeEquals(given.substr(sizeof(kBearer) - 1), expected)) {
+  if (!ConstantTimeEquals(*token, expected)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "the call's cluster token is wrong (check --auth_token_file)");
   }
   return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status CheckBearerToken(const absl::string_view* header, absl::string_view expected) {
+  return CheckSharedToken(TokenOfHeader(header), expected);
 }
 
 namespace {
@@ -491,24 +508,16 @@ grpc::Status IdentifyCaller(const SecurityConfig& config, const std::optional<st
                             absl::string_view method, std::optional<TaskIdentity>* caller) {
   caller->reset();
   std::optional<TaskIdentity> by_token;
-  if (!config.token.empty()) {
-    if (!token.has_value()) {
+  if (config.identities == nullptr || !token.has_value()) {
+    grpc::Status s = CheckSharedToken(token, config.token);
+    if (!s.ok()) return s;
+  } else {
+    // A token of its own: the list says whose.
+    by_token = config.identities->Find(*token);
+    if (!by_token.has_value()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this cluster requires a token: the call carries none (give "
-                          "--auth_token_file)");
-    }
-    if (config.identities == nullptr) {
-      if (!ConstantTimeEquals(*token, config.token)) {
-        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                            "the call's cluster token is wrong (check --auth_token_file)");
-      }
-    } else {
-      by_token = config.identities->Find(*token);
-      if (!by_token.has_value()) {
-        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                            "the call's token is not one of the cluster's tasks' (check "
-                            "--auth_token_file and --auth_identities_file)");
-      }
+                          "the call's token is not one of the cluster's tasks' (check "
+                          "--auth_token_file and --auth_identities_file)");
     }
   }
   if (!config.authorize) return grpc::Status::OK;
@@ -561,9 +570,8 @@ grpc::Status CheckAuth(const grpc::ServerContextBase* ctx, Rpc rpc,
     const auto& md = ctx->client_metadata();
     auto it = md.find(kAuthMetadataKey);
     if (it != md.end()) {
-      absl::string_view header(it->second.data(), it->second.size());
-      // A header that is not "Bearer ..." is a wrong token, not none.
-      token = absl::ConsumePrefix(&header, kBearer) ? std::string(header) : std::string("\n");
+      const absl::string_view header(it->second.data(), it->second.size());
+      token = TokenOfHeader(&header);
     }
   }
   // Named only in refusals, which only --authorize makes.
@@ -594,6 +602,13 @@ grpc::Status CheckActsAsItself(const grpc::ServerContextBase* ctx,
                                int64_t claimed_index) {
   return CheckActsAsItself(ctx != nullptr ? ctx->peer() : std::string(), caller, rpc, role,
                            claimed_index);
+}
+
+grpc::Status CheckAuth(const grpc::ServerContextBase* ctx, Rpc rpc, Role role,
+                       int64_t claimed_index) {
+  std::optional<TaskIdentity> caller;
+  grpc::Status s = CheckAuth(ctx, rpc, &caller);
+  return s.ok() ? CheckActsAsItself(ctx, caller, rpc, role, claimed_index) : s;
 }
 
 std::string OpenSslErrors(absl::string_view if_none) {

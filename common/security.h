@@ -155,6 +155,11 @@ grpc::Status IdentifyCaller(const SecurityConfig& config, const std::optional<st
 grpc::Status AuthorizeCaller(const SecurityConfig& config, Rpc rpc,
                              const std::optional<TaskIdentity>& caller, const std::string& peer);
 
+// CheckAuth, then CheckActsAsItself: a caller with `role` must name itself
+// in the request (`claimed_index`, its worker_index).
+grpc::Status CheckAuth(const grpc::ServerContextBase* ctx, Rpc rpc, Role role,
+                       int64_t claimed_index);
+
 // With an identity (authorize on): PERMISSION_DENIED, counted and logged as
 // CheckAuth's, when the caller has `role` but calls `rpc` as another task of
 // it (`claimed_index`, the request's worker_index). OK otherwise.
@@ -175,8 +180,9 @@ void SetDeniedCallHook(std::function<void(const std::string& method, const std::
 // `authorize` and neither source: InvalidArgument naming what is missing.
 absl::Status CheckOwnIdentity(const SecurityConfig& config, const TaskIdentity& self);
 
-// CheckAuth's rule, for tests: `header` is the call's authorization
-// metadata (nullptr when absent), `expected` the token ("" = none needed).
+// The shared token's rule as CheckAuth applies it (and the data plane's
+// hello): `header` is the call's authorization metadata (nullptr when
+// absent), `expected` the token ("" = none needed).
 grpc::Status CheckBearerToken(const absl::string_view* header, absl::string_view expected);
 
 // OpenSSL's queued errors as one line, clearing the queue; `if_none` when

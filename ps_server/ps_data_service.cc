@@ -161,16 +161,13 @@ grpc::Status PsDataService::DoPull(absl::Time deadline, uint64_t fingerprint, in
 
 grpc::Status PsDataService::Pull(grpc::ServerContext* ctx, const PullRequest* req,
                                  PullResponse* resp) {
-  std::optional<TaskIdentity> caller;
-  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPull, &caller); !s.ok()) return s;
   // -1: a reader that is not a worker (a worker's first pull, the
   // evaluator's, the chief's); a worker's index must be its own.
-  if (req->worker_index() >= 0) {
-    if (grpc::Status s =
-            CheckActsAsItself(ctx, caller, Rpc::kPsPull, Role::kWorker, req->worker_index());
-        !s.ok()) {
-      return s;
-    }
+  if (grpc::Status s = req->worker_index() >= 0
+                           ? CheckAuth(ctx, Rpc::kPsPull, Role::kWorker, req->worker_index())
+                           : CheckAuth(ctx, Rpc::kPsPull);
+      !s.ok()) {
+    return s;
   }
   // Proto3 cannot tell an unset generation from 0; readers that do not
   // care (the evaluator, the chief) send -1.
@@ -368,11 +365,7 @@ grpc::Status PsDataService::DoPush(const PushRequest& req, PushResponse* resp,
 
 grpc::Status PsDataService::Push(grpc::ServerContext* ctx, const PushRequest* req,
                                  PushResponse* resp) {
-  std::optional<TaskIdentity> caller;
-  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPush, &caller); !s.ok()) return s;
-  if (grpc::Status s =
-          CheckActsAsItself(ctx, caller, Rpc::kPsPush, Role::kWorker, req->worker_index());
-      !s.ok()) {
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPush, Role::kWorker, req->worker_index()); !s.ok()) {
     return s;
   }
   return DoPush(*req, resp);
@@ -380,10 +373,7 @@ grpc::Status PsDataService::Push(grpc::ServerContext* ctx, const PushRequest* re
 
 grpc::Status PsDataService::PushPull(grpc::ServerContext* ctx, const PushRequest* req,
                                      PushPullResponse* resp) {
-  std::optional<TaskIdentity> caller;
-  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPushPull, &caller); !s.ok()) return s;
-  if (grpc::Status s =
-          CheckActsAsItself(ctx, caller, Rpc::kPsPushPull, Role::kWorker, req->worker_index());
+  if (grpc::Status s = CheckAuth(ctx, Rpc::kPsPushPull, Role::kWorker, req->worker_index());
       !s.ok()) {
     return s;
   }
