@@ -37,6 +37,7 @@ using testing_models::Conv;
 using testing_models::Dense;
 using testing_models::Drop;
 using testing_models::EveryLayer;
+using testing_models::ExpectGradientsAreTfjs;
 using testing_models::FlattenModel;
 using testing_models::L;
 using testing_models::LoadTfjsReference;
@@ -273,19 +274,6 @@ TEST(GraphDeviceEngineTest, GraphStepsMatchTheCpuPath) {
     EXPECT_NEAR(gpu.Run(p.params, p.images, p.labels, batch, 0, nullptr, &correct), want_sum,
                 1e-5 * std::fabs(want_sum));
     EXPECT_EQ(correct, want_correct);
-  }
-}
-
-// Every variable's gradient in `grads` is TensorFlow.js's for `m`, within
-// 1e-6.
-void ExpectGradientsAreTfjs(const ReferenceCase& m, const std::vector<float>& grads) {
-  for (const VariableSpec& v : m.spec.variables) {
-    ASSERT_EQ(m.gradients.count(v.name), 1u) << m.spec.name << " " << v.name;
-    const std::vector<float>& g = m.gradients.at(v.name);
-    ASSERT_EQ(static_cast<int64_t>(g.size()), v.size) << v.name;
-    for (int64_t k = 0; k < v.size; ++k) {
-      EXPECT_NEAR(grads[v.offset + k], g[k], 1e-6) << m.spec.name << " " << v.name << k;
-    }
   }
 }
 

@@ -7,6 +7,8 @@
 #ifndef PSCLUSTER_COMPUTE_TESTING_GRAPH_TEST_MODELS_H_
 #define PSCLUSTER_COMPUTE_TESTING_GRAPH_TEST_MODELS_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "compute/kernels/testing/gradient_check.h"
+#include "gtest/gtest.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
 #include "nlohmann/json.hpp"
@@ -322,6 +325,26 @@ inline std::vector<ReferenceCase> LoadTfjsReference(
     cases.push_back(std::move(c));
   }
   return cases;
+}
+
+// Every variable's gradient in `grads` is TensorFlow.js's for `m` within
+// `tolerance` (a test failure names the variable and element); returns the
+// largest difference.
+inline double ExpectGradientsAreTfjs(const ReferenceCase& m, const std::vector<float>& grads,
+                                     double tolerance = 1e-6) {
+  double largest = 0;
+  for (const VariableSpec& v : m.spec.variables) {
+    EXPECT_EQ(m.gradients.count(v.name), 1u) << m.spec.name << " " << v.name;
+    if (m.gradients.count(v.name) != 1) continue;
+    const std::vector<float>& g = m.gradients.at(v.name);
+    EXPECT_EQ(static_cast<int64_t>(g.size()), v.size) << m.spec.name << " " << v.name;
+    if (static_cast<int64_t>(g.size()) != v.size) continue;
+    for (int64_t k = 0; k < v.size; ++k) {
+      EXPECT_NEAR(grads[v.offset + k], g[k], tolerance) << m.spec.name << " " << v.name << k;
+      largest = std::max(largest, std::fabs(double{grads[v.offset + k]} - g[k]));
+    }
+  }
+  return largest;
 }
 
 }  // namespace testing_models
