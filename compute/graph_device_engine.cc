@@ -178,8 +178,8 @@ absl::Status GraphDeviceEngine::IndexIds(const float* images, int batch, IdIndex
   index->ints.clear();
   index->at.clear();
   index->uniques.clear();
-  std::vector<float> ids;
-  kernels::EmbeddingIdIndex one;
+  std::vector<float>& ids = index->ids;
+  kernels::EmbeddingIdIndex& one = index->one;
   for (size_t i : embeddings_) {
     const GraphOp& op = ops_[i];
     // Where the ids are in each example: the whole input, or a slice of it.

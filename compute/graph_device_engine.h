@@ -55,6 +55,10 @@ class GraphDeviceEngine {
     std::vector<int32_t> ints;     // each Embedding's EmbeddingIdIndex::ints in turn
     std::vector<int64_t> at;       // where each one's starts in `ints`
     std::vector<int64_t> uniques;  // and its rows
+    // IndexIds's scratch, reused from batch to batch: one table's ids, and
+    // its index before it joins `ints`.
+    std::vector<float> ids;
+    kernels::EmbeddingIdIndex one;
   };
   bool has_embeddings() const { return !embeddings_.empty(); }
   // The most ints IndexIds writes (any batch up to max_batch).

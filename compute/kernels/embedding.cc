@@ -53,23 +53,29 @@ int64_t IndexEmbeddingIds(int64_t count, const float* ids, int64_t rows, bool pa
   index->ints.clear();
   const int64_t bad = FirstBadId(count, ids, rows, padding);
   if (bad >= 0) return bad;
-  // Each position's unique row, numbered as first named; a table of few
-  // rows by a direct array, a large one (a whole table, not a window) by
-  // a hash map.
-  std::vector<int32_t> unique_of(count), named, counts;
-  auto add = [&named, &counts](int64_t row) {
-    named.push_back(static_cast<int32_t>(row));
+  // Each position's row, numbered as first named (the rows, in that order,
+  // go straight into `ints`); a table of few rows by a direct array, a
+  // large one (a whole table, not a window) by a hash map.
+  std::vector<int32_t>& rows_named = index->ints;
+  std::vector<int32_t>& unique_of = index->unique_of;
+  std::vector<int32_t>& counts = index->counts;
+  unique_of.resize(count);
+  counts.clear();
+  auto add = [&rows_named, &counts](int64_t row) {
+    rows_named.push_back(static_cast<int32_t>(row));
     counts.push_back(0);
-    return static_cast<int32_t>(named.size() - 1);
+    return static_cast<int32_t>(rows_named.size() - 1);
   };
   if (rows < 4 * count) {
-    std::vector<int32_t> slot(rows, -1);
+    std::vector<int32_t>& slot = index->slot;
+    if (static_cast<int64_t>(slot.size()) < rows) slot.resize(rows, -1);
     for (int64_t k = 0; k < count; ++k) {
       int32_t& u = slot[RowOf(ids[k], padding)];
       if (u < 0) u = add(RowOf(ids[k], padding));
       unique_of[k] = u;
       ++counts[u];
     }
+    for (int32_t row : rows_named) slot[row] = -1;  // as it was: -1 everywhere
   } else {
     absl::flat_hash_map<int64_t, int32_t> slot;
     slot.reserve(count);
@@ -81,17 +87,19 @@ int64_t IndexEmbeddingIds(int64_t count, const float* ids, int64_t rows, bool pa
       ++counts[it->second];
     }
   }
-  const int64_t uniques = static_cast<int64_t>(named.size());
+  const int64_t uniques = static_cast<int64_t>(rows_named.size());
   index->uniques = uniques;
   std::vector<int32_t>& out = index->ints;
   out.resize(2 * uniques + 1 + count);
-  std::copy(named.begin(), named.end(), out.begin());
   int32_t* starts = out.data() + uniques;
   int32_t* positions = starts + uniques + 1;
+  // The counts become each row's next free place among the positions.
   starts[0] = 0;
-  for (int64_t u = 0; u < uniques; ++u) starts[u + 1] = starts[u] + counts[u];
-  std::vector<int32_t> next(starts, starts + uniques);
-  for (int64_t k = 0; k < count; ++k) positions[next[unique_of[k]]++] = static_cast<int32_t>(k);
+  for (int64_t u = 0; u < uniques; ++u) {
+    starts[u + 1] = starts[u] + counts[u];
+    counts[u] = starts[u];
+  }
+  for (int64_t k = 0; k < count; ++k) positions[counts[unique_of[k]]++] = static_cast<int32_t>(k);
   return -1;
 }
 

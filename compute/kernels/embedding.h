@@ -42,6 +42,11 @@ void EmbeddingBackward(int64_t count, const float* ids, const float* dy, int dim
 struct EmbeddingIdIndex {
   int64_t uniques = 0;
   std::vector<int32_t> ints;
+  // IndexEmbeddingIds's scratch, kept with the index so that one reused
+  // from batch to batch allocates nothing once grown: each position's row
+  // number, the rows' counts, and the direct row -> number array (all -1
+  // between calls).
+  std::vector<int32_t> unique_of, counts, slot;
 };
 
 // Builds *index for ids[0, count) of a table of `rows` rows (`padding` as

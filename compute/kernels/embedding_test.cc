@@ -45,6 +45,12 @@ TEST(EmbeddingTest, IndexListsEachRowsPositionsInOrder) {
   EXPECT_TRUE(index.ints.empty());
   ASSERT_EQ(IndexEmbeddingIds(0, ids.data(), 3, false, &index), -1);
   EXPECT_EQ(index.ints, (std::vector<int32_t>{0}));
+  // The same index used again (its scratch kept): the same answer.
+  ASSERT_EQ(IndexEmbeddingIds(4, padded.data(), 4, true, &index), -1);
+  ASSERT_EQ(IndexEmbeddingIds(4, padded.data(), 4, true, &index), -1);
+  EXPECT_EQ(index.ints, (std::vector<int32_t>{0, 3, 0, 2, 4, 0, 2, 1, 3}));
+  ASSERT_EQ(IndexEmbeddingIds(6, ids.data(), 3, false, &index), -1);
+  EXPECT_EQ(index.ints, (std::vector<int32_t>{2, 0, 1, 0, 3, 5, 6, 0, 2, 5, 1, 4, 3}));
 }
 
 TEST(EmbeddingTest, BackwardAddsEveryUseOfARowAndLeavesTheOthers) {
