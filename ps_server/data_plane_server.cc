@@ -231,10 +231,14 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
     const Rpc rpc = h.kind == static_cast<uint32_t>(DataKind::kCommit) ? Rpc::kControlCommitStep
                     : h.kind == static_cast<uint32_t>(DataKind::kReplicate) ? Rpc::kControlReplicate
                                                                             : Rpc::kPsPushPull;
+    // A refused frame: nothing of it is used; read and answered. False when
+    // the connection broke.
+    auto refuse = [&](const grpc::Status& why) {
+      return socket->ReadSized(&payload, h.payload_size).ok() &&
+             WriteAnswer(*socket, h.kind, why, PushPullResponse(), &out);
+    };
     if (grpc::Status denied = AuthorizeCaller(*security, rpc, caller, peer); !denied.ok()) {
-      // Nothing of it is used: read and answered.
-      if (!socket->ReadSized(&payload, h.payload_size).ok()) return;
-      if (!WriteAnswer(*socket, h.kind, denied, PushPullResponse(), &out)) return;
+      if (!refuse(denied)) return;
       continue;
     }
     if (h.kind == static_cast<uint32_t>(DataKind::kCommit)) {
@@ -252,8 +256,7 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
       grpc::Status as_itself =
           CheckActsAsItself(peer, caller, Rpc::kPsPushPull, Role::kWorker, req.worker_index());
       if (!as_itself.ok()) {
-        if (!socket->ReadSized(&payload, h.payload_size).ok()) return;
-        if (!WriteAnswer(*socket, h.kind, as_itself, PushPullResponse(), &out)) return;
+        if (!refuse(as_itself)) return;
         continue;
       }
     }
