@@ -167,49 +167,51 @@ bool WriteAnswer(DataSocket& socket, uint32_t kind, const grpc::Status& status,
 
 }  // namespace
 
-void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
-  // One connection's life: the hello with the token, then each frame by its
-  // kind (push-pull, step decision, records) until the peer goes; 122 lines
-  // that read as the protocol does.
+bool DataPlaneServer::Hello(DataSocket& socket, const std::string& peer,
+                            std::shared_ptr<const SecurityConfig>* security,
+                            std::optional<TaskIdentity>* caller) {
   FrameHeader h;
-  std::string meta, payload, out;
-  // The hello: the cluster token, compared as CheckAuth does.
-  socket->SetDeadline(absl::Now() + kHelloTimeout);
-  if (!socket->ReadFrame(&h, &meta, &payload, 0).ok()) return;
-  FrameHeader answer;
-  answer.kind = static_cast<uint32_t>(DataKind::kHello);
-  // The caller's identity, from its token and certificate (with
-  // --authorize), as a gRPC call's; each frame is then authorized by it.
-  const std::string peer = socket->PeerName();
-  std::optional<TaskIdentity> caller;
+  std::string meta, payload;
+  socket.SetDeadline(absl::Now() + kHelloTimeout);
+  if (!socket.ReadFrame(&h, &meta, &payload, 0).ok()) return false;
   // The process's current config: a reloaded token or identities list
   // holds for connections from then on.
-  const std::shared_ptr<const SecurityConfig> security =
-      security_->process ? ProcessSecurity() : security_;
+  *security = security_->process ? ProcessSecurity() : security_;
   grpc::Status hello = grpc::Status::OK;
   if (h.kind != static_cast<uint32_t>(DataKind::kHello)) {
     hello = grpc::Status(grpc::INVALID_ARGUMENT, "a data-plane connection must start with a hello");
-  } else if (security->token.empty() && !meta.empty()) {
+  } else if ((*security)->token.empty() && !meta.empty()) {
     // A token where the cluster has none: the peer is configured for
     // another cluster.
     hello = grpc::Status(grpc::UNAUTHENTICATED, "missing or wrong cluster token");
   } else {
+    // The token (and with --authorize the certificate) as a gRPC call's.
     hello =
-        IdentifyCaller(*security, meta.empty() ? std::nullopt : std::optional<std::string>(meta),
-                       security->authorize ? socket->PeerCertificatePem() : std::string(), peer,
-                       "pscluster.DataPlane/Hello", &caller);
+        IdentifyCaller(**security, meta.empty() ? std::nullopt : std::optional<std::string>(meta),
+                       (*security)->authorize ? socket.PeerCertificatePem() : std::string(), peer,
+                       "pscluster.DataPlane/Hello", caller);
     if (hello.error_code() == grpc::UNAUTHENTICATED) {
       hello = grpc::Status(grpc::UNAUTHENTICATED, "missing or wrong cluster token");
     }
   }
-  if (!hello.ok()) {
-    const std::string why = hello.error_message();
-    answer.code = static_cast<uint32_t>(hello.error_code());
-    answer.meta_size = static_cast<uint32_t>(why.size());
-    (void)socket->WriteFrame(answer, why, {});
-    return;
-  }
-  if (!socket->WriteFrame(answer, {}, {}).ok()) return;
+  // The answer: the refusal, or an empty hello.
+  return WriteAnswer(socket, static_cast<uint32_t>(DataKind::kHello), hello, PushPullResponse(),
+                     &meta) &&
+         hello.ok();
+}
+
+void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
+  // One connection's life: the hello (Hello), then each frame by its kind
+  // (push-pull, step decision, records) until the peer goes; read as the
+  // protocol does.
+  // The caller's identity, from the hello; each frame is then authorized
+  // by it (with the process's config as it was at the hello).
+  const std::string peer = socket->PeerName();
+  std::shared_ptr<const SecurityConfig> security;
+  std::optional<TaskIdentity> caller;
+  if (!Hello(*socket, peer, &security, &caller)) return;
+  FrameHeader h, answer;
+  std::string meta, payload, out;
   socket->SetDeadline(absl::InfiniteFuture());
   // Reused from call to call, with their strings' capacity; `grads`
   // trades places with the store's buffer of the step before (sync).

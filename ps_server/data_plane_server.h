@@ -49,6 +49,11 @@ class DataPlaneServer {
   DataPlaneServer() : tls_(nullptr, [](SSL_CTX*) {}) {}
   void AcceptLoop();
   void Serve(std::shared_ptr<DataSocket> socket);
+  // Reads and answers the connection's hello: the token and, with
+  // --authorize, the caller's identity (*caller), checked under the config
+  // in force (*security). False when refused or broken.
+  bool Hello(DataSocket& socket, const std::string& peer,
+             std::shared_ptr<const SecurityConfig>* security, std::optional<TaskIdentity>* caller);
   // A step decision from ps 0 (DataKind::kCommit, whose header `h` and
   // meta were read): applied through PsControlService::DoCommitStep and answered.
   // False when the connection broke.
