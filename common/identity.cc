@@ -1,6 +1,7 @@
 #include "common/identity.h"
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -21,13 +22,6 @@ namespace {
 
 constexpr char kUriScheme[] = "pscluster://";
 constexpr size_t kDigestBytes = 32;
-
-bool ConstantTimeSame(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 std::string Sha256(absl::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];
@@ -167,7 +161,8 @@ std::optional<TaskIdentity> TokenIdentities::Find(absl::string_view token) const
   const std::string digest = Sha256(token);
   std::optional<TaskIdentity> found;
   for (const Entry& e : entries_) {
-    if (ConstantTimeSame(digest, e.digest)) found = e.id;
+    // Both kDigestBytes long (Parse, Sha256): OpenSSL's constant-time compare.
+    if (CRYPTO_memcmp(digest.data(), e.digest.data(), kDigestBytes) == 0) found = e.id;
   }
   return found;
 }
