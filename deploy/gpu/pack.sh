@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine without our build dependencies needs to run the
-# GPU tests and the GPU benchmark: the daemons, the test binaries and the
-# benchmark, and every shared library they link that is not part of glibc
+# GPU tests and the GPU benchmark: the daemons, the test binaries, the
+# benchmark and its PyTorch peers, criteo_synth (the CTR data of the
+# DeepFM-on-the-GPU check), and every shared library they link that is not part of glibc
 # (gRPC, protobuf, abseil, spdlog, fmt, OpenBLAS, libstdc++, cudart,
 # and the build's own per-target libraries of the test binaries), found with
 # ldd, and cuBLAS, which the binaries open when a GPU first needs it. The
@@ -86,7 +87,8 @@ TESTS=(
   tests/device_flag_test
   tests/gpu_cluster_test
 )
-BENCH=(tests/bench/gpu_throughput)
+# The benchmarks, and the CTR data writer the DeepFM-on-the-GPU check trains on.
+BENCH=(tests/bench/gpu_throughput deploy/data/criteo_synth)
 
 label() { echo "//${1%/*}:${1##*/}"; }
 
@@ -163,7 +165,8 @@ glibc_needed="$(for f in "$OUT"/lib/* "${DAEMONS[@]/#/$OUT/}" "${TESTS[@]/#/$OUT
 printf '%s\n' "${TESTS[@]}" > "$OUT/tests.txt"
 cp "$ROOT/deploy/gpu/run.sh" "$OUT/run.sh"
 # The benchmark's PyTorch peer (run with the GPU machine's own python3).
-cp "$ROOT/tests/bench/torch_gpu.py" "$ROOT/tests/bench/torch_compute.py" "$OUT/tests/bench/"
+cp "$ROOT/tests/bench/torch_gpu.py" "$ROOT/tests/bench/torch_compute.py" \
+  "$ROOT/tests/bench/ctr_torch.py" "$OUT/tests/bench/"
 # The reference files the packed tests read, by the same relative paths.
 for f in tests/fixtures/tfjs_reference/embedding.json tests/fixtures/masking/masking.json; do
   mkdir -p "$OUT/$(dirname "$f")"

@@ -11,6 +11,7 @@ test AUC printed; or the cluster's export scored by that PyTorch model.
         [--lr_decay_rate=0.5] [--lr_decay_steps=1000]
         [--embedding_optimizer=adam|adagrad] [--embedding_learning_rate=0]
         [--embedding_initial_accumulator=0.1] [--seed=1] [--threads=2]
+        [--device=cpu|cuda|cuda:N]
     /usr/bin/python3 tests/bench/ctr_torch.py --model=FILE --data=DIR
         --score=model.safetensors
 
@@ -22,6 +23,8 @@ is L * R^(t / S), S = 0 constant) --embedding_optimizer=adam|adagrad
 are sparse (nn.Embedding(sparse=True)) and updated per row: SparseAdam
 (LazyAdam's rule, the table's step count in the bias correction) or
 Adagrad, both with Keras's epsilon 1e-7; the dense weights by Adam.
+--device=cuda trains on the GPU (fp32, TF32 off; the whole data set is
+copied to the card once, so the loop times compute alone).
 Initial weights are drawn as Keras draws them (glorot_uniform kernels,
 zero biases, the Embedding's initializer), from this script's seed: the
 same distributions as the cluster's, not the same values.
@@ -463,6 +466,7 @@ def main():
     ap.add_argument('--embedding_initial_accumulator', type=float, default=0.1)
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--device', default='cpu')
     a = ap.parse_args()
     if not os.path.exists(a.model):
         bad(f'--model={a.model}: no such file')
@@ -480,6 +484,18 @@ def main():
         bad(f'--embedding_initial_accumulator={a.embedding_initial_accumulator} must be >= 0')
     import torch
     torch.set_num_threads(a.threads)
+    try:
+        device = torch.device(a.device)
+    except RuntimeError as e:
+        bad(f'--device={a.device}: {e}')
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        bad(f'--device={a.device}: torch {torch.__version__} sees no CUDA device')
+    if device.type == 'cuda':  # fp32 as the cluster computes it
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def sync():
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
     buckets, label_columns, history = 1000000, 1, 0
     cfg_path = os.path.join(a.data, 'criteo.json')
     if os.path.exists(cfg_path):
@@ -490,12 +506,13 @@ def main():
         bad(f'{cfg_path}: buckets {buckets}: this peer hashes into (0, 2^31) rows only')
     t0 = time.time()
     model, inputs = build(a.model, a.seed)
+    model.to(device)
     heads = len(model.output_names)
     if heads != label_columns:
         bad(f'--model={a.model} has {heads} outputs but {cfg_path} gives {label_columns} labels')
     te_values, te_y = read_split(find(a.data, 'test.txt'), buckets, label_columns, history)
     te_y = te_y.reshape(len(te_y), heads)
-    te = split_inputs(te_values, inputs)
+    te = {k: v.to(device) for k, v in split_inputs(te_values, inputs).items()}
 
     def evaluate():
         """The figures of a final line: 'test_auc=A test_loss=L' for one
@@ -508,7 +525,7 @@ def main():
         fields, total = [], 0.0
         for k, (v, is_logit) in enumerate(outs):
             y = te_y[:, k]
-            s = v.numpy().astype(np.float64)
+            s = v.cpu().numpy().astype(np.float64)
             p = 1 / (1 + np.exp(-s)) if is_logit else np.clip(s, 1e-7, 1 - 1e-7)
             ll = -np.mean(y * np.log(np.maximum(p, 1e-12)) +
                           (1 - y) * np.log(np.maximum(1 - p, 1e-12)))
@@ -522,8 +539,8 @@ def main():
         print(f'score: {evaluate()}')
         return 0
     tr_values, tr_y = read_split(find(a.data, 'train.txt'), buckets, label_columns, history)
-    tr = split_inputs(tr_values, inputs)
-    tr_y = torch.from_numpy(tr_y.reshape(len(tr_y), heads))
+    tr = {k: v.to(device) for k, v in split_inputs(tr_values, inputs).items()}
+    tr_y = torch.from_numpy(tr_y.reshape(len(tr_y), heads)).to(device)
     print(f'read {len(tr_y)} training and {len(te_y)} test rows in {time.time() - t0:.1f} s',
           flush=True)
     tables = model.tables
@@ -537,6 +554,7 @@ def main():
                                         initial_accumulator_value=a.embedding_initial_accumulator)
     dense_opt = torch.optim.Adam(dense, lr=a.learning_rate, eps=1e-7)
     steps, n = 0, len(tr_y)
+    sync()
     started = time.time()
     for _ in range(a.epochs):
         for i in range(0, n, a.batch):
@@ -553,6 +571,7 @@ def main():
             table_opt.step()
             dense_opt.step()
             steps += 1
+    sync()
     train_s = time.time() - started
     print(f'final: {evaluate()} epochs={a.epochs} '
           f'steps={steps} examples_per_s={a.epochs * n / train_s:.0f} train_s={train_s:.1f}')
