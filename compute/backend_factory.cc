@@ -90,4 +90,14 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
 #endif
 }
 
+absl::Status CheckGpuRunsModel(const ModelSpec& spec) {
+#ifdef PSCLUSTER_WITH_CUDA
+  return CudaBackendRunsModel(spec);
+#else
+  std::string why;
+  CudaDevicesAvailable(&why);
+  return absl::FailedPreconditionError(why);
+#endif
+}
+
 }  // namespace pscluster

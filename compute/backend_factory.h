@@ -47,6 +47,12 @@ struct BackendOptions {
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(
     const ModelSpec& spec, const BackendOptions& options);
 
+// OK when a GPU would run `spec` (CreateBackend on a CUDA device would not
+// refuse it); else InvalidArgument naming the layer the GPU lacks, or
+// FailedPrecondition in a build without CUDA. Needs no GPU: the launcher
+// asks it before it places the workers (worker --check_model).
+absl::Status CheckGpuRunsModel(const ModelSpec& spec);
+
 }  // namespace pscluster
 
 #endif  // PSCLUSTER_COMPUTE_BACKEND_FACTORY_H_

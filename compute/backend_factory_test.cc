@@ -156,5 +156,29 @@ TEST(CreateBackendTest, EmbeddingTrainsOnAGpuAndAMaskIsBadInput) {
   EXPECT_TRUE(CreateBackend(masked[0].spec, options).ok());
 }
 
+// The launcher's question (worker --check_model): on the host, with or
+// without a GPU, the answer CreateBackend on a GPU would give. Built
+// without CUDA, no model runs on a GPU, saying why.
+TEST(CheckGpuRunsModelTest, SaysWhatTheGpuWouldRefuseWithoutAGpu) {
+  std::vector<ReferenceCase> embedding =
+      LoadTfjsReference("tests/fixtures/tfjs_reference/embedding.json");
+  std::vector<ReferenceCase> masked = LoadTfjsReference("tests/fixtures/masking/masking.json");
+  ASSERT_FALSE(embedding.empty());
+  ASSERT_FALSE(masked.empty());
+  if (!BuiltWithCuda()) {
+    const absl::Status s = CheckGpuRunsModel(*ModelByName("cnn"));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("built without CUDA"), std::string::npos) << s;
+    return;
+  }
+  EXPECT_TRUE(CheckGpuRunsModel(*ModelByName("cnn")).ok());  // the fused engine
+  for (const ReferenceCase& m : embedding) {                 // the graph engine
+    EXPECT_TRUE(CheckGpuRunsModel(m.spec).ok()) << m.spec.name;
+  }
+  const absl::Status s = CheckGpuRunsModel(masked[0].spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("reads an Embedding's mask"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -675,28 +675,44 @@ std::string CudaDeviceDescription(int ordinal) {
                          Bytes(static_cast<int64_t>(p.totalGlobalMem)));
 }
 
+namespace {
+
+// The engine that runs `spec`, planned on the host: the fused engine for its
+// layers, any other model (PlanFusedLayers says Unimplemented) on the graph
+// engine, as on the CPU. Exactly one of *fused and *graph is set on success.
+absl::Status PlanEngines(const ModelSpec& spec, int max_batch, uint64_t seed,
+                         std::unique_ptr<FusedDeviceEngine<GpuDevice>>* fused,
+                         std::unique_ptr<GraphDeviceEngine>* graph) {
+  absl::StatusOr<std::vector<FusedLayer>> layers = PlanFusedLayers(spec);
+  if (layers.ok()) {
+    *fused = std::make_unique<FusedDeviceEngine<GpuDevice>>(*std::move(layers), max_batch);
+    return absl::OkStatus();
+  }
+  if (layers.status().code() != absl::StatusCode::kUnimplemented) return layers.status();
+  absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> g =
+      GraphDeviceEngine::Create(spec, max_batch, seed);
+  if (!g.ok()) return g.status();
+  *graph = *std::move(g);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaBackendRunsModel(const ModelSpec& spec) {
+  std::unique_ptr<FusedDeviceEngine<GpuDevice>> fused;
+  std::unique_ptr<GraphDeviceEngine> graph;
+  return PlanEngines(spec, /*max_batch=*/1, /*seed=*/0, &fused, &graph);
+}
+
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(
     const ModelSpec& spec, int max_batch, int ordinal, uint64_t seed) {
   if (max_batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaBackend: max_batch ", max_batch, " must be at least 1"));
   }
-  // The fused engine's layers run on their own engine; any other model
-  // (PlanFusedLayers says Unimplemented) on the graph engine, as on the CPU.
   std::unique_ptr<FusedDeviceEngine<GpuDevice>> fused;
   std::unique_ptr<GraphDeviceEngine> graph;
-  absl::StatusOr<std::vector<FusedLayer>> layers = PlanFusedLayers(spec);
-  if (layers.ok()) {
-    fused = std::make_unique<FusedDeviceEngine<GpuDevice>>(*std::move(layers),
-                                                           max_batch);
-  } else if (layers.status().code() == absl::StatusCode::kUnimplemented) {
-    absl::StatusOr<std::unique_ptr<GraphDeviceEngine>> g =
-        GraphDeviceEngine::Create(spec, max_batch, seed);
-    if (!g.ok()) return g.status();
-    graph = *std::move(g);
-  } else {
-    return layers.status();
-  }
+  if (absl::Status s = PlanEngines(spec, max_batch, seed, &fused, &graph); !s.ok()) return s;
   if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
     cudaGetLastError();
     return absl::FailedPreconditionError(absl::StrCat(

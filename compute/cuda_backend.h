@@ -31,6 +31,11 @@ int CudaDeviceCount(std::string* why_none);
 // "NVIDIA H200, compute capability 9.0, 139.8 GiB", or the error text.
 std::string CudaDeviceDescription(int ordinal);
 
+// OK when CreateCudaBackend would run `spec` (every layer, output and mask
+// it uses); else InvalidArgument naming the layer the GPU lacks, in
+// CreateCudaBackend's words. On the host alone: needs no GPU.
+absl::Status CudaBackendRunsModel(const ModelSpec& spec);
+
 // A backend on CUDA device `ordinal` for batches of up to max_batch;
 // `seed` (the run's) keys Dropout's masks, as on the CPU.
 // FailedPrecondition when the device cannot run this binary's kernels

@@ -73,6 +73,23 @@ TEST_P(DeviceFlagTest, HelpListsTheFlag) {
   EXPECT_NE(r.output.find("--device"), std::string::npos) << r.output;
 }
 
+// The launcher's question to the worker, on any machine: one line saying
+// whether a GPU runs the model; exit 2 naming a model it cannot read.
+TEST(CheckModelTest, WorkerSaysWhetherAGpuRunsTheModel) {
+  const std::string tf_config = TfConfig("worker");
+  ProcessResult r = RunBinary("worker/worker", {"--check_model=cnn"}, tf_config, absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(BuiltWithCuda() ? "check_model: cnn: a GPU runs it"
+                                          : "check_model: cnn: the GPU does not run it: "),
+            std::string::npos)
+      << r.output;
+  r = RunBinary("worker/worker", {"--check_model=/nonexistent/model.json"}, tf_config,
+                absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--check_model=/nonexistent/model.json: "), std::string::npos)
+      << r.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(WorkerAndEvaluator, DeviceFlagTest,
                          ::testing::ValuesIn(kBinaries),
                          [](const ::testing::TestParamInfo<Binary>& info) {

@@ -84,14 +84,34 @@ CUDA_VISIBLE_DEVICES=3,5,7 expect "CUDA_VISIBLE_DEVICES=3,5,7 is 3 GPUs" 0 \
 CUDA_VISIBLE_DEVICES= expect "an empty CUDA_VISIBLE_DEVICES is no GPU" 0 \
   "0 GPUs \(CUDA_VISIBLE_DEVICES=\).*: worker0 cpu threads=[0-9]+, worker1 cpu threads=[0-9]+, evaluator cpu$" --dry_run
 PSCLUSTER_GPU_COUNT=0 expect "--device=cuda without a GPU exits 2 naming it" 2 "--device=cuda: no GPU found" --device=cuda
-# Embedding on the GPU is not yet measured on a card: a model file with one
-# means the CPU under auto, saying why; a GPU named outright is used.
-PSCLUSTER_GPU_COUNT=2 expect "auto with an Embedding model: all on the CPU, saying why" 0 \
+# A model file the GPU does not run (DIN: Attention over a masked history)
+# means the CPU under auto, saying why, and exit 2 with a GPU named; one it
+# runs (DeepFM, Wide&Deep: Embedding, Dense) goes to the GPUs. The worker
+# binary answers (--check_model); a build without CUDA runs no model on a
+# GPU, so auto puts DeepFM on the CPU there.
+din="$repo/deploy/models/ctr_din.json"
+PSCLUSTER_GPU_COUNT=2 expect "auto with DIN: all on the CPU, naming the layer the GPU lacks" 0 \
+  "--device=auto: model \"ctr_din\": layer interest: Attention does not run on the GPU yet.*computing on the CPU" \
+  --dry_run --model="$din"
+PSCLUSTER_GPU_COUNT=2 expect "auto with DIN: the placement says why" 0 \
   "0 GPUs \(2 from PSCLUSTER_GPU_COUNT, not for this model\).*: worker0 cpu threads=[0-9]+, worker1 cpu threads=[0-9]+, evaluator cpu$" \
-  --dry_run --model="$repo/deploy/models/ctr_deepfm.json"
-PSCLUSTER_GPU_COUNT=2 expect "--device=cuda:1 with an Embedding model: the GPU named" 0 \
-  ": worker0 cuda:1 threads=1, worker1 cuda:1 threads=1, evaluator cuda:1$" \
-  --dry_run --device=cuda:1 --model="$repo/deploy/models/ctr_wide_deep.json"
+  --dry_run --model="$din"
+PSCLUSTER_GPU_COUNT=2 expect "--device=cuda:1 with DIN exits 2 naming the layer" 2 \
+  "--device=cuda:1: model \"ctr_din\": layer interest: Attention does not run on the GPU" \
+  --dry_run --device=cuda:1 --model="$din"
+if TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}' \
+   "$repo/bazel-bin/worker/worker" --check_model=cnn 2>/dev/null | grep -q ': a GPU runs it$'; then
+  PSCLUSTER_GPU_COUNT=2 expect "auto with DeepFM (Embedding on the GPU): the GPUs" 0 \
+    "2 GPUs \(PSCLUSTER_GPU_COUNT\).*: worker0 cuda:0 threads=1, worker1 cuda:1 threads=1, evaluator cuda:1$" \
+    --dry_run --model="$repo/deploy/models/ctr_deepfm.json"
+  PSCLUSTER_GPU_COUNT=2 expect "--device=cuda:1 with Wide&Deep: the GPU named" 0 \
+    ": worker0 cuda:1 threads=1, worker1 cuda:1 threads=1, evaluator cuda:1$" \
+    --dry_run --device=cuda:1 --model="$repo/deploy/models/ctr_wide_deep.json"
+else
+  PSCLUSTER_GPU_COUNT=2 expect "auto with DeepFM in a build without CUDA: the CPU, saying so" 0 \
+    "--device=auto: this binary was built without CUDA.*computing on the CPU" \
+    --dry_run --model="$repo/deploy/models/ctr_deepfm.json"
+fi
 # Before it starts them, the launcher has a worker check the highest GPU it
 # would use: under auto one it cannot use means the CPU, under cuda exit 2.
 # (Checked before the data, which is what the launcher then names.)

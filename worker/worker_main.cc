@@ -9,16 +9,17 @@
 #include "absl/strings/str_cat.h"
 #include "common/bad_input.h"
 #include "common/daemon.h"
-#include "model/dataset.h"
-#include "model/idx_dataset.h"
 #include "common/logging.h"
 #include "common/task_server.h"
 #include "common/usable_cores.h"
-#include "spdlog/spdlog.h"
 #include "compute/backend_factory.h"
 #include "compute/device_choice.h"
 #include "compute/device_flag.h"
 #include "compute/kernels/blas_env.h"
+#include "model/dataset.h"
+#include "model/idx_dataset.h"
+#include "model/keras_model.h"
+#include "spdlog/spdlog.h"
 #include "update/model_replica.h"
 #include "worker/ring_allreduce.h"
 #include "worker/trainer.h"
@@ -45,11 +46,33 @@ ABSL_FLAG(bool, log_replica_digests, false,
           "them across workers)");
 ABSL_FLAG(int, linger_s, 600,
           "After training, how long to wait for the chief's shutdown before exiting");
+ABSL_FLAG(std::string, check_model, "",
+          "Only say whether a GPU runs the model FILE (a Keras .json or .keras file, or a "
+          "built-in model's name), in one line 'check_model: ...', and exit 0 either way; 2 "
+          "when FILE cannot be read. Needs no GPU; deploy/local/train.sh asks it under "
+          "--device=auto");
 
 namespace pscluster {
 
 namespace {
 constexpr int kMaxThreads = 256;
+
+// --check_model: whether a GPU runs `model`, in one line on stdout.
+int CheckModel(const std::string& model) {
+  absl::StatusOr<std::string> json = ReadModelFile(model);
+  absl::StatusOr<ModelSpec> spec = json.ok() ? ParseKerasModel(*json, model) : json.status();
+  if (!spec.ok()) {
+    ExitWithUsageError(absl::StrCat("--check_model=", model, ": ", spec.status().message()));
+  }
+  const absl::Status s = CheckGpuRunsModel(*spec);
+  if (s.ok()) {
+    std::printf("check_model: %s: a GPU runs it\n", model.c_str());
+  } else {
+    std::printf("check_model: %s: the GPU does not run it: %s\n", model.c_str(),
+                std::string(s.message()).c_str());
+  }
+  return 0;
+}
 }  // namespace
 
 int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& faults) {
@@ -62,6 +85,9 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
       argc, argv, std::getenv("TF_CONFIG"), kWorkerJob,
       "Worker task. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":0}}' "
       "worker --data_dir=DIR [--device=auto|cpu|cuda|cuda:N] [--threads=N]");
+  if (const std::string model = absl::GetFlag(FLAGS_check_model); !model.empty()) {
+    return CheckModel(model);
+  }
   TrainerOptions opt;
   opt.config = config;
   opt.data_dir = absl::GetFlag(FLAGS_data_dir);

@@ -27,8 +27,10 @@
 #                         (PSCLUSTER_GPU_COUNT=G overrides both, for tests).
 #                         auto means the CPU when a worker cannot use the
 #                         GPUs (no driver, a build without CUDA) or the
-#                         model file has an Embedding layer (its GPU path is
-#                         not yet measured on a card: name cuda to use it).
+#                         model file has a layer the GPU does not run
+#                         (Attention, LSTM, a mask, several outputs...:
+#                         the launcher names it; --device=cuda with such a
+#                         model exits 2).
 #                         The launcher prints where each task computes.
 #   --worker_threads=N    compute threads per worker (default: a CPU worker
 #                         gets the cores (nproc) divided by the CPU workers,
@@ -206,22 +208,30 @@ print_placement() {
   [ "$EVALUATOR" = 1 ] && line+=", evaluator $EVAL_DEVICE"
   echo "train.sh: devices (--device=$DEVICE, $GPU_COUNT GPU$([ "$GPU_COUNT" = 1 ] || echo s) ($GPU_SOURCE), $CORES cores): $line" >&2
 }
-# Embedding on the GPU is checked on the emulated device but not yet
-# measured on a card (docs/gpu.md): under auto a Keras JSON model file with
-# one computes on the CPU; a GPU named outright is used (a layer the GPU
-# does not run, such as an Embedding's mask, makes the workers exit 2
-# naming it).
-if [ "$DEVICE" = auto ] && [ -f "${MODEL_PATH:-}" ] &&
-   grep -q '"class_name": *"Embedding"' "$MODEL_PATH" 2>/dev/null; then
-  why="$MODEL_PATH has an Embedding layer, which auto puts on the CPU (--device=cuda for the GPU)"
-  if [ "$GPU_COUNT" -gt 0 ]; then
-    echo "train.sh: --device=auto: $why; computing on the CPU" >&2
-    GPU_SOURCE="$GPU_COUNT from $GPU_SOURCE, not for this model"
-    GPU_COUNT=0
-  fi
-fi
+# gpu_refuses_model: under auto, a model file the GPU does not run (a
+# layer it lacks: Attention, LSTM, an Embedding's mask, several outputs...)
+# computes on the CPU, saying why; a GPU named outright with one is an
+# error named before anything starts. The worker binary answers
+# (--check_model, on the host: no GPU needed); a dry run before the first
+# build has none to ask, and places the GPUs unchecked.
+gpu_refuses_model() {
+  local verdict
+  [ "$DEVICE" != cpu ] && [ "$GPU_COUNT" -gt 0 ] && [ -f "${MODEL_PATH:-}" ] &&
+    [ -x "$ROOT/bazel-bin/worker/worker" ] || return 0
+  verdict="$(TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}' \
+    OPENBLAS_NUM_THREADS=1 "$ROOT/bazel-bin/worker/worker" --check_model="$MODEL_PATH" 2>&1 |
+    grep -m1 '^check_model: ')"
+  [[ "$verdict" == *": the GPU does not run it: "* ]] || return 0
+  local why="${verdict#*: the GPU does not run it: }"
+  [ "$DEVICE" = auto ] || die "--device=$DEVICE: $why"
+  echo "train.sh: --device=auto: $why; computing on the CPU" >&2
+  GPU_SOURCE="$GPU_COUNT from $GPU_SOURCE, not for this model"
+  GPU_COUNT=0
+  place 0
+}
 place "$GPU_COUNT"
 if [ "$DRY_RUN" = 1 ]; then
+  gpu_refuses_model
   print_placement
   exit 0
 fi
@@ -238,6 +248,7 @@ BIN="$ROOT/bazel-bin"
 for b in ps_server/ps_server worker/worker evaluator/evaluator chief/chief; do
   [ -x "$BIN/$b" ] || die "missing binary $BIN/$b (run without --no_build)"
 done
+gpu_refuses_model
 # A GPU placement is tried once, on the highest GPU it uses: a worker
 # checks its --device before its data (exit 2 when the device cannot be
 # used, 4 for the missing data). Under auto an unusable GPU means the CPU,
