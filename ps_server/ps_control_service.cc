@@ -310,7 +310,9 @@ grpc::Status PsControlService::Demote(grpc::ServerContext* ctx, const DemoteRequ
                                       DemoteResponse*) {
   if (grpc::Status s = CheckAuth(ctx, Rpc::kControlDemote); !s.ok()) return s;
   // A backup first: the answers the replicator still holds are released
-  // by its Stop, and must fail (AwaitReplicated), not go out as applied.
+  // by its Stop, and must fail (AwaitReplicated), not go out as applied;
+  // so must those that come to AwaitReplicated after the replicator is
+  // gone (it checks the role first).
   absl::Status s = store_->Demote(req->layout_fingerprint());
   if (!s.ok()) return ToGrpcStatus(s);
   shard_->StopReplicator();

@@ -146,16 +146,32 @@ ReplicationStats PsShard::UpdateReplicationMetrics(const Replicator& replicator)
 }
 
 grpc::Status PsShard::AwaitReplicated(int64_t version, absl::Time deadline) {
-  const std::shared_ptr<Replicator> replicator = CurrentReplicator();
-  if (replicator == nullptr) return grpc::Status::OK;
-  const bool held = replicator->WaitReplicated(version, deadline);
-  UpdateReplicationMetrics(*replicator);
-  // Demoted meanwhile (replaced): what it held is not the primary's.
-  if (replicator->replaced() || store_->stats().backup) return Replaced();
-  if (held) return grpc::Status::OK;
-  return grpc::Status(
-      grpc::StatusCode::DEADLINE_EXCEEDED,
-      absl::StrCat("the backups did not confirm version ", version, " before the call's deadline"));
+  std::shared_ptr<Replicator> replicator = CurrentReplicator();
+  for (;;) {
+    // Demoted (a move back, or replaced): what it holds may be ahead of
+    // the store promoted in its place (an update whose record was still on
+    // its way), and no answer may tell a worker of it. Demote makes the
+    // store a backup before it stops the replicator, so a caller that
+    // finds none here, or a stopped one, sees the demotion.
+    if (store_->stats().backup) return Replaced();
+    // No backups set: none can be promoted lacking this version (a backup
+    // set later is seeded with a state that holds it).
+    if (replicator == nullptr) return grpc::Status::OK;
+    const bool held = replicator->WaitReplicated(version, deadline);
+    UpdateReplicationMetrics(*replicator);
+    if (replicator->replaced() || store_->stats().backup) return Replaced();
+    std::shared_ptr<Replicator> now = replicator->stopped() ? CurrentReplicator() : replicator;
+    if (now == replicator) {
+      if (held) return grpc::Status::OK;
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("the backups did not confirm version ", version,
+                                       " before the call's deadline"));
+    }
+    // Stopped, not demoted: SetBackups put another replicator in its place
+    // (its backups hold `version` once seeded), or none (the chief's word:
+    // go on alone). Its Stop confirmed nothing: wait on what is set now.
+    replicator = std::move(now);
+  }
 }
 
 grpc::Status PsShard::Replaced() {

@@ -79,7 +79,11 @@ class PsShard {
   // Stops the replicator, if any (demoted: the new primary seeds this
   // store).
   void StopReplicator();
-  // Waits until the backups hold `version`, when there are any.
+  // Waits until the backups hold `version`, when there are any (those of
+  // the replicator set now: one SetBackups put in place of the replicator
+  // waited on is waited on in turn). UNAVAILABLE (Replaced) once the store
+  // is demoted or replaced, whenever the call comes: a demoted store may
+  // hold an update its successor lacks (docs/replication.md, move back).
   grpc::Status AwaitReplicated(int64_t version, absl::Time deadline);
   // The answer of a ps whose backup was promoted in its place.
   static grpc::Status Replaced();

@@ -537,6 +537,84 @@ TEST(ReplicationTest, APrimaryWhoseBackupIsAPrimaryWasReplacedAndBecomesABackup)
   StopPs(promoted.get());
 }
 
+// A move back (docs/replication.md): the store that served the shards is
+// demoted with a step applied that its backup, promoted next, does not
+// hold yet (the record was still on its way). It must answer no worker
+// with that version, whenever the worker's call reaches it; the worker
+// then resends its push where the shards are. Answered, the worker pushed
+// the next version to the promoted store, still one behind: "gradient
+// version 1276 is from the future: this ps is at version 1275"
+// (tests/netns_cluster_test.sh 2c, ps:0 cut off and its shards moved back).
+TEST(ReplicationTest, ADemotedPrimaryAnswersNoVersionItsBackupMayLack) {
+  std::unique_ptr<Ps> primary = StartPs(), backup = StartPs();
+  Init(primary.get(), SYNC, 1);
+  ASSERT_TRUE(SetBackups(primary.get(), {backup->address()}).ok());
+  ASSERT_TRUE(Eventually([&] { return Stats(primary.get()).replicated_version() == 0; }));
+  // The backup stops confirming: the next step is applied (a sync push is
+  // answered once taken; the step's result is pulled), not confirmed.
+  StopPs(backup.get());
+  std::mt19937 rng(8);
+  ASSERT_TRUE(PushTo(primary.get(), Gradient(0, 0, 1, &rng)).ok());
+  ASSERT_EQ(primary->store.stats().version, 1);
+  // Demoted, as MoveBack does before it promotes the backup: the
+  // replicator is stopped and gone.
+  grpc::ClientContext dctx;
+  DemoteRequest dreq;
+  dreq.set_layout_fingerprint(kLayout);
+  DemoteResponse dresp;
+  ASSERT_TRUE(primary->control->Demote(&dctx, dreq, &dresp).ok());
+  // A pull of the step's result that reaches it now is refused, not
+  // answered from the version it holds.
+  PullRequest req;
+  req.set_layout_fingerprint(kLayout);
+  req.set_min_version(1);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  PullResponse resp;
+  const grpc::Status pulled = primary->stub->Pull(&ctx, req, &resp);
+  EXPECT_EQ(pulled.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "answered version " << resp.version();
+  // So is one that read the version while the store was still the primary
+  // and comes to wait for the backups only after the replicator is gone
+  // (the cut_d run's race: Demote, then StopReplicator, between the two).
+  EXPECT_EQ(
+      primary->service->shard().AwaitReplicated(1, absl::Now() + absl::Seconds(1)).error_code(),
+      grpc::StatusCode::UNAVAILABLE);
+  StopPs(primary.get());
+}
+
+// An answer held for a backup that stopped answering is not released as
+// confirmed when the chief sets another backup in its place (SetBackups
+// stops the replicator it waited on): it waits for the new one, seeded
+// with a state that holds its version.
+TEST(ReplicationTest, AnAnswerHeldForALostBackupWaitsForTheBackupSetInItsPlace) {
+  std::unique_ptr<Ps> primary = StartPs(), lost = StartPs(), fresh = StartPs();
+  Init(primary.get(), SYNC, 1);
+  ASSERT_TRUE(SetBackups(primary.get(), {lost->address()}).ok());
+  ASSERT_TRUE(Eventually([&] { return Stats(primary.get()).replicated_version() == 0; }));
+  StopPs(lost.get());
+  grpc::Status answered;
+  std::atomic<int64_t> fresh_at_answer{-1};
+  std::thread held([&] {
+    std::mt19937 rng(9);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    PushPullResponse resp;
+    answered = primary->stub->PushPull(&ctx, Gradient(0, 0, 1, &rng), &resp);
+    fresh_at_answer = fresh->store.stats().version;
+  });
+  ASSERT_TRUE(Eventually([&] { return primary->store.stats().version == 1; }));
+  // By now the answer waits on the replicator of the lost backup (without
+  // the fix, its Stop released it before `fresh` was seeded).
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(SetBackups(primary.get(), {fresh->address()}).ok());
+  held.join();
+  ASSERT_TRUE(answered.ok()) << answered.error_message();
+  EXPECT_GE(fresh_at_answer.load(), 1);
+  StopPs(primary.get());
+  StopPs(fresh.get());
+}
+
 // --ps_replicas=2 (docs/replication.md, Fencing): `old` keeps `first` and
 // `second`; `first` is promoted while `old` is cut off from it but not from
 // `second`. Once `first` seeded `second` under its higher primary term,

@@ -95,11 +95,16 @@ class Replicator {
 
   // Waits until every backup holds `version` (true), or `deadline` or a
   // backup found promoted (false). A backup that refused its seed for
-  // good (another layout or generation) is not waited for.
+  // good (another layout or generation) is not waited for. After Stop it
+  // returns true at once (see stopped()).
   bool WaitReplicated(int64_t version, absl::Time deadline);
 
   // Whether a backup answered that it is the primary now (see Fencing).
   bool replaced() const { return replaced_.load(); }
+
+  // Whether Stop was called: a wait it ended (WaitReplicated true) was
+  // confirmed by no backup.
+  bool stopped() const { return stop_.load(); }
 
   ReplicationStats stats() const;
 
