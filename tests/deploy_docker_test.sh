@@ -356,6 +356,22 @@ EOS
       fail "entrypoint: no 'not starting ps_server again' line after exit $code: $(cat "$tmp/ep.err")"
   done
   rm -rf "$tmp/state"
+  # Per-task identities: this task's files, before the flags given.
+  ids="$tmp/ids"
+  mkdir -p "$ids" && touch "$ids"/{ca.pem,identities,worker-1.pem,worker-1.key,worker-1.token}
+  wfull="{$CL,\"task\":{\"type\":\"worker\",\"index\":1}}"
+  ep "PSCLUSTER_IDENTITY_DIR adds the task's certificate, key, token, the CA, the identities and --authorize; rpc_layer grpc+tls" 0 \
+    "={$CL,\"task\":{\"type\":\"worker\",\"index\":1},\"rpc_layer\":\"grpc+tls\"}|--tls_cert=$ids/worker-1.pem --tls_key=$ids/worker-1.key --tls_ca=$ids/ca.pem --auth_token_file=$ids/worker-1.token --auth_identities_file=$ids/identities --authorize --tls_server_name=pscluster --data_dir=/d" \
+    TF_CONFIG="$wfull" PSCLUSTER_IDENTITY_DIR="$ids/" PSCLUSTER_TLS_SERVER_NAME=pscluster -- worker --data_dir=/d
+  ep "PSCLUSTER_IDENTITY_DIR: the task from the pod ordinal" 0 "--tls_cert=$ids/worker-1.pem " \
+    TF_CONFIG="{$CL}" HOSTNAME=worker-1 PSCLUSTER_IDENTITY_DIR="$ids" -- worker
+  ep "PSCLUSTER_IDENTITY_DIR without this task's files: exit 2" 2 '^$' \
+    TF_CONFIG="{$CL}" HOSTNAME=worker-0 PSCLUSTER_IDENTITY_DIR="$ids" -- worker
+  grep -q "has no readable worker-0.pem" "$tmp/ep.err" ||
+    fail "entrypoint: a missing identity file is not named: $(cat "$tmp/ep.err")"
+  ep "PSCLUSTER_IDENTITY_DIR without a task index: exit 2" 2 '^$' \
+    TF_CONFIG="{$CL}" HOSTNAME=3f2a9c1b7d4e PSCLUSTER_IDENTITY_DIR="$ids" -- worker
+  rm -rf "$tmp/state"
   ep "another command runs as it is" 0 '^hello$' -- echo hello
   ep "no arguments: usage, exit 2" 2 'ROLE' --
   ep "--help" 0 'PSCLUSTER_DONE_FILE' -- --help
@@ -455,6 +471,53 @@ else
     pass "pscluster-health-probe: no address is a usage error (exit 2)"
   else
     fail "pscluster-health-probe without arguments: exit $rc: $out"
+  fi
+
+  # Per-task identities (PSCLUSTER_IDENTITY_DIR): a real ps_server started
+  # by the entrypoint with its own certificate, token and --authorize; the
+  # probe finds its TLS files in the same folder, and without them is refused.
+  if ! command -v openssl >/dev/null 2>&1; then
+    skip "identities: no openssl for deploy/tls/make_test_ca.sh"
+  else
+    pki="$tmp/pki"
+    "$repo/deploy/tls/make_test_ca.sh" --tasks chief,ps/0,ps/1,worker/0 "$pki" >/dev/null 2>&1 ||
+      fail "make_test_ca.sh --tasks for the identity checks failed"
+    bins="$tmp/bins"
+    mkdir -p "$bins" && ln -sf "$ps_bin" "$bins/ps_server" && ln -sf "$repo/bazel-bin/worker/worker" "$bins/worker"
+    cl="\"cluster\":{\"ps\":[\"127.0.0.1:2\",\"127.0.0.1:$port\"],\"worker\":[\"127.0.0.1:3\"],\"chief\":[\"127.0.0.1:4\"]}"
+    env -i PATH="$PATH" PSCLUSTER_BIN_DIR="$bins" PSCLUSTER_STATE_DIR="$tmp/id_state" \
+      PSCLUSTER_IDENTITY_DIR="$pki" TF_CONFIG="{$cl,\"task\":{\"type\":\"ps\",\"index\":1}}" \
+      bash "$ENTRY" ps >"$tmp/ps_id.log" 2>&1 &
+    ps_pid=$!
+    for i in $(seq 50); do
+      PSCLUSTER_IDENTITY_DIR="$pki" "$probe" "127.0.0.1:$port" 2>/dev/null && break; sleep 0.1
+    done
+    if PSCLUSTER_IDENTITY_DIR="$pki" "$probe" "127.0.0.1:$port" 2>"$tmp/probe.err"; then
+      pass "identities: the entrypoint starts ps/1 with its own certificate and --authorize; the probe reads PSCLUSTER_IDENTITY_DIR"
+    else
+      fail "identities: ps/1 not reported serving: $(cat "$tmp/probe.err"); its log: $(tail -3 "$tmp/ps_id.log")"
+    fi
+    grep -q "identity ps-1 from $pki" "$tmp/ps_id.log" &&
+      grep -q "mutual TLS, a token per task required, each call authorized by the caller's identity" "$tmp/ps_id.log" ||
+      fail "identities: the entrypoint did not say which identity it took: $(head -3 "$tmp/ps_id.log")"
+    if ! "$probe" "127.0.0.1:$port" --timeout_ms=1000 2>/dev/null; then
+      pass "identities: a probe without a client certificate is refused (mutual TLS)"
+    else
+      fail "identities: a plaintext probe reached the ps started with identities"
+    fi
+    kill -TERM "$ps_pid"; wait "$ps_pid" 2>/dev/null
+    out="$(env -i PATH="$PATH" PSCLUSTER_BIN_DIR="$bins" PSCLUSTER_STATE_DIR="$tmp/id_state2" \
+      PSCLUSTER_IDENTITY_DIR="$pki" TF_CONFIG="{$cl,\"task\":{\"type\":\"worker\",\"index\":3}}" \
+      bash "$ENTRY" worker 2>&1)"; rc=$?
+    if [ $rc -eq 2 ] && grep -q "has no readable worker-3.pem (this task is worker-3" <<<"$out"; then
+      pass "identities: a task whose files are missing exits 2 naming the file"
+    else
+      fail "identities: worker/3 without files: exit $rc: $out"
+    fi
+    out="$(PSCLUSTER_IDENTITY_DIR="$tmp/empty_dir_that_is_missing" "$probe" "127.0.0.1:$port" 2>&1)"; rc=$?
+    [ $rc -eq 2 ] && grep -q "PSCLUSTER_IDENTITY_DIR=" <<<"$out" &&
+      pass "identities: the probe with an identity folder holding no certificate exits 2 naming it" ||
+      fail "identities: probe with a missing identity folder: exit $rc: $out"
   fi
 fi
 

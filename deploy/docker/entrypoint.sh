@@ -28,6 +28,19 @@
 #       Compose's environment); an empty value adds nothing;
 #   PSCLUSTER_ARGS                  further flags, split at whitespace, last.
 #
+# Per-task identities (docs/security.md, "Per-task identities under Compose
+# and Kubernetes"): with PSCLUSTER_IDENTITY_DIR=DIR, a folder holding what
+# deploy/tls/make_test_ca.sh --tasks writes (ca.pem, identities, and this
+# task's ROLE-INDEX.pem, .key and .token; others' may be there too), the
+# task's own files are added before FLAGS (a flag given wins):
+#   --tls_cert=DIR/ROLE-INDEX.pem --tls_key=DIR/ROLE-INDEX.key
+#   --tls_ca=DIR/ca.pem --auth_token_file=DIR/ROLE-INDEX.token
+#   --auth_identities_file=DIR/identities --authorize
+# and --tls_server_name=NAME with PSCLUSTER_TLS_SERVER_NAME=NAME; TF_CONFIG
+# gets "rpc_layer": "grpc+tls" when it has none. ROLE-INDEX is TF_CONFIG's
+# task (ps-1, worker-0, chief-0, evaluator-0); a file missing is an exit 2
+# naming it. pscluster-health-probe reads the same two variables.
+#
 # Also read:
 #   PSCLUSTER_DONE_FILE=PATH  (meant for the chief of a StatefulSet, which
 #       Kubernetes restarts even after exit 0) after the daemon exits 0, write
@@ -44,7 +57,7 @@ me=pscluster-entrypoint
 die() { echo "$me: error: $*" >&2; exit 2; }
 
 if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
-  sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'
   [ $# -eq 0 ] && exit 2
   exit 0
 fi
@@ -132,6 +145,30 @@ if [ "$has_tf_config_flag" = 0 ] && [ -n "${TF_CONFIG:-}" ]; then
     fi
     export TF_CONFIG
   fi
+fi
+
+# This task's identity files (PSCLUSTER_IDENTITY_DIR), before FLAGS.
+if [ -n "${PSCLUSTER_IDENTITY_DIR:-}" ]; then
+  dir="${PSCLUSTER_IDENTITY_DIR%/}"
+  [ -d "$dir" ] || die "PSCLUSTER_IDENTITY_DIR=$PSCLUSTER_IDENTITY_DIR is not a folder"
+  command -v jq >/dev/null 2>&1 || die "jq is needed to read TF_CONFIG's task"
+  [ "$has_tf_config_flag" = 0 ] && [ -n "${TF_CONFIG:-}" ] &&
+    jq -e '(.task.index | type) == "number"' >/dev/null 2>&1 <<<"$TF_CONFIG" ||
+    die "PSCLUSTER_IDENTITY_DIR is set but TF_CONFIG names no task index (set it, PSCLUSTER_TASK_INDEX, or a pod ordinal; --tf_config=FILE is not read here)"
+  me_task="$job-$(jq -r '.task.index' <<<"$TF_CONFIG")"
+  for f in "$me_task.pem" "$me_task.key" "$me_task.token" ca.pem identities; do
+    [ -r "$dir/$f" ] ||
+      die "PSCLUSTER_IDENTITY_DIR=$PSCLUSTER_IDENTITY_DIR has no readable $f (this task is $me_task; make_test_ca.sh --tasks writes ROLE-INDEX.pem, .key, .token, ca.pem and identities)"
+  done
+  identity=(--tls_cert="$dir/$me_task.pem" --tls_key="$dir/$me_task.key" --tls_ca="$dir/ca.pem"
+            --auth_token_file="$dir/$me_task.token" --auth_identities_file="$dir/identities" --authorize)
+  [ -n "${PSCLUSTER_TLS_SERVER_NAME:-}" ] && identity+=(--tls_server_name="$PSCLUSTER_TLS_SERVER_NAME")
+  set -- "${identity[@]}" "$@"
+  if ! jq -e 'has("rpc_layer")' >/dev/null <<<"$TF_CONFIG"; then
+    TF_CONFIG="$(jq -c '.rpc_layer = "grpc+tls"' <<<"$TF_CONFIG")"
+    export TF_CONFIG
+  fi
+  echo "$me: identity $me_task from $dir" >&2
 fi
 
 # Exit codes 2 (bad flags or TF_CONFIG), 3 (the chief gave the run up) and

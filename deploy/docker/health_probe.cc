@@ -11,14 +11,21 @@
 //
 // The health service needs no cluster token; with TLS on
 // (docs/security.md) the probe needs the daemons' TLS flags: a mutual-TLS server
-// accepts no connection without a client certificate.
+// accepts no connection without a client certificate. Without --tls_cert,
+// PSCLUSTER_IDENTITY_DIR (the entrypoint's per-task identities) gives them:
+// its ca.pem, and the first ROLE-INDEX.pem there (by name) with its .key
+// (any task's: the health service checks no identity);
+// PSCLUSTER_TLS_SERVER_NAME, the --tls_server_name.
 //
 // Exit status: 0 SERVING; 1 anything else (not serving, unreachable,
 // timeout), with the reason on stderr; 2 bad arguments.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "common/rpc.h"
 #include "common/security.h"
@@ -42,6 +49,34 @@ bool FlagValue(const std::string& arg, const std::string& name, std::string* val
   return true;
 }
 
+// The TLS flags of PSCLUSTER_IDENTITY_DIR, where set and --tls_cert is not
+// given; false with *why when the folder holds no certificate and key.
+bool IdentityDirFlags(pscluster::SecurityFlags* tls, std::string* why) {
+  const char* dir = std::getenv("PSCLUSTER_IDENTITY_DIR");
+  if (dir == nullptr || *dir == '\0' || !tls->tls_cert.empty()) return true;
+  const std::filesystem::path d(dir);
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(d, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "ca.pem" && entry.path().extension() == ".pem") names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::filesystem::path key = d / (name.substr(0, name.size() - 4) + ".key");
+    if (!std::filesystem::exists(key, ec)) continue;
+    tls->tls_cert = (d / name).string();
+    tls->tls_key = key.string();
+    if (tls->tls_ca.empty()) tls->tls_ca = (d / "ca.pem").string();
+    const char* server = std::getenv("PSCLUSTER_TLS_SERVER_NAME");
+    if (tls->tls_server_name.empty() && server != nullptr) tls->tls_server_name = server;
+    return true;
+  }
+  *why = "PSCLUSTER_IDENTITY_DIR=" + std::string(dir) +
+         (ec ? ": " + ec.message() : " holds no ROLE-INDEX.pem with its .key");
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,7 +94,9 @@ int main(int argc, char** argv) {
           "else 1. --service=\"\" (the default): the process is up;\n"
           "--service=pscluster.Ready: the task is ready for its role.\n"
           "With TLS on, give the daemons' --tls_cert, --tls_key, --tls_ca (and\n"
-          "--tls_server_name); the health service needs no cluster token.\n",
+          "--tls_server_name); the health service needs no cluster token.\n"
+          "Without --tls_cert, PSCLUSTER_IDENTITY_DIR gives them (its ca.pem, its\n"
+          "first ROLE-INDEX.pem and .key), PSCLUSTER_TLS_SERVER_NAME the server name.\n",
           kUsage);
       return 0;
     }
@@ -83,6 +120,7 @@ int main(int argc, char** argv) {
     }
   }
   if (address.empty()) return Usage("no address");
+  if (std::string why; !IdentityDirFlags(&tls, &why)) return Usage(why);
   if (address.find(':') == std::string::npos) address = "127.0.0.1:" + address;
 
   absl::StatusOr<pscluster::SecurityConfig> security =
