@@ -81,7 +81,17 @@ else
   else
     fail "deploy/compose/scale.py --workers=0: exit $rc, '$out'"
   fi
-  for variant in base gpu own gpu-own cpus flags scaled scaled-gpu; do
+  # Per-task identities: the files made by the command the identities
+  # file's header gives (its --san and --tasks), as a user would.
+  id_file="$COMPOSE/docker-compose.identities.yml"
+  san="$(sed -n 's/^#   deploy\/tls\/make_test_ca.sh --san \([^ ]*\) .*/\1/p' "$id_file")"
+  tasks="$(sed -n 's/^#     --tasks \([^ ]*\) .*/\1/p' "$id_file")"
+  if out="$("$repo/deploy/tls/make_test_ca.sh" --san "$san" --tasks "$tasks" "$tmp/pki" 2>&1)"; then
+    pass "docker-compose.identities.yml's make_test_ca.sh command (--tasks $tasks) runs as written"
+  else
+    fail "docker-compose.identities.yml's make_test_ca.sh --san '$san' --tasks '$tasks': $(tail -3 <<<"$out")"
+  fi
+  for variant in base gpu own gpu-own cpus flags scaled scaled-gpu identities; do
     dir="$COMPOSE"
     case "$variant" in scaled*) dir="$tmp/scaled" ;; esac
     files=(-f "$dir/docker-compose.yml")
@@ -92,7 +102,9 @@ else
     case "$variant" in *own) envs=(PSCLUSTER_MODEL="$own_model" PSCLUSTER_DATA_DIR="$own_data")
                              what+=" with PSCLUSTER_MODEL=<a model.json> PSCLUSTER_DATA_DIR=<an .npz>" ;;
                        cpus) envs=(PSCLUSTER_WORKER_CPUS=3); what+=" with PSCLUSTER_WORKER_CPUS=3" ;;
-                       flags) envs=(PSCLUSTER_CHIEF_ARGS="$CHIEF_ARGS"); what+=" with PSCLUSTER_CHIEF_ARGS" ;; esac
+                       flags) envs=(PSCLUSTER_CHIEF_ARGS="$CHIEF_ARGS"); what+=" with PSCLUSTER_CHIEF_ARGS" ;;
+                       identities) files+=(-f "$dir/docker-compose.identities.yml"); envs=(PSCLUSTER_PKI="$tmp/pki")
+                                   what+=" + docker-compose.identities.yml" ;; esac
     if (cd "$tmp" && env "${envs[@]}" "${render[@]}" --project-directory "$COMPOSE" "${files[@]}" config) \
         >"$tmp/rendered-$variant.yml" 2>"$tmp/config.err"; then
       pass "${render[*]} config renders $what"
@@ -122,7 +134,10 @@ VARIANTS = {"base": (["docker-compose.yml"], {}),
             "cpus": (["docker-compose.yml"], {"PSCLUSTER_WORKER_CPUS": "3"}),
             "flags": (["docker-compose.yml"], {"PSCLUSTER_CHIEF_ARGS": os.environ["CHIEF_ARGS"]}),
             "scaled": (["docker-compose.yml"], {}),
-            "scaled-gpu": (["docker-compose.yml", "docker-compose.gpu.yml"], {})}
+            "scaled-gpu": (["docker-compose.yml", "docker-compose.gpu.yml"], {}),
+            "identities": (["docker-compose.yml", "docker-compose.identities.yml"],
+                           {"PSCLUSTER_PKI": os.path.join(tmp, "pki")})}
+PKI = os.path.join(tmp, "pki")
 
 def raw(name, env, directory=COMPOSE):
     """A Compose file with ${VAR}, ${VAR:-default} interpolated as Compose does."""
@@ -136,8 +151,12 @@ def merged_by_hand(files, env, directory):
     """The files as written, interpolated, overrides merged per service (no Compose here)."""
     out = raw(files[0], env, directory)
     for name in files[1:]:
-        for svc_name, svc in raw(name, env, directory)["services"].items():
+        more = raw(name, env, directory)
+        for svc_name, svc in more["services"].items():
+            merged_env = dict(out["services"][svc_name].get("environment", {}), **svc.get("environment", {}))
             out["services"][svc_name].update(svc)
+            out["services"][svc_name]["environment"] = merged_env
+        out.setdefault("secrets", {}).update(more.get("secrets", {}))
     return out
 
 rendered = {}
@@ -159,6 +178,9 @@ def env_of(svc):
     if isinstance(env, list):
         env = dict(e.split("=", 1) for e in env)
     return env
+
+def secret_names(svc):
+    return sorted(s if isinstance(s, str) else s.get("target") or s["source"] for s in svc.get("secrets", []))
 
 def mounts_of(svc):
     """[(target, read_only)] in either the short (v1) or long (v2) syntax."""
@@ -199,7 +221,7 @@ real_bin = real_bin_or_skip(repo, tmp)
 for variant, cfg in sorted(rendered.items()):
     services = cfg["services"]
     env = VARIANTS[variant][1]
-    what = " + ".join(VARIANTS[variant][0]) + (
+    what = " + ".join(VARIANTS[variant][0]) + ("" if variant == "identities" else
         " with PSCLUSTER_WORKER_CPUS=3" if variant == "cpus" else
         " scaled to 3 ps and 3 workers" if variant.startswith("scaled") else
         " with PSCLUSTER_CHIEF_ARGS" if variant == "flags" else " with a user's model and .npz" if env else "")
@@ -331,10 +353,26 @@ for variant, cfg in sorted(rendered.items()):
         cmd, env = command_of(svc), env_of(svc)
         # PSCLUSTER_ARGS (the chief's, from PSCLUSTER_CHIEF_ARGS) come last.
         more = (env.get("PSCLUSTER_ARGS") or "").split()
+        want_tf, first = tf.get(name), []
+        if variant == "identities":
+            # /run/secrets as Compose fills it: this service's secrets alone.
+            stem = "%s-%s" % (want_tf["task"]["type"], want_tf["task"].get("index", 0))
+            mounted = os.path.join(tmp, "secrets", name)
+            os.makedirs(mounted, exist_ok=True)
+            for s in secret_names(svc):
+                if not os.path.exists(os.path.join(mounted, s)):
+                    os.symlink(os.path.join(PKI, s), os.path.join(mounted, s))
+            env = dict(env, PSCLUSTER_IDENTITY_DIR=mounted)
+            want_tf = dict(want_tf, rpc_layer="grpc+tls")
+            first = ["--tls_cert=%s/%s.pem" % (mounted, stem), "--tls_key=%s/%s.key" % (mounted, stem),
+                     "--tls_ca=%s/ca.pem" % mounted, "--auth_token_file=%s/%s.token" % (mounted, stem),
+                     "--auth_identities_file=%s/identities" % mounted, "--authorize"]
         try:
             got, args = task_view(repo, fake_bin, cmd, env, "3f2a9c1b7d4e")
-            g(got == tf.get(name) and args == cmd[1:] + more,
-              "%s gets its TF_CONFIG and flags unchanged%s" % (name, " and then %s" % " ".join(more) if more else ""),
+            g(got == want_tf and args == first + cmd[1:] + more,
+              "%s gets its TF_CONFIG and flags unchanged%s%s" % (
+                  name, " and then %s" % " ".join(more) if more else "",
+                  ", its own identity first and rpc_layer grpc+tls" if first else ""),
               json.dumps(got) + " " + " ".join(args))
         except Exception as e:
             g(False, "%s: entrypoint runs" % name, str(e))
@@ -363,6 +401,28 @@ for plain, gpu in (("base", "gpu"), ("own", "gpu-own")):
                   for n in changed),
               "docker-compose.gpu.yml changes only the workers (not their TF_CONFIG, data or mounts)%s"
               % (" with a user's model and .npz" if plain == "own" else ""), str(changed))
+# Per-task identities: every service gets /run/secrets as its identity
+# folder holding its own certificate, key and token, the CA and the list,
+# and nothing else changes; each secret is a file the header's command made.
+if "base" in rendered and "identities" in rendered:
+    b, ids = rendered["base"]["services"], rendered["identities"]
+    g = Group("docker-compose.identities.yml")
+    for name, svc in sorted(ids["services"].items()):
+        task = json.loads(env_of(svc)["TF_CONFIG"])["task"]
+        stem = "%s-%s" % (task["type"], task.get("index", 0))
+        g(env_of(svc).get("PSCLUSTER_IDENTITY_DIR") == "/run/secrets", "%s: PSCLUSTER_IDENTITY_DIR=/run/secrets" % name)
+        g(secret_names(svc) == sorted(["ca.pem", "identities", stem + ".pem", stem + ".key", stem + ".token"]),
+          "%s: its own %s.pem, .key, .token, ca.pem and identities, nothing of another task" % (name, stem),
+          str(secret_names(svc)))
+        rest = {k: v for k, v in svc.items() if k != "secrets"}
+        rest["environment"] = {k: v for k, v in env_of(svc).items() if k != "PSCLUSTER_IDENTITY_DIR"}
+        base_svc = dict(b.get(name, {}), environment=env_of(b.get(name, {})))
+        g(normal(rest) == normal(base_svc), "%s: nothing else changes" % name)
+    files = {n: (v.get("file") if isinstance(v, dict) else v) for n, v in ids.get("secrets", {}).items()}
+    g(files and all(f == os.path.join(PKI, n) and os.path.isfile(f) for n, f in files.items()),
+      "every secret is PSCLUSTER_PKI's file of its name, made by the header's make_test_ca.sh", str(files))
+    g.report()
+
 # The chief's /metrics is published on the host: a free port of 127.0.0.1
 # by default (no other service publishes anything).
 if "base" in rendered:

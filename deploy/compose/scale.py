@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Sets the number of ps and workers of the Compose cluster: one number per
-role. Rewrites docker-compose.yml and docker-compose.gpu.yml (in this
-folder, or in --dir) so that every service's TF_CONFIG lists the new
+role. Rewrites docker-compose.yml, docker-compose.gpu.yml and
+docker-compose.identities.yml (in this folder, or in --dir) so that every service's TF_CONFIG lists the new
 cluster, each ps and worker has its service (ps-<i>, worker-<i>: copies of
 ps-0's and worker-0's), the chief waits for all of them, and GPU worker i
 reserves GPU $PSCLUSTER_WORKER<i>_GPU (default i, or i mod --gpus when the
-machine has fewer GPUs than workers).
+machine has fewer GPUs than workers), and each task gets its own identity
+files (the identities file).
 
     deploy/compose/scale.py --ps=3 --workers=4 [--gpus=N] [--dir=DIR] [--check]
 
@@ -22,7 +23,7 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BASE, GPU = "docker-compose.yml", "docker-compose.gpu.yml"
+BASE, GPU, IDENTITIES = "docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.identities.yml"
 TF_CONFIG = re.compile(r"TF_CONFIG: '(\{.*\})'")
 
 
@@ -93,6 +94,53 @@ def scale_gpu(text, workers, gpus):
     return joined(head, out, tail)
 
 
+def tasks(ps, workers):
+    """Every task's file stem, as make_test_ca.sh --tasks names them."""
+    return (["chief-0"] + ["ps-%d" % i for i in range(ps)] + ["worker-%d" % i for i in range(workers)]
+            + ["evaluator-0"])
+
+
+def identities(ps, workers):
+    """docker-compose.identities.yml for the counts: each service its own
+    certificate, key and token, the CA and the identities list."""
+    names = ",".join(["DNS:chief"] + ["DNS:ps-%d" % i for i in range(ps)] +
+                     ["DNS:worker-%d" % i for i in range(workers)] + ["DNS:evaluator", "IP:127.0.0.1"])
+    listed = ",".join(["chief"] + ["ps/%d" % i for i in range(ps)] +
+                      ["worker/%d" % i for i in range(workers)] + ["evaluator"])
+    out = ["""# Per-task identities (docs/security.md): every task gets only its own
+# certificate, key and token, the CA and the identities list, as Compose
+# secrets in /run/secrets; the entrypoint gives them to the daemon with
+# --authorize (PSCLUSTER_IDENTITY_DIR), and the health checks find their TLS
+# files there. A worker can then act only as itself. Make the files once,
+# readable by the containers' user (uid 10001), in deploy/compose/pki or in
+# the folder PSCLUSTER_PKI names (an absolute path):
+#
+#   deploy/tls/make_test_ca.sh --san %s \\
+#     --tasks %s deploy/compose/pki
+#   sudo chown -R 10001:10001 deploy/compose/pki
+#
+# then add this file to the command:
+#
+#   docker compose -f deploy/compose/docker-compose.yml -f deploy/compose/docker-compose.identities.yml up
+#
+# Written by deploy/compose/scale.py for its counts (%d ps, %d workers).
+
+services:
+""" % (names, listed, ps, workers)]
+    for stem in tasks(ps, workers):
+        service = {"chief-0": "chief", "evaluator-0": "evaluator"}.get(stem, stem)
+        out.append("""  %s:
+    environment:
+      PSCLUSTER_IDENTITY_DIR: /run/secrets
+    secrets: [ca.pem, identities, %s.pem, %s.key, %s.token]
+
+""" % (service, stem, stem, stem))
+    out.append("secrets:\n")
+    for name in ["ca.pem", "identities"] + [t + ext for t in tasks(ps, workers) for ext in (".pem", ".key", ".token")]:
+        out.append("  %s: {file: \"${PSCLUSTER_PKI:-./pki}/%s\"}\n" % (name, name))
+    return "".join(out)
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ps", type=int, default=2, help="parameter servers (1 to 64)")
@@ -107,16 +155,21 @@ def main(argv):
     for name, value, top in (("ps", args.ps, 64), ("workers", args.workers, 256), ("gpus", args.gpus, 64)):
         if not 1 <= value <= top:
             p.exit(2, "scale.py: --%s=%d: must be from 1 to %d\n" % (name, value, top))
-    paths = {name: os.path.join(args.dir, name) for name in (BASE, GPU)}
+    paths = {name: os.path.join(args.dir, name) for name in (BASE, GPU, IDENTITIES)}
     texts = {}
     for name, path in paths.items():
         try:
             with open(path) as f:
                 texts[name] = f.read()
+        except FileNotFoundError:
+            if name != IDENTITIES:
+                p.exit(2, "scale.py: --dir=%s: no %s\n" % (args.dir, name))
+            texts[name] = ""  # written anew
         except OSError as e:
             p.exit(2, "scale.py: --dir=%s: %s\n" % (args.dir, e))
     new = {BASE: scale_base(texts[BASE], args.ps, args.workers),
-           GPU: scale_gpu(texts[GPU], args.workers, args.gpus)}
+           GPU: scale_gpu(texts[GPU], args.workers, args.gpus),
+           IDENTITIES: identities(args.ps, args.workers)}
     if args.check:
         stale = [n for n in new if new[n] != texts[n]]
         if stale:
