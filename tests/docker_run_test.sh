@@ -54,6 +54,11 @@
 #      accuracy >= 0.985, every pod Ready, the weights fetched through the
 #      chief pod); pod ps-1 deleted mid-run with ps_replicas 1 (made again
 #      at a new IP, the run ends with final:); 3 workers by one number.
+#   9. per-task identities (docker-compose.identities.yml added; run before
+#      8): the files made by the command its header gives, owned by uid
+#      10001; run 1's checks (the health checks over mutual TLS), every
+#      task took its own identity and served with --authorize, nothing
+#      refused.
 # It prints how long each step took. The base image, the build cache (the
 # Bazel cache mount) and the images stay in the daemon's data root,
 # $PSCLUSTER_DOCKER_CACHE (default ~/.cache/pscluster-docker), between runs;
@@ -755,6 +760,43 @@ if out="$(python3 "$repo/deploy/compose/scale.py" --dir="$tmp/scaled" --workers=
   compose_files=("${shipped_files[@]}") services=("${shipped_services[@]}")
 else
   fail "run 7: deploy/compose/scale.py --workers=3: $out"
+fi
+
+# 9. Per-task identities (docker-compose.identities.yml): the files made by
+# the command its header gives, owned by the containers' user as it says;
+# every task runs with its own certificate, token and --authorize, the
+# health checks pass over mutual TLS, and the run ends as run 1 does.
+id_file="$repo/deploy/compose/docker-compose.identities.yml"
+san="$(sed -n 's/^#   deploy\/tls\/make_test_ca.sh --san \([^ ]*\) .*/\1/p' "$id_file")"
+id_tasks="$(sed -n 's/^#     --tasks \([^ ]*\) .*/\1/p' "$id_file")"
+if out="$("$repo/deploy/tls/make_test_ca.sh" --san "$san" --tasks "$id_tasks" "$tmp/pki" 2>&1)" &&
+   chown -R 10001:10001 "$tmp/pki"; then
+  shipped_files=("${compose_files[@]}")
+  compose_files+=(-f "$id_file")
+  # identities_checks NAME: each task took its own identity and authorized
+  # every call by it; nothing was refused.
+  identities_checks() {
+    local s c log bad="" stem
+    for s in "${services[@]}"; do
+      c="$(cid "$s")"
+      log="$("$DOCKER" logs "$c" 2>&1)"
+      case "$s" in chief|evaluator) stem="$s-0" ;; *) stem="$s" ;; esac
+      grep -q "identity $stem from /run/secrets" <<<"$log" || bad+="$s: no 'identity $stem from /run/secrets'; "
+      grep -q "mutual TLS, a token per task required, each call authorized by the caller's identity" <<<"$log" ||
+        bad+="$s: not serving with --authorize; "
+      ! grep -qE "refused [A-Za-z/.]+ from |data plane: refused a connection" <<<"$log" ||
+        bad+="$s: a call was refused: $(grep -m1 -E "refused [A-Za-z/.]+ from |data plane: refused" <<<"$log"); "
+    done
+    [ -z "$bad" ] &&
+      pass "$1: every task took its own identity (ROLE-INDEX from /run/secrets) and served with --authorize; nothing refused" ||
+      fail "$1: $bad"
+  }
+  RUN_HOOK=identities_checks
+  PSCLUSTER_PKI="$tmp/pki" compose_run "run 9 (per-task identities, 1 epoch)" 0
+  RUN_HOOK=""
+  compose_files=("${shipped_files[@]}")
+else
+  fail "run 9: make_test_ca.sh --san '$san' --tasks '$id_tasks' or chown: $out"
 fi
 
 # 8. The Kubernetes path on this engine: deploy/k8s/cpu made as
