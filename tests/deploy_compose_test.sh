@@ -366,7 +366,7 @@ for variant, cfg in sorted(rendered.items()):
             want_tf = dict(want_tf, rpc_layer="grpc+tls")
             first = ["--tls_cert=%s/%s.pem" % (mounted, stem), "--tls_key=%s/%s.key" % (mounted, stem),
                      "--tls_ca=%s/ca.pem" % mounted, "--auth_token_file=%s/%s.token" % (mounted, stem),
-                     "--auth_identities_file=%s/identities" % mounted, "--authorize"]
+                     "--auth_identities_file=%s/identities" % mounted, "--authorize=true"]
         try:
             got, args = task_view(repo, fake_bin, cmd, env, "3f2a9c1b7d4e")
             g(got == want_tf and args == first + cmd[1:] + more,

@@ -361,7 +361,7 @@ EOS
   mkdir -p "$ids" && touch "$ids"/{ca.pem,identities,worker-1.pem,worker-1.key,worker-1.token}
   wfull="{$CL,\"task\":{\"type\":\"worker\",\"index\":1}}"
   ep "PSCLUSTER_IDENTITY_DIR adds the task's certificate, key, token, the CA, the identities and --authorize; rpc_layer grpc+tls" 0 \
-    "={$CL,\"task\":{\"type\":\"worker\",\"index\":1},\"rpc_layer\":\"grpc+tls\"}|--tls_cert=$ids/worker-1.pem --tls_key=$ids/worker-1.key --tls_ca=$ids/ca.pem --auth_token_file=$ids/worker-1.token --auth_identities_file=$ids/identities --authorize --tls_server_name=pscluster --data_dir=/d" \
+    "={$CL,\"task\":{\"type\":\"worker\",\"index\":1},\"rpc_layer\":\"grpc+tls\"}|--tls_cert=$ids/worker-1.pem --tls_key=$ids/worker-1.key --tls_ca=$ids/ca.pem --auth_token_file=$ids/worker-1.token --auth_identities_file=$ids/identities --authorize=true --tls_server_name=pscluster --data_dir=/d" \
     TF_CONFIG="$wfull" PSCLUSTER_IDENTITY_DIR="$ids/" PSCLUSTER_TLS_SERVER_NAME=pscluster -- worker --data_dir=/d
   ep "PSCLUSTER_IDENTITY_DIR: the task from the pod ordinal" 0 "--tls_cert=$ids/worker-1.pem " \
     TF_CONFIG="{$CL}" HOSTNAME=worker-1 PSCLUSTER_IDENTITY_DIR="$ids" -- worker

@@ -35,7 +35,7 @@
 # task's own files are added before FLAGS (a flag given wins):
 #   --tls_cert=DIR/ROLE-INDEX.pem --tls_key=DIR/ROLE-INDEX.key
 #   --tls_ca=DIR/ca.pem --auth_token_file=DIR/ROLE-INDEX.token
-#   --auth_identities_file=DIR/identities --authorize
+#   --auth_identities_file=DIR/identities --authorize=true
 # and --tls_server_name=NAME with PSCLUSTER_TLS_SERVER_NAME=NAME; TF_CONFIG
 # gets "rpc_layer": "grpc+tls" when it has none. ROLE-INDEX is TF_CONFIG's
 # task (ps-1, worker-0, chief-0, evaluator-0); a file missing is an exit 2
@@ -161,7 +161,7 @@ if [ -n "${PSCLUSTER_IDENTITY_DIR:-}" ]; then
       die "PSCLUSTER_IDENTITY_DIR=$PSCLUSTER_IDENTITY_DIR has no readable $f (this task is $me_task; make_test_ca.sh --tasks writes ROLE-INDEX.pem, .key, .token, ca.pem and identities)"
   done
   identity=(--tls_cert="$dir/$me_task.pem" --tls_key="$dir/$me_task.key" --tls_ca="$dir/ca.pem"
-            --auth_token_file="$dir/$me_task.token" --auth_identities_file="$dir/identities" --authorize)
+            --auth_token_file="$dir/$me_task.token" --auth_identities_file="$dir/identities" --authorize=true)
   [ -n "${PSCLUSTER_TLS_SERVER_NAME:-}" ] && identity+=(--tls_server_name="$PSCLUSTER_TLS_SERVER_NAME")
   set -- "${identity[@]}" "$@"
   if ! jq -e 'has("rpc_layer")' >/dev/null <<<"$TF_CONFIG"; then

@@ -70,6 +70,18 @@ def created_configmap(label, name, *args):
     return path
 
 
+def created_secret(label, name, *args):
+    """A Secret as `kubectl create secret generic NAME ARGS --dry-run=client -o yaml` makes it."""
+    r = user_copy.run(["kubectl", "-n", "pscluster", "create", "secret", "generic", name] + list(args) +
+                      ["--dry-run=client", "-o", "yaml"], cwd=TMP)
+    if not check(r.returncode == 0, "%s: kubectl create secret generic %s" % (label, name), r.stderr.strip()):
+        return None
+    path = os.path.join(TMP, "%s-%s.yaml" % (label, name))
+    with open(path, "w") as f:
+        f.write(r.stdout)
+    return path
+
+
 def resolve(files, label, registry=None):
     """(pods, hosts) from the kubelet-strict resolver, or (None, None) after
     a failed check naming every pod and reference that does not resolve."""
@@ -98,22 +110,28 @@ def mount_at(container, path):
     return best
 
 
-def daemon_view(pod, c):
+def daemon_view(label, pod, c):
     """(TF_CONFIG, args) the daemon gets from the entrypoint: the pod's
-    resolved env and args, its hostname; or raises."""
+    resolved env and args (a path of the env into a Secret's volume, the
+    identity folder, pointed at its files here), its hostname; or raises."""
     env = daemon_env(c)
-    return task_view(REPO, FAKE_BIN, c["args"], env, pod["hostname"] or pod["name"]), env
+    here = dict(env)
+    if "PSCLUSTER_IDENTITY_DIR" in env:
+        here["PSCLUSTER_IDENTITY_DIR"] = localize(label, pod, c, [], env)[1]["PSCLUSTER_IDENTITY_DIR"]
+    return task_view(REPO, FAKE_BIN, c["args"], here, pod["hostname"] or pod["name"]), env
 
 
-def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob):
+def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob, identities=False):
     """One daemon pod: its TF_CONFIG names its own task, every address in it
     is that task's pod, the counts are the replicas; flags, probes, metrics,
-    volumes and resources as the role needs; the built daemon accepts it."""
+    volumes and resources as the role needs; the built daemon accepts it.
+    `identities`: the pod's own task's files from its role's Secret first,
+    with --authorize, mutual TLS named pscluster and exec probes."""
     c = pod["containers"][0]
     role = role_of(c)
     g = Group("%s: pod %s" % (label, pod["name"]))
     try:
-        (tf, args), env = daemon_view(pod, c)
+        (tf, args), env = daemon_view(label, pod, c)
     except Exception as e:  # the entrypoint refused: a failed check naming why
         g(False, "the entrypoint starts %s" % role, str(e))
         g.report()
@@ -136,7 +154,20 @@ def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob):
     g(not wrong, "every address is its task's pod, by its Service's DNS name, on its gRPC port", str(wrong))
     probs = flag_problems(ROLES[role][1], args, FLAGS)
     g(not probs, "the flags are %s's" % ROLES[role][1], "; ".join(probs))
-    check_probes_and_metrics(g, pod, c, role, args, tfjob)
+    if identities:
+        stem = "%s-%d" % (job, index)
+        d = flag_value(args, "tls_cert").rsplit("/", 1)[0] if flag_value(args, "tls_cert") else "?"
+        want = ["--tls_cert=%s/%s.pem" % (d, stem), "--tls_key=%s/%s.key" % (d, stem), "--tls_ca=%s/ca.pem" % d,
+                "--auth_token_file=%s/%s.token" % (d, stem), "--auth_identities_file=%s/identities" % d,
+                "--authorize=true", "--tls_server_name=pscluster"]
+        secret = (mount_at(c, "/etc/pscluster/identity") or {}).get("volume", {})
+        g(args[:len(want)] == want and tf.get("rpc_layer") == "grpc+tls",
+          "its own identity %s from the Secret pscluster-identity-%s, --authorize, mutual TLS as pscluster" %
+          (stem, job), " ".join(args[:len(want)]))
+        files = sorted(secret.get("files") or {})
+        g(all(f in ("ca.pem", "identities") or f.startswith(job + "-") for f in files),
+          "its Secret holds its role's files only", str(files))
+    check_probes_and_metrics(g, pod, c, role, args, tfjob, identities)
     check_volumes(g, c, role, args)
     req = c["resources"].get("requests", {})
     g("cpu" in req and "memory" in req, "requests cpu and memory", str(req))
@@ -162,8 +193,8 @@ def localize(label, pod, c, argv, env):
                 d = os.path.join(TMP, "mounts", re.sub(r"\W", "_", label), pod["name"], p.strip("/"))
                 for rel, text in m["volume"]["files"].items():
                     os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
-                    with open(os.path.join(d, rel), "w") as f:
-                        f.write(text if isinstance(text, str) else "")
+                    with open(os.path.join(d, rel), "wb") as f:
+                        f.write(text.encode() if isinstance(text, str) else bytes(text or b""))
                 return value[:hit.start(2)] + d + value[hit.end(2):]
         return value
     return [here(a) for a in argv], {k: here(v) for k, v in env.items()}
@@ -187,8 +218,17 @@ def grpc_port(pod):
     return ports.get("grpc", ports.get("tfjob-port"))
 
 
-def check_probes_and_metrics(g, pod, c, role, args, tfjob):
+def check_probes_and_metrics(g, pod, c, role, args, tfjob, identities=False):
     ready, live = c.get("readinessProbe"), c.get("livenessProbe")
+    if identities:  # exec probes: the kubelet's grpc probes speak plaintext only
+        probe = ["pscluster-health-probe", "127.0.0.1:%d" % GRPC_PORT]
+        g((ready or {}).get("exec", {}).get("command") == probe + ["--service=pscluster.Ready"] and
+          "grpc" not in ready, "readiness: pscluster-health-probe of 'pscluster.Ready' (TLS files from its identity)",
+          str(ready))
+        if role != "chief":
+            g((live or {}).get("exec", {}).get("command") == probe and "grpc" not in live,
+              "liveness: pscluster-health-probe ''", str(live))
+        return
     metrics = flag_value(args, "metrics_port")
     ann = pod.get("annotations", {})
     g(metrics is not None and {p.get("name"): p["containerPort"] for p in c["ports"]}.get("metrics") == int(metrics)
@@ -224,7 +264,7 @@ def check_volumes(g, c, role, args):
           "the model ConfigMap read-only at /config", str(m))
 
 
-def check_path(label, files, want_counts, registry=None, tfjob=False, expect=None):
+def check_path(label, files, want_counts, registry=None, tfjob=False, expect=None, identities=False):
     """Resolves one path's objects and checks every pod. `expect`: role ->
     {flag: value} that the role's pods must end with. Returns {role: args
     of its first pod} for further checks."""
@@ -245,7 +285,7 @@ def check_path(label, files, want_counts, registry=None, tfjob=False, expect=Non
         role = role_of(p["containers"][0])
         if role is None:
             continue
-        args = check_pod(label, p, hosts, by_task, want_counts, tfjob)
+        args = check_pod(label, p, hosts, by_task, want_counts, tfjob, identities)
         if args is not None and role not in first:
             first[role] = (p, args)
     for role, flags in (expect or {}).items():
@@ -338,7 +378,30 @@ if path:
                    [path2, model_cm], SIZE, tfjob=True,
                    expect={"chief": {"model": "/config/model.json"}})
 
-# 4. Disruption budgets: ps one at a time, the chief not at all.
+# 4. Per-task identities (docs/deploy-k8s.md): the component added by the
+#    docs' sed, each role's Secret made as the docs make it; every pod gets
+#    its own task's files, picked by its ordinal.
+k8s3 = copy_k8s("identities")
+docs_sed(k8s3, "cpu/kustomization.yaml", "identities")
+pki = os.path.join(TMP, "pki-k8s")
+r = user_copy.run([os.path.join(REPO, "deploy/tls/make_test_ca.sh"), "--san", "DNS:pscluster", "--tasks",
+                   "chief,ps/0,ps/1,worker/0,worker/1,evaluator", pki])
+if check(r.returncode == 0, "identities: make_test_ca.sh --tasks", r.stderr.strip()):
+    secrets = [created_secret("identities", "pscluster-identity-" + role,
+                              *["--from-file=" + os.path.join(pki, f) for f in sorted(os.listdir(pki))
+                                if f in ("ca.pem", "identities") or f.startswith(role + "-")])
+               for role in ("chief", "ps", "worker", "evaluator")]
+    path = kustomize(os.path.join(k8s3, "cpu"), "identities")
+    if path and all(secrets):
+        check_path("per-task identities: deploy/k8s/cpu + ../identities", [path] + secrets, SIZE, identities=True,
+                   expect=DEFAULTS)
+        # A pod whose role's Secret is missing does not start (the kubelet).
+        pods, why = user_copy.resolve([path] + secrets[:2] + secrets[3:], None)
+        check(pods is None and "pscluster-identity-worker" in (why or ""),
+              "identities: without the Secret pscluster-identity-worker the worker pods do not start, naming it",
+              (why or "resolved")[:300])
+
+# 5. Disruption budgets: ps one at a time, the chief not at all.
 path = os.path.join(TMP, "deploy_k8s.yaml")
 if os.path.exists(path):
     with open(path) as f:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs every shell block of docs/deploy-k8s.md as written, in order, in a
 scratch copy of the repository (then those of the README's "Kubernetes"
-section, against a cluster of their own), with a recording kubectl
+section, against a cluster and in a copy of their own), with a recording kubectl
 (tests/k8s/fake_kubectl.py: each path applied is rendered by the real
 kubectl and its pods resolved as the kubelet would) and stand-ins for
 docker (tag and push: their arguments checked) and tensorboard. Then every
@@ -21,13 +21,20 @@ from doc_blocks import Checks, run_page, write_tools  # noqa: E402
 REPO, TMP = sys.argv[1], sys.argv[2]
 REGISTRY = "registry.example.com/team/"
 checks = Checks()
-root = os.path.join(TMP, "doc-blocks")
-shutil.copytree(os.path.join(REPO, "deploy"), os.path.join(root, "deploy"))
-shutil.copytree(os.path.join(REPO, "docs"), os.path.join(root, "docs"))
-os.makedirs(os.path.join(root, "data/mnist"))
-open(os.path.join(root, "data/mnist/train-images-idx3-ubyte.gz"), "w").close()
-open(os.path.join(root, "data.npz"), "w").close()
-shutil.copy(os.path.join(REPO, "tests/fixtures/keras/tfjs_plain.json"), os.path.join(root, "model.json"))
+
+
+def scratch(name):
+    """A scratch copy of what the blocks read and edit, one per page: the
+    edits one page makes (its sed lines) are not the next page's."""
+    root = os.path.join(TMP, name)
+    shutil.copytree(os.path.join(REPO, "deploy"), os.path.join(root, "deploy"))
+    shutil.copytree(os.path.join(REPO, "docs"), os.path.join(root, "docs"))
+    os.makedirs(os.path.join(root, "data/mnist"))
+    open(os.path.join(root, "data/mnist/train-images-idx3-ubyte.gz"), "w").close()
+    open(os.path.join(root, "data.npz"), "w").close()
+    shutil.copy(os.path.join(REPO, "tests/fixtures/keras/tfjs_plain.json"), os.path.join(root, "model.json"))
+    return root
+
 bin_dir = os.path.join(TMP, "doc-blocks-bin")
 write_tools(bin_dir, {
     "kubectl": 'exec "%s" "%s" "$@"\n' % (sys.executable, os.path.join(REPO, "tests/k8s/fake_kubectl.py")),
@@ -42,7 +49,7 @@ env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], FAKE_KUBE
 
 
 
-def run_k8s_page(doc, section, min_blocks, state):
+def run_k8s_page(doc, section, min_blocks, state, root):
     """Every shell block of DOC (its SECTION alone when given), in order,
     against a fresh recording cluster kept in STATE; after the page's
     registry line, every image an `apply -k` brings comes from it."""
@@ -61,6 +68,7 @@ def run_k8s_page(doc, section, min_blocks, state):
     run_page(checks, REPO, doc, section, min_blocks, root, dict(env, FAKE_KUBE_STATE=state), images_from_registry)
 
 
-run_k8s_page("docs/deploy-k8s.md", None, 5, state)
-run_k8s_page("README.md", "Kubernetes", 1, os.path.join(TMP, "doc-blocks-readme-state.json"))
+run_k8s_page("docs/deploy-k8s.md", None, 5, state, scratch("doc-blocks"))
+run_k8s_page("README.md", "Kubernetes", 1, os.path.join(TMP, "doc-blocks-readme-state.json"),
+             scratch("doc-blocks-readme"))
 sys.exit(checks.status())
