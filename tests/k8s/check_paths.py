@@ -58,23 +58,12 @@ def kustomize(directory, label):
     return path
 
 
-def created_configmap(label, name, *args):
-    """A ConfigMap as `kubectl create configmap NAME ARGS --dry-run=client -o yaml` makes it."""
-    r = user_copy.run(["kubectl", "-n", "pscluster", "create", "configmap", name] + list(args) +
-            ["--dry-run=client", "-o", "yaml"], cwd=TMP)
-    if not check(r.returncode == 0, "%s: kubectl create configmap %s" % (label, name), r.stderr.strip()):
-        return None
-    path = os.path.join(TMP, "%s-%s.yaml" % (label, name))
-    with open(path, "w") as f:
-        f.write(r.stdout)
-    return path
-
-
-def created_secret(label, name, *args):
-    """A Secret as `kubectl create secret generic NAME ARGS --dry-run=client -o yaml` makes it."""
-    r = user_copy.run(["kubectl", "-n", "pscluster", "create", "secret", "generic", name] + list(args) +
+def created(label, what, name, *args):
+    """An object as `kubectl create WHAT NAME ARGS --dry-run=client -o yaml`
+    makes it (WHAT: "configmap", or "secret generic"), in a file; its path."""
+    r = user_copy.run(["kubectl", "-n", "pscluster", "create"] + what.split() + [name] + list(args) +
                       ["--dry-run=client", "-o", "yaml"], cwd=TMP)
-    if not check(r.returncode == 0, "%s: kubectl create secret generic %s" % (label, name), r.stderr.strip()):
+    if not check(r.returncode == 0, "%s: kubectl create %s %s" % (label, what, name), r.stderr.strip()):
         return None
     path = os.path.join(TMP, "%s-%s.yaml" % (label, name))
     with open(path, "w") as f:
@@ -369,7 +358,7 @@ for root in ("tfjob", "data-loader"):
 path = kustomize(os.path.join(K8S, "tfjob"), "tfjob")
 if path:
     check_path("deploy/k8s/tfjob", [path], SIZE, tfjob=True, expect=DEFAULTS)
-    model_cm = created_configmap("tfjob", "pscluster-model", "--from-file=model.json=" + MODEL_FIXTURE)
+    model_cm = created("tfjob", "configmap", "pscluster-model", "--from-file=model.json=" + MODEL_FIXTURE)
     k8s2 = copy_k8s("tfjob-model")
     docs_sed(k8s2, "settings/chief.yaml", "the TFJob with your model")
     path2 = kustomize(os.path.join(k8s2, "tfjob"), "tfjob-model")
@@ -387,9 +376,9 @@ pki = os.path.join(TMP, "pki-k8s")
 r = user_copy.run([os.path.join(REPO, "deploy/tls/make_test_ca.sh"), "--san", "DNS:pscluster", "--tasks",
                    "chief,ps/0,ps/1,worker/0,worker/1,evaluator", pki])
 if check(r.returncode == 0, "identities: make_test_ca.sh --tasks", r.stderr.strip()):
-    secrets = [created_secret("identities", "pscluster-identity-" + role,
-                              *["--from-file=" + os.path.join(pki, f) for f in sorted(os.listdir(pki))
-                                if f in ("ca.pem", "identities") or f.startswith(role + "-")])
+    secrets = [created("identities", "secret generic", "pscluster-identity-" + role,
+                       *["--from-file=" + os.path.join(pki, f) for f in sorted(os.listdir(pki))
+                         if f in ("ca.pem", "identities") or f.startswith(role + "-")])
                for role in ("chief", "ps", "worker", "evaluator")]
     path = kustomize(os.path.join(k8s3, "cpu"), "identities")
     if path and all(secrets):
