@@ -17,11 +17,12 @@
 #
 #   tests/bench/gpu_session.sh PACK.tar.xz OUT_DIR [--budget_s=540]
 #
-# PACK.tar.xz: deploy/gpu/pack.sh --system_cublas --xz --with_data. Run in
-# the repository's root (a copy of it is enough): the launcher and the
-# model files come from there, the binaries from the pack, which this
-# links as bazel-bin. The launcher's package check is skipped (such a
-# machine has no apt registry; the pack carries the libraries). Writes
+# PACK.tar.xz: deploy/gpu/pack.sh --system_cublas --xz --with_data. The
+# launcher and the model files come from this repository's deploy/, copied
+# into a scratch folder beside the unpacked pack, which is linked there as
+# bazel-bin; the copy's package check is skipped (such a machine has no apt
+# registry; the pack carries the libraries). The repository is left as it
+# is. Writes
 # OUT_DIR/session.log (what is printed) and OUT_DIR/logs.tar.xz (every
 # part's whole log); exit status 0 when every part that ran passed.
 set -uo pipefail
@@ -75,13 +76,15 @@ rm -rf "$work" && mkdir -p "$work"
 tar -xJf "$pack_tar" -C "$work" || { echo "gpu_session: cannot unpack $pack_tar"; exit 1; }
 P="$(dirname "$(find "$work" -maxdepth 2 -name MANIFEST | head -1)")"
 [ -f "$P/MANIFEST" ] || { echo "gpu_session: $pack_tar holds no MANIFEST"; exit 1; }
-if [ -e "$repo/bazel-bin" ] && [ ! -L "$repo/bazel-bin" ]; then
-  echo "gpu_session: $repo/bazel-bin is not a link: not replacing it"; exit 1
-fi
-ln -sfn "$P" "$repo/bazel-bin"
-# The launcher's package check: the pack carries the libraries, and such a
+# The launcher runs from a copy of deploy/ whose bazel-bin is the pack and
+# whose package check passes: the pack carries the libraries, and such a
 # machine has no registry to install from.
-printf '#!/bin/sh\nexit 0\n' >"$repo/deploy/install_deps.sh"
+mkdir -p "$work/repo/tests/bench"
+cp -r "$repo/deploy" "$work/repo/"
+cp "$repo/tests/bench/ctr_torch.py" "$work/repo/tests/bench/"
+ln -s "$P" "$work/repo/bazel-bin"
+printf '#!/bin/sh\nexit 0\n' >"$work/repo/deploy/install_deps.sh"
+repo="$work/repo"
 echo "== pack: $(sed -n 's/^commit: //p' "$P/MANIFEST"), built $(sed -n 's/^built: //p' "$P/MANIFEST")"
 date -u
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
