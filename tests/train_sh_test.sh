@@ -88,19 +88,19 @@ PSCLUSTER_GPU_COUNT=0 expect "--device=cuda without a GPU exits 2 naming it" 2 "
 # means the CPU under auto, saying why, and exit 2 with a GPU named; one it
 # runs (DeepFM, Wide&Deep: Embedding, Dense) goes to the GPUs. The worker
 # binary answers (--check_model); a build without CUDA runs no model on a
-# GPU, so auto puts DeepFM on the CPU there.
+# GPU, and says that instead.
 din="$repo/deploy/models/ctr_din.json"
-PSCLUSTER_GPU_COUNT=2 expect "auto with DIN: all on the CPU, naming the layer the GPU lacks" 0 \
-  "--device=auto: model \"ctr_din\": layer interest: Attention does not run on the GPU yet.*computing on the CPU" \
-  --dry_run --model="$din"
-PSCLUSTER_GPU_COUNT=2 expect "auto with DIN: the placement says why" 0 \
+PSCLUSTER_GPU_COUNT=2 expect "auto with DIN: all on the CPU, the placement saying why" 0 \
   "0 GPUs \(2 from PSCLUSTER_GPU_COUNT, not for this model\).*: worker0 cpu threads=[0-9]+, worker1 cpu threads=[0-9]+, evaluator cpu$" \
   --dry_run --model="$din"
-PSCLUSTER_GPU_COUNT=2 expect "--device=cuda:1 with DIN exits 2 naming the layer" 2 \
-  "--device=cuda:1: model \"ctr_din\": layer interest: Attention does not run on the GPU" \
-  --dry_run --device=cuda:1 --model="$din"
 if TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}' \
    "$repo/bazel-bin/worker/worker" --check_model=cnn 2>/dev/null | grep -q ': a GPU runs it$'; then
+  PSCLUSTER_GPU_COUNT=2 expect "auto with DIN: the launcher names the layer the GPU lacks" 0 \
+    "--device=auto: model \"ctr_din\": layer interest: Attention does not run on the GPU yet.*computing on the CPU" \
+    --dry_run --model="$din"
+  PSCLUSTER_GPU_COUNT=2 expect "--device=cuda:1 with DIN exits 2 naming the layer" 2 \
+    "--device=cuda:1: model \"ctr_din\": layer interest: Attention does not run on the GPU" \
+    --dry_run --device=cuda:1 --model="$din"
   PSCLUSTER_GPU_COUNT=2 expect "auto with DeepFM (Embedding on the GPU): the GPUs" 0 \
     "2 GPUs \(PSCLUSTER_GPU_COUNT\).*: worker0 cuda:0 threads=1, worker1 cuda:1 threads=1, evaluator cuda:1$" \
     --dry_run --model="$repo/deploy/models/ctr_deepfm.json"
@@ -111,6 +111,9 @@ else
   PSCLUSTER_GPU_COUNT=2 expect "auto with DeepFM in a build without CUDA: the CPU, saying so" 0 \
     "--device=auto: this binary was built without CUDA.*computing on the CPU" \
     --dry_run --model="$repo/deploy/models/ctr_deepfm.json"
+  PSCLUSTER_GPU_COUNT=2 expect "--device=cuda:1 with DIN in a build without CUDA exits 2 saying so" 2 \
+    "--device=cuda:1: this binary was built without CUDA" \
+    --dry_run --device=cuda:1 --model="$din"
 fi
 # Before it starts them, the launcher has a worker check the highest GPU it
 # would use: under auto one it cannot use means the CPU, under cuda exit 2.
