@@ -95,18 +95,23 @@ def scale_gpu(text, workers, gpus):
 
 
 def tasks(ps, workers):
-    """Every task's file stem, as make_test_ca.sh --tasks names them."""
-    return (["chief-0"] + ["ps-%d" % i for i in range(ps)] + ["worker-%d" % i for i in range(workers)]
-            + ["evaluator-0"])
+    """(service, task) of every task of the counts: its Compose service and
+    its name as make_test_ca.sh --tasks takes it (a role alone is index 0)."""
+    return ([("chief", "chief")] + [("ps-%d" % i, "ps/%d" % i) for i in range(ps)] +
+            [("worker-%d" % i, "worker/%d" % i) for i in range(workers)] + [("evaluator", "evaluator")])
+
+
+def stem(task):
+    """A task's files' name, ROLE-INDEX, as make_test_ca.sh writes them."""
+    return task.replace("/", "-") if "/" in task else task + "-0"
 
 
 def identities(ps, workers):
     """docker-compose.identities.yml for the counts: each service its own
     certificate, key and token, the CA and the identities list."""
-    names = ",".join(["DNS:chief"] + ["DNS:ps-%d" % i for i in range(ps)] +
-                     ["DNS:worker-%d" % i for i in range(workers)] + ["DNS:evaluator", "IP:127.0.0.1"])
-    listed = ",".join(["chief"] + ["ps/%d" % i for i in range(ps)] +
-                      ["worker/%d" % i for i in range(workers)] + ["evaluator"])
+    every = tasks(ps, workers)
+    names = ",".join(["DNS:" + service for service, _ in every] + ["IP:127.0.0.1"])
+    listed = ",".join(task for _, task in every)
     out = ["""# Per-task identities (docs/security.md): every task gets only its own
 # certificate, key and token, the CA and the identities list, as Compose
 # secrets in /run/secrets; the entrypoint gives them to the daemon with
@@ -127,16 +132,15 @@ def identities(ps, workers):
 
 services:
 """ % (names, listed, ps, workers)]
-    for stem in tasks(ps, workers):
-        service = {"chief-0": "chief", "evaluator-0": "evaluator"}.get(stem, stem)
+    for service, task in every:
         out.append("""  %s:
     environment:
       PSCLUSTER_IDENTITY_DIR: /run/secrets
     secrets: [ca.pem, identities, %s.pem, %s.key, %s.token]
 
-""" % (service, stem, stem, stem))
+""" % ((service,) + (stem(task),) * 3))
     out.append("secrets:\n")
-    for name in ["ca.pem", "identities"] + [t + ext for t in tasks(ps, workers) for ext in (".pem", ".key", ".token")]:
+    for name in ["ca.pem", "identities"] + [stem(t) + ext for _, t in every for ext in (".pem", ".key", ".token")]:
         out.append("  %s: {file: \"${PSCLUSTER_PKI:-./pki}/%s\"}\n" % (name, name))
     return "".join(out)
 

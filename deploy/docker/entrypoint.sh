@@ -152,10 +152,11 @@ if [ -n "${PSCLUSTER_IDENTITY_DIR:-}" ]; then
   dir="${PSCLUSTER_IDENTITY_DIR%/}"
   [ -d "$dir" ] || die "PSCLUSTER_IDENTITY_DIR=$PSCLUSTER_IDENTITY_DIR is not a folder"
   command -v jq >/dev/null 2>&1 || die "jq is needed to read TF_CONFIG's task"
-  [ "$has_tf_config_flag" = 0 ] && [ -n "${TF_CONFIG:-}" ] &&
-    jq -e '(.task.index | type) == "number"' >/dev/null 2>&1 <<<"$TF_CONFIG" ||
+  me_index=""
+  [ "$has_tf_config_flag" = 1 ] || me_index="$(jq -r '.task.index | numbers' 2>/dev/null <<<"${TF_CONFIG:-}")"
+  [ -n "$me_index" ] ||
     die "PSCLUSTER_IDENTITY_DIR is set but TF_CONFIG names no task index (set it, PSCLUSTER_TASK_INDEX, or a pod ordinal; --tf_config=FILE is not read here)"
-  me_task="$job-$(jq -r '.task.index' <<<"$TF_CONFIG")"
+  me_task="$job-$me_index"
   for f in "$me_task.pem" "$me_task.key" "$me_task.token" ca.pem identities; do
     [ -r "$dir/$f" ] ||
       die "PSCLUSTER_IDENTITY_DIR=$PSCLUSTER_IDENTITY_DIR has no readable $f (this task is $me_task; make_test_ca.sh --tasks writes ROLE-INDEX.pem, .key, .token, ca.pem and identities)"

@@ -208,6 +208,9 @@ print_placement() {
   [ "$EVALUATOR" = 1 ] && line+=", evaluator $EVAL_DEVICE"
   echo "train.sh: devices (--device=$DEVICE, $GPU_COUNT GPU$([ "$GPU_COUNT" = 1 ] || echo s) ($GPU_SOURCE), $CORES cores): $line" >&2
 }
+# The worker asked questions before the run (--check_model, --device) is
+# a daemon all the same: it needs a TF_CONFIG naming its task.
+PROBE_TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}'
 # gpu_refuses_model: under auto, a model file the GPU does not run (a
 # layer it lacks: Attention, LSTM, an Embedding's mask, several outputs...)
 # computes on the CPU, saying why; a GPU named outright with one is an
@@ -218,7 +221,7 @@ gpu_refuses_model() {
   local verdict
   [ "$DEVICE" != cpu ] && [ "$GPU_COUNT" -gt 0 ] && [ -f "${MODEL_PATH:-}" ] &&
     [ -x "$ROOT/bazel-bin/worker/worker" ] || return 0
-  verdict="$(TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}' \
+  verdict="$(TF_CONFIG="$PROBE_TF_CONFIG" \
     OPENBLAS_NUM_THREADS=1 "$ROOT/bazel-bin/worker/worker" --check_model="$MODEL_PATH" 2>&1 |
     grep -m1 '^check_model: ')"
   [[ "$verdict" == *": the GPU does not run it: "* ]] || return 0
@@ -256,7 +259,7 @@ gpu_refuses_model
 if [ "${WORKER_DEVICE[0]}" != cpu ]; then
   check="$DEVICE"
   [[ "$DEVICE" == cuda:* ]] || check="cuda:$((GPU_COUNT - 1))"
-  probe="$(TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}' \
+  probe="$(TF_CONFIG="$PROBE_TF_CONFIG" \
     OPENBLAS_NUM_THREADS=1 "$BIN/worker/worker" --device="$check" \
     --data_dir=/nonexistent/pscluster-device-check 2>&1)"
   if [ $? -ne 4 ]; then

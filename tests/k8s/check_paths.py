@@ -106,7 +106,7 @@ def daemon_view(label, pod, c):
     env = daemon_env(c)
     here = dict(env)
     if "PSCLUSTER_IDENTITY_DIR" in env:
-        here["PSCLUSTER_IDENTITY_DIR"] = localize(label, pod, c, [], env)[1]["PSCLUSTER_IDENTITY_DIR"]
+        here.update(localize(label, pod, c, [], {"PSCLUSTER_IDENTITY_DIR": env["PSCLUSTER_IDENTITY_DIR"]})[1])
     return task_view(REPO, FAKE_BIN, c["args"], here, pod["hostname"] or pod["name"]), env
 
 
