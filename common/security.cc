@@ -1,5 +1,7 @@
 #include "common/security.h"
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -17,8 +19,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/reloadable_certificates.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -170,6 +174,47 @@ class TokenInterceptorFactory final : public grpc::experimental::ClientIntercept
 
 absl::Mutex process_mu;
 std::shared_ptr<const SecurityConfig>* process_config ABSL_GUARDED_BY(process_mu) = nullptr;
+// The process's certificate, key and CA as gRPC reads them: what its
+// servers and channels present and trust, from then on, after a reload.
+// Null before the first TLS config, or when it could not be made (then
+// credentials hold the config's material, fixed). Never freed: gRPC's
+// credentials read it for the life of the process.
+ReloadableCertificates* process_certificates ABSL_GUARDED_BY(process_mu) = nullptr;
+
+// Puts `config`'s certificates where the process's credentials read them.
+absl::Status InstallProcessCertificates(const SecurityConfig& config)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu) {
+  if (!config.tls) return absl::OkStatus();
+  if (process_certificates != nullptr && process_certificates->has_ca() == !config.ca_pem.empty()) {
+    return process_certificates->Replace(config.cert_pem, config.key_pem, config.ca_pem);
+  }
+  // The first TLS config (or, in tests, one that adds or drops the CA).
+  absl::StatusOr<std::unique_ptr<ReloadableCertificates>> made =
+      ReloadableCertificates::Create(config.cert_pem, config.key_pem, config.ca_pem);
+  if (!made.ok()) return made.status();
+  process_certificates = made->release();
+  return absl::OkStatus();
+}
+
+// The provider of `config`'s certificates for gRPC's TLS credentials, and
+// whether it has root certificates: the process's reloadable ones when
+// `config` is the process's, else its own, fixed. Null when `config` has
+// neither a certificate nor a CA (a client trusting the system's roots).
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> CertificateProvider(
+    const SecurityConfig& config, bool* has_ca) {
+  if (config.process) {
+    absl::ReaderMutexLock lock(&process_mu);
+    if (process_certificates != nullptr) {
+      *has_ca = process_certificates->has_ca();
+      return process_certificates->provider();
+    }
+  }
+  *has_ca = !config.ca_pem.empty();
+  if (config.cert_pem.empty() && config.ca_pem.empty()) return nullptr;
+  std::vector<grpc::experimental::IdentityKeyCertPair> pairs;
+  if (!config.cert_pem.empty()) pairs.push_back({config.key_pem, config.cert_pem});
+  return std::make_shared<grpc::experimental::StaticDataCertificateProvider>(config.ca_pem, pairs);
+}
 
 }  // namespace
 
@@ -298,15 +343,29 @@ std::string DescribeSecurity(const SecurityConfig& config) {
 }
 
 void SetProcessSecurity(SecurityConfig config) {
+  if (absl::Status s = TrySetProcessSecurity(std::move(config)); !s.ok()) {
+    spdlog::warn("{}; the certificates in use stay until a restart", std::string(s.message()));
+  }
+}
+
+absl::Status TrySetProcessSecurity(SecurityConfig config) {
   config.process = true;
-  auto value = std::make_shared<const SecurityConfig>(std::move(config));
   absl::MutexLock lock(&process_mu);
+  const absl::Status installed = InstallProcessCertificates(config);
+  if (!installed.ok() && process_config != nullptr && (*process_config)->tls) {
+    // gRPC keeps the certificates it has; so does everything else.
+    config.cert_pem = (*process_config)->cert_pem;
+    config.key_pem = (*process_config)->key_pem;
+    config.ca_pem = (*process_config)->ca_pem;
+  }
+  auto value = std::make_shared<const SecurityConfig>(std::move(config));
   // Never freed: handlers may still read it while the process exits.
   if (process_config == nullptr) {
     process_config = new std::shared_ptr<const SecurityConfig>(std::move(value));
   } else {
     *process_config = std::move(value);
   }
+  return installed;
 }
 
 std::shared_ptr<const SecurityConfig> ProcessSecurity() {
@@ -330,51 +389,50 @@ absl::Status ReloadSecurity(const SecurityFlags& flags, absl::string_view rpc_la
   if (!fresh.ok()) return fresh.status();
   if (self.has_value()) PSCLUSTER_RETURN_IF_ERROR(CheckOwnIdentity(*fresh, *self));
   std::shared_ptr<const SecurityConfig> now = ProcessSecurity();
-  if (fresh->tls != now->tls || fresh->token.empty() != now->token.empty() ||
+  if (fresh->tls != now->tls || fresh->mutual_tls() != now->mutual_tls() ||
+      fresh->token.empty() != now->token.empty() ||
       (fresh->identities == nullptr) != (now->identities == nullptr) ||
       fresh->authorize != now->authorize) {
     return absl::FailedPreconditionError(
-        "the files would change the security mode (TLS, a token, identities): restart the task "
-        "for that");
+        "the files would change the security mode (TLS, mutual TLS, a token, identities): "
+        "restart the task for that");
   }
-  const bool certificates = fresh->cert_pem != now->cert_pem || fresh->key_pem != now->key_pem ||
-                            fresh->ca_pem != now->ca_pem;
-  const bool token = fresh->token != now->token;
-  const size_t identities = fresh->identities != nullptr ? fresh->identities->size() : 0;
-  // The certificates stay those the servers started with.
-  SecurityConfig next = *fresh;
-  next.cert_pem = now->cert_pem;
-  next.key_pem = now->key_pem;
-  next.ca_pem = now->ca_pem;
-  SetProcessSecurity(std::move(next));
-  *what = absl::StrCat(token ? "a new token" : "the same token",
-                       identities > 0 ? absl::StrCat(", ", identities, " tokens listed") : "");
-  if (certificates) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(*what,
-                     " taken; the certificate, key or CA files changed, which takes a restart (the "
-                     "task keeps the ones it started with)"));
+  std::vector<std::string> changed;
+  if (fresh->cert_pem != now->cert_pem) changed.push_back("a new certificate");
+  if (fresh->key_pem != now->key_pem) changed.push_back("a new key");
+  if (fresh->ca_pem != now->ca_pem) changed.push_back("a new CA");
+  changed.push_back(fresh->token != now->token ? "a new token" : "the same token");
+  *what = absl::StrJoin(changed, ", ");
+  if (fresh->identities != nullptr) {
+    absl::StrAppend(what, ", ", fresh->identities->size(), " tokens listed");
   }
-  return absl::OkStatus();
+  return TrySetProcessSecurity(*std::move(fresh));
 }
 
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const SecurityConfig& config) {
   if (!config.tls) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions o;
-  o.pem_root_certs = config.ca_pem;  // empty: the system's roots
-  o.pem_private_key = config.key_pem;
-  o.pem_cert_chain = config.cert_pem;
-  return grpc::SslCredentials(o);
+  grpc::experimental::TlsChannelCredentialsOptions o;
+  bool has_ca = false;
+  if (auto provider = CertificateProvider(config, &has_ca); provider != nullptr) {
+    o.set_certificate_provider(std::move(provider));
+    if (!config.cert_pem.empty()) o.watch_identity_key_cert_pairs();
+    if (has_ca) o.watch_root_certs();  // else the system's roots
+  }
+  return grpc::experimental::TlsCredentials(o);
 }
 
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const SecurityConfig& config) {
   if (!config.tls) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions o(
-      config.mutual_tls() ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                          : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  o.pem_root_certs = config.ca_pem;
-  o.pem_key_cert_pairs.push_back({config.key_pem, config.cert_pem});
-  return grpc::SslServerCredentials(o);
+  bool has_ca = false;
+  grpc::experimental::TlsServerCredentialsOptions o(CertificateProvider(config, &has_ca));
+  o.watch_identity_key_cert_pairs();
+  if (has_ca) {
+    o.watch_root_certs();
+    o.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    o.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(o);
 }
 
 void AddSecurityChannelArgs(const SecurityConfig& config, grpc::ChannelArguments* args) {

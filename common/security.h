@@ -84,14 +84,17 @@ struct SecurityConfig {
 // is the process's, else its own.
 std::string CurrentToken(const SecurityConfig& config);
 
-// Reads the flags' files again and installs what changed: tokens and the
-// identities list take effect at once, for calls and data-plane
-// connections made from then on (the ones open stay as they were
-// authenticated). Refused, keeping the config in use, when the files
-// would change the mode (TLS on or off, a token or not, identities or not)
-// or name another task (CheckOwnIdentity). Certificates, keys and CA that
-// changed are not taken (gRPC's servers keep the ones they started with):
-// the returned status says so. OK with a one-line summary in *what.
+// Reads the flags' files again and installs what changed, for calls,
+// handshakes and data-plane connections from then on (the connections open
+// stay as they were made and authenticated): tokens and the identities
+// list at once; a certificate, key or CA within a second (gRPC's servers
+// and channels read them as ReloadableCertificates, the data plane makes
+// its TLS contexts anew). Refused, keeping the config in use, when a file
+// fails LoadSecurityConfig's checks (a key that is not the certificate's,
+// a certificate the CA did not sign), when the files would change the
+// mode (TLS on or off, mutual TLS, a token or not, identities or not), or
+// when they name another task (CheckOwnIdentity). OK with a one-line
+// summary in *what.
 absl::Status ReloadSecurity(const SecurityFlags& flags, absl::string_view rpc_layer,
                             absl::string_view source, const std::optional<TaskIdentity>& self,
                             std::string* what);
@@ -113,8 +116,13 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // One line for logs: "mutual TLS, cluster token required".
 std::string DescribeSecurity(const SecurityConfig& config);
 
-// The process's configuration; plaintext and no token until set.
+// The process's configuration; plaintext and no token until set. Its
+// certificates are what the process's servers and channels use from then
+// on, the ones made before included (see ReloadSecurity). Should they not
+// be installed (TrySetProcessSecurity's error), SetProcessSecurity logs it,
+// and credentials made from then on hold `config`'s material, fixed.
 void SetProcessSecurity(SecurityConfig config);
+absl::Status TrySetProcessSecurity(SecurityConfig config);
 std::shared_ptr<const SecurityConfig> ProcessSecurity();
 
 // Credentials for a channel (client side) and for a listening port.

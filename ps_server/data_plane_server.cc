@@ -31,13 +31,13 @@ constexpr size_t kCheckedPiece = size_t{256} << 10;
 absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
     int port, PsService* service, std::shared_ptr<const SecurityConfig> security,
     uint64_t max_payload_bytes, const std::vector<int>& avoid) {
-  std::unique_ptr<DataPlaneServer> s(new DataPlaneServer());
+  std::unique_ptr<DataPlaneServer> s(
+      new DataPlaneServer(security != nullptr ? std::move(security) : ProcessSecurity()));
   s->service_ = service;
-  s->security_ = security != nullptr ? std::move(security) : ProcessSecurity();
   s->max_payload_ = max_payload_bytes;
-  absl::StatusOr<SslCtxPtr> tls = MakeServerSslCtx(*s->security_);
-  if (!tls.ok()) return tls.status();
-  s->tls_ = std::move(*tls);
+  // The material makes a context (checked now rather than at the first
+  // connection).
+  if (absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = s->tls_.Get(); !tls.ok()) return tls.status();
   // A port the kernel picked that is in `avoid` stays bound (so that it is
   // not picked again) until a good one is found, then is closed.
   std::vector<int> refused;
@@ -126,8 +126,11 @@ void DataPlaneServer::AcceptLoop() {
     // waits for serving_ to reach 0.
     ++serving_;
     std::thread([this, fd] {
+      absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = tls_.Get();
+      if (!tls.ok()) close(fd);
       absl::StatusOr<std::unique_ptr<DataSocket>> s =
-          DataSocket::Accept(fd, tls_.get(), absl::Now() + kHelloTimeout);
+          tls.ok() ? DataSocket::Accept(fd, tls->get(), absl::Now() + kHelloTimeout)  // owns fd
+                   : absl::StatusOr<std::unique_ptr<DataSocket>>(tls.status());
       std::shared_ptr<DataSocket> socket;
       if (!s.ok()) {
         spdlog::warn("data plane: refused a connection: {}", std::string(s.status().message()));
@@ -221,6 +224,8 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
   // The gradients' check for NaN/Inf and the answer's weights
   // (PsDataService::DataPlaneCall).
   PsDataService::DataPlaneCall call;
+  // The process's config last seen to trust what `security` trusts.
+  std::shared_ptr<const SecurityConfig> trusted = security;
   while (true) {
     absl::Status r = socket->ReadFrameHead(&h, &meta, max_payload_);
     if (!r.ok()) {
@@ -228,6 +233,18 @@ void DataPlaneServer::Serve(std::shared_ptr<DataSocket> socket) {
         spdlog::warn("data plane: dropped a connection: {}", std::string(r.message()));
       }
       return;  // the client hung up, or the server stops
+    }
+    if (security->process) {
+      // A CA reloaded since the handshake: the connection ends, as gRPC's
+      // do, and the peer connects again under the CA of now.
+      std::shared_ptr<const SecurityConfig> now = ProcessSecurity();
+      if (now != trusted) {
+        if (now->ca_pem != security->ca_pem) {
+          spdlog::info("data plane: closed the connection of {}: the CA changed since", peer);
+          return;
+        }
+        trusted = std::move(now);
+      }
     }
     // Each frame kind is the gRPC method it stands for, in the table.
     const Rpc rpc = h.kind == static_cast<uint32_t>(DataKind::kCommit) ? Rpc::kControlCommitStep

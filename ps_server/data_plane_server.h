@@ -46,7 +46,8 @@ class DataPlaneServer {
   int port() const { return port_; }
 
  private:
-  DataPlaneServer() : tls_(nullptr, [](SSL_CTX*) {}) {}
+  explicit DataPlaneServer(std::shared_ptr<const SecurityConfig> security)
+      : security_(std::move(security)), tls_(TlsContexts::kServer, security_) {}
   void AcceptLoop();
   void Serve(std::shared_ptr<DataSocket> socket);
   // Reads and answers the connection's hello: the token and, with
@@ -65,8 +66,8 @@ class DataPlaneServer {
                       std::string* payload);
 
   PsService* service_ = nullptr;
-  std::shared_ptr<const SecurityConfig> security_;
-  SslCtxPtr tls_;
+  const std::shared_ptr<const SecurityConfig> security_;
+  TlsContexts tls_;  // the process's certificates of now, for its config
   uint64_t max_payload_ = 0;
   int listen_fd_ = -1;
   int wake_fd_[2] = {-1, -1};  // a byte here ends AcceptLoop's poll

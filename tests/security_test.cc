@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -450,6 +452,148 @@ TEST_F(SecurityTest, TcpDataPlaneChecksTlsAndToken) {
   Shutdown(address);
   ProcessResult r = ps->Wait();
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Certificates rotate while the ps serves: renewed from the same CA
+// (make_test_ca.sh --renew), then a CA replaced in three steps (trust both
+// CAs; switch to the new CA's certificate; drop the old CA), each file
+// written whole as a Secret update does. gRPC and the tcp data plane
+// present and trust the new material on new connections; a new
+// certificate leaves the connections open, a new CA ends them; a bad file
+// (a key that is not the certificate's) is refused with the certificates
+// in use kept.
+TEST_F(SecurityTest, CertificatesRotateWithoutARestart) {
+  const std::string next = MakeCa("next");
+  ASSERT_FALSE(next.empty());
+  const std::string dir = TempDir() + "/rotating";
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && cp -r " + pki_ + " " + dir).c_str()), 0);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  // Written aside, then renamed into place: the task reads the old file
+  // or the new one.
+  auto put = [&dir](const std::string& name, const std::string& content) {
+    std::ofstream(dir + "/.tmp") << content;
+    ASSERT_EQ(std::rename((dir + "/.tmp").c_str(), (dir + "/" + name).c_str()), 0);
+  };
+  std::string address;
+  std::unique_ptr<Background> ps =
+      StartPs({"--tls_cert=" + dir + "/task.pem", "--tls_key=" + dir + "/task.key",
+               "--tls_ca=" + dir + "/ca.pem", "--auth_token_file=" + pki_ + "/token"},
+              &address);
+  const std::string token = Token();
+  // Clients: each CA's certificate, trusting `ca_pem`.
+  auto client = [&](const std::string& pki, const std::string& ca_pem) {
+    SecurityConfig c = *Client(pki, token);
+    c.ca_pem = ca_pem;
+    return std::make_shared<const SecurityConfig>(c);
+  };
+  const std::string old_ca = read(pki_ + "/ca.pem"), new_ca = read(next + "/ca.pem");
+  // The certificate the ps presents to a new connection ("" if refused).
+  auto presented = [&](std::shared_ptr<const SecurityConfig> security) {
+    auto stub = ParameterServer::NewStub(Channel(address, std::move(security)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+    PsStatsResponse resp;
+    if (!stub->GetStats(&ctx, PsStatsRequest(), &resp).ok()) return std::string();
+    std::vector<grpc::string_ref> pems = ctx.auth_context()->FindPropertyValues("x509_pem_cert");
+    return pems.empty() ? std::string() : std::string(pems[0].begin(), pems[0].end());
+  };
+  // Polls `done` until it holds; the task looks at its files every 5 s.
+  auto eventually = [](const std::function<bool()>& done) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (!done() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(200));
+    return done();
+  };
+  const std::string first_leaf = read(pki_ + "/task.pem"), new_leaf = read(next + "/task.pem");
+  ASSERT_EQ(presented(client(pki_, old_ca)), first_leaf);
+
+  // The data plane: a connection made now, used again at the end.
+  auto stub = ParameterServer::NewStub(Channel(address, client(pki_, old_ca)));
+  {
+    grpc::ClientContext ctx;
+    InitResponse resp;
+    ASSERT_TRUE(PsControl::NewStub(Channel(address, client(pki_, old_ca)))
+                    ->Init(&ctx, SmallInit(), &resp)
+                    .ok());
+  }
+  const int port = Stats(*stub).data_port();
+  ASSERT_GT(port, 0);
+  uint64_t request_id = 0;
+  auto push = [&](DataChannel& channel) {
+    PushRequest req = SmallPush(++request_id);
+    req.set_version(Stats(*stub).version());
+    PushPullResponse resp;
+    std::promise<grpc::Status> done;
+    channel.StartPushPull(&req, &resp, absl::Now() + absl::Seconds(10),
+                          [&done](grpc::Status s) { done.set_value(s); });
+    return done.get_future().get();
+  };
+  // A CA change closes the connections open: a call on one fails once.
+  auto push_again = [&](DataChannel& channel) {
+    grpc::Status s = push(channel);
+    return s.ok() ? s : push(channel);
+  };
+  auto data_channel = [&](std::shared_ptr<const SecurityConfig> security) {
+    return std::make_unique<DataChannel>(
+        address, [port](absl::Time) -> absl::StatusOr<int> { return port; }, std::move(security));
+  };
+  std::unique_ptr<DataChannel> before = data_channel(client(pki_, old_ca));
+  ASSERT_TRUE(push(*before).ok());
+
+  // 0. Renewed from the same CA.
+  const std::string renew = "deploy/tls/make_test_ca.sh --renew " + dir + " >" + dir + ".log 2>&1";
+  ASSERT_EQ(std::system(renew.c_str()), 0) << read(dir + ".log");
+  const std::string old_leaf = read(dir + "/task.pem");
+  ASSERT_NE(old_leaf, first_leaf);
+  EXPECT_TRUE(eventually([&] { return presented(client(pki_, old_ca)) == old_leaf; }));
+  EXPECT_TRUE(push(*before).ok()) << "a new certificate leaves the connections open";
+
+  // 1. Trust both CAs: a client of the new CA gets in.
+  put("ca.pem", old_ca + new_ca);
+  EXPECT_TRUE(eventually([&] { return presented(client(next, old_ca + new_ca)) == old_leaf; }));
+  EXPECT_TRUE(push_again(*before).ok());
+
+  // 2. The new CA's certificate and key; clients of either CA still get in.
+  put("task.key", read(next + "/task.key"));
+  put("task.pem", new_leaf);
+  EXPECT_TRUE(eventually([&] { return presented(client(next, new_ca)) == new_leaf; }));
+  std::unique_ptr<DataChannel> after = data_channel(client(next, new_ca));
+  EXPECT_TRUE(push(*after).ok()) << "the data plane presents the new certificate";
+  EXPECT_TRUE(push(*before).ok()) << "a new certificate leaves the connections open";
+
+  // 3. Drop the old CA: its clients are refused, on gRPC and the data plane,
+  // those connected before included (a CA change ends the connections open).
+  put("ca.pem", new_ca);
+  stub = ParameterServer::NewStub(Channel(address, client(next, new_ca)));
+  EXPECT_TRUE(eventually([&] { return presented(client(pki_, old_ca + new_ca)).empty(); }));
+  EXPECT_EQ(push_again(*before).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(push(*data_channel(client(pki_, old_ca + new_ca))).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(presented(client(next, new_ca)), new_leaf);
+  EXPECT_TRUE(push_again(*after).ok());
+
+  // 4. A key that is not the certificate's is refused; nothing changes.
+  put("task.key", read(pki_ + "/task.key"));
+  absl::SleepFor(absl::Seconds(7));  // one look at the files (every 5 s) and gRPC's (1 s)
+  EXPECT_EQ(presented(client(next, new_ca)), new_leaf);
+  EXPECT_TRUE(push(*data_channel(client(next, new_ca))).ok());
+  EXPECT_TRUE(push(*after).ok());
+  before.reset();
+  after.reset();
+
+  auto control = TaskControl::NewStub(Channel(address, client(next, new_ca)));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+  ShutdownResponse resp;
+  EXPECT_TRUE(control->Shutdown(&ctx, ShutdownRequest(), &resp).ok());
+  ProcessResult r = ps->Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("a new CA"));
+  EXPECT_THAT(r.output, HasSubstr("is not the private key of --tls_cert=" + dir + "/task.pem"));
 }
 
 TEST_F(SecurityTest, ServerNameOverrideForCertificatesWithoutTheAddress) {

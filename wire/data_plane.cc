@@ -5,20 +5,21 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,15 @@ absl::StatusOr<SslCtxPtr> NewCtx(const SSL_METHOD* method) {
   return ctx;
 }
 
+// OpenSSL writes a TLS socket with write(2), which cannot be told not to
+// raise SIGPIPE when the peer has gone (send's MSG_NOSIGNAL): a process
+// ignores SIGPIPE from its first TLS socket on, as every daemon does from
+// its start (common/task_server.cc). Such a write fails with EPIPE instead.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] { signal(SIGPIPE, SIG_IGN); });
+}
+
 // poll() for `events` until `deadline`; DeadlineExceeded after it.
 absl::Status WaitFor(int fd, short events, absl::Time deadline) {
   while (true) {
@@ -130,6 +140,22 @@ absl::StatusOr<SslCtxPtr> MakeClientSslCtx(const SecurityConfig& config) {
   }
   SSL_CTX_set_verify(ctx->get(), SSL_VERIFY_PEER, nullptr);
   return ctx;
+}
+
+absl::StatusOr<std::shared_ptr<SSL_CTX>> TlsContexts::Get() {
+  std::shared_ptr<const SecurityConfig> now = security_->process ? ProcessSecurity() : security_;
+  if (!now->tls) return nullptr;
+  std::lock_guard<std::mutex> l(mu_);
+  const bool same = made_from_ != nullptr && made_from_->cert_pem == now->cert_pem &&
+                    made_from_->key_pem == now->key_pem && made_from_->ca_pem == now->ca_pem;
+  if (!same) {
+    absl::StatusOr<SslCtxPtr> made =
+        side_ == kServer ? MakeServerSslCtx(*now) : MakeClientSslCtx(*now);
+    if (!made.ok()) return made.status();
+    ctx_ = std::shared_ptr<SSL_CTX>(made->release(), FreeCtx);
+    made_from_ = std::move(now);
+  }
+  return ctx_;
 }
 
 absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
@@ -194,6 +220,7 @@ absl::StatusOr<std::unique_ptr<DataSocket>> DataSocket::Dial(const std::string& 
     fcntl(fd, F_SETFL, 0);
     SSL* ssl = nullptr;
     if (tls != nullptr) {
+      IgnoreSigpipe();
       ssl = SSL_new(tls);
       SSL_set_fd(ssl, fd);
       in6_addr ip6;
@@ -236,6 +263,7 @@ absl::StatusOr<std::unique_ptr<DataSocket>> DataSocket::Accept(int fd, SSL_CTX* 
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
   SSL* ssl = nullptr;
   if (tls != nullptr) {
+    IgnoreSigpipe();
     ssl = SSL_new(tls);
     SSL_set_fd(ssl, fd);
   }
@@ -500,7 +528,7 @@ DataChannel::DataChannel(std::string address,
       port_of_(std::move(port_of)),
       security_(std::move(security)),
       stop_(stop),
-      tls_(nullptr, [](SSL_CTX*) {}) {
+      tls_(TlsContexts::kClient, security_) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -614,16 +642,14 @@ void DataChannel::Loop() {
 }
 
 absl::Status DataChannel::Connect(absl::Time deadline) {
-  if (security_->tls && tls_ == nullptr) {
-    absl::StatusOr<SslCtxPtr> ctx = MakeClientSslCtx(*security_);
-    if (!ctx.ok()) return ctx.status();
-    tls_ = std::move(*ctx);
-  }
+  // The process's certificates of now, for a config that is the process's.
+  absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = tls_.Get();
+  if (!tls.ok()) return tls.status();
   absl::StatusOr<int> port = port_of_(deadline);
   if (!port.ok()) return port.status();
   const std::string name = security_->server_name.empty() ? host_ : security_->server_name;
   absl::StatusOr<std::unique_ptr<DataSocket>> s =
-      DataSocket::Dial(host_, *port, tls_.get(), name, deadline);
+      DataSocket::Dial(host_, *port, tls->get(), name, deadline);
   if (!s.ok()) return s.status();
   std::shared_ptr<DataSocket> socket(std::move(*s));
   socket->SetDeadline(deadline);

@@ -94,6 +94,27 @@ using SslCtxPtr = std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)>;
 absl::StatusOr<SslCtxPtr> MakeServerSslCtx(const SecurityConfig& config);
 absl::StatusOr<SslCtxPtr> MakeClientSslCtx(const SecurityConfig& config);
 
+// The TLS context of one side (server or client) for new connections under
+// `security`: made from its material, and made anew when `security` is the
+// process's and the process's certificates changed since (ReloadSecurity).
+// Connections hold their context, so the open ones keep theirs.
+// Thread-safe.
+class TlsContexts {
+ public:
+  enum Side { kServer, kClient };
+  TlsContexts(Side side, std::shared_ptr<const SecurityConfig> security)
+      : side_(side), security_(std::move(security)) {}
+  // Null without TLS; an error when the material does not make a context.
+  absl::StatusOr<std::shared_ptr<SSL_CTX>> Get();
+
+ private:
+  const Side side_;
+  const std::shared_ptr<const SecurityConfig> security_;
+  std::mutex mu_;
+  std::shared_ptr<const SecurityConfig> made_from_;  // guarded by mu_
+  std::shared_ptr<SSL_CTX> ctx_;                     // guarded by mu_
+};
+
 class DataSocket {
  public:
   // Dials host:port within `deadline`, TLS when `tls` is set: the server's
@@ -279,7 +300,7 @@ class DataChannel {
   const std::function<absl::StatusOr<int>(absl::Time)> port_of_;
   const std::shared_ptr<const SecurityConfig> security_;
   const std::atomic<bool>* const stop_;  // borrowed; may be null
-  SslCtxPtr tls_;
+  TlsContexts tls_;
   std::string meta_, payload_;  // scratch, reused
 
   std::mutex mu_;

@@ -3,7 +3,7 @@
 # trials (docs/security.md): a test CA, one task certificate that every
 # daemon uses as server and as client, and a random cluster token.
 #
-#   make_test_ca.sh [--san SAN]... [--days N] [--tasks LIST] [--force] DIR
+#   make_test_ca.sh [--san SAN]... [--days N] [--tasks LIST] [--force|--renew] DIR
 #
 # Writes into DIR (made if missing):
 #   ca.pem      the CA certificate           -> --tls_ca on every daemon
@@ -31,6 +31,11 @@
 #             with DNS:NAME here. Default: IP:127.0.0.1 and DNS:localhost.
 # --days N    validity in days (default 30)
 # --force     overwrite files already in DIR
+# --renew     new certificates and keys (task.pem, and with --tasks each
+#             task's) from the CA already in DIR (its ca.pem and ca.key);
+#             the CA, the tokens and identities stay. Running daemons take
+#             them without a restart (docs/security.md, "Rotating
+#             certificates and tokens").
 #
 # Exit status: 0 done; 2 bad arguments, existing files or no openssl;
 # 1 openssl failed.
@@ -38,11 +43,12 @@ set -euo pipefail
 
 me=make_test_ca.sh
 die() { echo "$me: error: $*" >&2; exit 2; }
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; }
 
 sans=()
 days=30
 force=0
+renew=0
 out=""
 tasks=""
 while [ $# -gt 0 ]; do
@@ -54,6 +60,7 @@ while [ $# -gt 0 ]; do
     --days) [ $# -ge 2 ] || die "--days needs a value"; days="$2"; shift 2 ;;
     --days=*) days="${1#--days=}"; shift ;;
     --force) force=1; shift ;;
+    --renew) renew=1; shift ;;
     --tasks) [ $# -ge 2 ] || die "--tasks needs a value (e.g. chief,ps/0,worker/0)"
              tasks="$2"; shift 2 ;;
     --tasks=*) tasks="${1#--tasks=}"; shift ;;
@@ -95,9 +102,15 @@ if [ -n "$tasks" ]; then
   [ ${#task_list[@]} -gt 0 ] || die "--tasks: no tasks given"
 fi
 
+[ "$force" -eq 0 ] || [ "$renew" -eq 0 ] || die "--force and --renew: give one (--renew keeps the CA)"
+if [ "$renew" -eq 1 ]; then
+  for f in ca.pem ca.key; do
+    [ -r "$out/$f" ] || die "--renew: $out/$f is missing (it renews from the CA in DIR)"
+  done
+fi
 mkdir -p "$out" || die "cannot make folder '$out'"
 [ -d "$out" ] && [ -w "$out" ] || die "'$out' is not a writable folder"
-if [ "$force" -eq 0 ]; then
+if [ "$force" -eq 0 ] && [ "$renew" -eq 0 ]; then
   for f in ca.pem ca.key task.pem task.key token identities; do
     [ ! -e "$out/$f" ] || die "$out/$f exists (give --force to overwrite)"
   done
@@ -133,9 +146,13 @@ run() {
   fi
 }
 export OPENSSL_CONF="$work/openssl.cnf"
-run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/ca.key"
-run openssl req -x509 -new -config "$work/openssl.cnf" -extensions v3_ca -key "$work/ca.key" \
-  -sha256 -days "$days" -out "$work/ca.pem"
+if [ "$renew" -eq 1 ]; then
+  cp "$out/ca.key" "$out/ca.pem" "$work/"
+else
+  run openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/ca.key"
+  run openssl req -x509 -new -config "$work/openssl.cnf" -extensions v3_ca -key "$work/ca.key" \
+    -sha256 -days "$days" -out "$work/ca.pem"
+fi
 # issue NAME CONFIG: a key NAME.key and a certificate NAME.pem signed by the
 # CA, with CONFIG's [v3_task] extensions.
 issue() {
@@ -165,22 +182,35 @@ subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 CNF
   issue "$name" "$work/$name.cnf"
+  [ "$renew" -eq 0 ] || continue  # its token and digest stay
   openssl rand -hex 32 > "$work/$name.token"
   printf '%s %s\n' "$t" "$(tr -d '\n' < "$work/$name.token" | openssl dgst -sha256 -r | cut -d' ' -f1)" \
     >> "$work/identities"
 done
 
 # Keys and tokens readable by the owner only; certificates (and the
-# digests) by anyone.
-for f in ca.pem task.pem; do install -m 644 "$work/$f" "$out/$f"; done
-for f in ca.key task.key token; do install -m 600 "$work/$f" "$out/$f"; done
+# digests) by anyone. Each file is written aside and renamed into place, so
+# a daemon reading it (a renewal) sees the old file or the new one; a key
+# is placed before its certificate.
+put() { install -m "$1" "$work/$2" "$out/.$2.new" && mv -f "$out/.$2.new" "$out/$2"; }
+if [ "$renew" -eq 0 ]; then
+  put 644 ca.pem
+  put 600 ca.key
+  put 600 token
+fi
+put 600 task.key
+put 644 task.pem
 for t in "${task_list[@]}"; do
   name="${t/\//-}"
-  install -m 644 "$work/$name.pem" "$out/$name.pem"
-  install -m 600 "$work/$name.key" "$out/$name.key"
-  install -m 600 "$work/$name.token" "$out/$name.token"
+  put 600 "$name.key"
+  put 644 "$name.pem"
+  [ "$renew" -eq 1 ] || put 600 "$name.token"
 done
-[ ${#task_list[@]} -eq 0 ] || install -m 644 "$work/identities" "$out/identities"
+[ ${#task_list[@]} -eq 0 ] || [ "$renew" -eq 1 ] || put 644 identities
+if [ "$renew" -eq 1 ]; then
+  echo "$me: renewed $out/task.pem${task_list[*]:+ and the certificates of ${task_list[*]}} from $out/ca.pem (valid $days days); the CA and tokens stay"
+  exit 0
+fi
 cat <<MSG
 $me: wrote $out/{ca.pem,ca.key,task.pem,task.key,token}
   task.pem names: $san_csv; valid $days days
