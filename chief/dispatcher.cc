@@ -6,11 +6,12 @@
 namespace pscluster {
 
 Dispatcher::Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window,
-                       bool reserve_next)
+                       bool reserve_next, absl::Duration hold_paused)
     : queue_(num_workers, epochs),
       num_workers_(num_workers),
       lease_window_(lease_window),
       reserve_next_(reserve_next),
+      hold_paused_(hold_paused),
       liveness_(num_workers, now),
       workers_(num_workers) {}
 
@@ -90,6 +91,14 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
   }
   if (pauses_ > 0) {
     worker.parked = true;
+    // Held: answered at the pause's end, or after hold_paused_. A condition
+    // variable, not Mutex::Await: a thousand waiters' conditions would be
+    // evaluated at every unlock.
+    if (hold_paused_ > absl::ZeroDuration()) {
+      const absl::Time until = absl::Now() + hold_paused_;
+      while (pauses_ > 0 && !unpaused_.WaitWithDeadline(&mu_, until)) {
+      }
+    }
     resp.set_kind(WorkResponse::PAUSE);
     return resp;
   }
@@ -165,6 +174,11 @@ std::vector<bool> Dispatcher::Membership(int64_t* number) const {
   return active;
 }
 
+int64_t Dispatcher::membership_number() const {
+  absl::MutexLock lock(&mu_);
+  return membership_number_;
+}
+
 void Dispatcher::MembershipApplied(int64_t number) {
   absl::MutexLock lock(&mu_);
   membership_applied_ = std::max(membership_applied_, number);
@@ -180,7 +194,7 @@ void Dispatcher::Pause() {
 
 void Dispatcher::Resume() {
   absl::MutexLock lock(&mu_);
-  if (pauses_ > 0) --pauses_;
+  if (pauses_ > 0 && --pauses_ == 0) unpaused_.SignalAll();
 }
 
 bool Dispatcher::AllParked() const {

@@ -42,8 +42,14 @@ class Dispatcher final : public WorkSource {
   // (sync) k + num_workers when it is to do, so that each step still takes
   // the next num_workers chunks whichever worker asks first; with one
   // (async) the lowest chunk to do, when within the window.
+  // `hold_paused` > 0: a GetWork that finds the workers paused (Pause) is
+  // answered PAUSE at the pause's end (Resume) or after `hold_paused`,
+  // whichever comes first, instead of at once; its gRPC thread waits
+  // meanwhile. A paused worker then asks about once per hold instead of
+  // every 20 ms: a thousand of them through a checkpoint's pause were most
+  // of the chief's calls (docs/benchmarks/chief-scale.md).
   Dispatcher(int num_workers, int epochs, absl::Time now, int64_t lease_window = 0,
-             bool reserve_next = false);
+             bool reserve_next = false, absl::Duration hold_paused = absl::ZeroDuration());
 
   // Counts every worker as heard from at `now` (when the plan goes out).
   void ResetContact(absl::Time now);
@@ -70,6 +76,9 @@ class Dispatcher final : public WorkSource {
   // The sync worker set (alive, not finished, not idle), with a number that grows
   // at every change; MembershipApplied(n) says the ps hold set n.
   std::vector<bool> Membership(int64_t* number) const;
+  // The number alone: the chief's loop asks it on every tick and reads the
+  // set (O(workers)) only when it changed.
+  int64_t membership_number() const;
   void MembershipApplied(int64_t number);
 
   // Between Pause and Resume every GetWork answers PAUSE. Pauses nest (a
@@ -128,7 +137,9 @@ class Dispatcher final : public WorkSource {
   const int num_workers_;
   const int64_t lease_window_;
   const bool reserve_next_;
+  const absl::Duration hold_paused_;
   mutable absl::Mutex mu_;
+  absl::CondVar unpaused_;  // signalled when pauses_ falls to 0
   int64_t bound_answers_ ABSL_GUARDED_BY(mu_) = 0;
   WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,9 @@
 #include "chief/dispatcher.h"
 
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -292,6 +296,53 @@ TEST(DispatcherBoundTest, AFastWorkerWaitsForTheSlowestChunk) {
 TEST_F(DispatcherTest, TheRingsCallsAreNotServed) {
   EXPECT_TRUE(absl::IsFailedPrecondition(d_.RingWork(RingWorkRequest(), kT0).status()));
   EXPECT_TRUE(absl::IsFailedPrecondition(d_.GetReplica(ReplicaRequest()).status()));
+}
+
+// hold_paused (issue 57): a paused worker's ask is held until the pause
+// ends, its worker counted as parked meanwhile, and answered PAUSE (it asks
+// again, as ever). The hold here is an hour: were Resume not to end it,
+// the test would hang, not pass.
+TEST(DispatcherHoldTest, APausedAskIsHeldUntilTheResume) {
+  Dispatcher d(2, 1, kT0, /*lease_window=*/0, /*reserve_next=*/false,
+               /*hold_paused=*/absl::Hours(1));
+  int64_t n = 0;
+  d.Membership(&n);
+  d.MembershipApplied(n);
+  d.Pause();
+  EXPECT_FALSE(d.AllParked());
+  absl::Notification asked;
+  absl::StatusOr<WorkResponse> held;
+  std::thread worker0([&] {
+    held = d.GetWork(Ask(0, 1), kT0);
+    asked.Notify();
+  });
+  std::thread worker1([&] { EXPECT_EQ(d.GetWork(Ask(1, 2), kT0)->kind(), WorkResponse::PAUSE); });
+  // Both park while their answers are held.
+  while (!d.AllParked()) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_FALSE(asked.HasBeenNotified());
+  d.Resume();
+  worker0.join();
+  worker1.join();
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->kind(), WorkResponse::PAUSE);
+  EXPECT_EQ(d.GetWork(Ask(0, 1), kT0)->kind(), WorkResponse::CHUNK);  // after the pause: work
+}
+
+// A nested pause holds until the outermost Resume; a hold that runs out
+// answers PAUSE all the same.
+TEST(DispatcherHoldTest, AHoldEndsWithTheOutermostResumeOrItsTime) {
+  Dispatcher d(1, 1, kT0, /*lease_window=*/0, /*reserve_next=*/false,
+               /*hold_paused=*/absl::Milliseconds(1));
+  int64_t n = 0;
+  d.Membership(&n);
+  d.MembershipApplied(n);
+  d.Pause();
+  d.Pause();
+  d.Resume();
+  EXPECT_EQ(d.GetWork(Ask(0, 1), kT0)->kind(), WorkResponse::PAUSE);  // held 1 ms, still paused
+  EXPECT_TRUE(d.AllParked());
+  d.Resume();
+  EXPECT_EQ(d.GetWork(Ask(0, 1), kT0)->kind(), WorkResponse::CHUNK);
 }
 
 }  // namespace

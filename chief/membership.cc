@@ -6,6 +6,9 @@ namespace pscluster {
 
 bool MembershipSync::Apply(bool force) {
   force_pending_ |= force;
+  // Every tick asks; the set itself (one entry per worker) is read only
+  // when it changed.
+  if (dispatcher_->membership_number() == sent_number_ && !force_pending_) return true;
   int64_t number = 0;
   const std::vector<bool> active = dispatcher_->Membership(&number);
   if (number == sent_number_ && !force_pending_) return true;

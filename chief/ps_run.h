@@ -143,6 +143,8 @@ class ParameterServerRun final : public StrategyRun {
   // checkpoint), waiting at most `timeout`; logged when not.
   void AwaitBackups(absl::Duration timeout);
   static constexpr absl::Duration kBackupsAtTheEnd = absl::Seconds(10);
+  // The longest a GetWork answered PAUSE is held (Dispatcher's hold_paused).
+  static constexpr absl::Duration kHoldPaused = absl::Milliseconds(250);
   // The address of the `slot`-th backup store ps `ps`'s process keeps
   // (its --backup_port + slot, or a free port).
   absl::StatusOr<std::string> BackupStoreOf(int ps, int slot);

@@ -11,7 +11,7 @@
 namespace pscluster {
 
 WorkQueue::WorkQueue(int num_workers, int epochs)
-    : num_workers_(num_workers), epochs_(epochs) {}
+    : num_workers_(num_workers), epochs_(epochs), leases_(std::max(num_workers, 0)) {}
 
 absl::Status WorkQueue::CheckWorker(int worker) const {
   if (worker >= 0 && worker < num_workers_) return absl::OkStatus();
@@ -45,6 +45,7 @@ void WorkQueue::EnsureSized() {
   if (state_.size() != total) {
     state_.assign(total, State::kTodo);
     owner_.assign(total, -1);
+    ForgetLeases();
     first_todo_ = 0;
     first_undone_ = 0;
     done_ = 0;
@@ -70,9 +71,31 @@ std::optional<int64_t> WorkQueue::Lease(int worker, int64_t window, bool* bounde
     return std::nullopt;
   }
   const int64_t k = first_todo_++;
-  state_[k] = State::kLeased;
-  owner_[k] = worker;
+  LeaseLocked(worker, k);
   return k;
+}
+
+void WorkQueue::LeaseLocked(int worker, int64_t chunk) {
+  state_[chunk] = State::kLeased;
+  owner_[chunk] = worker;
+  leases_[worker].push_back(chunk);
+}
+
+void WorkQueue::EndLease(int worker, int64_t chunk, State to) {
+  state_[chunk] = to;
+  owner_[chunk] = -1;
+  if (to == State::kTodo) first_todo_ = std::min(first_todo_, chunk);
+  // A worker holds a chunk or two (its step's, a reserved next one).
+  std::vector<int64_t>& held = leases_[worker];
+  auto it = std::find(held.begin(), held.end(), chunk);
+  if (it != held.end()) {
+    *it = held.back();
+    held.pop_back();
+  }
+}
+
+void WorkQueue::ForgetLeases() {
+  for (std::vector<int64_t>& held : leases_) held.clear();
 }
 
 bool WorkQueue::SkipToTodo() {
@@ -98,8 +121,7 @@ bool WorkQueue::LeaseTo(int worker, int64_t chunk) {
       chunk >= static_cast<int64_t>(state_.size()) || state_[chunk] != State::kTodo) {
     return false;
   }
-  state_[chunk] = State::kLeased;
-  owner_[chunk] = worker;
+  LeaseLocked(worker, chunk);
   return true;
 }
 
@@ -111,8 +133,7 @@ bool WorkQueue::Reserve(int worker, int64_t chunk, int64_t window) {
     return false;
   }
   if (PastWindow(chunk, window)) return false;
-  state_[chunk] = State::kLeased;
-  owner_[chunk] = worker;
+  LeaseLocked(worker, chunk);
   return true;
 }
 
@@ -124,9 +145,7 @@ bool WorkQueue::Holds(int worker, int64_t chunk) const {
 void WorkQueue::Unreserve(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
   if (!LeasedTo(worker, chunk)) return;
-  state_[chunk] = State::kTodo;
-  owner_[chunk] = -1;
-  first_todo_ = std::min(first_todo_, chunk);
+  EndLease(worker, chunk, State::kTodo);
 }
 
 std::optional<int64_t> WorkQueue::LowestTodo() {
@@ -138,8 +157,7 @@ std::optional<int64_t> WorkQueue::LowestTodo() {
 void WorkQueue::Complete(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
   if (!LeasedTo(worker, chunk)) return;
-  state_[chunk] = State::kDone;
-  owner_[chunk] = -1;
+  EndLease(worker, chunk, State::kDone);
   ++done_;
 }
 
@@ -147,23 +165,20 @@ void WorkQueue::Return(int worker, int64_t chunk) {
   absl::MutexLock lock(&mu_);
   if (!LeasedTo(worker, chunk)) return;
   ++returned_;
-  state_[chunk] = State::kTodo;
-  owner_[chunk] = -1;
-  first_todo_ = std::min(first_todo_, chunk);
+  EndLease(worker, chunk, State::kTodo);
 }
 
 int WorkQueue::Release(int worker) {
   absl::MutexLock lock(&mu_);
-  int released = 0;
-  for (size_t k = 0; k < state_.size(); ++k) {
-    if (state_[k] == State::kLeased && owner_[k] == worker) {
-      state_[k] = State::kTodo;
-      owner_[k] = -1;
-      first_todo_ = std::min<int64_t>(first_todo_, k);
-      ++released;
-    }
+  if (worker < 0 || worker >= num_workers_) return 0;
+  std::vector<int64_t> held;
+  held.swap(leases_[worker]);
+  for (int64_t k : held) {
+    state_[k] = State::kTodo;
+    owner_[k] = -1;
+    first_todo_ = std::min(first_todo_, k);
   }
-  return released;
+  return static_cast<int>(held.size());
 }
 
 void WorkQueue::ReleaseAll() {
@@ -175,6 +190,7 @@ void WorkQueue::ReleaseAll() {
       first_todo_ = std::min<int64_t>(first_todo_, k);
     }
   }
+  ForgetLeases();
 }
 
 bool WorkQueue::AllDone() const {
@@ -268,6 +284,7 @@ absl::Status WorkQueue::RestoreDone(const std::string& ranges) {
   }
   state_ = std::move(state);
   owner_.assign(n, -1);
+  ForgetLeases();
   first_todo_ = 0;
   first_undone_ = 0;
   done_ = done;

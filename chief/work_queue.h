@@ -64,6 +64,9 @@ class WorkQueue {
   // `worker` gives `chunk` back undone; ignored unless leased to it.
   void Return(int worker, int64_t chunk);
   // `worker` is lost: its leased chunks are to do again. Returns how many.
+  // Costs what that worker holds, not the run's chunks: a thousand workers
+  // lost at once cost a thousand short lists, not a thousand scans of the
+  // run.
   int Release(int worker);
   // Every lease is forgotten (a restore: nobody's work counts any more).
   void ReleaseAll();
@@ -87,6 +90,12 @@ class WorkQueue {
   enum class State : uint8_t { kTodo, kLeased, kDone };
   void EnsureSized() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool LeasedTo(int worker, int64_t chunk) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `chunk`, to do, becomes leased to `worker` (in range).
+  void LeaseLocked(int worker, int64_t chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `chunk`, leased to `worker`, leaves the lease for `to` (kTodo or kDone).
+  void EndLease(int worker, int64_t chunk, State to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every lease forgotten (sizing, a restore).
+  void ForgetLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves first_todo_ to the lowest chunk to do; false when none is.
   bool SkipToTodo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `chunk` lies `window` (> 0) or more chunks past the lowest one
@@ -99,6 +108,9 @@ class WorkQueue {
   int chunks_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<State> state_ ABSL_GUARDED_BY(mu_);
   std::vector<int> owner_ ABSL_GUARDED_BY(mu_);  // for kLeased
+  // Per worker, the chunks leased to it (in no order): owner_ read the
+  // other way, so that Release need not scan state_.
+  std::vector<std::vector<int64_t>> leases_ ABSL_GUARDED_BY(mu_);
   int64_t first_todo_ ABSL_GUARDED_BY(mu_) = 0;  // no kTodo below this
   int64_t first_undone_ ABSL_GUARDED_BY(mu_) = 0;  // every chunk below is kDone
   int64_t done_ ABSL_GUARDED_BY(mu_) = 0;

@@ -56,6 +56,74 @@ TEST(WorkQueueTest, ALostWorkersUnfinishedChunksGoToOthersFirst) {
   EXPECT_TRUE(q.AllDone());
 }
 
+// Release reads each worker's own list of leases (issue 57: it scanned
+// every chunk of the run, so a thousand workers lost at once cost a
+// thousand scans). Every way a lease begins (Lease, LeaseTo, Reserve) and
+// ends (Complete, Return, Unreserve, Release, ReleaseAll, RestoreDone)
+// keeps the list right: Release gives back exactly the chunks still leased
+// to that worker, and nothing of another's.
+TEST(WorkQueueTest, ReleaseGivesBackExactlyTheChunksStillLeasedToThatWorker) {
+  WorkQueue q(3, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(12).ok());
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(q.Lease(i % 3), i);  // 0,3 to w0; 1,4 to w1; 2,5 to w2
+  ASSERT_TRUE(q.LeaseTo(0, 9));
+  ASSERT_TRUE(q.Reserve(0, 10, 0));
+  q.Complete(0, 0);
+  q.Return(0, 3);      // to do again (returned)
+  q.Unreserve(0, 10);  // to do again
+  q.Complete(1, 1);
+  // Worker 0 holds chunk 9 alone now; worker 1 holds 4; worker 2 holds 2 and 5.
+  EXPECT_EQ(q.Release(0), 1);
+  EXPECT_FALSE(q.Holds(0, 9));
+  EXPECT_TRUE(q.Holds(1, 4));
+  EXPECT_TRUE(q.Holds(2, 2));
+  EXPECT_EQ(q.Release(0), 0);  // nothing left: a second loss releases nothing
+  EXPECT_EQ(q.Release(2), 2);
+  EXPECT_EQ(q.Release(7), 0);  // out of range: ignored
+  // The released and returned chunks come back lowest first.
+  std::vector<int64_t> again;
+  for (int i = 0; i < 5; ++i) again.push_back(*q.Lease(2));
+  EXPECT_EQ(again, (std::vector<int64_t>{2, 3, 5, 6, 7}));
+  EXPECT_EQ(q.Release(2), 5);
+  // After ReleaseAll and a restore nobody holds anything.
+  ASSERT_EQ(q.Lease(1), 2);
+  q.ReleaseAll();
+  EXPECT_EQ(q.Release(1), 0);
+  ASSERT_EQ(q.Lease(1), 2);
+  ASSERT_TRUE(q.RestoreDone("0-1").ok());
+  EXPECT_EQ(q.Release(1), 0);
+  EXPECT_EQ(q.Release(0), 0);
+  EXPECT_EQ(q.Lease(0), 2);
+  EXPECT_EQ(q.Release(0), 1);
+}
+
+// Many workers, many chunks, every worker lost in turn: each release
+// returns what that worker held, and the run still ends with every chunk
+// done once.
+TEST(WorkQueueTest, LosingEveryWorkerOfALargeRunReturnsEachOnesLeases) {
+  constexpr int kWorkers = 1000;
+  WorkQueue q(kWorkers, 1);
+  ASSERT_TRUE(q.SetChunksPerEpoch(20 * kWorkers).ok());
+  for (int w = 0; w < kWorkers; ++w) {
+    for (int k = 0; k < 3; ++k) ASSERT_TRUE(q.Lease(w).has_value());
+    q.Complete(w, 3 * w);  // its first one done
+  }
+  int64_t released = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    const int n = q.Release(w);
+    EXPECT_EQ(n, 2) << "worker " << w;
+    released += n;
+  }
+  EXPECT_EQ(released, 2 * kWorkers);
+  for (int64_t k = 0; k < q.total(); ++k) {
+    const std::optional<int64_t> c = q.Lease(static_cast<int>(k % kWorkers));
+    if (!c.has_value()) break;
+    q.Complete(static_cast<int>(k % kWorkers), *c);
+  }
+  EXPECT_EQ(q.done_count(), q.total());
+  EXPECT_TRUE(q.AllDone());
+}
+
 TEST(WorkQueueTest, CompletionByAnotherWorkerIsIgnored) {
   WorkQueue q(2, 1);
   ASSERT_TRUE(q.SetChunksPerEpoch(2).ok());
