@@ -394,6 +394,16 @@ absl::Status SetCluster(const ChiefFlags& f, const TfConfig& config, ChiefOption
         absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source, ")"));
   }
   opt->replicas_to_aggregate = replicas;
+  if (f.min_workers < 0 || f.min_workers > num_workers) {
+    return Bad("min_workers", std::to_string(f.min_workers),
+               absl::StrCat("must be in [0, ", num_workers, "] (the workers in ", config.source,
+                            "; 0: every one)"));
+  }
+  if (mirrored && f.min_workers != 0 && f.min_workers != num_workers) {
+    return Bad("min_workers", std::to_string(f.min_workers),
+               "multi_worker_mirrored's ring needs every worker from the start");
+  }
+  opt->min_workers = f.min_workers;
   if (f.ps_replicas < 0 || f.ps_replicas > kMaxPsReplicas) {
     return Bad("ps_replicas", std::to_string(f.ps_replicas),
                absl::StrCat("must be in [0, ", kMaxPsReplicas,

@@ -194,6 +194,10 @@ TEST(MakeChiefOptionsTest, BadValuesAreNamedWithTheirReason) {
       {[](ChiefFlags* f) { f->num_workers = 1; }, "--num_workers=1: TF_CONFIG lists 2 workers"},
       {[](ChiefFlags* f) { f->replicas_to_aggregate = 3; },
        "--replicas_to_aggregate=3: must be in [0, 2] (the workers in TF_CONFIG)"},
+      {[](ChiefFlags* f) { f->min_workers = 3; },
+       "--min_workers=3: must be in [0, 2] (the workers in TF_CONFIG; 0: every one)"},
+      {[](ChiefFlags* f) { f->min_workers = -1; },
+       "--min_workers=-1: must be in [0, 2] (the workers in TF_CONFIG; 0: every one)"},
       {[](ChiefFlags* f) { f->max_staleness = -1; }, "--max_staleness=-1: must be >= 0"},
       {[](ChiefFlags* f) { f->wait_for_cluster_s = 0; }, "--wait_for_cluster_s=0: must be >= 1"},
       {[](ChiefFlags* f) { f->log_every_s = 0; }, "--log_every_s=0.000000: must be > 0"},
@@ -258,6 +262,10 @@ TEST(MakeChiefOptionsTest, TheRingRefusesTheParameterServersSettings) {
   EXPECT_EQ(ErrorOf(f),
             "--replicas_to_aggregate=1: multi_worker_mirrored sums every worker's gradient (no "
             "backup workers)");
+  f = ring;
+  f.min_workers = 1;
+  EXPECT_EQ(ErrorOf(f),
+            "--min_workers=1: multi_worker_mirrored's ring needs every worker from the start");
 }
 
 TEST(MakeChiefOptionsTest, PsReplicasNeedAnotherPsForEachBackup) {

@@ -29,6 +29,9 @@ struct ChiefOptions {
   // model file's compiled RMSprop".
   std::string optimizer_origin = "--optimizer";
   int replicas_to_aggregate = 0;  // 0: every worker
+  // Training starts once this many workers answer (with every ps and the
+  // evaluator); the others join when they do. 0: every worker.
+  int min_workers = 0;
   int max_staleness = 8;          // async: see chief/main.cc's --max_staleness
   absl::Duration wait_for_cluster = absl::Minutes(2);
   absl::Duration log_every = absl::Seconds(2);

@@ -41,29 +41,56 @@ std::vector<std::shared_ptr<grpc::Channel>> ClusterTasks::ps_channels() const {
   return out;
 }
 
-absl::Status ClusterTasks::WaitUntilServing(absl::Duration timeout) {
-  spdlog::info("waiting for {} tasks: {} ps, {} workers, {} evaluator", tasks_.size(), num_ps_,
-               num_workers_, num_evaluators_);
+absl::Status ClusterTasks::WaitUntilServing(absl::Duration timeout, int min_workers) {
+  const int needed_workers = min_workers > 0 ? min_workers : num_workers_;
+  spdlog::info("waiting for {} tasks: {} ps, {} workers{}, {} evaluator", tasks_.size(), num_ps_,
+               num_workers_,
+               needed_workers < num_workers_ ? absl::StrCat(" (", needed_workers, " to start)")
+                                             : std::string(),
+               num_evaluators_);
   const absl::Time give_up = absl::Now() + timeout;
   std::vector<bool> up(tasks_.size(), false);
   while (true) {
-    std::vector<std::string> missing;
+    std::vector<std::string> missing, missing_workers;
+    int workers_up = 0;
     for (size_t i = 0; i < tasks_.size(); ++i) {
       if (!up[i]) up[i] = IsServing(*tasks_[i].channel, std::chrono::milliseconds(500));
-      if (!up[i]) missing.push_back(Name(tasks_[i]));
+      const bool worker = tasks_[i].id.type == kWorkerJob;
+      if (up[i] && worker) ++workers_up;
+      if (!up[i]) (worker ? missing_workers : missing).push_back(Name(tasks_[i]));
     }
-    if (missing.empty()) break;
+    if (missing.empty() && workers_up >= needed_workers) break;
     if (*stop_) return absl::CancelledError("stopped while waiting for the cluster");
     if (absl::Now() >= give_up) {
-      return absl::DeadlineExceededError(absl::StrCat("these tasks did not answer within ",
-                                                      absl::FormatDuration(timeout), ": ",
-                                                      absl::StrJoin(missing, ", ")));
+      missing.insert(missing.end(), missing_workers.begin(), missing_workers.end());
+      return absl::DeadlineExceededError(absl::StrCat(
+          "these tasks did not answer within ", absl::FormatDuration(timeout), ": ",
+          absl::StrJoin(missing, ", "),
+          needed_workers < num_workers_ ? absl::StrCat(" (", workers_up, " of the ", needed_workers,
+                                                       " workers of --min_workers answer)")
+                                        : ""));
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
-  spdlog::info("all tasks answer");
+  absent_workers_.clear();
+  std::vector<std::string> absent;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    if (up[i] || tasks_[i].id.type != kWorkerJob) continue;
+    absent_workers_.push_back(tasks_[i].id.index);
+    absent.push_back(Name(tasks_[i]));
+  }
+  if (absent.empty()) {
+    spdlog::info("all tasks answer");
+  } else {
+    spdlog::info(
+        "starting with {} of {} workers (--min_workers={}); these join when they answer: {}",
+        num_workers_ - static_cast<int>(absent.size()), num_workers_, min_workers,
+        absl::StrJoin(absent, ", "));
+  }
   return absl::OkStatus();
 }
+
+std::vector<int> ClusterTasks::absent_workers() const { return absent_workers_; }
 
 bool ClusterTasks::has_evaluator() const { return num_evaluators_ > 0; }
 

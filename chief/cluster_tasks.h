@@ -32,9 +32,13 @@ class ClusterTasks {
   // The channels to ps 0, 1, ..., for the ps fleet.
   std::vector<std::shared_ptr<grpc::Channel>> ps_channels() const;
 
-  // Waits until every task answers the health service. DeadlineExceeded
+  // Waits until every task answers the health service, or, with
+  // `min_workers` > 0, every ps and evaluator and at least that many
+  // workers (the others join later: absent_workers()). DeadlineExceeded
   // naming the tasks that did not within `timeout`.
-  absl::Status WaitUntilServing(absl::Duration timeout);
+  absl::Status WaitUntilServing(absl::Duration timeout, int min_workers = 0);
+  // The workers that had not answered when WaitUntilServing returned.
+  std::vector<int> absent_workers() const;
 
   // Whether the cluster lists an evaluator.
   bool has_evaluator() const;
@@ -57,6 +61,8 @@ class ClusterTasks {
     std::shared_ptr<grpc::Channel> channel;
   };
   static std::string Name(const Task& t);
+  // Set by WaitUntilServing, read by its caller's thread after it.
+  std::vector<int> absent_workers_;
   // One Shutdown call to `t`.
   static absl::Status Shutdown(const Task& t, const ShutdownRequest& req,
                                absl::Duration timeout, bool wait_for_ready);

@@ -69,6 +69,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
   PSCLUSTER_RETURN_IF_ERROR(queue_.SetChunksPerEpoch(req.chunks_per_epoch()));
   Touch(w, req.incarnation(), now);
   Worker& worker = workers_[w];
+  if (req.leaving()) return Leave(w, req);
   WorkResponse resp;
   resp.set_generation(generation_);
   if (!liveness_.alive(w) && membership_applied_ < worker.excluded_at) {
@@ -83,7 +84,11 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
     worker.idle = false;
     ChangeMembership();
     worker.admitted_at = membership_number_;
-    events_.push_back(absl::StrCat("worker ", w, " is back and gets work again"));
+    events_.push_back(worker.joining ? absl::StrCat("worker ", w,
+                                                    " joins the run and gets work from the "
+                                                    "next step")
+                                     : absl::StrCat("worker ", w, " is back and gets work again"));
+    worker.joining = false;
   }
   if (req.completed_generation() == generation_) {
     for (int64_t k : req.completed()) queue_.Complete(w, k);
@@ -162,6 +167,40 @@ std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duratio
     lost.push_back({s.worker, queue_.Release(s.worker), s.silent_for});
   }
   return lost;
+}
+
+WorkResponse Dispatcher::Leave(int w, const WorkRequest& req) {
+  Worker& worker = workers_[w];
+  if (liveness_.alive(w) && req.completed_generation() == generation_) {
+    for (int64_t k : req.completed()) queue_.Complete(w, k);
+    for (int64_t k : req.abandoned()) queue_.Return(w, k);
+  }
+  worker.reserved = -1;
+  const int released = queue_.Release(w);
+  if (liveness_.alive(w) && !liveness_.finished(w)) {
+    liveness_.MarkLost(w);
+    worker.idle = false;
+    ChangeMembership();
+    worker.excluded_at = membership_number_;
+    events_.push_back(absl::StrCat("worker ", w, " leaves the run (it stops)",
+                                   released > 0 ? absl::StrCat("; ", released,
+                                                               " chunk(s) it held go back to "
+                                                               "the queue")
+                                                : std::string()));
+  }
+  WorkResponse resp;
+  resp.set_generation(generation_);
+  resp.set_kind(WorkResponse::DONE);
+  return resp;
+}
+
+void Dispatcher::MarkAbsent(int w) {
+  absl::MutexLock lock(&mu_);
+  if (w < 0 || w >= num_workers_ || !liveness_.alive(w)) return;
+  liveness_.MarkLost(w);
+  ChangeMembership();
+  workers_[w].excluded_at = membership_number_;
+  workers_[w].joining = true;
 }
 
 std::vector<bool> Dispatcher::Membership(int64_t* number) const {

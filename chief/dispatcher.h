@@ -73,6 +73,11 @@ class Dispatcher final : public WorkSource {
   // `timeout`: marked lost, their leases released.
   std::vector<Lost> FindLost(absl::Time now, absl::Duration timeout);
 
+  // Worker `w` did not answer at the start (ClusterTasks::absent_workers):
+  // out of the sync set, as a lost worker is, until it first asks; then
+  // it joins as a lost worker comes back. Ignored out of range.
+  void MarkAbsent(int w);
+
   // The sync worker set (alive, not finished, not idle), with a number that grows
   // at every change; MembershipApplied(n) says the ps hold set n.
   std::vector<bool> Membership(int64_t* number) const;
@@ -123,7 +128,11 @@ class Dispatcher final : public WorkSource {
     int64_t excluded_at = 0;  // membership number it was last taken out by
     bool parked = false;
     int64_t reserved = -1;  // the chunk leased to it ahead (reserve_next), -1: none
+    bool joining = false;   // absent at the start and not yet in the set
   };
+  // A worker's last request (WorkRequest.leaving): its chunks reported,
+  // the rest of its leases released, out of the set at once.
+  WorkResponse Leave(int w, const WorkRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records contact; a new incarnation means the old process died.
   void Touch(int w, uint64_t incarnation, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangeMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -181,6 +181,37 @@ TEST_F(DispatcherTest, ANewIncarnationVoidsTheOldLeasesAndIsFirstTakenOutOfTheSt
   EXPECT_EQ(Get(Ask(1, 9)).chunk(), 0);
 }
 
+// --min_workers: a worker absent at the start is out of the set, is never
+// found lost, and joins when it first asks, once the ps know it.
+TEST(DispatcherJoinTest, AnAbsentWorkerJoinsWhenItFirstAsks) {
+  Dispatcher d(3, 1, kT0);
+  d.MarkAbsent(2);
+  d.MarkAbsent(7);  // out of range: ignored
+  int64_t n = 0;
+  EXPECT_EQ(d.Membership(&n), (std::vector<bool>{true, true, false}));
+  d.MembershipApplied(n);
+  auto get = [&d](const WorkRequest& r) {
+    absl::StatusOr<WorkResponse> w = d.GetWork(r, kT0);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return *w;
+  };
+  EXPECT_EQ(get(Ask(0, 1)).chunk(), 0);
+  EXPECT_EQ(get(Ask(1, 2)).chunk(), 1);
+  EXPECT_TRUE(d.FindLost(kT0 + absl::Seconds(60), absl::Seconds(3)).size() == 2u)
+      << "the two that asked are silent; the absent one is not lost again";
+  EXPECT_EQ(d.Membership(&n), (std::vector<bool>{false, false, false}));
+  d.MembershipApplied(n);
+  // Worker 2 starts: it waits for the set that holds it to reach the ps.
+  EXPECT_EQ(get(Ask(2, 3)).kind(), WorkResponse::PAUSE);
+  EXPECT_EQ(d.Membership(&n), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(get(Ask(2, 3)).kind(), WorkResponse::PAUSE);
+  d.MembershipApplied(n);
+  EXPECT_EQ(get(Ask(2, 3)).chunk(), 0) << "the lost workers' chunks first";
+  const std::vector<std::string> events = d.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], "worker 2 joins the run and gets work from the next step");
+}
+
 TEST_F(DispatcherTest, PauseParksEveryLiveWorker) {
   d_.Pause();
   EXPECT_FALSE(d_.AllParked());

@@ -116,6 +116,10 @@ ABSL_FLAG(double, momentum, kDefaults.momentum,
 ABSL_FLAG(int, replicas_to_aggregate, kDefaults.replicas_to_aggregate,
           "sync: gradients averaged per step; fewer than the workers makes the "
           "slowest ones backup workers. 0: every worker");
+ABSL_FLAG(int, min_workers, kDefaults.min_workers,
+          "Start training once this many of TF_CONFIG's workers answer (with every ps and the "
+          "evaluator); the others join the running job when they answer, from the next step. "
+          "0: every worker");
 ABSL_FLAG(int, max_staleness, kDefaults.max_staleness,
           "async: no worker starts a chunk more than this many steps (rounds of one chunk per "
           "worker) ahead of the slowest unfinished chunk; it waits instead. Nothing is dropped");
@@ -232,6 +236,7 @@ pscluster::ChiefFlags ReadFlags(int argc, char** argv) {
   f.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   f.momentum = absl::GetFlag(FLAGS_momentum);
   f.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  f.min_workers = absl::GetFlag(FLAGS_min_workers);
   f.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   f.seed = absl::GetFlag(FLAGS_seed);
   f.min_shard_bytes = absl::GetFlag(FLAGS_min_shard_bytes);

@@ -180,6 +180,9 @@ absl::Status ParameterServerRun::Start(ClusterTasks* tasks, absl::Time* start) {
   PSCLUSTER_RETURN_IF_ERROR(StartParameterServers(start));
   LogSetup();
   dispatcher_->ResetContact(absl::Now());
+  // Workers not up yet (--min_workers) are out of the first set and join
+  // when they first ask.
+  for (int w : tasks->absent_workers()) dispatcher_->MarkAbsent(w);
   membership_->Apply(/*force=*/true);
   next_ps_check_ = absl::Now() + options_.ps_check_every;
   next_version_check_ = absl::Now();

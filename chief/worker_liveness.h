@@ -50,6 +50,9 @@ class WorkerLiveness {
 
   // A lost worker asked again: alive and not finished.
   void MarkBack(int w);
+  // A worker that has not answered yet (absent at the start): lost until
+  // it asks.
+  void MarkLost(int w) { workers_[w].alive = false; }
   // The worker is done with the run; false when it was already.
   bool MarkFinished(int w);
 

@@ -27,7 +27,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,17 +54,6 @@ using ::testing::HasSubstr;
 std::string TempDir() {
   const char* t = std::getenv("TEST_TMPDIR");
   return t ? t : "/tmp";
-}
-
-// `field`'s value in ps's shutdown line ("applied_digest=...").
-std::string ShutdownField(const std::string& log, const std::string& key) {
-  std::smatch m;
-  const std::regex re(" " + key + "=([0-9a-f]+)");
-  std::string last;
-  for (std::sregex_iterator it(log.begin(), log.end(), re), end; it != end; ++it) {
-    last = (*it)[1];
-  }
-  return last;
 }
 
 std::string ReadFile(const std::string& path) {

@@ -15,16 +15,6 @@ namespace pscluster {
 namespace testing {
 namespace {
 
-// The value after "key=" on the ps's "shutting down" line, as text.
-std::string ShutdownField(const std::string& log, const std::string& key) {
-  const size_t line = log.rfind("shutting down");
-  if (line == std::string::npos) return "";
-  const size_t at = log.find(key + "=", line);
-  if (at == std::string::npos) return "";
-  const size_t begin = at + key.size() + 1;
-  return log.substr(begin, log.find_first_of(" \n", begin) - begin);
-}
-
 class BackupWorkersTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 // Two ps and `workers` workers training on MNIST (data_dir empty when it

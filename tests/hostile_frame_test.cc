@@ -30,16 +30,6 @@ namespace pscluster {
 namespace testing {
 namespace {
 
-
-std::string ShutdownField(const std::string& log, const std::string& key) {
-  const size_t line = log.rfind("shutting down");
-  if (line == std::string::npos) return "";
-  const size_t at = log.find(key + "=", line);
-  if (at == std::string::npos) return "";
-  const size_t begin = at + key.size() + 1;
-  return log.substr(begin, log.find_first_of(" \n", begin) - begin);
-}
-
 // The ps's data port from its start-up line, waiting for it.
 int DataPort(const LocalCluster& c, const std::string& task) {
   static const std::regex kLine(R"(tcp data plane on port (\d+))");

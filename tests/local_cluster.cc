@@ -516,6 +516,15 @@ std::optional<FinalFigures> ParseFinalLine(const std::string& log) {
   return f;
 }
 
+std::string ShutdownField(const std::string& log, const std::string& key) {
+  const size_t line = log.rfind("shutting down");
+  if (line == std::string::npos) return "";
+  const size_t at = log.find(" " + key + "=", line);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size() + 2;
+  return log.substr(begin, log.find_first_of(" \n", begin) - begin);
+}
+
 std::optional<long> FindCounter(const std::string& log, const std::string& marker,
                                 const std::string& key) {
   std::optional<long> value;

@@ -179,6 +179,11 @@ void ExpectExportReproducesEvaluator(const std::string& model_file,
                                      const std::string& export_path, const std::string& data,
                                      const FinalFigures& evaluator);
 
+// The value after "key=" on the last "shutting down" line of a ps's log
+// (its counters: applied=, applied_digest=, version=, ...), as text; ""
+// when there is none.
+std::string ShutdownField(const std::string& log, const std::string& key);
+
 // The number after "key=" in the last line of `log` that contains `marker`.
 std::optional<long> FindCounter(const std::string& log, const std::string& marker,
                                 const std::string& key);

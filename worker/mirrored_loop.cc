@@ -173,7 +173,9 @@ absl::Status RingTraining::SetUpBackend() {
 // Asks the chief for the ring's next step until it says DONE.
 absl::Status RingTraining::Train() {
   while (true) {
-    if (*ctx_.stop) return absl::CancelledError("stop requested");
+    if (*ctx_.stop || (ctx_.leave != nullptr && *ctx_.leave)) {
+      return absl::CancelledError("stop requested");
+    }
     request_.set_completed_step(replica_.step());
     absl::StatusOr<RingWorkResponse> work =
         ctx_.chief->RingWork(request_, options_.step_timeout, ctx_.stop);

@@ -140,6 +140,12 @@ class PsTraining {
   // asked.
   bool AskNextRows(int64_t next);
   absl::Status Finish();
+  // Asked to leave (SIGTERM: a scale-down, a drain), between steps: lets
+  // the exchange in flight end, then tells the chief the chunks done and
+  // that this worker leaves (WorkRequest.leaving), so that none of them is
+  // trained again and sync steps stop waiting for it at once. Cancelled,
+  // as a stop is.
+  absl::Status Leave();
 
   std::unique_ptr<Exchange> StartExchange(std::unique_ptr<Exchange> before, int n, bool streamed);
   // Waits for an exchange to be over and records its call.
@@ -296,6 +302,7 @@ absl::Status PsTraining::PullFirst() {
 absl::Status PsTraining::Train() {
   while (true) {
     if (*ctx_.stop) return absl::CancelledError("stop requested");
+    if (ctx_.leave != nullptr && *ctx_.leave) return Leave();
     request_.set_completed_generation(generation_seen_);
     absl::StatusOr<WorkResponse> work =
         ctx_.chief->GetWork(request_, options_.step_timeout, ctx_.stop);
@@ -309,6 +316,24 @@ absl::Status PsTraining::Train() {
       PSCLUSTER_RETURN_IF_ERROR(Step(*work));
     }
   }
+}
+
+absl::Status PsTraining::Leave() {
+  if (inflight_ != nullptr) {
+    (void)Settle(*inflight_);
+    inflight_.reset();
+  }
+  request_.set_completed_generation(generation_seen_);
+  request_.set_leaving(true);
+  absl::StatusOr<WorkResponse> answer = ctx_.chief->GetWork(request_, absl::Seconds(5), ctx_.stop);
+  if (answer.ok()) {
+    spdlog::info("stopping: the chief knows this worker leaves ({} chunk(s) reported done)",
+                 request_.completed_size());
+  } else {
+    spdlog::warn("stopping: the chief was not told ({}); it finds this worker lost",
+                 std::string(answer.status().message()));
+  }
+  return absl::CancelledError("stop requested");
 }
 
 // Everything a work answer asks for but the step itself: the weights in

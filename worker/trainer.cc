@@ -102,8 +102,12 @@ absl::Status Trainer::Run() {
   context.incarnation = incarnation;
   context.chief = chief->get();
   context.stop = &stop_;
+  context.leave = &leave_;
   context.finished = &finished_;
-  return LoopFor(plan->strategy())->Run(context);
+  training_ = true;
+  absl::Status s = LoopFor(plan->strategy())->Run(context);
+  training_ = false;
+  return s;
 }
 
 }  // namespace pscluster

@@ -8,8 +8,8 @@
 //
 // A restarted worker simply starts again: the chief hands it new work.
 //
-// Not thread-safe: Run() is called once, from one thread; RequestStop() may
-// be called from any thread.
+// Not thread-safe: Run() is called once, from one thread; RequestStop() and
+// RequestLeave() may be called from any thread.
 #ifndef PSCLUSTER_WORKER_TRAINER_H_
 #define PSCLUSTER_WORKER_TRAINER_H_
 
@@ -28,10 +28,21 @@ class Trainer {
   // (Cancelled), or fails with a status naming what went wrong.
   absl::Status Run();
   void RequestStop() { stop_ = true; }
+  // Leave the run after the step in flight, telling the chief (a
+  // scale-down's SIGTERM; worker/ps_loop.cc's Leave): Run then returns
+  // Cancelled. The ring's loop stops at its next step. False when no
+  // training loop runs (before the plan, or after the run): then there is
+  // nothing to leave, and the caller stops the worker itself.
+  bool RequestLeave() {
+    leave_ = true;
+    return training_;
+  }
 
  private:
   const TrainerOptions options_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> leave_{false};
+  std::atomic<bool> training_{false};  // the strategy's loop runs
   // Set once the loop is done with the chief's work: heartbeats then say
   // so, and the chief stops counting on this worker.
   std::atomic<bool> finished_{false};

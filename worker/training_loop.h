@@ -47,6 +47,8 @@ struct TrainingContext {
   uint64_t incarnation = 0;  // this process's, as its heartbeats carry it
   ChiefClient* chief = nullptr;
   const std::atomic<bool>* stop = nullptr;  // a stop was requested
+  // Leave the run after the step in flight (Trainer::RequestLeave).
+  const std::atomic<bool>* leave = nullptr;
   // Set by the loop once it is done with the chief's work: the heartbeats
   // then say so, and the chief stops counting on this worker.
   std::atomic<bool>* finished = nullptr;
