@@ -43,13 +43,7 @@ pki="$tmp/pki"
 "$repo/deploy/tls/make_test_ca.sh" --tasks chief,ps/0,ps/1,worker/0,worker/1 "$pki" >/dev/null ||
   bad "make_test_ca.sh failed"
 
-# free_ports N: N ports the kernel hands out now, one per line.
-free_ports() {
-  python3 -c 'import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print("\n".join(str(s.getsockname()[1]) for s in socks))' "$1"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"   # free_ports
 
 # one_run WAY: one run; prints "wall_s steps".
 one_run() {

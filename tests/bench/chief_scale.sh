@@ -82,13 +82,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# free_ports N: N ports the kernel hands out now, one per line.
-free_ports() {
-  python3 -c 'import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print("\n".join(str(s.getsockname()[1]) for s in socks))' "$1"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"   # free_ports
 
 # one_run W: one cluster; prints chief_load's line of figures.
 one_run() {
