@@ -1,5 +1,7 @@
 #include "chief/dispatcher.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -158,15 +160,39 @@ absl::Status Dispatcher::Heartbeat(const HeartbeatRequest& req, absl::Time now) 
   return absl::OkStatus();
 }
 
-std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duration timeout) {
+std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duration timeout,
+                                                   bool hold_chunks) {
   absl::MutexLock lock(&mu_);
   std::vector<Lost> lost;
   for (const WorkerLiveness::Silent& s : liveness_.FindSilent(now, timeout)) {
     ChangeMembership();
     workers_[s.worker].excluded_at = membership_number_;
-    lost.push_back({s.worker, queue_.Release(s.worker), s.silent_for});
+    workers_[s.worker].reserved = -1;
+    if (hold_chunks) {
+      std::vector<int64_t> held = queue_.LeasedTo(s.worker);
+      const int n = static_cast<int>(held.size());
+      lost.push_back({s.worker, n, s.silent_for, std::move(held)});
+    } else {
+      lost.push_back({s.worker, queue_.Release(s.worker), s.silent_for, {}});
+    }
   }
   return lost;
+}
+
+int Dispatcher::SettleLost(int w, const std::vector<int64_t>& held,
+                           const std::vector<int64_t>& applied) {
+  absl::MutexLock lock(&mu_);
+  int returned = 0;
+  for (int64_t k : held) {
+    if (!queue_.Holds(w, k)) continue;
+    if (std::binary_search(applied.begin(), applied.end(), k)) {
+      queue_.Complete(w, k);
+    } else {
+      queue_.Unreserve(w, k);
+      ++returned;
+    }
+  }
+  return returned;
 }
 
 WorkResponse Dispatcher::Leave(int w, const WorkRequest& req) {

@@ -68,10 +68,19 @@ class Dispatcher final : public WorkSource {
     int worker;
     int chunks_released;
     absl::Duration silent_for;
+    // hold_chunks: the chunks still leased to it, for SettleLost.
+    std::vector<int64_t> held;
   };
   // Workers alive and not finished whose last word is older than
-  // `timeout`: marked lost, their leases released.
-  std::vector<Lost> FindLost(absl::Time now, absl::Duration timeout);
+  // `timeout`: marked lost, their leases released. With `hold_chunks` the
+  // leases stay (handed to no one) until SettleLost: the caller first asks
+  // the ps which of them they applied, since a worker can die after its
+  // gradient was applied and before it reported its chunk done.
+  std::vector<Lost> FindLost(absl::Time now, absl::Duration timeout, bool hold_chunks = false);
+  // A lost worker's held chunks (Lost.held): those in `applied` (taken by
+  // every ps) are done, the others to do again. A chunk `w` no longer holds
+  // is left alone. Returns how many went back to the queue.
+  int SettleLost(int w, const std::vector<int64_t>& held, const std::vector<int64_t>& applied);
 
   // Worker `w` did not answer at the start (ClusterTasks::absent_workers):
   // out of the sync set, as a lost worker is, until it first asks; then

@@ -166,6 +166,46 @@ TEST_F(DispatcherTest, ALostWorkersChunkGoesToTheOtherAndItRejoinsOnceThePsKnow)
   EXPECT_FALSE(d_.TakeEvents().empty());
 }
 
+// hold_chunks: a lost worker's chunks go to no one until settled; those
+// every ps applied are done, the others to do again.
+TEST_F(DispatcherTest, ALostWorkersHeldChunksAreSettledByWhatThePsApplied) {
+  EXPECT_EQ(Get(Ask(1, 2)).chunk(), 0);
+  ASSERT_TRUE(d_.Heartbeat(
+                    [] {
+                      HeartbeatRequest h;
+                      h.set_worker_index(1);
+                      h.set_incarnation(2);
+                      return h;
+                    }(),
+                    kT0)
+                  .ok());
+  EXPECT_EQ(Get(Ask(1, 2, {0})).chunk(), 1);  // chunk 0 reported, chunk 1 not yet
+  std::vector<Dispatcher::Lost> lost =
+      d_.FindLost(kT0 + absl::Seconds(5), absl::Seconds(3), /*hold_chunks=*/true);
+  ASSERT_EQ(lost.size(), 2u);  // worker 0 never asked: silent too
+  const Dispatcher::Lost& w1 = lost[1];
+  EXPECT_EQ(w1.worker, 1);
+  EXPECT_EQ(w1.held, std::vector<int64_t>{1});
+  int64_t n = 0;
+  d_.Membership(&n);
+  d_.MembershipApplied(n);
+  // Held: worker 0, back, gets chunk 2, not the lost worker's chunk 1.
+  EXPECT_EQ(Get(Ask(0, 1)).kind(), WorkResponse::PAUSE);
+  d_.Membership(&n);
+  d_.MembershipApplied(n);
+  EXPECT_EQ(Get(Ask(0, 1)).chunk(), 2);
+  // Every ps took chunk 1's gradient: done, not trained again.
+  EXPECT_EQ(d_.SettleLost(1, w1.held, {1}), 0);
+  EXPECT_EQ(d_.done_chunks(), 2);
+  EXPECT_EQ(Get(Ask(0, 1, {2})).chunk(), 3);
+  // A chunk no ps took goes back to the queue.
+  lost = d_.FindLost(kT0 + absl::Seconds(10), absl::Seconds(3), /*hold_chunks=*/true);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].held, std::vector<int64_t>{3});
+  EXPECT_EQ(d_.SettleLost(0, lost[0].held, {1}), 1);
+  EXPECT_EQ(d_.done_chunks(), 3);
+}
+
 TEST_F(DispatcherTest, ANewIncarnationVoidsTheOldLeasesAndIsFirstTakenOutOfTheStep) {
   EXPECT_EQ(Get(Ask(1, 2)).chunk(), 0);
   // Restarted within the timeout: same index, new process. The ps must

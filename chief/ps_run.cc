@@ -289,7 +289,8 @@ absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start
     const Snapshot& latest = **snap;
     int64_t reaches_back_to = 0;
     std::vector<std::pair<int, int64_t>> held;
-    const std::vector<int64_t> since = ChunksEveryPsHolds(&reaches_back_to, &held);
+    const std::vector<int64_t> since = ChunksEveryPsHolds(
+        "the chunks trained since the checkpoint are trained again", &reaches_back_to, &held);
     absl::StatusOr<std::string> done = WorkQueue::AddDone(latest.done_chunks, since);
     if (!done.ok()) return done.status();
     if (absl::Status s = dispatcher_->Rewind(latest.chunks_per_epoch, *done, generation);
@@ -326,7 +327,8 @@ absl::Status ParameterServerRun::ResumeRun(int64_t generation, absl::Time* start
 }
 
 std::vector<int64_t> ParameterServerRun::ChunksEveryPsHolds(
-    int64_t* reaches_back_to, std::vector<std::pair<int, int64_t>>* held) {
+    absl::string_view if_unknown, int64_t* reaches_back_to,
+    std::vector<std::pair<int, int64_t>>* held) {
   // A chunk counts when every ps took it: one on some ps only (a worker
   // lost between its pushes) is to be trained again.
   std::vector<int64_t> common;
@@ -335,9 +337,8 @@ std::vector<int64_t> ParameterServerRun::ChunksEveryPsHolds(
   for (int i = 0; i < plan_.num_ps(); ++i) {
     absl::StatusOr<ShardState> r = ps_->RecentChunks(i, absl::Seconds(10));
     if (!r.ok()) {
-      spdlog::warn("ps:{} does not say which chunks it took lately ({}); the chunks trained "
-                   "since the checkpoint are trained again",
-                   i, std::string(r.status().message()));
+      spdlog::warn("ps:{} does not say which chunks it took lately ({}); {}", i,
+                   std::string(r.status().message()), std::string(if_unknown));
       *reaches_back_to = std::numeric_limits<int64_t>::max();
       held->clear();
       return {};
@@ -432,11 +433,33 @@ absl::Status ParameterServerRun::Tick() {
 }
 
 void ParameterServerRun::CheckWorkers() {
-  for (const Dispatcher::Lost& l : dispatcher_->FindLost(absl::Now(), options_.heartbeat_timeout)) {
+  const std::vector<Dispatcher::Lost> lost =
+      dispatcher_->FindLost(absl::Now(), options_.heartbeat_timeout, /*hold_chunks=*/true);
+  // A worker can die after every ps applied its gradient and before it
+  // reported the chunk done: such a chunk is done, not to train again (it
+  // would be applied twice). The ps's record of the chunks they took says
+  // which.
+  std::vector<int64_t> applied;
+  if (std::any_of(lost.begin(), lost.end(),
+                  [](const Dispatcher::Lost& l) { return !l.held.empty(); })) {
+    int64_t reaches_back_to = 0;
+    std::vector<std::pair<int, int64_t>> in_step;
+    applied =
+        ChunksEveryPsHolds("a lost worker's chunks are trained again", &reaches_back_to, &in_step);
+  }
+  for (const Dispatcher::Lost& l : lost) {
+    const int returned = dispatcher_->SettleLost(l.worker, l.held, applied);
+    const int done = static_cast<int>(std::count_if(l.held.begin(), l.held.end(), [&](int64_t k) {
+      return std::binary_search(applied.begin(), applied.end(), k);
+    }));
     spdlog::warn(
         "worker {} lost: no heartbeat for {:.1f} s; {} unfinished chunk(s) go to the "
-        "other workers{}",
-        l.worker, absl::ToDoubleSeconds(l.silent_for), l.chunks_released,
+        "other workers{}{}",
+        l.worker, absl::ToDoubleSeconds(l.silent_for), returned,
+        done > 0 ? absl::StrCat("; ", done,
+                                " chunk(s) it had not reported are done (every ps took "
+                                "its gradient)")
+                 : std::string(),
         plan_.mode() == SYNC ? "; sync steps stop waiting for it" : "");
   }
   for (const std::string& e : dispatcher_->TakeEvents()) spdlog::warn("{}", e);

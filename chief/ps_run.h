@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "chief/checkpointer.h"
 #include "chief/chief_options.h"
@@ -127,7 +128,8 @@ class ParameterServerRun final : public StrategyRun {
   // every ps (the largest int64 when a ps did not answer: none then). In
   // *held, each {worker, chunk} whose gradient waits in the step being
   // gathered on some ps (sync).
-  std::vector<int64_t> ChunksEveryPsHolds(int64_t* reaches_back_to,
+  // `if_unknown` ends the warning logged when a ps does not answer.
+  std::vector<int64_t> ChunksEveryPsHolds(absl::string_view if_unknown, int64_t* reaches_back_to,
                                           std::vector<std::pair<int, int64_t>>* held);
   // --ps_replicas=R: gives every ps's store its backups
   // (docs/replication.md): of the R + 1 places for a copy of ps i's store

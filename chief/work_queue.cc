@@ -181,6 +181,12 @@ int WorkQueue::Release(int worker) {
   return static_cast<int>(held.size());
 }
 
+std::vector<int64_t> WorkQueue::LeasedTo(int worker) const {
+  absl::MutexLock lock(&mu_);
+  if (worker < 0 || worker >= num_workers_) return {};
+  return leases_[worker];
+}
+
 void WorkQueue::ReleaseAll() {
   absl::MutexLock lock(&mu_);
   for (size_t k = 0; k < state_.size(); ++k) {

@@ -68,6 +68,8 @@ class WorkQueue {
   // lost at once cost a thousand short lists, not a thousand scans of the
   // run.
   int Release(int worker);
+  // The chunks leased to `worker` now, in no order (empty out of range).
+  std::vector<int64_t> LeasedTo(int worker) const;
   // Every lease is forgotten (a restore: nobody's work counts any more).
   void ReleaseAll();
 

@@ -37,11 +37,12 @@ ClusterOptions Options(const std::string& mode, int workers) {
                   absl::StrCat("--batch_size=", 32 * workers), "--log_every_s=0.2"};
   if (mode == "async") {
     // Each update at the same learning rate in both runs: by default async
-    // scales it for the workers listed (4 against 2) and its decay counts
-    // that many updates per step. (Sync's defaults already match: each
-    // step at the same rate, the per-worker batch the same.)
+    // scales it for the workers listed (4 against 2), and its decay counts
+    // that many updates per step; here the decay halves the rate every
+    // 2,000 updates in both. (Sync's defaults already match: each step at
+    // the same rate, the per-worker batch the same.)
     o.chief_args.push_back("--async_lr_scaling=none");
-    o.chief_args.push_back("--lr_decay_steps=0");
+    o.chief_args.push_back(absl::StrCat("--lr_decay_steps=", 2000 / workers));
   }
   return o;
 }
