@@ -1,16 +1,20 @@
 // Workers join and leave a running job (issue 57): TF_CONFIG lists four
 // workers, the chief starts with two (--min_workers=2), the other two start
-// a quarter into the run and join, and get SIGTERM at three quarters (a
-// scale-down: they leave after their step, telling the chief, and exit 0). Sync and async, each against a fixed run of two
-// workers with the same per-worker batch: every chunk is applied once on
-// every ps (the ps agree on their applied digests), and the final accuracy
-// is the fixed run's within 0.003.
+// a quarter into the run and join, and leave at three quarters: by SIGTERM
+// (a scale-down: they leave after their step, telling the chief, and exit
+// 0) or by SIGKILL (a crash: found lost; the chunks whose gradients every
+// ps took count as done, and a ps that took one already does not apply it
+// again). Sync and async, each against a fixed run of two workers with the
+// same per-worker batch: every chunk is applied once on every ps (the ps
+// agree on their applied digests), and the final accuracy is the fixed
+// run's within 0.003.
 #include <csignal>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -88,10 +92,11 @@ bool WaitForLog(const LocalCluster& c, const std::string& task, const std::strin
   return true;
 }
 
-class ElasticTest : public ::testing::TestWithParam<std::string> {};
+// (mode, how the two leave: "sigterm" or "sigkill").
+class ElasticTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ElasticTest, TwoWorkersJoinAndLeaveAndEveryChunkIsAppliedOnce) {
-  const std::string mode = GetParam();
+  const std::string mode = std::get<0>(GetParam()), leave = std::get<1>(GetParam());
   ClusterOptions fixed = Options(mode, 2);
   PSCLUSTER_SKIP_WITHOUT_MNIST(fixed.data_dir);
   std::optional<Outcome> base = RunCluster(fixed, nullptr, {});
@@ -102,7 +107,7 @@ TEST_P(ElasticTest, TwoWorkersJoinAndLeaveAndEveryChunkIsAppliedOnce) {
   elastic.start_later = {"worker:2", "worker:3"};
   std::optional<Outcome> grown = RunCluster(
       elastic,
-      [](LocalCluster& c) {
+      [&leave](LocalCluster& c) {
         ASSERT_TRUE(c.WaitForChunks(kChunks / 4, absl::Minutes(2))) << c.AllLogs();
         ASSERT_TRUE(c.StartTask("worker:2").ok());
         ASSERT_TRUE(c.StartTask("worker:3").ok());
@@ -112,15 +117,18 @@ TEST_P(ElasticTest, TwoWorkersJoinAndLeaveAndEveryChunkIsAppliedOnce) {
               << c.Log("chief:0");
         }
         ASSERT_TRUE(c.WaitForChunks(kChunks * 3 / 4, absl::Minutes(2))) << c.AllLogs();
-        ASSERT_TRUE(c.Signal("worker:2", SIGTERM).ok());
-        ASSERT_TRUE(c.Signal("worker:3", SIGTERM).ok());
+        for (const char* w : {"worker:2", "worker:3"}) {
+          ASSERT_TRUE((leave == "sigkill" ? c.Kill(w) : c.Signal(w, SIGTERM)).ok());
+        }
         for (const char* w : {"worker 2", "worker 3"}) {
-          EXPECT_TRUE(WaitForLog(c, "chief:0", absl::StrCat(w, " leaves the run"),
+          EXPECT_TRUE(WaitForLog(c, "chief:0",
+                                 absl::StrCat(w, leave == "sigkill" ? " lost" : " leaves the run"),
                                  absl::Minutes(1)))
               << c.Log("chief:0");
         }
       },
-      {});
+      leave == "sigkill" ? std::map<std::string, int>{{"worker:2", 137}, {"worker:3", 137}}
+                         : std::map<std::string, int>{});
   ASSERT_TRUE(grown.has_value());
   EXPECT_NE(grown->chief.find("starting with 2 of 4 workers (--min_workers=2)"),
             std::string::npos)
@@ -137,12 +145,16 @@ TEST_P(ElasticTest, TwoWorkersJoinAndLeaveAndEveryChunkIsAppliedOnce) {
             ShutdownField(grown->ps1, "applied_digest"));
   EXPECT_NEAR(grown->final.test_accuracy, base->final.test_accuracy, 0.003)
       << "elastic " << grown->final.test_accuracy << ", fixed " << base->final.test_accuracy;
-  std::cout << mode << ": fixed 2 workers " << base->final.test_accuracy << ", 2 -> 4 -> 2 "
-            << grown->final.test_accuracy << "\n";
+  std::cout << mode << ", " << leave << ": fixed 2 workers " << base->final.test_accuracy
+            << ", 2 -> 4 -> 2 " << grown->final.test_accuracy << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ElasticTest, ::testing::Values("sync", "async"),
-                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, ElasticTest,
+    ::testing::Combine(::testing::Values("sync", "async"), ::testing::Values("sigterm", "sigkill")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+      return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+    });
 
 }  // namespace
 }  // namespace testing

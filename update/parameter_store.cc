@@ -28,6 +28,13 @@ bool AllFinite(const float* x, int64_t n) {
   return worst != 0x7f800000u;
 }
 
+uint64_t ParameterStore::AsyncGradientHash(int64_t chunk, uint64_t request_id, int worker) {
+  // By chunk where it has one: ps that each applied every chunk once agree,
+  // whichever worker's gradient of it they took.
+  return chunk >= 0 ? GradientHash(static_cast<uint64_t>(chunk) | (uint64_t{1} << 63), -1)
+                    : GradientHash(request_id, worker);
+}
+
 uint64_t ParameterStore::GradientHash(uint64_t name, int worker) {
   // splitmix64's finaliser.
   uint64_t z = name * 0x10001ull + static_cast<uint64_t>(worker) + 0x9e3779b97f4a7c15ull;
@@ -316,6 +323,15 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool 
   // computed (WorkResponse.BOUND), so every ps applies every push.
   PushResult r;
   r.staleness = version_ - args.version;
+  if (args.chunk >= 0 && recent_chunks_.Contains(args.chunk)) {
+    // This chunk's gradient is applied here already: its worker was lost
+    // between its pushes to two ps (applied on this one only), and the
+    // chunk, trained again, comes back. Answered as applied, applied once.
+    ++stats_.pushes_duplicate;
+    r.applied = true;
+    r.version = version_;
+    return r;
+  }
   if (!finite) {
     ++stats_.steps_skipped_nonfinite;
     r.version = version_;
@@ -330,7 +346,7 @@ absl::StatusOr<PushResult> ParameterStore::PushAsync(const PushArgs& args, bool 
   sparse_.Apply(version_);
   Report(args.gradients, false, {}, args.worker, args.request_id, r.staleness, args.chunk);
   recent_chunks_.Add({args.chunk}, RecentChunksKept(config_.num_workers));
-  stats_.applied_digest += GradientHash(args.request_id, args.worker);
+  stats_.applied_digest += AsyncGradientHash(args.chunk, args.request_id, args.worker);
   ++version_;
   ++stats_.pushes_applied;
   ++stats_.steps_applied;

@@ -175,8 +175,9 @@ struct StoreStats {
   // their decision came (the rest were computed when it came).
   int64_t steps_ahead = 0;
   // Sum of a hash over every gradient applied (sync: every step member, by
-  // (version, worker); async: by (request id, worker)): ps that applied
-  // the same gradients agree on it.
+  // (version, worker); async: by chunk, or (request id, worker) for a push
+  // without one): ps that applied the same gradients (async: a gradient of
+  // the same chunks) agree on it.
   uint64_t applied_digest = 0;
   int64_t generation = 0;
   bool initialized = false;
@@ -498,6 +499,9 @@ class ParameterStore {
   // applied-gradients digest: sync names a gradient by its version, async
   // by its request id.
   static uint64_t GradientHash(uint64_t name, int worker);
+  // An async gradient's: by its chunk when it has one (>= 0), else by
+  // (request id, worker).
+  static uint64_t AsyncGradientHash(int64_t chunk, uint64_t request_id, int worker);
   static absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version);
   // Unavailable before Init or Restore; FailedPrecondition when
   // `fingerprint` is not the layout the store holds.

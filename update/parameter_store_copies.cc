@@ -267,7 +267,8 @@ absl::Status ParameterStore::ApplyReplicated(uint64_t layout_fingerprint, const 
     }
   } else {
     ++stats_.pushes_applied;
-    stats_.applied_digest += GradientHash(u.request_id, u.worker);
+    stats_.applied_digest += AsyncGradientHash(
+        u.member_chunks.empty() ? int64_t{-1} : u.member_chunks[0], u.request_id, u.worker);
     stats_.staleness_sum += u.staleness;
     stats_.staleness_max = std::max(stats_.staleness_max, u.staleness);
   }

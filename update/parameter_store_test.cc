@@ -433,6 +433,44 @@ TEST(AsyncDigestTest, SamePushesAnyOrderSameDigest) {
   EXPECT_EQ(c.stats().pushes_applied, 5);
 }
 
+// Async: a chunk's gradient already applied here (its worker was lost
+// between its pushes to two ps, and the chunk was trained again) is
+// answered as applied and not applied twice; the two ps, one of which took
+// the first gradient and one the second, agree on their digest (by chunk).
+TEST(AsyncChunkTest, AChunkAppliedHereAlreadyIsNotAppliedAgain) {
+  ParameterStore torn, other;
+  for (ParameterStore* s : {&torn, &other}) {
+    bool already = false;
+    std::vector<float> zeros(3, 0.0f);
+    ASSERT_TRUE(s->Init(SgdConfig(UpdateRule::kAsync, 2, 1), zeros.data(), &already).ok());
+  }
+  auto push = [](ParameterStore& s, int worker, uint64_t id, int64_t chunk) {
+    std::vector<float> g = {1, 1, 1};
+    PushArgs a;
+    a.layout_fingerprint = kLayout;
+    a.worker = worker;
+    a.request_id = id;
+    a.num_examples = 1;
+    a.gradients = g.data();
+    a.num_floats = 3;
+    a.chunk = chunk;
+    return s.Push(a);
+  };
+  ASSERT_TRUE(push(torn, 0, 11, 7).ok());  // worker 0's push of chunk 7, then it dies
+  absl::StatusOr<PushResult> again = push(torn, 1, 21, 7);  // worker 1 trains chunk 7 again
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->applied);
+  EXPECT_EQ(again->version, 1);
+  EXPECT_EQ(Values(torn), (std::vector<float>{-1, -1, -1}));  // once: sgd, lr 1
+  ASSERT_TRUE(push(other, 1, 21, 7).ok());                    // the ps worker 0 never reached
+  EXPECT_EQ(torn.stats().pushes_applied, 1);
+  EXPECT_EQ(torn.stats().pushes_duplicate, 1);
+  EXPECT_EQ(torn.stats().applied_digest, other.stats().applied_digest);
+  ASSERT_TRUE(push(torn, 1, 22, 8).ok());  // another chunk is applied
+  EXPECT_EQ(torn.stats().pushes_applied, 2);
+  EXPECT_NE(torn.stats().applied_digest, other.stats().applied_digest);
+}
+
 ParameterStore::SharedValues Shared(ParameterStore& store, int64_t min_version = 0) {
   ParameterStore::SharedValues out;
   int64_t v = 0;

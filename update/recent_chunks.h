@@ -16,6 +16,7 @@
 #include <deque>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 
 namespace pscluster {
@@ -26,6 +27,7 @@ class RecentChunks {
   void Reset(int64_t version) {
     chunks_.clear();
     blocks_.clear();
+    counts_.clear();
     since_ = version;
   }
 
@@ -35,6 +37,7 @@ class RecentChunks {
   void Load(absl::Span<const int64_t> chunks, int64_t since, int64_t version) {
     Reset(since);
     chunks_.assign(chunks.begin(), chunks.end());
+    for (int64_t k : chunks_) ++counts_[k];
     blocks_.push_back({chunks_.size(), version - since});
   }
 
@@ -47,10 +50,15 @@ class RecentChunks {
     for (int64_t k : chunks) {
       if (k < 0) continue;
       chunks_.push_back(k);
+      ++counts_[k];
       ++n;
     }
     blocks_.push_back({n, 1});
     while ((chunks_.size() > keep || blocks_.size() > keep) && !blocks_.empty()) {
+      for (size_t i = 0; i < blocks_.front().chunks; ++i) {
+        auto it = counts_.find(chunks_[i]);
+        if (--it->second == 0) counts_.erase(it);
+      }
       chunks_.erase(chunks_.begin(), chunks_.begin() + blocks_.front().chunks);
       since_ += blocks_.front().updates;
       blocks_.pop_front();
@@ -59,6 +67,8 @@ class RecentChunks {
 
   // Oldest first.
   std::vector<int64_t> chunks() const { return {chunks_.begin(), chunks_.end()}; }
+  // Whether an update held took chunk `k`.
+  bool Contains(int64_t k) const { return counts_.contains(k); }
   // Every update from this version on has its chunks in chunks().
   int64_t since() const { return since_; }
 
@@ -69,6 +79,7 @@ class RecentChunks {
   };
   std::deque<int64_t> chunks_;
   std::deque<Block> blocks_;
+  absl::flat_hash_map<int64_t, int> counts_;  // chunks_ by value, for Contains
   int64_t since_ = 0;
 };
 
