@@ -45,8 +45,8 @@ std::vector<float> Values(ParameterStore& store, int64_t* version = nullptr) {
 }
 
 absl::StatusOr<PushResult> PushGrad(ParameterStore& store, int worker, int64_t version,
-                                    std::vector<float> g, int examples = 1,
-                                    uint64_t id = 0, int64_t generation = 0) {
+                                    std::vector<float> g, int examples = 1, uint64_t id = 0,
+                                    int64_t generation = 0, int64_t chunk = -1) {
   PushArgs a;
   a.layout_fingerprint = kLayout;
   a.worker = worker;
@@ -56,6 +56,7 @@ absl::StatusOr<PushResult> PushGrad(ParameterStore& store, int worker, int64_t v
   a.gradients = g.data();
   a.num_floats = static_cast<int64_t>(g.size());
   a.generation = generation;
+  a.chunk = chunk;
   return store.Push(a);
 }
 
@@ -445,16 +446,7 @@ TEST(AsyncChunkTest, AChunkAppliedHereAlreadyIsNotAppliedAgain) {
     ASSERT_TRUE(s->Init(SgdConfig(UpdateRule::kAsync, 2, 1), zeros.data(), &already).ok());
   }
   auto push = [](ParameterStore& s, int worker, uint64_t id, int64_t chunk) {
-    std::vector<float> g = {1, 1, 1};
-    PushArgs a;
-    a.layout_fingerprint = kLayout;
-    a.worker = worker;
-    a.request_id = id;
-    a.num_examples = 1;
-    a.gradients = g.data();
-    a.num_floats = 3;
-    a.chunk = chunk;
-    return s.Push(a);
+    return PushGrad(s, worker, 0, {1, 1, 1}, 1, id, 0, chunk);
   };
   ASSERT_TRUE(push(torn, 0, 11, 7).ok());  // worker 0's push of chunk 7, then it dies
   absl::StatusOr<PushResult> again = push(torn, 1, 21, 7);  // worker 1 trains chunk 7 again
