@@ -92,10 +92,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
                                      : absl::StrCat("worker ", w, " is back and gets work again"));
     worker.joining = false;
   }
-  if (req.completed_generation() == generation_) {
-    for (int64_t k : req.completed()) queue_.Complete(w, k);
-    for (int64_t k : req.abandoned()) queue_.Return(w, k);
-  }
+  TakeReports(w, req);
   if (pauses_ > 0) {
     worker.parked = true;
     // Held: answered at the pause's end, or after hold_paused_. A condition
@@ -179,28 +176,32 @@ std::vector<Dispatcher::Lost> Dispatcher::FindLost(absl::Time now, absl::Duratio
   return lost;
 }
 
-int Dispatcher::SettleLost(int w, const std::vector<int64_t>& held,
-                           const std::vector<int64_t>& applied) {
+Dispatcher::Settled Dispatcher::SettleLost(int w, const std::vector<int64_t>& held,
+                                           const std::vector<int64_t>& applied) {
   absl::MutexLock lock(&mu_);
-  int returned = 0;
+  Settled settled;
   for (int64_t k : held) {
     if (!queue_.Holds(w, k)) continue;
     if (std::binary_search(applied.begin(), applied.end(), k)) {
       queue_.Complete(w, k);
+      ++settled.done;
     } else {
       queue_.Unreserve(w, k);
-      ++returned;
+      ++settled.returned;
     }
   }
-  return returned;
+  return settled;
+}
+
+void Dispatcher::TakeReports(int w, const WorkRequest& req) {
+  if (req.completed_generation() != generation_) return;  // of a life before a restore
+  for (int64_t k : req.completed()) queue_.Complete(w, k);
+  for (int64_t k : req.abandoned()) queue_.Return(w, k);
 }
 
 WorkResponse Dispatcher::Leave(int w, const WorkRequest& req) {
   Worker& worker = workers_[w];
-  if (liveness_.alive(w) && req.completed_generation() == generation_) {
-    for (int64_t k : req.completed()) queue_.Complete(w, k);
-    for (int64_t k : req.abandoned()) queue_.Return(w, k);
-  }
+  if (liveness_.alive(w)) TakeReports(w, req);
   worker.reserved = -1;
   const int released = queue_.Release(w);
   if (liveness_.alive(w) && !liveness_.finished(w)) {

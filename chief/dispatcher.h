@@ -77,10 +77,14 @@ class Dispatcher final : public WorkSource {
   // the ps which of them they applied, since a worker can die after its
   // gradient was applied and before it reported its chunk done.
   std::vector<Lost> FindLost(absl::Time now, absl::Duration timeout, bool hold_chunks = false);
-  // A lost worker's held chunks (Lost.held): those in `applied` (taken by
-  // every ps) are done, the others to do again. A chunk `w` no longer holds
-  // is left alone. Returns how many went back to the queue.
-  int SettleLost(int w, const std::vector<int64_t>& held, const std::vector<int64_t>& applied);
+  // A lost worker's held chunks (Lost.held): those in `applied` (sorted;
+  // taken by every ps) are done, the others to do again. A chunk `w` no
+  // longer holds is left alone (in neither count).
+  struct Settled {
+    int returned = 0;  // back to the queue
+    int done = 0;      // counted done
+  };
+  Settled SettleLost(int w, const std::vector<int64_t>& held, const std::vector<int64_t>& applied);
 
   // Worker `w` did not answer at the start (ClusterTasks::absent_workers):
   // out of the sync set, as a lost worker is, until it first asks; then
@@ -139,6 +143,9 @@ class Dispatcher final : public WorkSource {
     int64_t reserved = -1;  // the chunk leased to it ahead (reserve_next), -1: none
     bool joining = false;   // absent at the start and not yet in the set
   };
+  // The chunks `w` reports done and given back in `req`, unless trained
+  // in a generation before the current one.
+  void TakeReports(int w, const WorkRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's last request (WorkRequest.leaving): its chunks reported,
   // the rest of its leases released, out of the set at once.
   WorkResponse Leave(int w, const WorkRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -195,14 +195,18 @@ TEST_F(DispatcherTest, ALostWorkersHeldChunksAreSettledByWhatThePsApplied) {
   d_.MembershipApplied(n);
   EXPECT_EQ(Get(Ask(0, 1)).chunk(), 2);
   // Every ps took chunk 1's gradient: done, not trained again.
-  EXPECT_EQ(d_.SettleLost(1, w1.held, {1}), 0);
+  const Dispatcher::Settled first = d_.SettleLost(1, w1.held, {1});
+  EXPECT_EQ(first.returned, 0);
+  EXPECT_EQ(first.done, 1);
   EXPECT_EQ(d_.done_chunks(), 2);
   EXPECT_EQ(Get(Ask(0, 1, {2})).chunk(), 3);
   // A chunk no ps took goes back to the queue.
   lost = d_.FindLost(kT0 + absl::Seconds(10), absl::Seconds(3), /*hold_chunks=*/true);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].held, std::vector<int64_t>{3});
-  EXPECT_EQ(d_.SettleLost(0, lost[0].held, {1}), 1);
+  const Dispatcher::Settled second = d_.SettleLost(0, lost[0].held, {1});
+  EXPECT_EQ(second.returned, 1);
+  EXPECT_EQ(second.done, 0);
   EXPECT_EQ(d_.done_chunks(), 3);
 }
 

@@ -448,18 +448,15 @@ void ParameterServerRun::CheckWorkers() {
         ChunksEveryPsHolds("a lost worker's chunks are trained again", &reaches_back_to, &in_step);
   }
   for (const Dispatcher::Lost& l : lost) {
-    const int returned = dispatcher_->SettleLost(l.worker, l.held, applied);
-    const int done = static_cast<int>(std::count_if(l.held.begin(), l.held.end(), [&](int64_t k) {
-      return std::binary_search(applied.begin(), applied.end(), k);
-    }));
+    const Dispatcher::Settled settled = dispatcher_->SettleLost(l.worker, l.held, applied);
     spdlog::warn(
         "worker {} lost: no heartbeat for {:.1f} s; {} unfinished chunk(s) go to the "
         "other workers{}{}",
-        l.worker, absl::ToDoubleSeconds(l.silent_for), returned,
-        done > 0 ? absl::StrCat("; ", done,
-                                " chunk(s) it had not reported are done (every ps took "
-                                "its gradient)")
-                 : std::string(),
+        l.worker, absl::ToDoubleSeconds(l.silent_for), settled.returned,
+        settled.done > 0 ? absl::StrCat("; ", settled.done,
+                                        " chunk(s) it had not reported are done (every ps took "
+                                        "its gradient)")
+                         : std::string(),
         plan_.mode() == SYNC ? "; sync steps stop waiting for it" : "");
   }
   for (const std::string& e : dispatcher_->TakeEvents()) spdlog::warn("{}", e);
