@@ -1,8 +1,10 @@
 #include "worker/worker_main.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -58,6 +60,37 @@ namespace {
 constexpr int kMaxThreads = 256;
 // How long a signalled worker may take to leave the run before it stops.
 constexpr absl::Duration kLeaveGrace = absl::Seconds(10);
+
+// SIGTERM or SIGINT (a scale-down, a drain): the worker leaves the run
+// after the step in flight, telling the chief (Trainer::RequestLeave), and
+// stops outright if it has not within kLeaveGrace (a second signal: at
+// once). Returns the thread that stops training on a shutdown (from the
+// chief, or a leave that took too long); the caller joins it after its
+// own RequestShutdown.
+std::thread StopTrainingOnShutdown(TaskServer* server, Trainer* trainer) {
+  // 0: no signal yet. Shared: the signal thread outlives the caller.
+  auto stop_at_ns = std::make_shared<std::atomic<int64_t>>(0);
+  HandleTerminationSignals([server, trainer, stop_at_ns](const std::string& s) {
+    if (!trainer->RequestLeave()) {
+      server->RequestShutdown(s);  // not training: nothing to leave
+      return;
+    }
+    spdlog::info("{}: leaving the run after the step in flight", s);
+    *stop_at_ns = absl::ToUnixNanos(absl::Now() + kLeaveGrace);
+  });
+  return std::thread([server, trainer, stop_at_ns] {
+    while (!server->shutdown_requested()) {
+      const int64_t at = *stop_at_ns;
+      if (at != 0 && absl::Now() >= absl::FromUnixNanos(at)) {
+        server->RequestShutdown(
+            absl::StrCat("no leave within ", absl::FormatDuration(kLeaveGrace)));
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    trainer->RequestStop();
+  });
+}
 
 // --check_model: whether a GPU runs `model`, in one line on stdout.
 int CheckModel(const std::string& model) {
@@ -143,33 +176,7 @@ int WorkerMain(int argc, char** argv, const std::function<WorkerFaults()>& fault
   // Ready for its role once the chief's plan has arrived.
   opt.on_plan = [&server] { (*server)->SetReady(true); };
   Trainer trainer(opt);
-  // SIGTERM or SIGINT (a scale-down, a drain): the worker leaves the run
-  // after the step in flight, telling the chief (Trainer::RequestLeave),
-  // and stops outright if it has not within kLeaveGrace (a second signal:
-  // at once).
-  std::atomic<int64_t> stop_at_ns{0};  // 0: no signal yet
-  HandleTerminationSignals([&](const std::string& s) {
-    if (!trainer.RequestLeave()) {
-      (*server)->RequestShutdown(s);  // not training: nothing to leave
-      return;
-    }
-    spdlog::info("{}: leaving the run after the step in flight", s);
-    stop_at_ns = absl::ToUnixNanos(absl::Now() + kLeaveGrace);
-  });
-  // A shutdown (from the chief, or a leave that took too long) stops
-  // training.
-  std::thread watcher([&] {
-    while (!(*server)->shutdown_requested()) {
-      const int64_t at = stop_at_ns;
-      if (at != 0 && absl::Now() >= absl::FromUnixNanos(at)) {
-        (*server)->RequestShutdown(
-            absl::StrCat("no leave within ", absl::FormatDuration(kLeaveGrace)));
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    trainer.RequestStop();
-  });
+  std::thread watcher = StopTrainingOnShutdown(server->get(), &trainer);
   absl::Status s = trainer.Run();
   int code = 0;
   if (s.ok()) {
