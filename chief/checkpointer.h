@@ -78,6 +78,10 @@ class Checkpointer {
 
   void set_run_started(absl::Time t) { run_started_ = t; }
 
+  // `snap` is the newest checkpoint from now on (the one just taken, its
+  // shards placed again over another ps count): what a recovery restores.
+  void Adopt(Snapshot snap) { latest_ = std::move(snap); }
+
  private:
   // Pauses the workers while each ps copies its state aside at one
   // consistent cut (CaptureWhilePaused), then fetches those states while

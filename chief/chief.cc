@@ -253,7 +253,7 @@ absl::Status Chief::Impl::ServeCoordinator() {
 
 absl::Status Chief::Impl::StartTraining() {
   PSCLUSTER_RETURN_IF_ERROR(
-      tasks_->WaitUntilServing(options_.wait_for_cluster, options_.min_workers));
+      tasks_->WaitUntilServing(options_.wait_for_cluster, options_.min_workers, options_.min_ps));
   PSCLUSTER_RETURN_IF_ERROR(strategy_->Start(tasks_.get(), &start_));
   coordinator_->SetPlan(strategy_->plan());
   strategy_->PlanHandedOut();

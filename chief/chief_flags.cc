@@ -419,6 +419,22 @@ absl::Status SetCluster(const ChiefFlags& f, const TfConfig& config, ChiefOption
                             num_ps, " ps: at most ", std::max(num_ps - 1, 0)));
   }
   opt->ps_replicas = f.ps_replicas;
+  if (f.min_ps < 0 || f.min_ps > num_ps) {
+    return Bad("min_ps", std::to_string(f.min_ps),
+               absl::StrCat("must be in [0, ", num_ps, "] (the ps in ", config.source,
+                            "; 0: every one, a fixed set)"));
+  }
+  if (f.min_ps > 0 && mirrored) {
+    return Bad("min_ps", std::to_string(f.min_ps),
+               "applies to --strategy=parameter_server (the ring keeps no ps)");
+  }
+  if (f.min_ps > 0 && f.ps_replicas > 0) {
+    return Bad("min_ps", std::to_string(f.min_ps),
+               absl::StrCat("adding and draining ps does not move backups yet: run with "
+                            "--ps_replicas=0, or without --min_ps (--ps_replicas=",
+                            f.ps_replicas, ")"));
+  }
+  opt->min_ps = f.min_ps;
   return absl::OkStatus();
 }
 

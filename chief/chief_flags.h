@@ -44,6 +44,7 @@ struct ChiefFlags {
   std::set<std::string> given;  // the flags the command line sets (FlagsGiven)
   int replicas_to_aggregate = 0;
   int min_workers = 0;  // 0: every worker
+  int min_ps = 0;       // 0: every ps, fixed
   int max_staleness = 8;
   uint64_t seed = 1;
   int64_t min_shard_bytes = 64 << 10;

@@ -32,6 +32,10 @@ struct ChiefOptions {
   // Training starts once this many workers answer (with every ps and the
   // evaluator); the others join when they do. 0: every worker.
   int min_workers = 0;
+  // Training starts once the first this many ps answer; the others are
+  // added when they answer, and a ps stopped is drained first (its shards
+  // moved to the others). 0: every ps, a fixed set.
+  int min_ps = 0;
   int max_staleness = 8;          // async: see chief/main.cc's --max_staleness
   absl::Duration wait_for_cluster = absl::Minutes(2);
   absl::Duration log_every = absl::Seconds(2);

@@ -41,28 +41,33 @@ std::vector<std::shared_ptr<grpc::Channel>> ClusterTasks::ps_channels() const {
   return out;
 }
 
-absl::Status ClusterTasks::WaitUntilServing(absl::Duration timeout, int min_workers) {
+absl::Status ClusterTasks::WaitUntilServing(absl::Duration timeout, int min_workers, int min_ps) {
   const int needed_workers = min_workers > 0 ? min_workers : num_workers_;
-  spdlog::info("waiting for {} tasks: {} ps, {} workers{}, {} evaluator", tasks_.size(), num_ps_,
-               num_workers_,
-               needed_workers < num_workers_ ? absl::StrCat(" (", needed_workers, " to start)")
-                                             : std::string(),
-               num_evaluators_);
+  const int needed_ps = min_ps > 0 ? min_ps : num_ps_;
+  spdlog::info(
+      "waiting for {} tasks: {} ps{}, {} workers{}, {} evaluator", tasks_.size(), num_ps_,
+      needed_ps < num_ps_ ? absl::StrCat(" (the first ", needed_ps, " to start)") : std::string(),
+      num_workers_,
+      needed_workers < num_workers_ ? absl::StrCat(" (", needed_workers, " to start)")
+                                    : std::string(),
+      num_evaluators_);
   const absl::Time give_up = absl::Now() + timeout;
   std::vector<bool> up(tasks_.size(), false);
   while (true) {
-    std::vector<std::string> missing, missing_workers;
-    int workers_up = 0;
+    std::vector<std::string> missing, missing_later;
+    int workers_up = 0, ps_seen = 0;
     for (size_t i = 0; i < tasks_.size(); ++i) {
       if (!up[i]) up[i] = IsServing(*tasks_[i].channel, std::chrono::milliseconds(500));
       const bool worker = tasks_[i].id.type == kWorkerJob;
+      // Ps past the first min_ps, and workers, may come later.
+      const bool later = worker || (tasks_[i].id.type == kPsJob && ps_seen++ >= needed_ps);
       if (up[i] && worker) ++workers_up;
-      if (!up[i]) (worker ? missing_workers : missing).push_back(Name(tasks_[i]));
+      if (!up[i]) (later ? missing_later : missing).push_back(Name(tasks_[i]));
     }
     if (missing.empty() && workers_up >= needed_workers) break;
     if (*stop_) return absl::CancelledError("stopped while waiting for the cluster");
     if (absl::Now() >= give_up) {
-      missing.insert(missing.end(), missing_workers.begin(), missing_workers.end());
+      missing.insert(missing.end(), missing_later.begin(), missing_later.end());
       return absl::DeadlineExceededError(absl::StrCat(
           "these tasks did not answer within ", absl::FormatDuration(timeout), ": ",
           absl::StrJoin(missing, ", "),
@@ -71,6 +76,17 @@ absl::Status ClusterTasks::WaitUntilServing(absl::Duration timeout, int min_work
                                         : ""));
     }
     absl::SleepFor(absl::Milliseconds(200));
+  }
+  // The ps in use: the first min_ps, and each next one that answers too.
+  ps_serving_ = 0;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    if (tasks_[i].id.type != kPsJob) continue;
+    if (!up[i]) break;
+    ++ps_serving_;
+  }
+  if (ps_serving_ < num_ps_) {
+    spdlog::info("starting on {} of {} ps (--min_ps={}); the others are added when they answer",
+                 ps_serving_, num_ps_, min_ps);
   }
   absent_workers_.clear();
   std::vector<std::string> absent;

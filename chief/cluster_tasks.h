@@ -34,11 +34,15 @@ class ClusterTasks {
 
   // Waits until every task answers the health service, or, with
   // `min_workers` > 0, every ps and evaluator and at least that many
-  // workers (the others join later: absent_workers()). DeadlineExceeded
-  // naming the tasks that did not within `timeout`.
-  absl::Status WaitUntilServing(absl::Duration timeout, int min_workers = 0);
+  // workers (the others join later: absent_workers()), and with `min_ps` >
+  // 0 the first that many ps only (ps_serving()). DeadlineExceeded naming
+  // the tasks that did not within `timeout`.
+  absl::Status WaitUntilServing(absl::Duration timeout, int min_workers = 0, int min_ps = 0);
   // The workers that had not answered when WaitUntilServing returned.
   std::vector<int> absent_workers() const;
+  // How many of the first ps answered when WaitUntilServing returned (all
+  // but with min_ps).
+  int ps_serving() const { return ps_serving_; }
 
   // Whether the cluster lists an evaluator.
   bool has_evaluator() const;
@@ -63,6 +67,7 @@ class ClusterTasks {
   static std::string Name(const Task& t);
   // Set by WaitUntilServing, read by its caller's thread after it.
   std::vector<int> absent_workers_;
+  int ps_serving_ = 0;
   // One Shutdown call to `t`.
   static absl::Status Shutdown(const Task& t, const ShutdownRequest& req,
                                absl::Duration timeout, bool wait_for_ready);

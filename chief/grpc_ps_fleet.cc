@@ -1,5 +1,6 @@
 #include "chief/grpc_ps_fleet.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,12 @@ GrpcPsFleet::GrpcPsFleet(const Placement* placement,
                          std::vector<std::string> addresses, const std::atomic<bool>* stop)
     : placement_(placement), stop_(stop), addresses_(std::move(addresses)) {
   for (const auto& channel : channels) ps_.push_back(std::make_shared<Stub>(channel));
+  in_use_ = static_cast<int>(addresses_.size());
+}
+
+void GrpcPsFleet::set_num_ps(int n) {
+  absl::MutexLock lock(&mu_);
+  in_use_ = std::clamp(n, 1, static_cast<int>(addresses_.size()));
 }
 
 std::string GrpcPsFleet::address(int i) const {
@@ -220,8 +227,13 @@ absl::Status GrpcPsFleet::SetFollowers(int i, const std::vector<std::string>& ad
 }
 
 absl::Status GrpcPsFleet::Demote(const std::string& address, absl::Duration timeout) {
+  return DemoteLayout(address, placement_->fingerprint, timeout);
+}
+
+absl::Status GrpcPsFleet::DemoteLayout(const std::string& address, uint64_t fingerprint,
+                                       absl::Duration timeout) {
   DemoteRequest req;
-  req.set_layout_fingerprint(placement_->fingerprint);
+  req.set_layout_fingerprint(fingerprint);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   DemoteResponse resp;

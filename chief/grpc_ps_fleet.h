@@ -32,7 +32,15 @@ class GrpcPsFleet final : public PsFleet {
               const std::vector<std::shared_ptr<grpc::Channel>>& channels,
               std::vector<std::string> addresses, const std::atomic<bool>* stop);
 
-  int num_ps() const override { return static_cast<int>(addresses_.size()); }
+  // The ps in use: the first num_ps() of those given (all of them until
+  // set_num_ps; the chief's --min_ps adds and drains ps). The others answer
+  // Stats and StatsAt, to be found when they come.
+  int num_ps() const override {
+    absl::MutexLock lock(&mu_);
+    return in_use_;
+  }
+  int num_listed() const { return static_cast<int>(ps_.size()); }
+  void set_num_ps(int n);
   std::string address(int ps) const override;
   void MoveTo(int ps, const std::string& address) override;
   absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration timeout) override;
@@ -61,6 +69,10 @@ class GrpcPsFleet final : public PsFleet {
   absl::Status SetFollowers(int ps, const std::vector<std::string>& addresses,
                             absl::Duration timeout) override;
   absl::Status Demote(const std::string& address, absl::Duration timeout) override;
+  // Demote of a store that holds the shards of `fingerprint`'s placement
+  // (one the chief has just placed the shards away from).
+  absl::Status DemoteLayout(const std::string& address, uint64_t fingerprint,
+                            absl::Duration timeout);
 
  private:
   absl::StatusOr<ShardState> SnapshotPart(int ps, SnapshotRequest::Part part,
@@ -82,6 +94,7 @@ class GrpcPsFleet final : public PsFleet {
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<Stub>> ps_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  int in_use_ ABSL_GUARDED_BY(mu_) = 0;
   // Stubs by address (backup stores, restarted ps's own stores).
   std::map<std::string, std::shared_ptr<Stub>> by_address_ ABSL_GUARDED_BY(mu_);
 };

@@ -120,6 +120,11 @@ ABSL_FLAG(int, min_workers, kDefaults.min_workers,
           "Start training once this many of TF_CONFIG's workers answer (with every ps and the "
           "evaluator); the others join the running job when they answer, from the next step. "
           "0: every worker");
+ABSL_FLAG(int, min_ps, kDefaults.min_ps,
+          "Start training once the first this many of TF_CONFIG's ps answer; each next ps is "
+          "added when it answers, and a ps stopped by SIGTERM is drained (the shards are placed "
+          "again over the others, training paused meanwhile) before it exits. 0: every ps, a "
+          "fixed set");
 ABSL_FLAG(int, max_staleness, kDefaults.max_staleness,
           "async: no worker starts a chunk more than this many steps (rounds of one chunk per "
           "worker) ahead of the slowest unfinished chunk; it waits instead. Nothing is dropped");
@@ -237,6 +242,7 @@ pscluster::ChiefFlags ReadFlags(int argc, char** argv) {
   f.momentum = absl::GetFlag(FLAGS_momentum);
   f.replicas_to_aggregate = absl::GetFlag(FLAGS_replicas_to_aggregate);
   f.min_workers = absl::GetFlag(FLAGS_min_workers);
+  f.min_ps = absl::GetFlag(FLAGS_min_ps);
   f.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   f.seed = absl::GetFlag(FLAGS_seed);
   f.min_shard_bytes = absl::GetFlag(FLAGS_min_shard_bytes);

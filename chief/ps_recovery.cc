@@ -567,7 +567,14 @@ absl::Status PsRecovery::RestoreFromBackup(int i, int64_t generation, std::strin
   return absl::OkStatus();
 }
 
-absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
+void PsRecovery::Resize() {
+  const size_t n = fleet_->num_ps();
+  incarnation_.resize(n, 0);
+  failures_.assign(n, 0);
+  alone_.assign(n, false);
+}
+
+absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bool new_placement) {
   // The data position first, so that no worker gets a chunk of the old
   // generation once a ps holds the new one.
   if (absl::Status s = dispatcher_->Rewind(snap.chunks_per_epoch, snap.done_chunks, generation);
@@ -581,6 +588,7 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
   for (int i = 0; i < fleet_->num_ps(); ++i) {
     RestoreRequest req;
     *req.mutable_init() = MakeInitRequest(*setup_, i);
+    req.set_new_placement(new_placement);
     *req.mutable_state() = snap.ps[i];
     req.mutable_state()->set_generation(generation);
     req.mutable_state()->set_decider_epoch(epoch);
@@ -592,7 +600,13 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation) {
     // The placement's shards: a snapshot read from a checkpoint file (or
     // resharded from another ps count) carries the values, not their list.
     *req.mutable_state()->mutable_shards() = req.init().shards();
-    PSCLUSTER_RETURN_IF_ERROR(fleet_->Restore(i, req, recovery_timeout_));
+    // A move's restores are short: a ps that does not take its shards (the
+    // added one lost) fails the move, and every ps goes back; the workers
+    // wait meanwhile. About 100 MB/s or better, as a checkpoint's fetch.
+    const absl::Duration timeout =
+        new_placement ? absl::Seconds(5) + absl::Seconds(3 * req.state().ByteSizeLong() / 100e6)
+                      : recovery_timeout_;
+    PSCLUSTER_RETURN_IF_ERROR(fleet_->Restore(i, req, timeout));
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
     if (!st.ok()) return st.status();
     incarnation_[i] = st->incarnation();

@@ -103,7 +103,19 @@ class PsRecovery {
   // Restores every ps from `snap` under `generation` and rewinds the data
   // position to its (a start from a checkpoint on disk, or a recovery).
   // Shards served by a promoted backup go back to their own ps.
-  absl::Status RestoreAll(const Snapshot& snap, int64_t generation);
+  // `new_placement`: the shards were placed again over more or fewer ps
+  // (the fleet's count now; PlaceShardsAgain): each ps takes the shards of
+  // the placement in setup, whatever it held.
+  absl::Status RestoreAll(const Snapshot& snap, int64_t generation, bool new_placement = false);
+
+  // The fleet's ps count changed (a ps added or drained): the checks cover
+  // the ps in use from now on. Call before RestoreAll of the new placement.
+  void Resize();
+
+  // Where each ps's shards are served now (the fleet's addresses) given to
+  // the dispatcher, which tells the workers, and in sync to the deciding
+  // ps, which sends its decisions there.
+  absl::Status PublishPlacement();
 
  private:
   // While a ps is lost, the chief logs what it waits for this often.
@@ -139,10 +151,6 @@ class PsRecovery {
   // Every ps's shards served at its own address again (before a restore
   // from a checkpoint), the workers and the deciding ps told.
   absl::Status MoveHome();
-  // Where each ps's shards are served now (the fleet's addresses) given to
-  // the dispatcher, which tells the workers, and in sync to the deciding
-  // ps, which sends its decisions there.
-  absl::Status PublishPlacement();
   // Restarted ps `ps` restored from its backup that holds the most (its
   // address in *from): OK, or why it could not be (then the checkpoint
   // serves), logged by the caller.

@@ -76,8 +76,16 @@ absl::StatusOr<std::unique_ptr<ParameterServerRun>> ParameterServerRun::Create(
   }
   absl::StatusOr<std::unique_ptr<FailoverMetrics>> failover = FailoverMetrics::Create(metrics);
   if (!failover.ok()) return failover.status();
-  return std::unique_ptr<ParameterServerRun>(
+  std::unique_ptr<ParameterServerRun> run(
       new ParameterServerRun(options, spec, std::move(plan), stop, *std::move(failover)));
+  if (options.min_ps > 0 && !run->tables_.empty()) {
+    return MarkBadInput(absl::InvalidArgumentError(absl::StrCat(
+        "--min_ps=", options.min_ps,
+        ": the model's sparse embedding tables are spread over the ps "
+        "by row, and adding or draining ps does not move rows yet; run with --dense_embeddings, "
+        "or without --min_ps")));
+  }
+  return run;
 }
 
 namespace {
@@ -94,13 +102,13 @@ ModelSpec LayoutSpec(const ModelSpec& spec, const TrainingPlan& plan,
   return WithSparseTables(spec, 1, tables);
 }
 
+}  // namespace
+
 Placement PlaceForPlan(const ModelSpec& spec, const TrainingPlan& plan) {
   PlacementOptions popt;
   popt.min_shard_bytes = plan.min_shard_bytes();
   return PlaceVariables(spec, plan.num_ps(), popt);
 }
-
-}  // namespace
 
 ParameterServerRun::ParameterServerRun(const ChiefOptions& options, const ModelSpec* spec,
                                        TrainingPlan plan, const std::atomic<bool>* stop,
@@ -172,8 +180,18 @@ absl::Status ParameterServerRun::Start(ClusterTasks* tasks, absl::Time* start) {
     copies_.push_back(c);
     home.push_back(*address);
   }
-  dispatcher_->SetPlacement(home);
   ps_ = std::make_unique<GrpcPsFleet>(&placement_, tasks->ps_channels(), home, &stop_);
+  if (options_.min_ps > 0) {
+    // The shards go over the first ps that answer, at least --min_ps of
+    // them; the others are added when they answer (CheckPsSet).
+    plan_.set_num_ps(std::max(tasks->ps_serving(), options_.min_ps));
+    placement_ = PlaceForPlan(spec_, plan_);
+    ps_->set_num_ps(plan_.num_ps());
+    ps_setup_.drain_on_stop = true;
+    leave_refused_.assign(home.size(), false);
+  }
+  home.resize(plan_.num_ps());
+  dispatcher_->SetPlacement(home);
   MembershipOptions mopt;
   mopt.mode = plan_.mode();
   membership_ = std::make_unique<MembershipSync>(mopt, ps_.get(), dispatcher_.get(), &stop_);
@@ -220,6 +238,7 @@ absl::Status ParameterServerRun::StartParameterServers(absl::Time* start) {
                                    &copies_, failover_metrics_.get());
   for (int i = 0; i < plan_.num_ps(); ++i) failover_metrics_->SetCopies(i, i, {});
   PSCLUSTER_RETURN_IF_ERROR(KeepBackups());
+  if (plan_.num_ps() < ps_->num_listed()) PSCLUSTER_RETURN_IF_ERROR(PublishPsSet());
   if (ps->resumed) return ResumeRun(ps->generation, start);
   // Fresh ps over a checkpoint directory that holds a checkpoint (the run
   // started again, maybe under the other strategy or ps count): every ps
@@ -417,6 +436,7 @@ absl::Status ParameterServerRun::Tick() {
     PSCLUSTER_RETURN_IF_ERROR(KeepBackups());
     if (!recovery_->suspects_loss()) {
       PSCLUSTER_RETURN_IF_ERROR(recovery_->MoveBack());
+      PSCLUSTER_RETURN_IF_ERROR(CheckPsSet());
     }
   }
   if (options_.checkpoint_every_steps > 0 && now >= next_version_check_) {

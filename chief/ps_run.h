@@ -72,6 +72,9 @@ OptimizerConfig EffectiveOptimizer(const OptimizerConfig& given, UpdateMode mode
 SparseOptimizerConfig EffectiveSparseOptimizer(const SparseOptimizerConfig& given, UpdateMode mode,
                                                int num_workers, AsyncLrScaling scaling);
 
+// The model placed over the plan's ps (num_ps, min_shard_bytes).
+Placement PlaceForPlan(const ModelSpec& spec, const TrainingPlan& plan);
+
 class ParameterServerRun final : public StrategyRun {
  public:
   // Places the model over the ps of `plan` and sets up what every ps is
@@ -155,6 +158,19 @@ class ParameterServerRun final : public StrategyRun {
   // Lost workers logged, the sync set brought to the ps.
   void CheckWorkers();
 
+  // --min_ps (chief/ps_resize.cc): the next ps listed is added once it
+  // answers, and the last ps in use is drained when it asks to leave.
+  absl::Status CheckPsSet();
+  // The shards placed again over the first `num_ps` ps, training paused:
+  // a checkpoint of every ps, resharded, restored onto the new set under
+  // the next generation, the workers told. A ps that fails its part (the
+  // added one killed during its copy) sends every ps back to the
+  // checkpoint as it was placed; OK then, nothing lost. `why` is logged.
+  absl::Status PlaceShardsAgain(int num_ps, const std::string& why);
+  // The ps in use given to the workers and, sync, to the deciding ps.
+  absl::Status PublishPsSet();
+  std::vector<bool> leave_refused_;  // per ps: its ask to leave was logged
+
   // The final weights in the model's own layout (model_spec_): the sparse
   // tables whole, from the rows in `ps` (each ps's state) and the rows'
   // initial values for ids never trained; `flat` in spec_'s layout. An
@@ -166,15 +182,15 @@ class ParameterServerRun final : public StrategyRun {
 
   const ChiefOptions& options_;
   const ModelSpec& model_spec_;  // the model's, tables whole
-  const TrainingPlan plan_;
+  TrainingPlan plan_;            // num_ps: the ps in use (--min_ps changes it)
   // The model's sparse tables (none with --dense_embeddings), and the
   // layout the ps and the checkpoints use: model_spec_ with each table a
   // window of one row after the dense variables (model/sparse_layout.h).
   std::vector<SparseTableInfo> tables_;
   const ModelSpec spec_;
   const std::atomic<bool>& stop_;
-  const Placement placement_;
-  PsSetup ps_setup_;  // points at placement_
+  Placement placement_;  // over the ps in use
+  PsSetup ps_setup_;     // points at placement_
   const std::unique_ptr<FailoverMetrics> failover_metrics_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<GrpcPsFleet> ps_;

@@ -34,6 +34,7 @@ InitRequest MakeInitRequest(const PsSetup& setup, int ps) {
   req.set_num_workers(setup.num_workers);
   req.set_replicas_to_aggregate(setup.replicas_to_aggregate);
   req.set_nonfinite(setup.nonfinite);
+  req.set_drain_on_stop(setup.drain_on_stop);
   for (const SparseTableConfig& t : setup.sparse_tables) *req.add_sparse_tables() = t;
   if (setup.mode == SYNC && (setup.clipnorm > 0 || setup.global_clipnorm > 0)) {
     ClippingConfig* c = req.mutable_clipping();

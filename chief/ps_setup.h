@@ -32,6 +32,9 @@ struct PsSetup {
   // num_trainable and num_ps are filled in here).
   double clipnorm = 0;
   double global_clipnorm = 0;
+  // The chief adds and drains ps (--min_ps): a ps stopped waits to be
+  // drained (InitRequest.drain_on_stop).
+  bool drain_on_stop = false;
 };
 
 // The InitRequest of ps `ps` without values (RestoreRequest.init as is).

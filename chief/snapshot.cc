@@ -382,11 +382,35 @@ absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& 
     return absl::InvalidArgumentError(
         absl::StrCat("the snapshot of step ", snap.step, ": ", s.message()));
   }
+  // The records of what was applied go to every new ps as the first old
+  // one kept them (every ps took the same updates), the chunks as those
+  // every old ps took: a store that takes them by a move
+  // (RestoreKind::kMove) continues them; a rollback ignores them.
+  std::vector<int64_t> chunks(first.recent_chunks().begin(), first.recent_chunks().end());
+  int64_t chunks_since = first.recent_chunks_since();
+  for (const ShardState& s : snap.ps) {
+    chunks.erase(std::remove_if(chunks.begin(), chunks.end(),
+                                [&s](int64_t c) {
+                                  return std::find(s.recent_chunks().begin(),
+                                                   s.recent_chunks().end(),
+                                                   c) == s.recent_chunks().end();
+                                }),
+                 chunks.end());
+    chunks_since = std::max(chunks_since, s.recent_chunks_since());
+  }
   for (ShardState& s : out.ps) {
     s.set_layout_fingerprint(to.fingerprint);
     s.set_version(snap.step);
     s.set_generation(snap.generation);
     s.set_optimizer_iterations(first.optimizer_iterations());
+    s.set_applied_digest(first.applied_digest());
+    s.set_pushes_applied(first.pushes_applied());
+    s.set_steps_applied(first.steps_applied());
+    *s.mutable_answered() = first.answered();
+    *s.mutable_outcomes() = first.outcomes();
+    s.mutable_recent_chunks()->Assign(chunks.begin(), chunks.end());
+    s.set_recent_chunks_since(std::min(chunks_since, snap.step));
+    s.set_decider_epoch(first.decider_epoch());
   }
   return out;
 }

@@ -65,18 +65,18 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
         CheckIdsRead({}, test->ids_first, test->ids_per_example).message()));
   }
   std::unique_ptr<Placement> placement;
+  PlacementOptions popt;
+  PsClientOptions psopt;
   std::unique_ptr<PsClient> ps;
   std::unique_ptr<RingClient> replicas;
   if (plan->strategy() == MULTI_WORKER_MIRRORED) {
     // No ps: every worker holds the weights.
     replicas = std::make_unique<RingClient>(options_.config.cluster, stop);
   } else {
-    PlacementOptions popt;
     popt.min_shard_bytes = plan->min_shard_bytes();
     placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));
     // A stop (the chief ends the run) cancels a pull in flight: the ps may
     // be gone already, and the evaluator would wait out the pull's deadline.
-    PsClientOptions psopt;
     psopt.stop = stop;
     psopt.locate = LocateThroughChief(chief->get());
     absl::StatusOr<std::unique_ptr<PsClient>> client =
@@ -94,6 +94,8 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   absl::MutexLock lock(&mu_);
   spec_ = *std::move(spec);
   placement_ = std::move(placement);
+  placement_options_ = popt;
+  ps_options_ = psopt;
   test_ = *std::move(test);
   chief_ = *std::move(chief);
   ps_ = std::move(ps);
@@ -114,6 +116,24 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
   return absl::OkStatus();
 }
 
+absl::Status Evaluator::FollowPlacement() {
+  absl::StatusOr<PlacementResponse> where = chief_->GetPlacement(absl::Seconds(10));
+  if (!where.ok()) return absl::OkStatus();  // the pull finds out, and retries
+  const int num_ps = where->ps_addresses_size();
+  if (num_ps == 0 || num_ps == placement_->num_ps) return absl::OkStatus();
+  if (sparse_ != nullptr) {
+    return absl::FailedPreconditionError("the ps in use changed under sparse tables");
+  }
+  spdlog::info("the shards are placed over {} ps now (were {})", num_ps, placement_->num_ps);
+  ps_.reset();  // it borrows placement_
+  *placement_ = PlaceVariables(spec_, num_ps, placement_options_);
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Create(options_.config.cluster, placement_.get(), ps_options_);
+  if (!client.ok()) return client.status();
+  ps_ = *std::move(client);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EvalReport> Evaluator::Evaluate(int64_t min_version, bool final) {
   absl::MutexLock lock(&mu_);
   return EvaluateLocked(min_version, final, /*only_if_new=*/false, absl::Minutes(5));
@@ -128,7 +148,8 @@ absl::StatusOr<EvalReport> Evaluator::EvaluateLocked(int64_t min_version, bool f
   if (replicas_ != nullptr) {
     s = replicas_->ReadWeights(min_version, pull_timeout, &params_, &version);
   } else {
-    s = ps_->PullAll(min_version, params_.data(), pull_timeout);
+    s = FollowPlacement();
+    if (s.ok()) s = ps_->PullAll(min_version, params_.data(), pull_timeout);
     version = ps_->version();
     if (s.ok() && sparse_ != nullptr) {
       s = sparse_->Pull(ps_.get(), version, -1, pull_timeout, params_.data());

@@ -68,12 +68,18 @@ class Evaluator {
   absl::StatusOr<EvalReport> EvaluateLocked(int64_t min_version, bool final,
                                             bool only_if_new, absl::Duration pull_timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ps in use now (the chief adds and drains ps with --min_ps): the
+  // shards placed over them and the ps client made again when their count
+  // changed.
+  absl::Status FollowPlacement() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const EvaluatorOptions options_;
   absl::Mutex mu_;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   ModelSpec spec_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Placement> placement_ ABSL_GUARDED_BY(mu_);
+  PlacementOptions placement_options_ ABSL_GUARDED_BY(mu_);
+  PsClientOptions ps_options_ ABSL_GUARDED_BY(mu_);
   Dataset test_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ChiefClient> chief_ ABSL_GUARDED_BY(mu_);
   // The weights come from the ps, or (multi_worker_mirrored) from the

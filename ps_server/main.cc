@@ -54,6 +54,11 @@ ABSL_FLAG(int, update_threads, 0,
 
 namespace {
 
+// How long a stopped ps waits to be drained (the chief moves its shards in
+// well under a second per GB on these machines; Kubernetes gives a pod 30 s
+// before it kills it).
+constexpr absl::Duration kDrainGrace = absl::Seconds(25);
+
 // A port the kernel gives out now that is not in `avoid` (the cluster
 // spec's: a task that has not started yet may be about to take it); 0 when
 // none was found (the caller then takes any). The ports looked at are held
@@ -318,6 +323,8 @@ int main(int argc, char** argv) {
   PsServiceOptions options;
   options.step_role = decides ? StepRole::kDecide : StepRole::kFollow;
   options.replicator.rpc = rpc;
+  // A test's fault (tests/elastic_ps_test): never set outside tests.
+  options.exit_on_new_placement = std::getenv("PSCLUSTER_TEST_EXIT_ON_NEW_PLACEMENT") != nullptr;
   const int threads = update_threads > 0 ? update_threads : HardwareThreads();
   ParameterStore store(threads);
   PsService service(&store, metrics.get(), options);
@@ -367,7 +374,36 @@ int main(int argc, char** argv) {
     stop_started();
     return 1;
   }
-  HandleTerminationSignals([&](const std::string& s) { (*server)->RequestShutdown(s); });
+  // In a run that drains ps (the chief's --min_ps), a stop signal first
+  // asks the chief to move this ps's shards to the others: the ps says it
+  // leaves (GetStats), serves on until the chief demotes it, and exits
+  // then, or after kDrainGrace. A second signal exits at once.
+  absl::Mutex drain_mu;
+  std::thread drain;
+  HandleTerminationSignals([&](const std::string& why) {
+    const StoreStats st = store.stats();
+    if (!service.shard().drains_on_stop() || !st.initialized || st.backup) {
+      (*server)->RequestShutdown(why);
+      return;
+    }
+    service.shard().set_leaving();
+    spdlog::warn("{}: waiting up to {} s for the chief to move this ps's shards to the others", why,
+                 absl::ToInt64Seconds(kDrainGrace));
+    absl::MutexLock lock(&drain_mu);
+    drain = std::thread([&, why] {
+      const absl::Time give_up = absl::Now() + kDrainGrace;
+      while (absl::Now() < give_up && !(*server)->shutdown_requested()) {
+        const StoreStats now = store.stats();
+        if (!now.initialized || now.backup) {
+          (*server)->RequestShutdown(why + "; drained: the other ps serve its shards");
+          return;
+        }
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      (*server)->RequestShutdown(
+          absl::StrCat(why, "; not drained within ", absl::ToInt64Seconds(kDrainGrace), " s"));
+    });
+  });
   std::string backup_note;
   for (size_t s = 0; s < backups.size(); ++s) {
     absl::StrAppend(&backup_note, ", backup store", s == 0 ? "" : absl::StrCat(" ", s),
@@ -387,6 +423,10 @@ int main(int argc, char** argv) {
   data_plane->reset();
   broadcaster.reset();
   readiness.join();
+  {
+    absl::MutexLock lock(&drain_mu);
+    if (drain.joinable()) drain.join();
+  }
   const bool run_failed = (*server)->run_failed();
   (*server)->Stop();
   return run_failed ? kExitRunFailed : kExitOk;

@@ -1,5 +1,6 @@
 #include "ps_server/ps_control_service.h"
 
+#include <cstdlib>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -128,10 +129,18 @@ grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRe
                                              "continues from its backup's state");
     }
   }
-  if (grpc::Status s = shard_->CheckShards(state.shards()); !s.ok()) return s;
-  if (grpc::Status s = shard_->CheckShards(req->init().shards()); !s.ok()) return s;
-  absl::Status s = store_->Restore(
-      *c, *snap, req->continues() ? RestoreKind::kContinue : RestoreKind::kRollback);
+  if (req->new_placement() && shard_->options().exit_on_new_placement) {
+    spdlog::error("exiting as a new placement's shards arrive (a test's fault)");
+    std::_Exit(9);
+  }
+  if (!req->new_placement()) {
+    if (grpc::Status s = shard_->CheckShards(state.shards()); !s.ok()) return s;
+    if (grpc::Status s = shard_->CheckShards(req->init().shards()); !s.ok()) return s;
+  }
+  absl::Status s = store_->Restore(*c, *snap,
+                                   req->new_placement() ? RestoreKind::kMove
+                                   : req->continues()   ? RestoreKind::kContinue
+                                                        : RestoreKind::kRollback);
   if (!s.ok()) return ToGrpcStatus(s);
   shard_->SetHeld(req->init());
   shard_->metrics()->model_version().Set(static_cast<double>(snap->version));

@@ -40,6 +40,11 @@ void PsShard::SetHeld(const InitRequest& init) {
   config_.clear_values();
 }
 
+bool PsShard::drains_on_stop() {
+  absl::MutexLock lock(&shards_mu_);
+  return config_.drain_on_stop();
+}
+
 grpc::Status PsShard::CheckShards(const google::protobuf::RepeatedPtrField<ShardSpec>& shards) {
   absl::MutexLock lock(&shards_mu_);
   if (shards_.empty()) return grpc::Status::OK;  // nothing held yet
@@ -193,6 +198,7 @@ void PsShard::Stats(PsStatsResponse* resp) {
   resp->set_staleness_sum(s.staleness_sum);
   resp->set_staleness_max(s.staleness_max);
   resp->set_data_port(data_port_.load());
+  resp->set_leaving(leaving_.load());
   {
     absl::MutexLock lock(&shards_mu_);
     for (int port : backup_ports_) resp->add_backup_ports(port);

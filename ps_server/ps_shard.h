@@ -29,6 +29,9 @@ struct PsServiceOptions {
   StepRole step_role = StepRole::kDecide;
   // How a primary reaches and waits for its backups (SetBackups).
   ReplicatorOptions replicator;
+  // Tests only (tests/elastic_ps_test): the process dies as a Restore of a
+  // new placement arrives, as if killed while its shards were copied to it.
+  bool exit_on_new_placement = false;
 };
 
 // INVALID_ARGUMENT with `message`.
@@ -95,6 +98,11 @@ class PsShard {
   int64_t pushes_rejected() const { return pushes_rejected_.load(); }
   void AddBytesPulled(int64_t n) { bytes_pulled_ += n; }
   void AddBytesPushed(int64_t n) { bytes_pushed_ += n; }
+  // Whether the chief drains this ps before it stops (the Init or Restore
+  // held said so: InitRequest.drain_on_stop).
+  bool drains_on_stop();
+  // Stopped, waiting to be drained (GetStats' leaving).
+  void set_leaving() { leaving_ = true; }
   // The tcp data plane's port, for GetStats (0: none).
   void set_data_port(int port) { data_port_ = port; }
   // The ports of the backup stores this ps keeps, in slot order
@@ -118,6 +126,7 @@ class PsShard {
   std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> bytes_pushed_{0};
   std::atomic<int> data_port_{0};
+  std::atomic<bool> leaving_{false};
   // Random per process: tells the chief a restarted ps from the old one.
   const uint64_t incarnation_;
   absl::Mutex shards_mu_;

@@ -34,17 +34,21 @@ StepBroadcaster::StepBroadcaster(ParameterStore* store,
 
 absl::Status StepBroadcaster::SetFollowers(const std::vector<std::string>& followers) {
   absl::MutexLock lock(&mu_);
-  if (followers.size() != followers_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(followers.size(), " followers given; ",
+  if (followers.size() > followers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(followers.size(), " followers given; at most ",
                                                    followers_.size(), " follow this ps"));
   }
-  for (size_t k = 0; k < followers.size(); ++k) {
-    if (followers[k] != followers_[k]) {
-      spdlog::warn("step decisions for follower {} go to {} (were {})", k + 1, followers[k],
-                   followers_[k]);
+  for (size_t k = 0; k < followers_.size(); ++k) {
+    const std::string now = k < followers.size() ? followers[k] : std::string();
+    if (now == followers_[k]) continue;
+    if (now.empty()) {
+      spdlog::info("no step decisions for follower {} (not in use)", k + 1);
+    } else {
+      spdlog::warn("step decisions for follower {} go to {} (were {})", k + 1, now,
+                   followers_[k].empty() ? std::string("none") : followers_[k]);
     }
+    followers_[k] = now;
   }
-  followers_ = followers;
   return absl::OkStatus();
 }
 
@@ -66,7 +70,7 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
   // (Re)connects when the follower's address is new.
   auto connect = [&] {
     std::string now = AddressOf(follower);
-    if (stub != nullptr && now == address) return;
+    if ((stub != nullptr && now == address) || now.empty()) return;
     address = std::move(now);
     data.reset();
     const std::shared_ptr<grpc::Channel> channel = MakeChannel(address, rpc);
@@ -83,10 +87,15 @@ void StepBroadcaster::SendAll(int follower, const RpcOptions& rpc) {
   StepDecision d;
   while (!stop_) {
     if (!store_->NextDecision(sent, absl::Now() + absl::Milliseconds(200), &d)) continue;
+    if (AddressOf(follower).empty()) {
+      sent = d.sequence;  // a ps not in use (the chief's --min_ps) takes no decisions
+      continue;
+    }
     StepCommitRequest req;
     DecisionToRequest(d, &req);
     Backoff backoff(ResendPolicy());
     while (!stop_) {
+      if (AddressOf(follower).empty()) break;  // out of use meanwhile
       connect();
       StepCommitResponse resp;
       grpc::Status s;

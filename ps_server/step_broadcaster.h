@@ -46,8 +46,10 @@ class StepBroadcaster {
                   const RpcOptions& rpc = {});
   ~StepBroadcaster();  // stops the senders and joins them
 
-  // Where the followers are served now, in the constructor's order.
-  // InvalidArgument when the count differs.
+  // Where the followers are served now, in the constructor's order; those
+  // past the list given are not in use (the chief drains and adds ps) and
+  // get no decisions until named again. InvalidArgument when more are given
+  // than the constructor's.
   absl::Status SetFollowers(const std::vector<std::string>& followers);
 
   StepBroadcaster(const StepBroadcaster&) = delete;

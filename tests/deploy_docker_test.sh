@@ -323,6 +323,15 @@ EOS
     PSCLUSTER_RPC_LAYER=grpc+tls -- chief
   ep "a TF_CONFIG that is set wins over the counts" 0 "=$full|" \
     TF_CONFIG="$full" HOSTNAME=ps-0 PSCLUSTER_NUM_PS=5 PSCLUSTER_NUM_WORKERS=5 -- ps
+  # A task beyond the counts (a StatefulSet scaled past max_workers): exit 2
+  # naming the task, where its index came from and the count.
+  for case in "worker task 2 (from the pod ordinal of hostname 'worker-2') is beyond the 2 worker task(s) TF_CONFIG lists (PSCLUSTER_NUM_WORKERS=2)|HOSTNAME=worker-2|worker" \
+              "ps task 3 (from PSCLUSTER_TASK_INDEX) is beyond the 2 ps task(s) TF_CONFIG lists (PSCLUSTER_NUM_PS=2)|PSCLUSTER_TASK_INDEX=3|ps"; do
+    IFS='|' read -r msg who role <<<"$case"
+    ep "a task beyond the counts ($who, $role): exit 2" 2 '^$' "$who" PSCLUSTER_NUM_PS=2 PSCLUSTER_NUM_WORKERS=2 -- "$role"
+    grep -qF "$msg" "$tmp/ep.err" ||
+      fail "entrypoint: a task beyond the counts ($who): no '$msg' in: $(cat "$tmp/ep.err")"
+  done
   # "THE VARIABLE NAMED|ENV...": bad counts, each refused naming its variable.
   for case in "PSCLUSTER_NUM_PS|PSCLUSTER_NUM_PS=two PSCLUSTER_NUM_WORKERS=2" \
               "PSCLUSTER_NUM_WORKERS|PSCLUSTER_NUM_PS=1 PSCLUSTER_NUM_WORKERS=0" \

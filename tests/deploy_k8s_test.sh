@@ -4,15 +4,18 @@
 # CPU workers, your own model, the Kubeflow TFJob, the data loader) is made
 # as docs/deploy-k8s.md makes it: `kubectl kustomize` of its folder, with
 # the ConfigMaps of `kubectl create configmap` where the docs use it, and
-# with a registry, a size (3 ps, 3 workers) and chief flags set where
-# deploy/k8s/settings and base/kustomization.yaml say. Each is resolved by
+# with a registry, a size (3 ps; 3 workers running of the max_workers the
+# docs' sed lists) and chief flags set where deploy/k8s/settings and
+# base/kustomization.yaml say. Each is resolved by
 # tests/k8s/kubelet_resolve.py (env, envFrom, valueFrom, $(VAR) in args,
 # ConfigMap volumes, images), which fails naming the pod and the missing
 # key or image, and tests/k8s/check_paths.py checks every pod: its
 # TF_CONFIG (made by deploy/docker/entrypoint.sh from the counts, or the
 # TFJob operator's) names its own task, every address in it is that task's
-# pod by its Service's DNS name, the counts follow the replicas, the
-# settings reach the flags, probes, metrics, volumes and resources fit the
+# pod by its Service's DNS name (a listed worker beyond the replicas: no
+# record until `kubectl scale` makes its pod, then that pod's, no other
+# pod's TF_CONFIG changed), the counts follow the replicas and max_workers,
+# a pod past max_workers is refused, the settings reach the flags, probes, metrics, volumes and resources fit the
 # role, and the built daemons accept what each pod ends with. Then every
 # shell block of docs/deploy-k8s.md runs as written, in order, in a scratch
 # copy (tests/k8s/run_doc_blocks.py), with a recording kubectl

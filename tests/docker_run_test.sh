@@ -53,12 +53,22 @@
 #      loaded through the data-loader pod, a clean run of 2 epochs (test
 #      accuracy >= 0.985, every pod Ready, the weights fetched through the
 #      chief pod); pod ps-1 deleted mid-run with ps_replicas 1 (made again
-#      at a new IP, the run ends with final:); 3 workers by one number.
+#      at a new IP, the run ends with final:); 3 workers; a live resize (1
+#      worker of max_workers 2, `kubectl scale` to 2 and back to 1 mid-run).
 #   9. per-task identities (docker-compose.identities.yml added; run before
 #      8): the files made by the command its header gives, owned by uid
 #      10001; run 1's checks (the health checks over mutual TLS), every
 #      task took its own identity and served with --authorize, nothing
 #      refused.
+#  10. (run after 7) docs/deploy-compose.md's recipe for growing and
+#      shrinking the workers of a running job, its commands as written (4
+#      workers listed, 2 started with --min_workers=2, 2 more started once
+#      the chief trains, stopped with SIGTERM 20 steps after they joined):
+#      the chief logs each join and leave, the stopped workers exit 0 after
+#      their step, the first containers run through (no restart, exit 0),
+#      final: >= 0.98 (3 epochs: a new container takes seconds to join).
+# PSCLUSTER_DOCKER_RUNS="10 8D", say, does those runs only (8A to 8D: run
+# 8's pods; smoke: the build stage's) after the image; unset: every run.
 # It prints how long each step took. The base image, the build cache (the
 # Bazel cache mount) and the images stay in the daemon's data root,
 # $PSCLUSTER_DOCKER_CACHE (default ~/.cache/pscluster-docker), between runs;
@@ -94,6 +104,34 @@ DOCKER=/usr/bin/docker     # Debian's CLI (20.10), whatever else is on PATH
 MIN_ACCURACY=0.98          # one epoch of the CNN, sync, 2 workers: 0.9825
 OWN_MIN_ACCURACY=0.93      # one epoch of tfjs_plain.json on MNIST as an .npz: 0.9455
 RUN_LIMIT_S=300            # a run that takes longer is hung (it takes ~15 s)
+
+# want RUN: whether to do RUN (1 2 2b 3 ... 10, smoke: the build stage's).
+# PSCLUSTER_DOCKER_RUNS, when set, lists the runs to do (the image is built
+# whatever it says): "10 8D" does run 10 and run 8's pods D only ("8": A to
+# D). Unset: every run.
+want() {
+  [ -z "${PSCLUSTER_DOCKER_RUNS:-}" ] && return 0
+  local r
+  for r in $PSCLUSTER_DOCKER_RUNS; do
+    [ "$r" = "$1" ] && return 0
+    [ "$1" = 8 ] && [[ "$r" =~ ^8[A-D]+$ ]] && return 0
+  done
+  return 1
+}
+k8s_runs=""
+for r in ${PSCLUSTER_DOCKER_RUNS:-}; do
+  case "$r" in
+    8) k8s_runs=ABCD ;;
+    1|2|2b|3|4|5|6|7|9|10|smoke) ;;
+    *) if [[ "$r" =~ ^8([A-D]+)$ ]]; then
+         k8s_runs+="${BASH_REMATCH[1]}"
+       else
+         echo "docker_run_test: PSCLUSTER_DOCKER_RUNS: '$r' is not a run (1 2 2b 3 4 5 6 7 8 8A-8D 9 10 smoke)" >&2
+         exit 2
+       fi ;;
+  esac
+done
+k8s_runs="${k8s_runs:-ABCD}"
 
 # --- Can it run here? ---
 if [ "$(id -u)" -ne 0 ]; then skip "a private Docker daemon needs root"; finish; fi
@@ -671,14 +709,152 @@ failure_run() {
   compose down -v --remove-orphans >/dev/null 2>&1
 }
 
-compose_run "run 1 (1 epoch)" 0
-compose_run "run 2 (1 epoch, kill -9 of ps:1)" 1
-PSCLUSTER_PS_REPLICAS=1 compose_run "run 2b (1 epoch, --ps_replicas=1, kill -9 of ps:1)" 2
-failure_run "run 3 (ps:1 stopped by hand, never back)" stop
-failure_run "run 4 (no MNIST in the data folder)" emptydata
+# resize_run NAME: docs/deploy-compose.md's recipe for growing and shrinking
+# the workers of a running job, its commands as written, in order, in a copy
+# of deploy/compose (Compose v2's `docker compose` run as v1's
+# docker-compose, the one here), for 3 epochs: the first `up` starts 2 of the
+# 4 workers listed; once the chief trains, the next `up` starts worker-2 and
+# worker-3; once both joined and the run went on 20 steps, `stop` sends them
+# SIGTERM. Checks: the chief's final line; it started with 2 of 4 and
+# logged each join and each leave; worker-2 and worker-3 left after their
+# step and exited 0, not restarted; the chief, the ps, the evaluator and
+# worker-0 and worker-1 are the containers the first `up` made, never
+# restarted, and exited 0.
+resize_run() {
+  local name="$1" root="$tmp/resize" block line t0 s c st first_up="" bad="" got=""
+  local -a lines=()
+  compose down -v --remove-orphans >/dev/null 2>&1
+  rm -rf "$root"; mkdir -p "$root/deploy"
+  cp -r "$repo/deploy/compose" "$root/deploy/"
+  block="$(awk '/^## Growing and shrinking/ { f = 1 } f && /^```sh$/ { b = 1; next } b && /^```$/ { exit } b' \
+    "$repo/docs/deploy-compose.md")"
+  while IFS= read -r line; do
+    [[ "$line" =~ ^[[:space:]]*(#|$) ]] || lines+=("$line")
+  done <<<"$block"
+  if [ "${#lines[@]}" -lt 4 ]; then
+    fail "$name: no recipe (a sh block of 4 commands or more) under '## Growing and shrinking' in docs/deploy-compose.md"
+    return
+  fi
+  t0=$SECONDS
+  # The recipe's shell: its cd and export stay in it; what it waited for
+  # and the containers of the first `up` go to files.
+  (
+    cd "$root" || exit 1
+    # 3 epochs (about 40 s here): a new container takes some seconds to join.
+    export COMPOSE_PROJECT_NAME="$PROJECT" PSCLUSTER_EPOCHS=3
+    docker() {
+      if [ "$1" = compose ]; then shift; docker-compose --ansi never "$@"; else "$DOCKER" "$@"; fi
+    }
+    chief_log() { "$DOCKER" logs "$(cid chief)" 2>&1; }
+    step() { chief_log | grep -oE 'epoch [0-9]+/[0-9]+ step [0-9]+' | tail -1 | awk '{ print $NF }'; }
+    # until WHAT CMD...: CMD true within the run's limit, the chief not exited.
+    until_() {
+      local what="$1"; shift
+      while ! "$@"; do
+        if [ $((SECONDS - t0)) -ge "$RUN_LIMIT_S" ] ||
+           [ "$("$DOCKER" inspect -f '{{.State.Status}}' "$(cid chief)" 2>/dev/null)" = exited ]; then
+          echo "the chief never $what; its last lines: $(chief_log | tail -4 | tr '\n' ' ')" >"$root/error"
+          return 1
+        fi
+        sleep 0.5
+      done
+      echo "$((SECONDS - t0)) s, step $(step): the chief $what" >>"$root/events"
+    }
+    trains() { chief_log | grep -qE 'epoch [0-9]+/[0-9]+ step [1-9]'; }
+    joined() { [ "$(chief_log | grep -cE 'worker [23] joins the run')" -ge 2 ]; }
+    went_on() { [ "$(step)" -ge $(($(cat "$root/joined_at") + 20)) ]; }
+    for line in "${lines[@]}"; do
+      echo "+ $line" >>"$root/recipe.log"
+      eval "$line" >>"$root/recipe.log" 2>&1 || { echo "'$line' exited $?" >"$root/error"; exit 1; }
+      case "$line" in
+        *"up -d"*" chief"*)
+          until_ "trained" trains || exit 1
+          for s in chief ps-0 ps-1 evaluator worker-0 worker-1; do echo "$s $(cid "$s")"; done >"$root/ids" ;;
+        *"up -d"*worker-2*)
+          until_ "logged that worker 2 and worker 3 joined" joined || exit 1
+          step >"$root/joined_at"
+          until_ "went on 20 steps after both joined" went_on || exit 1 ;;
+      esac
+    done
+  )
+  [ -f "$root/events" ] && note "$name: $(tr '\n' ';' <"$root/events")"
+  if [ -f "$root/error" ]; then
+    fail "$name: $(cat "$root/error")"
+    echo "--- $name: the recipe's output"; tail -30 "$root/recipe.log"
+  else
+    pass "$name: every command of the recipe ran as written (${#lines[@]} commands; \`docker compose\` as docker-compose 1.29)"
+  fi
+  # The end: the chief stops every task it still has.
+  while [ $((SECONDS - t0)) -lt "$RUN_LIMIT_S" ]; do
+    st=""
+    for s in chief ps-0 ps-1 evaluator worker-0 worker-1; do
+      c="$(cid "$s")"; [ -n "$c" ] && st+="$("$DOCKER" inspect -f '{{.State.Status}}' "$c") "
+    done
+    [[ "$st" =~ running|restarting|created ]] || break
+    sleep 1
+  done
+  note "$name: every container down after $((SECONDS - t0)) s"
+  local log final acc
+  log="$("$DOCKER" logs "$(cid chief)" 2>&1)"
+  final="$(grep '^final:' <<<"$log" | tail -1)"
+  acc="${final#*test_accuracy=}"; acc="${acc%% *}"
+  if [ -n "$final" ] && awk -v a="$acc" 'BEGIN { exit !(a + 0 >= 0.98) }'; then
+    pass "$name: the chief's $final (>= 0.98)"
+  else
+    fail "$name: the chief's final line: '${final:-none}' (want test accuracy >= 0.98); its last lines: $(tail -4 <<<"$log" | tr '\n' ' ')"
+  fi
+  local started
+  started="$(grep -oE 'starting with 2 of 4 workers \(--min_workers=2\); these join when they answer: worker:2 \(worker-2:2222\), worker:3 \(worker-3:2222\)' <<<"$log")"
+  [ -n "$started" ] && pass "$name: the chief started with 2 of the 4 workers listed: '$started'" ||
+    fail "$name: no 'starting with 2 of 4 workers' line naming worker-2 and worker-3: $(grep -m2 'workers' <<<"$log" | tr '\n' ' ')"
+  local w events=""
+  for w in 2 3; do
+    local joins leaves
+    joins="$(grep -n "worker $w joins the run and gets work from the next step" <<<"$log" | head -1 | cut -d: -f1)"
+    leaves="$(grep -n "worker $w leaves the run (it stops)" <<<"$log" | head -1 | cut -d: -f1)"
+    if [ -n "$joins" ] && [ -n "$leaves" ] && [ "$joins" -lt "$leaves" ]; then
+      events+="worker $w joined, then left; "
+    else
+      bad+="the chief's log lacks 'worker $w joins the run ...' before 'worker $w leaves the run (it stops)' (lines ${joins:-none}, ${leaves:-none}); "
+    fi
+    c="$(cid "worker-$w")"
+    local wlog count code done
+    wlog="$("$DOCKER" logs "$c" 2>&1)"
+    read -r code count <<<"$("$DOCKER" inspect -f '{{.State.ExitCode}} {{.RestartCount}}' "$c" 2>/dev/null)"
+    done="$(grep -oE 'stopping: the chief knows this worker leaves \([0-9]+ chunk\(s\) reported done\)' <<<"$wlog" | tail -1)"
+    if [ "$code" = 0 ] && [ "$count" = 0 ] && grep -q "leaving the run after the step in flight" <<<"$wlog" &&
+       [[ "$done" =~ \(([1-9][0-9]*)\ chunk ]]; then
+      events+="worker-$w exited 0 ($done); "
+    else
+      bad+="worker-$w: exit code ${code:-?}, ${count:-?} restarts, '${done:-no stopping line}': $(tail -3 <<<"$wlog" | tr '\n' ' '); "
+    fi
+  done
+  [ -z "$bad" ] && pass "$name: ${events%; }" || fail "$name: $bad"
+  # The rest ran through: the containers of the first up, never restarted.
+  bad=""
+  while read -r s first_up; do
+    c="$(cid "$s")"
+    read -r st code count <<<"$("$DOCKER" inspect -f '{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}' "$c" 2>/dev/null)"
+    got+="$s $code, "
+    [[ "$c" == "$first_up"* || "$first_up" == "$c"* ]] && [ "$st" = exited ] && [ "$code" = 0 ] && [ "$count" = 0 ] ||
+      bad+="$s: container ${c:0:12} (first up: ${first_up:0:12}), $st, exit code $code, $count restarts; "
+  done <"$root/ids" 2>/dev/null
+  [ -s "$root/ids" ] || bad="the first up's containers were never recorded"
+  [ -z "$bad" ] && pass "$name: chief, ps-0, ps-1, evaluator, worker-0 and worker-1 ran through the resize in the containers the first up made, never restarted: exit codes ${got%, }" ||
+    fail "$name: $bad"
+  (cd "$root/deploy/compose" && COMPOSE_PROJECT_NAME="$PROJECT" docker-compose --ansi never down -v --remove-orphans -t 5) \
+    >/dev/null 2>&1
+}
+
+want 1 && compose_run "run 1 (1 epoch)" 0
+want 2 && compose_run "run 2 (1 epoch, kill -9 of ps:1)" 1
+want 2b && PSCLUSTER_PS_REPLICAS=1 compose_run "run 2b (1 epoch, --ps_replicas=1, kill -9 of ps:1)" 2
+want 3 && failure_run "run 3 (ps:1 stopped by hand, never back)" stop
+want 4 && failure_run "run 4 (no MNIST in the data folder)" emptydata
 
 # A data folder that does not exist: up refuses to start (long-syntax bind
 # mount), and Docker creates no empty, root-owned folder in its place.
+if want 5; then
 missing="$tmp/nodata/mnist"
 if PSCLUSTER_DATA_DIR="$missing" compose up --no-build --no-color >"$tmp/nodata.up.log" 2>&1; then
   fail "run 5 (data folder missing): docker-compose up exited 0"
@@ -688,9 +864,11 @@ else
   pass "run 5 (data folder missing): up refused at once and created nothing: $(grep -io 'bind source path does not exist[^"]*' "$tmp/nodata.up.log" | head -1)"
 fi
 compose down -v --remove-orphans >/dev/null 2>&1
+fi  # run 5
 
 # 6. A user's model and data, through PSCLUSTER_MODEL and PSCLUSTER_DATA_DIR:
 # the Keras model TensorFlow.js wrote, and MNIST as np.savez writes it.
+if want 6; then
 py=""
 for p in /usr/bin/python3 python3; do
   command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy' 2>/dev/null && { py="$p"; break; }
@@ -730,8 +908,10 @@ EOF
     fail "run 6: writing data.npz with numpy: $msg"
   fi
 fi
+fi  # run 6
 # 7. One number scales the workers: deploy/compose/scale.py --workers=3 on a
 # copy of the Compose files, rendered from deploy/compose as if there.
+if want 7; then
 mkdir -p "$tmp/scaled"
 cp "$repo/deploy/compose/docker-compose.yml" "$repo/deploy/compose/docker-compose.gpu.yml" "$tmp/scaled/"
 if out="$(python3 "$repo/deploy/compose/scale.py" --dir="$tmp/scaled" --workers=3 2>&1)"; then
@@ -761,11 +941,14 @@ if out="$(python3 "$repo/deploy/compose/scale.py" --dir="$tmp/scaled" --workers=
 else
   fail "run 7: deploy/compose/scale.py --workers=3: $out"
 fi
+fi  # run 7
+want 10 && resize_run "run 10 (the resize recipe of docs/deploy-compose.md)"
 
 # 9. Per-task identities (docker-compose.identities.yml): the files made by
 # the command its header gives, owned by the containers' user as it says;
 # every task runs with its own certificate, token and --authorize, the
 # health checks pass over mutual TLS, and the run ends as run 1 does.
+if want 9; then
 id_file="$repo/deploy/compose/docker-compose.identities.yml"
 san="$(sed -n 's/^#   deploy\/tls\/make_test_ca.sh --san \([^ ]*\) .*/\1/p' "$id_file")"
 id_tasks="$(sed -n 's/^#     --tasks \([^ ]*\) .*/\1/p' "$id_file")"
@@ -798,13 +981,16 @@ if out="$("$repo/deploy/tls/make_test_ca.sh" --san "$san" --tasks "$id_tasks" "$
 else
   fail "run 9: make_test_ca.sh --san '$san' --tasks '$id_tasks' or chown: $out"
 fi
+fi  # run 9
 
 # 8. The Kubernetes path on this engine: deploy/k8s/cpu made as
 # docs/deploy-k8s.md makes it (the registry by its sed, settings in
 # settings/chief.yaml, the size in base/kustomization.yaml), resolved as the
 # kubelet would, and its pods run here as the kubelet and the StatefulSet
 # controller would run them (tests/k8s/docker_runs.py): a clean run, a ps
-# pod deleted mid-run with ps_replicas 1, three workers by one number.
+# pod deleted mid-run with ps_replicas 1, three workers, and a live resize
+# (1 worker, scaled to 2 and back to 1 mid-run).
+if want 8; then
 kubectl_minor="$(kubectl version --client -o json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["minor"])' 2>/dev/null | tr -dc 0-9)"
 if [ "${kubectl_minor:-0}" -lt 22 ]; then
   fail "run 8 (Kubernetes pods on Docker): kubectl 1.22 or newer is needed to render deploy/k8s (kustomize components, replicas, replacements); found: $(command -v kubectl || echo none) ${kubectl_minor:+1.$kubectl_minor}"
@@ -815,7 +1001,7 @@ else
   [ -n "${PSCLUSTER_DOCKER_PREBUILT:-}" ] && probe=(--probe "$PSCLUSTER_DOCKER_PREBUILT/pscluster-health-probe")
   t0=$SECONDS
   python3 "$repo/tests/k8s/docker_runs.py" --repo "$repo" --work "$tmp/k8s" --image "$IMAGE" --data "$data" \
-    --docker "$DOCKER" --subnet 10.231.30.0/24 "${probe[@]}" 2>&1 | tee "$tmp/k8s.log"
+    --docker "$DOCKER" --subnet 10.231.30.0/24 --runs "$k8s_runs" "${probe[@]}" 2>&1 | tee "$tmp/k8s.log"
   rc="${PIPESTATUS[0]}"
   passed=$((passed + $(grep -c '^PASS: ' "$tmp/k8s.log"))); failed=$((failed + $(grep -c '^FAIL: ' "$tmp/k8s.log")))
   if [ "$rc" -ne 0 ] && ! grep -q '^FAIL: ' "$tmp/k8s.log"; then
@@ -823,8 +1009,9 @@ else
   fi
   note "run 8 (Kubernetes pods on Docker): $((SECONDS - t0)) s"
 fi
+fi  # run 8
 
-if [ "$smoke_build_stage" = 1 ]; then
+if [ "$smoke_build_stage" = 1 ] && want smoke; then
   if build_image "the Dockerfile's build stage from the repository (IMAGE_TARGETS=//deploy/docker:health_probe)" \
        -f "$repo/deploy/docker/Dockerfile" --target build \
        --build-arg IMAGE_TARGETS=//deploy/docker:health_probe -t "$IMAGE-build-smoke" "$repo"; then

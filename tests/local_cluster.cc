@@ -62,7 +62,8 @@ std::string ReadFile(const std::string& path) {
 // Starts `binary` with its output in `log`. TF_CONFIG replaces any
 // inherited one; OpenBLAS is told to detect the CPU and use one thread.
 pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
-            const std::string& tf_config, const std::string& log) {
+            const std::string& tf_config, const std::string& log,
+            const std::vector<std::string>& extra_env = {}) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
@@ -71,6 +72,7 @@ pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
   }
   env_strings.push_back("OPENBLAS_NUM_THREADS=1");
   if (!tf_config.empty()) env_strings.push_back("TF_CONFIG=" + tf_config);
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -313,13 +315,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     p.binary = binary;
     p.args = args;
     p.tf_config = tf_config(type, index);
+    if (auto env = options.task_env.find(name); env != options.task_env.end()) p.env = env->second;
     for (const std::string& later : options.start_later) {
       if (later == name) {
         c->later_.push_back(std::move(p));
         return absl::OkStatus();
       }
     }
-    p.pid = Spawn(binary, args, p.tf_config, p.log);
+    p.pid = Spawn(binary, args, p.tf_config, p.log, p.env);
     if (p.pid < 0) return absl::InternalError("could not start " + binary);
     c->procs_.push_back(std::move(p));
     return absl::OkStatus();
@@ -426,7 +429,7 @@ absl::Status LocalCluster::KillAndRestart(const std::string& task, absl::Duratio
   absl::SleepFor(down_for);
   Proc* p = Find(task);
   ++p->lives;
-  p->pid = Spawn(p->binary, p->args, p->tf_config, absl::StrCat(p->log, ".", p->lives));
+  p->pid = Spawn(p->binary, p->args, p->tf_config, absl::StrCat(p->log, ".", p->lives), p->env);
   if (p->pid < 0) return absl::InternalError("could not restart " + task);
   p->exit_code.reset();
   return absl::OkStatus();
@@ -435,7 +438,7 @@ absl::Status LocalCluster::KillAndRestart(const std::string& task, absl::Duratio
 absl::Status LocalCluster::StartTask(const std::string& task) {
   for (auto it = later_.begin(); it != later_.end(); ++it) {
     if (it->name != task) continue;
-    it->pid = Spawn(it->binary, it->args, it->tf_config, it->log);
+    it->pid = Spawn(it->binary, it->args, it->tf_config, it->log, it->env);
     if (it->pid < 0) return absl::InternalError("could not start " + task);
     // Wait() reaps the chief first.
     procs_.insert(task == "chief:0" ? procs_.begin() : procs_.end(), std::move(*it));

@@ -97,6 +97,8 @@ struct ClusterOptions {
   // "{task}" in one is replaced by the task's file name, "worker-1" (its
   // own certificate: "--tls_cert=DIR/{task}.pem").
   std::vector<std::string> all_args;
+  // Environment added to one task's ("ps:2" -> {"NAME=value"}), every life.
+  std::map<std::string, std::vector<std::string>> task_env;
 };
 
 class LocalCluster {
@@ -147,6 +149,7 @@ class LocalCluster {
     std::string binary;
     std::vector<std::string> args;
     std::string tf_config;
+    std::vector<std::string> env;  // ClusterOptions::task_env's
     int lives = 1;  // log of life n > 1: log + "." + n
   };
   Proc* Find(const std::string& task);

@@ -147,11 +147,17 @@ bool ParameterStore::is_sync() const {
   return config_.rule == UpdateRule::kSync;
 }
 
-absl::Status ParameterStore::CheckReady(uint64_t fingerprint) const {
+absl::Status ParameterStore::CheckReady(uint64_t fingerprint, int64_t generation) const {
   if (!initialized_) {
     return absl::UnavailableError("parameter server is not initialised yet");
   }
   if (fingerprint != config_.layout_fingerprint) {
+    // A call of a generation before the shards were placed again (a ps
+    // added or drained): void, as any call of an older generation is; the
+    // caller follows the new placement and pulls again.
+    if (generation >= 0 && generation < generation_) {
+      return GenerationMismatch(generation, generation_, version_);
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "layout fingerprint ", fingerprint, " does not match this ps's ",
         config_.layout_fingerprint, " (model, number of ps or shard size differ between tasks)"));
@@ -205,7 +211,7 @@ absl::Status ParameterStore::AwaitVersion(uint64_t layout_fingerprint, int64_t m
         "this store is a backup (demoted, or restored as one): its shards are served by their "
         "primary elsewhere");
   }
-  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint));
+  PSCLUSTER_RETURN_IF_ERROR(CheckReady(layout_fingerprint, generation));
   if (other_generation()) return GenerationMismatch(generation, generation_, version_);
   if (version_ < min_version) {
     return absl::DeadlineExceededError(
@@ -246,7 +252,7 @@ absl::Status ParameterStore::PullRows(uint64_t layout_fingerprint, int64_t min_v
 absl::StatusOr<PushResult> ParameterStore::Push(const PushArgs& args) {
   absl::MutexLock lock(&mu_);
   // Refusals are counted by the caller (the ps service), in one place.
-  if (absl::Status s = CheckReady(args.layout_fingerprint); !s.ok()) {
+  if (absl::Status s = CheckReady(args.layout_fingerprint, args.generation); !s.ok()) {
     return s;
   }
   if (config_.store_role == StoreRole::kBackup) {

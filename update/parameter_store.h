@@ -290,8 +290,10 @@ struct StoreState {
 // and answers stay, the old ones' pushes are refused by generation), or a
 // continuation of the store the state was taken from (a backup's seed, or
 // a restarted primary restored from its backup: counters and answers come
-// with the state).
-enum class RestoreKind { kRollback, kContinue };
+// with the state), or the shards placed again over more or fewer stores
+// (a ps added or drained live): the layout may change, and the counters
+// and answers come with the state, as of the stores the shards came from.
+enum class RestoreKind { kRollback, kContinue, kMove };
 
 class ParameterStore {
  public:
@@ -505,7 +507,10 @@ class ParameterStore {
   static absl::Status GenerationMismatch(int64_t theirs, int64_t ours, int64_t version);
   // Unavailable before Init or Restore; FailedPrecondition when
   // `fingerprint` is not the layout the store holds.
-  absl::Status CheckReady(uint64_t fingerprint) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `generation`: the caller's (-1: none); a call of an older generation
+  // with another layout is ABORTED, not refused.
+  absl::Status CheckReady(uint64_t fingerprint, int64_t generation = -1) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pulls' wait: until the version is at least min_version (of
   // `generation` when >= 0), failing as PullShared says.
   absl::Status AwaitVersion(uint64_t layout_fingerprint, int64_t min_version,

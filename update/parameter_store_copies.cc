@@ -73,8 +73,9 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   if (initialized_ && config.store_role == StoreRole::kBackup) {
     PSCLUSTER_RETURN_IF_ERROR(CheckSeed(state));
   }
-  if (initialized_ && (config.layout_fingerprint != config_.layout_fingerprint ||
-                       config.num_floats != config_.num_floats)) {
+  if (initialized_ && kind != RestoreKind::kMove &&
+      (config.layout_fingerprint != config_.layout_fingerprint ||
+       config.num_floats != config_.num_floats)) {
     return absl::FailedPreconditionError(
         absl::StrCat("holds layout ", config_.layout_fingerprint, " (", config_.num_floats,
                      " floats); refusing to restore layout ", config.layout_fingerprint, " (",
@@ -92,7 +93,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   // Decisions of steps the restored state may not hold (Configure cleared
   // the kept ones).
   replicated_decisions_.clear();
-  if (kind == RestoreKind::kContinue || c.store_role == StoreRole::kBackup) {
+  if (kind != RestoreKind::kRollback || c.store_role == StoreRole::kBackup) {
     stats_.applied_digest = state.applied_digest;
     stats_.pushes_applied = state.pushes_applied;
     stats_.steps_applied = state.steps_applied;

@@ -33,15 +33,18 @@ void AddIdsOnly(const std::vector<SparseRows>& rows,
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     const ClusterSpec& cluster, const Placement* placement,
     const PsClientOptions& options) {
-  if (cluster.num_tasks(kPsJob) != placement->num_ps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the cluster lists ", cluster.num_tasks(kPsJob),
-                     " ps tasks but the training plan has ", placement->num_ps));
+  // The placement's ps are the first it counts of the cluster's: all of
+  // them, or fewer while the chief drains and adds ps (--min_ps).
+  if (placement->num_ps < 1 || cluster.num_tasks(kPsJob) < placement->num_ps) {
+    return absl::InvalidArgumentError(absl::StrCat("the cluster lists ", cluster.num_tasks(kPsJob),
+                                                   " ps tasks but the shards are placed over ",
+                                                   placement->num_ps));
   }
   std::unique_ptr<PsClient> c(new PsClient());
   c->options_ = options;
   c->placement_ = placement;
   for (int index : cluster.task_indices(kPsJob)) {
+    if (static_cast<int>(c->ps_.size()) == placement->num_ps) break;
     absl::StatusOr<std::string> address = cluster.address(kPsJob, index);
     if (!address.ok()) return address.status();
     PerPs p;

@@ -127,6 +127,10 @@ class PsTraining {
   absl::Status Train();
   absl::StatusOr<Next> Follow(const WorkResponse& work);
   absl::Status FollowRestore(int64_t generation);
+  // The ps in use now (the chief's placement; it adds and drains ps with
+  // --min_ps): the shards placed over them and the ps client made again
+  // when their count changed. Between steps only.
+  absl::Status FollowPlacement();
   absl::Status Step(const WorkResponse& work);
   absl::Status TrainOnWeights(const Batch& batch, int n, StepRun* run);
   absl::Status AwaitPush(std::unique_ptr<Exchange> exchange, bool* applied);
@@ -159,7 +163,7 @@ class PsTraining {
   const TrainingPlan& plan_;
   const ModelSpec& spec_;
   const int batch_;
-  const Placement placement_;  // the ps client's; outlives it
+  Placement placement_;  // the ps client's; outlives it
   ChunkReader chunks_;
 
   std::unique_ptr<PsClient> ps_;
@@ -251,7 +255,25 @@ absl::Status PsTraining::Connect() {
       PsClient::Create(options_.config.cluster, &placement_, PsOptions(ctx_));
   if (!ps.ok()) return ps.status();
   ps_ = *std::move(ps);
+  PSCLUSTER_RETURN_IF_ERROR(FollowPlacement());  // a worker joining after a ps was added
   return SetUpBackend();
+}
+
+absl::Status PsTraining::FollowPlacement() {
+  if (ctx_.chief == nullptr) return absl::OkStatus();
+  absl::StatusOr<PlacementResponse> where = ctx_.chief->GetPlacement(absl::Seconds(10));
+  if (!where.ok()) return absl::OkStatus();  // the pulls find out, and retry
+  const int num_ps = where->ps_addresses_size();
+  if (num_ps == 0 || num_ps == placement_.num_ps) return absl::OkStatus();
+  spdlog::warn("the shards are placed over {} ps now (were {})", num_ps, placement_.num_ps);
+  ps_.reset();  // it borrows placement_
+  PlacementOptions popt = PlacementFor(plan_);
+  placement_ = PlaceVariables(spec_, num_ps, popt);
+  absl::StatusOr<std::unique_ptr<PsClient>> ps =
+      PsClient::Create(options_.config.cluster, &placement_, PsOptions(ctx_));
+  if (!ps.ok()) return ps.status();
+  ps_ = *std::move(ps);
+  return absl::OkStatus();  // (no sparse tables: the chief refuses them with --min_ps)
 }
 
 absl::Status PsTraining::SetUpBackend() {
@@ -291,10 +313,11 @@ absl::Status PsTraining::PullFirst() {
   RecordPull(first_pull.ok());
   if (!first_pull.ok()) return first_pull;
   pull_s_ = absl::ToDoubleSeconds(absl::Now() - pull_start);
-  spdlog::info("training {} on {} examples: {} epochs x {} chunks of {} shared by {} workers "
-               "(this is worker {}), {} ps, on {}",
-               spec_.name, ctx_.data->count(), plan_.epochs(), chunks_.chunks_per_epoch(), batch_,
-               plan_.num_workers(), ctx_.worker, plan_.num_ps(), backend_->name());
+  spdlog::info(
+      "training {} on {} examples: {} epochs x {} chunks of {} shared by {} workers "
+      "(this is worker {}), {} ps, on {}",
+      spec_.name, ctx_.data->count(), plan_.epochs(), chunks_.chunks_per_epoch(), batch_,
+      plan_.num_workers(), ctx_.worker, placement_.num_ps, backend_->name());
   return absl::OkStatus();
 }
 
@@ -378,6 +401,7 @@ absl::StatusOr<PsTraining::Next> PsTraining::Follow(const WorkResponse& work) {
 absl::Status PsTraining::FollowRestore(int64_t generation) {
   ++restores_seen_;
   spdlog::warn("the parameters were restored (generation {}); pulling them again", generation);
+  PSCLUSTER_RETURN_IF_ERROR(FollowPlacement());
   ps_->ResetErrorFeedback();  // it belonged to gradients now void
   absl::Status s = ps_->PullAll(0, params_.data(), options_.step_timeout, generation);
   RecordPull(s.ok());

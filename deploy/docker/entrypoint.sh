@@ -20,7 +20,10 @@
 # headless Service, which the pod's DNS search path completes), on
 # PSCLUSTER_PORT (default 2222); PSCLUSTER_NUM_EVALUATORS (default 1; 0 or 1)
 # says whether the evaluator is in it; PSCLUSTER_RPC_LAYER, when set, becomes
-# its rpc_layer (grpc+tls: docs/security.md). The task is filled in as above.
+# its rpc_layer (grpc+tls: docs/security.md). The task is filled in as above,
+# and must be one the counts list: a pod whose ordinal is beyond them (a
+# StatefulSet scaled past the workers TF_CONFIG lists, PSCLUSTER_NUM_WORKERS:
+# deploy/k8s's max_workers) exits 2 naming both.
 #
 # More flags from the environment, added after FLAGS (a later flag wins):
 #   PSCLUSTER_FLAG_<name>=<value>   --<name>=<value>, in name order (a
@@ -57,7 +60,7 @@ me=pscluster-entrypoint
 die() { echo "$me: error: $*" >&2; exit 2; }
 
 if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
-  sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//'
   [ $# -eq 0 ] && exit 2
   exit 0
 fi
@@ -124,6 +127,22 @@ if [ -z "${TF_CONFIG:-}" ] && [ -n "${PSCLUSTER_NUM_PS:-}${PSCLUSTER_NUM_WORKERS
     + (if $rpc != "" then {rpc_layer: $rpc} else {} end)')"
   export TF_CONFIG
   echo "$me: TF_CONFIG from the role counts: $num_ps ps, $num_workers workers, $num_evaluators evaluator(s)" >&2
+  # This task must be one of those listed: the daemon would refuse an index
+  # out of range too, but not say where the count comes from.
+  case "$job" in
+    ps) listed="$num_ps" count_var=PSCLUSTER_NUM_PS ;;
+    worker) listed="$num_workers" count_var=PSCLUSTER_NUM_WORKERS ;;
+    evaluator) listed="$num_evaluators" count_var=PSCLUSTER_NUM_EVALUATORS ;;
+    *) listed=1 count_var="" ;;
+  esac
+  if [ -n "$index" ] && [ "$index" -ge "$listed" ]; then
+    case "$job" in
+      worker) hint="run at most $listed (kubectl scale statefulset/worker --replicas=$listed), or list $((10#$index + 1)) or more (max_workers in deploy/k8s/base/kustomization.yaml) and apply again" ;;
+      chief) hint="there is one chief, task 0" ;;
+      *) hint="$count_var must be at least $((10#$index + 1))" ;;
+    esac
+    die "$job task $index (from $index_from) is beyond the $listed $job task(s) TF_CONFIG lists${count_var:+ ($count_var=$listed)}: $hint"
+  fi
 fi
 
 has_tf_config_flag=0

@@ -5,8 +5,11 @@ then checked pod by pod: the image comes from the registry named in
 deploy/k8s/settings, every env reference resolves, the entrypoint makes
 each pod's TF_CONFIG naming that pod's own task, every address in it is a
 pod of that job by the names the headless Services (or the TFJob operator's
-Services) give, the counts are the StatefulSets' replicas, and the built
-daemons accept the flags and TF_CONFIG each pod ends with.
+Services) give, the counts are the StatefulSets' replicas (the workers:
+max_workers, of which the replicas run; a listed worker beyond them has no
+DNS record until `kubectl scale` makes its pod, and then resolves to it,
+while no pod's TF_CONFIG changes), and the built daemons accept the flags and
+TF_CONFIG each pod ends with.
 
 Usage: check_paths.py REPO TMP      (run by tests/deploy_k8s_test.sh, which
 has written TMP/deploylib.py). Prints PASS:/FAIL:/SKIP: lines; exit 1 when
@@ -110,12 +113,17 @@ def daemon_view(label, pod, c):
     return task_view(REPO, FAKE_BIN, c["args"], here, pod["hostname"] or pod["name"]), env
 
 
-def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob, identities=False):
+def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob, identities=False, later=None):
     """One daemon pod: its TF_CONFIG names its own task, every address in it
-    is that task's pod, the counts are the replicas; flags, probes, metrics,
-    volumes and resources as the role needs; the built daemon accepts it.
-    `identities`: the pod's own task's files from its role's Secret first,
-    with --authorize, mutual TLS named pscluster and exec probes."""
+    is that task's pod, the counts are WANT_COUNTS (the replicas; the
+    workers listed); flags, probes, metrics, volumes and resources as the
+    role needs; the built daemon accepts it. `identities`: the pod's own
+    task's files from its role's Secret first, with --authorize, mutual TLS
+    named pscluster and exec probes. `later`: (pods by task, hosts) of the
+    same objects with every StatefulSet scaled to what TF_CONFIG lists: a
+    task that has no pod yet must have no DNS record now and resolve to its
+    pod there, once `kubectl scale` has made it. Returns (TF_CONFIG, args),
+    or None when the entrypoint refused."""
     c = pod["containers"][0]
     role = role_of(c)
     g = Group("%s: pod %s" % (label, pod["name"]))
@@ -133,14 +141,26 @@ def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob, identities=Fa
     counts = {j: len(v) for j, v in cluster.items()}
     g(counts == want_counts, "cluster of %s" % ", ".join("%d %s" % (n, j) for j, n in sorted(counts.items())),
       "want %s" % want_counts)
-    wrong = []
+    wrong, waiting = [], []
     for j, addresses in cluster.items():
         for i, a in enumerate(addresses):
             host, port = split_address(a)
             target = pods_by_task.get((j, i))
-            if target is None or hosts.get(host) != target["name"] or port != grpc_port(target):
+            if target is None and later is not None and (j, i) in later[0]:
+                # Listed, no pod yet: no record now, its pod's name once scaled.
+                target = later[0][(j, i)]
+                if host in hosts or later[1].get(host) != target["name"] or port != grpc_port(target):
+                    wrong.append("%s:%d=%s -> now %s, scaled %s" % (j, i, a, hosts.get(host), later[1].get(host)))
+                waiting.append("%s:%d" % (j, i))
+            elif target is None or hosts.get(host) != target["name"] or port != grpc_port(target):
                 wrong.append("%s:%d=%s -> %s" % (j, i, a, hosts.get(host)))
-    g(not wrong, "every address is its task's pod, by its Service's DNS name, on its gRPC port", str(wrong))
+    g(not wrong, "every address is its task's pod, by its Service's DNS name, on its gRPC port%s" %
+      ("" if not waiting else " (%s: no pod and no record yet; its pod's once scaled)" % ", ".join(waiting)),
+      str(wrong))
+    if role == "worker":
+        grace = pod.get("terminationGracePeriodSeconds")
+        g(isinstance(grace, int) and grace > 10, "terminationGracePeriodSeconds %s > the worker's 10 s to leave "
+          "after SIGTERM" % grace, "a scale-down's SIGKILL would come before the worker has left")
     probs = flag_problems(ROLES[role][1], args, FLAGS)
     g(not probs, "the flags are %s's" % ROLES[role][1], "; ".join(probs))
     if identities:
@@ -165,7 +185,7 @@ def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob, identities=Fa
         accepted, msg = daemon_accepts(REPO, REAL_BIN, argv, env, pod["hostname"] or pod["name"])
         g(accepted, "the built %s accepts them" % ROLES[role][1], msg)
     g.report()
-    return args
+    return tf, args
 
 
 def localize(label, pod, c, argv, env):
@@ -253,30 +273,69 @@ def check_volumes(g, c, role, args):
           "the model ConfigMap read-only at /config", str(m))
 
 
-def check_path(label, files, want_counts, registry=None, tfjob=False, expect=None, identities=False):
-    """Resolves one path's objects and checks every pod. `expect`: role ->
-    {flag: value} that the role's pods must end with. Returns {role: args
-    of its first pod} for further checks."""
-    pods, hosts = resolve(files, label, registry)
-    if pods is None:
-        return {}
+def by_task_of(pods):
+    """(job, index) -> pod, for the daemon pods of PODS."""
     by_task = {}
     for p in pods:
         role = role_of(p["containers"][0])
         if role:
             by_task[(ROLES[role][0], pod_index(p))] = p
+    return by_task
+
+
+def check_path(label, files, want_counts, registry=None, tfjob=False, expect=None, identities=False, listed=None):
+    """Resolves one path's objects and checks every pod. WANT_COUNTS: the
+    pods per job; LISTED: the tasks per job TF_CONFIG lists, where more
+    (the workers: max_workers beyond the replicas). Then the workers' pods
+    beyond the replicas, as `kubectl scale` makes them, are checked too,
+    and every pod's TF_CONFIG and flags must be the same at either size.
+    `expect`: role -> {flag: value} that the role's pods must end with.
+    Returns {role: (its first pod, its args)} for further checks."""
+    listed = listed or want_counts
+    pods, hosts = resolve(files, label, registry)
+    if pods is None:
+        return {}
+    by_task = by_task_of(pods)
     have = {}
     for (j, _), p in by_task.items():
         have[j] = have.get(j, 0) + 1
     check(have == want_counts, "%s: the pods %s" % (label, sorted(have.items())), "want %s" % want_counts)
-    first = {}
+    later, grown_pods = None, None
+    if listed != want_counts:
+        # kubectl scale statefulset/worker --replicas=<listed>: that alone.
+        out, why = user_copy.scaled(files[0], os.path.join(TMP, re.sub(r"\W+", "_", label) + "-scaled.yaml"),
+                                    worker=listed["worker"])
+        scaled_pods, scaled_hosts = resolve([out] + files[1:], label + ", scaled to max_workers",
+                                            registry) if out else (None, None)
+        check(out is not None, "%s: kubectl scale statefulset/worker --replicas=%d" % (label, listed["worker"]),
+              why or "")
+        if scaled_pods is not None:
+            later = (by_task_of(scaled_pods), scaled_hosts)
+            grown_pods = scaled_pods
+    first, views = {}, {}
     for p in sorted(pods, key=lambda p: p["name"]):
         role = role_of(p["containers"][0])
         if role is None:
             continue
-        args = check_pod(label, p, hosts, by_task, want_counts, tfjob, identities)
-        if args is not None and role not in first:
-            first[role] = (p, args)
+        view = check_pod(label, p, hosts, by_task, listed, tfjob, identities, later)
+        if view is not None:
+            views[p["name"]] = view
+            if role not in first:
+                first[role] = (p, view[1])
+    if later is not None:
+        # The pods the scale-up adds, checked as every other; every pod's
+        # TF_CONFIG and flags the same as before the scale.
+        grown = "%s, kubectl scale statefulset/worker --replicas=%d" % (label, listed["worker"])
+        changed = []
+        for p in sorted(grown_pods, key=lambda p: p["name"]):
+            if role_of(p["containers"][0]) is None:
+                continue
+            view = check_pod(grown, p, later[1], later[0], listed, tfjob, identities) if p["name"] not in views \
+                else daemon_view(grown, p, p["containers"][0])[0]
+            if p["name"] in views and view != views[p["name"]]:
+                changed.append(p["name"])
+        check(not changed and views, "%s: no pod's TF_CONFIG or flags change (a live resize, no restart)" % grown,
+              "changed: %s" % changed)
     for role, flags in (expect or {}).items():
         args = first.get(role, (None, []))[1]
         got = {f: flag_value(args, f) for f in flags}
@@ -290,13 +349,15 @@ def check_path(label, files, want_counts, registry=None, tfjob=False, expect=Non
 SIZE = {"chief": 1, "ps": 2, "worker": 2, "evaluator": 1}
 DEFAULTS = {"chief": {"model": "cnn", "epochs": "6"}, "worker": {"data_dir": "/data/mnist"},
             "evaluator": {"data_dir": "/data/mnist"}}
+# The StatefulSets' chief trains once one worker answers; the others join.
+STS_DEFAULTS = dict(DEFAULTS, chief=dict(DEFAULTS["chief"], min_workers="1"))
 
 # 1. The StatefulSets, GPU and CPU workers, as shipped.
 for variant in ("", "cpu"):
     label = "deploy/k8s" + ("/" + variant if variant else "")
     path = kustomize(os.path.join(K8S, variant), label.replace("/", "_"))
     if path:
-        first = check_path(label, [path], SIZE, expect=DEFAULTS)
+        first = check_path(label, [path], SIZE, expect=STS_DEFAULTS)
         w = first.get("worker")
         if w:
             c, args = w[0]["containers"][0], w[1]
@@ -313,28 +374,56 @@ for variant in ("", "cpu"):
                       "%s: workers ask for nvidia.com/gpu 1, the CUDA image, --device=cuda --threads=1" % label,
                       "gpu=%s image=%s args=%s" % (gpu, c["image"], args))
 
+# 1b. A StatefulSet scaled past the workers TF_CONFIG lists: the pod beyond
+#     them does not start its daemon; the entrypoint exits 2 naming it.
+path = os.path.join(TMP, "deploy_k8s_cpu.yaml")
+if os.path.exists(path):
+    out, why = user_copy.scaled(path, os.path.join(TMP, "beyond.yaml"), worker=3)
+    pods, _ = resolve([out], "kubectl scale statefulset/worker --replicas=3 past max_workers 2") if out else (None, None)
+    pod = next((p for p in pods or [] if p["name"] == "worker-2"), None)
+    refused = ""
+    if pod is not None:
+        try:
+            daemon_view("beyond", pod, pod["containers"][0])
+        except RuntimeError as e:
+            refused = str(e)
+    check(refused.startswith("entrypoint exited 2:") and "worker task 2" in refused and
+          "PSCLUSTER_NUM_WORKERS=2" in refused,
+          "kubectl scale statefulset/worker --replicas=3 past max_workers 2: pod worker-2's entrypoint exits 2 "
+          "naming its task and the count", refused or why or "worker-2 started, or has no pod")
+
 # 2. A registry named in settings reaches every image of every path; the
-#    size changed by one number per role; chief flags set in settings.
+#    size changed where base/kustomization.yaml says: one number for the ps,
+#    for the workers the replicas (3) and max_workers (the docs' sed); chief
+#    flags set in settings.
 k8s = copy_k8s("user")
 docs_sed(k8s, "settings/kustomization.yaml", "registry")
+docs_sed(k8s, "base/kustomization.yaml", "more workers listed")
+with open(os.path.join(k8s, "base/kustomization.yaml")) as f:
+    listed_workers = re.findall(r"- max_workers=(\d+)", f.read())
 why = user_copy.set_counts(k8s, worker=3, ps=3)
-check(why is None, "size: the worker and ps counts are one number each in base/kustomization.yaml", why or "")
+check(why is None and listed_workers and int(listed_workers[0]) > 3,
+      "size: the ps count and the worker replicas one number each in base/kustomization.yaml, max_workers "
+      "(%s) by the docs' sed and above the replicas" % listed_workers, why or "")
 flags = {"model": "cnn", "epochs": "2", "batch_size": "64", "optimizer": "sgd", "push_codec": "bf16"}
 why = user_copy.set_chief_settings(k8s, {k: v for k, v in flags.items() if k != "model"})
 check(why is None, "settings: chief flags set in settings/chief.yaml", why or "")
 big = dict(SIZE, ps=3, worker=3)
+big_listed = dict(big, worker=int(listed_workers[0]) if listed_workers else 3)
 for variant in ("", "cpu"):
-    label = "registry, 3 ps, 3 workers, chief flags: deploy/k8s" + ("/" + variant if variant else "")
+    label = "registry, 3 ps, 3 of %d workers, chief flags: deploy/k8s" % big_listed["worker"] + \
+        ("/" + variant if variant else "")
     path = kustomize(os.path.join(k8s, variant), "user-" + (variant or "gpu"))
     if path:
-        check_path(label, [path], big, registry=REGISTRY, expect={"chief": flags})
+        check_path(label, [path], big, registry=REGISTRY, expect={"chief": dict(flags, min_workers="1")},
+                   listed=big_listed)
 # The model overlay, with model.json and data_dir as the docs say.
 shutil.copy(MODEL_FIXTURE, os.path.join(k8s, "model/model.json"))
 docs_sed(k8s, "settings/train.yaml", "your data")
 path = kustomize(os.path.join(k8s, "model"), "user-model")
 if path:
-    first = check_path("registry, your model: deploy/k8s/model", [path], big, registry=REGISTRY,
-                       expect={"chief": dict(flags, model="/config/model.json"),
+    first = check_path("registry, your model: deploy/k8s/model", [path], big, registry=REGISTRY, listed=big_listed,
+                       expect={"chief": dict(flags, model="/config/model.json", min_workers="1"),
                                "worker": {"data_dir": "/data/data.npz"}, "evaluator": {"data_dir": "/data/data.npz"}})
     chief = first.get("chief")
     if chief:
@@ -383,7 +472,7 @@ if check(r.returncode == 0, "identities: make_test_ca.sh --tasks", r.stderr.stri
     path = kustomize(os.path.join(k8s3, "cpu"), "identities")
     if path and all(secrets):
         check_path("per-task identities: deploy/k8s/cpu + ../identities", [path] + secrets, SIZE, identities=True,
-                   expect=DEFAULTS)
+                   expect=STS_DEFAULTS)
         # A pod whose role's Secret is missing does not start (the kubelet).
         pods, why = user_copy.resolve([path] + secrets[:2] + secrets[3:], None)
         check(pods is None and "pscluster-identity-worker" in (why or ""),

@@ -47,10 +47,13 @@ pod IP. Readiness makes the pod Ready; a liveness probe that fails its
 threshold stops the container (its grace period) and the restart policy
 applies.
 
-Deleting a pod stops its containers (grace period, or none when forced)
-and removes the sandbox and its emptyDirs; a StatefulSet's pod is then made
-again under the same name, with a new uid, a new IP, new emptyDirs and the
-same claims, as the StatefulSet controller does.
+Deleting a pod stops its containers (SIGTERM, then SIGKILL after the grace
+period; at once when forced), records their exit codes and removes the
+sandbox and its emptyDirs; a StatefulSet's pod is then made again under the
+same name, with a new uid, a new IP, new emptyDirs and the same claims, as
+the StatefulSet controller does, unless the StatefulSet was scaled down
+(the highest ordinals go, and are not made again). A scale-up is start_pod
+of the pod the larger StatefulSet has.
 
 Not done, on purpose: scheduling (every pod runs on this host, whatever it
 requests; a pod asking for nvidia.com/gpu is refused, as no node here has
@@ -564,7 +567,8 @@ class DockerKubelet:
         """`kubectl delete pod NAME` (GRACE 0: --grace-period=0 --force):
         its containers stopped, the sandbox and emptyDirs removed; a
         StatefulSet's pod made again (new uid, IP and emptyDirs, the same
-        claims) when RECREATE. The new pod, or None."""
+        claims) when RECREATE; RECREATE False: a StatefulSet scaled down.
+        The new pod, or None."""
         pod = self.pod(name)
         if pod is None:
             raise PodError("no pod %s" % name)
@@ -579,7 +583,16 @@ class DockerKubelet:
                 else:
                     self.sh("stop", "-t", str(grace), c.docker_name, check=False, timeout=grace + 60)
                 if c.handled_exit != c.docker_name:
+                    # Its end, as `kubectl get pod -o yaml` shows it while
+                    # the pod terminates: the exit code after SIGTERM.
+                    r = self.sh("inspect", "-f", "{{.State.ExitCode}}", c.docker_name, check=False)
+                    with self.lock:
+                        c.state, c.ready, c.handled_exit = "exited", False, c.docker_name
+                        if r.returncode == 0 and r.stdout.strip().lstrip("-").isdigit():
+                            c.exits.append((time.time(), int(r.stdout)))
                     c.logs.append(self.docker_logs(c.docker_name))
+                    self.event(name, "container %s exited %s (deleted)" % (
+                        c.spec["name"], r.stdout.strip() if r.returncode == 0 else "?"))
                 self.sh("rm", "-f", c.docker_name, check=False)
         self.sh("rm", "-f", pod.sandbox, check=False)
         shutil.rmtree(os.path.join(self.work, "pods", pod.uid), ignore_errors=True)

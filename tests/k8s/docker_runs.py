@@ -16,8 +16,16 @@ them and run on a real Docker engine as a kubelet would run them
      shards to the backup and, when the new pod is up while training goes
      on, back to it by its DNS name; the run ends with its final line,
      >= 0.985;
-  C. one number, the worker count in base/kustomization.yaml, made 3:
-     7 pods, worker-2 trains, final line >= 0.98.
+  C. the worker count in base/kustomization.yaml, replicas and
+     max_workers, made 3: 7 pods, worker-2 trains, final line >= 0.98;
+  D. a live resize: 1 worker of max_workers 2 at apply, 3 epochs; once the
+     chief trains, `kubectl scale statefulset/worker --replicas=2` (pod
+     worker-1 made and started as the controller and the kubelet would),
+     and 20 steps after it joined, back to 1 (worker-1 deleted: SIGTERM,
+     its grace period): the chief logs that it started with worker-0 alone,
+     worker 1 joining and leaving; worker-1 left after its step and exited
+     0, once; no other container exited nor pod was made again until the
+     leave; final line >= 0.98.
 
 Usage: docker_runs.py --repo R --work DIR --image IMAGE --data MNIST_DIR
          [--docker /usr/bin/docker] [--subnet 10.231.30.0/24] [--probe PATH]
@@ -61,20 +69,22 @@ def note(what):
 class Setup:
     """One user's copy of deploy/k8s, its pods resolved."""
 
-    def __init__(self, args, label, counts=None, settings=None):
+    def __init__(self, args, label, counts=None, settings=None, max_workers=None):
         self.dir = os.path.join(args.work, label)
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         k8s = user_copy.copy_k8s(args.repo, self.dir)
         problems = [user_copy.docs_sed(args.repo, k8s, "settings/kustomization.yaml"),
                     user_copy.set_counts(k8s, **(counts or {})),
-                    user_copy.set_chief_settings(k8s, settings or {})]
-        self.pods = {}
+                    user_copy.set_chief_settings(k8s, settings or {}),
+                    max_workers and user_copy.set_max_workers(k8s, max_workers)]
+        self.pods, self.rendered = {}, {}
         for path in ("cpu", "data-loader"):
             out, why = user_copy.kustomize(os.path.join(k8s, path), os.path.join(self.dir, path + ".yaml"))
             pods, why = user_copy.resolve([out], REGISTRY) if out else (None, why)
             problems.append(why)
             self.pods[path] = pods or []
+            self.rendered[path] = out
         problems = [p for p in problems if p]
         self.ok = report(not problems, "%s: deploy/k8s/cpu and data-loader made as the docs say and resolved "
                          "(images from %s)" % (label, REGISTRY), "; ".join(problems))
@@ -281,8 +291,8 @@ def run_ps_deleted(args):
 
 
 def run_scaled(args):
-    label = "C (3 workers: one number in base/kustomization.yaml)"
-    setup = Setup(args, "scaled", counts={"worker": 3}, settings={"epochs": 1})
+    label = "C (3 workers: replicas and max_workers 3 in base/kustomization.yaml)"
+    setup = Setup(args, "scaled", counts={"worker": 3}, settings={"epochs": 1}, max_workers=3)
     if not setup.ok:
         return
     names = [p["name"] for p in setup.pods["cpu"]]
@@ -299,6 +309,103 @@ def run_scaled(args):
         done = re.findall(r"done: [0-9]+ steps", kubelet.logs("worker-2"))
         report(done and not done[-1].startswith("done: 0 "), "%s: worker-2 trained (%s)" %
                (label, done and done[-1]), kubelet.logs("worker-2")[-400:])
+    finally:
+        kubelet.teardown()
+
+
+def chief_step(log):
+    """The step of the chief's newest progress line ("epoch E/N step S ..."), or 0."""
+    steps = re.findall(r"epoch \d+/\d+ step (\d+)", log)
+    return int(steps[-1]) if steps else 0
+
+
+def run_resized(args):
+    """deploy/k8s/cpu applied with 1 worker of max_workers 2; once the chief
+    trains, `kubectl scale statefulset/worker --replicas=2` (pod worker-1
+    made as the StatefulSet controller makes it, started as the kubelet
+    would), and once worker-1 has joined and the run has gone on 20 steps,
+    `--replicas=1` (worker-1 deleted with its grace period: SIGTERM)."""
+    label = "D (1 of max_workers 2, scaled to 2 and back to 1 mid-run)"
+    # 3 epochs (about 40 s here): a new pod takes some seconds to join.
+    setup = Setup(args, "resized", counts={"worker": 1}, settings={"epochs": 3})
+    if not setup.ok:
+        return
+    names = [p["name"] for p in setup.pods["cpu"]]
+    report(sorted(names) == ["chief-0", "evaluator-0", "ps-0", "ps-1", "worker-0"],
+           "%s: 5 pods at apply, worker-0 the only worker" % label, names)
+    # What `kubectl scale statefulset/worker --replicas=2` leaves: the pods of
+    # the StatefulSet with 2 replicas, every other object as it was.
+    out, why = user_copy.scaled(setup.rendered["cpu"], os.path.join(setup.dir, "cpu-2.yaml"), worker=2)
+    grown, why = user_copy.resolve([out], REGISTRY) if out else (None, why)
+    spec = next((p for p in grown or [] if p["name"] == "worker-1"), None)
+    if not report(spec is not None, "%s: kubectl scale statefulset/worker --replicas=2 makes pod worker-1" % label,
+                  why or "no worker-1 among %s" % [p["name"] for p in grown or []]):
+        return
+    kubelet = new_kubelet(args, "resized")
+    state = {"stage": "up", "pods": {}}
+
+    def resize(k):
+        log = k.logs("chief-0")
+        if state["stage"] == "up":
+            state["pods"] = {n: k.pod(n) for n in names}
+            state["up_at"] = chief_step(log)
+            k.start_pod(spec)
+            note("%s: scaled to 2 at step %d: pod worker-1 started" % (label, state["up_at"]))
+            state["stage"] = "joining"
+        elif state["stage"] == "joining" and "worker 1 joins the run" in log:
+            state["joined_at"] = chief_step(log)
+            state["stage"] = "joined"
+        elif state["stage"] == "joined" and chief_step(log) >= state["joined_at"] + 20:
+            state["worker-1"] = k.pod("worker-1")
+            state["down_at"] = chief_step(log)
+            k.delete("worker-1", recreate=False)
+            note("%s: scaled back to 1 at step %d (joined at %d): pod worker-1 deleted (SIGTERM, grace %s s)" %
+                 (label, state["down_at"], state["joined_at"], spec["terminationGracePeriodSeconds"]))
+            state["stage"] = "down"
+        elif state["stage"] == "down" and "worker 1 leaves the run" in log:
+            state["left_at"] = time.time()
+            state["stage"] = "left"
+
+    try:
+        if not data_loaded(args) and not load_data(args, kubelet, setup):
+            return
+        final_at = train(args, kubelet, setup, label, during=resize)
+        if final_at is None:
+            return
+        report(state["stage"] == "left", "%s: scaled up and down before the run ended" % label,
+               "the run ended at stage '%s' (the training was too short for the resize)" % state["stage"])
+        check_final(label, kubelet, 0.98)
+        log = kubelet.logs("chief-0")
+        start = re.search(r"starting with 1 of 2 workers \(--min_workers=1\); these join when they answer: "
+                          r"worker:1 \(worker-1\.worker:2222\)", log)
+        report(start, "%s: the chief started with worker-0 alone: '%s'" % (label, start and start.group(0)),
+               [l for l in log.splitlines() if "workers" in l][:3])
+        join, leave = log.find("worker 1 joins the run and gets work from the next step"), \
+            log.find("worker 1 leaves the run (it stops)")
+        report(0 <= join < leave, "%s: the chief logged 'worker 1 joins the run and gets work from the next step', "
+               "then 'worker 1 leaves the run (it stops)'" % label,
+               [l for l in log.splitlines() if "worker 1 " in l][-4:])
+        old = state.get("worker-1")
+        if old is not None:
+            c = old.containers[0]
+            wlog = "".join(c.logs)
+            done = re.search(r"stopping: the chief knows this worker leaves \((\d+) chunk\(s\) reported done\)", wlog)
+            report(c.restarts == 0 and [code for _, code in c.exits] == [0] and
+                   "leaving the run after the step in flight" in wlog and done and int(done.group(1)) > 0,
+                   "%s: worker-1, scaled down, left after its step and exited 0 (%s)" %
+                   (label, done and done.group(0)),
+                   "restarts %d, exit codes %s, its last lines: %s" % (c.restarts, [e for _, e in c.exits],
+                                                                       wlog[-400:]))
+        # The rest ran through the resize: no container exited, no pod made
+        # again (they exit 0 at the end, when the chief stops them).
+        left_at = state.get("left_at", final_at)
+        restarted = ["%s %s" % (n, why) for n, p in state["pods"].items()
+                     for why in (["made again"] if kubelet.pod(n) is not p else []) +
+                     ["exited %d" % code for c in p.containers for t, code in c.exits if t < left_at]]
+        report(not restarted and "left_at" in state,
+               "%s: chief-0, ps-0, ps-1, worker-0 and evaluator-0 ran through the resize (no container exited, "
+               "no pod made again, until the chief logged worker 1's leave)" % label, restarted)
+        check_pods(label, kubelet, names, final_at)
     finally:
         kubelet.teardown()
 
@@ -333,7 +440,7 @@ def main():
     p.add_argument("--subnet", default="10.231.30.0/24")
     p.add_argument("--probe", default=None, help="a pscluster-health-probe here, for gRPC probes")
     p.add_argument("--limit", type=int, default=420, help="seconds a run may take")
-    p.add_argument("--runs", default="ABC", help="which runs (default ABC)")
+    p.add_argument("--runs", default="ABCD", help="which runs (default ABCD)")
     args = p.parse_args()
     if not os.path.isfile(os.path.join(args.data, "train-images-idx3-ubyte.gz")):
         p.error("--data %s: no train-images-idx3-ubyte.gz" % args.data)
@@ -344,7 +451,7 @@ def main():
         return 1
     for run in args.runs:
         t0 = time.time()
-        {"A": run_clean, "B": run_ps_deleted, "C": run_scaled}[run](args)
+        {"A": run_clean, "B": run_ps_deleted, "C": run_scaled, "D": run_resized}[run](args)
         note("run %s: %.0f s" % (run, time.time() - t0))
     return 1 if failed else 0
 

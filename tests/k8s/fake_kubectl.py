@@ -9,7 +9,9 @@ state as the kubelet would (tests/k8s/kubelet_resolve.py): a path that does
 not render, or a pod that would not start, fails the command. The rest
 checks what it names: `cp`, `wait`, `logs`, `exec`, `port-forward`, `delete
 pod` and `rollout restart` need that pod or StatefulSet to exist, and `cp`
-a local source to exist. `create ... --dry-run=client -o yaml` is the real
+a local source to exist. `scale statefulset/NAME --replicas=N` changes that
+StatefulSet's replicas alone, as the real one does, and the pods are
+resolved again. `create ... --dry-run=client -o yaml` is the real
 kubectl's. Every call is appended to $FAKE_KUBE_STATE.log. Exit 1 naming
 what is wrong.
 """
@@ -143,6 +145,18 @@ def main(argv):
         print("final: test_accuracy=0.9900 test_loss=0.0300 steps=2814 epochs=6 wall_s=1.0")
     elif cmd in ("exec", "port-forward"):
         need_pod(args[1])
+    elif cmd == "scale":
+        targets = [a for a in args[1:] if not a.startswith("-")]
+        replicas = [a.split("=", 1)[1] for a in args[1:] if a.startswith("--replicas=")]
+        if len(targets) != 1 or not targets[0].startswith(("statefulset/", "sts/")) or len(replicas) != 1 \
+                or not replicas[0].isdigit():
+            die("scale %s: want statefulset/NAME --replicas=N" % " ".join(args[1:]))
+        key = "StatefulSet/%s/%s" % (namespace, targets[0].split("/", 1)[1])
+        if key not in state["objects"]:
+            die("scale: no %s (applied: %s)" % (key, ", ".join(sorted(state["objects"]))))
+        state["objects"][key]["spec"]["replicas"] = int(replicas[0])
+        resolve(state)
+        save(state)
     elif cmd == "rollout":
         for target in args[2:]:
             name = target.split("/", 1)[1]

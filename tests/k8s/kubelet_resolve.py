@@ -1386,6 +1386,16 @@ def hosts_of(pods: list[dict], report: Report) -> dict[str, str]:
     return hosts
 
 
+def grace_period(ctx: PodContext, report: Report) -> int:
+    """spec.terminationGracePeriodSeconds (default 30): the API server
+    refuses one that is not a non-negative integer."""
+    value = ctx.spec.get("terminationGracePeriodSeconds", 30)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        report.error(ctx.where, f"spec.terminationGracePeriodSeconds is {value!r}, not a non-negative integer")
+        return 30
+    return value
+
+
 def resolve_pod(plan: PodPlan, state: State, node: Node, registry: str | None, report: Report) -> dict:
     """A pod as the kubelet starts it: container names unique across
     containers and initContainers, at least one container, the volumes,
@@ -1412,6 +1422,9 @@ def resolve_pod(plan: PodPlan, state: State, node: Node, registry: str | None, r
         "labels": meta["labels"],
         "annotations": meta["annotations"],
         "restartPolicy": ctx.spec["restartPolicy"],
+        # How long a pod being deleted (a StatefulSet scaled down) has after
+        # SIGTERM before SIGKILL; the API server's default is 30 s.
+        "terminationGracePeriodSeconds": grace_period(ctx, report),
         "serviceAccountName": ctx.service_account,
         "services": service_dns(plan, meta["labels"], state, report),
         "containers": containers,

@@ -154,6 +154,15 @@ class WorkloadTest(unittest.TestCase):
         self.assertEqual((p["kind"], p["workload"], p["hostname"], p["subdomain"]), ("Pod", "p", "p", None))
         self.assertEqual((p["restartPolicy"], p["serviceAccountName"]), ("Always", "default"))
         self.assertEqual(p["labels"], {"app": "a", "tier": "t"})
+        self.assertEqual(p["terminationGracePeriodSeconds"], 30)
+
+    def test_termination_grace_period(self):
+        pods, report = resolve(pod_with("", "terminationGracePeriodSeconds: 45"))
+        self.assertEqual(report.errors, [])
+        self.assertEqual(pods["p"]["terminationGracePeriodSeconds"], 45)
+        _, report = resolve(pod_with("", 'terminationGracePeriodSeconds: "45"'))
+        self.assertEqual(report.errors, ["pod ns/p: spec.terminationGracePeriodSeconds is '45', "
+                                         "not a non-negative integer"])
 
     def test_statefulset_pods(self):
         pods, report = resolve("""

@@ -62,6 +62,40 @@ def set_counts(k8s, **counts):
     return None
 
 
+def set_max_workers(k8s, n):
+    """The workers TF_CONFIG lists (the ceiling of a live resize), where the
+    docs say: max_workers of the ConfigMap pscluster-size in
+    base/kustomization.yaml. None, or why not."""
+    path = os.path.join(k8s, "base/kustomization.yaml")
+    with open(path) as f:
+        text = f.read()
+    text, found = re.subn(r"(- max_workers=)\d+", r"\g<1>%d" % n, text)
+    if found != 1:
+        return "base/kustomization.yaml has %d max_workers literals, not one" % found
+    with open(path, "w") as f:
+        f.write(text)
+    return None
+
+
+def scaled(rendered, out, **replicas):
+    """What `kubectl scale statefulset/NAME --replicas=N` leaves: the objects
+    of the file RENDERED with only those StatefulSets' spec.replicas changed
+    (NAME=N), written to OUT. (OUT, None), or (None, why not)."""
+    import yaml
+    with open(rendered) as f:
+        objs = [o for o in yaml.safe_load_all(f) if o]
+    left = dict(replicas)
+    for o in objs:
+        name = o.get("metadata", {}).get("name")
+        if o.get("kind") == "StatefulSet" and name in left:
+            o["spec"]["replicas"] = left.pop(name)
+    if left:
+        return None, "%s has no StatefulSet %s" % (rendered, ", ".join(sorted(left)))
+    with open(out, "w") as f:
+        yaml.safe_dump_all(objs, f, sort_keys=False)
+    return out, None
+
+
 def set_chief_settings(k8s, settings):
     """Sets keys of the ConfigMap pscluster-chief (settings/chief.yaml), as a
     user edits its `data:`: an existing key's value replaced, a new key

@@ -1,0 +1,151 @@
+// Parameter servers added and drained in a running job (issue 57):
+// TF_CONFIG lists three ps, the chief starts on two (--min_ps=2), the third
+// starts a quarter into the run and is added (the shards placed over three
+// ps, training paused meanwhile), and at three quarters it is stopped by
+// SIGTERM and drained (the shards placed over two again) before it exits 0.
+// Sync and async, each against a fixed run on two ps: every chunk is
+// trained and applied once on every ps (the ps agree on their applied
+// digests and counts, which move with the shards), and the final accuracy
+// is the fixed run's within 0.003.
+#include <csignal>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+
+namespace pscluster {
+namespace testing {
+namespace {
+
+// 4 epochs of 60,000 MNIST examples in per-worker batches of 32 on two
+// workers: 7500 chunks.
+constexpr int kChunks = 7500;
+
+ClusterOptions Options(const std::string& mode, int ps) {
+  ClusterOptions o;
+  o.data_dir = TestDataDir();
+  o.num_ps = ps;
+  o.num_workers = 2;  // and the evaluator, which follows the ps in use too
+  o.chief_args = {"--model=mlp", "--epochs=4", "--mode=" + mode, "--batch_size=64",
+                  "--log_every_s=0.2"};
+  return o;
+}
+
+struct Outcome {
+  FinalFigures final;
+  std::string chief, ps0, ps1, ps2;
+};
+
+std::optional<Outcome> RunCluster(const ClusterOptions& o,
+                                  const std::function<void(LocalCluster&)>& during,
+                                  const std::map<std::string, int>& expected_codes) {
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return std::nullopt;
+  if (during) during(**c);
+  for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
+    auto it = expected_codes.find(task);
+    EXPECT_EQ(code, it == expected_codes.end() ? 0 : it->second)
+        << task << " exited " << code << "\n"
+        << (*c)->AllLogs();
+  }
+  Outcome out;
+  out.chief = (*c)->Log("chief:0");
+  out.ps0 = (*c)->Log("ps:0");
+  out.ps1 = (*c)->Log("ps:1");
+  if (o.num_ps > 2) out.ps2 = (*c)->Log("ps:2");
+  std::optional<FinalFigures> f = ParseFinalLine(out.chief);
+  EXPECT_TRUE(f.has_value()) << out.chief;
+  if (!f) return std::nullopt;
+  out.final = *f;
+  return out;
+}
+
+bool WaitForLog(const LocalCluster& c, const std::string& task, const std::string& text,
+                absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (c.Log(task).find(text) == std::string::npos) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return true;
+}
+
+// Every chunk trained, and applied once on ps 0 and ps 1 alike.
+void ExpectEveryChunkOnce(const Outcome& run) {
+  EXPECT_NE(run.chief.find(absl::StrCat(kChunks, " of ", kChunks, " chunks trained")),
+            std::string::npos)
+      << run.chief;
+  for (const std::string* ps : {&run.ps0, &run.ps1}) {
+    EXPECT_EQ(ShutdownField(*ps, "applied"), absl::StrCat(kChunks)) << *ps;
+  }
+  EXPECT_NE(ShutdownField(run.ps0, "applied_digest"), "");
+  EXPECT_EQ(ShutdownField(run.ps0, "applied_digest"), ShutdownField(run.ps1, "applied_digest"));
+}
+
+// The chief's lines saying what each move cost, for the test's output.
+void PrintMoves(const std::string& chief) {
+  static const std::regex kMove("the shards are placed over [0-9]+ ps from step [^\n]*");
+  for (auto it = std::sregex_iterator(chief.begin(), chief.end(), kMove);
+       it != std::sregex_iterator(); ++it) {
+    std::cout << "  " << it->str() << "\n";
+  }
+}
+
+class ElasticPsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ElasticPsTest, APsIsAddedAndDrainedAndEveryChunkIsAppliedOnce) {
+  const std::string mode = GetParam();
+  ClusterOptions fixed = Options(mode, 2);
+  PSCLUSTER_SKIP_WITHOUT_MNIST(fixed.data_dir);
+  std::optional<Outcome> base = RunCluster(fixed, nullptr, {});
+  ASSERT_TRUE(base.has_value());
+
+  ClusterOptions elastic = Options(mode, 3);
+  elastic.chief_args.push_back("--min_ps=2");
+  elastic.start_later = {"ps:2"};
+  std::optional<Outcome> run = RunCluster(
+      elastic,
+      [](LocalCluster& c) {
+        ASSERT_TRUE(c.WaitForChunks(kChunks / 4, absl::Minutes(2))) << c.AllLogs();
+        ASSERT_TRUE(c.StartTask("ps:2").ok());
+        ASSERT_TRUE(WaitForLog(c, "chief:0", "the shards are placed over 3 ps from step",
+                               absl::Minutes(1)))
+            << c.Log("chief:0");
+        ASSERT_TRUE(c.WaitForChunks(kChunks * 3 / 4, absl::Minutes(2))) << c.AllLogs();
+        ASSERT_TRUE(c.Signal("ps:2", SIGTERM).ok());
+        EXPECT_TRUE(WaitForLog(c, "chief:0", "the shards are placed over 2 ps from step",
+                               absl::Minutes(1)))
+            << c.Log("chief:0");
+      },
+      {});
+  ASSERT_TRUE(run.has_value());
+  EXPECT_NE(run->chief.find("starting on 2 of 3 ps (--min_ps=2)"), std::string::npos)
+      << run->chief;
+  EXPECT_NE(run->chief.find("ps:2 answers: placing the shards over 3 ps"), std::string::npos);
+  EXPECT_NE(run->chief.find("ps:2 leaves: placing the shards over 2 ps"), std::string::npos);
+  // The third ps trained, and left drained, not lost.
+  EXPECT_NE(run->ps2.find("drained: the other ps serve its shards"), std::string::npos)
+      << run->ps2;
+  EXPECT_NE(ShutdownField(run->ps2, "applied"), "0") << run->ps2;
+  ExpectEveryChunkOnce(*run);
+  EXPECT_NEAR(run->final.test_accuracy, base->final.test_accuracy, 0.003)
+      << "2 -> 3 -> 2 ps " << run->final.test_accuracy << ", fixed " << base->final.test_accuracy;
+  std::cout << mode << ": fixed 2 ps " << base->final.test_accuracy << ", 2 -> 3 -> 2 ps "
+            << run->final.test_accuracy << "\n";
+  PrintMoves(run->chief);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ElasticPsTest, ::testing::Values("sync", "async"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace testing
+}  // namespace pscluster
