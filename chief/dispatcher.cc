@@ -73,7 +73,9 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
   Worker& worker = workers_[w];
   if (req.leaving()) return Leave(w, req);
   WorkResponse resp;
-  resp.set_generation(generation_);
+  // While paused, the generation the pause began with: no worker follows a
+  // restore (or a new placement) before it has reached every ps.
+  resp.set_generation(pauses_ > 0 ? generation_at_pause_ : generation_);
   if (!liveness_.alive(w) && membership_applied_ < worker.excluded_at) {
     // The ps must first drop what its previous life left half done (a
     // gradient for the current step), or that gradient would count and
@@ -103,6 +105,7 @@ absl::StatusOr<WorkResponse> Dispatcher::GetWork(const WorkRequest& req, absl::T
       while (pauses_ > 0 && !unpaused_.WaitWithDeadline(&mu_, until)) {
       }
     }
+    resp.set_generation(pauses_ > 0 ? generation_at_pause_ : generation_);
     resp.set_kind(WorkResponse::PAUSE);
     return resp;
   }
@@ -255,6 +258,7 @@ void Dispatcher::Pause() {
   // A worker parked under an outer pause has started no step since.
   if (pauses_++ == 0) {
     for (Worker& w : workers_) w.parked = false;
+    generation_at_pause_ = generation_;
   }
 }
 

@@ -172,6 +172,10 @@ class Dispatcher final : public WorkSource {
   int64_t membership_applied_ ABSL_GUARDED_BY(mu_) = 0;
   int pauses_ ABSL_GUARDED_BY(mu_) = 0;  // Pause calls not yet resumed
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The generation when the outermost pause began: what paused workers are
+  // told, so that none follows a restore (or a new placement) before it is
+  // complete and the pause ends.
+  int64_t generation_at_pause_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
   PlacementResponse placement_ ABSL_GUARDED_BY(mu_);
 };

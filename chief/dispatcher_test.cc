@@ -309,6 +309,23 @@ TEST_F(DispatcherTest, RewindRestoresTheDoneSetAndIgnoresOldGenerations) {
   EXPECT_EQ(d_.done_chunks(), 1);
 }
 
+// A restore or a new placement made while the workers are paused reaches
+// the ps one by one: a paused worker is told the generation of the pause's
+// start, and the new one only when the pause ends (a worker that pulled on
+// the new generation before the placement was published had been refused
+// by a ps already holding the new layout).
+TEST_F(DispatcherTest, PausedWorkersLearnANewGenerationWhenThePauseEnds) {
+  d_.Pause();
+  ASSERT_TRUE(d_.Rewind(4, "", 1).ok());
+  WorkResponse paused = Get(Ask(0, 1));
+  EXPECT_EQ(paused.kind(), WorkResponse::PAUSE);
+  EXPECT_EQ(paused.generation(), 0);
+  d_.Resume();
+  WorkResponse after = Get(Ask(0, 1));
+  EXPECT_EQ(after.kind(), WorkResponse::CHUNK);
+  EXPECT_EQ(after.generation(), 1);
+}
+
 TEST_F(DispatcherTest, AWorkerLostForGoodDoesNotHoldUpTheEnd) {
   for (int64_t k = 0; k < 4; ++k) {
     EXPECT_EQ(Get(Ask(0, 1, k ? std::vector<int64_t>{k - 1} : std::vector<int64_t>{})).chunk(), k);

@@ -68,16 +68,6 @@ std::optional<Outcome> RunCluster(const ClusterOptions& o,
   return out;
 }
 
-bool WaitForLog(const LocalCluster& c, const std::string& task, const std::string& text,
-                absl::Duration timeout) {
-  const absl::Time give_up = absl::Now() + timeout;
-  while (c.Log(task).find(text) == std::string::npos) {
-    if (absl::Now() >= give_up) return false;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return true;
-}
-
 // Every chunk trained, and applied once on ps 0 and ps 1 alike.
 void ExpectEveryChunkOnce(const Outcome& run) {
   EXPECT_NE(run.chief.find(absl::StrCat(kChunks, " of ", kChunks, " chunks trained")),
@@ -116,13 +106,13 @@ TEST_P(ElasticPsTest, APsIsAddedAndDrainedAndEveryChunkIsAppliedOnce) {
       [](LocalCluster& c) {
         ASSERT_TRUE(c.WaitForChunks(kChunks / 4, absl::Minutes(2))) << c.AllLogs();
         ASSERT_TRUE(c.StartTask("ps:2").ok());
-        ASSERT_TRUE(WaitForLog(c, "chief:0", "the shards are placed over 3 ps from step",
-                               absl::Minutes(1)))
+        ASSERT_TRUE(
+            c.WaitForLog("chief:0", "the shards are placed over 3 ps from step", absl::Minutes(1)))
             << c.Log("chief:0");
         ASSERT_TRUE(c.WaitForChunks(kChunks * 3 / 4, absl::Minutes(2))) << c.AllLogs();
         ASSERT_TRUE(c.Signal("ps:2", SIGTERM).ok());
-        EXPECT_TRUE(WaitForLog(c, "chief:0", "the shards are placed over 2 ps from step",
-                               absl::Minutes(1)))
+        EXPECT_TRUE(
+            c.WaitForLog("chief:0", "the shards are placed over 2 ps from step", absl::Minutes(1)))
             << c.Log("chief:0");
       },
       {});
@@ -141,6 +131,41 @@ TEST_P(ElasticPsTest, APsIsAddedAndDrainedAndEveryChunkIsAppliedOnce) {
   std::cout << mode << ": fixed 2 ps " << base->final.test_accuracy << ", 2 -> 3 -> 2 ps "
             << run->final.test_accuracy << "\n";
   PrintMoves(run->chief);
+}
+
+// The added ps dies while the shards are copied to it (ps_server exits as
+// the restore of the new placement reaches it): the move fails, every ps
+// goes back to the two-ps placement from the same checkpoint, and the run
+// ends as the fixed one does, with no chunk lost or applied twice.
+TEST(ElasticPsKillTest, APsKilledDuringItsCopyLeavesTheRunOnTwoPs) {
+  ClusterOptions fixed = Options("async", 2);
+  PSCLUSTER_SKIP_WITHOUT_MNIST(fixed.data_dir);
+  std::optional<Outcome> base = RunCluster(fixed, nullptr, {});
+  ASSERT_TRUE(base.has_value());
+
+  ClusterOptions elastic = Options("async", 3);
+  elastic.chief_args.push_back("--min_ps=2");
+  elastic.start_later = {"ps:2"};
+  elastic.task_env["ps:2"] = {"PSCLUSTER_TEST_EXIT_ON_NEW_PLACEMENT=1"};
+  std::optional<Outcome> run =
+      RunCluster(elastic,
+                 [](LocalCluster& c) {
+                   ASSERT_TRUE(c.WaitForChunks(kChunks / 4, absl::Minutes(2))) << c.AllLogs();
+                   ASSERT_TRUE(c.StartTask("ps:2").ok());
+                   ASSERT_TRUE(c.WaitForLog("chief:0", "every ps goes back to the 2 ps placement",
+                                            absl::Minutes(1)))
+                       << c.Log("chief:0");
+                 },
+                 {{"ps:2", 9}});
+  ASSERT_TRUE(run.has_value());
+  EXPECT_NE(run->chief.find("placing the shards over 3 ps failed"), std::string::npos)
+      << run->chief;
+  ExpectEveryChunkOnce(*run);
+  EXPECT_NEAR(run->final.test_accuracy, base->final.test_accuracy, 0.003)
+      << "killed during the copy " << run->final.test_accuracy << ", fixed "
+      << base->final.test_accuracy;
+  std::cout << "async: fixed 2 ps " << base->final.test_accuracy
+            << ", the third ps killed during its copy " << run->final.test_accuracy << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ElasticPsTest, ::testing::Values("sync", "async"),

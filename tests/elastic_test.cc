@@ -81,17 +81,6 @@ std::optional<Outcome> RunCluster(const ClusterOptions& o,
   return out;
 }
 
-// Polls `task`'s log until it holds `text`.
-bool WaitForLog(const LocalCluster& c, const std::string& task, const std::string& text,
-                absl::Duration timeout) {
-  const absl::Time give_up = absl::Now() + timeout;
-  while (c.Log(task).find(text) == std::string::npos) {
-    if (absl::Now() >= give_up) return false;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return true;
-}
-
 // (mode, how the two leave: "sigterm" or "sigkill").
 class ElasticTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
@@ -112,8 +101,7 @@ TEST_P(ElasticTest, TwoWorkersJoinAndLeaveAndEveryChunkIsAppliedOnce) {
         ASSERT_TRUE(c.StartTask("worker:2").ok());
         ASSERT_TRUE(c.StartTask("worker:3").ok());
         for (const char* w : {"worker 2", "worker 3"}) {
-          EXPECT_TRUE(WaitForLog(c, "chief:0", absl::StrCat(w, " joins the run"),
-                                 absl::Minutes(1)))
+          EXPECT_TRUE(c.WaitForLog("chief:0", absl::StrCat(w, " joins the run"), absl::Minutes(1)))
               << c.Log("chief:0");
         }
         ASSERT_TRUE(c.WaitForChunks(kChunks * 3 / 4, absl::Minutes(2))) << c.AllLogs();
@@ -121,9 +109,9 @@ TEST_P(ElasticTest, TwoWorkersJoinAndLeaveAndEveryChunkIsAppliedOnce) {
           ASSERT_TRUE((leave == "sigkill" ? c.Kill(w) : c.Signal(w, SIGTERM)).ok());
         }
         for (const char* w : {"worker 2", "worker 3"}) {
-          EXPECT_TRUE(WaitForLog(c, "chief:0",
-                                 absl::StrCat(w, leave == "sigkill" ? " lost" : " leaves the run"),
-                                 absl::Minutes(1)))
+          EXPECT_TRUE(c.WaitForLog(
+              "chief:0", absl::StrCat(w, leave == "sigkill" ? " lost" : " leaves the run"),
+              absl::Minutes(1)))
               << c.Log("chief:0");
         }
       },

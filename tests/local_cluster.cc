@@ -458,6 +458,16 @@ int LocalCluster::MetricsPort(const std::string& task) const {
   return it == metrics_ports_.end() ? 0 : it->second;
 }
 
+bool LocalCluster::WaitForLog(const std::string& task, const std::string& text,
+                              absl::Duration timeout) const {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (Log(task).find(text) == std::string::npos) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return true;
+}
+
 bool LocalCluster::WaitForChunks(int64_t chunks, absl::Duration timeout) const {
   const absl::Time give_up = absl::Now() + timeout;
   while (absl::Now() < give_up) {

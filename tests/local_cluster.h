@@ -127,6 +127,8 @@ class LocalCluster {
   // Waits until the chief's progress lines report at least `chunks` chunks
   // done ("chunks N/M"); false on timeout or when the chief exited.
   bool WaitForChunks(int64_t chunks, absl::Duration timeout) const;
+  // Polls `task`'s log until it holds `text`; false on timeout.
+  bool WaitForLog(const std::string& task, const std::string& text, absl::Duration timeout) const;
 
   // Starts a task named in ClusterOptions::start_later. NotFound when it is
   // not one, or was started already.
