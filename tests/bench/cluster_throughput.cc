@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "compute/kernels/blas_env.h"
 #include "model/idx_dataset.h"
 #include "model/model_spec.h"
+#include "tests/bench/bench_flags.h"
 #include "tests/local_cluster.h"
 
 namespace pscluster {
@@ -34,25 +36,19 @@ struct Flags {
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    size_t eq = arg.find('=');
-    std::string name = arg.substr(0, eq);
-    std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    bool ok = true;
-    if (name == "--threads") ok = absl::SimpleAtoi(value, &f->threads) && f->threads > 0;
-    else if (name == "--batch") ok = absl::SimpleAtoi(value, &f->batch) && f->batch > 0;
-    else if (name == "--epochs") ok = absl::SimpleAtoi(value, &f->epochs) && f->epochs > 0;
-    else if (name == "--seconds") ok = absl::SimpleAtod(value, &f->seconds) && f->seconds > 0;
-    else if (name == "--mode") ok = (f->mode = value) == "sync" || value == "async";
-    else ok = false;
-    if (!ok) {
-      std::fprintf(stderr, "bad flag %s (flags: --threads --batch --epochs --seconds --mode)\n",
-                   arg.c_str());
-      return false;
-    }
-  }
-  return true;
+  const std::optional<std::string> bad =
+      FirstBadFlag(argc, argv, [&](const std::string& name, const std::string& value) {
+        if (name == "--threads") return absl::SimpleAtoi(value, &f->threads) && f->threads > 0;
+        if (name == "--batch") return absl::SimpleAtoi(value, &f->batch) && f->batch > 0;
+        if (name == "--epochs") return absl::SimpleAtoi(value, &f->epochs) && f->epochs > 0;
+        if (name == "--seconds") return absl::SimpleAtod(value, &f->seconds) && f->seconds > 0;
+        if (name == "--mode") return (f->mode = value) == "sync" || value == "async";
+        return false;
+      });
+  if (!bad) return true;
+  std::fprintf(stderr, "bad flag %s (flags: --threads --batch --epochs --seconds --mode)\n",
+               bad->c_str());
+  return false;
 }
 
 // Compute only: TrainStep over consecutive real batches for `seconds`.

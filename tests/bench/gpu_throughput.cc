@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@
 #include "model/idx_dataset.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
+#include "tests/bench/bench_flags.h"
 #include "tests/local_cluster.h"
 
 namespace pscluster {
@@ -67,57 +69,52 @@ struct Flags {
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    bool ok = true;
-    if (name == "--model") {
-      f->model = value;
-      ok = !value.empty();
-    } else if (name == "--idle_ms") {
-      ok = absl::SimpleAtoi(value, &f->idle_ms) && f->idle_ms >= 0;
-    } else if (name == "--peer") {
-      f->peer = value;
-      ok = !value.empty();
-    } else if (name == "--peer_script") {
-      f->peer_script = value;
-      ok = !value.empty();
-    } else if (name == "--cluster_args") {
-      f->cluster_args = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (name == "--device") {
-      f->device = value;
-      ok = ParseDevice(value).ok();
-    } else if (name == "--batches") {
-      f->batches.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int b = 0;
-        ok = ok && absl::SimpleAtoi(part, &b) && b > 0;
-        f->batches.push_back(b);
-      }
-    } else if (name == "--seconds") {
-      ok = absl::SimpleAtod(value, &f->seconds) && f->seconds > 0;
-    } else if (name == "--epochs") {
-      ok = absl::SimpleAtoi(value, &f->epochs) && f->epochs >= 0;
-    } else if (name == "--mode") {
-      ok = (f->mode = value) == "sync" || value == "async";
-    } else if (name == "--no_cluster") {
-      f->cluster = false;
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(
-          stderr,
-          "bad flag %s (flags: --model --device --batches --seconds --epochs "
-          "--mode --no_cluster --idle_ms --peer --peer_script "
-          "--cluster_args)\n",
-          arg.c_str());
-      return false;
-    }
-  }
-  return true;
+  const std::optional<std::string> bad =
+      FirstBadFlag(argc, argv, [&](const std::string& name, const std::string& value) {
+        bool ok = true;
+        if (name == "--model") {
+          f->model = value;
+          ok = !value.empty();
+        } else if (name == "--idle_ms") {
+          ok = absl::SimpleAtoi(value, &f->idle_ms) && f->idle_ms >= 0;
+        } else if (name == "--peer") {
+          f->peer = value;
+          ok = !value.empty();
+        } else if (name == "--peer_script") {
+          f->peer_script = value;
+          ok = !value.empty();
+        } else if (name == "--cluster_args") {
+          f->cluster_args = absl::StrSplit(value, ',', absl::SkipEmpty());
+        } else if (name == "--device") {
+          f->device = value;
+          ok = ParseDevice(value).ok();
+        } else if (name == "--batches") {
+          f->batches.clear();
+          for (absl::string_view part : absl::StrSplit(value, ',')) {
+            int b = 0;
+            ok = ok && absl::SimpleAtoi(part, &b) && b > 0;
+            f->batches.push_back(b);
+          }
+        } else if (name == "--seconds") {
+          ok = absl::SimpleAtod(value, &f->seconds) && f->seconds > 0;
+        } else if (name == "--epochs") {
+          ok = absl::SimpleAtoi(value, &f->epochs) && f->epochs >= 0;
+        } else if (name == "--mode") {
+          ok = (f->mode = value) == "sync" || value == "async";
+        } else if (name == "--no_cluster") {
+          f->cluster = false;
+        } else {
+          ok = false;
+        }
+        return ok;
+      });
+  if (!bad) return true;
+  std::fprintf(stderr,
+               "bad flag %s (flags: --model --device --batches --seconds --epochs "
+               "--mode --no_cluster --idle_ms --peer --peer_script "
+               "--cluster_args)\n",
+               bad->c_str());
+  return false;
 }
 
 struct ComputeFigures {

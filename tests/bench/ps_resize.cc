@@ -20,6 +20,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -29,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "tests/bench/bench_flags.h"
 #include "tests/local_cluster.h"
 
 namespace pscluster {
@@ -40,27 +42,22 @@ struct Flags {
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    bool ok = true;
-    if (name == "--models") {
-      f->models = absl::StrSplit(value, ',', absl::SkipEmpty());
-      ok = !f->models.empty();
-    } else if (name == "--epochs") {
-      ok = absl::SimpleAtoi(value, &f->epochs) && f->epochs > 0;
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "ps_resize: bad flag %s (flags: --models=a,b --epochs=N)\n",
-                   arg.c_str());
-      return false;
-    }
-  }
-  return true;
+  const std::optional<std::string> bad =
+      FirstBadFlag(argc, argv, [&](const std::string& name, const std::string& value) {
+        bool ok = true;
+        if (name == "--models") {
+          f->models = absl::StrSplit(value, ',', absl::SkipEmpty());
+          ok = !f->models.empty();
+        } else if (name == "--epochs") {
+          ok = absl::SimpleAtoi(value, &f->epochs) && f->epochs > 0;
+        } else {
+          ok = false;
+        }
+        return ok;
+      });
+  if (!bad) return true;
+  std::fprintf(stderr, "ps_resize: bad flag %s (flags: --models=a,b --epochs=N)\n", bad->c_str());
+  return false;
 }
 
 // Bytes per second through one loopback TCP connection: 512 MB sent in

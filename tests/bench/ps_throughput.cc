@@ -41,25 +41,24 @@
 // P ps's messages written back to back, each echoed by a thread of this
 // process as it arrives, and all read back. The table gives the median
 // milliseconds per call and each transport's ratio to the bare round trip.
-#include <algorithm>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <memory>
-#include <string>
-#include <vector>
-
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <future>
+#include <memory>
+#include <optional>
+#include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -67,9 +66,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cluster_spec.h"
 #include "common/daemon.h"
 #include "common/metrics.h"
-#include "common/cluster_spec.h"
 #include "common/rpc.h"
 #include "model/gradient_watermark.h"
 #include "model/model_spec.h"
@@ -78,6 +77,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/data_plane_server.h"
 #include "ps_server/ps_service.h"
+#include "tests/bench/bench_flags.h"
 #include "tests/bench/echo.grpc.pb.h"
 #include "tests/local_cluster.h"
 #include "update/parameter_store.h"
@@ -120,46 +120,42 @@ bool ParseSize(absl::string_view text, int64_t* bytes) {
 }
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    bool ok = true;
-    if (name == "--sizes") {
-      flags->sizes.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int64_t bytes = 0;
-        ok = ok && ParseSize(part, &bytes) && bytes % sizeof(float) == 0 &&
-             bytes <= RpcOptions().max_message_bytes / 2;
-        flags->sizes.push_back(bytes);
-      }
-    } else if (name == "--seconds") {
-      ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
-    } else if (name == "--model") {
-      ok = ModelByName(value).ok();
-      flags->model = value;
-    } else if (name == "--ps") {
-      flags->ps.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int n = 0;
-        ok = ok && absl::SimpleAtoi(part, &n) && n >= 1 && n <= 8;
-        flags->ps.push_back(n);
-      }
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr,
-                   "bad flag %s\nusage: ps_throughput [--sizes=4K,1M,16M] "
-                   "[--seconds=2.5]\n       ps_throughput --model=cnn [--ps=1,2] "
-                   "[--seconds=2.5]\n(sizes: positive multiples of 4 bytes; model: a "
-                   "built-in model; ps: 1 to 8)\n",
-                   arg.c_str());
-      return false;
-    }
-  }
-  return true;
+  const std::optional<std::string> bad =
+      FirstBadFlag(argc, argv, [&](const std::string& name, const std::string& value) {
+        bool ok = true;
+        if (name == "--sizes") {
+          flags->sizes.clear();
+          for (absl::string_view part : absl::StrSplit(value, ',')) {
+            int64_t bytes = 0;
+            ok = ok && ParseSize(part, &bytes) && bytes % sizeof(float) == 0 &&
+                 bytes <= RpcOptions().max_message_bytes / 2;
+            flags->sizes.push_back(bytes);
+          }
+        } else if (name == "--seconds") {
+          ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
+        } else if (name == "--model") {
+          ok = ModelByName(value).ok();
+          flags->model = value;
+        } else if (name == "--ps") {
+          flags->ps.clear();
+          for (absl::string_view part : absl::StrSplit(value, ',')) {
+            int n = 0;
+            ok = ok && absl::SimpleAtoi(part, &n) && n >= 1 && n <= 8;
+            flags->ps.push_back(n);
+          }
+        } else {
+          ok = false;
+        }
+        return ok;
+      });
+  if (!bad) return true;
+  std::fprintf(stderr,
+               "bad flag %s\nusage: ps_throughput [--sizes=4K,1M,16M] "
+               "[--seconds=2.5]\n       ps_throughput --model=cnn [--ps=1,2] "
+               "[--seconds=2.5]\n(sizes: positive multiples of 4 bytes; model: a "
+               "built-in model; ps: 1 to 8)\n",
+               bad->c_str());
+  return false;
 }
 
 std::string SizeName(int64_t bytes) {

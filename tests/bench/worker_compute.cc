@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "compute/kernels/cpu_blas.h"
 #include "model/keras_model.h"
 #include "model/model_spec.h"
+#include "tests/bench/bench_flags.h"
 
 namespace pscluster {
 namespace {
@@ -45,41 +47,37 @@ struct Flags {
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    bool ok = true;
-    if (name == "--model") {
-      flags->model = value;
-    } else if (name == "--batch") {
-      ok = absl::SimpleAtoi(value, &flags->batch) && flags->batch > 0;
-    } else if (name == "--threads") {
-      flags->threads.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int t = 0;
-        ok = ok && absl::SimpleAtoi(part, &t) && t > 0;
-        flags->threads.push_back(t);
-      }
-    } else if (name == "--seconds") {
-      ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
-    } else if (name == "--runs") {
-      ok = absl::SimpleAtoi(value, &flags->runs) && flags->runs > 0;
-    } else if (name == "--peer") {
-      flags->peer = value;
-      ok = value == "torch";
-    } else if (name == "--keep_blas_env") {
-      flags->keep_blas_env = true;
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "bad flag %s\n", arg.c_str());
-      return false;
-    }
-  }
-  return true;
+  const std::optional<std::string> bad =
+      FirstBadFlag(argc, argv, [&](const std::string& name, const std::string& value) {
+        bool ok = true;
+        if (name == "--model") {
+          flags->model = value;
+        } else if (name == "--batch") {
+          ok = absl::SimpleAtoi(value, &flags->batch) && flags->batch > 0;
+        } else if (name == "--threads") {
+          flags->threads.clear();
+          for (absl::string_view part : absl::StrSplit(value, ',')) {
+            int t = 0;
+            ok = ok && absl::SimpleAtoi(part, &t) && t > 0;
+            flags->threads.push_back(t);
+          }
+        } else if (name == "--seconds") {
+          ok = absl::SimpleAtod(value, &flags->seconds) && flags->seconds > 0;
+        } else if (name == "--runs") {
+          ok = absl::SimpleAtoi(value, &flags->runs) && flags->runs > 0;
+        } else if (name == "--peer") {
+          flags->peer = value;
+          ok = value == "torch";
+        } else if (name == "--keep_blas_env") {
+          flags->keep_blas_env = true;
+        } else {
+          ok = false;
+        }
+        return ok;
+      });
+  if (!bad) return true;
+  std::fprintf(stderr, "bad flag %s\n", bad->c_str());
+  return false;
 }
 
 // Times TrainStep at one thread count; returns 1 on a failed step.
