@@ -60,20 +60,12 @@ struct Outcome {
 std::optional<Outcome> RunCluster(const ClusterOptions& o,
                            const std::function<void(LocalCluster&)>& during,
                            const std::map<std::string, int>& expected_codes) {
-  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return std::nullopt;
-  if (during) during(**c);
-  for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
-    auto it = expected_codes.find(task);
-    EXPECT_EQ(code, it == expected_codes.end() ? 0 : it->second)
-        << task << " exited " << code << "\n"
-        << (*c)->AllLogs();
-  }
+  std::unique_ptr<LocalCluster> c = RunToEnd(o, during, expected_codes);
+  if (c == nullptr) return std::nullopt;
   Outcome out;
-  out.chief = (*c)->Log("chief:0");
-  out.ps0 = (*c)->Log("ps:0");
-  out.ps1 = (*c)->Log("ps:1");
+  out.chief = c->Log("chief:0");
+  out.ps0 = c->Log("ps:0");
+  out.ps1 = c->Log("ps:1");
   std::optional<FinalFigures> f = ParseFinalLine(out.chief);
   EXPECT_TRUE(f.has_value()) << out.chief;
   if (!f) return std::nullopt;

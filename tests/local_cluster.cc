@@ -513,6 +513,22 @@ std::string LocalCluster::AllLogs() const {
   return out;
 }
 
+std::unique_ptr<LocalCluster> RunToEnd(const ClusterOptions& o,
+                                       const std::function<void(LocalCluster&)>& during,
+                                       const std::map<std::string, int>& expected_codes) {
+  absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Start(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  if (during) during(**c);
+  for (const auto& [task, code] : (*c)->Wait(absl::Minutes(5))) {
+    auto it = expected_codes.find(task);
+    EXPECT_EQ(code, it == expected_codes.end() ? 0 : it->second)
+        << task << " exited " << code << "\n"
+        << (*c)->AllLogs();
+  }
+  return *std::move(c);
+}
+
 std::optional<FinalFigures> ParseFinalLine(const std::string& log) {
   size_t pos = log.rfind("final: ");
   if (pos == std::string::npos) return std::nullopt;

@@ -175,6 +175,15 @@ struct FinalFigures {
 };
 std::optional<FinalFigures> ParseFinalLine(const std::string& log);
 
+// Starts a cluster of `o`, runs `during` (may be empty) while it trains,
+// waits up to 5 minutes for every task to exit, and expects each to exit
+// with its code in `expected_codes` (0 for a task not named there). The
+// stopped cluster, for its logs; nullptr (with a failed expectation) when
+// it did not start.
+std::unique_ptr<LocalCluster> RunToEnd(const ClusterOptions& o,
+                                       const std::function<void(LocalCluster&)>& during,
+                                       const std::map<std::string, int>& expected_codes);
+
 // Runs tests/keras_model_forward.py (an independent numpy forward pass over
 // the model file and the exported weights; the test declares it, the model
 // file and the data as its data) and checks, with gtest expectations, that
