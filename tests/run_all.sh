@@ -55,7 +55,8 @@ ON_CI=0
 passed=0
 failed=0
 skipped=0
-PROBLEMS=()  # one line per failure and skip, printed before the totals
+SKIPS=()     # one line per skip, printed before the totals
+FAILURES=()  # one line per failure, printed after the skips, last before the totals
 TIMES=()  # "N s  what" per phase and test job, printed before the totals
 ALL_STARTED=$SECONDS
 WORK="$(mktemp -d)"
@@ -65,12 +66,12 @@ trap 'rm -rf "$WORK"' EXIT
 record() {
   case "$1" in
     pass) passed=$((passed + 1)) ;;
-    fail) failed=$((failed + 1)); PROBLEMS+=("FAILED  $2: $3") ;;
+    fail) failed=$((failed + 1)); FAILURES+=("FAILED  $2: $3") ;;
     skip)
       if [ "$ON_CI" = 1 ] && [[ "$3" != "$GPU_SKIP_MARKER"* ]]; then
-        failed=$((failed + 1)); PROBLEMS+=("FAILED  $2: skipped on CI, not for the GPU: $3")
+        failed=$((failed + 1)); FAILURES+=("FAILED  $2: skipped on CI, not for the GPU: $3")
       else
-        skipped=$((skipped + 1)); PROBLEMS+=("skipped $2: $3")
+        skipped=$((skipped + 1)); SKIPS+=("skipped $2: $3")
       fi ;;
   esac
 }
@@ -289,7 +290,11 @@ TIMES+=("$((SECONDS - started)) s  the tests, $JOBS at a time")
 # 20 minutes cold on a 2-core machine, --quick within 5 warm).
 TIMES+=("$((SECONDS - ALL_STARTED)) s  in all")
 printf '%s\n' "${TIMES[@]}" | sort -rn | sed 's/^/run_all: /'
-[ ${#PROBLEMS[@]} -gt 0 ] && printf 'run_all: %s\n' "${PROBLEMS[@]}"
+# The failures last, so that the end of a long log (all a CI page may show)
+# names every one of them.
+[ ${#SKIPS[@]} -gt 0 ] && printf 'run_all: %s\n' "${SKIPS[@]}"
+[ ${#FAILURES[@]} -gt 0 ] && printf 'run_all: %s\n' "${FAILURES[@]}"
+
 line="$passed passed, $failed failed"
 [ "$skipped" -gt 0 ] && line+=", $skipped skipped"
 echo "$line"
