@@ -294,7 +294,6 @@ printf '%s\n' "${TIMES[@]}" | sort -rn | sed 's/^/run_all: /'
 # names every one of them.
 [ ${#SKIPS[@]} -gt 0 ] && printf 'run_all: %s\n' "${SKIPS[@]}"
 [ ${#FAILURES[@]} -gt 0 ] && printf 'run_all: %s\n' "${FAILURES[@]}"
-
 line="$passed passed, $failed failed"
 [ "$skipped" -gt 0 ] && line+=", $skipped skipped"
 echo "$line"
