@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "chief/work_queue.h"
 #include "common/status_macros.h"
 #include "model/checkpoint.h"
@@ -55,8 +57,11 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle, absl::Dur
     *paused = absl::Now() - pause_start;
     if (!s.ok()) return s;
   }
-  // The workers train on while each ps sends the state it set aside.
-  for (int i = 0; i < fleet_->num_ps(); ++i) {
+  // The workers train on while each ps sends the state it set aside, all
+  // at once.
+  const int n = fleet_->num_ps();
+  std::vector<absl::Status> status(n);
+  auto fetch = [&](int i) -> absl::Status {
     // Each byte copied about three times (into the message, onto the
     // wire, out of it) at 100 MB/s or better.
     const absl::Duration timeout = absl::Seconds(2) + absl::Seconds(3 * bytes[i] / 100e6);
@@ -71,7 +76,13 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle, absl::Dur
           " generation ", header.generation(), ")"));
     }
     snap.ps[i] = *std::move(state);
-  }
+    return absl::OkStatus();
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { status[i] = fetch(i); });
+  if (n > 0) status[0] = fetch(0);
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) PSCLUSTER_RETURN_IF_ERROR(s);
   return snap;
 }
 
@@ -187,8 +198,7 @@ absl::Status Checkpointer::WaitForOneVersion(absl::Time deadline, std::string* a
 }
 
 absl::Status Checkpointer::Take(const char* why, int64_t highest_version, bool workers_idle,
-                                bool required) {
-  const absl::Time t0 = absl::Now();
+                                bool required, bool to_disk) {
   absl::Duration paused;
   absl::StatusOr<Snapshot> snap = TakeSnapshot(workers_idle, &paused);
   if (!snap.ok() && required) return snap.status();
@@ -202,17 +212,27 @@ absl::Status Checkpointer::Take(const char* why, int64_t highest_version, bool w
   latest_ = *std::move(snap);
   last_step_ = latest_->step;
   last_time_ = absl::Now();
-  if (options_.dir.empty()) {
-    spdlog::info("checkpoint ({}) at step {} kept in memory (workers paused {:.1f} ms)", why,
-                 latest_->step, absl::ToDoubleMilliseconds(paused));
+  const std::string pause_note =
+      absl::StrFormat("workers paused %.1f ms", absl::ToDoubleMilliseconds(paused));
+  if (options_.dir.empty() || !to_disk) {
+    spdlog::info("checkpoint ({}) at step {} kept in memory{} ({})", why, latest_->step,
+                 options_.dir.empty() ? "" : " until training goes on", pause_note);
     return absl::OkStatus();
   }
-  absl::Status s =
-      WriteCheckpoint(options_.dir, ToCheckpoint(*latest_, *spec_, options_.mode), options_.keep);
-  if (!s.ok()) return s;
-  spdlog::info("checkpoint ({}) at step {} written to {} in {:.1f} ms (workers paused {:.1f} ms)",
-               why, latest_->step, options_.dir, absl::ToDoubleMilliseconds(absl::Now() - t0),
-               absl::ToDoubleMilliseconds(paused));
+  return WriteToDisk(why, pause_note);
+}
+
+absl::Status Checkpointer::WriteLatest(const char* why) {
+  if (options_.dir.empty() || !latest_) return absl::OkStatus();
+  return WriteToDisk(why, "training went on meanwhile");
+}
+
+absl::Status Checkpointer::WriteToDisk(const char* why, const std::string& note) {
+  const absl::Time t0 = absl::Now();
+  PSCLUSTER_RETURN_IF_ERROR(
+      WriteCheckpoint(options_.dir, ToCheckpoint(*latest_, *spec_, options_.mode), options_.keep));
+  spdlog::info("checkpoint ({}) at step {} written to {} in {:.1f} ms ({})", why, latest_->step,
+               options_.dir, absl::ToDoubleMilliseconds(absl::Now() - t0), note);
   return absl::OkStatus();
 }
 

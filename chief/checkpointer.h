@@ -59,9 +59,15 @@ class Checkpointer {
   // that cannot be taken (a ps unreachable, workers that do not pause) is
   // skipped with a warning, OK, and the next is due after another interval
   // from `highest_version` (with `required`, the snapshot's error instead).
-  // A file that cannot be written is an error.
+  // A file that cannot be written is an error. `to_disk` false: kept in
+  // memory only, for WriteLatest to write once training goes on.
   absl::Status Take(const char* why, int64_t highest_version, bool workers_idle = false,
-                    bool required = false);
+                    bool required = false, bool to_disk = true);
+
+  // The newest checkpoint (latest()) written to the checkpoint directory;
+  // nothing without a directory or a checkpoint. An error when the file
+  // cannot be written.
+  absl::Status WriteLatest(const char* why);
 
   // Whether a periodic checkpoint is due at `now` with the ps at up to
   // `highest_version`.
@@ -87,6 +93,8 @@ class Checkpointer {
   // consistent cut (CaptureWhilePaused), then fetches those states while
   // the workers train on. *paused: how long the workers were paused.
   absl::StatusOr<Snapshot> TakeSnapshot(bool workers_idle, absl::Duration* paused);
+  // latest() written to the directory, logged with `why` and `note`.
+  absl::Status WriteToDisk(const char* why, const std::string& note);
   // Sets `snap`'s fields but the ps's states, which hold only the version
   // and generation each ps captured. bytes[i]: ps i's bytes of state.
   absl::Status CaptureWhilePaused(bool workers_idle, const std::vector<double>& bytes,

@@ -1,6 +1,7 @@
 #include "chief/checkpointer.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "chief/fake_ps_fleet.h"
 #include "gtest/gtest.h"
+#include "model/checkpoint.h"
 
 namespace pscluster {
 namespace {
@@ -65,7 +67,7 @@ class FakeFleet : public PsFleetForTests {
   int stats_calls = 0;
   int ahead_in_snapshots = 0;
   int snapshots = 0;  // captures
-  int fetches = 0;
+  std::atomic<int> fetches = 0;  // called on a thread per ps
   bool fetch_newer = false;  // a capture not this chief's replaced ours
   std::vector<int64_t> recent_chunks[2];  // the chunks of each ps's last steps
   std::optional<ShardState> captured[2];
@@ -83,8 +85,10 @@ class CheckpointerTest : public ::testing::Test {
   // `settle`: how long the ps may disagree; a test whose lagging ps catches
   // up after a number of looks gives it far longer than those looks take on
   // a loaded machine, so it counts looks, not time.
-  Checkpointer Make(UpdateMode mode, absl::Duration settle = absl::Seconds(1)) {
-    CheckpointerOptions o;  // in memory
+  Checkpointer Make(UpdateMode mode, absl::Duration settle = absl::Seconds(1),
+                    const std::string& dir = "") {
+    CheckpointerOptions o;
+    o.dir = dir;  // empty: in memory
     o.every_steps = 100;
     o.mode = mode;
     o.settle_timeout = settle;
@@ -152,13 +156,34 @@ TEST_F(CheckpointerTest, FetchesTheCapturedStatesAfterThePause) {
   ASSERT_TRUE(c.Take("periodic", 300).ok());
   ASSERT_NE(c.latest(), nullptr);
   EXPECT_EQ(fleet_.snapshots, 2);
-  EXPECT_EQ(fleet_.fetches, 2);
+  EXPECT_EQ(fleet_.fetches.load(), 2);
   ASSERT_EQ(c.latest()->ps.size(), 2u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(c.latest()->ps[i].version(), 300);
     EXPECT_EQ(c.latest()->ps[i].values(), std::string(4, char(i)));
   }
   EXPECT_EQ(dispatcher_.generation(), c.latest()->generation);
+}
+
+TEST_F(CheckpointerTest, ACheckpointKeptForLaterIsWrittenWhenAsked) {
+  // A move's checkpoint: taken with the workers paused, written once they
+  // train again.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ASSERT_NE(tmp, nullptr);
+  const std::string dir = std::string(tmp) + "/written_later";
+  Checkpointer c = Make(SYNC, absl::Seconds(1), dir);
+  ASSERT_TRUE(c.Take("before placing the shards again", 300, /*workers_idle=*/false,
+                     /*required=*/true, /*to_disk=*/false)
+                  .ok());
+  ASSERT_NE(c.latest(), nullptr);
+  EXPECT_EQ(ReadLatestCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(c.WriteLatest("the shards placed again").ok());
+  absl::StatusOr<Checkpoint> written = ReadLatestCheckpoint(dir);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->step, 300);
+  // Without a directory there is nothing to write, and nothing fails.
+  Checkpointer in_memory = Make(SYNC);
+  EXPECT_TRUE(in_memory.WriteLatest("nothing yet").ok());
 }
 
 TEST_F(CheckpointerTest, SkipsWhenTheFetchedStateIsNotTheCapturedOne) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -585,18 +586,27 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bo
   // The decider's epoch moves on (a restore never lowers it): ps 0's
   // process, which may be one replaced as the decider, decides again.
   const int64_t epoch = setup_->mode == SYNC ? DeciderEpoch(-1) : 0;
-  for (int i = 0; i < fleet_->num_ps(); ++i) {
+  const int n = fleet_->num_ps();
+  std::vector<int64_t> terms(n, -1);  // -1: the snapshot's
+  for (int i = 0; i < n; ++i) {
+    // Above every term a copy had: a backup store that served the shards
+    // before (demoted from now on) takes this primary's seed.
+    if (copies_ != nullptr && i < static_cast<int>(copies_->size())) {
+      terms[i] = ++(*copies_)[i].primary_term;
+    }
+  }
+  // Every ps at once: each request is built, sent and taken while the
+  // others are (the workers wait for the slowest, not for the sum).
+  std::vector<absl::Status> status(n);
+  std::vector<uint64_t> incarnation(n, 0);
+  auto restore = [&](int i) -> absl::Status {
     RestoreRequest req;
     *req.mutable_init() = MakeInitRequest(*setup_, i);
     req.set_new_placement(new_placement);
     *req.mutable_state() = snap.ps[i];
     req.mutable_state()->set_generation(generation);
     req.mutable_state()->set_decider_epoch(epoch);
-    // Above every term a copy had: a backup store that served the shards
-    // before (demoted from now on) takes this primary's seed.
-    if (copies_ != nullptr && i < static_cast<int>(copies_->size())) {
-      req.mutable_state()->set_primary_term(++(*copies_)[i].primary_term);
-    }
+    if (terms[i] >= 0) req.mutable_state()->set_primary_term(terms[i]);
     // The placement's shards: a snapshot read from a checkpoint file (or
     // resharded from another ps count) carries the values, not their list.
     *req.mutable_state()->mutable_shards() = req.init().shards();
@@ -609,8 +619,17 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bo
     PSCLUSTER_RETURN_IF_ERROR(fleet_->Restore(i, req, timeout));
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
     if (!st.ok()) return st.status();
-    incarnation_[i] = st->incarnation();
+    incarnation[i] = st->incarnation();
+    return absl::OkStatus();
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { status[i] = restore(i); });
+  if (n > 0) status[0] = restore(0);
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < n; ++i) {
+    if (status[i].ok()) incarnation_[i] = incarnation[i];
   }
+  for (const absl::Status& s : status) PSCLUSTER_RETURN_IF_ERROR(s);
   return absl::OkStatus();
 }
 

@@ -100,8 +100,10 @@ class PsRecovery {
   // tried again on the next call.
   absl::Status MoveBack();
 
-  // Restores every ps from `snap` under `generation` and rewinds the data
-  // position to its (a start from a checkpoint on disk, or a recovery).
+  // Restores every ps from `snap` under `generation`, all at once (a thread
+  // per ps), and rewinds the data position to its (a start from a
+  // checkpoint on disk, or a recovery). An error is the first ps's, in ps
+  // order; the others were restored all the same.
   // Shards served by a promoted backup go back to their own ps.
   // `new_placement`: the shards were placed again over more or fewer ps
   // (the fleet's count now; PlaceShardsAgain): each ps takes the shards of

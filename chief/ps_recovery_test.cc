@@ -3,6 +3,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -41,7 +42,9 @@ class FakeFleet : public PsFleetForTests {
     for (int i = 0; i < n; ++i) incarnation[i] = i + 1;
   }
 
+  // Stats and Restore are called on a thread per ps (RestoreAll).
   absl::StatusOr<PsStatsResponse> Stats(int ps, absl::Duration) override {
+    std::lock_guard<std::mutex> lock(mu);
     if (unreachable[ps] > 0) {
       --unreachable[ps];
       return absl::UnavailableError(absl::StrCat("stats of ps:", ps, ": ", unreachable_error));
@@ -83,6 +86,7 @@ class FakeFleet : public PsFleetForTests {
     return absl::OkStatus();
   }
   absl::Status Restore(int ps, const RestoreRequest& request, absl::Duration) override {
+    std::lock_guard<std::mutex> lock(mu);
     restored.push_back({ps, request.continues()});
     initialized[ps] = true;
     generation = request.state().generation();
@@ -147,6 +151,7 @@ class FakeFleet : public PsFleetForTests {
   std::set<std::string> silent;
   std::vector<std::string> backups_asked;
   std::vector<std::pair<int, bool>> restored;  // ps, RestoreRequest.continues
+  std::mutex mu;
   std::vector<std::string> promoted;
   bool promoted_to_decide = false;
   bool promoted_in_flight = false;

@@ -27,16 +27,23 @@ namespace pscluster {
 
 namespace {
 
-// Of the `floats` parameters, how many `to` places on another ps than
-// `from` does.
-int64_t MovedFloats(const Placement& from, const Placement& to, int64_t floats) {
-  std::vector<int> owner(floats, -1);
-  for (const Shard& sh : from.shards) {
-    std::fill_n(owner.begin() + sh.offset, sh.size, sh.ps);
-  }
+// Of the parameters, how many `to` places on another ps than `from` does:
+// the overlaps of the two placements' shards, by offset.
+int64_t MovedFloats(const Placement& from, const Placement& to) {
+  auto by_offset = [](const Placement& p) {
+    std::vector<Shard> s = p.shards;
+    std::sort(s.begin(), s.end(),
+              [](const Shard& a, const Shard& b) { return a.offset < b.offset; });
+    return s;
+  };
+  const std::vector<Shard> a = by_offset(from);
+  const std::vector<Shard> b = by_offset(to);
   int64_t moved = 0;
-  for (const Shard& sh : to.shards) {
-    for (int64_t k = sh.offset; k < sh.offset + sh.size; ++k) moved += owner[k] != sh.ps;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    const int64_t lo = std::max(a[i].offset, b[j].offset);
+    const int64_t hi = std::min(a[i].offset + a[i].size, b[j].offset + b[j].size);
+    if (hi > lo && a[i].ps != b[j].ps) moved += hi - lo;
+    (a[i].offset + a[i].size <= b[j].offset + b[j].size) ? ++i : ++j;
   }
   return moved;
 }
@@ -71,6 +78,12 @@ absl::Status ParameterServerRun::CheckPsSet() {
 }
 
 absl::Status ParameterServerRun::PlaceShardsAgain(int num_ps, const std::string& why) {
+  bool taken = false;
+  PSCLUSTER_RETURN_IF_ERROR(MoveShardsPaused(num_ps, why, &taken));
+  return taken ? checkpointer_->WriteLatest("the shards placed again") : absl::OkStatus();
+}
+
+absl::Status ParameterServerRun::MoveShardsPaused(int num_ps, const std::string& why, bool* taken) {
   const int was = placement_.num_ps;
   spdlog::warn("{}: placing the shards over {} ps (were {}); training pauses meanwhile", why,
                num_ps, was);
@@ -79,13 +92,15 @@ absl::Status ParameterServerRun::PlaceShardsAgain(int num_ps, const std::string&
   // Nothing in flight from here on: the checkpoint holds every update
   // made, and the data position of exactly those.
   if (absl::Status s = checkpointer_->Take("before placing the shards again", highest_version_,
-                                           /*workers_idle=*/false, /*required=*/true);
+                                           /*workers_idle=*/false, /*required=*/true,
+                                           /*to_disk=*/false);
       !s.ok()) {
     spdlog::warn("the shards stay on {} ps for now: {}", was, std::string(s.message()));
     return absl::OkStatus();  // asked again at the next check
   }
+  *taken = true;
   const absl::Time t1 = absl::Now();
-  const Snapshot before = *checkpointer_->latest();
+  const Snapshot& before = *checkpointer_->latest();
   const Placement old = placement_;
   plan_.set_num_ps(num_ps);
   Placement next = PlaceForPlan(spec_, plan_);
@@ -127,17 +142,17 @@ absl::Status ParameterServerRun::PlaceShardsAgain(int num_ps, const std::string&
   }
   PSCLUSTER_RETURN_IF_ERROR(PublishPsSet());
   membership_->Apply(/*force=*/true);
-  checkpointer_->Adopt(*std::move(moved));
-  const int64_t floats = spec_.num_parameters;
+  const int64_t step = before.step;
   const int64_t tensors = 1 + (before.ps.empty() ? 0 : before.ps[0].slots_size());
-  const double moved_mb = 4.0 * tensors * MovedFloats(old, placement_, floats) / 1e6;
-  const double total_mb = 4.0 * tensors * floats / 1e6;
+  checkpointer_->Adopt(*std::move(moved));  // `before` is gone from here on
   const absl::Time t2 = absl::Now();
+  const double moved_mb = 4.0 * tensors * MovedFloats(old, placement_) / 1e6;
+  const double total_mb = 4.0 * tensors * spec_.num_parameters / 1e6;
   spdlog::warn(
       "the shards are placed over {} ps from step {} (generation {}): {:.3g} MB of {:.3g} MB "
       "changed ps; training paused {:.1f} ms ({:.1f} ms for the checkpoint, {:.1f} ms to "
       "place and restore)",
-      num_ps, before.step, generation, moved_mb, total_mb, absl::ToDoubleMilliseconds(t2 - t0),
+      num_ps, step, generation, moved_mb, total_mb, absl::ToDoubleMilliseconds(t2 - t0),
       absl::ToDoubleMilliseconds(t1 - t0), absl::ToDoubleMilliseconds(t2 - t1));
   return absl::OkStatus();
 }

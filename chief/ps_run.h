@@ -166,7 +166,12 @@ class ParameterServerRun final : public StrategyRun {
   // the next generation, the workers told. A ps that fails its part (the
   // added one killed during its copy) sends every ps back to the
   // checkpoint as it was placed; OK then, nothing lost. `why` is logged.
+  // With a checkpoint directory, the checkpoint is written once training
+  // goes on: the pause is the move's alone.
   absl::Status PlaceShardsAgain(int num_ps, const std::string& why);
+  // PlaceShardsAgain while the workers are paused; *taken: the checkpoint
+  // was taken (the newest in memory, placed either way).
+  absl::Status MoveShardsPaused(int num_ps, const std::string& why, bool* taken);
   // The ps in use given to the workers and, sync, to the deciding ps.
   absl::Status PublishPsSet();
   std::vector<bool> leave_refused_;  // per ps: its ask to leave was logged

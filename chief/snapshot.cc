@@ -171,6 +171,60 @@ absl::Status ReshardSparse(const std::vector<ShardState>& from, std::vector<Shar
   return absl::OkStatus();
 }
 
+// A shard of a placement as the ps holding it sends it: its range of the
+// flat parameters, that ps, and where on that ps's wire it starts.
+struct WireRange {
+  int64_t offset = 0;
+  int64_t size = 0;
+  int ps = 0;
+  int64_t wire = 0;
+};
+
+// Every shard of `p` as a WireRange, by offset.
+std::vector<WireRange> WireRanges(const Placement& p) {
+  std::vector<WireRange> out;
+  for (int i = 0; i < p.num_ps; ++i) {
+    int64_t wire = 0;
+    for (int k : p.shards_of_ps[i]) {
+      out.push_back({p.shards[k].offset, p.shards[k].size, i, wire});
+      wire += p.shards[k].size;
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const WireRange& a, const WireRange& b) { return a.offset < b.offset; });
+  return out;
+}
+
+// Ps `ps` of `to`'s wire bytes (into `wire`) copied from the old ps's
+// (`old[i]`, laid out as `ranges`, WireRanges of the old placement).
+// InvalidArgument when a parameter of `to` is in no old shard.
+absl::Status GatherRanges(const std::vector<WireRange>& ranges, const std::vector<const char*>& old,
+                          const Placement& to, int ps, char* wire) {
+  for (int k : to.shards_of_ps[ps]) {
+    const Shard& sh = to.shards[k];
+    int64_t at = sh.offset;
+    const int64_t end = sh.offset + sh.size;
+    // The old shard holding `at`: the last one starting at or before it;
+    // then the next ones, while the new shard goes on.
+    size_t r = std::upper_bound(ranges.begin(), ranges.end(), at,
+                                [](int64_t x, const WireRange& w) { return x < w.offset; }) -
+               ranges.begin();
+    for (; at < end; ++r) {
+      if (r == 0 || r > ranges.size() || ranges[r - 1].offset > at ||
+          ranges[r - 1].offset + ranges[r - 1].size <= at) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter ", at, " (", sh.variable, ") is in no shard of the snapshot's placement"));
+      }
+      const WireRange& w = ranges[r - 1];
+      const int64_t n = std::min(end, w.offset + w.size) - at;
+      std::memcpy(wire, old[w.ps] + (w.wire + at - w.offset) * sizeof(float), n * sizeof(float));
+      wire += n * sizeof(float);
+      at += n;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode mode) {
@@ -328,55 +382,55 @@ absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& 
     return absl::InvalidArgumentError(absl::StrCat("the snapshot holds ", snap.ps.size(),
                                                    " ps; its placement has ", from.num_ps));
   }
-  int64_t total = 0;
-  for (int64_t n : from.floats_of_ps) total += n;
-  // Each kind of tensor (the values, then each slot) whole, then split.
-  auto whole = [&](auto bytes_of) -> absl::StatusOr<std::vector<float>> {
-    std::vector<float> flat(total);
+  // Each new ps's bytes are copied straight from the old ps's, range by
+  // range: no whole model in between (a move's pause waits for this).
+  const std::vector<WireRange> ranges = WireRanges(from);
+  Snapshot out;
+  out.step = snap.step;
+  out.done_chunks = snap.done_chunks;
+  out.chunks_per_epoch = snap.chunks_per_epoch;
+  out.generation = snap.generation;
+  out.run_started_unix_ms = snap.run_started_unix_ms;
+  out.ps.assign(to.num_ps, ShardState());
+  // One kind of tensor (the values, or one slot): each old ps's bytes,
+  // checked, then each new ps's gathered from them.
+  auto reshard = [&](const char* what, auto bytes_of, auto set) -> absl::Status {
+    std::vector<const char*> old(from.num_ps);
     for (int i = 0; i < from.num_ps; ++i) {
       const std::string* bytes = bytes_of(snap.ps[i]);
-      if (bytes == nullptr ||
-          static_cast<int64_t>(bytes->size()) != from.floats_of_ps[i] * 4) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ps", i, " of the snapshot of step ", snap.step, " does not hold its ",
-            from.floats_of_ps[i], " values"));
+      if (bytes == nullptr || static_cast<int64_t>(bytes->size()) != from.floats_of_ps[i] * 4) {
+        return absl::InvalidArgumentError(absl::StrCat("ps", i, " of the snapshot of step ",
+                                                       snap.step, " does not hold its ",
+                                                       from.floats_of_ps[i], " ", what));
       }
-      std::vector<float> wire(from.floats_of_ps[i]);
-      if (!wire.empty()) std::memcpy(wire.data(), bytes->data(), bytes->size());
-      ScatterFromPs(from, i, wire.data(), flat.data());
+      old[i] = bytes->data();
     }
-    return flat;
-  };
-  Snapshot out = snap;
-  out.ps.assign(to.num_ps, ShardState());
-  auto split = [&](const std::vector<float>& flat, auto set) {
     for (int j = 0; j < to.num_ps; ++j) {
-      std::vector<float> wire(to.floats_of_ps[j]);
-      GatherForPs(to, j, flat.data(), wire.data());
-      set(out.ps[j], wire);
+      std::string bytes(to.floats_of_ps[j] * sizeof(float), '\0');
+      PSCLUSTER_RETURN_IF_ERROR(GatherRanges(ranges, old, to, j, bytes.data()));
+      set(out.ps[j], std::move(bytes));
     }
+    return absl::OkStatus();
   };
-  absl::StatusOr<std::vector<float>> values =
-      whole([](const ShardState& s) { return &s.values(); });
-  if (!values.ok()) return values.status();
-  split(*values, [](ShardState& s, const std::vector<float>& w) {
-    s.set_values(w.data(), w.size() * sizeof(float));
-  });
+  PSCLUSTER_RETURN_IF_ERROR(reshard(
+      "values", [](const ShardState& s) { return &s.values(); },
+      [](ShardState& s, std::string bytes) { s.set_values(std::move(bytes)); }));
   const ShardState& first = snap.ps.empty() ? ShardState::default_instance() : snap.ps[0];
   for (const SlotValues& slot : first.slots()) {
     const std::string name = slot.name();
-    absl::StatusOr<std::vector<float>> flat = whole([&name](const ShardState& s) {
-      for (const SlotValues& v : s.slots()) {
-        if (v.name() == name) return &v.values();
-      }
-      return static_cast<const std::string*>(nullptr);
-    });
-    if (!flat.ok()) return flat.status();
-    split(*flat, [&name](ShardState& s, const std::vector<float>& w) {
-      SlotValues* v = s.add_slots();
-      v->set_name(name);
-      v->set_values(w.data(), w.size() * sizeof(float));
-    });
+    PSCLUSTER_RETURN_IF_ERROR(reshard(
+        "slot values",
+        [&name](const ShardState& s) {
+          for (const SlotValues& v : s.slots()) {
+            if (v.name() == name) return &v.values();
+          }
+          return static_cast<const std::string*>(nullptr);
+        },
+        [&name](ShardState& s, std::string bytes) {
+          SlotValues* v = s.add_slots();
+          v->set_name(name);
+          v->set_values(std::move(bytes));
+        }));
   }
   if (absl::Status s = ReshardSparse(snap.ps, &out.ps); !s.ok()) {
     return absl::InvalidArgumentError(

@@ -245,6 +245,21 @@ TEST_F(SnapshotTest, ACheckpointOfAnotherPsCountIsReadResharded) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SnapshotTest, ReshardingRefusesAParameterInNoShardOfTheSnapshot) {
+  // A placement of `to` whose last shard reaches past every shard of the
+  // snapshot's: named, not filled with zeros or read out of bounds.
+  Placement to = PlaceVariables(spec_, 1, PlacementOptions());
+  Shard& last = to.shards[to.shards_of_ps[0].back()];
+  last.size += 1;
+  to.floats_of_ps[0] += 1;
+  absl::StatusOr<Snapshot> s = ReshardSnapshot(TwoPs(), placement_, to);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_NE(s.status().message().find(
+                absl::StrCat("parameter ", last.offset + last.size - 1, " (", last.variable, ")")),
+            std::string::npos)
+      << s.status();
+}
+
 TEST_F(SnapshotTest, ACheckpointOfAnotherLayoutIsRefused) {
   const Checkpoint c = ToCheckpoint(TwoPs(), spec_, SYNC);
   const Placement coarse = PlaceVariables(spec_, 2, PlacementOptions());  // 64 KiB pieces

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
@@ -137,14 +138,15 @@ grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRe
     if (grpc::Status s = shard_->CheckShards(state.shards()); !s.ok()) return s;
     if (grpc::Status s = shard_->CheckShards(req->init().shards()); !s.ok()) return s;
   }
-  absl::Status s = store_->Restore(*c, *snap,
+  const int64_t version = snap->version;
+  absl::Status s = store_->Restore(*c, *std::move(snap),
                                    req->new_placement() ? RestoreKind::kMove
                                    : req->continues()   ? RestoreKind::kContinue
                                                         : RestoreKind::kRollback);
   if (!s.ok()) return ToGrpcStatus(s);
   shard_->SetHeld(req->init());
-  shard_->metrics()->model_version().Set(static_cast<double>(snap->version));
-  resp->set_version(snap->version);
+  shard_->metrics()->model_version().Set(static_cast<double>(version));
+  resp->set_version(version);
   return grpc::Status::OK;
 }
 

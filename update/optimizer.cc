@@ -443,7 +443,7 @@ OptimizerState Optimizer::SaveState() const {
   return state;
 }
 
-absl::Status Optimizer::RestoreState(const OptimizerState& state) {
+absl::Status Optimizer::RestoreState(OptimizerState state) {
   const std::string prefix =
       absl::StrCat("optimizer \"", options_.name, "\": restoring state: ");
   if (state.iterations < 0 || state.iterations > kMaxIterations) {
@@ -452,8 +452,8 @@ absl::Status Optimizer::RestoreState(const OptimizerState& state) {
         state.iterations < 0 ? " is negative" : " is more than 2^53 (no run takes that many steps)"));
   }
   // Check everything first so that a bad state changes nothing.
-  std::vector<const OptimizerSlot*> by_index(slot_names_.size(), nullptr);
-  for (const OptimizerSlot& s : state.slots) {
+  std::vector<OptimizerSlot*> by_index(slot_names_.size(), nullptr);
+  for (OptimizerSlot& s : state.slots) {
     size_t i = 0;
     while (i < slot_names_.size() && slot_names_[i] != s.name) ++i;
     if (i == slot_names_.size()) {
@@ -478,7 +478,7 @@ absl::Status Optimizer::RestoreState(const OptimizerState& state) {
     }
   }
   for (size_t i = 0; i < slot_names_.size(); ++i) {
-    slots_[i] = by_index[i]->values;
+    slots_[i] = std::move(by_index[i]->values);
   }
   iterations_ = state.iterations;
   return absl::OkStatus();

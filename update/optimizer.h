@@ -138,7 +138,7 @@ class Optimizer {
   // slot or value) and no change at all unless the state has exactly this
   // optimizer's slots, each of num_params floats, and iterations in
   // [0, kMaxIterations].
-  absl::Status RestoreState(const OptimizerState& state);
+  absl::Status RestoreState(OptimizerState state);  // its slots moved in
 
   // Apply's loop runs on up to `threads` cores for large models
   // (common/parallel_for.h); the result is the same whatever the number.

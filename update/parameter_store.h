@@ -411,7 +411,9 @@ class ParameterStore {
   // seed: its replicator stops answering), FailedPrecondition for one of
   // an older generation. Any other restore keeps the higher of the two
   // terms.
-  absl::Status Restore(const StoreConfig& config, const StoreState& state,
+  // `state`'s values and slots are moved in (a caller done with its own
+  // moves it: a large model's restore copies nothing).
+  absl::Status Restore(const StoreConfig& config, StoreState state,
                        RestoreKind kind = RestoreKind::kRollback);
 
   // Its kept decision for the step from `version`: a deciding store's own

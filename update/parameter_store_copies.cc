@@ -35,7 +35,7 @@ absl::Status ParameterStore::CheckSeed(const StoreState& state) const {
   return absl::OkStatus();
 }
 
-absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState& state,
+absl::Status ParameterStore::Restore(const StoreConfig& config, StoreState state,
                                      RestoreKind kind) {
   absl::StatusOr<std::unique_ptr<Optimizer>> opt = CheckConfig(config);
   if (!opt.ok()) return opt.status();
@@ -54,7 +54,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
                                                    " pushes and ", state.steps_applied,
                                                    " steps applied"));
   }
-  PSCLUSTER_RETURN_IF_ERROR((*opt)->RestoreState(state.optimizer));
+  PSCLUSTER_RETURN_IF_ERROR((*opt)->RestoreState(std::move(state.optimizer)));
   // The tables' rows, checked before anything changes.
   if (!state.sparse.empty() && state.sparse.size() != config.sparse_tables.size()) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint holds ", state.sparse.size(),
@@ -84,7 +84,7 @@ absl::Status ParameterStore::Restore(const StoreConfig& config, const StoreState
   StoreConfig c = config;
   c.generation = state.generation;
   PSCLUSTER_RETURN_IF_ERROR(Configure(c, *std::move(opt)));
-  values_.Replaceable() = state.values;
+  values_.Replaceable() = std::move(state.values);
   sparse_.Reset(std::move(tables));
   version_ = state.version;
   recent_chunks_.Reset(version_);  // a rollback's: of steps the restored state may not hold
