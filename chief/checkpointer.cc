@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "chief/work_queue.h"
+#include "common/parallel_for.h"
 #include "common/status_macros.h"
 #include "model/checkpoint.h"
 #include "spdlog/spdlog.h"
@@ -78,10 +78,9 @@ absl::StatusOr<Snapshot> Checkpointer::TakeSnapshot(bool workers_idle, absl::Dur
     snap.ps[i] = *std::move(state);
     return absl::OkStatus();
   };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { status[i] = fetch(i); });
-  if (n > 0) status[0] = fetch(0);
-  for (std::thread& t : threads) t.join();
+  ParallelFor(n, /*min_range=*/1, /*threads=*/n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) status[i] = fetch(static_cast<int>(i));
+  });
   for (const absl::Status& s : status) PSCLUSTER_RETURN_IF_ERROR(s);
   return snap;
 }

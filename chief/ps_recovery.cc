@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallel_for.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -622,10 +622,9 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bo
     incarnation[i] = st->incarnation();
     return absl::OkStatus();
   };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { status[i] = restore(i); });
-  if (n > 0) status[0] = restore(0);
-  for (std::thread& t : threads) t.join();
+  ParallelFor(n, /*min_range=*/1, /*threads=*/n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) status[i] = restore(static_cast<int>(i));
+  });
   for (int i = 0; i < n; ++i) {
     if (status[i].ok()) incarnation_[i] = incarnation[i];
   }
