@@ -151,7 +151,14 @@ check_run() {  # check_run RUN WHAT
   if [ "${codes[*]}" = "0 0 0 0 0 0" ]; then
     pass "$what: every daemon exited 0"
   else
-    fail "$what: exit codes ${codes[*]} (ps0 ps1 w0 w1 ev chief)${hung[*]:+; still running 60 s after the chief exited, then killed: ${hung[*]}}"
+    # CI shows only the tail of the output, where the failures are listed:
+    # each daemon's last warning or error goes into the failure's line.
+    local said="" h w
+    for h in "${hosts[@]}"; do
+      w="$(grep -E "^[0-9:.]+ [WE] " "$tmp/$run.$h.log" | tail -n 1 | cut -c1-220)"
+      said+=" | $h: ${w:-no warning}"
+    done
+    fail "$what: exit codes ${codes[*]} (ps0 ps1 w0 w1 ev chief)${hung[*]:+; still running 60 s after the chief exited, then killed: ${hung[*]}}; last warnings$said"
     for h in "${hosts[@]}"; do
       echo "== $h: its warnings and errors, then its last lines"
       grep -E "^[0-9:.]+ [WE] |shutting down|received" "$tmp/$run.$h.log" | head -n 12
