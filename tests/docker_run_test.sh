@@ -54,7 +54,9 @@
 #      accuracy >= 0.985, every pod Ready, the weights fetched through the
 #      chief pod); pod ps-1 deleted mid-run with ps_replicas 1 (made again
 #      at a new IP, the run ends with final:); 3 workers; a live resize (1
-#      worker of max_workers 2, `kubectl scale` to 2 and back to 1 mid-run).
+#      worker of max_workers 2, `kubectl scale` to 2 and back to 1 mid-run);
+#      a live resize of the ps (2 of max_ps 3, `kubectl scale` to 3 and back
+#      to 2 mid-run: the shards move, the removed ps is drained).
 #   9. per-task identities (docker-compose.identities.yml added; run before
 #      8): the files made by the command its header gives, owned by uid
 #      10001; run 1's checks (the health checks over mutual TLS), every
@@ -67,7 +69,7 @@
 #      the chief logs each join and leave, the stopped workers exit 0 after
 #      their step, the first containers run through (no restart, exit 0),
 #      final: >= 0.98 (3 epochs: a new container takes seconds to join).
-# PSCLUSTER_DOCKER_RUNS="10 8D", say, does those runs only (8A to 8D: run
+# PSCLUSTER_DOCKER_RUNS="10 8D", say, does those runs only (8A to 8E: run
 # 8's pods; smoke: the build stage's) after the image; unset: every run.
 # It prints how long each step took. The base image, the build cache (the
 # Bazel cache mount) and the images stay in the daemon's data root,
@@ -108,30 +110,30 @@ RUN_LIMIT_S=300            # a run that takes longer is hung (it takes ~15 s)
 # want RUN: whether to do RUN (1 2 2b 3 ... 10, smoke: the build stage's).
 # PSCLUSTER_DOCKER_RUNS, when set, lists the runs to do (the image is built
 # whatever it says): "10 8D" does run 10 and run 8's pods D only ("8": A to
-# D). Unset: every run.
+# E). Unset: every run.
 want() {
   [ -z "${PSCLUSTER_DOCKER_RUNS:-}" ] && return 0
   local r
   for r in $PSCLUSTER_DOCKER_RUNS; do
     [ "$r" = "$1" ] && return 0
-    [ "$1" = 8 ] && [[ "$r" =~ ^8[A-D]+$ ]] && return 0
+    [ "$1" = 8 ] && [[ "$r" =~ ^8[A-E]+$ ]] && return 0
   done
   return 1
 }
 k8s_runs=""
 for r in ${PSCLUSTER_DOCKER_RUNS:-}; do
   case "$r" in
-    8) k8s_runs=ABCD ;;
+    8) k8s_runs=ABCDE ;;
     1|2|2b|3|4|5|6|7|9|10|smoke) ;;
-    *) if [[ "$r" =~ ^8([A-D]+)$ ]]; then
+    *) if [[ "$r" =~ ^8([A-E]+)$ ]]; then
          k8s_runs+="${BASH_REMATCH[1]}"
        else
-         echo "docker_run_test: PSCLUSTER_DOCKER_RUNS: '$r' is not a run (1 2 2b 3 4 5 6 7 8 8A-8D 9 10 smoke)" >&2
+         echo "docker_run_test: PSCLUSTER_DOCKER_RUNS: '$r' is not a run (1 2 2b 3 4 5 6 7 8 8A-8E 9 10 smoke)" >&2
          exit 2
        fi ;;
   esac
 done
-k8s_runs="${k8s_runs:-ABCD}"
+k8s_runs="${k8s_runs:-ABCDE}"
 
 # --- Can it run here? ---
 if [ "$(id -u)" -ne 0 ]; then skip "a private Docker daemon needs root"; finish; fi
@@ -988,8 +990,9 @@ fi  # run 9
 # settings/chief.yaml, the size in base/kustomization.yaml), resolved as the
 # kubelet would, and its pods run here as the kubelet and the StatefulSet
 # controller would run them (tests/k8s/docker_runs.py): a clean run, a ps
-# pod deleted mid-run with ps_replicas 1, three workers, and a live resize
-# (1 worker, scaled to 2 and back to 1 mid-run).
+# pod deleted mid-run with ps_replicas 1, three workers, and live resizes
+# (1 worker, scaled to 2 and back to 1 mid-run; 2 ps, scaled to 3 and back
+# to 2).
 if want 8; then
 kubectl_minor="$(kubectl version --client -o json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["minor"])' 2>/dev/null | tr -dc 0-9)"
 if [ "${kubectl_minor:-0}" -lt 22 ]; then

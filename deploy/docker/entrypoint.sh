@@ -14,7 +14,7 @@
 # With neither, TF_CONFIG is left alone (the daemons then take index 0).
 #
 # Where TF_CONFIG is unset and PSCLUSTER_NUM_PS and PSCLUSTER_NUM_WORKERS are
-# set (deploy/k8s: kustomize copies each StatefulSet's replicas there), the
+# set (deploy/k8s: the ConfigMap pscluster-size's max_ps and max_workers), the
 # cluster is made from the counts and the pods' names: chief-0.chief,
 # ps-<i>.ps, worker-<i>.worker and evaluator-0.evaluator (a pod and its
 # headless Service, which the pod's DNS search path completes), on
@@ -22,8 +22,8 @@
 # says whether the evaluator is in it; PSCLUSTER_RPC_LAYER, when set, becomes
 # its rpc_layer (grpc+tls: docs/security.md). The task is filled in as above,
 # and must be one the counts list: a pod whose ordinal is beyond them (a
-# StatefulSet scaled past the workers TF_CONFIG lists, PSCLUSTER_NUM_WORKERS:
-# deploy/k8s's max_workers) exits 2 naming both.
+# StatefulSet scaled past the ps or workers TF_CONFIG lists: deploy/k8s's
+# max_ps, max_workers) exits 2 naming both.
 #
 # More flags from the environment, added after FLAGS (a later flag wins):
 #   PSCLUSTER_FLAG_<name>=<value>   --<name>=<value>, in name order (a

@@ -5,10 +5,10 @@ then checked pod by pod: the image comes from the registry named in
 deploy/k8s/settings, every env reference resolves, the entrypoint makes
 each pod's TF_CONFIG naming that pod's own task, every address in it is a
 pod of that job by the names the headless Services (or the TFJob operator's
-Services) give, the counts are the StatefulSets' replicas (the workers:
-max_workers, of which the replicas run; a listed worker beyond them has no
-DNS record until `kubectl scale` makes its pod, and then resolves to it,
-while no pod's TF_CONFIG changes), and the built daemons accept the flags and
+Services) give, the counts are the StatefulSets' replicas (the ps and the workers:
+max_ps and max_workers, of which the replicas run; a listed task beyond them
+has no DNS record until `kubectl scale` makes its pod, and then resolves to
+it, while no pod's TF_CONFIG changes), and the built daemons accept the flags and
 TF_CONFIG each pod ends with.
 
 Usage: check_paths.py REPO TMP      (run by tests/deploy_k8s_test.sh, which
@@ -47,10 +47,11 @@ def copy_k8s(label):
     return user_copy.copy_k8s(REPO, os.path.join(TMP, label))
 
 
-def docs_sed(k8s, target, label):
-    """The `sed -i` of docs/deploy-k8s.md that edits deploy/k8s/TARGET, run
-    on the copy `k8s` exactly as written there: the docs are what a user runs."""
-    why = user_copy.docs_sed(REPO, k8s, target)
+def docs_sed(k8s, target, label, key=""):
+    """The `sed -i` of docs/deploy-k8s.md that edits deploy/k8s/TARGET (the
+    one holding KEY), run on the copy `k8s` exactly as written there: the
+    docs are what a user runs."""
+    why = user_copy.docs_sed(REPO, k8s, target, key)
     check(why is None, "%s: the docs' sed changes deploy/k8s/%s" % (label, target), why or "")
 
 
@@ -161,6 +162,10 @@ def check_pod(label, pod, hosts, pods_by_task, want_counts, tfjob, identities=Fa
         grace = pod.get("terminationGracePeriodSeconds")
         g(isinstance(grace, int) and grace > 10, "terminationGracePeriodSeconds %s > the worker's 10 s to leave "
           "after SIGTERM" % grace, "a scale-down's SIGKILL would come before the worker has left")
+    if role == "ps" and not tfjob:
+        grace = pod.get("terminationGracePeriodSeconds")
+        g(isinstance(grace, int) and grace > 25, "terminationGracePeriodSeconds %s > the ps's 25 s to be drained "
+          "after SIGTERM" % grace, "a scale-down's SIGKILL would come before the chief has moved its shards")
     probs = flag_problems(ROLES[role][1], args, FLAGS)
     g(not probs, "the flags are %s's" % ROLES[role][1], "; ".join(probs))
     if identities:
@@ -286,8 +291,8 @@ def by_task_of(pods):
 def check_path(label, files, want_counts, registry=None, tfjob=False, expect=None, identities=False, listed=None):
     """Resolves one path's objects and checks every pod. WANT_COUNTS: the
     pods per job; LISTED: the tasks per job TF_CONFIG lists, where more
-    (the workers: max_workers beyond the replicas). Then the workers' pods
-    beyond the replicas, as `kubectl scale` makes them, are checked too,
+    (the ps and workers: max_ps and max_workers beyond the replicas). Then
+    the pods beyond the replicas, as `kubectl scale` makes them, are checked too,
     and every pod's TF_CONFIG and flags must be the same at either size.
     `expect`: role -> {flag: value} that the role's pods must end with.
     Returns {role: (its first pod, its args)} for further checks."""
@@ -301,14 +306,15 @@ def check_path(label, files, want_counts, registry=None, tfjob=False, expect=Non
         have[j] = have.get(j, 0) + 1
     check(have == want_counts, "%s: the pods %s" % (label, sorted(have.items())), "want %s" % want_counts)
     later, grown_pods = None, None
-    if listed != want_counts:
-        # kubectl scale statefulset/worker --replicas=<listed>: that alone.
+    scale = {j: n for j, n in listed.items() if n != want_counts.get(j)}
+    scale_cmd = " and ".join("kubectl scale statefulset/%s --replicas=%d" % kv for kv in sorted(scale.items()))
+    if scale:
+        # kubectl scale statefulset/<job> --replicas=<listed>: that alone.
         out, why = user_copy.scaled(files[0], os.path.join(TMP, re.sub(r"\W+", "_", label) + "-scaled.yaml"),
-                                    worker=listed["worker"])
-        scaled_pods, scaled_hosts = resolve([out] + files[1:], label + ", scaled to max_workers",
+                                    **scale)
+        scaled_pods, scaled_hosts = resolve([out] + files[1:], label + ", scaled to the tasks listed",
                                             registry) if out else (None, None)
-        check(out is not None, "%s: kubectl scale statefulset/worker --replicas=%d" % (label, listed["worker"]),
-              why or "")
+        check(out is not None, "%s: %s" % (label, scale_cmd), why or "")
         if scaled_pods is not None:
             later = (by_task_of(scaled_pods), scaled_hosts)
             grown_pods = scaled_pods
@@ -325,7 +331,7 @@ def check_path(label, files, want_counts, registry=None, tfjob=False, expect=Non
     if later is not None:
         # The pods the scale-up adds, checked as every other; every pod's
         # TF_CONFIG and flags the same as before the scale.
-        grown = "%s, kubectl scale statefulset/worker --replicas=%d" % (label, listed["worker"])
+        grown = "%s, %s" % (label, scale_cmd)
         changed = []
         for p in sorted(grown_pods, key=lambda p: p["name"]):
             if role_of(p["containers"][0]) is None:
@@ -349,8 +355,9 @@ def check_path(label, files, want_counts, registry=None, tfjob=False, expect=Non
 SIZE = {"chief": 1, "ps": 2, "worker": 2, "evaluator": 1}
 DEFAULTS = {"chief": {"model": "cnn", "epochs": "6"}, "worker": {"data_dir": "/data/mnist"},
             "evaluator": {"data_dir": "/data/mnist"}}
-# The StatefulSets' chief trains once one worker answers; the others join.
-STS_DEFAULTS = dict(DEFAULTS, chief=dict(DEFAULTS["chief"], min_workers="1"))
+# The StatefulSets' chief trains once one worker and the first ps answer;
+# the others join.
+STS_DEFAULTS = dict(DEFAULTS, chief=dict(DEFAULTS["chief"], min_workers="1", min_ps="1"))
 
 # 1. The StatefulSets, GPU and CPU workers, as shipped.
 for variant in ("", "cpu"):
@@ -374,23 +381,28 @@ for variant in ("", "cpu"):
                       "%s: workers ask for nvidia.com/gpu 1, the CUDA image, --device=cuda --threads=1" % label,
                       "gpu=%s image=%s args=%s" % (gpu, c["image"], args))
 
-# 1b. A StatefulSet scaled past the workers TF_CONFIG lists: the pod beyond
-#     them does not start its daemon; the entrypoint exits 2 naming it.
+# 1b. A StatefulSet scaled past the tasks TF_CONFIG lists (max_workers,
+#     max_ps): the pod beyond them does not start its daemon; the
+#     entrypoint exits 2 naming it.
 path = os.path.join(TMP, "deploy_k8s_cpu.yaml")
-if os.path.exists(path):
-    out, why = user_copy.scaled(path, os.path.join(TMP, "beyond.yaml"), worker=3)
-    pods, _ = resolve([out], "kubectl scale statefulset/worker --replicas=3 past max_workers 2") if out else (None, None)
-    pod = next((p for p in pods or [] if p["name"] == "worker-2"), None)
+for job, var in (("worker", "PSCLUSTER_NUM_WORKERS"), ("ps", "PSCLUSTER_NUM_PS")):
+    if not os.path.exists(path):
+        break
+    what = "kubectl scale statefulset/%s --replicas=3 past max_%ss 2" % (job, job) if job == "worker" else \
+        "kubectl scale statefulset/ps --replicas=3 past max_ps 2"
+    out, why = user_copy.scaled(path, os.path.join(TMP, "beyond-%s.yaml" % job), **{job: 3})
+    pods, _ = resolve([out], what) if out else (None, None)
+    pod = next((p for p in pods or [] if p["name"] == "%s-2" % job), None)
     refused = ""
     if pod is not None:
         try:
             daemon_view("beyond", pod, pod["containers"][0])
         except RuntimeError as e:
             refused = str(e)
-    check(refused.startswith("entrypoint exited 2:") and "worker task 2" in refused and
-          "PSCLUSTER_NUM_WORKERS=2" in refused,
-          "kubectl scale statefulset/worker --replicas=3 past max_workers 2: pod worker-2's entrypoint exits 2 "
-          "naming its task and the count", refused or why or "worker-2 started, or has no pod")
+    check(refused.startswith("entrypoint exited 2:") and "%s task 2" % job in refused and
+          "%s=2" % var in refused,
+          "%s: pod %s-2's entrypoint exits 2 naming its task and the count" % (what, job),
+          refused or why or "%s-2 started, or has no pod" % job)
 
 # 2. A registry named in settings reaches every image of every path; the
 #    size changed where base/kustomization.yaml says: one number for the ps,
@@ -398,24 +410,28 @@ if os.path.exists(path):
 #    flags set in settings.
 k8s = copy_k8s("user")
 docs_sed(k8s, "settings/kustomization.yaml", "registry")
-docs_sed(k8s, "base/kustomization.yaml", "more workers listed")
+docs_sed(k8s, "base/kustomization.yaml", "more workers listed", "max_workers")
+docs_sed(k8s, "base/kustomization.yaml", "more ps listed", "max_ps")
 with open(os.path.join(k8s, "base/kustomization.yaml")) as f:
-    listed_workers = re.findall(r"- max_workers=(\d+)", f.read())
+    text = f.read()
+    listed_workers = re.findall(r"- max_workers=(\d+)", text)
+    listed_ps = re.findall(r"- max_ps=(\d+)", text)
 why = user_copy.set_counts(k8s, worker=3, ps=3)
-check(why is None and listed_workers and int(listed_workers[0]) > 3,
-      "size: the ps count and the worker replicas one number each in base/kustomization.yaml, max_workers "
-      "(%s) by the docs' sed and above the replicas" % listed_workers, why or "")
+check(why is None and listed_workers and int(listed_workers[0]) > 3 and listed_ps and int(listed_ps[0]) > 3,
+      "size: the ps and worker replicas one number each in base/kustomization.yaml, max_ps (%s) and max_workers "
+      "(%s) by the docs' seds and above the replicas" % (listed_ps, listed_workers), why or "")
 flags = {"model": "cnn", "epochs": "2", "batch_size": "64", "optimizer": "sgd", "push_codec": "bf16"}
 why = user_copy.set_chief_settings(k8s, {k: v for k, v in flags.items() if k != "model"})
 check(why is None, "settings: chief flags set in settings/chief.yaml", why or "")
 big = dict(SIZE, ps=3, worker=3)
-big_listed = dict(big, worker=int(listed_workers[0]) if listed_workers else 3)
+big_listed = dict(big, worker=int(listed_workers[0]) if listed_workers else 3,
+                  ps=int(listed_ps[0]) if listed_ps else 3)
 for variant in ("", "cpu"):
-    label = "registry, 3 ps, 3 of %d workers, chief flags: deploy/k8s" % big_listed["worker"] + \
+    label = "registry, 3 of %d ps, 3 of %d workers, chief flags: deploy/k8s" % (big_listed["ps"], big_listed["worker"]) + \
         ("/" + variant if variant else "")
     path = kustomize(os.path.join(k8s, variant), "user-" + (variant or "gpu"))
     if path:
-        check_path(label, [path], big, registry=REGISTRY, expect={"chief": dict(flags, min_workers="1")},
+        check_path(label, [path], big, registry=REGISTRY, expect={"chief": dict(flags, min_workers="1", min_ps="1")},
                    listed=big_listed)
 # The model overlay, with model.json and data_dir as the docs say.
 shutil.copy(MODEL_FIXTURE, os.path.join(k8s, "model/model.json"))
@@ -423,7 +439,7 @@ docs_sed(k8s, "settings/train.yaml", "your data")
 path = kustomize(os.path.join(k8s, "model"), "user-model")
 if path:
     first = check_path("registry, your model: deploy/k8s/model", [path], big, registry=REGISTRY, listed=big_listed,
-                       expect={"chief": dict(flags, model="/config/model.json", min_workers="1"),
+                       expect={"chief": dict(flags, model="/config/model.json", min_workers="1", min_ps="1"),
                                "worker": {"data_dir": "/data/data.npz"}, "evaluator": {"data_dir": "/data/data.npz"}})
     chief = first.get("chief")
     if chief:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Kubernetes pods of deploy/k8s/cpu, made as docs/deploy-k8s.md makes
 them and run on a real Docker engine as a kubelet would run them
-(tests/k8s/docker_kubelet.py), three times:
+(tests/k8s/docker_kubelet.py), five times:
 
   A. the clean run: the registry named by the docs' sed, `epochs: "2"` in
      settings/chief.yaml; the data loaded as the docs load it (the
@@ -25,7 +25,14 @@ them and run on a real Docker engine as a kubelet would run them
      its grace period): the chief logs that it started with worker-0 alone,
      worker 1 joining and leaving; worker-1 left after its step and exited
      0, once; no other container exited nor pod was made again until the
-     leave; final line >= 0.98.
+     leave; final line >= 0.98;
+  E. a live resize of the ps: 2 ps of max_ps 3 at apply, 3 epochs; once
+     the chief trains, `kubectl scale statefulset/ps --replicas=3` (pod
+     ps-2 made and started), and 20 steps after the shards were placed over
+     3 ps, back to 2 (ps-2 deleted: SIGTERM): the chief logs the add and the
+     drain, in that order, and what each move paused; ps-2 trained, was
+     drained and exited 0, once; no other container exited nor pod was made
+     again; final line >= 0.98.
 
 Usage: docker_runs.py --repo R --work DIR --image IMAGE --data MNIST_DIR
          [--docker /usr/bin/docker] [--subnet 10.231.30.0/24] [--probe PATH]
@@ -69,7 +76,7 @@ def note(what):
 class Setup:
     """One user's copy of deploy/k8s, its pods resolved."""
 
-    def __init__(self, args, label, counts=None, settings=None, max_workers=None):
+    def __init__(self, args, label, counts=None, settings=None, max_workers=None, max_ps=None):
         self.dir = os.path.join(args.work, label)
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
@@ -77,7 +84,8 @@ class Setup:
         problems = [user_copy.docs_sed(args.repo, k8s, "settings/kustomization.yaml"),
                     user_copy.set_counts(k8s, **(counts or {})),
                     user_copy.set_chief_settings(k8s, settings or {}),
-                    max_workers and user_copy.set_max_workers(k8s, max_workers)]
+                    max_workers and user_copy.set_max_workers(k8s, max_workers),
+                    max_ps and user_copy.set_max_ps(k8s, max_ps)]
         self.pods, self.rendered = {}, {}
         for path in ("cpu", "data-loader"):
             out, why = user_copy.kustomize(os.path.join(k8s, path), os.path.join(self.dir, path + ".yaml"))
@@ -236,7 +244,7 @@ def run_clean(args):
 
 def run_ps_deleted(args):
     label = "B (ps_replicas=1, 2 epochs, ps-1 deleted mid-run)"
-    setup = Setup(args, "ps-deleted", settings={"epochs": 2, "ps_replicas": 1})
+    setup = Setup(args, "ps-deleted", settings={"epochs": 2, "ps_replicas": 1, "min_ps": 0})
     if not setup.ok:
         return
     kubelet = new_kubelet(args, "ps-deleted")
@@ -410,6 +418,95 @@ def run_resized(args):
         kubelet.teardown()
 
 
+def run_ps_resized(args):
+    """deploy/k8s/cpu applied with 2 ps of max_ps 3; once the chief trains,
+    `kubectl scale statefulset/ps --replicas=3` (pod ps-2 made as the
+    StatefulSet controller makes it), and once the shards are placed over 3
+    ps and the run has gone on 20 steps, `--replicas=2` (ps-2 deleted with
+    its grace period: SIGTERM, and the chief drains it)."""
+    label = "E (2 ps of max_ps 3, scaled to 3 and back to 2 mid-run)"
+    setup = Setup(args, "ps-resized", settings={"epochs": 3}, max_ps=3)
+    if not setup.ok:
+        return
+    names = [p["name"] for p in setup.pods["cpu"]]
+    report(sorted(names) == ["chief-0", "evaluator-0", "ps-0", "ps-1", "worker-0", "worker-1"],
+           "%s: 6 pods at apply, ps-0 and ps-1 the ps" % label, names)
+    out, why = user_copy.scaled(setup.rendered["cpu"], os.path.join(setup.dir, "cpu-3.yaml"), ps=3)
+    grown, why = user_copy.resolve([out], REGISTRY) if out else (None, why)
+    spec = next((p for p in grown or [] if p["name"] == "ps-2"), None)
+    if not report(spec is not None, "%s: kubectl scale statefulset/ps --replicas=3 makes pod ps-2" % label,
+                  why or "no ps-2 among %s" % [p["name"] for p in grown or []]):
+        return
+    kubelet = new_kubelet(args, "ps-resized")
+    state = {"stage": "up", "pods": {}}
+    added, drained = "ps:2 answers: placing the shards over 3 ps", "ps:2 leaves: placing the shards over 2 ps"
+    placed3, placed2 = "the shards are placed over 3 ps from step", "the shards are placed over 2 ps from step"
+
+    def resize(k):
+        log = k.logs("chief-0")
+        if state["stage"] == "up":
+            state["pods"] = {n: k.pod(n) for n in names}
+            state["up_at"] = chief_step(log)
+            k.start_pod(spec)
+            note("%s: scaled to 3 at step %d: pod ps-2 started" % (label, state["up_at"]))
+            state["stage"] = "adding"
+        elif state["stage"] == "adding" and placed3 in log:
+            state["added_at"] = chief_step(log)
+            state["stage"] = "added"
+        elif state["stage"] == "added" and chief_step(log) >= state["added_at"] + 20:
+            state["ps-2"] = k.pod("ps-2")
+            state["down_at"] = chief_step(log)
+            k.delete("ps-2", recreate=False)
+            note("%s: scaled back to 2 at step %d (added at %d): pod ps-2 deleted (SIGTERM, grace %s s)" %
+                 (label, state["down_at"], state["added_at"], spec["terminationGracePeriodSeconds"]))
+            state["stage"] = "down"
+        elif state["stage"] == "down" and placed2 in log[log.find(placed3):]:
+            state["left_at"] = time.time()
+            state["stage"] = "left"
+
+    try:
+        if not data_loaded(args) and not load_data(args, kubelet, setup):
+            return
+        final_at = train(args, kubelet, setup, label, during=resize)
+        if final_at is None:
+            return
+        report(state["stage"] == "left", "%s: scaled up and down before the run ended" % label,
+               "the run ended at stage '%s' (the training was too short for the resize)" % state["stage"])
+        check_final(label, kubelet, 0.98)
+        log = kubelet.logs("chief-0")
+        start = re.search(r"starting on [12] of 3 ps \(--min_ps=1\); the others are added when they answer", log)
+        report(start, "%s: the chief started on the ps that answered first: '%s'" % (label, start and start.group(0)),
+               [l for l in log.splitlines() if " ps" in l][:3])
+        a, d = log.find(added), log.find(drained)
+        report(0 <= a < d, "%s: the chief logged '%s', then '%s'" % (label, added, drained),
+               [l for l in log.splitlines() if "placing the shards" in l or "placed over" in l][-4:])
+        moves = re.findall(r"the shards are placed over \d ps from step \d+ \(generation \d+\): [^\n]*", log)
+        for m in moves:
+            note("%s: %s" % (label, m))
+        old = state.get("ps-2")
+        if old is not None:
+            c = old.containers[0]
+            plog = "".join(c.logs)
+            applied = re.search(r"shutting down \([^)]*drained: the other ps serve its shards\): version=\d+ "
+                                r"applied=(\d+)", plog)
+            report(c.restarts == 0 and [code for _, code in c.exits] == [0] and applied and
+                   int(applied.group(1)) > 0,
+                   "%s: ps-2, scaled down, trained (applied=%s), was drained and exited 0" %
+                   (label, applied and applied.group(1)),
+                   "restarts %d, exit codes %s, its last lines: %s" % (c.restarts, [e for _, e in c.exits],
+                                                                       plog[-400:]))
+        left_at = state.get("left_at", final_at)
+        restarted = ["%s %s" % (n, why) for n, p in state["pods"].items()
+                     for why in (["made again"] if kubelet.pod(n) is not p else []) +
+                     ["exited %d" % code for c in p.containers for t, code in c.exits if t < left_at]]
+        report(not restarted and "left_at" in state,
+               "%s: chief-0, ps-0, ps-1, both workers and evaluator-0 ran through the resize (no container "
+               "exited, no pod made again, until the shards were placed over 2 ps again)" % label, restarted)
+        check_pods(label, kubelet, names, final_at)
+    finally:
+        kubelet.teardown()
+
+
 def data_loaded(args):
     """Whether an earlier run loaded MNIST onto the data volume (it
     outlives the runs, as a PVC does)."""
@@ -440,7 +537,7 @@ def main():
     p.add_argument("--subnet", default="10.231.30.0/24")
     p.add_argument("--probe", default=None, help="a pscluster-health-probe here, for gRPC probes")
     p.add_argument("--limit", type=int, default=420, help="seconds a run may take")
-    p.add_argument("--runs", default="ABCD", help="which runs (default ABCD)")
+    p.add_argument("--runs", default="ABCDE", help="which runs (default ABCDE)")
     args = p.parse_args()
     if not os.path.isfile(os.path.join(args.data, "train-images-idx3-ubyte.gz")):
         p.error("--data %s: no train-images-idx3-ubyte.gz" % args.data)
@@ -451,7 +548,7 @@ def main():
         return 1
     for run in args.runs:
         t0 = time.time()
-        {"A": run_clean, "B": run_ps_deleted, "C": run_scaled, "D": run_resized}[run](args)
+        {"A": run_clean, "B": run_ps_deleted, "C": run_scaled, "D": run_resized, "E": run_ps_resized}[run](args)
         note("run %s: %.0f s" % (run, time.time() - t0))
     return 1 if failed else 0
 

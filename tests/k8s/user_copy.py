@@ -29,14 +29,18 @@ def copy_k8s(repo, directory):
     return d
 
 
-def docs_sed(repo, k8s, target):
+def docs_sed(repo, k8s, target, key=""):
     """Runs, on the copy K8S, the `sed -i` command of docs/deploy-k8s.md that
-    edits deploy/k8s/TARGET, exactly as written there. None, or why not."""
+    edits deploy/k8s/TARGET (the one whose expression holds KEY, where the
+    docs have several for TARGET), exactly as written there. None, or why
+    not."""
     with open(os.path.join(repo, "docs/deploy-k8s.md")) as f:
         text = f.read().replace("\\\n", " ")
-    cmds = re.findall(r"^sed -i '([^']+)'\s+deploy/k8s/%s\s*$" % re.escape(target), text, re.M)
+    cmds = [c for c in re.findall(r"^sed -i '([^']+)'\s+deploy/k8s/%s\s*$" % re.escape(target), text, re.M)
+            if key in c]
     if len(cmds) != 1:
-        return "docs/deploy-k8s.md has %d sed commands for deploy/k8s/%s, not one" % (len(cmds), target)
+        return "docs/deploy-k8s.md has %d sed commands for deploy/k8s/%s%s, not one" % (
+            len(cmds), target, " holding '%s'" % key if key else "")
     path = os.path.join(k8s, target)
     with open(path) as f:
         before = f.read()
@@ -66,12 +70,21 @@ def set_max_workers(k8s, n):
     """The workers TF_CONFIG lists (the ceiling of a live resize), where the
     docs say: max_workers of the ConfigMap pscluster-size in
     base/kustomization.yaml. None, or why not."""
+    return set_max(k8s, "max_workers", n)
+
+
+def set_max_ps(k8s, n):
+    """The ps TF_CONFIG lists, as set_max_workers: max_ps."""
+    return set_max(k8s, "max_ps", n)
+
+
+def set_max(k8s, key, n):
     path = os.path.join(k8s, "base/kustomization.yaml")
     with open(path) as f:
         text = f.read()
-    text, found = re.subn(r"(- max_workers=)\d+", r"\g<1>%d" % n, text)
+    text, found = re.subn(r"(- %s=)\d+" % key, r"\g<1>%d" % n, text)
     if found != 1:
-        return "base/kustomization.yaml has %d max_workers literals, not one" % found
+        return "base/kustomization.yaml has %d %s literals, not one" % (found, key)
     with open(path, "w") as f:
         f.write(text)
     return None
