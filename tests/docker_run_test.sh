@@ -69,6 +69,12 @@
 #      the chief logs each join and leave, the stopped workers exit 0 after
 #      their step, the first containers run through (no restart, exit 0),
 #      final: >= 0.98 (3 epochs: a new container takes seconds to join).
+#  11. docs/deploy-compose.md's recipe for growing and shrinking the ps of a
+#      running job, as written (3 ps listed, 2 started with --min_ps=2,
+#      ps-2 started once the chief trains, stopped with SIGTERM 20 steps
+#      after the shards were placed over 3 ps): the chief logs the add and
+#      the drain, ps-2 trained, was drained and exited 0, the first
+#      containers run through, final: >= 0.98.
 # PSCLUSTER_DOCKER_RUNS="10 8D", say, does those runs only (8A to 8E: run
 # 8's pods; smoke: the build stage's) after the image; unset: every run.
 # It prints how long each step took. The base image, the build cache (the
@@ -107,7 +113,7 @@ MIN_ACCURACY=0.98          # one epoch of the CNN, sync, 2 workers: 0.9825
 OWN_MIN_ACCURACY=0.93      # one epoch of tfjs_plain.json on MNIST as an .npz: 0.9455
 RUN_LIMIT_S=300            # a run that takes longer is hung (it takes ~15 s)
 
-# want RUN: whether to do RUN (1 2 2b 3 ... 10, smoke: the build stage's).
+# want RUN: whether to do RUN (1 2 2b 3 ... 11, smoke: the build stage's).
 # PSCLUSTER_DOCKER_RUNS, when set, lists the runs to do (the image is built
 # whatever it says): "10 8D" does run 10 and run 8's pods D only ("8": A to
 # E). Unset: every run.
@@ -124,11 +130,11 @@ k8s_runs=""
 for r in ${PSCLUSTER_DOCKER_RUNS:-}; do
   case "$r" in
     8) k8s_runs=ABCDE ;;
-    1|2|2b|3|4|5|6|7|9|10|smoke) ;;
+    1|2|2b|3|4|5|6|7|9|10|11|smoke) ;;
     *) if [[ "$r" =~ ^8([A-E]+)$ ]]; then
          k8s_runs+="${BASH_REMATCH[1]}"
        else
-         echo "docker_run_test: PSCLUSTER_DOCKER_RUNS: '$r' is not a run (1 2 2b 3 4 5 6 7 8 8A-8E 9 10 smoke)" >&2
+         echo "docker_run_test: PSCLUSTER_DOCKER_RUNS: '$r' is not a run (1 2 2b 3 4 5 6 7 8 8A-8E 9 10 11 smoke)" >&2
          exit 2
        fi ;;
   esac
@@ -711,30 +717,92 @@ failure_run() {
   compose down -v --remove-orphans >/dev/null 2>&1
 }
 
-# resize_run NAME: docs/deploy-compose.md's recipe for growing and shrinking
-# the workers of a running job, its commands as written, in order, in a copy
-# of deploy/compose (Compose v2's `docker compose` run as v1's
-# docker-compose, the one here), for 3 epochs: the first `up` starts 2 of the
-# 4 workers listed; once the chief trains, the next `up` starts worker-2 and
-# worker-3; once both joined and the run went on 20 steps, `stop` sends them
-# SIGTERM. Checks: the chief's final line; it started with 2 of 4 and
-# logged each join and each leave; worker-2 and worker-3 left after their
-# step and exited 0, not restarted; the chief, the ps, the evaluator and
+# resize_run NAME KIND: docs/deploy-compose.md's recipe for growing and
+# shrinking the KIND (workers or ps) of a running job, its commands as
+# written, in order, in a copy of deploy/compose (Compose v2's `docker
+# compose` run as v1's docker-compose, the one here), for 3 epochs.
+#   workers: the first `up` starts 2 of the 4 workers listed; once the chief
+#     trains, the next `up` starts worker-2 and worker-3; once both joined
+#     and the run went on 20 steps, `stop` sends them SIGTERM. Checks: it
+#     started with 2 of 4 and logged each join and each leave; worker-2 and
+#     worker-3 left after their step and exited 0, not restarted.
+#   ps: the first `up` starts 2 of the 3 ps listed; once the chief trains,
+#     the next `up` starts ps-2; once the shards are placed over 3 ps and the
+#     run went on 20 steps, `stop` sends it SIGTERM. Checks: it started on 2
+#     of 3 and logged the add, then the drain; ps-2 applied updates, was
+#     drained and exited 0, not restarted.
+# Both: the chief's final line; the chief, ps-0, ps-1, the evaluator,
 # worker-0 and worker-1 are the containers the first `up` made, never
 # restarted, and exited 0.
+# resize_workers_checks NAME CHIEF_LOG: run 10's own checks (resize_run workers).
+resize_workers_checks() {
+  local name="$1" log="$2" bad="" c
+  local started
+  started="$(grep -oE 'starting with 2 of 4 workers \(--min_workers=2\); these join when they answer: worker:2 \(worker-2:2222\), worker:3 \(worker-3:2222\)' <<<"$log")"
+  [ -n "$started" ] && pass "$name: the chief started with 2 of the 4 workers listed: '$started'" ||
+    fail "$name: no 'starting with 2 of 4 workers' line naming worker-2 and worker-3: $(grep -m2 'workers' <<<"$log" | tr '\n' ' ')"
+  local w events=""
+  for w in 2 3; do
+    local joins leaves
+    joins="$(grep -n "worker $w joins the run and gets work from the next step" <<<"$log" | head -1 | cut -d: -f1)"
+    leaves="$(grep -n "worker $w leaves the run (it stops)" <<<"$log" | head -1 | cut -d: -f1)"
+    if [ -n "$joins" ] && [ -n "$leaves" ] && [ "$joins" -lt "$leaves" ]; then
+      events+="worker $w joined, then left; "
+    else
+      bad+="the chief's log lacks 'worker $w joins the run ...' before 'worker $w leaves the run (it stops)' (lines ${joins:-none}, ${leaves:-none}); "
+    fi
+    c="$(cid "worker-$w")"
+    local wlog count code done
+    wlog="$("$DOCKER" logs "$c" 2>&1)"
+    read -r code count <<<"$("$DOCKER" inspect -f '{{.State.ExitCode}} {{.RestartCount}}' "$c" 2>/dev/null)"
+    done="$(grep -oE 'stopping: the chief knows this worker leaves \([0-9]+ chunk\(s\) reported done\)' <<<"$wlog" | tail -1)"
+    if [ "$code" = 0 ] && [ "$count" = 0 ] && grep -q "leaving the run after the step in flight" <<<"$wlog" &&
+       [[ "$done" =~ \(([1-9][0-9]*)\ chunk ]]; then
+      events+="worker-$w exited 0 ($done); "
+    else
+      bad+="worker-$w: exit code ${code:-?}, ${count:-?} restarts, '${done:-no stopping line}': $(tail -3 <<<"$wlog" | tr '\n' ' '); "
+    fi
+  done
+  [ -z "$bad" ] && pass "$name: ${events%; }" || fail "$name: $bad"
+}
+
+# resize_ps_checks NAME CHIEF_LOG: run 11's own checks (resize_run ps).
+resize_ps_checks() {
+  local name="$1" log="$2" started add drain c plog code count applied
+  started="$(grep -oE 'starting on 2 of 3 ps \(--min_ps=2\); the others are added when they answer' <<<"$log")"
+  [ -n "$started" ] && pass "$name: the chief started on 2 of the 3 ps listed: '$started'" ||
+    fail "$name: no 'starting on 2 of 3 ps (--min_ps=2)' line: $(grep -m2 ' ps' <<<"$log" | tr '\n' ' ')"
+  add="$(grep -n "ps:2 answers: placing the shards over 3 ps" <<<"$log" | head -1 | cut -d: -f1)"
+  drain="$(grep -n "ps:2 leaves: placing the shards over 2 ps" <<<"$log" | head -1 | cut -d: -f1)"
+  if [ -n "$add" ] && [ -n "$drain" ] && [ "$add" -lt "$drain" ]; then
+    pass "$name: the chief added ps:2, then drained it: $(grep -oE 'the shards are placed over [0-9] ps from step [0-9]+ \(generation [0-9]+\): [^;]*; training paused [0-9.]+ [a-z]+' <<<"$log" | tr '\n' ';')"
+  else
+    fail "$name: the chief's log lacks 'ps:2 answers: placing the shards over 3 ps' before 'ps:2 leaves: placing the shards over 2 ps' (lines ${add:-none}, ${drain:-none})"
+  fi
+  c="$(cid ps-2)"
+  plog="$("$DOCKER" logs "$c" 2>&1)"
+  read -r code count <<<"$("$DOCKER" inspect -f '{{.State.ExitCode}} {{.RestartCount}}' "$c" 2>/dev/null)"
+  applied="$(grep -oE 'drained: the other ps serve its shards\): version=[0-9]+ applied=[0-9]+' <<<"$plog" | tail -1)"
+  if [ "$code" = 0 ] && [ "$count" = 0 ] && [[ "$applied" =~ applied=[1-9] ]]; then
+    pass "$name: ps-2 trained, was drained and exited 0, not restarted ($applied)"
+  else
+    fail "$name: ps-2: exit code ${code:-?}, ${count:-?} restarts, '${applied:-no drained shutdown line}': $(tail -3 <<<"$plog" | tr '\n' ' ')"
+  fi
+}
+
 resize_run() {
-  local name="$1" root="$tmp/resize" block line t0 s c st first_up="" bad="" got=""
+  local name="$1" kind="$2" root="$tmp/resize" block line t0 s c st first_up="" bad="" got=""
   local -a lines=()
   compose down -v --remove-orphans >/dev/null 2>&1
   rm -rf "$root"; mkdir -p "$root/deploy"
   cp -r "$repo/deploy/compose" "$root/deploy/"
-  block="$(awk '/^## Growing and shrinking/ { f = 1 } f && /^```sh$/ { b = 1; next } b && /^```$/ { exit } b' \
+  block="$(awk -v h="## Growing and shrinking the $kind " 'index($0, h) == 1 { f = 1 } f && /^```sh$/ { b = 1; next } b && /^```$/ { exit } b' \
     "$repo/docs/deploy-compose.md")"
   while IFS= read -r line; do
     [[ "$line" =~ ^[[:space:]]*(#|$) ]] || lines+=("$line")
   done <<<"$block"
   if [ "${#lines[@]}" -lt 4 ]; then
-    fail "$name: no recipe (a sh block of 4 commands or more) under '## Growing and shrinking' in docs/deploy-compose.md"
+    fail "$name: no recipe (a sh block of 4 commands or more) under '## Growing and shrinking the $kind' in docs/deploy-compose.md"
     return
   fi
   t0=$SECONDS
@@ -763,7 +831,13 @@ resize_run() {
       echo "$((SECONDS - t0)) s, step $(step): the chief $what" >>"$root/events"
     }
     trains() { chief_log | grep -qE 'epoch [0-9]+/[0-9]+ step [1-9]'; }
-    joined() { [ "$(chief_log | grep -cE 'worker [23] joins the run')" -ge 2 ]; }
+    if [ "$kind" = workers ]; then
+      new=worker-2 what="logged that worker 2 and worker 3 joined"
+      arrived() { [ "$(chief_log | grep -cE 'worker [23] joins the run')" -ge 2 ]; }
+    else
+      new=ps-2 what="placed the shards over 3 ps"
+      arrived() { chief_log | grep -q 'the shards are placed over 3 ps from step'; }
+    fi
     went_on() { [ "$(step)" -ge $(($(cat "$root/joined_at") + 20)) ]; }
     for line in "${lines[@]}"; do
       echo "+ $line" >>"$root/recipe.log"
@@ -772,10 +846,10 @@ resize_run() {
         *"up -d"*" chief"*)
           until_ "trained" trains || exit 1
           for s in chief ps-0 ps-1 evaluator worker-0 worker-1; do echo "$s $(cid "$s")"; done >"$root/ids" ;;
-        *"up -d"*worker-2*)
-          until_ "logged that worker 2 and worker 3 joined" joined || exit 1
+        *"up -d"*"$new"*)
+          until_ "$what" arrived || exit 1
           step >"$root/joined_at"
-          until_ "went on 20 steps after both joined" went_on || exit 1 ;;
+          until_ "went on 20 steps after it $what" went_on || exit 1 ;;
       esac
     done
   )
@@ -805,33 +879,7 @@ resize_run() {
   else
     fail "$name: the chief's final line: '${final:-none}' (want test accuracy >= 0.98); its last lines: $(tail -4 <<<"$log" | tr '\n' ' ')"
   fi
-  local started
-  started="$(grep -oE 'starting with 2 of 4 workers \(--min_workers=2\); these join when they answer: worker:2 \(worker-2:2222\), worker:3 \(worker-3:2222\)' <<<"$log")"
-  [ -n "$started" ] && pass "$name: the chief started with 2 of the 4 workers listed: '$started'" ||
-    fail "$name: no 'starting with 2 of 4 workers' line naming worker-2 and worker-3: $(grep -m2 'workers' <<<"$log" | tr '\n' ' ')"
-  local w events=""
-  for w in 2 3; do
-    local joins leaves
-    joins="$(grep -n "worker $w joins the run and gets work from the next step" <<<"$log" | head -1 | cut -d: -f1)"
-    leaves="$(grep -n "worker $w leaves the run (it stops)" <<<"$log" | head -1 | cut -d: -f1)"
-    if [ -n "$joins" ] && [ -n "$leaves" ] && [ "$joins" -lt "$leaves" ]; then
-      events+="worker $w joined, then left; "
-    else
-      bad+="the chief's log lacks 'worker $w joins the run ...' before 'worker $w leaves the run (it stops)' (lines ${joins:-none}, ${leaves:-none}); "
-    fi
-    c="$(cid "worker-$w")"
-    local wlog count code done
-    wlog="$("$DOCKER" logs "$c" 2>&1)"
-    read -r code count <<<"$("$DOCKER" inspect -f '{{.State.ExitCode}} {{.RestartCount}}' "$c" 2>/dev/null)"
-    done="$(grep -oE 'stopping: the chief knows this worker leaves \([0-9]+ chunk\(s\) reported done\)' <<<"$wlog" | tail -1)"
-    if [ "$code" = 0 ] && [ "$count" = 0 ] && grep -q "leaving the run after the step in flight" <<<"$wlog" &&
-       [[ "$done" =~ \(([1-9][0-9]*)\ chunk ]]; then
-      events+="worker-$w exited 0 ($done); "
-    else
-      bad+="worker-$w: exit code ${code:-?}, ${count:-?} restarts, '${done:-no stopping line}': $(tail -3 <<<"$wlog" | tr '\n' ' '); "
-    fi
-  done
-  [ -z "$bad" ] && pass "$name: ${events%; }" || fail "$name: $bad"
+  resize_${kind}_checks "$name" "$log"
   # The rest ran through: the containers of the first up, never restarted.
   bad=""
   while read -r s first_up; do
@@ -944,7 +992,8 @@ else
   fail "run 7: deploy/compose/scale.py --workers=3: $out"
 fi
 fi  # run 7
-want 10 && resize_run "run 10 (the resize recipe of docs/deploy-compose.md)"
+want 10 && resize_run "run 10 (the resize recipe of docs/deploy-compose.md)" workers
+want 11 && resize_run "run 11 (the ps resize recipe of docs/deploy-compose.md)" ps
 
 # 9. Per-task identities (docker-compose.identities.yml): the files made by
 # the command its header gives, owned by the containers' user as it says;
