@@ -385,11 +385,10 @@ for variant in ("", "cpu"):
 #     max_ps): the pod beyond them does not start its daemon; the
 #     entrypoint exits 2 naming it.
 path = os.path.join(TMP, "deploy_k8s_cpu.yaml")
-for job, var in (("worker", "PSCLUSTER_NUM_WORKERS"), ("ps", "PSCLUSTER_NUM_PS")):
+for job, var, ceiling in (("worker", "PSCLUSTER_NUM_WORKERS", "max_workers"), ("ps", "PSCLUSTER_NUM_PS", "max_ps")):
     if not os.path.exists(path):
         break
-    what = "kubectl scale statefulset/%s --replicas=3 past max_%ss 2" % (job, job) if job == "worker" else \
-        "kubectl scale statefulset/ps --replicas=3 past max_ps 2"
+    what = "kubectl scale statefulset/%s --replicas=3 past %s 2" % (job, ceiling)
     out, why = user_copy.scaled(path, os.path.join(TMP, "beyond-%s.yaml" % job), **{job: 3})
     pods, _ = resolve([out], what) if out else (None, None)
     pod = next((p for p in pods or [] if p["name"] == "%s-2" % job), None)

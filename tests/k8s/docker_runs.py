@@ -327,29 +327,27 @@ def chief_step(log):
     return int(steps[-1]) if steps else 0
 
 
-def run_resized(args):
-    """deploy/k8s/cpu applied with 1 worker of max_workers 2; once the chief
-    trains, `kubectl scale statefulset/worker --replicas=2` (pod worker-1
-    made as the StatefulSet controller makes it, started as the kubelet
-    would), and once worker-1 has joined and the run has gone on 20 steps,
-    `--replicas=1` (worker-1 deleted with its grace period: SIGTERM)."""
-    label = "D (1 of max_workers 2, scaled to 2 and back to 1 mid-run)"
-    # 3 epochs (about 40 s here): a new pod takes some seconds to join.
-    setup = Setup(args, "resized", counts={"worker": 1}, settings={"epochs": 3})
-    if not setup.ok:
-        return
-    names = [p["name"] for p in setup.pods["cpu"]]
-    report(sorted(names) == ["chief-0", "evaluator-0", "ps-0", "ps-1", "worker-0"],
-           "%s: 5 pods at apply, worker-0 the only worker" % label, names)
-    # What `kubectl scale statefulset/worker --replicas=2` leaves: the pods of
-    # the StatefulSet with 2 replicas, every other object as it was.
-    out, why = user_copy.scaled(setup.rendered["cpu"], os.path.join(setup.dir, "cpu-2.yaml"), worker=2)
+def live_resize(args, label, work, setup, names, job, up, down, arrived, gone, since, checks):
+    """A live resize of JOB's StatefulSet, as run D and E make it: once the
+    chief trains, `kubectl scale statefulset/JOB --replicas=UP` (its new
+    pod made as the StatefulSet controller makes it, started as the kubelet
+    would); once the chief's log satisfies ARRIVED and the run has gone on
+    20 steps, `--replicas=DOWN` (the pod deleted with its grace period:
+    SIGTERM); the resize is over once GONE holds. Then the checks every
+    resize has (the resize done before the end, final line >= 0.98, the
+    other pods ran through it: no container exited, no pod made again,
+    until then, SINCE saying when), CHECKS(kubelet, chief log, the removed
+    pod or None) in between."""
+    pod = "%s-%d" % (job, down)
+    # What `kubectl scale statefulset/JOB --replicas=UP` leaves: the pods of
+    # the StatefulSet with UP replicas, every other object as it was.
+    out, why = user_copy.scaled(setup.rendered["cpu"], os.path.join(setup.dir, "cpu-%d.yaml" % up), **{job: up})
     grown, why = user_copy.resolve([out], REGISTRY) if out else (None, why)
-    spec = next((p for p in grown or [] if p["name"] == "worker-1"), None)
-    if not report(spec is not None, "%s: kubectl scale statefulset/worker --replicas=2 makes pod worker-1" % label,
-                  why or "no worker-1 among %s" % [p["name"] for p in grown or []]):
+    spec = next((p for p in grown or [] if p["name"] == pod), None)
+    if not report(spec is not None, "%s: kubectl scale statefulset/%s --replicas=%d makes pod %s" %
+                  (label, job, up, pod), why or "no %s among %s" % (pod, [p["name"] for p in grown or []])):
         return
-    kubelet = new_kubelet(args, "resized")
+    kubelet = new_kubelet(args, work)
     state = {"stage": "up", "pods": {}}
 
     def resize(k):
@@ -358,19 +356,19 @@ def run_resized(args):
             state["pods"] = {n: k.pod(n) for n in names}
             state["up_at"] = chief_step(log)
             k.start_pod(spec)
-            note("%s: scaled to 2 at step %d: pod worker-1 started" % (label, state["up_at"]))
-            state["stage"] = "joining"
-        elif state["stage"] == "joining" and "worker 1 joins the run" in log:
-            state["joined_at"] = chief_step(log)
-            state["stage"] = "joined"
-        elif state["stage"] == "joined" and chief_step(log) >= state["joined_at"] + 20:
-            state["worker-1"] = k.pod("worker-1")
+            note("%s: scaled to %d at step %d: pod %s started" % (label, up, state["up_at"], pod))
+            state["stage"] = "arriving"
+        elif state["stage"] == "arriving" and arrived(log):
+            state["arrived_at"] = chief_step(log)
+            state["stage"] = "arrived"
+        elif state["stage"] == "arrived" and chief_step(log) >= state["arrived_at"] + 20:
+            state["removed"] = k.pod(pod)
             state["down_at"] = chief_step(log)
-            k.delete("worker-1", recreate=False)
-            note("%s: scaled back to 1 at step %d (joined at %d): pod worker-1 deleted (SIGTERM, grace %s s)" %
-                 (label, state["down_at"], state["joined_at"], spec["terminationGracePeriodSeconds"]))
+            k.delete(pod, recreate=False)
+            note("%s: scaled back to %d at step %d (in at %d): pod %s deleted (SIGTERM, grace %s s)" %
+                 (label, down, state["down_at"], state["arrived_at"], pod, spec["terminationGracePeriodSeconds"]))
             state["stage"] = "down"
-        elif state["stage"] == "down" and "worker 1 leaves the run" in log:
+        elif state["stage"] == "down" and gone(log):
             state["left_at"] = time.time()
             state["stage"] = "left"
 
@@ -383,7 +381,48 @@ def run_resized(args):
         report(state["stage"] == "left", "%s: scaled up and down before the run ended" % label,
                "the run ended at stage '%s' (the training was too short for the resize)" % state["stage"])
         check_final(label, kubelet, 0.98)
-        log = kubelet.logs("chief-0")
+        checks(kubelet, kubelet.logs("chief-0"), state.get("removed"))
+        # The rest ran through the resize: no container exited, no pod made
+        # again (they exit 0 at the end, when the chief stops them).
+        left_at = state.get("left_at", final_at)
+        restarted = ["%s %s" % (n, why) for n, p in state["pods"].items()
+                     for why in (["made again"] if kubelet.pod(n) is not p else []) +
+                     ["exited %d" % code for c in p.containers for t, code in c.exits if t < left_at]]
+        report(not restarted and "left_at" in state,
+               "%s: %s ran through the resize (no container exited, no pod made again, until %s)" %
+               (label, ", ".join(sorted(names)), since), restarted)
+        check_pods(label, kubelet, names, final_at)
+    finally:
+        kubelet.teardown()
+
+
+def check_left(label, removed, what, ok, detail):
+    """The pod a scale-down removed: its one container ran once, exited 0,
+    and OK (its log showed it left as it should); WHAT names the check,
+    DETAIL what its log showed."""
+    if removed is None:
+        return
+    c = removed.containers[0]
+    report(c.restarts == 0 and [code for _, code in c.exits] == [0] and ok,
+           "%s: %s (%s)" % (label, what, detail),
+           "restarts %d, exit codes %s, its last lines: %s" % (c.restarts, [e for _, e in c.exits],
+                                                               "".join(c.logs)[-400:]))
+
+
+def run_resized(args):
+    """deploy/k8s/cpu applied with 1 worker of max_workers 2, scaled to 2
+    and back to 1 mid-run (live_resize): worker-1 joins, then leaves after
+    its step."""
+    label = "D (1 of max_workers 2, scaled to 2 and back to 1 mid-run)"
+    # 3 epochs (about 40 s here): a new pod takes some seconds to join.
+    setup = Setup(args, "resized", counts={"worker": 1}, settings={"epochs": 3})
+    if not setup.ok:
+        return
+    names = [p["name"] for p in setup.pods["cpu"]]
+    report(sorted(names) == ["chief-0", "evaluator-0", "ps-0", "ps-1", "worker-0"],
+           "%s: 5 pods at apply, worker-0 the only worker" % label, names)
+
+    def checks(kubelet, log, removed):
         start = re.search(r"starting with 1 of 2 workers \(--min_workers=1\); these join when they answer: "
                           r"worker:1 \(worker-1\.worker:2222\)", log)
         report(start, "%s: the chief started with worker-0 alone: '%s'" % (label, start and start.group(0)),
@@ -393,37 +432,22 @@ def run_resized(args):
         report(0 <= join < leave, "%s: the chief logged 'worker 1 joins the run and gets work from the next step', "
                "then 'worker 1 leaves the run (it stops)'" % label,
                [l for l in log.splitlines() if "worker 1 " in l][-4:])
-        old = state.get("worker-1")
-        if old is not None:
-            c = old.containers[0]
-            wlog = "".join(c.logs)
-            done = re.search(r"stopping: the chief knows this worker leaves \((\d+) chunk\(s\) reported done\)", wlog)
-            report(c.restarts == 0 and [code for _, code in c.exits] == [0] and
+        wlog = "".join(removed.containers[0].logs) if removed is not None else ""
+        done = re.search(r"stopping: the chief knows this worker leaves \((\d+) chunk\(s\) reported done\)", wlog)
+        check_left(label, removed, "worker-1, scaled down, left after its step and exited 0",
                    "leaving the run after the step in flight" in wlog and done and int(done.group(1)) > 0,
-                   "%s: worker-1, scaled down, left after its step and exited 0 (%s)" %
-                   (label, done and done.group(0)),
-                   "restarts %d, exit codes %s, its last lines: %s" % (c.restarts, [e for _, e in c.exits],
-                                                                       wlog[-400:]))
-        # The rest ran through the resize: no container exited, no pod made
-        # again (they exit 0 at the end, when the chief stops them).
-        left_at = state.get("left_at", final_at)
-        restarted = ["%s %s" % (n, why) for n, p in state["pods"].items()
-                     for why in (["made again"] if kubelet.pod(n) is not p else []) +
-                     ["exited %d" % code for c in p.containers for t, code in c.exits if t < left_at]]
-        report(not restarted and "left_at" in state,
-               "%s: chief-0, ps-0, ps-1, worker-0 and evaluator-0 ran through the resize (no container exited, "
-               "no pod made again, until the chief logged worker 1's leave)" % label, restarted)
-        check_pods(label, kubelet, names, final_at)
-    finally:
-        kubelet.teardown()
+                   done and done.group(0))
+
+    live_resize(args, label, "resized", setup, names, "worker", 2, 1,
+                arrived=lambda log: "worker 1 joins the run" in log,
+                gone=lambda log: "worker 1 leaves the run" in log,
+                since="the chief logged worker 1's leave", checks=checks)
 
 
 def run_ps_resized(args):
-    """deploy/k8s/cpu applied with 2 ps of max_ps 3; once the chief trains,
-    `kubectl scale statefulset/ps --replicas=3` (pod ps-2 made as the
-    StatefulSet controller makes it), and once the shards are placed over 3
-    ps and the run has gone on 20 steps, `--replicas=2` (ps-2 deleted with
-    its grace period: SIGTERM, and the chief drains it)."""
+    """deploy/k8s/cpu applied with 2 ps of max_ps 3, scaled to 3 and back to
+    2 mid-run (live_resize): the shards are placed over 3 ps, then ps-2 is
+    drained and the shards go back over 2."""
     label = "E (2 ps of max_ps 3, scaled to 3 and back to 2 mid-run)"
     setup = Setup(args, "ps-resized", settings={"epochs": 3}, max_ps=3)
     if not setup.ok:
@@ -431,80 +455,28 @@ def run_ps_resized(args):
     names = [p["name"] for p in setup.pods["cpu"]]
     report(sorted(names) == ["chief-0", "evaluator-0", "ps-0", "ps-1", "worker-0", "worker-1"],
            "%s: 6 pods at apply, ps-0 and ps-1 the ps" % label, names)
-    out, why = user_copy.scaled(setup.rendered["cpu"], os.path.join(setup.dir, "cpu-3.yaml"), ps=3)
-    grown, why = user_copy.resolve([out], REGISTRY) if out else (None, why)
-    spec = next((p for p in grown or [] if p["name"] == "ps-2"), None)
-    if not report(spec is not None, "%s: kubectl scale statefulset/ps --replicas=3 makes pod ps-2" % label,
-                  why or "no ps-2 among %s" % [p["name"] for p in grown or []]):
-        return
-    kubelet = new_kubelet(args, "ps-resized")
-    state = {"stage": "up", "pods": {}}
     added, drained = "ps:2 answers: placing the shards over 3 ps", "ps:2 leaves: placing the shards over 2 ps"
     placed3, placed2 = "the shards are placed over 3 ps from step", "the shards are placed over 2 ps from step"
 
-    def resize(k):
-        log = k.logs("chief-0")
-        if state["stage"] == "up":
-            state["pods"] = {n: k.pod(n) for n in names}
-            state["up_at"] = chief_step(log)
-            k.start_pod(spec)
-            note("%s: scaled to 3 at step %d: pod ps-2 started" % (label, state["up_at"]))
-            state["stage"] = "adding"
-        elif state["stage"] == "adding" and placed3 in log:
-            state["added_at"] = chief_step(log)
-            state["stage"] = "added"
-        elif state["stage"] == "added" and chief_step(log) >= state["added_at"] + 20:
-            state["ps-2"] = k.pod("ps-2")
-            state["down_at"] = chief_step(log)
-            k.delete("ps-2", recreate=False)
-            note("%s: scaled back to 2 at step %d (added at %d): pod ps-2 deleted (SIGTERM, grace %s s)" %
-                 (label, state["down_at"], state["added_at"], spec["terminationGracePeriodSeconds"]))
-            state["stage"] = "down"
-        elif state["stage"] == "down" and placed2 in log[log.find(placed3):]:
-            state["left_at"] = time.time()
-            state["stage"] = "left"
-
-    try:
-        if not data_loaded(args) and not load_data(args, kubelet, setup):
-            return
-        final_at = train(args, kubelet, setup, label, during=resize)
-        if final_at is None:
-            return
-        report(state["stage"] == "left", "%s: scaled up and down before the run ended" % label,
-               "the run ended at stage '%s' (the training was too short for the resize)" % state["stage"])
-        check_final(label, kubelet, 0.98)
-        log = kubelet.logs("chief-0")
+    def checks(kubelet, log, removed):
         start = re.search(r"starting on [12] of 3 ps \(--min_ps=1\); the others are added when they answer", log)
         report(start, "%s: the chief started on the ps that answered first: '%s'" % (label, start and start.group(0)),
                [l for l in log.splitlines() if " ps" in l][:3])
         a, d = log.find(added), log.find(drained)
         report(0 <= a < d, "%s: the chief logged '%s', then '%s'" % (label, added, drained),
                [l for l in log.splitlines() if "placing the shards" in l or "placed over" in l][-4:])
-        moves = re.findall(r"the shards are placed over \d ps from step \d+ \(generation \d+\): [^\n]*", log)
-        for m in moves:
+        for m in re.findall(r"the shards are placed over \d ps from step \d+ \(generation \d+\): [^\n]*", log):
             note("%s: %s" % (label, m))
-        old = state.get("ps-2")
-        if old is not None:
-            c = old.containers[0]
-            plog = "".join(c.logs)
-            applied = re.search(r"shutting down \([^)]*drained: the other ps serve its shards\): version=\d+ "
-                                r"applied=(\d+)", plog)
-            report(c.restarts == 0 and [code for _, code in c.exits] == [0] and applied and
-                   int(applied.group(1)) > 0,
-                   "%s: ps-2, scaled down, trained (applied=%s), was drained and exited 0" %
-                   (label, applied and applied.group(1)),
-                   "restarts %d, exit codes %s, its last lines: %s" % (c.restarts, [e for _, e in c.exits],
-                                                                       plog[-400:]))
-        left_at = state.get("left_at", final_at)
-        restarted = ["%s %s" % (n, why) for n, p in state["pods"].items()
-                     for why in (["made again"] if kubelet.pod(n) is not p else []) +
-                     ["exited %d" % code for c in p.containers for t, code in c.exits if t < left_at]]
-        report(not restarted and "left_at" in state,
-               "%s: chief-0, ps-0, ps-1, both workers and evaluator-0 ran through the resize (no container "
-               "exited, no pod made again, until the shards were placed over 2 ps again)" % label, restarted)
-        check_pods(label, kubelet, names, final_at)
-    finally:
-        kubelet.teardown()
+        plog = "".join(removed.containers[0].logs) if removed is not None else ""
+        applied = re.search(r"shutting down \([^)]*drained: the other ps serve its shards\): version=\d+ "
+                            r"applied=(\d+)", plog)
+        check_left(label, removed, "ps-2, scaled down, trained, was drained and exited 0",
+                   applied and int(applied.group(1)) > 0, "applied=%s" % (applied and applied.group(1)))
+
+    live_resize(args, label, "ps-resized", setup, names, "ps", 3, 2,
+                arrived=lambda log: placed3 in log,
+                gone=lambda log: placed2 in log[log.find(placed3):],
+                since="the shards were placed over 2 ps again", checks=checks)
 
 
 def data_loaded(args):

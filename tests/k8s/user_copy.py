@@ -79,6 +79,8 @@ def set_max_ps(k8s, n):
 
 
 def set_max(k8s, key, n):
+    """The literal KEY=N of the ConfigMap pscluster-size in
+    base/kustomization.yaml. None, or why not."""
     path = os.path.join(k8s, "base/kustomization.yaml")
     with open(path) as f:
         text = f.read()
