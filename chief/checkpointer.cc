@@ -132,6 +132,7 @@ absl::Status Checkpointer::CaptureWhilePaused(bool workers_idle, const std::vect
     snap->generation = dispatcher_->generation();
     snap->done_chunks = dispatcher_->SaveDone();
     snap->chunks_per_epoch = dispatcher_->chunks_per_epoch();
+    snap->placement_max_ps = placement_->max_ps;
     bool consistent = true;
     for (int i = 0; i < fleet_->num_ps(); ++i) {
       // Each ps copies its state aside in memory (the values, slots and

@@ -2,7 +2,8 @@
 // ps TF_CONFIG lists is added once it answers, and the last ps in use is
 // drained when it asks to leave (ps_server on SIGTERM; PsStatsResponse
 // .leaving). Either way the shards are placed again over the new count
-// (model/placement.h): with the workers paused, a checkpoint of every ps
+// (model/placement.h's elastic placement: only the added or drained ps's
+// share changes ps): with the workers paused, a checkpoint of every ps
 // (chief/checkpointer.h), resharded (chief/snapshot.h), restored onto the
 // new set under the next generation with each ps's records of what it
 // applied (RestoreKind::kMove), and the workers told where the shards are
@@ -24,31 +25,6 @@
 #include "spdlog/spdlog.h"
 
 namespace pscluster {
-
-namespace {
-
-// Of the parameters, how many `to` places on another ps than `from` does:
-// the overlaps of the two placements' shards, by offset.
-int64_t MovedFloats(const Placement& from, const Placement& to) {
-  auto by_offset = [](const Placement& p) {
-    std::vector<Shard> s = p.shards;
-    std::sort(s.begin(), s.end(),
-              [](const Shard& a, const Shard& b) { return a.offset < b.offset; });
-    return s;
-  };
-  const std::vector<Shard> a = by_offset(from);
-  const std::vector<Shard> b = by_offset(to);
-  int64_t moved = 0;
-  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
-    const int64_t lo = std::max(a[i].offset, b[j].offset);
-    const int64_t hi = std::min(a[i].offset + a[i].size, b[j].offset + b[j].size);
-    if (hi > lo && a[i].ps != b[j].ps) moved += hi - lo;
-    (a[i].offset + a[i].size <= b[j].offset + b[j].size) ? ++i : ++j;
-  }
-  return moved;
-}
-
-}  // namespace
 
 absl::Status ParameterServerRun::CheckPsSet() {
   if (options_.min_ps == 0) return absl::OkStatus();

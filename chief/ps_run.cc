@@ -107,6 +107,7 @@ ModelSpec LayoutSpec(const ModelSpec& spec, const TrainingPlan& plan,
 Placement PlaceForPlan(const ModelSpec& spec, const TrainingPlan& plan) {
   PlacementOptions popt;
   popt.min_shard_bytes = plan.min_shard_bytes();
+  popt.max_ps = plan.placement_max_ps();
   return PlaceVariables(spec, plan.num_ps(), popt);
 }
 
@@ -183,8 +184,10 @@ absl::Status ParameterServerRun::Start(ClusterTasks* tasks, absl::Time* start) {
   ps_ = std::make_unique<GrpcPsFleet>(&placement_, tasks->ps_channels(), home, &stop_);
   if (options_.min_ps > 0) {
     // The shards go over the first ps that answer, at least --min_ps of
-    // them; the others are added when they answer (CheckPsSet).
+    // them; the others are added when they answer (CheckPsSet), placed
+    // so that a move shifts only the shards of the ps added or drained.
     plan_.set_num_ps(std::max(tasks->ps_serving(), options_.min_ps));
+    plan_.set_placement_max_ps(static_cast<int>(home.size()));
     placement_ = PlaceForPlan(spec_, plan_);
     ps_->set_num_ps(plan_.num_ps());
     ps_setup_.drain_on_stop = true;

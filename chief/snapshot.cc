@@ -236,6 +236,10 @@ Checkpoint ToCheckpoint(const Snapshot& snap, const ModelSpec& spec, UpdateMode 
   c.metadata["done_chunks"] = snap.done_chunks;
   c.metadata["chunks_per_epoch"] = absl::StrCat(snap.chunks_per_epoch);
   c.metadata["num_ps"] = absl::StrCat(snap.ps.size());
+  // Only where it is not 0: checkpoints of a fixed placement read as before.
+  if (snap.placement_max_ps > 0) {
+    c.metadata["placement_max_ps"] = absl::StrCat(snap.placement_max_ps);
+  }
   c.metadata["run_started_unix_ms"] = absl::StrCat(snap.run_started_unix_ms);
   for (size_t i = 0; i < snap.ps.size(); ++i) {
     const ShardState& s = snap.ps[i];
@@ -304,6 +308,7 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
   snap.generation = *generation;
   snap.chunks_per_epoch = static_cast<int>(*chunks);
   snap.done_chunks = *done;
+  snap.placement_max_ps = placement.max_ps;
   // Optional: checkpoints written before it was recorded lack it.
   if (absl::StatusOr<int64_t> started = number("run_started_unix_ms"); started.ok()) {
     snap.run_started_unix_ms = *started;
@@ -391,6 +396,7 @@ absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& 
   out.chunks_per_epoch = snap.chunks_per_epoch;
   out.generation = snap.generation;
   out.run_started_unix_ms = snap.run_started_unix_ms;
+  out.placement_max_ps = to.max_ps;
   out.ps.assign(to.num_ps, ShardState());
   // One kind of tensor (the values, or one slot): each old ps's bytes,
   // checked, then each new ps's gathered from them.
@@ -473,8 +479,15 @@ absl::StatusOr<Snapshot> FromCheckpointFor(const Checkpoint& c, const ModelSpec&
                                            int64_t min_shard_bytes, const Placement& placement) {
   auto it = c.metadata.find("num_ps");
   int64_t num_ps = 0;
+  int64_t max_ps = 0;  // absent: a fixed placement
+  auto max_it = c.metadata.find("placement_max_ps");
+  if (max_it != c.metadata.end() &&
+      (!absl::SimpleAtoi(max_it->second, &max_ps) || max_ps < 0 || max_ps > 1 << 16)) {
+    return absl::DataLossError(absl::StrCat("the checkpoint of step ", c.step,
+                                            " has placement_max_ps \"", max_it->second, "\""));
+  }
   if (it == c.metadata.end() || !absl::SimpleAtoi(it->second, &num_ps) ||
-      num_ps == placement.num_ps) {
+      (num_ps == placement.num_ps && max_ps == placement.max_ps)) {
     return FromCheckpoint(c, placement);  // its own errors, if any
   }
   if (num_ps < 1 || num_ps > 1 << 16) {
@@ -483,6 +496,7 @@ absl::StatusOr<Snapshot> FromCheckpointFor(const Checkpoint& c, const ModelSpec&
   }
   PlacementOptions popt;
   popt.min_shard_bytes = min_shard_bytes;
+  popt.max_ps = static_cast<int>(max_ps);
   const Placement theirs = PlaceVariables(spec, static_cast<int>(num_ps), popt);
   absl::StatusOr<Snapshot> snap = FromCheckpoint(c, theirs);
   if (!snap.ok()) return snap.status();

@@ -39,6 +39,7 @@ struct Snapshot {
   int chunks_per_epoch = 0;
   int64_t generation = 0;
   int64_t run_started_unix_ms = 0;  // when the run's first chief started
+  int placement_max_ps = 0;         // the placement's max_ps (model/placement.h)
 };
 
 // `snap` as checkpoint tensors and metadata; `spec` and `mode` are recorded
@@ -69,8 +70,9 @@ absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& 
                                          const Placement& to);
 
 // FromCheckpoint for a run placed as `placement`, also when the checkpoint
-// was written for another number of ps (the same model, placed with
-// `min_shard_bytes`): that layout is read and resharded. This is how a run
+// was written for another number of ps or another placement max_ps (the
+// same model, placed with `min_shard_bytes`): that layout is read and
+// resharded. This is how a run
 // resumes under the other strategy (a multi_worker_mirrored checkpoint
 // holds the whole model as one ps's shards).
 absl::StatusOr<Snapshot> FromCheckpointFor(const Checkpoint& c, const ModelSpec& spec,

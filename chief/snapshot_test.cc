@@ -214,6 +214,49 @@ TEST_F(SnapshotTest, ReshardingToOnePsAndBackKeepsEveryValueAndSlot) {
   }
 }
 
+TEST_F(SnapshotTest, ACheckpointOfAnElasticPlacementSaysSoAndIsReadByEitherPlacement) {
+  // Two of at most three ps (--min_ps): another cut and placement than the
+  // fixed two-ps run's, with the same ps count.
+  PlacementOptions popt;
+  popt.min_shard_bytes = 4096;
+  popt.max_ps = 3;
+  const Placement elastic = PlaceVariables(spec_, 2, popt);
+  ASSERT_NE(elastic.fingerprint, placement_.fingerprint);
+  absl::StatusOr<Snapshot> snap = ReshardSnapshot(TwoPs(), placement_, elastic);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(snap->placement_max_ps, 3);
+  const Checkpoint c = ToCheckpoint(*snap, spec_, SYNC);
+  EXPECT_EQ(c.metadata.at("placement_max_ps"), "3");
+  EXPECT_EQ(ToCheckpoint(TwoPs(), spec_, SYNC).metadata.count("placement_max_ps"), 0u);
+  // The elastic run reads it as written.
+  absl::StatusOr<Snapshot> same = FromCheckpointFor(c, spec_, 4096, elastic);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->placement_max_ps, 3);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(same->ps[i].values(), snap->ps[i].values()) << i;
+  // A fixed run of two ps reads it resharded: what TwoPs() held.
+  const Snapshot two = TwoPs();
+  absl::StatusOr<Snapshot> fixed = FromCheckpointFor(c, spec_, 4096, placement_);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->placement_max_ps, 0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(fixed->ps[i].values(), two.ps[i].values()) << i;
+    EXPECT_EQ(fixed->ps[i].slots(1).values(), two.ps[i].slots(1).values()) << i;
+    EXPECT_EQ(fixed->ps[i].layout_fingerprint(), placement_.fingerprint);
+  }
+  // And an elastic run reads a fixed run's checkpoint.
+  absl::StatusOr<Snapshot> back =
+      FromCheckpointFor(ToCheckpoint(two, spec_, SYNC), spec_, 4096, elastic);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(back->ps[i].values(), snap->ps[i].values()) << i;
+  for (const char* bad : {"-1", "x", "70000"}) {
+    Checkpoint odd = c;
+    odd.metadata["placement_max_ps"] = bad;
+    const absl::Status s = FromCheckpointFor(odd, spec_, 4096, placement_).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << bad;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("placement_max_ps \"", bad, "\""))) << bad;
+  }
+}
+
 TEST_F(SnapshotTest, ACheckpointOfAnotherPsCountIsReadResharded) {
   // Written by two ps (min_shard_bytes 4096), read by a one-ps run (the
   // ring's layout) and by a three-ps run: the same values.

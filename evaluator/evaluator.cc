@@ -74,6 +74,7 @@ absl::Status Evaluator::Prepare(const std::atomic<bool>* stop) {
     replicas = std::make_unique<RingClient>(options_.config.cluster, stop);
   } else {
     popt.min_shard_bytes = plan->min_shard_bytes();
+    popt.max_ps = plan->placement_max_ps();
     placement = std::make_unique<Placement>(PlaceVariables(*spec, plan->num_ps(), popt));
     // A stop (the chief ends the run) cancels a pull in flight: the ps may
     // be gone already, and the evaluator would wait out the pull's deadline.

@@ -79,6 +79,7 @@ std::string DeviceLabel(const std::string& name) {
 PlacementOptions PlacementFor(const TrainingPlan& plan) {
   PlacementOptions popt;
   popt.min_shard_bytes = plan.min_shard_bytes();
+  popt.max_ps = plan.placement_max_ps();
   return popt;
 }
 
