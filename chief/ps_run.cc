@@ -78,13 +78,6 @@ absl::StatusOr<std::unique_ptr<ParameterServerRun>> ParameterServerRun::Create(
   if (!failover.ok()) return failover.status();
   std::unique_ptr<ParameterServerRun> run(
       new ParameterServerRun(options, spec, std::move(plan), stop, *std::move(failover)));
-  if (options.min_ps > 0 && !run->tables_.empty()) {
-    return MarkBadInput(absl::InvalidArgumentError(absl::StrCat(
-        "--min_ps=", options.min_ps,
-        ": the model's sparse embedding tables are spread over the ps "
-        "by row, and adding or draining ps does not move rows yet; run with --dense_embeddings, "
-        "or without --min_ps")));
-  }
   return run;
 }
 

@@ -122,9 +122,7 @@ absl::Status Evaluator::FollowPlacement() {
   if (!where.ok()) return absl::OkStatus();  // the pull finds out, and retries
   const int num_ps = where->ps_addresses_size();
   if (num_ps == 0 || num_ps == placement_->num_ps) return absl::OkStatus();
-  if (sparse_ != nullptr) {
-    return absl::FailedPreconditionError("the ps in use changed under sparse tables");
-  }
+  if (sparse_ != nullptr) sparse_->SetNumPs(num_ps);  // the test set's rows, spread anew
   spdlog::info("the shards are placed over {} ps now (were {})", num_ps, placement_->num_ps);
   ps_.reset();  // it borrows placement_
   *placement_ = PlaceVariables(spec_, num_ps, placement_options_);

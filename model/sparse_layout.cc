@@ -174,6 +174,7 @@ RowWindow::RowWindow(std::vector<SparseTableInfo> tables) : tables_(std::move(ta
     while (same < t && !SameColumns(tables_[same].columns, tables_[t].columns)) ++same;
     numbering_.push_back(same);
   }
+  ids_.resize(tables_.size());  // no ids before the first Map
 }
 
 int64_t RowWindow::widest() const {

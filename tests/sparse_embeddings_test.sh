@@ -17,6 +17,9 @@
 #   - a ps killed with SIGKILL mid-run with --ps_replicas=1: its backup,
 #     which holds its rows, is promoted, and the final line is the clean
 #     run's; every backup equals its primary bit for bit (rows included);
+#   - a third ps (--min_ps=2) stopped by SIGTERM mid-run is drained, its
+#     rows moved to the other two, and the run ends on the clean run's
+#     final line;
 #   - the rows are spread evenly over the ps (RowOwner): no ps holds more
 #     than its share + 10 %;
 #   - a Conv1D over a table's rows learns an order an average cannot
@@ -163,6 +166,37 @@ else
   fail "ps:1 killed (pid '$killed', exit $rc): '$(final "$tmp/kill.out")' vs" \
     "'$(final "$tmp/clean2.out")'"
   grep -E 'ps:1|promot|restored' "$tmp/kill.out" | tail -n 15
+fi
+
+# --- a ps drained mid-run (--min_ps): its rows move to the others ------------------
+# Three ps listed, the chief on --min_ps=2; ps:2 is stopped by SIGTERM a
+# hundred steps in: the chief places the shards and the rows over two ps
+# (RowOwner over the new count), the workers and the evaluator follow, and
+# the run ends on the clean two-epoch run's final line.
+"$train" --no_build --num_ps=3 --num_workers=2 --epochs=2 --batch_size=256 \
+  --model="$tmp/ctr.json" --data="$tmp/data" --logdir="$tmp/drain.d" "${sgd[@]}" \
+  --min_ps=2 --log_every_s=0.2 >"$tmp/drain.out" 2>&1 &
+pid=$!
+wait_for_line "$tmp/drain.out" '^\[chief\] .* step [1-9][0-9]{2,} '
+stopped=""
+for p in $(launcher_children "$pid" ps_server/ps_server); do
+  if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null |
+     grep -q '^TF_CONFIG=.*"type": *"ps", *"index": *2'; then
+    kill -TERM "$p" && stopped="$p"
+  fi
+done
+wait "$pid"; rc=$?
+if [ -n "$stopped" ] && [ "$rc" -eq 0 ] &&
+   grep -q '^\[chief\] .*ps:2 leaves: placing the shards over 2 ps' "$tmp/drain.out" &&
+   grep -q '^\[ps2\] .*drained: the other ps serve its shards' "$tmp/drain.out" &&
+   [ "$(final "$tmp/drain.out")" = "$(final "$tmp/clean2.out")" ]; then
+  pass "ps:2 drained mid-run with its rows ($(grep -oE 'placed over 2 ps from step [0-9]+' \
+    "$tmp/drain.out" | tail -n 1), paused $(grep -oE 'training paused [0-9.]+ ms' \
+    "$tmp/drain.out" | tail -n 1 | cut -d' ' -f3) ms): '$(final "$tmp/drain.out")' as clean on 2 ps"
+else
+  fail "ps:2 drained (pid '$stopped', exit $rc): '$(final "$tmp/drain.out")' vs" \
+    "'$(final "$tmp/clean2.out")'"
+  grep -E 'ps:2|placed over|placing|drained|rror' "$tmp/drain.out" | tail -n 15
 fi
 
 # --- order over a sparse table: Conv1D ----------------------------------------------

@@ -9,7 +9,12 @@
 namespace pscluster {
 
 SparseBatch::SparseBatch(std::vector<SparseTableInfo> tables, int64_t window, int num_ps)
-    : window_(std::move(tables)), rows_(window), num_ps_(num_ps) {
+    : window_(std::move(tables)), rows_(window) {
+  SetNumPs(num_ps);
+}
+
+void SparseBatch::SetNumPs(int num_ps) {
+  num_ps_ = num_ps;
   const size_t n = window_.tables().size();
   pull_.assign(num_ps, std::vector<SparseRows>(n));
   push_.assign(num_ps, std::vector<SparseRows>(n));
@@ -20,6 +25,7 @@ SparseBatch::SparseBatch(std::vector<SparseTableInfo> tables, int64_t window, in
       push_[p][t].set_table(static_cast<int>(t));
     }
   }
+  SplitByOwner();
 }
 
 absl::Status SparseBatch::Map(const float* examples, const ExampleIds& ids, int n,
@@ -27,6 +33,11 @@ absl::Status SparseBatch::Map(const float* examples, const ExampleIds& ids, int 
   if (absl::Status s = window_.Map(examples, ids, n, example_size, rows_, &mapped_); !s.ok()) {
     return s;
   }
+  SplitByOwner();
+  return absl::OkStatus();
+}
+
+void SparseBatch::SplitByOwner() {
   last_rows_ = 0;
   for (size_t t = 0; t < window_.tables().size(); ++t) {
     for (int p = 0; p < num_ps_; ++p) {
@@ -41,7 +52,6 @@ absl::Status SparseBatch::Map(const float* examples, const ExampleIds& ids, int 
       slot_[p][t].push_back(static_cast<int64_t>(k));
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status SparseBatch::Pull(PsClient* ps, int64_t min_version, int64_t generation,

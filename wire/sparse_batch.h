@@ -59,10 +59,18 @@ class SparseBatch {
   int64_t last_rows() const { return last_rows_; }
   bool empty() const { return window_.tables().empty(); }
 
+  // The ps in use changed (the chief's --min_ps): the ids Map saw last are
+  // split again by RowOwner over `num_ps`, and any rows taken are dropped
+  // (Pull them again).
+  void SetNumPs(int num_ps);
+
  private:
+  // pull_ and slot_ from the ids Map saw last, by RowOwner over num_ps_.
+  void SplitByOwner();
+
   RowWindow window_;
   const int64_t rows_;  // window rows
-  const int num_ps_;
+  int num_ps_ = 0;
   std::vector<float> mapped_;
   // Per ps, per table: the ids it holds of the batch's, and each one's
   // row in the window.

@@ -268,13 +268,20 @@ absl::Status PsTraining::FollowPlacement() {
   if (num_ps == 0 || num_ps == placement_.num_ps) return absl::OkStatus();
   spdlog::warn("the shards are placed over {} ps now (were {})", num_ps, placement_.num_ps);
   ps_.reset();  // it borrows placement_
+  if (sparse_ != nullptr) {
+    // The rows are spread over the new count (RowOwner); rows asked for
+    // with the last push were the old placement's.
+    sparse_->SetNumPs(num_ps);
+    next_sparse_->SetNumPs(num_ps);
+    next_chunk_ = -1;
+  }
   PlacementOptions popt = PlacementFor(plan_);
   placement_ = PlaceVariables(spec_, num_ps, popt);
   absl::StatusOr<std::unique_ptr<PsClient>> ps =
       PsClient::Create(options_.config.cluster, &placement_, PsOptions(ctx_));
   if (!ps.ok()) return ps.status();
   ps_ = *std::move(ps);
-  return absl::OkStatus();  // (no sparse tables: the chief refuses them with --min_ps)
+  return absl::OkStatus();
 }
 
 absl::Status PsTraining::SetUpBackend() {
