@@ -36,6 +36,10 @@ struct ChiefOptions {
   // added when they answer, and a ps stopped is drained first (its shards
   // moved to the others). 0: every ps, a fixed set.
   int min_ps = 0;
+  // A move sends a ps only the floats that come to it from another ps
+  // (RestoreRequest.kept); false sends it all of them (the bench's
+  // comparison: PSCLUSTER_TEST_MOVE_SENDS_ALL).
+  bool move_keeps_in_place = true;
   int max_staleness = 8;          // async: see chief/main.cc's --max_staleness
   absl::Duration wait_for_cluster = absl::Minutes(2);
   absl::Duration log_every = absl::Seconds(2);

@@ -314,6 +314,7 @@ int main(int argc, char** argv) {
                                                                 opt->plan.global_clipnorm())
                                                  : std::string(),
                opt->optimizer_origin);
+  opt->move_keeps_in_place = std::getenv("PSCLUSTER_TEST_MOVE_SENDS_ALL") == nullptr;
   Chief chief(*std::move(opt), metrics.get());
   HandleTerminationSignals([&](const std::string& s) { chief.RequestStop(s); });
   absl::StatusOr<RunResult> result = chief.Run();

@@ -575,7 +575,9 @@ void PsRecovery::Resize() {
   alone_.assign(n, false);
 }
 
-absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bool new_placement) {
+absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bool new_placement,
+                                    const Placement* kept_from, const Snapshot* before,
+                                    int64_t* sent) {
   // The data position first, so that no worker gets a chunk of the old
   // generation once a ps holds the new one.
   if (absl::Status s = dispatcher_->Rewind(snap.chunks_per_epoch, snap.done_chunks, generation);
@@ -599,24 +601,43 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bo
   // others are (the workers wait for the slowest, not for the sum).
   std::vector<absl::Status> status(n);
   std::vector<uint64_t> incarnation(n, 0);
+  std::vector<int64_t> bytes(n, 0);
   auto restore = [&](int i) -> absl::Status {
-    RestoreRequest req;
-    *req.mutable_init() = MakeInitRequest(*setup_, i);
-    req.set_new_placement(new_placement);
-    *req.mutable_state() = snap.ps[i];
-    req.mutable_state()->set_generation(generation);
-    req.mutable_state()->set_decider_epoch(epoch);
-    if (terms[i] >= 0) req.mutable_state()->set_primary_term(terms[i]);
-    // The placement's shards: a snapshot read from a checkpoint file (or
-    // resharded from another ps count) carries the values, not their list.
-    *req.mutable_state()->mutable_shards() = req.init().shards();
-    // A move's restores are short: a ps that does not take its shards (the
-    // added one lost) fails the move, and every ps goes back; the workers
-    // wait meanwhile. About 100 MB/s or better, as a checkpoint's fetch.
-    const absl::Duration timeout =
-        new_placement ? absl::Seconds(5) + absl::Seconds(3 * req.state().ByteSizeLong() / 100e6)
-                      : recovery_timeout_;
-    PSCLUSTER_RETURN_IF_ERROR(fleet_->Restore(i, req, timeout));
+    bool keep = new_placement && kept_from != nullptr && before != nullptr &&
+                i < static_cast<int>(before->ps.size());
+    for (;;) {
+      RestoreRequest req;
+      *req.mutable_init() = MakeInitRequest(*setup_, i);
+      req.set_new_placement(new_placement);
+      *req.mutable_state() = snap.ps[i];
+      req.mutable_state()->set_generation(generation);
+      req.mutable_state()->set_decider_epoch(epoch);
+      if (terms[i] >= 0) req.mutable_state()->set_primary_term(terms[i]);
+      // The placement's shards: a snapshot read from a checkpoint file (or
+      // resharded from another ps count) carries the values, not their list.
+      *req.mutable_state()->mutable_shards() = req.init().shards();
+      if (keep && KeepInPlace(*kept_from, *setup_->placement, i, &req) > 0) {
+        req.set_kept_layout(kept_from->fingerprint);
+        req.set_kept_version(before->ps[i].version());
+      }
+      bytes[i] += static_cast<int64_t>(req.state().ByteSizeLong());
+      // A move's restores are short: a ps that does not take its shards (the
+      // added one lost) fails the move, and every ps goes back; the workers
+      // wait meanwhile. About 100 MB/s or better, as a checkpoint's fetch.
+      const absl::Duration timeout =
+          new_placement ? absl::Seconds(5) + absl::Seconds(3 * req.state().ByteSizeLong() / 100e6)
+                        : recovery_timeout_;
+      const absl::Status s = fleet_->Restore(i, req, timeout);
+      if (absl::IsFailedPrecondition(s) && req.kept_size() > 0) {
+        // The ps moved on since the checkpoint (sync: a step in flight as
+        // it was taken completed since): it is sent every float instead.
+        spdlog::info("ps:{} is sent all its floats: {}", i, std::string(s.message()));
+        keep = false;
+        continue;
+      }
+      PSCLUSTER_RETURN_IF_ERROR(s);
+      break;
+    }
     absl::StatusOr<PsStatsResponse> st = fleet_->Stats(i, absl::Seconds(10));
     if (!st.ok()) return st.status();
     incarnation[i] = st->incarnation();
@@ -627,6 +648,7 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bo
   });
   for (int i = 0; i < n; ++i) {
     if (status[i].ok()) incarnation_[i] = incarnation[i];
+    if (sent != nullptr) *sent += bytes[i];
   }
   for (const absl::Status& s : status) PSCLUSTER_RETURN_IF_ERROR(s);
   return absl::OkStatus();

@@ -108,7 +108,13 @@ class PsRecovery {
   // `new_placement`: the shards were placed again over more or fewer ps
   // (the fleet's count now; PlaceShardsAgain): each ps takes the shards of
   // the placement in setup, whatever it held.
-  absl::Status RestoreAll(const Snapshot& snap, int64_t generation, bool new_placement = false);
+  // `kept_from` (with new_placement): the placement before the move,
+  // whose shards each ps still holds as `before` has them (nothing
+  // changed since): the floats that stay on a ps are not sent
+  // (KeepInPlace). *sent, if given, counts the bytes of the states sent.
+  absl::Status RestoreAll(const Snapshot& snap, int64_t generation, bool new_placement = false,
+                          const Placement* kept_from = nullptr, const Snapshot* before = nullptr,
+                          int64_t* sent = nullptr);
 
   // The fleet's ps count changed (a ps added or drained): the checks cover
   // the ps in use from now on. Call before RestoreAll of the new placement.

@@ -6,7 +6,8 @@
 // share changes ps): with the workers paused, a checkpoint of every ps
 // (chief/checkpointer.h), resharded (chief/snapshot.h), restored onto the
 // new set under the next generation with each ps's records of what it
-// applied (RestoreKind::kMove), and the workers told where the shards are
+// applied (RestoreKind::kMove; the floats that stay on a ps are not sent,
+// it keeps them: KeepInPlace), and the workers told where the shards are
 // (they follow at their next step, as after a restore). Nothing trained is
 // lost, and every chunk is applied once: the data position is the
 // checkpoint's, taken with nothing in flight. The ps that left is demoted,
@@ -90,7 +91,13 @@ absl::Status ParameterServerRun::MoveShardsPaused(int num_ps, const std::string&
   placement_ = std::move(next);
   ps_->set_num_ps(num_ps);
   recovery_->Resize();
-  absl::Status restored = recovery_->RestoreAll(*moved, generation, /*new_placement=*/true);
+  // The floats that stay on their ps are not sent: each keeps them.
+  int64_t sent = 0;
+  absl::Status restored =
+      options_.move_keeps_in_place
+          ? recovery_->RestoreAll(*moved, generation, /*new_placement=*/true, &old, &before, &sent)
+          : recovery_->RestoreAll(*moved, generation, /*new_placement=*/true, nullptr, nullptr,
+                                  &sent);
   if (!restored.ok()) {
     // Back to the old placement, from the same checkpoint: the workers
     // were paused since, so nothing is lost.
@@ -126,9 +133,9 @@ absl::Status ParameterServerRun::MoveShardsPaused(int num_ps, const std::string&
   const double total_mb = 4.0 * tensors * spec_.num_parameters / 1e6;
   spdlog::warn(
       "the shards are placed over {} ps from step {} (generation {}): {:.3g} MB of {:.3g} MB "
-      "changed ps; training paused {:.1f} ms ({:.1f} ms for the checkpoint, {:.1f} ms to "
-      "place and restore)",
-      num_ps, step, generation, moved_mb, total_mb, absl::ToDoubleMilliseconds(t2 - t0),
+      "changed ps, {:.3g} MB sent to the ps; training paused {:.1f} ms ({:.1f} ms for the "
+      "checkpoint, {:.1f} ms to place and restore)",
+      num_ps, step, generation, moved_mb, total_mb, sent / 1e6, absl::ToDoubleMilliseconds(t2 - t0),
       absl::ToDoubleMilliseconds(t1 - t0), absl::ToDoubleMilliseconds(t2 - t1));
   return absl::OkStatus();
 }

@@ -475,6 +475,74 @@ absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& 
   return out;
 }
 
+namespace {
+
+// Per shard of ps `ps` in wire order: its flat offset, size and wire offset.
+struct WireShard {
+  int64_t offset, size, wire;
+};
+std::vector<WireShard> WireShardsOf(const Placement& p, int ps) {
+  std::vector<WireShard> out;
+  int64_t wire = 0;
+  for (int i : p.shards_of_ps[ps]) {
+    out.push_back({p.shards[i].offset, p.shards[i].size, wire});
+    wire += p.shards[i].size;
+  }
+  return out;
+}
+
+// `bytes` (floats of the new layout) without the kept ranges.
+std::string WithoutKept(const std::string& bytes,
+                        const google::protobuf::RepeatedPtrField<KeptRange>& kept) {
+  std::string out;
+  out.reserve(bytes.size());
+  int64_t at = 0;
+  for (const KeptRange& r : kept) {
+    out.append(bytes, at * sizeof(float), (r.to() - at) * sizeof(float));
+    at = r.to() + r.size();
+  }
+  out.append(bytes, at * sizeof(float), std::string::npos);
+  return out;
+}
+
+}  // namespace
+
+int64_t KeepInPlace(const Placement& from, const Placement& to, int ps, RestoreRequest* req) {
+  if (ps >= from.num_ps || ps >= to.num_ps) return 0;
+  std::vector<WireShard> old = WireShardsOf(from, ps);
+  std::sort(old.begin(), old.end(),
+            [](const WireShard& a, const WireShard& b) { return a.offset < b.offset; });
+  for (const WireShard& n : WireShardsOf(to, ps)) {
+    for (const WireShard& o : old) {
+      const int64_t lo = std::max(n.offset, o.offset);
+      const int64_t hi = std::min(n.offset + n.size, o.offset + o.size);
+      if (hi <= lo) continue;
+      const int64_t src = o.wire + (lo - o.offset), dst = n.wire + (lo - n.offset);
+      const int k = req->kept_size();
+      if (k > 0 && req->kept(k - 1).from() + req->kept(k - 1).size() == src &&
+          req->kept(k - 1).to() + req->kept(k - 1).size() == dst) {
+        req->mutable_kept(k - 1)->set_size(req->kept(k - 1).size() + hi - lo);
+        continue;
+      }
+      KeptRange* r = req->add_kept();
+      r->set_from(src);
+      r->set_to(dst);
+      r->set_size(hi - lo);
+    }
+  }
+  if (req->kept_size() == 0) return 0;
+  ShardState* s = req->mutable_state();
+  const size_t before = s->values().size();
+  *s->mutable_values() = WithoutKept(s->values(), req->kept());
+  int64_t left_out = static_cast<int64_t>(before - s->values().size());
+  for (SlotValues& slot : *s->mutable_slots()) {
+    const size_t had = slot.values().size();
+    *slot.mutable_values() = WithoutKept(slot.values(), req->kept());
+    left_out += static_cast<int64_t>(had - slot.values().size());
+  }
+  return left_out;
+}
+
 absl::StatusOr<Snapshot> FromCheckpointFor(const Checkpoint& c, const ModelSpec& spec,
                                            int64_t min_shard_bytes, const Placement& placement) {
   auto it = c.metadata.find("num_ps");

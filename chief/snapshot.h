@@ -69,6 +69,12 @@ absl::StatusOr<Snapshot> FromCheckpoint(const Checkpoint& c, const Placement& pl
 absl::StatusOr<Snapshot> ReshardSnapshot(const Snapshot& snap, const Placement& from,
                                          const Placement& to);
 
+// A move's restore of ps `ps` of `to`, which `from` placed some of the
+// same floats on already: those ranges go into req->kept (the ps keeps
+// them in place; RestoreRequest), and req->state's values and slots, of
+// `to`'s layout, keep only the other floats. Returns the bytes left out.
+int64_t KeepInPlace(const Placement& from, const Placement& to, int ps, RestoreRequest* req);
+
 // FromCheckpoint for a run placed as `placement`, also when the checkpoint
 // was written for another number of ps or another placement max_ps (the
 // same model, placed with `min_shard_bytes`): that layout is read and

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/sparse_layout.h"
+#include "update/store_state.h"
 
 namespace pscluster {
 namespace {
@@ -255,6 +256,98 @@ TEST_F(SnapshotTest, ACheckpointOfAnElasticPlacementSaysSoAndIsReadByEitherPlace
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << bad;
     EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("placement_max_ps \"", bad, "\""))) << bad;
   }
+}
+
+// A move's restore of ps i: what KeepInPlace leaves in the request, put
+// together with what ps i holds (MergeKept, as the ps does), is the moved
+// snapshot's state of ps i.
+void ExpectKeptAndSentMakeTheMove(const Snapshot& held, const Placement& from,
+                                  const Snapshot& moved, const Placement& to, int i,
+                                  int64_t expected_sent_floats) {
+  SCOPED_TRACE(absl::StrCat("ps ", i, " of ", to.num_ps));
+  RestoreRequest req;
+  *req.mutable_state() = moved.ps[i];
+  const int64_t left_out = KeepInPlace(from, to, i, &req);
+  const int64_t tensors = 1 + moved.ps[i].slots_size();
+  EXPECT_EQ(left_out, tensors * 4 * (to.floats_of_ps[i] - expected_sent_floats));
+  EXPECT_EQ(static_cast<int64_t>(req.state().values().size()), 4 * expected_sent_floats);
+  if (i >= from.num_ps) {
+    EXPECT_EQ(req.kept_size(), 0);
+    return;
+  }
+  absl::StatusOr<StoreState> own = StoreStateFromProto(held.ps[i]);
+  absl::StatusOr<StoreState> given = StoreStateFromProto(req.state());
+  absl::StatusOr<StoreState> want = StoreStateFromProto(moved.ps[i]);
+  ASSERT_TRUE(own.ok() && given.ok() && want.ok());
+  ASSERT_TRUE(MergeKept(*own, req.kept(), to.floats_of_ps[i], &*given).ok());
+  EXPECT_EQ(given->values, want->values);
+  ASSERT_EQ(given->optimizer.slots.size(), 2u);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(given->optimizer.slots[s].values, want->optimizer.slots[s].values) << s;
+  }
+}
+
+TEST_F(SnapshotTest, AMoveSendsOnlyTheFloatsThatChangePsAndThePsPutsThemTogether) {
+  PlacementOptions popt;
+  popt.min_shard_bytes = 4096;
+  popt.max_ps = 3;
+  const Placement two = PlaceVariables(spec_, 2, popt);
+  const Placement three = PlaceVariables(spec_, 3, popt);
+  absl::StatusOr<Snapshot> on_two = ReshardSnapshot(TwoPs(), placement_, two);
+  ASSERT_TRUE(on_two.ok()) << on_two.status();
+  absl::StatusOr<Snapshot> on_three = ReshardSnapshot(*on_two, two, three);
+  ASSERT_TRUE(on_three.ok()) << on_three.status();
+  // Adding ps 2: ps 0 and 1 keep all they still hold, and are sent nothing.
+  for (int i = 0; i < 2; ++i) ExpectKeptAndSentMakeTheMove(*on_two, two, *on_three, three, i, 0);
+  ExpectKeptAndSentMakeTheMove(*on_two, two, *on_three, three, 2, three.floats_of_ps[2]);
+  // Draining it: ps 0 and 1 are sent only what ps 2 held of theirs.
+  absl::StatusOr<Snapshot> back = ReshardSnapshot(*on_three, three, two);
+  ASSERT_TRUE(back.ok()) << back.status();
+  int64_t from_two[2] = {0, 0};
+  for (int i : three.shards_of_ps[2]) from_two[two.shards[i].ps] += three.shards[i].size;
+  EXPECT_GT(from_two[0] + from_two[1], 0);
+  for (int i = 0; i < 2; ++i) {
+    ExpectKeptAndSentMakeTheMove(*on_three, three, *back, two, i, from_two[i]);
+  }
+}
+
+TEST(MergeKeptTest, RefusesRangesThatDoNotFit) {
+  StoreState own;
+  own.values = {1, 2, 3, 4};
+  auto range = [](int64_t from, int64_t to, int64_t size) {
+    KeptRange r;
+    r.set_from(from);
+    r.set_to(to);
+    r.set_size(size);
+    return r;
+  };
+  google::protobuf::RepeatedPtrField<KeptRange> kept;
+  *kept.Add() = range(2, 1, 2);  // own 3, 4 at 1..2 of 4
+  StoreState given;
+  given.values = {10, 20};
+  ASSERT_TRUE(MergeKept(own, kept, 4, &given).ok());
+  EXPECT_EQ(given.values, (std::vector<float>{10, 3, 4, 20}));
+  for (const auto& [bad, n, sent, what] :
+       std::vector<std::tuple<KeptRange, int64_t, int, std::string>>{
+           {range(3, 1, 2), 4, 2, "past the 4 floats held"},
+           {range(0, 3, 2), 4, 2, "of the layout"},
+           {range(0, 1, 0), 4, 2, "out of order"},
+           {range(2, 1, 2), 4, 3, "3 floats sent; the layout takes 2"},
+           {range(2, 1, 2), 4, 1, "1 floats sent; the layout needs more"}}) {
+    google::protobuf::RepeatedPtrField<KeptRange> k;
+    *k.Add() = bad;
+    StoreState g;
+    g.values.assign(sent, 7.0f);
+    const absl::Status s = MergeKept(own, k, n, &g);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(s.message(), HasSubstr(what));
+  }
+  StoreState with_slot;
+  with_slot.optimizer.slots.push_back({"m", {}});
+  with_slot.values = {};
+  google::protobuf::RepeatedPtrField<KeptRange> all;
+  *all.Add() = range(0, 0, 4);
+  EXPECT_THAT(MergeKept(own, all, 4, &with_slot).message(), HasSubstr("slot \"m\""));
 }
 
 TEST_F(SnapshotTest, ACheckpointOfAnotherPsCountIsReadResharded) {

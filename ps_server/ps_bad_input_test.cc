@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -52,7 +54,7 @@ class PsBadInputTest : public ::testing::Test {
     }
   }
 
-  static InitRequest Init(NonFinitePolicy policy) {
+  static InitRequest Init(NonFinitePolicy policy = NONFINITE_REJECT) {
     InitRequest init;
     init.set_layout_fingerprint(kLayout);
     ShardSpec* a = init.add_shards();
@@ -69,6 +71,39 @@ class PsBadInputTest : public ::testing::Test {
     init.set_replicas_to_aggregate(1);
     init.set_nonfinite(policy);
     return init;
+  }
+
+  // A move's restore that keeps floats in place (RestoreRequest.kept): the
+  // new layout's shards are the old bias (kept) then 50 new floats (sent).
+  static RestoreRequest KeptRestore(uint64_t kept_layout, int64_t kept_version, int64_t from) {
+    RestoreRequest r;
+    InitRequest init = Init();
+    init.set_layout_fingerprint(kLayout + 1);
+    init.clear_shards();
+    ShardSpec* bias = init.add_shards();
+    bias->set_variable("dense/bias");
+    bias->set_offset(900);
+    bias->set_size(100);
+    ShardSpec* kernel = init.add_shards();
+    kernel->set_variable("dense/kernel");
+    kernel->set_part(1);
+    kernel->set_offset(450);
+    kernel->set_size(50);
+    *r.mutable_init() = init;
+    r.set_new_placement(true);
+    ShardState* s = r.mutable_state();
+    s->set_layout_fingerprint(kLayout + 1);
+    s->set_version(7);
+    std::vector<float> sent(50, 3.0f);
+    s->set_values(sent.data(), sent.size() * sizeof(float));
+    *s->mutable_shards() = init.shards();
+    KeptRange* k = r.add_kept();
+    k->set_from(from);
+    k->set_to(0);
+    k->set_size(100);
+    r.set_kept_layout(kept_layout);
+    r.set_kept_version(kept_version);
+    return r;
   }
 
   PushRequest GoodPush() const {
@@ -214,6 +249,38 @@ TEST_F(PsBadInputTest, UnknownVariable) {
   RestoreResponse resp;
   ExpectRefused(control_->Restore(&ctx, r, &resp), grpc::StatusCode::INVALID_ARGUMENT,
                 "unknown variable conv9/bias");
+}
+
+TEST_F(PsBadInputTest, AMovesKeptFloatsMustBeOfTheStateHeld) {
+  Start();
+  for (const auto& [r, code, text] :
+       std::vector<std::tuple<RestoreRequest, grpc::StatusCode, std::string>>{
+           {KeptRestore(kLayout, 3, 900), grpc::StatusCode::FAILED_PRECONDITION,
+            "the floats to keep are of version 3; this ps holds version 0"},
+           {KeptRestore(kLayout + 5, 0, 900), grpc::StatusCode::FAILED_PRECONDITION,
+            "the floats to keep: "},
+           {KeptRestore(kLayout, 0, 950), grpc::StatusCode::INVALID_ARGUMENT,
+            "values: kept range [950, +100) to 0 is out of order or past the 1000 floats held"}}) {
+    grpc::ClientContext ctx;
+    RestoreResponse resp;
+    ExpectRefused(control_->Restore(&ctx, r, &resp), code, text);
+  }
+  // Of the state held: the bias kept, the 50 floats sent after it.
+  RestoreRequest good = KeptRestore(kLayout, 0, 900);
+  grpc::ClientContext ctx;
+  RestoreResponse resp;
+  ASSERT_TRUE(control_->Restore(&ctx, good, &resp).ok());
+  grpc::ClientContext pull_ctx;
+  PullRequest req;
+  req.set_layout_fingerprint(kLayout + 1);
+  req.set_generation(-1);
+  PullResponse now;
+  ASSERT_TRUE(stub_->Pull(&pull_ctx, req, &now).ok());
+  std::vector<float> want(100, 0.5f);
+  want.resize(150, 3.0f);
+  ASSERT_EQ(now.values().size(), want.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(now.values().data(), want.data(), now.values().size()), 0);
+  EXPECT_EQ(now.version(), 7);
 }
 
 TEST_F(PsBadInputTest, VersionFromTheFuture) {

@@ -114,6 +114,28 @@ grpc::Status PsControlService::Restore(grpc::ServerContext* ctx, const RestoreRe
                                               " differs from the configuration's ",
                                               req->init().layout_fingerprint()));
   }
+  if (req->kept_size() > 0) {
+    // A move's floats that stay here: taken from this store as it is
+    // (the workers are paused), if it is what the chief took them from.
+    if (!req->new_placement()) {
+      return InvalidArgumentStatus("kept ranges come only with a new placement");
+    }
+    StoreState own;
+    if (absl::Status s = store_->Snapshot(req->kept_layout(), &own); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("the floats to keep: ", s.message()));
+    }
+    if (own.version != req->kept_version()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("the floats to keep are of version ", req->kept_version(),
+                                       "; this ps holds version ", own.version));
+    }
+    int64_t num_floats = 0;
+    for (const ShardSpec& sh : req->init().shards()) num_floats += sh.size();
+    if (absl::Status s = MergeKept(own, req->kept(), num_floats, &*snap); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   absl::StatusOr<StoreConfig> c = StoreConfigFromInit(
       req->init(), static_cast<int64_t>(snap->values.size()), shard_->options().step_role);
   if (!c.ok()) return ToGrpcStatus(c.status());

@@ -1,6 +1,9 @@
 #include "update/store_state.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -205,6 +208,66 @@ void SparseTableToConfig(const SparseTableOptions& o, SparseTableConfig* t) {
   p->set_decay_steps(o.optimizer.decay_steps);
   t->set_admit_after(o.admit_after);
   t->set_evict_after(o.evict_after);
+}
+
+namespace {
+
+// `given` (the floats not kept, in order) and the kept ranges of `own`,
+// as `num_floats` floats.
+absl::Status MergeOne(const std::vector<float>& own,
+                      const google::protobuf::RepeatedPtrField<KeptRange>& kept, int64_t num_floats,
+                      const char* what, std::vector<float>* given) {
+  std::vector<float> out(num_floats);
+  int64_t at = 0, next = 0;  // in `out`, and in `given`
+  auto take_given = [&](int64_t upto) -> absl::Status {
+    const int64_t n = upto - at;
+    if (next + n > static_cast<int64_t>(given->size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", given->size(), " floats sent; the layout needs more"));
+    }
+    std::copy(given->begin() + next, given->begin() + next + n, out.begin() + at);
+    next += n;
+    at = upto;
+    return absl::OkStatus();
+  };
+  for (const KeptRange& r : kept) {
+    if (r.size() <= 0 || r.to() < at || r.to() + r.size() > num_floats || r.from() < 0 ||
+        r.from() + r.size() > static_cast<int64_t>(own.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": kept range [", r.from(), ", +", r.size(), ") to ", r.to(),
+                       " is out of order or past the ", own.size(), " floats held or the ",
+                       num_floats, " of the layout"));
+    }
+    PSCLUSTER_RETURN_IF_ERROR(take_given(r.to()));
+    std::copy(own.begin() + r.from(), own.begin() + r.from() + r.size(), out.begin() + at);
+    at += r.size();
+  }
+  PSCLUSTER_RETURN_IF_ERROR(take_given(num_floats));
+  if (next != static_cast<int64_t>(given->size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", given->size(), " floats sent; the layout takes ", next));
+  }
+  *given = std::move(out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MergeKept(const StoreState& own,
+                       const google::protobuf::RepeatedPtrField<KeptRange>& kept,
+                       int64_t num_floats, StoreState* state) {
+  PSCLUSTER_RETURN_IF_ERROR(MergeOne(own.values, kept, num_floats, "values", &state->values));
+  for (OptimizerSlot& slot : state->optimizer.slots) {
+    auto mine = std::find_if(own.optimizer.slots.begin(), own.optimizer.slots.end(),
+                             [&](const OptimizerSlot& o) { return o.name == slot.name; });
+    if (mine == own.optimizer.slots.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot \"", slot.name, "\": this ps's optimizer has no such slot"));
+    }
+    const std::string what = absl::StrCat("slot \"", slot.name, "\"");
+    PSCLUSTER_RETURN_IF_ERROR(MergeOne(mine->values, kept, num_floats, what.c_str(), &slot.values));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StoreState> StoreStateFromProto(const ShardState& state) {

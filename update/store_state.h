@@ -35,6 +35,16 @@ absl::StatusOr<StoreConfig> StoreConfigFromInit(const InitRequest& init, int64_t
 // InvalidArgument naming the field whose bytes are not float32s.
 absl::StatusOr<StoreState> StoreStateFromProto(const ShardState& state);
 
+// A move's restore that keeps some of the store's floats in place
+// (RestoreRequest.kept): `state` holds only the others, in order, for the
+// values and each slot; `own` is the store's state now. Puts the two
+// together in `state`, `num_floats` floats each. InvalidArgument when the
+// ranges overlap, run out of order or past either end, when a slot of
+// `state` is not in `own`, or when the floats do not add up.
+absl::Status MergeKept(const StoreState& own,
+                       const google::protobuf::RepeatedPtrField<KeptRange>& kept,
+                       int64_t num_floats, StoreState* state);
+
 // The reverse: fills out's version, generation, values, slots and
 // optimizer iterations (not its layout or shards).
 void StoreStateToProto(const StoreState& snap, ShardState* out);

@@ -5,8 +5,12 @@
 // starts a quarter into the run (the shards placed over 3 ps) and is
 // stopped by SIGTERM at three quarters (placed over 2 again). The chief
 // logs each move: the megabytes that changed ps, of the model's with its
-// optimizer slots, and how long training paused, split into the checkpoint
-// and the restore. Beside them, in the same run, the least such a move can
+// optimizer slots, those it sent to the ps (a ps keeps the floats that
+// stay on it), and how long training paused, split into the checkpoint
+// and the restore; each model twice, the restore sending each ps only the
+// floats that come to it from another ps (the chief's way) and, for
+// comparison, all of them (PSCLUSTER_TEST_MOVE_SENDS_ALL). Beside them,
+// in the same run, the least such a move can
 // take on this machine: the moved bytes, and all of them, sent once over a
 // loopback TCP connection (measured here, before the runs).
 //
@@ -109,14 +113,15 @@ double LoopbackBytesPerSecond() {
 
 struct Move {
   int to_ps = 0;
-  double moved_mb = 0, total_mb = 0, paused_ms = 0, checkpoint_ms = 0, restore_ms = 0;
+  double moved_mb = 0, total_mb = 0, sent_mb = 0, paused_ms = 0, checkpoint_ms = 0, restore_ms = 0;
 };
 
 std::vector<Move> Moves(const std::string& chief_log) {
   static const std::regex kLine(
       "the shards are placed over ([0-9]+) ps from step [0-9]+ \\(generation [0-9]+\\): "
-      "([0-9.e+-]+) MB of ([0-9.e+-]+) MB changed ps; training paused ([0-9.]+) ms \\(([0-9.]+) "
-      "ms for the checkpoint, ([0-9.]+) ms to place and restore\\)");
+      "([0-9.e+-]+) MB of ([0-9.e+-]+) MB changed ps, ([0-9.e+-]+) MB sent to the ps; training "
+      "paused ([0-9.]+) ms \\(([0-9.]+) ms for the checkpoint, ([0-9.]+) ms to place and "
+      "restore\\)");
   std::vector<Move> moves;
   for (auto it = std::sregex_iterator(chief_log.begin(), chief_log.end(), kLine);
        it != std::sregex_iterator(); ++it) {
@@ -125,9 +130,10 @@ std::vector<Move> Moves(const std::string& chief_log) {
     mv.to_ps = std::stoi(m[1]);
     mv.moved_mb = std::stod(m[2]);
     mv.total_mb = std::stod(m[3]);
-    mv.paused_ms = std::stod(m[4]);
-    mv.checkpoint_ms = std::stod(m[5]);
-    mv.restore_ms = std::stod(m[6]);
+    mv.sent_mb = std::stod(m[4]);
+    mv.paused_ms = std::stod(m[5]);
+    mv.checkpoint_ms = std::stod(m[6]);
+    mv.restore_ms = std::stod(m[7]);
     moves.push_back(mv);
   }
   return moves;
@@ -135,7 +141,7 @@ std::vector<Move> Moves(const std::string& chief_log) {
 
 // One 2 -> 3 -> 2 run of `model`; its moves, or none when it failed (said
 // on stderr).
-std::vector<Move> Run(const std::string& model, int epochs) {
+std::vector<Move> Run(const std::string& model, int epochs, bool send_all) {
   // 60,000 examples in per-worker batches of 32.
   const int64_t chunks = 60000 / 32 * epochs;
   testing::ClusterOptions o;
@@ -145,6 +151,7 @@ std::vector<Move> Run(const std::string& model, int epochs) {
   o.chief_args = {"--model=" + model, absl::StrCat("--epochs=", epochs), "--mode=async",
                   "--batch_size=64", "--log_every_s=0.2", "--min_ps=2"};
   o.start_later = {"ps:2"};
+  if (send_all) o.task_env["chief:0"] = {"PSCLUSTER_TEST_MOVE_SENDS_ALL=1"};
   absl::StatusOr<std::unique_ptr<testing::LocalCluster>> c = testing::LocalCluster::Start(o);
   if (!c.ok()) {
     std::fprintf(stderr, "ps_resize: %s: %s\n", model.c_str(), c.status().ToString().c_str());
@@ -178,24 +185,29 @@ int Main(int argc, char** argv) {
   if (loopback <= 0) return 1;
   std::printf("ps_resize: %u cores, loopback TCP %.0f MB/s (one connection)\n",
               std::thread::hardware_concurrency(), loopback / 1e6);
-  std::printf("%-10s %-7s %9s %9s %10s %10s %10s %13s %13s\n", "model", "move", "moved MB",
-              "total MB", "paused ms", "ckpt ms", "restore ms", "moved@lo ms", "total@lo ms");
+  // "sends": what a move's restore sends each ps, only the floats that
+  // come to it from another ps (the chief's way) or all of them (before).
+  std::printf("%-10s %-7s %-6s %9s %9s %9s %10s %10s %10s %13s %13s\n", "model", "move", "sends",
+              "moved MB", "total MB", "sent MB", "paused ms", "ckpt ms", "restore ms",
+              "moved@lo ms", "total@lo ms");
   int failed = 0;
   for (const std::string& model : flags.models) {
-    const std::vector<Move> moves = Run(model, flags.epochs);
-    if (moves.size() != 2) {
-      std::fprintf(stderr, "ps_resize: %s: %zu moves logged, expected 2\n", model.c_str(),
-                   moves.size());
-      ++failed;
-      continue;
+    for (const bool send_all : {false, true}) {
+      const std::vector<Move> moves = Run(model, flags.epochs, send_all);
+      if (moves.size() != 2) {
+        std::fprintf(stderr, "ps_resize: %s: %zu moves logged, expected 2\n", model.c_str(),
+                     moves.size());
+        ++failed;
+        continue;
+      }
+      for (const Move& m : moves) {
+        std::printf("%-10s %-7s %-6s %9.3f %9.3f %9.3f %10.1f %10.1f %10.1f %13.2f %13.2f\n",
+                    model.c_str(), m.to_ps == 3 ? "2 -> 3" : "3 -> 2", send_all ? "all" : "moved",
+                    m.moved_mb, m.total_mb, m.sent_mb, m.paused_ms, m.checkpoint_ms, m.restore_ms,
+                    m.moved_mb * 1e6 / loopback * 1e3, m.total_mb * 1e6 / loopback * 1e3);
+      }
+      std::fflush(stdout);
     }
-    for (const Move& m : moves) {
-      std::printf("%-10s %-7s %9.3f %9.3f %10.1f %10.1f %10.1f %13.2f %13.2f\n", model.c_str(),
-                  m.to_ps == 3 ? "2 -> 3" : "3 -> 2", m.moved_mb, m.total_mb, m.paused_ms,
-                  m.checkpoint_ms, m.restore_ms, m.moved_mb * 1e6 / loopback * 1e3,
-                  m.total_mb * 1e6 / loopback * 1e3);
-    }
-    std::fflush(stdout);
   }
   return failed == 0 ? 0 : 1;
 }
