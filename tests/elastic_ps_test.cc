@@ -3,10 +3,12 @@
 // starts a quarter into the run and is added (the shards placed over three
 // ps, training paused meanwhile), and at three quarters it is stopped by
 // SIGTERM and drained (the shards placed over two again) before it exits 0.
-// Sync and async, each against a fixed run on two ps: every chunk is
+// Sync and async, each against fixed runs on two ps: every chunk is
 // trained and applied once on every ps (the ps agree on their applied
 // digests and counts, which move with the shards), and the final accuracy
-// is the fixed run's within 0.003.
+// is the fixed run's within 0.003 (async: the mean of three runs against
+// the mean of three). The third ps killed during its copy: sync, against
+// the same fixed run.
 #include <csignal>
 #include <functional>
 #include <iostream>
@@ -81,8 +83,8 @@ void PrintMoves(const std::string& chief) {
   }
 }
 
-// The fixed two-ps run of `mode`, run once per process: the async one is
-// the baseline of both the add-and-drain case and the kill case.
+// The fixed two-ps run of `mode`, run once per process: the sync one is
+// the baseline of both the sync add-and-drain case and the kill case.
 const std::optional<Outcome>& FixedRun(const std::string& mode) {
   static std::map<std::string, std::optional<Outcome>>* runs =
       new std::map<std::string, std::optional<Outcome>>;
@@ -91,14 +93,9 @@ const std::optional<Outcome>& FixedRun(const std::string& mode) {
   return it->second;
 }
 
-class ElasticPsTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ElasticPsTest, APsIsAddedAndDrainedAndEveryChunkIsAppliedOnce) {
-  const std::string mode = GetParam();
-  PSCLUSTER_SKIP_WITHOUT_MNIST(Options(mode, 2).data_dir);
-  const std::optional<Outcome>& base = FixedRun(mode);
-  ASSERT_TRUE(base.has_value());
-
+// One run of `mode` in which ps:2 is added and drained, and what each run
+// must show.
+std::optional<Outcome> AddAndDrain(const std::string& mode) {
   ClusterOptions elastic = Options(mode, 3);
   elastic.chief_args.push_back("--min_ps=2");
   elastic.start_later = {"ps:2"};
@@ -117,7 +114,7 @@ TEST_P(ElasticPsTest, APsIsAddedAndDrainedAndEveryChunkIsAppliedOnce) {
             << c.Log("chief:0");
       },
       {});
-  ASSERT_TRUE(run.has_value());
+  if (!run.has_value()) return run;
   EXPECT_NE(run->chief.find("starting on 2 of 3 ps (--min_ps=2)"), std::string::npos)
       << run->chief;
   EXPECT_NE(run->chief.find("ps:2 answers: placing the shards over 3 ps"), std::string::npos);
@@ -127,23 +124,56 @@ TEST_P(ElasticPsTest, APsIsAddedAndDrainedAndEveryChunkIsAppliedOnce) {
       << run->ps2;
   EXPECT_NE(ShutdownField(run->ps2, "applied"), "0") << run->ps2;
   ExpectEveryChunkOnce(*run);
-  EXPECT_NEAR(run->final.test_accuracy, base->final.test_accuracy, 0.003)
-      << "2 -> 3 -> 2 ps " << run->final.test_accuracy << ", fixed " << base->final.test_accuracy;
-  std::cout << mode << ": fixed 2 ps " << base->final.test_accuracy << ", 2 -> 3 -> 2 ps "
-            << run->final.test_accuracy << "\n";
-  PrintMoves(run->chief);
+  return run;
+}
+
+// Runs of each kind compared: sync ends alike every time; async's final
+// accuracy varies from run to run (two runs of this model have ended
+// 0.0037 apart; sixteen runs had a standard deviation of 0.0010),
+// so it compares the means of three runs of each kind.
+int RunsToCompare(const std::string& mode) { return mode == "async" ? 3 : 1; }
+
+class ElasticPsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ElasticPsTest, APsIsAddedAndDrainedAndEveryChunkIsAppliedOnce) {
+  const std::string mode = GetParam();
+  PSCLUSTER_SKIP_WITHOUT_MNIST(Options(mode, 2).data_dir);
+  const std::optional<Outcome>& base = FixedRun(mode);
+  ASSERT_TRUE(base.has_value());
+  double fixed = base->final.test_accuracy, moved = 0;
+  for (int k = 1; k < RunsToCompare(mode); ++k) {
+    std::optional<Outcome> again = RunCluster(Options(mode, 2), nullptr, {});
+    ASSERT_TRUE(again.has_value());
+    fixed += again->final.test_accuracy;
+  }
+  fixed /= RunsToCompare(mode);
+  for (int k = 0; k < RunsToCompare(mode); ++k) {
+    SCOPED_TRACE(absl::StrCat(mode, " run ", k + 1));
+    std::optional<Outcome> run = AddAndDrain(mode);
+    ASSERT_TRUE(run.has_value());
+    moved += run->final.test_accuracy;
+    std::cout << mode << ": 2 -> 3 -> 2 ps " << run->final.test_accuracy << "\n";
+    PrintMoves(run->chief);
+  }
+  moved /= RunsToCompare(mode);
+  EXPECT_NEAR(moved, fixed, 0.003) << "2 -> 3 -> 2 ps " << moved << ", fixed " << fixed;
+  std::cout << mode << ": fixed 2 ps " << fixed << ", 2 -> 3 -> 2 ps " << moved << " (the mean of "
+            << RunsToCompare(mode) << " run(s) each)\n";
 }
 
 // The added ps dies while the shards are copied to it (ps_server exits as
 // the restore of the new placement reaches it): the move fails, every ps
 // goes back to the two-ps placement from the same checkpoint, and the run
-// ends as the fixed one does, with no chunk lost or applied twice.
+// ends as the fixed one does, with no chunk lost or applied twice. Sync:
+// its accuracy does not vary from run to run as async's does (two async
+// runs have ended 0.0037 apart), so the comparison says what the failed
+// move cost.
 TEST(ElasticPsKillTest, APsKilledDuringItsCopyLeavesTheRunOnTwoPs) {
-  PSCLUSTER_SKIP_WITHOUT_MNIST(Options("async", 2).data_dir);
-  const std::optional<Outcome>& base = FixedRun("async");
+  PSCLUSTER_SKIP_WITHOUT_MNIST(Options("sync", 2).data_dir);
+  const std::optional<Outcome>& base = FixedRun("sync");
   ASSERT_TRUE(base.has_value());
 
-  ClusterOptions elastic = Options("async", 3);
+  ClusterOptions elastic = Options("sync", 3);
   elastic.chief_args.push_back("--min_ps=2");
   elastic.start_later = {"ps:2"};
   elastic.task_env["ps:2"] = {"PSCLUSTER_TEST_EXIT_ON_NEW_PLACEMENT=1"};
@@ -164,7 +194,7 @@ TEST(ElasticPsKillTest, APsKilledDuringItsCopyLeavesTheRunOnTwoPs) {
   EXPECT_NEAR(run->final.test_accuracy, base->final.test_accuracy, 0.003)
       << "killed during the copy " << run->final.test_accuracy << ", fixed "
       << base->final.test_accuracy;
-  std::cout << "async: fixed 2 ps " << base->final.test_accuracy
+  std::cout << "sync: fixed 2 ps " << base->final.test_accuracy
             << ", the third ps killed during its copy " << run->final.test_accuracy << "\n";
 }
 
