@@ -605,6 +605,14 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bo
   auto restore = [&](int i) -> absl::Status {
     bool keep = new_placement && kept_from != nullptr && before != nullptr &&
                 i < static_cast<int>(before->ps.size());
+    if (keep) {
+      // Sync: a step in flight as the checkpoint was taken may have
+      // completed since; then the ps holds other floats than the
+      // checkpoint's, and is sent them all (asking first saves sending
+      // the rest twice; the ps checks again as it restores).
+      absl::StatusOr<PsStatsResponse> now = fleet_->Stats(i, absl::Seconds(2));
+      keep = now.ok() && now->version() == before->ps[i].version();
+    }
     for (;;) {
       RestoreRequest req;
       *req.mutable_init() = MakeInitRequest(*setup_, i);
