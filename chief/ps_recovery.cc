@@ -603,13 +603,14 @@ absl::Status PsRecovery::RestoreAll(const Snapshot& snap, int64_t generation, bo
   std::vector<uint64_t> incarnation(n, 0);
   std::vector<int64_t> bytes(n, 0);
   auto restore = [&](int i) -> absl::Status {
-    bool keep = new_placement && kept_from != nullptr && before != nullptr &&
-                i < static_cast<int>(before->ps.size());
+    // Async only: a sync run whose move kept floats in place stalled
+    // after it once under Docker (cause not found yet), so a sync move
+    // sends every ps all its floats, as before.
+    bool keep = new_placement && setup_->mode == ASYNC && kept_from != nullptr &&
+                before != nullptr && i < static_cast<int>(before->ps.size());
     if (keep) {
-      // Sync: a step in flight as the checkpoint was taken may have
-      // completed since; then the ps holds other floats than the
-      // checkpoint's, and is sent them all (asking first saves sending
-      // the rest twice; the ps checks again as it restores).
+      // The ps must hold the checkpoint's floats still; asking first saves
+      // sending the rest twice (the ps checks again as it restores).
       absl::StatusOr<PsStatsResponse> now = fleet_->Stats(i, absl::Seconds(2));
       keep = now.ok() && now->version() == before->ps[i].version();
     }
